@@ -114,6 +114,20 @@ fn class_id_or_new(map: &mut CrushMap, name: &str) -> i32 {
     id
 }
 
+/// crushtool dumps the steps it has no name for as raw opcodes (vary_r = 12, stable = 13).
+fn step_from_opcode(opcode: i64, arg1: i64) -> Result<Step, CrushError> {
+    let arg = i32_of(arg1, "step argument")?;
+    Ok(match opcode {
+        8 => Step::SetChooseTries(arg),
+        9 => Step::SetChooseleafTries(arg),
+        10 => Step::SetChooseLocalTries(arg),
+        11 => Step::SetChooseLocalFallbackTries(arg),
+        12 => Step::SetChooseleafVaryR(arg),
+        13 => Step::SetChooseleafStable(arg),
+        other => return Err(err(format!("unsupported raw rule opcode {other}"))),
+    })
+}
+
 fn rule_from_json(map: &CrushMap, r: &Value) -> Result<Rule, CrushError> {
     let rule_type = match int(r, "type")? {
         1 => RuleType::Replicated,
@@ -124,6 +138,10 @@ fn rule_from_json(map: &CrushMap, r: &Value) -> Result<Rule, CrushError> {
     };
     let mut steps = Vec::new();
     for s in array(r, "steps")? {
+        if let Some(opcode) = s.get("opcode").and_then(Value::as_i64) {
+            steps.push(step_from_opcode(opcode, int(s, "arg1")?)?);
+            continue;
+        }
         let op = string(s, "op")?;
         let num = || int(s, "num").and_then(|n| i32_of(n, "step num"));
         let type_id = || -> Result<i32, CrushError> {
