@@ -19,4 +19,4 @@ pub mod text;
 
 pub use error::CrushError;
 pub use mapper::Workspace;
-pub use model::{Bucket, BucketAlg, CrushMap, Rule, RuleType, Step, Tunables, ITEM_NONE};
+pub use model::{Bucket, BucketAlg, CrushMap, Device, Rule, RuleType, Step, Tunables, ITEM_NONE};

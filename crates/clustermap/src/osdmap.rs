@@ -1,0 +1,183 @@
+//! The OSD map's placement view: CRUSH map + OSD states + pools + exceptions -> up sets.
+//!
+//! Owns Ceph's `pg_to_up_acting` pipeline: CRUSH (`do_rule` on the pool's seed, result size =
+//! pool size, reweights = in/out vector), removal of non-existent OSDs, upmap exceptions, removal
+//! of down OSDs, primary choice. Pure; callers pass a [`Workspace`] to avoid allocation.
+
+use std::collections::BTreeMap;
+
+use cairn_crush::{CrushMap, Workspace, ITEM_NONE};
+
+use crate::error::MapError;
+use crate::exceptions::Exceptions;
+use crate::pool::{PgId, Pool};
+
+/// One OSD's state in the map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OsdState {
+    /// Registered in the map.
+    pub exists: bool,
+    /// Running and reachable.
+    pub up: bool,
+    /// In/out reweight, 16.16 (0 = out, 0x10000 = fully in).
+    pub reweight: u32,
+}
+
+impl Default for OsdState {
+    fn default() -> Self {
+        OsdState {
+            exists: true,
+            up: true,
+            reweight: 0x10000,
+        }
+    }
+}
+
+/// CRUSH map, OSDs, pools and exceptions: everything placement depends on.
+#[derive(Clone, Debug)]
+pub struct OsdMap {
+    /// Map epoch.
+    pub epoch: u64,
+    /// The CRUSH hierarchy and rules.
+    pub crush: CrushMap,
+    /// OSD states by id.
+    pub osds: BTreeMap<i32, OsdState>,
+    /// Pools by id.
+    pub pools: BTreeMap<i64, Pool>,
+    /// Placement exceptions.
+    pub exceptions: Exceptions,
+}
+
+/// Result of mapping one PG.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PgMapping {
+    /// CRUSH's raw result (after removing non-existent OSDs).
+    pub raw: Vec<i32>,
+    /// Up set after exceptions and removal of down OSDs; `up[0]` is the primary.
+    pub up: Vec<i32>,
+    /// The primary OSD, or -1 if none is up.
+    pub primary: i32,
+}
+
+impl OsdMap {
+    /// A map where every device of the CRUSH map is an existing, up and in OSD.
+    pub fn all_up_in(crush: CrushMap) -> Self {
+        let osds = crush
+            .devices
+            .keys()
+            .map(|&id| (id, OsdState::default()))
+            .collect();
+        OsdMap {
+            epoch: 1,
+            crush,
+            osds,
+            pools: BTreeMap::new(),
+            exceptions: Exceptions::default(),
+        }
+    }
+
+    /// Adds or replaces a pool after checking it and its rule.
+    pub fn add_pool(&mut self, pool: Pool) -> Result<(), MapError> {
+        pool.validate()?;
+        if !self.crush.rules.contains_key(&pool.crush_rule) {
+            return Err(MapError::NoRule {
+                pool: pool.id,
+                rule: pool.crush_rule,
+            });
+        }
+        self.pools.insert(pool.id, pool);
+        Ok(())
+    }
+
+    /// The in/out reweight vector CRUSH sees (0 for absent or out OSDs).
+    pub fn reweights(&self) -> Vec<u32> {
+        let max = self
+            .crush
+            .max_devices()
+            .max(self.osds.keys().next_back().map_or(0, |&id| id + 1));
+        (0..max)
+            .map(|id| match self.osds.get(&id) {
+                Some(s) if s.exists => s.reweight,
+                _ => 0,
+            })
+            .collect()
+    }
+
+    /// A reusable mapper for many PGs of this map.
+    pub fn mapper(&self) -> Mapper<'_> {
+        Mapper {
+            map: self,
+            reweights: self.reweights(),
+            ws: Workspace::new(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+/// Maps PGs of one [`OsdMap`] repeatedly without reallocating.
+pub struct Mapper<'a> {
+    map: &'a OsdMap,
+    reweights: Vec<u32>,
+    ws: Workspace,
+    scratch: Vec<i32>,
+}
+
+impl Mapper<'_> {
+    /// CRUSH's raw result for a PG (non-existent OSDs removed), before exceptions.
+    pub fn raw(&mut self, pg: PgId) -> Result<Vec<i32>, MapError> {
+        let pool = self
+            .map
+            .pools
+            .get(&pg.pool)
+            .ok_or(MapError::NoPool(pg.pool))?;
+        let choose_args = None;
+        let ok = self.map.crush.do_rule(
+            pool.crush_rule,
+            pool.pps(pg) as i32,
+            pool.size as usize,
+            &self.reweights,
+            choose_args,
+            &mut self.ws,
+            &mut self.scratch,
+        );
+        if !ok {
+            return Err(MapError::NoRule {
+                pool: pool.id,
+                rule: pool.crush_rule,
+            });
+        }
+        let osds = &self.map.osds;
+        Ok(self
+            .scratch
+            .iter()
+            .copied()
+            .filter(|&o| o == ITEM_NONE || osds.get(&o).is_some_and(|s| s.exists))
+            .collect())
+    }
+
+    /// Where a PG's data lives: the raw result with `pg_upmap_items` applied, positions kept,
+    /// before removing down OSDs or choosing the primary.
+    pub fn placed(&mut self, pg: PgId) -> Result<Vec<i32>, MapError> {
+        let mut set = self.raw(pg)?;
+        let reweights = &self.reweights;
+        self.map.exceptions.apply_items(pg, &mut set, |o| {
+            o < 0 || reweights.get(o as usize).is_none_or(|&w| w == 0)
+        });
+        Ok(set)
+    }
+
+    /// Full mapping of a PG: raw, exceptions applied, down OSDs removed, primary chosen.
+    pub fn map_pg(&mut self, pg: PgId) -> Result<PgMapping, MapError> {
+        let raw = self.raw(pg)?;
+        let mut up = raw.clone();
+        let reweights = &self.reweights;
+        self.map.exceptions.apply_items(pg, &mut up, |o| {
+            o < 0 || reweights.get(o as usize).is_none_or(|&w| w == 0)
+        });
+        let osds = &self.map.osds;
+        up.retain(|&o| o != ITEM_NONE && osds.get(&o).is_some_and(|s| s.up));
+        self.map.exceptions.apply_primary(pg, &mut up);
+        let primary = up.first().copied().unwrap_or(-1);
+        Ok(PgMapping { raw, up, primary })
+    }
+}
