@@ -32,6 +32,14 @@ enum CrushCommand {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Map an object name to its PG and OSDs, like `osdmaptool --test-map-object`.
+    MapObject(crate::crush_placement::MapObjectArgs),
+    /// PG spread of a pool: per OSD, per failure domain, primaries (seed 002's columns).
+    Analyze(crate::crush_placement::AnalyzeArgs),
+    /// Plan an exception table bringing every OSD within one PG of its target.
+    Balance(crate::crush_placement::BalanceArgs),
+    /// Replicas moved between two maps, against the minimum any placement needs.
+    Diff(crate::crush_placement::DiffArgs),
     /// Parse a map (text or JSON) and print it back as text.
     Decompile {
         /// Map file.
@@ -84,6 +92,10 @@ pub fn load_map(path: &Path) -> anyhow::Result<CrushMap> {
 pub fn run(args: CrushArgs) -> anyhow::Result<()> {
     match args.command {
         CrushCommand::Test(t) => test(t),
+        CrushCommand::MapObject(a) => crate::crush_placement::map_object(a),
+        CrushCommand::Analyze(a) => crate::crush_placement::analyze_cmd(a),
+        CrushCommand::Balance(a) => crate::crush_placement::balance_cmd(a),
+        CrushCommand::Diff(a) => crate::crush_placement::diff_cmd(a),
         CrushCommand::Build {
             num_osds,
             layers,

@@ -2,6 +2,8 @@
 //! this file only dispatches.
 
 mod crush_cmd;
+mod crush_placement;
+mod plot;
 
 use clap::{Parser, Subcommand};
 

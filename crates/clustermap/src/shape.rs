@@ -50,11 +50,10 @@ fn rule_steps(crush: &CrushMap, rule_id: i32) -> Result<RuleSteps, MapError> {
     let mut emits = 0;
     for step in &rule.steps {
         match *step {
-            Step::Take(item) => {
-                if root.replace(item).is_some() {
-                    return Err(unsupported("more than one `take` step"));
-                }
+            Step::Take(_) if root.is_some() => {
+                return Err(unsupported("more than one `take` step"));
             }
+            Step::Take(item) => root = Some(item),
             Step::ChooseFirstn { type_id, .. }
             | Step::ChooseIndep { type_id, .. }
             | Step::ChooseleafFirstn { type_id, .. }

@@ -55,10 +55,10 @@ pub fn from_json(text: &str) -> Result<CrushMap, CrushError> {
     }
     for d in array(&root, "devices")? {
         let id = i32_of(int(d, "id")?, "device id")?;
-        let class = match d.get("class").and_then(Value::as_str) {
-            Some(name) => Some(class_id_or_new(&mut map, name)),
-            None => None,
-        };
+        let class = d
+            .get("class")
+            .and_then(Value::as_str)
+            .map(|name| class_id_or_new(&mut map, name));
         map.devices.insert(
             id,
             Device {

@@ -170,7 +170,7 @@ impl CrushMap {
                         Step::ChooseleafFirstn { .. } | Step::ChooseleafIndep { .. }
                     );
                     let mut osize = 0usize;
-                    for i in 0..wsize {
+                    for &take in &w[..wsize] {
                         let mut numrep = n;
                         if numrep <= 0 {
                             numrep += result_max as i32;
@@ -178,7 +178,7 @@ impl CrushMap {
                                 continue;
                             }
                         }
-                        let Some(bucket) = self.bucket(w[i]) else {
+                        let Some(bucket) = self.bucket(take) else {
                             continue;
                         };
                         if firstn {
@@ -352,10 +352,10 @@ fn straw2_choose(bucket: &Bucket, x: i32, r: i32, arg: Option<&ChooseArg>, posit
     };
     let mut high = 0usize;
     let mut high_draw = i64::MIN;
-    for i in 0..bucket.items.len() {
+    for (i, &id) in ids.iter().enumerate().take(bucket.items.len()) {
         let w = weights.get(i).copied().unwrap_or(0);
         let draw = if w != 0 {
-            let u = hash32_3(x as u32, ids[i] as u32, r as u32) & 0xffff;
+            let u = hash32_3(x as u32, id as u32, r as u32) & 0xffff;
             let ln = crush_ln(u) as i64 - 0x1_0000_0000_0000;
             ln / i64::from(w)
         } else {
@@ -417,9 +417,9 @@ fn bucket_choose(
         (BucketAlg::Straw, Derived::Straw { straws }) => {
             let mut high = 0usize;
             let mut high_draw = 0u64;
-            for i in 0..bucket.size() {
-                let draw = u64::from(hash32_3(x as u32, bucket.items[i] as u32, r as u32) & 0xffff)
-                    * u64::from(straws[i]);
+            for (i, (&item, &straw)) in bucket.items.iter().zip(straws).enumerate() {
+                let draw = u64::from(hash32_3(x as u32, item as u32, r as u32) & 0xffff)
+                    * u64::from(straw);
                 if i == 0 || draw > high_draw {
                     high = i;
                     high_draw = draw;
@@ -549,11 +549,10 @@ fn choose_firstn(
                 if reject || collide {
                     ftotal += 1;
                     flocal += 1;
-                    if collide && flocal <= p.local_retries {
-                        continue;
-                    } else if p.local_fallback_retries > 0
-                        && flocal <= in_bucket.size() as u32 + p.local_fallback_retries
-                    {
+                    let retry_bucket = (collide && flocal <= p.local_retries)
+                        || (p.local_fallback_retries > 0
+                            && flocal <= in_bucket.size() as u32 + p.local_fallback_retries);
+                    if retry_bucket {
                         continue;
                     } else if ftotal < p.tries {
                         continue 'descent;

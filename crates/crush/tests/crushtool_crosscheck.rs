@@ -172,8 +172,8 @@ fn random_map(rng: &mut Rng) -> (String, Vec<(i32, bool)>) {
             "step take default".to_string()
         }
     };
-    let mut rule_id = 0;
     for kind in 0..4 {
+        let rule_id = kind;
         let mut body = String::new();
         if rng.chance(30) {
             let _ = writeln!(body, "\tstep set_choose_tries {}", 1 + rng.below(100));
@@ -212,7 +212,6 @@ fn random_map(rng: &mut Rng) -> (String, Vec<(i32, bool)>) {
         let rtype = if indep { "erasure" } else { "replicated" };
         let _ = writeln!(s, "rule r{rule_id} {{\n\tid {rule_id}\n\ttype {rtype}\n\tmin_size 1\n\tmax_size 10\n{body}}}");
         rules.push((rule_id, indep));
-        rule_id += 1;
     }
     (s, rules)
 }

@@ -480,6 +480,7 @@ fn parse_step(c: &mut Cursor) -> Result<RawStep, CrushError> {
     };
     match op.as_str() {
         "take" => {
+            let at = here(c);
             let item = c.next("an item to take")?;
             let class = if c.eat("class") {
                 Some(c.next("a class name")?)
@@ -498,6 +499,7 @@ fn parse_step(c: &mut Cursor) -> Result<RawStep, CrushError> {
             };
             let n = c.i32("replica count")?;
             c.expect("type")?;
+            let at = here(c);
             let type_name = c.next("a type name")?;
             Ok(RawStep::Choose {
                 leaf: op == "chooseleaf",

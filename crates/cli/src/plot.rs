@@ -1,0 +1,103 @@
+//! PNG charts for commands whose results people would rather look at than read.
+//!
+//! Text is drawn with an embedded DejaVu Sans Mono (assets/, Bitstream Vera license) so plots
+//! render the same on a machine without system fonts.
+
+use std::path::Path;
+use std::sync::Once;
+
+use anyhow::{anyhow, Context};
+use plotters::prelude::*;
+
+static FONT: Once = Once::new();
+
+/// Registers the embedded font as plotters' "sans-serif" (once per process).
+pub fn register_font() {
+    FONT.call_once(|| {
+        let bytes: &'static [u8] = include_bytes!("../assets/DejaVuSansMono.ttf");
+        // A failure leaves plotters without text, which still renders the bars.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, bytes);
+    });
+}
+
+/// One bar of a bar chart, with its target drawn as a tick.
+pub struct Bar {
+    /// Label under the bar (drawn for every bar when they fit).
+    pub label: String,
+    /// Bar height.
+    pub value: f64,
+    /// Target line for this bar.
+    pub target: f64,
+}
+
+/// Draws a per-item bar chart against per-item targets into a PNG file.
+pub fn bar_chart(path: &Path, title: &str, y_label: &str, bars: &[Bar]) -> anyhow::Result<()> {
+    register_font();
+    let width = (bars.len() as u32 * 14 + 160).clamp(640, 2400);
+    let root = BitMapBackend::new(path, (width, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let y_max = bars
+        .iter()
+        .map(|b| b.value.max(b.target))
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..bars.len() as f64, 0f64..y_max)
+        .map_err(|e| anyhow!("{e}"))?;
+    let step = (bars.len() / 30).max(1);
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_desc(y_label)
+        .x_labels(bars.len().min(30))
+        .x_label_formatter(&|x| {
+            let i = *x as usize;
+            if i.is_multiple_of(step) {
+                bars.get(i).map(|b| b.label.clone()).unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, b)| {
+            let over = b.value > b.target + 1.0;
+            let under = b.value < b.target - 1.0;
+            let color = if over {
+                RED.mix(0.7)
+            } else if under {
+                BLUE.mix(0.7)
+            } else {
+                GREEN.mix(0.7)
+            };
+            Rectangle::new(
+                [(i as f64 + 0.1, 0.0), (i as f64 + 0.9, b.value)],
+                color.filled(),
+            )
+        }))
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, b)| {
+            PathElement::new(
+                vec![(i as f64, b.target), (i as f64 + 1.0, b.target)],
+                BLACK.stroke_width(2),
+            )
+        }))
+        .map_err(|e| anyhow!("{e}"))?
+        .label("target")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
