@@ -47,6 +47,40 @@ pub fn hash32_3(a: u32, b: u32, c: u32) -> u32 {
     h
 }
 
+/// Lanes hashed at once by [`hash32_3_lanes`].
+pub const LANES: usize = 8;
+
+/// Lane-wise [`mix`] over arrays, written so the compiler turns it into SIMD.
+#[inline(always)]
+fn mix_lanes(a: &mut [u32; LANES], b: &mut [u32; LANES], c: &mut [u32; LANES]) {
+    for i in 0..LANES {
+        let (mut x, mut y, mut z) = (a[i], b[i], c[i]);
+        mix(&mut x, &mut y, &mut z);
+        (a[i], b[i], c[i]) = (x, y, z);
+    }
+}
+
+/// [`hash32_3`] of `(a, b[i], c)` for every lane `i`: identical results, computed side by side
+/// (straw2 hashes every item of a bucket with the same `a` = x and `c` = r).
+#[inline]
+pub fn hash32_3_lanes(a: u32, b: &[u32; LANES], c: u32) -> [u32; LANES] {
+    let mut av = [a; LANES];
+    let mut bv = *b;
+    let mut cv = [c; LANES];
+    let mut h = [0u32; LANES];
+    for i in 0..LANES {
+        h[i] = SEED ^ a ^ b[i] ^ c;
+    }
+    let mut x = [X0; LANES];
+    let mut y = [Y0; LANES];
+    mix_lanes(&mut av, &mut bv, &mut h);
+    mix_lanes(&mut cv, &mut x, &mut h);
+    mix_lanes(&mut y, &mut av, &mut h);
+    mix_lanes(&mut bv, &mut x, &mut h);
+    mix_lanes(&mut y, &mut cv, &mut h);
+    h
+}
+
 /// Hash of four words; used by list and tree buckets.
 #[inline]
 pub fn hash32_4(a: u32, b: u32, c: u32, d: u32) -> u32 {
@@ -120,6 +154,17 @@ pub fn str_hash(data: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lane_hash_equals_scalar_hash() {
+        let b: [u32; LANES] = [0, 1, 2, 0xffff_ffff, 12345, 7, 0x8000_0000, 99];
+        for (a, c) in [(0u32, 0u32), (17, 3), (0xdead_beef, 0xffff_fff0)] {
+            let lanes = hash32_3_lanes(a, &b, c);
+            for i in 0..LANES {
+                assert_eq!(lanes[i], hash32_3(a, b[i], c));
+            }
+        }
+    }
 
     #[test]
     fn hashes_are_deterministic_and_spread() {

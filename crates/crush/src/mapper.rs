@@ -4,7 +4,7 @@
 //! test against the reweight vector. Pure: the input `x`, the reweights and a reusable
 //! [`Workspace`] come from the caller; nothing here allocates on the steady-state path.
 
-use crate::hash::{hash32_2, hash32_3, hash32_4};
+use crate::hash::{hash32_2, hash32_3, hash32_3_lanes, hash32_4, LANES};
 use crate::ln::crush_ln;
 use crate::model::{
     tree_height, Bucket, BucketAlg, ChooseArg, CrushMap, Derived, Step, ITEM_NONE, ITEM_UNDEF,
@@ -350,20 +350,32 @@ fn straw2_choose(bucket: &Bucket, x: i32, r: i32, arg: Option<&ChooseArg>, posit
         Some(ids) => ids,
         None => &bucket.items,
     };
+    let size = bucket.items.len().min(ids.len());
+    if size <= 1 {
+        // With one item the first draw always wins, whatever it is.
+        return bucket.items[0];
+    }
     let mut high = 0usize;
     let mut high_draw = i64::MIN;
-    for (i, &id) in ids.iter().enumerate().take(bucket.items.len()) {
-        let w = weights.get(i).copied().unwrap_or(0);
-        let draw = if w != 0 {
-            let u = hash32_3(x as u32, id as u32, r as u32) & 0xffff;
-            let ln = crush_ln(u) as i64 - 0x1_0000_0000_0000;
-            ln / i64::from(w)
-        } else {
-            i64::MIN
-        };
-        if i == 0 || draw > high_draw {
-            high = i;
-            high_draw = draw;
+    let mut lane_ids = [0u32; LANES];
+    for start in (0..size).step_by(LANES) {
+        let end = (start + LANES).min(size);
+        for (slot, &id) in lane_ids.iter_mut().zip(&ids[start..end]) {
+            *slot = id as u32;
+        }
+        let hashes = hash32_3_lanes(x as u32, &lane_ids, r as u32);
+        for (lane, i) in (start..end).enumerate() {
+            let w = weights.get(i).copied().unwrap_or(0);
+            let draw = if w != 0 {
+                let ln = crush_ln(hashes[lane] & 0xffff) as i64 - 0x1_0000_0000_0000;
+                ln / i64::from(w)
+            } else {
+                i64::MIN
+            };
+            if i == 0 || draw > high_draw {
+                high = i;
+                high_draw = draw;
+            }
         }
     }
     bucket.items[high]
