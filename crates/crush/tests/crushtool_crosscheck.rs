@@ -337,3 +337,44 @@ fn random_maps_match_crushtool() {
         "too few rule evaluations compared: {compared}"
     );
 }
+
+#[test]
+fn build_matches_crushtool_build() {
+    if !crushtool_available() {
+        eprintln!("crushtool not installed: skipping (CI installs it)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("cairn-build-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let layouts: &[(usize, &[(&str, &str, usize)])] = &[
+        (60, &[("host", "straw2", 12), ("root", "straw2", 0)]),
+        (24, &[("host", "uniform", 4), ("rack", "list", 2), ("root", "straw", 0)]),
+        (30, &[("host", "straw2", 5), ("rack", "tree", 3), ("root", "straw2", 0)]),
+    ];
+    for (num_osds, layers) in layouts {
+        let bin = dir.join("built.bin");
+        let mut cmd = Command::new("crushtool");
+        cmd.arg("--build").arg("--num_osds").arg(num_osds.to_string());
+        for (t, alg, size) in layers.iter() {
+            cmd.arg(t).arg(alg).arg(size.to_string());
+        }
+        run(cmd.arg("-o").arg(&bin));
+        let ours = cairn_crush::build::build(
+            *num_osds,
+            &layers
+                .iter()
+                .map(|(t, alg, size)| cairn_crush::build::Layer {
+                    type_name: t.to_string(),
+                    alg: cairn_crush::BucketAlg::from_name(alg).unwrap(),
+                    size: *size,
+                })
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let theirs = text::parse(&run(Command::new("crushtool").arg("-d").arg(&bin))).unwrap();
+        assert_eq!(text::write(&ours), text::write(&theirs), "{layers:?}");
+        let expected = crushtool_lines(&bin, &dir, 0, 3, &[], 499);
+        assert_eq!(our_lines(&ours, 0, 3, &[], 499), expected, "{layers:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
