@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn lane_hash_equals_scalar_hash() {
-        let b: [u32; LANES] = [0, 1, 2, 0xffff_ffff, 12345, 7, 0x8000_0000, 99];
+        let b: [u32; LANES] = core::array::from_fn(|i| (i as u32).wrapping_mul(0x9e37_79b9));
         for (a, c) in [(0u32, 0u32), (17, 3), (0xdead_beef, 0xffff_fff0)] {
             let lanes = hash32_3_lanes(a, &b, c);
             for i in 0..LANES {
