@@ -197,3 +197,37 @@ fn marking_an_osd_out_moves_only_its_replicas() {
     new.exceptions = out.exceptions;
     assert_valid_and_balanced(&new, &cairn_clustermap::balance::up_sets(&new, 1).unwrap());
 }
+
+#[test]
+fn class_rules_balance_within_their_class() {
+    use std::fmt::Write as _;
+    let mut src = String::from("tunable choose_total_tries 50\ntunable chooseleaf_descend_once 1\ntunable chooseleaf_vary_r 1\ntunable chooseleaf_stable 1\ntunable straw_calc_version 1\n");
+    for osd in 0..40 {
+        let class = if osd % 4 == 0 { "ssd" } else { "hdd" };
+        let _ = writeln!(src, "device {osd} osd.{osd} class {class}");
+    }
+    src.push_str("type 0 osd\ntype 1 host\ntype 2 root\n");
+    for h in 0..5 {
+        let _ = writeln!(src, "host h{h} {{\n\tid -{}\n\talg straw2\n\thash 0", h + 1);
+        for i in 0..8 {
+            let _ = writeln!(src, "\titem osd.{} weight 1.000", h * 8 + i);
+        }
+        src.push_str("}\n");
+    }
+    src.push_str("root default {\n\tid -6\n\talg straw2\n\thash 0\n");
+    for h in 0..5 {
+        let _ = writeln!(src, "\titem h{h}");
+    }
+    src.push_str("}\nrule ssd {\n\tid 0\n\ttype replicated\n\tstep take default class ssd\n\tstep chooseleaf firstn 0 type host\n\tstep emit\n}\n");
+    let crush = cairn_crush::text::parse(&src).unwrap();
+    let mut map = osdmap(crush, 512);
+    let out = balance(&map, 1, None, BalanceOptions::default()).unwrap();
+    assert!(out.converged);
+    map.exceptions = out.exceptions;
+    let up = cairn_clustermap::balance::up_sets(&map, 1).unwrap();
+    assert!(
+        up.iter().flatten().all(|&o| o % 4 == 0),
+        "a replica left the ssd class"
+    );
+    assert_valid_and_balanced(&map, &up);
+}

@@ -348,13 +348,29 @@ fn build_matches_crushtool_build() {
     std::fs::create_dir_all(&dir).unwrap();
     let layouts: &[(usize, &[(&str, &str, usize)])] = &[
         (60, &[("host", "straw2", 12), ("root", "straw2", 0)]),
-        (24, &[("host", "uniform", 4), ("rack", "list", 2), ("root", "straw", 0)]),
-        (30, &[("host", "straw2", 5), ("rack", "tree", 3), ("root", "straw2", 0)]),
+        (
+            24,
+            &[
+                ("host", "uniform", 4),
+                ("rack", "list", 2),
+                ("root", "straw", 0),
+            ],
+        ),
+        (
+            30,
+            &[
+                ("host", "straw2", 5),
+                ("rack", "tree", 3),
+                ("root", "straw2", 0),
+            ],
+        ),
     ];
     for (num_osds, layers) in layouts {
         let bin = dir.join("built.bin");
         let mut cmd = Command::new("crushtool");
-        cmd.arg("--build").arg("--num_osds").arg(num_osds.to_string());
+        cmd.arg("--build")
+            .arg("--num_osds")
+            .arg(num_osds.to_string());
         for (t, alg, size) in layers.iter() {
             cmd.arg(t).arg(alg).arg(size.to_string());
         }
