@@ -346,7 +346,8 @@ fn build_matches_crushtool_build() {
     }
     let dir = std::env::temp_dir().join(format!("cairn-build-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let layouts: &[(usize, &[(&str, &str, usize)])] = &[
+    type BuildLayers<'a> = &'a [(&'a str, &'a str, usize)];
+    let layouts: &[(usize, BuildLayers)] = &[
         (60, &[("host", "straw2", 12), ("root", "straw2", 0)]),
         (
             24,
