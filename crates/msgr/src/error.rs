@@ -1,0 +1,48 @@
+//! Typed errors of the messenger.
+
+use thiserror::Error;
+
+/// Everything that can go wrong encoding, decoding or moving frames.
+#[derive(Debug, Error)]
+pub enum MsgrError {
+    /// The stream does not start with cairn's magic: not a cairn peer, or garbage.
+    #[error("bad magic {found:#010x}: not a cairn messenger stream")]
+    BadMagic {
+        /// What was read instead.
+        found: u32,
+    },
+    /// The peer speaks a protocol version we do not.
+    #[error("unsupported protocol version {found} (this side speaks {supported})")]
+    UnsupportedVersion {
+        /// Version in the frame.
+        found: u8,
+        /// Version we speak.
+        supported: u8,
+    },
+    /// The header's checksum does not match its contents.
+    #[error("frame header checksum mismatch")]
+    HeaderChecksum,
+    /// The payload's checksum does not match: corrupted in transit.
+    #[error("payload checksum mismatch on message seq {seq}")]
+    PayloadChecksum {
+        /// Sequence number of the damaged frame.
+        seq: u64,
+    },
+    /// A frame announces (or a caller tries to send) more than the configured limit.
+    #[error("frame of {len_bytes} bytes exceeds the limit of {limit_bytes}")]
+    TooLarge {
+        /// Payload length.
+        len_bytes: u64,
+        /// Configured maximum.
+        limit_bytes: u64,
+    },
+    /// The connection or session is closed.
+    #[error("connection closed")]
+    Closed,
+    /// Waiting exceeded the caller's deadline.
+    #[error("timed out after {0} ms")]
+    Timeout(u64),
+    /// An operating-system I/O error.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,440 @@
+//! Lossless sessions: messages to a peer survive connection loss.
+//!
+//! Every data frame carries a per-direction sequence number and piggybacks the highest
+//! sequence received from the peer. The sender keeps unacknowledged frames (bounded by
+//! [`Limits::max_inflight_bytes`], which is the backpressure: `send` waits for room) and, after a
+//! reconnect, resends those the peer has not seen; the receiver drops duplicates, so the layer
+//! above sees each message exactly once and in order. A connection starts with a HELLO frame
+//! naming the session and the last sequence received.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, BytesMut};
+use futures::{SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
+
+use crate::conn::{framed, FrameSink, FrameStream};
+use crate::error::MsgrError;
+use crate::frame::{Frame, Limits};
+
+/// Reserved message type of the handshake frame.
+pub const MSG_HELLO: u16 = 0xffff;
+/// Reserved message type of a bare acknowledgement.
+pub const MSG_ACK: u16 = 0xfffe;
+/// Highest message type available to the layers above.
+pub const MAX_USER_MSG_TYPE: u16 = 0xfff0;
+
+/// Send one bare acknowledgement after this many frames received without sending any.
+const ACK_EVERY_FRAMES: u64 = 32;
+
+/// One end of a lossless session. Cloneable senders come from [`Session::sender`].
+pub struct Session {
+    id: u64,
+    outgoing: mpsc::Sender<(Frame, OwnedSemaphorePermit)>,
+    incoming: mpsc::Receiver<Frame>,
+    inflight: Arc<Semaphore>,
+    limits: Limits,
+}
+
+/// A cloneable handle that sends on a session.
+#[derive(Clone)]
+pub struct SessionSender {
+    outgoing: mpsc::Sender<(Frame, OwnedSemaphorePermit)>,
+    inflight: Arc<Semaphore>,
+    limits: Limits,
+}
+
+impl SessionSender {
+    /// Queues a message; waits while the peer has not acknowledged `max_inflight_bytes`.
+    pub async fn send(
+        &self,
+        msg_type: u16,
+        payload: impl Into<bytes::Bytes>,
+    ) -> Result<(), MsgrError> {
+        let frame = Frame::new(msg_type, payload);
+        if msg_type > MAX_USER_MSG_TYPE {
+            return Err(MsgrError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("message type {msg_type:#x} is reserved"),
+            )));
+        }
+        let len = frame.payload.len() as u64;
+        if len > u64::from(self.limits.max_payload_bytes) {
+            return Err(MsgrError::TooLarge {
+                len_bytes: len,
+                limit_bytes: u64::from(self.limits.max_payload_bytes),
+            });
+        }
+        let permits = permits_for(len, &self.limits);
+        let permit = self
+            .inflight
+            .clone()
+            .acquire_many_owned(permits)
+            .await
+            .map_err(|_| MsgrError::Closed)?;
+        self.outgoing
+            .send((frame, permit))
+            .await
+            .map_err(|_| MsgrError::Closed)
+    }
+}
+
+/// Permits (KiB units, at least one) a payload holds while unacknowledged.
+fn permits_for(len_bytes: u64, limits: &Limits) -> u32 {
+    let total = (limits.max_inflight_bytes / 1024).max(1);
+    (len_bytes.div_ceil(1024).max(1)).min(total) as u32
+}
+
+impl Session {
+    /// This session's id (shared by both ends).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// A handle for sending from other tasks.
+    pub fn sender(&self) -> SessionSender {
+        SessionSender {
+            outgoing: self.outgoing.clone(),
+            inflight: self.inflight.clone(),
+            limits: self.limits,
+        }
+    }
+
+    /// Sends one message (see [`SessionSender::send`]).
+    pub async fn send(
+        &self,
+        msg_type: u16,
+        payload: impl Into<bytes::Bytes>,
+    ) -> Result<(), MsgrError> {
+        self.sender().send(msg_type, payload).await
+    }
+
+    /// Receives the next message, in order, exactly once; None when the session is closed.
+    pub async fn recv(&mut self) -> Option<Frame> {
+        self.incoming.recv().await
+    }
+
+    /// Receives with a deadline.
+    pub async fn recv_timeout(&mut self, timeout_ms: u64) -> Result<Frame, MsgrError> {
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), self.incoming.recv()).await {
+            Ok(Some(f)) => Ok(f),
+            Ok(None) => Err(MsgrError::Closed),
+            Err(_) => Err(MsgrError::Timeout(timeout_ms)),
+        }
+    }
+
+    /// Opens a session to `addr`, reconnecting (every `retry_ms`) whenever the connection drops.
+    pub async fn connect(addr: SocketAddr, id: u64, limits: Limits, retry_ms: u64) -> Session {
+        let (session, parts) = Session::new(id, limits);
+        tokio::spawn(run_dialer(addr, id, limits, retry_ms, parts));
+        session
+    }
+
+    fn new(id: u64, limits: Limits) -> (Session, SessionParts) {
+        let (out_tx, out_rx) = mpsc::channel(limits.max_queued_frames.max(1));
+        let (in_tx, in_rx) = mpsc::channel(limits.max_queued_frames.max(1));
+        let total = (limits.max_inflight_bytes / 1024).max(1) as usize;
+        let inflight = Arc::new(Semaphore::new(total));
+        (
+            Session {
+                id,
+                outgoing: out_tx,
+                incoming: in_rx,
+                inflight,
+                limits,
+            },
+            SessionParts {
+                outgoing: out_rx,
+                incoming: in_tx,
+                state: SessionState::default(),
+            },
+        )
+    }
+}
+
+/// Sequence bookkeeping that outlives connections.
+#[derive(Default)]
+struct SessionState {
+    next_seq: u64,
+    last_received: u64,
+    unacked: VecDeque<(Frame, OwnedSemaphorePermit)>,
+    received_since_ack: u64,
+}
+
+struct SessionParts {
+    outgoing: mpsc::Receiver<(Frame, OwnedSemaphorePermit)>,
+    incoming: mpsc::Sender<Frame>,
+    state: SessionState,
+}
+
+fn hello(id: u64, last_received: u64) -> Frame {
+    let mut payload = BytesMut::with_capacity(16);
+    payload.put_u64_le(id);
+    payload.put_u64_le(last_received);
+    Frame::new(MSG_HELLO, payload.freeze())
+}
+
+fn parse_hello(frame: &Frame) -> Result<(u64, u64), MsgrError> {
+    if frame.header.msg_type != MSG_HELLO || frame.payload.len() != 16 {
+        return Err(MsgrError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "expected a HELLO frame",
+        )));
+    }
+    let mut p = &frame.payload[..];
+    Ok((p.get_u64_le(), p.get_u64_le()))
+}
+
+async fn run_dialer(
+    addr: SocketAddr,
+    id: u64,
+    limits: Limits,
+    retry_ms: u64,
+    mut parts: SessionParts,
+) {
+    loop {
+        if parts.incoming.is_closed() {
+            return;
+        }
+        let stream = match TcpStream::connect(addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "connect failed; retrying");
+                tokio::time::sleep(Duration::from_millis(retry_ms)).await;
+                continue;
+            }
+        };
+        let (mut sink, mut stream) = framed(stream, limits);
+        let handshake = async {
+            sink.send(hello(id, parts.state.last_received)).await?;
+            let reply = stream.next().await.ok_or(MsgrError::Closed)??;
+            parse_hello(&reply)
+        };
+        match handshake.await {
+            Ok((_, peer_received)) => {
+                match drive(&mut parts, sink, stream, peer_received, None).await {
+                    Ended::SessionClosed => return,
+                    Ended::Lost(e) => tracing::debug!(%addr, error = %e, "session connection lost"),
+                    Ended::Replaced(_) => {}
+                }
+            }
+            Err(e) => tracing::warn!(%addr, error = %e, "handshake failed"),
+        }
+        tokio::time::sleep(Duration::from_millis(retry_ms)).await;
+    }
+}
+
+/// How one connection of a session ended.
+enum Ended {
+    /// The session was dropped by its owner.
+    SessionClosed,
+    /// The connection failed; wait for (or make) another.
+    Lost(MsgrError),
+    /// The peer reconnected: continue on the new connection.
+    Replaced(NewConn),
+}
+
+type NewConn = (FrameSink, FrameStream, u64);
+
+/// Runs one connection of a session until it ends; `replace` delivers newer connections of the
+/// same session (acceptor side), which take over at once.
+async fn drive(
+    parts: &mut SessionParts,
+    sink: FrameSink,
+    stream: FrameStream,
+    peer_received: u64,
+    replace: Option<&mut mpsc::Receiver<NewConn>>,
+) -> Ended {
+    match drive_inner(parts, sink, stream, peer_received, replace).await {
+        Ok(ended) => ended,
+        Err(e) => Ended::Lost(e),
+    }
+}
+
+async fn drive_inner(
+    parts: &mut SessionParts,
+    mut sink: FrameSink,
+    mut stream: FrameStream,
+    peer_received: u64,
+    mut replace: Option<&mut mpsc::Receiver<NewConn>>,
+) -> Result<Ended, MsgrError> {
+    let st = &mut parts.state;
+    while st
+        .unacked
+        .front()
+        .is_some_and(|(f, _)| f.header.seq <= peer_received)
+    {
+        st.unacked.pop_front();
+    }
+    for (frame, _) in &st.unacked {
+        let mut f = frame.clone();
+        f.header.ack = st.last_received;
+        sink.feed(f).await?;
+    }
+    sink.flush().await?;
+    loop {
+        tokio::select! {
+            newer = async {
+                match replace.as_deref_mut() {
+                    Some(r) => r.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                return Ok(match newer {
+                    Some(conn) => Ended::Replaced(conn),
+                    None => Ended::SessionClosed,
+                });
+            }
+            out = parts.outgoing.recv() => {
+                let Some((mut frame, permit)) = out else { return Ok(Ended::SessionClosed) };
+                st.next_seq += 1;
+                frame.header.seq = st.next_seq;
+                frame.header.ack = st.last_received;
+                st.received_since_ack = 0;
+                st.unacked.push_back((frame.clone(), permit));
+                sink.send(frame).await?;
+            }
+            inc = stream.next() => {
+                let frame = inc.ok_or(MsgrError::Closed)??;
+                let ack = frame.header.ack;
+                while st.unacked.front().is_some_and(|(f, _)| f.header.seq <= ack) {
+                    st.unacked.pop_front();
+                }
+                if frame.header.msg_type == MSG_ACK || frame.header.seq == 0 {
+                    continue;
+                }
+                if frame.header.seq <= st.last_received {
+                    continue;
+                }
+                st.last_received = frame.header.seq;
+                if parts.incoming.send(frame).await.is_err() {
+                    return Ok(Ended::SessionClosed);
+                }
+                st.received_since_ack += 1;
+                if st.received_since_ack >= ACK_EVERY_FRAMES || stream_idle(&parts.outgoing) {
+                    let mut ack_frame = Frame::new(MSG_ACK, bytes::Bytes::new());
+                    ack_frame.header.ack = st.last_received;
+                    sink.send(ack_frame).await?;
+                    st.received_since_ack = 0;
+                }
+            }
+        }
+    }
+}
+
+fn stream_idle(outgoing: &mpsc::Receiver<(Frame, OwnedSemaphorePermit)>) -> bool {
+    outgoing.is_empty()
+}
+
+/// Accepts sessions on a TCP address; reconnecting peers are reattached to their session.
+pub struct Listener {
+    local: SocketAddr,
+    new_sessions: mpsc::Receiver<Session>,
+}
+
+type Reattach = mpsc::Sender<NewConn>;
+
+impl Listener {
+    /// Binds `addr` (use port 0 for an ephemeral loopback port in tests).
+    pub async fn bind(addr: SocketAddr, limits: Limits) -> Result<Listener, MsgrError> {
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let (tx, rx) = mpsc::channel(64);
+        let known: Arc<Mutex<HashMap<u64, Reattach>>> = Arc::default();
+        tokio::spawn(async move {
+            loop {
+                let Ok((socket, peer)) = listener.accept().await else {
+                    return;
+                };
+                let known = known.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = accept_one(socket, limits, known, tx).await {
+                        tracing::warn!(%peer, error = %e, "rejected connection");
+                    }
+                });
+            }
+        });
+        Ok(Listener {
+            local,
+            new_sessions: rx,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The next new session.
+    pub async fn accept(&mut self) -> Option<Session> {
+        self.new_sessions.recv().await
+    }
+}
+
+async fn accept_one(
+    socket: TcpStream,
+    limits: Limits,
+    known: Arc<Mutex<HashMap<u64, Reattach>>>,
+    new_sessions: mpsc::Sender<Session>,
+) -> Result<(), MsgrError> {
+    let (sink, mut stream) = framed(socket, limits);
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .map_err(|_| MsgrError::Timeout(10_000))?
+        .ok_or(MsgrError::Closed)??;
+    let (id, peer_received) = parse_hello(&first)?;
+    let mut known = known.lock().await;
+    if let Some(reattach) = known.get(&id) {
+        if reattach.send((sink, stream, peer_received)).await.is_ok() {
+            return Ok(());
+        }
+        return Err(MsgrError::Closed);
+    }
+    let (session, parts) = Session::new(id, limits);
+    let (re_tx, re_rx) = mpsc::channel(4);
+    known.insert(id, re_tx);
+    drop(known);
+    tokio::spawn(run_acceptor(parts, sink, stream, peer_received, re_rx));
+    new_sessions
+        .send(session)
+        .await
+        .map_err(|_| MsgrError::Closed)
+}
+
+async fn run_acceptor(
+    mut parts: SessionParts,
+    sink: FrameSink,
+    stream: FrameStream,
+    peer_received: u64,
+    mut reattach: mpsc::Receiver<NewConn>,
+) {
+    let mut conn = Some((sink, stream, peer_received));
+    loop {
+        let (mut sink, stream, peer_received) = match conn.take() {
+            Some(c) => c,
+            None => match reattach.recv().await {
+                Some(c) => c,
+                None => return,
+            },
+        };
+        if sink
+            .send(hello(0, parts.state.last_received))
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        match drive(&mut parts, sink, stream, peer_received, Some(&mut reattach)).await {
+            Ended::SessionClosed => return,
+            Ended::Lost(e) => {
+                tracing::debug!(error = %e, "session connection lost; waiting for reconnect")
+            }
+            Ended::Replaced(newer) => conn = Some(newer),
+        }
+    }
+}

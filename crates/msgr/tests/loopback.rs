@@ -1,0 +1,216 @@
+//! Sessions over real loopback sockets: ordering, exactly-once delivery across dropped
+//! connections, backpressure, and rejection of garbage and wrong-version peers.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_msgr::session::{Listener, Session};
+use cairn_msgr::{Frame, Limits, MsgrError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn payload(i: u32) -> Vec<u8> {
+    let mut v = i.to_le_bytes().to_vec();
+    v.resize(4 + (i as usize % 300), (i % 251) as u8);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_arrive_in_order_both_ways() {
+    let mut listener = Listener::bind(loopback(), Limits::default()).await.unwrap();
+    let client = Session::connect(listener.local_addr(), 1, Limits::default(), 20).await;
+    let mut server = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..2000u32 {
+        client.send(3, payload(i)).await.unwrap();
+    }
+    for i in 0..2000u32 {
+        let f = server.recv_timeout(5000).await.unwrap();
+        assert_eq!(f.header.msg_type, 3);
+        assert_eq!(&f.payload[..], &payload(i)[..]);
+        server.send(4, f.payload.clone()).await.unwrap();
+    }
+    let mut client = client;
+    for i in 0..2000u32 {
+        let f = client.recv_timeout(5000).await.unwrap();
+        assert_eq!(&f.payload[..], &payload(i)[..]);
+    }
+}
+
+/// A TCP proxy that cuts every connection after `cut_after_bytes` bytes from the client.
+async fn flaky_proxy(
+    target: SocketAddr,
+    cut_after_bytes: usize,
+    cutting: Arc<AtomicBool>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+) -> SocketAddr {
+    let listener = TcpListener::bind(loopback()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
+            connections.fetch_add(1, Ordering::SeqCst);
+            let Ok(mut outbound) = TcpStream::connect(target).await else {
+                continue;
+            };
+            let cutting = cutting.clone();
+            tokio::spawn(async move {
+                let (mut ri, mut wi) = inbound.split();
+                let (mut ro, mut wo) = outbound.split();
+                let mut forwarded = 0usize;
+                let mut buf = vec![0u8; 4096];
+                let up = async {
+                    loop {
+                        let n = match ri.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if wo.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                        forwarded += n;
+                        if cutting.load(Ordering::SeqCst) && forwarded > cut_after_bytes {
+                            return;
+                        }
+                    }
+                };
+                let down = async {
+                    let _ = tokio::io::copy(&mut ro, &mut wi).await;
+                };
+                tokio::select! { _ = up => {}, _ = down => {} }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_lose_and_duplicate_nothing() {
+    let mut listener = Listener::bind(loopback(), Limits::default()).await.unwrap();
+    let cutting = Arc::new(AtomicBool::new(true));
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let proxy = flaky_proxy(
+        listener.local_addr(),
+        20_000,
+        cutting.clone(),
+        connections.clone(),
+    )
+    .await;
+    let client = Session::connect(proxy, 7, Limits::default(), 10).await;
+    let sender = client.sender();
+    let writer = tokio::spawn(async move {
+        for i in 0..3000u32 {
+            sender.send(1, payload(i)).await.unwrap();
+        }
+    });
+    let mut server = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..3000u32 {
+        let f = server
+            .recv_timeout(10_000)
+            .await
+            .unwrap_or_else(|e| panic!("message {i}: {e}"));
+        assert_eq!(
+            &f.payload[..],
+            &payload(i)[..],
+            "message {i} out of order or duplicated"
+        );
+        if i == 2500 {
+            cutting.store(false, Ordering::SeqCst);
+        }
+    }
+    writer.await.unwrap();
+    assert!(
+        server.recv_timeout(200).await.is_err(),
+        "no duplicates after the last message"
+    );
+    let n = connections.load(Ordering::SeqCst);
+    assert!(
+        n >= 10,
+        "the proxy should have forced many reconnects, saw {n} connections"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_receiver_pushes_back_on_the_sender() {
+    let limits = Limits {
+        max_payload_bytes: 64 << 10,
+        max_inflight_bytes: 256 << 10,
+        max_queued_frames: 4,
+    };
+    let mut listener = Listener::bind(loopback(), limits).await.unwrap();
+    let client = Session::connect(listener.local_addr(), 9, limits, 20).await;
+    let _server = listener.accept().await.unwrap();
+    let sender = client.sender();
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = sent.clone();
+    let task = tokio::spawn(async move {
+        for _ in 0..1000 {
+            sender.send(1, vec![0u8; 32 << 10]).await.unwrap();
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n = sent.load(Ordering::SeqCst);
+    assert!(
+        n < 100,
+        "sender was not held back: {n} x 32 KiB queued with a 256 KiB window"
+    );
+    task.abort();
+    assert!(matches!(
+        client.send(1, vec![0u8; 128 << 10]).await,
+        Err(MsgrError::TooLarge { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_wrong_versions_are_rejected_and_the_listener_survives() {
+    let mut listener = Listener::bind(loopback(), Limits::default()).await.unwrap();
+    let addr = listener.local_addr();
+    let mut junk = TcpStream::connect(addr).await.unwrap();
+    junk.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), junk.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0, "garbage peer must be disconnected");
+    let mut old = TcpStream::connect(addr).await.unwrap();
+    let mut frame = bytes::BytesMut::new();
+    Frame::new(0xffff, vec![0u8; 16])
+        .encode(&Limits::default(), &mut frame)
+        .unwrap();
+    frame[4] = 9;
+    let crc = crc32c::crc32c(&frame[..28]);
+    frame[28..32].copy_from_slice(&crc.to_le_bytes());
+    old.write_all(&frame).await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), old.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0, "wrong-version peer must be disconnected");
+    let client = Session::connect(addr, 11, Limits::default(), 20).await;
+    client.send(2, &b"still alive"[..]).await.unwrap();
+    let mut server = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        &server.recv_timeout(5000).await.unwrap().payload[..],
+        b"still alive"
+    );
+}
