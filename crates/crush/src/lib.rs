@@ -8,6 +8,7 @@
 
 pub mod build;
 pub mod classes;
+pub mod edit;
 pub mod error;
 pub mod hash;
 pub mod json;

@@ -1,0 +1,31 @@
+//! Typed errors of the monitor core.
+
+use thiserror::Error;
+
+/// What the monitor refuses or fails to do.
+#[derive(Debug, Error)]
+pub enum MonError {
+    /// A stored or received map/incremental failed its checks.
+    #[error("bad encoding: {0}")]
+    Encoding(String),
+    /// An incremental does not follow the map's epoch.
+    #[error("incremental for epoch {got} cannot apply to epoch {have}")]
+    EpochGap {
+        /// Epoch of the map.
+        have: u64,
+        /// Epoch the incremental produces.
+        got: u64,
+    },
+    /// The request names something that does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The request is invalid.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// A placement computation failed.
+    #[error(transparent)]
+    Placement(#[from] cairn_clustermap::MapError),
+    /// A CRUSH edit failed.
+    #[error(transparent)]
+    Crush(#[from] cairn_crush::CrushError),
+}

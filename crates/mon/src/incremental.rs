@@ -1,0 +1,151 @@
+//! One epoch's changes. The monitor produces them; the monitor and every subscriber apply them
+//! with the same code, so all copies of the map stay identical.
+
+use cairn_clustermap::{Exceptions, Pool};
+use serde::{Deserialize, Serialize};
+
+use crate::error::MonError;
+use crate::map::{envelope, open_envelope, ClusterMap, OsdEntry};
+
+/// One change to the map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// A new OSD, or a known one with new identity data; placed in CRUSH under its host.
+    AddOsd {
+        /// The entry.
+        entry: OsdEntry,
+        /// CRUSH weight (16.16).
+        crush_weight: u32,
+    },
+    /// The OSD is running at `addr`.
+    Up {
+        /// OSD id.
+        id: i32,
+        /// Its address.
+        addr: String,
+    },
+    /// The OSD stopped answering.
+    Down {
+        /// OSD id.
+        id: i32,
+        /// When it was judged down.
+        at_ms: u64,
+    },
+    /// Set the in/out reweight (0 = out); `auto` marks a monitor decision.
+    Reweight {
+        /// OSD id.
+        id: i32,
+        /// New reweight (16.16).
+        reweight: u32,
+        /// Set by the monitor's down -> out timer.
+        auto: bool,
+    },
+    /// Create a pool.
+    CreatePool(Pool),
+    /// Remove a pool.
+    RemovePool(i64),
+    /// Replace the exception table (text form).
+    Exceptions(String),
+}
+
+/// The changes that turn epoch `epoch - 1` into `epoch`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incremental {
+    /// The epoch this incremental produces.
+    pub epoch: u64,
+    /// Changes in order.
+    pub changes: Vec<Change>,
+}
+
+impl Incremental {
+    /// Encodes with the same checksummed envelope as full maps.
+    pub fn encode(&self) -> Vec<u8> {
+        envelope(&serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    /// Decodes and verifies.
+    pub fn decode(bytes: &[u8]) -> Result<Self, MonError> {
+        serde_json::from_slice(open_envelope(bytes)?).map_err(|e| MonError::Encoding(e.to_string()))
+    }
+}
+
+impl ClusterMap {
+    /// Applies `inc`, which must produce exactly the next epoch.
+    pub fn apply(&mut self, inc: &Incremental) -> Result<(), MonError> {
+        if inc.epoch != self.epoch + 1 {
+            return Err(MonError::EpochGap {
+                have: self.epoch,
+                got: inc.epoch,
+            });
+        }
+        let mut next = self.clone();
+        for change in &inc.changes {
+            next.apply_change(change)?;
+        }
+        next.epoch = inc.epoch;
+        next.sync_states();
+        *self = next;
+        Ok(())
+    }
+
+    fn entry(&mut self, id: i32) -> Result<&mut OsdEntry, MonError> {
+        self.osds
+            .get_mut(&id)
+            .ok_or_else(|| MonError::NotFound(format!("osd.{id}")))
+    }
+
+    fn apply_change(&mut self, change: &Change) -> Result<(), MonError> {
+        match change {
+            Change::AddOsd {
+                entry,
+                crush_weight,
+            } => {
+                self.placement.crush.add_device(
+                    entry.id,
+                    &format!("osd.{}", entry.id),
+                    *crush_weight,
+                    &entry.host,
+                    "default",
+                )?;
+                self.osds.insert(entry.id, entry.clone());
+            }
+            Change::Up { id, addr } => {
+                let e = self.entry(*id)?;
+                e.up = true;
+                e.addr = addr.clone();
+                e.down_since_ms = None;
+            }
+            Change::Down { id, at_ms } => {
+                let e = self.entry(*id)?;
+                e.up = false;
+                e.down_since_ms = Some(*at_ms);
+            }
+            Change::Reweight { id, reweight, auto } => {
+                let e = self.entry(*id)?;
+                e.reweight = *reweight;
+                e.auto_out = *auto && *reweight == 0;
+            }
+            Change::CreatePool(pool) => {
+                self.placement.add_pool(pool.clone())?;
+            }
+            Change::RemovePool(id) => {
+                if self.placement.pools.remove(id).is_none() {
+                    return Err(MonError::NotFound(format!("pool {id}")));
+                }
+                self.placement
+                    .exceptions
+                    .upmap_items
+                    .retain(|pg, _| pg.pool != *id);
+                self.placement
+                    .exceptions
+                    .upmap_primary
+                    .retain(|pg, _| pg.pool != *id);
+            }
+            Change::Exceptions(text) => {
+                self.placement.exceptions =
+                    Exceptions::parse(text).map_err(|e| MonError::Encoding(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+}

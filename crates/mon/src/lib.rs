@@ -1,0 +1,19 @@
+//! The monitor's core: the authoritative cluster map and the rules that change it.
+//!
+//! [`map`] is the cluster map (CRUSH, OSD identities and states, pools, exceptions, epoch) and
+//! its versioned, checksummed encoding; [`incremental`] is one epoch's change set, applied the
+//! same way on the monitor and on every subscriber; [`monitor`] turns events (OSD boot, failure
+//! reports, beacons, operator commands, clock ticks) into incrementals and keeps placement
+//! balanced after every change. Sans-IO: time is passed in, nothing here touches sockets or
+//! disks (the daemon around it does).
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod incremental;
+pub mod map;
+pub mod monitor;
+
+pub use error::MonError;
+pub use incremental::{Change, Incremental};
+pub use map::{ClusterMap, OsdEntry};
+pub use monitor::{MonConfig, Monitor, Reply, Request};

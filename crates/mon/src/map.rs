@@ -1,0 +1,167 @@
+//! The cluster map and its encoding.
+//!
+//! Encoding: an envelope of magic `CMAP`, format version (u16), payload length (u32) and the
+//! payload's crc32c (u32), all little-endian, then a JSON payload in which the CRUSH map is
+//! crushtool text and the exceptions are their text form. Decoding verifies all of it.
+
+use std::collections::BTreeMap;
+
+use cairn_clustermap::{Exceptions, OsdMap, OsdState, Pool};
+use cairn_crush::CrushMap;
+use serde::{Deserialize, Serialize};
+
+use crate::error::MonError;
+
+const MAGIC: &[u8; 4] = b"CMAP";
+const FORMAT_VERSION: u16 = 1;
+/// Largest encoded map accepted (explicit limit on what a peer can make us allocate).
+pub const MAX_ENCODED_BYTES: usize = 64 << 20;
+
+/// Identity and liveness of one OSD, beyond what placement needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdEntry {
+    /// OSD id.
+    pub id: i32,
+    /// Stable identity chosen by the OSD (survives restarts; an id is reused for it).
+    pub uuid: String,
+    /// Host (CRUSH failure domain) it runs on.
+    pub host: String,
+    /// Address clients and peers reach it at.
+    pub addr: String,
+    /// Running and reachable.
+    pub up: bool,
+    /// In/out reweight (16.16): 0 = out.
+    pub reweight: u32,
+    /// When it was marked down (ms), for the down -> out timer.
+    pub down_since_ms: Option<u64>,
+    /// Marked out by the monitor (not by an operator): marked in again when it boots.
+    pub auto_out: bool,
+}
+
+/// The whole cluster map at one epoch.
+#[derive(Clone, Debug)]
+pub struct ClusterMap {
+    /// Cluster identity.
+    pub fsid: String,
+    /// Map epoch; every change makes a new one.
+    pub epoch: u64,
+    /// OSDs by id.
+    pub osds: BTreeMap<i32, OsdEntry>,
+    /// Placement view: CRUSH, OSD states, pools, exceptions (kept in sync with `osds`).
+    pub placement: OsdMap,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Encoded {
+    fsid: String,
+    epoch: u64,
+    crush: String,
+    osds: Vec<OsdEntry>,
+    pools: Vec<Pool>,
+    exceptions: String,
+}
+
+impl ClusterMap {
+    /// An empty map (epoch 1) with a root bucket named `default`.
+    pub fn new(fsid: &str) -> Result<Self, MonError> {
+        let crush = CrushMap::new_cluster("default")?;
+        let mut placement = OsdMap::all_up_in(crush);
+        placement.epoch = 1;
+        Ok(ClusterMap {
+            fsid: fsid.to_string(),
+            epoch: 1,
+            osds: BTreeMap::new(),
+            placement,
+        })
+    }
+
+    /// Refreshes the placement view's OSD states from the OSD entries.
+    pub(crate) fn sync_states(&mut self) {
+        self.placement.osds = self
+            .osds
+            .values()
+            .map(|o| {
+                (
+                    o.id,
+                    OsdState {
+                        exists: true,
+                        up: o.up,
+                        reweight: o.reweight,
+                    },
+                )
+            })
+            .collect();
+        self.placement.epoch = self.epoch;
+    }
+
+    /// Encodes the map (envelope + JSON payload).
+    pub fn encode(&self) -> Vec<u8> {
+        let enc = Encoded {
+            fsid: self.fsid.clone(),
+            epoch: self.epoch,
+            crush: cairn_crush::text::write(&self.placement.crush),
+            osds: self.osds.values().cloned().collect(),
+            pools: self.placement.pools.values().cloned().collect(),
+            exceptions: self.placement.exceptions.to_text(),
+        };
+        envelope(&serde_json::to_vec(&enc).unwrap_or_default())
+    }
+
+    /// Decodes and verifies an encoded map.
+    pub fn decode(bytes: &[u8]) -> Result<Self, MonError> {
+        let payload = open_envelope(bytes)?;
+        let enc: Encoded =
+            serde_json::from_slice(payload).map_err(|e| MonError::Encoding(e.to_string()))?;
+        let crush =
+            cairn_crush::text::parse(&enc.crush).map_err(|e| MonError::Encoding(e.to_string()))?;
+        let mut placement = OsdMap::all_up_in(crush);
+        for pool in enc.pools {
+            placement.add_pool(pool)?;
+        }
+        placement.exceptions =
+            Exceptions::parse(&enc.exceptions).map_err(|e| MonError::Encoding(e.to_string()))?;
+        let mut map = ClusterMap {
+            fsid: enc.fsid,
+            epoch: enc.epoch,
+            osds: enc.osds.into_iter().map(|o| (o.id, o)).collect(),
+            placement,
+        };
+        map.sync_states();
+        Ok(map)
+    }
+}
+
+/// Wraps a payload: magic, version, length, crc32c, payload.
+pub(crate) fn envelope(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 14);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Verifies an envelope and returns its payload.
+pub(crate) fn open_envelope(bytes: &[u8]) -> Result<&[u8], MonError> {
+    let bad = |m: &str| MonError::Encoding(m.to_string());
+    if bytes.len() < 14 || &bytes[..4] != MAGIC {
+        return Err(bad("not a cairn map (bad magic or too short)"));
+    }
+    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+    if version != FORMAT_VERSION {
+        return Err(MonError::Encoding(format!(
+            "unsupported map format version {version}"
+        )));
+    }
+    let len = u32::from_le_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]) as usize;
+    if len > MAX_ENCODED_BYTES || bytes.len() != 14 + len {
+        return Err(bad("length does not match"));
+    }
+    let crc = u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]);
+    let payload = &bytes[14..];
+    if crc32c::crc32c(payload) != crc {
+        return Err(bad("checksum mismatch"));
+    }
+    Ok(payload)
+}

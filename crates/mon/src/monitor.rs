@@ -1,0 +1,425 @@
+//! The monitor state machine: events in, new map epochs out.
+//!
+//! Owns failure detection (peer failure reports from enough distinct reporters past the
+//! heartbeat grace, or missing beacons), the down -> out timer, OSD registration (ids reused by
+//! uuid, placed in CRUSH under their host), pools, the history of incrementals subscribers
+//! catch up from, and re-balancing after every change so PG counts stay within one of target
+//! while moving only what the change requires. Sans-IO: `now_ms` is always passed in.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use cairn_clustermap::balance::{balance, placement_of, BalanceOptions};
+use cairn_clustermap::shape::Topology;
+use cairn_clustermap::Pool;
+
+use crate::error::MonError;
+use crate::incremental::{Change, Incremental};
+use crate::map::{ClusterMap, OsdEntry};
+
+/// Monitor settings (defaults follow Ceph's).
+#[derive(Clone, Debug)]
+pub struct MonConfig {
+    /// Distinct OSDs that must report a peer before it is marked down (Ceph: 2).
+    pub min_down_reporters: usize,
+    /// How long a peer must have been unresponsive in a report (Ceph's heartbeat grace, 20 s).
+    pub heartbeat_grace_ms: u64,
+    /// Down OSDs are marked out after this long (Ceph: 600 s).
+    pub down_out_interval_ms: u64,
+    /// An up OSD that sends no beacon for this long is marked down (Ceph: 900 s).
+    pub beacon_timeout_ms: u64,
+    /// Incrementals kept for subscribers to catch up from (older ones get the full map).
+    pub history_len: usize,
+    /// Re-balance placement (exceptions) after every change.
+    pub balance: bool,
+}
+
+impl Default for MonConfig {
+    fn default() -> Self {
+        MonConfig {
+            min_down_reporters: 2,
+            heartbeat_grace_ms: 20_000,
+            down_out_interval_ms: 600_000,
+            beacon_timeout_ms: 900_000,
+            history_len: 500,
+            balance: true,
+        }
+    }
+}
+
+/// Requests the monitor serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// An OSD starts: register (or recognise by uuid) and mark up.
+    Boot {
+        /// Stable identity of the OSD's store.
+        uuid: String,
+        /// Host it runs on (its CRUSH failure domain).
+        host: String,
+        /// Address to reach it.
+        addr: String,
+        /// CRUSH weight (16.16; e.g. 1.0 per TiB).
+        crush_weight: u32,
+    },
+    /// `reporter` cannot reach `target` and has not for `failed_for_ms`.
+    FailureReport {
+        /// Reporting OSD.
+        reporter: i32,
+        /// Unreachable OSD.
+        target: i32,
+        /// How long the target has been unresponsive.
+        failed_for_ms: u64,
+    },
+    /// An OSD says it is alive.
+    Beacon {
+        /// OSD id.
+        id: i32,
+    },
+    /// Operator: mark an OSD out (its data moves away).
+    MarkOut {
+        /// OSD id.
+        id: i32,
+    },
+    /// Operator: mark an OSD in.
+    MarkIn {
+        /// OSD id.
+        id: i32,
+    },
+    /// Operator: mark an OSD down (it must re-boot to come back).
+    MarkDown {
+        /// OSD id.
+        id: i32,
+    },
+    /// Operator: create a replicated pool with the default rule.
+    CreatePool {
+        /// Name.
+        name: String,
+        /// Replicas.
+        size: u32,
+        /// PG count.
+        pg_num: u32,
+    },
+    /// Operator: remove a pool.
+    RemovePool {
+        /// Name.
+        name: String,
+    },
+}
+
+/// Result of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The OSD's id and the epoch in which it is up.
+    Booted {
+        /// Assigned id.
+        id: i32,
+        /// Map epoch.
+        epoch: u64,
+    },
+    /// Done; the map is at this epoch (unchanged if nothing needed changing).
+    Done {
+        /// Map epoch.
+        epoch: u64,
+    },
+}
+
+/// The monitor: the authoritative map plus the state needed to change it.
+pub struct Monitor {
+    map: ClusterMap,
+    config: MonConfig,
+    reports: BTreeMap<i32, BTreeMap<i32, u64>>,
+    last_beacon_ms: BTreeMap<i32, u64>,
+    history: VecDeque<Incremental>,
+}
+
+impl Monitor {
+    /// A monitor over `map` (e.g. loaded from its store).
+    pub fn new(map: ClusterMap, config: MonConfig) -> Self {
+        Monitor {
+            map,
+            config,
+            reports: BTreeMap::new(),
+            last_beacon_ms: BTreeMap::new(),
+            history: VecDeque::new(),
+        }
+    }
+
+    /// The current map.
+    pub fn map(&self) -> &ClusterMap {
+        &self.map
+    }
+
+    /// Incrementals after `epoch`, or None if the history no longer reaches back that far (send
+    /// the full map instead).
+    pub fn incrementals_since(&self, epoch: u64) -> Option<Vec<Incremental>> {
+        if epoch >= self.map.epoch {
+            return Some(Vec::new());
+        }
+        let first = self.history.front()?.epoch;
+        if epoch + 1 < first {
+            return None;
+        }
+        Some(
+            self.history
+                .iter()
+                .filter(|i| i.epoch > epoch)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// Serves one request at time `now_ms`.
+    pub fn handle(&mut self, now_ms: u64, request: Request) -> Result<Reply, MonError> {
+        match request {
+            Request::Boot {
+                uuid,
+                host,
+                addr,
+                crush_weight,
+            } => self.boot(now_ms, uuid, host, addr, crush_weight),
+            Request::FailureReport {
+                reporter,
+                target,
+                failed_for_ms,
+            } => {
+                let reporter_up = self.map.osds.get(&reporter).is_some_and(|o| o.up);
+                let target_up = self.map.osds.get(&target).is_some_and(|o| o.up);
+                if !reporter_up || !target_up || reporter == target {
+                    return Ok(Reply::Done {
+                        epoch: self.map.epoch,
+                    });
+                }
+                if failed_for_ms >= self.config.heartbeat_grace_ms {
+                    self.reports
+                        .entry(target)
+                        .or_default()
+                        .insert(reporter, now_ms);
+                }
+                let enough = self.reports.get(&target).map_or(0, BTreeMap::len)
+                    >= self.config.min_down_reporters;
+                if enough {
+                    self.reports.remove(&target);
+                    let epoch = self.commit(vec![Change::Down {
+                        id: target,
+                        at_ms: now_ms,
+                    }])?;
+                    return Ok(Reply::Done { epoch });
+                }
+                Ok(Reply::Done {
+                    epoch: self.map.epoch,
+                })
+            }
+            Request::Beacon { id } => {
+                if !self.map.osds.contains_key(&id) {
+                    return Err(MonError::NotFound(format!("osd.{id}")));
+                }
+                self.last_beacon_ms.insert(id, now_ms);
+                Ok(Reply::Done {
+                    epoch: self.map.epoch,
+                })
+            }
+            Request::MarkOut { id } => self.set_reweight(id, 0),
+            Request::MarkIn { id } => self.set_reweight(id, 0x10000),
+            Request::MarkDown { id } => {
+                let up = self.osd(id)?.up;
+                let epoch = if up {
+                    self.commit(vec![Change::Down { id, at_ms: now_ms }])?
+                } else {
+                    self.map.epoch
+                };
+                Ok(Reply::Done { epoch })
+            }
+            Request::CreatePool { name, size, pg_num } => {
+                if self.map.placement.pools.values().any(|p| p.name == name) {
+                    return Err(MonError::Invalid(format!("pool `{name}` exists")));
+                }
+                let id = self
+                    .map
+                    .placement
+                    .pools
+                    .keys()
+                    .next_back()
+                    .map_or(1, |k| k + 1);
+                let pool = Pool::replicated(id, &name, size, pg_num, 0)?;
+                let epoch = self.commit(vec![Change::CreatePool(pool)])?;
+                Ok(Reply::Done { epoch })
+            }
+            Request::RemovePool { name } => {
+                let id = self
+                    .map
+                    .placement
+                    .pools
+                    .values()
+                    .find(|p| p.name == name)
+                    .map(|p| p.id)
+                    .ok_or_else(|| MonError::NotFound(format!("pool `{name}`")))?;
+                let epoch = self.commit(vec![Change::RemovePool(id)])?;
+                Ok(Reply::Done { epoch })
+            }
+        }
+    }
+
+    /// Advances timers: missing beacons -> down, down too long -> out. Returns the new epoch if
+    /// the map changed.
+    pub fn tick(&mut self, now_ms: u64) -> Result<Option<u64>, MonError> {
+        let mut changes = Vec::new();
+        for o in self.map.osds.values() {
+            if o.up {
+                let last = self.last_beacon_ms.get(&o.id).copied().unwrap_or(now_ms);
+                if now_ms.saturating_sub(last) > self.config.beacon_timeout_ms {
+                    changes.push(Change::Down {
+                        id: o.id,
+                        at_ms: now_ms,
+                    });
+                }
+            } else if o.reweight > 0 {
+                if let Some(since) = o.down_since_ms {
+                    if now_ms.saturating_sub(since) >= self.config.down_out_interval_ms {
+                        changes.push(Change::Reweight {
+                            id: o.id,
+                            reweight: 0,
+                            auto: true,
+                        });
+                    }
+                }
+            }
+        }
+        let grace = self.config.heartbeat_grace_ms.saturating_mul(2);
+        for reporters in self.reports.values_mut() {
+            reporters.retain(|_, &mut at| now_ms.saturating_sub(at) <= grace);
+        }
+        self.reports.retain(|_, r| !r.is_empty());
+        if changes.is_empty() {
+            return Ok(None);
+        }
+        self.commit(changes).map(Some)
+    }
+
+    fn osd(&self, id: i32) -> Result<&OsdEntry, MonError> {
+        self.map
+            .osds
+            .get(&id)
+            .ok_or_else(|| MonError::NotFound(format!("osd.{id}")))
+    }
+
+    fn set_reweight(&mut self, id: i32, reweight: u32) -> Result<Reply, MonError> {
+        let current = self.osd(id)?.reweight;
+        let epoch = if current == reweight {
+            self.map.epoch
+        } else {
+            self.commit(vec![Change::Reweight {
+                id,
+                reweight,
+                auto: false,
+            }])?
+        };
+        Ok(Reply::Done { epoch })
+    }
+
+    fn boot(
+        &mut self,
+        now_ms: u64,
+        uuid: String,
+        host: String,
+        addr: String,
+        crush_weight: u32,
+    ) -> Result<Reply, MonError> {
+        if uuid.is_empty() || host.is_empty() {
+            return Err(MonError::Invalid("boot needs a uuid and a host".into()));
+        }
+        let existing = self.map.osds.values().find(|o| o.uuid == uuid).cloned();
+        let mut changes = Vec::new();
+        let id = match existing {
+            Some(o) => {
+                if o.host != host {
+                    changes.push(Change::AddOsd {
+                        entry: OsdEntry {
+                            host: host.clone(),
+                            ..o.clone()
+                        },
+                        crush_weight,
+                    });
+                }
+                changes.push(Change::Up {
+                    id: o.id,
+                    addr: addr.clone(),
+                });
+                if o.auto_out {
+                    changes.push(Change::Reweight {
+                        id: o.id,
+                        reweight: 0x10000,
+                        auto: false,
+                    });
+                }
+                o.id
+            }
+            None => {
+                let id = (0..).find(|i| !self.map.osds.contains_key(i)).unwrap_or(0);
+                changes.push(Change::AddOsd {
+                    entry: OsdEntry {
+                        id,
+                        uuid,
+                        host,
+                        addr,
+                        up: true,
+                        reweight: 0x10000,
+                        down_since_ms: None,
+                        auto_out: false,
+                    },
+                    crush_weight,
+                });
+                id
+            }
+        };
+        self.last_beacon_ms.insert(id, now_ms);
+        let epoch = self.commit(changes)?;
+        Ok(Reply::Booted { id, epoch })
+    }
+
+    /// Applies `changes` plus re-balanced exceptions as the next epoch.
+    fn commit(&mut self, mut changes: Vec<Change>) -> Result<u64, MonError> {
+        let epoch = self.map.epoch + 1;
+        let mut candidate = self.map.clone();
+        candidate.apply(&Incremental {
+            epoch,
+            changes: changes.clone(),
+        })?;
+        if self.config.balance {
+            let mut exceptions = candidate.placement.exceptions.clone();
+            for &pool_id in candidate.placement.pools.keys() {
+                let pool = &candidate.placement.pools[&pool_id];
+                let topo = Topology::for_pool(&candidate.placement, pool)?;
+                if !topo
+                    .domain
+                    .iter()
+                    .any(|&d| d != cairn_clustermap::shape::NOT_ELIGIBLE)
+                {
+                    continue;
+                }
+                let previous = if self.map.placement.pools.get(&pool_id) == Some(pool) {
+                    Some(placement_of(&self.map.placement, pool_id)?)
+                } else {
+                    None
+                };
+                let mut view = candidate.placement.clone();
+                view.exceptions = exceptions.clone();
+                exceptions = balance(
+                    &view,
+                    pool_id,
+                    previous.as_deref(),
+                    BalanceOptions::default(),
+                )?
+                .exceptions;
+            }
+            if exceptions != candidate.placement.exceptions {
+                changes.push(Change::Exceptions(exceptions.to_text()));
+            }
+        }
+        let inc = Incremental { epoch, changes };
+        self.map.apply(&inc)?;
+        self.history.push_back(inc);
+        while self.history.len() > self.config.history_len {
+            self.history.pop_front();
+        }
+        Ok(epoch)
+    }
+}

@@ -1,0 +1,289 @@
+//! The monitor core: registration, failure detection, down -> out, pools, epochs that every
+//! subscriber reproduces from incrementals, encodings that reject corruption, and placement kept
+//! balanced across changes.
+
+use cairn_clustermap::analysis::analyze;
+use cairn_clustermap::balance::up_sets;
+use cairn_clustermap::shape::Topology;
+use cairn_mon::monitor::{Reply, Request};
+use cairn_mon::{ClusterMap, Incremental, MonConfig, Monitor};
+
+fn boot(mon: &mut Monitor, now: u64, n: usize, hosts: usize) -> Vec<i32> {
+    (0..n)
+        .map(|i| {
+            match mon
+                .handle(
+                    now,
+                    Request::Boot {
+                        uuid: format!("uuid-{i}"),
+                        host: format!("host{}", i % hosts),
+                        addr: format!("127.0.0.1:{}", 7000 + i),
+                        crush_weight: 0x10000,
+                    },
+                )
+                .unwrap()
+            {
+                Reply::Booted { id, .. } => id,
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect()
+}
+
+fn max_deviation(map: &ClusterMap, pool: i64) -> f64 {
+    let topo = Topology::for_pool(&map.placement, &map.placement.pools[&pool]).unwrap();
+    analyze(&up_sets(&map.placement, pool).unwrap(), &topo)
+        .osds
+        .max_deviation
+}
+
+#[test]
+fn osds_register_and_pools_stay_balanced() {
+    let mut mon = Monitor::new(ClusterMap::new("fsid-1").unwrap(), MonConfig::default());
+    let ids = boot(&mut mon, 0, 12, 4);
+    assert_eq!(ids, (0..12).collect::<Vec<_>>());
+    mon.handle(
+        0,
+        Request::CreatePool {
+            name: "rbd".into(),
+            size: 3,
+            pg_num: 256,
+        },
+    )
+    .unwrap();
+    assert!(max_deviation(mon.map(), 1) < 1.0);
+    // A known uuid gets its id back.
+    match mon
+        .handle(
+            1,
+            Request::Boot {
+                uuid: "uuid-3".into(),
+                host: "host3".into(),
+                addr: "x".into(),
+                crush_weight: 0x10000,
+            },
+        )
+        .unwrap()
+    {
+        Reply::Booted { id, .. } => assert_eq!(id, 3),
+        other => panic!("{other:?}"),
+    }
+    assert!(mon
+        .handle(
+            0,
+            Request::CreatePool {
+                name: "rbd".into(),
+                size: 3,
+                pg_num: 8
+            }
+        )
+        .is_err());
+    assert!(mon
+        .handle(
+            0,
+            Request::Boot {
+                uuid: String::new(),
+                host: "h".into(),
+                addr: "a".into(),
+                crush_weight: 1
+            }
+        )
+        .is_err());
+}
+
+#[test]
+fn failure_reports_mark_down_then_the_timer_marks_out_and_boot_brings_back_in() {
+    let config = MonConfig {
+        down_out_interval_ms: 600_000,
+        ..MonConfig::default()
+    };
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), config);
+    boot(&mut mon, 0, 8, 4);
+    mon.handle(
+        0,
+        Request::CreatePool {
+            name: "p".into(),
+            size: 3,
+            pg_num: 128,
+        },
+    )
+    .unwrap();
+    for id in 0..8 {
+        mon.handle(1_000, Request::Beacon { id }).unwrap();
+    }
+    // One reporter is not enough; a report younger than the grace does not count.
+    mon.handle(
+        30_000,
+        Request::FailureReport {
+            reporter: 1,
+            target: 5,
+            failed_for_ms: 25_000,
+        },
+    )
+    .unwrap();
+    assert!(mon.map().osds[&5].up);
+    mon.handle(
+        30_000,
+        Request::FailureReport {
+            reporter: 2,
+            target: 5,
+            failed_for_ms: 5_000,
+        },
+    )
+    .unwrap();
+    assert!(mon.map().osds[&5].up);
+    mon.handle(
+        31_000,
+        Request::FailureReport {
+            reporter: 2,
+            target: 5,
+            failed_for_ms: 26_000,
+        },
+    )
+    .unwrap();
+    assert!(
+        !mon.map().osds[&5].up,
+        "two reporters past the grace mark it down"
+    );
+    assert_eq!(mon.map().osds[&5].reweight, 0x10000, "down is not out yet");
+    assert_eq!(mon.tick(300_000).unwrap(), None);
+    assert!(mon.tick(631_000).unwrap().is_some());
+    assert_eq!(
+        mon.map().osds[&5].reweight,
+        0,
+        "out after the down-out interval"
+    );
+    let sets = up_sets(&mon.map().placement, 1).unwrap();
+    assert!(
+        sets.iter().flatten().all(|&o| o != 5),
+        "no PG maps to an out OSD"
+    );
+    assert!(max_deviation(mon.map(), 1) < 1.0);
+    match mon
+        .handle(
+            700_000,
+            Request::Boot {
+                uuid: "uuid-5".into(),
+                host: "host1".into(),
+                addr: "y".into(),
+                crush_weight: 0x10000,
+            },
+        )
+        .unwrap()
+    {
+        Reply::Booted { id, .. } => assert_eq!(id, 5),
+        other => panic!("{other:?}"),
+    }
+    assert!(mon.map().osds[&5].up);
+    assert_eq!(
+        mon.map().osds[&5].reweight,
+        0x10000,
+        "an auto-out OSD comes back in on boot"
+    );
+}
+
+#[test]
+fn missing_beacons_mark_down() {
+    let config = MonConfig {
+        beacon_timeout_ms: 10_000,
+        ..MonConfig::default()
+    };
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), config);
+    boot(&mut mon, 0, 3, 3);
+    mon.handle(5_000, Request::Beacon { id: 0 }).unwrap();
+    mon.handle(5_000, Request::Beacon { id: 1 }).unwrap();
+    mon.tick(12_000).unwrap();
+    assert!(mon.map().osds[&0].up && mon.map().osds[&1].up);
+    assert!(!mon.map().osds[&2].up);
+    assert!(mon.handle(1, Request::Beacon { id: 99 }).is_err());
+}
+
+#[test]
+fn subscribers_reproduce_every_epoch_from_incrementals_and_encodings() {
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), MonConfig::default());
+    let mut replica = ClusterMap::decode(&mon.map().encode()).unwrap();
+    boot(&mut mon, 0, 6, 3);
+    mon.handle(
+        0,
+        Request::CreatePool {
+            name: "p".into(),
+            size: 2,
+            pg_num: 64,
+        },
+    )
+    .unwrap();
+    mon.handle(0, Request::MarkOut { id: 2 }).unwrap();
+    mon.handle(0, Request::MarkDown { id: 4 }).unwrap();
+    let incs = mon.incrementals_since(replica.epoch).unwrap();
+    assert!(!incs.is_empty());
+    for inc in incs {
+        let inc = Incremental::decode(&inc.encode()).unwrap();
+        replica.apply(&inc).unwrap();
+    }
+    assert_eq!(replica.epoch, mon.map().epoch);
+    assert_eq!(
+        replica.encode(),
+        mon.map().encode(),
+        "replica equals the authority"
+    );
+    let decoded = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert_eq!(decoded.encode(), mon.map().encode());
+    assert_eq!(
+        up_sets(&decoded.placement, 1).unwrap(),
+        up_sets(&mon.map().placement, 1).unwrap()
+    );
+    // An incremental that skips an epoch is refused.
+    let mut stale = ClusterMap::new("f").unwrap();
+    let last = mon.incrementals_since(mon.map().epoch - 1).unwrap();
+    assert!(stale.apply(&last[0]).is_err());
+}
+
+#[test]
+fn corrupted_encodings_are_rejected() {
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 3, 3);
+    let bytes = mon.map().encode();
+    for i in [0, 5, 12, bytes.len() / 2, bytes.len() - 1] {
+        let mut bad = bytes.clone();
+        bad[i] ^= 0x20;
+        assert!(ClusterMap::decode(&bad).is_err(), "flip at {i} accepted");
+    }
+    assert!(ClusterMap::decode(&bytes[..bytes.len() - 1]).is_err());
+    assert!(ClusterMap::decode(b"").is_err());
+}
+
+#[test]
+fn adding_osds_to_a_balanced_cluster_moves_little_more_than_their_share() {
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 15, 5);
+    mon.handle(
+        0,
+        Request::CreatePool {
+            name: "p".into(),
+            size: 3,
+            pg_num: 512,
+        },
+    )
+    .unwrap();
+    let before = cairn_clustermap::balance::placement_of(&mon.map().placement, 1).unwrap();
+    mon.handle(
+        1,
+        Request::Boot {
+            uuid: "new".into(),
+            host: "host0".into(),
+            addr: "z".into(),
+            crush_weight: 0x10000,
+        },
+    )
+    .unwrap();
+    let after = cairn_clustermap::balance::placement_of(&mon.map().placement, 1).unwrap();
+    let topo = Topology::for_pool(&mon.map().placement, &mon.map().placement.pools[&1]).unwrap();
+    let m = cairn_clustermap::diff::movement(&before, &after, &topo);
+    assert!(
+        m.ratio_to_minimum <= 1.1,
+        "moved {} vs minimum {}",
+        m.moved_replicas,
+        m.minimum_replicas
+    );
+    assert!(max_deviation(mon.map(), 1) < 1.0);
+}
