@@ -1,0 +1,152 @@
+//! The PG log: every modification of a PG's objects, in order, with a version per entry.
+//!
+//! Versions are `(epoch, counter)`: the map epoch in which the primary wrote and a per-PG
+//! counter. The log keeps at most `max_entries` (explicit limit), trimming from the tail; an
+//! OSD whose last update is older than the tail can no longer be recovered from the log.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::PgError;
+
+/// An object's name within a PG.
+pub type ObjectId = String;
+
+/// A PG version: (map epoch of the write, per-PG counter). Ordered lexicographically.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Eversion {
+    /// Map epoch in which the primary assigned the version.
+    pub epoch: u64,
+    /// Per-PG counter.
+    pub version: u64,
+}
+
+impl Eversion {
+    /// A version.
+    pub fn new(epoch: u64, version: u64) -> Self {
+        Eversion { epoch, version }
+    }
+}
+
+impl fmt::Display for Eversion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}'{}", self.epoch, self.version)
+    }
+}
+
+/// What an entry did to its object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpKind {
+    /// Created or changed the object.
+    Modify,
+    /// Removed the object.
+    Delete,
+}
+
+/// One log entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// Version assigned by the primary.
+    pub version: Eversion,
+    /// The object touched.
+    pub object: ObjectId,
+    /// Modify or delete.
+    pub op: OpKind,
+    /// The object's version before this entry (default = did not exist).
+    pub prior: Eversion,
+}
+
+/// The PG log of one OSD's copy of a PG.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgLog {
+    /// Entries after `tail`, oldest first.
+    entries: VecDeque<LogEntry>,
+    /// Version just before the oldest entry (everything up to it is reflected in the data).
+    tail: Eversion,
+    /// Newest version.
+    head: Eversion,
+    /// Most entries kept.
+    max_entries: usize,
+}
+
+impl PgLog {
+    /// An empty log keeping at most `max_entries` entries.
+    pub fn new(max_entries: usize) -> Self {
+        PgLog {
+            entries: VecDeque::new(),
+            tail: Eversion::default(),
+            head: Eversion::default(),
+            max_entries: max_entries.max(1),
+        }
+    }
+
+    /// Newest version (last update).
+    pub fn head(&self) -> Eversion {
+        self.head
+    }
+
+    /// Oldest version still recoverable from the log.
+    pub fn tail(&self) -> Eversion {
+        self.tail
+    }
+
+    /// Entries, oldest first.
+    pub fn entries(&self) -> impl DoubleEndedIterator<Item = &LogEntry> {
+        self.entries.iter()
+    }
+
+    /// Appends an entry; its version must be newer than the head. Trims to the limit.
+    pub fn append(&mut self, entry: LogEntry) -> Result<(), PgError> {
+        if entry.version <= self.head {
+            return Err(PgError::OutOfOrder {
+                entry: entry.version.to_string(),
+                head: self.head.to_string(),
+            });
+        }
+        self.head = entry.version;
+        self.entries.push_back(entry);
+        while self.entries.len() > self.max_entries {
+            if let Some(old) = self.entries.pop_front() {
+                self.tail = old.version;
+            }
+        }
+        Ok(())
+    }
+
+    /// Entries newer than `after`, oldest first.
+    pub fn entries_after(&self, after: Eversion) -> impl DoubleEndedIterator<Item = &LogEntry> {
+        self.entries.iter().filter(move |e| e.version > after)
+    }
+
+    /// True if the log contains an entry with exactly this version and object.
+    pub fn contains(&self, version: Eversion, object: &str) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.version == version && e.object == object)
+    }
+
+    /// For each object touched after `after`, its newest entry.
+    pub fn newest_after(&self, after: Eversion) -> BTreeMap<ObjectId, LogEntry> {
+        let mut out = BTreeMap::new();
+        for e in self.entries_after(after) {
+            out.insert(e.object.clone(), e.clone());
+        }
+        out
+    }
+
+    /// Drops entries newer than `version` (rolling back divergent history); returns them.
+    pub fn rewind_to(&mut self, version: Eversion) -> Vec<LogEntry> {
+        let mut dropped = Vec::new();
+        while self.entries.back().is_some_and(|e| e.version > version) {
+            if let Some(e) = self.entries.pop_back() {
+                dropped.push(e);
+            }
+        }
+        self.head = self.entries.back().map_or(self.tail, |e| e.version);
+        dropped
+    }
+}

@@ -1,0 +1,274 @@
+//! Peering against a reference model: whatever the histories (prefixes, trimmed logs,
+//! divergent writes from an old interval), applying the plan makes every copy's objects equal
+//! the authoritative copy's; plus the state machine's sequence.
+
+use std::collections::BTreeMap;
+
+use cairn_pg::machine::{Action, Event, PeeringMachine, PgState};
+use cairn_pg::{plan, Eversion, LogEntry, OpKind, PeerLog, PgLog, Recovery};
+use proptest::prelude::*;
+
+type Objects = BTreeMap<String, Eversion>;
+
+/// Object states after a sequence of entries (the model).
+fn fold(entries: &[LogEntry]) -> Objects {
+    let mut objs = Objects::new();
+    for e in entries {
+        match e.op {
+            OpKind::Modify => {
+                objs.insert(e.object.clone(), e.version);
+            }
+            OpKind::Delete => {
+                objs.remove(&e.object);
+            }
+        }
+    }
+    objs
+}
+
+/// Builds entries for (epoch, object index, delete?) triples, with correct prior versions.
+fn history(ops: &[(u64, u8, bool)], start: &Objects, first_version: u64) -> Vec<LogEntry> {
+    let mut state = start.clone();
+    let mut out = Vec::new();
+    for (i, &(epoch, obj, delete)) in ops.iter().enumerate() {
+        let object = format!("obj{}", obj % 6);
+        let version = Eversion::new(epoch, first_version + i as u64);
+        let prior = state.get(&object).copied().unwrap_or_default();
+        let op = if delete && state.contains_key(&object) {
+            OpKind::Delete
+        } else {
+            OpKind::Modify
+        };
+        match op {
+            OpKind::Modify => state.insert(object.clone(), version),
+            OpKind::Delete => state.remove(&object),
+        };
+        out.push(LogEntry {
+            version,
+            object,
+            op,
+            prior,
+        });
+    }
+    out
+}
+
+fn log_of(entries: &[LogEntry], max: usize) -> PgLog {
+    let mut log = PgLog::new(max);
+    for e in entries {
+        log.append(e.clone()).unwrap();
+    }
+    log
+}
+
+fn e(epoch: u64, v: u64, obj: &str, op: OpKind, prior: Eversion) -> LogEntry {
+    LogEntry {
+        version: Eversion::new(epoch, v),
+        object: obj.into(),
+        op,
+        prior,
+    }
+}
+
+#[test]
+fn log_orders_trims_and_rewinds() {
+    let mut log = PgLog::new(3);
+    for v in 1..=5 {
+        log.append(e(1, v, "a", OpKind::Modify, Eversion::default()))
+            .unwrap();
+    }
+    assert_eq!(log.entries().count(), 3);
+    assert_eq!(log.tail(), Eversion::new(1, 2));
+    assert!(log
+        .append(e(1, 5, "a", OpKind::Modify, Eversion::default()))
+        .is_err());
+    let dropped = log.rewind_to(Eversion::new(1, 3));
+    assert_eq!(dropped.len(), 2);
+    assert_eq!(log.head(), Eversion::new(1, 3));
+}
+
+#[test]
+fn divergent_writes_are_rolled_back_and_behind_the_tail_means_backfill() {
+    let a1 = e(1, 1, "a", OpKind::Modify, Eversion::default());
+    let b2 = e(1, 2, "b", OpKind::Modify, Eversion::default());
+    // The old primary wrote c at 1'3 and died; the new interval wrote b at 2'3.
+    let c3_old = e(1, 3, "c", OpKind::Modify, Eversion::default());
+    let b3_new = e(2, 3, "b", OpKind::Modify, Eversion::new(1, 2));
+    let auth = PeerLog {
+        osd: 1,
+        last_epoch_started: 2,
+        log: log_of(&[a1.clone(), b2.clone(), b3_new.clone()], 100),
+    };
+    let old = PeerLog {
+        osd: 0,
+        last_epoch_started: 1,
+        log: log_of(&[a1.clone(), b2.clone(), c3_old.clone()], 100),
+    };
+    let p = plan(&[old, auth], 0).unwrap();
+    assert_eq!(
+        p.authoritative, 1,
+        "the newer interval wins over the primary's longer-looking log"
+    );
+    match &p.recovery[&0] {
+        Recovery::Log { missing, divergent } => {
+            assert_eq!(divergent, &vec![c3_old]);
+            assert_eq!(missing.get("b"), Some(&Some(Eversion::new(2, 3))));
+            assert_eq!(
+                missing.get("c"),
+                Some(&None),
+                "an object only the divergent write created is removed"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut long = Vec::new();
+    for v in 1..=50 {
+        long.push(e(
+            3,
+            v,
+            "x",
+            OpKind::Modify,
+            if v > 1 {
+                Eversion::new(3, v - 1)
+            } else {
+                Eversion::default()
+            },
+        ));
+    }
+    let auth = PeerLog {
+        osd: 2,
+        last_epoch_started: 3,
+        log: log_of(&long, 10),
+    };
+    let stale = PeerLog {
+        osd: 3,
+        last_epoch_started: 3,
+        log: log_of(&long[..5], 10),
+    };
+    let p = plan(&[auth, stale], 2).unwrap();
+    assert_eq!(p.recovery[&3], Recovery::Backfill);
+}
+
+proptest! {
+    #[test]
+    fn recovery_makes_every_copy_equal_the_authoritative_one(
+        common in prop::collection::vec((1u64..2, any::<u8>(), any::<bool>()), 0..30),
+        auth_tail_ops in prop::collection::vec((3u64..4, any::<u8>(), any::<bool>()), 0..20),
+        copies in prop::collection::vec((0usize..50, prop::collection::vec((2u64..3, any::<u8>(), any::<bool>()), 0..5)), 1..4),
+        max_entries in 5usize..40,
+    ) {
+        let base = history(&common, &Objects::new(), 1);
+        let after_base = fold(&base);
+        let auth_new = history(&auth_tail_ops, &after_base, base.len() as u64 + 1);
+        let auth_entries: Vec<LogEntry> = base.iter().chain(&auth_new).cloned().collect();
+        let auth_objects = fold(&auth_entries);
+        let mut peers = vec![PeerLog { osd: 0, last_epoch_started: 3, log: log_of(&auth_entries, max_entries) }];
+        let mut models = BTreeMap::new();
+        for (i, (prefix, divergent_ops)) in copies.iter().enumerate() {
+            let cut = (*prefix).min(base.len());
+            let start = fold(&base[..cut]);
+            let divergent = history(divergent_ops, &start, cut as u64 + 1);
+            let entries: Vec<LogEntry> = base[..cut].iter().chain(&divergent).cloned().collect();
+            let osd = i as i32 + 1;
+            models.insert(osd, fold(&entries));
+            peers.push(PeerLog { osd, last_epoch_started: 2, log: log_of(&entries, max_entries) });
+        }
+        let p = plan(&peers, 0).unwrap();
+        prop_assert_eq!(p.authoritative, 0);
+        for (osd, mut objects) in models {
+            match &p.recovery[&osd] {
+                Recovery::Clean => {}
+                Recovery::Backfill => objects = auth_objects.clone(),
+                Recovery::Log { missing, .. } => {
+                    for (object, version) in missing {
+                        match version {
+                            Some(v) => { objects.insert(object.clone(), *v); }
+                            None => { objects.remove(object); }
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(&objects, &auth_objects, "osd {} after {:?}", osd, p.recovery[&osd]);
+        }
+    }
+}
+
+#[test]
+fn the_primary_gathers_logs_activates_and_becomes_clean() {
+    let a1 = e(5, 1, "a", OpKind::Modify, Eversion::default());
+    let b2 = e(5, 2, "b", OpKind::Modify, Eversion::default());
+    let mine = PeerLog {
+        osd: 0,
+        last_epoch_started: 5,
+        log: log_of(&[a1.clone(), b2.clone()], 100),
+    };
+    let mut m = PeeringMachine::new(0, mine);
+    let actions = m.handle(Event::Map {
+        epoch: 7,
+        acting: vec![0, 1, 2],
+        min_size: 2,
+    });
+    assert_eq!(
+        actions,
+        vec![
+            Action::RequestLog { to: 1, epoch: 7 },
+            Action::RequestLog { to: 2, epoch: 7 }
+        ]
+    );
+    assert!(
+        m.handle(Event::Log {
+            epoch: 6,
+            peer: PeerLog {
+                osd: 1,
+                last_epoch_started: 5,
+                log: PgLog::new(100)
+            }
+        })
+        .is_empty(),
+        "stale answers are ignored"
+    );
+    m.handle(Event::Log {
+        epoch: 7,
+        peer: PeerLog {
+            osd: 1,
+            last_epoch_started: 5,
+            log: log_of(&[a1.clone()], 100),
+        },
+    });
+    let actions = m.handle(Event::Log {
+        epoch: 7,
+        peer: PeerLog {
+            osd: 2,
+            last_epoch_started: 5,
+            log: log_of(&[a1, b2], 100),
+        },
+    });
+    assert!(actions.contains(&Action::Push {
+        to: 1,
+        object: "b".into(),
+        version: Some(Eversion::new(5, 2))
+    }));
+    assert!(matches!(
+        actions.last(),
+        Some(Action::Activate { epoch: 7, .. })
+    ));
+    assert!(matches!(m.state, PgState::Active { .. }));
+    m.handle(Event::Recovered {
+        osd: 1,
+        object: "b".into(),
+    });
+    assert_eq!(m.state, PgState::Clean);
+    // Not primary in the next map; and too few copies is incomplete.
+    m.handle(Event::Map {
+        epoch: 8,
+        acting: vec![1, 0],
+        min_size: 2,
+    });
+    assert_eq!(m.state, PgState::Stray);
+    m.handle(Event::Map {
+        epoch: 9,
+        acting: vec![0],
+        min_size: 2,
+    });
+    assert_eq!(m.state, PgState::Incomplete);
+}
