@@ -232,7 +232,7 @@ fn the_primary_gathers_logs_activates_and_becomes_clean() {
         peer: PeerLog {
             osd: 1,
             last_epoch_started: 5,
-            log: log_of(&[a1.clone()], 100),
+            log: log_of(std::slice::from_ref(&a1), 100),
         },
     });
     let actions = m.handle(Event::Log {
