@@ -4,7 +4,9 @@
 //! deadline-ordered heap of buckets with queued requests. Rates are in requests/s and bytes/s at
 //! the same time; both are hard (GCRA: after serving at `t`, a bucket's next time is
 //! `max(prev, t - burst) + 1/rate_rps` for requests and `+ len/rate_bytes` for bytes, so any
-//! window `T` sees at most `rate x (T + burst)` plus one request). Never reads a clock.
+//! window `T` sees at most `rate x (T + burst)` plus one request). A bucket's heap key is
+//! `max(next time, time it was (re)queued)`, so eligible buckets are served in the order they
+//! became eligible. Never reads a clock.
 
 use crate::config::{BucketKey, PolicyConfig, TbfConfig, TbfRuleConfig};
 use crate::error::{invalid, mismatch, QosError};
@@ -209,25 +211,25 @@ impl Tbf {
         Some(b)
     }
 
-    fn push(&mut self, b: u32, req: Request) {
+    fn push(&mut self, b: u32, req: Request, now_ns: u64) {
         let bucket = &mut self.buckets[b as usize];
         bucket.queue.push_back(req);
         self.len += 1;
         if bucket.queue.len() == 1 {
             self.seq += 1;
-            let d = bucket.deadline();
+            let d = bucket.deadline().max(now_ns);
             self.ready.upsert(b, (d, self.seq));
         }
     }
 
-    fn force_default(&mut self, req: Request, _now_ns: u64) {
+    fn force_default(&mut self, req: Request, now_ns: u64) {
         let b = self
             .index
             .get(&(DEFAULT_RULE, req.client_id))
             .copied()
             .unwrap_or(0);
         if (b as usize) < self.buckets.len() {
-            self.push(b, req);
+            self.push(b, req, now_ns);
         }
     }
 }
@@ -237,11 +239,11 @@ impl Scheduler for Tbf {
         "tbf"
     }
 
-    fn enqueue(&mut self, req: Request, _now_ns: u64) -> Result<(), Refused> {
+    fn enqueue(&mut self, req: Request, now_ns: u64) -> Result<(), Refused> {
         let Some(b) = self.bucket_for(&req) else {
             return Err(Refused(req));
         };
-        self.push(b, req);
+        self.push(b, req, now_ns);
         Ok(())
     }
 
@@ -269,8 +271,10 @@ impl Scheduler for Tbf {
         if bucket.queue.is_empty() {
             self.ready.remove(b);
         } else {
+            // Eligible buckets are ordered by when they became eligible, so an unlimited bucket
+            // (deadline 0) cannot starve a rate-limited one.
             self.seq += 1;
-            let d = bucket.deadline();
+            let d = bucket.deadline().max(now_ns);
             self.ready.upsert(b, (d, self.seq));
         }
         Dequeued::Request(Dispatch {
