@@ -23,6 +23,7 @@ pub mod policy;
 pub mod queue;
 pub mod request;
 pub mod scheduler;
+pub mod shard;
 pub mod sim;
 
 pub use config::{build_policy, MClockConfig, PolicyConfig, Profile};

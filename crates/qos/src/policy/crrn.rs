@@ -7,6 +7,10 @@ use crate::request::Request;
 use crate::scheduler::{Dequeued, Dispatch, Phase, Refused, Scheduler};
 use std::collections::{HashMap, VecDeque};
 
+/// Empty per-client queues kept for reuse (a returning client costs no allocation); beyond this
+/// many clients, empty queues are freed.
+pub const IDLE_CLIENTS_KEPT: usize = 65_536;
+
 /// Round robin over clients.
 pub struct Crrn {
     cfg: CrrnConfig,
@@ -60,7 +64,9 @@ impl Scheduler for Crrn {
         self.len -= 1;
         self.served_in_turn += 1;
         if q.is_empty() {
-            self.per_client.remove(&client);
+            if self.per_client.len() > IDLE_CLIENTS_KEPT {
+                self.per_client.remove(&client);
+            }
             self.rotation.pop_front();
             self.served_in_turn = 0;
         } else if self.served_in_turn >= self.cfg.quantum {

@@ -24,6 +24,19 @@ use crate::heap::IndexedHeap;
 use crate::request::{QosClass, Request};
 use crate::scheduler::{Dequeued, Dispatch, Phase, Refused, Scheduler};
 use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+/// Tag state shared by the shards of one OSD: for each dmClock client the tags its next request
+/// must carry (after the latest dispatch in any shard), and the system virtual time. With it,
+/// reservations and limits hold for the OSD as a whole instead of per shard.
+#[derive(Debug, Default)]
+pub struct SharedTags {
+    next: HashMap<(QosClass, u64), [u64; 3]>,
+    vtime: u64,
+}
+
+/// Handle to tags shared between shards.
+pub type SharedTagsHandle = Arc<Mutex<SharedTags>>;
 
 /// Rates converted to tag increments: nanoseconds of tag per unit of cost (0 = no constraint).
 #[derive(Clone, Copy, Debug)]
@@ -91,6 +104,7 @@ pub struct MClock {
     vtime: u64,
     seq: u64,
     queued: usize,
+    shared: Option<SharedTagsHandle>,
 }
 
 fn tag_add(base: u64, cost: u64, inv: f64, times: u16) -> u64 {
@@ -125,7 +139,68 @@ impl MClock {
             vtime: 0,
             seq: 0,
             queued: 0,
+            shared: None,
         })
+    }
+
+    /// A scheduler that is one shard of several sharing `shared` tags.
+    pub fn with_shared(cfg: MClockConfig, shared: SharedTagsHandle) -> Result<MClock, QosError> {
+        let mut m = MClock::new(cfg)?;
+        m.shared = Some(shared);
+        Ok(m)
+    }
+
+    /// Global next tags of a key and the global virtual time (shards only).
+    fn global(&self, key: Key) -> Option<([u64; 3], u64)> {
+        let shared = self.shared.as_ref()?;
+        let g = shared.lock().ok()?;
+        Some((g.next.get(&(key.0, key.1)).copied().unwrap_or([0; 3]), g.vtime))
+    }
+
+    /// Raises slot `s`'s head tags to what other shards' dispatches imply; true if they changed.
+    fn sync_slot(&mut self, s: u32, now: u64) -> bool {
+        let slot = &self.slots[s as usize];
+        let Some(([r, p, l], _)) = self.global(Key(slot.class, slot.client_id)) else {
+            return false;
+        };
+        let slot = &mut self.slots[s as usize];
+        let r = if slot.rates.inv_r > 0.0 { r } else { u64::MAX };
+        if slot.r >= r && slot.p >= p && slot.l_limit >= l {
+            return false;
+        }
+        slot.r = slot.r.max(r);
+        slot.p = slot.p.max(p);
+        slot.l_limit = slot.l_limit.max(l);
+        slot.l = slot.l.max(l);
+        self.place(s, now);
+        true
+    }
+
+    /// Phase and tag of the request this scheduler would dispatch at `now_ns` (shards compare
+    /// these to pick the OSD-wide best), or None if nothing is eligible.
+    pub fn peek(&mut self, now_ns: u64) -> Option<(Phase, u64)> {
+        if !self.immediate.is_empty() {
+            return Some((Phase::Reservation, 0));
+        }
+        self.promote(now_ns);
+        loop {
+            let (s, phase) = self.pick(now_ns)?;
+            if self.sync_slot(s, now_ns) {
+                continue;
+            }
+            let slot = &self.slots[s as usize];
+            let tag = match phase {
+                Phase::Reservation => slot.r,
+                Phase::Weight => slot.p,
+                Phase::LimitBreak => slot.l,
+            };
+            return Some((phase, tag));
+        }
+    }
+
+    /// Earliest time something becomes eligible when `peek` says nothing is.
+    pub fn next_eligible_ns(&self) -> Option<u64> {
+        self.limited.peek().map(|(_, (l, _))| l)
     }
 
     /// The active configuration.
@@ -217,7 +292,15 @@ impl MClock {
     }
 
     fn activate(&mut self, s: u32, now: u64) {
-        let v = self.vtime;
+        let mut v = self.vtime;
+        let key = Key(self.slots[s as usize].class, self.slots[s as usize].client_id);
+        if let Some(([r, p, l], gv)) = self.global(key) {
+            v = v.max(gv);
+            let slot = &mut self.slots[s as usize];
+            slot.r_next = slot.r_next.max(r);
+            slot.p_next = slot.p_next.max(p);
+            slot.l_next = slot.l_next.max(l);
+        }
         let slot = &mut self.slots[s as usize];
         slot.active = true;
         slot.r = if slot.rates.inv_r > 0.0 {
@@ -274,6 +357,12 @@ impl MClock {
         } else {
             0
         };
+        if let Some(shared) = &self.shared {
+            if let Ok(mut g) = shared.lock() {
+                g.next.insert((slot.class, slot.client_id), [slot.r_next, slot.p_next, slot.l_next]);
+                g.vtime = g.vtime.max(self.vtime);
+            }
+        }
         if slot.queue.len() == 0 {
             slot.active = false;
             self.unplace(s);
@@ -350,6 +439,9 @@ impl Scheduler for MClock {
         }
         self.promote(now_ns);
         while let Some((s, phase)) = self.pick(now_ns) {
+            if self.sync_slot(s, now_ns) {
+                continue;
+            }
             match self.take(s, now_ns) {
                 Ok(req) => {
                     self.queued -= 1;

@@ -10,6 +10,10 @@ use crate::request::{OpKind, Request};
 use crate::scheduler::{Dequeued, Dispatch, Phase, Refused, Scheduler};
 use std::collections::{HashMap, VecDeque};
 
+/// Empty per-key queues kept for reuse (no allocation when an object comes back); beyond this
+/// many keys, empty queues are freed.
+pub const IDLE_KEYS_KEPT: usize = 65_536;
+
 fn offset_of(kind: OffsetKind, req: &Request) -> u64 {
     match kind {
         OffsetKind::Logical => req.offset_bytes,
@@ -86,14 +90,14 @@ impl BatchRr {
         };
         let n = (self.cfg.quantum as usize).min(q.len());
         self.batch.extend(q.drain(..n));
-        if q.is_empty() {
-            self.per_key.remove(&k);
-        } else {
+        if !q.is_empty() {
             self.rotation.push_back(k);
+        } else if self.per_key.len() > IDLE_KEYS_KEPT {
+            self.per_key.remove(&k);
         }
         let kind = self.cfg.offset;
         self.batch
-            .sort_by_key(|r| (std::cmp::Reverse(offset_of(kind, r)), std::cmp::Reverse(r.id)));
+            .sort_unstable_by_key(|r| (std::cmp::Reverse(offset_of(kind, r)), std::cmp::Reverse(r.id)));
     }
 }
 
