@@ -66,7 +66,7 @@ impl Counters {
 #[derive(Clone, Debug)]
 pub struct SchedulerCounters {
     classes: Vec<Counters>,
-    clients: HashMap<u64, Counters>,
+    clients: HashMap<u64, Counters, crate::fasthash::BuildFastHasher>,
     untracked: Counters,
     max_tracked_clients: usize,
     /// Requests a policy refused and FIFO took.
@@ -78,7 +78,7 @@ impl SchedulerCounters {
     pub fn new(max_tracked_clients: usize) -> SchedulerCounters {
         SchedulerCounters {
             classes: QosClass::ALL.iter().map(|_| Counters::new(3)).collect(),
-            clients: HashMap::new(),
+            clients: HashMap::default(),
             untracked: Counters::new(0),
             max_tracked_clients,
             refused_to_fifo: 0,

@@ -45,6 +45,12 @@ pub enum QosError {
     /// A capacity measurement that falls outside the sanity bounds.
     #[error("capacity measurement rejected: {0}")]
     CapacityOutOfBounds(String),
+    /// The device measurement itself failed.
+    #[error("capacity measurement failed: {0}")]
+    Measurement(String),
+    /// A measured capacity may not replace a pinned one.
+    #[error("capacity is pinned by config; a measurement does not replace it")]
+    CapacityPinned,
     /// A shard index outside 0..shards.
     #[error("shard {shard} out of range (have {shards})")]
     NoSuchShard {

@@ -17,6 +17,7 @@ pub mod config;
 pub mod cost;
 pub mod counters;
 pub mod error;
+pub mod fasthash;
 pub mod heap;
 pub mod hist;
 pub mod policy;

@@ -14,7 +14,7 @@ pub const IDLE_CLIENTS_KEPT: usize = 65_536;
 /// Round robin over clients.
 pub struct Crrn {
     cfg: CrrnConfig,
-    per_client: HashMap<u64, VecDeque<Request>>,
+    per_client: HashMap<u64, VecDeque<Request>, crate::fasthash::BuildFastHasher>,
     rotation: VecDeque<u64>,
     served_in_turn: u32,
     len: usize,
@@ -28,7 +28,7 @@ impl Crrn {
         }
         Ok(Crrn {
             cfg,
-            per_client: HashMap::new(),
+            per_client: HashMap::default(),
             rotation: VecDeque::new(),
             served_in_turn: 0,
             len: 0,

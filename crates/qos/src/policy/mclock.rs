@@ -96,7 +96,7 @@ pub struct MClock {
     class_params: [ClassParams; 3],
     overrides: HashMap<u64, ClassParams>,
     slots: Vec<Slot>,
-    index: HashMap<Key, u32>,
+    index: HashMap<Key, u32, crate::fasthash::BuildFastHasher>,
     immediate: VecDeque<Request>,
     ready_r: IndexedHeap,
     ready_p: IndexedHeap,
@@ -131,7 +131,7 @@ impl MClock {
             class_params,
             overrides,
             slots: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             immediate: VecDeque::new(),
             ready_r: IndexedHeap::new(),
             ready_p: IndexedHeap::new(),
@@ -280,7 +280,12 @@ impl MClock {
             self.limited.upsert(s, (l, seq));
         } else {
             self.limited.remove(s);
-            self.ready_r.upsert(s, (r, seq));
+            if r == u64::MAX {
+                // No reservation: never a reservation-phase candidate, keep it out of that heap.
+                self.ready_r.remove(s);
+            } else {
+                self.ready_r.upsert(s, (r, seq));
+            }
             self.ready_p.upsert(s, (p, seq));
         }
     }
