@@ -57,8 +57,12 @@ fn simulate(a: SimulateArgs) -> Result<()> {
     bar.finish_and_clear();
     print_report(&scn, &report)?;
     if let Some(path) = &a.plot {
-        plot(&report, path)?;
-        println!("plot: {} (one line per class: client blue, recovery red, best_effort green, immediate black)", path.display());
+        let grid = plot(&report, path)?;
+        println!(
+            "plot: {}: IOPS per class over time (client blue, recovery red, best_effort green, immediate black); grid lines every {grid:.0} IOPS, ticks every window ({} s)",
+            path.display(),
+            scn.window_s
+        );
     }
     Ok(())
 }
@@ -67,14 +71,28 @@ fn print_report(scn: &Scenario, r: &SimReport) -> Result<()> {
     let secs = scn.duration_s;
     println!(
         "{}: policy {} at the end, {:.1} s virtual, device busy {:.1}%",
-        if scn.title.is_empty() { "scenario" } else { &scn.title },
+        if scn.title.is_empty() {
+            "scenario"
+        } else {
+            &scn.title
+        },
         r.queue.policy_name(),
         secs,
         r.device_busy_ns as f64 / r.duration_ns as f64 * 100.0
     );
     println!(
         "{:<16} {:<11} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "source", "class", "client", "IOPS", "MiB/s", "wait p50", "wait p99", "lat p50", "lat p95", "lat p99", "lat p99.5"
+        "source",
+        "class",
+        "client",
+        "IOPS",
+        "MiB/s",
+        "wait p50",
+        "wait p99",
+        "lat p50",
+        "lat p95",
+        "lat p99",
+        "lat p99.5"
     );
     for s in &r.sources {
         println!(
@@ -92,7 +110,25 @@ fn print_report(scn: &Scenario, r: &SimReport) -> Result<()> {
             ms(s.latency.quantile_ns(0.995)),
         );
     }
-    println!("(times in ms)\nper class:");
+    println!("(times in ms)");
+    let mut clients: std::collections::BTreeMap<u64, f64> = std::collections::BTreeMap::new();
+    for s in &r.sources {
+        *clients.entry(s.client_id).or_default() += s.completed_bytes as f64 / secs / 1e6;
+    }
+    if clients.len() > 1 && clients.len() < r.sources.len() {
+        let v: Vec<f64> = clients.values().copied().collect();
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+        println!("per client (sum of its sources), MB/s:");
+        for (c, mbs) in &clients {
+            println!("  client {c:>6}: {mbs:>10.2}");
+        }
+        println!(
+            "  mean {mean:.2} MB/s, stdev {sd:.3} MB/s ({:.2}% of mean)",
+            if mean > 0.0 { sd / mean * 100.0 } else { 0.0 }
+        );
+    }
+    println!("per class:");
     let c = r.queue.counters();
     for class in QosClass::ALL {
         let k = c.class(class);
@@ -100,7 +136,7 @@ fn print_report(scn: &Scenario, r: &SimReport) -> Result<()> {
             continue;
         }
         println!(
-            "  {:<11} dispatched {:>9} (reservation {}, weight {}, limit-break {}), {:.1}% of device time, wait p99 {:.3} ms, throttled {:.3} s",
+            "  {:<11} dispatched {:>9} (reservation {}, weight {}, limit-break {}), {:.1}% of device time, wait p99 {:.3} ms, waited {:.1} request-s while throttled",
             class.name(),
             k.dispatched_total(),
             k.dispatched[0],
@@ -112,7 +148,10 @@ fn print_report(scn: &Scenario, r: &SimReport) -> Result<()> {
         );
     }
     if c.refused_to_fifo > 0 {
-        println!("  refused by the policy, served by FIFO: {}", c.refused_to_fifo);
+        println!(
+            "  refused by the policy, served by FIFO: {}",
+            c.refused_to_fifo
+        );
     }
     let issued: u64 = r.sources.iter().map(|s| s.issued).sum();
     let completed: u64 = r.sources.iter().map(|s| s.completed).sum();
@@ -123,8 +162,17 @@ fn print_report(scn: &Scenario, r: &SimReport) -> Result<()> {
     // Verdicts for the mClock config in force at the end.
     let policy: &PolicyConfig = r.queue.config();
     let cost = CostModel::from_capacity(scn.capacity())?;
-    let max_cost = scn.sources.iter().map(|s| cost.cost_ns(s.size_bytes)).max().unwrap_or(0);
-    let closed: Vec<bool> = scn.sources.iter().map(|s| s.depth.is_some() && s.stop_s.is_none() && s.start_s == 0.0).collect();
+    let max_cost = scn
+        .sources
+        .iter()
+        .map(|s| cost.cost_ns(s.size_bytes))
+        .max()
+        .unwrap_or(0);
+    let closed: Vec<bool> = scn
+        .sources
+        .iter()
+        .map(|s| s.depth.is_some() && s.stop_s.is_none() && s.start_s == 0.0)
+        .collect();
     let verdicts = mclock_verdicts(r, policy, &closed, max_cost);
     if !verdicts.is_empty() {
         println!("QoS verdicts:");
@@ -135,7 +183,8 @@ fn print_report(scn: &Scenario, r: &SimReport) -> Result<()> {
     Ok(())
 }
 
-fn plot(r: &SimReport, path: &Path) -> Result<()> {
+/// Draws the plot; returns the IOPS between horizontal grid lines.
+fn plot(r: &SimReport, path: &Path) -> Result<f64> {
     use plotters::prelude::*;
     let windows = r.sources.first().map_or(0, |s| s.window_ops.len());
     let win_s = r.window_ns as f64 / 1e9;
@@ -159,17 +208,32 @@ fn plot(r: &SimReport, path: &Path) -> Result<()> {
         .fold(1.0, f64::max)
         * 1.1;
     let root = BitMapBackend::new(path, (1000, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    root.fill(&WHITE)
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     let mut chart = ChartBuilder::on(&root)
         .margin(20)
         .build_cartesian_2d(0f64..(windows as f64 * win_s), 0f64..ymax)
         .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    // Axes and grid drawn as lines: text needs system fonts, which the plot must not depend on.
+    let xmax = windows as f64 * win_s;
+    let grey = RGBColor(210, 210, 210);
+    for i in 0..=5 {
+        let y = ymax * i as f64 / 5.0;
+        chart
+            .draw_series(LineSeries::new([(0.0, y), (xmax, y)], grey))
+            .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    }
+    for i in 0..=windows {
+        let x = i as f64 * win_s;
+        chart
+            .draw_series(LineSeries::new([(x, 0.0), (x, ymax / 50.0)], BLACK))
+            .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    }
     chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .y_labels(0)
-        .draw()
+        .draw_series(LineSeries::new(
+            [(0.0, ymax), (0.0, 0.0), (xmax, 0.0)],
+            BLACK.stroke_width(2),
+        ))
         .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     for (class, v) in series {
         let color = match class {
@@ -180,11 +244,13 @@ fn plot(r: &SimReport, path: &Path) -> Result<()> {
         };
         chart
             .draw_series(LineSeries::new(
-                v.iter().enumerate().map(|(i, &y)| ((i as f64 + 0.5) * win_s, y)),
+                v.iter()
+                    .enumerate()
+                    .map(|(i, &y)| ((i as f64 + 0.5) * win_s, y)),
                 color.stroke_width(2),
             ))
             .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     }
     root.present().map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    Ok(())
+    Ok(ymax / 5.0)
 }

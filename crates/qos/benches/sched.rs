@@ -119,7 +119,9 @@ fn bench_deep(c: &mut Criterion) {
             std::mem::size_of::<Request>()
         );
         let mut now = 0;
-        g.bench_function(name, |b| b.iter(|| pair(s.as_mut(), &mut id, &mut now, clients)));
+        g.bench_function(name, |b| {
+            b.iter(|| pair(s.as_mut(), &mut id, &mut now, clients))
+        });
     }
     g.finish();
 }

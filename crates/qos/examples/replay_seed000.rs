@@ -11,8 +11,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or(60.0);
     for (name, cap, dur) in [
-        ("NVMe (21500 IOPS)", DeviceCapacity::NVME_SEED000, duration_s),
-        ("HDD (340 IOPS)", DeviceCapacity::HDD_SEED000, duration_s * 5.0),
+        (
+            "NVMe (21500 IOPS)",
+            DeviceCapacity::NVME_SEED000,
+            duration_s,
+        ),
+        (
+            "HDD (340 IOPS)",
+            DeviceCapacity::HDD_SEED000,
+            duration_s * 5.0,
+        ),
     ] {
         println!("### {name}, {dur} s virtual\n");
         println!("{}", table(&replay(cap, dur)?));

@@ -91,7 +91,9 @@ fn median_rate(samples: &[(u64, u64)], what: &str, max_spread: f64) -> Result<f6
         .map(|&(n, ns)| n as f64 * 1e9 / ns as f64)
         .collect();
     if rates.is_empty() || rates.len() != samples.len() {
-        return Err(QosError::CapacityOutOfBounds(format!("{what}: no valid samples")));
+        return Err(QosError::CapacityOutOfBounds(format!(
+            "{what}: no valid samples"
+        )));
     }
     rates.sort_by(f64::total_cmp);
     let (lo, hi) = (rates[0], rates[rates.len() - 1]);
@@ -136,14 +138,20 @@ pub fn measure(
     plan: &MeasurePlan,
     bounds: &CapacityBounds,
 ) -> Result<DeviceCapacity, QosError> {
-    if plan.repeats == 0 || plan.repeats > 15 || plan.repeats % 2 == 0 {
+    if plan.repeats == 0 || plan.repeats > 15 || plan.repeats.is_multiple_of(2) {
         return Err(invalid("repeats", "must be odd and in 1..=15"));
     }
     if plan.random_ios == 0 || plan.queue_depth == 0 || plan.sequential_io_bytes == 0 {
-        return Err(invalid("plan", "random_ios, queue_depth and sequential_io_bytes must be > 0"));
+        return Err(invalid(
+            "plan",
+            "random_ios, queue_depth and sequential_io_bytes must be > 0",
+        ));
     }
     if plan.sequential_bytes < plan.sequential_io_bytes {
-        return Err(invalid("sequential_bytes", "must be >= sequential_io_bytes"));
+        return Err(invalid(
+            "sequential_bytes",
+            "must be >= sequential_io_bytes",
+        ));
     }
     let mut s = CapacitySamples::default();
     for _ in 0..plan.repeats {
@@ -265,18 +273,24 @@ mod tests {
         let plan = MeasurePlan::default();
         // A cache absorbing writes: 50M IOPS.
         let mut f = fake(50e6, 100e9, vec![1.0]);
-        assert!(matches!(measure(&mut f, &plan, &b), Err(QosError::CapacityOutOfBounds(_))));
+        assert!(matches!(
+            measure(&mut f, &plan, &b),
+            Err(QosError::CapacityOutOfBounds(_))
+        ));
         // Runs disagree by 3x.
         let mut f = fake(1000.0, 1e9, vec![1.0, 3.0, 1.0]);
-        assert!(matches!(measure(&mut f, &plan, &b), Err(QosError::CapacityOutOfBounds(_))));
+        assert!(matches!(
+            measure(&mut f, &plan, &b),
+            Err(QosError::CapacityOutOfBounds(_))
+        ));
         // Device error.
         let mut f = fake(1000.0, 1e9, vec![1.0]);
         f.fail = true;
-        assert!(matches!(measure(&mut f, &plan, &b), Err(QosError::Measurement(_))));
-        let bad_plan = MeasurePlan {
-            repeats: 2,
-            ..plan
-        };
+        assert!(matches!(
+            measure(&mut f, &plan, &b),
+            Err(QosError::Measurement(_))
+        ));
+        let bad_plan = MeasurePlan { repeats: 2, ..plan };
         assert!(measure(&mut fake(1e3, 1e9, vec![1.0]), &bad_plan, &b).is_err());
     }
 

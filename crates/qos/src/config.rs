@@ -233,7 +233,10 @@ impl ClassParams {
             return Err(invalid(what, "weight must be finite and > 0"));
         }
         if !ok(self.limit) {
-            return Err(invalid(what, "limit must be finite and >= 0 (0 = no limit)"));
+            return Err(invalid(
+                what,
+                "limit must be finite and >= 0 (0 = no limit)",
+            ));
         }
         if self.limit > 0.0 && self.reservation > self.limit {
             return Err(invalid(what, "reservation exceeds limit"));
@@ -287,7 +290,9 @@ impl Profile {
             limit,
         };
         match self {
-            Profile::HighClientOps => Some([p(0.5, 2.0, 0.0), p(0.25, 1.0, 1.0), p(0.25, 2.0, 0.0)]),
+            Profile::HighClientOps => {
+                Some([p(0.5, 2.0, 0.0), p(0.25, 1.0, 1.0), p(0.25, 2.0, 0.0)])
+            }
             Profile::Balanced => Some([p(0.4, 1.0, 1.0), p(0.4, 1.0, 1.5), p(0.2, 2.0, 0.0)]),
             Profile::HighRecoveryOps => Some([
                 p(0.3, 1.0, 0.8),
@@ -418,7 +423,10 @@ mod tests {
     fn profiles_match_seed_000_tables() {
         let p = Profile::HighClientOps.params(21500.0).unwrap();
         assert_eq!((p[0].reservation, p[0].weight, p[0].limit), (0.5, 2.0, 0.0));
-        assert_eq!((p[1].reservation, p[1].weight, p[1].limit), (0.25, 1.0, 1.0));
+        assert_eq!(
+            (p[1].reservation, p[1].weight, p[1].limit),
+            (0.25, 1.0, 1.0)
+        );
         let b = Profile::Balanced.params(21500.0).unwrap();
         assert_eq!(b[1].limit, 1.5);
         let r = Profile::HighRecoveryOps.params(21500.0).unwrap();
@@ -448,7 +456,10 @@ mod tests {
             profile: "nope".into(),
             ..MClockConfig::default()
         };
-        assert!(matches!(bad.class_params(), Err(QosError::UnknownProfile(_))));
+        assert!(matches!(
+            bad.class_params(),
+            Err(QosError::UnknownProfile(_))
+        ));
         let bad = ClassParams {
             reservation: 0.5,
             weight: 1.0,

@@ -36,7 +36,10 @@ impl DeviceCapacity {
             return Err(invalid("random_4k_iops", "must be finite and > 0"));
         }
         if !(self.seq_bandwidth_bytes_per_s.is_finite() && self.seq_bandwidth_bytes_per_s > 0.0) {
-            return Err(invalid("seq_bandwidth_bytes_per_s", "must be finite and > 0"));
+            return Err(invalid(
+                "seq_bandwidth_bytes_per_s",
+                "must be finite and > 0",
+            ));
         }
         Ok(())
     }

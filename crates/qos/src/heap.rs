@@ -37,9 +37,7 @@ impl IndexedHeap {
 
     /// True if `slot` is a member.
     pub fn contains(&self, slot: u32) -> bool {
-        self.pos
-            .get(slot as usize)
-            .is_some_and(|&p| p != ABSENT)
+        self.pos.get(slot as usize).is_some_and(|&p| p != ABSENT)
     }
 
     /// Smallest member and its key.

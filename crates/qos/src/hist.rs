@@ -117,7 +117,11 @@ mod tests {
         for v in 1..=10_000u64 {
             h.record(v * 1000);
         }
-        for (q, want) in [(0.5, 5_000_000.0), (0.99, 9_900_000.0), (0.995, 9_950_000.0)] {
+        for (q, want) in [
+            (0.5, 5_000_000.0),
+            (0.99, 9_900_000.0),
+            (0.995, 9_950_000.0),
+        ] {
             let got = h.quantile_ns(q) as f64;
             assert!((got - want).abs() / want < 0.13, "q{q}: {got} vs {want}");
         }

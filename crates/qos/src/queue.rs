@@ -98,9 +98,6 @@ impl QosQueue {
             });
         }
         self.close_throttle(now_ns);
-        if self.throttled_since.is_none() && self.len() > 0 {
-            self.throttled_since = None;
-        }
         req.throttle_mark_ns = self.throttled_total_ns;
         self.counters.on_enqueue(&req);
         if let Err(Refused(r)) = self.policy.enqueue(req, now_ns) {
@@ -111,12 +108,15 @@ impl QosQueue {
     }
 
     fn record(&mut self, d: Dispatch, now_ns: u64) -> Dequeued {
-        let throttled = self.throttled_total_ns.saturating_sub(d.req.throttle_mark_ns);
-        self.counters.on_dispatch(&d.req, d.phase, now_ns, throttled);
+        let throttled = self
+            .throttled_total_ns
+            .saturating_sub(d.req.throttle_mark_ns);
+        self.counters
+            .on_dispatch(&d.req, d.phase, now_ns, throttled);
         Dequeued::Request(d)
     }
 
-    fn from_fallback(&mut self, now_ns: u64) -> Option<Dequeued> {
+    fn serve_fallback(&mut self, now_ns: u64) -> Option<Dequeued> {
         match self.fallback.dequeue(now_ns) {
             Dequeued::Request(d) => Some(self.record(d, now_ns)),
             _ => None,
@@ -139,7 +139,7 @@ impl QosQueue {
                 Dequeued::Request(d) => return self.record(d, now_ns),
                 Dequeued::NothingBefore(t) => {
                     return self
-                        .from_fallback(now_ns)
+                        .serve_fallback(now_ns)
                         .unwrap_or(Dequeued::NothingBefore(t));
                 }
                 Dequeued::Empty => self.draining = None,
@@ -147,16 +147,16 @@ impl QosQueue {
         }
         self.fallback_turn = !self.fallback_turn;
         if self.fallback_turn {
-            if let Some(d) = self.from_fallback(now_ns) {
+            if let Some(d) = self.serve_fallback(now_ns) {
                 return d;
             }
         }
         match self.policy.dequeue(now_ns) {
             Dequeued::Request(d) => self.record(d, now_ns),
             Dequeued::NothingBefore(t) => self
-                .from_fallback(now_ns)
+                .serve_fallback(now_ns)
                 .unwrap_or(Dequeued::NothingBefore(t)),
-            Dequeued::Empty => self.from_fallback(now_ns).unwrap_or(Dequeued::Empty),
+            Dequeued::Empty => self.serve_fallback(now_ns).unwrap_or(Dequeued::Empty),
         }
     }
 

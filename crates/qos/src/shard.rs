@@ -26,7 +26,10 @@ impl ShardedMClock {
     /// `shards` (1..=256) schedulers with one config.
     pub fn new(cfg: MClockConfig, shards: usize) -> Result<ShardedMClock, QosError> {
         if shards == 0 || shards > MAX_SHARDS {
-            return Err(crate::error::invalid("shards", format!("must be in 1..={MAX_SHARDS}")));
+            return Err(crate::error::invalid(
+                "shards",
+                format!("must be in 1..={MAX_SHARDS}"),
+            ));
         }
         let shared = SharedTagsHandle::default();
         let shards = (0..shards)
@@ -94,7 +97,12 @@ impl Scheduler for ShardedMClock {
         if let Some((_, _, i)) = best {
             return self.shards[i].dequeue(now_ns);
         }
-        match self.shards.iter().filter_map(|s| s.next_eligible_ns()).min() {
+        match self
+            .shards
+            .iter()
+            .filter_map(|s| s.next_eligible_ns())
+            .min()
+        {
             Some(t) => Dequeued::NothingBefore(t),
             None => Dequeued::Empty,
         }

@@ -38,7 +38,11 @@ fn assert_nothing_lost(r: &SimReport) {
     let issued: u64 = r.sources.iter().map(|s| s.issued).sum();
     let completed: u64 = r.sources.iter().map(|s| s.completed).sum();
     let ids: HashSet<u64> = r.dispatch_order.iter().map(|&(_, id)| id).collect();
-    assert_eq!(ids.len(), r.dispatch_order.len(), "a request was dispatched twice");
+    assert_eq!(
+        ids.len(),
+        r.dispatch_order.len(),
+        "a request was dispatched twice"
+    );
     assert_eq!(r.left_queued, 0);
     assert_eq!(issued, completed, "issued {issued} completed {completed}");
     assert_eq!(ids.len() as u64, issued);
@@ -71,7 +75,10 @@ fn swapping_through_every_policy_loses_nothing_and_keeps_client_order() {
         assert!(id > prev, "client {client}: {id} after {prev}");
     }
     assert_eq!(r.queue.policy_name(), "fifo");
-    assert!(r.sources.iter().all(|s| s.window_ops[3] > 0), "every source served during swaps");
+    assert!(
+        r.sources.iter().all(|s| s.window_ops[3] > 0),
+        "every source served during swaps"
+    );
 }
 
 #[test]
@@ -90,11 +97,14 @@ fn swapping_to_a_refusing_policy_loses_nothing() {
 fn old_policy_is_drained_before_new_requests_are_served() {
     let mut q = QosQueue::new(PolicyConfig::Fifo).unwrap();
     for id in 1..=3 {
-        q.enqueue(Request::new(id, QosClass::Client, 1, 100), 0).unwrap();
+        q.enqueue(Request::new(id, QosClass::Client, 1, 100), 0)
+            .unwrap();
     }
-    q.set_policy(PolicyConfig::Crrn(CrrnConfig::default()), 0).unwrap();
+    q.set_policy(PolicyConfig::Crrn(CrrnConfig::default()), 0)
+        .unwrap();
     assert!(q.is_draining());
-    q.enqueue(Request::new(4, QosClass::Client, 1, 100), 0).unwrap();
+    q.enqueue(Request::new(4, QosClass::Client, 1, 100), 0)
+        .unwrap();
     let mut got = Vec::new();
     while let Dequeued::Request(d) = q.dequeue(0) {
         got.push(d.req.id);
@@ -105,15 +115,22 @@ fn old_policy_is_drained_before_new_requests_are_served() {
 
 #[test]
 fn bad_config_leaves_running_policy_untouched_and_limits_are_checked() {
-    let mut q = QosQueue::new(PolicyConfig::Fifo).unwrap().with_max_queued(2);
+    let mut q = QosQueue::new(PolicyConfig::Fifo)
+        .unwrap()
+        .with_max_queued(2);
     let bad = PolicyConfig::Mclock(MClockConfig {
         profile: "turbo".into(),
         ..MClockConfig::default()
     });
-    assert!(matches!(q.set_policy(bad, 0), Err(QosError::UnknownProfile(_))));
+    assert!(matches!(
+        q.set_policy(bad, 0),
+        Err(QosError::UnknownProfile(_))
+    ));
     assert_eq!(q.policy_name(), "fifo");
-    q.enqueue(Request::new(1, QosClass::Client, 1, 1), 0).unwrap();
-    q.enqueue(Request::new(2, QosClass::Client, 1, 1), 0).unwrap();
+    q.enqueue(Request::new(1, QosClass::Client, 1, 1), 0)
+        .unwrap();
+    q.enqueue(Request::new(2, QosClass::Client, 1, 1), 0)
+        .unwrap();
     assert_eq!(
         q.enqueue(Request::new(3, QosClass::Client, 1, 1), 0),
         Err(QosError::QueueFull { limit: 2 })

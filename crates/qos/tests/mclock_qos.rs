@@ -20,9 +20,16 @@ fn backlogged_class_gets_its_reservation_in_99pct_of_windows() {
         SourceSpec::closed("scrub", QosClass::BestEffort, 3, 32, 4096),
     ];
     let r = run(&scenario(policy, sources, 20.0, IOPS)).unwrap();
-    for (class, res) in [(QosClass::Client, 0.3), (QosClass::Recovery, 0.2), (QosClass::BestEffort, 0.1)] {
+    for (class, res) in [
+        (QosClass::Client, 0.3),
+        (QosClass::Recovery, 0.2),
+        (QosClass::BestEffort, 0.1),
+    ] {
         let w = class_window_cost(&r, class);
-        let ok = w[1..].iter().filter(|&&c| c as f64 >= 0.98 * res * 1e9).count();
+        let ok = w[1..]
+            .iter()
+            .filter(|&&c| c as f64 >= 0.98 * res * 1e9)
+            .count();
         assert!(ok as f64 >= 0.99 * (w.len() - 1) as f64, "{class:?}: {w:?}");
     }
     // The client really needed its reservation: it did not get much more.
@@ -97,7 +104,10 @@ fn limit_holds_after_the_client_was_held_back() {
         stop_s: Some(4.0),
         ..SourceSpec::closed("heavy", QosClass::Recovery, 2, 64, 4096)
     };
-    let sources = vec![SourceSpec::closed("client", QosClass::Client, 1, 64, 4096), heavy];
+    let sources = vec![
+        SourceSpec::closed("client", QosClass::Client, 1, 64, 4096),
+        heavy,
+    ];
     let r = run(&scenario(policy, sources, 10.0, IOPS)).unwrap();
     let cost = r.sources[0].dispatches[0].cost_ns;
     assert_hard_limit(&r.sources[0].dispatches, 0.4, cost);
@@ -108,7 +118,8 @@ fn limit_holds_after_the_client_was_held_back() {
 
 #[test]
 fn limit_break_serves_over_limit_only_when_idle_otherwise() {
-    let PolicyConfig::Mclock(mut cfg) = custom(p(0.0, 1.0, 0.2), p(0.0, 1.0, 0.0), p(0.0, 1.0, 0.0))
+    let PolicyConfig::Mclock(mut cfg) =
+        custom(p(0.0, 1.0, 0.2), p(0.0, 1.0, 0.0), p(0.0, 1.0, 0.0))
     else {
         unreachable!()
     };
@@ -150,7 +161,10 @@ fn spare_capacity_is_split_by_weight_within_5pct() {
         for (i, s) in r.sources.iter().enumerate() {
             let share = s.window_cost_ns[w] as f64 / total as f64;
             let want = (i + 1) as f64 / 6.0;
-            assert!((share - want).abs() <= 0.05 * want, "window {w} client {i}: {share}");
+            assert!(
+                (share - want).abs() <= 0.05 * want,
+                "window {w} client {i}: {share}"
+            );
         }
     }
 }
@@ -161,7 +175,10 @@ fn newcomer_gets_its_share_within_1s_and_the_idle_capacity_user_is_not_starved()
         start_s: 5.0,
         ..SourceSpec::closed("b", QosClass::Client, 1, 16, 4096)
     };
-    let sources = vec![SourceSpec::closed("a", QosClass::Client, 0, 16, 4096), newcomer];
+    let sources = vec![
+        SourceSpec::closed("a", QosClass::Client, 0, 16, 4096),
+        newcomer,
+    ];
     // Weight 0.25: alone, a's proportional tags run 4x ahead of real time (the dmclock defect).
     let r = run(&scenario(per_client(&[0.25, 0.25]), sources, 12.0, IOPS)).unwrap();
     let a = &r.sources[0].window_cost_ns;
@@ -169,7 +186,10 @@ fn newcomer_gets_its_share_within_1s_and_the_idle_capacity_user_is_not_starved()
     assert!(a[3] > 990_000_000, "a alone uses the idle device: {a:?}");
     for w in 5..12 {
         let sa = a[w] as f64 / (a[w] + b[w]) as f64;
-        assert!((sa - 0.5).abs() <= 0.025, "window {w}: a share {sa} ({a:?} / {b:?})");
+        assert!(
+            (sa - 0.5).abs() <= 0.025,
+            "window {w}: a share {sa} ({a:?} / {b:?})"
+        );
     }
 }
 
@@ -183,7 +203,11 @@ fn returning_client_is_neither_punished_nor_rewarded() {
         start_s: 6.0,
         ..SourceSpec::closed("b-again", QosClass::Client, 1, 16, 4096)
     };
-    let sources = vec![SourceSpec::closed("a", QosClass::Client, 0, 16, 4096), sleepy, back];
+    let sources = vec![
+        SourceSpec::closed("a", QosClass::Client, 0, 16, 4096),
+        sleepy,
+        back,
+    ];
     let r = run(&scenario(per_client(&[1.0, 1.0]), sources, 10.0, IOPS)).unwrap();
     let a = &r.sources[0].window_cost_ns;
     let b = &r.sources[2].window_cost_ns;

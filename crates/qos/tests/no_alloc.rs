@@ -1,6 +1,8 @@
 //! The hot path allocates nothing: steady-state enqueue+dequeue pairs of every policy.
 
-use cairn_qos::config::{BatchConfig, CrrnConfig, MClockConfig, OpFilter, PolicyConfig, TbfConfig, WpqConfig};
+use cairn_qos::config::{
+    BatchConfig, CrrnConfig, MClockConfig, OpFilter, PolicyConfig, TbfConfig, WpqConfig,
+};
 use cairn_qos::{build_policy, QosClass, Request};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -58,14 +58,32 @@ fn crrn_evens_out_10_clients_by_10_streams() {
 fn crrn_gives_the_lone_stream_a_full_client_share() {
     let mut streams = [11u32; 10];
     streams[4] = 1;
-    let crrn = per_client_mb_s(&dd(PolicyConfig::Crrn(CrrnConfig { quantum: 1 }), &streams), 10);
+    let crrn = per_client_mb_s(
+        &dd(PolicyConfig::Crrn(CrrnConfig { quantum: 1 }), &streams),
+        10,
+    );
     let (m, sd) = mean_stdev(&crrn);
     assert!(sd <= 0.05 * m, "crrn mean {m} stdev {sd}: {crrn:?}");
-    let others: f64 = crrn.iter().enumerate().filter(|(i, _)| *i != 4).map(|(_, v)| v).sum::<f64>() / 9.0;
-    assert!(crrn[4] >= 0.95 * others, "lone {} vs others {others}", crrn[4]);
+    let others: f64 = crrn
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 4)
+        .map(|(_, v)| v)
+        .sum::<f64>()
+        / 9.0;
+    assert!(
+        crrn[4] >= 0.95 * others,
+        "lone {} vs others {others}",
+        crrn[4]
+    );
     // FIFO serves streams, not clients: the lone client gets about 1/11 of a share.
     let fifo = per_client_mb_s(&dd(PolicyConfig::Fifo, &streams), 10);
-    assert!(fifo[4] < 0.15 * fifo[0], "fifo lone {} vs {}", fifo[4], fifo[0]);
+    assert!(
+        fifo[4] < 0.15 * fifo[0],
+        "fifo lone {} vs {}",
+        fifo[4],
+        fifo[0]
+    );
 }
 
 /// 128 reader streams (one outstanding read each) over 16 objects, interleaved so that arrival
@@ -96,8 +114,18 @@ fn orr_lowers_seek_distance_versus_fifo_on_hdd() {
     }));
     let done = |r: &SimReport| r.sources.iter().map(|s| s.completed).sum::<u64>();
     let per_req = |r: &SimReport| r.seek_distance_bytes as f64 / done(r) as f64;
-    assert!(per_req(&orr) < 0.5 * per_req(&fifo), "orr {} fifo {}", per_req(&orr), per_req(&fifo));
-    assert!(done(&orr) > done(&fifo), "orr {} fifo {}", done(&orr), done(&fifo));
+    assert!(
+        per_req(&orr) < 0.5 * per_req(&fifo),
+        "orr {} fifo {}",
+        per_req(&orr),
+        per_req(&fifo)
+    );
+    assert!(
+        done(&orr) > done(&fifo),
+        "orr {} fifo {}",
+        done(&orr),
+        done(&fifo)
+    );
     assert_eq!(orr.queue.counters().refused_to_fifo, 0);
 }
 
@@ -115,12 +143,24 @@ fn orr_refuses_writes_and_objectless_requests_to_fifo() {
             ..SourceSpec::closed("no-object", QosClass::Client, 3, 4, 4096)
         },
     ];
-    let r = run(&scenario(PolicyConfig::Orr(BatchConfig::default()), sources, 2.0, 10_000.0)).unwrap();
+    let r = run(&scenario(
+        PolicyConfig::Orr(BatchConfig::default()),
+        sources,
+        2.0,
+        10_000.0,
+    ))
+    .unwrap();
     assert!(r.queue.counters().refused_to_fifo > 1000);
     assert!(r.sources.iter().all(|s| s.completed > 1000));
 }
 
-fn rule(name: &str, expr: &str, rps: Option<f64>, bps: Option<f64>, key: BucketKey) -> TbfRuleConfig {
+fn rule(
+    name: &str,
+    expr: &str,
+    rps: Option<f64>,
+    bps: Option<f64>,
+    key: BucketKey,
+) -> TbfRuleConfig {
     TbfRuleConfig {
         name: name.into(),
         expr: expr.into(),
@@ -141,9 +181,21 @@ fn tbf(rules: Vec<TbfRuleConfig>) -> PolicyConfig {
 fn tbf_rule_rates_hold_within_2pct_in_requests_and_bytes() {
     let rules = vec![
         rule("one", "client=1", Some(200.0), None, BucketKey::Client),
-        rule("twenties", "client=2? & op=write", Some(100.0), None, BucketKey::Client),
+        rule(
+            "twenties",
+            "client=2? & op=write",
+            Some(100.0),
+            None,
+            BucketKey::Client,
+        ),
         rule("job7", "job=7", None, Some(2e6), BucketKey::Job),
-        rule("both", "client={40,41}", Some(300.0), Some(600e3), BucketKey::Rule),
+        rule(
+            "both",
+            "client={40,41}",
+            Some(300.0),
+            Some(600e3),
+            BucketKey::Rule,
+        ),
     ];
     let mut sources = vec![
         SourceSpec::closed("c1", QosClass::Client, 1, 8, 4096),
@@ -162,7 +214,12 @@ fn tbf_rule_rates_hold_within_2pct_in_requests_and_bytes() {
     let ops = |i: usize| r.sources[i].completed as f64 / 10.0;
     let within = |got: f64, want: f64| (got - want).abs() <= 0.02 * want;
     assert!(within(ops(0), 200.0), "client 1: {}", ops(0));
-    assert!(within(ops(1), 100.0) && within(ops(2), 100.0), "{} {}", ops(1), ops(2));
+    assert!(
+        within(ops(1), 100.0) && within(ops(2), 100.0),
+        "{} {}",
+        ops(1),
+        ops(2)
+    );
     let job_bps = r.sources[3].completed_bytes as f64 / 10.0;
     assert!(within(job_bps, 2e6), "job 7: {job_bps}");
     // Shared bucket: bytes (600 KB/s = 146 req/s of 4 KiB) bind before requests (300/s).
@@ -170,7 +227,10 @@ fn tbf_rule_rates_hold_within_2pct_in_requests_and_bytes() {
     assert!(within(shared, 600e3), "shared: {shared}");
     assert!(within(ops(6), 1000.0), "default: {}", ops(6));
     let worst = max_sliding(&r.sources[0].dispatches, 1_000_000_000, |_| 1);
-    assert!(worst as f64 <= 200.0 * 1.01 + 1.0, "client 1 worst window {worst}");
+    assert!(
+        worst as f64 <= 200.0 * 1.01 + 1.0,
+        "client 1 worst window {worst}"
+    );
 }
 
 #[test]
@@ -179,22 +239,40 @@ fn tbf_rules_change_and_stop_at_run_time() {
         rule("one", "client=1", Some(200.0), None, BucketKey::Client),
         rule("two", "client=2", Some(50.0), None, BucketKey::Client),
     ]);
-    let changed = tbf(vec![rule("one", "client=1", Some(100.0), None, BucketKey::Client), rule("two", "client=2", Some(50.0), None, BucketKey::Client)]);
-    let stopped = tbf(vec![rule("one", "client=1", Some(100.0), None, BucketKey::Client)]);
+    let changed = tbf(vec![
+        rule("one", "client=1", Some(100.0), None, BucketKey::Client),
+        rule("two", "client=2", Some(50.0), None, BucketKey::Client),
+    ]);
+    let stopped = tbf(vec![rule(
+        "one",
+        "client=1",
+        Some(100.0),
+        None,
+        BucketKey::Client,
+    )]);
     let sources = vec![
         SourceSpec::closed("c1", QosClass::Client, 1, 8, 4096),
         SourceSpec::closed("c2", QosClass::Client, 2, 8, 4096),
     ];
     let mut scn = scenario(start, sources, 9.0, 10_000.0);
     scn.changes = vec![
-        PolicyChange { at_s: 3.0, policy: changed },
-        PolicyChange { at_s: 6.0, policy: stopped },
+        PolicyChange {
+            at_s: 3.0,
+            policy: changed,
+        },
+        PolicyChange {
+            at_s: 6.0,
+            policy: stopped,
+        },
     ];
     let r = run(&scn).unwrap();
     let c1 = &r.sources[0].window_ops;
     let c2 = &r.sources[1].window_ops;
     assert!((198..=202).contains(&c1[1]), "{c1:?}");
-    assert!((99..=101).contains(&c1[4]) && (99..=101).contains(&c1[7]), "{c1:?}");
+    assert!(
+        (99..=101).contains(&c1[4]) && (99..=101).contains(&c1[7]),
+        "{c1:?}"
+    );
     assert!((49..=51).contains(&c2[4]), "{c2:?}");
     // Rule stopped: client 2 falls to the unlimited default rule and takes the spare device.
     assert!(c2[7] > 5000, "{c2:?}");
@@ -210,14 +288,22 @@ fn tbf_bad_rules_are_typed_errors() {
     };
     assert!(matches!(Tbf::new(bad), Err(QosError::BadRule { .. })));
     let mut t = Tbf::new(TbfConfig::default()).unwrap();
-    t.start_rule(rule("a", "op=read", Some(5.0), None, BucketKey::Rule), None).unwrap();
+    t.start_rule(rule("a", "op=read", Some(5.0), None, BucketKey::Rule), None)
+        .unwrap();
     assert!(matches!(
         t.start_rule(rule("a", "op=read", Some(5.0), None, BucketKey::Rule), None),
         Err(QosError::DuplicateRule(_))
     ));
-    assert!(matches!(t.change_rule("zz", None, None, None), Err(QosError::NoSuchRule(_))));
+    assert!(matches!(
+        t.change_rule("zz", None, None, None),
+        Err(QosError::NoSuchRule(_))
+    ));
     assert!(matches!(t.stop_rule("zz", 0), Err(QosError::NoSuchRule(_))));
     assert!(t.change_rule("a", Some(-1.0), None, None).is_err());
-    t.start_rule(rule("b", "op=write", None, Some(1e6), BucketKey::Rule), Some(0)).unwrap();
+    t.start_rule(
+        rule("b", "op=write", None, Some(1e6), BucketKey::Rule),
+        Some(0),
+    )
+    .unwrap();
     assert_eq!(t.rule_names(), vec!["b", "a"]);
 }

@@ -14,8 +14,14 @@ fn check(cap: DeviceCapacity, duration_s: f64) {
     let hco = row(&rows, "mclock high_client_ops");
     let wpq_aggr = row(&rows, "wpq (aggressive, recovery prio 63)");
     let fifo = row(&rows, "fifo");
-    assert!(hco.client_iops >= 0.5 * cap.random_4k_iops * 0.98, "{hco:?}");
-    assert!(hco.client_iops >= 4.0 * wpq_aggr.client_iops, "{hco:?} vs {wpq_aggr:?}");
+    assert!(
+        hco.client_iops >= 0.5 * cap.random_4k_iops * 0.98,
+        "{hco:?}"
+    );
+    assert!(
+        hco.client_iops >= 4.0 * wpq_aggr.client_iops,
+        "{hco:?} vs {wpq_aggr:?}"
+    );
     assert!(hco.client_iops >= 4.0 * fifo.client_iops);
     // Recovery still progresses under every mClock profile, faster with high_recovery_ops.
     let hro = row(&rows, "mclock high_recovery_ops");

@@ -61,7 +61,12 @@ fn sharded_reservation_and_limit_match_single_queue_within_2pct() {
     let got = drive(&mut sharded, 10);
     for c in 0..3 {
         let rel = (got[c] as f64 - want[c] as f64).abs() / want[c] as f64;
-        assert!(rel <= 0.02, "class {c}: sharded {} vs oracle {}", got[c], want[c]);
+        assert!(
+            rel <= 0.02,
+            "class {c}: sharded {} vs oracle {}",
+            got[c],
+            want[c]
+        );
     }
     // The OSD-wide numbers, not per-shard ones: client 20% reserved, recovery capped at 30%.
     let total: u64 = got.iter().sum();

@@ -49,7 +49,11 @@ struct Rates {
 impl Rates {
     fn from(p: &ClassParams) -> Rates {
         Rates {
-            inv_r: if p.reservation > 0.0 { 1.0 / p.reservation } else { 0.0 },
+            inv_r: if p.reservation > 0.0 {
+                1.0 / p.reservation
+            } else {
+                0.0
+            },
             inv_w: 1.0 / p.weight,
             inv_l: if p.limit > 0.0 { 1.0 / p.limit } else { 0.0 },
         }
@@ -154,7 +158,10 @@ impl MClock {
     fn global(&self, key: Key) -> Option<([u64; 3], u64)> {
         let shared = self.shared.as_ref()?;
         let g = shared.lock().ok()?;
-        Some((g.next.get(&(key.0, key.1)).copied().unwrap_or([0; 3]), g.vtime))
+        Some((
+            g.next.get(&(key.0, key.1)).copied().unwrap_or([0; 3]),
+            g.vtime,
+        ))
     }
 
     /// Raises slot `s`'s head tags to what other shards' dispatches imply; true if they changed.
@@ -298,7 +305,10 @@ impl MClock {
 
     fn activate(&mut self, s: u32, now: u64) {
         let mut v = self.vtime;
-        let key = Key(self.slots[s as usize].class, self.slots[s as usize].client_id);
+        let key = Key(
+            self.slots[s as usize].class,
+            self.slots[s as usize].client_id,
+        );
         if let Some(([r, p, l], gv)) = self.global(key) {
             v = v.max(gv);
             let slot = &mut self.slots[s as usize];
@@ -364,7 +374,10 @@ impl MClock {
         };
         if let Some(shared) = &self.shared {
             if let Ok(mut g) = shared.lock() {
-                g.next.insert((slot.class, slot.client_id), [slot.r_next, slot.p_next, slot.l_next]);
+                g.next.insert(
+                    (slot.class, slot.client_id),
+                    [slot.r_next, slot.p_next, slot.l_next],
+                );
                 g.vtime = g.vtime.max(self.vtime);
             }
         }

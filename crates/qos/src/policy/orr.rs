@@ -67,11 +67,12 @@ impl BatchRr {
     }
 
     fn key_of(&self, req: &Request) -> Option<u64> {
-        let op_ok = match (self.cfg.ops, req.op) {
-            (OpFilter::Both, OpKind::Read | OpKind::Write) => true,
-            (OpFilter::Reads, OpKind::Read) | (OpFilter::Writes, OpKind::Write) => true,
-            _ => false,
-        };
+        let op_ok = matches!(
+            (self.cfg.ops, req.op),
+            (OpFilter::Both, OpKind::Read | OpKind::Write)
+                | (OpFilter::Reads, OpKind::Read)
+                | (OpFilter::Writes, OpKind::Write)
+        );
         if !op_ok {
             return None;
         }
@@ -96,8 +97,12 @@ impl BatchRr {
             self.per_key.remove(&k);
         }
         let kind = self.cfg.offset;
-        self.batch
-            .sort_unstable_by_key(|r| (std::cmp::Reverse(offset_of(kind, r)), std::cmp::Reverse(r.id)));
+        self.batch.sort_unstable_by_key(|r| {
+            (
+                std::cmp::Reverse(offset_of(kind, r)),
+                std::cmp::Reverse(r.id),
+            )
+        });
     }
 }
 
@@ -144,14 +149,19 @@ impl Scheduler for BatchRr {
 
     fn reconfigure(&mut self, cfg: &PolicyConfig) -> Result<(), QosError> {
         let c = match (self.key, cfg) {
-            (BatchKey::Object, PolicyConfig::Orr(c)) | (BatchKey::Target, PolicyConfig::Trr(c)) => c,
+            (BatchKey::Object, PolicyConfig::Orr(c)) | (BatchKey::Target, PolicyConfig::Trr(c)) => {
+                c
+            }
             (_, other) => return Err(mismatch(self.name(), other.name())),
         };
         if c.quantum == 0 {
             return Err(invalid("quantum", "must be >= 1"));
         }
         if c.ops != self.cfg.ops && self.len > 0 {
-            return Err(invalid("ops", "cannot change the op filter while requests are queued"));
+            return Err(invalid(
+                "ops",
+                "cannot change the op filter while requests are queued",
+            ));
         }
         self.cfg = c.clone();
         Ok(())

@@ -302,7 +302,11 @@ impl Scheduler for Tbf {
         let stale: Vec<String> = self
             .rules
             .iter()
-            .filter(|r| !c.rules.iter().any(|n| n.name == r.cfg.name && n.expr == r.cfg.expr))
+            .filter(|r| {
+                !c.rules
+                    .iter()
+                    .any(|n| n.name == r.cfg.name && n.expr == r.cfg.expr)
+            })
             .map(|r| r.cfg.name.clone())
             .collect();
         for name in stale {

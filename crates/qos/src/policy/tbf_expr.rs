@@ -124,7 +124,8 @@ impl Expr {
                 *i += 1;
             }
         };
-        let is_word = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'*' | b'?' | b'.' | b'-');
+        let is_word =
+            |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'*' | b'?' | b'.' | b'-');
         let mut any_of = Vec::new();
         let mut all_of = Vec::new();
         loop {
@@ -219,12 +220,22 @@ mod tests {
         assert!(!e.matches(&req(21, OpKind::Read, Some(930))));
         let all = Expr::parse("class=*").unwrap();
         assert!(all.matches(&req(5, OpKind::Other, None)));
-        assert!(Expr::parse("object=*").unwrap().matches(&req(1, OpKind::Read, None)) == false);
+        assert!(!Expr::parse("object=*")
+            .unwrap()
+            .matches(&req(1, OpKind::Read, None)));
     }
 
     #[test]
     fn malformed_expressions_are_typed_errors() {
-        for bad in ["", "client", "client=", "colour=red", "client=1 &", "client={1,2", "op=read ^ x"] {
+        for bad in [
+            "",
+            "client",
+            "client=",
+            "colour=red",
+            "client=1 &",
+            "client={1,2",
+            "op=read ^ x",
+        ] {
             assert!(
                 matches!(Expr::parse(bad), Err(QosError::BadRule { .. })),
                 "{bad:?} should fail"

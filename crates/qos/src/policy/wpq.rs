@@ -141,8 +141,8 @@ impl Scheduler for Wpq {
                     break None;
                 };
                 let head_cost = q.front().map_or(0, |r| r.cost_ns).min(max_cost);
-                let gain = (max_cost - head_cost * 9 / 10) as u128 * CREDIT_ONE as u128
-                    / max_cost as u128;
+                let gain =
+                    (max_cost - head_cost * 9 / 10) as u128 * CREDIT_ONE as u128 / max_cost as u128;
                 q.credit += gain as u64;
                 if q.credit >= CREDIT_ONE {
                     q.credit -= CREDIT_ONE;

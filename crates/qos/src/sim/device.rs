@@ -73,9 +73,7 @@ impl Device {
 
     /// Service time of `req`, moving the head.
     pub(crate) fn serve(&mut self, req: &Request) -> u64 {
-        let pos = req
-            .physical_offset_bytes
-            .unwrap_or(req.offset_bytes);
+        let pos = req.physical_offset_bytes.unwrap_or(req.offset_bytes);
         match self.model.hdd {
             Some(h) => {
                 let dist = pos.abs_diff(self.head_bytes);

@@ -168,7 +168,13 @@ fn default_object_size() -> u64 {
 
 impl SourceSpec {
     /// A closed-loop source with defaults for everything else.
-    pub fn closed(name: &str, class: QosClass, client_id: u64, depth: u32, size_bytes: u64) -> Self {
+    pub fn closed(
+        name: &str,
+        class: QosClass,
+        client_id: u64,
+        depth: u32,
+        size_bytes: u64,
+    ) -> Self {
         SourceSpec {
             name: name.to_string(),
             class,
@@ -192,7 +198,13 @@ impl SourceSpec {
     }
 
     /// An open-loop source at `rate_rps`.
-    pub fn open(name: &str, class: QosClass, client_id: u64, rate_rps: f64, size_bytes: u64) -> Self {
+    pub fn open(
+        name: &str,
+        class: QosClass,
+        client_id: u64,
+        rate_rps: f64,
+        size_bytes: u64,
+    ) -> Self {
         SourceSpec {
             depth: None,
             rate_rps: Some(rate_rps),
@@ -219,11 +231,18 @@ impl Scenario {
 
     /// Checks ranges and limits.
     pub fn validate(&self) -> Result<(), QosError> {
-        if !(self.duration_s.is_finite() && self.duration_s > 0.0 && self.duration_s <= MAX_DURATION_S)
+        if !(self.duration_s.is_finite()
+            && self.duration_s > 0.0
+            && self.duration_s <= MAX_DURATION_S)
         {
-            return Err(invalid("duration_s", format!("must be in (0, {MAX_DURATION_S}]")));
+            return Err(invalid(
+                "duration_s",
+                format!("must be in (0, {MAX_DURATION_S}]"),
+            ));
         }
-        if !(self.window_s.is_finite() && self.window_s >= 0.001 && self.window_s <= self.duration_s)
+        if !(self.window_s.is_finite()
+            && self.window_s >= 0.001
+            && self.window_s <= self.duration_s)
         {
             return Err(invalid("window_s", "must be in [0.001, duration_s]"));
         }
@@ -246,7 +265,10 @@ impl Scenario {
                 }
             }
             if s.size_bytes == 0 || s.size_bytes > 1 << 30 || s.objects == 0 {
-                return Err(invalid(&s.name, "size_bytes must be in 1..=1 GiB and objects >= 1"));
+                return Err(invalid(
+                    &s.name,
+                    "size_bytes must be in 1..=1 GiB and objects >= 1",
+                ));
             }
             if s.object_size_bytes < s.size_bytes {
                 return Err(invalid(&s.name, "object_size_bytes must be >= size_bytes"));
@@ -395,11 +417,18 @@ impl Engine<'_> {
             st.seq_cursor += 1;
             ((n / slots) % spec.objects, n % slots)
         } else {
-            (st.rng.gen_range(0..spec.objects), st.rng.gen_range(0..slots))
+            (
+                st.rng.gen_range(0..spec.objects),
+                st.rng.gen_range(0..slots),
+            )
         };
         let object = spec.object_base + obj_index;
         let offset = slot * spec.size_bytes;
-        let span = self.scn.device.hdd.map_or(u64::MAX, |h| h.span_bytes.max(1));
+        let span = self
+            .scn
+            .device
+            .hdd
+            .map_or(u64::MAX, |h| h.span_bytes.max(1));
         let physical = (object.wrapping_mul(spec.object_size_bytes) % span).saturating_add(offset);
         self.next_id += 1;
         Request {
@@ -565,7 +594,9 @@ pub fn run_with_progress(
         next_id: 0,
         src: (0..scn.sources.len())
             .map(|i| SrcState {
-                rng: ChaCha8Rng::seed_from_u64(scn.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                rng: ChaCha8Rng::seed_from_u64(
+                    scn.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                ),
                 seq_cursor: 0,
             })
             .collect(),

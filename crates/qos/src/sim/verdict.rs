@@ -7,7 +7,11 @@ use crate::config::PolicyConfig;
 use crate::request::QosClass;
 
 /// Largest sum of `value` over any window of `window_ns` (sliding, anchored at each dispatch).
-pub fn max_sliding(dispatches: &[DispatchRecord], window_ns: u64, value: fn(&DispatchRecord) -> u64) -> u64 {
+pub fn max_sliding(
+    dispatches: &[DispatchRecord],
+    window_ns: u64,
+    value: fn(&DispatchRecord) -> u64,
+) -> u64 {
     let mut best = 0;
     let mut sum = 0;
     let mut lo = 0;
@@ -79,7 +83,10 @@ pub fn mclock_verdicts(
         let p = params[i];
         if p.reservation > 0.0 && backlogged.iter().all(|b| *b) && full_windows > 1 {
             let need = p.reservation * 1e9 * window_s * 0.98;
-            let ok = w[1..full_windows].iter().filter(|&&c| c as f64 >= need).count();
+            let ok = w[1..full_windows]
+                .iter()
+                .filter(|&&c| c as f64 >= need)
+                .count();
             let frac = ok as f64 / (full_windows - 1) as f64;
             out.push(Verdict {
                 what: format!(

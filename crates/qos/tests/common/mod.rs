@@ -13,7 +13,12 @@ pub fn device(iops: f64) -> DeviceSpec {
     }
 }
 
-pub fn scenario(policy: PolicyConfig, sources: Vec<SourceSpec>, duration_s: f64, iops: f64) -> Scenario {
+pub fn scenario(
+    policy: PolicyConfig,
+    sources: Vec<SourceSpec>,
+    duration_s: f64,
+    iops: f64,
+) -> Scenario {
     Scenario {
         title: String::new(),
         duration_s,
@@ -35,7 +40,11 @@ pub fn p(reservation: f64, weight: f64, limit: f64) -> ClassParams {
     }
 }
 
-pub fn custom(client: ClassParams, recovery: ClassParams, best_effort: ClassParams) -> PolicyConfig {
+pub fn custom(
+    client: ClassParams,
+    recovery: ClassParams,
+    best_effort: ClassParams,
+) -> PolicyConfig {
     PolicyConfig::Mclock(MClockConfig {
         profile: "custom".into(),
         custom: Some([client, recovery, best_effort]),
