@@ -1,15 +1,27 @@
-//! Indexed binary min-heap over dense slot ids, with O(log N) insert, remove and re-key.
+//! Indexed 4-ary min-heap over dense slot ids, with O(log N) insert, remove and re-key.
 //!
-//! Owns heap ordering only; it never looks at requests. Used by mClock (three tag heaps over
-//! active clients) and TBF (bucket deadlines). Memory: two `u32` per slot plus one entry per
-//! member; nothing is allocated per operation once capacity is reached.
+//! Owns heap ordering only; it never looks at requests. Used by mClock (tag heaps over active
+//! clients) and TBF (bucket deadlines). Entries are 16 bytes and each node has four children
+//! (one cache line for a node's children, half the depth of a binary heap): at 100k members a
+//! re-key touches ~9 levels instead of ~17. The tie-break key is kept modulo 2^32, which only
+//! matters for equal primary keys. Memory: one `u32` per slot plus one entry per member;
+//! nothing is allocated per operation once capacity is reached.
 
 const ABSENT: u32 = u32::MAX;
 
+const ARITY: usize = 4;
+
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    key: (u64, u64),
+    key: u64,
+    tie: u32,
     slot: u32,
+}
+
+impl Entry {
+    fn k(&self) -> (u64, u32) {
+        (self.key, self.tie)
+    }
 }
 
 /// Min-heap of slots keyed by `(primary, tie_break)`.
@@ -42,7 +54,9 @@ impl IndexedHeap {
 
     /// Smallest member and its key.
     pub fn peek(&self) -> Option<(u32, (u64, u64))> {
-        self.entries.first().map(|e| (e.slot, e.key))
+        self.entries
+            .first()
+            .map(|e| (e.slot, (e.key, e.tie as u64)))
     }
 
     /// Inserts `slot` or changes its key.
@@ -52,16 +66,21 @@ impl IndexedHeap {
             self.pos.resize(s + 1, ABSENT);
         }
         let p = self.pos[s];
+        let e = Entry {
+            key: key.0,
+            tie: key.1 as u32,
+            slot,
+        };
         if p == ABSENT {
-            self.entries.push(Entry { key, slot });
+            self.entries.push(e);
             let i = self.entries.len() - 1;
             self.pos[s] = i as u32;
             self.sift_up(i);
         } else {
             let i = p as usize;
-            let old = self.entries[i].key;
-            self.entries[i].key = key;
-            if key < old {
+            let old = self.entries[i].k();
+            self.entries[i] = e;
+            if e.k() < old {
                 self.sift_up(i);
             } else {
                 self.sift_down(i);
@@ -103,8 +122,8 @@ impl IndexedHeap {
 
     fn sift_up(&mut self, mut i: usize) {
         while i > 0 {
-            let parent = (i - 1) / 2;
-            if self.entries[i].key < self.entries[parent].key {
+            let parent = (i - 1) / ARITY;
+            if self.entries[i].k() < self.entries[parent].k() {
                 self.swap(i, parent);
                 i = parent;
             } else {
@@ -116,14 +135,15 @@ impl IndexedHeap {
     fn sift_down(&mut self, mut i: usize) {
         let n = self.entries.len();
         loop {
-            let l = 2 * i + 1;
-            let r = l + 1;
-            let mut m = i;
-            if l < n && self.entries[l].key < self.entries[m].key {
-                m = l;
+            let first = ARITY * i + 1;
+            if first >= n {
+                break;
             }
-            if r < n && self.entries[r].key < self.entries[m].key {
-                m = r;
+            let mut m = i;
+            for c in first..(first + ARITY).min(n) {
+                if self.entries[c].k() < self.entries[m].k() {
+                    m = c;
+                }
             }
             if m == i {
                 break;
@@ -158,5 +178,40 @@ mod tests {
         }
         assert_eq!(n, 99);
         assert_eq!(last, (1000, 5));
+    }
+
+    #[test]
+    fn matches_a_reference_model_under_random_operations() {
+        use rand::{Rng, SeedableRng};
+        use std::collections::BTreeMap;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut h = IndexedHeap::new();
+        let mut model: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for step in 0..20_000u64 {
+            let slot = rng.gen_range(0..300u32);
+            match rng.gen_range(0..4) {
+                0 | 1 => {
+                    let key = (rng.gen_range(0..50u64), step);
+                    h.upsert(slot, key);
+                    model.insert(slot, key);
+                }
+                2 => {
+                    h.remove(slot);
+                    model.remove(&slot);
+                }
+                _ => {
+                    let want = model
+                        .iter()
+                        .min_by_key(|(s, k)| (**k, **s))
+                        .map(|(s, k)| (*s, *k));
+                    let got = h.pop();
+                    assert_eq!(got.map(|g| g.1), want.map(|w| w.1), "step {step}");
+                    if let Some((s, _)) = got {
+                        model.remove(&s);
+                    }
+                }
+            }
+            assert_eq!(h.len(), model.len());
+        }
     }
 }
