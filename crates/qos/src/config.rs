@@ -339,6 +339,7 @@ pub struct MClockConfig {
     /// Maximum number of distinct dmClock clients (beyond it requests are refused to FIFO).
     pub max_clients: usize,
     /// Policy ordering requests inside the client class (class mode only); absent = FIFO.
+    /// Requests a sub-policy refuses stay in the class, in a FIFO served alternately with it.
     pub client_policy: Option<Box<PolicyConfig>>,
     /// Policy ordering requests inside the recovery class; absent = FIFO.
     pub recovery_policy: Option<Box<PolicyConfig>>,

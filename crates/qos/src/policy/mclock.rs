@@ -60,16 +60,24 @@ impl Rates {
     }
 }
 
+/// A class's own queue: FIFO, or a sub-policy plus the FIFO that takes what it refuses (so
+/// refused requests stay under the class's mClock tags).
 enum KeyQueue {
     Fifo(VecDeque<Request>),
-    Sub(Box<dyn Scheduler>),
+    Sub {
+        policy: Box<dyn Scheduler>,
+        refused: VecDeque<Request>,
+        refused_turn: bool,
+    },
 }
 
 impl KeyQueue {
     fn len(&self) -> usize {
         match self {
             KeyQueue::Fifo(q) => q.len(),
-            KeyQueue::Sub(s) => s.len(),
+            KeyQueue::Sub {
+                policy, refused, ..
+            } => policy.len() + refused.len(),
         }
     }
 }
@@ -243,7 +251,11 @@ impl MClock {
             return Ok(KeyQueue::Fifo(VecDeque::new()));
         }
         match self.cfg.sub_policy(key.0) {
-            Some(p) => Ok(KeyQueue::Sub(build_policy(p)?)),
+            Some(p) => Ok(KeyQueue::Sub {
+                policy: build_policy(p)?,
+                refused: VecDeque::new(),
+                refused_turn: false,
+            }),
             None => Ok(KeyQueue::Fifo(VecDeque::new())),
         }
     }
@@ -344,11 +356,23 @@ impl MClock {
         let slot = &mut self.slots[s as usize];
         match &mut slot.queue {
             KeyQueue::Fifo(q) => q.pop_front().ok_or(None),
-            KeyQueue::Sub(sub) => match sub.dequeue(now) {
-                Dequeued::Request(d) => Ok(d.req),
-                Dequeued::NothingBefore(t) => Err(Some(t)),
-                Dequeued::Empty => Err(None),
-            },
+            KeyQueue::Sub {
+                policy,
+                refused,
+                refused_turn,
+            } => {
+                *refused_turn = !*refused_turn;
+                if *refused_turn {
+                    if let Some(r) = refused.pop_front() {
+                        return Ok(r);
+                    }
+                }
+                match policy.dequeue(now) {
+                    Dequeued::Request(d) => Ok(d.req),
+                    Dequeued::NothingBefore(t) => refused.pop_front().ok_or(Some(t)),
+                    Dequeued::Empty => refused.pop_front().ok_or(None),
+                }
+            }
         }
     }
 
@@ -429,8 +453,12 @@ impl Scheduler for MClock {
         let slot = &mut self.slots[s as usize];
         match &mut slot.queue {
             KeyQueue::Fifo(q) => q.push_back(req),
-            KeyQueue::Sub(sub) => {
-                sub.enqueue(req, now_ns)?;
+            KeyQueue::Sub {
+                policy, refused, ..
+            } => {
+                if let Err(Refused(r)) = policy.enqueue(req, now_ns) {
+                    refused.push_back(r);
+                }
                 if slot.active && slot.l > slot.l_limit {
                     // A throttled sub-policy may now have something ready: re-check it.
                     slot.l = slot.l_limit;
@@ -526,7 +554,12 @@ impl Scheduler for MClock {
         for slot in &mut self.slots {
             match &mut slot.queue {
                 KeyQueue::Fifo(q) => out.extend(q.drain(..)),
-                KeyQueue::Sub(sub) => out.extend(sub.drain_all()),
+                KeyQueue::Sub {
+                    policy, refused, ..
+                } => {
+                    out.extend(refused.drain(..));
+                    out.extend(policy.drain_all());
+                }
             }
             slot.active = false;
         }
