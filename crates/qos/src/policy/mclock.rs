@@ -109,6 +109,8 @@ pub struct MClock {
     overrides: HashMap<u64, ClassParams>,
     slots: Vec<Slot>,
     index: HashMap<Key, u32, crate::fasthash::BuildFastHasher>,
+    /// Slots of class-level keys (no hashing on the common path).
+    class_slots: [Option<u32>; 4],
     immediate: VecDeque<Request>,
     ready_r: IndexedHeap,
     ready_p: IndexedHeap,
@@ -144,6 +146,7 @@ impl MClock {
             overrides,
             slots: Vec::new(),
             index: HashMap::default(),
+            class_slots: [None; 4],
             immediate: VecDeque::new(),
             ready_r: IndexedHeap::new(),
             ready_p: IndexedHeap::new(),
@@ -261,7 +264,12 @@ impl MClock {
     }
 
     fn slot_for(&mut self, key: Key) -> Option<u32> {
-        if let Some(&s) = self.index.get(&key) {
+        let class_key = key.1 == 0 && !(key.0 == QosClass::Client && self.cfg.per_client);
+        if class_key {
+            if let Some(s) = self.class_slots[key.0.index()] {
+                return Some(s);
+            }
+        } else if let Some(&s) = self.index.get(&key) {
             return Some(s);
         }
         if self.slots.len() >= self.cfg.max_clients {
@@ -284,7 +292,11 @@ impl MClock {
             p_next: 0,
             l_next: 0,
         });
-        self.index.insert(key, s);
+        if class_key {
+            self.class_slots[key.0.index()] = Some(s);
+        } else {
+            self.index.insert(key, s);
+        }
         Some(s)
     }
 
@@ -540,6 +552,7 @@ impl Scheduler for MClock {
         if subs_changed {
             self.slots.clear();
             self.index.clear();
+            self.class_slots = [None; 4];
             return Ok(());
         }
         for i in 0..self.slots.len() {
