@@ -22,6 +22,15 @@ pub struct SchedArgs {
 enum SchedCmd {
     /// Run a scenario in virtual time and print throughput, waits and QoS verdicts.
     Simulate(SimulateArgs),
+    /// Replay seed 000's recovery experiment in miniature (fifo, wpq, each mClock profile).
+    ReplaySeed000(ReplayArgs),
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// Virtual seconds on the NVMe device (the HDD runs 5x longer).
+    #[arg(long, default_value_t = 60.0)]
+    duration_s: f64,
 }
 
 #[derive(Args)]
@@ -37,7 +46,38 @@ struct SimulateArgs {
 pub fn run(args: SchedArgs) -> Result<()> {
     match args.cmd {
         SchedCmd::Simulate(a) => simulate(a),
+        SchedCmd::ReplaySeed000(a) => replay(a),
     }
+}
+
+fn replay(a: ReplayArgs) -> Result<()> {
+    use cairn_qos::sim::replay::{replay, table};
+    use cairn_qos::DeviceCapacity;
+    if !(a.duration_s.is_finite() && a.duration_s >= 1.0 && a.duration_s <= 600.0) {
+        anyhow::bail!("--duration-s must be in [1, 600]");
+    }
+    for (name, cap, secs) in [
+        (
+            "NVMe (21500 IOPS)",
+            DeviceCapacity::NVME_SEED000,
+            a.duration_s,
+        ),
+        (
+            "HDD (340 IOPS)",
+            DeviceCapacity::HDD_SEED000,
+            a.duration_s * 5.0,
+        ),
+    ] {
+        let bar = ProgressBar::new_spinner();
+        bar.set_message(format!(
+            "simulating {name}, {secs} s virtual x 7 schedulers"
+        ));
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
+        let rows = replay(cap, secs)?;
+        bar.finish_and_clear();
+        println!("{name}, {secs} s virtual\n\n{}", table(&rows));
+    }
+    Ok(())
 }
 
 fn ms(ns: u64) -> f64 {
