@@ -2,7 +2,8 @@
 //! cairn-qos: the OSD request scheduler.
 //!
 //! Pure: no async, no clock, no I/O and no randomness of its own. Time (`now_ns`) and any seed
-//! are passed in, which is what lets `sim` prove QoS properties in virtual time.
+//! are passed in, which is what lets `sim` prove QoS properties in virtual time. It never touches a
+//! device (the OSD and blockdev do).
 //!
 //! * `request`, `cost`: what a request is and what it costs the device.
 //! * `scheduler`: the one `Scheduler` trait; `policy::*`: fifo, wpq, mclock, crrn, orr, trr, tbf.

@@ -1,5 +1,5 @@
 //! The scheduling policies. Each submodule owns one policy and implements `Scheduler`; none of
-//! them reads a clock, draws randomness or does I/O.
+//! them reads a clock, draws randomness or does I/O, and none may ever drop a request it accepted.
 
 pub mod crrn;
 pub mod fifo;

@@ -2,7 +2,8 @@
 //! to `quantum` requests sorted by logical or physical offset (Lustre's ORR/TRR).
 //!
 //! Owns the per-key queues, the rotation and the current batch. Refuses requests it does not
-//! handle (orr: no object id; both: ops outside the filter) so that they go to FIFO.
+//! handle (orr: no object id; both: ops outside the filter) so that they go to FIFO; it never
+//! looks up extents itself (the physical offset comes with the request).
 
 use crate::config::{BatchConfig, OffsetKind, OpFilter, PolicyConfig};
 use crate::error::{invalid, mismatch, QosError};

@@ -5,7 +5,8 @@
 //! smooth weighted round robin with weight = priority, and then applies Ceph's cost check as an
 //! expected value instead of a coin flip: a pick of a priority whose head costs `c` earns credit
 //! `(max_cost - 0.9 c) / max_cost` and dispatches once the credit reaches 1, so expensive heads
-//! are served less often (down to 1 in 10 picks). It draws no randomness.
+//! are served less often (down to 1 in 10 picks). It never draws randomness and never refuses a
+//! request.
 
 use crate::config::{PolicyConfig, WpqConfig};
 use crate::error::{mismatch, QosError};

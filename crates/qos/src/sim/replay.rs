@@ -2,7 +2,8 @@
 //! depth 64 against recovery pushing 4 MiB objects, on seed 000's NVMe (21500 IOPS) and HDD
 //! (340 IOPS), under fifo, wpq (default and aggressive recovery) and each mClock profile.
 //!
-//! Owns the experiment definitions and the table; the numbers come from `sim::run`.
+//! Owns the experiment definitions and the table; the numbers come from `sim::run`, never from
+//! constants.
 
 use super::{run, DeviceSpec, Scenario, SourceSpec};
 use crate::config::{MClockConfig, PolicyConfig, Profile, WpqConfig};
