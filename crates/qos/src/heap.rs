@@ -120,37 +120,56 @@ impl IndexedHeap {
         self.pos[self.entries[b].slot as usize] = b as u32;
     }
 
+    /// Moves the entry at `i` up to its place, shifting parents down into the hole (one `pos`
+    /// write per level, no swaps).
     fn sift_up(&mut self, mut i: usize) {
+        let e = self.entries[i];
+        let k = e.k();
         while i > 0 {
             let parent = (i - 1) / ARITY;
-            if self.entries[i].k() < self.entries[parent].k() {
-                self.swap(i, parent);
+            let p = self.entries[parent];
+            if k < p.k() {
+                self.entries[i] = p;
+                self.pos[p.slot as usize] = i as u32;
                 i = parent;
             } else {
                 break;
             }
         }
+        self.entries[i] = e;
+        self.pos[e.slot as usize] = i as u32;
     }
 
+    /// Moves the entry at `i` down to its place, shifting the smallest child up into the hole.
     fn sift_down(&mut self, mut i: usize) {
         let n = self.entries.len();
+        let e = self.entries[i];
+        let k = e.k();
         loop {
             let first = ARITY * i + 1;
             if first >= n {
                 break;
             }
-            let mut m = i;
-            for c in first..(first + ARITY).min(n) {
-                if self.entries[c].k() < self.entries[m].k() {
+            let last = (first + ARITY).min(n);
+            let mut m = first;
+            let mut mk = self.entries[first].k();
+            for c in first + 1..last {
+                let ck = self.entries[c].k();
+                if ck < mk {
                     m = c;
+                    mk = ck;
                 }
             }
-            if m == i {
+            if mk >= k {
                 break;
             }
-            self.swap(i, m);
+            let child = self.entries[m];
+            self.entries[i] = child;
+            self.pos[child.slot as usize] = i as u32;
             i = m;
         }
+        self.entries[i] = e;
+        self.pos[e.slot as usize] = i as u32;
     }
 }
 
