@@ -19,8 +19,10 @@ struct Entry {
 }
 
 impl Entry {
-    fn k(&self) -> (u64, u32) {
-        (self.key, self.tie)
+    /// The ordering key as one integer: primary key, then tie-break.
+    #[inline(always)]
+    fn k(&self) -> u128 {
+        ((self.key as u128) << 32) | self.tie as u128
     }
 }
 
@@ -151,15 +153,17 @@ impl IndexedHeap {
                 break;
             }
             let last = (first + ARITY).min(n);
-            let mut m = first;
-            let mut mk = self.entries[first].k();
-            for c in first + 1..last {
-                let ck = self.entries[c].k();
+            let kids = &self.entries[first..last];
+            let mut m = 0;
+            let mut mk = kids[0].k();
+            for (c, kid) in kids.iter().enumerate().skip(1) {
+                let ck = kid.k();
                 if ck < mk {
                     m = c;
                     mk = ck;
                 }
             }
+            let m = first + m;
             if mk >= k {
                 break;
             }

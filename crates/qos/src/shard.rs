@@ -85,17 +85,24 @@ impl Scheduler for ShardedMClock {
     }
 
     fn dequeue(&mut self, now_ns: u64) -> Dequeued {
-        let mut best: Option<(u8, u64, usize)> = None;
-        for (i, sh) in self.shards.iter_mut().enumerate() {
-            if let Some((phase, tag)) = sh.peek(now_ns) {
-                let cand = (rank(phase), tag, i);
-                if best.is_none_or(|b| cand < b) {
-                    best = Some(cand);
+        // A shard's candidate can turn out blocked (its class's sub-policy throttles); then
+        // the next best shard is asked, at most once per shard.
+        for _ in 0..self.shards.len() {
+            let mut best: Option<(u8, u64, usize)> = None;
+            for (i, sh) in self.shards.iter_mut().enumerate() {
+                if let Some((phase, tag)) = sh.peek(now_ns) {
+                    let cand = (rank(phase), tag, i);
+                    if best.is_none_or(|b| cand < b) {
+                        best = Some(cand);
+                    }
                 }
             }
-        }
-        if let Some((_, _, i)) = best {
-            return self.shards[i].dequeue(now_ns);
+            let Some((_, _, i)) = best else {
+                break;
+            };
+            if let d @ Dequeued::Request(_) = self.shards[i].dequeue(now_ns) {
+                return d;
+            }
         }
         match self
             .shards

@@ -87,3 +87,16 @@ fn tbf_inside_mclock_client_class_and_orr_inside_recovery() {
     let done: u64 = r.sources.iter().map(|s| s.completed).sum();
     assert_eq!(issued - done, r.left_queued as u64);
 }
+
+#[test]
+fn limit_break_never_breaks_a_sub_policy_throttle() {
+    let PolicyConfig::Mclock(mut cfg) = layered() else {
+        unreachable!()
+    };
+    cfg.limit_break = true;
+    let sources = vec![SourceSpec::closed("capped", QosClass::Client, 1, 16, 4096)];
+    let r = run(&scenario(PolicyConfig::Mclock(cfg), sources, 3.0, 10_000.0)).unwrap();
+    // Alone on the device with limit-break on: mClock would let it run, TBF still caps it.
+    let ops = &r.sources[0].window_ops;
+    assert!(ops.iter().all(|&o| (495..=505).contains(&o)), "{ops:?}");
+}

@@ -13,7 +13,8 @@
 //! * System virtual time `V` (largest P tag served by weight): a client that becomes active gets
 //!   `P = max(P', V)`. A client that used idle capacity therefore competes from `V`, not from
 //!   real time, and is not starved afterwards; an idle client banks no credit.
-//! * Active clients live in `limited` (by L) or in both `ready_r` (by R) and `ready_p` (by P):
+//! * Active clients live in `blocked` (a class whose sub-policy is throttling, by when it may
+//!   serve), `limited` (by L) or in `ready_p` (by P) and, with a reservation, `ready_r` (by R):
 //!   activation, dispatch and limit expiry are O(log N).
 //! * dmClock's delta/rho: a request's `dmclock_delta`/`dmclock_rho` advance P/L and R as if that
 //!   many requests of the same cost had been served here.
@@ -91,8 +92,10 @@ struct Slot {
     r: u64,
     p: u64,
     l: u64,
-    /// Limit tag from the limit alone (`l` may be later when a sub-policy is throttling).
+    /// Limit tag from the limit alone (kept equal to `l`; `l` is what the heaps see).
     l_limit: u64,
+    /// The class's sub-policy has nothing eligible before this time (0 = not blocked).
+    blocked_until: u64,
     r_next: u64,
     p_next: u64,
     l_next: u64,
@@ -117,6 +120,9 @@ pub struct MClock {
     ready_r: IndexedHeap,
     ready_p: IndexedHeap,
     limited: IndexedHeap,
+    /// Slots whose sub-policy is throttling (e.g. TBF inside the class), by when it may serve;
+    /// never served by limit-break.
+    blocked: IndexedHeap,
     vtime: u64,
     seq: u64,
     queued: usize,
@@ -153,6 +159,7 @@ impl MClock {
             ready_r: IndexedHeap::new(),
             ready_p: IndexedHeap::new(),
             limited: IndexedHeap::new(),
+            blocked: IndexedHeap::new(),
             vtime: 0,
             seq: 0,
             queued: 0,
@@ -220,7 +227,12 @@ impl MClock {
 
     /// Earliest time something becomes eligible when `peek` says nothing is.
     pub fn next_eligible_ns(&self) -> Option<u64> {
-        self.limited.peek().map(|(_, (l, _))| l)
+        let l = self.limited.peek().map(|(_, (l, _))| l);
+        let b = self.blocked.peek().map(|(_, (b, _))| b);
+        match (l, b) {
+            (Some(l), Some(b)) => Some(l.min(b)),
+            (l, b) => l.or(b),
+        }
     }
 
     /// The active configuration.
@@ -290,6 +302,7 @@ impl MClock {
             p: 0,
             l: 0,
             l_limit: 0,
+            blocked_until: 0,
             r_next: 0,
             p_next: 0,
             l_next: 0,
@@ -306,13 +319,20 @@ impl MClock {
         self.seq += 1;
         let seq = self.seq;
         let slot = &self.slots[s as usize];
-        let (r, p, l) = (slot.r, slot.p, slot.l);
-        if l > now {
+        let (r, p, l, b) = (slot.r, slot.p, slot.l, slot.blocked_until);
+        if b > now {
             self.ready_r.remove(s);
             self.ready_p.remove(s);
+            self.limited.remove(s);
+            self.blocked.upsert(s, (b, seq));
+        } else if l > now {
+            self.ready_r.remove(s);
+            self.ready_p.remove(s);
+            self.blocked.remove(s);
             self.limited.upsert(s, (l, seq));
         } else {
             self.limited.remove(s);
+            self.blocked.remove(s);
             if r == u64::MAX {
                 // No reservation: never a reservation-phase candidate, keep it out of that heap.
                 self.ready_r.remove(s);
@@ -327,6 +347,7 @@ impl MClock {
         self.ready_r.remove(s);
         self.ready_p.remove(s);
         self.limited.remove(s);
+        self.blocked.remove(s);
     }
 
     fn activate(&mut self, s: u32, now: u64) {
@@ -356,6 +377,14 @@ impl MClock {
     }
 
     fn promote(&mut self, now: u64) {
+        while let Some((s, (b, _))) = self.blocked.peek() {
+            if b > now {
+                break;
+            }
+            self.blocked.remove(s);
+            self.slots[s as usize].blocked_until = 0;
+            self.place(s, now);
+        }
         while let Some((s, (l, _))) = self.limited.peek() {
             if l > now {
                 break;
@@ -421,6 +450,7 @@ impl MClock {
         }
         if slot.queue.len() == 0 {
             slot.active = false;
+            slot.blocked_until = 0;
             self.unplace(s);
         } else {
             slot.r = slot.r_next;
@@ -473,9 +503,9 @@ impl Scheduler for MClock {
                 if let Err(Refused(r)) = policy.enqueue(req, now_ns) {
                     refused.push_back(r);
                 }
-                if slot.active && slot.l > slot.l_limit {
+                if slot.active && slot.blocked_until > 0 {
                     // A throttled sub-policy may now have something ready: re-check it.
-                    slot.l = slot.l_limit;
+                    slot.blocked_until = 0;
                     self.queued += 1;
                     self.place(s, now_ns);
                     return Ok(());
@@ -509,18 +539,18 @@ impl Scheduler for MClock {
                     return Dequeued::Request(Dispatch { req, phase });
                 }
                 Err(Some(t)) => {
-                    let slot = &mut self.slots[s as usize];
-                    slot.l = slot.l.max(t.max(now_ns + 1));
+                    self.slots[s as usize].blocked_until = t.max(now_ns + 1);
                     self.place(s, now_ns);
                 }
                 Err(None) => {
                     self.slots[s as usize].active = false;
+                    self.slots[s as usize].blocked_until = 0;
                     self.unplace(s);
                 }
             }
         }
-        match self.limited.peek() {
-            Some((_, (l, _))) => Dequeued::NothingBefore(l),
+        match self.next_eligible_ns() {
+            Some(t) => Dequeued::NothingBefore(t),
             None => Dequeued::Empty,
         }
     }
@@ -577,10 +607,12 @@ impl Scheduler for MClock {
                 }
             }
             slot.active = false;
+            slot.blocked_until = 0;
         }
         self.ready_r = IndexedHeap::new();
         self.ready_p = IndexedHeap::new();
         self.limited = IndexedHeap::new();
+        self.blocked = IndexedHeap::new();
         self.queued = 0;
         super::sorted_by_id(out)
     }
