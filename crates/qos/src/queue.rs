@@ -160,15 +160,17 @@ impl QosQueue {
         }
     }
 
-    /// Applies a config at run time: same policy = reconfigured in place; another policy = hot
-    /// swap (the current one is drained first). Errors leave the running policy untouched.
+    /// Applies a config at run time: same policy = reconfigured in place when it can be;
+    /// another policy (or a change that cannot be applied in place) = hot swap, the current
+    /// policy being drained first. An invalid config is an error and changes nothing.
     pub fn set_policy(&mut self, cfg: PolicyConfig, now_ns: u64) -> Result<(), QosError> {
-        if cfg.name() == self.cfg.name() {
-            self.policy.reconfigure(&cfg)?;
+        let mut next = build_policy(&cfg)?;
+        if cfg.name() == self.cfg.name() && self.policy.reconfigure(&cfg).is_ok() {
             self.cfg = cfg;
             return Ok(());
         }
-        let mut next = build_policy(&cfg)?;
+        // Another policy, or a change the running one cannot take in place (e.g. new mClock
+        // sub-policies while requests are queued): hot swap.
         let old = std::mem::replace(&mut self.policy, Box::new(Fifo::new()));
         if self.draining.is_none() {
             self.draining = Some(old);
