@@ -1,5 +1,5 @@
-//! Sharded mClock: N schedulers (one per OSD shard) whose reservations and limits hold for the
-//! OSD as a whole, not per shard.
+//! Sharded mClock and TBF: N schedulers (one per OSD shard) whose reservations, limits and
+//! token-bucket rates hold for the OSD as a whole, not per shard.
 //!
 //! Owns the shards, the tag state they share (`SharedTags`) and the choice of which shard
 //! dispatches next. Requests are spread over shards by object (as PGs are); a dmClock client
@@ -7,9 +7,11 @@
 //! are not multiplied or divided by N. Dispatch compares each shard's best candidate (phase, then
 //! tag), which is what a single queue would choose. Never reads a clock.
 
+use crate::config::TbfConfig;
 use crate::config::{MClockConfig, PolicyConfig};
 use crate::error::{mismatch, QosError};
 use crate::policy::mclock::{MClock, SharedTagsHandle};
+use crate::policy::tbf::{Tbf, TbfSharedHandle};
 use crate::request::Request;
 use crate::scheduler::{Dequeued, Phase, Refused, Scheduler};
 
@@ -122,6 +124,93 @@ impl Scheduler for ShardedMClock {
     fn reconfigure(&mut self, cfg: &PolicyConfig) -> Result<(), QosError> {
         if !matches!(cfg, PolicyConfig::Mclock(_)) {
             return Err(mismatch("mclock", cfg.name()));
+        }
+        for s in &mut self.shards {
+            s.reconfigure(cfg)?;
+        }
+        Ok(())
+    }
+
+    fn drain_all(&mut self) -> Vec<Request> {
+        let all = self.shards.iter_mut().flat_map(|s| s.drain_all()).collect();
+        crate::policy::sorted_by_id(all)
+    }
+}
+
+/// N TBF shards sharing bucket state: each rule's rate holds for the OSD, not per shard.
+pub struct ShardedTbf {
+    shards: Vec<Tbf>,
+}
+
+impl ShardedTbf {
+    /// `shards` (1..=256) TBF instances with one config and shared buckets.
+    pub fn new(cfg: TbfConfig, shards: usize) -> Result<ShardedTbf, QosError> {
+        if shards == 0 || shards > MAX_SHARDS {
+            return Err(crate::error::invalid(
+                "shards",
+                format!("must be in 1..={MAX_SHARDS}"),
+            ));
+        }
+        let shared = TbfSharedHandle::default();
+        let shards = (0..shards)
+            .map(|_| Tbf::with_shared(cfg.clone(), shared.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ShardedTbf { shards })
+    }
+
+    /// The shard a request belongs to (by object, else by client).
+    pub fn shard_of(&self, req: &Request) -> usize {
+        let k = req.object_id.unwrap_or(req.client_id);
+        (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % self.shards.len()
+    }
+}
+
+impl Scheduler for ShardedTbf {
+    fn name(&self) -> &'static str {
+        "tbf"
+    }
+
+    fn enqueue(&mut self, req: Request, now_ns: u64) -> Result<(), Refused> {
+        let s = self.shard_of(&req);
+        self.shards[s].enqueue(req, now_ns)
+    }
+
+    fn dequeue(&mut self, now_ns: u64) -> Dequeued {
+        for _ in 0..=self.shards.len() {
+            let best = self
+                .shards
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, s)| s.peek_deadline().map(|d| (d, i)))
+                .min();
+            let Some((d, i)) = best else {
+                return Dequeued::Empty;
+            };
+            if d > now_ns {
+                return Dequeued::NothingBefore(d);
+            }
+            if let r @ Dequeued::Request(_) = self.shards[i].dequeue(now_ns) {
+                return r;
+            }
+        }
+        let next = self
+            .shards
+            .iter_mut()
+            .filter_map(|s| s.peek_deadline())
+            .min();
+        match next {
+            Some(t) => Dequeued::NothingBefore(t.max(now_ns + 1)),
+            None => Dequeued::Empty,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.len()).sum()
+    }
+
+    fn reconfigure(&mut self, cfg: &PolicyConfig) -> Result<(), QosError> {
+        if !matches!(cfg, PolicyConfig::Tbf(_)) {
+            return Err(mismatch("tbf", cfg.name()));
         }
         for s in &mut self.shards {
             s.reconfigure(cfg)?;

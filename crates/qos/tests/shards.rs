@@ -88,3 +88,55 @@ fn shard_bounds_are_typed_errors() {
     let s = ShardedMClock::new(cfg(), 2).unwrap();
     assert!(matches!(s.shard_len(5), Err(QosError::NoSuchShard { .. })));
 }
+
+#[test]
+fn sharded_tbf_rate_holds_for_the_osd_not_per_shard() {
+    use cairn_qos::config::{BucketKey, TbfConfig, TbfRuleConfig};
+    use cairn_qos::shard::ShardedTbf;
+    let cfg = TbfConfig {
+        rules: vec![TbfRuleConfig {
+            name: "cap".into(),
+            expr: "client=1".into(),
+            rate_rps: Some(200.0),
+            rate_bytes_per_s: None,
+            key: BucketKey::Client,
+        }],
+        ..TbfConfig::default()
+    };
+    let mut s = ShardedTbf::new(cfg, 4).unwrap();
+    // Client 1's requests spread over all shards (by object); client 2 is unlimited.
+    let mut id = 0u64;
+    for c in [1u64, 2] {
+        for _ in 0..64 {
+            id += 1;
+            let r = Request {
+                object_id: Some(id),
+                ..Request::new(id, QosClass::Client, c, 100_000)
+            };
+            s.enqueue(r, 0).unwrap();
+        }
+    }
+    let (mut now, mut served) = (0u64, [0u64; 3]);
+    while now < 10_000_000_000 {
+        match s.dequeue(now) {
+            Dequeued::Request(d) => {
+                served[d.req.client_id as usize] += 1;
+                now += 100_000;
+                id += 1;
+                let r = Request {
+                    object_id: Some(id),
+                    ..Request::new(id, QosClass::Client, d.req.client_id, 100_000)
+                };
+                s.enqueue(r, now).unwrap();
+            }
+            Dequeued::NothingBefore(t) => now = t,
+            Dequeued::Empty => panic!("empty"),
+        }
+    }
+    let rate = served[1] as f64 / 10.0;
+    assert!(
+        (rate - 200.0).abs() <= 4.0,
+        "client 1: {rate}/s over 4 shards"
+    );
+    assert!(served[2] > 90_000, "client 2 takes the rest: {}", served[2]);
+}

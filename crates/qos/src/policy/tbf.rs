@@ -15,6 +15,16 @@ use crate::policy::tbf_expr::Expr;
 use crate::request::Request;
 use crate::scheduler::{Dequeued, Dispatch, Phase, Refused, Scheduler};
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
+
+/// Token-bucket state shared by the TBF instances of one OSD's shards: for each (rule, group)
+/// the next request and byte times. With it a rule's rate holds for the OSD, not per shard.
+pub type TbfSharedHandle = Arc<Mutex<HashMap<(u64, u64), (u64, u64)>>>;
+
+fn rule_hash(name: &str) -> u64 {
+    crate::fasthash::BuildFastHasher::default().hash_one(name)
+}
 
 /// Most token buckets a TBF instance keeps; requests needing more go to FIFO.
 pub const MAX_BUCKETS: usize = 1_000_000;
@@ -30,6 +40,8 @@ struct Rule {
 
 struct Bucket {
     rule: u32,
+    /// (rule name hash, group): the bucket's identity across shards.
+    shared_key: (u64, u64),
     queue: VecDeque<Request>,
     ns_per_req: f64,
     ns_per_byte: f64,
@@ -67,9 +79,51 @@ pub struct Tbf {
     ready: IndexedHeap,
     seq: u64,
     len: usize,
+    shared: Option<TbfSharedHandle>,
 }
 
 impl Tbf {
+    /// A TBF that is one shard of several sharing `shared` bucket state.
+    pub fn with_shared(cfg: TbfConfig, shared: TbfSharedHandle) -> Result<Tbf, QosError> {
+        let mut t = Tbf::new(cfg)?;
+        t.shared = Some(shared);
+        Ok(t)
+    }
+
+    /// Raises bucket `b`'s times to the shared ones; true if they changed.
+    fn sync_bucket(&mut self, b: u32) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        let bucket = &mut self.buckets[b as usize];
+        let got = shared
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&bucket.shared_key).copied());
+        let Some((r, y)) = got else {
+            return false;
+        };
+        if r <= bucket.tat_req && y <= bucket.tat_byte {
+            return false;
+        }
+        bucket.tat_req = bucket.tat_req.max(r);
+        bucket.tat_byte = bucket.tat_byte.max(y);
+        true
+    }
+
+    /// Earliest time this shard can serve (after syncing with the other shards), if anything
+    /// is queued.
+    pub fn peek_deadline(&mut self) -> Option<u64> {
+        loop {
+            let (b, (deadline, seq)) = self.ready.peek()?;
+            if !self.sync_bucket(b) {
+                return Some(deadline);
+            }
+            let d = self.buckets[b as usize].deadline().max(deadline);
+            self.ready.upsert(b, (d, seq));
+        }
+    }
+
     /// A TBF with the configured rules (ranked in list order) and default rule.
     pub fn new(cfg: TbfConfig) -> Result<Tbf, QosError> {
         check_rate("default_rate_rps", cfg.default_rate_rps)?;
@@ -86,6 +140,7 @@ impl Tbf {
             ready: IndexedHeap::new(),
             seq: 0,
             len: 0,
+            shared: None,
         };
         for r in cfg.rules {
             t.start_rule(r, None)?;
@@ -171,14 +226,21 @@ impl Tbf {
         Ok(())
     }
 
-    fn classify(&self, req: &Request) -> (u32, BucketKey, Option<f64>, Option<f64>) {
+    fn classify(&self, req: &Request) -> (u32, u64, BucketKey, Option<f64>, Option<f64>) {
         for r in &self.rules {
             if r.expr.matches(req) {
-                return (r.id, r.cfg.key, r.cfg.rate_rps, r.cfg.rate_bytes_per_s);
+                return (
+                    r.id,
+                    rule_hash(&r.cfg.name),
+                    r.cfg.key,
+                    r.cfg.rate_rps,
+                    r.cfg.rate_bytes_per_s,
+                );
             }
         }
         (
             DEFAULT_RULE,
+            u64::MAX,
             BucketKey::Client,
             self.cfg.default_rate_rps,
             self.cfg.default_rate_bytes_per_s,
@@ -186,7 +248,7 @@ impl Tbf {
     }
 
     fn bucket_for(&mut self, req: &Request) -> Option<u32> {
-        let (rule, key, rps, bps) = self.classify(req);
+        let (rule, name_hash, key, rps, bps) = self.classify(req);
         let group = match key {
             BucketKey::Client => req.client_id,
             BucketKey::Job => req.job_id.map_or(u64::MAX, |j| j as u64),
@@ -201,6 +263,7 @@ impl Tbf {
         let b = self.buckets.len() as u32;
         self.buckets.push(Bucket {
             rule,
+            shared_key: (name_hash, group),
             queue: VecDeque::new(),
             ns_per_req: ns_per(rps),
             ns_per_byte: ns_per(bps),
@@ -248,17 +311,29 @@ impl Scheduler for Tbf {
     }
 
     fn dequeue(&mut self, now_ns: u64) -> Dequeued {
-        let Some((b, (deadline, _))) = self.ready.peek() else {
-            return Dequeued::Empty;
+        let b = loop {
+            let Some((b, (deadline, seq))) = self.ready.peek() else {
+                return Dequeued::Empty;
+            };
+            if deadline > now_ns {
+                return Dequeued::NothingBefore(deadline);
+            }
+            if self.buckets[b as usize].queue.is_empty() {
+                self.ready.remove(b);
+                continue;
+            }
+            if self.sync_bucket(b) {
+                // Another shard used this bucket's tokens: re-queue at its new deadline.
+                let d = self.buckets[b as usize].deadline().max(now_ns);
+                self.ready.upsert(b, (d, seq));
+                continue;
+            }
+            break b;
         };
-        if deadline > now_ns {
-            return Dequeued::NothingBefore(deadline);
-        }
         let floor = now_ns.saturating_sub(self.cfg.burst_ns);
         let bucket = &mut self.buckets[b as usize];
         let Some(req) = bucket.queue.pop_front() else {
-            self.ready.remove(b);
-            return self.dequeue(now_ns);
+            return Dequeued::Empty;
         };
         self.len -= 1;
         if bucket.ns_per_req > 0.0 {
@@ -267,6 +342,11 @@ impl Scheduler for Tbf {
         if bucket.ns_per_byte > 0.0 {
             bucket.tat_byte =
                 bucket.tat_byte.max(floor) + (req.length_bytes as f64 * bucket.ns_per_byte) as u64;
+        }
+        if let Some(shared) = &self.shared {
+            if let Ok(mut m) = shared.lock() {
+                m.insert(bucket.shared_key, (bucket.tat_req, bucket.tat_byte));
+            }
         }
         if bucket.queue.is_empty() {
             self.ready.remove(b);
