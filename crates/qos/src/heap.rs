@@ -152,18 +152,31 @@ impl IndexedHeap {
             if first >= n {
                 break;
             }
-            let last = (first + ARITY).min(n);
-            let kids = &self.entries[first..last];
-            let mut m = 0;
-            let mut mk = kids[0].k();
-            for (c, kid) in kids.iter().enumerate().skip(1) {
-                let ck = kid.k();
-                if ck < mk {
-                    m = c;
-                    mk = ck;
+            let (m, mk) = if first + ARITY <= n {
+                // Full node: four children in one cache line, compared without a loop.
+                let kids: &[Entry; ARITY] = self.entries[first..first + ARITY]
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!("slice of length ARITY"));
+                let (k0, k1, k2, k3) = (kids[0].k(), kids[1].k(), kids[2].k(), kids[3].k());
+                let (a, ka) = if k1 < k0 { (1, k1) } else { (0, k0) };
+                let (b, kb) = if k3 < k2 { (3, k3) } else { (2, k2) };
+                if kb < ka {
+                    (first + b, kb)
+                } else {
+                    (first + a, ka)
                 }
-            }
-            let m = first + m;
+            } else {
+                let mut m = first;
+                let mut mk = self.entries[first].k();
+                for (c, kid) in self.entries[first + 1..n].iter().enumerate() {
+                    let ck = kid.k();
+                    if ck < mk {
+                        m = first + 1 + c;
+                        mk = ck;
+                    }
+                }
+                (m, mk)
+            };
             if mk >= k {
                 break;
             }
