@@ -23,8 +23,12 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The allocation counter is global: tests in this file run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn steady_state_pairs_do_not_allocate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let configs = [
         PolicyConfig::Fifo,
         PolicyConfig::Wpq(WpqConfig::default()),
@@ -66,5 +70,62 @@ fn steady_state_pairs_do_not_allocate() {
         pairs(10_000, &mut id, &mut now);
         let n = ALLOCS.load(Ordering::Relaxed) - before;
         assert_eq!(n, 0, "{}: {n} allocations in 10,000 pairs", cfg.name());
+    }
+}
+
+#[test]
+fn clients_that_go_idle_and_return_do_not_allocate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let configs = [
+        PolicyConfig::Fifo,
+        PolicyConfig::Wpq(WpqConfig::default()),
+        PolicyConfig::Mclock(MClockConfig::default()),
+        PolicyConfig::Mclock(MClockConfig {
+            per_client: true,
+            ..MClockConfig::default()
+        }),
+        PolicyConfig::Crrn(CrrnConfig { quantum: 2 }),
+        PolicyConfig::Orr(BatchConfig {
+            ops: OpFilter::Both,
+            ..BatchConfig::default()
+        }),
+        PolicyConfig::Tbf(TbfConfig::default()),
+    ];
+    let clients = 50u64;
+    for cfg in configs {
+        let mut s = build_policy(&cfg).unwrap();
+        let mut id = 0u64;
+        let mut now = 0u64;
+        // Each round every client sends one request and the queue drains completely, so every
+        // client goes idle and comes back.
+        let mut rounds = |n: u64, id: &mut u64, now: &mut u64| {
+            for _ in 0..n {
+                for c in 0..clients {
+                    *id += 1;
+                    let class = [QosClass::Client, QosClass::Recovery, QosClass::BestEffort]
+                        [(c % 3) as usize];
+                    let r = Request {
+                        object_id: Some(c),
+                        priority: if c % 2 == 0 { 63 } else { 3 },
+                        ..Request::new(*id, class, c, 1000)
+                    };
+                    s.enqueue(r, *now).unwrap();
+                }
+                while !s.is_empty() {
+                    *now += 1000;
+                    s.dequeue(*now);
+                }
+            }
+        };
+        rounds(200, &mut id, &mut now);
+        let before = ALLOCS.load(Ordering::Relaxed);
+        rounds(200, &mut id, &mut now);
+        let n = ALLOCS.load(Ordering::Relaxed) - before;
+        assert_eq!(
+            n,
+            0,
+            "{}: {n} allocations in 200 idle/return rounds",
+            cfg.name()
+        );
     }
 }

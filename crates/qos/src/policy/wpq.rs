@@ -14,10 +14,16 @@ use crate::request::Request;
 use crate::scheduler::{Dequeued, Dispatch, Phase, Refused, Scheduler};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+/// Empty per-client queues (and empty priority sub-queues) kept for reuse, so a client or
+/// priority that comes back costs no allocation; beyond these counts empty ones are freed.
+pub const IDLE_CLIENTS_KEPT: usize = 65_536;
+/// See `IDLE_CLIENTS_KEPT`.
+pub const IDLE_PRIORITIES_KEPT: usize = 64;
+
 /// Round robin over clients at one priority.
 #[derive(Default)]
 struct SubQueue {
-    per_client: HashMap<u64, VecDeque<Request>>,
+    per_client: HashMap<u64, VecDeque<Request>, crate::fasthash::BuildFastHasher>,
     order: VecDeque<u64>,
     len: usize,
     /// Smooth weighted round robin state.
@@ -45,10 +51,10 @@ impl SubQueue {
         let c = self.order.pop_front()?;
         let q = self.per_client.get_mut(&c)?;
         let req = q.pop_front()?;
-        if q.is_empty() {
-            self.per_client.remove(&c);
-        } else {
+        if !q.is_empty() {
             self.order.push_back(c);
+        } else if self.per_client.len() > IDLE_CLIENTS_KEPT {
+            self.per_client.remove(&c);
         }
         self.len -= 1;
         Some(req)
@@ -79,9 +85,14 @@ impl Wpq {
     }
 
     fn pick_priority(&mut self) -> Option<u8> {
-        let total: i64 = self.queues.keys().map(|&p| p.max(1) as i64).sum();
+        let total: i64 = self
+            .queues
+            .iter()
+            .filter(|(_, q)| q.len > 0)
+            .map(|(&p, _)| p.max(1) as i64)
+            .sum();
         let mut best: Option<(u8, i64)> = None;
-        for (&prio, q) in self.queues.iter_mut() {
+        for (&prio, q) in self.queues.iter_mut().filter(|(_, q)| q.len > 0) {
             q.current += prio.max(1) as i64;
             if best.is_none_or(|(_, c)| q.current > c) {
                 best = Some((prio, q.current));
@@ -127,12 +138,15 @@ impl Scheduler for Wpq {
                 });
             }
         }
-        if self.queues.is_empty() {
+        let mut non_empty = self.queues.iter().filter(|(_, q)| q.len > 0);
+        let first = non_empty.next().map(|(&p, _)| p);
+        let single = non_empty.next().is_none();
+        let Some(first) = first else {
             return Dequeued::Empty;
-        }
+        };
         let max_cost = self.max_cost.max(1);
-        let prio = if self.queues.len() == 1 {
-            self.queues.keys().next().copied()
+        let prio = if single {
+            Some(first)
         } else {
             loop {
                 let Some(p) = self.pick_priority() else {
@@ -158,7 +172,7 @@ impl Scheduler for Wpq {
             return Dequeued::Empty;
         };
         let req = q.pop();
-        if q.len == 0 {
+        if q.len == 0 && self.queues.len() > IDLE_PRIORITIES_KEPT {
             self.queues.remove(&prio);
         }
         match req {
@@ -197,6 +211,7 @@ impl Scheduler for Wpq {
                 out.extend(cq);
             }
         }
+        self.max_cost = 0;
         self.len = 0;
         super::sorted_by_id(out)
     }
