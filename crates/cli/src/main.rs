@@ -4,6 +4,7 @@
 mod crush_cmd;
 mod crush_placement;
 mod plot;
+mod sched_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -19,11 +20,14 @@ struct Cli {
 enum Command {
     /// CRUSH maps: test mappings, map objects, analyze spread, balance, diff.
     Crush(crush_cmd::CrushArgs),
+    /// QoS scheduler: simulate scenarios in virtual time.
+    Sched(sched_cmd::SchedArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crush(args) => crush_cmd::run(args),
+        Command::Sched(args) => sched_cmd::run(args),
     }
 }
