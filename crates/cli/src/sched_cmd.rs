@@ -97,9 +97,9 @@ fn simulate(a: SimulateArgs) -> Result<()> {
     bar.finish_and_clear();
     print_report(&scn, &report)?;
     if let Some(path) = &a.plot {
-        let grid = plot(&report, path)?;
+        plot(&report, &scn.title, path)?;
         println!(
-            "plot: {}: IOPS per class over time (client blue, recovery red, best_effort green, immediate black); grid lines every {grid:.0} IOPS, ticks every window ({} s)",
+            "plot: {}: ops/s per class over time, one point per {} s window",
             path.display(),
             scn.window_s
         );
@@ -223,8 +223,8 @@ fn print_report(scn: &Scenario, r: &SimReport) -> Result<()> {
     Ok(())
 }
 
-/// Draws the plot; returns the IOPS between horizontal grid lines.
-fn plot(r: &SimReport, path: &Path) -> Result<f64> {
+/// Draws ops/s per class over time.
+fn plot(r: &SimReport, title: &str, path: &Path) -> Result<()> {
     use plotters::prelude::*;
     let windows = r.sources.first().map_or(0, |s| s.window_ops.len());
     let win_s = r.window_ns as f64 / 1e9;
@@ -247,33 +247,23 @@ fn plot(r: &SimReport, path: &Path) -> Result<f64> {
         .flat_map(|(_, v)| v.iter().copied())
         .fold(1.0, f64::max)
         * 1.1;
+    crate::plot::register_font();
     let root = BitMapBackend::new(path, (1000, 500)).into_drawing_area();
     root.fill(&WHITE)
         .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    let mut chart = ChartBuilder::on(&root)
-        .margin(20)
-        .build_cartesian_2d(0f64..(windows as f64 * win_s), 0f64..ymax)
-        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    // Axes and grid drawn as lines: text needs system fonts, which the plot must not depend on.
     let xmax = windows as f64 * win_s;
-    let grey = RGBColor(210, 210, 210);
-    for i in 0..=5 {
-        let y = ymax * i as f64 / 5.0;
-        chart
-            .draw_series(LineSeries::new([(0.0, y), (xmax, y)], grey))
-            .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    }
-    for i in 0..=windows {
-        let x = i as f64 * win_s;
-        chart
-            .draw_series(LineSeries::new([(x, 0.0), (x, ymax / 50.0)], BLACK))
-            .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    }
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(16)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     chart
-        .draw_series(LineSeries::new(
-            [(0.0, ymax), (0.0, 0.0), (xmax, 0.0)],
-            BLACK.stroke_width(2),
-        ))
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("ops/s")
+        .draw()
         .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     for (class, v) in series {
         let color = match class {
@@ -289,8 +279,18 @@ fn plot(r: &SimReport, path: &Path) -> Result<f64> {
                     .map(|(i, &y)| ((i as f64 + 0.5) * win_s, y)),
                 color.stroke_width(2),
             ))
-            .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("plot: {e}"))?
+            .label(format!("{class:?}"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
     }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     root.present().map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    Ok(ymax / 5.0)
+    Ok(())
 }
