@@ -34,6 +34,8 @@ enum CrushCommand {
     },
     /// Map an object name to its PG and OSDs, like `osdmaptool --test-map-object`.
     MapObject(crate::crush_placement::MapObjectArgs),
+    /// Every PG's up set and primary, like `osdmaptool --test-map-pgs-dump`.
+    PgDump(crate::crush_placement::PgDumpArgs),
     /// PG spread of a pool: per OSD, per failure domain, primaries (seed 002's columns).
     Analyze(crate::crush_placement::AnalyzeArgs),
     /// Plan an exception table bringing every OSD within one PG of its target.
@@ -74,6 +76,10 @@ struct TestArgs {
     /// Print each mapping (the only output mode; accepted for crushtool compatibility).
     #[arg(long = "show-mappings")]
     show_mappings: bool,
+    /// Apply the map's choose_args set with this index (-1 = default set). crushtool --test
+    /// ignores choose_args, so by default this does too; OSDMap placement uses the pool's set.
+    #[arg(long = "choose-args", allow_hyphen_values = true)]
+    choose_args: Option<i64>,
 }
 
 /// Loads a map from crushtool text or from `crushtool --dump` JSON.
@@ -93,6 +99,7 @@ pub fn run(args: CrushArgs) -> anyhow::Result<()> {
     match args.command {
         CrushCommand::Test(t) => test(t),
         CrushCommand::MapObject(a) => crate::crush_placement::map_object(a),
+        CrushCommand::PgDump(a) => crate::crush_placement::pg_dump(a),
         CrushCommand::Analyze(a) => crate::crush_placement::analyze_cmd(a),
         CrushCommand::Balance(a) => crate::crush_placement::balance_cmd(a),
         CrushCommand::Diff(a) => crate::crush_placement::diff_cmd(a),
@@ -154,7 +161,7 @@ fn test(t: TestArgs) -> anyhow::Result<()> {
         }
         reweights[osd] = ((w * 65536.0) as i64).clamp(0, 0x10000) as u32;
     }
-    let choose_args = map.dense_choose_args(t.pool_id.unwrap_or(-1));
+    let choose_args = t.choose_args.and_then(|i| map.dense_choose_args(i));
     let mut ws = Workspace::new();
     let mut out = Vec::with_capacity(t.num_rep);
     let mut line = String::new();

@@ -86,6 +86,29 @@ pub fn map_object(args: MapObjectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Arguments of `cairn crush pg-dump`.
+#[derive(Args)]
+pub struct PgDumpArgs {
+    #[command(flatten)]
+    pool: PoolArgs,
+}
+
+/// Prints every PG as `PG<TAB>[up set]<TAB>primary`, like `osdmaptool --test-map-pgs-dump`.
+pub fn pg_dump(args: PgDumpArgs) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let map = args.pool.osdmap()?;
+    let pool = &map.pools[&args.pool.pool_id];
+    let mut mapper = map.mapper();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for pg in pool.pgs() {
+        let m = mapper.map_pg(pg)?;
+        let osds: Vec<String> = m.up.iter().map(i32::to_string).collect();
+        writeln!(out, "{}\t[{}]\t{}", pg, osds.join(","), m.primary)?;
+    }
+    Ok(())
+}
+
 /// Arguments of `cairn crush analyze`.
 #[derive(Args)]
 pub struct AnalyzeArgs {

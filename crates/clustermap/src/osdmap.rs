@@ -110,6 +110,8 @@ impl OsdMap {
             reweights: self.reweights(),
             ws: Workspace::new(),
             scratch: Vec::new(),
+            choose_args: None,
+            choose_args_pool: None,
         }
     }
 }
@@ -120,6 +122,9 @@ pub struct Mapper<'a> {
     reweights: Vec<u32>,
     ws: Workspace,
     scratch: Vec<i32>,
+    /// The pool's choose_args set (falling back to the default set), as OSDMap uses it.
+    choose_args: Option<cairn_crush::mapper::DenseChooseArgs>,
+    choose_args_pool: Option<i64>,
 }
 
 impl Mapper<'_> {
@@ -130,13 +135,16 @@ impl Mapper<'_> {
             .pools
             .get(&pg.pool)
             .ok_or(MapError::NoPool(pg.pool))?;
-        let choose_args = None;
+        if self.choose_args_pool != Some(pool.id) {
+            self.choose_args = self.map.crush.dense_choose_args(pool.id);
+            self.choose_args_pool = Some(pool.id);
+        }
         let ok = self.map.crush.do_rule(
             pool.crush_rule,
             pool.pps(pg) as i32,
             pool.size as usize,
             &self.reweights,
-            choose_args,
+            self.choose_args.as_deref(),
             &mut self.ws,
             &mut self.scratch,
         );

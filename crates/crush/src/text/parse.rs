@@ -111,7 +111,12 @@ pub fn parse(text: &str) -> Result<CrushMap, CrushError> {
             }
             "rule" => raw_rules.push(parse_rule(&mut c)?),
             "choose_args" => {
-                let index = c.int("choose_args index")?;
+                // crushtool prints the default set (-1) as its u64 bit pattern.
+                let tok = c.next("a choose_args index")?;
+                let index = tok
+                    .parse::<i64>()
+                    .or_else(|_| tok.parse::<u64>().map(|u| u as i64))
+                    .map_err(|_| c.error_prev(format!("bad choose_args index `{tok}`")))?;
                 raw_args.push((index, parse_choose_args(&mut c)?, at));
             }
             other => match map.type_id(other) {

@@ -63,7 +63,7 @@ pub fn write(map: &CrushMap) -> String {
     if !map.choose_args.is_empty() {
         out.push_str("\n# choose_args\n");
         for (index, set) in &map.choose_args {
-            let _ = writeln!(out, "choose_args {index} {{");
+            let _ = writeln!(out, "choose_args {} {{", *index as u64);
             for (bucket_id, arg) in set {
                 out.push_str("  {\n");
                 let _ = writeln!(out, "    bucket_id {bucket_id}");
