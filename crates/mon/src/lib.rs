@@ -4,14 +4,18 @@
 //! its versioned, checksummed encoding; [`incremental`] is one epoch's change set, applied the
 //! same way on the monitor and on every subscriber; [`monitor`] turns events (OSD boot, failure
 //! reports, beacons, operator commands, clock ticks) into incrementals and keeps placement
-//! balanced after every change. Sans-IO: time is passed in, nothing here touches sockets or
-//! disks (the daemon around it does).
+//! balanced after every change. These three are sans-IO (time is passed in). [`daemon`] serves
+//! the core over messenger sessions ([`proto`] is the wire protocol) and [`client`] talks to it;
+//! sockets are only ever touched through `cairn-msgr`.
 #![warn(missing_docs)]
 
+pub mod client;
+pub mod daemon;
 pub mod error;
 pub mod incremental;
 pub mod map;
 pub mod monitor;
+pub mod proto;
 
 pub use error::MonError;
 pub use incremental::{Change, Incremental};

@@ -1,0 +1,160 @@
+//! Talking to the monitor: requests with replies matched by id, and a local copy of the map
+//! kept current from the updates the monitor pushes to subscribers.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn_msgr::session::{Session, SessionSender};
+use cairn_msgr::Limits;
+use tokio::sync::{oneshot, watch};
+
+use crate::error::MonError;
+use crate::incremental::Incremental;
+use crate::map::ClusterMap;
+use crate::proto::{
+    from_payload, to_payload, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
+    MSG_MON_REPLY, MSG_MON_REQUEST,
+};
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<MonReply>>>>;
+
+/// A connection to the monitor.
+pub struct MonClient {
+    sender: SessionSender,
+    pending: Pending,
+    next_tid: AtomicU64,
+    map: watch::Receiver<Option<ClusterMap>>,
+}
+
+impl MonClient {
+    /// Connects (and keeps reconnecting) to the monitor at `addr`.
+    pub async fn connect(addr: SocketAddr, session_id: u64) -> MonClient {
+        let session = Session::connect(addr, session_id, Limits::default(), 100).await;
+        let sender = session.sender();
+        let pending: Pending = Arc::default();
+        let (map_tx, map_rx) = watch::channel(None);
+        tokio::spawn(receive(session, pending.clone(), map_tx));
+        MonClient {
+            sender,
+            pending,
+            next_tid: AtomicU64::new(1),
+            map: map_rx,
+        }
+    }
+
+    /// Sends a request and waits (at most `timeout_ms`) for its reply; a reply carrying an
+    /// error becomes `Err`.
+    pub async fn request(&self, body: RequestBody, timeout_ms: u64) -> Result<MonReply, MonError> {
+        let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .map_err(|_| MonError::Invalid("client state poisoned".into()))?
+            .insert(tid, tx);
+        self.sender
+            .send(MSG_MON_REQUEST, to_payload(&MonRequest { tid, body }))
+            .await
+            .map_err(|e| MonError::Invalid(format!("send to monitor: {e}")))?;
+        let reply = tokio::time::timeout(Duration::from_millis(timeout_ms), rx)
+            .await
+            .map_err(|_| {
+                MonError::Invalid(format!("no reply from the monitor within {timeout_ms} ms"))
+            })?
+            .map_err(|_| MonError::Invalid("monitor connection closed".into()))?;
+        match &reply.error {
+            Some(e) => Err(MonError::Invalid(e.clone())),
+            None => Ok(reply),
+        }
+    }
+
+    /// Subscribes to map updates (full map first).
+    pub async fn subscribe(&self, timeout_ms: u64) -> Result<(), MonError> {
+        let have_epoch = self.map.borrow().as_ref().map_or(0, |m| m.epoch);
+        self.request(RequestBody::Subscribe { have_epoch }, timeout_ms)
+            .await
+            .map(|_| ())
+    }
+
+    /// The newest map received, if any.
+    pub fn map(&self) -> Option<ClusterMap> {
+        self.map.borrow().clone()
+    }
+
+    /// Waits until the local map reaches `epoch`.
+    pub async fn wait_for_epoch(
+        &self,
+        epoch: u64,
+        timeout_ms: u64,
+    ) -> Result<ClusterMap, MonError> {
+        let mut rx = self.map.clone();
+        let wait = async {
+            loop {
+                if let Some(m) = rx.borrow().as_ref() {
+                    if m.epoch >= epoch {
+                        return Ok(m.clone());
+                    }
+                }
+                if rx.changed().await.is_err() {
+                    return Err(MonError::Invalid("monitor connection closed".into()));
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_millis(timeout_ms), wait)
+            .await
+            .map_err(|_| {
+                MonError::Invalid(format!("epoch {epoch} not seen within {timeout_ms} ms"))
+            })?
+    }
+}
+
+async fn receive(
+    mut session: Session,
+    pending: Pending,
+    map_tx: watch::Sender<Option<ClusterMap>>,
+) {
+    while let Some(frame) = session.recv().await {
+        match frame.header.msg_type {
+            MSG_MON_REPLY => {
+                if let Ok(reply) = from_payload::<MonReply>(&frame.payload) {
+                    let waiter = pending.lock().ok().and_then(|mut p| p.remove(&reply.tid));
+                    if let Some(w) = waiter {
+                        let _ = w.send(reply);
+                    }
+                }
+            }
+            MSG_MON_MAP => match from_payload::<MapUpdate>(&frame.payload) {
+                Ok(update) => {
+                    let current = map_tx.borrow().clone();
+                    match apply_update(current, update) {
+                        Ok(map) => {
+                            let _ = map_tx.send(Some(map));
+                        }
+                        Err(e) => tracing::warn!(error = %e, "dropped a map update"),
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "malformed map update"),
+            },
+            other => tracing::warn!(msg_type = other, "unexpected message from the monitor"),
+        }
+    }
+}
+
+fn apply_update(current: Option<ClusterMap>, update: MapUpdate) -> Result<ClusterMap, MonError> {
+    match update {
+        MapUpdate::Full(bytes) => ClusterMap::decode(&bytes),
+        MapUpdate::Incrementals(incs) => {
+            let mut map = current
+                .ok_or_else(|| MonError::Invalid("incremental before any full map".into()))?;
+            for bytes in incs {
+                let inc = Incremental::decode(&bytes)?;
+                if inc.epoch > map.epoch {
+                    map.apply(&inc)?;
+                }
+            }
+            Ok(map)
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The monitor daemon: the [`Monitor`] core served over messenger sessions.
+//!
+//! One task owns the monitor; every session forwards its requests to it and receives replies
+//! and, once subscribed, every new epoch as incrementals (or a full map when it is too far
+//! behind). A timer ticks the monitor once a second for failure and down -> out decisions.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use cairn_msgr::session::{Listener, Session, SessionSender};
+use cairn_msgr::Limits;
+use tokio::sync::mpsc;
+
+use crate::error::MonError;
+use crate::monitor::{Monitor, Reply, Request};
+use crate::proto::{
+    from_payload, to_payload, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
+    MSG_MON_REPLY, MSG_MON_REQUEST,
+};
+
+/// Where a request came from, so the reply and map updates can go back.
+struct Inbound {
+    session: u64,
+    sender: SessionSender,
+    request: MonRequest,
+}
+
+/// A running monitor.
+pub struct MonDaemon {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl MonDaemon {
+    /// Starts serving `monitor` on `addr` (port 0 picks a free port).
+    pub async fn start(monitor: Monitor, addr: SocketAddr) -> Result<MonDaemon, MonError> {
+        let mut listener = Listener::bind(addr, Limits::default())
+            .await
+            .map_err(|e| MonError::Invalid(format!("bind {addr}: {e}")))?;
+        let local = listener.local_addr();
+        let (tx, rx) = mpsc::channel::<Inbound>(1024);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            while let Some(session) = listener.accept().await {
+                tokio::spawn(serve_session(session, tx.clone()));
+            }
+        });
+        tokio::spawn(run_core(monitor, rx, stop_rx));
+        Ok(MonDaemon {
+            addr: local,
+            stop: Some(stop_tx),
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MonDaemon {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn serve_session(mut session: Session, core: mpsc::Sender<Inbound>) {
+    let sender = session.sender();
+    while let Some(frame) = session.recv().await {
+        if frame.header.msg_type != MSG_MON_REQUEST {
+            tracing::warn!(
+                session = session.id(),
+                msg_type = frame.header.msg_type,
+                "unexpected message type"
+            );
+            continue;
+        }
+        match from_payload::<MonRequest>(&frame.payload) {
+            Ok(request) => {
+                let inbound = Inbound {
+                    session: session.id(),
+                    sender: sender.clone(),
+                    request,
+                };
+                if core.send(inbound).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => tracing::warn!(session = session.id(), error = %e, "malformed request"),
+        }
+    }
+}
+
+async fn run_core(
+    mut monitor: Monitor,
+    mut rx: mpsc::Receiver<Inbound>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let started = Instant::now();
+    let now_ms = || started.elapsed().as_millis() as u64;
+    let mut subscribers: BTreeMap<u64, (SessionSender, u64)> = BTreeMap::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let before = monitor.map().epoch;
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = ticker.tick() => {
+                if let Err(e) = monitor.tick(now_ms()) {
+                    tracing::error!(error = %e, "tick failed");
+                }
+            }
+            inbound = rx.recv() => {
+                let Some(Inbound { session, sender, request }) = inbound else { return };
+                let reply = match to_request(request.body) {
+                    Err(have_epoch) => {
+                        subscribers.insert(session, (sender.clone(), have_epoch));
+                        MonReply { tid: request.tid, epoch: monitor.map().epoch, osd_id: None, error: None }
+                    }
+                    Ok(req) => answer(&mut monitor, now_ms(), request.tid, req),
+                };
+                let _ = sender.send(MSG_MON_REPLY, to_payload(&reply)).await;
+            }
+        }
+        if monitor.map().epoch != before
+            || subscribers.values().any(|(_, e)| *e < monitor.map().epoch)
+        {
+            publish(&monitor, &mut subscribers).await;
+        }
+    }
+}
+
+/// Translates a wire request into a monitor request; a subscription (handled by the daemon
+/// itself) comes back as `Err(have_epoch)`.
+fn to_request(body: RequestBody) -> Result<Request, u64> {
+    Ok(match body {
+        RequestBody::Boot {
+            uuid,
+            host,
+            addr,
+            crush_weight,
+        } => Request::Boot {
+            uuid,
+            host,
+            addr,
+            crush_weight,
+        },
+        RequestBody::FailureReport {
+            reporter,
+            target,
+            failed_for_ms,
+        } => Request::FailureReport {
+            reporter,
+            target,
+            failed_for_ms,
+        },
+        RequestBody::Beacon { id } => Request::Beacon { id },
+        RequestBody::MarkOut { id } => Request::MarkOut { id },
+        RequestBody::MarkIn { id } => Request::MarkIn { id },
+        RequestBody::MarkDown { id } => Request::MarkDown { id },
+        RequestBody::CreatePool { name, size, pg_num } => {
+            Request::CreatePool { name, size, pg_num }
+        }
+        RequestBody::RemovePool { name } => Request::RemovePool { name },
+        RequestBody::Subscribe { have_epoch } => return Err(have_epoch),
+    })
+}
+
+fn answer(monitor: &mut Monitor, now_ms: u64, tid: u64, request: Request) -> MonReply {
+    match monitor.handle(now_ms, request) {
+        Ok(Reply::Booted { id, epoch }) => MonReply {
+            tid,
+            epoch,
+            osd_id: Some(id),
+            error: None,
+        },
+        Ok(Reply::Done { epoch }) => MonReply {
+            tid,
+            epoch,
+            osd_id: None,
+            error: None,
+        },
+        Err(e) => MonReply {
+            tid,
+            epoch: monitor.map().epoch,
+            osd_id: None,
+            error: Some(e.to_string()),
+        },
+    }
+}
+
+async fn publish(monitor: &Monitor, subscribers: &mut BTreeMap<u64, (SessionSender, u64)>) {
+    let epoch = monitor.map().epoch;
+    let mut gone = Vec::new();
+    for (&session, (sender, have)) in subscribers.iter_mut() {
+        if *have >= epoch {
+            continue;
+        }
+        let update = match (*have, monitor.incrementals_since(*have)) {
+            (0, _) | (_, None) => MapUpdate::Full(monitor.map().encode()),
+            (_, Some(incs)) => MapUpdate::Incrementals(incs.iter().map(|i| i.encode()).collect()),
+        };
+        if sender.send(MSG_MON_MAP, to_payload(&update)).await.is_err() {
+            gone.push(session);
+        } else {
+            *have = epoch;
+        }
+    }
+    for s in gone {
+        subscribers.remove(&s);
+    }
+}

@@ -1,0 +1,78 @@
+//! The monitor over real loopback sockets: OSDs boot, a pool is created, subscribers follow
+//! every epoch through pushed incrementals, errors come back as errors.
+
+use cairn_mon::client::MonClient;
+use cairn_mon::daemon::MonDaemon;
+use cairn_mon::proto::RequestBody;
+use cairn_mon::{ClusterMap, MonConfig, Monitor};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn osds_boot_and_subscribers_follow_every_epoch() {
+    let monitor = Monitor::new(ClusterMap::new("fsid").unwrap(), MonConfig::default());
+    let daemon = MonDaemon::start(monitor, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let watcher = MonClient::connect(daemon.addr(), 1000).await;
+    watcher.subscribe(5000).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let osd = MonClient::connect(daemon.addr(), 2000 + i).await;
+        let reply = osd
+            .request(
+                RequestBody::Boot {
+                    uuid: format!("u{i}"),
+                    host: format!("h{i}"),
+                    addr: format!("127.0.0.1:{}", 9000 + i),
+                    crush_weight: 0x10000,
+                },
+                5000,
+            )
+            .await
+            .unwrap();
+        ids.push(reply.osd_id.unwrap());
+    }
+    assert_eq!(ids, vec![0, 1, 2, 3]);
+    let admin = MonClient::connect(daemon.addr(), 3000).await;
+    let created = admin
+        .request(
+            RequestBody::CreatePool {
+                name: "rbd".into(),
+                size: 3,
+                pg_num: 64,
+            },
+            5000,
+        )
+        .await
+        .unwrap();
+    let err = admin
+        .request(
+            RequestBody::CreatePool {
+                name: "rbd".into(),
+                size: 3,
+                pg_num: 64,
+            },
+            5000,
+        )
+        .await;
+    assert!(err.is_err(), "duplicate pool must be refused");
+    admin
+        .request(RequestBody::MarkOut { id: 2 }, 5000)
+        .await
+        .unwrap();
+    let last = admin
+        .request(RequestBody::Beacon { id: 0 }, 5000)
+        .await
+        .unwrap()
+        .epoch;
+    assert!(last > created.epoch);
+    let seen = watcher.wait_for_epoch(last, 5000).await.unwrap();
+    assert_eq!(seen.epoch, last);
+    assert_eq!(seen.osds.len(), 4);
+    assert_eq!(seen.osds[&2].reweight, 0);
+    assert_eq!(seen.placement.pools[&1].name, "rbd");
+    // A late subscriber gets the same map.
+    let late = MonClient::connect(daemon.addr(), 4000).await;
+    late.subscribe(5000).await.unwrap();
+    let late_map = late.wait_for_epoch(last, 5000).await.unwrap();
+    assert_eq!(late_map.encode(), seen.encode());
+}
