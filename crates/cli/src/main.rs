@@ -3,6 +3,7 @@
 
 mod crush_cmd;
 mod crush_placement;
+mod mon_cmd;
 mod plot;
 mod sched_cmd;
 
@@ -20,6 +21,14 @@ struct Cli {
 enum Command {
     /// CRUSH maps: test mappings, map objects, analyze spread, balance, diff.
     Crush(crush_cmd::CrushArgs),
+    /// Run a monitor (the cluster map authority).
+    Mon(mon_cmd::MonArgs),
+    /// Cluster health, OSDs and PG spread, from the monitor.
+    Status(mon_cmd::MonAddr),
+    /// Create, list and remove pools.
+    Pool(mon_cmd::PoolArgs),
+    /// Mark OSDs out, in or down; show the OSD tree.
+    Osd(mon_cmd::OsdArgs),
     /// QoS scheduler: simulate scenarios in virtual time.
     Sched(sched_cmd::SchedArgs),
 }
@@ -28,6 +37,10 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crush(args) => crush_cmd::run(args),
+        Command::Mon(args) => mon_cmd::run_mon(args),
+        Command::Status(args) => mon_cmd::run_status(args),
+        Command::Pool(args) => mon_cmd::run_pool(args),
+        Command::Osd(args) => mon_cmd::run_osd(args),
         Command::Sched(args) => sched_cmd::run(args),
     }
 }

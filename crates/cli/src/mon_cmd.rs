@@ -1,0 +1,244 @@
+//! `cairn mon`, `cairn status`, `cairn pool ...`, `cairn osd out|in|down`: the monitor daemon
+//! and the operator commands that talk to it.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use cairn_clustermap::analysis::analyze;
+use cairn_clustermap::balance::up_sets;
+use cairn_clustermap::shape::Topology;
+use cairn_mon::client::MonClient;
+use cairn_mon::daemon::MonDaemon;
+use cairn_mon::proto::RequestBody;
+use cairn_mon::{ClusterMap, MonConfig, Monitor};
+use clap::{Args, Subcommand};
+
+/// Default monitor address.
+pub const DEFAULT_MON: &str = "127.0.0.1:6789";
+const TIMEOUT_MS: u64 = 10_000;
+
+/// `cairn mon`: run a monitor.
+#[derive(Args)]
+pub struct MonArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = DEFAULT_MON)]
+    listen: SocketAddr,
+    /// Cluster id.
+    #[arg(long, default_value = "cairn")]
+    fsid: String,
+    /// Seconds a down OSD stays in before it is marked out.
+    #[arg(long = "down-out-interval-s", default_value_t = 600)]
+    down_out_interval_s: u64,
+}
+
+/// Where to find the monitor.
+#[derive(Args, Clone)]
+pub struct MonAddr {
+    /// Monitor address.
+    #[arg(long = "mon", default_value = DEFAULT_MON)]
+    pub mon: SocketAddr,
+}
+
+/// `cairn pool ...`.
+#[derive(Args)]
+pub struct PoolArgs {
+    #[command(flatten)]
+    mon: MonAddr,
+    #[command(subcommand)]
+    command: PoolCommand,
+}
+
+#[derive(Subcommand)]
+enum PoolCommand {
+    /// Create a replicated pool.
+    Create {
+        /// Name.
+        name: String,
+        /// PG count.
+        #[arg(long = "pg-num", default_value_t = 128)]
+        pg_num: u32,
+        /// Replicas.
+        #[arg(long, default_value_t = 3)]
+        size: u32,
+    },
+    /// List pools.
+    Ls,
+    /// Remove a pool.
+    Rm {
+        /// Name.
+        name: String,
+    },
+}
+
+/// `cairn osd out|in|down ID`.
+#[derive(Args)]
+pub struct OsdArgs {
+    #[command(flatten)]
+    mon: MonAddr,
+    #[command(subcommand)]
+    command: OsdCommand,
+}
+
+#[derive(Subcommand)]
+enum OsdCommand {
+    /// Mark out: its data moves to other OSDs.
+    Out {
+        /// OSD id.
+        id: i32,
+    },
+    /// Mark in.
+    In {
+        /// OSD id.
+        id: i32,
+    },
+    /// Mark down.
+    Down {
+        /// OSD id.
+        id: i32,
+    },
+    /// OSDs by host with state and weights.
+    Tree,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Runs the monitor until interrupted.
+pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let config = MonConfig {
+            down_out_interval_ms: args.down_out_interval_s * 1000,
+            ..MonConfig::default()
+        };
+        let monitor = Monitor::new(ClusterMap::new(&args.fsid)?, config);
+        let daemon = MonDaemon::start(monitor, args.listen).await?;
+        eprintln!("monitor listening on {}", daemon.addr());
+        tokio::signal::ctrl_c().await?;
+        eprintln!("monitor stopping");
+        Ok(())
+    })
+}
+
+async fn current_map(mon: SocketAddr) -> anyhow::Result<ClusterMap> {
+    let client = MonClient::connect(mon, std::process::id() as u64).await;
+    client
+        .subscribe(TIMEOUT_MS)
+        .await
+        .with_context(|| format!("monitor at {mon}"))?;
+    Ok(client.wait_for_epoch(1, TIMEOUT_MS).await?)
+}
+
+/// `cairn status`: health, OSDs, pools and PG spread, like `ceph -s`.
+pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let map = current_map(args.mon).await?;
+        let up = map.osds.values().filter(|o| o.up).count();
+        let inn = map.osds.values().filter(|o| o.reweight > 0).count();
+        let health = if up == map.osds.len() && inn == map.osds.len() {
+            "HEALTH_OK"
+        } else {
+            "HEALTH_WARN"
+        };
+        println!("cluster {}  epoch {}  {health}", map.fsid, map.epoch);
+        println!("  osd: {} total, {up} up, {inn} in", map.osds.len());
+        for pool in map.placement.pools.values() {
+            let topo = Topology::for_pool(&map.placement, pool)?;
+            let spread = analyze(&up_sets(&map.placement, pool.id)?, &topo);
+            println!(
+                "  pool {} '{}' size {} pg_num {}: PGs per OSD {}~{} (max deviation {:.1})",
+                pool.id,
+                pool.name,
+                pool.size,
+                pool.pg_num,
+                spread.osds.min,
+                spread.osds.max,
+                spread.osds.max_deviation
+            );
+        }
+        Ok(())
+    })
+}
+
+/// `cairn pool ...`.
+pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        match args.command {
+            PoolCommand::Ls => {
+                let map = current_map(args.mon.mon).await?;
+                for p in map.placement.pools.values() {
+                    println!(
+                        "{} {} size {} min_size {} pg_num {}",
+                        p.id, p.name, p.size, p.min_size, p.pg_num
+                    );
+                }
+            }
+            PoolCommand::Create { name, pg_num, size } => {
+                let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
+                let r = client
+                    .request(
+                        RequestBody::CreatePool {
+                            name: name.clone(),
+                            size,
+                            pg_num,
+                        },
+                        TIMEOUT_MS,
+                    )
+                    .await?;
+                println!("pool '{name}' created (epoch {})", r.epoch);
+            }
+            PoolCommand::Rm { name } => {
+                let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
+                let r = client
+                    .request(RequestBody::RemovePool { name: name.clone() }, TIMEOUT_MS)
+                    .await?;
+                println!("pool '{name}' removed (epoch {})", r.epoch);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `cairn osd ...`.
+pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let body = match args.command {
+            OsdCommand::Out { id } => RequestBody::MarkOut { id },
+            OsdCommand::In { id } => RequestBody::MarkIn { id },
+            OsdCommand::Down { id } => RequestBody::MarkDown { id },
+            OsdCommand::Tree => {
+                let map = current_map(args.mon.mon).await?;
+                let mut hosts: std::collections::BTreeMap<&str, Vec<&cairn_mon::OsdEntry>> =
+                    Default::default();
+                for o in map.osds.values() {
+                    hosts.entry(&o.host).or_default().push(o);
+                }
+                println!(
+                    "{:<8} {:<16} {:<6} {:<8} addr",
+                    "id", "host", "up", "reweight"
+                );
+                for (host, osds) in hosts {
+                    for o in osds {
+                        println!(
+                            "osd.{:<4} {:<16} {:<6} {:<8.3} {}",
+                            o.id,
+                            host,
+                            if o.up { "up" } else { "down" },
+                            f64::from(o.reweight) / 65536.0,
+                            o.addr
+                        );
+                    }
+                }
+                return Ok(());
+            }
+        };
+        let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
+        let r = client.request(body, TIMEOUT_MS).await?;
+        println!("done (epoch {})", r.epoch);
+        Ok(())
+    })
+}
