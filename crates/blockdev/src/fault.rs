@@ -22,6 +22,7 @@ pub struct CrashSwitch {
     ops: AtomicU64,
     crash_at: AtomicU64,
     crashed: AtomicBool,
+    trace: std::sync::Mutex<Option<Vec<&'static str>>>,
 }
 
 impl CrashSwitch {
@@ -31,7 +32,23 @@ impl CrashSwitch {
             ops: AtomicU64::new(0),
             crash_at: AtomicU64::new(u64::MAX),
             crashed: AtomicBool::new(false),
+            trace: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Starts recording the label of every counted operation (see [`CrashSwitch::trace`]).
+    pub fn enable_trace(&self) {
+        *self.trace.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+    }
+
+    /// Labels of the operations counted since [`CrashSwitch::enable_trace`], in order; lets a
+    /// test choose crash points by kind (e.g. skip points equivalent under its loss mode).
+    pub fn trace(&self) -> Vec<&'static str> {
+        self.trace
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default()
     }
 
     /// Power is cut just before mutating operation number `op_index` (0-based) would start:
@@ -55,10 +72,19 @@ impl CrashSwitch {
         self.ops.load(Ordering::SeqCst)
     }
 
-    /// Called by a component before a mutating operation; false means "power is off, do nothing".
-    pub fn tick(&self) -> bool {
+    /// Called by a component before a mutating operation labelled `label` (for traces); false
+    /// means "power is off, do nothing".
+    pub fn tick(&self, label: &'static str) -> bool {
         if self.crashed() {
             return false;
+        }
+        if let Some(t) = self
+            .trace
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            t.push(label);
         }
         let idx = self.ops.fetch_add(1, Ordering::SeqCst);
         if idx >= self.crash_at.load(Ordering::SeqCst) {
@@ -209,8 +235,13 @@ impl FaultDevice {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Result<u64> {
-        let mutating = kind != IoKind::Read;
-        if (mutating && !self.switch.tick()) || self.switch.crashed() {
+        let label = match kind {
+            IoKind::Read => "dev-read",
+            IoKind::Write => "dev-write",
+            IoKind::Flush => "dev-flush",
+            IoKind::Discard => "dev-discard",
+        };
+        if (kind != IoKind::Read && !self.switch.tick(label)) || self.switch.crashed() {
             return Err(BlockDevError::PowerLost { kind });
         }
         let nth = st.counts[kind_index(kind)];

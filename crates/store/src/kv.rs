@@ -171,7 +171,7 @@ impl StorageBackend for CrashableKv {
     }
 
     fn sync_data(&self, _eventual: bool) -> io::Result<()> {
-        if !self.switch.tick() {
+        if !self.switch.tick("kv-sync") {
             return Err(power_lost());
         }
         let mut im = self.lock();
@@ -187,7 +187,7 @@ impl StorageBackend for CrashableKv {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        if !self.switch.tick() {
+        if !self.switch.tick("kv-write") {
             return Err(power_lost());
         }
         let mut im = self.lock();
