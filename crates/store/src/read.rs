@@ -126,6 +126,29 @@ impl Store {
         Ok(())
     }
 
+    /// Where an object's data lives: (logical block index, physical block) pairs in index order.
+    /// For scrub tooling, debugging and tests; holes have no entry.
+    pub async fn extents(&self, coll: &str, obj: &str) -> Result<Vec<(u64, u64)>> {
+        self.check_ok()?;
+        let _st = self.state.read().await;
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let id = Self::read_coll_id(&rtx, coll)?;
+        Self::read_onode(&rtx, id, coll, obj)?;
+        let prefix = object_prefix(id, obj);
+        let t = rtx.open_table(BLOCKS).map_err(kv)?;
+        let iter = match prefix_end(&prefix) {
+            Some(end) => t.range(prefix.as_slice()..end.as_slice()).map_err(kv)?,
+            None => t.range(prefix.as_slice()..).map_err(kv)?,
+        };
+        let mut out = Vec::new();
+        for item in iter {
+            let (k, v) = item.map_err(kv)?;
+            let (_, idx) = split_block_key(k.value())?;
+            out.push((idx, BlockRef::decode(v.value())?.pblock));
+        }
+        Ok(out)
+    }
+
     /// Size of an object.
     pub async fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
         self.check_ok()?;
