@@ -18,6 +18,14 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// A transaction waiting for its group commit.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    txn: Transaction,
+    done: oneshot::Sender<Result<()>>,
+}
 
 type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
 
@@ -96,71 +104,174 @@ fn take_prefix(t: &mut BytesTable<'_>, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Ve
 
 impl Store {
     /// Applies `txn` atomically and durably: when this returns `Ok`, every operation is
-    /// persistent; on `Err`, none is. A device or KV error fails the store.
+    /// persistent; on `Err`, none is. A device or KV error fails the store. Copies the
+    /// transaction; [`Store::queue_transaction_owned`] avoids the copy.
     pub async fn queue_transaction(&self, txn: &Transaction) -> Result<()> {
+        self.queue_transaction_owned(txn.clone()).await
+    }
+
+    /// As [`Store::queue_transaction`], taking ownership of the transaction.
+    ///
+    /// Transactions submitted concurrently are committed as a group (group commit): one device
+    /// flush and one KV commit for all of them, each still atomic on its own (they are staged in
+    /// submission order; one that fails is dropped from the group and the rest restaged).
+    pub async fn queue_transaction_owned(&self, txn: Transaction) -> Result<()> {
         self.check_ok()?;
-        self.check_limits(txn)?;
-        let mut st = self.state.write().await;
-        self.check_ok()?;
-        let wtx = self.db.begin_write().map_err(|e| self.fatal(kv(e)))?;
-        let mut stage = Stage::default();
-        let staged = async {
-            let mut t = Tables::open(&wtx)?;
-            for op in &txn.ops {
-                self.stage_op(&mut st, &mut stage, &mut t, op).await?;
+        self.check_limits(&txn)?;
+        let (done, result) = oneshot::channel();
+        self.commit_queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(Pending { txn, done });
+        {
+            let mut st = self.state.write().await;
+            let batch = self.take_batch();
+            if !batch.is_empty() {
+                self.commit_group(&mut st, batch).await;
+            }
+        }
+        result
+            .await
+            .map_err(|_| StoreError::Failed("transaction was dropped by the committer".into()))?
+    }
+
+    /// Takes queued transactions for one group, up to `max_group_txns` and `max_txn_bytes`.
+    fn take_batch(&self) -> Vec<Pending> {
+        let mut q = self.commit_queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(p) = q.front() {
+            let b: u64 = p.txn.ops.iter().map(Op::data_bytes).sum();
+            if !out.is_empty()
+                && (out.len() >= self.cfg.max_group_txns || bytes + b > self.cfg.max_txn_bytes)
+            {
+                break;
+            }
+            bytes += b;
+            if let Some(p) = q.pop_front() {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// Fails every waiter with `e` (the first gets the error itself, the rest a copy of its text).
+    fn fail_all(&self, live: Vec<Pending>, e: StoreError) {
+        let e = self.fatal(e);
+        let text = e.to_string();
+        let mut first = Some(e);
+        for p in live {
+            let err = first
+                .take()
+                .unwrap_or_else(|| StoreError::Failed(text.clone()));
+            let _ = p.done.send(Err(err));
+        }
+    }
+
+    async fn commit_group(&self, st: &mut State, mut live: Vec<Pending>) {
+        loop {
+            if let Err(e) = self.check_ok() {
+                return self.fail_all(live, e);
+            }
+            let wtx = match self.db.begin_write() {
+                Ok(w) => w,
+                Err(e) => return self.fail_all(live, kv(e)),
+            };
+            let mut stage = Stage::default();
+            let staged = async {
+                let mut t = Tables::open(&wtx).map_err(|e| (usize::MAX, e))?;
+                for (i, p) in live.iter().enumerate() {
+                    for op in &p.txn.ops {
+                        self.stage_op(st, &mut stage, &mut t, op)
+                            .await
+                            .map_err(|e| (i, e))?;
+                    }
+                }
+                for p in &stage.deferred_dropped {
+                    t.deferred.remove(*p).map_err(|e| (usize::MAX, kv(e)))?;
+                }
+                for (p, c) in &stage.deferred_new {
+                    t.deferred
+                        .insert(*p, codec::seal(c).as_slice())
+                        .map_err(|e| (usize::MAX, kv(e)))?;
+                }
+                Ok::<(), (usize, StoreError)>(())
+            }
+            .await;
+            if let Err((i, e)) = staged {
+                drop(wtx);
+                for (s, l) in std::mem::take(&mut stage.allocated) {
+                    if let Err(e) = st.alloc.release(s, l) {
+                        return self.fail_all(live, e);
+                    }
+                }
+                if e.is_fatal() || i >= live.len() {
+                    return self.fail_all(live, e);
+                }
+                let p = live.remove(i);
+                let _ = p.done.send(Err(e));
+                if live.is_empty() {
+                    return;
+                }
+                continue;
+            }
+            if !stage.new_data.is_empty() {
+                let blocks: Vec<(u64, &[u8])> = stage
+                    .new_data
+                    .iter()
+                    .map(|(p, d)| (*p, d.as_slice()))
+                    .collect();
+                if let Err(e) = self.write_blocks(&blocks).await {
+                    return self.fail_all(live, e);
+                }
+                if let Err(e) = self.dev_flush().await {
+                    return self.fail_all(live, e);
+                }
+            }
+            if let Err(e) = wtx.commit() {
+                return self.fail_all(live, kv(e));
+            }
+            for p in &stage.to_free {
+                if let Err(e) = st.alloc.release(*p, 1) {
+                    let e = StoreError::Failed(format!("allocator inconsistent after commit: {e}"));
+                    return self.fail_all(live, e);
+                }
             }
             for p in &stage.deferred_dropped {
-                t.deferred.remove(*p).map_err(kv)?;
+                st.deferred.remove(p);
             }
-            for (p, c) in &stage.deferred_new {
-                t.deferred
-                    .insert(*p, codec::seal(c).as_slice())
-                    .map_err(kv)?;
+            for (p, c) in std::mem::take(&mut stage.deferred_new) {
+                st.deferred.insert(p, Arc::new(c));
             }
-            Ok::<(), StoreError>(())
-        }
-        .await;
-        if let Err(e) = staged {
-            drop(wtx);
-            for (s, l) in stage.allocated {
-                st.alloc.release(s, l).map_err(|e| self.fatal(e))?;
-            }
-            return Err(self.fatal(e));
-        }
-        if !stage.new_data.is_empty() {
-            let blocks: Vec<(u64, &[u8])> = stage
-                .new_data
+            st.objects = st.objects.saturating_add_signed(stage.objects_delta);
+            st.stored_bytes = st.stored_bytes.saturating_add_signed(stage.stored_delta);
+            let user: u64 = live
                 .iter()
-                .map(|(p, d)| (*p, d.as_slice()))
-                .collect();
-            self.write_blocks(&blocks).await?;
-            self.dev_flush().await?;
-        }
-        wtx.commit().map_err(|e| self.fatal(kv(e)))?;
-        for p in &stage.to_free {
-            if let Err(e) = st.alloc.release(*p, 1) {
-                return Err(self.fatal(StoreError::Failed(format!(
-                    "allocator inconsistent after commit: {e}"
-                ))));
+                .flat_map(|p| p.txn.ops.iter())
+                .map(Op::data_bytes)
+                .sum();
+            self.counters
+                .user_bytes_written
+                .fetch_add(user, Ordering::Relaxed);
+            self.counters
+                .commits
+                .fetch_add(live.len() as u64, Ordering::Relaxed);
+            self.counters.group_commits.fetch_add(1, Ordering::Relaxed);
+            let apply_result = if st.deferred.len() as u64 * self.sb.block_bytes
+                >= self.cfg.deferred_batch_bytes
+            {
+                self.apply_deferred(st).await
+            } else {
+                Ok(())
+            };
+            // The transactions are durable whatever happens to the deferred application; a
+            // failure there has already failed the store for later calls.
+            drop(apply_result);
+            for p in live {
+                let _ = p.done.send(Ok(()));
             }
+            return;
         }
-        for p in &stage.deferred_dropped {
-            st.deferred.remove(p);
-        }
-        for (p, c) in std::mem::take(&mut stage.deferred_new) {
-            st.deferred.insert(p, Arc::new(c));
-        }
-        st.objects = st.objects.saturating_add_signed(stage.objects_delta);
-        st.stored_bytes = st.stored_bytes.saturating_add_signed(stage.stored_delta);
-        let user: u64 = txn.ops.iter().map(Op::data_bytes).sum();
-        self.counters
-            .user_bytes_written
-            .fetch_add(user, Ordering::Relaxed);
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        if st.deferred.len() as u64 * self.sb.block_bytes >= self.cfg.deferred_batch_bytes {
-            self.apply_deferred(&mut st).await?;
-        }
-        Ok(())
     }
 
     fn check_name(&self, what: &str, name: &str) -> Result<()> {

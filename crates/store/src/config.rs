@@ -22,6 +22,8 @@ pub struct StoreConfig {
     pub max_txn_bytes: u64,
     /// Most operations in one transaction.
     pub max_txn_ops: usize,
+    /// Most transactions committed together by one group commit.
+    pub max_group_txns: usize,
     /// Longest object or collection name, bytes.
     pub max_name_bytes: usize,
     /// Largest xattr or omap value, bytes.
@@ -41,6 +43,7 @@ impl Default for StoreConfig {
             max_io_bytes: 8 << 20,
             max_txn_bytes: 256 << 20,
             max_txn_ops: 65536,
+            max_group_txns: 64,
             max_name_bytes: 1024,
             max_value_bytes: 1 << 20,
             max_object_bytes: 1 << 40,

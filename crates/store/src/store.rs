@@ -81,6 +81,8 @@ pub struct StoreStats {
     pub kv_syncs: u64,
     /// Transactions committed.
     pub commits: u64,
+    /// KV commits that carried them (fewer than `commits` when group commit batched them).
+    pub group_commits: u64,
     /// Deferred block writes applied in place.
     pub deferred_applied: u64,
 }
@@ -92,6 +94,7 @@ pub(crate) struct Counters {
     pub device_bytes_read: AtomicU64,
     pub device_flushes: AtomicU64,
     pub commits: AtomicU64,
+    pub group_commits: AtomicU64,
     pub deferred_applied: AtomicU64,
 }
 
@@ -115,6 +118,7 @@ pub struct Store {
     failed: Mutex<Option<String>>,
     pub(crate) counters: Counters,
     kv_counters: Arc<KvCounters>,
+    pub(crate) commit_queue: Mutex<std::collections::VecDeque<crate::apply::Pending>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -301,6 +305,7 @@ impl Store {
             failed: Mutex::new(None),
             counters: Counters::default(),
             kv_counters,
+            commit_queue: Mutex::new(std::collections::VecDeque::new()),
         };
         {
             let mut st = store.state.write().await;
@@ -457,6 +462,7 @@ impl Store {
             kv_bytes_written: self.kv_counters.bytes_written.load(Ordering::Relaxed),
             kv_syncs: self.kv_counters.syncs.load(Ordering::Relaxed),
             commits: self.counters.commits.load(Ordering::Relaxed),
+            group_commits: self.counters.group_commits.load(Ordering::Relaxed),
             deferred_applied: self.counters.deferred_applied.load(Ordering::Relaxed),
         }
     }

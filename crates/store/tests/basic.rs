@@ -341,3 +341,54 @@ async fn file_backed_store_round_trip() {
         pattern(4, 300_000)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_transactions_are_group_committed_and_stay_atomic() {
+    let img = fresh_images().await;
+    let Rig {
+        store,
+        switch,
+        fault,
+        mem,
+        kv,
+    } = Rig::mount(&img, cfg()).await.unwrap();
+    let s = Arc::new(store.unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..64u8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut t = Transaction::new();
+            t.write("c", &format!("o{i}"), 0, &pattern(i, 5000))
+                .setattr("c", &format!("o{i}"), "i", &[i]);
+            if i % 8 == 0 {
+                t.remove("c", "never-existed");
+            }
+            s.queue_transaction_owned(t).await
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        let res = t.await.unwrap();
+        assert_eq!(res.is_err(), i % 8 == 0, "txn {i}: {res:?}");
+        if let Err(e) = res {
+            assert!(matches!(e, StoreError::NoSuchObject { .. }), "{e}");
+        }
+    }
+    for i in 0..64u8 {
+        let name = format!("o{i}");
+        assert_eq!(s.exists("c", &name).await.unwrap(), i % 8 != 0, "{name}");
+        if i % 8 != 0 {
+            assert_eq!(s.read("c", &name, 0, 5000).await.unwrap(), pattern(i, 5000));
+            assert_eq!(s.getattr("c", &name, "i").await.unwrap(), vec![i]);
+        }
+    }
+    let st = s.stats().await;
+    assert_eq!(st.commits, 56);
+    assert!(
+        st.group_commits < st.commits,
+        "{} group commits for {} transactions",
+        st.group_commits,
+        st.commits
+    );
+    assert!(s.fsck(true).await.unwrap().is_clean());
+    let _ = (switch, fault, mem, kv);
+}
