@@ -2,6 +2,7 @@
 //! this file only dispatches.
 
 mod crush_cmd;
+mod store_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -17,11 +18,14 @@ struct Cli {
 enum Command {
     /// CRUSH maps: test mappings, map objects, analyze spread, balance, diff.
     Crush(crush_cmd::CrushArgs),
+    /// Object store: benchmark against fio, emulated device capacities, fsck.
+    Store(store_cmd::StoreArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crush(args) => crush_cmd::run(args),
+        Command::Store(args) => store_cmd::run(args),
     }
 }
