@@ -86,6 +86,10 @@ struct BenchArgs {
     /// Use buffered I/O instead of O_DIRECT.
     #[arg(long)]
     buffered: bool,
+    /// Skip writing zeros over the whole file first (by default the file is prefilled so the
+    /// store and fio both write over allocated blocks, as on a raw device).
+    #[arg(long)]
+    no_prefill: bool,
     /// Also write the result table (markdown) to this file.
     #[arg(long)]
     markdown: Option<PathBuf>,
@@ -189,6 +193,18 @@ fn summarize(
     }
 }
 
+/// Where commit time went in a phase (ms): staging, data writes, device flushes, KV commits.
+fn time_split(name: &str, before: &StoreStats, after: &StoreStats) -> String {
+    let ms = |a: u64, b: u64| (a - b) as f64 / 1e6;
+    format!(
+        "{name}: stage {:.0} ms, data write {:.0} ms, device flush {:.0} ms, KV commit {:.0} ms",
+        ms(after.stage_ns, before.stage_ns),
+        ms(after.data_write_ns, before.data_write_ns),
+        ms(after.device_flush_ns, before.device_flush_ns),
+        ms(after.kv_commit_ns, before.kv_commit_ns)
+    )
+}
+
 fn progress(len: u64, msg: &str) -> ProgressBar {
     let pb = ProgressBar::new(len);
     if let Ok(style) =
@@ -225,6 +241,13 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let file = FileDevice::open(&a.device, &opts)
         .with_context(|| format!("opening {}", a.device.display()))?;
     let direct = file.is_direct();
+    if !a.no_prefill {
+        let pb = ProgressBar::new_spinner();
+        pb.set_message(format!("prefilling {} MiB with zeros", a.size_mib));
+        pb.enable_steady_tick(Duration::from_millis(200));
+        file.prefill(8 << 20).await?;
+        pb.finish_and_clear();
+    }
     let file: Arc<dyn BlockDevice> = Arc::new(file);
     let dev: Arc<dyn BlockDevice> = match &a.profile {
         Some(p) => Arc::new(EmulatedDevice::new(
@@ -252,6 +275,8 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
     t.create_collection("bench");
     store.queue_transaction_owned(t).await?;
     let mut results = Vec::new();
+    let mut groups: Vec<String> = Vec::new();
+    let mut times: Vec<String> = Vec::new();
 
     let payload: Vec<u8> = (0..SEQ_OBJECT_BYTES).map(|i| (i % 251) as u8).collect();
     let before = store.stats().await;
@@ -269,13 +294,15 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let elapsed = start.elapsed();
     store.sync().await?;
     pb.finish_and_clear();
+    let after = store.stats().await;
+    times.push(time_split("4 MiB seq write QD1", &before, &after));
     results.push(summarize(
         "4 MiB seq write QD1".into(),
         lat,
         elapsed,
         SEQ_OBJECT_BYTES,
         &before,
-        &store.stats().await,
+        &after,
     ));
 
     for &qd in &a.queue_depths {
@@ -317,13 +344,22 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
             let elapsed = start.elapsed();
             store.sync().await?;
             pb.finish_and_clear();
+            let after = store.stats().await;
+            if write {
+                times.push(time_split(&name, &before, &after));
+                groups.push(format!(
+                    "{name}: {} transactions in {} group commits",
+                    after.commits - before.commits,
+                    after.group_commits - before.group_commits
+                ));
+            }
             results.push(summarize(
                 name,
                 lat,
                 elapsed,
                 RAND_IO_BYTES,
                 &before,
-                &store.stats().await,
+                &after,
             ));
         }
     }
@@ -340,6 +376,9 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         if rep.is_clean() { "clean" } else { "NOT CLEAN" }
     );
     drop(store);
+    for g in groups.iter().chain(&times) {
+        println!("{g}");
+    }
 
     if a.fio {
         if a.profile.is_some() {

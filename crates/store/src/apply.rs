@@ -16,9 +16,15 @@ use crate::store::{State, Store};
 use crate::txn::{Op, Transaction};
 use redb::{ReadableTable, Table, WriteTransaction};
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::oneshot;
+
+fn elapsed_into(counter: &AtomicU64, since: Instant) {
+    counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+}
 
 /// A transaction waiting for its group commit.
 #[derive(Debug)]
@@ -123,16 +129,21 @@ impl Store {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push_back(Pending { txn, done });
-        {
-            let mut st = self.state.write().await;
-            let batch = self.take_batch();
-            if !batch.is_empty() {
-                self.commit_group(&mut st, batch).await;
+        let mut result = result;
+        let dropped = || StoreError::Failed("transaction was dropped by the committer".into());
+        // Either another submitter's group commit completes this transaction, or this task gets
+        // the write lock and commits everything queued (itself included) as one group.
+        tokio::select! {
+            biased;
+            r = &mut result => return r.map_err(|_| dropped())?,
+            mut st = self.state.write() => {
+                let batch = self.take_batch();
+                if !batch.is_empty() {
+                    self.commit_group(&mut st, batch).await;
+                }
             }
         }
-        result
-            .await
-            .map_err(|_| StoreError::Failed("transaction was dropped by the committer".into()))?
+        result.await.map_err(|_| dropped())?
     }
 
     /// Takes queued transactions for one group, up to `max_group_txns` and `max_txn_bytes`.
@@ -178,6 +189,7 @@ impl Store {
                 Err(e) => return self.fail_all(live, kv(e)),
             };
             let mut stage = Stage::default();
+            let t_stage = Instant::now();
             let staged = async {
                 let mut t = Tables::open(&wtx).map_err(|e| (usize::MAX, e))?;
                 for (i, p) in live.iter().enumerate() {
@@ -215,7 +227,9 @@ impl Store {
                 }
                 continue;
             }
+            elapsed_into(&self.counters.stage_ns, t_stage);
             if !stage.new_data.is_empty() {
+                let t = Instant::now();
                 let blocks: Vec<(u64, &[u8])> = stage
                     .new_data
                     .iter()
@@ -224,13 +238,18 @@ impl Store {
                 if let Err(e) = self.write_blocks(&blocks).await {
                     return self.fail_all(live, e);
                 }
+                elapsed_into(&self.counters.data_write_ns, t);
+                let t = Instant::now();
                 if let Err(e) = self.dev_flush().await {
                     return self.fail_all(live, e);
                 }
+                elapsed_into(&self.counters.device_flush_ns, t);
             }
+            let t = Instant::now();
             if let Err(e) = wtx.commit() {
                 return self.fail_all(live, kv(e));
             }
+            elapsed_into(&self.counters.kv_commit_ns, t);
             for p in &stage.to_free {
                 if let Err(e) = st.alloc.release(*p, 1) {
                     let e = StoreError::Failed(format!("allocator inconsistent after commit: {e}"));
@@ -554,10 +573,19 @@ impl Store {
         let end = offset + data.len() as u64;
         let deferred = (data.len() as u64) < self.cfg.deferred_max_bytes;
         let (first, last) = (offset / bs, (end - 1) / bs);
-        let mut refs = Vec::with_capacity((last - first + 1) as usize);
-        for idx in first..=last {
-            refs.push((idx, Self::get_ref(t, &o.prefix, idx)?));
+        let mut existing = std::collections::HashMap::new();
+        {
+            let from = block_key(&o.prefix, first);
+            let to = block_key(&o.prefix, last + 1);
+            for item in t.blocks.range(from.as_slice()..to.as_slice()).map_err(kv)? {
+                let (k, v) = item.map_err(kv)?;
+                let (_, idx) = codec::split_block_key(k.value())?;
+                existing.insert(idx, BlockRef::decode(v.value())?);
+            }
         }
+        let refs: Vec<(u64, Option<BlockRef>)> = (first..=last)
+            .map(|idx| (idx, existing.get(&idx).copied()))
+            .collect();
         let need = refs
             .iter()
             .filter(|(_, r)| match r {

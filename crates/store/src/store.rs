@@ -85,6 +85,14 @@ pub struct StoreStats {
     pub group_commits: u64,
     /// Deferred block writes applied in place.
     pub deferred_applied: u64,
+    /// Time spent staging transactions (metadata updates, read-modify-write reads), ns.
+    pub stage_ns: u64,
+    /// Time spent writing new data blocks before commits, ns.
+    pub data_write_ns: u64,
+    /// Time spent in device flushes before commits, ns.
+    pub device_flush_ns: u64,
+    /// Time spent in KV commits of transactions, ns.
+    pub kv_commit_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +104,10 @@ pub(crate) struct Counters {
     pub commits: AtomicU64,
     pub group_commits: AtomicU64,
     pub deferred_applied: AtomicU64,
+    pub stage_ns: AtomicU64,
+    pub data_write_ns: AtomicU64,
+    pub device_flush_ns: AtomicU64,
+    pub kv_commit_ns: AtomicU64,
 }
 
 /// Mutable in-memory state, guarded by the store's lock.
@@ -464,6 +476,10 @@ impl Store {
             commits: self.counters.commits.load(Ordering::Relaxed),
             group_commits: self.counters.group_commits.load(Ordering::Relaxed),
             deferred_applied: self.counters.deferred_applied.load(Ordering::Relaxed),
+            stage_ns: self.counters.stage_ns.load(Ordering::Relaxed),
+            data_write_ns: self.counters.data_write_ns.load(Ordering::Relaxed),
+            device_flush_ns: self.counters.device_flush_ns.load(Ordering::Relaxed),
+            kv_commit_ns: self.counters.kv_commit_ns.load(Ordering::Relaxed),
         }
     }
 
