@@ -93,6 +93,10 @@ struct BenchArgs {
     /// Also write the result table (markdown) to this file.
     #[arg(long)]
     markdown: Option<PathBuf>,
+    /// Also draw the store's throughput as a percentage of fio's, per workload, to this PNG
+    /// (needs --fio; labels are drawn when a DejaVu/Liberation TTF font is found).
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 /// Runs one `cairn store` subcommand.
@@ -392,7 +396,119 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if let Some(path) = &a.markdown {
         std::fs::write(path, &table)?;
     }
+    if let Some(path) = &a.plot {
+        let bars: Vec<(String, f64)> = results
+            .iter()
+            .filter(|r| r.who == "cairn store")
+            .filter_map(|r| {
+                let f = results
+                    .iter()
+                    .find(|f| f.who == "fio" && f.name == r.name)?;
+                (f.iops > 0.0).then(|| (r.name.clone(), 100.0 * r.iops / f.iops))
+            })
+            .collect();
+        if bars.is_empty() {
+            println!("no plot: run with --fio to have something to compare");
+        } else {
+            let labelled = plot::ratio_chart(path, &bars)?;
+            println!(
+                "plot written to {} ({})",
+                path.display(),
+                if labelled {
+                    "labelled"
+                } else {
+                    "no font found: unlabelled"
+                }
+            );
+        }
+    }
     Ok(())
+}
+
+/// PNG output of the benchmark.
+mod plot {
+    use plotters::prelude::*;
+    use std::path::Path;
+
+    /// TTF fonts tried for labels, in order.
+    const FONT_PATHS: [&str; 3] = [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    ];
+
+    fn register_font() -> bool {
+        for p in FONT_PATHS {
+            if let Ok(bytes) = std::fs::read(p) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Bars of "store throughput as % of fio" per workload with a 100% line; returns whether
+    /// labels could be drawn.
+    pub fn ratio_chart(path: &Path, bars: &[(String, f64)]) -> anyhow::Result<bool> {
+        let labelled = register_font();
+        let (w, h) = (200 + 170 * bars.len() as u32, 520u32);
+        let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (left, top, bottom) = (80i32, 60i32, 440i32);
+        let ymax = bars.iter().map(|b| b.1).fold(120.0f64, f64::max) * 1.1;
+        let y = |pct: f64| bottom - ((pct / ymax) * (bottom - top) as f64) as i32;
+        let draw = |e: Result<(), DrawingAreaErrorKind<_>>| e.map_err(|e| anyhow::anyhow!("{e}"));
+        draw(root.draw(&Rectangle::new(
+            [(left, top), (left + 1, bottom)],
+            BLACK.filled(),
+        )))?;
+        draw(root.draw(&Rectangle::new(
+            [(left, bottom), (w as i32 - 40, bottom + 1)],
+            BLACK.filled(),
+        )))?;
+        let hundred = y(100.0);
+        draw(root.draw(&Rectangle::new(
+            [(left, hundred), (w as i32 - 40, hundred + 2)],
+            RED.filled(),
+        )))?;
+        for (i, (name, pct)) in bars.iter().enumerate() {
+            let x0 = left + 40 + 170 * i as i32;
+            draw(root.draw(&Rectangle::new(
+                [(x0, y(*pct)), (x0 + 90, bottom)],
+                BLUE.mix(0.7).filled(),
+            )))?;
+            if labelled {
+                let style = ("sans-serif", 16).into_font().color(&BLACK);
+                draw(root.draw(&Text::new(
+                    format!("{pct:.0}%"),
+                    (x0 + 25, y(*pct) - 22),
+                    style.clone(),
+                )))?;
+                let short = name.replace("4 KiB ", "").replace("4 MiB ", "");
+                draw(root.draw(&Text::new(short, (x0 - 5, bottom + 12), style)))?;
+            }
+        }
+        if labelled {
+            let title = ("sans-serif", 22).into_font().color(&BLACK);
+            draw(root.draw(&Text::new(
+                "cairn store throughput as % of fio on the same file (red: 100%)",
+                (left, 15),
+                title,
+            )))?;
+            let axis = ("sans-serif", 14).into_font().color(&BLACK);
+            for pct in [0.0, 50.0, 100.0] {
+                draw(root.draw(&Text::new(
+                    format!("{pct:.0}%"),
+                    (20, y(pct) - 7),
+                    axis.clone(),
+                )))?;
+            }
+        }
+        root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(labelled)
+    }
 }
 
 /// One fio invocation.
