@@ -132,18 +132,20 @@ impl Store {
         let mut result = result;
         let dropped = || StoreError::Failed("transaction was dropped by the committer".into());
         // Either another submitter's group commit completes this transaction, or this task gets
-        // the write lock and commits everything queued (itself included) as one group.
-        tokio::select! {
-            biased;
-            r = &mut result => return r.map_err(|_| dropped())?,
-            mut st = self.state.write() => {
-                let batch = self.take_batch();
-                if !batch.is_empty() {
-                    self.commit_group(&mut st, batch).await;
+        // the write lock and commits what is queued (oldest first, up to the group limits) as one
+        // group. Repeat until this transaction is done: a full group may not have included it.
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut result => return r.map_err(|_| dropped())?,
+                mut st = self.state.write() => {
+                    let batch = self.take_batch();
+                    if !batch.is_empty() {
+                        self.commit_group(&mut st, batch).await;
+                    }
                 }
             }
         }
-        result.await.map_err(|_| dropped())?
     }
 
     /// Takes queued transactions for one group, up to `max_group_txns` and `max_txn_bytes`.

@@ -392,3 +392,38 @@ async fn concurrent_transactions_are_group_committed_and_stay_atomic() {
     assert!(s.fsck(true).await.unwrap().is_clean());
     let _ = (switch, fault, mem, kv);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_submitters_than_one_group_all_complete() {
+    let img = fresh_images().await;
+    let small_groups = cairn_store::StoreConfig {
+        max_group_txns: 3,
+        ..cfg()
+    };
+    let Rig {
+        store,
+        switch,
+        fault,
+        mem,
+        kv,
+    } = Rig::mount(&img, small_groups).await.unwrap();
+    let s = Arc::new(store.unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..40u8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut t = Transaction::new();
+            t.write("c", &format!("g{i}"), 0, &[i; 100]);
+            s.queue_transaction_owned(t).await
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(std::time::Duration::from_secs(60), t)
+            .await
+            .expect("a submitter hung")
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(s.list_objects("c", None, 100).await.unwrap().len(), 40);
+    let _ = (switch, fault, mem, kv);
+}
