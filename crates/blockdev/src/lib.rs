@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! Block devices for cairn.
 //!
 //! This crate owns every byte that goes to or comes from a disk (invariant 4: only `blockdev`
@@ -14,7 +15,6 @@
 //!   (unflushed writes dropped, or a seeded random subset surviving with the last one torn).
 //!
 //! It must never interpret the bytes it stores: layout and checksums belong to its users.
-#![warn(missing_docs)]
 
 pub mod aligned;
 pub mod capacity;

@@ -186,10 +186,12 @@ impl Store {
             if let Err(e) = self.check_ok() {
                 return self.fail_all(live, e);
             }
-            let wtx = match self.db.begin_write() {
+            let mut wtx = match self.db.begin_write() {
                 Ok(w) => w,
                 Err(e) => return self.fail_all(live, kv(e)),
             };
+            // The commit point: durable when commit() returns (one sync of the KV file).
+            wtx.set_durability(redb::Durability::Immediate);
             let mut stage = Stage::default();
             let t_stage = Instant::now();
             let staged = async {

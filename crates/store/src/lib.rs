@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! A BlueStore-style object store for cairn OSDs.
 //!
 //! Data lives on one [`cairn_blockdev::BlockDevice`]; metadata (collections, objects, block
@@ -10,7 +11,6 @@
 //!
 //! This crate must never touch a disk except through its `BlockDevice` (and redb's own file),
 //! and never retry a failed device write or flush: such errors fail the store.
-#![warn(missing_docs)]
 
 pub mod alloc;
 mod apply;

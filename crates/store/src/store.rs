@@ -228,7 +228,8 @@ impl Store {
         block0.resize(cfg.block_bytes as usize, 0);
         dev.write(0, &block0).await?;
         dev.flush().await?;
-        let wtx = db.begin_write().map_err(kv)?;
+        let mut wtx = db.begin_write().map_err(kv)?;
+        wtx.set_durability(redb::Durability::Immediate);
         {
             let mut meta = wtx.open_table(META).map_err(kv)?;
             meta.insert("super", &block0[..8 + 29]).map_err(kv)?;
@@ -438,7 +439,8 @@ impl Store {
         let refs: Vec<(u64, &[u8])> = pending.iter().map(|(k, v)| (*k, v.as_slice())).collect();
         self.write_blocks(&refs).await?;
         self.dev_flush().await?;
-        let wtx = self.db.begin_write().map_err(|e| self.fatal(kv(e)))?;
+        let mut wtx = self.db.begin_write().map_err(|e| self.fatal(kv(e)))?;
+        wtx.set_durability(redb::Durability::Immediate);
         {
             let mut t = wtx.open_table(DEFERRED).map_err(|e| self.fatal(kv(e)))?;
             for (k, _) in &pending {
