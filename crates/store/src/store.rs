@@ -396,7 +396,14 @@ impl Store {
         self.dev
             .read(offset_bytes, buf)
             .await
-            .map_err(|e| self.fatal(e.into()))?;
+            .map_err(|e| match e {
+                // Only damaged metadata can point a read outside the device: report, don't die.
+                cairn_blockdev::BlockDevError::OutOfRange { .. }
+                | cairn_blockdev::BlockDevError::Misaligned { .. } => {
+                    StoreError::Corrupt(format!("block reference outside the device: {e}"))
+                }
+                e => self.fatal(e.into()),
+            })?;
         self.counters
             .device_bytes_read
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
