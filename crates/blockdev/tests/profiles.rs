@@ -159,3 +159,42 @@ async fn emulated_hdd_sequential_is_fast_and_random_is_slow() {
     assert!(seq_mb_s > 120.0, "{seq_mb_s}");
     assert!(rand_iops < 200.0, "{rand_iops}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn emulated_device_enforces_its_queue_limit() {
+    let p = Profile::builtin("hdd-7200").unwrap();
+    let inner: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(1 << 20, 512).unwrap());
+    let dev = Arc::new(EmulatedDevice::new(inner, &p, 1).unwrap());
+    let d2 = dev.clone();
+    let first = tokio::spawn(async move { d2.write(0, &[1u8; 4096]).await });
+    tokio::task::yield_now().await;
+    let second = dev.write(8192, &[2u8; 4096]).await;
+    assert!(
+        matches!(
+            second,
+            Err(cairn_blockdev::BlockDevError::QueueFull { limit: 1 })
+        ),
+        "{second:?}"
+    );
+    first.await.unwrap().unwrap();
+    dev.write(8192, &[2u8; 4096]).await.unwrap();
+    assert!(EmulatedDevice::new(Arc::new(MemDevice::new(1 << 20, 512).unwrap()), &p, 0).is_err());
+}
+
+#[test]
+fn buffered_file_device_states_sector_alignment() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = cairn_blockdev::FileDeviceOptions {
+        size_bytes: Some(1 << 20),
+        direct: false,
+        ..Default::default()
+    };
+    let dev = cairn_blockdev::FileDevice::open(&dir.path().join("f"), &opts).unwrap();
+    assert!(!dev.is_direct());
+    assert_eq!(dev.properties().alignment_bytes, 512);
+    let zero_depth = cairn_blockdev::FileDeviceOptions {
+        max_queue_depth: 0,
+        ..opts
+    };
+    assert!(cairn_blockdev::FileDevice::open(&dir.path().join("g"), &zero_depth).is_err());
+}
