@@ -6,6 +6,7 @@ mod crush_placement;
 mod mon_cmd;
 mod plot;
 mod sched_cmd;
+mod store_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +32,8 @@ enum Command {
     Osd(mon_cmd::OsdArgs),
     /// QoS scheduler: simulate scenarios in virtual time.
     Sched(sched_cmd::SchedArgs),
+    /// Object store: benchmark against fio, emulated device capacities, fsck.
+    Store(store_cmd::StoreArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::Pool(args) => mon_cmd::run_pool(args),
         Command::Osd(args) => mon_cmd::run_osd(args),
         Command::Sched(args) => sched_cmd::run(args),
+        Command::Store(args) => store_cmd::run(args),
     }
 }

@@ -1,0 +1,720 @@
+//! `cairn store ...`: benchmark the object store on a file or device (side by side with fio on
+//! the same file), measure emulated device profiles, and fsck a store.
+
+use anyhow::{bail, Context};
+use cairn_blockdev::capacity::{self, Pattern, Workload};
+use cairn_blockdev::{BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, IoKind, Profile};
+use cairn_store::{KvLocation, Store, StoreConfig, StoreStats, Transaction};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of one sequential-phase object and write.
+const SEQ_OBJECT_BYTES: usize = 4 << 20;
+/// Bytes of one random I/O.
+const RAND_IO_BYTES: usize = 4096;
+/// Largest queue depth the benchmark accepts.
+const MAX_QUEUE_DEPTH: usize = 256;
+
+/// Arguments of `cairn store`.
+#[derive(Args)]
+pub struct StoreArgs {
+    #[command(subcommand)]
+    command: StoreCommand,
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// 4 MiB sequential writes, 4 KiB random writes and reads at each queue depth; throughput,
+    /// latency percentiles and write amplification, with fio on the same file for comparison.
+    /// Destroys the contents of DEVICE.
+    Bench(BenchArgs),
+    /// Capacity of the emulated device profiles (virtual time), against their sources' figures.
+    Capacity {
+        /// Profiles to measure (built-in names or TOML paths); all built-ins if omitted.
+        #[arg(long)]
+        profile: Vec<String>,
+    },
+    /// Mount a store and check it (`--deep` reads and verifies every block).
+    Fsck {
+        /// Data device or file.
+        #[arg(long)]
+        device: PathBuf,
+        /// Metadata KV file (default: DEVICE.kv).
+        #[arg(long)]
+        kv: Option<PathBuf>,
+        /// Read every block and verify its checksum.
+        #[arg(long)]
+        deep: bool,
+    },
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Data device or file (created/extended to --size-mib if a regular file).
+    #[arg(long)]
+    device: PathBuf,
+    /// Size of the data file in MiB.
+    #[arg(long, default_value_t = 2048)]
+    size_mib: u64,
+    /// Emulate a device profile on top of the file (hdd-7200, nvme-p3700, nvme-p4510, optane or a
+    /// TOML path); fio is then skipped, as it would see the raw file.
+    #[arg(long)]
+    profile: Option<String>,
+    /// Metadata KV file (default: DEVICE.kv).
+    #[arg(long)]
+    kv: Option<PathBuf>,
+    /// MiB written by the sequential phase (4 MiB objects); the random phases use these objects.
+    #[arg(long, default_value_t = 512)]
+    seq_mib: u64,
+    /// 4 KiB operations per random phase.
+    #[arg(long, default_value_t = 4000)]
+    rand_ops: u64,
+    /// Queue depths of the random phases (concurrent submitters).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16])]
+    queue_depths: Vec<usize>,
+    /// Writes shorter than this go through the KV (deferred); the rest are copy-on-write.
+    #[arg(long, default_value_t = 4096)]
+    deferred_max_bytes: u64,
+    /// Run fio with the same patterns on the same file after the store phases.
+    #[arg(long)]
+    fio: bool,
+    /// Use buffered I/O instead of O_DIRECT.
+    #[arg(long)]
+    buffered: bool,
+    /// Skip writing zeros over the whole file first (by default the file is prefilled so the
+    /// store and fio both write over allocated blocks, as on a raw device).
+    #[arg(long)]
+    no_prefill: bool,
+    /// Also write the result table (markdown) to this file.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Also draw the store's throughput as a percentage of fio's, per workload, to this PNG
+    /// (needs --fio; labels are drawn when a DejaVu/Liberation TTF font is found).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// Runs one `cairn store` subcommand.
+pub fn run(args: StoreArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()?;
+    match args.command {
+        StoreCommand::Bench(b) => rt.block_on(bench(b)),
+        StoreCommand::Capacity { profile } => capacity_table(&profile),
+        StoreCommand::Fsck { device, kv, deep } => rt.block_on(fsck(device, kv, deep)),
+    }
+}
+
+fn kv_path(device: &Path, kv: Option<PathBuf>) -> PathBuf {
+    kv.unwrap_or_else(|| {
+        let mut p = device.as_os_str().to_owned();
+        p.push(".kv");
+        PathBuf::from(p)
+    })
+}
+
+async fn fsck(device: PathBuf, kv: Option<PathBuf>, deep: bool) -> anyhow::Result<()> {
+    let dev: Arc<dyn BlockDevice> =
+        Arc::new(FileDevice::open(&device, &FileDeviceOptions::default())?);
+    let store = Store::mount(
+        dev,
+        KvLocation::File(kv_path(&device, kv)),
+        StoreConfig::default(),
+    )
+    .await?;
+    let rep = store.fsck(deep).await?;
+    println!(
+        "{} objects, {} blocks verified",
+        rep.objects, rep.blocks_verified
+    );
+    for e in &rep.errors {
+        println!("error: {e}");
+    }
+    for (c, o) in &rep.damaged_objects {
+        println!("damaged: {c}/{o}");
+    }
+    if !rep.is_clean() {
+        bail!("fsck found {} problems", rep.errors.len());
+    }
+    println!("clean");
+    Ok(())
+}
+
+/// One measured phase.
+#[derive(Debug, Clone)]
+struct PhaseResult {
+    name: String,
+    who: &'static str,
+    iops: f64,
+    mb_s: f64,
+    p50_us: f64,
+    p95_us: f64,
+    p99_us: f64,
+    p995_us: f64,
+    wa_device: Option<f64>,
+    wa_total: Option<f64>,
+}
+
+fn percentile_us(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+fn summarize(
+    name: String,
+    mut lat: Vec<Duration>,
+    elapsed: Duration,
+    bytes_per_op: usize,
+    before: &StoreStats,
+    after: &StoreStats,
+) -> PhaseResult {
+    lat.sort_unstable();
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let user = (after.user_bytes_written - before.user_bytes_written) as f64;
+    let dev = (after.device_bytes_written - before.device_bytes_written) as f64;
+    let kvb = (after.kv_bytes_written - before.kv_bytes_written) as f64;
+    PhaseResult {
+        name,
+        who: "cairn store",
+        iops: lat.len() as f64 / secs,
+        mb_s: lat.len() as f64 * bytes_per_op as f64 / secs / 1e6,
+        p50_us: percentile_us(&lat, 0.50),
+        p95_us: percentile_us(&lat, 0.95),
+        p99_us: percentile_us(&lat, 0.99),
+        p995_us: percentile_us(&lat, 0.995),
+        wa_device: (user > 0.0).then(|| dev / user),
+        wa_total: (user > 0.0).then(|| (dev + kvb) / user),
+    }
+}
+
+/// Where commit time went in a phase (ms): staging, data writes, device flushes, KV commits.
+fn time_split(name: &str, before: &StoreStats, after: &StoreStats) -> String {
+    let ms = |a: u64, b: u64| (a - b) as f64 / 1e6;
+    format!(
+        "{name}: stage {:.0} ms, data write {:.0} ms, device flush {:.0} ms, KV commit {:.0} ms",
+        ms(after.stage_ns, before.stage_ns),
+        ms(after.data_write_ns, before.data_write_ns),
+        ms(after.device_flush_ns, before.device_flush_ns),
+        ms(after.kv_commit_ns, before.kv_commit_ns)
+    )
+}
+
+fn progress(len: u64, msg: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:28} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(msg.to_string());
+    pb
+}
+
+async fn bench(a: BenchArgs) -> anyhow::Result<()> {
+    if a.queue_depths
+        .iter()
+        .any(|&q| q == 0 || q > MAX_QUEUE_DEPTH)
+    {
+        bail!("queue depths must be in 1..={MAX_QUEUE_DEPTH}");
+    }
+    let objects = (a.seq_mib as usize * (1 << 20) / SEQ_OBJECT_BYTES).max(1);
+    if (objects * SEQ_OBJECT_BYTES) as u64 + (64 << 20) > a.size_mib << 20 {
+        bail!(
+            "--seq-mib {} does not fit in --size-mib {} (leave 64 MiB)",
+            a.seq_mib,
+            a.size_mib
+        );
+    }
+    let kv = kv_path(&a.device, a.kv.clone());
+    let opts = FileDeviceOptions {
+        size_bytes: Some(a.size_mib << 20),
+        direct: !a.buffered,
+        rotational: false,
+        max_queue_depth: MAX_QUEUE_DEPTH * 2,
+    };
+    let file = FileDevice::open(&a.device, &opts)
+        .with_context(|| format!("opening {}", a.device.display()))?;
+    let direct = file.is_direct();
+    if !a.no_prefill {
+        let pb = ProgressBar::new_spinner();
+        pb.set_message(format!("prefilling {} MiB with zeros", a.size_mib));
+        pb.enable_steady_tick(Duration::from_millis(200));
+        file.prefill(8 << 20).await?;
+        pb.finish_and_clear();
+    }
+    let file: Arc<dyn BlockDevice> = Arc::new(file);
+    let dev: Arc<dyn BlockDevice> = match &a.profile {
+        Some(p) => Arc::new(EmulatedDevice::new(
+            file,
+            &Profile::load(p)?,
+            MAX_QUEUE_DEPTH * 2,
+        )?),
+        None => file,
+    };
+    let cfg = StoreConfig {
+        deferred_max_bytes: a.deferred_max_bytes,
+        ..StoreConfig::default()
+    };
+    println!(
+        "device {} ({} MiB, O_DIRECT {}, profile {}), kv {}",
+        a.device.display(),
+        a.size_mib,
+        direct,
+        a.profile.as_deref().unwrap_or("none"),
+        kv.display()
+    );
+    Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &cfg).await?;
+    let store = Arc::new(Store::mount(dev, KvLocation::File(kv.clone()), cfg).await?);
+    let mut t = Transaction::new();
+    t.create_collection("bench");
+    store.queue_transaction_owned(t).await?;
+    let mut results = Vec::new();
+    let mut groups: Vec<String> = Vec::new();
+    let mut times: Vec<String> = Vec::new();
+
+    let payload: Vec<u8> = (0..SEQ_OBJECT_BYTES).map(|i| (i % 251) as u8).collect();
+    let before = store.stats().await;
+    let pb = progress(objects as u64, "4 MiB sequential writes");
+    let mut lat = Vec::with_capacity(objects);
+    let start = Instant::now();
+    for i in 0..objects {
+        let mut t = Transaction::new();
+        t.write("bench", &format!("obj{i:06}"), 0, &payload);
+        let t0 = Instant::now();
+        store.queue_transaction_owned(t).await?;
+        lat.push(t0.elapsed());
+        pb.inc(1);
+    }
+    let elapsed = start.elapsed();
+    store.sync().await?;
+    pb.finish_and_clear();
+    let after = store.stats().await;
+    times.push(time_split("4 MiB seq write QD1", &before, &after));
+    results.push(summarize(
+        "4 MiB seq write QD1".into(),
+        lat,
+        elapsed,
+        SEQ_OBJECT_BYTES,
+        &before,
+        &after,
+    ));
+
+    for &qd in &a.queue_depths {
+        for write in [true, false] {
+            let name = format!("4 KiB rand {} QD{qd}", if write { "write" } else { "read" });
+            let before = store.stats().await;
+            let pb = progress(a.rand_ops, &name);
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            for w in 0..qd {
+                let store = store.clone();
+                let pb = pb.clone();
+                let n = a.rand_ops / qd as u64 + u64::from((w as u64) < a.rand_ops % qd as u64);
+                tasks.push(tokio::spawn(async move {
+                    let mut rng = ChaCha8Rng::seed_from_u64(w as u64 * 7919 + qd as u64);
+                    let mut lat = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        let obj = format!("obj{:06}", rng.random_range(0..objects));
+                        let off = rng.random_range(0..(SEQ_OBJECT_BYTES / RAND_IO_BYTES) as u64)
+                            * RAND_IO_BYTES as u64;
+                        let t0 = Instant::now();
+                        if write {
+                            let mut t = Transaction::new();
+                            t.write("bench", &obj, off, &[rng.random::<u8>(); RAND_IO_BYTES]);
+                            store.queue_transaction_owned(t).await?;
+                        } else {
+                            store.read("bench", &obj, off, RAND_IO_BYTES as u64).await?;
+                        }
+                        lat.push(t0.elapsed());
+                        pb.inc(1);
+                    }
+                    Ok::<_, cairn_store::StoreError>(lat)
+                }));
+            }
+            let mut lat = Vec::new();
+            for t in tasks {
+                lat.extend(t.await??);
+            }
+            let elapsed = start.elapsed();
+            store.sync().await?;
+            pb.finish_and_clear();
+            let after = store.stats().await;
+            if write {
+                times.push(time_split(&name, &before, &after));
+                groups.push(format!(
+                    "{name}: {} transactions in {} group commits",
+                    after.commits - before.commits,
+                    after.group_commits - before.group_commits
+                ));
+            }
+            results.push(summarize(
+                name,
+                lat,
+                elapsed,
+                RAND_IO_BYTES,
+                &before,
+                &after,
+            ));
+        }
+    }
+    let st = store.stats().await;
+    let rep = store.fsck(false).await?;
+    println!(
+        "store: {} objects, {:.1} MiB stored, {:.1} MiB allocated, fragmentation {:.3}, {} commits in {} group commits, fsck {}",
+        st.objects,
+        st.stored_bytes as f64 / 1048576.0,
+        st.allocated_bytes as f64 / 1048576.0,
+        st.fragmentation,
+        st.commits,
+        st.group_commits,
+        if rep.is_clean() { "clean" } else { "NOT CLEAN" }
+    );
+    drop(store);
+    for g in groups.iter().chain(&times) {
+        println!("{g}");
+    }
+
+    if a.fio {
+        if a.profile.is_some() {
+            println!("fio skipped: it would measure the raw file, not the emulated profile");
+        } else {
+            results.extend(run_fio(&a, objects)?);
+        }
+    }
+    let table = render(&results);
+    println!("\n{table}");
+    if let Some(path) = &a.markdown {
+        std::fs::write(path, &table)?;
+    }
+    if let Some(path) = &a.plot {
+        let bars: Vec<(String, f64)> = results
+            .iter()
+            .filter(|r| r.who == "cairn store")
+            .filter_map(|r| {
+                let f = results
+                    .iter()
+                    .find(|f| f.who == "fio" && f.name == r.name)?;
+                (f.iops > 0.0).then(|| (r.name.clone(), 100.0 * r.iops / f.iops))
+            })
+            .collect();
+        if bars.is_empty() {
+            println!("no plot: run with --fio to have something to compare");
+        } else {
+            let labelled = plot::ratio_chart(path, &bars)?;
+            println!(
+                "plot written to {} ({})",
+                path.display(),
+                if labelled {
+                    "labelled"
+                } else {
+                    "no font found: unlabelled"
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// PNG output of the benchmark.
+mod plot {
+    use plotters::prelude::*;
+    use std::path::Path;
+
+    /// TTF fonts tried for labels, in order.
+    const FONT_PATHS: [&str; 3] = [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    ];
+
+    fn register_font() -> bool {
+        for p in FONT_PATHS {
+            if let Ok(bytes) = std::fs::read(p) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Bars of "store throughput as % of fio" per workload with a 100% line; returns whether
+    /// labels could be drawn.
+    pub fn ratio_chart(path: &Path, bars: &[(String, f64)]) -> anyhow::Result<bool> {
+        let labelled = register_font();
+        let (w, h) = (200 + 170 * bars.len() as u32, 520u32);
+        let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (left, top, bottom) = (80i32, 60i32, 440i32);
+        let ymax = bars.iter().map(|b| b.1).fold(120.0f64, f64::max) * 1.1;
+        let y = |pct: f64| bottom - ((pct / ymax) * (bottom - top) as f64) as i32;
+        let draw = |e: Result<(), DrawingAreaErrorKind<_>>| e.map_err(|e| anyhow::anyhow!("{e}"));
+        draw(root.draw(&Rectangle::new(
+            [(left, top), (left + 1, bottom)],
+            BLACK.filled(),
+        )))?;
+        draw(root.draw(&Rectangle::new(
+            [(left, bottom), (w as i32 - 40, bottom + 1)],
+            BLACK.filled(),
+        )))?;
+        let hundred = y(100.0);
+        draw(root.draw(&Rectangle::new(
+            [(left, hundred), (w as i32 - 40, hundred + 2)],
+            RED.filled(),
+        )))?;
+        for (i, (name, pct)) in bars.iter().enumerate() {
+            let x0 = left + 40 + 170 * i as i32;
+            draw(root.draw(&Rectangle::new(
+                [(x0, y(*pct)), (x0 + 90, bottom)],
+                BLUE.mix(0.7).filled(),
+            )))?;
+            if labelled {
+                let style = ("sans-serif", 16).into_font().color(&BLACK);
+                draw(root.draw(&Text::new(
+                    format!("{pct:.0}%"),
+                    (x0 + 25, y(*pct) - 22),
+                    style.clone(),
+                )))?;
+                let short = name.replace("4 KiB ", "").replace("4 MiB ", "");
+                draw(root.draw(&Text::new(short, (x0 - 5, bottom + 12), style)))?;
+            }
+        }
+        if labelled {
+            let title = ("sans-serif", 22).into_font().color(&BLACK);
+            draw(root.draw(&Text::new(
+                "cairn store throughput as % of fio on the same file (red: 100%)",
+                (left, 15),
+                title,
+            )))?;
+            let axis = ("sans-serif", 14).into_font().color(&BLACK);
+            for pct in [0.0, 50.0, 100.0] {
+                draw(root.draw(&Text::new(
+                    format!("{pct:.0}%"),
+                    (20, y(pct) - 7),
+                    axis.clone(),
+                )))?;
+            }
+        }
+        root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(labelled)
+    }
+}
+
+/// One fio invocation.
+struct FioJob<'a> {
+    name: &'a str,
+    rw: &'a str,
+    bs: &'a str,
+    size_mib: u64,
+    jobs: usize,
+    ios_per_job: Option<u64>,
+    sync: bool,
+}
+
+fn fio_job(a: &BenchArgs, j: FioJob<'_>) -> anyhow::Result<serde_json::Value> {
+    let FioJob {
+        name,
+        rw,
+        bs,
+        size_mib,
+        jobs,
+        ios_per_job,
+        sync,
+    } = j;
+    let mut cmd = std::process::Command::new("fio");
+    cmd.arg(format!("--name={name}"))
+        .arg(format!("--filename={}", a.device.display()))
+        .arg(format!("--rw={rw}"))
+        .arg(format!("--bs={bs}"))
+        .arg(format!("--size={size_mib}M"))
+        .arg(format!("--direct={}", u8::from(!a.buffered)))
+        .arg("--ioengine=psync")
+        .arg(format!("--numjobs={jobs}"))
+        .arg("--group_reporting")
+        .arg("--norandommap")
+        .arg("--randrepeat=0")
+        .arg("--output-format=json");
+    if sync {
+        cmd.arg("--fdatasync=1");
+    }
+    if let Some(n) = ios_per_job {
+        cmd.arg(format!("--number_ios={n}"));
+    }
+    let out = cmd
+        .output()
+        .context("running fio (apt-get install -y fio)")?;
+    if !out.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json_start = text.find('{').context("fio printed no JSON")?;
+    Ok(serde_json::from_str(&text[json_start..])?)
+}
+
+fn fio_result(v: &serde_json::Value, dir: &str, name: String) -> PhaseResult {
+    let d = &v["jobs"][0][dir];
+    let pct = |k: &str| d["clat_ns"]["percentile"][k].as_f64().unwrap_or(0.0) / 1e3;
+    PhaseResult {
+        name,
+        who: "fio",
+        iops: d["iops"].as_f64().unwrap_or(0.0),
+        mb_s: d["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+        p50_us: pct("50.000000"),
+        p95_us: pct("95.000000"),
+        p99_us: pct("99.000000"),
+        p995_us: pct("99.500000"),
+        wa_device: None,
+        wa_total: None,
+    }
+}
+
+fn run_fio(a: &BenchArgs, objects: usize) -> anyhow::Result<Vec<PhaseResult>> {
+    let span_mib = ((objects * SEQ_OBJECT_BYTES) >> 20) as u64;
+    let mut out = Vec::new();
+    let pb = progress(1 + 2 * a.queue_depths.len() as u64, "fio");
+    let v = fio_job(
+        a,
+        FioJob {
+            name: "seq",
+            rw: "write",
+            bs: "4M",
+            size_mib: span_mib,
+            jobs: 1,
+            ios_per_job: None,
+            sync: true,
+        },
+    )?;
+    out.push(fio_result(&v, "write", "4 MiB seq write QD1".into()));
+    pb.inc(1);
+    for &qd in &a.queue_depths {
+        let per_job = (a.rand_ops / qd as u64).max(1);
+        let v = fio_job(
+            a,
+            FioJob {
+                name: "randwrite",
+                rw: "randwrite",
+                bs: "4k",
+                size_mib: span_mib,
+                jobs: qd,
+                ios_per_job: Some(per_job),
+                sync: true,
+            },
+        )?;
+        out.push(fio_result(&v, "write", format!("4 KiB rand write QD{qd}")));
+        pb.inc(1);
+        let v = fio_job(
+            a,
+            FioJob {
+                name: "randread",
+                rw: "randread",
+                bs: "4k",
+                size_mib: span_mib,
+                jobs: qd,
+                ios_per_job: Some(per_job),
+                sync: false,
+            },
+        )?;
+        out.push(fio_result(&v, "read", format!("4 KiB rand read QD{qd}")));
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    Ok(out)
+}
+
+fn render(results: &[PhaseResult]) -> String {
+    let mut s = String::from("| workload | engine | IOPS | MB/s | p50 us | p95 us | p99 us | p99.5 us | WA device | WA device+KV | vs fio |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let opt = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
+    for r in results {
+        let fio = results.iter().find(|f| f.who == "fio" && f.name == r.name);
+        let ratio = match (r.who, fio) {
+            ("cairn store", Some(f)) if f.iops > 0.0 => format!("{:.0}%", 100.0 * r.iops / f.iops),
+            _ => "-".into(),
+        };
+        s.push_str(&format!(
+            "| {} | {} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} |\n",
+            r.name,
+            r.who,
+            r.iops,
+            r.mb_s,
+            r.p50_us,
+            r.p95_us,
+            r.p99_us,
+            r.p995_us,
+            opt(r.wa_device),
+            opt(r.wa_total),
+            ratio
+        ));
+    }
+    s
+}
+
+fn capacity_table(profiles: &[String]) -> anyhow::Result<()> {
+    let names: Vec<String> = if profiles.is_empty() {
+        cairn_blockdev::profile::BUILTIN
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect()
+    } else {
+        profiles.to_vec()
+    };
+    const DEVICE_BYTES: u64 = 1 << 40;
+    println!("| profile | 4 KiB rand write IOPS (QD) | expected | error | 4 MiB seq write MB/s (QD4) | expected | error | 4 KiB rand read IOPS QD1 / QD32 |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for name in names {
+        let p = Profile::load(&name)?;
+        let w = |kind, block_bytes, pattern, queue_depth, ops| Workload {
+            kind,
+            block_bytes,
+            pattern,
+            queue_depth,
+            ops,
+            seed: 42,
+        };
+        let qd = p.expected.random_write_queue_depth;
+        let rw = capacity::measure(
+            p.model(DEVICE_BYTES),
+            DEVICE_BYTES,
+            w(IoKind::Write, 4096, Pattern::Random, qd, 20_000),
+        )?;
+        let sw = capacity::measure(
+            p.model(DEVICE_BYTES),
+            DEVICE_BYTES,
+            w(IoKind::Write, 4 << 20, Pattern::Sequential, 4, 400),
+        )?;
+        let r1 = capacity::measure(
+            p.model(DEVICE_BYTES),
+            DEVICE_BYTES,
+            w(IoKind::Read, 4096, Pattern::Random, 1, 5_000),
+        )?;
+        let r32 = capacity::measure(
+            p.model(DEVICE_BYTES),
+            DEVICE_BYTES,
+            w(IoKind::Read, 4096, Pattern::Random, 32, 20_000),
+        )?;
+        let err = |got: f64, want: f64| format!("{:+.1}%", 100.0 * (got - want) / want);
+        println!(
+            "| {} | {:.0} ({qd}) | {:.0} | {} | {:.0} | {:.0} | {} | {:.0} / {:.0} |",
+            p.name,
+            rw.iops,
+            p.expected.random_write_4k_iops,
+            err(rw.iops, p.expected.random_write_4k_iops),
+            sw.bandwidth_mb_s,
+            p.expected.sequential_write_mb_s,
+            err(sw.bandwidth_mb_s, p.expected.sequential_write_mb_s),
+            r1.iops,
+            r32.iops
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! Encoding of every persisted record: keys and versioned, crc32c-checksummed little-endian values.
+//!
+//! Owns the byte layout of metadata (invariant 5: versioned, checksummed, explicit endianness).
+//! Keys are big-endian where they must sort numerically. It must never panic on malformed input:
+//! every decoder returns [`StoreError::Corrupt`].
+
+use crate::error::{Result, StoreError};
+
+/// Version byte of every value written by this code.
+pub const FORMAT_VERSION: u8 = 1;
+
+/// Wraps `payload` as `[version][payload][crc32c(version ++ payload) LE]`.
+pub fn seal(payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(payload.len() + 5);
+    v.push(FORMAT_VERSION);
+    v.extend_from_slice(payload);
+    let crc = crc32c::crc32c(&v);
+    v.extend_from_slice(&crc.to_le_bytes());
+    v
+}
+
+/// Checks and strips the envelope made by [`seal`]; `what` names the record in errors.
+pub fn open<'a>(bytes: &'a [u8], what: &str) -> Result<&'a [u8]> {
+    if bytes.len() < 5 {
+        return Err(StoreError::Corrupt(format!(
+            "{what}: record of {} bytes is too short",
+            bytes.len()
+        )));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    if crc32c::crc32c(body) != stored {
+        return Err(StoreError::Corrupt(format!(
+            "{what}: record checksum mismatch"
+        )));
+    }
+    if body[0] != FORMAT_VERSION {
+        return Err(StoreError::Corrupt(format!(
+            "{what}: unknown format version {}",
+            body[0]
+        )));
+    }
+    Ok(&body[1..])
+}
+
+/// Reads a little-endian u64 at `at`.
+pub fn le_u64(b: &[u8], at: usize, what: &str) -> Result<u64> {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| StoreError::Corrupt(format!("{what}: truncated")))
+}
+
+/// Reads a little-endian u32 at `at`.
+pub fn le_u32(b: &[u8], at: usize, what: &str) -> Result<u32> {
+    b.get(at..at + 4)
+        .and_then(|s| s.try_into().ok())
+        .map(u32::from_le_bytes)
+        .ok_or_else(|| StoreError::Corrupt(format!("{what}: truncated")))
+}
+
+/// Object metadata ("onode").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Onode {
+    /// Logical size in bytes.
+    pub size_bytes: u64,
+}
+
+impl Onode {
+    /// Encodes the onode.
+    pub fn encode(&self) -> Vec<u8> {
+        seal(&self.size_bytes.to_le_bytes())
+    }
+
+    /// Decodes an onode.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        let p = open(b, "onode")?;
+        Ok(Self {
+            size_bytes: le_u64(p, 0, "onode")?,
+        })
+    }
+}
+
+/// Where one logical block of an object lives and what its checksum is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRef {
+    /// Physical block number on the device.
+    pub pblock: u64,
+    /// crc32c of the block's full contents.
+    pub crc: u32,
+}
+
+impl BlockRef {
+    /// Encodes the reference.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut p = [0u8; 12];
+        p[..8].copy_from_slice(&self.pblock.to_le_bytes());
+        p[8..].copy_from_slice(&self.crc.to_le_bytes());
+        seal(&p)
+    }
+
+    /// Decodes a reference.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        let p = open(b, "block ref")?;
+        Ok(Self {
+            pblock: le_u64(p, 0, "block ref")?,
+            crc: le_u32(p, 8, "block ref")?,
+        })
+    }
+}
+
+/// The store's identity and geometry, kept both in the KV and in device block 0 so that a
+/// device is never mounted with another store's metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    /// Random identity chosen at mkfs.
+    pub uuid: u64,
+    /// Block (allocation and checksum) size.
+    pub block_bytes: u64,
+    /// Device size at mkfs.
+    pub device_bytes: u64,
+}
+
+/// Magic at the start of device block 0.
+pub const SUPER_MAGIC: &[u8; 8] = b"cairnst1";
+
+impl Superblock {
+    /// Encodes the superblock (magic + sealed fields).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut p = Vec::with_capacity(24);
+        p.extend_from_slice(&self.uuid.to_le_bytes());
+        p.extend_from_slice(&self.block_bytes.to_le_bytes());
+        p.extend_from_slice(&self.device_bytes.to_le_bytes());
+        let mut v = SUPER_MAGIC.to_vec();
+        v.extend_from_slice(&seal(&p));
+        v
+    }
+
+    /// Decodes a superblock from the start of `b` (trailing bytes ignored).
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() < 8 + 29 || &b[..8] != SUPER_MAGIC {
+            return Err(StoreError::Corrupt("superblock: bad magic".into()));
+        }
+        let p = open(&b[8..8 + 29], "superblock")?;
+        Ok(Self {
+            uuid: le_u64(p, 0, "superblock")?,
+            block_bytes: le_u64(p, 8, "superblock")?,
+            device_bytes: le_u64(p, 16, "superblock")?,
+        })
+    }
+}
+
+/// Key of an object: collection id (BE) ++ name. Sorts objects of a collection by name.
+pub fn onode_key(coll_id: u32, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + name.len());
+    k.extend_from_slice(&coll_id.to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// Unambiguous prefix of everything owned by one object in the per-object tables:
+/// collection id (BE) ++ name length (BE u16) ++ name.
+pub fn object_prefix(coll_id: u32, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(6 + name.len());
+    k.extend_from_slice(&coll_id.to_be_bytes());
+    k.extend_from_slice(&(name.len() as u16).to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// Key of one logical block: object prefix ++ block index (BE).
+pub fn block_key(prefix: &[u8], block_index: u64) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&block_index.to_be_bytes());
+    k
+}
+
+/// Key of an xattr or omap entry: object prefix ++ user key.
+pub fn sub_key(prefix: &[u8], user_key: &[u8]) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(user_key);
+    k
+}
+
+/// The smallest key greater than every key starting with `prefix` (None if there is none).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// Splits a block key into (object prefix, block index).
+pub fn split_block_key(key: &[u8]) -> Result<(&[u8], u64)> {
+    if key.len() < 6 + 8 {
+        return Err(StoreError::Corrupt("block key too short".into()));
+    }
+    let (prefix, idx) = key.split_at(key.len() - 8);
+    let idx = u64::from_be_bytes(
+        idx.try_into()
+            .map_err(|_| StoreError::Corrupt("block key".into()))?,
+    );
+    Ok((prefix, idx))
+}
+
+/// Splits an object prefix (or a key starting with one) into (collection id, name, rest).
+pub fn split_prefix(key: &[u8]) -> Result<(u32, &str, &[u8])> {
+    let bad = || StoreError::Corrupt("object key malformed".into());
+    let coll = u32::from_be_bytes(
+        key.get(..4)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    );
+    let len = u16::from_be_bytes(
+        key.get(4..6)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    ) as usize;
+    let name = key.get(6..6 + len).ok_or_else(bad)?;
+    let name = std::str::from_utf8(name).map_err(|_| bad())?;
+    Ok((coll, name, &key[6 + len..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_detect_damage() {
+        let o = Onode { size_bytes: 12345 };
+        assert_eq!(Onode::decode(&o.encode()).unwrap(), o);
+        let b = BlockRef {
+            pblock: 77,
+            crc: 0xdead_beef,
+        };
+        let mut enc = b.encode();
+        assert_eq!(BlockRef::decode(&enc).unwrap(), b);
+        enc[3] ^= 1;
+        assert!(matches!(
+            BlockRef::decode(&enc),
+            Err(StoreError::Corrupt(_))
+        ));
+        assert!(BlockRef::decode(&[]).is_err());
+        assert!(Onode::decode(&seal(&[1, 2])).is_err());
+        let s = Superblock {
+            uuid: 9,
+            block_bytes: 4096,
+            device_bytes: 1 << 20,
+        };
+        let mut blk = s.encode();
+        blk.resize(4096, 0);
+        assert_eq!(Superblock::decode(&blk).unwrap(), s);
+        assert!(Superblock::decode(&[0u8; 4096]).is_err());
+    }
+
+    #[test]
+    fn keys_sort_and_split() {
+        assert!(onode_key(1, "a") < onode_key(1, "b"));
+        assert!(onode_key(1, "zz") < onode_key(2, "a"));
+        let p = object_prefix(3, "obj");
+        let k = block_key(&p, 5);
+        let (pp, idx) = split_block_key(&k).unwrap();
+        assert_eq!((pp, idx), (&p[..], 5));
+        let sk = sub_key(&p, b"attr");
+        let (c, n, rest) = split_prefix(&sk).unwrap();
+        assert_eq!((c, n, rest), (3, "obj", &b"attr"[..]));
+        assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xff]), None);
+        assert!(split_prefix(&[0, 0]).is_err());
+        assert!(split_block_key(&[0; 3]).is_err());
+    }
+}

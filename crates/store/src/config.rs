@@ -1,0 +1,83 @@
+//! Store configuration: sizes, thresholds and limits, all explicit and checked.
+//!
+//! Owns defaults and validation. It must never be changed on a mounted store except through a
+//! remount (the block size is fixed at mkfs and recorded in the superblock).
+
+use crate::error::{Result, StoreError};
+
+/// Tunables of a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Allocation unit and checksum granularity, bytes (power of two, >= device alignment).
+    pub block_bytes: u64,
+    /// A write (or the piece of it falling in one transaction) shorter than this goes through
+    /// the KV as a deferred write; longer ones are copy-on-write to newly allocated blocks
+    /// (written once). Default: one block, so only sub-block writes are deferred.
+    pub deferred_max_bytes: u64,
+    /// Apply deferred writes to their blocks once this many bytes are pending.
+    pub deferred_batch_bytes: u64,
+    /// Largest single device I/O the store issues, bytes.
+    pub max_io_bytes: u64,
+    /// Most user data (bytes) one transaction may carry.
+    pub max_txn_bytes: u64,
+    /// Most operations in one transaction.
+    pub max_txn_ops: usize,
+    /// Most transactions committed together by one group commit.
+    pub max_group_txns: usize,
+    /// Longest object or collection name, bytes.
+    pub max_name_bytes: usize,
+    /// Largest xattr or omap value, bytes.
+    pub max_value_bytes: usize,
+    /// Largest object size, bytes.
+    pub max_object_bytes: u64,
+    /// redb page cache size, bytes.
+    pub kv_cache_bytes: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            block_bytes: 4096,
+            deferred_max_bytes: 4096,
+            deferred_batch_bytes: 4 << 20,
+            max_io_bytes: 8 << 20,
+            max_txn_bytes: 256 << 20,
+            max_txn_ops: 65536,
+            max_group_txns: 64,
+            max_name_bytes: 1024,
+            max_value_bytes: 1 << 20,
+            max_object_bytes: 1 << 40,
+            kv_cache_bytes: 64 << 20,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Checks the configuration against a device alignment.
+    pub fn validate(&self, device_alignment_bytes: u64) -> Result<()> {
+        let bad = |m: String| Err(StoreError::Config(m));
+        if !self.block_bytes.is_power_of_two() || self.block_bytes < 512 {
+            return bad(format!(
+                "block_bytes {} must be a power of two >= 512",
+                self.block_bytes
+            ));
+        }
+        if !self
+            .block_bytes
+            .is_multiple_of(device_alignment_bytes.max(1))
+        {
+            return bad(format!(
+                "block_bytes {} must be a multiple of the device alignment {device_alignment_bytes}",
+                self.block_bytes
+            ));
+        }
+        if self.max_io_bytes < self.block_bytes || self.max_txn_ops == 0 || self.max_name_bytes == 0
+        {
+            return bad("max_io_bytes must be >= block_bytes and limits non-zero".into());
+        }
+        if self.max_name_bytes > u16::MAX as usize {
+            return bad("max_name_bytes must fit in 16 bits".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,90 @@
+//! The store's error type.
+//!
+//! Owns the split between caller errors (no such object, limits), data errors (checksum
+//! mismatch: never bad bytes), and fatal errors (device or KV failure: the store stops accepting
+//! work and must be remounted, never retried). It must never turn a device error into success.
+
+use cairn_blockdev::BlockDevError;
+
+/// Result alias for store operations.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The collection does not exist.
+    #[error("no such collection {0:?}")]
+    NoSuchCollection(String),
+    /// The collection already exists.
+    #[error("collection {0:?} already exists")]
+    CollectionExists(String),
+    /// The collection still holds objects.
+    #[error("collection {0:?} is not empty")]
+    CollectionNotEmpty(String),
+    /// The object does not exist.
+    #[error("no such object {object:?} in collection {collection:?}")]
+    NoSuchObject {
+        /// Collection name.
+        collection: String,
+        /// Object name.
+        object: String,
+    },
+    /// An xattr was asked for that the object does not have.
+    #[error("no such attribute {0:?}")]
+    NoSuchAttr(String),
+    /// A name, value, size or count exceeds an explicit limit.
+    #[error("limit exceeded: {0}")]
+    Limit(String),
+    /// Stored data does not match its checksum: the bytes are not returned.
+    #[error("checksum mismatch in {collection}/{object} block {block_index} (expected {expected_crc:#010x}, found {actual_crc:#010x})")]
+    ChecksumMismatch {
+        /// Collection name.
+        collection: String,
+        /// Object name.
+        object: String,
+        /// Logical block index within the object.
+        block_index: u64,
+        /// crc32c recorded at write time.
+        expected_crc: u32,
+        /// crc32c of what the device returned.
+        actual_crc: u32,
+    },
+    /// A metadata record failed its own checksum or version check, or metadata is inconsistent.
+    #[error("corrupt metadata: {0}")]
+    Corrupt(String),
+    /// The device has no room for the data.
+    #[error("out of space: need {needed_blocks} blocks, {free_blocks} free")]
+    NoSpace {
+        /// Blocks requested.
+        needed_blocks: u64,
+        /// Blocks free.
+        free_blocks: u64,
+    },
+    /// The device failed (EIO, failed flush, power loss). Fatal: the store is now failed.
+    #[error("device error (store is now failed): {0}")]
+    Device(#[from] BlockDevError),
+    /// The metadata KV failed. Fatal: the store is now failed.
+    #[error("metadata KV error (store is now failed): {0}")]
+    Kv(Box<redb::Error>),
+    /// An earlier fatal error stopped the store; remount to recover.
+    #[error("store failed earlier and accepts no more operations: {0}")]
+    Failed(String),
+    /// The store configuration or device geometry is invalid, or device and KV do not match.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl StoreError {
+    /// True for errors after which the store refuses all further work.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Device(_) | StoreError::Kv(_) | StoreError::Failed(_)
+        )
+    }
+}
+
+/// Converts any redb error into [`StoreError::Kv`].
+pub(crate) fn kv<E: Into<redb::Error>>(e: E) -> StoreError {
+    StoreError::Kv(Box::new(e.into()))
+}

@@ -1,0 +1,242 @@
+//! The metadata KV: redb table layout and the storage backends redb runs on.
+//!
+//! Owns the table definitions, a byte/sync-counting wrapper (for write-amplification figures),
+//! and [`CrashableKv`], an in-memory backend that shares a [`CrashSwitch`] with a
+//! [`cairn_blockdev::FaultDevice`] so crash tests cut power to data and metadata at one point.
+//! A redb commit with `Durability::Immediate` is the store's atomic commit point.
+//! This module must never interpret table contents (that is `codec`'s job).
+
+use cairn_blockdev::CrashSwitch;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use redb::{StorageBackend, TableDefinition};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Store identity and counters: name -> sealed value.
+pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// Collections: name -> sealed u32 id.
+pub const COLLS: TableDefinition<&str, &[u8]> = TableDefinition::new("collections");
+/// Objects: onode key -> sealed onode.
+pub const ONODES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("onodes");
+/// Logical blocks: block key -> sealed block reference.
+pub const BLOCKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("blocks");
+/// Extended attributes: object prefix ++ name -> sealed value.
+pub const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs");
+/// Object maps: object prefix ++ key -> sealed value.
+pub const OMAP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("omap");
+/// Deferred block writes (the KV is their write-ahead log): physical block -> sealed contents.
+pub const DEFERRED: TableDefinition<u64, &[u8]> = TableDefinition::new("deferred");
+
+/// Bytes and syncs the KV has issued to its storage.
+#[derive(Debug, Default)]
+pub struct KvCounters {
+    /// Bytes written.
+    pub bytes_written: AtomicU64,
+    /// `sync_data` calls.
+    pub syncs: AtomicU64,
+}
+
+/// Wraps any redb backend and counts its writes and syncs.
+#[derive(Debug)]
+pub struct CountingBackend {
+    inner: Box<dyn StorageBackend>,
+    counters: Arc<KvCounters>,
+}
+
+impl CountingBackend {
+    /// Wraps `inner`, counting into `counters`.
+    pub fn new(inner: Box<dyn StorageBackend>, counters: Arc<KvCounters>) -> Self {
+        Self { inner, counters }
+    }
+}
+
+impl StorageBackend for CountingBackend {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.inner.read(offset, len)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self, eventual: bool) -> io::Result<()> {
+        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.sync_data(eventual)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.counters
+            .bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.inner.write(offset, data)
+    }
+}
+
+/// What survives a power loss of the KV's storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvLossMode {
+    /// Writes since the last sync are lost.
+    DropUnsynced,
+    /// Each write since the last sync survives with probability 1/2 (seeded).
+    RandomSubset {
+        /// ChaCha8 seed.
+        seed: u64,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Images {
+    durable: Vec<u8>,
+    volatile: Vec<u8>,
+    unsynced: Vec<(u64, Vec<u8>)>,
+}
+
+/// An in-memory redb backend with power-loss semantics, driven by a shared [`CrashSwitch`].
+#[derive(Debug, Clone)]
+pub struct CrashableKv {
+    images: Arc<Mutex<Images>>,
+    switch: Arc<CrashSwitch>,
+}
+
+fn power_lost() -> io::Error {
+    io::Error::other("power lost")
+}
+
+impl CrashableKv {
+    /// A backend starting from `image` (empty for a new store). Clone it to keep a handle for
+    /// [`CrashableKv::power_loss`] after giving one to redb.
+    pub fn new(image: Vec<u8>, switch: Arc<CrashSwitch>) -> Self {
+        Self {
+            images: Arc::new(Mutex::new(Images {
+                durable: image.clone(),
+                volatile: image,
+                unsynced: Vec::new(),
+            })),
+            switch,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Images> {
+        self.images.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The storage image after power loss under `mode` (cuts power if not already cut).
+    pub fn power_loss(&self, mode: KvLossMode) -> Vec<u8> {
+        self.switch.crash_now();
+        let im = self.lock();
+        let mut img = im.durable.clone();
+        if let KvLossMode::RandomSubset { seed } = mode {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            for (off, data) in &im.unsynced {
+                if rng.random_bool(0.5) {
+                    let end = *off as usize + data.len();
+                    if img.len() < end {
+                        img.resize(end, 0);
+                    }
+                    img[*off as usize..end].copy_from_slice(data);
+                }
+            }
+        }
+        img
+    }
+}
+
+impl StorageBackend for CrashableKv {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.lock().volatile.len() as u64)
+    }
+
+    fn read(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        if self.switch.crashed() {
+            return Err(power_lost());
+        }
+        let im = self.lock();
+        let start = offset as usize;
+        im.volatile
+            .get(start..start + len)
+            .map(|s| s.to_vec())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past end"))
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        if self.switch.crashed() {
+            return Err(power_lost());
+        }
+        let mut im = self.lock();
+        im.volatile.resize(len as usize, 0);
+        im.durable.resize(len as usize, 0);
+        Ok(())
+    }
+
+    fn sync_data(&self, _eventual: bool) -> io::Result<()> {
+        if !self.switch.tick("kv-sync") {
+            return Err(power_lost());
+        }
+        let mut im = self.lock();
+        let pending = std::mem::take(&mut im.unsynced);
+        for (off, data) in pending {
+            let end = off as usize + data.len();
+            if im.durable.len() < end {
+                im.durable.resize(end, 0);
+            }
+            im.durable[off as usize..end].copy_from_slice(&data);
+        }
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        if !self.switch.tick("kv-write") {
+            return Err(power_lost());
+        }
+        let mut im = self.lock();
+        let end = offset as usize + data.len();
+        if im.volatile.len() < end {
+            im.volatile.resize(end, 0);
+        }
+        im.volatile[offset as usize..end].copy_from_slice(data);
+        im.unsynced.push((offset, data.to_vec()));
+        Ok(())
+    }
+}
+
+/// Lets a boxed backend be handed to redb.
+#[derive(Debug)]
+pub(crate) struct DynBackend(pub Box<dyn StorageBackend>);
+
+impl StorageBackend for DynBackend {
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.0.read(offset, len)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self, eventual: bool) -> io::Result<()> {
+        self.0.sync_data(eventual)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.0.write(offset, data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crashable_kv_drops_unsynced_writes() {
+        let sw = CrashSwitch::new();
+        let kv = CrashableKv::new(Vec::new(), sw.clone());
+        kv.write(0, &[1; 8]).unwrap();
+        kv.sync_data(false).unwrap();
+        kv.write(0, &[2; 8]).unwrap();
+        assert_eq!(kv.read(0, 8).unwrap(), vec![2; 8]);
+        assert_eq!(kv.power_loss(KvLossMode::DropUnsynced), vec![1; 8]);
+        assert!(kv.write(0, &[3; 8]).is_err());
+        assert!(sw.crashed());
+    }
+}

@@ -1,0 +1,32 @@
+#![warn(missing_docs)]
+//! A BlueStore-style object store for cairn OSDs.
+//!
+//! Data lives on one [`cairn_blockdev::BlockDevice`]; metadata (collections, objects, block
+//! maps with a crc32c per block, xattrs, omaps, deferred writes) lives in an embedded redb
+//! database. Transactions are atomic and durable: new data is written copy-on-write to free
+//! blocks and flushed before the KV commit that references it (data written once, no journal
+//! double write); sub-block overwrites are logged in the KV and applied in place later. Every
+//! read is verified against its checksum. See `docs/store.md` for the design and the crash
+//! model.
+//!
+//! This crate must never touch a disk except through its `BlockDevice` (and redb's own file),
+//! and never retry a failed device write or flush: such errors fail the store.
+
+pub mod alloc;
+mod apply;
+pub mod codec;
+pub mod config;
+pub mod error;
+pub mod fsck;
+pub mod kv;
+mod read;
+pub mod store;
+pub mod txn;
+
+pub use config::StoreConfig;
+pub use error::{Result, StoreError};
+pub use fsck::FsckReport;
+pub use kv::{CrashableKv, KvLossMode};
+pub use read::MAX_LIST_ENTRIES;
+pub use store::{KvLocation, ObjectStat, Store, StoreStats};
+pub use txn::{Op, Transaction};

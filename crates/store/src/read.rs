@@ -1,0 +1,287 @@
+//! The read path: object data (verified block by block), stat, xattrs, omap and ordered listing.
+//!
+//! Owns reads under the shared lock (concurrent with each other, never with a commit) from a
+//! redb read snapshot. It must never return a byte of a block whose crc32c does not match: a
+//! mismatch is [`StoreError::ChecksumMismatch`].
+
+use crate::codec::{
+    self, block_key, object_prefix, onode_key, prefix_end, split_block_key, BlockRef, Onode,
+};
+use crate::error::{kv, Result, StoreError};
+use crate::kv::{BLOCKS, COLLS, OMAP, ONODES, XATTRS};
+use crate::store::{ObjectStat, Store};
+use redb::{ReadTransaction, ReadableTable};
+
+/// Most entries one listing call returns (explicit limit).
+pub const MAX_LIST_ENTRIES: usize = 100_000;
+
+impl Store {
+    fn read_coll_id(rtx: &ReadTransaction, coll: &str) -> Result<u32> {
+        let t = rtx.open_table(COLLS).map_err(kv)?;
+        match t.get(coll).map_err(kv)? {
+            Some(v) => codec::le_u32(codec::open(v.value(), "collection")?, 0, "collection"),
+            None => Err(StoreError::NoSuchCollection(coll.to_string())),
+        }
+    }
+
+    fn read_onode(rtx: &ReadTransaction, id: u32, coll: &str, obj: &str) -> Result<Onode> {
+        let t = rtx.open_table(ONODES).map_err(kv)?;
+        match t.get(onode_key(id, obj).as_slice()).map_err(kv)? {
+            Some(v) => Onode::decode(v.value()),
+            None => Err(StoreError::NoSuchObject {
+                collection: coll.to_string(),
+                object: obj.to_string(),
+            }),
+        }
+    }
+
+    /// Reads up to `len_bytes` from `offset_bytes` (short at the end of the object; holes read
+    /// as zeros). Every block is verified against its crc32c.
+    pub async fn read(
+        &self,
+        coll: &str,
+        obj: &str,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<Vec<u8>> {
+        self.check_ok()?;
+        let st = self.state.read().await;
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let id = Self::read_coll_id(&rtx, coll)?;
+        let node = Self::read_onode(&rtx, id, coll, obj)?;
+        let end = offset_bytes.saturating_add(len_bytes).min(node.size_bytes);
+        if end <= offset_bytes {
+            return Ok(Vec::new());
+        }
+        let bs = self.sb.block_bytes;
+        let (first, last) = (offset_bytes / bs, (end - 1) / bs);
+        let prefix = object_prefix(id, obj);
+        let mut refs: Vec<(u64, BlockRef)> = Vec::new();
+        {
+            let t = rtx.open_table(BLOCKS).map_err(kv)?;
+            let from = block_key(&prefix, first);
+            let to = block_key(&prefix, last + 1);
+            for item in t.range(from.as_slice()..to.as_slice()).map_err(kv)? {
+                let (k, v) = item.map_err(kv)?;
+                let (_, idx) = split_block_key(k.value())?;
+                refs.push((idx, BlockRef::decode(v.value())?));
+            }
+        }
+        let mut window = vec![0u8; ((last - first + 1) * bs) as usize];
+        let max_run = (self.cfg.max_io_bytes / bs).max(1) as usize;
+        let mut i = 0;
+        while i < refs.len() {
+            let (idx, r) = refs[i];
+            let at = ((idx - first) * bs) as usize;
+            if let Some(d) = st.deferred.get(&r.pblock) {
+                self.verify(coll, obj, idx, r.crc, d)?;
+                window[at..at + bs as usize].copy_from_slice(d);
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < refs.len()
+                && j - i < max_run
+                && refs[j].0 == refs[j - 1].0 + 1
+                && refs[j].1.pblock == refs[j - 1].1.pblock + 1
+                && !st.deferred.contains_key(&refs[j].1.pblock)
+            {
+                j += 1;
+            }
+            let run = &mut window[at..at + (j - i) * bs as usize];
+            self.dev_read(r.pblock * bs, run).await?;
+            for (k, (idx, r)) in refs[i..j].iter().enumerate() {
+                self.verify(
+                    coll,
+                    obj,
+                    *idx,
+                    r.crc,
+                    &run[k * bs as usize..(k + 1) * bs as usize],
+                )?;
+            }
+            i = j;
+        }
+        let skip = (offset_bytes - first * bs) as usize;
+        Ok(window[skip..skip + (end - offset_bytes) as usize].to_vec())
+    }
+
+    pub(crate) fn verify(
+        &self,
+        coll: &str,
+        obj: &str,
+        idx: u64,
+        expected: u32,
+        data: &[u8],
+    ) -> Result<()> {
+        let actual = crc32c::crc32c(data);
+        if actual != expected {
+            return Err(StoreError::ChecksumMismatch {
+                collection: coll.to_string(),
+                object: obj.to_string(),
+                block_index: idx,
+                expected_crc: expected,
+                actual_crc: actual,
+            });
+        }
+        Ok(())
+    }
+
+    /// Where an object's data lives: (logical block index, physical block) pairs in index order.
+    /// For scrub tooling, debugging and tests; holes have no entry.
+    pub async fn extents(&self, coll: &str, obj: &str) -> Result<Vec<(u64, u64)>> {
+        self.check_ok()?;
+        let _st = self.state.read().await;
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let id = Self::read_coll_id(&rtx, coll)?;
+        Self::read_onode(&rtx, id, coll, obj)?;
+        let prefix = object_prefix(id, obj);
+        let t = rtx.open_table(BLOCKS).map_err(kv)?;
+        let iter = match prefix_end(&prefix) {
+            Some(end) => t.range(prefix.as_slice()..end.as_slice()).map_err(kv)?,
+            None => t.range(prefix.as_slice()..).map_err(kv)?,
+        };
+        let mut out = Vec::new();
+        for item in iter {
+            let (k, v) = item.map_err(kv)?;
+            let (_, idx) = split_block_key(k.value())?;
+            out.push((idx, BlockRef::decode(v.value())?.pblock));
+        }
+        Ok(out)
+    }
+
+    /// Size of an object.
+    pub async fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
+        self.check_ok()?;
+        let _st = self.state.read().await;
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let id = Self::read_coll_id(&rtx, coll)?;
+        let n = Self::read_onode(&rtx, id, coll, obj)?;
+        Ok(ObjectStat {
+            size_bytes: n.size_bytes,
+        })
+    }
+
+    /// True if the object exists (false also for a missing collection).
+    pub async fn exists(&self, coll: &str, obj: &str) -> Result<bool> {
+        match self.stat(coll, obj).await {
+            Ok(_) => Ok(true),
+            Err(StoreError::NoSuchObject { .. }) | Err(StoreError::NoSuchCollection(_)) => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One extended attribute.
+    pub async fn getattr(&self, coll: &str, obj: &str, name: &str) -> Result<Vec<u8>> {
+        self.getattrs(coll, obj)
+            .await?
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .ok_or_else(|| StoreError::NoSuchAttr(name.to_string()))
+    }
+
+    /// All extended attributes, sorted by name.
+    pub async fn getattrs(&self, coll: &str, obj: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let entries = self.sub_entries(coll, obj, XATTRS).await?;
+        entries
+            .into_iter()
+            .map(|(k, v)| {
+                String::from_utf8(k)
+                    .map(|k| (k, v))
+                    .map_err(|_| StoreError::Corrupt("attribute name is not UTF-8".into()))
+            })
+            .collect()
+    }
+
+    /// All omap entries, sorted by key.
+    pub async fn omap_get(&self, coll: &str, obj: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.sub_entries(coll, obj, OMAP).await
+    }
+
+    async fn sub_entries(
+        &self,
+        coll: &str,
+        obj: &str,
+        table: redb::TableDefinition<'static, &'static [u8], &'static [u8]>,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.check_ok()?;
+        let _st = self.state.read().await;
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let id = Self::read_coll_id(&rtx, coll)?;
+        Self::read_onode(&rtx, id, coll, obj)?;
+        let prefix = object_prefix(id, obj);
+        let t = rtx.open_table(table).map_err(kv)?;
+        let iter = match prefix_end(&prefix) {
+            Some(end) => t.range(prefix.as_slice()..end.as_slice()).map_err(kv)?,
+            None => t.range(prefix.as_slice()..).map_err(kv)?,
+        };
+        let mut out = Vec::new();
+        for item in iter {
+            let (k, v) = item.map_err(kv)?;
+            let user_key = k.value()[prefix.len()..].to_vec();
+            out.push((
+                user_key,
+                codec::open(v.value(), "xattr/omap value")?.to_vec(),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Object names of a collection in byte order, strictly after `after` (if given), at most
+    /// `max_entries` (<= [`MAX_LIST_ENTRIES`]). Page through with the last name returned.
+    pub async fn list_objects(
+        &self,
+        coll: &str,
+        after: Option<&str>,
+        max_entries: usize,
+    ) -> Result<Vec<String>> {
+        self.check_ok()?;
+        if max_entries > MAX_LIST_ENTRIES {
+            return Err(StoreError::Limit(format!(
+                "listing of {max_entries} > {MAX_LIST_ENTRIES} entries"
+            )));
+        }
+        let _st = self.state.read().await;
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let id = Self::read_coll_id(&rtx, coll)?;
+        let t = rtx.open_table(ONODES).map_err(kv)?;
+        let start = match after {
+            Some(a) => {
+                let mut k = onode_key(id, a);
+                k.push(0);
+                k
+            }
+            None => id.to_be_bytes().to_vec(),
+        };
+        let iter = match id.checked_add(1) {
+            Some(n) => t
+                .range(start.as_slice()..n.to_be_bytes().as_slice())
+                .map_err(kv)?,
+            None => t.range(start.as_slice()..).map_err(kv)?,
+        };
+        let mut out = Vec::new();
+        for item in iter.take(max_entries) {
+            let (k, _) = item.map_err(kv)?;
+            let name = std::str::from_utf8(&k.value()[4..])
+                .map_err(|_| StoreError::Corrupt("object name is not UTF-8".into()))?;
+            out.push(name.to_string());
+        }
+        Ok(out)
+    }
+
+    /// All collection names, sorted.
+    pub async fn list_collections(&self) -> Result<Vec<String>> {
+        self.check_ok()?;
+        let _st = self.state.read().await;
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let t = rtx.open_table(COLLS).map_err(kv)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(kv)? {
+            let (k, _) = item.map_err(kv)?;
+            out.push(k.value().to_string());
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,513 @@
+//! [`Store`]: mount/mkfs, the commit protocol, the read path, deferred-write application and
+//! statistics.
+//!
+//! Owns the ordering that makes the store crash-safe:
+//!
+//! 1. Stage every operation of a transaction inside one redb write transaction (metadata only);
+//!    new data goes to blocks that committed metadata does not reference (copy-on-write), small
+//!    overwrites are recorded as deferred writes in the KV.
+//! 2. Write the new blocks to the device and **flush** it.
+//! 3. Commit the KV transaction (`Durability::Immediate`): this is the atomic commit point and
+//!    the acknowledgement.
+//! 4. Only then release the blocks the transaction freed, and later apply deferred writes in
+//!    place, flush, and delete their records (replayed at mount if a crash intervenes).
+//!
+//! Any device or KV error puts the store in the failed state (never retried). It must never
+//! return bytes whose crc32c does not match, and never write over a block that committed
+//! metadata still references except to apply a committed deferred write.
+
+use crate::alloc::Allocator;
+use crate::codec::{self, BlockRef, Onode, Superblock};
+use crate::config::StoreConfig;
+use crate::error::{kv, Result, StoreError};
+use crate::kv::{
+    CountingBackend, DynBackend, KvCounters, BLOCKS, COLLS, DEFERRED, META, OMAP, ONODES, XATTRS,
+};
+use cairn_blockdev::BlockDevice;
+use redb::{Database, ReadableTable, ReadableTableMetadata, StorageBackend};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::RwLock;
+
+/// Where the metadata KV lives.
+pub enum KvLocation {
+    /// A redb file (created by mkfs, replacing any existing file).
+    File(PathBuf),
+    /// Any redb storage backend (in-memory, crash-simulating, ...).
+    Backend(Box<dyn StorageBackend>),
+}
+
+impl std::fmt::Debug for KvLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KvLocation::File(p) => write!(f, "File({})", p.display()),
+            KvLocation::Backend(b) => write!(f, "Backend({b:?})"),
+        }
+    }
+}
+
+/// Sizes and counters of a mounted store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreStats {
+    /// Objects.
+    pub objects: u64,
+    /// Sum of object sizes (logical bytes).
+    pub stored_bytes: u64,
+    /// Bytes of device blocks referenced by objects.
+    pub allocated_bytes: u64,
+    /// Bytes of free device blocks.
+    pub free_bytes: u64,
+    /// Usable data bytes of the device.
+    pub capacity_bytes: u64,
+    /// 1 - largest free extent / free space.
+    pub fragmentation: f64,
+    /// Free extents.
+    pub free_extents: u64,
+    /// Deferred writes committed but not yet applied, bytes.
+    pub deferred_pending_bytes: u64,
+    /// User bytes written by transactions (data, xattr and omap payload).
+    pub user_bytes_written: u64,
+    /// Bytes written to the data device.
+    pub device_bytes_written: u64,
+    /// Bytes read from the data device.
+    pub device_bytes_read: u64,
+    /// Device flushes issued.
+    pub device_flushes: u64,
+    /// Bytes the KV wrote to its storage.
+    pub kv_bytes_written: u64,
+    /// KV syncs.
+    pub kv_syncs: u64,
+    /// Transactions committed.
+    pub commits: u64,
+    /// KV commits that carried them (fewer than `commits` when group commit batched them).
+    pub group_commits: u64,
+    /// Deferred block writes applied in place.
+    pub deferred_applied: u64,
+    /// Time spent staging transactions (metadata updates, read-modify-write reads), ns.
+    pub stage_ns: u64,
+    /// Time spent writing new data blocks before commits, ns.
+    pub data_write_ns: u64,
+    /// Time spent in device flushes before commits, ns.
+    pub device_flush_ns: u64,
+    /// Time spent in KV commits of transactions, ns.
+    pub kv_commit_ns: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub user_bytes_written: AtomicU64,
+    pub device_bytes_written: AtomicU64,
+    pub device_bytes_read: AtomicU64,
+    pub device_flushes: AtomicU64,
+    pub commits: AtomicU64,
+    pub group_commits: AtomicU64,
+    pub deferred_applied: AtomicU64,
+    pub stage_ns: AtomicU64,
+    pub data_write_ns: AtomicU64,
+    pub device_flush_ns: AtomicU64,
+    pub kv_commit_ns: AtomicU64,
+}
+
+/// Mutable in-memory state, guarded by the store's lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub alloc: Allocator,
+    /// Committed deferred writes not yet applied: physical block -> contents.
+    pub deferred: HashMap<u64, Arc<Vec<u8>>>,
+    pub objects: u64,
+    pub stored_bytes: u64,
+}
+
+/// A BlueStore-style object store on one block device with metadata in redb.
+pub struct Store {
+    pub(crate) dev: Arc<dyn BlockDevice>,
+    pub(crate) db: Database,
+    pub(crate) cfg: StoreConfig,
+    pub(crate) sb: Superblock,
+    pub(crate) state: RwLock<State>,
+    failed: Mutex<Option<String>>,
+    pub(crate) counters: Counters,
+    kv_counters: Arc<KvCounters>,
+    pub(crate) commit_queue: Mutex<std::collections::VecDeque<crate::apply::Pending>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dev", &self.dev)
+            .field("sb", &self.sb)
+            .finish()
+    }
+}
+
+/// Information about one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectStat {
+    /// Logical size in bytes.
+    pub size_bytes: u64,
+}
+
+fn open_db(
+    loc: KvLocation,
+    create: bool,
+    cfg: &StoreConfig,
+    counters: Arc<KvCounters>,
+) -> Result<Database> {
+    let backend: Box<dyn StorageBackend> = match loc {
+        KvLocation::File(path) => {
+            if create {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(StoreError::Config(format!("kv {}: {e}", path.display())))
+                    }
+                }
+            } else if !path.exists() {
+                return Err(StoreError::Config(format!(
+                    "kv {} does not exist",
+                    path.display()
+                )));
+            }
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(create)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| StoreError::Config(format!("kv {}: {e}", path.display())))?;
+            Box::new(redb::backends::FileBackend::new(file).map_err(kv)?)
+        }
+        KvLocation::Backend(b) => b,
+    };
+    let counting = CountingBackend::new(backend, counters);
+    let mut builder = redb::Builder::new();
+    builder.set_cache_size(cfg.kv_cache_bytes);
+    builder
+        .create_with_backend(DynBackend(Box::new(counting)))
+        .map_err(kv)
+}
+
+fn fresh_uuid(device_bytes: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut seed = Vec::new();
+    seed.extend_from_slice(&nanos.to_le_bytes());
+    seed.extend_from_slice(&std::process::id().to_le_bytes());
+    seed.extend_from_slice(&device_bytes.to_le_bytes());
+    (crc32c::crc32c(&seed) as u64) << 32 | crc32c::crc32c(&nanos.to_be_bytes()) as u64
+}
+
+impl Store {
+    /// Creates an empty store: writes the superblock to device block 0, flushes, then records it
+    /// in a new KV. Destroys whatever the device and KV held.
+    pub async fn mkfs(
+        dev: Arc<dyn BlockDevice>,
+        kv_loc: KvLocation,
+        cfg: &StoreConfig,
+    ) -> Result<()> {
+        let props = dev.properties();
+        cfg.validate(props.alignment_bytes)?;
+        let total_blocks = props.size_bytes / cfg.block_bytes;
+        if total_blocks < 2 {
+            return Err(StoreError::Config(
+                "device holds fewer than 2 blocks".into(),
+            ));
+        }
+        let sb = Superblock {
+            uuid: fresh_uuid(props.size_bytes),
+            block_bytes: cfg.block_bytes,
+            device_bytes: props.size_bytes,
+        };
+        let db = open_db(kv_loc, true, cfg, Arc::new(KvCounters::default()))?;
+        let mut block0 = sb.encode();
+        block0.resize(cfg.block_bytes as usize, 0);
+        dev.write(0, &block0).await?;
+        dev.flush().await?;
+        let mut wtx = db.begin_write().map_err(kv)?;
+        wtx.set_durability(redb::Durability::Immediate);
+        {
+            let mut meta = wtx.open_table(META).map_err(kv)?;
+            meta.insert("super", &block0[..8 + 29]).map_err(kv)?;
+            meta.insert("next_coll", codec::seal(&1u32.to_le_bytes()).as_slice())
+                .map_err(kv)?;
+            for t in [ONODES, BLOCKS, XATTRS, OMAP] {
+                wtx.open_table(t).map_err(kv)?;
+            }
+            wtx.open_table(COLLS).map_err(kv)?;
+            wtx.open_table(DEFERRED).map_err(kv)?;
+        }
+        wtx.commit().map_err(kv)?;
+        Ok(())
+    }
+
+    /// Mounts a store made by [`Store::mkfs`]: checks that device and KV belong together,
+    /// rebuilds the allocator from the block references, and replays deferred writes.
+    pub async fn mount(
+        dev: Arc<dyn BlockDevice>,
+        kv_loc: KvLocation,
+        cfg: StoreConfig,
+    ) -> Result<Store> {
+        let props = dev.properties();
+        cfg.validate(props.alignment_bytes)?;
+        let kv_counters = Arc::new(KvCounters::default());
+        let db = open_db(kv_loc, false, &cfg, kv_counters.clone())?;
+        let mut block0 = vec![0u8; cfg.block_bytes as usize];
+        dev.read(0, &mut block0).await?;
+        let on_dev = Superblock::decode(&block0)?;
+        let rtx = db.begin_read().map_err(kv)?;
+        let meta = rtx.open_table(META).map_err(kv)?;
+        let in_kv = match meta.get("super").map_err(kv)? {
+            Some(v) => Superblock::decode(v.value())?,
+            None => return Err(StoreError::Corrupt("KV has no superblock".into())),
+        };
+        if on_dev != in_kv {
+            return Err(StoreError::Config(format!(
+                "device superblock {on_dev:?} does not match the KV's {in_kv:?}"
+            )));
+        }
+        if in_kv.block_bytes != cfg.block_bytes || in_kv.device_bytes > props.size_bytes {
+            return Err(StoreError::Config(format!(
+                "store was made with block {} on a {}-byte device; now block {} on {}",
+                in_kv.block_bytes, in_kv.device_bytes, cfg.block_bytes, props.size_bytes
+            )));
+        }
+        let mut used = Vec::new();
+        for item in rtx.open_table(BLOCKS).map_err(kv)?.iter().map_err(kv)? {
+            let (_, v) = item.map_err(kv)?;
+            used.push(BlockRef::decode(v.value())?.pblock);
+        }
+        let total_blocks = in_kv.device_bytes / in_kv.block_bytes;
+        let alloc = Allocator::from_used(total_blocks, 1, &mut used)?;
+        let (mut objects, mut stored_bytes) = (0, 0);
+        for item in rtx.open_table(ONODES).map_err(kv)?.iter().map_err(kv)? {
+            let (_, v) = item.map_err(kv)?;
+            objects += 1;
+            stored_bytes += Onode::decode(v.value())?.size_bytes;
+        }
+        let mut deferred = HashMap::new();
+        for item in rtx.open_table(DEFERRED).map_err(kv)?.iter().map_err(kv)? {
+            let (k, v) = item.map_err(kv)?;
+            let data = codec::open(v.value(), "deferred write")?;
+            if data.len() as u64 != in_kv.block_bytes {
+                return Err(StoreError::Corrupt(format!(
+                    "deferred write for block {} has {} bytes",
+                    k.value(),
+                    data.len()
+                )));
+            }
+            deferred.insert(k.value(), Arc::new(data.to_vec()));
+        }
+        drop(meta);
+        drop(rtx);
+        let store = Store {
+            dev,
+            db,
+            sb: in_kv,
+            state: RwLock::new(State {
+                alloc,
+                deferred,
+                objects,
+                stored_bytes,
+            }),
+            cfg,
+            failed: Mutex::new(None),
+            counters: Counters::default(),
+            kv_counters,
+            commit_queue: Mutex::new(std::collections::VecDeque::new()),
+        };
+        {
+            let mut st = store.state.write().await;
+            store.apply_deferred(&mut st).await?;
+        }
+        Ok(store)
+    }
+
+    /// Applies every pending deferred write now (also done automatically in batches).
+    pub async fn sync(&self) -> Result<()> {
+        self.check_ok()?;
+        let mut st = self.state.write().await;
+        self.apply_deferred(&mut st).await
+    }
+
+    /// Applies pending deferred writes, then umounts (drops) the store.
+    pub async fn umount(self) -> Result<()> {
+        self.sync().await
+    }
+
+    /// The block (allocation and checksum) size.
+    pub fn block_bytes(&self) -> u64 {
+        self.sb.block_bytes
+    }
+
+    /// The data device.
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// The error that failed the store, if any.
+    pub fn failure(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn check_ok(&self) -> Result<()> {
+        match self.failure() {
+            Some(why) => Err(StoreError::Failed(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a fatal error (device/KV) so every later call fails; passes the error through.
+    pub(crate) fn fatal(&self, e: StoreError) -> StoreError {
+        if e.is_fatal() {
+            let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            if f.is_none() {
+                *f = Some(e.to_string());
+            }
+        }
+        e
+    }
+
+    pub(crate) async fn dev_write(&self, offset_bytes: u64, data: &[u8]) -> Result<()> {
+        self.dev
+            .write(offset_bytes, data)
+            .await
+            .map_err(|e| self.fatal(e.into()))?;
+        self.counters
+            .device_bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub(crate) async fn dev_flush(&self) -> Result<()> {
+        self.dev.flush().await.map_err(|e| self.fatal(e.into()))?;
+        self.counters.device_flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub(crate) async fn dev_read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
+        self.dev
+            .read(offset_bytes, buf)
+            .await
+            .map_err(|e| match e {
+                // Only damaged metadata can point a read outside the device: report, don't die.
+                cairn_blockdev::BlockDevError::OutOfRange { .. }
+                | cairn_blockdev::BlockDevError::Misaligned { .. } => {
+                    StoreError::Corrupt(format!("block reference outside the device: {e}"))
+                }
+                e => self.fatal(e.into()),
+            })?;
+        self.counters
+            .device_bytes_read
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes blocks `(pblock, contents)` sorted by pblock, coalescing neighbours into single
+    /// I/Os of at most `max_io_bytes`.
+    pub(crate) async fn write_blocks(&self, blocks: &[(u64, &[u8])]) -> Result<()> {
+        let bs = self.sb.block_bytes;
+        let max_blocks = (self.cfg.max_io_bytes / bs).max(1) as usize;
+        let mut i = 0;
+        while i < blocks.len() {
+            let mut j = i + 1;
+            while j < blocks.len() && j - i < max_blocks && blocks[j].0 == blocks[j - 1].0 + 1 {
+                j += 1;
+            }
+            if j - i == 1 {
+                self.dev_write(blocks[i].0 * bs, blocks[i].1).await?;
+            } else {
+                let mut buf = Vec::with_capacity((j - i) * bs as usize);
+                for (_, b) in &blocks[i..j] {
+                    buf.extend_from_slice(b);
+                }
+                self.dev_write(blocks[i].0 * bs, &buf).await?;
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Applies all committed deferred writes in place, flushes, then deletes their KV records.
+    pub(crate) async fn apply_deferred(&self, st: &mut State) -> Result<()> {
+        if st.deferred.is_empty() {
+            return Ok(());
+        }
+        let mut pending: Vec<(u64, Arc<Vec<u8>>)> =
+            st.deferred.iter().map(|(k, v)| (*k, v.clone())).collect();
+        pending.sort_unstable_by_key(|(k, _)| *k);
+        let refs: Vec<(u64, &[u8])> = pending.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        self.write_blocks(&refs).await?;
+        self.dev_flush().await?;
+        let mut wtx = self.db.begin_write().map_err(|e| self.fatal(kv(e)))?;
+        wtx.set_durability(redb::Durability::Immediate);
+        {
+            let mut t = wtx.open_table(DEFERRED).map_err(|e| self.fatal(kv(e)))?;
+            for (k, _) in &pending {
+                t.remove(*k).map_err(|e| self.fatal(kv(e)))?;
+            }
+        }
+        wtx.commit().map_err(|e| self.fatal(kv(e)))?;
+        self.counters
+            .deferred_applied
+            .fetch_add(pending.len() as u64, Ordering::Relaxed);
+        st.deferred.clear();
+        Ok(())
+    }
+
+    /// Current sizes and counters.
+    pub async fn stats(&self) -> StoreStats {
+        let st = self.state.read().await;
+        let bs = self.sb.block_bytes;
+        let usable = st.alloc.total_blocks().saturating_sub(1);
+        StoreStats {
+            objects: st.objects,
+            stored_bytes: st.stored_bytes,
+            allocated_bytes: (usable - st.alloc.free_blocks()) * bs,
+            free_bytes: st.alloc.free_blocks() * bs,
+            capacity_bytes: usable * bs,
+            fragmentation: st.alloc.fragmentation(),
+            free_extents: st.alloc.free_extents() as u64,
+            deferred_pending_bytes: st.deferred.len() as u64 * bs,
+            user_bytes_written: self.counters.user_bytes_written.load(Ordering::Relaxed),
+            device_bytes_written: self.counters.device_bytes_written.load(Ordering::Relaxed),
+            device_bytes_read: self.counters.device_bytes_read.load(Ordering::Relaxed),
+            device_flushes: self.counters.device_flushes.load(Ordering::Relaxed),
+            kv_bytes_written: self.kv_counters.bytes_written.load(Ordering::Relaxed),
+            kv_syncs: self.kv_counters.syncs.load(Ordering::Relaxed),
+            commits: self.counters.commits.load(Ordering::Relaxed),
+            group_commits: self.counters.group_commits.load(Ordering::Relaxed),
+            deferred_applied: self.counters.deferred_applied.load(Ordering::Relaxed),
+            stage_ns: self.counters.stage_ns.load(Ordering::Relaxed),
+            data_write_ns: self.counters.data_write_ns.load(Ordering::Relaxed),
+            device_flush_ns: self.counters.device_flush_ns.load(Ordering::Relaxed),
+            kv_commit_ns: self.counters.kv_commit_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Number of KV records of each table (for tests and fsck summaries).
+    pub fn kv_record_counts(&self) -> Result<Vec<(&'static str, u64)>> {
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let mut out = Vec::new();
+        for (name, t) in [
+            ("onodes", ONODES),
+            ("blocks", BLOCKS),
+            ("xattrs", XATTRS),
+            ("omap", OMAP),
+        ] {
+            out.push((name, rtx.open_table(t).map_err(kv)?.len().map_err(kv)?));
+        }
+        out.push((
+            "deferred",
+            rtx.open_table(DEFERRED).map_err(kv)?.len().map_err(kv)?,
+        ));
+        Ok(out)
+    }
+}

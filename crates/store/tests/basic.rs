@@ -1,0 +1,429 @@
+//! Functional tests of the store: every operation, limits, listing, stats, remount, fatal errors.
+
+mod common;
+
+use cairn_blockdev::{FaultRule, IoKind, MemDevice};
+use cairn_store::{KvLocation, Store, StoreError, Transaction};
+use common::*;
+use std::sync::Arc;
+
+async fn rig() -> Rig {
+    Rig::mount(&fresh_images().await, cfg()).await.unwrap()
+}
+
+async fn apply(s: &Store, m: &mut Model, t: &Transaction) {
+    s.queue_transaction(t).await.unwrap();
+    *m = model_apply(m, t).unwrap();
+    assert_eq!(&dump(s).await, m);
+}
+
+#[tokio::test]
+async fn every_operation_matches_the_model() {
+    let r = rig().await;
+    let s = r.store();
+    let mut m = Model::new();
+    let mut t = Transaction::new();
+    t.write("c", "a", 0, &pattern(1, 10_000))
+        .setattr("c", "a", "x", b"1")
+        .omap_set("c", "a", b"k1", b"v1");
+    apply(s, &mut m, &t).await;
+    let mut t = Transaction::new();
+    t.write("c", "a", 100, &pattern(2, 50));
+    apply(s, &mut m, &t).await;
+    let mut t = Transaction::new();
+    t.write("c", "a", 4096, &pattern(3, 8192))
+        .truncate("c", "a", 9000);
+    apply(s, &mut m, &t).await;
+    let mut t = Transaction::new();
+    t.zero("c", "a", 10, 5000).truncate("c", "a", 20_000);
+    apply(s, &mut m, &t).await;
+    let mut t = Transaction::new();
+    t.clone_object("c", "a", "b")
+        .omap_set("c", "b", b"k2", b"v2")
+        .rename("c", "a", "z");
+    apply(s, &mut m, &t).await;
+    let mut t = Transaction::new();
+    t.omap_remove("c", "b", b"k1")
+        .push(cairn_store::Op::RmAttr {
+            coll: "c".into(),
+            obj: "b".into(),
+            name: "x".into(),
+        });
+    apply(s, &mut m, &t).await;
+    let mut t = Transaction::new();
+    t.remove("c", "z").write("c", "y", 3 << 20, b"tail");
+    apply(s, &mut m, &t).await;
+    assert_eq!(s.read("c", "y", 0, 10).await.unwrap(), vec![0u8; 10]);
+    assert_eq!(
+        s.read("c", "y", (3 << 20) + 2, 100).await.unwrap(),
+        b"il".to_vec()
+    );
+    assert_eq!(
+        s.getattr("c", "b", "x").await.unwrap_err().to_string(),
+        StoreError::NoSuchAttr("x".into()).to_string()
+    );
+    assert!(s.fsck(true).await.unwrap().is_clean());
+}
+
+#[tokio::test]
+async fn failed_transactions_change_nothing() {
+    let r = rig().await;
+    let s = r.store();
+    let mut t = Transaction::new();
+    t.write("c", "a", 0, &pattern(1, 20_000));
+    s.queue_transaction(&t).await.unwrap();
+    let before = dump(s).await;
+    let stats_before = s.stats().await;
+    let mut t = Transaction::new();
+    t.write("c", "a", 0, &pattern(9, 30_000))
+        .remove("c", "missing");
+    assert!(matches!(
+        s.queue_transaction(&t).await,
+        Err(StoreError::NoSuchObject { .. })
+    ));
+    let mut t = Transaction::new();
+    t.write("nope", "a", 0, b"x");
+    assert!(matches!(
+        s.queue_transaction(&t).await,
+        Err(StoreError::NoSuchCollection(_))
+    ));
+    let mut t = Transaction::new();
+    t.create_collection("c");
+    assert!(matches!(
+        s.queue_transaction(&t).await,
+        Err(StoreError::CollectionExists(_))
+    ));
+    let mut t = Transaction::new();
+    t.write("c", "", 0, b"x");
+    assert!(matches!(
+        s.queue_transaction(&t).await,
+        Err(StoreError::Limit(_))
+    ));
+    let mut t = Transaction::new();
+    t.write("c", "big", 0, &vec![0u8; 8 << 20]);
+    assert!(matches!(
+        s.queue_transaction(&t).await,
+        Err(StoreError::NoSpace { .. })
+    ));
+    assert_eq!(dump(s).await, before);
+    assert_eq!(s.stats().await.free_bytes, stats_before.free_bytes);
+    assert!(s.fsck(true).await.unwrap().is_clean());
+}
+
+#[tokio::test]
+async fn big_writes_are_written_once_and_small_ones_are_deferred() {
+    let r = rig().await;
+    let s = r.store();
+    let before = s.stats().await;
+    let mut t = Transaction::new();
+    t.write("c", "big", 0, &pattern(1, 1 << 20));
+    s.queue_transaction(&t).await.unwrap();
+    let after = s.stats().await;
+    assert_eq!(
+        after.device_bytes_written - before.device_bytes_written,
+        1 << 20,
+        "one write of the data, no journal"
+    );
+    assert_eq!(after.deferred_pending_bytes, 0);
+    let mut t = Transaction::new();
+    t.write("c", "big", 10, b"hello");
+    s.queue_transaction(&t).await.unwrap();
+    let small = s.stats().await;
+    assert_eq!(
+        small.device_bytes_written, after.device_bytes_written,
+        "small overwrite goes to the KV first"
+    );
+    assert_eq!(small.deferred_pending_bytes, 4096);
+    let mut expected = pattern(1, 1 << 20);
+    expected[10..15].copy_from_slice(b"hello");
+    assert_eq!(
+        s.read("c", "big", 8, 9).await.unwrap(),
+        expected[8..17].to_vec()
+    );
+    s.sync().await.unwrap();
+    let applied = s.stats().await;
+    assert_eq!(applied.deferred_pending_bytes, 0);
+    assert_eq!(
+        applied.device_bytes_written - small.device_bytes_written,
+        4096
+    );
+    assert!(s.fsck(true).await.unwrap().is_clean());
+    let st = s.stats().await;
+    assert_eq!(st.objects, 1);
+    assert_eq!(st.stored_bytes, 1 << 20);
+    assert_eq!(st.allocated_bytes, 1 << 20);
+}
+
+#[tokio::test]
+async fn listing_is_ordered_and_paged() {
+    let r = rig().await;
+    let s = r.store();
+    let mut t = Transaction::new();
+    t.create_collection("d");
+    for i in (0..50).rev() {
+        t.push(cairn_store::Op::Touch {
+            coll: "c".into(),
+            obj: format!("obj{i:03}"),
+        });
+    }
+    t.push(cairn_store::Op::Touch {
+        coll: "d".into(),
+        obj: "other".into(),
+    });
+    s.queue_transaction(&t).await.unwrap();
+    let first = s.list_objects("c", None, 20).await.unwrap();
+    assert_eq!(first.len(), 20);
+    assert_eq!(first[0], "obj000");
+    let rest = s
+        .list_objects("c", Some(first.last().unwrap()), 1000)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 30);
+    assert_eq!(rest[0], "obj020");
+    assert_eq!(
+        s.list_objects("d", None, 10).await.unwrap(),
+        vec!["other".to_string()]
+    );
+    assert_eq!(
+        s.list_collections().await.unwrap(),
+        vec!["c".to_string(), "d".to_string()]
+    );
+    let mut t = Transaction::new();
+    t.push(cairn_store::Op::RemoveCollection { coll: "d".into() });
+    assert!(matches!(
+        s.queue_transaction(&t).await,
+        Err(StoreError::CollectionNotEmpty(_))
+    ));
+    assert!(s.list_objects("c", None, 1 << 30).await.is_err());
+}
+
+#[tokio::test]
+async fn remount_keeps_everything_and_replays_deferred_writes() {
+    let img = fresh_images().await;
+    let r = Rig::mount(&img, cfg()).await.unwrap();
+    let mut m = Model::new();
+    let mut t = Transaction::new();
+    t.write("c", "a", 0, &pattern(1, 12_288))
+        .write("c", "a", 5, b"xyz")
+        .setattr("c", "a", "n", b"v");
+    r.store().queue_transaction(&t).await.unwrap();
+    m = model_apply(&m, &t).unwrap();
+    assert_eq!(
+        r.store().stats().await.deferred_pending_bytes,
+        0,
+        "a block written in the same transaction is not deferred"
+    );
+    let mut t = Transaction::new();
+    t.write("c", "a", 4100, b"deferred");
+    r.store().queue_transaction(&t).await.unwrap();
+    m = model_apply(&m, &t).unwrap();
+    assert!(r.store().stats().await.deferred_pending_bytes > 0);
+    let img = r
+        .crash(
+            cairn_blockdev::PowerLossMode::DropUnflushed,
+            cairn_store::KvLossMode::DropUnsynced,
+        )
+        .await;
+    let r = Rig::mount(&img, cfg()).await.unwrap();
+    assert_eq!(
+        r.store().stats().await.deferred_pending_bytes,
+        0,
+        "replayed at mount"
+    );
+    assert_eq!(dump(r.store()).await, m);
+    assert!(r.store().fsck(true).await.unwrap().is_clean());
+}
+
+#[tokio::test]
+async fn device_errors_fail_the_store_for_good() {
+    let r = rig().await;
+    let s = r.store();
+    r.fault
+        .add_rule(FaultRule::Nth {
+            kind: IoKind::Flush,
+            nth: 0,
+        })
+        .await;
+    let mut t = Transaction::new();
+    t.write("c", "a", 0, &pattern(1, 8192));
+    let err = s.queue_transaction(&t).await.unwrap_err();
+    assert!(err.is_fatal(), "{err}");
+    r.fault.clear_rules().await;
+    assert!(matches!(
+        s.queue_transaction(&t).await,
+        Err(StoreError::Failed(_))
+    ));
+    assert!(matches!(
+        s.read("c", "a", 0, 1).await,
+        Err(StoreError::Failed(_))
+    ));
+    assert!(s.failure().is_some());
+}
+
+#[tokio::test]
+async fn mount_refuses_a_foreign_kv_or_geometry() {
+    let a = fresh_images().await;
+    let b = fresh_images().await;
+    let mixed = Images {
+        dev: a.dev.clone(),
+        kv: b.kv.clone(),
+    };
+    assert!(matches!(
+        Rig::mount(&mixed, cfg()).await,
+        Err(StoreError::Config(_))
+    ));
+    let other_block = cairn_store::StoreConfig {
+        block_bytes: 8192,
+        ..cfg()
+    };
+    assert!(matches!(
+        Rig::mount(&a, other_block).await,
+        Err(StoreError::Config(_))
+    ));
+    let blank = Images {
+        dev: vec![0; a.dev.len()],
+        kv: a.kv.clone(),
+    };
+    assert!(matches!(
+        Rig::mount(&blank, cfg()).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    let dev = Arc::new(MemDevice::new(1 << 20, 512).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let err = Store::mount(dev, KvLocation::File(dir.path().join("missing.kv")), cfg())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Config(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_backed_store_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev_path = dir.path().join("dev");
+    let kv_path = dir.path().join("dev.kv");
+    let opts = cairn_blockdev::FileDeviceOptions {
+        size_bytes: Some(16 << 20),
+        ..Default::default()
+    };
+    let dev: Arc<dyn cairn_blockdev::BlockDevice> =
+        Arc::new(cairn_blockdev::FileDevice::open(&dev_path, &opts).unwrap());
+    Store::mkfs(dev.clone(), KvLocation::File(kv_path.clone()), &cfg())
+        .await
+        .unwrap();
+    let s = Arc::new(
+        Store::mount(dev.clone(), KvLocation::File(kv_path.clone()), cfg())
+            .await
+            .unwrap(),
+    );
+    let mut t = Transaction::new();
+    t.create_collection("p")
+        .write("p", "o", 0, &pattern(4, 300_000));
+    s.queue_transaction(&t).await.unwrap();
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let s = s.clone();
+        readers.push(tokio::spawn(async move {
+            s.read("p", "o", 4096, 100_000).await.unwrap()
+        }));
+    }
+    for h in readers {
+        assert_eq!(
+            h.await.unwrap(),
+            pattern(4, 300_000)[4096..104_096].to_vec()
+        );
+    }
+    Arc::try_unwrap(s).unwrap().umount().await.unwrap();
+    let s = Store::mount(dev, KvLocation::File(kv_path), cfg())
+        .await
+        .unwrap();
+    assert_eq!(
+        s.read("p", "o", 0, 300_000).await.unwrap(),
+        pattern(4, 300_000)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_transactions_are_group_committed_and_stay_atomic() {
+    let img = fresh_images().await;
+    let Rig {
+        store,
+        switch,
+        fault,
+        mem,
+        kv,
+    } = Rig::mount(&img, cfg()).await.unwrap();
+    let s = Arc::new(store.unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..64u8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut t = Transaction::new();
+            t.write("c", &format!("o{i}"), 0, &pattern(i, 5000))
+                .setattr("c", &format!("o{i}"), "i", &[i]);
+            if i % 8 == 0 {
+                t.remove("c", "never-existed");
+            }
+            s.queue_transaction_owned(t).await
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        let res = t.await.unwrap();
+        assert_eq!(res.is_err(), i % 8 == 0, "txn {i}: {res:?}");
+        if let Err(e) = res {
+            assert!(matches!(e, StoreError::NoSuchObject { .. }), "{e}");
+        }
+    }
+    for i in 0..64u8 {
+        let name = format!("o{i}");
+        assert_eq!(s.exists("c", &name).await.unwrap(), i % 8 != 0, "{name}");
+        if i % 8 != 0 {
+            assert_eq!(s.read("c", &name, 0, 5000).await.unwrap(), pattern(i, 5000));
+            assert_eq!(s.getattr("c", &name, "i").await.unwrap(), vec![i]);
+        }
+    }
+    let st = s.stats().await;
+    assert_eq!(st.commits, 56);
+    assert!(
+        st.group_commits < st.commits,
+        "{} group commits for {} transactions",
+        st.group_commits,
+        st.commits
+    );
+    assert!(s.fsck(true).await.unwrap().is_clean());
+    let _ = (switch, fault, mem, kv);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_submitters_than_one_group_all_complete() {
+    let img = fresh_images().await;
+    let small_groups = cairn_store::StoreConfig {
+        max_group_txns: 3,
+        ..cfg()
+    };
+    let Rig {
+        store,
+        switch,
+        fault,
+        mem,
+        kv,
+    } = Rig::mount(&img, small_groups).await.unwrap();
+    let s = Arc::new(store.unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..40u8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut t = Transaction::new();
+            t.write("c", &format!("g{i}"), 0, &[i; 100]);
+            s.queue_transaction_owned(t).await
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(std::time::Duration::from_secs(60), t)
+            .await
+            .expect("a submitter hung")
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(s.list_objects("c", None, 100).await.unwrap().len(), 40);
+    let _ = (switch, fault, mem, kv);
+}

@@ -1,0 +1,233 @@
+//! Shared test support: a crashable rig (fault device + crashable KV on one power switch), a
+//! reference model of the store, and state dumps to compare the two.
+#![allow(dead_code)]
+
+use cairn_blockdev::{CrashSwitch, FaultDevice, MemDevice, PowerLossMode};
+use cairn_store::{CrashableKv, KvLocation, KvLossMode, Op, Store, StoreConfig, Transaction};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const DEV_BYTES: u64 = 4 << 20;
+
+/// Durable images of a data device and its KV.
+#[derive(Clone)]
+pub struct Images {
+    pub dev: Vec<u8>,
+    pub kv: Vec<u8>,
+}
+
+pub struct Rig {
+    pub switch: Arc<CrashSwitch>,
+    pub fault: Arc<FaultDevice>,
+    pub mem: Arc<MemDevice>,
+    pub kv: CrashableKv,
+    pub store: Option<Store>,
+}
+
+pub fn cfg() -> StoreConfig {
+    StoreConfig {
+        deferred_batch_bytes: 16 * 1024,
+        kv_cache_bytes: 1 << 20,
+        ..StoreConfig::default()
+    }
+}
+
+/// A freshly made store with one collection "c".
+pub async fn fresh_images() -> Images {
+    let switch = CrashSwitch::new();
+    let mem = Arc::new(MemDevice::new(DEV_BYTES, 512).unwrap());
+    let kv = CrashableKv::new(Vec::new(), switch.clone());
+    Store::mkfs(
+        mem.clone(),
+        KvLocation::Backend(Box::new(kv.clone())),
+        &cfg(),
+    )
+    .await
+    .unwrap();
+    let store = Store::mount(
+        mem.clone(),
+        KvLocation::Backend(Box::new(kv.clone())),
+        cfg(),
+    )
+    .await
+    .unwrap();
+    let mut t = Transaction::new();
+    t.create_collection("c");
+    store.queue_transaction(&t).await.unwrap();
+    store.sync().await.unwrap();
+    let kv_img = kv.power_loss(KvLossMode::DropUnsynced);
+    Images {
+        dev: mem.snapshot(),
+        kv: kv_img,
+    }
+}
+
+impl Rig {
+    /// Mounts a store from durable images, on a new power switch.
+    pub async fn mount(img: &Images, cfg: StoreConfig) -> Result<Rig, cairn_store::StoreError> {
+        let switch = CrashSwitch::new();
+        let mem = Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap());
+        let fault = Arc::new(FaultDevice::new(mem.clone(), switch.clone()));
+        let kv = CrashableKv::new(img.kv.clone(), switch.clone());
+        let store = Store::mount(
+            fault.clone(),
+            KvLocation::Backend(Box::new(kv.clone())),
+            cfg,
+        )
+        .await?;
+        Ok(Rig {
+            switch,
+            fault,
+            mem,
+            kv,
+            store: Some(store),
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        self.store.as_ref().unwrap()
+    }
+
+    /// Cuts power and returns what survives.
+    pub async fn crash(mut self, dev_mode: PowerLossMode, kv_mode: KvLossMode) -> Images {
+        self.switch.crash_now();
+        let kv = self.kv.power_loss(kv_mode);
+        self.fault.power_loss(dev_mode).await.unwrap();
+        drop(self.store.take());
+        Images {
+            dev: self.mem.snapshot(),
+            kv,
+        }
+    }
+}
+
+/// Reference model of one object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjModel {
+    pub data: Vec<u8>,
+    pub xattrs: BTreeMap<String, Vec<u8>>,
+    pub omap: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Reference model of a store: (collection, object) -> object.
+pub type Model = BTreeMap<(String, String), ObjModel>;
+
+fn obj<'a>(m: &'a mut Model, c: &str, o: &str) -> &'a mut ObjModel {
+    m.entry((c.to_string(), o.to_string())).or_default()
+}
+
+/// Applies a transaction to the model; None if the store must reject it (then the model is
+/// unchanged).
+pub fn model_apply(m: &Model, t: &Transaction) -> Option<Model> {
+    let mut m = m.clone();
+    for op in &t.ops {
+        match op {
+            Op::Touch { coll, obj: o } => {
+                obj(&mut m, coll, o);
+            }
+            Op::Write {
+                coll,
+                obj: o,
+                offset_bytes,
+                data,
+            } => {
+                let x = obj(&mut m, coll, o);
+                let end = *offset_bytes as usize + data.len();
+                if x.data.len() < end && !data.is_empty() {
+                    x.data.resize(end, 0);
+                }
+                if !data.is_empty() {
+                    x.data[*offset_bytes as usize..end].copy_from_slice(data);
+                }
+            }
+            Op::Zero {
+                coll,
+                obj: o,
+                offset_bytes,
+                len_bytes,
+            } => {
+                let x = obj(&mut m, coll, o);
+                let end = (*offset_bytes + *len_bytes) as usize;
+                if x.data.len() < end {
+                    x.data.resize(end, 0);
+                }
+                x.data[*offset_bytes as usize..end].fill(0);
+            }
+            Op::Truncate {
+                coll,
+                obj: o,
+                size_bytes,
+            } => {
+                obj(&mut m, coll, o).data.resize(*size_bytes as usize, 0);
+            }
+            Op::Remove { coll, obj: o } => {
+                m.remove(&(coll.clone(), o.clone()))?;
+            }
+            Op::Clone { coll, src, dst } => {
+                let s = m.get(&(coll.clone(), src.clone()))?.clone();
+                m.insert((coll.clone(), dst.clone()), s);
+            }
+            Op::Rename { coll, src, dst } => {
+                let s = m.get(&(coll.clone(), src.clone()))?.clone();
+                if src != dst {
+                    m.remove(&(coll.clone(), src.clone()));
+                    m.insert((coll.clone(), dst.clone()), s);
+                }
+            }
+            Op::SetAttr {
+                coll,
+                obj: o,
+                name,
+                value,
+            } => {
+                obj(&mut m, coll, o)
+                    .xattrs
+                    .insert(name.clone(), value.clone());
+            }
+            Op::RmAttr { coll, obj: o, name } => {
+                m.get_mut(&(coll.clone(), o.clone()))?.xattrs.remove(name);
+            }
+            Op::OmapSet {
+                coll,
+                obj: o,
+                entries,
+            } => {
+                let x = obj(&mut m, coll, o);
+                for (k, v) in entries {
+                    x.omap.insert(k.clone(), v.clone());
+                }
+            }
+            Op::OmapRemove { coll, obj: o, keys } => {
+                let x = m.get_mut(&(coll.clone(), o.clone()))?;
+                for k in keys {
+                    x.omap.remove(k);
+                }
+            }
+            Op::CreateCollection { .. } | Op::RemoveCollection { .. } => {}
+        }
+    }
+    Some(m)
+}
+
+/// Everything the store holds, in model form.
+pub async fn dump(s: &Store) -> Model {
+    let mut m = Model::new();
+    for c in s.list_collections().await.unwrap() {
+        for o in s.list_objects(&c, None, 100_000).await.unwrap() {
+            let size = s.stat(&c, &o).await.unwrap().size_bytes;
+            let data = s.read(&c, &o, 0, size).await.unwrap();
+            assert_eq!(data.len() as u64, size);
+            let xattrs = s.getattrs(&c, &o).await.unwrap().into_iter().collect();
+            let omap = s.omap_get(&c, &o).await.unwrap().into_iter().collect();
+            m.insert((c.clone(), o), ObjModel { data, xattrs, omap });
+        }
+    }
+    m
+}
+
+/// Deterministic bytes for a (seed, length).
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
