@@ -430,23 +430,10 @@ mod plot {
     use plotters::prelude::*;
     use std::path::Path;
 
-    /// TTF fonts tried for labels, in order.
-    const FONT_PATHS: [&str; 3] = [
-        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-        "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    ];
-
+    /// Labels use the binary's embedded font (crate::plot), so they always render.
     fn register_font() -> bool {
-        for p in FONT_PATHS {
-            if let Ok(bytes) = std::fs::read(p) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
-                    return true;
-                }
-            }
-        }
-        false
+        crate::plot::register_font();
+        true
     }
 
     /// Bars of "store throughput as % of fio" per workload with a 100% line; returns whether
