@@ -78,6 +78,11 @@ impl MonClient {
             .map(|_| ())
     }
 
+    /// A receiver that always holds the newest map received (for followers like OSDs).
+    pub fn watch(&self) -> watch::Receiver<Option<ClusterMap>> {
+        self.map.clone()
+    }
+
     /// The newest map received, if any.
     pub fn map(&self) -> Option<ClusterMap> {
         self.map.borrow().clone()

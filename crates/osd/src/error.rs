@@ -1,0 +1,29 @@
+//! Typed errors of the OSD.
+
+use thiserror::Error;
+
+/// What can stop an OSD or fail an operation.
+#[derive(Debug, Error)]
+pub enum OsdError {
+    /// The object store failed (fatal for device errors, see the store's contract).
+    #[error("store: {0}")]
+    Store(#[from] cairn_store::StoreError),
+    /// The block device could not be opened.
+    #[error("device: {0}")]
+    Device(#[from] cairn_blockdev::BlockDevError),
+    /// The monitor refused or did not answer.
+    #[error("monitor: {0}")]
+    Mon(#[from] cairn_mon::MonError),
+    /// The scheduler refused the request (queue full, bad config).
+    #[error("scheduler: {0}")]
+    Qos(#[from] cairn_qos::QosError),
+    /// A message could not be decoded.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// A peer sent a malformed message.
+    #[error(transparent)]
+    Malformed(#[from] cairn_proto::ProtoError),
+    /// Networking failed.
+    #[error("messenger: {0}")]
+    Msgr(#[from] cairn_msgr::MsgrError),
+}
