@@ -134,11 +134,7 @@ impl Client {
     }
 
     /// Where an object lives now: (epoch, pool id, pg, primary id and address).
-    fn locate(
-        &self,
-        pool: &str,
-        name: &str,
-    ) -> Result<(u64, i64, PgId, Option<(i32, String)>), ClientError> {
+    fn locate(&self, pool: &str, name: &str) -> Result<Location, ClientError> {
         let guard = self.map.borrow();
         let map = guard
             .as_ref()
