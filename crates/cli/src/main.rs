@@ -1,8 +1,10 @@
 //! `cairn`: the one binary. Each subsystem owns one module with its clap arguments and handler;
 //! this file only dispatches.
 
+mod cluster_cmd;
 mod crush_cmd;
 mod crush_placement;
+mod data_cmd;
 mod mon_cmd;
 mod plot;
 mod sched_cmd;
@@ -22,6 +24,20 @@ struct Cli {
 enum Command {
     /// CRUSH maps: test mappings, map objects, analyze spread, balance, diff.
     Crush(crush_cmd::CrushArgs),
+    /// Start a local cluster (monitor + OSDs as processes) with a default pool.
+    Up(cluster_cmd::UpArgs),
+    /// Stop the cluster `cairn up` started.
+    Down(cluster_cmd::DownArgs),
+    /// Store a file as an object.
+    Put(data_cmd::PutArgs),
+    /// Fetch an object.
+    Get(data_cmd::GetArgs),
+    /// Delete an object.
+    Rm(data_cmd::NameArgs),
+    /// Size and version of an object.
+    Stat(data_cmd::NameArgs),
+    /// Benchmark a pool like `rados bench` (with latency percentiles).
+    Bench(data_cmd::BenchArgs),
     /// Run a monitor (the cluster map authority).
     Mon(mon_cmd::MonArgs),
     /// Cluster health, OSDs and PG spread, from the monitor.
@@ -40,6 +56,13 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crush(args) => crush_cmd::run(args),
+        Command::Up(args) => cluster_cmd::run_up(args),
+        Command::Down(args) => cluster_cmd::run_down(args),
+        Command::Put(args) => data_cmd::put(args),
+        Command::Get(args) => data_cmd::get(args),
+        Command::Rm(args) => data_cmd::rm(args),
+        Command::Stat(args) => data_cmd::stat(args),
+        Command::Bench(args) => data_cmd::bench(args),
         Command::Mon(args) => mon_cmd::run_mon(args),
         Command::Status(args) => mon_cmd::run_status(args),
         Command::Pool(args) => mon_cmd::run_pool(args),

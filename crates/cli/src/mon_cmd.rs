@@ -98,6 +98,8 @@ enum OsdCommand {
     },
     /// OSDs by host with state and weights.
     Tree,
+    /// Run an OSD daemon.
+    Run(crate::cluster_cmd::OsdRunArgs),
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -205,40 +207,45 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
 
 /// `cairn osd ...`.
 pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
+    let body = match args.command {
+        OsdCommand::Run(run) => return crate::cluster_cmd::run_osd(run),
+        OsdCommand::Out { id } => RequestBody::MarkOut { id },
+        OsdCommand::In { id } => RequestBody::MarkIn { id },
+        OsdCommand::Down { id } => RequestBody::MarkDown { id },
+        OsdCommand::Tree => return osd_tree(args.mon.mon),
+    };
     runtime()?.block_on(async {
-        let body = match args.command {
-            OsdCommand::Out { id } => RequestBody::MarkOut { id },
-            OsdCommand::In { id } => RequestBody::MarkIn { id },
-            OsdCommand::Down { id } => RequestBody::MarkDown { id },
-            OsdCommand::Tree => {
-                let map = current_map(args.mon.mon).await?;
-                let mut hosts: std::collections::BTreeMap<&str, Vec<&cairn_mon::OsdEntry>> =
-                    Default::default();
-                for o in map.osds.values() {
-                    hosts.entry(&o.host).or_default().push(o);
-                }
-                println!(
-                    "{:<8} {:<16} {:<6} {:<8} addr",
-                    "id", "host", "up", "reweight"
-                );
-                for (host, osds) in hosts {
-                    for o in osds {
-                        println!(
-                            "osd.{:<4} {:<16} {:<6} {:<8.3} {}",
-                            o.id,
-                            host,
-                            if o.up { "up" } else { "down" },
-                            f64::from(o.reweight) / 65536.0,
-                            o.addr
-                        );
-                    }
-                }
-                return Ok(());
-            }
-        };
         let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
         let r = client.request(body, TIMEOUT_MS).await?;
         println!("done (epoch {})", r.epoch);
+        Ok(())
+    })
+}
+
+fn osd_tree(mon: SocketAddr) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let map = current_map(mon).await?;
+        let mut hosts: std::collections::BTreeMap<&str, Vec<&cairn_mon::OsdEntry>> =
+            Default::default();
+        for o in map.osds.values() {
+            hosts.entry(&o.host).or_default().push(o);
+        }
+        println!(
+            "{:<8} {:<16} {:<6} {:<8} addr",
+            "id", "host", "up", "reweight"
+        );
+        for (host, osds) in hosts {
+            for o in osds {
+                println!(
+                    "osd.{:<4} {:<16} {:<6} {:<8.3} {}",
+                    o.id,
+                    host,
+                    if o.up { "up" } else { "down" },
+                    f64::from(o.reweight) / 65536.0,
+                    o.addr
+                );
+            }
+        }
         Ok(())
     })
 }

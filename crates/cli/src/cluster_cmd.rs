@@ -1,0 +1,247 @@
+//! `cairn osd run`, `cairn up`, `cairn down`: running OSDs and a whole local cluster as real
+//! processes on loopback, each OSD with its own device file under a data directory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use cairn_mon::client::MonClient;
+use cairn_mon::proto::RequestBody;
+use cairn_osd::{OsdConfig, OsdDaemon};
+use clap::Args;
+
+use crate::mon_cmd::DEFAULT_MON;
+
+/// `cairn osd run`: one OSD daemon.
+#[derive(Args, Clone)]
+pub struct OsdRunArgs {
+    /// Monitor address.
+    #[arg(long, default_value = DEFAULT_MON)]
+    pub mon: SocketAddr,
+    /// Data directory (device file `block`, metadata `kv.redb`, identity `uuid`).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Host name (CRUSH failure domain).
+    #[arg(long, default_value = "localhost")]
+    pub host: String,
+    /// Address to serve on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Device file size when created, in MiB.
+    #[arg(long = "device-mib", default_value_t = 1024)]
+    pub device_mib: u64,
+}
+
+/// Runs an OSD until interrupted.
+pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data)
+        .with_context(|| format!("creating {}", args.data.display()))?;
+    let uuid_path = args.data.join("uuid");
+    let uuid = match std::fs::read_to_string(&uuid_path) {
+        Ok(u) => u.trim().to_string(),
+        Err(_) => {
+            let u = format!(
+                "{:016x}{:08x}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)?
+                    .as_nanos(),
+                std::process::id()
+            );
+            std::fs::write(&uuid_path, &u)?;
+            u
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut cfg = OsdConfig::local(&uuid, &args.host, args.mon, args.data.clone());
+        cfg.listen = args.listen;
+        cfg.device_bytes = args.device_mib << 20;
+        let osd = OsdDaemon::start(cfg).await?;
+        eprintln!("osd.{} serving on {}", osd.id(), osd.addr());
+        tokio::signal::ctrl_c().await?;
+        Ok(())
+    })
+}
+
+/// `cairn up`: a monitor and N OSDs as processes, plus a default pool.
+#[derive(Args)]
+pub struct UpArgs {
+    /// Number of OSDs.
+    #[arg(long, default_value_t = 3)]
+    osds: usize,
+    /// Cluster directory (one sub-directory per daemon, logs, pid file).
+    #[arg(long, default_value = "cairn-cluster")]
+    dir: PathBuf,
+    /// Monitor address.
+    #[arg(long, default_value = DEFAULT_MON)]
+    mon: SocketAddr,
+    /// Default pool name ("" for none).
+    #[arg(long, default_value = "data")]
+    pool: String,
+    /// PGs of the default pool.
+    #[arg(long = "pg-num", default_value_t = 64)]
+    pg_num: u32,
+    /// Device file size per OSD, in MiB.
+    #[arg(long = "device-mib", default_value_t = 1024)]
+    device_mib: u64,
+}
+
+/// `cairn down`.
+#[derive(Args)]
+pub struct DownArgs {
+    /// Cluster directory given to `cairn up`.
+    #[arg(long, default_value = "cairn-cluster")]
+    dir: PathBuf,
+}
+
+fn spawn(dir: &Path, name: &str, args: &[String]) -> anyhow::Result<u32> {
+    let exe = std::env::current_exe()?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    let child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {name}"))?;
+    Ok(child.id())
+}
+
+/// Starts the cluster and waits until every OSD is up and the pool exists.
+pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
+    if args.osds == 0 {
+        bail!("--osds must be at least 1");
+    }
+    std::fs::create_dir_all(&args.dir)?;
+    let pids_path = args.dir.join("pids");
+    if pids_path.exists() {
+        bail!(
+            "{} exists: a cluster may be running there (cairn down --dir {})",
+            pids_path.display(),
+            args.dir.display()
+        );
+    }
+    let mon = args.mon.to_string();
+    let mut pids = vec![spawn(
+        &args.dir,
+        "mon",
+        &["mon".into(), "--listen".into(), mon.clone()],
+    )?];
+    std::fs::write(&pids_path, format!("{}\n", pids[0]))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(args.mon).is_err() {
+        if Instant::now() > deadline {
+            bail!("monitor did not start (see {}/mon.log)", args.dir.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..args.osds {
+        let data = args.dir.join(format!("osd{i}"));
+        let osd_args = vec![
+            "osd".into(),
+            "run".into(),
+            "--mon".into(),
+            mon.clone(),
+            "--data".into(),
+            data.display().to_string(),
+            "--host".into(),
+            format!("host{i}"),
+            "--device-mib".into(),
+            args.device_mib.to_string(),
+        ];
+        pids.push(spawn(&args.dir, &format!("osd{i}"), &osd_args)?);
+        let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(&pids_path, text)?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let client = MonClient::connect(args.mon, std::process::id() as u64).await;
+        client.subscribe(10_000).await?;
+        loop {
+            let up = client
+                .map()
+                .map_or(0, |m| m.osds.values().filter(|o| o.up).count());
+            if up >= args.osds {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "only {up} of {} OSDs came up (see {}/osd*.log)",
+                    args.osds,
+                    args.dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !args.pool.is_empty() {
+            let size = args.osds.min(3) as u32;
+            let exists = client
+                .map()
+                .is_some_and(|m| m.placement.pools.values().any(|p| p.name == args.pool));
+            if !exists {
+                client
+                    .request(
+                        RequestBody::CreatePool {
+                            name: args.pool.clone(),
+                            size,
+                            pg_num: args.pg_num,
+                        },
+                        10_000,
+                    )
+                    .await?;
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    println!(
+        "cairn cluster up: monitor {} with {} OSDs, data in {}",
+        args.mon,
+        args.osds,
+        args.dir.display()
+    );
+    if !args.pool.is_empty() {
+        println!("pool '{}' ready. Try:", args.pool);
+        println!(
+            "  cairn put -p {} hello README.md && cairn get -p {} hello",
+            args.pool, args.pool
+        );
+        println!("  cairn bench -p {} 10 write", args.pool);
+        println!("  cairn status");
+    }
+    println!("stop with: cairn down --dir {}", args.dir.display());
+    Ok(())
+}
+
+/// Stops every process `cairn up` started in `dir`.
+pub fn run_down(args: DownArgs) -> anyhow::Result<()> {
+    let pids_path = args.dir.join("pids");
+    let text = std::fs::read_to_string(&pids_path).with_context(|| {
+        format!(
+            "no running cluster in {} ({} missing)",
+            args.dir.display(),
+            pids_path.display()
+        )
+    })?;
+    let mut stopped = 0;
+    for pid in text
+        .lines()
+        .filter_map(|l| l.trim().parse::<i32>().ok())
+        .rev()
+    {
+        let status = Command::new("kill").arg(pid.to_string()).status()?;
+        if status.success() {
+            stopped += 1;
+        }
+    }
+    std::fs::remove_file(&pids_path)?;
+    println!("stopped {stopped} processes");
+    Ok(())
+}

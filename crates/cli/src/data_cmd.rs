@@ -1,0 +1,297 @@
+//! `cairn put|get|rm|stat` and `cairn bench`: object I/O against a running cluster through the
+//! client library. `bench` follows `rados bench` (write / seq / rand with a number of ops in
+//! flight) and adds latency percentiles.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use cairn_client::Client;
+use clap::{Args, ValueEnum};
+use tokio::sync::Mutex;
+
+use crate::mon_cmd::DEFAULT_MON;
+
+/// Pool and monitor shared by the data commands.
+#[derive(Args, Clone)]
+pub struct Target {
+    /// Monitor address.
+    #[arg(long, default_value = DEFAULT_MON)]
+    mon: SocketAddr,
+    /// Pool name.
+    #[arg(short = 'p', long)]
+    pool: String,
+}
+
+/// `cairn put -p POOL NAME FILE`.
+#[derive(Args)]
+pub struct PutArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Object name.
+    name: String,
+    /// File to store ("-" = stdin).
+    file: PathBuf,
+}
+
+/// `cairn get -p POOL NAME [FILE]`.
+#[derive(Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Object name.
+    name: String,
+    /// Where to write (stdout if absent).
+    file: Option<PathBuf>,
+}
+
+/// `cairn rm|stat -p POOL NAME`.
+#[derive(Args)]
+pub struct NameArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Object name.
+    name: String,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+async fn connect(t: &Target) -> anyhow::Result<Client> {
+    Client::connect(t.mon, u64::from(std::process::id()) << 8)
+        .await
+        .with_context(|| format!("connecting to the monitor at {}", t.mon))
+}
+
+/// Stores a file as an object.
+pub fn put(a: PutArgs) -> anyhow::Result<()> {
+    let data = if a.file.as_os_str() == "-" {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut v)?;
+        v
+    } else {
+        std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?
+    };
+    runtime()?.block_on(async {
+        let c = connect(&a.target).await?;
+        let v = c.write_full(&a.target.pool, &a.name, &data).await?;
+        eprintln!(
+            "stored {} bytes as '{}' (version {v:#x})",
+            data.len(),
+            a.name
+        );
+        Ok(())
+    })
+}
+
+/// Fetches an object.
+pub fn get(a: GetArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let c = connect(&a.target).await?;
+        let data = c.read(&a.target.pool, &a.name).await?;
+        match &a.file {
+            Some(p) => {
+                std::fs::write(p, &data).with_context(|| format!("writing {}", p.display()))?
+            }
+            None => std::io::Write::write_all(&mut std::io::stdout(), &data)?,
+        }
+        Ok(())
+    })
+}
+
+/// Deletes an object.
+pub fn rm(a: NameArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        Ok(connect(&a.target)
+            .await?
+            .remove(&a.target.pool, &a.name)
+            .await?)
+    })
+}
+
+/// Prints an object's size and version.
+pub fn stat(a: NameArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let (size, version) = connect(&a.target)
+            .await?
+            .stat(&a.target.pool, &a.name)
+            .await?;
+        println!("{} size {size} version {version:#x}", a.name);
+        Ok(())
+    })
+}
+
+/// Benchmark mode.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Mode {
+    /// Write new objects.
+    Write,
+    /// Read the objects a previous `write --no-cleanup` left, in order.
+    Seq,
+    /// Read them in random order.
+    Rand,
+}
+
+/// `cairn bench -p POOL SECONDS MODE`.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Duration in seconds.
+    seconds: u64,
+    /// write, seq or rand.
+    mode: Mode,
+    /// Object size in bytes.
+    #[arg(short = 'b', long = "block-size", default_value_t = 4 << 20)]
+    block_size: usize,
+    /// Operations in flight.
+    #[arg(short = 't', long = "concurrent-ios", default_value_t = 16)]
+    threads: usize,
+    /// Keep the written objects (for a later seq/rand run).
+    #[arg(long = "no-cleanup")]
+    no_cleanup: bool,
+}
+
+const BENCH_META: &str = "benchmark_last_metadata";
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Runs the benchmark and prints rados-bench-like totals plus latency percentiles.
+pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
+    if a.threads == 0 || a.seconds == 0 {
+        bail!("seconds and --concurrent-ios must be at least 1");
+    }
+    runtime()?.block_on(async {
+        let client = Arc::new(connect(&a.target).await?);
+        let pool = a.target.pool.clone();
+        let objects = match a.mode {
+            Mode::Write => 0,
+            _ => {
+                let meta = client
+                    .read(&pool, BENCH_META)
+                    .await
+                    .context("no objects from a previous `cairn bench ... write --no-cleanup`")?;
+                String::from_utf8_lossy(&meta)
+                    .trim()
+                    .parse::<u64>()
+                    .context("bad bench metadata")?
+            }
+        };
+        if a.mode != Mode::Write && objects == 0 {
+            bail!("the previous write left no objects");
+        }
+        let block: Arc<Vec<u8>> = Arc::new(
+            (0..a.block_size)
+                .map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8)
+                .collect(),
+        );
+        let next = Arc::new(Mutex::new(0u64));
+        let lat = Arc::new(Mutex::new(Vec::<f64>::new()));
+        let bytes = Arc::new(Mutex::new(0u64));
+        let started = Instant::now();
+        let stop_at = started + Duration::from_secs(a.seconds);
+        let prefix = "bench_".to_string();
+        let mut workers = Vec::new();
+        for w in 0..a.threads {
+            let (client, pool, block, next, lat, bytes, prefix) = (
+                client.clone(),
+                pool.clone(),
+                block.clone(),
+                next.clone(),
+                lat.clone(),
+                bytes.clone(),
+                prefix.clone(),
+            );
+            let mode = a.mode;
+            workers.push(tokio::spawn(async move {
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (w as u64);
+                while Instant::now() < stop_at {
+                    let i = {
+                        let mut n = next.lock().await;
+                        let i = *n;
+                        *n += 1;
+                        i
+                    };
+                    let t0 = Instant::now();
+                    let moved = match mode {
+                        Mode::Write => client
+                            .write_full(&pool, &format!("{prefix}{i}"), &block)
+                            .await
+                            .map(|_| block.len()),
+                        Mode::Seq => {
+                            if i >= objects {
+                                break;
+                            }
+                            client
+                                .read(&pool, &format!("{prefix}{i}"))
+                                .await
+                                .map(|d| d.len())
+                        }
+                        Mode::Rand => {
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            client
+                                .read(&pool, &format!("{prefix}{}", rng % objects))
+                                .await
+                                .map(|d| d.len())
+                        }
+                    };
+                    let moved = moved?;
+                    lat.lock().await.push(t0.elapsed().as_secs_f64() * 1000.0);
+                    *bytes.lock().await += moved as u64;
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for w in workers {
+            w.await??;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let mut l = lat.lock().await.clone();
+        l.sort_by(f64::total_cmp);
+        let total = *bytes.lock().await;
+        let ops = l.len();
+        let written = *next.lock().await;
+        println!("Total time run:         {secs:.3}");
+        println!("Total ops:              {ops}");
+        println!("Object size:            {}", a.block_size);
+        println!("Bandwidth (MB/sec):     {:.3}", total as f64 / secs / 1e6);
+        println!("Average IOPS:           {:.1}", ops as f64 / secs);
+        println!(
+            "Average Latency (ms):   {:.3}",
+            l.iter().sum::<f64>() / ops.max(1) as f64
+        );
+        for (name, p) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("p99.5", 0.995)] {
+            println!("Latency {name:<6} (ms):   {:.3}", percentile(&l, p));
+        }
+        println!(
+            "Max latency (ms):       {:.3}",
+            l.last().copied().unwrap_or(0.0)
+        );
+        if a.mode == Mode::Write {
+            // Objects 0..written were all attempted; every one completed or the run failed.
+            if a.no_cleanup {
+                client
+                    .write_full(&pool, BENCH_META, written.to_string().as_bytes())
+                    .await?;
+            } else {
+                for i in 0..written {
+                    client.remove(&pool, &format!("{prefix}{i}")).await?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
