@@ -20,6 +20,8 @@ pub struct StoreConfig {
     pub max_io_bytes: u64,
     /// Most user data (bytes) one transaction may carry.
     pub max_txn_bytes: u64,
+    /// Most bytes one read may return (reads of more fail with `Limit`; read in pieces).
+    pub max_read_bytes: u64,
     /// Most operations in one transaction.
     pub max_txn_ops: usize,
     /// Most transactions committed together by one group commit.
@@ -42,6 +44,7 @@ impl Default for StoreConfig {
             deferred_batch_bytes: 4 << 20,
             max_io_bytes: 8 << 20,
             max_txn_bytes: 256 << 20,
+            max_read_bytes: 256 << 20,
             max_txn_ops: 65536,
             max_group_txns: 64,
             max_name_bytes: 1024,

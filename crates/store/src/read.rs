@@ -53,6 +53,13 @@ impl Store {
         if end <= offset_bytes {
             return Ok(Vec::new());
         }
+        if end - offset_bytes > self.cfg.max_read_bytes {
+            return Err(StoreError::Limit(format!(
+                "read of {} bytes > max_read_bytes {}",
+                end - offset_bytes,
+                self.cfg.max_read_bytes
+            )));
+        }
         let bs = self.sb.block_bytes;
         let (first, last) = (offset_bytes / bs, (end - 1) / bs);
         let prefix = object_prefix(id, obj);

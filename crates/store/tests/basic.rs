@@ -66,6 +66,31 @@ async fn every_operation_matches_the_model() {
 }
 
 #[tokio::test]
+async fn reads_are_bounded() {
+    let img = fresh_images().await;
+    let small = cairn_store::StoreConfig {
+        max_read_bytes: 8192,
+        ..cfg()
+    };
+    let r = Rig::mount(&img, small).await.unwrap();
+    let mut t = Transaction::new();
+    t.write("c", "a", 0, &pattern(1, 20_000));
+    r.store().queue_transaction(&t).await.unwrap();
+    assert!(matches!(
+        r.store().read("c", "a", 0, u64::MAX).await,
+        Err(StoreError::Limit(_))
+    ));
+    assert_eq!(
+        r.store().read("c", "a", 12_000, 8192).await.unwrap(),
+        pattern(1, 20_000)[12_000..].to_vec()
+    );
+    assert_eq!(
+        r.store().read("c", "a", 30_000, 10).await.unwrap(),
+        Vec::<u8>::new()
+    );
+}
+
+#[tokio::test]
 async fn failed_transactions_change_nothing() {
     let r = rig().await;
     let s = r.store();
