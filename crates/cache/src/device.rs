@@ -775,6 +775,9 @@ impl CacheDevice {
         Ok(())
     }
 
+    /// Writes core and cache. Stale clean claims on the target sectors are removed durably
+    /// *before* the core write: otherwise a later flush could make the new core data durable
+    /// while the persisted entry still points at the old cached copy.
     async fn write_through(
         &self,
         offset_bytes: u64,
@@ -783,7 +786,7 @@ impl CacheDevice {
         class: u8,
         allocate: bool,
     ) -> BResult<()> {
-        self.core.write(offset_bytes, data).await?;
+        let mut targets = Vec::with_capacity(pieces.len());
         for p in pieces {
             let line = if allocate {
                 self.line_for(p.core_line, class).await?
@@ -791,6 +794,13 @@ impl CacheDevice {
                 self.lock().table.lookup(p.core_line)
             };
             if let Some(line) = line {
+                self.ensure_safe(line, p.mask).await?;
+                targets.push((p, line));
+            }
+        }
+        self.core.write(offset_bytes, data).await?;
+        for (p, line) in targets {
+            if self.lock().table.lookup(p.core_line) == Some(line) {
                 self.fill(line, p, p.mask, data).await?;
             }
         }
