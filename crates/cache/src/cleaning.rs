@@ -84,13 +84,13 @@ pub fn decide(p: &CleaningParams, input: CleanInput) -> CleanDecision {
             if input.now_ms < idle_since {
                 return nothing(wake.min(idle_since));
             }
+            let staleness_ms = u64::from(p.alru.staleness_time_s) * 1000;
+            let Some(dirty_before_ms) = input.now_ms.checked_sub(staleness_ms) else {
+                return nothing(wake.min(staleness_ms));
+            };
             CleanDecision {
                 max_lines: p.alru.flush_max_buffers as usize,
-                dirty_before_ms: Some(
-                    input
-                        .now_ms
-                        .saturating_sub(u64::from(p.alru.staleness_time_s) * 1000),
-                ),
+                dirty_before_ms: Some(dirty_before_ms),
                 order: CleanOrder::OldestDirty,
                 idle_wake_ms: wake,
             }
@@ -122,6 +122,12 @@ mod tests {
         assert_eq!(
             busy.idle_wake_ms, 55_000,
             "wakes when the activity threshold passes"
+        );
+        let young = decide(&p, input(100_000, 50_000, 10));
+        assert_eq!(
+            (young.max_lines, young.idle_wake_ms),
+            (0, 120_000),
+            "nothing can be stale yet"
         );
         let idle = decide(&p, input(200_000, 100_000, 10));
         assert_eq!(idle.max_lines, 100);

@@ -36,8 +36,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 type BResult<T> = std::result::Result<T, BlockDevError>;
 
-/// Lines reclaimed at once when the cache is full (one metadata persist per batch).
+/// Most lines reclaimed at once when the cache is full (one metadata persist per batch).
 const RECLAIM_BATCH_LINES: usize = 32;
+
+/// Lines reclaimed per batch: [`RECLAIM_BATCH_LINES`], or 1/16 of a small cache.
+fn reclaim_batch(total_lines: u32) -> usize {
+    (total_lines as usize / 16).clamp(1, RECLAIM_BATCH_LINES)
+}
 
 /// The outcome of one cleaning round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -578,6 +583,7 @@ impl CacheDevice {
     async fn reclaim(&self, class: u8) -> BResult<bool> {
         let victims: Vec<u32> = {
             let st = self.lock();
+            let batch = reclaim_batch(st.table.len());
             let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
             let limit = ((share * f64::from(st.table.len())) as u32).max(1);
             let mut order: Vec<u8> = if st.table.class_lines(class) >= limit {
@@ -597,11 +603,11 @@ impl CacheDevice {
             for c in order {
                 cands.extend(
                     st.table
-                        .lru_lines(c, 4 * RECLAIM_BATCH_LINES)
+                        .lru_lines(c, 4 * batch)
                         .into_iter()
                         .filter(|&i| !st.table.line(i).cleaning),
                 );
-                if cands.len() >= 4 * RECLAIM_BATCH_LINES {
+                if cands.len() >= 4 * batch {
                     break;
                 }
             }
@@ -609,7 +615,7 @@ impl CacheDevice {
                 .into_iter()
                 .partition(|&i| st.table.line(i).dirty == 0);
             clean.extend(dirty);
-            clean.truncate(RECLAIM_BATCH_LINES);
+            clean.truncate(batch);
             clean
         };
         if victims.is_empty() {

@@ -94,10 +94,13 @@ async fn run(dev: &CacheDevice, ops: &[Op], model: &mut Model) -> bool {
                 r
             }
             Op::Clean => dev.clean_step(u64::MAX / 4).await.map(|_| ()),
-            Op::Mode(m) => dev.set_mode(m, v % 2 == 0).await.map_err(|e| match e {
-                cairn_cache::CacheError::Device(d) => d,
-                other => panic!("{other}"),
-            }),
+            Op::Mode(m) => dev
+                .set_mode(m, v.is_multiple_of(2))
+                .await
+                .map_err(|e| match e {
+                    cairn_cache::CacheError::Device(d) => d,
+                    other => panic!("{other}"),
+                }),
         };
         if res.is_err() {
             return true;
@@ -172,9 +175,9 @@ async fn crash_case(
 
 async fn sweep(mode: CacheMode, seed: u64, ops_len: usize, stride: u64) {
     let ops = workload(seed, ops_len);
-    let mut crash_after = 0;
+    let mut crash_after: u64 = 0;
     loop {
-        let loss = if crash_after % 2 == 0 {
+        let loss = if crash_after.is_multiple_of(2) {
             PowerLossMode::DropUnflushed
         } else {
             PowerLossMode::RandomSubset {

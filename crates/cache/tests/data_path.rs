@@ -183,7 +183,7 @@ async fn concurrent_readers_and_writers_on_disjoint_ranges() {
         let r = r.clone();
         tasks.push(tokio::spawn(async move {
             let mut rng = ChaCha8Rng::seed_from_u64(t);
-            let mut mine = vec![0u32; 32];
+            let mut mine = [0u32; 32];
             for step in 1..200u32 {
                 let b = rng.random_range(0..32u64);
                 let off = (t * 32 + b) * K4;
