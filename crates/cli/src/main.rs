@@ -1,6 +1,7 @@
 //! `cairn`: the one binary. Each subsystem owns one module with its clap arguments and handler;
 //! this file only dispatches.
 
+mod cache_cmd;
 mod crush_cmd;
 mod store_cmd;
 
@@ -20,6 +21,8 @@ enum Command {
     Crush(crush_cmd::CrushArgs),
     /// Object store: benchmark against fio, emulated device capacities, fsck.
     Store(store_cmd::StoreArgs),
+    /// Cache device (Open-CAS style): create, set-param, load-ioclass, stats, flush, detach.
+    Cache(cache_cmd::CacheArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -27,5 +30,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Crush(args) => crush_cmd::run(args),
         Command::Store(args) => store_cmd::run(args),
+        Command::Cache(args) => cache_cmd::run(args),
     }
 }
