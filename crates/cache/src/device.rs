@@ -697,10 +697,44 @@ impl CacheDevice {
             return Ok(());
         }
         let pieces = self.pieces(offset_bytes, data.len());
+        // Decide once, under the shared gate. A write that caches nothing and touches no
+        // mapped line goes to the core without excluding anyone: the mapping cannot change
+        // while the shared gate is held (fills and evictions need it exclusively).
+        let (d, promote) = {
+            let _g = self.gate.read().await;
+            let (d, any_mapped, promote) = {
+                let mut st = self.lock();
+                let d = self.decide(&mut st, true, offset_bytes, data.len() as u64, hint);
+                let mapped: Vec<bool> = pieces
+                    .iter()
+                    .map(|p| st.table.lookup(p.core_line).is_some())
+                    .collect();
+                let all_mapped = mapped.iter().all(|&m| m);
+                let any_mapped = mapped.iter().any(|&m| m);
+                let occ = st.occupancy_pct();
+                let params = st.cfg.promotion.clone();
+                let promote = !d.cutoff
+                    && d.allocate
+                    && (all_mapped
+                        || st
+                            .promoter
+                            .should_promote(&params, pieces[0].core_line, occ));
+                (d, any_mapped, promote)
+            };
+            let caches = match d.mode {
+                CacheMode::Wb | CacheMode::Wo | CacheMode::Wt => promote,
+                CacheMode::Wa => any_mapped && !d.cutoff,
+                CacheMode::Pt | CacheMode::Wi => false,
+            };
+            if !any_mapped && !caches {
+                self.lock().counters.classes[d.class as usize].write_pass_through += 1;
+                return self.core.write(offset_bytes, data).await;
+            }
+            (d, promote)
+        };
         let _g = self.gate.write().await;
-        let (d, dirty_overlap, all_mapped, any_mapped, promote) = {
-            let mut st = self.lock();
-            let d = self.decide(&mut st, true, offset_bytes, data.len() as u64, hint);
+        let (dirty_overlap, all_mapped, any_mapped) = {
+            let st = self.lock();
             let lines: Vec<Option<u32>> = pieces
                 .iter()
                 .map(|p| st.table.lookup(p.core_line))
@@ -709,17 +743,11 @@ impl CacheDevice {
                 .iter()
                 .zip(&pieces)
                 .any(|(l, p)| l.is_some_and(|i| st.table.line(i).dirty & p.mask != 0));
-            let all_mapped = lines.iter().all(Option::is_some);
-            let any_mapped = lines.iter().any(Option::is_some);
-            let occ = st.occupancy_pct();
-            let params = st.cfg.promotion.clone();
-            let promote = !d.cutoff
-                && d.allocate
-                && (all_mapped
-                    || st
-                        .promoter
-                        .should_promote(&params, pieces[0].core_line, occ));
-            (d, dirty_overlap, all_mapped, any_mapped, promote)
+            (
+                dirty_overlap,
+                lines.iter().all(Option::is_some),
+                lines.iter().any(Option::is_some),
+            )
         };
         let count = |f: &dyn Fn(&mut crate::stats::RequestCounters)| {
             f(&mut self.lock().counters.classes[d.class as usize]);
