@@ -6,9 +6,12 @@
 //! as clean for some core address (it first persists an entry without that claim).
 //!
 //! # Concurrency
-//! A gate (`tokio::sync::RwLock`) orders requests: full read hits and pass-through reads share
-//! it; every request that changes the line table (writes, read misses, eviction, flush, the
-//! start and end of a cleaning round) takes it exclusively. Background cleaning writes to the
+//! A gate (`tokio::sync::RwLock`) orders requests: full read hits, pass-through reads and
+//! writes, and write-back writes that need neither eviction nor a metadata update share it;
+//! every other request that changes the line table (other writes, read misses, eviction,
+//! flush, the start and end of a cleaning round) takes it exclusively. Shared-gate writers
+//! mark lines dirty only after their data write completed, and keep the gate until then, so
+//! a flush (exclusive) sees exactly the writes completed before it. Background cleaning writes to the
 //! core outside the gate, for lines marked `cleaning`, which eviction skips; foreground writes
 //! to dirty sectors always go to the cache, so the core never sees two writers of one sector.
 //!
@@ -42,6 +45,40 @@ const RECLAIM_BATCH_LINES: usize = 32;
 /// Lines reclaimed per batch: [`RECLAIM_BATCH_LINES`], or 1/16 of a small cache.
 fn reclaim_batch(total_lines: u32) -> usize {
     (total_lines as usize / 16).clamp(1, RECLAIM_BATCH_LINES)
+}
+
+/// The cache's time source in milliseconds (dirty-since stamps, last foreground I/O). The
+/// default follows tokio's clock; simulations that stretch time pass their own.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Milliseconds since an arbitrary fixed origin; never decreases.
+    fn now_ms(&self) -> u64;
+}
+
+/// [`Clock`] on tokio's clock (virtual under a paused runtime), origin at creation.
+#[derive(Debug)]
+pub struct TokioClock {
+    epoch: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 /// The outcome of one cleaning round.
@@ -114,7 +151,7 @@ pub struct CacheDevice {
     core: Arc<dyn BlockDevice>,
     geom: Geometry,
     props: DeviceProperties,
-    epoch: tokio::time::Instant,
+    clock: Arc<dyn Clock>,
     gate: tokio::sync::RwLock<()>,
     st: Mutex<State>,
 }
@@ -269,7 +306,7 @@ impl CacheDevice {
             core,
             geom,
             props,
-            epoch: tokio::time::Instant::now(),
+            clock: Arc::new(TokioClock::new()),
             gate: tokio::sync::RwLock::new(()),
             st: Mutex::new(st),
         }
@@ -279,10 +316,17 @@ impl CacheDevice {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Milliseconds since this device was opened, on tokio's clock (virtual under a paused
-    /// runtime); the time base of [`CacheDevice::clean_step`].
+    /// Milliseconds on the cache's clock (by default tokio's, origin when the device was
+    /// opened); the time base of [`CacheDevice::clean_step`].
     pub fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.clock.now_ms()
+    }
+
+    /// Replaces the clock (before any I/O; for simulations that stretch time).
+    /// [`CacheDevice::spawn_cleaner`] sleeps on tokio's clock and assumes the default one.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The layout of the cache device.
@@ -387,7 +431,9 @@ impl CacheDevice {
                 let promote =
                     decision.mode.promotes_reads() && !decision.cutoff && decision.allocate;
                 let c = &mut st.counters.classes[decision.class as usize];
-                if full_hit && !decision.cutoff {
+                // A full hit is served from the cache even when cut off: cut-off keeps streams
+                // from filling the cache, it does not send cached data to the slow device.
+                if full_hit {
                     c.read_hits += 1;
                     let hit: Vec<u32> = lines.into_iter().flatten().collect();
                     for &i in &hit {
@@ -462,6 +508,42 @@ impl CacheDevice {
             }
         }
         Ok(())
+    }
+
+    /// For a write-back write under the shared gate: the lines of every piece if each is
+    /// mapped and writable in place (no persisted clean claim on its sectors) or can be taken
+    /// from the free list within the class's share, all reserved atomically; else `None` and
+    /// nothing changes (the caller takes the exclusive path). Returns (line, newly mapped).
+    fn reserve_in_place(&self, pieces: &[Piece], class: u8) -> Option<Vec<(u32, bool)>> {
+        let mut st = self.lock();
+        let mut missing = 0u32;
+        for p in pieces {
+            match st.table.lookup(p.core_line) {
+                Some(i) => {
+                    let e = st.persisted[i as usize];
+                    let foreign = e.valid != 0 && e.core_line != p.core_line;
+                    if foreign || e.valid & !e.dirty & p.mask != 0 {
+                        return None;
+                    }
+                }
+                None => missing += 1,
+            }
+        }
+        if missing > 0 {
+            let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
+            let limit = ((share * f64::from(st.table.len())) as u32).max(1);
+            if st.table.free_lines() < missing || st.table.class_lines(class) + missing > limit {
+                return None;
+            }
+        }
+        let mut out = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            match st.table.lookup(p.core_line) {
+                Some(i) => out.push((i, false)),
+                None => out.push((st.table.alloc(p.core_line, class)?, true)),
+            }
+        }
+        Some(out)
     }
 
     /// Writes the sectors `mask` of piece `p` from `buf` into `line` as valid clean data.
@@ -721,6 +803,29 @@ impl CacheDevice {
                             .should_promote(&params, pieces[0].core_line, occ));
                 (d, any_mapped, promote)
             };
+            if d.mode.caches_writes_dirty() && promote {
+                if let Some(lines) = self.reserve_in_place(&pieces, d.class) {
+                    let hit = !lines.iter().any(|&(_, fresh)| fresh);
+                    {
+                        let c = &mut self.lock().counters.classes[d.class as usize];
+                        if hit {
+                            c.write_hits += 1;
+                        } else {
+                            c.write_misses += 1;
+                        }
+                    }
+                    for (p, &(line, _)) in pieces.iter().zip(&lines) {
+                        self.write_sectors(line, p, p.mask, data).await?;
+                    }
+                    let now = self.now_ms();
+                    let mut st = self.lock();
+                    for (p, &(line, _)) in pieces.iter().zip(&lines) {
+                        st.table.mark_dirty(line, p.mask, now);
+                        st.table.touch(line);
+                    }
+                    return Ok(());
+                }
+            }
             let caches = match d.mode {
                 CacheMode::Wb | CacheMode::Wo | CacheMode::Wt => promote,
                 CacheMode::Wa => any_mapped && !d.cutoff,
@@ -989,8 +1094,8 @@ impl CacheDevice {
                     Ok(r) => r,
                     Err(_) => return,
                 };
-                let wake =
-                    dev.epoch + std::time::Duration::from_millis(report.next_wake_ms.max(now + 1));
+                let wake = tokio::time::Instant::now()
+                    + std::time::Duration::from_millis(report.next_wake_ms.max(now + 1) - now);
                 drop(dev);
                 if report.cleaned_lines > 0 {
                     tokio::task::yield_now().await;

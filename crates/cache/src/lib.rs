@@ -26,7 +26,7 @@ pub mod promotion;
 pub mod stats;
 
 pub use config::{CacheConfig, CacheMode, CleaningPolicyKind, PromotionPolicy, SeqCutoffPolicy};
-pub use device::{CacheDevice, CleanReport, Problem};
+pub use device::{CacheDevice, CleanReport, Clock, Problem, TokioClock};
 pub use error::{CacheError, Result};
 pub use fsck::{fsck, FsckReport};
 pub use ioclass::{IoClassTable, IoHint};
