@@ -39,6 +39,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 type BResult<T> = std::result::Result<T, BlockDevError>;
 
+/// Most lines whose dirty data is written to core concurrently while cleaning.
+const CLEAN_QUEUE_DEPTH: usize = 32;
+
 /// Most lines reclaimed at once when the cache is full (one metadata persist per batch).
 const RECLAIM_BATCH_LINES: usize = 32;
 
@@ -593,8 +596,18 @@ impl CacheDevice {
     /// Makes data durable and writes the given entries: flush core, flush cache, write their
     /// metadata pages, flush cache. Caller holds the gate exclusively.
     async fn persist(&self, targets: Vec<(u32, Entry)>) -> BResult<()> {
-        self.core.flush().await?;
-        self.cache.flush().await?;
+        // Entries that claim nothing need no data to be durable first.
+        let data_first = targets.iter().any(|(_, e)| e.valid != 0);
+        self.persist_with(targets, data_first).await
+    }
+
+    /// [`CacheDevice::persist`], flushing both devices first if `data_first` (always for a
+    /// client flush, which must make every completed write durable).
+    async fn persist_with(&self, targets: Vec<(u32, Entry)>, data_first: bool) -> BResult<()> {
+        if data_first {
+            self.core.flush().await?;
+            self.cache.flush().await?;
+        }
         if targets.is_empty() {
             return Ok(());
         }
@@ -752,17 +765,34 @@ impl CacheDevice {
         Ok(())
     }
 
+    /// Writes the dirty data of several lines to core with up to [`CLEAN_QUEUE_DEPTH`] lines
+    /// in flight (bounded by the core's queue depth), so the core can reorder them.
+    async fn write_core_batch(&self, batch: &[(u64, Vec<(u32, Vec<u8>)>)]) -> BResult<()> {
+        let depth = CLEAN_QUEUE_DEPTH.min(self.core.properties().max_queue_depth.max(1));
+        for chunk in batch.chunks(depth) {
+            let writes = chunk
+                .iter()
+                .map(|(core_line, data)| self.write_core_runs(*core_line, data));
+            for r in futures_util::future::join_all(writes).await {
+                r?;
+            }
+        }
+        Ok(())
+    }
+
     /// Cleans `lines` synchronously (caller holds the gate exclusively).
     async fn clean_now(&self, lines: &[u32]) -> BResult<()> {
         if lines.is_empty() {
             return Ok(());
         }
         let mut done = Vec::new();
+        let mut batch = Vec::new();
         for &i in lines {
             let (core_line, mask, _, data) = self.read_dirty(i).await?;
-            self.write_core_runs(core_line, &data).await?;
+            batch.push((core_line, data));
             done.push((i, mask));
         }
+        self.write_core_batch(&batch).await?;
         self.core.flush().await?;
         let mut st = self.lock();
         for (i, mask) in done {
@@ -998,7 +1028,7 @@ impl CacheDevice {
                 })
                 .collect()
         };
-        self.persist(targets).await
+        self.persist_with(targets, true).await
     }
 
     /// One cleaning round at `now_ms` (see [`CacheDevice::now_ms`]): the configured policy
@@ -1046,13 +1076,11 @@ impl CacheDevice {
                 }
             }
         }
-        let mut io = Ok(());
-        for (_, (core_line, _, _, data)) in &batch {
-            io = self.write_core_runs(*core_line, data).await;
-            if io.is_err() {
-                break;
-            }
-        }
+        let writes: Vec<(u64, Vec<(u32, Vec<u8>)>)> = batch
+            .iter_mut()
+            .map(|(_, (core_line, _, _, data))| (*core_line, std::mem::take(data)))
+            .collect();
+        let mut io = self.write_core_batch(&writes).await;
         if io.is_ok() {
             io = self.core.flush().await;
         }
@@ -1130,7 +1158,7 @@ impl CacheDevice {
                 })
                 .collect()
         };
-        self.persist(targets).await
+        self.persist_with(targets, true).await
     }
 
     /// Changes the mode at run time. Leaving `wb`/`wo` with `flush_dirty` writes every dirty

@@ -4,6 +4,7 @@
 mod cache_cmd;
 mod crush_cmd;
 mod store_cmd;
+mod study_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +24,8 @@ enum Command {
     Store(store_cmd::StoreArgs),
     /// Cache device (Open-CAS style): create, set-param, load-ioclass, stats, flush, detach.
     Cache(cache_cmd::CacheArgs),
+    /// Studies: the seeds' experiments on emulated devices (tables and PNG plots).
+    Study(study_cmd::StudyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,5 +34,6 @@ fn main() -> anyhow::Result<()> {
         Command::Crush(args) => crush_cmd::run(args),
         Command::Store(args) => store_cmd::run(args),
         Command::Cache(args) => cache_cmd::run(args),
+        Command::Study(args) => study_cmd::run(args),
     }
 }

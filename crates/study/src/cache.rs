@@ -54,7 +54,8 @@ pub struct CacheStudyConfig {
     pub core_bytes: u64,
     /// Cache (NVMe) size for the Vdbench set.
     pub cache_bytes: u64,
-    /// Range the random workloads touch (fits in the cache, as in the seed's 100%-hit runs).
+    /// Range the random workloads touch (fits in the cache, as in the seed's 100%-hit runs;
+    /// the whole core by default, so the bare HDD seeks full-stroke like the seed's disks).
     pub working_set_bytes: u64,
     /// Concurrent workers (seed: 20 threads x queue depth 16, scaled down).
     pub workers: usize,
@@ -81,9 +82,9 @@ pub struct CacheStudyConfig {
 impl Default for CacheStudyConfig {
     fn default() -> Self {
         Self {
-            core_bytes: 256 << 20,
-            cache_bytes: 64 << 20,
-            working_set_bytes: 32 << 20,
+            core_bytes: 128 << 20,
+            cache_bytes: 160 << 20,
+            working_set_bytes: 128 << 20,
             workers: 32,
             measure_ms: 1000,
             bare_measure_ms: 4000,
