@@ -38,6 +38,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 type BResult<T> = std::result::Result<T, BlockDevError>;
+/// Runs of sectors read from a cache line: (first sector, bytes).
+type SectorRuns = Vec<(u32, Vec<u8>)>;
+/// Dirty data bound for the core: (core line, runs).
+type CoreWrite = (u64, SectorRuns);
 
 /// Most lines whose dirty data is written to core concurrently while cleaning.
 const CLEAN_QUEUE_DEPTH: usize = 32;
@@ -742,7 +746,7 @@ impl CacheDevice {
     }
 
     /// Reads the dirty sectors of `line` from the cache: (core line, mask, gen, bytes).
-    async fn read_dirty(&self, line: u32) -> BResult<(u64, u16, u32, Vec<(u32, Vec<u8>)>)> {
+    async fn read_dirty(&self, line: u32) -> BResult<(u64, u16, u32, SectorRuns)> {
         let (core_line, mask, gen) = {
             let st = self.lock();
             let l = st.table.line(line);
@@ -767,7 +771,7 @@ impl CacheDevice {
 
     /// Writes the dirty data of several lines to core with up to [`CLEAN_QUEUE_DEPTH`] lines
     /// in flight (bounded by the core's queue depth), so the core can reorder them.
-    async fn write_core_batch(&self, batch: &[(u64, Vec<(u32, Vec<u8>)>)]) -> BResult<()> {
+    async fn write_core_batch(&self, batch: &[CoreWrite]) -> BResult<()> {
         let depth = CLEAN_QUEUE_DEPTH.min(self.core.properties().max_queue_depth.max(1));
         for chunk in batch.chunks(depth) {
             let writes = chunk
@@ -1076,7 +1080,7 @@ impl CacheDevice {
                 }
             }
         }
-        let writes: Vec<(u64, Vec<(u32, Vec<u8>)>)> = batch
+        let writes: Vec<CoreWrite> = batch
             .iter_mut()
             .map(|(_, (core_line, _, _, data))| (*core_line, std::mem::take(data)))
             .collect();
