@@ -46,6 +46,10 @@ type CoreWrite = (u64, SectorRuns);
 /// Most lines whose dirty data is written to core concurrently while cleaning.
 const CLEAN_QUEUE_DEPTH: usize = 32;
 
+/// Eviction looks at up to this many times the batch of least-recently-used lines for clean
+/// ones before it evicts (and first cleans) dirty ones.
+const VICTIM_SCAN_FACTOR: usize = 64;
+
 /// Most lines reclaimed at once when the cache is full (one metadata persist per batch).
 const RECLAIM_BATCH_LINES: usize = 32;
 
@@ -702,11 +706,11 @@ impl CacheDevice {
             for c in order {
                 cands.extend(
                     st.table
-                        .lru_lines(c, 4 * batch)
+                        .lru_lines(c, VICTIM_SCAN_FACTOR * batch)
                         .into_iter()
                         .filter(|&i| !st.table.line(i).cleaning),
                 );
-                if cands.len() >= 4 * batch {
+                if cands.len() >= VICTIM_SCAN_FACTOR * batch {
                     break;
                 }
             }

@@ -7,6 +7,32 @@
 
 use crate::ioclass::CLASS_SLOTS;
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A multiplicative (Fibonacci) hasher for core line numbers: one multiply instead of SipHash
+/// on the hit path. Keys are block numbers chosen by the storage stack, not by an adversary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LineHasher(u64);
+
+impl Hasher for LineHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ self.0)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
+    }
+}
+
+type LineMap = HashMap<u64, u32, BuildHasherDefault<LineHasher>>;
 
 /// Marks "no line" in links and "no core line" in lines.
 pub const NONE: u32 = u32::MAX;
@@ -102,7 +128,7 @@ impl List {
 #[derive(Debug)]
 pub struct LineTable {
     lines: Vec<Line>,
-    map: HashMap<u64, u32>,
+    map: LineMap,
     lru: Vec<Link>,
     classes: [List; CLASS_SLOTS],
     dirty_links: Vec<Link>,
@@ -117,7 +143,7 @@ impl LineTable {
     pub fn new(lines: u32) -> Self {
         Self {
             lines: vec![Line::EMPTY; lines as usize],
-            map: HashMap::with_capacity(lines as usize),
+            map: LineMap::with_capacity_and_hasher(lines as usize, Default::default()),
             lru: vec![
                 Link {
                     prev: NONE,

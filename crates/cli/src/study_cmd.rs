@@ -25,7 +25,7 @@ enum StudyCommand {
         #[arg(long, default_value_t = 32)]
         workers: usize,
         /// Virtual milliseconds measured per workload on the cached device.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 4000)]
         measure_ms: u64,
         /// Random seed.
         #[arg(long, default_value_t = 4)]
@@ -45,6 +45,7 @@ pub fn run(args: StudyArgs) -> anyhow::Result<()> {
             let cfg = CacheStudyConfig {
                 workers,
                 measure_ms,
+                bare_measure_ms: measure_ms,
                 seed,
                 ..Default::default()
             };
@@ -67,13 +68,15 @@ pub fn run(args: StudyArgs) -> anyhow::Result<()> {
             )?;
             println!("{table}");
             for d in &report.dirty {
+                let tail: Vec<_> = d.points.iter().rev().take(20).collect();
+                let tail_iops = tail.iter().map(|p| p.2).sum::<f64>() / tail.len().max(1) as f64;
                 let last = d.points.last().copied().unwrap_or_default();
                 let first_full = d.points.iter().find(|p| p.1 >= 99.0).map(|p| p.0);
                 println!(
-                    "{:<28} dirty at end {:>5.1}%  writes/s at end {:>6.0}  100% dirty at {}",
+                    "{:<28} dirty at end {:>5.1}%  writes/s over the last 2 s {:>6.0}  100% dirty at {}",
                     d.label,
                     last.1,
-                    last.2,
+                    tail_iops,
                     first_full.map_or("never".to_string(), |t| format!("{t:.1} s"))
                 );
             }
