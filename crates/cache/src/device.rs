@@ -160,6 +160,9 @@ impl State {
 pub struct CacheDevice {
     cache: Arc<dyn BlockDevice>,
     core: Arc<dyn BlockDevice>,
+    /// The core as seen by cleaning (by default `core` itself); see
+    /// [`CacheDevice::with_cleaning_path`].
+    clean_core: Arc<dyn BlockDevice>,
     geom: Geometry,
     props: DeviceProperties,
     clock: Arc<dyn Clock>,
@@ -314,6 +317,7 @@ impl CacheDevice {
         };
         Self {
             cache,
+            clean_core: core.clone(),
             core,
             geom,
             props,
@@ -331,6 +335,21 @@ impl CacheDevice {
     /// opened); the time base of [`CacheDevice::clean_step`].
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// Sends cleaning I/O (dirty data written back to the core, and the core flushes that
+    /// make it durable) through `core_for_cleaning` instead of the core handle used by
+    /// foreground I/O. It must address the same core: an OSD passes the core wrapped in its
+    /// scheduler's best-effort class, so cleaning is paced and never starves client I/O.
+    pub fn with_cleaning_path(mut self, core_for_cleaning: Arc<dyn BlockDevice>) -> Result<Self> {
+        if core_for_cleaning.properties().size_bytes != self.core.properties().size_bytes {
+            return Err(CacheError::param(
+                "cleaning path",
+                "the cleaning device must be the same core (sizes differ)",
+            ));
+        }
+        self.clean_core = core_for_cleaning;
+        Ok(self)
     }
 
     /// Replaces the clock (before any I/O; for simulations that stretch time).
@@ -768,7 +787,7 @@ impl CacheDevice {
     async fn write_core_runs(&self, core_line: u64, runs_data: &[(u32, Vec<u8>)]) -> BResult<()> {
         for (s, b) in runs_data {
             let addr = core_line * self.geom.line_bytes + u64::from(*s) * SECTOR_BYTES;
-            self.core.write(addr, b).await?;
+            self.clean_core.write(addr, b).await?;
         }
         Ok(())
     }
@@ -776,7 +795,7 @@ impl CacheDevice {
     /// Writes the dirty data of several lines to core with up to [`CLEAN_QUEUE_DEPTH`] lines
     /// in flight (bounded by the core's queue depth), so the core can reorder them.
     async fn write_core_batch(&self, batch: &[CoreWrite]) -> BResult<()> {
-        let depth = CLEAN_QUEUE_DEPTH.min(self.core.properties().max_queue_depth.max(1));
+        let depth = CLEAN_QUEUE_DEPTH.min(self.clean_core.properties().max_queue_depth.max(1));
         for chunk in batch.chunks(depth) {
             let writes = chunk
                 .iter()
@@ -801,7 +820,7 @@ impl CacheDevice {
             done.push((i, mask));
         }
         self.write_core_batch(&batch).await?;
-        self.core.flush().await?;
+        self.clean_core.flush().await?;
         let mut st = self.lock();
         for (i, mask) in done {
             st.table.clear_dirty(i, mask);
@@ -1090,7 +1109,7 @@ impl CacheDevice {
             .collect();
         let mut io = self.write_core_batch(&writes).await;
         if io.is_ok() {
-            io = self.core.flush().await;
+            io = self.clean_core.flush().await;
         }
         let _g = self.gate.write().await;
         self.end_cleaning(&picked);

@@ -333,3 +333,79 @@ async fn leaving_write_back_without_flush_keeps_dirty_data_correct() {
     r.dev.detach().await.unwrap();
     assert_eq!(read(r.core.as_ref(), 0, 8192).await, want);
 }
+
+/// Counts writes passing through it (stands in for an OSD scheduler's best-effort queue).
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<dyn BlockDevice>,
+    writes: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl BlockDevice for Counting {
+    fn properties(&self) -> cairn_blockdev::DeviceProperties {
+        self.inner.properties()
+    }
+    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
+        self.inner.read(o, b).await
+    }
+    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.write(o, d).await
+    }
+    async fn flush(&self) -> cairn_blockdev::Result<()> {
+        self.inner.flush().await
+    }
+    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
+        self.inner.discard(o, l).await
+    }
+}
+
+#[tokio::test]
+async fn cleaning_io_goes_through_the_cleaning_path() {
+    let core = mem(8 << 20);
+    let fg = Arc::new(Counting {
+        inner: core.clone(),
+        writes: Default::default(),
+    });
+    let bg = Arc::new(Counting {
+        inner: core.clone(),
+        writes: Default::default(),
+    });
+    let dev = CacheDevice::create(
+        mem(cache_bytes_for(64, 4096)),
+        fg.clone(),
+        cfg(CacheMode::Wb, 4096),
+        IoClassTable::default(),
+    )
+    .await
+    .unwrap()
+    .with_cleaning_path(bg.clone())
+    .unwrap();
+    for i in 0..10u64 {
+        dev.write(i * 4096, &pattern(i * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    dev.clean_step(u64::MAX / 4).await.unwrap();
+    dev.flush_dirty().await.unwrap();
+    use std::sync::atomic::Ordering::SeqCst;
+    assert_eq!(
+        fg.writes.load(SeqCst),
+        0,
+        "foreground handle carries no cleaning I/O"
+    );
+    assert_eq!(bg.writes.load(SeqCst), 10);
+    assert_eq!(read(core.as_ref(), 0, 4096).await, pattern(0, 4096, 1));
+    let wrong = CacheDevice::create(
+        mem(cache_bytes_for(64, 4096)),
+        mem(8 << 20),
+        cfg(CacheMode::Wb, 4096),
+        IoClassTable::default(),
+    )
+    .await
+    .unwrap()
+    .with_cleaning_path(mem(4 << 20));
+    assert!(matches!(wrong, Err(CacheError::InvalidParam { .. })));
+}
