@@ -123,8 +123,19 @@ pub struct IoClassTable {
 
 impl Default for IoClassTable {
     fn default() -> Self {
-        let csv = format!("{CSV_HEADER}\n0,unclassified,255,1\n");
-        Self::parse_csv(&csv).unwrap_or_else(|_| unreachable!("built-in table parses"))
+        let mut slots = [None; CLASS_SLOTS];
+        slots[0] = Some(0);
+        Self {
+            classes: vec![IoClass {
+                id: 0,
+                name: "unclassified".into(),
+                conditions: vec![Condition::Unclassified],
+                eviction_priority: 255,
+                allocation: 1.0,
+            }],
+            slots,
+            csv: format!("{CSV_HEADER}\n0,unclassified,255,1\n"),
+        }
     }
 }
 
@@ -289,6 +300,12 @@ mod tests {
         assert_eq!(t.classify(65536, d3), 0);
         assert_eq!(t.classify(4096, IoHint::default()), 0);
         assert_eq!(t.get(1).unwrap().allocation, 0.25);
+    }
+
+    #[test]
+    fn default_table_equals_its_parsed_csv() {
+        let d = IoClassTable::default();
+        assert_eq!(IoClassTable::parse_csv(d.csv()).unwrap(), d);
     }
 
     #[test]
