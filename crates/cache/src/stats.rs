@@ -1,7 +1,8 @@
 //! Statistics in the manner of `casadm -P`: occupancy, clean and dirty lines, read and write
 //! hits, misses and pass-throughs, in total and per I/O class.
 //!
-//! Owns the counters and their report. It must never influence the data path.
+//! Owns the counters and their reports (a casadm-like table, Prometheus text). It must never
+//! influence the data path.
 
 use crate::ioclass::CLASS_SLOTS;
 use std::fmt;
@@ -121,6 +122,65 @@ impl CacheStats {
     /// Dirty share of the cache, percent.
     pub fn dirty_pct(&self) -> f64 {
         pct(self.dirty_lines, self.total_lines)
+    }
+
+    /// The snapshot in Prometheus text exposition format, every series labelled with `cache`
+    /// (the OSD serves it on its metrics port).
+    pub fn prometheus(&self, cache: &str) -> String {
+        let mut out = String::new();
+        let mut gauge = |name: &str, help: &str, value: u64| {
+            out.push_str(&format!(
+                "# HELP cairn_cache_{name} {help}\n# TYPE cairn_cache_{name} gauge\ncairn_cache_{name}{{cache=\"{cache}\"}} {value}\n"
+            ));
+        };
+        gauge("lines", "Cache lines.", self.total_lines);
+        gauge(
+            "occupancy_lines",
+            "Mapped cache lines.",
+            self.occupancy_lines,
+        );
+        gauge(
+            "dirty_lines",
+            "Cache lines holding data not yet on the core.",
+            self.dirty_lines,
+        );
+        gauge(
+            "clean_lines",
+            "Mapped lines without dirty data.",
+            self.clean_lines,
+        );
+        gauge("line_bytes", "Cache line size in bytes.", self.line_bytes);
+        out.push_str("# HELP cairn_cache_requests_total Requests by I/O class and outcome.\n");
+        out.push_str("# TYPE cairn_cache_requests_total counter\n");
+        for c in &self.classes {
+            let q = &c.requests;
+            for (outcome, n) in [
+                ("read_hit", q.read_hits),
+                ("read_partial_hit", q.read_partial_hits),
+                ("read_miss", q.read_misses),
+                ("read_pass_through", q.read_pass_through),
+                ("write_hit", q.write_hits),
+                ("write_miss", q.write_misses),
+                ("write_pass_through", q.write_pass_through),
+                ("seq_cutoff", q.seq_cutoff),
+            ] {
+                out.push_str(&format!(
+                    "cairn_cache_requests_total{{cache=\"{cache}\",class=\"{}\",outcome=\"{outcome}\"}} {n}\n",
+                    c.id
+                ));
+            }
+        }
+        out.push_str("# TYPE cairn_cache_cleaned_lines_total counter\n");
+        out.push_str(&format!(
+            "cairn_cache_cleaned_lines_total{{cache=\"{cache}\"}} {}\n",
+            self.cleaned_lines
+        ));
+        out.push_str("# TYPE cairn_cache_evictions_total counter\n");
+        out.push_str(&format!(
+            "cairn_cache_evictions_total{{cache=\"{cache}\"}} {}\n",
+            self.evictions
+        ));
+        out
     }
 }
 
