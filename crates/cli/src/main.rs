@@ -1,6 +1,7 @@
 //! `cairn`: the one binary. Each subsystem owns one module with its clap arguments and handler;
 //! this file only dispatches.
 
+mod cache_cmd;
 mod cluster_cmd;
 mod crush_cmd;
 mod crush_placement;
@@ -9,6 +10,7 @@ mod mon_cmd;
 mod plot;
 mod sched_cmd;
 mod store_cmd;
+mod study_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -50,6 +52,10 @@ enum Command {
     Sched(sched_cmd::SchedArgs),
     /// Object store: benchmark against fio, emulated device capacities, fsck.
     Store(store_cmd::StoreArgs),
+    /// Cache device (Open-CAS style): create, set-param, load-ioclass, stats, flush, detach.
+    Cache(cache_cmd::CacheArgs),
+    /// Studies: the seeds' experiments on emulated devices (tables and PNG plots).
+    Study(study_cmd::StudyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,5 +75,7 @@ fn main() -> anyhow::Result<()> {
         Command::Osd(args) => mon_cmd::run_osd(args),
         Command::Sched(args) => sched_cmd::run(args),
         Command::Store(args) => store_cmd::run(args),
+        Command::Cache(args) => cache_cmd::run(args),
+        Command::Study(args) => study_cmd::run(args),
     }
 }

@@ -1,23 +1,16 @@
 //! PNG charts for commands whose results people would rather look at than read.
 //!
-//! Text is drawn with an embedded DejaVu Sans Mono (assets/, Bitstream Vera license) so plots
-//! render the same on a machine without system fonts.
+//! Text is drawn with the embedded font registered by `cairn_study::plot::register_font`, so
+//! plots render the same on a machine without system fonts.
 
 use std::path::Path;
-use std::sync::Once;
 
 use anyhow::{anyhow, Context};
 use plotters::prelude::*;
 
-static FONT: Once = Once::new();
-
-/// Registers the embedded font as plotters' "sans-serif" (once per process).
+/// Registers the embedded font (once per process); a failure leaves plots without text.
 pub fn register_font() {
-    FONT.call_once(|| {
-        let bytes: &'static [u8] = include_bytes!("../assets/DejaVuSansMono.ttf");
-        // A failure leaves plotters without text, which still renders the bars.
-        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, bytes);
-    });
+    let _ = cairn_study::plot::register_font();
 }
 
 /// One bar of a bar chart, with its target drawn as a tick.

@@ -1,0 +1,1464 @@
+//! [`CacheDevice`]: a [`BlockDevice`] made of a fast cache device and a slow core device.
+//!
+//! Owns the data path (hits, misses, promotion, cut-off, modes), eviction, cleaning I/O and the
+//! ordering that makes the cache crash-safe. It must never let a persisted line entry claim data
+//! that is not durable, and never write data into cache sectors that a persisted entry claims
+//! as clean for some core address (it first persists an entry without that claim).
+//!
+//! # Concurrency
+//! A gate (`tokio::sync::RwLock`) orders requests: full read hits, pass-through reads and
+//! writes, and write-back writes that need neither eviction nor a metadata update share it;
+//! every other request that changes the line table (other writes, read misses, eviction,
+//! flush, the start and end of a cleaning round) takes it exclusively. Shared-gate writers
+//! mark lines dirty only after their data write completed, and keep the gate until then, so
+//! a flush (exclusive) sees exactly the writes completed before it. Background cleaning writes to the
+//! core outside the gate, for lines marked `cleaning`, which eviction skips; foreground writes
+//! to dirty sectors always go to the cache, so the core never sees two writers of one sector.
+//!
+//! # Crash safety
+//! Metadata is persisted by `persist`: flush core, flush cache (every completed data write is
+//! now durable), write the metadata pages holding the changed entries, flush cache. `flush`
+//! persists every changed entry. A line is reused only after its invalid entry is persisted.
+
+use crate::cleaning::{decide, CleanInput, CleanOrder};
+use crate::config::{CacheConfig, CacheMode, SeqCutoffPolicy};
+use crate::cutoff::SeqDetector;
+use crate::error::{CacheError, Result};
+use crate::ioclass::{IoClassTable, IoHint};
+use crate::layout::{
+    decode_entry, encode_entry, Decoded, Entry, Geometry, SbState, Superblock, ENTRIES_PER_PAGE,
+    ENTRY_BYTES, META_PAGE_BYTES, SB_SLOT_BYTES, SECTOR_BYTES,
+};
+use crate::lines::{LineTable, UNMAPPED};
+use crate::promotion::Promoter;
+use crate::stats::{CacheStats, ClassStats, Counters};
+use async_trait::async_trait;
+use cairn_blockdev::{check_io, BlockDevError, BlockDevice, DeviceProperties, IoKind};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+type BResult<T> = std::result::Result<T, BlockDevError>;
+/// Runs of sectors read from a cache line: (first sector, bytes).
+type SectorRuns = Vec<(u32, Vec<u8>)>;
+/// Dirty data bound for the core: (core line, runs).
+type CoreWrite = (u64, SectorRuns);
+
+/// Most lines whose dirty data is written to core concurrently while cleaning.
+const CLEAN_QUEUE_DEPTH: usize = 32;
+
+/// Eviction looks at up to this many times the batch of least-recently-used lines for clean
+/// ones before it evicts (and first cleans) dirty ones.
+const VICTIM_SCAN_FACTOR: usize = 64;
+
+/// Most lines reclaimed at once when the cache is full (one metadata persist per batch).
+const RECLAIM_BATCH_LINES: usize = 32;
+
+/// Lines reclaimed per batch: [`RECLAIM_BATCH_LINES`], or 1/16 of a small cache.
+fn reclaim_batch(total_lines: u32) -> usize {
+    (total_lines as usize / 16).clamp(1, RECLAIM_BATCH_LINES)
+}
+
+/// The cache's time source in milliseconds (dirty-since stamps, last foreground I/O). The
+/// default follows tokio's clock; simulations that stretch time pass their own.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Milliseconds since an arbitrary fixed origin; never decreases.
+    fn now_ms(&self) -> u64;
+}
+
+/// [`Clock`] on tokio's clock (virtual under a paused runtime), origin at creation.
+#[derive(Debug)]
+pub struct TokioClock {
+    epoch: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The outcome of one cleaning round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanReport {
+    /// Dirty lines written to core and marked clean.
+    pub cleaned_lines: usize,
+    /// When the policy wants to be asked again, ms on the cache clock (now when more is pending).
+    pub next_wake_ms: u64,
+}
+
+/// One core-line-sized part of a request.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    core_line: u64,
+    buf_off: usize,
+    len: usize,
+    first_sector: u32,
+    mask: u16,
+}
+
+/// A request's classification, decided once.
+#[derive(Debug, Clone, Copy)]
+struct Decision {
+    class: u8,
+    cutoff: bool,
+    mode: CacheMode,
+    allocate: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    cfg: CacheConfig,
+    classes: IoClassTable,
+    table: LineTable,
+    persisted: Vec<Entry>,
+    entry_seq: Vec<u32>,
+    detector: SeqDetector,
+    promoter: Promoter,
+    counters: Counters,
+    last_io_ms: u64,
+    sb: Superblock,
+}
+
+impl State {
+    fn mem_entry(&self, i: u32) -> Entry {
+        let l = self.table.line(i);
+        if l.core_line == UNMAPPED || l.valid == 0 {
+            Entry::INVALID
+        } else {
+            Entry {
+                core_line: l.core_line,
+                valid: l.valid,
+                dirty: l.dirty,
+                class: l.class,
+            }
+        }
+    }
+
+    fn occupancy_pct(&self) -> u64 {
+        u64::from(self.table.mapped_lines()) * 100 / u64::from(self.table.len().max(1))
+    }
+}
+
+/// An Open-CAS-style cache device. Create with [`CacheDevice::create`], reopen with
+/// [`CacheDevice::attach`].
+#[derive(Debug)]
+pub struct CacheDevice {
+    cache: Arc<dyn BlockDevice>,
+    core: Arc<dyn BlockDevice>,
+    /// The core as seen by cleaning (by default `core` itself); see
+    /// [`CacheDevice::with_cleaning_path`].
+    clean_core: Arc<dyn BlockDevice>,
+    geom: Geometry,
+    props: DeviceProperties,
+    clock: Arc<dyn Clock>,
+    gate: tokio::sync::RwLock<()>,
+    st: Mutex<State>,
+}
+
+fn runs(mask: u16) -> impl Iterator<Item = (u32, u32)> {
+    let mut m = mask;
+    std::iter::from_fn(move || {
+        if m == 0 {
+            return None;
+        }
+        let start = m.trailing_zeros();
+        let len = (m >> start).trailing_ones();
+        m &= !(((1u32 << len) - 1) << start) as u16;
+        Some((start, len))
+    })
+}
+
+fn sector_mask(first: u32, count: u32) -> u16 {
+    (((1u32 << count) - 1) << first) as u16
+}
+
+impl CacheDevice {
+    /// Formats a new cache on `cache` for `core` (destroying any earlier cache there) and
+    /// returns it running. Both devices must have an alignment of at most 4 KiB and the core's
+    /// size must be a multiple of 4 KiB.
+    pub async fn create(
+        cache: Arc<dyn BlockDevice>,
+        core: Arc<dyn BlockDevice>,
+        cfg: CacheConfig,
+        classes: IoClassTable,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        let (cp, kp) = (cache.properties(), core.properties());
+        Self::check_devices(&cp, &kp)?;
+        let geom = Geometry::compute(cp.size_bytes, cfg.line_bytes)?;
+        let config_toml =
+            toml::to_string(&cfg).map_err(|e| CacheError::param("config", e.to_string()))?;
+        let mut sb = Superblock {
+            seq: 1,
+            instance_id: rand::random(),
+            line_bytes: cfg.line_bytes,
+            lines: geom.lines,
+            core_size_bytes: kp.size_bytes,
+            state: SbState::Running,
+            config_toml,
+            ioclass_csv: classes.csv().to_string(),
+        };
+        cache.write(SB_SLOT_BYTES, &sb.encode()?).await?;
+        sb.seq = 2;
+        cache.write(0, &sb.encode()?).await?;
+        cache.flush().await?;
+        let persisted = vec![Entry::INVALID; geom.lines as usize];
+        Ok(Self::assemble(
+            cache,
+            core,
+            geom,
+            cfg,
+            classes,
+            sb,
+            persisted,
+            Vec::new(),
+        ))
+    }
+
+    /// Opens the cache on `cache` over `core`: loads configuration and line metadata, keeping
+    /// every persisted line, dirty and clean (a warm restart). Fails on a corrupt or mismatched
+    /// cache (see [`crate::fsck`] for a full report).
+    pub async fn attach(cache: Arc<dyn BlockDevice>, core: Arc<dyn BlockDevice>) -> Result<Self> {
+        let loaded = load(&cache, &core).await?;
+        if let Some(p) = loaded.problems.first() {
+            return Err(p.clone().into_error());
+        }
+        let Loaded {
+            sb,
+            cfg,
+            classes,
+            geom,
+            entries,
+            ..
+        } = loaded;
+        let installs: Vec<(u32, Entry)> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.valid != 0)
+            .map(|(i, e)| (i as u32, *e))
+            .collect();
+        let dev = Self::assemble(cache, core, geom, cfg, classes, sb, entries, installs);
+        {
+            let _g = dev.gate.write().await;
+            if dev.lock().sb.state != SbState::Running {
+                dev.lock().sb.state = SbState::Running;
+                dev.write_superblock().await?;
+            }
+        }
+        Ok(dev)
+    }
+
+    fn check_devices(cp: &DeviceProperties, kp: &DeviceProperties) -> Result<()> {
+        if cp.alignment_bytes > SECTOR_BYTES || kp.alignment_bytes > SECTOR_BYTES {
+            return Err(CacheError::Geometry(format!(
+                "device alignments {} / {} exceed {SECTOR_BYTES}",
+                cp.alignment_bytes, kp.alignment_bytes
+            )));
+        }
+        if !kp.size_bytes.is_multiple_of(SECTOR_BYTES) || kp.size_bytes == 0 {
+            return Err(CacheError::Geometry(format!(
+                "core size {} is not a non-zero multiple of {SECTOR_BYTES}",
+                kp.size_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        cache: Arc<dyn BlockDevice>,
+        core: Arc<dyn BlockDevice>,
+        geom: Geometry,
+        cfg: CacheConfig,
+        classes: IoClassTable,
+        sb: Superblock,
+        persisted: Vec<Entry>,
+        installs: Vec<(u32, Entry)>,
+    ) -> Self {
+        let kp = core.properties();
+        let mut table = LineTable::new(geom.lines);
+        for (i, e) in installs {
+            table.install(i, e.core_line, e.class, e.valid, e.dirty, 0);
+        }
+        table.rebuild_free();
+        let props = DeviceProperties {
+            size_bytes: kp.size_bytes,
+            alignment_bytes: SECTOR_BYTES,
+            rotational: false,
+            optimal_io_bytes: kp.optimal_io_bytes,
+            max_queue_depth: kp.max_queue_depth.max(cache.properties().max_queue_depth),
+        };
+        let st = State {
+            detector: SeqDetector::new(cfg.seq_cutoff.max_streams),
+            promoter: Promoter::new(&cfg.promotion),
+            entry_seq: vec![0; geom.lines as usize],
+            cfg,
+            classes,
+            table,
+            persisted,
+            counters: Counters::default(),
+            last_io_ms: 0,
+            sb,
+        };
+        Self {
+            cache,
+            clean_core: core.clone(),
+            core,
+            geom,
+            props,
+            clock: Arc::new(TokioClock::new()),
+            gate: tokio::sync::RwLock::new(()),
+            st: Mutex::new(st),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Milliseconds on the cache's clock (by default tokio's, origin when the device was
+    /// opened); the time base of [`CacheDevice::clean_step`].
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Sends cleaning I/O (dirty data written back to the core, and the core flushes that
+    /// make it durable) through `core_for_cleaning` instead of the core handle used by
+    /// foreground I/O. It must address the same core: an OSD passes the core wrapped in its
+    /// scheduler's best-effort class, so cleaning is paced and never starves client I/O.
+    pub fn with_cleaning_path(mut self, core_for_cleaning: Arc<dyn BlockDevice>) -> Result<Self> {
+        if core_for_cleaning.properties().size_bytes != self.core.properties().size_bytes {
+            return Err(CacheError::param(
+                "cleaning path",
+                "the cleaning device must be the same core (sizes differ)",
+            ));
+        }
+        self.clean_core = core_for_cleaning;
+        Ok(self)
+    }
+
+    /// Replaces the clock (before any I/O; for simulations that stretch time).
+    /// [`CacheDevice::spawn_cleaner`] sleeps on tokio's clock and assumes the default one.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The layout of the cache device.
+    pub fn geometry(&self) -> Geometry {
+        self.geom
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> CacheConfig {
+        self.lock().cfg.clone()
+    }
+
+    /// The current I/O class table.
+    pub fn io_classes(&self) -> IoClassTable {
+        self.lock().classes.clone()
+    }
+
+    fn pieces(&self, offset_bytes: u64, len: usize) -> Vec<Piece> {
+        let lb = self.geom.line_bytes;
+        let mut out = Vec::with_capacity(len / lb as usize + 2);
+        let mut off = offset_bytes;
+        let end = offset_bytes + len as u64;
+        while off < end {
+            let core_line = off / lb;
+            let line_end = ((core_line + 1) * lb).min(end);
+            let first = ((off % lb) / SECTOR_BYTES) as u32;
+            let count = ((line_end - off) / SECTOR_BYTES) as u32;
+            out.push(Piece {
+                core_line,
+                buf_off: (off - offset_bytes) as usize,
+                len: (line_end - off) as usize,
+                first_sector: first,
+                mask: sector_mask(first, count),
+            });
+            off = line_end;
+        }
+        out
+    }
+
+    fn cache_addr(&self, line: u32, sector: u32) -> u64 {
+        self.geom.line_offset(line) + u64::from(sector) * SECTOR_BYTES
+    }
+
+    fn decide(&self, st: &mut State, write: bool, offset: u64, len: u64, hint: IoHint) -> Decision {
+        st.last_io_ms = self.now_ms();
+        let class = st.classes.classify(len, hint);
+        let seq_bytes = st.detector.observe(write, offset, len);
+        let sc = &st.cfg.seq_cutoff;
+        let cutoff = seq_bytes >= sc.threshold_bytes
+            && match sc.policy {
+                SeqCutoffPolicy::Always => true,
+                SeqCutoffPolicy::Full => st.table.free_lines() == 0,
+                SeqCutoffPolicy::Never => false,
+            };
+        if cutoff {
+            st.counters.classes[class as usize].seq_cutoff += 1;
+        }
+        let allocate = st.classes.get(class).is_some_and(|c| c.allocation > 0.0);
+        Decision {
+            class,
+            cutoff,
+            mode: st.cfg.mode,
+            allocate,
+        }
+    }
+
+    /// Reads with a store hint (used by I/O classes).
+    pub async fn read_hinted(
+        &self,
+        offset_bytes: u64,
+        buf: &mut [u8],
+        hint: IoHint,
+    ) -> BResult<()> {
+        check_io(&self.props, IoKind::Read, offset_bytes, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let pieces = self.pieces(offset_bytes, buf.len());
+        let decision;
+        {
+            let _g = self.gate.read().await;
+            enum Fast {
+                Hit(Vec<u32>),
+                Core,
+                Slow,
+            }
+            let fast = {
+                let mut st = self.lock();
+                decision = self.decide(&mut st, false, offset_bytes, buf.len() as u64, hint);
+                let lines: Vec<Option<u32>> = pieces
+                    .iter()
+                    .map(|p| st.table.lookup(p.core_line))
+                    .collect();
+                let full_hit = lines
+                    .iter()
+                    .zip(&pieces)
+                    .all(|(l, p)| l.is_some_and(|i| st.table.line(i).valid & p.mask == p.mask));
+                let dirty_overlap = lines
+                    .iter()
+                    .zip(&pieces)
+                    .any(|(l, p)| l.is_some_and(|i| st.table.line(i).dirty & p.mask != 0));
+                let promote =
+                    decision.mode.promotes_reads() && !decision.cutoff && decision.allocate;
+                let c = &mut st.counters.classes[decision.class as usize];
+                // A full hit is served from the cache even when cut off: cut-off keeps streams
+                // from filling the cache, it does not send cached data to the slow device.
+                if full_hit {
+                    c.read_hits += 1;
+                    let hit: Vec<u32> = lines.into_iter().flatten().collect();
+                    for &i in &hit {
+                        st.table.touch(i);
+                    }
+                    Fast::Hit(hit)
+                } else if !dirty_overlap && !promote {
+                    c.read_pass_through += 1;
+                    Fast::Core
+                } else {
+                    Fast::Slow
+                }
+            };
+            match fast {
+                Fast::Hit(lines) => {
+                    for (p, i) in pieces.iter().zip(lines) {
+                        let addr = self.cache_addr(i, p.first_sector);
+                        self.cache
+                            .read(addr, &mut buf[p.buf_off..p.buf_off + p.len])
+                            .await?;
+                    }
+                    return Ok(());
+                }
+                Fast::Core => return self.core.read(offset_bytes, buf).await,
+                Fast::Slow => {}
+            }
+        }
+        let _g = self.gate.write().await;
+        self.core.read(offset_bytes, buf).await?;
+        let mut any_valid = false;
+        for p in &pieces {
+            let (line, dirty) = {
+                let st = self.lock();
+                match st.table.lookup(p.core_line) {
+                    Some(i) => {
+                        any_valid |= st.table.line(i).valid & p.mask != 0;
+                        (i, st.table.line(i).dirty & p.mask)
+                    }
+                    None => continue,
+                }
+            };
+            for (s, n) in runs(dirty) {
+                let at = p.buf_off + ((s - p.first_sector) as u64 * SECTOR_BYTES) as usize;
+                let len = (u64::from(n) * SECTOR_BYTES) as usize;
+                self.cache
+                    .read(self.cache_addr(line, s), &mut buf[at..at + len])
+                    .await?;
+            }
+        }
+        let promote = {
+            let mut st = self.lock();
+            let occ = st.occupancy_pct();
+            let params = st.cfg.promotion.clone();
+            let want = decision.mode.promotes_reads() && !decision.cutoff && decision.allocate;
+            let c = &mut st.counters.classes[decision.class as usize];
+            if any_valid {
+                c.read_partial_hits += 1;
+            } else {
+                c.read_misses += 1;
+            }
+            want && st
+                .promoter
+                .should_promote(&params, pieces[0].core_line, occ)
+        };
+        if promote {
+            for p in &pieces {
+                let Some(line) = self.line_for(p.core_line, decision.class).await? else {
+                    break;
+                };
+                let missing = p.mask & !self.lock().table.line(line).valid;
+                self.fill(line, p, missing, buf).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// For a write-back write under the shared gate: the lines of every piece if each is
+    /// mapped and writable in place (no persisted clean claim on its sectors) or can be taken
+    /// from the free list within the class's share, all reserved atomically; else `None` and
+    /// nothing changes (the caller takes the exclusive path). Returns (line, newly mapped).
+    fn reserve_in_place(&self, pieces: &[Piece], class: u8) -> Option<Vec<(u32, bool)>> {
+        let mut st = self.lock();
+        let mut missing = 0u32;
+        for p in pieces {
+            match st.table.lookup(p.core_line) {
+                Some(i) => {
+                    let e = st.persisted[i as usize];
+                    let foreign = e.valid != 0 && e.core_line != p.core_line;
+                    if foreign || e.valid & !e.dirty & p.mask != 0 {
+                        return None;
+                    }
+                }
+                None => missing += 1,
+            }
+        }
+        if missing > 0 {
+            let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
+            let limit = ((share * f64::from(st.table.len())) as u32).max(1);
+            if st.table.free_lines() < missing || st.table.class_lines(class) + missing > limit {
+                return None;
+            }
+        }
+        let mut out = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            match st.table.lookup(p.core_line) {
+                Some(i) => out.push((i, false)),
+                None => out.push((st.table.alloc(p.core_line, class)?, true)),
+            }
+        }
+        Some(out)
+    }
+
+    /// Writes the sectors `mask` of piece `p` from `buf` into `line` as valid clean data.
+    async fn fill(&self, line: u32, p: &Piece, mask: u16, buf: &[u8]) -> BResult<()> {
+        if mask != 0 {
+            self.ensure_safe(line, mask).await?;
+            self.write_sectors(line, p, mask, buf).await?;
+            self.lock().table.mark_clean_valid(line, mask);
+        }
+        self.lock().table.touch(line);
+        Ok(())
+    }
+
+    async fn write_sectors(&self, line: u32, p: &Piece, mask: u16, buf: &[u8]) -> BResult<()> {
+        for (s, n) in runs(mask) {
+            let at = p.buf_off + ((s - p.first_sector) as u64 * SECTOR_BYTES) as usize;
+            let len = (u64::from(n) * SECTOR_BYTES) as usize;
+            self.cache
+                .write(self.cache_addr(line, s), &buf[at..at + len])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Before cache data of `line` sectors `mask` is overwritten: if the persisted entry claims
+    /// any of them as clean (or claims the line for another core line), persist an entry
+    /// without those claims first. Caller holds the gate exclusively.
+    async fn ensure_safe(&self, line: u32, mask: u16) -> BResult<()> {
+        let target = {
+            let st = self.lock();
+            let p = st.persisted[line as usize];
+            let l = st.table.line(line);
+            let foreign = p.valid != 0 && p.core_line != l.core_line;
+            if !foreign && p.valid & !p.dirty & mask == 0 {
+                return Ok(());
+            }
+            let mut e = st.mem_entry(line);
+            e.valid &= !(mask & !e.dirty);
+            if e.valid == 0 {
+                e = Entry::INVALID;
+            }
+            e
+        };
+        self.persist(vec![(line, target)]).await
+    }
+
+    /// Makes data durable and writes the given entries: flush core, flush cache, write their
+    /// metadata pages, flush cache. Caller holds the gate exclusively.
+    async fn persist(&self, targets: Vec<(u32, Entry)>) -> BResult<()> {
+        // Entries that claim nothing need no data to be durable first.
+        let data_first = targets.iter().any(|(_, e)| e.valid != 0);
+        self.persist_with(targets, data_first).await
+    }
+
+    /// [`CacheDevice::persist`], flushing both devices first if `data_first` (always for a
+    /// client flush, which must make every completed write durable).
+    async fn persist_with(&self, targets: Vec<(u32, Entry)>, data_first: bool) -> BResult<()> {
+        if data_first {
+            self.core.flush().await?;
+            self.cache.flush().await?;
+        }
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let pages: BTreeMap<u64, Vec<u8>> = {
+            let mut st = self.lock();
+            let mut pages = BTreeMap::new();
+            for (i, e) in &targets {
+                st.persisted[*i as usize] = *e;
+                st.entry_seq[*i as usize] = st.entry_seq[*i as usize].wrapping_add(1);
+                pages.insert(u64::from(*i) / ENTRIES_PER_PAGE, Vec::new());
+            }
+            let instance = st.sb.instance_id;
+            for (page, bytes) in pages.iter_mut() {
+                bytes.resize(META_PAGE_BYTES as usize, 0);
+                let first = page * ENTRIES_PER_PAGE;
+                let last = (first + ENTRIES_PER_PAGE).min(u64::from(self.geom.lines));
+                for i in first..last {
+                    let at = ((i - first) as usize) * ENTRY_BYTES;
+                    let enc = encode_entry(
+                        &st.persisted[i as usize],
+                        instance,
+                        st.entry_seq[i as usize],
+                    );
+                    bytes[at..at + ENTRY_BYTES].copy_from_slice(&enc);
+                }
+            }
+            st.counters.meta_page_writes += pages.len() as u64;
+            pages
+        };
+        for (page, bytes) in pages {
+            self.cache
+                .write(self.geom.page_offset(page), &bytes)
+                .await?;
+        }
+        self.cache.flush().await
+    }
+
+    /// The line holding `core_line`, mapping one (evicting if needed) if none does; `None` when
+    /// nothing can be evicted. Caller holds the gate exclusively.
+    async fn line_for(&self, core_line: u64, class: u8) -> BResult<Option<u32>> {
+        for _ in 0..3 {
+            {
+                let mut st = self.lock();
+                if let Some(i) = st.table.lookup(core_line) {
+                    return Ok(Some(i));
+                }
+                let over_share = {
+                    let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
+                    let limit = ((share * f64::from(st.table.len())) as u32).max(1);
+                    st.table.class_lines(class) >= limit
+                };
+                if !over_share {
+                    if let Some(i) = st.table.alloc(core_line, class) {
+                        return Ok(Some(i));
+                    }
+                }
+            }
+            if !self.reclaim(class).await? {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Evicts a batch of lines: from `class` itself if it is at its allocation share, else from
+    /// the classes with the lowest eviction priority first, clean lines before dirty ones.
+    /// Dirty victims are cleaned synchronously. Returns false if nothing could be evicted.
+    async fn reclaim(&self, class: u8) -> BResult<bool> {
+        let victims: Vec<u32> = {
+            let st = self.lock();
+            let batch = reclaim_batch(st.table.len());
+            let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
+            let limit = ((share * f64::from(st.table.len())) as u32).max(1);
+            let mut order: Vec<u8> = if st.table.class_lines(class) >= limit {
+                vec![class]
+            } else {
+                let mut ids: Vec<(u8, u8)> = st
+                    .classes
+                    .classes()
+                    .iter()
+                    .map(|c| (c.eviction_priority, c.id))
+                    .collect();
+                ids.sort_by(|a, b| b.cmp(a));
+                ids.into_iter().map(|(_, id)| id).collect()
+            };
+            order.dedup();
+            let mut cands = Vec::new();
+            for c in order {
+                cands.extend(
+                    st.table
+                        .lru_lines(c, VICTIM_SCAN_FACTOR * batch)
+                        .into_iter()
+                        .filter(|&i| !st.table.line(i).cleaning),
+                );
+                if cands.len() >= VICTIM_SCAN_FACTOR * batch {
+                    break;
+                }
+            }
+            let (mut clean, dirty): (Vec<u32>, Vec<u32>) = cands
+                .into_iter()
+                .partition(|&i| st.table.line(i).dirty == 0);
+            clean.extend(dirty);
+            clean.truncate(batch);
+            clean
+        };
+        if victims.is_empty() {
+            return Ok(false);
+        }
+        let dirty: Vec<u32> = {
+            let st = self.lock();
+            victims
+                .iter()
+                .copied()
+                .filter(|&i| st.table.line(i).dirty != 0)
+                .collect()
+        };
+        self.clean_now(&dirty).await?;
+        {
+            let mut st = self.lock();
+            for &i in &victims {
+                st.table.unmap(i);
+            }
+            st.counters.evictions += victims.len() as u64;
+        }
+        self.persist(victims.iter().map(|&i| (i, Entry::INVALID)).collect())
+            .await?;
+        let mut st = self.lock();
+        for &i in &victims {
+            st.table.release(i);
+        }
+        Ok(true)
+    }
+
+    /// Reads the dirty sectors of `line` from the cache: (core line, mask, gen, bytes).
+    async fn read_dirty(&self, line: u32) -> BResult<(u64, u16, u32, SectorRuns)> {
+        let (core_line, mask, gen) = {
+            let st = self.lock();
+            let l = st.table.line(line);
+            (l.core_line, l.dirty, l.gen)
+        };
+        let mut runs_data = Vec::new();
+        for (s, n) in runs(mask) {
+            let mut b = vec![0u8; (u64::from(n) * SECTOR_BYTES) as usize];
+            self.cache.read(self.cache_addr(line, s), &mut b).await?;
+            runs_data.push((s, b));
+        }
+        Ok((core_line, mask, gen, runs_data))
+    }
+
+    async fn write_core_runs(&self, core_line: u64, runs_data: &[(u32, Vec<u8>)]) -> BResult<()> {
+        for (s, b) in runs_data {
+            let addr = core_line * self.geom.line_bytes + u64::from(*s) * SECTOR_BYTES;
+            self.clean_core.write(addr, b).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the dirty data of several lines to core with up to [`CLEAN_QUEUE_DEPTH`] lines
+    /// in flight (bounded by the core's queue depth), so the core can reorder them.
+    async fn write_core_batch(&self, batch: &[CoreWrite]) -> BResult<()> {
+        let depth = CLEAN_QUEUE_DEPTH.min(self.clean_core.properties().max_queue_depth.max(1));
+        for chunk in batch.chunks(depth) {
+            let writes = chunk
+                .iter()
+                .map(|(core_line, data)| self.write_core_runs(*core_line, data));
+            for r in futures_util::future::join_all(writes).await {
+                r?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cleans `lines` synchronously (caller holds the gate exclusively).
+    async fn clean_now(&self, lines: &[u32]) -> BResult<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let mut done = Vec::new();
+        let mut batch = Vec::new();
+        for &i in lines {
+            let (core_line, mask, _, data) = self.read_dirty(i).await?;
+            batch.push((core_line, data));
+            done.push((i, mask));
+        }
+        self.write_core_batch(&batch).await?;
+        self.clean_core.flush().await?;
+        let mut st = self.lock();
+        for (i, mask) in done {
+            st.table.clear_dirty(i, mask);
+        }
+        st.counters.cleaned_lines += lines.len() as u64;
+        Ok(())
+    }
+
+    /// Writes with a store hint (used by I/O classes).
+    pub async fn write_hinted(&self, offset_bytes: u64, data: &[u8], hint: IoHint) -> BResult<()> {
+        check_io(&self.props, IoKind::Write, offset_bytes, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let pieces = self.pieces(offset_bytes, data.len());
+        // Decide once, under the shared gate. A write that caches nothing and touches no
+        // mapped line goes to the core without excluding anyone: the mapping cannot change
+        // while the shared gate is held (fills and evictions need it exclusively).
+        let (d, promote) = {
+            let _g = self.gate.read().await;
+            let (d, any_mapped, promote) = {
+                let mut st = self.lock();
+                let d = self.decide(&mut st, true, offset_bytes, data.len() as u64, hint);
+                let mapped: Vec<bool> = pieces
+                    .iter()
+                    .map(|p| st.table.lookup(p.core_line).is_some())
+                    .collect();
+                let all_mapped = mapped.iter().all(|&m| m);
+                let any_mapped = mapped.iter().any(|&m| m);
+                let occ = st.occupancy_pct();
+                let params = st.cfg.promotion.clone();
+                let promote = !d.cutoff
+                    && d.allocate
+                    && (all_mapped
+                        || st
+                            .promoter
+                            .should_promote(&params, pieces[0].core_line, occ));
+                (d, any_mapped, promote)
+            };
+            if d.mode.caches_writes_dirty() && promote {
+                if let Some(lines) = self.reserve_in_place(&pieces, d.class) {
+                    let hit = !lines.iter().any(|&(_, fresh)| fresh);
+                    {
+                        let c = &mut self.lock().counters.classes[d.class as usize];
+                        if hit {
+                            c.write_hits += 1;
+                        } else {
+                            c.write_misses += 1;
+                        }
+                    }
+                    for (p, &(line, _)) in pieces.iter().zip(&lines) {
+                        self.write_sectors(line, p, p.mask, data).await?;
+                    }
+                    let now = self.now_ms();
+                    let mut st = self.lock();
+                    for (p, &(line, _)) in pieces.iter().zip(&lines) {
+                        st.table.mark_dirty(line, p.mask, now);
+                        st.table.touch(line);
+                    }
+                    return Ok(());
+                }
+            }
+            let caches = match d.mode {
+                CacheMode::Wb | CacheMode::Wo | CacheMode::Wt => promote,
+                CacheMode::Wa => any_mapped && !d.cutoff,
+                CacheMode::Pt | CacheMode::Wi => false,
+            };
+            if !any_mapped && !caches {
+                self.lock().counters.classes[d.class as usize].write_pass_through += 1;
+                return self.core.write(offset_bytes, data).await;
+            }
+            (d, promote)
+        };
+        let _g = self.gate.write().await;
+        let (dirty_overlap, all_mapped, any_mapped) = {
+            let st = self.lock();
+            let lines: Vec<Option<u32>> = pieces
+                .iter()
+                .map(|p| st.table.lookup(p.core_line))
+                .collect();
+            let dirty_overlap = lines
+                .iter()
+                .zip(&pieces)
+                .any(|(l, p)| l.is_some_and(|i| st.table.line(i).dirty & p.mask != 0));
+            (
+                dirty_overlap,
+                lines.iter().all(Option::is_some),
+                lines.iter().any(Option::is_some),
+            )
+        };
+        let count = |f: &dyn Fn(&mut crate::stats::RequestCounters)| {
+            f(&mut self.lock().counters.classes[d.class as usize]);
+        };
+        if dirty_overlap || (d.mode.caches_writes_dirty() && promote) {
+            count(&|c| {
+                if all_mapped {
+                    c.write_hits += 1
+                } else {
+                    c.write_misses += 1
+                }
+            });
+            return self.write_back(&pieces, data, d.class).await;
+        }
+        match d.mode {
+            CacheMode::Wt if promote => {
+                count(&|c| {
+                    if all_mapped {
+                        c.write_hits += 1
+                    } else {
+                        c.write_misses += 1
+                    }
+                });
+                self.write_through(offset_bytes, &pieces, data, d.class, true)
+                    .await
+            }
+            CacheMode::Wa if any_mapped && !d.cutoff => {
+                count(&|c| c.write_hits += 1);
+                self.write_through(offset_bytes, &pieces, data, d.class, false)
+                    .await
+            }
+            _ => {
+                count(&|c| c.write_pass_through += 1);
+                self.write_invalidate(offset_bytes, &pieces, data).await
+            }
+        }
+    }
+
+    async fn write_back(&self, pieces: &[Piece], data: &[u8], class: u8) -> BResult<()> {
+        for p in pieces {
+            match self.line_for(p.core_line, class).await? {
+                Some(line) => {
+                    self.ensure_safe(line, p.mask).await?;
+                    self.write_sectors(line, p, p.mask, data).await?;
+                    let now = self.now_ms();
+                    let mut st = self.lock();
+                    st.table.mark_dirty(line, p.mask, now);
+                    st.table.touch(line);
+                }
+                None => {
+                    let addr = p.core_line * self.geom.line_bytes
+                        + u64::from(p.first_sector) * SECTOR_BYTES;
+                    self.core
+                        .write(addr, &data[p.buf_off..p.buf_off + p.len])
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes core and cache. Stale clean claims on the target sectors are removed durably
+    /// *before* the core write: otherwise a later flush could make the new core data durable
+    /// while the persisted entry still points at the old cached copy.
+    async fn write_through(
+        &self,
+        offset_bytes: u64,
+        pieces: &[Piece],
+        data: &[u8],
+        class: u8,
+        allocate: bool,
+    ) -> BResult<()> {
+        let mut targets = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            let line = if allocate {
+                self.line_for(p.core_line, class).await?
+            } else {
+                self.lock().table.lookup(p.core_line)
+            };
+            if let Some(line) = line {
+                self.ensure_safe(line, p.mask).await?;
+                targets.push((p, line));
+            }
+        }
+        self.core.write(offset_bytes, data).await?;
+        for (p, line) in targets {
+            if self.lock().table.lookup(p.core_line) == Some(line) {
+                self.fill(line, p, p.mask, data).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Core write; cached copies of the written sectors are invalidated durably first.
+    async fn write_invalidate(
+        &self,
+        offset_bytes: u64,
+        pieces: &[Piece],
+        data: &[u8],
+    ) -> BResult<()> {
+        self.invalidate_cached(pieces).await?;
+        self.core.write(offset_bytes, data).await
+    }
+
+    /// Invalidates the cached (clean) sectors of `pieces` and persists that before returning,
+    /// so a following core write can never be shadowed by stale cache data after a crash.
+    async fn invalidate_cached(&self, pieces: &[Piece]) -> BResult<()> {
+        let targets: Vec<(u32, Entry)> = {
+            let mut st = self.lock();
+            let mut t = Vec::new();
+            for p in pieces {
+                if let Some(i) = st.table.lookup(p.core_line) {
+                    if st.table.line(i).valid & p.mask != 0 {
+                        st.table.invalidate(i, p.mask);
+                        t.push((i, st.mem_entry(i)));
+                    }
+                }
+            }
+            t
+        };
+        if targets.is_empty() {
+            return Ok(());
+        }
+        self.persist(targets.clone()).await?;
+        let mut st = self.lock();
+        for (i, e) in targets {
+            if e.valid == 0 {
+                st.table.unmap(i);
+                st.table.release(i);
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush_impl(&self) -> BResult<()> {
+        let _g = self.gate.write().await;
+        let targets: Vec<(u32, Entry)> = {
+            let st = self.lock();
+            (0..self.geom.lines)
+                .filter_map(|i| {
+                    let e = st.mem_entry(i);
+                    (e != st.persisted[i as usize]).then_some((i, e))
+                })
+                .collect()
+        };
+        self.persist_with(targets, true).await
+    }
+
+    /// One cleaning round at `now_ms` (see [`CacheDevice::now_ms`]): the configured policy
+    /// decides what to clean ([`crate::cleaning::decide`]); dirty data is written to core and
+    /// the core flushed before lines are marked clean. Foreground I/O continues meanwhile.
+    pub async fn clean_step(&self, now_ms: u64) -> BResult<CleanReport> {
+        let picked: Vec<u32>;
+        let next_wake_ms;
+        let mut batch = Vec::new();
+        {
+            let _g = self.gate.write().await;
+            {
+                let mut st = self.lock();
+                let input = CleanInput {
+                    now_ms,
+                    last_io_ms: st.last_io_ms,
+                    dirty_lines: u64::from(st.table.dirty_lines()),
+                    total_lines: u64::from(st.table.len()),
+                };
+                let dec = decide(&st.cfg.cleaning, input);
+                next_wake_ms = dec.idle_wake_ms;
+                picked = match dec.order {
+                    CleanOrder::OldestDirty => {
+                        st.table.oldest_dirty(dec.max_lines, dec.dirty_before_ms)
+                    }
+                    CleanOrder::CoreAddress => st.table.dirty_by_core(dec.max_lines),
+                };
+                for &i in &picked {
+                    st.table.set_cleaning(i, true);
+                }
+            }
+            if picked.is_empty() {
+                return Ok(CleanReport {
+                    cleaned_lines: 0,
+                    next_wake_ms,
+                });
+            }
+            for &i in &picked {
+                match self.read_dirty(i).await {
+                    Ok(r) => batch.push((i, r)),
+                    Err(e) => {
+                        self.end_cleaning(&picked);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let writes: Vec<CoreWrite> = batch
+            .iter_mut()
+            .map(|(_, (core_line, _, _, data))| (*core_line, std::mem::take(data)))
+            .collect();
+        let mut io = self.write_core_batch(&writes).await;
+        if io.is_ok() {
+            io = self.clean_core.flush().await;
+        }
+        let _g = self.gate.write().await;
+        self.end_cleaning(&picked);
+        io?;
+        let mut st = self.lock();
+        let mut cleaned = 0;
+        for (i, (core_line, mask, gen, _)) in batch {
+            let l = st.table.line(i);
+            if l.core_line == core_line && l.gen == gen {
+                st.table.clear_dirty(i, mask);
+                cleaned += 1;
+            }
+        }
+        st.counters.cleaned_lines += cleaned as u64;
+        Ok(CleanReport {
+            cleaned_lines: cleaned,
+            next_wake_ms: now_ms,
+        })
+    }
+
+    fn end_cleaning(&self, lines: &[u32]) {
+        let mut st = self.lock();
+        for &i in lines {
+            st.table.set_cleaning(i, false);
+        }
+    }
+
+    /// Runs [`CacheDevice::clean_step`] in a background task until the device is dropped or a
+    /// device error occurs (which ends cleaning: errors are fatal, never retried).
+    pub fn spawn_cleaner(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(dev) = weak.upgrade() else { return };
+                let now = dev.now_ms();
+                let report = match dev.clean_step(now).await {
+                    Ok(r) => r,
+                    Err(_) => return,
+                };
+                let wake = tokio::time::Instant::now()
+                    + std::time::Duration::from_millis(report.next_wake_ms.max(now + 1) - now);
+                drop(dev);
+                if report.cleaned_lines > 0 {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep_until(wake).await;
+                }
+            }
+        })
+    }
+
+    /// Writes every dirty line to core and persists the metadata (casadm `--flush-cache`).
+    pub async fn flush_dirty(&self) -> Result<()> {
+        let _g = self.gate.write().await;
+        self.flush_dirty_locked().await?;
+        Ok(())
+    }
+
+    async fn flush_dirty_locked(&self) -> BResult<()> {
+        loop {
+            let lines = self.lock().table.oldest_dirty(256, None);
+            if lines.is_empty() {
+                break;
+            }
+            self.clean_now(&lines).await?;
+        }
+        let targets: Vec<(u32, Entry)> = {
+            let st = self.lock();
+            (0..self.geom.lines)
+                .filter_map(|i| {
+                    let e = st.mem_entry(i);
+                    (e != st.persisted[i as usize]).then_some((i, e))
+                })
+                .collect()
+        };
+        self.persist_with(targets, true).await
+    }
+
+    /// Changes the mode at run time. Leaving `wb`/`wo` with `flush_dirty` writes every dirty
+    /// line to core first; without it dirty lines stay and are still served and cleaned.
+    pub async fn set_mode(&self, mode: CacheMode, flush_dirty: bool) -> Result<()> {
+        let _g = self.gate.write().await;
+        let old = self.lock().cfg.mode;
+        if flush_dirty && old.caches_writes_dirty() && !mode.caches_writes_dirty() {
+            self.flush_dirty_locked().await?;
+        }
+        self.lock().cfg.mode = mode;
+        self.write_superblock().await
+    }
+
+    /// Sets one parameter by casadm-like name ([`CacheConfig::set_param`]) and persists it.
+    pub async fn set_param(&self, namespace: &str, key: &str, value: &str) -> Result<()> {
+        let _g = self.gate.write().await;
+        {
+            let mut st = self.lock();
+            let mut cfg = st.cfg.clone();
+            cfg.set_param(namespace, key, value)?;
+            if cfg.seq_cutoff.max_streams != st.cfg.seq_cutoff.max_streams {
+                st.detector = SeqDetector::new(cfg.seq_cutoff.max_streams);
+            }
+            if cfg.promotion.table_entries != st.cfg.promotion.table_entries {
+                st.promoter = Promoter::new(&cfg.promotion);
+            }
+            st.cfg = cfg;
+        }
+        self.write_superblock().await
+    }
+
+    /// Replaces the I/O class table; lines of classes that no longer exist move to class 0.
+    pub async fn load_io_classes(&self, classes: IoClassTable) -> Result<()> {
+        let _g = self.gate.write().await;
+        {
+            let mut st = self.lock();
+            for i in 0..st.table.len() {
+                let c = st.table.line(i).class;
+                if st.table.line(i).core_line != UNMAPPED && classes.get(c).is_none() {
+                    st.table.set_class(i, 0);
+                }
+            }
+            st.classes = classes;
+        }
+        self.write_superblock().await
+    }
+
+    /// Writes every dirty line to core, persists all metadata and marks the cache detached:
+    /// the core alone now holds every acknowledged write.
+    pub async fn detach(&self) -> Result<()> {
+        let _g = self.gate.write().await;
+        self.flush_dirty_locked().await?;
+        self.lock().sb.state = SbState::Detached;
+        self.write_superblock().await
+    }
+
+    /// Writes the superblock (configuration included) into the older slot and flushes.
+    async fn write_superblock(&self) -> Result<()> {
+        let (slot, bytes) = {
+            let mut st = self.lock();
+            st.sb.seq += 1;
+            st.sb.config_toml =
+                toml::to_string(&st.cfg).map_err(|e| CacheError::param("config", e.to_string()))?;
+            st.sb.ioclass_csv = st.classes.csv().to_string();
+            (st.sb.seq % 2, st.sb.encode()?)
+        };
+        self.cache.write(slot * SB_SLOT_BYTES, &bytes).await?;
+        self.cache.flush().await?;
+        Ok(())
+    }
+
+    /// A `casadm -P`-like statistics snapshot.
+    pub fn stats(&self) -> CacheStats {
+        let st = self.lock();
+        let mut dirty_per_class = [0u64; crate::ioclass::CLASS_SLOTS];
+        for i in 0..st.table.len() {
+            let l = st.table.line(i);
+            if l.dirty != 0 {
+                dirty_per_class[l.class as usize] += 1;
+            }
+        }
+        let classes: Vec<ClassStats> = st
+            .classes
+            .classes()
+            .iter()
+            .map(|c| ClassStats {
+                id: c.id,
+                name: c.name.clone(),
+                occupancy_lines: u64::from(st.table.class_lines(c.id)),
+                dirty_lines: dirty_per_class[c.id as usize],
+                requests: st.counters.classes[c.id as usize],
+            })
+            .collect();
+        let dirty = u64::from(st.table.dirty_lines());
+        let mapped = u64::from(st.table.mapped_lines());
+        CacheStats {
+            mode: st.cfg.mode.name().to_string(),
+            line_bytes: self.geom.line_bytes,
+            total_lines: u64::from(st.table.len()),
+            occupancy_lines: mapped,
+            free_lines: u64::from(st.table.free_lines()),
+            clean_lines: mapped - dirty,
+            dirty_lines: dirty,
+            requests: CacheStats::total(&classes),
+            classes,
+            evictions: st.counters.evictions,
+            cleaned_lines: st.counters.cleaned_lines,
+            meta_page_writes: st.counters.meta_page_writes,
+        }
+    }
+}
+
+#[async_trait]
+impl BlockDevice for CacheDevice {
+    fn properties(&self) -> DeviceProperties {
+        self.props
+    }
+
+    async fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> BResult<()> {
+        self.read_hinted(offset_bytes, buf, IoHint::default()).await
+    }
+
+    async fn write(&self, offset_bytes: u64, data: &[u8]) -> BResult<()> {
+        self.write_hinted(offset_bytes, data, IoHint::default())
+            .await
+    }
+
+    async fn flush(&self) -> BResult<()> {
+        self.flush_impl().await
+    }
+
+    async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> BResult<()> {
+        check_io(&self.props, IoKind::Discard, offset_bytes, len_bytes)?;
+        let zeros = vec![0u8; len_bytes as usize];
+        let pieces = self.pieces(offset_bytes, zeros.len());
+        let _g = self.gate.write().await;
+        let dirty = {
+            let st = self.lock();
+            pieces.iter().any(|p| {
+                st.table
+                    .lookup(p.core_line)
+                    .is_some_and(|i| st.table.line(i).dirty & p.mask != 0)
+            })
+        };
+        if dirty {
+            // Dirty sectors must not resurface from core: overwrite them in cache as zeros.
+            return self.write_back(&pieces, &zeros, 0).await;
+        }
+        self.invalidate_cached(&pieces).await?;
+        self.core.discard(offset_bytes, len_bytes).await
+    }
+}
+
+/// A problem found while loading metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Cache line index.
+    pub line: u32,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl Problem {
+    fn into_error(self) -> CacheError {
+        CacheError::CorruptMetadata {
+            line: self.line,
+            reason: self.reason,
+        }
+    }
+}
+
+/// Everything read back from a cache device.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub sb: Superblock,
+    pub cfg: CacheConfig,
+    pub classes: IoClassTable,
+    pub geom: Geometry,
+    pub entries: Vec<Entry>,
+    pub problems: Vec<Problem>,
+}
+
+/// Reads and checks the superblock and every line entry.
+pub(crate) async fn load(
+    cache: &Arc<dyn BlockDevice>,
+    core: &Arc<dyn BlockDevice>,
+) -> Result<Loaded> {
+    let (cp, kp) = (cache.properties(), core.properties());
+    CacheDevice::check_devices(&cp, &kp)?;
+    let mut best: Option<Superblock> = None;
+    let mut why = String::from("no superblock slot is readable");
+    for slot in 0..2 {
+        let mut b = vec![0u8; SB_SLOT_BYTES as usize];
+        cache.read(slot * SB_SLOT_BYTES, &mut b).await?;
+        match Superblock::decode(&b) {
+            Ok(sb) if best.as_ref().is_none_or(|o| sb.seq > o.seq) => best = Some(sb),
+            Ok(_) => {}
+            Err(e) => why = e.to_string(),
+        }
+    }
+    let sb = best.ok_or(CacheError::Superblock(why))?;
+    if sb.core_size_bytes != kp.size_bytes {
+        return Err(CacheError::Superblock(format!(
+            "cache was created for a core of {} bytes, this core has {}",
+            sb.core_size_bytes, kp.size_bytes
+        )));
+    }
+    let cfg: CacheConfig = toml::from_str(&sb.config_toml)
+        .map_err(|e| CacheError::Superblock(format!("configuration: {e}")))?;
+    cfg.validate()?;
+    let classes = IoClassTable::parse_csv(&sb.ioclass_csv)?;
+    let geom = Geometry::compute(cp.size_bytes, sb.line_bytes)?;
+    if geom.lines != sb.lines || cfg.line_bytes != sb.line_bytes {
+        return Err(CacheError::Superblock(format!(
+            "geometry mismatch: superblock says {} lines, device holds {}",
+            sb.lines, geom.lines
+        )));
+    }
+    let mut meta = vec![0u8; (geom.meta_pages * META_PAGE_BYTES) as usize];
+    cache.read(geom.meta_offset_bytes, &mut meta).await?;
+    let core_lines = kp.size_bytes.div_ceil(geom.line_bytes);
+    let full: u16 = sector_mask(0, geom.sectors_per_line() as u32);
+    let mut entries = vec![Entry::INVALID; geom.lines as usize];
+    let mut problems = Vec::new();
+    let mut owner: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
+    for i in 0..geom.lines {
+        let at = i as usize * ENTRY_BYTES;
+        let e = match decode_entry(&meta[at..at + ENTRY_BYTES], sb.instance_id) {
+            Decoded::Empty => continue,
+            Decoded::Corrupt => {
+                problems.push(Problem {
+                    line: i,
+                    reason: "checksum mismatch".into(),
+                });
+                continue;
+            }
+            Decoded::Line(e) => e,
+        };
+        let mut bad = Vec::new();
+        if e.core_line >= core_lines {
+            bad.push(format!(
+                "core line {} beyond the core's {core_lines}",
+                e.core_line
+            ));
+        }
+        if e.dirty & !e.valid != 0 {
+            bad.push("dirty sectors that are not valid".to_string());
+        }
+        if e.valid & !full != 0 {
+            bad.push("sectors beyond the line size".to_string());
+        }
+        if classes.get(e.class).is_none() {
+            bad.push(format!("unknown io class {}", e.class));
+        }
+        if let Some(other) = owner.insert(e.core_line, i) {
+            bad.push(format!(
+                "core line {} also held by cache line {other}",
+                e.core_line
+            ));
+        }
+        if bad.is_empty() {
+            entries[i as usize] = e;
+        } else {
+            problems.extend(bad.into_iter().map(|reason| Problem { line: i, reason }));
+        }
+    }
+    Ok(Loaded {
+        sb,
+        cfg,
+        classes,
+        geom,
+        entries,
+        problems,
+    })
+}

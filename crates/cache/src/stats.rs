@@ -1,0 +1,268 @@
+//! Statistics in the manner of `casadm -P`: occupancy, clean and dirty lines, read and write
+//! hits, misses and pass-throughs, in total and per I/O class.
+//!
+//! Owns the counters and their reports (a casadm-like table, Prometheus text). It must never
+//! influence the data path.
+
+use crate::ioclass::CLASS_SLOTS;
+use std::fmt;
+
+/// Request counters of one I/O class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCounters {
+    /// Reads served entirely from the cache.
+    pub read_hits: u64,
+    /// Reads partly served from the cache.
+    pub read_partial_hits: u64,
+    /// Reads that found nothing cached.
+    pub read_misses: u64,
+    /// Reads sent to the core without the cache (mode, cut-off, allocation 0, no promotion).
+    pub read_pass_through: u64,
+    /// Writes whose every line was already mapped.
+    pub write_hits: u64,
+    /// Writes that mapped new lines.
+    pub write_misses: u64,
+    /// Writes sent to the core without caching.
+    pub write_pass_through: u64,
+    /// Requests cut off as sequential.
+    pub seq_cutoff: u64,
+}
+
+impl RequestCounters {
+    fn add(&mut self, o: &RequestCounters) {
+        self.read_hits += o.read_hits;
+        self.read_partial_hits += o.read_partial_hits;
+        self.read_misses += o.read_misses;
+        self.read_pass_through += o.read_pass_through;
+        self.write_hits += o.write_hits;
+        self.write_misses += o.write_misses;
+        self.write_pass_through += o.write_pass_through;
+        self.seq_cutoff += o.seq_cutoff;
+    }
+}
+
+/// Counters kept by the cache device.
+#[derive(Debug, Clone)]
+pub struct Counters {
+    /// Per class id.
+    pub classes: [RequestCounters; CLASS_SLOTS],
+    /// Lines evicted to make room.
+    pub evictions: u64,
+    /// Dirty lines written to core by cleaning or eviction.
+    pub cleaned_lines: u64,
+    /// Metadata pages written.
+    pub meta_page_writes: u64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            classes: [RequestCounters::default(); CLASS_SLOTS],
+            evictions: 0,
+            cleaned_lines: 0,
+            meta_page_writes: 0,
+        }
+    }
+}
+
+/// Per-class part of a report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassStats {
+    /// Class id.
+    pub id: u8,
+    /// Class name.
+    pub name: String,
+    /// Lines held by the class.
+    pub occupancy_lines: u64,
+    /// Of those, lines with dirty data.
+    pub dirty_lines: u64,
+    /// Request counters.
+    pub requests: RequestCounters,
+}
+
+/// A statistics snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Cache mode name.
+    pub mode: String,
+    /// Cache line size.
+    pub line_bytes: u64,
+    /// Lines in the cache.
+    pub total_lines: u64,
+    /// Mapped lines.
+    pub occupancy_lines: u64,
+    /// Free lines.
+    pub free_lines: u64,
+    /// Mapped lines without dirty data.
+    pub clean_lines: u64,
+    /// Lines with dirty data.
+    pub dirty_lines: u64,
+    /// Totals over every class.
+    pub requests: RequestCounters,
+    /// Per class (defined classes only).
+    pub classes: Vec<ClassStats>,
+    /// Evicted lines.
+    pub evictions: u64,
+    /// Lines cleaned.
+    pub cleaned_lines: u64,
+    /// Metadata pages written.
+    pub meta_page_writes: u64,
+}
+
+impl CacheStats {
+    /// Sums class counters into totals.
+    pub fn total(classes: &[ClassStats]) -> RequestCounters {
+        let mut t = RequestCounters::default();
+        for c in classes {
+            t.add(&c.requests);
+        }
+        t
+    }
+
+    /// Dirty share of the cache, percent.
+    pub fn dirty_pct(&self) -> f64 {
+        pct(self.dirty_lines, self.total_lines)
+    }
+
+    /// The snapshot in Prometheus text exposition format, every series labelled with `cache`
+    /// (the OSD serves it on its metrics port).
+    pub fn prometheus(&self, cache: &str) -> String {
+        let mut out = String::new();
+        let mut gauge = |name: &str, help: &str, value: u64| {
+            out.push_str(&format!(
+                "# HELP cairn_cache_{name} {help}\n# TYPE cairn_cache_{name} gauge\ncairn_cache_{name}{{cache=\"{cache}\"}} {value}\n"
+            ));
+        };
+        gauge("lines", "Cache lines.", self.total_lines);
+        gauge(
+            "occupancy_lines",
+            "Mapped cache lines.",
+            self.occupancy_lines,
+        );
+        gauge(
+            "dirty_lines",
+            "Cache lines holding data not yet on the core.",
+            self.dirty_lines,
+        );
+        gauge(
+            "clean_lines",
+            "Mapped lines without dirty data.",
+            self.clean_lines,
+        );
+        gauge("line_bytes", "Cache line size in bytes.", self.line_bytes);
+        out.push_str("# HELP cairn_cache_requests_total Requests by I/O class and outcome.\n");
+        out.push_str("# TYPE cairn_cache_requests_total counter\n");
+        for c in &self.classes {
+            let q = &c.requests;
+            for (outcome, n) in [
+                ("read_hit", q.read_hits),
+                ("read_partial_hit", q.read_partial_hits),
+                ("read_miss", q.read_misses),
+                ("read_pass_through", q.read_pass_through),
+                ("write_hit", q.write_hits),
+                ("write_miss", q.write_misses),
+                ("write_pass_through", q.write_pass_through),
+                ("seq_cutoff", q.seq_cutoff),
+            ] {
+                out.push_str(&format!(
+                    "cairn_cache_requests_total{{cache=\"{cache}\",class=\"{}\",outcome=\"{outcome}\"}} {n}\n",
+                    c.id
+                ));
+            }
+        }
+        out.push_str("# TYPE cairn_cache_cleaned_lines_total counter\n");
+        out.push_str(&format!(
+            "cairn_cache_cleaned_lines_total{{cache=\"{cache}\"}} {}\n",
+            self.cleaned_lines
+        ));
+        out.push_str("# TYPE cairn_cache_evictions_total counter\n");
+        out.push_str(&format!(
+            "cairn_cache_evictions_total{{cache=\"{cache}\"}} {}\n",
+            self.evictions
+        ));
+        out
+    }
+}
+
+fn pct(n: u64, d: u64) -> f64 {
+    if d == 0 {
+        0.0
+    } else {
+        n as f64 * 100.0 / d as f64
+    }
+}
+
+impl fmt::Display for CacheStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines = |f: &mut fmt::Formatter<'_>, name: &str, n: u64| {
+            writeln!(
+                f,
+                "| {name:<22} | {n:>12} | {:>6.1} | lines ({} KiB each)",
+                pct(n, self.total_lines),
+                self.line_bytes / 1024
+            )
+        };
+        writeln!(f, "Cache mode: {}", self.mode)?;
+        writeln!(
+            f,
+            "| Usage statistics       |        Count |      % | Units"
+        )?;
+        lines(f, "Occupancy", self.occupancy_lines)?;
+        lines(f, "Free", self.free_lines)?;
+        lines(f, "Clean", self.clean_lines)?;
+        lines(f, "Dirty", self.dirty_lines)?;
+        let r = &self.requests;
+        let reads = r.read_hits + r.read_partial_hits + r.read_misses + r.read_pass_through;
+        let writes = r.write_hits + r.write_misses + r.write_pass_through;
+        let total = reads + writes;
+        writeln!(
+            f,
+            "| Request statistics     |        Count |      % | Units"
+        )?;
+        for (name, n) in [
+            ("Read hits", r.read_hits),
+            ("Read partial misses", r.read_partial_hits),
+            ("Read full misses", r.read_misses),
+            ("Pass-Through reads", r.read_pass_through),
+            ("Write hits", r.write_hits),
+            ("Write misses", r.write_misses),
+            ("Pass-Through writes", r.write_pass_through),
+            ("Sequential cut-off", r.seq_cutoff),
+            ("Total requests", total),
+        ] {
+            writeln!(
+                f,
+                "| {name:<22} | {n:>12} | {:>6.1} | requests",
+                pct(n, total)
+            )?;
+        }
+        writeln!(
+            f,
+            "| Evictions              | {:>12} |        | lines",
+            self.evictions
+        )?;
+        writeln!(
+            f,
+            "| Cleaned                | {:>12} |        | lines",
+            self.cleaned_lines
+        )?;
+        writeln!(f, "| IO class                | Occupancy |  Dirty | Read hits | Read misses | Write hits | Write misses | Pass-through")?;
+        for c in &self.classes {
+            let q = &c.requests;
+            writeln!(
+                f,
+                "| {:>2} {:<20} | {:>9} | {:>6} | {:>9} | {:>11} | {:>10} | {:>12} | {}",
+                c.id,
+                c.name,
+                c.occupancy_lines,
+                c.dirty_lines,
+                q.read_hits,
+                q.read_misses + q.read_partial_hits,
+                q.write_hits,
+                q.write_misses,
+                q.read_pass_through + q.write_pass_through
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,411 @@
+//! Policy tests: sequential cut-off, I/O classes, promotion, cleaning in virtual time,
+//! statistics and run-time parameters persisted across attach.
+
+mod common;
+
+use cairn_blockdev::BlockDevice;
+use cairn_cache::{
+    CacheDevice, CacheError, CacheMode, CleaningPolicyKind, IoClassTable, IoHint, SeqCutoffPolicy,
+};
+use common::*;
+use std::sync::Arc;
+
+const SEED_CSV: &str = "IO class id,IO class name,Eviction priority,Allocation\n\
+                        0,unclassified,22,0\n\
+                        1,request_size:le:131072,1,1\n";
+
+#[tokio::test]
+async fn seq_cutoff_always_passes_sequential_streams_to_core() {
+    let mut c = cfg(CacheMode::Wb, 4096);
+    c.seq_cutoff.policy = SeqCutoffPolicy::Always;
+    c.seq_cutoff.threshold_bytes = 16 * 1024;
+    let r = rig(c, 256, 8 << 20).await;
+    // Two interleaved sequential write streams of 8 KiB requests.
+    for i in 0..16u64 {
+        for base in [0u64, 4 << 20] {
+            let off = base + i * 8192;
+            r.dev.write(off, &pattern(off, 8192, 1)).await.unwrap();
+        }
+    }
+    let s = r.dev.stats();
+    // Each stream: request 0 starts it, request 1 reaches 16 KiB and is cut off.
+    assert_eq!(
+        s.requests.write_misses, 2,
+        "only the first request of each stream is cached"
+    );
+    assert_eq!(s.requests.seq_cutoff, 30);
+    assert_eq!(s.requests.write_pass_through, 30);
+    assert_eq!(
+        read(r.core.as_ref(), 8192, 8192).await,
+        pattern(8192, 8192, 1)
+    );
+    // Random 4 KiB writes are cached.
+    for off in [1 << 20, 3 << 20, 2 << 20] {
+        r.dev.write(off, &pattern(off, 4096, 2)).await.unwrap();
+    }
+    assert_eq!(r.dev.stats().requests.write_misses, 5);
+    // Sequential reads are cut off too but still see dirty data.
+    let mut got = Vec::new();
+    for i in 0..4u64 {
+        got.extend(read(&r.dev, i * 8192, 8192).await);
+    }
+    assert_eq!(got, pattern(0, 4 * 8192, 1));
+}
+
+#[tokio::test]
+async fn seq_cutoff_never_and_full() {
+    for (policy, want_cached) in [(SeqCutoffPolicy::Never, 16), (SeqCutoffPolicy::Full, 16)] {
+        let mut c = cfg(CacheMode::Wt, 4096);
+        c.seq_cutoff.policy = policy;
+        c.seq_cutoff.threshold_bytes = 8192;
+        let r = rig(c, 64, 8 << 20).await;
+        for i in 0..16u64 {
+            r.dev
+                .write(i * 4096, &pattern(i * 4096, 4096, 1))
+                .await
+                .unwrap();
+        }
+        assert_eq!(r.dev.stats().occupancy_lines, want_cached, "{policy:?}");
+    }
+    // `full` cuts off once no line is free.
+    let mut c = cfg(CacheMode::Wt, 4096);
+    c.seq_cutoff.policy = SeqCutoffPolicy::Full;
+    c.seq_cutoff.threshold_bytes = 8192;
+    let r = rig(c, 8, 8 << 20).await;
+    let lines = r.dev.stats().total_lines;
+    for i in 0..(lines + 10) {
+        r.dev
+            .write(i * 4096, &pattern(i * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    let s = r.dev.stats();
+    assert_eq!(s.occupancy_lines, lines);
+    assert!(s.requests.seq_cutoff >= 9, "{s}");
+}
+
+#[tokio::test]
+async fn seed_io_classes_cache_small_requests_only() {
+    let classes = IoClassTable::parse_csv(SEED_CSV).unwrap();
+    let cache = mem(cache_bytes_for(256, 4096));
+    let core = mem(8 << 20);
+    let dev = CacheDevice::create(cache, core.clone(), cfg(CacheMode::Wb, 4096), classes)
+        .await
+        .unwrap();
+    dev.write(0, &pattern(0, 4096, 1)).await.unwrap();
+    dev.write(1 << 20, &pattern(1 << 20, 256 * 1024, 1))
+        .await
+        .unwrap();
+    let s = dev.stats();
+    assert_eq!(s.occupancy_lines, 1);
+    assert_eq!(s.classes[1].requests.write_misses, 1);
+    assert_eq!(s.classes[0].requests.write_pass_through, 1);
+    assert_eq!(s.classes[1].occupancy_lines, 1);
+    assert_eq!(
+        read(core.as_ref(), 1 << 20, 4096).await,
+        pattern(1 << 20, 4096, 1)
+    );
+    let text = s.to_string();
+    assert!(
+        text.contains("request_size:le:131072") && text.contains("Write misses"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn allocation_share_and_eviction_priority() {
+    let csv = "IO class id,IO class name,Eviction priority,Allocation\n\
+               0,unclassified,200,1\n\
+               1,metadata,0,0.25\n";
+    let classes = IoClassTable::parse_csv(csv).unwrap();
+    let cache = mem(cache_bytes_for(64, 4096));
+    let dev = CacheDevice::create(cache, mem(16 << 20), cfg(CacheMode::Wt, 4096), classes)
+        .await
+        .unwrap();
+    let total = dev.stats().total_lines;
+    let md = IoHint {
+        metadata: true,
+        object_class: 0,
+    };
+    for i in 0..total {
+        dev.write_hinted(i * 4096, &pattern(i * 4096, 4096, 1), md)
+            .await
+            .unwrap();
+    }
+    let s = dev.stats();
+    assert!(
+        s.classes[1].occupancy_lines <= total / 4,
+        "share respected: {s}"
+    );
+    assert!(
+        s.classes[1].occupancy_lines >= total / 4 - total / 16,
+        "share used: {s}"
+    );
+    // Data (priority 200) fills the rest and is evicted before metadata (priority 0).
+    for i in 0..(2 * total) {
+        let off = (8 << 20) + i * 4096;
+        dev.write(off, &pattern(off, 4096, 2)).await.unwrap();
+    }
+    let s2 = dev.stats();
+    assert_eq!(
+        s2.classes[1].occupancy_lines, s.classes[1].occupancy_lines,
+        "{s2}"
+    );
+    assert!(s2.evictions > 0);
+}
+
+#[tokio::test]
+async fn nhit_promotion_inserts_after_the_threshold() {
+    let mut c = cfg(CacheMode::Wt, 4096);
+    c.promotion.policy = cairn_cache::PromotionPolicy::Nhit;
+    c.promotion.insertion_threshold = 3;
+    c.promotion.trigger_threshold_pct = 0;
+    let r = rig(c, 64, 8 << 20).await;
+    r.core.write(40960, &pattern(40960, 4096, 5)).await.unwrap();
+    for n in 1..=3 {
+        assert_eq!(read(&r.dev, 40960, 4096).await, pattern(40960, 4096, 5));
+        let occ = r.dev.stats().occupancy_lines;
+        assert_eq!(occ, u64::from(n == 3), "access {n}");
+    }
+    read(&r.dev, 40960, 4096).await;
+    assert_eq!(r.dev.stats().requests.read_hits, 1);
+}
+
+async fn dirty_rig(policy: CleaningPolicyKind, target: u8) -> Rig {
+    let mut c = cfg(CacheMode::Wb, 4096);
+    c.cleaning.policy = policy;
+    c.cleaning.dirty_target_pct = target;
+    c.cleaning.alru.activity_threshold_ms = 1000;
+    c.cleaning.alru.staleness_time_s = 5;
+    c.cleaning.alru.flush_max_buffers = 4;
+    c.cleaning.acp.flush_max_buffers = 8;
+    let r = rig(c, 40, 8 << 20).await;
+    for i in 0..20u64 {
+        r.dev
+            .write(i * 8192, &pattern(i * 8192, 4096, 1))
+            .await
+            .unwrap();
+    }
+    r
+}
+
+#[tokio::test(start_paused = true)]
+async fn alru_cleans_only_when_idle_and_stale() {
+    let r = dirty_rig(CleaningPolicyKind::Alru, 0).await;
+    let now = r.dev.now_ms();
+    assert_eq!(
+        r.dev.clean_step(now).await.unwrap().cleaned_lines,
+        0,
+        "active I/O"
+    );
+    tokio::time::advance(std::time::Duration::from_secs(2)).await;
+    let rep = r.dev.clean_step(r.dev.now_ms()).await.unwrap();
+    assert_eq!(rep.cleaned_lines, 0, "idle but not stale yet");
+    assert!(rep.next_wake_ms > r.dev.now_ms());
+    tokio::time::advance(std::time::Duration::from_secs(4)).await;
+    let rep = r.dev.clean_step(r.dev.now_ms()).await.unwrap();
+    assert_eq!(rep.cleaned_lines, 4, "flush_max_buffers per round");
+    assert_eq!(r.dev.stats().dirty_lines, 16);
+    // Foreground I/O makes the core busy again.
+    read(&r.dev, 0, 4096).await;
+    assert_eq!(
+        r.dev
+            .clean_step(r.dev.now_ms())
+            .await
+            .unwrap()
+            .cleaned_lines,
+        0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn acp_cleans_at_once_and_nop_never() {
+    let r = dirty_rig(CleaningPolicyKind::Acp, 0).await;
+    let rep = r.dev.clean_step(r.dev.now_ms()).await.unwrap();
+    assert_eq!(rep.cleaned_lines, 8);
+    let n = dirty_rig(CleaningPolicyKind::Nop, 0).await;
+    tokio::time::advance(std::time::Duration::from_secs(3600)).await;
+    assert_eq!(
+        n.dev
+            .clean_step(n.dev.now_ms())
+            .await
+            .unwrap()
+            .cleaned_lines,
+        0
+    );
+    assert_eq!(n.dev.stats().dirty_lines, 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dirty_target_starts_cleaning_despite_activity() {
+    // 20 of ~40 lines dirty = ~50%: above a 30% target, below 80%.
+    let r = dirty_rig(CleaningPolicyKind::Alru, 30).await;
+    let total = r.dev.stats().total_lines;
+    let rep = r.dev.clean_step(r.dev.now_ms()).await.unwrap();
+    assert_eq!(rep.cleaned_lines, 4);
+    let nop = dirty_rig(CleaningPolicyKind::Nop, 30).await;
+    let mut rounds = 0;
+    while nop.dev.stats().dirty_lines * 100 > 30 * total {
+        nop.dev.clean_step(nop.dev.now_ms()).await.unwrap();
+        rounds += 1;
+        assert!(rounds < 20);
+    }
+    assert_eq!(
+        nop.dev
+            .clean_step(nop.dev.now_ms())
+            .await
+            .unwrap()
+            .cleaned_lines,
+        0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn background_cleaner_drains_dirty_lines() {
+    let r = dirty_rig(CleaningPolicyKind::Acp, 0).await;
+    let dev = Arc::new(r.dev);
+    let task = dev.spawn_cleaner();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(dev.stats().dirty_lines, 0);
+    for i in 0..20u64 {
+        assert_eq!(
+            read(r.core.as_ref(), i * 8192, 4096).await,
+            pattern(i * 8192, 4096, 1)
+        );
+    }
+    task.abort();
+}
+
+#[tokio::test]
+async fn parameters_modes_and_classes_persist_across_attach() {
+    let r = rig(cfg(CacheMode::Wb, 16384), 32, 8 << 20).await;
+    r.dev
+        .set_param("seq-cutoff", "policy", "always")
+        .await
+        .unwrap();
+    r.dev
+        .set_param("seq-cutoff", "threshold", "16")
+        .await
+        .unwrap();
+    r.dev
+        .set_param("cleaning-alru", "activity-threshold", "1000")
+        .await
+        .unwrap();
+    assert!(matches!(
+        r.dev.set_param("seq-cutoff", "policy", "nofull").await,
+        Err(CacheError::InvalidParam { .. })
+    ));
+    r.dev
+        .load_io_classes(IoClassTable::parse_csv(SEED_CSV).unwrap())
+        .await
+        .unwrap();
+    r.dev.write(0, &pattern(0, 4096, 1)).await.unwrap();
+    r.dev.set_mode(CacheMode::Wt, true).await.unwrap();
+    assert_eq!(r.dev.stats().dirty_lines, 0, "leaving wb with flush cleans");
+    assert_eq!(read(r.core.as_ref(), 0, 4096).await, pattern(0, 4096, 1));
+    let (cache, core) = (r.cache.clone(), r.core.clone());
+    drop(r);
+    let dev = CacheDevice::attach(cache, core).await.unwrap();
+    let c = dev.config();
+    assert_eq!(c.mode, CacheMode::Wt);
+    assert_eq!(c.line_bytes, 16384);
+    assert_eq!(c.seq_cutoff.policy, SeqCutoffPolicy::Always);
+    assert_eq!(c.seq_cutoff.threshold_bytes, 16384);
+    assert_eq!(c.cleaning.alru.activity_threshold_ms, 1000);
+    assert_eq!(dev.io_classes().csv(), SEED_CSV);
+}
+
+#[tokio::test]
+async fn leaving_write_back_without_flush_keeps_dirty_data_correct() {
+    let r = rig(cfg(CacheMode::Wb, 4096), 32, 8 << 20).await;
+    r.dev.write(0, &pattern(0, 8192, 1)).await.unwrap();
+    r.dev.set_mode(CacheMode::Pt, false).await.unwrap();
+    assert_eq!(r.dev.stats().dirty_lines, 2);
+    assert_eq!(
+        read(&r.dev, 0, 8192).await,
+        pattern(0, 8192, 1),
+        "pt still sees dirty data"
+    );
+    r.dev.write(4096, &pattern(4096, 4096, 2)).await.unwrap();
+    let mut want = pattern(0, 4096, 1);
+    want.extend(pattern(4096, 4096, 2));
+    assert_eq!(read(&r.dev, 0, 8192).await, want);
+    r.dev.detach().await.unwrap();
+    assert_eq!(read(r.core.as_ref(), 0, 8192).await, want);
+}
+
+/// Counts writes passing through it (stands in for an OSD scheduler's best-effort queue).
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<dyn BlockDevice>,
+    writes: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl BlockDevice for Counting {
+    fn properties(&self) -> cairn_blockdev::DeviceProperties {
+        self.inner.properties()
+    }
+    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
+        self.inner.read(o, b).await
+    }
+    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.write(o, d).await
+    }
+    async fn flush(&self) -> cairn_blockdev::Result<()> {
+        self.inner.flush().await
+    }
+    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
+        self.inner.discard(o, l).await
+    }
+}
+
+#[tokio::test]
+async fn cleaning_io_goes_through_the_cleaning_path() {
+    let core = mem(8 << 20);
+    let fg = Arc::new(Counting {
+        inner: core.clone(),
+        writes: Default::default(),
+    });
+    let bg = Arc::new(Counting {
+        inner: core.clone(),
+        writes: Default::default(),
+    });
+    let dev = CacheDevice::create(
+        mem(cache_bytes_for(64, 4096)),
+        fg.clone(),
+        cfg(CacheMode::Wb, 4096),
+        IoClassTable::default(),
+    )
+    .await
+    .unwrap()
+    .with_cleaning_path(bg.clone())
+    .unwrap();
+    for i in 0..10u64 {
+        dev.write(i * 4096, &pattern(i * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    dev.clean_step(u64::MAX / 4).await.unwrap();
+    dev.flush_dirty().await.unwrap();
+    use std::sync::atomic::Ordering::SeqCst;
+    assert_eq!(
+        fg.writes.load(SeqCst),
+        0,
+        "foreground handle carries no cleaning I/O"
+    );
+    assert_eq!(bg.writes.load(SeqCst), 10);
+    assert_eq!(read(core.as_ref(), 0, 4096).await, pattern(0, 4096, 1));
+    let wrong = CacheDevice::create(
+        mem(cache_bytes_for(64, 4096)),
+        mem(8 << 20),
+        cfg(CacheMode::Wb, 4096),
+        IoClassTable::default(),
+    )
+    .await
+    .unwrap()
+    .with_cleaning_path(mem(4 << 20));
+    assert!(matches!(wrong, Err(CacheError::InvalidParam { .. })));
+}

@@ -1,0 +1,11 @@
+//! cairn studies: the seeds' experiments reproduced on emulated devices.
+//!
+//! Each module owns one study: its workload, its measurement in tokio's virtual time (so a
+//! 600-second Vdbench run of an HDD takes seconds of CPU and gives the same figures on every
+//! machine), its report table and plots. Studies must never touch real disks: they stack
+//! timing-emulated devices ([`dilated::DilatedDevice`]) over memory.
+#![warn(missing_docs)]
+
+pub mod cache;
+pub mod dilated;
+pub mod plot;
