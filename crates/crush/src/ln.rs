@@ -41,4 +41,9 @@ mod tests {
         }
         assert!(crush_ln(0xffff) < crush_ln(0xfffe));
     }
+
+    #[test]
+    fn ln_never_exceeds_2_pow_48_so_straw2_draws_are_never_positive() {
+        assert!((0..=0xffffu32).all(|u| crush_ln(u) <= 1 << 48));
+    }
 }
