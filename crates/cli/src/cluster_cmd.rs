@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use cairn_mon::client::MonClient;
-use cairn_mon::proto::RequestBody;
+use cairn_mon::monitor::Request;
 use cairn_osd::{OsdConfig, OsdDaemon};
 use clap::Args;
 
@@ -188,8 +188,8 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
                 .is_some_and(|m| m.placement.pools.values().any(|p| p.name == args.pool));
             if !exists {
                 client
-                    .request(
-                        RequestBody::CreatePool {
+                    .op(
+                        Request::CreatePool {
                             name: args.pool.clone(),
                             size,
                             pg_num: args.pg_num,

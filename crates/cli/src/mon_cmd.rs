@@ -9,7 +9,7 @@ use cairn_clustermap::balance::up_sets;
 use cairn_clustermap::shape::Topology;
 use cairn_mon::client::MonClient;
 use cairn_mon::daemon::MonDaemon;
-use cairn_mon::proto::RequestBody;
+use cairn_mon::monitor::Request;
 use cairn_mon::{ClusterMap, MonConfig, Monitor};
 use clap::{Args, Subcommand};
 
@@ -182,8 +182,8 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
             PoolCommand::Create { name, pg_num, size } => {
                 let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
                 let r = client
-                    .request(
-                        RequestBody::CreatePool {
+                    .op(
+                        Request::CreatePool {
                             name: name.clone(),
                             size,
                             pg_num,
@@ -196,7 +196,7 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
             PoolCommand::Rm { name } => {
                 let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
                 let r = client
-                    .request(RequestBody::RemovePool { name: name.clone() }, TIMEOUT_MS)
+                    .op(Request::RemovePool { name: name.clone() }, TIMEOUT_MS)
                     .await?;
                 println!("pool '{name}' removed (epoch {})", r.epoch);
             }
@@ -209,14 +209,14 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
 pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let body = match args.command {
         OsdCommand::Run(run) => return crate::cluster_cmd::run_osd(run),
-        OsdCommand::Out { id } => RequestBody::MarkOut { id },
-        OsdCommand::In { id } => RequestBody::MarkIn { id },
-        OsdCommand::Down { id } => RequestBody::MarkDown { id },
+        OsdCommand::Out { id } => Request::MarkOut { id },
+        OsdCommand::In { id } => Request::MarkIn { id },
+        OsdCommand::Down { id } => Request::MarkDown { id },
         OsdCommand::Tree => return osd_tree(args.mon.mon),
     };
     runtime()?.block_on(async {
         let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
-        let r = client.request(body, TIMEOUT_MS).await?;
+        let r = client.op(body, TIMEOUT_MS).await?;
         println!("done (epoch {})", r.epoch);
         Ok(())
     })

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 use cairn_client::{Client, ClientError};
 use cairn_mon::daemon::MonDaemon;
-use cairn_mon::proto::RequestBody;
+use cairn_mon::monitor::Request;
 use cairn_mon::{ClusterMap, MonConfig, Monitor};
 use cairn_osd::{OsdConfig, OsdDaemon};
 use cairn_store::{KvLocation, Store, StoreConfig};
@@ -62,8 +62,8 @@ async fn replicated_writes_are_durable_on_every_copy() {
     }
     let admin = cairn_mon::client::MonClient::connect(mon.addr(), 77).await;
     admin
-        .request(
-            RequestBody::CreatePool {
+        .op(
+            Request::CreatePool {
                 name: "data".into(),
                 size: 3,
                 pg_num: 16,

@@ -14,6 +14,7 @@ use tokio::sync::{oneshot, watch};
 use crate::error::MonError;
 use crate::incremental::Incremental;
 use crate::map::ClusterMap;
+use crate::monitor::Request;
 use crate::proto::{
     from_payload, to_payload, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
     MSG_MON_REPLY, MSG_MON_REQUEST,
@@ -68,6 +69,11 @@ impl MonClient {
             Some(e) => Err(MonError::Invalid(e.clone())),
             None => Ok(reply),
         }
+    }
+
+    /// Sends a monitor operation and waits for its reply (see [`MonClient::request`]).
+    pub async fn op(&self, request: Request, timeout_ms: u64) -> Result<MonReply, MonError> {
+        self.request(RequestBody::Op(request), timeout_ms).await
     }
 
     /// Subscribes to map updates (full map first).

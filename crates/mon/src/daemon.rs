@@ -114,12 +114,12 @@ async fn run_core(
             }
             inbound = rx.recv() => {
                 let Some(Inbound { session, sender, request }) = inbound else { return };
-                let reply = match to_request(request.body) {
-                    Err(have_epoch) => {
+                let reply = match request.body {
+                    RequestBody::Subscribe { have_epoch } => {
                         subscribers.insert(session, (sender.clone(), have_epoch));
                         MonReply { tid: request.tid, epoch: monitor.map().epoch, osd_id: None, error: None }
                     }
-                    Ok(req) => answer(&mut monitor, now_ms(), request.tid, req),
+                    RequestBody::Op(req) => answer(&mut monitor, now_ms(), request.tid, req),
                 };
                 let _ = sender.send(MSG_MON_REPLY, to_payload(&reply)).await;
             }
@@ -130,42 +130,6 @@ async fn run_core(
             publish(&monitor, &mut subscribers).await;
         }
     }
-}
-
-/// Translates a wire request into a monitor request; a subscription (handled by the daemon
-/// itself) comes back as `Err(have_epoch)`.
-fn to_request(body: RequestBody) -> Result<Request, u64> {
-    Ok(match body {
-        RequestBody::Boot {
-            uuid,
-            host,
-            addr,
-            crush_weight,
-        } => Request::Boot {
-            uuid,
-            host,
-            addr,
-            crush_weight,
-        },
-        RequestBody::FailureReport {
-            reporter,
-            target,
-            failed_for_ms,
-        } => Request::FailureReport {
-            reporter,
-            target,
-            failed_for_ms,
-        },
-        RequestBody::Beacon { id } => Request::Beacon { id },
-        RequestBody::MarkOut { id } => Request::MarkOut { id },
-        RequestBody::MarkIn { id } => Request::MarkIn { id },
-        RequestBody::MarkDown { id } => Request::MarkDown { id },
-        RequestBody::CreatePool { name, size, pg_num } => {
-            Request::CreatePool { name, size, pg_num }
-        }
-        RequestBody::RemovePool { name } => Request::RemovePool { name },
-        RequestBody::Subscribe { have_epoch } => return Err(have_epoch),
-    })
 }
 
 fn answer(monitor: &mut Monitor, now_ms: u64, tid: u64, request: Request) -> MonReply {

@@ -46,8 +46,8 @@ impl Default for MonConfig {
     }
 }
 
-/// Requests the monitor serves.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Requests the monitor serves (also the wire form, inside [`crate::proto::RequestBody`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Request {
     /// An OSD starts: register (or recognise by uuid) and mark up.
     Boot {

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::MonError;
+use crate::monitor::Request;
 
 /// Frame type of a request to the monitor.
 pub const MSG_MON_REQUEST: u16 = 0x0100;
@@ -21,63 +22,11 @@ pub struct MonRequest {
     pub body: RequestBody,
 }
 
-/// What a request asks.
+/// What a request asks: a monitor operation, or a subscription (handled by the daemon).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RequestBody {
-    /// OSD start-up.
-    Boot {
-        /// Stable identity.
-        uuid: String,
-        /// Host name.
-        host: String,
-        /// Address.
-        addr: String,
-        /// CRUSH weight (16.16).
-        crush_weight: u32,
-    },
-    /// An OSD reports an unreachable peer.
-    FailureReport {
-        /// Reporter.
-        reporter: i32,
-        /// Target.
-        target: i32,
-        /// How long unreachable.
-        failed_for_ms: u64,
-    },
-    /// An OSD is alive.
-    Beacon {
-        /// OSD id.
-        id: i32,
-    },
-    /// Mark out.
-    MarkOut {
-        /// OSD id.
-        id: i32,
-    },
-    /// Mark in.
-    MarkIn {
-        /// OSD id.
-        id: i32,
-    },
-    /// Mark down.
-    MarkDown {
-        /// OSD id.
-        id: i32,
-    },
-    /// Create a pool.
-    CreatePool {
-        /// Name.
-        name: String,
-        /// Replicas.
-        size: u32,
-        /// PGs.
-        pg_num: u32,
-    },
-    /// Remove a pool.
-    RemovePool {
-        /// Name.
-        name: String,
-    },
+    /// A request the monitor core serves.
+    Op(Request),
     /// Subscribe to maps newer than `have_epoch` (0 = send the full map first).
     Subscribe {
         /// Newest epoch the subscriber already has.

@@ -3,7 +3,7 @@
 
 use cairn_mon::client::MonClient;
 use cairn_mon::daemon::MonDaemon;
-use cairn_mon::proto::RequestBody;
+use cairn_mon::monitor::Request;
 use cairn_mon::{ClusterMap, MonConfig, Monitor};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -18,8 +18,8 @@ async fn osds_boot_and_subscribers_follow_every_epoch() {
     for i in 0..4 {
         let osd = MonClient::connect(daemon.addr(), 2000 + i).await;
         let reply = osd
-            .request(
-                RequestBody::Boot {
+            .op(
+                Request::Boot {
                     uuid: format!("u{i}"),
                     host: format!("h{i}"),
                     addr: format!("127.0.0.1:{}", 9000 + i),
@@ -34,8 +34,8 @@ async fn osds_boot_and_subscribers_follow_every_epoch() {
     assert_eq!(ids, vec![0, 1, 2, 3]);
     let admin = MonClient::connect(daemon.addr(), 3000).await;
     let created = admin
-        .request(
-            RequestBody::CreatePool {
+        .op(
+            Request::CreatePool {
                 name: "rbd".into(),
                 size: 3,
                 pg_num: 64,
@@ -45,8 +45,8 @@ async fn osds_boot_and_subscribers_follow_every_epoch() {
         .await
         .unwrap();
     let err = admin
-        .request(
-            RequestBody::CreatePool {
+        .op(
+            Request::CreatePool {
                 name: "rbd".into(),
                 size: 3,
                 pg_num: 64,
@@ -55,12 +55,9 @@ async fn osds_boot_and_subscribers_follow_every_epoch() {
         )
         .await;
     assert!(err.is_err(), "duplicate pool must be refused");
-    admin
-        .request(RequestBody::MarkOut { id: 2 }, 5000)
-        .await
-        .unwrap();
+    admin.op(Request::MarkOut { id: 2 }, 5000).await.unwrap();
     let last = admin
-        .request(RequestBody::Beacon { id: 0 }, 5000)
+        .op(Request::Beacon { id: 0 }, 5000)
         .await
         .unwrap()
         .epoch;

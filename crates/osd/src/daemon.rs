@@ -19,7 +19,7 @@ use bytes::Bytes;
 use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
-use cairn_mon::proto::RequestBody;
+use cairn_mon::monitor::Request;
 use cairn_mon::ClusterMap;
 use cairn_msgr::session::{Listener, Session, SessionSender};
 use cairn_msgr::Limits;
@@ -158,8 +158,8 @@ impl OsdDaemon {
         let addr = listener.local_addr();
         let mon = MonClient::connect(cfg.mon, session_id(&cfg.uuid)).await;
         let boot = mon
-            .request(
-                RequestBody::Boot {
+            .op(
+                Request::Boot {
                     uuid: cfg.uuid.clone(),
                     host: cfg.host.clone(),
                     addr: addr.to_string(),
@@ -190,7 +190,7 @@ impl OsdDaemon {
         shared.track(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(beacon_every).await;
-                if let Err(e) = mon.request(RequestBody::Beacon { id }, 5_000).await {
+                if let Err(e) = mon.op(Request::Beacon { id }, 5_000).await {
                     tracing::warn!(osd = id, error = %e, "beacon failed");
                 }
             }
