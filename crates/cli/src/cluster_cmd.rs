@@ -127,11 +127,15 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         );
     }
     let mon = args.mon.to_string();
-    let mut pids = vec![spawn(
-        &args.dir,
-        "mon",
-        &["mon".into(), "--listen".into(), mon.clone()],
-    )?];
+    let mon_data = args.dir.join("mon").display().to_string();
+    let mon_args = [
+        "mon".into(),
+        "--listen".into(),
+        mon.clone(),
+        "--data".into(),
+        mon_data,
+    ];
+    let mut pids = vec![spawn(&args.dir, "mon", &mon_args)?];
     std::fs::write(&pids_path, format!("{}\n", pids[0]))?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(args.mon).is_err() {
@@ -165,16 +169,21 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     rt.block_on(async {
         let client = MonClient::connect(args.mon, std::process::id() as u64).await;
         client.subscribe(10_000).await?;
+        // Wait for every OSD started here to be serving: a restarted monitor's map may still
+        // list the previous run's addresses as up.
         loop {
-            let up = client
-                .map()
-                .map_or(0, |m| m.osds.values().filter(|o| o.up).count());
-            if up >= args.osds {
+            let serving = (0..args.osds)
+                .filter(|i| {
+                    std::fs::read_to_string(args.dir.join(format!("osd{i}.log")))
+                        .is_ok_and(|log| log.contains("serving on"))
+                })
+                .count();
+            if serving == args.osds {
                 break;
             }
             if Instant::now() > deadline {
                 bail!(
-                    "only {up} of {} OSDs came up (see {}/osd*.log)",
+                    "only {serving} of {} OSDs started (see {}/osd*.log)",
                     args.osds,
                     args.dir.display()
                 );

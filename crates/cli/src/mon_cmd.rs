@@ -29,6 +29,9 @@ pub struct MonArgs {
     /// Seconds a down OSD stays in before it is marked out.
     #[arg(long = "down-out-interval-s", default_value_t = 600)]
     down_out_interval_s: u64,
+    /// Directory for the durable map store (the map then survives restarts).
+    #[arg(long)]
+    data: Option<std::path::PathBuf>,
 }
 
 /// Where to find the monitor.
@@ -117,8 +120,20 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
             down_out_interval_ms: args.down_out_interval_s * 1000,
             ..MonConfig::default()
         };
-        let monitor = Monitor::new(ClusterMap::new(&args.fsid)?, config);
-        let daemon = MonDaemon::start(monitor, args.listen).await?;
+        let (map, store) = match &args.data {
+            Some(dir) => {
+                let store = cairn_mon::store::MapStore::open(dir).await?;
+                let map = match store.load().await? {
+                    Some(map) => map,
+                    None => ClusterMap::new(&args.fsid)?,
+                };
+                (map, Some(store))
+            }
+            None => (ClusterMap::new(&args.fsid)?, None),
+        };
+        eprintln!("monitor map at epoch {}", map.epoch);
+        let monitor = Monitor::new(map, config);
+        let daemon = MonDaemon::start_with_store(monitor, args.listen, store).await?;
         eprintln!("monitor listening on {}", daemon.addr());
         tokio::signal::ctrl_c().await?;
         eprintln!("monitor stopping");

@@ -111,6 +111,51 @@ fn up_put_get_bench_down() {
     assert!(ok && out.contains("Average IOPS"), "{out}");
     let (ok, out) = cairn(&["status", "--mon", &mon]);
     assert!(ok && out.contains("3 up, 3 in"), "{out}");
+    let (ok, out) = cairn(&[
+        "put",
+        "--mon",
+        &mon,
+        "-p",
+        "data",
+        "kept",
+        &payload.display().to_string(),
+    ]);
+    assert!(ok, "{out}");
+    let (ok, out) = cairn(&["down", "--dir", &d]);
+    assert!(ok && out.contains("stopped 4"), "{out}");
+    // The whole cluster restarts from its directory: the monitor's map (and so the OSD ids and
+    // the pool) and every object come back.
+    let (ok, out) = cairn(&[
+        "up",
+        "--dir",
+        &d,
+        "--mon",
+        &mon,
+        "--device-mib",
+        "256",
+        "--pg-num",
+        "32",
+    ]);
+    assert!(ok, "{out}");
+    let log = std::fs::read_to_string(dir.join("mon.log")).unwrap_or_default();
+    assert!(
+        !log.contains("map at epoch 1\n"),
+        "the restarted monitor must load its map: {log}"
+    );
+    let (ok, out) = cairn(&[
+        "get",
+        "--mon",
+        &mon,
+        "-p",
+        "data",
+        "kept",
+        &back.display().to_string(),
+    ]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        crc32c::crc32c(&std::fs::read(&back).unwrap()),
+        crc32c::crc32c(&data)
+    );
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
     drop(cluster);

@@ -18,6 +18,7 @@ use crate::proto::{
     from_payload, to_payload, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
     MSG_MON_REPLY, MSG_MON_REQUEST,
 };
+use crate::store::MapStore;
 
 /// Where a request came from, so the reply and map updates can go back.
 struct Inbound {
@@ -33,8 +34,18 @@ pub struct MonDaemon {
 }
 
 impl MonDaemon {
-    /// Starts serving `monitor` on `addr` (port 0 picks a free port).
+    /// Starts serving `monitor` on `addr` (port 0 picks a free port). With `store`, every new
+    /// epoch is saved durably before it is acknowledged or published.
     pub async fn start(monitor: Monitor, addr: SocketAddr) -> Result<MonDaemon, MonError> {
+        Self::start_with_store(monitor, addr, None).await
+    }
+
+    /// As [`MonDaemon::start`], persisting epochs to `store`.
+    pub async fn start_with_store(
+        monitor: Monitor,
+        addr: SocketAddr,
+        store: Option<MapStore>,
+    ) -> Result<MonDaemon, MonError> {
         let mut listener = Listener::bind(addr, Limits::default())
             .await
             .map_err(|e| MonError::Invalid(format!("bind {addr}: {e}")))?;
@@ -46,7 +57,7 @@ impl MonDaemon {
                 tokio::spawn(serve_session(session, tx.clone()));
             }
         });
-        tokio::spawn(run_core(monitor, rx, stop_rx));
+        tokio::spawn(run_core(monitor, rx, stop_rx, store));
         Ok(MonDaemon {
             addr: local,
             stop: Some(stop_tx),
@@ -98,6 +109,7 @@ async fn run_core(
     mut monitor: Monitor,
     mut rx: mpsc::Receiver<Inbound>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
+    store: Option<MapStore>,
 ) {
     let started = Instant::now();
     let now_ms = || started.elapsed().as_millis() as u64;
@@ -106,10 +118,18 @@ async fn run_core(
     loop {
         let before = monitor.map().epoch;
         tokio::select! {
-            _ = &mut stop => return,
+            _ = &mut stop => {
+                if let Some(store) = store {
+                    let _ = store.close().await;
+                }
+                return;
+            }
             _ = ticker.tick() => {
                 if let Err(e) = monitor.tick(now_ms()) {
                     tracing::error!(error = %e, "tick failed");
+                }
+                if !persist(&store, &monitor, before).await {
+                    return;
                 }
             }
             inbound = rx.recv() => {
@@ -121,6 +141,9 @@ async fn run_core(
                     }
                     RequestBody::Op(req) => answer(&mut monitor, now_ms(), request.tid, req),
                 };
+                if !persist(&store, &monitor, before).await {
+                    return;
+                }
                 let _ = sender.send(MSG_MON_REPLY, to_payload(&reply)).await;
             }
         }
@@ -128,6 +151,21 @@ async fn run_core(
             || subscribers.values().any(|(_, e)| *e < monitor.map().epoch)
         {
             publish(&monitor, &mut subscribers).await;
+        }
+    }
+}
+
+/// Saves a new epoch before anyone hears of it; false (stop serving) if it cannot be saved.
+async fn persist(store: &Option<MapStore>, monitor: &Monitor, before: u64) -> bool {
+    let Some(store) = store else { return true };
+    if monitor.map().epoch == before {
+        return true;
+    }
+    match store.save(monitor.map()).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot persist the map: the monitor stops");
+            false
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod incremental;
 pub mod map;
 pub mod monitor;
 pub mod proto;
+pub mod store;
 
 pub use error::MonError;
 pub use incremental::{Change, Incremental};

@@ -73,3 +73,87 @@ async fn osds_boot_and_subscribers_follow_every_epoch() {
     let late_map = late.wait_for_epoch(last, 5000).await.unwrap();
     assert_eq!(late_map.encode(), seen.encode());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_map_survives_a_monitor_restart() {
+    use cairn_mon::store::MapStore;
+    let dir = std::env::temp_dir().join(format!("cairn-mon-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = MapStore::open(&dir).await.unwrap();
+    assert!(store.load().await.unwrap().is_none());
+    let monitor = Monitor::new(ClusterMap::new("fsid").unwrap(), MonConfig::default());
+    let daemon = MonDaemon::start_with_store(monitor, "127.0.0.1:0".parse().unwrap(), Some(store))
+        .await
+        .unwrap();
+    let admin = MonClient::connect(daemon.addr(), 1).await;
+    for i in 0..3 {
+        admin
+            .op(
+                Request::Boot {
+                    uuid: format!("u{i}"),
+                    host: format!("h{i}"),
+                    addr: format!("a{i}"),
+                    crush_weight: 0x10000,
+                },
+                5000,
+            )
+            .await
+            .unwrap();
+    }
+    let last = admin
+        .op(
+            Request::CreatePool {
+                name: "p".into(),
+                size: 3,
+                pg_num: 32,
+            },
+            5000,
+        )
+        .await
+        .unwrap()
+        .epoch;
+    admin.subscribe(5000).await.unwrap();
+    let before = admin.wait_for_epoch(last, 5000).await.unwrap();
+    drop(admin);
+    drop(daemon);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let store = MapStore::open(&dir).await.unwrap();
+    let loaded = store.load().await.unwrap().expect("a saved map");
+    assert_eq!(loaded.epoch, last);
+    assert_eq!(
+        loaded.encode(),
+        before.encode(),
+        "the restarted map is the acknowledged one"
+    );
+    let daemon = MonDaemon::start_with_store(
+        Monitor::new(loaded, MonConfig::default()),
+        "127.0.0.1:0".parse().unwrap(),
+        Some(store),
+    )
+    .await
+    .unwrap();
+    let client = MonClient::connect(daemon.addr(), 2).await;
+    client.subscribe(5000).await.unwrap();
+    assert_eq!(
+        client.wait_for_epoch(last, 5000).await.unwrap().encode(),
+        before.encode()
+    );
+    // A known OSD keeps its id after the restart.
+    let id = client
+        .op(
+            Request::Boot {
+                uuid: "u1".into(),
+                host: "h1".into(),
+                addr: "b1".into(),
+                crush_weight: 0x10000,
+            },
+            5000,
+        )
+        .await
+        .unwrap()
+        .osd_id;
+    assert_eq!(id, Some(1));
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
