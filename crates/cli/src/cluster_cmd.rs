@@ -14,31 +14,60 @@ use clap::Args;
 
 use crate::mon_cmd::DEFAULT_MON;
 
-/// `cairn osd run`: one OSD daemon.
-#[derive(Args, Clone)]
+/// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
+/// (TOML with the same names: `mon`, `data`, `host`, `listen`, `device_mib`).
+#[derive(Args, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
+    /// TOML file with every setting (flags are then ignored).
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
     /// Monitor address.
     #[arg(long, default_value = DEFAULT_MON)]
+    #[serde(default = "crate::mon_cmd::default_mon")]
     pub mon: SocketAddr,
     /// Data directory (device file `block`, metadata `kv.redb`, identity `uuid`).
     #[arg(long)]
-    pub data: PathBuf,
+    #[serde(default)]
+    pub data: Option<PathBuf>,
     /// Host name (CRUSH failure domain).
     #[arg(long, default_value = "localhost")]
+    #[serde(default = "default_host")]
     pub host: String,
     /// Address to serve on.
     #[arg(long, default_value = "127.0.0.1:0")]
+    #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// Device file size when created, in MiB.
     #[arg(long = "device-mib", default_value_t = 1024)]
+    #[serde(default = "default_device_mib")]
     pub device_mib: u64,
+}
+
+fn default_host() -> String {
+    "localhost".into()
+}
+
+fn default_listen() -> SocketAddr {
+    "127.0.0.1:0".parse().expect("literal address")
+}
+
+fn default_device_mib() -> u64 {
+    1024
 }
 
 /// Runs an OSD until interrupted.
 pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data)
-        .with_context(|| format!("creating {}", args.data.display()))?;
-    let uuid_path = args.data.join("uuid");
+    let args: OsdRunArgs = match &args.config {
+        Some(path) => crate::mon_cmd::load_config(path)?,
+        None => args,
+    };
+    let Some(data) = args.data.clone() else {
+        bail!("an OSD needs a data directory (--data or `data` in the config file)");
+    };
+    std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
+    let uuid_path = data.join("uuid");
     let uuid = match std::fs::read_to_string(&uuid_path) {
         Ok(u) => u.trim().to_string(),
         Err(_) => {
@@ -58,7 +87,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut cfg = OsdConfig::local(&uuid, &args.host, args.mon, args.data.clone());
+        let mut cfg = OsdConfig::local(&uuid, &args.host, args.mon, data.clone());
         cfg.listen = args.listen;
         cfg.device_bytes = args.device_mib << 20;
         let osd = OsdDaemon::start(cfg).await?;

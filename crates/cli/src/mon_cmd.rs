@@ -17,21 +17,53 @@ use clap::{Args, Subcommand};
 pub const DEFAULT_MON: &str = "127.0.0.1:6789";
 const TIMEOUT_MS: u64 = 10_000;
 
-/// `cairn mon`: run a monitor.
-#[derive(Args)]
+/// `cairn mon`: run a monitor. Settings come from flags, or all from `--config FILE` (TOML
+/// with the same names: `listen`, `fsid`, `down_out_interval_s`, `data`).
+#[derive(Args, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MonArgs {
+    /// TOML file with every setting (flags are then ignored).
+    #[arg(long)]
+    #[serde(skip)]
+    config: Option<std::path::PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = DEFAULT_MON)]
+    #[serde(default = "default_mon")]
     listen: SocketAddr,
     /// Cluster id.
     #[arg(long, default_value = "cairn")]
+    #[serde(default = "default_fsid")]
     fsid: String,
     /// Seconds a down OSD stays in before it is marked out.
     #[arg(long = "down-out-interval-s", default_value_t = 600)]
+    #[serde(default = "default_down_out_s")]
     down_out_interval_s: u64,
     /// Directory for the durable map store (the map then survives restarts).
     #[arg(long)]
+    #[serde(default)]
     data: Option<std::path::PathBuf>,
+}
+
+/// Default monitor address, for config files.
+pub fn default_mon() -> SocketAddr {
+    DEFAULT_MON.parse().expect("literal address")
+}
+
+fn default_fsid() -> String {
+    "cairn".into()
+}
+
+fn default_down_out_s() -> u64 {
+    600
+}
+
+/// Reads a daemon's settings from a TOML file; unknown keys are errors.
+pub fn load_config<T: for<'de> serde::Deserialize<'de>>(
+    path: &std::path::Path,
+) -> anyhow::Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("in {}", path.display()))
 }
 
 /// Where to find the monitor.
@@ -115,6 +147,10 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// Runs the monitor until interrupted.
 pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
+    let args: MonArgs = match &args.config {
+        Some(path) => load_config(path)?,
+        None => args,
+    };
     runtime()?.block_on(async {
         let config = MonConfig {
             down_out_interval_ms: args.down_out_interval_s * 1000,
