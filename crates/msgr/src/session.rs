@@ -171,22 +171,38 @@ struct SessionParts {
     state: SessionState,
 }
 
-fn hello(id: u64, last_received: u64) -> Frame {
-    let mut payload = BytesMut::with_capacity(16);
+fn hello(id: u64, last_received: u64, incarnation: u64) -> Frame {
+    let mut payload = BytesMut::with_capacity(24);
     payload.put_u64_le(id);
     payload.put_u64_le(last_received);
+    payload.put_u64_le(incarnation);
     Frame::new(MSG_HELLO, payload.freeze())
 }
 
-fn parse_hello(frame: &Frame) -> Result<(u64, u64), MsgrError> {
-    if frame.header.msg_type != MSG_HELLO || frame.payload.len() != 16 {
+/// A fresh random value naming one end's session state: a peer that sees it change knows the
+/// other end restarted and lost its sequence numbers, so both start over instead of discarding
+/// the new incarnation's frames as duplicates.
+fn new_incarnation() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() | 1
+}
+
+/// (session id, frames received, incarnation) from a HELLO frame.
+fn parse_hello(frame: &Frame) -> Result<(u64, u64, u64), MsgrError> {
+    if frame.header.msg_type != MSG_HELLO || frame.payload.len() != 24 {
         return Err(MsgrError::Io(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "expected a HELLO frame",
         )));
     }
     let mut p = &frame.payload[..];
-    Ok((p.get_u64_le(), p.get_u64_le()))
+    Ok((p.get_u64_le(), p.get_u64_le(), p.get_u64_le()))
 }
 
 async fn run_dialer(
@@ -196,6 +212,8 @@ async fn run_dialer(
     retry_ms: u64,
     mut parts: SessionParts,
 ) {
+    let me = new_incarnation();
+    let mut peer_incarnation = None;
     loop {
         if parts.incoming.is_closed() {
             return;
@@ -210,12 +228,18 @@ async fn run_dialer(
         };
         let (mut sink, mut stream) = framed(stream, limits);
         let handshake = async {
-            sink.send(hello(id, parts.state.last_received)).await?;
+            sink.send(hello(id, parts.state.last_received, me)).await?;
             let reply = stream.next().await.ok_or(MsgrError::Closed)??;
             parse_hello(&reply)
         };
         match handshake.await {
-            Ok((_, peer_received)) => {
+            Ok((_, peer_received, incarnation)) => {
+                if peer_incarnation.is_some_and(|p| p != incarnation) {
+                    tracing::info!(%addr, "peer restarted: session starts over");
+                    parts.state.last_received = 0;
+                    parts.state.unacked.clear();
+                }
+                peer_incarnation = Some(incarnation);
                 match drive(&mut parts, sink, stream, peer_received, None).await {
                     Ended::SessionClosed => return,
                     Ended::Lost(e) => tracing::debug!(%addr, error = %e, "session connection lost"),
@@ -344,7 +368,7 @@ impl Listener {
         let listener = TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(64);
-        let known: Arc<Mutex<HashMap<u64, Reattach>>> = Arc::default();
+        let known: Arc<Mutex<HashMap<u64, (u64, Reattach)>>> = Arc::default();
         tokio::spawn(async move {
             loop {
                 let Ok((socket, peer)) = listener.accept().await else {
@@ -379,7 +403,7 @@ impl Listener {
 async fn accept_one(
     socket: TcpStream,
     limits: Limits,
-    known: Arc<Mutex<HashMap<u64, Reattach>>>,
+    known: Arc<Mutex<HashMap<u64, (u64, Reattach)>>>,
     new_sessions: mpsc::Sender<Session>,
 ) -> Result<(), MsgrError> {
     let (sink, mut stream) = framed(socket, limits);
@@ -387,17 +411,20 @@ async fn accept_one(
         .await
         .map_err(|_| MsgrError::Timeout(10_000))?
         .ok_or(MsgrError::Closed)??;
-    let (id, peer_received) = parse_hello(&first)?;
+    let (id, peer_received, incarnation) = parse_hello(&first)?;
     let mut known = known.lock().await;
-    if let Some(reattach) = known.get(&id) {
-        if reattach.send((sink, stream, peer_received)).await.is_ok() {
-            return Ok(());
+    if let Some((inc, reattach)) = known.get(&id) {
+        if *inc == incarnation {
+            if reattach.send((sink, stream, peer_received)).await.is_ok() {
+                return Ok(());
+            }
+            return Err(MsgrError::Closed);
         }
-        return Err(MsgrError::Closed);
+        tracing::info!(session = id, "peer restarted: replacing its session");
     }
     let (session, parts) = Session::new(id, limits);
     let (re_tx, re_rx) = mpsc::channel(4);
-    known.insert(id, re_tx);
+    known.insert(id, (incarnation, re_tx));
     drop(known);
     tokio::spawn(run_acceptor(parts, sink, stream, peer_received, re_rx));
     new_sessions
@@ -413,6 +440,7 @@ async fn run_acceptor(
     peer_received: u64,
     mut reattach: mpsc::Receiver<NewConn>,
 ) {
+    let me = new_incarnation();
     let mut conn = Some((sink, stream, peer_received));
     loop {
         let (mut sink, stream, peer_received) = match conn.take() {
@@ -423,7 +451,7 @@ async fn run_acceptor(
             },
         };
         if sink
-            .send(hello(0, parts.state.last_received))
+            .send(hello(0, parts.state.last_received, me))
             .await
             .is_err()
         {

@@ -214,3 +214,37 @@ async fn garbage_and_wrong_versions_are_rejected_and_the_listener_survives() {
         b"still alive"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_dialer_with_the_same_session_id_gets_a_fresh_session() {
+    let mut listener = Listener::bind(loopback(), Limits::default()).await.unwrap();
+    let first = Session::connect(listener.local_addr(), 77, Limits::default(), 20).await;
+    for i in 0..10u32 {
+        first.send(3, payload(i)).await.unwrap();
+    }
+    let mut old = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    for _ in 0..10 {
+        old.recv_timeout(5000).await.unwrap();
+    }
+    drop(first);
+    // The same id from a new process (a new incarnation): its first frames carry sequence
+    // numbers the old session already saw, and must not be dropped as duplicates.
+    let mut second = Session::connect(listener.local_addr(), 77, Limits::default(), 20).await;
+    second.send(3, payload(5)).await.unwrap();
+    let mut fresh = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let f = fresh.recv_timeout(5000).await.unwrap();
+    assert_eq!(&f.payload[..], &payload(5)[..]);
+    fresh.send(4, f.payload.clone()).await.unwrap();
+    let back = second.recv_timeout(5000).await.unwrap();
+    assert_eq!(&back.payload[..], &payload(5)[..]);
+    assert!(
+        old.recv_timeout(2000).await.is_err(),
+        "the replaced session is closed"
+    );
+}
