@@ -15,7 +15,8 @@ use clap::Args;
 use crate::mon_cmd::DEFAULT_MON;
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
-/// (TOML with the same names: `mon`, `data`, `host`, `listen`, `device_mib`).
+/// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
+/// `heartbeat_grace_s`, `policy`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
@@ -43,6 +44,23 @@ pub struct OsdRunArgs {
     #[arg(long = "device-mib", default_value_t = 1024)]
     #[serde(default = "default_device_mib")]
     pub device_mib: u64,
+    /// Address of the Prometheus metrics page (`/metrics`); none if not given.
+    #[arg(long)]
+    #[serde(default)]
+    pub metrics: Option<SocketAddr>,
+    /// Seconds a silent peer is given before it is reported down (Ceph: 20).
+    #[arg(long = "heartbeat-grace-s", default_value_t = 20)]
+    #[serde(default = "crate::mon_cmd::default_grace_s")]
+    pub heartbeat_grace_s: u64,
+    /// Scheduler policy (fifo, wpq, mclock, crrn, orr, trr, tbf); switch live with
+    /// `cairn tell osd.N config set osd_op_queue NAME`.
+    #[arg(long, default_value = "mclock")]
+    #[serde(default = "default_policy")]
+    pub policy: String,
+}
+
+fn default_policy() -> String {
+    "mclock".into()
 }
 
 fn default_host() -> String {
@@ -90,7 +108,13 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         let mut cfg = OsdConfig::local(&uuid, &args.host, args.mon, data.clone());
         cfg.listen = args.listen;
         cfg.device_bytes = args.device_mib << 20;
+        cfg.metrics_listen = args.metrics;
+        cfg.heartbeat_grace_ms = args.heartbeat_grace_s * 1000;
+        cfg.policy = cairn_qos::PolicyConfig::by_name(&args.policy)?;
         let osd = OsdDaemon::start(cfg).await?;
+        if let Some(m) = osd.metrics_addr() {
+            eprintln!("osd.{} metrics on http://{m}/metrics", osd.id());
+        }
         eprintln!("osd.{} serving on {}", osd.id(), osd.addr());
         tokio::signal::ctrl_c().await?;
         Ok(())
@@ -118,6 +142,12 @@ pub struct UpArgs {
     /// Device file size per OSD, in MiB.
     #[arg(long = "device-mib", default_value_t = 1024)]
     device_mib: u64,
+    /// Heartbeat grace of the monitor and OSDs, in seconds (Ceph: 20).
+    #[arg(long = "heartbeat-grace-s", default_value_t = 20)]
+    heartbeat_grace_s: u64,
+    /// Serve each OSD's Prometheus metrics on a free loopback port (printed in its log).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    metrics: bool,
 }
 
 /// `cairn down`.
@@ -163,6 +193,8 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         mon.clone(),
         "--data".into(),
         mon_data,
+        "--heartbeat-grace-s".into(),
+        args.heartbeat_grace_s.to_string(),
     ];
     let mut pids = vec![spawn(&args.dir, "mon", &mon_args)?];
     std::fs::write(&pids_path, format!("{}\n", pids[0]))?;
@@ -175,7 +207,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     }
     for i in 0..args.osds {
         let data = args.dir.join(format!("osd{i}"));
-        let osd_args = vec![
+        let mut osd_args = vec![
             "osd".into(),
             "run".into(),
             "--mon".into(),
@@ -186,7 +218,12 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             format!("host{i}"),
             "--device-mib".into(),
             args.device_mib.to_string(),
+            "--heartbeat-grace-s".into(),
+            args.heartbeat_grace_s.to_string(),
         ];
+        if args.metrics {
+            osd_args.extend(["--metrics".into(), "127.0.0.1:0".into()]);
+        }
         pids.push(spawn(&args.dir, &format!("osd{i}"), &osd_args)?);
         let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
         std::fs::write(&pids_path, text)?;

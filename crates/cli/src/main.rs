@@ -1,6 +1,7 @@
 //! `cairn`: the one binary. Each subsystem owns one module with its clap arguments and handler;
 //! this file only dispatches.
 
+mod admin_cmd;
 mod cache_cmd;
 mod cluster_cmd;
 mod crush_cmd;
@@ -38,6 +39,12 @@ enum Command {
     Rm(data_cmd::NameArgs),
     /// Size and version of an object.
     Stat(data_cmd::NameArgs),
+    /// List the objects of a pool.
+    Ls(admin_cmd::LsArgs),
+    /// Send an admin command to a daemon: `cairn tell osd.N config set osd_op_queue wpq`.
+    Tell(admin_cmd::TellArgs),
+    /// PGs as their primaries report them (`cairn pg dump`).
+    Pg(admin_cmd::PgArgs),
     /// Benchmark a pool like `rados bench` (with latency percentiles).
     Bench(data_cmd::BenchArgs),
     /// Run a monitor (the cluster map authority).
@@ -68,6 +75,9 @@ fn main() -> anyhow::Result<()> {
         Command::Get(args) => data_cmd::get(args),
         Command::Rm(args) => data_cmd::rm(args),
         Command::Stat(args) => data_cmd::stat(args),
+        Command::Ls(args) => admin_cmd::ls(args),
+        Command::Tell(args) => admin_cmd::tell(args),
+        Command::Pg(args) => admin_cmd::pg(args),
         Command::Bench(args) => data_cmd::bench(args),
         Command::Mon(args) => mon_cmd::run_mon(args),
         Command::Status(args) => mon_cmd::run_status(args),

@@ -18,7 +18,7 @@ pub const DEFAULT_MON: &str = "127.0.0.1:6789";
 const TIMEOUT_MS: u64 = 10_000;
 
 /// `cairn mon`: run a monitor. Settings come from flags, or all from `--config FILE` (TOML
-/// with the same names: `listen`, `fsid`, `down_out_interval_s`, `data`).
+/// with the same names: `listen`, `fsid`, `down_out_interval_s`, `heartbeat_grace_s`, `data`).
 #[derive(Args, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MonArgs {
@@ -38,6 +38,10 @@ pub struct MonArgs {
     #[arg(long = "down-out-interval-s", default_value_t = 600)]
     #[serde(default = "default_down_out_s")]
     down_out_interval_s: u64,
+    /// Seconds an OSD must have been silent, as its peers report, before it is marked down.
+    #[arg(long = "heartbeat-grace-s", default_value_t = 20)]
+    #[serde(default = "default_grace_s")]
+    heartbeat_grace_s: u64,
     /// Directory for the durable map store (the map then survives restarts).
     #[arg(long)]
     #[serde(default)]
@@ -55,6 +59,11 @@ fn default_fsid() -> String {
 
 fn default_down_out_s() -> u64 {
     600
+}
+
+/// Ceph's heartbeat grace, in seconds (for config files).
+pub fn default_grace_s() -> u64 {
+    20
 }
 
 /// Reads a daemon's settings from a TOML file; unknown keys are errors.
@@ -134,7 +143,9 @@ enum OsdCommand {
     /// OSDs by host with state and weights.
     Tree,
     /// Run an OSD daemon.
-    Run(crate::cluster_cmd::OsdRunArgs),
+    Run(Box<crate::cluster_cmd::OsdRunArgs>),
+    /// Per-OSD usage: PGs, objects, stored and allocated bytes (asks each up OSD).
+    Df,
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -154,6 +165,7 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let config = MonConfig {
             down_out_interval_ms: args.down_out_interval_s * 1000,
+            heartbeat_grace_ms: args.heartbeat_grace_s * 1000,
             ..MonConfig::default()
         };
         let (map, store) = match &args.data {
@@ -213,6 +225,9 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
                 spread.osds.max_deviation
             );
         }
+        if up > 0 {
+            crate::admin_cmd::live_status(args.mon).await?;
+        }
         Ok(())
     })
 }
@@ -259,7 +274,8 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
 /// `cairn osd ...`.
 pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let body = match args.command {
-        OsdCommand::Run(run) => return crate::cluster_cmd::run_osd(run),
+        OsdCommand::Run(run) => return crate::cluster_cmd::run_osd(*run),
+        OsdCommand::Df => return crate::admin_cmd::osd_df(args.mon.mon),
         OsdCommand::Out { id } => Request::MarkOut { id },
         OsdCommand::In { id } => Request::MarkIn { id },
         OsdCommand::Down { id } => Request::MarkDown { id },

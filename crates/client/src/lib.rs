@@ -16,6 +16,8 @@ use cairn_mon::client::MonClient;
 use cairn_mon::ClusterMap;
 use cairn_msgr::session::{Session, SessionSender};
 use cairn_msgr::Limits;
+use cairn_proto::admin::{AdminReply, AdminRequest, MSG_ADMIN, MSG_ADMIN_REPLY};
+use cairn_proto::pairs::{decode_pairs, encode_keys, encode_pairs, Pairs};
 use cairn_proto::{
     decode, encode, OpHeader, OpKind, OpResult, ReplyHeader, MSG_OSD_OP, MSG_OSD_OP_REPLY,
 };
@@ -44,9 +46,27 @@ pub enum ClientError {
     /// Data failed its checksum: never returned to the caller.
     #[error("checksum mismatch reading `{0}`")]
     Checksum(String),
+    /// The OSD refused the request as invalid (bad name, checksum, limit); not retried.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// An admin command failed or its OSD did not answer.
+    #[error("osd.{osd}: {reason}")]
+    Admin {
+        /// The OSD.
+        osd: i32,
+        /// Why.
+        reason: String,
+    },
     /// The monitor failed.
     #[error(transparent)]
     Mon(#[from] cairn_mon::MonError),
+}
+
+/// What a request addresses: an object (placed by its name) or a whole PG (listing).
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Object(&'a str),
+    Pg(u32),
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<(ReplyHeader, Bytes)>>>>;
@@ -81,6 +101,11 @@ impl Client {
             id: client_id,
             op_timeout_ms: 30_000,
         })
+    }
+
+    /// The current cluster map, if one has arrived.
+    pub fn map(&self) -> Option<ClusterMap> {
+        self.map.borrow().clone()
     }
 
     /// The current map epoch.
@@ -133,8 +158,233 @@ impl Client {
             .map(|_| ())
     }
 
-    /// Where an object lives now: (epoch, pool id, pg, primary id and address).
-    fn locate(&self, pool: &str, name: &str) -> Result<Location, ClientError> {
+    /// Writes `data` at `offset` (the object grows as needed); returns the new version.
+    pub async fn write(
+        &self,
+        pool: &str,
+        name: &str,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u64, ClientError> {
+        let kind = OpKind::Write { offset };
+        let (h, _) = self
+            .submit(pool, name, kind, Bytes::copy_from_slice(data))
+            .await?;
+        Ok(h.version)
+    }
+
+    /// Appends `data` at the object's end; returns the new version.
+    pub async fn append(&self, pool: &str, name: &str, data: &[u8]) -> Result<u64, ClientError> {
+        let (h, _) = self
+            .submit(pool, name, OpKind::Append, Bytes::copy_from_slice(data))
+            .await?;
+        Ok(h.version)
+    }
+
+    /// Sets the object's size (cuts or zero-extends).
+    pub async fn truncate(&self, pool: &str, name: &str, size: u64) -> Result<u64, ClientError> {
+        let (h, _) = self
+            .submit(pool, name, OpKind::Truncate { size }, Bytes::new())
+            .await?;
+        Ok(h.version)
+    }
+
+    /// Reads `len` bytes at `offset` (fewer at the object's end), verified.
+    pub async fn read_range(
+        &self,
+        pool: &str,
+        name: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, ClientError> {
+        let (h, data) = self
+            .submit(pool, name, OpKind::Read { offset, len }, Bytes::new())
+            .await?;
+        if crc32c::crc32c(&data) != h.data_crc {
+            return Err(ClientError::Checksum(name.to_string()));
+        }
+        Ok(data.to_vec())
+    }
+
+    /// Sets an extended attribute (names starting with `_` are reserved).
+    pub async fn set_xattr(
+        &self,
+        pool: &str,
+        name: &str,
+        key: &str,
+        value: &[u8],
+    ) -> Result<(), ClientError> {
+        let kind = OpKind::SetXattr { name: key.into() };
+        self.submit(pool, name, kind, Bytes::copy_from_slice(value))
+            .await
+            .map(|_| ())
+    }
+
+    /// One extended attribute.
+    pub async fn get_xattr(
+        &self,
+        pool: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Vec<u8>, ClientError> {
+        let kind = OpKind::GetXattr { name: key.into() };
+        let (h, data) = self.submit(pool, name, kind, Bytes::new()).await?;
+        if crc32c::crc32c(&data) != h.data_crc {
+            return Err(ClientError::Checksum(name.to_string()));
+        }
+        Ok(data.to_vec())
+    }
+
+    /// Every user extended attribute, by name.
+    pub async fn get_xattrs(
+        &self,
+        pool: &str,
+        name: &str,
+    ) -> Result<Vec<(String, Vec<u8>)>, ClientError> {
+        let (_, data) = self
+            .submit(pool, name, OpKind::GetXattrs, Bytes::new())
+            .await?;
+        decode_pairs(&data)
+            .map_err(|e| ClientError::Invalid(e.to_string()))?
+            .into_iter()
+            .map(|(k, v)| {
+                String::from_utf8(k)
+                    .map(|k| (k, v))
+                    .map_err(|_| ClientError::Invalid("xattr name is not UTF-8".into()))
+            })
+            .collect()
+    }
+
+    /// Removes an extended attribute.
+    pub async fn remove_xattr(&self, pool: &str, name: &str, key: &str) -> Result<(), ClientError> {
+        let kind = OpKind::RemoveXattr { name: key.into() };
+        self.submit(pool, name, kind, Bytes::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// Sets omap entries (creating the object if needed), atomically.
+    pub async fn omap_set(
+        &self,
+        pool: &str,
+        name: &str,
+        entries: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<u64, ClientError> {
+        let data = Bytes::from(encode_pairs(entries));
+        let (h, _) = self.submit(pool, name, OpKind::OmapSet, data).await?;
+        Ok(h.version)
+    }
+
+    /// Removes omap keys, atomically.
+    pub async fn omap_remove(
+        &self,
+        pool: &str,
+        name: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<u64, ClientError> {
+        let data = Bytes::from(encode_keys(keys));
+        let (h, _) = self.submit(pool, name, OpKind::OmapRemove, data).await?;
+        Ok(h.version)
+    }
+
+    /// Omap entries in key order after `after` (exclusive; empty = from the start) with
+    /// `prefix`, at most `max`; the flag says whether more follow.
+    pub async fn omap_list(
+        &self,
+        pool: &str,
+        name: &str,
+        after: &[u8],
+        prefix: &[u8],
+        max: u32,
+    ) -> Result<(Pairs, bool), ClientError> {
+        let kind = OpKind::OmapList {
+            after: after.to_vec(),
+            prefix: prefix.to_vec(),
+            max,
+        };
+        let (h, data) = self.submit(pool, name, kind, Bytes::new()).await?;
+        let pairs = decode_pairs(&data).map_err(|e| ClientError::Invalid(e.to_string()))?;
+        Ok((pairs, h.more))
+    }
+
+    /// Every object name of a pool, PG by PG (each PG's names in byte order).
+    pub async fn list_objects(&self, pool: &str) -> Result<Vec<String>, ClientError> {
+        let pg_num = {
+            let guard = self.map.borrow();
+            guard
+                .as_ref()
+                .and_then(|m| m.placement.pools.values().find(|p| p.name == pool))
+                .map(|p| p.pg_num)
+                .ok_or_else(|| ClientError::NoPool(pool.to_string()))?
+        };
+        let mut out = Vec::new();
+        for seed in 0..pg_num {
+            let mut after = String::new();
+            loop {
+                let kind = OpKind::ListObjects {
+                    after: after.clone(),
+                    max: 1000,
+                };
+                let (h, data) = self
+                    .submit_to(pool, Target::Pg(seed), kind, Bytes::new())
+                    .await?;
+                let names = decode_pairs(&data).map_err(|e| ClientError::Invalid(e.to_string()))?;
+                let n = names.len();
+                for (k, _) in names {
+                    let name = String::from_utf8(k)
+                        .map_err(|_| ClientError::Invalid("object name is not UTF-8".into()))?;
+                    after.clone_from(&name);
+                    out.push(name);
+                }
+                if !h.more || n == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs an admin command on `osd` (e.g. `config set osd_op_queue wpq`).
+    pub async fn tell(&self, osd: i32, args: &[String]) -> Result<String, ClientError> {
+        let addr = self
+            .map
+            .borrow()
+            .as_ref()
+            .and_then(|m| m.osds.get(&osd).filter(|o| o.up).map(|o| o.addr.clone()))
+            .ok_or_else(|| ClientError::Admin {
+                osd,
+                reason: "not up in the map".into(),
+            })?;
+        let admin_err = |reason: String| ClientError::Admin { osd, reason };
+        let sock: SocketAddr = addr.parse().map_err(|e| admin_err(format!("{e}")))?;
+        let sid = (self.id << 20) ^ (osd as u64) ^ 0xad31_0000_0000_0000;
+        let mut session = Session::connect(sock, sid, Limits::default(), 100).await;
+        let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
+        let req = AdminRequest {
+            tid,
+            args: args.to_vec(),
+        };
+        session
+            .send(MSG_ADMIN, encode(&req, &[]))
+            .await
+            .map_err(|e| admin_err(e.to_string()))?;
+        let frame = session
+            .recv_timeout(10_000)
+            .await
+            .map_err(|e| admin_err(e.to_string()))?;
+        if frame.header.msg_type != MSG_ADMIN_REPLY {
+            return Err(admin_err(format!(
+                "unexpected answer type {:#x}",
+                frame.header.msg_type
+            )));
+        }
+        let (reply, _) =
+            decode::<AdminReply>(&frame.payload).map_err(|e| admin_err(e.to_string()))?;
+        reply.result.map_err(admin_err)
+    }
+
+    /// Where an object (or, for `Target::Pg`, a PG) lives now.
+    fn locate(&self, pool: &str, target: &Target<'_>) -> Result<Location, ClientError> {
         let guard = self.map.borrow();
         let map = guard
             .as_ref()
@@ -145,7 +395,13 @@ impl Client {
             .values()
             .find(|p| p.name == pool)
             .ok_or_else(|| ClientError::NoPool(pool.to_string()))?;
-        let pg = p.object_pg(name, "", "");
+        let pg = match target {
+            Target::Object(name) => p.object_pg(name, "", ""),
+            Target::Pg(seed) => PgId {
+                pool: p.id,
+                seed: *seed,
+            },
+        };
         let primary = map
             .placement
             .mapper()
@@ -197,11 +453,25 @@ impl Client {
         kind: OpKind,
         data: Bytes,
     ) -> Result<(ReplyHeader, Bytes), ClientError> {
+        self.submit_to(pool, Target::Object(name), kind, data).await
+    }
+
+    async fn submit_to(
+        &self,
+        pool: &str,
+        target: Target<'_>,
+        kind: OpKind,
+        data: Bytes,
+    ) -> Result<(ReplyHeader, Bytes), ClientError> {
+        let name = match target {
+            Target::Object(n) => n,
+            Target::Pg(_) => "",
+        };
         let deadline = Instant::now() + Duration::from_millis(self.op_timeout_ms);
         let mut last = String::from("no attempt");
         let mut map_rx = self.map.clone();
         while Instant::now() < deadline {
-            let (epoch, pool_id, pg, primary) = self.locate(pool, name)?;
+            let (epoch, pool_id, pg, primary) = self.locate(pool, &target)?;
             let attempt = async {
                 let (osd, addr) = primary.ok_or_else(|| "no primary up".to_string())?;
                 let sender = self.session(osd, &addr).await?;
@@ -218,7 +488,6 @@ impl Client {
                     pg_seed: pg.seed,
                     object: name.to_string(),
                     kind: kind.clone(),
-                    version: 0,
                     data_crc: crc32c::crc32c(&data),
                 };
                 sender
@@ -242,6 +511,7 @@ impl Client {
                 Ok((h, d)) => match &h.result {
                     OpResult::Ok => return Ok((h, d)),
                     OpResult::NotFound => return Err(ClientError::NotFound(name.to_string())),
+                    OpResult::Invalid(why) => return Err(ClientError::Invalid(why.clone())),
                     other => last = format!("{other:?} at epoch {}", h.epoch),
                 },
                 Err(e) => last = e,

@@ -12,6 +12,7 @@ pub mod codec;
 pub mod conn;
 pub mod error;
 pub mod frame;
+pub mod http;
 pub mod session;
 
 pub use error::MsgrError;

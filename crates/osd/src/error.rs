@@ -23,6 +23,17 @@ pub enum OsdError {
     /// A peer sent a malformed message.
     #[error(transparent)]
     Malformed(#[from] cairn_proto::ProtoError),
+    /// Persisted PG state does not decode.
+    #[error("corrupt PG state: {0}")]
+    Corrupt(String),
+    /// A peer failed or refused a peering/recovery request.
+    #[error("peer osd.{osd}: {reason}")]
+    Peer {
+        /// The peer.
+        osd: i32,
+        /// What went wrong.
+        reason: String,
+    },
     /// Networking failed.
     #[error("messenger: {0}")]
     Msgr(#[from] cairn_msgr::MsgrError),

@@ -1,13 +1,28 @@
-//! The OSD daemon: stores PGs' objects in a local [`cairn_store::Store`], runs every client op
-//! and every replica write through one QoS scheduler ([`sched`]), and replicates primary-copy:
-//! the primary applies a write durably, forwards it to the rest of the acting set and
-//! acknowledges the client only when every copy has committed (invariant 1). Maps come from the
-//! monitor; sockets only through `cairn-msgr`; disks only through `cairn-blockdev`.
+//! The OSD daemon: stores PGs' objects in a local [`cairn_store::Store`], runs every client op,
+//! replica write and recovery transfer through one QoS scheduler ([`sched`]), replicates
+//! primary-copy (the primary orders writes with a PG version and acknowledges only when every
+//! copy of the acting set has committed, invariant 1), keeps a PG log per PG in the store, and
+//! peers on every interval change: the authoritative log is chosen, missing objects are
+//! recovered from the log (or the PG is copied whole when a copy is beyond it), and only then is
+//! the PG active. Maps come from the monitor; sockets only through `cairn-msgr`; disks only
+//! through `cairn-blockdev`.
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod daemon;
 pub mod error;
+pub mod heartbeat;
+pub mod metrics;
+pub mod objects;
+pub mod peering;
+pub mod peers;
+pub mod pgmeta;
+pub mod pgs;
+pub mod primary;
+pub mod replica;
 pub mod sched;
+pub mod shared;
+pub mod txns;
 
 pub use daemon::{OsdConfig, OsdDaemon};
 pub use error::OsdError;

@@ -98,6 +98,74 @@ impl OpScheduler {
         self.notify.notify_one();
         Ok(())
     }
+
+    /// The active policy's configuration.
+    pub fn policy(&self) -> cairn_qos::PolicyConfig {
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .config()
+            .clone()
+    }
+
+    /// Switches the policy live; queued requests drain through the old one (hot swap).
+    pub fn set_policy(&self, cfg: cairn_qos::PolicyConfig) -> Result<(), OsdError> {
+        let now = self.now_ns();
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_policy(cfg, now)?;
+        self.notify.notify_one();
+        Ok(())
+    }
+
+    /// Prometheus lines of the scheduler's per-class counters.
+    pub fn render_metrics(&self, osd: i32) -> String {
+        use std::fmt::Write;
+        let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = String::from("# HELP cairn_osd_sched_dispatched_total Requests released by the scheduler, by class.\n# TYPE cairn_osd_sched_dispatched_total counter\n");
+        for class in QosClass::ALL {
+            let c = q.counters().class(class);
+            let _ = writeln!(
+                out,
+                "cairn_osd_sched_dispatched_total{{osd=\"{osd}\",class=\"{}\"}} {}",
+                class.name(),
+                c.dispatched_total()
+            );
+        }
+        out.push_str("# HELP cairn_osd_sched_queued Requests waiting in the scheduler, by class.\n# TYPE cairn_osd_sched_queued gauge\n");
+        for class in QosClass::ALL {
+            let _ = writeln!(
+                out,
+                "cairn_osd_sched_queued{{osd=\"{osd}\",class=\"{}\"}} {}",
+                class.name(),
+                q.counters().class(class).queued
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP cairn_osd_sched_refused_to_fifo_total Requests the policy refused (served by FIFO).\n# TYPE cairn_osd_sched_refused_to_fifo_total counter\ncairn_osd_sched_refused_to_fifo_total{{osd=\"{osd}\",policy=\"{}\"}} {}",
+            q.policy_name(),
+            q.counters().refused_to_fifo
+        );
+        out
+    }
+
+    /// Queues `work` like [`OpScheduler::submit`] and waits for its result.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        class: QosClass,
+        client_id: u64,
+        length_bytes: u64,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, OsdError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(class, client_id, length_bytes, async move {
+            let _ = tx.send(work.await);
+        })?;
+        rx.await
+            .map_err(|_| OsdError::Protocol("scheduler stopped before running the request".into()))
+    }
 }
 
 async fn dispatch_loop(s: Arc<OpScheduler>) {

@@ -84,6 +84,37 @@ impl PgLog {
         }
     }
 
+    /// A log rebuilt from persisted parts: `tail`, then `entries` in increasing version order.
+    pub fn from_parts(
+        tail: Eversion,
+        entries: Vec<LogEntry>,
+        max_entries: usize,
+    ) -> Result<Self, PgError> {
+        let mut log = PgLog::new(max_entries.max(entries.len()));
+        log.tail = tail;
+        log.head = tail;
+        for e in entries {
+            log.append(e)?;
+        }
+        log.max_entries = max_entries.max(1);
+        Ok(log)
+    }
+
+    /// Number of entries kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when the log holds no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Most entries kept before the oldest is trimmed.
+    pub fn max_entries(&self) -> usize {
+        self.max_entries
+    }
+
     /// Newest version (last update).
     pub fn head(&self) -> Eversion {
         self.head
@@ -92,6 +123,13 @@ impl PgLog {
     /// Oldest version still recoverable from the log.
     pub fn tail(&self) -> Eversion {
         self.tail
+    }
+
+    /// The entry that the next [`PgLog::append`] would trim, if any.
+    pub fn next_trimmed(&self) -> Option<&LogEntry> {
+        (self.entries.len() >= self.max_entries)
+            .then(|| self.entries.front())
+            .flatten()
     }
 
     /// Entries, oldest first.

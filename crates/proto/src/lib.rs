@@ -21,77 +21,24 @@ pub const MSG_OSD_OP_REPLY: u16 = 0x0201;
 pub const MSG_OSD_REPOP: u16 = 0x0202;
 /// Replica -> primary acknowledgement.
 pub const MSG_OSD_REPOP_REPLY: u16 = 0x0203;
-/// Largest header accepted (explicit limit).
-pub const MAX_HEADER_BYTES: usize = 64 << 10;
+/// OSD -> OSD peering/recovery request ([`peer::PeerRequest`]).
+pub const MSG_PEER_REQUEST: u16 = 0x0210;
+/// Answer to a peering/recovery request ([`peer::PeerReply`]).
+pub const MSG_PEER_REPLY: u16 = 0x0211;
+/// OSD -> OSD heartbeat ([`peer::Ping`]).
+pub const MSG_PING: u16 = 0x0212;
+/// Heartbeat answer ([`peer::Ping`] echoed).
+pub const MSG_PING_REPLY: u16 = 0x0213;
+/// Largest JSON header accepted (explicit limit; a PG log travels in a header).
+pub const MAX_HEADER_BYTES: usize = 4 << 20;
 
-/// What an operation does.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OpKind {
-    /// Replace the object's content with the data.
-    WriteFull,
-    /// Read `len` bytes at `offset` (0, u64::MAX = whole object).
-    Read {
-        /// Offset.
-        offset: u64,
-        /// Length.
-        len: u64,
-    },
-    /// Size and version.
-    Stat,
-    /// Delete the object.
-    Remove,
-}
+pub mod admin;
+pub mod image;
+pub mod op;
+pub mod pairs;
+pub mod peer;
 
-/// Header of an operation (client op or replica op).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OpHeader {
-    /// Request id chosen by the sender, echoed in the reply.
-    pub tid: u64,
-    /// Sender's map epoch.
-    pub epoch: u64,
-    /// Pool id.
-    pub pool: i64,
-    /// PG seed within the pool.
-    pub pg_seed: u32,
-    /// Object name.
-    pub object: String,
-    /// The operation.
-    pub kind: OpKind,
-    /// Version assigned by the primary (replica ops only).
-    pub version: u64,
-    /// crc32c of the data, checked on receipt.
-    pub data_crc: u32,
-}
-
-/// Result codes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OpResult {
-    /// Done.
-    Ok,
-    /// This OSD is not the primary in its map; retry with a newer map.
-    NotPrimary,
-    /// No such pool or object.
-    NotFound,
-    /// The operation failed (replica unreachable, store error); safe to retry.
-    Failed(String),
-}
-
-/// Header of a reply.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplyHeader {
-    /// The request's id.
-    pub tid: u64,
-    /// Responder's map epoch.
-    pub epoch: u64,
-    /// Outcome.
-    pub result: OpResult,
-    /// Object size (stat, read).
-    pub size: u64,
-    /// Object version.
-    pub version: u64,
-    /// crc32c of the data.
-    pub data_crc: u32,
-}
+pub use op::{OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader};
 
 /// Encodes header + data.
 pub fn encode<T: Serialize>(header: &T, data: &[u8]) -> Bytes {

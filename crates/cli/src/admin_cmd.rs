@@ -1,0 +1,224 @@
+//! `cairn ls`, `cairn tell`, `cairn pg dump`, `cairn osd df` and the live part of `cairn status`:
+//! commands that ask the OSDs themselves (through the client library's admin channel) rather
+//! than the monitor.
+
+use std::net::SocketAddr;
+
+use anyhow::{bail, Context};
+use cairn_client::Client;
+use clap::Args;
+
+use crate::mon_cmd::DEFAULT_MON;
+
+/// `cairn ls -p POOL`.
+#[derive(Args)]
+pub struct LsArgs {
+    /// Monitor address.
+    #[arg(long, default_value = DEFAULT_MON)]
+    mon: SocketAddr,
+    /// Pool name.
+    #[arg(short = 'p', long)]
+    pool: String,
+}
+
+/// `cairn tell osd.N WORDS...`.
+#[derive(Args)]
+pub struct TellArgs {
+    /// Monitor address.
+    #[arg(long, default_value = DEFAULT_MON)]
+    mon: SocketAddr,
+    /// Target daemon, `osd.N`.
+    target: String,
+    /// The command, e.g. `config set osd_op_queue wpq`, `config show`, `pg dump`, `df`.
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true)]
+    words: Vec<String>,
+}
+
+/// `cairn pg dump`.
+#[derive(Args)]
+pub struct PgArgs {
+    /// Monitor address.
+    #[arg(long, default_value = DEFAULT_MON)]
+    mon: SocketAddr,
+    /// Only `dump` for now.
+    #[arg(value_parser = ["dump"])]
+    what: String,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+async fn connect(mon: SocketAddr) -> anyhow::Result<Client> {
+    Client::connect(mon, u64::from(std::process::id()) << 8)
+        .await
+        .with_context(|| format!("monitor at {mon}"))
+}
+
+/// Up OSD ids in the client's map.
+fn up_osds(client: &Client) -> Vec<i32> {
+    client
+        .map()
+        .map(|m| m.osds.values().filter(|o| o.up).map(|o| o.id).collect())
+        .unwrap_or_default()
+}
+
+/// Lists every object of a pool.
+pub fn ls(args: LsArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let client = connect(args.mon).await?;
+        let mut names = client.list_objects(&args.pool).await?;
+        names.sort();
+        for n in names {
+            println!("{n}");
+        }
+        Ok(())
+    })
+}
+
+/// Sends an admin command to one OSD and prints its answer.
+pub fn tell(args: TellArgs) -> anyhow::Result<()> {
+    let Some(id) = args
+        .target
+        .strip_prefix("osd.")
+        .and_then(|n| n.parse::<i32>().ok())
+    else {
+        bail!("target must be osd.N (got `{}`)", args.target);
+    };
+    runtime()?.block_on(async {
+        let client = connect(args.mon).await?;
+        let out = client.tell(id, &args.words).await?;
+        print!("{out}");
+        Ok(())
+    })
+}
+
+/// Every PG as its primary reports it.
+pub fn pg(args: PgArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let client = connect(args.mon).await?;
+        println!(
+            "{:<8} {:<18} {:<12} {:<12} {:<6} log",
+            "pg", "state", "acting", "head", "les"
+        );
+        let mut rows = Vec::new();
+        for osd in up_osds(&client) {
+            match client.tell(osd, &["pg".into(), "dump".into()]).await {
+                Ok(text) => rows.extend(text.lines().map(str::to_string)),
+                Err(e) => eprintln!("osd.{osd}: {e}"),
+            }
+        }
+        rows.sort();
+        for r in rows {
+            let f: Vec<&str> = r.split(' ').collect();
+            if f.len() >= 6 {
+                let acting = f[2..f.len() - 3].join("");
+                let n = f.len();
+                println!(
+                    "{:<8} {:<18} {:<12} {:<12} {:<6} {}",
+                    f[0],
+                    f[1],
+                    acting,
+                    f[n - 3],
+                    f[n - 2],
+                    f[n - 1]
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Per-OSD usage.
+pub fn osd_df(mon: SocketAddr) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let client = connect(mon).await?;
+        println!(
+            "{:<8} {:>6} {:>9} {:>12} {:>12} {:>12} {:>6}",
+            "osd", "pgs", "objects", "stored MiB", "alloc MiB", "size MiB", "use%"
+        );
+        for osd in up_osds(&client) {
+            let text = match client.tell(osd, &["df".into()]).await {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("osd.{osd}: {e}");
+                    continue;
+                }
+            };
+            let v: Vec<u64> = text
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            if let [pgs, objects, stored, alloc, cap] = v[..] {
+                let mib = |b: u64| b as f64 / (1 << 20) as f64;
+                println!(
+                    "osd.{osd:<4} {pgs:>6} {objects:>9} {:>12.1} {:>12.1} {:>12.1} {:>5.1}%",
+                    mib(stored),
+                    mib(alloc),
+                    mib(cap),
+                    100.0 * alloc as f64 / cap.max(1) as f64
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The live part of `cairn status`: PGs by state (from their primaries) and client I/O rates
+/// over one second.
+pub async fn live_status(mon: SocketAddr) -> anyhow::Result<()> {
+    let client = connect(mon).await?;
+    let osds = up_osds(&client);
+    let mut states: std::collections::BTreeMap<String, u64> = Default::default();
+    for &osd in &osds {
+        if let Ok(text) = client.tell(osd, &["pg".into(), "stats".into()]).await {
+            for l in text.lines() {
+                if let Some((state, n)) = l.rsplit_once(' ') {
+                    *states.entry(state.to_string()).or_default() += n.parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+    }
+    let pgs: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    println!(
+        "  pgs: {}",
+        if pgs.is_empty() {
+            "none reported".into()
+        } else {
+            pgs.join(", ")
+        }
+    );
+    let a = io_totals(&client, &osds).await;
+    let t0 = std::time::Instant::now();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let b = io_totals(&client, &osds).await;
+    let dt = t0.elapsed().as_secs_f64();
+    println!(
+        "  io: {:.0} op/s, {:.1} MB/s (client ops served by primaries, last second)",
+        (b.0.saturating_sub(a.0)) as f64 / dt,
+        (b.1.saturating_sub(a.1)) as f64 / dt / 1e6
+    );
+    Ok(())
+}
+
+/// Sum of (client ops, bytes) the OSDs have served so far.
+async fn io_totals(client: &Client, osds: &[i32]) -> (u64, u64) {
+    let mut total = (0u64, 0u64);
+    for &osd in osds {
+        if let Ok(t) = client.tell(osd, &["io".into()]).await {
+            let v: Vec<u64> = t
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            if let [ops, bytes] = v[..] {
+                total.0 += ops;
+                total.1 += bytes;
+            }
+        }
+    }
+    total
+}

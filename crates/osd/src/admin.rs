@@ -1,0 +1,191 @@
+//! Admin commands (`cairn tell osd.N ...`) and the metrics page. `config get|set KEY [VALUE]`
+//! reads the OSD's settings and changes the scheduler live (`osd_op_queue`,
+//! `osd_op_queue_config`, `osd_mclock_profile`); `pg stats` lists the PGs it leads by state.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use bytes::Bytes;
+use cairn_proto::admin::{AdminReply, AdminRequest};
+use cairn_proto::{decode, encode};
+use cairn_qos::{MClockConfig, PolicyConfig, Profile};
+
+use crate::pgs::PgStatus;
+use crate::shared::Shared;
+
+pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
+
+/// Settings `config get` can read (the first three can also be set).
+pub const CONFIG_KEYS: [&str; 9] = [
+    "osd_op_queue",
+    "osd_op_queue_config",
+    "osd_mclock_profile",
+    "heartbeat_interval_ms",
+    "heartbeat_grace_ms",
+    "repop_timeout_ms",
+    "max_log_entries",
+    "max_inflight_ops",
+    "max_pending_ops",
+];
+
+/// Answers one encoded [`AdminRequest`] with an encoded [`AdminReply`].
+pub async fn handle(s: &Shared, payload: &Bytes) -> Bytes {
+    let (tid, result) = match decode::<AdminRequest>(payload) {
+        Ok((req, _)) if req.args == ["df"] => (req.tid, Ok(df(s).await)),
+        Ok((req, _)) => (req.tid, run(s, &req.args)),
+        Err(e) => (0, Err(e.to_string())),
+    };
+    encode(&AdminReply { tid, result }, &[])
+}
+
+fn run(s: &Shared, args: &[String]) -> Result<String, String> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    match words.as_slice() {
+        ["config", "get", key] => config_get(s, key),
+        ["config", "set", key, value @ ..] if !value.is_empty() => {
+            config_set(s, key, &value.join(" "))
+        }
+        ["config", "show"] => Ok(CONFIG_KEYS
+            .iter()
+            .map(|k| format!("{k} = {}\n", config_get(s, k).unwrap_or_default()))
+            .collect()),
+        ["pg", "stats"] => Ok(pg_stats(s)),
+        ["pg", "dump"] => Ok(pg_dump(s)),
+        ["io"] => Ok(format!("{} {}\n", s.metrics.total_ops(), s.metrics.total_bytes())),
+        _ => Err(format!(
+            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | io | df)",
+            args.join(" ")
+        )),
+    }
+}
+
+fn config_get(s: &Shared, key: &str) -> Result<String, String> {
+    let c = &s.cfg;
+    Ok(match key {
+        "osd_op_queue" => s.sched.policy().name().to_string(),
+        "osd_op_queue_config" => {
+            serde_json::to_string(&s.sched.policy()).map_err(|e| e.to_string())?
+        }
+        "osd_mclock_profile" => match s.sched.policy() {
+            PolicyConfig::Mclock(m) => m.profile,
+            other => format!("(policy is {})", other.name()),
+        },
+        "heartbeat_interval_ms" => c.heartbeat_interval_ms.to_string(),
+        "heartbeat_grace_ms" => c.heartbeat_grace_ms.to_string(),
+        "repop_timeout_ms" => c.repop_timeout_ms.to_string(),
+        "max_log_entries" => c.max_log_entries.to_string(),
+        "max_inflight_ops" => c.max_inflight_ops.to_string(),
+        "max_pending_ops" => c.max_pending_ops.to_string(),
+        other => {
+            return Err(format!(
+                "unknown key `{other}` (known: {})",
+                CONFIG_KEYS.join(", ")
+            ))
+        }
+    })
+}
+
+fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
+    let cfg = match key {
+        "osd_op_queue" => PolicyConfig::by_name(value).map_err(|e| e.to_string())?,
+        "osd_op_queue_config" => PolicyConfig::from_toml(value).map_err(|e| e.to_string())?,
+        "osd_mclock_profile" => {
+            let p = Profile::parse(value).map_err(|e| e.to_string())?;
+            PolicyConfig::Mclock(MClockConfig::profile(p, s.cfg.capacity.random_4k_iops))
+        }
+        k if CONFIG_KEYS.contains(&k) => {
+            return Err(format!(
+                "`{k}` is read-only at run time (set it in the OSD's config file)"
+            ))
+        }
+        other => {
+            return Err(format!(
+                "unknown key `{other}` (known: {})",
+                CONFIG_KEYS.join(", ")
+            ))
+        }
+    };
+    let name = cfg.name();
+    s.sched.set_policy(cfg).map_err(|e| e.to_string())?;
+    tracing::info!(osd = s.id, key, value, "config set");
+    Ok(format!("{key} set; scheduler policy is now {name}\n"))
+}
+
+/// Usage as `pgs objects stored_bytes allocated_bytes capacity_bytes` (PGs it leads).
+async fn df(s: &Shared) -> String {
+    let st = s.store.stats().await;
+    let pgs = s
+        .pgs
+        .all()
+        .iter()
+        .filter(|p| p.status() != PgStatus::Replica)
+        .count();
+    format!(
+        "{pgs} {} {} {} {}\n",
+        st.objects, st.stored_bytes, st.allocated_bytes, st.capacity_bytes
+    )
+}
+
+/// One line per PG this OSD leads: id, state, acting set, log head, last epoch started.
+fn pg_dump(s: &Shared) -> String {
+    let mut rows: Vec<(String, String)> = s
+        .pgs
+        .all()
+        .into_iter()
+        .filter(|pg| pg.status() != PgStatus::Replica)
+        .map(|pg| {
+            let iv = pg.interval();
+            let (head, les, entries) = match pg.inner.try_lock() {
+                Ok(inner) => (
+                    inner.log.head().to_string(),
+                    inner.last_epoch_started.to_string(),
+                    inner.log.len().to_string(),
+                ),
+                Err(_) => ("busy".into(), "busy".into(), "busy".into()),
+            };
+            (
+                pg.id.to_string(),
+                format!(
+                    "{} {} {:?} {head} {les} {entries}",
+                    pg.id,
+                    pg.status().name(),
+                    iv.acting
+                ),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows.into_iter().map(|(_, r)| r + "\n").collect()
+}
+
+/// Counts of the PGs this OSD leads, by state, as `state count` lines.
+fn pg_stats(s: &Shared) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for pg in s.pgs.all() {
+        let st = pg.status();
+        if st != PgStatus::Replica {
+            *counts.entry(st.name()).or_default() += 1;
+        }
+    }
+    counts.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
+}
+
+/// The Prometheus page: op and recovery counters, PGs by state, scheduler counters.
+pub fn render_metrics(s: &Shared) -> String {
+    let mut extra = String::from(
+        "# HELP cairn_osd_pgs PGs this OSD leads (or holds as a replica), by state.\n# TYPE cairn_osd_pgs gauge\n",
+    );
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for pg in s.pgs.all() {
+        *counts.entry(pg.status().name()).or_default() += 1;
+    }
+    for (state, n) in counts {
+        let _ = writeln!(
+            extra,
+            "cairn_osd_pgs{{osd=\"{}\",state=\"{state}\"}} {n}",
+            s.id
+        );
+    }
+    extra.push_str(&s.sched.render_metrics(s.id));
+    s.metrics.render(s.id, &extra)
+}

@@ -1,0 +1,149 @@
+//! The OSD's counters, rendered in Prometheus text format: client ops by kind (count, errors,
+//! bytes, latency histogram), recovery traffic, PGs by state, and the scheduler's per-class
+//! counters. Recording is a short critical section; rendering happens only on a scrape.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds of the latency histogram buckets, in seconds.
+const BUCKETS_S: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+#[derive(Default, Clone)]
+struct OpStats {
+    count: u64,
+    errors: u64,
+    bytes: u64,
+    sum_s: f64,
+    buckets: [u64; BUCKETS_S.len()],
+}
+
+/// Counters of one OSD.
+#[derive(Default)]
+pub struct Metrics {
+    ops: Mutex<BTreeMap<&'static str, OpStats>>,
+    recovery: Mutex<(u64, u64)>,
+}
+
+impl Metrics {
+    /// Records one finished client op.
+    pub fn record_op(&self, kind: &'static str, bytes: u64, latency: Duration, ok: bool) {
+        let secs = latency.as_secs_f64();
+        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        let st = ops.entry(kind).or_default();
+        st.count += 1;
+        st.errors += u64::from(!ok);
+        st.bytes += bytes;
+        st.sum_s += secs;
+        if let Some(i) = BUCKETS_S.iter().position(|&b| secs <= b) {
+            st.buckets[i] += 1;
+        }
+    }
+
+    /// Records one object moved by recovery (pushed, pulled or served).
+    pub fn record_recovery(&self, bytes: u64) {
+        let mut r = self.recovery.lock().unwrap_or_else(|p| p.into_inner());
+        r.0 += 1;
+        r.1 += bytes;
+    }
+
+    /// Total client ops so far (all kinds).
+    pub fn total_ops(&self) -> u64 {
+        self.ops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|s| s.count)
+            .sum()
+    }
+
+    /// Total bytes carried by client ops so far.
+    pub fn total_bytes(&self) -> u64 {
+        self.ops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|s| s.bytes)
+            .sum()
+    }
+
+    /// Prometheus text: the op and recovery counters, then `extra` lines (PG states, scheduler).
+    pub fn render(&self, osd: i32, extra: &str) -> String {
+        let mut out = String::new();
+        let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        out.push_str("# HELP cairn_osd_ops_total Client operations served as primary.\n# TYPE cairn_osd_ops_total counter\n");
+        for (k, s) in &ops {
+            let _ = writeln!(
+                out,
+                "cairn_osd_ops_total{{osd=\"{osd}\",op=\"{k}\"}} {}",
+                s.count
+            );
+        }
+        out.push_str("# HELP cairn_osd_op_errors_total Client operations that failed.\n# TYPE cairn_osd_op_errors_total counter\n");
+        for (k, s) in &ops {
+            let _ = writeln!(
+                out,
+                "cairn_osd_op_errors_total{{osd=\"{osd}\",op=\"{k}\"}} {}",
+                s.errors
+            );
+        }
+        out.push_str("# HELP cairn_osd_op_bytes_total Bytes carried by client operations.\n# TYPE cairn_osd_op_bytes_total counter\n");
+        for (k, s) in &ops {
+            let _ = writeln!(
+                out,
+                "cairn_osd_op_bytes_total{{osd=\"{osd}\",op=\"{k}\"}} {}",
+                s.bytes
+            );
+        }
+        out.push_str("# HELP cairn_osd_op_latency_seconds Client operation latency.\n# TYPE cairn_osd_op_latency_seconds histogram\n");
+        for (k, s) in &ops {
+            let mut cum = 0;
+            for (b, n) in BUCKETS_S.iter().zip(s.buckets) {
+                cum += n;
+                let _ = writeln!(out, "cairn_osd_op_latency_seconds_bucket{{osd=\"{osd}\",op=\"{k}\",le=\"{b}\"}} {cum}");
+            }
+            let _ = writeln!(
+                out,
+                "cairn_osd_op_latency_seconds_bucket{{osd=\"{osd}\",op=\"{k}\",le=\"+Inf\"}} {}",
+                s.count
+            );
+            let _ = writeln!(
+                out,
+                "cairn_osd_op_latency_seconds_sum{{osd=\"{osd}\",op=\"{k}\"}} {}",
+                s.sum_s
+            );
+            let _ = writeln!(
+                out,
+                "cairn_osd_op_latency_seconds_count{{osd=\"{osd}\",op=\"{k}\"}} {}",
+                s.count
+            );
+        }
+        let (objs, bytes) = *self.recovery.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(out, "# HELP cairn_osd_recovery_objects_total Objects moved by recovery.\n# TYPE cairn_osd_recovery_objects_total counter\ncairn_osd_recovery_objects_total{{osd=\"{osd}\"}} {objs}");
+        let _ = writeln!(out, "# HELP cairn_osd_recovery_bytes_total Bytes moved by recovery.\n# TYPE cairn_osd_recovery_bytes_total counter\ncairn_osd_recovery_bytes_total{{osd=\"{osd}\"}} {bytes}");
+        out.push_str(extra);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_is_cumulative_and_counts_errors() {
+        let m = Metrics::default();
+        m.record_op("read", 10, Duration::from_micros(50), true);
+        m.record_op("read", 10, Duration::from_millis(30), false);
+        let text = m.render(3, "");
+        assert!(text.contains("cairn_osd_ops_total{osd=\"3\",op=\"read\"} 2"));
+        assert!(text.contains("cairn_osd_op_errors_total{osd=\"3\",op=\"read\"} 1"));
+        assert!(text.contains("le=\"0.0001\"} 1"));
+        assert!(text.contains("le=\"0.05\"} 2"));
+        assert!(text.contains("le=\"+Inf\"} 2"));
+        assert_eq!(m.total_ops(), 2);
+    }
+}

@@ -1,0 +1,321 @@
+//! Reacting to maps: every new map is checked PG by PG; a PG whose acting set changed starts a
+//! new interval and, on its primary, peers: gather the logs of the acting set (and of earlier
+//! intervals' OSDs still up), choose the authoritative log (`cairn_pg::plan`), bring the primary
+//! up to date first (pull, or a whole-PG copy when it is beyond the log), then each replica
+//! (push, or backfill), activate them with the authoritative log, and only then serve I/O. A PG
+//! with fewer than min_size copies up stays inactive until the map changes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cairn_clustermap::PgId;
+use cairn_mon::ClusterMap;
+use cairn_pg::{plan, PeerLog, PgLog, Recovery};
+use cairn_proto::image::ObjectImage;
+use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
+use cairn_proto::{decode, encode, MSG_PEER_REQUEST};
+use cairn_store::Transaction;
+
+use crate::error::OsdError;
+use crate::objects::{install, list_all, read_image};
+use crate::pgmeta::{put_info, replace_log};
+use crate::pgs::{Pg, PgStatus};
+use crate::shared::Shared;
+
+/// How long one peering request may take.
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause before a failed peering attempt is retried in the same interval.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Applies a new map to every PG this OSD serves or holds; starts peering where needed.
+pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
+    let mut mapper = map.placement.mapper();
+    for pool in map.placement.pools.values() {
+        for seed in 0..pool.pg_num {
+            let id = PgId {
+                pool: pool.id,
+                seed,
+            };
+            let Ok(m) = mapper.map_pg(id) else { continue };
+            let known = s.pgs.get(id);
+            if known.is_none() && !m.up.contains(&s.id) {
+                continue;
+            }
+            let pg = known.unwrap_or_else(|| s.pgs.get_or_create(id, s.cfg.max_log_entries));
+            let primary = m.up.first() == Some(&s.id);
+            if pg.on_map(map.epoch, m.up, pool.size as usize, pool.min_size as usize) {
+                if primary {
+                    pg.set_status(PgStatus::Peering);
+                    let s2 = s.clone();
+                    let epoch = map.epoch;
+                    s.track(tokio::spawn(
+                        async move { peer_until_done(s2, pg, epoch).await },
+                    ));
+                } else {
+                    pg.set_status(PgStatus::Replica);
+                }
+            }
+        }
+    }
+}
+
+async fn peer_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
+    loop {
+        if pg.interval().epoch != epoch {
+            return;
+        }
+        match peer(&s, &pg, epoch).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "peering failed; retrying");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+        }
+    }
+}
+
+async fn ask(
+    s: &Shared,
+    pg: &Pg,
+    epoch: u64,
+    osd: i32,
+    body: PeerBody,
+    data: Bytes,
+) -> Result<(PeerAnswer, Bytes), OsdError> {
+    let addr = s.addr_of(osd).ok_or_else(|| OsdError::Peer {
+        osd,
+        reason: "no address in the map".into(),
+    })?;
+    let tid = s.peers.tid();
+    let req = PeerRequest {
+        tid,
+        from: s.id,
+        epoch,
+        pool: pg.id.pool,
+        pg_seed: pg.id.seed,
+        body,
+    };
+    let raw = s
+        .peers
+        .call(
+            osd,
+            &addr,
+            MSG_PEER_REQUEST,
+            tid,
+            encode(&req, &data),
+            PEER_TIMEOUT,
+        )
+        .await?;
+    let (reply, body) = decode::<PeerReply>(&raw)?;
+    match reply.answer {
+        Ok(a) => Ok((a, body)),
+        Err(reason) => Err(OsdError::Peer { osd, reason }),
+    }
+}
+
+async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError> {
+    let mut inner = pg.inner.lock().await;
+    let iv = pg.interval();
+    if iv.epoch != epoch {
+        return Ok(());
+    }
+    if iv.acting.len() < iv.min_size.max(1) {
+        pg.set_status(PgStatus::Inactive);
+        tracing::warn!(osd = s.id, pg = %pg.id, up = iv.acting.len(), min_size = iv.min_size, "too few copies up: pg inactive");
+        return Ok(());
+    }
+    pg.set_status(PgStatus::Peering);
+    let mut logs = vec![PeerLog {
+        osd: s.id,
+        last_epoch_started: inner.last_epoch_started,
+        log: inner.log.clone(),
+    }];
+    let acting: BTreeSet<i32> = iv.acting.iter().copied().skip(1).collect();
+    let up = s.up_osds();
+    let past: BTreeSet<i32> = pg
+        .past_osds()
+        .into_iter()
+        .filter(|o| *o != s.id && up.contains(o) && !acting.contains(o))
+        .collect();
+    for &osd in acting.iter().chain(past.iter()) {
+        match ask(s, pg, epoch, osd, PeerBody::Query, Bytes::new()).await {
+            Ok((
+                PeerAnswer::Info {
+                    last_epoch_started,
+                    log,
+                },
+                _,
+            )) => logs.push(PeerLog {
+                osd,
+                last_epoch_started,
+                log,
+            }),
+            Ok(_) => {
+                return Err(OsdError::Peer {
+                    osd,
+                    reason: "unexpected answer to a log query".into(),
+                })
+            }
+            Err(e) if acting.contains(&osd) => return Err(e),
+            Err(e) => tracing::info!(pg = %pg.id, osd, error = %e, "past copy did not answer"),
+        }
+    }
+    let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
+    let auth_log: PgLog = logs
+        .iter()
+        .find(|l| l.osd == plan.authoritative)
+        .map(|l| l.log.clone())
+        .unwrap_or_else(|| inner.log.clone());
+    let coll = pg.coll.clone();
+    // The primary first: it must hold the authoritative state before it serves or pushes.
+    match plan.recovery.get(&s.id) {
+        Some(Recovery::Log { missing, .. }) => {
+            for (obj, want) in missing {
+                let image = match want {
+                    Some(_) => pull(s, pg, epoch, plan.authoritative, obj).await?,
+                    None => None,
+                };
+                install_local(s, &coll, &mut inner.created, obj, image.as_ref()).await?;
+            }
+        }
+        Some(Recovery::Backfill) => {
+            let names = list_remote(s, pg, epoch, plan.authoritative).await?;
+            let keep: BTreeSet<&String> = names.iter().collect();
+            for obj in list_all(&s.store, &coll).await? {
+                if !keep.contains(&obj) {
+                    install_local(s, &coll, &mut inner.created, &obj, None).await?;
+                }
+            }
+            for obj in &names {
+                let image = pull(s, pg, epoch, plan.authoritative, obj).await?;
+                install_local(s, &coll, &mut inner.created, obj, image.as_ref()).await?;
+            }
+        }
+        _ => {}
+    }
+    // Then every other acting copy.
+    for &osd in &acting {
+        let keep = match plan.recovery.get(&osd) {
+            Some(Recovery::Log { missing, .. }) => {
+                for obj in missing.keys() {
+                    push(s, pg, epoch, osd, obj).await?;
+                }
+                None
+            }
+            Some(Recovery::Backfill) => {
+                let names = list_all(&s.store, &coll).await?;
+                for obj in &names {
+                    push(s, pg, epoch, osd, obj).await?;
+                }
+                Some(names)
+            }
+            _ => None,
+        };
+        let body = PeerBody::Activate {
+            log: auth_log.clone(),
+            keep,
+        };
+        ask(s, pg, epoch, osd, body, Bytes::new()).await?;
+    }
+    let mut txn = Transaction::new();
+    if !inner.created {
+        txn.create_collection(&coll);
+    }
+    replace_log(&mut txn, &coll, &inner.log, &auth_log, epoch)?;
+    put_info(&mut txn, &coll, auth_log.tail(), epoch)?;
+    s.store.queue_transaction_owned(txn).await?;
+    inner.created = true;
+    inner.log = auth_log;
+    inner.last_epoch_started = epoch;
+    if iv.acting.len() >= iv.size {
+        pg.clear_past();
+        pg.set_status(PgStatus::ActiveClean);
+    } else {
+        pg.set_status(PgStatus::ActiveDegraded);
+    }
+    pg.activate(epoch);
+    tracing::debug!(osd = s.id, pg = %pg.id, epoch, "pg active");
+    Ok(())
+}
+
+async fn pull(
+    s: &Shared,
+    pg: &Pg,
+    epoch: u64,
+    from: i32,
+    obj: &str,
+) -> Result<Option<ObjectImage>, OsdError> {
+    let body = PeerBody::Pull {
+        object: obj.to_string(),
+    };
+    match ask(s, pg, epoch, from, body, Bytes::new()).await? {
+        (PeerAnswer::Object { present: true, .. }, data) => {
+            s.metrics.record_recovery(data.len() as u64);
+            Ok(Some(ObjectImage::decode(&data)?))
+        }
+        (PeerAnswer::Object { present: false, .. }, _) => Ok(None),
+        _ => Err(OsdError::Peer {
+            osd: from,
+            reason: "unexpected answer to a pull".into(),
+        }),
+    }
+}
+
+async fn push(s: &Shared, pg: &Pg, epoch: u64, to: i32, obj: &str) -> Result<(), OsdError> {
+    let image = read_image(&s.store, &pg.coll, obj).await?;
+    let body = PeerBody::Push {
+        object: obj.to_string(),
+        present: image.is_some(),
+    };
+    let data = image.map(|(img, _)| img.encode()).unwrap_or_default();
+    s.metrics.record_recovery(data.len() as u64);
+    ask(s, pg, epoch, to, body, data).await.map(|_| ())
+}
+
+async fn list_remote(s: &Shared, pg: &Pg, epoch: u64, from: i32) -> Result<Vec<String>, OsdError> {
+    let mut out = Vec::new();
+    loop {
+        let body = PeerBody::List {
+            after: out.last().cloned().unwrap_or_default(),
+            max: 1000,
+        };
+        match ask(s, pg, epoch, from, body, Bytes::new()).await? {
+            (PeerAnswer::Names { names, more }, _) => {
+                let done = !more || names.is_empty();
+                out.extend(names);
+                if done {
+                    return Ok(out);
+                }
+            }
+            _ => {
+                return Err(OsdError::Peer {
+                    osd: from,
+                    reason: "unexpected answer to a listing".into(),
+                })
+            }
+        }
+    }
+}
+
+async fn install_local(
+    s: &Shared,
+    coll: &str,
+    created: &mut bool,
+    obj: &str,
+    image: Option<&ObjectImage>,
+) -> Result<(), OsdError> {
+    let mut txn = Transaction::new();
+    if !*created {
+        txn.create_collection(coll);
+    }
+    let exists = *created && s.store.exists(coll, obj).await?;
+    if image.is_none() && !exists && *created {
+        return Ok(());
+    }
+    install(&mut txn, coll, obj, image, exists);
+    s.store.queue_transaction_owned(txn).await?;
+    *created = true;
+    Ok(())
+}

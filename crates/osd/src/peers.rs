@@ -1,0 +1,183 @@
+//! Connections from this OSD to the other OSDs, and request/answer over them: replica writes,
+//! peering and recovery requests, heartbeats. Every request carries a tid unique in this OSD;
+//! one receive task per connection routes answers back to the waiting caller. A call always has
+//! a deadline (explicit), so a dead peer can delay, never hang, the caller.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cairn_msgr::session::{Session, SessionSender};
+use cairn_msgr::Limits;
+use cairn_proto::peer::{PeerReply, Ping};
+use cairn_proto::{decode, ReplyHeader, MSG_OSD_REPOP_REPLY, MSG_PEER_REPLY, MSG_PING_REPLY};
+use tokio::sync::oneshot;
+
+use crate::error::OsdError;
+
+type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Bytes>>>>;
+
+/// Outgoing connections to peer OSDs.
+pub struct Peers {
+    me: i32,
+    conns: tokio::sync::Mutex<BTreeMap<i32, (String, SessionSender)>>,
+    waiters: Waiters,
+    next_tid: AtomicU64,
+    /// Last heartbeat answer from each peer.
+    pongs: Arc<Mutex<HashMap<i32, Instant>>>,
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Peers {
+    /// Connections of OSD `me`.
+    pub fn new(me: i32) -> Self {
+        Peers {
+            me,
+            conns: tokio::sync::Mutex::new(BTreeMap::new()),
+            waiters: Arc::default(),
+            next_tid: AtomicU64::new(1),
+            pongs: Arc::default(),
+            tasks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A tid for a new request.
+    pub fn tid(&self) -> u64 {
+        self.next_tid.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// When `osd` last answered a heartbeat.
+    pub fn last_pong(&self, osd: i32) -> Option<Instant> {
+        self.pongs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&osd)
+            .copied()
+    }
+
+    /// The sender to `osd` at `addr`, connecting (or reconnecting to a new address) as needed.
+    pub async fn sender(&self, osd: i32, addr: &str) -> Result<SessionSender, OsdError> {
+        let mut conns = self.conns.lock().await;
+        if let Some((a, s)) = conns.get(&osd) {
+            if a == addr {
+                return Ok(s.clone());
+            }
+        }
+        let sock: SocketAddr = addr.parse().map_err(|e| OsdError::Peer {
+            osd,
+            reason: format!("address {addr}: {e}"),
+        })?;
+        let id = (u64::from(self.me as u32) << 32) | u64::from(osd as u32);
+        let mut session =
+            Session::connect(sock, id ^ 0x5eed_0000_0000_0000, Limits::default(), 100).await;
+        let sender = session.sender();
+        let waiters = self.waiters.clone();
+        let pongs = self.pongs.clone();
+        let handle = tokio::spawn(async move {
+            while let Some(frame) = session.recv().await {
+                let tid = match frame.header.msg_type {
+                    MSG_OSD_REPOP_REPLY => decode::<ReplyHeader>(&frame.payload).map(|h| h.0.tid),
+                    MSG_PEER_REPLY => decode::<PeerReply>(&frame.payload).map(|h| h.0.tid),
+                    MSG_PING_REPLY => {
+                        if decode::<Ping>(&frame.payload).is_ok() {
+                            pongs
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(osd, Instant::now());
+                        }
+                        continue;
+                    }
+                    other => {
+                        tracing::warn!(osd, msg_type = other, "unexpected message from peer");
+                        continue;
+                    }
+                };
+                match tid {
+                    Ok(tid) => {
+                        let w = waiters
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&tid);
+                        if let Some(w) = w {
+                            let _ = w.send(frame.payload);
+                        }
+                    }
+                    Err(e) => tracing::warn!(osd, error = %e, "malformed answer from peer"),
+                }
+            }
+        });
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(handle.abort_handle());
+        conns.insert(osd, (addr.to_string(), sender.clone()));
+        Ok(sender)
+    }
+
+    /// Registers a waiter for the answer to `tid` (call before sending).
+    pub fn expect(&self, tid: u64) -> oneshot::Receiver<Bytes> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tid, tx);
+        rx
+    }
+
+    /// Stops waiting for `tid`.
+    pub fn forget(&self, tid: u64) {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&tid);
+    }
+
+    /// Sends `payload` (whose tid is `tid`) to `osd` and waits for the answer's raw payload.
+    pub async fn call(
+        &self,
+        osd: i32,
+        addr: &str,
+        msg_type: u16,
+        tid: u64,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, OsdError> {
+        let rx = self.expect(tid);
+        let sent = async {
+            let sender = self.sender(osd, addr).await?;
+            sender
+                .send(msg_type, payload)
+                .await
+                .map_err(|e| OsdError::Peer {
+                    osd,
+                    reason: e.to_string(),
+                })?;
+            rx.await.map_err(|_| OsdError::Peer {
+                osd,
+                reason: "connection closed".into(),
+            })
+        };
+        let r = tokio::time::timeout(timeout, sent).await;
+        self.forget(tid);
+        r.map_err(|_| OsdError::Peer {
+            osd,
+            reason: format!("no answer in {} ms", timeout.as_millis()),
+        })?
+    }
+}
+
+impl Drop for Peers {
+    fn drop(&mut self) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            t.abort();
+        }
+    }
+}

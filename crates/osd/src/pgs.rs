@@ -1,0 +1,236 @@
+//! The PGs this OSD holds or serves: for each, its interval (acting set in the current map),
+//! whether it is active in that interval, and — behind an async lock that orders every write,
+//! replica write and peering step of the PG — its log and last epoch started.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use cairn_clustermap::PgId;
+use cairn_pg::PgLog;
+use tokio::sync::watch;
+
+use crate::pgmeta::collection;
+
+/// What a PG is doing on this OSD, as reported in metrics and status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PgStatus {
+    /// Primary, gathering logs and recovering.
+    Peering,
+    /// Primary, serving I/O with every copy of the pool's size.
+    ActiveClean,
+    /// Primary, serving I/O with fewer copies than the pool's size (>= min_size).
+    ActiveDegraded,
+    /// Primary with fewer than min_size copies up: no I/O until the map changes.
+    Inactive,
+    /// A replica (or a stray copy) of the PG.
+    Replica,
+}
+
+impl PgStatus {
+    /// Name as in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            PgStatus::Peering => "peering",
+            PgStatus::ActiveClean => "active+clean",
+            PgStatus::ActiveDegraded => "active+degraded",
+            PgStatus::Inactive => "inactive",
+            PgStatus::Replica => "replica",
+        }
+    }
+}
+
+/// The PG's placement in the current map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Interval {
+    /// Epoch in which this acting set began.
+    pub epoch: u64,
+    /// Acting set, primary first.
+    pub acting: Vec<i32>,
+    /// Pool size.
+    pub size: usize,
+    /// Pool min_size.
+    pub min_size: usize,
+}
+
+/// State behind the PG's lock.
+pub struct PgInner {
+    /// The PG log.
+    pub log: PgLog,
+    /// Last epoch in which this copy was activated.
+    pub last_epoch_started: u64,
+    /// The collection exists in the store.
+    pub created: bool,
+}
+
+/// One PG on this OSD.
+pub struct Pg {
+    /// Its id.
+    pub id: PgId,
+    /// Its store collection.
+    pub coll: String,
+    /// Orders writes and peering.
+    pub inner: tokio::sync::Mutex<PgInner>,
+    interval: Mutex<Interval>,
+    status: Mutex<PgStatus>,
+    /// OSDs of earlier intervals not yet known to be clean (queried when peering).
+    past: Mutex<BTreeSet<i32>>,
+    /// Some(epoch) once active in the interval that began at `epoch`.
+    active: watch::Sender<Option<u64>>,
+}
+
+impl Pg {
+    fn new(id: PgId, log: PgLog, last_epoch_started: u64, created: bool) -> Pg {
+        Pg {
+            id,
+            coll: collection(id),
+            inner: tokio::sync::Mutex::new(PgInner {
+                log,
+                last_epoch_started,
+                created,
+            }),
+            interval: Mutex::new(Interval::default()),
+            status: Mutex::new(PgStatus::Replica),
+            past: Mutex::new(BTreeSet::new()),
+            active: watch::channel(None).0,
+        }
+    }
+
+    /// The current interval.
+    pub fn interval(&self) -> Interval {
+        self.interval
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records a new map's placement; returns true when it starts a new interval (the acting
+    /// set changed), which deactivates the PG until it peers again.
+    pub fn on_map(&self, epoch: u64, acting: Vec<i32>, size: usize, min_size: usize) -> bool {
+        let mut iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
+        if iv.acting == acting && iv.epoch != 0 {
+            iv.size = size;
+            iv.min_size = min_size;
+            return false;
+        }
+        self.past
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(iv.acting.iter().copied());
+        *iv = Interval {
+            epoch,
+            acting,
+            size,
+            min_size,
+        };
+        self.active.send_replace(None);
+        true
+    }
+
+    /// OSDs of earlier intervals that may hold newer data.
+    pub fn past_osds(&self) -> BTreeSet<i32> {
+        self.past.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Forgets earlier intervals (every copy of the current one is clean).
+    pub fn clear_past(&self) {
+        self.past.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Current status.
+    pub fn status(&self) -> PgStatus {
+        *self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the status.
+    pub fn set_status(&self, s: PgStatus) {
+        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = s;
+    }
+
+    /// Marks the PG active in the interval of `epoch` (if that is still the current one).
+    pub fn activate(&self, epoch: u64) {
+        let iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
+        if iv.epoch == epoch {
+            self.active.send_replace(Some(epoch));
+        }
+    }
+
+    /// The interval epoch the PG is active in, if any.
+    pub fn active_epoch(&self) -> Option<u64> {
+        let a = *self.active.borrow();
+        a.filter(|&e| e == self.interval().epoch)
+    }
+
+    /// Resolves once the PG is no longer active in the interval that began at `epoch`.
+    pub async fn wait_interval_change(&self, epoch: u64) {
+        let mut rx = self.active.subscribe();
+        loop {
+            if *rx.borrow_and_update() != Some(epoch) || self.interval().epoch != epoch {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Waits until the PG is active in its current interval, or `timeout` passes.
+    pub async fn wait_active(&self, timeout: std::time::Duration) -> Option<u64> {
+        let mut rx = self.active.subscribe();
+        let wait = async {
+            loop {
+                if let Some(e) = self.active_epoch() {
+                    return e;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok()
+    }
+}
+
+/// Every PG this OSD knows.
+#[derive(Default)]
+pub struct PgTable {
+    pgs: Mutex<HashMap<PgId, Arc<Pg>>>,
+}
+
+impl PgTable {
+    /// The PG, if known.
+    pub fn get(&self, id: PgId) -> Option<Arc<Pg>> {
+        self.pgs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// The PG, created empty (not yet in the store) if unknown.
+    pub fn get_or_create(&self, id: PgId, max_log_entries: usize) -> Arc<Pg> {
+        self.pgs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id)
+            .or_insert_with(|| Arc::new(Pg::new(id, PgLog::new(max_log_entries), 0, false)))
+            .clone()
+    }
+
+    /// Adds a PG loaded from the store.
+    pub fn insert_loaded(&self, id: PgId, log: PgLog, last_epoch_started: u64) {
+        self.pgs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::new(Pg::new(id, log, last_epoch_started, true)));
+    }
+
+    /// All PGs.
+    pub fn all(&self) -> Vec<Arc<Pg>> {
+        self.pgs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,374 @@
+//! Client operations on the PG's primary. Every op waits until its PG is active, then runs
+//! through the scheduler (invariant 2). Writes are ordered by the PG's lock: the primary
+//! resolves the op (append -> write at the end), assigns the next PG version, commits the data
+//! with its log entry durably and sends the same to every other acting OSD, and answers only when
+//! all have committed (invariant 1). Reads come from the primary's store, whose blocks are
+//! checksum-verified (invariant 6).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cairn_clustermap::PgId;
+use cairn_pg::{Eversion, LogEntry, OpKind as LogOp};
+use cairn_proto::pairs::{encode_keys, encode_pairs};
+use cairn_proto::{
+    decode, encode, OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_REPOP,
+};
+use cairn_qos::QosClass;
+use cairn_store::{StoreError, Transaction};
+
+use crate::pgmeta::{append_entry, pack, unpack, META_OBJECT};
+use crate::pgs::{Interval, Pg};
+use crate::shared::Shared;
+use crate::txns::{build_write, check_object_name, VERSION_ATTR};
+
+type Answer = (ReplyHeader, Bytes);
+
+fn fail(tid: u64, epoch: u64, result: OpResult) -> Answer {
+    (ReplyHeader::bare(tid, epoch, result), Bytes::new())
+}
+
+/// Executes one client op as this PG's primary; always answers.
+pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Bytes) -> Answer {
+    let started = Instant::now();
+    let kind = op.kind.name();
+    let in_bytes = data.len() as u64;
+    let answer = run(&s, client, op, data).await;
+    s.metrics.record_op(
+        kind,
+        in_bytes + answer.1.len() as u64,
+        started.elapsed(),
+        answer.0.result == OpResult::Ok,
+    );
+    answer
+}
+
+async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Bytes) -> Answer {
+    let epoch = s.epoch();
+    if !matches!(op.kind, OpKind::ListObjects { .. }) {
+        if let Err(r) = check_object_name(&op.object) {
+            return fail(op.tid, epoch, r);
+        }
+    }
+    if crc32c::crc32c(&data) != op.data_crc {
+        return fail(
+            op.tid,
+            epoch,
+            OpResult::Invalid("data checksum mismatch".into()),
+        );
+    }
+    let pgid = PgId {
+        pool: op.pool,
+        seed: op.pg_seed,
+    };
+    match s.placement(pgid) {
+        None => return fail(op.tid, epoch, OpResult::NotFound),
+        Some((_, up, _)) if up.first() != Some(&s.id) => {
+            return fail(op.tid, epoch, OpResult::NotPrimary)
+        }
+        Some(_) => {}
+    }
+    let pg = s.pgs.get_or_create(pgid, s.cfg.max_log_entries);
+    let wait = Duration::from_millis(s.cfg.op_wait_active_ms);
+    let Some(active) = pg.wait_active(wait).await else {
+        return fail(
+            op.tid,
+            s.epoch(),
+            OpResult::Failed(format!("pg {pgid} is not active ({})", pg.status().name())),
+        );
+    };
+    if op.kind.is_write() {
+        write(s, client, &pg, active, op, data).await
+    } else {
+        let s2 = s.clone();
+        let coll = pg.coll.clone();
+        let tid = op.tid;
+        let cost = match op.kind {
+            OpKind::Read { len, .. } => len.min(4 << 20),
+            _ => 4096,
+        };
+        match s
+            .sched
+            .run(QosClass::Client, client, cost, async move {
+                read(&s2, &coll, op).await
+            })
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => fail(tid, s.epoch(), OpResult::Failed(e.to_string())),
+        }
+    }
+}
+
+fn store_result(e: StoreError) -> OpResult {
+    match e {
+        StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection { .. } => OpResult::NotFound,
+        StoreError::NoSuchAttr { .. } => OpResult::NotFound,
+        other => OpResult::Failed(other.to_string()),
+    }
+}
+
+async fn version_of(s: &Shared, coll: &str, obj: &str) -> u64 {
+    s.store
+        .getattr(coll, obj, VERSION_ATTR)
+        .await
+        .ok()
+        .and_then(|v| v.try_into().ok().map(u64::from_le_bytes))
+        .unwrap_or(0)
+}
+
+async fn read(s: &Shared, coll: &str, op: OpHeader) -> Answer {
+    let epoch = s.epoch();
+    let ok = |size: u64, version: u64, body: Vec<u8>, more: bool| {
+        (
+            ReplyHeader {
+                size,
+                version,
+                data_crc: crc32c::crc32c(&body),
+                more,
+                ..ReplyHeader::bare(op.tid, epoch, OpResult::Ok)
+            },
+            Bytes::from(body),
+        )
+    };
+    let obj = op.object.as_str();
+    let r: Result<Answer, StoreError> = async {
+        Ok(match &op.kind {
+            OpKind::Read { offset, len } => {
+                let body = s.store.read(coll, obj, *offset, *len).await?;
+                ok(
+                    body.len() as u64,
+                    version_of(s, coll, obj).await,
+                    body,
+                    false,
+                )
+            }
+            OpKind::Stat => {
+                let st = s.store.stat(coll, obj).await?;
+                ok(
+                    st.size_bytes,
+                    version_of(s, coll, obj).await,
+                    Vec::new(),
+                    false,
+                )
+            }
+            OpKind::GetXattr { name } => {
+                let v = s.store.getattr(coll, obj, name).await?;
+                ok(v.len() as u64, version_of(s, coll, obj).await, v, false)
+            }
+            OpKind::GetXattrs => {
+                let attrs: Vec<(String, Vec<u8>)> = s
+                    .store
+                    .getattrs(coll, obj)
+                    .await?
+                    .into_iter()
+                    .filter(|(k, _)| !k.starts_with('_'))
+                    .collect();
+                let pairs: Vec<(&[u8], &[u8])> = attrs
+                    .iter()
+                    .map(|(k, v)| (k.as_bytes(), v.as_slice()))
+                    .collect();
+                ok(attrs.len() as u64, 0, encode_pairs(&pairs), false)
+            }
+            OpKind::OmapList { after, prefix, max } => {
+                let max = (*max as usize).clamp(1, 100_000);
+                let mut page: Vec<(Vec<u8>, Vec<u8>)> = s
+                    .store
+                    .omap_get(coll, obj)
+                    .await?
+                    .into_iter()
+                    .filter(|(k, _)| (after.is_empty() || k > after) && k.starts_with(prefix))
+                    .take(max + 1)
+                    .collect();
+                let more = page.len() > max;
+                page.truncate(max);
+                ok(page.len() as u64, 0, encode_pairs(&page), more)
+            }
+            OpKind::ListObjects { after, max } => {
+                let max = (*max as usize).clamp(1, cairn_store::MAX_LIST_ENTRIES - 2);
+                let start = (!after.is_empty()).then_some(after.as_str());
+                let mut names = match s.store.list_objects(coll, start, max + 2).await {
+                    Ok(n) => n,
+                    Err(StoreError::NoSuchCollection { .. }) => Vec::new(),
+                    Err(e) => return Err(e),
+                };
+                names.retain(|n| n != META_OBJECT);
+                let more = names.len() > max;
+                names.truncate(max);
+                ok(names.len() as u64, 0, encode_keys(&names), more)
+            }
+            other => {
+                return Ok(fail(
+                    op.tid,
+                    epoch,
+                    OpResult::Invalid(format!("{} is not a read", other.name())),
+                ))
+            }
+        })
+    }
+    .await;
+    r.unwrap_or_else(|e| fail(op.tid, epoch, store_result(e)))
+}
+
+async fn write(
+    s: &Arc<Shared>,
+    client: u64,
+    pg: &Arc<Pg>,
+    active: u64,
+    op: OpHeader,
+    data: Bytes,
+) -> Answer {
+    let mut inner = pg.inner.lock().await;
+    let epoch = s.epoch();
+    let iv = pg.interval();
+    if pg.active_epoch() != Some(active) || iv.acting.first() != Some(&s.id) {
+        return fail(
+            op.tid,
+            epoch,
+            OpResult::Failed(format!("pg {} changed interval", pg.id)),
+        );
+    }
+    let coll = pg.coll.as_str();
+    let obj = op.object.as_str();
+    let size = if inner.created {
+        match s.store.stat(coll, obj).await {
+            Ok(st) => Some(st.size_bytes),
+            Err(StoreError::NoSuchObject { .. }) => None,
+            Err(e) => return fail(op.tid, epoch, store_result(e)),
+        }
+    } else {
+        None
+    };
+    let kind = match (&op.kind, size) {
+        (OpKind::Append, sz) => OpKind::Write {
+            offset: sz.unwrap_or(0),
+        },
+        (OpKind::Remove, None) => {
+            return (ReplyHeader::bare(op.tid, epoch, OpResult::Ok), Bytes::new())
+        }
+        (OpKind::RemoveXattr { .. } | OpKind::OmapRemove, None) => {
+            return fail(op.tid, epoch, OpResult::NotFound)
+        }
+        (k, _) => k.clone(),
+    };
+    let prior = if size.is_some() {
+        unpack(version_of(s, coll, obj).await)
+    } else {
+        Eversion::default()
+    };
+    let head = inner.log.head();
+    let version = Eversion::new(epoch.max(head.epoch), head.version + 1);
+    let entry = LogEntry {
+        version,
+        object: op.object.clone(),
+        op: if kind == OpKind::Remove {
+            LogOp::Delete
+        } else {
+            LogOp::Modify
+        },
+        prior,
+    };
+    let mut txn = Transaction::new();
+    if !inner.created {
+        txn.create_collection(coll);
+    }
+    if let Err(r) = build_write(&mut txn, coll, obj, &kind, &data, pack(version)) {
+        return fail(op.tid, epoch, r);
+    }
+    let trimmed = inner.log.next_trimmed().cloned();
+    let tail_after = trimmed.as_ref().map_or(inner.log.tail(), |t| t.version);
+    if let Err(e) = append_entry(
+        &mut txn,
+        coll,
+        &entry,
+        trimmed.as_ref(),
+        tail_after,
+        inner.last_epoch_started,
+    ) {
+        return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
+    }
+    let rep = RepOpHeader {
+        tid: 0,
+        epoch: iv.epoch,
+        pool: pg.id.pool,
+        pg_seed: pg.id.seed,
+        object: op.object.clone(),
+        kind,
+        entry: entry.clone(),
+        data_crc: op.data_crc,
+    };
+    let s2 = s.clone();
+    let local = s.sched.run(
+        QosClass::Client,
+        client,
+        data.len().max(4096) as u64,
+        async move { s2.store.queue_transaction_owned(txn).await },
+    );
+    let remote = replicate(s, pg, &iv, rep, data);
+    let (l, r) = tokio::join!(local, remote);
+    let local_ok = matches!(l, Ok(Ok(())));
+    if local_ok {
+        inner.created = true;
+        if let Err(e) = inner.log.append(entry) {
+            tracing::error!(pg = %pg.id, error = %e, "log append after commit");
+        }
+    }
+    let result = match (l, r) {
+        (Ok(Ok(())), Ok(())) => OpResult::Ok,
+        (Ok(Err(e)), _) => OpResult::Failed(e.to_string()),
+        (Err(e), _) => OpResult::Failed(e.to_string()),
+        (_, Err(e)) => OpResult::Failed(e),
+    };
+    (
+        ReplyHeader {
+            version: pack(version),
+            ..ReplyHeader::bare(op.tid, epoch, result)
+        },
+        Bytes::new(),
+    )
+}
+
+/// Sends the write to every other acting OSD and waits for all their durable acknowledgements;
+/// gives up early when the PG's interval changes (the new interval's peering reconciles).
+async fn replicate(
+    s: &Arc<Shared>,
+    pg: &Arc<Pg>,
+    iv: &Interval,
+    rep: RepOpHeader,
+    data: Bytes,
+) -> Result<(), String> {
+    let mut calls = Vec::new();
+    for &osd in iv.acting.iter().skip(1) {
+        let Some(addr) = s.addr_of(osd) else {
+            return Err(format!("osd.{osd} has no address in the map"));
+        };
+        let s2 = s.clone();
+        let mut h = rep.clone();
+        h.tid = s.peers.tid();
+        let payload = encode(&h, &data);
+        let timeout = Duration::from_millis(s.cfg.repop_timeout_ms);
+        calls.push(tokio::spawn(async move {
+            let answer = s2
+                .peers
+                .call(osd, &addr, MSG_OSD_REPOP, h.tid, payload, timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (reply, _) = decode::<ReplyHeader>(&answer).map_err(|e| e.to_string())?;
+            match reply.result {
+                OpResult::Ok => Ok(()),
+                other => Err(format!("osd.{osd}: {other:?}")),
+            }
+        }));
+    }
+    let all = async {
+        for c in calls {
+            c.await.map_err(|e| e.to_string())??;
+        }
+        Ok(())
+    };
+    tokio::select! {
+        r = all => r,
+        _ = pg.wait_interval_change(iv.epoch) => Err(format!("pg {} changed interval", pg.id)),
+    }
+}

@@ -1,0 +1,242 @@
+//! What an OSD does for a PG it does not lead: apply the primary's replica writes in order
+//! (only from the interval it was activated in), and answer peering and recovery requests —
+//! its log, its object names, object images, installing pushed objects, and activation with
+//! the authoritative log.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cairn_clustermap::PgId;
+use cairn_proto::image::ObjectImage;
+use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
+use cairn_proto::{OpResult, RepOpHeader, ReplyHeader};
+use cairn_qos::QosClass;
+use cairn_store::Transaction;
+
+use crate::error::OsdError;
+use crate::objects::{install, list_all, read_image};
+use crate::pgmeta::{append_entry, pack, put_info, replace_log, META_OBJECT};
+use crate::shared::Shared;
+use crate::txns::build_write;
+
+/// Applies a replica write durably; answers Ok only once it is committed.
+pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Bytes) -> ReplyHeader {
+    let epoch = s.epoch();
+    let bad = |r| ReplyHeader::bare(rep.tid, epoch, r);
+    if crc32c::crc32c(&data) != rep.data_crc {
+        return bad(OpResult::Invalid("data checksum mismatch".into()));
+    }
+    let pgid = PgId {
+        pool: rep.pool,
+        seed: rep.pg_seed,
+    };
+    let pg = s.pgs.get_or_create(pgid, s.cfg.max_log_entries);
+    let mut inner = pg.inner.lock().await;
+    if rep.epoch != inner.last_epoch_started {
+        return bad(OpResult::Failed(format!(
+            "replica write of interval {} but this copy of {pgid} is active in {}",
+            rep.epoch, inner.last_epoch_started
+        )));
+    }
+    if rep.entry.version <= inner.log.head() {
+        return ReplyHeader {
+            version: pack(rep.entry.version),
+            ..bad(OpResult::Ok)
+        };
+    }
+    let coll = pg.coll.clone();
+    let mut txn = Transaction::new();
+    if !inner.created {
+        txn.create_collection(&coll);
+    }
+    if let Err(r) = build_write(
+        &mut txn,
+        &coll,
+        &rep.object,
+        &rep.kind,
+        &data,
+        pack(rep.entry.version),
+    ) {
+        return bad(r);
+    }
+    let trimmed = inner.log.next_trimmed().cloned();
+    let tail_after = trimmed.as_ref().map_or(inner.log.tail(), |t| t.version);
+    if let Err(e) = append_entry(
+        &mut txn,
+        &coll,
+        &rep.entry,
+        trimmed.as_ref(),
+        tail_after,
+        inner.last_epoch_started,
+    ) {
+        return bad(OpResult::Failed(e.to_string()));
+    }
+    if let Err(e) = s.store.queue_transaction_owned(txn).await {
+        return bad(OpResult::Failed(e.to_string()));
+    }
+    inner.created = true;
+    let version = rep.entry.version;
+    if let Err(e) = inner.log.append(rep.entry) {
+        tracing::error!(pg = %pgid, error = %e, "replica log append after commit");
+    }
+    ReplyHeader {
+        version: pack(version),
+        ..bad(OpResult::Ok)
+    }
+}
+
+/// Answers a peering or recovery request. Log queries and activation are control messages and
+/// run at once; listing, pulls and pushes move data and go through the scheduler as recovery.
+pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (PeerReply, Bytes) {
+    let tid = req.tid;
+    let from = req.from;
+    let answer = match req.body {
+        PeerBody::Query | PeerBody::Activate { .. } => control(s, req, data).await,
+        _ => {
+            let s2 = s.clone();
+            let cost = data.len().max(4096) as u64;
+            s.sched
+                .run(
+                    QosClass::Recovery,
+                    u64::from(from as u32),
+                    cost,
+                    async move { recovery(&s2, req, data).await },
+                )
+                .await
+                .and_then(|r| r)
+        }
+    };
+    match answer {
+        Ok((a, body)) => (PeerReply { tid, answer: Ok(a) }, body),
+        Err(e) => (
+            PeerReply {
+                tid,
+                answer: Err(e.to_string()),
+            },
+            Bytes::new(),
+        ),
+    }
+}
+
+fn pg_of(s: &Shared, req: &PeerRequest) -> Arc<crate::pgs::Pg> {
+    s.pgs.get_or_create(
+        PgId {
+            pool: req.pool,
+            seed: req.pg_seed,
+        },
+        s.cfg.max_log_entries,
+    )
+}
+
+async fn control(
+    s: &Arc<Shared>,
+    req: PeerRequest,
+    _data: Bytes,
+) -> Result<(PeerAnswer, Bytes), OsdError> {
+    let pg = pg_of(s, &req);
+    let busy = || OsdError::Peer {
+        osd: s.id,
+        reason: format!("pg {} is busy", pg.id),
+    };
+    let mut inner = tokio::time::timeout(Duration::from_secs(3), pg.inner.lock())
+        .await
+        .map_err(|_| busy())?;
+    match req.body {
+        PeerBody::Query => Ok((
+            PeerAnswer::Info {
+                last_epoch_started: inner.last_epoch_started,
+                log: inner.log.clone(),
+            },
+            Bytes::new(),
+        )),
+        PeerBody::Activate { log, keep } => {
+            let coll = pg.coll.clone();
+            let mut txn = Transaction::new();
+            if !inner.created {
+                txn.create_collection(&coll);
+            }
+            if let Some(keep) = keep {
+                let keep: BTreeSet<String> = keep.into_iter().collect();
+                for name in list_all(&s.store, &coll).await? {
+                    if !keep.contains(&name) {
+                        txn.remove(&coll, &name);
+                    }
+                }
+            }
+            replace_log(&mut txn, &coll, &inner.log, &log, req.epoch)?;
+            s.store.queue_transaction_owned(txn).await?;
+            inner.created = true;
+            inner.log = log;
+            inner.last_epoch_started = req.epoch;
+            Ok((PeerAnswer::Done, Bytes::new()))
+        }
+        _ => Err(OsdError::Protocol("not a control request".into())),
+    }
+}
+
+async fn recovery(
+    s: &Arc<Shared>,
+    req: PeerRequest,
+    data: Bytes,
+) -> Result<(PeerAnswer, Bytes), OsdError> {
+    let pg = pg_of(s, &req);
+    let coll = pg.coll.clone();
+    match req.body {
+        PeerBody::List { after, max } => {
+            let max = (max as usize).clamp(1, cairn_store::MAX_LIST_ENTRIES - 2);
+            let start = (!after.is_empty()).then_some(after.as_str());
+            let mut names = match s.store.list_objects(&coll, start, max + 2).await {
+                Ok(n) => n,
+                Err(cairn_store::StoreError::NoSuchCollection(_)) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            let more = names.len() > max;
+            names.truncate(max);
+            names.retain(|n| n != META_OBJECT);
+            Ok((PeerAnswer::Names { names, more }, Bytes::new()))
+        }
+        PeerBody::Pull { object } => match read_image(&s.store, &coll, &object).await? {
+            Some((img, version)) => {
+                s.metrics.record_recovery(img.data.len() as u64);
+                Ok((
+                    PeerAnswer::Object {
+                        present: true,
+                        version,
+                    },
+                    img.encode(),
+                ))
+            }
+            None => Ok((
+                PeerAnswer::Object {
+                    present: false,
+                    version: Default::default(),
+                },
+                Bytes::new(),
+            )),
+        },
+        PeerBody::Push { object, present } => {
+            let image = if present {
+                Some(ObjectImage::decode(&data)?)
+            } else {
+                None
+            };
+            let mut inner = pg.inner.lock().await;
+            let mut txn = Transaction::new();
+            if !inner.created {
+                txn.create_collection(&coll);
+            }
+            let exists = inner.created && s.store.exists(&coll, &object).await?;
+            install(&mut txn, &coll, &object, image.as_ref(), exists);
+            if !inner.created {
+                put_info(&mut txn, &coll, inner.log.tail(), inner.last_epoch_started)?;
+            }
+            s.store.queue_transaction_owned(txn).await?;
+            inner.created = true;
+            s.metrics.record_recovery(data.len() as u64);
+            Ok((PeerAnswer::Done, Bytes::new()))
+        }
+        _ => Err(OsdError::Protocol("not a recovery request".into())),
+    }
+}

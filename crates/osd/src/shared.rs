@@ -1,0 +1,132 @@
+//! State shared by every task of one OSD, and small read-only views of the current map.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use cairn_clustermap::PgId;
+use cairn_mon::client::MonClient;
+use cairn_mon::ClusterMap;
+use cairn_store::Store;
+use tokio::sync::watch;
+
+use crate::daemon::OsdConfig;
+use crate::metrics::Metrics;
+use crate::peers::Peers;
+use crate::pgs::PgTable;
+use crate::sched::OpScheduler;
+
+/// Everything the OSD's tasks share.
+pub struct Shared {
+    /// This OSD's id.
+    pub id: i32,
+    /// Its object store.
+    pub store: Store,
+    /// Its request scheduler.
+    pub sched: Arc<OpScheduler>,
+    /// The latest cluster map.
+    pub map: watch::Receiver<Option<ClusterMap>>,
+    /// The monitor connection (failure reports, beacons).
+    pub mon: Arc<MonClient>,
+    /// The PGs.
+    pub pgs: PgTable,
+    /// Connections to other OSDs.
+    pub peers: Peers,
+    /// Configuration.
+    pub cfg: OsdConfig,
+    /// Counters.
+    pub metrics: Metrics,
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+/// A PG's placement in one map: epoch, up set (primary first), and the members' addresses.
+pub type Placement = (u64, Vec<i32>, Vec<(i32, String)>);
+
+impl Shared {
+    /// Builds the shared state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: i32,
+        store: Store,
+        sched: Arc<OpScheduler>,
+        map: watch::Receiver<Option<ClusterMap>>,
+        mon: Arc<MonClient>,
+        cfg: OsdConfig,
+    ) -> Shared {
+        Shared {
+            id,
+            store,
+            sched,
+            map,
+            mon,
+            pgs: PgTable::default(),
+            peers: Peers::new(id),
+            cfg,
+            metrics: Metrics::default(),
+            tasks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps `handle` to abort when the OSD stops.
+    pub fn track(&self, handle: tokio::task::JoinHandle<()>) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(handle.abort_handle());
+    }
+
+    /// Aborts every tracked task.
+    pub fn stop_tasks(&self) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            t.abort();
+        }
+    }
+
+    /// The current map epoch (0 before the first map).
+    pub fn epoch(&self) -> u64 {
+        self.map.borrow().as_ref().map_or(0, |m| m.epoch)
+    }
+
+    /// The PG's placement in the current map, or None if its pool is unknown.
+    pub fn placement(&self, pg: PgId) -> Option<Placement> {
+        let guard = self.map.borrow();
+        let map = guard.as_ref()?;
+        map.placement.pools.get(&pg.pool)?;
+        let up = map.placement.mapper().map_pg(pg).ok()?.up;
+        let addrs = up
+            .iter()
+            .filter_map(|o| map.osds.get(o).map(|e| (*o, e.addr.clone())))
+            .collect();
+        Some((map.epoch, up, addrs))
+    }
+
+    /// An OSD's address in the current map.
+    pub fn addr_of(&self, osd: i32) -> Option<String> {
+        self.map
+            .borrow()
+            .as_ref()
+            .and_then(|m| m.osds.get(&osd).map(|e| e.addr.clone()))
+    }
+
+    /// Ids of the OSDs up in the current map.
+    pub fn up_osds(&self) -> BTreeSet<i32> {
+        self.map.borrow().as_ref().map_or_else(BTreeSet::new, |m| {
+            m.osds.values().filter(|o| o.up).map(|o| o.id).collect()
+        })
+    }
+
+    /// The other up OSDs and their addresses.
+    pub fn up_peers(&self) -> Vec<(i32, String)> {
+        self.map.borrow().as_ref().map_or_else(Vec::new, |m| {
+            m.osds
+                .values()
+                .filter(|o| o.up && o.id != self.id)
+                .map(|o| (o.id, o.addr.clone()))
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,203 @@
+//! Client operations (client -> primary), replica writes (primary -> replica) and their replies.
+//! Keys, values and bulk data travel in the message's data section, never in the JSON header.
+
+use cairn_pg::log::LogEntry;
+use serde::{Deserialize, Serialize};
+
+/// What an operation does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpKind {
+    /// Replace the object's content with the data.
+    WriteFull,
+    /// Write the data at `offset` (the object grows as needed; holes read as zeros).
+    Write {
+        /// Byte offset.
+        offset: u64,
+    },
+    /// Write the data at the object's end (the primary turns it into a `Write` at that offset).
+    Append,
+    /// Set the object's size, cutting or zero-extending.
+    Truncate {
+        /// New size in bytes.
+        size: u64,
+    },
+    /// Read `len` bytes at `offset` (0, u64::MAX = whole object).
+    Read {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+    },
+    /// Size and version.
+    Stat,
+    /// Delete the object.
+    Remove,
+    /// Set an extended attribute; the value is the data.
+    SetXattr {
+        /// Attribute name (names starting with `_` are reserved for the OSD).
+        name: String,
+    },
+    /// Read one extended attribute; the reply's data is its value.
+    GetXattr {
+        /// Attribute name.
+        name: String,
+    },
+    /// Read every user extended attribute; the reply's data is [`crate::pairs`]-encoded.
+    GetXattrs,
+    /// Remove an extended attribute.
+    RemoveXattr {
+        /// Attribute name.
+        name: String,
+    },
+    /// Set omap entries; the data is [`crate::pairs`]-encoded (key, value) pairs.
+    OmapSet,
+    /// Remove omap keys; the data is [`crate::pairs`]-encoded (key, empty) pairs.
+    OmapRemove,
+    /// List omap entries in key order, strictly after `after`, starting with `prefix`, at most
+    /// `max`; the reply's data is [`crate::pairs`]-encoded and `more` says whether more follow.
+    OmapList {
+        /// Resume point (exclusive), or empty to start at the beginning.
+        after: Vec<u8>,
+        /// Only keys with this prefix.
+        prefix: Vec<u8>,
+        /// Most entries returned.
+        max: u32,
+    },
+    /// List the PG's object names in byte order strictly after `after`, at most `max`; the
+    /// reply's data holds one name per [`crate::pairs`] key; `more` says whether more follow.
+    ListObjects {
+        /// Resume point (exclusive), or empty.
+        after: String,
+        /// Most names returned.
+        max: u32,
+    },
+}
+
+impl OpKind {
+    /// True for operations that change the object (ordered, logged and replicated).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            OpKind::WriteFull
+                | OpKind::Write { .. }
+                | OpKind::Append
+                | OpKind::Truncate { .. }
+                | OpKind::Remove
+                | OpKind::SetXattr { .. }
+                | OpKind::RemoveXattr { .. }
+                | OpKind::OmapSet
+                | OpKind::OmapRemove
+        )
+    }
+
+    /// Short name for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OpKind::WriteFull => "write_full",
+            OpKind::Write { .. } => "write",
+            OpKind::Append => "append",
+            OpKind::Truncate { .. } => "truncate",
+            OpKind::Read { .. } => "read",
+            OpKind::Stat => "stat",
+            OpKind::Remove => "remove",
+            OpKind::SetXattr { .. } => "setxattr",
+            OpKind::GetXattr { .. } => "getxattr",
+            OpKind::GetXattrs => "getxattrs",
+            OpKind::RemoveXattr { .. } => "rmxattr",
+            OpKind::OmapSet => "omap_set",
+            OpKind::OmapRemove => "omap_rm",
+            OpKind::OmapList { .. } => "omap_list",
+            OpKind::ListObjects { .. } => "list",
+        }
+    }
+}
+
+/// Header of a client operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpHeader {
+    /// Request id chosen by the sender, echoed in the reply.
+    pub tid: u64,
+    /// Sender's map epoch.
+    pub epoch: u64,
+    /// Pool id.
+    pub pool: i64,
+    /// PG seed within the pool.
+    pub pg_seed: u32,
+    /// Object name (empty for `ListObjects`).
+    pub object: String,
+    /// The operation.
+    pub kind: OpKind,
+    /// crc32c of the data, checked on receipt.
+    pub data_crc: u32,
+}
+
+/// Header of a replica write: the primary's resolved operation and its PG log entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepOpHeader {
+    /// Request id chosen by the primary.
+    pub tid: u64,
+    /// Epoch of the primary's interval.
+    pub epoch: u64,
+    /// Pool id.
+    pub pool: i64,
+    /// PG seed.
+    pub pg_seed: u32,
+    /// Object name.
+    pub object: String,
+    /// Operation, resolved (never `Append`).
+    pub kind: OpKind,
+    /// The PG log entry the write creates.
+    pub entry: LogEntry,
+    /// crc32c of the data.
+    pub data_crc: u32,
+}
+
+/// Result codes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpResult {
+    /// Done.
+    Ok,
+    /// This OSD is not the primary in its map; retry with a newer map.
+    NotPrimary,
+    /// No such pool, object or attribute.
+    NotFound,
+    /// The request itself is wrong (bad name, checksum, limit); retrying will not help.
+    Invalid(String),
+    /// The operation failed (replica unreachable, PG peering, store error); safe to retry.
+    Failed(String),
+}
+
+/// Header of a reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyHeader {
+    /// The request's id.
+    pub tid: u64,
+    /// Responder's map epoch.
+    pub epoch: u64,
+    /// Outcome.
+    pub result: OpResult,
+    /// Object size (stat, read).
+    pub size: u64,
+    /// Object version, `epoch << 32 | counter` of its last PG log entry.
+    pub version: u64,
+    /// crc32c of the data.
+    pub data_crc: u32,
+    /// A listing stopped at its limit: more entries follow.
+    #[serde(default)]
+    pub more: bool,
+}
+
+impl ReplyHeader {
+    /// A reply with nothing but a result.
+    pub fn bare(tid: u64, epoch: u64, result: OpResult) -> Self {
+        ReplyHeader {
+            tid,
+            epoch,
+            result,
+            size: 0,
+            version: 0,
+            data_crc: 0,
+            more: false,
+        }
+    }
+}

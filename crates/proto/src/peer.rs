@@ -1,0 +1,106 @@
+//! OSD <-> OSD control and recovery messages: heartbeats, and the requests a PG's primary sends
+//! while peering and recovering (gather logs, list, pull, push, activate). Object contents travel
+//! as an [`crate::image::ObjectImage`] in the message's data section.
+
+use cairn_pg::log::{Eversion, PgLog};
+use serde::{Deserialize, Serialize};
+
+/// A heartbeat, echoed unchanged by the receiver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ping {
+    /// Sender OSD.
+    pub from: i32,
+    /// Sender's map epoch.
+    pub epoch: u64,
+    /// Sender's send time (its own clock, ms), echoed so it can measure the round trip.
+    pub stamp_ms: u64,
+}
+
+/// A peering or recovery request about one PG.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerRequest {
+    /// Request id, echoed.
+    pub tid: u64,
+    /// Sending OSD (the PG's primary).
+    pub from: i32,
+    /// Epoch of the interval the primary peers for.
+    pub epoch: u64,
+    /// Pool id.
+    pub pool: i64,
+    /// PG seed.
+    pub pg_seed: u32,
+    /// What is asked.
+    pub body: PeerBody,
+}
+
+/// The request proper.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerBody {
+    /// Send your log and last epoch started for this PG (answered by [`PeerAnswer::Info`]).
+    Query,
+    /// Object names in order after `after` (answered by [`PeerAnswer::Names`]).
+    List {
+        /// Resume point (exclusive), or empty.
+        after: String,
+        /// Most names.
+        max: u32,
+    },
+    /// Send this object's image (answered by [`PeerAnswer::Object`] with the image as data).
+    Pull {
+        /// Object.
+        object: String,
+    },
+    /// Install this object: the data section is its image, or empty with `present == false` to
+    /// delete it.
+    Push {
+        /// Object.
+        object: String,
+        /// False: remove the object.
+        present: bool,
+    },
+    /// Peering is done: replace your log with this one and remember the epoch as your last
+    /// epoch started. With `keep`, first delete every object not named (end of a backfill).
+    Activate {
+        /// The authoritative log.
+        log: PgLog,
+        /// Objects that exist after a backfill, or None after log recovery.
+        keep: Option<Vec<String>>,
+    },
+}
+
+/// Answer to a [`PeerRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerReply {
+    /// The request's id.
+    pub tid: u64,
+    /// The answer, or why it failed.
+    pub answer: Result<PeerAnswer, String>,
+}
+
+/// The successful answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerAnswer {
+    /// The PG's log on this OSD.
+    Info {
+        /// Last epoch in which this copy was activated.
+        last_epoch_started: u64,
+        /// Its log.
+        log: PgLog,
+    },
+    /// Object names.
+    Names {
+        /// Names in order.
+        names: Vec<String>,
+        /// More follow.
+        more: bool,
+    },
+    /// The object (image in the data section) or its absence.
+    Object {
+        /// False: the object does not exist here.
+        present: bool,
+        /// Its version.
+        version: Eversion,
+    },
+    /// Done.
+    Done,
+}
