@@ -303,12 +303,62 @@ fn kill_9_an_osd_during_writes_then_recover() {
             );
         }
     });
+
+    // kill -9 the monitor and restart it from its directory: the map survives, and every
+    // daemon and client resumes following it (a new pool is created and used).
+    let epoch_before = client.epoch();
+    let status = Command::new("kill")
+        .args(["-9", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::thread::sleep(Duration::from_millis(300));
+    let mon_log = std::fs::File::create(dir.join("mon-restart.log")).unwrap();
+    let mut mon_child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["mon", "--listen", &mon, "--data"])
+        .arg(dir.join("mon"))
+        .args(["--heartbeat-grace-s", "2"])
+        .stdin(Stdio::null())
+        .stdout(mon_log.try_clone().unwrap())
+        .stderr(mon_log)
+        .spawn()
+        .unwrap();
+    let mut pid_text = std::fs::read_to_string(dir.join("pids")).unwrap();
+    pid_text.push_str(&format!("{}\n", mon_child.id()));
+    std::fs::write(dir.join("pids"), pid_text).unwrap();
+    let (ok, out) = cairn(&["pool", "--mon", &mon, "create", "after", "--pg-num", "8"]);
+    assert!(ok, "{out}");
+    let (ok, out) = cairn(&["status", "--mon", &mon]);
+    assert!(ok && out.contains("3 up"), "{out}");
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while client
+            .write_full("after", "x", b"after the monitor restart")
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "new pool never writable after the mon restart"
+            );
+        }
+        assert!(
+            client.epoch() > epoch_before,
+            "the client follows the restarted monitor"
+        );
+        assert_eq!(
+            client.read("after", "x").await.unwrap(),
+            b"after the monitor restart"
+        );
+    });
+
     drop(client);
     drop(rt);
     let expected = acked.lock().unwrap().clone();
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     let _ = child.wait();
+    let _ = mon_child.wait();
     std::thread::sleep(Duration::from_millis(500));
     let found = copies(&dir);
     for (name, crc) in &expected {
@@ -318,7 +368,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
             "{name}: copies differ"
         );
     }
-    for (name, crcs) in &found {
+    for (name, crcs) in found.iter().filter(|(n, _)| n.as_str() != "x") {
         assert_eq!(crcs.len(), 3, "{name}: not on every OSD");
         assert!(crcs.iter().all(|c| *c == crcs[0]), "{name}: copies differ");
     }

@@ -28,6 +28,19 @@ pub struct MonClient {
     pending: Pending,
     next_tid: AtomicU64,
     map: watch::Receiver<Option<ClusterMap>>,
+    renew: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+/// How often a subscription is renewed, so that a restarted monitor (which forgot its
+/// subscribers) resumes sending maps.
+const RENEW_EVERY: Duration = Duration::from_secs(2);
+
+impl Drop for MonClient {
+    fn drop(&mut self) {
+        if let Some(h) = self.renew.lock().ok().and_then(|mut r| r.take()) {
+            h.abort();
+        }
+    }
 }
 
 impl MonClient {
@@ -43,6 +56,7 @@ impl MonClient {
             pending,
             next_tid: AtomicU64::new(1),
             map: map_rx,
+            renew: std::sync::Mutex::new(None),
         }
     }
 
@@ -76,12 +90,34 @@ impl MonClient {
         self.request(RequestBody::Op(request), timeout_ms).await
     }
 
-    /// Subscribes to map updates (full map first).
+    /// Subscribes to map updates (full map first), and keeps the subscription renewed.
     pub async fn subscribe(&self, timeout_ms: u64) -> Result<(), MonError> {
         let have_epoch = self.map.borrow().as_ref().map_or(0, |m| m.epoch);
         self.request(RequestBody::Subscribe { have_epoch }, timeout_ms)
-            .await
-            .map(|_| ())
+            .await?;
+        let mut renew = self
+            .renew
+            .lock()
+            .map_err(|_| MonError::Invalid("client state poisoned".into()))?;
+        if renew.is_none() {
+            let sender = self.sender.clone();
+            let map = self.map.clone();
+            let task = tokio::spawn(async move {
+                // Renewal tids count down from the top; their replies match no waiter.
+                let mut tid = u64::MAX;
+                loop {
+                    tokio::time::sleep(RENEW_EVERY).await;
+                    let have_epoch = map.borrow().as_ref().map_or(0, |m| m.epoch);
+                    let body = RequestBody::Subscribe { have_epoch };
+                    let _ = sender
+                        .send(MSG_MON_REQUEST, to_payload(&MonRequest { tid, body }))
+                        .await;
+                    tid -= 1;
+                }
+            });
+            *renew = Some(task.abort_handle());
+        }
+        Ok(())
     }
 
     /// A receiver that always holds the newest map received (for followers like OSDs).
