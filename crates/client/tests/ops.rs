@@ -272,3 +272,32 @@ async fn malformed_messages_are_dropped_and_the_osd_keeps_serving() {
         assert_eq!(c.client.read("data", &name).await.unwrap(), name.as_bytes());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_osd_wrongly_marked_down_boots_again_and_io_goes_on() {
+    let c = cluster("markdown").await;
+    let victim = c.osds[1].id();
+    let admin = cairn_mon::client::MonClient::connect(c._mon.addr(), 92).await;
+    let marked = admin
+        .op(Request::MarkDown { id: victim }, 10_000)
+        .await
+        .unwrap()
+        .epoch;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let map = c.client.map().unwrap();
+        if map.epoch > marked && map.osds[&victim].up {
+            break;
+        }
+        assert!(Instant::now() < deadline, "osd.{victim} never came back up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in 0..20 {
+        let name = format!("back{i}");
+        c.client
+            .write_full("data", &name, name.as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(c.client.read("data", &name).await.unwrap(), name.as_bytes());
+    }
+}

@@ -203,12 +203,32 @@ impl OsdDaemon {
             }
         }));
         let s = shared.clone();
+        let reboot = Request::Boot {
+            uuid: cfg.uuid.clone(),
+            host: cfg.host.clone(),
+            addr: addr.to_string(),
+            crush_weight: cfg.crush_weight,
+        };
         shared.track(tokio::spawn(async move {
             let mut rx = s.map.clone();
             loop {
                 let map = rx.borrow_and_update().clone();
                 if let Some(map) = map {
                     peering::on_map(&s, &map);
+                    if map.osds.get(&s.id).is_some_and(|o| !o.up) {
+                        // Wrongly marked down while alive (e.g. a partition healed): boot again.
+                        tracing::warn!(
+                            osd = s.id,
+                            epoch = map.epoch,
+                            "marked down while running: booting again"
+                        );
+                        let (mon, boot) = (s.mon.clone(), reboot.clone());
+                        tokio::spawn(async move {
+                            if let Err(e) = mon.op(boot, 10_000).await {
+                                tracing::warn!(error = %e, "re-boot refused");
+                            }
+                        });
+                    }
                 }
                 if rx.changed().await.is_err() {
                     return;

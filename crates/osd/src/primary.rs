@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cairn_clustermap::PgId;
-use cairn_pg::{Eversion, LogEntry, OpKind as LogOp};
+use cairn_pg::{Eversion, LogEntry, OpKind as LogOp, PRIOR_UNKNOWN};
 use cairn_proto::pairs::{encode_keys, encode_pairs};
 use cairn_proto::{
     decode, encode, OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_REPOP,
@@ -18,7 +18,7 @@ use cairn_proto::{
 use cairn_qos::QosClass;
 use cairn_store::{StoreError, Transaction};
 
-use crate::pgmeta::{append_entry, pack, unpack, META_OBJECT};
+use crate::pgmeta::{append_entry, pack, META_OBJECT};
 use crate::pgs::{Interval, Pg};
 use crate::shared::Shared;
 use crate::txns::{build_write, check_object_name, VERSION_ATTR};
@@ -231,7 +231,13 @@ async fn write(
     }
     let coll = pg.coll.as_str();
     let obj = op.object.as_str();
-    let size = if inner.created {
+    // Only appends and removals need the object's current state; everything else is logged
+    // without reading it (the prior version comes from the log when it has the object).
+    let needs_state = matches!(
+        op.kind,
+        OpKind::Append | OpKind::Remove | OpKind::RemoveXattr { .. } | OpKind::OmapRemove
+    );
+    let size = if inner.created && needs_state {
         match s.store.stat(coll, obj).await {
             Ok(st) => Some(st.size_bytes),
             Err(StoreError::NoSuchObject { .. }) => None,
@@ -252,10 +258,11 @@ async fn write(
         }
         (k, _) => k.clone(),
     };
-    let prior = if size.is_some() {
-        unpack(version_of(s, coll, obj).await)
-    } else {
-        Eversion::default()
+    let prior = match inner.log.newest_for(obj) {
+        Some(e) if e.op == LogOp::Delete => Eversion::default(),
+        Some(e) => e.version,
+        None if !inner.created => Eversion::default(),
+        None => PRIOR_UNKNOWN,
     };
     let head = inner.log.head();
     let version = Eversion::new(epoch.max(head.epoch), head.version + 1);

@@ -38,6 +38,14 @@ impl fmt::Display for Eversion {
     }
 }
 
+/// A `prior` meaning "may have existed, version not known here": rolling back a divergent
+/// entry with it fetches the object's state from the authoritative copy (present or absent)
+/// instead of deleting it. Lets a primary log a write without reading the object first.
+pub const PRIOR_UNKNOWN: Eversion = Eversion {
+    epoch: 0,
+    version: 1,
+};
+
 /// What an entry did to its object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OpKind {
@@ -158,6 +166,11 @@ impl PgLog {
     /// Entries newer than `after`, oldest first.
     pub fn entries_after(&self, after: Eversion) -> impl DoubleEndedIterator<Item = &LogEntry> {
         self.entries.iter().filter(move |e| e.version > after)
+    }
+
+    /// The newest entry touching `object`, if the log still has one.
+    pub fn newest_for(&self, object: &str) -> Option<&LogEntry> {
+        self.entries.iter().rev().find(|e| e.object == object)
     }
 
     /// True if the log contains an entry with exactly this version and object.

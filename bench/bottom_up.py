@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Bottom-up benchmark (seed 003's method), every layer measured in one run on this machine:
+
+  fio on a raw device file -> `cairn store bench` on that file -> `cairn bench` against one OSD
+  (pool size 1) -> three OSDs (size 3) -> real Ceph 16.2 (`rados bench`, 3 BlueStore OSDs,
+  size 3, started with shared/peers/ceph-mini).
+
+Workloads: 4 MiB writes and reads, 4 KiB writes and reads, 16 in flight. Writes are durable at
+every layer (fio: fdatasync per write; store: one durable transaction; cluster: acknowledged
+when every copy has committed). Prints a markdown table with each layer's efficiency against
+the one below (replication accounted for: a size-3 write moves 3x the bytes to disk) and writes
+it to --out.
+
+Usage: bench/bottom_up.py [--seconds 10] [--out docs/cluster-bench.md] [--no-ceph]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CAIRN = os.path.join(ROOT, "target", "release", "cairn")
+CEPH_MINI = os.path.join(os.path.dirname(ROOT), "shared", "peers", "ceph-mini")
+
+
+def run(cmd, **kw):
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def fio(path, rw, bs, jobs, seconds, sync):
+    args = [
+        "fio", "--name=raw", f"--filename={path}", f"--rw={rw}", f"--bs={bs}",
+        "--direct=1", "--ioengine=psync", f"--numjobs={jobs}", "--group_reporting",
+        f"--runtime={seconds}", "--time_based", "--size=1G", "--output-format=json",
+    ]
+    if sync:
+        args.append("--fdatasync=1")
+    out = json.loads(run(args))
+    job = out["jobs"][0]
+    side = job["write"] if "write" in rw else job["read"]
+    return side["iops"], side["bw_bytes"] / 1e6
+
+
+def store_bench(path, seconds):
+    # Only the 4 KiB phases at QD16 and the 4 MiB write are comparable; see docs/store.md.
+    ops = max(2000, 800 * seconds)
+    out = run([CAIRN, "store", "bench", "--device", path, "--size-mib", "1024",
+               "--seq-mib", "256", "--rand-ops", str(ops), "--queue-depths", "16"])
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > 4 and cells[1] == "cairn store":
+            rows[cells[0]] = (float(cells[2]), float(cells[3]))
+    return rows
+
+
+def cairn_bench(mon, seconds, mode, size):
+    out = run([CAIRN, "bench", "--mon", mon, "-p", "data", str(seconds), mode,
+               "-b", str(size), "-t", "16", "--no-cleanup"])
+    bw = float(re.search(r"Bandwidth \(MB/sec\):\s+([\d.]+)", out).group(1))
+    iops = float(re.search(r"Average IOPS:\s+([\d.]+)", out).group(1))
+    p99 = float(re.search(r"Latency p99 +\(ms\):\s+([\d.]+)", out).group(1))
+    return iops, bw, p99
+
+
+def cairn_cluster(osds, seconds, work):
+    port = 7900 + osds
+    mon = f"127.0.0.1:{port}"
+    d = os.path.join(work, f"cluster{osds}")
+    run([CAIRN, "up", "--dir", d, "--mon", mon, "--osds", str(osds),
+         "--device-mib", "4096", "--pg-num", "64"])
+    try:
+        res = {}
+        res["4M write"] = cairn_bench(mon, seconds, "write", 4 << 20)
+        res["4M read"] = cairn_bench(mon, seconds, "seq", 4 << 20)
+        res["4K write"] = cairn_bench(mon, seconds, "write", 4096)
+        res["4K read"] = cairn_bench(mon, seconds, "rand", 4096)
+        return res
+    finally:
+        run([CAIRN, "down", "--dir", d])
+
+
+def rados_bench(seconds, mode, size):
+    args = ["rados", "bench", "-p", "bench", str(seconds), mode, "-t", "16"]
+    if mode == "write":
+        args += ["-b", str(size), "--no-cleanup"]
+    out = run(args, env=dict(os.environ, CEPH_CONF="/tmp/ceph-mini/ceph.conf"))
+    bw = float(re.search(r"Bandwidth \(MB/sec\):\s+([\d.]+)", out).group(1))
+    iops = float(re.search(r"Average IOPS:\s+([\d.]+)", out).group(1))
+    lat = float(re.search(r"Max latency\(s\):\s+([\d.]+)", out).group(1)) * 1000
+    return iops, bw, lat
+
+
+def ceph(seconds):
+    env = dict(os.environ, NUM_OSD="3", BLOCK_GB="10")
+    subprocess.run(["bash", os.path.join(CEPH_MINI, "down.sh")], capture_output=True)
+    run(["bash", os.path.join(CEPH_MINI, "up.sh")], env=env)
+    try:
+        conf = dict(os.environ, CEPH_CONF="/tmp/ceph-mini/ceph.conf")
+        run(["ceph", "osd", "pool", "create", "bench", "64", "64", "replicated"], env=conf)
+        run(["ceph", "osd", "pool", "set", "bench", "size", "3"], env=conf)
+        for _ in range(120):
+            st = run(["ceph", "pg", "stat"], env=conf)
+            m = re.search(r"(\d+) pgs: (\d+) active\+clean;", st)
+            if m and m.group(1) == m.group(2):
+                break
+            time.sleep(1)
+        res = {}
+        res["4M write"] = rados_bench(seconds, "write", 4 << 20)
+        res["4M read"] = rados_bench(seconds, "seq", 4 << 20)
+        run(["rados", "-p", "bench", "cleanup"], env=conf)
+        res["4K write"] = rados_bench(seconds, "write", 4096)
+        res["4K read"] = rados_bench(seconds, "rand", 4096)
+        return res
+    finally:
+        subprocess.run(["bash", os.path.join(CEPH_MINI, "down.sh")], capture_output=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "cluster-bench-table.md"))
+    ap.add_argument("--no-ceph", action="store_true")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="cairn-bottom-up-", dir="/work" if os.path.isdir("/work") else None)
+    try:
+        raw = os.path.join(work, "raw.dev")
+        with open(raw, "wb") as f:
+            f.truncate(1 << 30)
+        run(["dd", "if=/dev/zero", f"of={raw}", "bs=4M", "count=256", "conv=fsync"])
+        layers = {}
+        layers["fio raw file"] = {
+            "4M write": fio(raw, "write", "4M", 16, a.seconds, True) + (None,),
+            "4M read": fio(raw, "read", "4M", 16, a.seconds, False) + (None,),
+            "4K write": fio(raw, "randwrite", "4k", 16, a.seconds, True) + (None,),
+            "4K read": fio(raw, "randread", "4k", 16, a.seconds, False) + (None,),
+        }
+        st = store_bench(os.path.join(work, "store.dev"), a.seconds)
+        layers["cairn store"] = {
+            "4M write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 MiB seq write")), None),
+            "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand write QD16")), None),
+            "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand read QD16")), None),
+        }
+        layers["cairn 1 OSD, size 1"] = cairn_cluster(1, a.seconds, work)
+        layers["cairn 3 OSDs, size 3"] = cairn_cluster(3, a.seconds, work)
+        if not a.no_ceph:
+            layers["Ceph 16.2, 3 OSDs, size 3"] = ceph(a.seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    works = ["4M write", "4M read", "4K write", "4K read"]
+    def cell(layer, w):
+        v = layers[layer].get(w)
+        if not v:
+            return "-"
+        iops, mbs = v[0], v[1]
+        return f"{mbs:.1f} MB/s" if w.startswith("4M") else f"{iops:.0f} IOPS"
+
+    def value(layer, w):
+        v = layers[layer].get(w)
+        return None if not v else (v[1] if w.startswith("4M") else v[0])
+
+    below = {"cairn store": "fio raw file", "cairn 1 OSD, size 1": "cairn store",
+             "cairn 3 OSDs, size 3": "cairn 1 OSD, size 1"}
+    lines = ["| layer | " + " | ".join(works) + " |", "|---|" + "---:|" * len(works)]
+    for layer in layers:
+        lines.append(f"| {layer} | " + " | ".join(cell(layer, w) for w in works) + " |")
+    lines.append("")
+    lines.append("Efficiency of each layer against the one below (a size-3 write is counted as 3 device writes):")
+    lines.append("")
+    lines.append("| layer | " + " | ".join(works) + " |")
+    lines.append("|---|" + "---:|" * len(works))
+    for layer, base in below.items():
+        row = []
+        for w in works:
+            x, y = value(layer, w), value(base, w)
+            if base not in layers or layer not in layers or x is None or y is None or y == 0:
+                # A layer with no number (the store has no 4 MiB read phase): compare with fio.
+                y = value("fio raw file", w) if x is not None else None
+                if y is None or x is None:
+                    row.append("-")
+                    continue
+                factor = 3 if (layer.startswith("cairn 3") and "write" in w) else 1
+                row.append(f"{100 * x * factor / y:.0f}% (vs fio)")
+                continue
+            factor = 3 if (layer.startswith("cairn 3") and "write" in w) else 1
+            row.append(f"{100 * x * factor / y:.0f}%")
+        lines.append(f"| {layer} | " + " | ".join(row) + " |")
+    if "Ceph 16.2, 3 OSDs, size 3" in layers:
+        lines.append("")
+        lines.append("cairn (3 OSDs, size 3) against Ceph 16.2 (3 OSDs, size 3), same machine, same run:")
+        lines.append("")
+        lines.append("| " + " | ".join(works) + " |")
+        lines.append("|" + "---:|" * len(works))
+        row = []
+        for w in works:
+            x, y = value("cairn 3 OSDs, size 3", w), value("Ceph 16.2, 3 OSDs, size 3", w)
+            row.append("-" if not x or not y else f"{x / y:.2f}x")
+        lines.append("| " + " | ".join(row) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(a.out, "w") as f:
+        f.write(f"<!-- written by bench/bottom_up.py --seconds {a.seconds} on {time.strftime('%Y-%m-%d %H:%M')} -->\n" + text)
+
+
+if __name__ == "__main__":
+    main()
