@@ -16,7 +16,7 @@ use crate::mon_cmd::DEFAULT_MON;
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
-/// `heartbeat_grace_s`, `policy`).
+/// `heartbeat_grace_s`, `policy`, `profile`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
@@ -57,6 +57,11 @@ pub struct OsdRunArgs {
     #[arg(long, default_value = "mclock")]
     #[serde(default = "default_policy")]
     pub policy: String,
+    /// Emulate a device profile over the data file (hdd-7200, nvme-p3700, nvme-p4510, optane or
+    /// a TOML path); the scheduler's cost model takes the profile's capacity.
+    #[arg(long)]
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 fn default_policy() -> String {
@@ -109,6 +114,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.listen = args.listen;
         cfg.device_bytes = args.device_mib << 20;
         cfg.metrics_listen = args.metrics;
+        cfg.device_profile = args.profile.clone();
         cfg.heartbeat_grace_ms = args.heartbeat_grace_s * 1000;
         cfg.policy = cairn_qos::PolicyConfig::by_name(&args.policy)?;
         let osd = OsdDaemon::start(cfg).await?;
@@ -148,6 +154,10 @@ pub struct UpArgs {
     /// Serve each OSD's Prometheus metrics on a free loopback port (printed in its log).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     metrics: bool,
+    /// Emulated device profile of every OSD (hdd-7200, nvme-p3700, nvme-p4510, optane or a
+    /// TOML path); default: the plain files.
+    #[arg(long = "osd-profile")]
+    osd_profile: Option<String>,
 }
 
 /// `cairn down`.
@@ -223,6 +233,9 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         ];
         if args.metrics {
             osd_args.extend(["--metrics".into(), "127.0.0.1:0".into()]);
+        }
+        if let Some(p) = &args.osd_profile {
+            osd_args.extend(["--profile".into(), p.clone()]);
         }
         pids.push(spawn(&args.dir, &format!("osd{i}"), &osd_args)?);
         let text: String = pids.iter().map(|p| format!("{p}\n")).collect();

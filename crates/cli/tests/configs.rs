@@ -61,7 +61,7 @@ fn daemons_run_from_config_files() {
     std::fs::write(
         &osd_toml,
         format!(
-            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\n",
+            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\n",
             dir.join("osd").display()
         ),
     )
@@ -97,6 +97,69 @@ fn daemons_run_from_config_files() {
     assert!(
         !ok && out.contains("fsdi"),
         "an unknown key must be named: {out}"
+    );
+    let (ok, out) = cairn(&[
+        "pool", "--mon", &mon, "create", "one", "--size", "1", "--pg-num", "4",
+    ]);
+    assert!(ok, "{out}");
+    let src = dir.join("in.bin");
+    std::fs::write(&src, vec![7u8; 100_000]).unwrap();
+    let mut stored = false;
+    while Instant::now() < deadline + Duration::from_secs(20) {
+        let (ok, _) = cairn(&[
+            "put",
+            "--mon",
+            &mon,
+            "-p",
+            "one",
+            "obj",
+            &src.display().to_string(),
+        ]);
+        if ok {
+            stored = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(stored, "an OSD on an emulated NVMe device serves writes");
+    let dst = dir.join("out.bin");
+    let (ok, out) = cairn(&[
+        "get",
+        "--mon",
+        &mon,
+        "-p",
+        "one",
+        "obj",
+        &dst.display().to_string(),
+    ]);
+    assert!(ok, "{out}");
+    assert_eq!(std::fs::read(&dst).unwrap(), vec![7u8; 100_000]);
+    let (ok, out) = cairn(&[
+        "tell",
+        "--mon",
+        &mon,
+        "osd.0",
+        "config",
+        "get",
+        "osd_op_queue",
+    ]);
+    assert!(
+        ok && out.trim() == "wpq",
+        "policy from the config file: {out}"
+    );
+    let (ok, out) = cairn(&[
+        "osd",
+        "run",
+        "--data",
+        &dir.join("osd-x").display().to_string(),
+        "--mon",
+        &mon,
+        "--profile",
+        "floppy",
+    ]);
+    assert!(
+        !ok && out.contains("floppy"),
+        "an unknown profile must be named: {out}"
     );
     let (ok, out) = cairn(&["osd", "run"]);
     assert!(

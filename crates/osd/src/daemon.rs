@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
+use cairn_blockdev::{BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, Profile};
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
@@ -49,6 +49,10 @@ pub struct OsdConfig {
     pub device_bytes: u64,
     /// CRUSH weight (16.16).
     pub crush_weight: u32,
+    /// Emulate this device profile over the data file (`hdd-7200`, `nvme-p3700`, ... or a
+    /// TOML path): the store then sees that device's latency and throughput, and the cost
+    /// model takes the profile's capacity. None: the file as it is.
+    pub device_profile: Option<String>,
     /// Scheduler policy.
     pub policy: PolicyConfig,
     /// Device capacity for the cost model.
@@ -84,6 +88,7 @@ impl OsdConfig {
             data_dir,
             device_bytes: 1 << 30,
             crush_weight: 0x10000,
+            device_profile: None,
             policy: PolicyConfig::Mclock(Default::default()),
             capacity: DeviceCapacity {
                 random_4k_iops: 21500.0,
@@ -109,19 +114,26 @@ pub struct OsdDaemon {
     shared: Arc<Shared>,
 }
 
+/// Queue depth of an emulated device (explicit limit).
+const EMULATED_QUEUE_DEPTH: usize = 64;
+
 async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| OsdError::Protocol(format!("data dir {}: {e}", cfg.data_dir.display())))?;
     let block = cfg.data_dir.join("block");
     let kv = cfg.data_dir.join("kv.redb");
     let fresh = !kv.exists();
-    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(
+    let mut dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(
         &block,
         &FileDeviceOptions {
             size_bytes: Some(cfg.device_bytes),
             ..FileDeviceOptions::default()
         },
     )?);
+    if let Some(name) = &cfg.device_profile {
+        let profile = Profile::load(name)?;
+        dev = Arc::new(EmulatedDevice::new(dev, &profile, EMULATED_QUEUE_DEPTH)?);
+    }
     if fresh {
         Store::mkfs(
             dev.clone(),
@@ -136,7 +148,14 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
 impl OsdDaemon {
     /// Starts an OSD: store and PGs, monitor boot and subscription, listener, heartbeats,
     /// beacons, metrics.
-    pub async fn start(cfg: OsdConfig) -> Result<OsdDaemon, OsdError> {
+    pub async fn start(mut cfg: OsdConfig) -> Result<OsdDaemon, OsdError> {
+        if let Some(name) = &cfg.device_profile {
+            let p = Profile::load(name)?;
+            cfg.capacity = DeviceCapacity {
+                random_4k_iops: p.expected.random_write_4k_iops,
+                seq_bandwidth_bytes_per_s: p.expected.sequential_write_mb_s * 1e6,
+            };
+        }
         let store = open_store(&cfg).await?;
         let sched = OpScheduler::new(
             QosQueue::new(cfg.policy.clone())?,
