@@ -1,5 +1,6 @@
 //! A real cluster in one process on loopback: a monitor and three OSDs on file-backed stores,
-//! a pool of size 3. Objects from 0 bytes to 4 MiB are written, read back and verified; then
+//! a pool of size 3. 2000 objects from 0 bytes to 16 MiB are written (16 at a time), read back
+//! and verified; then
 //! every OSD's store is mounted offline and each acknowledged object must be present, and
 //! byte-identical, on all three copies (acknowledged = durable on the whole acting set).
 
@@ -25,7 +26,11 @@ fn data_for(i: usize) -> Vec<u8> {
         5 => 300_000,
         _ => 1 << 20,
     };
-    let size = if i == 3 { 4 << 20 } else { size };
+    let size = match i {
+        3 => 4 << 20,
+        10 | 500 | 1500 => 16 << 20,
+        _ => size,
+    };
     (0..size)
         .map(|b| {
             (b as u32)
@@ -57,7 +62,7 @@ async fn replicated_writes_are_durable_on_every_copy() {
             mon.addr(),
             root.0.join(format!("osd{i}")),
         );
-        cfg.device_bytes = 256 << 20;
+        cfg.device_bytes = 1 << 30;
         osds.push(OsdDaemon::start(cfg).await.unwrap());
     }
     let admin = cairn_mon::client::MonClient::connect(mon.addr(), 77).await;
@@ -85,21 +90,45 @@ async fn replicated_writes_are_durable_on_every_copy() {
         client.write_full("nope", "x", b"y").await,
         Err(ClientError::NoPool(_))
     ));
-    let n = 60;
+    let n = 2000;
+    let in_flight = 16;
+    let client = Arc::new(client);
     let mut written = BTreeMap::new();
-    for i in 0..n {
-        let name = format!("obj-{i}");
-        let data = data_for(i);
-        let version = client.write_full("data", &name, &data).await.unwrap();
-        assert!(version > 0);
-        written.insert(name, crc32c::crc32c(&data));
+    for lane_start in (0..n).step_by(in_flight) {
+        let tasks: Vec<_> = (lane_start..(lane_start + in_flight).min(n))
+            .map(|i| {
+                let c = client.clone();
+                tokio::spawn(async move {
+                    let name = format!("obj-{i}");
+                    let data = data_for(i);
+                    let version = c.write_full("data", &name, &data).await.unwrap();
+                    assert!(version > 0);
+                    (name, crc32c::crc32c(&data))
+                })
+            })
+            .collect();
+        for t in tasks {
+            let (name, crc) = t.await.unwrap();
+            written.insert(name, crc);
+        }
     }
-    for i in 0..n {
-        let name = format!("obj-{i}");
-        let got = client.read("data", &name).await.unwrap();
-        assert_eq!(got, data_for(i), "{name}");
-        let (size, _) = client.stat("data", &name).await.unwrap();
-        assert_eq!(size as usize, data_for(i).len());
+    for lane_start in (0..n).step_by(in_flight) {
+        let tasks: Vec<_> = (lane_start..(lane_start + in_flight).min(n))
+            .map(|i| {
+                let c = client.clone();
+                tokio::spawn(async move {
+                    let name = format!("obj-{i}");
+                    let got = c.read("data", &name).await.unwrap();
+                    let want = data_for(i);
+                    assert!(got == want, "{name}: read back differs");
+                    let (size, _) = c.stat("data", &name).await.unwrap();
+                    assert_eq!(size as usize, want.len());
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
     }
     client
         .write_full("data", "obj-5", b"overwritten")
