@@ -183,6 +183,14 @@ pub async fn live_status(mon: SocketAddr) -> anyhow::Result<()> {
             }
         }
     }
+    let unclean: u64 = states
+        .iter()
+        .filter(|(s, _)| s.as_str() != "active+clean")
+        .map(|(_, n)| n)
+        .sum();
+    if unclean > 0 {
+        println!("  warning: {unclean} PGs not active+clean");
+    }
     let pgs: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
     println!(
         "  pgs: {}",
@@ -191,6 +199,27 @@ pub async fn live_status(mon: SocketAddr) -> anyhow::Result<()> {
         } else {
             pgs.join(", ")
         }
+    );
+    let mut usage = [0u64; 3];
+    for &osd in &osds {
+        if let Ok(t) = client.tell(osd, &["df".into()]).await {
+            let v: Vec<u64> = t
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            if let [_, _, stored, alloc, cap] = v[..] {
+                usage[0] += stored;
+                usage[1] += alloc;
+                usage[2] += cap;
+            }
+        }
+    }
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!(
+        "  usage: {:.1} MiB stored, {:.1} MiB allocated of {:.1} MiB (all copies)",
+        mib(usage[0]),
+        mib(usage[1]),
+        mib(usage[2])
     );
     let a = io_totals(&client, &osds).await;
     let t0 = std::time::Instant::now();
