@@ -255,9 +255,29 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 anyhow::Ok(())
             }));
         }
+        // Progress once a second, as rados bench prints it (on stderr: the summary stays clean).
+        let (p_lat, p_bytes) = (lat.clone(), bytes.clone());
+        let progress = tokio::spawn(async move {
+            eprintln!("  sec   ops   cur MB/s   avg MB/s   cur ops/s");
+            let (mut last_ops, mut last_bytes) = (0usize, 0u64);
+            for sec in 1.. {
+                tokio::time::sleep_until((started + Duration::from_secs(sec)).into()).await;
+                let ops = p_lat.lock().await.len();
+                let b = *p_bytes.lock().await;
+                let el = started.elapsed().as_secs_f64();
+                eprintln!(
+                    "  {sec:>3} {ops:>6} {:>10.2} {:>10.2} {:>11}",
+                    (b - last_bytes) as f64 / 1e6,
+                    b as f64 / 1e6 / el,
+                    ops - last_ops
+                );
+                (last_ops, last_bytes) = (ops, b);
+            }
+        });
         for w in workers {
             w.await??;
         }
+        progress.abort();
         let secs = started.elapsed().as_secs_f64();
         let mut l = lat.lock().await.clone();
         l.sort_by(f64::total_cmp);
