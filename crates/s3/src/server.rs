@@ -39,6 +39,20 @@ pub fn service(gw: &Gateway) -> S3Service {
     b.build()
 }
 
+/// For a request asking for `100 Continue`: whether its body is empty. When hyper answers
+/// such a request without `100 Continue` (empty body, or an error before the body is read),
+/// botocore leaves its connection in a state that misreads the next response; the gateway
+/// closes those connections after the response so clients stay correct.
+pub fn expects_continue(h: &hyper::HeaderMap) -> Option<bool> {
+    let expect = h
+        .get(hyper::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let empty = h
+        .get(hyper::header::CONTENT_LENGTH)
+        .is_none_or(|v| v.as_bytes() == b"0");
+    expect.then_some(empty)
+}
+
 /// Serves `service` on `listener` until the task is dropped or aborted.
 pub async fn serve(listener: TcpListener, service: S3Service, max_connections: usize) {
     let slots = Arc::new(Semaphore::new(max_connections));
@@ -54,7 +68,21 @@ pub async fn serve(listener: TcpListener, service: S3Service, max_connections: u
                 continue;
             }
         };
-        let svc = service.clone();
+        let inner = service.clone();
+        let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let expect = expects_continue(req.headers());
+            let inner = inner.clone();
+            async move {
+                let mut resp = hyper::service::Service::call(&inner, req).await?;
+                if expect.is_some_and(|empty| empty || !resp.status().is_success()) {
+                    resp.headers_mut().insert(
+                        hyper::header::CONNECTION,
+                        hyper::header::HeaderValue::from_static("close"),
+                    );
+                }
+                Ok::<_, s3s::HttpError>(resp)
+            }
+        });
         tokio::spawn(async move {
             let mut http = hyper::server::conn::http1::Builder::new();
             http.max_buf_size(MAX_HEADER_BYTES.max(8192))

@@ -5,6 +5,7 @@ AWS_SECRET_ACCESS_KEY set (and S3_LIMITED_ENDPOINT for the rate-limit check). Ex
 with a message on the first failed check.
 """
 
+import datetime
 import hashlib
 import http.client
 import os
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 import botocore
+import botocore.auth
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
@@ -83,7 +85,7 @@ def raw(method, url, headers=None, body=None):
     return r.status, data
 
 
-B = "cairn-e2e"
+B = os.environ.get("S3_BUCKET", "cairn-e2e")
 
 step("anonymous access is denied")
 status, body = raw("GET", ENDPOINT + "/")
@@ -328,7 +330,8 @@ creds = botocore.credentials.Credentials(AK, SK)
 
 
 def signed(method, path, body=b"", headers=None):
-    req = AWSRequest(method=method, url=ENDPOINT + path, data=body, headers=headers or {})
+    headers = dict(headers or {}, **{"x-amz-content-sha256": hashlib.sha256(body).hexdigest()})
+    req = AWSRequest(method=method, url=ENDPOINT + path, data=body, headers=headers)
     SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
     return dict(req.headers.items())
 
@@ -358,17 +361,21 @@ bad("PUT", "/" + B + "/hdr-put", ph, body=b"other body!", what="body")
 status, _ = raw("PUT", ENDPOINT + "/" + B + "/hdr-put", headers=ph, body=b"signed body")
 check(status == 200, f"hand-signed PUT works: {status}")
 old = botocore.credentials.Credentials(AK, SK)
-req = AWSRequest(method="GET", url=ENDPOINT + path, headers={})
+req = AWSRequest(method="GET", url=ENDPOINT + path, headers={"x-amz-content-sha256": hashlib.sha256(b"").hexdigest()})
 # A correctly signed request dated 20 minutes ago: outside the 15-minute window.
-req.context["timestamp"] = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() - 1200))
-SigV4Auth(old, "s3", "us-east-1").add_auth(req)
+now_fn = botocore.auth.get_current_datetime
+botocore.auth.get_current_datetime = lambda: now_fn() - datetime.timedelta(minutes=20)
+try:
+    SigV4Auth(old, "s3", "us-east-1").add_auth(req)
+finally:
+    botocore.auth.get_current_datetime = now_fn
 status, body = raw("GET", ENDPOINT + path, headers=dict(req.headers.items()))
 check(status == 403 and b"RequestTimeTooSkewed" in body, f"skewed request: {status} {body[:200]}")
 
 step("bad requests get S3 error codes")
 check(code_of(s3.put_object, Bucket=B, Key="meta", Body=b"x", Metadata={"k": "v" * 2100}) == "MetadataTooLarge", "metadata limit")
 check(code_of(s3.put_object, Bucket=B, Key="k" * 1025, Body=b"x") == "KeyTooLongError", "key limit")
-check(code_of(s3.put_object, Bucket=B, Key="md5", Body=b"hello", ContentMD5="XUFAKrxLKna5cZ2REBfFkg==") == "BadDigest", "wrong Content-MD5")
+check(code_of(s3.put_object, Bucket=B, Key="md5", Body=b"hello", ContentMD5="1B2M2Y8AsgTpgAmY7PhCfg==") == "BadDigest", "wrong Content-MD5")
 check(code_of(s3.head_object, Bucket=B, Key="md5") in ("404", "NoSuchKey"), "nothing stored on BadDigest")
 check(code_of(s3.put_object, Bucket=B, Key="md5", Body=b"hello", ContentMD5="not base64!") == "InvalidDigest", "malformed Content-MD5")
 dh = signed("POST", "/" + B + "?delete", body=b"<Delete><Object><Key>a</Key></Object", headers={"Content-MD5": "1B2M2Y8AsgTpgAmY7PhCfg=="})
