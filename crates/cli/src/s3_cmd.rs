@@ -159,7 +159,10 @@ pub fn start_for_up(
             user.access_key, user.secret_key
         ),
     )?;
-    println!("S3 gateway on http://{listen} (user 'admin', keys also in {}):", creds.display());
+    println!(
+        "S3 gateway on http://{listen} (user 'admin', keys also in {}):",
+        creds.display()
+    );
     println!("  export AWS_ACCESS_KEY_ID={}", user.access_key);
     println!("  export AWS_SECRET_ACCESS_KEY={}", user.secret_key);
     println!("  aws --endpoint-url http://{listen} s3 mb s3://demo");

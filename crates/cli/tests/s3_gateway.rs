@@ -109,9 +109,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
     let config = dir.join("limited.toml");
     std::fs::write(
         &config,
-        format!(
-            "mon = \"{mon}\"\nlisten = \"{limited}\"\n[limits]\nuser_requests_per_s = 0.01\n"
-        ),
+        format!("mon = \"{mon}\"\nlisten = \"{limited}\"\n[limits]\nuser_requests_per_s = 0.01\n"),
     )
     .unwrap();
     let bad = dir.join("bad.toml");
@@ -158,15 +156,10 @@ fn boto3_and_aws_cli_against_cairn_up() {
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let gw_log = std::fs::read_to_string(dir.join("s3gw.log")).unwrap_or_default();
-    let tail: String = gw_log
-        .lines()
-        .rev()
-        .take(40)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let tail: String = gw_log.lines().rev().take(40).collect::<Vec<_>>().join("\n");
     assert!(
         out.status.success() && text.contains("ALL S3 CHECKS PASSED"),
         "{text}\n--- gateway log (last lines, newest first) ---\n{tail}"

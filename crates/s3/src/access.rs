@@ -44,7 +44,11 @@ pub fn parse_amz_date(s: &str) -> Option<i64> {
     let month = time::Month::try_from(num(4..6)? as u8).ok()?;
     let date = time::Date::from_calendar_date(num(0..4)? as i32, month, num(6..8)? as u8).ok()?;
     let t = time::Time::from_hms(num(9..11)? as u8, num(11..13)? as u8, num(13..15)? as u8).ok()?;
-    Some(time::PrimitiveDateTime::new(date, t).assume_utc().unix_timestamp())
+    Some(
+        time::PrimitiveDateTime::new(date, t)
+            .assume_utc()
+            .unix_timestamp(),
+    )
 }
 
 fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
@@ -88,10 +92,7 @@ impl S3Access for Admission {
             .name_of(&cred.access_key)
             .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
         let now_s = time::OffsetDateTime::now_utc().unix_timestamp();
-        let amz_date = cx
-            .headers()
-            .get("x-amz-date")
-            .and_then(|v| v.to_str().ok());
+        let amz_date = cx.headers().get("x-amz-date").and_then(|v| v.to_str().ok());
         check_dates(cx.uri().query(), amz_date, now_s)?;
         let bucket = match cx.s3_path() {
             S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(&**bucket),
@@ -123,7 +124,13 @@ mod tests {
     fn dates() {
         assert_eq!(parse_amz_date("19700101T000000Z"), Some(0));
         assert_eq!(parse_amz_date("20130524T000000Z"), Some(1_369_353_600));
-        for bad in ["", "2013052T000000Z", "20131324T000000Z", "20130524T000000", "2013+524T000000Z"] {
+        for bad in [
+            "",
+            "2013052T000000Z",
+            "20131324T000000Z",
+            "20130524T000000",
+            "2013+524T000000Z",
+        ] {
             assert_eq!(parse_amz_date(bad), None, "{bad}");
         }
         let now = 1_369_353_600;
@@ -131,9 +138,16 @@ mod tests {
         let e = check_dates(None, Some("20130524T001600Z"), now).unwrap_err();
         assert_eq!(e.code(), &s3s::S3ErrorCode::RequestTimeTooSkewed);
         check_dates(Some("X-Amz-Expires=604800"), None, now).unwrap();
-        for q in ["X-Amz-Expires=604801", "a=b&X-Amz-Expires=0", "X-Amz-Expires=x"] {
+        for q in [
+            "X-Amz-Expires=604801",
+            "a=b&X-Amz-Expires=0",
+            "X-Amz-Expires=x",
+        ] {
             let e = check_dates(Some(q), None, now).unwrap_err();
-            assert_eq!(e.code(), &s3s::S3ErrorCode::AuthorizationQueryParametersError);
+            assert_eq!(
+                e.code(),
+                &s3s::S3ErrorCode::AuthorizationQueryParametersError
+            );
         }
     }
 }

@@ -39,13 +39,15 @@ pub trait Backend: Send + Sync + 'static {
     /// Replaces an object's data.
     async fn put(&self, name: &str, data: &[u8]) -> Result<(), BackendError>;
     /// Reads `len` bytes at `offset` (fewer at the end).
-    async fn read_range(&self, name: &str, offset: u64, len: u64)
-        -> Result<Vec<u8>, BackendError>;
+    async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, BackendError>;
     /// Deletes an object; deleting a missing object succeeds.
     async fn remove(&self, name: &str) -> Result<(), BackendError>;
     /// Sets omap entries atomically (creates the object if needed).
-    async fn omap_set(&self, name: &str, entries: &[(Vec<u8>, Vec<u8>)])
-        -> Result<(), BackendError>;
+    async fn omap_set(
+        &self,
+        name: &str,
+        entries: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<(), BackendError>;
     /// Removes omap keys atomically; a missing object succeeds.
     async fn omap_remove(&self, name: &str, keys: &[Vec<u8>]) -> Result<(), BackendError>;
     /// Up to `max` entries with `prefix` and key > `after` (empty: from the start), in key
@@ -82,12 +84,7 @@ impl Backend for ClusterBackend {
         Ok(())
     }
 
-    async fn read_range(
-        &self,
-        name: &str,
-        offset: u64,
-        len: u64,
-    ) -> Result<Vec<u8>, BackendError> {
+    async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, BackendError> {
         Ok(self
             .client
             .read_range(&self.pool, name, offset, len)
@@ -169,19 +166,16 @@ impl Backend for MemBackend {
         Ok(())
     }
 
-    async fn read_range(
-        &self,
-        name: &str,
-        offset: u64,
-        len: u64,
-    ) -> Result<Vec<u8>, BackendError> {
+    async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, BackendError> {
         self.with(|o| {
             let data = o
                 .get(name)
                 .and_then(|obj| obj.data.as_ref())
                 .ok_or_else(|| BackendError::NotFound(name.to_string()))?;
             let start = (offset as usize).min(data.len());
-            let end = start.saturating_add(len.min(usize::MAX as u64) as usize).min(data.len());
+            let end = start
+                .saturating_add(len.min(usize::MAX as u64) as usize)
+                .min(data.len());
             Ok(data[start..end].to_vec())
         })
     }
@@ -231,7 +225,9 @@ impl Backend for MemBackend {
             let mut page: OmapPage = obj
                 .omap
                 .iter()
-                .filter(|(k, _)| (after.is_empty() || k.as_slice() > after) && k.starts_with(prefix))
+                .filter(|(k, _)| {
+                    (after.is_empty() || k.as_slice() > after) && k.starts_with(prefix)
+                })
                 .take(max + 1)
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();

@@ -178,7 +178,10 @@ pub async fn put_entry(
     entry: &Entry,
 ) -> S3Result<()> {
     backend
-        .omap_set(&b.shard_of(key), &[(key.as_bytes().to_vec(), entry.encode())])
+        .omap_set(
+            &b.shard_of(key),
+            &[(key.as_bytes().to_vec(), entry.encode())],
+        )
         .await
         .map_err(internal)
 }

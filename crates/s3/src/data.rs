@@ -108,23 +108,21 @@ pub async fn write_body(
                 segment: None,
             })
         }
-        Ok(()) => {
-            if buf.is_empty() {
-                Ok(())
-            } else {
-                backend
-                    .put(&seg_of(0).stripe_name(stripes), &buf)
-                    .await
-                    .map(|_| stripes += 1)
-                    .map_err(internal)
-            }
-            .map(|()| Written {
-                size,
-                md5: md5.finalize(),
-                inline: None,
-                segment: Some(seg_of(size)),
-            })
+        Ok(()) => if buf.is_empty() {
+            Ok(())
+        } else {
+            backend
+                .put(&seg_of(0).stripe_name(stripes), &buf)
+                .await
+                .map(|_| stripes += 1)
+                .map_err(internal)
         }
+        .map(|()| Written {
+            size,
+            md5: md5.finalize(),
+            inline: None,
+            segment: Some(seg_of(size)),
+        }),
     };
     if finish.is_err() {
         remove_stripes(backend, spec.id, stripes).await;
@@ -301,10 +299,7 @@ mod tests {
         }
         assert_eq!(
             plan_reads(&e, 9, 12),
-            vec![
-                ("d.s0.2".to_string(), 1, 1),
-                ("d.s1.0".to_string(), 0, 2)
-            ]
+            vec![("d.s0.2".to_string(), 1, 1), ("d.s1.0".to_string(), 0, 2)]
         );
     }
 
@@ -335,7 +330,10 @@ mod tests {
             ..e
         };
         for (a, b) in [(0, 1000), (63, 65), (999, 1000), (5, 5), (128, 640)] {
-            assert_eq!(read_all(&mem, &e, a, b).await.unwrap(), &data[a as usize..b as usize]);
+            assert_eq!(
+                read_all(&mem, &e, a, b).await.unwrap(),
+                &data[a as usize..b as usize]
+            );
         }
     }
 

@@ -170,22 +170,84 @@ mod tests {
         let ok = |c: Conditions<'_>| check_conditions(&c, "abc", 100_500, false);
         let code = |r: S3Result<()>| r.unwrap_err().code().clone();
         ok(Conditions::default()).unwrap();
-        ok(Conditions { if_match: Some(&tag), ..Default::default() }).unwrap();
-        ok(Conditions { if_match: Some(&any), ..Default::default() }).unwrap();
-        assert_eq!(code(ok(Conditions { if_match: Some(&other), ..Default::default() })), s3s::S3ErrorCode::PreconditionFailed);
-        assert_eq!(code(ok(Conditions { if_none_match: Some(&tag), ..Default::default() })), s3s::S3ErrorCode::NotModified);
-        ok(Conditions { if_none_match: Some(&other), ..Default::default() }).unwrap();
-        let (t99, t100, t101) = (ts(99), ts(100), ts(101));
-        assert_eq!(code(ok(Conditions { if_unmodified_since: Some(&t99), ..Default::default() })), s3s::S3ErrorCode::PreconditionFailed);
-        ok(Conditions { if_unmodified_since: Some(&t100), ..Default::default() }).unwrap();
-        // If-Match takes precedence over If-Unmodified-Since.
-        ok(Conditions { if_match: Some(&tag), if_unmodified_since: Some(&t99), ..Default::default() }).unwrap();
-        assert_eq!(code(ok(Conditions { if_modified_since: Some(&t100), ..Default::default() })), s3s::S3ErrorCode::NotModified);
-        ok(Conditions { if_modified_since: Some(&t99), ..Default::default() }).unwrap();
-        // If-None-Match takes precedence over If-Modified-Since.
-        ok(Conditions { if_none_match: Some(&other), if_modified_since: Some(&t101), ..Default::default() }).unwrap();
+        ok(Conditions {
+            if_match: Some(&tag),
+            ..Default::default()
+        })
+        .unwrap();
+        ok(Conditions {
+            if_match: Some(&any),
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(
-            code(check_conditions(&Conditions { if_none_match: Some(&tag), ..Default::default() }, "abc", 0, true)),
+            code(ok(Conditions {
+                if_match: Some(&other),
+                ..Default::default()
+            })),
+            s3s::S3ErrorCode::PreconditionFailed
+        );
+        assert_eq!(
+            code(ok(Conditions {
+                if_none_match: Some(&tag),
+                ..Default::default()
+            })),
+            s3s::S3ErrorCode::NotModified
+        );
+        ok(Conditions {
+            if_none_match: Some(&other),
+            ..Default::default()
+        })
+        .unwrap();
+        let (t99, t100, t101) = (ts(99), ts(100), ts(101));
+        assert_eq!(
+            code(ok(Conditions {
+                if_unmodified_since: Some(&t99),
+                ..Default::default()
+            })),
+            s3s::S3ErrorCode::PreconditionFailed
+        );
+        ok(Conditions {
+            if_unmodified_since: Some(&t100),
+            ..Default::default()
+        })
+        .unwrap();
+        // If-Match takes precedence over If-Unmodified-Since.
+        ok(Conditions {
+            if_match: Some(&tag),
+            if_unmodified_since: Some(&t99),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            code(ok(Conditions {
+                if_modified_since: Some(&t100),
+                ..Default::default()
+            })),
+            s3s::S3ErrorCode::NotModified
+        );
+        ok(Conditions {
+            if_modified_since: Some(&t99),
+            ..Default::default()
+        })
+        .unwrap();
+        // If-None-Match takes precedence over If-Modified-Since.
+        ok(Conditions {
+            if_none_match: Some(&other),
+            if_modified_since: Some(&t101),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            code(check_conditions(
+                &Conditions {
+                    if_none_match: Some(&tag),
+                    ..Default::default()
+                },
+                "abc",
+                0,
+                true
+            )),
             s3s::S3ErrorCode::PreconditionFailed
         );
     }
@@ -193,9 +255,17 @@ mod tests {
     #[test]
     fn md5_header_and_metadata_limits() {
         assert_eq!(content_md5(None).unwrap(), None);
-        assert_eq!(content_md5(Some("1B2M2Y8AsgTpgAmY7PhCfg==")).unwrap().unwrap()[0], 0xd4);
+        assert_eq!(
+            content_md5(Some("1B2M2Y8AsgTpgAmY7PhCfg=="))
+                .unwrap()
+                .unwrap()[0],
+            0xd4
+        );
         for bad in ["!!!", "AAAA"] {
-            assert_eq!(content_md5(Some(bad)).unwrap_err().code(), &s3s::S3ErrorCode::InvalidDigest);
+            assert_eq!(
+                content_md5(Some(bad)).unwrap_err().code(),
+                &s3s::S3ErrorCode::InvalidDigest
+            );
         }
         let mut meta = Metadata::default();
         meta.insert("k".into(), "v".repeat(2047));
@@ -209,7 +279,10 @@ mod tests {
         };
         content_headers(h(meta.clone()), 2048).unwrap();
         meta.insert("k2".into(), "v".into());
-        assert_eq!(content_headers(h(meta), 2048).unwrap_err().code(), &s3s::S3ErrorCode::MetadataTooLarge);
+        assert_eq!(
+            content_headers(h(meta), 2048).unwrap_err().code(),
+            &s3s::S3ErrorCode::MetadataTooLarge
+        );
     }
 
     #[test]

@@ -21,7 +21,10 @@ pub const MAX_KEY_BYTES: usize = 1024;
 
 fn check_key(key: &str) -> S3Result<()> {
     if key.is_empty() || key.len() > MAX_KEY_BYTES {
-        return Err(s3_error!(KeyTooLongError, "keys are 1..={MAX_KEY_BYTES} bytes"));
+        return Err(s3_error!(
+            KeyTooLongError,
+            "keys are 1..={MAX_KEY_BYTES} bytes"
+        ));
     }
     Ok(())
 }
@@ -78,7 +81,10 @@ async fn discard(gw: &Gateway, w: &Written) {
 /// Checks a declared body length against the PUT limit before anything is read.
 pub fn check_length(len: Option<i64>, max: u64) -> S3Result<()> {
     if len.is_some_and(|l| l < 0 || l as u64 > max) {
-        return Err(s3_error!(EntityTooLarge, "bodies are limited to {max} bytes"));
+        return Err(s3_error!(
+            EntityTooLarge,
+            "bodies are limited to {max} bytes"
+        ));
     }
     Ok(())
 }

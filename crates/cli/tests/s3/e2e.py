@@ -300,7 +300,7 @@ def flip(s):
 
 tampered = {
     "signature": with_query(mutate(q, "X-Amz-Signature", flip)),
-    "credential key": with_query(mutate(q, "X-Amz-Credential", lambda v: "CA" + v[2:3].lower() + v[3:])),
+    "credential key": with_query(mutate(q, "X-Amz-Credential", lambda v: flip(v.split("/")[0]) + v[v.index("/"):])),
     "credential region": with_query(mutate(q, "X-Amz-Credential", lambda v: v.replace("us-east-1", "eu-west-1"))),
     "date": with_query(mutate(q, "X-Amz-Date", lambda v: v[:-3] + ("00Z" if v[-3:] != "00Z" else "01Z"))),
     "expires": with_query(mutate(q, "X-Amz-Expires", lambda v: str(int(v) + 1))),
