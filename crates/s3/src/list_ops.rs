@@ -16,7 +16,7 @@ use crate::listing::{self, Item, ListPage, ListQuery};
 pub const MAX_KEYS: usize = 1000;
 
 fn unhex(s: &str) -> Option<String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())
