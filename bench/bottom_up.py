@@ -74,7 +74,7 @@ def cairn_cluster(osds, seconds, work):
     port = 7900 + osds
     mon = f"127.0.0.1:{port}"
     d = os.path.join(work, f"cluster{osds}")
-    run([CAIRN, "up", "--dir", d, "--mon", mon, "--osds", str(osds),
+    run([CAIRN, "up", "--no-s3", "--dir", d, "--mon", mon, "--osds", str(osds),
          "--device-mib", "4096", "--pg-num", "64"])
     try:
         res = {}

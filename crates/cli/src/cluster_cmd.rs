@@ -158,6 +158,12 @@ pub struct UpArgs {
     /// TOML path); default: the plain files.
     #[arg(long = "osd-profile")]
     osd_profile: Option<String>,
+    /// Address of the S3 gateway started with the cluster.
+    #[arg(long, default_value = crate::s3_cmd::DEFAULT_S3)]
+    s3: SocketAddr,
+    /// Do not start the S3 gateway.
+    #[arg(long = "no-s3")]
+    no_s3: bool,
 }
 
 /// `cairn down`.
@@ -168,7 +174,7 @@ pub struct DownArgs {
     dir: PathBuf,
 }
 
-fn spawn(dir: &Path, name: &str, args: &[String]) -> anyhow::Result<u32> {
+pub(crate) fn spawn(dir: &Path, name: &str, args: &[String]) -> anyhow::Result<u32> {
     let exe = std::env::current_exe()?;
     let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
     let child = Command::new(exe)
@@ -289,6 +295,13 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })?;
+    if !args.no_s3 {
+        pids.push(crate::s3_cmd::start_for_up(
+            &args.dir, args.mon, args.s3, spawn,
+        )?);
+        let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(&pids_path, text)?;
+    }
     println!(
         "cairn cluster up: monitor {} with {} OSDs, data in {}",
         args.mon,

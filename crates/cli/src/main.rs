@@ -9,6 +9,7 @@ mod crush_placement;
 mod data_cmd;
 mod mon_cmd;
 mod plot;
+mod s3_cmd;
 mod sched_cmd;
 mod store_cmd;
 mod study_cmd;
@@ -63,6 +64,10 @@ enum Command {
     Cache(cache_cmd::CacheArgs),
     /// Studies: the seeds' experiments on emulated devices (tables and PNG plots).
     Study(study_cmd::StudyArgs),
+    /// Run the S3 gateway (`--config FILE` or flags).
+    S3gw(s3_cmd::GatewayArgs),
+    /// S3 administration: `cairn s3 user create NAME`.
+    S3(s3_cmd::S3Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -87,5 +92,7 @@ fn main() -> anyhow::Result<()> {
         Command::Store(args) => store_cmd::run(args),
         Command::Cache(args) => cache_cmd::run(args),
         Command::Study(args) => study_cmd::run(args),
+        Command::S3gw(args) => s3_cmd::run_gateway(args),
+        Command::S3(args) => s3_cmd::run(args),
     }
 }

@@ -175,6 +175,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
     let d = dir.display().to_string();
     let (ok, out) = cairn(&[
         "up",
+        "--no-s3",
         "--dir",
         &d,
         "--mon",

@@ -46,6 +46,7 @@ fn up_put_get_bench_down() {
     let d = dir.display().to_string();
     let (ok, out) = cairn(&[
         "up",
+        "--no-s3",
         "--dir",
         &d,
         "--mon",
@@ -127,6 +128,7 @@ fn up_put_get_bench_down() {
     // the pool) and every object come back.
     let (ok, out) = cairn(&[
         "up",
+        "--no-s3",
         "--dir",
         &d,
         "--mon",

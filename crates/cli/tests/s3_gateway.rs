@@ -1,0 +1,167 @@
+//! `cairn up` with its S3 gateway on free loopback ports, plus a second gateway started from a
+//! TOML config with a tiny per-user request rate; `tests/s3/e2e.py` drives both with boto3
+//! and aws-cli (buckets, objects 0 B..24 MiB verified by MD5, ranges, conditions, copy,
+//! listing 1,100 keys with delimiters and pagination, batch delete, multipart, presigned
+//! URLs, tampered and expired signatures, error codes, SlowDown). `cairn s3 user create`
+//! makes the keys. Every wait is bounded and everything is torn down even on failure.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+struct Cluster {
+    dir: PathBuf,
+    extra: Vec<Child>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.extra {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["down", "--dir"])
+            .arg(&self.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn cairn(args: &[&str]) -> (bool, String) {
+    let out = Command::new("timeout")
+        .arg("180")
+        .arg(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn field(out: &str, name: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no `{name}` in: {out}"))
+}
+
+#[test]
+fn boto3_and_aws_cli_against_cairn_up() {
+    let boto = Command::new("python3")
+        .args(["-c", "import boto3, botocore; print(boto3.__version__)"])
+        .output();
+    let have_boto = boto.as_ref().is_ok_and(|o| o.status.success());
+    assert!(
+        have_boto,
+        "this test needs python3 with boto3 and aws-cli: `pip install boto3 awscli` (.ci/run \
+         installs them); got {boto:?}"
+    );
+    let aws = Command::new("aws").arg("--version").output();
+    assert!(
+        aws.as_ref().is_ok_and(|o| o.status.success()),
+        "this test needs aws-cli: `pip install awscli`; got {aws:?}"
+    );
+
+    let mon = format!("127.0.0.1:{}", free_port());
+    let s3 = format!("127.0.0.1:{}", free_port());
+    let limited = format!("127.0.0.1:{}", free_port());
+    let dir = std::env::temp_dir().join(format!("cairn-s3-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cluster = Cluster {
+        dir: dir.clone(),
+        extra: Vec::new(),
+    };
+    let d = dir.display().to_string();
+    let (ok, out) = cairn(&[
+        "up",
+        "--dir",
+        &d,
+        "--mon",
+        &mon,
+        "--s3",
+        &s3,
+        "--device-mib",
+        "1024",
+        "--pg-num",
+        "16",
+    ]);
+    assert!(ok, "{out}");
+    assert!(out.contains(&format!("http://{s3}")), "{out}");
+    assert!(out.contains("AWS_ACCESS_KEY_ID="), "{out}");
+
+    let (ok, out) = cairn(&["s3", "user", "create", "tester", "--mon", &mon]);
+    assert!(ok, "{out}");
+    let access = field(&out, "access_key:");
+    let secret = field(&out, "secret_key:");
+    assert_eq!(access.len(), 20, "{out}");
+    assert_eq!(secret.len(), 40, "{out}");
+
+    let config = dir.join("limited.toml");
+    std::fs::write(
+        &config,
+        format!("mon = \"{mon}\"\nlisten = \"{limited}\"\n[limits]\nuser_requests_per_s = 0.01\n"),
+    )
+    .unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "mon = \"127.0.0.1:1\"\nlistne = \"x\"\n").unwrap();
+    let (ok, out) = cairn(&["s3gw", "--config", &bad.display().to_string()]);
+    assert!(
+        !ok && out.contains("listne"),
+        "unknown keys are refused: {out}"
+    );
+    let log = std::fs::File::create(dir.join("limited.log")).unwrap();
+    cluster.extra.push(
+        Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["s3gw", "--config", &config.display().to_string()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(dir.join("limited.log"))
+        .unwrap_or_default()
+        .contains("serving on")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "limited gateway did not start: {}",
+            std::fs::read_to_string(dir.join("limited.log")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/s3/e2e.py");
+    let out = Command::new("timeout")
+        .arg("900")
+        .arg("python3")
+        .arg(&script)
+        .env("S3_ENDPOINT", format!("http://{s3}"))
+        .env("S3_LIMITED_ENDPOINT", format!("http://{limited}"))
+        .env("AWS_ACCESS_KEY_ID", &access)
+        .env("AWS_SECRET_ACCESS_KEY", &secret)
+        .env_remove("AWS_PROFILE")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let gw_log = std::fs::read_to_string(dir.join("s3gw.log")).unwrap_or_default();
+    let tail: String = gw_log.lines().rev().take(40).collect::<Vec<_>>().join("\n");
+    assert!(
+        out.status.success() && text.contains("ALL S3 CHECKS PASSED"),
+        "{text}\n--- gateway log (last lines, newest first) ---\n{tail}"
+    );
+}

@@ -1,0 +1,153 @@
+//! Request admission after s3s has verified the signature: anonymous requests are denied,
+//! presigned URLs may not live longer than 7 days, header-signed requests must be dated
+//! within 15 minutes of the gateway's clock, and the per-user and per-bucket rate limits
+//! must admit the request (else SlowDown). Reads the wall clock; keeps no state of its own.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use s3s::access::{S3Access, S3AccessContext};
+use s3s::path::S3Path;
+use s3s::{s3_error, S3Result};
+
+use crate::ratelimit::{Limiter, Refusal};
+use crate::users::Users;
+
+/// Longest presigned URL lifetime (AWS: 7 days).
+pub const MAX_PRESIGN_EXPIRES_S: u64 = 7 * 24 * 3600;
+/// Largest allowed difference between a request's date and the gateway's clock.
+pub const MAX_SKEW_S: i64 = 15 * 60;
+
+/// The gateway's `S3Access`.
+pub struct Admission {
+    /// Users (maps access keys to names).
+    pub users: Arc<Users>,
+    /// Rate limits.
+    pub limiter: Arc<Limiter>,
+    /// Time origin of the limiter's clock.
+    pub epoch: Instant,
+}
+
+/// Seconds since the Unix epoch of an ISO 8601 basic timestamp (`20130524T000000Z`).
+pub fn parse_amz_date(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())
+            .flatten()
+    };
+    let month = time::Month::try_from(num(4..6)? as u8).ok()?;
+    let date = time::Date::from_calendar_date(num(0..4)? as i32, month, num(6..8)? as u8).ok()?;
+    let t = time::Time::from_hms(num(9..11)? as u8, num(11..13)? as u8, num(13..15)? as u8).ok()?;
+    Some(
+        time::PrimitiveDateTime::new(date, t)
+            .assume_utc()
+            .unix_timestamp(),
+    )
+}
+
+fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then_some(v)
+    })
+}
+
+/// Checks a request's dating: presigned lifetime and header clock skew.
+pub fn check_dates(query: Option<&str>, amz_date: Option<&str>, now_s: i64) -> S3Result<()> {
+    if let Some(expires) = query.and_then(|q| query_param(q, "X-Amz-Expires")) {
+        let ok = expires
+            .parse::<u64>()
+            .is_ok_and(|e| (1..=MAX_PRESIGN_EXPIRES_S).contains(&e));
+        if !ok {
+            return Err(s3_error!(
+                AuthorizationQueryParametersError,
+                "X-Amz-Expires must be 1..={MAX_PRESIGN_EXPIRES_S} seconds"
+            ));
+        }
+        return Ok(());
+    }
+    if let Some(d) = amz_date {
+        let t = parse_amz_date(d).ok_or_else(|| s3_error!(AccessDenied, "bad x-amz-date"))?;
+        if (t - now_s).abs() > MAX_SKEW_S {
+            return Err(s3_error!(RequestTimeTooSkewed));
+        }
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl S3Access for Admission {
+    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let Some(cred) = cx.credentials() else {
+            return Err(s3_error!(AccessDenied, "anonymous access is denied"));
+        };
+        let user = self
+            .users
+            .name_of(&cred.access_key)
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
+        let now_s = time::OffsetDateTime::now_utc().unix_timestamp();
+        let amz_date = cx.headers().get("x-amz-date").and_then(|v| v.to_str().ok());
+        check_dates(cx.uri().query(), amz_date, now_s)?;
+        let bucket = match cx.s3_path() {
+            S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(&**bucket),
+            S3Path::Root => None,
+        };
+        let header_u64 = |name: &str| {
+            cx.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let bytes = header_u64("x-amz-decoded-content-length")
+            .or_else(|| header_u64("content-length"))
+            .unwrap_or(0);
+        let now_ns = self.epoch.elapsed().as_nanos() as u64;
+        match self.limiter.admit(&user, bucket, bytes, now_ns) {
+            Ok(()) => Ok(()),
+            Err(Refusal::User) => Err(s3_error!(SlowDown, "request rate of user {user} exceeded")),
+            Err(Refusal::Bucket) => Err(s3_error!(SlowDown, "request rate of the bucket exceeded")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(parse_amz_date("19700101T000000Z"), Some(0));
+        assert_eq!(parse_amz_date("20130524T000000Z"), Some(1_369_353_600));
+        for bad in [
+            "",
+            "2013052T000000Z",
+            "20131324T000000Z",
+            "20130524T000000",
+            "2013+524T000000Z",
+        ] {
+            assert_eq!(parse_amz_date(bad), None, "{bad}");
+        }
+        let now = 1_369_353_600;
+        check_dates(None, Some("20130524T001400Z"), now).unwrap();
+        let e = check_dates(None, Some("20130524T001600Z"), now).unwrap_err();
+        assert_eq!(e.code(), &s3s::S3ErrorCode::RequestTimeTooSkewed);
+        check_dates(Some("X-Amz-Expires=604800"), None, now).unwrap();
+        for q in [
+            "X-Amz-Expires=604801",
+            "a=b&X-Amz-Expires=0",
+            "X-Amz-Expires=x",
+        ] {
+            let e = check_dates(Some(q), None, now).unwrap_err();
+            assert_eq!(
+                e.code(),
+                &s3s::S3ErrorCode::AuthorizationQueryParametersError
+            );
+        }
+    }
+}

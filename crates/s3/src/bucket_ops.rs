@@ -1,0 +1,91 @@
+//! Bucket operations: create, delete (empty only; in-progress uploads are aborted), head,
+//! list, location.
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+use crate::buckets::{self, get_bucket};
+use crate::gateway::Gateway;
+use crate::headers::timestamp;
+use crate::multipart;
+
+/// CreateBucket.
+pub async fn create(
+    gw: &Gateway,
+    req: S3Request<CreateBucketInput>,
+) -> S3Result<S3Response<CreateBucketOutput>> {
+    let owner = gw.user_of(&req)?;
+    let name = &req.input.bucket;
+    buckets::create_bucket(&gw.backend, name, &owner, gw.cfg.index_shards).await?;
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{name}")),
+    }))
+}
+
+/// DeleteBucket.
+pub async fn delete(
+    gw: &Gateway,
+    req: S3Request<DeleteBucketInput>,
+) -> S3Result<S3Response<DeleteBucketOutput>> {
+    let b = get_bucket(&gw.backend, &req.input.bucket).await?;
+    if buckets::has_objects(&gw.backend, &b).await? {
+        return Err(s3_error!(BucketNotEmpty));
+    }
+    multipart::abort_all(gw, &b).await?;
+    buckets::remove_bucket(&gw.backend, &b).await?;
+    Ok(S3Response::new(DeleteBucketOutput::default()))
+}
+
+/// HeadBucket.
+pub async fn head(
+    gw: &Gateway,
+    req: S3Request<HeadBucketInput>,
+) -> S3Result<S3Response<HeadBucketOutput>> {
+    get_bucket(&gw.backend, &req.input.bucket).await?;
+    Ok(S3Response::new(HeadBucketOutput {
+        bucket_region: Some(gw.cfg.region.clone()),
+        ..Default::default()
+    }))
+}
+
+/// ListBuckets.
+pub async fn list(
+    gw: &Gateway,
+    req: S3Request<ListBucketsInput>,
+) -> S3Result<S3Response<ListBucketsOutput>> {
+    let user = gw.user_of(&req)?;
+    let all = buckets::list_buckets(&gw.backend).await?;
+    let buckets = all
+        .into_iter()
+        .filter(|b| {
+            req.input
+                .prefix
+                .as_deref()
+                .is_none_or(|p| b.name.starts_with(p))
+        })
+        .map(|b| Bucket {
+            name: Some(b.name),
+            creation_date: Some(timestamp(b.created_ms)),
+            bucket_region: None,
+        })
+        .collect();
+    Ok(S3Response::new(ListBucketsOutput {
+        buckets: Some(buckets),
+        owner: Some(Owner {
+            display_name: Some(user.clone()),
+            id: Some(user),
+        }),
+        ..Default::default()
+    }))
+}
+
+/// GetBucketLocation.
+pub async fn location(
+    gw: &Gateway,
+    req: S3Request<GetBucketLocationInput>,
+) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    get_bucket(&gw.backend, &req.input.bucket).await?;
+    Ok(S3Response::new(GetBucketLocationOutput {
+        location_constraint: None,
+    }))
+}

@@ -1,0 +1,195 @@
+//! The bucket registry and each bucket's index shards. The registry is one cluster object
+//! whose omap maps bucket name -> sealed [`BucketInfo`]; a bucket's index is `shards` objects
+//! `s3.idx.{id}.{n}` whose omaps map object key -> encoded [`Entry`]. A key's shard is
+//! crc32c(key) mod shards. The bucket id is fresh per creation, so a re-created bucket never
+//! sees an old index.
+
+use std::sync::Arc;
+
+use rand::Rng;
+use s3s::{s3_error, S3Result};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::data::internal;
+use crate::entry::Entry;
+use crate::record::{seal, unseal};
+
+/// Object holding the bucket registry.
+pub const REGISTRY: &str = "s3.buckets";
+
+/// A bucket's registry record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketInfo {
+    /// Bucket name.
+    pub name: String,
+    /// Unique id (names the index and upload objects).
+    pub id: String,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: i64,
+    /// Index shard count.
+    pub shards: u32,
+    /// Owner (user name).
+    pub owner: String,
+}
+
+impl BucketInfo {
+    /// Index shard object names, in shard order.
+    pub fn shard_names(&self) -> Vec<String> {
+        (0..self.shards)
+            .map(|n| format!("s3.idx.{}.{n}", self.id))
+            .collect()
+    }
+
+    /// The index shard object holding `key`.
+    pub fn shard_of(&self, key: &str) -> String {
+        let n = crc32c::crc32c(key.as_bytes()) % self.shards.max(1);
+        format!("s3.idx.{}.{n}", self.id)
+    }
+
+    /// The object listing in-progress multipart uploads.
+    pub fn uploads_object(&self) -> String {
+        format!("s3.mpu.{}", self.id)
+    }
+}
+
+/// A fresh random id (hex).
+pub fn fresh_id() -> String {
+    let v: u128 = rand::rng().random();
+    format!("{v:032x}")
+}
+
+/// Milliseconds since the Unix epoch now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Looks a bucket up (NoSuchBucket if absent).
+pub async fn get_bucket(backend: &Arc<dyn Backend>, name: &str) -> S3Result<BucketInfo> {
+    let (page, _) = backend
+        .omap_list(REGISTRY, &[], name.as_bytes(), 1)
+        .await
+        .map_err(internal)?;
+    match page.first() {
+        Some((k, v)) if k == name.as_bytes() => unseal(v).map_err(internal),
+        _ => Err(s3_error!(NoSuchBucket)),
+    }
+}
+
+/// Every bucket, in name order.
+pub async fn list_buckets(backend: &Arc<dyn Backend>) -> S3Result<Vec<BucketInfo>> {
+    let mut out = Vec::new();
+    let mut after = Vec::new();
+    loop {
+        let (page, more) = backend
+            .omap_list(REGISTRY, &after, &[], 1000)
+            .await
+            .map_err(internal)?;
+        for (k, v) in &page {
+            out.push(unseal(v).map_err(internal)?);
+            after.clone_from(k);
+        }
+        if !more || page.is_empty() {
+            return Ok(out);
+        }
+    }
+}
+
+/// Creates a bucket; BucketAlreadyOwnedByYou / BucketAlreadyExists if the name is taken.
+pub async fn create_bucket(
+    backend: &Arc<dyn Backend>,
+    name: &str,
+    owner: &str,
+    shards: u32,
+) -> S3Result<BucketInfo> {
+    match get_bucket(backend, name).await {
+        Ok(b) if b.owner == owner => return Err(s3_error!(BucketAlreadyOwnedByYou)),
+        Ok(_) => return Err(s3_error!(BucketAlreadyExists)),
+        Err(e) if e.code() == &s3s::S3ErrorCode::NoSuchBucket => {}
+        Err(e) => return Err(e),
+    }
+    let info = BucketInfo {
+        name: name.to_string(),
+        id: format!("{name}.{}", &fresh_id()[..16]),
+        created_ms: now_ms(),
+        shards,
+        owner: owner.to_string(),
+    };
+    backend
+        .omap_set(REGISTRY, &[(name.as_bytes().to_vec(), seal(&info))])
+        .await
+        .map_err(internal)?;
+    Ok(info)
+}
+
+/// Whether any index shard holds a key.
+pub async fn has_objects(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Result<bool> {
+    for shard in b.shard_names() {
+        let (page, _) = backend
+            .omap_list(&shard, &[], &[], 1)
+            .await
+            .map_err(internal)?;
+        if !page.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Removes the registry record and the (empty) index shards.
+pub async fn remove_bucket(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Result<()> {
+    backend
+        .omap_remove(REGISTRY, &[b.name.as_bytes().to_vec()])
+        .await
+        .map_err(internal)?;
+    for shard in b.shard_names() {
+        backend.remove(&shard).await.map_err(internal)?;
+    }
+    backend
+        .remove(&b.uploads_object())
+        .await
+        .map_err(internal)?;
+    Ok(())
+}
+
+/// An object's index entry, if the key exists.
+pub async fn get_entry(
+    backend: &Arc<dyn Backend>,
+    b: &BucketInfo,
+    key: &str,
+) -> S3Result<Option<Entry>> {
+    let (page, _) = backend
+        .omap_list(&b.shard_of(key), &[], key.as_bytes(), 1)
+        .await
+        .map_err(internal)?;
+    match page.first() {
+        Some((k, v)) if k == key.as_bytes() => Entry::decode(v).map(Some).map_err(internal),
+        _ => Ok(None),
+    }
+}
+
+/// Sets an object's index entry (the commit point of a PUT).
+pub async fn put_entry(
+    backend: &Arc<dyn Backend>,
+    b: &BucketInfo,
+    key: &str,
+    entry: &Entry,
+) -> S3Result<()> {
+    backend
+        .omap_set(
+            &b.shard_of(key),
+            &[(key.as_bytes().to_vec(), entry.encode())],
+        )
+        .await
+        .map_err(internal)
+}
+
+/// Removes an object's index entry (the commit point of a DELETE).
+pub async fn remove_entry(backend: &Arc<dyn Backend>, b: &BucketInfo, key: &str) -> S3Result<()> {
+    backend
+        .omap_remove(&b.shard_of(key), &[key.as_bytes().to_vec()])
+        .await
+        .map_err(internal)
+}

@@ -1,0 +1,171 @@
+//! The gateway's settings: one TOML file (unknown keys rejected) or flags, with serde
+//! defaults and a doc line on every field. Limits are explicit and checked at startup.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A configuration that cannot be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// File.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown keys.
+    #[error("parsing {path}: {message}")]
+    Parse {
+        /// File.
+        path: String,
+        /// Parser message.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid setting: {0}")]
+    Invalid(String),
+}
+
+/// Per-user and per-bucket token-bucket rates; 0 means unlimited.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimits {
+    /// Requests per second per user (burst: one second's worth).
+    pub user_requests_per_s: f64,
+    /// Request and response body bytes per second per user.
+    pub user_bytes_per_s: f64,
+    /// Requests per second per bucket.
+    pub bucket_requests_per_s: f64,
+    /// Body bytes per second per bucket.
+    pub bucket_bytes_per_s: f64,
+}
+
+/// Gateway settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Monitor address.
+    pub mon: SocketAddr,
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Pool holding buckets, indexes, users and data (created if missing).
+    pub pool: String,
+    /// PGs of the pool when the gateway creates it.
+    pub pool_pg_num: u32,
+    /// Index shards of each new bucket.
+    pub index_shards: u32,
+    /// Objects up to this size are stored inside their index entry.
+    pub inline_max_bytes: u64,
+    /// Stripe size of larger objects, bytes.
+    pub stripe_bytes: u64,
+    /// Largest single PUT or part, bytes (AWS: 5 GiB).
+    pub max_put_bytes: u64,
+    /// Largest user metadata (names plus values), bytes (AWS: 2 KB).
+    pub max_meta_bytes: usize,
+    /// Concurrent HTTP connections; more wait in the accept queue.
+    pub max_connections: usize,
+    /// Region in bucket locations.
+    pub region: String,
+    /// Rate limits.
+    pub limits: RateLimits,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            mon: "127.0.0.1:6789".parse().expect("literal"),
+            listen: "127.0.0.1:7480".parse().expect("literal"),
+            pool: "s3".into(),
+            pool_pg_num: 32,
+            index_shards: 16,
+            inline_max_bytes: 64 << 10,
+            stripe_bytes: 4 << 20,
+            max_put_bytes: 5 << 30,
+            max_meta_bytes: 2048,
+            max_connections: 256,
+            region: "us-east-1".into(),
+            limits: RateLimits::default(),
+        }
+    }
+}
+
+/// Largest stripe: one cluster message must carry it with room to spare.
+pub const MAX_STRIPE_BYTES: u64 = 32 << 20;
+/// Largest inline object: it lives in one omap value.
+pub const MAX_INLINE_BYTES: u64 = 512 << 10;
+/// Most index shards per bucket.
+pub const MAX_INDEX_SHARDS: u32 = 1024;
+
+impl GatewayConfig {
+    /// Reads a TOML file; unknown keys are errors.
+    pub fn load(path: &Path) -> Result<GatewayConfig, ConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        let cfg: GatewayConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: p,
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks every limit.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.stripe_bytes == 0 || self.stripe_bytes > MAX_STRIPE_BYTES {
+            return bad(format!("stripe_bytes must be 1..={MAX_STRIPE_BYTES}"));
+        }
+        if self.inline_max_bytes > MAX_INLINE_BYTES.min(self.stripe_bytes) {
+            return bad(format!(
+                "inline_max_bytes must be <= {MAX_INLINE_BYTES} and <= stripe_bytes"
+            ));
+        }
+        if self.index_shards == 0 || self.index_shards > MAX_INDEX_SHARDS {
+            return bad(format!("index_shards must be 1..={MAX_INDEX_SHARDS}"));
+        }
+        if self.max_connections == 0 || self.pool.is_empty() || self.pool_pg_num == 0 {
+            return bad("max_connections, pool and pool_pg_num must be set".into());
+        }
+        let l = &self.limits;
+        for (name, v) in [
+            ("user_requests_per_s", l.user_requests_per_s),
+            ("user_bytes_per_s", l.user_bytes_per_s),
+            ("bucket_requests_per_s", l.bucket_requests_per_s),
+            ("bucket_bytes_per_s", l.bucket_bytes_per_s),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return bad(format!("limits.{name} must be a finite number >= 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_unknown_keys_rejected() {
+        GatewayConfig::default().validate().unwrap();
+        let ok: GatewayConfig =
+            toml::from_str("listen = \"127.0.0.1:9000\"\n[limits]\nuser_requests_per_s = 5.0\n")
+                .unwrap();
+        assert_eq!(ok.limits.user_requests_per_s, 5.0);
+        assert!(toml::from_str::<GatewayConfig>("listne = \"x\"").is_err());
+        assert!(toml::from_str::<GatewayConfig>("[limits]\nfoo = 1.0").is_err());
+        let cfg = GatewayConfig {
+            stripe_bytes: 0,
+            ..Default::default()
+        };
+        assert!(cfg.validate().is_err());
+    }
+}

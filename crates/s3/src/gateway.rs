@@ -1,0 +1,197 @@
+//! The gateway's shared state and the `s3s::S3` trait: each operation is a thin call into the
+//! module that owns it (`bucket_ops`, `object_ops`, `list_ops`, `multipart`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+
+use crate::backend::Backend;
+use crate::config::GatewayConfig;
+use crate::ratelimit::Limiter;
+use crate::users::Users;
+use crate::{bucket_ops, list_ops, multipart, object_ops};
+
+/// The S3 service over one pool of the cluster.
+#[derive(Clone)]
+pub struct Gateway {
+    /// Cluster objects.
+    pub backend: Arc<dyn Backend>,
+    /// Settings.
+    pub cfg: Arc<GatewayConfig>,
+    /// Users and their keys.
+    pub users: Arc<Users>,
+    /// Rate limits.
+    pub limiter: Arc<Limiter>,
+    /// Time origin of the limiter's clock.
+    pub epoch: Instant,
+}
+
+impl Gateway {
+    /// A gateway over `backend`.
+    pub fn new(backend: Arc<dyn Backend>, cfg: GatewayConfig) -> Self {
+        Gateway {
+            users: Arc::new(Users::new(backend.clone())),
+            limiter: Arc::new(Limiter::new(cfg.limits.clone())),
+            backend,
+            cfg: Arc::new(cfg),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The user name behind a request (AccessDenied if anonymous).
+    pub fn user_of<T>(&self, req: &S3Request<T>) -> S3Result<String> {
+        let cred = req
+            .credentials
+            .as_ref()
+            .ok_or_else(|| s3_error!(AccessDenied))?;
+        self.users
+            .name_of(&cred.access_key)
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId))
+    }
+
+    /// Charges response body bytes to the request's user and bucket.
+    pub fn charge_response<T>(&self, req: &S3Request<T>, bucket: &str, bytes: u64) {
+        if let Ok(user) = self.user_of(req) {
+            let now_ns = self.epoch.elapsed().as_nanos() as u64;
+            self.limiter.charge_bytes(&user, bucket, bytes, now_ns);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        bucket_ops::create(self, req).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        bucket_ops::delete(self, req).await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        bucket_ops::head(self, req).await
+    }
+
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        bucket_ops::list(self, req).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        bucket_ops::location(self, req).await
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        object_ops::put(self, req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        object_ops::get(self, req).await
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        object_ops::head(self, req).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        object_ops::delete(self, req).await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        object_ops::delete_many(self, req).await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        object_ops::copy(self, req).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        list_ops::v1(self, req).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        list_ops::v2(self, req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        multipart::create(self, req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        multipart::upload_part(self, req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        multipart::complete(self, req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        multipart::abort(self, req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        multipart::list_parts(self, req).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        multipart::list_uploads(self, req).await
+    }
+}

@@ -1,0 +1,126 @@
+//! cairn's S3 gateway: buckets, objects, listing, multipart uploads, SigV4 authentication
+//! and per-user / per-bucket rate limits over a cairn cluster, on the `s3s` crate for the
+//! protocol (routing, XML, signatures). The gateway is only a client of the cluster: every
+//! byte and every index entry goes through `cairn-client` (see `backend`).
+//!
+//! Layout in the cluster (one pool, `s3` by default): a registry object listing buckets, per
+//! bucket N index shard objects (omap: key -> entry), an uploads object per bucket, a parts
+//! object per upload, a users object, and data stripes `d.{segment-id}.{n}`. See docs/s3.md.
+#![warn(missing_docs)]
+
+pub mod access;
+pub mod backend;
+pub mod bucket_ops;
+pub mod buckets;
+pub mod config;
+pub mod data;
+pub mod entry;
+pub mod gateway;
+pub mod headers;
+pub mod list_ops;
+pub mod listing;
+pub mod multipart;
+pub mod object_ops;
+pub mod ratelimit;
+pub mod record;
+pub mod server;
+pub mod users;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_client::{Client, ClientError};
+use cairn_mon::client::MonClient;
+use cairn_mon::monitor::Request;
+use thiserror::Error;
+
+pub use config::GatewayConfig;
+pub use gateway::Gateway;
+
+/// Errors starting the gateway or managing users.
+#[derive(Debug, Error)]
+pub enum GatewayError {
+    /// The settings are unusable.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// The cluster client failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The monitor failed.
+    #[error(transparent)]
+    Mon(#[from] cairn_mon::MonError),
+    /// Object layer.
+    #[error(transparent)]
+    Backend(#[from] backend::BackendError),
+    /// Sockets.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The pool did not appear in the map in time.
+    #[error("pool `{0}` did not appear in the cluster map within {1} ms")]
+    PoolTimeout(String, u64),
+}
+
+/// How long to wait for the gateway's pool to appear.
+pub const POOL_WAIT_MS: u64 = 30_000;
+
+fn client_id() -> u64 {
+    rand::random::<u64>() >> 1
+}
+
+/// Creates `pool` (replicas = up OSDs, at most 3) unless it exists, and waits until a client
+/// sees it.
+pub async fn ensure_pool(cfg: &GatewayConfig) -> Result<Arc<Client>, GatewayError> {
+    let mon = MonClient::connect(cfg.mon, client_id()).await;
+    mon.subscribe(10_000).await?;
+    mon.wait_for_epoch(1, 10_000).await?;
+    let map = mon.map();
+    let exists = map
+        .as_ref()
+        .is_some_and(|m| m.placement.pools.values().any(|p| p.name == cfg.pool));
+    if !exists {
+        let up = map.map_or(0, |m| m.osds.values().filter(|o| o.up).count()) as u32;
+        let created = mon
+            .op(
+                Request::CreatePool {
+                    name: cfg.pool.clone(),
+                    size: up.clamp(1, 3),
+                    pg_num: cfg.pool_pg_num,
+                },
+                10_000,
+            )
+            .await;
+        if let Err(e) = created {
+            if !e.to_string().contains("exists") {
+                return Err(e.into());
+            }
+        }
+    }
+    let client = Arc::new(Client::connect(cfg.mon, client_id()).await?);
+    let deadline = Instant::now() + Duration::from_millis(POOL_WAIT_MS);
+    while !client
+        .map()
+        .is_some_and(|m| m.placement.pools.values().any(|p| p.name == cfg.pool))
+    {
+        if Instant::now() > deadline {
+            return Err(GatewayError::PoolTimeout(cfg.pool.clone(), POOL_WAIT_MS));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(client)
+}
+
+/// Connects to the cluster (creating the pool if needed) and returns a gateway over it.
+pub async fn connect(cfg: GatewayConfig) -> Result<Gateway, GatewayError> {
+    cfg.validate()?;
+    let client = ensure_pool(&cfg).await?;
+    let backend: Arc<dyn backend::Backend> =
+        Arc::new(backend::ClusterBackend::new(client, &cfg.pool));
+    Ok(Gateway::new(backend, cfg))
+}
+
+/// Creates a user in the cluster and returns it (with its secret).
+pub async fn create_user(cfg: &GatewayConfig, name: &str) -> Result<users::User, GatewayError> {
+    let client = ensure_pool(cfg).await?;
+    let backend = backend::ClusterBackend::new(client, &cfg.pool);
+    Ok(users::create_user(&backend, name).await?)
+}

@@ -1,0 +1,400 @@
+//! Object operations: PUT (inline or striped; the index entry flip is the commit point, old
+//! stripes are removed after it), GET and HEAD (ranges, conditions), DELETE, DeleteObjects,
+//! CopyObject.
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+use crate::buckets::{self, fresh_id, get_bucket, now_ms, BucketInfo};
+use crate::data::{self, hex, WriteSpec, Written};
+use crate::entry::{ContentHeaders, DataLoc, Entry};
+use crate::gateway::Gateway;
+use crate::headers::{
+    check_conditions, content_headers, content_md5, etag, metadata_out, timestamp, Conditions,
+    HeaderInput,
+};
+
+/// Most keys in one DeleteObjects request (AWS: 1000).
+pub const MAX_DELETE_KEYS: usize = 1000;
+/// Longest object key in bytes (AWS: 1024).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+fn check_key(key: &str) -> S3Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(s3_error!(
+            KeyTooLongError,
+            "keys are 1..={MAX_KEY_BYTES} bytes"
+        ));
+    }
+    Ok(())
+}
+
+/// Builds the entry for a stored body.
+pub fn entry_from(w: Written, stripe_bytes: u64, headers: ContentHeaders) -> Entry {
+    let (loc, inline) = match (w.inline, w.segment) {
+        (Some(bytes), _) => (DataLoc::Inline, bytes),
+        (None, seg) => (
+            DataLoc::Striped {
+                stripe_bytes,
+                segments: seg.into_iter().collect(),
+            },
+            Vec::new(),
+        ),
+    };
+    Entry {
+        size: w.size,
+        etag: hex(&w.md5),
+        mtime_ms: now_ms(),
+        headers,
+        loc,
+        parts: 0,
+        inline,
+    }
+}
+
+/// Writes `entry` for `key` and then removes the data of the entry it replaced.
+pub async fn commit_entry(gw: &Gateway, b: &BucketInfo, key: &str, entry: &Entry) -> S3Result<()> {
+    let old = buckets::get_entry(&gw.backend, b, key).await?;
+    buckets::put_entry(&gw.backend, b, key, entry).await?;
+    if let Some(old) = old {
+        remove_data(gw, &old).await;
+    }
+    Ok(())
+}
+
+async fn remove_data(gw: &Gateway, e: &Entry) {
+    if let DataLoc::Striped {
+        stripe_bytes,
+        segments,
+    } = &e.loc
+    {
+        data::remove_segments(&gw.backend, *stripe_bytes, segments).await;
+    }
+}
+
+async fn discard(gw: &Gateway, w: &Written) {
+    if let Some(seg) = &w.segment {
+        data::remove_segments(&gw.backend, gw.cfg.stripe_bytes, std::slice::from_ref(seg)).await;
+    }
+}
+
+/// Checks a declared body length against the PUT limit before anything is read.
+pub fn check_length(len: Option<i64>, max: u64) -> S3Result<()> {
+    if len.is_some_and(|l| l < 0 || l as u64 > max) {
+        return Err(s3_error!(
+            EntityTooLarge,
+            "bodies are limited to {max} bytes"
+        ));
+    }
+    Ok(())
+}
+
+/// Stores a body and verifies its Content-MD5 (BadDigest; nothing is left behind).
+pub async fn store_body(
+    gw: &Gateway,
+    id: &str,
+    inline_max: u64,
+    body: Option<StreamingBlob>,
+    expected_md5: Option<[u8; 16]>,
+) -> S3Result<Written> {
+    let spec = WriteSpec {
+        id,
+        stripe_bytes: gw.cfg.stripe_bytes,
+        inline_max,
+        max_bytes: gw.cfg.max_put_bytes,
+    };
+    let w = data::write_body(&gw.backend, &spec, body).await?;
+    if expected_md5.is_some_and(|m| m != w.md5) {
+        discard(gw, &w).await;
+        return Err(s3_error!(BadDigest));
+    }
+    Ok(w)
+}
+
+/// PutObject.
+pub async fn put(
+    gw: &Gateway,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let input = req.input;
+    check_key(&input.key)?;
+    check_length(input.content_length, gw.cfg.max_put_bytes)?;
+    let headers = content_headers(
+        HeaderInput {
+            content_type: input.content_type.map(|c| c.to_string()),
+            content_encoding: input.content_encoding,
+            content_disposition: input.content_disposition,
+            content_language: input.content_language,
+            cache_control: input.cache_control,
+            metadata: input.metadata,
+        },
+        gw.cfg.max_meta_bytes,
+    )?;
+    let md5 = content_md5(input.content_md5.as_deref())?;
+    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    if input.if_none_match.is_some() || input.if_match.is_some() {
+        let cur = buckets::get_entry(&gw.backend, &b, &input.key).await?;
+        match (&cur, &input.if_none_match, &input.if_match) {
+            (Some(_), Some(ETagCondition::Any), _) => return Err(s3_error!(PreconditionFailed)),
+            (None, _, Some(_)) => return Err(s3_error!(NoSuchKey)),
+            (Some(e), _, Some(m)) => check_conditions(
+                &Conditions {
+                    if_match: Some(m),
+                    ..Default::default()
+                },
+                &e.etag,
+                e.mtime_ms,
+                true,
+            )?,
+            _ => {}
+        }
+    }
+    let w = store_body(gw, &fresh_id(), gw.cfg.inline_max_bytes, input.body, md5).await?;
+    let size = w.size;
+    let entry = entry_from(w, gw.cfg.stripe_bytes, headers);
+    if let Err(e) = commit_entry(gw, &b, &input.key, &entry).await {
+        remove_data(gw, &entry).await;
+        return Err(e);
+    }
+    Ok(S3Response::new(PutObjectOutput {
+        e_tag: Some(etag(&entry.etag)),
+        size: Some(size as i64),
+        ..Default::default()
+    }))
+}
+
+async fn lookup(gw: &Gateway, bucket: &str, key: &str) -> S3Result<(BucketInfo, Entry)> {
+    let b = get_bucket(&gw.backend, bucket).await?;
+    let e = buckets::get_entry(&gw.backend, &b, key)
+        .await?
+        .ok_or_else(|| s3_error!(NoSuchKey))?;
+    Ok((b, e))
+}
+
+fn byte_range(range: Option<&Range>, size: u64) -> S3Result<Option<(u64, u64)>> {
+    match range {
+        None => Ok(None),
+        Some(r) => {
+            let r = r.check(size)?;
+            Ok(Some((r.start, r.end)))
+        }
+    }
+}
+
+/// GetObject.
+pub async fn get(
+    gw: &Gateway,
+    req: S3Request<GetObjectInput>,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let input = &req.input;
+    let (_, e) = lookup(gw, &input.bucket, &input.key).await?;
+    check_conditions(
+        &Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        },
+        &e.etag,
+        e.mtime_ms,
+        false,
+    )?;
+    let range = byte_range(input.range.as_ref(), e.size)?;
+    let (start, end) = range.unwrap_or((0, e.size));
+    gw.charge_response(&req, &input.bucket, end - start);
+    let h = &e.headers;
+    let out = GetObjectOutput {
+        accept_ranges: Some("bytes".into()),
+        content_length: Some((end - start) as i64),
+        content_range: range.map(|(s, t)| format!("bytes {s}-{}/{}", t - 1, e.size)),
+        content_type: h.content_type.as_ref().and_then(|c| c.parse().ok()),
+        content_encoding: h.content_encoding.clone(),
+        content_disposition: h.content_disposition.clone(),
+        content_language: h.content_language.clone(),
+        cache_control: h.cache_control.clone(),
+        e_tag: Some(etag(&e.etag)),
+        last_modified: Some(timestamp(e.mtime_ms)),
+        metadata: metadata_out(h),
+        parts_count: (e.parts > 0).then_some(e.parts as i32),
+        body: Some(data::blob(gw.backend.clone(), e.clone(), start, end)),
+        ..Default::default()
+    };
+    let mut resp = S3Response::new(out);
+    if range.is_some() {
+        resp.status = Some(hyper::StatusCode::PARTIAL_CONTENT);
+    }
+    Ok(resp)
+}
+
+/// HeadObject.
+pub async fn head(
+    gw: &Gateway,
+    req: S3Request<HeadObjectInput>,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let input = &req.input;
+    let (_, e) = lookup(gw, &input.bucket, &input.key).await?;
+    check_conditions(
+        &Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        },
+        &e.etag,
+        e.mtime_ms,
+        false,
+    )?;
+    let range = byte_range(input.range.as_ref(), e.size)?;
+    let (start, end) = range.unwrap_or((0, e.size));
+    let h = &e.headers;
+    Ok(S3Response::new(HeadObjectOutput {
+        accept_ranges: Some("bytes".into()),
+        content_length: Some((end - start) as i64),
+        content_range: range.map(|(s, t)| format!("bytes {s}-{}/{}", t - 1, e.size)),
+        content_type: h.content_type.as_ref().and_then(|c| c.parse().ok()),
+        content_encoding: h.content_encoding.clone(),
+        content_disposition: h.content_disposition.clone(),
+        content_language: h.content_language.clone(),
+        cache_control: h.cache_control.clone(),
+        e_tag: Some(etag(&e.etag)),
+        last_modified: Some(timestamp(e.mtime_ms)),
+        metadata: metadata_out(h),
+        parts_count: (e.parts > 0).then_some(e.parts as i32),
+        ..Default::default()
+    }))
+}
+
+async fn delete_key(gw: &Gateway, b: &BucketInfo, key: &str) -> S3Result<()> {
+    if let Some(e) = buckets::get_entry(&gw.backend, b, key).await? {
+        buckets::remove_entry(&gw.backend, b, key).await?;
+        remove_data(gw, &e).await;
+    }
+    Ok(())
+}
+
+/// DeleteObject (a missing key succeeds, as in S3).
+pub async fn delete(
+    gw: &Gateway,
+    req: S3Request<DeleteObjectInput>,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    let b = get_bucket(&gw.backend, &req.input.bucket).await?;
+    delete_key(gw, &b, &req.input.key).await?;
+    Ok(S3Response::new(DeleteObjectOutput::default()))
+}
+
+/// DeleteObjects (at most 1000 keys).
+pub async fn delete_many(
+    gw: &Gateway,
+    req: S3Request<DeleteObjectsInput>,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let input = req.input;
+    if input.delete.objects.len() > MAX_DELETE_KEYS {
+        return Err(s3_error!(
+            MalformedXML,
+            "at most {MAX_DELETE_KEYS} keys per request"
+        ));
+    }
+    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    let quiet = input.delete.quiet.unwrap_or(false);
+    let mut deleted = Vec::new();
+    let mut errors = Vec::new();
+    for obj in input.delete.objects {
+        match delete_key(gw, &b, &obj.key).await {
+            Ok(()) if quiet => {}
+            Ok(()) => deleted.push(DeletedObject {
+                key: Some(obj.key),
+                ..Default::default()
+            }),
+            Err(e) => errors.push(Error {
+                code: Some(e.code().as_str().to_string()),
+                key: Some(obj.key),
+                message: e.message().map(str::to_string),
+                version_id: None,
+            }),
+        }
+    }
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: Some(deleted),
+        errors: Some(errors),
+        ..Default::default()
+    }))
+}
+
+/// CopyObject: the source's bytes are re-striped under a fresh id (inline stays inline).
+pub async fn copy(
+    gw: &Gateway,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let input = req.input;
+    check_key(&input.key)?;
+    let CopySource::Bucket {
+        bucket: src_bucket,
+        key: src_key,
+        ..
+    } = &input.copy_source
+    else {
+        return Err(s3_error!(NotImplemented, "access point copy sources"));
+    };
+    let (_, src) = lookup(gw, src_bucket, src_key).await?;
+    check_conditions(
+        &Conditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+        },
+        &src.etag,
+        src.mtime_ms,
+        true,
+    )?;
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    if !replace && **src_bucket == *input.bucket && **src_key == *input.key {
+        return Err(s3_error!(
+            InvalidRequest,
+            "copying an object to itself needs a metadata change (x-amz-metadata-directive: REPLACE)"
+        ));
+    }
+    let headers = if replace {
+        content_headers(
+            HeaderInput {
+                content_type: input.content_type.map(|c| c.to_string()),
+                content_encoding: input.content_encoding,
+                content_disposition: input.content_disposition,
+                content_language: input.content_language,
+                cache_control: input.cache_control,
+                metadata: input.metadata,
+            },
+            gw.cfg.max_meta_bytes,
+        )?
+    } else {
+        src.headers.clone()
+    };
+    let dst = get_bucket(&gw.backend, &input.bucket).await?;
+    let mut entry = if let DataLoc::Inline = src.loc {
+        Entry {
+            mtime_ms: now_ms(),
+            headers,
+            ..src.clone()
+        }
+    } else {
+        let body = data::blob(gw.backend.clone(), src.clone(), 0, src.size);
+        let w = store_body(gw, &fresh_id(), 0, Some(body), None).await?;
+        entry_from(w, gw.cfg.stripe_bytes, headers)
+    };
+    entry.mtime_ms = now_ms();
+    if let Err(e) = commit_entry(gw, &dst, &input.key, &entry).await {
+        remove_data(gw, &entry).await;
+        return Err(e);
+    }
+    Ok(S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(etag(&entry.etag)),
+            last_modified: Some(timestamp(entry.mtime_ms)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
