@@ -1,6 +1,7 @@
 //! `cairn up` with its S3 gateway on free loopback ports, plus a second gateway started from a
 //! TOML config with a tiny per-user request rate; `tests/s3/e2e.py` drives both with boto3
-//! and aws-cli (buckets, objects 0 B..24 MiB verified by MD5, ranges, conditions, copy,
+//! and aws-cli, plus an s3cmd round trip (buckets, objects 0 B..100 MiB verified by MD5, ranges,
+//! conditions, copy,
 //! listing 1,100 keys with delimiters and pagination, batch delete, multipart, presigned
 //! URLs, tampered and expired signatures, error codes, SlowDown). `cairn s3 user create`
 //! makes the keys. Every wait is bounded and everything is torn down even on failure.
@@ -65,6 +66,11 @@ fn boto3_and_aws_cli_against_cairn_up() {
         have_boto,
         "this test needs python3 with boto3 and aws-cli: `pip install boto3 awscli` (.ci/run \
          installs them); got {boto:?}"
+    );
+    let s3cmd = Command::new("s3cmd").arg("--version").output();
+    assert!(
+        s3cmd.as_ref().is_ok_and(|o| o.status.success()),
+        "this test needs s3cmd: `pip install s3cmd`; got {s3cmd:?}"
     );
     let aws = Command::new("aws").arg("--version").output();
     assert!(
