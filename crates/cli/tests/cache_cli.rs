@@ -1,18 +1,9 @@
 //! `cairn cache` on device files: create, refuse to overwrite, set parameters (and reject bad
 //! ones), load an I/O class file (and name the bad line), stats, flush, detach, fsck.
 
-use std::process::Command;
+mod common;
 
-fn cairn(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
+use common::cairn;
 
 #[test]
 fn cache_commands_work_on_device_files_and_reject_bad_input() {

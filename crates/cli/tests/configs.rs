@@ -1,47 +1,10 @@
 //! Daemons started from TOML config files (the multi-machine way): `cairn mon --config` and
 //! `cairn osd run --config` on free loopback ports; unknown keys are refused with an error.
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::{cairn, free_port, Daemon};
 use std::time::{Duration, Instant};
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn cairn(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
-fn spawn(args: &[&str]) -> Daemon {
-    Daemon(
-        Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-}
 
 #[test]
 fn daemons_run_from_config_files() {
@@ -66,7 +29,7 @@ fn daemons_run_from_config_files() {
         ),
     )
     .unwrap();
-    let _mon = spawn(&["mon", "--config", &mon_toml.display().to_string()]);
+    let _mon = Daemon::spawn(&["mon", "--config", &mon_toml.display().to_string()]);
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(&mon).is_err() {
         assert!(
@@ -75,7 +38,7 @@ fn daemons_run_from_config_files() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _osd = spawn(&["osd", "run", "--config", &osd_toml.display().to_string()]);
+    let _osd = Daemon::spawn(&["osd", "run", "--config", &osd_toml.display().to_string()]);
     let mut tree = String::new();
     while Instant::now() < deadline {
         let (ok, out) = cairn(&["osd", "--mon", &mon, "tree"]);

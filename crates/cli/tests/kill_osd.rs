@@ -5,41 +5,17 @@
 //! `cairn down` every copy of every object on all three stores is byte-identical (crc32c).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 use cairn_client::Client;
 use cairn_store::{KvLocation, Store, StoreConfig};
-
-struct Cluster {
-    dir: PathBuf,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["down", "--dir"])
-            .arg(&self.dir)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn cairn(args: &[&str]) -> (bool, String) {
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
+use common::{cairn, free_port, Cluster};
 
 fn payload(i: usize, round: usize) -> Vec<u8> {
     let size = [0, 1, 4096, 10_000, 65_536, 300_000][i % 6];
@@ -163,16 +139,10 @@ fn copies(dir: &Path) -> BTreeMap<String, Vec<u32>> {
 
 #[test]
 fn kill_9_an_osd_during_writes_then_recover() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mon = format!("127.0.0.1:{port}");
-    let dir = std::env::temp_dir().join(format!("cairn-kill-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let cluster = Cluster { dir: dir.clone() };
-    let d = dir.display().to_string();
+    let mon = format!("127.0.0.1:{}", free_port());
+    let cluster = Cluster::new("kill");
+    let dir = cluster.dir.clone();
+    let d = cluster.arg();
     let (ok, out) = cairn(&[
         "up",
         "--no-s3",

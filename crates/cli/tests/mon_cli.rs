@@ -1,48 +1,15 @@
 //! `cairn mon` as a real process on a free loopback port, driven by `cairn pool`, `cairn status`
 //! and `cairn osd`; the monitor is always killed at the end, and every wait is bounded.
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::{cairn, free_port, Daemon};
 use std::time::{Duration, Instant};
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn cairn(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
 
 #[test]
 fn monitor_serves_pool_and_status_commands() {
     let addr = format!("127.0.0.1:{}", free_port());
-    let _mon = Daemon(
-        Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["mon", "--listen", &addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _mon = Daemon::spawn(&["mon", "--listen", &addr]);
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(&addr).is_err() {
         assert!(Instant::now() < deadline, "monitor did not start");

@@ -1,53 +1,16 @@
 //! `cairn up` with its S3 gateway on free loopback ports, plus a second gateway started from a
 //! TOML config with a tiny per-user request rate; `tests/s3/e2e.py` drives both with boto3
 //! and aws-cli, plus an s3cmd round trip (buckets, objects 0 B..100 MiB verified by MD5, ranges,
-//! conditions, copy,
-//! listing 1,100 keys with delimiters and pagination, batch delete, multipart, presigned
+//! conditions, copy, listing 10,100 keys with delimiters and pagination, batch delete, multipart, presigned
 //! URLs, tampered and expired signatures, error codes, SlowDown). `cairn s3 user create`
 //! makes the keys. Every wait is bounded and everything is torn down even on failure.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-struct Cluster {
-    dir: PathBuf,
-    extra: Vec<Child>,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for c in &mut self.extra {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["down", "--dir"])
-            .arg(&self.dir)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn cairn(args: &[&str]) -> (bool, String) {
-    let out = Command::new("timeout")
-        .arg("180")
-        .arg(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
+use common::{cairn, free_port, Cluster};
 
 fn field(out: &str, name: &str) -> String {
     out.lines()
@@ -81,12 +44,8 @@ fn boto3_and_aws_cli_against_cairn_up() {
     let mon = format!("127.0.0.1:{}", free_port());
     let s3 = format!("127.0.0.1:{}", free_port());
     let limited = format!("127.0.0.1:{}", free_port());
-    let dir = std::env::temp_dir().join(format!("cairn-s3-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut cluster = Cluster {
-        dir: dir.clone(),
-        extra: Vec::new(),
-    };
+    let mut cluster = Cluster::new("s3");
+    let dir = cluster.dir.clone();
     let d = dir.display().to_string();
     let (ok, out) = cairn(&[
         "up",

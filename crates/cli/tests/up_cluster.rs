@@ -3,47 +3,16 @@
 //! down` stops every process. All waits are bounded and the cluster is torn down even when an
 //! assertion fails.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-struct Cluster {
-    dir: PathBuf,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["down", "--dir"])
-            .arg(&self.dir)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn cairn(args: &[&str]) -> (bool, String) {
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
+use common::{cairn, free_port, Cluster};
 
 #[test]
 fn up_put_get_bench_down() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mon = format!("127.0.0.1:{port}");
-    let dir = std::env::temp_dir().join(format!("cairn-up-{}", std::process::id()));
-    let cluster = Cluster { dir: dir.clone() };
-    let d = dir.display().to_string();
+    let mon = format!("127.0.0.1:{}", free_port());
+    let cluster = Cluster::new("up");
+    let dir = cluster.dir.clone();
+    let d = cluster.arg();
     let (ok, out) = cairn(&[
         "up",
         "--no-s3",

@@ -4,16 +4,13 @@
 //! every OSD's store is mounted offline and each acknowledged object must be present, and
 //! byte-identical, on all three copies (acknowledged = durable on the whole acting set).
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
-use cairn_client::{Client, ClientError};
-use cairn_mon::daemon::MonDaemon;
-use cairn_mon::monitor::Request;
-use cairn_mon::{ClusterMap, MonConfig, Monitor};
-use cairn_osd::{OsdConfig, OsdDaemon};
+use cairn_client::ClientError;
 use cairn_store::{KvLocation, Store, StoreConfig};
 
 fn data_for(i: usize) -> Vec<u8> {
@@ -40,52 +37,14 @@ fn data_for(i: usize) -> Vec<u8> {
         .collect()
 }
 
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicated_writes_are_durable_on_every_copy() {
-    let root = TempDir(std::env::temp_dir().join(format!("cairn-cluster-{}", std::process::id())));
-    let monitor = Monitor::new(ClusterMap::new("test").unwrap(), MonConfig::default());
-    let mon = MonDaemon::start(monitor, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let mut osds = Vec::new();
-    for i in 0..3 {
-        let mut cfg = OsdConfig::local(
-            &format!("osd-uuid-{i}"),
-            &format!("host{i}"),
-            mon.addr(),
-            root.0.join(format!("osd{i}")),
-        );
-        cfg.device_bytes = 1 << 30;
-        osds.push(OsdDaemon::start(cfg).await.unwrap());
-    }
-    let admin = cairn_mon::client::MonClient::connect(mon.addr(), 77).await;
-    admin
-        .op(
-            Request::CreatePool {
-                name: "data".into(),
-                size: 3,
-                pg_num: 16,
-            },
-            10_000,
-        )
-        .await
-        .unwrap();
-    let client = Client::connect(mon.addr(), 1).await.unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while client.write_full("nope", "x", b"y").await.is_ok() || client.epoch() < 5 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "client never saw the pool"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let common::Cluster {
+        mon,
+        osds,
+        client,
+        dir: root,
+    } = common::cluster("cluster", 16, 1 << 30).await;
     assert!(matches!(
         client.write_full("nope", "x", b"y").await,
         Err(ClientError::NoPool(_))

@@ -4,78 +4,19 @@
 //! attributes, missing objects, unknown admin keys, malformed messages (logged and dropped, the
 //! OSD keeps serving).
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use cairn_client::{Client, ClientError};
-use cairn_mon::daemon::MonDaemon;
+use cairn_client::ClientError;
 use cairn_mon::monitor::Request;
-use cairn_mon::{ClusterMap, MonConfig, Monitor};
 use cairn_msgr::session::Session;
 use cairn_msgr::Limits;
-use cairn_osd::{OsdConfig, OsdDaemon};
-
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct Cluster {
-    _mon: MonDaemon,
-    osds: Vec<OsdDaemon>,
-    client: Client,
-    _dir: TempDir,
-}
-
-async fn cluster(tag: &str) -> Cluster {
-    let dir = TempDir(std::env::temp_dir().join(format!("cairn-{tag}-{}", std::process::id())));
-    let monitor = Monitor::new(ClusterMap::new("test").unwrap(), MonConfig::default());
-    let mon = MonDaemon::start(monitor, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let mut osds = Vec::new();
-    for i in 0..3 {
-        let mut cfg = OsdConfig::local(
-            &format!("{tag}-osd-{i}"),
-            &format!("host{i}"),
-            mon.addr(),
-            dir.0.join(format!("osd{i}")),
-        );
-        cfg.device_bytes = 128 << 20;
-        osds.push(OsdDaemon::start(cfg).await.unwrap());
-    }
-    let admin = cairn_mon::client::MonClient::connect(mon.addr(), 91).await;
-    admin
-        .op(
-            Request::CreatePool {
-                name: "data".into(),
-                size: 3,
-                pg_num: 8,
-            },
-            10_000,
-        )
-        .await
-        .unwrap();
-    let client = Client::connect(mon.addr(), 2).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while client.write_full("data", "probe", b"x").await.is_err() {
-        assert!(Instant::now() < deadline, "pool never became writable");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    client.remove("data", "probe").await.unwrap();
-    Cluster {
-        _mon: mon,
-        osds,
-        client,
-        _dir: dir,
-    }
-}
+use common::cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_xattr_omap_list_and_admin_ops() {
-    let c = cluster("ops").await;
+    let c = cluster("ops", 8, 128 << 20).await;
     let cl = &c.client;
 
     // Partial writes, append, truncate, ranged reads.
@@ -241,7 +182,7 @@ async fn data_xattr_omap_list_and_admin_ops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_messages_are_dropped_and_the_osd_keeps_serving() {
-    let c = cluster("garbage").await;
+    let c = cluster("garbage", 8, 128 << 20).await;
     let garbage: [&[u8]; 4] = [
         b"",
         b"\xff\xff\xff\xff{}",
@@ -275,9 +216,9 @@ async fn malformed_messages_are_dropped_and_the_osd_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_osd_wrongly_marked_down_boots_again_and_io_goes_on() {
-    let c = cluster("markdown").await;
+    let c = cluster("markdown", 8, 128 << 20).await;
     let victim = c.osds[1].id();
-    let admin = cairn_mon::client::MonClient::connect(c._mon.addr(), 92).await;
+    let admin = cairn_mon::client::MonClient::connect(c.mon.addr(), 92).await;
     let marked = admin
         .op(Request::MarkDown { id: victim }, 10_000)
         .await

@@ -76,21 +76,37 @@ pub fn install(
 
 /// Every user object name of a collection, in order (the PG's meta object excluded).
 pub async fn list_all(store: &Store, coll: &str) -> Result<Vec<String>, OsdError> {
-    let mut out = Vec::new();
-    let mut after: Option<String> = None;
+    let page_max = (cairn_store::MAX_LIST_ENTRIES - 2) as u32;
+    let mut out: Vec<String> = Vec::new();
     loop {
-        let page = match store
-            .list_objects(coll, after.as_deref(), cairn_store::MAX_LIST_ENTRIES)
-            .await
-        {
-            Ok(p) => p,
-            Err(StoreError::NoSuchCollection { .. }) => return Ok(out),
-            Err(e) => return Err(e.into()),
-        };
-        let Some(last) = page.last().cloned() else {
+        let after = out.last().cloned().unwrap_or_default();
+        let (page, more) = list_page(store, coll, &after, page_max).await?;
+        let done = !more || page.is_empty();
+        out.extend(page);
+        if done {
             return Ok(out);
-        };
-        out.extend(page.into_iter().filter(|n| n != META_OBJECT));
-        after = Some(last);
+        }
     }
+}
+
+/// One page of a collection's user object names, in order, strictly after `after` (empty: from
+/// the start), at most `max`; the flag says whether more may follow. A missing collection is an
+/// empty page.
+pub async fn list_page(
+    store: &Store,
+    coll: &str,
+    after: &str,
+    max: u32,
+) -> Result<(Vec<String>, bool), StoreError> {
+    let max = (max as usize).clamp(1, cairn_store::MAX_LIST_ENTRIES - 2);
+    let start = (!after.is_empty()).then_some(after);
+    let mut names = match store.list_objects(coll, start, max + 2).await {
+        Ok(n) => n,
+        Err(StoreError::NoSuchCollection(_)) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    names.retain(|n| n != META_OBJECT);
+    let more = names.len() > max;
+    names.truncate(max);
+    Ok((names, more))
 }

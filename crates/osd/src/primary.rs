@@ -18,7 +18,8 @@ use cairn_proto::{
 use cairn_qos::QosClass;
 use cairn_store::{StoreError, Transaction};
 
-use crate::pgmeta::{append_entry, pack, META_OBJECT};
+use crate::objects::list_page;
+use crate::pgmeta::{append_entry, pack};
 use crate::pgs::{Interval, Pg};
 use crate::shared::Shared;
 use crate::txns::{build_write, check_object_name, VERSION_ATTR};
@@ -186,16 +187,7 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Answer {
                 ok(page.len() as u64, 0, encode_pairs(&page), more)
             }
             OpKind::ListObjects { after, max } => {
-                let max = (*max as usize).clamp(1, cairn_store::MAX_LIST_ENTRIES - 2);
-                let start = (!after.is_empty()).then_some(after.as_str());
-                let mut names = match s.store.list_objects(coll, start, max + 2).await {
-                    Ok(n) => n,
-                    Err(StoreError::NoSuchCollection { .. }) => Vec::new(),
-                    Err(e) => return Err(e),
-                };
-                names.retain(|n| n != META_OBJECT);
-                let more = names.len() > max;
-                names.truncate(max);
+                let (names, more) = list_page(&s.store, coll, after, *max).await?;
                 ok(names.len() as u64, 0, encode_keys(&names), more)
             }
             other => {

@@ -16,8 +16,8 @@ use cairn_qos::QosClass;
 use cairn_store::Transaction;
 
 use crate::error::OsdError;
-use crate::objects::{install, list_all, read_image};
-use crate::pgmeta::{append_entry, pack, put_info, replace_log, META_OBJECT};
+use crate::objects::{install, list_all, list_page, read_image};
+use crate::pgmeta::{append_entry, pack, put_info, replace_log};
 use crate::shared::Shared;
 use crate::txns::build_write;
 
@@ -185,16 +185,7 @@ async fn recovery(
     let coll = pg.coll.clone();
     match req.body {
         PeerBody::List { after, max } => {
-            let max = (max as usize).clamp(1, cairn_store::MAX_LIST_ENTRIES - 2);
-            let start = (!after.is_empty()).then_some(after.as_str());
-            let mut names = match s.store.list_objects(&coll, start, max + 2).await {
-                Ok(n) => n,
-                Err(cairn_store::StoreError::NoSuchCollection(_)) => Vec::new(),
-                Err(e) => return Err(e.into()),
-            };
-            let more = names.len() > max;
-            names.truncate(max);
-            names.retain(|n| n != META_OBJECT);
+            let (names, more) = list_page(&s.store, &coll, &after, max).await?;
             Ok((PeerAnswer::Names { names, more }, Bytes::new()))
         }
         PeerBody::Pull { object } => match read_image(&s.store, &coll, &object).await? {

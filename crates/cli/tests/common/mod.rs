@@ -1,0 +1,93 @@
+//! Helpers shared by the process-level tests: run `cairn` with a deadline, pick free loopback
+//! ports, and stop what a test started even when an assertion fails.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// Runs `cairn ARGS` (killed after 180 s); returns success and stdout + stderr.
+pub fn cairn(args: &[&str]) -> (bool, String) {
+    let out = Command::new("timeout")
+        .arg("180")
+        .arg(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `cairn` child process (output discarded), killed when dropped.
+pub struct Daemon(pub Child);
+
+impl Daemon {
+    /// Starts `cairn ARGS` in the background.
+    pub fn spawn(args: &[&str]) -> Daemon {
+        Daemon(
+            Command::new(env!("CARGO_BIN_EXE_cairn"))
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A cluster directory of `cairn up`: `cairn down` and removed when dropped, together with any
+/// extra processes the test started.
+pub struct Cluster {
+    /// The directory given to `cairn up --dir`.
+    pub dir: PathBuf,
+    /// Processes started beside `cairn up` (killed first).
+    pub extra: Vec<Child>,
+}
+
+impl Cluster {
+    /// A fresh directory under the temp dir, named after `tag` and this process.
+    pub fn new(tag: &str) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("cairn-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Cluster {
+            dir,
+            extra: Vec::new(),
+        }
+    }
+
+    /// The directory as a string argument.
+    pub fn arg(&self) -> String {
+        self.dir.display().to_string()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.extra {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["down", "--dir"])
+            .arg(&self.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

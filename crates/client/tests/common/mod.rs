@@ -1,0 +1,77 @@
+//! The in-process cluster the client tests share: loopback sockets, file-backed stores.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cairn_client::Client;
+use cairn_mon::daemon::MonDaemon;
+use cairn_mon::monitor::Request;
+use cairn_mon::{ClusterMap, MonConfig, Monitor};
+use cairn_osd::{OsdConfig, OsdDaemon};
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A monitor, three OSDs on file-backed stores under `dir`, a pool `data` of size 3, and a
+/// client that has written to it once.
+pub struct Cluster {
+    /// The monitor.
+    pub mon: MonDaemon,
+    /// The OSDs.
+    pub osds: Vec<OsdDaemon>,
+    /// A connected client.
+    pub client: Client,
+    /// Their directory (`osd0`, `osd1`, `osd2`).
+    pub dir: TempDir,
+}
+
+/// Starts the cluster; `pg_num` PGs, `device_bytes` per OSD.
+pub async fn cluster(tag: &str, pg_num: u32, device_bytes: u64) -> Cluster {
+    let dir = TempDir(std::env::temp_dir().join(format!("cairn-{tag}-{}", std::process::id())));
+    let monitor = Monitor::new(ClusterMap::new("test").unwrap(), MonConfig::default());
+    let mon = MonDaemon::start(monitor, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut osds = Vec::new();
+    for i in 0..3 {
+        let mut cfg = OsdConfig::local(
+            &format!("{tag}-osd-{i}"),
+            &format!("host{i}"),
+            mon.addr(),
+            dir.0.join(format!("osd{i}")),
+        );
+        cfg.device_bytes = device_bytes;
+        osds.push(OsdDaemon::start(cfg).await.unwrap());
+    }
+    let admin = cairn_mon::client::MonClient::connect(mon.addr(), 91).await;
+    admin
+        .op(
+            Request::CreatePool {
+                name: "data".into(),
+                size: 3,
+                pg_num,
+            },
+            10_000,
+        )
+        .await
+        .unwrap();
+    let client = Client::connect(mon.addr(), 2).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client.write_full("data", "probe", b"x").await.is_err() {
+        assert!(Instant::now() < deadline, "pool never became writable");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client.remove("data", "probe").await.unwrap();
+    Cluster {
+        mon,
+        osds,
+        client,
+        dir,
+    }
+}
