@@ -3,7 +3,7 @@
 //! Owns allocation and release of aligned memory. It must never expose uninitialised bytes: every
 //! buffer is zero-filled at allocation.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
 /// A zero-initialised byte buffer whose start address is a multiple of `align_bytes`.
@@ -28,6 +28,34 @@ impl AlignedBuf {
         // SAFETY: layout has a non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         NonNull::new(raw).map(|ptr| Self { ptr, layout })
+    }
+
+    /// Allocates a buffer aligned to `align_bytes` holding the concatenation of `parts`, copying
+    /// each byte once and never zeroing first (every byte is written before the buffer is
+    /// returned). Returns `None` for a zero total length, an invalid alignment or on allocation
+    /// failure.
+    pub fn from_parts(parts: &[&[u8]], align_bytes: usize) -> Option<Self> {
+        let len_bytes: usize = parts.iter().map(|p| p.len()).sum();
+        if len_bytes == 0 {
+            return None;
+        }
+        let layout = Layout::from_size_align(len_bytes, align_bytes).ok()?;
+        // SAFETY: layout has a non-zero size.
+        let raw = unsafe { alloc(layout) };
+        let ptr = NonNull::new(raw)?;
+        let mut at = 0;
+        for p in parts {
+            // SAFETY: the parts' lengths sum to the allocation's size, so `at + p.len()` stays
+            // within it; source and destination cannot overlap (the destination is new).
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), ptr.as_ptr().add(at), p.len()) };
+            at += p.len();
+        }
+        Some(Self { ptr, layout })
+    }
+
+    /// The alignment of the buffer's start address, bytes.
+    pub fn align_bytes(&self) -> usize {
+        self.layout.align()
     }
 
     /// Length in bytes.
@@ -84,5 +112,17 @@ mod tests {
         assert_eq!(b.as_slice()[5], 7);
         assert!(AlignedBuf::zeroed(0, 4096).is_none());
         assert!(AlignedBuf::zeroed(10, 3).is_none());
+    }
+
+    #[test]
+    fn from_parts_concatenates() {
+        let b = AlignedBuf::from_parts(&[b"ab", b"", &[7u8; 4094]], 4096).unwrap();
+        assert_eq!(b.len(), 4096);
+        assert_eq!(b.align_bytes(), 4096);
+        assert_eq!(b.as_slice().as_ptr() as usize % 4096, 0);
+        assert_eq!(&b.as_slice()[..3], &[b'a', b'b', 7]);
+        assert!(b.as_slice()[2..].iter().all(|&x| x == 7));
+        assert!(AlignedBuf::from_parts(&[b"", b""], 4096).is_none());
+        assert!(AlignedBuf::from_parts(&[b"x"], 3).is_none());
     }
 }

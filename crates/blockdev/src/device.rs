@@ -23,6 +23,7 @@
 //! * Buffers may live anywhere in memory: implementations that need aligned memory (O_DIRECT)
 //!   copy through their own aligned buffers.
 
+use crate::aligned::AlignedBuf;
 use crate::error::{BlockDevError, Result};
 use async_trait::async_trait;
 
@@ -82,6 +83,13 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
 
     /// Writes `data` at `offset_bytes`. Not durable until a later [`BlockDevice::flush`].
     async fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<()>;
+
+    /// Writes an owned buffer at `offset_bytes`, with the contract of [`BlockDevice::write`].
+    /// Devices that hand the bytes to another thread (the file device) take the buffer as it is
+    /// instead of copying it into one of their own; the default goes through `write`.
+    async fn write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<()> {
+        self.write(offset_bytes, buf.as_slice()).await
+    }
 
     /// Makes all writes completed before this call durable. An error is fatal for the caller.
     async fn flush(&self) -> Result<()>;

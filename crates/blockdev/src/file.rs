@@ -219,6 +219,19 @@ impl BlockDevice for FileDevice {
         .await
     }
 
+    async fn write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<()> {
+        if self.direct && buf.align_bytes() < DIRECT_ALIGN_BYTES as usize {
+            return self.write(offset_bytes, buf.as_slice()).await;
+        }
+        check_io(&self.props, IoKind::Write, offset_bytes, buf.len() as u64)?;
+        let _permit = self.permit()?;
+        let file = self.file.clone();
+        blocking(IoKind::Write, move || {
+            file.write_all_at(buf.as_slice(), offset_bytes)
+        })
+        .await
+    }
+
     async fn flush(&self) -> Result<()> {
         let _permit = self.permit()?;
         let file = self.file.clone();
@@ -281,7 +294,16 @@ mod tests {
         for t in tasks {
             t.await.unwrap().unwrap();
         }
+        let owned = AlignedBuf::from_parts(&[&[9u8; 4096]], 4096).unwrap();
+        dev.write_owned(20 * 8192, owned).await.unwrap();
+        let unaligned = AlignedBuf::from_parts(&[&[8u8; 4096]], 512).unwrap();
+        dev.write_owned(21 * 8192, unaligned).await.unwrap();
         dev.flush().await.unwrap();
+        let mut b = vec![0u8; 4096];
+        dev.read(20 * 8192, &mut b).await.unwrap();
+        assert!(b.iter().all(|&x| x == 9));
+        dev.read(21 * 8192, &mut b).await.unwrap();
+        assert!(b.iter().all(|&x| x == 8));
         let mut b = vec![0u8; 8192];
         dev.read(5 * 8192, &mut b).await.unwrap();
         assert!(b.iter().all(|&x| x == 5));
