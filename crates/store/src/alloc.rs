@@ -19,22 +19,31 @@ pub struct Allocator {
 }
 
 impl Allocator {
-    /// An allocator where every block in `first_usable..total_blocks` is free except `used`
-    /// (need not be sorted); a duplicate or out-of-range entry is metadata corruption.
-    pub fn from_used(total_blocks: u64, first_usable: u64, used: &mut [u64]) -> Result<Self> {
+    /// An allocator where every block in `first_usable..total_blocks` is free except the
+    /// `used` extents `(start, len)` (need not be sorted); overlapping, empty or out-of-range
+    /// extents are metadata corruption.
+    pub fn from_used(
+        total_blocks: u64,
+        first_usable: u64,
+        used: &mut [(u64, u64)],
+    ) -> Result<Self> {
         used.sort_unstable();
-        if let Some(w) = used.windows(2).find(|w| w[0] == w[1]) {
+        if let Some(&(s, _)) = used.iter().find(|&&(_, l)| l == 0) {
+            return Err(StoreError::Corrupt(format!("empty extent at block {s}")));
+        }
+        if let Some(w) = used.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
             return Err(StoreError::Corrupt(format!(
                 "block {} is referenced twice",
-                w[0]
+                w[1].0
             )));
         }
-        if let Some(b) = used
+        if let Some(&(s, l)) = used
             .iter()
-            .find(|&&b| b < first_usable || b >= total_blocks)
+            .find(|&&(s, l)| s < first_usable || s.checked_add(l).is_none_or(|e| e > total_blocks))
         {
             return Err(StoreError::Corrupt(format!(
-                "block {b} is outside the data area"
+                "blocks {s}..{} lie outside the data area",
+                s.saturating_add(l)
             )));
         }
         let mut a = Self {
@@ -44,12 +53,12 @@ impl Allocator {
             cursor: first_usable,
         };
         let mut next = first_usable;
-        for &b in used.iter() {
-            if b > next {
-                a.free.insert(next, b - next);
-                a.free_blocks += b - next;
+        for &(s, l) in used.iter() {
+            if s > next {
+                a.free.insert(next, s - next);
+                a.free_blocks += s - next;
             }
-            next = b + 1;
+            next = s + l;
         }
         if total_blocks > next {
             a.free.insert(next, total_blocks - next);
@@ -136,10 +145,18 @@ impl Allocator {
 
     /// True if `block` is in the free set.
     pub fn is_free(&self, block: u64) -> bool {
-        self.free
-            .range(..=block)
+        self.any_free(block, 1)
+    }
+
+    /// True if any block of `start..start + len` is in the free set.
+    pub fn any_free(&self, start: u64, len: u64) -> bool {
+        let end = start.saturating_add(len);
+        let before = self
+            .free
+            .range(..=start)
             .next_back()
-            .is_some_and(|(&s, &l)| block < s + l)
+            .is_some_and(|(&s, &l)| start < s + l);
+        before || self.free.range(start..end).next().is_some()
     }
 
     /// Returns `len` blocks at `start` to the free set, merging neighbours.
@@ -187,7 +204,7 @@ mod tests {
 
     #[test]
     fn allocate_release_and_detect_misuse() {
-        let mut a = Allocator::from_used(100, 1, &mut [5, 6, 50]).unwrap();
+        let mut a = Allocator::from_used(100, 1, &mut [(50, 1), (5, 2)]).unwrap();
         assert_eq!(a.free_blocks(), 96);
         let e = a.allocate(4).unwrap();
         assert_eq!(e, vec![(1, 4)]);
@@ -206,13 +223,17 @@ mod tests {
             a.release(s, l).unwrap();
         }
         assert_eq!(a.free_blocks(), total_free);
-        assert!(Allocator::from_used(10, 1, &mut [3, 3]).is_err());
-        assert!(Allocator::from_used(10, 1, &mut [0]).is_err());
+        assert!(Allocator::from_used(10, 1, &mut [(3, 2), (4, 1)]).is_err());
+        assert!(Allocator::from_used(10, 1, &mut [(0, 1)]).is_err());
+        assert!(Allocator::from_used(10, 1, &mut [(8, 3)]).is_err());
+        assert!(Allocator::from_used(10, 1, &mut [(4, 0)]).is_err());
+        let b = Allocator::from_used(10, 1, &mut [(3, 4)]).unwrap();
+        assert!(b.any_free(1, 3) && !b.any_free(3, 4) && b.any_free(6, 2) && b.is_free(7));
     }
 
     #[test]
     fn fragmentation_grows_with_holes() {
-        let mut used: Vec<u64> = (1..100).step_by(2).collect();
+        let mut used: Vec<(u64, u64)> = (1..100).step_by(2).map(|b| (b, 1)).collect();
         let a = Allocator::from_used(100, 1, &mut used).unwrap();
         assert!(a.fragmentation() > 0.9);
         let b = Allocator::from_used(100, 1, &mut []).unwrap();

@@ -6,8 +6,9 @@
 
 use crate::error::{Result, StoreError};
 
-/// Version byte of every value written by this code.
-pub const FORMAT_VERSION: u8 = 1;
+/// Version byte of every value written by this code. Version 2: extent records (version 1 had
+/// one record per block).
+pub const FORMAT_VERSION: u8 = 2;
 
 /// Wraps `payload` as `[version][payload][crc32c(version ++ payload) LE]`.
 pub fn seal(payload: &[u8]) -> Vec<u8> {
@@ -81,31 +82,77 @@ impl Onode {
     }
 }
 
-/// Where one logical block of an object lives and what its checksum is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockRef {
-    /// Physical block number on the device.
+/// Most blocks one extent record covers: bounds the record (its crc array) to about 1 KiB, so a
+/// small overwrite that splits an extent rewrites little metadata.
+pub const MAX_EXTENT_BLOCKS: u64 = 256;
+
+/// A run of an object's logical blocks stored in physically contiguous device blocks, with the
+/// crc32c of each block. Logical block `lblock + i` lives in physical block `pblock + i`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extent {
+    /// First logical block (the record's key carries it).
+    pub lblock: u64,
+    /// First physical block on the device.
     pub pblock: u64,
-    /// crc32c of the block's full contents.
-    pub crc: u32,
+    /// crc32c of each block's full contents; its length is the extent's length in blocks.
+    pub crcs: Vec<u32>,
 }
 
-impl BlockRef {
-    /// Encodes the reference.
+impl Extent {
+    /// Length in blocks.
+    pub fn blocks(&self) -> u64 {
+        self.crcs.len() as u64
+    }
+
+    /// One past the last logical block.
+    pub fn lend(&self) -> u64 {
+        self.lblock + self.blocks()
+    }
+
+    /// Encodes the value part (`pblock`, count, crcs); `lblock` lives in the key.
     pub fn encode(&self) -> Vec<u8> {
-        let mut p = [0u8; 12];
-        p[..8].copy_from_slice(&self.pblock.to_le_bytes());
-        p[8..].copy_from_slice(&self.crc.to_le_bytes());
+        let mut p = Vec::with_capacity(12 + 4 * self.crcs.len());
+        p.extend_from_slice(&self.pblock.to_le_bytes());
+        p.extend_from_slice(&(self.crcs.len() as u32).to_le_bytes());
+        for c in &self.crcs {
+            p.extend_from_slice(&c.to_le_bytes());
+        }
         seal(&p)
     }
 
-    /// Decodes a reference.
-    pub fn decode(b: &[u8]) -> Result<Self> {
-        let p = open(b, "block ref")?;
+    /// Decodes a value made by [`Extent::encode`] for logical block `lblock`. An empty extent,
+    /// one longer than [`MAX_EXTENT_BLOCKS`] or a length that disagrees with the record is
+    /// corruption.
+    pub fn decode(lblock: u64, b: &[u8]) -> Result<Self> {
+        let p = open(b, "extent")?;
+        let pblock = le_u64(p, 0, "extent")?;
+        let n = le_u32(p, 8, "extent")? as usize;
+        if n == 0 || n as u64 > MAX_EXTENT_BLOCKS || p.len() != 12 + 4 * n {
+            return Err(StoreError::Corrupt(format!(
+                "extent at block {lblock}: {n} blocks in a {}-byte record",
+                p.len()
+            )));
+        }
+        let crcs = p[12..]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
         Ok(Self {
-            pblock: le_u64(p, 0, "block ref")?,
-            crc: le_u32(p, 8, "block ref")?,
+            lblock,
+            pblock,
+            crcs,
         })
+    }
+
+    /// The part of this extent covering logical blocks `from..to` (clamped to the extent).
+    pub fn slice(&self, from: u64, to: u64) -> Extent {
+        let a = from.clamp(self.lblock, self.lend());
+        let b = to.clamp(a, self.lend());
+        Extent {
+            lblock: a,
+            pblock: self.pblock + (a - self.lblock),
+            crcs: self.crcs[(a - self.lblock) as usize..(b - self.lblock) as usize].to_vec(),
+        }
     }
 }
 
@@ -121,8 +168,12 @@ pub struct Superblock {
     pub device_bytes: u64,
 }
 
-/// Magic at the start of device block 0.
-pub const SUPER_MAGIC: &[u8; 8] = b"cairnst1";
+/// Magic at the start of device block 0; its last character is the on-disk format generation
+/// (`1`: per-block metadata, `2`: extent records).
+pub const SUPER_MAGIC: &[u8; 8] = b"cairnst2";
+
+/// The magic without its generation character.
+const SUPER_MAGIC_FAMILY: &[u8; 7] = b"cairnst";
 
 impl Superblock {
     /// Encodes the superblock (magic + sealed fields).
@@ -136,8 +187,15 @@ impl Superblock {
         v
     }
 
-    /// Decodes a superblock from the start of `b` (trailing bytes ignored).
+    /// Decodes a superblock from the start of `b` (trailing bytes ignored). A store of another
+    /// format generation is [`StoreError::UnsupportedFormat`].
     pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() >= 8 && &b[..7] == SUPER_MAGIC_FAMILY && b[7] != SUPER_MAGIC[7] {
+            return Err(StoreError::UnsupportedFormat {
+                found: String::from_utf8_lossy(&b[..8]).into_owned(),
+                supported: String::from_utf8_lossy(SUPER_MAGIC).into_owned(),
+            });
+        }
         if b.len() < 8 + 29 || &b[..8] != SUPER_MAGIC {
             return Err(StoreError::Corrupt("superblock: bad magic".into()));
         }
@@ -168,7 +226,7 @@ pub fn object_prefix(coll_id: u32, name: &str) -> Vec<u8> {
     k
 }
 
-/// Key of one logical block: object prefix ++ block index (BE).
+/// Key of an extent: object prefix ++ its first logical block (BE).
 pub fn block_key(prefix: &[u8], block_index: u64) -> Vec<u8> {
     let mut k = prefix.to_vec();
     k.extend_from_slice(&block_index.to_be_bytes());
@@ -194,7 +252,7 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// Splits a block key into (object prefix, block index).
+/// Splits an extent key into (object prefix, first logical block).
 pub fn split_block_key(key: &[u8]) -> Result<(&[u8], u64)> {
     if key.len() < 6 + 8 {
         return Err(StoreError::Corrupt("block key too short".into()));
@@ -235,18 +293,34 @@ mod tests {
     fn records_round_trip_and_detect_damage() {
         let o = Onode { size_bytes: 12345 };
         assert_eq!(Onode::decode(&o.encode()).unwrap(), o);
-        let b = BlockRef {
+        let e = Extent {
+            lblock: 5,
             pblock: 77,
-            crc: 0xdead_beef,
+            crcs: vec![0xdead_beef, 1, 2],
         };
-        let mut enc = b.encode();
-        assert_eq!(BlockRef::decode(&enc).unwrap(), b);
+        let mut enc = e.encode();
+        assert_eq!(Extent::decode(5, &enc).unwrap(), e);
         enc[3] ^= 1;
         assert!(matches!(
-            BlockRef::decode(&enc),
+            Extent::decode(5, &enc),
             Err(StoreError::Corrupt(_))
         ));
-        assert!(BlockRef::decode(&[]).is_err());
+        assert!(Extent::decode(0, &[]).is_err());
+        let empty = Extent {
+            lblock: 0,
+            pblock: 1,
+            crcs: vec![],
+        };
+        assert!(Extent::decode(0, &empty.encode()).is_err());
+        let huge = Extent {
+            lblock: 0,
+            pblock: 1,
+            crcs: vec![0; MAX_EXTENT_BLOCKS as usize + 1],
+        };
+        assert!(Extent::decode(0, &huge.encode()).is_err());
+        let mid = e.slice(6, 100);
+        assert_eq!((mid.lblock, mid.pblock, mid.crcs), (6, 78, vec![1, 2]));
+        assert_eq!(e.slice(0, 5).blocks(), 0);
         assert!(Onode::decode(&seal(&[1, 2])).is_err());
         let s = Superblock {
             uuid: 9,
@@ -257,6 +331,12 @@ mod tests {
         blk.resize(4096, 0);
         assert_eq!(Superblock::decode(&blk).unwrap(), s);
         assert!(Superblock::decode(&[0u8; 4096]).is_err());
+        let mut old = blk.clone();
+        old[7] = b'1';
+        assert!(matches!(
+            Superblock::decode(&old),
+            Err(StoreError::UnsupportedFormat { .. })
+        ));
     }
 
     #[test]

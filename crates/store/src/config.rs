@@ -34,6 +34,9 @@ pub struct StoreConfig {
     pub max_object_bytes: u64,
     /// redb page cache size, bytes.
     pub kv_cache_bytes: usize,
+    /// Onode cache size, bytes: committed size and extent maps of recently read objects, so a
+    /// read that hits it needs no KV lookup (0 disables it).
+    pub meta_cache_bytes: usize,
 }
 
 impl Default for StoreConfig {
@@ -51,6 +54,7 @@ impl Default for StoreConfig {
             max_value_bytes: 1 << 20,
             max_object_bytes: 1 << 40,
             kv_cache_bytes: 64 << 20,
+            meta_cache_bytes: 32 << 20,
         }
     }
 }

@@ -69,6 +69,15 @@ pub enum StoreError {
     /// An earlier fatal error stopped the store; remount to recover.
     #[error("store failed earlier and accepts no more operations: {0}")]
     Failed(String),
+    /// The device holds a store of another on-disk format generation (no conversion exists:
+    /// make a new store with mkfs).
+    #[error("store format {found:?} is not supported (this version reads {supported:?}); make a new store with mkfs")]
+    UnsupportedFormat {
+        /// Magic found in device block 0.
+        found: String,
+        /// Magic this version writes and reads.
+        supported: String,
+    },
     /// The store configuration or device geometry is invalid, or device and KV do not match.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -1,16 +1,16 @@
 //! Consistency checking: `fsck` (metadata) and `fsck --deep` (also reads and verifies every
 //! block).
 //!
-//! Owns the list of invariants the store promises: every record decodes; every block, xattr and
-//! omap entry belongs to an existing object; no block lies past its object's size; no physical
-//! block is referenced twice or lies outside the data area; the allocator agrees with the
-//! references; deferred writes target referenced blocks; and (deep) every block matches its
-//! crc32c. It must never modify the store.
+//! Owns the list of invariants the store promises: every record decodes; every extent, xattr
+//! and omap entry belongs to an existing object; an object's extents do not overlap and none
+//! reaches past its object's size; no physical block is referenced twice or lies outside the
+//! data area; the allocator agrees with the references; deferred writes target referenced
+//! blocks; and (deep) every block matches its crc32c. It must never modify the store.
 
-use crate::codec::{self, split_block_key, split_prefix, BlockRef, Onode};
+use crate::codec::{self, split_block_key, split_prefix, Extent, Onode};
 use crate::error::{kv, Result};
-use crate::kv::{BLOCKS, COLLS, DEFERRED, OMAP, ONODES, XATTRS};
-use crate::store::Store;
+use crate::kv::{COLLS, DEFERRED, EXTENTS, OMAP, ONODES, XATTRS};
+use crate::store::{State, Store};
 use redb::ReadableTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -84,21 +84,21 @@ impl Store {
         }
         let coll_name = |id: u32| colls.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
 
-        let mut refs: Vec<(u64, BlockRef, u32, String, u64)> = Vec::new();
-        let mut seen: HashMap<u64, u32> = HashMap::new();
-        for item in rtx.open_table(BLOCKS).map_err(kv)?.iter().map_err(kv)? {
+        // (extent, collection id, object name), in key order: by object, then logical block.
+        let mut refs: Vec<(Extent, u32, String)> = Vec::new();
+        for item in rtx.open_table(EXTENTS).map_err(kv)?.iter().map_err(kv)? {
             let (k, v) = item.map_err(kv)?;
             let parsed = split_block_key(k.value())
                 .and_then(|(p, idx)| split_prefix(p).map(|(c, n, _)| (c, n.to_string(), idx)));
             let (id, name, idx) = match parsed {
                 Ok(x) => x,
                 Err(e) => {
-                    rep.errors.push(format!("block key: {e}"));
+                    rep.errors.push(format!("extent key: {e}"));
                     continue;
                 }
             };
-            let r = match BlockRef::decode(v.value()) {
-                Ok(r) => r,
+            let e = match Extent::decode(idx, v.value()) {
+                Ok(e) => e,
                 Err(e) => {
                     rep.errors
                         .push(format!("{}/{name} block {idx}: {e}", coll_name(id)));
@@ -107,44 +107,74 @@ impl Store {
             };
             match sizes.get(&(id, name.clone())) {
                 None => rep.errors.push(format!(
-                    "orphan block {idx} of missing object {}/{name}",
+                    "orphan extent at block {idx} of missing object {}/{name}",
                     coll_name(id)
                 )),
-                Some(&size) if idx * bs >= size => rep.errors.push(format!(
-                    "{}/{name} block {idx} lies past the object size {size}",
-                    coll_name(id)
+                Some(&size) if (e.lend() - 1) * bs >= size => rep.errors.push(format!(
+                    "{}/{name} block {} lies past the object size {size}",
+                    coll_name(id),
+                    e.lend() - 1
                 )),
                 Some(_) => {}
             }
-            if r.pblock == 0 || r.pblock >= total_blocks {
+            if let Some((prev, pid, pname)) = refs.last() {
+                if *pid == id && *pname == name && prev.lend() > e.lblock {
+                    rep.errors.push(format!(
+                        "{}/{name}: extents at blocks {} and {} overlap",
+                        coll_name(id),
+                        prev.lblock,
+                        e.lblock
+                    ));
+                }
+            }
+            if e.pblock == 0 || e.pblock.saturating_add(e.blocks()) > total_blocks {
                 rep.errors.push(format!(
                     "{}/{name} block {idx} points outside the data area ({})",
                     coll_name(id),
-                    r.pblock
+                    e.pblock
                 ));
                 continue;
             }
-            *seen.entry(r.pblock).or_insert(0) += 1;
-            if st.alloc.is_free(r.pblock) {
-                rep.errors
-                    .push(format!("block {} is referenced but marked free", r.pblock));
+            if st.alloc.any_free(e.pblock, e.blocks()) {
+                rep.errors.push(format!(
+                    "blocks {}..{} are referenced but (partly) marked free",
+                    e.pblock,
+                    e.pblock + e.blocks()
+                ));
             }
-            refs.push((r.pblock, r, id, name, idx));
+            refs.push((e, id, name));
         }
-        for (p, n) in &seen {
-            if *n > 1 {
-                rep.errors
-                    .push(format!("physical block {p} is referenced {n} times"));
+        // Physical order: overlaps between neighbours are double references.
+        let mut by_pblock: Vec<usize> = (0..refs.len()).collect();
+        by_pblock.sort_unstable_by_key(|&i| refs[i].0.pblock);
+        let mut referenced = 0u64;
+        let mut reach = 0u64;
+        for &i in &by_pblock {
+            let e = &refs[i].0;
+            if e.pblock < reach {
+                rep.errors.push(format!(
+                    "physical block {} is referenced more than once",
+                    e.pblock
+                ));
             }
+            let end = e.pblock + e.blocks();
+            referenced += end.saturating_sub(reach.max(e.pblock));
+            reach = reach.max(end);
         }
         let usable = total_blocks - 1;
         let used = usable - st.alloc.free_blocks();
-        if used != seen.len() as u64 {
+        if used != referenced {
             rep.errors.push(format!(
-                "allocator says {used} blocks used, metadata references {}",
-                seen.len()
+                "allocator says {used} blocks used, metadata references {referenced}"
             ));
         }
+        let is_referenced = |p: u64| {
+            let i = by_pblock.partition_point(|&i| refs[i].0.pblock <= p);
+            i > 0 && {
+                let e = &refs[by_pblock[i - 1]].0;
+                p < e.pblock + e.blocks()
+            }
+        };
         for (table, what) in [(XATTRS, "xattr"), (OMAP, "omap entry")] {
             for item in rtx.open_table(table).map_err(kv)?.iter().map_err(kv)? {
                 let (k, v) = item.map_err(kv)?;
@@ -165,7 +195,7 @@ impl Store {
         }
         for item in rtx.open_table(DEFERRED).map_err(kv)?.iter().map_err(kv)? {
             let (k, v) = item.map_err(kv)?;
-            if !seen.contains_key(&k.value()) {
+            if !is_referenced(k.value()) {
                 rep.errors.push(format!(
                     "deferred write to unreferenced block {}",
                     k.value()
@@ -176,38 +206,55 @@ impl Store {
             }
         }
         if deep {
-            refs.sort_unstable_by_key(|r| r.0);
-            let max_run = (self.cfg.max_io_bytes / bs).max(1) as usize;
-            let mut damaged: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
-            let mut i = 0;
-            while i < refs.len() {
-                let mut j = i + 1;
-                while j < refs.len() && j - i < max_run && refs[j].0 == refs[j - 1].0 + 1 {
-                    j += 1;
-                }
-                let mut buf = vec![0u8; (j - i) * bs as usize];
-                self.dev_read(refs[i].0 * bs, &mut buf).await?;
-                for (k, (p, r, id, name, idx)) in refs[i..j].iter().enumerate() {
-                    let data = match st.deferred.get(p) {
+            self.verify_all(&st, &refs, &by_pblock, &coll_name, &mut rep)
+                .await?;
+        }
+        Ok(rep)
+    }
+
+    /// Reads every referenced block (physical order, runs of at most `max_io_bytes`), overlays
+    /// pending deferred contents, and records the objects whose blocks fail their crc32c.
+    async fn verify_all(
+        &self,
+        st: &State,
+        refs: &[(Extent, u32, String)],
+        by_pblock: &[usize],
+        coll_name: &dyn Fn(u32) -> String,
+        rep: &mut FsckReport,
+    ) -> Result<()> {
+        let bs = self.sb.block_bytes;
+        let max_run = (self.cfg.max_io_bytes / bs).max(1) as usize;
+        let mut damaged: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
+        for &i in by_pblock {
+            let (e, id, name) = &refs[i];
+            for chunk in 0..e.crcs.len().div_ceil(max_run) {
+                let from = chunk * max_run;
+                let to = (from + max_run).min(e.crcs.len());
+                let mut buf = vec![0u8; (to - from) * bs as usize];
+                self.dev_read((e.pblock + from as u64) * bs, &mut buf)
+                    .await?;
+                for (k, block) in buf.chunks_exact(bs as usize).enumerate() {
+                    let n = from + k;
+                    let data = match st.deferred.get(&(e.pblock + n as u64)) {
                         Some(d) => d.as_slice(),
-                        None => &buf[k * bs as usize..(k + 1) * bs as usize],
+                        None => block,
                     };
                     rep.blocks_verified += 1;
-                    if crc32c::crc32c(data) != r.crc {
+                    if crc32c::crc32c(data) != e.crcs[n] {
                         damaged
                             .entry((coll_name(*id), name.clone()))
                             .or_default()
-                            .push(*idx);
+                            .push(e.lblock + n as u64);
                     }
                 }
-                i = j;
-            }
-            for ((c, n), blocks) in damaged {
-                rep.errors
-                    .push(format!("{c}/{n}: checksum mismatch in blocks {blocks:?}"));
-                rep.damaged_objects.insert((c, n));
             }
         }
-        Ok(rep)
+        for ((c, n), mut blocks) in damaged {
+            blocks.sort_unstable();
+            rep.errors
+                .push(format!("{c}/{n}: checksum mismatch in blocks {blocks:?}"));
+            rep.damaged_objects.insert((c, n));
+        }
+        Ok(())
     }
 }

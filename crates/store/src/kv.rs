@@ -20,8 +20,9 @@ pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub const COLLS: TableDefinition<&str, &[u8]> = TableDefinition::new("collections");
 /// Objects: onode key -> sealed onode.
 pub const ONODES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("onodes");
-/// Logical blocks: block key -> sealed block reference.
-pub const BLOCKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("blocks");
+/// Object data: extent key (object prefix ++ first logical block) -> sealed extent
+/// (physical start, length, crc32c per block).
+pub const EXTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("extents");
 /// Extended attributes: object prefix ++ name -> sealed value.
 pub const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs");
 /// Object maps: object prefix ++ key -> sealed value.

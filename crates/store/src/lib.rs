@@ -1,7 +1,7 @@
 #![warn(missing_docs)]
 //! A BlueStore-style object store for cairn OSDs.
 //!
-//! Data lives on one [`cairn_blockdev::BlockDevice`]; metadata (collections, objects, block
+//! Data lives on one [`cairn_blockdev::BlockDevice`]; metadata (collections, objects, extent
 //! maps with a crc32c per block, xattrs, omaps, deferred writes) lives in an embedded redb
 //! database. Transactions are atomic and durable: new data is written copy-on-write to free
 //! blocks and flushed before the KV commit that references it (data written once, no journal
@@ -14,12 +14,15 @@
 
 pub mod alloc;
 mod apply;
+mod cache;
 pub mod codec;
 pub mod config;
 pub mod error;
+mod extmap;
 pub mod fsck;
 pub mod kv;
 mod read;
+mod stage;
 pub mod store;
 pub mod txn;
 

@@ -1,16 +1,17 @@
 //! The read path: object data (verified block by block), stat, xattrs, omap and ordered listing.
 //!
-//! Owns reads under the shared lock (concurrent with each other, never with a commit) from a
-//! redb read snapshot. It must never return a byte of a block whose crc32c does not match: a
-//! mismatch is [`StoreError::ChecksumMismatch`].
+//! Owns reads under the shared lock (concurrent with each other, never with a commit), from the
+//! onode cache or a redb read snapshot. It must never return a byte of a block whose crc32c does
+//! not match: a mismatch is [`StoreError::ChecksumMismatch`].
 
-use crate::codec::{
-    self, block_key, object_prefix, onode_key, prefix_end, split_block_key, BlockRef, Onode,
-};
+use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
+use crate::codec::{self, object_prefix, onode_key, prefix_end, Extent, Onode};
 use crate::error::{kv, Result, StoreError};
-use crate::kv::{BLOCKS, COLLS, OMAP, ONODES, XATTRS};
-use crate::store::{ObjectStat, Store};
+use crate::extmap;
+use crate::kv::{COLLS, EXTENTS, OMAP, ONODES, XATTRS};
+use crate::store::{ObjectStat, State, Store};
 use redb::{ReadTransaction, ReadableTable};
+use std::sync::Arc;
 
 /// Most entries one listing call returns (explicit limit).
 pub const MAX_LIST_ENTRIES: usize = 100_000;
@@ -35,6 +36,56 @@ impl Store {
         }
     }
 
+    /// Committed metadata of an object: from the onode cache, else from a KV snapshot (and then
+    /// cached when its extent map is small enough). Callers hold the shared lock.
+    fn object_meta(&self, coll: &str, obj: &str) -> Result<Arc<CachedObject>> {
+        if let Some(o) = self.onode_cache.get(coll, obj) {
+            return Ok(o);
+        }
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let id = Self::read_coll_id(&rtx, coll)?;
+        let node = Self::read_onode(&rtx, id, coll, obj)?;
+        let blocks = node.size_bytes.div_ceil(self.sb.block_bytes);
+        let extents = if blocks.saturating_mul(4) <= MAX_CACHED_EXTENT_BYTES as u64 {
+            let t = rtx.open_table(EXTENTS).map_err(kv)?;
+            Some(extmap::all(&t, &object_prefix(id, obj))?)
+        } else {
+            None
+        };
+        let o = Arc::new(CachedObject {
+            size_bytes: node.size_bytes,
+            extents: extents.clone().unwrap_or_default(),
+        });
+        if extents.is_some() {
+            self.onode_cache.insert(coll, obj, o.clone());
+        }
+        Ok(o)
+    }
+
+    /// Extents of an object intersecting logical blocks `from..to`.
+    fn extents_in(
+        &self,
+        coll: &str,
+        obj: &str,
+        meta: &CachedObject,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Extent>> {
+        let blocks = meta.size_bytes.div_ceil(self.sb.block_bytes);
+        if blocks.saturating_mul(4) <= MAX_CACHED_EXTENT_BYTES as u64 {
+            let i = meta.extents.partition_point(|e| e.lend() <= from);
+            return Ok(meta.extents[i..]
+                .iter()
+                .take_while(|e| e.lblock < to)
+                .cloned()
+                .collect());
+        }
+        let rtx = self.db.begin_read().map_err(kv)?;
+        let id = Self::read_coll_id(&rtx, coll)?;
+        let t = rtx.open_table(EXTENTS).map_err(kv)?;
+        extmap::overlapping(&t, &object_prefix(id, obj), from, Some(to))
+    }
+
     /// Reads up to `len_bytes` from `offset_bytes` (short at the end of the object; holes read
     /// as zeros). Every block is verified against its crc32c.
     pub async fn read(
@@ -46,10 +97,8 @@ impl Store {
     ) -> Result<Vec<u8>> {
         self.check_ok()?;
         let st = self.state.read().await;
-        let rtx = self.db.begin_read().map_err(kv)?;
-        let id = Self::read_coll_id(&rtx, coll)?;
-        let node = Self::read_onode(&rtx, id, coll, obj)?;
-        let end = offset_bytes.saturating_add(len_bytes).min(node.size_bytes);
+        let meta = self.object_meta(coll, obj)?;
+        let end = offset_bytes.saturating_add(len_bytes).min(meta.size_bytes);
         if end <= offset_bytes {
             return Ok(Vec::new());
         }
@@ -62,54 +111,65 @@ impl Store {
         }
         let bs = self.sb.block_bytes;
         let (first, last) = (offset_bytes / bs, (end - 1) / bs);
-        let prefix = object_prefix(id, obj);
-        let mut refs: Vec<(u64, BlockRef)> = Vec::new();
-        {
-            let t = rtx.open_table(BLOCKS).map_err(kv)?;
-            let from = block_key(&prefix, first);
-            let to = block_key(&prefix, last + 1);
-            for item in t.range(from.as_slice()..to.as_slice()).map_err(kv)? {
-                let (k, v) = item.map_err(kv)?;
-                let (_, idx) = split_block_key(k.value())?;
-                refs.push((idx, BlockRef::decode(v.value())?));
-            }
-        }
+        let pieces: Vec<Extent> = self
+            .extents_in(coll, obj, &meta, first, last + 1)?
+            .iter()
+            .map(|e| e.slice(first, last + 1))
+            .collect();
         let mut window = vec![0u8; ((last - first + 1) * bs) as usize];
-        let max_run = (self.cfg.max_io_bytes / bs).max(1) as usize;
+        self.read_pieces(&st, coll, obj, first, &pieces, &mut window)
+            .await?;
+        let skip = (offset_bytes - first * bs) as usize;
+        window.truncate(skip + (end - offset_bytes) as usize);
+        if skip > 0 {
+            window.drain(..skip);
+        }
+        Ok(window)
+    }
+
+    /// Reads extent pieces (logical order, within the window starting at logical block
+    /// `first`) into `window`: physically contiguous neighbours in one device read of at most
+    /// `max_io_bytes`, pending deferred contents overlaid, every block verified.
+    async fn read_pieces(
+        &self,
+        st: &State,
+        coll: &str,
+        obj: &str,
+        first: u64,
+        pieces: &[Extent],
+        window: &mut [u8],
+    ) -> Result<()> {
+        let bs = self.sb.block_bytes;
+        let max_run = (self.cfg.max_io_bytes / bs).max(1);
         let mut i = 0;
-        while i < refs.len() {
-            let (idx, r) = refs[i];
-            let at = ((idx - first) * bs) as usize;
-            if let Some(d) = st.deferred.get(&r.pblock) {
-                self.verify(coll, obj, idx, r.crc, d)?;
-                window[at..at + bs as usize].copy_from_slice(d);
-                i += 1;
-                continue;
-            }
+        while i < pieces.len() {
             let mut j = i + 1;
-            while j < refs.len()
-                && j - i < max_run
-                && refs[j].0 == refs[j - 1].0 + 1
-                && refs[j].1.pblock == refs[j - 1].1.pblock + 1
-                && !st.deferred.contains_key(&refs[j].1.pblock)
+            let mut blocks = pieces[i].blocks();
+            while j < pieces.len()
+                && pieces[j].lblock == pieces[j - 1].lend()
+                && pieces[j].pblock == pieces[j - 1].pblock + pieces[j - 1].blocks()
+                && blocks + pieces[j].blocks() <= max_run
             {
+                blocks += pieces[j].blocks();
                 j += 1;
             }
-            let run = &mut window[at..at + (j - i) * bs as usize];
-            self.dev_read(r.pblock * bs, run).await?;
-            for (k, (idx, r)) in refs[i..j].iter().enumerate() {
-                self.verify(
-                    coll,
-                    obj,
-                    *idx,
-                    r.crc,
-                    &run[k * bs as usize..(k + 1) * bs as usize],
-                )?;
+            let at = ((pieces[i].lblock - first) * bs) as usize;
+            let run = &mut window[at..at + (blocks * bs) as usize];
+            self.dev_read(pieces[i].pblock * bs, run).await?;
+            let mut k = 0usize;
+            for e in &pieces[i..j] {
+                for (n, &crc) in e.crcs.iter().enumerate() {
+                    let block = &mut run[k * bs as usize..(k + 1) * bs as usize];
+                    if let Some(d) = st.deferred.get(&(e.pblock + n as u64)) {
+                        block.copy_from_slice(d);
+                    }
+                    self.verify(coll, obj, e.lblock + n as u64, crc, block)?;
+                    k += 1;
+                }
             }
             i = j;
         }
-        let skip = (offset_bytes - first * bs) as usize;
-        Ok(window[skip..skip + (end - offset_bytes) as usize].to_vec())
+        Ok(())
     }
 
     pub(crate) fn verify(
@@ -141,30 +201,20 @@ impl Store {
         let rtx = self.db.begin_read().map_err(kv)?;
         let id = Self::read_coll_id(&rtx, coll)?;
         Self::read_onode(&rtx, id, coll, obj)?;
-        let prefix = object_prefix(id, obj);
-        let t = rtx.open_table(BLOCKS).map_err(kv)?;
-        let iter = match prefix_end(&prefix) {
-            Some(end) => t.range(prefix.as_slice()..end.as_slice()).map_err(kv)?,
-            None => t.range(prefix.as_slice()..).map_err(kv)?,
-        };
-        let mut out = Vec::new();
-        for item in iter {
-            let (k, v) = item.map_err(kv)?;
-            let (_, idx) = split_block_key(k.value())?;
-            out.push((idx, BlockRef::decode(v.value())?.pblock));
-        }
-        Ok(out)
+        let t = rtx.open_table(EXTENTS).map_err(kv)?;
+        Ok(extmap::all(&t, &object_prefix(id, obj))?
+            .iter()
+            .flat_map(|e| (0..e.blocks()).map(move |i| (e.lblock + i, e.pblock + i)))
+            .collect())
     }
 
     /// Size of an object.
     pub async fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
         self.check_ok()?;
         let _st = self.state.read().await;
-        let rtx = self.db.begin_read().map_err(kv)?;
-        let id = Self::read_coll_id(&rtx, coll)?;
-        let n = Self::read_onode(&rtx, id, coll, obj)?;
+        let meta = self.object_meta(coll, obj)?;
         Ok(ObjectStat {
-            size_bytes: n.size_bytes,
+            size_bytes: meta.size_bytes,
         })
     }
 

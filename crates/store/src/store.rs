@@ -17,19 +17,55 @@
 //! metadata still references except to apply a committed deferred write.
 
 use crate::alloc::Allocator;
-use crate::codec::{self, BlockRef, Onode, Superblock};
+use crate::cache::OnodeCache;
+use crate::codec::{self, split_block_key, Extent, Onode, Superblock};
 use crate::config::StoreConfig;
 use crate::error::{kv, Result, StoreError};
 use crate::kv::{
-    CountingBackend, DynBackend, KvCounters, BLOCKS, COLLS, DEFERRED, META, OMAP, ONODES, XATTRS,
+    CountingBackend, DynBackend, KvCounters, COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS,
 };
-use cairn_blockdev::BlockDevice;
+use crate::stage::IO_ALIGN_BYTES;
+use cairn_blockdev::{AlignedBuf, BlockDevice};
 use redb::{Database, ReadableTable, ReadableTableMetadata, StorageBackend};
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::RwLock;
+
+/// Most device writes one commit keeps in flight.
+const MAX_WRITES_IN_FLIGHT: usize = 32;
+
+/// Runs `futs` concurrently in this task, polling them in order (so each starts in order) and
+/// returning their results in order.
+async fn join_in_order<'a, T>(futs: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
+    let mut futs: Vec<Option<Pin<Box<dyn Future<Output = T> + Send + 'a>>>> =
+        futs.into_iter().map(Some).collect();
+    let mut out: Vec<Option<T>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if let Some(fut) = f {
+                match fut.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        *o = Some(v);
+                        *f = None;
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
 
 /// Where the metadata KV lives.
 pub enum KvLocation {
@@ -131,6 +167,7 @@ pub struct Store {
     pub(crate) counters: Counters,
     kv_counters: Arc<KvCounters>,
     pub(crate) commit_queue: Mutex<std::collections::VecDeque<crate::apply::Pending>>,
+    pub(crate) onode_cache: OnodeCache,
 }
 
 impl std::fmt::Debug for Store {
@@ -235,7 +272,7 @@ impl Store {
             meta.insert("super", &block0[..8 + 29]).map_err(kv)?;
             meta.insert("next_coll", codec::seal(&1u32.to_le_bytes()).as_slice())
                 .map_err(kv)?;
-            for t in [ONODES, BLOCKS, XATTRS, OMAP] {
+            for t in [ONODES, EXTENTS, XATTRS, OMAP] {
                 wtx.open_table(t).map_err(kv)?;
             }
             wtx.open_table(COLLS).map_err(kv)?;
@@ -277,9 +314,11 @@ impl Store {
             )));
         }
         let mut used = Vec::new();
-        for item in rtx.open_table(BLOCKS).map_err(kv)?.iter().map_err(kv)? {
-            let (_, v) = item.map_err(kv)?;
-            used.push(BlockRef::decode(v.value())?.pblock);
+        for item in rtx.open_table(EXTENTS).map_err(kv)?.iter().map_err(kv)? {
+            let (k, v) = item.map_err(kv)?;
+            let (_, lblock) = split_block_key(k.value())?;
+            let e = Extent::decode(lblock, v.value())?;
+            used.push((e.pblock, e.blocks()));
         }
         let total_blocks = in_kv.device_bytes / in_kv.block_bytes;
         let alloc = Allocator::from_used(total_blocks, 1, &mut used)?;
@@ -314,11 +353,12 @@ impl Store {
                 objects,
                 stored_bytes,
             }),
-            cfg,
             failed: Mutex::new(None),
             counters: Counters::default(),
             kv_counters,
             commit_queue: Mutex::new(std::collections::VecDeque::new()),
+            onode_cache: OnodeCache::new(cfg.meta_cache_bytes),
+            cfg,
         };
         {
             let mut st = store.state.write().await;
@@ -375,14 +415,15 @@ impl Store {
         e
     }
 
-    pub(crate) async fn dev_write(&self, offset_bytes: u64, data: &[u8]) -> Result<()> {
+    pub(crate) async fn dev_write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<()> {
+        let len = buf.len() as u64;
         self.dev
-            .write(offset_bytes, data)
+            .write_owned(offset_bytes, buf)
             .await
             .map_err(|e| self.fatal(e.into()))?;
         self.counters
             .device_bytes_written
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+            .fetch_add(len, Ordering::Relaxed);
         Ok(())
     }
 
@@ -410,27 +451,63 @@ impl Store {
         Ok(())
     }
 
-    /// Writes blocks `(pblock, contents)` sorted by pblock, coalescing neighbours into single
-    /// I/Os of at most `max_io_bytes`.
-    pub(crate) async fn write_blocks(&self, blocks: &[(u64, &[u8])]) -> Result<()> {
+    /// Writes copy-on-write runs `(first block, whole blocks)` sorted by block: neighbouring
+    /// runs are joined into one I/O of at most `max_io_bytes`, a lone run is handed to the device
+    /// as it is (no copy), and up to [`MAX_WRITES_IN_FLIGHT`] I/Os are in flight at once (issued
+    /// in block order).
+    pub(crate) async fn write_runs(&self, runs: Vec<(u64, AlignedBuf)>) -> Result<()> {
         let bs = self.sb.block_bytes;
-        let max_blocks = (self.cfg.max_io_bytes / bs).max(1) as usize;
-        let mut i = 0;
-        while i < blocks.len() {
-            let mut j = i + 1;
-            while j < blocks.len() && j - i < max_blocks && blocks[j].0 == blocks[j - 1].0 + 1 {
-                j += 1;
+        let mut ios: Vec<(u64, AlignedBuf)> = Vec::new();
+        let mut group: Vec<(u64, AlignedBuf)> = Vec::new();
+        let mut group_bytes = 0u64;
+        let flush_group = |group: &mut Vec<(u64, AlignedBuf)>,
+                           ios: &mut Vec<(u64, AlignedBuf)>|
+         -> Result<()> {
+            if group.len() == 1 {
+                ios.extend(group.drain(..));
+            } else if let Some(&(start, _)) = group.first() {
+                let parts: Vec<&[u8]> = group.iter().map(|(_, b)| b.as_slice()).collect();
+                let joined = AlignedBuf::from_parts(&parts, IO_ALIGN_BYTES)
+                    .ok_or_else(|| StoreError::Limit("cannot allocate a write buffer".into()))?;
+                ios.push((start, joined));
+                group.clear();
             }
-            if j - i == 1 {
-                self.dev_write(blocks[i].0 * bs, blocks[i].1).await?;
-            } else {
-                let mut buf = Vec::with_capacity((j - i) * bs as usize);
-                for (_, b) in &blocks[i..j] {
-                    buf.extend_from_slice(b);
+            Ok(())
+        };
+        for (start, buf) in runs {
+            let len = buf.len() as u64;
+            let joins = group
+                .last()
+                .is_some_and(|(s, b)| s + b.len() as u64 / bs == start)
+                && group_bytes + len <= self.cfg.max_io_bytes;
+            if !joins {
+                flush_group(&mut group, &mut ios)?;
+                group_bytes = 0;
+            }
+            group_bytes += len;
+            group.push((start, buf));
+        }
+        flush_group(&mut group, &mut ios)?;
+        let limit = MAX_WRITES_IN_FLIGHT.min(self.dev.properties().max_queue_depth.max(1));
+        let mut ios = ios.into_iter().peekable();
+        while ios.peek().is_some() {
+            let batch: Vec<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = ios
+                .by_ref()
+                .take(limit)
+                .map(|(start, buf)| {
+                    Box::pin(self.dev_write_owned(start * bs, buf))
+                        as Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>
+                })
+                .collect();
+            let mut first_err = None;
+            for r in join_in_order(batch).await {
+                if let Err(e) = r {
+                    first_err.get_or_insert(e);
                 }
-                self.dev_write(blocks[i].0 * bs, &buf).await?;
             }
-            i = j;
+            if let Some(e) = first_err {
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -443,8 +520,13 @@ impl Store {
         let mut pending: Vec<(u64, Arc<Vec<u8>>)> =
             st.deferred.iter().map(|(k, v)| (*k, v.clone())).collect();
         pending.sort_unstable_by_key(|(k, _)| *k);
-        let refs: Vec<(u64, &[u8])> = pending.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-        self.write_blocks(&refs).await?;
+        let mut runs = Vec::with_capacity(pending.len());
+        for (p, d) in &pending {
+            let buf = AlignedBuf::from_parts(&[d.as_slice()], IO_ALIGN_BYTES)
+                .ok_or_else(|| StoreError::Limit("cannot allocate a write buffer".into()))?;
+            runs.push((*p, buf));
+        }
+        self.write_runs(runs).await?;
         self.dev_flush().await?;
         let mut wtx = self.db.begin_write().map_err(|e| self.fatal(kv(e)))?;
         wtx.set_durability(redb::Durability::Immediate);
@@ -498,7 +580,7 @@ impl Store {
         let mut out = Vec::new();
         for (name, t) in [
             ("onodes", ONODES),
-            ("blocks", BLOCKS),
+            ("extents", EXTENTS),
             ("xattrs", XATTRS),
             ("omap", OMAP),
         ] {

@@ -1,0 +1,768 @@
+//! Staging: every operation of a transaction applied to the metadata of one redb write
+//! transaction, with the new data gathered for writing before the commit.
+//!
+//! Owns copy-on-write placement (a write of at least `deferred_max_bytes` goes to newly
+//! allocated blocks, built once into aligned buffers from the transaction's bytes), deferred
+//! (KV-logged) small writes, extent splitting on overwrite/zero/truncate/remove/clone/rename,
+//! and the bookkeeping of blocks allocated and freed (frees take effect only after the commit;
+//! allocations are returned if the transaction fails). It must never write to the device, and
+//! never stage a change to a block that committed metadata references except as a deferred
+//! write.
+
+use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
+use crate::error::{kv, Result, StoreError};
+use crate::extmap::{self, ExtTable};
+use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
+use crate::store::{State, Store};
+use crate::txn::Op;
+use cairn_blockdev::AlignedBuf;
+use redb::{ReadableTable, Table, WriteTransaction};
+use std::collections::BTreeMap;
+
+type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
+
+/// Alignment of the buffers handed to the device (`O_DIRECT`-safe on 512e and 4Kn devices).
+pub(crate) const IO_ALIGN_BYTES: usize = 4096;
+
+/// Open table handles of one write transaction.
+pub(crate) struct Tables<'t> {
+    meta: Table<'t, &'static str, &'static [u8]>,
+    colls: Table<'t, &'static str, &'static [u8]>,
+    onodes: BytesTable<'t>,
+    extents: ExtTable<'t>,
+    xattrs: BytesTable<'t>,
+    omap: BytesTable<'t>,
+    pub(crate) deferred: Table<'t, u64, &'static [u8]>,
+}
+
+impl<'t> Tables<'t> {
+    /// Opens every table in `w`.
+    pub(crate) fn open(w: &'t WriteTransaction) -> Result<Self> {
+        Ok(Self {
+            meta: w.open_table(META).map_err(kv)?,
+            colls: w.open_table(COLLS).map_err(kv)?,
+            onodes: w.open_table(ONODES).map_err(kv)?,
+            extents: w.open_table(EXTENTS).map_err(kv)?,
+            xattrs: w.open_table(XATTRS).map_err(kv)?,
+            omap: w.open_table(OMAP).map_err(kv)?,
+            deferred: w.open_table(DEFERRED).map_err(kv)?,
+        })
+    }
+}
+
+/// What a transaction (or group) has done so far, outside the KV.
+#[derive(Debug, Default)]
+pub(crate) struct Stage {
+    /// Copy-on-write runs to write before the commit: first physical block -> whole blocks (at
+    /// most `max_io_bytes`).
+    pub(crate) new_data: BTreeMap<u64, AlignedBuf>,
+    /// Deferred block contents committed with this transaction.
+    pub(crate) deferred_new: BTreeMap<u64, Vec<u8>>,
+    /// Blocks whose pending (committed) deferred write is cancelled because they are freed.
+    pub(crate) deferred_dropped: Vec<u64>,
+    /// Extents `(start, len)` to release after the commit.
+    pub(crate) to_free: Vec<(u64, u64)>,
+    /// Extents taken from the allocator (start -> len; returned on failure).
+    pub(crate) allocated: BTreeMap<u64, u64>,
+    pub(crate) objects_delta: i64,
+    pub(crate) stored_delta: i64,
+}
+
+impl Stage {
+    /// The run of `new_data` holding physical block `p`, with the block's byte offset in it.
+    fn run_of(&self, p: u64, bs: u64) -> Option<(u64, usize)> {
+        let (&s, buf) = self.new_data.range(..=p).next_back()?;
+        let off = ((p - s) * bs) as usize;
+        (off < buf.len()).then_some((s, off))
+    }
+
+    /// Drops blocks `a..b` from the copy-on-write runs (freed before they were ever written).
+    fn drop_new_data(&mut self, a: u64, b: u64, bs: u64) {
+        let hit: Vec<u64> = match self.new_data.range(..a).next_back() {
+            Some((&s, buf)) if s + buf.len() as u64 / bs > a => vec![s],
+            _ => Vec::new(),
+        }
+        .into_iter()
+        .chain(self.new_data.range(a..b).map(|(&s, _)| s))
+        .collect();
+        for s in hit {
+            let Some(buf) = self.new_data.remove(&s) else {
+                continue;
+            };
+            let end = s + buf.len() as u64 / bs;
+            let bytes = |x: u64| ((x - s) * bs) as usize;
+            if s < a {
+                let left = &buf.as_slice()[..bytes(a)];
+                if let Some(l) = AlignedBuf::from_parts(&[left], IO_ALIGN_BYTES) {
+                    self.new_data.insert(s, l);
+                }
+            }
+            if end > b {
+                let right = &buf.as_slice()[bytes(b)..];
+                if let Some(r) = AlignedBuf::from_parts(&[right], IO_ALIGN_BYTES) {
+                    self.new_data.insert(b, r);
+                }
+            }
+        }
+    }
+}
+
+/// One object addressed inside a transaction.
+struct Obj<'a> {
+    coll: &'a str,
+    name: &'a str,
+    key: Vec<u8>,
+    prefix: Vec<u8>,
+}
+
+fn range_keys(t: &BytesTable<'_>, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let iter = match prefix_end(prefix) {
+        Some(end) => t.range(prefix..end.as_slice()).map_err(kv)?,
+        None => t.range(prefix..).map_err(kv)?,
+    };
+    for item in iter {
+        let (k, v) = item.map_err(kv)?;
+        out.push((k.value().to_vec(), v.value().to_vec()));
+    }
+    Ok(out)
+}
+
+fn take_prefix(t: &mut BytesTable<'_>, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let entries = range_keys(t, prefix)?;
+    for (k, _) in &entries {
+        t.remove(k.as_slice()).map_err(kv)?;
+    }
+    Ok(entries)
+}
+
+/// Copies `parts` (a virtual concatenation) from byte `a` to byte `b` into one aligned buffer.
+fn build_run(parts: &[&[u8]], a: usize, b: usize) -> Result<AlignedBuf> {
+    let mut slices = Vec::with_capacity(parts.len());
+    let mut at = 0;
+    for p in parts {
+        let (s, e) = (a.max(at), b.min(at + p.len()));
+        if s < e {
+            slices.push(&p[s - at..e - at]);
+        }
+        at += p.len();
+    }
+    AlignedBuf::from_parts(&slices, IO_ALIGN_BYTES)
+        .ok_or_else(|| StoreError::Limit(format!("cannot allocate a {}-byte buffer", b - a)))
+}
+
+impl Store {
+    /// Stages one operation.
+    pub(crate) async fn stage_op(
+        &self,
+        st: &mut State,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        op: &Op,
+    ) -> Result<()> {
+        match op {
+            Op::CreateCollection { coll } => Self::create_collection(t, coll)?,
+            Op::RemoveCollection { coll } => Self::remove_collection(t, coll)?,
+            Op::Touch { coll, obj } => {
+                let o = Self::obj(t, coll, obj)?;
+                Self::ensure(stage, t, &o)?;
+            }
+            Op::Write {
+                coll,
+                obj,
+                offset_bytes,
+                data,
+            } => {
+                let o = Self::obj(t, coll, obj)?;
+                self.stage_write(st, stage, t, &o, *offset_bytes, data)
+                    .await?;
+            }
+            Op::Zero {
+                coll,
+                obj,
+                offset_bytes,
+                len_bytes,
+            } => {
+                let o = Self::obj(t, coll, obj)?;
+                let node = Self::ensure(stage, t, &o)?;
+                let end = offset_bytes + len_bytes;
+                self.zero_range(st, stage, t, &o, *offset_bytes, end.min(node.size_bytes))
+                    .await?;
+                if end > node.size_bytes {
+                    Self::set_size(stage, t, &o, node, end)?;
+                }
+            }
+            Op::Truncate {
+                coll,
+                obj,
+                size_bytes,
+            } => {
+                let o = Self::obj(t, coll, obj)?;
+                let node = Self::ensure(stage, t, &o)?;
+                if *size_bytes < node.size_bytes {
+                    let bs = self.sb.block_bytes;
+                    let keep_blocks = size_bytes.div_ceil(bs);
+                    for e in extmap::punch(&mut t.extents, &o.prefix, keep_blocks, None)? {
+                        self.free_extent(st, stage, e.pblock, e.blocks());
+                    }
+                    let tail_end = (keep_blocks * bs).min(node.size_bytes);
+                    self.zero_range(st, stage, t, &o, *size_bytes, tail_end)
+                        .await?;
+                }
+                if *size_bytes != node.size_bytes {
+                    Self::set_size(stage, t, &o, node, *size_bytes)?;
+                }
+            }
+            Op::Remove { coll, obj } => {
+                let o = Self::obj(t, coll, obj)?;
+                if !self.remove_object(st, stage, t, &o)? {
+                    Self::must_exist(t, &o)?;
+                }
+            }
+            Op::Clone { coll, src, dst } => {
+                let s = Self::obj(t, coll, src)?;
+                let d = Self::obj(t, coll, dst)?;
+                let node = Self::must_exist(t, &s)?;
+                if src != dst {
+                    self.stage_clone(st, stage, t, &s, &d, node).await?;
+                }
+            }
+            Op::Rename { coll, src, dst } => {
+                let s = Self::obj(t, coll, src)?;
+                let d = Self::obj(t, coll, dst)?;
+                let node = Self::must_exist(t, &s)?;
+                if src != dst {
+                    self.remove_object(st, stage, t, &d)?;
+                    for table in [&mut t.extents, &mut t.xattrs, &mut t.omap] {
+                        for (k, v) in take_prefix(table, &s.prefix)? {
+                            table
+                                .insert(
+                                    sub_key(&d.prefix, &k[s.prefix.len()..]).as_slice(),
+                                    v.as_slice(),
+                                )
+                                .map_err(kv)?;
+                        }
+                    }
+                    t.onodes.remove(s.key.as_slice()).map_err(kv)?;
+                    t.onodes
+                        .insert(d.key.as_slice(), node.encode().as_slice())
+                        .map_err(kv)?;
+                }
+            }
+            Op::SetAttr {
+                coll,
+                obj,
+                name,
+                value,
+            } => {
+                let o = Self::obj(t, coll, obj)?;
+                Self::ensure(stage, t, &o)?;
+                let k = sub_key(&o.prefix, name.as_bytes());
+                t.xattrs
+                    .insert(k.as_slice(), codec::seal(value).as_slice())
+                    .map_err(kv)?;
+            }
+            Op::RmAttr { coll, obj, name } => {
+                let o = Self::obj(t, coll, obj)?;
+                Self::must_exist(t, &o)?;
+                t.xattrs
+                    .remove(sub_key(&o.prefix, name.as_bytes()).as_slice())
+                    .map_err(kv)?;
+            }
+            Op::OmapSet { coll, obj, entries } => {
+                let o = Self::obj(t, coll, obj)?;
+                Self::ensure(stage, t, &o)?;
+                for (k, v) in entries {
+                    t.omap
+                        .insert(sub_key(&o.prefix, k).as_slice(), codec::seal(v).as_slice())
+                        .map_err(kv)?;
+                }
+            }
+            Op::OmapRemove { coll, obj, keys } => {
+                let o = Self::obj(t, coll, obj)?;
+                Self::must_exist(t, &o)?;
+                for k in keys {
+                    t.omap
+                        .remove(sub_key(&o.prefix, k).as_slice())
+                        .map_err(kv)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn create_collection(t: &mut Tables<'_>, coll: &str) -> Result<()> {
+        if t.colls.get(coll).map_err(kv)?.is_some() {
+            return Err(StoreError::CollectionExists(coll.to_string()));
+        }
+        let next = match t.meta.get("next_coll").map_err(kv)? {
+            Some(v) => codec::le_u32(codec::open(v.value(), "next_coll")?, 0, "next_coll")?,
+            None => return Err(StoreError::Corrupt("next_coll missing".into())),
+        };
+        let following = next
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Limit("collection ids exhausted".into()))?;
+        t.colls
+            .insert(coll, codec::seal(&next.to_le_bytes()).as_slice())
+            .map_err(kv)?;
+        t.meta
+            .insert(
+                "next_coll",
+                codec::seal(&following.to_le_bytes()).as_slice(),
+            )
+            .map_err(kv)?;
+        Ok(())
+    }
+
+    fn remove_collection(t: &mut Tables<'_>, coll: &str) -> Result<()> {
+        let id = Self::coll_id(t, coll)?;
+        let start = id.to_be_bytes();
+        let non_empty = match id.checked_add(1) {
+            Some(n) => t
+                .onodes
+                .range(start.as_slice()..n.to_be_bytes().as_slice())
+                .map_err(kv)?
+                .next()
+                .is_some(),
+            None => t
+                .onodes
+                .range(start.as_slice()..)
+                .map_err(kv)?
+                .next()
+                .is_some(),
+        };
+        if non_empty {
+            return Err(StoreError::CollectionNotEmpty(coll.to_string()));
+        }
+        t.colls.remove(coll).map_err(kv)?;
+        Ok(())
+    }
+
+    fn coll_id(t: &Tables<'_>, coll: &str) -> Result<u32> {
+        match t.colls.get(coll).map_err(kv)? {
+            Some(v) => Ok(codec::le_u32(
+                codec::open(v.value(), "collection")?,
+                0,
+                "collection",
+            )?),
+            None => Err(StoreError::NoSuchCollection(coll.to_string())),
+        }
+    }
+
+    fn obj<'a>(t: &Tables<'_>, coll: &'a str, name: &'a str) -> Result<Obj<'a>> {
+        let id = Self::coll_id(t, coll)?;
+        Ok(Obj {
+            coll,
+            name,
+            key: onode_key(id, name),
+            prefix: object_prefix(id, name),
+        })
+    }
+
+    fn get_onode(t: &Tables<'_>, o: &Obj<'_>) -> Result<Option<Onode>> {
+        match t.onodes.get(o.key.as_slice()).map_err(kv)? {
+            Some(v) => Ok(Some(Onode::decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn must_exist(t: &Tables<'_>, o: &Obj<'_>) -> Result<Onode> {
+        Self::get_onode(t, o)?.ok_or_else(|| StoreError::NoSuchObject {
+            collection: o.coll.to_string(),
+            object: o.name.to_string(),
+        })
+    }
+
+    fn ensure(stage: &mut Stage, t: &mut Tables<'_>, o: &Obj<'_>) -> Result<Onode> {
+        if let Some(n) = Self::get_onode(t, o)? {
+            return Ok(n);
+        }
+        let n = Onode::default();
+        t.onodes
+            .insert(o.key.as_slice(), n.encode().as_slice())
+            .map_err(kv)?;
+        stage.objects_delta += 1;
+        Ok(n)
+    }
+
+    fn set_size(
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        old: Onode,
+        size_bytes: u64,
+    ) -> Result<()> {
+        stage.stored_delta += size_bytes as i64 - old.size_bytes as i64;
+        let n = Onode { size_bytes };
+        t.onodes
+            .insert(o.key.as_slice(), n.encode().as_slice())
+            .map_err(kv)?;
+        Ok(())
+    }
+
+    /// Takes `n` blocks from the allocator as extents `(start, len)` in placement order.
+    fn alloc_extents(&self, st: &mut State, stage: &mut Stage, n: u64) -> Result<Vec<(u64, u64)>> {
+        let extents = st.alloc.allocate(n)?;
+        for &(s, l) in &extents {
+            stage.allocated.insert(s, l);
+        }
+        Ok(extents)
+    }
+
+    /// Frees physical blocks `start..start + len` at the commit, cancelling any data or deferred
+    /// write staged or pending for them.
+    fn free_extent(&self, st: &State, stage: &mut Stage, start: u64, len: u64) {
+        let end = start + len;
+        stage.drop_new_data(start, end, self.sb.block_bytes);
+        let staged: Vec<u64> = stage
+            .deferred_new
+            .range(start..end)
+            .map(|(&p, _)| p)
+            .collect();
+        for p in staged {
+            stage.deferred_new.remove(&p);
+        }
+        if !st.deferred.is_empty() {
+            stage
+                .deferred_dropped
+                .extend((start..end).filter(|p| st.deferred.contains_key(p)));
+        }
+        stage.to_free.push((start, len));
+    }
+
+    /// Current contents of the blocks of `e` as this transaction sees them, verified against
+    /// the extent's checksums.
+    async fn staged_extent(
+        &self,
+        st: &State,
+        stage: &Stage,
+        o: &Obj<'_>,
+        e: &Extent,
+    ) -> Result<Vec<u8>> {
+        let bs = self.sb.block_bytes as usize;
+        let mut buf = vec![0u8; e.crcs.len() * bs];
+        let overlay = |p: u64| -> Option<&[u8]> {
+            if let Some((s, off)) = stage.run_of(p, bs as u64) {
+                return stage.new_data.get(&s).map(|b| &b.as_slice()[off..off + bs]);
+            }
+            if let Some(d) = stage.deferred_new.get(&p) {
+                return Some(d.as_slice());
+            }
+            st.deferred.get(&p).map(|d| d.as_slice())
+        };
+        let on_device = (0..e.blocks()).any(|i| overlay(e.pblock + i).is_none());
+        if on_device {
+            self.dev_read(e.pblock * bs as u64, &mut buf).await?;
+        }
+        for (i, chunk) in buf.chunks_exact_mut(bs).enumerate() {
+            if let Some(d) = overlay(e.pblock + i as u64) {
+                chunk.copy_from_slice(d);
+            }
+            self.verify(o.coll, o.name, e.lblock + i as u64, e.crcs[i], chunk)?;
+        }
+        Ok(buf)
+    }
+
+    /// Contents of logical block `idx` as this transaction sees them (zeros for a hole).
+    async fn staged_block(
+        &self,
+        st: &State,
+        stage: &Stage,
+        t: &Tables<'_>,
+        o: &Obj<'_>,
+        idx: u64,
+    ) -> Result<Vec<u8>> {
+        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
+        match exts.first() {
+            Some(e) => {
+                self.staged_extent(st, stage, o, &e.slice(idx, idx + 1))
+                    .await
+            }
+            None => Ok(vec![0u8; self.sb.block_bytes as usize]),
+        }
+    }
+
+    /// Applies `f` to the contents of logical block `idx` if it exists, as a small change:
+    /// in place when the block was allocated by this transaction, else as a deferred write.
+    /// Returns false for a hole.
+    async fn modify_block(
+        &self,
+        st: &State,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        idx: u64,
+        f: impl FnOnce(&mut [u8]),
+    ) -> Result<bool> {
+        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
+        let Some(mut e) = exts.into_iter().next() else {
+            return Ok(false);
+        };
+        let i = (idx - e.lblock) as usize;
+        let p = e.pblock + i as u64;
+        let mut content = self
+            .staged_extent(st, stage, o, &e.slice(idx, idx + 1))
+            .await?;
+        f(&mut content);
+        e.crcs[i] = crc32c::crc32c(&content);
+        self.put_block(stage, p, content);
+        extmap::put(&mut t.extents, &o.prefix, &e)?;
+        Ok(true)
+    }
+
+    /// Stores new contents of an allocated block: into its copy-on-write run if it has one,
+    /// else as a deferred write.
+    fn put_block(&self, stage: &mut Stage, p: u64, content: Vec<u8>) {
+        let bs = self.sb.block_bytes;
+        if let Some((s, off)) = stage.run_of(p, bs) {
+            if let Some(run) = stage.new_data.get_mut(&s) {
+                run.as_mut_slice()[off..off + bs as usize].copy_from_slice(&content);
+                return;
+            }
+        }
+        stage.deferred_new.insert(p, content);
+    }
+
+    async fn stage_write(
+        &self,
+        st: &mut State,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let node = Self::ensure(stage, t, o)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let end = offset + data.len() as u64;
+        if (data.len() as u64) < self.cfg.deferred_max_bytes {
+            self.write_small(st, stage, t, o, offset, data).await?;
+        } else {
+            self.write_cow(st, stage, t, o, offset, data).await?;
+        }
+        if end > node.size_bytes {
+            Self::set_size(stage, t, o, node, end)?;
+        }
+        Ok(())
+    }
+
+    /// A small write: block by block, existing blocks are changed in place (deferred), holes get
+    /// a new block whose contents go through the KV too.
+    async fn write_small(
+        &self,
+        st: &mut State,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let bs = self.sb.block_bytes;
+        let end = offset + data.len() as u64;
+        for idx in offset / bs..end.div_ceil(bs) {
+            let bstart = idx * bs;
+            let s = offset.max(bstart) - bstart;
+            let e = end.min(bstart + bs) - bstart;
+            let src = &data[(bstart + s - offset) as usize..(bstart + e - offset) as usize];
+            let patch = |b: &mut [u8]| b[s as usize..e as usize].copy_from_slice(src);
+            if self.modify_block(st, stage, t, o, idx, patch).await? {
+                continue;
+            }
+            let mut content = vec![0u8; bs as usize];
+            patch(&mut content);
+            let crc = crc32c::crc32c(&content);
+            let (p, _) = self.alloc_extents(st, stage, 1)?[0];
+            stage.deferred_new.insert(p, content);
+            extmap::insert(
+                &mut t.extents,
+                &o.prefix,
+                Extent {
+                    lblock: idx,
+                    pblock: p,
+                    crcs: vec![crc],
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A copy-on-write write: the covered blocks get new physical blocks, filled once from the
+    /// transaction's bytes (partial edge blocks merged with their current contents); the old
+    /// blocks are freed at the commit.
+    async fn write_cow(
+        &self,
+        st: &mut State,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let bs = self.sb.block_bytes;
+        let end = offset + data.len() as u64;
+        let (first, last) = (offset / bs, (end - 1) / bs);
+        let head_keep = (offset - first * bs) as usize;
+        let tail_from = (end - last * bs) as usize;
+        let head = if head_keep > 0 {
+            self.staged_block(st, stage, t, o, first).await?
+        } else {
+            Vec::new()
+        };
+        let tail = if tail_from < bs as usize {
+            if first == last && head_keep > 0 {
+                head.clone()
+            } else {
+                self.staged_block(st, stage, t, o, last).await?
+            }
+        } else {
+            Vec::new()
+        };
+        let parts: [&[u8]; 3] = [
+            head.get(..head_keep).unwrap_or(&[]),
+            data,
+            tail.get(tail_from..).unwrap_or(&[]),
+        ];
+        for e in extmap::punch(&mut t.extents, &o.prefix, first, Some(last + 1))? {
+            self.free_extent(st, stage, e.pblock, e.blocks());
+        }
+        let max_run = (self.cfg.max_io_bytes / bs).max(1);
+        let mut lblock = first;
+        for (p, len) in self.alloc_extents(st, stage, last + 1 - first)? {
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(max_run);
+                let a = ((lblock - first) * bs) as usize;
+                let buf = build_run(&parts, a, a + (n * bs) as usize)?;
+                let crcs = buf
+                    .as_slice()
+                    .chunks_exact(bs as usize)
+                    .map(crc32c::crc32c)
+                    .collect();
+                stage.new_data.insert(p + done, buf);
+                extmap::insert(
+                    &mut t.extents,
+                    &o.prefix,
+                    Extent {
+                        lblock,
+                        pblock: p + done,
+                        crcs,
+                    },
+                )?;
+                lblock += n;
+                done += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes `offset..end` (within the object's size) read as zeros: whole blocks are
+    /// deallocated, partial edge blocks changed in place.
+    async fn zero_range(
+        &self,
+        st: &State,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        offset: u64,
+        end: u64,
+    ) -> Result<()> {
+        let bs = self.sb.block_bytes;
+        if end <= offset {
+            return Ok(());
+        }
+        let (full_from, full_to) = (offset.div_ceil(bs), end / bs);
+        if full_from < full_to {
+            for e in extmap::punch(&mut t.extents, &o.prefix, full_from, Some(full_to))? {
+                self.free_extent(st, stage, e.pblock, e.blocks());
+            }
+        }
+        let mut edges = vec![offset / bs];
+        if (end - 1) / bs != offset / bs {
+            edges.push((end - 1) / bs);
+        }
+        for idx in edges {
+            let bstart = idx * bs;
+            let s = offset.max(bstart) - bstart;
+            let e = end.min(bstart + bs) - bstart;
+            if s == 0 && e == bs {
+                continue;
+            }
+            self.modify_block(st, stage, t, o, idx, |b| b[s as usize..e as usize].fill(0))
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn remove_object(
+        &self,
+        st: &State,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+    ) -> Result<bool> {
+        let Some(node) = Self::get_onode(t, o)? else {
+            return Ok(false);
+        };
+        for e in extmap::punch(&mut t.extents, &o.prefix, 0, None)? {
+            self.free_extent(st, stage, e.pblock, e.blocks());
+        }
+        take_prefix(&mut t.xattrs, &o.prefix)?;
+        take_prefix(&mut t.omap, &o.prefix)?;
+        t.onodes.remove(o.key.as_slice()).map_err(kv)?;
+        stage.objects_delta -= 1;
+        stage.stored_delta -= node.size_bytes as i64;
+        Ok(true)
+    }
+
+    /// Makes `d` a copy of `s`: data into newly allocated blocks, xattrs and omap duplicated.
+    async fn stage_clone(
+        &self,
+        st: &mut State,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        s: &Obj<'_>,
+        d: &Obj<'_>,
+        node: Onode,
+    ) -> Result<()> {
+        self.remove_object(st, stage, t, d)?;
+        let bs = self.sb.block_bytes;
+        for e in extmap::all(&t.extents, &s.prefix)? {
+            let content = self.staged_extent(st, stage, s, &e).await?;
+            let mut lblock = e.lblock;
+            for (p, len) in self.alloc_extents(st, stage, e.blocks())? {
+                let a = ((lblock - e.lblock) * bs) as usize;
+                let buf = build_run(&[&content], a, a + (len * bs) as usize)?;
+                stage.new_data.insert(p, buf);
+                let piece = e.slice(lblock, lblock + len);
+                extmap::insert(
+                    &mut t.extents,
+                    &d.prefix,
+                    Extent {
+                        lblock,
+                        pblock: p,
+                        crcs: piece.crcs,
+                    },
+                )?;
+                lblock += len;
+            }
+        }
+        for table in [&mut t.xattrs, &mut t.omap] {
+            for (k, v) in range_keys(table, &s.prefix)? {
+                table
+                    .insert(
+                        sub_key(&d.prefix, &k[s.prefix.len()..]).as_slice(),
+                        v.as_slice(),
+                    )
+                    .map_err(kv)?;
+            }
+        }
+        t.onodes
+            .insert(d.key.as_slice(), node.encode().as_slice())
+            .map_err(kv)?;
+        stage.objects_delta += 1;
+        stage.stored_delta += node.size_bytes as i64;
+        Ok(())
+    }
+}
