@@ -84,11 +84,13 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// Writes `data` at `offset_bytes`. Not durable until a later [`BlockDevice::flush`].
     async fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<()>;
 
-    /// Writes an owned buffer at `offset_bytes`, with the contract of [`BlockDevice::write`].
-    /// Devices that hand the bytes to another thread (the file device) take the buffer as it is
-    /// instead of copying it into one of their own; the default goes through `write`.
-    async fn write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<()> {
-        self.write(offset_bytes, buf.as_slice()).await
+    /// Writes an owned buffer at `offset_bytes`, with the contract of [`BlockDevice::write`],
+    /// and hands the buffer back (for reuse). Devices that pass the bytes to another thread (the
+    /// file device) take the buffer as it is instead of copying it into one of their own; the
+    /// default goes through `write`.
+    async fn write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
+        self.write(offset_bytes, buf.as_slice()).await?;
+        Ok(buf)
     }
 
     /// Makes all writes completed before this call durable. An error is fatal for the caller.

@@ -168,6 +168,14 @@ fn probe_direct(file: &File, size: u64) -> bool {
     }
 }
 
+/// True when a blocking call may run on the current thread (a multi-threaded tokio runtime
+/// hands this worker's other tasks to another thread meanwhile): reads then skip the hop to the
+/// blocking pool and back, which costs two thread wake-ups per I/O.
+fn inline_allowed() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
 async fn blocking<T: Send + 'static>(
     kind: IoKind,
     f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
@@ -194,6 +202,14 @@ impl BlockDevice for FileDevice {
         }
         let _permit = self.permit()?;
         let mut tmp = self.buffer(buf.len(), IoKind::Read)?;
+        if inline_allowed() {
+            tokio::task::block_in_place(|| {
+                self.file.read_exact_at(tmp.as_mut_slice(), offset_bytes)
+            })
+            .map_err(io_err(IoKind::Read))?;
+            buf.copy_from_slice(tmp.as_slice());
+            return Ok(());
+        }
         let file = self.file.clone();
         let tmp = blocking(IoKind::Read, move || {
             file.read_exact_at(tmp.as_mut_slice(), offset_bytes)?;
@@ -219,15 +235,17 @@ impl BlockDevice for FileDevice {
         .await
     }
 
-    async fn write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<()> {
+    async fn write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
         if self.direct && buf.align_bytes() < DIRECT_ALIGN_BYTES as usize {
-            return self.write(offset_bytes, buf.as_slice()).await;
+            self.write(offset_bytes, buf.as_slice()).await?;
+            return Ok(buf);
         }
         check_io(&self.props, IoKind::Write, offset_bytes, buf.len() as u64)?;
         let _permit = self.permit()?;
         let file = self.file.clone();
         blocking(IoKind::Write, move || {
-            file.write_all_at(buf.as_slice(), offset_bytes)
+            file.write_all_at(buf.as_slice(), offset_bytes)?;
+            Ok(buf)
         })
         .await
     }

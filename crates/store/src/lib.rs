@@ -14,6 +14,7 @@
 
 pub mod alloc;
 mod apply;
+mod bufpool;
 mod cache;
 pub mod codec;
 pub mod config;

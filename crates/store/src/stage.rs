@@ -9,6 +9,7 @@
 //! never stage a change to a block that committed metadata references except as a deferred
 //! write.
 
+use crate::bufpool::IO_ALIGN_BYTES;
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
 use crate::error::{kv, Result, StoreError};
 use crate::extmap::{self, ExtTable};
@@ -20,9 +21,6 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use std::collections::BTreeMap;
 
 type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
-
-/// Alignment of the buffers handed to the device (`O_DIRECT`-safe on 512e and 4Kn devices).
-pub(crate) const IO_ALIGN_BYTES: usize = 4096;
 
 /// Open table handles of one write transaction.
 pub(crate) struct Tables<'t> {
@@ -136,8 +134,8 @@ fn take_prefix(t: &mut BytesTable<'_>, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Ve
     Ok(entries)
 }
 
-/// Copies `parts` (a virtual concatenation) from byte `a` to byte `b` into one aligned buffer.
-fn build_run(parts: &[&[u8]], a: usize, b: usize) -> Result<AlignedBuf> {
+/// The slices of `parts` (a virtual concatenation) from byte `a` to byte `b`.
+fn sub_parts<'p>(parts: &[&'p [u8]], a: usize, b: usize) -> Vec<&'p [u8]> {
     let mut slices = Vec::with_capacity(parts.len());
     let mut at = 0;
     for p in parts {
@@ -147,8 +145,7 @@ fn build_run(parts: &[&[u8]], a: usize, b: usize) -> Result<AlignedBuf> {
         }
         at += p.len();
     }
-    AlignedBuf::from_parts(&slices, IO_ALIGN_BYTES)
-        .ok_or_else(|| StoreError::Limit(format!("cannot allocate a {}-byte buffer", b - a)))
+    slices
 }
 
 impl Store {
@@ -634,7 +631,9 @@ impl Store {
             while done < len {
                 let n = (len - done).min(max_run);
                 let a = ((lblock - first) * bs) as usize;
-                let buf = build_run(&parts, a, a + (n * bs) as usize)?;
+                let buf = self
+                    .bufs
+                    .build(&sub_parts(&parts, a, a + (n * bs) as usize))?;
                 let crcs = buf
                     .as_slice()
                     .chunks_exact(bs as usize)
@@ -733,7 +732,7 @@ impl Store {
             let mut lblock = e.lblock;
             for (p, len) in self.alloc_extents(st, stage, e.blocks())? {
                 let a = ((lblock - e.lblock) * bs) as usize;
-                let buf = build_run(&[&content], a, a + (len * bs) as usize)?;
+                let buf = self.bufs.build(&[&content[a..a + (len * bs) as usize]])?;
                 stage.new_data.insert(p, buf);
                 let piece = e.slice(lblock, lblock + len);
                 extmap::insert(

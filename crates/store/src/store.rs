@@ -17,6 +17,7 @@
 //! metadata still references except to apply a committed deferred write.
 
 use crate::alloc::Allocator;
+use crate::bufpool::BufPool;
 use crate::cache::OnodeCache;
 use crate::codec::{self, split_block_key, Extent, Onode, Superblock};
 use crate::config::StoreConfig;
@@ -24,7 +25,6 @@ use crate::error::{kv, Result, StoreError};
 use crate::kv::{
     CountingBackend, DynBackend, KvCounters, COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS,
 };
-use crate::stage::IO_ALIGN_BYTES;
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use redb::{Database, ReadableTable, ReadableTableMetadata, StorageBackend};
 use std::collections::HashMap;
@@ -168,6 +168,7 @@ pub struct Store {
     kv_counters: Arc<KvCounters>,
     pub(crate) commit_queue: Mutex<std::collections::VecDeque<crate::apply::Pending>>,
     pub(crate) onode_cache: OnodeCache,
+    pub(crate) bufs: BufPool,
 }
 
 impl std::fmt::Debug for Store {
@@ -358,6 +359,7 @@ impl Store {
             kv_counters,
             commit_queue: Mutex::new(std::collections::VecDeque::new()),
             onode_cache: OnodeCache::new(cfg.meta_cache_bytes),
+            bufs: BufPool::new((2 * cfg.max_io_bytes) as usize),
             cfg,
         };
         {
@@ -417,10 +419,12 @@ impl Store {
 
     pub(crate) async fn dev_write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<()> {
         let len = buf.len() as u64;
-        self.dev
+        let buf = self
+            .dev
             .write_owned(offset_bytes, buf)
             .await
             .map_err(|e| self.fatal(e.into()))?;
+        self.bufs.put(buf);
         self.counters
             .device_bytes_written
             .fetch_add(len, Ordering::Relaxed);
@@ -460,20 +464,20 @@ impl Store {
         let mut ios: Vec<(u64, AlignedBuf)> = Vec::new();
         let mut group: Vec<(u64, AlignedBuf)> = Vec::new();
         let mut group_bytes = 0u64;
-        let flush_group = |group: &mut Vec<(u64, AlignedBuf)>,
-                           ios: &mut Vec<(u64, AlignedBuf)>|
-         -> Result<()> {
-            if group.len() == 1 {
-                ios.extend(group.drain(..));
-            } else if let Some(&(start, _)) = group.first() {
-                let parts: Vec<&[u8]> = group.iter().map(|(_, b)| b.as_slice()).collect();
-                let joined = AlignedBuf::from_parts(&parts, IO_ALIGN_BYTES)
-                    .ok_or_else(|| StoreError::Limit("cannot allocate a write buffer".into()))?;
-                ios.push((start, joined));
-                group.clear();
-            }
-            Ok(())
-        };
+        let flush_group =
+            |group: &mut Vec<(u64, AlignedBuf)>, ios: &mut Vec<(u64, AlignedBuf)>| -> Result<()> {
+                if group.len() == 1 {
+                    ios.extend(group.drain(..));
+                } else if let Some(&(start, _)) = group.first() {
+                    let parts: Vec<&[u8]> = group.iter().map(|(_, b)| b.as_slice()).collect();
+                    let joined = self.bufs.build(&parts)?;
+                    for (_, b) in group.drain(..) {
+                        self.bufs.put(b);
+                    }
+                    ios.push((start, joined));
+                }
+                Ok(())
+            };
         for (start, buf) in runs {
             let len = buf.len() as u64;
             let joins = group
@@ -522,9 +526,7 @@ impl Store {
         pending.sort_unstable_by_key(|(k, _)| *k);
         let mut runs = Vec::with_capacity(pending.len());
         for (p, d) in &pending {
-            let buf = AlignedBuf::from_parts(&[d.as_slice()], IO_ALIGN_BYTES)
-                .ok_or_else(|| StoreError::Limit("cannot allocate a write buffer".into()))?;
-            runs.push((*p, buf));
+            runs.push((*p, self.bufs.build(&[d.as_slice()])?));
         }
         self.write_runs(runs).await?;
         self.dev_flush().await?;
