@@ -3,7 +3,11 @@
 //! Owns the file descriptor, the choice of `O_DIRECT` (tried first, with a clean fallback to
 //! buffered I/O where the file system refuses it, e.g. tmpfs) and the mapping of the
 //! [`BlockDevice`] contract to `pread`/`pwrite`/`fdatasync`/`fallocate(PUNCH_HOLE)`.
-//! Blocking system calls run on tokio's blocking pool so many I/Os can be in flight.
+//! Writes, flushes and discards run on tokio's blocking pool so many can be in flight; reads on
+//! a multi-threaded runtime run inline under `block_in_place` (the worker's other tasks move to
+//! another thread), which saves two thread wake-ups per read; a task that joins several reads
+//! therefore waits for them one after another. `write_owned` takes an aligned buffer without
+//! copying it.
 //! It must never retry a failed `fdatasync`: the error is returned and the caller dies.
 
 use crate::aligned::AlignedBuf;

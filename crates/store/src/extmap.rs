@@ -13,15 +13,16 @@ use redb::{ReadableTable, Table};
 /// The extents table inside a write transaction.
 pub(crate) type ExtTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
 
-fn decode_item(
-    item: std::result::Result<
-        (
-            redb::AccessGuard<'_, &'static [u8]>,
-            redb::AccessGuard<'_, &'static [u8]>,
-        ),
-        redb::StorageError,
-    >,
-) -> Result<Extent> {
+/// One entry of a range over the extents table.
+type Item<'a> = std::result::Result<
+    (
+        redb::AccessGuard<'a, &'static [u8]>,
+        redb::AccessGuard<'a, &'static [u8]>,
+    ),
+    redb::StorageError,
+>;
+
+fn decode_item(item: Item<'_>) -> Result<Extent> {
     let (k, v) = item.map_err(kv)?;
     let (_, lblock) = split_block_key(k.value())?;
     Extent::decode(lblock, v.value())

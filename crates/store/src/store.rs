@@ -467,7 +467,7 @@ impl Store {
         let flush_group =
             |group: &mut Vec<(u64, AlignedBuf)>, ios: &mut Vec<(u64, AlignedBuf)>| -> Result<()> {
                 if group.len() == 1 {
-                    ios.extend(group.drain(..));
+                    ios.append(group);
                 } else if let Some(&(start, _)) = group.first() {
                     let parts: Vec<&[u8]> = group.iter().map(|(_, b)| b.as_slice()).collect();
                     let joined = self.bufs.build(&parts)?;
