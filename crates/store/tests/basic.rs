@@ -2,9 +2,10 @@
 
 mod common;
 
-use cairn_blockdev::{FaultRule, IoKind, MemDevice};
+use cairn_blockdev::{BlockDevice, DeviceProperties, FaultRule, IoKind, MemDevice};
 use cairn_store::{KvLocation, Store, StoreError, Transaction};
 use common::*;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 async fn rig() -> Rig {
@@ -367,20 +368,56 @@ async fn file_backed_store_round_trip() {
     );
 }
 
+/// A device whose first flush waits until the test opens the gate, so a commit is provably in
+/// progress while the other submitters queue (group commit without relying on timing).
+#[derive(Debug)]
+struct GatedFirstFlush {
+    inner: Arc<dyn BlockDevice>,
+    gate: tokio::sync::Semaphore,
+    used: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl BlockDevice for GatedFirstFlush {
+    fn properties(&self) -> DeviceProperties {
+        self.inner.properties()
+    }
+    async fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> cairn_blockdev::Result<()> {
+        self.inner.read(offset_bytes, buf).await
+    }
+    async fn write(&self, offset_bytes: u64, data: &[u8]) -> cairn_blockdev::Result<()> {
+        self.inner.write(offset_bytes, data).await
+    }
+    async fn flush(&self) -> cairn_blockdev::Result<()> {
+        if !self.used.swap(true, Ordering::SeqCst) {
+            let _permit = self.gate.acquire().await;
+        }
+        self.inner.flush().await
+    }
+    async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> cairn_blockdev::Result<()> {
+        self.inner.discard(offset_bytes, len_bytes).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_transactions_are_group_committed_and_stay_atomic() {
     let img = fresh_images().await;
-    let Rig {
-        store,
-        switch,
-        fault,
-        mem,
-        kv,
-    } = Rig::mount(&img, cfg()).await.unwrap();
-    let s = Arc::new(store.unwrap());
+    let dev = Arc::new(GatedFirstFlush {
+        inner: Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap()),
+        gate: tokio::sync::Semaphore::new(0),
+        used: AtomicBool::new(false),
+    });
+    let kv = cairn_store::CrashableKv::new(img.kv.clone(), cairn_blockdev::CrashSwitch::new());
+    let s = Arc::new(
+        Store::mount(dev.clone(), KvLocation::Backend(Box::new(kv)), cfg())
+            .await
+            .unwrap(),
+    );
+    let queued = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for i in 0..64u8 {
         let s = s.clone();
+        let queued = queued.clone();
         tasks.push(tokio::spawn(async move {
             let mut t = Transaction::new();
             t.write("c", &format!("o{i}"), 0, &pattern(i, 5000))
@@ -388,9 +425,15 @@ async fn concurrent_transactions_are_group_committed_and_stay_atomic() {
             if i % 8 == 0 {
                 t.remove("c", "never-existed");
             }
+            // The transaction is queued before this task first waits inside the call.
+            queued.fetch_add(1, Ordering::SeqCst);
             s.queue_transaction_owned(t).await
         }));
     }
+    while queued.load(Ordering::SeqCst) < 64 {
+        tokio::task::yield_now().await;
+    }
+    dev.gate.add_permits(1);
     for (i, t) in tasks.into_iter().enumerate() {
         let res = t.await.unwrap();
         assert_eq!(res.is_err(), i % 8 == 0, "txn {i}: {res:?}");
@@ -415,7 +458,6 @@ async fn concurrent_transactions_are_group_committed_and_stay_atomic() {
         st.commits
     );
     assert!(s.fsck(true).await.unwrap().is_clean());
-    let _ = (switch, fault, mem, kv);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
