@@ -107,7 +107,14 @@ fn up_put_get_bench_down() {
         "--pg-num",
         "32",
     ]);
-    assert!(ok, "{out}");
+    let logs: String = ["mon", "osd0", "osd1", "osd2"]
+        .iter()
+        .map(|n| {
+            let text = std::fs::read_to_string(dir.join(format!("{n}.log"))).unwrap_or_default();
+            format!("--- {n}.log\n{text}\n")
+        })
+        .collect();
+    assert!(ok, "{out}\n{logs}");
     let log = std::fs::read_to_string(dir.join("mon.log")).unwrap_or_default();
     assert!(
         !log.contains("map at epoch 1\n"),
