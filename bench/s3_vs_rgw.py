@@ -1,0 +1,607 @@
+#!/usr/bin/env python3
+"""S3 load generator: cairn's gateway against Ceph 16.2's radosgw, in one run.
+
+For each engine it starts the system, then measures with boto3 (threads, one client per
+thread, path-style addressing; worker processes so the client is not one GIL):
+
+  PUT 4 KiB, GET 4 KiB, PUT 4 MiB, GET 4 MiB at 1, 16 and 64 concurrent requests
+  (fixed duration each): ops/s, MB/s, p50 / p99 / max latency, errors;
+  LIST of 100,000 keys: the keys are created at 64 concurrent requests (a timed PUT phase
+  of its own), then a full ListObjectsV2 pagination, 1000 keys per page, is timed twice.
+
+Every GET reads the whole body; one GET in `--verify-every` checks the body (its first 64
+bytes are the key, the rest a fixed pattern) and that ETag = MD5(body). The listing is
+checked key by key. Each phase also records the load average and the CPU seconds the
+client and the server processes used.
+
+Systems (started and stopped here, one after the other):
+  cairn: `cairn up --dir D --mon ... --s3 ...` (monitor, 3 OSDs, gateway), `cairn down`;
+  rgw:   ceph-mini's up.sh (NUM_OSD=3, pools size 3) + bench/rgw.sh (radosgw, beast),
+         bench/rgw.sh stop + ceph-mini's down.sh.
+
+  python3 bench/s3_vs_rgw.py                       # both, results in bench/results/
+  python3 bench/s3_vs_rgw.py --engines cairn --duration 5 --list-keys 10000
+  python3 bench/s3_vs_rgw.py --table bench/results/FILE.json   # markdown table again
+"""
+
+import argparse
+import configparser
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import boto3
+from botocore.config import Config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+KEY_PREFIX_BYTES = 64
+SIZES = {"4KiB": 4096, "4MiB": 4 << 20}
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def pattern(size):
+    """The fixed body tail: the same bytes for every object of a size, on both engines."""
+    return random.Random(size).randbytes(size)
+
+
+def body_for(key, size, base):
+    head = key.encode().ljust(KEY_PREFIX_BYTES, b".")[:KEY_PREFIX_BYTES]
+    if size <= KEY_PREFIX_BYTES:
+        return head[:size]
+    return head + base[KEY_PREFIX_BYTES:]
+
+
+def make_client(ep):
+    cfg = Config(
+        s3={"addressing_style": "path"},
+        signature_version="s3v4",
+        retries={"max_attempts": 1, "mode": "standard"},
+        max_pool_connections=2,
+        connect_timeout=10,
+        read_timeout=300,
+        # botocore >= 1.36 adds CRC32 trailers (aws-chunked) by default, which Pacific's RGW
+        # predates: ask for checksums only where an operation requires one.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=ep["endpoint"],
+        aws_access_key_id=ep["access_key"],
+        aws_secret_access_key=ep["secret_key"],
+        region_name="us-east-1",
+        config=cfg,
+    )
+
+
+def proc_cpu(pid):
+    """utime + stime of a process, in seconds (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def pct(sorted_vals, p):
+    if not sorted_vals:
+        return None
+    i = min(len(sorted_vals) - 1, max(0, int(round(p / 100.0 * len(sorted_vals) + 0.5)) - 1))
+    return sorted_vals[i]
+
+
+# ---------------------------------------------------------------- workers
+
+
+def _thread_main(ep, job, tid, slot, shared, ready, go):
+    """One client, one thread. job: dict(op, bucket, size, duration|keys, ...)."""
+    out = slot
+    try:
+        cli = make_client(ep)
+        cli.head_bucket(Bucket=job["bucket"])  # opens the connection before the clock starts
+    except Exception as e:  # noqa: BLE001
+        out["errors"] += 1
+        out["err_msgs"].append(f"setup: {e!r}"[:300])
+        ready.wait()
+        go.wait()
+        return
+    ready.wait()
+    go.wait()
+    start_at = shared["start_at"]
+    op, bucket, size = job["op"], job["bucket"], job["size"]
+    base = job["base"]
+    lat = out["lat"]
+    keys = job.get("keys")  # PUT: fixed keys (LIST fill); GET: keys to pick from
+    rnd = random.Random(job["seed"] * 1000 + tid)
+    n = 0
+    while time.time() < start_at:
+        time.sleep(0.0005)
+    deadline = start_at + job["duration"] if job.get("duration") else None
+    my_keys = keys[tid :: job["conc"]] if (op == "put" and keys is not None) else None
+    while True:
+        if deadline is not None and time.time() >= deadline:
+            break
+        if op == "put":
+            if my_keys is not None:
+                if n >= len(my_keys):
+                    break
+                key = my_keys[n]
+            else:
+                key = f"{job['prefix']}/t{tid:03d}-{n:07d}"
+            body = body_for(key, size, base)
+            t0 = time.perf_counter()
+            try:
+                r = cli.put_object(Bucket=bucket, Key=key, Body=body)
+                dt = time.perf_counter() - t0
+                lat.append(dt)
+                out["bytes"] += size
+                if my_keys is None:
+                    out["keys"].append(key)
+                if n % job["verify_every"] == 0:
+                    out["verified"] += 1
+                    if r["ETag"].strip('"') != hashlib.md5(body).hexdigest():
+                        out["bad"] += 1
+                        out["err_msgs"].append(f"PUT {key}: ETag {r['ETag']} != MD5")
+            except Exception as e:  # noqa: BLE001
+                out["errors"] += 1
+                if len(out["err_msgs"]) < 5:
+                    out["err_msgs"].append(f"PUT {key}: {e!r}"[:300])
+        else:
+            key = keys[rnd.randrange(len(keys))]
+            t0 = time.perf_counter()
+            try:
+                r = cli.get_object(Bucket=bucket, Key=key)
+                data = r["Body"].read()
+                dt = time.perf_counter() - t0
+                lat.append(dt)
+                out["bytes"] += len(data)
+                if n % job["verify_every"] == 0:
+                    out["verified"] += 1
+                    good = (
+                        len(data) == size
+                        and data == body_for(key, size, base)
+                        and r["ETag"].strip('"') == hashlib.md5(data).hexdigest()
+                    )
+                    if not good:
+                        out["bad"] += 1
+                        if len(out["err_msgs"]) < 5:
+                            out["err_msgs"].append(f"GET {key}: content or ETag mismatch")
+            except Exception as e:  # noqa: BLE001
+                out["errors"] += 1
+                if len(out["err_msgs"]) < 5:
+                    out["err_msgs"].append(f"GET {key}: {e!r}"[:300])
+        n += 1
+
+
+def _proc_main(ep, job, tid0, nthreads, pready, pgo, start_val, q):
+    base = pattern(job["size"])
+    job = dict(job, base=base)
+    slots = [
+        {"lat": [], "bytes": 0, "errors": 0, "err_msgs": [], "keys": [], "verified": 0, "bad": 0}
+        for _ in range(nthreads)
+    ]
+    ready = threading.Barrier(nthreads + 1)
+    go = threading.Barrier(nthreads + 1)
+    shared = {}
+    ths = []
+    for i in range(nthreads):
+        th = threading.Thread(
+            target=_thread_main, args=(ep, job, tid0 + i, slots[i], shared, ready, go), daemon=True
+        )
+        th.start()
+        ths.append(th)
+    ready.wait()  # every client built and connected
+    pready.wait()  # ... in every process
+    pgo.wait()  # the parent has set the start time
+    start_at = shared["start_at"] = start_val.value
+    go.wait()
+    t_cpu0 = os.times()
+    while time.time() < start_at:
+        time.sleep(0.001)
+    for th in ths:
+        th.join()
+    end = time.time()
+    t_cpu1 = os.times()
+    cpu = (t_cpu1.user - t_cpu0.user) + (t_cpu1.system - t_cpu0.system)
+    res = {
+        "lat": [x for s in slots for x in s["lat"]],
+        "bytes": sum(s["bytes"] for s in slots),
+        "errors": sum(s["errors"] for s in slots),
+        "err_msgs": [m for s in slots for m in s["err_msgs"]][:5],
+        "keys": [k for s in slots for k in s["keys"]],
+        "verified": sum(s["verified"] for s in slots),
+        "bad": sum(s["bad"] for s in slots),
+        "end": end,
+        "cpu": cpu,
+    }
+    q.put(res)
+
+
+def run_phase(ep, server_pids, name, op, bucket, size, conc, procs, duration=None, keys=None,
+              prefix=None, verify_every=8, seed=0):
+    nproc = max(1, min(procs, conc))
+    per = [conc // nproc + (1 if i < conc % nproc else 0) for i in range(nproc)]
+    job = {
+        "op": op,
+        "bucket": bucket,
+        "size": size,
+        "duration": duration,
+        "keys": keys,
+        "prefix": prefix,
+        "conc": conc,
+        "verify_every": verify_every,
+        "seed": seed,
+    }
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    pready, pgo = ctx.Barrier(nproc + 1), ctx.Barrier(nproc + 1)
+    start_val = ctx.Value("d", 0.0)
+    ps = [
+        ctx.Process(target=_proc_main, args=(ep, job, sum(per[:i]), per[i], pready, pgo, start_val, q))
+        for i in range(nproc)
+    ]
+    for p in ps:
+        p.start()
+    pready.wait(timeout=300)  # clients are built and connected before the clock starts
+    start_at = time.time() + 0.2
+    start_val.value = start_at
+    la = loadavg()
+    pgo.wait()
+    while time.time() < start_at:
+        time.sleep(0.005)
+    srv0 = {pid: proc_cpu(pid) for pid in server_pids}
+    results = [q.get() for _ in ps]
+    for p in ps:
+        p.join()
+    srv1 = {pid: proc_cpu(pid) for pid in server_pids}
+    wall = max(r["end"] for r in results) - start_at
+    lat = sorted(x for r in results for x in r["lat"])
+    nbytes = sum(r["bytes"] for r in results)
+    ops = len(lat)
+    res = {
+        "phase": name,
+        "op": op,
+        "size": size,
+        "conc": conc,
+        "procs": nproc,
+        "wall_s": round(wall, 3),
+        "ops": ops,
+        "ops_s": ops / wall if wall > 0 else 0.0,
+        "mb_s": nbytes / wall / 1e6 if wall > 0 else 0.0,
+        "p50_ms": pct(lat, 50) * 1e3 if lat else None,
+        "p99_ms": pct(lat, 99) * 1e3 if lat else None,
+        "max_ms": lat[-1] * 1e3 if lat else None,
+        "mean_ms": sum(lat) / ops * 1e3 if lat else None,
+        "errors": sum(r["errors"] for r in results),
+        "err_msgs": [m for r in results for m in r["err_msgs"]][:5],
+        "verified": sum(r["verified"] for r in results),
+        "bad": sum(r["bad"] for r in results),
+        "client_cpu_s": round(sum(r["cpu"] for r in results), 2),
+        "server_cpu_s": round(sum(srv1[p] - srv0[p] for p in server_pids), 2),
+        "loadavg_before": la,
+        "loadavg_after": loadavg(),
+    }
+    res["server_cpu_ms_per_op"] = res["server_cpu_s"] * 1e3 / ops if ops else None
+    log(
+        f"  {name:<16} c={conc:<3} {res['ops']:>7} ops {res['ops_s']:>9.1f} op/s "
+        f"{res['mb_s']:>8.2f} MB/s p50 {fmt(res['p50_ms'])} ms p99 {fmt(res['p99_ms'])} ms "
+        f"err {res['errors']} verified {res['verified']} bad {res['bad']} "
+        f"cpu client {res['client_cpu_s']} s server {res['server_cpu_s']} s load {la[0]:.1f}"
+    )
+    for m in res["err_msgs"]:
+        log(f"    error: {m}")
+    keys_out = [k for r in results for k in r["keys"]]
+    return res, keys_out
+
+
+def fmt(v, nd=1):
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def delete_keys(ep, bucket, keys):
+    cli = make_client(ep)
+    for i in range(0, len(keys), 1000):
+        batch = keys[i : i + 1000]
+        r = cli.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+        )
+        if r.get("Errors"):
+            log(f"  delete errors: {r['Errors'][:3]}")
+
+
+def list_all(ep, bucket, expect, server_pids):
+    cli = make_client(ep)
+    cli.head_bucket(Bucket=bucket)
+    srv0 = {pid: proc_cpu(pid) for pid in server_pids}
+    la = loadavg()
+    got, pages, token = [], [], None
+    t0 = time.perf_counter()
+    while True:
+        kw = {"Bucket": bucket, "MaxKeys": 1000}
+        if token:
+            kw["ContinuationToken"] = token
+        p0 = time.perf_counter()
+        r = cli.list_objects_v2(**kw)
+        pages.append(time.perf_counter() - p0)
+        got.extend(o["Key"] for o in r.get("Contents", []))
+        if not r.get("IsTruncated"):
+            break
+        token = r["NextContinuationToken"]
+    total = time.perf_counter() - t0
+    srv = sum(proc_cpu(p) - srv0[p] for p in server_pids)
+    ok = got == expect
+    pages.sort()
+    res = {
+        "keys": len(got),
+        "pages": len(pages),
+        "seconds": round(total, 3),
+        "keys_s": len(got) / total,
+        "page_p50_ms": pct(pages, 50) * 1e3,
+        "page_p99_ms": pct(pages, 99) * 1e3,
+        "page_max_ms": pages[-1] * 1e3,
+        "correct": ok,
+        "server_cpu_s": round(srv, 2),
+        "loadavg_before": la,
+    }
+    log(
+        f"  LIST {len(got)} keys in {total:.2f} s ({res['keys_s']:.0f} keys/s), "
+        f"{len(pages)} pages p50 {res['page_p50_ms']:.1f} ms p99 {res['page_p99_ms']:.1f} ms, "
+        f"correct={ok}, server cpu {srv:.2f} s"
+    )
+    return res
+
+
+def run_workload(engine, ep, server_pids, args):
+    cli = make_client(ep)
+    for b in ("bench", "bench-list"):
+        cli.create_bucket(Bucket=b)
+    out = {"engine": engine, "phases": [], "list": None, "started": time.strftime("%F %T")}
+    for sname in args.sizes:
+        size = SIZES[sname]
+        for c in args.conc:
+            prefix = f"{sname}/c{c}"
+            res, keys = run_phase(ep, server_pids, f"PUT {sname}", "put", "bench", size, c,
+                                  args.procs, duration=args.duration, prefix=prefix,
+                                  verify_every=args.verify_every)
+            out["phases"].append(res)
+            if not keys:
+                log(f"  no {sname} objects written at c={c}; skipping GET")
+                continue
+            res, _ = run_phase(ep, server_pids, f"GET {sname}", "get", "bench", size, c,
+                               args.procs, duration=args.duration, keys=keys,
+                               verify_every=args.verify_every, seed=c)
+            out["phases"].append(res)
+            if size > 1 << 20:
+                delete_keys(ep, "bench", keys)  # bounds the disk used by the 4 MiB phases
+    if args.list_keys:
+        keys = [f"k/{i:07d}" for i in range(args.list_keys)]
+        res, _ = run_phase(ep, server_pids, "PUT 16B (fill)", "put", "bench-list", 16,
+                           args.list_conc, args.procs, keys=keys,
+                           verify_every=args.verify_every)
+        out["list_fill"] = res
+        out["list"] = [list_all(ep, "bench-list", keys, server_pids) for _ in range(2)]
+    return out
+
+
+# ---------------------------------------------------------------- engines
+
+
+def sh(cmd, env=None, check=True, timeout=600):
+    log("$ " + " ".join(cmd))
+    r = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
+    if r.returncode != 0 and check:
+        sys.stderr.write(r.stdout[-4000:] + r.stderr[-4000:])
+        raise RuntimeError(f"{cmd[0]} exited {r.returncode}")
+    return r
+
+
+def cairn_engine(args):
+    d = args.cairn_dir
+    if os.path.exists(os.path.join(d, "pids")):
+        raise RuntimeError(f"{d}/pids exists: a cluster may be running there (cairn down --dir {d})")
+    shutil.rmtree(d, ignore_errors=True)
+    sh([args.cairn_bin, "up", "--dir", d, "--mon", args.cairn_mon, "--s3", args.cairn_s3,
+        "--device-mib", str(args.cairn_device_mib)], timeout=300)
+    cp = configparser.ConfigParser()
+    cp.read(os.path.join(d, "s3-credentials"))
+    ep = {
+        "endpoint": f"http://{args.cairn_s3}",
+        "access_key": cp["default"]["aws_access_key_id"],
+        "secret_key": cp["default"]["aws_secret_access_key"],
+    }
+    with open(os.path.join(d, "pids")) as f:
+        pids = [int(x) for x in f.read().split()]
+
+    def stop():
+        sh([args.cairn_bin, "down", "--dir", d], check=False)
+        if not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+
+    return ep, pids, stop
+
+
+def rgw_engine(args):
+    env = dict(os.environ, CEPH_MINI_DIR=args.ceph_dir, MON_V2_PORT=str(args.ceph_mon_v2),
+               MON_V1_PORT=str(args.ceph_mon_v1), CEPH_MINI=args.ceph_mini,
+               NUM_OSD="3", BLOCK_GB=str(args.ceph_block_gb))
+    rgw_sh = os.path.join(HERE, "rgw.sh")
+
+    def stop():
+        sh([rgw_sh, "stop"], env=env, check=False)
+        denv = dict(env, KEEP="1") if args.keep else env
+        sh([os.path.join(args.ceph_mini, "down.sh")], env=denv, check=False, timeout=300)
+
+    try:
+        sh([os.path.join(args.ceph_mini, "up.sh")], env=env, timeout=600)
+        sh([rgw_sh, "start", args.rgw_addr], env=env, timeout=300)
+        r = sh([rgw_sh, "user", "bench"], env=env, timeout=300)
+        ak, sk = r.stdout.split()[-2:]
+        pids = []
+        piddir = os.path.join(args.ceph_dir, "pids")
+        for name in os.listdir(piddir):
+            with open(os.path.join(piddir, name)) as f:
+                pids.append(int(f.read().strip()))
+    except BaseException:
+        stop()
+        raise
+    ep = {"endpoint": f"http://{args.rgw_addr}", "access_key": ak, "secret_key": sk}
+    return ep, pids, stop
+
+
+def env_info():
+    info = {"nproc": os.cpu_count(), "loadavg": loadavg(), "boto3": boto3.__version__}
+    try:
+        info["radosgw"] = subprocess.run(["radosgw", "--version"], capture_output=True,
+                                         text=True).stdout.strip()
+    except OSError:
+        info["radosgw"] = None
+    try:
+        info["cairn_commit"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                                              capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+    with open("/proc/meminfo") as f:
+        info["mem_total_kb"] = int(f.readline().split()[1])
+    return info
+
+
+# ---------------------------------------------------------------- report
+
+
+def g(x, k, nd=1):
+    return fmt(x[k], nd) if x and x.get(k) is not None else "-"
+
+
+def table(data):
+    by = {e["engine"]: e for e in data["engines"]}
+    c, r = by.get("cairn"), by.get("rgw")
+    lines = []
+    lines.append("| op | size | conc | cairn op/s | RGW op/s | ratio | cairn MB/s | RGW MB/s "
+                 "| cairn p50 ms | RGW p50 ms | cairn p99 ms | RGW p99 ms | p99 ratio (RGW/cairn) "
+                 "| errors c/R | load c/R |")
+    lines.append("|" + "---|" * 15)
+    keyf = lambda p: (p["phase"], p["conc"])  # noqa: E731
+    rows = {}
+    for e, tag in ((c, "c"), (r, "r")):
+        if not e:
+            continue
+        for p in e["phases"] + ([e["list_fill"]] if e.get("list_fill") else []):
+            rows.setdefault(keyf(p), {})[tag] = p
+    for (phase, conc), v in rows.items():
+        a, b = v.get("c"), v.get("r")
+        op, _, size = phase.partition(" ")
+
+        ratio = f"{a['ops_s'] / b['ops_s']:.2f}x" if a and b and b["ops_s"] else "-"
+        p99r = f"{b['p99_ms'] / a['p99_ms']:.2f}x" if a and b and a["p99_ms"] else "-"
+        err = f"{a['errors'] if a else '-'}/{b['errors'] if b else '-'}"
+        load = f"{a['loadavg_before'][0]:.1f}/{b['loadavg_before'][0]:.1f}" if a and b else "-"
+        lines.append(
+            f"| {op} | {size} | {conc} | {g(a, 'ops_s')} | {g(b, 'ops_s')} | {ratio} "
+            f"| {g(a, 'mb_s', 2)} | {g(b, 'mb_s', 2)} | {g(a, 'p50_ms')} | {g(b, 'p50_ms')} "
+            f"| {g(a, 'p99_ms')} | {g(b, 'p99_ms')} | {p99r} | {err} | {load} |"
+        )
+    lines.append("")
+    lines.append("| LIST 100,000 keys (ListObjectsV2, 1000/page) | run | cairn | RGW | ratio |")
+    lines.append("|---|---|---|---|---|")
+    for i in range(2):
+        a = c["list"][i] if c and c.get("list") else None
+        b = r["list"][i] if r and r.get("list") else None
+        for label, k, nd in (("seconds", "seconds", 2), ("keys/s", "keys_s", 0),
+                             ("page p50 ms", "page_p50_ms", 1), ("page p99 ms", "page_p99_ms", 1)):
+            av = fmt(a[k], nd) if a else "-"
+            bv = fmt(b[k], nd) if b else "-"
+            if a and b and a[k]:
+                ratio = f"{(b[k] / a[k]) if k != 'keys_s' else (a[k] / b[k]):.2f}x"
+            else:
+                ratio = "-"
+            lines.append(f"| {label} | {i + 1} | {av} | {bv} | {ratio} |")
+        if a or b:
+            lines.append(f"| all keys, in order | {i + 1} | {a['correct'] if a else '-'} "
+                         f"| {b['correct'] if b else '-'} | |")
+    lines.append("")
+    lines.append("| CPU per op (server processes, ms) | conc | cairn | RGW (radosgw + OSDs + mon + mgr) |")
+    lines.append("|---|---|---|---|")
+    for (phase, conc), v in rows.items():
+        a, b = v.get("c"), v.get("r")
+        lines.append(f"| {phase} | {conc} | {g(a, 'server_cpu_ms_per_op', 2)} "
+                     f"| {g(b, 'server_cpu_ms_per_op', 2)} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engines", default="cairn,rgw")
+    ap.add_argument("--duration", type=float, default=12.0, help="seconds per PUT/GET phase")
+    ap.add_argument("--conc", default="1,16,64")
+    ap.add_argument("--sizes", default="4KiB,4MiB")
+    ap.add_argument("--procs", type=int, default=2, help="client worker processes (threads split over them)")
+    ap.add_argument("--list-keys", type=int, default=100_000)
+    ap.add_argument("--list-conc", type=int, default=64)
+    ap.add_argument("--verify-every", type=int, default=8)
+    ap.add_argument("--out", default=None, help="JSON results (default bench/results/s3_vs_rgw-TIME.json)")
+    ap.add_argument("--keep", action="store_true", help="keep the clusters' data after stopping")
+    ap.add_argument("--cairn-bin", default=os.path.join(REPO, "target/release/cairn"))
+    ap.add_argument("--cairn-dir", default="/tmp/s3bench-cairn")
+    ap.add_argument("--cairn-mon", default="127.0.0.1:16789")
+    ap.add_argument("--cairn-s3", default="127.0.0.1:17480")
+    ap.add_argument("--cairn-device-mib", type=int, default=16384)
+    ap.add_argument("--ceph-mini", default="/work/shared/peers/ceph-mini")
+    ap.add_argument("--ceph-dir", default="/tmp/ceph-mini-s3bench")
+    ap.add_argument("--ceph-mon-v2", type=int, default=13300)
+    ap.add_argument("--ceph-mon-v1", type=int, default=16790)
+    ap.add_argument("--ceph-block-gb", type=int, default=30)
+    ap.add_argument("--rgw-addr", default="127.0.0.1:17481")
+    ap.add_argument("--table", help="print the markdown table of a results file and exit")
+    args = ap.parse_args()
+    if args.table:
+        with open(args.table) as f:
+            print(table(json.load(f)))
+        return
+    args.conc = [int(x) for x in args.conc.split(",")]
+    args.sizes = args.sizes.split(",")
+    cb = os.environ.get("CARGO_TARGET_DIR")
+    if not os.path.exists(args.cairn_bin) and cb:
+        args.cairn_bin = os.path.join(cb, "release/cairn")
+    out_path = args.out or os.path.join(HERE, "results", time.strftime("s3_vs_rgw-%Y%m%d-%H%M%S.json"))
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    data = {"args": {k: v for k, v in vars(args).items()}, "env": env_info(), "engines": []}
+    for engine in args.engines.split(","):
+        log(f"== {engine}: starting (load {loadavg()})")
+        ep, pids, stop = (cairn_engine if engine == "cairn" else rgw_engine)(args)
+        try:
+            log(f"== {engine}: {ep['endpoint']}, server pids {pids}")
+            res = run_workload(engine, ep, pids, args)
+            res["server_pids"] = pids
+            data["engines"].append(res)
+        finally:
+            log(f"== {engine}: stopping")
+            stop()
+        with open(out_path, "w") as f:
+            json.dump(data, f, indent=1)
+    data["env"]["loadavg_end"] = loadavg()
+    with open(out_path, "w") as f:
+        json.dump(data, f, indent=1)
+    log(f"results in {out_path}")
+    print(table(data))
+
+
+if __name__ == "__main__":
+    main()
