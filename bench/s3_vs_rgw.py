@@ -267,11 +267,11 @@ def run_phase(ep, server_pids, name, op, bucket, size, conc, procs, duration=Non
     pgo.wait()
     while time.time() < start_at:
         time.sleep(0.005)
-    srv0 = {pid: proc_cpu(pid) for pid in server_pids}
+    srv0 = {n: proc_cpu(pid) for n, pid in server_pids.items()}
     results = [q.get() for _ in ps]
     for p in ps:
         p.join()
-    srv1 = {pid: proc_cpu(pid) for pid in server_pids}
+    srv1 = {n: proc_cpu(pid) for n, pid in server_pids.items()}
     wall = max(r["end"] for r in results) - start_at
     lat = sorted(x for r in results for x in r["lat"])
     nbytes = sum(r["bytes"] for r in results)
@@ -295,11 +295,13 @@ def run_phase(ep, server_pids, name, op, bucket, size, conc, procs, duration=Non
         "verified": sum(r["verified"] for r in results),
         "bad": sum(r["bad"] for r in results),
         "client_cpu_s": round(sum(r["cpu"] for r in results), 2),
-        "server_cpu_s": round(sum(srv1[p] - srv0[p] for p in server_pids), 2),
+        "server_cpu_s": round(sum(srv1[n] - srv0[n] for n in server_pids), 2),
+        "server_cpu_by_proc": {n: round(srv1[n] - srv0[n], 2) for n in server_pids},
         "loadavg_before": la,
         "loadavg_after": loadavg(),
     }
     res["server_cpu_ms_per_op"] = res["server_cpu_s"] * 1e3 / ops if ops else None
+    res["client_cpu_ms_per_op"] = res["client_cpu_s"] * 1e3 / ops if ops else None
     log(
         f"  {name:<16} c={conc:<3} {res['ops']:>7} ops {res['ops_s']:>9.1f} op/s "
         f"{res['mb_s']:>8.2f} MB/s p50 {fmt(res['p50_ms'])} ms p99 {fmt(res['p99_ms'])} ms "
@@ -330,9 +332,16 @@ def delete_keys(ep, bucket, keys):
 def list_all(ep, bucket, expect, server_pids):
     cli = make_client(ep)
     cli.head_bucket(Bucket=bucket)
-    srv0 = {pid: proc_cpu(pid) for pid in server_pids}
+    # HTTP time of a page (request sent .. response read, before botocore parses the XML)
+    http, mark = [], {}
+    cli.meta.events.register("before-send.s3.ListObjectsV2",
+                             lambda **kw: mark.__setitem__("t", time.perf_counter()))
+    cli.meta.events.register("before-parse.s3.ListObjectsV2",
+                             lambda **kw: http.append(time.perf_counter() - mark["t"]))
+    srv0 = {n: proc_cpu(pid) for n, pid in server_pids.items()}
     la = loadavg()
     got, pages, token = [], [], None
+    c0 = os.times()
     t0 = time.perf_counter()
     while True:
         kw = {"Bucket": bucket, "MaxKeys": 1000}
@@ -346,9 +355,11 @@ def list_all(ep, bucket, expect, server_pids):
             break
         token = r["NextContinuationToken"]
     total = time.perf_counter() - t0
-    srv = sum(proc_cpu(p) - srv0[p] for p in server_pids)
+    c1 = os.times()
+    srv = sum(proc_cpu(p) - srv0[n] for n, p in server_pids.items())
     ok = got == expect
     pages.sort()
+    http.sort()
     res = {
         "keys": len(got),
         "pages": len(pages),
@@ -357,14 +368,19 @@ def list_all(ep, bucket, expect, server_pids):
         "page_p50_ms": pct(pages, 50) * 1e3,
         "page_p99_ms": pct(pages, 99) * 1e3,
         "page_max_ms": pages[-1] * 1e3,
+        "http_p50_ms": pct(http, 50) * 1e3 if http else None,
+        "http_p99_ms": pct(http, 99) * 1e3 if http else None,
+        "http_total_s": round(sum(http), 3),
         "correct": ok,
         "server_cpu_s": round(srv, 2),
+        "client_cpu_s": round((c1.user - c0.user) + (c1.system - c0.system), 2),
         "loadavg_before": la,
     }
     log(
         f"  LIST {len(got)} keys in {total:.2f} s ({res['keys_s']:.0f} keys/s), "
-        f"{len(pages)} pages p50 {res['page_p50_ms']:.1f} ms p99 {res['page_p99_ms']:.1f} ms, "
-        f"correct={ok}, server cpu {srv:.2f} s"
+        f"{len(pages)} pages p50 {res['page_p50_ms']:.1f} ms p99 {res['page_p99_ms']:.1f} ms "
+        f"(HTTP only: p50 {fmt(res['http_p50_ms'])} ms, {res['http_total_s']} s in all), "
+        f"correct={ok}, cpu server {srv:.2f} s client {res['client_cpu_s']} s"
     )
     return res
 
@@ -413,12 +429,12 @@ def sh(cmd, env=None, check=True, timeout=600):
     return r
 
 
-def cairn_engine(args):
+def cairn_engine(args, binary):
     d = args.cairn_dir
     if os.path.exists(os.path.join(d, "pids")):
         raise RuntimeError(f"{d}/pids exists: a cluster may be running there (cairn down --dir {d})")
     shutil.rmtree(d, ignore_errors=True)
-    sh([args.cairn_bin, "up", "--dir", d, "--mon", args.cairn_mon, "--s3", args.cairn_s3,
+    sh([binary, "up", "--dir", d, "--mon", args.cairn_mon, "--s3", args.cairn_s3,
         "--device-mib", str(args.cairn_device_mib)], timeout=300)
     cp = configparser.ConfigParser()
     cp.read(os.path.join(d, "s3-credentials"))
@@ -428,10 +444,13 @@ def cairn_engine(args):
         "secret_key": cp["default"]["aws_secret_access_key"],
     }
     with open(os.path.join(d, "pids")) as f:
-        pids = [int(x) for x in f.read().split()]
+        nums = [int(x) for x in f.read().split()]
+    # `cairn up` writes the monitor, the OSDs, then the gateway
+    names = ["mon"] + [f"osd{i}" for i in range(len(nums) - 2)] + ["s3gw"]
+    pids = dict(zip(names, nums))
 
     def stop():
-        sh([args.cairn_bin, "down", "--dir", d], check=False)
+        sh([binary, "down", "--dir", d], check=False)
         if not args.keep:
             shutil.rmtree(d, ignore_errors=True)
 
@@ -454,11 +473,11 @@ def rgw_engine(args):
         sh([rgw_sh, "start", args.rgw_addr], env=env, timeout=300)
         r = sh([rgw_sh, "user", "bench"], env=env, timeout=300)
         ak, sk = r.stdout.split()[-2:]
-        pids = []
+        pids = {}
         piddir = os.path.join(args.ceph_dir, "pids")
-        for name in os.listdir(piddir):
+        for name in sorted(os.listdir(piddir)):
             with open(os.path.join(piddir, name)) as f:
-                pids.append(int(f.read().strip()))
+                pids[name] = int(f.read().strip())
     except BaseException:
         stop()
         raise
@@ -490,65 +509,82 @@ def g(x, k, nd=1):
     return fmt(x[k], nd) if x and x.get(k) is not None else "-"
 
 
-def table(data):
+def table(data, an="cairn", bn="rgw"):
+    """Markdown: engine `an` against engine `bn` (ratios are an/bn for throughput)."""
     by = {e["engine"]: e for e in data["engines"]}
-    c, r = by.get("cairn"), by.get("rgw")
+    c, r = by.get(an), by.get(bn)
+    A, B = an, "RGW" if bn == "rgw" else bn
     lines = []
-    lines.append("| op | size | conc | cairn op/s | RGW op/s | ratio | cairn MB/s | RGW MB/s "
-                 "| cairn p50 ms | RGW p50 ms | cairn p99 ms | RGW p99 ms | p99 ratio (RGW/cairn) "
-                 "| errors c/R | load c/R |")
+    lines.append(f"| op | size | conc | {A} op/s | {B} op/s | ratio | {A} MB/s | {B} MB/s "
+                 f"| {A} p50 ms | {B} p50 ms | {A} p99 ms | {B} p99 ms | p99 {B}/{A} "
+                 f"| errors | load avg |")
     lines.append("|" + "---|" * 15)
-    keyf = lambda p: (p["phase"], p["conc"])  # noqa: E731
     rows = {}
     for e, tag in ((c, "c"), (r, "r")):
         if not e:
             continue
         for p in e["phases"] + ([e["list_fill"]] if e.get("list_fill") else []):
-            rows.setdefault(keyf(p), {})[tag] = p
+            rows.setdefault((p["phase"], p["conc"]), {})[tag] = p
     for (phase, conc), v in rows.items():
         a, b = v.get("c"), v.get("r")
         op, _, size = phase.partition(" ")
-
         ratio = f"{a['ops_s'] / b['ops_s']:.2f}x" if a and b and b["ops_s"] else "-"
         p99r = f"{b['p99_ms'] / a['p99_ms']:.2f}x" if a and b and a["p99_ms"] else "-"
-        err = f"{a['errors'] if a else '-'}/{b['errors'] if b else '-'}"
-        load = f"{a['loadavg_before'][0]:.1f}/{b['loadavg_before'][0]:.1f}" if a and b else "-"
+        err = f"{a['errors'] if a else '-'} / {b['errors'] if b else '-'}"
+        load = " / ".join(f"{x['loadavg_before'][0]:.1f}" if x else "-" for x in (a, b))
         lines.append(
             f"| {op} | {size} | {conc} | {g(a, 'ops_s')} | {g(b, 'ops_s')} | {ratio} "
             f"| {g(a, 'mb_s', 2)} | {g(b, 'mb_s', 2)} | {g(a, 'p50_ms')} | {g(b, 'p50_ms')} "
             f"| {g(a, 'p99_ms')} | {g(b, 'p99_ms')} | {p99r} | {err} | {load} |"
         )
     lines.append("")
-    lines.append("| LIST 100,000 keys (ListObjectsV2, 1000/page) | run | cairn | RGW | ratio |")
+    n = (c or r or {}).get("list") or []
+    nkeys = n[0]["keys"] if n else 0
+    lines.append(f"| LIST {nkeys:,} keys (ListObjectsV2, 1000/page) | run | {A} | {B} | {A} vs {B} |")
     lines.append("|---|---|---|---|---|")
-    for i in range(2):
+    for i in range(len(n)):
         a = c["list"][i] if c and c.get("list") else None
         b = r["list"][i] if r and r.get("list") else None
-        for label, k, nd in (("seconds", "seconds", 2), ("keys/s", "keys_s", 0),
-                             ("page p50 ms", "page_p50_ms", 1), ("page p99 ms", "page_p99_ms", 1)):
-            av = fmt(a[k], nd) if a else "-"
-            bv = fmt(b[k], nd) if b else "-"
-            if a and b and a[k]:
-                ratio = f"{(b[k] / a[k]) if k != 'keys_s' else (a[k] / b[k]):.2f}x"
+        for label, k, nd, higher in (("seconds", "seconds", 2, False), ("keys/s", "keys_s", 0, True),
+                                     ("page p50 ms", "page_p50_ms", 1, False),
+                                     ("page p99 ms", "page_p99_ms", 1, False),
+                                     ("HTTP part of a page, p50 ms", "http_p50_ms", 1, False),
+                                     ("client CPU s", "client_cpu_s", 2, False),
+                                     ("server CPU s", "server_cpu_s", 2, False)):
+            av, bv = g(a, k, nd), g(b, k, nd)
+            if a and b and a.get(k) and b.get(k):
+                ratio = f"{(a[k] / b[k]) if higher else (b[k] / a[k]):.2f}x"
             else:
                 ratio = "-"
             lines.append(f"| {label} | {i + 1} | {av} | {bv} | {ratio} |")
-        if a or b:
-            lines.append(f"| all keys, in order | {i + 1} | {a['correct'] if a else '-'} "
-                         f"| {b['correct'] if b else '-'} | |")
+        lines.append(f"| all keys, in order | {i + 1} | {a['correct'] if a else '-'} "
+                     f"| {b['correct'] if b else '-'} | |")
     lines.append("")
-    lines.append("| CPU per op (server processes, ms) | conc | cairn | RGW (radosgw + OSDs + mon + mgr) |")
-    lines.append("|---|---|---|---|")
+    lines.append(f"| CPU ms per op | conc | {A} server | {B} server | {A} client | {B} client |")
+    lines.append("|---|---|---|---|---|---|")
     for (phase, conc), v in rows.items():
         a, b = v.get("c"), v.get("r")
         lines.append(f"| {phase} | {conc} | {g(a, 'server_cpu_ms_per_op', 2)} "
-                     f"| {g(b, 'server_cpu_ms_per_op', 2)} |")
+                     f"| {g(b, 'server_cpu_ms_per_op', 2)} | {g(a, 'client_cpu_ms_per_op', 2)} "
+                     f"| {g(b, 'client_cpu_ms_per_op', 2)} |")
     return "\n".join(lines)
+
+
+def tables(data):
+    names = [e["engine"] for e in data["engines"]]
+    others = [n for n in names if n != "rgw"] or names
+    out = []
+    for n in others:
+        out.append(f"### {n} vs RGW\n")
+        out.append(table(data, n, "rgw"))
+        out.append("")
+    return "\n".join(out)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engines", default="cairn,rgw")
+    ap.add_argument("--engines", default="cairn,rgw",
+                    help="comma list of: cairn, rgw, LABEL=PATH (another cairn binary)")
     ap.add_argument("--duration", type=float, default=12.0, help="seconds per PUT/GET phase")
     ap.add_argument("--conc", default="1,16,64")
     ap.add_argument("--sizes", default="4KiB,4MiB")
@@ -573,7 +609,7 @@ def main():
     args = ap.parse_args()
     if args.table:
         with open(args.table) as f:
-            print(table(json.load(f)))
+            print(tables(json.load(f)))
         return
     args.conc = [int(x) for x in args.conc.split(",")]
     args.sizes = args.sizes.split(",")
@@ -585,7 +621,13 @@ def main():
     data = {"args": {k: v for k, v in vars(args).items()}, "env": env_info(), "engines": []}
     for engine in args.engines.split(","):
         log(f"== {engine}: starting (load {loadavg()})")
-        ep, pids, stop = (cairn_engine if engine == "cairn" else rgw_engine)(args)
+        if engine == "rgw":
+            ep, pids, stop = rgw_engine(args)
+        elif engine == "cairn":
+            ep, pids, stop = cairn_engine(args, args.cairn_bin)
+        else:  # LABEL=PATH: another cairn binary
+            engine, _, path = engine.partition("=")
+            ep, pids, stop = cairn_engine(args, path)
         try:
             log(f"== {engine}: {ep['endpoint']}, server pids {pids}")
             res = run_workload(engine, ep, pids, args)
@@ -600,7 +642,7 @@ def main():
     with open(out_path, "w") as f:
         json.dump(data, f, indent=1)
     log(f"results in {out_path}")
-    print(table(data))
+    print(tables(data))
 
 
 if __name__ == "__main__":
