@@ -68,6 +68,9 @@ pub async fn serve(listener: TcpListener, service: S3Service, max_connections: u
                 continue;
             }
         };
+        // Responses go out as a head and then body frames; with Nagle's algorithm a small
+        // body waits for the client's delayed ACK of the head (about 40 ms on Linux).
+        let _ = stream.set_nodelay(true);
         let inner = service.clone();
         let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let expect = expects_continue(req.headers());
