@@ -87,17 +87,22 @@ pub async fn list(
         .collect();
     let prefix = q.prefix.as_bytes();
     loop {
-        for c in cursors.iter_mut() {
-            while c.buf.is_empty() && !c.done {
-                let (entries, more) = backend
-                    .omap_list(c.name, &c.after, prefix, per_shard)
-                    .await?;
-                if let Some((k, _)) = entries.last() {
-                    c.after.clone_from(k);
-                }
-                c.done = !more || entries.is_empty();
-                c.buf.extend(entries);
+        // Refill every drained shard at once: one round trip for all of them, not one each.
+        let drained: Vec<usize> = (0..cursors.len())
+            .filter(|&i| cursors[i].buf.is_empty() && !cursors[i].done)
+            .collect();
+        let pages = futures::future::try_join_all(drained.iter().map(|&i| {
+            let c = &cursors[i];
+            backend.omap_list(c.name, &c.after, prefix, per_shard)
+        }))
+        .await?;
+        for (i, (entries, more)) in drained.into_iter().zip(pages) {
+            let c = &mut cursors[i];
+            if let Some((k, _)) = entries.last() {
+                c.after.clone_from(k);
             }
+            c.done = !more || entries.is_empty();
+            c.buf.extend(entries);
         }
         let Some(best) = cursors
             .iter()
