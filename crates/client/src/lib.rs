@@ -49,6 +49,9 @@ pub enum ClientError {
     /// The OSD refused the request as invalid (bad name, checksum, limit); not retried.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// An OSD holding the object is out of space; not retried.
+    #[error("out of space: {0}")]
+    NoSpace(String),
     /// An admin command failed or its OSD did not answer.
     #[error("osd.{osd}: {reason}")]
     Admin {
@@ -512,6 +515,7 @@ impl Client {
                     OpResult::Ok => return Ok((h, d)),
                     OpResult::NotFound => return Err(ClientError::NotFound(name.to_string())),
                     OpResult::Invalid(why) => return Err(ClientError::Invalid(why.clone())),
+                    OpResult::NoSpace(why) => return Err(ClientError::NoSpace(why.clone())),
                     other => last = format!("{other:?} at epoch {}", h.epoch),
                 },
                 Err(e) => last = e,

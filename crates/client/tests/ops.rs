@@ -242,3 +242,34 @@ async fn an_osd_wrongly_marked_down_boots_again_and_io_goes_on() {
         assert_eq!(c.client.read("data", &name).await.unwrap(), name.as_bytes());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_device_is_reported_as_no_space_not_retried_and_loses_nothing() {
+    let c = cluster("full", 8, 16 << 20).await;
+    let blob: Vec<u8> = (0..6u32 << 20).map(|i| (i % 251) as u8).collect();
+    let mut stored = Vec::new();
+    let mut refused = None;
+    for i in 0..6 {
+        let name = format!("big{i}");
+        match c.client.write_full("data", &name, &blob).await {
+            Ok(_) => stored.push(name),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(
+        matches!(refused, Some(ClientError::NoSpace(_))),
+        "a full OSD must answer NoSpace, got {refused:?}"
+    );
+    assert!(!stored.is_empty());
+    for name in &stored {
+        assert_eq!(c.client.read("data", name).await.unwrap(), blob, "{name}");
+    }
+    c.client.remove("data", &stored[0]).await.unwrap();
+    c.client
+        .write_full("data", "after-free", b"space again")
+        .await
+        .unwrap();
+}

@@ -106,6 +106,7 @@ fn store_result(e: StoreError) -> OpResult {
     match e {
         StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection { .. } => OpResult::NotFound,
         StoreError::NoSuchAttr { .. } => OpResult::NotFound,
+        e @ StoreError::NoSpace { .. } => OpResult::NoSpace(e.to_string()),
         other => OpResult::Failed(other.to_string()),
     }
 }
@@ -315,9 +316,9 @@ async fn write(
     }
     let result = match (l, r) {
         (Ok(Ok(())), Ok(())) => OpResult::Ok,
-        (Ok(Err(e)), _) => OpResult::Failed(e.to_string()),
+        (Ok(Err(e)), _) => store_result(e),
         (Err(e), _) => OpResult::Failed(e.to_string()),
-        (_, Err(e)) => OpResult::Failed(e),
+        (_, Err(r)) => r,
     };
     (
         ReplyHeader {
@@ -336,11 +337,13 @@ async fn replicate(
     iv: &Interval,
     rep: RepOpHeader,
     data: Bytes,
-) -> Result<(), String> {
+) -> Result<(), OpResult> {
     let mut calls = Vec::new();
     for &osd in iv.acting.iter().skip(1) {
         let Some(addr) = s.addr_of(osd) else {
-            return Err(format!("osd.{osd} has no address in the map"));
+            return Err(OpResult::Failed(format!(
+                "osd.{osd} has no address in the map"
+            )));
         };
         let s2 = s.clone();
         let mut h = rep.clone();
@@ -348,26 +351,30 @@ async fn replicate(
         let payload = encode(&h, &data);
         let timeout = Duration::from_millis(s.cfg.repop_timeout_ms);
         calls.push(tokio::spawn(async move {
+            let failed = |e: String| OpResult::Failed(format!("osd.{osd}: {e}"));
             let answer = s2
                 .peers
                 .call(osd, &addr, MSG_OSD_REPOP, h.tid, payload, timeout)
                 .await
-                .map_err(|e| e.to_string())?;
-            let (reply, _) = decode::<ReplyHeader>(&answer).map_err(|e| e.to_string())?;
+                .map_err(|e| failed(e.to_string()))?;
+            let (reply, _) = decode::<ReplyHeader>(&answer).map_err(|e| failed(e.to_string()))?;
             match reply.result {
                 OpResult::Ok => Ok(()),
-                other => Err(format!("osd.{osd}: {other:?}")),
+                OpResult::NoSpace(why) => Err(OpResult::NoSpace(format!("osd.{osd}: {why}"))),
+                other => Err(failed(format!("{other:?}"))),
             }
         }));
     }
     let all = async {
         for c in calls {
-            c.await.map_err(|e| e.to_string())??;
+            c.await.map_err(|e| OpResult::Failed(e.to_string()))??;
         }
         Ok(())
     };
     tokio::select! {
         r = all => r,
-        _ = pg.wait_interval_change(iv.epoch) => Err(format!("pg {} changed interval", pg.id)),
+        _ = pg.wait_interval_change(iv.epoch) => {
+            Err(OpResult::Failed(format!("pg {} changed interval", pg.id)))
+        }
     }
 }

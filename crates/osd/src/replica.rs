@@ -74,7 +74,10 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Bytes) -> ReplyHeade
         return bad(OpResult::Failed(e.to_string()));
     }
     if let Err(e) = s.store.queue_transaction_owned(txn).await {
-        return bad(OpResult::Failed(e.to_string()));
+        return bad(match e {
+            e @ cairn_store::StoreError::NoSpace { .. } => OpResult::NoSpace(e.to_string()),
+            other => OpResult::Failed(other.to_string()),
+        });
     }
     inner.created = true;
     let version = rep.entry.version;

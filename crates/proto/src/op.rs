@@ -163,6 +163,8 @@ pub enum OpResult {
     NotFound,
     /// The request itself is wrong (bad name, checksum, limit); retrying will not help.
     Invalid(String),
+    /// An OSD of the acting set is out of space; retrying will not help until space is freed.
+    NoSpace(String),
     /// The operation failed (replica unreachable, PG peering, store error); safe to retry.
     Failed(String),
 }
