@@ -41,7 +41,7 @@ pub struct OsdRunArgs {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// Device file size when created, in MiB.
-    #[arg(long = "device-mib", default_value_t = 1024)]
+    #[arg(long = "device-mib", default_value_t = DEFAULT_DEVICE_MIB)]
     #[serde(default = "default_device_mib")]
     pub device_mib: u64,
     /// Address of the Prometheus metrics page (`/metrics`); none if not given.
@@ -76,8 +76,12 @@ fn default_listen() -> SocketAddr {
     "127.0.0.1:0".parse().expect("literal address")
 }
 
+/// Default device file size: a sparse 16 GiB, so a 10 s `cairn bench` write on a laptop does
+/// not fill it (disk is used only as data is written).
+const DEFAULT_DEVICE_MIB: u64 = 16 << 10;
+
 fn default_device_mib() -> u64 {
-    1024
+    DEFAULT_DEVICE_MIB
 }
 
 /// Runs an OSD until interrupted.
@@ -146,7 +150,7 @@ pub struct UpArgs {
     #[arg(long = "pg-num", default_value_t = 64)]
     pg_num: u32,
     /// Device file size per OSD, in MiB.
-    #[arg(long = "device-mib", default_value_t = 1024)]
+    #[arg(long = "device-mib", default_value_t = DEFAULT_DEVICE_MIB)]
     device_mib: u64,
     /// Heartbeat grace of the monitor and OSDs, in seconds (Ceph: 20).
     #[arg(long = "heartbeat-grace-s", default_value_t = 20)]
