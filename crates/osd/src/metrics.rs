@@ -21,6 +21,9 @@ struct OpStats {
     buckets: [u64; BUCKETS_S.len()],
 }
 
+/// A Prometheus counter family over the per-op stats: name, help text, the value.
+type CounterFamily = (&'static str, &'static str, fn(&OpStats) -> u64);
+
 /// Counters of one OSD.
 #[derive(Default)]
 pub struct Metrics {
@@ -74,29 +77,28 @@ impl Metrics {
     pub fn render(&self, osd: i32, extra: &str) -> String {
         let mut out = String::new();
         let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        out.push_str("# HELP cairn_osd_ops_total Client operations served as primary.\n# TYPE cairn_osd_ops_total counter\n");
-        for (k, s) in &ops {
-            let _ = writeln!(
-                out,
-                "cairn_osd_ops_total{{osd=\"{osd}\",op=\"{k}\"}} {}",
-                s.count
-            );
-        }
-        out.push_str("# HELP cairn_osd_op_errors_total Client operations that failed.\n# TYPE cairn_osd_op_errors_total counter\n");
-        for (k, s) in &ops {
-            let _ = writeln!(
-                out,
-                "cairn_osd_op_errors_total{{osd=\"{osd}\",op=\"{k}\"}} {}",
-                s.errors
-            );
-        }
-        out.push_str("# HELP cairn_osd_op_bytes_total Bytes carried by client operations.\n# TYPE cairn_osd_op_bytes_total counter\n");
-        for (k, s) in &ops {
-            let _ = writeln!(
-                out,
-                "cairn_osd_op_bytes_total{{osd=\"{osd}\",op=\"{k}\"}} {}",
-                s.bytes
-            );
+        let families: [CounterFamily; 3] = [
+            (
+                "cairn_osd_ops_total",
+                "Client operations served as primary.",
+                |s| s.count,
+            ),
+            (
+                "cairn_osd_op_errors_total",
+                "Client operations that failed.",
+                |s| s.errors,
+            ),
+            (
+                "cairn_osd_op_bytes_total",
+                "Bytes carried by client operations.",
+                |s| s.bytes,
+            ),
+        ];
+        for (name, help, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (k, st) in &ops {
+                let _ = writeln!(out, "{name}{{osd=\"{osd}\",op=\"{k}\"}} {}", value(st));
+            }
         }
         out.push_str("# HELP cairn_osd_op_latency_seconds Client operation latency.\n# TYPE cairn_osd_op_latency_seconds histogram\n");
         for (k, s) in &ops {
