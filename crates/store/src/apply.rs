@@ -2,16 +2,21 @@
 //! described in `store` (staging itself is `stage`'s job).
 //!
 //! Owns the order that makes a group durable and atomic: stage every transaction into one redb
-//! write transaction (restaging without a member that fails), write the new blocks, flush the
-//! device, commit the KV, then release freed blocks and forget the touched objects' cached
-//! metadata. It must never write to the device before the whole group has staged successfully,
+//! write transaction (restaging without a member that fails), write the new blocks together with
+//! the group's redo record in the write-ahead log, flush the device (the commit point), commit
+//! the KV without a sync, then release freed blocks and forget the touched objects' cached
+//! metadata. When no record can be logged (no log, record too large, checkpoint due) the group
+//! is a checkpoint instead: write and flush the data, then commit the KV durably with the log's
+//! marker. It must never write to the device before the whole group has staged successfully,
 //! and never release a block before the commit that stops referencing it.
 
 use crate::codec;
 use crate::error::{kv, Result, StoreError};
+use crate::kv::META;
 use crate::stage::{Stage, Tables};
 use crate::store::{State, Store};
 use crate::txn::{Op, Transaction};
+use crate::wal;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -107,12 +112,10 @@ impl Store {
             if let Err(e) = self.check_ok() {
                 return self.fail_all(live, e);
             }
-            let mut wtx = match self.db.begin_write() {
+            let wtx = match self.db.begin_write() {
                 Ok(w) => w,
                 Err(e) => return self.fail_all(live, kv(e)),
             };
-            // The commit point: durable when commit() returns (one sync of the KV file).
-            wtx.set_durability(redb::Durability::Immediate);
             let mut stage = Stage::default();
             let t_stage = Instant::now();
             let staged = async {
@@ -132,45 +135,20 @@ impl Store {
                         .insert(*p, codec::seal(c).as_slice())
                         .map_err(|e| (usize::MAX, kv(e)))?;
                 }
-                Ok::<(), (usize, StoreError)>(())
+                Ok::<_, (usize, StoreError)>(t.take_redo())
             }
             .await;
-            if let Err((i, e)) = staged {
-                drop(wtx);
-                for (s, l) in std::mem::take(&mut stage.allocated) {
-                    if let Err(e) = st.alloc.release(s, l) {
-                        return self.fail_all(live, e);
-                    }
-                }
-                if e.is_fatal() || i >= live.len() {
-                    return self.fail_all(live, e);
-                }
-                let p = live.remove(i);
-                let _ = p.done.send(Err(e));
-                if live.is_empty() {
-                    return;
-                }
-                continue;
-            }
+            let redo = match staged {
+                Ok(redo) => redo,
+                Err(failed) => match self.unstage(st, &mut stage, &mut live, failed) {
+                    Some(()) => continue,
+                    None => return,
+                },
+            };
             elapsed_into(&self.counters.stage_ns, t_stage);
-            if !stage.new_data.is_empty() {
-                let t = Instant::now();
-                let runs = std::mem::take(&mut stage.new_data);
-                if let Err(e) = self.write_runs(runs.into_iter().collect()).await {
-                    return self.fail_all(live, e);
-                }
-                elapsed_into(&self.counters.data_write_ns, t);
-                let t = Instant::now();
-                if let Err(e) = self.dev_flush().await {
-                    return self.fail_all(live, e);
-                }
-                elapsed_into(&self.counters.device_flush_ns, t);
+            if let Err(e) = self.commit_staged(st, wtx, &mut stage, redo).await {
+                return self.fail_all(live, e);
             }
-            let t = Instant::now();
-            if let Err(e) = wtx.commit() {
-                return self.fail_all(live, kv(e));
-            }
-            elapsed_into(&self.counters.kv_commit_ns, t);
             for p in &live {
                 self.forget_cached(&p.txn);
             }
@@ -215,6 +193,95 @@ impl Store {
             }
             return;
         }
+    }
+
+    /// Undoes a failed staging: returns the group's allocations and drops the member that failed
+    /// (answering it with its error). `Some(())` when the rest of the group should be restaged;
+    /// `None` when nothing is left to do (every waiter has been answered).
+    fn unstage(
+        &self,
+        st: &mut State,
+        stage: &mut Stage,
+        live: &mut Vec<Pending>,
+        (i, e): (usize, StoreError),
+    ) -> Option<()> {
+        for (s, l) in std::mem::take(&mut stage.allocated) {
+            if let Err(e) = st.alloc.release(s, l) {
+                self.fail_all(std::mem::take(live), e);
+                return None;
+            }
+        }
+        if e.is_fatal() || i >= live.len() {
+            self.fail_all(std::mem::take(live), e);
+            return None;
+        }
+        let p = live.remove(i);
+        let _ = p.done.send(Err(e));
+        (!live.is_empty()).then_some(())
+    }
+
+    /// Makes a staged group durable: its data and redo record in one device write batch and one
+    /// flush, then a KV commit without a sync; or, when no record can be logged, its data and a
+    /// flush followed by a durable KV commit that checkpoints the log.
+    async fn commit_staged(
+        &self,
+        st: &mut State,
+        mut wtx: redb::WriteTransaction,
+        stage: &mut Stage,
+        redo: wal::Redo,
+    ) -> Result<()> {
+        let bs = self.sb.block_bytes;
+        let runs: Vec<(u64, u64)> = stage
+            .new_data
+            .iter()
+            .map(|(&s, b)| (s, b.len() as u64 / bs))
+            .collect();
+        let record_blocks = (wal::encoded_len(&redo, runs.len()) as u64).div_ceil(bs);
+        let placed = if record_blocks * bs <= self.cfg.max_io_bytes {
+            st.wal.place(record_blocks, self.cfg.wal_checkpoint_records)
+        } else {
+            None
+        };
+        let mut ios: Vec<(u64, cairn_blockdev::AlignedBuf)> = Vec::with_capacity(runs.len() + 1);
+        if let Some(pos) = placed {
+            let record = wal::encode(st.wal.next_seq, &redo, &runs, bs);
+            self.counters
+                .wal_bytes_written
+                .fetch_add(record.len() as u64, Ordering::Relaxed);
+            // The ring lies before the data area, so the record goes first in block order.
+            ios.push((st.wal.first_block + pos, self.bufs.build(&[&record])?));
+        }
+        ios.extend(std::mem::take(&mut stage.new_data));
+        if !ios.is_empty() {
+            let t = Instant::now();
+            self.write_runs(ios).await?;
+            elapsed_into(&self.counters.data_write_ns, t);
+            let t = Instant::now();
+            self.dev_flush().await?;
+            elapsed_into(&self.counters.device_flush_ns, t);
+        }
+        let t = Instant::now();
+        match placed {
+            Some(pos) => {
+                wtx.set_durability(redb::Durability::None);
+                wtx.commit().map_err(|e| self.fatal(kv(e)))?;
+                st.wal.advance(pos, record_blocks);
+                self.counters.wal_records.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                wtx.set_durability(redb::Durability::Immediate);
+                {
+                    let mut meta = wtx.open_table(META).map_err(|e| self.fatal(kv(e)))?;
+                    meta.insert(wal::MARKER_KEY, st.wal.marker().encode().as_slice())
+                        .map_err(|e| self.fatal(kv(e)))?;
+                }
+                wtx.commit().map_err(|e| self.fatal(kv(e)))?;
+                st.wal.checkpointed();
+                self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        elapsed_into(&self.counters.kv_commit_ns, t);
+        Ok(())
     }
 
     fn check_name(&self, what: &str, name: &str) -> Result<()> {

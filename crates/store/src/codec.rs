@@ -166,22 +166,36 @@ pub struct Superblock {
     pub block_bytes: u64,
     /// Device size at mkfs.
     pub device_bytes: u64,
+    /// Blocks of the write-ahead log ring, which starts at block 1 (0: no log).
+    pub wal_blocks: u64,
 }
 
 /// Magic at the start of device block 0; its last character is the on-disk format generation
-/// (`1`: per-block metadata, `2`: extent records).
-pub const SUPER_MAGIC: &[u8; 8] = b"cairnst2";
+/// (`1`: per-block metadata, `2`: extent records, `3`: a write-ahead log ring on the device).
+pub const SUPER_MAGIC: &[u8; 8] = b"cairnst3";
 
 /// The magic without its generation character.
 const SUPER_MAGIC_FAMILY: &[u8; 7] = b"cairnst";
 
 impl Superblock {
+    /// Bytes of [`Superblock::encode`]'s output: the magic and the sealed fields.
+    pub const ENCODED_BYTES: usize = 8 + 32 + 5;
+
+    /// First block of the write-ahead log ring (right after the superblock).
+    pub const WAL_FIRST_BLOCK: u64 = 1;
+
+    /// First block of the data area (after the superblock and the write-ahead log ring).
+    pub fn first_data_block(&self) -> u64 {
+        Self::WAL_FIRST_BLOCK + self.wal_blocks
+    }
+
     /// Encodes the superblock (magic + sealed fields).
     pub fn encode(&self) -> Vec<u8> {
-        let mut p = Vec::with_capacity(24);
+        let mut p = Vec::with_capacity(32);
         p.extend_from_slice(&self.uuid.to_le_bytes());
         p.extend_from_slice(&self.block_bytes.to_le_bytes());
         p.extend_from_slice(&self.device_bytes.to_le_bytes());
+        p.extend_from_slice(&self.wal_blocks.to_le_bytes());
         let mut v = SUPER_MAGIC.to_vec();
         v.extend_from_slice(&seal(&p));
         v
@@ -196,14 +210,15 @@ impl Superblock {
                 supported: String::from_utf8_lossy(SUPER_MAGIC).into_owned(),
             });
         }
-        if b.len() < 8 + 29 || &b[..8] != SUPER_MAGIC {
+        if b.len() < Self::ENCODED_BYTES || &b[..8] != SUPER_MAGIC {
             return Err(StoreError::Corrupt("superblock: bad magic".into()));
         }
-        let p = open(&b[8..8 + 29], "superblock")?;
+        let p = open(&b[8..Self::ENCODED_BYTES], "superblock")?;
         Ok(Self {
             uuid: le_u64(p, 0, "superblock")?,
             block_bytes: le_u64(p, 8, "superblock")?,
             device_bytes: le_u64(p, 16, "superblock")?,
+            wal_blocks: le_u64(p, 24, "superblock")?,
         })
     }
 }
@@ -326,6 +341,7 @@ mod tests {
             uuid: 9,
             block_bytes: 4096,
             device_bytes: 1 << 20,
+            wal_blocks: 16,
         };
         let mut blk = s.encode();
         blk.resize(4096, 0);

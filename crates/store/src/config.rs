@@ -37,6 +37,13 @@ pub struct StoreConfig {
     /// Onode cache size, bytes: committed size and extent maps of recently read objects, so a
     /// read that hits it needs no KV lookup (0 disables it).
     pub meta_cache_bytes: usize,
+    /// Size of the write-ahead log ring on the data device, bytes, fixed at mkfs (capped at a
+    /// sixteenth of the device; 0: no log, every group commit flushes the device and then syncs
+    /// the KV). With the log a group commit costs one device flush.
+    pub wal_bytes: u64,
+    /// A checkpoint (durable KV commit) after at most this many logged group commits, which
+    /// bounds replay at mount and the KV's growth between checkpoints.
+    pub wal_checkpoint_records: u64,
 }
 
 impl Default for StoreConfig {
@@ -55,11 +62,24 @@ impl Default for StoreConfig {
             max_object_bytes: 1 << 40,
             kv_cache_bytes: 64 << 20,
             meta_cache_bytes: 32 << 20,
+            wal_bytes: 64 << 20,
+            wal_checkpoint_records: 256,
         }
     }
 }
 
 impl StoreConfig {
+    /// Blocks of write-ahead log ring for a device of `device_bytes`: `wal_bytes` capped at a
+    /// sixteenth of the device, in whole blocks (0 when that leaves fewer than 8).
+    pub fn wal_blocks_for(&self, device_bytes: u64) -> u64 {
+        let blocks = self.wal_bytes.min(device_bytes / 16) / self.block_bytes;
+        if blocks < 8 {
+            0
+        } else {
+            blocks
+        }
+    }
+
     /// Checks the configuration against a device alignment.
     pub fn validate(&self, device_alignment_bytes: u64) -> Result<()> {
         let bad = |m: String| Err(StoreError::Config(m));

@@ -8,10 +8,11 @@
 
 use crate::codec::{block_key, prefix_end, split_block_key, Extent, MAX_EXTENT_BLOCKS};
 use crate::error::{kv, Result};
-use redb::{ReadableTable, Table};
+use crate::logged::Logged;
+use redb::ReadableTable;
 
-/// The extents table inside a write transaction.
-pub(crate) type ExtTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
+/// The extents table inside a write transaction (changes recorded for the redo log).
+pub(crate) type ExtTable<'t> = Logged<'t, &'static [u8], &'static [u8]>;
 
 /// One entry of a range over the extents table.
 type Item<'a> = std::result::Result<
@@ -96,7 +97,7 @@ pub(crate) fn punch(
     from: u64,
     to: Option<u64>,
 ) -> Result<Vec<Extent>> {
-    let hit = overlapping(t, prefix, from, to)?;
+    let hit = overlapping(&**t, prefix, from, to)?;
     let to = to.unwrap_or(u64::MAX);
     let mut removed = Vec::with_capacity(hit.len());
     for e in hit {
@@ -119,7 +120,7 @@ pub(crate) fn punch(
 pub(crate) fn insert(t: &mut ExtTable<'_>, prefix: &[u8], e: Extent) -> Result<()> {
     let mut e = e;
     if e.lblock > 0 {
-        let left = overlapping(t, prefix, e.lblock - 1, Some(e.lblock))?;
+        let left = overlapping(&**t, prefix, e.lblock - 1, Some(e.lblock))?;
         if let Some(l) = left.into_iter().next() {
             if l.lend() == e.lblock
                 && l.pblock + l.blocks() == e.pblock
@@ -165,12 +166,12 @@ mod tests {
             .unwrap();
         let w = db.begin_write().unwrap();
         {
-            let mut t = w.open_table(EXTENTS).unwrap();
+            let mut t = Logged::new(w.open_table(EXTENTS).unwrap());
             let other = object_prefix(1, "aa");
             put(&mut t, &other, &ext(0, 900, 4)).unwrap();
             f(&mut t, &object_prefix(1, "a"));
             assert_eq!(
-                all(&t, &other).unwrap(),
+                all(&*t, &other).unwrap(),
                 vec![ext(0, 900, 4)],
                 "neighbour untouched"
             );
@@ -189,18 +190,18 @@ mod tests {
                 .map(|e| (e.lblock, e.pblock, e.blocks()))
                 .collect();
             assert_eq!(got, vec![(3, 13, 5), (20, 40, 2)]);
-            let left: Vec<(u64, u64, u64)> = all(t, p)
+            let left: Vec<(u64, u64, u64)> = all(&**t, p)
                 .unwrap()
                 .iter()
                 .map(|e| (e.lblock, e.pblock, e.blocks()))
                 .collect();
             assert_eq!(left, vec![(0, 10, 3), (22, 42, 2)]);
-            let rest = all(t, p).unwrap();
+            let rest = all(&**t, p).unwrap();
             assert_eq!(rest[1].crcs, vec![1022, 1023], "crcs follow their blocks");
             assert!(punch(t, p, 5, Some(20)).unwrap().is_empty(), "hole");
             let tail = punch(t, p, 1, None).unwrap();
             assert_eq!(tail.len(), 2);
-            assert_eq!(all(t, p).unwrap(), vec![ext(0, 10, 1)]);
+            assert_eq!(all(&**t, p).unwrap(), vec![ext(0, 10, 1)]);
         });
     }
 
@@ -210,7 +211,7 @@ mod tests {
             insert(t, p, ext(0, 10, 8)).unwrap();
             let mid = punch(t, p, 2, Some(3)).unwrap();
             assert_eq!(mid, vec![ext(0, 10, 8).slice(2, 3)]);
-            let exts = all(t, p).unwrap();
+            let exts = all(&**t, p).unwrap();
             assert_eq!(
                 exts,
                 vec![ext(0, 10, 8).slice(0, 2), ext(0, 10, 8).slice(3, 8)]
@@ -224,17 +225,17 @@ mod tests {
             insert(t, p, ext(0, 10, 3)).unwrap();
             insert(t, p, ext(3, 13, 2)).unwrap();
             insert(t, p, ext(5, 99, 1)).unwrap();
-            let exts = all(t, p).unwrap();
+            let exts = all(&**t, p).unwrap();
             assert_eq!(exts.len(), 2);
             assert_eq!((exts[0].blocks(), exts[0].crcs[3]), (5, 1003));
             let long = MAX_EXTENT_BLOCKS as u32 * 2 + 7;
             insert(t, p, ext(100, 1000, long)).unwrap();
-            let exts = overlapping(t, p, 100, None).unwrap();
+            let exts = overlapping(&**t, p, 100, None).unwrap();
             assert_eq!(exts.len(), 3);
             assert_eq!(exts.iter().map(Extent::blocks).sum::<u64>(), long as u64);
             assert_eq!(exts[1].pblock, 1000 + MAX_EXTENT_BLOCKS);
-            assert_eq!(overlapping(t, p, 1, Some(2)).unwrap().len(), 1);
-            assert!(overlapping(t, p, 6, Some(100)).unwrap().is_empty());
+            assert_eq!(overlapping(&**t, p, 1, Some(2)).unwrap().len(), 1);
+            assert!(overlapping(&**t, p, 6, Some(100)).unwrap().is_empty());
         });
     }
 }

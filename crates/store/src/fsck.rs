@@ -127,7 +127,9 @@ impl Store {
                     ));
                 }
             }
-            if e.pblock == 0 || e.pblock.saturating_add(e.blocks()) > total_blocks {
+            if e.pblock < self.sb.first_data_block()
+                || e.pblock.saturating_add(e.blocks()) > total_blocks
+            {
                 rep.errors.push(format!(
                     "{}/{name} block {idx} points outside the data area ({})",
                     coll_name(id),
@@ -161,7 +163,7 @@ impl Store {
             referenced += end.saturating_sub(reach.max(e.pblock));
             reach = reach.max(end);
         }
-        let usable = total_blocks - 1;
+        let usable = total_blocks - self.sb.first_data_block();
         let used = usable - st.alloc.free_blocks();
         if used != referenced {
             rep.errors.push(format!(

@@ -4,8 +4,10 @@
 //! Data lives on one [`cairn_blockdev::BlockDevice`]; metadata (collections, objects, extent
 //! maps with a crc32c per block, xattrs, omaps, deferred writes) lives in an embedded redb
 //! database. Transactions are atomic and durable: new data is written copy-on-write to free
-//! blocks and flushed before the KV commit that references it (data written once, no journal
-//! double write); sub-block overwrites are logged in the KV and applied in place later. Every
+//! blocks together with a redo record of the metadata in a write-ahead log ring on the same
+//! device, and one device flush commits both (data written once, no journal double write; the
+//! KV is synced only at checkpoints); sub-block overwrites are logged as deferred writes and
+//! applied in place later. Every
 //! read is verified against its checksum. See `docs/store.md` for the design and the crash
 //! model.
 //!
@@ -22,10 +24,13 @@ pub mod error;
 mod extmap;
 pub mod fsck;
 pub mod kv;
+mod logged;
 mod read;
+mod replay;
 mod stage;
 pub mod store;
 pub mod txn;
+mod wal;
 
 pub use config::StoreConfig;
 pub use error::{Result, StoreError};

@@ -14,37 +14,55 @@ use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, 
 use crate::error::{kv, Result, StoreError};
 use crate::extmap::{self, ExtTable};
 use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
+use crate::logged::Logged;
 use crate::store::{State, Store};
 use crate::txn::Op;
+use crate::wal::Redo;
 use cairn_blockdev::AlignedBuf;
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use std::collections::BTreeMap;
 
-type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
+type BytesTable<'t> = Logged<'t, &'static [u8], &'static [u8]>;
 
-/// Open table handles of one write transaction.
+/// Open table handles of one write transaction, each recording what it changes (the redo record
+/// of the group, see `wal`).
 pub(crate) struct Tables<'t> {
-    meta: Table<'t, &'static str, &'static [u8]>,
-    colls: Table<'t, &'static str, &'static [u8]>,
+    meta: Logged<'t, &'static str, &'static [u8]>,
+    colls: Logged<'t, &'static str, &'static [u8]>,
     onodes: BytesTable<'t>,
     extents: ExtTable<'t>,
     xattrs: BytesTable<'t>,
     omap: BytesTable<'t>,
-    pub(crate) deferred: Table<'t, u64, &'static [u8]>,
+    pub(crate) deferred: Logged<'t, u64, &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
     /// Opens every table in `w`.
     pub(crate) fn open(w: &'t WriteTransaction) -> Result<Self> {
         Ok(Self {
-            meta: w.open_table(META).map_err(kv)?,
-            colls: w.open_table(COLLS).map_err(kv)?,
-            onodes: w.open_table(ONODES).map_err(kv)?,
-            extents: w.open_table(EXTENTS).map_err(kv)?,
-            xattrs: w.open_table(XATTRS).map_err(kv)?,
-            omap: w.open_table(OMAP).map_err(kv)?,
-            deferred: w.open_table(DEFERRED).map_err(kv)?,
+            meta: Logged::new(w.open_table(META).map_err(kv)?),
+            colls: Logged::new(w.open_table(COLLS).map_err(kv)?),
+            onodes: Logged::new(w.open_table(ONODES).map_err(kv)?),
+            extents: Logged::new(w.open_table(EXTENTS).map_err(kv)?),
+            xattrs: Logged::new(w.open_table(XATTRS).map_err(kv)?),
+            omap: Logged::new(w.open_table(OMAP).map_err(kv)?),
+            deferred: Logged::new(w.open_table(DEFERRED).map_err(kv)?),
         })
+    }
+
+    /// Every change recorded so far, by table (forgetting them).
+    pub(crate) fn take_redo(&mut self) -> Redo {
+        Redo {
+            tables: [
+                self.meta.take_touched(),
+                self.colls.take_touched(),
+                self.onodes.take_touched(),
+                self.extents.take_touched(),
+                self.xattrs.take_touched(),
+                self.omap.take_touched(),
+                self.deferred.take_touched(),
+            ],
+        }
     }
 }
 
@@ -469,7 +487,7 @@ impl Store {
         o: &Obj<'_>,
         idx: u64,
     ) -> Result<Vec<u8>> {
-        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
+        let exts = extmap::overlapping(&*t.extents, &o.prefix, idx, Some(idx + 1))?;
         match exts.first() {
             Some(e) => {
                 self.staged_extent(st, stage, o, &e.slice(idx, idx + 1))
@@ -491,7 +509,7 @@ impl Store {
         idx: u64,
         f: impl FnOnce(&mut [u8]),
     ) -> Result<bool> {
-        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
+        let exts = extmap::overlapping(&*t.extents, &o.prefix, idx, Some(idx + 1))?;
         let Some(mut e) = exts.into_iter().next() else {
             return Ok(false);
         };
@@ -727,7 +745,7 @@ impl Store {
     ) -> Result<()> {
         self.remove_object(st, stage, t, d)?;
         let bs = self.sb.block_bytes;
-        for e in extmap::all(&t.extents, &s.prefix)? {
+        for e in extmap::all(&*t.extents, &s.prefix)? {
             let content = self.staged_extent(st, stage, s, &e).await?;
             let mut lblock = e.lblock;
             for (p, len) in self.alloc_extents(st, stage, e.blocks())? {

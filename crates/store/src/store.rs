@@ -5,12 +5,17 @@
 //!
 //! 1. Stage every operation of a transaction inside one redb write transaction (metadata only);
 //!    new data goes to blocks that committed metadata does not reference (copy-on-write), small
-//!    overwrites are recorded as deferred writes in the KV.
-//! 2. Write the new blocks to the device and **flush** it.
-//! 3. Commit the KV transaction (`Durability::Immediate`): this is the atomic commit point and
-//!    the acknowledgement.
-//! 4. Only then release the blocks the transaction freed, and later apply deferred writes in
-//!    place, flush, and delete their records (replayed at mount if a crash intervenes).
+//!    overwrites are recorded as deferred writes in the KV. The tables record the final value
+//!    of every key they change (the group's redo record).
+//! 2. Write the new blocks **and the redo record** (into the write-ahead log ring, `wal`) to the
+//!    device and **flush** it: this one flush is the atomic commit point and the
+//!    acknowledgement. The KV transaction is then committed without a sync.
+//! 3. Every `wal_checkpoint_records` groups, when the ring is half used, or when a record does
+//!    not fit, the group instead flushes its data and commits the KV durably
+//!    (`Durability::Immediate`) with the checkpoint marker: everything before is then in the
+//!    KV, and mount replays only records after the marker.
+//! 4. Only after the commit release the blocks the transaction freed, and later apply deferred
+//!    writes in place, flush, and delete their records (replayed at mount if a crash intervenes).
 //!
 //! Any device or KV error puts the store in the failed state (never retried). It must never
 //! return bytes whose crc32c does not match, and never write over a block that committed
@@ -25,6 +30,7 @@ use crate::error::{kv, Result, StoreError};
 use crate::kv::{
     CountingBackend, DynBackend, KvCounters, COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS,
 };
+use crate::wal::{self, Marker, WalRing};
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use redb::{Database, ReadableTable, ReadableTableMetadata, StorageBackend};
 use std::collections::HashMap;
@@ -129,6 +135,17 @@ pub struct StoreStats {
     pub device_flush_ns: u64,
     /// Time spent in KV commits of transactions, ns.
     pub kv_commit_ns: u64,
+    /// Group commits made durable by a write-ahead log record (one device flush, no KV sync).
+    pub wal_records: u64,
+    /// Bytes of write-ahead log records written.
+    pub wal_bytes_written: u64,
+    /// Checkpoints: durable KV commits carrying the log's marker.
+    pub checkpoints: u64,
+    /// Records replayed from the log at the last mount.
+    pub wal_replayed: u64,
+    /// Records found at the last mount whose data had not all reached the device (never
+    /// acknowledged), and were discarded.
+    pub wal_discarded: u64,
 }
 
 #[derive(Debug, Default)]
@@ -144,6 +161,11 @@ pub(crate) struct Counters {
     pub data_write_ns: AtomicU64,
     pub device_flush_ns: AtomicU64,
     pub kv_commit_ns: AtomicU64,
+    pub wal_records: AtomicU64,
+    pub wal_bytes_written: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub wal_replayed: AtomicU64,
+    pub wal_discarded: AtomicU64,
 }
 
 /// Mutable in-memory state, guarded by the store's lock.
@@ -154,6 +176,8 @@ pub(crate) struct State {
     pub deferred: HashMap<u64, Arc<Vec<u8>>>,
     pub objects: u64,
     pub stored_bytes: u64,
+    /// The write-ahead log ring's position.
+    pub wal: WalRing,
 }
 
 /// A BlueStore-style object store on one block device with metadata in redb.
@@ -256,10 +280,17 @@ impl Store {
                 "device holds fewer than 2 blocks".into(),
             ));
         }
+        let wal_blocks = cfg.wal_blocks_for(props.size_bytes);
+        if total_blocks < 2 + wal_blocks {
+            return Err(StoreError::Config(
+                "device holds no data blocks after the log".into(),
+            ));
+        }
         let sb = Superblock {
             uuid: fresh_uuid(props.size_bytes),
             block_bytes: cfg.block_bytes,
             device_bytes: props.size_bytes,
+            wal_blocks,
         };
         let db = open_db(kv_loc, true, cfg, Arc::new(KvCounters::default()))?;
         let mut block0 = sb.encode();
@@ -270,7 +301,14 @@ impl Store {
         wtx.set_durability(redb::Durability::Immediate);
         {
             let mut meta = wtx.open_table(META).map_err(kv)?;
-            meta.insert("super", &block0[..8 + 29]).map_err(kv)?;
+            meta.insert("super", &block0[..Superblock::ENCODED_BYTES])
+                .map_err(kv)?;
+            let marker = Marker {
+                next_seq: 1,
+                head_block: 0,
+            };
+            meta.insert(wal::MARKER_KEY, marker.encode().as_slice())
+                .map_err(kv)?;
             meta.insert("next_coll", codec::seal(&1u32.to_le_bytes()).as_slice())
                 .map_err(kv)?;
             for t in [ONODES, EXTENTS, XATTRS, OMAP] {
@@ -284,7 +322,8 @@ impl Store {
     }
 
     /// Mounts a store made by [`Store::mkfs`]: checks that device and KV belong together,
-    /// rebuilds the allocator from the block references, and replays deferred writes.
+    /// replays the write-ahead log into the KV, rebuilds the allocator from the block references,
+    /// and applies deferred writes.
     pub async fn mount(
         dev: Arc<dyn BlockDevice>,
         kv_loc: KvLocation,
@@ -297,11 +336,18 @@ impl Store {
         let mut block0 = vec![0u8; cfg.block_bytes as usize];
         dev.read(0, &mut block0).await?;
         let on_dev = Superblock::decode(&block0)?;
-        let rtx = db.begin_read().map_err(kv)?;
-        let meta = rtx.open_table(META).map_err(kv)?;
-        let in_kv = match meta.get("super").map_err(kv)? {
-            Some(v) => Superblock::decode(v.value())?,
-            None => return Err(StoreError::Corrupt("KV has no superblock".into())),
+        let (in_kv, marker) = {
+            let rtx = db.begin_read().map_err(kv)?;
+            let meta = rtx.open_table(META).map_err(kv)?;
+            let sb = match meta.get("super").map_err(kv)? {
+                Some(v) => Superblock::decode(v.value())?,
+                None => return Err(StoreError::Corrupt("KV has no superblock".into())),
+            };
+            let marker = match meta.get(wal::MARKER_KEY).map_err(kv)? {
+                Some(v) => Marker::decode(v.value())?,
+                None => return Err(StoreError::Corrupt("KV has no log marker".into())),
+            };
+            (sb, marker)
         };
         if on_dev != in_kv {
             return Err(StoreError::Config(format!(
@@ -314,6 +360,10 @@ impl Store {
                 in_kv.block_bytes, in_kv.device_bytes, cfg.block_bytes, props.size_bytes
             )));
         }
+        let mut ring = WalRing::new(Superblock::WAL_FIRST_BLOCK, in_kv.wal_blocks, marker);
+        let counters = Counters::default();
+        crate::replay::replay_log(&*dev, &db, in_kv.block_bytes, &mut ring, &counters).await?;
+        let rtx = db.begin_read().map_err(kv)?;
         let mut used = Vec::new();
         for item in rtx.open_table(EXTENTS).map_err(kv)?.iter().map_err(kv)? {
             let (k, v) = item.map_err(kv)?;
@@ -322,7 +372,7 @@ impl Store {
             used.push((e.pblock, e.blocks()));
         }
         let total_blocks = in_kv.device_bytes / in_kv.block_bytes;
-        let alloc = Allocator::from_used(total_blocks, 1, &mut used)?;
+        let alloc = Allocator::from_used(total_blocks, in_kv.first_data_block(), &mut used)?;
         let (mut objects, mut stored_bytes) = (0, 0);
         for item in rtx.open_table(ONODES).map_err(kv)?.iter().map_err(kv)? {
             let (_, v) = item.map_err(kv)?;
@@ -342,7 +392,6 @@ impl Store {
             }
             deferred.insert(k.value(), Arc::new(data.to_vec()));
         }
-        drop(meta);
         drop(rtx);
         let store = Store {
             dev,
@@ -353,9 +402,10 @@ impl Store {
                 deferred,
                 objects,
                 stored_bytes,
+                wal: ring,
             }),
             failed: Mutex::new(None),
-            counters: Counters::default(),
+            counters,
             kv_counters,
             commit_queue: Mutex::new(std::collections::VecDeque::new()),
             onode_cache: OnodeCache::new(cfg.meta_cache_bytes),
@@ -369,14 +419,40 @@ impl Store {
         Ok(store)
     }
 
-    /// Applies every pending deferred write now (also done automatically in batches).
+    /// Applies every pending deferred write now (also done automatically in batches) and
+    /// checkpoints the write-ahead log, so that everything committed is in the KV.
     pub async fn sync(&self) -> Result<()> {
         self.check_ok()?;
         let mut st = self.state.write().await;
-        self.apply_deferred(&mut st).await
+        self.apply_deferred(&mut st).await?;
+        if st.wal.records_since_checkpoint() > 0 {
+            self.checkpoint(&mut st, Vec::new())?;
+        }
+        Ok(())
     }
 
-    /// Applies pending deferred writes, then umounts (drops) the store.
+    /// Commits to the KV durably, recording the log's marker, after applying `changes` (one write
+    /// transaction). Everything logged so far is then in the KV: the ring's space is free again.
+    pub(crate) fn checkpoint(&self, st: &mut State, deferred_done: Vec<u64>) -> Result<()> {
+        let f = |e: redb::Error| self.fatal(kv(e));
+        let mut wtx = self.db.begin_write().map_err(|e| f(e.into()))?;
+        wtx.set_durability(redb::Durability::Immediate);
+        {
+            let mut t = wtx.open_table(DEFERRED).map_err(|e| f(e.into()))?;
+            for k in &deferred_done {
+                t.remove(*k).map_err(|e| f(e.into()))?;
+            }
+            let mut meta = wtx.open_table(META).map_err(|e| f(e.into()))?;
+            meta.insert(wal::MARKER_KEY, st.wal.marker().encode().as_slice())
+                .map_err(|e| f(e.into()))?;
+        }
+        wtx.commit().map_err(|e| f(e.into()))?;
+        st.wal.checkpointed();
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Applies pending deferred writes, checkpoints the log, then umounts (drops) the store.
     pub async fn umount(self) -> Result<()> {
         self.sync().await
     }
@@ -530,15 +606,7 @@ impl Store {
         }
         self.write_runs(runs).await?;
         self.dev_flush().await?;
-        let mut wtx = self.db.begin_write().map_err(|e| self.fatal(kv(e)))?;
-        wtx.set_durability(redb::Durability::Immediate);
-        {
-            let mut t = wtx.open_table(DEFERRED).map_err(|e| self.fatal(kv(e)))?;
-            for (k, _) in &pending {
-                t.remove(*k).map_err(|e| self.fatal(kv(e)))?;
-            }
-        }
-        wtx.commit().map_err(|e| self.fatal(kv(e)))?;
+        self.checkpoint(st, pending.iter().map(|(k, _)| *k).collect())?;
         self.counters
             .deferred_applied
             .fetch_add(pending.len() as u64, Ordering::Relaxed);
@@ -550,7 +618,10 @@ impl Store {
     pub async fn stats(&self) -> StoreStats {
         let st = self.state.read().await;
         let bs = self.sb.block_bytes;
-        let usable = st.alloc.total_blocks().saturating_sub(1);
+        let usable = st
+            .alloc
+            .total_blocks()
+            .saturating_sub(self.sb.first_data_block());
         StoreStats {
             objects: st.objects,
             stored_bytes: st.stored_bytes,
@@ -573,6 +644,11 @@ impl Store {
             data_write_ns: self.counters.data_write_ns.load(Ordering::Relaxed),
             device_flush_ns: self.counters.device_flush_ns.load(Ordering::Relaxed),
             kv_commit_ns: self.counters.kv_commit_ns.load(Ordering::Relaxed),
+            wal_records: self.counters.wal_records.load(Ordering::Relaxed),
+            wal_bytes_written: self.counters.wal_bytes_written.load(Ordering::Relaxed),
+            checkpoints: self.counters.checkpoints.load(Ordering::Relaxed),
+            wal_replayed: self.counters.wal_replayed.load(Ordering::Relaxed),
+            wal_discarded: self.counters.wal_discarded.load(Ordering::Relaxed),
         }
     }
 

@@ -145,19 +145,30 @@ async fn big_writes_are_written_once_and_small_ones_are_deferred() {
     t.write("c", "big", 0, &pattern(1, 1 << 20));
     s.queue_transaction(&t).await.unwrap();
     let after = s.stats().await;
+    let data_written =
+        |st: &cairn_store::StoreStats| st.device_bytes_written - st.wal_bytes_written;
     assert_eq!(
-        after.device_bytes_written - before.device_bytes_written,
+        data_written(&after) - data_written(&before),
         1 << 20,
         "one write of the data, no journal"
     );
+    assert_eq!(
+        after.wal_bytes_written - before.wal_bytes_written,
+        4096,
+        "plus one block of metadata in the log"
+    );
+    assert_eq!(after.wal_records - before.wal_records, 1);
+    assert_eq!(after.kv_syncs, before.kv_syncs, "no KV sync to commit");
+    assert_eq!(after.device_flushes - before.device_flushes, 1, "one flush");
     assert_eq!(after.deferred_pending_bytes, 0);
     let mut t = Transaction::new();
     t.write("c", "big", 10, b"hello");
     s.queue_transaction(&t).await.unwrap();
     let small = s.stats().await;
     assert_eq!(
-        small.device_bytes_written, after.device_bytes_written,
-        "small overwrite goes to the KV first"
+        data_written(&small),
+        data_written(&after),
+        "small overwrite goes to the log first, not to its block"
     );
     assert_eq!(small.deferred_pending_bytes, 4096);
     let mut expected = pattern(1, 1 << 20);
@@ -169,10 +180,7 @@ async fn big_writes_are_written_once_and_small_ones_are_deferred() {
     s.sync().await.unwrap();
     let applied = s.stats().await;
     assert_eq!(applied.deferred_pending_bytes, 0);
-    assert_eq!(
-        applied.device_bytes_written - small.device_bytes_written,
-        4096
-    );
+    assert_eq!(data_written(&applied) - data_written(&small), 4096);
     assert!(s.fsck(true).await.unwrap().is_clean());
     let st = s.stats().await;
     assert_eq!(st.objects, 1);

@@ -1,0 +1,140 @@
+//! Mount-time recovery from the write-ahead log: read the records written since the last
+//! checkpoint in order, discard the last one if its data blocks did not all reach the device
+//! (it was never acknowledged), apply the rest to the KV, and checkpoint.
+//!
+//! It must never apply a record out of sequence, one whose checksum fails, or one after a gap.
+
+use crate::error::{kv, Result};
+use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
+use crate::logged::replay;
+use crate::store::Counters;
+use crate::wal::{self, Record, WalRing};
+use cairn_blockdev::BlockDevice;
+use redb::Database;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+/// The record with sequence number `seq` at ring position `pos`, if one is there whole.
+async fn read_record(
+    dev: &dyn BlockDevice,
+    ring: &WalRing,
+    block_bytes: u64,
+    pos: u64,
+    seq: u64,
+) -> Result<Option<Record>> {
+    let mut first = vec![0u8; block_bytes as usize];
+    dev.read((ring.first_block + pos) * block_bytes, &mut first)
+        .await?;
+    let Some((found, blocks)) = wal::peek_header(&first) else {
+        return Ok(None);
+    };
+    if found != seq || pos + blocks > ring.blocks {
+        return Ok(None);
+    }
+    let mut whole = vec![0u8; (blocks * block_bytes) as usize];
+    whole[..block_bytes as usize].copy_from_slice(&first);
+    if blocks > 1 {
+        dev.read(
+            (ring.first_block + pos + 1) * block_bytes,
+            &mut whole[block_bytes as usize..],
+        )
+        .await?;
+    }
+    // A torn or stale record is where the log ends, not an error.
+    Ok(wal::decode(&whole).ok())
+}
+
+/// Whether every block of `rec`'s copy-on-write runs holds the contents its extents expect.
+async fn data_landed(dev: &dyn BlockDevice, block_bytes: u64, rec: &Record) -> Result<bool> {
+    let expected: HashMap<u64, u32> = rec.expected_run_crcs()?.into_iter().collect();
+    let bs = block_bytes as usize;
+    for &(start, n) in &rec.runs {
+        let mut buf = vec![0u8; n as usize * bs];
+        dev.read(start * block_bytes, &mut buf).await?;
+        for (i, block) in buf.chunks_exact(bs).enumerate() {
+            if let Some(&want) = expected.get(&(start + i as u64)) {
+                if crc32c::crc32c(block) != want {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Replays the log after `ring`'s marker into `db` and checkpoints (always, so that the next
+/// record gets a sequence number no torn record on the device carries), leaving `ring` at the new
+/// head with nothing to replay.
+pub(crate) async fn replay_log(
+    dev: &dyn BlockDevice,
+    db: &Database,
+    block_bytes: u64,
+    ring: &mut WalRing,
+    counters: &Counters,
+) -> Result<()> {
+    if ring.blocks == 0 {
+        return Ok(());
+    }
+    let mut records: Vec<(u64, Record)> = Vec::new();
+    let (mut pos, mut seq, mut consumed) = (ring.head, ring.next_seq, 0u64);
+    loop {
+        let mut found = read_record(dev, ring, block_bytes, pos, seq)
+            .await?
+            .map(|r| (pos, r));
+        if found.is_none() && pos != 0 {
+            found = read_record(dev, ring, block_bytes, 0, seq)
+                .await?
+                .map(|r| (0, r));
+        }
+        let Some((at, rec)) = found else { break };
+        consumed += rec.blocks + if at < pos { ring.blocks - pos } else { 0 };
+        if consumed > ring.blocks {
+            break;
+        }
+        pos = if at + rec.blocks >= ring.blocks {
+            0
+        } else {
+            at + rec.blocks
+        };
+        seq += 1;
+        records.push((at, rec));
+    }
+    if let Some((at, last)) = records.last() {
+        if !data_landed(dev, block_bytes, last).await? {
+            pos = *at;
+            records.pop();
+            counters.wal_discarded.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let mut wtx = db.begin_write().map_err(kv)?;
+    wtx.set_durability(redb::Durability::Immediate);
+    {
+        let mut meta = wtx.open_table(META).map_err(kv)?;
+        let mut colls = wtx.open_table(COLLS).map_err(kv)?;
+        let mut onodes = wtx.open_table(ONODES).map_err(kv)?;
+        let mut extents = wtx.open_table(EXTENTS).map_err(kv)?;
+        let mut xattrs = wtx.open_table(XATTRS).map_err(kv)?;
+        let mut omap = wtx.open_table(OMAP).map_err(kv)?;
+        let mut deferred = wtx.open_table(DEFERRED).map_err(kv)?;
+        for (_, rec) in &records {
+            let t = &rec.tables;
+            replay(&mut meta, &t[0])?;
+            replay(&mut colls, &t[1])?;
+            replay(&mut onodes, &t[2])?;
+            replay(&mut extents, &t[3])?;
+            replay(&mut xattrs, &t[4])?;
+            replay(&mut omap, &t[5])?;
+            replay(&mut deferred, &t[6])?;
+        }
+        ring.head = pos;
+        ring.next_seq = seq + 1;
+        ring.checkpointed();
+        meta.insert(wal::MARKER_KEY, ring.marker().encode().as_slice())
+            .map_err(kv)?;
+    }
+    wtx.commit().map_err(kv)?;
+    counters
+        .wal_replayed
+        .fetch_add(records.len() as u64, Ordering::Relaxed);
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! The write-ahead log on the data device: acknowledged groups live only in the log until a
+//! checkpoint, are replayed at mount, and a last record whose data did not reach the device is
+//! discarded rather than replayed over missing blocks.
+
+mod common;
+
+use cairn_blockdev::PowerLossMode;
+use cairn_store::{
+    CrashableKv, KvLocation, KvLossMode, Store, StoreConfig, StoreError, Transaction,
+};
+use common::{cfg, dump, fresh_images, model_apply, pattern, Rig};
+use std::sync::Arc;
+
+fn write_txn(name: &str, seed: u8, len: usize) -> Transaction {
+    let mut t = Transaction::new();
+    t.write("c", name, 0, &pattern(seed, len));
+    t.setattr("c", name, "seed", &[seed]);
+    t
+}
+
+#[tokio::test]
+async fn acknowledged_groups_are_replayed_from_the_log_after_power_loss() {
+    let img = fresh_images().await;
+    let rig = Rig::mount(&img, cfg()).await.unwrap();
+    let mut model = dump(rig.store()).await;
+    let before = rig.store().stats().await;
+    let mut t = Transaction::new();
+    t.omap_set("c", "log", b"k1", b"v1");
+    let mut txns = vec![t];
+    for i in 0..5u8 {
+        txns.push(write_txn(
+            &format!("o{i}"),
+            i,
+            4096 * (i as usize + 1) + 100,
+        ));
+    }
+    // A small overwrite: a deferred write carried by the log.
+    let mut t = Transaction::new();
+    t.write("c", "o3", 5, b"patched");
+    txns.push(t);
+    for t in &txns {
+        rig.store().queue_transaction(t).await.unwrap();
+        model = model_apply(&model, t).expect("valid transaction");
+    }
+    let after = rig.store().stats().await;
+    assert_eq!(after.wal_records - before.wal_records, txns.len() as u64);
+    assert_eq!(
+        after.kv_syncs, before.kv_syncs,
+        "acknowledged without a KV sync"
+    );
+    assert_eq!(after.checkpoints, before.checkpoints);
+
+    // Power loss: the KV keeps only its last durable commit (before all of these).
+    let img = rig
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+        .await;
+    let rig = Rig::mount(&img, cfg()).await.unwrap();
+    let st = rig.store().stats().await;
+    assert_eq!(st.wal_replayed, txns.len() as u64);
+    assert_eq!(st.wal_discarded, 0);
+    assert_eq!(dump(rig.store()).await, model);
+    assert!(rig.store().fsck(true).await.unwrap().is_clean());
+
+    // The replay was checkpointed: another crash right away loses nothing and replays nothing.
+    let img = rig
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+        .await;
+    let rig = Rig::mount(&img, cfg()).await.unwrap();
+    assert_eq!(rig.store().stats().await.wal_replayed, 0);
+    assert_eq!(dump(rig.store()).await, model);
+}
+
+/// Byte offset of the first device block holding exactly `block`.
+fn find_block(dev: &[u8], block: &[u8]) -> Option<usize> {
+    dev.chunks_exact(block.len())
+        .position(|b| b == block)
+        .map(|i| i * block.len())
+}
+
+#[tokio::test]
+async fn a_last_record_whose_data_did_not_land_is_discarded() {
+    let img = fresh_images().await;
+    let rig = Rig::mount(&img, cfg()).await.unwrap();
+    let first = write_txn("kept", 1, 3 * 4096);
+    let last = write_txn("lost", 2, 2 * 4096);
+    rig.store().queue_transaction(&first).await.unwrap();
+    let model = model_apply(&dump(rig.store()).await, &first).unwrap();
+    rig.store().queue_transaction(&last).await.unwrap();
+    let mut img = rig
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+        .await;
+    // Make it look as if the last group's record reached the device but one of its data blocks
+    // did not (a power cut during its flush).
+    let second_block = &pattern(2, 2 * 4096)[4096..];
+    let at = find_block(&img.dev, second_block).expect("data block on the device");
+    img.dev[at..at + 4096].fill(0);
+
+    let rig = Rig::mount(&img, cfg()).await.unwrap();
+    let st = rig.store().stats().await;
+    assert_eq!((st.wal_replayed, st.wal_discarded), (1, 1));
+    assert!(matches!(
+        rig.store().stat("c", "lost").await,
+        Err(StoreError::NoSuchObject { .. })
+    ));
+    assert_eq!(dump(rig.store()).await, model);
+    assert!(rig.store().fsck(true).await.unwrap().is_clean());
+    // The store goes on: the next records follow the discarded one and survive a crash too.
+    let again = write_txn("again", 3, 4096);
+    rig.store().queue_transaction(&again).await.unwrap();
+    let model = model_apply(&model, &again).unwrap();
+    let img = rig
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+        .await;
+    let rig = Rig::mount(&img, cfg()).await.unwrap();
+    assert_eq!(dump(rig.store()).await, model);
+}
+
+#[tokio::test]
+async fn checkpoints_bound_the_log_and_a_store_without_a_log_syncs_the_kv() {
+    let img = fresh_images().await;
+    let every_4 = StoreConfig {
+        wal_checkpoint_records: 4,
+        ..cfg()
+    };
+    let rig = Rig::mount(&img, every_4.clone()).await.unwrap();
+    let mut model = dump(rig.store()).await;
+    let before = rig.store().stats().await;
+    for i in 0..10u8 {
+        let t = write_txn(&format!("o{i}"), i, 4096);
+        rig.store().queue_transaction(&t).await.unwrap();
+        model = model_apply(&model, &t).unwrap();
+    }
+    let after = rig.store().stats().await;
+    // Records 1-4, a checkpoint group, records 6-9, a checkpoint group: 8 records, 2 checkpoints.
+    assert_eq!(after.wal_records - before.wal_records, 8);
+    assert_eq!(after.checkpoints - before.checkpoints, 2);
+    let img = rig
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+        .await;
+    let rig = Rig::mount(&img, every_4).await.unwrap();
+    assert_eq!(rig.store().stats().await.wal_replayed, 0);
+    assert_eq!(dump(rig.store()).await, model);
+
+    // mkfs with no log: every group is a durable KV commit, and nothing needs replaying.
+    let no_log = StoreConfig {
+        wal_bytes: 0,
+        ..cfg()
+    };
+    let switch = cairn_blockdev::CrashSwitch::new();
+    let mem = Arc::new(cairn_blockdev::MemDevice::new(4 << 20, 512).unwrap());
+    let kv = CrashableKv::new(Vec::new(), switch.clone());
+    let kv_loc = || KvLocation::Backend(Box::new(kv.clone()));
+    Store::mkfs(mem.clone(), kv_loc(), &no_log).await.unwrap();
+    let store = Store::mount(mem.clone(), kv_loc(), no_log.clone())
+        .await
+        .unwrap();
+    let mut t = Transaction::new();
+    t.create_collection("c");
+    store.queue_transaction(&t).await.unwrap();
+    let before = store.stats().await;
+    for i in 0..3u8 {
+        store
+            .queue_transaction(&write_txn(&format!("o{i}"), i, 4096))
+            .await
+            .unwrap();
+    }
+    let after = store.stats().await;
+    assert_eq!(after.wal_records, 0);
+    assert_eq!(after.checkpoints - before.checkpoints, 3);
+    assert_eq!(after.kv_syncs - before.kv_syncs, 3);
+    let kv_img = kv.power_loss(KvLossMode::DropUnsynced);
+    drop(store);
+    let images = common::Images {
+        dev: mem.snapshot(),
+        kv: kv_img,
+    };
+    let rig = Rig::mount(&images, no_log).await.unwrap();
+    assert_eq!(rig.store().stats().await.wal_replayed, 0);
+    assert_eq!(rig.store().stat("c", "o2").await.unwrap().size_bytes, 4096);
+}
