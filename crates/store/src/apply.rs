@@ -244,7 +244,7 @@ impl Store {
         };
         let mut ios: Vec<(u64, cairn_blockdev::AlignedBuf)> = Vec::with_capacity(runs.len() + 1);
         if let Some(pos) = placed {
-            let record = wal::encode(st.wal.next_seq, &redo, &runs, bs);
+            let record = wal::encode(self.sb.uuid, st.wal.next_seq, &redo, &runs, bs);
             self.counters
                 .wal_bytes_written
                 .fetch_add(record.len() as u64, Ordering::Relaxed);

@@ -4,6 +4,7 @@
 //!
 //! It must never apply a record out of sequence, one whose checksum fails, or one after a gap.
 
+use crate::codec::Superblock;
 use crate::error::{kv, Result};
 use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
 use crate::logged::replay;
@@ -14,21 +15,30 @@ use redb::Database;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-/// The record with sequence number `seq` at ring position `pos`, if one is there whole.
-async fn read_record(
-    dev: &dyn BlockDevice,
-    ring: &WalRing,
+/// Where and what to look for in the log.
+struct Scan<'a> {
+    dev: &'a dyn BlockDevice,
     block_bytes: u64,
+    uuid: u64,
+}
+
+/// The record of this store with sequence number `seq` at ring position `pos`, if one is there
+/// whole.
+async fn read_record(
+    scan: &Scan<'_>,
+    ring: &WalRing,
     pos: u64,
     seq: u64,
 ) -> Result<Option<Record>> {
+    let (dev, block_bytes) = (scan.dev, scan.block_bytes);
     let mut first = vec![0u8; block_bytes as usize];
     dev.read((ring.first_block + pos) * block_bytes, &mut first)
         .await?;
-    let Some((found, blocks)) = wal::peek_header(&first) else {
+    let Some(h) = wal::peek_header(&first) else {
         return Ok(None);
     };
-    if found != seq || pos + blocks > ring.blocks {
+    let blocks = h.blocks;
+    if h.uuid != scan.uuid || h.seq != seq || pos + blocks > ring.blocks {
         return Ok(None);
     }
     let mut whole = vec![0u8; (blocks * block_bytes) as usize];
@@ -68,23 +78,25 @@ async fn data_landed(dev: &dyn BlockDevice, block_bytes: u64, rec: &Record) -> R
 pub(crate) async fn replay_log(
     dev: &dyn BlockDevice,
     db: &Database,
-    block_bytes: u64,
+    sb: &Superblock,
     ring: &mut WalRing,
     counters: &Counters,
 ) -> Result<()> {
     if ring.blocks == 0 {
         return Ok(());
     }
+    let block_bytes = sb.block_bytes;
+    let scan = Scan {
+        dev,
+        block_bytes,
+        uuid: sb.uuid,
+    };
     let mut records: Vec<(u64, Record)> = Vec::new();
     let (mut pos, mut seq, mut consumed) = (ring.head, ring.next_seq, 0u64);
     loop {
-        let mut found = read_record(dev, ring, block_bytes, pos, seq)
-            .await?
-            .map(|r| (pos, r));
+        let mut found = read_record(&scan, ring, pos, seq).await?.map(|r| (pos, r));
         if found.is_none() && pos != 0 {
-            found = read_record(dev, ring, block_bytes, 0, seq)
-                .await?
-                .map(|r| (0, r));
+            found = read_record(&scan, ring, 0, seq).await?.map(|r| (0, r));
         }
         let Some((at, rec)) = found else { break };
         consumed += rec.blocks + if at < pos { ring.blocks - pos } else { 0 };

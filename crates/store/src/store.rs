@@ -296,6 +296,16 @@ impl Store {
         let mut block0 = sb.encode();
         block0.resize(cfg.block_bytes as usize, 0);
         dev.write(0, &block0).await?;
+        // A zeroed ring: nothing there looks like a record, and a sparse file gets its ring
+        // allocated now rather than on the first lap of commits.
+        let zeros = vec![0u8; cfg.max_io_bytes.min(8 << 20) as usize];
+        let ring_end = sb.first_data_block() * cfg.block_bytes;
+        let mut at = Superblock::WAL_FIRST_BLOCK * cfg.block_bytes;
+        while at < ring_end {
+            let n = (ring_end - at).min(zeros.len() as u64);
+            dev.write(at, &zeros[..n as usize]).await?;
+            at += n;
+        }
         dev.flush().await?;
         let mut wtx = db.begin_write().map_err(kv)?;
         wtx.set_durability(redb::Durability::Immediate);
@@ -362,7 +372,7 @@ impl Store {
         }
         let mut ring = WalRing::new(Superblock::WAL_FIRST_BLOCK, in_kv.wal_blocks, marker);
         let counters = Counters::default();
-        crate::replay::replay_log(&*dev, &db, in_kv.block_bytes, &mut ring, &counters).await?;
+        crate::replay::replay_log(&*dev, &db, &in_kv, &mut ring, &counters).await?;
         let rtx = db.begin_read().map_err(kv)?;
         let mut used = Vec::new();
         for item in rtx.open_table(EXTENTS).map_err(kv)?.iter().map_err(kv)? {

@@ -38,8 +38,9 @@ pub(crate) struct Redo {
 const WAL_MAGIC: &[u8; 8] = b"cairnwal";
 /// Record format version.
 const WAL_VERSION: u8 = 1;
-/// Magic, version, sequence number, length in blocks, payload length.
-const HEADER_BYTES: usize = 8 + 1 + 8 + 4 + 4;
+/// Magic, version, store uuid, sequence number, length in blocks, payload length. The uuid ties
+/// a record to its store: records a previous store left on the device are never replayed.
+const HEADER_BYTES: usize = 8 + 1 + 8 + 8 + 4 + 4;
 
 /// One decoded redo record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,13 +75,21 @@ pub(crate) fn encoded_len(redo: &Redo, runs: usize) -> usize {
     HEADER_BYTES + entries + 4 + 16 * runs + 4
 }
 
-/// Encodes a record: header, payload, crc32c of both, zeros up to a whole number of blocks.
-pub(crate) fn encode(seq: u64, redo: &Redo, runs: &[(u64, u64)], block_bytes: u64) -> Vec<u8> {
+/// Encodes a record of store `uuid`: header, payload, crc32c of both, zeros up to a whole number
+/// of blocks.
+pub(crate) fn encode(
+    uuid: u64,
+    seq: u64,
+    redo: &Redo,
+    runs: &[(u64, u64)],
+    block_bytes: u64,
+) -> Vec<u8> {
     let raw = encoded_len(redo, runs.len());
     let blocks = raw.div_ceil(block_bytes as usize).max(1);
     let mut out = Vec::with_capacity(blocks * block_bytes as usize);
     out.extend_from_slice(WAL_MAGIC);
     out.push(WAL_VERSION);
+    out.extend_from_slice(&uuid.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&(blocks as u32).to_le_bytes());
     out.extend_from_slice(&((raw - HEADER_BYTES - 4) as u32).to_le_bytes());
@@ -109,14 +118,29 @@ pub(crate) fn encode(seq: u64, redo: &Redo, runs: &[(u64, u64)], block_bytes: u6
     out
 }
 
-/// Sequence number and length in blocks from a record's first block, if it starts like one.
-pub(crate) fn peek_header(first: &[u8]) -> Option<(u64, u64)> {
+/// What a record's first block says about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    /// The store that wrote it.
+    pub(crate) uuid: u64,
+    /// Its sequence number.
+    pub(crate) seq: u64,
+    /// Its length in blocks.
+    pub(crate) blocks: u64,
+}
+
+/// The header of a record from its first block, if the block starts like one.
+pub(crate) fn peek_header(first: &[u8]) -> Option<Header> {
     if first.len() < HEADER_BYTES || &first[..8] != WAL_MAGIC || first[8] != WAL_VERSION {
         return None;
     }
-    let seq = u64::from_le_bytes(first[9..17].try_into().ok()?);
-    let blocks = u32::from_le_bytes(first[17..21].try_into().ok()?) as u64;
-    (blocks > 0).then_some((seq, blocks))
+    let word = |at: usize| first[at..at + 8].try_into().ok().map(u64::from_le_bytes);
+    let blocks = u32::from_le_bytes(first[25..29].try_into().ok()?) as u64;
+    (blocks > 0).then_some(Header {
+        uuid: word(9)?,
+        seq: word(17)?,
+        blocks,
+    })
 }
 
 /// A cursor over a record's payload that reports truncation as corruption.
@@ -155,8 +179,8 @@ impl<'a> Cursor<'a> {
 /// valid for their table are [`StoreError::Corrupt`]; never panics.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Record> {
     let bad = |m: &str| StoreError::Corrupt(format!("wal record: {m}"));
-    let (seq, blocks) = peek_header(bytes).ok_or_else(|| bad("bad header"))?;
-    let payload_len = codec::le_u32(bytes, 21, "wal record")? as usize;
+    let Header { seq, blocks, .. } = peek_header(bytes).ok_or_else(|| bad("bad header"))?;
+    let payload_len = codec::le_u32(bytes, 29, "wal record")? as usize;
     let end = HEADER_BYTES
         .checked_add(payload_len)
         .filter(|&e| e + 4 <= bytes.len())
@@ -368,9 +392,16 @@ mod tests {
     #[test]
     fn records_round_trip_and_pad_to_blocks() {
         let r = redo();
-        let bytes = encode(42, &r, &[(40, 2), (50, 1)], 512);
+        let bytes = encode(9, 42, &r, &[(40, 2), (50, 1)], 512);
         assert_eq!(bytes.len() % 512, 0);
-        assert_eq!(peek_header(&bytes), Some((42, (bytes.len() / 512) as u64)));
+        assert_eq!(
+            peek_header(&bytes),
+            Some(Header {
+                uuid: 9,
+                seq: 42,
+                blocks: (bytes.len() / 512) as u64
+            })
+        );
         let d = decode(&bytes).unwrap();
         assert_eq!(d.seq, 42);
         assert_eq!(d.runs, vec![(40, 2), (50, 1)]);
@@ -383,7 +414,7 @@ mod tests {
 
     #[test]
     fn every_flipped_byte_and_every_truncation_is_refused_without_panic() {
-        let bytes = encode(7, &redo(), &[(40, 3)], 512);
+        let bytes = encode(9, 7, &redo(), &[(40, 3)], 512);
         let used = encoded_len(&redo(), 1);
         for i in 0..used {
             let mut b = bytes.clone();

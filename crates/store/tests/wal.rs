@@ -178,3 +178,48 @@ async fn checkpoints_bound_the_log_and_a_store_without_a_log_syncs_the_kv() {
     assert_eq!(rig.store().stats().await.wal_replayed, 0);
     assert_eq!(rig.store().stat("c", "o2").await.unwrap().size_bytes, 4096);
 }
+
+#[tokio::test]
+async fn records_left_by_a_previous_store_on_the_device_are_never_replayed() {
+    // Store A acknowledges writes that live only in its log, then loses power.
+    let img = fresh_images().await;
+    let rig = Rig::mount(&img, cfg()).await.unwrap();
+    for i in 0..3u8 {
+        let t = write_txn(&format!("old{i}"), i, 4096);
+        rig.store().queue_transaction(&t).await.unwrap();
+    }
+    let old = rig
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+        .await;
+    // Store B is made on the same device and mounted once, like A was before its writes, so
+    // it expects its next record with the sequence number and ring position of A's first write.
+    // Put A's log ring back over B's zeroed one, as if B's mkfs had not cleared it: only the
+    // store identity in each record tells them apart.
+    let fresh = fresh_images().await;
+    let b = Rig::mount(&fresh, cfg())
+        .await
+        .unwrap()
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+        .await;
+    let mut dev = b.dev.clone();
+    let ring = 4096..(1 + cfg().wal_blocks_for(common::DEV_BYTES) as usize) * 4096;
+    dev[ring.clone()].copy_from_slice(&old.dev[ring]);
+    let rig = Rig::mount(
+        &common::Images {
+            dev,
+            kv: b.kv.clone(),
+        },
+        cfg(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rig.store().stats().await.wal_replayed, 0);
+    assert_eq!(dump(rig.store()).await, dump_of(&b).await);
+    assert!(rig.store().fsck(true).await.unwrap().is_clean());
+}
+
+/// The store state in `img`.
+async fn dump_of(img: &common::Images) -> common::Model {
+    let rig = Rig::mount(img, cfg()).await.unwrap();
+    dump(rig.store()).await
+}
