@@ -1,9 +1,10 @@
-"""End-to-end S3 checks against a running cairn gateway, driven by boto3, aws-cli and s3cmd,
-plus aws-chunked uploads built here (no client sends signed chunks over plain http).
+"""End-to-end S3 checks against a running cairn gateway, driven by boto3, aws-cli, s3cmd and
+rclone, plus aws-chunked uploads built here (no client sends signed chunks over plain http).
 
 Run by crates/cli/tests/s3_gateway.rs with S3_ENDPOINT, AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY set (and S3_LIMITED_ENDPOINT for the rate-limit check). Exits non-zero
-with a message on the first failed check.
+with a message on the first failed check. The rclone round trip is skipped, loudly, only when
+rclone is not installed and CI is not set.
 """
 
 import base64
@@ -13,6 +14,7 @@ import hmac
 import http.client
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -540,6 +542,62 @@ with tempfile.TemporaryDirectory() as d:
     check(open(src, "rb").read() == open(dst, "rb").read(), "s3cmd put/get round trip")
     subprocess.run(s3cmd + ["del", f"s3://{B}/s3cmd/one.bin"], check=True, capture_output=True)
     check(code_of(s3.head_object, Bucket=B, Key="s3cmd/one.bin") in ("404", "NoSuchKey"), "s3cmd del")
+
+step("rclone")
+if shutil.which("rclone") is None:
+    check(not os.environ.get("CI"), "rclone is not installed (CI must install it: .ci/run apt-installs rclone)")
+    print("!" * 78 + "\n!!! SKIPPED the rclone round trip: rclone is not installed "
+          "(apt-get install rclone)\n" + "!" * 78, flush=True)
+else:
+    # AWS_CA_BUNDLE (set on some machines) makes rclone's AWS SDK fail on a plain-http endpoint.
+    renv = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+    renv.update(RCLONE_CONFIG_CAIRN_TYPE="s3", RCLONE_CONFIG_CAIRN_PROVIDER="Other",
+                RCLONE_CONFIG_CAIRN_ACCESS_KEY_ID=AK, RCLONE_CONFIG_CAIRN_SECRET_ACCESS_KEY=SK,
+                RCLONE_CONFIG_CAIRN_ENDPOINT=ENDPOINT, RCLONE_CONFIG_CAIRN_REGION="us-east-1",
+                RCLONE_CONFIG_CAIRN_FORCE_PATH_STYLE="true",
+                # Above 32 MiB rclone uploads in 16 MiB parts: the 70 MiB file is a 5-part upload.
+                RCLONE_S3_UPLOAD_CUTOFF="32M", RCLONE_S3_CHUNK_SIZE="16M")
+
+    def rclone(*args, ok=True):
+        with tempfile.NamedTemporaryFile(suffix=".conf") as conf:
+            r = subprocess.run(["rclone", "--config", conf.name, "--retries", "1", "--low-level-retries", "1",
+                                *args], env=renv, capture_output=True, text=True, timeout=600)
+        if ok:
+            check(r.returncode == 0, f"rclone {' '.join(args)}: rc {r.returncode}\n{r.stdout}\n{r.stderr}")
+        return r
+
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "src"), os.path.join(d, "dst")
+        files = {"small.txt": b"hello from rclone\n", "empty": b"", "sub/mid.bin": RNG.randbytes(5 * MIB + 3),
+                 "sub/deeper/big.bin": RNG.randbytes(70 * MIB + 7)}
+        for name, data in files.items():
+            os.makedirs(os.path.dirname(os.path.join(src, name)), exist_ok=True)
+            with open(os.path.join(src, name), "wb") as f:
+                f.write(data)
+        rclone("copy", src, f"cairn:{B}/rclone")
+        listed = {}
+        for line in rclone("ls", f"cairn:{B}/rclone").stdout.splitlines():
+            size, name = line.split(None, 1)
+            listed[name] = int(size)
+        check(listed == {n: len(v) for n, v in files.items()}, f"rclone ls: {listed}")
+        big = s3.head_object(Bucket=B, Key="rclone/sub/deeper/big.bin")
+        check(big["ETag"].strip('"').endswith("-5"), f"rclone uploaded big.bin in 5 parts: {big['ETag']}")
+        r = rclone("check", src, f"cairn:{B}/rclone")
+        check("0 differences found" in r.stderr and "hashes could not be checked" not in r.stderr,
+              f"rclone check compared every hash: {r.stderr}")
+        with open(os.path.join(src, "sub/mid.bin"), "r+b") as f:
+            f.seek(MIB)
+            f.write(b"X")
+        r = rclone("check", src, f"cairn:{B}/rclone", ok=False)
+        check(r.returncode != 0 and "1 differences found" in r.stderr, f"rclone check sees a changed byte: {r.stderr}")
+        rclone("copy", f"cairn:{B}/rclone", dst)
+        for name, data in files.items():
+            with open(os.path.join(dst, name), "rb") as f:
+                check(f.read() == data, f"rclone download of {name}")
+        rclone("delete", f"cairn:{B}/rclone/sub/mid.bin")
+        check(code_of(s3.head_object, Bucket=B, Key="rclone/sub/mid.bin") in ("404", "NoSuchKey"), "rclone delete")
+        rclone("purge", f"cairn:{B}/rclone")
+        check(not s3.list_objects_v2(Bucket=B, Prefix="rclone/").get("Contents"), "rclone purge removed everything")
 
 step("delete everything and the bucket")
 left = list_all(2)[0]
