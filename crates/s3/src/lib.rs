@@ -12,6 +12,7 @@ pub mod access;
 pub mod backend;
 pub mod bucket_ops;
 pub mod buckets;
+pub mod chunked;
 pub mod config;
 pub mod data;
 pub mod entry;
@@ -24,6 +25,7 @@ pub mod object_ops;
 pub mod ratelimit;
 pub mod record;
 pub mod server;
+pub mod sigv4;
 pub mod users;
 
 use std::sync::Arc;

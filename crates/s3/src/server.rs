@@ -1,20 +1,25 @@
 //! The HTTP side: builds the s3s service (SigV4 via [`UsersAuth`], admission via
 //! [`Admission`], explicit XML and header size limits) and serves it with hyper on a TCP
-//! listener, at most `max_connections` connections at a time.
+//! listener, at most `max_connections` connections at a time. Every signed request is first
+//! verified here in constant time ([`authenticate`], `sigv4`, `chunked`) and only then handed
+//! to s3s.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::{s3_error, HttpRequest, HttpResponse, S3Error};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::access::Admission;
+use crate::chunked::{CheckedBody, ChunkChecker, ChunkMode};
 use crate::gateway::Gateway;
-use crate::users::UsersAuth;
+use crate::sigv4::{self, AuthError, Signed};
+use crate::users::{Users, UsersAuth};
 
 /// Largest XML request body (DeleteObjects with 1000 long keys fits).
 pub const MAX_XML_BYTES: usize = 4 << 20;
@@ -53,8 +58,88 @@ pub fn expects_continue(h: &hyper::HeaderMap) -> Option<bool> {
     expect.then_some(empty)
 }
 
-/// Serves `service` on `listener` until the task is dropped or aborted.
-pub async fn serve(listener: TcpListener, service: S3Service, max_connections: usize) {
+/// Where a request's aws-chunked body records a failed chunk or trailer signature.
+pub type ChunkFailure = Arc<OnceLock<AuthError>>;
+
+/// Verifies the SigV4 signature of a request (header or presigned) against the user's secret
+/// in constant time and, for signed aws-chunked bodies, wraps the body so that every chunk and
+/// the trailer are verified before s3s reads them. Refuses SigV2 and POST form uploads, which
+/// the gateway does not verify itself. Anonymous requests pass unchanged (admission denies
+/// them after s3s has routed them). Returns the request for s3s and, for a checked body, the
+/// cell where a chunk failure is recorded.
+pub async fn authenticate(
+    req: hyper::Request<hyper::body::Incoming>,
+    users: &Users,
+) -> Result<(HttpRequest, Option<ChunkFailure>), S3Error> {
+    let (parts, body) = req.into_parts();
+    let sig =
+        match sigv4::parse(&parts.method, &parts.uri, &parts.headers).map_err(|e| e.to_s3())? {
+            Signed::Anonymous => return Ok((HttpRequest::from_parts(parts, body.into()), None)),
+            Signed::V4(sig) => sig,
+        };
+    let user = users.lookup(&sig.credential.access_key).await?;
+    let signer = sig
+        .verify(&parts.method, &parts.uri, &parts.headers, &user.secret_key)
+        .map_err(|e| e.to_s3())?;
+    let mode = match sig.payload.as_str() {
+        sigv4::STREAMING_SIGNED => ChunkMode::Signed,
+        sigv4::STREAMING_SIGNED_TRAILER => ChunkMode::SignedTrailer,
+        sigv4::STREAMING_UNSIGNED_TRAILER => ChunkMode::UnsignedTrailer,
+        p if p.starts_with("STREAMING-") => {
+            return Err(AuthError::Unsupported("this aws-chunked signing method").to_s3())
+        }
+        _ => return Ok((HttpRequest::from_parts(parts, body.into()), None)),
+    };
+    let decoded_len = parts
+        .headers
+        .get("x-amz-decoded-content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| s3_error!(MissingContentLength, "missing x-amz-decoded-content-length"))?;
+    let failure = ChunkFailure::default();
+    let checked = CheckedBody::new(
+        body,
+        ChunkChecker::new(mode, signer, decoded_len),
+        failure.clone(),
+    );
+    let stream: s3s::stream::DynByteStream = Box::pin(checked);
+    Ok((HttpRequest::from_parts(parts, stream.into()), Some(failure)))
+}
+
+/// Authenticates `req` ([`authenticate`]) and serves it with s3s; a refused signature, or a
+/// chunk signature that failed while s3s read the body, becomes the S3 error response.
+pub async fn handle(
+    req: hyper::Request<hyper::body::Incoming>,
+    users: &Users,
+    service: &S3Service,
+) -> Result<HttpResponse, s3s::HttpError> {
+    let (req, failure) = match authenticate(req, users).await {
+        Ok(r) => r,
+        Err(e) => return Ok(error_response(e)),
+    };
+    let resp = service.call(req).await?;
+    match failure.as_ref().and_then(|f| f.get()) {
+        Some(e) => Ok(error_response(e.to_s3())),
+        None => Ok(resp),
+    }
+}
+
+fn error_response(e: S3Error) -> HttpResponse {
+    e.to_http_response().unwrap_or_else(|_| {
+        let mut r = HttpResponse::new(s3s::Body::empty());
+        *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+        r
+    })
+}
+
+/// Serves `service` on `listener` until the task is dropped or aborted; `users` verify the
+/// signatures first ([`handle`]).
+pub async fn serve(
+    listener: TcpListener,
+    service: S3Service,
+    users: Arc<Users>,
+    max_connections: usize,
+) {
     let slots = Arc::new(Semaphore::new(max_connections));
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -72,11 +157,13 @@ pub async fn serve(listener: TcpListener, service: S3Service, max_connections: u
         // body waits for the client's delayed ACK of the head (about 40 ms on Linux).
         let _ = stream.set_nodelay(true);
         let inner = service.clone();
+        let users = users.clone();
         let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let expect = expects_continue(req.headers());
             let inner = inner.clone();
+            let users = users.clone();
             async move {
-                let mut resp = hyper::service::Service::call(&inner, req).await?;
+                let mut resp = handle(req, &users, &inner).await?;
                 if expect.is_some_and(|empty| empty || !resp.status().is_success()) {
                     resp.headers_mut().insert(
                         hyper::header::CONNECTION,
@@ -107,6 +194,11 @@ pub async fn start(
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let task = tokio::spawn(serve(listener, service(gw), gw.cfg.max_connections));
+    let task = tokio::spawn(serve(
+        listener,
+        service(gw),
+        gw.users.clone(),
+        gw.cfg.max_connections,
+    ));
     Ok((local, task))
 }
