@@ -3,11 +3,12 @@
 //! Owns the file descriptor, the choice of `O_DIRECT` (tried first, with a clean fallback to
 //! buffered I/O where the file system refuses it, e.g. tmpfs) and the mapping of the
 //! [`BlockDevice`] contract to `pread`/`pwrite`/`fdatasync`/`fallocate(PUNCH_HOLE)`.
-//! Writes, flushes and discards run on tokio's blocking pool so many can be in flight; reads on
-//! a multi-threaded runtime run inline under `block_in_place` (the worker's other tasks move to
-//! another thread), which saves two thread wake-ups per read; a task that joins several reads
-//! therefore waits for them one after another. `write_owned` takes an aligned buffer without
-//! copying it.
+//! On a multi-threaded runtime, reads, flushes and writes of at most [`INLINE_WRITE_BYTES`] run
+//! inline under `block_in_place` (the worker's other tasks move to another thread), which saves
+//! two thread wake-ups per I/O (a store commit of one small transaction is two writes and a
+//! flush); a task that joins several of them therefore waits for them one after another. Larger
+//! writes and discards run on tokio's blocking pool so many can be in flight. `write_owned`
+//! takes an aligned buffer without copying it.
 //! It must never retry a failed `fdatasync`: the error is returned and the caller dies.
 
 use crate::aligned::AlignedBuf;
@@ -172,6 +173,11 @@ fn probe_direct(file: &File, size: u64) -> bool {
     }
 }
 
+/// Largest write run inline (see the module documentation): small writes are latency-bound, and
+/// the hop to the blocking pool costs more than the write itself; large ones keep their
+/// parallelism on the pool.
+pub const INLINE_WRITE_BYTES: usize = 64 << 10;
+
 /// True when a blocking call may run on the current thread (a multi-threaded tokio runtime
 /// hands this worker's other tasks to another thread meanwhile): reads then skip the hop to the
 /// blocking pool and back, which costs two thread wake-ups per I/O.
@@ -246,6 +252,11 @@ impl BlockDevice for FileDevice {
         }
         check_io(&self.props, IoKind::Write, offset_bytes, buf.len() as u64)?;
         let _permit = self.permit()?;
+        if buf.len() <= INLINE_WRITE_BYTES && inline_allowed() {
+            tokio::task::block_in_place(|| self.file.write_all_at(buf.as_slice(), offset_bytes))
+                .map_err(io_err(IoKind::Write))?;
+            return Ok(buf);
+        }
         let file = self.file.clone();
         blocking(IoKind::Write, move || {
             file.write_all_at(buf.as_slice(), offset_bytes)?;
@@ -256,6 +267,10 @@ impl BlockDevice for FileDevice {
 
     async fn flush(&self) -> Result<()> {
         let _permit = self.permit()?;
+        if inline_allowed() {
+            return tokio::task::block_in_place(|| self.file.sync_data())
+                .map_err(io_err(IoKind::Flush));
+        }
         let file = self.file.clone();
         blocking(IoKind::Flush, move || file.sync_data()).await
     }

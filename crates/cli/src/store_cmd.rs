@@ -84,6 +84,9 @@ struct BenchArgs {
     /// device and syncs the KV, the format before the log, for comparison).
     #[arg(long, default_value_t = 64)]
     wal_mib: u64,
+    /// Checkpoint (durable KV commit) after at most this many logged group commits.
+    #[arg(long, default_value_t = StoreConfig::default().wal_checkpoint_records)]
+    wal_checkpoint_records: u64,
     /// Run fio with the same patterns on the same file after the store phases.
     #[arg(long)]
     fio: bool,
@@ -205,11 +208,12 @@ fn summarize(
 fn time_split(name: &str, before: &StoreStats, after: &StoreStats) -> String {
     let ms = |a: u64, b: u64| (a - b) as f64 / 1e6;
     format!(
-        "{name}: stage {:.0} ms, data write {:.0} ms, device flush {:.0} ms, KV commit {:.0} ms, {} log records, {} checkpoints",
+        "{name}: stage {:.0} ms, data write {:.0} ms, device flush {:.0} ms, KV commit {:.0} ms ({:.0} ms in checkpoints), {} log records, {} checkpoints",
         ms(after.stage_ns, before.stage_ns),
         ms(after.data_write_ns, before.data_write_ns),
         ms(after.device_flush_ns, before.device_flush_ns),
         ms(after.kv_commit_ns, before.kv_commit_ns),
+        ms(after.checkpoint_ns, before.checkpoint_ns),
         after.wal_records - before.wal_records,
         after.checkpoints - before.checkpoints
     )
@@ -270,6 +274,7 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let cfg = StoreConfig {
         deferred_max_bytes: a.deferred_max_bytes,
         wal_bytes: a.wal_mib << 20,
+        wal_checkpoint_records: a.wal_checkpoint_records,
         ..StoreConfig::default()
     };
     println!(

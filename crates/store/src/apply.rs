@@ -278,6 +278,7 @@ impl Store {
                 wtx.commit().map_err(|e| self.fatal(kv(e)))?;
                 st.wal.checkpointed();
                 self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+                elapsed_into(&self.counters.checkpoint_ns, t);
             }
         }
         elapsed_into(&self.counters.kv_commit_ns, t);

@@ -133,8 +133,10 @@ pub struct StoreStats {
     pub data_write_ns: u64,
     /// Time spent in device flushes before commits, ns.
     pub device_flush_ns: u64,
-    /// Time spent in KV commits of transactions, ns.
+    /// Time spent in KV commits of transactions, ns (checkpoints included).
     pub kv_commit_ns: u64,
+    /// Of `kv_commit_ns`, the time spent in checkpoints (durable KV commits), ns.
+    pub checkpoint_ns: u64,
     /// Group commits made durable by a write-ahead log record (one device flush, no KV sync).
     pub wal_records: u64,
     /// Bytes of write-ahead log records written.
@@ -161,6 +163,7 @@ pub(crate) struct Counters {
     pub data_write_ns: AtomicU64,
     pub device_flush_ns: AtomicU64,
     pub kv_commit_ns: AtomicU64,
+    pub checkpoint_ns: AtomicU64,
     pub wal_records: AtomicU64,
     pub wal_bytes_written: AtomicU64,
     pub checkpoints: AtomicU64,
@@ -654,6 +657,7 @@ impl Store {
             data_write_ns: self.counters.data_write_ns.load(Ordering::Relaxed),
             device_flush_ns: self.counters.device_flush_ns.load(Ordering::Relaxed),
             kv_commit_ns: self.counters.kv_commit_ns.load(Ordering::Relaxed),
+            checkpoint_ns: self.counters.checkpoint_ns.load(Ordering::Relaxed),
             wal_records: self.counters.wal_records.load(Ordering::Relaxed),
             wal_bytes_written: self.counters.wal_bytes_written.load(Ordering::Relaxed),
             checkpoints: self.counters.checkpoints.load(Ordering::Relaxed),
