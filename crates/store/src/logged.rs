@@ -16,6 +16,9 @@ use std::collections::BTreeMap;
 /// when the key was removed.
 pub(crate) type Touched = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
+/// One recorded change: raw key and the new raw value, or `None` for a removal.
+pub(crate) type Change = (Vec<u8>, Option<Vec<u8>>);
+
 /// A redb table that records its changes.
 pub(crate) struct Logged<'t, K: Key + 'static, V: Value + 'static> {
     table: Table<'t, K, V>,
@@ -75,7 +78,7 @@ impl<'t, K: Key + 'static, V: Value + 'static> std::ops::Deref for Logged<'t, K,
 /// table's types (the log decoder checks the fixed-size and UTF-8 ones before calling this).
 pub(crate) fn replay<K: Key + 'static, V: Value + 'static>(
     table: &mut Table<'_, K, V>,
-    changes: &[(Vec<u8>, Option<Vec<u8>>)],
+    changes: &[Change],
 ) -> Result<()> {
     for (k, v) in changes {
         let key = K::from_bytes(k);

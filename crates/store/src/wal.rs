@@ -15,7 +15,7 @@
 
 use crate::codec::{self, split_block_key, Extent};
 use crate::error::{Result, StoreError};
-use crate::logged::Touched;
+use crate::logged::{Change, Touched};
 
 /// Tables a redo record covers, in this order: meta, collections, onodes, extents, xattrs, omap,
 /// deferred (the order of `stage::Tables`).
@@ -50,7 +50,7 @@ pub(crate) struct Record {
     /// Length on the device, blocks.
     pub(crate) blocks: u64,
     /// Changes by table, in [`REDO_TABLES`] order.
-    pub(crate) tables: Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>>,
+    pub(crate) tables: Vec<Vec<Change>>,
     /// Copy-on-write runs `(first block, blocks)` written with this record.
     pub(crate) runs: Vec<(u64, u64)>,
 }
