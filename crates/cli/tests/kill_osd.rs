@@ -106,6 +106,14 @@ fn counter(page: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// Sum of the samples of `name` whose labels contain `label`.
+fn labelled(page: &str, name: &str, label: &str) -> f64 {
+    page.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn copies(dir: &Path) -> BTreeMap<String, Vec<u32>> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
@@ -252,6 +260,25 @@ fn kill_9_an_osd_during_writes_then_recover() {
         recovered > 0.0,
         "the restarted OSD missed writes: recovery must have pushed them"
     );
+    // Invariant 2: every recovery step moving data through an OSD's store, its own pulls and
+    // pushes as primary included, was a recovery-class request through that OSD's scheduler.
+    let mut pushed = 0.0;
+    for i in 0..2 {
+        let page = metrics_of(&dir.join(format!("osd{i}.log")));
+        let steps = counter(&page, "cairn_osd_recovery_steps_total");
+        let dispatched = labelled(
+            &page,
+            "cairn_osd_sched_dispatched_total",
+            "class=\"recovery\"",
+        );
+        eprintln!("osd.{i}: {steps} recovery steps, {dispatched} recovery requests scheduled");
+        assert!(
+            dispatched >= steps,
+            "osd.{i}: {steps} recovery steps but only {dispatched} went through its scheduler"
+        );
+        pushed += labelled(&page, "cairn_osd_recovery_steps_total", "kind=\"push\"");
+    }
+    assert!(pushed > 0.0, "the surviving primaries pushed nothing");
 
     *stop.lock().unwrap() = true;
     let failures: usize = rt.block_on(async {

@@ -24,11 +24,40 @@ struct OpStats {
 /// A Prometheus counter family over the per-op stats: name, help text, the value.
 type CounterFamily = (&'static str, &'static str, fn(&OpStats) -> u64);
 
+/// What one recovery step did, from this OSD's side; each is one request through its scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RecoveryKind {
+    /// As primary: an object fetched from another copy and installed here.
+    Pull,
+    /// As primary: an object read here and sent to another copy.
+    Push,
+    /// An object read here for another OSD's pull (absent objects included).
+    ServePull,
+    /// A page of this OSD's object names listed for another OSD's backfill.
+    ServeList,
+    /// An object another OSD pushed, installed here.
+    ReceivePush,
+}
+
+impl RecoveryKind {
+    /// Label value in the metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            RecoveryKind::Pull => "pull",
+            RecoveryKind::Push => "push",
+            RecoveryKind::ServePull => "serve_pull",
+            RecoveryKind::ServeList => "serve_list",
+            RecoveryKind::ReceivePush => "receive_push",
+        }
+    }
+}
+
 /// Counters of one OSD.
 #[derive(Default)]
 pub struct Metrics {
     ops: Mutex<BTreeMap<&'static str, OpStats>>,
-    recovery: Mutex<(u64, u64)>,
+    /// Objects and bytes moved by recovery, by kind.
+    recovery: Mutex<BTreeMap<RecoveryKind, (u64, u64)>>,
 }
 
 impl Metrics {
@@ -46,11 +75,12 @@ impl Metrics {
         }
     }
 
-    /// Records one object moved by recovery (pushed, pulled or served).
-    pub fn record_recovery(&self, bytes: u64) {
+    /// Records one object moved by recovery.
+    pub fn record_recovery(&self, kind: RecoveryKind, bytes: u64) {
         let mut r = self.recovery.lock().unwrap_or_else(|p| p.into_inner());
-        r.0 += 1;
-        r.1 += bytes;
+        let e = r.entry(kind).or_default();
+        e.0 += 1;
+        e.1 += bytes;
     }
 
     /// Total client ops so far (all kinds).
@@ -123,9 +153,24 @@ impl Metrics {
                 s.count
             );
         }
-        let (objs, bytes) = *self.recovery.lock().unwrap_or_else(|p| p.into_inner());
+        let by_kind = self
+            .recovery
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let (objs, bytes) = by_kind
+            .values()
+            .fold((0, 0), |(o, b), &(o2, b2)| (o + o2, b + b2));
         let _ = writeln!(out, "# HELP cairn_osd_recovery_objects_total Objects moved by recovery.\n# TYPE cairn_osd_recovery_objects_total counter\ncairn_osd_recovery_objects_total{{osd=\"{osd}\"}} {objs}");
         let _ = writeln!(out, "# HELP cairn_osd_recovery_bytes_total Bytes moved by recovery.\n# TYPE cairn_osd_recovery_bytes_total counter\ncairn_osd_recovery_bytes_total{{osd=\"{osd}\"}} {bytes}");
+        let _ = writeln!(out, "# HELP cairn_osd_recovery_steps_total Recovery steps by kind (each one request through this OSD's scheduler).\n# TYPE cairn_osd_recovery_steps_total counter");
+        for (kind, (n, _)) in &by_kind {
+            let _ = writeln!(
+                out,
+                "cairn_osd_recovery_steps_total{{osd=\"{osd}\",kind=\"{}\"}} {n}",
+                kind.label()
+            );
+        }
         out.push_str(extra);
         out
     }

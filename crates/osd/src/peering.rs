@@ -4,6 +4,10 @@
 //! up to date first (pull, or a whole-PG copy when it is beyond the log), then each replica
 //! (push, or backfill), activate them with the authoritative log, and only then serve I/O. A PG
 //! with fewer than min_size copies up stays inactive until the map changes.
+//!
+//! Every recovery step that moves data through this OSD's store (installing a pulled object,
+//! reading an object to push, listing a PG for backfill) is a recovery-class request through its
+//! scheduler (invariant 2); log queries and activation are control messages and are not.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -16,9 +20,11 @@ use cairn_pg::{plan, PeerLog, PgLog, Recovery};
 use cairn_proto::image::ObjectImage;
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
 use cairn_proto::{decode, encode, MSG_PEER_REQUEST};
+use cairn_qos::QosClass;
 use cairn_store::Transaction;
 
 use crate::error::OsdError;
+use crate::metrics::RecoveryKind;
 use crate::objects::{install, list_all, read_image};
 use crate::pgmeta::{put_info, replace_log};
 use crate::pgs::{Pg, PgStatus};
@@ -177,20 +183,20 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
                     Some(_) => pull(s, pg, epoch, plan.authoritative, obj).await?,
                     None => None,
                 };
-                install_local(s, &coll, &mut inner.created, obj, image.as_ref()).await?;
+                install_local(s, &coll, &mut inner.created, obj, image).await?;
             }
         }
         Some(Recovery::Backfill) => {
             let names = list_remote(s, pg, epoch, plan.authoritative).await?;
             let keep: BTreeSet<&String> = names.iter().collect();
-            for obj in list_all(&s.store, &coll).await? {
+            for obj in list_scheduled(s, &coll).await? {
                 if !keep.contains(&obj) {
                     install_local(s, &coll, &mut inner.created, &obj, None).await?;
                 }
             }
             for obj in &names {
                 let image = pull(s, pg, epoch, plan.authoritative, obj).await?;
-                install_local(s, &coll, &mut inner.created, obj, image.as_ref()).await?;
+                install_local(s, &coll, &mut inner.created, obj, image).await?;
             }
         }
         _ => {}
@@ -205,7 +211,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
                 None
             }
             Some(Recovery::Backfill) => {
-                let names = list_all(&s.store, &coll).await?;
+                let names = list_scheduled(s, &coll).await?;
                 for obj in &names {
                     push(s, pg, epoch, osd, obj).await?;
                 }
@@ -241,7 +247,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
 }
 
 async fn pull(
-    s: &Shared,
+    s: &Arc<Shared>,
     pg: &Pg,
     epoch: u64,
     from: i32,
@@ -252,7 +258,8 @@ async fn pull(
     };
     match ask(s, pg, epoch, from, body, Bytes::new()).await? {
         (PeerAnswer::Object { present: true, .. }, data) => {
-            s.metrics.record_recovery(data.len() as u64);
+            s.metrics
+                .record_recovery(RecoveryKind::Pull, data.len() as u64);
             Ok(Some(ObjectImage::decode(&data)?))
         }
         (PeerAnswer::Object { present: false, .. }, _) => Ok(None),
@@ -263,14 +270,44 @@ async fn pull(
     }
 }
 
-async fn push(s: &Shared, pg: &Pg, epoch: u64, to: i32, obj: &str) -> Result<(), OsdError> {
-    let image = read_image(&s.store, &pg.coll, obj).await?;
+/// Runs `work` on this OSD's store as one recovery-class request of `length_bytes` through its
+/// scheduler.
+async fn as_recovery<T: Send + 'static>(
+    s: &Arc<Shared>,
+    length_bytes: u64,
+    work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
+) -> Result<T, OsdError> {
+    s.sched
+        .run(
+            QosClass::Recovery,
+            u64::from(s.id as u32),
+            length_bytes.max(4096),
+            work,
+        )
+        .await?
+}
+
+/// Every object of the PG's collection on this OSD, listed as a recovery request.
+async fn list_scheduled(s: &Arc<Shared>, coll: &str) -> Result<Vec<String>, OsdError> {
+    let (s2, coll) = (s.clone(), coll.to_string());
+    as_recovery(s, 0, async move { list_all(&s2.store, &coll).await }).await
+}
+
+async fn push(s: &Arc<Shared>, pg: &Pg, epoch: u64, to: i32, obj: &str) -> Result<(), OsdError> {
+    let (s2, coll, name) = (s.clone(), pg.coll.clone(), obj.to_string());
+    let image = as_recovery(
+        s,
+        0,
+        async move { read_image(&s2.store, &coll, &name).await },
+    )
+    .await?;
     let body = PeerBody::Push {
         object: obj.to_string(),
         present: image.is_some(),
     };
     let data = image.map(|(img, _)| img.encode()).unwrap_or_default();
-    s.metrics.record_recovery(data.len() as u64);
+    s.metrics
+        .record_recovery(RecoveryKind::Push, data.len() as u64);
     ask(s, pg, epoch, to, body, data).await.map(|_| ())
 }
 
@@ -299,23 +336,32 @@ async fn list_remote(s: &Shared, pg: &Pg, epoch: u64, from: i32) -> Result<Vec<S
     }
 }
 
+/// Installs `image` (or removes the object, for `None`) in this OSD's copy of the PG, as one
+/// recovery request through the scheduler.
 async fn install_local(
-    s: &Shared,
+    s: &Arc<Shared>,
     coll: &str,
     created: &mut bool,
     obj: &str,
-    image: Option<&ObjectImage>,
+    image: Option<ObjectImage>,
 ) -> Result<(), OsdError> {
-    let mut txn = Transaction::new();
-    if !*created {
-        txn.create_collection(coll);
-    }
-    let exists = *created && s.store.exists(coll, obj).await?;
-    if image.is_none() && !exists && *created {
-        return Ok(());
-    }
-    install(&mut txn, coll, obj, image, exists);
-    s.store.queue_transaction_owned(txn).await?;
-    *created = true;
+    let was_created = *created;
+    let (s2, coll, obj) = (s.clone(), coll.to_string(), obj.to_string());
+    let length = image.as_ref().map_or(0, |i| i.data.len() as u64);
+    let installed = as_recovery(s, length, async move {
+        let mut txn = Transaction::new();
+        if !was_created {
+            txn.create_collection(&coll);
+        }
+        let exists = was_created && s2.store.exists(&coll, &obj).await?;
+        if image.is_none() && !exists && was_created {
+            return Ok(false);
+        }
+        install(&mut txn, &coll, &obj, image.as_ref(), exists);
+        s2.store.queue_transaction_owned(txn).await?;
+        Ok(true)
+    })
+    .await?;
+    *created |= installed;
     Ok(())
 }

@@ -16,6 +16,7 @@ use cairn_qos::QosClass;
 use cairn_store::Transaction;
 
 use crate::error::OsdError;
+use crate::metrics::RecoveryKind;
 use crate::objects::{install, list_all, list_page, read_image};
 use crate::pgmeta::{append_entry, pack, put_info, replace_log};
 use crate::shared::Shared;
@@ -189,11 +190,13 @@ async fn recovery(
     match req.body {
         PeerBody::List { after, max } => {
             let (names, more) = list_page(&s.store, &coll, &after, max).await?;
+            s.metrics.record_recovery(RecoveryKind::ServeList, 0);
             Ok((PeerAnswer::Names { names, more }, Bytes::new()))
         }
         PeerBody::Pull { object } => match read_image(&s.store, &coll, &object).await? {
             Some((img, version)) => {
-                s.metrics.record_recovery(img.data.len() as u64);
+                s.metrics
+                    .record_recovery(RecoveryKind::ServePull, img.data.len() as u64);
                 Ok((
                     PeerAnswer::Object {
                         present: true,
@@ -202,13 +205,16 @@ async fn recovery(
                     img.encode(),
                 ))
             }
-            None => Ok((
-                PeerAnswer::Object {
-                    present: false,
-                    version: Default::default(),
-                },
-                Bytes::new(),
-            )),
+            None => {
+                s.metrics.record_recovery(RecoveryKind::ServePull, 0);
+                Ok((
+                    PeerAnswer::Object {
+                        present: false,
+                        version: Default::default(),
+                    },
+                    Bytes::new(),
+                ))
+            }
         },
         PeerBody::Push { object, present } => {
             let image = if present {
@@ -228,7 +234,8 @@ async fn recovery(
             }
             s.store.queue_transaction_owned(txn).await?;
             inner.created = true;
-            s.metrics.record_recovery(data.len() as u64);
+            s.metrics
+                .record_recovery(RecoveryKind::ReceivePush, data.len() as u64);
             Ok((PeerAnswer::Done, Bytes::new()))
         }
         _ => Err(OsdError::Protocol("not a recovery request".into())),
