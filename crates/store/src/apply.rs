@@ -12,7 +12,6 @@
 
 use crate::codec;
 use crate::error::{kv, Result, StoreError};
-use crate::kv::META;
 use crate::stage::{Stage, Tables};
 use crate::store::{State, Store};
 use crate::txn::{Op, Transaction};
@@ -112,14 +111,16 @@ impl Store {
             if let Err(e) = self.check_ok() {
                 return self.fail_all(live, e);
             }
-            let wtx = match self.db.begin_write() {
-                Ok(w) => w,
+            let rtx = match self.db.begin_read() {
+                Ok(r) => r,
                 Err(e) => return self.fail_all(live, kv(e)),
             };
             let mut stage = Stage::default();
             let t_stage = Instant::now();
+            // Staging reads through the overlay while it changes the allocator in `st`.
+            let overlay = std::mem::take(&mut st.overlay);
             let staged = async {
-                let mut t = Tables::open(&wtx).map_err(|e| (usize::MAX, e))?;
+                let mut t = Tables::open(&rtx, &overlay).map_err(|e| (usize::MAX, e))?;
                 for (i, p) in live.iter().enumerate() {
                     for op in &p.txn.ops {
                         self.stage_op(st, &mut stage, &mut t, op)
@@ -128,16 +129,18 @@ impl Store {
                     }
                 }
                 for p in &stage.deferred_dropped {
-                    t.deferred.remove(*p).map_err(|e| (usize::MAX, kv(e)))?;
+                    t.deferred.remove(*p).map_err(|e| (usize::MAX, e))?;
                 }
                 for (p, c) in &stage.deferred_new {
                     t.deferred
                         .insert(*p, codec::seal(c).as_slice())
-                        .map_err(|e| (usize::MAX, kv(e)))?;
+                        .map_err(|e| (usize::MAX, e))?;
                 }
                 Ok::<_, (usize, StoreError)>(t.take_redo())
             }
             .await;
+            st.overlay = overlay;
+            drop(rtx);
             let redo = match staged {
                 Ok(redo) => redo,
                 Err(failed) => match self.unstage(st, &mut stage, &mut live, failed) {
@@ -146,7 +149,7 @@ impl Store {
                 },
             };
             elapsed_into(&self.counters.stage_ns, t_stage);
-            if let Err(e) = self.commit_staged(st, wtx, &mut stage, redo).await {
+            if let Err(e) = self.commit_staged(st, &mut stage, redo).await {
                 return self.fail_all(live, e);
             }
             for p in &live {
@@ -221,12 +224,12 @@ impl Store {
     }
 
     /// Makes a staged group durable: its data and redo record in one device write batch and one
-    /// flush, then a KV commit without a sync; or, when no record can be logged, its data and a
-    /// flush followed by a durable KV commit that checkpoints the log.
+    /// flush, its changes then taken into the overlay (no KV commit); or, when no record can be
+    /// logged (no log, record too large, a checkpoint due), its data and a flush followed by a
+    /// checkpoint that commits the overlay with this group's changes to the KV durably.
     async fn commit_staged(
         &self,
         st: &mut State,
-        mut wtx: redb::WriteTransaction,
         stage: &mut Stage,
         redo: wal::Redo,
     ) -> Result<()> {
@@ -237,7 +240,9 @@ impl Store {
             .map(|(&s, b)| (s, b.len() as u64 / bs))
             .collect();
         let record_blocks = (wal::encoded_len(&redo, runs.len()) as u64).div_ceil(bs);
-        let placed = if record_blocks * bs <= self.cfg.max_io_bytes {
+        let placed = if record_blocks * bs <= self.cfg.max_io_bytes
+            && st.overlay.bytes < self.cfg.max_overlay_bytes
+        {
             st.wal.place(record_blocks, self.cfg.wal_checkpoint_records)
         } else {
             None
@@ -260,28 +265,18 @@ impl Store {
             self.dev_flush().await?;
             elapsed_into(&self.counters.device_flush_ns, t);
         }
-        let t = Instant::now();
+        st.overlay.absorb(redo);
         match placed {
             Some(pos) => {
-                wtx.set_durability(redb::Durability::None);
-                wtx.commit().map_err(|e| self.fatal(kv(e)))?;
                 st.wal.advance(pos, record_blocks);
                 self.counters.wal_records.fetch_add(1, Ordering::Relaxed);
             }
             None => {
-                wtx.set_durability(redb::Durability::Immediate);
-                {
-                    let mut meta = wtx.open_table(META).map_err(|e| self.fatal(kv(e)))?;
-                    meta.insert(wal::MARKER_KEY, st.wal.marker().encode().as_slice())
-                        .map_err(|e| self.fatal(kv(e)))?;
-                }
-                wtx.commit().map_err(|e| self.fatal(kv(e)))?;
-                st.wal.checkpointed();
-                self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-                elapsed_into(&self.counters.checkpoint_ns, t);
+                let t = Instant::now();
+                self.checkpoint(st, Vec::new())?;
+                elapsed_into(&self.counters.kv_commit_ns, t);
             }
         }
-        elapsed_into(&self.counters.kv_commit_ns, t);
         Ok(())
     }
 

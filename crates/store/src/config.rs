@@ -42,8 +42,11 @@ pub struct StoreConfig {
     /// the KV). With the log a group commit costs one device flush.
     pub wal_bytes: u64,
     /// A checkpoint (durable KV commit) after at most this many logged group commits, which
-    /// bounds replay at mount and the KV's growth between checkpoints.
+    /// bounds replay at mount and the in-memory overlay between checkpoints.
     pub wal_checkpoint_records: u64,
+    /// Most bytes (keys and values) the in-memory overlay of changes since the last checkpoint
+    /// holds before the next group checkpoints.
+    pub max_overlay_bytes: usize,
 }
 
 impl Default for StoreConfig {
@@ -64,6 +67,7 @@ impl Default for StoreConfig {
             meta_cache_bytes: 32 << 20,
             wal_bytes: 64 << 20,
             wal_checkpoint_records: 256,
+            max_overlay_bytes: 64 << 20,
         }
     }
 }

@@ -7,46 +7,28 @@
 //! allocator and the blocks that a punch returns.
 
 use crate::codec::{block_key, prefix_end, split_block_key, Extent, MAX_EXTENT_BLOCKS};
-use crate::error::{kv, Result};
-use crate::logged::Logged;
-use redb::ReadableTable;
+use crate::error::Result;
+use crate::overlay::Layered;
 
-/// The extents table inside a write transaction (changes recorded for the redo log).
-pub(crate) type ExtTable<'t> = Logged<'t, &'static [u8], &'static [u8]>;
+/// The extents table as staging and reads see it (changes recorded for the redo log).
+pub(crate) type ExtTable<'t> = Layered<'t, &'static [u8], &'static [u8]>;
 
-/// One entry of a range over the extents table.
-type Item<'a> = std::result::Result<
-    (
-        redb::AccessGuard<'a, &'static [u8]>,
-        redb::AccessGuard<'a, &'static [u8]>,
-    ),
-    redb::StorageError,
->;
-
-fn decode_item(item: Item<'_>) -> Result<Extent> {
-    let (k, v) = item.map_err(kv)?;
-    let (_, lblock) = split_block_key(k.value())?;
-    Extent::decode(lblock, v.value())
+fn decode_item((k, v): (Vec<u8>, Vec<u8>)) -> Result<Extent> {
+    let (_, lblock) = split_block_key(&k)?;
+    Extent::decode(lblock, &v)
 }
 
 /// Extents of the object with `prefix` intersecting logical blocks `from..to` (`to`: `None` for
 /// the end of the object), in logical order.
-pub(crate) fn overlapping<T>(
-    t: &T,
+pub(crate) fn overlapping(
+    t: &ExtTable<'_>,
     prefix: &[u8],
     from: u64,
     to: Option<u64>,
-) -> Result<Vec<Extent>>
-where
-    T: ReadableTable<&'static [u8], &'static [u8]>,
-{
+) -> Result<Vec<Extent>> {
     let mut out = Vec::new();
     let from_key = block_key(prefix, from);
-    if let Some(item) = t
-        .range(prefix..from_key.as_slice())
-        .map_err(kv)?
-        .next_back()
-    {
+    if let Some(item) = t.last_in(prefix, &from_key)? {
         let e = decode_item(item)?;
         if e.lend() > from {
             out.push(e);
@@ -57,22 +39,14 @@ where
         Some(b) => Some(block_key(prefix, b)),
         None => prefix_end(prefix),
     };
-    let iter = match &end_key {
-        Some(end) => t.range(from_key.as_slice()..end.as_slice()),
-        None => t.range(from_key.as_slice()..),
-    }
-    .map_err(kv)?;
-    for item in iter {
+    for item in t.range(&from_key, end_key.as_deref(), usize::MAX)? {
         out.push(decode_item(item)?);
     }
     Ok(out)
 }
 
 /// Every extent of the object with `prefix`, in logical order.
-pub(crate) fn all<T>(t: &T, prefix: &[u8]) -> Result<Vec<Extent>>
-where
-    T: ReadableTable<&'static [u8], &'static [u8]>,
-{
+pub(crate) fn all(t: &ExtTable<'_>, prefix: &[u8]) -> Result<Vec<Extent>> {
     overlapping(t, prefix, 0, None)
 }
 
@@ -83,8 +57,7 @@ pub(crate) fn put(t: &mut ExtTable<'_>, prefix: &[u8], e: &Extent) -> Result<()>
     t.insert(
         block_key(prefix, e.lblock).as_slice(),
         e.encode().as_slice(),
-    )
-    .map_err(kv)?;
+    )?;
     Ok(())
 }
 
@@ -97,12 +70,11 @@ pub(crate) fn punch(
     from: u64,
     to: Option<u64>,
 ) -> Result<Vec<Extent>> {
-    let hit = overlapping(&**t, prefix, from, to)?;
+    let hit = overlapping(t, prefix, from, to)?;
     let to = to.unwrap_or(u64::MAX);
     let mut removed = Vec::with_capacity(hit.len());
     for e in hit {
-        t.remove(block_key(prefix, e.lblock).as_slice())
-            .map_err(kv)?;
+        t.remove(block_key(prefix, e.lblock).as_slice())?;
         if e.lblock < from {
             put(t, prefix, &e.slice(e.lblock, from))?;
         }
@@ -120,7 +92,7 @@ pub(crate) fn punch(
 pub(crate) fn insert(t: &mut ExtTable<'_>, prefix: &[u8], e: Extent) -> Result<()> {
     let mut e = e;
     if e.lblock > 0 {
-        let left = overlapping(&**t, prefix, e.lblock - 1, Some(e.lblock))?;
+        let left = overlapping(t, prefix, e.lblock - 1, Some(e.lblock))?;
         if let Some(l) = left.into_iter().next() {
             if l.lend() == e.lblock
                 && l.pblock + l.blocks() == e.pblock
@@ -165,18 +137,19 @@ mod tests {
             .create_with_backend(InMemoryBackend::new())
             .unwrap();
         let w = db.begin_write().unwrap();
-        {
-            let mut t = Logged::new(w.open_table(EXTENTS).unwrap());
-            let other = object_prefix(1, "aa");
-            put(&mut t, &other, &ext(0, 900, 4)).unwrap();
-            f(&mut t, &object_prefix(1, "a"));
-            assert_eq!(
-                all(&*t, &other).unwrap(),
-                vec![ext(0, 900, 4)],
-                "neighbour untouched"
-            );
-        }
+        w.open_table(EXTENTS).unwrap();
         w.commit().unwrap();
+        let r = db.begin_read().unwrap();
+        let below = crate::logged::Touched::new();
+        let mut t = Layered::new(r.open_table(EXTENTS).unwrap(), &below);
+        let other = object_prefix(1, "aa");
+        put(&mut t, &other, &ext(0, 900, 4)).unwrap();
+        f(&mut t, &object_prefix(1, "a"));
+        assert_eq!(
+            all(&t, &other).unwrap(),
+            vec![ext(0, 900, 4)],
+            "neighbour untouched"
+        );
     }
 
     #[test]
@@ -190,18 +163,18 @@ mod tests {
                 .map(|e| (e.lblock, e.pblock, e.blocks()))
                 .collect();
             assert_eq!(got, vec![(3, 13, 5), (20, 40, 2)]);
-            let left: Vec<(u64, u64, u64)> = all(&**t, p)
+            let left: Vec<(u64, u64, u64)> = all(t, p)
                 .unwrap()
                 .iter()
                 .map(|e| (e.lblock, e.pblock, e.blocks()))
                 .collect();
             assert_eq!(left, vec![(0, 10, 3), (22, 42, 2)]);
-            let rest = all(&**t, p).unwrap();
+            let rest = all(t, p).unwrap();
             assert_eq!(rest[1].crcs, vec![1022, 1023], "crcs follow their blocks");
             assert!(punch(t, p, 5, Some(20)).unwrap().is_empty(), "hole");
             let tail = punch(t, p, 1, None).unwrap();
             assert_eq!(tail.len(), 2);
-            assert_eq!(all(&**t, p).unwrap(), vec![ext(0, 10, 1)]);
+            assert_eq!(all(t, p).unwrap(), vec![ext(0, 10, 1)]);
         });
     }
 
@@ -211,7 +184,7 @@ mod tests {
             insert(t, p, ext(0, 10, 8)).unwrap();
             let mid = punch(t, p, 2, Some(3)).unwrap();
             assert_eq!(mid, vec![ext(0, 10, 8).slice(2, 3)]);
-            let exts = all(&**t, p).unwrap();
+            let exts = all(t, p).unwrap();
             assert_eq!(
                 exts,
                 vec![ext(0, 10, 8).slice(0, 2), ext(0, 10, 8).slice(3, 8)]
@@ -225,17 +198,17 @@ mod tests {
             insert(t, p, ext(0, 10, 3)).unwrap();
             insert(t, p, ext(3, 13, 2)).unwrap();
             insert(t, p, ext(5, 99, 1)).unwrap();
-            let exts = all(&**t, p).unwrap();
+            let exts = all(t, p).unwrap();
             assert_eq!(exts.len(), 2);
             assert_eq!((exts[0].blocks(), exts[0].crcs[3]), (5, 1003));
             let long = MAX_EXTENT_BLOCKS as u32 * 2 + 7;
             insert(t, p, ext(100, 1000, long)).unwrap();
-            let exts = overlapping(&**t, p, 100, None).unwrap();
+            let exts = overlapping(t, p, 100, None).unwrap();
             assert_eq!(exts.len(), 3);
             assert_eq!(exts.iter().map(Extent::blocks).sum::<u64>(), long as u64);
             assert_eq!(exts[1].pblock, 1000 + MAX_EXTENT_BLOCKS);
-            assert_eq!(overlapping(&**t, p, 1, Some(2)).unwrap().len(), 1);
-            assert!(overlapping(&**t, p, 6, Some(100)).unwrap().is_empty());
+            assert_eq!(overlapping(t, p, 1, Some(2)).unwrap().len(), 1);
+            assert!(overlapping(t, p, 6, Some(100)).unwrap().is_empty());
         });
     }
 }

@@ -39,7 +39,12 @@ impl Store {
     /// Device read errors are fatal (returned as `Err`); everything else goes into the report.
     pub async fn fsck(&self, deep: bool) -> Result<FsckReport> {
         self.check_ok()?;
-        let st = self.state.read().await;
+        // fsck reads the KV itself: first commit the overlay of changes since the checkpoint.
+        let mut w = self.state.write().await;
+        if !w.overlay.is_empty() {
+            self.checkpoint(&mut w, Vec::new())?;
+        }
+        let st = w.downgrade();
         let rtx = self.db.begin_read().map_err(kv)?;
         let mut rep = FsckReport::default();
         let bs = self.sb.block_bytes;

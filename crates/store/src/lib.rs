@@ -25,6 +25,7 @@ mod extmap;
 pub mod fsck;
 pub mod kv;
 mod logged;
+mod overlay;
 mod read;
 mod replay;
 mod stage;

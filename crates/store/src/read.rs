@@ -1,34 +1,78 @@
 //! The read path: object data (verified block by block), stat, xattrs, omap and ordered listing.
 //!
 //! Owns reads under the shared lock (concurrent with each other, never with a commit), from the
-//! onode cache or a redb read snapshot. It must never return a byte of a block whose crc32c does
-//! not match: a mismatch is [`StoreError::ChecksumMismatch`].
+//! onode cache or a redb read snapshot seen through the overlay of changes since the last
+//! checkpoint. It must never return a byte of a block whose crc32c does not match: a mismatch is
+//! [`StoreError::ChecksumMismatch`].
 
 use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, Extent, Onode};
 use crate::error::{kv, Result, StoreError};
 use crate::extmap;
 use crate::kv::{COLLS, EXTENTS, OMAP, ONODES, XATTRS};
+use crate::overlay::Layered;
+use crate::stage::BytesTable;
 use crate::store::{ObjectStat, State, Store};
-use redb::{ReadTransaction, ReadableTable};
+use redb::{ReadTransaction, TableDefinition};
 use std::sync::Arc;
+
+/// The committed KV as readers see it: a redb snapshot under the overlay (read it only while
+/// holding the store's shared lock, which guards the overlay).
+struct View<'a> {
+    rtx: ReadTransaction,
+    st: &'a State,
+}
+
+impl<'a> View<'a> {
+    /// A byte-keyed table (`index`: its place in the overlay, the order of `wal::Redo`).
+    fn table(
+        &self,
+        def: TableDefinition<'static, &'static [u8], &'static [u8]>,
+        index: usize,
+    ) -> Result<BytesTable<'a>> {
+        Ok(Layered::new(
+            self.rtx.open_table(def).map_err(kv)?,
+            &self.st.overlay.tables[index],
+        ))
+    }
+
+    fn colls(&self) -> Result<Layered<'a, &'static str, &'static [u8]>> {
+        Ok(Layered::new(
+            self.rtx.open_table(COLLS).map_err(kv)?,
+            &self.st.overlay.tables[1],
+        ))
+    }
+
+    fn onodes(&self) -> Result<BytesTable<'a>> {
+        self.table(ONODES, 2)
+    }
+
+    fn extents(&self) -> Result<BytesTable<'a>> {
+        self.table(EXTENTS, 3)
+    }
+}
 
 /// Most entries one listing call returns (explicit limit).
 pub const MAX_LIST_ENTRIES: usize = 100_000;
 
 impl Store {
-    fn read_coll_id(rtx: &ReadTransaction, coll: &str) -> Result<u32> {
-        let t = rtx.open_table(COLLS).map_err(kv)?;
-        match t.get(coll).map_err(kv)? {
-            Some(v) => codec::le_u32(codec::open(v.value(), "collection")?, 0, "collection"),
+    fn view<'a>(&self, st: &'a State) -> Result<View<'a>> {
+        Ok(View {
+            rtx: self.db.begin_read().map_err(kv)?,
+            st,
+        })
+    }
+
+    fn read_coll_id(v: &View<'_>, coll: &str) -> Result<u32> {
+        match v.colls()?.get(coll)? {
+            Some(b) => codec::le_u32(codec::open(&b, "collection")?, 0, "collection"),
             None => Err(StoreError::NoSuchCollection(coll.to_string())),
         }
     }
 
-    fn read_onode(rtx: &ReadTransaction, id: u32, coll: &str, obj: &str) -> Result<Onode> {
-        let t = rtx.open_table(ONODES).map_err(kv)?;
-        match t.get(onode_key(id, obj).as_slice()).map_err(kv)? {
-            Some(v) => Onode::decode(v.value()),
+    fn read_onode(v: &View<'_>, id: u32, coll: &str, obj: &str) -> Result<Onode> {
+        match v.onodes()?.get(onode_key(id, obj).as_slice())? {
+            Some(b) => Onode::decode(&b),
             None => Err(StoreError::NoSuchObject {
                 collection: coll.to_string(),
                 object: obj.to_string(),
@@ -36,19 +80,18 @@ impl Store {
         }
     }
 
-    /// Committed metadata of an object: from the onode cache, else from a KV snapshot (and then
-    /// cached when its extent map is small enough). Callers hold the shared lock.
-    fn object_meta(&self, coll: &str, obj: &str) -> Result<Arc<CachedObject>> {
+    /// Committed metadata of an object: from the onode cache, else from the KV (and then cached
+    /// when its extent map is small enough). Callers hold the shared lock (`st`).
+    fn object_meta(&self, st: &State, coll: &str, obj: &str) -> Result<Arc<CachedObject>> {
         if let Some(o) = self.onode_cache.get(coll, obj) {
             return Ok(o);
         }
-        let rtx = self.db.begin_read().map_err(kv)?;
-        let id = Self::read_coll_id(&rtx, coll)?;
-        let node = Self::read_onode(&rtx, id, coll, obj)?;
+        let v = self.view(st)?;
+        let id = Self::read_coll_id(&v, coll)?;
+        let node = Self::read_onode(&v, id, coll, obj)?;
         let blocks = node.size_bytes.div_ceil(self.sb.block_bytes);
         let extents = if blocks.saturating_mul(4) <= MAX_CACHED_EXTENT_BYTES as u64 {
-            let t = rtx.open_table(EXTENTS).map_err(kv)?;
-            Some(extmap::all(&t, &object_prefix(id, obj))?)
+            Some(extmap::all(&v.extents()?, &object_prefix(id, obj))?)
         } else {
             None
         };
@@ -65,6 +108,7 @@ impl Store {
     /// Extents of an object intersecting logical blocks `from..to`.
     fn extents_in(
         &self,
+        st: &State,
         coll: &str,
         obj: &str,
         meta: &CachedObject,
@@ -80,10 +124,9 @@ impl Store {
                 .cloned()
                 .collect());
         }
-        let rtx = self.db.begin_read().map_err(kv)?;
-        let id = Self::read_coll_id(&rtx, coll)?;
-        let t = rtx.open_table(EXTENTS).map_err(kv)?;
-        extmap::overlapping(&t, &object_prefix(id, obj), from, Some(to))
+        let v = self.view(st)?;
+        let id = Self::read_coll_id(&v, coll)?;
+        extmap::overlapping(&v.extents()?, &object_prefix(id, obj), from, Some(to))
     }
 
     /// Reads up to `len_bytes` from `offset_bytes` (short at the end of the object; holes read
@@ -97,7 +140,7 @@ impl Store {
     ) -> Result<Vec<u8>> {
         self.check_ok()?;
         let st = self.state.read().await;
-        let meta = self.object_meta(coll, obj)?;
+        let meta = self.object_meta(&st, coll, obj)?;
         let end = offset_bytes.saturating_add(len_bytes).min(meta.size_bytes);
         if end <= offset_bytes {
             return Ok(Vec::new());
@@ -112,7 +155,7 @@ impl Store {
         let bs = self.sb.block_bytes;
         let (first, last) = (offset_bytes / bs, (end - 1) / bs);
         let pieces: Vec<Extent> = self
-            .extents_in(coll, obj, &meta, first, last + 1)?
+            .extents_in(&st, coll, obj, &meta, first, last + 1)?
             .iter()
             .map(|e| e.slice(first, last + 1))
             .collect();
@@ -197,12 +240,11 @@ impl Store {
     /// For scrub tooling, debugging and tests; holes have no entry.
     pub async fn extents(&self, coll: &str, obj: &str) -> Result<Vec<(u64, u64)>> {
         self.check_ok()?;
-        let _st = self.state.read().await;
-        let rtx = self.db.begin_read().map_err(kv)?;
-        let id = Self::read_coll_id(&rtx, coll)?;
-        Self::read_onode(&rtx, id, coll, obj)?;
-        let t = rtx.open_table(EXTENTS).map_err(kv)?;
-        Ok(extmap::all(&t, &object_prefix(id, obj))?
+        let st = self.state.read().await;
+        let v = self.view(&st)?;
+        let id = Self::read_coll_id(&v, coll)?;
+        Self::read_onode(&v, id, coll, obj)?;
+        Ok(extmap::all(&v.extents()?, &object_prefix(id, obj))?
             .iter()
             .flat_map(|e| (0..e.blocks()).map(move |i| (e.lblock + i, e.pblock + i)))
             .collect())
@@ -211,8 +253,8 @@ impl Store {
     /// Size of an object.
     pub async fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
         self.check_ok()?;
-        let _st = self.state.read().await;
-        let meta = self.object_meta(coll, obj)?;
+        let st = self.state.read().await;
+        let meta = self.object_meta(&st, coll, obj)?;
         Ok(ObjectStat {
             size_bytes: meta.size_bytes,
         })
@@ -241,7 +283,7 @@ impl Store {
 
     /// All extended attributes, sorted by name.
     pub async fn getattrs(&self, coll: &str, obj: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let entries = self.sub_entries(coll, obj, XATTRS).await?;
+        let entries = self.sub_entries(coll, obj, XATTRS, 4).await?;
         entries
             .into_iter()
             .map(|(k, v)| {
@@ -254,34 +296,27 @@ impl Store {
 
     /// All omap entries, sorted by key.
     pub async fn omap_get(&self, coll: &str, obj: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.sub_entries(coll, obj, OMAP).await
+        self.sub_entries(coll, obj, OMAP, 5).await
     }
 
     async fn sub_entries(
         &self,
         coll: &str,
         obj: &str,
-        table: redb::TableDefinition<'static, &'static [u8], &'static [u8]>,
+        table: TableDefinition<'static, &'static [u8], &'static [u8]>,
+        index: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.check_ok()?;
-        let _st = self.state.read().await;
-        let rtx = self.db.begin_read().map_err(kv)?;
-        let id = Self::read_coll_id(&rtx, coll)?;
-        Self::read_onode(&rtx, id, coll, obj)?;
+        let st = self.state.read().await;
+        let v = self.view(&st)?;
+        let id = Self::read_coll_id(&v, coll)?;
+        Self::read_onode(&v, id, coll, obj)?;
         let prefix = object_prefix(id, obj);
-        let t = rtx.open_table(table).map_err(kv)?;
-        let iter = match prefix_end(&prefix) {
-            Some(end) => t.range(prefix.as_slice()..end.as_slice()).map_err(kv)?,
-            None => t.range(prefix.as_slice()..).map_err(kv)?,
-        };
+        let t = v.table(table, index)?;
         let mut out = Vec::new();
-        for item in iter {
-            let (k, v) = item.map_err(kv)?;
-            let user_key = k.value()[prefix.len()..].to_vec();
-            out.push((
-                user_key,
-                codec::open(v.value(), "xattr/omap value")?.to_vec(),
-            ));
+        for (k, val) in t.range(&prefix, prefix_end(&prefix).as_deref(), usize::MAX)? {
+            let user_key = k[prefix.len()..].to_vec();
+            out.push((user_key, codec::open(&val, "xattr/omap value")?.to_vec()));
         }
         Ok(out)
     }
@@ -300,10 +335,10 @@ impl Store {
                 "listing of {max_entries} > {MAX_LIST_ENTRIES} entries"
             )));
         }
-        let _st = self.state.read().await;
-        let rtx = self.db.begin_read().map_err(kv)?;
-        let id = Self::read_coll_id(&rtx, coll)?;
-        let t = rtx.open_table(ONODES).map_err(kv)?;
+        let st = self.state.read().await;
+        let v = self.view(&st)?;
+        let id = Self::read_coll_id(&v, coll)?;
+        let t = v.onodes()?;
         let start = match after {
             Some(a) => {
                 let mut k = onode_key(id, a);
@@ -312,17 +347,13 @@ impl Store {
             }
             None => id.to_be_bytes().to_vec(),
         };
-        let iter = match id.checked_add(1) {
-            Some(n) => t
-                .range(start.as_slice()..n.to_be_bytes().as_slice())
-                .map_err(kv)?,
-            None => t.range(start.as_slice()..).map_err(kv)?,
-        };
+        let end = id.checked_add(1).map(u32::to_be_bytes);
         let mut out = Vec::new();
-        for item in iter.take(max_entries) {
-            let (k, _) = item.map_err(kv)?;
-            let name = std::str::from_utf8(&k.value()[4..])
-                .map_err(|_| StoreError::Corrupt("object name is not UTF-8".into()))?;
+        for (k, _) in t.range(&start, end.as_ref().map(|e| e.as_slice()), max_entries)? {
+            let name = k
+                .get(4..)
+                .and_then(|n| std::str::from_utf8(n).ok())
+                .ok_or_else(|| StoreError::Corrupt("object name is not UTF-8".into()))?;
             out.push(name.to_string());
         }
         Ok(out)
@@ -331,14 +362,8 @@ impl Store {
     /// All collection names, sorted.
     pub async fn list_collections(&self) -> Result<Vec<String>> {
         self.check_ok()?;
-        let _st = self.state.read().await;
-        let rtx = self.db.begin_read().map_err(kv)?;
-        let t = rtx.open_table(COLLS).map_err(kv)?;
-        let mut out = Vec::new();
-        for item in t.iter().map_err(kv)? {
-            let (k, _) = item.map_err(kv)?;
-            out.push(k.value().to_string());
-        }
-        Ok(out)
+        let st = self.state.read().await;
+        let v = self.view(&st)?;
+        Ok(v.colls()?.all()?.into_iter().map(|(k, _)| k).collect())
     }
 }

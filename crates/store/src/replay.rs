@@ -130,13 +130,13 @@ pub(crate) async fn replay_log(
         let mut deferred = wtx.open_table(DEFERRED).map_err(kv)?;
         for (_, rec) in &records {
             let t = &rec.tables;
-            replay(&mut meta, &t[0])?;
-            replay(&mut colls, &t[1])?;
-            replay(&mut onodes, &t[2])?;
-            replay(&mut extents, &t[3])?;
-            replay(&mut xattrs, &t[4])?;
-            replay(&mut omap, &t[5])?;
-            replay(&mut deferred, &t[6])?;
+            replay(&mut meta, t[0].iter().map(|(k, v)| (k, v)))?;
+            replay(&mut colls, t[1].iter().map(|(k, v)| (k, v)))?;
+            replay(&mut onodes, t[2].iter().map(|(k, v)| (k, v)))?;
+            replay(&mut extents, t[3].iter().map(|(k, v)| (k, v)))?;
+            replay(&mut xattrs, t[4].iter().map(|(k, v)| (k, v)))?;
+            replay(&mut omap, t[5].iter().map(|(k, v)| (k, v)))?;
+            replay(&mut deferred, t[6].iter().map(|(k, v)| (k, v)))?;
         }
         ring.head = pos;
         ring.next_seq = seq + 1;

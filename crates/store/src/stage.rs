@@ -14,39 +14,40 @@ use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, 
 use crate::error::{kv, Result, StoreError};
 use crate::extmap::{self, ExtTable};
 use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
-use crate::logged::Logged;
+use crate::overlay::{Layered, Overlay};
 use crate::store::{State, Store};
 use crate::txn::Op;
 use crate::wal::Redo;
 use cairn_blockdev::AlignedBuf;
-use redb::{ReadableTable, WriteTransaction};
+use redb::ReadTransaction;
 use std::collections::BTreeMap;
 
-type BytesTable<'t> = Logged<'t, &'static [u8], &'static [u8]>;
+pub(crate) type BytesTable<'t> = Layered<'t, &'static [u8], &'static [u8]>;
 
-/// Open table handles of one write transaction, each recording what it changes (the redo record
-/// of the group, see `wal`).
+/// Every table as the group sees it (its own changes over the overlay over the checkpointed
+/// KV), recording what it changes (the group's redo record, see `wal`).
 pub(crate) struct Tables<'t> {
-    meta: Logged<'t, &'static str, &'static [u8]>,
-    colls: Logged<'t, &'static str, &'static [u8]>,
+    meta: Layered<'t, &'static str, &'static [u8]>,
+    colls: Layered<'t, &'static str, &'static [u8]>,
     onodes: BytesTable<'t>,
     extents: ExtTable<'t>,
     xattrs: BytesTable<'t>,
     omap: BytesTable<'t>,
-    pub(crate) deferred: Logged<'t, u64, &'static [u8]>,
+    pub(crate) deferred: Layered<'t, u64, &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
-    /// Opens every table in `w`.
-    pub(crate) fn open(w: &'t WriteTransaction) -> Result<Self> {
+    /// The tables of the checkpointed KV in `r` under `overlay`.
+    pub(crate) fn open(r: &ReadTransaction, overlay: &'t Overlay) -> Result<Self> {
+        let o = &overlay.tables;
         Ok(Self {
-            meta: Logged::new(w.open_table(META).map_err(kv)?),
-            colls: Logged::new(w.open_table(COLLS).map_err(kv)?),
-            onodes: Logged::new(w.open_table(ONODES).map_err(kv)?),
-            extents: Logged::new(w.open_table(EXTENTS).map_err(kv)?),
-            xattrs: Logged::new(w.open_table(XATTRS).map_err(kv)?),
-            omap: Logged::new(w.open_table(OMAP).map_err(kv)?),
-            deferred: Logged::new(w.open_table(DEFERRED).map_err(kv)?),
+            meta: Layered::new(r.open_table(META).map_err(kv)?, &o[0]),
+            colls: Layered::new(r.open_table(COLLS).map_err(kv)?, &o[1]),
+            onodes: Layered::new(r.open_table(ONODES).map_err(kv)?, &o[2]),
+            extents: Layered::new(r.open_table(EXTENTS).map_err(kv)?, &o[3]),
+            xattrs: Layered::new(r.open_table(XATTRS).map_err(kv)?, &o[4]),
+            omap: Layered::new(r.open_table(OMAP).map_err(kv)?, &o[5]),
+            deferred: Layered::new(r.open_table(DEFERRED).map_err(kv)?, &o[6]),
         })
     }
 
@@ -132,22 +133,13 @@ struct Obj<'a> {
 }
 
 fn range_keys(t: &BytesTable<'_>, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut out = Vec::new();
-    let iter = match prefix_end(prefix) {
-        Some(end) => t.range(prefix..end.as_slice()).map_err(kv)?,
-        None => t.range(prefix..).map_err(kv)?,
-    };
-    for item in iter {
-        let (k, v) = item.map_err(kv)?;
-        out.push((k.value().to_vec(), v.value().to_vec()));
-    }
-    Ok(out)
+    t.range(prefix, prefix_end(prefix).as_deref(), usize::MAX)
 }
 
 fn take_prefix(t: &mut BytesTable<'_>, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let entries = range_keys(t, prefix)?;
     for (k, _) in &entries {
-        t.remove(k.as_slice()).map_err(kv)?;
+        t.remove(k.as_slice())?;
     }
     Ok(entries)
 }
@@ -250,18 +242,15 @@ impl Store {
                     self.remove_object(st, stage, t, &d)?;
                     for table in [&mut t.extents, &mut t.xattrs, &mut t.omap] {
                         for (k, v) in take_prefix(table, &s.prefix)? {
-                            table
-                                .insert(
-                                    sub_key(&d.prefix, &k[s.prefix.len()..]).as_slice(),
-                                    v.as_slice(),
-                                )
-                                .map_err(kv)?;
+                            table.insert(
+                                sub_key(&d.prefix, &k[s.prefix.len()..]).as_slice(),
+                                v.as_slice(),
+                            )?;
                         }
                     }
-                    t.onodes.remove(s.key.as_slice()).map_err(kv)?;
+                    t.onodes.remove(s.key.as_slice())?;
                     t.onodes
-                        .insert(d.key.as_slice(), node.encode().as_slice())
-                        .map_err(kv)?;
+                        .insert(d.key.as_slice(), node.encode().as_slice())?;
                 }
             }
             Op::SetAttr {
@@ -274,32 +263,27 @@ impl Store {
                 Self::ensure(stage, t, &o)?;
                 let k = sub_key(&o.prefix, name.as_bytes());
                 t.xattrs
-                    .insert(k.as_slice(), codec::seal(value).as_slice())
-                    .map_err(kv)?;
+                    .insert(k.as_slice(), codec::seal(value).as_slice())?;
             }
             Op::RmAttr { coll, obj, name } => {
                 let o = Self::obj(t, coll, obj)?;
                 Self::must_exist(t, &o)?;
                 t.xattrs
-                    .remove(sub_key(&o.prefix, name.as_bytes()).as_slice())
-                    .map_err(kv)?;
+                    .remove(sub_key(&o.prefix, name.as_bytes()).as_slice())?;
             }
             Op::OmapSet { coll, obj, entries } => {
                 let o = Self::obj(t, coll, obj)?;
                 Self::ensure(stage, t, &o)?;
                 for (k, v) in entries {
                     t.omap
-                        .insert(sub_key(&o.prefix, k).as_slice(), codec::seal(v).as_slice())
-                        .map_err(kv)?;
+                        .insert(sub_key(&o.prefix, k).as_slice(), codec::seal(v).as_slice())?;
                 }
             }
             Op::OmapRemove { coll, obj, keys } => {
                 let o = Self::obj(t, coll, obj)?;
                 Self::must_exist(t, &o)?;
                 for k in keys {
-                    t.omap
-                        .remove(sub_key(&o.prefix, k).as_slice())
-                        .map_err(kv)?;
+                    t.omap.remove(sub_key(&o.prefix, k).as_slice())?;
                 }
             }
         }
@@ -307,56 +291,44 @@ impl Store {
     }
 
     fn create_collection(t: &mut Tables<'_>, coll: &str) -> Result<()> {
-        if t.colls.get(coll).map_err(kv)?.is_some() {
+        if t.colls.get(coll)?.is_some() {
             return Err(StoreError::CollectionExists(coll.to_string()));
         }
-        let next = match t.meta.get("next_coll").map_err(kv)? {
-            Some(v) => codec::le_u32(codec::open(v.value(), "next_coll")?, 0, "next_coll")?,
+        let next = match t.meta.get("next_coll")? {
+            Some(v) => codec::le_u32(codec::open(&v, "next_coll")?, 0, "next_coll")?,
             None => return Err(StoreError::Corrupt("next_coll missing".into())),
         };
         let following = next
             .checked_add(1)
             .ok_or_else(|| StoreError::Limit("collection ids exhausted".into()))?;
         t.colls
-            .insert(coll, codec::seal(&next.to_le_bytes()).as_slice())
-            .map_err(kv)?;
-        t.meta
-            .insert(
-                "next_coll",
-                codec::seal(&following.to_le_bytes()).as_slice(),
-            )
-            .map_err(kv)?;
+            .insert(coll, codec::seal(&next.to_le_bytes()).as_slice())?;
+        t.meta.insert(
+            "next_coll",
+            codec::seal(&following.to_le_bytes()).as_slice(),
+        )?;
         Ok(())
     }
 
     fn remove_collection(t: &mut Tables<'_>, coll: &str) -> Result<()> {
         let id = Self::coll_id(t, coll)?;
         let start = id.to_be_bytes();
-        let non_empty = match id.checked_add(1) {
-            Some(n) => t
-                .onodes
-                .range(start.as_slice()..n.to_be_bytes().as_slice())
-                .map_err(kv)?
-                .next()
-                .is_some(),
-            None => t
-                .onodes
-                .range(start.as_slice()..)
-                .map_err(kv)?
-                .next()
-                .is_some(),
-        };
+        let end = id.checked_add(1).map(u32::to_be_bytes);
+        let non_empty = !t
+            .onodes
+            .range(start.as_slice(), end.as_ref().map(|e| e.as_slice()), 1)?
+            .is_empty();
         if non_empty {
             return Err(StoreError::CollectionNotEmpty(coll.to_string()));
         }
-        t.colls.remove(coll).map_err(kv)?;
+        t.colls.remove(coll)?;
         Ok(())
     }
 
     fn coll_id(t: &Tables<'_>, coll: &str) -> Result<u32> {
-        match t.colls.get(coll).map_err(kv)? {
+        match t.colls.get(coll)? {
             Some(v) => Ok(codec::le_u32(
-                codec::open(v.value(), "collection")?,
+                codec::open(&v, "collection")?,
                 0,
                 "collection",
             )?),
@@ -375,8 +347,8 @@ impl Store {
     }
 
     fn get_onode(t: &Tables<'_>, o: &Obj<'_>) -> Result<Option<Onode>> {
-        match t.onodes.get(o.key.as_slice()).map_err(kv)? {
-            Some(v) => Ok(Some(Onode::decode(v.value())?)),
+        match t.onodes.get(o.key.as_slice())? {
+            Some(v) => Ok(Some(Onode::decode(&v)?)),
             None => Ok(None),
         }
     }
@@ -393,9 +365,7 @@ impl Store {
             return Ok(n);
         }
         let n = Onode::default();
-        t.onodes
-            .insert(o.key.as_slice(), n.encode().as_slice())
-            .map_err(kv)?;
+        t.onodes.insert(o.key.as_slice(), n.encode().as_slice())?;
         stage.objects_delta += 1;
         Ok(n)
     }
@@ -409,9 +379,7 @@ impl Store {
     ) -> Result<()> {
         stage.stored_delta += size_bytes as i64 - old.size_bytes as i64;
         let n = Onode { size_bytes };
-        t.onodes
-            .insert(o.key.as_slice(), n.encode().as_slice())
-            .map_err(kv)?;
+        t.onodes.insert(o.key.as_slice(), n.encode().as_slice())?;
         Ok(())
     }
 
@@ -487,7 +455,7 @@ impl Store {
         o: &Obj<'_>,
         idx: u64,
     ) -> Result<Vec<u8>> {
-        let exts = extmap::overlapping(&*t.extents, &o.prefix, idx, Some(idx + 1))?;
+        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
         match exts.first() {
             Some(e) => {
                 self.staged_extent(st, stage, o, &e.slice(idx, idx + 1))
@@ -509,7 +477,7 @@ impl Store {
         idx: u64,
         f: impl FnOnce(&mut [u8]),
     ) -> Result<bool> {
-        let exts = extmap::overlapping(&*t.extents, &o.prefix, idx, Some(idx + 1))?;
+        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
         let Some(mut e) = exts.into_iter().next() else {
             return Ok(false);
         };
@@ -727,7 +695,7 @@ impl Store {
         }
         take_prefix(&mut t.xattrs, &o.prefix)?;
         take_prefix(&mut t.omap, &o.prefix)?;
-        t.onodes.remove(o.key.as_slice()).map_err(kv)?;
+        t.onodes.remove(o.key.as_slice())?;
         stage.objects_delta -= 1;
         stage.stored_delta -= node.size_bytes as i64;
         Ok(true)
@@ -745,7 +713,7 @@ impl Store {
     ) -> Result<()> {
         self.remove_object(st, stage, t, d)?;
         let bs = self.sb.block_bytes;
-        for e in extmap::all(&*t.extents, &s.prefix)? {
+        for e in extmap::all(&t.extents, &s.prefix)? {
             let content = self.staged_extent(st, stage, s, &e).await?;
             let mut lblock = e.lblock;
             for (p, len) in self.alloc_extents(st, stage, e.blocks())? {
@@ -767,17 +735,14 @@ impl Store {
         }
         for table in [&mut t.xattrs, &mut t.omap] {
             for (k, v) in range_keys(table, &s.prefix)? {
-                table
-                    .insert(
-                        sub_key(&d.prefix, &k[s.prefix.len()..]).as_slice(),
-                        v.as_slice(),
-                    )
-                    .map_err(kv)?;
+                table.insert(
+                    sub_key(&d.prefix, &k[s.prefix.len()..]).as_slice(),
+                    v.as_slice(),
+                )?;
             }
         }
         t.onodes
-            .insert(d.key.as_slice(), node.encode().as_slice())
-            .map_err(kv)?;
+            .insert(d.key.as_slice(), node.encode().as_slice())?;
         stage.objects_delta += 1;
         stage.stored_delta += node.size_bytes as i64;
         Ok(())

@@ -30,6 +30,8 @@ use crate::error::{kv, Result, StoreError};
 use crate::kv::{
     CountingBackend, DynBackend, KvCounters, COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS,
 };
+use crate::logged;
+use crate::overlay::Overlay;
 use crate::wal::{self, Marker, WalRing};
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use redb::{Database, ReadableTable, ReadableTableMetadata, StorageBackend};
@@ -181,6 +183,8 @@ pub(crate) struct State {
     pub stored_bytes: u64,
     /// The write-ahead log ring's position.
     pub wal: WalRing,
+    /// KV changes of the groups since the last checkpoint (durable in the log, not yet in redb).
+    pub overlay: Overlay,
 }
 
 /// A BlueStore-style object store on one block device with metadata in redb.
@@ -416,6 +420,7 @@ impl Store {
                 objects,
                 stored_bytes,
                 wal: ring,
+                overlay: Overlay::default(),
             }),
             failed: Mutex::new(None),
             counters,
@@ -438,30 +443,49 @@ impl Store {
         self.check_ok()?;
         let mut st = self.state.write().await;
         self.apply_deferred(&mut st).await?;
-        if st.wal.records_since_checkpoint() > 0 {
+        if st.wal.records_since_checkpoint() > 0 || !st.overlay.is_empty() {
             self.checkpoint(&mut st, Vec::new())?;
         }
         Ok(())
     }
 
-    /// Commits to the KV durably, recording the log's marker, after applying `changes` (one write
-    /// transaction). Everything logged so far is then in the KV: the ring's space is free again.
+    /// Commits the overlay to the KV durably in one write transaction, with the removal of the
+    /// applied deferred writes `deferred_done` and the log's marker. Everything logged so far is
+    /// then in the KV: the overlay is emptied and the ring's space is free again.
     pub(crate) fn checkpoint(&self, st: &mut State, deferred_done: Vec<u64>) -> Result<()> {
-        let f = |e: redb::Error| self.fatal(kv(e));
-        let mut wtx = self.db.begin_write().map_err(|e| f(e.into()))?;
+        let t0 = std::time::Instant::now();
+        let f = |e: StoreError| self.fatal(e);
+        let mut wtx = self.db.begin_write().map_err(|e| f(kv(e)))?;
         wtx.set_durability(redb::Durability::Immediate);
         {
-            let mut t = wtx.open_table(DEFERRED).map_err(|e| f(e.into()))?;
+            let o = &st.overlay.tables;
+            let mut meta = wtx.open_table(META).map_err(|e| f(kv(e)))?;
+            logged::replay(&mut meta, &o[0]).map_err(f)?;
+            let mut colls = wtx.open_table(COLLS).map_err(|e| f(kv(e)))?;
+            logged::replay(&mut colls, &o[1]).map_err(f)?;
+            let mut onodes = wtx.open_table(ONODES).map_err(|e| f(kv(e)))?;
+            logged::replay(&mut onodes, &o[2]).map_err(f)?;
+            let mut extents = wtx.open_table(EXTENTS).map_err(|e| f(kv(e)))?;
+            logged::replay(&mut extents, &o[3]).map_err(f)?;
+            let mut xattrs = wtx.open_table(XATTRS).map_err(|e| f(kv(e)))?;
+            logged::replay(&mut xattrs, &o[4]).map_err(f)?;
+            let mut omap = wtx.open_table(OMAP).map_err(|e| f(kv(e)))?;
+            logged::replay(&mut omap, &o[5]).map_err(f)?;
+            let mut deferred = wtx.open_table(DEFERRED).map_err(|e| f(kv(e)))?;
+            logged::replay(&mut deferred, &o[6]).map_err(f)?;
             for k in &deferred_done {
-                t.remove(*k).map_err(|e| f(e.into()))?;
+                deferred.remove(*k).map_err(|e| f(kv(e)))?;
             }
-            let mut meta = wtx.open_table(META).map_err(|e| f(e.into()))?;
             meta.insert(wal::MARKER_KEY, st.wal.marker().encode().as_slice())
-                .map_err(|e| f(e.into()))?;
+                .map_err(|e| f(kv(e)))?;
         }
-        wtx.commit().map_err(|e| f(e.into()))?;
+        wtx.commit().map_err(|e| f(kv(e)))?;
+        st.overlay = Overlay::default();
         st.wal.checkpointed();
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .checkpoint_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -666,7 +690,8 @@ impl Store {
         }
     }
 
-    /// Number of KV records of each table (for tests and fsck summaries).
+    /// Number of KV records of each table as of the last checkpoint (for tests and fsck
+    /// summaries; [`Store::sync`] first to include everything committed).
     pub fn kv_record_counts(&self) -> Result<Vec<(&'static str, u64)>> {
         let rtx = self.db.begin_read().map_err(kv)?;
         let mut out = Vec::new();
