@@ -6,7 +6,9 @@
 //! written.
 
 use crate::error::{kv, Result};
-use redb::{Key, Table, Value};
+use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
+use crate::wal::REDO_TABLES;
+use redb::{Key, Table, Value, WriteTransaction};
 use std::collections::BTreeMap;
 
 /// The final state of every key a group touched in one table: raw key -> raw value, or `None`
@@ -35,6 +37,22 @@ pub(crate) fn replay<'c, K: Key + 'static, V: Value + 'static>(
         }
     }
     Ok(())
+}
+
+/// Replays one set of changes per table (in the order of `wal::Redo`: meta, collections, onodes,
+/// extents, xattrs, omap, deferred) into the tables of `wtx`.
+pub(crate) fn replay_tables<'c, I>(wtx: &WriteTransaction, tables: [I; REDO_TABLES]) -> Result<()>
+where
+    I: IntoIterator<Item = (&'c Vec<u8>, &'c Option<Vec<u8>>)>,
+{
+    let [meta, colls, onodes, extents, xattrs, omap, deferred] = tables;
+    replay(&mut wtx.open_table(META).map_err(kv)?, meta)?;
+    replay(&mut wtx.open_table(COLLS).map_err(kv)?, colls)?;
+    replay(&mut wtx.open_table(ONODES).map_err(kv)?, onodes)?;
+    replay(&mut wtx.open_table(EXTENTS).map_err(kv)?, extents)?;
+    replay(&mut wtx.open_table(XATTRS).map_err(kv)?, xattrs)?;
+    replay(&mut wtx.open_table(OMAP).map_err(kv)?, omap)?;
+    replay(&mut wtx.open_table(DEFERRED).map_err(kv)?, deferred)
 }
 
 #[cfg(test)]

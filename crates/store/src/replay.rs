@@ -6,8 +6,8 @@
 
 use crate::codec::Superblock;
 use crate::error::{kv, Result};
-use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
-use crate::logged::replay;
+use crate::kv::META;
+use crate::logged::replay_tables;
 use crate::store::Counters;
 use crate::wal::{self, Record, WalRing};
 use cairn_blockdev::BlockDevice;
@@ -120,30 +120,19 @@ pub(crate) async fn replay_log(
     }
     let mut wtx = db.begin_write().map_err(kv)?;
     wtx.set_durability(redb::Durability::Immediate);
-    {
-        let mut meta = wtx.open_table(META).map_err(kv)?;
-        let mut colls = wtx.open_table(COLLS).map_err(kv)?;
-        let mut onodes = wtx.open_table(ONODES).map_err(kv)?;
-        let mut extents = wtx.open_table(EXTENTS).map_err(kv)?;
-        let mut xattrs = wtx.open_table(XATTRS).map_err(kv)?;
-        let mut omap = wtx.open_table(OMAP).map_err(kv)?;
-        let mut deferred = wtx.open_table(DEFERRED).map_err(kv)?;
-        for (_, rec) in &records {
-            let t = &rec.tables;
-            replay(&mut meta, t[0].iter().map(|(k, v)| (k, v)))?;
-            replay(&mut colls, t[1].iter().map(|(k, v)| (k, v)))?;
-            replay(&mut onodes, t[2].iter().map(|(k, v)| (k, v)))?;
-            replay(&mut extents, t[3].iter().map(|(k, v)| (k, v)))?;
-            replay(&mut xattrs, t[4].iter().map(|(k, v)| (k, v)))?;
-            replay(&mut omap, t[5].iter().map(|(k, v)| (k, v)))?;
-            replay(&mut deferred, t[6].iter().map(|(k, v)| (k, v)))?;
-        }
-        ring.head = pos;
-        ring.next_seq = seq + 1;
-        ring.checkpointed();
-        meta.insert(wal::MARKER_KEY, ring.marker().encode().as_slice())
-            .map_err(kv)?;
+    for (_, rec) in &records {
+        replay_tables(
+            &wtx,
+            std::array::from_fn(|i| rec.tables[i].iter().map(|(k, v)| (k, v))),
+        )?;
     }
+    ring.head = pos;
+    ring.next_seq = seq + 1;
+    ring.checkpointed();
+    wtx.open_table(META)
+        .map_err(kv)?
+        .insert(wal::MARKER_KEY, ring.marker().encode().as_slice())
+        .map_err(kv)?;
     wtx.commit().map_err(kv)?;
     counters
         .wal_replayed

@@ -457,25 +457,13 @@ impl Store {
         let f = |e: StoreError| self.fatal(e);
         let mut wtx = self.db.begin_write().map_err(|e| f(kv(e)))?;
         wtx.set_durability(redb::Durability::Immediate);
+        logged::replay_tables(&wtx, std::array::from_fn(|i| &st.overlay.tables[i])).map_err(f)?;
         {
-            let o = &st.overlay.tables;
-            let mut meta = wtx.open_table(META).map_err(|e| f(kv(e)))?;
-            logged::replay(&mut meta, &o[0]).map_err(f)?;
-            let mut colls = wtx.open_table(COLLS).map_err(|e| f(kv(e)))?;
-            logged::replay(&mut colls, &o[1]).map_err(f)?;
-            let mut onodes = wtx.open_table(ONODES).map_err(|e| f(kv(e)))?;
-            logged::replay(&mut onodes, &o[2]).map_err(f)?;
-            let mut extents = wtx.open_table(EXTENTS).map_err(|e| f(kv(e)))?;
-            logged::replay(&mut extents, &o[3]).map_err(f)?;
-            let mut xattrs = wtx.open_table(XATTRS).map_err(|e| f(kv(e)))?;
-            logged::replay(&mut xattrs, &o[4]).map_err(f)?;
-            let mut omap = wtx.open_table(OMAP).map_err(|e| f(kv(e)))?;
-            logged::replay(&mut omap, &o[5]).map_err(f)?;
             let mut deferred = wtx.open_table(DEFERRED).map_err(|e| f(kv(e)))?;
-            logged::replay(&mut deferred, &o[6]).map_err(f)?;
             for k in &deferred_done {
                 deferred.remove(*k).map_err(|e| f(kv(e)))?;
             }
+            let mut meta = wtx.open_table(META).map_err(|e| f(kv(e)))?;
             meta.insert(wal::MARKER_KEY, st.wal.marker().encode().as_slice())
                 .map_err(|e| f(kv(e)))?;
         }
