@@ -204,15 +204,14 @@ fn summarize(
     }
 }
 
-/// Where commit time went in a phase (ms): staging, data writes, device flushes, KV commits.
+/// Where commit time went in a phase (ms): staging, data writes, device flushes, checkpoints.
 fn time_split(name: &str, before: &StoreStats, after: &StoreStats) -> String {
     let ms = |a: u64, b: u64| (a - b) as f64 / 1e6;
     format!(
-        "{name}: stage {:.0} ms, data write {:.0} ms, device flush {:.0} ms, KV commit {:.0} ms ({:.0} ms in checkpoints), {} log records, {} checkpoints",
+        "{name}: stage {:.0} ms, data write {:.0} ms, device flush {:.0} ms, checkpoints {:.0} ms, {} log records, {} checkpoints",
         ms(after.stage_ns, before.stage_ns),
         ms(after.data_write_ns, before.data_write_ns),
         ms(after.device_flush_ns, before.device_flush_ns),
-        ms(after.kv_commit_ns, before.kv_commit_ns),
         ms(after.checkpoint_ns, before.checkpoint_ns),
         after.wal_records - before.wal_records,
         after.checkpoints - before.checkpoints

@@ -1,13 +1,13 @@
 //! Applying transactions: group commit, limits, and the stage-write-flush-commit sequence
 //! described in `store` (staging itself is `stage`'s job).
 //!
-//! Owns the order that makes a group durable and atomic: stage every transaction into one redb
-//! write transaction (restaging without a member that fails), write the new blocks together with
-//! the group's redo record in the write-ahead log, flush the device (the commit point), commit
-//! the KV without a sync, then release freed blocks and forget the touched objects' cached
+//! Owns the order that makes a group durable and atomic: stage every transaction over the
+//! overlay (restaging without a member that fails), write the new blocks together with the
+//! group's redo record in the write-ahead log, flush the device (the commit point), take the
+//! changes into the overlay, then release freed blocks and forget the touched objects' cached
 //! metadata. When no record can be logged (no log, record too large, checkpoint due) the group
-//! is a checkpoint instead: write and flush the data, then commit the KV durably with the log's
-//! marker. It must never write to the device before the whole group has staged successfully,
+//! is a checkpoint instead: write and flush the data, then commit the overlay to the KV durably
+//! with the log's marker. It must never write to the device before the whole group has staged successfully,
 //! and never release a block before the commit that stops referencing it.
 
 use crate::codec;
@@ -271,11 +271,7 @@ impl Store {
                 st.wal.advance(pos, record_blocks);
                 self.counters.wal_records.fetch_add(1, Ordering::Relaxed);
             }
-            None => {
-                let t = Instant::now();
-                self.checkpoint(st, Vec::new())?;
-                elapsed_into(&self.counters.kv_commit_ns, t);
-            }
+            None => self.checkpoint(st, Vec::new())?,
         }
         Ok(())
     }

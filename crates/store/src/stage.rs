@@ -1,5 +1,6 @@
-//! Staging: every operation of a transaction applied to the metadata of one redb write
-//! transaction, with the new data gathered for writing before the commit.
+//! Staging: every operation of a group applied to the metadata as the group sees it (its own
+//! changes over the overlay over redb, `overlay::Layered`), with the new data gathered for
+//! writing before the commit.
 //!
 //! Owns copy-on-write placement (a write of at least `deferred_max_bytes` goes to newly
 //! allocated blocks, built once into aligned buffers from the transaction's bytes), deferred

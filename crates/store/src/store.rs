@@ -3,17 +3,17 @@
 //!
 //! Owns the ordering that makes the store crash-safe:
 //!
-//! 1. Stage every operation of a transaction inside one redb write transaction (metadata only);
-//!    new data goes to blocks that committed metadata does not reference (copy-on-write), small
-//!    overwrites are recorded as deferred writes in the KV. The tables record the final value
-//!    of every key they change (the group's redo record).
+//! 1. Stage every operation of a group against the KV as `this group -> overlay -> redb`
+//!    (metadata only); new data goes to blocks that committed metadata does not reference
+//!    (copy-on-write), small overwrites are recorded as deferred writes. The staged changes are
+//!    the group's redo record.
 //! 2. Write the new blocks **and the redo record** (into the write-ahead log ring, `wal`) to the
 //!    device and **flush** it: this one flush is the atomic commit point and the
-//!    acknowledgement. The KV transaction is then committed without a sync.
-//! 3. Every `wal_checkpoint_records` groups, when the ring is half used, or when a record does
-//!    not fit, the group instead flushes its data and commits the KV durably
-//!    (`Durability::Immediate`) with the checkpoint marker: everything before is then in the
-//!    KV, and mount replays only records after the marker.
+//!    acknowledgement. The changes then join the in-memory overlay; redb is not touched.
+//! 3. Every `wal_checkpoint_records` groups, when the ring is half used, the overlay is full, or
+//!    a record does not fit, the group instead flushes its data and checkpoints: the overlay is
+//!    committed to redb durably (`Durability::Immediate`) with the log's marker, so mount
+//!    replays only records after it.
 //! 4. Only after the commit release the blocks the transaction freed, and later apply deferred
 //!    writes in place, flush, and delete their records (replayed at mount if a crash intervenes).
 //!
@@ -135,9 +135,7 @@ pub struct StoreStats {
     pub data_write_ns: u64,
     /// Time spent in device flushes before commits, ns.
     pub device_flush_ns: u64,
-    /// Time spent in KV commits of transactions, ns (checkpoints included).
-    pub kv_commit_ns: u64,
-    /// Of `kv_commit_ns`, the time spent in checkpoints (durable KV commits), ns.
+    /// Time spent in checkpoints (durable KV commits of the overlay, the only KV commits), ns.
     pub checkpoint_ns: u64,
     /// Group commits made durable by a write-ahead log record (one device flush, no KV sync).
     pub wal_records: u64,
@@ -164,7 +162,6 @@ pub(crate) struct Counters {
     pub stage_ns: AtomicU64,
     pub data_write_ns: AtomicU64,
     pub device_flush_ns: AtomicU64,
-    pub kv_commit_ns: AtomicU64,
     pub checkpoint_ns: AtomicU64,
     pub wal_records: AtomicU64,
     pub wal_bytes_written: AtomicU64,
@@ -668,7 +665,6 @@ impl Store {
             stage_ns: self.counters.stage_ns.load(Ordering::Relaxed),
             data_write_ns: self.counters.data_write_ns.load(Ordering::Relaxed),
             device_flush_ns: self.counters.device_flush_ns.load(Ordering::Relaxed),
-            kv_commit_ns: self.counters.kv_commit_ns.load(Ordering::Relaxed),
             checkpoint_ns: self.counters.checkpoint_ns.load(Ordering::Relaxed),
             wal_records: self.counters.wal_records.load(Ordering::Relaxed),
             wal_bytes_written: self.counters.wal_bytes_written.load(Ordering::Relaxed),
