@@ -174,18 +174,16 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Answer {
                 ok(attrs.len() as u64, 0, encode_pairs(&pairs), false)
             }
             OpKind::OmapList { after, prefix, max } => {
-                let max = (*max as usize).clamp(1, 100_000);
-                let mut page: Vec<(Vec<u8>, Vec<u8>)> = s
+                let page = s
                     .store
-                    .omap_get(coll, obj)
-                    .await?
-                    .into_iter()
-                    .filter(|(k, _)| (after.is_empty() || k > after) && k.starts_with(prefix))
-                    .take(max + 1)
-                    .collect();
-                let more = page.len() > max;
-                page.truncate(max);
-                ok(page.len() as u64, 0, encode_pairs(&page), more)
+                    .omap_page(coll, obj, after, prefix, (*max as usize).clamp(1, 100_000))
+                    .await?;
+                ok(
+                    page.entries.len() as u64,
+                    0,
+                    encode_pairs(&page.entries),
+                    page.more,
+                )
             }
             OpKind::ListObjects { after, max } => {
                 let (names, more) = list_page(&s.store, coll, after, *max).await?;

@@ -4,7 +4,7 @@
 //! counter. The log keeps at most `max_entries` (explicit limit), trimming from the tail; an
 //! OSD whose last update is older than the tail can no longer be recovered from the log.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -70,6 +70,7 @@ pub struct LogEntry {
 
 /// The PG log of one OSD's copy of a PG.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "LogWire", into = "LogWire")]
 pub struct PgLog {
     /// Entries after `tail`, oldest first.
     entries: VecDeque<LogEntry>,
@@ -79,6 +80,46 @@ pub struct PgLog {
     head: Eversion,
     /// Most entries kept.
     max_entries: usize,
+    /// How many entries touch each object (derived from `entries`, never sent): lets
+    /// [`PgLog::newest_for`] answer "not in the log" without scanning it, which is the common
+    /// case for a write to a new object.
+    per_object: HashMap<ObjectId, u32>,
+}
+
+/// A PG log as it travels between OSDs: the log without its derived index.
+#[derive(Serialize, Deserialize)]
+struct LogWire {
+    entries: VecDeque<LogEntry>,
+    tail: Eversion,
+    head: Eversion,
+    max_entries: usize,
+}
+
+impl From<LogWire> for PgLog {
+    fn from(w: LogWire) -> Self {
+        let mut per_object: HashMap<ObjectId, u32> = HashMap::new();
+        for e in &w.entries {
+            *per_object.entry(e.object.clone()).or_default() += 1;
+        }
+        PgLog {
+            entries: w.entries,
+            tail: w.tail,
+            head: w.head,
+            max_entries: w.max_entries,
+            per_object,
+        }
+    }
+}
+
+impl From<PgLog> for LogWire {
+    fn from(l: PgLog) -> Self {
+        LogWire {
+            entries: l.entries,
+            tail: l.tail,
+            head: l.head,
+            max_entries: l.max_entries,
+        }
+    }
 }
 
 impl PgLog {
@@ -89,6 +130,20 @@ impl PgLog {
             tail: Eversion::default(),
             head: Eversion::default(),
             max_entries: max_entries.max(1),
+            per_object: HashMap::new(),
+        }
+    }
+
+    fn counted_in(&mut self, object: &str) {
+        *self.per_object.entry(object.to_string()).or_default() += 1;
+    }
+
+    fn counted_out(&mut self, object: &str) {
+        if let Some(n) = self.per_object.get_mut(object) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_object.remove(object);
+            }
         }
     }
 
@@ -154,9 +209,11 @@ impl PgLog {
             });
         }
         self.head = entry.version;
+        self.counted_in(&entry.object);
         self.entries.push_back(entry);
         while self.entries.len() > self.max_entries {
             if let Some(old) = self.entries.pop_front() {
+                self.counted_out(&old.object);
                 self.tail = old.version;
             }
         }
@@ -170,6 +227,9 @@ impl PgLog {
 
     /// The newest entry touching `object`, if the log still has one.
     pub fn newest_for(&self, object: &str) -> Option<&LogEntry> {
+        if !self.per_object.contains_key(object) {
+            return None;
+        }
         self.entries.iter().rev().find(|e| e.object == object)
     }
 
@@ -194,6 +254,7 @@ impl PgLog {
         let mut dropped = Vec::new();
         while self.entries.back().is_some_and(|e| e.version > version) {
             if let Some(e) = self.entries.pop_back() {
+                self.counted_out(&e.object);
                 dropped.push(e);
             }
         }

@@ -37,6 +37,6 @@ pub use config::StoreConfig;
 pub use error::{Result, StoreError};
 pub use fsck::FsckReport;
 pub use kv::{CrashableKv, KvLossMode};
-pub use read::MAX_LIST_ENTRIES;
+pub use read::{OmapPage, MAX_LIST_ENTRIES};
 pub use store::{KvLocation, ObjectStat, Store, StoreStats};
 pub use txn::{Op, Transaction};

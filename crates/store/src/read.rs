@@ -6,7 +6,7 @@
 //! [`StoreError::ChecksumMismatch`].
 
 use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
-use crate::codec::{self, object_prefix, onode_key, prefix_end, Extent, Onode};
+use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
 use crate::error::{kv, Result, StoreError};
 use crate::extmap;
 use crate::kv::{COLLS, EXTENTS, OMAP, ONODES, XATTRS};
@@ -50,6 +50,15 @@ impl<'a> View<'a> {
     fn extents(&self) -> Result<BytesTable<'a>> {
         self.table(EXTENTS, 3)
     }
+}
+
+/// One page of an omap, from [`Store::omap_page`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct OmapPage {
+    /// Entries (key, value) in key order.
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// True when entries after the last one returned match too.
+    pub more: bool,
 }
 
 /// Most entries one listing call returns (explicit limit).
@@ -271,14 +280,19 @@ impl Store {
         }
     }
 
-    /// One extended attribute.
+    /// One extended attribute (a point lookup; the object's existence comes from the onode
+    /// cache when it is there).
     pub async fn getattr(&self, coll: &str, obj: &str, name: &str) -> Result<Vec<u8>> {
-        self.getattrs(coll, obj)
-            .await?
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v)
-            .ok_or_else(|| StoreError::NoSuchAttr(name.to_string()))
+        self.check_ok()?;
+        let st = self.state.read().await;
+        self.object_meta(&st, coll, obj)?;
+        let v = self.view(&st)?;
+        let id = Self::read_coll_id(&v, coll)?;
+        let key = sub_key(&object_prefix(id, obj), name.as_bytes());
+        match v.table(XATTRS, 4)?.get(key.as_slice())? {
+            Some(val) => Ok(codec::open(&val, "xattr value")?.to_vec()),
+            None => Err(StoreError::NoSuchAttr(name.to_string())),
+        }
     }
 
     /// All extended attributes, sorted by name.
@@ -297,6 +311,50 @@ impl Store {
     /// All omap entries, sorted by key.
     pub async fn omap_get(&self, coll: &str, obj: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.sub_entries(coll, obj, OMAP, 5).await
+    }
+
+    /// One page of an object's omap in key order: entries whose key starts with `prefix` and is
+    /// greater than `after` (empty: from the first), at most `max` of them (clamped to
+    /// `1..=MAX_LIST_ENTRIES`), and whether more follow. Reads only the page, not the whole
+    /// omap, so paging through a large index object costs one page per call.
+    pub async fn omap_page(
+        &self,
+        coll: &str,
+        obj: &str,
+        after: &[u8],
+        prefix: &[u8],
+        max: usize,
+    ) -> Result<OmapPage> {
+        self.check_ok()?;
+        let max = max.clamp(1, MAX_LIST_ENTRIES);
+        let st = self.state.read().await;
+        self.object_meta(&st, coll, obj)?;
+        let v = self.view(&st)?;
+        let id = Self::read_coll_id(&v, coll)?;
+        let object = object_prefix(id, obj);
+        let lo_prefix = sub_key(&object, prefix);
+        let hi = prefix_end(&lo_prefix);
+        let lo = if after.is_empty() || after < prefix {
+            lo_prefix.clone()
+        } else {
+            // The first key after `after`: `after` followed by a zero byte.
+            let mut k = sub_key(&object, after);
+            k.push(0);
+            k
+        };
+        if hi.as_deref().is_some_and(|hi| lo.as_slice() >= hi) {
+            return Ok(OmapPage::default());
+        }
+        let mut entries = Vec::new();
+        for (k, val) in v.table(OMAP, 5)?.range(&lo, hi.as_deref(), max + 1)? {
+            entries.push((
+                k[object.len()..].to_vec(),
+                codec::open(&val, "omap value")?.to_vec(),
+            ));
+        }
+        let more = entries.len() > max;
+        entries.truncate(max);
+        Ok(OmapPage { entries, more })
     }
 
     async fn sub_entries(

@@ -521,10 +521,15 @@ impl Store {
             return Ok(());
         }
         let end = offset + data.len() as u64;
+        // Blocks at or past the end of the object are holes: no extent maps them (fsck's
+        // invariant), so writes there need not look for extents to change or free.
+        let live_blocks = node.size_bytes.div_ceil(self.sb.block_bytes);
         if (data.len() as u64) < self.cfg.deferred_max_bytes {
-            self.write_small(st, stage, t, o, offset, data).await?;
+            self.write_small(st, stage, t, o, offset, data, live_blocks)
+                .await?;
         } else {
-            self.write_cow(st, stage, t, o, offset, data).await?;
+            self.write_cow(st, stage, t, o, offset, data, live_blocks)
+                .await?;
         }
         if end > node.size_bytes {
             Self::set_size(stage, t, o, node, end)?;
@@ -533,7 +538,8 @@ impl Store {
     }
 
     /// A small write: block by block, existing blocks are changed in place (deferred), holes get
-    /// a new block whose contents go through the KV too.
+    /// a new block whose contents go through the KV too. Blocks from `live_blocks` on are holes.
+    #[allow(clippy::too_many_arguments)]
     async fn write_small(
         &self,
         st: &mut State,
@@ -542,6 +548,7 @@ impl Store {
         o: &Obj<'_>,
         offset: u64,
         data: &[u8],
+        live_blocks: u64,
     ) -> Result<()> {
         let bs = self.sb.block_bytes;
         let end = offset + data.len() as u64;
@@ -551,7 +558,7 @@ impl Store {
             let e = end.min(bstart + bs) - bstart;
             let src = &data[(bstart + s - offset) as usize..(bstart + e - offset) as usize];
             let patch = |b: &mut [u8]| b[s as usize..e as usize].copy_from_slice(src);
-            if self.modify_block(st, stage, t, o, idx, patch).await? {
+            if idx < live_blocks && self.modify_block(st, stage, t, o, idx, patch).await? {
                 continue;
             }
             let mut content = vec![0u8; bs as usize];
@@ -574,7 +581,8 @@ impl Store {
 
     /// A copy-on-write write: the covered blocks get new physical blocks, filled once from the
     /// transaction's bytes (partial edge blocks merged with their current contents); the old
-    /// blocks are freed at the commit.
+    /// blocks are freed at the commit. Blocks from `live_blocks` on are holes.
+    #[allow(clippy::too_many_arguments)]
     async fn write_cow(
         &self,
         st: &mut State,
@@ -583,33 +591,39 @@ impl Store {
         o: &Obj<'_>,
         offset: u64,
         data: &[u8],
+        live_blocks: u64,
     ) -> Result<()> {
         let bs = self.sb.block_bytes;
         let end = offset + data.len() as u64;
         let (first, last) = (offset / bs, (end - 1) / bs);
         let head_keep = (offset - first * bs) as usize;
         let tail_from = (end - last * bs) as usize;
-        let head = if head_keep > 0 {
+        let hole = || vec![0u8; bs as usize];
+        let head = if head_keep == 0 {
+            Vec::new()
+        } else if first < live_blocks {
             self.staged_block(st, stage, t, o, first).await?
         } else {
-            Vec::new()
+            hole()
         };
-        let tail = if tail_from < bs as usize {
-            if first == last && head_keep > 0 {
-                head.clone()
-            } else {
-                self.staged_block(st, stage, t, o, last).await?
-            }
-        } else {
+        let tail = if tail_from >= bs as usize {
             Vec::new()
+        } else if first == last && head_keep > 0 {
+            head.clone()
+        } else if last < live_blocks {
+            self.staged_block(st, stage, t, o, last).await?
+        } else {
+            hole()
         };
         let parts: [&[u8]; 3] = [
             head.get(..head_keep).unwrap_or(&[]),
             data,
             tail.get(tail_from..).unwrap_or(&[]),
         ];
-        for e in extmap::punch(&mut t.extents, &o.prefix, first, Some(last + 1))? {
-            self.free_extent(st, stage, e.pblock, e.blocks());
+        if first < live_blocks {
+            for e in extmap::punch(&mut t.extents, &o.prefix, first, Some(last + 1))? {
+                self.free_extent(st, stage, e.pblock, e.blocks());
+            }
         }
         let max_run = (self.cfg.max_io_bytes / bs).max(1);
         let mut lblock = first;

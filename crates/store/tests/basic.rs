@@ -502,3 +502,109 @@ async fn more_submitters_than_one_group_all_complete() {
     assert_eq!(s.list_objects("c", None, 100).await.unwrap().len(), 40);
     let _ = (switch, fault, mem, kv);
 }
+
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What one omap page must hold: the model's entries filtered and cut the same way.
+fn expected_page(
+    all: &[(Vec<u8>, Vec<u8>)],
+    after: &[u8],
+    prefix: &[u8],
+    max: usize,
+) -> (Pairs, bool) {
+    let mut hit: Vec<_> = all
+        .iter()
+        .filter(|(k, _)| (after.is_empty() || k.as_slice() > after) && k.starts_with(prefix))
+        .cloned()
+        .collect();
+    let more = hit.len() > max;
+    hit.truncate(max);
+    (hit, more)
+}
+
+async fn check_pages(s: &Store, all: &[(Vec<u8>, Vec<u8>)]) {
+    let afters: [&[u8]; 7] = [b"", b"a", b"b1", b"b15", b"b9", b"c", b"\xff"];
+    let prefixes: [&[u8]; 4] = [b"", b"b", b"b1", b"zz"];
+    for after in afters {
+        for prefix in prefixes {
+            for max in [1, 3, 1000] {
+                let page = s.omap_page("c", "idx", after, prefix, max).await.unwrap();
+                let (want, more) = expected_page(all, after, prefix, max);
+                assert_eq!(
+                    page.entries, want,
+                    "after {after:?} prefix {prefix:?} max {max}"
+                );
+                assert_eq!(
+                    page.more, more,
+                    "after {after:?} prefix {prefix:?} max {max}"
+                );
+            }
+        }
+    }
+    // Walking page by page returns every entry once, in order.
+    let mut walked = Vec::new();
+    let mut after = Vec::new();
+    loop {
+        let page = s.omap_page("c", "idx", &after, b"", 4).await.unwrap();
+        if let Some((k, _)) = page.entries.last() {
+            after = k.clone();
+        }
+        walked.extend(page.entries);
+        if !page.more {
+            break;
+        }
+    }
+    assert_eq!(walked, all);
+}
+
+#[tokio::test]
+async fn omap_pages_and_single_attributes_read_only_what_they_need() {
+    let img = fresh_images().await;
+    let r = Rig::mount(&img, cfg()).await.unwrap();
+    let s = r.store();
+    let mut t = Transaction::new();
+    for i in 0..20u32 {
+        let k = format!("b{i}");
+        t.omap_set("c", "idx", k.as_bytes(), format!("v{i}").as_bytes());
+    }
+    t.omap_set("c", "idx", b"a", b"first")
+        .omap_set("c", "idx", b"c", b"last")
+        .omap_set("c", "other", b"b0", b"not this object")
+        .setattr("c", "idx", "_v", b"7")
+        .setattr("c", "idx", "x", b"8");
+    s.queue_transaction(&t).await.unwrap();
+    let mut t = Transaction::new();
+    t.omap_remove("c", "idx", b"b3")
+        .omap_set("c", "idx", b"b7", b"changed");
+    s.queue_transaction(&t).await.unwrap();
+    let all = s.omap_get("c", "idx").await.unwrap();
+    assert_eq!(all.len(), 21);
+    // Changes still in the log's overlay, then checkpointed into the KV.
+    check_pages(s, &all).await;
+    s.sync().await.unwrap();
+    check_pages(s, &all).await;
+    assert_eq!(s.getattr("c", "idx", "_v").await.unwrap(), b"7".to_vec());
+    assert_eq!(s.getattr("c", "idx", "x").await.unwrap(), b"8".to_vec());
+    assert!(matches!(
+        s.getattr("c", "idx", "nope").await,
+        Err(StoreError::NoSuchAttr(_))
+    ));
+    assert!(matches!(
+        s.getattr("c", "missing", "_v").await,
+        Err(StoreError::NoSuchObject { .. })
+    ));
+    assert!(matches!(
+        s.omap_page("c", "missing", b"", b"", 10).await,
+        Err(StoreError::NoSuchObject { .. })
+    ));
+    assert!(matches!(
+        s.omap_page("nocoll", "idx", b"", b"", 10).await,
+        Err(StoreError::NoSuchCollection(_))
+    ));
+    let empty = s.omap_page("c", "idx", b"", b"", 0).await.unwrap();
+    assert_eq!(
+        empty.entries.len(),
+        1,
+        "max is clamped to at least one entry"
+    );
+}
