@@ -31,6 +31,14 @@ pub const MAX_USER_MSG_TYPE: u16 = 0xfff0;
 /// Send one bare acknowledgement after this many frames received without sending any.
 const ACK_EVERY_FRAMES: u64 = 32;
 
+/// Longest a received frame waits for its acknowledgement to ride on an outgoing frame before a
+/// bare one is sent (like TCP's delayed ACK: a request is usually answered sooner, and the
+/// answer carries the acknowledgement, saving a frame and a system call per request).
+const ACK_DELAY: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Most queued frames written with one flush (one system call when they fit the buffer).
+const MAX_FRAMES_PER_FLUSH: usize = 64;
+
 /// One end of a lossless session. Cloneable senders come from [`Session::sender`].
 pub struct Session {
     id: u64,
@@ -300,6 +308,8 @@ async fn drive_inner(
         sink.feed(f).await?;
     }
     sink.flush().await?;
+    let ack_timer = tokio::time::sleep(ACK_DELAY);
+    tokio::pin!(ack_timer);
     loop {
         tokio::select! {
             newer = async {
@@ -314,13 +324,27 @@ async fn drive_inner(
                 });
             }
             out = parts.outgoing.recv() => {
-                let Some((mut frame, permit)) = out else { return Ok(Ended::SessionClosed) };
-                st.next_seq += 1;
-                frame.header.seq = st.next_seq;
-                frame.header.ack = st.last_received;
+                let Some(first) = out else { return Ok(Ended::SessionClosed) };
+                let mut next = Some(first);
+                let mut batched = 0;
+                while let Some((mut frame, permit)) = next {
+                    st.next_seq += 1;
+                    frame.header.seq = st.next_seq;
+                    frame.header.ack = st.last_received;
+                    st.unacked.push_back((frame.clone(), permit));
+                    sink.feed(frame).await?;
+                    batched += 1;
+                    next = if batched < MAX_FRAMES_PER_FLUSH {
+                        parts.outgoing.try_recv().ok()
+                    } else {
+                        None
+                    };
+                }
                 st.received_since_ack = 0;
-                st.unacked.push_back((frame.clone(), permit));
-                sink.send(frame).await?;
+                sink.flush().await?;
+            }
+            () = &mut ack_timer, if st.received_since_ack > 0 => {
+                send_ack(&mut sink, st).await?;
             }
             inc = stream.next() => {
                 let frame = inc.ok_or(MsgrError::Closed)??;
@@ -339,19 +363,26 @@ async fn drive_inner(
                     return Ok(Ended::SessionClosed);
                 }
                 st.received_since_ack += 1;
-                if st.received_since_ack >= ACK_EVERY_FRAMES || stream_idle(&parts.outgoing) {
-                    let mut ack_frame = Frame::new(MSG_ACK, bytes::Bytes::new());
-                    ack_frame.header.ack = st.last_received;
-                    sink.send(ack_frame).await?;
-                    st.received_since_ack = 0;
+                if st.received_since_ack == 1 {
+                    ack_timer
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + ACK_DELAY);
+                }
+                if st.received_since_ack >= ACK_EVERY_FRAMES {
+                    send_ack(&mut sink, st).await?;
                 }
             }
         }
     }
 }
 
-fn stream_idle(outgoing: &mpsc::Receiver<(Frame, OwnedSemaphorePermit)>) -> bool {
-    outgoing.is_empty()
+/// Sends a bare acknowledgement of everything received so far.
+async fn send_ack(sink: &mut FrameSink, st: &mut SessionState) -> Result<(), MsgrError> {
+    let mut ack_frame = Frame::new(MSG_ACK, bytes::Bytes::new());
+    ack_frame.header.ack = st.last_received;
+    sink.send(ack_frame).await?;
+    st.received_since_ack = 0;
+    Ok(())
 }
 
 /// Accepts sessions on a TCP address; reconnecting peers are reattached to their session.

@@ -69,7 +69,7 @@ pub struct LogEntry {
 }
 
 /// The PG log of one OSD's copy of a PG.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(from = "LogWire", into = "LogWire")]
 pub struct PgLog {
     /// Entries after `tail`, oldest first.
@@ -80,11 +80,31 @@ pub struct PgLog {
     head: Eversion,
     /// Most entries kept.
     max_entries: usize,
-    /// How many entries touch each object (derived from `entries`, never sent): lets
-    /// [`PgLog::newest_for`] answer "not in the log" without scanning it, which is the common
-    /// case for a write to a new object.
-    per_object: HashMap<ObjectId, u32>,
+    /// For each object in the log: how many entries touch it and the position of the newest
+    /// (derived from `entries`, never sent), so that [`PgLog::newest_for`], asked on every
+    /// write, never scans the log.
+    per_object: HashMap<ObjectId, Indexed>,
+    /// Position of `entries[0]` (positions only grow, so trimming moves nothing).
+    first_pos: u64,
 }
+
+/// One object's place in the log index.
+#[derive(Clone, Copy, Debug)]
+struct Indexed {
+    count: u32,
+    newest_pos: u64,
+}
+
+impl PartialEq for PgLog {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+            && self.tail == other.tail
+            && self.head == other.head
+            && self.max_entries == other.max_entries
+    }
+}
+
+impl Eq for PgLog {}
 
 /// A PG log as it travels between OSDs: the log without its derived index.
 #[derive(Serialize, Deserialize)]
@@ -97,17 +117,19 @@ struct LogWire {
 
 impl From<LogWire> for PgLog {
     fn from(w: LogWire) -> Self {
-        let mut per_object: HashMap<ObjectId, u32> = HashMap::new();
-        for e in &w.entries {
-            *per_object.entry(e.object.clone()).or_default() += 1;
-        }
-        PgLog {
+        let mut log = PgLog {
             entries: w.entries,
             tail: w.tail,
             head: w.head,
             max_entries: w.max_entries,
-            per_object,
+            per_object: HashMap::new(),
+            first_pos: 0,
+        };
+        for pos in 0..log.entries.len() {
+            let object = log.entries[pos].object.clone();
+            log.counted_in(object, pos as u64);
         }
+        log
     }
 }
 
@@ -131,18 +153,37 @@ impl PgLog {
             head: Eversion::default(),
             max_entries: max_entries.max(1),
             per_object: HashMap::new(),
+            first_pos: 0,
         }
     }
 
-    fn counted_in(&mut self, object: &str) {
-        *self.per_object.entry(object.to_string()).or_default() += 1;
+    /// Indexes the entry at position `pos`, the newest for `object`.
+    fn counted_in(&mut self, object: ObjectId, pos: u64) {
+        let ix = self.per_object.entry(object).or_insert(Indexed {
+            count: 0,
+            newest_pos: pos,
+        });
+        ix.count += 1;
+        ix.newest_pos = pos;
     }
 
-    fn counted_out(&mut self, object: &str) {
-        if let Some(n) = self.per_object.get_mut(object) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_object.remove(object);
+    /// Unindexes an entry of `object` that just left the log (its oldest, or its newest when
+    /// `newest_left`; then the next newer one still in the log is found by a scan).
+    fn counted_out(&mut self, object: &str, newest_left: bool) {
+        let Some(ix) = self.per_object.get_mut(object) else {
+            return;
+        };
+        ix.count -= 1;
+        if ix.count == 0 {
+            self.per_object.remove(object);
+            return;
+        }
+        if newest_left {
+            let first = self.first_pos;
+            if let Some(i) = self.entries.iter().rposition(|e| e.object == object) {
+                if let Some(ix) = self.per_object.get_mut(object) {
+                    ix.newest_pos = first + i as u64;
+                }
             }
         }
     }
@@ -209,11 +250,13 @@ impl PgLog {
             });
         }
         self.head = entry.version;
-        self.counted_in(&entry.object);
+        let pos = self.first_pos + self.entries.len() as u64;
+        self.counted_in(entry.object.clone(), pos);
         self.entries.push_back(entry);
         while self.entries.len() > self.max_entries {
             if let Some(old) = self.entries.pop_front() {
-                self.counted_out(&old.object);
+                self.first_pos += 1;
+                self.counted_out(&old.object, false);
                 self.tail = old.version;
             }
         }
@@ -227,10 +270,9 @@ impl PgLog {
 
     /// The newest entry touching `object`, if the log still has one.
     pub fn newest_for(&self, object: &str) -> Option<&LogEntry> {
-        if !self.per_object.contains_key(object) {
-            return None;
-        }
-        self.entries.iter().rev().find(|e| e.object == object)
+        let ix = self.per_object.get(object)?;
+        self.entries
+            .get(usize::try_from(ix.newest_pos - self.first_pos).ok()?)
     }
 
     /// True if the log contains an entry with exactly this version and object.
@@ -254,7 +296,7 @@ impl PgLog {
         let mut dropped = Vec::new();
         while self.entries.back().is_some_and(|e| e.version > version) {
             if let Some(e) = self.entries.pop_back() {
-                self.counted_out(&e.object);
+                self.counted_out(&e.object, true);
                 dropped.push(e);
             }
         }
