@@ -1,6 +1,7 @@
 //! Turns a resolved write operation into store operations — the same function on the primary
 //! and on every replica, so all copies apply identical transactions. Never performs I/O.
 
+use bytes::Bytes;
 use cairn_proto::pairs::decode_pairs;
 use cairn_proto::{OpKind, OpResult};
 use cairn_store::{Op, Transaction};
@@ -29,13 +30,14 @@ fn check_xattr_name(name: &str) -> Result<(), OpResult> {
 }
 
 /// Adds to `txn` the store operations of `kind` on `obj` with `data`, then the new version.
-/// `kind` must already be resolved (no `Append`).
+/// `kind` must already be resolved (no `Append`). Written bytes are shared with `data`, not
+/// copied.
 pub fn build_write(
     txn: &mut Transaction,
     coll: &str,
     obj: &str,
     kind: &OpKind,
-    data: &[u8],
+    data: &Bytes,
     version: u64,
 ) -> Result<(), OpResult> {
     let touch = |txn: &mut Transaction| {
@@ -49,7 +51,7 @@ pub fn build_write(
             touch(txn);
             txn.truncate(coll, obj, 0);
             if !data.is_empty() {
-                txn.write(coll, obj, 0, data);
+                txn.write_bytes(coll, obj, 0, data.clone());
             }
         }
         OpKind::Write { offset } => {
@@ -58,7 +60,7 @@ pub fn build_write(
                 .ok_or_else(|| OpResult::Invalid("offset + length overflows".into()))?;
             touch(txn);
             if !data.is_empty() {
-                txn.write(coll, obj, *offset, data);
+                txn.write_bytes(coll, obj, *offset, data.clone());
             }
         }
         OpKind::Truncate { size } => {

@@ -33,8 +33,8 @@ pub enum Op {
         obj: String,
         /// Byte offset.
         offset_bytes: u64,
-        /// The bytes.
-        data: Vec<u8>,
+        /// The bytes (shared, not copied: a write can hand over a received message's buffer).
+        data: bytes::Bytes,
     },
     /// Makes a range read as zeros (whole blocks are deallocated), extending if needed.
     Zero {
@@ -162,11 +162,22 @@ impl Transaction {
 
     /// Appends `Write`.
     pub fn write(&mut self, coll: &str, obj: &str, offset_bytes: u64, data: &[u8]) -> &mut Self {
+        self.write_bytes(coll, obj, offset_bytes, bytes::Bytes::copy_from_slice(data))
+    }
+
+    /// Appends `Write` with bytes the transaction shares instead of copying.
+    pub fn write_bytes(
+        &mut self,
+        coll: &str,
+        obj: &str,
+        offset_bytes: u64,
+        data: bytes::Bytes,
+    ) -> &mut Self {
         self.push(Op::Write {
             coll: coll.into(),
             obj: obj.into(),
             offset_bytes,
-            data: data.to_vec(),
+            data,
         })
     }
 
