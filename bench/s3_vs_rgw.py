@@ -2,7 +2,10 @@
 """S3 load generator: cairn's gateway against Ceph 16.2's radosgw, in one run.
 
 For each engine it starts the system, then measures with boto3 (threads, one client per
-thread, path-style addressing; worker processes so the client is not one GIL):
+thread, path-style addressing; worker processes so the client is not one GIL), or with
+`--client go` with bench/s3load (Go, standard library only: one goroutine and one connection
+per concurrent request, SigV4 with signed payload like boto3; built here with `go build`),
+which needs far less CPU per request than boto3:
 
   PUT 4 KiB, GET 4 KiB, PUT 4 MiB, GET 4 MiB at 1, 16 and 64 concurrent requests
   (fixed duration each): ops/s, MB/s, p50 / p99 / max latency, errors;
@@ -21,6 +24,7 @@ Systems (started and stopped here, one after the other):
 
   python3 bench/s3_vs_rgw.py                       # both, results in bench/results/
   python3 bench/s3_vs_rgw.py --engines cairn --duration 5 --list-keys 10000
+  python3 bench/s3_vs_rgw.py --client go           # the Go load generator for both engines
   python3 bench/s3_vs_rgw.py --table bench/results/FILE.json   # markdown table again
 """
 
@@ -44,6 +48,7 @@ from botocore.config import Config
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 KEY_PREFIX_BYTES = 64
+GO_BIN = None  # bench/s3load, built by main() for --client go
 SIZES = {"4KiB": 4096, "4MiB": 4 << 20}
 
 
@@ -237,6 +242,9 @@ def _proc_main(ep, job, tid0, nthreads, pready, pgo, start_val, q):
 
 def run_phase(ep, server_pids, name, op, bucket, size, conc, procs, duration=None, keys=None,
               prefix=None, verify_every=8, seed=0):
+    if GO_BIN:
+        return go_phase(ep, server_pids, name, op, bucket, size, conc, duration=duration,
+                        keys=keys, prefix=prefix, verify_every=verify_every, seed=seed)
     nproc = max(1, min(procs, conc))
     per = [conc // nproc + (1 if i < conc % nproc else 0) for i in range(nproc)]
     job = {
@@ -314,6 +322,119 @@ def run_phase(ep, server_pids, name, op, bucket, size, conc, procs, duration=Non
     return res, keys_out
 
 
+def go_start(cmd):
+    """Starts bench/s3load; returns the process once it has connected ("ready")."""
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    if line != "ready":
+        p.kill()
+        p.wait()
+        raise RuntimeError(f"s3load did not get ready: {line!r}")
+    return p
+
+
+def go_finish(p):
+    """Starts the clock of a ready s3load; its JSON result and its CPU seconds."""
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise RuntimeError(f"s3load exited {p.returncode}")
+    return json.loads(out.strip().splitlines()[-1]), ru.ru_utime + ru.ru_stime
+
+
+def go_cmd(sub, ep):
+    return [GO_BIN, sub, "-endpoint", ep["endpoint"], "-access-key", ep["access_key"],
+            "-secret-key", ep["secret_key"]]
+
+
+def go_phase(ep, server_pids, name, op, bucket, size, conc, duration=None, keys=None,
+             prefix=None, verify_every=8, seed=0):
+    """run_phase with bench/s3load: the same phase, the same result fields."""
+    tmp = tempfile.mkdtemp(prefix="s3load-")
+    try:
+        pat = os.path.join(tmp, "pattern")
+        with open(pat, "wb") as f:
+            f.write(pattern(size))
+        cmd = go_cmd("phase", ep) + [
+            "-op", op, "-bucket", bucket, "-size", str(size), "-conc", str(conc),
+            "-duration", str(duration or 0), "-pattern", pat, "-verify-every", str(verify_every),
+            "-seed", str(seed)]
+        if prefix:
+            cmd += ["-prefix", prefix]
+        if keys is not None:
+            kf = os.path.join(tmp, "keys")
+            with open(kf, "w") as f:
+                f.write("\n".join(keys) + "\n")
+            cmd += ["-keys", kf]
+        ko = os.path.join(tmp, "keys-out")
+        if op == "put" and duration:
+            cmd += ["-keys-out", ko]
+        p = go_start(cmd)
+        la = loadavg()
+        srv0 = {n: proc_cpu(pid) for n, pid in server_pids.items()}
+        r, cpu = go_finish(p)
+        srv1 = {n: proc_cpu(pid) for n, pid in server_pids.items()}
+        keys_out = []
+        if op == "put" and duration:
+            with open(ko) as f:
+                keys_out = [k for k in f.read().split("\n") if k]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    wall, ops = r["wall_s"], r["ops"]
+    res = {
+        "phase": name, "op": op, "size": size, "conc": conc, "procs": 1, "client": "go",
+        "wall_s": round(wall, 3), "ops": ops,
+        "ops_s": ops / wall if wall > 0 else 0.0,
+        "mb_s": r["bytes"] / wall / 1e6 if wall > 0 else 0.0,
+        "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "max_ms": r.get("max_ms"),
+        "mean_ms": r.get("mean_ms"), "errors": r["errors"], "err_msgs": r["err_msgs"] or [],
+        "verified": r["verified"], "bad": r["bad"],
+        "client_cpu_s": round(cpu, 2),
+        "server_cpu_s": round(sum(srv1[n] - srv0[n] for n in server_pids), 2),
+        "server_cpu_by_proc": {n: round(srv1[n] - srv0[n], 2) for n in server_pids},
+        "loadavg_before": la,
+        "loadavg_after": loadavg(),
+    }
+    res["server_cpu_ms_per_op"] = res["server_cpu_s"] * 1e3 / ops if ops else None
+    res["client_cpu_ms_per_op"] = res["client_cpu_s"] * 1e3 / ops if ops else None
+    log(
+        f"  {name:<16} c={conc:<3} {res['ops']:>7} ops {res['ops_s']:>9.1f} op/s "
+        f"{res['mb_s']:>8.2f} MB/s p50 {fmt(res['p50_ms'])} ms p99 {fmt(res['p99_ms'])} ms "
+        f"err {res['errors']} verified {res['verified']} bad {res['bad']} "
+        f"cpu client {res['client_cpu_s']} s server {res['server_cpu_s']} s load {la[0]:.1f} (go)"
+    )
+    for m in res["err_msgs"]:
+        log(f"    error: {m}")
+    return res, keys_out
+
+
+def go_list(ep, bucket, expect, server_pids):
+    """list_all with bench/s3load (HTTP part: request sent .. body read, before XML parsing)."""
+    with tempfile.NamedTemporaryFile("w", prefix="s3load-keys-", delete=False) as f:
+        f.write("\n".join(expect) + "\n")
+    try:
+        p = go_start(go_cmd("list", ep) + ["-bucket", bucket, "-keys", f.name])
+        la = loadavg()
+        srv0 = {n: proc_cpu(pid) for n, pid in server_pids.items()}
+        r, cpu = go_finish(p)
+        srv = sum(proc_cpu(pid) - srv0[n] for n, pid in server_pids.items())
+    finally:
+        os.unlink(f.name)
+    res = dict(r, seconds=round(r["seconds"], 3), http_total_s=round(r["http_total_s"], 3),
+               server_cpu_s=round(srv, 2), client_cpu_s=round(cpu, 2), loadavg_before=la,
+               client="go")
+    log(
+        f"  LIST {res['keys']} keys in {res['seconds']:.2f} s ({res['keys_s']:.0f} keys/s), "
+        f"{res['pages']} pages p50 {res['page_p50_ms']:.1f} ms p99 {res['page_p99_ms']:.1f} ms "
+        f"(HTTP only: p50 {fmt(res['http_p50_ms'])} ms, {res['http_total_s']} s in all), "
+        f"correct={res['correct']}, cpu server {srv:.2f} s client {res['client_cpu_s']} s (go)"
+    )
+    return res
+
+
 def fmt(v, nd=1):
     return "-" if v is None else f"{v:.{nd}f}"
 
@@ -330,6 +451,8 @@ def delete_keys(ep, bucket, keys):
 
 
 def list_all(ep, bucket, expect, server_pids):
+    if GO_BIN:
+        return go_list(ep, bucket, expect, server_pids)
     cli = make_client(ep)
     cli.head_bucket(Bucket=bucket)
     # HTTP time of a page (request sent .. response read, before botocore parses the XML)
@@ -420,9 +543,9 @@ def run_workload(engine, ep, server_pids, args):
 # ---------------------------------------------------------------- engines
 
 
-def sh(cmd, env=None, check=True, timeout=600):
+def sh(cmd, env=None, check=True, timeout=600, cwd=None):
     log("$ " + " ".join(cmd))
-    r = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
+    r = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True, cwd=cwd)
     if r.returncode != 0 and check:
         sys.stderr.write(r.stdout[-4000:] + r.stderr[-4000:])
         raise RuntimeError(f"{cmd[0]} exited {r.returncode}")
@@ -605,12 +728,20 @@ def main():
     ap.add_argument("--ceph-mon-v1", type=int, default=16790)
     ap.add_argument("--ceph-block-gb", type=int, default=30)
     ap.add_argument("--rgw-addr", default="127.0.0.1:17481")
+    ap.add_argument("--client", choices=("python", "go"), default="python",
+                    help="load generator: boto3 (python) or bench/s3load (go)")
+    ap.add_argument("--go", default=shutil.which("go") or "/usr/local/go/bin/go",
+                    help="go binary (for --client go)")
     ap.add_argument("--table", help="print the markdown table of a results file and exit")
     args = ap.parse_args()
     if args.table:
         with open(args.table) as f:
             print(tables(json.load(f)))
         return
+    global GO_BIN
+    if args.client == "go":
+        GO_BIN = os.path.join(tempfile.mkdtemp(prefix="s3load-bin-"), "s3load")
+        sh([args.go, "build", "-o", GO_BIN, "."], cwd=os.path.join(HERE, "s3load"))
     args.conc = [int(x) for x in args.conc.split(",")]
     args.sizes = args.sizes.split(",")
     cb = os.environ.get("CARGO_TARGET_DIR")
@@ -619,6 +750,9 @@ def main():
     out_path = args.out or os.path.join(HERE, "results", time.strftime("s3_vs_rgw-%Y%m%d-%H%M%S.json"))
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     data = {"args": {k: v for k, v in vars(args).items()}, "env": env_info(), "engines": []}
+    if GO_BIN:
+        data["env"]["go"] = subprocess.run([args.go, "version"], capture_output=True,
+                                           text=True).stdout.strip()
     for engine in args.engines.split(","):
         log(f"== {engine}: starting (load {loadavg()})")
         if engine == "rgw":

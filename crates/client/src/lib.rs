@@ -123,9 +123,19 @@ impl Client {
         name: &str,
         data: &[u8],
     ) -> Result<u64, ClientError> {
-        let (h, _) = self
-            .submit(pool, name, OpKind::WriteFull, Bytes::copy_from_slice(data))
-            .await?;
+        self.write_full_bytes(pool, name, Bytes::copy_from_slice(data))
+            .await
+    }
+
+    /// [`Client::write_full`] for data the caller already holds as [`Bytes`]: the bytes are
+    /// framed from there, without the copy `write_full` makes.
+    pub async fn write_full_bytes(
+        &self,
+        pool: &str,
+        name: &str,
+        data: Bytes,
+    ) -> Result<u64, ClientError> {
+        let (h, _) = self.submit(pool, name, OpKind::WriteFull, data).await?;
         Ok(h.version)
     }
 

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use cairn_client::{Client, ClientError};
 use thiserror::Error;
 
@@ -38,6 +39,11 @@ impl From<ClientError> for BackendError {
 pub trait Backend: Send + Sync + 'static {
     /// Replaces an object's data.
     async fn put(&self, name: &str, data: &[u8]) -> Result<(), BackendError>;
+    /// [`Backend::put`] of bytes the caller owns (no copy where the implementation can avoid
+    /// one).
+    async fn put_bytes(&self, name: &str, data: Bytes) -> Result<(), BackendError> {
+        self.put(name, &data).await
+    }
     /// Reads `len` bytes at `offset` (fewer at the end).
     async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, BackendError>;
     /// Deletes an object; deleting a missing object succeeds.
@@ -81,6 +87,11 @@ impl ClusterBackend {
 impl Backend for ClusterBackend {
     async fn put(&self, name: &str, data: &[u8]) -> Result<(), BackendError> {
         self.client.write_full(&self.pool, name, data).await?;
+        Ok(())
+    }
+
+    async fn put_bytes(&self, name: &str, data: Bytes) -> Result<(), BackendError> {
+        self.client.write_full_bytes(&self.pool, name, data).await?;
         Ok(())
     }
 

@@ -1,18 +1,22 @@
 //! Object bytes in the cluster: a request body is cut into stripes of `stripe_bytes`, each
-//! written as its own cluster object named from a fresh segment id while the MD5 is computed
-//! on the way (at most one stripe is buffered); small bodies stay in memory to be inlined in
-//! the index entry. Reads stream the stripes covering a byte range through a bounded channel.
+//! written as its own cluster object named from a fresh segment id. Stripe writes are
+//! pipelined: up to [`WRITE_AHEAD_STRIPES`] are in flight while the next stripe is received,
+//! and each stripe is MD5-hashed on a blocking thread meanwhile (so at most
+//! `WRITE_AHEAD_STRIPES + 1` stripes are buffered per body); small bodies stay in memory to
+//! be inlined in the index entry. Reads stream the stripes covering a byte range through a bounded channel.
 //! Never touches the index.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use s3s::crypto::{Checksum, Md5};
 use s3s::dto::StreamingBlob;
+use s3s::stream::ByteStream;
 use s3s::{s3_error, S3Error, S3Result};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError};
 use crate::entry::{DataLoc, Entry, Segment};
 
 /// Stripes read ahead of the HTTP response.
@@ -55,24 +59,28 @@ pub fn internal(e: impl std::fmt::Display) -> S3Error {
     s3_error!(InternalError, "cluster error: {}", e)
 }
 
-/// Stores `body`, striping as it arrives.
+/// Stores `body`, striping as it arrives. Up to [`WRITE_AHEAD_STRIPES`] full stripes are
+/// written (and MD5-hashed on a blocking thread) while the next one is received; on any
+/// failure every stripe started is removed once the writes in flight have finished.
 pub async fn write_body(
     backend: &Arc<dyn Backend>,
     spec: &WriteSpec<'_>,
     body: Option<StreamingBlob>,
 ) -> S3Result<Written> {
-    let mut md5 = Md5::new();
+    let stripe = usize::try_from(spec.stripe_bytes)
+        .ok()
+        .filter(|&s| s > 0)
+        .ok_or_else(|| s3_error!(InternalError, "invalid stripe size {}", spec.stripe_bytes))?;
+    let mut p = Pipeline::new(backend.clone(), spec.id);
     let mut buf: Vec<u8> = Vec::new();
     let mut size = 0u64;
-    let mut stripes = 0u64;
-    let seg_of = |size| Segment {
-        id: spec.id.to_string(),
-        size,
-    };
     let result: S3Result<()> = async {
         let Some(mut body) = body else {
             return Ok(());
         };
+        // Sized from the declared length, so a small body does not reserve a whole stripe.
+        let hint = body.remaining_length().exact().unwrap_or(0);
+        buf.reserve_exact(hint.min(stripe));
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| s3_error!(IncompleteBody, "reading the body: {}", e))?;
             size += chunk.len() as u64;
@@ -83,51 +91,158 @@ pub async fn write_body(
                     spec.max_bytes
                 ));
             }
-            md5.update(&chunk);
-            buf.extend_from_slice(&chunk);
-            let stripe = spec.stripe_bytes as usize;
-            while buf.len() >= stripe {
-                backend
-                    .put(&seg_of(0).stripe_name(stripes), &buf[..stripe])
-                    .await
-                    .map_err(internal)?;
-                stripes += 1;
-                buf.drain(..stripe);
+            let mut rest = &chunk[..];
+            while !rest.is_empty() {
+                let take = (stripe - buf.len()).min(rest.len());
+                buf.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if buf.len() == stripe {
+                    let full = std::mem::replace(&mut buf, Vec::with_capacity(stripe));
+                    p.push(Bytes::from(full)).await?;
+                }
             }
         }
         Ok(())
     }
     .await;
-    let finish: S3Result<Written> = match result {
+    let finish = match result {
         Err(e) => Err(e),
-        Ok(()) if stripes == 0 && size <= spec.inline_max => {
+        Ok(()) if p.started == 0 && size <= spec.inline_max => {
+            let mut md5 = p.take_md5().await?;
+            md5.update(&buf);
             return Ok(Written {
                 size,
                 md5: md5.finalize(),
                 inline: Some(buf),
                 segment: None,
-            })
+            });
         }
-        Ok(()) => if buf.is_empty() {
-            Ok(())
-        } else {
-            backend
-                .put(&seg_of(0).stripe_name(stripes), &buf)
-                .await
-                .map(|_| stripes += 1)
-                .map_err(internal)
+        Ok(()) => {
+            let tail = (!buf.is_empty()).then(|| Bytes::from(std::mem::take(&mut buf)));
+            match tail {
+                Some(t) => p.push(t).await,
+                None => Ok(()),
+            }
         }
-        .map(|()| Written {
-            size,
-            md5: md5.finalize(),
-            inline: None,
-            segment: Some(seg_of(size)),
-        }),
     };
-    if finish.is_err() {
-        remove_stripes(backend, spec.id, stripes).await;
+    let finish = match finish {
+        Ok(()) => p.finish().await,
+        Err(e) => Err(e),
+    };
+    match finish {
+        Ok(md5) => Ok(Written {
+            size,
+            md5,
+            inline: None,
+            segment: Some(Segment {
+                id: spec.id.to_string(),
+                size,
+            }),
+        }),
+        Err(e) => {
+            p.abandon().await;
+            Err(e)
+        }
     }
-    finish
+}
+
+/// Stripe writes in flight for one body while the next stripe is received.
+pub const WRITE_AHEAD_STRIPES: usize = 2;
+/// Pieces at least this long are hashed on a blocking thread; shorter ones inline.
+const BLOCKING_HASH_BYTES: usize = 256 << 10;
+
+/// The MD5 state: ready, or on a blocking thread hashing a stripe.
+enum Hasher {
+    Ready(Md5),
+    Busy(tokio::task::JoinHandle<Md5>),
+}
+
+/// The stripe writes of one body: started in order, at most [`WRITE_AHEAD_STRIPES`] at a
+/// time, each a task of its own so it progresses while the body is being received.
+struct Pipeline {
+    backend: Arc<dyn Backend>,
+    seg: Segment,
+    /// Stripes whose write was started: `0..started` may exist in the cluster.
+    started: u64,
+    inflight: VecDeque<tokio::task::JoinHandle<Result<(), BackendError>>>,
+    hasher: Hasher,
+}
+
+impl Pipeline {
+    fn new(backend: Arc<dyn Backend>, id: &str) -> Self {
+        Pipeline {
+            backend,
+            seg: Segment {
+                id: id.to_string(),
+                size: 0,
+            },
+            started: 0,
+            inflight: VecDeque::new(),
+            hasher: Hasher::Ready(Md5::new()),
+        }
+    }
+
+    /// The MD5 state once every piece given so far is hashed.
+    async fn take_md5(&mut self) -> S3Result<Md5> {
+        match std::mem::replace(&mut self.hasher, Hasher::Ready(Md5::new())) {
+            Hasher::Ready(m) => Ok(m),
+            Hasher::Busy(h) => h.await.map_err(internal),
+        }
+    }
+
+    /// Hashes `piece` after the pieces before it (on a blocking thread if it is long).
+    async fn hash(&mut self, piece: Bytes) -> S3Result<()> {
+        let mut md5 = self.take_md5().await?;
+        self.hasher = if piece.len() >= BLOCKING_HASH_BYTES {
+            Hasher::Busy(tokio::task::spawn_blocking(move || {
+                md5.update(&piece);
+                md5
+            }))
+        } else {
+            md5.update(&piece);
+            Hasher::Ready(md5)
+        };
+        Ok(())
+    }
+
+    /// Waits for the oldest write in flight.
+    async fn wait_one(&mut self) -> S3Result<()> {
+        match self.inflight.pop_front() {
+            Some(h) => h.await.map_err(internal)?.map_err(internal),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts writing `stripe` as the next stripe (after waiting for room) and hashes it.
+    async fn push(&mut self, stripe: Bytes) -> S3Result<()> {
+        while self.inflight.len() >= WRITE_AHEAD_STRIPES {
+            self.wait_one().await?;
+        }
+        let name = self.seg.stripe_name(self.started);
+        let backend = self.backend.clone();
+        let data = stripe.clone();
+        self.started += 1;
+        self.inflight.push_back(tokio::spawn(
+            async move { backend.put_bytes(&name, data).await },
+        ));
+        self.hash(stripe).await
+    }
+
+    /// Waits for every write and the hash; the body's MD5.
+    async fn finish(&mut self) -> S3Result<[u8; 16]> {
+        while !self.inflight.is_empty() {
+            self.wait_one().await?;
+        }
+        Ok(self.take_md5().await?.finalize())
+    }
+
+    /// After a failure: lets the writes in flight end, then removes every stripe started.
+    async fn abandon(&mut self) {
+        while let Some(h) = self.inflight.pop_front() {
+            let _ = h.await;
+        }
+        remove_stripes(&self.backend, &self.seg.id, self.started).await;
+    }
 }
 
 async fn remove_stripes(backend: &Arc<dyn Backend>, id: &str, count: u64) {
@@ -353,5 +468,176 @@ mod tests {
         let err = write_body(&mem, &spec, Some(body)).await.err().unwrap();
         assert_eq!(err.code(), &s3s::S3ErrorCode::EntityTooLarge);
         assert!(backend.names().is_empty(), "{:?}", backend.names());
+    }
+
+    /// A memory backend whose stripe writes take a while (so several overlap) and, for names
+    /// ending in `fail_suffix`, fail; it records the most writes in flight at once.
+    #[derive(Default)]
+    struct SlowBackend {
+        mem: crate::backend::MemBackend,
+        fail_suffix: Option<&'static str>,
+        inflight: std::sync::atomic::AtomicUsize,
+        peak: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Backend for SlowBackend {
+        async fn put(&self, name: &str, data: &[u8]) -> Result<(), BackendError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.inflight.fetch_add(1, SeqCst) + 1;
+            self.peak.fetch_max(now, SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            self.inflight.fetch_sub(1, SeqCst);
+            if self.fail_suffix.is_some_and(|s| name.ends_with(s)) {
+                return Err(BackendError::Cluster(format!("injected failure on {name}")));
+            }
+            self.mem.put(name, data).await
+        }
+        async fn read_range(
+            &self,
+            name: &str,
+            offset: u64,
+            len: u64,
+        ) -> Result<Vec<u8>, BackendError> {
+            self.mem.read_range(name, offset, len).await
+        }
+        async fn remove(&self, name: &str) -> Result<(), BackendError> {
+            self.mem.remove(name).await
+        }
+        async fn omap_set(
+            &self,
+            name: &str,
+            entries: &[(Vec<u8>, Vec<u8>)],
+        ) -> Result<(), BackendError> {
+            self.mem.omap_set(name, entries).await
+        }
+        async fn omap_remove(&self, name: &str, keys: &[Vec<u8>]) -> Result<(), BackendError> {
+            self.mem.omap_remove(name, keys).await
+        }
+        async fn omap_list(
+            &self,
+            name: &str,
+            after: &[u8],
+            prefix: &[u8],
+            max: u32,
+        ) -> Result<(crate::backend::OmapPage, bool), BackendError> {
+            self.mem.omap_list(name, after, prefix, max).await
+        }
+    }
+
+    fn body_of(data: &[u8], chunk: usize) -> StreamingBlob {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = data
+            .chunks(chunk)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        StreamingBlob::wrap(futures::stream::iter(chunks))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pipelined_writes_are_bounded_and_byte_exact() {
+        let backend = Arc::new(SlowBackend::default());
+        let b: Arc<dyn Backend> = backend.clone();
+        // 20 stripes of 300 KiB (hashed on a blocking thread) plus a 1-byte tail, received
+        // in chunks that straddle stripe boundaries.
+        let stripe = 300 << 10;
+        let data: Vec<u8> = (0..20 * stripe + 1)
+            .map(|i| (i as u32).wrapping_mul(2654435761) as u8)
+            .collect();
+        let spec = WriteSpec {
+            id: "p",
+            stripe_bytes: stripe as u64,
+            inline_max: 0,
+            max_bytes: 1 << 30,
+        };
+        let w = write_body(&b, &spec, Some(body_of(&data, 70_001)))
+            .await
+            .unwrap();
+        assert_eq!(w.size, data.len() as u64);
+        assert_eq!(w.md5, Md5::checksum(&data));
+        let peak = backend.peak.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            (2..=WRITE_AHEAD_STRIPES).contains(&peak),
+            "peak in flight {peak}"
+        );
+        assert_eq!(backend.mem.names().len(), 21);
+        let e = Entry {
+            loc: DataLoc::Striped {
+                stripe_bytes: stripe as u64,
+                segments: vec![w.segment.unwrap()],
+            },
+            ..entry(&[data.len() as u64], stripe as u64)
+        };
+        let all = read_all(&b, &e, 0, data.len() as u64).await.unwrap();
+        assert!(all == data, "read back differs");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failed_stripe_write_removes_every_stripe() {
+        for fail in [".0", ".3", ".9"] {
+            let backend = Arc::new(SlowBackend {
+                fail_suffix: Some(fail),
+                ..Default::default()
+            });
+            let b: Arc<dyn Backend> = backend.clone();
+            let data = vec![7u8; 10 * 64 + 5];
+            let spec = WriteSpec {
+                id: "f",
+                stripe_bytes: 64,
+                inline_max: 0,
+                max_bytes: 1 << 20,
+            };
+            let err = write_body(&b, &spec, Some(body_of(&data, 50)))
+                .await
+                .err()
+                .unwrap();
+            assert_eq!(err.code(), &s3s::S3ErrorCode::InternalError, "{fail}");
+            // let any straggler finish, then nothing may be left
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            assert!(
+                backend.mem.names().is_empty(),
+                "{fail}: {:?}",
+                backend.mem.names()
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn body_error_mid_stream_removes_every_stripe() {
+        let backend = Arc::new(crate::backend::MemBackend::default());
+        let mem: Arc<dyn Backend> = backend.clone();
+        let mut chunks: Vec<Result<Bytes, std::io::Error>> =
+            (0..5).map(|_| Ok(Bytes::from(vec![1u8; 100]))).collect();
+        chunks.push(Err(std::io::Error::other("connection reset")));
+        let spec = WriteSpec {
+            id: "cut",
+            stripe_bytes: 64,
+            inline_max: 0,
+            max_bytes: 1 << 20,
+        };
+        let body = StreamingBlob::wrap(futures::stream::iter(chunks));
+        let err = write_body(&mem, &spec, Some(body)).await.err().unwrap();
+        assert_eq!(err.code(), &s3s::S3ErrorCode::IncompleteBody);
+        assert!(backend.names().is_empty(), "{:?}", backend.names());
+    }
+
+    #[tokio::test]
+    async fn small_and_empty_bodies_stay_inline() {
+        let mem: Arc<dyn Backend> = Arc::new(crate::backend::MemBackend::default());
+        let spec = WriteSpec {
+            id: "s",
+            stripe_bytes: 64,
+            inline_max: 64,
+            max_bytes: 1 << 20,
+        };
+        for data in [&b""[..], b"hello", &[9u8; 63]] {
+            let w = write_body(&mem, &spec, Some(body_of(data, 7)))
+                .await
+                .unwrap();
+            assert_eq!(w.inline.as_deref(), Some(data));
+            assert_eq!(w.md5, Md5::checksum(data));
+        }
+        let w = write_body(&mem, &spec, None).await.unwrap();
+        assert_eq!((w.size, w.inline.as_deref()), (0, Some(&b""[..])));
+        assert_eq!(w.md5, Md5::checksum(b""));
     }
 }

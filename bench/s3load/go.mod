@@ -1,0 +1,3 @@
+module cairn/bench/s3load
+
+go 1.22
