@@ -210,13 +210,27 @@ impl Client {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, ClientError> {
+        Ok(self
+            .read_range_bytes(pool, name, offset, len)
+            .await?
+            .to_vec())
+    }
+
+    /// As [`Client::read_range`], returning the received buffer itself (no copy).
+    pub async fn read_range_bytes(
+        &self,
+        pool: &str,
+        name: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes, ClientError> {
         let (h, data) = self
             .submit(pool, name, OpKind::Read { offset, len }, Bytes::new())
             .await?;
         if crc32c::crc32c(&data) != h.data_crc {
             return Err(ClientError::Checksum(name.to_string()));
         }
-        Ok(data.to_vec())
+        Ok(data)
     }
 
     /// Sets an extended attribute (names starting with `_` are reserved).

@@ -45,7 +45,7 @@ pub trait Backend: Send + Sync + 'static {
         self.put(name, &data).await
     }
     /// Reads `len` bytes at `offset` (fewer at the end).
-    async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, BackendError>;
+    async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Bytes, BackendError>;
     /// Deletes an object; deleting a missing object succeeds.
     async fn remove(&self, name: &str) -> Result<(), BackendError>;
     /// Sets omap entries atomically (creates the object if needed).
@@ -95,10 +95,10 @@ impl Backend for ClusterBackend {
         Ok(())
     }
 
-    async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, BackendError> {
+    async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Bytes, BackendError> {
         Ok(self
             .client
-            .read_range(&self.pool, name, offset, len)
+            .read_range_bytes(&self.pool, name, offset, len)
             .await?)
     }
 
@@ -177,7 +177,7 @@ impl Backend for MemBackend {
         Ok(())
     }
 
-    async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, BackendError> {
+    async fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Bytes, BackendError> {
         self.with(|o| {
             let data = o
                 .get(name)
@@ -187,7 +187,7 @@ impl Backend for MemBackend {
             let end = start
                 .saturating_add(len.min(usize::MAX as u64) as usize)
                 .min(data.len());
-            Ok(data[start..end].to_vec())
+            Ok(Bytes::copy_from_slice(&data[start..end]))
         })
     }
 

@@ -19,8 +19,11 @@ use s3s::{s3_error, S3Error, S3Result};
 use crate::backend::{Backend, BackendError};
 use crate::entry::{DataLoc, Entry, Segment};
 
-/// Stripes read ahead of the HTTP response.
-pub const READ_AHEAD_STRIPES: usize = 2;
+/// Pieces read ahead of the HTTP response (and reads in flight for one response).
+pub const READ_AHEAD_PIECES: usize = 4;
+/// Largest piece of a stripe read at once: a 4 MiB stripe is read as four 1 MiB pieces in
+/// flight together, so its first bytes go out while the rest is still being read.
+pub const READ_PIECE_BYTES: u64 = 1 << 20;
 /// Stripes removed concurrently.
 pub const REMOVE_CONCURRENCY: usize = 8;
 
@@ -318,7 +321,23 @@ pub fn plan_reads(entry: &Entry, start: u64, end: u64) -> Vec<(String, u64, u64)
     out
 }
 
-/// The bytes `[start, end)` of an object as a stream, read ahead by a bounded channel.
+/// `pieces` cut so that none is longer than `max_len` bytes, in the same order.
+pub fn split_pieces(pieces: Vec<(String, u64, u64)>, max_len: u64) -> Vec<(String, u64, u64)> {
+    let max_len = max_len.max(1);
+    let mut out = Vec::with_capacity(pieces.len());
+    for (name, off, len) in pieces {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(max_len);
+            out.push((name.clone(), off + done, n));
+            done += n;
+        }
+    }
+    out
+}
+
+/// The bytes `[start, end)` of an object as a stream: pieces of at most [`READ_PIECE_BYTES`],
+/// up to [`READ_AHEAD_PIECES`] read concurrently, delivered in order through a bounded channel.
 pub fn read_stream(
     backend: Arc<dyn Backend>,
     entry: Entry,
@@ -331,24 +350,29 @@ pub fn read_stream(
         let bytes = Bytes::copy_from_slice(&entry.inline[s..e]);
         return futures::stream::once(async move { Ok(bytes) }).boxed();
     }
-    let (tx, mut rx) = tokio::sync::mpsc::channel(READ_AHEAD_STRIPES);
-    let plan = plan_reads(&entry, start, end);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(READ_AHEAD_PIECES);
+    let pieces = split_pieces(plan_reads(&entry, start, end), READ_PIECE_BYTES);
     tokio::spawn(async move {
-        for (name, off, len) in plan {
-            let r = backend
-                .read_range(&name, off, len)
-                .await
-                .map_err(std::io::Error::other)
-                .and_then(|d| {
+        let mut reads = futures::stream::iter(pieces)
+            .map(|(name, off, len)| {
+                let backend = backend.clone();
+                async move {
+                    let d = backend
+                        .read_range(&name, off, len)
+                        .await
+                        .map_err(std::io::Error::other)?;
                     if d.len() as u64 == len {
-                        Ok(Bytes::from(d))
+                        Ok(d)
                     } else {
                         Err(std::io::Error::other(format!(
                             "stripe {name} short: {} of {len} bytes",
                             d.len()
                         )))
                     }
-                });
+                }
+            })
+            .buffered(READ_AHEAD_PIECES);
+        while let Some(r) = reads.next().await {
             let failed = r.is_err();
             if tx.send(r).await.is_err() || failed {
                 return;
@@ -478,6 +502,8 @@ mod tests {
         fail_suffix: Option<&'static str>,
         inflight: std::sync::atomic::AtomicUsize,
         peak: std::sync::atomic::AtomicUsize,
+        reads_inflight: std::sync::atomic::AtomicUsize,
+        reads_peak: std::sync::atomic::AtomicUsize,
     }
 
     #[async_trait::async_trait]
@@ -498,7 +524,14 @@ mod tests {
             name: &str,
             offset: u64,
             len: u64,
-        ) -> Result<Vec<u8>, BackendError> {
+        ) -> Result<Bytes, BackendError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.reads_inflight.fetch_add(1, SeqCst) + 1;
+            self.reads_peak.fetch_max(now, SeqCst);
+            // Earlier pieces of a stripe take longer, so reads complete out of order.
+            let ms = 12u64.saturating_sub(offset >> 18);
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            self.reads_inflight.fetch_sub(1, SeqCst);
             self.mem.read_range(name, offset, len).await
         }
         async fn remove(&self, name: &str) -> Result<(), BackendError> {
@@ -569,6 +602,58 @@ mod tests {
         };
         let all = read_all(&b, &e, 0, data.len() as u64).await.unwrap();
         assert!(all == data, "read back differs");
+    }
+
+    #[test]
+    fn split_pieces_cover_each_piece_in_order() {
+        let plan = vec![("a".to_string(), 0, 5), ("b".to_string(), 3, 2)];
+        assert_eq!(
+            split_pieces(plan.clone(), 2),
+            vec![
+                ("a".to_string(), 0, 2),
+                ("a".to_string(), 2, 2),
+                ("a".to_string(), 4, 1),
+                ("b".to_string(), 3, 2),
+            ]
+        );
+        assert_eq!(split_pieces(plan.clone(), 100), plan);
+        assert_eq!(split_pieces(Vec::new(), 2), Vec::new());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_stripes_are_read_as_concurrent_pieces_in_order() {
+        let backend = Arc::new(SlowBackend::default());
+        let b: Arc<dyn Backend> = backend.clone();
+        let stripe: usize = (5 << 20) / 2;
+        let data: Vec<u8> = (0..3 * stripe - 7)
+            .map(|i| (i as u32).wrapping_mul(2246822519) as u8)
+            .collect();
+        let spec = WriteSpec {
+            id: "r",
+            stripe_bytes: stripe as u64,
+            inline_max: 0,
+            max_bytes: 1 << 30,
+        };
+        let w = write_body(&b, &spec, Some(body_of(&data, 1 << 20)))
+            .await
+            .unwrap();
+        let e = Entry {
+            loc: DataLoc::Striped {
+                stripe_bytes: stripe as u64,
+                segments: vec![w.segment.unwrap()],
+            },
+            ..entry(&[data.len() as u64], stripe as u64)
+        };
+        let all = read_all(&b, &e, 0, data.len() as u64).await.unwrap();
+        assert!(all == data, "read back differs");
+        let (a, z) = (stripe - 100, 2 * stripe + (3 << 19));
+        let part = read_all(&b, &e, a as u64, z as u64).await.unwrap();
+        assert!(part == data[a..z], "ranged read differs");
+        let peak = backend.reads_peak.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            (2..=READ_AHEAD_PIECES).contains(&peak),
+            "peak reads in flight {peak}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

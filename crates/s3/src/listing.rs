@@ -179,7 +179,7 @@ mod tests {
         async fn put(&self, name: &str, data: &[u8]) -> Result<(), BackendError> {
             self.mem.put(name, data).await
         }
-        async fn read_range(&self, n: &str, o: u64, l: u64) -> Result<Vec<u8>, BackendError> {
+        async fn read_range(&self, n: &str, o: u64, l: u64) -> Result<bytes::Bytes, BackendError> {
             self.mem.read_range(n, o, l).await
         }
         async fn remove(&self, name: &str) -> Result<(), BackendError> {

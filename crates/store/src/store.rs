@@ -46,6 +46,9 @@ use tokio::sync::RwLock;
 /// Most device writes one commit keeps in flight.
 const MAX_WRITES_IN_FLIGHT: usize = 32;
 
+/// Largest I/O that neighbouring copy-on-write runs are joined into (by copying them).
+const JOIN_MAX_BYTES: u64 = 1 << 20;
+
 /// Runs `futs` concurrently in this task, polling them in order (so each starts in order) and
 /// returning their results in order.
 async fn join_in_order<'a, T>(futs: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
@@ -554,7 +557,8 @@ impl Store {
     }
 
     /// Writes copy-on-write runs `(first block, whole blocks)` sorted by block: neighbouring
-    /// runs are joined into one I/O of at most `max_io_bytes`, a lone run is handed to the device
+    /// runs are joined into one I/O of at most [`JOIN_MAX_BYTES`] (small runs only: joining
+    /// copies, and a large run is a large I/O already), any other run is handed to the device
     /// as it is (no copy), and up to [`MAX_WRITES_IN_FLIGHT`] I/Os are in flight at once (issued
     /// in block order).
     pub(crate) async fn write_runs(&self, runs: Vec<(u64, AlignedBuf)>) -> Result<()> {
@@ -581,7 +585,7 @@ impl Store {
             let joins = group
                 .last()
                 .is_some_and(|(s, b)| s + b.len() as u64 / bs == start)
-                && group_bytes + len <= self.cfg.max_io_bytes;
+                && group_bytes + len <= JOIN_MAX_BYTES.min(self.cfg.max_io_bytes);
             if !joins {
                 flush_group(&mut group, &mut ios)?;
                 group_bytes = 0;
@@ -592,6 +596,7 @@ impl Store {
         flush_group(&mut group, &mut ios)?;
         let limit = MAX_WRITES_IN_FLIGHT.min(self.dev.properties().max_queue_depth.max(1));
         let mut ios = ios.into_iter().peekable();
+        let mut first_err = None;
         while ios.peek().is_some() {
             let batch: Vec<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = ios
                 .by_ref()
@@ -601,17 +606,19 @@ impl Store {
                         as Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>
                 })
                 .collect();
-            let mut first_err = None;
             for r in join_in_order(batch).await {
                 if let Err(e) = r {
                     first_err.get_or_insert(e);
                 }
             }
-            if let Some(e) = first_err {
-                return Err(e);
+            if first_err.is_some() {
+                break;
             }
         }
-        Ok(())
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Applies all committed deferred writes in place, flushes, then deletes their KV records.
