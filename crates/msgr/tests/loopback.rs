@@ -143,6 +143,40 @@ async fn dropped_connections_lose_and_duplicate_nothing() {
     );
 }
 
+/// A receiver that never sends must still acknowledge (bare acks after a short delay), or a
+/// one-way stream larger than the window would stall for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_receiver_still_acknowledges_a_one_way_stream() {
+    let limits = Limits {
+        max_payload_bytes: 64 << 10,
+        max_inflight_bytes: 128 << 10,
+        max_queued_frames: 4,
+    };
+    let mut listener = Listener::bind(loopback(), limits).await.unwrap();
+    let client = Session::connect(listener.local_addr(), 11, limits, 20).await;
+    let mut server = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let sender = client.sender();
+    // 100 frames of 16 KiB through a 128 KiB window: 8 frames at a time, never answered.
+    let task = tokio::spawn(async move {
+        for i in 0..100u32 {
+            let mut v = vec![(i % 251) as u8; 16 << 10];
+            v[..4].copy_from_slice(&i.to_le_bytes());
+            sender.send(5, v).await.unwrap();
+        }
+    });
+    for i in 0..100u32 {
+        let f = server.recv_timeout(5000).await.unwrap();
+        assert_eq!(&f.payload[..4], &i.to_le_bytes());
+    }
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the sender stalled: its window was never acknowledged")
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_receiver_pushes_back_on_the_sender() {
     let limits = Limits {
