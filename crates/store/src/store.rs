@@ -453,6 +453,18 @@ impl Store {
     /// applied deferred writes `deferred_done` and the log's marker. Everything logged so far is
     /// then in the KV: the overlay is emptied and the ring's space is free again.
     pub(crate) fn checkpoint(&self, st: &mut State, deferred_done: Vec<u64>) -> Result<()> {
+        // The commit syncs redb's file: on a multi-threaded runtime this worker's other tasks
+        // (sockets, other PGs' reads) move to another thread meanwhile instead of waiting.
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_thread {
+            tokio::task::block_in_place(|| self.checkpoint_now(st, deferred_done))
+        } else {
+            self.checkpoint_now(st, deferred_done)
+        }
+    }
+
+    fn checkpoint_now(&self, st: &mut State, deferred_done: Vec<u64>) -> Result<()> {
         let t0 = std::time::Instant::now();
         let f = |e: StoreError| self.fatal(e);
         let mut wtx = self.db.begin_write().map_err(|e| f(kv(e)))?;
