@@ -308,16 +308,7 @@ def run_phase(ep, server_pids, name, op, bucket, size, conc, procs, duration=Non
         "loadavg_before": la,
         "loadavg_after": loadavg(),
     }
-    res["server_cpu_ms_per_op"] = res["server_cpu_s"] * 1e3 / ops if ops else None
-    res["client_cpu_ms_per_op"] = res["client_cpu_s"] * 1e3 / ops if ops else None
-    log(
-        f"  {name:<16} c={conc:<3} {res['ops']:>7} ops {res['ops_s']:>9.1f} op/s "
-        f"{res['mb_s']:>8.2f} MB/s p50 {fmt(res['p50_ms'])} ms p99 {fmt(res['p99_ms'])} ms "
-        f"err {res['errors']} verified {res['verified']} bad {res['bad']} "
-        f"cpu client {res['client_cpu_s']} s server {res['server_cpu_s']} s load {la[0]:.1f}"
-    )
-    for m in res["err_msgs"]:
-        log(f"    error: {m}")
+    report_phase(res, name, conc, ops, la, "")
     keys_out = [k for r in results for k in r["keys"]]
     return res, keys_out
 
@@ -398,16 +389,7 @@ def go_phase(ep, server_pids, name, op, bucket, size, conc, duration=None, keys=
         "loadavg_before": la,
         "loadavg_after": loadavg(),
     }
-    res["server_cpu_ms_per_op"] = res["server_cpu_s"] * 1e3 / ops if ops else None
-    res["client_cpu_ms_per_op"] = res["client_cpu_s"] * 1e3 / ops if ops else None
-    log(
-        f"  {name:<16} c={conc:<3} {res['ops']:>7} ops {res['ops_s']:>9.1f} op/s "
-        f"{res['mb_s']:>8.2f} MB/s p50 {fmt(res['p50_ms'])} ms p99 {fmt(res['p99_ms'])} ms "
-        f"err {res['errors']} verified {res['verified']} bad {res['bad']} "
-        f"cpu client {res['client_cpu_s']} s server {res['server_cpu_s']} s load {la[0]:.1f} (go)"
-    )
-    for m in res["err_msgs"]:
-        log(f"    error: {m}")
+    report_phase(res, name, conc, ops, la, " (go)")
     return res, keys_out
 
 
@@ -433,6 +415,20 @@ def go_list(ep, bucket, expect, server_pids):
         f"correct={res['correct']}, cpu server {srv:.2f} s client {res['client_cpu_s']} s (go)"
     )
     return res
+
+
+def report_phase(res, name, conc, ops, la, tag):
+    """Adds the per-op CPU figures to a phase's result and logs its one-line summary."""
+    res["server_cpu_ms_per_op"] = res["server_cpu_s"] * 1e3 / ops if ops else None
+    res["client_cpu_ms_per_op"] = res["client_cpu_s"] * 1e3 / ops if ops else None
+    log(
+        f"  {name:<16} c={conc:<3} {res['ops']:>7} ops {res['ops_s']:>9.1f} op/s "
+        f"{res['mb_s']:>8.2f} MB/s p50 {fmt(res['p50_ms'])} ms p99 {fmt(res['p99_ms'])} ms "
+        f"err {res['errors']} verified {res['verified']} bad {res['bad']} "
+        f"cpu client {res['client_cpu_s']} s server {res['server_cpu_s']} s load {la[0]:.1f}{tag}"
+    )
+    for m in res["err_msgs"]:
+        log(f"    error: {m}")
 
 
 def fmt(v, nd=1):

@@ -566,6 +566,17 @@ mod tests {
         StreamingBlob::wrap(futures::stream::iter(chunks))
     }
 
+    /// The index entry of a body that `write_body` striped into segment `w`.
+    fn striped_entry(w: Written, size: u64, stripe_bytes: u64) -> Entry {
+        Entry {
+            loc: DataLoc::Striped {
+                stripe_bytes,
+                segments: vec![w.segment.unwrap()],
+            },
+            ..entry(&[size], stripe_bytes)
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn pipelined_writes_are_bounded_and_byte_exact() {
         let backend = Arc::new(SlowBackend::default());
@@ -593,13 +604,7 @@ mod tests {
             "peak in flight {peak}"
         );
         assert_eq!(backend.mem.names().len(), 21);
-        let e = Entry {
-            loc: DataLoc::Striped {
-                stripe_bytes: stripe as u64,
-                segments: vec![w.segment.unwrap()],
-            },
-            ..entry(&[data.len() as u64], stripe as u64)
-        };
+        let e = striped_entry(w, data.len() as u64, stripe as u64);
         let all = read_all(&b, &e, 0, data.len() as u64).await.unwrap();
         assert!(all == data, "read back differs");
     }
@@ -637,13 +642,7 @@ mod tests {
         let w = write_body(&b, &spec, Some(body_of(&data, 1 << 20)))
             .await
             .unwrap();
-        let e = Entry {
-            loc: DataLoc::Striped {
-                stripe_bytes: stripe as u64,
-                segments: vec![w.segment.unwrap()],
-            },
-            ..entry(&[data.len() as u64], stripe as u64)
-        };
+        let e = striped_entry(w, data.len() as u64, stripe as u64);
         let all = read_all(&b, &e, 0, data.len() as u64).await.unwrap();
         assert!(all == data, "read back differs");
         let (a, z) = (stripe - 100, 2 * stripe + (3 << 19));
