@@ -13,7 +13,7 @@
 use crate::codec;
 use crate::error::{kv, Result, StoreError};
 use crate::stage::{Stage, Tables};
-use crate::store::{State, Store};
+use crate::store::{blocking, State, Store};
 use crate::txn::{Op, Transaction};
 use crate::wal;
 use std::sync::atomic::AtomicU64;
@@ -240,13 +240,24 @@ impl Store {
             .map(|(&s, b)| (s, b.len() as u64 / bs))
             .collect();
         let record_blocks = (wal::encoded_len(&redo, runs.len()) as u64).div_ceil(bs);
-        let placed = if record_blocks * bs <= self.cfg.max_io_bytes
-            && st.overlay.bytes < self.cfg.max_overlay_bytes
-        {
-            st.wal.place(record_blocks, self.cfg.wal_checkpoint_records)
-        } else {
-            None
+        // A background checkpoint that has finished frees its frozen layer and its ring space.
+        self.collect_checkpoint(st, false)?;
+        // Hard limits (a background checkpoint normally lands long before them): half the ring,
+        // twice the records of a checkpoint interval, the overlay's memory.
+        let place = |st: &State| {
+            (record_blocks * bs <= self.cfg.max_io_bytes
+                && st.overlay.total_bytes() < self.cfg.max_overlay_bytes)
+                .then(|| {
+                    st.wal
+                        .place(record_blocks, 2 * self.cfg.wal_checkpoint_records.max(1))
+                })
+                .flatten()
         };
+        let mut placed = place(st);
+        if placed.is_none() && st.checkpoint_job.is_some() {
+            blocking(|| self.collect_checkpoint(st, true))?;
+            placed = place(st);
+        }
         let mut ios: Vec<(u64, cairn_blockdev::AlignedBuf)> = Vec::with_capacity(runs.len() + 1);
         if let Some(pos) = placed {
             let record = wal::encode(self.sb.uuid, st.wal.next_seq, &redo, &runs, bs);
@@ -270,6 +281,11 @@ impl Store {
             Some(pos) => {
                 st.wal.advance(pos, record_blocks);
                 self.counters.wal_records.fetch_add(1, Ordering::Relaxed);
+                if st.wal.checkpoint_due(self.cfg.wal_checkpoint_records)
+                    || st.overlay.bytes >= self.cfg.max_overlay_bytes / 2
+                {
+                    self.start_checkpoint(st)?;
+                }
             }
             None => self.checkpoint(st, Vec::new())?,
         }

@@ -41,11 +41,14 @@ pub struct StoreConfig {
     /// sixteenth of the device; 0: no log, every group commit flushes the device and then syncs
     /// the KV). With the log a group commit costs one device flush.
     pub wal_bytes: u64,
-    /// A checkpoint (durable KV commit) after at most this many logged group commits, which
-    /// bounds replay at mount and the in-memory overlay between checkpoints.
+    /// A background checkpoint (durable KV commit of the overlay, on a thread of its own while
+    /// commits go on) starts after this many logged group commits (or a quarter of the ring);
+    /// at twice this many since the last durable checkpoint a group waits for it. Bounds replay
+    /// at mount and the in-memory overlay.
     pub wal_checkpoint_records: u64,
     /// Most bytes (keys and values) the in-memory overlay of changes since the last checkpoint
-    /// holds before the next group checkpoints.
+    /// holds before the next group checkpoints in the foreground (a background checkpoint starts
+    /// at half of it).
     pub max_overlay_bytes: usize,
 }
 

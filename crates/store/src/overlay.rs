@@ -6,6 +6,12 @@
 //! durable commit (each page once, however many groups changed it). Staging and reads see
 //! `this group's changes -> overlay -> redb` through [`Layered`]. It must never be read without
 //! the store's lock that guards it, and never be cleared except by a checkpoint's durable commit.
+//!
+//! A checkpoint does not stall commits: it *freezes* the overlay (the live changes move, without
+//! a copy, to a shared [`Frozen`] layer that a background thread writes to redb) and later groups
+//! fill a fresh live layer, so lookups see `group -> live -> frozen -> redb`. The frozen layer is
+//! dropped only once its commit is durable; until then it shadows redb with the very values the
+//! commit is writing, so a reader's redb snapshot from before or after that commit sees the same.
 
 use crate::error::{kv, Result};
 use crate::logged::Touched;
@@ -14,14 +20,30 @@ use redb::{Key, ReadOnlyTable, ReadableTable, Value};
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
-/// Changes since the last checkpoint, by table (the order of [`Redo`]).
+/// The empty layer, standing in for a frozen layer when no checkpoint is in flight.
+static NO_CHANGES: Touched = BTreeMap::new();
+
+/// Changes frozen for a checkpoint in flight, by table (the order of [`Redo`]).
+#[derive(Debug, Default)]
+pub(crate) struct Frozen {
+    /// Final state of every key changed between the previous checkpoint and the freeze.
+    pub(crate) tables: [Touched; REDO_TABLES],
+    /// Approximate bytes held (keys and values).
+    pub(crate) bytes: usize,
+}
+
+/// Changes since the last durable checkpoint: the live layer groups add to, over the layer
+/// frozen for a checkpoint in flight (if any).
 #[derive(Debug, Default)]
 pub(crate) struct Overlay {
-    /// Final state of every key changed since the checkpoint, per table.
+    /// Final state of every key changed since the last freeze, per table.
     pub(crate) tables: [Touched; REDO_TABLES],
-    /// Approximate bytes held (keys and values), to bound memory.
+    /// Approximate bytes held by the live layer (keys and values), to bound memory.
     pub(crate) bytes: usize,
+    /// The layer a background checkpoint is writing to redb.
+    pub(crate) frozen: Option<Arc<Frozen>>,
 }
 
 impl Overlay {
@@ -35,9 +57,43 @@ impl Overlay {
         }
     }
 
-    /// Whether nothing changed since the checkpoint.
+    /// Whether nothing changed since the last durable checkpoint.
     pub(crate) fn is_empty(&self) -> bool {
-        self.tables.iter().all(BTreeMap::is_empty)
+        self.frozen.is_none() && self.tables.iter().all(BTreeMap::is_empty)
+    }
+
+    /// Bytes held by both layers.
+    pub(crate) fn total_bytes(&self) -> usize {
+        self.bytes + self.frozen.as_ref().map_or(0, |f| f.bytes)
+    }
+
+    /// Table `index` as two layers, the live one first.
+    pub(crate) fn layers(&self, index: usize) -> [&Touched; 2] {
+        [
+            &self.tables[index],
+            self.frozen
+                .as_ref()
+                .map_or(&NO_CHANGES, |f| &f.tables[index]),
+        ]
+    }
+
+    /// Moves the live layer into a new frozen layer (for a background checkpoint) and returns
+    /// it; `None` when a layer is frozen already (one checkpoint in flight at a time).
+    pub(crate) fn freeze(&mut self) -> Option<Arc<Frozen>> {
+        if self.frozen.is_some() {
+            return None;
+        }
+        let frozen = Arc::new(Frozen {
+            tables: std::mem::take(&mut self.tables),
+            bytes: std::mem::take(&mut self.bytes),
+        });
+        self.frozen = Some(frozen.clone());
+        Some(frozen)
+    }
+
+    /// Drops the frozen layer: its checkpoint is durable in redb.
+    pub(crate) fn thaw(&mut self) {
+        self.frozen = None;
     }
 }
 
@@ -45,13 +101,15 @@ impl Overlay {
 /// (the group's redo record). Values are returned as owned bytes.
 pub(crate) struct Layered<'a, K: Key + 'static, V: Value + 'static> {
     base: ReadOnlyTable<K, V>,
-    below: &'a Touched,
+    /// The overlay's layers of this table, the newer first.
+    below: [&'a Touched; 2],
     touched: Touched,
 }
 
 impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
-    /// `base` (the checkpointed table) under `below` (the overlay's changes to it).
-    pub(crate) fn new(base: ReadOnlyTable<K, V>, below: &'a Touched) -> Self {
+    /// `base` (the checkpointed table) under `below` (the overlay's layers of changes to it,
+    /// the newer first: see [`Overlay::layers`]).
+    pub(crate) fn new(base: ReadOnlyTable<K, V>, below: [&'a Touched; 2]) -> Self {
         Self {
             base,
             below,
@@ -67,7 +125,12 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
     pub(crate) fn get<'k>(&self, key: impl Borrow<K::SelfType<'k>>) -> Result<Option<Vec<u8>>> {
         let key = key.borrow();
         let raw = Self::raw(key);
-        if let Some(v) = self.touched.get(&raw).or_else(|| self.below.get(&raw)) {
+        if let Some(v) = self
+            .touched
+            .get(&raw)
+            .or_else(|| self.below[0].get(&raw))
+            .or_else(|| self.below[1].get(&raw))
+        {
             return Ok(v.clone());
         }
         Ok(self
@@ -101,18 +164,14 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
         std::mem::take(&mut self.touched)
     }
 
-    /// The overlay's and this group's changes to keys in `lo..hi`, the group's winning.
+    /// The overlay's and this group's changes to keys in `lo..hi`, newer layers winning.
     fn changes_in(&self, lo: &[u8], hi: Option<&[u8]>) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
-        let bounds = |t: &'a Touched| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let mut out = BTreeMap::new();
+        for layer in [self.below[1], self.below[0], &self.touched] {
             let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
-            t.range::<[u8], _>((Bound::Included(lo), upper))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        };
-        let mut out: BTreeMap<Vec<u8>, Option<Vec<u8>>> = bounds(self.below).into_iter().collect();
-        let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
-        for (k, v) in self.touched.range::<[u8], _>((Bound::Included(lo), upper)) {
-            out.insert(k.clone(), v.clone());
+            for (k, v) in layer.range::<[u8], _>((Bound::Included(lo), upper)) {
+                out.insert(k.clone(), v.clone());
+            }
         }
         out
     }
@@ -240,22 +299,33 @@ mod tests {
             }
         }
         w.commit().unwrap();
-        let mut below = Touched::new();
-        below.insert(b"c".to_vec(), None);
-        below.insert(b"d".to_vec(), Some(b"over".to_vec()));
-        below.insert(b"e".to_vec(), Some(b"over".to_vec()));
+        // The live layer over a frozen one: a key only in the frozen layer shows through, a key
+        // in both shows the live value, a removal in the live layer hides the frozen value.
+        let mut frozen = Touched::new();
+        frozen.insert(b"a".to_vec(), Some(b"frozen".to_vec()));
+        frozen.insert(b"d".to_vec(), Some(b"old".to_vec()));
+        frozen.insert(b"f".to_vec(), Some(b"frozen".to_vec()));
+        let mut live = Touched::new();
+        live.insert(b"c".to_vec(), None);
+        live.insert(b"d".to_vec(), Some(b"over".to_vec()));
+        live.insert(b"e".to_vec(), Some(b"over".to_vec()));
+        live.insert(b"f".to_vec(), None);
         let r = db.begin_read().unwrap();
-        let mut t = Layered::new(r.open_table(T).unwrap(), &below);
+        let mut t = Layered::new(r.open_table(T).unwrap(), [&live, &frozen]);
         t.insert(b"b".as_slice(), b"mine".as_slice()).unwrap();
         assert!(t.remove(b"g".as_slice()).unwrap());
         assert!(!t.remove(b"c".as_slice()).unwrap(), "removed below");
+        assert!(
+            !t.remove(b"f".as_slice()).unwrap(),
+            "frozen value removed live"
+        );
         t.insert(b"e".as_slice(), b"mine".as_slice()).unwrap();
-        assert_eq!(t.get(b"a".as_slice()).unwrap(), Some(b"base".to_vec()));
+        assert_eq!(t.get(b"a".as_slice()).unwrap(), Some(b"frozen".to_vec()));
         assert_eq!(t.get(b"c".as_slice()).unwrap(), None);
         assert_eq!(t.get(b"d".as_slice()).unwrap(), Some(b"over".to_vec()));
         let all: Vec<(Vec<u8>, Vec<u8>)> = t.range(b"", None, usize::MAX).unwrap();
         let want: Vec<(Vec<u8>, Vec<u8>)> =
-            [("a", "base"), ("b", "mine"), ("d", "over"), ("e", "mine")]
+            [("a", "frozen"), ("b", "mine"), ("d", "over"), ("e", "mine")]
                 .iter()
                 .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
                 .collect();
@@ -269,6 +339,6 @@ mod tests {
         assert_eq!(t.last_in(b"a", b"d").unwrap(), Some(want[1].clone()));
         assert_eq!(t.last_in(b"f", b"z").unwrap(), None, "g removed");
         let touched = t.take_touched();
-        assert_eq!(touched.len(), 4);
+        assert_eq!(touched.len(), 5);
     }
 }

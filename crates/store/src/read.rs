@@ -32,14 +32,14 @@ impl<'a> View<'a> {
     ) -> Result<BytesTable<'a>> {
         Ok(Layered::new(
             self.rtx.open_table(def).map_err(kv)?,
-            &self.st.overlay.tables[index],
+            self.st.overlay.layers(index),
         ))
     }
 
     fn colls(&self) -> Result<Layered<'a, &'static str, &'static [u8]>> {
         Ok(Layered::new(
             self.rtx.open_table(COLLS).map_err(kv)?,
-            &self.st.overlay.tables[1],
+            self.st.overlay.layers(1),
         ))
     }
 

@@ -40,15 +40,15 @@ pub(crate) struct Tables<'t> {
 impl<'t> Tables<'t> {
     /// The tables of the checkpointed KV in `r` under `overlay`.
     pub(crate) fn open(r: &ReadTransaction, overlay: &'t Overlay) -> Result<Self> {
-        let o = &overlay.tables;
+        let o = |i| overlay.layers(i);
         Ok(Self {
-            meta: Layered::new(r.open_table(META).map_err(kv)?, &o[0]),
-            colls: Layered::new(r.open_table(COLLS).map_err(kv)?, &o[1]),
-            onodes: Layered::new(r.open_table(ONODES).map_err(kv)?, &o[2]),
-            extents: Layered::new(r.open_table(EXTENTS).map_err(kv)?, &o[3]),
-            xattrs: Layered::new(r.open_table(XATTRS).map_err(kv)?, &o[4]),
-            omap: Layered::new(r.open_table(OMAP).map_err(kv)?, &o[5]),
-            deferred: Layered::new(r.open_table(DEFERRED).map_err(kv)?, &o[6]),
+            meta: Layered::new(r.open_table(META).map_err(kv)?, o(0)),
+            colls: Layered::new(r.open_table(COLLS).map_err(kv)?, o(1)),
+            onodes: Layered::new(r.open_table(ONODES).map_err(kv)?, o(2)),
+            extents: Layered::new(r.open_table(EXTENTS).map_err(kv)?, o(3)),
+            xattrs: Layered::new(r.open_table(XATTRS).map_err(kv)?, o(4)),
+            omap: Layered::new(r.open_table(OMAP).map_err(kv)?, o(5)),
+            deferred: Layered::new(r.open_table(DEFERRED).map_err(kv)?, o(6)),
         })
     }
 

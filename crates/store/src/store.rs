@@ -185,12 +185,63 @@ pub(crate) struct State {
     pub wal: WalRing,
     /// KV changes of the groups since the last checkpoint (durable in the log, not yet in redb).
     pub overlay: Overlay,
+    /// The background checkpoint in flight, if any.
+    pub checkpoint_job: Option<CheckpointJob>,
+}
+
+/// A checkpoint committing the overlay's frozen layer to redb on a thread of its own, so that
+/// group commits go on meanwhile (they log into the ring after it and fill the live layer).
+#[derive(Debug)]
+pub(crate) struct CheckpointJob {
+    /// The commit; returns how long it took.
+    thread: std::thread::JoinHandle<Result<std::time::Duration>>,
+    /// The ring's fill at the freeze: what the checkpoint frees once durable.
+    fill: wal::RingFill,
+}
+
+/// Runs `f`, which blocks (a KV sync, waiting for a checkpoint thread), so that on a
+/// multi-threaded runtime this worker's other tasks (sockets, other PGs' reads) move to another
+/// thread meanwhile instead of waiting.
+pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
+/// Commits `layers` (oldest first) to redb in one durable write transaction, with the removal of
+/// the applied deferred writes `deferred_done` and the log's `marker`.
+fn commit_to_kv(
+    db: &Database,
+    layers: &[&[crate::logged::Touched; wal::REDO_TABLES]],
+    deferred_done: &[u64],
+    marker: Marker,
+) -> Result<()> {
+    let mut wtx = db.begin_write().map_err(kv)?;
+    wtx.set_durability(redb::Durability::Immediate);
+    for tables in layers {
+        logged::replay_tables(&wtx, std::array::from_fn(|i| &tables[i]))?;
+    }
+    {
+        let mut deferred = wtx.open_table(DEFERRED).map_err(kv)?;
+        for k in deferred_done {
+            deferred.remove(*k).map_err(kv)?;
+        }
+        let mut meta = wtx.open_table(META).map_err(kv)?;
+        meta.insert(wal::MARKER_KEY, marker.encode().as_slice())
+            .map_err(kv)?;
+    }
+    wtx.commit().map_err(kv)
 }
 
 /// A BlueStore-style object store on one block device with metadata in redb.
 pub struct Store {
     pub(crate) dev: Arc<dyn BlockDevice>,
-    pub(crate) db: Database,
+    /// Shared with the background checkpoint thread.
+    pub(crate) db: Arc<Database>,
     pub(crate) cfg: StoreConfig,
     pub(crate) sb: Superblock,
     pub(crate) state: RwLock<State>,
@@ -208,6 +259,16 @@ impl std::fmt::Debug for Store {
             .field("dev", &self.dev)
             .field("sb", &self.sb)
             .finish()
+    }
+}
+
+impl Drop for Store {
+    /// Waits for a background checkpoint in flight, so that the KV file is closed when the store
+    /// is gone (a store mounted again from the same files must not find it still open).
+    fn drop(&mut self) {
+        if let Some(job) = self.state.get_mut().checkpoint_job.take() {
+            let _ = job.thread.join();
+        }
     }
 }
 
@@ -412,7 +473,7 @@ impl Store {
         drop(rtx);
         let store = Store {
             dev,
-            db,
+            db: Arc::new(db),
             sb: in_kv,
             state: RwLock::new(State {
                 alloc,
@@ -421,6 +482,7 @@ impl Store {
                 stored_bytes,
                 wal: ring,
                 overlay: Overlay::default(),
+                checkpoint_job: None,
             }),
             failed: Mutex::new(None),
             counters,
@@ -450,42 +512,86 @@ impl Store {
     }
 
     /// Commits the overlay to the KV durably in one write transaction, with the removal of the
-    /// applied deferred writes `deferred_done` and the log's marker. Everything logged so far is
-    /// then in the KV: the overlay is emptied and the ring's space is free again.
+    /// applied deferred writes `deferred_done` and the log's marker, after waiting for a
+    /// background checkpoint in flight. Everything logged so far is then in the KV: the overlay
+    /// is emptied and the ring's space is free again.
     pub(crate) fn checkpoint(&self, st: &mut State, deferred_done: Vec<u64>) -> Result<()> {
-        // The commit syncs redb's file: on a multi-threaded runtime this worker's other tasks
-        // (sockets, other PGs' reads) move to another thread meanwhile instead of waiting.
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi_thread {
-            tokio::task::block_in_place(|| self.checkpoint_now(st, deferred_done))
-        } else {
+        blocking(|| {
+            self.collect_checkpoint(st, true)?;
             self.checkpoint_now(st, deferred_done)
-        }
+        })
     }
 
     fn checkpoint_now(&self, st: &mut State, deferred_done: Vec<u64>) -> Result<()> {
         let t0 = std::time::Instant::now();
-        let f = |e: StoreError| self.fatal(e);
-        let mut wtx = self.db.begin_write().map_err(|e| f(kv(e)))?;
-        wtx.set_durability(redb::Durability::Immediate);
-        logged::replay_tables(&wtx, std::array::from_fn(|i| &st.overlay.tables[i])).map_err(f)?;
-        {
-            let mut deferred = wtx.open_table(DEFERRED).map_err(|e| f(kv(e)))?;
-            for k in &deferred_done {
-                deferred.remove(*k).map_err(|e| f(kv(e)))?;
-            }
-            let mut meta = wtx.open_table(META).map_err(|e| f(kv(e)))?;
-            meta.insert(wal::MARKER_KEY, st.wal.marker().encode().as_slice())
-                .map_err(|e| f(kv(e)))?;
-        }
-        wtx.commit().map_err(|e| f(kv(e)))?;
+        let frozen = st.overlay.frozen.clone();
+        let mut layers = Vec::with_capacity(2);
+        layers.extend(frozen.as_deref().map(|f| &f.tables));
+        layers.push(&st.overlay.tables);
+        commit_to_kv(&self.db, &layers, &deferred_done, st.wal.marker())
+            .map_err(|e| self.fatal(e))?;
         st.overlay = Overlay::default();
         st.wal.checkpointed();
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.counters
             .checkpoint_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Starts a background checkpoint of the overlay's live layer, unless one is in flight or
+    /// nothing changed: the layer is frozen and committed to redb with the ring's marker of now
+    /// by a thread of its own, while later groups log after the marker.
+    pub(crate) fn start_checkpoint(&self, st: &mut State) -> Result<()> {
+        if st.checkpoint_job.is_some() || st.overlay.tables.iter().all(|t| t.is_empty()) {
+            return Ok(());
+        }
+        let Some(frozen) = st.overlay.freeze() else {
+            return Ok(());
+        };
+        let marker = st.wal.marker();
+        let fill = st.wal.fill();
+        let db = self.db.clone();
+        let spawned = std::thread::Builder::new()
+            .name("store-checkpoint".into())
+            .spawn(move || {
+                let t0 = std::time::Instant::now();
+                commit_to_kv(&db, &[&frozen.tables], &[], marker)?;
+                Ok(t0.elapsed())
+            });
+        match spawned {
+            Ok(thread) => {
+                st.checkpoint_job = Some(CheckpointJob { thread, fill });
+                Ok(())
+            }
+            // No thread to be had: checkpoint in this one (frozen and live layers together).
+            Err(_) => self.checkpoint(st, Vec::new()),
+        }
+    }
+
+    /// Takes in the background checkpoint in flight once it has finished (waiting for it when
+    /// `wait`): its frozen layer is durable in redb, so it is dropped and the ring space before
+    /// its marker is free. A failed checkpoint fails the store.
+    pub(crate) fn collect_checkpoint(&self, st: &mut State, wait: bool) -> Result<()> {
+        let Some(job) = st
+            .checkpoint_job
+            .take_if(|job| wait || job.thread.is_finished())
+        else {
+            return Ok(());
+        };
+        let elapsed = match job.thread.join() {
+            Ok(Ok(elapsed)) => elapsed,
+            Ok(Err(e)) => return Err(self.fatal(e)),
+            Err(_) => {
+                return Err(self.fatal(StoreError::Failed("checkpoint thread panicked".into())));
+            }
+        };
+        st.overlay.thaw();
+        st.wal.checkpointed_at(job.fill);
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .checkpoint_ns
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
         Ok(())
     }
 

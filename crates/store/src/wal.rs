@@ -283,6 +283,13 @@ impl Marker {
     }
 }
 
+/// How much of the ring was used at one moment since the last checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RingFill {
+    used: u64,
+    records: u64,
+}
+
 /// The ring's position and fill since the last checkpoint.
 #[derive(Debug, Clone)]
 pub(crate) struct WalRing {
@@ -355,6 +362,28 @@ impl WalRing {
         self.records
     }
 
+    /// Whether a background checkpoint should start: `max_records` records or a quarter of the
+    /// ring since the last checkpoint (half the ring is the hard limit of [`WalRing::place`], so
+    /// the checkpoint has the other quarter's worth of commits to land in).
+    pub(crate) fn checkpoint_due(&self, max_records: u64) -> bool {
+        self.blocks > 0 && (self.records >= max_records || self.used >= self.blocks / 4)
+    }
+
+    /// The fill a checkpoint carrying [`WalRing::marker`] now frees once it is durable.
+    pub(crate) fn fill(&self) -> RingFill {
+        RingFill {
+            used: self.used,
+            records: self.records,
+        }
+    }
+
+    /// Notes that a checkpoint started at `fill` (from [`WalRing::fill`]) is durable: what was
+    /// written before it no longer counts; what came after it still does.
+    pub(crate) fn checkpointed_at(&mut self, fill: RingFill) {
+        self.used -= fill.used.min(self.used);
+        self.records -= fill.records.min(self.records);
+    }
+
     /// The marker a durable KV commit stores now.
     pub(crate) fn marker(&self) -> Marker {
         Marker {
@@ -424,6 +453,43 @@ mod tests {
         for n in 0..used {
             assert!(decode(&bytes[..n]).is_err(), "truncation to {n} accepted");
         }
+    }
+
+    #[test]
+    fn a_background_checkpoint_frees_only_what_came_before_it() {
+        let mut ring = WalRing::new(
+            1,
+            64,
+            Marker {
+                next_seq: 1,
+                head_block: 0,
+            },
+        );
+        for i in 0..3 {
+            assert!(!ring.checkpoint_due(3), "after {i} records");
+            ring.advance(ring.place(2, 100).unwrap(), 2);
+        }
+        assert!(ring.checkpoint_due(3), "record count reached");
+        let at_freeze = ring.fill();
+        let marker = ring.marker();
+        // Commits go on while the checkpoint is in flight: 4 records of 4 blocks.
+        for _ in 0..4 {
+            ring.advance(ring.place(4, 100).unwrap(), 4);
+        }
+        assert_eq!(
+            ring.place(12, 100),
+            None,
+            "22 + 12 blocks: more than half the ring since the durable marker"
+        );
+        ring.checkpointed_at(at_freeze);
+        assert_eq!(ring.records_since_checkpoint(), 4);
+        assert!(ring.checkpoint_due(100), "16 blocks: a quarter of the ring");
+        assert_eq!(
+            ring.place(12, 100),
+            Some(22),
+            "the 6 blocks before the marker are free"
+        );
+        assert_eq!(marker.next_seq, 4);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 mod common;
 
 use cairn_blockdev::PowerLossMode;
-use cairn_store::{KvLossMode, Op, Transaction};
+use cairn_store::{KvLossMode, Op, StoreConfig, Transaction};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -52,12 +52,13 @@ const OP_KINDS: usize = 8;
 /// (relative to the end of mount; None = never). Returns (acknowledged count, whether a
 /// transaction was in flight at the crash, the surviving images).
 async fn run_with_crash(
+    conf: &StoreConfig,
     img: &Images,
     txns: &[Transaction],
     crash_at: Option<u64>,
     modes: (PowerLossMode, KvLossMode),
 ) -> (usize, bool, Images, Vec<&'static str>) {
-    let r = Rig::mount(img, cfg()).await.unwrap();
+    let r = Rig::mount(img, conf.clone()).await.unwrap();
     let base_ops = r.switch.ops();
     if let Some(k) = crash_at {
         r.switch.arm(base_ops + k);
@@ -94,8 +95,15 @@ fn model_states(start: &Model, txns: &[Transaction]) -> Vec<Model> {
 }
 
 /// Remounts the crash image and checks it against the allowed model states.
-async fn verify(img: &Images, states: &[Model], acked: usize, in_flight: bool, ctx: &str) {
-    let r = Rig::mount(img, cfg())
+async fn verify(
+    conf: &StoreConfig,
+    img: &Images,
+    states: &[Model],
+    acked: usize,
+    in_flight: bool,
+    ctx: &str,
+) {
+    let r = Rig::mount(img, conf.clone())
         .await
         .unwrap_or_else(|e| panic!("{ctx}: remount failed: {e}"));
     let got = dump(r.store()).await;
@@ -161,7 +169,7 @@ async fn exhaustive(random_survivors: bool, shard: (usize, usize)) {
     {
         let states = model_states(&start, seq);
         let modes = (PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced);
-        let (_, _, _, trace) = run_with_crash(&img, seq, None, modes).await;
+        let (_, _, _, trace) = run_with_crash(&cfg(), &img, seq, None, modes).await;
         let total = trace.len();
         for k in crash_points(&trace, random_survivors) {
             let modes = if random_survivors {
@@ -173,12 +181,13 @@ async fn exhaustive(random_survivors: bool, shard: (usize, usize)) {
             } else {
                 modes
             };
-            let (acked, in_flight, crashed, _) = run_with_crash(&img, seq, Some(k), modes).await;
+            let (acked, in_flight, crashed, _) =
+                run_with_crash(&cfg(), &img, seq, Some(k), modes).await;
             let ctx = format!(
                 "sequence {si} {:?} crash at {k}/{total} {modes:?}",
                 seq.iter().map(|t| &t.ops[0]).collect::<Vec<&Op>>()
             );
-            verify(&crashed, &states, acked, in_flight, &ctx).await;
+            verify(&cfg(), &crashed, &states, acked, in_flight, &ctx).await;
             points += 1;
         }
     }
@@ -257,7 +266,9 @@ fn random_txn(rng: &mut ChaCha8Rng) -> Transaction {
     t
 }
 
-async fn random_workloads(cases: u64, seed0: u64) {
+/// `cases` random workloads (seeds from `seed0`) on stores mounted with `conf`, each with a power
+/// cut at a random one of its first `ops_per_txn` counted operations per transaction.
+async fn random_workloads(conf: &StoreConfig, cases: u64, seed0: u64, ops_per_txn: u64) {
     let (img, start) = base().await;
     let mut crashed_mid = 0;
     for case in 0..cases {
@@ -268,7 +279,7 @@ async fn random_workloads(cases: u64, seed0: u64) {
         let states = model_states(&start, &txns);
         // A logged group is about three counted operations: its data write(s), its log record
         // and one flush (the KV is written only at checkpoints).
-        let crash_at = rng.random_range(0..3 * txns.len() as u64);
+        let crash_at = rng.random_range(0..ops_per_txn * txns.len() as u64);
         let modes = match rng.random_range(0..3) {
             0 => (PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced),
             1 => (
@@ -281,9 +292,10 @@ async fn random_workloads(cases: u64, seed0: u64) {
             ),
         };
         let (acked, in_flight, crashed, _) =
-            run_with_crash(&img, &txns, Some(crash_at), modes).await;
+            run_with_crash(conf, &img, &txns, Some(crash_at), modes).await;
         crashed_mid += in_flight as u64;
         verify(
+            conf,
             &crashed,
             &states,
             acked,
@@ -308,11 +320,23 @@ fn cases_from_env(default: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_workloads_with_random_crash_points() {
-    random_workloads(cases_from_env(60), 0).await;
+    random_workloads(&cfg(), cases_from_env(60), 0, 3).await;
+}
+
+/// A checkpoint after every logged group: each one commits the KV on a background thread while
+/// the next groups write their data and records, so power is cut in every interleaving of a
+/// checkpoint's KV writes and sync with later groups' device writes and flushes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_workloads_with_background_checkpoints() {
+    let every_group = StoreConfig {
+        wal_checkpoint_records: 1,
+        ..cfg()
+    };
+    random_workloads(&every_group, cases_from_env(60), 500_000, 5).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long sweep: 20000 workloads; run with --ignored"]
 async fn random_workloads_sweep() {
-    random_workloads(cases_from_env(20_000), 1_000_000).await;
+    random_workloads(&cfg(), cases_from_env(20_000), 1_000_000, 3).await;
 }
