@@ -255,7 +255,9 @@ impl Store {
         };
         let mut placed = place(st);
         if placed.is_none() && st.checkpoint_job.is_some() {
+            let t = Instant::now();
             blocking(|| self.collect_checkpoint(st, true))?;
+            elapsed_into(&self.counters.checkpoint_wait_ns, t);
             placed = place(st);
         }
         let mut ios: Vec<(u64, cairn_blockdev::AlignedBuf)> = Vec::with_capacity(runs.len() + 1);
@@ -287,7 +289,11 @@ impl Store {
                     self.start_checkpoint(st)?;
                 }
             }
-            None => self.checkpoint(st, Vec::new())?,
+            None => {
+                let t = Instant::now();
+                self.checkpoint(st, Vec::new())?;
+                elapsed_into(&self.counters.checkpoint_wait_ns, t);
+            }
         }
         Ok(())
     }

@@ -138,8 +138,12 @@ pub struct StoreStats {
     pub data_write_ns: u64,
     /// Time spent in device flushes before commits, ns.
     pub device_flush_ns: u64,
-    /// Time spent in checkpoints (durable KV commits of the overlay, the only KV commits), ns.
+    /// Time spent in checkpoints (durable KV commits of the overlay, the only KV commits), ns,
+    /// in the background or not.
     pub checkpoint_ns: u64,
+    /// Time group commits spent waiting for checkpoints (their own, or one in flight at a hard
+    /// limit), ns: the part of `checkpoint_ns` that commits' latency saw.
+    pub checkpoint_wait_ns: u64,
     /// Group commits made durable by a write-ahead log record (one device flush, no KV sync).
     pub wal_records: u64,
     /// Bytes of write-ahead log records written.
@@ -166,6 +170,7 @@ pub(crate) struct Counters {
     pub data_write_ns: AtomicU64,
     pub device_flush_ns: AtomicU64,
     pub checkpoint_ns: AtomicU64,
+    pub checkpoint_wait_ns: AtomicU64,
     pub wal_records: AtomicU64,
     pub wal_bytes_written: AtomicU64,
     pub checkpoints: AtomicU64,
@@ -791,6 +796,7 @@ impl Store {
             data_write_ns: self.counters.data_write_ns.load(Ordering::Relaxed),
             device_flush_ns: self.counters.device_flush_ns.load(Ordering::Relaxed),
             checkpoint_ns: self.counters.checkpoint_ns.load(Ordering::Relaxed),
+            checkpoint_wait_ns: self.counters.checkpoint_wait_ns.load(Ordering::Relaxed),
             wal_records: self.counters.wal_records.load(Ordering::Relaxed),
             wal_bytes_written: self.counters.wal_bytes_written.load(Ordering::Relaxed),
             checkpoints: self.counters.checkpoints.load(Ordering::Relaxed),
