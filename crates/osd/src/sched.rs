@@ -1,6 +1,8 @@
 //! Runs the OSD's work through its QoS scheduler (invariant 2): every client op and replica
 //! write is enqueued with its class and cost, and starts only when the scheduler releases it;
-//! at most `max_inflight` run at once (explicit limit).
+//! at most `max_inflight` run at once (explicit limit). The policy alone chooses the order: a
+//! dispatcher task releases requests, and a caller of [`OpScheduler::run`] that finds a free
+//! slot asks the policy itself (running its own request inline when the policy picks it).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,6 +16,16 @@ use tokio::sync::{Notify, Semaphore};
 use crate::error::OsdError;
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What [`OpScheduler::dispatch_here`] did.
+enum Here {
+    /// The caller's own request was released: run it (it holds its in-flight slot).
+    Mine(Job),
+    /// Another request was released and spawned; the caller's is still queued.
+    Other,
+    /// Nothing was released (no free slot, or the policy holds every request back for now).
+    Nothing,
+}
 
 /// The scheduler front end of one OSD.
 pub struct OpScheduler {
@@ -70,6 +82,22 @@ impl OpScheduler {
         length_bytes: u64,
         job: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), OsdError> {
+        let id = self.enqueue(class, client_id, length_bytes, Box::pin(job))?;
+        match self.dispatch_here(id) {
+            Here::Mine(job) => drop(tokio::spawn(job)),
+            Here::Other | Here::Nothing => self.notify.notify_one(),
+        }
+        Ok(())
+    }
+
+    /// Puts `job` in the policy's queue (without waking the dispatcher); returns its id.
+    fn enqueue(
+        &self,
+        class: QosClass,
+        client_id: u64,
+        length_bytes: u64,
+        job: Job,
+    ) -> Result<u64, OsdError> {
         let id = {
             let mut n = self.next_id.lock().unwrap_or_else(|p| p.into_inner());
             *n += 1;
@@ -82,7 +110,7 @@ impl OpScheduler {
         self.jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Box::pin(job));
+            .insert(id, job);
         let queued = self
             .queue
             .lock()
@@ -95,8 +123,43 @@ impl OpScheduler {
                 .remove(&id);
             return Err(e.into());
         }
-        self.notify.notify_one();
-        Ok(())
+        Ok(id)
+    }
+
+    /// Dispatches in the caller's task when an in-flight slot is free: the policy picks the
+    /// next request exactly as the dispatcher would. The caller's own request (`mine`) comes
+    /// back to be run by the caller, holding its slot (saving the dispatcher's wake-up); another
+    /// request is spawned.
+    fn dispatch_here(&self, mine: u64) -> Here {
+        let Ok(permit) = self.inflight.clone().try_acquire_owned() else {
+            return Here::Nothing;
+        };
+        let next = self
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .dequeue(self.now_ns());
+        let Dequeued::Request(d) = next else {
+            return Here::Nothing;
+        };
+        let Some(job) = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&d.req.id)
+        else {
+            return Here::Nothing;
+        };
+        let job: Job = Box::pin(async move {
+            job.await;
+            drop(permit);
+        });
+        if d.req.id == mine {
+            Here::Mine(job)
+        } else {
+            tokio::spawn(job);
+            Here::Other
+        }
     }
 
     /// The active policy's configuration.
@@ -160,9 +223,14 @@ impl OpScheduler {
         work: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, OsdError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit(class, client_id, length_bytes, async move {
+        let job: Job = Box::pin(async move {
             let _ = tx.send(work.await);
-        })?;
+        });
+        let id = self.enqueue(class, client_id, length_bytes, job)?;
+        match self.dispatch_here(id) {
+            Here::Mine(job) => job.await,
+            Here::Other | Here::Nothing => self.notify.notify_one(),
+        }
         rx.await
             .map_err(|_| OsdError::Protocol("scheduler stopped before running the request".into()))
     }
@@ -204,6 +272,107 @@ async fn dispatch_loop(s: Arc<OpScheduler>) {
                 drop(permit);
                 s.notify.notified().await;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_qos::{DeviceCapacity, PolicyConfig};
+    use std::sync::Mutex as StdMutex;
+
+    fn scheduler(max_inflight: usize) -> Arc<OpScheduler> {
+        let capacity = DeviceCapacity {
+            random_4k_iops: 20_000.0,
+            seq_bandwidth_bytes_per_s: 1e9,
+        };
+        OpScheduler::new(
+            QosQueue::new(PolicyConfig::Fifo).unwrap(),
+            CostModel::from_capacity(capacity).unwrap(),
+            max_inflight,
+        )
+    }
+
+    /// Occupies the only in-flight slot until the returned sender fires.
+    async fn hold_the_slot(s: &OpScheduler) -> tokio::sync::oneshot::Sender<()> {
+        let (release, wait) = tokio::sync::oneshot::channel::<()>();
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        s.submit(QosClass::Client, 9, 4096, async move {
+            let _ = started_tx.send(());
+            let _ = wait.await;
+        })
+        .unwrap();
+        started.await.unwrap();
+        release
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn run_returns_the_work_result_whether_dispatched_here_or_by_the_dispatcher() {
+        let s = scheduler(4);
+        for i in 0..100u64 {
+            let got = s.run(QosClass::Client, i % 3, 4096, async move { i * 2 });
+            assert_eq!(got.await.unwrap(), i * 2);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_never_runs_beyond_the_in_flight_limit_and_the_policy_keeps_its_order() {
+        let s = scheduler(1);
+        let release = hold_the_slot(&s).await;
+        let order = Arc::new(StdMutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..5u64 {
+            let (s2, order2) = (s.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                s2.run(QosClass::Client, i, 4096, async move {
+                    order2.lock().unwrap().push(i);
+                })
+                .await
+                .unwrap();
+            }));
+            // Each caller has queued before the next one starts (FIFO order = this order).
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "ran while the only slot was held"
+        );
+        release.send(()).unwrap();
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .expect("queued request never ran")
+                .unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_with_a_free_slot_still_lets_the_policy_pick_an_older_request() {
+        for _ in 0..20 {
+            let s = scheduler(1);
+            let release = hold_the_slot(&s).await;
+            let order = Arc::new(StdMutex::new(Vec::new()));
+            let (s2, order2) = (s.clone(), order.clone());
+            let older = tokio::spawn(async move {
+                s2.run(QosClass::Client, 1, 4096, async move {
+                    order2.lock().unwrap().push("older");
+                })
+                .await
+                .unwrap();
+            });
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            // The slot frees as this caller arrives: FIFO must still run the older one first.
+            release.send(()).unwrap();
+            let order3 = order.clone();
+            s.run(QosClass::Client, 2, 4096, async move {
+                order3.lock().unwrap().push("newer");
+            })
+            .await
+            .unwrap();
+            older.await.unwrap();
+            assert_eq!(*order.lock().unwrap(), vec!["older", "newer"]);
         }
     }
 }
