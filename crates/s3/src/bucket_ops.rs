@@ -17,6 +17,7 @@ pub async fn create(
     let owner = gw.user_of(&req)?;
     let name = &req.input.bucket;
     buckets::create_bucket(&gw.backend, name, &owner, gw.cfg.index_shards).await?;
+    gw.buckets.forget(name);
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),
     }))
@@ -33,6 +34,7 @@ pub async fn delete(
     }
     multipart::abort_all(gw, &b).await?;
     buckets::remove_bucket(&gw.backend, &b).await?;
+    gw.buckets.forget(&b.name);
     Ok(S3Response::new(DeleteBucketOutput::default()))
 }
 
@@ -41,7 +43,7 @@ pub async fn head(
     gw: &Gateway,
     req: S3Request<HeadBucketInput>,
 ) -> S3Result<S3Response<HeadBucketOutput>> {
-    get_bucket(&gw.backend, &req.input.bucket).await?;
+    gw.buckets.get(&gw.backend, &req.input.bucket).await?;
     Ok(S3Response::new(HeadBucketOutput {
         bucket_region: Some(gw.cfg.region.clone()),
         ..Default::default()

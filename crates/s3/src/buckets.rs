@@ -4,7 +4,9 @@
 //! crc32c(key) mod shards. The bucket id is fresh per creation, so a re-created bucket never
 //! sees an old index.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use s3s::{s3_error, S3Result};
@@ -17,6 +19,9 @@ use crate::record::{seal, unseal};
 
 /// Object holding the bucket registry.
 pub const REGISTRY: &str = "s3.buckets";
+
+/// Most bucket records a [`BucketCache`] holds (it starts over when full).
+const MAX_CACHED_BUCKETS: usize = 10_000;
 
 /// A bucket's registry record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +80,57 @@ pub async fn get_bucket(backend: &Arc<dyn Backend>, name: &str) -> S3Result<Buck
     match page.first() {
         Some((k, v)) if k == name.as_bytes() => unseal(v).map_err(internal),
         _ => Err(s3_error!(NoSuchBucket)),
+    }
+}
+
+/// Bucket records recently read, for requests that only read a bucket (GET, HEAD, listing):
+/// they then cost one cluster round trip less. A record is trusted for `ttl`; this gateway
+/// forgets a bucket it creates or deletes at once, and a bucket deleted or re-created through
+/// another gateway is seen as such within `ttl`. Requests that write into a bucket always read
+/// its record afresh, so a stale record can never make a write land in a deleted bucket.
+pub struct BucketCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<String, (BucketInfo, Instant)>>,
+}
+
+impl BucketCache {
+    /// A cache trusting records for `ttl` (zero: no caching).
+    pub fn new(ttl: Duration) -> Self {
+        BucketCache {
+            ttl,
+            entries: Mutex::default(),
+        }
+    }
+
+    /// The record of bucket `name` (NoSuchBucket if none), from the cache while fresh.
+    pub async fn get(&self, backend: &Arc<dyn Backend>, name: &str) -> S3Result<BucketInfo> {
+        if let Some((b, at)) = self
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            if at.elapsed() < self.ttl {
+                return Ok(b.clone());
+            }
+        }
+        let b = get_bucket(backend, name).await?;
+        if !self.ttl.is_zero() {
+            let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            if entries.len() >= MAX_CACHED_BUCKETS {
+                entries.clear();
+            }
+            entries.insert(name.to_string(), (b.clone(), Instant::now()));
+        }
+        Ok(b)
+    }
+
+    /// Drops the record of bucket `name` (created or deleted through this gateway).
+    pub fn forget(&self, name: &str) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
     }
 }
 
@@ -192,4 +248,46 @@ pub async fn remove_entry(backend: &Arc<dyn Backend>, b: &BucketInfo, key: &str)
         .omap_remove(&b.shard_of(key), &[key.as_bytes().to_vec()])
         .await
         .map_err(internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemBackend;
+
+    fn is_missing(r: S3Result<BucketInfo>) -> bool {
+        matches!(r, Err(e) if e.code() == &s3s::S3ErrorCode::NoSuchBucket)
+    }
+
+    #[tokio::test]
+    async fn cached_records_expire_and_local_changes_are_seen_at_once() {
+        let backend: Arc<dyn Backend> = Arc::new(MemBackend::default());
+        let cache = BucketCache::new(Duration::from_millis(200));
+        assert!(
+            is_missing(cache.get(&backend, "b").await),
+            "absent: not cached"
+        );
+        create_bucket(&backend, "b", "alice", 4).await.unwrap();
+        let first = cache.get(&backend, "b").await.unwrap();
+        // Another gateway deletes the bucket: this one trusts its record until it expires.
+        remove_bucket(&backend, &first).await.unwrap();
+        assert!(is_missing(get_bucket(&backend, "b").await));
+        assert_eq!(cache.get(&backend, "b").await.unwrap(), first);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(is_missing(cache.get(&backend, "b").await), "expired");
+        // Re-created elsewhere with a new id, then read: the new record.
+        create_bucket(&backend, "b", "alice", 4).await.unwrap();
+        let second = cache.get(&backend, "b").await.unwrap();
+        assert_ne!(second.id, first.id);
+        // Deleted through this gateway: forgotten at once.
+        remove_bucket(&backend, &second).await.unwrap();
+        cache.forget("b");
+        assert!(is_missing(cache.get(&backend, "b").await));
+        // A zero lifetime never caches.
+        let never = BucketCache::new(Duration::ZERO);
+        create_bucket(&backend, "c", "alice", 4).await.unwrap();
+        let c = never.get(&backend, "c").await.unwrap();
+        remove_bucket(&backend, &c).await.unwrap();
+        assert!(is_missing(never.get(&backend, "c").await));
+    }
 }

@@ -59,6 +59,9 @@ pub struct GatewayConfig {
     pub pool_pg_num: u32,
     /// Index shards of each new bucket.
     pub index_shards: u32,
+    /// How long a bucket's record, once read, is trusted by requests that only read the bucket
+    /// (GET, HEAD, listing), ms; 0: read it for every request. Writes always read it afresh.
+    pub bucket_cache_ms: u64,
     /// Objects up to this size are stored inside their index entry.
     pub inline_max_bytes: u64,
     /// Stripe size of larger objects, bytes.
@@ -83,6 +86,7 @@ impl Default for GatewayConfig {
             pool: "s3".into(),
             pool_pg_num: 32,
             index_shards: 16,
+            bucket_cache_ms: 1000,
             inline_max_bytes: 64 << 10,
             stripe_bytes: 4 << 20,
             max_put_bytes: 5 << 30,

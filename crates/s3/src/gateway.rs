@@ -2,12 +2,13 @@
 //! module that owns it (`bucket_ops`, `object_ops`, `list_ops`, `multipart`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
 use crate::backend::Backend;
+use crate::buckets::BucketCache;
 use crate::config::GatewayConfig;
 use crate::ratelimit::Limiter;
 use crate::users::Users;
@@ -22,6 +23,8 @@ pub struct Gateway {
     pub cfg: Arc<GatewayConfig>,
     /// Users and their keys.
     pub users: Arc<Users>,
+    /// Bucket records for requests that only read a bucket.
+    pub buckets: Arc<BucketCache>,
     /// Rate limits.
     pub limiter: Arc<Limiter>,
     /// Time origin of the limiter's clock.
@@ -33,6 +36,7 @@ impl Gateway {
     pub fn new(backend: Arc<dyn Backend>, cfg: GatewayConfig) -> Self {
         Gateway {
             users: Arc::new(Users::new(backend.clone())),
+            buckets: Arc::new(BucketCache::new(Duration::from_millis(cfg.bucket_cache_ms))),
             limiter: Arc::new(Limiter::new(cfg.limits.clone())),
             backend,
             cfg: Arc::new(cfg),

@@ -5,7 +5,6 @@
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
-use crate::buckets::get_bucket;
 use crate::data::hex;
 use crate::entry::Entry;
 use crate::gateway::Gateway;
@@ -41,7 +40,7 @@ async fn run(
     max_keys: Option<i32>,
     url: bool,
 ) -> S3Result<Listed> {
-    let b = get_bucket(&gw.backend, bucket).await?;
+    let b = gw.buckets.get(&gw.backend, bucket).await?;
     let max = match max_keys {
         Some(m) if m < 0 => return Err(s3_error!(InvalidArgument, "max-keys must be >= 0")),
         Some(m) => (m as usize).min(MAX_KEYS),

@@ -164,7 +164,7 @@ pub async fn put(
 }
 
 async fn lookup(gw: &Gateway, bucket: &str, key: &str) -> S3Result<(BucketInfo, Entry)> {
-    let b = get_bucket(&gw.backend, bucket).await?;
+    let b = gw.buckets.get(&gw.backend, bucket).await?;
     let e = buckets::get_entry(&gw.backend, &b, key)
         .await?
         .ok_or_else(|| s3_error!(NoSuchKey))?;
