@@ -11,20 +11,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cairn_qos::{CostModel, Dequeued, QosClass, QosQueue, Request};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::OsdError;
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// What [`OpScheduler::dispatch_here`] did.
-enum Here {
-    /// The caller's own request was released: run it (it holds its in-flight slot).
-    Mine(Job),
-    /// Another request was released and spawned; the caller's is still queued.
-    Other,
-    /// Nothing was released (no free slot, or the policy holds every request back for now).
-    Nothing,
+/// What the policy released into a held in-flight slot.
+enum Released {
+    /// A request: its id and its job, which drops the slot when it ends.
+    Job(u64, Job),
+    /// Nothing eligible before this time (ns on the scheduler's clock).
+    NothingBefore(u64),
+    /// Nothing queued.
+    Empty,
 }
 
 /// The scheduler front end of one OSD.
@@ -84,8 +84,8 @@ impl OpScheduler {
     ) -> Result<(), OsdError> {
         let id = self.enqueue(class, client_id, length_bytes, Box::pin(job))?;
         match self.dispatch_here(id) {
-            Here::Mine(job) => drop(tokio::spawn(job)),
-            Here::Other | Here::Nothing => self.notify.notify_one(),
+            Some(job) => drop(tokio::spawn(job)),
+            None => self.notify.notify_one(),
         }
         Ok(())
     }
@@ -126,39 +126,52 @@ impl OpScheduler {
         Ok(id)
     }
 
-    /// Dispatches in the caller's task when an in-flight slot is free: the policy picks the
-    /// next request exactly as the dispatcher would. The caller's own request (`mine`) comes
-    /// back to be run by the caller, holding its slot (saving the dispatcher's wake-up); another
-    /// request is spawned.
-    fn dispatch_here(&self, mine: u64) -> Here {
-        let Ok(permit) = self.inflight.clone().try_acquire_owned() else {
-            return Here::Nothing;
-        };
+    /// Asks the policy for the next request, holding `permit` for it: the job comes back
+    /// wrapped so that the slot is released when it ends. Both the dispatcher and
+    /// [`OpScheduler::dispatch_here`] release requests only through here.
+    fn release_next(&self, permit: OwnedSemaphorePermit) -> Released {
         let next = self
             .queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .dequeue(self.now_ns());
-        let Dequeued::Request(d) = next else {
-            return Here::Nothing;
-        };
-        let Some(job) = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&d.req.id)
-        else {
-            return Here::Nothing;
-        };
-        let job: Job = Box::pin(async move {
-            job.await;
-            drop(permit);
-        });
-        if d.req.id == mine {
-            Here::Mine(job)
-        } else {
-            tokio::spawn(job);
-            Here::Other
+        match next {
+            Dequeued::Request(d) => {
+                let job = self
+                    .jobs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&d.req.id);
+                match job {
+                    Some(job) => Released::Job(
+                        d.req.id,
+                        Box::pin(async move {
+                            job.await;
+                            drop(permit);
+                        }),
+                    ),
+                    // Dropped by `stop`: look again at once.
+                    None => Released::NothingBefore(self.now_ns()),
+                }
+            }
+            Dequeued::NothingBefore(t) => Released::NothingBefore(t),
+            Dequeued::Empty => Released::Empty,
+        }
+    }
+
+    /// Dispatches in the caller's task when an in-flight slot is free: the policy picks the
+    /// next request exactly as the dispatcher would. The caller's own request (`mine`) comes
+    /// back to be run by the caller, holding its slot (saving the dispatcher's wake-up); another
+    /// request is spawned. `None`: the caller's request is still queued.
+    fn dispatch_here(&self, mine: u64) -> Option<Job> {
+        let permit = self.inflight.clone().try_acquire_owned().ok()?;
+        match self.release_next(permit) {
+            Released::Job(id, job) if id == mine => Some(job),
+            Released::Job(_, job) => {
+                tokio::spawn(job);
+                None
+            }
+            Released::NothingBefore(_) | Released::Empty => None,
         }
     }
 
@@ -228,8 +241,8 @@ impl OpScheduler {
         });
         let id = self.enqueue(class, client_id, length_bytes, job)?;
         match self.dispatch_here(id) {
-            Here::Mine(job) => job.await,
-            Here::Other | Here::Nothing => self.notify.notify_one(),
+            Some(job) => job.await,
+            None => self.notify.notify_one(),
         }
         rx.await
             .map_err(|_| OsdError::Protocol("scheduler stopped before running the request".into()))
@@ -241,37 +254,16 @@ async fn dispatch_loop(s: Arc<OpScheduler>) {
         let Ok(permit) = s.inflight.clone().acquire_owned().await else {
             return;
         };
-        let next = s
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .dequeue(s.now_ns());
-        match next {
-            Dequeued::Request(d) => {
-                let job = s
-                    .jobs
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&d.req.id);
-                if let Some(job) = job {
-                    tokio::spawn(async move {
-                        job.await;
-                        drop(permit);
-                    });
-                }
-            }
-            Dequeued::NothingBefore(t) => {
-                drop(permit);
+        match s.release_next(permit) {
+            Released::Job(_, job) => drop(tokio::spawn(job)),
+            Released::NothingBefore(t) => {
                 let wait = Duration::from_nanos(t.saturating_sub(s.now_ns()));
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = s.notify.notified() => {}
                 }
             }
-            Dequeued::Empty => {
-                drop(permit);
-                s.notify.notified().await;
-            }
+            Released::Empty => s.notify.notified().await,
         }
     }
 }
