@@ -325,7 +325,12 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Stops every process `cairn up` started in `dir`.
+/// How long `cairn down` waits for a stopped process to exit before it sends SIGKILL, and
+/// again after SIGKILL before it gives up.
+const DOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Stops every process `cairn up` started in `dir` and waits until each has exited, so that
+/// a `cairn up` right after finds every device file and map store unlocked.
 pub fn run_down(args: DownArgs) -> anyhow::Result<()> {
     let pids_path = args.dir.join("pids");
     let text = std::fs::read_to_string(&pids_path).with_context(|| {
@@ -335,7 +340,7 @@ pub fn run_down(args: DownArgs) -> anyhow::Result<()> {
             pids_path.display()
         )
     })?;
-    let mut stopped = 0;
+    let mut stopped = Vec::new();
     for pid in text
         .lines()
         .filter_map(|l| l.trim().parse::<i32>().ok())
@@ -343,10 +348,48 @@ pub fn run_down(args: DownArgs) -> anyhow::Result<()> {
     {
         let status = Command::new("kill").arg(pid.to_string()).status()?;
         if status.success() {
-            stopped += 1;
+            stopped.push(pid);
         }
     }
+    let lingering = wait_for_exit(&stopped, DOWN_GRACE);
+    for pid in &lingering {
+        eprintln!("process {pid} still running after {DOWN_GRACE:?}; sending SIGKILL");
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()?;
+    }
+    let lingering = wait_for_exit(&lingering, DOWN_GRACE);
+    anyhow::ensure!(
+        lingering.is_empty(),
+        "processes {lingering:?} did not exit even after SIGKILL"
+    );
     std::fs::remove_file(&pids_path)?;
+    let stopped = stopped.len();
     println!("stopped {stopped} processes");
     Ok(())
+}
+
+/// Polls until every pid in `pids` has exited (or is a zombie, which holds no locks or files)
+/// or `grace` passes; returns those still running.
+fn wait_for_exit(pids: &[i32], grace: Duration) -> Vec<i32> {
+    let deadline = Instant::now() + grace;
+    loop {
+        let running: Vec<i32> = pids.iter().copied().filter(|&p| is_running(p)).collect();
+        if running.is_empty() || Instant::now() >= deadline {
+            return running;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether process `pid` exists and is not a zombie, read from `/proc/PID/stat` (its state is
+/// the first field after the parenthesised command name).
+fn is_running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z") | Some("X") | None)
 }
