@@ -19,7 +19,8 @@ use cairn_msgr::Limits;
 use cairn_proto::admin::{AdminReply, AdminRequest, MSG_ADMIN, MSG_ADMIN_REPLY};
 use cairn_proto::pairs::{decode_pairs, encode_keys, encode_pairs, Pairs};
 use cairn_proto::{
-    decode, encode, OpHeader, OpKind, OpResult, ReplyHeader, MSG_OSD_OP, MSG_OSD_OP_REPLY,
+    decode, decode_with_data, encode, OpHeader, OpKind, OpResult, ReplyHeader, MSG_OSD_OP,
+    MSG_OSD_OP_REPLY,
 };
 use thiserror::Error;
 use tokio::sync::{oneshot, watch};
@@ -72,7 +73,9 @@ enum Target<'a> {
     Pg(u32),
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<(ReplyHeader, Bytes)>>>>;
+/// Replies awaited, by tid: the header, the data and the data's crc32c as the messenger
+/// verified it on arrival.
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<(ReplyHeader, Bytes, u32)>>>>;
 
 /// (map epoch, pool id, PG, primary id and address if one is up).
 type Location = (u64, i64, PgId, Option<(i32, String)>);
@@ -141,7 +144,7 @@ impl Client {
 
     /// Reads a whole object, verified against its checksum.
     pub async fn read(&self, pool: &str, name: &str) -> Result<Vec<u8>, ClientError> {
-        let (h, data) = self
+        let (_, data) = self
             .submit(
                 pool,
                 name,
@@ -152,9 +155,6 @@ impl Client {
                 Bytes::new(),
             )
             .await?;
-        if crc32c::crc32c(&data) != h.data_crc {
-            return Err(ClientError::Checksum(name.to_string()));
-        }
         Ok(data.to_vec())
     }
 
@@ -224,12 +224,9 @@ impl Client {
         offset: u64,
         len: u64,
     ) -> Result<Bytes, ClientError> {
-        let (h, data) = self
+        let (_, data) = self
             .submit(pool, name, OpKind::Read { offset, len }, Bytes::new())
             .await?;
-        if crc32c::crc32c(&data) != h.data_crc {
-            return Err(ClientError::Checksum(name.to_string()));
-        }
         Ok(data)
     }
 
@@ -255,10 +252,7 @@ impl Client {
         key: &str,
     ) -> Result<Vec<u8>, ClientError> {
         let kind = OpKind::GetXattr { name: key.into() };
-        let (h, data) = self.submit(pool, name, kind, Bytes::new()).await?;
-        if crc32c::crc32c(&data) != h.data_crc {
-            return Err(ClientError::Checksum(name.to_string()));
-        }
+        let (_, data) = self.submit(pool, name, kind, Bytes::new()).await?;
         Ok(data.to_vec())
     }
 
@@ -458,13 +452,15 @@ impl Client {
                 if frame.header.msg_type != MSG_OSD_OP_REPLY {
                     continue;
                 }
-                if let Ok((h, data)) = decode::<ReplyHeader>(&frame.payload) {
+                let decoded =
+                    decode_with_data::<ReplyHeader>(&frame.payload, frame.data(), frame.data_crc());
+                if let Ok((h, data, crc)) = decoded {
                     let waiter = pending
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .remove(&h.tid);
                     if let Some(w) = waiter {
-                        let _ = w.send((h, data));
+                        let _ = w.send((h, data, crc));
                     }
                 }
             }
@@ -508,6 +504,7 @@ impl Client {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(tid, tx);
+                let data_crc = crc32c::crc32c(&data);
                 let header = OpHeader {
                     tid,
                     epoch,
@@ -515,10 +512,15 @@ impl Client {
                     pg_seed: pg.seed,
                     object: name.to_string(),
                     kind: kind.clone(),
-                    data_crc: crc32c::crc32c(&data),
+                    data_crc,
                 };
                 sender
-                    .send(MSG_OSD_OP, encode(&header, &data))
+                    .send_data(
+                        MSG_OSD_OP,
+                        encode(&header, &[]),
+                        data.clone(),
+                        Some(data_crc),
+                    )
                     .await
                     .map_err(|e| e.to_string())?;
                 let left = deadline
@@ -535,7 +537,10 @@ impl Client {
                 }
             };
             match attempt.await {
-                Ok((h, d)) => match &h.result {
+                Ok((h, d, crc)) => match &h.result {
+                    OpResult::Ok if crc != h.data_crc => {
+                        return Err(ClientError::Checksum(name.to_string()))
+                    }
                     OpResult::Ok => return Ok((h, d)),
                     OpResult::NotFound => return Err(ClientError::NotFound(name.to_string())),
                     OpResult::Invalid(why) => return Err(ClientError::Invalid(why.clone())),

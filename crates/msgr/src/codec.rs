@@ -1,12 +1,13 @@
-//! tokio-util codec over [`Frame`]: lets a TCP stream be read and written as frames.
+//! tokio-util decoder over [`Frame`]: lets a TCP stream be read as frames (writing is
+//! [`crate::conn`]'s, which sends large data segments uncopied).
 
 use bytes::BytesMut;
-use tokio_util::codec::{Decoder, Encoder};
+use tokio_util::codec::Decoder;
 
 use crate::error::MsgrError;
 use crate::frame::{Frame, Limits};
 
-/// Encodes and decodes frames within fixed [`Limits`].
+/// Decodes frames within fixed [`Limits`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FrameCodec {
     /// Limits applied to every frame.
@@ -19,13 +20,5 @@ impl Decoder for FrameCodec {
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, MsgrError> {
         Frame::decode(src, &self.limits)
-    }
-}
-
-impl Encoder<Frame> for FrameCodec {
-    type Error = MsgrError;
-
-    fn encode(&mut self, item: Frame, dst: &mut BytesMut) -> Result<(), MsgrError> {
-        item.encode(&self.limits, dst)
     }
 }

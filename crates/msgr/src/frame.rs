@@ -1,5 +1,12 @@
 //! The wire format of one frame, and its limits. Pure: encode to and decode from bytes.
 //!
+//! A frame carries two segments, each with its own crc32c (like Ceph's msgr2): the *payload*
+//! (the message's header, small) and the *data* (bulk bytes, often empty). The data segment's
+//! checksum is the end-to-end checksum of the bytes: the receiver verifies it once and hands it
+//! up with the frame, and a sender forwarding data it received (a primary OSD replicating a
+//! write) reuses it instead of computing it again. The writer sends a large data segment
+//! straight from its buffer, never copying it into the frame.
+//!
 //! Layout (all little-endian):
 //!
 //! | bytes | field |
@@ -11,9 +18,12 @@
 //! | 8 | sequence number (per session and direction; 0 = unsequenced) |
 //! | 8 | acknowledgement: highest sequence number received from the peer |
 //! | 4 | payload length |
-//! | 4 | crc32c of the 28 bytes above |
+//! | 4 | data length |
+//! | 4 | crc32c of the 32 bytes above |
 //! | n | payload |
 //! | 4 | crc32c of the payload |
+//! | m | data |
+//! | 4 | crc32c of the data |
 //!
 //! It must never allocate more than the configured maximum for a frame it has not verified.
 
@@ -23,19 +33,19 @@ use crate::error::MsgrError;
 
 /// Frame magic, "CRN1" read as a little-endian u32.
 pub const MAGIC: u32 = 0x314e_5243;
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u8 = 1;
+/// The protocol version this build speaks (2: payload and data segments).
+pub const PROTOCOL_VERSION: u8 = 2;
 /// Bytes before the payload.
-pub const HEADER_BYTES: usize = 32;
-/// Bytes after the payload.
-pub const TRAILER_BYTES: usize = 4;
+pub const HEADER_BYTES: usize = 36;
+/// Checksum bytes after each segment.
+pub const SEGMENT_CRC_BYTES: usize = 4;
 
 /// Explicit limits of a messenger endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Largest payload accepted or sent.
+    /// Largest payload plus data accepted or sent in one frame.
     pub max_payload_bytes: u32,
-    /// Most payload bytes sent but not yet acknowledged per connection (backpressure).
+    /// Most payload and data bytes sent but not yet acknowledged per connection (backpressure).
     pub max_inflight_bytes: u64,
     /// Most frames queued for sending per connection.
     pub max_queued_frames: usize,
@@ -64,18 +74,41 @@ pub struct FrameHeader {
     pub ack: u64,
 }
 
-/// One message: header fields plus an opaque payload.
+/// One message: header fields, a payload and a data segment with its crc32c.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     /// Header fields.
     pub header: FrameHeader,
-    /// Payload bytes.
+    /// Payload bytes (the message's own header).
     pub payload: Bytes,
+    /// Data bytes (bulk data, possibly empty).
+    data: Bytes,
+    /// crc32c of `data`: computed when the frame was built, or verified when it was decoded.
+    data_crc: u32,
 }
 
 impl Frame {
-    /// A frame of `msg_type` carrying `payload`, unsequenced.
+    /// A frame of `msg_type` carrying `payload` and no data, unsequenced.
     pub fn new(msg_type: u16, payload: impl Into<Bytes>) -> Self {
+        Self::with_data(msg_type, payload, Bytes::new())
+    }
+
+    /// A frame of `msg_type` carrying `payload` and `data` (whose crc32c is computed here).
+    pub fn with_data(msg_type: u16, payload: impl Into<Bytes>, data: Bytes) -> Self {
+        let crc = crc32c::crc32c(&data);
+        Self::with_checked_data(msg_type, payload, data, crc)
+    }
+
+    /// Like [`Frame::with_data`] with the data's crc32c already known (computed by the caller
+    /// for its own use, or verified when the data arrived in another frame): the data is not
+    /// read again. A wrong `data_crc` makes the receiver reject the frame; it never passes
+    /// corrupt data.
+    pub fn with_checked_data(
+        msg_type: u16,
+        payload: impl Into<Bytes>,
+        data: Bytes,
+        data_crc: u32,
+    ) -> Self {
         Frame {
             header: FrameHeader {
                 flags: 0,
@@ -84,24 +117,47 @@ impl Frame {
                 ack: 0,
             },
             payload: payload.into(),
+            data,
+            data_crc,
         }
+    }
+
+    /// The data segment.
+    pub fn data(&self) -> &Bytes {
+        &self.data
+    }
+
+    /// The data segment's crc32c (verified against the bytes when the frame was decoded).
+    pub fn data_crc(&self) -> u32 {
+        self.data_crc
+    }
+
+    /// Payload plus data bytes: what the size limit and the in-flight window count.
+    pub fn body_len(&self) -> u64 {
+        self.payload.len() as u64 + self.data.len() as u64
     }
 
     /// Bytes on the wire.
     pub fn wire_len(&self) -> usize {
-        HEADER_BYTES + self.payload.len() + TRAILER_BYTES
+        HEADER_BYTES + self.payload.len() + self.data.len() + 2 * SEGMENT_CRC_BYTES
     }
 
-    /// Appends the encoded frame to `out`.
-    pub fn encode(&self, limits: &Limits, out: &mut BytesMut) -> Result<(), MsgrError> {
-        let len = self.payload.len() as u64;
+    fn check_size(&self, limits: &Limits) -> Result<(), MsgrError> {
+        let len = self.body_len();
         if len > u64::from(limits.max_payload_bytes) {
             return Err(MsgrError::TooLarge {
                 len_bytes: len,
                 limit_bytes: u64::from(limits.max_payload_bytes),
             });
         }
-        out.reserve(self.wire_len());
+        Ok(())
+    }
+
+    /// Appends everything up to the data segment (header, payload, payload crc32c) to `out`;
+    /// the caller sends [`Frame::data`] and then the data's crc32c (little-endian) after it.
+    pub fn encode_head(&self, limits: &Limits, out: &mut BytesMut) -> Result<(), MsgrError> {
+        self.check_size(limits)?;
+        out.reserve(HEADER_BYTES + self.payload.len() + SEGMENT_CRC_BYTES);
         let start = out.len();
         out.put_u32_le(MAGIC);
         out.put_u8(PROTOCOL_VERSION);
@@ -109,7 +165,8 @@ impl Frame {
         out.put_u16_le(self.header.msg_type);
         out.put_u64_le(self.header.seq);
         out.put_u64_le(self.header.ack);
-        out.put_u32_le(len as u32);
+        out.put_u32_le(self.payload.len() as u32);
+        out.put_u32_le(self.data.len() as u32);
         let crc = crc32c::crc32c(&out[start..start + HEADER_BYTES - 4]);
         out.put_u32_le(crc);
         out.put_slice(&self.payload);
@@ -117,9 +174,18 @@ impl Frame {
         Ok(())
     }
 
+    /// Appends the whole encoded frame to `out` (copying the data segment).
+    pub fn encode(&self, limits: &Limits, out: &mut BytesMut) -> Result<(), MsgrError> {
+        self.encode_head(limits, out)?;
+        out.reserve(self.data.len() + SEGMENT_CRC_BYTES);
+        out.put_slice(&self.data);
+        out.put_u32_le(self.data_crc);
+        Ok(())
+    }
+
     /// Decodes one frame from the front of `buf` if it is complete; `Ok(None)` asks for more
     /// bytes. Checks magic, version, header checksum and the size limit before waiting for (or
-    /// allocating) the payload, then the payload checksum.
+    /// allocating) the segments, then each segment's checksum.
     pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, MsgrError> {
         if buf.len() < HEADER_BYTES {
             // Reject garbage as early as the magic is readable.
@@ -141,7 +207,8 @@ impl Frame {
         let msg_type = h.get_u16_le();
         let seq = h.get_u64_le();
         let ack = h.get_u64_le();
-        let len = h.get_u32_le();
+        let payload_len = h.get_u32_le();
+        let data_len = h.get_u32_le();
         let crc = h.get_u32_le();
         if crc32c::crc32c(&buf[..HEADER_BYTES - 4]) != crc {
             return Err(MsgrError::HeaderChecksum);
@@ -152,22 +219,28 @@ impl Frame {
                 supported: PROTOCOL_VERSION,
             });
         }
-        if len > limits.max_payload_bytes {
+        let body = u64::from(payload_len) + u64::from(data_len);
+        if body > u64::from(limits.max_payload_bytes) {
             return Err(MsgrError::TooLarge {
-                len_bytes: u64::from(len),
+                len_bytes: body,
                 limit_bytes: u64::from(limits.max_payload_bytes),
             });
         }
-        let total = HEADER_BYTES + len as usize + TRAILER_BYTES;
+        let (payload_len, data_len) = (payload_len as usize, data_len as usize);
+        let total = HEADER_BYTES + payload_len + data_len + 2 * SEGMENT_CRC_BYTES;
         if buf.len() < total {
             buf.reserve(total - buf.len());
             return Ok(None);
         }
         let mut frame = buf.split_to(total);
         frame.advance(HEADER_BYTES);
-        let payload = frame.split_to(len as usize).freeze();
-        let payload_crc = frame.get_u32_le();
-        if crc32c::crc32c(&payload) != payload_crc {
+        let payload = frame.split_to(payload_len).freeze();
+        if crc32c::crc32c(&payload) != frame.get_u32_le() {
+            return Err(MsgrError::PayloadChecksum { seq });
+        }
+        let data = frame.split_to(data_len).freeze();
+        let data_crc = crc32c::crc32c(&data);
+        if data_crc != frame.get_u32_le() {
             return Err(MsgrError::PayloadChecksum { seq });
         }
         Ok(Some(Frame {
@@ -178,6 +251,8 @@ impl Frame {
                 ack,
             },
             payload,
+            data,
+            data_crc,
         }))
     }
 }
@@ -223,6 +298,60 @@ mod tests {
     }
 
     #[test]
+    fn data_segments_round_trip_and_carry_their_checksum() {
+        let data = Bytes::from(vec![7u8; 5000]);
+        let mut f = Frame::with_data(3, &b"head"[..], data.clone());
+        f.header.seq = 9;
+        assert_eq!(f.data_crc(), crc32c::crc32c(&data));
+        let bytes = encoded(&f);
+        assert_eq!(bytes.len(), f.wire_len());
+        let mut split = BytesMut::new();
+        f.encode_head(&Limits::default(), &mut split).unwrap();
+        split.extend_from_slice(f.data());
+        split.extend_from_slice(&f.data_crc().to_le_bytes());
+        assert_eq!(split, bytes, "head + data + crc is the whole frame");
+        for cut in [0, HEADER_BYTES, HEADER_BYTES + 6, bytes.len() - 1] {
+            let mut partial = BytesMut::from(&bytes[..cut]);
+            assert!(Frame::decode(&mut partial, &Limits::default())
+                .unwrap()
+                .is_none());
+        }
+        let mut all = bytes.clone();
+        let back = Frame::decode(&mut all, &Limits::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, f);
+        assert_eq!(back.data(), &data);
+        assert_eq!(back.data_crc(), crc32c::crc32c(&data));
+        let mut bad_data = bytes.clone();
+        bad_data[HEADER_BYTES + 4 + 4 + 100] ^= 1;
+        assert!(matches!(
+            Frame::decode(&mut bad_data, &Limits::default()),
+            Err(MsgrError::PayloadChecksum { seq: 9 })
+        ));
+    }
+
+    #[test]
+    fn a_wrong_caller_supplied_data_checksum_is_rejected_by_the_receiver() {
+        let data = Bytes::from_static(b"forwarded bytes");
+        let f = Frame::with_checked_data(3, Bytes::new(), data.clone(), crc32c::crc32c(&data) ^ 1);
+        let mut bytes = encoded(&f);
+        assert!(matches!(
+            Frame::decode(&mut bytes, &Limits::default()),
+            Err(MsgrError::PayloadChecksum { .. })
+        ));
+        let small = Limits {
+            max_payload_bytes: 16,
+            ..Limits::default()
+        };
+        let two = Frame::with_data(3, vec![0u8; 10], Bytes::from(vec![0u8; 10]));
+        assert!(
+            two.encode(&small, &mut BytesMut::new()).is_err(),
+            "payload and data count together against the limit"
+        );
+    }
+
+    #[test]
     fn corruption_is_detected_and_typed() {
         let bytes = encoded(&Frame::new(1, vec![9u8; 100]));
         let mut bad_magic = bytes.clone();
@@ -254,7 +383,7 @@ mod tests {
         let mut header_only = BytesMut::from(&bytes[..HEADER_BYTES]);
         assert!(matches!(
             Frame::decode(&mut header_only, &Limits::default()),
-            Err(MsgrError::UnsupportedVersion { found: 2, .. })
+            Err(MsgrError::UnsupportedVersion { found: 3, .. })
         ));
         let small = Limits {
             max_payload_bytes: 4,

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, BytesMut};
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
 
-use crate::conn::{framed, FrameSink, FrameStream};
+use crate::conn::{framed, Conn, FrameWriter};
 use crate::error::MsgrError;
 use crate::frame::{Frame, Limits};
 
@@ -36,8 +36,8 @@ const ACK_EVERY_FRAMES: u64 = 32;
 /// answer carries the acknowledgement, saving a frame and a system call per request).
 const ACK_DELAY: std::time::Duration = std::time::Duration::from_millis(5);
 
-/// Most queued frames written with one flush (one system call when they fit the buffer).
-const MAX_FRAMES_PER_FLUSH: usize = 64;
+/// Most queued frames handed to the writer before the session loop looks at its other work.
+const MAX_FRAMES_PER_TURN: usize = 64;
 
 /// One end of a lossless session. Cloneable senders come from [`Session::sender`].
 pub struct Session {
@@ -63,14 +63,34 @@ impl SessionSender {
         msg_type: u16,
         payload: impl Into<bytes::Bytes>,
     ) -> Result<(), MsgrError> {
-        let frame = Frame::new(msg_type, payload);
+        self.send_frame(Frame::new(msg_type, payload)).await
+    }
+
+    /// Queues a message with a data segment whose crc32c is `data_crc` when the caller knows it
+    /// (see [`Frame::with_checked_data`]), computed here otherwise.
+    pub async fn send_data(
+        &self,
+        msg_type: u16,
+        payload: impl Into<bytes::Bytes>,
+        data: bytes::Bytes,
+        data_crc: Option<u32>,
+    ) -> Result<(), MsgrError> {
+        let frame = match data_crc {
+            Some(crc) => Frame::with_checked_data(msg_type, payload, data, crc),
+            None => Frame::with_data(msg_type, payload, data),
+        };
+        self.send_frame(frame).await
+    }
+
+    async fn send_frame(&self, frame: Frame) -> Result<(), MsgrError> {
+        let msg_type = frame.header.msg_type;
         if msg_type > MAX_USER_MSG_TYPE {
             return Err(MsgrError::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("message type {msg_type:#x} is reserved"),
             )));
         }
-        let len = frame.payload.len() as u64;
+        let len = frame.body_len();
         if len > u64::from(self.limits.max_payload_bytes) {
             return Err(MsgrError::TooLarge {
                 len_bytes: len,
@@ -119,6 +139,19 @@ impl Session {
         payload: impl Into<bytes::Bytes>,
     ) -> Result<(), MsgrError> {
         self.sender().send(msg_type, payload).await
+    }
+
+    /// Sends one message with a data segment (see [`SessionSender::send_data`]).
+    pub async fn send_data(
+        &self,
+        msg_type: u16,
+        payload: impl Into<bytes::Bytes>,
+        data: bytes::Bytes,
+        data_crc: Option<u32>,
+    ) -> Result<(), MsgrError> {
+        self.sender()
+            .send_data(msg_type, payload, data, data_crc)
+            .await
     }
 
     /// Receives the next message, in order, exactly once; None when the session is closed.
@@ -234,10 +267,10 @@ async fn run_dialer(
                 continue;
             }
         };
-        let (mut sink, mut stream) = framed(stream, limits);
+        let mut conn = framed(stream, limits);
         let handshake = async {
-            sink.send(hello(id, parts.state.last_received, me)).await?;
-            let reply = stream.next().await.ok_or(MsgrError::Closed)??;
+            conn.writer.send(hello(id, parts.state.last_received, me))?;
+            let reply = conn.stream.next().await.ok_or(MsgrError::Closed)??;
             parse_hello(&reply)
         };
         match handshake.await {
@@ -248,13 +281,16 @@ async fn run_dialer(
                     parts.state.unacked.clear();
                 }
                 peer_incarnation = Some(incarnation);
-                match drive(&mut parts, sink, stream, peer_received, None).await {
+                match drive(&mut parts, conn, peer_received, None).await {
                     Ended::SessionClosed => return,
                     Ended::Lost(e) => tracing::debug!(%addr, error = %e, "session connection lost"),
                     Ended::Replaced(_) => {}
                 }
             }
-            Err(e) => tracing::warn!(%addr, error = %e, "handshake failed"),
+            Err(e) => {
+                conn.task.abort();
+                tracing::warn!(%addr, error = %e, "handshake failed")
+            }
         }
         tokio::time::sleep(Duration::from_millis(retry_ms)).await;
     }
@@ -270,27 +306,41 @@ enum Ended {
     Replaced(NewConn),
 }
 
-type NewConn = (FrameSink, FrameStream, u64);
+type NewConn = (Conn, u64);
 
 /// Runs one connection of a session until it ends; `replace` delivers newer connections of the
-/// same session (acceptor side), which take over at once.
+/// same session (acceptor side), which take over at once. When the session closes, the writer
+/// still sends what was queued; otherwise it stops at once.
 async fn drive(
     parts: &mut SessionParts,
-    sink: FrameSink,
-    stream: FrameStream,
+    conn: Conn,
     peer_received: u64,
     replace: Option<&mut mpsc::Receiver<NewConn>>,
 ) -> Ended {
-    match drive_inner(parts, sink, stream, peer_received, replace).await {
-        Ok(ended) => ended,
-        Err(e) => Ended::Lost(e),
+    let Conn {
+        writer,
+        mut task,
+        stream,
+    } = conn;
+    let ended = drive_inner(parts, writer, &mut task, stream, peer_received, replace).await;
+    match ended {
+        Ok(Ended::SessionClosed) => Ended::SessionClosed,
+        Ok(other) => {
+            task.abort();
+            other
+        }
+        Err(e) => {
+            task.abort();
+            Ended::Lost(e)
+        }
     }
 }
 
 async fn drive_inner(
     parts: &mut SessionParts,
-    mut sink: FrameSink,
-    mut stream: FrameStream,
+    sink: FrameWriter,
+    task: &mut crate::conn::WriterTask,
+    mut stream: crate::conn::FrameStream,
     peer_received: u64,
     mut replace: Option<&mut mpsc::Receiver<NewConn>>,
 ) -> Result<Ended, MsgrError> {
@@ -305,9 +355,8 @@ async fn drive_inner(
     for (frame, _) in &st.unacked {
         let mut f = frame.clone();
         f.header.ack = st.last_received;
-        sink.feed(f).await?;
+        sink.send(f)?;
     }
-    sink.flush().await?;
     let ack_timer = tokio::time::sleep(ACK_DELAY);
     tokio::pin!(ack_timer);
     loop {
@@ -323,6 +372,7 @@ async fn drive_inner(
                     None => Ended::SessionClosed,
                 });
             }
+            e = task.stopped() => return Err(e),
             out = parts.outgoing.recv() => {
                 let Some(first) = out else { return Ok(Ended::SessionClosed) };
                 let mut next = Some(first);
@@ -332,19 +382,18 @@ async fn drive_inner(
                     frame.header.seq = st.next_seq;
                     frame.header.ack = st.last_received;
                     st.unacked.push_back((frame.clone(), permit));
-                    sink.feed(frame).await?;
+                    sink.send(frame)?;
                     batched += 1;
-                    next = if batched < MAX_FRAMES_PER_FLUSH {
+                    next = if batched < MAX_FRAMES_PER_TURN {
                         parts.outgoing.try_recv().ok()
                     } else {
                         None
                     };
                 }
                 st.received_since_ack = 0;
-                sink.flush().await?;
             }
             () = &mut ack_timer, if st.received_since_ack > 0 => {
-                send_ack(&mut sink, st).await?;
+                send_ack(&sink, st)?;
             }
             inc = stream.next() => {
                 let frame = inc.ok_or(MsgrError::Closed)??;
@@ -369,7 +418,7 @@ async fn drive_inner(
                         .reset(tokio::time::Instant::now() + ACK_DELAY);
                 }
                 if st.received_since_ack >= ACK_EVERY_FRAMES {
-                    send_ack(&mut sink, st).await?;
+                    send_ack(&sink, st)?;
                 }
             }
         }
@@ -377,10 +426,10 @@ async fn drive_inner(
 }
 
 /// Sends a bare acknowledgement of everything received so far.
-async fn send_ack(sink: &mut FrameSink, st: &mut SessionState) -> Result<(), MsgrError> {
+fn send_ack(sink: &FrameWriter, st: &mut SessionState) -> Result<(), MsgrError> {
     let mut ack_frame = Frame::new(MSG_ACK, bytes::Bytes::new());
     ack_frame.header.ack = st.last_received;
-    sink.send(ack_frame).await?;
+    sink.send(ack_frame)?;
     st.received_since_ack = 0;
     Ok(())
 }
@@ -437,8 +486,8 @@ async fn accept_one(
     known: Arc<Mutex<HashMap<u64, (u64, Reattach)>>>,
     new_sessions: mpsc::Sender<Session>,
 ) -> Result<(), MsgrError> {
-    let (sink, mut stream) = framed(socket, limits);
-    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
+    let mut conn = framed(socket, limits);
+    let first = tokio::time::timeout(Duration::from_secs(10), conn.stream.next())
         .await
         .map_err(|_| MsgrError::Timeout(10_000))?
         .ok_or(MsgrError::Closed)??;
@@ -446,7 +495,7 @@ async fn accept_one(
     let mut known = known.lock().await;
     if let Some((inc, reattach)) = known.get(&id) {
         if *inc == incarnation {
-            if reattach.send((sink, stream, peer_received)).await.is_ok() {
+            if reattach.send((conn, peer_received)).await.is_ok() {
                 return Ok(());
             }
             return Err(MsgrError::Closed);
@@ -457,7 +506,7 @@ async fn accept_one(
     let (re_tx, re_rx) = mpsc::channel(4);
     known.insert(id, (incarnation, re_tx));
     drop(known);
-    tokio::spawn(run_acceptor(parts, sink, stream, peer_received, re_rx));
+    tokio::spawn(run_acceptor(parts, conn, peer_received, re_rx));
     new_sessions
         .send(session)
         .await
@@ -466,34 +515,34 @@ async fn accept_one(
 
 async fn run_acceptor(
     mut parts: SessionParts,
-    sink: FrameSink,
-    stream: FrameStream,
+    conn: Conn,
     peer_received: u64,
     mut reattach: mpsc::Receiver<NewConn>,
 ) {
     let me = new_incarnation();
-    let mut conn = Some((sink, stream, peer_received));
+    let mut next = Some((conn, peer_received));
     loop {
-        let (mut sink, stream, peer_received) = match conn.take() {
+        let (conn, peer_received) = match next.take() {
             Some(c) => c,
             None => match reattach.recv().await {
                 Some(c) => c,
                 None => return,
             },
         };
-        if sink
+        if conn
+            .writer
             .send(hello(0, parts.state.last_received, me))
-            .await
             .is_err()
         {
+            conn.task.abort();
             continue;
         }
-        match drive(&mut parts, sink, stream, peer_received, Some(&mut reattach)).await {
+        match drive(&mut parts, conn, peer_received, Some(&mut reattach)).await {
             Ended::SessionClosed => return,
             Ended::Lost(e) => {
                 tracing::debug!(error = %e, "session connection lost; waiting for reconnect")
             }
-            Ended::Replaced(newer) => conn = Some(newer),
+            Ended::Replaced(newer) => next = Some(newer),
         }
     }
 }

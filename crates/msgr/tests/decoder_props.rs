@@ -18,9 +18,15 @@ proptest! {
     }
 
     #[test]
-    fn any_single_bit_flip_is_caught(payload in prop::collection::vec(any::<u8>(), 0..512), bit in 0usize..4096) {
+    fn any_single_bit_flip_is_caught(
+        payload in prop::collection::vec(any::<u8>(), 0..512),
+        data in prop::collection::vec(any::<u8>(), 0..512),
+        bit in 0usize..8192,
+    ) {
         let mut buf = BytesMut::new();
-        Frame::new(5, payload.clone()).encode(&Limits::default(), &mut buf).unwrap();
+        Frame::with_data(5, payload.clone(), data.into())
+            .encode(&Limits::default(), &mut buf)
+            .unwrap();
         let bit = bit % (buf.len() * 8);
         buf[bit / 8] ^= 1 << (bit % 8);
         if let Ok(Some(f)) = Frame::decode(&mut buf, &Limits::default()) {

@@ -45,6 +45,44 @@ async fn messages_arrive_in_order_both_ways() {
     }
 }
 
+/// Both ends send a large batch of big data segments before either reads: neither may wait on
+/// the other forever (reading goes on while writing), and every data segment arrives intact
+/// with its checksum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_data_segments_cross_in_both_directions_at_once() {
+    const FRAMES: usize = 48;
+    const DATA_BYTES: usize = 1 << 20;
+    let mut listener = Listener::bind(loopback(), Limits::default()).await.unwrap();
+    let mut client = Session::connect(listener.local_addr(), 7, Limits::default(), 20).await;
+    let mut server = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let data = |side: u8, i: usize| bytes::Bytes::from(vec![side ^ i as u8; DATA_BYTES]);
+    let run = async {
+        for i in 0..FRAMES {
+            let (c, s) = (data(1, i), data(2, i));
+            let crc = crc32c::crc32c(&s);
+            client.send_data(5, vec![i as u8], c, None).await.unwrap();
+            server
+                .send_data(6, vec![i as u8], s, Some(crc))
+                .await
+                .unwrap();
+        }
+        for i in 0..FRAMES {
+            let at_server = server.recv_timeout(10_000).await.unwrap();
+            assert_eq!(at_server.payload[0], i as u8);
+            assert_eq!(at_server.data(), &data(1, i));
+            assert_eq!(at_server.data_crc(), crc32c::crc32c(&data(1, i)));
+            let at_client = client.recv_timeout(10_000).await.unwrap();
+            assert_eq!(at_client.data(), &data(2, i));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("both directions complete");
+}
+
 /// A TCP proxy that cuts every connection after `cut_after_bytes` bytes from the client.
 async fn flaky_proxy(
     target: SocketAddr,

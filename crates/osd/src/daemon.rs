@@ -18,8 +18,9 @@ use cairn_msgr::session::{Listener, Session};
 use cairn_msgr::Limits;
 use cairn_proto::peer::PeerRequest;
 use cairn_proto::{
-    decode, encode, OpHeader, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_OP, MSG_OSD_OP_REPLY,
-    MSG_OSD_REPOP, MSG_OSD_REPOP_REPLY, MSG_PEER_REPLY, MSG_PEER_REQUEST, MSG_PING, MSG_PING_REPLY,
+    decode, decode_with_data, encode, OpHeader, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_OP,
+    MSG_OSD_OP_REPLY, MSG_OSD_REPOP, MSG_OSD_REPOP_REPLY, MSG_PEER_REPLY, MSG_PEER_REQUEST,
+    MSG_PING, MSG_PING_REPLY,
 };
 use cairn_qos::{CostModel, DeviceCapacity, PolicyConfig, QosClass, QosQueue};
 use cairn_store::{KvLocation, Store, StoreConfig};
@@ -308,16 +309,18 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
     let client = session.id();
     while let Some(frame) = session.recv().await {
         let msg_type = frame.header.msg_type;
+        let (seg, seg_crc) = (frame.data().clone(), frame.data_crc());
         let payload = frame.payload;
         match msg_type {
             MSG_OSD_OP => {
-                let (op, data) = match decode::<OpHeader>(&payload) {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(osd = s.id, error = %e, "malformed client op");
-                        continue;
-                    }
-                };
+                let (op, data, data_crc) =
+                    match decode_with_data::<OpHeader>(&payload, &seg, seg_crc) {
+                        Ok(x) => x,
+                        Err(e) => {
+                            tracing::warn!(osd = s.id, error = %e, "malformed client op");
+                            continue;
+                        }
+                    };
                 let Ok(permit) = pending.clone().try_acquire_owned() else {
                     let h = ReplyHeader::bare(
                         op.tid,
@@ -329,24 +332,28 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                 };
                 let (s2, out) = (s.clone(), sender.clone());
                 tokio::spawn(async move {
-                    let (h, body) = primary::client_op(s2, client, op, data).await;
-                    let _ = out.send(MSG_OSD_OP_REPLY, encode(&h, &body)).await;
+                    let (h, body) = primary::client_op(s2, client, op, data, data_crc).await;
+                    let crc = h.data_crc;
+                    let _ = out
+                        .send_data(MSG_OSD_OP_REPLY, encode(&h, &[]), body, Some(crc))
+                        .await;
                     drop(permit);
                 });
             }
             MSG_OSD_REPOP => {
-                let (rep, data) = match decode::<RepOpHeader>(&payload) {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(osd = s.id, error = %e, "malformed replica write");
-                        continue;
-                    }
-                };
+                let (rep, data, data_crc) =
+                    match decode_with_data::<RepOpHeader>(&payload, &seg, seg_crc) {
+                        Ok(x) => x,
+                        Err(e) => {
+                            tracing::warn!(osd = s.id, error = %e, "malformed replica write");
+                            continue;
+                        }
+                    };
                 let tid = rep.tid;
                 let (s2, out) = (s.clone(), sender.clone());
                 let len = data.len().max(4096) as u64;
                 let job = async move {
-                    let h = replica::repop(&s2, rep, data).await;
+                    let h = replica::repop(&s2, rep, data, data_crc).await;
                     let _ = out.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
                 };
                 if let Err(e) = s.sched.submit(QosClass::Client, client, len, job) {

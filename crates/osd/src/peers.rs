@@ -145,11 +145,29 @@ impl Peers {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Bytes, OsdError> {
+        self.call_with_data(osd, addr, msg_type, tid, payload, Bytes::new(), 0, timeout)
+            .await
+    }
+
+    /// Like [`Peers::call`] with `data` as the frame's data segment, sent from its buffer;
+    /// `data_crc` is its crc32c, known from when it arrived (not computed again).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call_with_data(
+        &self,
+        osd: i32,
+        addr: &str,
+        msg_type: u16,
+        tid: u64,
+        payload: Bytes,
+        data: Bytes,
+        data_crc: u32,
+        timeout: Duration,
+    ) -> Result<Bytes, OsdError> {
         let rx = self.expect(tid);
         let sent = async {
             let sender = self.sender(osd, addr).await?;
             sender
-                .send(msg_type, payload)
+                .send_data(msg_type, payload, data, Some(data_crc))
                 .await
                 .map_err(|e| OsdError::Peer {
                     osd,

@@ -30,12 +30,19 @@ fn fail(tid: u64, epoch: u64, result: OpResult) -> Answer {
     (ReplyHeader::bare(tid, epoch, result), Bytes::new())
 }
 
-/// Executes one client op as this PG's primary; always answers.
-pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Bytes) -> Answer {
+/// Executes one client op as this PG's primary; always answers. `data_crc` is the data's
+/// crc32c as the messenger verified it on arrival; it must match the op's own.
+pub async fn client_op(
+    s: Arc<Shared>,
+    client: u64,
+    op: OpHeader,
+    data: Bytes,
+    data_crc: u32,
+) -> Answer {
     let started = Instant::now();
     let kind = op.kind.name();
     let in_bytes = data.len() as u64;
-    let answer = run(&s, client, op, data).await;
+    let answer = run(&s, client, op, data, data_crc).await;
     s.metrics.record_op(
         kind,
         in_bytes + answer.1.len() as u64,
@@ -45,14 +52,14 @@ pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Bytes) -
     answer
 }
 
-async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Bytes) -> Answer {
+async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Bytes, data_crc: u32) -> Answer {
     let epoch = s.epoch();
     if !matches!(op.kind, OpKind::ListObjects { .. }) {
         if let Err(r) = check_object_name(&op.object) {
             return fail(op.tid, epoch, r);
         }
     }
-    if crc32c::crc32c(&data) != op.data_crc {
+    if data_crc != op.data_crc {
         return fail(
             op.tid,
             epoch,
@@ -346,13 +353,22 @@ async fn replicate(
         let s2 = s.clone();
         let mut h = rep.clone();
         h.tid = s.peers.tid();
-        let payload = encode(&h, &data);
+        let (payload, data, data_crc) = (encode(&h, &[]), data.clone(), h.data_crc);
         let timeout = Duration::from_millis(s.cfg.repop_timeout_ms);
         calls.push(tokio::spawn(async move {
             let failed = |e: String| OpResult::Failed(format!("osd.{osd}: {e}"));
             let answer = s2
                 .peers
-                .call(osd, &addr, MSG_OSD_REPOP, h.tid, payload, timeout)
+                .call_with_data(
+                    osd,
+                    &addr,
+                    MSG_OSD_REPOP,
+                    h.tid,
+                    payload,
+                    data,
+                    data_crc,
+                    timeout,
+                )
                 .await
                 .map_err(|e| failed(e.to_string()))?;
             let (reply, _) = decode::<ReplyHeader>(&answer).map_err(|e| failed(e.to_string()))?;

@@ -22,11 +22,12 @@ use crate::pgmeta::{append_entry, pack, put_info, replace_log};
 use crate::shared::Shared;
 use crate::txns::build_write;
 
-/// Applies a replica write durably; answers Ok only once it is committed.
-pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Bytes) -> ReplyHeader {
+/// Applies a replica write durably; answers Ok only once it is committed. `data_crc` is the
+/// data's crc32c as the messenger verified it on arrival; it must match the write's own.
+pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Bytes, data_crc: u32) -> ReplyHeader {
     let epoch = s.epoch();
     let bad = |r| ReplyHeader::bare(rep.tid, epoch, r);
-    if crc32c::crc32c(&data) != rep.data_crc {
+    if data_crc != rep.data_crc {
         return bad(OpResult::Invalid("data checksum mismatch".into()));
     }
     let pgid = PgId {

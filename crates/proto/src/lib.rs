@@ -50,6 +50,28 @@ pub fn encode<T: Serialize>(header: &T, data: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// Decodes a message whose bulk data may travel as the frame's data segment (`data`, with the
+/// crc32c `data_crc` the messenger verified): the header comes from `payload`, the data from
+/// `data` when it is not empty and otherwise from what follows the header in `payload` (its
+/// crc32c computed here). Data in both places is an error.
+pub fn decode_with_data<T: for<'a> Deserialize<'a>>(
+    payload: &Bytes,
+    data: &Bytes,
+    data_crc: u32,
+) -> Result<(T, Bytes, u32), ProtoError> {
+    let (header, inline) = decode(payload)?;
+    match (inline.is_empty(), data.is_empty()) {
+        (_, true) => {
+            let crc = crc32c::crc32c(&inline);
+            Ok((header, inline, crc))
+        }
+        (true, false) => Ok((header, data.clone(), data_crc)),
+        (false, false) => Err(ProtoError(
+            "data both after the header and in the data segment".into(),
+        )),
+    }
+}
+
 /// Decodes header + data (the data is a zero-copy slice of `payload`).
 pub fn decode<T: for<'a> Deserialize<'a>>(payload: &Bytes) -> Result<(T, Bytes), ProtoError> {
     if payload.len() < 4 {
@@ -62,4 +84,32 @@ pub fn decode<T: for<'a> Deserialize<'a>>(payload: &Bytes) -> Result<(T, Bytes),
     let header =
         serde_json::from_slice(&payload[4..4 + len]).map_err(|e| ProtoError(e.to_string()))?;
     Ok((header, payload.slice(4 + len..)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::Ping;
+
+    #[test]
+    fn data_comes_from_the_segment_or_after_the_header_never_both() {
+        let h = Ping {
+            from: 3,
+            epoch: 9,
+            stamp_ms: 1,
+        };
+        let seg = Bytes::from_static(b"segment");
+        let (back, data, crc) =
+            decode_with_data::<Ping>(&encode(&h, &[]), &seg, crc32c::crc32c(&seg)).unwrap();
+        assert_eq!((back.from, back.epoch), (3, 9));
+        assert_eq!((data, crc), (seg.clone(), crc32c::crc32c(&seg)));
+        let (_, data, crc) =
+            decode_with_data::<Ping>(&encode(&h, b"inline"), &Bytes::new(), 0).unwrap();
+        assert_eq!(
+            (&data[..], crc),
+            (&b"inline"[..], crc32c::crc32c(b"inline"))
+        );
+        assert!(decode_with_data::<Ping>(&encode(&h, b"inline"), &seg, 0).is_err());
+        assert!(decode_with_data::<Ping>(&Bytes::from_static(b"\x09\0\0\0{"), &seg, 0).is_err());
+    }
 }
