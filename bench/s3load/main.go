@@ -147,6 +147,7 @@ func md5hex(b []byte) string { s := md5.Sum(b); return hex.EncodeToString(s[:]) 
 
 type workerOut struct {
 	lat                   []float64
+	startAt               []float64 // seconds from the phase's start, one per lat
 	bytes                 int64
 	errors, verified, bad int
 	msgs, keys            []string
@@ -198,6 +199,7 @@ func phase(s *signer, args []string) {
 	keysFile := fs.String("keys", "", "GET: keys to pick from; PUT: keys to write once")
 	patternFile := fs.String("pattern", "", "body bytes (key written over the first 64)")
 	keysOut := fs.String("keys-out", "", "PUT: write the keys stored here")
+	latOut := fs.String("lat-out", "", "write 'start_s latency_ms' of every request here")
 	verifyEvery := fs.Int("verify-every", 8, "check one request in N")
 	seed := fs.Int64("seed", 0, "GET key choice")
 	addFlags(fs, s)
@@ -272,6 +274,7 @@ func phase(s *signer, args []string) {
 						continue
 					}
 					out.lat = append(out.lat, dt)
+					out.startAt = append(out.startAt, t0.Sub(start).Seconds())
 					out.bytes += int64(len(body))
 					if *duration > 0 {
 						out.keys = append(out.keys, key)
@@ -300,6 +303,7 @@ func phase(s *signer, args []string) {
 						continue
 					}
 					out.lat = append(out.lat, dt)
+					out.startAt = append(out.startAt, t0.Sub(start).Seconds())
 					out.bytes += int64(m) + extra
 					if verify {
 						out.verified++
@@ -328,6 +332,17 @@ func phase(s *signer, args []string) {
 		bad += o.bad
 		msgs = append(msgs, o.msgs...)
 		stored = append(stored, o.keys...)
+	}
+	if *latOut != "" {
+		var b strings.Builder
+		for _, o := range outs {
+			for i := range o.lat {
+				fmt.Fprintf(&b, "%.4f %.2f\n", o.startAt[i], o.lat[i]*1e3)
+			}
+		}
+		if err := os.WriteFile(*latOut, []byte(b.String()), 0o644); err != nil {
+			fatal(err)
+		}
 	}
 	sort.Float64s(lat)
 	if len(msgs) > 5 {

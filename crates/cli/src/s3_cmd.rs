@@ -16,7 +16,8 @@ pub const DEFAULT_S3: &str = "127.0.0.1:7480";
 
 /// `cairn s3gw`: settings from flags, or all from `--config FILE` (TOML: `mon`, `listen`,
 /// `pool`, `index_shards`, `inline_max_bytes`, `stripe_bytes`, `max_put_bytes`,
-/// `max_meta_bytes`, `max_connections`, `region`, `[limits]`; unknown keys rejected).
+/// `max_meta_bytes`, `max_connections`, `max_inflight_body_bytes`, `region`, `[limits]`; unknown
+/// keys rejected).
 #[derive(Args)]
 pub struct GatewayArgs {
     /// TOML file with every setting (flags are then ignored).

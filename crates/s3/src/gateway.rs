@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::Backend;
 use crate::buckets::BucketCache;
@@ -13,6 +14,11 @@ use crate::config::GatewayConfig;
 use crate::ratelimit::Limiter;
 use crate::users::Users;
 use crate::{bucket_ops, list_ops, multipart, object_ops};
+
+/// Semaphore permits (KiB, at most `u32::MAX`) standing for `bytes` of request bodies.
+fn body_permits(bytes: u64) -> usize {
+    bytes.div_ceil(1024).min(u64::from(u32::MAX)) as usize
+}
 
 /// The S3 service over one pool of the cluster.
 #[derive(Clone)]
@@ -29,6 +35,8 @@ pub struct Gateway {
     pub limiter: Arc<Limiter>,
     /// Time origin of the limiter's clock.
     pub epoch: Instant,
+    /// Room for request bodies being stored, KiB (see `max_inflight_body_bytes`).
+    bodies: Arc<Semaphore>,
 }
 
 impl Gateway {
@@ -38,10 +46,25 @@ impl Gateway {
             users: Arc::new(Users::new(backend.clone())),
             buckets: Arc::new(BucketCache::new(Duration::from_millis(cfg.bucket_cache_ms))),
             limiter: Arc::new(Limiter::new(cfg.limits.clone())),
+            bodies: Arc::new(Semaphore::new(body_permits(cfg.max_inflight_body_bytes))),
             backend,
             cfg: Arc::new(cfg),
             epoch: Instant::now(),
         }
+    }
+
+    /// Waits, first come first served, until a body of `len` bytes (unknown: `None`) may be
+    /// received and stored; the room is given back when the permit drops.
+    pub async fn admit_body(&self, len: Option<u64>) -> S3Result<OwnedSemaphorePermit> {
+        let most = self.cfg.stripe_bytes;
+        let want = len.unwrap_or(most).min(most);
+        let total = body_permits(self.cfg.max_inflight_body_bytes);
+        let permits = (body_permits(want).max(1)).min(total);
+        self.bodies
+            .clone()
+            .acquire_many_owned(permits as u32)
+            .await
+            .map_err(|_| s3_error!(ServiceUnavailable, "the gateway is shutting down"))
     }
 
     /// The user name behind a request (AccessDenied if anonymous).
@@ -197,5 +220,46 @@ impl S3 for Gateway {
         req: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         multipart::list_uploads(self, req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemBackend;
+
+    #[tokio::test]
+    async fn bodies_are_admitted_first_come_first_served_within_the_budget() {
+        let cfg = GatewayConfig {
+            max_inflight_body_bytes: 8 << 20,
+            stripe_bytes: 4 << 20,
+            ..GatewayConfig::default()
+        };
+        let gw = Arc::new(Gateway::new(Arc::new(MemBackend::default()), cfg));
+        let huge = gw.admit_body(Some(100 << 20)).await.unwrap();
+        let unknown = gw.admit_body(None).await.unwrap();
+        let (tx, mut admitted) = tokio::sync::mpsc::unbounded_channel();
+        for (name, len) in [("big", 4u64 << 20), ("small", 4096)] {
+            let (gw, tx) = (gw.clone(), tx.clone());
+            tokio::spawn(async move {
+                let permit = gw.admit_body(Some(len)).await.unwrap();
+                let _ = tx.send((name, permit));
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            admitted.try_recv().is_err(),
+            "a long body counts one stripe, so two fill the budget"
+        );
+        drop(huge);
+        let (first, _big) = admitted.recv().await.unwrap();
+        assert_eq!(first, "big");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            admitted.try_recv().is_err(),
+            "the small body came later and waits its turn"
+        );
+        drop(unknown);
+        assert_eq!(admitted.recv().await.unwrap().0, "small");
     }
 }

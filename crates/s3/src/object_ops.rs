@@ -103,7 +103,12 @@ pub async fn store_body(
         inline_max,
         max_bytes: gw.cfg.max_put_bytes,
     };
+    let len = body
+        .as_ref()
+        .and_then(|b| s3s::stream::ByteStream::remaining_length(b).exact());
+    let turn = gw.admit_body(len.map(|l| l as u64)).await?;
     let w = data::write_body(&gw.backend, &spec, body).await?;
+    drop(turn);
     if expected_md5.is_some_and(|m| m != w.md5) {
         discard(gw, &w).await;
         return Err(s3_error!(BadDigest));
