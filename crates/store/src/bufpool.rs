@@ -56,6 +56,33 @@ impl BufPool {
         }
     }
 
+    /// Like [`BufPool::build`], with the crc32c of every `block_bytes` of the buffer, each
+    /// computed right after its block is copied (no second pass through memory).
+    pub(crate) fn build_checksummed(
+        &self,
+        parts: &[&[u8]],
+        block_bytes: usize,
+    ) -> Result<(AlignedBuf, Vec<u32>)> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut crcs = Vec::with_capacity(len.div_ceil(block_bytes.max(1)));
+        let mut each = |blk: &[u8]| crcs.push(crc32c::crc32c(blk));
+        let reused = {
+            let mut free = self.lock();
+            free.iter()
+                .position(|b| b.len() == len)
+                .map(|i| free.swap_remove(i))
+        };
+        let buf = match reused {
+            Some(mut buf) => {
+                buf.fill_blockwise(parts, block_bytes, &mut each);
+                buf
+            }
+            None => AlignedBuf::from_parts_blockwise(parts, IO_ALIGN_BYTES, block_bytes, &mut each)
+                .ok_or_else(|| StoreError::Limit(format!("cannot allocate a {len}-byte buffer")))?,
+        };
+        Ok((buf, crcs))
+    }
+
     /// Returns a buffer for reuse (dropped when the pool is full).
     pub(crate) fn put(&self, buf: AlignedBuf) {
         let mut free = self.lock();
@@ -81,6 +108,21 @@ mod tests {
         assert_eq!(b.as_slice().as_ptr(), ptr, "reused");
         assert!(b.as_slice().iter().all(|&x| x == 3), "every byte rewritten");
         pool.put(b);
+        let (c, crcs) = pool
+            .build_checksummed(&[&[5u8; 4096], &[6u8; 4096]], 4096)
+            .unwrap();
+        assert_eq!(
+            crcs,
+            [crc32c::crc32c(&[5u8; 4096]), crc32c::crc32c(&[6u8; 4096])]
+        );
+        assert!(c.as_slice()[4096..].iter().all(|&x| x == 6));
+        pool.put(c);
+        let (d, _) = pool.build_checksummed(&[&[9u8; 8192]], 4096).unwrap();
+        assert!(
+            d.as_slice().iter().all(|&x| x == 9),
+            "a reused buffer is rewritten"
+        );
+        pool.put(d);
         pool.put(pool.build(&[&[0u8; 8192]]).unwrap());
         assert_eq!(pool.lock().len(), 1, "over budget: dropped");
         assert!(pool.build(&[]).is_err());

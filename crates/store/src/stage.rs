@@ -632,14 +632,9 @@ impl Store {
             while done < len {
                 let n = (len - done).min(max_run);
                 let a = ((lblock - first) * bs) as usize;
-                let buf = self
+                let (buf, crcs) = self
                     .bufs
-                    .build(&sub_parts(&parts, a, a + (n * bs) as usize))?;
-                let crcs = buf
-                    .as_slice()
-                    .chunks_exact(bs as usize)
-                    .map(crc32c::crc32c)
-                    .collect();
+                    .build_checksummed(&sub_parts(&parts, a, a + (n * bs) as usize), bs as usize)?;
                 stage.new_data.insert(p + done, buf);
                 extmap::insert(
                     &mut t.extents,
