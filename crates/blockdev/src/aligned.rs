@@ -177,6 +177,14 @@ impl Drop for AlignedBuf {
     }
 }
 
+/// Lets an aligned buffer back a `bytes::Bytes` (`Bytes::from_owner`), so that bytes handed
+/// around as `Bytes` can still be written with direct I/O without a copy.
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 impl std::fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

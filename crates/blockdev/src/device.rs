@@ -93,6 +93,14 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
         Ok(buf)
     }
 
+    /// Writes shared, immutable bytes at `offset_bytes`, with the contract of
+    /// [`BlockDevice::write`]. Devices that pass the bytes to another thread (the file device)
+    /// write from `data` itself when it is aligned for their I/O, instead of copying it into a
+    /// buffer of their own; the default goes through `write`.
+    async fn write_shared(&self, offset_bytes: u64, data: bytes::Bytes) -> Result<()> {
+        self.write(offset_bytes, &data).await
+    }
+
     /// Makes all writes completed before this call durable. An error is fatal for the caller.
     async fn flush(&self) -> Result<()>;
 

@@ -265,6 +265,25 @@ impl BlockDevice for FileDevice {
         .await
     }
 
+    async fn write_shared(&self, offset_bytes: u64, data: bytes::Bytes) -> Result<()> {
+        let align = DIRECT_ALIGN_BYTES as usize;
+        let aligned =
+            (data.as_ptr() as usize).is_multiple_of(align) && data.len().is_multiple_of(align);
+        if self.direct && !aligned {
+            return self.write(offset_bytes, &data).await;
+        }
+        check_io(&self.props, IoKind::Write, offset_bytes, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let _permit = self.permit()?;
+        let file = self.file.clone();
+        blocking(IoKind::Write, move || {
+            file.write_all_at(&data, offset_bytes)
+        })
+        .await
+    }
+
     async fn flush(&self) -> Result<()> {
         let _permit = self.permit()?;
         if inline_allowed() {
@@ -335,7 +354,25 @@ mod tests {
         dev.write_owned(20 * 8192, owned).await.unwrap();
         let unaligned = AlignedBuf::from_parts(&[&[8u8; 4096]], 512).unwrap();
         dev.write_owned(21 * 8192, unaligned).await.unwrap();
+        let shared = AlignedBuf::from_parts(&[&[7u8; 8192]], 4096)
+            .map(bytes::Bytes::from_owner)
+            .unwrap();
+        dev.write_shared(22 * 8192, shared.clone()).await.unwrap();
+        let off_boundary = bytes::Bytes::from(vec![6u8; 4097]).slice(1..);
+        dev.write_shared(23 * 8192, off_boundary).await.unwrap();
+        assert!(matches!(
+            dev.write_shared(1, shared).await,
+            Err(BlockDevError::Misaligned { .. })
+        ));
         dev.flush().await.unwrap();
+        let mut b = vec![0u8; 4096];
+        dev.read(22 * 8192 + 4096, &mut b).await.unwrap();
+        assert!(b.iter().all(|&x| x == 7));
+        dev.read(23 * 8192, &mut b).await.unwrap();
+        assert!(
+            b.iter().all(|&x| x == 6),
+            "unaligned bytes are copied, then written"
+        );
         let mut b = vec![0u8; 4096];
         dev.read(20 * 8192, &mut b).await.unwrap();
         assert!(b.iter().all(|&x| x == 9));

@@ -10,6 +10,7 @@
 //! with the log's marker. It must never write to the device before the whole group has staged successfully,
 //! and never release a block before the commit that stops referencing it.
 
+use crate::bufpool::RunBuf;
 use crate::codec;
 use crate::error::{kv, Result, StoreError};
 use crate::stage::{Stage, Tables};
@@ -260,14 +261,17 @@ impl Store {
             elapsed_into(&self.counters.checkpoint_wait_ns, t);
             placed = place(st);
         }
-        let mut ios: Vec<(u64, cairn_blockdev::AlignedBuf)> = Vec::with_capacity(runs.len() + 1);
+        let mut ios: Vec<(u64, RunBuf)> = Vec::with_capacity(runs.len() + 1);
         if let Some(pos) = placed {
             let record = wal::encode(self.sb.uuid, st.wal.next_seq, &redo, &runs, bs);
             self.counters
                 .wal_bytes_written
                 .fetch_add(record.len() as u64, Ordering::Relaxed);
             // The ring lies before the data area, so the record goes first in block order.
-            ios.push((st.wal.first_block + pos, self.bufs.build(&[&record])?));
+            ios.push((
+                st.wal.first_block + pos,
+                RunBuf::Owned(self.bufs.build(&[&record])?),
+            ));
         }
         ios.extend(std::mem::take(&mut stage.new_data));
         if !ios.is_empty() {

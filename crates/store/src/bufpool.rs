@@ -12,6 +12,58 @@ use std::sync::Mutex;
 /// Alignment of the buffers handed to the device (`O_DIRECT`-safe on 512e and 4Kn devices).
 pub(crate) const IO_ALIGN_BYTES: usize = 4096;
 
+/// The bytes of a copy-on-write run: a buffer of the store's own, or the caller's bytes
+/// themselves when they were already aligned for direct I/O (no copy at all).
+#[derive(Debug)]
+pub(crate) enum RunBuf {
+    /// Copied into a (pooled) aligned buffer.
+    Owned(AlignedBuf),
+    /// The caller's immutable bytes, starting on an [`IO_ALIGN_BYTES`] boundary.
+    Shared(bytes::Bytes),
+}
+
+impl RunBuf {
+    /// The run's bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            RunBuf::Owned(b) => b.as_slice(),
+            RunBuf::Shared(b) => b,
+        }
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Bytes `start..end` as a run of their own (shared bytes are sliced, owned ones copied);
+    /// `None` for an empty or out-of-bounds range, or when no buffer can be had.
+    pub(crate) fn piece(&self, start: usize, end: usize) -> Option<RunBuf> {
+        if start >= end || end > self.len() {
+            return None;
+        }
+        match self {
+            RunBuf::Owned(b) => {
+                AlignedBuf::from_parts(&[&b.as_slice()[start..end]], IO_ALIGN_BYTES)
+                    .map(RunBuf::Owned)
+            }
+            RunBuf::Shared(b) => Some(RunBuf::Shared(b.slice(start..end))),
+        }
+    }
+
+    /// The run's bytes, mutably: shared bytes are first copied into a buffer of the store's.
+    pub(crate) fn make_mut(&mut self, pool: &BufPool) -> Result<&mut [u8]> {
+        match self {
+            RunBuf::Owned(b) => Ok(b.as_mut_slice()),
+            RunBuf::Shared(b) => {
+                let owned = pool.build(&[b])?;
+                *self = RunBuf::Owned(owned);
+                self.make_mut(pool)
+            }
+        }
+    }
+}
+
 /// Free buffers kept for reuse, at most `max_bytes` in all.
 #[derive(Debug)]
 pub(crate) struct BufPool {

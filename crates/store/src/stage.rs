@@ -10,7 +10,7 @@
 //! never stage a change to a block that committed metadata references except as a deferred
 //! write.
 
-use crate::bufpool::IO_ALIGN_BYTES;
+use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
 use crate::error::{kv, Result, StoreError};
 use crate::extmap::{self, ExtTable};
@@ -19,7 +19,6 @@ use crate::overlay::{Layered, Overlay};
 use crate::store::{State, Store};
 use crate::txn::Op;
 use crate::wal::Redo;
-use cairn_blockdev::AlignedBuf;
 use redb::ReadTransaction;
 use std::collections::BTreeMap;
 
@@ -73,7 +72,7 @@ impl<'t> Tables<'t> {
 pub(crate) struct Stage {
     /// Copy-on-write runs to write before the commit: first physical block -> whole blocks (at
     /// most `max_io_bytes`).
-    pub(crate) new_data: BTreeMap<u64, AlignedBuf>,
+    pub(crate) new_data: BTreeMap<u64, RunBuf>,
     /// Deferred block contents committed with this transaction.
     pub(crate) deferred_new: BTreeMap<u64, Vec<u8>>,
     /// Blocks whose pending (committed) deferred write is cancelled because they are freed.
@@ -110,14 +109,12 @@ impl Stage {
             let end = s + buf.len() as u64 / bs;
             let bytes = |x: u64| ((x - s) * bs) as usize;
             if s < a {
-                let left = &buf.as_slice()[..bytes(a)];
-                if let Some(l) = AlignedBuf::from_parts(&[left], IO_ALIGN_BYTES) {
+                if let Some(l) = buf.piece(0, bytes(a)) {
                     self.new_data.insert(s, l);
                 }
             }
             if end > b {
-                let right = &buf.as_slice()[bytes(b)..];
-                if let Some(r) = AlignedBuf::from_parts(&[right], IO_ALIGN_BYTES) {
+                if let Some(r) = buf.piece(bytes(b), buf.len()) {
                     self.new_data.insert(b, r);
                 }
             }
@@ -489,22 +486,23 @@ impl Store {
             .await?;
         f(&mut content);
         e.crcs[i] = crc32c::crc32c(&content);
-        self.put_block(stage, p, content);
+        self.put_block(stage, p, content)?;
         extmap::put(&mut t.extents, &o.prefix, &e)?;
         Ok(true)
     }
 
     /// Stores new contents of an allocated block: into its copy-on-write run if it has one,
     /// else as a deferred write.
-    fn put_block(&self, stage: &mut Stage, p: u64, content: Vec<u8>) {
+    fn put_block(&self, stage: &mut Stage, p: u64, content: Vec<u8>) -> Result<()> {
         let bs = self.sb.block_bytes;
         if let Some((s, off)) = stage.run_of(p, bs) {
             if let Some(run) = stage.new_data.get_mut(&s) {
-                run.as_mut_slice()[off..off + bs as usize].copy_from_slice(&content);
-                return;
+                run.make_mut(&self.bufs)?[off..off + bs as usize].copy_from_slice(&content);
+                return Ok(());
             }
         }
         stage.deferred_new.insert(p, content);
+        Ok(())
     }
 
     async fn stage_write(
@@ -514,7 +512,7 @@ impl Store {
         t: &mut Tables<'_>,
         o: &Obj<'_>,
         offset: u64,
-        data: &[u8],
+        data: &bytes::Bytes,
     ) -> Result<()> {
         let node = Self::ensure(stage, t, o)?;
         if data.is_empty() {
@@ -525,7 +523,7 @@ impl Store {
         // invariant), so writes there need not look for extents to change or free.
         let live_blocks = node.size_bytes.div_ceil(self.sb.block_bytes);
         if (data.len() as u64) < self.cfg.deferred_max_bytes {
-            self.write_small(st, stage, t, o, offset, data, live_blocks)
+            self.write_small(st, stage, t, o, offset, &data[..], live_blocks)
                 .await?;
         } else {
             self.write_cow(st, stage, t, o, offset, data, live_blocks)
@@ -590,9 +588,10 @@ impl Store {
         t: &mut Tables<'_>,
         o: &Obj<'_>,
         offset: u64,
-        data: &[u8],
+        shared: &bytes::Bytes,
         live_blocks: u64,
     ) -> Result<()> {
+        let data = &shared[..];
         let bs = self.sb.block_bytes;
         let end = offset + data.len() as u64;
         let (first, last) = (offset / bs, (end - 1) / bs);
@@ -615,6 +614,11 @@ impl Store {
         } else {
             hole()
         };
+        // Whole blocks whose bytes already start on an I/O boundary are written from the
+        // caller's buffer itself: nothing is copied, only checksummed.
+        let zero_copy = head_keep == 0
+            && tail_from >= bs as usize
+            && (data.as_ptr() as usize).is_multiple_of(IO_ALIGN_BYTES);
         let parts: [&[u8]; 3] = [
             head.get(..head_keep).unwrap_or(&[]),
             data,
@@ -632,9 +636,17 @@ impl Store {
             while done < len {
                 let n = (len - done).min(max_run);
                 let a = ((lblock - first) * bs) as usize;
-                let (buf, crcs) = self
-                    .bufs
-                    .build_checksummed(&sub_parts(&parts, a, a + (n * bs) as usize), bs as usize)?;
+                let run_end = a + (n * bs) as usize;
+                let (buf, crcs) = if zero_copy {
+                    let run = shared.slice(a..run_end);
+                    let crcs = run.chunks(bs as usize).map(crc32c::crc32c).collect();
+                    (RunBuf::Shared(run), crcs)
+                } else {
+                    let (buf, crcs) = self
+                        .bufs
+                        .build_checksummed(&sub_parts(&parts, a, run_end), bs as usize)?;
+                    (RunBuf::Owned(buf), crcs)
+                };
                 stage.new_data.insert(p + done, buf);
                 extmap::insert(
                     &mut t.extents,
@@ -729,7 +741,7 @@ impl Store {
             for (p, len) in self.alloc_extents(st, stage, e.blocks())? {
                 let a = ((lblock - e.lblock) * bs) as usize;
                 let buf = self.bufs.build(&[&content[a..a + (len * bs) as usize]])?;
-                stage.new_data.insert(p, buf);
+                stage.new_data.insert(p, RunBuf::Owned(buf));
                 let piece = e.slice(lblock, lblock + len);
                 extmap::insert(
                     &mut t.extents,

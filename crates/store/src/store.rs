@@ -22,7 +22,7 @@
 //! metadata still references except to apply a committed deferred write.
 
 use crate::alloc::Allocator;
-use crate::bufpool::BufPool;
+use crate::bufpool::{BufPool, RunBuf};
 use crate::cache::OnodeCache;
 use crate::codec::{self, split_block_key, Extent, Onode, Superblock};
 use crate::config::StoreConfig;
@@ -33,7 +33,7 @@ use crate::kv::{
 use crate::logged;
 use crate::overlay::Overlay;
 use crate::wal::{self, Marker, WalRing};
-use cairn_blockdev::{AlignedBuf, BlockDevice};
+use cairn_blockdev::BlockDevice;
 use redb::{Database, ReadableTable, ReadableTableMetadata, StorageBackend};
 use std::collections::HashMap;
 use std::future::Future;
@@ -641,14 +641,23 @@ impl Store {
         e
     }
 
-    pub(crate) async fn dev_write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<()> {
-        let len = buf.len() as u64;
-        let buf = self
-            .dev
-            .write_owned(offset_bytes, buf)
-            .await
-            .map_err(|e| self.fatal(e.into()))?;
-        self.bufs.put(buf);
+    pub(crate) async fn dev_write_run(&self, offset_bytes: u64, run: RunBuf) -> Result<()> {
+        let len = run.len() as u64;
+        match run {
+            RunBuf::Owned(buf) => {
+                let buf = self
+                    .dev
+                    .write_owned(offset_bytes, buf)
+                    .await
+                    .map_err(|e| self.fatal(e.into()))?;
+                self.bufs.put(buf);
+            }
+            RunBuf::Shared(bytes) => self
+                .dev
+                .write_shared(offset_bytes, bytes)
+                .await
+                .map_err(|e| self.fatal(e.into()))?,
+        }
         self.counters
             .device_bytes_written
             .fetch_add(len, Ordering::Relaxed);
@@ -684,22 +693,24 @@ impl Store {
     /// copies, and a large run is a large I/O already), any other run is handed to the device
     /// as it is (no copy), and up to [`MAX_WRITES_IN_FLIGHT`] I/Os are in flight at once (issued
     /// in block order).
-    pub(crate) async fn write_runs(&self, runs: Vec<(u64, AlignedBuf)>) -> Result<()> {
+    pub(crate) async fn write_runs(&self, runs: Vec<(u64, RunBuf)>) -> Result<()> {
         let bs = self.sb.block_bytes;
-        let mut ios: Vec<(u64, AlignedBuf)> = Vec::new();
-        let mut group: Vec<(u64, AlignedBuf)> = Vec::new();
+        let mut ios: Vec<(u64, RunBuf)> = Vec::new();
+        let mut group: Vec<(u64, RunBuf)> = Vec::new();
         let mut group_bytes = 0u64;
         let flush_group =
-            |group: &mut Vec<(u64, AlignedBuf)>, ios: &mut Vec<(u64, AlignedBuf)>| -> Result<()> {
+            |group: &mut Vec<(u64, RunBuf)>, ios: &mut Vec<(u64, RunBuf)>| -> Result<()> {
                 if group.len() == 1 {
                     ios.append(group);
                 } else if let Some(&(start, _)) = group.first() {
                     let parts: Vec<&[u8]> = group.iter().map(|(_, b)| b.as_slice()).collect();
                     let joined = self.bufs.build(&parts)?;
                     for (_, b) in group.drain(..) {
-                        self.bufs.put(b);
+                        if let RunBuf::Owned(b) = b {
+                            self.bufs.put(b);
+                        }
                     }
-                    ios.push((start, joined));
+                    ios.push((start, RunBuf::Owned(joined)));
                 }
                 Ok(())
             };
@@ -725,7 +736,7 @@ impl Store {
                 .by_ref()
                 .take(limit)
                 .map(|(start, buf)| {
-                    Box::pin(self.dev_write_owned(start * bs, buf))
+                    Box::pin(self.dev_write_run(start * bs, buf))
                         as Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>
                 })
                 .collect();
@@ -754,7 +765,7 @@ impl Store {
         pending.sort_unstable_by_key(|(k, _)| *k);
         let mut runs = Vec::with_capacity(pending.len());
         for (p, d) in &pending {
-            runs.push((*p, self.bufs.build(&[d.as_slice()])?));
+            runs.push((*p, RunBuf::Owned(self.bufs.build(&[d.as_slice()])?)));
         }
         self.write_runs(runs).await?;
         self.dev_flush().await?;
