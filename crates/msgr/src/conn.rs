@@ -8,20 +8,135 @@
 
 use std::io::IoSlice;
 
+use crate::error::MsgrError;
+use crate::frame::{Frame, FrameHeader, Limits, HEADER_BYTES, SEGMENT_CRC_BYTES};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
+use cairn_blockdev::AlignedBuf;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::codec::FramedRead;
 
-use crate::codec::FrameCodec;
-use crate::error::MsgrError;
-use crate::frame::{Frame, Limits};
+/// Bytes asked of the socket at a time while reading headers and small frames.
+const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Alignment of the buffers that large data segments are read into (direct I/O's).
+pub const DATA_ALIGN_BYTES: usize = 4096;
 
-/// Read half of a framed connection.
-pub type FrameStream = FramedRead<OwnedReadHalf, FrameCodec>;
+/// A large data segment being read straight into its own aligned buffer.
+struct DataInFlight {
+    header: FrameHeader,
+    payload: Bytes,
+    data: AlignedBuf,
+    filled: usize,
+}
+
+/// Read half of a framed connection: decodes frames in order. A data segment of at least
+/// [`ZERO_COPY_DATA_BYTES`] is read from the socket into a buffer of its own aligned to
+/// [`DATA_ALIGN_BYTES`], so a store can write it with direct I/O as it is; everything else is
+/// decoded from a read buffer. Reading is cancel-safe: whatever has arrived is kept here, so a
+/// `next` dropped by a `select!` loses nothing.
+pub struct FrameStream {
+    sock: OwnedReadHalf,
+    buf: BytesMut,
+    limits: Limits,
+    in_flight: Option<DataInFlight>,
+}
+
+impl FrameStream {
+    /// The next frame; `None` once the peer has closed the connection between frames.
+    pub async fn next(&mut self) -> Option<Result<Frame, MsgrError>> {
+        match self.next_frame().await {
+            Ok(Some(f)) => Some(Ok(f)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    async fn next_frame(&mut self) -> Result<Option<Frame>, MsgrError> {
+        loop {
+            if let Some(d) = self.in_flight.as_mut() {
+                let want = d.data.len();
+                if d.filled < want {
+                    let dst = &mut d.data.as_mut_slice()[d.filled..];
+                    if self.buf.is_empty() {
+                        match self.sock.read(dst).await? {
+                            0 => return Err(MsgrError::Closed),
+                            n => d.filled += n,
+                        }
+                    } else {
+                        let n = dst.len().min(self.buf.len());
+                        dst[..n].copy_from_slice(&self.buf[..n]);
+                        self.buf.advance(n);
+                        d.filled += n;
+                    }
+                    continue;
+                }
+                if self.buf.len() < SEGMENT_CRC_BYTES {
+                    self.fill().await?;
+                    continue;
+                }
+                let expected = self.buf.get_u32_le();
+                let Some(d) = self.in_flight.take() else {
+                    continue;
+                };
+                let crc = crc32c::crc32c(d.data.as_slice());
+                if crc != expected {
+                    return Err(MsgrError::PayloadChecksum { seq: d.header.seq });
+                }
+                let data = Bytes::from_owner(d.data);
+                return Ok(Some(Frame::from_wire(d.header, d.payload, data, crc)));
+            }
+            match Frame::peek_header(&self.buf, &self.limits)? {
+                Some(w) if w.data_len >= ZERO_COPY_DATA_BYTES => {
+                    let head = HEADER_BYTES + w.payload_len + SEGMENT_CRC_BYTES;
+                    if self.buf.len() < head {
+                        self.buf.reserve(head - self.buf.len());
+                        self.fill().await?;
+                        continue;
+                    }
+                    let mut front = self.buf.split_to(head);
+                    front.advance(HEADER_BYTES);
+                    let payload = front.split_to(w.payload_len).freeze();
+                    if crc32c::crc32c(&payload) != front.get_u32_le() {
+                        return Err(MsgrError::PayloadChecksum { seq: w.header.seq });
+                    }
+                    let data =
+                        AlignedBuf::zeroed(w.data_len, DATA_ALIGN_BYTES).ok_or_else(|| {
+                            MsgrError::Io(std::io::Error::new(
+                                std::io::ErrorKind::OutOfMemory,
+                                format!("cannot allocate a {}-byte data segment", w.data_len),
+                            ))
+                        })?;
+                    self.in_flight = Some(DataInFlight {
+                        header: w.header,
+                        payload,
+                        data,
+                        filled: 0,
+                    });
+                }
+                _ => match Frame::decode(&mut self.buf, &self.limits)? {
+                    Some(f) => return Ok(Some(f)),
+                    None => {
+                        if !self.fill().await? {
+                            return if self.buf.is_empty() {
+                                Ok(None)
+                            } else {
+                                Err(MsgrError::Closed)
+                            };
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// Reads more bytes into the read buffer; false at end of stream.
+    async fn fill(&mut self) -> Result<bool, MsgrError> {
+        self.buf.reserve(READ_CHUNK_BYTES);
+        Ok(self.sock.read_buf(&mut self.buf).await? > 0)
+    }
+}
 
 /// Data segments at least this long are written from their own buffer; shorter ones are copied
 /// into the batch buffer with the headers around them (one system call for many small frames).
@@ -86,7 +201,12 @@ pub fn framed(stream: TcpStream, limits: Limits) -> Conn {
     Conn {
         writer: FrameWriter { frames: tx },
         task: WriterTask { task },
-        stream: FramedRead::new(read, FrameCodec { limits }),
+        stream: FrameStream {
+            sock: read,
+            buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            limits,
+            in_flight: None,
+        },
     }
 }
 
@@ -165,6 +285,82 @@ async fn write_all(sock: &mut OwnedWriteHalf, pieces: &mut [Bytes]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use tokio::net::TcpListener;
+
+    /// A connected pair: the raw socket of one end and the framed other end.
+    async fn pair() -> (TcpStream, Conn) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let raw = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        (raw, framed(accepted, Limits::default()))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_trickled_large_frame_survives_reads_cancelled_midway_and_lands_aligned() {
+        let (mut raw, mut conn) = pair().await;
+        let data = Bytes::from((0..1_000_003u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let frames = [
+            Frame::new(1, &b"small first"[..]),
+            Frame::with_data(2, &b"big"[..], data.clone()),
+            Frame::with_data(3, &b"tail"[..], Bytes::from_static(b"little data")),
+        ];
+        let mut wire = BytesMut::new();
+        for f in &frames {
+            f.encode(&Limits::default(), &mut wire).unwrap();
+        }
+        let writer = tokio::spawn(async move {
+            for piece in wire.chunks(7919) {
+                raw.write_all(piece).await.unwrap();
+                tokio::time::sleep(Duration::from_micros(300)).await;
+            }
+            raw
+        });
+        let mut got = Vec::new();
+        let mut cancelled = 0;
+        while got.len() < frames.len() {
+            match tokio::time::timeout(Duration::from_millis(1), conn.stream.next()).await {
+                Ok(f) => got.push(f.unwrap().unwrap()),
+                Err(_) => cancelled += 1,
+            }
+        }
+        assert!(cancelled > 10, "reads were cancelled midway ({cancelled})");
+        assert_eq!(got, frames);
+        assert_eq!(got[1].data().as_ptr() as usize % DATA_ALIGN_BYTES, 0);
+        assert_eq!(got[1].data_crc(), crc32c::crc32c(&data));
+        drop(writer.await.unwrap());
+        assert!(
+            conn.stream.next().await.is_none(),
+            "clean end between frames"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_cut_short_or_corrupted_is_an_error() {
+        let data = Bytes::from(vec![4u8; ZERO_COPY_DATA_BYTES * 2]);
+        let mut wire = BytesMut::new();
+        Frame::with_data(2, &b"p"[..], data)
+            .encode(&Limits::default(), &mut wire)
+            .unwrap();
+        let (mut raw, mut conn) = pair().await;
+        raw.write_all(&wire[..wire.len() - 100]).await.unwrap();
+        drop(raw);
+        assert!(matches!(
+            conn.stream.next().await,
+            Some(Err(MsgrError::Closed))
+        ));
+        let (mut raw, mut conn) = pair().await;
+        let mut bad = wire.clone();
+        let at = bad.len() - 50;
+        bad[at] ^= 1;
+        raw.write_all(&bad).await.unwrap();
+        assert!(matches!(
+            conn.stream.next().await,
+            Some(Err(MsgrError::PayloadChecksum { .. }))
+        ));
+    }
 
     #[test]
     fn a_batch_is_the_concatenation_of_its_frames_and_big_data_is_not_copied() {

@@ -74,6 +74,17 @@ pub struct FrameHeader {
     pub ack: u64,
 }
 
+/// A checked frame header with its segment lengths, before the segments have arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireHeader {
+    /// Header fields.
+    pub header: FrameHeader,
+    /// Payload bytes that follow.
+    pub payload_len: usize,
+    /// Data bytes after the payload and its checksum.
+    pub data_len: usize,
+}
+
 /// One message: header fields, a payload and a data segment with its crc32c.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
@@ -183,10 +194,10 @@ impl Frame {
         Ok(())
     }
 
-    /// Decodes one frame from the front of `buf` if it is complete; `Ok(None)` asks for more
-    /// bytes. Checks magic, version, header checksum and the size limit before waiting for (or
-    /// allocating) the segments, then each segment's checksum.
-    pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, MsgrError> {
+    /// The header at the front of `buf` once all of it has arrived (`Ok(None)` before), checked:
+    /// magic (as soon as 4 bytes are there), header checksum, version and size limit. Consumes
+    /// nothing.
+    pub fn peek_header(buf: &[u8], limits: &Limits) -> Result<Option<WireHeader>, MsgrError> {
         if buf.len() < HEADER_BYTES {
             // Reject garbage as early as the magic is readable.
             if buf.len() >= 4 {
@@ -226,7 +237,47 @@ impl Frame {
                 limit_bytes: u64::from(limits.max_payload_bytes),
             });
         }
-        let (payload_len, data_len) = (payload_len as usize, data_len as usize);
+        Ok(Some(WireHeader {
+            header: FrameHeader {
+                flags,
+                msg_type,
+                seq,
+                ack,
+            },
+            payload_len: payload_len as usize,
+            data_len: data_len as usize,
+        }))
+    }
+
+    /// A frame from its decoded parts; `data_crc` must be the crc32c of `data` (the reader
+    /// checked it against the wire).
+    pub(crate) fn from_wire(
+        header: FrameHeader,
+        payload: Bytes,
+        data: Bytes,
+        data_crc: u32,
+    ) -> Frame {
+        Frame {
+            header,
+            payload,
+            data,
+            data_crc,
+        }
+    }
+
+    /// Decodes one frame from the front of `buf` if it is complete; `Ok(None)` asks for more
+    /// bytes. Checks magic, version, header checksum and the size limit before waiting for (or
+    /// allocating) the segments, then each segment's checksum.
+    pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, MsgrError> {
+        let Some(WireHeader {
+            header,
+            payload_len,
+            data_len,
+        }) = Self::peek_header(buf, limits)?
+        else {
+            return Ok(None);
+        };
+        let seq = header.seq;
         let total = HEADER_BYTES + payload_len + data_len + 2 * SEGMENT_CRC_BYTES;
         if buf.len() < total {
             buf.reserve(total - buf.len());
@@ -244,12 +295,7 @@ impl Frame {
             return Err(MsgrError::PayloadChecksum { seq });
         }
         Ok(Some(Frame {
-            header: FrameHeader {
-                flags,
-                msg_type,
-                seq,
-                ack,
-            },
+            header,
             payload,
             data,
             data_crc,

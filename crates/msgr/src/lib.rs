@@ -1,14 +1,14 @@
 //! The messenger: the only crate that touches sockets (invariant 4).
 //!
 //! Messages travel as frames: a fixed little-endian header (magic, protocol version, message
-//! type, flags, sequence number, payload length, header crc32c) followed by the payload and its
-//! crc32c ([`frame`]). [`codec`] adapts frames to tokio streams with an explicit maximum frame
-//! size; [`conn`] runs one TCP connection with many messages in flight and a bound on bytes in
-//! flight (backpressure); [`session`] keeps a lossless session to a peer across reconnects by
-//! resending what the peer has not acknowledged. Nothing here interprets payloads.
+//! type, flags, sequence number, segment lengths, header crc32c) followed by a payload and a data
+//! segment, each with its crc32c ([`frame`]). [`conn`] runs one TCP connection: a reader that
+//! reads large data segments into direct-I/O-aligned buffers of their own, and a writer task that
+//! sends them from their own buffers, with many messages in flight; [`session`] keeps a lossless
+//! session to a peer across reconnects by resending what the peer has not acknowledged, with a
+//! bound on bytes in flight (backpressure). Nothing here interprets payloads.
 #![warn(missing_docs)]
 
-pub mod codec;
 pub mod conn;
 pub mod error;
 pub mod frame;

@@ -74,6 +74,11 @@ async fn big_data_segments_cross_in_both_directions_at_once() {
             assert_eq!(at_server.payload[0], i as u8);
             assert_eq!(at_server.data(), &data(1, i));
             assert_eq!(at_server.data_crc(), crc32c::crc32c(&data(1, i)));
+            assert_eq!(
+                at_server.data().as_ptr() as usize % cairn_msgr::conn::DATA_ALIGN_BYTES,
+                0,
+                "large data segments land in aligned buffers"
+            );
             let at_client = client.recv_timeout(10_000).await.unwrap();
             assert_eq!(at_client.data(), &data(2, i));
         }
