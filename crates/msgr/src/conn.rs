@@ -73,7 +73,7 @@ impl FrameStream {
                     continue;
                 }
                 if self.buf.len() < SEGMENT_CRC_BYTES {
-                    self.fill().await?;
+                    self.fill_or_closed().await?;
                     continue;
                 }
                 let expected = self.buf.get_u32_le();
@@ -92,7 +92,7 @@ impl FrameStream {
                     let head = HEADER_BYTES + w.payload_len + SEGMENT_CRC_BYTES;
                     if self.buf.len() < head {
                         self.buf.reserve(head - self.buf.len());
-                        self.fill().await?;
+                        self.fill_or_closed().await?;
                         continue;
                     }
                     let mut front = self.buf.split_to(head);
@@ -128,6 +128,16 @@ impl FrameStream {
                     }
                 },
             }
+        }
+    }
+
+    /// Reads more bytes into the read buffer; the end of the stream in the middle of a frame is
+    /// `Closed`.
+    async fn fill_or_closed(&mut self) -> Result<(), MsgrError> {
+        if self.fill().await? {
+            Ok(())
+        } else {
+            Err(MsgrError::Closed)
         }
     }
 
@@ -344,13 +354,16 @@ mod tests {
         Frame::with_data(2, &b"p"[..], data)
             .encode(&Limits::default(), &mut wire)
             .unwrap();
-        let (mut raw, mut conn) = pair().await;
-        raw.write_all(&wire[..wire.len() - 100]).await.unwrap();
-        drop(raw);
-        assert!(matches!(
-            conn.stream.next().await,
-            Some(Err(MsgrError::Closed))
-        ));
+        // Cut in the payload, in the data, in the data's checksum.
+        for cut in [HEADER_BYTES + 1, wire.len() - 100, wire.len() - 2] {
+            let (mut raw, mut conn) = pair().await;
+            raw.write_all(&wire[..cut]).await.unwrap();
+            drop(raw);
+            let next = tokio::time::timeout(Duration::from_secs(5), conn.stream.next())
+                .await
+                .expect("an answer, not a spin");
+            assert!(matches!(next, Some(Err(MsgrError::Closed))), "cut at {cut}");
+        }
         let (mut raw, mut conn) = pair().await;
         let mut bad = wire.clone();
         let at = bad.len() - 50;
