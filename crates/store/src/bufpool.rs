@@ -86,26 +86,7 @@ impl BufPool {
 
     /// A buffer holding the concatenation of `parts` (reused when a free one has that length).
     pub(crate) fn build(&self, parts: &[&[u8]]) -> Result<AlignedBuf> {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let reused = {
-            let mut free = self.lock();
-            free.iter()
-                .position(|b| b.len() == len)
-                .map(|i| free.swap_remove(i))
-        };
-        match reused {
-            Some(mut buf) => {
-                let mut at = 0;
-                let dst = buf.as_mut_slice();
-                for p in parts {
-                    dst[at..at + p.len()].copy_from_slice(p);
-                    at += p.len();
-                }
-                Ok(buf)
-            }
-            None => AlignedBuf::from_parts(parts, IO_ALIGN_BYTES)
-                .ok_or_else(|| StoreError::Limit(format!("cannot allocate a {len}-byte buffer"))),
-        }
+        self.build_blockwise(parts, usize::MAX, |_| {})
     }
 
     /// Like [`BufPool::build`], with the crc32c of every `block_bytes` of the buffer, each
@@ -115,24 +96,38 @@ impl BufPool {
         parts: &[&[u8]],
         block_bytes: usize,
     ) -> Result<(AlignedBuf, Vec<u32>)> {
+        let mut crcs = Vec::new();
+        let buf = self.build_blockwise(parts, block_bytes, |blk| crcs.push(crc32c::crc32c(blk)))?;
+        Ok((buf, crcs))
+    }
+
+    /// Builds the buffer (a free one of the right length, or a new one), calling `each_block`
+    /// with every `block_bytes` of it right after they are copied.
+    fn build_blockwise(
+        &self,
+        parts: &[&[u8]],
+        block_bytes: usize,
+        mut each_block: impl FnMut(&[u8]),
+    ) -> Result<AlignedBuf> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        let mut crcs = Vec::with_capacity(len.div_ceil(block_bytes.max(1)));
-        let mut each = |blk: &[u8]| crcs.push(crc32c::crc32c(blk));
         let reused = {
             let mut free = self.lock();
             free.iter()
                 .position(|b| b.len() == len)
                 .map(|i| free.swap_remove(i))
         };
-        let buf = match reused {
+        match reused {
             Some(mut buf) => {
-                buf.fill_blockwise(parts, block_bytes, &mut each);
-                buf
+                buf.fill_blockwise(parts, block_bytes, &mut each_block);
+                Ok(buf)
             }
-            None => AlignedBuf::from_parts_blockwise(parts, IO_ALIGN_BYTES, block_bytes, &mut each)
-                .ok_or_else(|| StoreError::Limit(format!("cannot allocate a {len}-byte buffer")))?,
-        };
-        Ok((buf, crcs))
+            None => {
+                AlignedBuf::from_parts_blockwise(parts, IO_ALIGN_BYTES, block_bytes, each_block)
+                    .ok_or_else(|| {
+                        StoreError::Limit(format!("cannot allocate a {len}-byte buffer"))
+                    })
+            }
+        }
     }
 
     /// Returns a buffer for reuse (dropped when the pool is full).
