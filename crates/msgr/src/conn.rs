@@ -8,6 +8,7 @@
 
 use std::io::IoSlice;
 
+use crate::bufs::DataBufPool;
 use crate::error::MsgrError;
 use crate::frame::{Frame, FrameHeader, Limits, HEADER_BYTES, SEGMENT_CRC_BYTES};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -20,8 +21,7 @@ use tokio::task::JoinHandle;
 
 /// Bytes asked of the socket at a time while reading headers and small frames.
 const READ_CHUNK_BYTES: usize = 64 << 10;
-/// Alignment of the buffers that large data segments are read into (direct I/O's).
-pub const DATA_ALIGN_BYTES: usize = 4096;
+pub use crate::bufs::DATA_ALIGN_BYTES;
 
 /// A large data segment being read straight into its own aligned buffer.
 struct DataInFlight {
@@ -33,9 +33,9 @@ struct DataInFlight {
 
 /// Read half of a framed connection: decodes frames in order. A data segment of at least
 /// [`ZERO_COPY_DATA_BYTES`] is read from the socket into a buffer of its own aligned to
-/// [`DATA_ALIGN_BYTES`], so a store can write it with direct I/O as it is; everything else is
-/// decoded from a read buffer. Reading is cancel-safe: whatever has arrived is kept here, so a
-/// `next` dropped by a `select!` loses nothing.
+/// [`DATA_ALIGN_BYTES`] (from [`crate::bufs`]'s pool), so a store can write it with direct I/O
+/// as it is; everything else is decoded from a read buffer. Reading is cancel-safe: whatever has
+/// arrived is kept here, so a `next` dropped by a `select!` loses nothing.
 pub struct FrameStream {
     sock: OwnedReadHalf,
     buf: BytesMut,
@@ -84,7 +84,7 @@ impl FrameStream {
                 if crc != expected {
                     return Err(MsgrError::PayloadChecksum { seq: d.header.seq });
                 }
-                let data = Bytes::from_owner(d.data);
+                let data = DataBufPool::global().into_bytes(d.data);
                 return Ok(Some(Frame::from_wire(d.header, d.payload, data, crc)));
             }
             match Frame::peek_header(&self.buf, &self.limits)? {
@@ -101,13 +101,12 @@ impl FrameStream {
                     if crc32c::crc32c(&payload) != front.get_u32_le() {
                         return Err(MsgrError::PayloadChecksum { seq: w.header.seq });
                     }
-                    let data =
-                        AlignedBuf::zeroed(w.data_len, DATA_ALIGN_BYTES).ok_or_else(|| {
-                            MsgrError::Io(std::io::Error::new(
-                                std::io::ErrorKind::OutOfMemory,
-                                format!("cannot allocate a {}-byte data segment", w.data_len),
-                            ))
-                        })?;
+                    let data = DataBufPool::global().take(w.data_len).ok_or_else(|| {
+                        MsgrError::Io(std::io::Error::new(
+                            std::io::ErrorKind::OutOfMemory,
+                            format!("cannot allocate a {}-byte data segment", w.data_len),
+                        ))
+                    })?;
                     self.in_flight = Some(DataInFlight {
                         header: w.header,
                         payload,
