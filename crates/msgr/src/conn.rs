@@ -346,6 +346,35 @@ mod tests {
         );
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn senders_never_wait_on_a_full_socket_and_order_holds() {
+        let (mut raw, conn) = pair().await;
+        let big = Bytes::from(vec![3u8; 16 << 20]);
+        // `send` is not async: it cannot wait for the peer, which reads nothing until the end.
+        let mut sent = vec![Frame::with_data(1, &b"big"[..], big)];
+        conn.writer.send(sent[0].clone()).unwrap();
+        for i in 0..200u32 {
+            let f = Frame::new(2, i.to_le_bytes().to_vec());
+            conn.writer.send(f.clone()).unwrap();
+            sent.push(f);
+        }
+        drop(conn.writer);
+        let mut wire = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut raw, &mut wire)
+            .await
+            .unwrap();
+        let mut buf = BytesMut::from(&wire[..]);
+        let mut got = Vec::new();
+        while let Some(f) = Frame::decode(&mut buf, &Limits::default()).unwrap() {
+            got.push(f);
+        }
+        assert!(buf.is_empty());
+        assert_eq!(
+            got, sent,
+            "everything, in order, then the writer closed the socket"
+        );
+    }
+
     #[tokio::test]
     async fn a_large_frame_cut_short_or_corrupted_is_an_error() {
         let data = Bytes::from(vec![4u8; ZERO_COPY_DATA_BYTES * 2]);
