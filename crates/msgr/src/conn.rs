@@ -19,8 +19,10 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-/// Bytes asked of the socket at a time while reading headers and small frames.
+/// Room the read buffer gets when it grows.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// The read buffer grows when less room than this is left.
+const MIN_READ_ROOM_BYTES: usize = 4 << 10;
 pub use crate::bufs::DATA_ALIGN_BYTES;
 
 /// A large data segment being read straight into its own aligned buffer.
@@ -140,9 +142,13 @@ impl FrameStream {
         }
     }
 
-    /// Reads more bytes into the read buffer; false at end of stream.
+    /// Reads more bytes into the read buffer; false at end of stream. The buffer grows only
+    /// when little room is left: decoded frames keep slices of it alive, so asking for a full
+    /// chunk every time would allocate (and copy into) a new buffer on almost every read.
     async fn fill(&mut self) -> Result<bool, MsgrError> {
-        self.buf.reserve(READ_CHUNK_BYTES);
+        if self.buf.capacity() - self.buf.len() < MIN_READ_ROOM_BYTES {
+            self.buf.reserve(READ_CHUNK_BYTES);
+        }
         Ok(self.sock.read_buf(&mut self.buf).await? > 0)
     }
 }
