@@ -35,22 +35,7 @@ impl AlignedBuf {
     /// returned). Returns `None` for a zero total length, an invalid alignment or on allocation
     /// failure.
     pub fn from_parts(parts: &[&[u8]], align_bytes: usize) -> Option<Self> {
-        let len_bytes: usize = parts.iter().map(|p| p.len()).sum();
-        if len_bytes == 0 {
-            return None;
-        }
-        let layout = Layout::from_size_align(len_bytes, align_bytes).ok()?;
-        // SAFETY: layout has a non-zero size.
-        let raw = unsafe { alloc(layout) };
-        let ptr = NonNull::new(raw)?;
-        let mut at = 0;
-        for p in parts {
-            // SAFETY: the parts' lengths sum to the allocation's size, so `at + p.len()` stays
-            // within it; source and destination cannot overlap (the destination is new).
-            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), ptr.as_ptr().add(at), p.len()) };
-            at += p.len();
-        }
-        Some(Self { ptr, layout })
+        Self::from_parts_blockwise(parts, align_bytes, usize::MAX, |_| {})
     }
 
     /// Like [`AlignedBuf::from_parts`], calling `each_block` with every `block_bytes` of the new
