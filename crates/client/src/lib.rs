@@ -491,6 +491,8 @@ impl Client {
             Target::Pg(_) => "",
         };
         let deadline = Instant::now() + Duration::from_millis(self.op_timeout_ms);
+        // Once per op, not per resend: the messenger sends it with the data as is.
+        let data_crc = crc32c::crc32c(&data);
         let mut last = String::from("no attempt");
         let mut map_rx = self.map.clone();
         while Instant::now() < deadline {
@@ -504,7 +506,6 @@ impl Client {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(tid, tx);
-                let data_crc = crc32c::crc32c(&data);
                 let header = OpHeader {
                     tid,
                     epoch,

@@ -31,6 +31,8 @@ struct DataInFlight {
     payload: Bytes,
     data: AlignedBuf,
     filled: usize,
+    /// crc32c of `data[..filled]`, extended as bytes arrive (while they are in cache).
+    crc: u32,
 }
 
 /// Read half of a framed connection: decodes frames in order. A data segment of at least
@@ -61,17 +63,19 @@ impl FrameStream {
                 let want = d.data.len();
                 if d.filled < want {
                     let dst = &mut d.data.as_mut_slice()[d.filled..];
-                    if self.buf.is_empty() {
+                    let n = if self.buf.is_empty() {
                         match self.sock.read(dst).await? {
                             0 => return Err(MsgrError::Closed),
-                            n => d.filled += n,
+                            n => n,
                         }
                     } else {
                         let n = dst.len().min(self.buf.len());
                         dst[..n].copy_from_slice(&self.buf[..n]);
                         self.buf.advance(n);
-                        d.filled += n;
-                    }
+                        n
+                    };
+                    d.crc = crc32c::crc32c_append(d.crc, &dst[..n]);
+                    d.filled += n;
                     continue;
                 }
                 if self.buf.len() < SEGMENT_CRC_BYTES {
@@ -82,7 +86,7 @@ impl FrameStream {
                 let Some(d) = self.in_flight.take() else {
                     continue;
                 };
-                let crc = crc32c::crc32c(d.data.as_slice());
+                let crc = d.crc;
                 if crc != expected {
                     return Err(MsgrError::PayloadChecksum { seq: d.header.seq });
                 }
@@ -114,6 +118,7 @@ impl FrameStream {
                         payload,
                         data,
                         filled: 0,
+                        crc: 0,
                     });
                 }
                 _ => match Frame::decode(&mut self.buf, &self.limits)? {
