@@ -237,29 +237,52 @@ impl Layered<'_, &'static [u8], &'static [u8]> {
     }
 
     /// The live entry with the greatest key in `lo..hi`, if any.
+    ///
+    /// Walks every layer backwards from `hi` in step and stops at the first key whose newest
+    /// version is live, so it reads only the keys at the end of the range (an object's extent
+    /// lookup costs the same however many of its extents the overlay holds).
     pub(crate) fn last_in(&self, lo: &[u8], hi: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let changes = self.changes_in(lo, Some(hi));
+        if lo >= hi {
+            return Ok(None);
+        }
+        let bounds = (Bound::Included(lo), Bound::Excluded(hi));
+        // Newest layer first: the first layer holding a key decides its value.
+        let mut layers = [&self.touched, self.below[0], self.below[1]]
+            .map(|l| l.range::<[u8], _>(bounds).rev().peekable());
         let mut base = self.base.range(lo..hi).map_err(kv)?.rev();
-        // The last live base key not shadowed by a change, against the last live change.
-        let from_base = loop {
-            match base.next() {
-                None => break None,
-                Some(item) => {
-                    let (k, v) = item.map_err(kv)?;
-                    if !changes.contains_key(k.value()) {
-                        break Some((k.value().to_vec(), v.value().to_vec()));
-                    }
+        let mut next_base = || -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+            base.next()
+                .transpose()
+                .map_err(kv)
+                .map(|e| e.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+        };
+        let mut base_head = next_base()?;
+        loop {
+            let greatest = layers
+                .iter_mut()
+                .filter_map(|l| l.peek().map(|(k, _)| k.as_slice()))
+                .chain(base_head.as_ref().map(|(k, _)| k.as_slice()))
+                .max()
+                .map(<[u8]>::to_vec);
+            let Some(key) = greatest else {
+                return Ok(None);
+            };
+            let mut newest: Option<Option<Vec<u8>>> = None;
+            for layer in &mut layers {
+                if let Some((_, v)) = layer.next_if(|(k, _)| **k == key) {
+                    newest.get_or_insert_with(|| v.clone());
                 }
             }
-        };
-        let from_changes = changes
-            .into_iter()
-            .rev()
-            .find_map(|(k, v)| v.map(|v| (k, v)));
-        Ok(match (from_base, from_changes) {
-            (Some(b), Some(c)) => Some(if c.0 > b.0 { c } else { b }),
-            (b, c) => b.or(c),
-        })
+            if base_head.as_ref().is_some_and(|(k, _)| *k == key) {
+                if let Some((_, v)) = base_head.take() {
+                    newest.get_or_insert(Some(v));
+                }
+                base_head = next_base()?;
+            }
+            if let Some(Some(v)) = newest {
+                return Ok(Some((key, v)));
+            }
+        }
     }
 }
 
@@ -340,5 +363,66 @@ mod tests {
         assert_eq!(t.last_in(b"f", b"z").unwrap(), None, "g removed");
         let touched = t.take_touched();
         assert_eq!(touched.len(), 5);
+    }
+
+    /// A key of a small alphabet, so that layers often hold the same keys.
+    fn key() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(0u8..4, 1..4)
+    }
+
+    fn layer() -> impl proptest::strategy::Strategy<Value = Touched> {
+        proptest::collection::btree_map(
+            key(),
+            proptest::option::of(proptest::collection::vec(0u8..255, 0..3)),
+            0..12,
+        )
+    }
+
+    proptest::proptest! {
+        /// `last_in` walks the layers backwards in step; it must find what merging every layer
+        /// (newest wins, removals hide) and taking the greatest live key in the range finds.
+        #[test]
+        fn last_in_matches_the_merged_layers(
+            base in proptest::collection::btree_map(key(), proptest::collection::vec(0u8..255, 0..3), 0..12),
+            older in layer(),
+            newer in layer(),
+            mine in layer(),
+            lo in key(),
+            hi in key(),
+        ) {
+            let db = redb::Builder::new()
+                .create_with_backend(InMemoryBackend::new())
+                .unwrap();
+            let w = db.begin_write().unwrap();
+            {
+                let mut t = w.open_table(T).unwrap();
+                for (k, v) in &base {
+                    t.insert(k.as_slice(), v.as_slice()).unwrap();
+                }
+            }
+            w.commit().unwrap();
+            let r = db.begin_read().unwrap();
+            let mut t = Layered::new(r.open_table(T).unwrap(), [&newer, &older]);
+            for (k, v) in &mine {
+                match v {
+                    Some(v) => t.insert(k.as_slice(), v.as_slice()).unwrap(),
+                    None => drop(t.remove(k.as_slice()).unwrap()),
+                }
+            }
+            let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+                base.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+            for l in [&older, &newer, &mine] {
+                merged.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            let want = if lo < hi {
+                merged
+                    .range(lo.clone()..hi.clone())
+                    .rev()
+                    .find_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
+            } else {
+                None
+            };
+            proptest::prop_assert_eq!(t.last_in(&lo, &hi).unwrap(), want);
+        }
     }
 }
