@@ -309,6 +309,8 @@ impl BlockDevice for FaultDevice {
     }
 
     async fn flush(&self) -> Result<()> {
+        // A flush takes time on a real device: let other tasks run meanwhile.
+        tokio::task::yield_now().await;
         let mut st = self.state.lock().await;
         self.admit(&mut st, IoKind::Flush, 0, 0)?;
         self.inner.flush().await?;

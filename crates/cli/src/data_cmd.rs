@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use bytes::Bytes;
 use cairn_client::Client;
 use clap::{Args, ValueEnum};
 use tokio::sync::Mutex;
@@ -191,11 +192,12 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         if a.mode != Mode::Write && objects == 0 {
             bail!("the previous write left no objects");
         }
-        let block: Arc<Vec<u8>> = Arc::new(
-            (0..a.block_size)
-                .map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8)
-                .collect(),
-        );
+        // One buffer shared by every write (as rados bench reuses its buffer): the client frames
+        // it without a copy.
+        let block: Bytes = (0..a.block_size)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8)
+            .collect::<Vec<u8>>()
+            .into();
         let next = Arc::new(Mutex::new(0u64));
         let lat = Arc::new(Mutex::new(Vec::<f64>::new()));
         let bytes = Arc::new(Mutex::new(0u64));
@@ -226,7 +228,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                     let t0 = Instant::now();
                     let moved = match mode {
                         Mode::Write => client
-                            .write_full(&pool, &format!("{prefix}{i}"), &block)
+                            .write_full_bytes(&pool, &format!("{prefix}{i}"), block.clone())
                             .await
                             .map(|_| block.len()),
                         Mode::Seq => {
@@ -234,7 +236,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                                 break;
                             }
                             client
-                                .read(&pool, &format!("{prefix}{i}"))
+                                .read_bytes(&pool, &format!("{prefix}{i}"))
                                 .await
                                 .map(|d| d.len())
                         }
@@ -243,7 +245,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                             rng ^= rng >> 7;
                             rng ^= rng << 17;
                             client
-                                .read(&pool, &format!("{prefix}{}", rng % objects))
+                                .read_bytes(&pool, &format!("{prefix}{}", rng % objects))
                                 .await
                                 .map(|d| d.len())
                         }

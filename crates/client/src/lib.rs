@@ -144,6 +144,11 @@ impl Client {
 
     /// Reads a whole object, verified against its checksum.
     pub async fn read(&self, pool: &str, name: &str) -> Result<Vec<u8>, ClientError> {
+        Ok(self.read_bytes(pool, name).await?.to_vec())
+    }
+
+    /// [`Client::read`] returning the received buffer itself, without the copy into a `Vec`.
+    pub async fn read_bytes(&self, pool: &str, name: &str) -> Result<Bytes, ClientError> {
         let (_, data) = self
             .submit(
                 pool,
@@ -155,7 +160,7 @@ impl Client {
                 Bytes::new(),
             )
             .await?;
-        Ok(data.to_vec())
+        Ok(data)
     }
 
     /// Size and version of an object.
