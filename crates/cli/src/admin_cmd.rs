@@ -92,7 +92,12 @@ pub fn tell(args: TellArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let client = connect(args.mon).await?;
         let out = client.tell(id, &args.words).await?;
-        print!("{out}");
+        // Some answers are one bare value (`config get`): end the line either way.
+        if out.ends_with('\n') {
+            print!("{out}");
+        } else {
+            println!("{out}");
+        }
         Ok(())
     })
 }
