@@ -252,6 +252,7 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         direct: !a.buffered,
         rotational: false,
         max_queue_depth: MAX_QUEUE_DEPTH * 2,
+        inline_reads: true,
     };
     let file = FileDevice::open(&a.device, &opts)
         .with_context(|| format!("opening {}", a.device.display()))?;

@@ -128,6 +128,8 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
         &block,
         &FileDeviceOptions {
             size_bytes: Some(cfg.device_bytes),
+            // The daemon's one worker serves the network too (see `cairn osd run`).
+            inline_reads: false,
             ..FileDeviceOptions::default()
         },
     )?);
