@@ -81,6 +81,15 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// Reads `buf.len()` bytes starting at `offset_bytes` into `buf`.
     async fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<()>;
 
+    /// Reads `buf.len()` bytes starting at `offset_bytes` into an owned buffer and hands it
+    /// back filled. Devices that pass the I/O to another thread (the file device) read straight
+    /// into `buf` when it is aligned for their I/O, instead of into a buffer of their own that
+    /// is then copied; the default goes through `read`.
+    async fn read_owned(&self, offset_bytes: u64, mut buf: AlignedBuf) -> Result<AlignedBuf> {
+        self.read(offset_bytes, buf.as_mut_slice()).await?;
+        Ok(buf)
+    }
+
     /// Writes `data` at `offset_bytes`. Not durable until a later [`BlockDevice::flush`].
     async fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<()>;
 

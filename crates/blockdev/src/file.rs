@@ -239,6 +239,31 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
+    async fn read_owned(&self, offset_bytes: u64, mut buf: AlignedBuf) -> Result<AlignedBuf> {
+        if self.direct && buf.align_bytes() < DIRECT_ALIGN_BYTES as usize {
+            self.read(offset_bytes, buf.as_mut_slice()).await?;
+            return Ok(buf);
+        }
+        check_io(&self.props, IoKind::Read, offset_bytes, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(buf);
+        }
+        let _permit = self.permit()?;
+        if self.inline_reads && inline_allowed() {
+            tokio::task::block_in_place(|| {
+                self.file.read_exact_at(buf.as_mut_slice(), offset_bytes)
+            })
+            .map_err(io_err(IoKind::Read))?;
+            return Ok(buf);
+        }
+        let file = self.file.clone();
+        blocking(IoKind::Read, move || {
+            file.read_exact_at(buf.as_mut_slice(), offset_bytes)?;
+            Ok(buf)
+        })
+        .await
+    }
+
     async fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<()> {
         check_io(&self.props, IoKind::Write, offset_bytes, data.len() as u64)?;
         if data.is_empty() {
@@ -436,6 +461,35 @@ mod tests {
             dev.read(1 << 20, &mut b).await,
             Err(BlockDevError::OutOfRange { .. })
         ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn owned_reads_fill_the_given_buffer_inline_or_on_the_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        for inline_reads in [true, false] {
+            let opts = FileDeviceOptions {
+                size_bytes: Some(1 << 20),
+                inline_reads,
+                ..Default::default()
+            };
+            let dev =
+                FileDevice::open(&dir.path().join(format!("dev{inline_reads}")), &opts).unwrap();
+            dev.write(8192, &[4u8; 8192]).await.unwrap();
+            for align in [4096, 512] {
+                let buf = AlignedBuf::zeroed(8192, align).unwrap();
+                let back = dev.read_owned(8192, buf).await.unwrap();
+                assert_eq!(back.align_bytes(), align, "the same buffer comes back");
+                assert!(
+                    back.as_slice().iter().all(|&x| x == 4),
+                    "inline {inline_reads}"
+                );
+            }
+            let buf = AlignedBuf::zeroed(4096, 4096).unwrap();
+            assert!(matches!(
+                dev.read_owned(1 << 20, buf).await,
+                Err(BlockDevError::OutOfRange { .. })
+            ));
+        }
     }
 
     #[test]

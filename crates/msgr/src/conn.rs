@@ -8,6 +8,7 @@
 
 use std::io::IoSlice;
 
+use crate::blockcrc::BlockCrcs;
 use crate::bufs::DataBufPool;
 use crate::error::MsgrError;
 use crate::frame::{Frame, FrameHeader, Limits, HEADER_BYTES, SEGMENT_CRC_BYTES};
@@ -31,8 +32,9 @@ struct DataInFlight {
     payload: Bytes,
     data: AlignedBuf,
     filled: usize,
-    /// crc32c of `data[..filled]`, extended as bytes arrive (while they are in cache).
-    crc: u32,
+    /// crc32c of each block of `data[..filled]`, extended as bytes arrive (while they are in
+    /// cache): the segment's check, and the blocks' checksums for a store.
+    crcs: BlockCrcs,
 }
 
 /// Read half of a framed connection: decodes frames in order. A data segment of at least
@@ -74,7 +76,7 @@ impl FrameStream {
                         self.buf.advance(n);
                         n
                     };
-                    d.crc = crc32c::crc32c_append(d.crc, &dst[..n]);
+                    d.crcs.append(&dst[..n]);
                     d.filled += n;
                     continue;
                 }
@@ -86,12 +88,18 @@ impl FrameStream {
                 let Some(d) = self.in_flight.take() else {
                     continue;
                 };
-                let crc = d.crc;
+                let (crc, blocks) = d.crcs.finish();
                 if crc != expected {
                     return Err(MsgrError::PayloadChecksum { seq: d.header.seq });
                 }
                 let data = DataBufPool::global().into_bytes(d.data);
-                return Ok(Some(Frame::from_wire(d.header, d.payload, data, crc)));
+                return Ok(Some(Frame::from_wire(
+                    d.header,
+                    d.payload,
+                    data,
+                    crc,
+                    Some(blocks),
+                )));
             }
             match Frame::peek_header(&self.buf, &self.limits)? {
                 Some(w) if w.data_len >= ZERO_COPY_DATA_BYTES => {
@@ -118,7 +126,7 @@ impl FrameStream {
                         payload,
                         data,
                         filled: 0,
-                        crc: 0,
+                        crcs: BlockCrcs::with_capacity(w.data_len),
                     });
                 }
                 _ => match Frame::decode(&mut self.buf, &self.limits)? {
@@ -350,6 +358,12 @@ mod tests {
         assert_eq!(got, frames);
         assert_eq!(got[1].data().as_ptr() as usize % DATA_ALIGN_BYTES, 0);
         assert_eq!(got[1].data_crc(), crc32c::crc32c(&data));
+        let blocks = got[1].data_block_crcs().expect("computed on arrival");
+        let expected: Vec<u32> = data
+            .chunks(crate::blockcrc::CRC_BLOCK_BYTES)
+            .map(crc32c::crc32c)
+            .collect();
+        assert_eq!(&blocks[..], &expected[..]);
         drop(writer.await.unwrap());
         assert!(
             conn.stream.next().await.is_none(),

@@ -30,6 +30,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::MsgrError;
+use std::sync::Arc;
 
 /// Frame magic, "CRN1" read as a little-endian u32.
 pub const MAGIC: u32 = 0x314e_5243;
@@ -85,8 +86,9 @@ pub struct WireHeader {
     pub data_len: usize,
 }
 
-/// One message: header fields, a payload and a data segment with its crc32c.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One message: header fields, a payload and a data segment with its crc32c. Two frames are
+/// equal when their header, payload and data are (block checksums are derived, not compared).
+#[derive(Clone, Debug)]
 pub struct Frame {
     /// Header fields.
     pub header: FrameHeader,
@@ -96,7 +98,21 @@ pub struct Frame {
     data: Bytes,
     /// crc32c of `data`: computed when the frame was built, or verified when it was decoded.
     data_crc: u32,
+    /// crc32c of each [`crate::blockcrc::CRC_BLOCK_BYTES`] block of `data`, when the reader computed them on
+    /// arrival (large data segments): a store can keep them instead of reading the bytes again.
+    data_block_crcs: Option<Arc<[u32]>>,
 }
+
+impl PartialEq for Frame {
+    fn eq(&self, other: &Self) -> bool {
+        self.header == other.header
+            && self.payload == other.payload
+            && self.data == other.data
+            && self.data_crc == other.data_crc
+    }
+}
+
+impl Eq for Frame {}
 
 impl Frame {
     /// A frame of `msg_type` carrying `payload` and no data, unsequenced.
@@ -130,6 +146,7 @@ impl Frame {
             payload: payload.into(),
             data,
             data_crc,
+            data_block_crcs: None,
         }
     }
 
@@ -141,6 +158,12 @@ impl Frame {
     /// The data segment's crc32c (verified against the bytes when the frame was decoded).
     pub fn data_crc(&self) -> u32 {
         self.data_crc
+    }
+
+    /// crc32c of each [`crate::blockcrc::CRC_BLOCK_BYTES`] block of the data segment (the last one may be
+    /// short), when they were computed as it arrived; they were part of the segment's check.
+    pub fn data_block_crcs(&self) -> Option<&Arc<[u32]>> {
+        self.data_block_crcs.as_ref()
     }
 
     /// Payload plus data bytes: what the size limit and the in-flight window count.
@@ -250,18 +273,20 @@ impl Frame {
     }
 
     /// A frame from its decoded parts; `data_crc` must be the crc32c of `data` (the reader
-    /// checked it against the wire).
+    /// checked it against the wire) and `data_block_crcs`, when given, those of its blocks.
     pub(crate) fn from_wire(
         header: FrameHeader,
         payload: Bytes,
         data: Bytes,
         data_crc: u32,
+        data_block_crcs: Option<Arc<[u32]>>,
     ) -> Frame {
         Frame {
             header,
             payload,
             data,
             data_crc,
+            data_block_crcs,
         }
     }
 
@@ -299,6 +324,7 @@ impl Frame {
             payload,
             data,
             data_crc,
+            data_block_crcs: None,
         }))
     }
 }

@@ -13,6 +13,7 @@ use cairn_blockdev::{BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions,
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
+use cairn_msgr::blockcrc::CRC_BLOCK_BYTES;
 use cairn_msgr::http::{serve_pages, PageFn};
 use cairn_msgr::session::{Listener, Session};
 use cairn_msgr::Limits;
@@ -23,7 +24,7 @@ use cairn_proto::{
     MSG_PING, MSG_PING_REPLY,
 };
 use cairn_qos::{CostModel, DeviceCapacity, PolicyConfig, QosClass, QosQueue};
-use cairn_store::{KvLocation, Store, StoreConfig};
+use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig};
 use tokio::sync::Semaphore;
 
 use crate::error::OsdError;
@@ -312,6 +313,10 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
     while let Some(frame) = session.recv().await {
         let msg_type = frame.header.msg_type;
         let (seg, seg_crc) = (frame.data().clone(), frame.data_crc());
+        let block_crcs = frame.data_block_crcs().map(|crcs| DataCrcs {
+            block_bytes: CRC_BLOCK_BYTES as u64,
+            crcs: crcs.clone(),
+        });
         let payload = frame.payload;
         match msg_type {
             MSG_OSD_OP => {
@@ -334,7 +339,8 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                 };
                 let (s2, out) = (s.clone(), sender.clone());
                 tokio::spawn(async move {
-                    let (h, body) = primary::client_op(s2, client, op, data, data_crc).await;
+                    let (h, body) =
+                        primary::client_op(s2, client, op, data, data_crc, block_crcs).await;
                     let crc = h.data_crc;
                     let _ = out
                         .send_data(MSG_OSD_OP_REPLY, encode(&h, &[]), body, Some(crc))
@@ -355,7 +361,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                 let (s2, out) = (s.clone(), sender.clone());
                 let len = data.len().max(4096) as u64;
                 let job = async move {
-                    let h = replica::repop(&s2, rep, data, data_crc).await;
+                    let h = replica::repop(&s2, rep, data, data_crc, block_crcs).await;
                     let _ = out.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
                 };
                 if let Err(e) = s.sched.submit(QosClass::Client, client, len, job) {

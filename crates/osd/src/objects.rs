@@ -2,7 +2,6 @@
 //! source OSD and installs on the target. Reading verifies every block's checksum (the store
 //! refuses bad bytes, so a damaged copy is never pushed to another OSD).
 
-use bytes::Bytes;
 use cairn_pg::Eversion;
 use cairn_proto::image::ObjectImage;
 use cairn_store::{Op, Store, StoreError, Transaction};
@@ -34,7 +33,7 @@ pub async fn read_image(
         .unwrap_or_default();
     Ok(Some((
         ObjectImage {
-            data: Bytes::from(data),
+            data,
             xattrs,
             omap,
         },

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cairn_clustermap::PgId;
+use cairn_msgr::blockcrc::{crc_with_known_blocks, CRC_BLOCK_BYTES};
 use cairn_pg::{Eversion, LogEntry, OpKind as LogOp, PRIOR_UNKNOWN};
 use cairn_proto::pairs::{encode_keys, encode_pairs};
 use cairn_proto::{
     decode, encode, OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_REPOP,
 };
 use cairn_qos::QosClass;
-use cairn_store::{StoreError, Transaction};
+use cairn_store::{DataCrcs, StoreError, Transaction};
 
 use crate::objects::list_page;
 use crate::pgmeta::{append_entry, pack};
@@ -31,18 +32,20 @@ fn fail(tid: u64, epoch: u64, result: OpResult) -> Answer {
 }
 
 /// Executes one client op as this PG's primary; always answers. `data_crc` is the data's
-/// crc32c as the messenger verified it on arrival; it must match the op's own.
+/// crc32c as the messenger verified it on arrival; it must match the op's own. `block_crcs`
+/// are the data's block checksums when the messenger computed them.
 pub async fn client_op(
     s: Arc<Shared>,
     client: u64,
     op: OpHeader,
     data: Bytes,
     data_crc: u32,
+    block_crcs: Option<DataCrcs>,
 ) -> Answer {
     let started = Instant::now();
     let kind = op.kind.name();
     let in_bytes = data.len() as u64;
-    let answer = run(&s, client, op, data, data_crc).await;
+    let answer = run(&s, client, op, data, data_crc, block_crcs).await;
     s.metrics.record_op(
         kind,
         in_bytes + answer.1.len() as u64,
@@ -52,7 +55,14 @@ pub async fn client_op(
     answer
 }
 
-async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Bytes, data_crc: u32) -> Answer {
+async fn run(
+    s: &Arc<Shared>,
+    client: u64,
+    op: OpHeader,
+    data: Bytes,
+    data_crc: u32,
+    block_crcs: Option<DataCrcs>,
+) -> Answer {
     let epoch = s.epoch();
     if !matches!(op.kind, OpKind::ListObjects { .. }) {
         if let Err(r) = check_object_name(&op.object) {
@@ -87,7 +97,7 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Bytes, data_crc: 
         );
     };
     if op.kind.is_write() {
-        write(s, client, &pg, active, op, data).await
+        write(s, client, &pg, active, op, data, block_crcs).await
     } else {
         let s2 = s.clone();
         let coll = pg.coll.clone();
@@ -145,12 +155,20 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Answer {
     let r: Result<Answer, StoreError> = async {
         Ok(match &op.kind {
             OpKind::Read { offset, len } => {
-                let body = s.store.read(coll, obj, *offset, *len).await?;
-                ok(
-                    body.len() as u64,
-                    version_of(s, coll, obj).await,
+                let (body, crcs) = s.store.read_checksummed(coll, obj, *offset, *len).await?;
+                let data_crc = if crcs.block_bytes == CRC_BLOCK_BYTES as u64 {
+                    crc_with_known_blocks(&body, &crcs.crcs)
+                } else {
+                    crc32c::crc32c(&body)
+                };
+                (
+                    ReplyHeader {
+                        size: body.len() as u64,
+                        version: version_of(s, coll, obj).await,
+                        data_crc,
+                        ..ReplyHeader::bare(op.tid, epoch, OpResult::Ok)
+                    },
                     body,
-                    false,
                 )
             }
             OpKind::Stat => {
@@ -216,6 +234,7 @@ async fn write(
     active: u64,
     op: OpHeader,
     data: Bytes,
+    block_crcs: Option<DataCrcs>,
 ) -> Answer {
     let mut inner = pg.inner.lock().await;
     let epoch = s.epoch();
@@ -278,7 +297,15 @@ async fn write(
     if !inner.created {
         txn.create_collection(coll);
     }
-    if let Err(r) = build_write(&mut txn, coll, obj, &kind, &data, pack(version)) {
+    if let Err(r) = build_write(
+        &mut txn,
+        coll,
+        obj,
+        &kind,
+        &data,
+        block_crcs.as_ref(),
+        pack(version),
+    ) {
         return fail(op.tid, epoch, r);
     }
     let trimmed = inner.log.next_trimmed().cloned();

@@ -13,7 +13,7 @@ use cairn_proto::image::ObjectImage;
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
 use cairn_proto::{OpResult, RepOpHeader, ReplyHeader};
 use cairn_qos::QosClass;
-use cairn_store::Transaction;
+use cairn_store::{DataCrcs, Transaction};
 
 use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
@@ -24,7 +24,14 @@ use crate::txns::build_write;
 
 /// Applies a replica write durably; answers Ok only once it is committed. `data_crc` is the
 /// data's crc32c as the messenger verified it on arrival; it must match the write's own.
-pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Bytes, data_crc: u32) -> ReplyHeader {
+/// `block_crcs` are the data's block checksums when the messenger computed them.
+pub async fn repop(
+    s: &Arc<Shared>,
+    rep: RepOpHeader,
+    data: Bytes,
+    data_crc: u32,
+    block_crcs: Option<DataCrcs>,
+) -> ReplyHeader {
     let epoch = s.epoch();
     let bad = |r| ReplyHeader::bare(rep.tid, epoch, r);
     if data_crc != rep.data_crc {
@@ -59,6 +66,7 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Bytes, data_crc: u32
         &rep.object,
         &rep.kind,
         &data,
+        block_crcs.as_ref(),
         pack(rep.entry.version),
     ) {
         return bad(r);

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use cairn_proto::pairs::decode_pairs;
 use cairn_proto::{OpKind, OpResult};
-use cairn_store::{Op, Transaction};
+use cairn_store::{DataCrcs, Op, Transaction};
 
 /// Object attribute holding the object's packed version.
 pub const VERSION_ATTR: &str = "_v";
@@ -31,15 +31,23 @@ fn check_xattr_name(name: &str) -> Result<(), OpResult> {
 
 /// Adds to `txn` the store operations of `kind` on `obj` with `data`, then the new version.
 /// `kind` must already be resolved (no `Append`). Written bytes are shared with `data`, not
-/// copied.
+/// copied; `crcs`, when known, are its block checksums (from the messenger), handed to the
+/// store so it does not read the bytes again.
 pub fn build_write(
     txn: &mut Transaction,
     coll: &str,
     obj: &str,
     kind: &OpKind,
     data: &Bytes,
+    crcs: Option<&DataCrcs>,
     version: u64,
 ) -> Result<(), OpResult> {
+    let write = |txn: &mut Transaction, offset: u64| {
+        match crcs {
+            Some(c) => txn.write_checksummed(coll, obj, offset, data.clone(), c.clone()),
+            None => txn.write_bytes(coll, obj, offset, data.clone()),
+        };
+    };
     let touch = |txn: &mut Transaction| {
         txn.push(Op::Touch {
             coll: coll.into(),
@@ -51,7 +59,7 @@ pub fn build_write(
             touch(txn);
             txn.truncate(coll, obj, 0);
             if !data.is_empty() {
-                txn.write_bytes(coll, obj, 0, data.clone());
+                write(txn, 0);
             }
         }
         OpKind::Write { offset } => {
@@ -60,7 +68,7 @@ pub fn build_write(
                 .ok_or_else(|| OpResult::Invalid("offset + length overflows".into()))?;
             touch(txn);
             if !data.is_empty() {
-                txn.write_bytes(coll, obj, *offset, data.clone());
+                write(txn, *offset);
             }
         }
         OpKind::Truncate { size } => {

@@ -2,12 +2,14 @@
 //! paying fresh pages (faults and zeroing) on every transaction.
 //!
 //! Owns building a buffer from parts (one copy) into a pooled buffer of the same length when one
-//! is free, and keeping returned buffers up to a byte budget. It must never hand out a buffer
-//! whose every byte was not just written from the caller's parts.
+//! is free, handing out buffers for device reads (as `Bytes` that come back when dropped), and
+//! keeping returned buffers up to a byte budget. It must never hand out a built buffer whose
+//! every byte was not just written from the caller's parts, nor take back a buffer that a
+//! `Bytes` still points into.
 
 use crate::error::{Result, StoreError};
 use cairn_blockdev::AlignedBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Alignment of the buffers handed to the device (`O_DIRECT`-safe on 512e and 4Kn devices).
 pub(crate) const IO_ALIGN_BYTES: usize = 4096;
@@ -130,12 +132,56 @@ impl BufPool {
         }
     }
 
+    /// A buffer of `len` bytes with unspecified contents, for a device read that overwrites
+    /// every byte (reused when a free one has that length).
+    pub(crate) fn take(&self, len: usize) -> Result<AlignedBuf> {
+        let reused = {
+            let mut free = self.lock();
+            free.iter()
+                .position(|b| b.len() == len)
+                .map(|i| free.swap_remove(i))
+        };
+        match reused {
+            Some(buf) => Ok(buf),
+            None => AlignedBuf::zeroed(len, IO_ALIGN_BYTES)
+                .ok_or_else(|| StoreError::Limit(format!("cannot allocate a {len}-byte buffer"))),
+        }
+    }
+
+    /// `buf` as `Bytes`; the buffer comes back to `pool` when the last of them is dropped.
+    pub(crate) fn into_bytes(pool: &Arc<BufPool>, buf: AlignedBuf) -> bytes::Bytes {
+        bytes::Bytes::from_owner(Pooled {
+            buf: Some(buf),
+            pool: pool.clone(),
+        })
+    }
+
     /// Returns a buffer for reuse (dropped when the pool is full).
     pub(crate) fn put(&self, buf: AlignedBuf) {
         let mut free = self.lock();
         let held: usize = free.iter().map(AlignedBuf::len).sum();
         if held + buf.len() <= self.max_bytes {
             free.push(buf);
+        }
+    }
+}
+
+/// The owner behind a pooled `Bytes`.
+struct Pooled {
+    buf: Option<AlignedBuf>,
+    pool: Arc<BufPool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        self.buf.as_ref().map_or(&[], AlignedBuf::as_slice)
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.pool.put(buf);
         }
     }
 }

@@ -39,4 +39,4 @@ pub use fsck::FsckReport;
 pub use kv::{CrashableKv, KvLossMode};
 pub use read::{OmapPage, MAX_LIST_ENTRIES};
 pub use store::{KvLocation, ObjectStat, Store, StoreStats};
-pub use txn::{Op, Transaction};
+pub use txn::{DataCrcs, Op, Transaction};

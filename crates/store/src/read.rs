@@ -5,6 +5,7 @@
 //! checkpoint. It must never return a byte of a block whose crc32c does not match: a mismatch is
 //! [`StoreError::ChecksumMismatch`].
 
+use crate::bufpool::BufPool;
 use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
 use crate::error::{kv, Result, StoreError};
@@ -13,6 +14,8 @@ use crate::kv::{COLLS, EXTENTS, OMAP, ONODES, XATTRS};
 use crate::overlay::Layered;
 use crate::stage::BytesTable;
 use crate::store::{ObjectStat, State, Store};
+use crate::txn::DataCrcs;
+use bytes::Bytes;
 use redb::{ReadTransaction, TableDefinition};
 use std::sync::Arc;
 
@@ -146,13 +149,39 @@ impl Store {
         obj: &str,
         offset_bytes: u64,
         len_bytes: u64,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Bytes> {
+        Ok(self
+            .read_checksummed(coll, obj, offset_bytes, len_bytes)
+            .await?
+            .0)
+    }
+
+    /// Like [`Store::read`], with the crc32c of every whole block at the front of the returned
+    /// bytes (none when `offset_bytes` is not block-aligned; a short last block has none): the
+    /// checksums the blocks were just verified against, so a caller can checksum the bytes
+    /// without reading them again. A read of whole blocks that lie together on the device is
+    /// read straight into the returned buffer.
+    pub async fn read_checksummed(
+        &self,
+        coll: &str,
+        obj: &str,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(Bytes, DataCrcs)> {
         self.check_ok()?;
+        let bs = self.sb.block_bytes;
+        let none = |bytes: Bytes| {
+            let crcs = DataCrcs {
+                block_bytes: bs,
+                crcs: Arc::from(&[][..]),
+            };
+            (bytes, crcs)
+        };
         let st = self.state.read().await;
         let meta = self.object_meta(&st, coll, obj)?;
         let end = offset_bytes.saturating_add(len_bytes).min(meta.size_bytes);
         if end <= offset_bytes {
-            return Ok(Vec::new());
+            return Ok(none(Bytes::new()));
         }
         if end - offset_bytes > self.cfg.max_read_bytes {
             return Err(StoreError::Limit(format!(
@@ -161,38 +190,90 @@ impl Store {
                 self.cfg.max_read_bytes
             )));
         }
-        let bs = self.sb.block_bytes;
         let (first, last) = (offset_bytes / bs, (end - 1) / bs);
         let pieces: Vec<Extent> = self
             .extents_in(&st, coll, obj, &meta, first, last + 1)?
             .iter()
             .map(|e| e.slice(first, last + 1))
             .collect();
-        let mut window = vec![0u8; ((last - first + 1) * bs) as usize];
-        self.read_pieces(&st, coll, obj, first, &pieces, &mut window)
+        let (window, crcs) = self
+            .read_window(&st, coll, obj, first, last + 1 - first, &pieces)
             .await?;
         let skip = (offset_bytes - first * bs) as usize;
-        window.truncate(skip + (end - offset_bytes) as usize);
-        if skip > 0 {
-            window.drain(..skip);
-        }
-        Ok(window)
+        let bytes = window.slice(skip..skip + (end - offset_bytes) as usize);
+        let whole = if skip == 0 {
+            bytes.len() / bs as usize
+        } else {
+            0
+        };
+        let crcs = DataCrcs {
+            block_bytes: bs,
+            crcs: Arc::from(&crcs[..whole]),
+        };
+        Ok((bytes, crcs))
     }
 
-    /// Reads extent pieces (logical order, within the window starting at logical block
-    /// `first`) into `window`: physically contiguous neighbours in one device read of at most
-    /// `max_io_bytes`, pending deferred contents overlaid, every block verified.
-    async fn read_pieces(
+    /// Reads `blocks` logical blocks from `first` (extent `pieces` in logical order; blocks
+    /// without one are holes and read as zeros) and verifies each; returns the bytes and each
+    /// block's crc32c. When one device run covers the whole window it is read straight into
+    /// the returned buffer; otherwise runs are read into the window one by one.
+    async fn read_window(
         &self,
         st: &State,
         coll: &str,
         obj: &str,
         first: u64,
+        blocks: u64,
         pieces: &[Extent],
-        window: &mut [u8],
-    ) -> Result<()> {
+    ) -> Result<(Bytes, Vec<u32>)> {
         let bs = self.sb.block_bytes;
-        let max_run = (self.cfg.max_io_bytes / bs).max(1);
+        let len = (blocks * bs) as usize;
+        let runs = self.device_runs(pieces);
+        let mut buf = match runs.as_slice() {
+            [(i, j, n)] if *n == blocks && pieces[*i].lblock == first => {
+                debug_assert_eq!(*j, pieces.len());
+                let buf = self.bufs.take(len)?;
+                self.dev_read_owned(pieces[0].pblock * bs, buf).await?
+            }
+            _ => {
+                let mut buf = self.bufs.take(len)?;
+                let window = buf.as_mut_slice();
+                window.fill(0);
+                for &(i, _, n) in &runs {
+                    let at = ((pieces[i].lblock - first) * bs) as usize;
+                    let run = &mut window[at..at + (n * bs) as usize];
+                    self.dev_read(pieces[i].pblock * bs, run).await?;
+                }
+                buf
+            }
+        };
+        let covered: u64 = pieces.iter().map(Extent::blocks).sum();
+        let hole_crc = if covered < blocks {
+            crc32c::crc32c(&vec![0u8; bs as usize])
+        } else {
+            0
+        };
+        let mut crcs = vec![hole_crc; blocks as usize];
+        let window = buf.as_mut_slice();
+        for e in pieces {
+            for (n, &crc) in e.crcs.iter().enumerate() {
+                let at = ((e.lblock + n as u64 - first) * bs) as usize;
+                let block = &mut window[at..at + bs as usize];
+                if let Some(d) = st.deferred.get(&(e.pblock + n as u64)) {
+                    block.copy_from_slice(d);
+                }
+                self.verify(coll, obj, e.lblock + n as u64, crc, block)?;
+                crcs[(e.lblock + n as u64 - first) as usize] = crc;
+            }
+        }
+        Ok((BufPool::into_bytes(&self.bufs, buf), crcs))
+    }
+
+    /// Groups extent pieces into device runs: (first piece, end piece, blocks) for neighbours
+    /// contiguous both logically and physically, at most `max_io_bytes` each.
+    fn device_runs(&self, pieces: &[Extent]) -> Vec<(usize, usize, u64)> {
+        let max_run = (self.cfg.max_io_bytes / self.sb.block_bytes).max(1);
+        let mut runs = Vec::new();
         let mut i = 0;
         while i < pieces.len() {
             let mut j = i + 1;
@@ -205,23 +286,10 @@ impl Store {
                 blocks += pieces[j].blocks();
                 j += 1;
             }
-            let at = ((pieces[i].lblock - first) * bs) as usize;
-            let run = &mut window[at..at + (blocks * bs) as usize];
-            self.dev_read(pieces[i].pblock * bs, run).await?;
-            let mut k = 0usize;
-            for e in &pieces[i..j] {
-                for (n, &crc) in e.crcs.iter().enumerate() {
-                    let block = &mut run[k * bs as usize..(k + 1) * bs as usize];
-                    if let Some(d) = st.deferred.get(&(e.pblock + n as u64)) {
-                        block.copy_from_slice(d);
-                    }
-                    self.verify(coll, obj, e.lblock + n as u64, crc, block)?;
-                    k += 1;
-                }
-            }
+            runs.push((i, j, blocks));
             i = j;
         }
-        Ok(())
+        runs
     }
 
     pub(crate) fn verify(

@@ -17,7 +17,7 @@ use crate::extmap::{self, ExtTable};
 use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
 use crate::overlay::{Layered, Overlay};
 use crate::store::{State, Store};
-use crate::txn::Op;
+use crate::txn::{DataCrcs, Op};
 use crate::wal::Redo;
 use redb::ReadTransaction;
 use std::collections::BTreeMap;
@@ -177,9 +177,10 @@ impl Store {
                 obj,
                 offset_bytes,
                 data,
+                crcs,
             } => {
                 let o = Self::obj(t, coll, obj)?;
-                self.stage_write(st, stage, t, &o, *offset_bytes, data)
+                self.stage_write(st, stage, t, &o, *offset_bytes, data, crcs.as_ref())
                     .await?;
             }
             Op::Zero {
@@ -505,6 +506,7 @@ impl Store {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn stage_write(
         &self,
         st: &mut State,
@@ -513,6 +515,7 @@ impl Store {
         o: &Obj<'_>,
         offset: u64,
         data: &bytes::Bytes,
+        crcs: Option<&DataCrcs>,
     ) -> Result<()> {
         let node = Self::ensure(stage, t, o)?;
         if data.is_empty() {
@@ -526,7 +529,14 @@ impl Store {
             self.write_small(st, stage, t, o, offset, &data[..], live_blocks)
                 .await?;
         } else {
-            self.write_cow(st, stage, t, o, offset, data, live_blocks)
+            let bs = self.sb.block_bytes;
+            let known = crcs.filter(|c| {
+                c.block_bytes == bs
+                    && offset.is_multiple_of(bs)
+                    && (data.len() as u64).is_multiple_of(bs)
+                    && c.crcs.len() as u64 == data.len() as u64 / bs
+            });
+            self.write_cow(st, stage, t, o, offset, data, live_blocks, known)
                 .await?;
         }
         if end > node.size_bytes {
@@ -579,7 +589,8 @@ impl Store {
 
     /// A copy-on-write write: the covered blocks get new physical blocks, filled once from the
     /// transaction's bytes (partial edge blocks merged with their current contents); the old
-    /// blocks are freed at the commit. Blocks from `live_blocks` on are holes.
+    /// blocks are freed at the commit. Blocks from `live_blocks` on are holes. `known`, when
+    /// given, holds the crc32c of each block of a block-aligned `shared` (not computed again).
     #[allow(clippy::too_many_arguments)]
     async fn write_cow(
         &self,
@@ -590,6 +601,7 @@ impl Store {
         offset: u64,
         shared: &bytes::Bytes,
         live_blocks: u64,
+        known: Option<&DataCrcs>,
     ) -> Result<()> {
         let data = &shared[..];
         let bs = self.sb.block_bytes;
@@ -639,7 +651,10 @@ impl Store {
                 let run_end = a + (n * bs) as usize;
                 let (buf, crcs) = if zero_copy {
                     let run = shared.slice(a..run_end);
-                    let crcs = run.chunks(bs as usize).map(crc32c::crc32c).collect();
+                    let crcs = match known {
+                        Some(k) => k.crcs[a / bs as usize..run_end / bs as usize].to_vec(),
+                        None => run.chunks(bs as usize).map(crc32c::crc32c).collect(),
+                    };
                     (RunBuf::Shared(run), crcs)
                 } else {
                     let (buf, crcs) = self

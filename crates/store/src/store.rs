@@ -255,7 +255,7 @@ pub struct Store {
     kv_counters: Arc<KvCounters>,
     pub(crate) commit_queue: Mutex<std::collections::VecDeque<crate::apply::Pending>>,
     pub(crate) onode_cache: OnodeCache,
-    pub(crate) bufs: BufPool,
+    pub(crate) bufs: Arc<BufPool>,
 }
 
 impl std::fmt::Debug for Store {
@@ -494,7 +494,7 @@ impl Store {
             kv_counters,
             commit_queue: Mutex::new(std::collections::VecDeque::new()),
             onode_cache: OnodeCache::new(cfg.meta_cache_bytes),
-            bufs: BufPool::new((2 * cfg.max_io_bytes) as usize),
+            bufs: Arc::new(BufPool::new((2 * cfg.max_io_bytes) as usize)),
             cfg,
         };
         {
@@ -674,18 +674,39 @@ impl Store {
         self.dev
             .read(offset_bytes, buf)
             .await
-            .map_err(|e| match e {
-                // Only damaged metadata can point a read outside the device: report, don't die.
-                cairn_blockdev::BlockDevError::OutOfRange { .. }
-                | cairn_blockdev::BlockDevError::Misaligned { .. } => {
-                    StoreError::Corrupt(format!("block reference outside the device: {e}"))
-                }
-                e => self.fatal(e.into()),
-            })?;
+            .map_err(|e| self.read_error(e))?;
         self.counters
             .device_bytes_read
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Reads into an owned buffer (the file device reads straight into it) and hands it back.
+    pub(crate) async fn dev_read_owned(
+        &self,
+        offset_bytes: u64,
+        buf: cairn_blockdev::AlignedBuf,
+    ) -> Result<cairn_blockdev::AlignedBuf> {
+        let buf = self
+            .dev
+            .read_owned(offset_bytes, buf)
+            .await
+            .map_err(|e| self.read_error(e))?;
+        self.counters
+            .device_bytes_read
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(buf)
+    }
+
+    fn read_error(&self, e: cairn_blockdev::BlockDevError) -> StoreError {
+        match e {
+            // Only damaged metadata can point a read outside the device: report, don't die.
+            cairn_blockdev::BlockDevError::OutOfRange { .. }
+            | cairn_blockdev::BlockDevError::Misaligned { .. } => {
+                StoreError::Corrupt(format!("block reference outside the device: {e}"))
+            }
+            e => self.fatal(e.into()),
+        }
     }
 
     /// Writes copy-on-write runs `(first block, whole blocks)` sorted by block: neighbouring

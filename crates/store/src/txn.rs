@@ -3,6 +3,20 @@
 //! Owns the operation vocabulary and the builder API. It must never perform I/O: applying a
 //! transaction is the store's job.
 
+/// crc32c of each `block_bytes` block of a write's data, from its first byte (the last block
+/// may be short). The store keeps them as its block checksums instead of computing them when
+/// they fit its blocks exactly (same block size, a block-aligned write of whole blocks) and
+/// ignores them otherwise. Whoever supplies them vouches for them: a wrong value is not
+/// detected at the write but makes every later read of that block fail its checksum, so it can
+/// never be returned as data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataCrcs {
+    /// Bytes per checksummed block.
+    pub block_bytes: u64,
+    /// One crc32c per block.
+    pub crcs: std::sync::Arc<[u32]>,
+}
+
 /// One operation. Object-level operations on a missing object create it, except `Remove`,
 /// `Clone` (source), `Rename` (source), `RmAttr` and `OmapRemove`, which fail the whole
 /// transaction with `NoSuchObject`.
@@ -35,6 +49,9 @@ pub enum Op {
         offset_bytes: u64,
         /// The bytes (shared, not copied: a write can hand over a received message's buffer).
         data: bytes::Bytes,
+        /// Checksums of the bytes computed by whoever last read them (the messenger, as they
+        /// arrived), so the store need not read them again; see [`DataCrcs`].
+        crcs: Option<DataCrcs>,
     },
     /// Makes a range read as zeros (whole blocks are deallocated), extending if needed.
     Zero {
@@ -178,6 +195,25 @@ impl Transaction {
             obj: obj.into(),
             offset_bytes,
             data,
+            crcs: None,
+        })
+    }
+
+    /// Like [`Transaction::write_bytes`] with the data's block checksums already known.
+    pub fn write_checksummed(
+        &mut self,
+        coll: &str,
+        obj: &str,
+        offset_bytes: u64,
+        data: bytes::Bytes,
+        crcs: DataCrcs,
+    ) -> &mut Self {
+        self.push(Op::Write {
+            coll: coll.into(),
+            obj: obj.into(),
+            offset_bytes,
+            data,
+            crcs: Some(crcs),
         })
     }
 

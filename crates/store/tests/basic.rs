@@ -3,7 +3,7 @@
 mod common;
 
 use cairn_blockdev::{BlockDevice, DeviceProperties, FaultRule, IoKind, MemDevice};
-use cairn_store::{KvLocation, Store, StoreError, Transaction};
+use cairn_store::{DataCrcs, KvLocation, Store, StoreError, Transaction};
 use common::*;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -655,4 +655,90 @@ async fn aligned_caller_bytes_are_written_uncopied_and_never_modified() {
         &m,
         "acknowledged, so it survives a power cut"
     );
+}
+
+#[tokio::test]
+async fn block_checksums_given_with_a_write_are_kept_when_they_fit() {
+    let r = rig().await;
+    let s = r.store();
+    let data = pattern(3, 64 << 10);
+    let aligned = |bytes: &[u8]| {
+        cairn_blockdev::AlignedBuf::from_parts(&[bytes], 4096)
+            .map(bytes::Bytes::from_owner)
+            .unwrap()
+    };
+    let crcs: Vec<u32> = data.chunks(4096).map(crc32c::crc32c).collect();
+    let given = |crcs: &[u32]| DataCrcs {
+        block_bytes: 4096,
+        crcs: crcs.into(),
+    };
+    let mut wrong = crcs.clone();
+    wrong[3] ^= 1;
+    let mut t = Transaction::new();
+    t.write_checksummed("c", "right", 0, aligned(&data), given(&crcs))
+        .write_checksummed("c", "wrong", 0, aligned(&data), given(&wrong))
+        .write_checksummed("c", "short", 0, aligned(&data), given(&crcs[1..]))
+        .write_checksummed("c", "offset", 100, aligned(&data), given(&wrong));
+    s.queue_transaction(&t).await.unwrap();
+    let len = data.len() as u64;
+    let read = |obj: &'static str, off: u64| s.read("c", obj, off, len);
+    assert_eq!(read("right", 0).await.unwrap(), data);
+    assert_eq!(
+        read("short", 0).await.unwrap(),
+        data,
+        "count mismatch: ignored"
+    );
+    assert_eq!(
+        read("offset", 100).await.unwrap(),
+        data,
+        "unaligned: ignored"
+    );
+    // A wrong checksum was kept as given: the block can never be read as data.
+    assert!(matches!(
+        read("wrong", 0).await,
+        Err(StoreError::ChecksumMismatch { block_index: 3, .. })
+    ));
+    assert_eq!(
+        s.read("c", "wrong", 0, 3 * 4096).await.unwrap(),
+        &data[..3 * 4096]
+    );
+    let report = s.fsck(true).await.unwrap();
+    assert_eq!(
+        report.damaged_objects.into_iter().collect::<Vec<_>>(),
+        vec![("c".to_string(), "wrong".to_string())]
+    );
+}
+
+#[tokio::test]
+async fn checksummed_reads_return_the_verified_crc_of_each_whole_leading_block() {
+    let r = rig().await;
+    let s = r.store();
+    let data = pattern(5, 64 << 10);
+    let mut t = Transaction::new();
+    t.write("c", "run", 0, &data)
+        .write("c", "holes", 0, &data[..4096])
+        .write("c", "holes", 16384, &data[..4096])
+        .write("c", "short", 0, &data[..5000]);
+    s.queue_transaction(&t).await.unwrap();
+    let crcs_of = |b: &[u8]| b.chunks_exact(4096).map(crc32c::crc32c).collect::<Vec<_>>();
+    let cases: [(&str, u64, u64, usize); 5] = [
+        ("run", 0, 64 << 10, 16),
+        ("run", 4096, 10_000, 2),
+        ("run", 100, 20_000, 0),
+        ("holes", 0, 20_480, 5),
+        ("short", 0, 8192, 1),
+    ];
+    for (obj, off, len, whole) in cases {
+        let (bytes, crcs) = s.read_checksummed("c", obj, off, len).await.unwrap();
+        assert_eq!(bytes, s.read("c", obj, off, len).await.unwrap());
+        assert_eq!(crcs.block_bytes, 4096);
+        assert_eq!(crcs.crcs.len(), whole, "{obj} at {off}");
+        assert_eq!(&crcs.crcs[..], &crcs_of(&bytes)[..whole], "{obj} at {off}");
+    }
+    let (holes, _) = s.read_checksummed("c", "holes", 0, 20_480).await.unwrap();
+    assert!(
+        holes[4096..16384].iter().all(|&b| b == 0),
+        "holes read as zeros"
+    );
+    assert_eq!(&holes[16384..], &data[..4096]);
 }

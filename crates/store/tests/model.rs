@@ -32,6 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
             obj,
             offset_bytes: off,
             data: pattern(seed, len).into(),
+            crcs: None,
         }),
         1 => (c(), name(), 0..40_000u64, 0..12_000u64).prop_map(|(coll, obj, o, l)| Op::Zero { coll, obj, offset_bytes: o, len_bytes: l }),
         1 => (c(), name(), 0..45_000u64).prop_map(|(coll, obj, s)| Op::Truncate { coll, obj, size_bytes: s }),

@@ -130,6 +130,7 @@ pub fn model_apply(m: &Model, t: &Transaction) -> Option<Model> {
                 obj: o,
                 offset_bytes,
                 data,
+                ..
             } => {
                 let x = obj(&mut m, coll, o);
                 let end = *offset_bytes as usize + data.len();
@@ -215,7 +216,7 @@ pub async fn dump(s: &Store) -> Model {
     for c in s.list_collections().await.unwrap() {
         for o in s.list_objects(&c, None, 100_000).await.unwrap() {
             let size = s.stat(&c, &o).await.unwrap().size_bytes;
-            let data = s.read(&c, &o, 0, size).await.unwrap();
+            let data = s.read(&c, &o, 0, size).await.unwrap().to_vec();
             assert_eq!(data.len() as u64, size);
             let xattrs = s.getattrs(&c, &o).await.unwrap().into_iter().collect();
             let omap = s.omap_get(&c, &o).await.unwrap().into_iter().collect();
