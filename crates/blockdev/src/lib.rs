@@ -25,6 +25,7 @@ pub mod fault;
 pub mod file;
 pub mod mem;
 pub mod model;
+pub mod pool;
 pub mod profile;
 
 pub use aligned::AlignedBuf;
@@ -34,4 +35,5 @@ pub use error::{BlockDevError, Result};
 pub use fault::{CrashSwitch, FaultDevice, FaultRule, PowerLossMode};
 pub use file::{FileDevice, FileDeviceOptions};
 pub use mem::MemDevice;
+pub use pool::AlignedPool;
 pub use profile::Profile;

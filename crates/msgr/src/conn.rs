@@ -9,7 +9,7 @@
 use std::io::IoSlice;
 
 use crate::blockcrc::BlockCrcs;
-use crate::bufs::DataBufPool;
+use crate::bufs::data_pool;
 use crate::error::MsgrError;
 use crate::frame::{Frame, FrameHeader, Limits, HEADER_BYTES, SEGMENT_CRC_BYTES};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -92,7 +92,7 @@ impl FrameStream {
                 if crc != expected {
                     return Err(MsgrError::PayloadChecksum { seq: d.header.seq });
                 }
-                let data = DataBufPool::global().into_bytes(d.data);
+                let data = data_pool().lend(d.data);
                 return Ok(Some(Frame::from_wire(
                     d.header,
                     d.payload,
@@ -115,7 +115,7 @@ impl FrameStream {
                     if crc32c::crc32c(&payload) != front.get_u32_le() {
                         return Err(MsgrError::PayloadChecksum { seq: w.header.seq });
                     }
-                    let data = DataBufPool::global().take(w.data_len).ok_or_else(|| {
+                    let data = data_pool().take(w.data_len).ok_or_else(|| {
                         MsgrError::Io(std::io::Error::new(
                             std::io::ErrorKind::OutOfMemory,
                             format!("cannot allocate a {}-byte data segment", w.data_len),

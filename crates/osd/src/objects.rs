@@ -31,14 +31,7 @@ pub async fn read_image(
         .and_then(|(_, v)| v.as_slice().try_into().ok().map(u64::from_le_bytes))
         .map(unpack)
         .unwrap_or_default();
-    Ok(Some((
-        ObjectImage {
-            data,
-            xattrs,
-            omap,
-        },
-        version,
-    )))
+    Ok(Some((ObjectImage { data, xattrs, omap }, version)))
 }
 
 /// Adds to `txn` what makes `obj` equal to `image` (None: absent). `exists` says whether the

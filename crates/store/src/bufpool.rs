@@ -1,15 +1,13 @@
-//! A bounded pool of aligned write buffers, so large copy-on-write runs reuse memory instead of
-//! paying fresh pages (faults and zeroing) on every transaction.
+//! The store's I/O buffers: copy-on-write runs and read windows, reused through a bounded pool
+//! instead of paying fresh pages (faults and zeroing) on every transaction or read.
 //!
-//! Owns building a buffer from parts (one copy) into a pooled buffer of the same length when one
-//! is free, handing out buffers for device reads (as `Bytes` that come back when dropped), and
-//! keeping returned buffers up to a byte budget. It must never hand out a built buffer whose
-//! every byte was not just written from the caller's parts, nor take back a buffer that a
-//! `Bytes` still points into.
+//! Owns building a buffer from parts (one copy) and handing out buffers for device reads (lent
+//! as `Bytes` that come back when dropped); the pooling is [`AlignedPool`]'s. It must never hand
+//! out a built buffer whose every byte was not just written from the caller's parts.
 
 use crate::error::{Result, StoreError};
-use cairn_blockdev::AlignedBuf;
-use std::sync::{Arc, Mutex};
+use cairn_blockdev::{AlignedBuf, AlignedPool};
+use std::sync::Arc;
 
 /// Alignment of the buffers handed to the device (`O_DIRECT`-safe on 512e and 4Kn devices).
 pub(crate) const IO_ALIGN_BYTES: usize = 4096;
@@ -66,24 +64,19 @@ impl RunBuf {
     }
 }
 
-/// Free buffers kept for reuse, at most `max_bytes` in all.
+/// The store's aligned buffers: built from parts for writes, taken whole for reads, reused
+/// through a bounded [`AlignedPool`].
 #[derive(Debug)]
 pub(crate) struct BufPool {
-    free: Mutex<Vec<AlignedBuf>>,
-    max_bytes: usize,
+    pool: Arc<AlignedPool>,
 }
 
 impl BufPool {
     /// An empty pool keeping at most `max_bytes` of free buffers.
     pub(crate) fn new(max_bytes: usize) -> Self {
         Self {
-            free: Mutex::new(Vec::new()),
-            max_bytes,
+            pool: Arc::new(AlignedPool::new(max_bytes, IO_ALIGN_BYTES)),
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<AlignedBuf>> {
-        self.free.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A buffer holding the concatenation of `parts` (reused when a free one has that length).
@@ -112,22 +105,14 @@ impl BufPool {
         mut each_block: impl FnMut(&[u8]),
     ) -> Result<AlignedBuf> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        let reused = {
-            let mut free = self.lock();
-            free.iter()
-                .position(|b| b.len() == len)
-                .map(|i| free.swap_remove(i))
-        };
-        match reused {
+        match self.pool.reuse(len) {
             Some(mut buf) => {
                 buf.fill_blockwise(parts, block_bytes, &mut each_block);
                 Ok(buf)
             }
             None => {
                 AlignedBuf::from_parts_blockwise(parts, IO_ALIGN_BYTES, block_bytes, each_block)
-                    .ok_or_else(|| {
-                        StoreError::Limit(format!("cannot allocate a {len}-byte buffer"))
-                    })
+                    .ok_or_else(|| too_big(len))
             }
         }
     }
@@ -135,55 +120,22 @@ impl BufPool {
     /// A buffer of `len` bytes with unspecified contents, for a device read that overwrites
     /// every byte (reused when a free one has that length).
     pub(crate) fn take(&self, len: usize) -> Result<AlignedBuf> {
-        let reused = {
-            let mut free = self.lock();
-            free.iter()
-                .position(|b| b.len() == len)
-                .map(|i| free.swap_remove(i))
-        };
-        match reused {
-            Some(buf) => Ok(buf),
-            None => AlignedBuf::zeroed(len, IO_ALIGN_BYTES)
-                .ok_or_else(|| StoreError::Limit(format!("cannot allocate a {len}-byte buffer"))),
-        }
+        self.pool.take(len).ok_or_else(|| too_big(len))
     }
 
-    /// `buf` as `Bytes`; the buffer comes back to `pool` when the last of them is dropped.
-    pub(crate) fn into_bytes(pool: &Arc<BufPool>, buf: AlignedBuf) -> bytes::Bytes {
-        bytes::Bytes::from_owner(Pooled {
-            buf: Some(buf),
-            pool: pool.clone(),
-        })
+    /// `buf` as `Bytes`; the buffer comes back to the pool when the last of them is dropped.
+    pub(crate) fn lend(&self, buf: AlignedBuf) -> bytes::Bytes {
+        self.pool.lend(buf)
     }
 
     /// Returns a buffer for reuse (dropped when the pool is full).
     pub(crate) fn put(&self, buf: AlignedBuf) {
-        let mut free = self.lock();
-        let held: usize = free.iter().map(AlignedBuf::len).sum();
-        if held + buf.len() <= self.max_bytes {
-            free.push(buf);
-        }
+        self.pool.put(buf);
     }
 }
 
-/// The owner behind a pooled `Bytes`.
-struct Pooled {
-    buf: Option<AlignedBuf>,
-    pool: Arc<BufPool>,
-}
-
-impl AsRef<[u8]> for Pooled {
-    fn as_ref(&self) -> &[u8] {
-        self.buf.as_ref().map_or(&[], AlignedBuf::as_slice)
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
-            self.pool.put(buf);
-        }
-    }
+fn too_big(len: usize) -> StoreError {
+    StoreError::Limit(format!("cannot allocate a {len}-byte buffer"))
 }
 
 #[cfg(test)]
@@ -217,7 +169,7 @@ mod tests {
         );
         pool.put(d);
         pool.put(pool.build(&[&[0u8; 8192]]).unwrap());
-        assert_eq!(pool.lock().len(), 1, "over budget: dropped");
+        assert_eq!(pool.pool.free_bytes(), 4096, "over budget: dropped");
         assert!(pool.build(&[]).is_err());
     }
 }

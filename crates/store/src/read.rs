@@ -5,7 +5,6 @@
 //! checkpoint. It must never return a byte of a block whose crc32c does not match: a mismatch is
 //! [`StoreError::ChecksumMismatch`].
 
-use crate::bufpool::BufPool;
 use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
 use crate::error::{kv, Result, StoreError};
@@ -266,7 +265,7 @@ impl Store {
                 crcs[(e.lblock + n as u64 - first) as usize] = crc;
             }
         }
-        Ok((BufPool::into_bytes(&self.bufs, buf), crcs))
+        Ok((self.bufs.lend(buf), crcs))
     }
 
     /// Groups extent pieces into device runs: (first piece, end piece, blocks) for neighbours

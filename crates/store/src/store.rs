@@ -255,7 +255,7 @@ pub struct Store {
     kv_counters: Arc<KvCounters>,
     pub(crate) commit_queue: Mutex<std::collections::VecDeque<crate::apply::Pending>>,
     pub(crate) onode_cache: OnodeCache,
-    pub(crate) bufs: Arc<BufPool>,
+    pub(crate) bufs: BufPool,
 }
 
 impl std::fmt::Debug for Store {
@@ -494,7 +494,7 @@ impl Store {
             kv_counters,
             commit_queue: Mutex::new(std::collections::VecDeque::new()),
             onode_cache: OnodeCache::new(cfg.meta_cache_bytes),
-            bufs: Arc::new(BufPool::new((2 * cfg.max_io_bytes) as usize)),
+            bufs: BufPool::new((2 * cfg.max_io_bytes) as usize),
             cfg,
         };
         {
