@@ -19,6 +19,8 @@ const SEQ_OBJECT_BYTES: usize = 4 << 20;
 const RAND_IO_BYTES: usize = 4096;
 /// Largest queue depth the benchmark accepts.
 const MAX_QUEUE_DEPTH: usize = 256;
+/// Most rounds `--rounds` accepts.
+const MAX_ROUNDS: u64 = 20;
 
 /// Arguments of `cairn store`.
 #[derive(Args)]
@@ -90,6 +92,11 @@ struct BenchArgs {
     /// Run fio with the same patterns on the same file after the store phases.
     #[arg(long)]
     fio: bool,
+    /// Repeat the store phases (on a fresh mkfs) and fio's this many times and report each
+    /// workload's store/fio ratio per round and its median: the disk's speed drifts from one
+    /// minute to the next, so one round can mislead.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_ROUNDS))]
+    rounds: u64,
     /// Use buffered I/O instead of O_DIRECT.
     #[arg(long)]
     buffered: bool,
@@ -273,12 +280,6 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         )?),
         None => file,
     };
-    let cfg = StoreConfig {
-        deferred_max_bytes: a.deferred_max_bytes,
-        wal_bytes: a.wal_mib << 20,
-        wal_checkpoint_records: a.wal_checkpoint_records,
-        ..StoreConfig::default()
-    };
     println!(
         "device {} ({} MiB, O_DIRECT {}, profile {}), kv {}",
         a.device.display(),
@@ -287,6 +288,127 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         a.profile.as_deref().unwrap_or("none"),
         kv.display()
     );
+    let mut rounds: Vec<Vec<PhaseResult>> = Vec::new();
+    for round in 1..=a.rounds {
+        if a.rounds > 1 {
+            println!("\nround {round} of {}", a.rounds);
+        }
+        let mut results = store_round(&a, dev.clone(), &kv, objects).await?;
+        if a.fio {
+            if a.profile.is_some() {
+                println!("fio skipped: it would measure the raw file, not the emulated profile");
+            } else {
+                results.extend(run_fio(&a, objects)?);
+            }
+        }
+        let table = render(&results);
+        println!("\n{table}");
+        rounds.push(results);
+    }
+    let mut markdown: String = rounds
+        .iter()
+        .map(|r| render(r))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let medians = median_ratios(&rounds);
+    if a.rounds > 1 && !medians.is_empty() {
+        let table = render_ratios(&rounds, &medians);
+        println!("store throughput as % of fio's, per round, and the median:\n\n{table}");
+        markdown.push_str(&format!("\n{table}"));
+    }
+    if let Some(path) = &a.markdown {
+        std::fs::write(path, &markdown)?;
+    }
+    if let Some(path) = &a.plot {
+        if medians.is_empty() {
+            println!("no plot: run with --fio to have something to compare");
+        } else {
+            let labelled = plot::ratio_chart(path, &medians)?;
+            println!(
+                "plot written to {} ({})",
+                path.display(),
+                if labelled {
+                    "labelled"
+                } else {
+                    "no font found: unlabelled"
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Each workload's store/fio throughput ratio (%) per round.
+fn ratios(results: &[PhaseResult]) -> Vec<(String, f64)> {
+    results
+        .iter()
+        .filter(|r| r.who == "cairn store")
+        .filter_map(|r| {
+            let f = results
+                .iter()
+                .find(|f| f.who == "fio" && f.name == r.name)?;
+            (f.iops > 0.0).then(|| (r.name.clone(), 100.0 * r.iops / f.iops))
+        })
+        .collect()
+}
+
+/// Each workload's median store/fio ratio (%) over the rounds (the lower median for an even
+/// count: the less flattering one), in workload order; empty without fio.
+fn median_ratios(rounds: &[Vec<PhaseResult>]) -> Vec<(String, f64)> {
+    let per_round: Vec<Vec<(String, f64)>> = rounds.iter().map(|r| ratios(r)).collect();
+    let Some(first) = per_round.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|(name, _)| {
+            let mut v: Vec<f64> = per_round
+                .iter()
+                .filter_map(|r| r.iter().find(|(n, _)| n == name).map(|(_, x)| *x))
+                .collect();
+            v.sort_by(f64::total_cmp);
+            (name.clone(), v[(v.len() - 1) / 2])
+        })
+        .collect()
+}
+
+fn render_ratios(rounds: &[Vec<PhaseResult>], medians: &[(String, f64)]) -> String {
+    let per_round: Vec<Vec<(String, f64)>> = rounds.iter().map(|r| ratios(r)).collect();
+    let mut s = String::from("| workload |");
+    for i in 1..=rounds.len() {
+        s.push_str(&format!(" round {i} |"));
+    }
+    s.push_str(" median |\n|---|");
+    s.push_str(&"---:|".repeat(rounds.len() + 1));
+    s.push('\n');
+    for (name, median) in medians {
+        s.push_str(&format!("| {name} |"));
+        for r in &per_round {
+            match r.iter().find(|(n, _)| n == name) {
+                Some((_, x)) => s.push_str(&format!(" {x:.0}% |")),
+                None => s.push_str(" - |"),
+            }
+        }
+        s.push_str(&format!(" {median:.0}% |\n"));
+    }
+    s
+}
+
+/// One round of the store's phases on a fresh store: 4 MiB sequential writes, then 4 KiB
+/// random writes and reads at each queue depth; prints the store's own counters.
+async fn store_round(
+    a: &BenchArgs,
+    dev: Arc<dyn BlockDevice>,
+    kv: &Path,
+    objects: usize,
+) -> anyhow::Result<Vec<PhaseResult>> {
+    let kv = kv.to_path_buf();
+    let cfg = StoreConfig {
+        deferred_max_bytes: a.deferred_max_bytes,
+        wal_bytes: a.wal_mib << 20,
+        wal_checkpoint_records: a.wal_checkpoint_records,
+        ..StoreConfig::default()
+    };
     Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &cfg).await?;
     let store = Arc::new(Store::mount(dev, KvLocation::File(kv.clone()), cfg).await?);
     let mut t = Transaction::new();
@@ -406,46 +528,7 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
     for g in groups.iter().chain(&times) {
         println!("{g}");
     }
-
-    if a.fio {
-        if a.profile.is_some() {
-            println!("fio skipped: it would measure the raw file, not the emulated profile");
-        } else {
-            results.extend(run_fio(&a, objects)?);
-        }
-    }
-    let table = render(&results);
-    println!("\n{table}");
-    if let Some(path) = &a.markdown {
-        std::fs::write(path, &table)?;
-    }
-    if let Some(path) = &a.plot {
-        let bars: Vec<(String, f64)> = results
-            .iter()
-            .filter(|r| r.who == "cairn store")
-            .filter_map(|r| {
-                let f = results
-                    .iter()
-                    .find(|f| f.who == "fio" && f.name == r.name)?;
-                (f.iops > 0.0).then(|| (r.name.clone(), 100.0 * r.iops / f.iops))
-            })
-            .collect();
-        if bars.is_empty() {
-            println!("no plot: run with --fio to have something to compare");
-        } else {
-            let labelled = plot::ratio_chart(path, &bars)?;
-            println!(
-                "plot written to {} ({})",
-                path.display(),
-                if labelled {
-                    "labelled"
-                } else {
-                    "no font found: unlabelled"
-                }
-            );
-        }
-    }
-    Ok(())
+    Ok(results)
 }
 
 /// PNG output of the benchmark.
@@ -727,4 +810,43 @@ fn capacity_table(profiles: &[String]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(name: &str, who: &'static str, iops: f64) -> PhaseResult {
+        PhaseResult {
+            name: name.into(),
+            who,
+            iops,
+            mb_s: 0.0,
+            p50_us: 0.0,
+            p95_us: 0.0,
+            p99_us: 0.0,
+            p995_us: 0.0,
+            wa_device: None,
+            wa_total: None,
+        }
+    }
+
+    #[test]
+    fn ratios_take_the_lower_median_over_rounds() {
+        let round = |store: f64, fio: f64| {
+            vec![
+                phase("w", "cairn store", store),
+                phase("w", "fio", fio),
+                phase("r", "cairn store", 50.0),
+                phase("r", "fio", 0.0),
+            ]
+        };
+        let three = [round(90.0, 100.0), round(50.0, 100.0), round(70.0, 100.0)];
+        assert_eq!(median_ratios(&three), vec![("w".to_string(), 70.0)]);
+        let two = [round(90.0, 100.0), round(50.0, 100.0)];
+        assert_eq!(median_ratios(&two), vec![("w".to_string(), 50.0)]);
+        assert!(median_ratios(&[]).is_empty());
+        let table = render_ratios(&three, &median_ratios(&three));
+        assert!(table.contains("| w | 90% | 50% | 70% | 70% |"), "{table}");
+    }
 }
