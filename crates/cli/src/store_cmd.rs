@@ -4,7 +4,7 @@
 use anyhow::{bail, Context};
 use cairn_blockdev::capacity::{self, Pattern, Workload};
 use cairn_blockdev::{BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, IoKind, Profile};
-use cairn_store::{KvLocation, Store, StoreConfig, StoreStats, Transaction};
+use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig, StoreStats, Transaction};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
@@ -97,6 +97,11 @@ struct BenchArgs {
     /// minute to the next, so one round can mislead.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_ROUNDS))]
     rounds: u64,
+    /// Hand the store the 4 MiB writes' block checksums with the data, as an OSD does (its
+    /// messenger computes them while the bytes arrive), instead of letting the store compute
+    /// them: the sequential phase then measures the store's own work in a cluster.
+    #[arg(long)]
+    caller_crcs: bool,
     /// Use buffered I/O instead of O_DIRECT.
     #[arg(long)]
     buffered: bool,
@@ -281,12 +286,17 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         None => file,
     };
     println!(
-        "device {} ({} MiB, O_DIRECT {}, profile {}), kv {}",
+        "device {} ({} MiB, O_DIRECT {}, profile {}), kv {}, 4 MiB writes checksummed by {}",
         a.device.display(),
         a.size_mib,
         direct,
         a.profile.as_deref().unwrap_or("none"),
-        kv.display()
+        kv.display(),
+        if a.caller_crcs {
+            "the caller"
+        } else {
+            "the store"
+        }
     );
     let mut rounds: Vec<Vec<PhaseResult>> = Vec::new();
     for round in 1..=a.rounds {
@@ -431,9 +441,21 @@ async fn store_round(
     // One transaction at a time: the store is busy exactly the sum of the commit latencies
     // (building each 4 MiB transaction, the benchmark's own copy, is not the store's time).
     let mut elapsed = Duration::ZERO;
+    let crcs = DataCrcs {
+        block_bytes: store.block_bytes(),
+        crcs: payload
+            .chunks(store.block_bytes() as usize)
+            .map(crc32c::crc32c)
+            .collect(),
+    };
     for i in 0..objects {
         let mut t = Transaction::new();
-        t.write_bytes("bench", &format!("obj{i:06}"), 0, payload.clone());
+        let obj = format!("obj{i:06}");
+        if a.caller_crcs {
+            t.write_checksummed("bench", &obj, 0, payload.clone(), crcs.clone());
+        } else {
+            t.write_bytes("bench", &obj, 0, payload.clone());
+        }
         let t0 = Instant::now();
         store.queue_transaction_owned(t).await?;
         let took = t0.elapsed();
