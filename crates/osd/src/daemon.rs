@@ -28,6 +28,7 @@ use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig};
 use tokio::sync::Semaphore;
 
 use crate::error::OsdError;
+use crate::payload::Payload;
 use crate::sched::OpScheduler;
 use crate::shared::Shared;
 use crate::{admin, peering, pgmeta, primary, replica};
@@ -317,6 +318,11 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
             block_bytes: CRC_BLOCK_BYTES as u64,
             crcs: crcs.clone(),
         });
+        let received = |bytes: Bytes, crc: u32| Payload {
+            bytes,
+            crc,
+            block_crcs: block_crcs.clone(),
+        };
         let payload = frame.payload;
         match msg_type {
             MSG_OSD_OP => {
@@ -338,9 +344,9 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                     continue;
                 };
                 let (s2, out) = (s.clone(), sender.clone());
+                let data = received(data, data_crc);
                 tokio::spawn(async move {
-                    let (h, body) =
-                        primary::client_op(s2, client, op, data, data_crc, block_crcs).await;
+                    let (h, body) = primary::client_op(s2, client, op, data).await;
                     let crc = h.data_crc;
                     let _ = out
                         .send_data(MSG_OSD_OP_REPLY, encode(&h, &[]), body, Some(crc))
@@ -360,8 +366,9 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                 let tid = rep.tid;
                 let (s2, out) = (s.clone(), sender.clone());
                 let len = data.len().max(4096) as u64;
+                let data = received(data, data_crc);
                 let job = async move {
-                    let h = replica::repop(&s2, rep, data, data_crc, block_crcs).await;
+                    let h = replica::repop(&s2, rep, data).await;
                     let _ = out.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
                 };
                 if let Err(e) = s.sched.submit(QosClass::Client, client, len, job) {

@@ -14,6 +14,7 @@ pub mod error;
 pub mod heartbeat;
 pub mod metrics;
 pub mod objects;
+pub mod payload;
 pub mod peering;
 pub mod peers;
 pub mod pgmeta;

@@ -17,9 +17,10 @@ use cairn_proto::{
     decode, encode, OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_REPOP,
 };
 use cairn_qos::QosClass;
-use cairn_store::{DataCrcs, StoreError, Transaction};
+use cairn_store::{StoreError, Transaction};
 
 use crate::objects::list_page;
+use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack};
 use crate::pgs::{Interval, Pg};
 use crate::shared::Shared;
@@ -31,21 +32,13 @@ fn fail(tid: u64, epoch: u64, result: OpResult) -> Answer {
     (ReplyHeader::bare(tid, epoch, result), Bytes::new())
 }
 
-/// Executes one client op as this PG's primary; always answers. `data_crc` is the data's
-/// crc32c as the messenger verified it on arrival; it must match the op's own. `block_crcs`
-/// are the data's block checksums when the messenger computed them.
-pub async fn client_op(
-    s: Arc<Shared>,
-    client: u64,
-    op: OpHeader,
-    data: Bytes,
-    data_crc: u32,
-    block_crcs: Option<DataCrcs>,
-) -> Answer {
+/// Executes one client op as this PG's primary; always answers. The data's crc32c, as the
+/// messenger verified it on arrival, must match the op's own.
+pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answer {
     let started = Instant::now();
     let kind = op.kind.name();
-    let in_bytes = data.len() as u64;
-    let answer = run(&s, client, op, data, data_crc, block_crcs).await;
+    let in_bytes = data.bytes.len() as u64;
+    let answer = run(&s, client, op, data).await;
     s.metrics.record_op(
         kind,
         in_bytes + answer.1.len() as u64,
@@ -55,21 +48,14 @@ pub async fn client_op(
     answer
 }
 
-async fn run(
-    s: &Arc<Shared>,
-    client: u64,
-    op: OpHeader,
-    data: Bytes,
-    data_crc: u32,
-    block_crcs: Option<DataCrcs>,
-) -> Answer {
+async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answer {
     let epoch = s.epoch();
     if !matches!(op.kind, OpKind::ListObjects { .. }) {
         if let Err(r) = check_object_name(&op.object) {
             return fail(op.tid, epoch, r);
         }
     }
-    if data_crc != op.data_crc {
+    if data.crc != op.data_crc {
         return fail(
             op.tid,
             epoch,
@@ -97,7 +83,7 @@ async fn run(
         );
     };
     if op.kind.is_write() {
-        write(s, client, &pg, active, op, data, block_crcs).await
+        write(s, client, &pg, active, op, data).await
     } else {
         let s2 = s.clone();
         let coll = pg.coll.clone();
@@ -233,9 +219,13 @@ async fn write(
     pg: &Arc<Pg>,
     active: u64,
     op: OpHeader,
-    data: Bytes,
-    block_crcs: Option<DataCrcs>,
+    payload: Payload,
 ) -> Answer {
+    let Payload {
+        bytes: data,
+        block_crcs,
+        ..
+    } = payload;
     let mut inner = pg.inner.lock().await;
     let epoch = s.epoch();
     let iv = pg.interval();

@@ -13,28 +13,22 @@ use cairn_proto::image::ObjectImage;
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
 use cairn_proto::{OpResult, RepOpHeader, ReplyHeader};
 use cairn_qos::QosClass;
-use cairn_store::{DataCrcs, Transaction};
+use cairn_store::Transaction;
 
 use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
 use crate::objects::{install, list_all, list_page, read_image};
+use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack, put_info, replace_log};
 use crate::shared::Shared;
 use crate::txns::build_write;
 
-/// Applies a replica write durably; answers Ok only once it is committed. `data_crc` is the
-/// data's crc32c as the messenger verified it on arrival; it must match the write's own.
-/// `block_crcs` are the data's block checksums when the messenger computed them.
-pub async fn repop(
-    s: &Arc<Shared>,
-    rep: RepOpHeader,
-    data: Bytes,
-    data_crc: u32,
-    block_crcs: Option<DataCrcs>,
-) -> ReplyHeader {
+/// Applies a replica write durably; answers Ok only once it is committed. The data's crc32c,
+/// as the messenger verified it on arrival, must match the write's own.
+pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHeader {
     let epoch = s.epoch();
     let bad = |r| ReplyHeader::bare(rep.tid, epoch, r);
-    if data_crc != rep.data_crc {
+    if data.crc != rep.data_crc {
         return bad(OpResult::Invalid("data checksum mismatch".into()));
     }
     let pgid = PgId {
@@ -65,8 +59,8 @@ pub async fn repop(
         &coll,
         &rep.object,
         &rep.kind,
-        &data,
-        block_crcs.as_ref(),
+        &data.bytes,
+        data.block_crcs.as_ref(),
         pack(rep.entry.version),
     ) {
         return bad(r);

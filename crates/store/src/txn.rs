@@ -190,13 +190,7 @@ impl Transaction {
         offset_bytes: u64,
         data: bytes::Bytes,
     ) -> &mut Self {
-        self.push(Op::Write {
-            coll: coll.into(),
-            obj: obj.into(),
-            offset_bytes,
-            data,
-            crcs: None,
-        })
+        self.push_write(coll, obj, offset_bytes, data, None)
     }
 
     /// Like [`Transaction::write_bytes`] with the data's block checksums already known.
@@ -208,12 +202,23 @@ impl Transaction {
         data: bytes::Bytes,
         crcs: DataCrcs,
     ) -> &mut Self {
+        self.push_write(coll, obj, offset_bytes, data, Some(crcs))
+    }
+
+    fn push_write(
+        &mut self,
+        coll: &str,
+        obj: &str,
+        offset_bytes: u64,
+        data: bytes::Bytes,
+        crcs: Option<DataCrcs>,
+    ) -> &mut Self {
         self.push(Op::Write {
             coll: coll.into(),
             obj: obj.into(),
             offset_bytes,
             data,
-            crcs: Some(crcs),
+            crcs,
         })
     }
 
