@@ -346,7 +346,8 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                 let (s2, out) = (s.clone(), sender.clone());
                 let data = received(data, data_crc);
                 tokio::spawn(async move {
-                    let (h, body) = primary::client_op(s2, client, op, data).await;
+                    // Boxed: the op's future is large, and spawning moves the task by value.
+                    let (h, body) = Box::pin(primary::client_op(s2, client, op, data)).await;
                     let crc = h.data_crc;
                     let _ = out
                         .send_data(MSG_OSD_OP_REPLY, encode(&h, &[]), body, Some(crc))
