@@ -1,5 +1,5 @@
-//! The onode cache: committed metadata (size and whole extent map) of recently read objects,
-//! so a read that hits it needs no KV lookup.
+//! The onode cache: committed metadata (size, whole extent map, and the small attributes read
+//! so far) of recently read objects, so a read that hits it needs no KV lookup.
 //!
 //! Owns a byte-bounded LRU map from (collection, object) to an immutable snapshot of the
 //! object's metadata. Coherence with commits: entries are filled only by readers holding the
@@ -18,6 +18,10 @@ pub(crate) const MAX_CACHED_EXTENT_BYTES: usize = 256 * 1024;
 
 /// Fixed bookkeeping charged per entry, bytes.
 const ENTRY_OVERHEAD_BYTES: usize = 128;
+/// Attributes at most this long are remembered in an entry once read (explicit limit).
+pub(crate) const MAX_CACHED_ATTR_BYTES: usize = 256;
+/// Most attributes (present or absent) one entry remembers (explicit limit).
+pub(crate) const MAX_CACHED_ATTRS: usize = 8;
 
 /// Committed metadata of one object.
 #[derive(Debug)]
@@ -26,9 +30,46 @@ pub(crate) struct CachedObject {
     pub(crate) size_bytes: u64,
     /// Every extent, in logical order.
     pub(crate) extents: Vec<Extent>,
+    /// Small attributes looked up while the entry lived, by name (`None`: the object has no
+    /// such attribute). Coherent for the same reason as the rest of the entry: filled by
+    /// readers under the shared lock, and the whole entry is dropped when a commit touches
+    /// the object.
+    attrs: Mutex<Vec<(String, Option<Vec<u8>>)>>,
 }
 
 impl CachedObject {
+    /// Metadata of an object with no attributes remembered yet.
+    pub(crate) fn new(size_bytes: u64, extents: Vec<Extent>) -> Self {
+        CachedObject {
+            size_bytes,
+            extents,
+            attrs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A remembered attribute: `Some(None)` when it is known to be absent, `None` when it was
+    /// not looked up yet.
+    pub(crate) fn attr(&self, name: &str) -> Option<Option<Vec<u8>>> {
+        let attrs = self.attrs.lock().unwrap_or_else(|p| p.into_inner());
+        attrs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// Remembers an attribute just read from the KV under the shared lock, within the limits.
+    pub(crate) fn remember_attr(&self, name: &str, value: Option<&[u8]>) {
+        if name.len() > MAX_CACHED_ATTR_BYTES
+            || value.is_some_and(|v| v.len() > MAX_CACHED_ATTR_BYTES)
+        {
+            return;
+        }
+        let mut attrs = self.attrs.lock().unwrap_or_else(|p| p.into_inner());
+        if attrs.len() < MAX_CACHED_ATTRS && !attrs.iter().any(|(n, _)| n == name) {
+            attrs.push((name.to_string(), value.map(<[u8]>::to_vec)));
+        }
+    }
+
     /// Bytes the entry is charged against the cache's budget.
     pub(crate) fn charge(&self, key_bytes: usize) -> usize {
         ENTRY_OVERHEAD_BYTES
@@ -136,14 +177,42 @@ mod tests {
     use super::*;
 
     fn obj(blocks: usize) -> Arc<CachedObject> {
-        Arc::new(CachedObject {
-            size_bytes: blocks as u64 * 4096,
-            extents: vec![Extent {
+        Arc::new(CachedObject::new(
+            blocks as u64 * 4096,
+            vec![Extent {
                 lblock: 0,
                 pblock: 1,
                 crcs: vec![7; blocks],
             }],
-        })
+        ))
+    }
+
+    #[test]
+    fn attributes_are_remembered_within_limits() {
+        let o = obj(1);
+        assert_eq!(o.attr("v"), None, "not looked up yet");
+        o.remember_attr("v", Some(b"1"));
+        o.remember_attr("gone", None);
+        o.remember_attr("v", Some(b"2"));
+        assert_eq!(
+            o.attr("v"),
+            Some(Some(b"1".to_vec())),
+            "the first lookup stays"
+        );
+        assert_eq!(o.attr("gone"), Some(None), "known absent");
+        o.remember_attr("big", Some(&[0u8; MAX_CACHED_ATTR_BYTES + 1]));
+        assert_eq!(o.attr("big"), None, "too long to remember");
+        for i in 0..MAX_CACHED_ATTRS + 2 {
+            o.remember_attr(&format!("a{i}"), Some(b"x"));
+        }
+        let remembered = (0..MAX_CACHED_ATTRS + 2)
+            .filter(|i| o.attr(&format!("a{i}")).is_some())
+            .count();
+        assert_eq!(
+            remembered,
+            MAX_CACHED_ATTRS - 2,
+            "at most MAX_CACHED_ATTRS in all"
+        );
     }
 
     #[test]

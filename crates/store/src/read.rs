@@ -106,10 +106,10 @@ impl Store {
         } else {
             None
         };
-        let o = Arc::new(CachedObject {
-            size_bytes: node.size_bytes,
-            extents: extents.clone().unwrap_or_default(),
-        });
+        let o = Arc::new(CachedObject::new(
+            node.size_bytes,
+            extents.clone().unwrap_or_default(),
+        ));
         if extents.is_some() {
             self.onode_cache.insert(coll, obj, o.clone());
         }
@@ -347,19 +347,27 @@ impl Store {
         }
     }
 
-    /// One extended attribute (a point lookup; the object's existence comes from the onode
-    /// cache when it is there).
+    /// One extended attribute (a point lookup; the object's existence, and a small attribute
+    /// read before, come from the onode cache when it is there).
     pub async fn getattr(&self, coll: &str, obj: &str, name: &str) -> Result<Vec<u8>> {
         self.check_ok()?;
         let st = self.state.read().await;
-        self.object_meta(&st, coll, obj)?;
-        let v = self.view(&st)?;
-        let id = Self::read_coll_id(&v, coll)?;
-        let key = sub_key(&object_prefix(id, obj), name.as_bytes());
-        match v.table(XATTRS, 4)?.get(key.as_slice())? {
-            Some(val) => Ok(codec::open(&val, "xattr value")?.to_vec()),
-            None => Err(StoreError::NoSuchAttr(name.to_string())),
-        }
+        let meta = self.object_meta(&st, coll, obj)?;
+        let value = match meta.attr(name) {
+            Some(known) => known,
+            None => {
+                let v = self.view(&st)?;
+                let id = Self::read_coll_id(&v, coll)?;
+                let key = sub_key(&object_prefix(id, obj), name.as_bytes());
+                let value = match v.table(XATTRS, 4)?.get(key.as_slice())? {
+                    Some(val) => Some(codec::open(&val, "xattr value")?.to_vec()),
+                    None => None,
+                };
+                meta.remember_attr(name, value.as_deref());
+                value
+            }
+        };
+        value.ok_or_else(|| StoreError::NoSuchAttr(name.to_string()))
     }
 
     /// All extended attributes, sorted by name.

@@ -742,3 +742,46 @@ async fn checksummed_reads_return_the_verified_crc_of_each_whole_leading_block()
     );
     assert_eq!(&holes[16384..], &data[..4096]);
 }
+
+#[tokio::test]
+async fn attributes_read_through_the_onode_cache_follow_every_commit() {
+    let r = rig().await;
+    let s = r.store();
+    let mut t = Transaction::new();
+    t.write("c", "o", 0, &pattern(1, 5000));
+    s.queue_transaction(&t).await.unwrap();
+    let get = |name: &'static str| s.getattr("c", "o", name);
+    assert!(matches!(get("v").await, Err(StoreError::NoSuchAttr(_))));
+    s.read("c", "o", 0, 10).await.unwrap();
+    for value in [&b"one"[..], b"two", b""] {
+        let mut t = Transaction::new();
+        t.setattr("c", "o", "v", value);
+        s.queue_transaction(&t).await.unwrap();
+        assert_eq!(get("v").await.unwrap(), value, "after setattr");
+        assert_eq!(get("v").await.unwrap(), value, "again, from the cache");
+    }
+    let mut t = Transaction::new();
+    t.push(cairn_store::Op::RmAttr {
+        coll: "c".into(),
+        obj: "o".into(),
+        name: "v".into(),
+    });
+    s.queue_transaction(&t).await.unwrap();
+    assert!(matches!(get("v").await, Err(StoreError::NoSuchAttr(_))));
+    let mut t = Transaction::new();
+    t.clone_object("c", "o", "p")
+        .setattr("c", "o", "v", b"back");
+    s.queue_transaction(&t).await.unwrap();
+    assert_eq!(get("v").await.unwrap(), b"back");
+    assert!(matches!(
+        s.getattr("c", "p", "v").await,
+        Err(StoreError::NoSuchAttr(_))
+    ));
+    let mut t = Transaction::new();
+    t.remove("c", "o");
+    s.queue_transaction(&t).await.unwrap();
+    assert!(matches!(
+        get("v").await,
+        Err(StoreError::NoSuchObject { .. })
+    ));
+}
