@@ -16,22 +16,29 @@ use crate::aligned::AlignedBuf;
 /// Free aligned buffers kept for reuse, at most `max_bytes` in all.
 #[derive(Debug)]
 pub struct AlignedPool {
-    free: Mutex<Vec<AlignedBuf>>,
+    free: Mutex<Free>,
     max_bytes: usize,
     align_bytes: usize,
+}
+
+/// The free buffers and their total length (kept, not summed on every return).
+#[derive(Debug, Default)]
+struct Free {
+    bufs: Vec<AlignedBuf>,
+    bytes: usize,
 }
 
 impl AlignedPool {
     /// An empty pool of buffers aligned to `align_bytes`, keeping at most `max_bytes` free.
     pub fn new(max_bytes: usize, align_bytes: usize) -> Self {
         AlignedPool {
-            free: Mutex::new(Vec::new()),
+            free: Mutex::new(Free::default()),
             max_bytes,
             align_bytes,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<AlignedBuf>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Free> {
         self.free.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -43,9 +50,10 @@ impl AlignedPool {
     /// A free buffer of exactly `len` bytes (with its old contents), if the pool holds one.
     pub fn reuse(&self, len: usize) -> Option<AlignedBuf> {
         let mut free = self.lock();
-        free.iter()
-            .position(|b| b.len() == len)
-            .map(|i| free.swap_remove(i))
+        let i = free.bufs.iter().rposition(|b| b.len() == len)?;
+        let buf = free.bufs.swap_remove(i);
+        free.bytes -= buf.len();
+        Some(buf)
     }
 
     /// A buffer of `len` bytes: a free one (old contents) or a new zeroed one; `None` for a
@@ -61,9 +69,9 @@ impl AlignedPool {
             return;
         }
         let mut free = self.lock();
-        let held: usize = free.iter().map(AlignedBuf::len).sum();
-        if held + buf.len() <= self.max_bytes {
-            free.push(buf);
+        if free.bytes + buf.len() <= self.max_bytes {
+            free.bytes += buf.len();
+            free.bufs.push(buf);
         }
     }
 
@@ -77,7 +85,7 @@ impl AlignedPool {
 
     /// Bytes of free buffers held.
     pub fn free_bytes(&self) -> usize {
-        self.lock().iter().map(AlignedBuf::len).sum()
+        self.lock().bytes
     }
 }
 
