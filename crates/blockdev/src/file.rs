@@ -160,6 +160,28 @@ impl FileDevice {
             })
     }
 
+    /// Runs `io` on an owned buffer, holding a queue slot: on this thread when `inline` and
+    /// the runtime allows it, else on the blocking pool; hands the buffer back.
+    async fn owned_io(
+        &self,
+        kind: IoKind,
+        inline: bool,
+        mut buf: AlignedBuf,
+        io: impl FnOnce(&File, &mut AlignedBuf) -> std::io::Result<()> + Send + 'static,
+    ) -> Result<AlignedBuf> {
+        let _permit = self.permit()?;
+        if inline && inline_allowed() {
+            tokio::task::block_in_place(|| io(&self.file, &mut buf)).map_err(io_err(kind))?;
+            return Ok(buf);
+        }
+        let file = self.file.clone();
+        blocking(kind, move || {
+            io(&file, &mut buf)?;
+            Ok(buf)
+        })
+        .await
+    }
+
     fn buffer(&self, len: usize, kind: IoKind) -> Result<AlignedBuf> {
         AlignedBuf::zeroed(len, DIRECT_ALIGN_BYTES as usize).ok_or_else(|| BlockDevError::Io {
             kind,
@@ -248,18 +270,8 @@ impl BlockDevice for FileDevice {
         if buf.is_empty() {
             return Ok(buf);
         }
-        let _permit = self.permit()?;
-        if self.inline_reads && inline_allowed() {
-            tokio::task::block_in_place(|| {
-                self.file.read_exact_at(buf.as_mut_slice(), offset_bytes)
-            })
-            .map_err(io_err(IoKind::Read))?;
-            return Ok(buf);
-        }
-        let file = self.file.clone();
-        blocking(IoKind::Read, move || {
-            file.read_exact_at(buf.as_mut_slice(), offset_bytes)?;
-            Ok(buf)
+        self.owned_io(IoKind::Read, self.inline_reads, buf, move |f, b| {
+            f.read_exact_at(b.as_mut_slice(), offset_bytes)
         })
         .await
     }
@@ -285,16 +297,9 @@ impl BlockDevice for FileDevice {
             return Ok(buf);
         }
         check_io(&self.props, IoKind::Write, offset_bytes, buf.len() as u64)?;
-        let _permit = self.permit()?;
-        if buf.len() <= INLINE_WRITE_BYTES && inline_allowed() {
-            tokio::task::block_in_place(|| self.file.write_all_at(buf.as_slice(), offset_bytes))
-                .map_err(io_err(IoKind::Write))?;
-            return Ok(buf);
-        }
-        let file = self.file.clone();
-        blocking(IoKind::Write, move || {
-            file.write_all_at(buf.as_slice(), offset_bytes)?;
-            Ok(buf)
+        let inline = buf.len() <= INLINE_WRITE_BYTES;
+        self.owned_io(IoKind::Write, inline, buf, move |f, b| {
+            f.write_all_at(b.as_slice(), offset_bytes)
         })
         .await
     }
