@@ -24,7 +24,7 @@ use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack};
 use crate::pgs::{Interval, Pg};
 use crate::shared::Shared;
-use crate::txns::{build_write, check_object_name, VERSION_ATTR};
+use crate::txns::{build_write, check_object_name, no_space_detail, VERSION_ATTR};
 
 type Answer = (ReplyHeader, Bytes);
 
@@ -109,7 +109,10 @@ fn store_result(e: StoreError) -> OpResult {
     match e {
         StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection { .. } => OpResult::NotFound,
         StoreError::NoSuchAttr { .. } => OpResult::NotFound,
-        e @ StoreError::NoSpace { .. } => OpResult::NoSpace(e.to_string()),
+        StoreError::NoSpace {
+            needed_blocks,
+            free_blocks,
+        } => OpResult::NoSpace(no_space_detail(needed_blocks, free_blocks)),
         other => OpResult::Failed(other.to_string()),
     }
 }

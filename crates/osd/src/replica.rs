@@ -21,7 +21,7 @@ use crate::objects::{install, list_all, list_page, read_image};
 use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack, put_info, replace_log};
 use crate::shared::Shared;
-use crate::txns::build_write;
+use crate::txns::{build_write, no_space_detail};
 
 /// Applies a replica write durably; answers Ok only once it is committed. The data's crc32c,
 /// as the messenger verified it on arrival, must match the write's own.
@@ -79,7 +79,10 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
     }
     if let Err(e) = s.store.queue_transaction_owned(txn).await {
         return bad(match e {
-            e @ cairn_store::StoreError::NoSpace { .. } => OpResult::NoSpace(e.to_string()),
+            cairn_store::StoreError::NoSpace {
+                needed_blocks,
+                free_blocks,
+            } => OpResult::NoSpace(no_space_detail(needed_blocks, free_blocks)),
             other => OpResult::Failed(other.to_string()),
         });
     }

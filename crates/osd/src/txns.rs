@@ -9,6 +9,12 @@ use cairn_store::{DataCrcs, Op, Transaction};
 /// Object attribute holding the object's packed version.
 pub const VERSION_ATTR: &str = "_v";
 
+/// The detail of a store's out-of-space refusal, for `OpResult::NoSpace` (whose display
+/// already says "out of space").
+pub fn no_space_detail(needed_blocks: u64, free_blocks: u64) -> String {
+    format!("the store needs {needed_blocks} blocks and has {free_blocks} free")
+}
+
 /// Why a client's object or attribute name is refused, if it is.
 pub fn check_object_name(name: &str) -> Result<(), OpResult> {
     if name.is_empty() || name.len() > 1000 || name.contains('\0') {
