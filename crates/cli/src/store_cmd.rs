@@ -320,9 +320,10 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         .map(|r| render(r))
         .collect::<Vec<_>>()
         .join("\n");
-    let medians = median_ratios(&rounds);
+    let per_round: Vec<Vec<(String, f64)>> = rounds.iter().map(|r| ratios(r)).collect();
+    let medians = median_ratios(&per_round);
     if a.rounds > 1 && !medians.is_empty() {
-        let table = render_ratios(&rounds, &medians);
+        let table = render_ratios(&per_round, &medians);
         println!("store throughput as % of fio's, per round, and the median:\n\n{table}");
         markdown.push_str(&format!("\n{table}"));
     }
@@ -362,10 +363,9 @@ fn ratios(results: &[PhaseResult]) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// Each workload's median store/fio ratio (%) over the rounds (the lower median for an even
-/// count: the less flattering one), in workload order; empty without fio.
-fn median_ratios(rounds: &[Vec<PhaseResult>]) -> Vec<(String, f64)> {
-    let per_round: Vec<Vec<(String, f64)>> = rounds.iter().map(|r| ratios(r)).collect();
+/// Each workload's median store/fio ratio (%) over the rounds' ratios (the lower median for
+/// an even count: the less flattering one), in workload order; empty without fio.
+fn median_ratios(per_round: &[Vec<(String, f64)>]) -> Vec<(String, f64)> {
     let Some(first) = per_round.first() else {
         return Vec::new();
     };
@@ -382,18 +382,17 @@ fn median_ratios(rounds: &[Vec<PhaseResult>]) -> Vec<(String, f64)> {
         .collect()
 }
 
-fn render_ratios(rounds: &[Vec<PhaseResult>], medians: &[(String, f64)]) -> String {
-    let per_round: Vec<Vec<(String, f64)>> = rounds.iter().map(|r| ratios(r)).collect();
+fn render_ratios(per_round: &[Vec<(String, f64)>], medians: &[(String, f64)]) -> String {
     let mut s = String::from("| workload |");
-    for i in 1..=rounds.len() {
+    for i in 1..=per_round.len() {
         s.push_str(&format!(" round {i} |"));
     }
     s.push_str(" median |\n|---|");
-    s.push_str(&"---:|".repeat(rounds.len() + 1));
+    s.push_str(&"---:|".repeat(per_round.len() + 1));
     s.push('\n');
     for (name, median) in medians {
         s.push_str(&format!("| {name} |"));
-        for r in &per_round {
+        for r in per_round {
             match r.iter().find(|(n, _)| n == name) {
                 Some((_, x)) => s.push_str(&format!(" {x:.0}% |")),
                 None => s.push_str(" - |"),
@@ -441,21 +440,20 @@ async fn store_round(
     // One transaction at a time: the store is busy exactly the sum of the commit latencies
     // (building each 4 MiB transaction, the benchmark's own copy, is not the store's time).
     let mut elapsed = Duration::ZERO;
-    let crcs = DataCrcs {
+    let crcs = a.caller_crcs.then(|| DataCrcs {
         block_bytes: store.block_bytes(),
         crcs: payload
             .chunks(store.block_bytes() as usize)
             .map(crc32c::crc32c)
             .collect(),
-    };
+    });
     for i in 0..objects {
         let mut t = Transaction::new();
         let obj = format!("obj{i:06}");
-        if a.caller_crcs {
-            t.write_checksummed("bench", &obj, 0, payload.clone(), crcs.clone());
-        } else {
-            t.write_bytes("bench", &obj, 0, payload.clone());
-        }
+        match &crcs {
+            Some(c) => t.write_checksummed("bench", &obj, 0, payload.clone(), c.clone()),
+            None => t.write_bytes("bench", &obj, 0, payload.clone()),
+        };
         let t0 = Instant::now();
         store.queue_transaction_owned(t).await?;
         let took = t0.elapsed();
@@ -863,9 +861,12 @@ mod tests {
                 phase("r", "fio", 0.0),
             ]
         };
-        let three = [round(90.0, 100.0), round(50.0, 100.0), round(70.0, 100.0)];
+        let per_round = |rounds: &[Vec<PhaseResult>]| -> Vec<Vec<(String, f64)>> {
+            rounds.iter().map(|r| ratios(r)).collect()
+        };
+        let three = per_round(&[round(90.0, 100.0), round(50.0, 100.0), round(70.0, 100.0)]);
         assert_eq!(median_ratios(&three), vec![("w".to_string(), 70.0)]);
-        let two = [round(90.0, 100.0), round(50.0, 100.0)];
+        let two = per_round(&[round(90.0, 100.0), round(50.0, 100.0)]);
         assert_eq!(median_ratios(&two), vec![("w".to_string(), 50.0)]);
         assert!(median_ratios(&[]).is_empty());
         let table = render_ratios(&three, &median_ratios(&three));

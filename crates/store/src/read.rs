@@ -169,18 +169,15 @@ impl Store {
     ) -> Result<(Bytes, DataCrcs)> {
         self.check_ok()?;
         let bs = self.sb.block_bytes;
-        let none = |bytes: Bytes| {
-            let crcs = DataCrcs {
-                block_bytes: bs,
-                crcs: Arc::from(&[][..]),
-            };
-            (bytes, crcs)
-        };
         let st = self.state.read().await;
         let meta = self.object_meta(&st, coll, obj)?;
         let end = offset_bytes.saturating_add(len_bytes).min(meta.size_bytes);
         if end <= offset_bytes {
-            return Ok(none(Bytes::new()));
+            let crcs = DataCrcs {
+                block_bytes: bs,
+                crcs: Arc::from(&[][..]),
+            };
+            return Ok((Bytes::new(), crcs));
         }
         if end - offset_bytes > self.cfg.max_read_bytes {
             return Err(StoreError::Limit(format!(
@@ -228,16 +225,18 @@ impl Store {
         let bs = self.sb.block_bytes;
         let len = (blocks * bs) as usize;
         let runs = self.device_runs(pieces);
+        let covered: u64 = pieces.iter().map(Extent::blocks).sum();
         let mut buf = match runs.as_slice() {
-            [(i, j, n)] if *n == blocks && pieces[*i].lblock == first => {
-                debug_assert_eq!(*j, pieces.len());
+            [(_, _, n)] if *n == blocks => {
                 let buf = self.bufs.take(len)?;
                 self.dev_read_owned(pieces[0].pblock * bs, buf).await?
             }
             _ => {
                 let mut buf = self.bufs.take(len)?;
                 let window = buf.as_mut_slice();
-                window.fill(0);
+                if covered < blocks {
+                    window.fill(0);
+                }
                 for &(i, _, n) in &runs {
                     let at = ((pieces[i].lblock - first) * bs) as usize;
                     let run = &mut window[at..at + (n * bs) as usize];
@@ -246,7 +245,6 @@ impl Store {
                 buf
             }
         };
-        let covered: u64 = pieces.iter().map(Extent::blocks).sum();
         let hole_crc = if covered < blocks {
             crc32c::crc32c(&vec![0u8; bs as usize])
         } else {
