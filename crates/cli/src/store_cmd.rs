@@ -80,7 +80,7 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16])]
     queue_depths: Vec<usize>,
     /// Writes shorter than this go through the KV (deferred); the rest are copy-on-write.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = StoreConfig::default().deferred_max_bytes)]
     deferred_max_bytes: u64,
     /// Size of the store's write-ahead log ring in MiB (0: no log; every commit then flushes the
     /// device and syncs the KV, the format before the log, for comparison).

@@ -14,7 +14,7 @@ use crate::bufpool::RunBuf;
 use crate::codec;
 use crate::error::{kv, Result, StoreError};
 use crate::stage::{Stage, Tables};
-use crate::store::{blocking, State, Store};
+use crate::store::{State, Store};
 use crate::txn::{Op, Transaction};
 use crate::wal;
 use std::sync::atomic::AtomicU64;
@@ -157,7 +157,7 @@ impl Store {
                 self.forget_cached(&p.txn);
             }
             for &(start, len) in &stage.to_free {
-                if let Err(e) = st.alloc.release(start, len) {
+                if let Err(e) = self.release_freed(st, start, len) {
                     let e = StoreError::Failed(format!("allocator inconsistent after commit: {e}"));
                     return self.fail_all(live, e);
                 }
@@ -182,16 +182,6 @@ impl Store {
                 .commits
                 .fetch_add(live.len() as u64, Ordering::Relaxed);
             self.counters.group_commits.fetch_add(1, Ordering::Relaxed);
-            let apply_result = if st.deferred.len() as u64 * self.sb.block_bytes
-                >= self.cfg.deferred_batch_bytes
-            {
-                self.apply_deferred(st).await
-            } else {
-                Ok(())
-            };
-            // The transactions are durable whatever happens to the deferred application; a
-            // failure there has already failed the store for later calls.
-            drop(apply_result);
             for p in live {
                 let _ = p.done.send(Ok(()));
             }
@@ -257,7 +247,7 @@ impl Store {
         let mut placed = place(st);
         if placed.is_none() && st.checkpoint_job.is_some() {
             let t = Instant::now();
-            blocking(|| self.collect_checkpoint(st, true))?;
+            self.wait_checkpoint(st).await?;
             elapsed_into(&self.counters.checkpoint_wait_ns, t);
             placed = place(st);
         }
@@ -289,13 +279,14 @@ impl Store {
                 self.counters.wal_records.fetch_add(1, Ordering::Relaxed);
                 if st.wal.checkpoint_due(self.cfg.wal_checkpoint_records)
                     || st.overlay.bytes >= self.cfg.max_overlay_bytes / 2
+                    || st.deferred.len() as u64 * bs >= self.cfg.deferred_batch_bytes
                 {
-                    self.start_checkpoint(st)?;
+                    self.start_checkpoint(st).await?;
                 }
             }
             None => {
                 let t = Instant::now();
-                self.checkpoint(st, Vec::new())?;
+                self.checkpoint(st, Vec::new()).await?;
                 elapsed_into(&self.counters.checkpoint_wait_ns, t);
             }
         }

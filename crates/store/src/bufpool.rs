@@ -65,8 +65,8 @@ impl RunBuf {
 }
 
 /// The store's aligned buffers: built from parts for writes, taken whole for reads, reused
-/// through a bounded [`AlignedPool`].
-#[derive(Debug)]
+/// through a bounded [`AlignedPool`]. Clones share the pool.
+#[derive(Debug, Clone)]
 pub(crate) struct BufPool {
     pool: Arc<AlignedPool>,
 }

@@ -10,11 +10,13 @@ use crate::error::{Result, StoreError};
 pub struct StoreConfig {
     /// Allocation unit and checksum granularity, bytes (power of two, >= device alignment).
     pub block_bytes: u64,
-    /// A write (or the piece of it falling in one transaction) shorter than this goes through
-    /// the KV as a deferred write; longer ones are copy-on-write to newly allocated blocks
-    /// (written once). Default: one block, so only sub-block writes are deferred.
+    /// A write shorter than this is deferred: its new block contents travel in the group's log
+    /// record (one device write and one flush commit it) and are written in place later by a
+    /// background checkpoint. Longer writes are copy-on-write to newly allocated blocks (data
+    /// written once, beside the record). Default: 16 KiB, so 4-12 KiB writes are deferred.
     pub deferred_max_bytes: u64,
-    /// Apply deferred writes to their blocks once this many bytes are pending.
+    /// Start a background checkpoint, which applies the pending deferred writes in place, once
+    /// this many bytes are pending (it also starts every `wal_checkpoint_records` records).
     pub deferred_batch_bytes: u64,
     /// Largest single device I/O the store issues, bytes.
     pub max_io_bytes: u64,
@@ -56,7 +58,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             block_bytes: 4096,
-            deferred_max_bytes: 4096,
+            deferred_max_bytes: 16 << 10,
             deferred_batch_bytes: 4 << 20,
             max_io_bytes: 8 << 20,
             max_txn_bytes: 256 << 20,

@@ -41,8 +41,9 @@ impl Store {
         self.check_ok()?;
         // fsck reads the KV itself: first commit the overlay of changes since the checkpoint.
         let mut w = self.state.write().await;
+        self.wait_checkpoint(&mut w).await?;
         if !w.overlay.is_empty() {
-            self.checkpoint(&mut w, Vec::new())?;
+            self.checkpoint(&mut w, Vec::new()).await?;
         }
         let st = w.downgrade();
         let rtx = self.db.begin_read().map_err(kv)?;

@@ -18,6 +18,7 @@ pub mod alloc;
 mod apply;
 mod bufpool;
 mod cache;
+mod checkpoint;
 pub mod codec;
 pub mod config;
 pub mod error;

@@ -40,8 +40,13 @@ pub(crate) fn replay<'c, K: Key + 'static, V: Value + 'static>(
 }
 
 /// Replays one set of changes per table (in the order of `wal::Redo`: meta, collections, onodes,
-/// extents, xattrs, omap, deferred) into the tables of `wtx`.
-pub(crate) fn replay_tables<'c, I>(wtx: &WriteTransaction, tables: [I; REDO_TABLES]) -> Result<()>
+/// extents, xattrs, omap, deferred) into the tables of `wtx`, leaving out the deferred writes
+/// whose raw key `keep_deferred` refuses (already applied in place).
+pub(crate) fn replay_tables<'c, I>(
+    wtx: &WriteTransaction,
+    tables: [I; REDO_TABLES],
+    keep_deferred: impl Fn(&[u8]) -> bool,
+) -> Result<()>
 where
     I: IntoIterator<Item = (&'c Vec<u8>, &'c Option<Vec<u8>>)>,
 {
@@ -52,7 +57,10 @@ where
     replay(&mut wtx.open_table(EXTENTS).map_err(kv)?, extents)?;
     replay(&mut wtx.open_table(XATTRS).map_err(kv)?, xattrs)?;
     replay(&mut wtx.open_table(OMAP).map_err(kv)?, omap)?;
-    replay(&mut wtx.open_table(DEFERRED).map_err(kv)?, deferred)
+    replay(
+        &mut wtx.open_table(DEFERRED).map_err(kv)?,
+        deferred.into_iter().filter(|(k, _)| keep_deferred(k)),
+    )
 }
 
 #[cfg(test)]

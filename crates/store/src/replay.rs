@@ -124,6 +124,7 @@ pub(crate) async fn replay_log(
         replay_tables(
             &wtx,
             std::array::from_fn(|i| rec.tables[i].iter().map(|(k, v)| (k, v))),
+            |_| true,
         )?;
     }
     ring.head = pos;

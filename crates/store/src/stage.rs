@@ -492,6 +492,28 @@ impl Store {
         Ok(true)
     }
 
+    /// Replaces the whole contents of logical block `idx` with `content` if the block exists,
+    /// without reading what it held: in place when the block was allocated by this transaction,
+    /// else as a deferred write. Returns false for a hole.
+    fn replace_block(
+        &self,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        idx: u64,
+        content: &[u8],
+    ) -> Result<bool> {
+        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
+        let Some(mut e) = exts.into_iter().next() else {
+            return Ok(false);
+        };
+        let i = (idx - e.lblock) as usize;
+        e.crcs[i] = crc32c::crc32c(content);
+        self.put_block(stage, e.pblock + i as u64, content.to_vec())?;
+        extmap::put(&mut t.extents, &o.prefix, &e)?;
+        Ok(true)
+    }
+
     /// Stores new contents of an allocated block: into its copy-on-write run if it has one,
     /// else as a deferred write.
     fn put_block(&self, stage: &mut Stage, p: u64, content: Vec<u8>) -> Result<()> {
@@ -566,8 +588,15 @@ impl Store {
             let e = end.min(bstart + bs) - bstart;
             let src = &data[(bstart + s - offset) as usize..(bstart + e - offset) as usize];
             let patch = |b: &mut [u8]| b[s as usize..e as usize].copy_from_slice(src);
-            if idx < live_blocks && self.modify_block(st, stage, t, o, idx, patch).await? {
-                continue;
+            if idx < live_blocks {
+                let changed = if e - s == bs {
+                    self.replace_block(stage, t, o, idx, src)?
+                } else {
+                    self.modify_block(st, stage, t, o, idx, patch).await?
+                };
+                if changed {
+                    continue;
+                }
             }
             let mut content = vec![0u8; bs as usize];
             patch(&mut content);

@@ -24,13 +24,13 @@
 use crate::alloc::Allocator;
 use crate::bufpool::{BufPool, RunBuf};
 use crate::cache::OnodeCache;
+use crate::checkpoint::CheckpointJob;
 use crate::codec::{self, split_block_key, Extent, Onode, Superblock};
 use crate::config::StoreConfig;
 use crate::error::{kv, Result, StoreError};
 use crate::kv::{
     CountingBackend, DynBackend, KvCounters, COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS,
 };
-use crate::logged;
 use crate::overlay::Overlay;
 use crate::wal::{self, Marker, WalRing};
 use cairn_blockdev::BlockDevice;
@@ -44,14 +44,16 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::RwLock;
 
 /// Most device writes one commit keeps in flight.
-const MAX_WRITES_IN_FLIGHT: usize = 32;
+pub(crate) const MAX_WRITES_IN_FLIGHT: usize = 32;
 
 /// Largest I/O that neighbouring copy-on-write runs are joined into (by copying them).
-const JOIN_MAX_BYTES: u64 = 1 << 20;
+pub(crate) const JOIN_MAX_BYTES: u64 = 1 << 20;
 
 /// Runs `futs` concurrently in this task, polling them in order (so each starts in order) and
 /// returning their results in order.
-async fn join_in_order<'a, T>(futs: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
+pub(crate) async fn join_in_order<'a, T>(
+    futs: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>,
+) -> Vec<T> {
     let mut futs: Vec<Option<Pin<Box<dyn Future<Output = T> + Send + 'a>>>> =
         futs.into_iter().map(Some).collect();
     let mut out: Vec<Option<T>> = futs.iter().map(|_| None).collect();
@@ -194,16 +196,6 @@ pub(crate) struct State {
     pub checkpoint_job: Option<CheckpointJob>,
 }
 
-/// A checkpoint committing the overlay's frozen layer to redb on a thread of its own, so that
-/// group commits go on meanwhile (they log into the ring after it and fill the live layer).
-#[derive(Debug)]
-pub(crate) struct CheckpointJob {
-    /// The commit; returns how long it took.
-    thread: std::thread::JoinHandle<Result<std::time::Duration>>,
-    /// The ring's fill at the freeze: what the checkpoint frees once durable.
-    fill: wal::RingFill,
-}
-
 /// Runs `f`, which blocks (a KV sync, waiting for a checkpoint thread), so that on a
 /// multi-threaded runtime this worker's other tasks (sockets, other PGs' reads) move to another
 /// thread meanwhile instead of waiting.
@@ -215,31 +207,6 @@ pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     } else {
         f()
     }
-}
-
-/// Commits `layers` (oldest first) to redb in one durable write transaction, with the removal of
-/// the applied deferred writes `deferred_done` and the log's `marker`.
-fn commit_to_kv(
-    db: &Database,
-    layers: &[&[crate::logged::Touched; wal::REDO_TABLES]],
-    deferred_done: &[u64],
-    marker: Marker,
-) -> Result<()> {
-    let mut wtx = db.begin_write().map_err(kv)?;
-    wtx.set_durability(redb::Durability::Immediate);
-    for tables in layers {
-        logged::replay_tables(&wtx, std::array::from_fn(|i| &tables[i]))?;
-    }
-    {
-        let mut deferred = wtx.open_table(DEFERRED).map_err(kv)?;
-        for k in deferred_done {
-            deferred.remove(*k).map_err(kv)?;
-        }
-        let mut meta = wtx.open_table(META).map_err(kv)?;
-        meta.insert(wal::MARKER_KEY, marker.encode().as_slice())
-            .map_err(kv)?;
-    }
-    wtx.commit().map_err(kv)
 }
 
 /// A BlueStore-style object store on one block device with metadata in redb.
@@ -268,11 +235,13 @@ impl std::fmt::Debug for Store {
 }
 
 impl Drop for Store {
-    /// Waits for a background checkpoint in flight, so that the KV file is closed when the store
-    /// is gone (a store mounted again from the same files must not find it still open).
+    /// Stops a background checkpoint in flight (it finishes the device or KV operation it is in
+    /// and does nothing more: what it left undone is replayed from the log at the next mount)
+    /// and waits for it, so that the KV file is closed when the store is gone (a store mounted
+    /// again from the same files must not find it still open).
     fn drop(&mut self) {
         if let Some(job) = self.state.get_mut().checkpoint_job.take() {
-            let _ = job.thread.join();
+            job.abandon();
         }
     }
 }
@@ -511,92 +480,8 @@ impl Store {
         let mut st = self.state.write().await;
         self.apply_deferred(&mut st).await?;
         if st.wal.records_since_checkpoint() > 0 || !st.overlay.is_empty() {
-            self.checkpoint(&mut st, Vec::new())?;
+            self.checkpoint(&mut st, Vec::new()).await?;
         }
-        Ok(())
-    }
-
-    /// Commits the overlay to the KV durably in one write transaction, with the removal of the
-    /// applied deferred writes `deferred_done` and the log's marker, after waiting for a
-    /// background checkpoint in flight. Everything logged so far is then in the KV: the overlay
-    /// is emptied and the ring's space is free again.
-    pub(crate) fn checkpoint(&self, st: &mut State, deferred_done: Vec<u64>) -> Result<()> {
-        blocking(|| {
-            self.collect_checkpoint(st, true)?;
-            self.checkpoint_now(st, deferred_done)
-        })
-    }
-
-    fn checkpoint_now(&self, st: &mut State, deferred_done: Vec<u64>) -> Result<()> {
-        let t0 = std::time::Instant::now();
-        let frozen = st.overlay.frozen.clone();
-        let mut layers = Vec::with_capacity(2);
-        layers.extend(frozen.as_deref().map(|f| &f.tables));
-        layers.push(&st.overlay.tables);
-        commit_to_kv(&self.db, &layers, &deferred_done, st.wal.marker())
-            .map_err(|e| self.fatal(e))?;
-        st.overlay = Overlay::default();
-        st.wal.checkpointed();
-        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .checkpoint_ns
-            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Starts a background checkpoint of the overlay's live layer, unless one is in flight or
-    /// nothing changed: the layer is frozen and committed to redb with the ring's marker of now
-    /// by a thread of its own, while later groups log after the marker.
-    pub(crate) fn start_checkpoint(&self, st: &mut State) -> Result<()> {
-        if st.checkpoint_job.is_some() || st.overlay.tables.iter().all(|t| t.is_empty()) {
-            return Ok(());
-        }
-        let Some(frozen) = st.overlay.freeze() else {
-            return Ok(());
-        };
-        let marker = st.wal.marker();
-        let fill = st.wal.fill();
-        let db = self.db.clone();
-        let spawned = std::thread::Builder::new()
-            .name("store-checkpoint".into())
-            .spawn(move || {
-                let t0 = std::time::Instant::now();
-                commit_to_kv(&db, &[&frozen.tables], &[], marker)?;
-                Ok(t0.elapsed())
-            });
-        match spawned {
-            Ok(thread) => {
-                st.checkpoint_job = Some(CheckpointJob { thread, fill });
-                Ok(())
-            }
-            // No thread to be had: checkpoint in this one (frozen and live layers together).
-            Err(_) => self.checkpoint(st, Vec::new()),
-        }
-    }
-
-    /// Takes in the background checkpoint in flight once it has finished (waiting for it when
-    /// `wait`): its frozen layer is durable in redb, so it is dropped and the ring space before
-    /// its marker is free. A failed checkpoint fails the store.
-    pub(crate) fn collect_checkpoint(&self, st: &mut State, wait: bool) -> Result<()> {
-        let Some(job) = st
-            .checkpoint_job
-            .take_if(|job| wait || job.thread.is_finished())
-        else {
-            return Ok(());
-        };
-        let elapsed = match job.thread.join() {
-            Ok(Ok(elapsed)) => elapsed,
-            Ok(Err(e)) => return Err(self.fatal(e)),
-            Err(_) => {
-                return Err(self.fatal(StoreError::Failed("checkpoint thread panicked".into())));
-            }
-        };
-        st.overlay.thaw();
-        st.wal.checkpointed_at(job.fill);
-        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .checkpoint_ns
-            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -774,28 +659,6 @@ impl Store {
             Some(e) => Err(e),
             None => Ok(()),
         }
-    }
-
-    /// Applies all committed deferred writes in place, flushes, then deletes their KV records.
-    pub(crate) async fn apply_deferred(&self, st: &mut State) -> Result<()> {
-        if st.deferred.is_empty() {
-            return Ok(());
-        }
-        let mut pending: Vec<(u64, Arc<Vec<u8>>)> =
-            st.deferred.iter().map(|(k, v)| (*k, v.clone())).collect();
-        pending.sort_unstable_by_key(|(k, _)| *k);
-        let mut runs = Vec::with_capacity(pending.len());
-        for (p, d) in &pending {
-            runs.push((*p, RunBuf::Owned(self.bufs.build(&[d.as_slice()])?)));
-        }
-        self.write_runs(runs).await?;
-        self.dev_flush().await?;
-        self.checkpoint(st, pending.iter().map(|(k, _)| *k).collect())?;
-        self.counters
-            .deferred_applied
-            .fetch_add(pending.len() as u64, Ordering::Relaxed);
-        st.deferred.clear();
-        Ok(())
     }
 
     /// Current sizes and counters.

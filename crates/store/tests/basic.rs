@@ -237,7 +237,7 @@ async fn remount_keeps_everything_and_replays_deferred_writes() {
     let r = Rig::mount(&img, cfg()).await.unwrap();
     let mut m = Model::new();
     let mut t = Transaction::new();
-    t.write("c", "a", 0, &pattern(1, 12_288))
+    t.write("c", "a", 0, &pattern(1, 20_480))
         .write("c", "a", 5, b"xyz")
         .setattr("c", "a", "n", b"v");
     r.store().queue_transaction(&t).await.unwrap();

@@ -6,14 +6,20 @@
 mod common;
 
 use cairn_blockdev::PowerLossMode;
-use cairn_store::{KvLossMode, StoreError, Transaction};
+use cairn_store::{KvLossMode, StoreConfig, StoreError, Transaction};
 use common::*;
 use std::collections::BTreeSet;
 
 const BS: u64 = 4096;
 
+/// A store where every write of a whole block or more is copy-on-write (the extent edges under
+/// test), and only sub-block writes are deferred.
 async fn rig() -> Rig {
-    Rig::mount(&fresh_images().await, cfg()).await.unwrap()
+    let cow = StoreConfig {
+        deferred_max_bytes: BS,
+        ..cfg()
+    };
+    Rig::mount(&fresh_images().await, cow).await.unwrap()
 }
 
 async fn apply(r: &Rig, m: &mut Model, t: &Transaction) {

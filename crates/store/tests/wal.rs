@@ -81,8 +81,9 @@ fn find_block(dev: &[u8], block: &[u8]) -> Option<usize> {
 async fn a_last_record_whose_data_did_not_land_is_discarded() {
     let img = fresh_images().await;
     let rig = Rig::mount(&img, cfg()).await.unwrap();
-    let first = write_txn("kept", 1, 3 * 4096);
-    let last = write_txn("lost", 2, 2 * 4096);
+    // Both are copy-on-write (at least `deferred_max_bytes`): their data is not in the record.
+    let first = write_txn("kept", 1, 5 * 4096);
+    let last = write_txn("lost", 2, 5 * 4096);
     rig.store().queue_transaction(&first).await.unwrap();
     let model = model_apply(&dump(rig.store()).await, &first).unwrap();
     rig.store().queue_transaction(&last).await.unwrap();
@@ -91,7 +92,7 @@ async fn a_last_record_whose_data_did_not_land_is_discarded() {
         .await;
     // Make it look as if the last group's record reached the device but one of its data blocks
     // did not (a power cut during its flush).
-    let second_block = &pattern(2, 2 * 4096)[4096..];
+    let second_block = &pattern(2, 5 * 4096)[4096..8192];
     let at = find_block(&img.dev, second_block).expect("data block on the device");
     img.dev[at..at + 4096].fill(0);
 

@@ -1,0 +1,386 @@
+//! Checkpoints: committing the overlay to redb with the log's marker (in the foreground, or the
+//! frozen layer on a thread of its own), and applying committed deferred writes in place before
+//! the checkpoint that lets the log forget them.
+//!
+//! Owns two orders that keep deferred writes safe. A checkpoint's marker passes a record only
+//! when every deferred write that record carries is durable in place (written and flushed) or
+//! still in the KV: a background checkpoint writes the deferred writes pending at its freeze,
+//! flushes, and only then commits the frozen layer without them. And no block such a checkpoint
+//! may still write is reused: a run freed while it runs that holds one of its blocks is released
+//! only after it has finished. It must never write a block except one that a committed deferred
+//! write targets.
+
+use crate::bufpool::BufPool;
+use crate::error::{kv, Result, StoreError};
+use crate::kv::{DEFERRED, META};
+use crate::logged;
+use crate::overlay::{Frozen, Overlay};
+use crate::store::{blocking, join_in_order, State, Store, JOIN_MAX_BYTES, MAX_WRITES_IN_FLIGHT};
+use crate::wal::{self, Marker};
+use cairn_blockdev::BlockDevice;
+use redb::Database;
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Committed deferred writes as `(physical block, new contents)`, sorted by block.
+type DeferredWrites = Arc<[(u64, Arc<Vec<u8>>)]>;
+
+/// One device write in flight, resolving to the bytes written.
+type DeviceWrite<'a> = Pin<
+    Box<dyn Future<Output = std::result::Result<u64, cairn_blockdev::BlockDevError>> + Send + 'a>,
+>;
+
+/// What a background checkpoint did, reported when it is taken in.
+#[derive(Debug, Default)]
+struct JobDone {
+    elapsed: Duration,
+    bytes_written: u64,
+    flushes: u64,
+}
+
+/// A checkpoint committing the overlay's frozen layer to redb on a thread of its own, after
+/// applying the deferred writes pending at the freeze; group commits go on meanwhile (they log
+/// into the ring after its marker and fill the live layer).
+#[derive(Debug)]
+pub(crate) struct CheckpointJob {
+    thread: std::thread::JoinHandle<Result<JobDone>>,
+    /// Closed when the thread ends, so that waiting for it never blocks the runtime (whose
+    /// device I/O the thread may be waiting for).
+    finished: oneshot::Receiver<()>,
+    /// The ring's fill at the freeze: what the checkpoint frees once durable.
+    fill: wal::RingFill,
+    /// The deferred writes it applies.
+    applying: DeferredWrites,
+    /// Freed runs holding a block it applies: released once it has finished.
+    quarantine: Vec<(u64, u64)>,
+    /// Tells the thread to stop before its next device write, flush or KV commit.
+    stop: Arc<AtomicBool>,
+}
+
+impl CheckpointJob {
+    /// Whether the job may write any block of `start..start + len`.
+    fn writes_any(&self, start: u64, len: u64) -> bool {
+        let i = self.applying.partition_point(|(p, _)| *p < start);
+        self.applying
+            .get(i)
+            .is_some_and(|(p, _)| *p < start.saturating_add(len))
+    }
+
+    /// Stops the thread at its next step and waits for it (for a store being dropped: what it
+    /// left undone is replayed from the log at the next mount).
+    pub(crate) fn abandon(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+/// Everything the checkpoint thread needs, owned.
+struct JobInput {
+    db: Arc<Database>,
+    dev: Arc<dyn BlockDevice>,
+    bufs: BufPool,
+    runtime: tokio::runtime::Handle,
+    frozen: Arc<Frozen>,
+    applying: DeferredWrites,
+    marker: Marker,
+    block_bytes: u64,
+    max_io_bytes: u64,
+    stop: Arc<AtomicBool>,
+}
+
+impl JobInput {
+    fn stopped(&self) -> Result<()> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(StoreError::Failed(
+                "checkpoint stopped: the store was dropped".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The thread's work: deferred writes in place and a flush, then the durable KV commit.
+    fn run(self) -> Result<JobDone> {
+        let t0 = Instant::now();
+        let mut done = JobDone::default();
+        if !self.applying.is_empty() {
+            self.stopped()?;
+            done.bytes_written = self.runtime.block_on(write_in_place(
+                &*self.dev,
+                &self.bufs,
+                &self.applying,
+                self.block_bytes,
+                self.max_io_bytes,
+            ))?;
+            self.stopped()?;
+            self.runtime.block_on(self.dev.flush())?;
+            done.flushes = 1;
+        }
+        self.stopped()?;
+        let applied: Vec<u64> = self.applying.iter().map(|(p, _)| *p).collect();
+        commit_to_kv(&self.db, &[&self.frozen.tables], &applied, self.marker)?;
+        done.elapsed = t0.elapsed();
+        Ok(done)
+    }
+}
+
+/// Writes deferred contents to their blocks: neighbouring blocks joined into I/Os of at most
+/// [`JOIN_MAX_BYTES`] (and `max_io_bytes`), up to [`MAX_WRITES_IN_FLIGHT`] at once. Returns the
+/// bytes written. No flush.
+async fn write_in_place(
+    dev: &dyn BlockDevice,
+    bufs: &BufPool,
+    writes: &[(u64, Arc<Vec<u8>>)],
+    block_bytes: u64,
+    max_io_bytes: u64,
+) -> Result<u64> {
+    let per_io = (JOIN_MAX_BYTES.min(max_io_bytes) / block_bytes).max(1) as usize;
+    let mut ios = Vec::new();
+    let mut rest = writes;
+    while let Some(&(first, _)) = rest.first() {
+        let n = rest
+            .iter()
+            .enumerate()
+            .take(per_io)
+            .take_while(|(i, (p, _))| *p == first + *i as u64)
+            .count();
+        let parts: Vec<&[u8]> = rest[..n].iter().map(|(_, d)| d.as_slice()).collect();
+        ios.push((first * block_bytes, bufs.build(&parts)?));
+        rest = &rest[n..];
+    }
+    let limit = MAX_WRITES_IN_FLIGHT.min(dev.properties().max_queue_depth.max(1));
+    let mut written = 0u64;
+    let mut ios = ios.into_iter().peekable();
+    while ios.peek().is_some() {
+        let batch: Vec<DeviceWrite<'_>> = ios
+            .by_ref()
+            .take(limit)
+            .map(|(offset, buf)| {
+                Box::pin(async move {
+                    let len = buf.len() as u64;
+                    let buf = dev.write_owned(offset, buf).await?;
+                    bufs.put(buf);
+                    Ok(len)
+                }) as DeviceWrite<'_>
+            })
+            .collect();
+        for r in join_in_order(batch).await {
+            written += r?;
+        }
+    }
+    Ok(written)
+}
+
+/// Commits `layers` (oldest first) to redb in one durable write transaction, without the
+/// deferred writes `applied` (they are in place on the device: removed from the table, and not
+/// written when a layer carries them), and with the log's `marker`.
+fn commit_to_kv(
+    db: &Database,
+    layers: &[&[logged::Touched; wal::REDO_TABLES]],
+    applied: &[u64],
+    marker: Marker,
+) -> Result<()> {
+    let applied_keys: HashSet<[u8; 8]> = applied.iter().map(|p| p.to_le_bytes()).collect();
+    let keep_deferred = |k: &[u8]| !<[u8; 8]>::try_from(k).is_ok_and(|k| applied_keys.contains(&k));
+    let mut wtx = db.begin_write().map_err(kv)?;
+    wtx.set_durability(redb::Durability::Immediate);
+    for tables in layers {
+        logged::replay_tables(&wtx, std::array::from_fn(|i| &tables[i]), keep_deferred)?;
+    }
+    {
+        let mut deferred = wtx.open_table(DEFERRED).map_err(kv)?;
+        for k in applied {
+            deferred.remove(*k).map_err(kv)?;
+        }
+        let mut meta = wtx.open_table(META).map_err(kv)?;
+        meta.insert(wal::MARKER_KEY, marker.encode().as_slice())
+            .map_err(kv)?;
+    }
+    wtx.commit().map_err(kv)
+}
+
+impl Store {
+    /// Commits the overlay to the KV durably in one write transaction, with the removal of the
+    /// applied deferred writes `applied` and the log's marker, after waiting for a background
+    /// checkpoint in flight. Everything logged so far is then in the KV: the overlay is emptied
+    /// and the ring's space is free again.
+    pub(crate) async fn checkpoint(&self, st: &mut State, applied: Vec<u64>) -> Result<()> {
+        self.wait_checkpoint(st).await?;
+        blocking(|| self.checkpoint_now(st, applied))
+    }
+
+    fn checkpoint_now(&self, st: &mut State, applied: Vec<u64>) -> Result<()> {
+        let t0 = Instant::now();
+        let frozen = st.overlay.frozen.clone();
+        let mut layers = Vec::with_capacity(2);
+        layers.extend(frozen.as_deref().map(|f| &f.tables));
+        layers.push(&st.overlay.tables);
+        commit_to_kv(&self.db, &layers, &applied, st.wal.marker()).map_err(|e| self.fatal(e))?;
+        st.overlay = Overlay::default();
+        st.wal.checkpointed();
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .checkpoint_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Starts a background checkpoint, unless one is in flight or nothing changed: the overlay's
+    /// live layer is frozen, and a thread of its own applies the deferred writes pending now in
+    /// place, flushes, then commits the layer to redb with the ring's marker of now, while later
+    /// groups log after the marker.
+    pub(crate) async fn start_checkpoint(&self, st: &mut State) -> Result<()> {
+        if st.checkpoint_job.is_some() || st.overlay.tables.iter().all(|t| t.is_empty()) {
+            return Ok(());
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self.checkpoint(st, Vec::new()).await;
+        };
+        let Some(frozen) = st.overlay.freeze() else {
+            return Ok(());
+        };
+        let mut applying: Vec<(u64, Arc<Vec<u8>>)> =
+            st.deferred.iter().map(|(p, d)| (*p, d.clone())).collect();
+        applying.sort_unstable_by_key(|(p, _)| *p);
+        let applying: DeferredWrites = applying.into();
+        let stop = Arc::new(AtomicBool::new(false));
+        let input = JobInput {
+            db: self.db.clone(),
+            dev: self.dev.clone(),
+            bufs: self.bufs.clone(),
+            runtime,
+            frozen,
+            applying: applying.clone(),
+            marker: st.wal.marker(),
+            block_bytes: self.sb.block_bytes,
+            max_io_bytes: self.cfg.max_io_bytes,
+            stop: stop.clone(),
+        };
+        let (finish, finished) = oneshot::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("store-checkpoint".into())
+            .spawn(move || {
+                let result = input.run();
+                drop(finish);
+                result
+            });
+        match spawned {
+            Ok(thread) => {
+                st.checkpoint_job = Some(CheckpointJob {
+                    thread,
+                    finished,
+                    fill: st.wal.fill(),
+                    applying,
+                    quarantine: Vec::new(),
+                    stop,
+                });
+                Ok(())
+            }
+            // No thread to be had: checkpoint in this one (frozen and live layers together).
+            Err(_) => self.checkpoint(st, Vec::new()).await,
+        }
+    }
+
+    /// Waits for the background checkpoint in flight, if any, and takes it in.
+    pub(crate) async fn wait_checkpoint(&self, st: &mut State) -> Result<()> {
+        if let Some(job) = st.checkpoint_job.as_mut() {
+            let _ = (&mut job.finished).await;
+        }
+        self.collect_checkpoint(st, true)
+    }
+
+    /// Takes in the background checkpoint in flight once it has finished (or, with `wait`, once
+    /// its thread has ended: it has signalled `finished`, see [`Store::wait_checkpoint`]): its frozen layer is
+    /// durable in redb, so it is dropped and the ring space before its marker is free; the
+    /// deferred writes it applied are no longer pending (unless a later group replaced them);
+    /// the runs freed meanwhile are released. A failed checkpoint fails the store.
+    pub(crate) fn collect_checkpoint(&self, st: &mut State, wait: bool) -> Result<()> {
+        let Some(job) = st
+            .checkpoint_job
+            .take_if(|job| wait || job.thread.is_finished())
+        else {
+            return Ok(());
+        };
+        let done = match job.thread.join() {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => return Err(self.fatal(e)),
+            Err(_) => {
+                return Err(self.fatal(StoreError::Failed("checkpoint thread panicked".into())));
+            }
+        };
+        st.overlay.thaw();
+        st.wal.checkpointed_at(job.fill);
+        for (p, d) in job.applying.iter() {
+            if st.deferred.get(p).is_some_and(|now| Arc::ptr_eq(now, d)) {
+                st.deferred.remove(p);
+            }
+        }
+        for (start, len) in job.quarantine {
+            st.alloc.release(start, len).map_err(|e| {
+                self.fatal(StoreError::Failed(format!(
+                    "allocator inconsistent after a checkpoint: {e}"
+                )))
+            })?;
+        }
+        let c = &self.counters;
+        c.checkpoints.fetch_add(1, Ordering::Relaxed);
+        c.checkpoint_ns
+            .fetch_add(done.elapsed.as_nanos() as u64, Ordering::Relaxed);
+        c.deferred_applied
+            .fetch_add(job.applying.len() as u64, Ordering::Relaxed);
+        c.device_bytes_written
+            .fetch_add(done.bytes_written, Ordering::Relaxed);
+        c.device_flushes.fetch_add(done.flushes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Returns a run freed by a commit to the allocator, or holds it until the background
+    /// checkpoint in flight has finished when that may still write one of its blocks.
+    pub(crate) fn release_freed(&self, st: &mut State, start: u64, len: u64) -> Result<()> {
+        if let Some(job) = st
+            .checkpoint_job
+            .as_mut()
+            .filter(|job| job.writes_any(start, len))
+        {
+            job.quarantine.push((start, len));
+            return Ok(());
+        }
+        st.alloc.release(start, len)
+    }
+
+    /// Applies every committed deferred write in place now, flushes, then checkpoints without
+    /// them (after the background checkpoint in flight, which applies its own).
+    pub(crate) async fn apply_deferred(&self, st: &mut State) -> Result<()> {
+        self.wait_checkpoint(st).await?;
+        if st.deferred.is_empty() {
+            return Ok(());
+        }
+        let mut pending: Vec<(u64, Arc<Vec<u8>>)> =
+            st.deferred.iter().map(|(k, v)| (*k, v.clone())).collect();
+        pending.sort_unstable_by_key(|(k, _)| *k);
+        let bytes = write_in_place(
+            &*self.dev,
+            &self.bufs,
+            &pending,
+            self.sb.block_bytes,
+            self.cfg.max_io_bytes,
+        )
+        .await
+        .map_err(|e| self.fatal(e))?;
+        self.counters
+            .device_bytes_written
+            .fetch_add(bytes, Ordering::Relaxed);
+        self.dev_flush().await?;
+        self.checkpoint(st, pending.iter().map(|(k, _)| *k).collect())
+            .await?;
+        self.counters
+            .deferred_applied
+            .fetch_add(pending.len() as u64, Ordering::Relaxed);
+        st.deferred.clear();
+        Ok(())
+    }
+}
