@@ -10,18 +10,16 @@
 //! only after it has finished. It must never write a block except one that a committed deferred
 //! write targets.
 
-use crate::bufpool::BufPool;
+use crate::bufpool::{BufPool, RunBuf};
 use crate::error::{kv, Result, StoreError};
 use crate::kv::{DEFERRED, META};
 use crate::logged;
 use crate::overlay::{Frozen, Overlay};
-use crate::store::{blocking, join_in_order, State, Store, JOIN_MAX_BYTES, MAX_WRITES_IN_FLIGHT};
+use crate::store::{blocking, write_ios, State, Store, JOIN_MAX_BYTES};
 use crate::wal::{self, Marker};
 use cairn_blockdev::BlockDevice;
 use redb::Database;
 use std::collections::HashSet;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,11 +27,6 @@ use tokio::sync::oneshot;
 
 /// Committed deferred writes as `(physical block, new contents)`, sorted by block.
 type DeferredWrites = Arc<[(u64, Arc<Vec<u8>>)]>;
-
-/// One device write in flight, resolving to the bytes written.
-type DeviceWrite<'a> = Pin<
-    Box<dyn Future<Output = std::result::Result<u64, cairn_blockdev::BlockDevError>> + Send + 'a>,
->;
 
 /// What a background checkpoint did, reported when it is taken in.
 #[derive(Debug, Default)]
@@ -129,8 +122,8 @@ impl JobInput {
 }
 
 /// Writes deferred contents to their blocks: neighbouring blocks joined into I/Os of at most
-/// [`JOIN_MAX_BYTES`] (and `max_io_bytes`), up to [`MAX_WRITES_IN_FLIGHT`] at once. Returns the
-/// bytes written. No flush.
+/// [`JOIN_MAX_BYTES`] (and `max_io_bytes`), issued by [`write_ios`]. Returns the bytes
+/// written. No flush.
 async fn write_in_place(
     dev: &dyn BlockDevice,
     bufs: &BufPool,
@@ -149,30 +142,10 @@ async fn write_in_place(
             .take_while(|(i, (p, _))| *p == first + *i as u64)
             .count();
         let parts: Vec<&[u8]> = rest[..n].iter().map(|(_, d)| d.as_slice()).collect();
-        ios.push((first * block_bytes, bufs.build(&parts)?));
+        ios.push((first * block_bytes, RunBuf::Owned(bufs.build(&parts)?)));
         rest = &rest[n..];
     }
-    let limit = MAX_WRITES_IN_FLIGHT.min(dev.properties().max_queue_depth.max(1));
-    let mut written = 0u64;
-    let mut ios = ios.into_iter().peekable();
-    while ios.peek().is_some() {
-        let batch: Vec<DeviceWrite<'_>> = ios
-            .by_ref()
-            .take(limit)
-            .map(|(offset, buf)| {
-                Box::pin(async move {
-                    let len = buf.len() as u64;
-                    let buf = dev.write_owned(offset, buf).await?;
-                    bufs.put(buf);
-                    Ok(len)
-                }) as DeviceWrite<'_>
-            })
-            .collect();
-        for r in join_in_order(batch).await {
-            written += r?;
-        }
-    }
-    Ok(written)
+    Ok(write_ios(dev, bufs, ios).await?)
 }
 
 /// Commits `layers` (oldest first) to redb in one durable write transaction, without the

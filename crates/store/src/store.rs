@@ -33,7 +33,7 @@ use crate::kv::{
 };
 use crate::overlay::Overlay;
 use crate::wal::{self, Marker, WalRing};
-use cairn_blockdev::BlockDevice;
+use cairn_blockdev::{BlockDevError, BlockDevice};
 use redb::{Database, ReadableTable, ReadableTableMetadata, StorageBackend};
 use std::collections::HashMap;
 use std::future::Future;
@@ -44,16 +44,14 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::RwLock;
 
 /// Most device writes one commit keeps in flight.
-pub(crate) const MAX_WRITES_IN_FLIGHT: usize = 32;
+const MAX_WRITES_IN_FLIGHT: usize = 32;
 
 /// Largest I/O that neighbouring copy-on-write runs are joined into (by copying them).
 pub(crate) const JOIN_MAX_BYTES: u64 = 1 << 20;
 
 /// Runs `futs` concurrently in this task, polling them in order (so each starts in order) and
 /// returning their results in order.
-pub(crate) async fn join_in_order<'a, T>(
-    futs: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>,
-) -> Vec<T> {
+async fn join_in_order<'a, T>(futs: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
     let mut futs: Vec<Option<Pin<Box<dyn Future<Output = T> + Send + 'a>>>> =
         futs.into_iter().map(Some).collect();
     let mut out: Vec<Option<T>> = futs.iter().map(|_| None).collect();
@@ -208,6 +206,52 @@ pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
         f()
     }
 }
+
+/// Writes `ios` (byte offset, buffer) to `dev`, up to [`MAX_WRITES_IN_FLIGHT`] (and the
+/// device's queue depth) at once, each batch started in order; owned buffers go back to `bufs`.
+/// Returns the bytes written, or the first error once the batch in flight has completed.
+pub(crate) async fn write_ios(
+    dev: &dyn BlockDevice,
+    bufs: &BufPool,
+    ios: Vec<(u64, RunBuf)>,
+) -> std::result::Result<u64, BlockDevError> {
+    let limit = MAX_WRITES_IN_FLIGHT.min(dev.properties().max_queue_depth.max(1));
+    let mut written = 0u64;
+    let mut ios = ios.into_iter().peekable();
+    while ios.peek().is_some() {
+        let batch: Vec<DeviceWrite<'_>> = ios
+            .by_ref()
+            .take(limit)
+            .map(|(offset, run)| {
+                Box::pin(async move {
+                    let len = run.len() as u64;
+                    match run {
+                        RunBuf::Owned(buf) => bufs.put(dev.write_owned(offset, buf).await?),
+                        RunBuf::Shared(bytes) => dev.write_shared(offset, bytes).await?,
+                    }
+                    Ok(len)
+                }) as DeviceWrite<'_>
+            })
+            .collect();
+        let mut first_err = None;
+        for r in join_in_order(batch).await {
+            match r {
+                Ok(n) => written += n,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+    }
+    Ok(written)
+}
+
+/// One device write in flight, resolving to the bytes written.
+type DeviceWrite<'a> =
+    Pin<Box<dyn Future<Output = std::result::Result<u64, BlockDevError>> + Send + 'a>>;
 
 /// A BlueStore-style object store on one block device with metadata in redb.
 pub struct Store {
@@ -526,29 +570,6 @@ impl Store {
         e
     }
 
-    pub(crate) async fn dev_write_run(&self, offset_bytes: u64, run: RunBuf) -> Result<()> {
-        let len = run.len() as u64;
-        match run {
-            RunBuf::Owned(buf) => {
-                let buf = self
-                    .dev
-                    .write_owned(offset_bytes, buf)
-                    .await
-                    .map_err(|e| self.fatal(e.into()))?;
-                self.bufs.put(buf);
-            }
-            RunBuf::Shared(bytes) => self
-                .dev
-                .write_shared(offset_bytes, bytes)
-                .await
-                .map_err(|e| self.fatal(e.into()))?,
-        }
-        self.counters
-            .device_bytes_written
-            .fetch_add(len, Ordering::Relaxed);
-        Ok(())
-    }
-
     pub(crate) async fn dev_flush(&self) -> Result<()> {
         self.dev.flush().await.map_err(|e| self.fatal(e.into()))?;
         self.counters.device_flushes.fetch_add(1, Ordering::Relaxed);
@@ -634,31 +655,17 @@ impl Store {
             group.push((start, buf));
         }
         flush_group(&mut group, &mut ios)?;
-        let limit = MAX_WRITES_IN_FLIGHT.min(self.dev.properties().max_queue_depth.max(1));
-        let mut ios = ios.into_iter().peekable();
-        let mut first_err = None;
-        while ios.peek().is_some() {
-            let batch: Vec<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = ios
-                .by_ref()
-                .take(limit)
-                .map(|(start, buf)| {
-                    Box::pin(self.dev_write_run(start * bs, buf))
-                        as Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>
-                })
-                .collect();
-            for r in join_in_order(batch).await {
-                if let Err(e) = r {
-                    first_err.get_or_insert(e);
-                }
-            }
-            if first_err.is_some() {
-                break;
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        let ios = ios
+            .into_iter()
+            .map(|(start, buf)| (start * bs, buf))
+            .collect();
+        let written = write_ios(&*self.dev, &self.bufs, ios)
+            .await
+            .map_err(|e| self.fatal(e.into()))?;
+        self.counters
+            .device_bytes_written
+            .fetch_add(written, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Current sizes and counters.
