@@ -466,7 +466,9 @@ impl Store {
 
     /// Applies `f` to the contents of logical block `idx` if it exists, as a small change:
     /// in place when the block was allocated by this transaction, else as a deferred write.
-    /// Returns false for a hole.
+    /// With `rewrites_all`, `f` sets every byte, so the old contents are not read (nor
+    /// verified). Returns false for a hole.
+    #[allow(clippy::too_many_arguments)]
     async fn modify_block(
         &self,
         st: &State,
@@ -474,6 +476,7 @@ impl Store {
         t: &mut Tables<'_>,
         o: &Obj<'_>,
         idx: u64,
+        rewrites_all: bool,
         f: impl FnOnce(&mut [u8]),
     ) -> Result<bool> {
         let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
@@ -482,34 +485,15 @@ impl Store {
         };
         let i = (idx - e.lblock) as usize;
         let p = e.pblock + i as u64;
-        let mut content = self
-            .staged_extent(st, stage, o, &e.slice(idx, idx + 1))
-            .await?;
+        let mut content = if rewrites_all {
+            vec![0u8; self.sb.block_bytes as usize]
+        } else {
+            self.staged_extent(st, stage, o, &e.slice(idx, idx + 1))
+                .await?
+        };
         f(&mut content);
         e.crcs[i] = crc32c::crc32c(&content);
         self.put_block(stage, p, content)?;
-        extmap::put(&mut t.extents, &o.prefix, &e)?;
-        Ok(true)
-    }
-
-    /// Replaces the whole contents of logical block `idx` with `content` if the block exists,
-    /// without reading what it held: in place when the block was allocated by this transaction,
-    /// else as a deferred write. Returns false for a hole.
-    fn replace_block(
-        &self,
-        stage: &mut Stage,
-        t: &mut Tables<'_>,
-        o: &Obj<'_>,
-        idx: u64,
-        content: &[u8],
-    ) -> Result<bool> {
-        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
-        let Some(mut e) = exts.into_iter().next() else {
-            return Ok(false);
-        };
-        let i = (idx - e.lblock) as usize;
-        e.crcs[i] = crc32c::crc32c(content);
-        self.put_block(stage, e.pblock + i as u64, content.to_vec())?;
         extmap::put(&mut t.extents, &o.prefix, &e)?;
         Ok(true)
     }
@@ -588,15 +572,12 @@ impl Store {
             let e = end.min(bstart + bs) - bstart;
             let src = &data[(bstart + s - offset) as usize..(bstart + e - offset) as usize];
             let patch = |b: &mut [u8]| b[s as usize..e as usize].copy_from_slice(src);
-            if idx < live_blocks {
-                let changed = if e - s == bs {
-                    self.replace_block(stage, t, o, idx, src)?
-                } else {
-                    self.modify_block(st, stage, t, o, idx, patch).await?
-                };
-                if changed {
-                    continue;
-                }
+            if idx < live_blocks
+                && self
+                    .modify_block(st, stage, t, o, idx, e - s == bs, patch)
+                    .await?
+            {
+                continue;
             }
             let mut content = vec![0u8; bs as usize];
             patch(&mut content);
@@ -740,8 +721,10 @@ impl Store {
             if s == 0 && e == bs {
                 continue;
             }
-            self.modify_block(st, stage, t, o, idx, |b| b[s as usize..e as usize].fill(0))
-                .await?;
+            self.modify_block(st, stage, t, o, idx, false, |b| {
+                b[s as usize..e as usize].fill(0)
+            })
+            .await?;
         }
         Ok(())
     }
