@@ -65,7 +65,10 @@ impl CheckpointJob {
     }
 
     /// Stops the thread at its next step and waits for it (for a store being dropped: what it
-    /// left undone is replayed from the log at the next mount).
+    /// left undone is replayed from the log at the next mount). A device whose I/O needs the
+    /// dropping thread's own runtime to make progress (the emulated device's timers on a
+    /// current-thread runtime) would make this wait forever; cairn's daemons and benches run
+    /// such devices on multi-threaded runtimes.
     pub(crate) fn abandon(self) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
