@@ -110,6 +110,19 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
         self.write(offset_bytes, &data).await
     }
 
+    /// Writes an owned buffer at `offset_bytes` and returns once that write is durable, as a
+    /// [`BlockDevice::write_owned`] followed by a [`BlockDevice::flush`] would (the default
+    /// does exactly that). Devices that can make one write durable by itself do so in one
+    /// operation (the file device: `pwritev2` with `RWF_DSYNC`), which saves a system call and
+    /// a thread hand-off per commit. Only this write is promised durable: other writes in
+    /// flight or completed before it need a `flush`. An error means its durability is unknown
+    /// and is fatal for the caller, as for `flush`.
+    async fn write_owned_durable(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
+        let buf = self.write_owned(offset_bytes, buf).await?;
+        self.flush().await?;
+        Ok(buf)
+    }
+
     /// Makes all writes completed before this call durable. An error is fatal for the caller.
     async fn flush(&self) -> Result<()>;
 

@@ -264,13 +264,24 @@ impl Store {
             ));
         }
         ios.extend(std::mem::take(&mut stage.new_data));
-        if !ios.is_empty() {
-            let t = Instant::now();
-            self.write_runs(ios).await?;
-            elapsed_into(&self.counters.data_write_ns, t);
-            let t = Instant::now();
-            self.dev_flush().await?;
-            elapsed_into(&self.counters.device_flush_ns, t);
+        match ios.pop() {
+            // One write (a group whose data all went into its record as deferred writes): made
+            // durable by itself, which is the flush of this group.
+            Some((block, RunBuf::Owned(buf))) if ios.is_empty() => {
+                let t = Instant::now();
+                self.dev_write_durable(block * bs, buf).await?;
+                elapsed_into(&self.counters.device_flush_ns, t);
+            }
+            Some(last) => {
+                ios.push(last);
+                let t = Instant::now();
+                self.write_runs(ios).await?;
+                elapsed_into(&self.counters.data_write_ns, t);
+                let t = Instant::now();
+                self.dev_flush().await?;
+                elapsed_into(&self.counters.device_flush_ns, t);
+            }
+            None => {}
         }
         st.overlay.absorb(redo);
         match placed {

@@ -33,7 +33,7 @@ use crate::kv::{
 };
 use crate::overlay::Overlay;
 use crate::wal::{self, Marker, WalRing};
-use cairn_blockdev::{BlockDevError, BlockDevice};
+use cairn_blockdev::{AlignedBuf, BlockDevError, BlockDevice};
 use redb::{Database, ReadableTable, ReadableTableMetadata, StorageBackend};
 use std::collections::HashMap;
 use std::future::Future;
@@ -568,6 +568,23 @@ impl Store {
             }
         }
         e
+    }
+
+    /// Writes one owned buffer and returns once it is durable (one device operation where the
+    /// device can: see [`BlockDevice::write_owned_durable`]); counted as a write and a flush.
+    pub(crate) async fn dev_write_durable(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<()> {
+        let len = buf.len() as u64;
+        let buf = self
+            .dev
+            .write_owned_durable(offset_bytes, buf)
+            .await
+            .map_err(|e| self.fatal(e.into()))?;
+        self.bufs.put(buf);
+        self.counters
+            .device_bytes_written
+            .fetch_add(len, Ordering::Relaxed);
+        self.counters.device_flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     pub(crate) async fn dev_flush(&self) -> Result<()> {
