@@ -297,7 +297,13 @@ impl Store {
             }
             None => {
                 let t = Instant::now();
-                self.checkpoint(st, Vec::new()).await?;
+                // No background checkpoint runs here (no log, or a record that does not fit):
+                // this one also applies the pending deferred writes once there are enough.
+                if st.deferred.len() as u64 * bs >= self.cfg.deferred_batch_bytes {
+                    self.apply_deferred(st).await?;
+                } else {
+                    self.checkpoint(st, Vec::new()).await?;
+                }
                 elapsed_into(&self.counters.checkpoint_wait_ns, t);
             }
         }

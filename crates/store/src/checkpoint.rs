@@ -214,7 +214,7 @@ impl Store {
             return Ok(());
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return self.checkpoint(st, Vec::new()).await;
+            return self.apply_deferred(st).await;
         };
         let Some(frozen) = st.overlay.freeze() else {
             return Ok(());
@@ -256,8 +256,9 @@ impl Store {
                 });
                 Ok(())
             }
-            // No thread to be had: checkpoint in this one (frozen and live layers together).
-            Err(_) => self.checkpoint(st, Vec::new()).await,
+            // No thread to be had: apply and checkpoint in this one (frozen and live layers
+            // together).
+            Err(_) => self.apply_deferred(st).await,
         }
     }
 

@@ -80,6 +80,63 @@ async fn whole_block_overwrites_are_logged_without_reading_and_applied_in_the_ba
     assert!(rep.is_clean(), "{:?}", rep.errors);
 }
 
+#[tokio::test]
+async fn without_a_log_deferred_writes_are_applied_in_batches() {
+    let no_log = StoreConfig {
+        wal_bytes: 0,
+        ..deferring()
+    };
+    // The log's size is fixed at mkfs: make a store without one.
+    let mem = Arc::new(MemDevice::new(common::DEV_BYTES, 512).unwrap());
+    let kv = CrashableKv::new(Vec::new(), CrashSwitch::new());
+    let kv_at = || KvLocation::Backend(Box::new(kv.clone()));
+    Store::mkfs(mem.clone(), kv_at(), &no_log).await.unwrap();
+    let store = Store::mount(mem.clone(), kv_at(), no_log.clone())
+        .await
+        .unwrap();
+    let mut t = Transaction::new();
+    t.create_collection("c");
+    store.queue_transaction(&t).await.unwrap();
+    store.umount().await.unwrap();
+    let img = common::Images {
+        dev: mem.snapshot(),
+        kv: kv.power_loss(KvLossMode::DropUnsynced),
+    };
+    let rig = Rig::mount(&img, no_log.clone()).await.unwrap();
+    assert_eq!(rig.store().stats().await.wal_records, 0);
+    let store = rig.store();
+    let mut model = dump(store).await;
+    let mut t = Transaction::new();
+    t.write("c", "obj", 0, &pattern(1, 32 * BLOCK));
+    store.queue_transaction(&t).await.unwrap();
+    model = model_apply(&model, &t).unwrap();
+    for i in 0..100u32 {
+        let mut t = Transaction::new();
+        t.write(
+            "c",
+            "obj",
+            u64::from(i % 32) * BLOCK as u64,
+            &pattern(i as u8, BLOCK),
+        );
+        store.queue_transaction(&t).await.unwrap();
+        model = model_apply(&model, &t).unwrap();
+        let st = store.stats().await;
+        assert!(
+            st.deferred_pending_bytes <= no_log.deferred_batch_bytes,
+            "{} bytes pending after write {i}",
+            st.deferred_pending_bytes
+        );
+    }
+    assert!(store.stats().await.deferred_applied > 0);
+    assert_eq!(dump(store).await, model);
+    let img = rig
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+        .await;
+    let rig = Rig::mount(&img, no_log).await.unwrap();
+    assert_eq!(dump(rig.store()).await, model);
+    assert!(rig.store().fsck(true).await.unwrap().is_clean());
+}
+
 /// A memory device whose writes from the store's checkpoint thread wait until the test opens
 /// the gate.
 #[derive(Debug)]
