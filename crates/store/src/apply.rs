@@ -150,9 +150,10 @@ impl Store {
                 },
             };
             elapsed_into(&self.counters.stage_ns, t_stage);
-            if let Err(e) = self.commit_staged(st, &mut stage, redo).await {
-                return self.fail_all(live, e);
-            }
+            let logged = match self.commit_staged(st, &mut stage, redo).await {
+                Ok(logged) => logged,
+                Err(e) => return self.fail_all(live, e),
+            };
             for p in &live {
                 self.forget_cached(&p.txn);
             }
@@ -170,6 +171,9 @@ impl Store {
             }
             st.objects = st.objects.saturating_add_signed(stage.objects_delta);
             st.stored_bytes = st.stored_bytes.saturating_add_signed(stage.stored_delta);
+            if let Err(e) = self.after_commit(st, logged).await {
+                return self.fail_all(live, e);
+            }
             let user: u64 = live
                 .iter()
                 .flat_map(|p| p.txn.ops.iter())
@@ -214,16 +218,17 @@ impl Store {
         (!live.is_empty()).then_some(())
     }
 
-    /// Makes a staged group durable: its data and redo record in one device write batch and one
-    /// flush, its changes then taken into the overlay (no KV commit); or, when no record can be
-    /// logged (no log, record too large, a checkpoint due), its data and a flush followed by a
-    /// checkpoint that commits the overlay with this group's changes to the KV durably.
+    /// Writes a staged group: its data and redo record in one device write batch and one flush,
+    /// its changes then taken into the overlay (no KV commit). Returns whether it was logged;
+    /// when no record can be logged (no log, record too large, ring or overlay full), only its
+    /// data is written and flushed, and the group is durable only after the checkpoint that
+    /// [`Store::after_commit`] then makes.
     async fn commit_staged(
         &self,
         st: &mut State,
         stage: &mut Stage,
         redo: wal::Redo,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let bs = self.sb.block_bytes;
         let runs: Vec<(u64, u64)> = stage
             .new_data
@@ -284,28 +289,34 @@ impl Store {
             None => {}
         }
         st.overlay.absorb(redo);
-        match placed {
-            Some(pos) => {
-                st.wal.advance(pos, record_blocks);
-                self.counters.wal_records.fetch_add(1, Ordering::Relaxed);
-                if st.wal.checkpoint_due(self.cfg.wal_checkpoint_records)
-                    || st.overlay.bytes >= self.cfg.max_overlay_bytes / 2
-                    || st.deferred.len() as u64 * bs >= self.cfg.deferred_batch_bytes
-                {
-                    self.start_checkpoint(st).await?;
-                }
+        if let Some(pos) = placed {
+            st.wal.advance(pos, record_blocks);
+            self.counters.wal_records.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(placed.is_some())
+    }
+
+    /// What follows a group's commit once the in-memory state (freed blocks, pending deferred
+    /// writes) reflects it, so that a checkpoint's view of the pending deferred writes matches
+    /// the overlay it commits. A group that could not be logged is durable only after a
+    /// checkpoint, which also applies the pending deferred writes once there are enough; a
+    /// logged one starts a background checkpoint when one is due.
+    async fn after_commit(&self, st: &mut State, logged: bool) -> Result<()> {
+        let deferred_due =
+            st.deferred.len() as u64 * self.sb.block_bytes >= self.cfg.deferred_batch_bytes;
+        if !logged {
+            let t = Instant::now();
+            if deferred_due {
+                self.apply_deferred(st).await?;
+            } else {
+                self.checkpoint(st, Vec::new()).await?;
             }
-            None => {
-                let t = Instant::now();
-                // No background checkpoint runs here (no log, or a record that does not fit):
-                // this one also applies the pending deferred writes once there are enough.
-                if st.deferred.len() as u64 * bs >= self.cfg.deferred_batch_bytes {
-                    self.apply_deferred(st).await?;
-                } else {
-                    self.checkpoint(st, Vec::new()).await?;
-                }
-                elapsed_into(&self.counters.checkpoint_wait_ns, t);
-            }
+            elapsed_into(&self.counters.checkpoint_wait_ns, t);
+        } else if deferred_due
+            || st.wal.checkpoint_due(self.cfg.wal_checkpoint_records)
+            || st.overlay.bytes >= self.cfg.max_overlay_bytes / 2
+        {
+            self.start_checkpoint(st).await?;
         }
         Ok(())
     }
