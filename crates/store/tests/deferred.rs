@@ -106,7 +106,7 @@ async fn a_block_deferred_again_by_the_group_that_starts_a_checkpoint_survives_a
         store.queue_transaction(t).await.unwrap();
         model = model_apply(&model, t).unwrap();
         // Let any background checkpoint finish (its KV commit durable) before the next group.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(store.stats().await.checkpoints > 0);
     let img = rig
