@@ -11,7 +11,7 @@ use cairn_blockdev::{
 use cairn_store::{
     CrashableKv, KvLocation, KvLossMode, Store, StoreConfig, StoreError, Transaction,
 };
-use common::{dump, fresh_images, model_apply, pattern, Rig};
+use common::{dump, fresh_images, fresh_images_with, model_apply, pattern, Rig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -124,21 +124,7 @@ async fn without_a_log_deferred_writes_are_applied_in_batches() {
         ..deferring()
     };
     // The log's size is fixed at mkfs: make a store without one.
-    let mem = Arc::new(MemDevice::new(common::DEV_BYTES, 512).unwrap());
-    let kv = CrashableKv::new(Vec::new(), CrashSwitch::new());
-    let kv_at = || KvLocation::Backend(Box::new(kv.clone()));
-    Store::mkfs(mem.clone(), kv_at(), &no_log).await.unwrap();
-    let store = Store::mount(mem.clone(), kv_at(), no_log.clone())
-        .await
-        .unwrap();
-    let mut t = Transaction::new();
-    t.create_collection("c");
-    store.queue_transaction(&t).await.unwrap();
-    store.umount().await.unwrap();
-    let img = common::Images {
-        dev: mem.snapshot(),
-        kv: kv.power_loss(KvLossMode::DropUnsynced),
-    };
+    let img = fresh_images_with(&no_log).await;
     let rig = Rig::mount(&img, no_log.clone()).await.unwrap();
     assert_eq!(rig.store().stats().await.wal_records, 0);
     let store = rig.store();

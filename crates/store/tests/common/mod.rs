@@ -34,20 +34,22 @@ pub fn cfg() -> StoreConfig {
 
 /// A freshly made store with one collection "c".
 pub async fn fresh_images() -> Images {
+    fresh_images_with(&cfg()).await
+}
+
+/// A freshly made store with one collection "c", made (mkfs) and mounted with `conf` (the
+/// log's size is fixed at mkfs).
+pub async fn fresh_images_with(conf: &StoreConfig) -> Images {
     let switch = CrashSwitch::new();
     let mem = Arc::new(MemDevice::new(DEV_BYTES, 512).unwrap());
     let kv = CrashableKv::new(Vec::new(), switch.clone());
-    Store::mkfs(
-        mem.clone(),
-        KvLocation::Backend(Box::new(kv.clone())),
-        &cfg(),
-    )
-    .await
-    .unwrap();
+    Store::mkfs(mem.clone(), KvLocation::Backend(Box::new(kv.clone())), conf)
+        .await
+        .unwrap();
     let store = Store::mount(
         mem.clone(),
         KvLocation::Backend(Box::new(kv.clone())),
-        cfg(),
+        conf.clone(),
     )
     .await
     .unwrap();
