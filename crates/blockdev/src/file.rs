@@ -11,6 +11,7 @@
 //! takes an aligned buffer without copying it.
 //! It must never retry a failed `fdatasync`: the error is returned and the caller dies.
 
+use crate::aio::{AioError, AioRing, Pinned};
 use crate::aligned::AlignedBuf;
 use crate::device::{check_io, validate_geometry, BlockDevice, DeviceProperties, IoKind};
 use crate::error::{BlockDevError, Result};
@@ -45,6 +46,19 @@ pub struct FileDeviceOptions {
     /// worker also serves the network (an OSD's 4 KiB reads are ~1.2x faster); see
     /// `docs/cluster.md`.
     pub inline_reads: bool,
+    /// How I/O reaches the kernel. [`IoEngine::Aio`] needs `O_DIRECT`; where either is
+    /// unavailable the device uses [`IoEngine::Threads`] (see [`FileDevice::engine`]).
+    pub engine: IoEngine,
+}
+
+/// How a [`FileDevice`] issues its I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoEngine {
+    /// Linux native AIO (`io_submit`), completions reaped by one thread per device: no thread
+    /// hand-off on submission, batched wake-ups on completion.
+    Aio,
+    /// Blocking system calls, inline under `block_in_place` or on tokio's blocking pool.
+    Threads,
 }
 
 impl Default for FileDeviceOptions {
@@ -55,6 +69,7 @@ impl Default for FileDeviceOptions {
             rotational: false,
             max_queue_depth: 256,
             inline_reads: true,
+            engine: IoEngine::Aio,
         }
     }
 }
@@ -67,10 +82,18 @@ pub struct FileDevice {
     direct: bool,
     inline_reads: bool,
     in_flight: Arc<tokio::sync::Semaphore>,
+    aio: Option<AioRing>,
 }
 
 fn io_err(kind: IoKind) -> impl FnOnce(std::io::Error) -> BlockDevError {
     move |source| BlockDevError::Io { kind, source }
+}
+
+fn aio_err(kind: IoKind) -> impl FnOnce(AioError) -> BlockDevError {
+    move |e| BlockDevError::Io {
+        kind,
+        source: e.error,
+    }
 }
 
 impl FileDevice {
@@ -115,8 +138,13 @@ impl FileDevice {
         };
         let size_bytes = size - size % alignment_bytes;
         validate_geometry(size_bytes, alignment_bytes)?;
+        let file = Arc::new(file);
+        let aio = match (opts.engine, direct) {
+            (IoEngine::Aio, true) => AioRing::new(file.clone(), opts.max_queue_depth).ok(),
+            _ => None,
+        };
         Ok(Self {
-            file: Arc::new(file),
+            file,
             props: DeviceProperties {
                 size_bytes,
                 alignment_bytes,
@@ -127,7 +155,17 @@ impl FileDevice {
             direct,
             inline_reads: opts.inline_reads,
             in_flight: Arc::new(tokio::sync::Semaphore::new(opts.max_queue_depth)),
+            aio,
         })
+    }
+
+    /// The engine this device really uses (AIO falls back to threads without `O_DIRECT` or
+    /// where the kernel refuses a context).
+    pub fn engine(&self) -> IoEngine {
+        match self.aio {
+            Some(_) => IoEngine::Aio,
+            None => IoEngine::Threads,
+        }
     }
 
     /// Writes zeros over the whole device once, so that later writes to a regular file land on
@@ -278,6 +316,14 @@ impl BlockDevice for FileDevice {
         }
         let _permit = self.permit()?;
         let mut tmp = self.buffer(buf.len(), IoKind::Read)?;
+        if let Some(aio) = &self.aio {
+            let tmp = aio
+                .read(offset_bytes, tmp)
+                .await
+                .map_err(aio_err(IoKind::Read))?;
+            buf.copy_from_slice(tmp.as_slice());
+            return Ok(());
+        }
         if self.inline_reads && inline_allowed() {
             tokio::task::block_in_place(|| {
                 self.file.read_exact_at(tmp.as_mut_slice(), offset_bytes)
@@ -305,6 +351,13 @@ impl BlockDevice for FileDevice {
         if buf.is_empty() {
             return Ok(buf);
         }
+        if let Some(aio) = &self.aio {
+            let _permit = self.permit()?;
+            return aio
+                .read(offset_bytes, buf)
+                .await
+                .map_err(aio_err(IoKind::Read));
+        }
         self.owned_io(IoKind::Read, self.inline_reads, buf, move |f, b| {
             f.read_exact_at(b.as_mut_slice(), offset_bytes)
         })
@@ -319,6 +372,13 @@ impl BlockDevice for FileDevice {
         let _permit = self.permit()?;
         let mut tmp = self.buffer(data.len(), IoKind::Write)?;
         tmp.as_mut_slice().copy_from_slice(data);
+        if let Some(aio) = &self.aio {
+            return aio
+                .write(offset_bytes, tmp, false)
+                .await
+                .map(drop)
+                .map_err(aio_err(IoKind::Write));
+        }
         let file = self.file.clone();
         blocking(IoKind::Write, move || {
             file.write_all_at(tmp.as_slice(), offset_bytes)
@@ -332,6 +392,13 @@ impl BlockDevice for FileDevice {
             return Ok(buf);
         }
         check_io(&self.props, IoKind::Write, offset_bytes, buf.len() as u64)?;
+        if let Some(aio) = &self.aio {
+            let _permit = self.permit()?;
+            return aio
+                .write(offset_bytes, buf, false)
+                .await
+                .map_err(aio_err(IoKind::Write));
+        }
         let inline = buf.len() <= INLINE_WRITE_BYTES;
         self.owned_io(IoKind::Write, inline, buf, move |f, b| {
             f.write_all_at(b.as_slice(), offset_bytes)
@@ -346,6 +413,23 @@ impl BlockDevice for FileDevice {
             return Ok(buf);
         }
         check_io(&self.props, IoKind::Write, offset_bytes, buf.len() as u64)?;
+        if let Some(aio) = &self.aio {
+            let permit = self.permit()?;
+            match aio.write(offset_bytes, buf, true).await {
+                Ok(buf) => return Ok(buf),
+                Err(e) if e.is_unsupported() => {
+                    // The kernel refuses RWF_DSYNC on AIO: a write and a flush instead.
+                    let Some(Pinned::Aligned(buf)) = e.unsubmitted else {
+                        return Err(aio_err(IoKind::Write)(e));
+                    };
+                    drop(permit);
+                    let buf = self.write_owned(offset_bytes, buf).await?;
+                    self.flush().await?;
+                    return Ok(buf);
+                }
+                Err(e) => return Err(aio_err(IoKind::Write)(e)),
+            }
+        }
         let inline = buf.len() <= INLINE_WRITE_BYTES;
         self.owned_io(IoKind::Write, inline, buf, move |f, b| {
             write_all_durable(f, b.as_slice(), offset_bytes)
@@ -365,6 +449,12 @@ impl BlockDevice for FileDevice {
             return Ok(());
         }
         let _permit = self.permit()?;
+        if let Some(aio) = &self.aio {
+            return aio
+                .write_shared(offset_bytes, data)
+                .await
+                .map_err(aio_err(IoKind::Write));
+        }
         let file = self.file.clone();
         blocking(IoKind::Write, move || {
             file.write_all_at(&data, offset_bytes)
@@ -374,6 +464,14 @@ impl BlockDevice for FileDevice {
 
     async fn flush(&self) -> Result<()> {
         let _permit = self.permit()?;
+        if let Some(aio) = &self.aio {
+            match aio.flush().await {
+                Ok(()) => return Ok(()),
+                // The file system has no asynchronous fdatasync: the blocking one below.
+                Err(e) if e.is_unsupported() => {}
+                Err(e) => return Err(aio_err(IoKind::Flush)(e)),
+            }
+        }
         if inline_allowed() {
             return tokio::task::block_in_place(|| self.file.sync_data())
                 .map_err(io_err(IoKind::Flush));
@@ -420,10 +518,17 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn file_device_round_trip_and_concurrency() {
+        for engine in [IoEngine::Aio, IoEngine::Threads] {
+            round_trip_and_concurrency(engine).await;
+        }
+    }
+
+    async fn round_trip_and_concurrency(engine: IoEngine) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dev");
         let opts = FileDeviceOptions {
             size_bytes: Some(1 << 20),
+            engine,
             ..Default::default()
         };
         let dev = Arc::new(FileDevice::open(&path, &opts).unwrap());
@@ -481,7 +586,11 @@ mod tests {
             Err(BlockDevError::OutOfRange { .. })
         ));
         drop(dev);
-        let reopened = FileDevice::open(&path, &FileDeviceOptions::default()).unwrap();
+        let opts = FileDeviceOptions {
+            engine,
+            ..Default::default()
+        };
+        let reopened = FileDevice::open(&path, &opts).unwrap();
         assert_eq!(reopened.properties().size_bytes, 1 << 20);
         let mut b = vec![0u8; 8192];
         reopened.read(3 * 8192, &mut b).await.unwrap();
@@ -494,6 +603,7 @@ mod tests {
         let opts = FileDeviceOptions {
             size_bytes: Some(1 << 20),
             inline_reads: false,
+            engine: IoEngine::Threads,
             ..Default::default()
         };
         let dev = Arc::new(FileDevice::open(&dir.path().join("dev"), &opts).unwrap());
@@ -524,6 +634,7 @@ mod tests {
             let opts = FileDeviceOptions {
                 size_bytes: Some(1 << 20),
                 inline_reads,
+                engine: IoEngine::Threads,
                 ..Default::default()
             };
             let dev =
@@ -548,10 +659,17 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn durable_writes_land_whole_inline_or_on_the_pool_and_survive_reopening() {
+        for engine in [IoEngine::Aio, IoEngine::Threads] {
+            durable_writes_land_whole(engine).await;
+        }
+    }
+
+    async fn durable_writes_land_whole(engine: IoEngine) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dev");
         let opts = FileDeviceOptions {
             size_bytes: Some(1 << 20),
+            engine,
             ..Default::default()
         };
         let dev = FileDevice::open(&path, &opts).unwrap();

@@ -16,6 +16,7 @@
 //!
 //! It must never interpret the bytes it stores: layout and checksums belong to its users.
 
+mod aio;
 pub mod aligned;
 pub mod capacity;
 pub mod device;
@@ -33,7 +34,7 @@ pub use device::{check_io, BlockDevice, DeviceProperties, IoKind, IoRequest, SEC
 pub use emulated::EmulatedDevice;
 pub use error::{BlockDevError, Result};
 pub use fault::{CrashSwitch, FaultDevice, FaultRule, PowerLossMode};
-pub use file::{FileDevice, FileDeviceOptions};
+pub use file::{FileDevice, FileDeviceOptions, IoEngine};
 pub use mem::MemDevice;
 pub use pool::AlignedPool;
 pub use profile::Profile;

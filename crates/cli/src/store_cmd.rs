@@ -3,7 +3,9 @@
 
 use anyhow::{bail, Context};
 use cairn_blockdev::capacity::{self, Pattern, Workload};
-use cairn_blockdev::{BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, IoKind, Profile};
+use cairn_blockdev::{
+    BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, IoEngine, IoKind, Profile,
+};
 use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig, StoreStats, Transaction};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -105,6 +107,10 @@ struct BenchArgs {
     /// Use buffered I/O instead of O_DIRECT.
     #[arg(long)]
     buffered: bool,
+    /// How the device file's I/O reaches the kernel: Linux native AIO (needs O_DIRECT) or
+    /// blocking system calls on threads.
+    #[arg(long, value_enum, default_value_t = EngineArg::Aio)]
+    io_engine: EngineArg,
     /// Skip writing zeros over the whole file first (by default the file is prefilled so the
     /// store and fio both write over allocated blocks, as on a raw device).
     #[arg(long)]
@@ -116,6 +122,24 @@ struct BenchArgs {
     /// (needs --fio; labels are drawn when a DejaVu/Liberation TTF font is found).
     #[arg(long)]
     plot: Option<PathBuf>,
+}
+
+/// `--io-engine` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum EngineArg {
+    /// Linux native AIO.
+    Aio,
+    /// Blocking system calls on threads.
+    Threads,
+}
+
+impl From<EngineArg> for IoEngine {
+    fn from(e: EngineArg) -> Self {
+        match e {
+            EngineArg::Aio => IoEngine::Aio,
+            EngineArg::Threads => IoEngine::Threads,
+        }
+    }
 }
 
 /// Runs one `cairn store` subcommand.
@@ -265,10 +289,12 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         rotational: false,
         max_queue_depth: MAX_QUEUE_DEPTH * 2,
         inline_reads: true,
+        engine: a.io_engine.into(),
     };
     let file = FileDevice::open(&a.device, &opts)
         .with_context(|| format!("opening {}", a.device.display()))?;
     let direct = file.is_direct();
+    let engine = file.engine();
     if !a.no_prefill {
         let pb = ProgressBar::new_spinner();
         pb.set_message(format!("prefilling {} MiB with zeros", a.size_mib));
@@ -286,10 +312,11 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         None => file,
     };
     println!(
-        "device {} ({} MiB, O_DIRECT {}, profile {}), kv {}, 4 MiB writes checksummed by {}",
+        "device {} ({} MiB, O_DIRECT {}, I/O engine {:?}, profile {}), kv {}, 4 MiB writes checksummed by {}",
         a.device.display(),
         a.size_mib,
         direct,
+        engine,
         a.profile.as_deref().unwrap_or("none"),
         kv.display(),
         if a.caller_crcs {
