@@ -170,7 +170,7 @@ fn pg_stats(s: &Shared) -> String {
     counts.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
 }
 
-/// The Prometheus page: op and recovery counters, PGs by state, scheduler counters.
+/// The Prometheus page: op and recovery counters, PGs by state, scheduler and store counters.
 pub fn render_metrics(s: &Shared) -> String {
     let mut extra = String::from(
         "# HELP cairn_osd_pgs PGs this OSD leads (or holds as a replica), by state.\n# TYPE cairn_osd_pgs gauge\n",
@@ -187,5 +187,11 @@ pub fn render_metrics(s: &Shared) -> String {
         );
     }
     extra.push_str(&s.sched.render_metrics(s.id));
+    let store = s
+        .store_stats
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    extra.push_str(&crate::metrics::render_store(s.id, &store));
     s.metrics.render(s.id, &extra)
 }

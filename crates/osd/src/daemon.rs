@@ -119,6 +119,8 @@ pub struct OsdDaemon {
 
 /// Queue depth of an emulated device (explicit limit).
 const EMULATED_QUEUE_DEPTH: usize = 64;
+/// How often the store's counters are copied for the metrics page.
+const STORE_STATS_EVERY: Duration = Duration::from_secs(1);
 
 async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     std::fs::create_dir_all(&cfg.data_dir)
@@ -216,6 +218,14 @@ impl OsdDaemon {
             }
             None => None,
         };
+        let s = shared.clone();
+        shared.track(tokio::spawn(async move {
+            loop {
+                let stats = s.store.stats().await;
+                *s.store_stats.lock().unwrap_or_else(|p| p.into_inner()) = stats;
+                tokio::time::sleep(STORE_STATS_EVERY).await;
+            }
+        }));
         let beacon_every = Duration::from_millis(cfg.beacon_interval_ms.max(10));
         let beacon_mon = mon.clone();
         shared.track(tokio::spawn(async move {

@@ -176,9 +176,148 @@ impl Metrics {
     }
 }
 
+/// Prometheus text for the object store's counters and sizes (a snapshot the OSD refreshes
+/// every second): where a write's time goes (staging, data writes, flushes, checkpoints) and
+/// how many device and KV bytes it costs.
+pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
+    const NS: f64 = 1e-9;
+    let counters: [(&str, &str, f64); 15] = [
+        (
+            "commits_total",
+            "Transactions committed.",
+            st.commits as f64,
+        ),
+        (
+            "group_commits_total",
+            "Group commits carrying them.",
+            st.group_commits as f64,
+        ),
+        (
+            "wal_records_total",
+            "Group commits made durable by a log record.",
+            st.wal_records as f64,
+        ),
+        (
+            "checkpoints_total",
+            "Durable KV commits of the overlay.",
+            st.checkpoints as f64,
+        ),
+        (
+            "deferred_applied_total",
+            "Deferred block writes applied in place.",
+            st.deferred_applied as f64,
+        ),
+        (
+            "user_bytes_written_total",
+            "Bytes transactions wrote (data, xattrs, omap).",
+            st.user_bytes_written as f64,
+        ),
+        (
+            "device_bytes_written_total",
+            "Bytes written to the data device.",
+            st.device_bytes_written as f64,
+        ),
+        (
+            "device_bytes_read_total",
+            "Bytes read from the data device.",
+            st.device_bytes_read as f64,
+        ),
+        (
+            "device_flushes_total",
+            "Device flushes.",
+            st.device_flushes as f64,
+        ),
+        (
+            "kv_bytes_written_total",
+            "Bytes the KV wrote.",
+            st.kv_bytes_written as f64,
+        ),
+        (
+            "stage_seconds_total",
+            "Time staging transactions.",
+            st.stage_ns as f64 * NS,
+        ),
+        (
+            "data_write_seconds_total",
+            "Time writing data blocks before commits.",
+            st.data_write_ns as f64 * NS,
+        ),
+        (
+            "device_flush_seconds_total",
+            "Time in device flushes before commits.",
+            st.device_flush_ns as f64 * NS,
+        ),
+        (
+            "checkpoint_seconds_total",
+            "Time in checkpoints, background included.",
+            st.checkpoint_ns as f64 * NS,
+        ),
+        (
+            "checkpoint_wait_seconds_total",
+            "Time commits waited for checkpoints.",
+            st.checkpoint_wait_ns as f64 * NS,
+        ),
+    ];
+    let gauges: [(&str, &str, f64); 7] = [
+        ("objects", "Objects stored.", st.objects as f64),
+        (
+            "stored_bytes",
+            "Sum of object sizes.",
+            st.stored_bytes as f64,
+        ),
+        (
+            "allocated_bytes",
+            "Device bytes referenced by objects.",
+            st.allocated_bytes as f64,
+        ),
+        ("free_bytes", "Free device bytes.", st.free_bytes as f64),
+        (
+            "capacity_bytes",
+            "Usable device bytes.",
+            st.capacity_bytes as f64,
+        ),
+        (
+            "fragmentation",
+            "1 - largest free extent / free space.",
+            st.fragmentation,
+        ),
+        (
+            "deferred_pending_bytes",
+            "Deferred writes not yet in place.",
+            st.deferred_pending_bytes as f64,
+        ),
+    ];
+    let mut out = String::new();
+    for (kind, family) in [("counter", &counters[..]), ("gauge", &gauges[..])] {
+        for (name, help, value) in family {
+            let _ = writeln!(
+                out,
+                "# HELP cairn_osd_store_{name} {help}\n# TYPE cairn_osd_store_{name} {kind}\ncairn_osd_store_{name}{{osd=\"{osd}\"}} {value}"
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_counters_are_rendered_with_their_units() {
+        let st = cairn_store::StoreStats {
+            group_commits: 7,
+            device_flush_ns: 1_500_000_000,
+            free_bytes: 4096,
+            ..Default::default()
+        };
+        let text = render_store(2, &st);
+        assert!(text.contains("# TYPE cairn_osd_store_group_commits_total counter"));
+        assert!(text.contains("cairn_osd_store_group_commits_total{osd=\"2\"} 7\n"));
+        assert!(text.contains("cairn_osd_store_device_flush_seconds_total{osd=\"2\"} 1.5\n"));
+        assert!(text.contains("# TYPE cairn_osd_store_free_bytes gauge"));
+        assert!(text.contains("cairn_osd_store_free_bytes{osd=\"2\"} 4096\n"));
+    }
 
     #[test]
     fn histogram_is_cumulative_and_counts_errors() {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
 use cairn_mon::ClusterMap;
-use cairn_store::Store;
+use cairn_store::{Store, StoreStats};
 use tokio::sync::watch;
 
 use crate::daemon::OsdConfig;
@@ -35,6 +35,9 @@ pub struct Shared {
     pub cfg: OsdConfig,
     /// Counters.
     pub metrics: Metrics,
+    /// The store's counters as of the last refresh (every second): the metrics page is
+    /// rendered synchronously and the store's are behind its lock.
+    pub store_stats: Mutex<StoreStats>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
@@ -62,6 +65,7 @@ impl Shared {
             peers: Peers::new(id),
             cfg,
             metrics: Metrics::default(),
+            store_stats: Mutex::new(StoreStats::default()),
             tasks: Mutex::new(Vec::new()),
         }
     }
