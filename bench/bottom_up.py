@@ -31,7 +31,11 @@ CEPH_MINI = os.path.join(os.path.dirname(ROOT), "shared", "peers", "ceph-mini")
 
 def run(cmd, **kw):
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+    done = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        print(done.stdout[-4000:] + done.stderr[:3000], file=sys.stderr, flush=True)
+        done.check_returncode()
+    return done.stdout
 
 
 def fio(path, rw, bs, jobs, seconds, sync):
@@ -83,6 +87,12 @@ def cairn_cluster(osds, seconds, work):
         res["4K write"] = cairn_bench(mon, seconds, "write", 4096)
         res["4K read"] = cairn_bench(mon, seconds, "rand", 4096)
         return res
+    except subprocess.CalledProcessError:
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".log"):
+                with open(os.path.join(d, name)) as log:
+                    print(f"--- {name} (tail)\n" + "".join(log.readlines()[-30:]), file=sys.stderr)
+        raise
     finally:
         run([CAIRN, "down", "--dir", d])
 

@@ -13,6 +13,7 @@ const SLOT_BYTES: u64 = 256 << 10;
 fn open(path: &Path) -> FileDevice {
     let opts = FileDeviceOptions {
         size_bytes: Some(DEVICE_BYTES),
+        engine: IoEngine::Aio,
         ..FileDeviceOptions::default()
     };
     let dev = FileDevice::open(path, &opts).unwrap();

@@ -107,9 +107,10 @@ struct BenchArgs {
     /// Use buffered I/O instead of O_DIRECT.
     #[arg(long)]
     buffered: bool,
-    /// How the device file's I/O reaches the kernel: Linux native AIO (needs O_DIRECT) or
-    /// blocking system calls on threads.
-    #[arg(long, value_enum, default_value_t = EngineArg::Aio)]
+    /// How the device file's I/O reaches the kernel: blocking system calls on the bench's
+    /// workers and tokio's blocking pool, or Linux native AIO (needs O_DIRECT; an OSD's
+    /// choice).
+    #[arg(long, value_enum, default_value_t = EngineArg::Threads)]
     io_engine: EngineArg,
     /// Skip writing zeros over the whole file first (by default the file is prefilled so the
     /// store and fio both write over allocated blocks, as on a raw device).

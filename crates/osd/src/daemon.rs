@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cairn_blockdev::{BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, Profile};
+use cairn_blockdev::{
+    BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, IoEngine, Profile,
+};
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
@@ -132,7 +134,10 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
         &block,
         &FileDeviceOptions {
             size_bytes: Some(cfg.device_bytes),
-            // The daemon's one worker serves the network too (see `cairn osd run`).
+            // The daemon's one worker serves the network too (see `cairn osd run`): it submits
+            // its device I/O with AIO and never blocks in a system call; without O_DIRECT,
+            // reads go to the blocking pool.
+            engine: IoEngine::Aio,
             inline_reads: false,
             ..FileDeviceOptions::default()
         },
