@@ -79,7 +79,7 @@ def cairn_cluster(osds, seconds, work):
     mon = f"127.0.0.1:{port}"
     d = os.path.join(work, f"cluster{osds}")
     run([CAIRN, "up", "--no-s3", "--dir", d, "--mon", mon, "--osds", str(osds),
-         "--device-mib", "16384", "--pg-num", "64"])
+         "--device-mib", "32768", "--pg-num", "64"])
     try:
         res = {}
         res["4M write"] = cairn_bench(mon, seconds, "write", 4 << 20)
