@@ -246,6 +246,9 @@ async fn write_loop(
     let mut batch = Vec::with_capacity(MAX_FRAMES_PER_WRITE);
     while let Some(first) = frames.recv().await {
         batch.push(first);
+        // Let the tasks that are ready now (other operations finishing in the same turn of the
+        // runtime) queue their frames first: one `writev`, and one wake-up of the peer, for all.
+        tokio::task::yield_now().await;
         while batch.len() < MAX_FRAMES_PER_WRITE {
             match frames.try_recv() {
                 Ok(f) => batch.push(f),
