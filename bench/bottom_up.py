@@ -11,7 +11,10 @@ when every copy has committed). Prints a markdown table with each layer's effici
 the one below (replication accounted for: a size-3 write moves 3x the bytes to disk) and writes
 it to --out.
 
-Usage: bench/bottom_up.py [--seconds 10] [--out docs/cluster-bench.md] [--no-ceph]
+Usage: bench/bottom_up.py [--seconds 10] [--out docs/cluster-bench.md] [--no-ceph] [--prefill]
+
+With --prefill the cairn OSDs' device files are written whole before mkfs, as the store
+layer's file is (Ceph's stay as ceph-mini makes them).
 """
 
 import argparse
@@ -74,12 +77,20 @@ def cairn_bench(mon, seconds, mode, size):
     return iops, bw, p99
 
 
-def cairn_cluster(osds, seconds, work):
+def cairn_cluster(osds, seconds, work, prefill):
     port = 7900 + osds
     mon = f"127.0.0.1:{port}"
     d = os.path.join(work, f"cluster{osds}")
+    # Sparse files cost only what is written; prefilled ones are written whole, so they are
+    # sized to what a run writes (one OSD takes every 4 MiB write; three share them).
+    if prefill:
+        device_mib = 28672 if osds == 1 else 12288
+        extra = ["--prefill"]
+    else:
+        device_mib = 32768
+        extra = []
     run([CAIRN, "up", "--no-s3", "--dir", d, "--mon", mon, "--osds", str(osds),
-         "--device-mib", "32768", "--pg-num", "64"])
+         "--device-mib", str(device_mib), "--pg-num", "64"] + extra)
     try:
         res = {}
         res["4M write"] = cairn_bench(mon, seconds, "write", 4 << 20)
@@ -95,6 +106,7 @@ def cairn_cluster(osds, seconds, work):
         raise
     finally:
         run([CAIRN, "down", "--dir", d])
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def rados_bench(seconds, mode, size):
@@ -138,6 +150,10 @@ def main():
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "cluster-bench-table.md"))
     ap.add_argument("--no-ceph", action="store_true")
+    ap.add_argument("--prefill", action="store_true",
+                    help="write zeros over the OSDs' device files first (`cairn up --prefill`), "
+                         "as the store layer's file is: every layer then writes over allocated "
+                         "blocks, as on a raw device")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="cairn-bottom-up-", dir="/work" if os.path.isdir("/work") else None)
     try:
@@ -158,8 +174,8 @@ def main():
             "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand write QD16")), None),
             "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand read QD16")), None),
         }
-        layers["cairn 1 OSD, size 1"] = cairn_cluster(1, a.seconds, work)
-        layers["cairn 3 OSDs, size 3"] = cairn_cluster(3, a.seconds, work)
+        layers["cairn 1 OSD, size 1"] = cairn_cluster(1, a.seconds, work, a.prefill)
+        layers["cairn 3 OSDs, size 3"] = cairn_cluster(3, a.seconds, work, a.prefill)
         if not a.no_ceph:
             layers["Ceph 16.2, 3 OSDs, size 3"] = ceph(a.seconds)
     finally:
@@ -217,7 +233,8 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     with open(a.out, "w") as f:
-        f.write(f"<!-- written by bench/bottom_up.py --seconds {a.seconds} on {time.strftime('%Y-%m-%d %H:%M')} -->\n" + text)
+        flags = " --prefill" if a.prefill else ""
+        f.write(f"<!-- written by bench/bottom_up.py --seconds {a.seconds}{flags} on {time.strftime('%Y-%m-%d %H:%M')} -->\n" + text)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,12 @@ pub struct OsdRunArgs {
     #[arg(long)]
     #[serde(default)]
     pub profile: Option<String>,
+    /// Write zeros over a new device file before formatting it, so data lands on allocated
+    /// blocks as on a raw device (a sparse file pays the file system's block allocation on
+    /// every first write). Costs one full write of the file.
+    #[arg(long)]
+    #[serde(default)]
+    pub prefill: bool,
 }
 
 fn default_policy() -> String {
@@ -128,6 +134,14 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.device_profile = args.profile.clone();
         cfg.heartbeat_grace_ms = args.heartbeat_grace_s * 1000;
         cfg.policy = cairn_qos::PolicyConfig::by_name(&args.policy)?;
+        cfg.prefill = args.prefill;
+        if args.prefill && !data.join("kv.redb").exists() {
+            eprintln!(
+                "prefilling {} MiB of {}/block with zeros",
+                args.device_mib,
+                data.display()
+            );
+        }
         let osd = OsdDaemon::start(cfg).await?;
         if let Some(m) = osd.metrics_addr() {
             eprintln!("osd.{} metrics on http://{m}/metrics", osd.id());
@@ -169,6 +183,10 @@ pub struct UpArgs {
     /// TOML path); default: the plain files.
     #[arg(long = "osd-profile")]
     osd_profile: Option<String>,
+    /// Write zeros over each new OSD device file before formatting it (as on a raw device;
+    /// see `cairn osd run --prefill`). `cairn up` then waits longer for the OSDs.
+    #[arg(long)]
+    prefill: bool,
     /// Address of the S3 gateway started with the cluster.
     #[arg(long, default_value = crate::s3_cmd::DEFAULT_S3)]
     s3: SocketAddr,
@@ -225,7 +243,12 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     ];
     let mut pids = vec![spawn(&args.dir, "mon", &mon_args)?];
     std::fs::write(&pids_path, format!("{}\n", pids[0]))?;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Prefilling writes every OSD's file once, all at once: allow 100 MiB/s in all.
+    let prefill_s = match args.prefill {
+        true => args.device_mib.saturating_mul(args.osds as u64) / 100,
+        false => 0,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30 + prefill_s);
     while std::net::TcpStream::connect(args.mon).is_err() {
         if Instant::now() > deadline {
             bail!("monitor did not start (see {}/mon.log)", args.dir.display());
@@ -253,6 +276,9 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         }
         if let Some(p) = &args.osd_profile {
             osd_args.extend(["--profile".into(), p.clone()]);
+        }
+        if args.prefill {
+            osd_args.push("--prefill".into());
         }
         pids.push(spawn(&args.dir, &format!("osd{i}"), &osd_args)?);
         let text: String = pids.iter().map(|p| format!("{p}\n")).collect();

@@ -138,3 +138,86 @@ fn up_put_get_bench_down() {
     assert!(ok && out.contains("stopped 4"), "{out}");
     drop(cluster);
 }
+
+/// Bytes of a file that are allocated on disk (a sparse file has fewer than its length).
+fn allocated_bytes(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn up_with_prefill_allocates_the_whole_device_file_before_serving() {
+    let mon = format!("127.0.0.1:{}", free_port());
+    let cluster = Cluster::new("prefill");
+    let dir = cluster.dir.clone();
+    let d = cluster.arg();
+    let (ok, out) = cairn(&[
+        "up",
+        "--no-s3",
+        "--dir",
+        &d,
+        "--mon",
+        &mon,
+        "--osds",
+        "1",
+        "--device-mib",
+        "64",
+        "--pg-num",
+        "8",
+        "--prefill",
+    ]);
+    let log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
+    assert!(ok, "{out}\n{log}");
+    assert!(log.contains("prefilling 64 MiB"), "{log}");
+    let block = dir.join("osd0").join("block");
+    let len = std::fs::metadata(&block).unwrap().len();
+    assert_eq!(len, 64 << 20);
+    let allocated = allocated_bytes(&block);
+    assert!(
+        allocated >= len,
+        "a prefilled device file has every block allocated ({allocated} of {len} bytes)"
+    );
+    let payload = dir.join("payload.bin");
+    let data: Vec<u8> = (0..300_001u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&payload, &data).unwrap();
+    let p = payload.display().to_string();
+    let (ok, out) = cairn(&["put", "--mon", &mon, "-p", "data", "o", &p]);
+    assert!(ok, "{out}");
+    let back = dir.join("back.bin").display().to_string();
+    let (ok, out) = cairn(&["get", "--mon", &mon, "-p", "data", "o", &back]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        crc32c::crc32c(&std::fs::read(&back).unwrap()),
+        crc32c::crc32c(&data)
+    );
+    let (ok, out) = cairn(&["down", "--dir", &d]);
+    assert!(ok, "{out}");
+    // A second start finds a formatted store and does not write zeros over it.
+    let (ok, out) = cairn(&[
+        "up",
+        "--no-s3",
+        "--dir",
+        &d,
+        "--mon",
+        &mon,
+        "--osds",
+        "1",
+        "--device-mib",
+        "64",
+        "--pg-num",
+        "8",
+        "--prefill",
+    ]);
+    let log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
+    assert!(ok, "{out}\n{log}");
+    assert!(!log.contains("prefilling"), "{log}");
+    let (ok, out) = cairn(&["get", "--mon", &mon, "-p", "data", "o", &back]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        crc32c::crc32c(&std::fs::read(&back).unwrap()),
+        crc32c::crc32c(&data)
+    );
+    let (ok, out) = cairn(&["down", "--dir", &d]);
+    assert!(ok, "{out}");
+    drop(cluster);
+}
