@@ -89,8 +89,9 @@ fn default_listen() -> SocketAddr {
     "127.0.0.1:0".parse().expect("literal address")
 }
 
-/// Default device file size: a sparse 16 GiB, so a 10 s `cairn bench` write on a laptop does
-/// not fill it (disk is used only as data is written).
+/// Default device file size: a sparse 16 GiB, so a 10 s `cairn bench` write to the default
+/// three OSDs does not fill it (disk is used only as data is written). One OSD taking 4 MiB
+/// writes at 1.6 GB/s fills it in 10 s: give it `--device-mib` to match.
 const DEFAULT_DEVICE_MIB: u64 = 16 << 10;
 
 fn default_device_mib() -> u64 {
