@@ -23,7 +23,7 @@ const OSD_WORKER_THREADS: usize = 1;
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
-/// `heartbeat_grace_s`, `policy`, `profile`).
+/// `heartbeat_grace_s`, `policy`, `profile`, `prefill`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
