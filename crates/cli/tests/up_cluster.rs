@@ -151,23 +151,38 @@ fn up_with_prefill_allocates_the_whole_device_file_before_serving() {
     let cluster = Cluster::new("prefill");
     let dir = cluster.dir.clone();
     let d = cluster.arg();
-    let (ok, out) = cairn(&[
-        "up",
-        "--no-s3",
-        "--dir",
-        &d,
-        "--mon",
-        &mon,
-        "--osds",
-        "1",
-        "--device-mib",
-        "64",
-        "--pg-num",
-        "8",
-        "--prefill",
-    ]);
-    let log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
-    assert!(ok, "{out}\n{log}");
+    // Starts the one-OSD cluster and returns its OSD's log.
+    let up = || {
+        let (ok, out) = cairn(&[
+            "up",
+            "--no-s3",
+            "--dir",
+            &d,
+            "--mon",
+            &mon,
+            "--osds",
+            "1",
+            "--device-mib",
+            "64",
+            "--pg-num",
+            "8",
+            "--prefill",
+        ]);
+        let log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
+        assert!(ok, "{out}\n{log}");
+        log
+    };
+    let data: Vec<u8> = (0..300_001u32).map(|i| (i % 251) as u8).collect();
+    let back = dir.join("back.bin").display().to_string();
+    let reads_back = || {
+        let (ok, out) = cairn(&["get", "--mon", &mon, "-p", "data", "o", &back]);
+        assert!(ok, "{out}");
+        assert_eq!(
+            crc32c::crc32c(&std::fs::read(&back).unwrap()),
+            crc32c::crc32c(&data)
+        );
+    };
+    let log = up();
     assert!(log.contains("prefilling 64 MiB"), "{log}");
     let block = dir.join("osd0").join("block");
     let len = std::fs::metadata(&block).unwrap().len();
@@ -178,45 +193,17 @@ fn up_with_prefill_allocates_the_whole_device_file_before_serving() {
         "a prefilled device file has every block allocated ({allocated} of {len} bytes)"
     );
     let payload = dir.join("payload.bin");
-    let data: Vec<u8> = (0..300_001u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(&payload, &data).unwrap();
     let p = payload.display().to_string();
     let (ok, out) = cairn(&["put", "--mon", &mon, "-p", "data", "o", &p]);
     assert!(ok, "{out}");
-    let back = dir.join("back.bin").display().to_string();
-    let (ok, out) = cairn(&["get", "--mon", &mon, "-p", "data", "o", &back]);
-    assert!(ok, "{out}");
-    assert_eq!(
-        crc32c::crc32c(&std::fs::read(&back).unwrap()),
-        crc32c::crc32c(&data)
-    );
+    reads_back();
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     // A second start finds a formatted store and does not write zeros over it.
-    let (ok, out) = cairn(&[
-        "up",
-        "--no-s3",
-        "--dir",
-        &d,
-        "--mon",
-        &mon,
-        "--osds",
-        "1",
-        "--device-mib",
-        "64",
-        "--pg-num",
-        "8",
-        "--prefill",
-    ]);
-    let log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
-    assert!(ok, "{out}\n{log}");
+    let log = up();
     assert!(!log.contains("prefilling"), "{log}");
-    let (ok, out) = cairn(&["get", "--mon", &mon, "-p", "data", "o", &back]);
-    assert!(ok, "{out}");
-    assert_eq!(
-        crc32c::crc32c(&std::fs::read(&back).unwrap()),
-        crc32c::crc32c(&data)
-    );
+    reads_back();
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     drop(cluster);
