@@ -65,7 +65,14 @@ impl Store {
                 biased;
                 r = &mut result => return r.map_err(|_| dropped())?,
                 mut st = self.state.write() => {
+                    if st.last_group_txns > 1 {
+                        // Concurrent submitters: the tasks ready in this runtime turn (an OSD's
+                        // other ops) queue theirs first and share this group's flush. A lone
+                        // submitter does not pay the extra turn.
+                        tokio::task::yield_now().await;
+                    }
                     let batch = self.take_batch();
+                    st.last_group_txns = batch.len();
                     if !batch.is_empty() {
                         self.commit_group(&mut st, batch).await;
                     }

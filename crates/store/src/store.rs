@@ -192,6 +192,9 @@ pub(crate) struct State {
     pub overlay: Overlay,
     /// The background checkpoint in flight, if any.
     pub checkpoint_job: Option<CheckpointJob>,
+    /// Transactions in the last group commit: more than one means submitters are concurrent,
+    /// and the next committer waits one runtime turn for the ones about to queue.
+    pub last_group_txns: usize,
 }
 
 /// Runs `f`, which blocks (a KV sync, waiting for a checkpoint thread), so that on a
@@ -501,6 +504,7 @@ impl Store {
                 wal: ring,
                 overlay: Overlay::default(),
                 checkpoint_job: None,
+                last_group_txns: 0,
             }),
             failed: Mutex::new(None),
             counters,
