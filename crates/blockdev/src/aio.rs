@@ -224,15 +224,20 @@ impl Shared {
         start: usize,
         len: usize,
     ) -> Result<(usize, Pinned), AioError> {
-        if self.broken.load(Ordering::Acquire) {
-            return Err(AioError {
-                error: io::Error::other("the device's AIO context failed"),
-                unsubmitted: Some(pinned),
-            });
-        }
         let (base, _) = pinned.region();
         let (tx, rx) = oneshot::channel();
-        let key = self.table().insert(InFlight { done: tx, pinned });
+        let key = {
+            let mut table = self.table();
+            // Checked under the table's lock after `fail_all` may have emptied it: an
+            // operation inserted after that would wait for a completion thread that is gone.
+            if self.broken.load(Ordering::Acquire) {
+                return Err(AioError {
+                    error: io::Error::other("the device's AIO context failed"),
+                    unsubmitted: Some(pinned),
+                });
+            }
+            table.insert(InFlight { done: tx, pinned })
+        };
         let (opcode, rw_flags) = match op {
             AioOp::Read => (IOCB_CMD_PREAD, 0),
             AioOp::Write { dsync } => (IOCB_CMD_PWRITE, if dsync { libc::RWF_DSYNC } else { 0 }),

@@ -72,8 +72,8 @@ impl Store {
                         tokio::task::yield_now().await;
                     }
                     let batch = self.take_batch();
-                    st.last_group_txns = batch.len();
                     if !batch.is_empty() {
+                        st.last_group_txns = batch.len();
                         self.commit_group(&mut st, batch).await;
                     }
                 }
