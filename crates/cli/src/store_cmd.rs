@@ -91,6 +91,10 @@ struct BenchArgs {
     /// Start a background checkpoint (durable KV commit) after this many logged group commits.
     #[arg(long, default_value_t = StoreConfig::default().wal_checkpoint_records)]
     wal_checkpoint_records: u64,
+    /// Group commits whose writes may be in flight at once (1 or 2; see
+    /// `StoreConfig::max_groups_in_flight`).
+    #[arg(long, default_value_t = StoreConfig::default().max_groups_in_flight)]
+    groups_in_flight: usize,
     /// Run fio with the same patterns on the same file after the store phases.
     #[arg(long)]
     fio: bool,
@@ -444,6 +448,7 @@ async fn store_round(
         deferred_max_bytes: a.deferred_max_bytes,
         wal_bytes: a.wal_mib << 20,
         wal_checkpoint_records: a.wal_checkpoint_records,
+        max_groups_in_flight: a.groups_in_flight,
         ..StoreConfig::default()
     };
     Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &cfg).await?;

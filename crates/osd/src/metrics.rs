@@ -181,7 +181,7 @@ impl Metrics {
 /// how many device and KV bytes it costs.
 pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
     const NS: f64 = 1e-9;
-    let counters: [(&str, &str, f64); 15] = [
+    let counters: [(&str, &str, f64); 16] = [
         (
             "commits_total",
             "Transactions committed.",
@@ -196,6 +196,11 @@ pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
             "wal_records_total",
             "Group commits made durable by a log record.",
             st.wal_records as f64,
+        ),
+        (
+            "groups_overlapped_total",
+            "Group commits started while an earlier group's writes were in flight.",
+            st.groups_overlapped as f64,
         ),
         (
             "checkpoints_total",

@@ -2,10 +2,11 @@
 //! described in `store` (staging itself is `stage`'s job).
 //!
 //! Owns the order that makes a group durable and atomic: stage every transaction over the
-//! overlay (restaging without a member that fails), write the new blocks together with the
-//! group's redo record in the write-ahead log, flush the device (the commit point), take the
-//! changes into the overlay, then release freed blocks and forget the touched objects' cached
-//! metadata. When no record can be logged (no log, record too large, checkpoint due) the group
+//! overlay and any group in flight (restaging without a member that fails), place the group's
+//! redo record in the write-ahead log, write the new blocks and the record and flush the device
+//! (the commit point) without the store's lock, then finalize in order (`inflight`): take the
+//! changes into the overlay, release freed blocks, forget the touched objects' cached
+//! metadata, answer the submitters. When no record can be logged (no log, record too large, checkpoint due) the group
 //! is a checkpoint instead: write and flush the data, then commit the overlay to the KV durably
 //! with the log's marker. It must never write to the device before the whole group has staged successfully,
 //! and never release a block before the commit that stops referencing it.
@@ -13,10 +14,12 @@
 use crate::bufpool::RunBuf;
 use crate::codec;
 use crate::error::{kv, Result, StoreError};
+use crate::inflight::{InFlight, InFlightView, Launch, MAX_IN_FLIGHT};
 use crate::stage::{Stage, Tables};
 use crate::store::{State, Store};
 use crate::txn::{Op, Transaction};
 use crate::wal;
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -34,6 +37,62 @@ pub(crate) struct Pending {
     done: oneshot::Sender<Result<()>>,
 }
 
+impl Pending {
+    /// Every object `(collection, name)` the transaction may change.
+    pub(crate) fn objects(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.txn
+            .ops
+            .iter()
+            .flat_map(|op| {
+                let (coll, a, b) = match op {
+                    Op::CreateCollection { .. } | Op::RemoveCollection { .. } => {
+                        return [None, None]
+                    }
+                    Op::Touch { coll, obj }
+                    | Op::Remove { coll, obj }
+                    | Op::Write { coll, obj, .. }
+                    | Op::Zero { coll, obj, .. }
+                    | Op::Truncate { coll, obj, .. }
+                    | Op::SetAttr { coll, obj, .. }
+                    | Op::RmAttr { coll, obj, .. }
+                    | Op::OmapSet { coll, obj, .. }
+                    | Op::OmapRemove { coll, obj, .. } => (coll, obj, None),
+                    Op::Clone { coll, src, dst } | Op::Rename { coll, src, dst } => {
+                        (coll, src, Some(dst))
+                    }
+                };
+                [
+                    Some((coll.as_str(), a.as_str())),
+                    b.map(|b| (coll.as_str(), b.as_str())),
+                ]
+            })
+            .flatten()
+    }
+}
+
+/// What a staged group changes outside the KV, applied when it is finalized.
+#[derive(Debug)]
+pub(crate) struct GroupEffects {
+    /// Its transactions' submitters.
+    pub(crate) live: Vec<Pending>,
+    /// Runs it frees, released once it is durable.
+    pub(crate) to_free: Vec<(u64, u64)>,
+    /// Blocks whose pending deferred write it cancels.
+    pub(crate) deferred_dropped: Vec<u64>,
+    pub(crate) objects_delta: i64,
+    pub(crate) stored_delta: i64,
+}
+
+/// The device writes of a launched group: its record (first block in the ring, whole
+/// blocks), its copy-on-write runs (first block, whole blocks), all made durable by one flush,
+/// and the group in flight before it, if any, whose flush must complete before the record is
+/// written.
+pub(crate) struct GroupWrites {
+    record: Option<(u64, RunBuf)>,
+    runs: Vec<(u64, RunBuf)>,
+    after: Option<Arc<InFlightView>>,
+}
+
 impl Store {
     /// Applies `txn` atomically and durably: when this returns `Ok`, every operation is
     /// persistent; on `Err`, none is. A device or KV error fails the store. Copies the
@@ -45,37 +104,61 @@ impl Store {
     /// As [`Store::queue_transaction`], taking ownership of the transaction.
     ///
     /// Transactions submitted concurrently are committed as a group (group commit): one device
-    /// flush and one KV commit for all of them, each still atomic on its own (they are staged in
-    /// submission order; one that fails is dropped from the group and the rest restaged).
+    /// flush for all of them, each still atomic on its own (they are staged in submission
+    /// order; one that fails is dropped from the group and the rest restaged). Up to
+    /// `inflight::MAX_IN_FLIGHT` groups have their writes in flight at once.
     pub async fn queue_transaction_owned(&self, txn: Transaction) -> Result<()> {
         self.check_ok()?;
         self.check_limits(&txn)?;
         let (done, result) = oneshot::channel();
+        let mut orphans = self.orphans.subscribe();
         self.commit_queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push_back(Pending { txn, done });
         let mut result = result;
         let dropped = || StoreError::Failed("transaction was dropped by the committer".into());
-        // Either another submitter's group commit completes this transaction, or this task gets
-        // the write lock and commits what is queued (oldest first, up to the group limits) as one
-        // group. Repeat until this transaction is done: a full group may not have included it.
+        // Either another submitter's group commit completes this transaction, or this task
+        // becomes the committers' leader and commits what is queued (oldest first, up to the
+        // group limits) as one group. Once the queue is found empty, another submitter has
+        // taken this transaction: wait for its answer, or for a cancelled launcher's group to
+        // finalize in its place.
+        let mut taken = false;
         loop {
             tokio::select! {
                 biased;
                 r = &mut result => return r.map_err(|_| dropped())?,
-                mut st = self.state.write() => {
-                    if st.last_group_txns > 1 {
+                _ = orphans.changed(), if taken => {
+                    let mut st = self.state.write().await;
+                    self.finalize_ready(&mut st).await;
+                }
+                leader = self.commit_leader.lock(), if !taken => {
+                    let mut st = self.make_room().await;
+                    if self.last_group_txns.load(Ordering::Relaxed) > 1 {
                         // Concurrent submitters: the tasks ready in this runtime turn (an OSD's
                         // other ops) queue theirs first and share this group's flush. A lone
                         // submitter does not pay the extra turn.
                         tokio::task::yield_now().await;
                     }
                     let batch = self.take_batch();
-                    if !batch.is_empty() {
-                        st.last_group_txns = batch.len();
-                        self.commit_group(&mut st, batch).await;
+                    if batch.is_empty() {
+                        taken = true;
+                        continue;
                     }
+                    self.last_group_txns.store(batch.len(), Ordering::Relaxed);
+                    let Some((writes, launch)) = self.commit_group(&mut st, batch).await else {
+                        continue;
+                    };
+                    // The group's writes and flush run without the lock (readers go on) and
+                    // without the leader's place (the next group may form and, with room in
+                    // the pipeline, start its own writes).
+                    drop(st);
+                    drop(leader);
+                    let outcome = self.write_group(writes).await;
+                    launch.written(&outcome);
+                    let mut st = self.state.write().await;
+                    self.finalize_ready(&mut st).await;
+                    launch.finalized();
                 }
             }
         }
@@ -102,7 +185,7 @@ impl Store {
     }
 
     /// Fails every waiter with `e` (the first gets the error itself, the rest a copy of its text).
-    fn fail_all(&self, live: Vec<Pending>, e: StoreError) {
+    pub(crate) fn fail_all(&self, live: Vec<Pending>, e: StoreError) {
         let e = self.fatal(e);
         let text = e.to_string();
         let mut first = Some(e);
@@ -114,21 +197,60 @@ impl Store {
         }
     }
 
-    async fn commit_group(&self, st: &mut State, mut live: Vec<Pending>) {
+    /// Answers a durable group's submitters and counts it.
+    fn acknowledge(&self, live: Vec<Pending>) {
+        let user: u64 = live
+            .iter()
+            .flat_map(|p| p.txn.ops.iter())
+            .map(Op::data_bytes)
+            .sum();
+        self.counters
+            .user_bytes_written
+            .fetch_add(user, Ordering::Relaxed);
+        self.counters
+            .commits
+            .fetch_add(live.len() as u64, Ordering::Relaxed);
+        self.counters.group_commits.fetch_add(1, Ordering::Relaxed);
+        for p in live {
+            let _ = p.done.send(Ok(()));
+        }
+    }
+
+    /// Stages `live` as one group (restaging without a member that fails) over the groups in
+    /// flight and commits it. A group that can be logged is placed in the ring and put in
+    /// flight: its writes are returned for the caller to do without the lock, with the
+    /// launcher's end of it. A group that cannot be logged first drains the pipeline, then is
+    /// written, flushed, checkpointed and answered here (`None`); so is a group that failed.
+    async fn commit_group<'s>(
+        &'s self,
+        st: &mut State,
+        mut live: Vec<Pending>,
+    ) -> Option<(GroupWrites, Launch<'s>)> {
         loop {
             if let Err(e) = self.check_ok() {
-                return self.fail_all(live, e);
+                self.fail_all(live, e);
+                return None;
             }
             let rtx = match self.db.begin_read() {
                 Ok(r) => r,
-                Err(e) => return self.fail_all(live, kv(e)),
+                Err(e) => {
+                    self.fail_all(live, kv(e));
+                    return None;
+                }
             };
-            let mut stage = Stage::default();
+            debug_assert!(st.inflight.len() < MAX_IN_FLIGHT.min(self.cfg.max_groups_in_flight));
+            let views: Vec<Arc<InFlightView>> =
+                st.inflight.iter().map(|f| f.view.clone()).collect();
+            let mut stage = Stage {
+                inflight: views.clone(),
+                ..Stage::default()
+            };
             let t_stage = Instant::now();
             // Staging reads through the overlay while it changes the allocator in `st`.
             let overlay = std::mem::take(&mut st.overlay);
             let staged = async {
-                let mut t = Tables::open(&rtx, &overlay).map_err(|e| (usize::MAX, e))?;
+                let newest = views.last().map(|v| &v.redo);
+                let mut t = Tables::open(&rtx, &overlay, newest).map_err(|e| (usize::MAX, e))?;
                 for (i, p) in live.iter().enumerate() {
                     for op in &p.txn.ops {
                         self.stage_op(st, &mut stage, &mut t, op)
@@ -153,50 +275,17 @@ impl Store {
                 Ok(redo) => redo,
                 Err(failed) => match self.unstage(st, &mut stage, &mut live, failed) {
                     Some(()) => continue,
-                    None => return,
+                    None => return None,
                 },
             };
             elapsed_into(&self.counters.stage_ns, t_stage);
-            let logged = match self.commit_staged(st, &mut stage, redo).await {
-                Ok(logged) => logged,
-                Err(e) => return self.fail_all(live, e),
-            };
-            for p in &live {
-                self.forget_cached(&p.txn);
-            }
-            for &(start, len) in &stage.to_free {
-                if let Err(e) = self.release_freed(st, start, len) {
-                    let e = StoreError::Failed(format!("allocator inconsistent after commit: {e}"));
-                    return self.fail_all(live, e);
+            return match self.place_group(st, &mut stage, live, redo).await {
+                Ok(launched) => launched,
+                Err((live, e)) => {
+                    self.fail_all(live, e);
+                    None
                 }
-            }
-            for p in &stage.deferred_dropped {
-                st.deferred.remove(p);
-            }
-            for (p, c) in std::mem::take(&mut stage.deferred_new) {
-                st.deferred.insert(p, Arc::new(c));
-            }
-            st.objects = st.objects.saturating_add_signed(stage.objects_delta);
-            st.stored_bytes = st.stored_bytes.saturating_add_signed(stage.stored_delta);
-            if let Err(e) = self.after_commit(st, logged).await {
-                return self.fail_all(live, e);
-            }
-            let user: u64 = live
-                .iter()
-                .flat_map(|p| p.txn.ops.iter())
-                .map(Op::data_bytes)
-                .sum();
-            self.counters
-                .user_bytes_written
-                .fetch_add(user, Ordering::Relaxed);
-            self.counters
-                .commits
-                .fetch_add(live.len() as u64, Ordering::Relaxed);
-            self.counters.group_commits.fetch_add(1, Ordering::Relaxed);
-            for p in live {
-                let _ = p.done.send(Ok(()));
-            }
-            return;
+            };
         }
     }
 
@@ -225,17 +314,17 @@ impl Store {
         (!live.is_empty()).then_some(())
     }
 
-    /// Writes a staged group: its data and redo record in one device write batch and one flush,
-    /// its changes then taken into the overlay (no KV commit). Returns whether it was logged;
-    /// when no record can be logged (no log, record too large, ring or overlay full), only its
-    /// data is written and flushed, and the group is durable only after the checkpoint that
-    /// [`Store::after_commit`] then makes.
-    async fn commit_staged(
-        &self,
+    /// Places a staged group's redo record in the ring and puts the group in flight, returning
+    /// its writes. When no record can be logged (no log, record too large, ring or overlay
+    /// full), drains the pipeline, writes and flushes the group's data, and finalizes it with a
+    /// checkpoint (`Ok(None)`).
+    async fn place_group<'s>(
+        &'s self,
         st: &mut State,
         stage: &mut Stage,
+        live: Vec<Pending>,
         redo: wal::Redo,
-    ) -> Result<bool> {
+    ) -> std::result::Result<Option<(GroupWrites, Launch<'s>)>, (Vec<Pending>, StoreError)> {
         let bs = self.sb.block_bytes;
         let runs: Vec<(u64, u64)> = stage
             .new_data
@@ -243,10 +332,76 @@ impl Store {
             .map(|(&s, b)| (s, b.len() as u64 / bs))
             .collect();
         let record_blocks = (wal::encoded_len(&redo, runs.len()) as u64).div_ceil(bs);
+        let placed = match self.place_record(st, record_blocks).await {
+            Ok(placed) => placed,
+            Err(e) => return Err((live, e)),
+        };
+        let deferred_new: BTreeMap<u64, Arc<Vec<u8>>> = std::mem::take(&mut stage.deferred_new)
+            .into_iter()
+            .map(|(p, c)| (p, Arc::new(c)))
+            .collect();
+        let effects = GroupEffects {
+            live,
+            to_free: std::mem::take(&mut stage.to_free),
+            deferred_dropped: std::mem::take(&mut stage.deferred_dropped),
+            objects_delta: stage.objects_delta,
+            stored_delta: stage.stored_delta,
+        };
+        let Some(pos) = placed else {
+            // A checkpoint makes this group durable, and it must carry every group before it.
+            if let Err(e) = self.drain(st).await {
+                return Err((effects.live, e));
+            }
+            let writes = GroupWrites {
+                record: None,
+                runs: std::mem::take(&mut stage.new_data).into_iter().collect(),
+                after: None,
+            };
+            if let Err(e) = self.write_group(writes).await {
+                return Err((effects.live, e));
+            }
+            self.finalize(st, redo, deferred_new, effects, false).await;
+            return Ok(None);
+        };
+        let record = wal::encode(self.sb.uuid, st.wal.next_seq, &redo, &runs, bs);
+        let record = match self.bufs.build(&[&record]) {
+            Ok(buf) => buf,
+            Err(e) => return Err((effects.live, e)),
+        };
+        self.counters
+            .wal_bytes_written
+            .fetch_add(record.len() as u64, Ordering::Relaxed);
+        self.counters.wal_records.fetch_add(1, Ordering::Relaxed);
+        let writes = GroupWrites {
+            record: Some((st.wal.first_block + pos, RunBuf::Owned(record))),
+            runs: std::mem::take(&mut stage.new_data).into_iter().collect(),
+            after: st.inflight.back().map(|f| f.view.clone()),
+        };
+        let marker_before = st.wal.marker();
+        let fill = st.wal.advance(pos, record_blocks);
+        if !st.inflight.is_empty() {
+            self.counters
+                .groups_overlapped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let (view, launch) = self.launch(redo, deferred_new, runs);
+        st.inflight.push_back(InFlight {
+            view,
+            effects,
+            marker_before,
+            fill,
+        });
+        Ok(Some((writes, launch)))
+    }
+
+    /// Where a record of `record_blocks` goes in the ring, or `None` when the group must
+    /// checkpoint instead. Hard limits (a background checkpoint normally lands long before
+    /// them): half the ring, twice the records of a checkpoint interval, the overlay's memory;
+    /// at one, waits for a background checkpoint in flight and tries again.
+    async fn place_record(&self, st: &mut State, record_blocks: u64) -> Result<Option<u64>> {
+        let bs = self.sb.block_bytes;
         // A background checkpoint that has finished frees its frozen layer and its ring space.
         self.collect_checkpoint(st, false)?;
-        // Hard limits (a background checkpoint normally lands long before them): half the ring,
-        // twice the records of a checkpoint interval, the overlay's memory.
         let place = |st: &State| {
             (record_blocks * bs <= self.cfg.max_io_bytes
                 && st.overlay.total_bytes() < self.cfg.max_overlay_bytes)
@@ -263,44 +418,91 @@ impl Store {
             elapsed_into(&self.counters.checkpoint_wait_ns, t);
             placed = place(st);
         }
-        let mut ios: Vec<(u64, RunBuf)> = Vec::with_capacity(runs.len() + 1);
-        if let Some(pos) = placed {
-            let record = wal::encode(self.sb.uuid, st.wal.next_seq, &redo, &runs, bs);
-            self.counters
-                .wal_bytes_written
-                .fetch_add(record.len() as u64, Ordering::Relaxed);
-            // The ring lies before the data area, so the record goes first in block order.
-            ios.push((
-                st.wal.first_block + pos,
-                RunBuf::Owned(self.bufs.build(&[&record])?),
-            ));
+        Ok(placed)
+    }
+
+    /// Does a group's writes and makes them durable with one flush (a group whose only write
+    /// is its record, as when all its data went into it as deferred writes, writes it durably
+    /// in one device operation instead). Behind a group in flight, the copy-on-write runs are
+    /// written at once but the record only after that group's flush: so only the last record
+    /// on the device can lack its data (what mount checks), however many groups are in flight.
+    pub(crate) async fn write_group(&self, writes: GroupWrites) -> Result<()> {
+        let GroupWrites {
+            record,
+            mut runs,
+            after,
+        } = writes;
+        let bs = self.sb.block_bytes;
+        let t = Instant::now();
+        if let Some(before) = after {
+            if !runs.is_empty() {
+                self.write_runs(std::mem::take(&mut runs)).await?;
+            }
+            before.wait_written().await?;
         }
-        ios.extend(std::mem::take(&mut stage.new_data));
+        // The ring lies before the data area, so the record goes first in block order.
+        let mut ios: Vec<(u64, RunBuf)> = record.into_iter().chain(runs).collect();
         match ios.pop() {
-            // One write (a group whose data all went into its record as deferred writes): made
-            // durable by itself, which is the flush of this group.
             Some((block, RunBuf::Owned(buf))) if ios.is_empty() => {
+                elapsed_into(&self.counters.data_write_ns, t);
                 let t = Instant::now();
                 self.dev_write_durable(block * bs, buf).await?;
                 elapsed_into(&self.counters.device_flush_ns, t);
             }
+            None => {}
             Some(last) => {
                 ios.push(last);
-                let t = Instant::now();
                 self.write_runs(ios).await?;
                 elapsed_into(&self.counters.data_write_ns, t);
                 let t = Instant::now();
                 self.dev_flush().await?;
                 elapsed_into(&self.counters.device_flush_ns, t);
             }
-            None => {}
         }
+        Ok(())
+    }
+
+    /// Finalizes a durable group (logged, or about to be checkpointed when not): its changes
+    /// join the overlay, the objects it touched leave the onode cache, its freed blocks return
+    /// to the allocator, its deferred writes become visible, then [`Store::after_commit`], and
+    /// its submitters are answered.
+    pub(crate) async fn finalize(
+        &self,
+        st: &mut State,
+        redo: wal::Redo,
+        deferred_new: BTreeMap<u64, Arc<Vec<u8>>>,
+        effects: GroupEffects,
+        logged: bool,
+    ) {
+        let GroupEffects {
+            live,
+            to_free,
+            deferred_dropped,
+            objects_delta,
+            stored_delta,
+        } = effects;
         st.overlay.absorb(redo);
-        if let Some(pos) = placed {
-            st.wal.advance(pos, record_blocks);
-            self.counters.wal_records.fetch_add(1, Ordering::Relaxed);
+        for p in &live {
+            for (coll, obj) in p.objects() {
+                self.onode_cache.invalidate(coll, obj);
+            }
         }
-        Ok(placed.is_some())
+        for &(start, len) in &to_free {
+            if let Err(e) = self.release_freed(st, start, len) {
+                let e = StoreError::Failed(format!("allocator inconsistent after commit: {e}"));
+                return self.fail_all(live, e);
+            }
+        }
+        for p in &deferred_dropped {
+            st.deferred.remove(p);
+        }
+        st.deferred.extend(deferred_new);
+        st.objects = st.objects.saturating_add_signed(objects_delta);
+        st.stored_bytes = st.stored_bytes.saturating_add_signed(stored_delta);
+        if let Err(e) = self.after_commit(st, logged).await {
+            return self.fail_all(live, e);
+        }
+        self.acknowledge(live);
     }
 
     /// What follows a group's commit once the in-memory state (freed blocks, pending deferred
@@ -422,27 +624,5 @@ impl Store {
             }
         }
         Ok(())
-    }
-
-    /// Drops the cached metadata of every object `txn` may have changed.
-    fn forget_cached(&self, txn: &Transaction) {
-        for op in &txn.ops {
-            match op {
-                Op::CreateCollection { .. } | Op::RemoveCollection { .. } => {}
-                Op::Touch { coll, obj }
-                | Op::Remove { coll, obj }
-                | Op::Write { coll, obj, .. }
-                | Op::Zero { coll, obj, .. }
-                | Op::Truncate { coll, obj, .. }
-                | Op::SetAttr { coll, obj, .. }
-                | Op::RmAttr { coll, obj, .. }
-                | Op::OmapSet { coll, obj, .. }
-                | Op::OmapRemove { coll, obj, .. } => self.onode_cache.invalidate(coll, obj),
-                Op::Clone { coll, src, dst } | Op::Rename { coll, src, dst } => {
-                    self.onode_cache.invalidate(coll, src);
-                    self.onode_cache.invalidate(coll, dst);
-                }
-            }
-        }
     }
 }

@@ -195,9 +195,12 @@ impl Store {
         let mut layers = Vec::with_capacity(2);
         layers.extend(frozen.as_deref().map(|f| &f.tables));
         layers.push(&st.overlay.tables);
-        commit_to_kv(&self.db, &layers, &applied, st.wal.marker()).map_err(|e| self.fatal(e))?;
+        // Groups in flight are not in the overlay: their records stay after the marker.
+        let marker = self.durable_marker(st);
+        commit_to_kv(&self.db, &layers, &applied, marker).map_err(|e| self.fatal(e))?;
         st.overlay = Overlay::default();
-        st.wal.checkpointed();
+        let pending = self.inflight_fill(st);
+        st.wal.checkpointed_except(pending);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.counters
             .checkpoint_ns
@@ -231,7 +234,7 @@ impl Store {
             runtime,
             frozen,
             applying: applying.clone(),
-            marker: st.wal.marker(),
+            marker: self.durable_marker(st),
             block_bytes: self.sb.block_bytes,
             max_io_bytes: self.cfg.max_io_bytes,
             stop: stop.clone(),
@@ -249,7 +252,7 @@ impl Store {
                 st.checkpoint_job = Some(CheckpointJob {
                     thread,
                     finished,
-                    fill: st.wal.fill(),
+                    fill: st.wal.fill_except(self.inflight_fill(st)),
                     applying,
                     quarantine: Vec::new(),
                     stop,

@@ -41,6 +41,7 @@ impl Store {
         self.check_ok()?;
         // fsck reads the KV itself: first commit the overlay of changes since the checkpoint.
         let mut w = self.state.write().await;
+        self.drain(&mut w).await?;
         self.wait_checkpoint(&mut w).await?;
         if !w.overlay.is_empty() {
             self.checkpoint(&mut w, Vec::new()).await?;

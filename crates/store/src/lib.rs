@@ -24,6 +24,7 @@ pub mod config;
 pub mod error;
 mod extmap;
 pub mod fsck;
+mod inflight;
 pub mod kv;
 mod logged;
 mod overlay;

@@ -22,8 +22,14 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-/// The empty layer, standing in for a frozen layer when no checkpoint is in flight.
-static NO_CHANGES: Touched = BTreeMap::new();
+/// The empty layer, standing in for a frozen layer when no checkpoint is in flight (and for
+/// the in-flight group's layer when there is none).
+pub(crate) static NO_CHANGES: Touched = BTreeMap::new();
+
+/// The layers of changes over one checkpointed table, the newest first: the changes of a group
+/// whose commit is in flight (seen only by the next group's staging, never by readers), the
+/// live layer, the frozen layer.
+pub(crate) type Below<'a> = [&'a Touched; 3];
 
 /// Changes frozen for a checkpoint in flight, by table (the order of [`Redo`]).
 #[derive(Debug, Default)]
@@ -67,9 +73,17 @@ impl Overlay {
         self.bytes + self.frozen.as_ref().map_or(0, |f| f.bytes)
     }
 
-    /// Table `index` as two layers, the live one first.
-    pub(crate) fn layers(&self, index: usize) -> [&Touched; 2] {
+    /// Table `index` as readers see it: the live layer over the frozen one (durable changes
+    /// only; see [`Below`]).
+    pub(crate) fn layers(&self, index: usize) -> Below<'_> {
+        self.layers_under(index, &NO_CHANGES)
+    }
+
+    /// Table `index` as a group being staged sees it: the changes of the group whose commit is
+    /// in flight (`in_flight`, not yet durable) over the live layer over the frozen one.
+    pub(crate) fn layers_under<'a>(&'a self, index: usize, in_flight: &'a Touched) -> Below<'a> {
         [
+            in_flight,
             &self.tables[index],
             self.frozen
                 .as_ref()
@@ -101,15 +115,15 @@ impl Overlay {
 /// (the group's redo record). Values are returned as owned bytes.
 pub(crate) struct Layered<'a, K: Key + 'static, V: Value + 'static> {
     base: ReadOnlyTable<K, V>,
-    /// The overlay's layers of this table, the newer first.
-    below: [&'a Touched; 2],
+    /// The layers of changes to this table, the newest first.
+    below: Below<'a>,
     touched: Touched,
 }
 
 impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
-    /// `base` (the checkpointed table) under `below` (the overlay's layers of changes to it,
-    /// the newer first: see [`Overlay::layers`]).
-    pub(crate) fn new(base: ReadOnlyTable<K, V>, below: [&'a Touched; 2]) -> Self {
+    /// `base` (the checkpointed table) under `below` (the layers of changes to it, the newest
+    /// first: see [`Overlay::layers`]).
+    pub(crate) fn new(base: ReadOnlyTable<K, V>, below: Below<'a>) -> Self {
         Self {
             base,
             below,
@@ -128,8 +142,7 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
         if let Some(v) = self
             .touched
             .get(&raw)
-            .or_else(|| self.below[0].get(&raw))
-            .or_else(|| self.below[1].get(&raw))
+            .or_else(|| self.below.iter().find_map(|layer| layer.get(&raw)))
         {
             return Ok(v.clone());
         }
@@ -167,7 +180,8 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
     /// The overlay's and this group's changes to keys in `lo..hi`, newer layers winning.
     fn changes_in(&self, lo: &[u8], hi: Option<&[u8]>) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
         let mut out = BTreeMap::new();
-        for layer in [self.below[1], self.below[0], &self.touched] {
+        let oldest_first = self.below.iter().rev().copied();
+        for layer in oldest_first.chain(std::iter::once(&self.touched)) {
             let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
             for (k, v) in layer.range::<[u8], _>((Bound::Included(lo), upper)) {
                 out.insert(k.clone(), v.clone());
@@ -247,7 +261,7 @@ impl Layered<'_, &'static [u8], &'static [u8]> {
         }
         let bounds = (Bound::Included(lo), Bound::Excluded(hi));
         // Newest layer first: the first layer holding a key decides its value.
-        let mut layers = [&self.touched, self.below[0], self.below[1]]
+        let mut layers = [&self.touched, self.below[0], self.below[1], self.below[2]]
             .map(|l| l.range::<[u8], _>(bounds).rev().peekable());
         let mut base = self.base.range(lo..hi).map_err(kv)?.rev();
         let mut next_base = || -> Result<Option<(Vec<u8>, Vec<u8>)>> {
@@ -333,8 +347,19 @@ mod tests {
         live.insert(b"d".to_vec(), Some(b"over".to_vec()));
         live.insert(b"e".to_vec(), Some(b"over".to_vec()));
         live.insert(b"f".to_vec(), None);
+        // A group in flight over both: its value wins over theirs, its removal hides theirs.
+        let mut in_flight = Touched::new();
+        in_flight.insert(b"a".to_vec(), None);
+        in_flight.insert(b"h".to_vec(), Some(b"flying".to_vec()));
         let r = db.begin_read().unwrap();
-        let mut t = Layered::new(r.open_table(T).unwrap(), [&live, &frozen]);
+        {
+            let t = Layered::new(r.open_table(T).unwrap(), [&in_flight, &live, &frozen]);
+            assert_eq!(t.get(b"a".as_slice()).unwrap(), None, "removed in flight");
+            assert_eq!(t.get(b"h".as_slice()).unwrap(), Some(b"flying".to_vec()));
+            assert_eq!(t.last_in(b"a", b"z").unwrap().unwrap().0, b"h".to_vec());
+        }
+        in_flight.clear();
+        let mut t = Layered::new(r.open_table(T).unwrap(), [&in_flight, &live, &frozen]);
         t.insert(b"b".as_slice(), b"mine".as_slice()).unwrap();
         assert!(t.remove(b"g".as_slice()).unwrap());
         assert!(!t.remove(b"c".as_slice()).unwrap(), "removed below");
@@ -386,6 +411,7 @@ mod tests {
             base in proptest::collection::btree_map(key(), proptest::collection::vec(0u8..255, 0..3), 0..12),
             older in layer(),
             newer in layer(),
+            newest in layer(),
             mine in layer(),
             lo in key(),
             hi in key(),
@@ -402,7 +428,7 @@ mod tests {
             }
             w.commit().unwrap();
             let r = db.begin_read().unwrap();
-            let mut t = Layered::new(r.open_table(T).unwrap(), [&newer, &older]);
+            let mut t = Layered::new(r.open_table(T).unwrap(), [&newest, &newer, &older]);
             for (k, v) in &mine {
                 match v {
                     Some(v) => t.insert(k.as_slice(), v.as_slice()).unwrap(),
@@ -411,7 +437,7 @@ mod tests {
             }
             let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> =
                 base.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
-            for l in [&older, &newer, &mine] {
+            for l in [&older, &newer, &newest, &mine] {
                 merged.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
             let want = if lo < hi {

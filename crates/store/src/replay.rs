@@ -1,6 +1,8 @@
 //! Mount-time recovery from the write-ahead log: read the records written since the last
 //! checkpoint in order, discard the last one if its data blocks did not all reach the device
-//! (it was never acknowledged), apply the rest to the KV, and checkpoint.
+//! (it was never acknowledged), apply the rest to the KV, and checkpoint. Only the last record
+//! can be in that state: a group writes its record only once the previous group's flush has
+//! completed, even with two groups in flight (module `inflight`).
 //!
 //! It must never apply a record out of sequence, one whose checksum fails, or one after a gap.
 

@@ -14,13 +14,15 @@ use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
 use crate::error::{kv, Result, StoreError};
 use crate::extmap::{self, ExtTable};
+use crate::inflight::InFlightView;
 use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
-use crate::overlay::{Layered, Overlay};
+use crate::overlay::{Layered, Overlay, NO_CHANGES};
 use crate::store::{State, Store};
 use crate::txn::{DataCrcs, Op};
 use crate::wal::Redo;
 use redb::ReadTransaction;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub(crate) type BytesTable<'t> = Layered<'t, &'static [u8], &'static [u8]>;
 
@@ -37,9 +39,14 @@ pub(crate) struct Tables<'t> {
 }
 
 impl<'t> Tables<'t> {
-    /// The tables of the checkpointed KV in `r` under `overlay`.
-    pub(crate) fn open(r: &ReadTransaction, overlay: &'t Overlay) -> Result<Self> {
-        let o = |i| overlay.layers(i);
+    /// The tables of the checkpointed KV in `r` under `overlay`, under the changes of the
+    /// group in flight (`in_flight`), if any.
+    pub(crate) fn open(
+        r: &ReadTransaction,
+        overlay: &'t Overlay,
+        in_flight: Option<&'t Redo>,
+    ) -> Result<Self> {
+        let o = |i: usize| overlay.layers_under(i, in_flight.map_or(&NO_CHANGES, |r| &r.tables[i]));
         Ok(Self {
             meta: Layered::new(r.open_table(META).map_err(kv)?, o(0)),
             colls: Layered::new(r.open_table(COLLS).map_err(kv)?, o(1)),
@@ -83,6 +90,9 @@ pub(crate) struct Stage {
     pub(crate) allocated: BTreeMap<u64, u64>,
     pub(crate) objects_delta: i64,
     pub(crate) stored_delta: i64,
+    /// The groups in flight this one stages over, oldest first: their deferred block contents
+    /// are read from memory, and a block they write copy-on-write only once written.
+    pub(crate) inflight: Vec<Arc<InFlightView>>,
 }
 
 impl Stage {
@@ -404,10 +414,16 @@ impl Store {
         for p in staged {
             stage.deferred_new.remove(&p);
         }
-        if !st.deferred.is_empty() {
-            stage
-                .deferred_dropped
-                .extend((start..end).filter(|p| st.deferred.contains_key(p)));
+        let pending = |p: &u64| {
+            st.deferred.contains_key(p)
+                || stage
+                    .inflight
+                    .iter()
+                    .any(|v| v.deferred_new.contains_key(p))
+        };
+        if !st.deferred.is_empty() || stage.inflight.iter().any(|v| !v.deferred_new.is_empty()) {
+            let dropped: Vec<u64> = (start..end).filter(pending).collect();
+            stage.deferred_dropped.extend(dropped);
         }
         stage.to_free.push((start, len));
     }
@@ -430,10 +446,27 @@ impl Store {
             if let Some(d) = stage.deferred_new.get(&p) {
                 return Some(d.as_slice());
             }
+            if let Some(d) = stage
+                .inflight
+                .iter()
+                .rev()
+                .find_map(|v| v.deferred_new.get(&p))
+            {
+                return Some(d.as_slice());
+            }
             st.deferred.get(&p).map(|d| d.as_slice())
         };
-        let on_device = (0..e.blocks()).any(|i| overlay(e.pblock + i).is_none());
-        if on_device {
+        let from_device: Vec<u64> = (0..e.blocks())
+            .map(|i| e.pblock + i)
+            .filter(|&p| overlay(p).is_none())
+            .collect();
+        if !from_device.is_empty() {
+            // A block a group in flight writes copy-on-write is read once it is written.
+            for v in &stage.inflight {
+                if from_device.iter().any(|&p| v.writes_block(p)) {
+                    v.wait_written().await?;
+                }
+            }
             self.dev_read(e.pblock * bs as u64, &mut buf).await?;
         }
         for (i, chunk) in buf.chunks_exact_mut(bs).enumerate() {

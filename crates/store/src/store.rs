@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::RwLock;
 
@@ -146,6 +146,9 @@ pub struct StoreStats {
     pub checkpoint_wait_ns: u64,
     /// Group commits made durable by a write-ahead log record (one device flush, no KV sync).
     pub wal_records: u64,
+    /// Group commits whose writes started while an earlier group's were still in flight
+    /// (pipelined: the earlier one's flush did not hold them back).
+    pub groups_overlapped: u64,
     /// Bytes of write-ahead log records written.
     pub wal_bytes_written: u64,
     /// Checkpoints: durable KV commits carrying the log's marker.
@@ -172,6 +175,7 @@ pub(crate) struct Counters {
     pub checkpoint_ns: AtomicU64,
     pub checkpoint_wait_ns: AtomicU64,
     pub wal_records: AtomicU64,
+    pub groups_overlapped: AtomicU64,
     pub wal_bytes_written: AtomicU64,
     pub checkpoints: AtomicU64,
     pub wal_replayed: AtomicU64,
@@ -192,9 +196,8 @@ pub(crate) struct State {
     pub overlay: Overlay,
     /// The background checkpoint in flight, if any.
     pub checkpoint_job: Option<CheckpointJob>,
-    /// Transactions in the last group commit: more than one means submitters are concurrent,
-    /// and the next committer waits one runtime turn for the ones about to queue.
-    pub last_group_txns: usize,
+    /// Groups whose writes are in flight, oldest first (at most `inflight::MAX_IN_FLIGHT`).
+    pub inflight: std::collections::VecDeque<crate::inflight::InFlight>,
 }
 
 /// Runs `f`, which blocks (a KV sync, waiting for a checkpoint thread), so that on a
@@ -270,6 +273,15 @@ pub struct Store {
     pub(crate) commit_queue: Mutex<std::collections::VecDeque<crate::apply::Pending>>,
     pub(crate) onode_cache: OnodeCache,
     pub(crate) bufs: BufPool,
+    /// Bumped when a launcher leaves its in-flight group unfinalized (it was cancelled), so
+    /// that the submitters waiting on that group finalize it.
+    pub(crate) orphans: tokio::sync::watch::Sender<u64>,
+    /// Held by the submitter that forms and stages the next group (FIFO, so waiting
+    /// submitters wake one at a time), released once the group's writes are launched.
+    pub(crate) commit_leader: tokio::sync::Mutex<()>,
+    /// Transactions in the last group commit: more than one means submitters are concurrent,
+    /// and the next leader waits one runtime turn for the ones about to queue.
+    pub(crate) last_group_txns: AtomicUsize,
 }
 
 impl std::fmt::Debug for Store {
@@ -504,7 +516,7 @@ impl Store {
                 wal: ring,
                 overlay: Overlay::default(),
                 checkpoint_job: None,
-                last_group_txns: 0,
+                inflight: std::collections::VecDeque::new(),
             }),
             failed: Mutex::new(None),
             counters,
@@ -512,6 +524,9 @@ impl Store {
             commit_queue: Mutex::new(std::collections::VecDeque::new()),
             onode_cache: OnodeCache::new(cfg.meta_cache_bytes),
             bufs: BufPool::new((2 * cfg.max_io_bytes) as usize),
+            orphans: tokio::sync::watch::Sender::new(0),
+            commit_leader: tokio::sync::Mutex::new(()),
+            last_group_txns: AtomicUsize::new(0),
             cfg,
         };
         {
@@ -526,6 +541,7 @@ impl Store {
     pub async fn sync(&self) -> Result<()> {
         self.check_ok()?;
         let mut st = self.state.write().await;
+        self.drain(&mut st).await?;
         self.apply_deferred(&mut st).await?;
         if st.wal.records_since_checkpoint() > 0 || !st.overlay.is_empty() {
             self.checkpoint(&mut st, Vec::new()).await?;
@@ -721,6 +737,7 @@ impl Store {
             checkpoint_ns: self.counters.checkpoint_ns.load(Ordering::Relaxed),
             checkpoint_wait_ns: self.counters.checkpoint_wait_ns.load(Ordering::Relaxed),
             wal_records: self.counters.wal_records.load(Ordering::Relaxed),
+            groups_overlapped: self.counters.groups_overlapped.load(Ordering::Relaxed),
             wal_bytes_written: self.counters.wal_bytes_written.load(Ordering::Relaxed),
             checkpoints: self.counters.checkpoints.load(Ordering::Relaxed),
             wal_replayed: self.counters.wal_replayed.load(Ordering::Relaxed),

@@ -28,7 +28,7 @@ const STR_KEY_TABLES: [usize; 2] = [0, 1];
 const U64_KEY_TABLE: usize = 6;
 
 /// The KV changes of one group commit: the final state of every key it touched, by table.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Redo {
     /// One map per table, in [`REDO_TABLES`] order.
     pub(crate) tables: [Touched; REDO_TABLES],
@@ -283,11 +283,22 @@ impl Marker {
     }
 }
 
-/// How much of the ring was used at one moment since the last checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How much of the ring was used at one moment since the last checkpoint (or by some records).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct RingFill {
     used: u64,
     records: u64,
+}
+
+impl std::ops::Add for RingFill {
+    type Output = RingFill;
+
+    fn add(self, other: RingFill) -> RingFill {
+        RingFill {
+            used: self.used + other.used,
+            records: self.records + other.records,
+        }
+    }
 }
 
 /// The ring's position and fill since the last checkpoint.
@@ -344,8 +355,9 @@ impl WalRing {
         (self.used + skipped + n <= self.blocks / 2).then_some(pos)
     }
 
-    /// Records that a record of `n` blocks was written at `pos` (from [`WalRing::place`]).
-    pub(crate) fn advance(&mut self, pos: u64, n: u64) {
+    /// Records that a record of `n` blocks was written at `pos` (from [`WalRing::place`]);
+    /// returns the fill it added (its blocks and any tail it skipped, one record).
+    pub(crate) fn advance(&mut self, pos: u64, n: u64) -> RingFill {
         let skipped = if pos < self.head {
             self.blocks - self.head
         } else {
@@ -355,6 +367,10 @@ impl WalRing {
         self.head = if pos + n >= self.blocks { 0 } else { pos + n };
         self.next_seq += 1;
         self.records += 1;
+        RingFill {
+            used: skipped + n,
+            records: 1,
+        }
     }
 
     /// Records since the last checkpoint.
@@ -369,11 +385,13 @@ impl WalRing {
         self.blocks > 0 && (self.records >= max_records || self.used >= self.blocks / 4)
     }
 
-    /// The fill a checkpoint carrying [`WalRing::marker`] now frees once it is durable.
-    pub(crate) fn fill(&self) -> RingFill {
+    /// The fill a checkpoint frees once durable when the records of fill `pending` (the last
+    /// ones written, whose groups are not yet durable) stay after its marker; with none
+    /// pending, what a checkpoint carrying [`WalRing::marker`] frees.
+    pub(crate) fn fill_except(&self, pending: RingFill) -> RingFill {
         RingFill {
-            used: self.used,
-            records: self.records,
+            used: self.used.saturating_sub(pending.used),
+            records: self.records.saturating_sub(pending.records),
         }
     }
 
@@ -394,8 +412,14 @@ impl WalRing {
 
     /// Notes that a KV commit carrying [`WalRing::marker`] is durable.
     pub(crate) fn checkpointed(&mut self) {
-        self.used = 0;
-        self.records = 0;
+        self.checkpointed_except(RingFill::default());
+    }
+
+    /// Notes that a KV commit is durable whose marker leaves the records of fill `pending` (the
+    /// last ones written) after it: only they still count.
+    pub(crate) fn checkpointed_except(&mut self, pending: RingFill) {
+        self.used = pending.used.min(self.used);
+        self.records = pending.records.min(self.records);
     }
 }
 
@@ -470,7 +494,7 @@ mod tests {
             ring.advance(ring.place(2, 100).unwrap(), 2);
         }
         assert!(ring.checkpoint_due(3), "record count reached");
-        let at_freeze = ring.fill();
+        let at_freeze = ring.fill_except(RingFill::default());
         let marker = ring.marker();
         // Commits go on while the checkpoint is in flight: 4 records of 4 blocks.
         for _ in 0..4 {

@@ -1,0 +1,294 @@
+//! Pipelined group commits (`max_groups_in_flight = 2`): a group stages over the changes of a
+//! group whose flush has not completed, is acknowledged only after it, writes its record only
+//! after that flush, and readers see neither until both are durable.
+
+mod common;
+
+use async_trait::async_trait;
+use cairn_blockdev::{BlockDevice, DeviceProperties, MemDevice};
+use cairn_store::{KvLocation, KvLossMode, Store, StoreConfig, Transaction};
+use common::*;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A device whose next flush (or, with `gate_data_write`, next write to the data area) waits
+/// for the test to open its gate; while `drop_data` is set,
+/// writes at or after `data_from` (the data area, not the log) are acknowledged but never
+/// reach the memory (as if lost in a volatile cache at a power cut).
+#[derive(Debug)]
+struct GatedDevice {
+    inner: Arc<MemDevice>,
+    gate: tokio::sync::Semaphore,
+    gated: AtomicBool,
+    gate_data_write: AtomicBool,
+    flushes_entered: AtomicU64,
+    drop_data: AtomicBool,
+    data_from: u64,
+}
+
+impl GatedDevice {
+    fn new(inner: Arc<MemDevice>, data_from: u64) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            gate: tokio::sync::Semaphore::new(0),
+            gated: AtomicBool::new(false),
+            gate_data_write: AtomicBool::new(false),
+            flushes_entered: AtomicU64::new(0),
+            drop_data: AtomicBool::new(false),
+            data_from,
+        })
+    }
+
+    /// Makes the next flush wait at the gate.
+    fn close_gate(&self) {
+        self.gated.store(true, Ordering::SeqCst);
+    }
+
+    fn open_gate(&self) {
+        self.gate.add_permits(1);
+    }
+
+    /// Waits until `n` flushes have been entered since the device was made.
+    async fn wait_flushes(&self, n: u64) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while self.flushes_entered.load(Ordering::SeqCst) < n {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("flush reached in time");
+    }
+}
+
+#[async_trait]
+impl BlockDevice for GatedDevice {
+    fn properties(&self) -> DeviceProperties {
+        self.inner.properties()
+    }
+    async fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> cairn_blockdev::Result<()> {
+        self.inner.read(offset_bytes, buf).await
+    }
+    async fn write(&self, offset_bytes: u64, data: &[u8]) -> cairn_blockdev::Result<()> {
+        if offset_bytes >= self.data_from {
+            if self.drop_data.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            if self.gate_data_write.swap(false, Ordering::SeqCst) {
+                let _permit = self.gate.acquire().await;
+            }
+        }
+        self.inner.write(offset_bytes, data).await
+    }
+    async fn flush(&self) -> cairn_blockdev::Result<()> {
+        self.flushes_entered.fetch_add(1, Ordering::SeqCst);
+        if self.gated.swap(false, Ordering::SeqCst) {
+            let _permit = self.gate.acquire().await;
+        }
+        self.inner.flush().await
+    }
+    async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> cairn_blockdev::Result<()> {
+        self.inner.discard(offset_bytes, len_bytes).await
+    }
+}
+
+fn pipelined() -> StoreConfig {
+    StoreConfig {
+        max_groups_in_flight: 2,
+        ..cfg()
+    }
+}
+
+/// A store with object "A" (8 KiB, two blocks) and "B" (4 KiB) durable, on a gated device.
+async fn rig() -> (Arc<Store>, Arc<GatedDevice>, cairn_store::CrashableKv) {
+    let img = fresh_images().await;
+    let conf = pipelined();
+    let data_from = (1 + conf.wal_blocks_for(DEV_BYTES)) * conf.block_bytes;
+    let mem = Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap());
+    let dev = GatedDevice::new(mem, data_from);
+    let kv = cairn_store::CrashableKv::new(img.kv.clone(), cairn_blockdev::CrashSwitch::new());
+    let s = Store::mount(dev.clone(), KvLocation::Backend(Box::new(kv.clone())), conf)
+        .await
+        .unwrap();
+    let mut t = Transaction::new();
+    t.write("c", "A", 0, &pattern(1, 8192))
+        .write("c", "B", 0, &pattern(2, 4096));
+    s.queue_transaction(&t).await.unwrap();
+    s.sync().await.unwrap();
+    (Arc::new(s), dev, kv)
+}
+
+/// Waits until a group has started while another was in flight.
+async fn wait_overlapped(s: &Store) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while s.stats().await.groups_overlapped == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("a second group in flight in time");
+}
+
+fn spawn_txn(s: &Arc<Store>, t: Transaction) -> tokio::task::JoinHandle<cairn_store::Result<()>> {
+    let s = s.clone();
+    tokio::spawn(async move { s.queue_transaction_owned(t).await })
+}
+
+fn patched(mut base: Vec<u8>, at: usize, patch: &[u8]) -> Vec<u8> {
+    base[at..at + patch.len()].copy_from_slice(patch);
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_stages_over_the_one_in_flight_and_is_acknowledged_after_it() {
+    let (s, dev, _kv) = rig().await;
+    let flushes = dev.flushes_entered.load(Ordering::SeqCst);
+    dev.close_gate();
+    // First group: a deferred overwrite of B's block and a new copy-on-write object N. Its
+    // flush waits at the gate.
+    let mut t1 = Transaction::new();
+    t1.write("c", "B", 0, &pattern(3, 4096))
+        .write("c", "N", 0, &pattern(4, 65536))
+        .setattr("c", "A", "v", b"1");
+    let first = spawn_txn(&s, t1);
+    dev.wait_flushes(flushes + 1).await;
+    // Second group, staged over the first: patches B's new contents (read from the first
+    // group's deferred write in memory), overwrites A's attribute, removes A's second block.
+    let mut t2 = Transaction::new();
+    t2.write("c", "B", 100, b"second")
+        .setattr("c", "A", "v", b"2")
+        .truncate("c", "A", 4096);
+    let second = spawn_txn(&s, t2);
+    // It is staged and in flight, its record waiting for the first group's flush.
+    wait_overlapped(&s).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!first.is_finished() && !second.is_finished());
+    // Readers are not blocked by the groups in flight and see neither of them.
+    let read = tokio::time::timeout(Duration::from_secs(5), s.read("c", "B", 0, 4096))
+        .await
+        .expect("a read does not wait for groups in flight");
+    assert_eq!(read.unwrap(), pattern(2, 4096));
+    assert!(!s.exists("c", "N").await.unwrap());
+    assert_eq!(s.stat("c", "A").await.unwrap().size_bytes, 8192);
+    dev.open_gate();
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    let st = s.stats().await;
+    assert_eq!(
+        st.groups_overlapped, 1,
+        "the second group started in flight"
+    );
+    assert_eq!(
+        s.read("c", "B", 0, 4096).await.unwrap(),
+        patched(pattern(3, 4096), 100, b"second")
+    );
+    assert_eq!(s.read("c", "N", 0, 65536).await.unwrap(), pattern(4, 65536));
+    assert_eq!(s.getattr("c", "A", "v").await.unwrap(), b"2".to_vec());
+    assert_eq!(s.read("c", "A", 0, 8192).await.unwrap(), pattern(1, 4096));
+    assert!(s.fsck(true).await.unwrap().is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_written_by_the_group_in_flight_is_read_once_it_is_written() {
+    let (s, dev, _kv) = rig().await;
+    dev.gate_data_write.store(true, Ordering::SeqCst);
+    let mut t1 = Transaction::new();
+    t1.write("c", "N", 0, &pattern(5, 65536));
+    let first = spawn_txn(&s, t1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // A partial overwrite of N's first block must read that block, whose write waits at the
+    // gate: the second group's staging waits for the first group's writes.
+    let mut t2 = Transaction::new();
+    t2.write("c", "N", 10, b"patch");
+    let second = spawn_txn(&s, t2);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!second.is_finished());
+    dev.open_gate();
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    assert_eq!(
+        s.read("c", "N", 0, 65536).await.unwrap(),
+        patched(pattern(5, 65536), 10, b"patch")
+    );
+    assert!(s.fsck(true).await.unwrap().is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_deferred_in_flight_and_freed_by_the_next_group_stays_freed() {
+    let (s, dev, kv) = rig().await;
+    let before = s.stats().await;
+    let flushes = dev.flushes_entered.load(Ordering::SeqCst);
+    dev.close_gate();
+    let mut t1 = Transaction::new();
+    t1.write("c", "B", 0, &pattern(6, 4096));
+    let first = spawn_txn(&s, t1);
+    dev.wait_flushes(flushes + 1).await;
+    let mut t2 = Transaction::new();
+    t2.remove("c", "B");
+    let second = spawn_txn(&s, t2);
+    wait_overlapped(&s).await;
+    dev.open_gate();
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    let st = s.stats().await;
+    assert_eq!(
+        st.deferred_pending_bytes, 0,
+        "B's pending write went with B"
+    );
+    assert_eq!(st.free_bytes, before.free_bytes + 4096);
+    assert!(!s.exists("c", "B").await.unwrap());
+    // Everything is in the log, nothing checkpointed: a remount replays both groups.
+    let img = Images {
+        dev: dev.inner.snapshot(),
+        kv: kv.power_loss(KvLossMode::DropUnsynced),
+    };
+    drop(s);
+    let r = Rig::mount(&img, pipelined()).await.unwrap();
+    assert!(!r.store().exists("c", "B").await.unwrap());
+    assert_eq!(r.store().stats().await.free_bytes, st.free_bytes);
+    assert!(r.store().fsck(true).await.unwrap().is_clean());
+}
+
+/// Power is cut while two groups are in flight: the first group's record reached the device
+/// but its data did not, and its flush never returned. The second group (record only) must not
+/// write its record before the first group's flush: mount then finds the first record as the
+/// last one and drops it (checking only the last record is enough).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_waits_for_the_previous_flush_so_only_the_last_can_lack_its_data() {
+    let (s, dev, kv) = rig().await;
+    let flushes = dev.flushes_entered.load(Ordering::SeqCst);
+    dev.close_gate();
+    dev.drop_data.store(true, Ordering::SeqCst);
+    let mut t1 = Transaction::new();
+    t1.write("c", "N", 0, &pattern(7, 65536));
+    let first = spawn_txn(&s, t1);
+    dev.wait_flushes(flushes + 1).await;
+    let mut t2 = Transaction::new();
+    t2.setattr("c", "N", "after", b"yes")
+        .write("c", "B", 0, &pattern(8, 4096));
+    let second = spawn_txn(&s, t2);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        dev.flushes_entered.load(Ordering::SeqCst),
+        flushes + 1,
+        "the second group's durable record write waits for the first flush"
+    );
+    // The power cut: the device keeps what reached it, the KV what it synced.
+    let img = Images {
+        dev: dev.inner.snapshot(),
+        kv: kv.power_loss(KvLossMode::DropUnsynced),
+    };
+    first.abort();
+    second.abort();
+    let r = Rig::mount(&img, pipelined()).await.unwrap();
+    let st = r.store().stats().await;
+    assert_eq!(st.wal_discarded, 1, "the first record, data missing");
+    assert_eq!(st.wal_replayed, 0);
+    assert!(!r.store().exists("c", "N").await.unwrap());
+    assert_eq!(
+        r.store().read("c", "B", 0, 4096).await.unwrap(),
+        pattern(2, 4096)
+    );
+    assert!(r.store().fsck(true).await.unwrap().is_clean());
+    dev.open_gate();
+}
