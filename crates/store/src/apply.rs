@@ -14,7 +14,7 @@
 use crate::bufpool::RunBuf;
 use crate::codec;
 use crate::error::{kv, Result, StoreError};
-use crate::inflight::{InFlight, InFlightView, Launch, MAX_IN_FLIGHT};
+use crate::inflight::{InFlight, InFlightView, Launch, Written, MAX_IN_FLIGHT};
 use crate::stage::{Stage, Tables};
 use crate::store::{State, Store};
 use crate::txn::{Op, Transaction};
@@ -90,7 +90,7 @@ pub(crate) struct GroupEffects {
 pub(crate) struct GroupWrites {
     record: Option<(u64, RunBuf)>,
     runs: Vec<(u64, RunBuf)>,
-    after: Option<Arc<InFlightView>>,
+    after: Option<Written>,
 }
 
 impl Store {
@@ -375,7 +375,7 @@ impl Store {
         let writes = GroupWrites {
             record: Some((st.wal.first_block + pos, RunBuf::Owned(record))),
             runs: std::mem::take(&mut stage.new_data).into_iter().collect(),
-            after: st.inflight.back().map(|f| f.view.clone()),
+            after: st.inflight.back().map(|f| f.view.written()),
         };
         let marker_before = st.wal.marker();
         let fill = st.wal.advance(pos, record_blocks);
@@ -438,7 +438,7 @@ impl Store {
             if !runs.is_empty() {
                 self.write_runs(std::mem::take(&mut runs)).await?;
             }
-            before.wait_written().await?;
+            before.wait().await?;
         }
         // The ring lies before the data area, so the record goes first in block order.
         let mut ios: Vec<(u64, RunBuf)> = record.into_iter().chain(runs).collect();

@@ -62,15 +62,14 @@ impl InFlightView {
 
     /// Waits until the group's writes and flush have completed (successfully or not).
     pub(crate) async fn wait_written(&self) -> Result<()> {
-        let mut rx = self.io.clone();
-        let outcome = match rx.wait_for(Option::is_some).await {
-            Ok(outcome) => outcome.clone(),
-            Err(_) => return Err(abandoned()),
-        };
-        match outcome {
-            Some(Err(e)) => Err(StoreError::Failed(e)),
-            _ => Ok(()),
-        }
+        self.written().wait().await
+    }
+
+    /// A handle that waits for the group's writes without holding the view: whoever finalizes
+    /// the group takes its changes out of the view without a copy only when no one else holds
+    /// it.
+    pub(crate) fn written(&self) -> Written {
+        Written(self.io.clone())
     }
 
     /// The outcome of the group's writes: `None` while in flight; an error when they failed or
@@ -82,6 +81,23 @@ impl InFlightView {
             None => {}
         }
         self.io.has_changed().is_err().then(|| Err(abandoned()))
+    }
+}
+
+/// Waits for one in-flight group's writes and flush (see [`InFlightView::written`]).
+pub(crate) struct Written(watch::Receiver<IoOutcome>);
+
+impl Written {
+    /// Waits until the writes and flush have completed (successfully or not).
+    pub(crate) async fn wait(mut self) -> Result<()> {
+        let outcome = match self.0.wait_for(Option::is_some).await {
+            Ok(outcome) => outcome.clone(),
+            Err(_) => return Err(abandoned()),
+        };
+        match outcome {
+            Some(Err(e)) => Err(StoreError::Failed(e)),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -204,9 +220,9 @@ impl Store {
         let mut st = self.state.write().await;
         self.finalize_ready(&mut st).await;
         while st.inflight.len() >= self.cfg.max_groups_in_flight {
-            if let Some(view) = st.inflight.front().map(|f| f.view.clone()) {
+            if let Some(written) = st.inflight.front().map(|f| f.view.written()) {
                 drop(st);
-                let _ = view.wait_written().await;
+                let _ = written.wait().await;
                 st = self.state.write().await;
             }
             self.finalize_ready(&mut st).await;
@@ -218,8 +234,8 @@ impl Store {
     /// every acknowledged change (for a group that must checkpoint, `sync` and `fsck`).
     pub(crate) async fn drain(&self, st: &mut State) -> Result<()> {
         self.finalize_ready(st).await;
-        while let Some(view) = st.inflight.front().map(|f| f.view.clone()) {
-            let _ = view.wait_written().await;
+        while let Some(written) = st.inflight.front().map(|f| f.view.written()) {
+            let _ = written.wait().await;
             self.finalize_ready(st).await;
         }
         self.check_ok()
