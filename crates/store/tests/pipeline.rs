@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use cairn_blockdev::{BlockDevice, DeviceProperties, MemDevice};
 use cairn_store::{KvLocation, KvLossMode, Store, StoreConfig, Transaction};
 use common::*;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,8 @@ struct GatedDevice {
     gate: tokio::sync::Semaphore,
     gated: AtomicBool,
     gate_data_write: AtomicBool,
+    /// Operations that have reached the gate.
+    held: AtomicU64,
     flushes_entered: AtomicU64,
     drop_data: AtomicBool,
     data_from: u64,
@@ -34,6 +37,7 @@ impl GatedDevice {
             gate: tokio::sync::Semaphore::new(0),
             gated: AtomicBool::new(false),
             gate_data_write: AtomicBool::new(false),
+            held: AtomicU64::new(0),
             flushes_entered: AtomicU64::new(0),
             drop_data: AtomicBool::new(false),
             data_from,
@@ -47,6 +51,12 @@ impl GatedDevice {
 
     fn open_gate(&self) {
         self.gate.add_permits(1);
+    }
+
+    /// Waits at the gate; one opening lets one held operation through.
+    async fn hold(&self) {
+        self.held.fetch_add(1, Ordering::SeqCst);
+        self.gate.acquire().await.map(|p| p.forget()).ok();
     }
 
     /// Waits until `n` flushes have been entered since the device was made.
@@ -75,7 +85,7 @@ impl BlockDevice for GatedDevice {
                 return Ok(());
             }
             if self.gate_data_write.swap(false, Ordering::SeqCst) {
-                let _permit = self.gate.acquire().await;
+                self.hold().await;
             }
         }
         self.inner.write(offset_bytes, data).await
@@ -83,7 +93,7 @@ impl BlockDevice for GatedDevice {
     async fn flush(&self) -> cairn_blockdev::Result<()> {
         self.flushes_entered.fetch_add(1, Ordering::SeqCst);
         if self.gated.swap(false, Ordering::SeqCst) {
-            let _permit = self.gate.acquire().await;
+            self.hold().await;
         }
         self.inner.flush().await
     }
@@ -127,6 +137,18 @@ async fn wait_overlapped(s: &Store) {
     })
     .await
     .expect("a second group in flight in time");
+}
+
+/// Polls `fut` once (so that it queues its transaction and goes as far as it can).
+async fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) {
+    std::future::poll_fn(|cx| {
+        assert!(
+            Pin::new(&mut *fut).poll(cx).is_pending(),
+            "finished at once"
+        );
+        std::task::Poll::Ready(())
+    })
+    .await;
 }
 
 fn spawn_txn(s: &Arc<Store>, t: Transaction) -> tokio::task::JoinHandle<cairn_store::Result<()>> {
@@ -291,4 +313,80 @@ async fn a_record_waits_for_the_previous_flush_so_only_the_last_can_lack_its_dat
     );
     assert!(r.store().fsck(true).await.unwrap().is_clean());
     dev.open_gate();
+}
+
+/// The submitter that launched a group is cancelled while the group's writes are in flight:
+/// their outcome is unknown. Another submitter whose transaction is in that group, and who
+/// already found the queue empty (so it only waits for its answer), is woken, fails the group
+/// instead of waiting forever, and the store fails; a remount finds the group's objects whole
+/// or absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_launcher_fails_its_group_instead_of_stranding_it() {
+    let (s, dev, kv) = rig().await;
+    let flushes = dev.flushes_entered.load(Ordering::SeqCst);
+    // Group 0 (record only) holds its flush at the gate; group X, record only, is in flight
+    // behind it.
+    dev.close_gate();
+    let mut t0 = Transaction::new();
+    t0.setattr("c", "A", "g", b"0");
+    let zero = spawn_txn(&s, t0);
+    dev.wait_flushes(flushes + 1).await;
+    let mut tx = Transaction::new();
+    tx.setattr("c", "A", "g", b"x");
+    let x = spawn_txn(&s, tx);
+    wait_overlapped(&s).await;
+    // Two copy-on-write writes queue behind them and will form one group: `one` becomes the
+    // committers' leader (waiting for room in the pipeline), `two` queues behind it.
+    let mut t1 = Transaction::new();
+    t1.write("c", "N", 0, &pattern(10, 65536));
+    let s1 = s.clone();
+    let mut one = Box::pin(async move { s1.queue_transaction_owned(t1).await });
+    poll_once(&mut one).await;
+    let mut t2 = Transaction::new();
+    t2.write("c", "M", 0, &pattern(11, 65536));
+    let s2 = s.clone();
+    let mut two = Box::pin(async move { s2.queue_transaction_owned(t2).await });
+    poll_once(&mut two).await;
+    let (one, two) = (tokio::spawn(one), tokio::spawn(two));
+    // Let groups 0 and X through; the next group's data write waits at the gate.
+    let held = dev.held.load(Ordering::SeqCst);
+    dev.gate_data_write.store(true, Ordering::SeqCst);
+    dev.open_gate();
+    zero.await.unwrap().unwrap();
+    x.await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while dev.held.load(Ordering::SeqCst) == held {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the group's data write reaches the gate");
+    assert!(!one.is_finished() && !two.is_finished());
+    one.abort();
+    assert!(one.await.unwrap_err().is_cancelled());
+    let answer = tokio::time::timeout(Duration::from_secs(10), two)
+        .await
+        .expect("the other submitter is answered")
+        .unwrap();
+    assert!(answer.is_err(), "{answer:?}");
+    assert!(s.failure().is_some(), "the store failed");
+    let img = Images {
+        dev: dev.inner.snapshot(),
+        kv: kv.power_loss(KvLossMode::DropUnsynced),
+    };
+    drop(s);
+    let r = Rig::mount(&img, pipelined()).await.unwrap();
+    assert_eq!(
+        r.store().getattr("c", "A", "g").await.unwrap(),
+        b"x".to_vec()
+    );
+    for (name, seed) in [("N", 10), ("M", 11)] {
+        if r.store().exists("c", name).await.unwrap() {
+            assert_eq!(
+                r.store().read("c", name, 0, 65536).await.unwrap(),
+                pattern(seed, 65536)
+            );
+        }
+    }
+    assert!(r.store().fsck(true).await.unwrap().is_clean());
 }
