@@ -23,7 +23,7 @@ const OSD_WORKER_THREADS: usize = 1;
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
-/// `heartbeat_grace_s`, `policy`, `profile`, `prefill`).
+/// `heartbeat_grace_s`, `policy`, `profile`, `prefill`, `store_groups_in_flight`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
@@ -75,6 +75,15 @@ pub struct OsdRunArgs {
     #[arg(long)]
     #[serde(default)]
     pub prefill: bool,
+    /// Store group commits whose writes may be in flight at once (1 or 2): 2 pipelines
+    /// commits, for disks whose flushes are slow next to the CPU (docs/store.md).
+    #[arg(long = "store-groups-in-flight", default_value_t = 1)]
+    #[serde(default = "default_store_groups_in_flight")]
+    pub store_groups_in_flight: usize,
+}
+
+fn default_store_groups_in_flight() -> usize {
+    1
 }
 
 fn default_policy() -> String {
@@ -136,6 +145,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.heartbeat_grace_ms = args.heartbeat_grace_s * 1000;
         cfg.policy = cairn_qos::PolicyConfig::by_name(&args.policy)?;
         cfg.prefill = args.prefill;
+        cfg.store_groups_in_flight = args.store_groups_in_flight;
         if args.prefill && !data.join("kv.redb").exists() {
             eprintln!(
                 "prefilling {} MiB of {}/block with zeros",

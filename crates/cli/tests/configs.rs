@@ -24,7 +24,7 @@ fn daemons_run_from_config_files() {
     std::fs::write(
         &osd_toml,
         format!(
-            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\n",
+            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\n",
             dir.join("osd").display()
         ),
     )
@@ -123,6 +123,20 @@ fn daemons_run_from_config_files() {
     assert!(
         !ok && out.contains("floppy"),
         "an unknown profile must be named: {out}"
+    );
+    let (ok, out) = cairn(&[
+        "osd",
+        "run",
+        "--data",
+        &dir.join("osd-y").display().to_string(),
+        "--mon",
+        &mon,
+        "--store-groups-in-flight",
+        "3",
+    ]);
+    assert!(
+        !ok && out.contains("max_groups_in_flight 3"),
+        "an out-of-range pipeline depth must be refused: {out}"
     );
     let (ok, out) = cairn(&["osd", "run"]);
     assert!(

@@ -84,6 +84,10 @@ pub struct OsdConfig {
     /// (what `cairn store bench` does to its file; 4 MiB writes on one OSD are ~1.2-1.5x
     /// faster on a prefilled file here, see docs/cluster.md). Costs one full write of the file.
     pub prefill: bool,
+    /// Store group commits whose writes may be in flight at once (1 or 2; see
+    /// `cairn_store::StoreConfig::max_groups_in_flight`): 2 pipelines commits, for a device
+    /// whose flushes are slow next to the CPU a group costs.
+    pub store_groups_in_flight: usize,
 }
 
 impl OsdConfig {
@@ -113,6 +117,7 @@ impl OsdConfig {
             max_log_entries: 3000,
             op_wait_active_ms: 3000,
             prefill: false,
+            store_groups_in_flight: StoreConfig::default().max_groups_in_flight,
         }
     }
 }
@@ -160,15 +165,14 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
         let profile = Profile::load(name)?;
         dev = Arc::new(EmulatedDevice::new(dev, &profile, EMULATED_QUEUE_DEPTH)?);
     }
+    let store_cfg = StoreConfig {
+        max_groups_in_flight: cfg.store_groups_in_flight,
+        ..StoreConfig::default()
+    };
     if fresh {
-        Store::mkfs(
-            dev.clone(),
-            KvLocation::File(kv.clone()),
-            &StoreConfig::default(),
-        )
-        .await?;
+        Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &store_cfg).await?;
     }
-    Ok(Store::mount(dev, KvLocation::File(kv), StoreConfig::default()).await?)
+    Ok(Store::mount(dev, KvLocation::File(kv), store_cfg).await?)
 }
 
 impl OsdDaemon {

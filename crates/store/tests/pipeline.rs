@@ -61,13 +61,10 @@ impl GatedDevice {
 
     /// Waits until `n` flushes have been entered since the device was made.
     async fn wait_flushes(&self, n: u64) {
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while self.flushes_entered.load(Ordering::SeqCst) < n {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
+        eventually("the flush is reached", || async {
+            self.flushes_entered.load(Ordering::SeqCst) >= n
         })
-        .await
-        .expect("flush reached in time");
+        .await;
     }
 }
 
@@ -130,13 +127,22 @@ async fn rig() -> (Arc<Store>, Arc<GatedDevice>, cairn_store::CrashableKv) {
 
 /// Waits until a group has started while another was in flight.
 async fn wait_overlapped(s: &Store) {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while s.stats().await.groups_overlapped == 0 {
+    eventually("a second group is in flight", || async {
+        s.stats().await.groups_overlapped > 0
+    })
+    .await;
+}
+
+/// Waits (at most 10 s, polling every millisecond) until `cond` holds.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, cond: impl Fn() -> F) {
+    let polled = tokio::time::timeout(Duration::from_secs(10), async {
+        while !cond().await {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-    })
-    .await
-    .expect("a second group in flight in time");
+    });
+    polled
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within 10 s"));
 }
 
 /// Polls `fut` once (so that it queues its transaction and goes as far as it can).
@@ -354,13 +360,10 @@ async fn a_cancelled_launcher_fails_its_group_instead_of_stranding_it() {
     dev.open_gate();
     zero.await.unwrap().unwrap();
     x.await.unwrap().unwrap();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while dev.held.load(Ordering::SeqCst) == held {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+    eventually("the group's data write reaches the gate", || async {
+        dev.held.load(Ordering::SeqCst) > held
     })
-    .await
-    .expect("the group's data write reaches the gate");
+    .await;
     assert!(!one.is_finished() && !two.is_finished());
     one.abort();
     assert!(one.await.unwrap_err().is_cancelled());
