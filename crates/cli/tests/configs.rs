@@ -110,30 +110,17 @@ fn daemons_run_from_config_files() {
         ok && out.trim() == "wpq",
         "policy from the config file: {out}"
     );
-    let (ok, out) = cairn(&[
-        "osd",
-        "run",
-        "--data",
-        &dir.join("osd-x").display().to_string(),
-        "--mon",
-        &mon,
-        "--profile",
-        "floppy",
-    ]);
+    // An OSD started with a bad setting exits with an error that names it.
+    let refused = |data: &str, flag: &str, value: &str| {
+        let data = dir.join(data).display().to_string();
+        cairn(&["osd", "run", "--data", &data, "--mon", &mon, flag, value])
+    };
+    let (ok, out) = refused("osd-x", "--profile", "floppy");
     assert!(
         !ok && out.contains("floppy"),
         "an unknown profile must be named: {out}"
     );
-    let (ok, out) = cairn(&[
-        "osd",
-        "run",
-        "--data",
-        &dir.join("osd-y").display().to_string(),
-        "--mon",
-        &mon,
-        "--store-groups-in-flight",
-        "3",
-    ]);
+    let (ok, out) = refused("osd-y", "--store-groups-in-flight", "3");
     assert!(
         !ok && out.contains("max_groups_in_flight 3"),
         "an out-of-range pipeline depth must be refused: {out}"

@@ -125,6 +125,14 @@ async fn rig() -> (Arc<Store>, Arc<GatedDevice>, cairn_store::CrashableKv) {
     (Arc::new(s), dev, kv)
 }
 
+/// What survives a power cut now: the device as written so far, the KV as last synced.
+fn power_cut(dev: &GatedDevice, kv: &cairn_store::CrashableKv) -> Images {
+    Images {
+        dev: dev.inner.snapshot(),
+        kv: kv.power_loss(KvLossMode::DropUnsynced),
+    }
+}
+
 /// Waits until a group has started while another was in flight.
 async fn wait_overlapped(s: &Store) {
     eventually("a second group is in flight", || async {
@@ -266,10 +274,7 @@ async fn a_block_deferred_in_flight_and_freed_by_the_next_group_stays_freed() {
     assert_eq!(st.free_bytes, before.free_bytes + 4096);
     assert!(!s.exists("c", "B").await.unwrap());
     // Everything is in the log, nothing checkpointed: a remount replays both groups.
-    let img = Images {
-        dev: dev.inner.snapshot(),
-        kv: kv.power_loss(KvLossMode::DropUnsynced),
-    };
+    let img = power_cut(&dev, &kv);
     drop(s);
     let r = Rig::mount(&img, pipelined()).await.unwrap();
     assert!(!r.store().exists("c", "B").await.unwrap());
@@ -301,11 +306,7 @@ async fn a_record_waits_for_the_previous_flush_so_only_the_last_can_lack_its_dat
         flushes + 1,
         "the second group's durable record write waits for the first flush"
     );
-    // The power cut: the device keeps what reached it, the KV what it synced.
-    let img = Images {
-        dev: dev.inner.snapshot(),
-        kv: kv.power_loss(KvLossMode::DropUnsynced),
-    };
+    let img = power_cut(&dev, &kv);
     first.abort();
     second.abort();
     let r = Rig::mount(&img, pipelined()).await.unwrap();
@@ -373,10 +374,7 @@ async fn a_cancelled_launcher_fails_its_group_instead_of_stranding_it() {
         .unwrap();
     assert!(answer.is_err(), "{answer:?}");
     assert!(s.failure().is_some(), "the store failed");
-    let img = Images {
-        dev: dev.inner.snapshot(),
-        kv: kv.power_loss(KvLossMode::DropUnsynced),
-    };
+    let img = power_cut(&dev, &kv);
     drop(s);
     let r = Rig::mount(&img, pipelined()).await.unwrap();
     assert_eq!(
