@@ -2,10 +2,11 @@
 
 mod common;
 
-use cairn_blockdev::{BlockDevice, DeviceProperties, FaultRule, IoKind, MemDevice};
+use cairn_blockdev::{FaultRule, IoKind, MemDevice};
 use cairn_store::{DataCrcs, KvLocation, Store, StoreError, Transaction};
+use common::gated::GatedDevice;
 use common::*;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 async fn rig() -> Rig {
@@ -376,51 +377,20 @@ async fn file_backed_store_round_trip() {
     );
 }
 
-/// A device whose first flush waits until the test opens the gate, so a commit is provably in
-/// progress while the other submitters queue (group commit without relying on timing).
-#[derive(Debug)]
-struct GatedFirstFlush {
-    inner: Arc<dyn BlockDevice>,
-    gate: tokio::sync::Semaphore,
-    used: AtomicBool,
-}
-
-#[async_trait::async_trait]
-impl BlockDevice for GatedFirstFlush {
-    fn properties(&self) -> DeviceProperties {
-        self.inner.properties()
-    }
-    async fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> cairn_blockdev::Result<()> {
-        self.inner.read(offset_bytes, buf).await
-    }
-    async fn write(&self, offset_bytes: u64, data: &[u8]) -> cairn_blockdev::Result<()> {
-        self.inner.write(offset_bytes, data).await
-    }
-    async fn flush(&self) -> cairn_blockdev::Result<()> {
-        if !self.used.swap(true, Ordering::SeqCst) {
-            let _permit = self.gate.acquire().await;
-        }
-        self.inner.flush().await
-    }
-    async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> cairn_blockdev::Result<()> {
-        self.inner.discard(offset_bytes, len_bytes).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_transactions_are_group_committed_and_stay_atomic() {
     let img = fresh_images().await;
-    let dev = Arc::new(GatedFirstFlush {
-        inner: Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap()),
-        gate: tokio::sync::Semaphore::new(0),
-        used: AtomicBool::new(false),
-    });
+    // The first commit's flush waits at the gate, so that commit is provably in progress
+    // while the other submitters queue (group commit without relying on timing).
+    let mem = Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap());
+    let dev = GatedDevice::new(mem, u64::MAX);
     let kv = cairn_store::CrashableKv::new(img.kv.clone(), cairn_blockdev::CrashSwitch::new());
     let s = Arc::new(
         Store::mount(dev.clone(), KvLocation::Backend(Box::new(kv)), cfg())
             .await
             .unwrap(),
     );
+    dev.close_gate();
     let queued = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for i in 0..64u8 {
@@ -441,7 +411,7 @@ async fn concurrent_transactions_are_group_committed_and_stay_atomic() {
     while queued.load(Ordering::SeqCst) < 64 {
         tokio::task::yield_now().await;
     }
-    dev.gate.add_permits(1);
+    dev.open_gate();
     for (i, t) in tasks.into_iter().enumerate() {
         let res = t.await.unwrap();
         assert_eq!(res.is_err(), i % 8 == 0, "txn {i}: {res:?}");

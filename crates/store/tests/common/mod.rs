@@ -2,6 +2,8 @@
 //! reference model of the store, and state dumps to compare the two.
 #![allow(dead_code)]
 
+pub mod gated;
+
 use cairn_blockdev::{CrashSwitch, FaultDevice, MemDevice, PowerLossMode};
 use cairn_store::{CrashableKv, KvLocation, KvLossMode, Op, Store, StoreConfig, Transaction};
 use std::collections::BTreeMap;
