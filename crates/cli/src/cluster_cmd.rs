@@ -75,15 +75,16 @@ pub struct OsdRunArgs {
     #[arg(long)]
     #[serde(default)]
     pub prefill: bool,
-    /// Store group commits whose writes may be in flight at once (1 or 2): 2 pipelines
-    /// commits, for disks whose flushes are slow next to the CPU (docs/store.md).
-    #[arg(long = "store-groups-in-flight", default_value_t = 1)]
+    /// Store group commits whose writes may be in flight at once (1 or 2): with 2, a group
+    /// that writes 1 MiB or more copy-on-write has the next one launched behind it
+    /// (docs/store.md).
+    #[arg(long = "store-groups-in-flight", default_value_t = default_store_groups_in_flight())]
     #[serde(default = "default_store_groups_in_flight")]
     pub store_groups_in_flight: usize,
 }
 
 fn default_store_groups_in_flight() -> usize {
-    1
+    cairn_store::StoreConfig::default().max_groups_in_flight
 }
 
 fn default_policy() -> String {

@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,9 +34,10 @@ pub struct StoreArgs {
 
 #[derive(Subcommand)]
 enum StoreCommand {
-    /// 4 MiB sequential writes, 4 KiB random writes and reads at each queue depth; throughput,
-    /// latency percentiles and write amplification, with fio on the same file for comparison.
-    /// Destroys the contents of DEVICE.
+    /// 4 MiB sequential writes, as many new 4 MiB objects at each queue depth above 1, 4 KiB
+    /// random writes and reads at each queue depth; throughput, latency percentiles and
+    /// write amplification, with fio on the same file for comparison. Destroys the contents of
+    /// DEVICE.
     Bench(BenchArgs),
     /// Capacity of the emulated device profiles (virtual time), against their sources' figures.
     Capacity {
@@ -72,13 +74,15 @@ struct BenchArgs {
     /// Metadata KV file (default: DEVICE.kv).
     #[arg(long)]
     kv: Option<PathBuf>,
-    /// MiB written by the sequential phase (4 MiB objects); the random phases use these objects.
+    /// MiB written by the sequential phase (4 MiB objects), and again by the 4 MiB phase at each
+    /// queue depth above 1; the random phases use the sequential phase's objects.
     #[arg(long, default_value_t = 512)]
     seq_mib: u64,
     /// 4 KiB operations per random phase.
     #[arg(long, default_value_t = 4000)]
     rand_ops: u64,
-    /// Queue depths of the random phases (concurrent submitters).
+    /// Queue depths of the random phases (concurrent submitters), comma-separated; each one
+    /// above 1 also has a 4 MiB write phase.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16])]
     queue_depths: Vec<usize>,
     /// Writes shorter than this go through the KV (deferred); the rest are copy-on-write.
@@ -280,9 +284,12 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         bail!("queue depths must be in 1..={MAX_QUEUE_DEPTH}");
     }
     let objects = (a.seq_mib as usize * (1 << 20) / SEQ_OBJECT_BYTES).max(1);
-    if (objects * SEQ_OBJECT_BYTES) as u64 + (64 << 20) > a.size_mib << 20 {
+    // The sequential phase's objects, and as many more written at each queue depth above 1.
+    let deep = a.queue_depths.iter().any(|&q| q > 1);
+    let needed = (objects * SEQ_OBJECT_BYTES) as u64 * if deep { 2 } else { 1 };
+    if needed + (64 << 20) > a.size_mib << 20 {
         bail!(
-            "--seq-mib {} does not fit in --size-mib {} (leave 64 MiB)",
+            "--seq-mib {} does not fit in --size-mib {} (leave 64 MiB; twice the MiB with a queue depth above 1)",
             a.seq_mib,
             a.size_mib
         );
@@ -435,8 +442,9 @@ fn render_ratios(per_round: &[Vec<(String, f64)>], medians: &[(String, f64)]) ->
     s
 }
 
-/// One round of the store's phases on a fresh store: 4 MiB sequential writes, then 4 KiB
-/// random writes and reads at each queue depth; prints the store's own counters.
+/// One round of the store's phases on a fresh store: 4 MiB sequential writes, as many new
+/// 4 MiB objects at each queue depth above 1, then 4 KiB random writes and reads at each
+/// queue depth; prints the store's own counters.
 async fn store_round(
     a: &BenchArgs,
     dev: Arc<dyn BlockDevice>,
@@ -506,6 +514,32 @@ async fn store_round(
         &before,
         &after,
     ));
+
+    for &qd in a.queue_depths.iter().filter(|&&q| q > 1) {
+        let name = format!("4 MiB write QD{qd}");
+        let before = store.stats().await;
+        let (lat, elapsed) =
+            write_new_objects(&store, &name, qd, objects, &payload, crcs.as_ref()).await?;
+        store.sync().await?;
+        let after = store.stats().await;
+        // The random phases find the store as the sequential phase left it.
+        remove_new_objects(&store, qd, objects).await?;
+        times.push(time_split(&name, &before, &after));
+        groups.push(format!(
+            "{name}: {} transactions in {} group commits, {} launched behind another",
+            after.commits - before.commits,
+            after.group_commits - before.group_commits,
+            after.groups_overlapped - before.groups_overlapped
+        ));
+        results.push(summarize(
+            name,
+            lat,
+            elapsed,
+            SEQ_OBJECT_BYTES,
+            &before,
+            &after,
+        ));
+    }
 
     for &qd in &a.queue_depths {
         for write in [true, false] {
@@ -582,6 +616,62 @@ async fn store_round(
         println!("{g}");
     }
     Ok(results)
+}
+
+/// Writes `objects` new 4 MiB objects from `qd` concurrent submitters (what a cluster's 4 MiB
+/// writes at `qd` in flight ask of one store). Returns each write's latency and the phase's
+/// wall time.
+async fn write_new_objects(
+    store: &Arc<Store>,
+    name: &str,
+    qd: usize,
+    objects: usize,
+    payload: &bytes::Bytes,
+    crcs: Option<&DataCrcs>,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    let pb = progress(objects as u64, name);
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..qd {
+        let (store, pb, next) = (store.clone(), pb.clone(), next.clone());
+        let (payload, crcs) = (payload.clone(), crcs.cloned());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= objects {
+                    return Ok::<_, cairn_store::StoreError>(lat);
+                }
+                let mut t = Transaction::new();
+                let obj = format!("qd{qd}-{i:06}");
+                match &crcs {
+                    Some(c) => t.write_checksummed("bench", &obj, 0, payload.clone(), c.clone()),
+                    None => t.write_bytes("bench", &obj, 0, payload.clone()),
+                };
+                let t0 = Instant::now();
+                store.queue_transaction_owned(t).await?;
+                lat.push(t0.elapsed());
+                pb.inc(1);
+            }
+        }));
+    }
+    let mut lat = Vec::with_capacity(objects);
+    for t in tasks {
+        lat.extend(t.await??);
+    }
+    let elapsed = start.elapsed();
+    pb.finish_and_clear();
+    Ok((lat, elapsed))
+}
+
+/// Removes the objects [`write_new_objects`] wrote at queue depth `qd`.
+async fn remove_new_objects(store: &Store, qd: usize, objects: usize) -> anyhow::Result<()> {
+    let mut t = Transaction::new();
+    for i in 0..objects {
+        t.remove("bench", &format!("qd{qd}-{i:06}"));
+    }
+    Ok(store.queue_transaction_owned(t).await?)
 }
 
 /// PNG output of the benchmark.
@@ -728,7 +818,8 @@ fn fio_result(v: &serde_json::Value, dir: &str, name: String) -> PhaseResult {
 fn run_fio(a: &BenchArgs, objects: usize) -> anyhow::Result<Vec<PhaseResult>> {
     let span_mib = ((objects * SEQ_OBJECT_BYTES) >> 20) as u64;
     let mut out = Vec::new();
-    let pb = progress(1 + 2 * a.queue_depths.len() as u64, "fio");
+    let deep = a.queue_depths.iter().filter(|&&q| q > 1).count() as u64;
+    let pb = progress(1 + deep + 2 * a.queue_depths.len() as u64, "fio");
     let v = fio_job(
         a,
         FioJob {
@@ -743,6 +834,22 @@ fn run_fio(a: &BenchArgs, objects: usize) -> anyhow::Result<Vec<PhaseResult>> {
     )?;
     out.push(fio_result(&v, "write", "4 MiB seq write QD1".into()));
     pb.inc(1);
+    for &qd in a.queue_depths.iter().filter(|&&q| q > 1) {
+        let v = fio_job(
+            a,
+            FioJob {
+                name: "write4m",
+                rw: "randwrite",
+                bs: "4M",
+                size_mib: span_mib,
+                jobs: qd,
+                ios_per_job: Some((objects / qd).max(1) as u64),
+                sync: true,
+            },
+        )?;
+        out.push(fio_result(&v, "write", format!("4 MiB write QD{qd}")));
+        pb.inc(1);
+    }
     for &qd in &a.queue_depths {
         let per_job = (a.rand_ops / qd as u64).max(1);
         let v = fio_job(

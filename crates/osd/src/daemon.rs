@@ -85,8 +85,8 @@ pub struct OsdConfig {
     /// faster on a prefilled file here, see docs/cluster.md). Costs one full write of the file.
     pub prefill: bool,
     /// Store group commits whose writes may be in flight at once (1 or 2; see
-    /// `cairn_store::StoreConfig::max_groups_in_flight`): 2 pipelines commits, for a device
-    /// whose flushes are slow next to the CPU a group costs.
+    /// `cairn_store::StoreConfig::max_groups_in_flight`): with 2, large copy-on-write groups
+    /// are pipelined.
     pub store_groups_in_flight: usize,
 }
 

@@ -47,6 +47,8 @@ pub(crate) struct InFlightView {
     pub(crate) deferred_new: BTreeMap<u64, Arc<Vec<u8>>>,
     /// Copy-on-write runs `(first block, blocks)` it is writing.
     pub(crate) runs: Vec<(u64, u64)>,
+    /// Blocks of its copy-on-write runs, in all.
+    cow_blocks: u64,
     io: watch::Receiver<IoOutcome>,
 }
 
@@ -157,10 +159,12 @@ impl Store {
         runs: Vec<(u64, u64)>,
     ) -> (Arc<InFlightView>, Launch<'_>) {
         let (tx, rx) = watch::channel(None);
+        let cow_blocks = runs.iter().map(|&(_, n)| n).sum();
         let view = Arc::new(InFlightView {
             redo,
             deferred_new,
             runs,
+            cow_blocks,
             io: rx,
         });
         let launch = Launch {
@@ -212,14 +216,28 @@ impl Store {
         }
     }
 
+    /// How many groups may be in flight with `st`'s: `max_groups_in_flight`, but one behind a
+    /// group whose copy-on-write data is under `pipeline_min_cow_bytes` (a group of small
+    /// writes is CPU, not device time: a second one would only split the groups).
+    fn pipeline_depth(&self, st: &State) -> usize {
+        let bs = self.sb.block_bytes;
+        let heavy = st.inflight.back().is_some_and(|f| {
+            f.view.cow_blocks.saturating_mul(bs) >= self.cfg.pipeline_min_cow_bytes
+        });
+        match heavy {
+            true => self.cfg.max_groups_in_flight,
+            false => 1,
+        }
+    }
+
     /// Makes room for one more group in flight (called by the committers' leader): finalizes
-    /// what is done, then, while `max_groups_in_flight` groups are in flight, waits for the
-    /// oldest one's writes without the store's lock (readers go on) and finalizes it. Returns
-    /// the lock for staging the next group.
+    /// what is done, then, while the pipeline is full (see [`Store::pipeline_depth`]), waits
+    /// for the oldest group's writes without the store's lock (readers go on) and finalizes
+    /// it. Returns the lock for staging the next group.
     pub(crate) async fn make_room(&self) -> RwLockWriteGuard<'_, State> {
         let mut st = self.state.write().await;
         self.finalize_ready(&mut st).await;
-        while st.inflight.len() >= self.cfg.max_groups_in_flight {
+        while st.inflight.len() >= self.pipeline_depth(&st) {
             if let Some(written) = st.inflight.front().map(|f| f.view.written()) {
                 drop(st);
                 let _ = written.wait().await;

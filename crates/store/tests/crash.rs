@@ -355,6 +355,7 @@ async fn join_in_order<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
 async fn concurrent_groups(groups_in_flight: usize, checkpoint_records: u64, seed0: u64) {
     let conf = StoreConfig {
         max_groups_in_flight: groups_in_flight,
+        pipeline_min_cow_bytes: 0,
         wal_checkpoint_records: checkpoint_records,
         ..cfg()
     };

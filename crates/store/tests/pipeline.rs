@@ -13,17 +13,23 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Two groups in flight behind any group, however small its copy-on-write data.
 fn pipelined() -> StoreConfig {
     StoreConfig {
         max_groups_in_flight: 2,
+        pipeline_min_cow_bytes: 0,
         ..cfg()
     }
 }
 
 /// A store with object "A" (8 KiB, two blocks) and "B" (4 KiB) durable, on a gated device.
 async fn rig() -> (Arc<Store>, Arc<GatedDevice>, cairn_store::CrashableKv) {
+    rig_with(pipelined()).await
+}
+
+/// As [`rig`], with `conf`.
+async fn rig_with(conf: StoreConfig) -> (Arc<Store>, Arc<GatedDevice>, cairn_store::CrashableKv) {
     let img = fresh_images().await;
-    let conf = pipelined();
     let data_from = (1 + conf.wal_blocks_for(DEV_BYTES)) * conf.block_bytes;
     let mem = Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap());
     let dev = GatedDevice::new(mem, data_from);
@@ -292,4 +298,65 @@ async fn a_cancelled_launcher_fails_its_group_instead_of_stranding_it() {
         }
     }
     assert!(r.store().fsck(true).await.unwrap().is_clean());
+}
+
+/// With the default threshold, a second group is launched only behind a group that writes
+/// enough copy-on-write data: behind a group of small (deferred) writes the next group waits
+/// for its flush; behind a large copy-on-write write it stages and goes in flight at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_group_with_large_copy_on_write_data_has_a_second_group_launched_behind_it() {
+    let conf = StoreConfig {
+        pipeline_min_cow_bytes: 64 * 1024,
+        ..cfg()
+    };
+    assert_eq!(conf.max_groups_in_flight, 2, "pipelining is the default");
+    let (s, dev, _kv) = rig_with(conf).await;
+    let small_then_next = |first: Transaction| {
+        let s = s.clone();
+        let dev = dev.clone();
+        async move {
+            let flushes = dev.flushes_entered.load(Ordering::SeqCst);
+            let groups = s.stats().await.group_commits;
+            dev.close_gate();
+            let first = spawn_txn(&s, first);
+            dev.wait_flushes(flushes + 1).await;
+            let mut t2 = Transaction::new();
+            t2.setattr("c", "A", "next", b"x");
+            let second = spawn_txn(&s, t2);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let overlapped = s.stats().await.groups_overlapped;
+            dev.open_gate();
+            first.await.unwrap().unwrap();
+            second.await.unwrap().unwrap();
+            assert_eq!(s.stats().await.group_commits, groups + 2);
+            overlapped
+        }
+    };
+    // 4 KiB over B: a deferred write, no copy-on-write data.
+    let mut small = Transaction::new();
+    small.write("c", "B", 0, &pattern(6, 4096));
+    assert_eq!(
+        small_then_next(small).await,
+        0,
+        "no second group behind small writes"
+    );
+    // 32 KiB copy-on-write: under the threshold.
+    let mut under = Transaction::new();
+    under.write("c", "U", 0, &pattern(7, 32 * 1024));
+    assert_eq!(
+        small_then_next(under).await,
+        0,
+        "none behind 32 KiB of new data"
+    );
+    // 64 KiB copy-on-write: at the threshold.
+    let mut large = Transaction::new();
+    large.write("c", "L", 0, &pattern(8, 64 * 1024));
+    assert_eq!(
+        small_then_next(large).await,
+        1,
+        "a second group behind 64 KiB"
+    );
+    assert_eq!(s.read("c", "L", 0, 65536).await.unwrap(), pattern(8, 65536));
+    assert_eq!(s.getattr("c", "A", "next").await.unwrap(), b"x".to_vec());
+    assert!(s.fsck(true).await.unwrap().is_clean());
 }
