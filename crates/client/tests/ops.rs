@@ -12,6 +12,7 @@ use cairn_client::ClientError;
 use cairn_mon::monitor::Request;
 use cairn_msgr::session::Session;
 use cairn_msgr::Limits;
+use cairn_proto::OpResult;
 use common::cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,4 +273,91 @@ async fn a_full_device_is_reported_as_no_space_not_retried_and_loses_nothing() {
         .write_full("data", "after-free", b"space again")
         .await
         .unwrap();
+}
+
+/// Sends one replica write straight to `session`'s OSD and returns its answer.
+async fn repop(session: &mut Session, h: &cairn_proto::RepOpHeader, data: &[u8]) -> OpResult {
+    session
+        .send_data(
+            cairn_proto::MSG_OSD_REPOP,
+            cairn_proto::encode(h, &[]),
+            bytes::Bytes::copy_from_slice(data),
+            Some(h.data_crc),
+        )
+        .await
+        .unwrap();
+    loop {
+        let frame = session.recv_timeout(10_000).await.unwrap();
+        if frame.header.msg_type == cairn_proto::MSG_OSD_REPOP_REPLY {
+            let (reply, _) =
+                cairn_proto::decode::<cairn_proto::ReplyHeader>(&frame.payload).unwrap();
+            assert_eq!(reply.tid, h.tid);
+            return reply.result;
+        }
+    }
+}
+
+/// A replica never answers Ok to a write at a version it already used for another write (the
+/// primary reused it after failing to commit) nor to one that skips versions (it missed a
+/// write): either would lose that write on this copy. It refuses both, and its copy is
+/// unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_refuses_a_reused_or_skipped_version() {
+    use cairn_pg::{Eversion, LogEntry, OpKind as LogOp};
+    use cairn_proto::{OpKind, RepOpHeader};
+    let c = cluster("repop", 8, 128 << 20).await;
+    let packed = c.client.write_full("data", "first", b"one").await.unwrap();
+    let used = Eversion::new(packed >> 32, packed & 0xffff_ffff);
+    let map = c.client.map().unwrap();
+    let pool = map
+        .placement
+        .pools
+        .values()
+        .find(|p| p.name == "data")
+        .unwrap();
+    let pg = pool.object_pg("first", "", "");
+    let up = map.placement.mapper().map_pg(pg).unwrap().up;
+    let replica = c.osds.iter().find(|o| o.id() == up[1]).unwrap();
+    let mut session = Session::connect(replica.addr(), 0x5e55, Limits::default(), 50).await;
+    let data = b"other";
+    let mut h = RepOpHeader {
+        tid: 1,
+        epoch: 0,
+        pool: pg.pool,
+        pg_seed: pg.seed,
+        object: "other".into(),
+        kind: OpKind::WriteFull,
+        entry: LogEntry {
+            version: used,
+            object: "other".into(),
+            op: LogOp::Modify,
+            prior: Eversion::default(),
+        },
+        data_crc: crc32c::crc32c(data),
+    };
+    // The replica names the interval it is active in when the write's is another.
+    let les: u64 = match repop(&mut session, &h, data).await {
+        OpResult::Failed(why) => why.rsplit(' ').next().unwrap().parse().unwrap(),
+        other => panic!("a write of interval 0 was not refused: {other:?}"),
+    };
+    h.epoch = les;
+    h.tid = 2;
+    match repop(&mut session, &h, data).await {
+        OpResult::Failed(why) => assert!(why.contains("diverged"), "{why}"),
+        other => panic!("a reused version was answered {other:?}"),
+    }
+    h.tid = 3;
+    h.entry.version = Eversion::new(used.epoch, used.version + 2);
+    match repop(&mut session, &h, data).await {
+        OpResult::Failed(why) => assert!(why.contains("missed writes"), "{why}"),
+        other => panic!("a skipped version was answered {other:?}"),
+    }
+    assert_eq!(c.client.read("data", "first").await.unwrap(), b"one");
+    assert!(matches!(
+        c.client.read("data", "other").await,
+        Err(ClientError::NotFound(_))
+    ));
+    let next = c.client.write_full("data", "first", b"two").await.unwrap();
+    assert!(next > packed, "the PG goes on writing after the refusals");
+    assert_eq!(c.client.read("data", "first").await.unwrap(), b"two");
 }

@@ -58,6 +58,8 @@ pub struct Metrics {
     ops: Mutex<BTreeMap<&'static str, OpStats>>,
     /// Objects and bytes moved by recovery, by kind.
     recovery: Mutex<BTreeMap<RecoveryKind, (u64, u64)>>,
+    /// PGs peered again in their interval because a write left their copies disagreeing.
+    repeers: std::sync::atomic::AtomicU64,
 }
 
 impl Metrics {
@@ -81,6 +83,12 @@ impl Metrics {
         let e = r.entry(kind).or_default();
         e.0 += 1;
         e.1 += bytes;
+    }
+
+    /// Records that a PG peers again in its interval (see `peering::repeer`).
+    pub fn record_repeer(&self) {
+        self.repeers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Total client ops so far (all kinds).
@@ -171,6 +179,7 @@ impl Metrics {
                 kind.label()
             );
         }
+        let _ = writeln!(out, "# HELP cairn_osd_pg_repeers_total PGs peered again in their interval after a write reached some copies and not others.\n# TYPE cairn_osd_pg_repeers_total counter\ncairn_osd_pg_repeers_total{{osd=\"{osd}\"}} {}", self.repeers.load(std::sync::atomic::Ordering::Relaxed));
         out.push_str(extra);
         out
     }

@@ -67,6 +67,24 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
     }
 }
 
+/// Peers `pg` again within its current interval (begun at `epoch`), on its primary: a write
+/// reached some of its copies and not others, so they disagree until peering chooses the
+/// authoritative log and recovers or rolls back the rest. The PG serves no I/O meanwhile.
+pub fn repeer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) {
+    let iv = pg.interval();
+    if iv.epoch != epoch || iv.acting.first() != Some(&s.id) || pg.active_epoch().is_none() {
+        return;
+    }
+    pg.deactivate(epoch);
+    pg.set_status(PgStatus::Peering);
+    s.metrics.record_repeer();
+    tracing::warn!(osd = s.id, pg = %pg.id, epoch, "copies disagree after a failed write: peering again");
+    let (s2, pg) = (s.clone(), pg.clone());
+    s.track(tokio::spawn(
+        async move { peer_until_done(s2, pg, epoch).await },
+    ));
+}
+
 async fn peer_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
     loop {
         if pg.interval().epoch != epoch {

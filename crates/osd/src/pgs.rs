@@ -154,6 +154,15 @@ impl Pg {
         }
     }
 
+    /// Takes the PG out of service in the interval of `epoch` (if that is still the current
+    /// one) until it peers again: its copies may disagree.
+    pub fn deactivate(&self, epoch: u64) {
+        let iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
+        if iv.epoch == epoch {
+            self.active.send_replace(None);
+        }
+    }
+
     /// The interval epoch the PG is active in, if any.
     pub fn active_epoch(&self) -> Option<u64> {
         let a = *self.active.borrow();

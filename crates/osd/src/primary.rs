@@ -339,7 +339,15 @@ async fn write(
             tracing::error!(pg = %pg.id, error = %e, "log append after commit");
         }
     }
-    let result = match (l, r) {
+    // The write reached some copies and not others: the next write would reuse this version
+    // here, or skip it there. Peering again reconciles the copies first. (A failed store
+    // serves nothing more; a copy that did not answer is left to the map's next change, and
+    // if it did not commit, it refuses the next write, which peers then.)
+    let local_fatal = matches!(&l, Ok(Err(e)) if e.is_fatal());
+    if !local_fatal && ((local_ok && r.refused.is_some()) || (!local_ok && r.applied > 0)) {
+        crate::peering::repeer(s, pg, iv.epoch);
+    }
+    let result = match (l, r.result()) {
         (Ok(Ok(())), Ok(())) => OpResult::Ok,
         (Ok(Err(e)), _) => store_result(e),
         (Err(e), _) => OpResult::Failed(e.to_string()),
@@ -354,6 +362,28 @@ async fn write(
     )
 }
 
+/// How the other acting OSDs answered a replica write.
+#[derive(Debug, Default)]
+struct Replicated {
+    /// Copies that committed it.
+    applied: usize,
+    /// The first error a copy answered with: it did not commit the write.
+    refused: Option<OpResult>,
+    /// The first copy that did not answer in time (or the interval changed): its outcome is
+    /// unknown until the PG peers.
+    unanswered: Option<OpResult>,
+}
+
+impl Replicated {
+    /// The write's outcome on the other copies: Ok only when every one committed it.
+    fn result(self) -> Result<(), OpResult> {
+        match self.refused.or(self.unanswered) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Sends the write to every other acting OSD and waits for all their durable acknowledgements;
 /// gives up early when the PG's interval changes (the new interval's peering reconciles).
 async fn replicate(
@@ -362,19 +392,29 @@ async fn replicate(
     iv: &Interval,
     rep: RepOpHeader,
     data: Bytes,
-) -> Result<(), OpResult> {
-    let mut calls = Vec::new();
+) -> Replicated {
+    let mut peers = Vec::new();
     for &osd in iv.acting.iter().skip(1) {
-        let Some(addr) = s.addr_of(osd) else {
-            return Err(OpResult::Failed(format!(
-                "osd.{osd} has no address in the map"
-            )));
-        };
+        match s.addr_of(osd) {
+            Some(addr) => peers.push((osd, addr)),
+            None => {
+                return Replicated {
+                    unanswered: Some(OpResult::Failed(format!(
+                        "osd.{osd} has no address in the map"
+                    ))),
+                    ..Replicated::default()
+                }
+            }
+        }
+    }
+    let mut calls = Vec::new();
+    for (osd, addr) in peers {
         let s2 = s.clone();
         let mut h = rep.clone();
         h.tid = s.peers.tid();
         let (payload, data, data_crc) = (encode(&h, &[]), data.clone(), h.data_crc);
         let timeout = Duration::from_millis(s.cfg.repop_timeout_ms);
+        // Err((answered, why)): `answered` when the copy itself refused the write.
         calls.push(tokio::spawn(async move {
             let failed = |e: String| OpResult::Failed(format!("osd.{osd}: {e}"));
             let answer = s2
@@ -390,25 +430,42 @@ async fn replicate(
                     timeout,
                 )
                 .await
-                .map_err(|e| failed(e.to_string()))?;
-            let (reply, _) = decode::<ReplyHeader>(&answer).map_err(|e| failed(e.to_string()))?;
+                .map_err(|e| (false, failed(e.to_string())))?;
+            let (reply, _) =
+                decode::<ReplyHeader>(&answer).map_err(|e| (false, failed(e.to_string())))?;
             match reply.result {
                 OpResult::Ok => Ok(()),
-                OpResult::NoSpace(why) => Err(OpResult::NoSpace(format!("osd.{osd}: {why}"))),
-                other => Err(failed(format!("{other:?}"))),
+                OpResult::NoSpace(why) => {
+                    Err((true, OpResult::NoSpace(format!("osd.{osd}: {why}"))))
+                }
+                other => Err((true, failed(format!("{other:?}")))),
             }
         }));
     }
     let all = async {
+        let mut out = Replicated::default();
         for c in calls {
-            c.await.map_err(|e| OpResult::Failed(e.to_string()))??;
+            match c.await {
+                Ok(Ok(())) => out.applied += 1,
+                Ok(Err((true, e))) => {
+                    out.refused.get_or_insert(e);
+                }
+                Ok(Err((false, e))) => {
+                    out.unanswered.get_or_insert(e);
+                }
+                Err(e) => {
+                    out.unanswered
+                        .get_or_insert(OpResult::Failed(e.to_string()));
+                }
+            }
         }
-        Ok(())
+        out
     };
     tokio::select! {
         r = all => r,
-        _ = pg.wait_interval_change(iv.epoch) => {
-            Err(OpResult::Failed(format!("pg {} changed interval", pg.id)))
-        }
+        _ = pg.wait_interval_change(iv.epoch) => Replicated {
+            unanswered: Some(OpResult::Failed(format!("pg {} changed interval", pg.id))),
+            ..Replicated::default()
+        },
     }
 }

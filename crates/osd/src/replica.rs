@@ -43,11 +43,28 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
             rep.epoch, inner.last_epoch_started
         )));
     }
-    if rep.entry.version <= inner.log.head() {
-        return ReplyHeader {
-            version: pack(rep.entry.version),
-            ..bad(OpResult::Ok)
+    let head = inner.log.head();
+    if rep.entry.version <= head {
+        // A resend of an entry this copy holds (or has trimmed) is done already. A different
+        // entry at a version this copy has used means the primary reused it after a write it
+        // could not commit: the copies disagree, and saying Ok would lose this write here.
+        return match inner.log.entry_at(rep.entry.version) {
+            Some(e) if *e != rep.entry => bad(OpResult::Failed(format!(
+                "pg {pgid} diverged at {}: this copy holds another write there",
+                rep.entry.version
+            ))),
+            _ => ReplyHeader {
+                version: pack(rep.entry.version),
+                ..bad(OpResult::Ok)
+            },
         };
+    }
+    if rep.entry.version.version != head.version + 1 {
+        // An earlier write of this interval never committed here.
+        return bad(OpResult::Failed(format!(
+            "pg {pgid} missed writes: {} after {head}",
+            rep.entry.version
+        )));
     }
     let coll = pg.coll.clone();
     let mut txn = Transaction::new();

@@ -275,6 +275,15 @@ impl PgLog {
             .get(usize::try_from(ix.newest_pos - self.first_pos).ok()?)
     }
 
+    /// The entry with exactly this version, if the log still has it.
+    pub fn entry_at(&self, version: Eversion) -> Option<&LogEntry> {
+        let i = self
+            .entries
+            .binary_search_by(|e| e.version.cmp(&version))
+            .ok()?;
+        self.entries.get(i)
+    }
+
     /// True if the log contains an entry with exactly this version and object.
     pub fn contains(&self, version: Eversion, object: &str) -> bool {
         self.entries

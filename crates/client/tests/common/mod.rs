@@ -33,20 +33,25 @@ pub struct Cluster {
 
 /// Starts the cluster; `pg_num` PGs, `device_bytes` per OSD.
 pub async fn cluster(tag: &str, pg_num: u32, device_bytes: u64) -> Cluster {
+    cluster_with_devices(tag, pg_num, [device_bytes; 3]).await
+}
+
+/// As [`cluster`], with each OSD's own device size.
+pub async fn cluster_with_devices(tag: &str, pg_num: u32, device_bytes: [u64; 3]) -> Cluster {
     let dir = TempDir(std::env::temp_dir().join(format!("cairn-{tag}-{}", std::process::id())));
     let monitor = Monitor::new(ClusterMap::new("test").unwrap(), MonConfig::default());
     let mon = MonDaemon::start(monitor, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let mut osds = Vec::new();
-    for i in 0..3 {
+    for (i, bytes) in device_bytes.into_iter().enumerate() {
         let mut cfg = OsdConfig::local(
             &format!("{tag}-osd-{i}"),
             &format!("host{i}"),
             mon.addr(),
             dir.0.join(format!("osd{i}")),
         );
-        cfg.device_bytes = device_bytes;
+        cfg.device_bytes = bytes;
         osds.push(OsdDaemon::start(cfg).await.unwrap());
     }
     let admin = cairn_mon::client::MonClient::connect(mon.addr(), 91).await;

@@ -1,0 +1,114 @@
+//! A write that commits on some copies of a PG and fails on others (here: one OSD's device is
+//! full, the others are not). The primary must not reuse the write's version, and a replica
+//! must not answer Ok to a different write at a version it has used: either would lose an
+//! acknowledged write on the copies that skipped it. The PG peers again instead.
+
+mod common;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use cairn_mon::monitor::Request;
+use common::cluster_with_devices;
+
+fn object(i: usize) -> Vec<u8> {
+    let len = (1 << 20) + i * 4099;
+    (0..len).map(|b| (b * 31 + i * 7) as u8).collect()
+}
+
+/// Writes `data` as `name`; true when acknowledged.
+async fn write(c: &common::Cluster, name: &str, data: &[u8]) -> bool {
+    let w = c.client.write_full("data", name, data);
+    matches!(
+        tokio::time::timeout(Duration::from_secs(8), w).await,
+        Ok(Ok(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_fails_on_one_copy_loses_no_acknowledged_write() {
+    let mut c = cluster_with_devices("diverge", 8, [40 << 20, 256 << 20, 256 << 20]).await;
+    let small = c.osds[0].id();
+    let t0 = Instant::now();
+    // Large objects until the small device refuses some (on it; the others take them).
+    let mut acked: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut failed = 0;
+    for i in 0..90 {
+        let (name, data) = (format!("big{i}"), object(i));
+        if write(&c, &name, &data).await {
+            acked.push((name, data));
+        } else {
+            failed += 1;
+            if failed >= 4 {
+                break;
+            }
+        }
+    }
+    assert!(failed > 0, "the small device never filled");
+    // Small objects still fit on it: in a PG whose large write failed on the small OSD alone,
+    // the next write must not reuse that write's version.
+    // Written all at once: those of a PG that is peering again wait out their timeout together.
+    let smalls: Vec<(String, Vec<u8>)> = (0..48)
+        .map(|i| (format!("small{i}"), vec![i as u8; 4096 + i]))
+        .collect();
+    let mut pending: Vec<_> = smalls
+        .iter()
+        .map(|(name, data)| Box::pin(write(&c, name, data)))
+        .collect();
+    let mut done = vec![None; pending.len()];
+    std::future::poll_fn(|cx| {
+        for (i, w) in pending.iter_mut().enumerate() {
+            if done[i].is_none() {
+                if let std::task::Poll::Ready(ok) = w.as_mut().poll(cx) {
+                    done[i] = Some(ok);
+                }
+            }
+        }
+        match done.iter().all(Option::is_some) {
+            true => std::task::Poll::Ready(()),
+            false => std::task::Poll::Pending,
+        }
+    })
+    .await;
+    drop(pending);
+    for (w, ok) in smalls.into_iter().zip(done) {
+        if ok == Some(true) {
+            acked.push(w);
+        }
+    }
+    eprintln!(
+        "{} acknowledged, {failed} refused, in {:?}",
+        acked.len(),
+        t0.elapsed()
+    );
+    assert!(
+        acked.len() > 20,
+        "too few writes went through: {}",
+        acked.len()
+    );
+    // The small OSD goes away; the two others serve every PG.
+    let victim = c.osds.remove(0);
+    drop(victim);
+    let admin = cairn_mon::client::MonClient::connect(c.mon.addr(), 93).await;
+    admin
+        .op(Request::MarkDown { id: small }, 10_000)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (name, data) in &acked {
+        let want = crc32c::crc32c(data);
+        loop {
+            match c.client.read("data", name).await {
+                Ok(got) if crc32c::crc32c(&got) == want => break,
+                other => {
+                    let seen = other.map(|d| (d.len(), crc32c::crc32c(&d)));
+                    assert!(
+                        Instant::now() < deadline,
+                        "acknowledged {name} lost on the surviving copies: {seen:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
