@@ -1,7 +1,9 @@
-//! A write that commits on some copies of a PG and fails on others (here: one OSD's device is
-//! full, the others are not). The primary must not reuse the write's version, and a replica
-//! must not answer Ok to a different write at a version it has used: either would lose an
-//! acknowledged write on the copies that skipped it. The PG peers again instead.
+//! One OSD's device is much smaller than the others'. With its full ratio, a write that would
+//! fill it is refused before it reaches any copy, and its PGs stay active. Without it (ratio
+//! 1.0), writes commit on some copies of a PG and fail on others: the primary must not reuse
+//! the failed write's version, and a replica must not answer Ok to a different write at a
+//! version it has used: either would lose an acknowledged write on the copies that skipped
+//! it. The PG peers again instead.
 
 mod common;
 
@@ -25,25 +27,78 @@ async fn write(c: &common::Cluster, name: &str, data: &[u8]) -> bool {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_that_fails_on_one_copy_loses_no_acknowledged_write() {
-    let mut c = cluster_with_devices("diverge", 8, [40 << 20, 256 << 20, 256 << 20]).await;
-    let small = c.osds[0].id();
-    let t0 = Instant::now();
-    // Large objects until the small device refuses some (on it; the others take them).
-    let mut acked: Vec<(String, Vec<u8>)> = Vec::new();
+/// Large objects until the small device refuses `refusals` of them; the acknowledged ones.
+async fn fill(c: &common::Cluster, refusals: usize) -> (Vec<(String, Vec<u8>)>, usize) {
+    let mut acked = Vec::new();
     let mut failed = 0;
     for i in 0..90 {
         let (name, data) = (format!("big{i}"), object(i));
-        if write(&c, &name, &data).await {
+        if write(c, &name, &data).await {
             acked.push((name, data));
         } else {
             failed += 1;
-            if failed >= 4 {
+            if failed >= refusals {
                 break;
             }
         }
     }
+    (acked, failed)
+}
+
+/// A name whose PG has `osd` as its primary.
+fn name_led_by(c: &common::Cluster, osd: i32, prefix: &str) -> String {
+    let map = c.client.map().unwrap();
+    let pool = map
+        .placement
+        .pools
+        .values()
+        .find(|p| p.name == "data")
+        .unwrap();
+    let mut mapper = map.placement.mapper();
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|n| mapper.map_pg(pool.object_pg(n, "", "")).unwrap().primary == osd)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_ratio_refuses_a_write_before_any_copy_takes_it() {
+    let c = cluster_with_devices("fullratio", 8, [40 << 20, 256 << 20, 256 << 20], 0.95).await;
+    let small = c.osds[0].id();
+    let name = name_led_by(&c, small, "huge");
+    let neighbour = name_led_by(&c, small, "small");
+    c.client
+        .write_full("data", &neighbour, b"before")
+        .await
+        .unwrap();
+    // More than the small OSD holds under its full ratio, far less than the others hold.
+    let refused = c
+        .client
+        .write_full("data", &name, &vec![7u8; 38 << 20])
+        .await;
+    assert!(
+        matches!(refused, Err(cairn_client::ClientError::NoSpace(ref why)) if why.contains("full ratio")),
+        "{refused:?}"
+    );
+    // No copy took it, and the PGs it leads stay active: writes and reads go on.
+    assert!(matches!(
+        c.client.read("data", &name).await,
+        Err(cairn_client::ClientError::NotFound(_))
+    ));
+    c.client
+        .write_full("data", &neighbour, b"after")
+        .await
+        .unwrap();
+    assert_eq!(c.client.read("data", &neighbour).await.unwrap(), b"after");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_fails_on_one_copy_loses_no_acknowledged_write() {
+    let mut c = cluster_with_devices("diverge", 8, [40 << 20, 256 << 20, 256 << 20], 1.0).await;
+    let small = c.osds[0].id();
+    let t0 = Instant::now();
+    // Large objects until the small device refuses some (on it; the others take them).
+    let (mut acked, failed) = fill(&c, 4).await;
     assert!(failed > 0, "the small device never filled");
     // Small objects still fit on it: in a PG whose large write failed on the small OSD alone,
     // the next write must not reuse that write's version.

@@ -88,6 +88,11 @@ pub struct OsdConfig {
     /// `cairn_store::StoreConfig::max_groups_in_flight`): with 2, large copy-on-write groups
     /// are pipelined.
     pub store_groups_in_flight: usize,
+    /// A client write is refused with NoSpace, before it is given a version, when it would
+    /// fill this OSD's store beyond this fraction (Ceph's `mon_osd_full_ratio`, 0.95): the rest
+    /// is kept for recovery and metadata, and a write refused here reaches no copy. 1.0 turns
+    /// the check off (a write then fails only when the store itself is out of space).
+    pub full_ratio: f64,
 }
 
 impl OsdConfig {
@@ -118,6 +123,7 @@ impl OsdConfig {
             op_wait_active_ms: 3000,
             prefill: false,
             store_groups_in_flight: StoreConfig::default().max_groups_in_flight,
+            full_ratio: 0.95,
         }
     }
 }
@@ -179,6 +185,12 @@ impl OsdDaemon {
     /// Starts an OSD: store and PGs, monitor boot and subscription, listener, heartbeats,
     /// beacons, metrics.
     pub async fn start(mut cfg: OsdConfig) -> Result<OsdDaemon, OsdError> {
+        if !(cfg.full_ratio > 0.0 && cfg.full_ratio <= 1.0) {
+            return Err(OsdError::Config(format!(
+                "full_ratio {} must be in (0, 1]",
+                cfg.full_ratio
+            )));
+        }
         if let Some(name) = &cfg.device_profile {
             let p = Profile::load(name)?;
             cfg.capacity = DeviceCapacity {

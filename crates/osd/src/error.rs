@@ -37,4 +37,7 @@ pub enum OsdError {
     /// Networking failed.
     #[error("messenger: {0}")]
     Msgr(#[from] cairn_msgr::MsgrError),
+    /// A setting is out of its range.
+    #[error("configuration: {0}")]
+    Config(String),
 }

@@ -229,6 +229,9 @@ async fn write(
         block_crcs,
         ..
     } = payload;
+    if let Err(r) = check_full(s, data.len() as u64) {
+        return fail(op.tid, s.epoch(), r);
+    }
     let mut inner = pg.inner.lock().await;
     let epoch = s.epoch();
     let iv = pg.interval();
@@ -360,6 +363,24 @@ async fn write(
         },
         Bytes::new(),
     )
+}
+
+/// Refuses a write of `bytes` that would fill this OSD's store beyond its full ratio, before
+/// the write is given a version or reaches any copy (so the copies cannot disagree over it).
+fn check_full(s: &Shared, bytes: u64) -> Result<(), OpResult> {
+    if bytes == 0 || s.cfg.full_ratio >= 1.0 {
+        return Ok(());
+    }
+    let capacity = s.store.capacity_bytes();
+    let used = capacity.saturating_sub(s.store.free_bytes_hint());
+    let limit = (capacity as f64 * s.cfg.full_ratio) as u64;
+    if used.saturating_add(bytes) <= limit {
+        return Ok(());
+    }
+    Err(OpResult::NoSpace(format!(
+        "osd.{}: {used} of {capacity} bytes used, {bytes} more would pass the full ratio {}",
+        s.id, s.cfg.full_ratio
+    )))
 }
 
 /// How the other acting OSDs answered a replica write.

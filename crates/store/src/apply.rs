@@ -146,7 +146,9 @@ impl Store {
                         continue;
                     }
                     self.last_group_txns.store(batch.len(), Ordering::Relaxed);
-                    let Some((writes, launch)) = self.commit_group(&mut st, batch).await else {
+                    let launched = self.commit_group(&mut st, batch).await;
+                    self.note_free(&st);
+                    let Some((writes, launch)) = launched else {
                         continue;
                     };
                     // The group's writes and flush run without the lock (readers go on) and

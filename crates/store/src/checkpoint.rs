@@ -306,6 +306,7 @@ impl Store {
                 )))
             })?;
         }
+        self.note_free(st);
         let c = &self.counters;
         c.checkpoints.fetch_add(1, Ordering::Relaxed);
         c.checkpoint_ns

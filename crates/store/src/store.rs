@@ -282,6 +282,11 @@ pub struct Store {
     /// Transactions in the last group commit: more than one means submitters are concurrent,
     /// and the next leader waits one runtime turn for the ones about to queue.
     pub(crate) last_group_txns: AtomicUsize,
+    /// Free data blocks as of the last group staged, finalized or checkpointed (see
+    /// [`Store::free_bytes_hint`]).
+    free_blocks_hint: AtomicU64,
+    /// Data blocks in all (fixed at mkfs).
+    capacity_blocks: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -504,6 +509,10 @@ impl Store {
             deferred.insert(k.value(), Arc::new(data.to_vec()));
         }
         drop(rtx);
+        let free_blocks = alloc.free_blocks();
+        let capacity_blocks = alloc
+            .total_blocks()
+            .saturating_sub(in_kv.first_data_block());
         let store = Store {
             dev,
             db: Arc::new(db),
@@ -527,6 +536,8 @@ impl Store {
             orphans: tokio::sync::watch::Sender::new(0),
             commit_leader: tokio::sync::Mutex::new(()),
             last_group_txns: AtomicUsize::new(0),
+            free_blocks_hint: AtomicU64::new(free_blocks),
+            capacity_blocks,
             cfg,
         };
         {
@@ -703,6 +714,24 @@ impl Store {
             .device_bytes_written
             .fetch_add(written, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Free bytes for data, without waiting for the store's lock: as of the last group staged,
+    /// finalized or checkpointed (a caller deciding whether a write fits, like an OSD's full
+    /// check, reads it on every write; [`Store::stats`] is exact).
+    pub fn free_bytes_hint(&self) -> u64 {
+        self.free_blocks_hint.load(Ordering::Relaxed) * self.sb.block_bytes
+    }
+
+    /// Bytes for data in all (the device less the log and the superblock).
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_blocks * self.sb.block_bytes
+    }
+
+    /// Records the allocator's free blocks for [`Store::free_bytes_hint`].
+    pub(crate) fn note_free(&self, st: &State) {
+        self.free_blocks_hint
+            .store(st.alloc.free_blocks(), Ordering::Relaxed);
     }
 
     /// Current sizes and counters.
