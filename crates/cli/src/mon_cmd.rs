@@ -204,13 +204,24 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
         let map = current_map(args.mon).await?;
         let up = map.osds.values().filter(|o| o.up).count();
         let inn = map.osds.values().filter(|o| o.reweight > 0).count();
-        let health = if up == map.osds.len() && inn == map.osds.len() {
+        let full: Vec<String> = map
+            .osds
+            .values()
+            .filter(|o| o.full)
+            .map(|o| format!("osd.{}", o.id))
+            .collect();
+        let health = if !full.is_empty() {
+            "HEALTH_ERR"
+        } else if up == map.osds.len() && inn == map.osds.len() {
             "HEALTH_OK"
         } else {
             "HEALTH_WARN"
         };
         println!("cluster {}  epoch {}  {health}", map.fsid, map.epoch);
         println!("  osd: {} total, {up} up, {inn} in", map.osds.len());
+        if !full.is_empty() {
+            println!("  full (writes to their PGs refused): {}", full.join(", "));
+        }
         for pool in map.placement.pools.values() {
             let topo = Topology::for_pool(&map.placement, pool)?;
             let spread = analyze(&up_sets(&map.placement, pool.id)?, &topo);

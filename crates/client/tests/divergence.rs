@@ -45,8 +45,8 @@ async fn fill(c: &common::Cluster, refusals: usize) -> (Vec<(String, Vec<u8>)>, 
     (acked, failed)
 }
 
-/// A name whose PG has `osd` as its primary.
-fn name_led_by(c: &common::Cluster, osd: i32, prefix: &str) -> String {
+/// The first `n` names starting with `prefix` whose PG's primary is (`led`) or is not `osd`.
+fn names_led(c: &common::Cluster, osd: i32, led: bool, prefix: &str, n: usize) -> Vec<String> {
     let map = c.client.map().unwrap();
     let pool = map
         .placement
@@ -57,13 +57,19 @@ fn name_led_by(c: &common::Cluster, osd: i32, prefix: &str) -> String {
     let mut mapper = map.placement.mapper();
     (0..)
         .map(|i| format!("{prefix}{i}"))
-        .find(|n| mapper.map_pg(pool.object_pg(n, "", "")).unwrap().primary == osd)
-        .unwrap()
+        .filter(|n| (mapper.map_pg(pool.object_pg(n, "", "")).unwrap().primary == osd) == led)
+        .take(n)
+        .collect()
+}
+
+/// A name whose PG has `osd` as its primary.
+fn name_led_by(c: &common::Cluster, osd: i32, prefix: &str) -> String {
+    names_led(c, osd, true, prefix, 1).remove(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_full_ratio_refuses_a_write_before_any_copy_takes_it() {
-    let c = cluster_with_devices("fullratio", 8, [40 << 20, 256 << 20, 256 << 20], 0.95).await;
+    let c = cluster_with_devices("fullratio", 8, [40 << 20, 256 << 20, 256 << 20], |_| {}).await;
     let small = c.osds[0].id();
     let name = name_led_by(&c, small, "huge");
     let neighbour = name_led_by(&c, small, "small");
@@ -92,9 +98,61 @@ async fn the_full_ratio_refuses_a_write_before_any_copy_takes_it() {
     assert_eq!(c.client.read("data", &neighbour).await.unwrap(), b"after");
 }
 
+/// The small OSD only as a replica: past its full ratio, its beacon flags it full in the map,
+/// and the primaries refuse writes to its PGs before any copy takes them; every PG keeps
+/// serving reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_past_its_full_ratio_is_flagged_and_its_pgs_refuse_writes_first() {
+    let c = cluster_with_devices("fullflag", 8, [40 << 20, 256 << 20, 256 << 20], |cfg| {
+        cfg.beacon_interval_ms = 20
+    })
+    .await;
+    let small = c.osds[0].id();
+    let mut acked = Vec::new();
+    let mut refused = None;
+    for (i, name) in names_led(&c, small, false, "r", 80).into_iter().enumerate() {
+        let data = object(i);
+        match c.client.write_full("data", &name, &data).await {
+            Ok(_) => acked.push((name, data)),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+        // Slower than the beacons, as a real device's 5% is to a second of writes.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+    assert!(
+        matches!(refused, Some(cairn_client::ClientError::NoSpace(ref why)) if why.contains("is full")),
+        "{refused:?} after {} writes",
+        acked.len()
+    );
+    assert!(c.client.map().unwrap().osds[&small].full);
+    for (name, data) in &acked {
+        let got = c.client.read("data", name).await.unwrap();
+        assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(data), "{name}");
+    }
+    // Removing objects brings it back under its ratio: writes go on.
+    for (name, _) in &acked {
+        c.client.remove("data", name).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.client.map().unwrap().osds[&small].full {
+        assert!(Instant::now() < deadline, "osd.{small} stayed flagged full");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.client
+        .write_full("data", "again", &object(1))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_that_fails_on_one_copy_loses_no_acknowledged_write() {
-    let mut c = cluster_with_devices("diverge", 8, [40 << 20, 256 << 20, 256 << 20], 1.0).await;
+    let mut c = cluster_with_devices("diverge", 8, [40 << 20, 256 << 20, 256 << 20], |cfg| {
+        cfg.full_ratio = 1.0
+    })
+    .await;
     let small = c.osds[0].id();
     let t0 = Instant::now();
     // Large objects until the small device refuses some (on it; the others take them).

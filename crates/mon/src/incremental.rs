@@ -40,6 +40,13 @@ pub enum Change {
         /// Set by the monitor's down -> out timer.
         auto: bool,
     },
+    /// The OSD's store went past its full ratio (`full`) or back under it.
+    Full {
+        /// OSD id.
+        id: i32,
+        /// Past its full ratio.
+        full: bool,
+    },
     /// Create a pool.
     CreatePool(Pool),
     /// Remove a pool.
@@ -124,6 +131,9 @@ impl ClusterMap {
                 let e = self.entry(*id)?;
                 e.reweight = *reweight;
                 e.auto_out = *auto && *reweight == 0;
+            }
+            Change::Full { id, full } => {
+                self.entry(*id)?.full = *full;
             }
             Change::CreatePool(pool) => {
                 self.placement.add_pool(pool.clone())?;

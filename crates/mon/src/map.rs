@@ -36,6 +36,10 @@ pub struct OsdEntry {
     pub down_since_ms: Option<u64>,
     /// Marked out by the monitor (not by an operator): marked in again when it boots.
     pub auto_out: bool,
+    /// Its store is past its full ratio (as its last beacon said): primaries refuse client
+    /// writes to the PGs it holds, so that no write reaches some copies and not this one.
+    #[serde(default)]
+    pub full: bool,
 }
 
 /// The whole cluster map at one epoch.

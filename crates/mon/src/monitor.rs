@@ -69,10 +69,13 @@ pub enum Request {
         /// How long the target has been unresponsive.
         failed_for_ms: u64,
     },
-    /// An OSD says it is alive.
+    /// An OSD says it is alive, and whether its store is past its full ratio.
     Beacon {
         /// OSD id.
         id: i32,
+        /// Past its full ratio.
+        #[serde(default)]
+        full: bool,
     },
     /// Operator: mark an OSD out (its data moves away).
     MarkOut {
@@ -208,11 +211,15 @@ impl Monitor {
                     epoch: self.map.epoch,
                 })
             }
-            Request::Beacon { id } => {
-                if !self.map.osds.contains_key(&id) {
+            Request::Beacon { id, full } => {
+                let Some(known) = self.map.osds.get(&id) else {
                     return Err(MonError::NotFound(format!("osd.{id}")));
-                }
+                };
                 self.last_beacon_ms.insert(id, now_ms);
+                if known.full != full {
+                    let epoch = self.commit(vec![Change::Full { id, full }])?;
+                    return Ok(Reply::Done { epoch });
+                }
                 Ok(Reply::Done {
                     epoch: self.map.epoch,
                 })
@@ -364,6 +371,7 @@ impl Monitor {
                         reweight: 0x10000,
                         down_since_ms: None,
                         auto_out: false,
+                        full: false,
                     },
                     crush_weight,
                 });

@@ -109,7 +109,8 @@ fn failure_reports_mark_down_then_the_timer_marks_out_and_boot_brings_back_in() 
     )
     .unwrap();
     for id in 0..8 {
-        mon.handle(1_000, Request::Beacon { id }).unwrap();
+        mon.handle(1_000, Request::Beacon { id, full: false })
+            .unwrap();
     }
     // One reporter is not enough; a report younger than the grace does not count.
     mon.handle(
@@ -190,12 +191,22 @@ fn missing_beacons_mark_down() {
     };
     let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), config);
     boot(&mut mon, 0, 3, 3);
-    mon.handle(5_000, Request::Beacon { id: 0 }).unwrap();
-    mon.handle(5_000, Request::Beacon { id: 1 }).unwrap();
+    mon.handle(5_000, Request::Beacon { id: 0, full: false })
+        .unwrap();
+    mon.handle(5_000, Request::Beacon { id: 1, full: false })
+        .unwrap();
     mon.tick(12_000).unwrap();
     assert!(mon.map().osds[&0].up && mon.map().osds[&1].up);
     assert!(!mon.map().osds[&2].up);
-    assert!(mon.handle(1, Request::Beacon { id: 99 }).is_err());
+    assert!(mon
+        .handle(
+            1,
+            Request::Beacon {
+                id: 99,
+                full: false
+            }
+        )
+        .is_err());
 }
 
 #[test]
@@ -214,6 +225,8 @@ fn subscribers_reproduce_every_epoch_from_incrementals_and_encodings() {
     .unwrap();
     mon.handle(0, Request::MarkOut { id: 2 }).unwrap();
     mon.handle(0, Request::MarkDown { id: 4 }).unwrap();
+    mon.handle(0, Request::Beacon { id: 3, full: true })
+        .unwrap();
     let incs = mon.incrementals_since(replica.epoch).unwrap();
     assert!(!incs.is_empty());
     for inc in incs {
@@ -236,6 +249,27 @@ fn subscribers_reproduce_every_epoch_from_incrementals_and_encodings() {
     let mut stale = ClusterMap::new("f").unwrap();
     let last = mon.incrementals_since(mon.map().epoch - 1).unwrap();
     assert!(stale.apply(&last[0]).is_err());
+}
+
+#[test]
+fn a_beacon_past_the_full_ratio_flags_the_osd_full_in_a_new_epoch_until_it_is_under_again() {
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 3, 3);
+    let e0 = mon.map().epoch;
+    mon.handle(1_000, Request::Beacon { id: 1, full: true })
+        .unwrap();
+    assert!(mon.map().osds[&1].full);
+    assert!(!mon.map().osds[&0].full && !mon.map().osds[&2].full);
+    assert_eq!(mon.map().epoch, e0 + 1, "a new epoch carries the flag");
+    mon.handle(2_000, Request::Beacon { id: 1, full: true })
+        .unwrap();
+    assert_eq!(mon.map().epoch, e0 + 1, "an unchanged state makes no epoch");
+    let persisted = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert!(persisted.osds[&1].full, "the flag survives encoding");
+    mon.handle(3_000, Request::Beacon { id: 1, full: false })
+        .unwrap();
+    assert!(!mon.map().osds[&1].full);
+    assert_eq!(mon.map().epoch, e0 + 2);
 }
 
 #[test]

@@ -263,10 +263,12 @@ impl OsdDaemon {
         }));
         let beacon_every = Duration::from_millis(cfg.beacon_interval_ms.max(10));
         let beacon_mon = mon.clone();
+        let s = shared.clone();
         shared.track(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(beacon_every).await;
-                if let Err(e) = beacon_mon.op(Request::Beacon { id }, 5_000).await {
+                let full = crate::primary::past_full_ratio(&s, 0);
+                if let Err(e) = beacon_mon.op(Request::Beacon { id, full }, 5_000).await {
                     tracing::warn!(osd = id, error = %e, "beacon failed");
                 }
             }

@@ -229,7 +229,7 @@ async fn write(
         block_crcs,
         ..
     } = payload;
-    if let Err(r) = check_full(s, data.len() as u64) {
+    if let Err(r) = check_full(s, &pg.interval(), data.len() as u64) {
         return fail(op.tid, s.epoch(), r);
     }
     let mut inner = pg.inner.lock().await;
@@ -365,22 +365,45 @@ async fn write(
     )
 }
 
-/// Refuses a write of `bytes` that would fill this OSD's store beyond its full ratio, before
-/// the write is given a version or reaches any copy (so the copies cannot disagree over it).
-fn check_full(s: &Shared, bytes: u64) -> Result<(), OpResult> {
-    if bytes == 0 || s.cfg.full_ratio >= 1.0 {
-        return Ok(());
+/// Whether `bytes` more would fill this OSD's store past its full ratio (never with ratio 1.0);
+/// with 0, whether it is past it now (what its beacons tell the monitor).
+pub fn past_full_ratio(s: &Shared, bytes: u64) -> bool {
+    if s.cfg.full_ratio >= 1.0 {
+        return false;
     }
     let capacity = s.store.capacity_bytes();
     let used = capacity.saturating_sub(s.store.free_bytes_hint());
     let limit = (capacity as f64 * s.cfg.full_ratio) as u64;
-    if used.saturating_add(bytes) <= limit {
+    used.saturating_add(bytes) > limit
+}
+
+/// Refuses a client write of `bytes` (before it is given a version or reaches any copy, so the
+/// copies cannot disagree over it) when it would fill this OSD's store past its full ratio, or
+/// when the map flags another OSD of the acting set full.
+fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
+    if bytes == 0 {
         return Ok(());
     }
-    Err(OpResult::NoSpace(format!(
-        "osd.{}: {used} of {capacity} bytes used, {bytes} more would pass the full ratio {}",
-        s.id, s.cfg.full_ratio
-    )))
+    if past_full_ratio(s, bytes) {
+        let capacity = s.store.capacity_bytes();
+        let used = capacity.saturating_sub(s.store.free_bytes_hint());
+        return Err(OpResult::NoSpace(format!(
+            "osd.{}: {used} of {capacity} bytes used, {bytes} more would pass the full ratio {}",
+            s.id, s.cfg.full_ratio
+        )));
+    }
+    let map = s.map.borrow();
+    let full = map.as_ref().and_then(|m| {
+        iv.acting
+            .iter()
+            .find(|o| **o != s.id && m.osds.get(o).is_some_and(|e| e.full))
+    });
+    match full {
+        Some(o) => Err(OpResult::NoSpace(format!(
+            "osd.{o} of pg's acting set is full (past its full ratio)"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// How the other acting OSDs answered a replica write.

@@ -33,15 +33,16 @@ pub struct Cluster {
 
 /// Starts the cluster; `pg_num` PGs, `device_bytes` per OSD.
 pub async fn cluster(tag: &str, pg_num: u32, device_bytes: u64) -> Cluster {
-    cluster_with_devices(tag, pg_num, [device_bytes; 3], 0.95).await
+    cluster_with_devices(tag, pg_num, [device_bytes; 3], |_| {}).await
 }
 
-/// As [`cluster`], with each OSD's own device size and the OSDs' full ratio.
+/// As [`cluster`], with each OSD's own device size, and `tweak` applied to every OSD's
+/// configuration.
 pub async fn cluster_with_devices(
     tag: &str,
     pg_num: u32,
     device_bytes: [u64; 3],
-    full_ratio: f64,
+    tweak: impl Fn(&mut OsdConfig),
 ) -> Cluster {
     let dir = TempDir(std::env::temp_dir().join(format!("cairn-{tag}-{}", std::process::id())));
     let monitor = Monitor::new(ClusterMap::new("test").unwrap(), MonConfig::default());
@@ -57,7 +58,7 @@ pub async fn cluster_with_devices(
             dir.0.join(format!("osd{i}")),
         );
         cfg.device_bytes = bytes;
-        cfg.full_ratio = full_ratio;
+        tweak(&mut cfg);
         osds.push(OsdDaemon::start(cfg).await.unwrap());
     }
     let admin = cairn_mon::client::MonClient::connect(mon.addr(), 91).await;
