@@ -489,12 +489,7 @@ async fn store_round(
             .collect(),
     });
     for i in 0..objects {
-        let mut t = Transaction::new();
-        let obj = format!("obj{i:06}");
-        match &crcs {
-            Some(c) => t.write_checksummed("bench", &obj, 0, payload.clone(), c.clone()),
-            None => t.write_bytes("bench", &obj, 0, payload.clone()),
-        };
+        let t = write_object(&format!("obj{i:06}"), &payload, crcs.as_ref());
         let t0 = Instant::now();
         store.queue_transaction_owned(t).await?;
         let took = t0.elapsed();
@@ -618,6 +613,17 @@ async fn store_round(
     Ok(results)
 }
 
+/// A transaction writing `payload` as the whole of object `obj` (checksummed by the caller
+/// when `crcs` are given, else by the store).
+fn write_object(obj: &str, payload: &bytes::Bytes, crcs: Option<&DataCrcs>) -> Transaction {
+    let mut t = Transaction::new();
+    match crcs {
+        Some(c) => t.write_checksummed("bench", obj, 0, payload.clone(), c.clone()),
+        None => t.write_bytes("bench", obj, 0, payload.clone()),
+    };
+    t
+}
+
 /// Writes `objects` new 4 MiB objects from `qd` concurrent submitters (what a cluster's 4 MiB
 /// writes at `qd` in flight ask of one store). Returns each write's latency and the phase's
 /// wall time.
@@ -643,12 +649,7 @@ async fn write_new_objects(
                 if i >= objects {
                     return Ok::<_, cairn_store::StoreError>(lat);
                 }
-                let mut t = Transaction::new();
-                let obj = format!("qd{qd}-{i:06}");
-                match &crcs {
-                    Some(c) => t.write_checksummed("bench", &obj, 0, payload.clone(), c.clone()),
-                    None => t.write_bytes("bench", &obj, 0, payload.clone()),
-                };
+                let t = write_object(&format!("qd{qd}-{i:06}"), &payload, crcs.as_ref());
                 let t0 = Instant::now();
                 store.queue_transaction_owned(t).await?;
                 lat.push(t0.elapsed());

@@ -47,17 +47,9 @@ async fn fill(c: &common::Cluster, refusals: usize) -> (Vec<(String, Vec<u8>)>, 
 
 /// The first `n` names starting with `prefix` whose PG's primary is (`led`) or is not `osd`.
 fn names_led(c: &common::Cluster, osd: i32, led: bool, prefix: &str, n: usize) -> Vec<String> {
-    let map = c.client.map().unwrap();
-    let pool = map
-        .placement
-        .pools
-        .values()
-        .find(|p| p.name == "data")
-        .unwrap();
-    let mut mapper = map.placement.mapper();
     (0..)
         .map(|i| format!("{prefix}{i}"))
-        .filter(|n| (mapper.map_pg(pool.object_pg(n, "", "")).unwrap().primary == osd) == led)
+        .filter(|n| (common::placement_of(c, n).1.first() == Some(&osd)) == led)
         .take(n)
         .collect()
 }

@@ -308,15 +308,7 @@ async fn a_replica_refuses_a_reused_or_skipped_version() {
     let c = cluster("repop", 8, 128 << 20).await;
     let packed = c.client.write_full("data", "first", b"one").await.unwrap();
     let used = Eversion::new(packed >> 32, packed & 0xffff_ffff);
-    let map = c.client.map().unwrap();
-    let pool = map
-        .placement
-        .pools
-        .values()
-        .find(|p| p.name == "data")
-        .unwrap();
-    let pg = pool.object_pg("first", "", "");
-    let up = map.placement.mapper().map_pg(pg).unwrap().up;
+    let (pg, up) = common::placement_of(&c, "first");
     let replica = c.osds.iter().find(|o| o.id() == up[1]).unwrap();
     let mut session = Session::connect(replica.addr(), 0x5e55, Limits::default(), 50).await;
     let data = b"other";

@@ -267,7 +267,7 @@ impl OsdDaemon {
         shared.track(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(beacon_every).await;
-                let full = crate::primary::past_full_ratio(&s, 0);
+                let full = crate::primary::past_full_ratio(&s);
                 if let Err(e) = beacon_mon.op(Request::Beacon { id, full }, 5_000).await {
                     tracing::warn!(osd = id, error = %e, "beacon failed");
                 }

@@ -365,16 +365,19 @@ async fn write(
     )
 }
 
-/// Whether `bytes` more would fill this OSD's store past its full ratio (never with ratio 1.0);
-/// with 0, whether it is past it now (what its beacons tell the monitor).
-pub fn past_full_ratio(s: &Shared, bytes: u64) -> bool {
-    if s.cfg.full_ratio >= 1.0 {
-        return false;
-    }
+/// This OSD's store: bytes used, capacity, and whether `bytes` more would fill it past its
+/// full ratio (never with ratio 1.0).
+fn fullness(s: &Shared, bytes: u64) -> (u64, u64, bool) {
     let capacity = s.store.capacity_bytes();
     let used = capacity.saturating_sub(s.store.free_bytes_hint());
     let limit = (capacity as f64 * s.cfg.full_ratio) as u64;
-    used.saturating_add(bytes) > limit
+    let past = s.cfg.full_ratio < 1.0 && used.saturating_add(bytes) > limit;
+    (used, capacity, past)
+}
+
+/// Whether this OSD's store is past its full ratio now (what its beacons tell the monitor).
+pub fn past_full_ratio(s: &Shared) -> bool {
+    fullness(s, 0).2
 }
 
 /// Refuses a client write of `bytes` (before it is given a version or reaches any copy, so the
@@ -384,9 +387,7 @@ fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
     if bytes == 0 {
         return Ok(());
     }
-    if past_full_ratio(s, bytes) {
-        let capacity = s.store.capacity_bytes();
-        let used = capacity.saturating_sub(s.store.free_bytes_hint());
+    if let (used, capacity, true) = fullness(s, bytes) {
         return Err(OpResult::NoSpace(format!(
             "osd.{}: {used} of {capacity} bytes used, {bytes} more would pass the full ratio {}",
             s.id, s.cfg.full_ratio

@@ -87,3 +87,18 @@ pub async fn cluster_with_devices(
         dir,
     }
 }
+
+/// Where object `name` of pool `data` lives in the client's current map: its PG and up set
+/// (primary first).
+pub fn placement_of(c: &Cluster, name: &str) -> (cairn_clustermap::PgId, Vec<i32>) {
+    let map = c.client.map().unwrap();
+    let pool = map
+        .placement
+        .pools
+        .values()
+        .find(|p| p.name == "data")
+        .unwrap();
+    let pg = pool.object_pg(name, "", "");
+    let up = map.placement.mapper().map_pg(pg).unwrap().up;
+    (pg, up)
+}
