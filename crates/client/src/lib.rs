@@ -19,7 +19,7 @@ use cairn_msgr::Limits;
 use cairn_proto::admin::{AdminReply, AdminRequest, MSG_ADMIN, MSG_ADMIN_REPLY};
 use cairn_proto::pairs::{decode_pairs, encode_keys, encode_pairs, Pairs};
 use cairn_proto::{
-    decode, decode_with_data, encode, OpHeader, OpKind, OpResult, ReplyHeader, MSG_OSD_OP,
+    decode, decode_with_data, encode, OpHeader, OpKind, OpResult, ReplyHeader, ReqId, MSG_OSD_OP,
     MSG_OSD_OP_REPLY,
 };
 use thiserror::Error;
@@ -88,6 +88,10 @@ pub struct Client {
     pending: Pending,
     next_tid: AtomicU64,
     id: u64,
+    /// Random, chosen at connection: with `next_request`, makes the request ids of this
+    /// client's writes unique in the cluster (see [`ReqId`]).
+    nonce: u64,
+    next_request: AtomicU64,
     /// Deadline of one operation, including resends.
     pub op_timeout_ms: u64,
 }
@@ -105,6 +109,8 @@ impl Client {
             pending: Arc::default(),
             next_tid: AtomicU64::new(1),
             id: client_id,
+            nonce: random_nonce(client_id),
+            next_request: AtomicU64::new(1),
             op_timeout_ms: 30_000,
         })
     }
@@ -496,6 +502,12 @@ impl Client {
             Target::Pg(_) => "",
         };
         let deadline = Instant::now() + Duration::from_millis(self.op_timeout_ms);
+        // Once per op, not per resend: a resend of a write that was applied is answered from
+        // the PG log.
+        let reqid = kind.is_write().then(|| ReqId {
+            client: self.nonce,
+            seq: self.next_request.fetch_add(1, Ordering::Relaxed),
+        });
         // Once per op, not per resend: the messenger sends it with the data as is.
         let data_crc = crc32c::crc32c(&data);
         let mut last = String::from("no attempt");
@@ -519,6 +531,7 @@ impl Client {
                     object: name.to_string(),
                     kind: kind.clone(),
                     data_crc,
+                    reqid,
                 };
                 sender
                     .send_data(
@@ -564,4 +577,15 @@ impl Client {
             last,
         })
     }
+}
+
+/// A random 64-bit nonce for this client's request ids: the OS-seeded hasher of the standard
+/// library over the caller's id, the process and the time, so that two clients given the same
+/// id (two hosts, or one process connecting twice) still differ.
+fn random_nonce(client_id: u64) -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((client_id, std::process::id(), now))
 }

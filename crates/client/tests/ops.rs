@@ -324,6 +324,7 @@ async fn a_replica_refuses_a_reused_or_skipped_version() {
             object: "other".into(),
             op: LogOp::Modify,
             prior: Eversion::default(),
+            reqid: None,
         },
         data_crc: crc32c::crc32c(data),
     };

@@ -60,6 +60,8 @@ pub struct Metrics {
     recovery: Mutex<BTreeMap<RecoveryKind, (u64, u64)>>,
     /// PGs peered again in their interval because a write left their copies disagreeing.
     repeers: std::sync::atomic::AtomicU64,
+    /// Resent writes answered from the PG log (their first attempt was applied).
+    dup_writes: std::sync::atomic::AtomicU64,
 }
 
 impl Metrics {
@@ -88,6 +90,12 @@ impl Metrics {
     /// Records that a PG peers again in its interval (see `peering::repeer`).
     pub fn record_repeer(&self) {
         self.repeers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records a resent write answered from the PG log instead of being applied again.
+    pub fn record_dup_write(&self) {
+        self.dup_writes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -180,6 +188,7 @@ impl Metrics {
             );
         }
         let _ = writeln!(out, "# HELP cairn_osd_pg_repeers_total PGs peered again in their interval after a write reached some copies and not others.\n# TYPE cairn_osd_pg_repeers_total counter\ncairn_osd_pg_repeers_total{{osd=\"{osd}\"}} {}", self.repeers.load(std::sync::atomic::Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP cairn_osd_dup_writes_total Resent client writes answered from the PG log, their first attempt having been applied.\n# TYPE cairn_osd_dup_writes_total counter\ncairn_osd_dup_writes_total{{osd=\"{osd}\"}} {}", self.dup_writes.load(std::sync::atomic::Ordering::Relaxed));
         out.push_str(extra);
         out
     }

@@ -251,6 +251,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     put_info(&mut txn, &coll, auth_log.tail(), epoch)?;
     s.store.queue_transaction_owned(txn).await?;
     inner.created = true;
+    inner.complete_to = auth_log.head();
     inner.log = auth_log;
     inner.last_epoch_started = epoch;
     if iv.acting.len() >= iv.size {

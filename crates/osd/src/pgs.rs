@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use cairn_clustermap::PgId;
-use cairn_pg::PgLog;
+use cairn_pg::{Eversion, PgLog};
 use tokio::sync::watch;
 
 use crate::pgmeta::collection;
@@ -60,6 +60,11 @@ pub struct PgInner {
     pub last_epoch_started: u64,
     /// The collection exists in the store.
     pub created: bool,
+    /// As primary: every entry up to this version is on every copy of the acting set (the
+    /// log's head at activation, then each write every copy acknowledged: a copy refuses a
+    /// write that skips a version, so it holds all earlier ones). A resend of a request logged
+    /// after it is not answered from the log until the PG has peered again.
+    pub complete_to: Eversion,
 }
 
 /// One PG on this OSD.
@@ -87,6 +92,7 @@ impl Pg {
                 log,
                 last_epoch_started,
                 created,
+                complete_to: Eversion::default(),
             }),
             interval: Mutex::new(Interval::default()),
             status: Mutex::new(PgStatus::Replica),

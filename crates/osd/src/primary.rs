@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cairn_clustermap::PgId;
 use cairn_msgr::blockcrc::{crc_with_known_blocks, CRC_BLOCK_BYTES};
-use cairn_pg::{Eversion, LogEntry, OpKind as LogOp, PRIOR_UNKNOWN};
+use cairn_pg::{Eversion, LogEntry, OpKind as LogOp, ReqId, PRIOR_UNKNOWN};
 use cairn_proto::pairs::{encode_keys, encode_pairs};
 use cairn_proto::{
     decode, encode, OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_REPOP,
@@ -22,7 +22,7 @@ use cairn_store::{StoreError, Transaction};
 use crate::objects::list_page;
 use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack};
-use crate::pgs::{Interval, Pg};
+use crate::pgs::{Interval, Pg, PgInner};
 use crate::shared::Shared;
 use crate::txns::{build_write, check_object_name, no_space_detail, VERSION_ATTR};
 
@@ -229,9 +229,6 @@ async fn write(
         block_crcs,
         ..
     } = payload;
-    if let Err(r) = check_full(s, &pg.interval(), data.len() as u64) {
-        return fail(op.tid, s.epoch(), r);
-    }
     let mut inner = pg.inner.lock().await;
     let epoch = s.epoch();
     let iv = pg.interval();
@@ -241,6 +238,14 @@ async fn write(
             epoch,
             OpResult::Failed(format!("pg {} changed interval", pg.id)),
         );
+    }
+    if let Some(reqid) = op.reqid {
+        if let Some(done) = inner.log.version_of_request(&reqid) {
+            return answer_resend(s, pg, &inner, &iv, &op, reqid, done);
+        }
+    }
+    if let Err(r) = check_full(s, &iv, data.len() as u64) {
+        return fail(op.tid, epoch, r);
     }
     let coll = pg.coll.as_str();
     let obj = op.object.as_str();
@@ -288,6 +293,7 @@ async fn write(
             LogOp::Modify
         },
         prior,
+        reqid: op.reqid,
     };
     let mut txn = Transaction::new();
     if !inner.created {
@@ -341,6 +347,9 @@ async fn write(
         if let Err(e) = inner.log.append(entry) {
             tracing::error!(pg = %pg.id, error = %e, "log append after commit");
         }
+        if r.is_complete() {
+            inner.complete_to = version;
+        }
     }
     // The write reached some copies and not others: the next write would reuse this version
     // here, or skip it there. Peering again reconciles the copies first. (A failed store
@@ -362,6 +371,42 @@ async fn write(
             ..ReplyHeader::bare(op.tid, epoch, result)
         },
         Bytes::new(),
+    )
+}
+
+/// Answers a resent write whose first attempt this PG logged at `done`, without applying it
+/// again: Ok with that version once every copy holds it; otherwise (a copy did not answer the
+/// first attempt) the PG peers again, which brings every copy to the log's head, and the
+/// client's next resend is answered Ok.
+fn answer_resend(
+    s: &Arc<Shared>,
+    pg: &Arc<Pg>,
+    inner: &PgInner,
+    iv: &Interval,
+    op: &OpHeader,
+    reqid: ReqId,
+    done: Eversion,
+) -> Answer {
+    let epoch = s.epoch();
+    if done <= inner.complete_to {
+        s.metrics.record_dup_write();
+        tracing::debug!(pg = %pg.id, %reqid, version = %done, "resent write answered from the log");
+        return (
+            ReplyHeader {
+                version: pack(done),
+                ..ReplyHeader::bare(op.tid, epoch, OpResult::Ok)
+            },
+            Bytes::new(),
+        );
+    }
+    crate::peering::repeer(s, pg, iv.epoch);
+    fail(
+        op.tid,
+        epoch,
+        OpResult::Failed(format!(
+            "pg {}: the first attempt of request {reqid} is not on every copy yet; peering",
+            pg.id
+        )),
     )
 }
 
@@ -420,6 +465,11 @@ struct Replicated {
 }
 
 impl Replicated {
+    /// Whether every other copy committed the write.
+    fn is_complete(&self) -> bool {
+        self.refused.is_none() && self.unanswered.is_none()
+    }
+
     /// The write's outcome on the other copies: Ok only when every one committed it.
     fn result(self) -> Result<(), OpResult> {
         match self.refused.or(self.unanswered) {

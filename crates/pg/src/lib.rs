@@ -13,5 +13,5 @@ pub mod machine;
 pub mod peering;
 
 pub use error::PgError;
-pub use log::{Eversion, LogEntry, ObjectId, OpKind, PgLog, PRIOR_UNKNOWN};
+pub use log::{Eversion, LogEntry, ObjectId, OpKind, PgLog, ReqId, PRIOR_UNKNOWN};
 pub use peering::{plan, PeerLog, PeeringPlan, Recovery};

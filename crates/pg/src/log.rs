@@ -55,6 +55,26 @@ pub enum OpKind {
     Delete,
 }
 
+/// The identity of a client's write request, the same on every resend: the client's random
+/// nonce (chosen when it connects) and its sequence number there. Logged with the write, so
+/// that a resend whose first attempt was applied is answered from the log instead of being
+/// applied again (an append would append twice).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct ReqId {
+    /// The client's nonce.
+    pub client: u64,
+    /// The request's number within the client.
+    pub seq: u64,
+}
+
+impl fmt::Display for ReqId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:x}:{}", self.client, self.seq)
+    }
+}
+
 /// One log entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogEntry {
@@ -66,6 +86,9 @@ pub struct LogEntry {
     pub op: OpKind,
     /// The object's version before this entry (default = did not exist).
     pub prior: Eversion,
+    /// The client request that made it (none for entries older than request ids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reqid: Option<ReqId>,
 }
 
 /// The PG log of one OSD's copy of a PG.
@@ -84,6 +107,9 @@ pub struct PgLog {
     /// (derived from `entries`, never sent), so that [`PgLog::newest_for`], asked on every
     /// write, never scans the log.
     per_object: HashMap<ObjectId, Indexed>,
+    /// The version each logged client request got (derived from `entries`, never sent), so
+    /// that [`PgLog::version_of_request`], asked on every write, never scans the log.
+    by_request: HashMap<ReqId, Eversion>,
     /// Position of `entries[0]` (positions only grow, so trimming moves nothing).
     first_pos: u64,
 }
@@ -123,11 +149,18 @@ impl From<LogWire> for PgLog {
             head: w.head,
             max_entries: w.max_entries,
             per_object: HashMap::new(),
+            by_request: HashMap::new(),
             first_pos: 0,
         };
         for pos in 0..log.entries.len() {
-            let object = log.entries[pos].object.clone();
+            let (object, reqid, version) = {
+                let e = &log.entries[pos];
+                (e.object.clone(), e.reqid, e.version)
+            };
             log.counted_in(object, pos as u64);
+            if let Some(r) = reqid {
+                log.by_request.insert(r, version);
+            }
         }
         log
     }
@@ -153,7 +186,17 @@ impl PgLog {
             head: Eversion::default(),
             max_entries: max_entries.max(1),
             per_object: HashMap::new(),
+            by_request: HashMap::new(),
             first_pos: 0,
+        }
+    }
+
+    /// Unindexes the request of an entry that just left the log.
+    fn request_out(&mut self, entry: &LogEntry) {
+        if let Some(r) = &entry.reqid {
+            if self.by_request.get(r) == Some(&entry.version) {
+                self.by_request.remove(r);
+            }
         }
     }
 
@@ -252,11 +295,15 @@ impl PgLog {
         self.head = entry.version;
         let pos = self.first_pos + self.entries.len() as u64;
         self.counted_in(entry.object.clone(), pos);
+        if let Some(r) = entry.reqid {
+            self.by_request.insert(r, entry.version);
+        }
         self.entries.push_back(entry);
         while self.entries.len() > self.max_entries {
             if let Some(old) = self.entries.pop_front() {
                 self.first_pos += 1;
                 self.counted_out(&old.object, false);
+                self.request_out(&old);
                 self.tail = old.version;
             }
         }
@@ -273,6 +320,12 @@ impl PgLog {
         let ix = self.per_object.get(object)?;
         self.entries
             .get(usize::try_from(ix.newest_pos - self.first_pos).ok()?)
+    }
+
+    /// The version a client request got, if the log still has its entry: a resend of it was
+    /// applied already.
+    pub fn version_of_request(&self, reqid: &ReqId) -> Option<Eversion> {
+        self.by_request.get(reqid).copied()
     }
 
     /// The entry with exactly this version, if the log still has it.
@@ -306,6 +359,7 @@ impl PgLog {
         while self.entries.back().is_some_and(|e| e.version > version) {
             if let Some(e) = self.entries.pop_back() {
                 self.counted_out(&e.object, true);
+                self.request_out(&e);
                 dropped.push(e);
             }
         }

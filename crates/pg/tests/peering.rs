@@ -48,6 +48,7 @@ fn history(ops: &[(u64, u8, bool)], start: &Objects, first_version: u64) -> Vec<
             object,
             op,
             prior,
+            reqid: None,
         });
     }
     out
@@ -67,6 +68,7 @@ fn e(epoch: u64, v: u64, obj: &str, op: OpKind, prior: Eversion) -> LogEntry {
         object: obj.into(),
         op,
         prior,
+        reqid: None,
     }
 }
 

@@ -38,6 +38,7 @@ pub mod op;
 pub mod pairs;
 pub mod peer;
 
+pub use cairn_pg::ReqId;
 pub use op::{OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader};
 
 /// Encodes header + data.

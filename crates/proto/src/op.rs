@@ -1,7 +1,7 @@
 //! Client operations (client -> primary), replica writes (primary -> replica) and their replies.
 //! Keys, values and bulk data travel in the message's data section, never in the JSON header.
 
-use cairn_pg::log::LogEntry;
+use cairn_pg::log::{LogEntry, ReqId};
 use serde::{Deserialize, Serialize};
 
 /// What an operation does.
@@ -129,6 +129,11 @@ pub struct OpHeader {
     pub kind: OpKind,
     /// crc32c of the data, checked on receipt.
     pub data_crc: u32,
+    /// A write's identity, the same on every resend: the primary answers a resend whose first
+    /// attempt it logged from its log instead of applying it again. None for reads (and from
+    /// clients that do not send one: their resends may apply twice).
+    #[serde(default)]
+    pub reqid: Option<ReqId>,
 }
 
 /// Header of a replica write: the primary's resolved operation and its PG log entry.

@@ -1,0 +1,234 @@
+//! A client resends a write when it gets no answer: the reply may have been lost after the
+//! write was applied. Every write carries a request id, the same on each resend, and the PG log
+//! records it, so a resend is answered from the log (on this primary or, after it fails, on the
+//! next one) instead of being applied again: an append appends once.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cairn_mon::monitor::Request;
+use cairn_msgr::session::Session;
+use cairn_msgr::Limits;
+use cairn_proto::{OpHeader, OpKind, OpResult, ReplyHeader, ReqId};
+use common::{cluster, cluster_with_devices, placement_of, Cluster};
+
+/// Sends one client op straight to `session`'s OSD and returns its reply.
+async fn send_op(session: &mut Session, h: &OpHeader, data: &[u8]) -> ReplyHeader {
+    session
+        .send_data(
+            cairn_proto::MSG_OSD_OP,
+            cairn_proto::encode(h, &[]),
+            bytes::Bytes::copy_from_slice(data),
+            Some(h.data_crc),
+        )
+        .await
+        .unwrap();
+    loop {
+        let frame = session.recv_timeout(10_000).await.unwrap();
+        if frame.header.msg_type == cairn_proto::MSG_OSD_OP_REPLY {
+            let (reply, _) = cairn_proto::decode::<ReplyHeader>(&frame.payload).unwrap();
+            if reply.tid == h.tid {
+                return reply;
+            }
+        }
+    }
+}
+
+/// An append of `data` to `name` by request `reqid`, addressed with the client's current map.
+fn append(c: &Cluster, tid: u64, name: &str, data: &[u8], reqid: ReqId) -> OpHeader {
+    let (pg, _) = placement_of(c, name);
+    OpHeader {
+        tid,
+        epoch: c.client.epoch(),
+        pool: pg.pool,
+        pg_seed: pg.seed,
+        object: name.into(),
+        kind: OpKind::Append,
+        data_crc: crc32c::crc32c(data),
+        reqid: Some(reqid),
+    }
+}
+
+/// Marks `osd` down at the monitor (as its peers' failure reports would).
+async fn mark_down(c: &Cluster, osd: i32) {
+    let admin = cairn_mon::client::MonClient::connect(c.mon.addr(), 94).await;
+    admin
+        .op(Request::MarkDown { id: osd }, 10_000)
+        .await
+        .unwrap();
+}
+
+/// Reads `name` until it equals `want` (the PG may be peering), or fails after 30 s.
+async fn read_until(c: &Cluster, name: &str, want: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = c.client.read("data", name).await;
+        if got.as_deref().ok() == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: {:?}, expected {:?}",
+            got.map(|d| String::from_utf8_lossy(&d).into_owned()),
+            String::from_utf8_lossy(want)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_append_is_applied_once_even_after_its_primary_fails() {
+    let mut c = cluster("resend", 8, 128 << 20).await;
+    let name = "appended";
+    c.client.write_full("data", name, b"0123").await.unwrap();
+    let primary = placement_of(&c, name).1[0];
+    let ix = c.osds.iter().position(|o| o.id() == primary).unwrap();
+    let mut session = Session::connect(c.osds[ix].addr(), 0x7e5e, Limits::default(), 50).await;
+    let first_req = ReqId {
+        client: 0xfeed,
+        seq: 1,
+    };
+    let first = send_op(
+        &mut session,
+        &append(&c, 1, name, b"abc", first_req),
+        b"abc",
+    )
+    .await;
+    assert_eq!(first.result, OpResult::Ok);
+    // Its reply "was lost": the same request again is answered with the same version.
+    let again = send_op(
+        &mut session,
+        &append(&c, 2, name, b"abc", first_req),
+        b"abc",
+    )
+    .await;
+    assert_eq!(again.result, OpResult::Ok);
+    assert_eq!(again.version, first.version);
+    read_until(&c, name, b"0123abc").await;
+    // Another request appends.
+    let second_req = ReqId {
+        client: 0xfeed,
+        seq: 2,
+    };
+    let second = send_op(
+        &mut session,
+        &append(&c, 3, name, b"def", second_req),
+        b"def",
+    )
+    .await;
+    assert_eq!(second.result, OpResult::Ok);
+    assert!(second.version > first.version);
+    read_until(&c, name, b"0123abcdef").await;
+    // The primary fails; the next one knows both requests from its copy of the log.
+    drop(session);
+    drop(c.osds.remove(ix));
+    mark_down(&c, primary).await;
+    read_until(&c, name, b"0123abcdef").await;
+    let next = placement_of(&c, name).1[0];
+    assert_ne!(next, primary);
+    let addr = c.osds.iter().find(|o| o.id() == next).unwrap().addr();
+    let mut session = Session::connect(addr, 0x7e5f, Limits::default(), 50).await;
+    for (tid, (req, data, version)) in [
+        (first_req, b"abc", first.version),
+        (second_req, b"def", second.version),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let reply = send_op(
+            &mut session,
+            &append(&c, 10 + tid as u64, name, data, req),
+            data,
+        )
+        .await;
+        assert_eq!(reply.result, OpResult::Ok, "resend of {req} to osd.{next}");
+        assert_eq!(reply.version, version, "resend of {req} to osd.{next}");
+    }
+    read_until(&c, name, b"0123abcdef").await;
+    // A new request still appends.
+    c.client.append("data", name, b"!").await.unwrap();
+    read_until(&c, name, b"0123abcdef!").await;
+}
+
+/// `name`'s bytes in PG `pg` of the store of the OSD that ran in `dir` (stopped), read offline.
+async fn offline_copy(
+    dir: &std::path::Path,
+    pg: cairn_clustermap::PgId,
+    name: &str,
+) -> bytes::Bytes {
+    use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
+    use cairn_store::{KvLocation, Store, StoreConfig};
+    let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(
+        FileDevice::open(&dir.join("block"), &FileDeviceOptions::default()).unwrap(),
+    );
+    // The stopped OSD's tasks let go of its store as they wind down.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let store = loop {
+        let kv = KvLocation::File(dir.join("kv.redb"));
+        match Store::mount(dev.clone(), kv, StoreConfig::default()).await {
+            Ok(store) => break store,
+            Err(e) => assert!(Instant::now() < deadline, "{}: {e}", dir.display()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let coll = cairn_osd::pgmeta::collection(pg);
+    let data = store.read(&coll, name, 0, u64::MAX).await.unwrap();
+    store.umount().await.unwrap();
+    data
+}
+
+/// The first attempt reaches the primary and one replica; the other replica is gone but not yet
+/// marked down. The client's resends are not answered Ok from the primary's log while a copy
+/// may lack the write: the PG peers once the map drops that copy, and the write is then on
+/// both remaining copies, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_is_answered_only_once_every_copy_has_the_write() {
+    // Replica writes give up soon, so that the first attempt ends before the map changes.
+    let mut c = cluster_with_devices("resend-peer", 8, [128 << 20; 3], |cfg| {
+        cfg.repop_timeout_ms = 300
+    })
+    .await;
+    c.client.op_timeout_ms = 60_000;
+    let name = "appended";
+    c.client.write_full("data", name, b"0123").await.unwrap();
+    let (pg, up) = placement_of(&c, name);
+    let index_of = |c: &Cluster, id: i32| c.osds.iter().position(|o| o.id() == id).unwrap();
+    let kept = [index_of(&c, up[0]), index_of(&c, up[1])];
+    drop(c.osds.remove(index_of(&c, up[2])));
+    let append = async {
+        let r = c.client.append("data", name, b"abc").await;
+        (r, Instant::now())
+    };
+    let later = async {
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        mark_down(&c, up[2]).await;
+        Instant::now()
+    };
+    let ((appended, acked_at), marked_at) = tokio::join!(append, later);
+    appended.unwrap();
+    assert!(
+        acked_at > marked_at,
+        "acknowledged while osd.{} of the acting set lacked the write",
+        up[2]
+    );
+    read_until(&c, name, b"0123abc").await;
+    let root = c.dir.0.clone();
+    let Cluster {
+        mon,
+        osds,
+        client,
+        dir,
+    } = c;
+    drop((client, osds, mon));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in kept {
+        let copy = offline_copy(&root.join(format!("osd{i}")), pg, name).await;
+        assert_eq!(
+            String::from_utf8_lossy(&copy),
+            "0123abc",
+            "the copy of osd{i}'s directory"
+        );
+    }
+    drop(dir);
+}
