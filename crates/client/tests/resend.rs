@@ -157,21 +157,7 @@ async fn offline_copy(
     pg: cairn_clustermap::PgId,
     name: &str,
 ) -> bytes::Bytes {
-    use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
-    use cairn_store::{KvLocation, Store, StoreConfig};
-    let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(
-        FileDevice::open(&dir.join("block"), &FileDeviceOptions::default()).unwrap(),
-    );
-    // The stopped OSD's tasks let go of its store as they wind down.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let store = loop {
-        let kv = KvLocation::File(dir.join("kv.redb"));
-        match Store::mount(dev.clone(), kv, StoreConfig::default()).await {
-            Ok(store) => break store,
-            Err(e) => assert!(Instant::now() < deadline, "{}: {e}", dir.display()),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let store = common::mount_offline(dir).await;
     let coll = cairn_osd::pgmeta::collection(pg);
     let data = store.read(&coll, name, 0, u64::MAX).await.unwrap();
     store.umount().await.unwrap();

@@ -137,6 +137,7 @@ impl ClusterMap {
             }
             Change::CreatePool(pool) => {
                 self.placement.add_pool(pool.clone())?;
+                self.pool_max = self.pool_max.max(pool.id);
             }
             Change::RemovePool(id) => {
                 if self.placement.pools.remove(id).is_none() {

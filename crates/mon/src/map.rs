@@ -53,6 +53,9 @@ pub struct ClusterMap {
     pub osds: BTreeMap<i32, OsdEntry>,
     /// Placement view: CRUSH, OSD states, pools, exceptions (kept in sync with `osds`).
     pub placement: OsdMap,
+    /// Highest pool id ever created (Ceph's `pool_max`): ids are never reused, so copies of a
+    /// removed pool's PGs that an OSD has not deleted yet can never be taken for a new pool's.
+    pub pool_max: i64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -63,6 +66,9 @@ struct Encoded {
     osds: Vec<OsdEntry>,
     pools: Vec<Pool>,
     exceptions: String,
+    /// Absent in maps written before it: the highest id of their pools then.
+    #[serde(default)]
+    pool_max: i64,
 }
 
 impl ClusterMap {
@@ -76,6 +82,7 @@ impl ClusterMap {
             epoch: 1,
             osds: BTreeMap::new(),
             placement,
+            pool_max: 0,
         })
     }
 
@@ -107,6 +114,7 @@ impl ClusterMap {
             osds: self.osds.values().cloned().collect(),
             pools: self.placement.pools.values().cloned().collect(),
             exceptions: self.placement.exceptions.to_text(),
+            pool_max: self.pool_max,
         };
         envelope(&serde_json::to_vec(&enc).unwrap_or_default())
     }
@@ -124,11 +132,13 @@ impl ClusterMap {
         }
         placement.exceptions =
             Exceptions::parse(&enc.exceptions).map_err(|e| MonError::Encoding(e.to_string()))?;
+        let highest = placement.pools.keys().next_back().copied().unwrap_or(0);
         let mut map = ClusterMap {
             fsid: enc.fsid,
             epoch: enc.epoch,
             osds: enc.osds.into_iter().map(|o| (o.id, o)).collect(),
             placement,
+            pool_max: enc.pool_max.max(highest),
         };
         map.sync_states();
         Ok(map)

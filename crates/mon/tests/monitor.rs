@@ -321,3 +321,39 @@ fn adding_osds_to_a_balanced_cluster_moves_little_more_than_their_share() {
     );
     assert!(max_deviation(mon.map(), 1) < 1.0);
 }
+
+#[test]
+fn pool_ids_are_never_reused_even_across_a_monitor_restart() {
+    let mut mon = Monitor::new(ClusterMap::new("fsid-ids").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 3, 3);
+    let create = |mon: &mut Monitor, name: &str| {
+        mon.handle(
+            0,
+            Request::CreatePool {
+                name: name.into(),
+                size: 3,
+                pg_num: 8,
+            },
+        )
+        .unwrap();
+        mon.map()
+            .placement
+            .pools
+            .values()
+            .find(|p| p.name == name)
+            .unwrap()
+            .id
+    };
+    assert_eq!(create(&mut mon, "a"), 1);
+    assert_eq!(create(&mut mon, "b"), 2);
+    mon.handle(0, Request::RemovePool { name: "b".into() })
+        .unwrap();
+    // Copies of pool 2's PGs may still sit on OSDs: a new pool must not take its id.
+    assert_eq!(create(&mut mon, "c"), 3);
+    mon.handle(0, Request::RemovePool { name: "c".into() })
+        .unwrap();
+    let restarted = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert_eq!(restarted.pool_max, 3);
+    let mut mon = Monitor::new(restarted, MonConfig::default());
+    assert_eq!(create(&mut mon, "d"), 4);
+}

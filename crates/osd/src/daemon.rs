@@ -93,6 +93,10 @@ pub struct OsdConfig {
     /// is kept for recovery and metadata, and a write refused here reaches no copy. 1.0 turns
     /// the check off (a write then fails only when the store itself is out of space).
     pub full_ratio: f64,
+    /// How often the OSD looks for stray PG copies (held here, outside the acting set) whose
+    /// primary reports the PG active+clean without them, and for PGs of removed pools, and
+    /// deletes them (see `strays`).
+    pub stray_check_ms: u64,
 }
 
 impl OsdConfig {
@@ -124,6 +128,7 @@ impl OsdConfig {
             prefill: false,
             store_groups_in_flight: StoreConfig::default().max_groups_in_flight,
             full_ratio: 0.95,
+            stray_check_ms: 5000,
         }
     }
 }
@@ -307,6 +312,7 @@ impl OsdDaemon {
             }
         }));
         shared.track(tokio::spawn(crate::heartbeat::run(shared.clone())));
+        shared.track(tokio::spawn(crate::strays::run(shared.clone())));
         let s = shared.clone();
         let pending = Arc::new(Semaphore::new(cfg.max_pending_ops.max(1)));
         shared.track(tokio::spawn(async move {

@@ -4,7 +4,8 @@
 //! copy of the acting set has committed, invariant 1), keeps a PG log per PG in the store, and
 //! peers on every interval change: the authoritative log is chosen, missing objects are
 //! recovered from the log (or the PG is copied whole when a copy is beyond it), and only then is
-//! the PG active. Maps come from the monitor; sockets only through `cairn-msgr`; disks only
+//! the PG active. Once a PG is active+clean without a copy this OSD still holds, that copy is
+//! deleted ([`strays`]). Maps come from the monitor; sockets only through `cairn-msgr`; disks only
 //! through `cairn-blockdev`.
 #![warn(missing_docs)]
 
@@ -23,6 +24,7 @@ pub mod primary;
 pub mod replica;
 pub mod sched;
 pub mod shared;
+pub mod strays;
 pub mod txns;
 
 pub use daemon::{OsdConfig, OsdDaemon};

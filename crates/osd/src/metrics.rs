@@ -62,6 +62,9 @@ pub struct Metrics {
     repeers: std::sync::atomic::AtomicU64,
     /// Resent writes answered from the PG log (their first attempt was applied).
     dup_writes: std::sync::atomic::AtomicU64,
+    /// Stray PG copies deleted, and their objects.
+    strays_deleted: std::sync::atomic::AtomicU64,
+    stray_objects_deleted: std::sync::atomic::AtomicU64,
 }
 
 impl Metrics {
@@ -97,6 +100,13 @@ impl Metrics {
     pub fn record_dup_write(&self) {
         self.dup_writes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records a deleted stray PG copy of `objects` objects.
+    pub fn record_stray_deleted(&self, objects: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.strays_deleted.fetch_add(1, Relaxed);
+        self.stray_objects_deleted.fetch_add(objects, Relaxed);
     }
 
     /// Total client ops so far (all kinds).
@@ -188,6 +198,8 @@ impl Metrics {
             );
         }
         let _ = writeln!(out, "# HELP cairn_osd_pg_repeers_total PGs peered again in their interval after a write reached some copies and not others.\n# TYPE cairn_osd_pg_repeers_total counter\ncairn_osd_pg_repeers_total{{osd=\"{osd}\"}} {}", self.repeers.load(std::sync::atomic::Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP cairn_osd_strays_deleted_total Stray PG copies deleted (PG clean elsewhere, or its pool removed).\n# TYPE cairn_osd_strays_deleted_total counter\ncairn_osd_strays_deleted_total{{osd=\"{osd}\"}} {}", self.strays_deleted.load(std::sync::atomic::Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP cairn_osd_stray_objects_deleted_total Objects of deleted stray PG copies.\n# TYPE cairn_osd_stray_objects_deleted_total counter\ncairn_osd_stray_objects_deleted_total{{osd=\"{osd}\"}} {}", self.stray_objects_deleted.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_dup_writes_total Resent client writes answered from the PG log, their first attempt having been applied.\n# TYPE cairn_osd_dup_writes_total counter\ncairn_osd_dup_writes_total{{osd=\"{osd}\"}} {}", self.dup_writes.load(std::sync::atomic::Ordering::Relaxed));
         out.push_str(extra);
         out

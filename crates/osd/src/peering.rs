@@ -51,7 +51,22 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
             }
             let pg = known.unwrap_or_else(|| s.pgs.get_or_create(id, s.cfg.max_log_entries));
             let primary = m.up.first() == Some(&s.id);
-            if pg.on_map(map.epoch, m.up, pool.size as usize, pool.min_size as usize) {
+            let member = m.up.contains(&s.id);
+            let mut changed = pg.on_map(
+                map.epoch,
+                m.up.clone(),
+                pool.size as usize,
+                pool.min_size as usize,
+            );
+            // A stray copy deleted meanwhile left the table: serve the PG from a fresh entry.
+            let pg = if member && !s.pgs.holds(&pg) {
+                let fresh = s.pgs.get_or_create(id, s.cfg.max_log_entries);
+                changed = fresh.on_map(map.epoch, m.up, pool.size as usize, pool.min_size as usize);
+                fresh
+            } else {
+                pg
+            };
+            if changed {
                 if primary {
                     pg.set_status(PgStatus::Peering);
                     let s2 = s.clone();
@@ -100,7 +115,9 @@ async fn peer_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
     }
 }
 
-async fn ask(
+/// Sends one peering request about `pg` (in the map of `epoch`) to `osd` and waits for its
+/// answer.
+pub(crate) async fn ask(
     s: &Shared,
     pg: &Pg,
     epoch: u64,

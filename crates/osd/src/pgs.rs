@@ -3,6 +3,7 @@
 //! replica write and peering step of the PG — its log and last epoch started.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_clustermap::PgId;
@@ -81,6 +82,10 @@ pub struct Pg {
     past: Mutex<BTreeSet<i32>>,
     /// Some(epoch) once active in the interval that began at `epoch`.
     active: watch::Sender<Option<u64>>,
+    /// Newest map epoch of a peering, recovery or replica request about this PG received here
+    /// (noted before the request waits for the PG's lock): a stray copy is not deleted once
+    /// an OSD with a newer map has asked for it.
+    newest_request_epoch: AtomicU64,
 }
 
 impl Pg {
@@ -98,7 +103,19 @@ impl Pg {
             status: Mutex::new(PgStatus::Replica),
             past: Mutex::new(BTreeSet::new()),
             active: watch::channel(None).0,
+            newest_request_epoch: AtomicU64::new(0),
         }
+    }
+
+    /// Notes a peering, recovery or replica request about this PG sent in map `epoch`.
+    pub fn note_request_epoch(&self, epoch: u64) {
+        self.newest_request_epoch
+            .fetch_max(epoch, Ordering::Relaxed);
+    }
+
+    /// The newest epoch noted by [`Pg::note_request_epoch`].
+    pub fn newest_request_epoch(&self) -> u64 {
+        self.newest_request_epoch.load(Ordering::Relaxed)
     }
 
     /// The current interval.
@@ -237,6 +254,39 @@ impl PgTable {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, Arc::new(Pg::new(id, log, last_epoch_started, true)));
+    }
+
+    /// Whether `pg` is the table's entry for its id (a deleted stray leaves the table).
+    pub fn holds(&self, pg: &Arc<Pg>) -> bool {
+        self.pgs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&pg.id)
+            .is_some_and(|known| Arc::ptr_eq(known, pg))
+    }
+
+    /// Forgets `pg` (a deleted copy of a removed pool's PG: pool ids are never reused); true
+    /// when it was the table's entry.
+    pub fn remove(&self, pg: &Arc<Pg>) -> bool {
+        let mut pgs = self.pgs.lock().unwrap_or_else(|p| p.into_inner());
+        let ours = pgs.get(&pg.id).is_some_and(|known| Arc::ptr_eq(known, pg));
+        if ours {
+            pgs.remove(&pg.id);
+        }
+        ours
+    }
+
+    /// Forgets `pg` (a deleted stray copy) unless its interval now has `osd` in its acting
+    /// set; true when it was removed. Checked under the table's lock, so a map that makes
+    /// `osd` serve the PG again either sees it here or finds the entry gone and starts afresh.
+    pub fn remove_stray(&self, pg: &Arc<Pg>, osd: i32) -> bool {
+        let mut pgs = self.pgs.lock().unwrap_or_else(|p| p.into_inner());
+        let ours = pgs.get(&pg.id).is_some_and(|known| Arc::ptr_eq(known, pg));
+        if ours && !pg.interval().acting.contains(&osd) {
+            pgs.remove(&pg.id);
+            return true;
+        }
+        false
     }
 
     /// All PGs.

@@ -20,6 +20,7 @@ use crate::metrics::RecoveryKind;
 use crate::objects::{install, list_all, list_page, read_image};
 use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack, put_info, replace_log};
+use crate::pgs::PgStatus;
 use crate::shared::Shared;
 use crate::txns::{build_write, no_space_detail};
 
@@ -36,6 +37,7 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
         seed: rep.pg_seed,
     };
     let pg = s.pgs.get_or_create(pgid, s.cfg.max_log_entries);
+    pg.note_request_epoch(rep.epoch);
     let mut inner = pg.inner.lock().await;
     if rep.epoch != inner.last_epoch_started {
         return bad(OpResult::Failed(format!(
@@ -120,6 +122,12 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
     let tid = req.tid;
     let from = req.from;
     let answer = match req.body {
+        PeerBody::IsClean => Ok((
+            PeerAnswer::Clean {
+                clean: clean_without(s, &req),
+            },
+            Bytes::new(),
+        )),
         PeerBody::Query | PeerBody::Activate { .. } => control(s, req, data).await,
         _ => {
             let s2 = s.clone();
@@ -147,14 +155,35 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
     }
 }
 
+/// Whether this OSD leads the PG active+clean, in the asker's map epoch, without the asker.
+fn clean_without(s: &Shared, req: &PeerRequest) -> bool {
+    let id = PgId {
+        pool: req.pool,
+        seed: req.pg_seed,
+    };
+    let Some(pg) = s.pgs.get(id) else {
+        return false;
+    };
+    let iv = pg.interval();
+    s.epoch() == req.epoch
+        && iv.acting.first() == Some(&s.id)
+        && !iv.acting.contains(&req.from)
+        && pg.active_epoch().is_some()
+        && pg.status() == PgStatus::ActiveClean
+}
+
+/// The PG a peering or recovery request is about (created empty if unknown), with the
+/// request's epoch noted.
 fn pg_of(s: &Shared, req: &PeerRequest) -> Arc<crate::pgs::Pg> {
-    s.pgs.get_or_create(
+    let pg = s.pgs.get_or_create(
         PgId {
             pool: req.pool,
             seed: req.pg_seed,
         },
         s.cfg.max_log_entries,
-    )
+    );
+    pg.note_request_epoch(req.epoch);
+    pg
 }
 
 async fn control(

@@ -66,6 +66,10 @@ pub enum PeerBody {
         /// Objects that exist after a backfill, or None after log recovery.
         keep: Option<Vec<String>>,
     },
+    /// From an OSD outside the PG's acting set that still holds a copy, to the primary: is the
+    /// PG active+clean without it, in the map of the request's epoch? (answered by
+    /// [`PeerAnswer::Clean`]; then the copy may be deleted.)
+    IsClean,
 }
 
 /// Answer to a [`PeerRequest`].
@@ -103,4 +107,10 @@ pub enum PeerAnswer {
     },
     /// Done.
     Done,
+    /// Whether the PG is active+clean on this primary, in the asker's map epoch, without the
+    /// asker.
+    Clean {
+        /// True: the asker's copy is no longer needed.
+        clean: bool,
+    },
 }

@@ -102,3 +102,22 @@ pub fn placement_of(c: &Cluster, name: &str) -> (cairn_clustermap::PgId, Vec<i32
     let up = map.placement.mapper().map_pg(pg).unwrap().up;
     (pg, up)
 }
+
+/// Mounts the store of a stopped OSD that ran in `dir`, retrying while its tasks wind down and
+/// let go of it (at most 20 s).
+pub async fn mount_offline(dir: &std::path::Path) -> cairn_store::Store {
+    use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
+    use cairn_store::{KvLocation, Store, StoreConfig};
+    let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(
+        FileDevice::open(&dir.join("block"), &FileDeviceOptions::default()).unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let kv = KvLocation::File(dir.join("kv.redb"));
+        match Store::mount(dev.clone(), kv, StoreConfig::default()).await {
+            Ok(store) => return store,
+            Err(e) => assert!(Instant::now() < deadline, "{}: {e}", dir.display()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

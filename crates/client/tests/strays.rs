@@ -1,0 +1,173 @@
+//! Space comes back: the copies of a removed pool's PGs are deleted on every OSD, and a PG
+//! copy left on an OSD outside the PG's acting set (a stray, after `osd out`) is deleted once
+//! the PG is active+clean without it — and not while the PG still needs it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cairn_mon::client::MonClient;
+use cairn_mon::monitor::Request;
+use common::{cluster_with_devices, Cluster};
+
+/// Objects in `osd`'s store (its `df`: pgs, objects, stored, allocated, capacity).
+async fn objects_on(c: &Cluster, osd: i32) -> u64 {
+    let df = c.client.tell(osd, &["df".to_string()]).await.unwrap();
+    df.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn object(i: usize) -> Vec<u8> {
+    (0..1000 + i * 37).map(|b| (b * 7 + i) as u8).collect()
+}
+
+/// Waits until `check` holds, or fails with `what` after 30 s.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn cluster(tag: &str) -> (Cluster, MonClient) {
+    let c = cluster_with_devices(tag, 8, [256 << 20; 3], |cfg| cfg.stray_check_ms = 200).await;
+    let admin = MonClient::connect(c.mon.addr(), 95).await;
+    (c, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_pool_deletes_its_objects_on_every_osd() {
+    let (c, admin) = cluster("strays-pool").await;
+    for i in 0..5 {
+        c.client
+            .write_full("data", &format!("kept{i}"), &object(i))
+            .await
+            .unwrap();
+    }
+    let ids: Vec<i32> = c.osds.iter().map(|o| o.id()).collect();
+    let mut before = Vec::new();
+    for &id in &ids {
+        before.push(objects_on(&c, id).await);
+    }
+    let create = Request::CreatePool {
+        name: "tmp".into(),
+        size: 3,
+        pg_num: 8,
+    };
+    admin.op(create, 10_000).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.client.write_full("tmp", "first", b"x").await.is_err() {
+        assert!(Instant::now() < deadline, "pool tmp never became writable");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in 0..40 {
+        c.client
+            .write_full("tmp", &format!("gone{i}"), &object(i))
+            .await
+            .unwrap();
+    }
+    for (&id, &b) in ids.iter().zip(&before) {
+        assert!(objects_on(&c, id).await >= b + 41, "osd.{id} holds tmp");
+    }
+    admin
+        .op(Request::RemovePool { name: "tmp".into() }, 10_000)
+        .await
+        .unwrap();
+    let c = &c;
+    for (&id, &b) in ids.iter().zip(&before) {
+        eventually(&format!("osd.{id} kept tmp's objects"), || async move {
+            objects_on(c, id).await == b
+        })
+        .await;
+    }
+    for i in 0..5 {
+        let got = c.client.read("data", &format!("kept{i}")).await.unwrap();
+        assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(&object(i)));
+    }
+    // A pool created next gets a new id: nothing of tmp shows up in it.
+    let create = Request::CreatePool {
+        name: "tmp".into(),
+        size: 3,
+        pg_num: 8,
+    };
+    admin.op(create, 10_000).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let names = loop {
+        match c.client.list_objects("tmp").await {
+            Ok(names) => break names,
+            Err(e) => assert!(Instant::now() < deadline, "listing the new pool: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(names.is_empty(), "the new pool shows {names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_copy_left_on_an_out_osd_is_deleted_once_the_pg_is_clean_without_it() {
+    let (c, admin) = cluster("strays-out").await;
+    let create = Request::CreatePool {
+        name: "two".into(),
+        size: 2,
+        pg_num: 8,
+    };
+    admin.op(create, 10_000).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.client.write_full("two", "first", b"x").await.is_err() {
+        assert!(Instant::now() < deadline, "pool two never became writable");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let two = c
+        .client
+        .map()
+        .unwrap()
+        .placement
+        .pools
+        .values()
+        .find(|p| p.name == "two")
+        .unwrap()
+        .id;
+    for i in 0..30 {
+        c.client
+            .write_full("two", &format!("moved{i}"), &object(i))
+            .await
+            .unwrap();
+    }
+    let out = c.osds[0].id();
+    let before = objects_on(&c, out).await;
+    admin
+        .op(Request::MarkOut { id: out }, 10_000)
+        .await
+        .unwrap();
+    // Pool two's PGs move to the two other OSDs and go clean; pool data (size 3) cannot, so
+    // its PGs stay degraded and keep their copies on the out OSD.
+    eventually("the out osd kept pool two's copies", || async {
+        objects_on(&c, out).await < before
+    })
+    .await;
+    for i in 0..30 {
+        let got = c.client.read("two", &format!("moved{i}")).await.unwrap();
+        assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(&object(i)), "moved{i}");
+    }
+    let root = c.dir.0.clone();
+    let Cluster {
+        mon,
+        osds,
+        client,
+        dir,
+    } = c;
+    drop((client, osds, mon, admin));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let store = common::mount_offline(&root.join("osd0")).await;
+    let colls = store.list_collections().await.unwrap();
+    store.umount().await.unwrap();
+    let of_two: Vec<&String> = colls
+        .iter()
+        .filter(|c| c.starts_with(&format!("pg.{two}.")))
+        .collect();
+    assert!(of_two.is_empty(), "left on the out osd: {of_two:?}");
+    assert!(
+        colls.iter().any(|c| c.starts_with("pg.1.")),
+        "the degraded pool's copies were deleted: {colls:?}"
+    );
+    drop(dir);
+}
