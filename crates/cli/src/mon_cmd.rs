@@ -204,15 +204,23 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
         let map = current_map(args.mon).await?;
         let up = map.osds.values().filter(|o| o.up).count();
         let inn = map.osds.values().filter(|o| o.reweight > 0).count();
-        let full: Vec<String> = map
-            .osds
-            .values()
-            .filter(|o| o.full)
-            .map(|o| format!("osd.{}", o.id))
-            .collect();
+        let flagged = |nearfull: bool| -> Vec<String> {
+            map.osds
+                .values()
+                .filter(|o| {
+                    if nearfull {
+                        o.nearfull && !o.full
+                    } else {
+                        o.full
+                    }
+                })
+                .map(|o| format!("osd.{}", o.id))
+                .collect()
+        };
+        let (full, nearfull) = (flagged(false), flagged(true));
         let health = if !full.is_empty() {
             "HEALTH_ERR"
-        } else if up == map.osds.len() && inn == map.osds.len() {
+        } else if up == map.osds.len() && inn == map.osds.len() && nearfull.is_empty() {
             "HEALTH_OK"
         } else {
             "HEALTH_WARN"
@@ -221,6 +229,12 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
         println!("  osd: {} total, {up} up, {inn} in", map.osds.len());
         if !full.is_empty() {
             println!("  full (writes to their PGs refused): {}", full.join(", "));
+        }
+        if !nearfull.is_empty() {
+            println!(
+                "  nearfull (past their nearfull ratio, 0.85 by default): {}",
+                nearfull.join(", ")
+            );
         }
         for pool in map.placement.pools.values() {
             let topo = Topology::for_pool(&map.placement, pool)?;

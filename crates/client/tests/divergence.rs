@@ -90,7 +90,8 @@ async fn the_full_ratio_refuses_a_write_before_any_copy_takes_it() {
     assert_eq!(c.client.read("data", &neighbour).await.unwrap(), b"after");
 }
 
-/// The small OSD only as a replica: past its full ratio, its beacon flags it full in the map,
+/// The small OSD only as a replica: past its nearfull ratio its beacon flags it nearfull (a
+/// warning), past its full ratio full in the map,
 /// and the primaries refuse writes to its PGs before any copy takes them; every PG keeps
 /// serving reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,7 +103,10 @@ async fn a_replica_past_its_full_ratio_is_flagged_and_its_pgs_refuse_writes_firs
     let small = c.osds[0].id();
     let mut acked = Vec::new();
     let mut refused = None;
+    let mut warned_first = false;
     for (i, name) in names_led(&c, small, false, "r", 80).into_iter().enumerate() {
+        let entry = &c.client.map().unwrap().osds[&small];
+        warned_first |= entry.nearfull && !entry.full;
         let data = object(i);
         match c.client.write_full("data", &name, &data).await {
             Ok(_) => acked.push((name, data)),
@@ -120,6 +124,16 @@ async fn a_replica_past_its_full_ratio_is_flagged_and_its_pgs_refuse_writes_firs
         acked.len()
     );
     assert!(c.client.map().unwrap().osds[&small].full);
+    assert!(
+        warned_first,
+        "osd.{small} was never flagged nearfull before full"
+    );
+    assert!(
+        c.osds[1..]
+            .iter()
+            .all(|o| !c.client.map().unwrap().osds[&o.id()].nearfull),
+        "the large devices were flagged nearfull"
+    );
     for (name, data) in &acked {
         let got = c.client.read("data", name).await.unwrap();
         assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(data), "{name}");
@@ -129,8 +143,11 @@ async fn a_replica_past_its_full_ratio_is_flagged_and_its_pgs_refuse_writes_firs
         c.client.remove("data", name).await.unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while c.client.map().unwrap().osds[&small].full {
-        assert!(Instant::now() < deadline, "osd.{small} stayed flagged full");
+    while c.client.map().unwrap().osds[&small].nearfull {
+        assert!(
+            Instant::now() < deadline,
+            "osd.{small} stayed flagged nearfull"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     c.client

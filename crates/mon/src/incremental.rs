@@ -47,6 +47,13 @@ pub enum Change {
         /// Past its full ratio.
         full: bool,
     },
+    /// The OSD's store went past its nearfull ratio (`nearfull`) or back under it.
+    NearFull {
+        /// OSD id.
+        id: i32,
+        /// Past its nearfull ratio.
+        nearfull: bool,
+    },
     /// Create a pool.
     CreatePool(Pool),
     /// Remove a pool.
@@ -134,6 +141,9 @@ impl ClusterMap {
             }
             Change::Full { id, full } => {
                 self.entry(*id)?.full = *full;
+            }
+            Change::NearFull { id, nearfull } => {
+                self.entry(*id)?.nearfull = *nearfull;
             }
             Change::CreatePool(pool) => {
                 self.placement.add_pool(pool.clone())?;

@@ -40,6 +40,10 @@ pub struct OsdEntry {
     /// writes to the PGs it holds, so that no write reaches some copies and not this one.
     #[serde(default)]
     pub full: bool,
+    /// Its store is past its nearfull ratio (Ceph's `mon_osd_nearfull_ratio`, 0.85): a
+    /// warning for the operator, nothing is refused.
+    #[serde(default)]
+    pub nearfull: bool,
 }
 
 /// The whole cluster map at one epoch.

@@ -69,13 +69,16 @@ pub enum Request {
         /// How long the target has been unresponsive.
         failed_for_ms: u64,
     },
-    /// An OSD says it is alive, and whether its store is past its full ratio.
+    /// An OSD says it is alive, and whether its store is past its full and nearfull ratios.
     Beacon {
         /// OSD id.
         id: i32,
         /// Past its full ratio.
         #[serde(default)]
         full: bool,
+        /// Past its nearfull ratio.
+        #[serde(default)]
+        nearfull: bool,
     },
     /// Operator: mark an OSD out (its data moves away).
     MarkOut {
@@ -211,13 +214,20 @@ impl Monitor {
                     epoch: self.map.epoch,
                 })
             }
-            Request::Beacon { id, full } => {
+            Request::Beacon { id, full, nearfull } => {
                 let Some(known) = self.map.osds.get(&id) else {
                     return Err(MonError::NotFound(format!("osd.{id}")));
                 };
                 self.last_beacon_ms.insert(id, now_ms);
+                let mut changes = Vec::new();
                 if known.full != full {
-                    let epoch = self.commit(vec![Change::Full { id, full }])?;
+                    changes.push(Change::Full { id, full });
+                }
+                if known.nearfull != nearfull {
+                    changes.push(Change::NearFull { id, nearfull });
+                }
+                if !changes.is_empty() {
+                    let epoch = self.commit(changes)?;
                     return Ok(Reply::Done { epoch });
                 }
                 Ok(Reply::Done {
@@ -367,6 +377,7 @@ impl Monitor {
                         down_since_ms: None,
                         auto_out: false,
                         full: false,
+                        nearfull: false,
                     },
                     crush_weight,
                 });

@@ -57,7 +57,14 @@ async fn osds_boot_and_subscribers_follow_every_epoch() {
     assert!(err.is_err(), "duplicate pool must be refused");
     admin.op(Request::MarkOut { id: 2 }, 5000).await.unwrap();
     let last = admin
-        .op(Request::Beacon { id: 0, full: false }, 5000)
+        .op(
+            Request::Beacon {
+                id: 0,
+                full: false,
+                nearfull: false,
+            },
+            5000,
+        )
         .await
         .unwrap()
         .epoch;

@@ -109,8 +109,15 @@ fn failure_reports_mark_down_then_the_timer_marks_out_and_boot_brings_back_in() 
     )
     .unwrap();
     for id in 0..8 {
-        mon.handle(1_000, Request::Beacon { id, full: false })
-            .unwrap();
+        mon.handle(
+            1_000,
+            Request::Beacon {
+                id,
+                full: false,
+                nearfull: false,
+            },
+        )
+        .unwrap();
     }
     // One reporter is not enough; a report younger than the grace does not count.
     mon.handle(
@@ -191,10 +198,24 @@ fn missing_beacons_mark_down() {
     };
     let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), config);
     boot(&mut mon, 0, 3, 3);
-    mon.handle(5_000, Request::Beacon { id: 0, full: false })
-        .unwrap();
-    mon.handle(5_000, Request::Beacon { id: 1, full: false })
-        .unwrap();
+    mon.handle(
+        5_000,
+        Request::Beacon {
+            id: 0,
+            full: false,
+            nearfull: false,
+        },
+    )
+    .unwrap();
+    mon.handle(
+        5_000,
+        Request::Beacon {
+            id: 1,
+            full: false,
+            nearfull: false,
+        },
+    )
+    .unwrap();
     mon.tick(12_000).unwrap();
     assert!(mon.map().osds[&0].up && mon.map().osds[&1].up);
     assert!(!mon.map().osds[&2].up);
@@ -203,7 +224,8 @@ fn missing_beacons_mark_down() {
             1,
             Request::Beacon {
                 id: 99,
-                full: false
+                full: false,
+                nearfull: false,
             }
         )
         .is_err());
@@ -225,8 +247,15 @@ fn subscribers_reproduce_every_epoch_from_incrementals_and_encodings() {
     .unwrap();
     mon.handle(0, Request::MarkOut { id: 2 }).unwrap();
     mon.handle(0, Request::MarkDown { id: 4 }).unwrap();
-    mon.handle(0, Request::Beacon { id: 3, full: true })
-        .unwrap();
+    mon.handle(
+        0,
+        Request::Beacon {
+            id: 3,
+            full: true,
+            nearfull: true,
+        },
+    )
+    .unwrap();
     let incs = mon.incrementals_since(replica.epoch).unwrap();
     assert!(!incs.is_empty());
     for inc in incs {
@@ -256,20 +285,66 @@ fn a_beacon_past_the_full_ratio_flags_the_osd_full_in_a_new_epoch_until_it_is_un
     let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), MonConfig::default());
     boot(&mut mon, 0, 3, 3);
     let e0 = mon.map().epoch;
-    mon.handle(1_000, Request::Beacon { id: 1, full: true })
-        .unwrap();
+    mon.handle(
+        1_000,
+        Request::Beacon {
+            id: 1,
+            full: true,
+            nearfull: true,
+        },
+    )
+    .unwrap();
     assert!(mon.map().osds[&1].full);
     assert!(!mon.map().osds[&0].full && !mon.map().osds[&2].full);
     assert_eq!(mon.map().epoch, e0 + 1, "a new epoch carries the flag");
-    mon.handle(2_000, Request::Beacon { id: 1, full: true })
-        .unwrap();
+    mon.handle(
+        2_000,
+        Request::Beacon {
+            id: 1,
+            full: true,
+            nearfull: true,
+        },
+    )
+    .unwrap();
     assert_eq!(mon.map().epoch, e0 + 1, "an unchanged state makes no epoch");
     let persisted = ClusterMap::decode(&mon.map().encode()).unwrap();
     assert!(persisted.osds[&1].full, "the flag survives encoding");
-    mon.handle(3_000, Request::Beacon { id: 1, full: false })
-        .unwrap();
+    mon.handle(
+        3_000,
+        Request::Beacon {
+            id: 1,
+            full: false,
+            nearfull: false,
+        },
+    )
+    .unwrap();
     assert!(!mon.map().osds[&1].full);
     assert_eq!(mon.map().epoch, e0 + 2);
+}
+
+#[test]
+fn a_beacon_past_the_nearfull_ratio_flags_the_osd_nearfull_and_full_comes_in_the_same_epoch() {
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 3, 3);
+    let e0 = mon.map().epoch;
+    let beacon = |full, nearfull| Request::Beacon {
+        id: 2,
+        full,
+        nearfull,
+    };
+    mon.handle(1_000, beacon(false, true)).unwrap();
+    assert!(mon.map().osds[&2].nearfull && !mon.map().osds[&2].full);
+    assert_eq!(mon.map().epoch, e0 + 1);
+    mon.handle(2_000, beacon(false, true)).unwrap();
+    assert_eq!(mon.map().epoch, e0 + 1, "an unchanged state makes no epoch");
+    let persisted = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert!(persisted.osds[&2].nearfull, "the flag survives encoding");
+    mon.handle(3_000, beacon(true, true)).unwrap();
+    assert!(mon.map().osds[&2].full && mon.map().osds[&2].nearfull);
+    assert_eq!(mon.map().epoch, e0 + 2);
+    mon.handle(4_000, beacon(false, false)).unwrap();
+    assert!(!mon.map().osds[&2].full && !mon.map().osds[&2].nearfull);
+    assert_eq!(mon.map().epoch, e0 + 3, "both flags clear in one epoch");
 }
 
 #[test]

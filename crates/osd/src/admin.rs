@@ -126,7 +126,8 @@ async fn df(s: &Shared) -> String {
     )
 }
 
-/// One line per PG this OSD leads: id, state, acting set, log head, last epoch started.
+/// One line per PG this OSD leads: id, state, acting set (a copy left out of the interval as
+/// too full for its recovery marked `(toofull)`), log head, last epoch started.
 fn pg_dump(s: &Shared) -> String {
     let mut rows: Vec<(String, String)> = s
         .pgs
@@ -143,13 +144,21 @@ fn pg_dump(s: &Shared) -> String {
                 ),
                 Err(_) => ("busy".into(), "busy".into(), "busy".into()),
             };
+            let acting: Vec<String> = iv
+                .acting
+                .iter()
+                .map(|o| match iv.left_out.contains(o) {
+                    true => format!("{o}(toofull)"),
+                    false => o.to_string(),
+                })
+                .collect();
             (
                 pg.id.to_string(),
                 format!(
-                    "{} {} {:?} {head} {les} {entries}",
+                    "{} {} [{}] {head} {les} {entries}",
                     pg.id,
                     pg.status().name(),
-                    iv.acting
+                    acting.join(",")
                 ),
             )
         })

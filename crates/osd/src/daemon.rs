@@ -93,6 +93,10 @@ pub struct OsdConfig {
     /// is kept for recovery and metadata, and a write refused here reaches no copy. 1.0 turns
     /// the check off (a write then fails only when the store itself is out of space).
     pub full_ratio: f64,
+    /// Past this fraction of its store the OSD's beacons say it is nearfull and `cairn status`
+    /// warns (Ceph's `mon_osd_nearfull_ratio`, 0.85); nothing is refused. At most
+    /// `full_ratio`.
+    pub nearfull_ratio: f64,
     /// How often the OSD looks for stray PG copies (held here, outside the acting set) whose
     /// primary reports the PG active+clean without them, and for PGs of removed pools, and
     /// deletes them (see `strays`).
@@ -128,6 +132,7 @@ impl OsdConfig {
             prefill: false,
             store_groups_in_flight: StoreConfig::default().max_groups_in_flight,
             full_ratio: 0.95,
+            nearfull_ratio: 0.85,
             stray_check_ms: 5000,
         }
     }
@@ -194,6 +199,12 @@ impl OsdDaemon {
             return Err(OsdError::Config(format!(
                 "full_ratio {} must be in (0, 1]",
                 cfg.full_ratio
+            )));
+        }
+        if !(cfg.nearfull_ratio > 0.0 && cfg.nearfull_ratio <= cfg.full_ratio) {
+            return Err(OsdError::Config(format!(
+                "nearfull_ratio {} must be in (0, full_ratio {}]",
+                cfg.nearfull_ratio, cfg.full_ratio
             )));
         }
         if let Some(name) = &cfg.device_profile {
@@ -272,8 +283,9 @@ impl OsdDaemon {
         shared.track(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(beacon_every).await;
-                let full = crate::primary::past_full_ratio(&s);
-                if let Err(e) = beacon_mon.op(Request::Beacon { id, full }, 5_000).await {
+                let (nearfull, full) = crate::primary::past_ratios(&s);
+                let beacon = Request::Beacon { id, full, nearfull };
+                if let Err(e) = beacon_mon.op(beacon, 5_000).await {
                     tracing::warn!(osd = id, error = %e, "beacon failed");
                 }
             }

@@ -34,6 +34,14 @@ pub enum OsdError {
         /// What went wrong.
         reason: String,
     },
+    /// A copy cannot take a recovered object (out of space or past its full ratio).
+    #[error("osd.{osd} is too full for recovery: {why}")]
+    TooFull {
+        /// The copy.
+        osd: i32,
+        /// Its answer.
+        why: String,
+    },
     /// Networking failed.
     #[error("messenger: {0}")]
     Msgr(#[from] cairn_msgr::MsgrError),

@@ -77,15 +77,31 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
                 } else {
                     pg.set_status(PgStatus::Replica);
                 }
+            } else if primary && retry_left_out(map, &pg.interval()) {
+                repeer(
+                    s,
+                    &pg,
+                    pg.interval().epoch,
+                    "a copy left out as too full is no longer flagged full",
+                );
             }
         }
     }
 }
 
-/// Peers `pg` again within its current interval (begun at `epoch`), on its primary: a write
-/// reached some of its copies and not others, so they disagree until peering chooses the
-/// authoritative log and recovers or rolls back the rest. The PG serves no I/O meanwhile.
-pub fn repeer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) {
+/// Whether a copy left out of the interval for being too full should be tried again: the map
+/// does not (or no longer) flag it full.
+fn retry_left_out(map: &ClusterMap, iv: &crate::pgs::Interval) -> bool {
+    iv.left_out
+        .iter()
+        .any(|o| map.osds.get(o).is_some_and(|e| e.up && !e.full))
+}
+
+/// Peers `pg` again within its current interval (begun at `epoch`), on its primary, for
+/// `reason`: a write reached some of its copies and not others, so they disagree until
+/// peering chooses the authoritative log and recovers or rolls back the rest; or a copy left
+/// out for being too full may take its recovery now. The PG serves no I/O meanwhile.
+pub fn repeer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, reason: &'static str) {
     let iv = pg.interval();
     if iv.epoch != epoch || iv.acting.first() != Some(&s.id) || pg.active_epoch().is_none() {
         return;
@@ -93,7 +109,7 @@ pub fn repeer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) {
     pg.deactivate(epoch);
     pg.set_status(PgStatus::Peering);
     s.metrics.record_repeer();
-    tracing::warn!(osd = s.id, pg = %pg.id, epoch, "copies disagree after a failed write: peering again");
+    tracing::warn!(osd = s.id, pg = %pg.id, epoch, reason, "peering again");
     let (s2, pg) = (s.clone(), pg.clone());
     s.track(tokio::spawn(
         async move { peer_until_done(s2, pg, epoch).await },
@@ -237,28 +253,34 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         _ => {}
     }
     // Then every other acting copy.
+    // A copy too full to take its recovery is left out of the interval (Ceph's
+    // recovery_toofull): the PG goes active degraded without it, if min_size copies remain.
+    let mut left_out = BTreeSet::new();
     for &osd in &acting {
-        let keep = match plan.recovery.get(&osd) {
-            Some(Recovery::Log { missing, .. }) => {
-                for obj in missing.keys() {
-                    push(s, pg, epoch, osd, obj).await?;
-                }
-                None
+        let keep = match recover_copy(s, pg, epoch, &plan, osd).await {
+            Ok(keep) => keep,
+            Err(OsdError::TooFull { osd, why }) => {
+                tracing::warn!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "copy too full for recovery: left out of the interval");
+                left_out.insert(osd);
+                continue;
             }
-            Some(Recovery::Backfill) => {
-                let names = list_scheduled(s, &coll).await?;
-                for obj in &names {
-                    push(s, pg, epoch, osd, obj).await?;
-                }
-                Some(names)
-            }
-            _ => None,
+            Err(e) => return Err(e),
         };
         let body = PeerBody::Activate {
             log: auth_log.clone(),
             keep,
         };
         ask(s, pg, epoch, osd, body, Bytes::new()).await?;
+    }
+    let copies = iv.acting.len() - left_out.len();
+    if copies < iv.min_size.max(1) {
+        return Err(OsdError::Peer {
+            osd: s.id,
+            reason: format!(
+                "only {copies} copies could take recovery, min_size is {}",
+                iv.min_size
+            ),
+        });
     }
     let mut txn = Transaction::new();
     if !inner.created {
@@ -271,7 +293,8 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     inner.complete_to = auth_log.head();
     inner.log = auth_log;
     inner.last_epoch_started = epoch;
-    if iv.acting.len() >= iv.size {
+    pg.set_left_out(epoch, left_out);
+    if copies >= iv.size {
         pg.clear_past();
         pg.set_status(PgStatus::ActiveClean);
     } else {
@@ -280,6 +303,33 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     pg.activate(epoch);
     tracing::debug!(osd = s.id, pg = %pg.id, epoch, "pg active");
     Ok(())
+}
+
+/// Brings the acting copy on `osd` up to the authoritative state (log recovery or backfill);
+/// what it must keep after a backfill. [`OsdError::TooFull`] when it cannot take an object.
+async fn recover_copy(
+    s: &Arc<Shared>,
+    pg: &Pg,
+    epoch: u64,
+    plan: &cairn_pg::PeeringPlan,
+    osd: i32,
+) -> Result<Option<Vec<String>>, OsdError> {
+    Ok(match plan.recovery.get(&osd) {
+        Some(Recovery::Log { missing, .. }) => {
+            for obj in missing.keys() {
+                push(s, pg, epoch, osd, obj).await?;
+            }
+            None
+        }
+        Some(Recovery::Backfill) => {
+            let names = list_scheduled(s, &pg.coll).await?;
+            for obj in &names {
+                push(s, pg, epoch, osd, obj).await?;
+            }
+            Some(names)
+        }
+        _ => None,
+    })
 }
 
 async fn pull(
@@ -344,7 +394,10 @@ async fn push(s: &Arc<Shared>, pg: &Pg, epoch: u64, to: i32, obj: &str) -> Resul
     let data = image.map(|(img, _)| img.encode()).unwrap_or_default();
     s.metrics
         .record_recovery(RecoveryKind::Push, data.len() as u64);
-    ask(s, pg, epoch, to, body, data).await.map(|_| ())
+    match ask(s, pg, epoch, to, body, data).await? {
+        (PeerAnswer::TooFull { why }, _) => Err(OsdError::TooFull { osd: to, why }),
+        _ => Ok(()),
+    }
 }
 
 async fn list_remote(s: &Shared, pg: &Pg, epoch: u64, from: i32) -> Result<Vec<String>, OsdError> {

@@ -51,6 +51,21 @@ pub struct Interval {
     pub size: usize,
     /// Pool min_size.
     pub min_size: usize,
+    /// OSDs of the acting set left out of this interval because they could not take the
+    /// recovery of their copy (too full): no replica writes go to them and the PG is degraded
+    /// without them. Tried again when the map clears their full flag.
+    pub left_out: BTreeSet<i32>,
+}
+
+impl Interval {
+    /// The OSDs holding the PG's copies in this interval: the acting set without the ones
+    /// left out (the primary first).
+    pub fn copies(&self) -> impl Iterator<Item = i32> + '_ {
+        self.acting
+            .iter()
+            .copied()
+            .filter(|o| !self.left_out.contains(o))
+    }
 }
 
 /// State behind the PG's lock.
@@ -144,9 +159,18 @@ impl Pg {
             acting,
             size,
             min_size,
+            left_out: BTreeSet::new(),
         };
         self.active.send_replace(None);
         true
+    }
+
+    /// Records the OSDs left out of the interval of `epoch` (if it is still the current one).
+    pub fn set_left_out(&self, epoch: u64, left_out: BTreeSet<i32>) {
+        let mut iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
+        if iv.epoch == epoch {
+            iv.left_out = left_out;
+        }
     }
 
     /// OSDs of earlier intervals that may hold newer data.

@@ -357,7 +357,7 @@ async fn write(
     // if it did not commit, it refuses the next write, which peers then.)
     let local_fatal = matches!(&l, Ok(Err(e)) if e.is_fatal());
     if !local_fatal && ((local_ok && r.refused.is_some()) || (!local_ok && r.applied > 0)) {
-        crate::peering::repeer(s, pg, iv.epoch);
+        crate::peering::repeer(s, pg, iv.epoch, "a write committed on some copies only");
     }
     let result = match (l, r.result()) {
         (Ok(Ok(())), Ok(())) => OpResult::Ok,
@@ -399,7 +399,12 @@ fn answer_resend(
             Bytes::new(),
         );
     }
-    crate::peering::repeer(s, pg, iv.epoch);
+    crate::peering::repeer(
+        s,
+        pg,
+        iv.epoch,
+        "a resent write's first attempt is not on every copy",
+    );
     fail(
         op.tid,
         epoch,
@@ -412,7 +417,7 @@ fn answer_resend(
 
 /// This OSD's store: bytes used, capacity, and whether `bytes` more would fill it past its
 /// full ratio (never with ratio 1.0).
-fn fullness(s: &Shared, bytes: u64) -> (u64, u64, bool) {
+pub(crate) fn fullness(s: &Shared, bytes: u64) -> (u64, u64, bool) {
     let capacity = s.store.capacity_bytes();
     let used = capacity.saturating_sub(s.store.free_bytes_hint());
     let limit = (capacity as f64 * s.cfg.full_ratio) as u64;
@@ -420,14 +425,18 @@ fn fullness(s: &Shared, bytes: u64) -> (u64, u64, bool) {
     (used, capacity, past)
 }
 
-/// Whether this OSD's store is past its full ratio now (what its beacons tell the monitor).
-pub fn past_full_ratio(s: &Shared) -> bool {
-    fullness(s, 0).2
+/// Whether this OSD's store is past its nearfull and its full ratio now (what its beacons tell
+/// the monitor).
+pub fn past_ratios(s: &Shared) -> (bool, bool) {
+    let (used, capacity, full) = fullness(s, 0);
+    let nearfull = used as f64 > capacity as f64 * s.cfg.nearfull_ratio;
+    (nearfull || full, full)
 }
 
 /// Refuses a client write of `bytes` (before it is given a version or reaches any copy, so the
 /// copies cannot disagree over it) when it would fill this OSD's store past its full ratio, or
-/// when the map flags another OSD of the acting set full.
+/// when the map flags another OSD holding a copy full (one left out of the interval holds
+/// none).
 fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
     if bytes == 0 {
         return Ok(());
@@ -440,9 +449,8 @@ fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
     }
     let map = s.map.borrow();
     let full = map.as_ref().and_then(|m| {
-        iv.acting
-            .iter()
-            .find(|o| **o != s.id && m.osds.get(o).is_some_and(|e| e.full))
+        iv.copies()
+            .find(|o| *o != s.id && m.osds.get(o).is_some_and(|e| e.full))
     });
     match full {
         Some(o) => Err(OpResult::NoSpace(format!(
@@ -489,7 +497,7 @@ async fn replicate(
     data: Bytes,
 ) -> Replicated {
     let mut peers = Vec::new();
-    for &osd in iv.acting.iter().skip(1) {
+    for osd in iv.copies().skip(1) {
         match s.addr_of(osd) {
             Some(addr) => peers.push((osd, addr)),
             None => {

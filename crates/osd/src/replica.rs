@@ -13,7 +13,7 @@ use cairn_proto::image::ObjectImage;
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
 use cairn_proto::{OpResult, RepOpHeader, ReplyHeader};
 use cairn_qos::QosClass;
-use cairn_store::Transaction;
+use cairn_store::{StoreError, Transaction};
 
 use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
@@ -274,6 +274,14 @@ async fn recovery(
             } else {
                 None
             };
+            let bytes = image.as_ref().map_or(0, |i| i.data.len() as u64);
+            if let (used, capacity, true) = crate::primary::fullness(s, bytes) {
+                let why = format!(
+                    "{used} of {capacity} bytes used, {bytes} more would pass the full ratio {}",
+                    s.cfg.full_ratio
+                );
+                return Ok((PeerAnswer::TooFull { why }, Bytes::new()));
+            }
             let mut inner = pg.inner.lock().await;
             let mut txn = Transaction::new();
             if !inner.created {
@@ -284,7 +292,13 @@ async fn recovery(
             if !inner.created {
                 put_info(&mut txn, &coll, inner.log.tail(), inner.last_epoch_started)?;
             }
-            s.store.queue_transaction_owned(txn).await?;
+            match s.store.queue_transaction_owned(txn).await {
+                Err(e @ StoreError::NoSpace { .. }) => {
+                    let why = e.to_string();
+                    return Ok((PeerAnswer::TooFull { why }, Bytes::new()));
+                }
+                r => r?,
+            }
             inner.created = true;
             s.metrics
                 .record_recovery(RecoveryKind::ReceivePush, data.len() as u64);

@@ -107,6 +107,12 @@ pub enum PeerAnswer {
     },
     /// Done.
     Done,
+    /// The copy cannot take the pushed object: its store is out of space or past its full
+    /// ratio (Ceph's recovery_toofull). The primary leaves it out of the interval.
+    TooFull {
+        /// Why, for the log.
+        why: String,
+    },
     /// Whether the PG is active+clean on this primary, in the asker's map epoch, without the
     /// asker.
     Clean {

@@ -51,13 +51,7 @@ pub async fn cluster_with_devices(
         .unwrap();
     let mut osds = Vec::new();
     for (i, bytes) in device_bytes.into_iter().enumerate() {
-        let mut cfg = OsdConfig::local(
-            &format!("{tag}-osd-{i}"),
-            &format!("host{i}"),
-            mon.addr(),
-            dir.0.join(format!("osd{i}")),
-        );
-        cfg.device_bytes = bytes;
+        let mut cfg = osd_config(tag, i, &mon, &dir, bytes);
         tweak(&mut cfg);
         osds.push(OsdDaemon::start(cfg).await.unwrap());
     }
@@ -86,6 +80,19 @@ pub async fn cluster_with_devices(
         client,
         dir,
     }
+}
+
+/// The configuration of the cluster's OSD number `i` (before any tweak): the same again
+/// restarts it on its store.
+pub fn osd_config(tag: &str, i: usize, mon: &MonDaemon, dir: &TempDir, bytes: u64) -> OsdConfig {
+    let mut cfg = OsdConfig::local(
+        &format!("{tag}-osd-{i}"),
+        &format!("host{i}"),
+        mon.addr(),
+        dir.0.join(format!("osd{i}")),
+    );
+    cfg.device_bytes = bytes;
+    cfg
 }
 
 /// Where object `name` of pool `data` lives in the client's current map: its PG and up set

@@ -1,0 +1,85 @@
+//! A replica that cannot take its recovery (its device is too small for what was written while
+//! it was away) does not keep its PGs from serving: peering leaves it out of the interval and
+//! the PGs go active degraded on the other copies (Ceph's recovery_toofull); every acknowledged
+//! object stays readable and writes go on. (A primary too full for its own recovery still
+//! keeps its PG peering: choosing another primary needs a temporary acting set in the map.)
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cairn_mon::client::MonClient;
+use cairn_mon::monitor::Request;
+use cairn_osd::OsdDaemon;
+use common::{cluster_with_devices, osd_config};
+
+fn object(i: usize) -> Vec<u8> {
+    (0..(1 << 20) + i * 613)
+        .map(|b| (b * 13 + i) as u8)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_too_full_for_its_recovery_is_left_out_and_its_pgs_serve_degraded() {
+    const SMALL: u64 = 40 << 20;
+    let no_ratio = |cfg: &mut cairn_osd::OsdConfig| cfg.full_ratio = 1.0;
+    let mut c = cluster_with_devices("toofull", 8, [SMALL, 512 << 20, 512 << 20], no_ratio).await;
+    c.client.op_timeout_ms = 20_000;
+    let small = c.osds[0].id();
+    // Names whose PGs the small OSD does not lead (with every OSD up).
+    let not_led = |prefix: &str, n: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .filter(|name| common::placement_of(&c, name).1.first() != Some(&small))
+            .take(n)
+            .collect()
+    };
+    let (big, after) = (not_led("big", 60), not_led("after", 32));
+    drop(c.osds.remove(0));
+    let admin = MonClient::connect(c.mon.addr(), 96).await;
+    admin
+        .op(Request::MarkDown { id: small }, 10_000)
+        .await
+        .unwrap();
+    // Written while the small OSD is away: more than its device holds.
+    let mut acked = Vec::new();
+    for (i, name) in big.into_iter().enumerate() {
+        let data = object(i);
+        c.client.write_full("data", &name, &data).await.unwrap();
+        acked.push((name, data));
+    }
+    let mut cfg = osd_config("toofull", 0, &c.mon, &c.dir, SMALL);
+    no_ratio(&mut cfg);
+    c.osds.insert(0, OsdDaemon::start(cfg).await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.client.map().unwrap().osds[&small].up {
+        assert!(
+            Instant::now() < deadline,
+            "osd.{small} did not come back up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Their PGs take writes again (each of them has a copy on the small OSD).
+    for (i, name) in after.iter().enumerate() {
+        c.client
+            .write_full("data", name, format!("written after {i}").as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    for (name, data) in &acked {
+        let got = c.client.read("data", name).await.unwrap();
+        assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(data), "{name}");
+    }
+    // Some of them are degraded, the small OSD's copy left out.
+    let mut dump = String::new();
+    for osd in &c.osds[1..] {
+        let args = ["pg".to_string(), "dump".to_string()];
+        dump += &c.client.tell(osd.id(), &args).await.unwrap();
+    }
+    let left_out = format!("{small}(toofull)");
+    assert!(
+        dump.lines()
+            .any(|l| l.contains("active+degraded") && l.contains(&left_out)),
+        "{dump}"
+    );
+}
