@@ -171,3 +171,61 @@ async fn a_pg_copy_left_on_an_out_osd_is_deleted_once_the_pg_is_clean_without_it
     );
     drop(dir);
 }
+
+/// Asks `osd` as a stray holder `from` would whether PG `pg` is clean without it.
+async fn is_clean(c: &Cluster, osd: i32, pg: cairn_clustermap::PgId, from: i32, les: u64) -> bool {
+    use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
+    let addr = c.osds.iter().find(|o| o.id() == osd).unwrap().addr();
+    let mut session = cairn_msgr::session::Session::connect(
+        addr,
+        0x57a7 + les,
+        cairn_msgr::Limits::default(),
+        50,
+    )
+    .await;
+    let req = PeerRequest {
+        tid: 7,
+        from,
+        epoch: c.client.epoch(),
+        pool: pg.pool,
+        pg_seed: pg.seed,
+        body: PeerBody::IsClean {
+            last_epoch_started: les,
+        },
+    };
+    session
+        .send(
+            cairn_proto::MSG_PEER_REQUEST,
+            cairn_proto::encode(&req, &[]),
+        )
+        .await
+        .unwrap();
+    loop {
+        let frame = session.recv_timeout(10_000).await.unwrap();
+        if frame.header.msg_type == cairn_proto::MSG_PEER_REPLY {
+            let (reply, _) = cairn_proto::decode::<PeerReply>(&frame.payload).unwrap();
+            match reply.answer {
+                Ok(PeerAnswer::Clean { clean }) => return clean,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}
+
+/// A copy activated in an interval the primary's peering never heard of (its OSDs were down
+/// then) may hold acknowledged writes the PG lacks: the primary never calls the PG clean to it,
+/// so it is kept. An older copy is deleted as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_from_an_interval_the_primary_never_saw_is_never_called_clean() {
+    let (c, _admin) = cluster("strays-history").await;
+    let (pg, up) = common::placement_of(&c, "probe-history");
+    c.client
+        .write_full("data", "probe-history", b"x")
+        .await
+        .unwrap();
+    let outsider = 77;
+    assert!(is_clean(&c, up[0], pg, outsider, 0).await);
+    assert!(!is_clean(&c, up[0], pg, outsider, c.client.epoch() + 1000).await);
+    // An OSD of the acting set is never told its copy is not needed.
+    assert!(!is_clean(&c, up[0], pg, up[1], 0).await);
+}

@@ -290,6 +290,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     put_info(&mut txn, &coll, auth_log.tail(), epoch)?;
     s.store.queue_transaction_owned(txn).await?;
     inner.created = true;
+    inner.history_les = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
     inner.complete_to = auth_log.head();
     inner.log = auth_log;
     inner.last_epoch_started = epoch;

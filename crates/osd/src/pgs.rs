@@ -81,6 +81,10 @@ pub struct PgInner {
     /// write that skips a version, so it holds all earlier ones). A resend of a request logged
     /// after it is not answered from the log until the PG has peered again.
     pub complete_to: Eversion,
+    /// As primary: the newest last epoch started among the copies it peered with (before this
+    /// interval's activation). A stray copy activated in a later interval holds writes this
+    /// history does not know of, and is never called clean.
+    pub history_les: u64,
 }
 
 /// One PG on this OSD.
@@ -113,6 +117,7 @@ impl Pg {
                 last_epoch_started,
                 created,
                 complete_to: Eversion::default(),
+                history_les: 0,
             }),
             interval: Mutex::new(Interval::default()),
             status: Mutex::new(PgStatus::Replica),

@@ -122,9 +122,9 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
     let tid = req.tid;
     let from = req.from;
     let answer = match req.body {
-        PeerBody::IsClean => Ok((
+        PeerBody::IsClean { last_epoch_started } => Ok((
             PeerAnswer::Clean {
-                clean: clean_without(s, &req),
+                clean: clean_without(s, &req, last_epoch_started),
             },
             Bytes::new(),
         )),
@@ -155,8 +155,9 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
     }
 }
 
-/// Whether this OSD leads the PG active+clean, in the asker's map epoch, without the asker.
-fn clean_without(s: &Shared, req: &PeerRequest) -> bool {
+/// Whether this OSD leads the PG active+clean, in the asker's map epoch, without the asker,
+/// and with a history that includes the asker's last interval (`les`, its last epoch started).
+fn clean_without(s: &Shared, req: &PeerRequest, les: u64) -> bool {
     let id = PgId {
         pool: req.pool,
         seed: req.pg_seed,
@@ -165,11 +166,24 @@ fn clean_without(s: &Shared, req: &PeerRequest) -> bool {
         return false;
     };
     let iv = pg.interval();
-    s.epoch() == req.epoch
+    let clean = s.epoch() == req.epoch
         && iv.acting.first() == Some(&s.id)
         && !iv.acting.contains(&req.from)
         && pg.active_epoch().is_some()
-        && pg.status() == PgStatus::ActiveClean
+        && pg.status() == PgStatus::ActiveClean;
+    if !clean {
+        return false;
+    }
+    let Ok(inner) = pg.inner.try_lock() else {
+        return false;
+    };
+    if les > inner.history_les {
+        // Peering never saw that interval (its OSDs were down, and past intervals are not
+        // persisted): the copy may hold acknowledged writes this PG lacks. Keep it.
+        tracing::error!(osd = s.id, pg = %pg.id, copy = req.from, copy_les = les, history_les = inner.history_les, "a stray copy was activated in an interval this pg's history lacks: kept");
+        return false;
+    }
+    true
 }
 
 /// The PG a peering or recovery request is about (created empty if unknown), with the

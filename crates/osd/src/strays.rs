@@ -80,7 +80,9 @@ async fn deletable(s: &Shared, pg: &Pg) -> Option<Deletable> {
         return None;
     }
     let primary = *up.first()?;
-    match ask(s, pg, epoch, primary, PeerBody::IsClean, Bytes::new()).await {
+    let last_epoch_started = pg.inner.lock().await.last_epoch_started;
+    let body = PeerBody::IsClean { last_epoch_started };
+    match ask(s, pg, epoch, primary, body, Bytes::new()).await {
         Ok((PeerAnswer::Clean { clean: true }, _)) => Some(Deletable::CleanElsewhere(epoch)),
         _ => None,
     }

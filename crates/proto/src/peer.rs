@@ -67,9 +67,13 @@ pub enum PeerBody {
         keep: Option<Vec<String>>,
     },
     /// From an OSD outside the PG's acting set that still holds a copy, to the primary: is the
-    /// PG active+clean without it, in the map of the request's epoch? (answered by
+    /// PG active+clean without it, in the map of the request's epoch, and does the PG's history
+    /// include the last interval this copy was activated in? (answered by
     /// [`PeerAnswer::Clean`]; then the copy may be deleted.)
-    IsClean,
+    IsClean {
+        /// The copy's last epoch started.
+        last_epoch_started: u64,
+    },
 }
 
 /// Answer to a [`PeerRequest`].
