@@ -354,3 +354,49 @@ async fn a_replica_refuses_a_reused_or_skipped_version() {
     assert!(next > packed, "the PG goes on writing after the refusals");
     assert_eq!(c.client.read("data", "first").await.unwrap(), b"two");
 }
+
+/// Recovery moves an object whole in one message, so no write may grow an object past
+/// `max_object_bytes`: a write, an append, a truncate or a write_full that would is refused
+/// with a clear error before it reaches any copy, and the object is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_past_the_object_size_limit_are_refused_and_change_nothing() {
+    const LIMIT: u64 = 1 << 20;
+    let c = common::cluster_with_devices("objsize", 8, [128 << 20; 3], |cfg| {
+        cfg.max_object_bytes = LIMIT
+    })
+    .await;
+    let full = vec![7u8; LIMIT as usize];
+    c.client.write_full("data", "big", &full).await.unwrap();
+    let refused = |r: Result<u64, ClientError>| match r {
+        Err(ClientError::Invalid(why)) => assert!(why.contains("max_object_bytes"), "{why}"),
+        other => panic!("not refused: {other:?}"),
+    };
+    refused(c.client.append("data", "big", b"x").await);
+    refused(c.client.write("data", "big", LIMIT - 1, b"xy").await);
+    refused(c.client.write("data", "big", u64::MAX - 1, b"xy").await);
+    refused(c.client.truncate("data", "big", LIMIT + 1).await);
+    match c
+        .client
+        .write_full("data", "bigger", &vec![1u8; LIMIT as usize + 1])
+        .await
+    {
+        Err(ClientError::Invalid(why)) => assert!(why.contains("max_object_bytes"), "{why}"),
+        other => panic!("not refused: {other:?}"),
+    }
+    assert_eq!(
+        crc32c::crc32c(&c.client.read("data", "big").await.unwrap()),
+        crc32c::crc32c(&full)
+    );
+    assert!(matches!(
+        c.client.read("data", "bigger").await,
+        Err(ClientError::NotFound(_))
+    ));
+    // Up to the limit is fine.
+    c.client
+        .write("data", "big", LIMIT - 1, b"z")
+        .await
+        .unwrap();
+    c.client.truncate("data", "big", 10).await.unwrap();
+    c.client.append("data", "big", b"tail").await.unwrap();
+    assert_eq!(c.client.stat("data", "big").await.unwrap().0, 14);
+}

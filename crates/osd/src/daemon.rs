@@ -97,6 +97,10 @@ pub struct OsdConfig {
     /// warns (Ceph's `mon_osd_nearfull_ratio`, 0.85); nothing is refused. At most
     /// `full_ratio`.
     pub nearfull_ratio: f64,
+    /// Largest object a write may make (Ceph's `osd_max_object_size`): recovery moves an
+    /// object's whole image in one message, so this stays well under the messenger's frame
+    /// limit (64 MiB), leaving room for the object's xattrs and omap.
+    pub max_object_bytes: u64,
     /// How often the OSD looks for stray PG copies (held here, outside the acting set) whose
     /// primary reports the PG active+clean without them, and for PGs of removed pools, and
     /// deletes them (see `strays`).
@@ -133,6 +137,7 @@ impl OsdConfig {
             store_groups_in_flight: StoreConfig::default().max_groups_in_flight,
             full_ratio: 0.95,
             nearfull_ratio: 0.85,
+            max_object_bytes: 32 << 20,
             stray_check_ms: 5000,
         }
     }
@@ -199,6 +204,14 @@ impl OsdDaemon {
             return Err(OsdError::Config(format!(
                 "full_ratio {} must be in (0, 1]",
                 cfg.full_ratio
+            )));
+        }
+        let frame_limit = u64::from(cairn_msgr::Limits::default().max_payload_bytes);
+        if cfg.max_object_bytes == 0 || cfg.max_object_bytes > frame_limit / 2 {
+            return Err(OsdError::Config(format!(
+                "max_object_bytes {} must be in [1, {}] (half the messenger's frame limit)",
+                cfg.max_object_bytes,
+                frame_limit / 2
             )));
         }
         if !(cfg.nearfull_ratio > 0.0 && cfg.nearfull_ratio <= cfg.full_ratio) {

@@ -276,6 +276,22 @@ async fn write(
         }
         (k, _) => k.clone(),
     };
+    let end = match &kind {
+        OpKind::WriteFull => data.len() as u64,
+        OpKind::Write { offset } => offset.saturating_add(data.len() as u64),
+        OpKind::Truncate { size } => *size,
+        _ => 0,
+    };
+    if end > s.cfg.max_object_bytes {
+        return fail(
+            op.tid,
+            epoch,
+            OpResult::Invalid(format!(
+                "object {obj} would be {end} bytes, past the limit of {} (max_object_bytes)",
+                s.cfg.max_object_bytes
+            )),
+        );
+    }
     let prior = match inner.log.newest_for(obj) {
         Some(e) if e.op == LogOp::Delete => Eversion::default(),
         Some(e) => e.version,
