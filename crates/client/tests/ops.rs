@@ -277,24 +277,12 @@ async fn a_full_device_is_reported_as_no_space_not_retried_and_loses_nothing() {
 
 /// Sends one replica write straight to `session`'s OSD and returns its answer.
 async fn repop(session: &mut Session, h: &cairn_proto::RepOpHeader, data: &[u8]) -> OpResult {
-    session
-        .send_data(
-            cairn_proto::MSG_OSD_REPOP,
-            cairn_proto::encode(h, &[]),
-            bytes::Bytes::copy_from_slice(data),
-            Some(h.data_crc),
-        )
-        .await
-        .unwrap();
-    loop {
-        let frame = session.recv_timeout(10_000).await.unwrap();
-        if frame.header.msg_type == cairn_proto::MSG_OSD_REPOP_REPLY {
-            let (reply, _) =
-                cairn_proto::decode::<cairn_proto::ReplyHeader>(&frame.payload).unwrap();
-            assert_eq!(reply.tid, h.tid);
-            return reply.result;
-        }
-    }
+    let (msg, reply) = (cairn_proto::MSG_OSD_REPOP, cairn_proto::MSG_OSD_REPOP_REPLY);
+    let payload = cairn_proto::encode(h, &[]);
+    let answer = common::exchange(session, msg, payload, data, h.data_crc, reply).await;
+    let (reply, _) = cairn_proto::decode::<cairn_proto::ReplyHeader>(&answer).unwrap();
+    assert_eq!(reply.tid, h.tid);
+    reply.result
 }
 
 /// A replica never answers Ok to a write at a version it already used for another write (the

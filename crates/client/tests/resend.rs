@@ -15,24 +15,12 @@ use common::{cluster, cluster_with_devices, placement_of, Cluster};
 
 /// Sends one client op straight to `session`'s OSD and returns its reply.
 async fn send_op(session: &mut Session, h: &OpHeader, data: &[u8]) -> ReplyHeader {
-    session
-        .send_data(
-            cairn_proto::MSG_OSD_OP,
-            cairn_proto::encode(h, &[]),
-            bytes::Bytes::copy_from_slice(data),
-            Some(h.data_crc),
-        )
-        .await
-        .unwrap();
-    loop {
-        let frame = session.recv_timeout(10_000).await.unwrap();
-        if frame.header.msg_type == cairn_proto::MSG_OSD_OP_REPLY {
-            let (reply, _) = cairn_proto::decode::<ReplyHeader>(&frame.payload).unwrap();
-            if reply.tid == h.tid {
-                return reply;
-            }
-        }
-    }
+    let (msg, reply) = (cairn_proto::MSG_OSD_OP, cairn_proto::MSG_OSD_OP_REPLY);
+    let payload = cairn_proto::encode(h, &[]);
+    let answer = common::exchange(session, msg, payload, data, h.data_crc, reply).await;
+    let (reply, _) = cairn_proto::decode::<ReplyHeader>(&answer).unwrap();
+    assert_eq!(reply.tid, h.tid);
+    reply
 }
 
 /// An append of `data` to `name` by request `reqid`, addressed with the client's current map.
@@ -199,17 +187,9 @@ async fn a_resend_is_answered_only_once_every_copy_has_the_write() {
         up[2]
     );
     read_until(&c, name, b"0123abc").await;
-    let root = c.dir.0.clone();
-    let Cluster {
-        mon,
-        osds,
-        client,
-        dir,
-    } = c;
-    drop((client, osds, mon));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let dir = common::stop(c).await;
     for i in kept {
-        let copy = offline_copy(&root.join(format!("osd{i}")), pg, name).await;
+        let copy = offline_copy(&dir.0.join(format!("osd{i}")), pg, name).await;
         assert_eq!(
             String::from_utf8_lossy(&copy),
             "0123abc",

@@ -29,6 +29,24 @@ async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check: im
     }
 }
 
+/// Creates pool `name` of `size` and waits until its PGs serve (it lists); its object names.
+async fn create_pool(c: &Cluster, admin: &MonClient, name: &str, size: u32) -> Vec<String> {
+    let create = Request::CreatePool {
+        name: name.into(),
+        size,
+        pg_num: 8,
+    };
+    admin.op(create, 10_000).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match c.client.list_objects(name).await {
+            Ok(names) => return names,
+            Err(e) => assert!(Instant::now() < deadline, "pool {name} never served: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn cluster(tag: &str) -> (Cluster, MonClient) {
     let c = cluster_with_devices(tag, 8, [256 << 20; 3], |cfg| cfg.stray_check_ms = 200).await;
     let admin = MonClient::connect(c.mon.addr(), 95).await;
@@ -49,17 +67,7 @@ async fn removing_a_pool_deletes_its_objects_on_every_osd() {
     for &id in &ids {
         before.push(objects_on(&c, id).await);
     }
-    let create = Request::CreatePool {
-        name: "tmp".into(),
-        size: 3,
-        pg_num: 8,
-    };
-    admin.op(create, 10_000).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while c.client.write_full("tmp", "first", b"x").await.is_err() {
-        assert!(Instant::now() < deadline, "pool tmp never became writable");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    create_pool(&c, &admin, "tmp", 3).await;
     for i in 0..40 {
         c.client
             .write_full("tmp", &format!("gone{i}"), &object(i))
@@ -67,7 +75,7 @@ async fn removing_a_pool_deletes_its_objects_on_every_osd() {
             .unwrap();
     }
     for (&id, &b) in ids.iter().zip(&before) {
-        assert!(objects_on(&c, id).await >= b + 41, "osd.{id} holds tmp");
+        assert!(objects_on(&c, id).await >= b + 40, "osd.{id} holds tmp");
     }
     admin
         .op(Request::RemovePool { name: "tmp".into() }, 10_000)
@@ -85,37 +93,14 @@ async fn removing_a_pool_deletes_its_objects_on_every_osd() {
         assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(&object(i)));
     }
     // A pool created next gets a new id: nothing of tmp shows up in it.
-    let create = Request::CreatePool {
-        name: "tmp".into(),
-        size: 3,
-        pg_num: 8,
-    };
-    admin.op(create, 10_000).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let names = loop {
-        match c.client.list_objects("tmp").await {
-            Ok(names) => break names,
-            Err(e) => assert!(Instant::now() < deadline, "listing the new pool: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let names = create_pool(c, &admin, "tmp", 3).await;
     assert!(names.is_empty(), "the new pool shows {names:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pg_copy_left_on_an_out_osd_is_deleted_once_the_pg_is_clean_without_it() {
     let (c, admin) = cluster("strays-out").await;
-    let create = Request::CreatePool {
-        name: "two".into(),
-        size: 2,
-        pg_num: 8,
-    };
-    admin.op(create, 10_000).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while c.client.write_full("two", "first", b"x").await.is_err() {
-        assert!(Instant::now() < deadline, "pool two never became writable");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    create_pool(&c, &admin, "two", 2).await;
     let two = c
         .client
         .map()
@@ -148,16 +133,9 @@ async fn a_pg_copy_left_on_an_out_osd_is_deleted_once_the_pg_is_clean_without_it
         let got = c.client.read("two", &format!("moved{i}")).await.unwrap();
         assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(&object(i)), "moved{i}");
     }
-    let root = c.dir.0.clone();
-    let Cluster {
-        mon,
-        osds,
-        client,
-        dir,
-    } = c;
-    drop((client, osds, mon, admin));
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let store = common::mount_offline(&root.join("osd0")).await;
+    drop(admin);
+    let dir = common::stop(c).await;
+    let store = common::mount_offline(&dir.0.join("osd0")).await;
     let colls = store.list_collections().await.unwrap();
     store.umount().await.unwrap();
     let of_two: Vec<&String> = colls
@@ -193,22 +171,12 @@ async fn is_clean(c: &Cluster, osd: i32, pg: cairn_clustermap::PgId, from: i32, 
             last_epoch_started: les,
         },
     };
-    session
-        .send(
-            cairn_proto::MSG_PEER_REQUEST,
-            cairn_proto::encode(&req, &[]),
-        )
-        .await
-        .unwrap();
-    loop {
-        let frame = session.recv_timeout(10_000).await.unwrap();
-        if frame.header.msg_type == cairn_proto::MSG_PEER_REPLY {
-            let (reply, _) = cairn_proto::decode::<PeerReply>(&frame.payload).unwrap();
-            match reply.answer {
-                Ok(PeerAnswer::Clean { clean }) => return clean,
-                other => panic!("{other:?}"),
-            }
-        }
+    let (msg, reply) = (cairn_proto::MSG_PEER_REQUEST, cairn_proto::MSG_PEER_REPLY);
+    let payload = cairn_proto::encode(&req, &[]);
+    let answer = common::exchange(&mut session, msg, payload, &[], 0, reply).await;
+    match cairn_proto::decode::<PeerReply>(&answer).unwrap().0.answer {
+        Ok(PeerAnswer::Clean { clean }) => clean,
+        other => panic!("{other:?}"),
     }
 }
 

@@ -77,13 +77,12 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
                 } else {
                     pg.set_status(PgStatus::Replica);
                 }
-            } else if primary && retry_left_out(map, &pg.interval()) {
-                repeer(
-                    s,
-                    &pg,
-                    pg.interval().epoch,
-                    "a copy left out as too full is no longer flagged full",
-                );
+            } else if primary {
+                let iv = pg.interval();
+                if retry_left_out(map, &iv) {
+                    let why = "a copy left out as too full is no longer flagged full";
+                    repeer(s, &pg, iv.epoch, why);
+                }
             }
         }
     }

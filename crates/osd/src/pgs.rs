@@ -297,21 +297,22 @@ impl PgTable {
     /// Forgets `pg` (a deleted copy of a removed pool's PG: pool ids are never reused); true
     /// when it was the table's entry.
     pub fn remove(&self, pg: &Arc<Pg>) -> bool {
-        let mut pgs = self.pgs.lock().unwrap_or_else(|p| p.into_inner());
-        let ours = pgs.get(&pg.id).is_some_and(|known| Arc::ptr_eq(known, pg));
-        if ours {
-            pgs.remove(&pg.id);
-        }
-        ours
+        self.remove_if(pg, |_| true)
     }
 
     /// Forgets `pg` (a deleted stray copy) unless its interval now has `osd` in its acting
     /// set; true when it was removed. Checked under the table's lock, so a map that makes
     /// `osd` serve the PG again either sees it here or finds the entry gone and starts afresh.
     pub fn remove_stray(&self, pg: &Arc<Pg>, osd: i32) -> bool {
+        self.remove_if(pg, |pg| !pg.interval().acting.contains(&osd))
+    }
+
+    /// Forgets `pg` if it is the table's entry for its id and `cond` holds, under the table's
+    /// lock; true when it was removed.
+    fn remove_if(&self, pg: &Arc<Pg>, cond: impl FnOnce(&Pg) -> bool) -> bool {
         let mut pgs = self.pgs.lock().unwrap_or_else(|p| p.into_inner());
         let ours = pgs.get(&pg.id).is_some_and(|known| Arc::ptr_eq(known, pg));
-        if ours && !pg.interval().acting.contains(&osd) {
+        if ours && cond(pg) {
             pgs.remove(&pg.id);
             return true;
         }

@@ -128,3 +128,44 @@ pub async fn mount_offline(dir: &std::path::Path) -> cairn_store::Store {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Stops every daemon and the client (the directory stays) and returns the directory, whose
+/// `osdN` subdirectories then hold stores to mount offline.
+pub async fn stop(c: Cluster) -> TempDir {
+    let Cluster {
+        mon,
+        osds,
+        client,
+        dir,
+    } = c;
+    drop((client, osds, mon));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    dir
+}
+
+/// Sends one message with `payload` and `data` (checksummed as `data_crc`) on `session` and
+/// returns the payload of the first answer of type `reply_type`.
+pub async fn exchange(
+    session: &mut cairn_msgr::session::Session,
+    msg_type: u16,
+    payload: bytes::Bytes,
+    data: &[u8],
+    data_crc: u32,
+    reply_type: u16,
+) -> bytes::Bytes {
+    session
+        .send_data(
+            msg_type,
+            payload,
+            bytes::Bytes::copy_from_slice(data),
+            Some(data_crc),
+        )
+        .await
+        .unwrap();
+    loop {
+        let frame = session.recv_timeout(10_000).await.unwrap();
+        if frame.header.msg_type == reply_type {
+            return frame.payload;
+        }
+    }
+}
