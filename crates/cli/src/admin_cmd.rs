@@ -173,13 +173,14 @@ pub fn osd_df(mon: SocketAddr) -> anyhow::Result<()> {
     })
 }
 
-/// The live part of `cairn status`: PGs by state (from their primaries) and client I/O rates
-/// over one second.
-pub async fn live_status(mon: SocketAddr) -> anyhow::Result<()> {
+/// PGs by state, as the up OSDs report the PGs they lead.
+pub type PgStates = std::collections::BTreeMap<String, u64>;
+
+/// Asks every up OSD for the states of the PGs it leads and sums them.
+pub async fn pg_states(mon: SocketAddr) -> anyhow::Result<PgStates> {
     let client = connect(mon).await?;
-    let osds = up_osds(&client);
-    let mut states: std::collections::BTreeMap<String, u64> = Default::default();
-    for &osd in &osds {
+    let mut states = PgStates::new();
+    for osd in up_osds(&client) {
         if let Ok(text) = client.tell(osd, &["pg".into(), "stats".into()]).await {
             for l in text.lines() {
                 if let Some((state, n)) = l.rsplit_once(' ') {
@@ -188,11 +189,24 @@ pub async fn live_status(mon: SocketAddr) -> anyhow::Result<()> {
             }
         }
     }
-    let unclean: u64 = states
+    Ok(states)
+}
+
+/// PGs in `states` that are not active+clean.
+pub fn unclean(states: &PgStates) -> u64 {
+    states
         .iter()
         .filter(|(s, _)| s.as_str() != "active+clean")
         .map(|(_, n)| n)
-        .sum();
+        .sum()
+}
+
+/// The live part of `cairn status`: PGs by state (`states`, from their primaries), usage and
+/// client I/O rates over one second.
+pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<()> {
+    let client = connect(mon).await?;
+    let osds = up_osds(&client);
+    let unclean = unclean(states);
     if unclean > 0 {
         println!("  warning: {unclean} PGs not active+clean");
     }

@@ -77,8 +77,26 @@ enum Command {
     S3(s3_cmd::S3Args),
 }
 
+/// Whether the command runs a daemon (which must see a closed socket as an error, never die of
+/// SIGPIPE).
+fn runs_daemon(command: &Command) -> bool {
+    match command {
+        Command::Mon(_) | Command::S3gw(_) | Command::Up(_) | Command::Down(_) => true,
+        Command::Osd(args) => args.runs_daemon(),
+        _ => false,
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if !runs_daemon(&cli.command) {
+        // A command whose output is piped into `head` ends quietly when the reader goes, as
+        // Unix tools do, instead of panicking on a failed print (Rust ignores SIGPIPE).
+        // SAFETY: called before any thread starts; restores the default disposition.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match cli.command {
         Command::Crush(args) => crush_cmd::run(args),
         Command::Up(args) => cluster_cmd::run_up(args),

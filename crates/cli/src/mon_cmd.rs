@@ -123,6 +123,13 @@ pub struct OsdArgs {
     command: OsdCommand,
 }
 
+impl OsdArgs {
+    /// Whether this is `cairn osd run` (a daemon).
+    pub fn runs_daemon(&self) -> bool {
+        matches!(self.command, OsdCommand::Run(_))
+    }
+}
+
 #[derive(Subcommand)]
 enum OsdCommand {
     /// Mark out: its data moves to other OSDs.
@@ -137,6 +144,12 @@ enum OsdCommand {
     },
     /// Mark down.
     Down {
+        /// OSD id.
+        id: i32,
+    },
+    /// Remove a down OSD from the cluster for good (Ceph's `osd purge`): its PGs are placed
+    /// on the others and recovered there; `cairn status` stops counting it.
+    Rm {
         /// OSD id.
         id: i32,
     },
@@ -218,9 +231,14 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
                 .collect()
         };
         let (full, nearfull) = (flagged(false), flagged(true));
+        let states = match up {
+            0 => Default::default(),
+            _ => crate::admin_cmd::pg_states(args.mon).await?,
+        };
+        let clean = crate::admin_cmd::unclean(&states) == 0;
         let health = if !full.is_empty() {
             "HEALTH_ERR"
-        } else if up == map.osds.len() && inn == map.osds.len() && nearfull.is_empty() {
+        } else if up == map.osds.len() && inn == map.osds.len() && nearfull.is_empty() && clean {
             "HEALTH_OK"
         } else {
             "HEALTH_WARN"
@@ -251,7 +269,7 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
             );
         }
         if up > 0 {
-            crate::admin_cmd::live_status(args.mon).await?;
+            crate::admin_cmd::live_status(args.mon, &states).await?;
         }
         Ok(())
     })
@@ -304,6 +322,7 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         OsdCommand::Out { id } => Request::MarkOut { id },
         OsdCommand::In { id } => Request::MarkIn { id },
         OsdCommand::Down { id } => Request::MarkDown { id },
+        OsdCommand::Rm { id } => Request::RemoveOsd { id },
         OsdCommand::Tree => return osd_tree(args.mon.mon),
     };
     runtime()?.block_on(async {

@@ -54,6 +54,11 @@ pub enum Change {
         /// Past its nearfull ratio.
         nearfull: bool,
     },
+    /// The OSD leaves the cluster: out of the map, out of CRUSH, out of every exception.
+    RemoveOsd {
+        /// OSD id.
+        id: i32,
+    },
     /// Create a pool.
     CreatePool(Pool),
     /// Remove a pool.
@@ -122,6 +127,18 @@ impl ClusterMap {
                     "default",
                 )?;
                 self.osds.insert(entry.id, entry.clone());
+            }
+            Change::RemoveOsd { id } => {
+                if self.osds.remove(id).is_none() {
+                    return Err(MonError::NotFound(format!("osd.{id}")));
+                }
+                self.placement.crush.remove_device(*id)?;
+                let ex = &mut self.placement.exceptions;
+                for pairs in ex.upmap_items.values_mut() {
+                    pairs.retain(|(from, to)| from != id && to != id);
+                }
+                ex.upmap_items.retain(|_, pairs| !pairs.is_empty());
+                ex.upmap_primary.retain(|_, osd| osd != id);
             }
             Change::Up { id, addr } => {
                 let e = self.entry(*id)?;

@@ -95,6 +95,12 @@ pub enum Request {
         /// OSD id.
         id: i32,
     },
+    /// Operator: remove a down OSD from the cluster for good (Ceph's `osd purge`): out of the
+    /// map and CRUSH, its data re-placed on the others; its id may be given to a new OSD.
+    RemoveOsd {
+        /// OSD id.
+        id: i32,
+    },
     /// Operator: create a replicated pool with the default rule.
     CreatePool {
         /// Name.
@@ -243,6 +249,20 @@ impl Monitor {
                 } else {
                     self.map.epoch
                 };
+                Ok(Reply::Done { epoch })
+            }
+            Request::RemoveOsd { id } => {
+                if self.osd(id)?.up {
+                    return Err(MonError::Invalid(format!(
+                        "osd.{id} is up: stop it (or mark it down) before removing it"
+                    )));
+                }
+                let epoch = self.commit(vec![Change::RemoveOsd { id }])?;
+                self.last_beacon_ms.remove(&id);
+                self.reports.remove(&id);
+                for by in self.reports.values_mut() {
+                    by.remove(&id);
+                }
                 Ok(Reply::Done { epoch })
             }
             Request::CreatePool { name, size, pg_num } => {

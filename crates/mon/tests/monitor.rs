@@ -432,3 +432,72 @@ fn pool_ids_are_never_reused_even_across_a_monitor_restart() {
     let mut mon = Monitor::new(restarted, MonConfig::default());
     assert_eq!(create(&mut mon, "d"), 4);
 }
+
+#[test]
+fn a_down_osd_is_removed_from_map_crush_and_placement_and_its_id_is_given_again() {
+    let mut mon = Monitor::new(ClusterMap::new("f-rm").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 4, 4);
+    mon.handle(
+        0,
+        Request::CreatePool {
+            name: "rbd".into(),
+            size: 3,
+            pg_num: 64,
+        },
+    )
+    .unwrap();
+    let mut subscriber = mon.map().clone();
+    let since = subscriber.epoch;
+    let up_err = mon.handle(1, Request::RemoveOsd { id: 2 }).unwrap_err();
+    assert!(up_err.to_string().contains("is up"), "{up_err}");
+    assert!(mon.handle(1, Request::RemoveOsd { id: 9 }).is_err());
+    mon.handle(1, Request::MarkDown { id: 2 }).unwrap();
+    mon.handle(2, Request::RemoveOsd { id: 2 }).unwrap();
+    let map = mon.map();
+    assert!(!map.osds.contains_key(&2));
+    assert!(!map.placement.osds.contains_key(&2));
+    assert!(map.placement.crush.item_id("osd.2").is_none());
+    for up in up_sets(&map.placement, 1).unwrap() {
+        assert_eq!(up.len(), 3, "every PG keeps three copies");
+        assert!(!up.contains(&2), "osd.2 still places {up:?}");
+    }
+    assert!(max_deviation(map, 1) < 1.0, "the rest stay balanced");
+    // Subscribers and a restarted monitor see the same map.
+    for inc in mon.incrementals_since(since).unwrap() {
+        subscriber.apply(&inc).unwrap();
+    }
+    assert_eq!(subscriber.encode(), mon.map().encode());
+    let decoded = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert!(!decoded.osds.contains_key(&2));
+    // A new OSD gets the free id; the removed one, booting again, is a new OSD too.
+    match mon
+        .handle(
+            3,
+            Request::Boot {
+                uuid: "uuid-new".into(),
+                host: "host2".into(),
+                addr: "127.0.0.1:7100".into(),
+                crush_weight: 0x10000,
+            },
+        )
+        .unwrap()
+    {
+        Reply::Booted { id, .. } => assert_eq!(id, 2),
+        other => panic!("{other:?}"),
+    }
+    match mon
+        .handle(
+            4,
+            Request::Boot {
+                uuid: "uuid-2".into(),
+                host: "host2".into(),
+                addr: "127.0.0.1:7101".into(),
+                crush_weight: 0x10000,
+            },
+        )
+        .unwrap()
+    {
+        Reply::Booted { id, .. } => assert_eq!(id, 4),
+        other => panic!("{other:?}"),
+    }
+}

@@ -106,7 +106,7 @@ pub fn repeer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, reason: &'static str) {
         return;
     }
     pg.deactivate(epoch);
-    pg.set_status(PgStatus::Peering);
+    pg.set_status_in(epoch, PgStatus::Peering);
     s.metrics.record_repeer();
     tracing::warn!(osd = s.id, pg = %pg.id, epoch, reason, "peering again");
     let (s2, pg) = (s.clone(), pg.clone());
@@ -178,11 +178,11 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         return Ok(());
     }
     if iv.acting.len() < iv.min_size.max(1) {
-        pg.set_status(PgStatus::Inactive);
+        pg.set_status_in(epoch, PgStatus::Inactive);
         tracing::warn!(osd = s.id, pg = %pg.id, up = iv.acting.len(), min_size = iv.min_size, "too few copies up: pg inactive");
         return Ok(());
     }
-    pg.set_status(PgStatus::Peering);
+    pg.set_status_in(epoch, PgStatus::Peering);
     let mut logs = vec![PeerLog {
         osd: s.id,
         last_epoch_started: inner.last_epoch_started,
@@ -293,15 +293,9 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     inner.complete_to = auth_log.head();
     inner.log = auth_log;
     inner.last_epoch_started = epoch;
-    pg.set_left_out(epoch, left_out);
-    if copies >= iv.size {
-        pg.clear_past();
-        pg.set_status(PgStatus::ActiveClean);
-    } else {
-        pg.set_status(PgStatus::ActiveDegraded);
+    if pg.finish_peering(epoch, left_out, copies >= iv.size) {
+        tracing::debug!(osd = s.id, pg = %pg.id, epoch, "pg active");
     }
-    pg.activate(epoch);
-    tracing::debug!(osd = s.id, pg = %pg.id, epoch, "pg active");
     Ok(())
 }
 

@@ -170,22 +170,9 @@ impl Pg {
         true
     }
 
-    /// Records the OSDs left out of the interval of `epoch` (if it is still the current one).
-    pub fn set_left_out(&self, epoch: u64, left_out: BTreeSet<i32>) {
-        let mut iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
-        if iv.epoch == epoch {
-            iv.left_out = left_out;
-        }
-    }
-
     /// OSDs of earlier intervals that may hold newer data.
     pub fn past_osds(&self) -> BTreeSet<i32> {
         self.past.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Forgets earlier intervals (every copy of the current one is clean).
-    pub fn clear_past(&self) {
-        self.past.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// Current status.
@@ -198,12 +185,36 @@ impl Pg {
         *self.status.lock().unwrap_or_else(|p| p.into_inner()) = s;
     }
 
-    /// Marks the PG active in the interval of `epoch` (if that is still the current one).
-    pub fn activate(&self, epoch: u64) {
+    /// Sets the status if the interval of `epoch` is still the current one: a peering of an
+    /// interval that has ended must not overwrite the state of the next. True when set.
+    pub fn set_status_in(&self, epoch: u64, s: PgStatus) -> bool {
         let iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
-        if iv.epoch == epoch {
-            self.active.send_replace(Some(epoch));
+        if iv.epoch != epoch {
+            return false;
         }
+        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = s;
+        true
+    }
+
+    /// Ends the peering of the interval of `epoch`, if it is still the current one (checked
+    /// under the interval's lock, which a new map takes to start the next): records the copies
+    /// left out, forgets earlier intervals when every copy is clean, sets the status and
+    /// activates. True when the PG is now active.
+    pub fn finish_peering(&self, epoch: u64, left_out: BTreeSet<i32>, clean: bool) -> bool {
+        let mut iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
+        if iv.epoch != epoch {
+            return false;
+        }
+        iv.left_out = left_out;
+        if clean {
+            self.past.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = match clean {
+            true => PgStatus::ActiveClean,
+            false => PgStatus::ActiveDegraded,
+        };
+        self.active.send_replace(Some(epoch));
+        true
     }
 
     /// Takes the PG out of service in the interval of `epoch` (if that is still the current
@@ -327,5 +338,32 @@ impl PgTable {
             .values()
             .cloned()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peering_that_ends_after_its_interval_has_changed_changes_nothing() {
+        let table = PgTable::default();
+        let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
+        assert!(pg.on_map(5, vec![0, 1, 2], 3, 2));
+        // The next map starts another interval (led by another OSD) while the first one's
+        // peering is still running here.
+        assert!(pg.on_map(6, vec![1, 0, 2], 3, 2));
+        pg.set_status(PgStatus::Replica);
+        assert!(!pg.finish_peering(5, BTreeSet::new(), true));
+        assert!(!pg.set_status_in(5, PgStatus::Peering));
+        assert_eq!(pg.status(), PgStatus::Replica);
+        assert_eq!(pg.active_epoch(), None);
+        assert_eq!(pg.past_osds(), BTreeSet::from([0, 1, 2]));
+        // The current interval's peering ends as it should.
+        assert!(pg.finish_peering(6, BTreeSet::from([2]), false));
+        assert_eq!(pg.status(), PgStatus::ActiveDegraded);
+        assert_eq!(pg.active_epoch(), Some(6));
+        assert_eq!(pg.interval().left_out, BTreeSet::from([2]));
+        assert_eq!(pg.interval().copies().collect::<Vec<_>>(), vec![1, 0]);
     }
 }
