@@ -70,16 +70,24 @@ async fn a_copy_too_full_for_its_recovery_is_left_out_and_its_pgs_serve_degraded
         let got = c.client.read("data", name).await.unwrap();
         assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(data), "{name}");
     }
-    // Some of them are degraded, the small OSD's copy left out.
-    let mut dump = String::new();
-    for osd in &c.osds[1..] {
-        let args = ["pg".to_string(), "dump".to_string()];
-        dump += &c.client.tell(osd.id(), &args).await.unwrap();
-    }
+    // Some of them are degraded, the small OSD's copy left out. (A new map, such as the one
+    // flagging the small OSD nearfull, has their primaries try it again: they may be peering
+    // for a moment.)
     let left_out = format!("{small}(toofull)");
-    assert!(
-        dump.lines()
-            .any(|l| l.contains("active+degraded") && l.contains(&left_out)),
-        "{dump}"
-    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut dump = String::new();
+        for osd in &c.osds[1..] {
+            let args = ["pg".to_string(), "dump".to_string()];
+            dump += &c.client.tell(osd.id(), &args).await.unwrap();
+        }
+        let seen = dump
+            .lines()
+            .any(|l| l.contains("active+degraded") && l.contains(&left_out));
+        if seen {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{dump}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
