@@ -217,20 +217,15 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
         let map = current_map(args.mon).await?;
         let up = map.osds.values().filter(|o| o.up).count();
         let inn = map.osds.values().filter(|o| o.reweight > 0).count();
-        let flagged = |nearfull: bool| -> Vec<String> {
+        let flagged = |pick: fn(&cairn_mon::OsdEntry) -> bool| -> Vec<String> {
             map.osds
                 .values()
-                .filter(|o| {
-                    if nearfull {
-                        o.nearfull && !o.full
-                    } else {
-                        o.full
-                    }
-                })
+                .filter(|o| pick(o))
                 .map(|o| format!("osd.{}", o.id))
                 .collect()
         };
-        let (full, nearfull) = (flagged(false), flagged(true));
+        let full = flagged(|o| o.full);
+        let nearfull = flagged(|o| o.nearfull && !o.full);
         let states = match up {
             0 => Default::default(),
             _ => crate::admin_cmd::pg_states(args.mon).await?,

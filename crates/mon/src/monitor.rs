@@ -269,8 +269,7 @@ impl Monitor {
                 if self.map.placement.pools.values().any(|p| p.name == name) {
                     return Err(MonError::Invalid(format!("pool `{name}` exists")));
                 }
-                let highest = self.map.placement.pools.keys().next_back().copied();
-                let id = self.map.pool_max.max(highest.unwrap_or(0)) + 1;
+                let id = self.map.pool_max + 1;
                 let pool = Pool::replicated(id, &name, size, pg_num, 0)?;
                 let epoch = self.commit(vec![Change::CreatePool(pool)])?;
                 Ok(Reply::Done { epoch })

@@ -53,7 +53,7 @@ pub struct Interval {
     pub min_size: usize,
     /// OSDs of the acting set left out of this interval because they could not take the
     /// recovery of their copy (too full): no replica writes go to them and the PG is degraded
-    /// without them. Tried again when the map clears their full flag.
+    /// without them. Tried again on a map that shows them up and not flagged full.
     pub left_out: BTreeSet<i32>,
 }
 
@@ -298,11 +298,7 @@ impl PgTable {
 
     /// Whether `pg` is the table's entry for its id (a deleted stray leaves the table).
     pub fn holds(&self, pg: &Arc<Pg>) -> bool {
-        self.pgs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&pg.id)
-            .is_some_and(|known| Arc::ptr_eq(known, pg))
+        is_entry(&self.pgs.lock().unwrap_or_else(|p| p.into_inner()), pg)
     }
 
     /// Forgets `pg` (a deleted copy of a removed pool's PG: pool ids are never reused); true
@@ -322,8 +318,7 @@ impl PgTable {
     /// lock; true when it was removed.
     fn remove_if(&self, pg: &Arc<Pg>, cond: impl FnOnce(&Pg) -> bool) -> bool {
         let mut pgs = self.pgs.lock().unwrap_or_else(|p| p.into_inner());
-        let ours = pgs.get(&pg.id).is_some_and(|known| Arc::ptr_eq(known, pg));
-        if ours && cond(pg) {
+        if is_entry(&pgs, pg) && cond(pg) {
             pgs.remove(&pg.id);
             return true;
         }
@@ -339,6 +334,11 @@ impl PgTable {
             .cloned()
             .collect()
     }
+}
+
+/// Whether `pg` is `pgs`' entry for its id (not an older one since replaced or removed).
+fn is_entry(pgs: &HashMap<PgId, Arc<Pg>>, pg: &Arc<Pg>) -> bool {
+    pgs.get(&pg.id).is_some_and(|known| Arc::ptr_eq(known, pg))
 }
 
 #[cfg(test)]

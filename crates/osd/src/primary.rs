@@ -433,12 +433,24 @@ fn answer_resend(
 
 /// This OSD's store: bytes used, capacity, and whether `bytes` more would fill it past its
 /// full ratio (never with ratio 1.0).
-pub(crate) fn fullness(s: &Shared, bytes: u64) -> (u64, u64, bool) {
+fn fullness(s: &Shared, bytes: u64) -> (u64, u64, bool) {
     let capacity = s.store.capacity_bytes();
     let used = capacity.saturating_sub(s.store.free_bytes_hint());
     let limit = (capacity as f64 * s.cfg.full_ratio) as u64;
     let past = s.cfg.full_ratio < 1.0 && used.saturating_add(bytes) > limit;
     (used, capacity, past)
+}
+
+/// Why `bytes` more would fill this OSD's store past its full ratio, or None if they fit (a
+/// client write and a recovery push are refused alike).
+pub(crate) fn past_full_ratio_with(s: &Shared, bytes: u64) -> Option<String> {
+    let (used, capacity, past) = fullness(s, bytes);
+    past.then(|| {
+        format!(
+            "{used} of {capacity} bytes used, {bytes} more would pass the full ratio {}",
+            s.cfg.full_ratio
+        )
+    })
 }
 
 /// Whether this OSD's store is past its nearfull and its full ratio now (what its beacons tell
@@ -457,11 +469,8 @@ fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
     if bytes == 0 {
         return Ok(());
     }
-    if let (used, capacity, true) = fullness(s, bytes) {
-        return Err(OpResult::NoSpace(format!(
-            "osd.{}: {used} of {capacity} bytes used, {bytes} more would pass the full ratio {}",
-            s.id, s.cfg.full_ratio
-        )));
+    if let Some(why) = past_full_ratio_with(s, bytes) {
+        return Err(OpResult::NoSpace(format!("osd.{}: {why}", s.id)));
     }
     let map = s.map.borrow();
     let full = map.as_ref().and_then(|m| {

@@ -289,11 +289,7 @@ async fn recovery(
                 None
             };
             let bytes = image.as_ref().map_or(0, |i| i.data.len() as u64);
-            if let (used, capacity, true) = crate::primary::fullness(s, bytes) {
-                let why = format!(
-                    "{used} of {capacity} bytes used, {bytes} more would pass the full ratio {}",
-                    s.cfg.full_ratio
-                );
+            if let Some(why) = crate::primary::past_full_ratio_with(s, bytes) {
                 return Ok((PeerAnswer::TooFull { why }, Bytes::new()));
             }
             let mut inner = pg.inner.lock().await;

@@ -68,18 +68,21 @@ async fn deletable(s: &Shared, pg: &Pg) -> Option<Deletable> {
     if epoch == 0 {
         return None;
     }
-    let Some((_, up, _)) = s.placement(pg.id) else {
-        let pool_gone = s
-            .map
-            .borrow()
-            .as_ref()
-            .is_some_and(|m| !m.placement.pools.contains_key(&pg.id.pool));
-        return pool_gone.then_some(Deletable::PoolRemoved);
-    };
-    if up.contains(&s.id) {
+    let pool_gone = s
+        .map
+        .borrow()
+        .as_ref()
+        .is_some_and(|m| !m.placement.pools.contains_key(&pg.id.pool));
+    if pool_gone {
+        return Some(Deletable::PoolRemoved);
+    }
+    // The acting set the map handler last gave the PG (no placement computed here per PG and
+    // per pass; `delete` checks the current map again before it removes anything).
+    let iv = pg.interval();
+    if iv.acting.contains(&s.id) {
         return None;
     }
-    let primary = *up.first()?;
+    let primary = *iv.acting.first()?;
     let last_epoch_started = pg.inner.lock().await.last_epoch_started;
     let body = PeerBody::IsClean { last_epoch_started };
     match ask(s, pg, epoch, primary, body, Bytes::new()).await {
