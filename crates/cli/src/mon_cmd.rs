@@ -181,19 +181,23 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
             heartbeat_grace_ms: args.heartbeat_grace_s * 1000,
             ..MonConfig::default()
         };
-        let (map, store) = match &args.data {
+        let (monitor, store) = match &args.data {
             Some(dir) => {
                 let store = cairn_mon::store::MapStore::open(dir).await?;
                 let map = match store.load().await? {
                     Some(map) => map,
                     None => ClusterMap::new(&args.fsid)?,
                 };
-                (map, Some(store))
+                let history = store.load_history(&map).await?;
+                (Monitor::with_history(map, history, config), Some(store))
             }
-            None => (ClusterMap::new(&args.fsid)?, None),
+            None => (Monitor::new(ClusterMap::new(&args.fsid)?, config), None),
         };
-        eprintln!("monitor map at epoch {}", map.epoch);
-        let monitor = Monitor::new(map, config);
+        eprintln!(
+            "monitor map at epoch {} (history from epoch {})",
+            monitor.map().epoch,
+            monitor.history().oldest_epoch()
+        );
         let daemon = MonDaemon::start_with_store(monitor, args.listen, store).await?;
         eprintln!("monitor listening on {}", daemon.addr());
         tokio::signal::ctrl_c().await?;

@@ -90,6 +90,26 @@ impl MonClient {
         self.request(RequestBody::Op(request), timeout_ms).await
     }
 
+    /// The maps of every epoch from `from` (or from the oldest the monitor keeps, if newer) to
+    /// the monitor's current one, rebuilt from its history, oldest first.
+    pub async fn maps_since(&self, from: u64, timeout_ms: u64) -> Result<Vec<ClusterMap>, MonError> {
+        let reply = self
+            .request(RequestBody::History { from }, timeout_ms)
+            .await?;
+        let range = reply
+            .maps
+            .ok_or_else(|| MonError::Invalid("history reply without maps".into()))?;
+        let mut map = ClusterMap::decode(&range.full)?;
+        let mut out = Vec::with_capacity(range.incrementals.len() + 1);
+        for bytes in &range.incrementals {
+            let inc = Incremental::decode(bytes)?;
+            out.push(map.clone());
+            map.apply(&inc)?;
+        }
+        out.push(map);
+        Ok(out)
+    }
+
     /// Subscribes to map updates (full map first), and keeps the subscription renewed.
     pub async fn subscribe(&self, timeout_ms: u64) -> Result<(), MonError> {
         let have_epoch = self.map.borrow().as_ref().map_or(0, |m| m.epoch);

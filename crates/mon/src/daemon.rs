@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use crate::error::MonError;
 use crate::monitor::{Monitor, Reply, Request};
 use crate::proto::{
-    from_payload, to_payload, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
+    from_payload, to_payload, MapRange, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
     MSG_MON_REPLY, MSG_MON_REQUEST,
 };
 use crate::store::MapStore;
@@ -137,8 +137,9 @@ async fn run_core(
                 let reply = match request.body {
                     RequestBody::Subscribe { have_epoch } => {
                         subscribers.insert(session, (sender.clone(), have_epoch));
-                        MonReply { tid: request.tid, epoch: monitor.map().epoch, osd_id: None, error: None }
+                        MonReply { tid: request.tid, epoch: monitor.map().epoch, osd_id: None, error: None, maps: None }
                     }
+                    RequestBody::History { from } => history_reply(&monitor, request.tid, from),
                     RequestBody::Op(req) => answer(&mut monitor, now_ms(), request.tid, req),
                 };
                 if !persist(&store, &monitor, before).await {
@@ -161,12 +162,35 @@ async fn persist(store: &Option<MapStore>, monitor: &Monitor, before: u64) -> bo
     if monitor.map().epoch == before {
         return true;
     }
-    match store.save(monitor.map()).await {
+    match store.save(monitor.map(), monitor.history()).await {
         Ok(()) => true,
         Err(e) => {
             tracing::error!(error = %e, "cannot persist the map: the monitor stops");
             false
         }
+    }
+}
+
+fn history_reply(monitor: &Monitor, tid: u64, from: u64) -> MonReply {
+    let epoch = monitor.map().epoch;
+    match monitor.history().range_from(from) {
+        Ok((full, incs)) => MonReply {
+            tid,
+            epoch,
+            osd_id: None,
+            error: None,
+            maps: Some(MapRange {
+                full: full.encode(),
+                incrementals: incs.iter().map(|i| i.encode()).collect(),
+            }),
+        },
+        Err(e) => MonReply {
+            tid,
+            epoch,
+            osd_id: None,
+            error: Some(e.to_string()),
+            maps: None,
+        },
     }
 }
 
@@ -177,18 +201,21 @@ fn answer(monitor: &mut Monitor, now_ms: u64, tid: u64, request: Request) -> Mon
             epoch,
             osd_id: Some(id),
             error: None,
+            maps: None,
         },
         Ok(Reply::Done { epoch }) => MonReply {
             tid,
             epoch,
             osd_id: None,
             error: None,
+            maps: None,
         },
         Err(e) => MonReply {
             tid,
             epoch: monitor.map().epoch,
             osd_id: None,
             error: Some(e.to_string()),
+            maps: None,
         },
     }
 }

@@ -12,6 +12,7 @@
 pub mod client;
 pub mod daemon;
 pub mod error;
+pub mod history;
 pub mod incremental;
 pub mod map;
 pub mod monitor;
@@ -19,6 +20,7 @@ pub mod proto;
 pub mod store;
 
 pub use error::MonError;
+pub use history::MapHistory;
 pub use incremental::{Change, Incremental};
 pub use map::{ClusterMap, OsdEntry};
 pub use monitor::{MonConfig, Monitor, Reply, Request};

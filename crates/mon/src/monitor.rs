@@ -6,13 +6,14 @@
 //! catch up from, and re-balancing after every change so PG counts stay within one of target
 //! while moving only what the change requires. Sans-IO: `now_ms` is always passed in.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use cairn_clustermap::balance::{balance, placement_of, BalanceOptions};
 use cairn_clustermap::shape::Topology;
 use cairn_clustermap::Pool;
 
 use crate::error::MonError;
+use crate::history::MapHistory;
 use crate::incremental::{Change, Incremental};
 use crate::map::{ClusterMap, OsdEntry};
 
@@ -27,8 +28,13 @@ pub struct MonConfig {
     pub down_out_interval_ms: u64,
     /// An up OSD that sends no beacon for this long is marked down (Ceph: 900 s).
     pub beacon_timeout_ms: u64,
-    /// Incrementals kept for subscribers to catch up from (older ones get the full map).
-    pub history_len: usize,
+    /// Most incrementals sent to a subscriber to catch up (further behind, it gets the full map).
+    pub catch_up_max: usize,
+    /// Epochs of history kept (durably, with the daemon's store) for OSDs to rebuild the maps
+    /// they missed and compute their PGs' past intervals. Ceph keeps maps back to the oldest
+    /// epoch a PG may still need; this keeps a fixed number (an incremental is a few hundred
+    /// bytes).
+    pub history_epochs: usize,
     /// Re-balance placement (exceptions) after every change.
     pub balance: bool,
 }
@@ -40,7 +46,8 @@ impl Default for MonConfig {
             heartbeat_grace_ms: 20_000,
             down_out_interval_ms: 600_000,
             beacon_timeout_ms: 900_000,
-            history_len: 500,
+            catch_up_max: 500,
+            history_epochs: 20_000,
             balance: true,
         }
     }
@@ -140,19 +147,41 @@ pub struct Monitor {
     config: MonConfig,
     reports: BTreeMap<i32, BTreeMap<i32, u64>>,
     last_beacon_ms: BTreeMap<i32, u64>,
-    history: VecDeque<Incremental>,
+    history: MapHistory,
 }
 
 impl Monitor {
     /// A monitor over `map` (e.g. loaded from its store).
     pub fn new(map: ClusterMap, config: MonConfig) -> Self {
+        let history = MapHistory::new(&map);
+        Monitor::with_history(map, history, config)
+    }
+
+    /// A monitor over `map` and the history that leads to it (both loaded from its store); a
+    /// history that does not end at the map's epoch is replaced by one that begins there.
+    pub fn with_history(map: ClusterMap, history: MapHistory, config: MonConfig) -> Self {
+        let history = if history.newest_epoch() == map.epoch {
+            history
+        } else {
+            tracing::warn!(
+                map = map.epoch,
+                history = history.newest_epoch(),
+                "map history does not end at the map: it begins again here"
+            );
+            MapHistory::new(&map)
+        };
         Monitor {
             map,
             config,
             reports: BTreeMap::new(),
             last_beacon_ms: BTreeMap::new(),
-            history: VecDeque::new(),
+            history,
         }
+    }
+
+    /// The map's history (base map and incrementals since).
+    pub fn history(&self) -> &MapHistory {
+        &self.history
     }
 
     /// The current map.
@@ -163,20 +192,7 @@ impl Monitor {
     /// Incrementals after `epoch`, or None if the history no longer reaches back that far (send
     /// the full map instead).
     pub fn incrementals_since(&self, epoch: u64) -> Option<Vec<Incremental>> {
-        if epoch >= self.map.epoch {
-            return Some(Vec::new());
-        }
-        let first = self.history.front()?.epoch;
-        if epoch + 1 < first {
-            return None;
-        }
-        Some(
-            self.history
-                .iter()
-                .filter(|i| i.epoch > epoch)
-                .cloned()
-                .collect(),
-        )
+        self.history.since(epoch, self.config.catch_up_max)
     }
 
     /// Serves one request at time `now_ms`.
@@ -449,10 +465,8 @@ impl Monitor {
         }
         let inc = Incremental { epoch, changes };
         self.map.apply(&inc)?;
-        self.history.push_back(inc);
-        while self.history.len() > self.config.history_len {
-            self.history.pop_front();
-        }
+        self.history.push(inc)?;
+        self.history.trim(self.config.history_epochs)?;
         Ok(epoch)
     }
 }

@@ -32,6 +32,21 @@ pub enum RequestBody {
         /// Newest epoch the subscriber already has.
         have_epoch: u64,
     },
+    /// The maps from epoch `from` on (see [`MapRange`]), for an OSD rebuilding epochs it missed.
+    History {
+        /// Oldest epoch wanted.
+        from: u64,
+    },
+}
+
+/// Past maps: the full map at the oldest epoch asked for (or at the oldest the monitor keeps,
+/// if that is newer) and every incremental after it up to the current epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapRange {
+    /// Encoded full map (see [`crate::ClusterMap::encode`]).
+    pub full: Vec<u8>,
+    /// Encoded incrementals in epoch order (see [`crate::Incremental::encode`]).
+    pub incrementals: Vec<Vec<u8>>,
 }
 
 /// The reply to a request.
@@ -45,6 +60,9 @@ pub struct MonReply {
     pub osd_id: Option<i32>,
     /// Error text, if the request failed.
     pub error: Option<String>,
+    /// Past maps, in reply to [`RequestBody::History`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maps: Option<MapRange>,
 }
 
 /// A map update: a full map or the incrementals since the subscriber's epoch.

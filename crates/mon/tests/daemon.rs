@@ -133,8 +133,10 @@ async fn the_map_survives_a_monitor_restart() {
         before.encode(),
         "the restarted map is the acknowledged one"
     );
+    let history = store.load_history(&loaded).await.unwrap();
+    assert_eq!(history.oldest_epoch(), 1, "the whole history survives");
     let daemon = MonDaemon::start_with_store(
-        Monitor::new(loaded, MonConfig::default()),
+        Monitor::with_history(loaded, history, MonConfig::default()),
         "127.0.0.1:0".parse().unwrap(),
         Some(store),
     )
@@ -146,6 +148,12 @@ async fn the_map_survives_a_monitor_restart() {
         client.wait_for_epoch(last, 5000).await.unwrap().encode(),
         before.encode()
     );
+    // Every past epoch can be rebuilt from the restarted monitor's history.
+    let maps = client.maps_since(2, 5000).await.unwrap();
+    let epochs: Vec<u64> = maps.iter().map(|m| m.epoch).collect();
+    assert_eq!(epochs, (2..=last).collect::<Vec<_>>());
+    assert_eq!(maps.last().unwrap().encode(), before.encode());
+    assert_eq!(maps[0].osds.len(), 1, "epoch 2 is the first boot's");
     // A known OSD keeps its id after the restart.
     let id = client
         .op(

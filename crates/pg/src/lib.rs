@@ -3,15 +3,18 @@
 //! [`log`] is the PG log (ordered versioned entries per PG, bounded, trimmed); [`peering`]
 //! decides, from the logs of the OSDs that may hold a PG, which log is authoritative and what
 //! each replica must recover (objects newer elsewhere, divergent entries to roll back) or
-//! whether it is beyond the log's reach and needs backfill; [`machine`] sequences peering for a
+//! whether it is beyond the log's reach and needs backfill; [`intervals`] says which OSDs must
+//! be heard from first (and when a PG is down); [`machine`] sequences peering for a
 //! primary as the cluster map changes. Nothing here reads a clock, touches a disk or a socket.
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod intervals;
 pub mod log;
 pub mod machine;
 pub mod peering;
 
 pub use error::PgError;
+pub use intervals::{intervals, prior_set, PastInterval, Prior};
 pub use log::{Eversion, LogEntry, ObjectId, OpKind, PgLog, ReqId, PRIOR_UNKNOWN};
 pub use peering::{plan, PeerLog, PeeringPlan, Recovery};
