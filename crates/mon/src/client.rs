@@ -92,7 +92,11 @@ impl MonClient {
 
     /// The maps of every epoch from `from` (or from the oldest the monitor keeps, if newer) to
     /// the monitor's current one, rebuilt from its history, oldest first.
-    pub async fn maps_since(&self, from: u64, timeout_ms: u64) -> Result<Vec<ClusterMap>, MonError> {
+    pub async fn maps_since(
+        &self,
+        from: u64,
+        timeout_ms: u64,
+    ) -> Result<Vec<ClusterMap>, MonError> {
         let reply = self
             .request(RequestBody::History { from }, timeout_ms)
             .await?;

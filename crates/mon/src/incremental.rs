@@ -100,6 +100,15 @@ impl ClusterMap {
         let mut next = self.clone();
         for change in &inc.changes {
             next.apply_change(change)?;
+            match change {
+                Change::CreatePool(pool) => {
+                    next.pool_created.insert(pool.id, inc.epoch);
+                }
+                Change::RemovePool(id) => {
+                    next.pool_created.remove(id);
+                }
+                _ => {}
+            }
         }
         next.epoch = inc.epoch;
         next.sync_states();

@@ -60,6 +60,9 @@ pub struct ClusterMap {
     /// Highest pool id ever created (Ceph's `pool_max`): ids are never reused, so copies of a
     /// removed pool's PGs that an OSD has not deleted yet can never be taken for a new pool's.
     pub pool_max: i64,
+    /// The epoch each pool was created in: no PG of a pool has a past before it (where an
+    /// OSD computes a PG's past intervals, it starts there).
+    pub pool_created: BTreeMap<i64, u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -73,6 +76,9 @@ struct Encoded {
     /// Absent in maps written before it: the highest id of their pools then.
     #[serde(default)]
     pool_max: i64,
+    /// Absent in maps written before it: their pools' creation epochs are not known.
+    #[serde(default)]
+    pool_created: BTreeMap<i64, u64>,
 }
 
 impl ClusterMap {
@@ -87,6 +93,7 @@ impl ClusterMap {
             osds: BTreeMap::new(),
             placement,
             pool_max: 0,
+            pool_created: BTreeMap::new(),
         })
     }
 
@@ -119,6 +126,7 @@ impl ClusterMap {
             pools: self.placement.pools.values().cloned().collect(),
             exceptions: self.placement.exceptions.to_text(),
             pool_max: self.pool_max,
+            pool_created: self.pool_created.clone(),
         };
         envelope(&serde_json::to_vec(&enc).unwrap_or_default())
     }
@@ -143,6 +151,7 @@ impl ClusterMap {
             osds: enc.osds.into_iter().map(|o| (o.id, o)).collect(),
             placement,
             pool_max: enc.pool_max.max(highest),
+            pool_created: enc.pool_created,
         };
         map.sync_states();
         Ok(map)

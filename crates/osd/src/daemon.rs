@@ -315,6 +315,7 @@ impl OsdDaemon {
             loop {
                 let map = rx.borrow_and_update().clone();
                 if let Some(map) = map {
+                    s.past_maps.note(&map);
                     peering::on_map(&s, &map);
                     if map.osds.get(&s.id).is_some_and(|o| !o.up) {
                         // Wrongly marked down while alive (e.g. a partition healed): boot again.

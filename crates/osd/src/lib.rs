@@ -15,6 +15,7 @@ pub mod error;
 pub mod heartbeat;
 pub mod metrics;
 pub mod objects;
+pub mod past;
 pub mod payload;
 pub mod peering;
 pub mod peers;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_clustermap::PgId;
 use cairn_mon::ClusterMap;
-use cairn_pg::{plan, PeerLog, PgLog, Recovery};
+use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
 use cairn_proto::image::ObjectImage;
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
 use cairn_proto::{decode, encode, MSG_PEER_REQUEST};
@@ -82,6 +82,12 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
                 if retry_left_out(map, &iv) {
                     let why = "a copy left out as too full is no longer flagged full";
                     repeer(s, &pg, iv.epoch, why);
+                } else if pg.status() == PgStatus::Down {
+                    // A copy of the interval it waits for may be back (or removed).
+                    let (s2, pg, epoch) = (s.clone(), pg.clone(), iv.epoch);
+                    s.track(tokio::spawn(
+                        async move { peer_until_done(s2, pg, epoch).await },
+                    ));
                 }
             }
         }
@@ -171,6 +177,66 @@ pub(crate) async fn ask(
     }
 }
 
+/// Asks `osd` for its copy's log and last epoch started.
+async fn query_log(s: &Shared, pg: &Pg, epoch: u64, osd: i32) -> Result<PeerLog, OsdError> {
+    match ask(s, pg, epoch, osd, PeerBody::Query, Bytes::new()).await? {
+        (
+            PeerAnswer::Info {
+                last_epoch_started,
+                log,
+            },
+            _,
+        ) => Ok(PeerLog {
+            osd,
+            last_epoch_started,
+            log,
+        }),
+        _ => Err(OsdError::Peer {
+            osd,
+            reason: "unexpected answer to a log query".into(),
+        }),
+    }
+}
+
+/// The prior set of `pg`'s peering in the interval begun at `epoch`, from the logs heard so
+/// far: the PG's intervals after the newest last epoch started among them, from the maps of
+/// those epochs. OSDs the current map no longer has (removed) count as lost.
+async fn prior(
+    s: &Shared,
+    pg: &Pg,
+    epoch: u64,
+    logs: &[PeerLog],
+    heard: &BTreeSet<i32>,
+    up: &BTreeSet<i32>,
+) -> Result<Prior, OsdError> {
+    let since = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
+    let (created, known) = {
+        let map = s.map.borrow();
+        let map = map.as_ref();
+        let created = map.and_then(|m| m.pool_created.get(&pg.id.pool).copied());
+        let known: BTreeSet<i32> = map
+            .map(|m| m.osds.keys().copied().collect())
+            .unwrap_or_default();
+        (created.unwrap_or(0), known)
+    };
+    let from = (since + 1).max(created);
+    let past = s
+        .past_maps
+        .intervals(&s.mon, pg.id, from, epoch.saturating_sub(1))
+        .await?;
+    if !past.complete {
+        s.metrics.record_history_gap();
+        tracing::warn!(osd = s.id, pg = %pg.id, since, oldest = ?past.intervals.first().map(|i| i.first), "the monitor's history no longer reaches back to the pg's last activation: intervals before it are not checked");
+    }
+    let lost: BTreeSet<i32> = past
+        .intervals
+        .iter()
+        .flat_map(|i| i.acting.iter().copied())
+        .filter(|o| !known.contains(o))
+        .collect();
+    Ok(prior_set(&past.intervals, since, heard, up, &lost))
+}
+
 async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError> {
     let mut inner = pg.inner.lock().await;
     let iv = pg.interval();
@@ -195,27 +261,36 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         .into_iter()
         .filter(|o| *o != s.id && up.contains(o) && !acting.contains(o))
         .collect();
-    for &osd in acting.iter().chain(past.iter()) {
-        match ask(s, pg, epoch, osd, PeerBody::Query, Bytes::new()).await {
-            Ok((
-                PeerAnswer::Info {
-                    last_epoch_started,
-                    log,
-                },
-                _,
-            )) => logs.push(PeerLog {
-                osd,
-                last_epoch_started,
-                log,
-            }),
-            Ok(_) => {
-                return Err(OsdError::Peer {
-                    osd,
-                    reason: "unexpected answer to a log query".into(),
-                })
+    let mut heard = BTreeSet::from([s.id]);
+    for &osd in &acting {
+        logs.push(query_log(s, pg, epoch, osd).await?);
+        heard.insert(osd);
+    }
+    for &osd in &past {
+        match query_log(s, pg, epoch, osd).await {
+            Ok(log) => {
+                logs.push(log);
+                heard.insert(osd);
             }
-            Err(e) if acting.contains(&osd) => return Err(e),
             Err(e) => tracing::info!(pg = %pg.id, osd, error = %e, "past copy did not answer"),
+        }
+    }
+    // Every later interval that may have taken writes must be heard from (Ceph's prior set).
+    loop {
+        match prior(s, pg, epoch, &logs, &heard, &up).await? {
+            Prior::Ask(more) if more.is_empty() => break,
+            Prior::Ask(more) => {
+                for osd in more {
+                    logs.push(query_log(s, pg, epoch, osd).await?);
+                    heard.insert(osd);
+                }
+            }
+            Prior::Down { interval } => {
+                if pg.set_status_in(epoch, PgStatus::Down) {
+                    tracing::warn!(osd = s.id, pg = %pg.id, epoch, first = interval.first, last = interval.last, acting = ?interval.acting, "pg down: an interval that may have taken writes has no copy up");
+                }
+                return Ok(());
+            }
         }
     }
     let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;

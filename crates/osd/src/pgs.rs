@@ -23,6 +23,9 @@ pub enum PgStatus {
     ActiveDegraded,
     /// Primary with fewer than min_size copies up: no I/O until the map changes.
     Inactive,
+    /// Primary of a PG that may have taken writes in an earlier interval none of whose copies
+    /// is up: no I/O (it would serve stale data) until one of them is back, or is removed.
+    Down,
     /// A replica (or a stray copy) of the PG.
     Replica,
 }
@@ -35,6 +38,7 @@ impl PgStatus {
             PgStatus::ActiveClean => "active+clean",
             PgStatus::ActiveDegraded => "active+degraded",
             PgStatus::Inactive => "inactive",
+            PgStatus::Down => "down",
             PgStatus::Replica => "replica",
         }
     }

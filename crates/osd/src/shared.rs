@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::daemon::OsdConfig;
 use crate::metrics::Metrics;
+use crate::past::PastMaps;
 use crate::peers::Peers;
 use crate::pgs::PgTable;
 use crate::sched::OpScheduler;
@@ -29,6 +30,8 @@ pub struct Shared {
     pub mon: Arc<MonClient>,
     /// The PGs.
     pub pgs: PgTable,
+    /// Maps of past epochs, for PGs' past intervals.
+    pub past_maps: PastMaps,
     /// Connections to other OSDs.
     pub peers: Peers,
     /// Configuration.
@@ -62,6 +65,7 @@ impl Shared {
             map,
             mon,
             pgs: PgTable::default(),
+            past_maps: PastMaps::default(),
             peers: Peers::new(id),
             cfg,
             metrics: Metrics::default(),

@@ -1,0 +1,161 @@
+//! A PG whose newest writes are only on OSDs that are down must not go active on an older
+//! copy. Pool of size 2 (min_size 1), one PG on osd X and osd Y: Y stops; X alone takes a
+//! write; X stops; Y comes back. Y's copy lacks the write, and Y never saw the epochs in which
+//! X served alone (it was down): it learns them from the monitor's map history, finds an
+//! interval that may have taken writes with no copy up, and keeps the PG down (no read, no
+//! write) until X is back, or until the operator removes X and so accepts the loss.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cairn_mon::client::MonClient;
+use cairn_mon::monitor::Request;
+use cairn_osd::OsdDaemon;
+use common::{cluster, osd_config, Cluster};
+
+const TAG: &str = "pgdown";
+
+/// The up set of the only PG of pool `two` (primary first).
+fn placement(c: &Cluster) -> Vec<i32> {
+    let map = c.client.map().unwrap();
+    let pool = map
+        .placement
+        .pools
+        .values()
+        .find(|p| p.name == "two")
+        .unwrap();
+    let pg = pool.object_pg("obj", "", "");
+    map.placement.mapper().map_pg(pg).unwrap().up
+}
+
+fn index_of(c: &Cluster, osd: i32) -> usize {
+    c.osds.iter().position(|o| o.id() == osd).unwrap()
+}
+
+/// Writes `data` to `obj` of pool `two`, retrying while the PG peers (at most 30 s).
+async fn write_until_acked(c: &Cluster, data: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.client.write_full("two", "obj", data).await.is_err() {
+        assert!(Instant::now() < deadline, "write never acknowledged");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Stops osd `osd` and marks it down at the monitor.
+async fn stop_osd(c: &mut Cluster, admin: &MonClient, osd: i32) {
+    drop(c.osds.remove(index_of(c, osd)));
+    admin
+        .op(Request::MarkDown { id: osd }, 10_000)
+        .await
+        .unwrap();
+}
+
+/// Starts osd `osd` again on its store (it was OSD number `i` of the cluster tagged `tag`) and
+/// waits until the client's map shows it up.
+async fn restart(c: &mut Cluster, tag: &str, i: usize, osd: i32) {
+    let cfg = osd_config(tag, i, &c.mon, &c.dir, 256 << 20);
+    c.osds.push(OsdDaemon::start(cfg).await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.client.map().unwrap().osds[&osd].up {
+        assert!(Instant::now() < deadline, "osd.{osd} did not come back up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The PG states `osd` reports in its pg dump.
+async fn pg_dump(c: &Cluster, osd: i32) -> String {
+    let args = ["pg".to_string(), "dump".to_string()];
+    c.client.tell(osd, &args).await.unwrap_or_default()
+}
+
+/// Up to the point where Y is back alone: returns (X, Y, X's OSD number in the cluster).
+async fn only_the_stale_copy_up(
+    c: &mut Cluster,
+    tag: &str,
+    admin: &MonClient,
+) -> (i32, i32, usize) {
+    admin
+        .op(
+            Request::CreatePool {
+                name: "two".into(),
+                size: 2,
+                pg_num: 1,
+            },
+            10_000,
+        )
+        .await
+        .unwrap();
+    write_until_acked(c, b"version one").await;
+    let up = placement(c);
+    assert_eq!(up.len(), 2, "{up:?}");
+    let (x, y) = (up[0], up[1]);
+    let (ix, iy) = (index_of(c, x), index_of(c, y));
+    // The cluster's OSD number i has id i (they booted in order).
+    assert_eq!((ix as i32, iy as i32), (x, y));
+    stop_osd(c, admin, y).await;
+    write_until_acked(c, b"version two, on x alone").await;
+    stop_osd(c, admin, x).await;
+    restart(c, tag, iy, y).await;
+    (x, y, ix)
+}
+
+/// Asserts the PG neither serves the stale copy nor takes a write for 5 s, and that Y says so.
+async fn assert_down(c: &Cluster, y: i32) {
+    let read = tokio::time::timeout(Duration::from_secs(5), c.client.read("two", "obj")).await;
+    assert!(
+        !matches!(read, Ok(Ok(_))),
+        "the stale copy was served: {read:?}"
+    );
+    let write = tokio::time::timeout(
+        Duration::from_secs(2),
+        c.client.write_full("two", "obj", b"on the stale copy"),
+    )
+    .await;
+    assert!(
+        !matches!(write, Ok(Ok(_))),
+        "a write went to the stale copy"
+    );
+    let dump = pg_dump(c, y).await;
+    assert!(
+        dump.lines().any(|l| l.contains("down")),
+        "osd.{y} does not report the pg down:\n{dump}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_whose_newest_writes_are_on_down_osds_stays_down_until_one_returns() {
+    let mut c = cluster(TAG, 4, 256 << 20).await;
+    c.client.op_timeout_ms = 3_000;
+    let admin = MonClient::connect(c.mon.addr(), 97).await;
+    let (x, y, ix) = only_the_stale_copy_up(&mut c, TAG, &admin).await;
+    assert_down(&c, y).await;
+    restart(&mut c, TAG, ix, x).await;
+    c.client.op_timeout_ms = 30_000;
+    let got = c.client.read("two", "obj").await.unwrap();
+    assert_eq!(
+        crc32c::crc32c(&got),
+        crc32c::crc32c(b"version two, on x alone"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    common::stop(c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_down_osds_accepts_the_loss_and_the_pg_serves_again() {
+    let tag = format!("{TAG}-rm");
+    let mut c = cluster(&tag, 4, 256 << 20).await;
+    c.client.op_timeout_ms = 3_000;
+    let admin = MonClient::connect(c.mon.addr(), 98).await;
+    let (x, y, _) = only_the_stale_copy_up(&mut c, &tag, &admin).await;
+    assert_down(&c, y).await;
+    admin
+        .op(Request::RemoveOsd { id: x }, 10_000)
+        .await
+        .unwrap();
+    c.client.op_timeout_ms = 30_000;
+    let got = c.client.read("two", "obj").await.unwrap();
+    assert_eq!(got, b"version one", "the older copy is all that is left");
+    common::stop(c).await;
+}
