@@ -258,6 +258,7 @@ impl OsdDaemon {
             mon.clone(),
             cfg.clone(),
         ));
+        let mut oldest_les = u64::MAX;
         for coll in shared.store.list_collections().await? {
             let Some(pg) = coll
                 .strip_prefix("pg.")
@@ -267,9 +268,17 @@ impl OsdDaemon {
             };
             let (log, les) = pgmeta::load(&shared.store, &coll, cfg.max_log_entries).await?;
             shared.pgs.insert_loaded(pg, log, les);
+            oldest_les = oldest_les.min(les.max(1));
         }
         mon.subscribe(30_000).await?;
         mon.wait_for_epoch(boot.epoch, 30_000).await?;
+        // The epochs since its PGs last activated, which it may not have seen: fetched once
+        // here rather than by each PG's first peering.
+        if oldest_les < boot.epoch {
+            if let Err(e) = shared.past_maps.range(&mon, oldest_les, boot.epoch).await {
+                tracing::warn!(osd = id, error = %e, "past maps not fetched at boot");
+            }
+        }
         let metrics_addr = match cfg.metrics_listen {
             Some(a) => {
                 let s = shared.clone();

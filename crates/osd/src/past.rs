@@ -17,7 +17,7 @@ use cairn_pg::{intervals, PastInterval};
 use crate::error::OsdError;
 
 /// Newest epochs kept in memory (a small cluster's map is a few KiB).
-pub const KEEP_MAPS: usize = 4096;
+pub const KEEP_MAPS: usize = 1024;
 /// How long the monitor may take to answer a history request.
 const HISTORY_TIMEOUT_MS: u64 = 30_000;
 
