@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
-use cairn_osd::OsdDaemon;
 use common::{cluster, osd_config, Cluster};
 
 const TAG: &str = "pgdown";
@@ -55,7 +54,7 @@ async fn stop_osd(c: &mut Cluster, admin: &MonClient, osd: i32) {
 /// waits until the client's map shows it up.
 async fn restart(c: &mut Cluster, tag: &str, i: usize, osd: i32) {
     let cfg = osd_config(tag, i, &c.mon, &c.dir, 256 << 20);
-    c.osds.push(OsdDaemon::start(cfg).await.unwrap());
+    c.osds.push(common::restart_osd(cfg).await);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !c.client.map().unwrap().osds[&osd].up {
         assert!(Instant::now() < deadline, "osd.{osd} did not come back up");

@@ -198,3 +198,55 @@ async fn a_resend_is_answered_only_once_every_copy_has_the_write() {
     }
     drop(dir);
 }
+
+/// The log keeps 8 entries (and 8 dups) here: the append's entry is trimmed by 12 later writes,
+/// and its request id lives on as a dup, persisted with the log. After every OSD restarts from its store, a
+/// resend of the append is still answered with its first version and appends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_is_recognised_after_its_entry_left_the_log_and_the_osds_restarted() {
+    const TAG: &str = "resend-dups";
+    let short_log = |cfg: &mut cairn_osd::OsdConfig| cfg.max_log_entries = 8;
+    let mut c = cluster_with_devices(TAG, 1, [128 << 20; 3], short_log).await;
+    let name = "appended";
+    c.client.write_full("data", name, b"0123").await.unwrap();
+    let primary = placement_of(&c, name).1[0];
+    let addr = c.osds.iter().find(|o| o.id() == primary).unwrap().addr();
+    let mut session = Session::connect(addr, 0x7e60, Limits::default(), 50).await;
+    let req = ReqId {
+        client: 0xd0d0,
+        seq: 7,
+    };
+    let first = send_op(&mut session, &append(&c, 1, name, b"abc", req), b"abc").await;
+    assert_eq!(first.result, OpResult::Ok);
+    drop(session);
+    // The one PG's log moves 12 entries past it: out of the log, still among the dups.
+    for i in 0..12 {
+        let other = format!("other{i}");
+        c.client.write_full("data", &other, b"x").await.unwrap();
+    }
+    let mut restarted = Vec::new();
+    for (i, osd) in std::mem::take(&mut c.osds).into_iter().enumerate() {
+        drop(osd);
+        let mut cfg = common::osd_config(TAG, i, &c.mon, &c.dir, 128 << 20);
+        short_log(&mut cfg);
+        restarted.push(cfg);
+    }
+    for cfg in restarted {
+        c.osds.push(common::restart_osd(cfg).await);
+    }
+    read_until(&c, name, b"0123abc").await;
+    let primary = placement_of(&c, name).1[0];
+    let addr = c.osds.iter().find(|o| o.id() == primary).unwrap().addr();
+    let mut session = Session::connect(addr, 0x7e61, Limits::default(), 50).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let again = loop {
+        let reply = send_op(&mut session, &append(&c, 2, name, b"abc", req), b"abc").await;
+        if reply.result == OpResult::Ok || Instant::now() > deadline {
+            break reply;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(again.result, OpResult::Ok);
+    assert_eq!(again.version, first.version, "answered from the dups");
+    read_until(&c, name, b"0123abc").await;
+}

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
-use cairn_osd::OsdDaemon;
 use common::{cluster_with_devices, osd_config};
 
 fn object(i: usize) -> Vec<u8> {
@@ -50,7 +49,7 @@ async fn a_copy_too_full_for_its_recovery_is_left_out_and_its_pgs_serve_degraded
     }
     let mut cfg = osd_config("toofull", 0, &c.mon, &c.dir, SMALL);
     no_ratio(&mut cfg);
-    c.osds.insert(0, OsdDaemon::start(cfg).await.unwrap());
+    c.osds.insert(0, common::restart_osd(cfg).await);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !c.client.map().unwrap().osds[&small].up {
         assert!(

@@ -341,7 +341,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
             Err(e) => return Err(e),
         };
         let body = PeerBody::Activate {
-            log: auth_log.clone(),
+            log: Box::new(auth_log.clone()),
             keep,
         };
         ask(s, pg, epoch, osd, body, Bytes::new()).await?;

@@ -1,11 +1,14 @@
 //! Where a PG's own state lives in the store: a hidden meta object in the PG's collection whose
 //! omap holds the PG log (one entry per key, keyed by version so the order on disk is the log's
-//! order) and the PG info (tail, last epoch started). Every change to it rides in the same store
+//! order), the requests of trimmed entries (dups, keyed the same way) and the PG info (tail,
+//! last epoch started). Every change to it rides in the same store
 //! transaction as the data change it describes, so the log and the data can never disagree.
 //! This module only encodes and decodes; it never commits.
 
-use cairn_pg::{Eversion, LogEntry, PgLog};
+use cairn_pg::{Dup, Eversion, LogEntry, PgLog};
 use cairn_store::{Store, Transaction};
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::OsdError;
@@ -16,6 +19,8 @@ pub const META_OBJECT: &str = "\u{0}pgmeta";
 const INFO_KEY: &[u8] = b"info";
 /// Omap key prefix of log entries.
 const LOG_PREFIX: &[u8] = b"log.";
+/// Omap key prefix of dups (requests of trimmed entries).
+const DUP_PREFIX: &[u8] = b"dup.";
 /// Format version of the persisted records (invariant 5).
 const FORMAT: u32 = 1;
 
@@ -35,27 +40,48 @@ pub fn collection(pg: cairn_clustermap::PgId) -> String {
     format!("pg.{pg}")
 }
 
-fn log_key(v: Eversion) -> Vec<u8> {
-    let mut k = LOG_PREFIX.to_vec();
+fn versioned_key(prefix: &[u8], v: Eversion) -> Vec<u8> {
+    let mut k = prefix.to_vec();
     k.extend_from_slice(&v.epoch.to_be_bytes());
     k.extend_from_slice(&v.version.to_be_bytes());
     k
 }
 
-/// Adds to `txn` the new log entry and the removal of the entry it trims (if any).
+fn log_key(v: Eversion) -> Vec<u8> {
+    versioned_key(LOG_PREFIX, v)
+}
+
+fn dup_key(v: Eversion) -> Vec<u8> {
+    versioned_key(DUP_PREFIX, v)
+}
+
+fn json<T: Serialize>(value: &T) -> Result<Vec<u8>, OsdError> {
+    serde_json::to_vec(value).map_err(|e| OsdError::Protocol(e.to_string()))
+}
+
+/// Adds to `txn` the new log entry appended to `log` and what the append trims: the oldest
+/// entry (its request kept as a dup, the oldest dup dropped past the limit) and the new tail.
 pub fn append_entry(
     txn: &mut Transaction,
     coll: &str,
+    log: &PgLog,
     entry: &LogEntry,
-    trimmed: Option<&LogEntry>,
-    tail_after: Eversion,
     last_epoch_started: u64,
 ) -> Result<(), OsdError> {
-    let value = serde_json::to_vec(entry).map_err(|e| OsdError::Protocol(e.to_string()))?;
-    txn.omap_set(coll, META_OBJECT, &log_key(entry.version), &value);
-    if let Some(t) = trimmed {
+    txn.omap_set(coll, META_OBJECT, &log_key(entry.version), &json(entry)?);
+    if let Some(t) = log.next_trimmed() {
         txn.omap_remove(coll, META_OBJECT, &log_key(t.version));
-        put_info(txn, coll, tail_after, last_epoch_started)?;
+        if let Some(reqid) = t.reqid {
+            let dup = Dup {
+                reqid,
+                version: t.version,
+            };
+            txn.omap_set(coll, META_OBJECT, &dup_key(t.version), &json(&dup)?);
+        }
+        if let Some(d) = log.next_dropped_dup() {
+            txn.omap_remove(coll, META_OBJECT, &dup_key(d.version));
+        }
+        put_info(txn, coll, t.version, last_epoch_started)?;
     }
     Ok(())
 }
@@ -72,8 +98,7 @@ pub fn put_info(
         tail,
         last_epoch_started,
     };
-    let value = serde_json::to_vec(&info).map_err(|e| OsdError::Protocol(e.to_string()))?;
-    txn.omap_set(coll, META_OBJECT, INFO_KEY, &value);
+    txn.omap_set(coll, META_OBJECT, INFO_KEY, &json(&info)?);
     Ok(())
 }
 
@@ -92,9 +117,16 @@ pub fn replace_log(
     }
     for e in new.entries() {
         if !old.contains(e.version, &e.object) {
-            let value = serde_json::to_vec(e).map_err(|e| OsdError::Protocol(e.to_string()))?;
-            txn.omap_set(coll, META_OBJECT, &log_key(e.version), &value);
+            txn.omap_set(coll, META_OBJECT, &log_key(e.version), &json(e)?);
         }
+    }
+    let old_dups: BTreeSet<&Dup> = old.dups().collect();
+    let new_dups: BTreeSet<&Dup> = new.dups().collect();
+    for d in old_dups.difference(&new_dups) {
+        txn.omap_remove(coll, META_OBJECT, &dup_key(d.version));
+    }
+    for d in new_dups.difference(&old_dups) {
+        txn.omap_set(coll, META_OBJECT, &dup_key(d.version), &json(d)?);
     }
     put_info(txn, coll, new.tail(), last_epoch_started)
 }
@@ -106,6 +138,7 @@ pub async fn load(store: &Store, coll: &str, max_entries: usize) -> Result<(PgLo
     }
     let mut info = PgInfo::default();
     let mut entries = Vec::new();
+    let mut dups = Vec::new();
     for (k, v) in store.omap_get(coll, META_OBJECT).await? {
         if k == INFO_KEY {
             info = serde_json::from_slice(&v)
@@ -120,10 +153,15 @@ pub async fn load(store: &Store, coll: &str, max_entries: usize) -> Result<(PgLo
             let e: LogEntry = serde_json::from_slice(&v)
                 .map_err(|e| OsdError::Corrupt(format!("{coll} log entry: {e}")))?;
             entries.push(e);
+        } else if k.starts_with(DUP_PREFIX) {
+            let d: Dup = serde_json::from_slice(&v)
+                .map_err(|e| OsdError::Corrupt(format!("{coll} dup: {e}")))?;
+            dups.push(d);
         }
     }
     entries.sort_by_key(|e| e.version);
-    let log = PgLog::from_parts(info.tail, entries, max_entries)
+    dups.sort_by_key(|d| d.version);
+    let log = PgLog::from_parts(info.tail, dups, entries, max_entries)
         .map_err(|e| OsdError::Corrupt(format!("{coll} log: {e}")))?;
     Ok((log, info.last_epoch_started))
 }

@@ -326,16 +326,7 @@ async fn write(
     ) {
         return fail(op.tid, epoch, r);
     }
-    let trimmed = inner.log.next_trimmed().cloned();
-    let tail_after = trimmed.as_ref().map_or(inner.log.tail(), |t| t.version);
-    if let Err(e) = append_entry(
-        &mut txn,
-        coll,
-        &entry,
-        trimmed.as_ref(),
-        tail_after,
-        inner.last_epoch_started,
-    ) {
+    if let Err(e) = append_entry(&mut txn, coll, &inner.log, &entry, inner.last_epoch_started) {
         return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
     }
     let rep = RepOpHeader {

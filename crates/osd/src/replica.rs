@@ -84,14 +84,11 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
     ) {
         return bad(r);
     }
-    let trimmed = inner.log.next_trimmed().cloned();
-    let tail_after = trimmed.as_ref().map_or(inner.log.tail(), |t| t.version);
     if let Err(e) = append_entry(
         &mut txn,
         &coll,
+        &inner.log,
         &rep.entry,
-        trimmed.as_ref(),
-        tail_after,
         inner.last_epoch_started,
     ) {
         return bad(OpResult::Failed(e.to_string()));
@@ -222,6 +219,7 @@ async fn control(
             Bytes::new(),
         )),
         PeerBody::Activate { log, keep } => {
+            let log = *log;
             let coll = pg.coll.clone();
             let mut txn = Transaction::new();
             if !inner.created {

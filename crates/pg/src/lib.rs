@@ -16,5 +16,5 @@ pub mod peering;
 
 pub use error::PgError;
 pub use intervals::{intervals, prior_set, PastInterval, Prior};
-pub use log::{Eversion, LogEntry, ObjectId, OpKind, PgLog, ReqId, PRIOR_UNKNOWN};
+pub use log::{Dup, Eversion, LogEntry, ObjectId, OpKind, PgLog, ReqId, PRIOR_UNKNOWN};
 pub use peering::{plan, PeerLog, PeeringPlan, Recovery};

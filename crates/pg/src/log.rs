@@ -91,6 +91,17 @@ pub struct LogEntry {
     pub reqid: Option<ReqId>,
 }
 
+/// A client request whose entry was trimmed from the log, kept (up to as many as the log keeps
+/// entries; Ceph's `osd_pg_log_dups_tracked`, 3000) so that a late resend of it is still
+/// answered from the log instead of being applied again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Dup {
+    /// The request.
+    pub reqid: ReqId,
+    /// The version its entry had.
+    pub version: Eversion,
+}
+
 /// The PG log of one OSD's copy of a PG.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(from = "LogWire", into = "LogWire")]
@@ -101,14 +112,16 @@ pub struct PgLog {
     tail: Eversion,
     /// Newest version.
     head: Eversion,
-    /// Most entries kept.
+    /// Most entries kept (and most trimmed requests kept in `dups`).
     max_entries: usize,
+    /// Requests of trimmed entries, oldest first.
+    dups: VecDeque<Dup>,
     /// For each object in the log: how many entries touch it and the position of the newest
     /// (derived from `entries`, never sent), so that [`PgLog::newest_for`], asked on every
     /// write, never scans the log.
     per_object: HashMap<ObjectId, Indexed>,
-    /// The version each logged client request got (derived from `entries`, never sent), so
-    /// that [`PgLog::version_of_request`], asked on every write, never scans the log.
+    /// The version each logged client request got (derived from `entries` and `dups`, never
+    /// sent), so that [`PgLog::version_of_request`], asked on every write, never scans.
     by_request: HashMap<ReqId, Eversion>,
     /// Position of `entries[0]` (positions only grow, so trimming moves nothing).
     first_pos: u64,
@@ -127,6 +140,7 @@ impl PartialEq for PgLog {
             && self.tail == other.tail
             && self.head == other.head
             && self.max_entries == other.max_entries
+            && self.dups == other.dups
     }
 }
 
@@ -139,6 +153,8 @@ struct LogWire {
     tail: Eversion,
     head: Eversion,
     max_entries: usize,
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    dups: VecDeque<Dup>,
 }
 
 impl From<LogWire> for PgLog {
@@ -148,10 +164,14 @@ impl From<LogWire> for PgLog {
             tail: w.tail,
             head: w.head,
             max_entries: w.max_entries,
+            dups: w.dups,
             per_object: HashMap::new(),
             by_request: HashMap::new(),
             first_pos: 0,
         };
+        for d in &log.dups {
+            log.by_request.insert(d.reqid, d.version);
+        }
         for pos in 0..log.entries.len() {
             let (object, reqid, version) = {
                 let e = &log.entries[pos];
@@ -173,6 +193,7 @@ impl From<PgLog> for LogWire {
             tail: l.tail,
             head: l.head,
             max_entries: l.max_entries,
+            dups: l.dups,
         }
     }
 }
@@ -185,17 +206,33 @@ impl PgLog {
             tail: Eversion::default(),
             head: Eversion::default(),
             max_entries: max_entries.max(1),
+            dups: VecDeque::new(),
             per_object: HashMap::new(),
             by_request: HashMap::new(),
             first_pos: 0,
         }
     }
 
-    /// Unindexes the request of an entry that just left the log.
-    fn request_out(&mut self, entry: &LogEntry) {
-        if let Some(r) = &entry.reqid {
-            if self.by_request.get(r) == Some(&entry.version) {
+    /// Unindexes a request whose entry (or dup) at `version` just left the log.
+    fn request_out(&mut self, reqid: Option<ReqId>, version: Eversion) {
+        if let Some(r) = &reqid {
+            if self.by_request.get(r) == Some(&version) {
                 self.by_request.remove(r);
+            }
+        }
+    }
+
+    /// Keeps the request of an entry trimmed from the tail as a dup (it stays indexed), and
+    /// drops the oldest dup beyond the limit.
+    fn trimmed_out(&mut self, entry: &LogEntry) {
+        let Some(reqid) = entry.reqid else { return };
+        self.dups.push_back(Dup {
+            reqid,
+            version: entry.version,
+        });
+        while self.dups.len() > self.max_entries {
+            if let Some(d) = self.dups.pop_front() {
+                self.request_out(Some(d.reqid), d.version);
             }
         }
     }
@@ -231,20 +268,51 @@ impl PgLog {
         }
     }
 
-    /// A log rebuilt from persisted parts: `tail`, then `entries` in increasing version order.
+    /// A log rebuilt from persisted parts: `tail`, the dups (trimmed requests, oldest first),
+    /// then `entries` in increasing version order.
     pub fn from_parts(
         tail: Eversion,
+        dups: Vec<Dup>,
         entries: Vec<LogEntry>,
         max_entries: usize,
     ) -> Result<Self, PgError> {
         let mut log = PgLog::new(max_entries.max(entries.len()));
         log.tail = tail;
         log.head = tail;
+        for d in dups {
+            if d.version > tail {
+                return Err(PgError::OutOfOrder {
+                    entry: d.version.to_string(),
+                    head: tail.to_string(),
+                });
+            }
+            log.by_request.insert(d.reqid, d.version);
+            log.dups.push_back(d);
+        }
         for e in entries {
             log.append(e)?;
         }
         log.max_entries = max_entries.max(1);
+        while log.dups.len() > log.max_entries {
+            if let Some(d) = log.dups.pop_front() {
+                log.request_out(Some(d.reqid), d.version);
+            }
+        }
         Ok(log)
+    }
+
+    /// Requests of trimmed entries still recognised, oldest first.
+    pub fn dups(&self) -> impl DoubleEndedIterator<Item = &Dup> {
+        self.dups.iter()
+    }
+
+    /// The dup the next append drops (when it trims an entry with a request id while as many
+    /// dups as entries are kept): persisted state removes it in the same transaction.
+    pub fn next_dropped_dup(&self) -> Option<&Dup> {
+        let trimmed = self.next_trimmed()?;
+        (trimmed.reqid.is_some() && self.dups.len() >= self.max_entries)
+            .then(|| self.dups.front())
+            .flatten()
     }
 
     /// Number of entries kept.
@@ -303,7 +371,7 @@ impl PgLog {
             if let Some(old) = self.entries.pop_front() {
                 self.first_pos += 1;
                 self.counted_out(&old.object, false);
-                self.request_out(&old);
+                self.trimmed_out(&old);
                 self.tail = old.version;
             }
         }
@@ -322,8 +390,8 @@ impl PgLog {
             .get(usize::try_from(ix.newest_pos - self.first_pos).ok()?)
     }
 
-    /// The version a client request got, if the log still has its entry: a resend of it was
-    /// applied already.
+    /// The version a client request got, if the log still has its entry or its dup: a resend
+    /// of it was applied already.
     pub fn version_of_request(&self, reqid: &ReqId) -> Option<Eversion> {
         self.by_request.get(reqid).copied()
     }
@@ -359,7 +427,7 @@ impl PgLog {
         while self.entries.back().is_some_and(|e| e.version > version) {
             if let Some(e) = self.entries.pop_back() {
                 self.counted_out(&e.object, true);
-                self.request_out(&e);
+                self.request_out(e.reqid, e.version);
                 dropped.push(e);
             }
         }

@@ -1,8 +1,11 @@
 //! The PG log's indexes must answer `newest_for` and `version_of_request` exactly as a scan of
-//! the entries would, through appends, trims and rewinds, and after the log travels between
-//! OSDs.
+//! the entries (and, for requests, of the dups kept for trimmed entries) would, through appends,
+//! trims and rewinds, and after the log travels between OSDs or is rebuilt from its parts; the
+//! dups are the requests of the newest trimmed entries, as many as the log keeps entries.
 
-use cairn_pg::{Eversion, LogEntry, OpKind, PgLog, ReqId};
+use std::collections::VecDeque;
+
+use cairn_pg::{Dup, Eversion, LogEntry, OpKind, PgLog, ReqId};
 use proptest::prelude::*;
 
 fn scan<'a>(log: &'a PgLog, object: &str) -> Option<&'a LogEntry> {
@@ -13,6 +16,7 @@ fn scan_request(log: &PgLog, reqid: &ReqId) -> Option<Eversion> {
     log.entries()
         .find(|e| e.reqid.as_ref() == Some(reqid))
         .map(|e| e.version)
+        .or_else(|| log.dups().find(|d| d.reqid == *reqid).map(|d| d.version))
 }
 
 /// Request ids of the steps: a few clients, some entries without one.
@@ -54,9 +58,21 @@ proptest! {
     fn the_indexes_match_a_scan(max in 1usize..6, steps in proptest::collection::vec(step(), 1..60)) {
         let mut log = PgLog::new(max);
         let mut next = 1u64;
+        let mut trimmed_requests: VecDeque<Dup> = VecDeque::new();
         for s in steps {
             match s {
                 Step::Append(o) => {
+                    if let Some(t) = log.next_trimmed() {
+                        if let Some(reqid) = t.reqid {
+                            let dropped = log.next_dropped_dup().copied();
+                            trimmed_requests.push_back(Dup { reqid, version: t.version });
+                            if trimmed_requests.len() > max {
+                                prop_assert_eq!(trimmed_requests.pop_front(), dropped);
+                            } else {
+                                prop_assert_eq!(dropped, None);
+                            }
+                        }
+                    }
                     log.append(LogEntry {
                         version: Eversion::new(1, next),
                         object: format!("obj{o}"),
@@ -72,9 +88,18 @@ proptest! {
                 }
             }
             indexes_match(&log, &log, next)?;
+            prop_assert!(log.dups().eq(trimmed_requests.iter()));
         }
         let sent: PgLog = serde_json::from_str(&serde_json::to_string(&log).unwrap()).unwrap();
         prop_assert_eq!(&sent, &log);
         indexes_match(&log, &sent, next)?;
+        let rebuilt = PgLog::from_parts(
+            log.tail(),
+            log.dups().copied().collect(),
+            log.entries().cloned().collect(),
+            max,
+        ).unwrap();
+        prop_assert_eq!(&rebuilt, &log);
+        indexes_match(&log, &rebuilt, next)?;
     }
 }

@@ -61,8 +61,8 @@ pub enum PeerBody {
     /// Peering is done: replace your log with this one and remember the epoch as your last
     /// epoch started. With `keep`, first delete every object not named (end of a backfill).
     Activate {
-        /// The authoritative log.
-        log: PgLog,
+        /// The authoritative log (boxed: the other requests are small).
+        log: Box<PgLog>,
         /// Objects that exist after a backfill, or None after log recovery.
         keep: Option<Vec<String>>,
     },

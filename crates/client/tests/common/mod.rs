@@ -110,6 +110,19 @@ pub fn placement_of(c: &Cluster, name: &str) -> (cairn_clustermap::PgId, Vec<i32
     (pg, up)
 }
 
+/// Starts an OSD again on the store a stopped one used, retrying while the stopped one's tasks
+/// wind down and let go of it (at most 20 s).
+pub async fn restart_osd(cfg: OsdConfig) -> OsdDaemon {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match OsdDaemon::start(cfg.clone()).await {
+            Ok(osd) => return osd,
+            Err(e) => assert!(Instant::now() < deadline, "restart: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Mounts the store of a stopped OSD that ran in `dir`, retrying while its tasks wind down and
 /// let go of it (at most 20 s).
 pub async fn mount_offline(dir: &std::path::Path) -> cairn_store::Store {
