@@ -1,11 +1,12 @@
 //! Where a PG's own state lives in the store: a hidden meta object in the PG's collection whose
 //! omap holds the PG log (one entry per key, keyed by version so the order on disk is the log's
-//! order), the requests of trimmed entries (dups, keyed the same way) and the PG info (tail,
-//! last epoch started). Every change to it rides in the same store
+//! order) and the PG info (tail, last epoch started). A trimmed entry with a request id keeps
+//! its key as the PG's dup (every key at or below the tail is one), so trimming writes nothing
+//! more than it did before dups: the key removed per write is the dup that falls out. Every change to it rides in the same store
 //! transaction as the data change it describes, so the log and the data can never disagree.
 //! This module only encodes and decodes; it never commits.
 
-use cairn_pg::{Dup, Eversion, LogEntry, PgLog};
+use cairn_pg::{Dup, Eversion, LogEntry, PgLog, ReqId};
 use cairn_store::{Store, Transaction};
 use std::collections::BTreeSet;
 
@@ -19,8 +20,6 @@ pub const META_OBJECT: &str = "\u{0}pgmeta";
 const INFO_KEY: &[u8] = b"info";
 /// Omap key prefix of log entries.
 const LOG_PREFIX: &[u8] = b"log.";
-/// Omap key prefix of dups (requests of trimmed entries).
-const DUP_PREFIX: &[u8] = b"dup.";
 /// Format version of the persisted records (invariant 5).
 const FORMAT: u32 = 1;
 
@@ -35,24 +34,24 @@ pub struct PgInfo {
     pub last_epoch_started: u64,
 }
 
+/// What every log record (an entry, or a dup) has: its version and request id.
+#[derive(Deserialize)]
+struct Record {
+    version: Eversion,
+    #[serde(default)]
+    reqid: Option<ReqId>,
+}
+
 /// The collection name of a PG.
 pub fn collection(pg: cairn_clustermap::PgId) -> String {
     format!("pg.{pg}")
 }
 
-fn versioned_key(prefix: &[u8], v: Eversion) -> Vec<u8> {
-    let mut k = prefix.to_vec();
+fn log_key(v: Eversion) -> Vec<u8> {
+    let mut k = LOG_PREFIX.to_vec();
     k.extend_from_slice(&v.epoch.to_be_bytes());
     k.extend_from_slice(&v.version.to_be_bytes());
     k
-}
-
-fn log_key(v: Eversion) -> Vec<u8> {
-    versioned_key(LOG_PREFIX, v)
-}
-
-fn dup_key(v: Eversion) -> Vec<u8> {
-    versioned_key(DUP_PREFIX, v)
 }
 
 fn json<T: Serialize>(value: &T) -> Result<Vec<u8>, OsdError> {
@@ -60,7 +59,8 @@ fn json<T: Serialize>(value: &T) -> Result<Vec<u8>, OsdError> {
 }
 
 /// Adds to `txn` the new log entry appended to `log` and what the append trims: the oldest
-/// entry (its request kept as a dup, the oldest dup dropped past the limit) and the new tail.
+/// entry (its key kept as a dup when it has a request id), the oldest dup past the limit, and
+/// the new tail.
 pub fn append_entry(
     txn: &mut Transaction,
     coll: &str,
@@ -70,16 +70,11 @@ pub fn append_entry(
 ) -> Result<(), OsdError> {
     txn.omap_set(coll, META_OBJECT, &log_key(entry.version), &json(entry)?);
     if let Some(t) = log.next_trimmed() {
-        txn.omap_remove(coll, META_OBJECT, &log_key(t.version));
-        if let Some(reqid) = t.reqid {
-            let dup = Dup {
-                reqid,
-                version: t.version,
-            };
-            txn.omap_set(coll, META_OBJECT, &dup_key(t.version), &json(&dup)?);
+        if t.reqid.is_none() {
+            txn.omap_remove(coll, META_OBJECT, &log_key(t.version));
         }
         if let Some(d) = log.next_dropped_dup() {
-            txn.omap_remove(coll, META_OBJECT, &dup_key(d.version));
+            txn.omap_remove(coll, META_OBJECT, &log_key(d.version));
         }
         put_info(txn, coll, t.version, last_epoch_started)?;
     }
@@ -102,7 +97,8 @@ pub fn put_info(
     Ok(())
 }
 
-/// Adds to `txn` what turns the persisted log `old` into `new` (entries removed and added).
+/// Adds to `txn` what turns the persisted log `old` into `new`: keys of entries and dups that
+/// `new` lacks removed, keys it adds written (a dup whose key holds its entry already is kept).
 pub fn replace_log(
     txn: &mut Transaction,
     coll: &str,
@@ -110,9 +106,16 @@ pub fn replace_log(
     new: &PgLog,
     last_epoch_started: u64,
 ) -> Result<(), OsdError> {
+    let old_dups: BTreeSet<Eversion> = old.dups().map(|d| d.version).collect();
+    let new_dups: BTreeSet<Eversion> = new.dups().map(|d| d.version).collect();
     for e in old.entries() {
-        if !new.contains(e.version, &e.object) {
+        if !new.contains(e.version, &e.object) && !new_dups.contains(&e.version) {
             txn.omap_remove(coll, META_OBJECT, &log_key(e.version));
+        }
+    }
+    for v in old_dups.difference(&new_dups) {
+        if new.entry_at(*v).is_none() {
+            txn.omap_remove(coll, META_OBJECT, &log_key(*v));
         }
     }
     for e in new.entries() {
@@ -120,13 +123,10 @@ pub fn replace_log(
             txn.omap_set(coll, META_OBJECT, &log_key(e.version), &json(e)?);
         }
     }
-    let old_dups: BTreeSet<&Dup> = old.dups().collect();
-    let new_dups: BTreeSet<&Dup> = new.dups().collect();
-    for d in old_dups.difference(&new_dups) {
-        txn.omap_remove(coll, META_OBJECT, &dup_key(d.version));
-    }
-    for d in new_dups.difference(&old_dups) {
-        txn.omap_set(coll, META_OBJECT, &dup_key(d.version), &json(d)?);
+    for d in new.dups() {
+        if !old_dups.contains(&d.version) && old.entry_at(d.version).is_none() {
+            txn.omap_set(coll, META_OBJECT, &log_key(d.version), &json(d)?);
+        }
     }
     put_info(txn, coll, new.tail(), last_epoch_started)
 }
@@ -139,6 +139,7 @@ pub async fn load(store: &Store, coll: &str, max_entries: usize) -> Result<(PgLo
     let mut info = PgInfo::default();
     let mut entries = Vec::new();
     let mut dups = Vec::new();
+    let mut records = Vec::new();
     for (k, v) in store.omap_get(coll, META_OBJECT).await? {
         if k == INFO_KEY {
             info = serde_json::from_slice(&v)
@@ -150,13 +151,25 @@ pub async fn load(store: &Store, coll: &str, max_entries: usize) -> Result<(PgLo
                 )));
             }
         } else if k.starts_with(LOG_PREFIX) {
+            records.push(v);
+        }
+    }
+    // Keys at or below the tail are dups: a trimmed entry kept for its request id (its value
+    // read as a dup), or a dup received from a peer.
+    for v in records {
+        let r: Record = serde_json::from_slice(&v)
+            .map_err(|e| OsdError::Corrupt(format!("{coll} log record: {e}")))?;
+        if r.version <= info.tail {
+            if let Some(reqid) = r.reqid {
+                dups.push(Dup {
+                    reqid,
+                    version: r.version,
+                });
+            }
+        } else {
             let e: LogEntry = serde_json::from_slice(&v)
                 .map_err(|e| OsdError::Corrupt(format!("{coll} log entry: {e}")))?;
             entries.push(e);
-        } else if k.starts_with(DUP_PREFIX) {
-            let d: Dup = serde_json::from_slice(&v)
-                .map_err(|e| OsdError::Corrupt(format!("{coll} dup: {e}")))?;
-            dups.push(d);
         }
     }
     entries.sort_by_key(|e| e.version);
@@ -174,4 +187,83 @@ pub fn pack(v: Eversion) -> u64 {
 /// The inverse of [`pack`].
 pub fn unpack(v: u64) -> Eversion {
     Eversion::new(v >> 32, v & 0xffff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cairn_blockdev::mem::MemDevice;
+    use cairn_pg::OpKind;
+    use cairn_store::{KvLocation, StoreConfig};
+
+    use super::*;
+
+    const COLL: &str = "pg.1.0";
+
+    fn entry(n: u64, with_request: bool) -> LogEntry {
+        LogEntry {
+            version: Eversion::new(3, n),
+            object: format!("obj{}", n % 5),
+            op: OpKind::Modify,
+            prior: Eversion::default(),
+            reqid: with_request.then_some(ReqId { client: 9, seq: n }),
+        }
+    }
+
+    async fn store(dir: &std::path::Path) -> Store {
+        let dev: Arc<dyn cairn_blockdev::BlockDevice> =
+            Arc::new(MemDevice::new(64 << 20, 4096).unwrap());
+        let kv = dir.join("kv.redb");
+        let cfg = StoreConfig::default();
+        Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &cfg)
+            .await
+            .unwrap();
+        let store = Store::mount(dev, KvLocation::File(kv), cfg).await.unwrap();
+        let mut txn = Transaction::new();
+        txn.create_collection(COLL);
+        put_info(&mut txn, COLL, Eversion::default(), 2).unwrap();
+        store.queue_transaction_owned(txn).await.unwrap();
+        store
+    }
+
+    /// Appends, trims (entries without a request id leave, those with one stay as dups until
+    /// the dups are full) and a replacement by a peer's log all load back as the log in memory.
+    #[tokio::test]
+    async fn the_persisted_log_and_dups_load_back_as_they_are_in_memory() {
+        let dir = std::env::temp_dir().join(format!("cairn-pgmeta-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = store(&dir).await;
+        let mut log = PgLog::new(4);
+        for n in 1..=15 {
+            let e = entry(n, n % 3 != 0);
+            let mut txn = Transaction::new();
+            append_entry(&mut txn, COLL, &log, &e, 2).unwrap();
+            store.queue_transaction_owned(txn).await.unwrap();
+            log.append(e).unwrap();
+            let (loaded, les) = load(&store, COLL, 4).await.unwrap();
+            assert_eq!((&loaded, les), (&log, 2), "after entry {n}");
+        }
+        assert_eq!(log.dups().count(), 4);
+        assert!(log
+            .version_of_request(&ReqId { client: 9, seq: 8 })
+            .is_some());
+        assert!(log
+            .version_of_request(&ReqId { client: 9, seq: 4 })
+            .is_none());
+        // A peer's log: shorter (entry 13, in this log, is a dup there), another history
+        // after entry 14.
+        let mut peer = PgLog::new(2);
+        for n in 7..=14 {
+            peer.append(entry(n, n % 3 != 0)).unwrap();
+        }
+        peer.append(entry(20, true)).unwrap();
+        assert!(peer.dups().any(|d| d.version == Eversion::new(3, 13)));
+        let mut txn = Transaction::new();
+        replace_log(&mut txn, COLL, &log, &peer, 5).unwrap();
+        store.queue_transaction_owned(txn).await.unwrap();
+        let (loaded, les) = load(&store, COLL, 2).await.unwrap();
+        assert_eq!((&loaded, les), (&peer, 5));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
