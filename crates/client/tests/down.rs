@@ -15,19 +15,6 @@ use common::{cluster, osd_config, Cluster};
 
 const TAG: &str = "pgdown";
 
-/// The up set of the only PG of pool `two` (primary first).
-fn placement(c: &Cluster) -> Vec<i32> {
-    let map = c.client.map().unwrap();
-    let pool = map
-        .placement
-        .pools
-        .values()
-        .find(|p| p.name == "two")
-        .unwrap();
-    let pg = pool.object_pg("obj", "", "");
-    map.placement.mapper().map_pg(pg).unwrap().up
-}
-
 fn index_of(c: &Cluster, osd: i32) -> usize {
     c.osds.iter().position(|o| o.id() == osd).unwrap()
 }
@@ -86,7 +73,7 @@ async fn only_the_stale_copy_up(
         .await
         .unwrap();
     write_until_acked(c, b"version one").await;
-    let up = placement(c);
+    let up = common::placement_in(c, "two", "obj").1;
     assert_eq!(up.len(), 2, "{up:?}");
     let (x, y) = (up[0], up[1]);
     let (ix, iy) = (index_of(c, x), index_of(c, y));

@@ -124,18 +124,7 @@ mod tests {
         for i in 0..n {
             let change = if i == 0 {
                 Change::AddOsd {
-                    entry: OsdEntry {
-                        id: 0,
-                        uuid: "u".into(),
-                        host: "h0".into(),
-                        addr: "127.0.0.1:1".into(),
-                        up: true,
-                        reweight: 0x10000,
-                        down_since_ms: None,
-                        auto_out: false,
-                        full: false,
-                        nearfull: false,
-                    },
+                    entry: OsdEntry::booted(0, "u".into(), "h0".into(), "127.0.0.1:1".into()),
                     crush_weight: 0x10000,
                 }
             } else {

@@ -46,6 +46,24 @@ pub struct OsdEntry {
     pub nearfull: bool,
 }
 
+impl OsdEntry {
+    /// A newly registered OSD: up, in, no flags.
+    pub fn booted(id: i32, uuid: String, host: String, addr: String) -> OsdEntry {
+        OsdEntry {
+            id,
+            uuid,
+            host,
+            addr,
+            up: true,
+            reweight: 0x10000,
+            down_since_ms: None,
+            auto_out: false,
+            full: false,
+            nearfull: false,
+        }
+    }
+}
+
 /// The whole cluster map at one epoch.
 #[derive(Clone, Debug)]
 pub struct ClusterMap {

@@ -402,18 +402,7 @@ impl Monitor {
             None => {
                 let id = (0..).find(|i| !self.map.osds.contains_key(i)).unwrap_or(0);
                 changes.push(Change::AddOsd {
-                    entry: OsdEntry {
-                        id,
-                        uuid,
-                        host,
-                        addr,
-                        up: true,
-                        reweight: 0x10000,
-                        down_since_ms: None,
-                        auto_out: false,
-                        full: false,
-                        nearfull: false,
-                    },
+                    entry: OsdEntry::booted(id, uuid, host, addr),
                     crush_weight,
                 });
                 id

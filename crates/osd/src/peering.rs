@@ -240,7 +240,9 @@ async fn prior(
 async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError> {
     let mut inner = pg.inner.lock().await;
     let iv = pg.interval();
-    if iv.epoch != epoch {
+    // Another peering of this interval (retries of a down PG on successive maps) got there
+    // first.
+    if iv.epoch != epoch || pg.active_epoch() == Some(epoch) {
         return Ok(());
     }
     if iv.acting.len() < iv.min_size.max(1) {

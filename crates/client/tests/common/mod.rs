@@ -98,12 +98,18 @@ pub fn osd_config(tag: &str, i: usize, mon: &MonDaemon, dir: &TempDir, bytes: u6
 /// Where object `name` of pool `data` lives in the client's current map: its PG and up set
 /// (primary first).
 pub fn placement_of(c: &Cluster, name: &str) -> (cairn_clustermap::PgId, Vec<i32>) {
+    placement_in(c, "data", name)
+}
+
+/// Where object `name` of pool `pool` lives in the client's current map: its PG and up set
+/// (primary first).
+pub fn placement_in(c: &Cluster, pool: &str, name: &str) -> (cairn_clustermap::PgId, Vec<i32>) {
     let map = c.client.map().unwrap();
     let pool = map
         .placement
         .pools
         .values()
-        .find(|p| p.name == "data")
+        .find(|p| p.name == pool)
         .unwrap();
     let pg = pool.object_pg(name, "", "");
     let up = map.placement.mapper().map_pg(pg).unwrap().up;
