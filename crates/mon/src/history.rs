@@ -3,17 +3,23 @@
 //! rebuild the maps of epochs they did not see to compute their PGs' past intervals (which OSDs
 //! may hold acknowledged writes), so it is kept durably and far back.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::error::MonError;
 use crate::incremental::Incremental;
 use crate::map::ClusterMap;
+
+/// Epochs between the full maps kept in memory (not stored) to rebuild a past epoch from: a
+/// request replays at most this many incrementals instead of the whole history.
+pub const CHECKPOINT_EVERY: u64 = 256;
 
 /// A base map and the incrementals that lead from it to the current epoch.
 #[derive(Clone, Debug)]
 pub struct MapHistory {
     base: ClusterMap,
     incrementals: VecDeque<Incremental>,
+    /// Full maps of every epoch after the base that is a multiple of [`CHECKPOINT_EVERY`].
+    checkpoints: BTreeMap<u64, ClusterMap>,
 }
 
 impl MapHistory {
@@ -22,25 +28,20 @@ impl MapHistory {
         MapHistory {
             base: map.clone(),
             incrementals: VecDeque::new(),
+            checkpoints: BTreeMap::new(),
         }
     }
 
-    /// A history from its parts (as stored), checked: the incrementals must follow the base
-    /// epoch by epoch.
+    /// A history from its parts (as stored), checked by replaying it: the incrementals must
+    /// follow the base epoch by epoch and apply.
     pub fn from_parts(base: ClusterMap, incrementals: Vec<Incremental>) -> Result<Self, MonError> {
-        for (i, inc) in incrementals.iter().enumerate() {
-            let want = base.epoch + 1 + i as u64;
-            if inc.epoch != want {
-                return Err(MonError::EpochGap {
-                    have: want - 1,
-                    got: inc.epoch,
-                });
-            }
+        let mut history = MapHistory::new(&base);
+        let mut map = base;
+        for inc in incrementals {
+            map.apply(&inc)?;
+            history.push(inc, &map)?;
         }
-        Ok(MapHistory {
-            base,
-            incrementals: incrementals.into(),
-        })
+        Ok(history)
     }
 
     /// The oldest epoch that can be rebuilt.
@@ -63,15 +64,18 @@ impl MapHistory {
         self.incrementals.iter()
     }
 
-    /// Records the incremental that made the newest epoch.
-    pub fn push(&mut self, inc: Incremental) -> Result<(), MonError> {
-        if inc.epoch != self.newest_epoch() + 1 {
+    /// Records the incremental that made the newest epoch, and `map`, the map it made.
+    pub fn push(&mut self, inc: Incremental, map: &ClusterMap) -> Result<(), MonError> {
+        if inc.epoch != self.newest_epoch() + 1 || map.epoch != inc.epoch {
             return Err(MonError::EpochGap {
                 have: self.newest_epoch(),
                 got: inc.epoch,
             });
         }
         self.incrementals.push_back(inc);
+        if map.epoch.is_multiple_of(CHECKPOINT_EVERY) {
+            self.checkpoints.insert(map.epoch, map.clone());
+        }
         Ok(())
     }
 
@@ -83,6 +87,8 @@ impl MapHistory {
             };
             self.base.apply(&inc)?;
         }
+        let base = self.base.epoch;
+        self.checkpoints.retain(|&e, _| e > base);
         Ok(())
     }
 
@@ -100,15 +106,28 @@ impl MapHistory {
     }
 
     /// The full map at `from` (or at the oldest epoch kept, if `from` is older) and every
-    /// incremental after it.
+    /// incremental after it, replayed from the nearest full map at or before `from`.
     pub fn range_from(&self, from: u64) -> Result<(ClusterMap, Vec<Incremental>), MonError> {
-        let mut map = self.base.clone();
-        let mut rest = self.incrementals.iter();
-        while map.epoch < from.min(self.newest_epoch()) {
-            let Some(inc) = rest.next() else { break };
+        let target = from.clamp(self.base.epoch, self.newest_epoch());
+        let mut map = self
+            .checkpoints
+            .range(..=target)
+            .next_back()
+            .map_or(&self.base, |(_, m)| m)
+            .clone();
+        let index = |epoch: u64| (epoch - self.base.epoch - 1) as usize;
+        for inc in self
+            .incrementals
+            .range(index(map.epoch + 1)..index(target + 1))
+        {
             map.apply(inc)?;
         }
-        Ok((map, rest.cloned().collect()))
+        let rest = self
+            .incrementals
+            .range(index(target + 1)..)
+            .cloned()
+            .collect();
+        Ok((map, rest))
     }
 }
 
@@ -138,7 +157,7 @@ mod tests {
                 changes: vec![change],
             };
             map.apply(&inc).unwrap();
-            h.push(inc).unwrap();
+            h.push(inc, &map).unwrap();
         }
         (h, map)
     }
@@ -170,6 +189,34 @@ mod tests {
         h.trim(4).unwrap();
         assert!(h.since(6, 100).is_none());
         assert_eq!(h.since(7, 100).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn a_map_rebuilt_from_a_checkpoint_is_the_map_of_that_epoch() {
+        let (mut h, _) = grown(2 * CHECKPOINT_EVERY + 40);
+        let mut replayed = h.base().clone();
+        let incs: Vec<Incremental> = h.incrementals().cloned().collect();
+        for inc in &incs {
+            replayed.apply(inc).unwrap();
+            let (rebuilt, after) = h.range_from(replayed.epoch).unwrap();
+            assert_eq!(
+                rebuilt.encode(),
+                replayed.encode(),
+                "epoch {}",
+                replayed.epoch
+            );
+            assert_eq!(after.len() as u64, h.newest_epoch() - replayed.epoch);
+        }
+        // Trimming past a checkpoint drops it; what remains still rebuilds.
+        h.trim(100).unwrap();
+        let (rebuilt, _) = h.range_from(h.newest_epoch() - 5).unwrap();
+        assert_eq!(rebuilt.epoch, h.newest_epoch() - 5);
+        let from_parts =
+            MapHistory::from_parts(h.base().clone(), h.incrementals().cloned().collect()).unwrap();
+        assert_eq!(
+            from_parts.range_from(0).unwrap().0.encode(),
+            h.base().encode()
+        );
     }
 
     #[test]

@@ -454,7 +454,7 @@ impl Monitor {
         }
         let inc = Incremental { epoch, changes };
         self.map.apply(&inc)?;
-        self.history.push(inc)?;
+        self.history.push(inc, &self.map)?;
         self.history.trim(self.config.history_epochs)?;
         Ok(epoch)
     }
