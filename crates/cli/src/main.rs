@@ -87,8 +87,24 @@ fn runs_daemon(command: &Command) -> bool {
     }
 }
 
+/// Writes the libraries' log events (`tracing`) to stderr: as `RUST_LOG` says when it is set,
+/// else `info` for daemons (peering retries, down PGs, stray deletions, failures) and `warn`
+/// for other commands. Colour only on a terminal, so daemon log files stay plain text.
+fn init_logging(daemon: bool) {
+    use std::io::IsTerminal;
+    let default = if daemon { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    init_logging(runs_daemon(&cli.command));
     if !runs_daemon(&cli.command) {
         // A command whose output is piped into `head` ends quietly when the reader goes, as
         // Unix tools do, instead of panicking on a failed print (Rust ignores SIGPIPE).

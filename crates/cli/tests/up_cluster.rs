@@ -91,6 +91,14 @@ fn up_put_get_bench_down() {
         &payload.display().to_string(),
     ]);
     assert!(ok, "{out}");
+    // The daemons' log events reach their log files.
+    let osd_log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
+    assert!(
+        osd_log
+            .lines()
+            .any(|l| l.contains("INFO") && l.contains("osd up")),
+        "{osd_log}"
+    );
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
     // The whole cluster restarts from its directory: the monitor's map (and so the OSD ids and
