@@ -230,6 +230,11 @@ impl PgLog {
             reqid,
             version: entry.version,
         });
+        self.drop_excess_dups();
+    }
+
+    /// Drops (and unindexes) the oldest dups beyond the limit.
+    fn drop_excess_dups(&mut self) {
         while self.dups.len() > self.max_entries {
             if let Some(d) = self.dups.pop_front() {
                 self.request_out(Some(d.reqid), d.version);
@@ -293,11 +298,7 @@ impl PgLog {
             log.append(e)?;
         }
         log.max_entries = max_entries.max(1);
-        while log.dups.len() > log.max_entries {
-            if let Some(d) = log.dups.pop_front() {
-                log.request_out(Some(d.reqid), d.version);
-            }
-        }
+        log.drop_excess_dups();
         Ok(log)
     }
 
