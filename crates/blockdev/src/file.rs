@@ -3,8 +3,8 @@
 //! Owns the file descriptor, the choice of `O_DIRECT` (tried first, with a clean fallback to
 //! buffered I/O where the file system refuses it, e.g. tmpfs) and the mapping of the
 //! [`BlockDevice`] contract to `pread`/`pwrite`/`fdatasync`/`fallocate(PUNCH_HOLE)`.
-//! On a multi-threaded runtime, reads, flushes and writes of at most [`INLINE_WRITE_BYTES`] run
-//! inline under `block_in_place` (the worker's other tasks move to another thread), which saves
+//! In a task on a multi-threaded runtime, reads, flushes and writes of at most
+//! [`INLINE_WRITE_BYTES`] run inline under `block_in_place` (the worker's other tasks move to another thread), which saves
 //! two thread wake-ups per I/O (a store commit of one small transaction is two writes and a
 //! flush); a task that joins several of them therefore waits for them one after another. Larger
 //! writes and discards run on tokio's blocking pool so many can be in flight. `write_owned`
@@ -289,9 +289,14 @@ fn write_all_durable(file: &File, data: &[u8], offset: u64) -> std::io::Result<(
     Ok(())
 }
 
+/// Whether an I/O may run inline under `block_in_place`: in a task on a multi-threaded
+/// runtime. A thread that only blocks on a future (`Handle::block_on`, as a store's checkpoint
+/// thread does) is in no task: its I/O goes to the blocking pool, so that a batch it issues
+/// together runs in parallel instead of one system call after another.
 fn inline_allowed() -> bool {
-    tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+    tokio::task::try_id().is_some()
+        && tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 async fn blocking<T: Send + 'static>(
@@ -519,6 +524,31 @@ impl BlockDevice for FileDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store's checkpoint thread blocks on its batch of in-place writes (`block_on`, no
+    /// task): inline, they would run one after another; they must go to the blocking pool.
+    #[test]
+    fn io_runs_inline_only_in_a_task_of_a_multi_threaded_runtime() {
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        assert!(
+            !multi.block_on(async { inline_allowed() }),
+            "a thread blocking on a future is in no task"
+        );
+        let in_task = multi.block_on(async { tokio::spawn(async { inline_allowed() }).await });
+        assert!(in_task.unwrap(), "a worker's task runs its I/O inline");
+        let single = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let in_task = single.block_on(async { tokio::spawn(async { inline_allowed() }).await });
+        assert!(
+            !in_task.unwrap(),
+            "block_in_place needs a multi-threaded runtime"
+        );
+        assert!(!inline_allowed(), "outside any runtime");
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn file_device_round_trip_and_concurrency() {
