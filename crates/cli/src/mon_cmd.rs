@@ -147,6 +147,15 @@ enum OsdCommand {
         /// OSD id.
         id: i32,
     },
+    /// Declare a down OSD's data lost (Ceph's `osd lost`): PGs down for want of its copy go
+    /// active on what the others hold, and writes only it had are gone. It stays in the map.
+    Lost {
+        /// OSD id.
+        id: i32,
+        /// Required: the data only this OSD holds is given up.
+        #[arg(long = "yes-i-really-mean-it")]
+        yes: bool,
+    },
     /// Remove a down OSD from the cluster for good (Ceph's `osd purge`): its PGs are placed
     /// on the others and recovered there; `cairn status` stops counting it.
     Rm {
@@ -322,6 +331,13 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         OsdCommand::In { id } => Request::MarkIn { id },
         OsdCommand::Down { id } => Request::MarkDown { id },
         OsdCommand::Rm { id } => Request::RemoveOsd { id },
+        OsdCommand::Lost { id, yes } => {
+            anyhow::ensure!(
+                yes,
+                "declaring osd.{id} lost gives up the writes only it holds: add --yes-i-really-mean-it"
+            );
+            Request::MarkLost { id }
+        }
         OsdCommand::Tree => return osd_tree(args.mon.mon),
     };
     runtime()?.block_on(async {
@@ -350,7 +366,11 @@ fn osd_tree(mon: SocketAddr) -> anyhow::Result<()> {
                     "osd.{:<4} {:<16} {:<6} {:<8.3} {}",
                     o.id,
                     host,
-                    if o.up { "up" } else { "down" },
+                    match (o.up, o.lost_at.is_some()) {
+                        (true, _) => "up",
+                        (false, false) => "down",
+                        (false, true) => "lost",
+                    },
                     f64::from(o.reweight) / 65536.0,
                     o.addr
                 );

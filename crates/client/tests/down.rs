@@ -145,3 +145,93 @@ async fn removing_the_down_osds_accepts_the_loss_and_the_pg_serves_again() {
     assert_eq!(got, b"version one", "the older copy is all that is left");
     common::stop(c).await;
 }
+
+/// An interval whose primary died before it could go active took no writes, so it does not
+/// hold the PG down (up_thru). Pool of size 2, one PG on X and Y, both hold "version one". X
+/// stops without the monitor knowing; Y stops and is marked down: the map's next interval has
+/// X alone, which never activates (it cannot ask for its up_thru). X is marked down, Y comes
+/// back alone: Y serves its copy, which is all there is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interval_whose_primary_never_went_active_does_not_hold_the_pg_down() {
+    let tag = format!("{TAG}-upthru");
+    let mut c = cluster(&tag, 4, 256 << 20).await;
+    c.client.op_timeout_ms = 3_000;
+    let admin = MonClient::connect(c.mon.addr(), 99).await;
+    admin
+        .op(
+            Request::CreatePool {
+                name: "two".into(),
+                size: 2,
+                pg_num: 1,
+            },
+            10_000,
+        )
+        .await
+        .unwrap();
+    write_until_acked(&c, b"version one").await;
+    let up = common::placement_in(&c, "two", "obj").1;
+    let (x, y) = (up[0], up[1]);
+    let iy = index_of(&c, y);
+    drop(c.osds.remove(index_of(&c, x)));
+    stop_osd(&mut c, &admin, y).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let map = c.client.map().unwrap();
+        if !map.osds[&y].up {
+            assert!(
+                map.osds[&x].up,
+                "x must still be up in the map for this test"
+            );
+            assert_eq!(common::placement_in(&c, "two", "obj").1, vec![x]);
+            assert!(
+                map.osds[&x].up_thru.unwrap() < map.epoch,
+                "x cannot have asked for its up_thru in its interval alone"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "y never marked down");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    admin.op(Request::MarkDown { id: x }, 10_000).await.unwrap();
+    restart(&mut c, &tag, iy, y).await;
+    c.client.op_timeout_ms = 30_000;
+    let got = c.client.read("two", "obj").await.unwrap();
+    assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(b"version one"));
+    let dump = pg_dump(&c, y).await;
+    assert!(
+        dump.lines().any(|l| l.contains("active")),
+        "osd.{y} does not report the pg active:\n{dump}"
+    );
+    common::stop(c).await;
+}
+
+/// `osd lost` instead of removal: X stays in the map (down, declared lost), the PG goes active
+/// on Y's older copy, and when X boots again its newer write, which only it held, is not
+/// brought back: the PG keeps serving what it served since the declaration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declaring_the_down_osd_lost_accepts_the_loss_and_it_may_boot_again() {
+    let tag = format!("{TAG}-lost");
+    let mut c = cluster(&tag, 4, 256 << 20).await;
+    c.client.op_timeout_ms = 3_000;
+    let admin = MonClient::connect(c.mon.addr(), 96).await;
+    let (x, y, ix) = only_the_stale_copy_up(&mut c, &tag, &admin).await;
+    assert_down(&c, y).await;
+    assert!(
+        admin.op(Request::MarkLost { id: y }, 10_000).await.is_err(),
+        "an up OSD cannot be declared lost"
+    );
+    admin.op(Request::MarkLost { id: x }, 10_000).await.unwrap();
+    c.client.op_timeout_ms = 30_000;
+    let got = c.client.read("two", "obj").await.unwrap();
+    assert_eq!(got, b"version one", "the older copy is all that is left");
+    let map = c.client.map().unwrap();
+    assert!(map.osds[&x].lost_at.is_some() && !map.osds[&x].up);
+    restart(&mut c, &tag, ix, x).await;
+    c.client
+        .write_full("two", "obj2", b"after the return")
+        .await
+        .unwrap();
+    let got = c.client.read("two", "obj").await.unwrap();
+    assert_eq!(got, b"version one", "x's lost write is not brought back");
+    common::stop(c).await;
+}

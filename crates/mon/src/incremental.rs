@@ -54,6 +54,20 @@ pub enum Change {
         /// Past its nearfull ratio.
         nearfull: bool,
     },
+    /// The OSD was alive to serve as a primary in the interval begun at `epoch` (its up_thru).
+    UpThru {
+        /// OSD id.
+        id: i32,
+        /// Its new up_thru.
+        epoch: u64,
+    },
+    /// The operator declared the OSD's data lost at `epoch` (the OSD stays in the map).
+    Lost {
+        /// OSD id.
+        id: i32,
+        /// The epoch of the declaration.
+        epoch: u64,
+    },
     /// The OSD leaves the cluster: out of the map, out of CRUSH, out of every exception.
     RemoveOsd {
         /// OSD id.
@@ -170,6 +184,12 @@ impl ClusterMap {
             }
             Change::NearFull { id, nearfull } => {
                 self.entry(*id)?.nearfull = *nearfull;
+            }
+            Change::UpThru { id, epoch } => {
+                self.entry(*id)?.up_thru = Some(*epoch);
+            }
+            Change::Lost { id, epoch } => {
+                self.entry(*id)?.lost_at = Some(*epoch);
             }
             Change::CreatePool(pool) => {
                 self.placement.add_pool(pool.clone())?;

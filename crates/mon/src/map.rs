@@ -44,6 +44,17 @@ pub struct OsdEntry {
     /// warning for the operator, nothing is refused.
     #[serde(default)]
     pub nearfull: bool,
+    /// Ceph's up_thru: the newest interval start (epoch) at which the monitor knows this OSD
+    /// was alive to serve as a primary. A primary asks for it before its PG goes active, so an
+    /// interval whose primary's up_thru (in the interval's last map) is older than the
+    /// interval's start never went active and took no writes. `None` in maps written before
+    /// it was kept: every interval counts as possibly written.
+    #[serde(default)]
+    pub up_thru: Option<u64>,
+    /// The epoch at which the operator declared its data lost (Ceph's `osd lost`): intervals
+    /// that began before it no longer wait for this OSD's copy.
+    #[serde(default)]
+    pub lost_at: Option<u64>,
 }
 
 impl OsdEntry {
@@ -60,6 +71,8 @@ impl OsdEntry {
             auto_out: false,
             full: false,
             nearfull: false,
+            up_thru: Some(0),
+            lost_at: None,
         }
     }
 }

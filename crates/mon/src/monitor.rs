@@ -87,6 +87,14 @@ pub enum Request {
         #[serde(default)]
         nearfull: bool,
     },
+    /// A primary needs its up_thru at `want` or later (the start of the interval in which it
+    /// is about to activate a PG) before the PG may go active.
+    Alive {
+        /// OSD id.
+        id: i32,
+        /// The interval start it needs recorded.
+        want: u64,
+    },
     /// Operator: mark an OSD out (its data moves away).
     MarkOut {
         /// OSD id.
@@ -99,6 +107,13 @@ pub enum Request {
     },
     /// Operator: mark an OSD down (it must re-boot to come back).
     MarkDown {
+        /// OSD id.
+        id: i32,
+    },
+    /// Operator: declare a down OSD's data lost (Ceph's `osd lost`): PGs waiting (down) for
+    /// an interval that only it could have written go on without it. It stays in the map and
+    /// may boot again; what it held that no other copy has is gone.
+    MarkLost {
         /// OSD id.
         id: i32,
     },
@@ -256,6 +271,7 @@ impl Monitor {
                     epoch: self.map.epoch,
                 })
             }
+            Request::Alive { id, want } => self.alive(id, want),
             Request::MarkOut { id } => self.set_reweight(id, 0),
             Request::MarkIn { id } => self.set_reweight(id, 0x10000),
             Request::MarkDown { id } => {
@@ -265,6 +281,16 @@ impl Monitor {
                 } else {
                     self.map.epoch
                 };
+                Ok(Reply::Done { epoch })
+            }
+            Request::MarkLost { id } => {
+                if self.osd(id)?.up {
+                    return Err(MonError::Invalid(format!(
+                        "osd.{id} is up: stop it (or mark it down) before declaring it lost"
+                    )));
+                }
+                let epoch = self.map.epoch + 1;
+                let epoch = self.commit(vec![Change::Lost { id, epoch }])?;
                 Ok(Reply::Done { epoch })
             }
             Request::RemoveOsd { id } => {
@@ -346,6 +372,26 @@ impl Monitor {
             .osds
             .get(&id)
             .ok_or_else(|| MonError::NotFound(format!("osd.{id}")))
+    }
+
+    /// Records that `id` is alive through the interval begun at `want` (its up_thru), unless
+    /// it already is, or it is down in the map (a stale request: the interval is over), or
+    /// `want` is an epoch the map has not reached.
+    fn alive(&mut self, id: i32, want: u64) -> Result<Reply, MonError> {
+        let osd = self.osd(id)?;
+        if want > self.map.epoch {
+            return Err(MonError::Invalid(format!(
+                "up_thru {want} asked past the map's epoch {}",
+                self.map.epoch
+            )));
+        }
+        let recorded = osd.up_thru.is_some_and(|u| u >= want);
+        let epoch = if osd.up && !recorded {
+            self.commit(vec![Change::UpThru { id, epoch: want }])?
+        } else {
+            self.map.epoch
+        };
+        Ok(Reply::Done { epoch })
     }
 
     fn set_reweight(&mut self, id: i32, reweight: u32) -> Result<Reply, MonError> {

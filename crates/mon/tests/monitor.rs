@@ -501,3 +501,72 @@ fn a_down_osd_is_removed_from_map_crush_and_placement_and_its_id_is_given_again(
         other => panic!("{other:?}"),
     }
 }
+
+/// A primary's up_thru request records the interval start in a new epoch, once: asking again
+/// for it or an older one changes nothing; a request past the map's epoch is refused, and a
+/// down OSD's (a stale request) is ignored. The value survives encoding and subscribers
+/// reproduce it from the incremental. A map written before up_thru was kept reads as `None`.
+#[test]
+fn up_thru_is_recorded_once_per_interval_start_and_only_for_up_osds() {
+    let mut mon = Monitor::new(ClusterMap::new("u").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 3, 3);
+    assert_eq!(mon.map().osds[&1].up_thru, Some(0), "a new OSD starts at 0");
+    let before = mon.map().clone();
+    let e0 = before.epoch;
+    let alive = |want| Request::Alive { id: 1, want };
+    assert_eq!(
+        mon.handle(1, alive(e0)).unwrap(),
+        Reply::Done { epoch: e0 + 1 }
+    );
+    assert_eq!(mon.map().osds[&1].up_thru, Some(e0));
+    assert_eq!(mon.map().osds[&0].up_thru, Some(0));
+    for again in [e0, e0 - 1] {
+        mon.handle(2, alive(again)).unwrap();
+        assert_eq!(mon.map().epoch, e0 + 1, "already recorded: no epoch");
+    }
+    assert!(
+        mon.handle(3, alive(e0 + 5)).is_err(),
+        "past the map's epoch"
+    );
+    let mut follower = before;
+    for inc in mon.incrementals_since(e0).unwrap() {
+        follower.apply(&inc).unwrap();
+    }
+    assert_eq!(follower.osds[&1].up_thru, Some(e0));
+    let decoded = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert_eq!(decoded.osds[&1].up_thru, Some(e0));
+    mon.handle(4, Request::MarkDown { id: 2 }).unwrap();
+    let e = mon.map().epoch;
+    mon.handle(5, Request::Alive { id: 2, want: e }).unwrap();
+    assert_eq!(mon.map().epoch, e, "a down OSD's request is stale");
+    assert_eq!(mon.map().osds[&2].up_thru, Some(0));
+    let old: cairn_mon::map::OsdEntry = serde_json::from_str(
+        r#"{"id":4,"uuid":"u","host":"h","addr":"a","up":true,"reweight":65536,"down_since_ms":null,"auto_out":false}"#,
+    )
+    .unwrap();
+    assert_eq!(old.up_thru, None, "an entry from before up_thru");
+}
+
+/// `osd lost` needs the OSD down, records the epoch of the declaration in the map (subscribers
+/// reproduce it) and keeps the OSD; a boot brings it up again with the declaration kept.
+#[test]
+fn an_osd_is_declared_lost_only_while_down_and_stays_in_the_map() {
+    let mut mon = Monitor::new(ClusterMap::new("l").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 3, 3);
+    assert!(mon.handle(1, Request::MarkLost { id: 2 }).is_err());
+    mon.handle(2, Request::MarkDown { id: 2 }).unwrap();
+    let before = mon.map().clone();
+    let Reply::Done { epoch } = mon.handle(3, Request::MarkLost { id: 2 }).unwrap() else {
+        panic!("not done");
+    };
+    assert_eq!(epoch, before.epoch + 1);
+    assert_eq!(mon.map().osds[&2].lost_at, Some(epoch));
+    let mut follower = before;
+    for inc in mon.incrementals_since(follower.epoch).unwrap() {
+        follower.apply(&inc).unwrap();
+    }
+    assert_eq!(follower.osds[&2].lost_at, Some(epoch));
+    boot(&mut mon, 4, 3, 3);
+    let o = &mon.map().osds[&2];
+    assert!(o.up && o.lost_at == Some(epoch), "{o:?}");
+}

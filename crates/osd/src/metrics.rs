@@ -61,6 +61,7 @@ pub struct Metrics {
     /// PGs peered again in their interval because a write left their copies disagreeing.
     repeers: std::sync::atomic::AtomicU64,
     history_gaps: std::sync::atomic::AtomicU64,
+    up_thru_requests: std::sync::atomic::AtomicU64,
     /// Resent writes answered from the PG log (their first attempt was applied).
     dup_writes: std::sync::atomic::AtomicU64,
     /// Stray PG copies deleted, and their objects.
@@ -101,6 +102,12 @@ impl Metrics {
     /// no longer reaches back to the PG's last activation.
     pub fn record_history_gap(&self) {
         self.history_gaps
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records an up_thru request sent to the monitor before a PG went active.
+    pub fn record_up_thru_request(&self) {
+        self.up_thru_requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -207,6 +214,7 @@ impl Metrics {
         }
         let _ = writeln!(out, "# HELP cairn_osd_pg_repeers_total PGs peered again in their interval (a write reached some copies only, a resend found its first attempt not on every copy, a copy left out as too full is tried again).\n# TYPE cairn_osd_pg_repeers_total counter\ncairn_osd_pg_repeers_total{{osd=\"{osd}\"}} {}", self.repeers.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_peering_history_gaps_total Peerings whose past intervals reach back past the monitor's history (earlier intervals not checked).\n# TYPE cairn_osd_peering_history_gaps_total counter\ncairn_osd_peering_history_gaps_total{{osd=\"{osd}\"}} {}", self.history_gaps.load(std::sync::atomic::Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP cairn_osd_up_thru_requests_total up_thru requests sent to the monitor before PGs went active.\n# TYPE cairn_osd_up_thru_requests_total counter\ncairn_osd_up_thru_requests_total{{osd=\"{osd}\"}} {}", self.up_thru_requests.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_strays_deleted_total Stray PG copies deleted (PG clean elsewhere, or its pool removed).\n# TYPE cairn_osd_strays_deleted_total counter\ncairn_osd_strays_deleted_total{{osd=\"{osd}\"}} {}", self.strays_deleted.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_stray_objects_deleted_total Objects of deleted stray PG copies.\n# TYPE cairn_osd_stray_objects_deleted_total counter\ncairn_osd_stray_objects_deleted_total{{osd=\"{osd}\"}} {}", self.stray_objects_deleted.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_dup_writes_total Resent client writes answered from the PG log, their first attempt having been applied.\n# TYPE cairn_osd_dup_writes_total counter\ncairn_osd_dup_writes_total{{osd=\"{osd}\"}} {}", self.dup_writes.load(std::sync::atomic::Ordering::Relaxed));

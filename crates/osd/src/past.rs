@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
 use cairn_mon::ClusterMap;
-use cairn_pg::{intervals, PastInterval};
+use cairn_pg::{intervals, EpochPlacement, PastInterval};
 
 use crate::error::OsdError;
 
@@ -100,11 +100,19 @@ impl PastMaps {
         let maps = self.range(mon, from, to).await?;
         let complete = from > to || maps.first().is_some_and(|m| m.epoch == from);
         let epochs = maps.iter().map(|m| {
-            let acting = m.placement.pools.get(&pg.pool).and_then(|pool| {
-                let up = m.placement.mapper().map_pg(pg).ok()?.up;
-                Some((up, pool.min_size as usize))
+            let placement = m.placement.pools.get(&pg.pool).and_then(|pool| {
+                let acting = m.placement.mapper().map_pg(pg).ok()?.up;
+                let primary_up_thru = acting
+                    .first()
+                    .and_then(|p| m.osds.get(p))
+                    .and_then(|e| e.up_thru);
+                Some(EpochPlacement {
+                    acting,
+                    min_size: pool.min_size as usize,
+                    primary_up_thru,
+                })
             });
-            (m.epoch, acting)
+            (m.epoch, placement)
         });
         Ok(PastIntervals {
             intervals: intervals(epochs),

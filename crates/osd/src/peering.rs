@@ -9,12 +9,13 @@
 //! reading an object to push, listing a PG for backfill) is a recovery-class request through its
 //! scheduler (invariant 2); log queries and activation are control messages and are not.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use cairn_clustermap::PgId;
+use cairn_mon::monitor::Request;
 use cairn_mon::ClusterMap;
 use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
 use cairn_proto::image::ObjectImage;
@@ -34,6 +35,10 @@ use crate::shared::Shared;
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause before a failed peering attempt is retried in the same interval.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// How long a primary waits for a map with its up_thru before asking the monitor again.
+const UP_THRU_WAIT: Duration = Duration::from_secs(2);
+/// How long the monitor may take to answer an up_thru request.
+const UP_THRU_TIMEOUT_MS: u64 = 5_000;
 
 /// Applies a new map to every PG this OSD serves or holds; starts peering where needed.
 pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
@@ -200,7 +205,8 @@ async fn query_log(s: &Shared, pg: &Pg, epoch: u64, osd: i32) -> Result<PeerLog,
 
 /// The prior set of `pg`'s peering in the interval begun at `epoch`, from the logs heard so
 /// far: the PG's intervals after the newest last epoch started among them, from the maps of
-/// those epochs. OSDs the current map no longer has (removed) count as lost.
+/// those epochs. OSDs the current map no longer has (removed) count as lost for every interval,
+/// OSDs declared lost (`cairn osd lost`) for the intervals begun before the declaration.
 async fn prior(
     s: &Shared,
     pg: &Pg,
@@ -210,14 +216,14 @@ async fn prior(
     up: &BTreeSet<i32>,
 ) -> Result<Prior, OsdError> {
     let since = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
-    let (created, known) = {
+    let (created, lost_at) = {
         let map = s.map.borrow();
         let map = map.as_ref();
         let created = map.and_then(|m| m.pool_created.get(&pg.id.pool).copied());
-        let known: BTreeSet<i32> = map
-            .map(|m| m.osds.keys().copied().collect())
+        let lost_at: BTreeMap<i32, Option<u64>> = map
+            .map(|m| m.osds.values().map(|o| (o.id, o.lost_at)).collect())
             .unwrap_or_default();
-        (created.unwrap_or(0), known)
+        (created.unwrap_or(0), lost_at)
     };
     let from = (since + 1).max(created);
     let past = s
@@ -228,11 +234,14 @@ async fn prior(
         s.metrics.record_history_gap();
         tracing::warn!(osd = s.id, pg = %pg.id, since, oldest = ?past.intervals.first().map(|i| i.first), "the monitor's history no longer reaches back to the pg's last activation: intervals before it are not checked");
     }
-    let lost: BTreeSet<i32> = past
+    let lost: BTreeMap<i32, u64> = past
         .intervals
         .iter()
         .flat_map(|i| i.acting.iter().copied())
-        .filter(|o| !known.contains(o))
+        .filter_map(|o| match lost_at.get(&o) {
+            None => Some((o, u64::MAX)),
+            Some(at) => at.map(|at| (o, at)),
+        })
         .collect();
     Ok(prior_set(&past.intervals, since, heard, up, &lost))
 }
@@ -294,6 +303,11 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
                 return Ok(());
             }
         }
+    }
+    // Later peerings count this interval as possibly written only once the monitor knows this
+    // OSD was alive in it (Ceph's up_thru): it must before the PG goes active.
+    if !wait_up_thru(s, pg, epoch).await? {
+        return Ok(());
     }
     let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
     let auth_log: PgLog = logs
@@ -374,6 +388,34 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         tracing::debug!(osd = s.id, pg = %pg.id, epoch, "pg active");
     }
     Ok(())
+}
+
+/// Has the monitor record this OSD's up_thru at `epoch` (the start of `pg`'s interval) and
+/// waits for a map that shows it. `false` when the PG's interval ended meanwhile (the next
+/// interval's peering takes over). The monitor answers at once when it is recorded already.
+async fn wait_up_thru(s: &Shared, pg: &Pg, epoch: u64) -> Result<bool, OsdError> {
+    let recorded = |m: &Option<ClusterMap>| {
+        m.as_ref()
+            .and_then(|m| m.osds.get(&s.id))
+            .and_then(|e| e.up_thru)
+            .is_some_and(|u| u >= epoch)
+    };
+    let mut maps = s.map.clone();
+    loop {
+        if pg.interval().epoch != epoch {
+            return Ok(false);
+        }
+        if recorded(&maps.borrow_and_update()) {
+            return Ok(true);
+        }
+        let alive = Request::Alive {
+            id: s.id,
+            want: epoch,
+        };
+        s.mon.op(alive, UP_THRU_TIMEOUT_MS).await?;
+        s.metrics.record_up_thru_request();
+        let _ = tokio::time::timeout(UP_THRU_WAIT, maps.changed()).await;
+    }
 }
 
 /// Brings the acting copy on `osd` up to the authoritative state (log recovery or backfill);

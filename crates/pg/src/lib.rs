@@ -15,6 +15,6 @@ pub mod machine;
 pub mod peering;
 
 pub use error::PgError;
-pub use intervals::{intervals, prior_set, PastInterval, Prior};
+pub use intervals::{intervals, prior_set, EpochPlacement, PastInterval, Prior};
 pub use log::{Dup, Eversion, LogEntry, ObjectId, OpKind, PgLog, ReqId, PRIOR_UNKNOWN};
 pub use peering::{plan, PeerLog, PeeringPlan, Recovery};
