@@ -21,7 +21,7 @@ fn up_put_get_bench_down() {
         "--mon",
         &mon,
         "--device-mib",
-        "256",
+        "1024",
         "--pg-num",
         "32",
     ]);
@@ -76,7 +76,7 @@ fn up_put_get_bench_down() {
     ]);
     assert!(!ok, "a removed object must not be readable");
     let (ok, out) = cairn(&[
-        "bench", "--mon", &mon, "-p", "data", "2", "write", "-b", "65536", "-t", "4",
+        "bench", "--mon", &mon, "-p", "data", "2", "write", "-b", "4096", "-t", "4",
     ]);
     assert!(ok && out.contains("Average IOPS"), "{out}");
     let (ok, out) = cairn(&["status", "--mon", &mon]);
@@ -111,7 +111,7 @@ fn up_put_get_bench_down() {
         "--mon",
         &mon,
         "--device-mib",
-        "256",
+        "1024",
         "--pg-num",
         "32",
     ]);

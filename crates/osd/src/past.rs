@@ -51,6 +51,12 @@ impl PastMaps {
         }
     }
 
+    /// The map of `epoch`, if kept here.
+    pub fn get(&self, epoch: u64) -> Option<Arc<ClusterMap>> {
+        let maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        maps.get(&epoch).cloned()
+    }
+
     /// The maps of epochs `from..=to` known here, oldest first.
     fn known(&self, from: u64, to: u64) -> Vec<Arc<ClusterMap>> {
         let maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());

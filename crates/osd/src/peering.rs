@@ -39,6 +39,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(500);
 const UP_THRU_WAIT: Duration = Duration::from_secs(2);
 /// How long the monitor may take to answer an up_thru request.
 const UP_THRU_TIMEOUT_MS: u64 = 5_000;
+/// How often a primary looks whether its PG has applied the map that records its up_thru.
+const PG_CATCH_UP_POLL: Duration = Duration::from_millis(2);
 
 /// Applies a new map to every PG this OSD serves or holds; starts peering where needed.
 pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
@@ -391,22 +393,31 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
 }
 
 /// Has the monitor record this OSD's up_thru at `epoch` (the start of `pg`'s interval) and
-/// waits for a map that shows it. `false` when the PG's interval ended meanwhile (the next
-/// interval's peering takes over). The monitor answers at once when it is recorded already.
+/// waits until the PG has applied a map that shows it: the map must be one of the interval's,
+/// so that a later peering reads it as the interval's last (the OSD's newest map may already
+/// have ended the interval while the PG has not applied it). `false` when the PG's interval
+/// ended meanwhile (the next interval's peering takes over). The monitor answers at once when
+/// it is recorded already.
 async fn wait_up_thru(s: &Shared, pg: &Pg, epoch: u64) -> Result<bool, OsdError> {
-    let recorded = |m: &Option<ClusterMap>| {
-        m.as_ref()
-            .and_then(|m| m.osds.get(&s.id))
+    let recorded = |m: &ClusterMap| {
+        m.osds
+            .get(&s.id)
             .and_then(|e| e.up_thru)
             .is_some_and(|u| u >= epoch)
     };
     let mut maps = s.map.clone();
     loop {
-        if pg.interval().epoch != epoch {
+        let iv = pg.interval();
+        if iv.epoch != epoch {
             return Ok(false);
         }
-        if recorded(&maps.borrow_and_update()) {
+        if s.past_maps.get(iv.map_epoch).is_some_and(|m| recorded(&m)) {
             return Ok(true);
+        }
+        if maps.borrow_and_update().as_ref().is_some_and(recorded) {
+            // The OSD's newest map records it; the PG applies that map next.
+            tokio::time::sleep(PG_CATCH_UP_POLL).await;
+            continue;
         }
         let alive = Request::Alive {
             id: s.id,

@@ -59,6 +59,10 @@ pub struct Interval {
     /// recovery of their copy (too full): no replica writes go to them and the PG is degraded
     /// without them. Tried again on a map that shows them up and not flagged full.
     pub left_out: BTreeSet<i32>,
+    /// Newest map epoch applied to the PG (the interval's last epoch so far): decisions that
+    /// must hold for the interval read this map, not the OSD's newest, which the PG may not
+    /// have applied yet.
+    pub map_epoch: u64,
 }
 
 impl Interval {
@@ -157,6 +161,7 @@ impl Pg {
         if iv.acting == acting && iv.epoch != 0 {
             iv.size = size;
             iv.min_size = min_size;
+            iv.map_epoch = iv.map_epoch.max(epoch);
             return false;
         }
         self.past
@@ -169,6 +174,7 @@ impl Pg {
             size,
             min_size,
             left_out: BTreeSet::new(),
+            map_epoch: epoch,
         };
         self.active.send_replace(None);
         true
