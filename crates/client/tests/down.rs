@@ -19,6 +19,30 @@ fn index_of(c: &Cluster, osd: i32) -> usize {
     c.osds.iter().position(|o| o.id() == osd).unwrap()
 }
 
+/// A cluster for `tag` whose client gives up on an operation after 3 s, and a monitor client
+/// (`id`) for the operator's requests.
+async fn start(tag: &str, id: u64) -> (Cluster, MonClient) {
+    let mut c = cluster(tag, 4, 256 << 20).await;
+    c.client.op_timeout_ms = 3_000;
+    let admin = MonClient::connect(c.mon.addr(), id).await;
+    (c, admin)
+}
+
+/// Creates pool `two`: size 2 (min_size 1), one PG.
+async fn create_pool_two(admin: &MonClient) {
+    admin
+        .op(
+            Request::CreatePool {
+                name: "two".into(),
+                size: 2,
+                pg_num: 1,
+            },
+            10_000,
+        )
+        .await
+        .unwrap();
+}
+
 /// Writes `data` to `obj` of pool `two`, retrying while the PG peers (at most 30 s).
 async fn write_until_acked(c: &Cluster, data: &[u8]) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -61,17 +85,7 @@ async fn only_the_stale_copy_up(
     tag: &str,
     admin: &MonClient,
 ) -> (i32, i32, usize) {
-    admin
-        .op(
-            Request::CreatePool {
-                name: "two".into(),
-                size: 2,
-                pg_num: 1,
-            },
-            10_000,
-        )
-        .await
-        .unwrap();
+    create_pool_two(admin).await;
     write_until_acked(c, b"version one").await;
     let up = common::placement_in(c, "two", "obj").1;
     assert_eq!(up.len(), 2, "{up:?}");
@@ -111,9 +125,7 @@ async fn assert_down(c: &Cluster, y: i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pg_whose_newest_writes_are_on_down_osds_stays_down_until_one_returns() {
-    let mut c = cluster(TAG, 4, 256 << 20).await;
-    c.client.op_timeout_ms = 3_000;
-    let admin = MonClient::connect(c.mon.addr(), 97).await;
+    let (mut c, admin) = start(TAG, 97).await;
     let (x, y, ix) = only_the_stale_copy_up(&mut c, TAG, &admin).await;
     assert_down(&c, y).await;
     restart(&mut c, TAG, ix, x).await;
@@ -131,9 +143,7 @@ async fn a_pg_whose_newest_writes_are_on_down_osds_stays_down_until_one_returns(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_the_down_osds_accepts_the_loss_and_the_pg_serves_again() {
     let tag = format!("{TAG}-rm");
-    let mut c = cluster(&tag, 4, 256 << 20).await;
-    c.client.op_timeout_ms = 3_000;
-    let admin = MonClient::connect(c.mon.addr(), 98).await;
+    let (mut c, admin) = start(&tag, 98).await;
     let (x, y, _) = only_the_stale_copy_up(&mut c, &tag, &admin).await;
     assert_down(&c, y).await;
     admin
@@ -154,20 +164,8 @@ async fn removing_the_down_osds_accepts_the_loss_and_the_pg_serves_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interval_whose_primary_never_went_active_does_not_hold_the_pg_down() {
     let tag = format!("{TAG}-upthru");
-    let mut c = cluster(&tag, 4, 256 << 20).await;
-    c.client.op_timeout_ms = 3_000;
-    let admin = MonClient::connect(c.mon.addr(), 99).await;
-    admin
-        .op(
-            Request::CreatePool {
-                name: "two".into(),
-                size: 2,
-                pg_num: 1,
-            },
-            10_000,
-        )
-        .await
-        .unwrap();
+    let (mut c, admin) = start(&tag, 99).await;
+    create_pool_two(&admin).await;
     write_until_acked(&c, b"version one").await;
     let up = common::placement_in(&c, "two", "obj").1;
     let (x, y) = (up[0], up[1]);
@@ -211,9 +209,7 @@ async fn an_interval_whose_primary_never_went_active_does_not_hold_the_pg_down()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declaring_the_down_osd_lost_accepts_the_loss_and_it_may_boot_again() {
     let tag = format!("{TAG}-lost");
-    let mut c = cluster(&tag, 4, 256 << 20).await;
-    c.client.op_timeout_ms = 3_000;
-    let admin = MonClient::connect(c.mon.addr(), 96).await;
+    let (mut c, admin) = start(&tag, 96).await;
     let (x, y, ix) = only_the_stale_copy_up(&mut c, &tag, &admin).await;
     assert_down(&c, y).await;
     assert!(
