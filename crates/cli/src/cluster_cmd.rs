@@ -23,7 +23,7 @@ const OSD_WORKER_THREADS: usize = 1;
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
-/// `heartbeat_grace_s`, `policy`, `profile`, `prefill`, `store_groups_in_flight`).
+/// `heartbeat_grace_s`, `policy`, `profile`, `prefill`, `store_groups_in_flight`, `op_shards`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
@@ -81,6 +81,15 @@ pub struct OsdRunArgs {
     #[arg(long = "store-groups-in-flight", default_value_t = default_store_groups_in_flight())]
     #[serde(default = "default_store_groups_in_flight")]
     pub store_groups_in_flight: usize,
+    /// Scheduler shards (Ceph's `osd_op_num_shards`, 1..=64): each PG's work is scheduled in
+    /// one, with its own queue and dispatcher; QoS settings hold for the whole OSD.
+    #[arg(long = "op-shards", default_value_t = cairn_osd::DEFAULT_OP_SHARDS)]
+    #[serde(default = "default_op_shards")]
+    pub op_shards: usize,
+}
+
+fn default_op_shards() -> usize {
+    cairn_osd::DEFAULT_OP_SHARDS
 }
 
 fn default_store_groups_in_flight() -> usize {
@@ -147,6 +156,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.policy = cairn_qos::PolicyConfig::by_name(&args.policy)?;
         cfg.prefill = args.prefill;
         cfg.store_groups_in_flight = args.store_groups_in_flight;
+        cfg.op_shards = args.op_shards;
         if args.prefill && !data.join("kv.redb").exists() {
             eprintln!(
                 "prefilling {} MiB of {}/block with zeros",

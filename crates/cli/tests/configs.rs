@@ -24,7 +24,7 @@ fn daemons_run_from_config_files() {
     std::fs::write(
         &osd_toml,
         format!(
-            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\n",
+            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\n",
             dir.join("osd").display()
         ),
     )
@@ -110,6 +110,19 @@ fn daemons_run_from_config_files() {
         ok && out.trim() == "wpq",
         "policy from the config file: {out}"
     );
+    let (ok, out) = cairn(&[
+        "tell",
+        "--mon",
+        &mon,
+        "osd.0",
+        "config",
+        "get",
+        "osd_op_num_shards",
+    ]);
+    assert!(
+        ok && out.trim() == "5",
+        "shards from the config file: {out}"
+    );
     // An OSD started with a bad setting exits with an error that names it.
     let refused = |data: &str, flag: &str, value: &str| {
         let data = dir.join(data).display().to_string();
@@ -124,6 +137,11 @@ fn daemons_run_from_config_files() {
     assert!(
         !ok && out.contains("max_groups_in_flight 3"),
         "an out-of-range pipeline depth must be refused: {out}"
+    );
+    let (ok, out) = refused("osd-z", "--op-shards", "0");
+    assert!(
+        !ok && out.contains("op shards must be in 1..=64"),
+        "a shard count out of range must be refused: {out}"
     );
     let (ok, out) = cairn(&["osd", "run"]);
     assert!(

@@ -16,7 +16,7 @@ use crate::shared::Shared;
 pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
 /// Settings `config get` can read (the first three can also be set).
-pub const CONFIG_KEYS: [&str; 9] = [
+pub const CONFIG_KEYS: [&str; 10] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
@@ -26,6 +26,7 @@ pub const CONFIG_KEYS: [&str; 9] = [
     "max_log_entries",
     "max_inflight_ops",
     "max_pending_ops",
+    "osd_op_num_shards",
 ];
 
 /// Answers one encoded [`AdminRequest`] with an encoded [`AdminReply`].
@@ -76,6 +77,7 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
         "max_log_entries" => c.max_log_entries.to_string(),
         "max_inflight_ops" => c.max_inflight_ops.to_string(),
         "max_pending_ops" => c.max_pending_ops.to_string(),
+        "osd_op_num_shards" => s.sched.shard_count().to_string(),
         other => {
             return Err(format!(
                 "unknown key `{other}` (known: {})",

@@ -25,7 +25,7 @@ use cairn_proto::{
     MSG_OSD_OP_REPLY, MSG_OSD_REPOP, MSG_OSD_REPOP_REPLY, MSG_PEER_REPLY, MSG_PEER_REQUEST,
     MSG_PING, MSG_PING_REPLY,
 };
-use cairn_qos::{CostModel, DeviceCapacity, PolicyConfig, QosClass, QosQueue};
+use cairn_qos::{CostModel, DeviceCapacity, PolicyConfig, QosClass};
 use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig};
 use tokio::sync::Semaphore;
 
@@ -62,8 +62,12 @@ pub struct OsdConfig {
     pub policy: PolicyConfig,
     /// Device capacity for the cost model.
     pub capacity: DeviceCapacity,
-    /// Most scheduled requests running at once (explicit limit).
+    /// Most scheduled requests running at once (explicit limit), divided between the op
+    /// shards.
     pub max_inflight_ops: usize,
+    /// Scheduler shards (Ceph's `osd_op_num_shards`, 1..=64): each PG's work runs in one, each
+    /// shard has its own queue, lock and dispatcher, and the policy's QoS holds OSD-wide.
+    pub op_shards: usize,
     /// Most client ops accepted and not yet answered (explicit limit; beyond it ops are
     /// refused with a retryable error).
     pub max_pending_ops: usize,
@@ -126,6 +130,7 @@ impl OsdConfig {
                 seq_bandwidth_bytes_per_s: 1.5e9,
             },
             max_inflight_ops: 64,
+            op_shards: DEFAULT_OP_SHARDS,
             max_pending_ops: 4096,
             beacon_interval_ms: 1000,
             repop_timeout_ms: 10_000,
@@ -153,6 +158,10 @@ pub struct OsdDaemon {
 
 /// Queue depth of an emulated device (explicit limit).
 const EMULATED_QUEUE_DEPTH: usize = 64;
+
+/// Default scheduler shards: Ceph's ceph-mini runs 2 (`osd_op_num_shards`), and an OSD here
+/// runs its tasks on one worker thread, so more shards only add dispatchers.
+pub const DEFAULT_OP_SHARDS: usize = 2;
 /// Size of each write of zeros when prefilling a device file.
 const PREFILL_CHUNK_BYTES: u64 = 8 << 20;
 /// How often the store's counters are copied for the metrics page.
@@ -229,10 +238,11 @@ impl OsdDaemon {
         }
         let store = open_store(&cfg).await?;
         let sched = OpScheduler::new(
-            QosQueue::new(cfg.policy.clone())?,
+            cfg.policy.clone(),
             CostModel::from_capacity(cfg.capacity)?,
             cfg.max_inflight_ops,
-        );
+            cfg.op_shards,
+        )?;
         let mut listener = Listener::bind(cfg.listen, Limits::default()).await?;
         let addr = listener.local_addr();
         let mon = Arc::new(MonClient::connect(cfg.mon, session_id(&cfg.uuid)).await);
@@ -453,6 +463,10 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                         }
                     };
                 let tid = rep.tid;
+                let pg = PgId {
+                    pool: rep.pool,
+                    seed: rep.pg_seed,
+                };
                 let (s2, out) = (s.clone(), sender.clone());
                 let len = data.len().max(4096) as u64;
                 let data = received(data, data_crc);
@@ -460,7 +474,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                     let h = replica::repop(&s2, rep, data).await;
                     let _ = out.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
                 };
-                if let Err(e) = s.sched.submit(QosClass::Client, client, len, job) {
+                if let Err(e) = s.sched.submit(pg, QosClass::Client, client, len, job) {
                     let h = ReplyHeader::bare(tid, s.epoch(), OpResult::Failed(e.to_string()));
                     let _ = sender.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
                 }

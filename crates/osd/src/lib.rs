@@ -28,5 +28,5 @@ pub mod shared;
 pub mod strays;
 pub mod txns;
 
-pub use daemon::{OsdConfig, OsdDaemon};
+pub use daemon::{OsdConfig, OsdDaemon, DEFAULT_OP_SHARDS};
 pub use error::OsdError;

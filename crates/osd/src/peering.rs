@@ -326,20 +326,20 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
                     Some(_) => pull(s, pg, epoch, plan.authoritative, obj).await?,
                     None => None,
                 };
-                install_local(s, &coll, &mut inner.created, obj, image).await?;
+                install_local(s, pg, &mut inner.created, obj, image).await?;
             }
         }
         Some(Recovery::Backfill) => {
             let names = list_remote(s, pg, epoch, plan.authoritative).await?;
             let keep: BTreeSet<&String> = names.iter().collect();
-            for obj in list_scheduled(s, &coll).await? {
+            for obj in list_scheduled(s, pg).await? {
                 if !keep.contains(&obj) {
-                    install_local(s, &coll, &mut inner.created, &obj, None).await?;
+                    install_local(s, pg, &mut inner.created, &obj, None).await?;
                 }
             }
             for obj in &names {
                 let image = pull(s, pg, epoch, plan.authoritative, obj).await?;
-                install_local(s, &coll, &mut inner.created, obj, image).await?;
+                install_local(s, pg, &mut inner.created, obj, image).await?;
             }
         }
         _ => {}
@@ -446,7 +446,7 @@ async fn recover_copy(
             None
         }
         Some(Recovery::Backfill) => {
-            let names = list_scheduled(s, &pg.coll).await?;
+            let names = list_scheduled(s, pg).await?;
             for obj in &names {
                 push(s, pg, epoch, osd, obj).await?;
             }
@@ -480,15 +480,17 @@ async fn pull(
     }
 }
 
-/// Runs `work` on this OSD's store as one recovery-class request of `length_bytes` through its
-/// scheduler.
+/// Runs `work` on this OSD's store as one recovery-class request of `length_bytes` through the
+/// scheduler shard of `pg`.
 async fn as_recovery<T: Send + 'static>(
     s: &Arc<Shared>,
+    pg: &Pg,
     length_bytes: u64,
     work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
 ) -> Result<T, OsdError> {
     s.sched
         .run(
+            pg.id,
             QosClass::Recovery,
             u64::from(s.id as u32),
             length_bytes.max(4096),
@@ -498,18 +500,16 @@ async fn as_recovery<T: Send + 'static>(
 }
 
 /// Every object of the PG's collection on this OSD, listed as a recovery request.
-async fn list_scheduled(s: &Arc<Shared>, coll: &str) -> Result<Vec<String>, OsdError> {
-    let (s2, coll) = (s.clone(), coll.to_string());
-    as_recovery(s, 0, async move { list_all(&s2.store, &coll).await }).await
+async fn list_scheduled(s: &Arc<Shared>, pg: &Pg) -> Result<Vec<String>, OsdError> {
+    let (s2, coll) = (s.clone(), pg.coll.clone());
+    as_recovery(s, pg, 0, async move { list_all(&s2.store, &coll).await }).await
 }
 
 async fn push(s: &Arc<Shared>, pg: &Pg, epoch: u64, to: i32, obj: &str) -> Result<(), OsdError> {
     let (s2, coll, name) = (s.clone(), pg.coll.clone(), obj.to_string());
-    let image = as_recovery(
-        s,
-        0,
-        async move { read_image(&s2.store, &coll, &name).await },
-    )
+    let image = as_recovery(s, pg, 0, async move {
+        read_image(&s2.store, &coll, &name).await
+    })
     .await?;
     let body = PeerBody::Push {
         object: obj.to_string(),
@@ -553,15 +553,15 @@ async fn list_remote(s: &Shared, pg: &Pg, epoch: u64, from: i32) -> Result<Vec<S
 /// recovery request through the scheduler.
 async fn install_local(
     s: &Arc<Shared>,
-    coll: &str,
+    pg: &Pg,
     created: &mut bool,
     obj: &str,
     image: Option<ObjectImage>,
 ) -> Result<(), OsdError> {
     let was_created = *created;
-    let (s2, coll, obj) = (s.clone(), coll.to_string(), obj.to_string());
+    let (s2, coll, obj) = (s.clone(), pg.coll.clone(), obj.to_string());
     let length = image.as_ref().map_or(0, |i| i.data.len() as u64);
-    let installed = as_recovery(s, length, async move {
+    let installed = as_recovery(s, pg, length, async move {
         let mut txn = Transaction::new();
         if !was_created {
             txn.create_collection(&coll);

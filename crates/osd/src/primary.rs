@@ -94,7 +94,7 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
         };
         match s
             .sched
-            .run(QosClass::Client, client, cost, async move {
+            .run(pg.id, QosClass::Client, client, cost, async move {
                 read(&s2, &coll, op).await
             })
             .await
@@ -341,6 +341,7 @@ async fn write(
     };
     let s2 = s.clone();
     let local = s.sched.run(
+        pg.id,
         QosClass::Client,
         client,
         data.len().max(4096) as u64,

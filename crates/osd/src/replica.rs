@@ -129,8 +129,13 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
         _ => {
             let s2 = s.clone();
             let cost = data.len().max(4096) as u64;
+            let pg = PgId {
+                pool: req.pool,
+                seed: req.pg_seed,
+            };
             s.sched
                 .run(
+                    pg,
                     QosClass::Recovery,
                     u64::from(from as u32),
                     cost,

@@ -1,8 +1,14 @@
 //! Runs the OSD's work through its QoS scheduler (invariant 2): every client op and replica
-//! write is enqueued with its class and cost, and starts only when the scheduler releases it;
-//! at most `max_inflight` run at once (explicit limit). The policy alone chooses the order: a
-//! dispatcher task releases requests, and a caller of [`OpScheduler::run`] that finds a free
-//! slot asks the policy itself (running its own request inline when the policy picks it).
+//! write is enqueued with its class and cost, and starts only when the scheduler releases it.
+//!
+//! The scheduler is sharded as Ceph's op queue is (`osd_op_num_shards`): each PG belongs to one
+//! shard, by a hash of its id, and each shard has its own policy queue, lock, dispatcher and
+//! share of the in-flight limit, so PGs of different shards never wait on one lock and a PG's
+//! work is ordered by one policy. The shards' policies share one [`ShardLink`], so mClock
+//! reservations, weights and limits and TBF rates hold for the OSD, not per shard. Within a
+//! shard the policy alone chooses the order: a dispatcher task releases requests, and a caller
+//! of [`OpScheduler::run`] that finds a free slot asks the policy itself (running its own
+//! request inline when the policy picks it).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -10,10 +16,14 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn_qos::{CostModel, Dequeued, QosClass, QosQueue, Request};
+use cairn_clustermap::PgId;
+use cairn_qos::{CostModel, Dequeued, PolicyConfig, QosClass, QosQueue, Request, ShardLink};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::OsdError;
+
+/// Most op shards an OSD may have (explicit limit).
+pub const MAX_OP_SHARDS: usize = 64;
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -27,8 +37,8 @@ enum Released {
     Empty,
 }
 
-/// The scheduler front end of one OSD.
-pub struct OpScheduler {
+/// One shard: a policy queue with its own lock, dispatcher and in-flight slots.
+struct Shard {
     queue: Mutex<QosQueue>,
     jobs: Mutex<HashMap<u64, Job>>,
     next_id: Mutex<u64>,
@@ -39,17 +49,17 @@ pub struct OpScheduler {
     dispatcher: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
-impl OpScheduler {
-    /// A scheduler with `queue`'s policy, the device cost model and an in-flight limit.
-    pub fn new(queue: QosQueue, cost: CostModel, max_inflight: usize) -> Arc<Self> {
-        let s = Arc::new(OpScheduler {
+impl Shard {
+    /// A shard with `queue`'s policy, the device cost model and an in-flight limit.
+    fn new(queue: QosQueue, cost: CostModel, max_inflight: usize, started: Instant) -> Arc<Self> {
+        let s = Arc::new(Shard {
             queue: Mutex::new(queue),
             jobs: Mutex::new(HashMap::new()),
             next_id: Mutex::new(1),
             notify: Notify::new(),
             inflight: Arc::new(Semaphore::new(max_inflight.max(1))),
             cost,
-            started: Instant::now(),
+            started,
             dispatcher: Mutex::new(None),
         });
         let handle = tokio::spawn(dispatch_loop(s.clone())).abort_handle();
@@ -58,7 +68,7 @@ impl OpScheduler {
     }
 
     /// Stops dispatching and drops every queued job (the OSD is shutting down).
-    pub fn stop(&self) {
+    fn stop(&self) {
         if let Some(h) = self
             .dispatcher
             .lock()
@@ -75,7 +85,7 @@ impl OpScheduler {
     }
 
     /// Queues `job` as `class` work of `length_bytes` for `client_id`; it runs when released.
-    pub fn submit(
+    fn submit(
         &self,
         class: QosClass,
         client_id: u64,
@@ -128,7 +138,7 @@ impl OpScheduler {
 
     /// Asks the policy for the next request, holding `permit` for it: the job comes back
     /// wrapped so that the slot is released when it ends. Both the dispatcher and
-    /// [`OpScheduler::dispatch_here`] release requests only through here.
+    /// [`Shard::dispatch_here`] release requests only through here.
     fn release_next(&self, permit: OwnedSemaphorePermit) -> Released {
         let next = self
             .queue
@@ -176,59 +186,25 @@ impl OpScheduler {
     }
 
     /// The active policy's configuration.
-    pub fn policy(&self) -> cairn_qos::PolicyConfig {
-        self.queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .config()
-            .clone()
+    fn policy(&self) -> PolicyConfig {
+        self.queue().config().clone()
     }
 
     /// Switches the policy live; queued requests drain through the old one (hot swap).
-    pub fn set_policy(&self, cfg: cairn_qos::PolicyConfig) -> Result<(), OsdError> {
+    fn set_policy(&self, cfg: PolicyConfig) -> Result<(), OsdError> {
         let now = self.now_ns();
-        self.queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .set_policy(cfg, now)?;
+        self.queue().set_policy(cfg, now)?;
         self.notify.notify_one();
         Ok(())
     }
 
-    /// Prometheus lines of the scheduler's per-class counters.
-    pub fn render_metrics(&self, osd: i32) -> String {
-        use std::fmt::Write;
-        let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = String::from("# HELP cairn_osd_sched_dispatched_total Requests released by the scheduler, by class.\n# TYPE cairn_osd_sched_dispatched_total counter\n");
-        for class in QosClass::ALL {
-            let c = q.counters().class(class);
-            let _ = writeln!(
-                out,
-                "cairn_osd_sched_dispatched_total{{osd=\"{osd}\",class=\"{}\"}} {}",
-                class.name(),
-                c.dispatched_total()
-            );
-        }
-        out.push_str("# HELP cairn_osd_sched_queued Requests waiting in the scheduler, by class.\n# TYPE cairn_osd_sched_queued gauge\n");
-        for class in QosClass::ALL {
-            let _ = writeln!(
-                out,
-                "cairn_osd_sched_queued{{osd=\"{osd}\",class=\"{}\"}} {}",
-                class.name(),
-                q.counters().class(class).queued
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP cairn_osd_sched_refused_to_fifo_total Requests the policy refused (served by FIFO).\n# TYPE cairn_osd_sched_refused_to_fifo_total counter\ncairn_osd_sched_refused_to_fifo_total{{osd=\"{osd}\",policy=\"{}\"}} {}",
-            q.policy_name(),
-            q.counters().refused_to_fifo
-        );
-        out
+    /// The policy queue (for its counters and config).
+    fn queue(&self) -> std::sync::MutexGuard<'_, QosQueue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `work` like [`OpScheduler::submit`] and waits for its result.
-    pub async fn run<T: Send + 'static>(
+    /// Queues `work` like [`Shard::submit`] and waits for its result.
+    async fn run<T: Send + 'static>(
         &self,
         class: QosClass,
         client_id: u64,
@@ -249,7 +225,159 @@ impl OpScheduler {
     }
 }
 
-async fn dispatch_loop(s: Arc<OpScheduler>) {
+/// The scheduler of one OSD: its op shards.
+pub struct OpScheduler {
+    shards: Vec<Arc<Shard>>,
+    /// Held while a policy change is applied to every shard, so two changes never interleave.
+    switching: Mutex<()>,
+}
+
+impl OpScheduler {
+    /// `shards` shards (1..=[`MAX_OP_SHARDS`]) running `policy` on one link, with the device
+    /// cost model; the in-flight limit is divided between them (each gets at least one slot).
+    pub fn new(
+        policy: PolicyConfig,
+        cost: CostModel,
+        max_inflight: usize,
+        shards: usize,
+    ) -> Result<Arc<Self>, OsdError> {
+        if shards == 0 || shards > MAX_OP_SHARDS {
+            return Err(OsdError::Config(format!(
+                "op shards must be in 1..={MAX_OP_SHARDS}, not {shards}"
+            )));
+        }
+        let link = ShardLink::default();
+        let started = Instant::now();
+        let per_shard = max_inflight.div_ceil(shards).max(1);
+        let shards = (0..shards)
+            .map(|_| {
+                let queue = QosQueue::new_shard(policy.clone(), link.clone())?;
+                Ok(Shard::new(queue, cost, per_shard, started))
+            })
+            .collect::<Result<Vec<_>, OsdError>>()?;
+        Ok(Arc::new(OpScheduler {
+            shards,
+            switching: Mutex::new(()),
+        }))
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard `pg`'s work runs in (a fixed hash of the PG id).
+    pub fn shard_of(&self, pg: PgId) -> usize {
+        let key = (pg.pool as u64).rotate_left(32) ^ u64::from(pg.seed);
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % self.shards.len()
+    }
+
+    fn shard(&self, pg: PgId) -> &Shard {
+        &self.shards[self.shard_of(pg)]
+    }
+
+    /// Stops dispatching and drops every queued job (the OSD is shutting down).
+    pub fn stop(&self) {
+        for shard in &self.shards {
+            shard.stop();
+        }
+    }
+
+    /// Queues `job` as `class` work of `length_bytes` for `client_id` in `pg`'s shard; it runs
+    /// when released.
+    pub fn submit(
+        &self,
+        pg: PgId,
+        class: QosClass,
+        client_id: u64,
+        length_bytes: u64,
+        job: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), OsdError> {
+        self.shard(pg).submit(class, client_id, length_bytes, job)
+    }
+
+    /// Queues `work` like [`OpScheduler::submit`] and waits for its result.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        pg: PgId,
+        class: QosClass,
+        client_id: u64,
+        length_bytes: u64,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, OsdError> {
+        self.shard(pg)
+            .run(class, client_id, length_bytes, work)
+            .await
+    }
+
+    /// The active policy's configuration (every shard runs the same).
+    pub fn policy(&self) -> PolicyConfig {
+        self.shards[0].policy()
+    }
+
+    /// Switches every shard's policy live; queued requests drain through the old one (hot
+    /// swap). An invalid config is refused by the first shard and changes nothing.
+    pub fn set_policy(&self, cfg: PolicyConfig) -> Result<(), OsdError> {
+        let _one_at_a_time = self.switching.lock().unwrap_or_else(|p| p.into_inner());
+        for shard in &self.shards {
+            shard.set_policy(cfg.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Prometheus lines of the scheduler's per-class counters (summed over shards) and of each
+    /// shard's queue length.
+    pub fn render_metrics(&self, osd: i32) -> String {
+        use std::fmt::Write;
+        let mut dispatched = [0u64; QosClass::ALL.len()];
+        let mut queued = [0u64; QosClass::ALL.len()];
+        let mut refused = 0;
+        let mut shard_queued = Vec::with_capacity(self.shards.len());
+        let name = self.shards[0].queue().policy_name();
+        for shard in &self.shards {
+            let q = shard.queue();
+            for (i, class) in QosClass::ALL.iter().enumerate() {
+                let c = q.counters().class(*class);
+                dispatched[i] += c.dispatched_total();
+                queued[i] += c.queued;
+            }
+            refused += q.counters().refused_to_fifo;
+            shard_queued.push(q.len());
+        }
+        let mut out = String::from("# HELP cairn_osd_sched_dispatched_total Requests released by the scheduler, by class.\n# TYPE cairn_osd_sched_dispatched_total counter\n");
+        for (i, class) in QosClass::ALL.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "cairn_osd_sched_dispatched_total{{osd=\"{osd}\",class=\"{}\"}} {}",
+                class.name(),
+                dispatched[i]
+            );
+        }
+        out.push_str("# HELP cairn_osd_sched_queued Requests waiting in the scheduler, by class.\n# TYPE cairn_osd_sched_queued gauge\n");
+        for (i, class) in QosClass::ALL.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "cairn_osd_sched_queued{{osd=\"{osd}\",class=\"{}\"}} {}",
+                class.name(),
+                queued[i]
+            );
+        }
+        out.push_str("# HELP cairn_osd_sched_shard_queued Requests waiting in each op shard.\n# TYPE cairn_osd_sched_shard_queued gauge\n");
+        for (i, n) in shard_queued.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "cairn_osd_sched_shard_queued{{osd=\"{osd}\",shard=\"{i}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP cairn_osd_sched_refused_to_fifo_total Requests the policy refused (served by FIFO).\n# TYPE cairn_osd_sched_refused_to_fifo_total counter\ncairn_osd_sched_refused_to_fifo_total{{osd=\"{osd}\",policy=\"{name}\"}} {refused}"
+        );
+        out
+    }
+}
+
+async fn dispatch_loop(s: Arc<Shard>) {
     loop {
         let Ok(permit) = s.inflight.clone().acquire_owned().await else {
             return;
@@ -271,26 +399,44 @@ async fn dispatch_loop(s: Arc<OpScheduler>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_qos::{DeviceCapacity, PolicyConfig};
+    use cairn_qos::config::ClassParams;
+    use cairn_qos::{DeviceCapacity, MClockConfig};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex as StdMutex;
 
-    fn scheduler(max_inflight: usize) -> Arc<OpScheduler> {
+    const PG: PgId = PgId { pool: 1, seed: 0 };
+
+    fn sharded(policy: PolicyConfig, max_inflight: usize, shards: usize) -> Arc<OpScheduler> {
         let capacity = DeviceCapacity {
             random_4k_iops: 20_000.0,
             seq_bandwidth_bytes_per_s: 1e9,
         };
-        OpScheduler::new(
-            QosQueue::new(PolicyConfig::Fifo).unwrap(),
-            CostModel::from_capacity(capacity).unwrap(),
-            max_inflight,
-        )
+        let cost = CostModel::from_capacity(capacity).unwrap();
+        OpScheduler::new(policy, cost, max_inflight, shards).unwrap()
+    }
+
+    fn scheduler(max_inflight: usize) -> Arc<OpScheduler> {
+        sharded(PolicyConfig::Fifo, max_inflight, 1)
+    }
+
+    /// A PG of pool 1 in `shard` of `s` (other than `not`).
+    fn pg_in(s: &OpScheduler, shard: usize, not: Option<PgId>) -> PgId {
+        (0..1000)
+            .map(|seed| PgId { pool: 1, seed })
+            .find(|pg| s.shard_of(*pg) == shard && Some(*pg) != not)
+            .expect("some PG hashes to every shard")
     }
 
     /// Occupies the only in-flight slot until the returned sender fires.
     async fn hold_the_slot(s: &OpScheduler) -> tokio::sync::oneshot::Sender<()> {
+        hold_a_slot_of(s, PG).await
+    }
+
+    /// Occupies one in-flight slot of `pg`'s shard until the returned sender fires.
+    async fn hold_a_slot_of(s: &OpScheduler, pg: PgId) -> tokio::sync::oneshot::Sender<()> {
         let (release, wait) = tokio::sync::oneshot::channel::<()>();
         let (started_tx, started) = tokio::sync::oneshot::channel();
-        s.submit(QosClass::Client, 9, 4096, async move {
+        s.submit(pg, QosClass::Client, 9, 4096, async move {
             let _ = started_tx.send(());
             let _ = wait.await;
         })
@@ -303,7 +449,7 @@ mod tests {
     async fn run_returns_the_work_result_whether_dispatched_here_or_by_the_dispatcher() {
         let s = scheduler(4);
         for i in 0..100u64 {
-            let got = s.run(QosClass::Client, i % 3, 4096, async move { i * 2 });
+            let got = s.run(PG, QosClass::Client, i % 3, 4096, async move { i * 2 });
             assert_eq!(got.await.unwrap(), i * 2);
         }
     }
@@ -317,7 +463,7 @@ mod tests {
         for i in 0..5u64 {
             let (s2, order2) = (s.clone(), order.clone());
             waiters.push(tokio::spawn(async move {
-                s2.run(QosClass::Client, i, 4096, async move {
+                s2.run(PG, QosClass::Client, i, 4096, async move {
                     order2.lock().unwrap().push(i);
                 })
                 .await
@@ -348,7 +494,7 @@ mod tests {
             let order = Arc::new(StdMutex::new(Vec::new()));
             let (s2, order2) = (s.clone(), order.clone());
             let older = tokio::spawn(async move {
-                s2.run(QosClass::Client, 1, 4096, async move {
+                s2.run(PG, QosClass::Client, 1, 4096, async move {
                     order2.lock().unwrap().push("older");
                 })
                 .await
@@ -358,7 +504,7 @@ mod tests {
             // The slot frees as this caller arrives: FIFO must still run the older one first.
             release.send(()).unwrap();
             let order3 = order.clone();
-            s.run(QosClass::Client, 2, 4096, async move {
+            s.run(PG, QosClass::Client, 2, 4096, async move {
                 order3.lock().unwrap().push("newer");
             })
             .await
@@ -366,5 +512,115 @@ mod tests {
             older.await.unwrap();
             assert_eq!(*order.lock().unwrap(), vec!["older", "newer"]);
         }
+    }
+
+    #[test]
+    fn every_pg_has_one_shard_and_the_pgs_of_a_pool_spread_over_all_shards() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let _in_runtime = rt.enter();
+        let s = sharded(PolicyConfig::Fifo, 64, 4);
+        let mut per_shard = [0usize; 4];
+        for seed in 0..256 {
+            let pg = PgId { pool: 3, seed };
+            assert_eq!(s.shard_of(pg), s.shard_of(pg));
+            per_shard[s.shard_of(pg)] += 1;
+        }
+        assert!(
+            per_shard.iter().all(|n| (32..=96).contains(n)),
+            "256 PGs over 4 shards: {per_shard:?}"
+        );
+        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost, 64, 0).is_err());
+        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost, 64, 65).is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shard_with_every_slot_taken_does_not_hold_back_another_shards_pgs() {
+        // Two shards, one slot each.
+        let s = sharded(PolicyConfig::Fifo, 2, 2);
+        let busy = pg_in(&s, 0, None);
+        let release = hold_a_slot_of(&s, busy).await;
+        let other = pg_in(&s, 1, None);
+        let ran = tokio::time::timeout(
+            Duration::from_secs(5),
+            s.run(other, QosClass::Client, 1, 4096, async { 7 }),
+        )
+        .await
+        .expect("the other shard's PG waited for the busy shard");
+        assert_eq!(ran.unwrap(), 7);
+        // A second PG of the busy shard waits for its slot, and runs once it is free.
+        let same = pg_in(&s, 0, Some(busy));
+        let s2 = s.clone();
+        let waiting =
+            tokio::spawn(async move { s2.run(same, QosClass::Client, 1, 4096, async { 8 }).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !waiting.is_finished(),
+            "ran beyond its shard's in-flight limit"
+        );
+        release.send(()).unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        assert_eq!(got.expect("never ran").unwrap().unwrap(), 8);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_mclock_limit_holds_for_the_osd_not_per_shard() {
+        // Clients limited to 1% of 20k 4 KiB IOPS = 200 requests/s over the whole OSD.
+        let class = |limit| ClassParams {
+            reservation: 0.0,
+            weight: 1.0,
+            limit,
+        };
+        let cfg = MClockConfig {
+            profile: "custom".into(),
+            capacity_iops: 20_000.0,
+            custom: Some([class(0.01), class(0.0), class(0.0)]),
+            ..MClockConfig::default()
+        };
+        let s = sharded(PolicyConfig::Mclock(cfg), 64, 4);
+        let done = Arc::new(AtomicUsize::new(0));
+        for seed in 0..400u32 {
+            let d = done.clone();
+            let pg = PgId { pool: 1, seed };
+            s.submit(pg, QosClass::Client, 1, 4096, async move {
+                d.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let in_half_a_second = done.load(Ordering::Relaxed);
+        // Per shard, four shards would serve all 400 in half a second (4 x 200/s).
+        assert!(
+            in_half_a_second <= 150,
+            "{in_half_a_second} requests in 0.5 s against an OSD-wide limit of 200/s"
+        );
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while done.load(Ordering::Relaxed) < 400 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the limited requests never all ran");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_policy_switch_reaches_every_shard_and_a_bad_one_changes_none() {
+        let s = sharded(PolicyConfig::Fifo, 8, 3);
+        s.set_policy(PolicyConfig::by_name("wpq").unwrap()).unwrap();
+        for shard in &s.shards {
+            assert_eq!(shard.policy().name(), "wpq");
+        }
+        let bad = PolicyConfig::Mclock(MClockConfig {
+            profile: "no_such_profile".into(),
+            ..MClockConfig::default()
+        });
+        assert!(s.set_policy(bad).is_err());
+        for shard in &s.shards {
+            assert_eq!(shard.policy().name(), "wpq");
+        }
+        let got = s.run(pg_in(&s, 2, None), QosClass::Client, 1, 4096, async { 3 });
+        assert_eq!(got.await.unwrap(), 3);
+        let metrics = s.render_metrics(0);
+        assert!(metrics.contains("cairn_osd_sched_shard_queued{osd=\"0\",shard=\"2\"} 0"));
+        assert!(metrics.contains("cairn_osd_sched_dispatched_total{osd=\"0\",class=\"client\"} 1"));
     }
 }

@@ -125,7 +125,7 @@ async fn delete(s: &Arc<Shared>, pg: &Arc<Pg>, why: Deletable) -> Result<Option<
             let s2 = s.clone();
             let cost = REMOVE_COST * names.len() as u64;
             s.sched
-                .run(QosClass::BestEffort, 0, cost, async move {
+                .run(pg.id, QosClass::BestEffort, 0, cost, async move {
                     s2.store.queue_transaction_owned(txn).await
                 })
                 .await??;

@@ -34,3 +34,4 @@ pub use error::QosError;
 pub use queue::QosQueue;
 pub use request::{OpKind, QosClass, Request};
 pub use scheduler::{Dequeued, Dispatch, Phase, Refused, Scheduler};
+pub use shard::ShardLink;

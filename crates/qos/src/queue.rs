@@ -14,6 +14,7 @@ use crate::error::QosError;
 use crate::policy::fifo::Fifo;
 use crate::request::Request;
 use crate::scheduler::{Dequeued, Dispatch, Refused, Scheduler};
+use crate::shard::ShardLink;
 
 /// Default limit on queued requests.
 pub const DEFAULT_MAX_QUEUED: usize = 16 * 1024 * 1024;
@@ -29,12 +30,23 @@ pub struct QosQueue {
     counters: SchedulerCounters,
     throttled_total_ns: u64,
     throttled_since: Option<u64>,
+    link: Option<ShardLink>,
 }
 
 impl QosQueue {
     /// A queue running the configured policy.
     pub fn new(cfg: PolicyConfig) -> Result<QosQueue, QosError> {
-        let policy = build_policy(&cfg)?;
+        QosQueue::build(cfg, None)
+    }
+
+    /// A queue that is one shard of several on `link`: its policy (and every policy swapped in
+    /// later) shares mClock tags and TBF buckets with the other shards on the link.
+    pub fn new_shard(cfg: PolicyConfig, link: ShardLink) -> Result<QosQueue, QosError> {
+        QosQueue::build(cfg, Some(link))
+    }
+
+    fn build(cfg: PolicyConfig, link: Option<ShardLink>) -> Result<QosQueue, QosError> {
+        let policy = build_in(&cfg, link.as_ref())?;
         Ok(QosQueue {
             cfg,
             policy,
@@ -45,6 +57,7 @@ impl QosQueue {
             counters: SchedulerCounters::new(DEFAULT_MAX_TRACKED_CLIENTS),
             throttled_total_ns: 0,
             throttled_since: None,
+            link,
         })
     }
 
@@ -164,7 +177,7 @@ impl QosQueue {
     /// another policy (or a change that cannot be applied in place) = hot swap, the current
     /// policy being drained first. An invalid config is an error and changes nothing.
     pub fn set_policy(&mut self, cfg: PolicyConfig, now_ns: u64) -> Result<(), QosError> {
-        let mut next = build_policy(&cfg)?;
+        let mut next = build_in(&cfg, self.link.as_ref())?;
         if cfg.name() == self.cfg.name() && self.policy.reconfigure(&cfg).is_ok() {
             self.cfg = cfg;
             return Ok(());
@@ -186,5 +199,13 @@ impl QosQueue {
         self.policy = next;
         self.cfg = cfg;
         Ok(())
+    }
+}
+
+/// Builds `cfg`'s policy, on `link` when the queue is a shard.
+fn build_in(cfg: &PolicyConfig, link: Option<&ShardLink>) -> Result<Box<dyn Scheduler>, QosError> {
+    match link {
+        Some(link) => link.build(cfg),
+        None => build_policy(cfg),
     }
 }

@@ -2,13 +2,14 @@
 //! token-bucket rates hold for the OSD as a whole, not per shard.
 //!
 //! Owns the shards, the tag state they share (`SharedTags`) and the choice of which shard
-//! dispatches next. Requests are spread over shards by object (as PGs are); a dmClock client
+//! dispatches next. [`ShardLink`] is the same shared state for shards that dispatch on their
+//! own (an OSD's op shards, each a `QosQueue` with its own lock and dispatcher). Requests are spread over shards by object (as PGs are); a dmClock client
 //! with requests in several shards keeps one set of tags, so its reservation, weight and limit
 //! are not multiplied or divided by N. Dispatch compares each shard's best candidate (phase, then
 //! tag), which is what a single queue would choose. Never reads a clock.
 
 use crate::config::TbfConfig;
-use crate::config::{MClockConfig, PolicyConfig};
+use crate::config::{build_policy, MClockConfig, PolicyConfig};
 use crate::error::{mismatch, QosError};
 use crate::policy::mclock::{MClock, SharedTagsHandle};
 use crate::policy::tbf::{Tbf, TbfSharedHandle};
@@ -17,6 +18,27 @@ use crate::scheduler::{Dequeued, Phase, Refused, Scheduler};
 
 /// Most shards.
 pub const MAX_SHARDS: usize = 256;
+
+/// The state that independent shards of one OSD share so that mClock reservations, weights and
+/// limits and TBF rates hold for the OSD as a whole: give every shard's policy the same link.
+/// Other policies keep no cross-request state that needs sharing (each shard is fair or ordered
+/// on its own, as Ceph's shards are).
+#[derive(Clone, Default)]
+pub struct ShardLink {
+    tags: SharedTagsHandle,
+    buckets: TbfSharedHandle,
+}
+
+impl ShardLink {
+    /// Builds the scheduler `cfg` describes as one shard on this link.
+    pub fn build(&self, cfg: &PolicyConfig) -> Result<Box<dyn Scheduler>, QosError> {
+        Ok(match cfg {
+            PolicyConfig::Mclock(c) => Box::new(MClock::with_shared(c.clone(), self.tags.clone())?),
+            PolicyConfig::Tbf(c) => Box::new(Tbf::with_shared(c.clone(), self.buckets.clone())?),
+            other => build_policy(other)?,
+        })
+    }
+}
 
 /// N mClock shards with OSD-wide QoS.
 pub struct ShardedMClock {
