@@ -15,8 +15,9 @@ Usage: bench/bottom_up.py [--seconds 10] [--out docs/cluster-bench.md] [--no-cep
 
 The store layer's file and the cairn OSDs' device files are sparse, as Ceph's are (ceph-mini
 creates them that way): every write to a new region pays the file system's block allocation.
-With --prefill the store's and the cairn OSDs' files are written whole first, as on a raw device
-(Ceph's stay sparse). The store layer's 4 MiB writes are its 16-submitter phase (objects
+With --prefill every device file is written whole first, as a raw device is (and as fio's file
+is in both modes): the store's, the cairn OSDs' (`cairn up --prefill`) and Ceph's BlueStore block
+files (written with dd before `ceph-osd --mkfs`, which keeps a block file that exists). The store layer's 4 MiB writes are its 16-submitter phase (objects
 rewritten whole), like the OSDs' 16 in flight.
 """
 
@@ -93,8 +94,9 @@ def cairn_cluster(osds, seconds, work, prefill):
     d = os.path.join(work, f"cluster{osds}")
     # Sparse files cost only what is written; prefilled ones are written whole, so they are
     # sized to what a run writes (one OSD takes every 4 MiB write; three share them).
+    # Sized for ~3.3 GB/s of device writes for the run (one OSD takes them all).
     if prefill:
-        device_mib = 28672 if osds == 1 else 12288
+        device_mib = 40960 if osds == 1 else 16384
         extra = ["--prefill"]
     else:
         device_mib = 32768
@@ -130,8 +132,20 @@ def rados_bench(seconds, mode, size):
     return iops, bw, lat
 
 
-def ceph(seconds):
-    env = dict(os.environ, NUM_OSD="3", BLOCK_GB="10")
+CEPH_BLOCK_GB = 10
+
+
+def ceph(seconds, work, prefill):
+    env = dict(os.environ, NUM_OSD="3", BLOCK_GB=str(CEPH_BLOCK_GB))
+    if prefill:
+        # A later bluestore_block_path in [osd] wins over ceph-mini's; BlueStore's mkfs opens an
+        # existing block file of the configured size as it is.
+        blocks = os.path.join(work, "ceph-blocks")
+        os.makedirs(blocks, exist_ok=True)
+        for i in range(3):
+            run(["dd", "if=/dev/zero", f"of={blocks}/osd{i}.block", "bs=8M",
+                 f"count={CEPH_BLOCK_GB * 128}", "conv=fsync", "status=none"])
+        env["EXTRA_OSD_CONF"] = f"        bluestore_block_path = {blocks}/osd$id.block"
     subprocess.run(["bash", os.path.join(CEPH_MINI, "down.sh")], capture_output=True)
     run(["bash", os.path.join(CEPH_MINI, "up.sh")], env=env)
     try:
@@ -161,9 +175,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "cluster-bench-table.md"))
     ap.add_argument("--no-ceph", action="store_true")
     ap.add_argument("--prefill", action="store_true",
-                    help="write zeros over the store's and the OSDs' device files first "
-                         "(`cairn up --prefill`): every cairn layer then writes over allocated "
-                         "blocks, as on a raw device")
+                    help="write zeros over every device file first (the store's, the cairn "
+                         "OSDs' with `cairn up --prefill`, Ceph's block files): every layer then "
+                         "writes over allocated blocks, as on a raw device")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="cairn-bottom-up-", dir="/work" if os.path.isdir("/work") else None)
     try:
@@ -178,7 +192,9 @@ def main():
             "4K write": fio(raw, "randwrite", "4k", 16, a.seconds, True) + (None,),
             "4K read": fio(raw, "randread", "4k", 16, a.seconds, False) + (None,),
         }
-        st = store_bench(os.path.join(work, "store.dev"), a.seconds, a.prefill)
+        store_dev = os.path.join(work, "store.dev")
+        st = store_bench(store_dev, a.seconds, a.prefill)
+        os.remove(store_dev)
         layers["cairn store"] = {
             "4M write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 MiB write QD16")), None),
             "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand write QD16")), None),
@@ -187,7 +203,7 @@ def main():
         layers["cairn 1 OSD, size 1"] = cairn_cluster(1, a.seconds, work, a.prefill)
         layers["cairn 3 OSDs, size 3"] = cairn_cluster(3, a.seconds, work, a.prefill)
         if not a.no_ceph:
-            layers["Ceph 16.2, 3 OSDs, size 3"] = ceph(a.seconds)
+            layers["Ceph 16.2, 3 OSDs, size 3"] = ceph(a.seconds, work, a.prefill)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
