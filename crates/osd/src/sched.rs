@@ -269,7 +269,7 @@ impl OpScheduler {
     /// The shard `pg`'s work runs in (a fixed hash of the PG id).
     pub fn shard_of(&self, pg: PgId) -> usize {
         let key = (pg.pool as u64).rotate_left(32) ^ u64::from(pg.seed);
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % self.shards.len()
+        cairn_qos::shard::shard_index(key, self.shards.len())
     }
 
     fn shard(&self, pg: PgId) -> &Shard {

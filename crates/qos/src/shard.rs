@@ -19,6 +19,12 @@ use crate::scheduler::{Dequeued, Phase, Refused, Scheduler};
 /// Most shards.
 pub const MAX_SHARDS: usize = 256;
 
+/// The shard of `shards` (> 0) that `key` belongs to: a Fibonacci hash, so consecutive keys
+/// (PG seeds, object ids) spread evenly.
+pub fn shard_index(key: u64, shards: usize) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % shards
+}
+
 /// The state that independent shards of one OSD share so that mClock reservations, weights and
 /// limits and TBF rates hold for the OSD as a whole: give every shard's policy the same link.
 /// Other policies keep no cross-request state that needs sharing (each shard is fair or ordered
@@ -69,8 +75,7 @@ impl ShardedMClock {
 
     /// The shard a request belongs to (by object, else by client).
     pub fn shard_of(&self, req: &Request) -> usize {
-        let k = req.object_id.unwrap_or(req.client_id);
-        (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % self.shards.len()
+        shard_index(req.object_id.unwrap_or(req.client_id), self.shards.len())
     }
 
     /// Requests queued in one shard.
@@ -182,8 +187,7 @@ impl ShardedTbf {
 
     /// The shard a request belongs to (by object, else by client).
     pub fn shard_of(&self, req: &Request) -> usize {
-        let k = req.object_id.unwrap_or(req.client_id);
-        (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % self.shards.len()
+        shard_index(req.object_id.unwrap_or(req.client_id), self.shards.len())
     }
 }
 
