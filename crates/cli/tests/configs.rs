@@ -97,28 +97,13 @@ fn daemons_run_from_config_files() {
     ]);
     assert!(ok, "{out}");
     assert_eq!(std::fs::read(&dst).unwrap(), vec![7u8; 100_000]);
-    let (ok, out) = cairn(&[
-        "tell",
-        "--mon",
-        &mon,
-        "osd.0",
-        "config",
-        "get",
-        "osd_op_queue",
-    ]);
+    let config_get = |key: &str| cairn(&["tell", "--mon", &mon, "osd.0", "config", "get", key]);
+    let (ok, out) = config_get("osd_op_queue");
     assert!(
         ok && out.trim() == "wpq",
         "policy from the config file: {out}"
     );
-    let (ok, out) = cairn(&[
-        "tell",
-        "--mon",
-        &mon,
-        "osd.0",
-        "config",
-        "get",
-        "osd_op_num_shards",
-    ]);
+    let (ok, out) = config_get("osd_op_num_shards");
     assert!(
         ok && out.trim() == "5",
         "shards from the config file: {out}"

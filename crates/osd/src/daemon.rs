@@ -162,6 +162,7 @@ const EMULATED_QUEUE_DEPTH: usize = 64;
 /// Default scheduler shards: Ceph's ceph-mini runs 2 (`osd_op_num_shards`), and an OSD here
 /// runs its tasks on one worker thread, so more shards only add dispatchers.
 pub const DEFAULT_OP_SHARDS: usize = 2;
+
 /// Size of each write of zeros when prefilling a device file.
 const PREFILL_CHUNK_BYTES: u64 = 8 << 20;
 /// How often the store's counters are copied for the metrics page.
@@ -223,6 +224,7 @@ impl OsdDaemon {
                 frame_limit / 2
             )));
         }
+        crate::sched::check_shard_count(cfg.op_shards)?;
         if !(cfg.nearfull_ratio > 0.0 && cfg.nearfull_ratio <= cfg.full_ratio) {
             return Err(OsdError::Config(format!(
                 "nearfull_ratio {} must be in (0, full_ratio {}]",

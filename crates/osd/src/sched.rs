@@ -225,6 +225,16 @@ impl Shard {
     }
 }
 
+/// Refuses a shard count outside 1..=[`MAX_OP_SHARDS`].
+pub fn check_shard_count(shards: usize) -> Result<(), OsdError> {
+    if shards == 0 || shards > MAX_OP_SHARDS {
+        return Err(OsdError::Config(format!(
+            "op shards must be in 1..={MAX_OP_SHARDS}, not {shards}"
+        )));
+    }
+    Ok(())
+}
+
 /// The scheduler of one OSD: its op shards.
 pub struct OpScheduler {
     shards: Vec<Arc<Shard>>,
@@ -241,11 +251,7 @@ impl OpScheduler {
         max_inflight: usize,
         shards: usize,
     ) -> Result<Arc<Self>, OsdError> {
-        if shards == 0 || shards > MAX_OP_SHARDS {
-            return Err(OsdError::Config(format!(
-                "op shards must be in 1..={MAX_OP_SHARDS}, not {shards}"
-            )));
-        }
+        check_shard_count(shards)?;
         let link = ShardLink::default();
         let started = Instant::now();
         let per_shard = max_inflight.div_ceil(shards).max(1);
