@@ -120,31 +120,13 @@ impl AioError {
     }
 }
 
-/// What an operation's waiter gets back: the kernel's result (bytes, or a negated errno), or
-/// the error that kept it from being submitted; with the memory either way.
-type Outcome = Result<(i64, Pinned), (io::Error, Pinned)>;
+/// What an operation's waiter gets back: the kernel's result (bytes, or a negated errno) with
+/// the memory.
+type Outcome = (i64, Pinned);
 
 struct InFlight {
     done: oneshot::Sender<Outcome>,
     pinned: Pinned,
-}
-
-/// Operations built but not yet handed to the kernel, and whether a task has taken on
-/// submitting them.
-#[derive(Default)]
-struct SubmitQueue {
-    iocbs: Vec<Iocb>,
-    flusher: bool,
-}
-
-/// Submits the queued operations when dropped (after the flusher's yield, or when the flusher
-/// is cancelled during it).
-struct SubmitOnDrop<'a>(&'a Shared);
-
-impl Drop for SubmitOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.submit_queued();
-    }
 }
 
 /// Operations in flight, indexed by the `aio_data` key the kernel hands back.
@@ -185,7 +167,6 @@ struct Shared {
     /// Written once to wake the completion thread (its poll completes).
     wake: OwnedFd,
     table: Mutex<Table>,
-    queue: Mutex<SubmitQueue>,
     stopping: AtomicBool,
     /// Set when reaping failed: nothing more is submitted.
     broken: AtomicBool,
@@ -198,24 +179,28 @@ impl Shared {
 
     fn submit_iocb(&self, iocb: &mut Iocb) -> io::Result<()> {
         let mut list = [iocb as *mut Iocb];
-        // SAFETY: `ctx` is a live context (destroyed only when `Shared` drops); the iocb and
-        // the memory it names stay valid until completion: the memory is held in the table.
-        let rc = unsafe { libc::syscall(libc::SYS_io_submit, self.ctx, 1, list.as_mut_ptr()) };
-        match rc {
-            1 => Ok(()),
-            0 => Err(io::Error::from(io::ErrorKind::WouldBlock)),
-            _ => Err(io::Error::last_os_error()),
+        loop {
+            // SAFETY: `ctx` is a live context (destroyed only after `Shared` is done with
+            // it); the iocb and the memory it names stay valid until completion: the memory
+            // is held in the table.
+            let rc = unsafe { libc::syscall(libc::SYS_io_submit, self.ctx, 1, list.as_mut_ptr()) };
+            match rc {
+                1 => return Ok(()),
+                0 => return Err(io::Error::from(io::ErrorKind::WouldBlock)),
+                _ => {
+                    let error = io::Error::last_os_error();
+                    if error.raw_os_error() != Some(libc::EINTR) {
+                        return Err(error);
+                    }
+                }
+            }
         }
     }
 
-    fn queue(&self) -> MutexGuard<'_, SubmitQueue> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Submits one operation on `len` bytes of `pinned` from byte `start`, and waits for its
-    /// result (bytes transferred). Operations queued by tasks that run in the same turn of the
-    /// runtime go to the kernel in one `io_submit`: the first of them yields once, then submits
-    /// them all (one doorbell of the device for the batch instead of one each).
+    /// Submits one operation on `len` bytes of `pinned` from byte `start` at once, and waits
+    /// for its result (bytes transferred). The calling task submits it itself: one
+    /// `io_submit` per operation, so that none waits for the runtime's next turn (see
+    /// `docs/blockdev.md`, "Submission").
     async fn once(
         &self,
         op: AioOp,
@@ -243,7 +228,7 @@ impl Shared {
             AioOp::Write { dsync } => (IOCB_CMD_PWRITE, if dsync { libc::RWF_DSYNC } else { 0 }),
             AioOp::Fdsync => (IOCB_CMD_FDSYNC, 0),
         };
-        let iocb = Iocb {
+        let mut iocb = Iocb {
             aio_data: key as u64,
             aio_rw_flags: rw_flags,
             aio_lio_opcode: opcode,
@@ -253,70 +238,22 @@ impl Shared {
             aio_offset: offset as i64,
             ..Iocb::default()
         };
-        let flusher = {
-            let mut q = self.queue();
-            q.iocbs.push(iocb);
-            !std::mem::replace(&mut q.flusher, true)
-        };
-        if flusher {
-            // Submits the batch when dropped, so a cancelled flusher never strands the others.
-            let batch = SubmitOnDrop(self);
-            tokio::task::yield_now().await;
-            drop(batch);
+        if let Err(error) = self.submit_iocb(&mut iocb) {
+            // The kernel refused it: it never started, so its memory goes back with the error.
+            let pinned = self.table().remove(key).map(|op| op.pinned);
+            return Err(AioError {
+                error,
+                unsubmitted: pinned,
+            });
         }
         match rx.await {
-            Ok(Ok((res, _))) if res < 0 => Err(AioError::after_submit(
-                io::Error::from_raw_os_error((-res) as i32),
-            )),
-            Ok(Ok((res, pinned))) => Ok((res as usize, pinned)),
-            Ok(Err((error, pinned))) => Err(AioError {
-                error,
-                unsubmitted: Some(pinned),
-            }),
+            Ok((res, _)) if res < 0 => Err(AioError::after_submit(io::Error::from_raw_os_error(
+                (-res) as i32,
+            ))),
+            Ok((res, pinned)) => Ok((res as usize, pinned)),
             Err(_) => Err(AioError::after_submit(io::Error::other(
                 "the device's AIO context failed",
             ))),
-        }
-    }
-
-    /// Hands every queued operation to the kernel; one it refuses goes back to its waiter with
-    /// the error and its memory.
-    fn submit_queued(&self) {
-        let mut iocbs = {
-            let mut q = self.queue();
-            q.flusher = false;
-            std::mem::take(&mut q.iocbs)
-        };
-        let mut list: Vec<*mut Iocb> = iocbs.iter_mut().map(|i| i as *mut Iocb).collect();
-        let mut first = 0;
-        while first < list.len() {
-            let rest = &mut list[first..];
-            // SAFETY: `ctx` is live; every iocb in `rest` is valid for the call (the kernel
-            // copies it) and names memory held in the table until its completion.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_io_submit,
-                    self.ctx,
-                    rest.len() as i64,
-                    rest.as_mut_ptr(),
-                )
-            };
-            if rc > 0 {
-                first += rc as usize;
-                continue;
-            }
-            let error = match rc {
-                0 => io::Error::from(io::ErrorKind::WouldBlock),
-                _ => io::Error::last_os_error(),
-            };
-            if error.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            // The kernel refused the first remaining operation: it never started.
-            if let Some(op) = self.table().remove(iocbs[first].aio_data as usize) {
-                let _ = op.done.send(Err((error, op.pinned)));
-            }
-            first += 1;
         }
     }
 
@@ -369,7 +306,7 @@ impl Shared {
             }
             for (op, res) in finished.drain(..) {
                 // A dropped receiver (cancelled wait) frees the memory here, after completion.
-                let _ = op.done.send(Ok((res, op.pinned)));
+                let _ = op.done.send((res, op.pinned));
             }
             if self.stopping.load(Ordering::Acquire) && self.table().busy == 0 {
                 return true;
@@ -444,7 +381,6 @@ impl AioRing {
             file,
             wake,
             table: Mutex::new(Table::default()),
-            queue: Mutex::new(SubmitQueue::default()),
             stopping: AtomicBool::new(false),
             broken: AtomicBool::new(false),
         });
@@ -558,9 +494,7 @@ fn aligned(back: Pinned) -> Result<AlignedBuf, AioError> {
 
 impl Drop for AioRing {
     fn drop(&mut self) {
-        // Nothing may wait in the submission queue: the completion thread stops only when
-        // every operation in the table has completed.
-        self.shared.submit_queued();
+        // The completion thread stops once every operation in the table has completed.
         self.shared.stopping.store(true, Ordering::Release);
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from `one` to our eventfd; this completes the armed poll,

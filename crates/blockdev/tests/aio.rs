@@ -186,27 +186,3 @@ async fn closing_a_device_releases_its_context_and_completion_thread() {
         aio_threads()
     );
 }
-
-#[tokio::test(flavor = "current_thread")]
-async fn a_batch_is_submitted_even_when_the_task_submitting_it_is_cancelled() {
-    let dir = tempfile::tempdir().unwrap();
-    let dev = Arc::new(open(&dir.path().join("dev")));
-    // The first write takes on submitting the batch and yields; the second joins the batch.
-    let first = {
-        let dev = dev.clone();
-        tokio::spawn(async move { dev.write(0, &[1u8; 4096]).await })
-    };
-    let second = {
-        let dev = dev.clone();
-        tokio::spawn(async move { dev.write(4096, &[2u8; 4096]).await })
-    };
-    tokio::task::yield_now().await;
-    first.abort();
-    let done = tokio::time::timeout(std::time::Duration::from_secs(10), second).await;
-    done.expect("the second write was stranded in the batch")
-        .unwrap()
-        .unwrap();
-    let mut got = vec![0u8; 4096];
-    dev.read(4096, &mut got).await.unwrap();
-    assert!(got.iter().all(|&b| b == 2));
-}

@@ -19,7 +19,7 @@ use crate::mon_cmd::DEFAULT_MON;
 /// blocking device calls run on tokio's blocking threads. Measured against two workers with
 /// `cairn bench` at 16 in flight (docs/cluster.md): 4 KiB writes ~1.15x on one and three
 /// OSDs, with ~15% less OSD CPU per write; 4 KiB reads ~1.1x with reads on the blocking pool.
-const OSD_WORKER_THREADS: usize = 1;
+pub(crate) const OSD_WORKER_THREADS: usize = 1;
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,

@@ -151,10 +151,11 @@ impl From<EngineArg> for IoEngine {
     }
 }
 
-/// Runs one `cairn store` subcommand.
+/// Runs one `cairn store` subcommand, on a runtime shaped like an OSD's (its worker count), so
+/// that `cairn store bench` measures the store as an OSD runs it.
 pub fn run(args: StoreArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
+        .worker_threads(crate::cluster_cmd::OSD_WORKER_THREADS)
         .enable_all()
         .build()?;
     match args.command {
