@@ -209,6 +209,9 @@ pub struct UpArgs {
     /// see `cairn osd run --prefill`). `cairn up` then waits longer for the OSDs.
     #[arg(long)]
     prefill: bool,
+    /// Op shards of every OSD (see `cairn osd run --op-shards`).
+    #[arg(long = "op-shards", default_value_t = cairn_osd::DEFAULT_OP_SHARDS)]
+    op_shards: usize,
     /// Address of the S3 gateway started with the cluster.
     #[arg(long, default_value = crate::s3_cmd::DEFAULT_S3)]
     s3: SocketAddr,
@@ -243,6 +246,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     if args.osds == 0 {
         bail!("--osds must be at least 1");
     }
+    cairn_osd::sched::check_shard_count(args.op_shards)?;
     std::fs::create_dir_all(&args.dir)?;
     let pids_path = args.dir.join("pids");
     if pids_path.exists() {
@@ -292,6 +296,8 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             args.device_mib.to_string(),
             "--heartbeat-grace-s".into(),
             args.heartbeat_grace_s.to_string(),
+            "--op-shards".into(),
+            args.op_shards.to_string(),
         ];
         if args.metrics {
             osd_args.extend(["--metrics".into(), "127.0.0.1:0".into()]);

@@ -13,6 +13,12 @@ fn up_put_get_bench_down() {
     let cluster = Cluster::new("up");
     let dir = cluster.dir.clone();
     let d = cluster.arg();
+    let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon, "--op-shards", "65"]);
+    assert!(
+        !ok && out.contains("op shards must be in 1..=64"),
+        "a bad shard count must be refused before anything starts: {out}"
+    );
+    assert!(!dir.join("pids").exists(), "nothing was started");
     let (ok, out) = cairn(&[
         "up",
         "--no-s3",
@@ -24,8 +30,22 @@ fn up_put_get_bench_down() {
         "1024",
         "--pg-num",
         "32",
+        "--op-shards",
+        "3",
     ]);
     assert!(ok, "{out}");
+    for osd in ["osd.0", "osd.2"] {
+        let (ok, out) = cairn(&[
+            "tell",
+            "--mon",
+            &mon,
+            osd,
+            "config",
+            "get",
+            "osd_op_num_shards",
+        ]);
+        assert!(ok && out.trim() == "3", "{osd}'s op shards from `up`: {out}");
+    }
     let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon]);
     assert!(
         !ok && out.contains("exists"),
