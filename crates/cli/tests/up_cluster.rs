@@ -44,7 +44,10 @@ fn up_put_get_bench_down() {
             "get",
             "osd_op_num_shards",
         ]);
-        assert!(ok && out.trim() == "3", "{osd}'s op shards from `up`: {out}");
+        assert!(
+            ok && out.trim() == "3",
+            "{osd}'s op shards from `up`: {out}"
+        );
     }
     let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon]);
     assert!(
