@@ -17,10 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cairn_clustermap::PgId;
+use cairn_qos::hist::Histogram;
 use cairn_qos::{CostModel, Dequeued, PolicyConfig, QosClass, QosQueue, Request, ShardLink};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::OsdError;
+
+/// Quantiles of the scheduler wait time in the metrics.
+const WAIT_QUANTILES: [f64; 3] = [0.5, 0.99, 0.999];
 
 /// Most op shards an OSD may have (explicit limit).
 pub const MAX_OP_SHARDS: usize = 64;
@@ -331,14 +335,15 @@ impl OpScheduler {
         Ok(())
     }
 
-    /// Prometheus lines of the scheduler's per-class counters (summed over shards) and of each
-    /// shard's queue length.
+    /// Prometheus lines of the scheduler's per-class counters and wait times (over all shards)
+    /// and of each shard's queue length.
     pub fn render_metrics(&self, osd: i32) -> String {
         use std::fmt::Write;
         let mut dispatched = [0u64; QosClass::ALL.len()];
         let mut queued = [0u64; QosClass::ALL.len()];
         let mut refused = 0;
         let mut shard_queued = Vec::with_capacity(self.shards.len());
+        let mut waits: Vec<Option<Histogram>> = vec![None; QosClass::ALL.len()];
         let name = self.shards[0].queue().policy_name();
         for shard in &self.shards {
             let q = shard.queue();
@@ -346,6 +351,10 @@ impl OpScheduler {
                 let c = q.counters().class(*class);
                 dispatched[i] += c.dispatched_total();
                 queued[i] += c.queued;
+                match &mut waits[i] {
+                    Some(w) => w.merge(&c.wait),
+                    None => waits[i] = Some(c.wait.clone()),
+                }
             }
             refused += q.counters().refused_to_fifo;
             shard_queued.push(q.len());
@@ -366,6 +375,24 @@ impl OpScheduler {
                 "cairn_osd_sched_queued{{osd=\"{osd}\",class=\"{}\"}} {}",
                 class.name(),
                 queued[i]
+            );
+        }
+        out.push_str("# HELP cairn_osd_sched_wait_seconds Time requests waited in the scheduler (queued to released), by class, over all shards.\n# TYPE cairn_osd_sched_wait_seconds summary\n");
+        for (class, wait) in QosClass::ALL.iter().zip(&waits) {
+            let Some(w) = wait else { continue };
+            let c = class.name();
+            for q in WAIT_QUANTILES {
+                let secs = w.quantile_ns(q) as f64 / 1e9;
+                let _ = writeln!(
+                    out,
+                    "cairn_osd_sched_wait_seconds{{osd=\"{osd}\",class=\"{c}\",quantile=\"{q}\"}} {secs}"
+                );
+            }
+            let sum = w.sum_ns() as f64 / 1e9;
+            let _ = writeln!(
+                out,
+                "cairn_osd_sched_wait_seconds_sum{{osd=\"{osd}\",class=\"{c}\"}} {sum}\ncairn_osd_sched_wait_seconds_count{{osd=\"{osd}\",class=\"{c}\"}} {}",
+                w.count()
             );
         }
         out.push_str("# HELP cairn_osd_sched_shard_queued Requests waiting in each op shard.\n# TYPE cairn_osd_sched_shard_queued gauge\n");
@@ -628,5 +655,54 @@ mod tests {
         let metrics = s.render_metrics(0);
         assert!(metrics.contains("cairn_osd_sched_shard_queued{osd=\"0\",shard=\"2\"} 0"));
         assert!(metrics.contains("cairn_osd_sched_dispatched_total{osd=\"0\",class=\"client\"} 1"));
+    }
+
+    /// The value of the metric line starting with `prefix` (labels included).
+    fn metric(page: &str, prefix: &str) -> f64 {
+        page.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in\n{page}"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wait_times_are_reported_by_class_over_all_shards() {
+        // Two shards, one slot each: recovery work queued behind a held slot waits for it.
+        let s = sharded(PolicyConfig::Fifo, 2, 2);
+        // Waits count from each request's arrival, not from the scheduler's start.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let busy = pg_in(&s, 0, None);
+        let release = hold_a_slot_of(&s, busy).await;
+        let s2 = s.clone();
+        let waiting =
+            tokio::spawn(async move { s2.run(busy, QosClass::Recovery, 1, 4096, async {}).await });
+        let other = pg_in(&s, 1, None);
+        s.run(other, QosClass::Client, 1, 4096, async {})
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        release.send(()).unwrap();
+        waiting.await.unwrap().unwrap();
+        let page = s.render_metrics(0);
+        let wait = |class: &str, what: &str| {
+            let suffix = match what {
+                "" => format!("{{osd=\"0\",class=\"{class}\",quantile=\"0.5\"}}"),
+                _ => format!("_{what}{{osd=\"0\",class=\"{class}\"}}"),
+            };
+            metric(&page, &format!("cairn_osd_sched_wait_seconds{suffix}"))
+        };
+        assert_eq!(
+            wait("client", "count"),
+            2.0,
+            "the holder and the other shard's request"
+        );
+        assert!(wait("client", "sum") < 0.1, "{page}");
+        assert_eq!(wait("recovery", "count"), 1.0);
+        assert!((0.2..0.45).contains(&wait("recovery", "sum")), "{page}");
+        assert!(
+            wait("recovery", "") >= 0.15,
+            "median of one 0.2 s wait: {page}"
+        );
+        assert_eq!(wait("best_effort", "count"), 0.0);
     }
 }

@@ -64,6 +64,11 @@ impl Histogram {
         self.total
     }
 
+    /// Sum of recorded values.
+    pub fn sum_ns(&self) -> u128 {
+        self.sum_ns
+    }
+
     /// Mean of recorded values (0 if empty).
     pub fn mean_ns(&self) -> f64 {
         if self.total == 0 {

@@ -111,6 +111,7 @@ impl QosQueue {
             });
         }
         self.close_throttle(now_ns);
+        req.arrival_ns = now_ns;
         req.throttle_mark_ns = self.throttled_total_ns;
         self.counters.on_enqueue(&req);
         if let Err(Refused(r)) = self.policy.enqueue(req, now_ns) {

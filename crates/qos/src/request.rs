@@ -111,7 +111,8 @@ pub struct Request {
     pub priority: u8,
     /// Cost in device nanoseconds, from `cost::CostModel::cost_ns`.
     pub cost_ns: u64,
-    /// Time the request reached the scheduler.
+    /// Time the request reached the scheduler (`QosQueue::enqueue` sets it; its wait times
+    /// count from it).
     pub arrival_ns: u64,
     /// dmClock delta: requests this client completed at other servers since its last request here.
     pub dmclock_delta: u16,
