@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,8 +31,15 @@ fn payload(i: usize, round: usize) -> Vec<u8> {
 
 type Acked = Arc<Mutex<BTreeMap<String, u32>>>;
 
-/// Writes objects in a loop; records each acknowledged (name -> crc32c) until told to stop.
-async fn writer(client: Arc<Client>, id: usize, acked: Acked, stop: Arc<Mutex<bool>>) -> usize {
+/// Writes objects in a loop; records each acknowledged (name -> crc32c) and counts the
+/// acknowledgements in `acks`, until told to stop.
+async fn writer(
+    client: Arc<Client>,
+    id: usize,
+    acked: Acked,
+    acks: Arc<AtomicUsize>,
+    stop: Arc<Mutex<bool>>,
+) -> usize {
     let mut failures = 0;
     let mut round = 0;
     while !*stop.lock().unwrap() {
@@ -42,6 +50,7 @@ async fn writer(client: Arc<Client>, id: usize, acked: Acked, stop: Arc<Mutex<bo
         match client.write_full("data", &name, &data).await {
             Ok(_) => {
                 acked.lock().unwrap().insert(name, crc32c::crc32c(&data));
+                acks.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
                 failures += 1;
@@ -53,10 +62,6 @@ async fn writer(client: Arc<Client>, id: usize, acked: Acked, stop: Arc<Mutex<bo
         }
     }
     failures
-}
-
-fn acked_count(a: &Acked) -> usize {
-    a.lock().unwrap().len()
 }
 
 async fn wait_for(what: &str, secs: u64, mut ok: impl FnMut() -> bool) {
@@ -179,6 +184,8 @@ fn kill_9_an_osd_during_writes_then_recover() {
         .build()
         .unwrap();
     let acked: Acked = Arc::default();
+    // Acknowledged writes (the map keeps one entry per object name, which the writers reuse).
+    let acks = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(Mutex::new(false));
     let client = rt.block_on(async {
         let mut c = Client::connect(mon.parse().unwrap(), 4242).await.unwrap();
@@ -188,10 +195,19 @@ fn kill_9_an_osd_during_writes_then_recover() {
         c
     });
     let writers: Vec<_> = (0..4)
-        .map(|id| rt.spawn(writer(client.clone(), id, acked.clone(), stop.clone())))
+        .map(|id| {
+            let task = writer(
+                client.clone(),
+                id,
+                acked.clone(),
+                acks.clone(),
+                stop.clone(),
+            );
+            rt.spawn(task)
+        })
         .collect();
     rt.block_on(wait_for("100 acknowledged writes", 60, || {
-        acked_count(&acked) >= 100
+        acks.load(Ordering::Relaxed) >= 100
     }));
 
     // kill -9 osd.2 with writes in flight.
@@ -201,10 +217,10 @@ fn kill_9_an_osd_during_writes_then_recover() {
         .status()
         .unwrap();
     assert!(status.success());
-    let before = acked_count(&acked);
+    let before = acks.load(Ordering::Relaxed);
     let killed_at = Instant::now();
     rt.block_on(wait_for("degraded writes to continue", 90, || {
-        acked_count(&acked) >= before + 150
+        acks.load(Ordering::Relaxed) >= before + 150
     }));
     eprintln!(
         "150 degraded writes done {:?} after the kill",

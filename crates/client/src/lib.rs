@@ -444,6 +444,40 @@ impl Client {
         Ok((map.epoch, p.id, pg, primary))
     }
 
+    /// Waits for the answer in `rx`, or until a map newer than `epoch` (the one the operation
+    /// was addressed with) makes another OSD (or the same one at another address) the primary
+    /// of `target` than `sent_to`: `None` then, and the operation is resent at once to the new
+    /// primary (as Ceph's Objecter does) instead of after the attempt's timeout; a write
+    /// resent so is answered from the PG log if it was applied.
+    async fn reply_or_new_primary<T>(
+        &self,
+        mut rx: oneshot::Receiver<T>,
+        pool: &str,
+        target: &Target<'_>,
+        (epoch, sent_to): (u64, (i32, &str)),
+    ) -> Option<Result<T, oneshot::error::RecvError>> {
+        let mut maps = self.map.clone();
+        let mut seen = epoch;
+        loop {
+            let now = maps.borrow_and_update().as_ref().map_or(seen, |m| m.epoch);
+            if now != seen {
+                seen = now;
+                let primary = self.locate(pool, target).ok().and_then(|l| l.3);
+                if primary.as_ref().map(|(o, a)| (*o, a.as_str())) != Some(sent_to) {
+                    return None;
+                }
+            }
+            tokio::select! {
+                r = &mut rx => return Some(r),
+                changed = maps.changed() => {
+                    if changed.is_err() {
+                        return Some(rx.await);
+                    }
+                }
+            }
+        }
+    }
+
     async fn session(&self, osd: i32, addr: &str) -> Result<SessionSender, String> {
         let mut sessions = self.sessions.lock().await;
         if let Some((a, s)) = sessions.get(&osd) {
@@ -544,14 +578,16 @@ impl Client {
                     .map_err(|e| e.to_string())?;
                 let left = deadline
                     .saturating_duration_since(Instant::now())
-                    .min(Duration::from_secs(5));
-                let r = tokio::time::timeout(left, rx).await;
+                    .min(ATTEMPT_TIMEOUT);
+                let answer = self.reply_or_new_primary(rx, pool, &target, (epoch, (osd, &addr)));
+                let r = tokio::time::timeout(left, answer).await;
                 self.pending
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&tid);
                 match r {
-                    Ok(Ok(reply)) => Ok(reply),
+                    Ok(Some(Ok(reply))) => Ok(reply),
+                    Ok(None) => Err(format!("osd.{osd} is no longer the primary")),
                     _ => Err(format!("osd.{osd} did not answer")),
                 }
             };
@@ -578,6 +614,10 @@ impl Client {
         })
     }
 }
+
+/// Longest one attempt of an operation waits for its answer before it is resent (unless a new
+/// map names another primary first).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A random 64-bit nonce for this client's request ids: the OS-seeded hasher of the standard
 /// library over the caller's id, the process and the time, so that two clients given the same

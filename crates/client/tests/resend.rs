@@ -250,3 +250,32 @@ async fn a_resend_is_recognised_after_its_entry_left_the_log_and_the_osds_restar
     assert_eq!(again.version, first.version, "answered from the dups");
     read_until(&c, name, b"0123abc").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waiting_on_a_failed_primary_is_resent_as_soon_as_the_map_marks_it_down() {
+    let mut c = cluster("remap", 8, 128 << 20).await;
+    let name = "moved";
+    c.client.write_full("data", name, b"old").await.unwrap();
+    let primary = placement_of(&c, name).1[0];
+    let ix = c.osds.iter().position(|o| o.id() == primary).unwrap();
+    // The primary stops before the map knows it: the write goes to it and gets no answer.
+    drop(c.osds.remove(ix));
+    let write = async {
+        let r = c.client.write_full("data", name, b"new").await;
+        (r, Instant::now())
+    };
+    let operator = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        mark_down(&c, primary).await;
+        Instant::now()
+    };
+    let ((written, done_at), marked_at) = tokio::join!(write, operator);
+    written.unwrap();
+    // Waiting out the attempt's 5 s timeout would end ~4.5 s after the mark-down.
+    let after = done_at.saturating_duration_since(marked_at);
+    assert!(
+        after < Duration::from_secs(3),
+        "the write was resent {after:?} after the map marked its primary down"
+    );
+    read_until(&c, name, b"new").await;
+}
