@@ -23,7 +23,8 @@ pub(crate) const OSD_WORKER_THREADS: usize = 1;
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
-/// `heartbeat_grace_s`, `policy`, `profile`, `prefill`, `store_groups_in_flight`, `op_shards`).
+/// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `prefill`,
+/// `store_groups_in_flight`, `op_shards`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
@@ -59,6 +60,13 @@ pub struct OsdRunArgs {
     #[arg(long = "heartbeat-grace-s", default_value_t = 20)]
     #[serde(default = "crate::mon_cmd::default_grace_s")]
     pub heartbeat_grace_s: u64,
+    /// Report a peer whose address refuses connections at once, so the monitor marks it
+    /// down without waiting for the heartbeat grace (Ceph's
+    /// `osd_fast_fail_on_connection_refused`); `false` leaves failure detection to the grace
+    /// alone (e.g. where a firewall rejects connections to live daemons).
+    #[arg(long = "fast-fail-on-connection-refused", default_value_t = true, action = clap::ArgAction::Set)]
+    #[serde(default = "default_fast_fail")]
+    pub fast_fail_on_connection_refused: bool,
     /// Scheduler policy (fifo, wpq, mclock, crrn, orr, trr, tbf); switch live with
     /// `cairn tell osd.N config set osd_op_queue NAME`.
     #[arg(long, default_value = "mclock")]
@@ -86,6 +94,10 @@ pub struct OsdRunArgs {
     #[arg(long = "op-shards", default_value_t = cairn_osd::DEFAULT_OP_SHARDS)]
     #[serde(default = "default_op_shards")]
     pub op_shards: usize,
+}
+
+fn default_fast_fail() -> bool {
+    true
 }
 
 fn default_op_shards() -> usize {
@@ -153,6 +165,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.metrics_listen = args.metrics;
         cfg.device_profile = args.profile.clone();
         cfg.heartbeat_grace_ms = args.heartbeat_grace_s * 1000;
+        cfg.fast_fail_on_connection_refused = args.fast_fail_on_connection_refused;
         cfg.policy = cairn_qos::PolicyConfig::by_name(&args.policy)?;
         cfg.prefill = args.prefill;
         cfg.store_groups_in_flight = args.store_groups_in_flight;
@@ -198,6 +211,10 @@ pub struct UpArgs {
     /// Heartbeat grace of the monitor and OSDs, in seconds (Ceph: 20).
     #[arg(long = "heartbeat-grace-s", default_value_t = 20)]
     heartbeat_grace_s: u64,
+    /// Whether every OSD reports a peer that refuses connections at once (see `cairn osd run
+    /// --fast-fail-on-connection-refused`).
+    #[arg(long = "fast-fail-on-connection-refused", default_value_t = true, action = clap::ArgAction::Set)]
+    fast_fail_on_connection_refused: bool,
     /// Serve each OSD's Prometheus metrics on a free loopback port (printed in its log).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     metrics: bool,
@@ -298,6 +315,8 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             args.heartbeat_grace_s.to_string(),
             "--op-shards".into(),
             args.op_shards.to_string(),
+            "--fast-fail-on-connection-refused".into(),
+            args.fast_fail_on_connection_refused.to_string(),
         ];
         if args.metrics {
             osd_args.extend(["--metrics".into(), "127.0.0.1:0".into()]);

@@ -32,21 +32,21 @@ fn up_put_get_bench_down() {
         "32",
         "--op-shards",
         "3",
+        "--fast-fail-on-connection-refused",
+        "false",
     ]);
     assert!(ok, "{out}");
     for osd in ["osd.0", "osd.2"] {
-        let (ok, out) = cairn(&[
-            "tell",
-            "--mon",
-            &mon,
-            osd,
-            "config",
-            "get",
-            "osd_op_num_shards",
-        ]);
+        let get = |key| cairn(&["tell", "--mon", &mon, osd, "config", "get", key]);
+        let (ok, out) = get("osd_op_num_shards");
         assert!(
             ok && out.trim() == "3",
             "{osd}'s op shards from `up`: {out}"
+        );
+        let (ok, out) = get("osd_fast_fail_on_connection_refused");
+        assert!(
+            ok && out.trim() == "false",
+            "{osd}'s fast fail from `up`: {out}"
         );
     }
     let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon]);

@@ -118,6 +118,10 @@ impl ClusterMap {
                 Change::CreatePool(pool) => {
                     next.pool_created.insert(pool.id, inc.epoch);
                 }
+                Change::Up { id, .. } => next.entry(*id)?.up_from = Some(inc.epoch),
+                Change::AddOsd { entry, .. } if entry.up => {
+                    next.entry(entry.id)?.up_from = Some(inc.epoch)
+                }
                 Change::RemovePool(id) => {
                     next.pool_created.remove(id);
                 }

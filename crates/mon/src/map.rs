@@ -55,6 +55,12 @@ pub struct OsdEntry {
     /// that began before it no longer wait for this OSD's copy.
     #[serde(default)]
     pub lost_at: Option<u64>,
+    /// Ceph's up_from: the epoch at which this OSD last booted (was marked up at its
+    /// address). It names one incarnation of the OSD: a peer's report that the OSD refused a
+    /// connection counts only for the incarnation the peer was watching, never for one that
+    /// booted after it. `None` in maps written before it was kept.
+    #[serde(default)]
+    pub up_from: Option<u64>,
 }
 
 impl OsdEntry {
@@ -73,6 +79,7 @@ impl OsdEntry {
             nearfull: false,
             up_thru: Some(0),
             lost_at: None,
+            up_from: None,
         }
     }
 }

@@ -76,6 +76,22 @@ pub enum Request {
         /// How long the target has been unresponsive.
         failed_for_ms: u64,
     },
+    /// `reporter` tried to connect to `target` at `addr` and the connection was refused
+    /// (nothing listens there: the process is gone although its host answers). Like Ceph's
+    /// immediate failure report (`osd_fast_fail_on_connection_refused`), one such report
+    /// marks the target down at once, without the heartbeat grace or a second reporter, but
+    /// only when it is about the target's current incarnation: the target is up at `addr`
+    /// and booted at `up_from`, as the reporter's map said when it started watching it.
+    RefusedReport {
+        /// Reporting OSD.
+        reporter: i32,
+        /// The OSD that refused the connection.
+        target: i32,
+        /// The address that refused it.
+        addr: String,
+        /// The target's up_from in the reporter's map (0 when that map did not keep it).
+        up_from: u64,
+    },
     /// An OSD says it is alive, and whether its store is past its full and nearfull ratios.
     Beacon {
         /// OSD id.
@@ -251,6 +267,12 @@ impl Monitor {
                     epoch: self.map.epoch,
                 })
             }
+            Request::RefusedReport {
+                reporter,
+                target,
+                addr,
+                up_from,
+            } => self.refused(now_ms, reporter, target, &addr, up_from),
             Request::Beacon { id, full, nearfull } => {
                 let Some(known) = self.map.osds.get(&id) else {
                     return Err(MonError::NotFound(format!("osd.{id}")));
@@ -365,6 +387,36 @@ impl Monitor {
             return Ok(None);
         }
         self.commit(changes).map(Some)
+    }
+
+    /// Marks `target` down on one report that its current incarnation refused a connection
+    /// (see [`Request::RefusedReport`]); a report about an earlier incarnation, another
+    /// address, or from a reporter that is itself down changes nothing.
+    fn refused(
+        &mut self,
+        now_ms: u64,
+        reporter: i32,
+        target: i32,
+        addr: &str,
+        up_from: u64,
+    ) -> Result<Reply, MonError> {
+        let reporter_up = self.map.osds.get(&reporter).is_some_and(|o| o.up);
+        let current = self
+            .map
+            .osds
+            .get(&target)
+            .is_some_and(|o| o.up && o.addr == addr && o.up_from.unwrap_or(0) == up_from);
+        if !reporter_up || !current || reporter == target {
+            return Ok(Reply::Done {
+                epoch: self.map.epoch,
+            });
+        }
+        self.reports.remove(&target);
+        let epoch = self.commit(vec![Change::Down {
+            id: target,
+            at_ms: now_ms,
+        }])?;
+        Ok(Reply::Done { epoch })
     }
 
     fn osd(&self, id: i32) -> Result<&OsdEntry, MonError> {

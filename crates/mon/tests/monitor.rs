@@ -570,3 +570,76 @@ fn an_osd_is_declared_lost_only_while_down_and_stays_in_the_map() {
     let o = &mon.map().osds[&2];
     assert!(o.up && o.lost_at == Some(epoch), "{o:?}");
 }
+
+#[test]
+fn one_refused_connection_marks_down_only_the_incarnation_it_was_about() {
+    let mut mon = Monitor::new(ClusterMap::new("r").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 4, 4);
+    let booted_at = mon.map().osds[&3]
+        .up_from
+        .expect("a booted OSD has up_from");
+    assert_eq!(booted_at, mon.map().epoch, "osd.3 booted last");
+    let report = |reporter, target, addr: &str, up_from| Request::RefusedReport {
+        reporter,
+        target,
+        addr: addr.into(),
+        up_from,
+    };
+    // About another address, or an incarnation the map no longer has: nothing changes.
+    let epoch = mon.map().epoch;
+    mon.handle(10, report(0, 3, "127.0.0.1:9999", booted_at))
+        .unwrap();
+    mon.handle(10, report(0, 3, "127.0.0.1:7003", booted_at - 1))
+        .unwrap();
+    // Nor from the target about itself, or from a reporter that is down.
+    mon.handle(10, report(3, 3, "127.0.0.1:7003", booted_at))
+        .unwrap();
+    mon.handle(10, Request::MarkDown { id: 1 }).unwrap();
+    let epoch_after_mark = mon.map().epoch;
+    assert_eq!(epoch_after_mark, epoch + 1);
+    mon.handle(10, report(1, 3, "127.0.0.1:7003", booted_at))
+        .unwrap();
+    assert!(mon.map().osds[&3].up);
+    assert_eq!(
+        mon.map().epoch,
+        epoch_after_mark,
+        "ignored reports make no epoch"
+    );
+
+    // One report about the current incarnation is enough: no grace, no second reporter.
+    mon.handle(20, report(0, 3, "127.0.0.1:7003", booted_at))
+        .unwrap();
+    assert!(!mon.map().osds[&3].up);
+    assert_eq!(mon.map().osds[&3].down_since_ms, Some(20));
+
+    // It boots again at the same address: a report still naming the old incarnation (sent
+    // before the reporter saw the boot) does not mark the new one down.
+    match mon
+        .handle(
+            30,
+            Request::Boot {
+                uuid: "uuid-3".into(),
+                host: "host3".into(),
+                addr: "127.0.0.1:7003".into(),
+                crush_weight: 0x10000,
+            },
+        )
+        .unwrap()
+    {
+        Reply::Booted { id, epoch } => {
+            assert_eq!(id, 3);
+            assert_eq!(mon.map().osds[&3].up_from, Some(epoch));
+        }
+        other => panic!("{other:?}"),
+    }
+    mon.handle(40, report(0, 3, "127.0.0.1:7003", booted_at))
+        .unwrap();
+    assert!(
+        mon.map().osds[&3].up,
+        "a stale report took the new incarnation down"
+    );
+    let new_incarnation = mon.map().osds[&3].up_from.unwrap();
+    mon.handle(50, report(2, 3, "127.0.0.1:7003", new_incarnation))
+        .unwrap();
+    assert!(!mon.map().osds[&3].up);
+}

@@ -10,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
 use tokio::net::{TcpListener, TcpStream};
@@ -45,6 +45,7 @@ pub struct Session {
     incoming: mpsc::Receiver<Frame>,
     inflight: Arc<Semaphore>,
     limits: Limits,
+    link: Arc<Link>,
 }
 
 /// A cloneable handle that sends on a session.
@@ -53,9 +54,36 @@ pub struct SessionSender {
     outgoing: mpsc::Sender<(Frame, OwnedSemaphorePermit)>,
     inflight: Arc<Semaphore>,
     limits: Limits,
+    link: Arc<Link>,
+}
+
+/// What the dialing end of a session last learned about reaching its peer.
+#[derive(Default)]
+struct Link {
+    /// When the latest attempt to connect was refused (nothing listens at the peer's address),
+    /// if no connection has been made since.
+    refused_at: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Link {
+    fn set_refused(&self, at: Option<Instant>) {
+        *self.refused_at.lock().unwrap_or_else(|p| p.into_inner()) = at;
+    }
+
+    fn refused_at(&self) -> Option<Instant> {
+        *self.refused_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl SessionSender {
+    /// When the dialer's latest attempt to connect to the peer was refused, if it has not
+    /// connected since: the peer's host answers but no process listens at its address, so
+    /// the peer is gone (what Ceph's `osd_fast_fail_on_connection_refused` acts on). Always
+    /// `None` on the accepting end, and while the peer is only slow or unreachable.
+    pub fn refused_at(&self) -> Option<Instant> {
+        self.link.refused_at()
+    }
+
     /// Queues a message; waits while the peer has not acknowledged `max_inflight_bytes`.
     pub async fn send(
         &self,
@@ -128,6 +156,7 @@ impl Session {
             outgoing: self.outgoing.clone(),
             inflight: self.inflight.clone(),
             limits: self.limits,
+            link: self.link.clone(),
         }
     }
 
@@ -170,7 +199,8 @@ impl Session {
     /// Opens a session to `addr`, reconnecting (every `retry_ms`) whenever the connection drops.
     pub async fn connect(addr: SocketAddr, id: u64, limits: Limits, retry_ms: u64) -> Session {
         let (session, parts) = Session::new(id, limits);
-        tokio::spawn(run_dialer(addr, id, limits, retry_ms, parts));
+        let link = session.link.clone();
+        tokio::spawn(run_dialer(addr, id, limits, retry_ms, parts, link));
         session
     }
 
@@ -186,6 +216,7 @@ impl Session {
                 incoming: in_rx,
                 inflight,
                 limits,
+                link: Arc::default(),
             },
             SessionParts {
                 outgoing: out_rx,
@@ -251,6 +282,7 @@ async fn run_dialer(
     limits: Limits,
     retry_ms: u64,
     mut parts: SessionParts,
+    link: Arc<Link>,
 ) {
     let me = new_incarnation();
     let mut peer_incarnation = None;
@@ -259,8 +291,14 @@ async fn run_dialer(
             return;
         }
         let stream = match TcpStream::connect(addr).await {
-            Ok(s) => s,
+            Ok(s) => {
+                link.set_refused(None);
+                s
+            }
             Err(e) => {
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    link.set_refused(Some(Instant::now()));
+                }
                 tracing::debug!(%addr, error = %e, "connect failed; retrying");
                 tokio::time::sleep(Duration::from_millis(retry_ms)).await;
                 continue;
@@ -434,9 +472,17 @@ fn send_ack(sink: &FrameWriter, st: &mut SessionState) -> Result<(), MsgrError> 
 }
 
 /// Accepts sessions on a TCP address; reconnecting peers are reattached to their session.
+/// Dropping it closes the address: later connections are refused, as when the process is gone.
 pub struct Listener {
     local: SocketAddr,
     new_sessions: mpsc::Receiver<Session>,
+    accept_loop: tokio::task::AbortHandle,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.accept_loop.abort();
+    }
 }
 
 type Reattach = mpsc::Sender<NewConn>;
@@ -448,7 +494,7 @@ impl Listener {
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(64);
         let known: Arc<Mutex<HashMap<u64, (u64, Reattach)>>> = Arc::default();
-        tokio::spawn(async move {
+        let accept_loop = tokio::spawn(async move {
             loop {
                 let Ok((socket, peer)) = listener.accept().await else {
                     return;
@@ -465,6 +511,7 @@ impl Listener {
         Ok(Listener {
             local,
             new_sessions: rx,
+            accept_loop: accept_loop.abort_handle(),
         })
     }
 

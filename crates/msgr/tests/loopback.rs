@@ -325,3 +325,59 @@ async fn a_restarted_dialer_with_the_same_session_id_gets_a_fresh_session() {
         "the replaced session is closed"
     );
 }
+
+/// Waits up to 5 s for `cond`.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialer_tells_a_refused_peer_from_a_live_one() {
+    // A port nothing listens on: the dialer's attempts are refused.
+    let addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let client = Session::connect(addr, 21, Limits::default(), 20).await;
+    let sender = client.sender();
+    eventually("a refused attempt is reported", || {
+        sender.refused_at().is_some()
+    })
+    .await;
+
+    // A listener appears there: the session connects and is no longer refused.
+    let mut listener = Listener::bind(addr, Limits::default()).await.unwrap();
+    let mut server = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    client.send(1, vec![7u8]).await.unwrap();
+    let got = server.recv_timeout(5_000).await.unwrap();
+    assert_eq!(&got.payload[..], &[7u8]);
+    assert_eq!(sender.refused_at(), None, "connected, so not refused");
+    assert_eq!(
+        server.sender().refused_at(),
+        None,
+        "the accepting end never is"
+    );
+
+    // A peer that is only silent (accepted, never answering) is not refused.
+    let silent = TcpListener::bind(loopback()).await.unwrap();
+    let quiet = Session::connect(silent.local_addr().unwrap(), 22, Limits::default(), 20).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(quiet.sender().refused_at(), None);
+
+    // The peer goes away (its listener and session dropped): the dialer's reconnects are
+    // refused again, and the time is after the peer left.
+    let gone_at = std::time::Instant::now();
+    drop(server);
+    drop(listener);
+    eventually("refused again once the peer is gone", || {
+        sender.refused_at().is_some_and(|t| t >= gone_at)
+    })
+    .await;
+}

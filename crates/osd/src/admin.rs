@@ -16,12 +16,13 @@ use crate::shared::Shared;
 pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
 /// Settings `config get` can read (the first three can also be set).
-pub const CONFIG_KEYS: [&str; 10] = [
+pub const CONFIG_KEYS: [&str; 11] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
     "heartbeat_interval_ms",
     "heartbeat_grace_ms",
+    "osd_fast_fail_on_connection_refused",
     "repop_timeout_ms",
     "max_log_entries",
     "max_inflight_ops",
@@ -73,6 +74,7 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
         },
         "heartbeat_interval_ms" => c.heartbeat_interval_ms.to_string(),
         "heartbeat_grace_ms" => c.heartbeat_grace_ms.to_string(),
+        "osd_fast_fail_on_connection_refused" => c.fast_fail_on_connection_refused.to_string(),
         "repop_timeout_ms" => c.repop_timeout_ms.to_string(),
         "max_log_entries" => c.max_log_entries.to_string(),
         "max_inflight_ops" => c.max_inflight_ops.to_string(),

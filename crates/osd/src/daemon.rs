@@ -79,6 +79,10 @@ pub struct OsdConfig {
     pub heartbeat_interval_ms: u64,
     /// A peer silent this long is reported to the monitor (Ceph: 20 s).
     pub heartbeat_grace_ms: u64,
+    /// Report a peer whose address refuses connections (its host answers, no process
+    /// listens) at once, and the monitor marks it down on that one report, instead of waiting
+    /// out the heartbeat grace (Ceph's `osd_fast_fail_on_connection_refused`, on by default).
+    pub fast_fail_on_connection_refused: bool,
     /// Most entries in a PG log (Ceph's osd_min_pg_log_entries is 250..3000).
     pub max_log_entries: usize,
     /// How long a client op waits for its PG to become active before failing (retryable).
@@ -136,6 +140,7 @@ impl OsdConfig {
             repop_timeout_ms: 10_000,
             heartbeat_interval_ms: 1000,
             heartbeat_grace_ms: 20_000,
+            fast_fail_on_connection_refused: true,
             max_log_entries: 3000,
             op_wait_active_ms: 3000,
             prefill: false,

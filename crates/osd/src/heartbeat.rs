@@ -1,8 +1,11 @@
 //! Heartbeats: every interval this OSD pings every other up OSD; one that has not answered for
 //! the grace period is reported to the monitor, which marks it down once enough distinct OSDs
-//! agree. Pings bypass the scheduler (control traffic, invariant 2).
+//! agree. A peer whose address refuses connections (its host answers, nothing listens: the
+//! process is gone) is reported at once instead, and one such report marks it down (Ceph's
+//! `osd_fast_fail_on_connection_refused`). Pings bypass the scheduler (control traffic,
+//! invariant 2).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -10,19 +13,28 @@ use cairn_mon::monitor::Request;
 use cairn_proto::peer::Ping;
 use cairn_proto::{encode, MSG_PING};
 
-use crate::shared::Shared;
+use crate::shared::{Shared, UpPeer};
 
 /// Runs the heartbeat loop until the OSD stops.
 pub async fn run(s: Arc<Shared>) {
     let every = Duration::from_millis(s.cfg.heartbeat_interval_ms.max(10));
     let grace = Duration::from_millis(s.cfg.heartbeat_grace_ms);
-    // Since when each peer has been watched in its current address (a restarted peer gets a
-    // fresh grace period).
-    let mut watched: HashMap<i32, (String, Instant)> = HashMap::new();
+    // Since when each peer has been watched in its current incarnation (address and boot
+    // epoch): a restarted peer gets a fresh grace period, and only a refusal after this
+    // instant can be about it.
+    let mut watched: HashMap<i32, (UpPeer, Instant)> = HashMap::new();
+    // Incarnations already logged as refusing connections (reports repeat every interval
+    // until the map marks them down; the log line does not).
+    let mut logged_refusals: HashSet<(i32, u64)> = HashSet::new();
     loop {
         tokio::time::sleep(every).await;
         let targets = s.up_peers();
-        watched.retain(|osd, _| targets.iter().any(|(o, _)| o == osd));
+        watched.retain(|osd, _| targets.iter().any(|p| p.id == *osd));
+        logged_refusals.retain(|(osd, up_from)| {
+            targets
+                .iter()
+                .any(|p| p.id == *osd && p.up_from == *up_from)
+        });
         let stamp_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -31,39 +43,59 @@ pub async fn run(s: Arc<Shared>) {
             epoch: s.epoch(),
             stamp_ms,
         };
-        for (osd, addr) in targets {
+        for peer in targets {
+            let osd = peer.id;
             let since = watched
                 .entry(osd)
                 .and_modify(|w| {
-                    if w.0 != addr {
-                        *w = (addr.clone(), Instant::now());
+                    if w.0 != peer {
+                        *w = (peer.clone(), Instant::now());
                     }
                 })
-                .or_insert_with(|| (addr.clone(), Instant::now()))
+                .or_insert_with(|| (peer.clone(), Instant::now()))
                 .1;
-            if let Ok(sender) = s.peers.sender(osd, &addr).await {
+            let mut refused = false;
+            if let Ok(sender) = s.peers.sender(osd, &peer.addr).await {
                 // A dead peer's queue fills up; never let that stall the loop.
                 let _ = tokio::time::timeout(
                     Duration::from_millis(50),
                     sender.send(MSG_PING, encode(&ping, &[])),
                 )
                 .await;
+                refused = sender.refused_at().is_some_and(|at| at > since);
+            }
+            if refused && s.cfg.fast_fail_on_connection_refused {
+                if logged_refusals.insert((osd, peer.up_from)) {
+                    tracing::info!(
+                        osd = s.id,
+                        target = osd,
+                        addr = %peer.addr,
+                        "peer refuses connections: reported at once"
+                    );
+                }
+                report(
+                    &s,
+                    Request::RefusedReport {
+                        reporter: s.id,
+                        target: osd,
+                        addr: peer.addr.clone(),
+                        up_from: peer.up_from,
+                    },
+                );
+                continue;
             }
             let last_ok = s.peers.last_pong(osd).map_or(since, |p| p.max(since));
             let silent = last_ok.elapsed();
             if silent >= grace {
-                let s2 = s.clone();
                 let failed_for_ms = silent.as_millis() as u64;
-                tokio::spawn(async move {
-                    let report = Request::FailureReport {
-                        reporter: s2.id,
+                report(
+                    &s,
+                    Request::FailureReport {
+                        reporter: s.id,
                         target: osd,
                         failed_for_ms,
-                    };
-                    if let Err(e) = s2.mon.op(report, 5_000).await {
-                        tracing::warn!(osd = s2.id, target = osd, error = %e, "failure report not taken");
-                    }
-                });
+                    },
+                );
                 tracing::info!(
                     osd = s.id,
                     target = osd,
@@ -73,4 +105,14 @@ pub async fn run(s: Arc<Shared>) {
             }
         }
     }
+}
+
+/// Sends a failure report to the monitor without holding up the heartbeat loop.
+fn report(s: &Arc<Shared>, report: Request) {
+    let s2 = s.clone();
+    tokio::spawn(async move {
+        if let Err(e) = s2.mon.op(report, 5_000).await {
+            tracing::warn!(osd = s2.id, error = %e, "failure report not taken");
+        }
+    });
 }

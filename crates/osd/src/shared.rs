@@ -127,14 +127,29 @@ impl Shared {
         })
     }
 
-    /// The other up OSDs and their addresses.
-    pub fn up_peers(&self) -> Vec<(i32, String)> {
+    /// The other up OSDs: each one's address and incarnation.
+    pub fn up_peers(&self) -> Vec<UpPeer> {
         self.map.borrow().as_ref().map_or_else(Vec::new, |m| {
             m.osds
                 .values()
                 .filter(|o| o.up && o.id != self.id)
-                .map(|o| (o.id, o.addr.clone()))
+                .map(|o| UpPeer {
+                    id: o.id,
+                    addr: o.addr.clone(),
+                    up_from: o.up_from.unwrap_or(0),
+                })
                 .collect()
         })
     }
+}
+
+/// One incarnation of another up OSD, as this OSD's map has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpPeer {
+    /// OSD id.
+    pub id: i32,
+    /// Its address.
+    pub addr: String,
+    /// The epoch it booted at (its up_from; 0 when the map did not keep it).
+    pub up_from: u64,
 }
