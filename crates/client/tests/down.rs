@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
-use common::{cluster, osd_config, Cluster};
+use common::{osd_config, Cluster};
 
 const TAG: &str = "pgdown";
 
@@ -22,7 +22,16 @@ fn index_of(c: &Cluster, osd: i32) -> usize {
 /// A cluster for `tag` whose client gives up on an operation after 3 s, and a monitor client
 /// (`id`) for the operator's requests.
 async fn start(tag: &str, id: u64) -> (Cluster, MonClient) {
-    let mut c = cluster(tag, 4, 256 << 20).await;
+    start_with(tag, id, |_| {}).await
+}
+
+/// As [`start`], with `tweak` applied to every OSD's configuration.
+async fn start_with(
+    tag: &str,
+    id: u64,
+    tweak: impl Fn(&mut cairn_osd::OsdConfig),
+) -> (Cluster, MonClient) {
+    let mut c = common::cluster_with_devices(tag, 4, [256 << 20; 3], tweak).await;
     c.client.op_timeout_ms = 3_000;
     let admin = MonClient::connect(c.mon.addr(), id).await;
     (c, admin)
@@ -101,12 +110,17 @@ async fn only_the_stale_copy_up(
 }
 
 /// Asserts the PG neither serves the stale copy nor takes a write for 5 s, and that Y says so.
+/// Returns once the write it tried can no longer land: the client gave it up after 2 s, but
+/// Y holds it while waiting for the PG to go active (`op_wait_active_ms`, 3 s), and would
+/// apply it if the PG went active meanwhile (its outcome is unknown to the client, as any
+/// timed-out write's).
 async fn assert_down(c: &Cluster, y: i32) {
     let read = tokio::time::timeout(Duration::from_secs(5), c.client.read("two", "obj")).await;
     assert!(
         !matches!(read, Ok(Ok(_))),
         "the stale copy was served: {read:?}"
     );
+    let sent = Instant::now();
     let write = tokio::time::timeout(
         Duration::from_secs(2),
         c.client.write_full("two", "obj", b"on the stale copy"),
@@ -121,6 +135,8 @@ async fn assert_down(c: &Cluster, y: i32) {
         dump.lines().any(|l| l.contains("down")),
         "osd.{y} does not report the pg down:\n{dump}"
     );
+    let held = Duration::from_millis(osd_config("any", 0, &c.mon, &c.dir, 0).op_wait_active_ms);
+    tokio::time::sleep_until((sent + held + Duration::from_millis(500)).into()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,11 +176,13 @@ async fn removing_the_down_osds_accepts_the_loss_and_the_pg_serves_again() {
 /// hold the PG down (up_thru). Pool of size 2, one PG on X and Y, both hold "version one". X
 /// stops without the monitor knowing; Y stops and is marked down: the map's next interval has
 /// X alone, which never activates (it cannot ask for its up_thru). X is marked down, Y comes
-/// back alone: Y serves its copy, which is all there is.
+/// back alone: Y serves its copy, which is all there is. (Fast failure detection is off: Y
+/// would otherwise report X the moment X's address refuses it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interval_whose_primary_never_went_active_does_not_hold_the_pg_down() {
     let tag = format!("{TAG}-upthru");
-    let (mut c, admin) = start(&tag, 99).await;
+    let (mut c, admin) =
+        start_with(&tag, 99, |cfg| cfg.fast_fail_on_connection_refused = false).await;
     create_pool_two(&admin).await;
     write_until_acked(&c, b"version one").await;
     let up = common::placement_in(&c, "two", "obj").1;

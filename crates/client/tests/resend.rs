@@ -158,9 +158,11 @@ async fn offline_copy(
 /// both remaining copies, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resend_is_answered_only_once_every_copy_has_the_write() {
-    // Replica writes give up soon, so that the first attempt ends before the map changes.
+    // Replica writes give up soon, so that the first attempt ends before the map changes; the
+    // map changes only when the test says (no fast failure report of the stopped OSD).
     let mut c = cluster_with_devices("resend-peer", 8, [128 << 20; 3], |cfg| {
-        cfg.repop_timeout_ms = 300
+        cfg.repop_timeout_ms = 300;
+        cfg.fast_fail_on_connection_refused = false;
     })
     .await;
     c.client.op_timeout_ms = 60_000;
@@ -253,7 +255,11 @@ async fn a_resend_is_recognised_after_its_entry_left_the_log_and_the_osds_restar
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_waiting_on_a_failed_primary_is_resent_as_soon_as_the_map_marks_it_down() {
-    let mut c = cluster("remap", 8, 128 << 20).await;
+    // The map changes only when the test says (no fast failure report of the stopped OSD).
+    let mut c = cluster_with_devices("remap", 8, [128 << 20; 3], |cfg| {
+        cfg.fast_fail_on_connection_refused = false
+    })
+    .await;
     let name = "moved";
     c.client.write_full("data", name, b"old").await.unwrap();
     let primary = placement_of(&c, name).1[0];

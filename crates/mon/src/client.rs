@@ -29,6 +29,9 @@ pub struct MonClient {
     next_tid: AtomicU64,
     map: watch::Receiver<Option<ClusterMap>>,
     renew: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+    /// The task that owns the session and takes in what the monitor sends: aborted on drop,
+    /// which closes the session (it would otherwise stay connected, owned by its own reader).
+    receiver: tokio::task::AbortHandle,
 }
 
 /// How often a subscription is renewed, so that a restarted monitor (which forgot its
@@ -40,6 +43,7 @@ impl Drop for MonClient {
         if let Some(h) = self.renew.lock().ok().and_then(|mut r| r.take()) {
             h.abort();
         }
+        self.receiver.abort();
     }
 }
 
@@ -50,13 +54,14 @@ impl MonClient {
         let sender = session.sender();
         let pending: Pending = Arc::default();
         let (map_tx, map_rx) = watch::channel(None);
-        tokio::spawn(receive(session, pending.clone(), map_tx));
+        let receiver = tokio::spawn(receive(session, pending.clone(), map_tx));
         MonClient {
             sender,
             pending,
             next_tid: AtomicU64::new(1),
             map: map_rx,
             renew: std::sync::Mutex::new(None),
+            receiver: receiver.abort_handle(),
         }
     }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore};
 
 use crate::conn::{framed, Conn, FrameWriter};
 use crate::error::MsgrError;
@@ -58,16 +58,33 @@ pub struct SessionSender {
 }
 
 /// What the dialing end of a session last learned about reaching its peer.
-#[derive(Default)]
 struct Link {
     /// When the latest attempt to connect was refused (nothing listens at the peer's address),
     /// if no connection has been made since.
     refused_at: std::sync::Mutex<Option<Instant>>,
+    /// Counts refusals that followed a connection (or the first attempt): one per time the
+    /// peer became unreachable this way, not one per retry.
+    refusals: watch::Sender<u64>,
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Link {
+            refused_at: std::sync::Mutex::new(None),
+            refusals: watch::channel(0).0,
+        }
+    }
 }
 
 impl Link {
     fn set_refused(&self, at: Option<Instant>) {
-        *self.refused_at.lock().unwrap_or_else(|p| p.into_inner()) = at;
+        let was = std::mem::replace(
+            &mut *self.refused_at.lock().unwrap_or_else(|p| p.into_inner()),
+            at,
+        );
+        if was.is_none() && at.is_some() {
+            self.refusals.send_modify(|n| *n += 1);
+        }
     }
 
     fn refused_at(&self) -> Option<Instant> {
@@ -82,6 +99,13 @@ impl SessionSender {
     /// `None` on the accepting end, and while the peer is only slow or unreachable.
     pub fn refused_at(&self) -> Option<Instant> {
         self.link.refused_at()
+    }
+
+    /// Changes each time the peer starts refusing connections (after a connection, or on the
+    /// first attempt), so a watcher can act on a refusal at once instead of polling
+    /// [`SessionSender::refused_at`]; retries refused again do not change it.
+    pub fn refusals(&self) -> watch::Receiver<u64> {
+        self.link.refusals.subscribe()
     }
 
     /// Queues a message; waits while the peer has not acknowledged `max_inflight_bytes`.
@@ -318,10 +342,17 @@ async fn run_dialer(
                     parts.state.unacked.clear();
                 }
                 peer_incarnation = Some(incarnation);
+                let since = Instant::now();
                 match drive(&mut parts, conn, peer_received, None).await {
                     Ended::SessionClosed => return,
                     Ended::Lost(e) => tracing::debug!(%addr, error = %e, "session connection lost"),
                     Ended::Replaced(_) => {}
+                }
+                // A connection that lasted redials at once (a peer that died is then seen
+                // refusing without the retry delay); one dropped at once waits, so a peer that
+                // accepts and closes cannot make the dialer spin.
+                if since.elapsed() >= Duration::from_millis(retry_ms) {
+                    continue;
                 }
             }
             Err(e) => {

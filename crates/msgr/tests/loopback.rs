@@ -344,10 +344,15 @@ async fn a_dialer_tells_a_refused_peer_from_a_live_one() {
     };
     let client = Session::connect(addr, 21, Limits::default(), 20).await;
     let sender = client.sender();
-    eventually("a refused attempt is reported", || {
-        sender.refused_at().is_some()
-    })
-    .await;
+    let mut refusals = sender.refusals();
+    tokio::time::timeout(Duration::from_secs(5), refusals.changed())
+        .await
+        .expect("the first refusal is signalled")
+        .unwrap();
+    assert!(sender.refused_at().is_some());
+    // Retries refused again (every 20 ms) are the same episode: no new signal.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(*refusals.borrow_and_update(), 1);
 
     // A listener appears there: the session connects and is no longer refused.
     let mut listener = Listener::bind(addr, Limits::default()).await.unwrap();
@@ -380,4 +385,9 @@ async fn a_dialer_tells_a_refused_peer_from_a_live_one() {
         sender.refused_at().is_some_and(|t| t >= gone_at)
     })
     .await;
+    assert!(
+        refusals.has_changed().unwrap(),
+        "a new episode is signalled"
+    );
+    assert_eq!(*refusals.borrow_and_update(), 2);
 }

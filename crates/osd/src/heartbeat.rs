@@ -27,7 +27,11 @@ pub async fn run(s: Arc<Shared>) {
     // until the map marks them down; the log line does not).
     let mut logged_refusals: HashSet<(i32, u64)> = HashSet::new();
     loop {
-        tokio::time::sleep(every).await;
+        // A peer that starts refusing connections is looked at now, not at the next beat.
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = s.peers.refusal(), if s.cfg.fast_fail_on_connection_refused => {}
+        }
         let targets = s.up_peers();
         watched.retain(|osd, _| targets.iter().any(|p| p.id == *osd));
         logged_refusals.retain(|(osd, up_from)| {

@@ -28,6 +28,8 @@ pub struct Peers {
     next_tid: AtomicU64,
     /// Last heartbeat answer from each peer.
     pongs: Arc<Mutex<HashMap<i32, Instant>>>,
+    /// Woken when a peer starts refusing connections (the heartbeat reports it at once).
+    refused: Arc<tokio::sync::Notify>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
@@ -40,6 +42,7 @@ impl Peers {
             waiters: Arc::default(),
             next_tid: AtomicU64::new(1),
             pongs: Arc::default(),
+            refused: Arc::default(),
             tasks: Mutex::new(Vec::new()),
         }
     }
@@ -56,6 +59,12 @@ impl Peers {
             .unwrap_or_else(|p| p.into_inner())
             .get(&osd)
             .copied()
+    }
+
+    /// Waits until some peer's connection starts being refused (see
+    /// `SessionSender::refusals`); a refusal since the last wait counts at once.
+    pub async fn refusal(&self) {
+        self.refused.notified().await
     }
 
     /// The sender to `osd` at `addr`, connecting (or reconnecting to a new address) as needed.
@@ -109,10 +118,17 @@ impl Peers {
                 }
             }
         });
+        let mut refusals = sender.refusals();
+        let refused = self.refused.clone();
+        let watcher = tokio::spawn(async move {
+            while refusals.changed().await.is_ok() {
+                refused.notify_one();
+            }
+        });
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(handle.abort_handle());
+            .extend([handle.abort_handle(), watcher.abort_handle()]);
         conns.insert(osd, (addr.to_string(), sender.clone()));
         Ok(sender)
     }
