@@ -54,7 +54,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(mon: SocketAddr) -> anyhow::Result<Client> {
-    Client::connect(mon, u64::from(std::process::id()) << 8)
+    Client::connect(mon, cairn_client::random_client_id())
         .await
         .with_context(|| format!("monitor at {mon}"))
 }

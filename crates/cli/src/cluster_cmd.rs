@@ -336,7 +336,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let client = MonClient::connect(args.mon, std::process::id() as u64).await;
+        let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
         client.subscribe(10_000).await?;
         // Wait for every OSD started here to be serving: a restarted monitor's map may still
         // list the previous run's addresses as up.

@@ -65,7 +65,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(t: &Target) -> anyhow::Result<Client> {
-    Client::connect(t.mon, u64::from(std::process::id()) << 8)
+    Client::connect(t.mon, cairn_client::random_client_id())
         .await
         .with_context(|| format!("connecting to the monitor at {}", t.mon))
 }

@@ -216,7 +216,7 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
 }
 
 async fn current_map(mon: SocketAddr) -> anyhow::Result<ClusterMap> {
-    let client = MonClient::connect(mon, std::process::id() as u64).await;
+    let client = MonClient::connect(mon, cairn_client::random_client_id()).await;
     client
         .subscribe(TIMEOUT_MS)
         .await
@@ -297,7 +297,8 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                 }
             }
             PoolCommand::Create { name, pg_num, size } => {
-                let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
+                let client =
+                    MonClient::connect(args.mon.mon, cairn_client::random_client_id()).await;
                 let r = client
                     .op(
                         Request::CreatePool {
@@ -311,7 +312,8 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                 println!("pool '{name}' created (epoch {})", r.epoch);
             }
             PoolCommand::Rm { name } => {
-                let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
+                let client =
+                    MonClient::connect(args.mon.mon, cairn_client::random_client_id()).await;
                 let r = client
                     .op(Request::RemovePool { name: name.clone() }, TIMEOUT_MS)
                     .await?;
@@ -341,7 +343,7 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         OsdCommand::Tree => return osd_tree(args.mon.mon),
     };
     runtime()?.block_on(async {
-        let client = MonClient::connect(args.mon.mon, std::process::id() as u64).await;
+        let client = MonClient::connect(args.mon.mon, cairn_client::random_client_id()).await;
         let r = client.op(body, TIMEOUT_MS).await?;
         println!("done (epoch {})", r.epoch);
         Ok(())

@@ -619,6 +619,14 @@ impl Client {
 /// map names another primary first).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A client id for [`Client::connect`] (and a monitor session) unique with high probability
+/// across hosts: random, where a process id would repeat on another host, and two clients
+/// with one id would share their sessions on every OSD (each connection taking over the
+/// other's) and their QoS queue.
+pub fn random_client_id() -> u64 {
+    random_nonce(0) >> 1
+}
+
 /// A random 64-bit nonce for this client's request ids: the OS-seeded hasher of the standard
 /// library over the caller's id, the process and the time, so that two clients given the same
 /// id (two hosts, or one process connecting twice) still differ.
@@ -628,4 +636,20 @@ fn random_nonce(client_id: u64) -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     std::collections::hash_map::RandomState::new().hash_one((client_id, std::process::id(), now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::random_client_id;
+
+    #[test]
+    fn client_ids_of_one_process_differ() {
+        let ids: std::collections::BTreeSet<u64> = (0..1000).map(|_| random_client_id()).collect();
+        assert_eq!(ids.len(), 1000, "a process would reuse its own client id");
+        assert!(ids.iter().all(|id| *id >> 63 == 0));
+        assert!(
+            !ids.contains(&u64::from(std::process::id())),
+            "the process id is not a client id"
+        );
+    }
 }

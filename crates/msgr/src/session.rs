@@ -35,6 +35,10 @@ const ACK_EVERY_FRAMES: u64 = 32;
 /// answer carries the acknowledgement, saving a frame and a system call per request).
 const ACK_DELAY: std::time::Duration = std::time::Duration::from_millis(5);
 
+/// A dialer whose connection lasted at least this long redials at once when it drops, instead
+/// of after its retry delay.
+const REDIAL_AT_ONCE_AFTER: Duration = Duration::from_secs(1);
+
 /// Most queued frames handed to the writer before the session loop looks at its other work.
 const MAX_FRAMES_PER_TURN: usize = 64;
 
@@ -349,9 +353,11 @@ async fn run_dialer(
                     Ended::Replaced(_) => {}
                 }
                 // A connection that lasted redials at once (a peer that died is then seen
-                // refusing without the retry delay); one dropped at once waits, so a peer that
-                // accepts and closes cannot make the dialer spin.
-                if since.elapsed() >= Duration::from_millis(retry_ms) {
+                // refusing without the retry delay); a short-lived one waits, so neither a peer
+                // that accepts and closes nor another dialer taking over the same session id
+                // (each connection replaces the other's) can make the dialer spin or starve
+                // the other.
+                if since.elapsed() >= REDIAL_AT_ONCE_AFTER.max(Duration::from_millis(retry_ms)) {
                     continue;
                 }
             }
@@ -503,7 +509,8 @@ fn send_ack(sink: &FrameWriter, st: &mut SessionState) -> Result<(), MsgrError> 
 }
 
 /// Accepts sessions on a TCP address; reconnecting peers are reattached to their session.
-/// Dropping it closes the address: later connections are refused, as when the process is gone.
+/// Dropping it closes the address (later connections are refused) and ends every session it
+/// accepted (their peers see the connection close), as when the process is gone.
 pub struct Listener {
     local: SocketAddr,
     new_sessions: mpsc::Receiver<Session>,

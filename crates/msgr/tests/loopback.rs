@@ -345,7 +345,8 @@ async fn a_dialer_tells_a_refused_peer_from_a_live_one() {
     let client = Session::connect(addr, 21, Limits::default(), 20).await;
     let sender = client.sender();
     let mut refusals = sender.refusals();
-    tokio::time::timeout(Duration::from_secs(5), refusals.changed())
+    // (The first refusal may come before the subscription: wait for the count, not a change.)
+    tokio::time::timeout(Duration::from_secs(5), refusals.wait_for(|n| *n >= 1))
         .await
         .expect("the first refusal is signalled")
         .unwrap();
@@ -376,10 +377,10 @@ async fn a_dialer_tells_a_refused_peer_from_a_live_one() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(quiet.sender().refused_at(), None);
 
-    // The peer goes away (its listener and session dropped): the dialer's reconnects are
-    // refused again, and the time is after the peer left.
+    // The peer goes away as a dead process would: dropping its listener closes the address
+    // and the sessions it accepted (the server end is still held here). The dialer's
+    // reconnects are refused again, and the time is after the peer left.
     let gone_at = std::time::Instant::now();
-    drop(server);
     drop(listener);
     eventually("refused again once the peer is gone", || {
         sender.refused_at().is_some_and(|t| t >= gone_at)
@@ -390,4 +391,5 @@ async fn a_dialer_tells_a_refused_peer_from_a_live_one() {
         "a new episode is signalled"
     );
     assert_eq!(*refusals.borrow_and_update(), 2);
+    assert!(server.recv().await.is_none(), "the accepted session ended");
 }
