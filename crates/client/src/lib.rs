@@ -97,7 +97,9 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the monitor at `mon` and waits for the first map.
+    /// Connects to the monitor at `mon` and waits for the first map. `client_id` names this
+    /// client's sessions on the monitor and every OSD, and its QoS queue there: it must be
+    /// unique in the cluster ([`random_client_id`] gives one).
     pub async fn connect(mon: SocketAddr, client_id: u64) -> Result<Client, ClientError> {
         let mon_client = MonClient::connect(mon, client_id).await;
         mon_client.subscribe(30_000).await?;
