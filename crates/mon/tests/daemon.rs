@@ -172,3 +172,57 @@ async fn the_map_survives_a_monitor_restart() {
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A dropped client closes its connection to the monitor (its session's reader task owned the
+/// session and kept it connected). Seen through a TCP relay in front of a messenger listener:
+/// the client's side of the relay reads end-of-stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_client_closes_its_connection() {
+    use cairn_msgr::session::Listener;
+    use cairn_msgr::Limits;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut listener = Listener::bind("127.0.0.1:0".parse().unwrap(), Limits::default())
+        .await
+        .unwrap();
+    let upstream = listener.local_addr();
+    let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    // Relays one connection; ends when the client's side reaches end-of-stream.
+    let relayed = tokio::spawn(async move {
+        let (client_side, _) = relay.accept().await.unwrap();
+        let server_side = tokio::net::TcpStream::connect(upstream).await.unwrap();
+        let (mut cr, mut cw) = client_side.into_split();
+        let (mut sr, mut sw) = server_side.into_split();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 << 10];
+            while let Ok(n @ 1..) = sr.read(&mut buf).await {
+                if cw.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match cr.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => sw.write_all(&buf[..n]).await.unwrap(),
+            }
+        }
+    });
+    let client = MonClient::connect(relay_addr, 3000).await;
+    // A request makes the dialer connect; nothing answers it.
+    let asked = client.op(Request::MarkOut { id: 0 }, 200).await;
+    assert!(asked.is_err(), "no monitor answered: {asked:?}");
+    let mut server = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .expect("the client connected")
+        .unwrap();
+    assert!(
+        server.recv_timeout(5_000).await.is_ok(),
+        "the request arrived"
+    );
+    drop(client);
+    let closed = tokio::time::timeout(Duration::from_secs(5), relayed).await;
+    assert!(closed.is_ok(), "the connection outlived its client");
+}
