@@ -4,21 +4,12 @@
 //! grace. An OSD that is only stopped (SIGSTOP: its socket still accepts) is not marked down
 //! that way; it is left to the grace.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 
 use cairn_client::Client;
-use common::{cairn, free_port, Cluster};
-
-fn signal(sig: &str, pid: u32) {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {sig} {pid}");
-}
+use common::{cairn, free_port, signal, Cluster};
 
 /// The id of the OSD `cairn up` started `i`-th (OSDs boot concurrently, so ids need not follow
 /// the start order), from its log.
@@ -61,11 +52,7 @@ fn a_killed_osd_is_marked_down_at_once_and_a_stopped_one_is_left_to_the_grace() 
         "8",
     ]);
     assert!(ok, "{out}");
-    let pids: Vec<u32> = std::fs::read_to_string(cluster.dir.join("pids"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
+    let pids = cluster.pids();
     assert_eq!(pids.len(), 4, "mon + 3 OSDs");
     let (ok, out) = cairn(&[
         "tell",

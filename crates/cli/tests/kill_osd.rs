@@ -16,7 +16,7 @@ mod common;
 use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 use cairn_client::Client;
 use cairn_store::{KvLocation, Store, StoreConfig};
-use common::{cairn, free_port, Cluster};
+use common::{cairn, free_port, signal, Cluster};
 
 fn payload(i: usize, round: usize) -> Vec<u8> {
     let size = [0, 1, 4096, 10_000, 65_536, 300_000][i % 6];
@@ -171,11 +171,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
         "2",
     ]);
     assert!(ok, "{out}");
-    let pids: Vec<u32> = std::fs::read_to_string(dir.join("pids"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
+    let pids = cluster.pids();
     assert_eq!(pids.len(), 4, "mon + 3 OSDs");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -211,12 +207,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
     }));
 
     // kill -9 osd.2 with writes in flight.
-    let victim = pids[3];
-    let status = Command::new("kill")
-        .args(["-9", &victim.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal("-9", pids[3]);
     let before = acks.load(Ordering::Relaxed);
     let killed_at = Instant::now();
     rt.block_on(wait_for("degraded writes to continue", 90, || {
@@ -321,11 +312,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
     // kill -9 the monitor and restart it from its directory: the map survives, and every
     // daemon and client resumes following it (a new pool is created and used).
     let epoch_before = client.epoch();
-    let status = Command::new("kill")
-        .args(["-9", &pids[0].to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal("-9", pids[0]);
     std::thread::sleep(Duration::from_millis(300));
     let mon_log = std::fs::File::create(dir.join("mon-restart.log")).unwrap();
     let mut mon_child = Command::new(env!("CARGO_BIN_EXE_cairn"))

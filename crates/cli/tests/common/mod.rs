@@ -76,6 +76,25 @@ impl Cluster {
     pub fn arg(&self) -> String {
         self.dir.display().to_string()
     }
+
+    /// The process ids `cairn up` wrote to its `pids` file: the monitor's, then each OSD's in
+    /// the order it started them.
+    pub fn pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.dir.join("pids"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+/// Sends `sig` (`-9`, `-STOP`, ...) to process `pid` with kill(1).
+pub fn signal(sig: &str, pid: u32) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
 }
 
 impl Drop for Cluster {
