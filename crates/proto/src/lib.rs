@@ -1,6 +1,8 @@
-//! OSD wire messages, shared by clients and OSDs. A message is a little-endian u32 header
-//! length, a JSON header, then the raw data bytes (not encoded), inside a checksummed messenger
-//! frame. This crate only defines and (de)codes messages; it never does I/O.
+//! OSD wire messages, shared by clients and OSDs. A message is a format byte
+//! ([`HEADER_FORMAT`]), a little-endian u32 header length, the header in MessagePack (compact:
+//! structs as arrays, by `rmp-serde`), then the raw data bytes (not encoded), inside a
+//! checksummed messenger frame. This crate only defines and (de)codes messages; it never does
+//! I/O.
 #![warn(missing_docs)]
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -29,8 +31,13 @@ pub const MSG_PEER_REPLY: u16 = 0x0211;
 pub const MSG_PING: u16 = 0x0212;
 /// Heartbeat answer ([`peer::Ping`] echoed).
 pub const MSG_PING_REPLY: u16 = 0x0213;
-/// Largest JSON header accepted (explicit limit; a PG log travels in a header).
+/// Largest header accepted (explicit limit; a PG log travels in a header).
 pub const MAX_HEADER_BYTES: usize = 4 << 20;
+/// First byte of every message: how its header is encoded. 1 is compact MessagePack; JSON
+/// headers (before this byte existed) and any other format are refused with a clear error.
+pub const HEADER_FORMAT: u8 = 1;
+/// Bytes before the header: the format byte and the u32 header length.
+const PREFIX_BYTES: usize = 5;
 
 pub mod admin;
 pub mod image;
@@ -41,12 +48,15 @@ pub mod peer;
 pub use cairn_pg::ReqId;
 pub use op::{OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader};
 
-/// Encodes header + data.
+/// Encodes header + data. Every message type of this crate encodes (MessagePack has a form
+/// for each of them), so an encoding failure is a bug: it yields a message with an empty
+/// header, which the receiver refuses as malformed.
 pub fn encode<T: Serialize>(header: &T, data: &[u8]) -> Bytes {
-    let json = serde_json::to_vec(header).unwrap_or_default();
-    let mut out = BytesMut::with_capacity(4 + json.len() + data.len());
-    out.put_u32_le(json.len() as u32);
-    out.put_slice(&json);
+    let head = rmp_serde::to_vec(header).unwrap_or_default();
+    let mut out = BytesMut::with_capacity(PREFIX_BYTES + head.len() + data.len());
+    out.put_u8(HEADER_FORMAT);
+    out.put_u32_le(head.len() as u32);
+    out.put_slice(&head);
     out.put_slice(data);
     out.freeze()
 }
@@ -75,16 +85,23 @@ pub fn decode_with_data<T: for<'a> Deserialize<'a>>(
 
 /// Decodes header + data (the data is a zero-copy slice of `payload`).
 pub fn decode<T: for<'a> Deserialize<'a>>(payload: &Bytes) -> Result<(T, Bytes), ProtoError> {
-    if payload.len() < 4 {
-        return Err(ProtoError("message shorter than its length prefix".into()));
+    if payload.len() < PREFIX_BYTES {
+        return Err(ProtoError("message shorter than its prefix".into()));
     }
-    let len = u32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]) as usize;
-    if len > MAX_HEADER_BYTES || 4 + len > payload.len() {
+    if payload[0] != HEADER_FORMAT {
+        return Err(ProtoError(format!(
+            "header format {} is not supported (this build speaks {HEADER_FORMAT})",
+            payload[0]
+        )));
+    }
+    let len = u32::from_le_bytes([payload[1], payload[2], payload[3], payload[4]]) as usize;
+    if len > MAX_HEADER_BYTES || PREFIX_BYTES + len > payload.len() {
         return Err(ProtoError(format!("bad header length {len}")));
     }
-    let header =
-        serde_json::from_slice(&payload[4..4 + len]).map_err(|e| ProtoError(e.to_string()))?;
-    Ok((header, payload.slice(4 + len..)))
+    let end = PREFIX_BYTES + len;
+    let header = rmp_serde::from_slice(&payload[PREFIX_BYTES..end])
+        .map_err(|e| ProtoError(e.to_string()))?;
+    Ok((header, payload.slice(end..)))
 }
 
 #[cfg(test)]
@@ -111,6 +128,83 @@ mod tests {
             (&b"inline"[..], crc32c::crc32c(b"inline"))
         );
         assert!(decode_with_data::<Ping>(&encode(&h, b"inline"), &seg, 0).is_err());
-        assert!(decode_with_data::<Ping>(&Bytes::from_static(b"\x09\0\0\0{"), &seg, 0).is_err());
+        assert!(
+            decode_with_data::<Ping>(&Bytes::from_static(b"\x01\x09\0\0\0{"), &seg, 0).is_err()
+        );
+    }
+
+    #[test]
+    fn headers_round_trip_and_other_formats_are_refused_by_name() {
+        let h = OpHeader {
+            tid: 7,
+            epoch: 3,
+            pool: 1,
+            pg_seed: 5,
+            object: "obj".into(),
+            kind: OpKind::Write { offset: 4096 },
+            data_crc: 9,
+            reqid: Some(ReqId {
+                client: 11,
+                seq: 12,
+            }),
+        };
+        let (back, data) = decode::<OpHeader>(&encode(&h, b"tail")).unwrap();
+        assert_eq!((back, &data[..]), (h.clone(), &b"tail"[..]));
+        let json = Bytes::from_static(b"\x02\0\0\0{}");
+        let e = decode::<Ping>(&json).unwrap_err();
+        assert!(e.0.contains("header format 2 is not supported"), "{e}");
+        let mut wrong_type = encode(&h, &[]).to_vec();
+        wrong_type.extend_from_slice(b"x");
+        assert!(decode::<ReplyHeader>(&Bytes::from(wrong_type)).is_err());
+    }
+
+    #[test]
+    fn a_pg_log_travels_whole_with_and_without_request_ids_and_dups() {
+        use cairn_pg::log::{Eversion, LogEntry, OpKind as LogOp, PgLog};
+        for max_entries in [2, 100] {
+            let mut log = PgLog::new(max_entries);
+            for v in 1..=5u64 {
+                let entry = LogEntry {
+                    version: Eversion::new(1, v),
+                    object: format!("o{v}"),
+                    op: LogOp::Modify,
+                    prior: Eversion::default(),
+                    reqid: (v % 2 == 0).then_some(ReqId { client: 3, seq: v }),
+                };
+                log.append(entry).unwrap();
+            }
+            let reply = peer::PeerReply {
+                tid: 4,
+                answer: Ok(peer::PeerAnswer::Info {
+                    last_epoch_started: 2,
+                    log: log.clone(),
+                }),
+            };
+            let (back, _) = decode::<peer::PeerReply>(&encode(&reply, &[])).unwrap();
+            assert_eq!(back, reply, "max_entries {max_entries}");
+            let failed = peer::PeerReply {
+                tid: 5,
+                answer: Err("no such PG".into()),
+            };
+            assert_eq!(
+                decode::<peer::PeerReply>(&encode(&failed, &[])).unwrap().0,
+                failed
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoding_garbage_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let mut framed = vec![HEADER_FORMAT];
+            framed.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            framed.extend_from_slice(&bytes);
+            for payload in [Bytes::from(bytes), Bytes::from(framed)] {
+                let _ = decode::<OpHeader>(&payload);
+                let _ = decode::<RepOpHeader>(&payload);
+                let _ = decode::<ReplyHeader>(&payload);
+                let _ = decode::<peer::PeerRequest>(&payload);
+            }
+        }
     }
 }
