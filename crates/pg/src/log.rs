@@ -14,6 +14,11 @@ use crate::error::PgError;
 /// An object's name within a PG.
 pub type ObjectId = String;
 
+/// The log's indexes, asked and updated on every write: hashed with foldhash (seeded at random
+/// per process, so client-chosen object names cannot aim at one bucket) instead of SipHash,
+/// a quarter of `append`'s time in a profile of an OSD under 4 KiB writes.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// A PG version: (map epoch of the write, per-PG counter). Ordered lexicographically.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -119,10 +124,10 @@ pub struct PgLog {
     /// For each object in the log: how many entries touch it and the position of the newest
     /// (derived from `entries`, never sent), so that [`PgLog::newest_for`], asked on every
     /// write, never scans the log.
-    per_object: HashMap<ObjectId, Indexed>,
+    per_object: FastMap<ObjectId, Indexed>,
     /// The version each logged client request got (derived from `entries` and `dups`, never
     /// sent), so that [`PgLog::version_of_request`], asked on every write, never scans.
-    by_request: HashMap<ReqId, Eversion>,
+    by_request: FastMap<ReqId, Eversion>,
     /// Position of `entries[0]` (positions only grow, so trimming moves nothing).
     first_pos: u64,
 }
@@ -165,8 +170,8 @@ impl From<LogWire> for PgLog {
             head: w.head,
             max_entries: w.max_entries,
             dups: w.dups,
-            per_object: HashMap::new(),
-            by_request: HashMap::new(),
+            per_object: FastMap::default(),
+            by_request: FastMap::default(),
             first_pos: 0,
         };
         for d in &log.dups {
@@ -207,8 +212,8 @@ impl PgLog {
             head: Eversion::default(),
             max_entries: max_entries.max(1),
             dups: VecDeque::new(),
-            per_object: HashMap::new(),
-            by_request: HashMap::new(),
+            per_object: FastMap::default(),
+            by_request: FastMap::default(),
             first_pos: 0,
         }
     }
