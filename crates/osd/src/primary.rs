@@ -66,12 +66,10 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
         pool: op.pool,
         seed: op.pg_seed,
     };
-    match s.placement(pgid) {
+    match s.is_up_primary(pgid) {
         None => return fail(op.tid, epoch, OpResult::NotFound),
-        Some((_, up, _)) if up.first() != Some(&s.id) => {
-            return fail(op.tid, epoch, OpResult::NotPrimary)
-        }
-        Some(_) => {}
+        Some(false) => return fail(op.tid, epoch, OpResult::NotPrimary),
+        Some(true) => {}
     }
     let pg = s.pgs.get_or_create(pgid, s.cfg.max_log_entries);
     let wait = Duration::from_millis(s.cfg.op_wait_active_ms);

@@ -1,6 +1,6 @@
 //! State shared by every task of one OSD, and small read-only views of the current map.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use cairn_clustermap::PgId;
@@ -42,6 +42,19 @@ pub struct Shared {
     /// rendered synchronously and the store's are behind its lock.
     pub store_stats: Mutex<StoreStats>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    up_sets: Mutex<UpSets>,
+}
+
+/// Most PGs whose up set [`Shared::is_up_primary`] remembers (explicit limit: ops may name PGs
+/// of any pool and seed); past it the cache starts over.
+const MAX_CACHED_UP_SETS: usize = 1 << 16;
+
+/// Up sets computed in one map epoch, so that a client op's primary check is a lookup instead
+/// of a CRUSH descent: `None` for a PG whose pool the map does not have.
+#[derive(Default)]
+struct UpSets {
+    epoch: u64,
+    sets: HashMap<PgId, Option<Vec<i32>>>,
 }
 
 /// A PG's placement in one map: epoch, up set (primary first), and the members' addresses.
@@ -71,6 +84,7 @@ impl Shared {
             metrics: Metrics::default(),
             store_stats: Mutex::new(StoreStats::default()),
             tasks: Mutex::new(Vec::new()),
+            up_sets: Mutex::new(UpSets::default()),
         }
     }
 
@@ -110,6 +124,23 @@ impl Shared {
             .filter_map(|o| map.osds.get(o).map(|e| (*o, e.addr.clone())))
             .collect();
         Some((map.epoch, up, addrs))
+    }
+
+    /// Whether this OSD is first in the PG's up set in the current map; None if the map has no
+    /// such pool (or no map yet). Remembered per epoch: asked on every client op.
+    pub fn is_up_primary(&self, pg: PgId) -> Option<bool> {
+        let guard = self.map.borrow();
+        let map = guard.as_ref()?;
+        let mut cache = self.up_sets.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.epoch != map.epoch || cache.sets.len() >= MAX_CACHED_UP_SETS {
+            cache.epoch = map.epoch;
+            cache.sets.clear();
+        }
+        let up = cache.sets.entry(pg).or_insert_with(|| {
+            map.placement.pools.get(&pg.pool)?;
+            map.placement.mapper().map_pg(pg).ok().map(|m| m.up)
+        });
+        up.as_ref().map(|up| up.first() == Some(&self.id))
     }
 
     /// An OSD's address in the current map.
