@@ -13,7 +13,7 @@
 
 use crate::bufpool::RunBuf;
 use crate::codec;
-use crate::error::{kv, Result, StoreError};
+use crate::error::{Result, StoreError};
 use crate::inflight::{InFlight, InFlightView, Launch, Written, MAX_IN_FLIGHT};
 use crate::stage::{Stage, Tables};
 use crate::store::{State, Store};
@@ -233,10 +233,10 @@ impl Store {
                 self.fail_all(live, e);
                 return None;
             }
-            let rtx = match self.db.begin_read() {
-                Ok(r) => r,
+            let snap = match st.overlay.snapshot(&self.db) {
+                Ok(s) => s,
                 Err(e) => {
-                    self.fail_all(live, kv(e));
+                    self.fail_all(live, e);
                     return None;
                 }
             };
@@ -252,7 +252,7 @@ impl Store {
             let overlay = std::mem::take(&mut st.overlay);
             let staged = async {
                 let newest = views.last().map(|v| &v.redo);
-                let mut t = Tables::open(&rtx, &overlay, newest).map_err(|e| (usize::MAX, e))?;
+                let mut t = Tables::open(&snap, &overlay, newest);
                 for (i, p) in live.iter().enumerate() {
                     for op in &p.txn.ops {
                         self.stage_op(st, &mut stage, &mut t, op)
@@ -272,7 +272,7 @@ impl Store {
             }
             .await;
             st.overlay = overlay;
-            drop(rtx);
+            drop(snap);
             let redo = match staged {
                 Ok(redo) => redo,
                 Err(failed) => match self.unstage(st, &mut stage, &mut live, failed) {

@@ -141,7 +141,8 @@ mod tests {
         w.commit().unwrap();
         let r = db.begin_read().unwrap();
         let below = crate::logged::Touched::new();
-        let mut t = Layered::new(r.open_table(EXTENTS).unwrap(), [&below, &below, &below]);
+        let base = r.open_table(EXTENTS).unwrap();
+        let mut t = Layered::new(&base, [&below, &below, &below]);
         let other = object_prefix(1, "aa");
         put(&mut t, &other, &ext(0, 900, 4)).unwrap();
         f(&mut t, &object_prefix(1, "a"));

@@ -6,10 +6,11 @@
 //! A redb commit with `Durability::Immediate` is the store's atomic commit point.
 //! This module must never interpret table contents (that is `codec`'s job).
 
+use crate::error::{kv, Result};
 use cairn_blockdev::CrashSwitch;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use redb::{StorageBackend, TableDefinition};
+use redb::{Database, ReadOnlyTable, StorageBackend, TableDefinition};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,41 @@ pub const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs")
 pub const OMAP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("omap");
 /// Deferred block writes (the KV is their write-ahead log): physical block -> sealed contents.
 pub const DEFERRED: TableDefinition<u64, &[u8]> = TableDefinition::new("deferred");
+
+/// One redb read snapshot with every table open. Staging and reads share it until the overlay
+/// next drops a layer (see `overlay::Overlay::snapshot`), instead of opening a transaction and
+/// seven tables for every group and every cache miss. Each table keeps the snapshot alive.
+pub(crate) struct KvSnapshot {
+    pub(crate) meta: ReadOnlyTable<&'static str, &'static [u8]>,
+    pub(crate) colls: ReadOnlyTable<&'static str, &'static [u8]>,
+    pub(crate) onodes: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(crate) extents: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(crate) xattrs: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(crate) omap: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(crate) deferred: ReadOnlyTable<u64, &'static [u8]>,
+}
+
+impl KvSnapshot {
+    /// The KV as its latest commit left it.
+    pub(crate) fn open(db: &Database) -> Result<Self> {
+        let r = db.begin_read().map_err(kv)?;
+        Ok(Self {
+            meta: r.open_table(META).map_err(kv)?,
+            colls: r.open_table(COLLS).map_err(kv)?,
+            onodes: r.open_table(ONODES).map_err(kv)?,
+            extents: r.open_table(EXTENTS).map_err(kv)?,
+            xattrs: r.open_table(XATTRS).map_err(kv)?,
+            omap: r.open_table(OMAP).map_err(kv)?,
+            deferred: r.open_table(DEFERRED).map_err(kv)?,
+        })
+    }
+}
+
+impl std::fmt::Debug for KvSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KvSnapshot")
+    }
+}
 
 /// Bytes and syncs the KV has issued to its storage.
 #[derive(Debug, Default)]

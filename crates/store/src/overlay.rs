@@ -14,13 +14,14 @@
 //! commit is writing, so a reader's redb snapshot from before or after that commit sees the same.
 
 use crate::error::{kv, Result};
+use crate::kv::KvSnapshot;
 use crate::logged::Touched;
 use crate::wal::{Redo, REDO_TABLES};
-use redb::{Key, ReadOnlyTable, ReadableTable, Value};
+use redb::{Database, Key, ReadOnlyTable, ReadableTable, Value};
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The empty layer, standing in for a frozen layer when no checkpoint is in flight (and for
 /// the in-flight group's layer when there is none).
@@ -50,6 +51,11 @@ pub(crate) struct Overlay {
     pub(crate) bytes: usize,
     /// The layer a background checkpoint is writing to redb.
     pub(crate) frozen: Option<Arc<Frozen>>,
+    /// The redb snapshot these layers are read over, opened on first use and forgotten
+    /// whenever a layer is dropped (a new overlay starts without one). A snapshot from before
+    /// a checkpoint's commit stays right while that checkpoint's frozen layer shadows it; once
+    /// the layer goes, so does the snapshot, and the next one is opened after the commit.
+    base: Mutex<Option<Arc<KvSnapshot>>>,
 }
 
 impl Overlay {
@@ -105,16 +111,29 @@ impl Overlay {
         Some(frozen)
     }
 
-    /// Drops the frozen layer: its checkpoint is durable in redb.
+    /// Drops the frozen layer: its checkpoint is durable in redb. The snapshot read under the
+    /// layers is dropped with it (it may predate that commit).
     pub(crate) fn thaw(&mut self) {
         self.frozen = None;
+        *self.base.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The redb snapshot to read under the layers: the one in use, or a new one of `db`.
+    pub(crate) fn snapshot(&self, db: &Database) -> Result<Arc<KvSnapshot>> {
+        let mut base = self.base.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = &*base {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(KvSnapshot::open(db)?);
+        *base = Some(s.clone());
+        Ok(s)
     }
 }
 
 /// A redb table seen through the overlay and the current group's own changes, which it records
 /// (the group's redo record). Values are returned as owned bytes.
 pub(crate) struct Layered<'a, K: Key + 'static, V: Value + 'static> {
-    base: ReadOnlyTable<K, V>,
+    base: &'a ReadOnlyTable<K, V>,
     /// The layers of changes to this table, the newest first.
     below: Below<'a>,
     touched: Touched,
@@ -123,7 +142,7 @@ pub(crate) struct Layered<'a, K: Key + 'static, V: Value + 'static> {
 impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
     /// `base` (the checkpointed table) under `below` (the layers of changes to it, the newest
     /// first: see [`Overlay::layers`]).
-    pub(crate) fn new(base: ReadOnlyTable<K, V>, below: Below<'a>) -> Self {
+    pub(crate) fn new(base: &'a ReadOnlyTable<K, V>, below: Below<'a>) -> Self {
         Self {
             base,
             below,
@@ -353,13 +372,15 @@ mod tests {
         in_flight.insert(b"h".to_vec(), Some(b"flying".to_vec()));
         let r = db.begin_read().unwrap();
         {
-            let t = Layered::new(r.open_table(T).unwrap(), [&in_flight, &live, &frozen]);
+            let base = r.open_table(T).unwrap();
+            let t = Layered::new(&base, [&in_flight, &live, &frozen]);
             assert_eq!(t.get(b"a".as_slice()).unwrap(), None, "removed in flight");
             assert_eq!(t.get(b"h".as_slice()).unwrap(), Some(b"flying".to_vec()));
             assert_eq!(t.last_in(b"a", b"z").unwrap().unwrap().0, b"h".to_vec());
         }
         in_flight.clear();
-        let mut t = Layered::new(r.open_table(T).unwrap(), [&in_flight, &live, &frozen]);
+        let base = r.open_table(T).unwrap();
+        let mut t = Layered::new(&base, [&in_flight, &live, &frozen]);
         t.insert(b"b".as_slice(), b"mine".as_slice()).unwrap();
         assert!(t.remove(b"g".as_slice()).unwrap());
         assert!(!t.remove(b"c".as_slice()).unwrap(), "removed below");
@@ -428,7 +449,8 @@ mod tests {
             }
             w.commit().unwrap();
             let r = db.begin_read().unwrap();
-            let mut t = Layered::new(r.open_table(T).unwrap(), [&newest, &newer, &older]);
+            let table = r.open_table(T).unwrap();
+            let mut t = Layered::new(&table, [&newest, &newer, &older]);
             for (k, v) in &mine {
                 match v {
                     Some(v) => t.insert(k.as_slice(), v.as_slice()).unwrap(),

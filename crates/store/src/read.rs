@@ -7,50 +7,55 @@
 
 use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
-use crate::error::{kv, Result, StoreError};
+use crate::error::{Result, StoreError};
 use crate::extmap;
-use crate::kv::{COLLS, EXTENTS, OMAP, ONODES, XATTRS};
+use crate::kv::KvSnapshot;
 use crate::overlay::Layered;
 use crate::stage::BytesTable;
 use crate::store::{ObjectStat, State, Store};
 use crate::txn::DataCrcs;
 use bytes::Bytes;
-use redb::{ReadTransaction, TableDefinition};
 use std::sync::Arc;
 
 /// The committed KV as readers see it: a redb snapshot under the overlay (read it only while
 /// holding the store's shared lock, which guards the overlay).
 struct View<'a> {
-    rtx: ReadTransaction,
+    snap: Arc<KvSnapshot>,
     st: &'a State,
 }
 
-impl<'a> View<'a> {
-    /// A byte-keyed table (`index`: its place in the overlay, the order of `wal::Redo`).
-    fn table(
-        &self,
-        def: TableDefinition<'static, &'static [u8], &'static [u8]>,
-        index: usize,
-    ) -> Result<BytesTable<'a>> {
-        Ok(Layered::new(
-            self.rtx.open_table(def).map_err(kv)?,
-            self.st.overlay.layers(index),
-        ))
+/// The byte-keyed tables readers look into.
+#[derive(Clone, Copy)]
+enum ByteTable {
+    Onodes,
+    Extents,
+    Xattrs,
+    Omap,
+}
+
+impl View<'_> {
+    /// A byte-keyed table through the overlay.
+    fn table(&self, which: ByteTable) -> BytesTable<'_> {
+        // Indexes are the tables' places in the overlay (the order of `wal::Redo`).
+        let (base, index) = match which {
+            ByteTable::Onodes => (&self.snap.onodes, 2),
+            ByteTable::Extents => (&self.snap.extents, 3),
+            ByteTable::Xattrs => (&self.snap.xattrs, 4),
+            ByteTable::Omap => (&self.snap.omap, 5),
+        };
+        Layered::new(base, self.st.overlay.layers(index))
     }
 
-    fn colls(&self) -> Result<Layered<'a, &'static str, &'static [u8]>> {
-        Ok(Layered::new(
-            self.rtx.open_table(COLLS).map_err(kv)?,
-            self.st.overlay.layers(1),
-        ))
+    fn colls(&self) -> Layered<'_, &'static str, &'static [u8]> {
+        Layered::new(&self.snap.colls, self.st.overlay.layers(1))
     }
 
-    fn onodes(&self) -> Result<BytesTable<'a>> {
-        self.table(ONODES, 2)
+    fn onodes(&self) -> BytesTable<'_> {
+        self.table(ByteTable::Onodes)
     }
 
-    fn extents(&self) -> Result<BytesTable<'a>> {
-        self.table(EXTENTS, 3)
+    fn extents(&self) -> BytesTable<'_> {
+        self.table(ByteTable::Extents)
     }
 }
 
@@ -69,20 +74,20 @@ pub const MAX_LIST_ENTRIES: usize = 100_000;
 impl Store {
     fn view<'a>(&self, st: &'a State) -> Result<View<'a>> {
         Ok(View {
-            rtx: self.db.begin_read().map_err(kv)?,
+            snap: st.overlay.snapshot(&self.db)?,
             st,
         })
     }
 
     fn read_coll_id(v: &View<'_>, coll: &str) -> Result<u32> {
-        match v.colls()?.get(coll)? {
+        match v.colls().get(coll)? {
             Some(b) => codec::le_u32(codec::open(&b, "collection")?, 0, "collection"),
             None => Err(StoreError::NoSuchCollection(coll.to_string())),
         }
     }
 
     fn read_onode(v: &View<'_>, id: u32, coll: &str, obj: &str) -> Result<Onode> {
-        match v.onodes()?.get(onode_key(id, obj).as_slice())? {
+        match v.onodes().get(onode_key(id, obj).as_slice())? {
             Some(b) => Onode::decode(&b),
             None => Err(StoreError::NoSuchObject {
                 collection: coll.to_string(),
@@ -102,7 +107,7 @@ impl Store {
         let node = Self::read_onode(&v, id, coll, obj)?;
         let blocks = node.size_bytes.div_ceil(self.sb.block_bytes);
         let extents = if blocks.saturating_mul(4) <= MAX_CACHED_EXTENT_BYTES as u64 {
-            Some(extmap::all(&v.extents()?, &object_prefix(id, obj))?)
+            Some(extmap::all(&v.extents(), &object_prefix(id, obj))?)
         } else {
             None
         };
@@ -137,7 +142,7 @@ impl Store {
         }
         let v = self.view(st)?;
         let id = Self::read_coll_id(&v, coll)?;
-        extmap::overlapping(&v.extents()?, &object_prefix(id, obj), from, Some(to))
+        extmap::overlapping(&v.extents(), &object_prefix(id, obj), from, Some(to))
     }
 
     /// Reads up to `len_bytes` from `offset_bytes` (short at the end of the object; holes read
@@ -318,7 +323,7 @@ impl Store {
         let v = self.view(&st)?;
         let id = Self::read_coll_id(&v, coll)?;
         Self::read_onode(&v, id, coll, obj)?;
-        Ok(extmap::all(&v.extents()?, &object_prefix(id, obj))?
+        Ok(extmap::all(&v.extents(), &object_prefix(id, obj))?
             .iter()
             .flat_map(|e| (0..e.blocks()).map(move |i| (e.lblock + i, e.pblock + i)))
             .collect())
@@ -357,7 +362,7 @@ impl Store {
                 let v = self.view(&st)?;
                 let id = Self::read_coll_id(&v, coll)?;
                 let key = sub_key(&object_prefix(id, obj), name.as_bytes());
-                let value = match v.table(XATTRS, 4)?.get(key.as_slice())? {
+                let value = match v.table(ByteTable::Xattrs).get(key.as_slice())? {
                     Some(val) => Some(codec::open(&val, "xattr value")?.to_vec()),
                     None => None,
                 };
@@ -370,7 +375,7 @@ impl Store {
 
     /// All extended attributes, sorted by name.
     pub async fn getattrs(&self, coll: &str, obj: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let entries = self.sub_entries(coll, obj, XATTRS, 4).await?;
+        let entries = self.sub_entries(coll, obj, ByteTable::Xattrs).await?;
         entries
             .into_iter()
             .map(|(k, v)| {
@@ -383,7 +388,7 @@ impl Store {
 
     /// All omap entries, sorted by key.
     pub async fn omap_get(&self, coll: &str, obj: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.sub_entries(coll, obj, OMAP, 5).await
+        self.sub_entries(coll, obj, ByteTable::Omap).await
     }
 
     /// One page of an object's omap in key order: entries whose key starts with `prefix` and is
@@ -419,7 +424,10 @@ impl Store {
             return Ok(OmapPage::default());
         }
         let mut entries = Vec::new();
-        for (k, val) in v.table(OMAP, 5)?.range(&lo, hi.as_deref(), max + 1)? {
+        for (k, val) in v
+            .table(ByteTable::Omap)
+            .range(&lo, hi.as_deref(), max + 1)?
+        {
             entries.push((
                 k[object.len()..].to_vec(),
                 codec::open(&val, "omap value")?.to_vec(),
@@ -434,8 +442,7 @@ impl Store {
         &self,
         coll: &str,
         obj: &str,
-        table: TableDefinition<'static, &'static [u8], &'static [u8]>,
-        index: usize,
+        table: ByteTable,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.check_ok()?;
         let st = self.state.read().await;
@@ -443,7 +450,7 @@ impl Store {
         let id = Self::read_coll_id(&v, coll)?;
         Self::read_onode(&v, id, coll, obj)?;
         let prefix = object_prefix(id, obj);
-        let t = v.table(table, index)?;
+        let t = v.table(table);
         let mut out = Vec::new();
         for (k, val) in t.range(&prefix, prefix_end(&prefix).as_deref(), usize::MAX)? {
             let user_key = k[prefix.len()..].to_vec();
@@ -469,7 +476,7 @@ impl Store {
         let st = self.state.read().await;
         let v = self.view(&st)?;
         let id = Self::read_coll_id(&v, coll)?;
-        let t = v.onodes()?;
+        let t = v.onodes();
         let start = match after {
             Some(a) => {
                 let mut k = onode_key(id, a);
@@ -495,6 +502,6 @@ impl Store {
         self.check_ok()?;
         let st = self.state.read().await;
         let v = self.view(&st)?;
-        Ok(v.colls()?.all()?.into_iter().map(|(k, _)| k).collect())
+        Ok(v.colls().all()?.into_iter().map(|(k, _)| k).collect())
     }
 }

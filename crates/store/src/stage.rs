@@ -12,15 +12,14 @@
 
 use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
-use crate::error::{kv, Result, StoreError};
+use crate::error::{Result, StoreError};
 use crate::extmap::{self, ExtTable};
 use crate::inflight::InFlightView;
-use crate::kv::{COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS};
+use crate::kv::KvSnapshot;
 use crate::overlay::{Layered, Overlay, NO_CHANGES};
 use crate::store::{State, Store};
 use crate::txn::{DataCrcs, Op};
 use crate::wal::Redo;
-use redb::ReadTransaction;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -42,20 +41,20 @@ impl<'t> Tables<'t> {
     /// The tables of the checkpointed KV in `r` under `overlay`, under the changes of the
     /// group in flight (`in_flight`), if any.
     pub(crate) fn open(
-        r: &ReadTransaction,
+        r: &'t KvSnapshot,
         overlay: &'t Overlay,
         in_flight: Option<&'t Redo>,
-    ) -> Result<Self> {
+    ) -> Self {
         let o = |i: usize| overlay.layers_under(i, in_flight.map_or(&NO_CHANGES, |r| &r.tables[i]));
-        Ok(Self {
-            meta: Layered::new(r.open_table(META).map_err(kv)?, o(0)),
-            colls: Layered::new(r.open_table(COLLS).map_err(kv)?, o(1)),
-            onodes: Layered::new(r.open_table(ONODES).map_err(kv)?, o(2)),
-            extents: Layered::new(r.open_table(EXTENTS).map_err(kv)?, o(3)),
-            xattrs: Layered::new(r.open_table(XATTRS).map_err(kv)?, o(4)),
-            omap: Layered::new(r.open_table(OMAP).map_err(kv)?, o(5)),
-            deferred: Layered::new(r.open_table(DEFERRED).map_err(kv)?, o(6)),
-        })
+        Self {
+            meta: Layered::new(&r.meta, o(0)),
+            colls: Layered::new(&r.colls, o(1)),
+            onodes: Layered::new(&r.onodes, o(2)),
+            extents: Layered::new(&r.extents, o(3)),
+            xattrs: Layered::new(&r.xattrs, o(4)),
+            omap: Layered::new(&r.omap, o(5)),
+            deferred: Layered::new(&r.deferred, o(6)),
+        }
     }
 
     /// Every change recorded so far, by table (forgetting them).
