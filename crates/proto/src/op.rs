@@ -1,5 +1,5 @@
 //! Client operations (client -> primary), replica writes (primary -> replica) and their replies.
-//! Keys, values and bulk data travel in the message's data section, never in the JSON header.
+//! Keys, values and bulk data travel in the message's data section, never in the header.
 
 use cairn_pg::log::{LogEntry, ReqId};
 use serde::{Deserialize, Serialize};
