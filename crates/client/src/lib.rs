@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cairn_clustermap::PgId;
+use cairn_clustermap::{MappingCache, PgId};
 use cairn_mon::client::MonClient;
 use cairn_mon::ClusterMap;
 use cairn_msgr::session::{Session, SessionSender};
@@ -92,6 +92,8 @@ pub struct Client {
     /// client's writes unique in the cluster (see [`ReqId`]).
     nonce: u64,
     next_request: AtomicU64,
+    /// PG mappings of the current map, so that addressing an op does not run CRUSH.
+    mappings: std::sync::Mutex<MappingCache>,
     /// Deadline of one operation, including resends.
     pub op_timeout_ms: u64,
 }
@@ -112,6 +114,7 @@ impl Client {
             next_tid: AtomicU64::new(1),
             id: client_id,
             nonce: random_nonce(client_id),
+            mappings: std::sync::Mutex::default(),
             next_request: AtomicU64::new(1),
             op_timeout_ms: 30_000,
         })
@@ -436,11 +439,11 @@ impl Client {
                 seed: *seed,
             },
         };
-        let primary = map
-            .placement
-            .mapper()
-            .map_pg(pg)
-            .ok()
+        let primary = self
+            .mappings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(map.epoch, &map.placement, pg)
             .and_then(|m| (m.primary >= 0).then_some(m.primary))
             .and_then(|o| map.osds.get(&o).map(|e| (o, e.addr.clone())));
         Ok((map.epoch, p.id, pg, primary))

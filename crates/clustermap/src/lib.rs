@@ -14,5 +14,5 @@ pub mod shape;
 
 pub use error::MapError;
 pub use exceptions::Exceptions;
-pub use osdmap::{OsdMap, OsdState};
+pub use osdmap::{MappingCache, OsdMap, OsdState, PgMapping};
 pub use pool::{PgId, Pool};

@@ -4,7 +4,7 @@
 //! pool size, reweights = in/out vector), removal of non-existent OSDs, upmap exceptions, removal
 //! of down OSDs, primary choice. Pure; callers pass a [`Workspace`] to avoid allocation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use cairn_crush::{CrushMap, Workspace, ITEM_NONE};
 
@@ -46,6 +46,37 @@ pub struct OsdMap {
     pub pools: BTreeMap<i64, Pool>,
     /// Placement exceptions.
     pub exceptions: Exceptions,
+}
+
+/// Most PGs a [`MappingCache`] remembers (explicit limit: callers may ask about any pool and
+/// seed); past it the cache starts over.
+pub const MAX_CACHED_MAPPINGS: usize = 1 << 16;
+
+/// PG mappings of one map epoch, remembered, as Ceph keeps an `OSDMapMapping` per epoch: a
+/// client addressing an op, or an OSD checking that it is a PG's primary, looks the PG up here
+/// instead of building a mapper and running CRUSH every time.
+#[derive(Debug, Default)]
+pub struct MappingCache {
+    epoch: u64,
+    by_pg: HashMap<PgId, Option<PgMapping>>,
+}
+
+impl MappingCache {
+    /// `pg`'s mapping in `map`, whose epoch is `epoch` (a different epoch than the last call's
+    /// forgets everything remembered); None when the map cannot place it (no such pool).
+    pub fn get(&mut self, epoch: u64, map: &OsdMap, pg: PgId) -> Option<&PgMapping> {
+        if self.epoch != epoch || self.by_pg.len() >= MAX_CACHED_MAPPINGS {
+            self.epoch = epoch;
+            self.by_pg.clear();
+        }
+        self.by_pg
+            .entry(pg)
+            .or_insert_with(|| {
+                map.pools.get(&pg.pool)?;
+                map.mapper().map_pg(pg).ok()
+            })
+            .as_ref()
+    }
 }
 
 /// Result of mapping one PG.

@@ -1,7 +1,7 @@
 //! Pool -> PG -> OSD mapping must equal Ceph's `osdmaptool --test-map-pgs-dump` (vectors from
 //! Ceph 16.2.15, see crates/crush/tests/vectors/README.md) and `--test-map-object`.
 
-use cairn_clustermap::{OsdMap, PgId, Pool};
+use cairn_clustermap::{MappingCache, OsdMap, PgId, Pool};
 use cairn_crush::json;
 
 fn eq60() -> OsdMap {
@@ -64,4 +64,27 @@ fn object_names_hash_to_the_pgs_osdmaptool_reports() {
             assert_eq!(format!("[{}]", up.join(",")), osds);
         }
     }
+}
+
+#[test]
+fn the_mapping_cache_answers_as_the_mapper_and_forgets_on_a_new_epoch() {
+    let mut map = eq60();
+    let mut cache = MappingCache::default();
+    for seed in 0..240 {
+        let pg = PgId { pool: 1, seed };
+        let want = map.mapper().map_pg(pg).unwrap();
+        assert_eq!(cache.get(1, &map, pg), Some(&want), "{pg}");
+    }
+    assert_eq!(cache.get(1, &map, PgId { pool: 9, seed: 0 }), None);
+    let pg = PgId { pool: 1, seed: 6 };
+    let primary = cache.get(1, &map, pg).unwrap().primary;
+    map.osds.get_mut(&primary).unwrap().up = false;
+    assert_eq!(
+        cache.get(1, &map, pg).unwrap().primary,
+        primary,
+        "within one epoch the first answer stands"
+    );
+    let now = cache.get(2, &map, pg).unwrap().clone();
+    assert_ne!(now.primary, primary);
+    assert_eq!(now, map.mapper().map_pg(pg).unwrap());
 }

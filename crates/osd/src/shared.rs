@@ -1,9 +1,9 @@
 //! State shared by every task of one OSD, and small read-only views of the current map.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use cairn_clustermap::PgId;
+use cairn_clustermap::{MappingCache, PgId};
 use cairn_mon::client::MonClient;
 use cairn_mon::ClusterMap;
 use cairn_store::{Store, StoreStats};
@@ -42,19 +42,7 @@ pub struct Shared {
     /// rendered synchronously and the store's are behind its lock.
     pub store_stats: Mutex<StoreStats>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
-    up_sets: Mutex<UpSets>,
-}
-
-/// Most PGs whose up set [`Shared::is_up_primary`] remembers (explicit limit: ops may name PGs
-/// of any pool and seed); past it the cache starts over.
-const MAX_CACHED_UP_SETS: usize = 1 << 16;
-
-/// Up sets computed in one map epoch, so that a client op's primary check is a lookup instead
-/// of a CRUSH descent: `None` for a PG whose pool the map does not have.
-#[derive(Default)]
-struct UpSets {
-    epoch: u64,
-    sets: HashMap<PgId, Option<Vec<i32>>>,
+    mappings: Mutex<MappingCache>,
 }
 
 /// A PG's placement in one map: epoch, up set (primary first), and the members' addresses.
@@ -84,7 +72,7 @@ impl Shared {
             metrics: Metrics::default(),
             store_stats: Mutex::new(StoreStats::default()),
             tasks: Mutex::new(Vec::new()),
-            up_sets: Mutex::new(UpSets::default()),
+            mappings: Mutex::new(MappingCache::default()),
         }
     }
 
@@ -131,16 +119,9 @@ impl Shared {
     pub fn is_up_primary(&self, pg: PgId) -> Option<bool> {
         let guard = self.map.borrow();
         let map = guard.as_ref()?;
-        let mut cache = self.up_sets.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.epoch != map.epoch || cache.sets.len() >= MAX_CACHED_UP_SETS {
-            cache.epoch = map.epoch;
-            cache.sets.clear();
-        }
-        let up = cache.sets.entry(pg).or_insert_with(|| {
-            map.placement.pools.get(&pg.pool)?;
-            map.placement.mapper().map_pg(pg).ok().map(|m| m.up)
-        });
-        up.as_ref().map(|up| up.first() == Some(&self.id))
+        let mut cache = self.mappings.lock().unwrap_or_else(|p| p.into_inner());
+        let m = cache.get(map.epoch, &map.placement, pg)?;
+        Some(m.up.first() == Some(&self.id))
     }
 
     /// An OSD's address in the current map.
