@@ -172,13 +172,17 @@ def ceph(seconds, work, prefill):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=10)
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "cluster-bench-table.md"))
+    ap.add_argument("--out", help="markdown table to write (default: docs/cluster-bench-table.md, "
+                                  "or docs/cluster-bench-table-prefill.md with --prefill)")
     ap.add_argument("--no-ceph", action="store_true")
     ap.add_argument("--prefill", action="store_true",
                     help="write zeros over every device file first (the store's, the cairn "
                          "OSDs' with `cairn up --prefill`, Ceph's block files): every layer then "
                          "writes over allocated blocks, as on a raw device")
     a = ap.parse_args()
+    if a.out is None:
+        name = "cluster-bench-table-prefill.md" if a.prefill else "cluster-bench-table.md"
+        a.out = os.path.join(ROOT, "docs", name)
     work = tempfile.mkdtemp(prefix="cairn-bottom-up-", dir="/work" if os.path.isdir("/work") else None)
     try:
         raw = os.path.join(work, "raw.dev")
