@@ -100,6 +100,39 @@ fn aio_err(kind: IoKind) -> impl FnOnce(AioError) -> BlockDevError {
     }
 }
 
+/// Whether a file device's file system can hold all of it (see [`FileDevice::backing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backing {
+    /// Device bytes no file system block backs yet (holes of a sparse file).
+    pub unbacked_bytes: u64,
+    /// Bytes the file system has free for an unprivileged writer.
+    pub fs_free_bytes: u64,
+}
+
+/// Bytes free for an unprivileged writer on the file system holding `at` (a file or a
+/// directory), e.g. to check that device files about to be written whole will fit.
+pub fn fs_free_bytes(at: &Path) -> Result<u64> {
+    free_bytes_of(&File::open(at).map_err(io_err(IoKind::Read))?)
+}
+
+fn free_bytes_of(file: &File) -> Result<u64> {
+    // SAFETY: `fstatvfs` writes one `statvfs` into `st`, which outlives the call, for a
+    // descriptor `file` keeps open.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) };
+    if rc != 0 {
+        return Err(io_err(IoKind::Read)(std::io::Error::last_os_error()));
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+impl Backing {
+    /// True when writing every byte of the device may run the file system out of space.
+    pub fn short(&self) -> bool {
+        self.unbacked_bytes > self.fs_free_bytes
+    }
+}
+
 impl FileDevice {
     /// Opens (and with `size_bytes`, creates/extends) `path`.
     pub fn open(path: &Path, opts: &FileDeviceOptions) -> Result<Self> {
@@ -186,6 +219,25 @@ impl FileDevice {
             off += len as u64;
         }
         self.flush().await
+    }
+
+    /// How much of the device the file system still has to find room for: the bytes of a
+    /// sparse (or partly written) file that no block backs yet, against the bytes its file
+    /// system has free for this user. Writing the whole device (a prefill, or a full store)
+    /// fails with ENOSPC once the first exceeds the second; a block device is always backed.
+    pub fn backing(&self) -> Result<Backing> {
+        let meta = self.file.metadata().map_err(io_err(IoKind::Read))?;
+        if !meta.is_file() {
+            return Ok(Backing {
+                unbacked_bytes: 0,
+                fs_free_bytes: u64::MAX,
+            });
+        }
+        let allocated = std::os::unix::fs::MetadataExt::blocks(&meta).saturating_mul(512);
+        Ok(Backing {
+            unbacked_bytes: self.props.size_bytes.saturating_sub(allocated),
+            fs_free_bytes: free_bytes_of(&self.file)?,
+        })
     }
 
     /// True when the device bypasses the page cache (`O_DIRECT` accepted).
@@ -548,6 +600,25 @@ mod tests {
             "block_in_place needs a multi-threaded runtime"
         );
         assert!(!inline_allowed(), "outside any runtime");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn backing_counts_the_holes_of_a_sparse_file_against_free_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = |size| FileDeviceOptions {
+            size_bytes: Some(size),
+            ..FileDeviceOptions::default()
+        };
+        let dev = FileDevice::open(&dir.path().join("small"), &opts(8 << 20)).unwrap();
+        let b = dev.backing().unwrap();
+        assert!(b.unbacked_bytes > 7 << 20, "a new file is a hole: {b:?}");
+        assert!(b.fs_free_bytes > 0 && !b.short(), "{b:?}");
+        dev.prefill(1 << 20).await.unwrap();
+        assert_eq!(dev.backing().unwrap().unbacked_bytes, 0, "written whole");
+        // A sparse file larger than any test machine's disk: set_len is free, filling is not.
+        let huge = FileDevice::open(&dir.path().join("huge"), &opts(1 << 43)).unwrap();
+        let b = huge.backing().unwrap();
+        assert!(b.short(), "{b:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,7 +34,7 @@ pub use device::{check_io, BlockDevice, DeviceProperties, IoKind, IoRequest, SEC
 pub use emulated::EmulatedDevice;
 pub use error::{BlockDevError, Result};
 pub use fault::{CrashSwitch, FaultDevice, FaultRule, PowerLossMode};
-pub use file::{FileDevice, FileDeviceOptions, IoEngine};
+pub use file::{fs_free_bytes, Backing, FileDevice, FileDeviceOptions, IoEngine};
 pub use mem::MemDevice;
 pub use pool::AlignedPool;
 pub use profile::Profile;

@@ -259,6 +259,30 @@ pub(crate) fn spawn(dir: &Path, name: &str, args: &[String]) -> anyhow::Result<u
 }
 
 /// Starts the cluster and waits until every OSD is up and the pool exists.
+/// Whether `args.dir`'s file system can hold the device files of the OSDs about to be made
+/// (those without a store yet): `--prefill` writes them whole at once, so a shortfall is an
+/// error before anything starts; sparse files only fill as data arrives, so it is a warning.
+fn check_room_for_devices(args: &UpArgs) -> anyhow::Result<()> {
+    let fresh = (0..args.osds)
+        .filter(|i| !args.dir.join(format!("osd{i}/kv.redb")).exists())
+        .count() as u64;
+    let need_mib = fresh.saturating_mul(args.device_mib);
+    let free_mib = cairn_blockdev::fs_free_bytes(&args.dir)? >> 20;
+    if need_mib <= free_mib {
+        return Ok(());
+    }
+    let what = format!(
+        "{fresh} new device files of {} MiB need {need_mib} MiB; {} has {free_mib} MiB free",
+        args.device_mib,
+        args.dir.display()
+    );
+    if args.prefill {
+        bail!("--prefill: {what} (lower --device-mib or drop --prefill)");
+    }
+    eprintln!("warning: {what}: the files are sparse, but OSDs fail once it is full");
+    Ok(())
+}
+
 pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     if args.osds == 0 {
         bail!("--osds must be at least 1");
@@ -273,6 +297,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             args.dir.display()
         );
     }
+    check_room_for_devices(&args)?;
     let mon = args.mon.to_string();
     let mon_data = args.dir.join("mon").display().to_string();
     let mon_args = [

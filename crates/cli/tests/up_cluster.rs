@@ -239,3 +239,52 @@ fn up_with_prefill_allocates_the_whole_device_file_before_serving() {
     assert!(ok, "{out}");
     drop(cluster);
 }
+
+#[test]
+fn a_prefill_the_file_system_cannot_hold_is_refused_before_anything_starts() {
+    let mon = format!("127.0.0.1:{}", free_port());
+    let cluster = Cluster::new("prefill-too-big");
+    std::fs::create_dir_all(&cluster.dir).unwrap();
+    let d = cluster.arg();
+    // Each device file as large as the file system's free space and a GiB more.
+    let free_mib = cairn_blockdev::fs_free_bytes(&cluster.dir).unwrap() >> 20;
+    let mib = (free_mib + 1024).to_string();
+    let (ok, out) = cairn(&[
+        "up",
+        "--no-s3",
+        "--dir",
+        &d,
+        "--mon",
+        &mon,
+        "--osds",
+        "2",
+        "--device-mib",
+        &mib,
+        "--prefill",
+    ]);
+    assert!(!ok, "{out}");
+    let need = format!("--prefill: 2 new device files of {mib} MiB need");
+    assert!(out.contains(&need), "{out}");
+    assert!(!cluster.dir.join("pids").exists(), "nothing was started");
+    assert!(std::net::TcpStream::connect(&mon).is_err(), "no monitor");
+    // The OSD itself refuses too (a config file may ask for it), and says why.
+    let data = cluster.dir.join("osd").display().to_string();
+    let (ok, out) = cairn(&[
+        "osd",
+        "run",
+        "--mon",
+        &mon,
+        "--data",
+        &data,
+        "--device-mib",
+        &mib,
+        "--prefill",
+    ]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("cannot prefill:"), "{out}");
+    assert!(
+        out.contains("MiB not yet backed by its file system"),
+        "{out}"
+    );
+    drop(cluster);
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cairn_blockdev::{
-    BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, IoEngine, Profile,
+    BlockDevError, BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, IoEngine, Profile,
 };
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
@@ -191,6 +191,19 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
             ..FileDeviceOptions::default()
         },
     )?;
+    let backing = file.backing()?;
+    if backing.short() {
+        let why = format!(
+            "{} has {} MiB not yet backed by its file system, which has {} MiB free",
+            block.display(),
+            backing.unbacked_bytes >> 20,
+            backing.fs_free_bytes >> 20
+        );
+        if fresh && cfg.prefill {
+            return Err(BlockDevError::Config(format!("cannot prefill: {why}")).into());
+        }
+        tracing::warn!("{why}: the store's writes will fail once the file system is full");
+    }
     if fresh && cfg.prefill {
         let mib = file.properties().size_bytes >> 20;
         tracing::info!(mib, "prefilling the device file with zeros");
