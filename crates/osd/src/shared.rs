@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use cairn_clustermap::{MappingCache, PgId};
+use cairn_clustermap::{MappingCache, PgId, PgMapping};
 use cairn_mon::client::MonClient;
 use cairn_mon::ClusterMap;
 use cairn_store::{Store, StoreStats};
@@ -103,25 +103,29 @@ impl Shared {
 
     /// The PG's placement in the current map, or None if its pool is unknown.
     pub fn placement(&self, pg: PgId) -> Option<Placement> {
-        let guard = self.map.borrow();
-        let map = guard.as_ref()?;
-        map.placement.pools.get(&pg.pool)?;
-        let up = map.placement.mapper().map_pg(pg).ok()?.up;
-        let addrs = up
-            .iter()
-            .filter_map(|o| map.osds.get(o).map(|e| (*o, e.addr.clone())))
-            .collect();
-        Some((map.epoch, up, addrs))
+        self.with_mapping(pg, |map, m| {
+            let addrs =
+                m.up.iter()
+                    .filter_map(|o| map.osds.get(o).map(|e| (*o, e.addr.clone())))
+                    .collect();
+            (map.epoch, m.up.clone(), addrs)
+        })
     }
 
     /// Whether this OSD is first in the PG's up set in the current map; None if the map has no
-    /// such pool (or no map yet). Remembered per epoch: asked on every client op.
+    /// such pool (or no map yet). Asked on every client op.
     pub fn is_up_primary(&self, pg: PgId) -> Option<bool> {
+        self.with_mapping(pg, |_, m| m.up.first() == Some(&self.id))
+    }
+
+    /// `f` of the current map and the PG's mapping there, looked up in the per-epoch cache
+    /// (CRUSH runs once per PG and epoch); None without a map or without the PG's pool.
+    fn with_mapping<T>(&self, pg: PgId, f: impl FnOnce(&ClusterMap, &PgMapping) -> T) -> Option<T> {
         let guard = self.map.borrow();
         let map = guard.as_ref()?;
         let mut cache = self.mappings.lock().unwrap_or_else(|p| p.into_inner());
         let m = cache.get(map.epoch, &map.placement, pg)?;
-        Some(m.up.first() == Some(&self.id))
+        Some(f(map, m))
     }
 
     /// An OSD's address in the current map.
