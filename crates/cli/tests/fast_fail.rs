@@ -38,19 +38,7 @@ fn is_up(client: &Client, osd: i32) -> bool {
 fn a_killed_osd_is_marked_down_at_once_and_a_stopped_one_is_left_to_the_grace() {
     let mon = format!("127.0.0.1:{}", free_port());
     let cluster = Cluster::new("fastfail");
-    let d = cluster.arg();
-    let (ok, out) = cairn(&[
-        "up",
-        "--no-s3",
-        "--dir",
-        &d,
-        "--mon",
-        &mon,
-        "--device-mib",
-        "64",
-        "--pg-num",
-        "8",
-    ]);
+    let (ok, out) = cluster.up(&mon, &["--device-mib", "64", "--pg-num", "8"]);
     assert!(ok, "{out}");
     let pids = cluster.pids();
     assert_eq!(pids.len(), 4, "mon + 3 OSDs");

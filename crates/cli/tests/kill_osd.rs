@@ -156,20 +156,17 @@ fn kill_9_an_osd_during_writes_then_recover() {
     let cluster = Cluster::new("kill");
     let dir = cluster.dir.clone();
     let d = cluster.arg();
-    let (ok, out) = cairn(&[
-        "up",
-        "--no-s3",
-        "--dir",
-        &d,
-        "--mon",
+    let (ok, out) = cluster.up(
         &mon,
-        "--device-mib",
-        "256",
-        "--pg-num",
-        "16",
-        "--heartbeat-grace-s",
-        "2",
-    ]);
+        &[
+            "--device-mib",
+            "256",
+            "--pg-num",
+            "16",
+            "--heartbeat-grace-s",
+            "2",
+        ],
+    );
     assert!(ok, "{out}");
     let pids = cluster.pids();
     assert_eq!(pids.len(), 4, "mon + 3 OSDs");

@@ -19,22 +19,19 @@ fn up_put_get_bench_down() {
         "a bad shard count must be refused before anything starts: {out}"
     );
     assert!(!dir.join("pids").exists(), "nothing was started");
-    let (ok, out) = cairn(&[
-        "up",
-        "--no-s3",
-        "--dir",
-        &d,
-        "--mon",
+    let (ok, out) = cluster.up(
         &mon,
-        "--device-mib",
-        "1024",
-        "--pg-num",
-        "32",
-        "--op-shards",
-        "3",
-        "--fast-fail-on-connection-refused",
-        "false",
-    ]);
+        &[
+            "--device-mib",
+            "1024",
+            "--pg-num",
+            "32",
+            "--op-shards",
+            "3",
+            "--fast-fail-on-connection-refused",
+            "false",
+        ],
+    );
     assert!(ok, "{out}");
     for osd in ["osd.0", "osd.2"] {
         let get = |key| cairn(&["tell", "--mon", &mon, osd, "config", "get", key]);
@@ -126,18 +123,7 @@ fn up_put_get_bench_down() {
     assert!(ok && out.contains("stopped 4"), "{out}");
     // The whole cluster restarts from its directory: the monitor's map (and so the OSD ids and
     // the pool) and every object come back.
-    let (ok, out) = cairn(&[
-        "up",
-        "--no-s3",
-        "--dir",
-        &d,
-        "--mon",
-        &mon,
-        "--device-mib",
-        "1024",
-        "--pg-num",
-        "32",
-    ]);
+    let (ok, out) = cluster.up(&mon, &["--device-mib", "1024", "--pg-num", "32"]);
     let logs: String = ["mon", "osd0", "osd1", "osd2"]
         .iter()
         .map(|n| {
@@ -184,21 +170,18 @@ fn up_with_prefill_allocates_the_whole_device_file_before_serving() {
     let d = cluster.arg();
     // Starts the one-OSD cluster and returns its OSD's log.
     let up = || {
-        let (ok, out) = cairn(&[
-            "up",
-            "--no-s3",
-            "--dir",
-            &d,
-            "--mon",
+        let (ok, out) = cluster.up(
             &mon,
-            "--osds",
-            "1",
-            "--device-mib",
-            "64",
-            "--pg-num",
-            "8",
-            "--prefill",
-        ]);
+            &[
+                "--osds",
+                "1",
+                "--device-mib",
+                "64",
+                "--pg-num",
+                "8",
+                "--prefill",
+            ],
+        );
         let log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
         assert!(ok, "{out}\n{log}");
         log
@@ -245,23 +228,10 @@ fn a_prefill_the_file_system_cannot_hold_is_refused_before_anything_starts() {
     let mon = format!("127.0.0.1:{}", free_port());
     let cluster = Cluster::new("prefill-too-big");
     std::fs::create_dir_all(&cluster.dir).unwrap();
-    let d = cluster.arg();
     // Each device file as large as the file system's free space and a GiB more.
     let free_mib = cairn_blockdev::fs_free_bytes(&cluster.dir).unwrap() >> 20;
     let mib = (free_mib + 1024).to_string();
-    let (ok, out) = cairn(&[
-        "up",
-        "--no-s3",
-        "--dir",
-        &d,
-        "--mon",
-        &mon,
-        "--osds",
-        "2",
-        "--device-mib",
-        &mib,
-        "--prefill",
-    ]);
+    let (ok, out) = cluster.up(&mon, &["--osds", "2", "--device-mib", &mib, "--prefill"]);
     assert!(!ok, "{out}");
     let need = format!("--prefill: 2 new device files of {mib} MiB need");
     assert!(out.contains(&need), "{out}");

@@ -77,6 +77,15 @@ impl Cluster {
         self.dir.display().to_string()
     }
 
+    /// Runs `cairn up --no-s3 --dir DIR --mon MON` followed by the test's own `settings`;
+    /// returns success and the output.
+    pub fn up(&self, mon: &str, settings: &[&str]) -> (bool, String) {
+        let dir = self.arg();
+        let mut args = vec!["up", "--no-s3", "--dir", &dir, "--mon", mon];
+        args.extend_from_slice(settings);
+        cairn(&args)
+    }
+
     /// The process ids `cairn up` wrote to its `pids` file: the monitor's, then each OSD's in
     /// the order it started them.
     pub fn pids(&self) -> Vec<u32> {
