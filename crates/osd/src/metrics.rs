@@ -228,7 +228,7 @@ impl Metrics {
 /// how many device and KV bytes it costs.
 pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
     const NS: f64 = 1e-9;
-    let counters: [(&str, &str, f64); 16] = [
+    let counters: [(&str, &str, f64); 17] = [
         (
             "commits_total",
             "Transactions committed.",
@@ -293,6 +293,11 @@ pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
             "data_write_seconds_total",
             "Time writing data blocks before commits.",
             st.data_write_ns as f64 * NS,
+        ),
+        (
+            "early_write_bytes_total",
+            "Bytes written by their submitters before their groups formed.",
+            st.early_write_bytes as f64,
         ),
         (
             "device_flush_seconds_total",

@@ -13,6 +13,7 @@
 
 use crate::bufpool::RunBuf;
 use crate::codec;
+use crate::early::{EarlyHandle, Placed};
 use crate::error::{Result, StoreError};
 use crate::inflight::{InFlight, InFlightView, Launch, Written, MAX_IN_FLIGHT};
 use crate::stage::{Stage, Tables};
@@ -35,9 +36,22 @@ fn elapsed_into(counter: &AtomicU64, since: Instant) {
 pub(crate) struct Pending {
     txn: Transaction,
     done: oneshot::Sender<Result<()>>,
+    /// Its early writes (module `early`), if it has any.
+    early: Option<EarlyHandle>,
 }
 
 impl Pending {
+    /// Whether it may be staged: it has no early writes in flight.
+    fn is_ready(&self) -> bool {
+        self.early.as_ref().is_none_or(EarlyHandle::is_ready)
+    }
+
+    /// Where its early writes went (`None` without any); an error when they failed or were
+    /// abandoned.
+    fn placed(&self) -> Result<Option<std::sync::Arc<Placed>>> {
+        self.early.as_ref().map(EarlyHandle::placed).transpose()
+    }
+
     /// Every object `(collection, name)` the transaction may change.
     pub(crate) fn objects(&self) -> impl Iterator<Item = (&str, &str)> {
         self.txn
@@ -91,6 +105,9 @@ pub(crate) struct GroupWrites {
     record: Option<(u64, RunBuf)>,
     runs: Vec<(u64, RunBuf)>,
     after: Option<Written>,
+    /// Whether its transactions wrote data early: then its flush must follow even when it
+    /// writes nothing else.
+    early: bool,
 }
 
 impl Store {
@@ -112,10 +129,15 @@ impl Store {
         self.check_limits(&txn)?;
         let (done, result) = oneshot::channel();
         let mut orphans = self.orphans.subscribe();
+        let (writer, early) = self.plan_early(&txn).unzip();
+        // Queued in submission order (groups commit in it), before any early write.
         self.commit_queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push_back(Pending { txn, done });
+            .push_back(Pending { txn, done, early });
+        if let Some(writer) = writer {
+            self.write_early(writer).await;
+        }
         let mut result = result;
         let dropped = || StoreError::Failed("transaction was dropped by the committer".into());
         // Either another submitter's group commit completes this transaction, or this task
@@ -133,6 +155,9 @@ impl Store {
                     self.finalize_ready(&mut st).await;
                 }
                 leader = self.commit_leader.lock(), if !taken => {
+                    // Groups commit in submission order: the next one starts only once the
+                    // oldest queued transaction's early writes are done.
+                    self.head_ready().await;
                     let mut st = self.make_room().await;
                     if self.last_group_txns.load(Ordering::Relaxed) > 1 {
                         // Concurrent submitters: the tasks ready in this runtime turn (an OSD's
@@ -166,12 +191,27 @@ impl Store {
         }
     }
 
-    /// Takes queued transactions for one group, up to `max_group_txns` and `max_txn_bytes`.
+    /// Waits until the oldest queued transaction, if any, has no early writes in flight.
+    async fn head_ready(&self) {
+        loop {
+            let head = {
+                let q = self.commit_queue.lock().unwrap_or_else(|p| p.into_inner());
+                match q.front() {
+                    Some(Pending { early: Some(h), .. }) if !h.is_ready() => h.clone(),
+                    _ => return,
+                }
+            };
+            head.ready().await;
+        }
+    }
+
+    /// Takes queued transactions for one group, oldest first, up to `max_group_txns` and
+    /// `max_txn_bytes`, stopping at one whose early writes are still in flight.
     fn take_batch(&self) -> Vec<Pending> {
         let mut q = self.commit_queue.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::new();
         let mut bytes = 0u64;
-        while let Some(p) = q.front() {
+        while let Some(p) = q.front().filter(|p| p.is_ready()) {
             let b: u64 = p.txn.ops.iter().map(Op::data_bytes).sum();
             if !out.is_empty()
                 && (out.len() >= self.cfg.max_group_txns || bytes + b > self.cfg.max_txn_bytes)
@@ -254,8 +294,10 @@ impl Store {
                 let newest = views.last().map(|v| &v.redo);
                 let mut t = Tables::open(&snap, &overlay, newest);
                 for (i, p) in live.iter().enumerate() {
-                    for op in &p.txn.ops {
-                        self.stage_op(st, &mut stage, &mut t, op)
+                    let placed = p.placed().map_err(|e| (i, e))?;
+                    for (j, op) in p.txn.ops.iter().enumerate() {
+                        let early = placed.as_ref().and_then(|pl| pl.runs_of(j));
+                        self.stage_op(st, &mut stage, &mut t, op, early)
                             .await
                             .map_err(|e| (i, e))?;
                     }
@@ -281,6 +323,9 @@ impl Store {
                 },
             };
             elapsed_into(&self.counters.stage_ns, t_stage);
+            for placed in live.iter().filter_map(|p| p.placed().ok().flatten()) {
+                self.adopt_early(&placed);
+            }
             return match self.place_group(st, &mut stage, live, redo).await {
                 Ok(launched) => launched,
                 Err((live, e)) => {
@@ -312,6 +357,15 @@ impl Store {
             return None;
         }
         let p = live.remove(i);
+        // Its early blocks were written and are referenced by nothing: free again. (Early
+        // writes that were abandoned may still be in flight: their blocks stay taken.)
+        if let Some(placed) = p.early.as_ref().and_then(EarlyHandle::written) {
+            if let Err(e) = self.release_early(st, &placed) {
+                let _ = p.done.send(Err(StoreError::Failed(e.to_string())));
+                self.fail_all(std::mem::take(live), e);
+                return None;
+            }
+        }
         let _ = p.done.send(Err(e));
         (!live.is_empty()).then_some(())
     }
@@ -328,11 +382,14 @@ impl Store {
         redo: wal::Redo,
     ) -> std::result::Result<Option<(GroupWrites, Launch<'s>)>, (Vec<Pending>, StoreError)> {
         let bs = self.sb.block_bytes;
-        let runs: Vec<(u64, u64)> = stage
+        let early = !stage.early_runs.is_empty();
+        let mut runs: Vec<(u64, u64)> = stage
             .new_data
             .iter()
             .map(|(&s, b)| (s, b.len() as u64 / bs))
+            .chain(std::mem::take(&mut stage.early_runs))
             .collect();
+        runs.sort_unstable();
         let record_blocks = (wal::encoded_len(&redo, runs.len()) as u64).div_ceil(bs);
         let placed = match self.place_record(st, record_blocks).await {
             Ok(placed) => placed,
@@ -358,6 +415,7 @@ impl Store {
                 record: None,
                 runs: std::mem::take(&mut stage.new_data).into_iter().collect(),
                 after: None,
+                early,
             };
             if let Err(e) = self.write_group(writes).await {
                 return Err((effects.live, e));
@@ -378,6 +436,7 @@ impl Store {
             record: Some((st.wal.first_block + pos, RunBuf::Owned(record))),
             runs: std::mem::take(&mut stage.new_data).into_iter().collect(),
             after: st.inflight.back().map(|f| f.view.written()),
+            early,
         };
         let marker_before = st.wal.marker();
         let fill = st.wal.advance(pos, record_blocks);
@@ -433,6 +492,7 @@ impl Store {
             record,
             mut runs,
             after,
+            early,
         } = writes;
         let bs = self.sb.block_bytes;
         let t = Instant::now();
@@ -445,13 +505,19 @@ impl Store {
         // The ring lies before the data area, so the record goes first in block order.
         let mut ios: Vec<(u64, RunBuf)> = record.into_iter().chain(runs).collect();
         match ios.pop() {
-            Some((block, RunBuf::Owned(buf))) if ios.is_empty() => {
+            // One durable write makes only itself durable: not with early data to flush.
+            Some((block, RunBuf::Owned(buf))) if ios.is_empty() && !early => {
                 elapsed_into(&self.counters.data_write_ns, t);
                 let t = Instant::now();
                 self.dev_write_durable(block * bs, buf).await?;
                 elapsed_into(&self.counters.device_flush_ns, t);
             }
-            None => {}
+            None if !early => {}
+            None => {
+                let t = Instant::now();
+                self.dev_flush().await?;
+                elapsed_into(&self.counters.device_flush_ns, t);
+            }
             Some(last) => {
                 ios.push(last);
                 self.write_runs(ios).await?;

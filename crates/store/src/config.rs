@@ -38,6 +38,13 @@ pub struct StoreConfig {
     /// Copy-on-write bytes a group in flight must write for the next group to be launched
     /// behind it (with `max_groups_in_flight` 2); 0 pipelines every group.
     pub pipeline_min_cow_bytes: u64,
+    /// A write of at least this many bytes (and at least `deferred_max_bytes`) at a
+    /// block-aligned offset and length is written early: its submitter takes its blocks and
+    /// writes its data at once, before its group forms, and the group commit only logs and
+    /// flushes (BlueStore's order). Without it a group writes its data once launched, so the
+    /// device holds at most `max_groups_in_flight` groups' data while later submitters queue.
+    /// 0 writes nothing early. Default 1 MiB.
+    pub early_write_min_bytes: u64,
     /// Longest object or collection name, bytes.
     pub max_name_bytes: usize,
     /// Largest xattr or omap value, bytes.
@@ -77,6 +84,7 @@ impl Default for StoreConfig {
             max_group_txns: 64,
             max_groups_in_flight: 2,
             pipeline_min_cow_bytes: 1 << 20,
+            early_write_min_bytes: 1 << 20,
             max_name_bytes: 1024,
             max_value_bytes: 1 << 20,
             max_object_bytes: 1 << 40,

@@ -78,6 +78,10 @@ pub enum StoreError {
         /// Magic this version writes and reads.
         supported: String,
     },
+    /// The transaction was not applied because its submitter was dropped (cancelled) while its
+    /// data was being written early; nothing of it is applied.
+    #[error("transaction not applied: {0}")]
+    Cancelled(String),
     /// The store configuration or device geometry is invalid, or device and KV do not match.
     #[error("invalid configuration: {0}")]
     Config(String),

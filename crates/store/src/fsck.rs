@@ -13,6 +13,7 @@ use crate::kv::{COLLS, DEFERRED, EXTENTS, OMAP, ONODES, XATTRS};
 use crate::store::{State, Store};
 use redb::ReadableTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
 
 /// What fsck found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -171,7 +172,9 @@ impl Store {
             reach = reach.max(end);
         }
         let usable = total_blocks - self.sb.first_data_block();
-        let used = usable - st.alloc.free_blocks();
+        // Early writes not yet staged hold blocks nothing references yet.
+        let used = (usable - st.alloc.free_blocks())
+            .saturating_sub(self.early_blocks.load(Ordering::Relaxed));
         if used != referenced {
             rep.errors.push(format!(
                 "allocator says {used} blocks used, metadata references {referenced}"

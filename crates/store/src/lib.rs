@@ -21,6 +21,7 @@ mod cache;
 mod checkpoint;
 pub mod codec;
 pub mod config;
+mod early;
 pub mod error;
 mod extmap;
 pub mod fsck;

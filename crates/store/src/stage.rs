@@ -12,6 +12,7 @@
 
 use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
+use crate::early::EarlyRun;
 use crate::error::{Result, StoreError};
 use crate::extmap::{self, ExtTable};
 use crate::inflight::InFlightView;
@@ -87,6 +88,9 @@ pub(crate) struct Stage {
     pub(crate) to_free: Vec<(u64, u64)>,
     /// Extents taken from the allocator (start -> len; returned on failure).
     pub(crate) allocated: BTreeMap<u64, u64>,
+    /// Runs `(first block, blocks)` its transactions wrote early (already written; module
+    /// `early`), listed in its record with the copy-on-write runs.
+    pub(crate) early_runs: Vec<(u64, u64)>,
     pub(crate) objects_delta: i64,
     pub(crate) stored_delta: i64,
     /// The groups in flight this one stages over, oldest first: their deferred block contents
@@ -166,13 +170,14 @@ fn sub_parts<'p>(parts: &[&'p [u8]], a: usize, b: usize) -> Vec<&'p [u8]> {
 }
 
 impl Store {
-    /// Stages one operation.
+    /// Stages one operation; `early` holds where its data was written early, if it was.
     pub(crate) async fn stage_op(
         &self,
         st: &mut State,
         stage: &mut Stage,
         t: &mut Tables<'_>,
         op: &Op,
+        early: Option<&[EarlyRun]>,
     ) -> Result<()> {
         match op {
             Op::CreateCollection { coll } => Self::create_collection(t, coll)?,
@@ -189,8 +194,15 @@ impl Store {
                 crcs,
             } => {
                 let o = Self::obj(t, coll, obj)?;
-                self.stage_write(st, stage, t, &o, *offset_bytes, data, crcs.as_ref())
-                    .await?;
+                match early {
+                    Some(runs) => {
+                        self.stage_early_write(st, stage, t, &o, *offset_bytes, data, runs)?
+                    }
+                    None => {
+                        self.stage_write(st, stage, t, &o, *offset_bytes, data, crcs.as_ref())
+                            .await?
+                    }
+                }
             }
             Op::Zero {
                 coll,
@@ -576,6 +588,54 @@ impl Store {
             });
             self.write_cow(st, stage, t, o, offset, data, live_blocks, known)
                 .await?;
+        }
+        if end > node.size_bytes {
+            Self::set_size(stage, t, o, node, end)?;
+        }
+        Ok(())
+    }
+
+    /// A write whose data was written early to `runs` (block-aligned offset and length): its
+    /// blocks replace the ones it covers (freed at the commit), nothing left to write.
+    #[allow(clippy::too_many_arguments)]
+    fn stage_early_write(
+        &self,
+        st: &mut State,
+        stage: &mut Stage,
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        offset: u64,
+        data: &bytes::Bytes,
+        runs: &[EarlyRun],
+    ) -> Result<()> {
+        let node = Self::ensure(stage, t, o)?;
+        let bs = self.sb.block_bytes;
+        let (first, end) = (offset / bs, offset + data.len() as u64);
+        let blocks: u64 = runs.iter().map(|r| r.blocks).sum();
+        if !offset.is_multiple_of(bs) || blocks * bs != data.len() as u64 {
+            return Err(StoreError::Corrupt(format!(
+                "early write of {} bytes at {offset} placed in {blocks} blocks",
+                data.len()
+            )));
+        }
+        if first < node.size_bytes.div_ceil(bs) {
+            for e in extmap::punch(&mut t.extents, &o.prefix, first, Some(first + blocks))? {
+                self.free_extent(st, stage, e.pblock, e.blocks());
+            }
+        }
+        let mut lblock = first;
+        for r in runs {
+            extmap::insert(
+                &mut t.extents,
+                &o.prefix,
+                Extent {
+                    lblock,
+                    pblock: r.pblock,
+                    crcs: r.crcs.clone(),
+                },
+            )?;
+            stage.early_runs.push((r.pblock, r.blocks));
+            lblock += r.blocks;
         }
         if end > node.size_bytes {
             Self::set_size(stage, t, o, node, end)?;

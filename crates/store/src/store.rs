@@ -158,6 +158,8 @@ pub struct StoreStats {
     /// Records found at the last mount whose data had not all reached the device (never
     /// acknowledged), and were discarded.
     pub wal_discarded: u64,
+    /// Bytes written early (by their submitters, before their groups formed; module `early`).
+    pub early_write_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -180,6 +182,7 @@ pub(crate) struct Counters {
     pub checkpoints: AtomicU64,
     pub wal_replayed: AtomicU64,
     pub wal_discarded: AtomicU64,
+    pub early_write_bytes: AtomicU64,
 }
 
 /// Mutable in-memory state, guarded by the store's lock.
@@ -287,6 +290,9 @@ pub struct Store {
     free_blocks_hint: AtomicU64,
     /// Data blocks in all (fixed at mkfs).
     capacity_blocks: u64,
+    /// Blocks taken for early writes whose transactions have not been staged yet (or were
+    /// abandoned mid-write: those stay taken until the next mount). Neither free nor referenced.
+    pub(crate) early_blocks: AtomicU64,
 }
 
 impl std::fmt::Debug for Store {
@@ -538,6 +544,7 @@ impl Store {
             last_group_txns: AtomicUsize::new(0),
             free_blocks_hint: AtomicU64::new(free_blocks),
             capacity_blocks,
+            early_blocks: AtomicU64::new(0),
             cfg,
         };
         {
@@ -771,6 +778,7 @@ impl Store {
             checkpoints: self.counters.checkpoints.load(Ordering::Relaxed),
             wal_replayed: self.counters.wal_replayed.load(Ordering::Relaxed),
             wal_discarded: self.counters.wal_discarded.load(Ordering::Relaxed),
+            early_write_bytes: self.counters.early_write_bytes.load(Ordering::Relaxed),
         }
     }
 

@@ -232,16 +232,24 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Record> {
 
 impl Record {
     /// Expected crc32c of each block of this record's copy-on-write runs, from the extents it
-    /// writes: `(physical block, crc)` in block order (blocks no extent covers are left out).
+    /// writes: `(physical block, crc)` in block order. Left out: blocks no extent covers, and
+    /// blocks the record also carries a deferred write for (a run written early and then
+    /// patched in the same group): their contents come from the record itself.
     pub(crate) fn expected_run_crcs(&self) -> Result<Vec<(u64, u32)>> {
         let mut out = Vec::new();
+        let deferred: std::collections::HashSet<&[u8]> = self.tables[U64_KEY_TABLE]
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| k.as_slice())
+            .collect();
         for (k, v) in &self.tables[REDO_EXTENTS] {
             let Some(v) = v else { continue };
             let (_, lblock) = split_block_key(k)?;
             let e = Extent::decode(lblock, v)?;
             for (i, &crc) in e.crcs.iter().enumerate() {
                 let p = e.pblock + i as u64;
-                if self.runs.iter().any(|&(s, n)| p >= s && p < s + n) {
+                let patched = || deferred.contains(p.to_le_bytes().as_slice());
+                if self.runs.iter().any(|&(s, n)| p >= s && p < s + n) && !patched() {
                     out.push((p, crc));
                 }
             }

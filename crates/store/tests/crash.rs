@@ -217,7 +217,9 @@ async fn all_two_op_sequences_every_point_every_loss_model() {
     exhaustive(true, (0, 1)).await;
 }
 
-fn random_txn(rng: &mut ChaCha8Rng) -> Transaction {
+/// A random transaction; with `aligned`, half of its large writes are block-aligned (so that
+/// they go early when the store writes such writes early).
+fn random_txn(rng: &mut ChaCha8Rng, aligned: bool) -> Transaction {
     let names = ["A", "B", "C"];
     let mut t = Transaction::new();
     for _ in 0..rng.random_range(1..=3) {
@@ -225,6 +227,11 @@ fn random_txn(rng: &mut ChaCha8Rng) -> Transaction {
         let y = names[rng.random_range(0..names.len())];
         let off = rng.random_range(0..40_000u64);
         match rng.random_range(0..10) {
+            0 | 1 if aligned && rng.random_bool(0.5) => {
+                let off = rng.random_range(0..10u64) * 4096;
+                let len = rng.random_range(4..9usize) * 4096;
+                t.write("c", x, off, &pattern(rng.random(), len));
+            }
             0 | 1 => {
                 let len = if rng.random_bool(0.5) {
                     rng.random_range(1..600)
@@ -275,6 +282,8 @@ fn random_txn(rng: &mut ChaCha8Rng) -> Transaction {
 /// `cases` random workloads (seeds from `seed0`) on stores mounted with `conf`, each with a power
 /// cut at a random one of its first `ops_per_txn` counted operations per transaction.
 async fn random_workloads(conf: &StoreConfig, cases: u64, seed0: u64, ops_per_txn: u64) {
+    // Aligned writes only where they would go early: the other workloads stay as they were.
+    let aligned = *conf == early_writes();
     let (img, start) = base().await;
     let mut crashed_mid = 0;
     // CAIRN_CRASH_FIRST skips to one case (to rerun a failure).
@@ -285,7 +294,7 @@ async fn random_workloads(conf: &StoreConfig, cases: u64, seed0: u64, ops_per_tx
     for case in first..cases {
         let mut rng = ChaCha8Rng::seed_from_u64(seed0 + case);
         let txns: Vec<Transaction> = (0..rng.random_range(1..=6))
-            .map(|_| random_txn(&mut rng))
+            .map(|_| random_txn(&mut rng, aligned))
             .collect();
         let states = model_states(&start, &txns);
         // A logged group is about three counted operations: its data write(s), its log record
@@ -359,13 +368,19 @@ async fn concurrent_groups(groups_in_flight: usize, checkpoint_records: u64, see
         wal_checkpoint_records: checkpoint_records,
         ..cfg()
     };
+    concurrent_groups_with(conf, seed0).await;
+}
+
+/// [`concurrent_groups`] on a store mounted with `conf`.
+async fn concurrent_groups_with(conf: StoreConfig, seed0: u64) {
+    let (groups_in_flight, aligned) = (conf.max_groups_in_flight, conf == early_writes());
     let (img, start) = base().await;
     let cases = cases_from_env(400);
-    let (mut crashed_mid, mut grouped, mut overlapped) = (0u64, 0u64, 0u64);
+    let (mut crashed_mid, mut grouped, mut overlapped, mut early) = (0u64, 0u64, 0u64, 0u64);
     for case in 0..cases {
         let mut rng = ChaCha8Rng::seed_from_u64(seed0 + case);
         let txns: Vec<Transaction> = (0..rng.random_range(2..=6))
-            .map(|_| random_txn(&mut rng))
+            .map(|_| random_txn(&mut rng, aligned))
             .collect();
         let states = model_states(&start, &txns);
         let crash_at = rng.random_range(0..3 * txns.len() as u64);
@@ -386,6 +401,7 @@ async fn concurrent_groups(groups_in_flight: usize, checkpoint_records: u64, see
         grouped +=
             u64::from(after.commits - before.commits > after.group_commits - before.group_commits);
         overlapped += u64::from(after.groups_overlapped > before.groups_overlapped);
+        early += u64::from(after.early_write_bytes > before.early_write_bytes);
         let mut must_hold = 0;
         for (i, res) in results.iter().enumerate() {
             match res {
@@ -426,7 +442,11 @@ async fn concurrent_groups(groups_in_flight: usize, checkpoint_records: u64, see
         r.crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
             .await;
     }
-    println!("{cases} concurrent workloads, {crashed_mid} crashed mid-way, {grouped} with groups of several, {overlapped} with two groups in flight");
+    println!("{cases} concurrent workloads, {crashed_mid} crashed mid-way, {grouped} with groups of several, {overlapped} with two groups in flight, {early} with early writes");
+    assert!(
+        !aligned || early >= cases / 4,
+        "aligned large writes should often go early"
+    );
     if groups_in_flight == 1 {
         assert!(
             grouped >= cases / 4,
@@ -470,6 +490,28 @@ async fn pipelined_groups_survive_random_crash_points() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_groups_with_background_checkpoints_survive_random_crash_points() {
     concurrent_groups(2, 1, 4_000_000).await;
+}
+
+/// Writes of 16 KiB and more written early (before their groups form), so that power is cut
+/// while early writes, records and flushes of several groups interleave: an early write not
+/// yet flushed must never be referenced by a surviving record, and order must hold.
+fn early_writes() -> StoreConfig {
+    StoreConfig {
+        early_write_min_bytes: 16 << 10,
+        max_groups_in_flight: 2,
+        pipeline_min_cow_bytes: 0,
+        ..cfg()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_groups_with_early_writes_survive_random_crash_points() {
+    concurrent_groups_with(early_writes(), 5_000_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_workloads_with_early_writes_survive_random_crash_points() {
+    random_workloads(&early_writes(), cases_from_env(60), 700_000, 4).await;
 }
 
 fn cases_from_env(default: u64) -> u64 {

@@ -4,9 +4,8 @@
 
 mod common;
 
-use cairn_blockdev::MemDevice;
-use cairn_store::{KvLocation, KvLossMode, Store, StoreConfig, Transaction};
-use common::gated::{eventually, GatedDevice};
+use cairn_store::{Store, StoreConfig, Transaction};
+use common::gated::{eventually, power_cut, rig_with, spawn_txn, GatedDevice};
 use common::*;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -27,32 +26,6 @@ async fn rig() -> (Arc<Store>, Arc<GatedDevice>, cairn_store::CrashableKv) {
     rig_with(pipelined()).await
 }
 
-/// As [`rig`], with `conf`.
-async fn rig_with(conf: StoreConfig) -> (Arc<Store>, Arc<GatedDevice>, cairn_store::CrashableKv) {
-    let img = fresh_images().await;
-    let data_from = (1 + conf.wal_blocks_for(DEV_BYTES)) * conf.block_bytes;
-    let mem = Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap());
-    let dev = GatedDevice::new(mem, data_from);
-    let kv = cairn_store::CrashableKv::new(img.kv.clone(), cairn_blockdev::CrashSwitch::new());
-    let s = Store::mount(dev.clone(), KvLocation::Backend(Box::new(kv.clone())), conf)
-        .await
-        .unwrap();
-    let mut t = Transaction::new();
-    t.write("c", "A", 0, &pattern(1, 8192))
-        .write("c", "B", 0, &pattern(2, 4096));
-    s.queue_transaction(&t).await.unwrap();
-    s.sync().await.unwrap();
-    (Arc::new(s), dev, kv)
-}
-
-/// What survives a power cut now: the device as written so far, the KV as last synced.
-fn power_cut(dev: &GatedDevice, kv: &cairn_store::CrashableKv) -> Images {
-    Images {
-        dev: dev.inner.snapshot(),
-        kv: kv.power_loss(KvLossMode::DropUnsynced),
-    }
-}
-
 /// Waits until a group has started while another was in flight.
 async fn wait_overlapped(s: &Store) {
     eventually("a second group is in flight", || async {
@@ -71,11 +44,6 @@ async fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) {
         std::task::Poll::Ready(())
     })
     .await;
-}
-
-fn spawn_txn(s: &Arc<Store>, t: Transaction) -> tokio::task::JoinHandle<cairn_store::Result<()>> {
-    let s = s.clone();
-    tokio::spawn(async move { s.queue_transaction_owned(t).await })
 }
 
 fn patched(mut base: Vec<u8>, at: usize, patch: &[u8]) -> Vec<u8> {

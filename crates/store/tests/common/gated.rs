@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use cairn_blockdev::{BlockDevice, DeviceProperties, MemDevice};
+use cairn_store::{CrashableKv, KvLocation, KvLossMode, Store, StoreConfig, Transaction};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,4 +109,40 @@ pub async fn eventually<F: std::future::Future<Output = bool>>(what: &str, cond:
     polled
         .await
         .unwrap_or_else(|_| panic!("{what}: not within 10 s"));
+}
+
+/// A store mounted with `conf` on a gated device, with object "A" (8 KiB, two blocks) and "B"
+/// (4 KiB) durable, and its crashable KV.
+pub async fn rig_with(conf: StoreConfig) -> (Arc<Store>, Arc<GatedDevice>, CrashableKv) {
+    let img = super::fresh_images().await;
+    let data_from = (1 + conf.wal_blocks_for(super::DEV_BYTES)) * conf.block_bytes;
+    let mem = Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap());
+    let dev = GatedDevice::new(mem, data_from);
+    let kv = CrashableKv::new(img.kv.clone(), cairn_blockdev::CrashSwitch::new());
+    let s = Store::mount(dev.clone(), KvLocation::Backend(Box::new(kv.clone())), conf)
+        .await
+        .unwrap();
+    let mut t = Transaction::new();
+    t.write("c", "A", 0, &super::pattern(1, 8192))
+        .write("c", "B", 0, &super::pattern(2, 4096));
+    s.queue_transaction(&t).await.unwrap();
+    s.sync().await.unwrap();
+    (Arc::new(s), dev, kv)
+}
+
+/// What survives a power cut now: the device as written so far, the KV as last synced.
+pub fn power_cut(dev: &GatedDevice, kv: &CrashableKv) -> super::Images {
+    super::Images {
+        dev: dev.inner.snapshot(),
+        kv: kv.power_loss(KvLossMode::DropUnsynced),
+    }
+}
+
+/// Submits `t` from a task of its own.
+pub fn spawn_txn(
+    s: &Arc<Store>,
+    t: Transaction,
+) -> tokio::task::JoinHandle<cairn_store::Result<()>> {
+    let s = s.clone();
+    tokio::spawn(async move { s.queue_transaction_owned(t).await })
 }
