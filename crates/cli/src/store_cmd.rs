@@ -99,6 +99,10 @@ struct BenchArgs {
     /// `StoreConfig::max_groups_in_flight`).
     #[arg(long, default_value_t = StoreConfig::default().max_groups_in_flight)]
     groups_in_flight: usize,
+    /// Write aligned writes of at least this many bytes early, before their group forms (0:
+    /// none; see `StoreConfig::early_write_min_bytes`).
+    #[arg(long, default_value_t = StoreConfig::default().early_write_min_bytes)]
+    early_write_min_bytes: u64,
     /// Run fio with the same patterns on the same file after the store phases.
     #[arg(long)]
     fio: bool,
@@ -458,6 +462,7 @@ async fn store_round(
         wal_bytes: a.wal_mib << 20,
         wal_checkpoint_records: a.wal_checkpoint_records,
         max_groups_in_flight: a.groups_in_flight,
+        early_write_min_bytes: a.early_write_min_bytes,
         ..StoreConfig::default()
     };
     Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &cfg).await?;

@@ -172,7 +172,7 @@ impl Store {
                     }
                     self.last_group_txns.store(batch.len(), Ordering::Relaxed);
                     let launched = self.commit_group(&mut st, batch).await;
-                    self.note_free(&st);
+                    self.note_free();
                     let Some((writes, launch)) = launched else {
                         continue;
                     };
@@ -317,7 +317,7 @@ impl Store {
             drop(snap);
             let redo = match staged {
                 Ok(redo) => redo,
-                Err(failed) => match self.unstage(st, &mut stage, &mut live, failed) {
+                Err(failed) => match self.unstage(&mut stage, &mut live, failed) {
                     Some(()) => continue,
                     None => return None,
                 },
@@ -341,13 +341,12 @@ impl Store {
     /// `None` when nothing is left to do (every waiter has been answered).
     fn unstage(
         &self,
-        st: &mut State,
         stage: &mut Stage,
         live: &mut Vec<Pending>,
         (i, e): (usize, StoreError),
     ) -> Option<()> {
         for (s, l) in std::mem::take(&mut stage.allocated) {
-            if let Err(e) = st.alloc.release(s, l) {
+            if let Err(e) = self.allocator().release(s, l) {
                 self.fail_all(std::mem::take(live), e);
                 return None;
             }
@@ -360,7 +359,7 @@ impl Store {
         // Its early blocks were written and are referenced by nothing: free again. (Early
         // writes that were abandoned may still be in flight: their blocks stay taken.)
         if let Some(placed) = p.early.as_ref().and_then(EarlyHandle::written) {
-            if let Err(e) = self.release_early(st, &placed) {
+            if let Err(e) = self.release_early(&placed) {
                 let _ = p.done.send(Err(StoreError::Failed(e.to_string())));
                 self.fail_all(std::mem::take(live), e);
                 return None;

@@ -300,13 +300,13 @@ impl Store {
             }
         }
         for (start, len) in job.quarantine {
-            st.alloc.release(start, len).map_err(|e| {
+            self.allocator().release(start, len).map_err(|e| {
                 self.fatal(StoreError::Failed(format!(
                     "allocator inconsistent after a checkpoint: {e}"
                 )))
             })?;
         }
-        self.note_free(st);
+        self.note_free();
         let c = &self.counters;
         c.checkpoints.fetch_add(1, Ordering::Relaxed);
         c.checkpoint_ns
@@ -330,7 +330,7 @@ impl Store {
             job.quarantine.push((start, len));
             return Ok(());
         }
-        st.alloc.release(start, len)
+        self.allocator().release(start, len)
     }
 
     /// Applies every committed deferred write in place now, flushes, then checkpoints without

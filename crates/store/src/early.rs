@@ -8,7 +8,8 @@
 //! device as soon as it is submitted, however many groups are ahead.
 //!
 //! Owns choosing which writes go early, taking their blocks from the allocator (blocks that no
-//! committed or staged metadata references), writing them, and telling the group that stages
+//! committed or staged metadata references; under the allocator's own lock, so readers are
+//! not held up), writing them, and telling the group that stages
 //! the transaction where they went and with which checksums. Crash model: until the group's
 //! record and flush, nothing references the blocks, so a crash leaves them free; the group's
 //! flush is issued after the early writes completed, so it makes them durable with the record,
@@ -107,6 +108,9 @@ struct EarlyOp {
     crcs: Option<DataCrcs>,
 }
 
+/// Blocks taken for each planned write, in order: its extents `(first block, blocks)`.
+type Taken = Vec<Vec<(u64, u64)>>;
+
 /// The submitter's end: the data to write and where to report.
 pub(crate) struct EarlyWriter {
     ops: Vec<EarlyOp>,
@@ -172,11 +176,11 @@ impl Store {
     }
 
     async fn place_and_write(&self, ops: &[EarlyOp]) -> Result<Arc<Placed>> {
-        let Some(extents) = self.take_early_blocks(ops).await? else {
+        let Some(extents) = self.take_early_blocks(ops)? else {
             return Ok(Arc::default());
         };
         let Ok((ios, placed)) = self.early_ios(ops, &extents) else {
-            self.give_back_early(&extents).await?;
+            self.give_back_early(&extents)?;
             return Ok(Arc::default());
         };
         let written = write_ios(&*self.dev, &self.bufs, ios)
@@ -192,36 +196,39 @@ impl Store {
     }
 
     /// Blocks for every planned write (extents per write, in order), or `None` when they do
-    /// not all fit.
-    async fn take_early_blocks(&self, ops: &[EarlyOp]) -> Result<Option<Vec<Vec<(u64, u64)>>>> {
+    /// not all fit. Takes only the allocator's lock (not the store's: readers go on).
+    fn take_early_blocks(&self, ops: &[EarlyOp]) -> Result<Option<Taken>> {
         let bs = self.sb.block_bytes;
-        let mut st = self.state.write().await;
+        let mut alloc = self.allocator();
         let mut extents = Vec::with_capacity(ops.len());
         for op in ops {
-            match st.alloc.allocate(op.data.len() as u64 / bs) {
+            match alloc.allocate(op.data.len() as u64 / bs) {
                 Ok(e) => extents.push(e),
                 Err(_) => {
                     for (s, l) in extents.into_iter().flatten() {
-                        st.alloc.release(s, l).map_err(|e| self.inconsistent(e))?;
+                        alloc.release(s, l).map_err(|e| self.inconsistent(e))?;
                     }
                     return Ok(None);
                 }
             }
         }
         let blocks: u64 = extents.iter().flatten().map(|&(_, l)| l).sum();
+        // Counted under the allocator's lock, so fsck sees both or neither.
         self.early_blocks.fetch_add(blocks, Ordering::Relaxed);
-        self.note_free(&st);
+        drop(alloc);
+        self.note_free();
         Ok(Some(extents))
     }
 
-    /// Returns early blocks that were never written.
-    async fn give_back_early(&self, extents: &[Vec<(u64, u64)>]) -> Result<()> {
-        let mut st = self.state.write().await;
+    /// Returns early blocks that were never written (nothing can be reading them).
+    fn give_back_early(&self, extents: &Taken) -> Result<()> {
+        let mut alloc = self.allocator();
         for &(s, l) in extents.iter().flatten() {
-            st.alloc.release(s, l).map_err(|e| self.inconsistent(e))?;
+            alloc.release(s, l).map_err(|e| self.inconsistent(e))?;
             self.early_blocks.fetch_sub(l, Ordering::Relaxed);
         }
-        self.note_free(&st);
+        drop(alloc);
+        self.note_free();
         Ok(())
     }
 
@@ -231,11 +238,7 @@ impl Store {
 
     /// The device writes of the planned writes on `extents` (runs of at most `max_io_bytes`),
     /// and the placement they make.
-    fn early_ios(
-        &self,
-        ops: &[EarlyOp],
-        extents: &[Vec<(u64, u64)>],
-    ) -> Result<(Vec<(u64, RunBuf)>, Placed)> {
+    fn early_ios(&self, ops: &[EarlyOp], extents: &Taken) -> Result<(Vec<(u64, RunBuf)>, Placed)> {
         let bs = self.sb.block_bytes;
         let max_run = (self.cfg.max_io_bytes / bs).max(1);
         let mut ios = Vec::new();
@@ -270,13 +273,10 @@ impl Store {
 
     /// Releases the blocks of a transaction whose early writes completed but which did not
     /// commit (it failed to stage).
-    pub(crate) fn release_early(
-        &self,
-        st: &mut crate::store::State,
-        placed: &Placed,
-    ) -> Result<()> {
+    pub(crate) fn release_early(&self, placed: &Placed) -> Result<()> {
+        let mut alloc = self.allocator();
         for (s, l) in placed.runs() {
-            st.alloc.release(s, l).map_err(|e| self.inconsistent(e))?;
+            alloc.release(s, l).map_err(|e| self.inconsistent(e))?;
         }
         self.early_blocks
             .fetch_sub(placed.blocks, Ordering::Relaxed);
@@ -286,6 +286,7 @@ impl Store {
     /// Notes that a staged transaction's early blocks are now the group's (referenced by its
     /// metadata once it commits).
     pub(crate) fn adopt_early(&self, placed: &Placed) {
+        let _alloc = self.allocator();
         self.early_blocks
             .fetch_sub(placed.blocks, Ordering::Relaxed);
     }

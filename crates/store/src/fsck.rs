@@ -145,7 +145,7 @@ impl Store {
                 ));
                 continue;
             }
-            if st.alloc.any_free(e.pblock, e.blocks()) {
+            if self.allocator().any_free(e.pblock, e.blocks()) {
                 rep.errors.push(format!(
                     "blocks {}..{} are referenced but (partly) marked free",
                     e.pblock,
@@ -173,8 +173,10 @@ impl Store {
         }
         let usable = total_blocks - self.sb.first_data_block();
         // Early writes not yet staged hold blocks nothing references yet.
-        let used = (usable - st.alloc.free_blocks())
-            .saturating_sub(self.early_blocks.load(Ordering::Relaxed));
+        let used = {
+            let a = self.allocator();
+            (usable - a.free_blocks()).saturating_sub(self.early_blocks.load(Ordering::Relaxed))
+        };
         if used != referenced {
             rep.errors.push(format!(
                 "allocator says {used} blocks used, metadata references {referenced}"

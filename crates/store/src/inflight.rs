@@ -213,7 +213,7 @@ impl Store {
                 Err(shared) => (shared.redo.clone(), shared.deferred_new.clone()),
             };
             self.finalize(st, redo, deferred_new, effects, true).await;
-            self.note_free(st);
+            self.note_free();
         }
     }
 

@@ -404,8 +404,8 @@ impl Store {
     }
 
     /// Takes `n` blocks from the allocator as extents `(start, len)` in placement order.
-    fn alloc_extents(&self, st: &mut State, stage: &mut Stage, n: u64) -> Result<Vec<(u64, u64)>> {
-        let extents = st.alloc.allocate(n)?;
+    fn alloc_extents(&self, stage: &mut Stage, n: u64) -> Result<Vec<(u64, u64)>> {
+        let extents = self.allocator().allocate(n)?;
         for &(s, l) in &extents {
             stage.allocated.insert(s, l);
         }
@@ -674,7 +674,7 @@ impl Store {
             let mut content = vec![0u8; bs as usize];
             patch(&mut content);
             let crc = crc32c::crc32c(&content);
-            let (p, _) = self.alloc_extents(st, stage, 1)?[0];
+            let (p, _) = self.alloc_extents(stage, 1)?[0];
             stage.deferred_new.insert(p, content);
             extmap::insert(
                 &mut t.extents,
@@ -745,7 +745,7 @@ impl Store {
         }
         let max_run = (self.cfg.max_io_bytes / bs).max(1);
         let mut lblock = first;
-        for (p, len) in self.alloc_extents(st, stage, last + 1 - first)? {
+        for (p, len) in self.alloc_extents(stage, last + 1 - first)? {
             let mut done = 0;
             while done < len {
                 let n = (len - done).min(max_run);
@@ -857,7 +857,7 @@ impl Store {
         for e in extmap::all(&t.extents, &s.prefix)? {
             let content = self.staged_extent(st, stage, s, &e).await?;
             let mut lblock = e.lblock;
-            for (p, len) in self.alloc_extents(st, stage, e.blocks())? {
+            for (p, len) in self.alloc_extents(stage, e.blocks())? {
                 let a = ((lblock - e.lblock) * bs) as usize;
                 let buf = self.bufs.build(&[&content[a..a + (len * bs) as usize]])?;
                 stage.new_data.insert(p, RunBuf::Owned(buf));

@@ -188,7 +188,6 @@ pub(crate) struct Counters {
 /// Mutable in-memory state, guarded by the store's lock.
 #[derive(Debug)]
 pub(crate) struct State {
-    pub alloc: Allocator,
     /// Committed deferred writes not yet applied: physical block -> contents.
     pub deferred: HashMap<u64, Arc<Vec<u8>>>,
     pub objects: u64,
@@ -270,6 +269,10 @@ pub struct Store {
     pub(crate) cfg: StoreConfig,
     pub(crate) sb: Superblock,
     pub(crate) state: RwLock<State>,
+    /// Free and used data blocks: a lock of its own, so that early writes take blocks without
+    /// the store's lock (a block committed metadata referenced is released only under that
+    /// lock, when no reader can still be reading it).
+    alloc: Mutex<Allocator>,
     failed: Mutex<Option<String>>,
     pub(crate) counters: Counters,
     kv_counters: Arc<KvCounters>,
@@ -523,8 +526,8 @@ impl Store {
             dev,
             db: Arc::new(db),
             sb: in_kv,
+            alloc: Mutex::new(alloc),
             state: RwLock::new(State {
-                alloc,
                 deferred,
                 objects,
                 stored_bytes,
@@ -735,28 +738,39 @@ impl Store {
         self.capacity_blocks * self.sb.block_bytes
     }
 
+    /// The allocator (held briefly, never across an await).
+    pub(crate) fn allocator(&self) -> std::sync::MutexGuard<'_, Allocator> {
+        self.alloc.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Records the allocator's free blocks for [`Store::free_bytes_hint`].
-    pub(crate) fn note_free(&self, st: &State) {
-        self.free_blocks_hint
-            .store(st.alloc.free_blocks(), Ordering::Relaxed);
+    pub(crate) fn note_free(&self) {
+        let free = self.allocator().free_blocks();
+        self.free_blocks_hint.store(free, Ordering::Relaxed);
     }
 
     /// Current sizes and counters.
     pub async fn stats(&self) -> StoreStats {
         let st = self.state.read().await;
         let bs = self.sb.block_bytes;
-        let usable = st
-            .alloc
-            .total_blocks()
-            .saturating_sub(self.sb.first_data_block());
+        let (total, free, fragmentation, free_extents) = {
+            let a = self.allocator();
+            (
+                a.total_blocks(),
+                a.free_blocks(),
+                a.fragmentation(),
+                a.free_extents() as u64,
+            )
+        };
+        let usable = total.saturating_sub(self.sb.first_data_block());
         StoreStats {
             objects: st.objects,
             stored_bytes: st.stored_bytes,
-            allocated_bytes: (usable - st.alloc.free_blocks()) * bs,
-            free_bytes: st.alloc.free_blocks() * bs,
+            allocated_bytes: (usable - free) * bs,
+            free_bytes: free * bs,
             capacity_bytes: usable * bs,
-            fragmentation: st.alloc.fragmentation(),
-            free_extents: st.alloc.free_extents() as u64,
+            fragmentation,
+            free_extents,
             deferred_pending_bytes: st.deferred.len() as u64 * bs,
             user_bytes_written: self.counters.user_bytes_written.load(Ordering::Relaxed),
             device_bytes_written: self.counters.device_bytes_written.load(Ordering::Relaxed),
