@@ -105,10 +105,15 @@ pub struct OsdConfig {
     /// warns (Ceph's `mon_osd_nearfull_ratio`, 0.85); nothing is refused. At most
     /// `full_ratio`.
     pub nearfull_ratio: f64,
-    /// Largest object a write may make (Ceph's `osd_max_object_size`): recovery moves an
-    /// object's whole image in one message, so this stays well under the messenger's frame
-    /// limit (64 MiB), leaving room for the object's xattrs and omap.
+    /// Largest object a write may make (Ceph's `osd_max_object_size`): a client's write_full
+    /// carries the whole object in one message, so this stays well under the messenger's frame
+    /// limit (64 MiB).
     pub max_object_bytes: u64,
+    /// Recovery moves an object in pieces of about this many bytes (Ceph's
+    /// `osd_recovery_max_chunk`, 8 MiB): data first, then the omap in key order, so that no
+    /// message nears the frame limit however large the object's omap (a piece overshoots by at
+    /// most 16 omap entries). At most a quarter of the frame limit.
+    pub recovery_chunk_bytes: u64,
     /// How often the OSD looks for stray PG copies (held here, outside the acting set) whose
     /// primary reports the PG active+clean without them, and for PGs of removed pools, and
     /// deletes them (see `strays`).
@@ -148,6 +153,7 @@ impl OsdConfig {
             full_ratio: 0.95,
             nearfull_ratio: 0.85,
             max_object_bytes: 32 << 20,
+            recovery_chunk_bytes: 8 << 20,
             stray_check_ms: 5000,
         }
     }
@@ -240,6 +246,13 @@ impl OsdDaemon {
                 "max_object_bytes {} must be in [1, {}] (half the messenger's frame limit)",
                 cfg.max_object_bytes,
                 frame_limit / 2
+            )));
+        }
+        if cfg.recovery_chunk_bytes < 4096 || cfg.recovery_chunk_bytes > frame_limit / 4 {
+            return Err(OsdError::Config(format!(
+                "recovery_chunk_bytes {} must be in [4096, {}] (a quarter of the messenger's frame limit)",
+                cfg.recovery_chunk_bytes,
+                frame_limit / 4
             )));
         }
         crate::sched::check_shard_count(cfg.op_shards)?;

@@ -26,7 +26,9 @@ use cairn_store::Transaction;
 
 use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
-use crate::objects::{install, list_all, read_image};
+use crate::objects::{
+    install, install_piece, list_all, read_piece, remove_temps, temp_name, Cursor, PiecePlace,
+};
 use crate::pgmeta::{put_info, replace_log};
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
@@ -322,11 +324,12 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     match plan.recovery.get(&s.id) {
         Some(Recovery::Log { missing, .. }) => {
             for (obj, want) in missing {
-                let image = match want {
-                    Some(_) => pull(s, pg, epoch, plan.authoritative, obj).await?,
-                    None => None,
-                };
-                install_local(s, pg, &mut inner.created, obj, image).await?;
+                match want {
+                    Some(_) => {
+                        pull(s, pg, epoch, plan.authoritative, obj, &mut inner.created).await?
+                    }
+                    None => install_local(s, pg, &mut inner.created, obj, None).await?,
+                }
             }
         }
         Some(Recovery::Backfill) => {
@@ -338,8 +341,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
                 }
             }
             for obj in &names {
-                let image = pull(s, pg, epoch, plan.authoritative, obj).await?;
-                install_local(s, pg, &mut inner.created, obj, image).await?;
+                pull(s, pg, epoch, plan.authoritative, obj, &mut inner.created).await?;
             }
         }
         _ => {}
@@ -377,6 +379,9 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     let mut txn = Transaction::new();
     if !inner.created {
         txn.create_collection(&coll);
+    } else {
+        // Recovery is over: a transfer in pieces interrupted here is garbage.
+        remove_temps(&s.store, &coll, &mut txn).await?;
     }
     replace_log(&mut txn, &coll, &inner.log, &auth_log, epoch)?;
     put_info(&mut txn, &coll, auth_log.tail(), epoch)?;
@@ -456,27 +461,69 @@ async fn recover_copy(
     })
 }
 
+/// Brings `obj` of this OSD's copy of the PG to `from`'s state, pulling its image piece by
+/// piece and installing each as it arrives (a whole image at once when it fits one piece).
 async fn pull(
     s: &Arc<Shared>,
     pg: &Pg,
     epoch: u64,
     from: i32,
     obj: &str,
-) -> Result<Option<ObjectImage>, OsdError> {
-    let body = PeerBody::Pull {
-        object: obj.to_string(),
-    };
-    match ask(s, pg, epoch, from, body, Bytes::new()).await? {
-        (PeerAnswer::Object { present: true, .. }, data) => {
-            s.metrics
-                .record_recovery(RecoveryKind::Pull, data.len() as u64);
-            Ok(Some(ObjectImage::decode(&data)?))
+    created: &mut bool,
+) -> Result<(), OsdError> {
+    let mut at = Cursor::default();
+    loop {
+        let body = PeerBody::Pull {
+            object: obj.to_string(),
+            data_offset: at.data_offset,
+            omap_after: at.omap_after.clone(),
+        };
+        match ask(s, pg, epoch, from, body, Bytes::new()).await? {
+            (
+                PeerAnswer::Object {
+                    present: true,
+                    more,
+                    ..
+                },
+                data,
+            ) => {
+                s.metrics
+                    .record_recovery(RecoveryKind::Pull, data.len() as u64);
+                let piece = ObjectImage::decode(&data)?;
+                let next = at.after(&piece);
+                if more && next == at {
+                    return Err(OsdError::Peer {
+                        osd: from,
+                        reason: format!("an empty piece of {obj} with more to follow"),
+                    });
+                }
+                let place = PiecePlace {
+                    data_offset: at.data_offset,
+                    first: at.is_start(),
+                    last: !more,
+                };
+                install_local(s, pg, created, obj, Some((piece, place))).await?;
+                if !more {
+                    return Ok(());
+                }
+                at = next;
+            }
+            (PeerAnswer::Object { present: false, .. }, _) if at.is_start() => {
+                return install_local(s, pg, created, obj, None).await
+            }
+            (PeerAnswer::Object { present: false, .. }, _) => {
+                return Err(OsdError::Peer {
+                    osd: from,
+                    reason: format!("{obj} vanished in the middle of its transfer"),
+                })
+            }
+            _ => {
+                return Err(OsdError::Peer {
+                    osd: from,
+                    reason: "unexpected answer to a pull".into(),
+                })
+            }
         }
-        (PeerAnswer::Object { present: false, .. }, _) => Ok(None),
-        _ => Err(OsdError::Peer {
-            osd: from,
-            reason: "unexpected answer to a pull".into(),
-        }),
     }
 }
 
@@ -505,22 +552,60 @@ async fn list_scheduled(s: &Arc<Shared>, pg: &Pg) -> Result<Vec<String>, OsdErro
     as_recovery(s, pg, 0, async move { list_all(&s2.store, &coll).await }).await
 }
 
+/// Brings `obj` of `to`'s copy of the PG to this OSD's state, piece by piece (one piece when
+/// the image fits, else a temporary object there that replaces the object with the last).
 async fn push(s: &Arc<Shared>, pg: &Pg, epoch: u64, to: i32, obj: &str) -> Result<(), OsdError> {
-    let (s2, coll, name) = (s.clone(), pg.coll.clone(), obj.to_string());
-    let image = as_recovery(s, pg, 0, async move {
-        read_image(&s2.store, &coll, &name).await
-    })
-    .await?;
-    let body = PeerBody::Push {
-        object: obj.to_string(),
-        present: image.is_some(),
-    };
-    let data = image.map(|(img, _)| img.encode()).unwrap_or_default();
-    s.metrics
-        .record_recovery(RecoveryKind::Push, data.len() as u64);
-    match ask(s, pg, epoch, to, body, data).await? {
-        (PeerAnswer::TooFull { why }, _) => Err(OsdError::TooFull { osd: to, why }),
-        _ => Ok(()),
+    let mut at = Cursor::default();
+    loop {
+        let (s2, coll, name, from) = (s.clone(), pg.coll.clone(), obj.to_string(), at.clone());
+        let budget = s.cfg.recovery_chunk_bytes;
+        let piece = as_recovery(s, pg, 0, async move {
+            read_piece(&s2.store, &coll, &name, &from, budget).await
+        })
+        .await?;
+        let first = at.is_start();
+        let (body, data, next) = match piece {
+            Some(p) => {
+                let next = at.after(&p.image);
+                if p.more && next == at {
+                    return Err(OsdError::Corrupt(format!(
+                        "an empty piece of {obj} with more to follow"
+                    )));
+                }
+                let body = PeerBody::Push {
+                    object: obj.to_string(),
+                    present: true,
+                    data_offset: at.data_offset,
+                    first,
+                    last: !p.more,
+                };
+                (body, p.image.encode(), p.more.then_some(next))
+            }
+            None if first => {
+                let body = PeerBody::Push {
+                    object: obj.to_string(),
+                    present: false,
+                    data_offset: 0,
+                    first: true,
+                    last: true,
+                };
+                (body, Bytes::new(), None)
+            }
+            None => {
+                return Err(OsdError::Corrupt(format!(
+                    "{obj} vanished in the middle of its transfer"
+                )))
+            }
+        };
+        s.metrics
+            .record_recovery(RecoveryKind::Push, data.len() as u64);
+        if let (PeerAnswer::TooFull { why }, _) = ask(s, pg, epoch, to, body, data).await? {
+            return Err(OsdError::TooFull { osd: to, why });
+        }
+        match next {
+            Some(next) => at = next,
+            None => return Ok(()),
+        }
     }
 }
 
@@ -549,28 +634,35 @@ async fn list_remote(s: &Shared, pg: &Pg, epoch: u64, from: i32) -> Result<Vec<S
     }
 }
 
-/// Installs `image` (or removes the object, for `None`) in this OSD's copy of the PG, as one
-/// recovery request through the scheduler.
+/// Installs a piece of `obj`'s image (or removes the object, for `None`) in this OSD's copy of
+/// the PG, as one recovery request through the scheduler.
 async fn install_local(
     s: &Arc<Shared>,
     pg: &Pg,
     created: &mut bool,
     obj: &str,
-    image: Option<ObjectImage>,
+    piece: Option<(ObjectImage, PiecePlace)>,
 ) -> Result<(), OsdError> {
     let was_created = *created;
     let (s2, coll, obj) = (s.clone(), pg.coll.clone(), obj.to_string());
-    let length = image.as_ref().map_or(0, |i| i.data.len() as u64);
+    let length = piece.as_ref().map_or(0, |(i, _)| i.data.len() as u64);
     let installed = as_recovery(s, pg, length, async move {
         let mut txn = Transaction::new();
         if !was_created {
             txn.create_collection(&coll);
         }
         let exists = was_created && s2.store.exists(&coll, &obj).await?;
-        if image.is_none() && !exists && was_created {
-            return Ok(false);
+        match piece {
+            None if !exists && was_created => return Ok(false),
+            None => install(&mut txn, &coll, &obj, None, exists),
+            Some((image, place)) => {
+                let temp_exists = was_created
+                    && place.first
+                    && !place.last
+                    && s2.store.exists(&coll, &temp_name(&obj)).await?;
+                install_piece(&mut txn, &coll, &obj, &image, place, exists, temp_exists);
+            }
         }
-        install(&mut txn, &coll, &obj, image.as_ref(), exists);
         s2.store.queue_transaction_owned(txn).await?;
         Ok(true)
     })

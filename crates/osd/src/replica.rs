@@ -17,7 +17,9 @@ use cairn_store::{StoreError, Transaction};
 
 use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
-use crate::objects::{install, list_all, list_page, read_image};
+use crate::objects::{
+    install_piece, list_all, list_page, read_piece, remove_temps, temp_name, Cursor, PiecePlace,
+};
 use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack, put_info, replace_log};
 use crate::pgs::PgStatus;
@@ -230,6 +232,10 @@ async fn control(
             if !inner.created {
                 txn.create_collection(&coll);
             }
+            if inner.created {
+                // Recovery is over: a transfer in pieces interrupted here is garbage.
+                remove_temps(&s.store, &coll, &mut txn).await?;
+            }
             if let Some(keep) = keep {
                 let keep: BTreeSet<String> = keep.into_iter().collect();
                 for name in list_all(&s.store, &coll).await? {
@@ -262,34 +268,55 @@ async fn recovery(
             s.metrics.record_recovery(RecoveryKind::ServeList, 0);
             Ok((PeerAnswer::Names { names, more }, Bytes::new()))
         }
-        PeerBody::Pull { object } => match read_image(&s.store, &coll, &object).await? {
-            Some((img, version)) => {
-                s.metrics
-                    .record_recovery(RecoveryKind::ServePull, img.data.len() as u64);
-                Ok((
-                    PeerAnswer::Object {
+        PeerBody::Pull {
+            object,
+            data_offset,
+            omap_after,
+        } => {
+            let at = Cursor {
+                data_offset,
+                omap_after,
+            };
+            let budget = s.cfg.recovery_chunk_bytes;
+            match read_piece(&s.store, &coll, &object, &at, budget).await? {
+                Some(piece) => {
+                    let data = piece.image.encode();
+                    s.metrics
+                        .record_recovery(RecoveryKind::ServePull, data.len() as u64);
+                    let answer = PeerAnswer::Object {
                         present: true,
-                        version,
-                    },
-                    img.encode(),
-                ))
-            }
-            None => {
-                s.metrics.record_recovery(RecoveryKind::ServePull, 0);
-                Ok((
-                    PeerAnswer::Object {
+                        version: piece.version,
+                        more: piece.more,
+                    };
+                    Ok((answer, data))
+                }
+                None => {
+                    s.metrics.record_recovery(RecoveryKind::ServePull, 0);
+                    let answer = PeerAnswer::Object {
                         present: false,
                         version: Default::default(),
-                    },
-                    Bytes::new(),
-                ))
+                        more: false,
+                    };
+                    Ok((answer, Bytes::new()))
+                }
             }
-        },
-        PeerBody::Push { object, present } => {
+        }
+        PeerBody::Push {
+            object,
+            present,
+            data_offset,
+            first,
+            last,
+        } => {
             let image = if present {
                 Some(ObjectImage::decode(&data)?)
             } else {
                 None
+            };
+            let place = PiecePlace {
+                data_offset,
+                first,
+                last,
             };
             let bytes = image.as_ref().map_or(0, |i| i.data.len() as u64);
             if let Some(why) = crate::primary::past_full_ratio_with(s, bytes) {
@@ -301,7 +328,19 @@ async fn recovery(
                 txn.create_collection(&coll);
             }
             let exists = inner.created && s.store.exists(&coll, &object).await?;
-            install(&mut txn, &coll, &object, image.as_ref(), exists);
+            match &image {
+                Some(piece) => {
+                    let temp_exists = inner.created
+                        && first
+                        && !last
+                        && s.store.exists(&coll, &temp_name(&object)).await?;
+                    install_piece(&mut txn, &coll, &object, piece, place, exists, temp_exists);
+                }
+                None if exists => {
+                    txn.remove(&coll, &object);
+                }
+                None => {}
+            }
             if !inner.created {
                 put_info(&mut txn, &coll, inner.log.tail(), inner.last_epoch_started)?;
             }

@@ -45,18 +45,33 @@ pub enum PeerBody {
         /// Most names.
         max: u32,
     },
-    /// Send this object's image (answered by [`PeerAnswer::Object`] with the image as data).
+    /// Send the next piece of this object's image (answered by [`PeerAnswer::Object`] with the
+    /// piece as data): its data from `data_offset`, then its omap after `omap_after`; the first
+    /// piece (offset 0, no omap key) also carries the xattrs. Pieces keep every message well
+    /// under the frame limit however large the object's omap.
     Pull {
         /// Object.
         object: String,
+        /// Where the piece's data starts.
+        data_offset: u64,
+        /// Omap key the piece's entries follow (None: from the first).
+        omap_after: Option<Vec<u8>>,
     },
-    /// Install this object: the data section is its image, or empty with `present == false` to
-    /// delete it.
+    /// Install the next piece of this object: the data section is a piece of its image (data
+    /// at `data_offset`, omap entries, xattrs in the first piece), or empty with
+    /// `present == false` to delete it. A transfer in several pieces builds a temporary object
+    /// that replaces the object at the last piece (an interrupted one changes nothing visible).
     Push {
         /// Object.
         object: String,
         /// False: remove the object.
         present: bool,
+        /// Where the piece's data goes.
+        data_offset: u64,
+        /// The first piece of the object.
+        first: bool,
+        /// The last piece: the object is complete.
+        last: bool,
     },
     /// Peering is done: replace your log with this one and remember the epoch as your last
     /// epoch started. With `keep`, first delete every object not named (end of a backfill).
@@ -102,12 +117,14 @@ pub enum PeerAnswer {
         /// More follow.
         more: bool,
     },
-    /// The object (image in the data section) or its absence.
+    /// A piece of the object's image (in the data section) or its absence.
     Object {
         /// False: the object does not exist here.
         present: bool,
         /// Its version.
         version: Eversion,
+        /// More pieces follow.
+        more: bool,
     },
     /// Done.
     Done,
