@@ -11,13 +11,9 @@ use std::time::{Duration, Instant};
 
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
-use common::{osd_config, Cluster};
+use common::{index_of, osd_config, stop_osd, Cluster};
 
 const TAG: &str = "pgdown";
-
-fn index_of(c: &Cluster, osd: i32) -> usize {
-    c.osds.iter().position(|o| o.id() == osd).unwrap()
-}
 
 /// A cluster for `tag` whose client gives up on an operation after 3 s, and a monitor client
 /// (`id`) for the operator's requests.
@@ -39,17 +35,7 @@ async fn start_with(
 
 /// Creates pool `two`: size 2 (min_size 1), one PG.
 async fn create_pool_two(admin: &MonClient) {
-    admin
-        .op(
-            Request::CreatePool {
-                name: "two".into(),
-                size: 2,
-                pg_num: 1,
-            },
-            10_000,
-        )
-        .await
-        .unwrap();
+    common::create_pool(admin, "two", 2, 1).await;
 }
 
 /// Writes `data` to `obj` of pool `two`, retrying while the PG peers (at most 30 s).
@@ -61,25 +47,11 @@ async fn write_until_acked(c: &Cluster, data: &[u8]) {
     }
 }
 
-/// Stops osd `osd` and marks it down at the monitor.
-async fn stop_osd(c: &mut Cluster, admin: &MonClient, osd: i32) {
-    drop(c.osds.remove(index_of(c, osd)));
-    admin
-        .op(Request::MarkDown { id: osd }, 10_000)
-        .await
-        .unwrap();
-}
-
 /// Starts osd `osd` again on its store (it was OSD number `i` of the cluster tagged `tag`) and
 /// waits until the client's map shows it up.
 async fn restart(c: &mut Cluster, tag: &str, i: usize, osd: i32) {
     let cfg = osd_config(tag, i, &c.mon, &c.dir, 256 << 20);
-    c.osds.push(common::restart_osd(cfg).await);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !c.client.map().unwrap().osds[&osd].up {
-        assert!(Instant::now() < deadline, "osd.{osd} did not come back up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::restart_up(c, cfg, osd).await;
 }
 
 /// The PG states `osd` reports in its pg dump.

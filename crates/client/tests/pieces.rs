@@ -11,16 +11,11 @@ use std::time::{Duration, Instant};
 
 use cairn_client::Client;
 use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
-use common::{osd_config, Cluster};
+use common::{index_of, osd_config, stop_osd, Cluster};
 
 const TAG: &str = "pieces";
 const CHUNK: u64 = 64 << 10;
 const OMAP_ENTRIES: usize = 3000;
-
-fn index_of(c: &Cluster, osd: i32) -> usize {
-    c.osds.iter().position(|o| o.id() == osd).unwrap()
-}
 
 fn data_of(v: u8) -> Vec<u8> {
     (0..600 * 1024 + usize::from(v) * 4096 + 123)
@@ -86,24 +81,11 @@ async fn check_version(c: &Client, v: u8) {
     assert_eq!(omap, omap_of(v), "version {v}'s omap");
 }
 
-async fn stop_osd(c: &mut Cluster, admin: &MonClient, osd: i32) {
-    drop(c.osds.remove(index_of(c, osd)));
-    admin
-        .op(Request::MarkDown { id: osd }, 10_000)
-        .await
-        .unwrap();
-}
-
 /// Starts the cluster's OSD number `i` again (id `osd`) with the small chunks.
 async fn restart(c: &mut Cluster, i: usize, osd: i32) {
     let mut cfg = osd_config(TAG, i, &c.mon, &c.dir, 256 << 20);
     cfg.recovery_chunk_bytes = CHUNK;
-    c.osds.push(common::restart_osd(cfg).await);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !c.client.map().unwrap().osds[&osd].up {
-        assert!(Instant::now() < deadline, "osd.{osd} did not come back up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::restart_up(c, cfg, osd).await;
 }
 
 /// Waits until every PG `osd` leads is active+clean (recovery finished).
@@ -131,17 +113,7 @@ async fn an_object_larger_than_a_chunk_is_pushed_and_pulled_in_pieces() {
     .await;
     c.client.op_timeout_ms = 3_000;
     let admin = MonClient::connect(c.mon.addr(), 77).await;
-    admin
-        .op(
-            Request::CreatePool {
-                name: "two".into(),
-                size: 2,
-                pg_num: 1,
-            },
-            10_000,
-        )
-        .await
-        .unwrap();
+    common::create_pool(&admin, "two", 2, 1).await;
     write_version(&c.client, 1).await;
     let up = common::placement_in(&c, "two", "big").1;
     assert_eq!(up.len(), 2, "{up:?}");

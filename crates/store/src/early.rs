@@ -22,7 +22,7 @@
 
 use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
 use crate::error::{Result, StoreError};
-use crate::store::{write_ios, Store};
+use crate::store::Store;
 use crate::txn::{DataCrcs, Op, Transaction};
 use bytes::Bytes;
 use std::sync::atomic::Ordering;
@@ -183,12 +183,7 @@ impl Store {
             self.give_back_early(&extents)?;
             return Ok(Arc::default());
         };
-        let written = write_ios(&*self.dev, &self.bufs, ios)
-            .await
-            .map_err(|e| self.fatal(e.into()))?;
-        self.counters
-            .device_bytes_written
-            .fetch_add(written, Ordering::Relaxed);
+        let written = self.write_counted(ios).await?;
         self.counters
             .early_write_bytes
             .fetch_add(written, Ordering::Relaxed);

@@ -717,13 +717,18 @@ impl Store {
             .into_iter()
             .map(|(start, buf)| (start * bs, buf))
             .collect();
+        self.write_counted(ios).await.map(|_| ())
+    }
+
+    /// [`write_ios`] on the data device, counted; a failure fails the store. The bytes written.
+    pub(crate) async fn write_counted(&self, ios: Vec<(u64, RunBuf)>) -> Result<u64> {
         let written = write_ios(&*self.dev, &self.bufs, ios)
             .await
             .map_err(|e| self.fatal(e.into()))?;
         self.counters
             .device_bytes_written
             .fetch_add(written, Ordering::Relaxed);
-        Ok(())
+        Ok(written)
     }
 
     /// Free bytes for data, without waiting for the store's lock: as of the last group staged,

@@ -188,3 +188,43 @@ pub async fn exchange(
         }
     }
 }
+
+/// Where osd `osd` is in the cluster's list of running OSDs.
+pub fn index_of(c: &Cluster, osd: i32) -> usize {
+    c.osds.iter().position(|o| o.id() == osd).unwrap()
+}
+
+/// Creates pool `name` (`size` copies, `pg_num` PGs) through the operator's monitor client.
+pub async fn create_pool(admin: &cairn_mon::client::MonClient, name: &str, size: u32, pg_num: u32) {
+    admin
+        .op(
+            Request::CreatePool {
+                name: name.into(),
+                size,
+                pg_num,
+            },
+            10_000,
+        )
+        .await
+        .unwrap();
+}
+
+/// Stops osd `osd` and marks it down at the monitor.
+pub async fn stop_osd(c: &mut Cluster, admin: &cairn_mon::client::MonClient, osd: i32) {
+    drop(c.osds.remove(index_of(c, osd)));
+    admin
+        .op(Request::MarkDown { id: osd }, 10_000)
+        .await
+        .unwrap();
+}
+
+/// Starts osd `osd` again with `cfg` (its configuration before it stopped) and waits until
+/// the client's map shows it up.
+pub async fn restart_up(c: &mut Cluster, cfg: OsdConfig, osd: i32) {
+    c.osds.push(restart_osd(cfg).await);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.client.map().unwrap().osds[&osd].up {
+        assert!(Instant::now() < deadline, "osd.{osd} did not come back up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
