@@ -88,6 +88,15 @@ def cairn_bench(mon, seconds, mode, size):
     return iops, bw, p99
 
 
+def wait_for_room(path, need_bytes, timeout_s=300):
+    """Waits until `path`'s file system has `need_bytes` free: the previous layer's deleted
+    files are given back by the file system's online discard some time after they are gone
+    (`cairn up --prefill` refuses to start without the room)."""
+    deadline = time.time() + timeout_s
+    while shutil.disk_usage(path).free < need_bytes and time.time() < deadline:
+        time.sleep(5)
+
+
 def cairn_cluster(osds, seconds, work, prefill):
     port = 7900 + osds
     mon = f"127.0.0.1:{port}"
@@ -101,6 +110,8 @@ def cairn_cluster(osds, seconds, work, prefill):
     else:
         device_mib = 32768
         extra = []
+    if prefill:
+        wait_for_room(work, osds * device_mib << 20)
     run([CAIRN, "up", "--no-s3", "--dir", d, "--mon", mon, "--osds", str(osds),
          "--device-mib", str(device_mib), "--pg-num", "64"] + extra)
     try:
