@@ -194,15 +194,8 @@ impl Store {
                 crcs,
             } => {
                 let o = Self::obj(t, coll, obj)?;
-                match early {
-                    Some(runs) => {
-                        self.stage_early_write(st, stage, t, &o, *offset_bytes, data, runs)?
-                    }
-                    None => {
-                        self.stage_write(st, stage, t, &o, *offset_bytes, data, crcs.as_ref())
-                            .await?
-                    }
-                }
+                self.stage_write(st, stage, t, &o, *offset_bytes, data, crcs.as_ref(), early)
+                    .await?;
             }
             Op::Zero {
                 coll,
@@ -566,6 +559,7 @@ impl Store {
         offset: u64,
         data: &bytes::Bytes,
         crcs: Option<&DataCrcs>,
+        early: Option<&[EarlyRun]>,
     ) -> Result<()> {
         let node = Self::ensure(stage, t, o)?;
         if data.is_empty() {
@@ -575,7 +569,18 @@ impl Store {
         // Blocks at or past the end of the object are holes: no extent maps them (fsck's
         // invariant), so writes there need not look for extents to change or free.
         let live_blocks = node.size_bytes.div_ceil(self.sb.block_bytes);
-        if (data.len() as u64) < self.cfg.deferred_max_bytes {
+        if let Some(runs) = early {
+            self.write_placed(
+                st,
+                stage,
+                t,
+                o,
+                offset,
+                data.len() as u64,
+                runs,
+                live_blocks,
+            )?;
+        } else if (data.len() as u64) < self.cfg.deferred_max_bytes {
             self.write_small(st, stage, t, o, offset, &data[..], live_blocks)
                 .await?;
         } else {
@@ -595,30 +600,30 @@ impl Store {
         Ok(())
     }
 
-    /// A write whose data was written early to `runs` (block-aligned offset and length): its
-    /// blocks replace the ones it covers (freed at the commit), nothing left to write.
+    /// A write of `len` bytes whose data was written early to `runs` (block-aligned offset and
+    /// length): its blocks replace the ones it covers (freed at the commit), nothing is left to
+    /// write. Blocks from `live_blocks` on are holes.
     #[allow(clippy::too_many_arguments)]
-    fn stage_early_write(
+    fn write_placed(
         &self,
         st: &mut State,
         stage: &mut Stage,
         t: &mut Tables<'_>,
         o: &Obj<'_>,
         offset: u64,
-        data: &bytes::Bytes,
+        len: u64,
         runs: &[EarlyRun],
+        live_blocks: u64,
     ) -> Result<()> {
-        let node = Self::ensure(stage, t, o)?;
         let bs = self.sb.block_bytes;
-        let (first, end) = (offset / bs, offset + data.len() as u64);
+        let first = offset / bs;
         let blocks: u64 = runs.iter().map(|r| r.blocks).sum();
-        if !offset.is_multiple_of(bs) || blocks * bs != data.len() as u64 {
+        if !offset.is_multiple_of(bs) || blocks * bs != len {
             return Err(StoreError::Corrupt(format!(
-                "early write of {} bytes at {offset} placed in {blocks} blocks",
-                data.len()
+                "early write of {len} bytes at {offset} placed in {blocks} blocks"
             )));
         }
-        if first < node.size_bytes.div_ceil(bs) {
+        if first < live_blocks {
             for e in extmap::punch(&mut t.extents, &o.prefix, first, Some(first + blocks))? {
                 self.free_extent(st, stage, e.pblock, e.blocks());
             }
@@ -636,9 +641,6 @@ impl Store {
             )?;
             stage.early_runs.push((r.pblock, r.blocks));
             lblock += r.blocks;
-        }
-        if end > node.size_bytes {
-            Self::set_size(stage, t, o, node, end)?;
         }
         Ok(())
     }
