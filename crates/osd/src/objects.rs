@@ -190,6 +190,31 @@ pub fn install_piece(
     }
 }
 
+/// Adds to `txn` what installs `piece` of `obj` (None: removes the object) in `coll` of
+/// `store`, a collection that exists when `created`: looks up whether the object and a
+/// leftover temporary object are there, then [`install_piece`] (or [`install`]).
+pub async fn stage_piece(
+    store: &Store,
+    txn: &mut Transaction,
+    coll: &str,
+    obj: &str,
+    piece: Option<(&ObjectImage, PiecePlace)>,
+    created: bool,
+) -> Result<(), OsdError> {
+    let exists = created && store.exists(coll, obj).await?;
+    match piece {
+        Some((image, place)) => {
+            let temp_exists = created
+                && place.first
+                && !place.last
+                && store.exists(coll, &temp_name(obj)).await?;
+            install_piece(txn, coll, obj, image, place, exists, temp_exists);
+        }
+        None => install(txn, coll, obj, None, exists),
+    }
+    Ok(())
+}
+
 /// Adds to `txn` the removal of every temporary object of `coll` (transfers interrupted before
 /// their last piece; called when a PG's recovery is over).
 pub async fn remove_temps(

@@ -26,9 +26,7 @@ use cairn_store::Transaction;
 
 use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
-use crate::objects::{
-    install, install_piece, list_all, read_piece, remove_temps, temp_name, Cursor, PiecePlace,
-};
+use crate::objects::{list_all, read_piece, remove_temps, stage_piece, Cursor, PiecePlace};
 use crate::pgmeta::{put_info, replace_log};
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
@@ -651,17 +649,11 @@ async fn install_local(
         if !was_created {
             txn.create_collection(&coll);
         }
-        let exists = was_created && s2.store.exists(&coll, &obj).await?;
-        match piece {
-            None if !exists && was_created => return Ok(false),
-            None => install(&mut txn, &coll, &obj, None, exists),
-            Some((image, place)) => {
-                let temp_exists = was_created
-                    && place.first
-                    && !place.last
-                    && s2.store.exists(&coll, &temp_name(&obj)).await?;
-                install_piece(&mut txn, &coll, &obj, &image, place, exists, temp_exists);
-            }
+        let piece = piece.as_ref().map(|(i, place)| (i, *place));
+        stage_piece(&s2.store, &mut txn, &coll, &obj, piece, was_created).await?;
+        if txn.ops.is_empty() {
+            // Removing an object that is not there: nothing to do.
+            return Ok(false);
         }
         s2.store.queue_transaction_owned(txn).await?;
         Ok(true)

@@ -18,7 +18,7 @@ use cairn_store::{StoreError, Transaction};
 use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
 use crate::objects::{
-    install_piece, list_all, list_page, read_piece, remove_temps, temp_name, Cursor, PiecePlace,
+    list_all, list_page, read_piece, remove_temps, stage_piece, Cursor, PiecePlace,
 };
 use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack, put_info, replace_log};
@@ -327,20 +327,8 @@ async fn recovery(
             if !inner.created {
                 txn.create_collection(&coll);
             }
-            let exists = inner.created && s.store.exists(&coll, &object).await?;
-            match &image {
-                Some(piece) => {
-                    let temp_exists = inner.created
-                        && first
-                        && !last
-                        && s.store.exists(&coll, &temp_name(&object)).await?;
-                    install_piece(&mut txn, &coll, &object, piece, place, exists, temp_exists);
-                }
-                None if exists => {
-                    txn.remove(&coll, &object);
-                }
-                None => {}
-            }
+            let piece = image.as_ref().map(|i| (i, place));
+            stage_piece(&s.store, &mut txn, &coll, &object, piece, inner.created).await?;
             if !inner.created {
                 put_info(&mut txn, &coll, inner.log.tail(), inner.last_epoch_started)?;
             }
