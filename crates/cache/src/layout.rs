@@ -152,7 +152,7 @@ impl Superblock {
         put(cfg);
         put(csv);
         let n = b.len();
-        let crc = crc32c::crc32c(&b[..n - 4]);
+        let crc = crc_fast::crc32_iscsi(&b[..n - 4]);
         b[n - 4..].copy_from_slice(&crc.to_le_bytes());
         Ok(b)
     }
@@ -168,7 +168,7 @@ impl Superblock {
         }
         let n = b.len();
         let stored = u32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]);
-        if crc32c::crc32c(&b[..n - 4]) != stored {
+        if crc_fast::crc32_iscsi(&b[..n - 4]) != stored {
             return Err(bad("checksum mismatch"));
         }
         let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
@@ -255,7 +255,7 @@ pub fn encode_entry(e: &Entry, instance_id: u64, seq: u32) -> [u8; ENTRY_BYTES] 
     b[8..16].copy_from_slice(&e.core_line.to_le_bytes());
     b[16..24].copy_from_slice(&instance_id.to_le_bytes());
     b[24..28].copy_from_slice(&seq.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..28]);
+    let crc = crc_fast::crc32_iscsi(&b[..28]);
     b[28..32].copy_from_slice(&crc.to_le_bytes());
     b
 }
@@ -266,7 +266,7 @@ pub fn decode_entry(b: &[u8], instance_id: u64) -> Decoded {
         return Decoded::Empty;
     }
     let crc = u32::from_le_bytes([b[28], b[29], b[30], b[31]]);
-    if crc32c::crc32c(&b[..28]) != crc || b[1] != FORMAT_VERSION as u8 {
+    if crc_fast::crc32_iscsi(&b[..28]) != crc || b[1] != FORMAT_VERSION as u8 {
         return Decoded::Corrupt;
     }
     let mut x = [0u8; 8];

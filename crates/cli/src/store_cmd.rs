@@ -491,7 +491,7 @@ async fn store_round(
         block_bytes: store.block_bytes(),
         crcs: payload
             .chunks(store.block_bytes() as usize)
-            .map(crc32c::crc32c)
+            .map(crc_fast::crc32_iscsi)
             .collect(),
     });
     for i in 0..objects {

@@ -49,7 +49,10 @@ async fn writer(
         let data = payload(i, round);
         match client.write_full("data", &name, &data).await {
             Ok(_) => {
-                acked.lock().unwrap().insert(name, crc32c::crc32c(&data));
+                acked
+                    .lock()
+                    .unwrap()
+                    .insert(name, crc_fast::crc32_iscsi(&data));
                 acks.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
@@ -141,7 +144,9 @@ fn copies(dir: &Path) -> BTreeMap<String, Vec<u32>> {
                         continue;
                     }
                     let data = store.read(&coll, &obj, 0, u64::MAX).await.unwrap();
-                    out.entry(obj).or_default().push(crc32c::crc32c(&data));
+                    out.entry(obj)
+                        .or_default()
+                        .push(crc_fast::crc32_iscsi(&data));
                 }
             }
             store.umount().await.unwrap();
@@ -299,7 +304,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
         for (name, crc) in &expected {
             let data = client.read("data", name).await.unwrap();
             assert_eq!(
-                crc32c::crc32c(&data),
+                crc_fast::crc32_iscsi(&data),
                 *crc,
                 "{name}: acknowledged data lost"
             );

@@ -78,8 +78,8 @@ fn up_put_get_bench_down() {
     ]);
     assert!(ok, "{out}");
     assert_eq!(
-        crc32c::crc32c(&std::fs::read(&back).unwrap()),
-        crc32c::crc32c(&data)
+        crc_fast::crc32_iscsi(&std::fs::read(&back).unwrap()),
+        crc_fast::crc32_iscsi(&data)
     );
     let (ok, out) = cairn(&["stat", "--mon", &mon, "-p", "data", "big"]);
     assert!(ok && out.contains("size 1000003"), "{out}");
@@ -148,8 +148,8 @@ fn up_put_get_bench_down() {
     ]);
     assert!(ok, "{out}");
     assert_eq!(
-        crc32c::crc32c(&std::fs::read(&back).unwrap()),
-        crc32c::crc32c(&data)
+        crc_fast::crc32_iscsi(&std::fs::read(&back).unwrap()),
+        crc_fast::crc32_iscsi(&data)
     );
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
@@ -192,8 +192,8 @@ fn up_with_prefill_allocates_the_whole_device_file_before_serving() {
         let (ok, out) = cairn(&["get", "--mon", &mon, "-p", "data", "o", &back]);
         assert!(ok, "{out}");
         assert_eq!(
-            crc32c::crc32c(&std::fs::read(&back).unwrap()),
-            crc32c::crc32c(&data)
+            crc_fast::crc32_iscsi(&std::fs::read(&back).unwrap()),
+            crc_fast::crc32_iscsi(&data)
         );
     };
     let log = up();

@@ -548,7 +548,7 @@ impl Client {
             seq: self.next_request.fetch_add(1, Ordering::Relaxed),
         });
         // Once per op, not per resend: the messenger sends it with the data as is.
-        let data_crc = crc32c::crc32c(&data);
+        let data_crc = crc_fast::crc32_iscsi(&data);
         let mut last = String::from("no attempt");
         let mut map_rx = self.map.clone();
         while Instant::now() < deadline {

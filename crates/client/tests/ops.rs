@@ -314,7 +314,7 @@ async fn a_replica_refuses_a_reused_or_skipped_version() {
             prior: Eversion::default(),
             reqid: None,
         },
-        data_crc: crc32c::crc32c(data),
+        data_crc: crc_fast::crc32_iscsi(data),
     };
     // The replica names the interval it is active in when the write's is another.
     let les: u64 = match repop(&mut session, &h, data).await {
@@ -372,8 +372,8 @@ async fn writes_past_the_object_size_limit_are_refused_and_change_nothing() {
         other => panic!("not refused: {other:?}"),
     }
     assert_eq!(
-        crc32c::crc32c(&c.client.read("data", "big").await.unwrap()),
-        crc32c::crc32c(&full)
+        crc_fast::crc32_iscsi(&c.client.read("data", "big").await.unwrap()),
+        crc_fast::crc32_iscsi(&full)
     );
     assert!(matches!(
         c.client.read("data", "bigger").await,

@@ -33,7 +33,7 @@ fn append(c: &Cluster, tid: u64, name: &str, data: &[u8], reqid: ReqId) -> OpHea
         pg_seed: pg.seed,
         object: name.into(),
         kind: OpKind::Append,
-        data_crc: crc32c::crc32c(data),
+        data_crc: crc_fast::crc32_iscsi(data),
         reqid: Some(reqid),
     }
 }

@@ -202,7 +202,7 @@ pub(crate) fn envelope(payload: &[u8]) -> Vec<u8> {
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    out.extend_from_slice(&crc_fast::crc32_iscsi(payload).to_le_bytes());
     out.extend_from_slice(payload);
     out
 }
@@ -225,7 +225,7 @@ pub(crate) fn open_envelope(bytes: &[u8]) -> Result<&[u8], MonError> {
     }
     let crc = u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]);
     let payload = &bytes[14..];
-    if crc32c::crc32c(payload) != crc {
+    if crc_fast::crc32_iscsi(payload) != crc {
         return Err(bad("checksum mismatch"));
     }
     Ok(payload)

@@ -11,6 +11,24 @@ use std::sync::{Arc, OnceLock};
 /// Bytes per checksummed block: the store's block, direct I/O's alignment.
 pub const CRC_BLOCK_BYTES: usize = 4096;
 
+/// crc32c(A ‖ B) from crc32c(A), crc32c(B) and the length of B.
+pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
+    crc_fast::checksum_combine(
+        crc_fast::CrcAlgorithm::Crc32Iscsi,
+        u64::from(crc_a),
+        u64::from(crc_b),
+        len_b as u64,
+    ) as u32
+}
+
+/// crc32c(A ‖ `bytes`) from crc32c(A).
+pub fn crc32c_append(crc_a: u32, bytes: &[u8]) -> u32 {
+    if bytes.is_empty() {
+        return crc_a;
+    }
+    crc32c_combine(crc_a, crc_fast::crc32_iscsi(bytes), bytes.len())
+}
+
 /// Lookup tables applying the linear map "append `CRC_BLOCK_BYTES` bytes" to a crc32c, one table
 /// per byte of the crc (so composing costs four lookups per block, not a pass over the bytes).
 struct ShiftTables([[u32; 256]; 4]);
@@ -21,7 +39,7 @@ impl ShiftTables {
         TABLES.get_or_init(|| {
             // combine(a, 0, n) is linear in `a`: the image of each bit spans the whole map.
             let bit_images: Vec<u32> = (0..32)
-                .map(|bit| crc32c::crc32c_combine(1 << bit, 0, CRC_BLOCK_BYTES))
+                .map(|bit| crc32c_combine(1 << bit, 0, CRC_BLOCK_BYTES))
                 .collect();
             let mut tables = [[0u32; 256]; 4];
             for (byte, table) in tables.iter_mut().enumerate() {
@@ -61,7 +79,7 @@ pub fn compose(blocks: &[u32], len: usize) -> Option<u32> {
     Some(match head {
         None => last,
         Some(h) if last_len == CRC_BLOCK_BYTES => tables.extend(h, last),
-        Some(h) => crc32c::crc32c_combine(h, last, last_len),
+        Some(h) => crc32c_combine(h, last, last_len),
     })
 }
 
@@ -71,8 +89,8 @@ pub fn compose(blocks: &[u32], len: usize) -> Option<u32> {
 pub fn crc_with_known_blocks(bytes: &[u8], known: &[u32]) -> u32 {
     let head_len = known.len() * CRC_BLOCK_BYTES;
     match compose(known, head_len) {
-        Some(head) if head_len <= bytes.len() => crc32c::crc32c_append(head, &bytes[head_len..]),
-        _ => crc32c::crc32c(bytes),
+        Some(head) if head_len <= bytes.len() => crc32c_append(head, &bytes[head_len..]),
+        _ => crc_fast::crc32_iscsi(bytes),
     }
 }
 
@@ -99,7 +117,11 @@ impl BlockCrcs {
         self.total_len += bytes.len();
         while !bytes.is_empty() {
             let n = (CRC_BLOCK_BYTES - self.current_len).min(bytes.len());
-            self.current = crc32c::crc32c_append(self.current, &bytes[..n]);
+            self.current = if self.current_len == 0 {
+                crc_fast::crc32_iscsi(&bytes[..n])
+            } else {
+                crc32c_append(self.current, &bytes[..n])
+            };
             self.current_len += n;
             bytes = &bytes[n..];
             if self.current_len == CRC_BLOCK_BYTES {
@@ -139,12 +161,30 @@ mod tests {
             let mut acc = BlockCrcs::with_capacity(len);
             acc.append(&data);
             let (whole, blocks) = acc.finish();
-            assert_eq!(whole, crc32c::crc32c(&data), "len {len}");
+            assert_eq!(whole, crc_fast::crc32_iscsi(&data), "len {len}");
             assert_eq!(blocks.len(), len.div_ceil(CRC_BLOCK_BYTES));
             for (i, chunk) in data.chunks(CRC_BLOCK_BYTES).enumerate() {
-                assert_eq!(blocks[i], crc32c::crc32c(chunk), "len {len} block {i}");
+                assert_eq!(
+                    blocks[i],
+                    crc_fast::crc32_iscsi(chunk),
+                    "len {len} block {i}"
+                );
             }
         }
+    }
+
+    #[test]
+    fn the_checksum_is_crc32c_castagnoli() {
+        // RFC 3720 (iSCSI) B.4 vectors and the catalogue's check value: stores, caches and maps
+        // written by any earlier build keep their checksums.
+        assert_eq!(crc_fast::crc32_iscsi(b"123456789"), 0xe306_9283);
+        assert_eq!(crc_fast::crc32_iscsi(&[0u8; 32]), 0x8a91_36aa);
+        assert_eq!(crc_fast::crc32_iscsi(&[0xffu8; 32]), 0x62a8_ab43);
+        let ascending: Vec<u8> = (0u8..32).collect();
+        assert_eq!(crc_fast::crc32_iscsi(&ascending), 0x46dd_794e);
+        let (a, b) = b"123456789".split_at(4);
+        assert_eq!(crc32c_append(crc_fast::crc32_iscsi(a), b), 0xe306_9283);
+        assert_eq!(crc32c_append(0xe306_9283, b""), 0xe306_9283);
     }
 
     #[test]
@@ -157,18 +197,21 @@ mod tests {
     #[test]
     fn known_leading_blocks_and_a_computed_rest_give_the_one_pass_crc() {
         let data = bytes(5 * CRC_BLOCK_BYTES + 123, 9);
-        let blocks: Vec<u32> = data.chunks(CRC_BLOCK_BYTES).map(crc32c::crc32c).collect();
+        let blocks: Vec<u32> = data
+            .chunks(CRC_BLOCK_BYTES)
+            .map(crc_fast::crc32_iscsi)
+            .collect();
         for known in 0..=5 {
             assert_eq!(
                 crc_with_known_blocks(&data, &blocks[..known]),
-                crc32c::crc32c(&data),
+                crc_fast::crc32_iscsi(&data),
                 "{known} known"
             );
         }
         let short = &data[..2 * CRC_BLOCK_BYTES];
         assert_eq!(
             crc_with_known_blocks(short, &blocks[..5]),
-            crc32c::crc32c(short),
+            crc_fast::crc32_iscsi(short),
             "more known blocks than bytes: everything is read"
         );
     }
@@ -190,8 +233,8 @@ mod tests {
             }
             acc.append(&data[at..]);
             let (whole, blocks) = acc.finish();
-            prop_assert_eq!(whole, crc32c::crc32c(&data));
-            let expected: Vec<u32> = data.chunks(CRC_BLOCK_BYTES).map(crc32c::crc32c).collect();
+            prop_assert_eq!(whole, crc_fast::crc32_iscsi(&data));
+            let expected: Vec<u32> = data.chunks(CRC_BLOCK_BYTES).map(crc_fast::crc32_iscsi).collect();
             prop_assert_eq!(&blocks[..], &expected[..]);
         }
     }

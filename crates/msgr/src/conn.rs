@@ -112,7 +112,7 @@ impl FrameStream {
                     let mut front = self.buf.split_to(head);
                     front.advance(HEADER_BYTES);
                     let payload = front.split_to(w.payload_len).freeze();
-                    if crc32c::crc32c(&payload) != front.get_u32_le() {
+                    if crc_fast::crc32_iscsi(&payload) != front.get_u32_le() {
                         return Err(MsgrError::PayloadChecksum { seq: w.header.seq });
                     }
                     let data = data_pool().take(w.data_len).ok_or_else(|| {
@@ -360,11 +360,11 @@ mod tests {
         assert!(cancelled > 10, "reads were cancelled midway ({cancelled})");
         assert_eq!(got, frames);
         assert_eq!(got[1].data().as_ptr() as usize % DATA_ALIGN_BYTES, 0);
-        assert_eq!(got[1].data_crc(), crc32c::crc32c(&data));
+        assert_eq!(got[1].data_crc(), crc_fast::crc32_iscsi(&data));
         let blocks = got[1].data_block_crcs().expect("computed on arrival");
         let expected: Vec<u32> = data
             .chunks(crate::blockcrc::CRC_BLOCK_BYTES)
-            .map(crc32c::crc32c)
+            .map(crc_fast::crc32_iscsi)
             .collect();
         assert_eq!(&blocks[..], &expected[..]);
         drop(writer.await.unwrap());

@@ -122,7 +122,7 @@ impl Frame {
 
     /// A frame of `msg_type` carrying `payload` and `data` (whose crc32c is computed here).
     pub fn with_data(msg_type: u16, payload: impl Into<Bytes>, data: Bytes) -> Self {
-        let crc = crc32c::crc32c(&data);
+        let crc = crc_fast::crc32_iscsi(&data);
         Self::with_checked_data(msg_type, payload, data, crc)
     }
 
@@ -201,10 +201,10 @@ impl Frame {
         out.put_u64_le(self.header.ack);
         out.put_u32_le(self.payload.len() as u32);
         out.put_u32_le(self.data.len() as u32);
-        let crc = crc32c::crc32c(&out[start..start + HEADER_BYTES - 4]);
+        let crc = crc_fast::crc32_iscsi(&out[start..start + HEADER_BYTES - 4]);
         out.put_u32_le(crc);
         out.put_slice(&self.payload);
-        out.put_u32_le(crc32c::crc32c(&self.payload));
+        out.put_u32_le(crc_fast::crc32_iscsi(&self.payload));
         Ok(())
     }
 
@@ -244,7 +244,7 @@ impl Frame {
         let payload_len = h.get_u32_le();
         let data_len = h.get_u32_le();
         let crc = h.get_u32_le();
-        if crc32c::crc32c(&buf[..HEADER_BYTES - 4]) != crc {
+        if crc_fast::crc32_iscsi(&buf[..HEADER_BYTES - 4]) != crc {
             return Err(MsgrError::HeaderChecksum);
         }
         if version != PROTOCOL_VERSION {
@@ -311,11 +311,11 @@ impl Frame {
         let mut frame = buf.split_to(total);
         frame.advance(HEADER_BYTES);
         let payload = frame.split_to(payload_len).freeze();
-        if crc32c::crc32c(&payload) != frame.get_u32_le() {
+        if crc_fast::crc32_iscsi(&payload) != frame.get_u32_le() {
             return Err(MsgrError::PayloadChecksum { seq });
         }
         let data = frame.split_to(data_len).freeze();
-        let data_crc = crc32c::crc32c(&data);
+        let data_crc = crc_fast::crc32_iscsi(&data);
         if data_crc != frame.get_u32_le() {
             return Err(MsgrError::PayloadChecksum { seq });
         }
@@ -374,7 +374,7 @@ mod tests {
         let data = Bytes::from(vec![7u8; 5000]);
         let mut f = Frame::with_data(3, &b"head"[..], data.clone());
         f.header.seq = 9;
-        assert_eq!(f.data_crc(), crc32c::crc32c(&data));
+        assert_eq!(f.data_crc(), crc_fast::crc32_iscsi(&data));
         let bytes = encoded(&f);
         assert_eq!(bytes.len(), f.wire_len());
         let mut split = BytesMut::new();
@@ -394,7 +394,7 @@ mod tests {
             .unwrap();
         assert_eq!(back, f);
         assert_eq!(back.data(), &data);
-        assert_eq!(back.data_crc(), crc32c::crc32c(&data));
+        assert_eq!(back.data_crc(), crc_fast::crc32_iscsi(&data));
         let mut bad_data = bytes.clone();
         bad_data[HEADER_BYTES + 4 + 4 + 100] ^= 1;
         assert!(matches!(
@@ -406,7 +406,12 @@ mod tests {
     #[test]
     fn a_wrong_caller_supplied_data_checksum_is_rejected_by_the_receiver() {
         let data = Bytes::from_static(b"forwarded bytes");
-        let f = Frame::with_checked_data(3, Bytes::new(), data.clone(), crc32c::crc32c(&data) ^ 1);
+        let f = Frame::with_checked_data(
+            3,
+            Bytes::new(),
+            data.clone(),
+            crc_fast::crc32_iscsi(&data) ^ 1,
+        );
         let mut bytes = encoded(&f);
         assert!(matches!(
             Frame::decode(&mut bytes, &Limits::default()),
@@ -450,7 +455,7 @@ mod tests {
     fn wrong_version_and_oversize_are_rejected_before_the_payload_arrives() {
         let mut bytes = encoded(&Frame::new(1, vec![0u8; 10]));
         bytes[4] = PROTOCOL_VERSION + 1;
-        let crc = crc32c::crc32c(&bytes[..HEADER_BYTES - 4]);
+        let crc = crc_fast::crc32_iscsi(&bytes[..HEADER_BYTES - 4]);
         bytes[HEADER_BYTES - 4..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
         let mut header_only = BytesMut::from(&bytes[..HEADER_BYTES]);
         assert!(matches!(

@@ -62,7 +62,7 @@ async fn big_data_segments_cross_in_both_directions_at_once() {
     let run = async {
         for i in 0..FRAMES {
             let (c, s) = (data(1, i), data(2, i));
-            let crc = crc32c::crc32c(&s);
+            let crc = crc_fast::crc32_iscsi(&s);
             client.send_data(5, vec![i as u8], c, None).await.unwrap();
             server
                 .send_data(6, vec![i as u8], s, Some(crc))
@@ -73,7 +73,7 @@ async fn big_data_segments_cross_in_both_directions_at_once() {
             let at_server = server.recv_timeout(10_000).await.unwrap();
             assert_eq!(at_server.payload[0], i as u8);
             assert_eq!(at_server.data(), &data(1, i));
-            assert_eq!(at_server.data_crc(), crc32c::crc32c(&data(1, i)));
+            assert_eq!(at_server.data_crc(), crc_fast::crc32_iscsi(&data(1, i)));
             assert_eq!(
                 at_server.data().as_ptr() as usize % cairn_msgr::conn::DATA_ALIGN_BYTES,
                 0,
@@ -272,7 +272,7 @@ async fn garbage_and_wrong_versions_are_rejected_and_the_listener_survives() {
         .encode(&Limits::default(), &mut frame)
         .unwrap();
     frame[4] = 9;
-    let crc = crc32c::crc32c(&frame[..28]);
+    let crc = crc_fast::crc32_iscsi(&frame[..28]);
     frame[28..32].copy_from_slice(&crc.to_le_bytes());
     old.write_all(&frame).await.unwrap();
     let n = tokio::time::timeout(Duration::from_secs(5), old.read(&mut buf))

@@ -401,8 +401,8 @@ mod tests {
 
     async fn same_object(a: &Store, b: &Store) {
         assert_eq!(
-            crc32c::crc32c(&a.read("c", "o", 0, u64::MAX).await.unwrap()),
-            crc32c::crc32c(&b.read("c", "o", 0, u64::MAX).await.unwrap())
+            crc_fast::crc32_iscsi(&a.read("c", "o", 0, u64::MAX).await.unwrap()),
+            crc_fast::crc32_iscsi(&b.read("c", "o", 0, u64::MAX).await.unwrap())
         );
         assert_eq!(
             a.getattrs("c", "o").await.unwrap(),

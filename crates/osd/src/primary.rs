@@ -131,7 +131,7 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Answer {
             ReplyHeader {
                 size,
                 version,
-                data_crc: crc32c::crc32c(&body),
+                data_crc: crc_fast::crc32_iscsi(&body),
                 more,
                 ..ReplyHeader::bare(op.tid, epoch, OpResult::Ok)
             },
@@ -146,7 +146,7 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Answer {
                 let data_crc = if crcs.block_bytes == CRC_BLOCK_BYTES as u64 {
                     crc_with_known_blocks(&body, &crcs.crcs)
                 } else {
-                    crc32c::crc32c(&body)
+                    crc_fast::crc32_iscsi(&body)
                 };
                 (
                     ReplyHeader {

@@ -73,7 +73,7 @@ pub fn decode_with_data<T: for<'a> Deserialize<'a>>(
     let (header, inline) = decode(payload)?;
     match (inline.is_empty(), data.is_empty()) {
         (_, true) => {
-            let crc = crc32c::crc32c(&inline);
+            let crc = crc_fast::crc32_iscsi(&inline);
             Ok((header, inline, crc))
         }
         (true, false) => Ok((header, data.clone(), data_crc)),
@@ -118,14 +118,14 @@ mod tests {
         };
         let seg = Bytes::from_static(b"segment");
         let (back, data, crc) =
-            decode_with_data::<Ping>(&encode(&h, &[]), &seg, crc32c::crc32c(&seg)).unwrap();
+            decode_with_data::<Ping>(&encode(&h, &[]), &seg, crc_fast::crc32_iscsi(&seg)).unwrap();
         assert_eq!((back.from, back.epoch), (3, 9));
-        assert_eq!((data, crc), (seg.clone(), crc32c::crc32c(&seg)));
+        assert_eq!((data, crc), (seg.clone(), crc_fast::crc32_iscsi(&seg)));
         let (_, data, crc) =
             decode_with_data::<Ping>(&encode(&h, b"inline"), &Bytes::new(), 0).unwrap();
         assert_eq!(
             (&data[..], crc),
-            (&b"inline"[..], crc32c::crc32c(b"inline"))
+            (&b"inline"[..], crc_fast::crc32_iscsi(b"inline"))
         );
         assert!(decode_with_data::<Ping>(&encode(&h, b"inline"), &seg, 0).is_err());
         assert!(

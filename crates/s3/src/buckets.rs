@@ -48,7 +48,7 @@ impl BucketInfo {
 
     /// The index shard object holding `key`.
     pub fn shard_of(&self, key: &str) -> String {
-        let n = crc32c::crc32c(key.as_bytes()) % self.shards.max(1);
+        let n = crc_fast::crc32_iscsi(key.as_bytes()) % self.shards.max(1);
         format!("s3.idx.{}.{n}", self.id)
     }
 

@@ -119,7 +119,7 @@ impl Entry {
         out.extend_from_slice(&(json.len() as u32).to_le_bytes());
         out.extend_from_slice(&json);
         out.extend_from_slice(&self.inline);
-        let crc = crc32c::crc32c(&out);
+        let crc = crc_fast::crc32_iscsi(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out
     }
@@ -132,7 +132,7 @@ impl Entry {
         }
         let (body, crc) = buf.split_at(buf.len() - 4);
         let crc = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
-        if crc32c::crc32c(body) != crc {
+        if crc_fast::crc32_iscsi(body) != crc {
             return Err(bad("checksum mismatch"));
         }
         if body[0] != MAGIC {

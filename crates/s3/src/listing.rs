@@ -219,7 +219,7 @@ mod tests {
         let shards: Vec<String> = (0..16).map(|i| format!("idx.{i}")).collect();
         let keys: Vec<String> = (0..20_000).map(|i| format!("k/{i:07}")).collect();
         for k in &keys {
-            let shard = &shards[crc32c::crc32c(k.as_bytes()) as usize % shards.len()];
+            let shard = &shards[crc_fast::crc32_iscsi(k.as_bytes()) as usize % shards.len()];
             b.omap_set(shard, &[(k.as_bytes().to_vec(), vec![1])])
                 .await
                 .unwrap();

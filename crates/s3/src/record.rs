@@ -15,7 +15,7 @@ const MAGIC: u8 = b'R';
 pub fn seal<T: Serialize>(value: &T) -> Vec<u8> {
     let mut out = vec![MAGIC, RECORD_VERSION];
     serde_json::to_writer(&mut out, value).expect("record serializes");
-    let crc = crc32c::crc32c(&out);
+    let crc = crc_fast::crc32_iscsi(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
@@ -26,7 +26,7 @@ pub fn unseal<T: DeserializeOwned>(buf: &[u8]) -> Result<T, EntryError> {
         return Err(EntryError("record too short".into()));
     }
     let (body, crc) = buf.split_at(buf.len() - 4);
-    if crc32c::crc32c(body).to_le_bytes() != crc {
+    if crc_fast::crc32_iscsi(body).to_le_bytes() != crc {
         return Err(EntryError("record checksum mismatch".into()));
     }
     if body[0] != MAGIC || body[1] != RECORD_VERSION {

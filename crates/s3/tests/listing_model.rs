@@ -48,7 +48,7 @@ proptest! {
             let mem = MemBackend::default();
             let names: Vec<String> = (0..shards).map(|i| format!("idx.{i}")).collect();
             for k in &keys {
-                let shard = crc32c::crc32c(k.as_bytes()) as usize % shards;
+                let shard = crc_fast::crc32_iscsi(k.as_bytes()) as usize % shards;
                 mem.omap_set(&names[shard], &[(k.as_bytes().to_vec(), b"v".to_vec())]).await.unwrap();
             }
             let mut q = ListQuery {

@@ -92,7 +92,9 @@ impl BufPool {
         block_bytes: usize,
     ) -> Result<(AlignedBuf, Vec<u32>)> {
         let mut crcs = Vec::new();
-        let buf = self.build_blockwise(parts, block_bytes, |blk| crcs.push(crc32c::crc32c(blk)))?;
+        let buf = self.build_blockwise(parts, block_bytes, |blk| {
+            crcs.push(crc_fast::crc32_iscsi(blk))
+        })?;
         Ok((buf, crcs))
     }
 
@@ -158,7 +160,10 @@ mod tests {
             .unwrap();
         assert_eq!(
             crcs,
-            [crc32c::crc32c(&[5u8; 4096]), crc32c::crc32c(&[6u8; 4096])]
+            [
+                crc_fast::crc32_iscsi(&[5u8; 4096]),
+                crc_fast::crc32_iscsi(&[6u8; 4096])
+            ]
         );
         assert!(c.as_slice()[4096..].iter().all(|&x| x == 6));
         pool.put(c);

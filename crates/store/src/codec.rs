@@ -15,7 +15,7 @@ pub fn seal(payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(payload.len() + 5);
     v.push(FORMAT_VERSION);
     v.extend_from_slice(payload);
-    let crc = crc32c::crc32c(&v);
+    let crc = crc_fast::crc32_iscsi(&v);
     v.extend_from_slice(&crc.to_le_bytes());
     v
 }
@@ -30,7 +30,7 @@ pub fn open<'a>(bytes: &'a [u8], what: &str) -> Result<&'a [u8]> {
     }
     let (body, crc) = bytes.split_at(bytes.len() - 4);
     let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    if crc32c::crc32c(body) != stored {
+    if crc_fast::crc32_iscsi(body) != stored {
         return Err(StoreError::Corrupt(format!(
             "{what}: record checksum mismatch"
         )));

@@ -303,7 +303,7 @@ impl Store {
         let run = op.data.slice(a..b);
         let crcs = match &op.crcs {
             Some(k) => k.crcs[a / bs..b / bs].to_vec(),
-            None => run.chunks(bs).map(crc32c::crc32c).collect(),
+            None => run.chunks(bs).map(crc_fast::crc32_iscsi).collect(),
         };
         Ok((RunBuf::Shared(run), crcs))
     }

@@ -254,7 +254,7 @@ impl Store {
                         None => block,
                     };
                     rep.blocks_verified += 1;
-                    if crc32c::crc32c(data) != e.crcs[n] {
+                    if crc_fast::crc32_iscsi(data) != e.crcs[n] {
                         damaged
                             .entry((coll_name(*id), name.clone()))
                             .or_default()

@@ -251,7 +251,7 @@ impl Store {
             }
         };
         let hole_crc = if covered < blocks {
-            crc32c::crc32c(&vec![0u8; bs as usize])
+            crc_fast::crc32_iscsi(&vec![0u8; bs as usize])
         } else {
             0
         };
@@ -302,7 +302,7 @@ impl Store {
         expected: u32,
         data: &[u8],
     ) -> Result<()> {
-        let actual = crc32c::crc32c(data);
+        let actual = crc_fast::crc32_iscsi(data);
         if actual != expected {
             return Err(StoreError::ChecksumMismatch {
                 collection: coll.to_string(),

@@ -65,7 +65,7 @@ async fn data_landed(dev: &dyn BlockDevice, block_bytes: u64, rec: &Record) -> R
         dev.read(start * block_bytes, &mut buf).await?;
         for (i, block) in buf.chunks_exact(bs).enumerate() {
             if let Some(&want) = expected.get(&(start + i as u64)) {
-                if crc32c::crc32c(block) != want {
+                if crc_fast::crc32_iscsi(block) != want {
                     return Ok(false);
                 }
             }

@@ -529,7 +529,7 @@ impl Store {
                 .await?
         };
         f(&mut content);
-        e.crcs[i] = crc32c::crc32c(&content);
+        e.crcs[i] = crc_fast::crc32_iscsi(&content);
         self.put_block(stage, p, content)?;
         extmap::put(&mut t.extents, &o.prefix, &e)?;
         Ok(true)
@@ -675,7 +675,7 @@ impl Store {
             }
             let mut content = vec![0u8; bs as usize];
             patch(&mut content);
-            let crc = crc32c::crc32c(&content);
+            let crc = crc_fast::crc32_iscsi(&content);
             let (p, _) = self.alloc_extents(stage, 1)?[0];
             stage.deferred_new.insert(p, content);
             extmap::insert(
@@ -757,7 +757,7 @@ impl Store {
                     let run = shared.slice(a..run_end);
                     let crcs = match known {
                         Some(k) => k.crcs[a / bs as usize..run_end / bs as usize].to_vec(),
-                        None => run.chunks(bs as usize).map(crc32c::crc32c).collect(),
+                        None => run.chunks(bs as usize).map(crc_fast::crc32_iscsi).collect(),
                     };
                     (RunBuf::Shared(run), crcs)
                 } else {

@@ -376,7 +376,7 @@ fn fresh_uuid(device_bytes: u64) -> u64 {
     seed.extend_from_slice(&nanos.to_le_bytes());
     seed.extend_from_slice(&std::process::id().to_le_bytes());
     seed.extend_from_slice(&device_bytes.to_le_bytes());
-    (crc32c::crc32c(&seed) as u64) << 32 | crc32c::crc32c(&nanos.to_be_bytes()) as u64
+    (crc_fast::crc32_iscsi(&seed) as u64) << 32 | crc_fast::crc32_iscsi(&nanos.to_be_bytes()) as u64
 }
 
 impl Store {

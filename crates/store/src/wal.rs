@@ -111,7 +111,7 @@ pub(crate) fn encode(
         out.extend_from_slice(&start.to_le_bytes());
         out.extend_from_slice(&n.to_le_bytes());
     }
-    let crc = crc32c::crc32c(&out);
+    let crc = crc_fast::crc32_iscsi(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     debug_assert_eq!(out.len(), raw);
     out.resize(blocks * block_bytes as usize, 0);
@@ -186,7 +186,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Record> {
         .filter(|&e| e + 4 <= bytes.len())
         .ok_or_else(|| bad("payload longer than the record"))?;
     let stored = codec::le_u32(bytes, end, "wal record")?;
-    if crc32c::crc32c(&bytes[..end]) != stored {
+    if crc_fast::crc32_iscsi(&bytes[..end]) != stored {
         return Err(bad("checksum mismatch"));
     }
     let mut c = Cursor {

@@ -608,8 +608,8 @@ async fn aligned_caller_bytes_are_written_uncopied_and_never_modified() {
         s.read("c", "y", 4096, 60 << 10).await.unwrap(),
     );
     assert_eq!(
-        crc32c::crc32c(&z[16384..24576]),
-        crc32c::crc32c(&[0u8; 8192])
+        crc_fast::crc32_iscsi(&z[16384..24576]),
+        crc_fast::crc32_iscsi(&[0u8; 8192])
     );
     assert_eq!(&y[..10], &data[4096..4106]);
     assert_eq!(&y[30..], &data[4126..]);
@@ -637,7 +637,7 @@ async fn block_checksums_given_with_a_write_are_kept_when_they_fit() {
             .map(bytes::Bytes::from_owner)
             .unwrap()
     };
-    let crcs: Vec<u32> = data.chunks(4096).map(crc32c::crc32c).collect();
+    let crcs: Vec<u32> = data.chunks(4096).map(crc_fast::crc32_iscsi).collect();
     let given = |crcs: &[u32]| DataCrcs {
         block_bytes: 4096,
         crcs: crcs.into(),
@@ -690,7 +690,11 @@ async fn checksummed_reads_return_the_verified_crc_of_each_whole_leading_block()
         .write("c", "holes", 16384, &data[..4096])
         .write("c", "short", 0, &data[..5000]);
     s.queue_transaction(&t).await.unwrap();
-    let crcs_of = |b: &[u8]| b.chunks_exact(4096).map(crc32c::crc32c).collect::<Vec<_>>();
+    let crcs_of = |b: &[u8]| {
+        b.chunks_exact(4096)
+            .map(crc_fast::crc32_iscsi)
+            .collect::<Vec<_>>()
+    };
     let cases: [(&str, u64, u64, usize); 5] = [
         ("run", 0, 64 << 10, 16),
         ("run", 4096, 10_000, 2),
