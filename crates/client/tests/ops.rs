@@ -343,8 +343,8 @@ async fn a_replica_refuses_a_reused_or_skipped_version() {
     assert_eq!(c.client.read("data", "first").await.unwrap(), b"two");
 }
 
-/// Recovery moves an object whole in one message, so no write may grow an object past
-/// `max_object_bytes`: a write, an append, a truncate or a write_full that would is refused
+/// A client's write_full carries the whole object in one message, so no write may grow an
+/// object past `max_object_bytes`: a write, an append, a truncate or a write_full that would is refused
 /// with a clear error before it reaches any copy, and the object is unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_past_the_object_size_limit_are_refused_and_change_nothing() {
@@ -387,4 +387,57 @@ async fn writes_past_the_object_size_limit_are_refused_and_change_nothing() {
     c.client.truncate("data", "big", 10).await.unwrap();
     c.client.append("data", "big", b"tail").await.unwrap();
     assert_eq!(c.client.stat("data", "big").await.unwrap().0, 14);
+}
+
+/// Recovery carries an object's xattrs in its first piece, so their bytes together are bounded
+/// (`max_xattr_bytes_per_object`): a setxattr past it is refused with a clear error and the
+/// object's xattrs are unchanged; replacing a value counts the new one only, and removing one
+/// makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xattrs_past_the_per_object_limit_are_refused_and_change_nothing() {
+    const LIMIT: u64 = 64 << 10;
+    let c = common::cluster_with_devices("xattrs", 8, [128 << 20; 3], |cfg| {
+        cfg.max_xattr_bytes_per_object = LIMIT
+    })
+    .await;
+    c.client.write_full("data", "o", b"body").await.unwrap();
+    let value = vec![3u8; 20 << 10];
+    for name in ["a", "b", "c"] {
+        c.client.set_xattr("data", "o", name, &value).await.unwrap();
+    }
+    match c.client.set_xattr("data", "o", "d", &value).await {
+        Err(ClientError::Invalid(why)) => {
+            assert!(why.contains("max_xattr_bytes_per_object"), "{why}")
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    let names = |attrs: Vec<(String, Vec<u8>)>| -> Vec<String> {
+        attrs
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with('_'))
+            .map(|(k, v)| {
+                assert_eq!(crc_fast::crc32_iscsi(&v), crc_fast::crc32_iscsi(&value));
+                k
+            })
+            .collect()
+    };
+    assert_eq!(
+        names(c.client.get_xattrs("data", "o").await.unwrap()),
+        ["a", "b", "c"]
+    );
+    // The same size again in place of an existing value fits; a larger one does not.
+    c.client.set_xattr("data", "o", "b", &value).await.unwrap();
+    assert!(matches!(
+        c.client
+            .set_xattr("data", "o", "b", &vec![4u8; 30 << 10])
+            .await,
+        Err(ClientError::Invalid(_))
+    ));
+    c.client.remove_xattr("data", "o", "a").await.unwrap();
+    c.client.set_xattr("data", "o", "d", &value).await.unwrap();
+    assert_eq!(
+        names(c.client.get_xattrs("data", "o").await.unwrap()),
+        ["b", "c", "d"]
+    );
+    assert_eq!(c.client.read("data", "o").await.unwrap(), b"body");
 }

@@ -114,6 +114,11 @@ pub struct OsdConfig {
     /// message nears the frame limit however large the object's omap (a piece overshoots by at
     /// most 16 omap entries). At most a quarter of the frame limit.
     pub recovery_chunk_bytes: u64,
+    /// Most bytes (names and values) of one object's xattrs together; a setxattr past it is
+    /// refused. Recovery carries an object's xattrs in its first piece, so this bounds that
+    /// piece (each value is also at most the store's `max_value_bytes`). At most a quarter of
+    /// the frame limit. Default 4 MiB.
+    pub max_xattr_bytes_per_object: u64,
     /// How often the OSD looks for stray PG copies (held here, outside the acting set) whose
     /// primary reports the PG active+clean without them, and for PGs of removed pools, and
     /// deletes them (see `strays`).
@@ -154,6 +159,7 @@ impl OsdConfig {
             nearfull_ratio: 0.85,
             max_object_bytes: 32 << 20,
             recovery_chunk_bytes: 8 << 20,
+            max_xattr_bytes_per_object: 4 << 20,
             stray_check_ms: 5000,
         }
     }
@@ -252,6 +258,13 @@ impl OsdDaemon {
             return Err(OsdError::Config(format!(
                 "recovery_chunk_bytes {} must be in [4096, {}] (a quarter of the messenger's frame limit)",
                 cfg.recovery_chunk_bytes,
+                frame_limit / 4
+            )));
+        }
+        if cfg.max_xattr_bytes_per_object == 0 || cfg.max_xattr_bytes_per_object > frame_limit / 4 {
+            return Err(OsdError::Config(format!(
+                "max_xattr_bytes_per_object {} must be in [1, {}] (a quarter of the messenger's frame limit)",
+                cfg.max_xattr_bytes_per_object,
                 frame_limit / 4
             )));
         }

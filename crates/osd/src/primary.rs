@@ -262,6 +262,13 @@ async fn write(
     } else {
         None
     };
+    if let OpKind::SetXattr { name } = &op.kind {
+        if inner.created {
+            if let Err(r) = check_xattr_room(s, coll, obj, name, data.len()).await {
+                return fail(op.tid, epoch, r);
+            }
+        }
+    }
     let kind = match (&op.kind, size) {
         (OpKind::Append, sz) => OpKind::Write {
             offset: sz.unwrap_or(0),
@@ -378,6 +385,35 @@ async fn write(
         },
         Bytes::new(),
     )
+}
+
+/// Refuses a setxattr of `name` (`value_len` bytes) that would take `obj`'s xattrs, names and
+/// values together, past `max_xattr_bytes_per_object` (the value replaces one of the same name).
+async fn check_xattr_room(
+    s: &Shared,
+    coll: &str,
+    obj: &str,
+    name: &str,
+    value_len: usize,
+) -> Result<(), OpResult> {
+    let current = match s.store.getattrs(coll, obj).await {
+        Ok(attrs) => attrs,
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection { .. }) => Vec::new(),
+        Err(e) => return Err(store_result(e)),
+    };
+    let others: usize = current
+        .iter()
+        .filter(|(k, _)| k != name)
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    let total = (others + name.len() + value_len) as u64;
+    let limit = s.cfg.max_xattr_bytes_per_object;
+    if total > limit {
+        return Err(OpResult::Invalid(format!(
+            "object {obj}'s xattrs would be {total} bytes, past the limit of {limit} (max_xattr_bytes_per_object)"
+        )));
+    }
+    Ok(())
 }
 
 /// Answers a resent write whose first attempt this PG logged at `done`, without applying it
