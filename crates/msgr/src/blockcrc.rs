@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 pub const CRC_BLOCK_BYTES: usize = 4096;
 
 /// crc32c(A ‖ B) from crc32c(A), crc32c(B) and the length of B.
-pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
+fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
     crc_fast::checksum_combine(
         crc_fast::CrcAlgorithm::Crc32Iscsi,
         u64::from(crc_a),
@@ -22,7 +22,7 @@ pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
 }
 
 /// crc32c(A ‖ `bytes`) from crc32c(A).
-pub fn crc32c_append(crc_a: u32, bytes: &[u8]) -> u32 {
+fn crc32c_append(crc_a: u32, bytes: &[u8]) -> u32 {
     if bytes.is_empty() {
         return crc_a;
     }
