@@ -2,14 +2,56 @@
 //!
 //! Owns allocation and release of aligned memory. It must never expose uninitialised bytes: every
 //! buffer is zero-filled, or wholly written from the caller's bytes, before it is returned.
+//!
+//! A buffer of at least [`HUGE_PAGE_BYTES`] starts on a huge-page boundary and is marked for
+//! transparent huge pages (`madvise(MADV_HUGEPAGE)`) before its memory is first touched, so the
+//! kernel can back it with 2 MiB pages: a direct I/O from it is then a few physically
+//! contiguous segments instead of one per 4 KiB page, and the block layer sends a 4 MiB write
+//! as one or two requests rather than ten (on this VM's virtio disk, 1-OSD 4 MiB writes went
+//! from ~2.0-2.5 to ~3.5-4 GB/s; see docs/blockdev.md). Where the kernel has transparent huge
+//! pages off, the advice does nothing.
 
 use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
+/// Buffers at least this long are placed and advised for transparent huge pages (x86-64's and
+/// most ARM64 kernels' huge page size).
+pub const HUGE_PAGE_BYTES: usize = 2 << 20;
+
 /// A zero-initialised byte buffer whose start address is a multiple of `align_bytes`.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
+    /// The allocation's layout (its alignment raised to [`HUGE_PAGE_BYTES`] for a large buffer).
     layout: Layout,
+    /// The alignment the caller asked for (pools match buffers on it).
+    align_bytes: usize,
+}
+
+/// The layout of a `len_bytes` buffer aligned to `align_bytes` (a power of two), on a huge-page
+/// boundary when it is at least [`HUGE_PAGE_BYTES`] long.
+fn layout_for(len_bytes: usize, align_bytes: usize) -> Option<Layout> {
+    Layout::from_size_align(len_bytes, align_bytes).ok()?;
+    let align = if len_bytes >= HUGE_PAGE_BYTES {
+        align_bytes.max(HUGE_PAGE_BYTES)
+    } else {
+        align_bytes
+    };
+    Layout::from_size_align(len_bytes, align).ok()
+}
+
+/// Asks the kernel to back the whole huge pages of a new allocation with huge pages. Advice
+/// only: a kernel without transparent huge pages (or refusing) leaves small pages.
+fn advise_huge_pages(ptr: NonNull<u8>, layout: Layout) {
+    let whole = layout.size() / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+    if layout.align() < HUGE_PAGE_BYTES || whole == 0 {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: the range lies within an allocation this buffer owns; MADV_HUGEPAGE changes no
+    // contents, only how the kernel may back the pages.
+    unsafe {
+        libc::madvise(ptr.as_ptr().cast(), whole, libc::MADV_HUGEPAGE);
+    }
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -24,10 +66,27 @@ impl AlignedBuf {
         if len_bytes == 0 {
             return None;
         }
-        let layout = Layout::from_size_align(len_bytes, align_bytes).ok()?;
+        let layout = layout_for(len_bytes, align_bytes)?;
+        if layout.align() < HUGE_PAGE_BYTES {
+            // SAFETY: layout has a non-zero size.
+            let raw = unsafe { alloc_zeroed(layout) };
+            return NonNull::new(raw).map(|ptr| Self {
+                ptr,
+                layout,
+                align_bytes,
+            });
+        }
+        // Advised before the first touch, which the zeroing is.
         // SAFETY: layout has a non-zero size.
-        let raw = unsafe { alloc_zeroed(layout) };
-        NonNull::new(raw).map(|ptr| Self { ptr, layout })
+        let ptr = NonNull::new(unsafe { alloc(layout) })?;
+        advise_huge_pages(ptr, layout);
+        // SAFETY: the allocation is valid for `len_bytes` writes.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len_bytes) };
+        Some(Self {
+            ptr,
+            layout,
+            align_bytes,
+        })
     }
 
     /// Allocates a buffer aligned to `align_bytes` holding the concatenation of `parts`, copying
@@ -51,14 +110,19 @@ impl AlignedBuf {
         if len_bytes == 0 {
             return None;
         }
-        let layout = Layout::from_size_align(len_bytes, align_bytes).ok()?;
+        let layout = layout_for(len_bytes, align_bytes)?;
         // SAFETY: layout has a non-zero size.
         let raw = unsafe { alloc(layout) };
         let ptr = NonNull::new(raw)?;
+        advise_huge_pages(ptr, layout);
         // SAFETY: the allocation holds exactly the parts' total length and is new, so it
         // overlaps none of them.
         unsafe { copy_blockwise(ptr.as_ptr(), len_bytes, parts, block_bytes, &mut each_block) };
-        Some(Self { ptr, layout })
+        Some(Self {
+            ptr,
+            layout,
+            align_bytes,
+        })
     }
 
     /// Overwrites the whole buffer with the concatenation of `parts` (their total length must
@@ -88,9 +152,10 @@ impl AlignedBuf {
         true
     }
 
-    /// The alignment of the buffer's start address, bytes.
+    /// The alignment asked for the buffer's start address, bytes (a large buffer's is also a
+    /// huge-page boundary).
     pub fn align_bytes(&self) -> usize {
-        self.layout.align()
+        self.align_bytes
     }
 
     /// Length in bytes.
@@ -176,7 +241,7 @@ impl std::fmt::Debug for AlignedBuf {
             f,
             "AlignedBuf({} bytes, align {})",
             self.layout.size(),
-            self.layout.align()
+            self.align_bytes
         )
     }
 }
@@ -194,6 +259,31 @@ mod tests {
         assert_eq!(b.as_slice()[5], 7);
         assert!(AlignedBuf::zeroed(0, 4096).is_none());
         assert!(AlignedBuf::zeroed(10, 3).is_none());
+    }
+
+    #[test]
+    fn large_buffers_sit_on_huge_page_boundaries_and_keep_their_asked_alignment() {
+        let len = 2 * HUGE_PAGE_BYTES + 4096;
+        let z = AlignedBuf::zeroed(len, 4096).unwrap();
+        assert_eq!(z.as_slice().as_ptr() as usize % HUGE_PAGE_BYTES, 0);
+        assert_eq!(
+            z.align_bytes(),
+            4096,
+            "pools match buffers on the asked alignment"
+        );
+        assert!(z.as_slice().iter().all(|&x| x == 0));
+        let parts: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let (a, b) = parts.split_at(12345);
+        let f = AlignedBuf::from_parts(&[a, b], 512).unwrap();
+        assert_eq!(f.as_slice().as_ptr() as usize % HUGE_PAGE_BYTES, 0);
+        assert_eq!(f.align_bytes(), 512);
+        assert_eq!(f.as_slice(), &parts[..]);
+        let small = AlignedBuf::zeroed(HUGE_PAGE_BYTES - 4096, 4096).unwrap();
+        assert_eq!(small.align_bytes(), 4096);
+        assert!(
+            AlignedBuf::zeroed(len, 3).is_none(),
+            "a bad alignment is refused at any size"
+        );
     }
 
     #[test]

@@ -140,4 +140,19 @@ mod tests {
         assert!(pool.take(0).is_none());
         assert!(pool.reuse(8192).is_none(), "only exact lengths are reused");
     }
+
+    #[test]
+    fn huge_page_placed_buffers_come_back_to_the_pool_too() {
+        let len = 4 << 20;
+        let pool = Arc::new(AlignedPool::new(2 * len, 4096));
+        let a = pool.take(len).unwrap();
+        let ptr = a.as_slice().as_ptr();
+        drop(pool.lend(a));
+        assert_eq!(
+            pool.free_bytes(),
+            len,
+            "kept although placed on a 2 MiB boundary"
+        );
+        assert_eq!(pool.take(len).unwrap().as_slice().as_ptr(), ptr);
+    }
 }
