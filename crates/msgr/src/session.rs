@@ -377,7 +377,7 @@ enum Ended {
     /// The connection failed; wait for (or make) another.
     Lost(MsgrError),
     /// The peer reconnected: continue on the new connection.
-    Replaced(NewConn),
+    Replaced(Box<NewConn>),
 }
 
 type NewConn = (Conn, u64);
@@ -442,7 +442,7 @@ async fn drive_inner(
                 }
             } => {
                 return Ok(match newer {
-                    Some(conn) => Ended::Replaced(conn),
+                    Some(conn) => Ended::Replaced(Box::new(conn)),
                     None => Ended::SessionClosed,
                 });
             }
@@ -626,7 +626,7 @@ async fn run_acceptor(
             Ended::Lost(e) => {
                 tracing::debug!(error = %e, "session connection lost; waiting for reconnect")
             }
-            Ended::Replaced(newer) => next = Some(newer),
+            Ended::Replaced(newer) => next = Some(*newer),
         }
     }
 }
