@@ -236,6 +236,17 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     Ok(Store::mount(dev, KvLocation::File(kv), store_cfg).await?)
 }
 
+/// Refuses a byte-size setting outside `[min, max.0]`; `max.1` says where the maximum comes from.
+fn check_bytes_setting(name: &str, value: u64, min: u64, max: (u64, &str)) -> Result<(), OsdError> {
+    if (min..=max.0).contains(&value) {
+        return Ok(());
+    }
+    Err(OsdError::Config(format!(
+        "{name} {value} must be in [{min}, {}] ({})",
+        max.0, max.1
+    )))
+}
+
 impl OsdDaemon {
     /// Starts an OSD: store and PGs, monitor boot and subscription, listener, heartbeats,
     /// beacons, metrics.
@@ -247,27 +258,21 @@ impl OsdDaemon {
             )));
         }
         let frame_limit = u64::from(cairn_msgr::Limits::default().max_payload_bytes);
-        if cfg.max_object_bytes == 0 || cfg.max_object_bytes > frame_limit / 2 {
-            return Err(OsdError::Config(format!(
-                "max_object_bytes {} must be in [1, {}] (half the messenger's frame limit)",
-                cfg.max_object_bytes,
-                frame_limit / 2
-            )));
-        }
-        if cfg.recovery_chunk_bytes < 4096 || cfg.recovery_chunk_bytes > frame_limit / 4 {
-            return Err(OsdError::Config(format!(
-                "recovery_chunk_bytes {} must be in [4096, {}] (a quarter of the messenger's frame limit)",
-                cfg.recovery_chunk_bytes,
-                frame_limit / 4
-            )));
-        }
-        if cfg.max_xattr_bytes_per_object == 0 || cfg.max_xattr_bytes_per_object > frame_limit / 4 {
-            return Err(OsdError::Config(format!(
-                "max_xattr_bytes_per_object {} must be in [1, {}] (a quarter of the messenger's frame limit)",
-                cfg.max_xattr_bytes_per_object,
-                frame_limit / 4
-            )));
-        }
+        let half = (frame_limit / 2, "half the messenger's frame limit");
+        let quarter = (frame_limit / 4, "a quarter of the messenger's frame limit");
+        check_bytes_setting("max_object_bytes", cfg.max_object_bytes, 1, half)?;
+        check_bytes_setting(
+            "recovery_chunk_bytes",
+            cfg.recovery_chunk_bytes,
+            4096,
+            quarter,
+        )?;
+        check_bytes_setting(
+            "max_xattr_bytes_per_object",
+            cfg.max_xattr_bytes_per_object,
+            1,
+            quarter,
+        )?;
         crate::sched::check_shard_count(cfg.op_shards)?;
         if !(cfg.nearfull_ratio > 0.0 && cfg.nearfull_ratio <= cfg.full_ratio) {
             return Err(OsdError::Config(format!(
@@ -550,6 +555,29 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                 });
             }
             other => tracing::warn!(osd = s.id, msg_type = other, "unexpected message type"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_settings_outside_their_range_are_refused_by_name() {
+        let max = (1024, "the test's bound");
+        assert!(check_bytes_setting("x", 1, 1, max).is_ok());
+        assert!(check_bytes_setting("x", 1024, 1, max).is_ok());
+        for bad in [0, 1025] {
+            match check_bytes_setting("max_xattr_bytes_per_object", bad, 1, max) {
+                Err(OsdError::Config(why)) => assert_eq!(
+                    why,
+                    format!(
+                        "max_xattr_bytes_per_object {bad} must be in [1, 1024] (the test's bound)"
+                    )
+                ),
+                other => panic!("{bad} accepted: {other:?}"),
+            }
         }
     }
 }
