@@ -5,6 +5,15 @@
   (pool size 1) -> three OSDs (size 3) -> real Ceph 16.2 (`rados bench`, 3 BlueStore OSDs,
   size 3, started with shared/peers/ceph-mini).
 
+The network is a layer of its own, as in the seed ("block devices, backend file system, storage
+network, parallel file system"): `cairn msgr bench` moves the same messages between two
+processes on loopback with no storage behind them. One OSD stands on both the store and the
+network, so its efficiency is given against each.
+
+fio's buffers are huge pages (`--iomem=mmaphuge`, with huge pages reserved for the run and the
+old reservation put back), as cairn's I/O buffers of 2 MiB and more are: a 4 MiB direct write
+from small pages is split into ~10 device requests on this VM's virtio disk.
+
 Workloads: 4 MiB writes and reads, 4 KiB writes and reads, 16 in flight. Writes are durable at
 every layer (fio: fdatasync per write; store: one durable transaction; cluster: acknowledged
 when every copy has committed). Prints a markdown table with each layer's efficiency against
@@ -45,11 +54,41 @@ def run(cmd, **kw):
     return done.stdout
 
 
-def fio(path, rw, bs, jobs, seconds, sync):
+HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+# fio's 16 jobs each take at least one 2 MiB huge page per buffer (4 MiB: two), with room.
+FIO_HUGEPAGES = 96
+
+
+def reserve_hugepages(pages):
+    """Reserves `pages` huge pages; returns the old reservation (None: could not reserve)."""
+    try:
+        with open(HUGEPAGES) as f:
+            old = int(f.read())
+        with open(HUGEPAGES, "w") as f:
+            f.write(str(max(old, pages)))
+        with open(HUGEPAGES) as f:
+            if int(f.read()) >= pages:
+                return old
+        restore_hugepages(old)
+        return None
+    except OSError:
+        return None
+
+
+def restore_hugepages(old):
+    try:
+        with open(HUGEPAGES, "w") as f:
+            f.write(str(old))
+    except OSError:
+        pass
+
+
+def fio(path, rw, bs, jobs, seconds, sync, huge):
     args = [
         "fio", "--name=raw", f"--filename={path}", f"--rw={rw}", f"--bs={bs}",
         "--direct=1", "--ioengine=psync", f"--numjobs={jobs}", "--group_reporting",
         f"--runtime={seconds}", "--time_based", "--size=1G", "--output-format=json",
+        "--iomem=" + ("mmaphuge" if huge else "malloc"),
     ]
     if sync:
         args.append("--fdatasync=1")
@@ -57,6 +96,13 @@ def fio(path, rw, bs, jobs, seconds, sync):
     job = out["jobs"][0]
     side = job["write"] if "write" in rw else job["read"]
     return side["iops"], side["bw_bytes"] / 1e6
+
+
+def msgr_bench(seconds, shape, size):
+    out = run([CAIRN, "msgr", "bench", str(seconds), shape, "-b", str(size), "-t", "16"])
+    bw = float(re.search(r"Bandwidth \(MB/sec\):\s+([\d.]+)", out).group(1))
+    iops = float(re.search(r"Average IOPS:\s+([\d.]+)", out).group(1))
+    return iops, bw, None
 
 
 def store_bench(path, seconds, prefill):
@@ -144,6 +190,7 @@ def rados_bench(seconds, mode, size):
 
 
 CEPH_BLOCK_GB = 10
+NETWORK = "cairn messenger, 2 processes (no storage)"
 
 
 def ceph(seconds, work, prefill):
@@ -201,11 +248,25 @@ def main():
             f.truncate(1 << 30)
         run(["dd", "if=/dev/zero", f"of={raw}", "bs=4M", "count=256", "conv=fsync"])
         layers = {}
-        layers["fio raw file"] = {
-            "4M write": fio(raw, "write", "4M", 16, a.seconds, True) + (None,),
-            "4M read": fio(raw, "read", "4M", 16, a.seconds, False) + (None,),
-            "4K write": fio(raw, "randwrite", "4k", 16, a.seconds, True) + (None,),
-            "4K read": fio(raw, "randread", "4k", 16, a.seconds, False) + (None,),
+        old_huge = reserve_hugepages(FIO_HUGEPAGES)
+        huge = old_huge is not None
+        if not huge:
+            print("could not reserve huge pages: fio runs from small pages", file=sys.stderr)
+        try:
+            layers["fio raw file"] = {
+                "4M write": fio(raw, "write", "4M", 16, a.seconds, True, huge) + (None,),
+                "4M read": fio(raw, "read", "4M", 16, a.seconds, False, huge) + (None,),
+                "4K write": fio(raw, "randwrite", "4k", 16, a.seconds, True, huge) + (None,),
+                "4K read": fio(raw, "randread", "4k", 16, a.seconds, False, huge) + (None,),
+            }
+        finally:
+            if huge:
+                restore_hugepages(old_huge)
+        layers[NETWORK] = {
+            "4M write": msgr_bench(a.seconds, "write", 4 << 20),
+            "4M read": msgr_bench(a.seconds, "read", 4 << 20),
+            "4K write": msgr_bench(a.seconds, "write", 4096),
+            "4K read": msgr_bench(a.seconds, "read", 4096),
         }
         store_dev = os.path.join(work, "store.dev")
         st = store_bench(store_dev, a.seconds, a.prefill)
@@ -234,8 +295,11 @@ def main():
         v = layers[layer].get(w)
         return None if not v else (v[1] if w.startswith("4M") else v[0])
 
-    below = {"cairn store": "fio raw file", "cairn 1 OSD, size 1": "cairn store",
-             "cairn 3 OSDs, size 3": "cairn 1 OSD, size 1"}
+    # (row name, layer, the layer below it); one OSD stands on the store and on the network.
+    below = [("cairn store", "cairn store", "fio raw file"),
+             ("cairn 1 OSD, size 1", "cairn 1 OSD, size 1", "cairn store"),
+             ("cairn 1 OSD, size 1 (vs messenger)", "cairn 1 OSD, size 1", NETWORK),
+             ("cairn 3 OSDs, size 3", "cairn 3 OSDs, size 3", "cairn 1 OSD, size 1")]
     lines = ["| layer | " + " | ".join(works) + " |", "|---|" + "---:|" * len(works)]
     for layer in layers:
         lines.append(f"| {layer} | " + " | ".join(cell(layer, w) for w in works) + " |")
@@ -244,7 +308,7 @@ def main():
     lines.append("")
     lines.append("| layer | " + " | ".join(works) + " |")
     lines.append("|---|" + "---:|" * len(works))
-    for layer, base in below.items():
+    for name, layer, base in below:
         row = []
         for w in works:
             x, y = value(layer, w), value(base, w)
@@ -259,7 +323,7 @@ def main():
                 continue
             factor = 3 if (layer.startswith("cairn 3") and "write" in w) else 1
             row.append(f"{100 * x * factor / y:.0f}%")
-        lines.append(f"| {layer} | " + " | ".join(row) + " |")
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
     if "Ceph 16.2, 3 OSDs, size 3" in layers:
         lines.append("")
         lines.append("cairn (3 OSDs, size 3) against Ceph 16.2 (3 OSDs, size 3), same machine, same run:")
@@ -275,7 +339,9 @@ def main():
     print(text)
     with open(a.out, "w") as f:
         flags = " --prefill" if a.prefill else ""
-        f.write(f"<!-- written by bench/bottom_up.py --seconds {a.seconds}{flags} on {time.strftime('%Y-%m-%d %H:%M')} -->\n" + text)
+        fio_mem = "huge pages" if huge else "small pages (no huge pages could be reserved)"
+        f.write(f"<!-- written by bench/bottom_up.py --seconds {a.seconds}{flags} on "
+                f"{time.strftime('%Y-%m-%d %H:%M')}; fio's buffers: {fio_mem} -->\n" + text)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ mod crush_cmd;
 mod crush_placement;
 mod data_cmd;
 mod mon_cmd;
+mod msgr_cmd;
 mod plot;
 mod s3_cmd;
 mod sched_cmd;
@@ -65,6 +66,8 @@ enum Command {
     Osd(mon_cmd::OsdArgs),
     /// QoS scheduler: simulate scenarios in virtual time.
     Sched(sched_cmd::SchedArgs),
+    /// Messenger: round trips between two processes with no storage (the network layer).
+    Msgr(msgr_cmd::MsgrArgs),
     /// Object store: benchmark against fio, emulated device capacities, fsck.
     Store(store_cmd::StoreArgs),
     /// Cache device (Open-CAS style): create, set-param, load-ioclass, stats, flush, detach.
@@ -130,6 +133,7 @@ fn main() -> anyhow::Result<()> {
         Command::Pool(args) => mon_cmd::run_pool(args),
         Command::Osd(args) => mon_cmd::run_osd(args),
         Command::Sched(args) => sched_cmd::run(args),
+        Command::Msgr(args) => msgr_cmd::run(args),
         Command::Store(args) => store_cmd::run(args),
         Command::Cache(args) => cache_cmd::run(args),
         Command::Study(args) => study_cmd::run(args),

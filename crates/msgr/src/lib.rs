@@ -9,6 +9,7 @@
 //! bound on bytes in flight (backpressure). Nothing here interprets payloads.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod blockcrc;
 pub mod bufs;
 pub mod conn;
