@@ -21,12 +21,19 @@ fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
     ) as u32
 }
 
-/// crc32c(A ‖ `bytes`) from crc32c(A).
+/// crc32c(A ‖ `bytes`) from crc32c(A): the checksum resumed from A's register (crc32c's final
+/// xor undone) over `bytes`, one pass and no combining (crc-fast's combine is a GF(2) matrix
+/// power, ~4% of a client's CPU on 4 MiB reads when it ran once per socket read).
 fn crc32c_append(crc_a: u32, bytes: &[u8]) -> u32 {
     if bytes.is_empty() {
         return crc_a;
     }
-    crc32c_combine(crc_a, crc_fast::crc32_iscsi(bytes), bytes.len())
+    let mut digest = crc_fast::Digest::new_with_init_state(
+        crc_fast::CrcAlgorithm::Crc32Iscsi,
+        u64::from(!crc_a),
+    );
+    digest.update(bytes);
+    digest.finalize() as u32
 }
 
 /// Lookup tables applying the linear map "append `CRC_BLOCK_BYTES` bytes" to a crc32c, one table
