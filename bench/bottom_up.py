@@ -273,6 +273,7 @@ def main():
         os.remove(store_dev)
         layers["cairn store"] = {
             "4M write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 MiB write QD16")), None),
+            "4M read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 MiB read QD16")), None),
             "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand write QD16")), None),
             "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand read QD16")), None),
         }
@@ -313,7 +314,7 @@ def main():
         for w in works:
             x, y = value(layer, w), value(base, w)
             if base not in layers or layer not in layers or x is None or y is None or y == 0:
-                # A layer with no number (the store has no 4 MiB read phase): compare with fio.
+                # A layer with no number (as the store had no 4 MiB read phase before session 29): compare with fio.
                 y = value("fio raw file", w) if x is not None else None
                 if y is None or x is None:
                     row.append("-")

@@ -75,14 +75,15 @@ struct BenchArgs {
     #[arg(long)]
     kv: Option<PathBuf>,
     /// MiB written by the sequential phase (4 MiB objects), and again by the 4 MiB phase at each
-    /// queue depth above 1; the random phases use the sequential phase's objects.
+    /// queue depth above 1 (then read back whole at that depth); the random phases use the
+    /// sequential phase's objects.
     #[arg(long, default_value_t = 512)]
     seq_mib: u64,
     /// 4 KiB operations per random phase.
     #[arg(long, default_value_t = 4000)]
     rand_ops: u64,
     /// Queue depths of the random phases (concurrent submitters), comma-separated; each one
-    /// above 1 also has a 4 MiB write phase.
+    /// above 1 also has a 4 MiB write phase and a 4 MiB read phase.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16])]
     queue_depths: Vec<usize>,
     /// Writes shorter than this go through the KV (deferred); the rest are copy-on-write.
@@ -448,7 +449,7 @@ fn render_ratios(per_round: &[Vec<(String, f64)>], medians: &[(String, f64)]) ->
 }
 
 /// One round of the store's phases on a fresh store: 4 MiB sequential writes, as many new
-/// 4 MiB objects at each queue depth above 1, then 4 KiB random writes and reads at each
+/// 4 MiB objects at each queue depth above 1 (written, then read back whole), then 4 KiB random writes and reads at each
 /// queue depth; prints the store's own counters.
 async fn store_round(
     a: &BenchArgs,
@@ -523,8 +524,6 @@ async fn store_round(
             write_new_objects(&store, &name, qd, objects, &payload, crcs.as_ref()).await?;
         store.sync().await?;
         let after = store.stats().await;
-        // The random phases find the store as the sequential phase left it.
-        remove_new_objects(&store, qd, objects).await?;
         times.push(time_split(&name, &before, &after));
         groups.push(format!(
             "{name}: {} transactions in {} group commits, {} launched behind another",
@@ -540,6 +539,20 @@ async fn store_round(
             &before,
             &after,
         ));
+        let name = format!("4 MiB read QD{qd}");
+        let before = store.stats().await;
+        let (lat, elapsed) = read_new_objects(&store, &name, qd, objects).await?;
+        let after = store.stats().await;
+        results.push(summarize(
+            name,
+            lat,
+            elapsed,
+            SEQ_OBJECT_BYTES,
+            &before,
+            &after,
+        ));
+        // The random phases find the store as the sequential phase left it.
+        remove_new_objects(&store, qd, objects).await?;
     }
 
     for &qd in &a.queue_depths {
@@ -659,6 +672,50 @@ async fn write_new_objects(
                 let t0 = Instant::now();
                 store.queue_transaction_owned(t).await?;
                 lat.push(t0.elapsed());
+                pb.inc(1);
+            }
+        }));
+    }
+    let mut lat = Vec::with_capacity(objects);
+    for t in tasks {
+        lat.extend(t.await??);
+    }
+    let elapsed = start.elapsed();
+    pb.finish_and_clear();
+    Ok((lat, elapsed))
+}
+
+/// Reads back, whole and each once, the objects [`write_new_objects`] wrote at queue depth `qd`,
+/// from `qd` concurrent readers, as an OSD reads them (`read_checksummed`: every block verified
+/// against its crc32c, the buffer handed over without a copy). Fails on a short read.
+async fn read_new_objects(
+    store: &Arc<Store>,
+    name: &str,
+    qd: usize,
+    objects: usize,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    let pb = progress(objects as u64, name);
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..qd {
+        let (store, pb, next) = (store.clone(), pb.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= objects {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let obj = format!("qd{qd}-{i:06}");
+                let t0 = Instant::now();
+                let (bytes, _) = store
+                    .read_checksummed("bench", &obj, 0, SEQ_OBJECT_BYTES as u64)
+                    .await?;
+                lat.push(t0.elapsed());
+                if bytes.len() != SEQ_OBJECT_BYTES {
+                    bail!("{obj}: read {} bytes of {SEQ_OBJECT_BYTES}", bytes.len());
+                }
                 pb.inc(1);
             }
         }));
@@ -855,6 +912,19 @@ fn run_fio(a: &BenchArgs, objects: usize) -> anyhow::Result<Vec<PhaseResult>> {
             },
         )?;
         out.push(fio_result(&v, "write", format!("4 MiB write QD{qd}")));
+        let v = fio_job(
+            a,
+            FioJob {
+                name: "read4m",
+                rw: "randread",
+                bs: "4M",
+                size_mib: span_mib,
+                jobs: qd,
+                ios_per_job: Some((objects / qd).max(1) as u64),
+                sync: false,
+            },
+        )?;
+        out.push(fio_result(&v, "read", format!("4 MiB read QD{qd}")));
         pb.inc(1);
     }
     for &qd in &a.queue_depths {

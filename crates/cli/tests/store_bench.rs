@@ -1,4 +1,4 @@
-//! `cairn store bench` on a small file: every phase runs and reports a row (the 4 MiB phase at
+//! `cairn store bench` on a small file: every phase runs and reports a row (the 4 MiB write and read phases at
 //! each queue depth above 1 included), the store is fsck-clean afterwards, and sizes that do
 //! not fit are refused with a clear error before anything is written.
 
@@ -35,6 +35,7 @@ fn every_phase_reports_a_row_and_the_store_stays_clean() {
     for row in [
         "| 4 MiB seq write QD1 | cairn store |",
         "| 4 MiB write QD4 | cairn store |",
+        "| 4 MiB read QD4 | cairn store |",
         "| 4 KiB rand write QD1 | cairn store |",
         "| 4 KiB rand read QD4 | cairn store |",
     ] {
