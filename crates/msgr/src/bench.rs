@@ -105,15 +105,16 @@ fn invalid_spec(what: String) -> MsgrError {
     MsgrError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, what))
 }
 
-/// Zeros to answer with, and their crc32c, shared by every reply.
-struct ReplyData {
+/// Zeros to send as data (the server's replies, the load generator's requests), shared by
+/// every message, with their crc32c computed once per length.
+struct Zeros {
     zeros: Bytes,
     crc_by_len: Mutex<Vec<(usize, u32)>>,
 }
 
-impl ReplyData {
+impl Zeros {
     fn new(max_bytes: usize) -> Self {
-        ReplyData {
+        Zeros {
             zeros: Bytes::from(vec![0u8; max_bytes]),
             crc_by_len: Mutex::new(Vec::new()),
         }
@@ -137,13 +138,13 @@ impl ReplyData {
 /// Serves benchmark requests on every session `listener` accepts until it is dropped; a
 /// malformed request is logged and dropped, a reply larger than the frame limit is refused.
 pub async fn serve_echo(mut listener: Listener, limits: Limits) {
-    let data = Arc::new(ReplyData::new(limits.max_payload_bytes as usize));
+    let data = Arc::new(Zeros::new(limits.max_payload_bytes as usize));
     while let Some(session) = listener.accept().await {
         tokio::spawn(serve_session(session, data.clone()));
     }
 }
 
-async fn serve_session(mut session: Session, data: Arc<ReplyData>) {
+async fn serve_session(mut session: Session, data: Arc<Zeros>) {
     let sender = session.sender();
     while let Some(frame) = session.recv().await {
         if frame.header.msg_type != MSG_BENCH_REQUEST {
@@ -215,7 +216,7 @@ async fn drive_load(
     waiting: Waiting,
     spec: LoadSpec,
 ) -> Result<LoadReport, MsgrError> {
-    let request = ReplyData::new(spec.request_bytes);
+    let request = Zeros::new(spec.request_bytes);
     let (data, crc) = request.slice(spec.request_bytes);
     let next_id = Arc::new(AtomicU64::new(1));
     let started = Instant::now();
@@ -342,7 +343,7 @@ mod tests {
     async fn shared_reply_data_carries_the_checksum_of_its_bytes() {
         // Computed once per length and reused: a wrong one would make every reply of that
         // length fail the client's checksum check.
-        let data = ReplyData::new(8192);
+        let data = Zeros::new(8192);
         let (bytes, crc) = data.slice(4096);
         assert_eq!(crc, crc_fast::crc32_iscsi(&bytes));
         let (_, again) = data.slice(4096);
