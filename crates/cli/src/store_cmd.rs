@@ -654,35 +654,12 @@ async fn write_new_objects(
     payload: &bytes::Bytes,
     crcs: Option<&DataCrcs>,
 ) -> anyhow::Result<(Vec<Duration>, Duration)> {
-    let pb = progress(objects as u64, name);
-    let next = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..qd {
-        let (store, pb, next) = (store.clone(), pb.clone(), next.clone());
-        let (payload, crcs) = (payload.clone(), crcs.cloned());
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= objects {
-                    return Ok::<_, cairn_store::StoreError>(lat);
-                }
-                let t = write_object(&format!("qd{qd}-{i:06}"), &payload, crcs.as_ref());
-                let t0 = Instant::now();
-                store.queue_transaction_owned(t).await?;
-                lat.push(t0.elapsed());
-                pb.inc(1);
-            }
-        }));
-    }
-    let mut lat = Vec::with_capacity(objects);
-    for t in tasks {
-        lat.extend(t.await??);
-    }
-    let elapsed = start.elapsed();
-    pb.finish_and_clear();
-    Ok((lat, elapsed))
+    let (payload, crcs) = (payload.clone(), crcs.cloned());
+    time_each_new_object(store, name, qd, objects, move |store, obj| {
+        let t = write_object(&obj, &payload, crcs.as_ref());
+        async move { Ok(store.queue_transaction_owned(t).await?) }
+    })
+    .await
 }
 
 /// Reads back, whole and each once, the objects [`write_new_objects`] wrote at queue depth `qd`,
@@ -694,12 +671,37 @@ async fn read_new_objects(
     qd: usize,
     objects: usize,
 ) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    time_each_new_object(store, name, qd, objects, |store, obj| async move {
+        let (bytes, _) = store
+            .read_checksummed("bench", &obj, 0, SEQ_OBJECT_BYTES as u64)
+            .await?;
+        if bytes.len() != SEQ_OBJECT_BYTES {
+            bail!("{obj}: read {} bytes of {SEQ_OBJECT_BYTES}", bytes.len());
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Runs `op` once on each of the `objects` objects named `qd{qd}-NNNNNN`, from `qd` concurrent
+/// tasks taking the next name as they finish one; returns each op's latency and the wall time.
+async fn time_each_new_object<F, Fut>(
+    store: &Arc<Store>,
+    name: &str,
+    qd: usize,
+    objects: usize,
+    op: F,
+) -> anyhow::Result<(Vec<Duration>, Duration)>
+where
+    F: Fn(Arc<Store>, String) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
     let pb = progress(objects as u64, name);
     let next = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..qd {
-        let (store, pb, next) = (store.clone(), pb.clone(), next.clone());
+        let (store, pb, next, op) = (store.clone(), pb.clone(), next.clone(), op.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             loop {
@@ -707,15 +709,9 @@ async fn read_new_objects(
                 if i >= objects {
                     return Ok::<_, anyhow::Error>(lat);
                 }
-                let obj = format!("qd{qd}-{i:06}");
                 let t0 = Instant::now();
-                let (bytes, _) = store
-                    .read_checksummed("bench", &obj, 0, SEQ_OBJECT_BYTES as u64)
-                    .await?;
+                op(store.clone(), format!("qd{qd}-{i:06}")).await?;
                 lat.push(t0.elapsed());
-                if bytes.len() != SEQ_OBJECT_BYTES {
-                    bail!("{obj}: read {} bytes of {SEQ_OBJECT_BYTES}", bytes.len());
-                }
                 pb.inc(1);
             }
         }));
