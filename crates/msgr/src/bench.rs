@@ -279,7 +279,7 @@ async fn drive_load(
 }
 
 fn check_spec(spec: &LoadSpec, limits: &Limits) -> Result<(), MsgrError> {
-    let frame_room = limits.max_payload_bytes as usize - REQUEST_PAYLOAD_BYTES;
+    let frame_room = (limits.max_payload_bytes as usize).saturating_sub(REQUEST_PAYLOAD_BYTES);
     if spec.in_flight == 0 || spec.in_flight > MAX_BENCH_IN_FLIGHT {
         return Err(invalid_spec(format!(
             "requests in flight must be 1 to {MAX_BENCH_IN_FLIGHT}, not {}",
@@ -365,6 +365,15 @@ mod tests {
         let big = limits.max_payload_bytes as usize;
         assert!(matches!(
             run_load(nowhere, limits, spec(big, 0)).await,
+            Err(MsgrError::TooLarge { .. })
+        ));
+        // Limits too small for even the request's own payload refuse any data, never panic.
+        let tiny = Limits {
+            max_payload_bytes: 4,
+            ..limits
+        };
+        assert!(matches!(
+            run_load(nowhere, tiny, spec(1, 0)).await,
             Err(MsgrError::TooLarge { .. })
         ));
     }
