@@ -3,9 +3,10 @@
 //! the same messages an OSD and a client move, over real sessions, with no storage behind them.
 //!
 //! A request carries its id and how many bytes the reply must carry; the server answers every
-//! request from a task of its own, as an OSD answers each op, with a shared buffer of zeros as
-//! the reply's data (checksummed once, as a store read comes with its block checksums). The load
-//! generator keeps a fixed number of requests in flight on one session, as `cairn bench` keeps
+//! request from a task of its own, as an OSD answers each op. Replies of one length cycle
+//! through 64 MiB of data written at start (an OSD's replies are distinct objects' bytes, not
+//! one buffer hot in the CPU's cache), each slot checksummed once as a store read comes with its
+//! block checksums. The load generator keeps a fixed number of requests in flight on one session, as `cairn bench` keeps
 //! its ops on one OSD session, and records every round trip's latency.
 
 use std::collections::HashMap;
@@ -105,46 +106,95 @@ fn invalid_spec(what: String) -> MsgrError {
     MsgrError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, what))
 }
 
-/// Zeros to send as data (the server's replies, the load generator's requests), shared by
-/// every message, with their crc32c computed once per length.
-struct Zeros {
-    zeros: Bytes,
-    crc_by_len: Mutex<Vec<(usize, u32)>>,
+/// Bytes the replies of one length cycle through: [`REPLY_WORKING_SET_BYTES`] of them (at most
+/// [`MAX_REPLY_SLOTS`] slots), as an OSD answers reads of distinct objects from memory the
+/// device just wrote, not from one buffer hot in the CPU's cache.
+const REPLY_WORKING_SET_BYTES: usize = 64 << 20;
+
+/// Most slots of one [`MessageData`] (explicit limit: crcs kept per slot).
+const MAX_REPLY_SLOTS: usize = 64;
+
+/// Most reply lengths whose data the server keeps (explicit limit); a reply of yet another
+/// length gets data of its own, one slot, built for it.
+const MAX_REPLY_LENGTHS: usize = 16;
+
+/// Data to send: a buffer written whole with a pattern (real memory, as an object's bytes are;
+/// an allocation never written reads as the kernel's one shared page of zeros, always in cache)
+/// cut into slots of one message length that messages take in turn, each with its crc32c
+/// computed once (as a store read comes with its block checksums).
+struct MessageData {
+    buf: Bytes,
+    len: usize,
+    crcs: Vec<u32>,
+    next: AtomicU64,
 }
 
-impl Zeros {
-    fn new(max_bytes: usize) -> Self {
-        Zeros {
-            zeros: Bytes::from(vec![0u8; max_bytes]),
-            crc_by_len: Mutex::new(Vec::new()),
+impl MessageData {
+    /// `slots` slices of `len` bytes (at least one slot).
+    fn new(len: usize, slots: usize) -> Self {
+        let slots = slots.clamp(1, MAX_REPLY_SLOTS);
+        let buf: Bytes = (0..len * slots)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect::<Vec<u8>>()
+            .into();
+        let crcs = (0..slots)
+            .map(|k| crc_fast::crc32_iscsi(&buf[k * len..(k + 1) * len]))
+            .collect();
+        MessageData {
+            buf,
+            len,
+            crcs,
+            next: AtomicU64::new(0),
         }
     }
 
-    /// The first `len` zeros and their crc32c (computed once per length).
-    fn slice(&self, len: usize) -> (Bytes, u32) {
-        let data = self.zeros.slice(..len);
-        let mut known = self.crc_by_len.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&(_, crc)) = known.iter().find(|(l, _)| *l == len) {
-            return (data, crc);
+    /// Slots of `len` bytes filling the reply working set.
+    fn for_replies(len: usize) -> Self {
+        Self::new(len, REPLY_WORKING_SET_BYTES / len.max(1))
+    }
+
+    /// The next slot's bytes and their crc32c.
+    fn next(&self) -> (Bytes, u32) {
+        let k = (self.next.fetch_add(1, Ordering::Relaxed) % self.crcs.len() as u64) as usize;
+        (
+            self.buf.slice(k * self.len..(k + 1) * self.len),
+            self.crcs[k],
+        )
+    }
+}
+
+/// The server's reply data, by reply length (at most [`MAX_REPLY_LENGTHS`] kept).
+#[derive(Default)]
+struct ReplyData {
+    by_len: Mutex<HashMap<usize, Arc<MessageData>>>,
+}
+
+impl ReplyData {
+    /// Data for replies of `len` bytes, built on first use.
+    fn for_len(&self, len: usize) -> Arc<MessageData> {
+        let mut known = self.by_len.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = known.get(&len) {
+            return d.clone();
         }
-        let crc = crc_fast::crc32_iscsi(&data);
-        if known.len() < 16 {
-            known.push((len, crc));
+        if known.len() >= MAX_REPLY_LENGTHS {
+            return Arc::new(MessageData::new(len, 1));
         }
-        (data, crc)
+        let d = Arc::new(MessageData::for_replies(len));
+        known.insert(len, d.clone());
+        d
     }
 }
 
 /// Serves benchmark requests on every session `listener` accepts until it is dropped; a
 /// malformed request is logged and dropped, a reply larger than the frame limit is refused.
 pub async fn serve_echo(mut listener: Listener, limits: Limits) {
-    let data = Arc::new(Zeros::new(limits.max_payload_bytes as usize));
+    let data = Arc::new(ReplyData::default());
     while let Some(session) = listener.accept().await {
-        tokio::spawn(serve_session(session, data.clone()));
+        tokio::spawn(serve_session(session, data.clone(), limits));
     }
 }
 
-async fn serve_session(mut session: Session, data: Arc<Zeros>) {
+async fn serve_session(mut session: Session, data: Arc<ReplyData>, limits: Limits) {
     let sender = session.sender();
     while let Some(frame) = session.recv().await {
         if frame.header.msg_type != MSG_BENCH_REQUEST {
@@ -161,8 +211,8 @@ async fn serve_session(mut session: Session, data: Arc<Zeros>) {
         let out = sender.clone();
         let data = data.clone();
         tokio::spawn(async move {
-            let len = (reply_bytes as usize).min(data.zeros.len());
-            let (body, crc) = data.slice(len);
+            let len = (reply_bytes as usize).min(limits.max_payload_bytes as usize);
+            let (body, crc) = data.for_len(len).next();
             let id_payload = Bytes::copy_from_slice(&id.to_le_bytes());
             let _ = out
                 .send_data(MSG_BENCH_REPLY, id_payload, body, Some(crc))
@@ -216,8 +266,8 @@ async fn drive_load(
     waiting: Waiting,
     spec: LoadSpec,
 ) -> Result<LoadReport, MsgrError> {
-    let request = Zeros::new(spec.request_bytes);
-    let (data, crc) = request.slice(spec.request_bytes);
+    // One request buffer for every request, as `cairn bench` (and rados bench) writes one.
+    let (data, crc) = MessageData::new(spec.request_bytes, 1).next();
     let next_id = Arc::new(AtomicU64::new(1));
     let started = Instant::now();
     let deadline = started + spec.duration;
@@ -340,15 +390,34 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn shared_reply_data_carries_the_checksum_of_its_bytes() {
-        // Computed once per length and reused: a wrong one would make every reply of that
-        // length fail the client's checksum check.
-        let data = Zeros::new(8192);
-        let (bytes, crc) = data.slice(4096);
-        assert_eq!(crc, crc_fast::crc32_iscsi(&bytes));
-        let (_, again) = data.slice(4096);
-        assert_eq!(again, crc);
-        assert_eq!(data.slice(0).1, crc_fast::crc32_iscsi(&[]));
+    async fn reply_data_cycles_through_distinct_slots_each_with_the_checksum_of_its_bytes() {
+        // Computed once per slot and reused: a wrong one would make every reply from that slot
+        // fail the client's checksum check.
+        let data = MessageData::new(4096, 3);
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            let (bytes, crc) = data.next();
+            assert_eq!(bytes.len(), 4096);
+            assert_eq!(crc, crc_fast::crc32_iscsi(&bytes));
+            seen.push(bytes.as_ptr() as usize);
+        }
+        assert_eq!(seen[..3], seen[3..], "slots are taken in turn");
+        assert_eq!(
+            seen.iter().collect::<std::collections::HashSet<_>>().len(),
+            3
+        );
+        assert!(data.next().0.iter().any(|&b| b != 0), "written, not zeros");
+        let replies = ReplyData::default();
+        assert_eq!(
+            replies.for_len(1 << 20).crcs.len(),
+            REPLY_WORKING_SET_BYTES >> 20
+        );
+        assert_eq!(replies.for_len(4096).crcs.len(), MAX_REPLY_SLOTS);
+        assert_eq!(replies.for_len(0).next().1, crc_fast::crc32_iscsi(&[]));
+        for len in 1..=MAX_REPLY_LENGTHS {
+            replies.for_len(len);
+        }
+        assert_eq!(replies.by_len.lock().unwrap().len(), MAX_REPLY_LENGTHS);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
