@@ -70,13 +70,14 @@ pub fn run(args: MsgrArgs) -> anyhow::Result<()> {
 }
 
 fn serve(listen: SocketAddr) -> anyhow::Result<()> {
-    // The OSD's runtime shape, so the server side costs what an OSD's messaging costs.
+    // The OSD's runtime shape and messenger limits, so the server side costs what an OSD's
+    // messaging costs.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(crate::cluster_cmd::OSD_WORKER_THREADS)
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let limits = Limits::default();
+        let limits = Limits::single_worker();
         let listener = Listener::bind(listen, limits).await?;
         println!("listening on {}", listener.local_addr());
         serve_echo(listener, limits).await;

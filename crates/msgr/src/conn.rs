@@ -171,6 +171,7 @@ impl FrameStream {
 pub const ZERO_COPY_DATA_BYTES: usize = 64 << 10;
 /// Most frames gathered into one vectored write.
 const MAX_FRAMES_PER_WRITE: usize = 64;
+
 /// Most buffers passed to one `writev` (Linux's IOV_MAX is 1024).
 const MAX_IOVECS: usize = 512;
 
@@ -257,7 +258,7 @@ async fn write_loop(
         }
         let mut pieces = encode_batch(&batch, &limits)?;
         batch.clear();
-        write_all(&mut sock, &mut pieces).await?;
+        write_all(&mut sock, &mut pieces, limits.write_turn_bytes).await?;
     }
     sock.shutdown().await?;
     Ok(())
@@ -282,8 +283,13 @@ fn encode_batch(frames: &[Frame], limits: &Limits) -> Result<Vec<Bytes>, MsgrErr
     Ok(pieces)
 }
 
-/// Writes every byte of `pieces` with vectored writes.
-async fn write_all(sock: &mut OwnedWriteHalf, pieces: &mut [Bytes]) -> Result<(), MsgrError> {
+/// Writes every byte of `pieces` with vectored writes of at most `turn_bytes` each (0: no
+/// bound), letting the runtime's other tasks run after each write that used its whole turn.
+async fn write_all(
+    sock: &mut OwnedWriteHalf,
+    pieces: &mut [Bytes],
+    turn_bytes: usize,
+) -> Result<(), MsgrError> {
     let mut first = 0;
     loop {
         while first < pieces.len() && pieces[first].is_empty() {
@@ -292,15 +298,28 @@ async fn write_all(sock: &mut OwnedWriteHalf, pieces: &mut [Bytes]) -> Result<()
         if first == pieces.len() {
             return Ok(());
         }
+        let turn = match turn_bytes {
+            0 => usize::MAX,
+            n => n,
+        };
+        let mut room = turn;
         let slices: Vec<IoSlice<'_>> = pieces[first..]
             .iter()
             .take(MAX_IOVECS)
-            .map(|p| IoSlice::new(p))
+            .map_while(|p| {
+                if room == 0 {
+                    return None;
+                }
+                let n = p.len().min(room);
+                room -= n;
+                Some(IoSlice::new(&p[..n]))
+            })
             .collect();
         let mut written = sock.write_vectored(&slices).await?;
         if written == 0 {
             return Err(MsgrError::Io(std::io::ErrorKind::WriteZero.into()));
         }
+        let whole_turn = written >= turn;
         while written > 0 {
             let piece = &mut pieces[first];
             let step = written.min(piece.len());
@@ -310,23 +329,32 @@ async fn write_all(sock: &mut OwnedWriteHalf, pieces: &mut [Bytes]) -> Result<()
                 first += 1;
             }
         }
+        if whole_turn {
+            tokio::task::yield_now().await;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::SINGLE_WORKER_WRITE_TURN_BYTES as SINGLE_WORKER_TURN;
     use std::time::Duration;
     use tokio::net::TcpListener;
 
     /// A connected pair: the raw socket of one end and the framed other end.
     async fn pair() -> (TcpStream, Conn) {
+        pair_with(Limits::default()).await
+    }
+
+    /// A connected pair whose framed end has `limits`.
+    async fn pair_with(limits: Limits) -> (TcpStream, Conn) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let raw = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (accepted, _) = listener.accept().await.unwrap();
-        (raw, framed(accepted, Limits::default()))
+        (raw, framed(accepted, limits))
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -376,31 +404,46 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn senders_never_wait_on_a_full_socket_and_order_holds() {
-        let (mut raw, conn) = pair().await;
-        let big = Bytes::from(vec![3u8; 16 << 20]);
-        // `send` is not async: it cannot wait for the peer, which reads nothing until the end.
-        let mut sent = vec![Frame::with_data(1, &b"big"[..], big)];
-        conn.writer.send(sent[0].clone()).unwrap();
-        for i in 0..200u32 {
-            let f = Frame::new(2, i.to_le_bytes().to_vec());
-            conn.writer.send(f.clone()).unwrap();
-            sent.push(f);
+        // Unbounded writes, the single-worker turns, and turns that cut headers and data
+        // segments mid-way: the same bytes in the same order every time.
+        for turn in [0, SINGLE_WORKER_TURN, 1000] {
+            let (mut raw, conn) = pair_with(Limits {
+                write_turn_bytes: turn,
+                ..Limits::default()
+            })
+            .await;
+            let big = Bytes::from(
+                (0..16u32 << 20)
+                    .map(|i| (i % 251) as u8)
+                    .collect::<Vec<_>>(),
+            );
+            // `send` is not async: it cannot wait for the peer, which reads nothing until the end.
+            let mut sent = vec![Frame::with_data(1, &b"big"[..], big.clone())];
+            conn.writer.send(sent[0].clone()).unwrap();
+            for i in 0..200u32 {
+                let f = match i % 50 {
+                    0 => Frame::with_data(3, i.to_le_bytes().to_vec(), big.slice(..1 << 20)),
+                    _ => Frame::new(2, i.to_le_bytes().to_vec()),
+                };
+                conn.writer.send(f.clone()).unwrap();
+                sent.push(f);
+            }
+            drop(conn.writer);
+            let mut wire = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut raw, &mut wire)
+                .await
+                .unwrap();
+            let mut buf = BytesMut::from(&wire[..]);
+            let mut got = Vec::new();
+            while let Some(f) = Frame::decode(&mut buf, &Limits::default()).unwrap() {
+                got.push(f);
+            }
+            assert!(buf.is_empty());
+            assert_eq!(
+                got, sent,
+                "turns of {turn} bytes: everything, in order, then the writer closed the socket"
+            );
         }
-        drop(conn.writer);
-        let mut wire = Vec::new();
-        tokio::io::AsyncReadExt::read_to_end(&mut raw, &mut wire)
-            .await
-            .unwrap();
-        let mut buf = BytesMut::from(&wire[..]);
-        let mut got = Vec::new();
-        while let Some(f) = Frame::decode(&mut buf, &Limits::default()).unwrap() {
-            got.push(f);
-        }
-        assert!(buf.is_empty());
-        assert_eq!(
-            got, sent,
-            "everything, in order, then the writer closed the socket"
-        );
     }
 
     #[tokio::test]

@@ -294,7 +294,9 @@ impl OsdDaemon {
             cfg.max_inflight_ops,
             cfg.op_shards,
         )?;
-        let mut listener = Listener::bind(cfg.listen, Limits::default()).await?;
+        // Replies to clients go out in turns, so that one large read's reply does not hold up
+        // the runtime's one worker (see `Limits::write_turn_bytes`); repops to peers go whole.
+        let mut listener = Listener::bind(cfg.listen, Limits::single_worker()).await?;
         let addr = listener.local_addr();
         let mon = Arc::new(MonClient::connect(cfg.mon, session_id(&cfg.uuid)).await);
         let boot = mon
