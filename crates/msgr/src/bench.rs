@@ -6,8 +6,9 @@
 //! request from a task of its own, as an OSD answers each op. Replies of one length cycle
 //! through 64 MiB of data written at start (an OSD's replies are distinct objects' bytes, not
 //! one buffer hot in the CPU's cache), each slot checksummed once as a store read comes with its
-//! block checksums. The load generator keeps a fixed number of requests in flight on one session, as `cairn bench` keeps
-//! its ops on one OSD session, and records every round trip's latency.
+//! block checksums. The load generator keeps a fixed number of requests in flight on one
+//! session, as `cairn bench` keeps its ops on one OSD session, and records every round trip's
+//! latency.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -171,7 +171,6 @@ impl FrameStream {
 pub const ZERO_COPY_DATA_BYTES: usize = 64 << 10;
 /// Most frames gathered into one vectored write.
 const MAX_FRAMES_PER_WRITE: usize = 64;
-
 /// Most buffers passed to one `writev` (Linux's IOV_MAX is 1024).
 const MAX_IOVECS: usize = 512;
 
@@ -290,6 +289,10 @@ async fn write_all(
     pieces: &mut [Bytes],
     turn_bytes: usize,
 ) -> Result<(), MsgrError> {
+    let turn = match turn_bytes {
+        0 => usize::MAX,
+        n => n,
+    };
     let mut first = 0;
     loop {
         while first < pieces.len() && pieces[first].is_empty() {
@@ -298,10 +301,6 @@ async fn write_all(
         if first == pieces.len() {
             return Ok(());
         }
-        let turn = match turn_bytes {
-            0 => usize::MAX,
-            n => n,
-        };
         let mut room = turn;
         let slices: Vec<IoSlice<'_>> = pieces[first..]
             .iter()
