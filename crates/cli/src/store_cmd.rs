@@ -449,8 +449,8 @@ fn render_ratios(per_round: &[Vec<(String, f64)>], medians: &[(String, f64)]) ->
 }
 
 /// One round of the store's phases on a fresh store: 4 MiB sequential writes, as many new
-/// 4 MiB objects at each queue depth above 1 (written, then read back whole), then 4 KiB random writes and reads at each
-/// queue depth; prints the store's own counters.
+/// 4 MiB objects at each queue depth above 1 (written, then read back whole), then 4 KiB random
+/// writes and reads at each queue depth; prints the store's own counters.
 async fn store_round(
     a: &BenchArgs,
     dev: Arc<dyn BlockDevice>,

@@ -19,4 +19,4 @@ pub mod http;
 pub mod session;
 
 pub use error::MsgrError;
-pub use frame::{Frame, FrameHeader, Limits, PROTOCOL_VERSION, SINGLE_WORKER_WRITE_TURN_BYTES};
+pub use frame::{Frame, FrameHeader, Limits, PROTOCOL_VERSION};
