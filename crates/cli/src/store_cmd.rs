@@ -86,9 +86,18 @@ struct BenchArgs {
     /// above 1 also has a 4 MiB write phase and a 4 MiB read phase.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16])]
     queue_depths: Vec<usize>,
-    /// Writes shorter than this go through the KV (deferred); the rest are copy-on-write.
+    /// Writes of new data shorter than this go through the log (deferred); the rest are
+    /// copy-on-write.
     #[arg(long, default_value_t = StoreConfig::default().deferred_max_bytes)]
     deferred_max_bytes: u64,
+    /// Overwrites shorter than this are deferred (not below `--deferred-max-bytes` on a
+    /// rotational device, e.g. `--profile hdd-7200`).
+    #[arg(long, default_value_t = StoreConfig::default().deferred_overwrite_max_bytes)]
+    deferred_overwrite_max_bytes: u64,
+    /// Pending deferred bytes that start a background checkpoint (it writes them in place; see
+    /// `StoreConfig::deferred_batch_bytes`).
+    #[arg(long, default_value_t = StoreConfig::default().deferred_batch_bytes)]
+    deferred_batch_bytes: u64,
     /// Size of the store's write-ahead log ring in MiB (0: no log; every commit then flushes the
     /// device and syncs the KV, the format before the log, for comparison).
     #[arg(long, default_value_t = 64)]
@@ -100,6 +109,10 @@ struct BenchArgs {
     /// `StoreConfig::max_groups_in_flight`).
     #[arg(long, default_value_t = StoreConfig::default().max_groups_in_flight)]
     groups_in_flight: usize,
+    /// Copy-on-write bytes a group in flight must write for the next group to be launched
+    /// behind it (see `StoreConfig::pipeline_min_cow_bytes`; 0 pipelines every group).
+    #[arg(long, default_value_t = StoreConfig::default().pipeline_min_cow_bytes)]
+    pipeline_min_cow_bytes: u64,
     /// Write aligned writes of at least this many bytes early, before their group forms (0:
     /// none; see `StoreConfig::early_write_min_bytes`).
     #[arg(long, default_value_t = StoreConfig::default().early_write_min_bytes)]
@@ -460,9 +473,12 @@ async fn store_round(
     let kv = kv.to_path_buf();
     let cfg = StoreConfig {
         deferred_max_bytes: a.deferred_max_bytes,
+        deferred_overwrite_max_bytes: a.deferred_overwrite_max_bytes,
+        deferred_batch_bytes: a.deferred_batch_bytes,
         wal_bytes: a.wal_mib << 20,
         wal_checkpoint_records: a.wal_checkpoint_records,
         max_groups_in_flight: a.groups_in_flight,
+        pipeline_min_cow_bytes: a.pipeline_min_cow_bytes,
         early_write_min_bytes: a.early_write_min_bytes,
         ..StoreConfig::default()
     };

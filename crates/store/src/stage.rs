@@ -2,8 +2,8 @@
 //! changes over the overlay over redb, `overlay::Layered`), with the new data gathered for
 //! writing before the commit.
 //!
-//! Owns copy-on-write placement (a write of at least `deferred_max_bytes` goes to newly
-//! allocated blocks, built once into aligned buffers from the transaction's bytes), deferred
+//! Owns copy-on-write placement (a write of at least `deferred_max_bytes`, or over blocks
+//! the object has of at least `deferred_overwrite_max_bytes`, goes to newly allocated blocks, built once into aligned buffers from the transaction's bytes), deferred
 //! (KV-logged) small writes, extent splitting on overwrite/zero/truncate/remove/clone/rename,
 //! and the bookkeeping of blocks allocated and freed (frees take effect only after the commit;
 //! allocations are returned if the transaction fails). It must never write to the device, and
@@ -549,6 +549,19 @@ impl Store {
         Ok(())
     }
 
+    /// Length under which a write at `offset` into an object of `live_blocks` blocks is
+    /// deferred: `deferred_max_bytes` into space the object does not have yet,
+    /// `deferred_overwrite_max_bytes` over (or partly over) blocks it has.
+    fn deferred_below(&self, offset: u64, live_blocks: u64) -> u64 {
+        if offset >= live_blocks.saturating_mul(self.sb.block_bytes) {
+            self.cfg.deferred_max_bytes
+        } else {
+            self.cfg
+                .deferred_overwrite_max_bytes
+                .min(self.cfg.deferred_max_bytes)
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn stage_write(
         &self,
@@ -580,7 +593,7 @@ impl Store {
                 runs,
                 live_blocks,
             )?;
-        } else if (data.len() as u64) < self.cfg.deferred_max_bytes {
+        } else if (data.len() as u64) < self.deferred_below(offset, live_blocks) {
             self.write_small(st, stage, t, o, offset, &data[..], live_blocks)
                 .await?;
         } else {

@@ -456,6 +456,7 @@ impl Store {
     ) -> Result<Store> {
         let props = dev.properties();
         cfg.validate(props.alignment_bytes)?;
+        let cfg = cfg.for_device(props.rotational);
         let kv_counters = Arc::new(KvCounters::default());
         let db = open_db(kv_loc, false, &cfg, kv_counters.clone())?;
         let mut block0 = vec![0u8; cfg.block_bytes as usize];

@@ -1,12 +1,14 @@
 //! Deferred writes: small writes (whole blocks included) are carried by the log record alone and
 //! applied in place later by the background checkpoint; a block freed while that checkpoint is
-//! writing it is not handed out again until it has finished.
+//! writing it is not handed out again until it has finished. Which writes are deferred
+//! depends on whether they bring new data and on the kind of device.
 
 mod common;
 
 use async_trait::async_trait;
 use cairn_blockdev::{
-    BlockDevice, CrashSwitch, DeviceProperties, MemDevice, PowerLossMode, Result as DevResult,
+    BlockDevice, CrashSwitch, DeviceProperties, FileDevice, FileDeviceOptions, MemDevice,
+    PowerLossMode, Result as DevResult,
 };
 use cairn_store::{
     CrashableKv, KvLocation, KvLossMode, Store, StoreConfig, StoreError, Transaction,
@@ -20,11 +22,12 @@ use std::time::Duration;
 
 const BLOCK: usize = 4096;
 
-/// Writes shorter than 16 KiB are deferred; a background checkpoint starts once 8 blocks are
+/// Writes shorter than 16 KiB, overwrites included, are deferred; a background checkpoint starts once 8 blocks are
 /// pending (long before the record interval).
 fn deferring() -> StoreConfig {
     StoreConfig {
         deferred_max_bytes: 16 * 1024,
+        deferred_overwrite_max_bytes: 16 * 1024,
         deferred_batch_bytes: 8 * BLOCK as u64,
         wal_checkpoint_records: 10_000,
         ..common::cfg()
@@ -308,6 +311,89 @@ async fn check(store: &Store, objects: &[(String, u8, usize)]) {
         assert!(
             got[..] == pattern(*seed, *len)[..],
             "{name} was overwritten"
+        );
+    }
+}
+
+/// Mounts a store with the default configuration on a file device that says it is
+/// `rotational` or not.
+async fn mount_file_store(dir: &std::path::Path, rotational: bool) -> Store {
+    let opts = FileDeviceOptions {
+        size_bytes: Some(64 << 20),
+        rotational,
+        ..FileDeviceOptions::default()
+    };
+    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&dir.join("dev"), &opts).unwrap());
+    let kv = || KvLocation::File(dir.join("kv"));
+    let cfg = StoreConfig::default();
+    if !dir.join("kv").exists() {
+        Store::mkfs(dev.clone(), kv(), &cfg).await.unwrap();
+    }
+    Store::mount(dev, kv(), cfg).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_data_and_part_blocks_are_deferred_and_whole_block_overwrites_only_on_rotational_devices(
+) {
+    for rotational in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = mount_file_store(dir.path(), rotational).await;
+        let pending = || async { store.stats().await.deferred_pending_bytes };
+        let mut expected: Vec<(&str, Vec<u8>)> = Vec::new();
+        let mut t = Transaction::new();
+        t.create_collection("c");
+        t.write("c", "big", 0, &pattern(1, 16 * BLOCK));
+        store.queue_transaction(&t).await.unwrap();
+        expected.push(("big", pattern(1, 16 * BLOCK)));
+        assert_eq!(pending().await, 0, "a 64 KiB write is copy-on-write");
+
+        let mut t = Transaction::new();
+        t.write("c", "new", 0, &pattern(2, BLOCK));
+        store.queue_transaction(&t).await.unwrap();
+        expected.push(("new", pattern(2, BLOCK)));
+        assert_eq!(
+            pending().await,
+            BLOCK as u64,
+            "4 KiB of new data is deferred"
+        );
+
+        let mut t = Transaction::new();
+        t.write("c", "big", 3 * BLOCK as u64, &pattern(3, BLOCK));
+        store.queue_transaction(&t).await.unwrap();
+        expected[0].1[3 * BLOCK..4 * BLOCK].copy_from_slice(&pattern(3, BLOCK));
+        let overwrite = if rotational { BLOCK as u64 } else { 0 };
+        assert_eq!(
+            pending().await,
+            (BLOCK as u64) + overwrite,
+            "a whole-block overwrite is deferred only on a rotational device ({rotational})"
+        );
+
+        let mut t = Transaction::new();
+        t.write("c", "big", 9 * BLOCK as u64 + 100, &pattern(4, 1000));
+        store.queue_transaction(&t).await.unwrap();
+        let at = 9 * BLOCK + 100;
+        expected[0].1[at..at + 1000].copy_from_slice(&pattern(4, 1000));
+        assert_eq!(
+            pending().await,
+            2 * BLOCK as u64 + overwrite,
+            "an overwrite of part of a block is deferred on every device"
+        );
+
+        check_reads(&store, &expected, "mounted").await;
+        drop(store);
+        let store = mount_file_store(dir.path(), rotational).await;
+        check_reads(&store, &expected, "remounted").await;
+    }
+}
+
+/// Reads every `(object, contents)` of collection "c" back whole and compares crc32c.
+async fn check_reads(store: &Store, expected: &[(&str, Vec<u8>)], when: &str) {
+    for (name, want) in expected {
+        let got = store.read("c", name, 0, want.len() as u64).await.unwrap();
+        assert_eq!(
+            crc_fast::crc32_iscsi(&got),
+            crc_fast::crc32_iscsi(want),
+            "{name} read back ({when})"
         );
     }
 }

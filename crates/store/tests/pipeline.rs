@@ -12,11 +12,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Two groups in flight behind any group, however small its copy-on-write data.
+/// Two groups in flight behind any group, however small its copy-on-write data; small
+/// overwrites deferred (the tests build groups of deferred writes).
 fn pipelined() -> StoreConfig {
     StoreConfig {
         max_groups_in_flight: 2,
         pipeline_min_cow_bytes: 0,
+        deferred_overwrite_max_bytes: StoreConfig::default().deferred_max_bytes,
         ..cfg()
     }
 }
