@@ -42,6 +42,46 @@ pub(crate) struct KvSnapshot {
     pub(crate) xattrs: ReadOnlyTable<&'static [u8], &'static [u8]>,
     pub(crate) omap: ReadOnlyTable<&'static [u8], &'static [u8]>,
     pub(crate) deferred: ReadOnlyTable<u64, &'static [u8]>,
+    /// Values of `colls` found in this snapshot so far (every write looks its collection up).
+    pub(crate) colls_found: FoundMemo,
+    /// Values of `onodes` found in this snapshot so far (a PG's meta object, whose onode every
+    /// OSD write of that PG looks up for its log entry, is read from here, not from redb).
+    pub(crate) onodes_found: FoundMemo,
+}
+
+/// Most entries a [`FoundMemo`] holds before it starts afresh (explicit memory limit).
+const FOUND_MEMO_ENTRIES: usize = 4096;
+/// Longest value a [`FoundMemo`] keeps, bytes.
+const FOUND_MEMO_VALUE_BYTES: usize = 256;
+
+/// Values found in one table of an immutable snapshot, kept so that keys looked up again and
+/// again skip redb's B-tree search. Always right: the snapshot never changes, and the memo is
+/// dropped with it. Keeps only keys that were found (a miss is usually a new object, looked up
+/// once), values of at most `FOUND_MEMO_VALUE_BYTES`, and at most `FOUND_MEMO_ENTRIES`.
+#[derive(Debug, Default)]
+pub(crate) struct FoundMemo(Mutex<std::collections::HashMap<Vec<u8>, Vec<u8>>>);
+
+impl FoundMemo {
+    /// The value found for `key` earlier, if any.
+    pub(crate) fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// Remembers that `key` holds `value` in the snapshot, within the limits.
+    pub(crate) fn found(&self, key: &[u8], value: &[u8]) {
+        if value.len() > FOUND_MEMO_VALUE_BYTES {
+            return;
+        }
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= FOUND_MEMO_ENTRIES {
+            m.clear();
+        }
+        m.insert(key.to_vec(), value.to_vec());
+    }
 }
 
 impl KvSnapshot {
@@ -56,6 +96,8 @@ impl KvSnapshot {
             xattrs: r.open_table(XATTRS).map_err(kv)?,
             omap: r.open_table(OMAP).map_err(kv)?,
             deferred: r.open_table(DEFERRED).map_err(kv)?,
+            colls_found: FoundMemo::default(),
+            onodes_found: FoundMemo::default(),
         })
     }
 }
@@ -263,6 +305,25 @@ impl StorageBackend for DynBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn found_memo_keeps_short_values_within_its_entry_limit() {
+        let m = FoundMemo::default();
+        m.found(b"k", b"v");
+        assert_eq!(m.get(b"k"), Some(b"v".to_vec()));
+        assert_eq!(m.get(b"other"), None);
+        m.found(b"long", &[7; FOUND_MEMO_VALUE_BYTES + 1]);
+        assert_eq!(m.get(b"long"), None, "long values are not kept");
+        for i in 0..FOUND_MEMO_ENTRIES as u32 {
+            m.found(&i.to_le_bytes(), b"x");
+        }
+        let held = m.0.lock().unwrap().len();
+        assert!(held <= FOUND_MEMO_ENTRIES, "{held} entries");
+        assert_eq!(
+            m.get(&(FOUND_MEMO_ENTRIES as u32 - 1).to_le_bytes()),
+            Some(b"x".to_vec())
+        );
+    }
 
     #[test]
     fn crashable_kv_drops_unsynced_writes() {

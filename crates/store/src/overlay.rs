@@ -14,7 +14,7 @@
 //! commit is writing, so a reader's redb snapshot from before or after that commit sees the same.
 
 use crate::error::{kv, Result};
-use crate::kv::KvSnapshot;
+use crate::kv::{FoundMemo, KvSnapshot};
 use crate::logged::Touched;
 use crate::wal::{Redo, REDO_TABLES};
 use redb::{Database, Key, ReadOnlyTable, ReadableTable, Value};
@@ -136,6 +136,8 @@ pub(crate) struct Layered<'a, K: Key + 'static, V: Value + 'static> {
     base: &'a ReadOnlyTable<K, V>,
     /// The layers of changes to this table, the newest first.
     below: Below<'a>,
+    /// Values already found in `base`, when kept (see [`FoundMemo`]).
+    found: Option<&'a FoundMemo>,
     touched: Touched,
 }
 
@@ -146,8 +148,16 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
         Self {
             base,
             below,
+            found: None,
             touched: Touched::new(),
         }
+    }
+
+    /// The same, keeping the values it finds in `base` in `found` (which must belong to the
+    /// snapshot `base` is a table of) and looking there first.
+    pub(crate) fn with_found(mut self, found: &'a FoundMemo) -> Self {
+        self.found = Some(found);
+        self
     }
 
     fn raw<'k>(key: &K::SelfType<'k>) -> Vec<u8> {
@@ -165,11 +175,18 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
         {
             return Ok(v.clone());
         }
-        Ok(self
+        if let Some(v) = self.found.and_then(|f| f.get(&raw)) {
+            return Ok(Some(v));
+        }
+        let value = self
             .base
             .get(key)
             .map_err(kv)?
-            .map(|g| V::as_bytes(&g.value()).as_ref().to_vec()))
+            .map(|g| V::as_bytes(&g.value()).as_ref().to_vec());
+        if let (Some(f), Some(v)) = (self.found, &value) {
+            f.found(&raw, v);
+        }
+        Ok(value)
     }
 
     /// Sets `key` to `value` (recorded for the group's redo record).

@@ -47,11 +47,12 @@ impl View<'_> {
     }
 
     fn colls(&self) -> Layered<'_, &'static str, &'static [u8]> {
-        Layered::new(&self.snap.colls, self.st.overlay.layers(1))
+        Layered::new(&self.snap.colls, self.st.overlay.layers(1)).with_found(&self.snap.colls_found)
     }
 
     fn onodes(&self) -> BytesTable<'_> {
         self.table(ByteTable::Onodes)
+            .with_found(&self.snap.onodes_found)
     }
 
     fn extents(&self) -> BytesTable<'_> {

@@ -49,8 +49,8 @@ impl<'t> Tables<'t> {
         let o = |i: usize| overlay.layers_under(i, in_flight.map_or(&NO_CHANGES, |r| &r.tables[i]));
         Self {
             meta: Layered::new(&r.meta, o(0)),
-            colls: Layered::new(&r.colls, o(1)),
-            onodes: Layered::new(&r.onodes, o(2)),
+            colls: Layered::new(&r.colls, o(1)).with_found(&r.colls_found),
+            onodes: Layered::new(&r.onodes, o(2)).with_found(&r.onodes_found),
             extents: Layered::new(&r.extents, o(3)),
             xattrs: Layered::new(&r.xattrs, o(4)),
             omap: Layered::new(&r.omap, o(5)),
