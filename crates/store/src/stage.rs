@@ -3,8 +3,9 @@
 //! writing before the commit.
 //!
 //! Owns copy-on-write placement (a write of at least `deferred_max_bytes`, or over blocks
-//! the object has of at least `deferred_overwrite_max_bytes`, goes to newly allocated blocks, built once into aligned buffers from the transaction's bytes), deferred
-//! (KV-logged) small writes, extent splitting on overwrite/zero/truncate/remove/clone/rename,
+//! the object has of at least `deferred_overwrite_max_bytes`, goes to newly allocated blocks,
+//! built once into aligned buffers from the transaction's bytes), deferred (KV-logged) small
+//! writes, extent splitting on overwrite/zero/truncate/remove/clone/rename,
 //! and the bookkeeping of blocks allocated and freed (frees take effect only after the commit;
 //! allocations are returned if the transaction fails). It must never write to the device, and
 //! never stage a change to a block that committed metadata references except as a deferred

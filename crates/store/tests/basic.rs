@@ -13,6 +13,18 @@ async fn rig() -> Rig {
     Rig::mount(&fresh_images().await, cfg()).await.unwrap()
 }
 
+/// Cuts power to `r` (unflushed device writes and unsynced KV writes lost) and mounts what
+/// survived with the default test configuration.
+async fn power_cut_and_mount(r: Rig) -> Rig {
+    let img = r
+        .crash(
+            cairn_blockdev::PowerLossMode::DropUnflushed,
+            cairn_store::KvLossMode::DropUnsynced,
+        )
+        .await;
+    Rig::mount(&img, cfg()).await.unwrap()
+}
+
 async fn apply(s: &Store, m: &mut Model, t: &Transaction) {
     s.queue_transaction(t).await.unwrap();
     *m = model_apply(m, t).unwrap();
@@ -253,13 +265,7 @@ async fn remount_keeps_everything_and_replays_deferred_writes() {
     r.store().queue_transaction(&t).await.unwrap();
     m = model_apply(&m, &t).unwrap();
     assert!(r.store().stats().await.deferred_pending_bytes > 0);
-    let img = r
-        .crash(
-            cairn_blockdev::PowerLossMode::DropUnflushed,
-            cairn_store::KvLossMode::DropUnsynced,
-        )
-        .await;
-    let r = Rig::mount(&img, cfg()).await.unwrap();
+    let r = power_cut_and_mount(r).await;
     assert_eq!(
         r.store().stats().await.deferred_pending_bytes,
         0,
@@ -285,13 +291,7 @@ async fn objects_in_the_checkpointed_kv_are_found_by_writes_after_remount() {
     r.store().queue_transaction(&t).await.unwrap();
     m = model_apply(&m, &t).unwrap();
     r.store().sync().await.unwrap();
-    let img = r
-        .crash(
-            cairn_blockdev::PowerLossMode::DropUnflushed,
-            cairn_store::KvLossMode::DropUnsynced,
-        )
-        .await;
-    let r = Rig::mount(&img, cfg()).await.unwrap();
+    let r = power_cut_and_mount(r).await;
     for round in 0..2u8 {
         let mut t = Transaction::new();
         for i in (0..200).step_by(3) {
@@ -663,13 +663,7 @@ async fn aligned_caller_bytes_are_written_uncopied_and_never_modified() {
     );
     assert_eq!(&y[..10], &data[4096..4106]);
     assert_eq!(&y[30..], &data[4126..]);
-    let img = r
-        .crash(
-            cairn_blockdev::PowerLossMode::DropUnflushed,
-            cairn_store::KvLossMode::DropUnsynced,
-        )
-        .await;
-    let r = Rig::mount(&img, cfg()).await.unwrap();
+    let r = power_cut_and_mount(r).await;
     assert_eq!(
         &dump(r.store()).await,
         &m,
