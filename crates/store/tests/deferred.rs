@@ -22,8 +22,8 @@ use std::time::Duration;
 
 const BLOCK: usize = 4096;
 
-/// Writes shorter than 16 KiB, overwrites included, are deferred; a background checkpoint starts once 8 blocks are
-/// pending (long before the record interval).
+/// Writes shorter than 16 KiB, overwrites included, are deferred; a background checkpoint
+/// starts once 8 blocks are pending (long before the record interval).
 fn deferring() -> StoreConfig {
     StoreConfig {
         deferred_max_bytes: 16 * 1024,
