@@ -444,7 +444,7 @@ impl Client {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(map.epoch, &map.placement, pg)
-            .and_then(|m| (m.primary >= 0).then_some(m.primary))
+            .and_then(|m| m.acting_primary())
             .and_then(|o| map.osds.get(&o).map(|e| (o, e.addr.clone())));
         Ok((map.epoch, p.id, pg, primary))
     }

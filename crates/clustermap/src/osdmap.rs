@@ -2,7 +2,8 @@
 //!
 //! Owns Ceph's `pg_to_up_acting` pipeline: CRUSH (`do_rule` on the pool's seed, result size =
 //! pool size, reweights = in/out vector), removal of non-existent OSDs, upmap exceptions, removal
-//! of down OSDs, primary choice. Pure; callers pass a [`Workspace`] to avoid allocation.
+//! of down OSDs, primary choice, then the acting set (`pg_temp`, down OSDs removed). Pure;
+//! callers pass a [`Workspace`] to avoid allocation.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -46,6 +47,9 @@ pub struct OsdMap {
     pub pools: BTreeMap<i64, Pool>,
     /// Placement exceptions.
     pub exceptions: Exceptions,
+    /// Temporary acting sets (Ceph's `pg_temp`): a PG listed here is served by these OSDs
+    /// (primary first) while its up set receives its data, so moving a PG never blocks its I/O.
+    pub pg_temp: BTreeMap<PgId, Vec<i32>>,
 }
 
 /// Most PGs a [`MappingCache`] remembers (explicit limit: callers may ask about any pool and
@@ -84,10 +88,20 @@ impl MappingCache {
 pub struct PgMapping {
     /// CRUSH's raw result (after removing non-existent OSDs).
     pub raw: Vec<i32>,
-    /// Up set after exceptions and removal of down OSDs; `up[0]` is the primary.
+    /// Up set after exceptions and removal of down OSDs: where the PG's data belongs.
     pub up: Vec<i32>,
-    /// The primary OSD, or -1 if none is up.
+    /// The up set's first OSD, or -1 if none is up.
     pub primary: i32,
+    /// The OSDs serving the PG, primary first: its `pg_temp` entry without down OSDs, or the
+    /// up set when it has none (or none of its OSDs is up).
+    pub acting: Vec<i32>,
+}
+
+impl PgMapping {
+    /// The OSD that serves the PG's I/O (first of the acting set), if any.
+    pub fn acting_primary(&self) -> Option<i32> {
+        self.acting.first().copied()
+    }
 }
 
 impl OsdMap {
@@ -104,6 +118,7 @@ impl OsdMap {
             osds,
             pools: BTreeMap::new(),
             exceptions: Exceptions::default(),
+            pg_temp: BTreeMap::new(),
         }
     }
 
@@ -205,7 +220,8 @@ impl Mapper<'_> {
         Ok(set)
     }
 
-    /// Full mapping of a PG: raw, exceptions applied, down OSDs removed, primary chosen.
+    /// Full mapping of a PG: raw, exceptions applied, down OSDs removed, primary chosen, and
+    /// the acting set.
     pub fn map_pg(&mut self, pg: PgId) -> Result<PgMapping, MapError> {
         let raw = self.raw(pg)?;
         let mut up = raw.clone();
@@ -217,6 +233,23 @@ impl Mapper<'_> {
         up.retain(|&o| o != ITEM_NONE && osds.get(&o).is_some_and(|s| s.up));
         self.map.exceptions.apply_primary(pg, &mut up);
         let primary = up.first().copied().unwrap_or(-1);
-        Ok(PgMapping { raw, up, primary })
+        let temp: Vec<i32> = self
+            .map
+            .pg_temp
+            .get(&pg)
+            .map(|t| {
+                t.iter()
+                    .copied()
+                    .filter(|o| osds.get(o).is_some_and(|s| s.exists && s.up))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let acting = if temp.is_empty() { up.clone() } else { temp };
+        Ok(PgMapping {
+            raw,
+            up,
+            primary,
+            acting,
+        })
     }
 }

@@ -88,3 +88,32 @@ fn the_mapping_cache_answers_as_the_mapper_and_forgets_on_a_new_epoch() {
     assert_ne!(now.primary, primary);
     assert_eq!(now, map.mapper().map_pg(pg).unwrap());
 }
+
+#[test]
+fn a_pg_temp_entry_sets_the_acting_set_without_moving_the_up_set() {
+    let mut map = eq60();
+    let pg = PgId { pool: 1, seed: 7 };
+    let plain = map.mapper().map_pg(pg).unwrap();
+    assert_eq!(plain.acting, plain.up, "no pg_temp: acting is up");
+    let temp: Vec<i32> = (0..60).filter(|o| !plain.up.contains(o)).take(3).collect();
+    map.pg_temp.insert(pg, temp.clone());
+    let m = map.mapper().map_pg(pg).unwrap();
+    assert_eq!(m.up, plain.up);
+    assert_eq!(m.primary, plain.primary);
+    assert_eq!(m.acting, temp);
+    assert_eq!(m.acting_primary(), Some(temp[0]));
+    // A down member leaves the acting set; the next one serves.
+    map.osds.get_mut(&temp[0]).unwrap().up = false;
+    let m = map.mapper().map_pg(pg).unwrap();
+    assert_eq!(m.acting, temp[1..].to_vec());
+    // With none of them up the PG is served by its up set.
+    for o in &temp {
+        map.osds.get_mut(o).unwrap().up = false;
+    }
+    let m = map.mapper().map_pg(pg).unwrap();
+    assert_eq!(m.acting, m.up);
+    // Other PGs are not affected.
+    let other = PgId { pool: 1, seed: 8 };
+    let o = map.mapper().map_pg(other).unwrap();
+    assert_eq!(o.acting, o.up);
+}

@@ -1,7 +1,7 @@
 //! One epoch's changes. The monitor produces them; the monitor and every subscriber apply them
 //! with the same code, so all copies of the map stay identical.
 
-use cairn_clustermap::{Exceptions, Pool};
+use cairn_clustermap::{Exceptions, PgId, Pool};
 use serde::{Deserialize, Serialize};
 
 use crate::error::MonError;
@@ -79,6 +79,14 @@ pub enum Change {
     RemovePool(i64),
     /// Replace the exception table (text form).
     Exceptions(String),
+    /// Set the PG's temporary acting set (Ceph's `pg_temp`), or remove it when `acting` is
+    /// empty: the PG is served by these OSDs while its up set is being filled.
+    PgTemp {
+        /// The PG.
+        pg: PgId,
+        /// Its acting set, primary first (empty: served by its up set again).
+        acting: Vec<i32>,
+    },
 }
 
 /// The changes that turn epoch `epoch - 1` into `epoch`.
@@ -166,6 +174,11 @@ impl ClusterMap {
                 }
                 ex.upmap_items.retain(|_, pairs| !pairs.is_empty());
                 ex.upmap_primary.retain(|_, osd| osd != id);
+                let temp = &mut self.placement.pg_temp;
+                for acting in temp.values_mut() {
+                    acting.retain(|o| o != id);
+                }
+                temp.retain(|_, acting| !acting.is_empty());
             }
             Change::Up { id, addr } => {
                 let e = self.entry(*id)?;
@@ -211,10 +224,18 @@ impl ClusterMap {
                     .exceptions
                     .upmap_primary
                     .retain(|pg, _| pg.pool != *id);
+                self.placement.pg_temp.retain(|pg, _| pg.pool != *id);
             }
             Change::Exceptions(text) => {
                 self.placement.exceptions =
                     Exceptions::parse(text).map_err(|e| MonError::Encoding(e.to_string()))?;
+            }
+            Change::PgTemp { pg, acting } => {
+                if acting.is_empty() {
+                    self.placement.pg_temp.remove(pg);
+                } else {
+                    self.placement.pg_temp.insert(*pg, acting.clone());
+                }
             }
         }
         Ok(())

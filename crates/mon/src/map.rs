@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use cairn_clustermap::{Exceptions, OsdMap, OsdState, Pool};
+use cairn_clustermap::{Exceptions, OsdMap, OsdState, PgId, Pool};
 use cairn_crush::CrushMap;
 use serde::{Deserialize, Serialize};
 
@@ -117,6 +117,9 @@ struct Encoded {
     /// Absent in maps written before it: their pools' creation epochs are not known.
     #[serde(default)]
     pool_created: BTreeMap<i64, u64>,
+    /// Temporary acting sets; absent in maps written before them (none then).
+    #[serde(default)]
+    pg_temp: Vec<(PgId, Vec<i32>)>,
 }
 
 impl ClusterMap {
@@ -165,6 +168,12 @@ impl ClusterMap {
             exceptions: self.placement.exceptions.to_text(),
             pool_max: self.pool_max,
             pool_created: self.pool_created.clone(),
+            pg_temp: self
+                .placement
+                .pg_temp
+                .iter()
+                .map(|(pg, acting)| (*pg, acting.clone()))
+                .collect(),
         };
         envelope(&serde_json::to_vec(&enc).unwrap_or_default())
     }
@@ -182,6 +191,7 @@ impl ClusterMap {
         }
         placement.exceptions =
             Exceptions::parse(&enc.exceptions).map_err(|e| MonError::Encoding(e.to_string()))?;
+        placement.pg_temp = enc.pg_temp.into_iter().collect();
         let highest = placement.pools.keys().next_back().copied().unwrap_or(0);
         let mut map = ClusterMap {
             fsid: enc.fsid,

@@ -111,6 +111,14 @@ pub enum Request {
         /// The interval start it needs recorded.
         want: u64,
     },
+    /// A primary asks that a PG be served by `acting` (Ceph's `pg_temp`) while its up set is
+    /// filled in the background, or, with `acting` empty, by its up set again.
+    PgTemp {
+        /// The PG.
+        pg: cairn_clustermap::PgId,
+        /// The temporary acting set, primary first; empty to remove it.
+        acting: Vec<i32>,
+    },
     /// Operator: mark an OSD out (its data moves away).
     MarkOut {
         /// OSD id.
@@ -294,6 +302,7 @@ impl Monitor {
                 })
             }
             Request::Alive { id, want } => self.alive(id, want),
+            Request::PgTemp { pg, acting } => self.pg_temp(pg, acting),
             Request::MarkOut { id } => self.set_reweight(id, 0),
             Request::MarkIn { id } => self.set_reweight(id, 0x10000),
             Request::MarkDown { id } => {
@@ -442,6 +451,43 @@ impl Monitor {
             self.commit(vec![Change::UpThru { id, epoch: want }])?
         } else {
             self.map.epoch
+        };
+        Ok(Reply::Done { epoch })
+    }
+
+    /// Sets or removes `pg`'s temporary acting set after checking it: the pool and PG exist,
+    /// its OSDs exist, are distinct and no more than the pool's size. No new epoch when the
+    /// map has it already.
+    fn pg_temp(&mut self, pg: cairn_clustermap::PgId, acting: Vec<i32>) -> Result<Reply, MonError> {
+        let pool = self
+            .map
+            .placement
+            .pools
+            .get(&pg.pool)
+            .ok_or_else(|| MonError::NotFound(format!("pool {}", pg.pool)))?;
+        if pg.seed >= pool.pg_num {
+            return Err(MonError::NotFound(format!("pg {pg}")));
+        }
+        if acting.len() > pool.size as usize {
+            return Err(MonError::Invalid(format!(
+                "pg_temp of {} OSDs for pg {pg} of a pool of size {}",
+                acting.len(),
+                pool.size
+            )));
+        }
+        for (i, o) in acting.iter().enumerate() {
+            self.osd(*o)?;
+            if acting[..i].contains(o) {
+                return Err(MonError::Invalid(format!(
+                    "osd.{o} twice in pg_temp of {pg}"
+                )));
+            }
+        }
+        let current = self.map.placement.pg_temp.get(&pg);
+        let epoch = if current.map_or(acting.is_empty(), |c| *c == acting) {
+            self.map.epoch
+        } else {
+            self.commit(vec![Change::PgTemp { pg, acting }])?
         };
         Ok(Reply::Done { epoch })
     }

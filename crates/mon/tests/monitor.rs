@@ -643,3 +643,72 @@ fn one_refused_connection_marks_down_only_the_incarnation_it_was_about() {
         .unwrap();
     assert!(!mon.map().osds[&3].up);
 }
+
+/// A primary's pg_temp request gives the PG a temporary acting set in a new epoch (the up set
+/// stays), once; subscribers and encodings reproduce it; malformed requests (unknown pool, PG
+/// or OSD, an OSD twice, more OSDs than the pool's size) are refused; an empty request removes
+/// it, and so does removing an OSD it names or its pool.
+#[test]
+fn a_pg_temp_sets_the_acting_set_until_it_is_removed() {
+    let mut mon = Monitor::new(ClusterMap::new("t").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 4, 4);
+    let create = Request::CreatePool {
+        name: "p".into(),
+        size: 2,
+        pg_num: 8,
+    };
+    mon.handle(1, create).unwrap();
+    let pool = *mon.map().placement.pools.keys().next().unwrap();
+    let pg = cairn_clustermap::PgId { pool, seed: 3 };
+    let plain = mon.map().placement.mapper().map_pg(pg).unwrap();
+    let temp: Vec<i32> = (0..4).filter(|o| !plain.up.contains(o)).collect();
+    let before = mon.map().clone();
+    let set = |acting: Vec<i32>| Request::PgTemp { pg, acting };
+    let Reply::Done { epoch } = mon.handle(2, set(temp.clone())).unwrap() else {
+        panic!("not done");
+    };
+    assert_eq!(epoch, before.epoch + 1);
+    mon.handle(3, set(temp.clone())).unwrap();
+    assert_eq!(mon.map().epoch, epoch, "already set: no epoch");
+    let m = mon.map().placement.mapper().map_pg(pg).unwrap();
+    assert_eq!((m.up, m.acting.clone()), (plain.up.clone(), temp.clone()));
+    let mut follower = before;
+    for inc in mon.incrementals_since(follower.epoch).unwrap() {
+        follower.apply(&inc).unwrap();
+    }
+    assert_eq!(follower.placement.pg_temp.get(&pg), Some(&temp));
+    let decoded = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert_eq!(decoded.placement.pg_temp.get(&pg), Some(&temp));
+    let bad = [
+        Request::PgTemp {
+            pg: cairn_clustermap::PgId { pool: 99, seed: 0 },
+            acting: vec![0],
+        },
+        Request::PgTemp {
+            pg: cairn_clustermap::PgId { pool, seed: 8 },
+            acting: vec![0],
+        },
+        set(vec![0, 9]),
+        set(vec![1, 1]),
+        set(vec![0, 1, 2]),
+    ];
+    for req in bad {
+        assert!(mon.handle(4, req.clone()).is_err(), "{req:?} accepted");
+    }
+    assert_eq!(mon.map().epoch, epoch, "a refused request makes no epoch");
+    mon.handle(5, set(Vec::new())).unwrap();
+    let m = mon.map().placement.mapper().map_pg(pg).unwrap();
+    assert_eq!(m.acting, m.up, "removed");
+    mon.handle(6, set(temp.clone())).unwrap();
+    mon.handle(7, Request::MarkDown { id: temp[0] }).unwrap();
+    let m = mon.map().placement.mapper().map_pg(pg).unwrap();
+    assert_eq!(m.acting, temp[1..].to_vec(), "a down member does not serve");
+    mon.handle(8, Request::RemoveOsd { id: temp[0] }).unwrap();
+    assert_eq!(
+        mon.map().placement.pg_temp.get(&pg),
+        Some(&temp[1..].to_vec())
+    );
+    mon.handle(9, Request::RemovePool { name: "p".into() })
+        .unwrap();
+    assert!(mon.map().placement.pg_temp.is_empty());
+}

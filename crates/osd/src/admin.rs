@@ -131,7 +131,8 @@ async fn df(s: &Shared) -> String {
 }
 
 /// One line per PG this OSD leads: id, state, acting set (a copy left out of the interval as
-/// too full for its recovery marked `(toofull)`), log head, last epoch started.
+/// too full for its recovery marked `(toofull)`; followed by `(up:[..])` when a temporary
+/// acting set serves while the up set is filled), log head, last epoch started.
 fn pg_dump(s: &Shared) -> String {
     let mut rows: Vec<(String, String)> = s
         .pgs
@@ -156,10 +157,17 @@ fn pg_dump(s: &Shared) -> String {
                     false => o.to_string(),
                 })
                 .collect();
+            let up = match iv.up == iv.acting {
+                true => String::new(),
+                false => {
+                    let up: Vec<String> = iv.up.iter().map(i32::to_string).collect();
+                    format!("(up:[{}])", up.join(","))
+                }
+            };
             (
                 pg.id.to_string(),
                 format!(
-                    "{} {} [{}] {head} {les} {entries}",
+                    "{} {} [{}]{up} {head} {les} {entries}",
                     pg.id,
                     pg.status().name(),
                     acting.join(",")

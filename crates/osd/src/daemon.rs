@@ -123,6 +123,10 @@ pub struct OsdConfig {
     /// primary reports the PG active+clean without them, and for PGs of removed pools, and
     /// deletes them (see `strays`).
     pub stray_check_ms: u64,
+    /// A copy whose recovery would move at least this many objects (or a whole backfill) is
+    /// filled in the background while a temporary acting set of complete copies serves the PG
+    /// (see `remap`); shorter recoveries are done before the PG activates. Default 64.
+    pub remap_min_objects: usize,
 }
 
 impl OsdConfig {
@@ -161,6 +165,7 @@ impl OsdConfig {
             recovery_chunk_bytes: 8 << 20,
             max_xattr_bytes_per_object: 4 << 20,
             stray_check_ms: 5000,
+            remap_min_objects: 64,
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod peers;
 pub mod pgmeta;
 pub mod pgs;
 pub mod primary;
+pub mod remap;
 pub mod replica;
 pub mod sched;
 pub mod shared;

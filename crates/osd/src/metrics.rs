@@ -37,6 +37,12 @@ pub enum RecoveryKind {
     ServeList,
     /// An object another OSD pushed, installed here.
     ReceivePush,
+    /// As primary: a temporary acting set asked for, so that a PG serves while its up set is
+    /// filled in the background (counted once per request, no bytes).
+    Remap,
+    /// As an up-set OSD outside the acting set: a background fill pass ended here (its log
+    /// installed; no bytes).
+    Filled,
 }
 
 impl RecoveryKind {
@@ -48,6 +54,8 @@ impl RecoveryKind {
             RecoveryKind::ServePull => "serve_pull",
             RecoveryKind::ServeList => "serve_list",
             RecoveryKind::ReceivePush => "receive_push",
+            RecoveryKind::Remap => "remap",
+            RecoveryKind::Filled => "filled",
         }
     }
 }
@@ -200,8 +208,9 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let (objs, bytes) = by_kind
-            .values()
-            .fold((0, 0), |(o, b), &(o2, b2)| (o + o2, b + b2));
+            .iter()
+            .filter(|(k, _)| !matches!(k, RecoveryKind::Remap | RecoveryKind::Filled))
+            .fold((0, 0), |(o, b), (_, &(o2, b2))| (o + o2, b + b2));
         let _ = writeln!(out, "# HELP cairn_osd_recovery_objects_total Objects moved by recovery.\n# TYPE cairn_osd_recovery_objects_total counter\ncairn_osd_recovery_objects_total{{osd=\"{osd}\"}} {objs}");
         let _ = writeln!(out, "# HELP cairn_osd_recovery_bytes_total Bytes moved by recovery.\n# TYPE cairn_osd_recovery_bytes_total counter\ncairn_osd_recovery_bytes_total{{osd=\"{osd}\"}} {bytes}");
         let _ = writeln!(out, "# HELP cairn_osd_recovery_steps_total Recovery steps by kind (each one request through this OSD's scheduler).\n# TYPE cairn_osd_recovery_steps_total counter");

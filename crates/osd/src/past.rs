@@ -107,7 +107,7 @@ impl PastMaps {
         let complete = from > to || maps.first().is_some_and(|m| m.epoch == from);
         let epochs = maps.iter().map(|m| {
             let placement = m.placement.pools.get(&pg.pool).and_then(|pool| {
-                let acting = m.placement.mapper().map_pg(pg).ok()?.up;
+                let acting = m.placement.mapper().map_pg(pg).ok()?.acting;
                 let primary_up_thru = acting
                     .first()
                     .and_then(|p| m.osds.get(p))

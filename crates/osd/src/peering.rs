@@ -28,7 +28,7 @@ use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
 use crate::objects::{list_all, read_piece, remove_temps, stage_piece, Cursor, PiecePlace};
 use crate::pgmeta::{put_info, replace_log};
-use crate::pgs::{Pg, PgStatus};
+use crate::pgs::{Pg, PgStatus, Placed};
 use crate::shared::Shared;
 
 /// How long one peering request may take.
@@ -53,22 +53,22 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
             };
             let Ok(m) = mapper.map_pg(id) else { continue };
             let known = s.pgs.get(id);
-            if known.is_none() && !m.up.contains(&s.id) {
+            let member = m.up.contains(&s.id) || m.acting.contains(&s.id);
+            if known.is_none() && !member {
                 continue;
             }
             let pg = known.unwrap_or_else(|| s.pgs.get_or_create(id, s.cfg.max_log_entries));
-            let primary = m.up.first() == Some(&s.id);
-            let member = m.up.contains(&s.id);
-            let mut changed = pg.on_map(
-                map.epoch,
-                m.up.clone(),
-                pool.size as usize,
-                pool.min_size as usize,
-            );
+            let primary = m.acting_primary() == Some(s.id);
+            let placed = Placed {
+                up: m.up,
+                acting: m.acting,
+            };
+            let (size, min_size) = (pool.size as usize, pool.min_size as usize);
+            let mut changed = pg.on_map(map.epoch, placed.clone(), size, min_size);
             // A stray copy deleted meanwhile left the table: serve the PG from a fresh entry.
             let pg = if member && !s.pgs.holds(&pg) {
                 let fresh = s.pgs.get_or_create(id, s.cfg.max_log_entries);
-                changed = fresh.on_map(map.epoch, m.up, pool.size as usize, pool.min_size as usize);
+                changed = fresh.on_map(map.epoch, placed, size, min_size);
                 fresh
             } else {
                 pg
@@ -95,6 +95,8 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
                     s.track(tokio::spawn(
                         async move { peer_until_done(s2, pg, epoch).await },
                     ));
+                } else {
+                    crate::remap::maybe_fill(s, &pg);
                 }
             }
         }
@@ -185,7 +187,12 @@ pub(crate) async fn ask(
 }
 
 /// Asks `osd` for its copy's log and last epoch started.
-async fn query_log(s: &Shared, pg: &Pg, epoch: u64, osd: i32) -> Result<PeerLog, OsdError> {
+pub(crate) async fn query_log(
+    s: &Shared,
+    pg: &Pg,
+    epoch: u64,
+    osd: i32,
+) -> Result<PeerLog, OsdError> {
     match ask(s, pg, epoch, osd, PeerBody::Query, Bytes::new()).await? {
         (
             PeerAnswer::Info {
@@ -312,6 +319,21 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         return Ok(());
     }
     let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
+    // A long recovery is done in the background from a temporary acting set of complete
+    // copies, which serves meanwhile.
+    let min_objects = s.cfg.remap_min_objects;
+    if let Some(temp) = crate::remap::temporary_acting(&iv, &plan, &up, min_objects) {
+        tracing::info!(osd = s.id, pg = %pg.id, epoch, temp = ?temp, "long recovery: asking for a temporary acting set");
+        match crate::remap::request(s, pg, epoch, temp).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {
+                tracing::warn!(osd = s.id, pg = %pg.id, epoch, "no map with the temporary acting set came: recovering before activation")
+            }
+            Err(e) => {
+                tracing::warn!(osd = s.id, pg = %pg.id, epoch, error = %e, "temporary acting set refused: recovering before activation")
+            }
+        }
+    }
     let auth_log: PgLog = logs
         .iter()
         .find(|l| l.osd == plan.authoritative)
@@ -391,6 +413,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     inner.last_epoch_started = epoch;
     if pg.finish_peering(epoch, left_out, copies >= iv.size) {
         tracing::debug!(osd = s.id, pg = %pg.id, epoch, "pg active");
+        crate::remap::maybe_fill(s, pg);
     }
     Ok(())
 }
@@ -545,14 +568,20 @@ async fn as_recovery<T: Send + 'static>(
 }
 
 /// Every object of the PG's collection on this OSD, listed as a recovery request.
-async fn list_scheduled(s: &Arc<Shared>, pg: &Pg) -> Result<Vec<String>, OsdError> {
+pub(crate) async fn list_scheduled(s: &Arc<Shared>, pg: &Pg) -> Result<Vec<String>, OsdError> {
     let (s2, coll) = (s.clone(), pg.coll.clone());
     as_recovery(s, pg, 0, async move { list_all(&s2.store, &coll).await }).await
 }
 
 /// Brings `obj` of `to`'s copy of the PG to this OSD's state, piece by piece (one piece when
 /// the image fits, else a temporary object there that replaces the object with the last).
-async fn push(s: &Arc<Shared>, pg: &Pg, epoch: u64, to: i32, obj: &str) -> Result<(), OsdError> {
+pub(crate) async fn push(
+    s: &Arc<Shared>,
+    pg: &Pg,
+    epoch: u64,
+    to: i32,
+    obj: &str,
+) -> Result<(), OsdError> {
     let mut at = Cursor::default();
     loop {
         let (s2, coll, name, from) = (s.clone(), pg.coll.clone(), obj.to_string(), at.clone());
@@ -607,7 +636,13 @@ async fn push(s: &Arc<Shared>, pg: &Pg, epoch: u64, to: i32, obj: &str) -> Resul
     }
 }
 
-async fn list_remote(s: &Shared, pg: &Pg, epoch: u64, from: i32) -> Result<Vec<String>, OsdError> {
+/// Every object name of `from`'s copy of the PG, page by page.
+pub(crate) async fn list_remote(
+    s: &Shared,
+    pg: &Pg,
+    epoch: u64,
+    from: i32,
+) -> Result<Vec<String>, OsdError> {
     let mut out = Vec::new();
     loop {
         let body = PeerBody::List {

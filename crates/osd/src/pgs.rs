@@ -21,6 +21,9 @@ pub enum PgStatus {
     ActiveClean,
     /// Primary, serving I/O with fewer copies than the pool's size (>= min_size).
     ActiveDegraded,
+    /// Primary of a temporary acting set (pg_temp), serving I/O while the PG's up set is
+    /// filled in the background (Ceph's active+remapped+backfilling).
+    ActiveRemapped,
     /// Primary with fewer than min_size copies up: no I/O until the map changes.
     Inactive,
     /// Primary of a PG that may have taken writes in an earlier interval none of whose copies
@@ -37,6 +40,7 @@ impl PgStatus {
             PgStatus::Peering => "peering",
             PgStatus::ActiveClean => "active+clean",
             PgStatus::ActiveDegraded => "active+degraded",
+            PgStatus::ActiveRemapped => "active+remapped",
             PgStatus::Inactive => "inactive",
             PgStatus::Down => "down",
             PgStatus::Replica => "replica",
@@ -49,8 +53,11 @@ impl PgStatus {
 pub struct Interval {
     /// Epoch in which this acting set began.
     pub epoch: u64,
-    /// Acting set, primary first.
+    /// Acting set, primary first: the OSDs serving the PG.
     pub acting: Vec<i32>,
+    /// Up set in the newest map applied: where the PG's data belongs. It differs from the
+    /// acting set while a temporary acting set serves the PG and the up set is filled.
+    pub up: Vec<i32>,
     /// Pool size.
     pub size: usize,
     /// Pool min_size.
@@ -73,6 +80,25 @@ impl Interval {
             .iter()
             .copied()
             .filter(|o| !self.left_out.contains(o))
+    }
+}
+
+/// A PG's two sets in one map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placed {
+    /// Where its data belongs (CRUSH, exceptions, down OSDs removed).
+    pub up: Vec<i32>,
+    /// Who serves it: the temporary acting set, or the up set.
+    pub acting: Vec<i32>,
+}
+
+impl Placed {
+    /// A PG served by its up set.
+    pub fn plain(up: Vec<i32>) -> Placed {
+        Placed {
+            acting: up.clone(),
+            up,
+        }
     }
 }
 
@@ -113,6 +139,9 @@ pub struct Pg {
     /// (noted before the request waits for the PG's lock): a stray copy is not deleted once
     /// an OSD with a newer map has asked for it.
     newest_request_epoch: AtomicU64,
+    /// The interval and up set the running background fill (as primary of a temporary acting
+    /// set) serves: one fill per interval and up set.
+    fill: Mutex<Option<(u64, Vec<i32>)>>,
 }
 
 impl Pg {
@@ -132,7 +161,19 @@ impl Pg {
             past: Mutex::new(BTreeSet::new()),
             active: watch::channel(None).0,
             newest_request_epoch: AtomicU64::new(0),
+            fill: Mutex::new(None),
         }
+    }
+
+    /// Claims the background fill of `up` in the interval of `epoch`: false when one was
+    /// claimed for them already.
+    pub fn claim_fill(&self, epoch: u64, up: &[i32]) -> bool {
+        let mut fill = self.fill.lock().unwrap_or_else(|p| p.into_inner());
+        if fill.as_ref().is_some_and(|(e, u)| *e == epoch && u == up) {
+            return false;
+        }
+        *fill = Some((epoch, up.to_vec()));
+        true
     }
 
     /// Notes a peering, recovery or replica request about this PG sent in map `epoch`.
@@ -154,14 +195,24 @@ impl Pg {
             .clone()
     }
 
-    /// Records a new map's placement; returns true when it starts a new interval (the acting
-    /// set changed), which deactivates the PG until it peers again.
-    pub fn on_map(&self, epoch: u64, acting: Vec<i32>, size: usize, min_size: usize) -> bool {
+    /// Records a new map's placement (the PG's `up` and `acting` sets); returns true when it
+    /// starts a new interval (the acting set changed), which deactivates the PG until it peers
+    /// again.
+    pub fn on_map(&self, epoch: u64, placed: Placed, size: usize, min_size: usize) -> bool {
+        let Placed { up, acting } = placed;
         let mut iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
         if iv.acting == acting && iv.epoch != 0 {
             iv.size = size;
             iv.min_size = min_size;
             iv.map_epoch = iv.map_epoch.max(epoch);
+            iv.up = up;
+            let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            if matches!(
+                *status,
+                PgStatus::ActiveClean | PgStatus::ActiveDegraded | PgStatus::ActiveRemapped
+            ) {
+                *status = active_status(&iv, iv.copies().count() >= iv.size);
+            }
             return false;
         }
         self.past
@@ -171,6 +222,7 @@ impl Pg {
         *iv = Interval {
             epoch,
             acting,
+            up,
             size,
             min_size,
             left_out: BTreeSet::new(),
@@ -219,10 +271,7 @@ impl Pg {
         if clean {
             self.past.lock().unwrap_or_else(|p| p.into_inner()).clear();
         }
-        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = match clean {
-            true => PgStatus::ActiveClean,
-            false => PgStatus::ActiveDegraded,
-        };
+        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = active_status(&iv, clean);
         self.active.send_replace(Some(epoch));
         true
     }
@@ -272,6 +321,16 @@ impl Pg {
     }
 }
 
+/// An active PG's status: remapped while its acting set is not its up set, else clean with
+/// every copy of the pool's size, else degraded.
+fn active_status(iv: &Interval, clean: bool) -> PgStatus {
+    match clean {
+        _ if iv.up != iv.acting => PgStatus::ActiveRemapped,
+        true => PgStatus::ActiveClean,
+        false => PgStatus::ActiveDegraded,
+    }
+}
+
 /// Every PG this OSD knows.
 #[derive(Default)]
 pub struct PgTable {
@@ -318,10 +377,14 @@ impl PgTable {
     }
 
     /// Forgets `pg` (a deleted stray copy) unless its interval now has `osd` in its acting
-    /// set; true when it was removed. Checked under the table's lock, so a map that makes
-    /// `osd` serve the PG again either sees it here or finds the entry gone and starts afresh.
+    /// or up set; true when it was removed. Checked under the table's lock, so a map that
+    /// makes `osd` serve the PG again either sees it here or finds the entry gone and starts
+    /// afresh.
     pub fn remove_stray(&self, pg: &Arc<Pg>, osd: i32) -> bool {
-        self.remove_if(pg, |pg| !pg.interval().acting.contains(&osd))
+        self.remove_if(pg, |pg| {
+            let iv = pg.interval();
+            !iv.acting.contains(&osd) && !iv.up.contains(&osd)
+        })
     }
 
     /// Forgets `pg` if it is the table's entry for its id and `cond` holds, under the table's
@@ -359,10 +422,10 @@ mod tests {
     fn a_peering_that_ends_after_its_interval_has_changed_changes_nothing() {
         let table = PgTable::default();
         let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
-        assert!(pg.on_map(5, vec![0, 1, 2], 3, 2));
+        assert!(pg.on_map(5, Placed::plain(vec![0, 1, 2]), 3, 2));
         // The next map starts another interval (led by another OSD) while the first one's
         // peering is still running here.
-        assert!(pg.on_map(6, vec![1, 0, 2], 3, 2));
+        assert!(pg.on_map(6, Placed::plain(vec![1, 0, 2]), 3, 2));
         pg.set_status(PgStatus::Replica);
         assert!(!pg.finish_peering(5, BTreeSet::new(), true));
         assert!(!pg.set_status_in(5, PgStatus::Peering));
@@ -375,5 +438,31 @@ mod tests {
         assert_eq!(pg.active_epoch(), Some(6));
         assert_eq!(pg.interval().left_out, BTreeSet::from([2]));
         assert_eq!(pg.interval().copies().collect::<Vec<_>>(), vec![1, 0]);
+    }
+
+    #[test]
+    fn a_pg_served_by_a_temporary_acting_set_is_remapped_until_its_up_set_serves() {
+        let table = PgTable::default();
+        let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
+        let temp = |up: Vec<i32>| Placed {
+            up,
+            acting: vec![3, 1, 2],
+        };
+        assert!(pg.on_map(5, temp(vec![0, 1, 2]), 3, 2));
+        assert!(pg.finish_peering(5, BTreeSet::new(), true));
+        assert_eq!(pg.status(), PgStatus::ActiveRemapped);
+        // The up set moves, the acting set does not: the same interval, still remapped.
+        assert!(!pg.on_map(6, temp(vec![0, 1, 4]), 3, 2));
+        assert_eq!(pg.status(), PgStatus::ActiveRemapped);
+        assert_eq!(pg.interval().up, vec![0, 1, 4]);
+        // The acting set is the up set again without a new interval: clean.
+        assert!(!pg.on_map(7, Placed::plain(vec![3, 1, 2]), 3, 2));
+        assert_eq!(pg.status(), PgStatus::ActiveClean);
+        assert_eq!(pg.active_epoch(), Some(5));
+        // One background fill per interval and up set.
+        assert!(pg.claim_fill(5, &[0, 1, 2]));
+        assert!(!pg.claim_fill(5, &[0, 1, 2]));
+        assert!(pg.claim_fill(5, &[0, 1, 4]));
+        assert!(pg.claim_fill(8, &[0, 1, 4]));
     }
 }

@@ -66,7 +66,7 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
         pool: op.pool,
         seed: op.pg_seed,
     };
-    match s.is_up_primary(pgid) {
+    match s.is_acting_primary(pgid) {
         None => return fail(op.tid, epoch, OpResult::NotFound),
         Some(false) => return fail(op.tid, epoch, OpResult::NotPrimary),
         Some(true) => {}

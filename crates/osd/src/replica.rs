@@ -127,7 +127,9 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
             },
             Bytes::new(),
         )),
-        PeerBody::Query | PeerBody::Activate { .. } => control(s, req, data).await,
+        PeerBody::Query | PeerBody::Activate { .. } | PeerBody::Filled { .. } => {
+            control(s, req, data).await
+        }
         _ => {
             let s2 = s.clone();
             let cost = data.len().max(4096) as u64;
@@ -249,6 +251,27 @@ async fn control(
             inner.created = true;
             inner.log = log;
             inner.last_epoch_started = req.epoch;
+            Ok((PeerAnswer::Done, Bytes::new()))
+        }
+        PeerBody::Filled { log } => {
+            if pg.interval().acting.contains(&s.id) {
+                return Err(OsdError::Peer {
+                    osd: s.id,
+                    reason: format!("pg {} is served here: not filled in the background", pg.id),
+                });
+            }
+            let log = *log;
+            let coll = pg.coll.clone();
+            let mut txn = Transaction::new();
+            if !inner.created {
+                txn.create_collection(&coll);
+            }
+            let les = inner.last_epoch_started;
+            replace_log(&mut txn, &coll, &inner.log, &log, les)?;
+            s.store.queue_transaction_owned(txn).await?;
+            inner.created = true;
+            inner.log = log;
+            s.metrics.record_recovery(RecoveryKind::Filled, 0);
             Ok((PeerAnswer::Done, Bytes::new()))
         }
         _ => Err(OsdError::Protocol("not a control request".into())),

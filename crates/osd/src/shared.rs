@@ -45,9 +45,6 @@ pub struct Shared {
     mappings: Mutex<MappingCache>,
 }
 
-/// A PG's placement in one map: epoch, up set (primary first), and the members' addresses.
-pub type Placement = (u64, Vec<i32>, Vec<(i32, String)>);
-
 impl Shared {
     /// Builds the shared state.
     #[allow(clippy::too_many_arguments)]
@@ -101,21 +98,18 @@ impl Shared {
         self.map.borrow().as_ref().map_or(0, |m| m.epoch)
     }
 
-    /// The PG's placement in the current map, or None if its pool is unknown.
-    pub fn placement(&self, pg: PgId) -> Option<Placement> {
-        self.with_mapping(pg, |map, m| {
-            let addrs =
-                m.up.iter()
-                    .filter_map(|o| map.osds.get(o).map(|e| (*o, e.addr.clone())))
-                    .collect();
-            (map.epoch, m.up.clone(), addrs)
+    /// Whether this OSD is in the PG's up or acting set in the current map (it serves the PG,
+    /// or its copy is being filled); None if the map has no such pool (or no map yet).
+    pub fn is_member(&self, pg: PgId) -> Option<bool> {
+        self.with_mapping(pg, |_, m| {
+            m.up.contains(&self.id) || m.acting.contains(&self.id)
         })
     }
 
-    /// Whether this OSD is first in the PG's up set in the current map; None if the map has no
-    /// such pool (or no map yet). Asked on every client op.
-    pub fn is_up_primary(&self, pg: PgId) -> Option<bool> {
-        self.with_mapping(pg, |_, m| m.up.first() == Some(&self.id))
+    /// Whether this OSD is first in the PG's acting set in the current map (it serves the
+    /// PG's I/O); None if the map has no such pool (or no map yet). Asked on every client op.
+    pub fn is_acting_primary(&self, pg: PgId) -> Option<bool> {
+        self.with_mapping(pg, |_, m| m.acting_primary() == Some(self.id))
     }
 
     /// `f` of the current map and the PG's mapping there, looked up in the per-epoch cache

@@ -1,9 +1,9 @@
-//! Stray PG copies: copies this OSD holds of PGs whose acting set no longer includes it (the
-//! PG was remapped: the OSD was marked out, or came back after the PG moved). Peering recovers
-//! from them while they are needed; once the PG's primary reports the PG active+clean without
-//! this OSD, in the same map, the copy is deleted so its space returns (Ceph's stray purge).
-//! PGs of removed pools are deleted at once. Deletion runs as best-effort work through the
-//! scheduler, in batches, under the PG's lock.
+//! Stray PG copies: copies this OSD holds of PGs whose acting and up sets no longer include
+//! it (the PG was remapped: the OSD was marked out, or came back after the PG moved). Peering
+//! recovers from them while they are needed; once the PG's primary reports the PG active+clean
+//! without this OSD, in the same map, the copy is deleted so its space returns (Ceph's stray
+//! purge). PGs of removed pools are deleted at once. Deletion runs as best-effort work through
+//! the scheduler, in batches, under the PG's lock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +79,7 @@ async fn deletable(s: &Shared, pg: &Pg) -> Option<Deletable> {
     // The acting set the map handler last gave the PG (no placement computed here per PG and
     // per pass; `delete` checks the current map again before it removes anything).
     let iv = pg.interval();
-    if iv.acting.contains(&s.id) {
+    if iv.acting.contains(&s.id) || iv.up.contains(&s.id) {
         return None;
     }
     let primary = *iv.acting.first()?;
@@ -98,12 +98,11 @@ async fn delete(s: &Arc<Shared>, pg: &Arc<Pg>, why: Deletable) -> Result<Option<
     // Checked under the lock, which every peering, recovery and replica request takes: none
     // of them can be half done here, and any sent in a newer map has been noted.
     let still = match why {
-        Deletable::PoolRemoved => s.placement(pg.id).is_none(),
+        Deletable::PoolRemoved => s.is_member(pg.id).is_none(),
         Deletable::CleanElsewhere(epoch) => {
             s.epoch() == epoch
                 && pg.newest_request_epoch() <= epoch
-                && s.placement(pg.id)
-                    .is_some_and(|(_, up, _)| !up.contains(&s.id))
+                && s.is_member(pg.id) == Some(false)
         }
     };
     if !still {

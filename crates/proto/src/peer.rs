@@ -89,6 +89,14 @@ pub enum PeerBody {
         /// The copy's last epoch started.
         last_epoch_started: u64,
     },
+    /// From the primary of a temporary acting set to an up-set OSD it fills in the background:
+    /// every object changed up to this log's head has been pushed to you; replace your log
+    /// with it and keep your last epoch started (you serve nothing until the PG peers with you
+    /// in its acting set, which recovers the rest from the log).
+    Filled {
+        /// The primary's log as of the start of the pass that pushed the objects.
+        log: Box<PgLog>,
+    },
 }
 
 /// Answer to a [`PeerRequest`].

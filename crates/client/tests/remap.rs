@@ -1,0 +1,216 @@
+//! A new OSD is filled while its PGs serve: the PGs that CRUSH moves onto it are served by a
+//! temporary acting set of their complete copies (pg_temp) while their primary pushes the data
+//! to it in the background, then by their up set again. Writes go on throughout and are all
+//! acknowledged; at the end every PG is active+clean without a temporary acting set, every
+//! object reads back as written, and every copy of the up sets is byte-identical.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_client::Client;
+use cairn_mon::client::MonClient;
+use cairn_osd::OsdDaemon;
+use common::{mount_offline, osd_config, Cluster};
+
+const PG_NUM: u32 = 16;
+const OBJECTS: usize = 400;
+
+fn data_for(name: &str, generation: u32) -> Vec<u8> {
+    let seed = crc_fast::crc32_iscsi(name.as_bytes()).wrapping_add(generation);
+    let len = 1 + (seed as usize % 24_000);
+    (0..len)
+        .map(|b| (b as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) as u8)
+        .collect()
+}
+
+/// Writes `names` 16 at a time; every write must be acknowledged.
+async fn write_all(client: &Arc<Client>, names: &[(String, Vec<u8>)]) {
+    for lane in names.chunks(16) {
+        let tasks: Vec<_> = lane
+            .iter()
+            .cloned()
+            .map(|(name, data)| {
+                let c = client.clone();
+                tokio::spawn(async move { c.write_full("data", &name, &data).await.unwrap() })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+}
+
+/// The PGs of pool `data` that are not yet active+clean on their up set in the client's
+/// current map, as their primaries report them (`pg dump`: id, state, acting set, ...).
+async fn not_clean_on_up_set(client: &Client, osds: &[i32]) -> Vec<String> {
+    let map = client.map().unwrap();
+    let mut lines = Vec::new();
+    for &osd in osds {
+        if let Ok(text) = client.tell(osd, &["pg".into(), "dump".into()]).await {
+            lines.extend(text.lines().map(str::to_string));
+        }
+    }
+    let pool = map
+        .placement
+        .pools
+        .values()
+        .find(|p| p.name == "data")
+        .unwrap();
+    let mut mapper = map.placement.mapper();
+    (0..pool.pg_num)
+        .filter_map(|seed| {
+            let pg = cairn_clustermap::PgId {
+                pool: pool.id,
+                seed,
+            };
+            let up: Vec<String> = mapper
+                .map_pg(pg)
+                .unwrap()
+                .up
+                .iter()
+                .map(i32::to_string)
+                .collect();
+            let want = format!("{pg} active+clean [{}] ", up.join(","));
+            (!lines.iter().any(|l| l.starts_with(&want))).then(|| pg.to_string())
+        })
+        .collect()
+}
+
+/// Short logs and a low remap threshold: a PG's ~25 objects make the new OSD's copy a
+/// backfill (its empty log is behind the trimmed log's tail) or a log recovery of more
+/// objects than the threshold; both are done in the background.
+fn tweak(cfg: &mut cairn_osd::OsdConfig) {
+    cfg.max_log_entries = 24;
+    cfg.remap_min_objects = 8;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serves() {
+    let Cluster {
+        mon,
+        mut osds,
+        client,
+        dir,
+    } = common::cluster_with_devices("remap", PG_NUM, [256 << 20; 3], tweak).await;
+    let client = Arc::new(client);
+    let admin = MonClient::connect(mon.addr(), 97).await;
+    let mut written: BTreeMap<String, Vec<u8>> = (0..OBJECTS)
+        .map(|i| {
+            let name = format!("pre-{i}");
+            let data = data_for(&name, 0);
+            (name, data)
+        })
+        .collect();
+    let initial: Vec<(String, Vec<u8>)> = written.clone().into_iter().collect();
+    write_all(&client, &initial).await;
+    let before = client.map().unwrap().epoch;
+
+    // A fourth OSD on a host of its own: CRUSH puts about three PGs in four on it.
+    let mut cfg = osd_config("remap", 3, &mon, &dir, 256 << 20);
+    tweak(&mut cfg);
+    osds.push(OsdDaemon::start(cfg).await.unwrap());
+    let new_osd = osds[3].id();
+
+    // Writes go on while it fills: new objects, and overwrites of the first ones.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (client.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut done = BTreeMap::new();
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) || i < 64 {
+                let name = match i % 2 {
+                    0 => format!("live-{i}"),
+                    _ => format!("pre-{}", (i as usize * 7) % OBJECTS),
+                };
+                let data = data_for(&name, 1 + i);
+                client.write_full("data", &name, &data).await.unwrap();
+                done.insert(name, data);
+                i += 1;
+            }
+            done
+        })
+    };
+
+    let ids: Vec<i32> = osds.iter().map(|o| o.id()).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let map = client.map().unwrap();
+        let behind = not_clean_on_up_set(&client, &ids).await;
+        let joined = map.osds.get(&new_osd).is_some_and(|o| o.up);
+        if joined && map.placement.pg_temp.is_empty() && behind.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never clean on the up sets: {behind:?}, pg_temp {:?}",
+            map.placement.pg_temp
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    written.extend(writer.await.unwrap());
+
+    // The map's history: PGs moved onto the new OSD were served by their complete copies
+    // (without it) while their up set had it, and none is left so.
+    let maps = admin.maps_since(before, 10_000).await.unwrap();
+    let mut remapped = BTreeSet::new();
+    for m in &maps {
+        for (pg, temp) in &m.placement.pg_temp {
+            let placed = m.placement.mapper().map_pg(*pg).unwrap();
+            assert!(!temp.contains(&new_osd), "epoch {}: {pg} {temp:?}", m.epoch);
+            assert!(placed.up.contains(&new_osd), "epoch {}: {pg}", m.epoch);
+            assert_eq!(placed.acting, *temp);
+            remapped.insert(*pg);
+        }
+    }
+    assert!(
+        !remapped.is_empty(),
+        "no PG was served by a temporary acting set"
+    );
+    let last = maps.last().unwrap();
+    assert!(last.placement.pg_temp.is_empty());
+
+    for (name, data) in &written {
+        let got = client.read("data", name).await.unwrap();
+        assert!(got == *data, "{name}: read back differs");
+    }
+
+    // Offline: every OSD of each object's up set holds it, byte-identical.
+    let final_map = client.map().unwrap();
+    let pool = final_map
+        .placement
+        .pools
+        .values()
+        .find(|p| p.name == "data")
+        .unwrap()
+        .clone();
+    let mut mapper = final_map.placement.mapper();
+    let up: BTreeMap<String, (String, Vec<i32>)> = written
+        .keys()
+        .map(|name| {
+            let pg = pool.object_pg(name, "", "");
+            let coll = cairn_osd::pgmeta::collection(pg);
+            (name.clone(), (coll, mapper.map_pg(pg).unwrap().up))
+        })
+        .collect();
+    assert!(up.values().any(|(_, set)| set.contains(&new_osd)));
+    drop((client, admin, osds, mon));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for osd in 0..4 {
+        let store = mount_offline(&dir.0.join(format!("osd{osd}"))).await;
+        for (name, (coll, set)) in &up {
+            if !set.contains(&osd) {
+                continue;
+            }
+            let data = store.read(coll, name, 0, u64::MAX).await.unwrap();
+            let want = crc_fast::crc32_iscsi(&written[name]);
+            assert_eq!(crc_fast::crc32_iscsi(&data), want, "{name} on osd.{osd}");
+        }
+        store.umount().await.unwrap();
+    }
+}

@@ -1,0 +1,269 @@
+//! Moving a PG without stopping its I/O (Ceph's pg_temp and backfill). When peering finds an
+//! acting copy that would need a long recovery (a backfill, or a log recovery of many objects)
+//! and enough copies are already complete, the primary asks the monitor for a temporary acting
+//! set of the complete copies instead of recovering before activation. The PG then peers and
+//! serves from them at once (active+remapped), and their primary fills the up set's other OSDs
+//! in the background: pass after pass it pushes the objects a copy lacks, as recovery requests
+//! through the scheduler, then gives the copy the log as of the pass's start, until a pass is
+//! short. It then asks for the temporary set to be removed; the PG peers with its up set again
+//! and only the few objects written since the last pass are recovered before it activates.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cairn_mon::monitor::Request;
+use cairn_pg::{plan, PeerLog, PeeringPlan, Recovery};
+use cairn_proto::peer::PeerBody;
+
+use crate::error::OsdError;
+use crate::metrics::RecoveryKind;
+use crate::peering::{ask, list_remote, list_scheduled, push, query_log};
+use crate::pgs::{Interval, Pg};
+use crate::shared::Shared;
+
+/// A fill pass that pushed at most this many objects is the last: what was written during it
+/// is recovered when the PG peers with its up set.
+const FINAL_PASS_OBJECTS: usize = 16;
+/// Most fill passes for one copy; after them the rest is left to that peering (a PG whose
+/// writes outrun the pushes must still come home).
+const MAX_PASSES: usize = 8;
+/// How long the monitor may take to answer a pg_temp request.
+const MON_TIMEOUT_MS: u64 = 5_000;
+/// How long a primary that asked for a temporary acting set waits for the map that starts it.
+const REMAP_WAIT: Duration = Duration::from_secs(5);
+/// Pause before a failed fill is tried again in the same interval.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// The temporary acting set to serve `iv`'s PG from while its copies are filled in the
+/// background, or None when every acting copy's recovery is short (fewer than `min_objects`
+/// objects to recover: done before activation), or fewer than `min_size` complete copies are
+/// up. Complete copies of the acting set come first, in its order, then complete copies of
+/// earlier intervals, up to the pool's size.
+pub fn temporary_acting(
+    iv: &Interval,
+    plan: &PeeringPlan,
+    up: &BTreeSet<i32>,
+    min_objects: usize,
+) -> Option<Vec<i32>> {
+    let long = |r: &Recovery| match r {
+        Recovery::Clean => false,
+        Recovery::Backfill => true,
+        Recovery::Log { missing, .. } => missing.len() >= min_objects,
+    };
+    if !iv
+        .acting
+        .iter()
+        .any(|o| plan.recovery.get(o).is_some_and(long))
+    {
+        return None;
+    }
+    let complete = |o: &i32| up.contains(o) && plan.recovery.get(o) == Some(&Recovery::Clean);
+    let mut temp: Vec<i32> = iv.acting.iter().copied().filter(complete).collect();
+    for o in plan.recovery.keys() {
+        if temp.len() >= iv.size {
+            break;
+        }
+        if !temp.contains(o) && complete(o) {
+            temp.push(*o);
+        }
+    }
+    (temp.len() >= iv.min_size.max(1) && temp != iv.acting).then_some(temp)
+}
+
+/// Asks the monitor to serve `pg` from `temp` and waits (boundedly) for the map that starts
+/// that interval; false when it did not come, and the caller recovers before activation.
+pub async fn request(s: &Shared, pg: &Pg, epoch: u64, temp: Vec<i32>) -> Result<bool, OsdError> {
+    let req = Request::PgTemp {
+        pg: pg.id,
+        acting: temp,
+    };
+    s.mon.op(req, MON_TIMEOUT_MS).await?;
+    s.metrics.record_recovery(RecoveryKind::Remap, 0);
+    let deadline = tokio::time::Instant::now() + REMAP_WAIT;
+    while pg.interval().epoch == epoch {
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(true)
+}
+
+/// Starts filling `pg`'s up set in the background if this OSD is the active primary of a
+/// temporary acting set and no fill runs for this interval and up set yet.
+pub fn maybe_fill(s: &Arc<Shared>, pg: &Arc<Pg>) {
+    let iv = pg.interval();
+    if iv.acting.first() != Some(&s.id) || pg.active_epoch() != Some(iv.epoch) {
+        return;
+    }
+    let temp = s
+        .map
+        .borrow()
+        .as_ref()
+        .is_some_and(|m| m.placement.pg_temp.contains_key(&pg.id));
+    if !temp || !pg.claim_fill(iv.epoch, &iv.up) {
+        return;
+    }
+    let (s2, pg2) = (s.clone(), pg.clone());
+    s.track(tokio::spawn(async move {
+        fill_until_done(s2, pg2, iv.epoch, iv.up).await
+    }));
+}
+
+/// Whether the fill of `up` begun in the interval of `epoch` still has a PG to fill.
+fn still(pg: &Pg, epoch: u64, up: &[i32]) -> bool {
+    let iv = pg.interval();
+    iv.epoch == epoch && iv.up == up && pg.active_epoch() == Some(epoch)
+}
+
+async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) {
+    while still(&pg, epoch, &up) {
+        match fill(&s, &pg, epoch, &up).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "filling the up set failed; retrying");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+        }
+    }
+}
+
+/// Fills every OSD of `up` outside the acting set, then hands the PG back to its up set.
+async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<(), OsdError> {
+    let acting = pg.interval().acting;
+    for &target in up.iter().filter(|o| !acting.contains(o)) {
+        fill_copy(s, pg, epoch, up, target).await?;
+    }
+    if !still(pg, epoch, up) {
+        return Ok(());
+    }
+    tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, "up set filled: temporary acting set removed");
+    let req = Request::PgTemp {
+        pg: pg.id,
+        acting: Vec::new(),
+    };
+    s.mon.op(req, MON_TIMEOUT_MS).await?;
+    Ok(())
+}
+
+/// Brings `target`'s copy close to this OSD's, pass by pass: each pass pushes what the copy
+/// lacks against this OSD's log as the pass begins (every object on either side for a copy
+/// behind the log's tail), then gives it that log.
+async fn fill_copy(
+    s: &Arc<Shared>,
+    pg: &Arc<Pg>,
+    epoch: u64,
+    up: &[i32],
+    target: i32,
+) -> Result<(), OsdError> {
+    for _ in 0..MAX_PASSES {
+        let mine = {
+            let inner = pg.inner.lock().await;
+            PeerLog {
+                osd: s.id,
+                last_epoch_started: inner.last_epoch_started,
+                log: inner.log.clone(),
+            }
+        };
+        let theirs = query_log(s, pg, epoch, target).await?;
+        let plan =
+            plan(&[mine.clone(), theirs], s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
+        let objects: Vec<String> = match plan.recovery.get(&target) {
+            Some(Recovery::Log { missing, .. }) => missing.keys().cloned().collect(),
+            Some(Recovery::Backfill) => {
+                let mut all: BTreeSet<String> = list_scheduled(s, pg).await?.into_iter().collect();
+                all.extend(list_remote(s, pg, epoch, target).await?);
+                all.into_iter().collect()
+            }
+            _ => return Ok(()),
+        };
+        for obj in &objects {
+            if !still(pg, epoch, up) {
+                return Ok(());
+            }
+            push(s, pg, epoch, target, obj).await?;
+        }
+        let body = PeerBody::Filled {
+            log: Box::new(mine.log),
+        };
+        ask(s, pg, epoch, target, body, Bytes::new()).await?;
+        tracing::debug!(osd = s.id, pg = %pg.id, target, objects = objects.len(), "fill pass done");
+        if objects.len() <= FINAL_PASS_OBJECTS {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_pg::{Eversion, LogEntry, OpKind, PgLog};
+
+    fn log(n: u64) -> PgLog {
+        let mut log = PgLog::new(1000);
+        for v in 1..=n {
+            log.append(LogEntry {
+                version: Eversion::new(1, v),
+                object: format!("o{v}"),
+                op: OpKind::Modify,
+                prior: Eversion::default(),
+                reqid: None,
+            })
+            .unwrap();
+        }
+        log
+    }
+
+    fn peer(osd: i32, les: u64, log: PgLog) -> PeerLog {
+        PeerLog {
+            osd,
+            last_epoch_started: les,
+            log,
+        }
+    }
+
+    fn interval(acting: Vec<i32>) -> Interval {
+        Interval {
+            epoch: 10,
+            up: acting.clone(),
+            acting,
+            size: 3,
+            min_size: 2,
+            ..Interval::default()
+        }
+    }
+
+    #[test]
+    fn only_a_long_recovery_with_enough_complete_copies_gets_a_temporary_acting_set() {
+        let up: BTreeSet<i32> = (0..6).collect();
+        let full = log(100);
+        // osd.0 (primary) is 100 objects behind, osd.1 and osd.2 complete, osd.3 (a copy of
+        // an earlier interval) complete.
+        let logs = [
+            peer(0, 5, log(0)),
+            peer(1, 8, full.clone()),
+            peer(2, 8, full.clone()),
+            peer(3, 8, full.clone()),
+        ];
+        let p = plan(&logs, 0).unwrap();
+        let iv = interval(vec![0, 1, 2]);
+        assert_eq!(temporary_acting(&iv, &p, &up, 64), Some(vec![1, 2, 3]));
+        // A short recovery is done before activation.
+        assert_eq!(temporary_acting(&iv, &p, &up, 101), None);
+        // Copies that are down do not serve.
+        let few: BTreeSet<i32> = [0, 1].into();
+        assert_eq!(
+            temporary_acting(&iv, &p, &few, 64),
+            None,
+            "one copy < min_size"
+        );
+        let some: BTreeSet<i32> = [0, 1, 2].into();
+        assert_eq!(temporary_acting(&iv, &p, &some, 64), Some(vec![1, 2]));
+        // Every acting copy complete: nothing to do.
+        let iv = interval(vec![1, 2, 3]);
+        assert_eq!(temporary_acting(&iv, &p, &up, 1), None);
+    }
+}
