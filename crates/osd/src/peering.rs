@@ -396,6 +396,20 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
             ),
         });
     }
+    if !left_out.is_empty() {
+        // The map must say who serves: a copy left out while the map still names it in the
+        // acting set could later be taken for a copy of the interval it never served.
+        let temp: Vec<i32> = iv.copies_without(&left_out);
+        match crate::remap::request(s, pg, epoch, temp).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {
+                tracing::warn!(osd = s.id, pg = %pg.id, epoch, "no map without the too full copies came: serving with them left out")
+            }
+            Err(e) => {
+                tracing::warn!(osd = s.id, pg = %pg.id, epoch, error = %e, "temporary acting set refused: serving with the too full copies left out")
+            }
+        }
+    }
     let mut txn = Transaction::new();
     if !inner.created {
         txn.create_collection(&coll);

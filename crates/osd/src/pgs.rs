@@ -81,6 +81,15 @@ impl Interval {
             .copied()
             .filter(|o| !self.left_out.contains(o))
     }
+
+    /// The acting set without `left_out` (the primary first).
+    pub fn copies_without(&self, left_out: &BTreeSet<i32>) -> Vec<i32> {
+        self.acting
+            .iter()
+            .copied()
+            .filter(|o| !left_out.contains(o))
+            .collect()
+    }
 }
 
 /// A PG's two sets in one map.

@@ -7,6 +7,8 @@
 //! through the scheduler, then gives the copy the log as of the pass's start, until a pass is
 //! short. It then asks for the temporary set to be removed; the PG peers with its up set again
 //! and only the few objects written since the last pass are recovered before it activates.
+//! A copy too full for its recovery is moved out of the acting set the same way, and its fill
+//! waits until it takes the objects.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -35,6 +37,9 @@ const MON_TIMEOUT_MS: u64 = 5_000;
 const REMAP_WAIT: Duration = Duration::from_secs(5);
 /// Pause before a failed fill is tried again in the same interval.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// Pause before a fill that a copy refused as too full is tried again (Ceph's
+/// backfill_toofull: it waits until space is freed there).
+const TOOFULL_PAUSE: Duration = Duration::from_secs(5);
 
 /// The temporary acting set to serve `iv`'s PG from while its copies are filled in the
 /// background, or None when every acting copy's recovery is short (fewer than `min_objects`
@@ -122,6 +127,10 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
     while still(&pg, epoch, &up) {
         match fill(&s, &pg, epoch, &up).await {
             Ok(()) => return,
+            Err(OsdError::TooFull { osd, why }) => {
+                tracing::debug!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "up-set copy too full to fill; waiting");
+                tokio::time::sleep(TOOFULL_PAUSE).await;
+            }
             Err(e) => {
                 tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "filling the up set failed; retrying");
                 tokio::time::sleep(RETRY_PAUSE).await;
