@@ -1,8 +1,9 @@
 //! A new OSD is filled while its PGs serve: the PGs that CRUSH moves onto it are served by a
 //! temporary acting set of their complete copies (pg_temp) while their primary pushes the data
 //! to it in the background, then by their up set again. Writes go on throughout and are all
-//! acknowledged; at the end every PG is active+clean without a temporary acting set, every
-//! object reads back as written, and every copy of the up sets is byte-identical.
+//! acknowledged; the primaries' requests for temporary acting sets are batched (fewer epochs
+//! than PGs); at the end every PG is active+clean without a temporary acting set, every object
+//! reads back as written, and every copy of the up sets is byte-identical.
 
 mod common;
 
@@ -171,6 +172,21 @@ async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serv
     assert!(
         !remapped.is_empty(),
         "no PG was served by a temporary acting set"
+    );
+    let set_epochs = maps
+        .windows(2)
+        .filter(|w| {
+            w[1].placement
+                .pg_temp
+                .keys()
+                .any(|pg| !w[0].placement.pg_temp.contains_key(pg))
+        })
+        .count();
+    // The primaries' wants are batched: fewer epochs than PGs.
+    assert!(
+        set_epochs < remapped.len(),
+        "{} PGs remapped in {set_epochs} epochs",
+        remapped.len()
     );
     let last = maps.last().unwrap();
     assert!(last.placement.pg_temp.is_empty());

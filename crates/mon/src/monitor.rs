@@ -111,13 +111,12 @@ pub enum Request {
         /// The interval start it needs recorded.
         want: u64,
     },
-    /// A primary asks that a PG be served by `acting` (Ceph's `pg_temp`) while its up set is
-    /// filled in the background, or, with `acting` empty, by its up set again.
+    /// A primary asks that PGs be served by temporary acting sets (Ceph's `pg_temp`, whose
+    /// requests an OSD also batches) while their up sets are filled in the background, or,
+    /// with an empty set, by their up sets again; all in one epoch.
     PgTemp {
-        /// The PG.
-        pg: cairn_clustermap::PgId,
-        /// The temporary acting set, primary first; empty to remove it.
-        acting: Vec<i32>,
+        /// Per PG, its temporary acting set, primary first (empty to remove it).
+        temps: Vec<(cairn_clustermap::PgId, Vec<i32>)>,
     },
     /// Operator: mark an OSD out (its data moves away).
     MarkOut {
@@ -162,6 +161,9 @@ pub enum Request {
         name: String,
     },
 }
+
+/// Most PG entries in one pg_temp request (explicit limit).
+pub const MAX_PG_TEMPS_PER_REQUEST: usize = 4096;
 
 /// Result of a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -302,7 +304,7 @@ impl Monitor {
                 })
             }
             Request::Alive { id, want } => self.alive(id, want),
-            Request::PgTemp { pg, acting } => self.pg_temp(pg, acting),
+            Request::PgTemp { temps } => self.pg_temp(temps),
             Request::MarkOut { id } => self.set_reweight(id, 0),
             Request::MarkIn { id } => self.set_reweight(id, 0x10000),
             Request::MarkDown { id } => {
@@ -455,10 +457,37 @@ impl Monitor {
         Ok(Reply::Done { epoch })
     }
 
-    /// Sets or removes `pg`'s temporary acting set after checking it: the pool and PG exist,
-    /// its OSDs exist, are distinct and no more than the pool's size. No new epoch when the
-    /// map has it already.
-    fn pg_temp(&mut self, pg: cairn_clustermap::PgId, acting: Vec<i32>) -> Result<Reply, MonError> {
+    /// Sets or removes PGs' temporary acting sets, in one epoch, after checking every one
+    /// (nothing changes if one is malformed). No new epoch when the map has them already.
+    fn pg_temp(
+        &mut self,
+        temps: Vec<(cairn_clustermap::PgId, Vec<i32>)>,
+    ) -> Result<Reply, MonError> {
+        if temps.len() > MAX_PG_TEMPS_PER_REQUEST {
+            return Err(MonError::Invalid(format!(
+                "{} pg_temp entries in one request, at most {MAX_PG_TEMPS_PER_REQUEST}",
+                temps.len()
+            )));
+        }
+        let mut changes = Vec::new();
+        for (pg, acting) in temps {
+            self.check_pg_temp(pg, &acting)?;
+            let current = self.map.placement.pg_temp.get(&pg);
+            if !current.map_or(acting.is_empty(), |c| *c == acting) {
+                changes.retain(|c| !matches!(c, Change::PgTemp { pg: p, .. } if *p == pg));
+                changes.push(Change::PgTemp { pg, acting });
+            }
+        }
+        let epoch = match changes.is_empty() {
+            true => self.map.epoch,
+            false => self.commit(changes)?,
+        };
+        Ok(Reply::Done { epoch })
+    }
+
+    /// Checks one temporary acting set: the pool and PG exist, its OSDs exist, are distinct
+    /// and no more than the pool's size.
+    fn check_pg_temp(&self, pg: cairn_clustermap::PgId, acting: &[i32]) -> Result<(), MonError> {
         let pool = self
             .map
             .placement
@@ -483,13 +512,7 @@ impl Monitor {
                 )));
             }
         }
-        let current = self.map.placement.pg_temp.get(&pg);
-        let epoch = if current.map_or(acting.is_empty(), |c| *c == acting) {
-            self.map.epoch
-        } else {
-            self.commit(vec![Change::PgTemp { pg, acting }])?
-        };
-        Ok(Reply::Done { epoch })
+        Ok(())
     }
 
     fn set_reweight(&mut self, id: i32, reweight: u32) -> Result<Reply, MonError> {

@@ -663,7 +663,9 @@ fn a_pg_temp_sets_the_acting_set_until_it_is_removed() {
     let plain = mon.map().placement.mapper().map_pg(pg).unwrap();
     let temp: Vec<i32> = (0..4).filter(|o| !plain.up.contains(o)).collect();
     let before = mon.map().clone();
-    let set = |acting: Vec<i32>| Request::PgTemp { pg, acting };
+    let set = |acting: Vec<i32>| Request::PgTemp {
+        temps: vec![(pg, acting)],
+    };
     let Reply::Done { epoch } = mon.handle(2, set(temp.clone())).unwrap() else {
         panic!("not done");
     };
@@ -681,12 +683,17 @@ fn a_pg_temp_sets_the_acting_set_until_it_is_removed() {
     assert_eq!(decoded.placement.pg_temp.get(&pg), Some(&temp));
     let bad = [
         Request::PgTemp {
-            pg: cairn_clustermap::PgId { pool: 99, seed: 0 },
-            acting: vec![0],
+            temps: vec![(cairn_clustermap::PgId { pool: 99, seed: 0 }, vec![0])],
         },
         Request::PgTemp {
-            pg: cairn_clustermap::PgId { pool, seed: 8 },
-            acting: vec![0],
+            temps: vec![(cairn_clustermap::PgId { pool, seed: 8 }, vec![0])],
+        },
+        // One malformed entry refuses the whole request.
+        Request::PgTemp {
+            temps: vec![
+                (cairn_clustermap::PgId { pool, seed: 1 }, vec![0, 1]),
+                (pg, vec![0, 1, 2]),
+            ],
         },
         set(vec![0, 9]),
         set(vec![1, 1]),
@@ -708,7 +715,15 @@ fn a_pg_temp_sets_the_acting_set_until_it_is_removed() {
         mon.map().placement.pg_temp.get(&pg),
         Some(&temp[1..].to_vec())
     );
-    mon.handle(9, Request::RemovePool { name: "p".into() })
+    // Several PGs in one request make one epoch.
+    let e = mon.map().epoch;
+    let many = (0..8)
+        .map(|seed| (cairn_clustermap::PgId { pool, seed }, temp[1..].to_vec()))
+        .collect();
+    mon.handle(9, Request::PgTemp { temps: many }).unwrap();
+    assert_eq!(mon.map().epoch, e + 1);
+    assert_eq!(mon.map().placement.pg_temp.len(), 8);
+    mon.handle(10, Request::RemovePool { name: "p".into() })
         .unwrap();
     assert!(mon.map().placement.pg_temp.is_empty());
 }

@@ -21,6 +21,7 @@ pub mod peering;
 pub mod peers;
 pub mod pgmeta;
 pub mod pgs;
+pub mod pgtemp;
 pub mod primary;
 pub mod remap;
 pub mod replica;

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cairn_mon::monitor::Request;
 use cairn_pg::{plan, PeerLog, PeeringPlan, Recovery};
 use cairn_proto::peer::PeerBody;
 
@@ -31,8 +30,6 @@ const FINAL_PASS_OBJECTS: usize = 16;
 /// Most fill passes for one copy; after them the rest is left to that peering (a PG whose
 /// writes outrun the pushes must still come home).
 const MAX_PASSES: usize = 8;
-/// How long the monitor may take to answer a pg_temp request.
-const MON_TIMEOUT_MS: u64 = 5_000;
 /// How long a primary that asked for a temporary acting set waits for the map that starts it.
 const REMAP_WAIT: Duration = Duration::from_secs(5);
 /// Pause before a failed fill is tried again in the same interval.
@@ -79,12 +76,13 @@ pub fn temporary_acting(
 
 /// Asks the monitor to serve `pg` from `temp` and waits (boundedly) for the map that starts
 /// that interval; false when it did not come, and the caller recovers before activation.
-pub async fn request(s: &Shared, pg: &Pg, epoch: u64, temp: Vec<i32>) -> Result<bool, OsdError> {
-    let req = Request::PgTemp {
-        pg: pg.id,
-        acting: temp,
-    };
-    s.mon.op(req, MON_TIMEOUT_MS).await?;
+pub async fn request(
+    s: &Arc<Shared>,
+    pg: &Pg,
+    epoch: u64,
+    temp: Vec<i32>,
+) -> Result<bool, OsdError> {
+    crate::pgtemp::want(s, pg.id, temp).await?;
     s.metrics.record_recovery(RecoveryKind::Remap, 0);
     let deadline = tokio::time::Instant::now() + REMAP_WAIT;
     while pg.interval().epoch == epoch {
@@ -149,12 +147,7 @@ async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<(
         return Ok(());
     }
     tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, "up set filled: temporary acting set removed");
-    let req = Request::PgTemp {
-        pg: pg.id,
-        acting: Vec::new(),
-    };
-    s.mon.op(req, MON_TIMEOUT_MS).await?;
-    Ok(())
+    crate::pgtemp::want(s, pg.id, Vec::new()).await
 }
 
 /// Brings `target`'s copy close to this OSD's, pass by pass: each pass pushes what the copy

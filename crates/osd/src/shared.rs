@@ -41,6 +41,8 @@ pub struct Shared {
     /// The store's counters as of the last refresh (every second): the metrics page is
     /// rendered synchronously and the store's are behind its lock.
     pub store_stats: Mutex<StoreStats>,
+    /// This OSD's pg_temp wants, batched into monitor requests.
+    pub pg_temps: crate::pgtemp::PgTempBatch,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     mappings: Mutex<MappingCache>,
 }
@@ -68,6 +70,7 @@ impl Shared {
             cfg,
             metrics: Metrics::default(),
             store_stats: Mutex::new(StoreStats::default()),
+            pg_temps: Default::default(),
             tasks: Mutex::new(Vec::new()),
             mappings: Mutex::new(MappingCache::default()),
         }
