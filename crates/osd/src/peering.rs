@@ -323,15 +323,9 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     // copies, which serves meanwhile.
     let min_objects = s.cfg.remap_min_objects;
     if let Some(temp) = crate::remap::temporary_acting(&iv, &plan, &up, min_objects) {
-        tracing::info!(osd = s.id, pg = %pg.id, epoch, temp = ?temp, "long recovery: asking for a temporary acting set");
-        match crate::remap::request(s, pg, epoch, temp).await {
-            Ok(true) => return Ok(()),
-            Ok(false) => {
-                tracing::warn!(osd = s.id, pg = %pg.id, epoch, "no map with the temporary acting set came: recovering before activation")
-            }
-            Err(e) => {
-                tracing::warn!(osd = s.id, pg = %pg.id, epoch, error = %e, "temporary acting set refused: recovering before activation")
-            }
+        let instead = "recovering before activation";
+        if crate::remap::serve_from(s, pg, epoch, temp, instead).await {
+            return Ok(());
         }
     }
     let auth_log: PgLog = logs
@@ -400,14 +394,9 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         // The map must say who serves: a copy left out while the map still names it in the
         // acting set could later be taken for a copy of the interval it never served.
         let temp: Vec<i32> = iv.copies_without(&left_out);
-        match crate::remap::request(s, pg, epoch, temp).await {
-            Ok(true) => return Ok(()),
-            Ok(false) => {
-                tracing::warn!(osd = s.id, pg = %pg.id, epoch, "no map without the too full copies came: serving with them left out")
-            }
-            Err(e) => {
-                tracing::warn!(osd = s.id, pg = %pg.id, epoch, error = %e, "temporary acting set refused: serving with the too full copies left out")
-            }
+        let instead = "serving with the too full copies left out";
+        if crate::remap::serve_from(s, pg, epoch, temp, instead).await {
+            return Ok(());
         }
     }
     let mut txn = Transaction::new();

@@ -74,14 +74,29 @@ pub fn temporary_acting(
     (temp.len() >= iv.min_size.max(1) && temp != iv.acting).then_some(temp)
 }
 
-/// Asks the monitor to serve `pg` from `temp` and waits (boundedly) for the map that starts
-/// that interval; false when it did not come, and the caller recovers before activation.
-pub async fn request(
+/// Has `pg` (peering in the interval of `epoch`) served by `temp`: true once the map that
+/// starts that interval has come. Otherwise logs why not, and that the caller goes on
+/// `instead`.
+pub async fn serve_from(
     s: &Arc<Shared>,
     pg: &Pg,
     epoch: u64,
     temp: Vec<i32>,
-) -> Result<bool, OsdError> {
+    instead: &'static str,
+) -> bool {
+    tracing::info!(osd = s.id, pg = %pg.id, epoch, temp = ?temp, "asking for a temporary set");
+    let why = match request(s, pg, epoch, temp).await {
+        Ok(true) => return true,
+        Ok(false) => "no map with it came".to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(osd = s.id, pg = %pg.id, epoch, %why, instead, "no temporary acting set");
+    false
+}
+
+/// Asks the monitor to serve `pg` from `temp` and waits (boundedly) for the map that starts
+/// that interval; false when it did not come.
+async fn request(s: &Arc<Shared>, pg: &Pg, epoch: u64, temp: Vec<i32>) -> Result<bool, OsdError> {
     crate::pgtemp::want(s, pg.id, temp).await?;
     s.metrics.record_recovery(RecoveryKind::Remap, 0);
     let deadline = tokio::time::Instant::now() + REMAP_WAIT;
@@ -126,11 +141,13 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
         match fill(&s, &pg, epoch, &up).await {
             Ok(()) => return,
             Err(OsdError::TooFull { osd, why }) => {
-                tracing::debug!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "up-set copy too full to fill; waiting");
+                let pg = pg.id;
+                tracing::debug!(osd = s.id, %pg, epoch, copy = osd, %why, "copy too full to fill");
                 tokio::time::sleep(TOOFULL_PAUSE).await;
             }
             Err(e) => {
-                tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "filling the up set failed; retrying");
+                let pg = pg.id;
+                tracing::info!(osd = s.id, %pg, epoch, error = %e, "filling the up set failed");
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
         }
@@ -146,7 +163,7 @@ async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<(
     if !still(pg, epoch, up) {
         return Ok(());
     }
-    tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, "up set filled: temporary acting set removed");
+    tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, "up set filled: back to it");
     crate::pgtemp::want(s, pg.id, Vec::new()).await
 }
 
