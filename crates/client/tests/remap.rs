@@ -3,7 +3,9 @@
 //! to it in the background, then by their up set again. Writes go on throughout and are all
 //! acknowledged; the primaries' requests for temporary acting sets are batched (fewer epochs
 //! than PGs); at the end every PG is active+clean without a temporary acting set, every object
-//! reads back as written, and every copy of the up sets is byte-identical.
+//! reads back as written, and every copy of the up sets is byte-identical. The same holds when
+//! the primary of a temporary acting set dies in the middle of the fill (the next member takes
+//! over) and comes back.
 
 mod common;
 
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use cairn_client::Client;
 use cairn_mon::client::MonClient;
+use cairn_mon::monitor::Request;
 use cairn_osd::OsdDaemon;
 use common::{mount_offline, osd_config, Cluster};
 
@@ -45,9 +48,9 @@ async fn write_all(client: &Arc<Client>, names: &[(String, Vec<u8>)]) {
     }
 }
 
-/// The PGs of pool `data` that are not yet active+clean on their up set in the client's
-/// current map, as their primaries report them (`pg dump`: id, state, acting set, ...).
-async fn not_clean_on_up_set(client: &Client, osds: &[i32]) -> Vec<String> {
+/// The PGs of pool `data` that are not yet active on their up set (in one of `states`) in the
+/// client's current map, as their primaries report them (`pg dump`: id, state, acting set, ...).
+async fn not_active_on_up_set(client: &Client, osds: &[i32], states: &[&str]) -> Vec<String> {
     let map = client.map().unwrap();
     let mut lines = Vec::new();
     for &osd in osds {
@@ -75,10 +78,33 @@ async fn not_clean_on_up_set(client: &Client, osds: &[i32]) -> Vec<String> {
                 .iter()
                 .map(i32::to_string)
                 .collect();
-            let want = format!("{pg} active+clean [{}] ", up.join(","));
-            (!lines.iter().any(|l| l.starts_with(&want))).then(|| pg.to_string())
+            let found = states.iter().any(|state| {
+                let want = format!("{pg} {state} [{}] ", up.join(","));
+                lines.iter().any(|l| l.starts_with(&want))
+            });
+            (!found).then(|| pg.to_string())
         })
         .collect()
+}
+
+/// Waits (at most 90 s) until the client's map shows `osd` up and no temporary acting set,
+/// and every PG is active on its up set in one of `states`.
+async fn wait_on_up_sets(client: &Client, osds: &[i32], osd: i32, states: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let map = client.map().unwrap();
+        let behind = not_active_on_up_set(client, osds, states).await;
+        let joined = map.osds.get(&osd).is_some_and(|o| o.up);
+        if joined && map.placement.pg_temp.is_empty() && behind.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {states:?} on the up sets: {behind:?}, pg_temp {:?}",
+            map.placement.pg_temp
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Short logs and a low remap threshold: a PG's ~25 objects make the new OSD's copy a
@@ -89,23 +115,106 @@ fn tweak(cfg: &mut cairn_osd::OsdConfig) {
     cfg.remap_min_objects = 8;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serves() {
-    let Cluster {
-        mon,
-        mut osds,
-        client,
-        dir,
-    } = common::cluster_with_devices("remap", PG_NUM, [256 << 20; 3], tweak).await;
-    let client = Arc::new(client);
-    let admin = MonClient::connect(mon.addr(), 97).await;
-    let mut written: BTreeMap<String, Vec<u8>> = (0..OBJECTS)
+/// A cluster of three OSDs whose pool `data` holds `OBJECTS` objects; those objects.
+async fn cluster_with_objects(tag: &str) -> (Cluster, BTreeMap<String, Vec<u8>>) {
+    let mut c = common::cluster_with_devices(tag, PG_NUM, [256 << 20; 3], tweak).await;
+    c.client.op_timeout_ms = 60_000;
+    let written: BTreeMap<String, Vec<u8>> = (0..OBJECTS)
         .map(|i| {
             let name = format!("pre-{i}");
             let data = data_for(&name, 0);
             (name, data)
         })
         .collect();
+    (c, written)
+}
+
+/// Writes new objects and overwrites of the first ones until `stop` (at least 64); what it
+/// wrote, every write acknowledged.
+fn writer(
+    client: Arc<Client>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<BTreeMap<String, Vec<u8>>> {
+    tokio::spawn(async move {
+        let mut done = BTreeMap::new();
+        let mut i = 0u32;
+        while !stop.load(Ordering::Relaxed) || i < 64 {
+            let name = match i % 2 {
+                0 => format!("live-{i}"),
+                _ => format!("pre-{}", (i as usize * 7) % OBJECTS),
+            };
+            let data = data_for(&name, 1 + i);
+            client.write_full("data", &name, &data).await.unwrap();
+            done.insert(name, data);
+            i += 1;
+        }
+        done
+    })
+}
+
+/// Every object reads back as written.
+async fn read_back(client: &Client, written: &BTreeMap<String, Vec<u8>>) {
+    for (name, data) in written {
+        let got = client.read("data", name).await.unwrap();
+        assert!(got == *data, "{name}: read back differs");
+    }
+}
+
+/// Stops everything, then checks offline that every OSD of each object's up set in the
+/// client's final map (`osds` OSDs, directories `osdN`) holds it, byte-identical; the up sets.
+async fn copies_identical_offline(
+    dir: &common::TempDir,
+    client: Arc<Client>,
+    rest: impl Sized,
+    written: &BTreeMap<String, Vec<u8>>,
+    osds: i32,
+) -> BTreeMap<String, (String, Vec<i32>)> {
+    let final_map = client.map().unwrap();
+    let pool = final_map
+        .placement
+        .pools
+        .values()
+        .find(|p| p.name == "data")
+        .unwrap()
+        .clone();
+    let mut mapper = final_map.placement.mapper();
+    let up: BTreeMap<String, (String, Vec<i32>)> = written
+        .keys()
+        .map(|name| {
+            let pg = pool.object_pg(name, "", "");
+            let coll = cairn_osd::pgmeta::collection(pg);
+            (name.clone(), (coll, mapper.map_pg(pg).unwrap().up))
+        })
+        .collect();
+    drop((client, rest));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for osd in 0..osds {
+        let store = mount_offline(&dir.0.join(format!("osd{osd}"))).await;
+        for (name, (coll, set)) in &up {
+            if !set.contains(&osd) {
+                continue;
+            }
+            let data = store.read(coll, name, 0, u64::MAX).await.unwrap();
+            let want = crc_fast::crc32_iscsi(&written[name]);
+            assert_eq!(crc_fast::crc32_iscsi(&data), want, "{name} on osd.{osd}");
+        }
+        store.umount().await.unwrap();
+    }
+    up
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serves() {
+    common::logs_from_env();
+    let (c, mut written) = cluster_with_objects("remap").await;
+    let Cluster {
+        mon,
+        mut osds,
+        client,
+        dir,
+    } = c;
+    let client = Arc::new(client);
+    let admin = MonClient::connect(mon.addr(), 97).await;
     let initial: Vec<(String, Vec<u8>)> = written.clone().into_iter().collect();
     write_all(&client, &initial).await;
     let before = client.map().unwrap().epoch;
@@ -116,45 +225,13 @@ async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serv
     osds.push(OsdDaemon::start(cfg).await.unwrap());
     let new_osd = osds[3].id();
 
-    // Writes go on while it fills: new objects, and overwrites of the first ones.
+    // Writes go on while it fills.
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (client, stop) = (client.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut done = BTreeMap::new();
-            let mut i = 0u32;
-            while !stop.load(Ordering::Relaxed) || i < 64 {
-                let name = match i % 2 {
-                    0 => format!("live-{i}"),
-                    _ => format!("pre-{}", (i as usize * 7) % OBJECTS),
-                };
-                let data = data_for(&name, 1 + i);
-                client.write_full("data", &name, &data).await.unwrap();
-                done.insert(name, data);
-                i += 1;
-            }
-            done
-        })
-    };
-
+    let writes = writer(client.clone(), stop.clone());
     let ids: Vec<i32> = osds.iter().map(|o| o.id()).collect();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let map = client.map().unwrap();
-        let behind = not_clean_on_up_set(&client, &ids).await;
-        let joined = map.osds.get(&new_osd).is_some_and(|o| o.up);
-        if joined && map.placement.pg_temp.is_empty() && behind.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never clean on the up sets: {behind:?}, pg_temp {:?}",
-            map.placement.pg_temp
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_on_up_sets(&client, &ids, new_osd, &["active+clean"]).await;
     stop.store(true, Ordering::Relaxed);
-    written.extend(writer.await.unwrap());
+    written.extend(writes.await.unwrap());
 
     // The map's history: PGs moved onto the new OSD were served by their complete copies
     // (without it) while their up set had it, and none is left so.
@@ -188,45 +265,72 @@ async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serv
         "{} PGs remapped in {set_epochs} epochs",
         remapped.len()
     );
-    let last = maps.last().unwrap();
-    assert!(last.placement.pg_temp.is_empty());
+    assert!(maps.last().unwrap().placement.pg_temp.is_empty());
 
-    for (name, data) in &written {
-        let got = client.read("data", name).await.unwrap();
-        assert!(got == *data, "{name}: read back differs");
-    }
-
-    // Offline: every OSD of each object's up set holds it, byte-identical.
-    let final_map = client.map().unwrap();
-    let pool = final_map
-        .placement
-        .pools
-        .values()
-        .find(|p| p.name == "data")
-        .unwrap()
-        .clone();
-    let mut mapper = final_map.placement.mapper();
-    let up: BTreeMap<String, (String, Vec<i32>)> = written
-        .keys()
-        .map(|name| {
-            let pg = pool.object_pg(name, "", "");
-            let coll = cairn_osd::pgmeta::collection(pg);
-            (name.clone(), (coll, mapper.map_pg(pg).unwrap().up))
-        })
-        .collect();
+    read_back(&client, &written).await;
+    let up = copies_identical_offline(&dir, client, (admin, osds, mon), &written, 4).await;
     assert!(up.values().any(|(_, set)| set.contains(&new_osd)));
-    drop((client, admin, osds, mon));
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    for osd in 0..4 {
-        let store = mount_offline(&dir.0.join(format!("osd{osd}"))).await;
-        for (name, (coll, set)) in &up {
-            if !set.contains(&osd) {
-                continue;
-            }
-            let data = store.read(coll, name, 0, u64::MAX).await.unwrap();
-            let want = crc_fast::crc32_iscsi(&written[name]);
-            assert_eq!(crc_fast::crc32_iscsi(&data), want, "{name} on osd.{osd}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_of_a_temporary_acting_set_dies_mid_fill_and_the_next_member_finishes_it() {
+    common::logs_from_env();
+    let (c, mut written) = cluster_with_objects("remap-kill").await;
+    let Cluster {
+        mon,
+        mut osds,
+        client,
+        dir,
+    } = c;
+    let client = Arc::new(client);
+    let admin = MonClient::connect(mon.addr(), 98).await;
+    let initial: Vec<(String, Vec<u8>)> = written.clone().into_iter().collect();
+    write_all(&client, &initial).await;
+
+    // The new OSD is an emulated 7200 rpm disk: its fill takes long enough to be cut.
+    let mut cfg = osd_config("remap-kill", 3, &mon, &dir, 256 << 20);
+    tweak(&mut cfg);
+    cfg.device_profile = Some("hdd-7200".into());
+    osds.push(OsdDaemon::start(cfg).await.unwrap());
+    let new_osd = osds[3].id();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = writer(client.clone(), stop.clone());
+
+    // Kill the primary of a temporary acting set while it fills.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let victim = loop {
+        let map = client.map().unwrap();
+        if let Some(temp) = map.placement.pg_temp.values().next() {
+            break temp[0];
         }
-        store.umount().await.unwrap();
-    }
+        assert!(Instant::now() < deadline, "no temporary acting set");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_ne!(victim, new_osd);
+    let index = osds.iter().position(|o| o.id() == victim).unwrap();
+    let victim_cfg = {
+        let mut cfg = osd_config("remap-kill", victim as usize, &mon, &dir, 256 << 20);
+        tweak(&mut cfg);
+        cfg
+    };
+    drop(osds.remove(index));
+    admin
+        .op(Request::MarkDown { id: victim }, 10_000)
+        .await
+        .unwrap();
+
+    // Its PGs go on from the other members: every PG active on its up set (degraded where
+    // the victim's copy is missing), no temporary acting set left.
+    let ids: Vec<i32> = osds.iter().map(|o| o.id()).collect();
+    let serving = ["active+clean", "active+degraded"];
+    wait_on_up_sets(&client, &ids, new_osd, &serving).await;
+
+    // It comes back and catches up: every PG clean.
+    osds.push(common::restart_osd(victim_cfg).await);
+    let ids: Vec<i32> = osds.iter().map(|o| o.id()).collect();
+    wait_on_up_sets(&client, &ids, victim, &["active+clean"]).await;
+    stop.store(true, Ordering::Relaxed);
+    written.extend(writes.await.unwrap());
+    read_back(&client, &written).await;
+    copies_identical_offline(&dir, client, (admin, osds, mon), &written, 4).await;
 }

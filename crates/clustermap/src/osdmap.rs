@@ -93,7 +93,9 @@ pub struct PgMapping {
     /// The up set's first OSD, or -1 if none is up.
     pub primary: i32,
     /// The OSDs serving the PG, primary first: its `pg_temp` entry without down OSDs, or the
-    /// up set when it has none (or none of its OSDs is up).
+    /// up set when it has none, or fewer than the pool's `min_size` of its OSDs are up (a
+    /// temporary set that cannot serve gives the PG back to its up set, which recovers before
+    /// it activates).
     pub acting: Vec<i32>,
 }
 
@@ -244,7 +246,16 @@ impl Mapper<'_> {
                     .collect()
             })
             .unwrap_or_default();
-        let acting = if temp.is_empty() { up.clone() } else { temp };
+        let min_size = self
+            .map
+            .pools
+            .get(&pg.pool)
+            .map_or(1, |p| p.min_size.max(1));
+        let acting = if temp.len() < min_size as usize {
+            up.clone()
+        } else {
+            temp
+        };
         Ok(PgMapping {
             raw,
             up,

@@ -106,7 +106,10 @@ fn a_pg_temp_entry_sets_the_acting_set_without_moving_the_up_set() {
     map.osds.get_mut(&temp[0]).unwrap().up = false;
     let m = map.mapper().map_pg(pg).unwrap();
     assert_eq!(m.acting, temp[1..].to_vec());
-    // With none of them up the PG is served by its up set.
+    // With fewer members up than the pool's min_size (2) the PG is served by its up set.
+    map.osds.get_mut(&temp[1]).unwrap().up = false;
+    let m = map.mapper().map_pg(pg).unwrap();
+    assert_eq!(m.acting, m.up);
     for o in &temp {
         map.osds.get_mut(o).unwrap().up = false;
     }

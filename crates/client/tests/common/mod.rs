@@ -10,6 +10,13 @@ use cairn_mon::monitor::Request;
 use cairn_mon::{ClusterMap, MonConfig, Monitor};
 use cairn_osd::{OsdConfig, OsdDaemon};
 
+/// Prints the daemons' logs when `RUST_LOG` asks for them (e.g. `RUST_LOG=cairn_osd=info`):
+/// the in-process OSDs and monitor log through `tracing`.
+pub fn logs_from_env() {
+    let filter = tracing_subscriber::EnvFilter::from_default_env();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+}
+
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
 impl Drop for TempDir {
