@@ -3,7 +3,9 @@
 //! intervals' OSDs still up), choose the authoritative log (`cairn_pg::plan`), bring the primary
 //! up to date first (pull, or a whole-PG copy when it is beyond the log), then each replica
 //! (push, or backfill), activate them with the authoritative log, and only then serve I/O. A PG
-//! with fewer than min_size copies up stays inactive until the map changes.
+//! with fewer than min_size copies up stays inactive until the map changes. A long recovery is
+//! not done here: the PG asks for a temporary acting set of its complete copies instead and is
+//! filled in the background (`remap`).
 //!
 //! Every recovery step that moves data through this OSD's store (installing a pulled object,
 //! reading an object to push, listing a PG for backfill) is a recovery-class request through its
