@@ -18,7 +18,7 @@ use cairn_client::Client;
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
 use cairn_osd::OsdDaemon;
-use common::{mount_offline, osd_config, Cluster};
+use common::{mount_offline, osd_config};
 
 const PG_NUM: u32 = 16;
 const OBJECTS: usize = 400;
@@ -115,8 +115,18 @@ fn tweak(cfg: &mut cairn_osd::OsdConfig) {
     cfg.remap_min_objects = 8;
 }
 
-/// A cluster of three OSDs whose pool `data` holds `OBJECTS` objects; those objects.
-async fn cluster_with_objects(tag: &str) -> (Cluster, BTreeMap<String, Vec<u8>>) {
+/// Three OSDs whose pool `data` holds `OBJECTS` objects, written and acknowledged.
+struct Setup {
+    mon: cairn_mon::daemon::MonDaemon,
+    osds: Vec<OsdDaemon>,
+    client: Arc<Client>,
+    admin: MonClient,
+    dir: common::TempDir,
+    written: BTreeMap<String, Vec<u8>>,
+}
+
+async fn cluster_with_objects(tag: &str) -> Setup {
+    common::logs_from_env();
     let mut c = common::cluster_with_devices(tag, PG_NUM, [256 << 20; 3], tweak).await;
     c.client.op_timeout_ms = 60_000;
     let written: BTreeMap<String, Vec<u8>> = (0..OBJECTS)
@@ -126,7 +136,17 @@ async fn cluster_with_objects(tag: &str) -> (Cluster, BTreeMap<String, Vec<u8>>)
             (name, data)
         })
         .collect();
-    (c, written)
+    let client = Arc::new(c.client);
+    let initial: Vec<(String, Vec<u8>)> = written.clone().into_iter().collect();
+    write_all(&client, &initial).await;
+    Setup {
+        admin: MonClient::connect(c.mon.addr(), 97).await,
+        mon: c.mon,
+        osds: c.osds,
+        client,
+        dir: c.dir,
+        written,
+    }
 }
 
 /// Writes new objects and overwrites of the first ones until `stop` (at least 64); what it
@@ -205,18 +225,14 @@ async fn copies_identical_offline(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serves() {
-    common::logs_from_env();
-    let (c, mut written) = cluster_with_objects("remap").await;
-    let Cluster {
+    let Setup {
         mon,
         mut osds,
         client,
+        admin,
         dir,
-    } = c;
-    let client = Arc::new(client);
-    let admin = MonClient::connect(mon.addr(), 97).await;
-    let initial: Vec<(String, Vec<u8>)> = written.clone().into_iter().collect();
-    write_all(&client, &initial).await;
+        mut written,
+    } = cluster_with_objects("remap").await;
     let before = client.map().unwrap().epoch;
 
     // A fourth OSD on a host of its own: CRUSH puts about three PGs in four on it.
@@ -274,18 +290,14 @@ async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serv
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_primary_of_a_temporary_acting_set_dies_mid_fill_and_the_next_member_finishes_it() {
-    common::logs_from_env();
-    let (c, mut written) = cluster_with_objects("remap-kill").await;
-    let Cluster {
+    let Setup {
         mon,
         mut osds,
         client,
+        admin,
         dir,
-    } = c;
-    let client = Arc::new(client);
-    let admin = MonClient::connect(mon.addr(), 98).await;
-    let initial: Vec<(String, Vec<u8>)> = written.clone().into_iter().collect();
-    write_all(&client, &initial).await;
+        mut written,
+    } = cluster_with_objects("remap-kill").await;
 
     // The new OSD is an emulated 7200 rpm disk: its fill takes long enough to be cut.
     let mut cfg = osd_config("remap-kill", 3, &mon, &dir, 256 << 20);
