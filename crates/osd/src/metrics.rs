@@ -37,12 +37,6 @@ pub enum RecoveryKind {
     ServeList,
     /// An object another OSD pushed, installed here.
     ReceivePush,
-    /// As primary: a temporary acting set asked for, so that a PG serves while its up set is
-    /// filled in the background (counted once per request, no bytes).
-    Remap,
-    /// As an up-set OSD outside the acting set: a background fill pass ended here (its log
-    /// installed; no bytes).
-    Filled,
 }
 
 impl RecoveryKind {
@@ -54,8 +48,6 @@ impl RecoveryKind {
             RecoveryKind::ServePull => "serve_pull",
             RecoveryKind::ServeList => "serve_list",
             RecoveryKind::ReceivePush => "receive_push",
-            RecoveryKind::Remap => "remap",
-            RecoveryKind::Filled => "filled",
         }
     }
 }
@@ -68,6 +60,8 @@ pub struct Metrics {
     recovery: Mutex<BTreeMap<RecoveryKind, (u64, u64)>>,
     /// PGs peered again in their interval because a write left their copies disagreeing.
     repeers: std::sync::atomic::AtomicU64,
+    /// Temporary acting sets asked for, so that PGs serve while their up sets are filled.
+    remaps: std::sync::atomic::AtomicU64,
     history_gaps: std::sync::atomic::AtomicU64,
     up_thru_requests: std::sync::atomic::AtomicU64,
     /// Resent writes answered from the PG log (their first attempt was applied).
@@ -103,6 +97,12 @@ impl Metrics {
     /// Records that a PG peers again in its interval (see `peering::repeer`).
     pub fn record_repeer(&self) {
         self.repeers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records a temporary acting set asked for (see `remap`).
+    pub fn record_remap(&self) {
+        self.remaps
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -208,9 +208,8 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let (objs, bytes) = by_kind
-            .iter()
-            .filter(|(k, _)| !matches!(k, RecoveryKind::Remap | RecoveryKind::Filled))
-            .fold((0, 0), |(o, b), (_, &(o2, b2))| (o + o2, b + b2));
+            .values()
+            .fold((0, 0), |(o, b), &(o2, b2)| (o + o2, b + b2));
         let _ = writeln!(out, "# HELP cairn_osd_recovery_objects_total Objects moved by recovery.\n# TYPE cairn_osd_recovery_objects_total counter\ncairn_osd_recovery_objects_total{{osd=\"{osd}\"}} {objs}");
         let _ = writeln!(out, "# HELP cairn_osd_recovery_bytes_total Bytes moved by recovery.\n# TYPE cairn_osd_recovery_bytes_total counter\ncairn_osd_recovery_bytes_total{{osd=\"{osd}\"}} {bytes}");
         let _ = writeln!(out, "# HELP cairn_osd_recovery_steps_total Recovery steps by kind (each one request through this OSD's scheduler).\n# TYPE cairn_osd_recovery_steps_total counter");
@@ -222,6 +221,7 @@ impl Metrics {
             );
         }
         let _ = writeln!(out, "# HELP cairn_osd_pg_repeers_total PGs peered again in their interval (a write reached some copies only, a resend found its first attempt not on every copy, a copy left out as too full is tried again).\n# TYPE cairn_osd_pg_repeers_total counter\ncairn_osd_pg_repeers_total{{osd=\"{osd}\"}} {}", self.repeers.load(std::sync::atomic::Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP cairn_osd_pg_remaps_total Temporary acting sets asked for, so that PGs serve while their up sets are filled in the background.\n# TYPE cairn_osd_pg_remaps_total counter\ncairn_osd_pg_remaps_total{{osd=\"{osd}\"}} {}", self.remaps.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_peering_history_gaps_total Peerings whose past intervals reach back past the monitor's history (earlier intervals not checked).\n# TYPE cairn_osd_peering_history_gaps_total counter\ncairn_osd_peering_history_gaps_total{{osd=\"{osd}\"}} {}", self.history_gaps.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_up_thru_requests_total up_thru requests sent to the monitor before PGs went active.\n# TYPE cairn_osd_up_thru_requests_total counter\ncairn_osd_up_thru_requests_total{{osd=\"{osd}\"}} {}", self.up_thru_requests.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_strays_deleted_total Stray PG copies deleted (PG clean elsewhere, or its pool removed).\n# TYPE cairn_osd_strays_deleted_total counter\ncairn_osd_strays_deleted_total{{osd=\"{osd}\"}} {}", self.strays_deleted.load(std::sync::atomic::Ordering::Relaxed));

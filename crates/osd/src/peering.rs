@@ -30,7 +30,7 @@ use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
 use crate::objects::{list_all, read_piece, remove_temps, stage_piece, Cursor, PiecePlace};
 use crate::pgmeta::{put_info, replace_log};
-use crate::pgs::{Pg, PgStatus, Placed};
+use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
 
 /// How long one peering request may take.
@@ -61,16 +61,12 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
             }
             let pg = known.unwrap_or_else(|| s.pgs.get_or_create(id, s.cfg.max_log_entries));
             let primary = m.acting_primary() == Some(s.id);
-            let placed = Placed {
-                up: m.up,
-                acting: m.acting,
-            };
             let (size, min_size) = (pool.size as usize, pool.min_size as usize);
-            let mut changed = pg.on_map(map.epoch, placed.clone(), size, min_size);
+            let mut changed = pg.on_map(map.epoch, &m, size, min_size);
             // A stray copy deleted meanwhile left the table: serve the PG from a fresh entry.
             let pg = if member && !s.pgs.holds(&pg) {
                 let fresh = s.pgs.get_or_create(id, s.cfg.max_log_entries);
-                changed = fresh.on_map(map.epoch, placed, size, min_size);
+                changed = fresh.on_map(map.epoch, &m, size, min_size);
                 fresh
             } else {
                 pg
@@ -395,7 +391,12 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     if !left_out.is_empty() {
         // The map must say who serves: a copy left out while the map still names it in the
         // acting set could later be taken for a copy of the interval it never served.
-        let temp: Vec<i32> = iv.copies_without(&left_out);
+        let temp: Vec<i32> = iv
+            .acting
+            .iter()
+            .copied()
+            .filter(|o| !left_out.contains(o))
+            .collect();
         let instead = "serving with the too full copies left out";
         if crate::remap::serve_from(s, pg, epoch, temp, instead).await {
             return Ok(());

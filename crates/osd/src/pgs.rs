@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cairn_clustermap::PgId;
+use cairn_clustermap::{PgId, PgMapping};
 use cairn_pg::{Eversion, PgLog};
 use tokio::sync::watch;
 
@@ -80,34 +80,6 @@ impl Interval {
             .iter()
             .copied()
             .filter(|o| !self.left_out.contains(o))
-    }
-
-    /// The acting set without `left_out` (the primary first).
-    pub fn copies_without(&self, left_out: &BTreeSet<i32>) -> Vec<i32> {
-        self.acting
-            .iter()
-            .copied()
-            .filter(|o| !left_out.contains(o))
-            .collect()
-    }
-}
-
-/// A PG's two sets in one map.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Placed {
-    /// Where its data belongs (CRUSH, exceptions, down OSDs removed).
-    pub up: Vec<i32>,
-    /// Who serves it: the temporary acting set, or the up set.
-    pub acting: Vec<i32>,
-}
-
-impl Placed {
-    /// A PG served by its up set.
-    pub fn plain(up: Vec<i32>) -> Placed {
-        Placed {
-            acting: up.clone(),
-            up,
-        }
     }
 }
 
@@ -207,8 +179,8 @@ impl Pg {
     /// Records a new map's placement (the PG's `up` and `acting` sets); returns true when it
     /// starts a new interval (the acting set changed), which deactivates the PG until it peers
     /// again.
-    pub fn on_map(&self, epoch: u64, placed: Placed, size: usize, min_size: usize) -> bool {
-        let Placed { up, acting } = placed;
+    pub fn on_map(&self, epoch: u64, m: &PgMapping, size: usize, min_size: usize) -> bool {
+        let (up, acting) = (m.up.clone(), m.acting.clone());
         let mut iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
         if iv.acting == acting && iv.epoch != 0 {
             iv.size = size;
@@ -427,14 +399,29 @@ fn is_entry(pgs: &HashMap<PgId, Arc<Pg>>, pg: &Arc<Pg>) -> bool {
 mod tests {
     use super::*;
 
+    /// A mapping with these up and acting sets.
+    fn placed(up: Vec<i32>, acting: Vec<i32>) -> PgMapping {
+        PgMapping {
+            primary: up[0],
+            raw: up.clone(),
+            up,
+            acting,
+        }
+    }
+
+    /// A mapping served by its up set.
+    fn plain(up: Vec<i32>) -> PgMapping {
+        placed(up.clone(), up)
+    }
+
     #[test]
     fn a_peering_that_ends_after_its_interval_has_changed_changes_nothing() {
         let table = PgTable::default();
         let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
-        assert!(pg.on_map(5, Placed::plain(vec![0, 1, 2]), 3, 2));
+        assert!(pg.on_map(5, &plain(vec![0, 1, 2]), 3, 2));
         // The next map starts another interval (led by another OSD) while the first one's
         // peering is still running here.
-        assert!(pg.on_map(6, Placed::plain(vec![1, 0, 2]), 3, 2));
+        assert!(pg.on_map(6, &plain(vec![1, 0, 2]), 3, 2));
         pg.set_status(PgStatus::Replica);
         assert!(!pg.finish_peering(5, BTreeSet::new(), true));
         assert!(!pg.set_status_in(5, PgStatus::Peering));
@@ -453,19 +440,16 @@ mod tests {
     fn a_pg_served_by_a_temporary_acting_set_is_remapped_until_its_up_set_serves() {
         let table = PgTable::default();
         let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
-        let temp = |up: Vec<i32>| Placed {
-            up,
-            acting: vec![3, 1, 2],
-        };
-        assert!(pg.on_map(5, temp(vec![0, 1, 2]), 3, 2));
+        let temp = |up: Vec<i32>| placed(up, vec![3, 1, 2]);
+        assert!(pg.on_map(5, &temp(vec![0, 1, 2]), 3, 2));
         assert!(pg.finish_peering(5, BTreeSet::new(), true));
         assert_eq!(pg.status(), PgStatus::ActiveRemapped);
         // The up set moves, the acting set does not: the same interval, still remapped.
-        assert!(!pg.on_map(6, temp(vec![0, 1, 4]), 3, 2));
+        assert!(!pg.on_map(6, &temp(vec![0, 1, 4]), 3, 2));
         assert_eq!(pg.status(), PgStatus::ActiveRemapped);
         assert_eq!(pg.interval().up, vec![0, 1, 4]);
         // The acting set is the up set again without a new interval: clean.
-        assert!(!pg.on_map(7, Placed::plain(vec![3, 1, 2]), 3, 2));
+        assert!(!pg.on_map(7, &plain(vec![3, 1, 2]), 3, 2));
         assert_eq!(pg.status(), PgStatus::ActiveClean);
         assert_eq!(pg.active_epoch(), Some(5));
         // One background fill per interval and up set.

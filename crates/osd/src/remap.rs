@@ -19,7 +19,6 @@ use cairn_pg::{plan, PeerLog, PeeringPlan, Recovery};
 use cairn_proto::peer::PeerBody;
 
 use crate::error::OsdError;
-use crate::metrics::RecoveryKind;
 use crate::peering::{ask, list_remote, list_scheduled, push, query_log};
 use crate::pgs::{Interval, Pg};
 use crate::shared::Shared;
@@ -98,7 +97,7 @@ pub async fn serve_from(
 /// that interval; false when it did not come.
 async fn request(s: &Arc<Shared>, pg: &Pg, epoch: u64, temp: Vec<i32>) -> Result<bool, OsdError> {
     crate::pgtemp::want(s, pg.id, temp).await?;
-    s.metrics.record_recovery(RecoveryKind::Remap, 0);
+    s.metrics.record_remap();
     let deadline = tokio::time::Instant::now() + REMAP_WAIT;
     while pg.interval().epoch == epoch {
         if tokio::time::Instant::now() >= deadline {

@@ -271,7 +271,6 @@ async fn control(
             s.store.queue_transaction_owned(txn).await?;
             inner.created = true;
             inner.log = log;
-            s.metrics.record_recovery(RecoveryKind::Filled, 0);
             Ok((PeerAnswer::Done, Bytes::new()))
         }
         _ => Err(OsdError::Protocol("not a control request".into())),
