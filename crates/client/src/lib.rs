@@ -47,6 +47,10 @@ pub enum ClientError {
     /// Data failed its checksum: never returned to the caller.
     #[error("checksum mismatch reading `{0}`")]
     Checksum(String),
+    /// The object's data is damaged on its primary and no other copy could replace it; no
+    /// bytes are returned, and the request is not retried.
+    #[error("object data damaged: {0}")]
+    Damaged(String),
     /// The OSD refused the request as invalid (bad name, checksum, limit); not retried.
     #[error("invalid request: {0}")]
     Invalid(String),
@@ -605,6 +609,7 @@ impl Client {
                     OpResult::NotFound => return Err(ClientError::NotFound(name.to_string())),
                     OpResult::Invalid(why) => return Err(ClientError::Invalid(why.clone())),
                     OpResult::NoSpace(why) => return Err(ClientError::NoSpace(why.clone())),
+                    OpResult::Damaged(why) => return Err(ClientError::Damaged(why.clone())),
                     other => last = format!("{other:?} at epoch {}", h.epoch),
                 },
                 Err(e) => last = e,

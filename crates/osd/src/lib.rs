@@ -24,6 +24,7 @@ pub mod pgs;
 pub mod pgtemp;
 pub mod primary;
 pub mod remap;
+pub mod repair;
 pub mod replica;
 pub mod sched;
 pub mod shared;

@@ -66,6 +66,10 @@ pub struct Metrics {
     up_thru_requests: std::sync::atomic::AtomicU64,
     /// Resent writes answered from the PG log (their first attempt was applied).
     dup_writes: std::sync::atomic::AtomicU64,
+    /// Client reads that found this primary's copy damaged: repaired from another copy, and
+    /// not repairable (every copy damaged or unreachable).
+    read_repairs: std::sync::atomic::AtomicU64,
+    read_repairs_failed: std::sync::atomic::AtomicU64,
     /// Stray PG copies deleted, and their objects.
     strays_deleted: std::sync::atomic::AtomicU64,
     stray_objects_deleted: std::sync::atomic::AtomicU64,
@@ -123,6 +127,17 @@ impl Metrics {
     pub fn record_dup_write(&self) {
         self.dup_writes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records a read repair (see `repair`): `repaired` when a good copy replaced the damaged
+    /// one here.
+    pub fn record_read_repair(&self, repaired: bool) {
+        let counter = if repaired {
+            &self.read_repairs
+        } else {
+            &self.read_repairs_failed
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Records a deleted stray PG copy of `objects` objects.
@@ -227,6 +242,7 @@ impl Metrics {
         let _ = writeln!(out, "# HELP cairn_osd_strays_deleted_total Stray PG copies deleted (PG clean elsewhere, or its pool removed).\n# TYPE cairn_osd_strays_deleted_total counter\ncairn_osd_strays_deleted_total{{osd=\"{osd}\"}} {}", self.strays_deleted.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_stray_objects_deleted_total Objects of deleted stray PG copies.\n# TYPE cairn_osd_stray_objects_deleted_total counter\ncairn_osd_stray_objects_deleted_total{{osd=\"{osd}\"}} {}", self.stray_objects_deleted.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_dup_writes_total Resent client writes answered from the PG log, their first attempt having been applied.\n# TYPE cairn_osd_dup_writes_total counter\ncairn_osd_dup_writes_total{{osd=\"{osd}\"}} {}", self.dup_writes.load(std::sync::atomic::Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP cairn_osd_read_repairs_total Client reads that found this primary's copy of an object damaged (a block failing its crc32c), by whether a good copy from another OSD replaced it.\n# TYPE cairn_osd_read_repairs_total counter\ncairn_osd_read_repairs_total{{osd=\"{osd}\",result=\"repaired\"}} {}\ncairn_osd_read_repairs_total{{osd=\"{osd}\",result=\"failed\"}} {}", self.read_repairs.load(std::sync::atomic::Ordering::Relaxed), self.read_repairs_failed.load(std::sync::atomic::Ordering::Relaxed));
         out.push_str(extra);
         out
     }

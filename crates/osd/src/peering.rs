@@ -19,7 +19,7 @@ use bytes::Bytes;
 use cairn_clustermap::PgId;
 use cairn_mon::monitor::Request;
 use cairn_mon::ClusterMap;
-use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
+use cairn_pg::{plan, prior_set, Eversion, PeerLog, PgLog, Prior, Recovery};
 use cairn_proto::image::ObjectImage;
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
 use cairn_proto::{decode, encode, MSG_PEER_REQUEST};
@@ -338,7 +338,16 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
             for (obj, want) in missing {
                 match want {
                     Some(_) => {
-                        pull(s, pg, epoch, plan.authoritative, obj, &mut inner.created).await?
+                        pull(
+                            s,
+                            pg,
+                            epoch,
+                            plan.authoritative,
+                            obj,
+                            &mut inner.created,
+                            None,
+                        )
+                        .await?
                     }
                     None => install_local(s, pg, &mut inner.created, obj, None).await?,
                 }
@@ -353,7 +362,16 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
                 }
             }
             for obj in &names {
-                pull(s, pg, epoch, plan.authoritative, obj, &mut inner.created).await?;
+                pull(
+                    s,
+                    pg,
+                    epoch,
+                    plan.authoritative,
+                    obj,
+                    &mut inner.created,
+                    None,
+                )
+                .await?;
             }
         }
         _ => {}
@@ -490,13 +508,16 @@ async fn recover_copy(
 
 /// Brings `obj` of this OSD's copy of the PG to `from`'s state, pulling its image piece by
 /// piece and installing each as it arrives (a whole image at once when it fits one piece).
-async fn pull(
+/// With `expected`, a copy of any other version (or none) is refused before anything of it
+/// is installed.
+pub(crate) async fn pull(
     s: &Arc<Shared>,
     pg: &Pg,
     epoch: u64,
     from: i32,
     obj: &str,
     created: &mut bool,
+    expected: Option<Eversion>,
 ) -> Result<(), OsdError> {
     let mut at = Cursor::default();
     loop {
@@ -510,10 +531,16 @@ async fn pull(
                 PeerAnswer::Object {
                     present: true,
                     more,
-                    ..
+                    version,
                 },
                 data,
             ) => {
+                if let Some(want) = expected.filter(|&want| want != version) {
+                    return Err(OsdError::Peer {
+                        osd: from,
+                        reason: format!("its copy of {obj} is at {version}, not {want}"),
+                    });
+                }
                 s.metrics
                     .record_recovery(RecoveryKind::Pull, data.len() as u64);
                 let piece = ObjectImage::decode(&data)?;
@@ -534,6 +561,12 @@ async fn pull(
                     return Ok(());
                 }
                 at = next;
+            }
+            (PeerAnswer::Object { present: false, .. }, _) if expected.is_some() => {
+                return Err(OsdError::Peer {
+                    osd: from,
+                    reason: format!("it has no copy of {obj}"),
+                })
             }
             (PeerAnswer::Object { present: false, .. }, _) if at.is_start() => {
                 return install_local(s, pg, created, obj, None).await
@@ -556,7 +589,7 @@ async fn pull(
 
 /// Runs `work` on this OSD's store as one recovery-class request of `length_bytes` through the
 /// scheduler shard of `pg`.
-async fn as_recovery<T: Send + 'static>(
+pub(crate) async fn as_recovery<T: Send + 'static>(
     s: &Arc<Shared>,
     pg: &Pg,
     length_bytes: u64,

@@ -23,6 +23,7 @@ use crate::objects::list_page;
 use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack};
 use crate::pgs::{Interval, Pg, PgInner};
+use crate::repair::Repair;
 use crate::shared::Shared;
 use crate::txns::{build_write, check_object_name, no_space_detail, VERSION_ATTR};
 
@@ -83,23 +84,69 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
     if op.kind.is_write() {
         write(s, client, &pg, active, op, data).await
     } else {
-        let s2 = s.clone();
-        let coll = pg.coll.clone();
-        let tid = op.tid;
-        let cost = match op.kind {
-            OpKind::Read { len, .. } => len.min(4 << 20),
-            _ => 4096,
-        };
-        match s
-            .sched
-            .run(pg.id, QosClass::Client, client, cost, async move {
-                read(&s2, &coll, op).await
-            })
-            .await
-        {
-            Ok(a) => a,
-            Err(e) => fail(tid, s.epoch(), OpResult::Failed(e.to_string())),
-        }
+        read_or_repair(s, client, &pg, active, op).await
+    }
+}
+
+/// A read whose data failed its checksum here: the op (to serve again once the copy is
+/// repaired) and the store's error.
+struct Damaged {
+    op: OpHeader,
+    error: StoreError,
+}
+
+/// Serves a read; when this copy of the object is damaged, replaces it with another copy's
+/// (outside the read's scheduler slot: the repair's own steps wait for slots) and serves the
+/// read once more. Never answers with bad bytes (invariant 6).
+async fn read_or_repair(
+    s: &Arc<Shared>,
+    client: u64,
+    pg: &Arc<Pg>,
+    active: u64,
+    op: OpHeader,
+) -> Answer {
+    let Damaged { op, error } = match scheduled_read(s, client, pg, op).await {
+        Ok(answer) => return answer,
+        Err(damaged) => damaged,
+    };
+    let tid = op.tid;
+    match crate::repair::repair_object(s, pg, active, &op.object, &error).await {
+        Repair::Repaired { .. } | Repair::Intact => match scheduled_read(s, client, pg, op).await {
+            Ok(answer) => answer,
+            Err(Damaged { op, error }) => fail(
+                tid,
+                s.epoch(),
+                OpResult::Damaged(format!("{}: {error}, again after its repair", op.object)),
+            ),
+        },
+        Repair::Retry(why) => fail(tid, s.epoch(), OpResult::Failed(why)),
+        Repair::Unrepairable(why) => fail(tid, s.epoch(), OpResult::Damaged(why)),
+    }
+}
+
+/// One read through the scheduler as a client request.
+async fn scheduled_read(
+    s: &Arc<Shared>,
+    client: u64,
+    pg: &Pg,
+    op: OpHeader,
+) -> Result<Answer, Damaged> {
+    let s2 = s.clone();
+    let coll = pg.coll.clone();
+    let tid = op.tid;
+    let cost = match op.kind {
+        OpKind::Read { len, .. } => len.min(4 << 20),
+        _ => 4096,
+    };
+    match s
+        .sched
+        .run(pg.id, QosClass::Client, client, cost, async move {
+            read(&s2, &coll, op).await
+        })
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => Ok(fail(tid, s.epoch(), OpResult::Failed(e.to_string()))),
     }
 }
 
@@ -115,7 +162,8 @@ fn store_result(e: StoreError) -> OpResult {
     }
 }
 
-async fn version_of(s: &Shared, coll: &str, obj: &str) -> u64 {
+/// The version `obj` records (its last log entry's, packed), 0 when it has none.
+pub(crate) async fn version_of(s: &Shared, coll: &str, obj: &str) -> u64 {
     s.store
         .getattr(coll, obj, VERSION_ATTR)
         .await
@@ -124,7 +172,8 @@ async fn version_of(s: &Shared, coll: &str, obj: &str) -> u64 {
         .unwrap_or(0)
 }
 
-async fn read(s: &Shared, coll: &str, op: OpHeader) -> Answer {
+/// Executes a read op on this OSD's store; `Err` only when the data failed its checksum.
+async fn read(s: &Shared, coll: &str, op: OpHeader) -> Result<Answer, Damaged> {
     let epoch = s.epoch();
     let ok = |size: u64, version: u64, body: Vec<u8>, more: bool| {
         (
@@ -211,7 +260,11 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Answer {
         })
     }
     .await;
-    r.unwrap_or_else(|e| fail(op.tid, epoch, store_result(e)))
+    match r {
+        Ok(answer) => Ok(answer),
+        Err(error @ StoreError::ChecksumMismatch { .. }) => Err(Damaged { op, error }),
+        Err(e) => Ok(fail(op.tid, epoch, store_result(e))),
+    }
 }
 
 async fn write(

@@ -172,6 +172,10 @@ pub enum OpResult {
     NoSpace(String),
     /// The operation failed (replica unreachable, PG peering, store error); safe to retry.
     Failed(String),
+    /// The object's data failed its checksum on the primary and no other copy could replace
+    /// it (every copy damaged, or none reachable): no bytes are returned. Like Ceph's EIO;
+    /// retrying will not help until a copy is restored.
+    Damaged(String),
 }
 
 /// Header of a reply.
