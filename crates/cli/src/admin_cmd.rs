@@ -34,15 +34,47 @@ pub struct TellArgs {
     words: Vec<String>,
 }
 
-/// `cairn pg dump`.
+/// `cairn pg dump`, `cairn pg scrub|deep-scrub|repair PGID`.
 #[derive(Args)]
 pub struct PgArgs {
     /// Monitor address.
     #[arg(long, default_value = DEFAULT_MON)]
     mon: SocketAddr,
-    /// Only `dump` for now.
-    #[arg(value_parser = ["dump"])]
+    /// `dump` (every PG as its primary reports it), or `scrub`, `deep-scrub` (data and omap
+    /// too) or `repair` (a deep scrub that makes differing copies hold what most hold) of PGID.
+    #[arg(value_parser = ["dump", "scrub", "deep-scrub", "repair"])]
     what: String,
+    /// The PG to scrub, `POOL_ID.SEED` in hex as `pg dump` prints it (e.g. `1.1f`).
+    pgid: Option<String>,
+}
+
+/// `cairn pg scrub|deep-scrub|repair PGID`: asks the PG's acting primary and prints its report.
+fn scrub(mon: SocketAddr, what: &str, pgid: &str) -> anyhow::Result<()> {
+    let id: cairn_clustermap::PgId = pgid
+        .parse()
+        .map_err(|e| anyhow::anyhow!("bad PG id `{pgid}`: {e}"))?;
+    runtime()?.block_on(async {
+        let client = connect(mon).await?;
+        let map = client.map().context("no cluster map")?;
+        let Some(pool) = map.placement.pools.get(&id.pool) else {
+            bail!("no pool with id {} (see `cairn pool ls`)", id.pool);
+        };
+        if id.seed >= pool.pg_num {
+            bail!("pool {} has {} PGs: no pg {id}", pool.name, pool.pg_num);
+        }
+        let primary = map
+            .placement
+            .mapper()
+            .map_pg(id)
+            .ok()
+            .and_then(|m| m.acting.first().copied())
+            .with_context(|| format!("pg {id} has no acting primary"))?;
+        let report = client
+            .tell(primary, &["pg".into(), what.into(), id.to_string()])
+            .await?;
+        print!("{report}");
+        Ok(())
+    })
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -102,8 +134,17 @@ pub fn tell(args: TellArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Every PG as its primary reports it.
+/// Every PG as its primary reports it, or a scrub of one PG by its primary.
 pub fn pg(args: PgArgs) -> anyhow::Result<()> {
+    if args.what != "dump" {
+        let Some(pgid) = args.pgid else {
+            bail!(
+                "`cairn pg {}` needs a PG id (see `cairn pg dump`)",
+                args.what
+            );
+        };
+        return scrub(args.mon, &args.what, &pgid);
+    }
     runtime()?.block_on(async {
         let client = connect(args.mon).await?;
         println!(

@@ -94,6 +94,24 @@ pub struct OsdRunArgs {
     #[arg(long = "op-shards", default_value_t = cairn_osd::DEFAULT_OP_SHARDS)]
     #[serde(default = "default_op_shards")]
     pub op_shards: usize,
+    /// Seconds between scrubs of each PG this OSD leads (every copy's metadata compared;
+    /// Ceph's `osd_scrub_min_interval`, a day); 0 never.
+    #[arg(long = "scrub-interval-s", default_value_t = default_scrub_interval_s())]
+    #[serde(default = "default_scrub_interval_s")]
+    pub scrub_interval_s: u64,
+    /// Seconds between deep scrubs of each PG this OSD leads (data and omap compared too;
+    /// Ceph's `osd_deep_scrub_interval`, a week); 0 never.
+    #[arg(long = "deep-scrub-interval-s", default_value_t = default_deep_scrub_interval_s())]
+    #[serde(default = "default_deep_scrub_interval_s")]
+    pub deep_scrub_interval_s: u64,
+}
+
+fn default_scrub_interval_s() -> u64 {
+    cairn_osd::DEFAULT_SCRUB_INTERVAL_S
+}
+
+fn default_deep_scrub_interval_s() -> u64 {
+    cairn_osd::DEFAULT_DEEP_SCRUB_INTERVAL_S
 }
 
 fn default_fast_fail() -> bool {
@@ -170,6 +188,8 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.prefill = args.prefill;
         cfg.store_groups_in_flight = args.store_groups_in_flight;
         cfg.op_shards = args.op_shards;
+        cfg.scrub_interval_s = args.scrub_interval_s;
+        cfg.deep_scrub_interval_s = args.deep_scrub_interval_s;
         if args.prefill && !data.join("kv.redb").exists() {
             eprintln!(
                 "prefilling {} MiB of {}/block with zeros",

@@ -244,7 +244,12 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
             _ => crate::admin_cmd::pg_states(args.mon).await?,
         };
         let clean = crate::admin_cmd::unclean(&states) == 0;
-        let health = if !full.is_empty() {
+        let inconsistent: u64 = states
+            .iter()
+            .filter(|(state, _)| state.contains("+inconsistent"))
+            .map(|(_, n)| *n)
+            .sum();
+        let health = if !full.is_empty() || inconsistent > 0 {
             "HEALTH_ERR"
         } else if up == map.osds.len() && inn == map.osds.len() && nearfull.is_empty() && clean {
             "HEALTH_OK"
@@ -255,6 +260,12 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
         println!("  osd: {} total, {up} up, {inn} in", map.osds.len());
         if !full.is_empty() {
             println!("  full (writes to their PGs refused): {}", full.join(", "));
+        }
+        if inconsistent > 0 {
+            println!(
+                "  damaged: {inconsistent} PGs inconsistent (scrub found copies that differ; \
+                 `cairn pg repair PGID`)"
+            );
         }
         if !nearfull.is_empty() {
             println!(

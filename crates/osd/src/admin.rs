@@ -1,11 +1,14 @@
 //! Admin commands (`cairn tell osd.N ...`) and the metrics page. `config get|set KEY [VALUE]`
 //! reads the OSD's settings and changes the scheduler live (`osd_op_queue`,
-//! `osd_op_queue_config`, `osd_mclock_profile`); `pg stats` lists the PGs it leads by state.
+//! `osd_op_queue_config`, `osd_mclock_profile`); `pg stats` lists the PGs it leads by state;
+//! `pg scrub|deep-scrub|repair PGID` scrubs a PG it leads.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::Arc;
 
 use bytes::Bytes;
+use cairn_clustermap::PgId;
 use cairn_proto::admin::{AdminReply, AdminRequest};
 use cairn_proto::{decode, encode};
 use cairn_qos::{MClockConfig, PolicyConfig, Profile};
@@ -31,9 +34,12 @@ pub const CONFIG_KEYS: [&str; 11] = [
 ];
 
 /// Answers one encoded [`AdminRequest`] with an encoded [`AdminReply`].
-pub async fn handle(s: &Shared, payload: &Bytes) -> Bytes {
+pub async fn handle(s: &Arc<Shared>, payload: &Bytes) -> Bytes {
     let (tid, result) = match decode::<AdminRequest>(payload) {
         Ok((req, _)) if req.args == ["df"] => (req.tid, Ok(df(s).await)),
+        Ok((req, _)) if req.args.len() == 3 && req.args[0] == "pg" => {
+            (req.tid, pg_command(s, &req.args[1], &req.args[2]).await)
+        }
         Ok((req, _)) => (req.tid, run(s, &req.args)),
         Err(e) => (0, Err(e.to_string())),
     };
@@ -55,10 +61,36 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
         ["pg", "dump"] => Ok(pg_dump(s)),
         ["io"] => Ok(format!("{} {}\n", s.metrics.total_ops(), s.metrics.total_bytes())),
         _ => Err(format!(
-            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | io | df)",
+            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | pg scrub|deep-scrub|repair PGID | io | df)",
             args.join(" ")
         )),
     }
+}
+
+/// `pg scrub|deep-scrub|repair PGID` on the PG's primary: the scrub's report (a repair is a
+/// deep scrub that also repairs, as in Ceph).
+async fn pg_command(s: &Arc<Shared>, verb: &str, pgid: &str) -> Result<String, String> {
+    let (deep, repair) = match verb {
+        "scrub" => (false, false),
+        "deep-scrub" => (true, false),
+        "repair" => (true, true),
+        other => {
+            return Err(format!(
+                "unknown pg command `{other}` (try: scrub | deep-scrub | repair PGID)"
+            ))
+        }
+    };
+    let id: PgId = pgid
+        .parse()
+        .map_err(|e| format!("bad PG id `{pgid}`: {e}"))?;
+    let pg = s
+        .pgs
+        .get(id)
+        .ok_or_else(|| format!("pg {id} is not on osd.{}", s.id))?;
+    crate::scrub::scrub_pg(s, &pg, deep, repair)
+        .await
+        .map(|report| report.render())
+        .map_err(|e| e.to_string())
 }
 
 fn config_get(s: &Shared, key: &str) -> Result<String, String> {
@@ -169,7 +201,7 @@ fn pg_dump(s: &Shared) -> String {
                 format!(
                     "{} {} [{}]{up} {head} {les} {entries}",
                     pg.id,
-                    pg.status().name(),
+                    pg.state_name(),
                     acting.join(",")
                 ),
             )
@@ -181,11 +213,10 @@ fn pg_dump(s: &Shared) -> String {
 
 /// Counts of the PGs this OSD leads, by state, as `state count` lines.
 fn pg_stats(s: &Shared) -> String {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for pg in s.pgs.all() {
-        let st = pg.status();
-        if st != PgStatus::Replica {
-            *counts.entry(st.name()).or_default() += 1;
+        if pg.status() != PgStatus::Replica {
+            *counts.entry(pg.state_name()).or_default() += 1;
         }
     }
     counts.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
@@ -196,9 +227,9 @@ pub fn render_metrics(s: &Shared) -> String {
     let mut extra = String::from(
         "# HELP cairn_osd_pgs PGs this OSD leads (or holds as a replica), by state.\n# TYPE cairn_osd_pgs gauge\n",
     );
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for pg in s.pgs.all() {
-        *counts.entry(pg.status().name()).or_default() += 1;
+        *counts.entry(pg.state_name()).or_default() += 1;
     }
     for (state, n) in counts {
         let _ = writeln!(

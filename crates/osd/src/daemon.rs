@@ -127,6 +127,13 @@ pub struct OsdConfig {
     /// filled in the background while a temporary acting set of complete copies serves the PG
     /// (see `remap`); shorter recoveries are done before the PG activates. Default 64.
     pub remap_min_objects: usize,
+    /// Each PG this OSD leads active+clean is scrubbed (metadata of every copy compared) about
+    /// this often (Ceph's `osd_scrub_min_interval`, a day); 0 never. A primary spreads its PGs'
+    /// first scrubs over one interval after it starts.
+    pub scrub_interval_s: u64,
+    /// Each such PG is deep-scrubbed (data and omap of every copy compared) about this often
+    /// (Ceph's `osd_deep_scrub_interval`, a week); 0 never. A deep scrub counts as a scrub.
+    pub deep_scrub_interval_s: u64,
 }
 
 impl OsdConfig {
@@ -166,6 +173,8 @@ impl OsdConfig {
             max_xattr_bytes_per_object: 4 << 20,
             stray_check_ms: 5000,
             remap_min_objects: 64,
+            scrub_interval_s: DEFAULT_SCRUB_INTERVAL_S,
+            deep_scrub_interval_s: DEFAULT_DEEP_SCRUB_INTERVAL_S,
         }
     }
 }
@@ -184,6 +193,12 @@ const EMULATED_QUEUE_DEPTH: usize = 64;
 /// Default scheduler shards: Ceph's ceph-mini runs 2 (`osd_op_num_shards`), and an OSD here
 /// runs its tasks on one worker thread, so more shards only add dispatchers.
 pub const DEFAULT_OP_SHARDS: usize = 2;
+
+/// Default seconds between scrubs of a PG (Ceph's `osd_scrub_min_interval`: a day).
+pub const DEFAULT_SCRUB_INTERVAL_S: u64 = 24 * 3600;
+
+/// Default seconds between deep scrubs of a PG (Ceph's `osd_deep_scrub_interval`: a week).
+pub const DEFAULT_DEEP_SCRUB_INTERVAL_S: u64 = 7 * 24 * 3600;
 
 /// Size of each write of zeros when prefilling a device file.
 const PREFILL_CHUNK_BYTES: u64 = 8 << 20;
@@ -416,6 +431,7 @@ impl OsdDaemon {
         }));
         shared.track(tokio::spawn(crate::heartbeat::run(shared.clone())));
         shared.track(tokio::spawn(crate::strays::run(shared.clone())));
+        shared.track(tokio::spawn(crate::scrub::run(shared.clone())));
         let s = shared.clone();
         let pending = Arc::new(Semaphore::new(cfg.max_pending_ops.max(1)));
         shared.track(tokio::spawn(async move {

@@ -27,9 +27,13 @@ pub mod remap;
 pub mod repair;
 pub mod replica;
 pub mod sched;
+pub mod scrub;
 pub mod shared;
 pub mod strays;
 pub mod txns;
 
-pub use daemon::{OsdConfig, OsdDaemon, DEFAULT_OP_SHARDS};
+pub use daemon::{
+    OsdConfig, OsdDaemon, DEFAULT_DEEP_SCRUB_INTERVAL_S, DEFAULT_OP_SHARDS,
+    DEFAULT_SCRUB_INTERVAL_S,
+};
 pub use error::OsdError;

@@ -70,6 +70,12 @@ pub struct Metrics {
     /// not repairable (every copy damaged or unreachable).
     read_repairs: std::sync::atomic::AtomicU64,
     read_repairs_failed: std::sync::atomic::AtomicU64,
+    /// Scrubs finished, objects compared, inconsistent objects found and repaired.
+    scrubs: std::sync::atomic::AtomicU64,
+    deep_scrubs: std::sync::atomic::AtomicU64,
+    scrub_objects: std::sync::atomic::AtomicU64,
+    scrub_inconsistent: std::sync::atomic::AtomicU64,
+    scrub_repaired: std::sync::atomic::AtomicU64,
     /// Stray PG copies deleted, and their objects.
     strays_deleted: std::sync::atomic::AtomicU64,
     stray_objects_deleted: std::sync::atomic::AtomicU64,
@@ -138,6 +144,22 @@ impl Metrics {
             &self.read_repairs_failed
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records a finished scrub of a PG this OSD leads.
+    pub fn record_scrub(&self, report: &crate::scrub::ScrubReport) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let kind = if report.deep {
+            &self.deep_scrubs
+        } else {
+            &self.scrubs
+        };
+        kind.fetch_add(1, Relaxed);
+        self.scrub_objects.fetch_add(report.objects, Relaxed);
+        self.scrub_inconsistent
+            .fetch_add(report.inconsistent.len() as u64, Relaxed);
+        self.scrub_repaired
+            .fetch_add(report.repaired.len() as u64, Relaxed);
     }
 
     /// Records a deleted stray PG copy of `objects` objects.
@@ -243,6 +265,11 @@ impl Metrics {
         let _ = writeln!(out, "# HELP cairn_osd_stray_objects_deleted_total Objects of deleted stray PG copies.\n# TYPE cairn_osd_stray_objects_deleted_total counter\ncairn_osd_stray_objects_deleted_total{{osd=\"{osd}\"}} {}", self.stray_objects_deleted.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_dup_writes_total Resent client writes answered from the PG log, their first attempt having been applied.\n# TYPE cairn_osd_dup_writes_total counter\ncairn_osd_dup_writes_total{{osd=\"{osd}\"}} {}", self.dup_writes.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_read_repairs_total Client reads that found this primary's copy of an object damaged (a block failing its crc32c), by whether a good copy from another OSD replaced it.\n# TYPE cairn_osd_read_repairs_total counter\ncairn_osd_read_repairs_total{{osd=\"{osd}\",result=\"repaired\"}} {}\ncairn_osd_read_repairs_total{{osd=\"{osd}\",result=\"failed\"}} {}", self.read_repairs.load(std::sync::atomic::Ordering::Relaxed), self.read_repairs_failed.load(std::sync::atomic::Ordering::Relaxed));
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            let _ = writeln!(out, "# HELP cairn_osd_scrubs_total Scrubs of PGs this OSD leads, by kind (deep: data and omap compared too).\n# TYPE cairn_osd_scrubs_total counter\ncairn_osd_scrubs_total{{osd=\"{osd}\",kind=\"shallow\"}} {}\ncairn_osd_scrubs_total{{osd=\"{osd}\",kind=\"deep\"}} {}", self.scrubs.load(Relaxed), self.deep_scrubs.load(Relaxed));
+            let _ = writeln!(out, "# HELP cairn_osd_scrub_objects_total Objects compared by scrubs, inconsistent ones found, and those repaired.\n# TYPE cairn_osd_scrub_objects_total counter\ncairn_osd_scrub_objects_total{{osd=\"{osd}\",result=\"compared\"}} {}\ncairn_osd_scrub_objects_total{{osd=\"{osd}\",result=\"inconsistent\"}} {}\ncairn_osd_scrub_objects_total{{osd=\"{osd}\",result=\"repaired\"}} {}", self.scrub_objects.load(Relaxed), self.scrub_inconsistent.load(Relaxed), self.scrub_repaired.load(Relaxed));
+        }
         out.push_str(extra);
         out
     }

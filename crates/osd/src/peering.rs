@@ -708,7 +708,7 @@ pub(crate) async fn list_remote(
 
 /// Installs a piece of `obj`'s image (or removes the object, for `None`) in this OSD's copy of
 /// the PG, as one recovery request through the scheduler.
-async fn install_local(
+pub(crate) async fn install_local(
     s: &Arc<Shared>,
     pg: &Pg,
     created: &mut bool,

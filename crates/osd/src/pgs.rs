@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use cairn_clustermap::{PgId, PgMapping};
 use cairn_pg::{Eversion, PgLog};
@@ -123,6 +124,20 @@ pub struct Pg {
     /// The interval and up set the running background fill (as primary of a temporary acting
     /// set) serves: one fill per interval and up set.
     fill: Mutex<Option<(u64, Vec<i32>)>>,
+    /// Scrub schedule and outcome here (in memory: a restarted primary forgets it until the
+    /// next scrub).
+    scrub: Mutex<ScrubState>,
+}
+
+/// When a PG's next scrubs are due on its primary, and what the last one left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScrubState {
+    /// Objects the last scrub found inconsistent and did not repair.
+    pub inconsistent: u64,
+    /// When the next scrub is due (None: not scheduled yet).
+    pub next: Option<Instant>,
+    /// When the next deep scrub is due (None: not scheduled yet).
+    pub next_deep: Option<Instant>,
 }
 
 impl Pg {
@@ -143,6 +158,7 @@ impl Pg {
             active: watch::channel(None).0,
             newest_request_epoch: AtomicU64::new(0),
             fill: Mutex::new(None),
+            scrub: Mutex::new(ScrubState::default()),
         }
     }
 
@@ -221,6 +237,27 @@ impl Pg {
     /// Current status.
     pub fn status(&self) -> PgStatus {
         *self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The status as reported in `pg stats`, `pg dump` and metrics: its name, with
+    /// `+inconsistent` while the last scrub left inconsistent objects.
+    pub fn state_name(&self) -> String {
+        let status = self.status();
+        let mut name = status.name().to_string();
+        if status != PgStatus::Replica && self.scrub_state().inconsistent > 0 {
+            name.push_str("+inconsistent");
+        }
+        name
+    }
+
+    /// The scrub schedule and outcome.
+    pub fn scrub_state(&self) -> ScrubState {
+        *self.scrub.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes the scrub schedule or outcome; what `f` returns.
+    pub fn update_scrub<T>(&self, f: impl FnOnce(&mut ScrubState) -> T) -> T {
+        f(&mut self.scrub.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Sets the status.

@@ -116,7 +116,8 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
 }
 
 /// Answers a peering or recovery request. Log queries and activation are control messages and
-/// run at once; listing, pulls and pushes move data and go through the scheduler as recovery.
+/// run at once; listing, pulls and pushes move data and go through the scheduler as recovery;
+/// a scrub map's object reads go through it as best-effort requests.
 pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (PeerReply, Bytes) {
     let tid = req.tid;
     let from = req.from;
@@ -129,6 +130,17 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
         )),
         PeerBody::Query | PeerBody::Activate { .. } | PeerBody::Filled { .. } => {
             control(s, req, data).await
+        }
+        PeerBody::ScrubMap {
+            ref after,
+            ref until,
+            deep,
+        } => {
+            // Not one scheduled request: each object it reads is one of its own.
+            let pg = pg_of(s, &req);
+            crate::scrub::scrub_map(s, &pg, after, until.as_deref(), deep)
+                .await
+                .map(|map| (PeerAnswer::ScrubMap { map }, Bytes::new()))
         }
         _ => {
             let s2 = s.clone();

@@ -5,7 +5,8 @@
 //! each replica must recover (objects newer elsewhere, divergent entries to roll back) or
 //! whether it is beyond the log's reach and needs backfill; [`intervals`] says which OSDs must
 //! be heard from first (and when a PG is down); [`machine`] sequences peering for a
-//! primary as the cluster map changes. Nothing here reads a clock, touches a disk or a socket.
+//! primary as the cluster map changes; [`scrub`] compares the copies' scrub maps and names the
+//! authoritative state of each object they disagree on. Nothing here reads a clock, touches a disk or a socket.
 #![warn(missing_docs)]
 
 pub mod error;
@@ -13,6 +14,7 @@ pub mod intervals;
 pub mod log;
 pub mod machine;
 pub mod peering;
+pub mod scrub;
 
 pub use error::PgError;
 pub use intervals::{intervals, prior_set, EpochPlacement, PastInterval, Prior};

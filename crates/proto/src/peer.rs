@@ -1,5 +1,5 @@
 //! OSD <-> OSD control and recovery messages: heartbeats, and the requests a PG's primary sends
-//! while peering and recovering (gather logs, list, pull, push, activate). Object contents travel
+//! while peering, recovering and scrubbing (gather logs, list, pull, push, activate, scrub maps). Object contents travel
 //! as an [`crate::image::ObjectImage`] in the message's data section.
 
 use cairn_pg::log::{Eversion, PgLog};
@@ -89,6 +89,17 @@ pub enum PeerBody {
         /// The copy's last epoch started.
         last_epoch_started: u64,
     },
+    /// Scrub: your copy's scrub map of the objects named after `after` up to `until`
+    /// (inclusive; None: to the last), answered by [`PeerAnswer::ScrubMap`]. The primary holds
+    /// the PG's lock meanwhile, so no write changes them.
+    ScrubMap {
+        /// Range start (exclusive), or empty.
+        after: String,
+        /// Range end (inclusive), or None for no end.
+        until: Option<String>,
+        /// Read every object's data and omap too (deep scrub), not only its metadata.
+        deep: bool,
+    },
     /// From the primary of a temporary acting set to an up-set OSD it fills in the background:
     /// every object changed up to this log's head has been pushed to you; replace your log
     /// with it and keep your last epoch started (you serve nothing until the PG peers with you
@@ -141,6 +152,11 @@ pub enum PeerAnswer {
     TooFull {
         /// Why, for the log.
         why: String,
+    },
+    /// A copy's scrub map of the range asked for.
+    ScrubMap {
+        /// Each object the copy has in the range, with its state.
+        map: cairn_pg::scrub::ScrubMap,
     },
     /// Whether the PG is active+clean on this primary, in the asker's map epoch, without the
     /// asker.
