@@ -13,14 +13,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cairn_client::ClientError;
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
-use common::{index_of, mount_offline, osd_config, placement_of, stop_osd, Cluster};
+use common::{mount_offline, osd_config, placement_of, stop_osd, Cluster};
 
 /// Which of the cluster's first OSDs (its `osdN` directory and configuration) each id is: the
 /// order of `Cluster::osds` changes as OSDs restart.
@@ -65,17 +64,7 @@ async fn damage(dir: &Path, pg: PgId, obj: &str) -> u64 {
         index * store.block_bytes() + 777,
     );
     drop(store);
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("block"))
-        .unwrap();
-    let mut byte = [0u8];
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.read_exact(&mut byte).unwrap();
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.write_all(&[!byte[0]]).unwrap();
-    f.sync_all().unwrap();
+    common::flip_device_byte(dir, at);
     logical
 }
 
@@ -132,12 +121,7 @@ async fn read_back(c: &Cluster, name: &str) -> Vec<u8> {
 
 /// The read repairs `osd` counted, as (repaired, failed), from its metrics page.
 fn repairs(c: &Cluster, osd: i32) -> (u64, u64) {
-    let addr = c.osds[index_of(c, osd)].metrics_addr().unwrap();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut page = String::new();
-    s.read_to_string(&mut page).unwrap();
+    let page = common::metrics_page(c, osd);
     let count = |result: &str| {
         let label = format!("result=\"{result}\"}} ");
         page.lines()

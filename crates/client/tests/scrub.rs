@@ -15,7 +15,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -111,18 +110,7 @@ async fn wait_clean(c: &Cluster) {
 /// `dir`, at a block `store` (that store, mounted) has for it.
 async fn flip_byte_of(store: &cairn_store::Store, dir: &Path, coll: &str, obj: &str) {
     let extents = store.extents(coll, obj).await.unwrap();
-    let at = extents[0].1 * store.block_bytes() + 99;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("block"))
-        .unwrap();
-    let mut byte = [0u8];
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.read_exact(&mut byte).unwrap();
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.write_all(&[!byte[0]]).unwrap();
-    f.sync_all().unwrap();
+    common::flip_device_byte(dir, extents[0].1 * store.block_bytes() + 99);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,17 +259,6 @@ async fn scrub_finds_every_kind_of_difference_and_repair_makes_the_copies_agree(
     }
 }
 
-/// The metrics page of the cluster's OSD `osd`.
-fn metrics(c: &Cluster, osd: i32) -> String {
-    let i = common::index_of(c, osd);
-    let mut s = std::net::TcpStream::connect(c.osds[i].metrics_addr().unwrap()).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut page = String::new();
-    s.read_to_string(&mut page).unwrap();
-    page
-}
-
 /// Deep scrubs run by themselves as they fall due: a replica's damaged block is found and its
 /// PG reported inconsistent with no command sent (deep-scrub interval 2 s), and the OSDs'
 /// metrics count the scrubs.
@@ -326,7 +303,7 @@ async fn scheduled_deep_scrubs_find_damage_without_being_asked() {
     let deep_scrubs: u64 = c
         .osds
         .iter()
-        .map(|o| metrics(&c, o.id()))
+        .map(|o| common::metrics_page(&c, o.id()))
         .flat_map(|page| {
             page.lines()
                 .filter(|l| l.starts_with("cairn_osd_scrubs_total{") && l.contains("deep"))

@@ -126,7 +126,8 @@ pub async fn read_piece(
     }))
 }
 
-fn version_of(xattrs: &[(String, Vec<u8>)]) -> Eversion {
+/// The version an object's xattrs record (its last write's log entry; default when none).
+pub(crate) fn version_of(xattrs: &[(String, Vec<u8>)]) -> Eversion {
     xattrs
         .iter()
         .find(|(k, _)| k == VERSION_ATTR)

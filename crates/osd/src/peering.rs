@@ -595,10 +595,22 @@ pub(crate) async fn as_recovery<T: Send + 'static>(
     length_bytes: u64,
     work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
 ) -> Result<T, OsdError> {
+    as_own_work(s, pg, QosClass::Recovery, length_bytes, work).await
+}
+
+/// Runs `work` as one request of this OSD's own (its id as the scheduler's client) of class
+/// `class` and `length_bytes` (at least 4 KiB) through the scheduler shard of `pg`.
+pub(crate) async fn as_own_work<T: Send + 'static>(
+    s: &Arc<Shared>,
+    pg: &Pg,
+    class: QosClass,
+    length_bytes: u64,
+    work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
+) -> Result<T, OsdError> {
     s.sched
         .run(
             pg.id,
-            QosClass::Recovery,
+            class,
             u64::from(s.id as u32),
             length_bytes.max(4096),
             work,

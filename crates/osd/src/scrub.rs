@@ -25,12 +25,10 @@ use cairn_qos::QosClass;
 use cairn_store::{Store, StoreError};
 
 use crate::error::OsdError;
-use crate::objects::list_page;
-use crate::peering::{ask, install_local, pull, push};
-use crate::pgmeta::unpack;
+use crate::objects::{list_page, version_of};
+use crate::peering::{as_own_work, ask, install_local, pull, push};
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
-use crate::txns::VERSION_ATTR;
 
 /// Most of the primary's objects compared under one hold of the PG's lock (Ceph's
 /// `osd_scrub_chunk_max` is 25).
@@ -145,7 +143,7 @@ pub async fn scrub_pg(
         }
         let (names, more) = {
             let (s2, coll, from) = (s.clone(), pg.coll.clone(), after.clone());
-            background(s, pg, 4096, async move {
+            background(s, pg, 0, async move {
                 Ok(list_page(&s2.store, &coll, &from, SCRUB_CHUNK_OBJECTS).await?)
             })
             .await?
@@ -338,7 +336,7 @@ pub async fn scrub_map(
             after.to_string(),
             until.map(str::to_string),
         );
-        background(s, pg, 4096, async move {
+        background(s, pg, 0, async move {
             list_range(&s2.store, &coll, &from, to.as_deref()).await
         })
         .await?
@@ -350,7 +348,7 @@ pub async fn scrub_map(
             Err(StoreError::NoSuchObject { .. }) => continue,
             Err(e) => return Err(e.into()),
         };
-        let cost = if deep { size.max(4096) } else { 4096 };
+        let cost = if deep { size } else { 0 };
         let (s2, coll, obj) = (s.clone(), pg.coll.clone(), name.clone());
         let state = background(s, pg, cost, async move {
             digest(&s2.store, &coll, &obj, size, deep).await
@@ -368,15 +366,7 @@ async fn background<T: Send + 'static>(
     cost: u64,
     work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
 ) -> Result<T, OsdError> {
-    s.sched
-        .run(
-            pg.id,
-            QosClass::BestEffort,
-            u64::from(s.id as u32),
-            cost,
-            work,
-        )
-        .await?
+    as_own_work(s, pg, QosClass::BestEffort, cost, work).await
 }
 
 /// The client-visible objects of `coll` named after `after` up to `until` (inclusive).
@@ -421,12 +411,7 @@ async fn digest(
 ) -> Result<CopyState, OsdError> {
     let mut attrs = store.getattrs(coll, obj).await?;
     attrs.sort();
-    let version = attrs
-        .iter()
-        .find(|(k, _)| k == VERSION_ATTR)
-        .and_then(|(_, v)| v.as_slice().try_into().ok().map(u64::from_le_bytes))
-        .map(unpack)
-        .unwrap_or_default();
+    let version = version_of(&attrs);
     let mut crc = crc32c();
     for (k, v) in &attrs {
         feed_pair(&mut crc, k.as_bytes(), v);

@@ -235,3 +235,33 @@ pub async fn restart_up(c: &mut Cluster, cfg: OsdConfig, osd: i32) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Flips the byte at `at` of the device file `block` of the stopped OSD whose directory is
+/// `dir` (damage behind the store's back: its checksum of that block no longer matches).
+pub fn flip_device_byte(dir: &std::path::Path, at: u64) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("block"))
+        .unwrap();
+    let mut byte = [0u8];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut byte).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&[!byte[0]]).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// The Prometheus page of the cluster's OSD `osd` (started with a `metrics_listen` address).
+pub fn metrics_page(c: &Cluster, osd: i32) -> String {
+    use std::io::{Read, Write};
+    let addr = c.osds[index_of(c, osd)].metrics_addr().unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut page = String::new();
+    s.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    page
+}
