@@ -42,6 +42,9 @@ const DIGEST_READ_BYTES: u64 = 4 << 20;
 const DIGEST_OMAP_ENTRIES: usize = 256;
 /// How often the scrub scheduler looks for a PG whose scrub is due.
 const SCRUB_TICK: Duration = Duration::from_secs(1);
+/// How long a scheduled scrub that failed (its PG changed interval, a copy did not answer)
+/// waits before it is tried again.
+const SCRUB_RETRY: Duration = Duration::from_secs(60);
 
 /// What one scrub of a PG found, and repaired.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -241,6 +244,11 @@ pub async fn run(s: Arc<Shared>) {
         if let Some((pg, deep)) = next {
             if let Err(e) = scrub_pg(&s, &pg, deep, false).await {
                 tracing::warn!(osd = s.id, pg = %pg.id, deep, error = %e, "scheduled scrub failed");
+                let later = Some(Instant::now() + SCRUB_RETRY);
+                pg.update_scrub(|st| match deep {
+                    true => st.next_deep = later,
+                    false => st.next = later,
+                });
             }
         }
     }
