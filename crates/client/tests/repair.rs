@@ -28,6 +28,7 @@ type Slots = BTreeMap<i32, usize>;
 const TAG: &str = "repair";
 const CHUNK: u64 = 1 << 20;
 const DEVICE_BYTES: u64 = 256 << 20;
+const PG_NUM: usize = 8;
 
 fn data_for(name: &str, len: usize) -> Vec<u8> {
     let seed = crc_fast::crc32_iscsi(name.as_bytes());
@@ -87,31 +88,8 @@ async fn with_damage(
     let mut cfg = osd_config(TAG, i, &c.mon, &c.dir, DEVICE_BYTES);
     tweak(&mut cfg);
     common::restart_up(c, cfg, osd).await;
-    wait_clean(c).await;
+    common::wait_all_clean(c, PG_NUM).await;
     offsets
-}
-
-/// Waits until every OSD's PGs are active+clean (or replicas).
-async fn wait_clean(c: &Cluster) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for osd in c.osds.iter().map(|o| o.id()) {
-        loop {
-            let stats = c
-                .client
-                .tell(osd, &["pg".into(), "stats".into()])
-                .await
-                .unwrap_or_default();
-            if !stats.is_empty()
-                && stats
-                    .lines()
-                    .all(|l| l.starts_with("active+clean ") || l.starts_with("replica "))
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "osd.{osd}'s PGs: {stats}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
 }
 
 /// `name`'s data, read through the client.
@@ -135,7 +113,7 @@ fn repairs(c: &Cluster, osd: i32) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_primary_copy_is_repaired_from_a_good_one_and_never_served() {
     common::logs_from_env();
-    let mut c = common::cluster_with_devices(TAG, 8, [DEVICE_BYTES; 3], tweak).await;
+    let mut c = common::cluster_with_devices(TAG, PG_NUM as u32, [DEVICE_BYTES; 3], tweak).await;
     c.client.op_timeout_ms = 20_000;
     let admin = MonClient::connect(c.mon.addr(), 78).await;
     let slots: Slots = c
@@ -169,7 +147,7 @@ async fn a_damaged_primary_copy_is_repaired_from_a_good_one_and_never_served() {
         .map(|i| (format!("k{i:03}").into_bytes(), vec![i as u8; 40]))
         .collect();
     c.client.omap_set("data", with_meta, &omap).await.unwrap();
-    wait_clean(&c).await;
+    common::wait_all_clean(&c, PG_NUM).await;
 
     // P's copies of objects 0, 1, 2 and 4 are damaged, and the last object's on every copy.
     let patched = &names[4];

@@ -77,35 +77,6 @@ async fn scrub_all(c: &Cluster, kind: &str) -> (u64, BTreeSet<String>, u64) {
     (objects, names, repaired)
 }
 
-/// PG states the OSDs report, counted.
-async fn states(c: &Cluster) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for osd in c.osds.iter().map(|o| o.id()) {
-        let stats = c
-            .client
-            .tell(osd, &["pg".into(), "stats".into()])
-            .await
-            .unwrap_or_default();
-        for line in stats.lines() {
-            let (state, n) = line.rsplit_once(' ').unwrap();
-            *out.entry(state.to_string()).or_default() += n.parse::<usize>().unwrap();
-        }
-    }
-    out
-}
-
-async fn wait_clean(c: &Cluster) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let st = states(c).await;
-        if st.keys().all(|k| k == "active+clean") && st.values().sum::<usize>() == PG_NUM as usize {
-            return;
-        }
-        assert!(Instant::now() < deadline, "PG states: {st:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Flips one byte of `obj`'s data (collection `coll`) on the device file of the store in
 /// `dir`, at a block `store` (that store, mounted) has for it.
 async fn flip_byte_of(store: &cairn_store::Store, dir: &Path, coll: &str, obj: &str) {
@@ -139,7 +110,7 @@ async fn scrub_finds_every_kind_of_difference_and_repair_makes_the_copies_agree(
             .await
             .unwrap();
     }
-    wait_clean(&c).await;
+    common::wait_all_clean(&c, PG_NUM as usize).await;
     let (objects, found, _) = scrub_all(&c, "deep-scrub").await;
     assert_eq!(objects, OBJECTS as u64);
     assert!(found.is_empty(), "a healthy cluster: {found:?}");
@@ -184,7 +155,7 @@ async fn scrub_finds_every_kind_of_difference_and_repair_makes_the_copies_agree(
     drop(store);
     let cfg = osd_config(TAG, 0, &c.mon, &c.dir, DEVICE_BYTES);
     common::restart_up(&mut c, cfg, x).await;
-    wait_clean(&c).await;
+    common::wait_all_clean(&c, PG_NUM as usize).await;
 
     // A shallow scrub sees what metadata shows; a deep one everything.
     let metadata: BTreeSet<String> = [&attr_changed, &removed, &extra]
@@ -207,7 +178,7 @@ async fn scrub_finds_every_kind_of_difference_and_repair_makes_the_copies_agree(
     let (_, found, repaired) = scrub_all(&c, "deep-scrub").await;
     assert_eq!(found, all);
     assert_eq!(repaired, 0, "a scrub repairs nothing");
-    let st = states(&c).await;
+    let st = common::pg_states(&c).await;
     assert!(
         st.keys().any(|k| k == "active+clean+inconsistent"),
         "PG states after finding inconsistencies: {st:?}"
@@ -219,7 +190,7 @@ async fn scrub_finds_every_kind_of_difference_and_repair_makes_the_copies_agree(
     assert_eq!(repaired, all.len() as u64);
     let (_, found, _) = scrub_all(&c, "deep-scrub").await;
     assert!(found.is_empty(), "after repair: {found:?}");
-    wait_clean(&c).await;
+    common::wait_all_clean(&c, PG_NUM as usize).await;
     for (name, data) in &written {
         assert_eq!(&c.client.read("data", name).await.unwrap(), data, "{name}");
     }
@@ -293,7 +264,7 @@ async fn scheduled_deep_scrubs_find_damage_without_being_asked() {
 
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let st = states(&c).await;
+        let st = common::pg_states(&c).await;
         if st.contains_key("active+clean+inconsistent") {
             break;
         }
@@ -316,6 +287,6 @@ async fn scheduled_deep_scrubs_find_damage_without_being_asked() {
     let (_, found, repaired) = scrub_all(&c, "repair").await;
     assert_eq!(found, BTreeSet::from([victim.clone()]));
     assert_eq!(repaired, 1);
-    wait_clean(&c).await;
+    common::wait_all_clean(&c, PG_NUM as usize).await;
     common::stop(c).await;
 }

@@ -265,3 +265,34 @@ pub fn metrics_page(c: &Cluster, osd: i32) -> String {
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     page
 }
+
+/// The states of the PGs the cluster's OSDs lead, counted (`pg stats` of every OSD).
+pub async fn pg_states(c: &Cluster) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for osd in c.osds.iter().map(|o| o.id()) {
+        let stats = c
+            .client
+            .tell(osd, &["pg".into(), "stats".into()])
+            .await
+            .unwrap_or_default();
+        for line in stats.lines() {
+            if let Some((state, n)) = line.rsplit_once(' ') {
+                *out.entry(state.to_string()).or_default() += n.parse::<usize>().unwrap_or(0);
+            }
+        }
+    }
+    out
+}
+
+/// Waits (at most 60 s) until the OSDs lead `pgs` PGs, every one active+clean.
+pub async fn wait_all_clean(c: &Cluster, pgs: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let states = pg_states(c).await;
+        if states.keys().all(|k| k == "active+clean") && states.values().sum::<usize>() == pgs {
+            return;
+        }
+        assert!(Instant::now() < deadline, "PG states: {states:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
