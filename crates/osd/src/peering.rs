@@ -333,28 +333,18 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         .unwrap_or_else(|| inner.log.clone());
     let coll = pg.coll.clone();
     // The primary first: it must hold the authoritative state before it serves or pushes.
+    let auth = plan.authoritative;
     match plan.recovery.get(&s.id) {
         Some(Recovery::Log { missing, .. }) => {
             for (obj, want) in missing {
                 match want {
-                    Some(_) => {
-                        pull(
-                            s,
-                            pg,
-                            epoch,
-                            plan.authoritative,
-                            obj,
-                            &mut inner.created,
-                            None,
-                        )
-                        .await?
-                    }
+                    Some(_) => pull(s, pg, epoch, auth, obj, &mut inner.created, None).await?,
                     None => install_local(s, pg, &mut inner.created, obj, None).await?,
                 }
             }
         }
         Some(Recovery::Backfill) => {
-            let names = list_remote(s, pg, epoch, plan.authoritative).await?;
+            let names = list_remote(s, pg, epoch, auth).await?;
             let keep: BTreeSet<&String> = names.iter().collect();
             for obj in list_scheduled(s, pg).await? {
                 if !keep.contains(&obj) {
@@ -362,16 +352,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
                 }
             }
             for obj in &names {
-                pull(
-                    s,
-                    pg,
-                    epoch,
-                    plan.authoritative,
-                    obj,
-                    &mut inner.created,
-                    None,
-                )
-                .await?;
+                pull(s, pg, epoch, auth, obj, &mut inner.created, None).await?;
             }
         }
         _ => {}
