@@ -92,7 +92,7 @@ async fn connect(mon: SocketAddr) -> anyhow::Result<Client> {
 }
 
 /// Up OSD ids in the client's map.
-fn up_osds(client: &Client) -> Vec<i32> {
+pub(crate) fn up_osds(client: &Client) -> Vec<i32> {
     client
         .map()
         .map(|m| m.osds.values().filter(|o| o.up).map(|o| o.id).collect())
@@ -219,9 +219,13 @@ pub type PgStates = std::collections::BTreeMap<String, u64>;
 
 /// Asks every up OSD for the states of the PGs it leads and sums them.
 pub async fn pg_states(mon: SocketAddr) -> anyhow::Result<PgStates> {
-    let client = connect(mon).await?;
+    Ok(pg_states_of(&connect(mon).await?).await)
+}
+
+/// [`pg_states`] through a connected client.
+pub async fn pg_states_of(client: &Client) -> PgStates {
     let mut states = PgStates::new();
-    for osd in up_osds(&client) {
+    for osd in up_osds(client) {
         if let Ok(text) = client.tell(osd, &["pg".into(), "stats".into()]).await {
             for l in text.lines() {
                 if let Some((state, n)) = l.rsplit_once(' ') {
@@ -230,7 +234,7 @@ pub async fn pg_states(mon: SocketAddr) -> anyhow::Result<PgStates> {
             }
         }
     }
-    Ok(states)
+    states
 }
 
 /// PGs in `states` that are not active+clean.

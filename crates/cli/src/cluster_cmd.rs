@@ -496,7 +496,7 @@ pub fn run_down(args: DownArgs) -> anyhow::Result<()> {
 
 /// Polls until every pid in `pids` has exited (or is a zombie, which holds no locks or files)
 /// or `grace` passes; returns those still running.
-fn wait_for_exit(pids: &[i32], grace: Duration) -> Vec<i32> {
+pub(crate) fn wait_for_exit(pids: &[i32], grace: Duration) -> Vec<i32> {
     let deadline = Instant::now() + grace;
     loop {
         let running: Vec<i32> = pids.iter().copied().filter(|&p| is_running(p)).collect();
@@ -509,7 +509,7 @@ fn wait_for_exit(pids: &[i32], grace: Duration) -> Vec<i32> {
 
 /// Whether process `pid` exists and is not a zombie, read from `/proc/PID/stat` (its state is
 /// the first field after the parenthesised command name).
-fn is_running(pid: i32) -> bool {
+pub(crate) fn is_running(pid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };

@@ -14,6 +14,7 @@ mod s3_cmd;
 mod sched_cmd;
 mod store_cmd;
 mod study_cmd;
+mod study_recovery;
 
 use clap::{Parser, Subcommand};
 

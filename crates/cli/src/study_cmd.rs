@@ -15,6 +15,9 @@ pub struct StudyArgs {
 
 #[derive(Subcommand)]
 enum StudyCommand {
+    /// Seed 000 on a real local cluster: client latency and IOPS while an OSD is backfilled,
+    /// and the recovery rate, per scheduler (each on a fresh cluster of OSD processes).
+    Recovery(crate::study_recovery::RecoveryStudyArgs),
     /// Seed 004: Vdbench's set on an emulated HDD, bare and behind a write-back NVMe cache
     /// (virtual time), and dirty share over time per cleaning policy.
     Cache {
@@ -36,6 +39,7 @@ enum StudyCommand {
 /// Runs `cairn study`.
 pub fn run(args: StudyArgs) -> anyhow::Result<()> {
     match args.command {
+        StudyCommand::Recovery(args) => crate::study_recovery::run(args),
         StudyCommand::Cache {
             out_dir,
             workers,

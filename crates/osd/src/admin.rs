@@ -60,8 +60,12 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
         ["pg", "stats"] => Ok(pg_stats(s)),
         ["pg", "dump"] => Ok(pg_dump(s)),
         ["io"] => Ok(format!("{} {}\n", s.metrics.total_ops(), s.metrics.total_bytes())),
+        ["recovery"] => {
+            let (objects, bytes) = s.metrics.recovered_as_primary();
+            Ok(format!("{objects} {bytes}\n"))
+        }
         _ => Err(format!(
-            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | pg scrub|deep-scrub|repair PGID | io | df)",
+            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | pg scrub|deep-scrub|repair PGID | io | recovery | df)",
             args.join(" ")
         )),
     }

@@ -58,6 +58,9 @@ pub struct Metrics {
     ops: Mutex<BTreeMap<&'static str, OpStats>>,
     /// Objects and bytes moved by recovery, by kind.
     recovery: Mutex<BTreeMap<RecoveryKind, (u64, u64)>>,
+    /// Objects (each once per copy it reached) and bytes this OSD recovered as a primary.
+    recovered_objects: std::sync::atomic::AtomicU64,
+    recovered_bytes: std::sync::atomic::AtomicU64,
     /// PGs peered again in their interval because a write left their copies disagreeing.
     repeers: std::sync::atomic::AtomicU64,
     /// Temporary acting sets asked for, so that PGs serve while their up sets are filled.
@@ -102,6 +105,24 @@ impl Metrics {
         let e = r.entry(kind).or_default();
         e.0 += 1;
         e.1 += bytes;
+    }
+
+    /// Records a piece this OSD, as a PG's primary, pushed to another copy or pulled to itself;
+    /// `first` when it is the object's first piece, so each object counts once per copy.
+    pub fn record_recovered(&self, first: bool, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.recovered_objects.fetch_add(u64::from(first), Relaxed);
+        self.recovered_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// Objects and bytes this OSD has recovered as a PG's primary (see `record_recovered`):
+    /// the cluster's recovery progress is the sum over its OSDs.
+    pub fn recovered_as_primary(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.recovered_objects.load(Relaxed),
+            self.recovered_bytes.load(Relaxed),
+        )
     }
 
     /// Records that a PG peers again in its interval (see `peering::repeer`).
@@ -249,6 +270,9 @@ impl Metrics {
             .fold((0, 0), |(o, b), &(o2, b2)| (o + o2, b + b2));
         let _ = writeln!(out, "# HELP cairn_osd_recovery_objects_total Objects moved by recovery.\n# TYPE cairn_osd_recovery_objects_total counter\ncairn_osd_recovery_objects_total{{osd=\"{osd}\"}} {objs}");
         let _ = writeln!(out, "# HELP cairn_osd_recovery_bytes_total Bytes moved by recovery.\n# TYPE cairn_osd_recovery_bytes_total counter\ncairn_osd_recovery_bytes_total{{osd=\"{osd}\"}} {bytes}");
+        let (recovered, recovered_bytes) = self.recovered_as_primary();
+        let _ = writeln!(out, "# HELP cairn_osd_recovered_objects_total Objects this OSD, as a PG's primary, pushed to another copy or pulled to itself (once per copy).\n# TYPE cairn_osd_recovered_objects_total counter\ncairn_osd_recovered_objects_total{{osd=\"{osd}\"}} {recovered}");
+        let _ = writeln!(out, "# HELP cairn_osd_recovered_bytes_total Bytes of those objects.\n# TYPE cairn_osd_recovered_bytes_total counter\ncairn_osd_recovered_bytes_total{{osd=\"{osd}\"}} {recovered_bytes}");
         let _ = writeln!(out, "# HELP cairn_osd_recovery_steps_total Recovery steps by kind (each one request through this OSD's scheduler).\n# TYPE cairn_osd_recovery_steps_total counter");
         for (kind, (n, _)) in &by_kind {
             let _ = writeln!(

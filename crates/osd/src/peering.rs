@@ -524,6 +524,7 @@ pub(crate) async fn pull(
                 }
                 s.metrics
                     .record_recovery(RecoveryKind::Pull, data.len() as u64);
+                s.metrics.record_recovered(at.is_start(), data.len() as u64);
                 let piece = ObjectImage::decode(&data)?;
                 let next = at.after(&piece);
                 if more && next == at {
@@ -658,6 +659,7 @@ pub(crate) async fn push(
         };
         s.metrics
             .record_recovery(RecoveryKind::Push, data.len() as u64);
+        s.metrics.record_recovered(first, data.len() as u64);
         if let (PeerAnswer::TooFull { why }, _) = ask(s, pg, epoch, to, body, data).await? {
             return Err(OsdError::TooFull { osd: to, why });
         }

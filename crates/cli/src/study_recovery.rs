@@ -1,0 +1,798 @@
+//! `cairn study recovery`: seed 000's recovery test on a real local cluster, once per
+//! scheduler, each on a fresh cluster of OSD processes.
+//!
+//! The steps are the seed's: 4 OSDs, size 3; a client pool prefilled; one OSD stopped and
+//! marked out; objects written to a recovery pool meanwhile; the OSD started and marked in,
+//! which starts the backfill; from that moment one client writes small blocks into the client
+//! pool until every PG is active+clean again. The figures (client IOPS and latency during
+//! recovery, objects recovered per second) come from `cairn_study::recovery`.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use cairn_client::Client;
+use cairn_mon::client::MonClient;
+use cairn_mon::monitor::Request;
+use cairn_qos::{PolicyConfig, Profile};
+use cairn_study::recovery::{self, OpSample, RecoveryProgress, RecoveryRun, StudySetup};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::admin_cmd::{pg_states_of, unclean, up_osds};
+
+/// Arguments of `cairn study recovery`.
+#[derive(Args)]
+pub struct RecoveryStudyArgs {
+    /// Directory for recovery-study.md, recovery-per-second.csv and the PNG plots.
+    #[arg(long, default_value = "study-out")]
+    out_dir: PathBuf,
+    /// Scratch directory for the clusters (one at a time, each removed after its run);
+    /// default: a new directory under the system's temporary directory.
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Schedulers to compare, each on a fresh cluster: a policy (fifo, wpq, mclock, crrn, orr,
+    /// trr, tbf) or an mClock profile (high_client_ops, balanced, high_recovery_ops).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fifo,wpq,high_client_ops,balanced,high_recovery_ops"
+    )]
+    schedulers: Vec<String>,
+    /// Emulated device profile of every OSD (hdd-7200, nvme-p3700, ... or a TOML path), or
+    /// `none` for the plain device files.
+    #[arg(long, default_value = "hdd-7200")]
+    profile: String,
+    /// OSDs in the cluster (at least 4: the pool keeps 3 copies while one is out).
+    #[arg(long, default_value_t = 4)]
+    osds: usize,
+    /// PGs of each of the two pools.
+    #[arg(long = "pg-num", default_value_t = 32)]
+    pg_num: u32,
+    /// Objects written to the recovery pool while the OSD is out (seed 000: 100,000 on NVMe,
+    /// 5,000 on HDD; scaled down to a laptop).
+    #[arg(long = "recovery-objects", default_value_t = 200)]
+    recovery_objects: usize,
+    /// Size of each object of both pools, KiB (seed 000: 4 MiB).
+    #[arg(long = "object-kib", default_value_t = 4096)]
+    object_kib: u64,
+    /// Objects of the client pool, which the client writes into.
+    #[arg(long = "client-objects", default_value_t = 16)]
+    client_objects: usize,
+    /// Size of each client write, bytes (seed 000: 4 KiB).
+    #[arg(long = "client-block", default_value_t = 4096)]
+    client_block: usize,
+    /// Client writes in flight.
+    #[arg(long = "client-depth", default_value_t = 16)]
+    client_depth: usize,
+    /// Seconds of client writes on the healthy cluster, before the failure (the baseline).
+    #[arg(long = "baseline-s", default_value_t = 5)]
+    baseline_s: u64,
+    /// Longest recovery phase, seconds: a recovery still running then is reported not done.
+    #[arg(long = "max-s", default_value_t = 300)]
+    max_s: u64,
+    /// Device file size of each OSD, MiB (sparse).
+    #[arg(long = "device-mib", default_value_t = 8192)]
+    device_mib: u64,
+    /// Keep each run's cluster directory (daemon logs, stopped stores) instead of removing it.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// Longest wait for a cluster step (PGs clean, an OSD up) outside the measured phase.
+const STEP_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How often the recovery counters and PG states are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// Recovery objects written at once while the OSD is out.
+const FILL_IN_FLIGHT: usize = 16;
+
+/// Recovery objects read back and compared after each run (every n-th, at most this many).
+const VERIFY_OBJECTS: usize = 32;
+
+/// One scheduler to compare: its label and the admin command that selects it on an OSD.
+#[derive(Debug, Clone, PartialEq)]
+struct Scheduler {
+    label: String,
+    command: Vec<String>,
+}
+
+/// Parses a scheduler name: a policy name or an mClock profile.
+fn parse_scheduler(name: &str) -> anyhow::Result<Scheduler> {
+    let set = |key: &str| {
+        ["config", "set", key, name]
+            .iter()
+            .map(|w| w.to_string())
+            .collect()
+    };
+    if PolicyConfig::by_name(name).is_ok() {
+        return Ok(Scheduler {
+            label: name.to_string(),
+            command: set("osd_op_queue"),
+        });
+    }
+    match Profile::parse(name) {
+        Ok(Profile::Custom) | Err(_) => bail!(
+            "unknown scheduler `{name}` (a policy: fifo, wpq, mclock, crrn, orr, trr, tbf; or an mClock profile: high_client_ops, balanced, high_recovery_ops)"
+        ),
+        Ok(_) => Ok(Scheduler {
+            label: format!("mclock {name}"),
+            command: set("osd_mclock_profile"),
+        }),
+    }
+}
+
+impl RecoveryStudyArgs {
+    fn object_bytes(&self) -> u64 {
+        self.object_kib << 10
+    }
+
+    fn check(&self) -> anyhow::Result<Vec<Scheduler>> {
+        if self.osds < 4 {
+            bail!("--osds must be at least 4 (size 3 with one OSD out)");
+        }
+        if self.recovery_objects == 0 || self.client_objects == 0 || self.client_depth == 0 {
+            bail!("--recovery-objects, --client-objects and --client-depth must be at least 1");
+        }
+        if self.client_block == 0 || self.client_block as u64 > self.object_bytes() {
+            bail!("--client-block must be 1 byte to --object-kib");
+        }
+        if self.object_kib == 0 || self.object_kib > 16 << 10 {
+            bail!("--object-kib must be 1 to 16384");
+        }
+        if self.schedulers.is_empty() {
+            bail!("--schedulers names none");
+        }
+        self.schedulers.iter().map(|s| parse_scheduler(s)).collect()
+    }
+}
+
+/// Runs the study and writes its report and plots.
+pub fn run(args: RecoveryStudyArgs) -> anyhow::Result<()> {
+    let schedulers = args.check()?;
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let work = args.work_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("cairn-study-recovery-{}", std::process::id()))
+    });
+    let bar = ProgressBar::new((schedulers.len() * STEPS) as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{elapsed_precise} {bar:30} {pos}/{len} {msg}",
+    )?);
+    let mut runs = Vec::new();
+    for (i, sched) in schedulers.iter().enumerate() {
+        let dir = work.join(format!("run{i}"));
+        let run = run_one(&args, sched, &dir, &bar)
+            .with_context(|| format!("scheduler {} (logs in {})", sched.label, dir.display()))?;
+        runs.push(run);
+    }
+    bar.finish_and_clear();
+    if !args.keep {
+        let _ = std::fs::remove_dir(&work);
+    }
+    let setup = StudySetup {
+        osds: args.osds,
+        profile: (args.profile != "none").then(|| args.profile.clone()),
+        recovery_objects: args.recovery_objects,
+        object_bytes: args.object_bytes(),
+        client_block: args.client_block,
+        client_depth: args.client_depth,
+    };
+    let table = recovery::render_markdown(&setup, &runs);
+    std::fs::write(args.out_dir.join("recovery-study.md"), &table)?;
+    std::fs::write(
+        args.out_dir.join("recovery-per-second.csv"),
+        per_second_csv(&runs),
+    )?;
+    let plots = recovery::plot(&args.out_dir, &runs)?;
+    println!("{table}");
+    println!(
+        "wrote recovery-study.md, recovery-per-second.csv, {} in {}",
+        plots.join(", "),
+        args.out_dir.display()
+    );
+    Ok(())
+}
+
+/// Per scheduler and second of the recovery phase: client IOPS, client p99 latency.
+fn per_second_csv(runs: &[RecoveryRun]) -> String {
+    let mut out = String::from("scheduler,second,client_iops,client_p99_ms\n");
+    for r in runs {
+        for (s, iops, p99) in r.client_per_second() {
+            out.push_str(&format!("{},{s},{iops},{p99:.3}\n", r.scheduler));
+        }
+    }
+    out
+}
+
+/// Progress steps of one run.
+const STEPS: usize = 7;
+
+/// One scheduler's run on a fresh cluster in `dir`.
+fn run_one(
+    args: &RecoveryStudyArgs,
+    sched: &Scheduler,
+    dir: &Path,
+    bar: &ProgressBar,
+) -> anyhow::Result<RecoveryRun> {
+    let step = |what: &str| {
+        bar.set_message(format!("{}: {what}", sched.label));
+        bar.inc(1);
+    };
+    bar.set_message(format!("{}: starting {} OSDs", sched.label, args.osds));
+    let mut cluster = LocalCluster::up(args, dir)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let run = rt.block_on(async {
+        let client =
+            Arc::new(Client::connect(cluster.mon, cairn_client::random_client_id()).await?);
+        let admin = MonClient::connect(cluster.mon, cairn_client::random_client_id()).await;
+        let total_pgs = 2 * args.pg_num as u64;
+        for pool in [CLIENT_POOL, RECOVERY_POOL] {
+            let create = Request::CreatePool {
+                name: pool.into(),
+                size: 3,
+                pg_num: args.pg_num,
+            };
+            admin.op(create, 10_000).await?;
+        }
+        wait_clean(&client, total_pgs, STEP_TIMEOUT).await?;
+        for osd in up_osds(&client) {
+            select_scheduler(&client, osd, sched).await?;
+        }
+        step("prefilling the client pool");
+        let object = pattern(args.object_bytes() as usize);
+        write_objects(&client, CLIENT_POOL, args.client_objects, &object, bar).await?;
+        step("baseline client writes");
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = tokio::spawn(client_load(client.clone(), args.into(), stop.clone()));
+        tokio::time::sleep(Duration::from_secs(args.baseline_s)).await;
+        stop.store(true, Ordering::Relaxed);
+        let (baseline_ops, _) = load.await?;
+        let index = args.osds - 1;
+        let victim = cluster.osd_id(index)?;
+        step(&format!("stopping osd.{victim}, marking it out"));
+        let cmdline = tokio::task::block_in_place(|| cluster.stop_osd(index))?;
+        admin.op(Request::MarkOut { id: victim }, 10_000).await?;
+        wait_osd(&client, victim, false).await?;
+        wait_clean(&client, total_pgs, STEP_TIMEOUT).await?;
+        step("filling the recovery pool");
+        write_objects(&client, RECOVERY_POOL, args.recovery_objects, &object, bar).await?;
+        step(&format!("starting osd.{victim}"));
+        tokio::task::block_in_place(|| cluster.start_osd(index, &cmdline))?;
+        wait_osd(&client, victim, true).await?;
+        select_scheduler(&client, victim, sched).await?;
+        step(&format!("osd.{victim} in: recovery"));
+        let mut run = RecoveryRun {
+            scheduler: sched.label.clone(),
+            baseline_s: args.baseline_s as f64,
+            baseline_ops,
+            ..Default::default()
+        };
+        let (objects, bytes) = recovered(&client).await;
+        run.progress.push(RecoveryProgress {
+            at_s: 0.0,
+            objects,
+            bytes,
+            unclean_pgs: 0,
+        });
+        admin.op(Request::MarkIn { id: victim }, 10_000).await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = tokio::spawn(client_load(client.clone(), args.into(), stop.clone()));
+        let started = Instant::now();
+        let mut end = RecoveryEnd::default();
+        while started.elapsed() < Duration::from_secs(args.max_s) {
+            tokio::time::sleep(SAMPLE_EVERY).await;
+            let states = pg_states_of(&client).await;
+            let reported: u64 = states.values().sum();
+            let left = unclean(&states) + total_pgs.saturating_sub(reported);
+            let (objects, bytes) = recovered(&client).await;
+            let at_s = started.elapsed().as_secs_f64();
+            run.progress.push(RecoveryProgress {
+                at_s,
+                objects,
+                bytes,
+                unclean_pgs: left,
+            });
+            bar.set_message(format!(
+                "{}: recovery, {left} PGs not clean, {} objects moved",
+                sched.label,
+                objects.saturating_sub(run.progress[0].objects)
+            ));
+            if let Some(at) = end.observe(&run.progress) {
+                run.recovered_at_s = Some(at);
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        run.ended_s = started.elapsed().as_secs_f64();
+        (run.ops, run.failed_ops) = load.await?;
+        step("verifying recovered objects");
+        verify_objects(&client, args.recovery_objects, &object).await?;
+        anyhow::Ok(run)
+    })?;
+    drop(rt);
+    match args.keep {
+        true => cluster.stop()?,
+        false => cluster.down()?,
+    }
+    Ok(run)
+}
+
+/// Decides from the samples when recovery is over: every PG clean and nothing moved since the
+/// previous sample, after something moved (or, if nothing ever needed to, after
+/// `IDLE_RECOVERY_S`). It ended when the last object moved or the last PG became clean.
+#[derive(Default)]
+struct RecoveryEnd {
+    clean_since: Option<f64>,
+    last_move_at: f64,
+}
+
+/// With nothing to recover, how long the PGs must stay clean before recovery counts as over.
+const IDLE_RECOVERY_S: f64 = 5.0;
+
+impl RecoveryEnd {
+    /// Takes the newest of `samples` (the first is the start); returns the end once known.
+    fn observe(&mut self, samples: &[RecoveryProgress]) -> Option<f64> {
+        let [.., prev, now] = samples else {
+            return None;
+        };
+        if now.objects != prev.objects {
+            self.last_move_at = now.at_s;
+        }
+        if now.unclean_pgs > 0 {
+            self.clean_since = None;
+            return None;
+        }
+        let clean_since = *self.clean_since.get_or_insert(now.at_s);
+        let moved = now.objects != samples[0].objects;
+        let settled = now.objects == prev.objects;
+        (settled && (moved || now.at_s >= IDLE_RECOVERY_S))
+            .then(|| clean_since.max(self.last_move_at))
+    }
+}
+
+const CLIENT_POOL: &str = "client";
+const RECOVERY_POOL: &str = "recovery";
+
+/// The bytes of object `i`: `base` with its first 8 bytes replaced by `i`.
+fn object_bytes(base: &Bytes, i: usize) -> Bytes {
+    let mut v = base.to_vec();
+    let n = v.len().min(8);
+    v[..n].copy_from_slice(&(i as u64).to_le_bytes()[..n]);
+    v.into()
+}
+
+/// A deterministic, incompressible-looking buffer of `len` bytes.
+fn pattern(len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+fn object_name(i: usize) -> String {
+    format!("obj_{i}")
+}
+
+/// Writes objects `0..n` of `pool`, `FILL_IN_FLIGHT` at a time.
+async fn write_objects(
+    client: &Arc<Client>,
+    pool: &str,
+    n: usize,
+    base: &Bytes,
+    bar: &ProgressBar,
+) -> anyhow::Result<()> {
+    let prefix = bar.message();
+    let mut next = 0;
+    let mut running = tokio::task::JoinSet::new();
+    while next < n || !running.is_empty() {
+        while next < n && running.len() < FILL_IN_FLIGHT {
+            let (client, pool, data) = (client.clone(), pool.to_string(), object_bytes(base, next));
+            let name = object_name(next);
+            running.spawn(async move { client.write_full_bytes(&pool, &name, data).await });
+            next += 1;
+        }
+        if let Some(done) = running.join_next().await {
+            done??;
+        }
+        bar.set_message(format!("{prefix} ({}/{n})", next - running.len()));
+    }
+    Ok(())
+}
+
+/// Reads back up to `VERIFY_OBJECTS` recovery objects spread over `0..n` and compares them.
+async fn verify_objects(client: &Client, n: usize, base: &Bytes) -> anyhow::Result<()> {
+    let stride = n.div_ceil(VERIFY_OBJECTS).max(1);
+    for i in (0..n).step_by(stride) {
+        let got = client.read_bytes(RECOVERY_POOL, &object_name(i)).await?;
+        if got != object_bytes(base, i) {
+            bail!(
+                "{RECOVERY_POOL}/{} read back {} bytes that differ from what was written",
+                object_name(i),
+                got.len()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What the client writes and how.
+#[derive(Clone)]
+struct LoadSpec {
+    objects: usize,
+    object_bytes: u64,
+    block: usize,
+    depth: usize,
+}
+
+impl From<&RecoveryStudyArgs> for LoadSpec {
+    fn from(a: &RecoveryStudyArgs) -> Self {
+        LoadSpec {
+            objects: a.client_objects,
+            object_bytes: a.object_bytes(),
+            block: a.client_block,
+            depth: a.client_depth,
+        }
+    }
+}
+
+/// One client writing `spec.block` bytes at random block-aligned offsets of the client pool's
+/// objects, `spec.depth` at a time, until `stop`: the completed writes (from this call's
+/// start) and the number that failed.
+async fn client_load(
+    client: Arc<Client>,
+    spec: LoadSpec,
+    stop: Arc<AtomicBool>,
+) -> (Vec<OpSample>, u64) {
+    let started = Instant::now();
+    let data = pattern(spec.block);
+    let blocks = (spec.object_bytes / spec.block as u64).max(1);
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..spec.depth {
+        let (client, stop, data, spec) = (client.clone(), stop.clone(), data.clone(), spec.clone());
+        workers.spawn(async move {
+            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ ((w as u64 + 1) << 32);
+            let (mut ops, mut failed) = (Vec::new(), 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let name = object_name((rng % spec.objects as u64) as usize);
+                let offset = (rng >> 20) % blocks * spec.block as u64;
+                let t0 = Instant::now();
+                match client.write(CLIENT_POOL, &name, offset, &data).await {
+                    Ok(_) => ops.push(OpSample {
+                        done_s: started.elapsed().as_secs_f64(),
+                        latency_ms: t0.elapsed().as_secs_f64() * 1000.0,
+                    }),
+                    Err(_) => failed += 1,
+                }
+            }
+            (ops, failed)
+        });
+    }
+    let (mut ops, mut failed) = (Vec::new(), 0);
+    while let Some(done) = workers.join_next().await {
+        if let Ok((o, f)) = done {
+            ops.extend(o);
+            failed += f;
+        }
+    }
+    ops.sort_by(|a, b| a.done_s.total_cmp(&b.done_s));
+    (ops, failed)
+}
+
+/// Sets `sched` on `osd`, retrying while it is not reachable yet.
+async fn select_scheduler(client: &Client, osd: i32, sched: &Scheduler) -> anyhow::Result<()> {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        match client.tell(osd, &sched.command).await {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > deadline => {
+                return Err(e).context(format!("setting {} on osd.{osd}", sched.label))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Objects and bytes recovered so far, summed over the up OSDs.
+async fn recovered(client: &Client) -> (u64, u64) {
+    let mut total = (0, 0);
+    for osd in up_osds(client) {
+        if let Ok(t) = client.tell(osd, &["recovery".into()]).await {
+            let v: Vec<u64> = t
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            if let [objects, bytes] = v[..] {
+                total.0 += objects;
+                total.1 += bytes;
+            }
+        }
+    }
+    total
+}
+
+/// Waits until every one of `total` PGs is reported active+clean.
+async fn wait_clean(client: &Client, total: u64, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let states = pg_states_of(client).await;
+        if unclean(&states) == 0 && states.values().sum::<u64>() == total {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("PGs not all active+clean after {timeout:?}: {states:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the client's map shows `osd` up (or down).
+async fn wait_osd(client: &Client, osd: i32, up: bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let now = client
+            .map()
+            .and_then(|m| m.osds.get(&osd).map(|o| o.up))
+            .unwrap_or(false);
+        if now == up {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "osd.{osd} not {} after {STEP_TIMEOUT:?}",
+                if up { "up" } else { "down" }
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A cluster started with `cairn up` in a directory of its own; dropping it stops it and
+/// removes the directory.
+struct LocalCluster {
+    dir: PathBuf,
+    mon: SocketAddr,
+    running: bool,
+}
+
+impl LocalCluster {
+    fn up(args: &RecoveryStudyArgs, dir: &Path) -> anyhow::Result<LocalCluster> {
+        if dir.exists() {
+            bail!("{} exists (a cluster of an earlier run?)", dir.display());
+        }
+        std::fs::create_dir_all(dir)?;
+        let mon = free_loopback_addr()?;
+        let mut cluster = LocalCluster {
+            dir: dir.to_path_buf(),
+            mon,
+            running: true,
+        };
+        let mut up = vec![
+            "up".to_string(),
+            "--no-s3".into(),
+            "--dir".into(),
+            dir.display().to_string(),
+            "--mon".into(),
+            mon.to_string(),
+            "--osds".into(),
+            args.osds.to_string(),
+            "--device-mib".into(),
+            args.device_mib.to_string(),
+            "--pool=".into(),
+        ];
+        if args.profile != "none" {
+            up.extend(["--osd-profile".into(), args.profile.clone()]);
+        }
+        if let Err(e) = cairn(&up) {
+            cluster.running = std::fs::metadata(dir.join("pids")).is_ok();
+            return Err(e);
+        }
+        Ok(cluster)
+    }
+
+    /// The pid `cairn up` recorded for the `i`-th OSD it started (the monitor's comes first).
+    fn osd_pid(&self, i: usize) -> anyhow::Result<i32> {
+        let pids = std::fs::read_to_string(self.dir.join("pids"))?;
+        pids.lines()
+            .nth(i + 1)
+            .and_then(|l| l.trim().parse().ok())
+            .with_context(|| format!("no pid of OSD {i} in {}/pids", self.dir.display()))
+    }
+
+    /// The id the monitor gave the `i`-th OSD `cairn up` started (ids follow boot order, not
+    /// start order), from its log's `osd.N serving on` line.
+    fn osd_id(&self, i: usize) -> anyhow::Result<i32> {
+        let log = self.dir.join(format!("osd{i}.log"));
+        let text = std::fs::read_to_string(&log)?;
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("osd.")?
+                    .split_once(" serving on")?
+                    .0
+                    .parse()
+                    .ok()
+            })
+            .with_context(|| format!("no `osd.N serving on` line in {}", log.display()))
+    }
+
+    /// Stops the `i`-th OSD (SIGTERM, then SIGKILL after 20 s) and returns the arguments it ran
+    /// with.
+    fn stop_osd(&self, i: usize) -> anyhow::Result<Vec<String>> {
+        let pid = self.osd_pid(i)?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .with_context(|| format!("OSD {i} (pid {pid}) is not running"))?;
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .skip(1)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        // SAFETY: kill(2) with a pid read from the cluster's own pid file.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let grace = Duration::from_secs(20);
+        if !crate::cluster_cmd::wait_for_exit(&[pid], grace).is_empty() {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            crate::cluster_cmd::wait_for_exit(&[pid], grace);
+        }
+        Ok(args)
+    }
+
+    /// Starts the `i`-th OSD again with `args` and records its pid for `cairn down`.
+    fn start_osd(&self, i: usize, args: &[String]) -> anyhow::Result<()> {
+        let name = format!("osd{i}");
+        let pid = crate::cluster_cmd::spawn(&self.dir, &name, args)?;
+        let path = self.dir.join("pids");
+        let mut pids: Vec<String> = std::fs::read_to_string(&path)?
+            .lines()
+            .map(String::from)
+            .collect();
+        match pids.get_mut(i + 1) {
+            Some(line) => *line = pid.to_string(),
+            None => bail!("no line for OSD {i} in {}", path.display()),
+        }
+        std::fs::write(&path, pids.join("\n") + "\n")?;
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        let log = self.dir.join(format!("{name}.log"));
+        while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("serving on")) {
+            if Instant::now() > deadline || !crate::cluster_cmd::is_running(pid as i32) {
+                bail!("OSD {i} did not start again (see {})", log.display());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// Stops every process.
+    fn stop(&mut self) -> anyhow::Result<()> {
+        if self.running {
+            self.running = false;
+            cairn(&[
+                "down".into(),
+                "--dir".into(),
+                self.dir.display().to_string(),
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Stops every process and removes the directory.
+    fn down(mut self) -> anyhow::Result<()> {
+        self.stop()?;
+        std::fs::remove_dir_all(&self.dir)
+            .with_context(|| format!("removing {}", self.dir.display()))
+    }
+}
+
+impl Drop for LocalCluster {
+    /// A run that failed stops its processes and keeps their logs.
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Runs this binary with `args`; its output is returned, or the error names it.
+fn cairn(args: &[String]) -> anyhow::Result<String> {
+    let out = Command::new(std::env::current_exe()?)
+        .args(args)
+        .output()
+        .with_context(|| format!("running cairn {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "cairn {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A loopback address no one listens on now.
+fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedulers_are_policies_or_mclock_profiles() {
+        let wpq = parse_scheduler("wpq").unwrap();
+        assert_eq!(wpq.label, "wpq");
+        assert_eq!(wpq.command, ["config", "set", "osd_op_queue", "wpq"]);
+        let p = parse_scheduler("high_recovery_ops").unwrap();
+        assert_eq!(p.label, "mclock high_recovery_ops");
+        assert_eq!(
+            p.command,
+            ["config", "set", "osd_mclock_profile", "high_recovery_ops"]
+        );
+        for bad in ["custom", "lifo", ""] {
+            let e = parse_scheduler(bad).unwrap_err().to_string();
+            assert!(e.contains("unknown scheduler"), "{bad}: {e}");
+        }
+    }
+
+    fn sample(at_s: f64, objects: u64, unclean_pgs: u64) -> RecoveryProgress {
+        RecoveryProgress {
+            at_s,
+            objects,
+            bytes: 0,
+            unclean_pgs,
+        }
+    }
+
+    fn end_of(samples: &[RecoveryProgress]) -> Option<f64> {
+        let mut end = RecoveryEnd::default();
+        (2..=samples.len()).find_map(|n| end.observe(&samples[..n]))
+    }
+
+    #[test]
+    fn recovery_ends_when_pgs_are_clean_and_nothing_moves() {
+        let s = |v: &[(f64, u64, u64)]| {
+            v.iter()
+                .map(|&(a, o, u)| sample(a, o, u))
+                .collect::<Vec<_>>()
+        };
+        // PGs unclean while objects move, then clean; ends when the last PG became clean.
+        let moving = s(&[
+            (0.0, 10, 0),
+            (0.5, 12, 3),
+            (1.0, 20, 1),
+            (1.5, 20, 0),
+            (2.0, 20, 0),
+        ]);
+        assert_eq!(end_of(&moving), Some(1.5));
+        // Moved between two samples without a PG ever seen unclean: ends at the last move.
+        let quick = s(&[(0.0, 0, 0), (0.25, 0, 0), (0.5, 7, 0), (0.75, 7, 0)]);
+        assert_eq!(end_of(&quick), Some(0.5));
+        // Clean again but still moving (a pass that found more): not over.
+        let still = s(&[(0.0, 0, 0), (0.5, 4, 0), (1.0, 9, 0)]);
+        assert_eq!(end_of(&still), None);
+        // Nothing to recover: over once clean for IDLE_RECOVERY_S.
+        let idle: Vec<_> = (0..30).map(|i| sample(i as f64 * 0.25, 5, 0)).collect();
+        assert_eq!(end_of(&idle), Some(0.25));
+        assert_eq!(end_of(&idle[..20]), None);
+    }
+
+    #[test]
+    fn each_object_has_its_own_bytes() {
+        let base = pattern(64);
+        assert_ne!(object_bytes(&base, 1), object_bytes(&base, 2));
+        assert_eq!(object_bytes(&base, 3), object_bytes(&base, 3));
+        assert_eq!(object_bytes(&base, 3).len(), 64);
+        assert_eq!(object_bytes(&pattern(3), 1).len(), 3);
+    }
+}

@@ -1,0 +1,146 @@
+//! `cairn study recovery` runs seed 000's recovery test on real OSD processes, once per
+//! scheduler: the report has a row per scheduler with a finished recovery that moved objects,
+//! client writes that all succeeded, the plots and the per-second CSV, and no cluster is left
+//! running. Bad arguments are refused before anything starts. Every cluster is stopped even
+//! when an assertion fails.
+
+mod common;
+
+use common::cairn;
+use std::path::{Path, PathBuf};
+
+/// The study's scratch directory: every cluster in it is stopped and it is removed on drop.
+struct WorkDir(PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Ok(entries) = std::fs::read_dir(&self.0) {
+            for e in entries.flatten() {
+                if e.path().join("pids").exists() {
+                    cairn(&["down", "--dir", &e.path().display().to_string()]);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(tag: &str) -> WorkDir {
+    let dir = std::env::temp_dir().join(format!("cairn-study-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    WorkDir(dir)
+}
+
+/// The report's table rows (after the header and separator), split into trimmed cells.
+fn rows(report: &str) -> Vec<Vec<String>> {
+    report
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| scheduler"))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+fn number(cell: &str) -> f64 {
+    cell.trim_end_matches('%')
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {cell}"))
+}
+
+#[test]
+fn recovery_study_compares_schedulers_on_a_real_cluster() {
+    let work = scratch("recovery");
+    let out = work.0.join("out");
+    let clusters = work.0.join("clusters");
+    let (ok, log) = cairn(&[
+        "study",
+        "recovery",
+        "--out-dir",
+        &out.display().to_string(),
+        "--work-dir",
+        &clusters.display().to_string(),
+        "--profile",
+        "none",
+        "--schedulers",
+        "wpq,high_client_ops",
+        "--recovery-objects",
+        "24",
+        "--object-kib",
+        "256",
+        "--client-objects",
+        "8",
+        "--pg-num",
+        "8",
+        "--baseline-s",
+        "1",
+        "--max-s",
+        "60",
+        "--device-mib",
+        "512",
+    ]);
+    assert!(ok, "{log}");
+    let report = std::fs::read_to_string(out.join("recovery-study.md")).unwrap();
+    let rows = rows(&report);
+    assert_eq!(rows.len(), 2, "{report}");
+    assert_eq!(rows[0][0], "wpq");
+    assert_eq!(rows[1][0], "mclock high_client_ops");
+    for r in &rows {
+        let (baseline, client, failed) = (number(&r[1]), number(&r[2]), number(&r[10]));
+        assert!(baseline > 0.0 && client > 0.0, "client wrote: {r:?}");
+        assert_eq!(failed, 0.0, "no client write failed: {r:?}");
+        assert_ne!(r[11], "not done", "recovery finished in 60 s: {r:?}");
+        assert!(number(&r[12]) >= 1.0, "objects were recovered: {r:?}");
+        let (p50, p99, max) = (number(&r[5]), number(&r[7]), number(&r[9]));
+        assert!(
+            0.0 < p50 && p50 <= p99 && p99 <= max,
+            "latencies ordered: {r:?}"
+        );
+    }
+    for png in [
+        "recovery-client-iops.png",
+        "recovery-client-p99.png",
+        "recovery-objects.png",
+    ] {
+        let len = std::fs::metadata(out.join(png)).map_or(0, |m| m.len());
+        assert!(len > 1000, "{png}: {len} bytes");
+    }
+    let csv = std::fs::read_to_string(out.join("recovery-per-second.csv")).unwrap();
+    assert!(csv.starts_with("scheduler,second,client_iops,client_p99_ms\n"));
+    assert!(csv.lines().any(|l| l.starts_with("wpq,1,")), "{csv}");
+    assert!(
+        !clusters.exists() || std::fs::read_dir(&clusters).unwrap().next().is_none(),
+        "every cluster was stopped and removed"
+    );
+}
+
+#[test]
+fn bad_study_arguments_are_refused_before_anything_starts() {
+    let work = scratch("recovery-bad");
+    let clusters = work.0.join("clusters");
+    let dir = clusters.display().to_string();
+    let out = work.0.join("out").display().to_string();
+    let base = ["study", "recovery", "--work-dir", &dir, "--out-dir", &out];
+    for (extra, expect) in [
+        (
+            &["--schedulers", "wpq,lifo"][..],
+            "unknown scheduler `lifo`",
+        ),
+        (
+            &["--schedulers", "custom"][..],
+            "unknown scheduler `custom`",
+        ),
+        (&["--osds", "3"][..], "at least 4"),
+        (&["--client-block", "0"][..], "--client-block"),
+        (&["--object-kib", "0"][..], "--client-block"),
+        (&["--recovery-objects", "0"][..], "at least 1"),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let (ok, log) = cairn(&args);
+        assert!(!ok && log.contains(expect), "{extra:?}: {log}");
+        assert!(!Path::new(&dir).exists(), "{extra:?}: nothing started");
+    }
+}
