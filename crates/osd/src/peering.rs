@@ -210,6 +210,20 @@ pub(crate) async fn query_log(
     }
 }
 
+/// [`query_log`], given up as soon as `pg`'s interval begun at `epoch` ends. Peering holds the
+/// PG's lock while it asks; when a newer map has moved the PG on, the new interval's primary
+/// may be asking this OSD for that very lock (each side's answer waits for the other's lock
+/// until the 3 s busy timeout: client I/O of the PG stalled ~3.5 s when an OSD came back in).
+async fn query_in_interval(s: &Shared, pg: &Pg, epoch: u64, osd: i32) -> Result<PeerLog, OsdError> {
+    tokio::select! {
+        r = query_log(s, pg, epoch, osd) => r,
+        _ = pg.wait_interval_end(epoch) => Err(OsdError::Peer {
+            osd,
+            reason: format!("pg {}: the interval of epoch {epoch} ended", pg.id),
+        }),
+    }
+}
+
 /// The prior set of `pg`'s peering in the interval begun at `epoch`, from the logs heard so
 /// far: the PG's intervals after the newest last epoch started among them, from the maps of
 /// those epochs. OSDs the current map no longer has (removed) count as lost for every interval,
@@ -281,15 +295,16 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         .collect();
     let mut heard = BTreeSet::from([s.id]);
     for &osd in &acting {
-        logs.push(query_log(s, pg, epoch, osd).await?);
+        logs.push(query_in_interval(s, pg, epoch, osd).await?);
         heard.insert(osd);
     }
     for &osd in &past {
-        match query_log(s, pg, epoch, osd).await {
+        match query_in_interval(s, pg, epoch, osd).await {
             Ok(log) => {
                 logs.push(log);
                 heard.insert(osd);
             }
+            Err(e) if pg.interval().epoch != epoch => return Err(e),
             Err(e) => tracing::info!(pg = %pg.id, osd, error = %e, "past copy did not answer"),
         }
     }
@@ -299,7 +314,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
             Prior::Ask(more) if more.is_empty() => break,
             Prior::Ask(more) => {
                 for osd in more {
-                    logs.push(query_log(s, pg, epoch, osd).await?);
+                    logs.push(query_in_interval(s, pg, epoch, osd).await?);
                     heard.insert(osd);
                 }
             }

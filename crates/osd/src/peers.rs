@@ -180,6 +180,8 @@ impl Peers {
         timeout: Duration,
     ) -> Result<Bytes, OsdError> {
         let rx = self.expect(tid);
+        // Stops waiting for `tid` however this call ends, also when its caller drops it.
+        let _forget = Forget { peers: self, tid };
         let sent = async {
             let sender = self.sender(osd, addr).await?;
             sender
@@ -195,11 +197,22 @@ impl Peers {
             })
         };
         let r = tokio::time::timeout(timeout, sent).await;
-        self.forget(tid);
         r.map_err(|_| OsdError::Peer {
             osd,
             reason: format!("no answer in {} ms", timeout.as_millis()),
         })?
+    }
+}
+
+/// Removes a call's answer slot when the call ends or is dropped.
+struct Forget<'a> {
+    peers: &'a Peers,
+    tid: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.peers.forget(self.tid);
     }
 }
 

@@ -322,6 +322,17 @@ impl Pg {
         }
     }
 
+    /// Resolves once the PG's current interval no longer begins at `epoch`: a newer map moved
+    /// it on (active or not).
+    pub async fn wait_interval_end(&self, epoch: u64) {
+        let mut rx = self.active.subscribe();
+        while self.interval().epoch == epoch {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Waits until the PG is active in its current interval, or `timeout` passes.
     pub async fn wait_active(&self, timeout: std::time::Duration) -> Option<u64> {
         let mut rx = self.active.subscribe();
