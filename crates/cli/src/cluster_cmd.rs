@@ -24,7 +24,8 @@ pub(crate) const OSD_WORKER_THREADS: usize = 1;
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
 /// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `prefill`,
-/// `store_groups_in_flight`, `op_shards`).
+/// `store_groups_in_flight`, `op_shards`, `max_inflight_cost_ms`, `remap_min_objects`,
+/// `scrub_interval_s`, `deep_scrub_interval_s`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
@@ -94,6 +95,18 @@ pub struct OsdRunArgs {
     #[arg(long = "op-shards", default_value_t = cairn_osd::DEFAULT_OP_SHARDS)]
     #[serde(default = "default_op_shards")]
     pub op_shards: usize,
+    /// Most device time (by the scheduler's cost model) of requests released and not finished,
+    /// in ms, 0 for no limit: beyond it requests wait in the scheduler, where its policy orders
+    /// them, instead of in the device's queue (Ceph's BlueStore throttle, in device time).
+    #[arg(long = "max-inflight-cost-ms", default_value_t = cairn_osd::DEFAULT_MAX_INFLIGHT_COST_MS)]
+    #[serde(default = "default_max_inflight_cost_ms")]
+    pub max_inflight_cost_ms: u64,
+    /// A copy whose recovery would move at least this many objects (or a whole backfill) is
+    /// filled in the background while a temporary acting set of complete copies serves the PG;
+    /// shorter recoveries are done before the PG activates (its I/O waits for them).
+    #[arg(long = "remap-min-objects", default_value_t = default_remap_min_objects())]
+    #[serde(default = "default_remap_min_objects")]
+    pub remap_min_objects: usize,
     /// Seconds between scrubs of each PG this OSD leads (every copy's metadata compared;
     /// Ceph's `osd_scrub_min_interval`, a day); 0 never.
     #[arg(long = "scrub-interval-s", default_value_t = default_scrub_interval_s())]
@@ -120,6 +133,14 @@ fn default_fast_fail() -> bool {
 
 fn default_op_shards() -> usize {
     cairn_osd::DEFAULT_OP_SHARDS
+}
+
+fn default_remap_min_objects() -> usize {
+    cairn_osd::DEFAULT_REMAP_MIN_OBJECTS
+}
+
+fn default_max_inflight_cost_ms() -> u64 {
+    cairn_osd::DEFAULT_MAX_INFLIGHT_COST_MS
 }
 
 fn default_store_groups_in_flight() -> usize {
@@ -188,6 +209,8 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.prefill = args.prefill;
         cfg.store_groups_in_flight = args.store_groups_in_flight;
         cfg.op_shards = args.op_shards;
+        cfg.max_inflight_cost_ms = args.max_inflight_cost_ms;
+        cfg.remap_min_objects = args.remap_min_objects;
         cfg.scrub_interval_s = args.scrub_interval_s;
         cfg.deep_scrub_interval_s = args.deep_scrub_interval_s;
         if args.prefill && !data.join("kv.redb").exists() {
@@ -255,6 +278,10 @@ pub struct UpArgs {
     /// Do not start the S3 gateway.
     #[arg(long = "no-s3")]
     no_s3: bool,
+    /// An extra argument for every `cairn osd run` (repeat it for more), e.g.
+    /// `--osd-arg=--max-inflight-cost-ms=0` or `--osd-arg=--scrub-interval-s=0`.
+    #[arg(long = "osd-arg", allow_hyphen_values = true)]
+    osd_arg: Vec<String>,
 }
 
 /// `cairn down`.
@@ -372,6 +399,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         if args.prefill {
             osd_args.push("--prefill".into());
         }
+        osd_args.extend(args.osd_arg.iter().cloned());
         pids.push(spawn(&args.dir, &format!("osd{i}"), &osd_args)?);
         let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
         std::fs::write(&pids_path, text)?;

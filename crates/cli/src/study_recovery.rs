@@ -82,6 +82,10 @@ pub struct RecoveryStudyArgs {
     /// Keep each run's cluster directory (daemon logs, stopped stores) instead of removing it.
     #[arg(long)]
     keep: bool,
+    /// An extra argument for every OSD (see `cairn up --osd-arg`), e.g.
+    /// `--osd-arg=--max-inflight-cost-ms=0` to compare without the device-time limit.
+    #[arg(long = "osd-arg", allow_hyphen_values = true)]
+    osd_arg: Vec<String>,
 }
 
 /// Longest wait for a cluster step (PGs clean, an OSD up) outside the measured phase.
@@ -594,6 +598,9 @@ impl LocalCluster {
         ];
         if args.profile != "none" {
             up.extend(["--osd-profile".into(), args.profile.clone()]);
+        }
+        for a in &args.osd_arg {
+            up.push(format!("--osd-arg={a}"));
         }
         if let Err(e) = cairn(&up) {
             cluster.running = std::fs::metadata(dir.join("pids")).is_ok();

@@ -19,7 +19,7 @@ use crate::shared::Shared;
 pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
 /// Settings `config get` can read (the first three can also be set).
-pub const CONFIG_KEYS: [&str; 11] = [
+pub const CONFIG_KEYS: [&str; 12] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
@@ -29,6 +29,7 @@ pub const CONFIG_KEYS: [&str; 11] = [
     "repop_timeout_ms",
     "max_log_entries",
     "max_inflight_ops",
+    "max_inflight_cost_ms",
     "max_pending_ops",
     "osd_op_num_shards",
 ];
@@ -114,6 +115,7 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
         "repop_timeout_ms" => c.repop_timeout_ms.to_string(),
         "max_log_entries" => c.max_log_entries.to_string(),
         "max_inflight_ops" => c.max_inflight_ops.to_string(),
+        "max_inflight_cost_ms" => c.max_inflight_cost_ms.to_string(),
         "max_pending_ops" => c.max_pending_ops.to_string(),
         "osd_op_num_shards" => s.sched.shard_count().to_string(),
         other => {

@@ -33,7 +33,7 @@ pub mod strays;
 pub mod txns;
 
 pub use daemon::{
-    OsdConfig, OsdDaemon, DEFAULT_DEEP_SCRUB_INTERVAL_S, DEFAULT_OP_SHARDS,
-    DEFAULT_SCRUB_INTERVAL_S,
+    OsdConfig, OsdDaemon, DEFAULT_DEEP_SCRUB_INTERVAL_S, DEFAULT_MAX_INFLIGHT_COST_MS,
+    DEFAULT_OP_SHARDS, DEFAULT_REMAP_MIN_OBJECTS, DEFAULT_SCRUB_INTERVAL_S,
 };
 pub use error::OsdError;

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,64 @@ enum Released {
     Empty,
 }
 
+/// Device time (by the cost model, in ns) of the requests a shard has released that have not
+/// finished, against the shard's limit. Past the limit the policy releases nothing more, so
+/// work waits in the policy's queue, where it is ordered, rather than in the device's queue
+/// below, where it is not: without it a returning OSD's 4 MiB recovery writes fill the in-flight
+/// slots and a client's 4 KiB write waits behind all of them whatever the policy (Ceph's
+/// BlueStore throttle, which seed 000 lowered for mClock to work, counted in device time).
+struct CostInFlight {
+    ns: AtomicU64,
+    /// 0: no limit.
+    limit_ns: u64,
+    freed: Notify,
+}
+
+impl CostInFlight {
+    fn new(limit_ns: u64) -> Arc<Self> {
+        Arc::new(CostInFlight {
+            ns: AtomicU64::new(0),
+            limit_ns,
+            freed: Notify::new(),
+        })
+    }
+
+    /// Whether another request may be released (one may overshoot the limit, so a request
+    /// costlier than the whole limit still runs).
+    fn has_room(&self) -> bool {
+        self.limit_ns == 0 || self.ns.load(Ordering::Acquire) < self.limit_ns
+    }
+
+    /// Waits until [`CostInFlight::has_room`].
+    async fn room(&self) {
+        while !self.has_room() {
+            self.freed.notified().await;
+        }
+    }
+
+    /// Counts `ns` in flight until the returned guard is dropped.
+    fn take(self: &Arc<Self>, ns: u64) -> CostTaken {
+        self.ns.fetch_add(ns, Ordering::AcqRel);
+        CostTaken {
+            budget: self.clone(),
+            ns,
+        }
+    }
+}
+
+/// A released request's share of [`CostInFlight`], given back when its job ends or is dropped.
+struct CostTaken {
+    budget: Arc<CostInFlight>,
+    ns: u64,
+}
+
+impl Drop for CostTaken {
+    fn drop(&mut self) {
+        self.budget.ns.fetch_sub(self.ns, Ordering::AcqRel);
+        self.budget.freed.notify_one();
+    }
+}
+
 /// One shard: a policy queue with its own lock, dispatcher and in-flight slots.
 struct Shard {
     queue: Mutex<QosQueue>,
@@ -48,20 +107,27 @@ struct Shard {
     next_id: Mutex<u64>,
     notify: Notify,
     inflight: Arc<Semaphore>,
+    cost_in_flight: Arc<CostInFlight>,
     cost: CostModel,
     started: Instant,
     dispatcher: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl Shard {
-    /// A shard with `queue`'s policy, the device cost model and an in-flight limit.
-    fn new(queue: QosQueue, cost: CostModel, max_inflight: usize, started: Instant) -> Arc<Self> {
+    /// A shard with `queue`'s policy, the device cost model and its in-flight limits.
+    fn new(
+        queue: QosQueue,
+        cost: CostModel,
+        limits: InFlightLimits,
+        started: Instant,
+    ) -> Arc<Self> {
         let s = Arc::new(Shard {
             queue: Mutex::new(queue),
             jobs: Mutex::new(HashMap::new()),
             next_id: Mutex::new(1),
             notify: Notify::new(),
-            inflight: Arc::new(Semaphore::new(max_inflight.max(1))),
+            inflight: Arc::new(Semaphore::new(limits.ops.max(1))),
+            cost_in_flight: CostInFlight::new(limits.cost_ns),
             cost,
             started,
             dispatcher: Mutex::new(None),
@@ -157,13 +223,16 @@ impl Shard {
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&d.req.id);
                 match job {
-                    Some(job) => Released::Job(
-                        d.req.id,
-                        Box::pin(async move {
-                            job.await;
-                            drop(permit);
-                        }),
-                    ),
+                    Some(job) => {
+                        let cost = self.cost_in_flight.take(d.req.cost_ns);
+                        Released::Job(
+                            d.req.id,
+                            Box::pin(async move {
+                                job.await;
+                                drop((cost, permit));
+                            }),
+                        )
+                    }
                     // Dropped by `stop`: look again at once.
                     None => Released::NothingBefore(self.now_ns()),
                 }
@@ -178,6 +247,9 @@ impl Shard {
     /// back to be run by the caller, holding its slot (saving the dispatcher's wake-up); another
     /// request is spawned. `None`: the caller's request is still queued.
     fn dispatch_here(&self, mine: u64) -> Option<Job> {
+        if !self.cost_in_flight.has_room() {
+            return None;
+        }
         let permit = self.inflight.clone().try_acquire_owned().ok()?;
         match self.release_next(permit) {
             Released::Job(id, job) if id == mine => Some(job),
@@ -239,6 +311,15 @@ pub fn check_shard_count(shards: usize) -> Result<(), OsdError> {
     Ok(())
 }
 
+/// How much released work an OSD lets run at once, divided between its shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlightLimits {
+    /// Requests (each shard gets at least one).
+    pub ops: usize,
+    /// Device time by the cost model, in ns; 0 for no limit.
+    pub cost_ns: u64,
+}
+
 /// The scheduler of one OSD: its op shards.
 pub struct OpScheduler {
     shards: Vec<Arc<Shard>>,
@@ -248,17 +329,24 @@ pub struct OpScheduler {
 
 impl OpScheduler {
     /// `shards` shards (1..=[`MAX_OP_SHARDS`]) running `policy` on one link, with the device
-    /// cost model; the in-flight limit is divided between them (each gets at least one slot).
+    /// cost model; the in-flight limits are divided between them (each gets at least one slot
+    /// and 1 ns of device time).
     pub fn new(
         policy: PolicyConfig,
         cost: CostModel,
-        max_inflight: usize,
+        limits: InFlightLimits,
         shards: usize,
     ) -> Result<Arc<Self>, OsdError> {
         check_shard_count(shards)?;
         let link = ShardLink::default();
         let started = Instant::now();
-        let per_shard = max_inflight.div_ceil(shards).max(1);
+        let per_shard = InFlightLimits {
+            ops: limits.ops.div_ceil(shards).max(1),
+            cost_ns: match limits.cost_ns {
+                0 => 0,
+                ns => (ns / shards as u64).max(1),
+            },
+        };
         let shards = (0..shards)
             .map(|_| {
                 let queue = QosQueue::new_shard(policy.clone(), link.clone())?;
@@ -412,6 +500,7 @@ impl OpScheduler {
 
 async fn dispatch_loop(s: Arc<Shard>) {
     loop {
+        s.cost_in_flight.room().await;
         let Ok(permit) = s.inflight.clone().acquire_owned().await else {
             return;
         };
@@ -440,12 +529,19 @@ mod tests {
     const PG: PgId = PgId { pool: 1, seed: 0 };
 
     fn sharded(policy: PolicyConfig, max_inflight: usize, shards: usize) -> Arc<OpScheduler> {
+        let limits = InFlightLimits {
+            ops: max_inflight,
+            cost_ns: 0,
+        };
+        OpScheduler::new(policy, cost_model(), limits, shards).unwrap()
+    }
+
+    fn cost_model() -> CostModel {
         let capacity = DeviceCapacity {
             random_4k_iops: 20_000.0,
             seq_bandwidth_bytes_per_s: 1e9,
         };
-        let cost = CostModel::from_capacity(capacity).unwrap();
-        OpScheduler::new(policy, cost, max_inflight, shards).unwrap()
+        CostModel::from_capacity(capacity).unwrap()
     }
 
     fn scheduler(max_inflight: usize) -> Arc<OpScheduler> {
@@ -476,6 +572,107 @@ mod tests {
         .unwrap();
         started.await.unwrap();
         release
+    }
+
+    /// One shard with 64 slots and a device-time limit of `limit_in_4mib` 4 MiB requests.
+    fn cost_limited(policy: PolicyConfig, limit_in_4mib: f64) -> Arc<OpScheduler> {
+        let cost = cost_model();
+        let limits = InFlightLimits {
+            ops: 64,
+            cost_ns: (cost.cost_ns(4 << 20) as f64 * limit_in_4mib) as u64,
+        };
+        OpScheduler::new(policy, cost, limits, 1).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn released_work_stays_within_the_device_time_limit() {
+        let s = cost_limited(PolicyConfig::Fifo, 2.5);
+        let started = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(Semaphore::new(0));
+        for i in 0..6u64 {
+            let (started, gate) = (started.clone(), gate.clone());
+            s.submit(PG, QosClass::Recovery, i, 4 << 20, async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                gate.acquire().await.unwrap().forget();
+            })
+            .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            3,
+            "released while under 2.5 requests' device time (the third overshoots), with 64 slots free"
+        );
+        gate.add_permits(1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            4,
+            "one ended, one more released"
+        );
+        gate.add_permits(6);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while started.load(Ordering::SeqCst) < 6 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("every request ran");
+    }
+
+    /// 20 recovery writes of 4 MiB are queued on a device that serves one request at a time
+    /// (5 ms each), then a client write: it completes after the few the limit let through, not
+    /// after all 20 (with no limit every recovery write is released at once and queues on the
+    /// device ahead of it, whatever the policy).
+    async fn client_position_behind_recovery(limit_in_4mib: f64) -> usize {
+        let profile = cairn_qos::Profile::HighClientOps;
+        let policy = PolicyConfig::Mclock(MClockConfig::profile(profile, 20_000.0));
+        let s = cost_limited(policy, limit_in_4mib);
+        let device = Arc::new(tokio::sync::Mutex::new(()));
+        let done = Arc::new(StdMutex::new(Vec::new()));
+        let served = |what: String,
+                      device: Arc<tokio::sync::Mutex<()>>,
+                      done: Arc<StdMutex<Vec<String>>>| async move {
+            let _busy = device.lock().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            done.lock().unwrap().push(what);
+        };
+        for i in 0..20u64 {
+            let job = served(format!("recovery {i}"), device.clone(), done.clone());
+            s.submit(PG, QosClass::Recovery, 1, 4 << 20, job).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let job = served("client".into(), device.clone(), done.clone());
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            s.run(PG, QosClass::Client, 2, 4096, job),
+        )
+        .await
+        .expect("client write ran")
+        .unwrap();
+        let done = done.lock().unwrap().clone();
+        done.iter().position(|d| d == "client").unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_write_waits_behind_the_limit_not_behind_every_queued_recovery_write() {
+        let limited = client_position_behind_recovery(2.0).await;
+        assert!(
+            limited <= 4,
+            "{limited} recovery writes served before the client's"
+        );
+        let unlimited = client_position_behind_recovery(0.0).await;
+        assert!(unlimited >= 15, "without the limit: {unlimited} before it");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_costlier_than_the_whole_limit_still_runs() {
+        let s = cost_limited(PolicyConfig::Fifo, 0.001);
+        for _ in 0..3 {
+            let got = s.run(PG, QosClass::Recovery, 1, 16 << 20, async { 5 });
+            let got = tokio::time::timeout(Duration::from_secs(5), got).await;
+            assert_eq!(got.expect("ran").unwrap(), 5);
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -562,8 +759,12 @@ mod tests {
             per_shard.iter().all(|n| (32..=96).contains(n)),
             "256 PGs over 4 shards: {per_shard:?}"
         );
-        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost, 64, 0).is_err());
-        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost, 64, 65).is_err());
+        let limits = InFlightLimits {
+            ops: 64,
+            cost_ns: 0,
+        };
+        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost, limits, 0).is_err());
+        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost, limits, 65).is_err());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
