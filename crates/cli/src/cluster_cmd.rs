@@ -493,12 +493,22 @@ pub fn run_down(args: DownArgs) -> anyhow::Result<()> {
             pids_path.display()
         )
     })?;
-    let mut stopped = Vec::new();
-    for pid in text
+    let pids: Vec<i32> = text
         .lines()
         .filter_map(|l| l.trim().parse::<i32>().ok())
         .rev()
-    {
+        .collect();
+    let stopped = stop_processes(&pids)?;
+    std::fs::remove_file(&pids_path)?;
+    println!("stopped {stopped} processes");
+    Ok(())
+}
+
+/// Sends SIGTERM to each of `pids` (in order), SIGKILL to those still running after
+/// `DOWN_GRACE`, and waits until every one has exited; returns how many were signalled.
+pub(crate) fn stop_processes(pids: &[i32]) -> anyhow::Result<usize> {
+    let mut stopped = Vec::new();
+    for &pid in pids {
         let status = Command::new("kill").arg(pid.to_string()).status()?;
         if status.success() {
             stopped.push(pid);
@@ -516,15 +526,12 @@ pub fn run_down(args: DownArgs) -> anyhow::Result<()> {
         lingering.is_empty(),
         "processes {lingering:?} did not exit even after SIGKILL"
     );
-    std::fs::remove_file(&pids_path)?;
-    let stopped = stopped.len();
-    println!("stopped {stopped} processes");
-    Ok(())
+    Ok(stopped.len())
 }
 
 /// Polls until every pid in `pids` has exited (or is a zombie, which holds no locks or files)
 /// or `grace` passes; returns those still running.
-pub(crate) fn wait_for_exit(pids: &[i32], grace: Duration) -> Vec<i32> {
+fn wait_for_exit(pids: &[i32], grace: Duration) -> Vec<i32> {
     let deadline = Instant::now() + grace;
     loop {
         let running: Vec<i32> = pids.iter().copied().filter(|&p| is_running(p)).collect();

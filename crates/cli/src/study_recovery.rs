@@ -634,8 +634,7 @@ impl LocalCluster {
             .with_context(|| format!("no `osd.N serving on` line in {}", log.display()))
     }
 
-    /// Stops the `i`-th OSD (SIGTERM, then SIGKILL after 20 s) and returns the arguments it ran
-    /// with.
+    /// Stops the `i`-th OSD as `cairn down` would and returns the arguments it ran with.
     fn stop_osd(&self, i: usize) -> anyhow::Result<Vec<String>> {
         let pid = self.osd_pid(i)?;
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -646,14 +645,7 @@ impl LocalCluster {
             .filter(|a| !a.is_empty())
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        // SAFETY: kill(2) with a pid read from the cluster's own pid file.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let grace = Duration::from_secs(20);
-        if !crate::cluster_cmd::wait_for_exit(&[pid], grace).is_empty() {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            crate::cluster_cmd::wait_for_exit(&[pid], grace);
-        }
+        crate::cluster_cmd::stop_processes(&[pid])?;
         Ok(args)
     }
 

@@ -268,7 +268,9 @@ async fn prior(
 }
 
 async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError> {
+    let started = std::time::Instant::now();
     let mut inner = pg.inner.lock().await;
+    let locked = started.elapsed();
     let iv = pg.interval();
     // Another peering of this interval (retries of a down PG on successive maps) got there
     // first.
@@ -328,9 +330,11 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     }
     // Later peerings count this interval as possibly written only once the monitor knows this
     // OSD was alive in it (Ceph's up_thru): it must before the PG goes active.
+    let heard_all = started.elapsed();
     if !wait_up_thru(s, pg, epoch).await? {
         return Ok(());
     }
+    let alive = started.elapsed();
     let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
     // A long recovery is done in the background from a temporary acting set of complete
     // copies, which serves meanwhile.
@@ -416,6 +420,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
             return Ok(());
         }
     }
+    let recovered = started.elapsed();
     let mut txn = Transaction::new();
     if !inner.created {
         txn.create_collection(&coll);
@@ -432,7 +437,18 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     inner.log = auth_log;
     inner.last_epoch_started = epoch;
     if pg.finish_peering(epoch, left_out, copies >= iv.size) {
-        tracing::debug!(osd = s.id, pg = %pg.id, epoch, "pg active");
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        tracing::debug!(
+            osd = s.id,
+            pg = %pg.id,
+            epoch,
+            locked_ms = ms(locked),
+            heard_ms = ms(heard_all),
+            up_thru_ms = ms(alive),
+            recovered_ms = ms(recovered),
+            active_ms = ms(started.elapsed()),
+            "pg active"
+        );
         crate::remap::maybe_fill(s, pg);
     }
     Ok(())

@@ -621,13 +621,24 @@ mod tests {
     }
 
     /// 20 recovery writes of 4 MiB are queued on a device that serves one request at a time
-    /// (5 ms each), then a client write: it completes after the few the limit let through, not
-    /// after all 20 (with no limit every recovery write is released at once and queues on the
-    /// device ahead of it, whatever the policy).
+    /// (5 ms each), then a client write. The policy favours clients (mClock weights 4:1) and
+    /// does not pace recovery (no limit on either class): with the device-time limit the client
+    /// write completes after the few recovery writes it let through; without it every recovery
+    /// write is released at once and queues on the device ahead of the client's, whatever the
+    /// policy would have chosen.
     async fn client_position_behind_recovery(limit_in_4mib: f64) -> usize {
-        let profile = cairn_qos::Profile::HighClientOps;
-        let policy = PolicyConfig::Mclock(MClockConfig::profile(profile, 20_000.0));
-        let s = cost_limited(policy, limit_in_4mib);
+        let class = |weight| ClassParams {
+            reservation: 0.0,
+            weight,
+            limit: 0.0,
+        };
+        let cfg = MClockConfig {
+            profile: "custom".into(),
+            capacity_iops: 20_000.0,
+            custom: Some([class(4.0), class(1.0), class(1.0)]),
+            ..MClockConfig::default()
+        };
+        let s = cost_limited(PolicyConfig::Mclock(cfg), limit_in_4mib);
         let device = Arc::new(tokio::sync::Mutex::new(()));
         let done = Arc::new(StdMutex::new(Vec::new()));
         let served = |what: String,

@@ -188,14 +188,13 @@ pub fn render_markdown(setup: &StudySetup, runs: &[RecoveryRun]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{} OSDs ({}), pool size 3. While osd.{} was down and out, {} objects of {} KiB were \
+        "{} OSDs ({}), pool size 3. While one OSD was down and out, {} objects of {} KiB were \
          written to the recovery pool; it was then started and marked in, and one client wrote \
          {} B blocks at random offsets of the client pool's objects, {} in flight, until every PG \
          was active+clean again. Baseline: the same client on the healthy cluster before the \
          failure.\n",
         setup.osds,
         setup.profile.as_deref().unwrap_or("plain device files"),
-        setup.osds.saturating_sub(1),
         setup.recovery_objects,
         setup.object_bytes >> 10,
         setup.client_block,
