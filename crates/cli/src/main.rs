@@ -7,6 +7,7 @@ mod cluster_cmd;
 mod crush_cmd;
 mod crush_placement;
 mod data_cmd;
+mod local_cluster;
 mod mon_cmd;
 mod msgr_cmd;
 mod plot;

@@ -7,9 +7,7 @@
 //! pool until every PG is active+clean again. The figures (client IOPS and latency during
 //! recovery, objects recovered per second) come from `cairn_study::recovery`.
 
-use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +23,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::admin_cmd::{pg_states_of, unclean, up_osds};
+use crate::local_cluster::{LocalCluster, UpSettings};
 
 /// Arguments of `cairn study recovery`.
 #[derive(Args)]
@@ -230,7 +229,13 @@ fn run_one(
         bar.inc(1);
     };
     bar.set_message(format!("{}: starting {} OSDs", sched.label, args.osds));
-    let mut cluster = LocalCluster::up(args, dir)?;
+    let settings = UpSettings {
+        osds: args.osds,
+        device_mib: args.device_mib,
+        profile: (args.profile != "none").then_some(args.profile.as_str()),
+        osd_args: &args.osd_arg,
+    };
+    let mut cluster = LocalCluster::up(&settings, dir)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -561,166 +566,6 @@ async fn wait_osd(client: &Client, osd: i32, up: bool) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// A cluster started with `cairn up` in a directory of its own; dropping it stops it and
-/// removes the directory.
-struct LocalCluster {
-    dir: PathBuf,
-    mon: SocketAddr,
-    running: bool,
-}
-
-impl LocalCluster {
-    fn up(args: &RecoveryStudyArgs, dir: &Path) -> anyhow::Result<LocalCluster> {
-        if dir.exists() {
-            bail!("{} exists (a cluster of an earlier run?)", dir.display());
-        }
-        std::fs::create_dir_all(dir)?;
-        let mon = free_loopback_addr()?;
-        let mut cluster = LocalCluster {
-            dir: dir.to_path_buf(),
-            mon,
-            running: true,
-        };
-        let mut up = vec![
-            "up".to_string(),
-            "--no-s3".into(),
-            "--dir".into(),
-            dir.display().to_string(),
-            "--mon".into(),
-            mon.to_string(),
-            "--osds".into(),
-            args.osds.to_string(),
-            "--device-mib".into(),
-            args.device_mib.to_string(),
-            "--pool=".into(),
-        ];
-        if args.profile != "none" {
-            up.extend(["--osd-profile".into(), args.profile.clone()]);
-        }
-        for a in &args.osd_arg {
-            up.push(format!("--osd-arg={a}"));
-        }
-        if let Err(e) = cairn(&up) {
-            cluster.running = std::fs::metadata(dir.join("pids")).is_ok();
-            return Err(e);
-        }
-        Ok(cluster)
-    }
-
-    /// The pid `cairn up` recorded for the `i`-th OSD it started (the monitor's comes first).
-    fn osd_pid(&self, i: usize) -> anyhow::Result<i32> {
-        let pids = std::fs::read_to_string(self.dir.join("pids"))?;
-        pids.lines()
-            .nth(i + 1)
-            .and_then(|l| l.trim().parse().ok())
-            .with_context(|| format!("no pid of OSD {i} in {}/pids", self.dir.display()))
-    }
-
-    /// The id the monitor gave the `i`-th OSD `cairn up` started (ids follow boot order, not
-    /// start order), from its log's `osd.N serving on` line.
-    fn osd_id(&self, i: usize) -> anyhow::Result<i32> {
-        let log = self.dir.join(format!("osd{i}.log"));
-        let text = std::fs::read_to_string(&log)?;
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix("osd.")?
-                    .split_once(" serving on")?
-                    .0
-                    .parse()
-                    .ok()
-            })
-            .with_context(|| format!("no `osd.N serving on` line in {}", log.display()))
-    }
-
-    /// Stops the `i`-th OSD as `cairn down` would and returns the arguments it ran with.
-    fn stop_osd(&self, i: usize) -> anyhow::Result<Vec<String>> {
-        let pid = self.osd_pid(i)?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .with_context(|| format!("OSD {i} (pid {pid}) is not running"))?;
-        let args: Vec<String> = cmdline
-            .split(|&b| b == 0)
-            .skip(1)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        crate::cluster_cmd::stop_processes(&[pid])?;
-        Ok(args)
-    }
-
-    /// Starts the `i`-th OSD again with `args` and records its pid for `cairn down`.
-    fn start_osd(&self, i: usize, args: &[String]) -> anyhow::Result<()> {
-        let name = format!("osd{i}");
-        let pid = crate::cluster_cmd::spawn(&self.dir, &name, args)?;
-        let path = self.dir.join("pids");
-        let mut pids: Vec<String> = std::fs::read_to_string(&path)?
-            .lines()
-            .map(String::from)
-            .collect();
-        match pids.get_mut(i + 1) {
-            Some(line) => *line = pid.to_string(),
-            None => bail!("no line for OSD {i} in {}", path.display()),
-        }
-        std::fs::write(&path, pids.join("\n") + "\n")?;
-        let deadline = Instant::now() + STEP_TIMEOUT;
-        let log = self.dir.join(format!("{name}.log"));
-        while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("serving on")) {
-            if Instant::now() > deadline || !crate::cluster_cmd::is_running(pid as i32) {
-                bail!("OSD {i} did not start again (see {})", log.display());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
-    }
-
-    /// Stops every process.
-    fn stop(&mut self) -> anyhow::Result<()> {
-        if self.running {
-            self.running = false;
-            cairn(&[
-                "down".into(),
-                "--dir".into(),
-                self.dir.display().to_string(),
-            ])?;
-        }
-        Ok(())
-    }
-
-    /// Stops every process and removes the directory.
-    fn down(mut self) -> anyhow::Result<()> {
-        self.stop()?;
-        std::fs::remove_dir_all(&self.dir)
-            .with_context(|| format!("removing {}", self.dir.display()))
-    }
-}
-
-impl Drop for LocalCluster {
-    /// A run that failed stops its processes and keeps their logs.
-    fn drop(&mut self) {
-        let _ = self.stop();
-    }
-}
-
-/// Runs this binary with `args`; its output is returned, or the error names it.
-fn cairn(args: &[String]) -> anyhow::Result<String> {
-    let out = Command::new(std::env::current_exe()?)
-        .args(args)
-        .output()
-        .with_context(|| format!("running cairn {}", args.join(" ")))?;
-    if !out.status.success() {
-        bail!(
-            "cairn {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A loopback address no one listens on now.
-fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 #[cfg(test)]
