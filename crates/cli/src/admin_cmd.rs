@@ -305,16 +305,27 @@ pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<(
 
 /// Sum of (client ops, bytes) the OSDs have served so far.
 async fn io_totals(client: &Client, osds: &[i32]) -> (u64, u64) {
+    counter_pair_totals(client, osds, "io").await
+}
+
+/// Sums over `osds` the two counters that the admin command `command` (`io`: client ops and
+/// bytes served; `recovery`: objects and bytes recovered as primary) answers; an OSD that does
+/// not answer counts nothing.
+pub(crate) async fn counter_pair_totals(
+    client: &Client,
+    osds: &[i32],
+    command: &str,
+) -> (u64, u64) {
     let mut total = (0u64, 0u64);
     for &osd in osds {
-        if let Ok(t) = client.tell(osd, &["io".into()]).await {
+        if let Ok(t) = client.tell(osd, &[command.to_string()]).await {
             let v: Vec<u64> = t
                 .split_whitespace()
                 .filter_map(|x| x.parse().ok())
                 .collect();
-            if let [ops, bytes] = v[..] {
-                total.0 += ops;
-                total.1 += bytes;
+            if let [a, b] = v[..] {
+                total.0 += a;
+                total.1 += b;
             }
         }
     }

@@ -22,7 +22,7 @@ use cairn_study::recovery::{self, OpSample, RecoveryProgress, RecoveryRun, Study
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::admin_cmd::{pg_states_of, unclean, up_osds};
+use crate::admin_cmd::{counter_pair_totals, pg_states_of, unclean, up_osds};
 use crate::local_cluster::{LocalCluster, UpSettings};
 
 /// Arguments of `cairn study recovery`.
@@ -516,20 +516,7 @@ async fn select_scheduler(client: &Client, osd: i32, sched: &Scheduler) -> anyho
 
 /// Objects and bytes recovered so far, summed over the up OSDs.
 async fn recovered(client: &Client) -> (u64, u64) {
-    let mut total = (0, 0);
-    for osd in up_osds(client) {
-        if let Ok(t) = client.tell(osd, &["recovery".into()]).await {
-            let v: Vec<u64> = t
-                .split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            if let [objects, bytes] = v[..] {
-                total.0 += objects;
-                total.1 += bytes;
-            }
-        }
-    }
-    total
+    counter_pair_totals(client, &up_osds(client), "recovery").await
 }
 
 /// Waits until every one of `total` PGs is reported active+clean.

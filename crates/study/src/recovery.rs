@@ -239,12 +239,17 @@ pub fn render_markdown(setup: &StudySetup, runs: &[RecoveryRun]) -> String {
 pub fn plot(dir: &Path, runs: &[RecoveryRun]) -> Result<Vec<String>, PlotError> {
     let size = (1000, 560);
     let per_second: Vec<_> = runs.iter().map(RecoveryRun::client_per_second).collect();
-    let series = |pick: fn(&(f64, f64, f64)) -> f64| -> Vec<Series> {
+    // A second in which no write completed has no latency to draw (its IOPS point is 0).
+    let series = |pick: fn(&(f64, f64, f64)) -> f64, empty_too: bool| -> Vec<Series> {
         runs.iter()
             .zip(&per_second)
             .map(|(r, ps)| Series {
                 label: r.scheduler.clone(),
-                points: ps.iter().map(|p| (p.0, pick(p))).collect(),
+                points: ps
+                    .iter()
+                    .filter(|p| empty_too || p.1 > 0.0)
+                    .map(|p| (p.0, pick(p)))
+                    .collect(),
             })
             .collect()
     };
@@ -254,7 +259,7 @@ pub fn plot(dir: &Path, runs: &[RecoveryRun]) -> Result<Vec<String>, PlotError> 
         "client IOPS during recovery",
         "seconds since the OSD was marked in",
         "IOPS",
-        &series(|p| p.1),
+        &series(|p| p.1, true),
         size,
     )?;
     let p99 = "recovery-client-p99.png";
@@ -263,7 +268,7 @@ pub fn plot(dir: &Path, runs: &[RecoveryRun]) -> Result<Vec<String>, PlotError> 
         "client p99 latency during recovery",
         "seconds since the OSD was marked in",
         "p99 ms",
-        &series(|p| p.2),
+        &series(|p| p.2, false),
         size,
     )?;
     let objects = "recovery-objects.png";
