@@ -186,6 +186,7 @@ async fn is_clean(c: &Cluster, osd: i32, pg: cairn_clustermap::PgId, from: i32, 
         body: PeerBody::IsClean {
             last_epoch_started: les,
         },
+        urgency: Default::default(),
     };
     let (msg, reply) = (cairn_proto::MSG_PEER_REQUEST, cairn_proto::MSG_PEER_REPLY);
     let payload = cairn_proto::encode(&req, &[]);

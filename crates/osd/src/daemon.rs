@@ -70,8 +70,10 @@ pub struct OsdConfig {
     /// scheduler, where the policy orders them, not in the device's queue where it cannot (a
     /// returning OSD's 4 MiB recovery writes would otherwise sit in front of every client write
     /// whatever the policy: Ceph's BlueStore throttle, which seed 000 lowered for mClock to
-    /// work). One request always runs, however costly. Default 100 ms: about 3 4-MiB writes or
-    /// 30 4-KiB writes on a 7200 rpm disk, more than 64 requests on flash.
+    /// work). One request per shard always runs, however costly. Default 40 ms (20 per shard
+    /// of the default 2): one 4-MiB write or about 7 4-KiB writes per shard on a 7200 rpm
+    /// disk, so a client write waits for at most one recovery write per shard there; about 7
+    /// 4-MiB writes per shard on the plain files' model, more than 64 small requests.
     pub max_inflight_cost_ms: u64,
     /// Scheduler shards (Ceph's `osd_op_num_shards`, 1..=64): each PG's work runs in one, each
     /// shard has its own queue, lock and dispatcher, and the policy's QoS holds OSD-wide.
@@ -203,7 +205,7 @@ const EMULATED_QUEUE_DEPTH: usize = 64;
 pub const DEFAULT_REMAP_MIN_OBJECTS: usize = 64;
 
 /// Default device time in flight below the scheduler, ms (see `OsdConfig::max_inflight_cost_ms`).
-pub const DEFAULT_MAX_INFLIGHT_COST_MS: u64 = 100;
+pub const DEFAULT_MAX_INFLIGHT_COST_MS: u64 = 40;
 
 /// Default scheduler shards: Ceph's ceph-mini runs 2 (`osd_op_num_shards`), and an OSD here
 /// runs its tasks on one worker thread, so more shards only add dispatchers.

@@ -30,6 +30,7 @@ pub mod sched;
 pub mod scrub;
 pub mod shared;
 pub mod strays;
+pub mod transfer;
 pub mod txns;
 
 pub use daemon::{

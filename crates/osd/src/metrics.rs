@@ -7,6 +7,8 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use cairn_proto::peer::Urgency;
+
 /// Upper bounds of the latency histogram buckets, in seconds.
 const BUCKETS_S: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
@@ -58,6 +60,8 @@ pub struct Metrics {
     ops: Mutex<BTreeMap<&'static str, OpStats>>,
     /// Objects and bytes moved by recovery, by kind.
     recovery: Mutex<BTreeMap<RecoveryKind, (u64, u64)>>,
+    /// Recovery steps client I/O waited on (run in the client class).
+    blocking_recovery_steps: std::sync::atomic::AtomicU64,
     /// Objects (each once per copy it reached) and bytes this OSD recovered as a primary.
     recovered_objects: std::sync::atomic::AtomicU64,
     recovered_bytes: std::sync::atomic::AtomicU64,
@@ -99,12 +103,16 @@ impl Metrics {
         }
     }
 
-    /// Records one object moved by recovery.
-    pub fn record_recovery(&self, kind: RecoveryKind, bytes: u64) {
+    /// Records one object moved by recovery, in a step of `urgency`.
+    pub fn record_recovery(&self, kind: RecoveryKind, urgency: Urgency, bytes: u64) {
         let mut r = self.recovery.lock().unwrap_or_else(|p| p.into_inner());
         let e = r.entry(kind).or_default();
         e.0 += 1;
         e.1 += bytes;
+        if urgency == Urgency::Blocking {
+            self.blocking_recovery_steps
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Records a piece this OSD, as a PG's primary, pushed to another copy or pulled to itself;
@@ -281,6 +289,7 @@ impl Metrics {
                 kind.label()
             );
         }
+        let _ = writeln!(out, "# HELP cairn_osd_recovery_blocking_steps_total Recovery steps (of all kinds) that client I/O waited on (a PG recovering before it activates, a read's repair), run as client-class requests; the others are recovery-class.\n# TYPE cairn_osd_recovery_blocking_steps_total counter\ncairn_osd_recovery_blocking_steps_total{{osd=\"{osd}\"}} {}", self.blocking_recovery_steps.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_pg_repeers_total PGs peered again in their interval (a write reached some copies only, a resend found its first attempt not on every copy, a copy left out as too full is tried again).\n# TYPE cairn_osd_pg_repeers_total counter\ncairn_osd_pg_repeers_total{{osd=\"{osd}\"}} {}", self.repeers.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_pg_remaps_total Temporary acting sets asked for, so that PGs serve while their up sets are filled in the background.\n# TYPE cairn_osd_pg_remaps_total counter\ncairn_osd_pg_remaps_total{{osd=\"{osd}\"}} {}", self.remaps.load(std::sync::atomic::Ordering::Relaxed));
         let _ = writeln!(out, "# HELP cairn_osd_peering_history_gaps_total Peerings whose past intervals reach back past the monitor's history (earlier intervals not checked).\n# TYPE cairn_osd_peering_history_gaps_total counter\ncairn_osd_peering_history_gaps_total{{osd=\"{osd}\"}} {}", self.history_gaps.load(std::sync::atomic::Ordering::Relaxed));

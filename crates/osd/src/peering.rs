@@ -19,19 +19,17 @@ use bytes::Bytes;
 use cairn_clustermap::PgId;
 use cairn_mon::monitor::Request;
 use cairn_mon::ClusterMap;
-use cairn_pg::{plan, prior_set, Eversion, PeerLog, PgLog, Prior, Recovery};
-use cairn_proto::image::ObjectImage;
-use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
+use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
+use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest, Urgency};
 use cairn_proto::{decode, encode, MSG_PEER_REQUEST};
-use cairn_qos::QosClass;
 use cairn_store::Transaction;
 
 use crate::error::OsdError;
-use crate::metrics::RecoveryKind;
-use crate::objects::{list_all, read_piece, remove_temps, stage_piece, Cursor, PiecePlace};
+use crate::objects::remove_temps;
 use crate::pgmeta::{put_info, replace_log};
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
+use crate::transfer::{install_local, list_remote, list_scheduled, pull, push, Recovering};
 
 /// How long one peering request may take.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -153,6 +151,19 @@ pub(crate) async fn ask(
     body: PeerBody,
     data: Bytes,
 ) -> Result<(PeerAnswer, Bytes), OsdError> {
+    ask_as(s, pg, epoch, osd, body, data, Urgency::Background).await
+}
+
+/// [`ask`] for a recovery step of `urgency`, which picks its scheduler class on `osd`.
+pub(crate) async fn ask_as(
+    s: &Shared,
+    pg: &Pg,
+    epoch: u64,
+    osd: i32,
+    body: PeerBody,
+    data: Bytes,
+    urgency: Urgency,
+) -> Result<(PeerAnswer, Bytes), OsdError> {
     let addr = s.addr_of(osd).ok_or_else(|| OsdError::Peer {
         osd,
         reason: "no address in the map".into(),
@@ -165,6 +176,7 @@ pub(crate) async fn ask(
         pool: pg.id.pool,
         pg_seed: pg.id.seed,
         body,
+        urgency,
     };
     let raw = s
         .peers
@@ -353,25 +365,32 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     let coll = pg.coll.clone();
     // The primary first: it must hold the authoritative state before it serves or pushes.
     let auth = plan.authoritative;
+    // Client I/O of the PG waits for all of it: its steps run as client work.
+    let r = Recovering {
+        s,
+        pg,
+        epoch,
+        urgency: Urgency::Blocking,
+    };
     match plan.recovery.get(&s.id) {
         Some(Recovery::Log { missing, .. }) => {
             for (obj, want) in missing {
                 match want {
-                    Some(_) => pull(s, pg, epoch, auth, obj, &mut inner.created, None).await?,
-                    None => install_local(s, pg, &mut inner.created, obj, None).await?,
+                    Some(_) => pull(&r, auth, obj, &mut inner.created, None).await?,
+                    None => install_local(&r, &mut inner.created, obj, None).await?,
                 }
             }
         }
         Some(Recovery::Backfill) => {
-            let names = list_remote(s, pg, epoch, auth).await?;
+            let names = list_remote(&r, auth).await?;
             let keep: BTreeSet<&String> = names.iter().collect();
-            for obj in list_scheduled(s, pg).await? {
+            for obj in list_scheduled(&r).await? {
                 if !keep.contains(&obj) {
-                    install_local(s, pg, &mut inner.created, &obj, None).await?;
+                    install_local(&r, &mut inner.created, &obj, None).await?;
                 }
             }
             for obj in &names {
-                pull(s, pg, epoch, auth, obj, &mut inner.created, None).await?;
+                pull(&r, auth, obj, &mut inner.created, None).await?;
             }
         }
         _ => {}
@@ -381,7 +400,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     // recovery_toofull): the PG goes active degraded without it, if min_size copies remain.
     let mut left_out = BTreeSet::new();
     for &osd in &acting {
-        let keep = match recover_copy(s, pg, epoch, &plan, osd).await {
+        let keep = match recover_copy(&r, &plan, osd).await {
             Ok(keep) => keep,
             Err(OsdError::TooFull { osd, why }) => {
                 tracing::warn!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "copy too full for recovery: left out of the interval");
@@ -494,271 +513,24 @@ async fn wait_up_thru(s: &Shared, pg: &Pg, epoch: u64) -> Result<bool, OsdError>
 /// Brings the acting copy on `osd` up to the authoritative state (log recovery or backfill);
 /// what it must keep after a backfill. [`OsdError::TooFull`] when it cannot take an object.
 async fn recover_copy(
-    s: &Arc<Shared>,
-    pg: &Pg,
-    epoch: u64,
+    r: &Recovering<'_>,
     plan: &cairn_pg::PeeringPlan,
     osd: i32,
 ) -> Result<Option<Vec<String>>, OsdError> {
     Ok(match plan.recovery.get(&osd) {
         Some(Recovery::Log { missing, .. }) => {
             for obj in missing.keys() {
-                push(s, pg, epoch, osd, obj).await?;
+                push(r, osd, obj).await?;
             }
             None
         }
         Some(Recovery::Backfill) => {
-            let names = list_scheduled(s, pg).await?;
+            let names = list_scheduled(r).await?;
             for obj in &names {
-                push(s, pg, epoch, osd, obj).await?;
+                push(r, osd, obj).await?;
             }
             Some(names)
         }
         _ => None,
     })
-}
-
-/// Brings `obj` of this OSD's copy of the PG to `from`'s state, pulling its image piece by
-/// piece and installing each as it arrives (a whole image at once when it fits one piece).
-/// With `expected`, a copy of any other version (or none) is refused before anything of it
-/// is installed.
-pub(crate) async fn pull(
-    s: &Arc<Shared>,
-    pg: &Pg,
-    epoch: u64,
-    from: i32,
-    obj: &str,
-    created: &mut bool,
-    expected: Option<Eversion>,
-) -> Result<(), OsdError> {
-    let mut at = Cursor::default();
-    loop {
-        let body = PeerBody::Pull {
-            object: obj.to_string(),
-            data_offset: at.data_offset,
-            omap_after: at.omap_after.clone(),
-        };
-        match ask(s, pg, epoch, from, body, Bytes::new()).await? {
-            (
-                PeerAnswer::Object {
-                    present: true,
-                    more,
-                    version,
-                },
-                data,
-            ) => {
-                if let Some(want) = expected.filter(|&want| want != version) {
-                    return Err(OsdError::Peer {
-                        osd: from,
-                        reason: format!("its copy of {obj} is at {version}, not {want}"),
-                    });
-                }
-                s.metrics
-                    .record_recovery(RecoveryKind::Pull, data.len() as u64);
-                s.metrics.record_recovered(at.is_start(), data.len() as u64);
-                let piece = ObjectImage::decode(&data)?;
-                let next = at.after(&piece);
-                if more && next == at {
-                    return Err(OsdError::Peer {
-                        osd: from,
-                        reason: format!("an empty piece of {obj} with more to follow"),
-                    });
-                }
-                let place = PiecePlace {
-                    data_offset: at.data_offset,
-                    first: at.is_start(),
-                    last: !more,
-                };
-                install_local(s, pg, created, obj, Some((piece, place))).await?;
-                if !more {
-                    return Ok(());
-                }
-                at = next;
-            }
-            (PeerAnswer::Object { present: false, .. }, _) if expected.is_some() => {
-                return Err(OsdError::Peer {
-                    osd: from,
-                    reason: format!("it has no copy of {obj}"),
-                })
-            }
-            (PeerAnswer::Object { present: false, .. }, _) if at.is_start() => {
-                return install_local(s, pg, created, obj, None).await
-            }
-            (PeerAnswer::Object { present: false, .. }, _) => {
-                return Err(OsdError::Peer {
-                    osd: from,
-                    reason: format!("{obj} vanished in the middle of its transfer"),
-                })
-            }
-            _ => {
-                return Err(OsdError::Peer {
-                    osd: from,
-                    reason: "unexpected answer to a pull".into(),
-                })
-            }
-        }
-    }
-}
-
-/// Runs `work` on this OSD's store as one recovery-class request of `length_bytes` through the
-/// scheduler shard of `pg`.
-pub(crate) async fn as_recovery<T: Send + 'static>(
-    s: &Arc<Shared>,
-    pg: &Pg,
-    length_bytes: u64,
-    work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
-) -> Result<T, OsdError> {
-    as_own_work(s, pg, QosClass::Recovery, length_bytes, work).await
-}
-
-/// Runs `work` as one request of this OSD's own (its id as the scheduler's client) of class
-/// `class` and `length_bytes` (at least 4 KiB) through the scheduler shard of `pg`.
-pub(crate) async fn as_own_work<T: Send + 'static>(
-    s: &Arc<Shared>,
-    pg: &Pg,
-    class: QosClass,
-    length_bytes: u64,
-    work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
-) -> Result<T, OsdError> {
-    s.sched
-        .run(
-            pg.id,
-            class,
-            u64::from(s.id as u32),
-            length_bytes.max(4096),
-            work,
-        )
-        .await?
-}
-
-/// Every object of the PG's collection on this OSD, listed as a recovery request.
-pub(crate) async fn list_scheduled(s: &Arc<Shared>, pg: &Pg) -> Result<Vec<String>, OsdError> {
-    let (s2, coll) = (s.clone(), pg.coll.clone());
-    as_recovery(s, pg, 0, async move { list_all(&s2.store, &coll).await }).await
-}
-
-/// Brings `obj` of `to`'s copy of the PG to this OSD's state, piece by piece (one piece when
-/// the image fits, else a temporary object there that replaces the object with the last).
-pub(crate) async fn push(
-    s: &Arc<Shared>,
-    pg: &Pg,
-    epoch: u64,
-    to: i32,
-    obj: &str,
-) -> Result<(), OsdError> {
-    let mut at = Cursor::default();
-    loop {
-        let (s2, coll, name, from) = (s.clone(), pg.coll.clone(), obj.to_string(), at.clone());
-        let budget = s.cfg.recovery_chunk_bytes;
-        let piece = as_recovery(s, pg, 0, async move {
-            read_piece(&s2.store, &coll, &name, &from, budget).await
-        })
-        .await?;
-        let first = at.is_start();
-        let (body, data, next) = match piece {
-            Some(p) => {
-                let next = at.after(&p.image);
-                if p.more && next == at {
-                    return Err(OsdError::Corrupt(format!(
-                        "an empty piece of {obj} with more to follow"
-                    )));
-                }
-                let body = PeerBody::Push {
-                    object: obj.to_string(),
-                    present: true,
-                    data_offset: at.data_offset,
-                    first,
-                    last: !p.more,
-                };
-                (body, p.image.encode(), p.more.then_some(next))
-            }
-            None if first => {
-                let body = PeerBody::Push {
-                    object: obj.to_string(),
-                    present: false,
-                    data_offset: 0,
-                    first: true,
-                    last: true,
-                };
-                (body, Bytes::new(), None)
-            }
-            None => {
-                return Err(OsdError::Corrupt(format!(
-                    "{obj} vanished in the middle of its transfer"
-                )))
-            }
-        };
-        s.metrics
-            .record_recovery(RecoveryKind::Push, data.len() as u64);
-        s.metrics.record_recovered(first, data.len() as u64);
-        if let (PeerAnswer::TooFull { why }, _) = ask(s, pg, epoch, to, body, data).await? {
-            return Err(OsdError::TooFull { osd: to, why });
-        }
-        match next {
-            Some(next) => at = next,
-            None => return Ok(()),
-        }
-    }
-}
-
-/// Every object name of `from`'s copy of the PG, page by page.
-pub(crate) async fn list_remote(
-    s: &Shared,
-    pg: &Pg,
-    epoch: u64,
-    from: i32,
-) -> Result<Vec<String>, OsdError> {
-    let mut out = Vec::new();
-    loop {
-        let body = PeerBody::List {
-            after: out.last().cloned().unwrap_or_default(),
-            max: 1000,
-        };
-        match ask(s, pg, epoch, from, body, Bytes::new()).await? {
-            (PeerAnswer::Names { names, more }, _) => {
-                let done = !more || names.is_empty();
-                out.extend(names);
-                if done {
-                    return Ok(out);
-                }
-            }
-            _ => {
-                return Err(OsdError::Peer {
-                    osd: from,
-                    reason: "unexpected answer to a listing".into(),
-                })
-            }
-        }
-    }
-}
-
-/// Installs a piece of `obj`'s image (or removes the object, for `None`) in this OSD's copy of
-/// the PG, as one recovery request through the scheduler.
-pub(crate) async fn install_local(
-    s: &Arc<Shared>,
-    pg: &Pg,
-    created: &mut bool,
-    obj: &str,
-    piece: Option<(ObjectImage, PiecePlace)>,
-) -> Result<(), OsdError> {
-    let was_created = *created;
-    let (s2, coll, obj) = (s.clone(), pg.coll.clone(), obj.to_string());
-    let length = piece.as_ref().map_or(0, |(i, _)| i.data.len() as u64);
-    let installed = as_recovery(s, pg, length, async move {
-        let mut txn = Transaction::new();
-        if !was_created {
-            txn.create_collection(&coll);
-        }
-        let piece = piece.as_ref().map(|(i, place)| (i, *place));
-        stage_piece(&s2.store, &mut txn, &coll, &obj, piece, was_created).await?;
-        if txn.ops.is_empty() {
-            // Removing an object that is not there: nothing to do.
-            return Ok(false);
-        }
-        s2.store.queue_transaction_owned(txn).await?;
-        Ok(true)
-    })
-    .await?;
-    *created |= installed;
-    Ok(())
 }

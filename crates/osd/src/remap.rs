@@ -16,12 +16,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cairn_pg::{plan, PeerLog, PeeringPlan, Recovery};
-use cairn_proto::peer::PeerBody;
+use cairn_proto::peer::{PeerBody, Urgency};
 
 use crate::error::OsdError;
-use crate::peering::{ask, list_remote, list_scheduled, push, query_log};
+use crate::peering::{ask, query_log};
 use crate::pgs::{Interval, Pg};
 use crate::shared::Shared;
+use crate::transfer::{list_remote, list_scheduled, push, Recovering};
 
 /// A fill pass that pushed at most this many objects is the last: what was written during it
 /// is recovered when the PG peers with its up set.
@@ -176,6 +177,13 @@ async fn fill_copy(
     up: &[i32],
     target: i32,
 ) -> Result<(), OsdError> {
+    // The PG serves from its temporary acting set meanwhile: nothing waits on the fill.
+    let r = Recovering {
+        s,
+        pg,
+        epoch,
+        urgency: Urgency::Background,
+    };
     for _ in 0..MAX_PASSES {
         let mine = {
             let inner = pg.inner.lock().await;
@@ -191,8 +199,8 @@ async fn fill_copy(
         let objects: Vec<String> = match plan.recovery.get(&target) {
             Some(Recovery::Log { missing, .. }) => missing.keys().cloned().collect(),
             Some(Recovery::Backfill) => {
-                let mut all: BTreeSet<String> = list_scheduled(s, pg).await?.into_iter().collect();
-                all.extend(list_remote(s, pg, epoch, target).await?);
+                let mut all: BTreeSet<String> = list_scheduled(&r).await?.into_iter().collect();
+                all.extend(list_remote(&r, target).await?);
                 all.into_iter().collect()
             }
             _ => return Ok(()),
@@ -201,7 +209,7 @@ async fn fill_copy(
             if !still(pg, epoch, up) {
                 return Ok(());
             }
-            push(s, pg, epoch, target, obj).await?;
+            push(&r, target, obj).await?;
         }
         let body = PeerBody::Filled {
             log: Box::new(mine.log),

@@ -8,17 +8,19 @@
 //! the source's copy must be at the version this copy records (its version attribute lives in
 //! the metadata, not in the damaged blocks). A source whose copy is damaged too refuses the
 //! pull (its store returns no bad bytes), so a damaged copy never replaces anything. Every
-//! store step is a recovery request through the scheduler (invariant 2); it must never be
-//! called from inside a scheduled request (it waits for the scheduler's slots itself).
+//! store step is a request through the scheduler (invariant 2), in the client class since the
+//! client's read waits on it; it must never be called from inside a scheduled request (it
+//! waits for the scheduler's slots itself).
 
 use std::sync::Arc;
 
+use cairn_proto::peer::Urgency;
 use cairn_store::StoreError;
 
-use crate::peering::{as_recovery, pull};
 use crate::pgmeta::unpack;
 use crate::pgs::Pg;
 use crate::shared::Shared;
+use crate::transfer::{pull, Recovering};
 
 /// What a read repair came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +53,13 @@ pub async fn repair_object(
     if pg.active_epoch() != Some(active) || iv.acting.first() != Some(&s.id) {
         return Repair::Retry(format!("pg {} changed interval", pg.id));
     }
-    match reads_whole(s, pg, obj).await {
+    let r = Recovering {
+        s,
+        pg,
+        epoch: iv.epoch,
+        urgency: Urgency::Blocking,
+    };
+    match reads_whole(&r, obj).await {
         Ok(true) => return Repair::Intact,
         Ok(false) => {}
         Err(e) => return Repair::Retry(format!("reading {obj} again: {e}")),
@@ -59,7 +67,7 @@ pub async fn repair_object(
     let want = unpack(crate::primary::version_of(s, &pg.coll, obj).await);
     let mut refused = Vec::new();
     for from in iv.copies().filter(|&o| o != s.id) {
-        match pull(s, pg, iv.epoch, from, obj, &mut inner.created, Some(want)).await {
+        match pull(&r, from, obj, &mut inner.created, Some(want)).await {
             Ok(()) => {
                 s.metrics.record_read_repair(true);
                 tracing::warn!(osd = s.id, pg = %pg.id, object = obj, from, %damage, "damaged copy replaced by a good one");
@@ -83,9 +91,9 @@ pub async fn repair_object(
 
 /// Whether `obj` reads whole here now (true when it no longer exists): every block passes
 /// its checksum.
-async fn reads_whole(s: &Arc<Shared>, pg: &Pg, obj: &str) -> Result<bool, crate::OsdError> {
-    let (s2, coll, name) = (s.clone(), pg.coll.clone(), obj.to_string());
-    as_recovery(s, pg, 0, async move {
+async fn reads_whole(r: &Recovering<'_>, obj: &str) -> Result<bool, crate::OsdError> {
+    let (s2, coll, name) = (r.s.clone(), r.pg.coll.clone(), obj.to_string());
+    r.run(0, async move {
         let size = match s2.store.stat(&coll, &name).await {
             Ok(st) => st.size_bytes,
             Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => {

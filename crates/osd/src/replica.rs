@@ -12,7 +12,6 @@ use cairn_clustermap::PgId;
 use cairn_proto::image::ObjectImage;
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
 use cairn_proto::{OpResult, RepOpHeader, ReplyHeader};
-use cairn_qos::QosClass;
 use cairn_store::{StoreError, Transaction};
 
 use crate::error::OsdError;
@@ -152,7 +151,7 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
             s.sched
                 .run(
                     pg,
-                    QosClass::Recovery,
+                    crate::transfer::class_of(req.urgency),
                     u64::from(from as u32),
                     cost,
                     async move { recovery(&s2, req, data).await },
@@ -296,10 +295,12 @@ async fn recovery(
 ) -> Result<(PeerAnswer, Bytes), OsdError> {
     let pg = pg_of(s, &req);
     let coll = pg.coll.clone();
+    let urgency = req.urgency;
     match req.body {
         PeerBody::List { after, max } => {
             let (names, more) = list_page(&s.store, &coll, &after, max).await?;
-            s.metrics.record_recovery(RecoveryKind::ServeList, 0);
+            s.metrics
+                .record_recovery(RecoveryKind::ServeList, urgency, 0);
             Ok((PeerAnswer::Names { names, more }, Bytes::new()))
         }
         PeerBody::Pull {
@@ -316,7 +317,7 @@ async fn recovery(
                 Some(piece) => {
                     let data = piece.image.encode();
                     s.metrics
-                        .record_recovery(RecoveryKind::ServePull, data.len() as u64);
+                        .record_recovery(RecoveryKind::ServePull, urgency, data.len() as u64);
                     let answer = PeerAnswer::Object {
                         present: true,
                         version: piece.version,
@@ -325,7 +326,8 @@ async fn recovery(
                     Ok((answer, data))
                 }
                 None => {
-                    s.metrics.record_recovery(RecoveryKind::ServePull, 0);
+                    s.metrics
+                        .record_recovery(RecoveryKind::ServePull, urgency, 0);
                     let answer = PeerAnswer::Object {
                         present: false,
                         version: Default::default(),
@@ -375,7 +377,7 @@ async fn recovery(
             }
             inner.created = true;
             s.metrics
-                .record_recovery(RecoveryKind::ReceivePush, data.len() as u64);
+                .record_recovery(RecoveryKind::ReceivePush, urgency, data.len() as u64);
             Ok((PeerAnswer::Done, Bytes::new()))
         }
         _ => Err(OsdError::Protocol("not a recovery request".into())),

@@ -20,15 +20,16 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cairn_clustermap::PgId;
 use cairn_pg::scrub::{compare, CopyState, Inconsistency, ObjectDigest, ScrubMap};
-use cairn_proto::peer::{PeerAnswer, PeerBody};
+use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
 use cairn_qos::QosClass;
 use cairn_store::{Store, StoreError};
 
 use crate::error::OsdError;
 use crate::objects::{list_page, version_of};
-use crate::peering::{as_own_work, ask, install_local, pull, push};
+use crate::peering::ask;
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
+use crate::transfer::{as_own_work, install_local, pull, push, Recovering};
 
 /// Most of the primary's objects compared under one hold of the PG's lock (Ceph's
 /// `osd_scrub_chunk_max` is 25).
@@ -299,6 +300,12 @@ async fn repair_object(
         return false;
     };
     let obj = inc.object.as_str();
+    let r = Recovering {
+        s,
+        pg,
+        epoch,
+        urgency: Urgency::Background,
+    };
     let result: Result<(), OsdError> = async {
         if inc.bad.contains_key(&s.id) {
             match auth {
@@ -308,13 +315,13 @@ async fn repair_object(
                         osd: s.id,
                         reason: format!("no other copy holds {obj} as it should be"),
                     })?;
-                    pull(s, pg, epoch, source, obj, created, Some(d.version)).await?;
+                    pull(&r, source, obj, created, Some(d.version)).await?;
                 }
-                _ => install_local(s, pg, created, obj, None).await?,
+                _ => install_local(&r, created, obj, None).await?,
             }
         }
         for &osd in inc.bad.keys().filter(|&&o| o != s.id) {
-            push(s, pg, epoch, osd, obj).await?;
+            push(&r, osd, obj).await?;
         }
         Ok(())
     }

@@ -31,6 +31,24 @@ pub struct PeerRequest {
     pub pg_seed: u32,
     /// What is asked.
     pub body: PeerBody,
+    /// Whether client I/O waits on this request (it decides the request's scheduler class
+    /// on the OSD that serves it). Absent from older senders' messages: background.
+    #[serde(default)]
+    pub urgency: Urgency,
+}
+
+/// How urgently a recovery step is needed: client I/O waiting on it or not. A recovery step
+/// runs through the scheduler of each OSD it touches in the class this picks, so the few
+/// steps that hold a client back are not queued behind bulk recovery (Ceph recovers an object
+/// a client op waits on ahead of the rest).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Urgency {
+    /// Nothing waits on it (a background fill, a scrub's repair): the recovery class.
+    #[default]
+    Background,
+    /// Client I/O waits on it (a PG recovering before it activates, a read's repair): run as
+    /// client work.
+    Blocking,
 }
 
 /// The request proper.
@@ -164,4 +182,47 @@ pub enum PeerAnswer {
         /// True: the asker's copy is no longer needed.
         clean: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode, encode};
+
+    /// A request as senders built it before it had an urgency.
+    #[derive(Serialize)]
+    struct RequestWithoutUrgency {
+        tid: u64,
+        from: i32,
+        epoch: u64,
+        pool: i64,
+        pg_seed: u32,
+        body: PeerBody,
+    }
+
+    #[test]
+    fn a_request_keeps_its_urgency_and_an_older_one_without_it_is_background() {
+        let blocking = PeerRequest {
+            tid: 3,
+            from: 1,
+            epoch: 9,
+            pool: 2,
+            pg_seed: 5,
+            body: PeerBody::Query,
+            urgency: Urgency::Blocking,
+        };
+        let (back, _) = decode::<PeerRequest>(&encode(&blocking, &[])).unwrap();
+        assert_eq!(back, blocking);
+        let older = RequestWithoutUrgency {
+            tid: 3,
+            from: 1,
+            epoch: 9,
+            pool: 2,
+            pg_seed: 5,
+            body: PeerBody::Query,
+        };
+        let (back, _) = decode::<PeerRequest>(&encode(&older, &[])).unwrap();
+        assert_eq!(back.urgency, Urgency::Background);
+        assert_eq!(back.tid, 3);
+    }
 }

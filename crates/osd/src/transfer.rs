@@ -1,0 +1,292 @@
+//! Moving objects between a PG's copies for recovery: pull an object to this OSD, push one
+//! from it, list a copy's objects, install a piece here. Every store step here is a request
+//! through this OSD's scheduler and every message asks the other OSD to schedule its own step
+//! (invariant 2), in the class the transfer's [`Urgency`] picks: client I/O that waits on a
+//! step (a PG recovering before it activates, a read's repair) is not queued behind bulk
+//! recovery.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_pg::Eversion;
+use cairn_proto::image::ObjectImage;
+use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
+use cairn_qos::QosClass;
+use cairn_store::Transaction;
+
+use crate::error::OsdError;
+use crate::metrics::RecoveryKind;
+use crate::objects::{list_all, read_piece, stage_piece, Cursor, PiecePlace};
+use crate::peering::ask_as;
+use crate::pgs::Pg;
+use crate::shared::Shared;
+
+/// The scheduler class of a recovery step of `urgency`.
+pub fn class_of(urgency: Urgency) -> QosClass {
+    match urgency {
+        Urgency::Background => QosClass::Recovery,
+        Urgency::Blocking => QosClass::Client,
+    }
+}
+
+/// A PG's recovery as this OSD runs it: the PG, the epoch of the interval its requests are
+/// sent in, and how urgent its steps are.
+#[derive(Clone, Copy)]
+pub(crate) struct Recovering<'a> {
+    /// This OSD.
+    pub s: &'a Arc<Shared>,
+    /// The PG.
+    pub pg: &'a Pg,
+    /// Epoch of the interval the requests belong to.
+    pub epoch: u64,
+    /// Whether client I/O waits on the steps.
+    pub urgency: Urgency,
+}
+
+impl Recovering<'_> {
+    /// Runs `work` on this OSD's store as one request of the recovery's class and
+    /// `length_bytes` through the scheduler shard of the PG.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        length_bytes: u64,
+        work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
+    ) -> Result<T, OsdError> {
+        let class = class_of(self.urgency);
+        as_own_work(self.s, self.pg, class, length_bytes, work).await
+    }
+
+    /// Sends one recovery request to `osd`, which schedules it in the recovery's class.
+    async fn ask(
+        &self,
+        osd: i32,
+        body: PeerBody,
+        data: Bytes,
+    ) -> Result<(PeerAnswer, Bytes), OsdError> {
+        ask_as(self.s, self.pg, self.epoch, osd, body, data, self.urgency).await
+    }
+}
+
+/// Brings `obj` of this OSD's copy of the PG to `from`'s state, pulling its image piece by
+/// piece and installing each as it arrives (a whole image at once when it fits one piece).
+/// With `expected`, a copy of any other version (or none) is refused before anything of it
+/// is installed.
+pub(crate) async fn pull(
+    r: &Recovering<'_>,
+    from: i32,
+    obj: &str,
+    created: &mut bool,
+    expected: Option<Eversion>,
+) -> Result<(), OsdError> {
+    let mut at = Cursor::default();
+    loop {
+        let body = PeerBody::Pull {
+            object: obj.to_string(),
+            data_offset: at.data_offset,
+            omap_after: at.omap_after.clone(),
+        };
+        match r.ask(from, body, Bytes::new()).await? {
+            (
+                PeerAnswer::Object {
+                    present: true,
+                    more,
+                    version,
+                },
+                data,
+            ) => {
+                if let Some(want) = expected.filter(|&want| want != version) {
+                    return Err(OsdError::Peer {
+                        osd: from,
+                        reason: format!("its copy of {obj} is at {version}, not {want}"),
+                    });
+                }
+                r.s.metrics
+                    .record_recovery(RecoveryKind::Pull, r.urgency, data.len() as u64);
+                r.s.metrics
+                    .record_recovered(at.is_start(), data.len() as u64);
+                let piece = ObjectImage::decode(&data)?;
+                let next = at.after(&piece);
+                if more && next == at {
+                    return Err(OsdError::Peer {
+                        osd: from,
+                        reason: format!("an empty piece of {obj} with more to follow"),
+                    });
+                }
+                let place = PiecePlace {
+                    data_offset: at.data_offset,
+                    first: at.is_start(),
+                    last: !more,
+                };
+                install_local(r, created, obj, Some((piece, place))).await?;
+                if !more {
+                    return Ok(());
+                }
+                at = next;
+            }
+            (PeerAnswer::Object { present: false, .. }, _) if expected.is_some() => {
+                return Err(OsdError::Peer {
+                    osd: from,
+                    reason: format!("it has no copy of {obj}"),
+                })
+            }
+            (PeerAnswer::Object { present: false, .. }, _) if at.is_start() => {
+                return install_local(r, created, obj, None).await
+            }
+            (PeerAnswer::Object { present: false, .. }, _) => {
+                return Err(OsdError::Peer {
+                    osd: from,
+                    reason: format!("{obj} vanished in the middle of its transfer"),
+                })
+            }
+            _ => {
+                return Err(OsdError::Peer {
+                    osd: from,
+                    reason: "unexpected answer to a pull".into(),
+                })
+            }
+        }
+    }
+}
+
+/// Runs `work` as one request of this OSD's own (its id as the scheduler's client) of class
+/// `class` and `length_bytes` (at least 4 KiB) through the scheduler shard of `pg`.
+pub(crate) async fn as_own_work<T: Send + 'static>(
+    s: &Arc<Shared>,
+    pg: &Pg,
+    class: QosClass,
+    length_bytes: u64,
+    work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
+) -> Result<T, OsdError> {
+    s.sched
+        .run(
+            pg.id,
+            class,
+            u64::from(s.id as u32),
+            length_bytes.max(4096),
+            work,
+        )
+        .await?
+}
+
+/// Every object of the PG's collection on this OSD, listed as one scheduled request.
+pub(crate) async fn list_scheduled(r: &Recovering<'_>) -> Result<Vec<String>, OsdError> {
+    let (s2, coll) = (r.s.clone(), r.pg.coll.clone());
+    r.run(0, async move { list_all(&s2.store, &coll).await })
+        .await
+}
+
+/// Brings `obj` of `to`'s copy of the PG to this OSD's state, piece by piece (one piece when
+/// the image fits, else a temporary object there that replaces the object with the last).
+pub(crate) async fn push(r: &Recovering<'_>, to: i32, obj: &str) -> Result<(), OsdError> {
+    let (s, pg) = (r.s, r.pg);
+    let mut at = Cursor::default();
+    loop {
+        let (s2, coll, name, from) = (s.clone(), pg.coll.clone(), obj.to_string(), at.clone());
+        let budget = s.cfg.recovery_chunk_bytes;
+        let piece = r
+            .run(0, async move {
+                read_piece(&s2.store, &coll, &name, &from, budget).await
+            })
+            .await?;
+        let first = at.is_start();
+        let (body, data, next) = match piece {
+            Some(p) => {
+                let next = at.after(&p.image);
+                if p.more && next == at {
+                    return Err(OsdError::Corrupt(format!(
+                        "an empty piece of {obj} with more to follow"
+                    )));
+                }
+                let body = PeerBody::Push {
+                    object: obj.to_string(),
+                    present: true,
+                    data_offset: at.data_offset,
+                    first,
+                    last: !p.more,
+                };
+                (body, p.image.encode(), p.more.then_some(next))
+            }
+            None if first => {
+                let body = PeerBody::Push {
+                    object: obj.to_string(),
+                    present: false,
+                    data_offset: 0,
+                    first: true,
+                    last: true,
+                };
+                (body, Bytes::new(), None)
+            }
+            None => {
+                return Err(OsdError::Corrupt(format!(
+                    "{obj} vanished in the middle of its transfer"
+                )))
+            }
+        };
+        s.metrics
+            .record_recovery(RecoveryKind::Push, r.urgency, data.len() as u64);
+        s.metrics.record_recovered(first, data.len() as u64);
+        if let (PeerAnswer::TooFull { why }, _) = r.ask(to, body, data).await? {
+            return Err(OsdError::TooFull { osd: to, why });
+        }
+        match next {
+            Some(next) => at = next,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Every object name of `from`'s copy of the PG, page by page.
+pub(crate) async fn list_remote(r: &Recovering<'_>, from: i32) -> Result<Vec<String>, OsdError> {
+    let mut out = Vec::new();
+    loop {
+        let body = PeerBody::List {
+            after: out.last().cloned().unwrap_or_default(),
+            max: 1000,
+        };
+        match r.ask(from, body, Bytes::new()).await? {
+            (PeerAnswer::Names { names, more }, _) => {
+                let done = !more || names.is_empty();
+                out.extend(names);
+                if done {
+                    return Ok(out);
+                }
+            }
+            _ => {
+                return Err(OsdError::Peer {
+                    osd: from,
+                    reason: "unexpected answer to a listing".into(),
+                })
+            }
+        }
+    }
+}
+
+/// Installs a piece of `obj`'s image (or removes the object, for `None`) in this OSD's copy of
+/// the PG, as one recovery request through the scheduler.
+pub(crate) async fn install_local(
+    r: &Recovering<'_>,
+    created: &mut bool,
+    obj: &str,
+    piece: Option<(ObjectImage, PiecePlace)>,
+) -> Result<(), OsdError> {
+    let was_created = *created;
+    let (s2, coll, obj) = (r.s.clone(), r.pg.coll.clone(), obj.to_string());
+    let length = piece.as_ref().map_or(0, |(i, _)| i.data.len() as u64);
+    let installed = r
+        .run(length, async move {
+            let mut txn = Transaction::new();
+            if !was_created {
+                txn.create_collection(&coll);
+            }
+            let piece = piece.as_ref().map(|(i, place)| (i, *place));
+            stage_piece(&s2.store, &mut txn, &coll, &obj, piece, was_created).await?;
+            if txn.ops.is_empty() {
+                // Removing an object that is not there: nothing to do.
+                return Ok(false);
+            }
+            s2.store.queue_transaction_owned(txn).await?;
+            Ok(true)
+        })
+        .await?;
+    *created |= installed;
+    Ok(())
+}
