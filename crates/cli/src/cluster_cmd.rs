@@ -25,7 +25,7 @@ pub(crate) const OSD_WORKER_THREADS: usize = 1;
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
 /// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `prefill`,
 /// `store_groups_in_flight`, `op_shards`, `max_inflight_cost_ms`, `remap_min_objects`,
-/// `scrub_interval_s`, `deep_scrub_interval_s`).
+/// `recovery_chunk_bytes`, `scrub_interval_s`, `deep_scrub_interval_s`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
@@ -107,6 +107,12 @@ pub struct OsdRunArgs {
     #[arg(long = "remap-min-objects", default_value_t = default_remap_min_objects())]
     #[serde(default = "default_remap_min_objects")]
     pub remap_min_objects: usize,
+    /// Recovery moves an object in pieces of about this many bytes (Ceph's
+    /// `osd_recovery_max_chunk`; 4096 up to a quarter of the frame limit): on a slow disk a
+    /// smaller piece is a shorter wait for a client write queued behind it.
+    #[arg(long = "recovery-chunk-bytes", default_value_t = default_recovery_chunk_bytes())]
+    #[serde(default = "default_recovery_chunk_bytes")]
+    pub recovery_chunk_bytes: u64,
     /// Seconds between scrubs of each PG this OSD leads (every copy's metadata compared;
     /// Ceph's `osd_scrub_min_interval`, a day); 0 never.
     #[arg(long = "scrub-interval-s", default_value_t = default_scrub_interval_s())]
@@ -137,6 +143,10 @@ fn default_op_shards() -> usize {
 
 fn default_remap_min_objects() -> usize {
     cairn_osd::DEFAULT_REMAP_MIN_OBJECTS
+}
+
+fn default_recovery_chunk_bytes() -> u64 {
+    cairn_osd::DEFAULT_RECOVERY_CHUNK_BYTES
 }
 
 fn default_max_inflight_cost_ms() -> u64 {
@@ -211,6 +221,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.op_shards = args.op_shards;
         cfg.max_inflight_cost_ms = args.max_inflight_cost_ms;
         cfg.remap_min_objects = args.remap_min_objects;
+        cfg.recovery_chunk_bytes = args.recovery_chunk_bytes;
         cfg.scrub_interval_s = args.scrub_interval_s;
         cfg.deep_scrub_interval_s = args.deep_scrub_interval_s;
         if args.prefill && !data.join("kv.redb").exists() {

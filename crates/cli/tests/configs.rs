@@ -24,7 +24,7 @@ fn daemons_run_from_config_files() {
     std::fs::write(
         &osd_toml,
         format!(
-            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\nfast_fail_on_connection_refused = false\n",
+            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\nfast_fail_on_connection_refused = false\nrecovery_chunk_bytes = 1048576\nremap_min_objects = 4\n",
             dir.join("osd").display()
         ),
     )
@@ -107,6 +107,16 @@ fn daemons_run_from_config_files() {
     assert!(
         ok && out.trim() == "5",
         "shards from the config file: {out}"
+    );
+    let (ok, out) = config_get("osd_recovery_max_chunk");
+    assert!(
+        ok && out.trim() == "1048576",
+        "recovery piece size from the config file: {out}"
+    );
+    let (ok, out) = config_get("remap_min_objects");
+    assert!(
+        ok && out.trim() == "4",
+        "remap threshold from the config file: {out}"
     );
     let (ok, out) = config_get("osd_fast_fail_on_connection_refused");
     assert!(

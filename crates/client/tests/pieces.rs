@@ -47,6 +47,18 @@ async fn until_ok<T, F: std::future::Future<Output = Result<T, cairn_client::Cli
     }
 }
 
+/// The sum of metric `name`'s samples whose labels contain `label`, from a Prometheus page.
+fn counter(page: &str, name: &str, label: &str) -> u64 {
+    page.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{'))
+        })
+        .filter(|l| l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 /// Writes version `v` of "big": its data, an xattr, and every omap entry (in batches).
 async fn write_version(c: &Client, v: u8) {
     let (data, version) = (data_of(v), [v]);
@@ -84,10 +96,12 @@ async fn check_version(c: &Client, v: u8) {
     assert_eq!(omap, omap_of(v), "version {v}'s omap");
 }
 
-/// Starts the cluster's OSD number `i` again (id `osd`) with the small chunks.
+/// Starts the cluster's OSD number `i` again (id `osd`) with the small chunks and a metrics
+/// page.
 async fn restart(c: &mut Cluster, i: usize, osd: i32) {
     let mut cfg = osd_config(TAG, i, &c.mon, &c.dir, 256 << 20);
     cfg.recovery_chunk_bytes = CHUNK;
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     common::restart_up(c, cfg, osd).await;
 }
 
@@ -127,6 +141,20 @@ async fn an_object_larger_than_a_chunk_is_pushed_and_pulled_in_pieces() {
     write_version(&c.client, 2).await;
     restart(&mut c, ir, r).await;
     wait_clean(&c, p).await;
+    // The PG recovered R's copy before it activated (its client I/O waited): R scheduled each
+    // piece P pushed as client work, as P's requests asked, not as background recovery.
+    let page = common::metrics_page(&c, r);
+    let received = counter(
+        &page,
+        "cairn_osd_recovery_steps_total",
+        "kind=\"receive_push\"",
+    );
+    let blocking = counter(&page, "cairn_osd_recovery_blocking_steps_total", "");
+    assert!(received >= 10, "{received} pieces received\n{page}");
+    assert_eq!(
+        blocking, received,
+        "every piece R received blocked client I/O"
+    );
     // R alone: it holds version 2 whole. Version 3 goes to R alone.
     stop_osd(&mut c, &admin, p).await;
     check_version(&c.client, 2).await;

@@ -19,7 +19,7 @@ use crate::shared::Shared;
 pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
 /// Settings `config get` can read (the first three can also be set).
-pub const CONFIG_KEYS: [&str; 12] = [
+pub const CONFIG_KEYS: [&str; 14] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
@@ -32,6 +32,8 @@ pub const CONFIG_KEYS: [&str; 12] = [
     "max_inflight_cost_ms",
     "max_pending_ops",
     "osd_op_num_shards",
+    "osd_recovery_max_chunk",
+    "remap_min_objects",
 ];
 
 /// Answers one encoded [`AdminRequest`] with an encoded [`AdminReply`].
@@ -118,6 +120,8 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
         "max_inflight_cost_ms" => c.max_inflight_cost_ms.to_string(),
         "max_pending_ops" => c.max_pending_ops.to_string(),
         "osd_op_num_shards" => s.sched.shard_count().to_string(),
+        "osd_recovery_max_chunk" => c.recovery_chunk_bytes.to_string(),
+        "remap_min_objects" => c.remap_min_objects.to_string(),
         other => {
             return Err(format!(
                 "unknown key `{other}` (known: {})",
