@@ -584,7 +584,9 @@ async fn accept_one(
             }
             return Err(MsgrError::Closed);
         }
-        tracing::info!(session = id, "peer restarted: replacing its session");
+        // Debug, not info: an admin client opens a session of the same id for every command
+        // (`cairn tell`), and an OSD's restart shows in the map anyway.
+        tracing::debug!(session = id, "peer restarted: replacing its session");
     }
     let (session, parts) = Session::new(id, limits);
     let (re_tx, re_rx) = mpsc::channel(4);
