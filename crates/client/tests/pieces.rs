@@ -47,18 +47,6 @@ async fn until_ok<T, F: std::future::Future<Output = Result<T, cairn_client::Cli
     }
 }
 
-/// The sum of metric `name`'s samples whose labels contain `label`, from a Prometheus page.
-fn counter(page: &str, name: &str, label: &str) -> u64 {
-    page.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{'))
-        })
-        .filter(|l| l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// Writes version `v` of "big": its data, an xattr, and every omap entry (in batches).
 async fn write_version(c: &Client, v: u8) {
     let (data, version) = (data_of(v), [v]);
@@ -144,12 +132,8 @@ async fn an_object_larger_than_a_chunk_is_pushed_and_pulled_in_pieces() {
     // The PG recovered R's copy before it activated (its client I/O waited): R scheduled each
     // piece P pushed as client work, as P's requests asked, not as background recovery.
     let page = common::metrics_page(&c, r);
-    let received = counter(
-        &page,
-        "cairn_osd_recovery_steps_total",
-        "kind=\"receive_push\"",
-    );
-    let blocking = counter(&page, "cairn_osd_recovery_blocking_steps_total", "");
+    let received = common::metric_sum(&page, "cairn_osd_recovery_steps_total", "receive_push");
+    let blocking = common::metric_sum(&page, "cairn_osd_recovery_blocking_steps_total", "");
     assert!(received >= 10, "{received} pieces received\n{page}");
     assert_eq!(
         blocking, received,

@@ -110,17 +110,6 @@ fn repairs(c: &Cluster, osd: i32) -> (u64, u64) {
     (count("repaired"), count("failed"))
 }
 
-/// Recovery steps `osd` ran as client work because client I/O waited on them.
-fn blocking_steps(c: &Cluster, osd: i32) -> u64 {
-    let page = common::metrics_page(c, osd);
-    page.lines()
-        .find_map(|l| {
-            let rest = l.strip_prefix("cairn_osd_recovery_blocking_steps_total{")?;
-            rest.rsplit(' ').next()?.trim().parse().ok()
-        })
-        .unwrap_or_else(|| panic!("no blocking recovery counter in {page}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_primary_copy_is_repaired_from_a_good_one_and_never_served() {
     common::logs_from_env();
@@ -194,7 +183,8 @@ async fn a_damaged_primary_copy_is_repaired_from_a_good_one_and_never_served() {
     assert_eq!(read_back(&c, &names[3]).await, written[&names[3]]);
     assert_eq!(repairs(&c, p), (3, 0), "one repair per damaged object");
     // The client's reads waited on those pulls: they ran as client work, not as recovery.
-    let blocking = blocking_steps(&c, p);
+    let page = common::metrics_page(&c, p);
+    let blocking = common::metric_sum(&page, "cairn_osd_recovery_blocking_steps_total", "");
     assert!(blocking >= 3, "{blocking} blocking recovery steps on P");
 
     // A write into the damaged block fails its commit on P and commits on the replicas: the

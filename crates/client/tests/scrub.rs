@@ -275,12 +275,7 @@ async fn scheduled_deep_scrubs_find_damage_without_being_asked() {
         .osds
         .iter()
         .map(|o| common::metrics_page(&c, o.id()))
-        .flat_map(|page| {
-            page.lines()
-                .filter(|l| l.starts_with("cairn_osd_scrubs_total{") && l.contains("deep"))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        })
+        .map(|page| common::metric_sum(&page, "cairn_osd_scrubs_total", "deep"))
         .sum();
     assert!(deep_scrubs >= 1, "scrubs counted: {deep_scrubs}");
     // A repair asked for then clears it.

@@ -266,6 +266,19 @@ pub fn metrics_page(c: &Cluster, osd: i32) -> String {
     page
 }
 
+/// The sum of metric `name`'s samples whose labels contain `label`, from a Prometheus page
+/// (0 when it has none).
+pub fn metric_sum(page: &str, name: &str, label: &str) -> u64 {
+    page.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{'))
+        })
+        .filter(|l| l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 /// The states of the PGs the cluster's OSDs lead, counted (`pg stats` of every OSD).
 pub async fn pg_states(c: &Cluster) -> std::collections::BTreeMap<String, usize> {
     let mut out = std::collections::BTreeMap::new();
