@@ -8,8 +8,9 @@
 //! filled in the background (`remap`).
 //!
 //! Every recovery step that moves data through this OSD's store (installing a pulled object,
-//! reading an object to push, listing a PG for backfill) is a recovery-class request through its
-//! scheduler (invariant 2); log queries and activation are control messages and are not.
+//! reading an object to push, listing a PG for backfill) is a request through its scheduler
+//! (invariant 2; `transfer`), in the client class here since the PG's I/O waits for this
+//! recovery; log queries and activation are control messages and are not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
