@@ -224,3 +224,45 @@ async fn declaring_the_down_osd_lost_accepts_the_loss_and_it_may_boot_again() {
     assert_eq!(got, b"version one", "x's lost write is not brought back");
     common::stop(c).await;
 }
+
+/// An OSD stopped while the map still shows it up, and marked out at once (as an operator
+/// taking a disk away does): the PGs that leave it peer on the other OSDs and ask it, a copy of
+/// their previous interval, for its log. Its going down ends none of their intervals, so they
+/// must give the question up when the map shows it down, not wait out the 10 s peer timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peering_gives_up_on_a_past_copy_the_map_shows_down() {
+    let (mut c, admin) = start("pastdown", 97).await;
+    let cfg = osd_config("pastdown", 3, &c.mon, &c.dir, 256 << 20);
+    c.osds.push(cairn_osd::OsdDaemon::start(cfg).await.unwrap());
+    let fourth = c.osds[3].id();
+    let names: Vec<String> = (0..24).map(|i| format!("past-{i}")).collect();
+    common::wait_all_clean(&c, 4).await;
+    for name in &names {
+        c.client
+            .write_full("data", name, name.as_bytes())
+            .await
+            .unwrap();
+    }
+    let moved: Vec<_> = names
+        .iter()
+        .filter(|n| common::placement_of(&c, n).1.contains(&fourth))
+        .collect();
+    assert!(!moved.is_empty(), "no object placed on osd.{fourth}");
+
+    drop(c.osds.remove(index_of(&c, fourth)));
+    admin
+        .op(Request::MarkOut { id: fourth }, 10_000)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    common::wait_all_clean(&c, 4).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "PGs took {took:?} to be clean again: peering waited for the stopped OSD's answer"
+    );
+    for name in &names {
+        assert_eq!(c.client.read("data", name).await.unwrap(), name.as_bytes());
+    }
+    common::stop(c).await;
+}

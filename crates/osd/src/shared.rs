@@ -140,6 +140,25 @@ impl Shared {
         })
     }
 
+    /// Returns once a map this OSD has shows `osd` down (or no longer has it): an answer it
+    /// was asked for will not come, so whoever waits for one need not wait out its timeout.
+    pub async fn until_down(&self, osd: i32) {
+        let mut maps = self.map.clone();
+        loop {
+            let down = maps
+                .borrow_and_update()
+                .as_ref()
+                .is_some_and(|m| !m.osds.get(&osd).is_some_and(|o| o.up));
+            if down {
+                return;
+            }
+            if maps.changed().await.is_err() {
+                // No more maps: the OSD is stopping; the caller's own timeout decides.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// The other up OSDs: each one's address and incarnation.
     pub fn up_peers(&self) -> Vec<UpPeer> {
         self.map.borrow().as_ref().map_or_else(Vec::new, |m| {
