@@ -18,7 +18,9 @@ Workloads: 4 MiB writes and reads, 4 KiB writes and reads, 16 in flight. Writes 
 every layer (fio: fdatasync per write; store: one durable transaction; cluster: acknowledged
 when every copy has committed). Prints a markdown table with each layer's efficiency against
 the one below (replication accounted for: a size-3 write moves 3x the bytes to disk) and writes
-it to --out.
+it to --out. The store layer also runs the cluster bench's own 4 KiB workload (new 4 KiB objects,
+then whole-object reads of random ones, `cairn store bench --small-objects`): one OSD's 4 KiB
+cells are compared with that row, the same work without the network and the OSD.
 
 Usage: bench/bottom_up.py [--seconds 10] [--out docs/cluster-bench.md] [--no-ceph] [--prefill]
 
@@ -109,11 +111,15 @@ def store_bench(path, seconds, prefill):
     # Only the QD16 phases are comparable; see docs/store.md. The 4 MiB phases write about
     # 400 MiB per second asked (1-3 s each at this machine's speed). The store runs on the I/O
     # engine an OSD gives it (native AIO), so that the next layer adds only the OSD.
+    # The small-object phases write about as many new 4 KiB objects as one OSD's 4 KiB write
+    # run does (~15k a second), then read as many back at random, as `cairn bench ... rand`.
     ops = max(2000, 800 * seconds)
     seq_mib = 400 * seconds
-    args = [CAIRN, "store", "bench", "--device", path, "--size-mib", str(2 * seq_mib + 1024),
+    small = 15000 * seconds
+    size_mib = 2 * seq_mib + small * 4096 // (1 << 20) + 1024
+    args = [CAIRN, "store", "bench", "--device", path, "--size-mib", str(size_mib),
             "--seq-mib", str(seq_mib), "--rand-ops", str(ops), "--queue-depths", "16",
-            "--io-engine", "aio"]
+            "--small-objects", str(small), "--io-engine", "aio"]
     if not prefill:
         args.append("--no-prefill")
     out = run(args)
@@ -191,6 +197,14 @@ def rados_bench(seconds, mode, size):
 
 CEPH_BLOCK_GB = 10
 NETWORK = "cairn messenger, 2 processes (no storage)"
+# The store running the cluster bench's own 4 KiB workload (new 4 KiB objects, then whole-object
+# reads of random ones): one OSD's 4 KiB cells are compared with it, the same work without the
+# network and the OSD; the "cairn store" row's 4 KiB cells are fio's workload (random 4 KiB
+# writes and reads inside large objects).
+STORE_OBJECTS = "cairn store, the cluster bench's 4 KiB objects"
+# Where a layer's cell is compared with another layer than its row's base: the same workload.
+BASE_OVERRIDE = {("cairn 1 OSD, size 1", "4K write"): STORE_OBJECTS,
+                 ("cairn 1 OSD, size 1", "4K read"): STORE_OBJECTS}
 
 
 def ceph(seconds, work, prefill):
@@ -277,6 +291,10 @@ def main():
             "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand write QD16")), None),
             "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand read QD16")), None),
         }
+        layers[STORE_OBJECTS] = {
+            "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB object write QD16")), None),
+            "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB object read QD16")), None),
+        }
         layers["cairn 1 OSD, size 1"] = cairn_cluster(1, a.seconds, work, a.prefill)
         layers["cairn 3 OSDs, size 3"] = cairn_cluster(3, a.seconds, work, a.prefill)
         if not a.no_ceph:
@@ -298,6 +316,7 @@ def main():
 
     # (row name, layer, the layer below it); one OSD stands on the store and on the network.
     below = [("cairn store", "cairn store", "fio raw file"),
+             (STORE_OBJECTS, STORE_OBJECTS, "fio raw file"),
              ("cairn 1 OSD, size 1", "cairn 1 OSD, size 1", "cairn store"),
              ("cairn 1 OSD, size 1 (vs messenger)", "cairn 1 OSD, size 1", NETWORK),
              ("cairn 3 OSDs, size 3", "cairn 3 OSDs, size 3", "cairn 1 OSD, size 1")]
@@ -305,14 +324,16 @@ def main():
     for layer in layers:
         lines.append(f"| {layer} | " + " | ".join(cell(layer, w) for w in works) + " |")
     lines.append("")
-    lines.append("Efficiency of each layer against the one below (a size-3 write is counted as 3 device writes):")
+    lines.append("Efficiency of each layer against the one below (a size-3 write is counted as 3 device writes; "
+                 "one OSD's 4 KiB cells against the store running the same 4 KiB objects):")
     lines.append("")
     lines.append("| layer | " + " | ".join(works) + " |")
     lines.append("|---|" + "---:|" * len(works))
-    for name, layer, base in below:
+    for name, layer, row_base in below:
         row = []
         for w in works:
-            x, y = value(layer, w), value(base, w)
+            base = BASE_OVERRIDE.get((name, w), row_base)
+            x, y = value(layer, w), value(base, w) if base in layers else None
             if base not in layers or layer not in layers or x is None or y is None or y == 0:
                 # A layer with no number (as the store had no 4 MiB read phase before session 29): compare with fio.
                 y = value("fio raw file", w) if x is not None else None

@@ -22,6 +22,8 @@ const SEQ_OBJECT_BYTES: usize = 4 << 20;
 const RAND_IO_BYTES: usize = 4096;
 /// Largest queue depth the benchmark accepts.
 const MAX_QUEUE_DEPTH: usize = 256;
+/// Objects removed per transaction when a phase cleans up.
+const REMOVE_BATCH: usize = 1024;
 /// Most rounds `--rounds` accepts.
 const MAX_ROUNDS: u64 = 20;
 
@@ -35,10 +37,11 @@ pub struct StoreArgs {
 #[derive(Subcommand)]
 enum StoreCommand {
     /// 4 MiB sequential writes, as many new 4 MiB objects at each queue depth above 1, 4 KiB
-    /// random writes and reads at each queue depth; throughput, latency percentiles and
+    /// random writes and reads at each queue depth, new 4 KiB objects written and read back
+    /// (`--small-objects`); throughput, latency percentiles and
     /// write amplification, with fio on the same file for comparison. Destroys the contents of
     /// DEVICE.
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Capacity of the emulated device profiles (virtual time), against their sources' figures.
     Capacity {
         /// Profiles to measure (built-in names or TOML paths); all built-ins if omitted.
@@ -82,6 +85,11 @@ struct BenchArgs {
     /// 4 KiB operations per random phase.
     #[arg(long, default_value_t = 4000)]
     rand_ops: u64,
+    /// New 4 KiB objects written at each queue depth above 1, then read back whole as many
+    /// times at random from as many concurrent readers: what `cairn bench ... write|rand -b
+    /// 4096` asks of one OSD's store (0: no such phases).
+    #[arg(long, default_value_t = 0)]
+    small_objects: usize,
     /// Queue depths of the random phases (concurrent submitters), comma-separated; each one
     /// above 1 also has a 4 MiB write phase and a 4 MiB read phase.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16])]
@@ -177,7 +185,7 @@ pub fn run(args: StoreArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match args.command {
-        StoreCommand::Bench(b) => rt.block_on(bench(b)),
+        StoreCommand::Bench(b) => rt.block_on(bench(*b)),
         StoreCommand::Capacity { profile } => capacity_table(&profile),
         StoreCommand::Fsck { device, kv, deep } => rt.block_on(fsck(device, kv, deep)),
     }
@@ -310,6 +318,20 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
         bail!(
             "--seq-mib {} does not fit in --size-mib {} (leave 64 MiB; twice the MiB with a queue depth above 1)",
             a.seq_mib,
+            a.size_mib
+        );
+    }
+    // The small objects join the sequential phase's objects (the 4 MiB phases' are removed).
+    let small = if deep {
+        (a.small_objects as u64).saturating_mul(RAND_IO_BYTES as u64)
+    } else {
+        0
+    };
+    if (objects * SEQ_OBJECT_BYTES) as u64 + small + (64 << 20) > a.size_mib << 20 {
+        bail!(
+            "--seq-mib {} and --small-objects {} do not fit in --size-mib {} (leave 64 MiB)",
+            a.seq_mib,
+            a.small_objects,
             a.size_mib
         );
     }
@@ -629,6 +651,20 @@ async fn store_round(
             ));
         }
     }
+    if a.small_objects > 0 {
+        for &qd in a.queue_depths.iter().filter(|&&q| q > 1) {
+            small_object_phases(
+                &store,
+                qd,
+                a.small_objects,
+                &mut results,
+                &mut groups,
+                &mut times,
+            )
+            .await?;
+        }
+    }
+
     let st = store.stats().await;
     let rep = store.fsck(false).await?;
     println!(
@@ -739,6 +775,109 @@ where
     let elapsed = start.elapsed();
     pb.finish_and_clear();
     Ok((lat, elapsed))
+}
+
+/// The cluster bench's small-object workload on the store alone: `objects` new 4 KiB objects
+/// written from `qd` concurrent submitters (each write checksummed by the caller, as an OSD's
+/// messenger hands the store a write's block checksums), then as many whole-object reads of
+/// objects picked at random among them, verified as an OSD reads (`read_checksummed`). The
+/// one-OSD layer of the bottom-up benchmark runs this workload over the network, so its loss
+/// is measured against the same work. The objects are removed afterwards.
+async fn small_object_phases(
+    store: &Arc<Store>,
+    qd: usize,
+    objects: usize,
+    results: &mut Vec<PhaseResult>,
+    groups: &mut Vec<String>,
+    times: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let pattern: Vec<u8> = (0..RAND_IO_BYTES).map(|i| (i % 251) as u8).collect();
+    let payload = bytes::Bytes::from(pattern);
+    let crcs = DataCrcs {
+        block_bytes: store.block_bytes(),
+        crcs: payload
+            .chunks(store.block_bytes() as usize)
+            .map(crc_fast::crc32_iscsi)
+            .collect(),
+    };
+    let name = format!("4 KiB object write QD{qd}");
+    let before = store.stats().await;
+    let (lat, elapsed) = time_each_new_object(store, &name, qd, objects, move |store, obj| {
+        let t = write_object(&small_name(&obj), &payload, Some(&crcs));
+        async move { Ok(store.queue_transaction_owned(t).await?) }
+    })
+    .await?;
+    store.sync().await?;
+    let after = store.stats().await;
+    times.push(time_split(&name, &before, &after));
+    groups.push(format!(
+        "{name}: {} transactions in {} group commits",
+        after.commits - before.commits,
+        after.group_commits - before.group_commits
+    ));
+    results.push(summarize(
+        name,
+        lat,
+        elapsed,
+        RAND_IO_BYTES,
+        &before,
+        &after,
+    ));
+
+    let name = format!("4 KiB object read QD{qd}");
+    let before = store.stats().await;
+    let pb = progress(objects as u64, &name);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..qd {
+        let (store, pb) = (store.clone(), pb.clone());
+        let n = objects / qd + usize::from(w < objects % qd);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(w as u64 * 104_729 + qd as u64);
+            let mut lat = Vec::with_capacity(n);
+            for _ in 0..n {
+                let obj = small_name(&format!("qd{qd}-{:06}", rng.random_range(0..objects)));
+                let t0 = Instant::now();
+                let (bytes, _) = store
+                    .read_checksummed("bench", &obj, 0, RAND_IO_BYTES as u64)
+                    .await?;
+                if bytes.len() != RAND_IO_BYTES {
+                    bail!("{obj}: read {} bytes of {RAND_IO_BYTES}", bytes.len());
+                }
+                lat.push(t0.elapsed());
+                pb.inc(1);
+            }
+            Ok(lat)
+        }));
+    }
+    let mut lat = Vec::with_capacity(objects);
+    for t in tasks {
+        lat.extend(t.await??);
+    }
+    let elapsed = start.elapsed();
+    pb.finish_and_clear();
+    let after = store.stats().await;
+    results.push(summarize(
+        name,
+        lat,
+        elapsed,
+        RAND_IO_BYTES,
+        &before,
+        &after,
+    ));
+    for first in (0..objects).step_by(REMOVE_BATCH) {
+        let mut t = Transaction::new();
+        for i in first..objects.min(first + REMOVE_BATCH) {
+            t.remove("bench", &small_name(&format!("qd{qd}-{i:06}")));
+        }
+        store.queue_transaction_owned(t).await?;
+    }
+    Ok(())
+}
+
+/// The name of a small object: the 4 MiB phases' name with a prefix of its own.
+fn small_name(name: &str) -> String {
+    format!("small-{name}")
 }
 
 /// Removes the objects [`write_new_objects`] wrote at queue depth `qd`.
