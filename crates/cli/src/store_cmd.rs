@@ -865,14 +865,11 @@ async fn small_object_phases(
         &before,
         &after,
     ));
-    for first in (0..objects).step_by(REMOVE_BATCH) {
-        let mut t = Transaction::new();
-        for i in first..objects.min(first + REMOVE_BATCH) {
-            t.remove("bench", &small_name(&format!("qd{qd}-{i:06}")));
-        }
-        store.queue_transaction_owned(t).await?;
-    }
-    Ok(())
+    remove_objects(
+        store,
+        (0..objects).map(|i| small_name(&format!("qd{qd}-{i:06}"))),
+    )
+    .await
 }
 
 /// The name of a small object: the 4 MiB phases' name with a prefix of its own.
@@ -882,11 +879,20 @@ fn small_name(name: &str) -> String {
 
 /// Removes the objects [`write_new_objects`] wrote at queue depth `qd`.
 async fn remove_new_objects(store: &Store, qd: usize, objects: usize) -> anyhow::Result<()> {
-    let mut t = Transaction::new();
-    for i in 0..objects {
-        t.remove("bench", &format!("qd{qd}-{i:06}"));
+    remove_objects(store, (0..objects).map(|i| format!("qd{qd}-{i:06}"))).await
+}
+
+/// Removes the named objects, [`REMOVE_BATCH`] to a transaction.
+async fn remove_objects(store: &Store, names: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    let mut names = names.peekable();
+    while names.peek().is_some() {
+        let mut t = Transaction::new();
+        for name in names.by_ref().take(REMOVE_BATCH) {
+            t.remove("bench", &name);
+        }
+        store.queue_transaction_owned(t).await?;
     }
-    Ok(store.queue_transaction_owned(t).await?)
+    Ok(())
 }
 
 /// PNG output of the benchmark.
