@@ -276,6 +276,61 @@ fn summarize(
     }
 }
 
+/// What one round of store phases measured: a row per phase, and for write phases how their
+/// transactions were grouped and where their commit time went.
+#[derive(Default)]
+struct RoundReport {
+    results: Vec<PhaseResult>,
+    groups: Vec<String>,
+    times: Vec<String>,
+}
+
+impl RoundReport {
+    /// Records a write phase: its row, its group commits, its commit-time split.
+    fn write_phase(
+        &mut self,
+        name: String,
+        (lat, elapsed): (Vec<Duration>, Duration),
+        bytes_per_op: usize,
+        before: &StoreStats,
+        after: &StoreStats,
+    ) {
+        self.times.push(time_split(&name, before, after));
+        self.groups.push(format!(
+            "{name}: {} transactions in {} group commits, {} launched behind another",
+            after.commits - before.commits,
+            after.group_commits - before.group_commits,
+            after.groups_overlapped - before.groups_overlapped
+        ));
+        self.read_phase(name, (lat, elapsed), bytes_per_op, before, after);
+    }
+
+    /// Records a read phase: its row.
+    fn read_phase(
+        &mut self,
+        name: String,
+        (lat, elapsed): (Vec<Duration>, Duration),
+        bytes_per_op: usize,
+        before: &StoreStats,
+        after: &StoreStats,
+    ) {
+        self.results
+            .push(summarize(name, lat, elapsed, bytes_per_op, before, after));
+    }
+}
+
+/// The block checksums of `payload` as the store keeps them (what an OSD's messenger computes
+/// while a write's bytes arrive).
+fn block_crcs(store: &Store, payload: &[u8]) -> DataCrcs {
+    DataCrcs {
+        block_bytes: store.block_bytes(),
+        crcs: payload
+            .chunks(store.block_bytes() as usize)
+            .map(crc_fast::crc32_iscsi)
+            .collect(),
+    }
+}
+
 /// Where commit time went in a phase (ms): staging, data writes, device flushes, checkpoints
 /// (all, and the part commits waited for).
 fn time_split(name: &str, before: &StoreStats, after: &StoreStats) -> String {
@@ -509,9 +564,7 @@ async fn store_round(
     let mut t = Transaction::new();
     t.create_collection("bench");
     store.queue_transaction_owned(t).await?;
-    let mut results = Vec::new();
-    let mut groups: Vec<String> = Vec::new();
-    let mut times: Vec<String> = Vec::new();
+    let mut report = RoundReport::default();
 
     // The object's bytes sit in an aligned buffer, as fio's do: the store then writes them
     // from that buffer (checksummed, never copied). A caller with unaligned bytes costs the
@@ -526,13 +579,7 @@ async fn store_round(
     // One transaction at a time: the store is busy exactly the sum of the commit latencies
     // (building each 4 MiB transaction, the benchmark's own copy, is not the store's time).
     let mut elapsed = Duration::ZERO;
-    let crcs = a.caller_crcs.then(|| DataCrcs {
-        block_bytes: store.block_bytes(),
-        crcs: payload
-            .chunks(store.block_bytes() as usize)
-            .map(crc_fast::crc32_iscsi)
-            .collect(),
-    });
+    let crcs = a.caller_crcs.then(|| block_crcs(&store, &payload));
     for i in 0..objects {
         let t = write_object(&format!("obj{i:06}"), &payload, crcs.as_ref());
         let t0 = Instant::now();
@@ -545,50 +592,26 @@ async fn store_round(
     store.sync().await?;
     pb.finish_and_clear();
     let after = store.stats().await;
-    times.push(time_split("4 MiB seq write QD1", &before, &after));
-    results.push(summarize(
+    report.write_phase(
         "4 MiB seq write QD1".into(),
-        lat,
-        elapsed,
+        (lat, elapsed),
         SEQ_OBJECT_BYTES,
         &before,
         &after,
-    ));
+    );
 
     for &qd in a.queue_depths.iter().filter(|&&q| q > 1) {
         let name = format!("4 MiB write QD{qd}");
         let before = store.stats().await;
-        let (lat, elapsed) =
-            write_new_objects(&store, &name, qd, objects, &payload, crcs.as_ref()).await?;
+        let timed = write_new_objects(&store, &name, qd, objects, &payload, crcs.as_ref()).await?;
         store.sync().await?;
         let after = store.stats().await;
-        times.push(time_split(&name, &before, &after));
-        groups.push(format!(
-            "{name}: {} transactions in {} group commits, {} launched behind another",
-            after.commits - before.commits,
-            after.group_commits - before.group_commits,
-            after.groups_overlapped - before.groups_overlapped
-        ));
-        results.push(summarize(
-            name,
-            lat,
-            elapsed,
-            SEQ_OBJECT_BYTES,
-            &before,
-            &after,
-        ));
+        report.write_phase(name, timed, SEQ_OBJECT_BYTES, &before, &after);
         let name = format!("4 MiB read QD{qd}");
         let before = store.stats().await;
-        let (lat, elapsed) = read_new_objects(&store, &name, qd, objects).await?;
+        let timed = read_new_objects(&store, &name, qd, objects).await?;
         let after = store.stats().await;
-        results.push(summarize(
-            name,
-            lat,
-            elapsed,
-            SEQ_OBJECT_BYTES,
-            &before,
-            &after,
-        ));
+        report.read_phase(name, timed, SEQ_OBJECT_BYTES, &before, &after);
         // The random phases find the store as the sequential phase left it.
         remove_new_objects(&store, qd, objects).await?;
     }
@@ -597,71 +620,35 @@ async fn store_round(
         for write in [true, false] {
             let name = format!("4 KiB rand {} QD{qd}", if write { "write" } else { "read" });
             let before = store.stats().await;
-            let pb = progress(a.rand_ops, &name);
-            let start = Instant::now();
-            let mut tasks = Vec::new();
-            for w in 0..qd {
-                let store = store.clone();
-                let pb = pb.clone();
-                let n = a.rand_ops / qd as u64 + u64::from((w as u64) < a.rand_ops % qd as u64);
-                tasks.push(tokio::spawn(async move {
-                    let mut rng = ChaCha8Rng::seed_from_u64(w as u64 * 7919 + qd as u64);
-                    let mut lat = Vec::with_capacity(n as usize);
-                    for _ in 0..n {
-                        let obj = format!("obj{:06}", rng.random_range(0..objects));
-                        let off = rng.random_range(0..(SEQ_OBJECT_BYTES / RAND_IO_BYTES) as u64)
-                            * RAND_IO_BYTES as u64;
-                        let t0 = Instant::now();
-                        if write {
-                            let mut t = Transaction::new();
-                            t.write("bench", &obj, off, &[rng.random::<u8>(); RAND_IO_BYTES]);
-                            store.queue_transaction_owned(t).await?;
-                        } else {
-                            store.read("bench", &obj, off, RAND_IO_BYTES as u64).await?;
-                        }
-                        lat.push(t0.elapsed());
-                        pb.inc(1);
+            let timed = time_random_ops(&store, &name, qd, a.rand_ops, 7919, move |store, rng| {
+                let obj = format!("obj{:06}", rng.random_range(0..objects));
+                let off = rng.random_range(0..(SEQ_OBJECT_BYTES / RAND_IO_BYTES) as u64)
+                    * RAND_IO_BYTES as u64;
+                let byte = if write { rng.random::<u8>() } else { 0 };
+                async move {
+                    if write {
+                        let mut t = Transaction::new();
+                        t.write("bench", &obj, off, &[byte; RAND_IO_BYTES]);
+                        store.queue_transaction_owned(t).await?;
+                    } else {
+                        store.read("bench", &obj, off, RAND_IO_BYTES as u64).await?;
                     }
-                    Ok::<_, cairn_store::StoreError>(lat)
-                }));
-            }
-            let mut lat = Vec::new();
-            for t in tasks {
-                lat.extend(t.await??);
-            }
-            let elapsed = start.elapsed();
+                    Ok(())
+                }
+            })
+            .await?;
             store.sync().await?;
-            pb.finish_and_clear();
             let after = store.stats().await;
             if write {
-                times.push(time_split(&name, &before, &after));
-                groups.push(format!(
-                    "{name}: {} transactions in {} group commits",
-                    after.commits - before.commits,
-                    after.group_commits - before.group_commits
-                ));
+                report.write_phase(name, timed, RAND_IO_BYTES, &before, &after);
+            } else {
+                report.read_phase(name, timed, RAND_IO_BYTES, &before, &after);
             }
-            results.push(summarize(
-                name,
-                lat,
-                elapsed,
-                RAND_IO_BYTES,
-                &before,
-                &after,
-            ));
         }
     }
     if a.small_objects > 0 {
         for &qd in a.queue_depths.iter().filter(|&&q| q > 1) {
-            small_object_phases(
-                &store,
-                qd,
-                a.small_objects,
-                &mut results,
-                &mut groups,
-                &mut times,
-            )
-            .await?;
+            small_object_phases(&store, qd, a.small_objects, &mut report).await?;
         }
     }
 
@@ -678,10 +665,10 @@ async fn store_round(
         if rep.is_clean() { "clean" } else { "NOT CLEAN" }
     );
     drop(store);
-    for g in groups.iter().chain(&times) {
+    for g in report.groups.iter().chain(&report.times) {
         println!("{g}");
     }
-    Ok(results)
+    Ok(report.results)
 }
 
 /// A transaction writing `payload` as the whole of object `obj` (checksummed by the caller
@@ -787,84 +774,46 @@ async fn small_object_phases(
     store: &Arc<Store>,
     qd: usize,
     objects: usize,
-    results: &mut Vec<PhaseResult>,
-    groups: &mut Vec<String>,
-    times: &mut Vec<String>,
+    report: &mut RoundReport,
 ) -> anyhow::Result<()> {
     let pattern: Vec<u8> = (0..RAND_IO_BYTES).map(|i| (i % 251) as u8).collect();
     let payload = bytes::Bytes::from(pattern);
-    let crcs = DataCrcs {
-        block_bytes: store.block_bytes(),
-        crcs: payload
-            .chunks(store.block_bytes() as usize)
-            .map(crc_fast::crc32_iscsi)
-            .collect(),
-    };
+    let crcs = block_crcs(store, &payload);
     let name = format!("4 KiB object write QD{qd}");
     let before = store.stats().await;
-    let (lat, elapsed) = time_each_new_object(store, &name, qd, objects, move |store, obj| {
+    let timed = time_each_new_object(store, &name, qd, objects, move |store, obj| {
         let t = write_object(&small_name(&obj), &payload, Some(&crcs));
         async move { Ok(store.queue_transaction_owned(t).await?) }
     })
     .await?;
     store.sync().await?;
     let after = store.stats().await;
-    times.push(time_split(&name, &before, &after));
-    groups.push(format!(
-        "{name}: {} transactions in {} group commits",
-        after.commits - before.commits,
-        after.group_commits - before.group_commits
-    ));
-    results.push(summarize(
-        name,
-        lat,
-        elapsed,
-        RAND_IO_BYTES,
-        &before,
-        &after,
-    ));
+    report.write_phase(name, timed, RAND_IO_BYTES, &before, &after);
 
     let name = format!("4 KiB object read QD{qd}");
     let before = store.stats().await;
-    let pb = progress(objects as u64, &name);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for w in 0..qd {
-        let (store, pb) = (store.clone(), pb.clone());
-        let n = objects / qd + usize::from(w < objects % qd);
-        tasks.push(tokio::spawn(async move {
-            let mut rng = ChaCha8Rng::seed_from_u64(w as u64 * 104_729 + qd as u64);
-            let mut lat = Vec::with_capacity(n);
-            for _ in 0..n {
-                let obj = small_name(&format!("qd{qd}-{:06}", rng.random_range(0..objects)));
-                let t0 = Instant::now();
+    let timed = time_random_ops(
+        store,
+        &name,
+        qd,
+        objects as u64,
+        104_729,
+        move |store, rng| {
+            let obj = small_name(&format!("qd{qd}-{:06}", rng.random_range(0..objects)));
+            async move {
                 let (bytes, _) = store
                     .read_checksummed("bench", &obj, 0, RAND_IO_BYTES as u64)
                     .await?;
                 if bytes.len() != RAND_IO_BYTES {
                     bail!("{obj}: read {} bytes of {RAND_IO_BYTES}", bytes.len());
                 }
-                lat.push(t0.elapsed());
-                pb.inc(1);
+                Ok(())
             }
-            Ok(lat)
-        }));
-    }
-    let mut lat = Vec::with_capacity(objects);
-    for t in tasks {
-        lat.extend(t.await??);
-    }
-    let elapsed = start.elapsed();
-    pb.finish_and_clear();
+        },
+    )
+    .await?;
     let after = store.stats().await;
-    results.push(summarize(
-        name,
-        lat,
-        elapsed,
-        RAND_IO_BYTES,
-        &before,
-        &after,
-    ));
+    report.read_phase(name, timed, RAND_IO_BYTES, &before, &after);
     remove_objects(
         store,
         (0..objects).map(|i| small_name(&format!("qd{qd}-{i:06}"))),
@@ -875,6 +824,49 @@ async fn small_object_phases(
 /// The name of a small object: the 4 MiB phases' name with a prefix of its own.
 fn small_name(name: &str) -> String {
     format!("small-{name}")
+}
+
+/// Runs `ops` operations from `qd` concurrent tasks, each with its own random stream (seeded
+/// from `seed_step`, the task and `qd`) that `op` draws what it needs from before it returns
+/// the operation; returns each operation's latency and the phase's wall time.
+async fn time_random_ops<F, Fut>(
+    store: &Arc<Store>,
+    name: &str,
+    qd: usize,
+    ops: u64,
+    seed_step: u64,
+    op: F,
+) -> anyhow::Result<(Vec<Duration>, Duration)>
+where
+    F: Fn(Arc<Store>, &mut ChaCha8Rng) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let pb = progress(ops, name);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..qd as u64 {
+        let (store, pb, op) = (store.clone(), pb.clone(), op.clone());
+        let n = ops / qd as u64 + u64::from(w < ops % qd as u64);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(w * seed_step + qd as u64);
+            let mut lat = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let next = op(store.clone(), &mut rng);
+                let t0 = Instant::now();
+                next.await?;
+                lat.push(t0.elapsed());
+                pb.inc(1);
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    let mut lat = Vec::with_capacity(ops as usize);
+    for t in tasks {
+        lat.extend(t.await??);
+    }
+    let elapsed = start.elapsed();
+    pb.finish_and_clear();
+    Ok((lat, elapsed))
 }
 
 /// Removes the objects [`write_new_objects`] wrote at queue depth `qd`.
