@@ -711,15 +711,19 @@ async fn read_new_objects(
     objects: usize,
 ) -> anyhow::Result<(Vec<Duration>, Duration)> {
     time_each_new_object(store, name, qd, objects, |store, obj| async move {
-        let (bytes, _) = store
-            .read_checksummed("bench", &obj, 0, SEQ_OBJECT_BYTES as u64)
-            .await?;
-        if bytes.len() != SEQ_OBJECT_BYTES {
-            bail!("{obj}: read {} bytes of {SEQ_OBJECT_BYTES}", bytes.len());
-        }
-        Ok(())
+        read_whole(&store, &obj, SEQ_OBJECT_BYTES).await
     })
     .await
+}
+
+/// Reads object `obj` of `len` bytes whole, as an OSD reads it (`read_checksummed`: every block
+/// verified against its crc32c); fails on a short read.
+async fn read_whole(store: &Store, obj: &str, len: usize) -> anyhow::Result<()> {
+    let (bytes, _) = store.read_checksummed("bench", obj, 0, len as u64).await?;
+    if bytes.len() != len {
+        bail!("{obj}: read {} bytes of {len}", bytes.len());
+    }
+    Ok(())
 }
 
 /// Runs `op` once on each of the `objects` objects named `qd{qd}-NNNNNN`, from `qd` concurrent
@@ -800,15 +804,7 @@ async fn small_object_phases(
         104_729,
         move |store, rng| {
             let obj = small_name(&format!("qd{qd}-{:06}", rng.random_range(0..objects)));
-            async move {
-                let (bytes, _) = store
-                    .read_checksummed("bench", &obj, 0, RAND_IO_BYTES as u64)
-                    .await?;
-                if bytes.len() != RAND_IO_BYTES {
-                    bail!("{obj}: read {} bytes of {RAND_IO_BYTES}", bytes.len());
-                }
-                Ok(())
-            }
+            async move { read_whole(&store, &obj, RAND_IO_BYTES).await }
         },
     )
     .await?;

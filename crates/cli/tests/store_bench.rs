@@ -13,28 +13,43 @@ fn device(tag: &str) -> std::path::PathBuf {
     dir.join("dev")
 }
 
-#[test]
-fn every_phase_reports_a_row_and_the_store_stays_clean() {
-    let dev = device("ok");
-    let (ok, out) = cairn(&[
+/// `cairn store bench` on a sparse 256 MiB file at `dev` with `extra` arguments; returns
+/// whether it succeeded, its output, and how many bytes the file holds afterwards (0: none).
+fn store_bench(dev: &std::path::Path, extra: &[&str]) -> (bool, String, u64) {
+    let mut args = vec![
         "store",
         "bench",
         "--device",
         dev.to_str().unwrap(),
         "--size-mib",
         "256",
-        "--seq-mib",
-        "32",
-        "--rand-ops",
-        "200",
-        "--queue-depths",
-        "1,4",
-        "--small-objects",
-        "300",
         "--no-prefill",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let (ok, out) = cairn(&args);
+    let written = std::fs::metadata(dev).map(|m| m.len()).unwrap_or(0);
     std::fs::remove_dir_all(dev.parent().unwrap()).unwrap();
+    (ok, out, written)
+}
+
+#[test]
+fn every_phase_reports_a_row_and_the_store_stays_clean() {
+    let dev = device("ok");
+    let (ok, out, written) = store_bench(
+        &dev,
+        &[
+            "--seq-mib",
+            "32",
+            "--rand-ops",
+            "200",
+            "--queue-depths",
+            "1,4",
+            "--small-objects",
+            "300",
+        ],
+    );
     assert!(ok, "{out}");
+    assert!(written > 0, "the bench wrote its file");
     for row in [
         "| 4 MiB seq write QD1 | cairn store |",
         "| 4 MiB write QD4 | cairn store |",
@@ -69,23 +84,17 @@ fn every_phase_reports_a_row_and_the_store_stays_clean() {
 #[test]
 fn small_objects_that_do_not_fit_are_refused() {
     let dev = device("small");
-    let (ok, out) = cairn(&[
-        "store",
-        "bench",
-        "--device",
-        dev.to_str().unwrap(),
-        "--size-mib",
-        "256",
-        "--seq-mib",
-        "32",
-        "--queue-depths",
-        "16",
-        "--small-objects",
-        "100000",
-        "--no-prefill",
-    ]);
-    let written = std::fs::metadata(&dev).map(|m| m.len()).unwrap_or(0);
-    std::fs::remove_dir_all(dev.parent().unwrap()).unwrap();
+    let (ok, out, written) = store_bench(
+        &dev,
+        &[
+            "--seq-mib",
+            "32",
+            "--queue-depths",
+            "16",
+            "--small-objects",
+            "100000",
+        ],
+    );
     assert!(!ok, "{out}");
     assert!(
         out.contains("--small-objects 100000 do not fit in --size-mib 256"),
@@ -97,21 +106,7 @@ fn small_objects_that_do_not_fit_are_refused() {
 #[test]
 fn a_sequential_volume_that_does_not_fit_twice_is_refused() {
     let dev = device("big");
-    let (ok, out) = cairn(&[
-        "store",
-        "bench",
-        "--device",
-        dev.to_str().unwrap(),
-        "--size-mib",
-        "256",
-        "--seq-mib",
-        "160",
-        "--queue-depths",
-        "16",
-        "--no-prefill",
-    ]);
-    let written = std::fs::metadata(&dev).map(|m| m.len()).unwrap_or(0);
-    std::fs::remove_dir_all(dev.parent().unwrap()).unwrap();
+    let (ok, out, written) = store_bench(&dev, &["--seq-mib", "160", "--queue-depths", "16"]);
     assert!(!ok, "{out}");
     assert!(out.contains("does not fit in --size-mib 256"), "{out}");
     assert_eq!(written, 0, "nothing was created");
