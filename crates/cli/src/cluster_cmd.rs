@@ -14,17 +14,42 @@ use clap::Args;
 
 use crate::mon_cmd::DEFAULT_MON;
 
-/// Worker threads of an OSD daemon's runtime. One: a request then wakes no other worker on
-/// its way from the socket through the scheduler to the store and back, and the store's
-/// blocking device calls run on tokio's blocking threads. Measured against two workers with
-/// `cairn bench` at 16 in flight (docs/cluster.md): 4 KiB writes ~1.15x on one and three
-/// OSDs, with ~15% less OSD CPU per write; 4 KiB reads ~1.1x with reads on the blocking pool.
-pub(crate) const OSD_WORKER_THREADS: usize = 1;
+/// Most worker threads an OSD's runtime may be given (explicit limit).
+pub(crate) const MAX_OSD_THREADS: usize = 64;
+
+/// Worker threads of an OSD's runtime unless told (`cairn osd run --threads`): one. A request
+/// then wakes no other worker on its way from the socket through the scheduler to the store
+/// and back, and the store's device I/O goes through AIO. On 2 vCPUs two workers gave ~1.15x
+/// fewer 4 KiB writes with ~15% more OSD CPU per write (docs/cluster.md); on a 16-core machine
+/// 1, 2, 4 and 8 workers gave one OSD the same 4 KiB and 4 MiB throughput from one client, the
+/// CPU per 4 KiB read about doubling at 4 (docs/cluster.md "Session 37").
+pub(crate) const DEFAULT_OSD_THREADS: usize = 1;
+
+fn default_osd_threads() -> usize {
+    DEFAULT_OSD_THREADS
+}
+
+/// Checks a worker-thread count given on the command line or in a config file.
+pub(crate) fn check_osd_threads(threads: usize) -> anyhow::Result<()> {
+    if !(1..=MAX_OSD_THREADS).contains(&threads) {
+        bail!("threads must be 1..={MAX_OSD_THREADS}, got {threads}");
+    }
+    Ok(())
+}
+
+/// A runtime shaped like an OSD's: `threads` workers, I/O and timers enabled.
+pub(crate) fn osd_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    check_osd_threads(threads)?;
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?)
+}
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
 /// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `prefill`,
-/// `store_groups_in_flight`, `op_shards`, `max_inflight_cost_ms`, `remap_min_objects`,
+/// `store_groups_in_flight`, `op_shards`, `threads`, `max_inflight_cost_ms`, `remap_min_objects`,
 /// `recovery_chunk_bytes`, `scrub_interval_s`, `deep_scrub_interval_s`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,6 +120,11 @@ pub struct OsdRunArgs {
     #[arg(long = "op-shards", default_value_t = cairn_osd::DEFAULT_OP_SHARDS)]
     #[serde(default = "default_op_shards")]
     pub op_shards: usize,
+    /// Worker threads of the daemon's runtime (1..=64; Ceph's op threads): every request's
+    /// messaging, scheduling and store work runs on them (see [`DEFAULT_OSD_THREADS`]).
+    #[arg(long, default_value_t = default_osd_threads())]
+    #[serde(default = "default_osd_threads")]
+    pub threads: usize,
     /// Most device time (by the scheduler's cost model) of requests released and not finished,
     /// in ms, 0 for no limit: beyond it requests wait in the scheduler, where its policy orders
     /// them, instead of in the device's queue (Ceph's BlueStore throttle, in device time).
@@ -203,10 +233,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
             u
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(OSD_WORKER_THREADS)
-        .enable_all()
-        .build()?;
+    let rt = osd_runtime(args.threads)?;
     rt.block_on(async {
         let mut cfg = OsdConfig::local(&uuid, &args.host, args.mon, data.clone());
         cfg.listen = args.listen;
@@ -283,6 +310,9 @@ pub struct UpArgs {
     /// Op shards of every OSD (see `cairn osd run --op-shards`).
     #[arg(long = "op-shards", default_value_t = cairn_osd::DEFAULT_OP_SHARDS)]
     op_shards: usize,
+    /// Worker threads of every OSD (see `cairn osd run --threads`).
+    #[arg(long = "osd-threads", default_value_t = DEFAULT_OSD_THREADS)]
+    osd_threads: usize,
     /// Address of the S3 gateway started with the cluster.
     #[arg(long, default_value = crate::s3_cmd::DEFAULT_S3)]
     s3: SocketAddr,
@@ -316,7 +346,6 @@ pub(crate) fn spawn(dir: &Path, name: &str, args: &[String]) -> anyhow::Result<u
     Ok(child.id())
 }
 
-/// Starts the cluster and waits until every OSD is up and the pool exists.
 /// Whether `args.dir`'s file system can hold the device files of the OSDs about to be made
 /// (those without a store yet): `--prefill` writes them whole at once, so a shortfall is an
 /// error before anything starts; sparse files only fill as data arrives, so it is a warning.
@@ -341,11 +370,13 @@ fn check_room_for_devices(args: &UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts the cluster and waits until every OSD is up and the pool exists.
 pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     if args.osds == 0 {
         bail!("--osds must be at least 1");
     }
     cairn_osd::sched::check_shard_count(args.op_shards)?;
+    check_osd_threads(args.osd_threads)?;
     std::fs::create_dir_all(&args.dir)?;
     let pids_path = args.dir.join("pids");
     if pids_path.exists() {
@@ -398,6 +429,8 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             args.heartbeat_grace_s.to_string(),
             "--op-shards".into(),
             args.op_shards.to_string(),
+            "--threads".into(),
+            args.osd_threads.to_string(),
             "--fast-fail-on-connection-refused".into(),
             args.fast_fail_on_connection_refused.to_string(),
         ];

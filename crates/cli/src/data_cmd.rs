@@ -57,9 +57,19 @@ pub struct NameArgs {
     name: String,
 }
 
+/// Worker threads of a data command's runtime unless told (`cairn bench --client-threads`).
+const CLIENT_THREADS: usize = 2;
+
+/// Most worker threads `cairn bench --client-threads` accepts (explicit limit).
+const MAX_CLIENT_THREADS: usize = 64;
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    runtime_with(CLIENT_THREADS)
+}
+
+fn runtime_with(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(threads)
         .enable_all()
         .build()?)
 }
@@ -157,6 +167,10 @@ pub struct BenchArgs {
     /// Keep the written objects (for a later seq/rand run).
     #[arg(long = "no-cleanup")]
     no_cleanup: bool,
+    /// Worker threads of the client's runtime (1..=64): on a machine with many CPUs, more
+    /// let one client keep a fast cluster busy.
+    #[arg(long = "client-threads", default_value_t = CLIENT_THREADS)]
+    client_threads: usize,
 }
 
 const BENCH_META: &str = "benchmark_last_metadata";
@@ -173,7 +187,10 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.threads == 0 || a.seconds == 0 {
         bail!("seconds and --concurrent-ios must be at least 1");
     }
-    runtime()?.block_on(async {
+    if !(1..=MAX_CLIENT_THREADS).contains(&a.client_threads) {
+        bail!("--client-threads must be 1..={MAX_CLIENT_THREADS}");
+    }
+    runtime_with(a.client_threads)?.block_on(async {
         let client = Arc::new(connect(&a.target).await?);
         let pool = a.target.pool.clone();
         let objects = match a.mode {

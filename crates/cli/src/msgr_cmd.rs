@@ -30,6 +30,9 @@ enum MsgrCommand {
         /// Address to listen on (port 0: any free port).
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
+        /// Worker threads (an OSD's by default, see `cairn osd run --threads`).
+        #[arg(long, default_value_t = crate::cluster_cmd::DEFAULT_OSD_THREADS)]
+        threads: usize,
     },
     /// Round trips to an echo server in another process, like `cairn bench` against one OSD.
     Bench(BenchArgs),
@@ -56,6 +59,10 @@ struct BenchArgs {
     /// Requests in flight.
     #[arg(short = 't', long = "concurrent-ios", default_value_t = 16)]
     in_flight: usize,
+    /// Worker threads of the echo server started here, as an OSD's (`cairn osd run
+    /// --threads`; default: an OSD's).
+    #[arg(long, default_value_t = crate::cluster_cmd::DEFAULT_OSD_THREADS)]
+    server_threads: usize,
     /// An echo server already running (`cairn msgr serve`) instead of a new one.
     #[arg(long)]
     server: Option<SocketAddr>,
@@ -64,18 +71,15 @@ struct BenchArgs {
 /// Runs a `cairn msgr` subcommand.
 pub fn run(args: MsgrArgs) -> anyhow::Result<()> {
     match args.command {
-        MsgrCommand::Serve { listen } => serve(listen),
+        MsgrCommand::Serve { listen, threads } => serve(listen, threads),
         MsgrCommand::Bench(b) => bench(b),
     }
 }
 
-fn serve(listen: SocketAddr) -> anyhow::Result<()> {
+fn serve(listen: SocketAddr, threads: usize) -> anyhow::Result<()> {
     // The OSD's runtime shape and messenger limits, so the server side costs what an OSD's
     // messaging costs.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(crate::cluster_cmd::OSD_WORKER_THREADS)
-        .enable_all()
-        .build()?;
+    let rt = crate::cluster_cmd::osd_runtime(threads)?;
     rt.block_on(async {
         let limits = Limits::single_worker();
         let listener = Listener::bind(listen, limits).await?;
@@ -97,12 +101,12 @@ impl Drop for Server {
 
 /// Starts `cairn msgr serve` on a free loopback port. The server is killed when this process
 /// ends in any way (`PR_SET_PDEATHSIG`), so a bench stopped by a signal leaves nothing behind.
-fn start_server() -> anyhow::Result<(Server, SocketAddr)> {
+fn start_server(threads: usize) -> anyhow::Result<(Server, SocketAddr)> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("finding the cairn binary")?;
     let mut command = Command::new(exe);
     command
-        .args(["msgr", "serve"])
+        .args(["msgr", "serve", "--threads", &threads.to_string()])
         .stdout(Stdio::piped())
         .stdin(Stdio::null());
     // SAFETY: runs in the child between fork and exec and only makes one async-signal-safe
@@ -142,7 +146,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let (_server, addr) = match a.server {
         Some(addr) => (None, addr),
         None => {
-            let (s, addr) = start_server()?;
+            let (s, addr) = start_server(a.server_threads)?;
             (Some(s), addr)
         }
     };

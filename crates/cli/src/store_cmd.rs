@@ -30,6 +30,10 @@ const MAX_ROUNDS: u64 = 20;
 /// Arguments of `cairn store`.
 #[derive(Args)]
 pub struct StoreArgs {
+    /// Worker threads of the runtime the store runs on, as an OSD's (`cairn osd run
+    /// --threads`; default: an OSD's).
+    #[arg(long, global = true, default_value_t = crate::cluster_cmd::DEFAULT_OSD_THREADS)]
+    threads: usize,
     #[command(subcommand)]
     command: StoreCommand,
 }
@@ -180,10 +184,7 @@ impl From<EngineArg> for IoEngine {
 /// Runs one `cairn store` subcommand, on a runtime shaped like an OSD's (its worker count), so
 /// that `cairn store bench` measures the store as an OSD runs it.
 pub fn run(args: StoreArgs) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(crate::cluster_cmd::OSD_WORKER_THREADS)
-        .enable_all()
-        .build()?;
+    let rt = crate::cluster_cmd::osd_runtime(args.threads)?;
     match args.command {
         StoreCommand::Bench(b) => rt.block_on(bench(*b)),
         StoreCommand::Capacity { profile } => capacity_table(&profile),

@@ -24,7 +24,7 @@ fn daemons_run_from_config_files() {
     std::fs::write(
         &osd_toml,
         format!(
-            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\nfast_fail_on_connection_refused = false\nrecovery_chunk_bytes = 1048576\nremap_min_objects = 4\n",
+            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\nthreads = 3\nfast_fail_on_connection_refused = false\nrecovery_chunk_bytes = 1048576\nremap_min_objects = 4\n",
             dir.join("osd").display()
         ),
     )
@@ -108,6 +108,11 @@ fn daemons_run_from_config_files() {
         ok && out.trim() == "5",
         "shards from the config file: {out}"
     );
+    let (ok, out) = config_get("osd_op_num_threads");
+    assert!(
+        ok && out.trim() == "3",
+        "runtime workers from the config file: {out}"
+    );
     let (ok, out) = config_get("osd_recovery_max_chunk");
     assert!(
         ok && out.trim() == "1048576",
@@ -142,6 +147,11 @@ fn daemons_run_from_config_files() {
     assert!(
         !ok && out.contains("op shards must be in 1..=64"),
         "a shard count out of range must be refused: {out}"
+    );
+    let (ok, out) = refused("osd-w", "--threads", "0");
+    assert!(
+        !ok && out.contains("threads must be 1..=64, got 0"),
+        "a worker-thread count out of range must be refused: {out}"
     );
     let (ok, out) = cairn(&["osd", "run"]);
     assert!(

@@ -19,6 +19,12 @@ fn up_put_get_bench_down() {
         "a bad shard count must be refused before anything starts: {out}"
     );
     assert!(!dir.join("pids").exists(), "nothing was started");
+    let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon, "--osd-threads", "65"]);
+    assert!(
+        !ok && out.contains("threads must be 1..=64, got 65"),
+        "a bad worker-thread count must be refused before anything starts: {out}"
+    );
+    assert!(!dir.join("pids").exists(), "nothing was started");
     let (ok, out) = cluster.up(
         &mon,
         &[
@@ -28,6 +34,8 @@ fn up_put_get_bench_down() {
             "32",
             "--op-shards",
             "3",
+            "--osd-threads",
+            "2",
             "--fast-fail-on-connection-refused",
             "false",
         ],
@@ -39,6 +47,11 @@ fn up_put_get_bench_down() {
         assert!(
             ok && out.trim() == "3",
             "{osd}'s op shards from `up`: {out}"
+        );
+        let (ok, out) = get("osd_op_num_threads");
+        assert!(
+            ok && out.trim() == "2",
+            "{osd}'s runtime workers from `up`: {out}"
         );
         let (ok, out) = get("osd_fast_fail_on_connection_refused");
         assert!(

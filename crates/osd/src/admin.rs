@@ -19,7 +19,7 @@ use crate::shared::Shared;
 pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
 /// Settings `config get` can read (the first three can also be set).
-pub const CONFIG_KEYS: [&str; 14] = [
+pub const CONFIG_KEYS: [&str; 15] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
@@ -32,6 +32,7 @@ pub const CONFIG_KEYS: [&str; 14] = [
     "max_inflight_cost_ms",
     "max_pending_ops",
     "osd_op_num_shards",
+    "osd_op_num_threads",
     "osd_recovery_max_chunk",
     "remap_min_objects",
 ];
@@ -120,6 +121,11 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
         "max_inflight_cost_ms" => c.max_inflight_cost_ms.to_string(),
         "max_pending_ops" => c.max_pending_ops.to_string(),
         "osd_op_num_shards" => s.sched.shard_count().to_string(),
+        // The worker threads of the runtime the daemon runs on (`cairn osd run --threads`).
+        "osd_op_num_threads" => tokio::runtime::Handle::current()
+            .metrics()
+            .num_workers()
+            .to_string(),
         "osd_recovery_max_chunk" => c.recovery_chunk_bytes.to_string(),
         "remap_min_objects" => c.remap_min_objects.to_string(),
         other => {

@@ -213,8 +213,8 @@ pub const DEFAULT_RECOVERY_CHUNK_BYTES: u64 = 8 << 20;
 /// Default device time in flight below the scheduler, ms (see `OsdConfig::max_inflight_cost_ms`).
 pub const DEFAULT_MAX_INFLIGHT_COST_MS: u64 = 40;
 
-/// Default scheduler shards: Ceph's ceph-mini runs 2 (`osd_op_num_shards`), and an OSD here
-/// runs its tasks on one worker thread, so more shards only add dispatchers.
+/// Default scheduler shards: Ceph's ceph-mini runs 2 (`osd_op_num_shards`); on a small
+/// machine an OSD runs its tasks on one worker thread, where more shards only add dispatchers.
 pub const DEFAULT_OP_SHARDS: usize = 2;
 
 /// Default seconds between scrubs of a PG (Ceph's `osd_scrub_min_interval`: a day).
@@ -238,8 +238,8 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
         &block,
         &FileDeviceOptions {
             size_bytes: Some(cfg.device_bytes),
-            // The daemon's one worker serves the network too (see `cairn osd run`): it submits
-            // its device I/O with AIO and never blocks in a system call; without O_DIRECT,
+            // The daemon's workers serve the network too (see `cairn osd run --threads`): they
+            // submit device I/O with AIO and never block in a system call; without O_DIRECT,
             // reads go to the blocking pool.
             engine: IoEngine::Aio,
             inline_reads: false,
@@ -342,7 +342,7 @@ impl OsdDaemon {
             cfg.op_shards,
         )?;
         // Replies to clients go out in turns, so that one large read's reply does not hold up
-        // the runtime's one worker (see `Limits::write_turn_bytes`); repops to peers go whole.
+        // a runtime worker (see `Limits::write_turn_bytes`); repops to peers go whole.
         let mut listener = Listener::bind(cfg.listen, Limits::single_worker()).await?;
         let addr = listener.local_addr();
         let mon = Arc::new(MonClient::connect(cfg.mon, session_id(&cfg.uuid)).await);
