@@ -26,6 +26,8 @@ Usage: bench/bottom_up.py [--seconds 10] [--out docs/cluster-bench.md] [--no-cep
 
 The store layer's file and the cairn OSDs' device files are sparse, as Ceph's are (ceph-mini
 creates them that way): every write to a new region pays the file system's block allocation.
+So that the store's 4 MiB writes are compared with the same work, fio also writes 4 MiB blocks
+into a new sparse file in that mode (row "fio, 4 MiB writes into a sparse file").
 With --prefill every device file is written whole first, as a raw device is (and as fio's file
 is in both modes): the store's, the cairn OSDs' (`cairn up --prefill`) and Ceph's BlueStore block
 files (written with dd before `ceph-osd --mkfs`, which keeps a block file that exists). The store layer's 4 MiB writes are its 16-submitter phase (objects
@@ -98,6 +100,26 @@ def fio(path, rw, bs, jobs, seconds, sync, huge):
     job = out["jobs"][0]
     side = job["write"] if "write" in rw else job["read"]
     return side["iops"], side["bw_bytes"] / 1e6
+
+
+def fio_sparse_write(work, seconds, huge):
+    """fio's 4 MiB writes into a new sparse file, each job in a region of its own that it does not
+    finish in the run: every write pays the file system's block allocation, as the store's do on
+    its sparse file (the raw file of the other fio rows is written whole first)."""
+    path = os.path.join(work, "sparse.dev")
+    with open(path, "wb") as f:
+        f.truncate(16 << 30)
+    args = [
+        "fio", "--name=sparse", f"--filename={path}", "--rw=write", "--bs=4M", "--direct=1",
+        "--ioengine=psync", "--numjobs=16", "--group_reporting", f"--runtime={seconds}",
+        "--time_based", "--size=1G", "--offset_increment=1G", "--fallocate=none",
+        "--fdatasync=1", "--output-format=json", "--iomem=" + ("mmaphuge" if huge else "malloc"),
+    ]
+    try:
+        side = json.loads(run(args))["jobs"][0]["write"]
+    finally:
+        os.remove(path)
+    return side["iops"], side["bw_bytes"] / 1e6, None
 
 
 def msgr_bench(seconds, shape, size):
@@ -203,6 +225,9 @@ NETWORK = "cairn messenger, 2 processes (no storage)"
 # network and the OSD; the "cairn store" row's 4 KiB cells are fio's workload (random 4 KiB
 # writes and reads inside large objects).
 STORE_OBJECTS = "cairn store, the cluster bench's 4 KiB objects"
+# Without --prefill: fio's 4 MiB writes into a new sparse file, the base of the store's 4 MiB
+# write cell (the store writes its sparse file's new regions; the raw file is written whole).
+FIO_SPARSE = "fio, 4 MiB writes into a sparse file"
 # Where a layer's cell is compared with another layer than its row's base: the same workload.
 BASE_OVERRIDE = {("cairn 1 OSD, size 1", "4K write"): STORE_OBJECTS,
                  ("cairn 1 OSD, size 1", "4K read"): STORE_OBJECTS}
@@ -274,6 +299,8 @@ def main():
                 "4K write": fio(raw, "randwrite", "4k", 16, a.seconds, True, huge) + (None,),
                 "4K read": fio(raw, "randread", "4k", 16, a.seconds, False, huge) + (None,),
             }
+            if not a.prefill:
+                layers[FIO_SPARSE] = {"4M write": fio_sparse_write(work, a.seconds, huge)}
         finally:
             if huge:
                 restore_hugepages(old_huge)
@@ -315,6 +342,8 @@ def main():
         v = layers[layer].get(w)
         return None if not v else (v[1] if w.startswith("4M") else v[0])
 
+    if FIO_SPARSE in layers:
+        BASE_OVERRIDE[("cairn store", "4M write")] = FIO_SPARSE
     # (row name, layer, the layer below it); one OSD stands on the store and on the network.
     below = [("cairn store", "cairn store", "fio raw file"),
              (STORE_OBJECTS, STORE_OBJECTS, "fio raw file"),
@@ -325,8 +354,10 @@ def main():
     for layer in layers:
         lines.append(f"| {layer} | " + " | ".join(cell(layer, w) for w in works) + " |")
     lines.append("")
+    sparse_note = ("; the store's 4 MiB writes, into its sparse file's new regions, against fio's into a "
+                   "sparse file" if FIO_SPARSE in layers else "")
     lines.append("Efficiency of each layer against the one below (a size-3 write is counted as 3 device writes; "
-                 "one OSD's 4 KiB cells against the store running the same 4 KiB objects):")
+                 "one OSD's 4 KiB cells against the store running the same 4 KiB objects" + sparse_note + "):")
     lines.append("")
     lines.append("| layer | " + " | ".join(works) + " |")
     lines.append("|---|" + "---:|" * len(works))

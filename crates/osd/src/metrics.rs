@@ -400,7 +400,7 @@ pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
             st.checkpoint_wait_ns as f64 * NS,
         ),
     ];
-    let gauges: [(&str, &str, f64); 7] = [
+    let gauges: [(&str, &str, f64); 8] = [
         ("objects", "Objects stored.", st.objects as f64),
         (
             "stored_bytes",
@@ -428,6 +428,11 @@ pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
             "Deferred writes not yet in place.",
             st.deferred_pending_bytes as f64,
         ),
+        (
+            "io_buffers_free_bytes",
+            "Free I/O buffers kept for reuse.",
+            st.io_buffers_free_bytes as f64,
+        ),
     ];
     let mut out = String::new();
     for (kind, family) in [("counter", &counters[..]), ("gauge", &gauges[..])] {
@@ -451,6 +456,7 @@ mod tests {
             group_commits: 7,
             device_flush_ns: 1_500_000_000,
             free_bytes: 4096,
+            io_buffers_free_bytes: 8 << 20,
             ..Default::default()
         };
         let text = render_store(2, &st);
@@ -459,6 +465,7 @@ mod tests {
         assert!(text.contains("cairn_osd_store_device_flush_seconds_total{osd=\"2\"} 1.5\n"));
         assert!(text.contains("# TYPE cairn_osd_store_free_bytes gauge"));
         assert!(text.contains("cairn_osd_store_free_bytes{osd=\"2\"} 4096\n"));
+        assert!(text.contains("cairn_osd_store_io_buffers_free_bytes{osd=\"2\"} 8388608\n"));
     }
 
     #[test]

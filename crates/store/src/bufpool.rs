@@ -130,6 +130,11 @@ impl BufPool {
         self.pool.lend(buf)
     }
 
+    /// Bytes of free buffers held for reuse.
+    pub(crate) fn free_bytes(&self) -> usize {
+        self.pool.free_bytes()
+    }
+
     /// Returns a buffer for reuse (dropped when the pool is full).
     pub(crate) fn put(&self, buf: AlignedBuf) {
         self.pool.put(buf);

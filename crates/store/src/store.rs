@@ -158,6 +158,8 @@ pub struct StoreStats {
     /// Records found at the last mount whose data had not all reached the device (never
     /// acknowledged), and were discarded.
     pub wal_discarded: u64,
+    /// Free I/O buffers kept for reuse, bytes (at most `StoreConfig::io_buffer_pool_bytes`).
+    pub io_buffers_free_bytes: u64,
     /// Bytes written early (by their submitters, before their groups formed; module `early`).
     pub early_write_bytes: u64,
 }
@@ -542,7 +544,7 @@ impl Store {
             kv_counters,
             commit_queue: Mutex::new(std::collections::VecDeque::new()),
             onode_cache: OnodeCache::new(cfg.meta_cache_bytes),
-            bufs: BufPool::new((2 * cfg.max_io_bytes) as usize),
+            bufs: BufPool::new(cfg.io_buffer_pool_bytes),
             orphans: tokio::sync::watch::Sender::new(0),
             commit_leader: tokio::sync::Mutex::new(()),
             last_group_txns: AtomicUsize::new(0),
@@ -798,6 +800,7 @@ impl Store {
             checkpoints: self.counters.checkpoints.load(Ordering::Relaxed),
             wal_replayed: self.counters.wal_replayed.load(Ordering::Relaxed),
             wal_discarded: self.counters.wal_discarded.load(Ordering::Relaxed),
+            io_buffers_free_bytes: self.bufs.free_bytes() as u64,
             early_write_bytes: self.counters.early_write_bytes.load(Ordering::Relaxed),
         }
     }

@@ -803,3 +803,44 @@ async fn attributes_read_through_the_onode_cache_follow_every_commit() {
         Err(StoreError::NoSuchObject { .. })
     ));
 }
+
+#[tokio::test]
+async fn read_buffers_come_back_for_reuse_up_to_the_pool_budget() {
+    const OBJ: usize = 256 << 10;
+    const OBJECTS: usize = 8;
+    for budget in [64 << 20, 2 * OBJ] {
+        let conf = cairn_store::StoreConfig {
+            io_buffer_pool_bytes: budget,
+            ..cfg()
+        };
+        let r = Rig::mount(&fresh_images_with(&conf).await, conf.clone())
+            .await
+            .unwrap();
+        let s = r.store();
+        for i in 0..OBJECTS {
+            let mut t = Transaction::new();
+            t.write("c", &format!("o{i}"), 0, &pattern(i as u8, OBJ));
+            s.queue_transaction(&t).await.unwrap();
+        }
+        // Every read's buffer is lent out at once, then all come back together.
+        let mut held = Vec::new();
+        for i in 0..OBJECTS {
+            let got = s.read("c", &format!("o{i}"), 0, OBJ as u64).await.unwrap();
+            assert_eq!(
+                crc_fast::crc32_iscsi(&got),
+                crc_fast::crc32_iscsi(&pattern(i as u8, OBJ)),
+                "object o{i} read back"
+            );
+            held.push(got);
+        }
+        drop(held);
+        let kept = s.stats().await.io_buffers_free_bytes as usize;
+        assert!(kept <= budget, "{kept} bytes kept over a {budget}-byte budget");
+        if budget >= OBJECTS * OBJ {
+            assert!(
+                kept >= OBJECTS * OBJ,
+                "all {OBJECTS} read buffers kept for reuse within the budget: {kept} bytes"
+            );
+        }
+    }
+}
