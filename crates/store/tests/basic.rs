@@ -835,7 +835,10 @@ async fn read_buffers_come_back_for_reuse_up_to_the_pool_budget() {
         }
         drop(held);
         let kept = s.stats().await.io_buffers_free_bytes as usize;
-        assert!(kept <= budget, "{kept} bytes kept over a {budget}-byte budget");
+        assert!(
+            kept <= budget,
+            "{kept} bytes kept over a {budget}-byte budget"
+        );
         if budget >= OBJECTS * OBJ {
             assert!(
                 kept >= OBJECTS * OBJ,
