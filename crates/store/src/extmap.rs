@@ -92,8 +92,13 @@ pub(crate) fn punch(
 pub(crate) fn insert(t: &mut ExtTable<'_>, prefix: &[u8], e: Extent) -> Result<()> {
     let mut e = e;
     if e.lblock > 0 {
-        let left = overlapping(t, prefix, e.lblock - 1, Some(e.lblock))?;
-        if let Some(l) = left.into_iter().next() {
+        // The record with the greatest first block below `e`'s: the only one that can end
+        // where `e` starts (one lookup, where `overlapping` would take two).
+        let left = t
+            .last_in(prefix, &block_key(prefix, e.lblock))?
+            .map(decode_item)
+            .transpose()?;
+        if let Some(l) = left {
             if l.lend() == e.lblock
                 && l.pblock + l.blocks() == e.pblock
                 && l.blocks() + e.blocks() <= MAX_EXTENT_BLOCKS
