@@ -27,19 +27,25 @@ pub(crate) fn overlapping(
     to: Option<u64>,
 ) -> Result<Vec<Extent>> {
     let mut out = Vec::new();
-    let from_key = block_key(prefix, from);
-    if let Some(item) = t.last_in(prefix, &from_key)? {
+    if matches!(to, Some(b) if b <= from) {
+        return Ok(out);
+    }
+    // The record starting at or before `from` (extents never overlap: only it can cover
+    // `from`), then those starting inside the range: a one-block range needs the first alone.
+    let after_from = from.saturating_add(1);
+    let after_key = block_key(prefix, after_from);
+    if let Some(item) = t.last_in(prefix, &after_key)? {
         let e = decode_item(item)?;
         if e.lend() > from {
             out.push(e);
         }
     }
     let end_key = match to {
-        Some(b) if b <= from => return Ok(out),
+        Some(b) if b <= after_from => return Ok(out),
         Some(b) => Some(block_key(prefix, b)),
         None => prefix_end(prefix),
     };
-    for item in t.range(&from_key, end_key.as_deref(), usize::MAX)? {
+    for item in t.range(&after_key, end_key.as_deref(), usize::MAX)? {
         out.push(decode_item(item)?);
     }
     Ok(out)
