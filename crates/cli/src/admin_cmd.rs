@@ -78,11 +78,7 @@ fn scrub(mon: SocketAddr, what: &str, pgid: &str) -> anyhow::Result<()> {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
+    crate::runtime::command()
 }
 
 async fn connect(mon: SocketAddr) -> anyhow::Result<Client> {

@@ -100,11 +100,7 @@ enum CacheCommand {
 
 /// Runs `cairn cache`.
 pub fn run(args: CacheArgs) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(dispatch(args.command))
+    crate::runtime::command()?.block_on(dispatch(args.command))
 }
 
 fn open(path: &Path, size_mib: Option<u64>) -> anyhow::Result<Arc<dyn BlockDevice>> {

@@ -14,9 +14,6 @@ use clap::Args;
 
 use crate::mon_cmd::DEFAULT_MON;
 
-/// Most worker threads an OSD's runtime may be given (explicit limit).
-pub(crate) const MAX_OSD_THREADS: usize = 64;
-
 /// Worker threads of an OSD's runtime unless told (`cairn osd run --threads`): one. A request
 /// then wakes no other worker on its way from the socket through the scheduler to the store
 /// and back, and the store's device I/O goes through AIO. On 2 vCPUs two workers gave ~1.15x
@@ -29,21 +26,9 @@ fn default_osd_threads() -> usize {
     DEFAULT_OSD_THREADS
 }
 
-/// Checks a worker-thread count given on the command line or in a config file.
-pub(crate) fn check_osd_threads(threads: usize) -> anyhow::Result<()> {
-    if !(1..=MAX_OSD_THREADS).contains(&threads) {
-        bail!("threads must be 1..={MAX_OSD_THREADS}, got {threads}");
-    }
-    Ok(())
-}
-
-/// A runtime shaped like an OSD's: `threads` workers, I/O and timers enabled.
+/// A runtime shaped like an OSD's: `threads` workers (checked as the setting `threads`).
 pub(crate) fn osd_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
-    check_osd_threads(threads)?;
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()?)
+    crate::runtime::build(threads, "threads")
 }
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
@@ -376,7 +361,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         bail!("--osds must be at least 1");
     }
     cairn_osd::sched::check_shard_count(args.op_shards)?;
-    check_osd_threads(args.osd_threads)?;
+    crate::runtime::check_threads(args.osd_threads, "--osd-threads")?;
     std::fs::create_dir_all(&args.dir)?;
     let pids_path = args.dir.join("pids");
     if pids_path.exists() {
@@ -448,10 +433,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
         std::fs::write(&pids_path, text)?;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = crate::runtime::command()?;
     rt.block_on(async {
         let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
         client.subscribe(10_000).await?;

@@ -57,21 +57,8 @@ pub struct NameArgs {
     name: String,
 }
 
-/// Worker threads of a data command's runtime unless told (`cairn bench --client-threads`).
-const CLIENT_THREADS: usize = 2;
-
-/// Most worker threads `cairn bench --client-threads` accepts (explicit limit).
-const MAX_CLIENT_THREADS: usize = 64;
-
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    runtime_with(CLIENT_THREADS)
-}
-
-fn runtime_with(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()?)
+    crate::runtime::command()
 }
 
 async fn connect(t: &Target) -> anyhow::Result<Client> {
@@ -169,7 +156,7 @@ pub struct BenchArgs {
     no_cleanup: bool,
     /// Worker threads of the client's runtime (1..=64): on a machine with many CPUs, more
     /// let one client keep a fast cluster busy.
-    #[arg(long = "client-threads", default_value_t = CLIENT_THREADS)]
+    #[arg(long = "client-threads", default_value_t = crate::runtime::COMMAND_THREADS)]
     client_threads: usize,
 }
 
@@ -187,10 +174,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.threads == 0 || a.seconds == 0 {
         bail!("seconds and --concurrent-ios must be at least 1");
     }
-    if !(1..=MAX_CLIENT_THREADS).contains(&a.client_threads) {
-        bail!("--client-threads must be 1..={MAX_CLIENT_THREADS}");
-    }
-    runtime_with(a.client_threads)?.block_on(async {
+    crate::runtime::build(a.client_threads, "--client-threads")?.block_on(async {
         let client = Arc::new(connect(&a.target).await?);
         let pool = a.target.pool.clone();
         let objects = match a.mode {

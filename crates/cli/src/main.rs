@@ -11,6 +11,7 @@ mod local_cluster;
 mod mon_cmd;
 mod msgr_cmd;
 mod plot;
+mod runtime;
 mod s3_cmd;
 mod sched_cmd;
 mod store_cmd;

@@ -171,11 +171,7 @@ enum OsdCommand {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
+    crate::runtime::command()
 }
 
 /// Runs the monitor until interrupted.

@@ -165,10 +165,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         duration: Duration::from_secs(a.seconds),
     };
     // The client's runtime shape of `cairn bench`.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = crate::runtime::command()?;
     let report = rt.block_on(run_load(addr, Limits::default(), spec))?;
     println!("Total time run:         {:.3}", report.seconds);
     println!("Round trips:            {}", report.ops);

@@ -66,10 +66,7 @@ enum UserCmd {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
+    crate::runtime::command()
 }
 
 /// Runs the gateway until interrupted.

@@ -236,10 +236,7 @@ fn run_one(
         osd_args: &args.osd_arg,
     };
     let mut cluster = LocalCluster::up(&settings, dir)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = crate::runtime::command()?;
     let run = rt.block_on(async {
         let client =
             Arc::new(Client::connect(cluster.mon, cairn_client::random_client_id()).await?);

@@ -21,7 +21,7 @@ fn up_put_get_bench_down() {
     assert!(!dir.join("pids").exists(), "nothing was started");
     let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon, "--osd-threads", "65"]);
     assert!(
-        !ok && out.contains("threads must be 1..=64, got 65"),
+        !ok && out.contains("--osd-threads must be 1..=64, got 65"),
         "a bad worker-thread count must be refused before anything starts: {out}"
     );
     assert!(!dir.join("pids").exists(), "nothing was started");
@@ -109,9 +109,36 @@ fn up_put_get_bench_down() {
     ]);
     assert!(!ok, "a removed object must not be readable");
     let (ok, out) = cairn(&[
-        "bench", "--mon", &mon, "-p", "data", "2", "write", "-b", "4096", "-t", "4",
+        "bench",
+        "--mon",
+        &mon,
+        "-p",
+        "data",
+        "2",
+        "write",
+        "-b",
+        "4096",
+        "-t",
+        "4",
+        "--client-threads",
+        "3",
     ]);
     assert!(ok && out.contains("Average IOPS"), "{out}");
+    let (ok, out) = cairn(&[
+        "bench",
+        "--mon",
+        &mon,
+        "-p",
+        "data",
+        "2",
+        "write",
+        "--client-threads",
+        "0",
+    ]);
+    assert!(
+        !ok && out.contains("--client-threads must be 1..=64, got 0"),
+        "a bad client thread count must be refused: {out}"
+    );
     let (ok, out) = cairn(&["status", "--mon", &mon]);
     assert!(ok && out.contains("3 up, 3 in"), "{out}");
     let (ok, out) = cairn(&[
