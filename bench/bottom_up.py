@@ -87,11 +87,11 @@ def restore_hugepages(old):
         pass
 
 
-def fio(path, rw, bs, jobs, seconds, sync, huge):
+def fio(path, rw, bs, jobs, seconds, sync, huge, span_mib=1024):
     args = [
         "fio", "--name=raw", f"--filename={path}", f"--rw={rw}", f"--bs={bs}",
         "--direct=1", "--ioengine=psync", f"--numjobs={jobs}", "--group_reporting",
-        f"--runtime={seconds}", "--time_based", "--size=1G", "--output-format=json",
+        f"--runtime={seconds}", "--time_based", f"--size={span_mib}M", "--output-format=json",
         "--iomem=" + ("mmaphuge" if huge else "malloc"),
     ]
     if sync:
@@ -129,6 +129,12 @@ def msgr_bench(seconds, shape, size):
     return iops, bw, None
 
 
+def store_span_mib(seconds):
+    """MiB of 4 MiB objects the store layer writes and then overwrites and reads 4 KiB blocks
+    inside: fio's 4 KiB phases span as many."""
+    return 400 * seconds
+
+
 def store_bench(path, seconds, prefill):
     # Only the QD16 phases are comparable; see docs/store.md. The 4 MiB phases write about
     # 400 MiB per second asked (1-3 s each at this machine's speed). The store runs on the I/O
@@ -137,7 +143,7 @@ def store_bench(path, seconds, prefill):
     # overwrites ran at ~18-21k a second where 40000 ran at ~30k). The small-object phases write about as many new 4 KiB objects as one OSD's 4 KiB write
     # run does (~15k a second), then read as many back at random, as `cairn bench ... rand`.
     ops = max(4000, 4000 * seconds)
-    seq_mib = 400 * seconds
+    seq_mib = store_span_mib(seconds)
     small = 15000 * seconds
     size_mib = 2 * seq_mib + small * 4096 // (1 << 20) + 1024
     args = [CAIRN, "store", "bench", "--device", path, "--size-mib", str(size_mib),
@@ -284,9 +290,12 @@ def main():
     work = tempfile.mkdtemp(prefix="cairn-bottom-up-", dir="/work" if os.path.isdir("/work") else None)
     try:
         raw = os.path.join(work, "raw.dev")
+        # fio's 4 KiB phases span as many bytes as the store's objects do (the store's 4 MiB
+        # phase writes them), so both meet the same device cache; its 4 MiB phases keep 1 GiB.
+        span_mib = store_span_mib(a.seconds)
         with open(raw, "wb") as f:
-            f.truncate(1 << 30)
-        run(["dd", "if=/dev/zero", f"of={raw}", "bs=4M", "count=256", "conv=fsync"])
+            f.truncate(span_mib << 20)
+        run(["dd", "if=/dev/zero", f"of={raw}", "bs=4M", f"count={span_mib // 4}", "conv=fsync"])
         layers = {}
         old_huge = reserve_hugepages(FIO_HUGEPAGES)
         huge = old_huge is not None
@@ -296,8 +305,8 @@ def main():
             layers["fio raw file"] = {
                 "4M write": fio(raw, "write", "4M", 16, a.seconds, True, huge) + (None,),
                 "4M read": fio(raw, "read", "4M", 16, a.seconds, False, huge) + (None,),
-                "4K write": fio(raw, "randwrite", "4k", 16, a.seconds, True, huge) + (None,),
-                "4K read": fio(raw, "randread", "4k", 16, a.seconds, False, huge) + (None,),
+                "4K write": fio(raw, "randwrite", "4k", 16, a.seconds, True, huge, span_mib) + (None,),
+                "4K read": fio(raw, "randread", "4k", 16, a.seconds, False, huge, span_mib) + (None,),
             }
             if not a.prefill:
                 layers[FIO_SPARSE] = {"4M write": fio_sparse_write(work, a.seconds, huge)}
