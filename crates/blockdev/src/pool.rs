@@ -53,7 +53,11 @@ impl AlignedPool {
     /// A free buffer of exactly `len` bytes (with its old contents), if the pool holds one.
     pub fn reuse(&self, len: usize) -> Option<AlignedBuf> {
         let mut free = self.lock();
-        let buf = free.by_len.get_mut(&len)?.pop()?;
+        let bufs = free.by_len.get_mut(&len)?;
+        let buf = bufs.pop()?;
+        if bufs.is_empty() {
+            free.by_len.remove(&len);
+        }
         free.bytes -= buf.len();
         Some(buf)
     }

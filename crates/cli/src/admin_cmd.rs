@@ -53,7 +53,7 @@ fn scrub(mon: SocketAddr, what: &str, pgid: &str) -> anyhow::Result<()> {
     let id: cairn_clustermap::PgId = pgid
         .parse()
         .map_err(|e| anyhow::anyhow!("bad PG id `{pgid}`: {e}"))?;
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let client = connect(mon).await?;
         let map = client.map().context("no cluster map")?;
         let Some(pool) = map.placement.pools.get(&id.pool) else {
@@ -77,10 +77,6 @@ fn scrub(mon: SocketAddr, what: &str, pgid: &str) -> anyhow::Result<()> {
     })
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    crate::runtime::command()
-}
-
 async fn connect(mon: SocketAddr) -> anyhow::Result<Client> {
     Client::connect(mon, cairn_client::random_client_id())
         .await
@@ -97,7 +93,7 @@ pub(crate) fn up_osds(client: &Client) -> Vec<i32> {
 
 /// Lists every object of a pool.
 pub fn ls(args: LsArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let client = connect(args.mon).await?;
         let mut names = client.list_objects(&args.pool).await?;
         names.sort();
@@ -117,7 +113,7 @@ pub fn tell(args: TellArgs) -> anyhow::Result<()> {
     else {
         bail!("target must be osd.N (got `{}`)", args.target);
     };
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let client = connect(args.mon).await?;
         let out = client.tell(id, &args.words).await?;
         // Some answers are one bare value (`config get`): end the line either way.
@@ -141,7 +137,7 @@ pub fn pg(args: PgArgs) -> anyhow::Result<()> {
         };
         return scrub(args.mon, &args.what, &pgid);
     }
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let client = connect(args.mon).await?;
         println!(
             "{:<8} {:<18} {:<12} {:<12} {:<6} log",
@@ -177,7 +173,7 @@ pub fn pg(args: PgArgs) -> anyhow::Result<()> {
 
 /// Per-OSD usage.
 pub fn osd_df(mon: SocketAddr) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let client = connect(mon).await?;
         println!(
             "{:<8} {:>6} {:>9} {:>12} {:>12} {:>12} {:>6}",

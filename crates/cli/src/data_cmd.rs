@@ -57,10 +57,6 @@ pub struct NameArgs {
     name: String,
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    crate::runtime::command()
-}
-
 async fn connect(t: &Target) -> anyhow::Result<Client> {
     Client::connect(t.mon, cairn_client::random_client_id())
         .await
@@ -76,7 +72,7 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
     } else {
         std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?
     };
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let c = connect(&a.target).await?;
         let v = c.write_full(&a.target.pool, &a.name, &data).await?;
         eprintln!(
@@ -90,7 +86,7 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
 
 /// Fetches an object.
 pub fn get(a: GetArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let c = connect(&a.target).await?;
         let data = c.read(&a.target.pool, &a.name).await?;
         match &a.file {
@@ -105,7 +101,7 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
 
 /// Deletes an object.
 pub fn rm(a: NameArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         Ok(connect(&a.target)
             .await?
             .remove(&a.target.pool, &a.name)
@@ -115,7 +111,7 @@ pub fn rm(a: NameArgs) -> anyhow::Result<()> {
 
 /// Prints an object's size and version.
 pub fn stat(a: NameArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let (size, version) = connect(&a.target)
             .await?
             .stat(&a.target.pool, &a.name)

@@ -170,17 +170,13 @@ enum OsdCommand {
     Df,
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    crate::runtime::command()
-}
-
 /// Runs the monitor until interrupted.
 pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
     let args: MonArgs = match &args.config {
         Some(path) => load_config(path)?,
         None => args,
     };
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let config = MonConfig {
             down_out_interval_ms: args.down_out_interval_s * 1000,
             heartbeat_grace_ms: args.heartbeat_grace_s * 1000,
@@ -222,7 +218,7 @@ async fn current_map(mon: SocketAddr) -> anyhow::Result<ClusterMap> {
 
 /// `cairn status`: health, OSDs, pools and PG spread, like `ceph -s`.
 pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let map = current_map(args.mon).await?;
         let up = map.osds.values().filter(|o| o.up).count();
         let inn = map.osds.values().filter(|o| o.reweight > 0).count();
@@ -292,7 +288,7 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
 
 /// `cairn pool ...`.
 pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         match args.command {
             PoolCommand::Ls => {
                 let map = current_map(args.mon.mon).await?;
@@ -349,7 +345,7 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         }
         OsdCommand::Tree => return osd_tree(args.mon.mon),
     };
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let client = MonClient::connect(args.mon.mon, cairn_client::random_client_id()).await;
         let r = client.op(body, TIMEOUT_MS).await?;
         println!("done (epoch {})", r.epoch);
@@ -358,7 +354,7 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
 }
 
 fn osd_tree(mon: SocketAddr) -> anyhow::Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let map = current_map(mon).await?;
         let mut hosts: std::collections::BTreeMap<&str, Vec<&cairn_mon::OsdEntry>> =
             Default::default();

@@ -65,10 +65,6 @@ enum UserCmd {
     },
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    crate::runtime::command()
-}
-
 /// Runs the gateway until interrupted.
 pub fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
     let cfg = match &args.config {
@@ -80,7 +76,7 @@ pub fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
             ..GatewayConfig::default()
         },
     };
-    runtime()?.block_on(async {
+    crate::runtime::command()?.block_on(async {
         let gw = cairn_s3::connect(cfg.clone()).await?;
         let (addr, _task) = cairn_s3::server::start(&gw, cfg.listen)
             .await
@@ -102,7 +98,7 @@ pub fn run(args: S3Args) -> anyhow::Result<()> {
                 pool,
                 ..GatewayConfig::default()
             };
-            let user = runtime()?.block_on(cairn_s3::create_user(&cfg, &name))?;
+            let user = crate::runtime::command()?.block_on(cairn_s3::create_user(&cfg, &name))?;
             println!("user:       {}", user.name);
             println!("access_key: {}", user.access_key);
             println!("secret_key: {}", user.secret_key);
@@ -148,7 +144,7 @@ pub fn start_for_up(
         mon,
         ..GatewayConfig::default()
     };
-    let user = runtime()?.block_on(cairn_s3::create_user(&cfg, "admin"))?;
+    let user = crate::runtime::command()?.block_on(cairn_s3::create_user(&cfg, "admin"))?;
     let creds = dir.join("s3-credentials");
     std::fs::write(
         &creds,
