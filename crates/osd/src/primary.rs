@@ -164,10 +164,18 @@ fn store_result(e: StoreError) -> OpResult {
 
 /// The version `obj` records (its last log entry's, packed), 0 when it has none.
 pub(crate) async fn version_of(s: &Shared, coll: &str, obj: &str) -> u64 {
-    s.store
-        .getattr(coll, obj, VERSION_ATTR)
-        .await
-        .ok()
+    decode_version(
+        s.store
+            .getattr(coll, obj, VERSION_ATTR)
+            .await
+            .ok()
+            .as_deref(),
+    )
+}
+
+/// A version attribute's value as the version it packs (0 when absent or malformed).
+fn decode_version(value: Option<&[u8]>) -> u64 {
+    value
         .and_then(|v| v.try_into().ok().map(u64::from_le_bytes))
         .unwrap_or(0)
 }
@@ -191,7 +199,10 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Result<Answer, Damaged> {
     let r: Result<Answer, StoreError> = async {
         Ok(match &op.kind {
             OpKind::Read { offset, len } => {
-                let (body, crcs) = s.store.read_checksummed(coll, obj, *offset, *len).await?;
+                let (body, crcs, version) = s
+                    .store
+                    .read_checksummed_with_attr(coll, obj, *offset, *len, VERSION_ATTR)
+                    .await?;
                 let data_crc = if crcs.block_bytes == CRC_BLOCK_BYTES as u64 {
                     crc_with_known_blocks(&body, &crcs.crcs)
                 } else {
@@ -200,7 +211,7 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Result<Answer, Damaged> {
                 (
                     ReplyHeader {
                         size: body.len() as u64,
-                        version: version_of(s, coll, obj).await,
+                        version: decode_version(version.as_deref()),
                         data_crc,
                         ..ReplyHeader::bare(op.tid, epoch, OpResult::Ok)
                     },

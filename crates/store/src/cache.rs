@@ -1,7 +1,7 @@
 //! The onode cache: committed metadata (size, whole extent map, and the small attributes read
 //! so far) of recently read objects, so a read that hits it needs no KV lookup.
 //!
-//! Owns a byte-bounded LRU map from (collection, object) to an immutable snapshot of the
+//! Owns a byte-bounded CLOCK-evicted map from (collection, object) to an immutable snapshot of the
 //! object's metadata. Coherence with commits: entries are filled only by readers holding the
 //! store's shared lock, from a KV snapshot taken under it, and the committer (holding the
 //! exclusive lock) removes every object a group touched after its KV commit and before the lock
@@ -9,7 +9,7 @@
 //! never hold an entry for an object whose metadata changed after the entry was filled.
 
 use crate::codec::Extent;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 /// Objects whose extent map would take more than this are not cached (their reads look up only
@@ -82,27 +82,104 @@ impl CachedObject {
     }
 }
 
+/// One cached object: its metadata, whether a reader used it since the clock hand last
+/// passed (CLOCK's reference bit), its charge, and the generation of its place in the ring.
+#[derive(Debug)]
+struct Slot {
+    object: Arc<CachedObject>,
+    referenced: bool,
+    charge: usize,
+    generation: u64,
+}
+
+/// The cache's state: a map for lookups and a ring (insertion order, the CLOCK hand at its
+/// front) for eviction. A hit only sets the slot's reference bit: no reordering, unlike an
+/// LRU list, which costs two tree updates per hit. Ring places whose generation no longer
+/// matches the slot's (the object was invalidated or inserted again) are stale and skipped.
 #[derive(Debug, Default)]
 struct Inner {
-    map: HashMap<Vec<u8>, (Arc<CachedObject>, u64, usize)>,
-    lru: BTreeMap<u64, Vec<u8>>,
-    tick: u64,
+    map: HashMap<Arc<[u8]>, Slot, foldhash::fast::RandomState>,
+    ring: VecDeque<(Arc<[u8]>, u64)>,
+    generation: u64,
     bytes: usize,
 }
 
-/// A byte-bounded LRU cache of object metadata.
+impl Inner {
+    /// Drops stale ring places once they outnumber the live ones (amortized: each insert adds
+    /// one place, each compaction halves the ring at least).
+    fn compact_ring(&mut self) {
+        if self.ring.len() > 2 * self.map.len() + RING_SLACK {
+            let map = &self.map;
+            self.ring
+                .retain(|(k, g)| map.get(k).is_some_and(|s| s.generation == *g));
+        }
+    }
+
+    /// Evicts by CLOCK until the cache fits `max_bytes`: a referenced slot at the hand loses its
+    /// bit and goes round once more, an unreferenced one is evicted.
+    fn evict_to(&mut self, max_bytes: usize) {
+        while self.bytes > max_bytes {
+            let Some((k, g)) = self.ring.pop_front() else {
+                break;
+            };
+            let Some(slot) = self.map.get_mut(&k) else {
+                continue;
+            };
+            if slot.generation != g {
+                continue;
+            }
+            if slot.referenced {
+                slot.referenced = false;
+                self.ring.push_back((k, g));
+            } else if let Some(slot) = self.map.remove(&k) {
+                self.bytes -= slot.charge;
+            }
+        }
+    }
+}
+
+/// Stale ring places tolerated beyond twice the live entries before a compaction.
+const RING_SLACK: usize = 1024;
+
+/// Keys up to this long are built on the stack for a lookup.
+const STACK_KEY_BYTES: usize = 256;
+
+/// A byte-bounded cache of object metadata, evicting by CLOCK (an approximation of LRU whose
+/// hits do not reorder anything).
 #[derive(Debug)]
 pub(crate) struct OnodeCache {
     inner: Mutex<Inner>,
     max_bytes: usize,
 }
 
+/// Writes the cache key of (collection, object) into `out`: the collection's length, the
+/// collection, the object, so that no two pairs share a key.
+fn put_key(out: &mut [u8], coll: &str, obj: &str) {
+    out[..2].copy_from_slice(&(coll.len() as u16).to_be_bytes());
+    out[2..2 + coll.len()].copy_from_slice(coll.as_bytes());
+    out[2 + coll.len()..].copy_from_slice(obj.as_bytes());
+}
+
+fn key_len(coll: &str, obj: &str) -> usize {
+    2 + coll.len() + obj.len()
+}
+
 fn key(coll: &str, obj: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(2 + coll.len() + obj.len());
-    k.extend_from_slice(&(coll.len() as u16).to_be_bytes());
-    k.extend_from_slice(coll.as_bytes());
-    k.extend_from_slice(obj.as_bytes());
+    let mut k = vec![0u8; key_len(coll, obj)];
+    put_key(&mut k, coll, obj);
     k
+}
+
+/// Calls `f` with the key of (collection, object), built without allocating when short.
+fn with_key<R>(coll: &str, obj: &str, f: impl FnOnce(&[u8]) -> R) -> R {
+    let n = key_len(coll, obj);
+    if n <= STACK_KEY_BYTES {
+        let mut buf = [0u8; STACK_KEY_BYTES];
+        put_key(&mut buf[..n], coll, obj);
+        f(&buf[..n])
+    } else {
+        f(&key(coll, obj))
+    }
 }
 
 impl OnodeCache {
@@ -120,55 +197,55 @@ impl OnodeCache {
 
     /// The cached metadata of an object, marking it recently used.
     pub(crate) fn get(&self, coll: &str, obj: &str) -> Option<Arc<CachedObject>> {
-        let k = key(coll, obj);
-        let mut g = self.lock();
-        let inner = &mut *g;
-        let (o, tick, _) = inner.map.get_mut(&k)?;
-        let o = o.clone();
-        inner.tick += 1;
-        let old = std::mem::replace(tick, inner.tick);
-        inner.lru.remove(&old);
-        inner.lru.insert(inner.tick, k);
-        Some(o)
+        with_key(coll, obj, |k| {
+            let mut g = self.lock();
+            let slot = g.map.get_mut(k)?;
+            slot.referenced = true;
+            Some(slot.object.clone())
+        })
     }
 
     /// Caches an object's metadata (read from a snapshot at least as new as the last commit),
-    /// evicting the least recently used entries beyond the budget.
+    /// evicting by CLOCK beyond the budget.
     pub(crate) fn insert(&self, coll: &str, obj: &str, o: Arc<CachedObject>) {
-        let k = key(coll, obj);
+        let k: Arc<[u8]> = key(coll, obj).into();
         let charge = o.charge(k.len());
         if charge > self.max_bytes / 4 {
             return;
         }
         let mut g = self.lock();
         let inner = &mut *g;
-        inner.tick += 1;
-        let tick = inner.tick;
-        if let Some((_, old_tick, old_charge)) = inner.map.insert(k.clone(), (o, tick, charge)) {
-            inner.lru.remove(&old_tick);
-            inner.bytes -= old_charge;
+        inner.generation += 1;
+        let generation = inner.generation;
+        let slot = Slot {
+            object: o,
+            referenced: false,
+            charge,
+            generation,
+        };
+        if let Some(old) = inner.map.insert(k.clone(), slot) {
+            inner.bytes -= old.charge;
         }
-        inner.lru.insert(tick, k);
+        inner.ring.push_back((k, generation));
         inner.bytes += charge;
-        while inner.bytes > self.max_bytes {
-            let Some((_, victim)) = inner.lru.pop_first() else {
-                break;
-            };
-            if let Some((_, _, c)) = inner.map.remove(&victim) {
-                inner.bytes -= c;
-            }
-        }
+        inner.evict_to(self.max_bytes);
+        inner.compact_ring();
     }
 
     /// Forgets an object (its metadata changed).
     pub(crate) fn invalidate(&self, coll: &str, obj: &str) {
-        let k = key(coll, obj);
-        let mut g = self.lock();
-        let inner = &mut *g;
-        if let Some((_, tick, c)) = inner.map.remove(&k) {
-            inner.lru.remove(&tick);
-            inner.bytes -= c;
-        }
+        with_key(coll, obj, |k| {
+            let mut g = self.lock();
+            if let Some(slot) = g.map.remove(k) {
+                g.bytes -= slot.charge;
+            }
+        })
+    }
+
+    /// Places in the eviction ring, stale ones included (tests check it stays bounded).
+    #[cfg(test)]
+    fn ring_len(&self) -> usize {
+        self.lock().ring.len()
     }
 }
 
@@ -216,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn lru_within_budget_and_invalidation() {
+    fn clock_evicts_the_unused_within_budget_and_invalidation() {
         let one = obj(10).charge(key("c", "o0").len());
         let c = OnodeCache::new(one * 4);
         for i in 0..4 {
@@ -224,7 +301,10 @@ mod tests {
         }
         assert!(c.get("c", "o0").is_some());
         c.insert("c", "o4", obj(10));
-        assert!(c.get("c", "o1").is_none(), "least recently used evicted");
+        assert!(
+            c.get("c", "o1").is_none(),
+            "the unused entry at the hand is evicted"
+        );
         assert!(c.get("c", "o0").is_some() && c.get("c", "o4").is_some());
         c.invalidate("c", "o0");
         assert!(c.get("c", "o0").is_none());
@@ -237,5 +317,29 @@ mod tests {
         let off = OnodeCache::new(0);
         off.insert("c", "o", obj(1));
         assert!(off.get("c", "o").is_none());
+    }
+
+    #[test]
+    fn stale_ring_places_stay_bounded_under_invalidation() {
+        let c = OnodeCache::new(1 << 30);
+        for round in 0..50 {
+            for i in 0..100 {
+                c.insert("c", &format!("o{i}"), obj(1));
+                if round % 2 == 0 {
+                    c.invalidate("c", &format!("o{i}"));
+                }
+            }
+        }
+        assert!(
+            c.ring_len() <= 2 * 100 + RING_SLACK + 1,
+            "ring {} places for at most 100 objects",
+            c.ring_len()
+        );
+        assert!((0..100).all(|i| c.get("c", &format!("o{i}")).is_some()));
+        let long = "x".repeat(STACK_KEY_BYTES + 10);
+        c.insert("c", &long, obj(1));
+        assert!(c.get("c", &long).is_some(), "long keys are found too");
+        c.invalidate("c", &long);
+        assert!(c.get("c", &long).is_none());
     }
 }

@@ -847,3 +847,40 @@ async fn read_buffers_come_back_for_reuse_up_to_the_pool_budget() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_read_with_an_attribute_sees_both_from_one_committed_state() {
+    let r = rig().await;
+    let s = r.store();
+    let data = pattern(3, 3 * 4096 + 100);
+    let mut t = Transaction::new();
+    t.write("c", "o", 0, &data).setattr("c", "o", "_v", b"v1");
+    s.queue_transaction(&t).await.unwrap();
+    for round in 0..2 {
+        let (bytes, crcs, v) = s
+            .read_checksummed_with_attr("c", "o", 4096, 8192, "_v")
+            .await
+            .unwrap();
+        assert_eq!(&bytes[..], &data[4096..12288], "round {round}");
+        assert_eq!(crcs.crcs.len(), 2);
+        assert_eq!(crcs.crcs[0], crc_fast::crc32_iscsi(&data[4096..8192]));
+        assert_eq!(v.as_deref(), Some(&b"v1"[..]), "round {round}: attr");
+        let (_, _, none) = s
+            .read_checksummed_with_attr("c", "o", 0, 10, "missing")
+            .await
+            .unwrap();
+        assert_eq!(none, None, "round {round}: an absent attribute");
+    }
+    let mut t = Transaction::new();
+    t.write("c", "o", 0, b"new").setattr("c", "o", "_v", b"v2");
+    s.queue_transaction(&t).await.unwrap();
+    let (bytes, _, v) = s
+        .read_checksummed_with_attr("c", "o", 0, 3, "_v")
+        .await
+        .unwrap();
+    assert_eq!((&bytes[..], v.as_deref()), (&b"new"[..], Some(&b"v2"[..])));
+    assert!(matches!(
+        s.read_checksummed_with_attr("c", "gone", 0, 3, "_v").await,
+        Err(StoreError::NoSuchObject { .. })
+    ));
+}
