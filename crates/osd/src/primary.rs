@@ -82,7 +82,9 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
         );
     };
     if op.kind.is_write() {
-        write(s, client, &pg, active, op, data).await
+        // Boxed: a write's future is several times a read's, and every op's future is moved
+        // whole when its task is spawned (reads would pay to copy the write's state).
+        Box::pin(write(s, client, &pg, active, op, data)).await
     } else {
         read_or_repair(s, client, &pg, active, op).await
     }
@@ -110,7 +112,13 @@ async fn read_or_repair(
         Err(damaged) => damaged,
     };
     let tid = op.tid;
-    match crate::repair::repair_object(s, pg, active, &op.object, &error).await {
+    // Boxed: the repair's future is large and rarely needed; inline, every read would carry
+    // (and copy) its state.
+    match Box::pin(crate::repair::repair_object(
+        s, pg, active, &op.object, &error,
+    ))
+    .await
+    {
         Repair::Repaired { .. } | Repair::Intact => match scheduled_read(s, client, pg, op).await {
             Ok(answer) => answer,
             Err(Damaged { op, error }) => fail(
