@@ -158,6 +158,39 @@ pub struct BenchArgs {
 
 const BENCH_META: &str = "benchmark_last_metadata";
 
+/// The names a `cairn bench ... write` run gives its objects, as rados bench does
+/// (`benchmark_data_HOST_PID_object` then the index): each run writes new objects, so a run's
+/// small writes do not overwrite (and free) a previous run's large objects.
+fn bench_prefix() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("benchmark_data_{host}_{}_object", std::process::id())
+}
+
+/// The metadata a `write --no-cleanup` run leaves for `seq` and `rand`: how many objects it
+/// wrote and their name prefix.
+fn bench_meta(written: u64, prefix: &str) -> String {
+    format!("{written} {prefix}")
+}
+
+/// Reads [`bench_meta`] back (a count alone, from before names had a prefix per run, means
+/// the old fixed prefix).
+fn parse_bench_meta(meta: &str) -> anyhow::Result<(u64, String)> {
+    let mut fields = meta.split_whitespace();
+    let count = fields
+        .next()
+        .and_then(|c| c.parse::<u64>().ok())
+        .context("bad bench metadata: no object count")?;
+    let prefix = fields.next().unwrap_or("bench_").to_string();
+    if fields.next().is_some() {
+        bail!("bad bench metadata: more than a count and a prefix");
+    }
+    Ok((count, prefix))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -173,17 +206,14 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     crate::runtime::build(a.client_threads, "--client-threads")?.block_on(async {
         let client = Arc::new(connect(&a.target).await?);
         let pool = a.target.pool.clone();
-        let objects = match a.mode {
-            Mode::Write => 0,
+        let (objects, prefix) = match a.mode {
+            Mode::Write => (0, bench_prefix()),
             _ => {
                 let meta = client
                     .read(&pool, BENCH_META)
                     .await
                     .context("no objects from a previous `cairn bench ... write --no-cleanup`")?;
-                String::from_utf8_lossy(&meta)
-                    .trim()
-                    .parse::<u64>()
-                    .context("bad bench metadata")?
+                parse_bench_meta(&String::from_utf8_lossy(&meta))?
             }
         };
         if a.mode != Mode::Write && objects == 0 {
@@ -200,7 +230,6 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         let bytes = Arc::new(Mutex::new(0u64));
         let started = Instant::now();
         let stop_at = started + Duration::from_secs(a.seconds);
-        let prefix = "bench_".to_string();
         let mut workers = Vec::new();
         for w in 0..a.threads {
             let (client, pool, block, next, lat, bytes, prefix) = (
@@ -303,7 +332,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             // Objects 0..written were all attempted; every one completed or the run failed.
             if a.no_cleanup {
                 client
-                    .write_full(&pool, BENCH_META, written.to_string().as_bytes())
+                    .write_full(&pool, BENCH_META, bench_meta(written, &prefix).as_bytes())
                     .await?;
             } else {
                 for i in 0..written {
@@ -313,4 +342,31 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_metadata_round_trips_and_bad_metadata_is_refused() {
+        let prefix = bench_prefix();
+        assert!(
+            prefix.starts_with("benchmark_data_")
+                && prefix.ends_with(&format!("_{}_object", std::process::id())),
+            "{prefix}"
+        );
+        assert_eq!(
+            parse_bench_meta(&bench_meta(42, &prefix)).unwrap(),
+            (42, prefix)
+        );
+        assert_eq!(
+            parse_bench_meta("7\n").unwrap(),
+            (7, "bench_".to_string()),
+            "a count alone is the old fixed prefix"
+        );
+        for bad in ["", "x y", "3 a b"] {
+            assert!(parse_bench_meta(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
 }

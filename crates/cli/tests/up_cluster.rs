@@ -124,6 +124,51 @@ fn up_put_get_bench_down() {
         "3",
     ]);
     assert!(ok && out.contains("Average IOPS"), "{out}");
+    // A write run kept with --no-cleanup is read back by seq and rand; each write run names
+    // its objects anew (as rados bench does), so a second one adds objects.
+    let bench_write_kept = || {
+        let (ok, out) = cairn(&[
+            "bench",
+            "--mon",
+            &mon,
+            "-p",
+            "data",
+            "1",
+            "write",
+            "-b",
+            "4096",
+            "-t",
+            "2",
+            "--no-cleanup",
+        ]);
+        assert!(ok, "{out}");
+        total_ops(&out)
+    };
+    let listed = || {
+        let (ok, out) = cairn(&["ls", "--mon", &mon, "-p", "data"]);
+        assert!(ok, "{out}");
+        out.lines()
+            .filter(|l| l.starts_with("benchmark_data_"))
+            .count() as u64
+    };
+    let first = bench_write_kept();
+    assert!(first > 0 && listed() == first, "{first} written");
+    for mode in ["seq", "rand"] {
+        let (ok, out) = cairn(&["bench", "--mon", &mon, "-p", "data", "1", mode, "-t", "2"]);
+        assert!(ok && total_ops(&out) > 0, "{mode}: {out}");
+        if mode == "seq" {
+            assert!(
+                total_ops(&out) <= first,
+                "seq reads each kept object once: {out}"
+            );
+        }
+    }
+    let second = bench_write_kept();
+    assert_eq!(
+        listed(),
+        first + second,
+        "the second run's objects are new ones"
+    );
     let (ok, out) = cairn(&[
         "bench",
         "--mon",
@@ -297,4 +342,12 @@ fn a_prefill_the_file_system_cannot_hold_is_refused_before_anything_starts() {
         "{out}"
     );
     drop(cluster);
+}
+
+/// The "Total ops" a `cairn bench` run printed.
+fn total_ops(out: &str) -> u64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("Total ops:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no total ops in {out}"))
 }
