@@ -303,7 +303,7 @@ impl Store {
                     }
                 }
                 for p in &stage.deferred_dropped {
-                    t.deferred.remove(*p).map_err(|e| (usize::MAX, e))?;
+                    t.deferred.remove(*p);
                 }
                 for (p, c) in &stage.deferred_new {
                     t.deferred

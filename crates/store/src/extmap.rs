@@ -80,7 +80,7 @@ pub(crate) fn punch(
     let to = to.unwrap_or(u64::MAX);
     let mut removed = Vec::with_capacity(hit.len());
     for e in hit {
-        t.remove(block_key(prefix, e.lblock).as_slice())?;
+        t.remove(block_key(prefix, e.lblock).as_slice());
         if e.lblock < from {
             put(t, prefix, &e.slice(e.lblock, from))?;
         }

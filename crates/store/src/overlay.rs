@@ -200,12 +200,11 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
         Ok(())
     }
 
-    /// Removes `key` (recorded); returns whether it existed.
-    pub(crate) fn remove<'k>(&mut self, key: impl Borrow<K::SelfType<'k>>) -> Result<bool> {
-        let key = key.borrow();
-        let existed = self.get(key)?.is_some();
-        self.touched.insert(Self::raw(key), None);
-        Ok(existed)
+    /// Removes `key` (recorded), without looking it up: removing a key that is not there
+    /// changes nothing, and a lookup would cost a KV search for keys only the checkpointed
+    /// table could hold.
+    pub(crate) fn remove<'k>(&mut self, key: impl Borrow<K::SelfType<'k>>) {
+        self.touched.insert(Self::raw(key.borrow()), None);
     }
 
     /// The changes recorded so far (and forgets them).
@@ -399,12 +398,17 @@ mod tests {
         let base = r.open_table(T).unwrap();
         let mut t = Layered::new(&base, [&in_flight, &live, &frozen]);
         t.insert(b"b".as_slice(), b"mine".as_slice()).unwrap();
-        assert!(t.remove(b"g".as_slice()).unwrap());
-        assert!(!t.remove(b"c".as_slice()).unwrap(), "removed below");
-        assert!(
-            !t.remove(b"f".as_slice()).unwrap(),
+        assert!(t.get(b"g".as_slice()).unwrap().is_some());
+        assert_eq!(t.get(b"c".as_slice()).unwrap(), None, "removed below");
+        assert_eq!(
+            t.get(b"f".as_slice()).unwrap(),
+            None,
             "frozen value removed live"
         );
+        for k in ["g", "c", "f"] {
+            t.remove(k.as_bytes());
+        }
+        assert_eq!(t.get(b"g".as_slice()).unwrap(), None, "removed here");
         t.insert(b"e".as_slice(), b"mine".as_slice()).unwrap();
         assert_eq!(t.get(b"a".as_slice()).unwrap(), Some(b"frozen".to_vec()));
         assert_eq!(t.get(b"c".as_slice()).unwrap(), None);
@@ -471,7 +475,7 @@ mod tests {
             for (k, v) in &mine {
                 match v {
                     Some(v) => t.insert(k.as_slice(), v.as_slice()).unwrap(),
-                    None => drop(t.remove(k.as_slice()).unwrap()),
+                    None => t.remove(k.as_slice()),
                 }
             }
             let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> =

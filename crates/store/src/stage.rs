@@ -151,7 +151,7 @@ fn range_keys(t: &BytesTable<'_>, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>
 fn take_prefix(t: &mut BytesTable<'_>, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let entries = range_keys(t, prefix)?;
     for (k, _) in &entries {
-        t.remove(k.as_slice())?;
+        t.remove(k.as_slice());
     }
     Ok(entries)
 }
@@ -262,7 +262,7 @@ impl Store {
                             )?;
                         }
                     }
-                    t.onodes.remove(s.key.as_slice())?;
+                    t.onodes.remove(s.key.as_slice());
                     t.onodes
                         .insert(d.key.as_slice(), node.encode().as_slice())?;
                 }
@@ -283,7 +283,7 @@ impl Store {
                 let o = Self::obj(t, coll, obj)?;
                 Self::must_exist(t, &o)?;
                 t.xattrs
-                    .remove(sub_key(&o.prefix, name.as_bytes()).as_slice())?;
+                    .remove(sub_key(&o.prefix, name.as_bytes()).as_slice());
             }
             Op::OmapSet { coll, obj, entries } => {
                 let o = Self::obj(t, coll, obj)?;
@@ -297,7 +297,7 @@ impl Store {
                 let o = Self::obj(t, coll, obj)?;
                 Self::must_exist(t, &o)?;
                 for k in keys {
-                    t.omap.remove(sub_key(&o.prefix, k).as_slice())?;
+                    t.omap.remove(sub_key(&o.prefix, k).as_slice());
                 }
             }
         }
@@ -335,7 +335,7 @@ impl Store {
         if non_empty {
             return Err(StoreError::CollectionNotEmpty(coll.to_string()));
         }
-        t.colls.remove(coll)?;
+        t.colls.remove(coll);
         Ok(())
     }
 
@@ -852,7 +852,7 @@ impl Store {
         }
         take_prefix(&mut t.xattrs, &o.prefix)?;
         take_prefix(&mut t.omap, &o.prefix)?;
-        t.onodes.remove(o.key.as_slice())?;
+        t.onodes.remove(o.key.as_slice());
         stage.objects_delta -= 1;
         stage.stored_delta -= node.size_bytes as i64;
         Ok(true)
