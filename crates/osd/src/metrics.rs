@@ -313,7 +313,7 @@ impl Metrics {
 /// how many device and KV bytes it costs.
 pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
     const NS: f64 = 1e-9;
-    let counters: [(&str, &str, f64); 17] = [
+    let counters: [(&str, &str, f64); 19] = [
         (
             "commits_total",
             "Transactions committed.",
@@ -363,6 +363,16 @@ pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
             "device_flushes_total",
             "Device flushes.",
             st.device_flushes as f64,
+        ),
+        (
+            "onode_cache_hits_total",
+            "Reads' object metadata found in the onode cache.",
+            st.onode_cache_hits as f64,
+        ),
+        (
+            "onode_cache_misses_total",
+            "Reads' object metadata looked up in the KV.",
+            st.onode_cache_misses as f64,
         ),
         (
             "kv_bytes_written_total",
@@ -457,6 +467,7 @@ mod tests {
             device_flush_ns: 1_500_000_000,
             free_bytes: 4096,
             io_buffers_free_bytes: 8 << 20,
+            onode_cache_misses: 3,
             ..Default::default()
         };
         let text = render_store(2, &st);
@@ -466,6 +477,7 @@ mod tests {
         assert!(text.contains("# TYPE cairn_osd_store_free_bytes gauge"));
         assert!(text.contains("cairn_osd_store_free_bytes{osd=\"2\"} 4096\n"));
         assert!(text.contains("cairn_osd_store_io_buffers_free_bytes{osd=\"2\"} 8388608\n"));
+        assert!(text.contains("cairn_osd_store_onode_cache_misses_total{osd=\"2\"} 3\n"));
     }
 
     #[test]

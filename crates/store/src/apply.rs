@@ -12,15 +12,17 @@
 //! and never release a block before the commit that stops referencing it.
 
 use crate::bufpool::RunBuf;
-use crate::codec;
+use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
+use crate::codec::{self, prefix_end, split_block_key, Extent, Onode};
 use crate::early::{EarlyHandle, Placed};
 use crate::error::{Result, StoreError};
 use crate::inflight::{InFlight, InFlightView, Launch, Written, MAX_IN_FLIGHT};
-use crate::stage::{Stage, Tables};
+use crate::stage::{CreatedObject, Stage, Tables};
 use crate::store::{State, Store};
 use crate::txn::{Op, Transaction};
-use crate::wal;
+use crate::wal::{self, REDO_EXTENTS, REDO_ONODES, REDO_XATTRS};
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -95,6 +97,8 @@ pub(crate) struct GroupEffects {
     pub(crate) deferred_dropped: Vec<u64>,
     pub(crate) objects_delta: i64,
     pub(crate) stored_delta: i64,
+    /// Objects it created (their cache entries are built from its redo record).
+    pub(crate) created: Vec<CreatedObject>,
 }
 
 /// The device writes of a launched group: its record (first block in the ring, whole
@@ -404,6 +408,7 @@ impl Store {
             deferred_dropped: std::mem::take(&mut stage.deferred_dropped),
             objects_delta: stage.objects_delta,
             stored_delta: stage.stored_delta,
+            created: std::mem::take(&mut stage.created),
         };
         let Some(pos) = placed else {
             // A checkpoint makes this group durable, and it must carry every group before it.
@@ -547,12 +552,22 @@ impl Store {
             deferred_dropped,
             objects_delta,
             stored_delta,
+            created,
         } = effects;
+        let fresh: Vec<_> = created
+            .iter()
+            .filter_map(|c| Some((c, self.created_meta(&redo, c)?)))
+            .collect();
         st.overlay.absorb(redo);
         for p in &live {
             for (coll, obj) in p.objects() {
                 self.onode_cache.invalidate(coll, obj);
             }
+        }
+        // Objects the group created are cached as it left them: a read soon after the write
+        // finds them (the entries are exactly the committed state, built under the lock).
+        for (c, meta) in fresh {
+            self.onode_cache.insert(&c.coll, &c.name, Arc::new(meta));
         }
         for &(start, len) in &to_free {
             if let Err(e) = self.release_freed(st, start, len) {
@@ -570,6 +585,39 @@ impl Store {
             return self.fail_all(live, e);
         }
         self.acknowledge(live);
+    }
+
+    /// The onode cache entry of an object the group created, from its redo record alone (the
+    /// object had nothing in the KV before it): its size, every extent, and the attributes it
+    /// was given. `None` when the group removed it again, its extent map is too large to cache,
+    /// or a record does not decode (then it is simply not cached).
+    fn created_meta(&self, redo: &wal::Redo, c: &CreatedObject) -> Option<CachedObject> {
+        let node = Onode::decode(redo.tables[REDO_ONODES].get(&c.key)?.as_deref()?).ok()?;
+        let blocks = node.size_bytes.div_ceil(self.sb.block_bytes);
+        if blocks.saturating_mul(4) > MAX_CACHED_EXTENT_BYTES as u64 {
+            return None;
+        }
+        let end = prefix_end(&c.prefix);
+        let under = |table: usize| {
+            let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            redo.tables[table]
+                .range::<[u8], _>((Bound::Included(c.prefix.as_slice()), upper))
+                .filter_map(|(k, v)| Some((k, v.as_ref()?)))
+        };
+        let mut extents = Vec::new();
+        for (k, v) in under(REDO_EXTENTS) {
+            let (prefix, lblock) = split_block_key(k).ok()?;
+            if prefix != c.prefix.as_slice() {
+                return None;
+            }
+            extents.push(Extent::decode(lblock, v).ok()?);
+        }
+        let meta = CachedObject::new(node.size_bytes, extents);
+        for (k, v) in under(REDO_XATTRS) {
+            let name = std::str::from_utf8(&k[c.prefix.len()..]).ok()?;
+            meta.remember_attr(name, Some(codec::open(v, "xattr value").ok()?));
+        }
+        Some(meta)
     }
 
     /// What follows a group's commit once the in-memory state (freed blocks, pending deferred

@@ -2,14 +2,16 @@
 //! so far) of recently read objects, so a read that hits it needs no KV lookup.
 //!
 //! Owns a byte-bounded CLOCK-evicted map from (collection, object) to an immutable snapshot of the
-//! object's metadata. Coherence with commits: entries are filled only by readers holding the
-//! store's shared lock, from a KV snapshot taken under it, and the committer (holding the
-//! exclusive lock) removes every object a group touched after its KV commit and before the lock
-//! is released, so no reader can see or insert metadata older than the last commit. It must
-//! never hold an entry for an object whose metadata changed after the entry was filled.
+//! object's metadata. Coherence with commits: entries are filled by readers holding the
+//! store's shared lock, from a KV snapshot taken under it, and by the committer (holding the
+//! exclusive lock) for the objects a group created, from the group's own changes; the
+//! committer removes every other object a group touched after its KV commit and before the
+//! lock is released, so no reader can see or insert metadata older than the last commit. It
+//! must never hold an entry for an object whose metadata changed after the entry was filled.
 
 use crate::codec::Extent;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Objects whose extent map would take more than this are not cached (their reads look up only
@@ -150,6 +152,9 @@ const STACK_KEY_BYTES: usize = 256;
 pub(crate) struct OnodeCache {
     inner: Mutex<Inner>,
     max_bytes: usize,
+    /// Lookups that found their object, and those that did not (for the store's stats).
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 /// Writes the cache key of (collection, object) into `out`: the collection's length, the
@@ -188,7 +193,17 @@ impl OnodeCache {
         Self {
             inner: Mutex::new(Inner::default()),
             max_bytes,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
+    }
+
+    /// Lookups so far that found their object, and those that did not.
+    pub(crate) fn hits_and_misses(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -197,12 +212,19 @@ impl OnodeCache {
 
     /// The cached metadata of an object, marking it recently used.
     pub(crate) fn get(&self, coll: &str, obj: &str) -> Option<Arc<CachedObject>> {
-        with_key(coll, obj, |k| {
+        let found = with_key(coll, obj, |k| {
             let mut g = self.lock();
             let slot = g.map.get_mut(k)?;
             slot.referenced = true;
             Some(slot.object.clone())
-        })
+        });
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
     }
 
     /// Caches an object's metadata (read from a snapshot at least as new as the last commit),

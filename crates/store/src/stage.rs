@@ -75,6 +75,17 @@ impl<'t> Tables<'t> {
     }
 }
 
+/// An object a group created: its names (the onode cache's key) and its KV keys.
+#[derive(Debug)]
+pub(crate) struct CreatedObject {
+    pub(crate) coll: String,
+    pub(crate) name: String,
+    /// Its onode's key.
+    pub(crate) key: Vec<u8>,
+    /// The prefix of its extent and attribute keys.
+    pub(crate) prefix: Vec<u8>,
+}
+
 /// What a transaction (or group) has done so far, outside the KV.
 #[derive(Debug, Default)]
 pub(crate) struct Stage {
@@ -94,6 +105,9 @@ pub(crate) struct Stage {
     pub(crate) early_runs: Vec<(u64, u64)>,
     pub(crate) objects_delta: i64,
     pub(crate) stored_delta: i64,
+    /// Objects the group created (they had no onode in its view): every extent and attribute
+    /// they have is in its redo record, so their onode cache entries can be built from it.
+    pub(crate) created: Vec<CreatedObject>,
     /// The groups in flight this one stages over, oldest first: their deferred block contents
     /// are read from memory, and a block they write copy-on-write only once written.
     pub(crate) inflight: Vec<Arc<InFlightView>>,
@@ -381,6 +395,12 @@ impl Store {
         let n = Onode::default();
         t.onodes.insert(o.key.as_slice(), n.encode().as_slice())?;
         stage.objects_delta += 1;
+        stage.created.push(CreatedObject {
+            coll: o.coll.to_string(),
+            name: o.name.to_string(),
+            key: o.key.clone(),
+            prefix: o.prefix.clone(),
+        });
         Ok(n)
     }
 

@@ -162,6 +162,10 @@ pub struct StoreStats {
     pub io_buffers_free_bytes: u64,
     /// Bytes written early (by their submitters, before their groups formed; module `early`).
     pub early_write_bytes: u64,
+    /// Reads' metadata lookups served by the onode cache.
+    pub onode_cache_hits: u64,
+    /// Reads' metadata lookups that went to the KV.
+    pub onode_cache_misses: u64,
 }
 
 #[derive(Debug, Default)]
@@ -761,6 +765,7 @@ impl Store {
     pub async fn stats(&self) -> StoreStats {
         let st = self.state.read().await;
         let bs = self.sb.block_bytes;
+        let (onode_cache_hits, onode_cache_misses) = self.onode_cache.hits_and_misses();
         let (total, free, fragmentation, free_extents) = {
             let a = self.allocator();
             (
@@ -802,6 +807,8 @@ impl Store {
             wal_discarded: self.counters.wal_discarded.load(Ordering::Relaxed),
             io_buffers_free_bytes: self.bufs.free_bytes() as u64,
             early_write_bytes: self.counters.early_write_bytes.load(Ordering::Relaxed),
+            onode_cache_hits,
+            onode_cache_misses,
         }
     }
 

@@ -20,8 +20,12 @@ use crate::logged::{Change, Touched};
 /// Tables a redo record covers, in this order: meta, collections, onodes, extents, xattrs, omap,
 /// deferred (the order of `stage::Tables`).
 pub(crate) const REDO_TABLES: usize = 7;
+/// Index of the onodes table in a redo record.
+pub(crate) const REDO_ONODES: usize = 2;
 /// Index of the extents table in a redo record.
 pub(crate) const REDO_EXTENTS: usize = 3;
+/// Index of the xattrs table in a redo record.
+pub(crate) const REDO_XATTRS: usize = 4;
 /// Tables whose keys are UTF-8 strings (meta, collections).
 const STR_KEY_TABLES: [usize; 2] = [0, 1];
 /// The table whose keys are little-endian u64 block numbers (deferred).

@@ -884,3 +884,83 @@ async fn a_read_with_an_attribute_sees_both_from_one_committed_state() {
         Err(StoreError::NoSuchObject { .. })
     ));
 }
+
+#[tokio::test]
+async fn objects_a_commit_creates_are_read_from_the_cache_exactly_as_written() {
+    let r = rig().await;
+    let s = r.store();
+    let small = pattern(5, 3 * 4096 + 17);
+    let mut t = Transaction::new();
+    t.write("c", "new", 0, &small)
+        .setattr("c", "new", "_v", b"1")
+        .write("c", "gone", 0, b"short-lived")
+        .remove("c", "gone")
+        .push(cairn_store::Op::Touch {
+            coll: "c".into(),
+            obj: "empty".into(),
+        });
+    s.queue_transaction(&t).await.unwrap();
+    let before = s.stats().await;
+    let (bytes, crcs, v) = s
+        .read_checksummed_with_attr("c", "new", 0, 1 << 20, "_v")
+        .await
+        .unwrap();
+    assert_eq!(crc_fast::crc32_iscsi(&bytes), crc_fast::crc32_iscsi(&small));
+    assert_eq!(crcs.crcs.len(), 3, "whole blocks' crcs");
+    assert_eq!(v.as_deref(), Some(&b"1"[..]));
+    assert_eq!(s.stat("c", "empty").await.unwrap().size_bytes, 0);
+    let after = s.stats().await;
+    assert_eq!(
+        (
+            after.onode_cache_hits - before.onode_cache_hits,
+            after.onode_cache_misses - before.onode_cache_misses
+        ),
+        (2, 0),
+        "objects the commit created are cached"
+    );
+    assert!(matches!(
+        s.read("c", "gone", 0, 10).await,
+        Err(StoreError::NoSuchObject { .. })
+    ));
+    // Changed by a later commit: its entry is dropped, and the read sees the change.
+    let mut t = Transaction::new();
+    t.write("c", "new", 4096, b"changed")
+        .setattr("c", "new", "_v", b"2");
+    s.queue_transaction(&t).await.unwrap();
+    let mut want = small.clone();
+    want[4096..4103].copy_from_slice(b"changed");
+    let (bytes, _, v) = s
+        .read_checksummed_with_attr("c", "new", 0, 1 << 20, "_v")
+        .await
+        .unwrap();
+    assert_eq!(crc_fast::crc32_iscsi(&bytes), crc_fast::crc32_iscsi(&want));
+    assert_eq!(v.as_deref(), Some(&b"2"[..]));
+    // Created by concurrent submitters (one group or several): each read back exactly.
+    let write = |i: u8| async move {
+        let mut t = Transaction::new();
+        t.write(
+            "c",
+            &format!("par{i}"),
+            0,
+            &pattern(i, 4096 * (i as usize + 1)),
+        )
+        .setattr("c", &format!("par{i}"), "_v", &[i]);
+        s.queue_transaction(&t).await
+    };
+    let (a, b, c, d) = tokio::join!(write(0), write(1), write(2), write(3));
+    let (e, f, g, h) = tokio::join!(write(4), write(5), write(6), write(7));
+    for r in [a, b, c, d, e, f, g, h] {
+        r.unwrap();
+    }
+    for i in 0..8u8 {
+        let (bytes, _, v) = s
+            .read_checksummed_with_attr("c", &format!("par{i}"), 0, 1 << 20, "_v")
+            .await
+            .unwrap();
+        assert_eq!(
+            crc_fast::crc32_iscsi(&bytes),
+            crc_fast::crc32_iscsi(&pattern(i, 4096 * (i as usize + 1)))
+        );
+        assert_eq!(v, Some(vec![i]));
+    }
+}
