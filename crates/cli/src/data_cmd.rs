@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,6 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use cairn_client::Client;
 use clap::{Args, ValueEnum};
-use tokio::sync::Mutex;
 
 use crate::mon_cmd::DEFAULT_MON;
 
@@ -225,32 +225,31 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             .map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8)
             .collect::<Vec<u8>>()
             .into();
-        let next = Arc::new(Mutex::new(0u64));
-        let lat = Arc::new(Mutex::new(Vec::<f64>::new()));
-        let bytes = Arc::new(Mutex::new(0u64));
+        // Shared counters are atomics and each worker keeps its own latencies: at tens of
+        // thousands of small ops a second, a lock per op would cost the client CPU it shares
+        // with the cluster on a small machine.
+        let next = Arc::new(AtomicU64::new(0));
+        let done_ops = Arc::new(AtomicU64::new(0));
+        let bytes = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
         let stop_at = started + Duration::from_secs(a.seconds);
         let mut workers = Vec::new();
         for w in 0..a.threads {
-            let (client, pool, block, next, lat, bytes, prefix) = (
+            let (client, pool, block, next, done_ops, bytes, prefix) = (
                 client.clone(),
                 pool.clone(),
                 block.clone(),
                 next.clone(),
-                lat.clone(),
+                done_ops.clone(),
                 bytes.clone(),
                 prefix.clone(),
             );
             let mode = a.mode;
             workers.push(tokio::spawn(async move {
                 let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (w as u64);
+                let mut lat = Vec::new();
                 while Instant::now() < stop_at {
-                    let i = {
-                        let mut n = next.lock().await;
-                        let i = *n;
-                        *n += 1;
-                        i
-                    };
+                    let i = next.fetch_add(1, Ordering::Relaxed);
                     let t0 = Instant::now();
                     let moved = match mode {
                         Mode::Write => client
@@ -277,21 +276,22 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                         }
                     };
                     let moved = moved?;
-                    lat.lock().await.push(t0.elapsed().as_secs_f64() * 1000.0);
-                    *bytes.lock().await += moved as u64;
+                    lat.push(t0.elapsed().as_secs_f64() * 1000.0);
+                    done_ops.fetch_add(1, Ordering::Relaxed);
+                    bytes.fetch_add(moved as u64, Ordering::Relaxed);
                 }
-                anyhow::Ok(())
+                anyhow::Ok(lat)
             }));
         }
         // Progress once a second, as rados bench prints it (on stderr: the summary stays clean).
-        let (p_lat, p_bytes) = (lat.clone(), bytes.clone());
+        let (p_ops, p_bytes) = (done_ops.clone(), bytes.clone());
         let progress = tokio::spawn(async move {
             eprintln!("  sec   ops   cur MB/s   avg MB/s   cur ops/s");
-            let (mut last_ops, mut last_bytes) = (0usize, 0u64);
+            let (mut last_ops, mut last_bytes) = (0u64, 0u64);
             for sec in 1.. {
                 tokio::time::sleep_until((started + Duration::from_secs(sec)).into()).await;
-                let ops = p_lat.lock().await.len();
-                let b = *p_bytes.lock().await;
+                let ops = p_ops.load(Ordering::Relaxed);
+                let b = p_bytes.load(Ordering::Relaxed);
                 let el = started.elapsed().as_secs_f64();
                 eprintln!(
                     "  {sec:>3} {ops:>6} {:>10.2} {:>10.2} {:>11}",
@@ -302,16 +302,16 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 (last_ops, last_bytes) = (ops, b);
             }
         });
+        let mut l = Vec::new();
         for w in workers {
-            w.await??;
+            l.extend(w.await??);
         }
         progress.abort();
         let secs = started.elapsed().as_secs_f64();
-        let mut l = lat.lock().await.clone();
         l.sort_by(f64::total_cmp);
-        let total = *bytes.lock().await;
+        let total = bytes.load(Ordering::Relaxed);
         let ops = l.len();
-        let written = *next.lock().await;
+        let written = next.load(Ordering::Relaxed);
         println!("Total time run:         {secs:.3}");
         println!("Total ops:              {ops}");
         println!("Object size:            {}", a.block_size);
