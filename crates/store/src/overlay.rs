@@ -201,8 +201,7 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
     }
 
     /// Removes `key` (recorded), without looking it up: removing a key that is not there
-    /// changes nothing, and a lookup would cost a KV search for keys only the checkpointed
-    /// table could hold.
+    /// changes nothing, and looking it up would search redb's B-tree for every removed key.
     pub(crate) fn remove<'k>(&mut self, key: impl Borrow<K::SelfType<'k>>) {
         self.touched.insert(Self::raw(key.borrow()), None);
     }
