@@ -230,7 +230,7 @@ impl OnodeCache {
     /// Caches an object's metadata (read from a snapshot at least as new as the last commit),
     /// evicting by CLOCK beyond the budget.
     pub(crate) fn insert(&self, coll: &str, obj: &str, o: Arc<CachedObject>) {
-        let k: Arc<[u8]> = with_key(coll, obj, Arc::from);
+        let k: Arc<[u8]> = with_key(coll, obj, |k| Arc::from(k));
         let charge = o.charge(k.len());
         if charge > self.max_bytes / 4 {
             return;
