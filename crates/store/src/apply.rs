@@ -605,11 +605,10 @@ impl Store {
                 .filter_map(|(k, v)| Some((k, v.as_ref()?)))
         };
         let mut extents = Vec::new();
+        // Object prefixes are unambiguous (`codec::object_prefix`): every key in the range is
+        // this object's.
         for (k, v) in under(REDO_EXTENTS) {
-            let (prefix, lblock) = split_block_key(k).ok()?;
-            if prefix != c.prefix.as_slice() {
-                return None;
-            }
+            let (_, lblock) = split_block_key(k).ok()?;
             extents.push(Extent::decode(lblock, v).ok()?);
         }
         let meta = CachedObject::new(node.size_bytes, extents);

@@ -227,8 +227,9 @@ impl OnodeCache {
         found
     }
 
-    /// Caches an object's metadata (read from a snapshot at least as new as the last commit),
-    /// evicting by CLOCK beyond the budget.
+    /// Caches an object's committed metadata (read from a snapshot at least as new as the last
+    /// commit, or built by the committer from what it just committed), evicting by CLOCK beyond
+    /// the budget.
     pub(crate) fn insert(&self, coll: &str, obj: &str, o: Arc<CachedObject>) {
         let k: Arc<[u8]> = with_key(coll, obj, |k| Arc::from(k));
         let charge = o.charge(k.len());
