@@ -206,6 +206,12 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     crate::runtime::build(a.client_threads, "--client-threads")?.block_on(async {
         let client = Arc::new(connect(&a.target).await?);
         let pool = a.target.pool.clone();
+        // Refused before the progress table starts (each op would fail the same way).
+        if let Some(map) = client.map() {
+            if !map.placement.pools.values().any(|p| p.name == pool) {
+                bail!("no pool `{pool}`");
+            }
+        }
         let (objects, prefix) = match a.mode {
             Mode::Write => (0, bench_prefix()),
             _ => {

@@ -108,8 +108,19 @@ fn init_logging(daemon: bool) {
         .try_init();
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Runs the command; a failure prints its chain of causes on one line (`error: what: why`),
+/// never a backtrace (anyhow's `Debug` output prints one whenever `RUST_BACKTRACE` is set).
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     init_logging(runs_daemon(&cli.command));
     if !runs_daemon(&cli.command) {
         // A command whose output is piped into `head` ends quietly when the reader goes, as

@@ -86,8 +86,9 @@ pub struct MonAddr {
 /// `cairn pool ...`.
 #[derive(Args)]
 pub struct PoolArgs {
-    #[command(flatten)]
-    mon: MonAddr,
+    /// Monitor address (before or after the pool command).
+    #[arg(long = "mon", global = true, default_value = DEFAULT_MON)]
+    mon: SocketAddr,
     #[command(subcommand)]
     command: PoolCommand,
 }
@@ -291,7 +292,7 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
         match args.command {
             PoolCommand::Ls => {
-                let map = current_map(args.mon.mon).await?;
+                let map = current_map(args.mon).await?;
                 for p in map.placement.pools.values() {
                     println!(
                         "{} {} size {} min_size {} pg_num {}",
@@ -300,8 +301,7 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                 }
             }
             PoolCommand::Create { name, pg_num, size } => {
-                let client =
-                    MonClient::connect(args.mon.mon, cairn_client::random_client_id()).await;
+                let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
                 let r = client
                     .op(
                         Request::CreatePool {
@@ -315,8 +315,7 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                 println!("pool '{name}' created (epoch {})", r.epoch);
             }
             PoolCommand::Rm { name } => {
-                let client =
-                    MonClient::connect(args.mon.mon, cairn_client::random_client_id()).await;
+                let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
                 let r = client
                     .op(Request::RemovePool { name: name.clone() }, TIMEOUT_MS)
                     .await?;
