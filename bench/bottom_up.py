@@ -22,7 +22,11 @@ it to --out. The store layer also runs the cluster bench's own 4 KiB workload (n
 then whole-object reads of random ones, `cairn store bench --small-objects`): one OSD's 4 KiB
 cells are compared with that row, the same work without the network and the OSD.
 
-Usage: bench/bottom_up.py [--seconds 10] [--out docs/cluster-bench.md] [--no-ceph] [--prefill]
+Usage: bench/bottom_up.py [--seconds 10] [--rounds 1] [--out docs/cluster-bench.md] [--no-ceph] [--prefill]
+
+With --rounds N every layer is measured N times in turn and the table gives medians with their
+range; each ratio is the median of the rounds' own ratios (both layers of a ratio measured minutes
+apart, at the machine's speed of that round).
 
 The store layer's file and the cairn OSDs' device files are sparse, as Ceph's are (ceph-mini
 creates them that way): every write to a new region pays the file system's block allocation.
@@ -273,9 +277,170 @@ def ceph(seconds, work, prefill):
         subprocess.run(["bash", os.path.join(CEPH_MINI, "down.sh")], capture_output=True)
 
 
+def measure(a, work):
+    """One round: every layer once, in order. Returns {layer: {workload: (iops, MB/s, ...)}} and
+    whether fio's buffers were huge pages."""
+    raw = os.path.join(work, "raw.dev")
+    # fio's 4 KiB phases span as many bytes as the store's objects do (the store's 4 MiB
+    # phase writes them), so both meet the same device cache; its 4 MiB phases keep 1 GiB.
+    span_mib = store_span_mib(a.seconds)
+    with open(raw, "wb") as f:
+        f.truncate(span_mib << 20)
+    run(["dd", "if=/dev/zero", f"of={raw}", "bs=4M", f"count={span_mib // 4}", "conv=fsync"])
+    layers = {}
+    old_huge = reserve_hugepages(FIO_HUGEPAGES)
+    huge = old_huge is not None
+    if not huge:
+        print("could not reserve huge pages: fio runs from small pages", file=sys.stderr)
+    try:
+        layers["fio raw file"] = {
+            "4M write": fio(raw, "write", "4M", 16, a.seconds, True, huge) + (None,),
+            "4M read": fio(raw, "read", "4M", 16, a.seconds, False, huge) + (None,),
+            "4K write": fio(raw, "randwrite", "4k", 16, a.seconds, True, huge, span_mib) + (None,),
+            "4K read": fio(raw, "randread", "4k", 16, a.seconds, False, huge, span_mib) + (None,),
+        }
+        if not a.prefill:
+            layers[FIO_SPARSE] = {"4M write": fio_sparse_write(work, a.seconds, huge)}
+    finally:
+        if huge:
+            restore_hugepages(old_huge)
+    os.remove(raw)
+    layers[NETWORK] = {
+        "4M write": msgr_bench(a.seconds, "write", 4 << 20),
+        "4M read": msgr_bench(a.seconds, "read", 4 << 20),
+        "4K write": msgr_bench(a.seconds, "write", 4096),
+        "4K read": msgr_bench(a.seconds, "read", 4096),
+    }
+    store_dev = os.path.join(work, "store.dev")
+    st = store_bench(store_dev, a.seconds, a.prefill)
+    os.remove(store_dev)
+    layers["cairn store"] = {
+        "4M write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 MiB write QD16")), None),
+        "4M read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 MiB read QD16")), None),
+        "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand write QD16")), None),
+        "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand read QD16")), None),
+    }
+    layers[STORE_OBJECTS] = {
+        "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB object write QD16")), None),
+        "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB object read QD16")), None),
+    }
+    layers["cairn 1 OSD, size 1"] = cairn_cluster(1, a.seconds, work, a.prefill)
+    layers["cairn 3 OSDs, size 3"] = cairn_cluster(3, a.seconds, work, a.prefill)
+    if not a.no_ceph:
+        layers["Ceph 16.2, 3 OSDs, size 3"] = ceph(a.seconds, work, a.prefill)
+    return layers, huge
+
+
+WORKS = ["4M write", "4M read", "4K write", "4K read"]
+
+
+def value(layers, layer, w):
+    """The cell's figure: MB/s for 4 MiB workloads, IOPS for 4 KiB ones (None when not run)."""
+    v = layers.get(layer, {}).get(w)
+    return None if not v else (v[1] if w.startswith("4M") else v[0])
+
+
+def efficiency(layers, name, layer, row_base, w):
+    """`layer` against the one below it in percent (a size-3 write counted as 3 device writes),
+    and whether that was fio for want of the named layer below; None without the numbers."""
+    base = BASE_OVERRIDE.get((name, w), row_base)
+    x = value(layers, layer, w)
+    y = value(layers, base, w)
+    vs_fio = False
+    if x is None:
+        return None
+    if not y:
+        # A layer with no number (as the store had no 4 MiB read phase before session 29): compare with fio.
+        y, vs_fio = value(layers, "fio raw file", w), True
+        if not y:
+            return None
+    factor = 3 if (layer.startswith("cairn 3") and "write" in w) else 1
+    return 100 * x * factor / y, vs_fio
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def spread(xs, fmt, bare=None):
+    """The median of `xs` as `fmt` writes it, with their range (written by `bare`, default
+    `fmt`) when there is more than one."""
+    bare = bare or fmt
+    m = fmt(median(xs))
+    return m if len(xs) == 1 else f"{m} ({bare(min(xs))}-{bare(max(xs))})"
+
+
+def table(rounds):
+    """The markdown tables of `rounds` (one {layer: {workload: numbers}} per round): each cell
+    the median over the rounds, each ratio the median of the rounds' own ratios (a ratio is
+    taken within one round, where both layers met the machine at the same speed), with the
+    range when there are several rounds."""
+    order = list(dict.fromkeys(l for r in rounds for l in r))
+    def cell(layer, w):
+        xs = [x for x in (value(r, layer, w) for r in rounds) if x is not None]
+        if not xs:
+            return "-"
+        if w.startswith("4M"):
+            return spread(xs, lambda v: f"{v:.1f} MB/s", lambda v: f"{v:.1f}")
+        return spread(xs, lambda v: f"{v:.0f} IOPS", lambda v: f"{v:.0f}")
+
+    # (row name, layer, the layer below it); one OSD stands on the store and on the network.
+    below = [("cairn store", "cairn store", "fio raw file"),
+             (STORE_OBJECTS, STORE_OBJECTS, "fio raw file"),
+             ("cairn 1 OSD, size 1", "cairn 1 OSD, size 1", "cairn store"),
+             ("cairn 1 OSD, size 1 (vs messenger)", "cairn 1 OSD, size 1", NETWORK),
+             ("cairn 3 OSDs, size 3", "cairn 3 OSDs, size 3", "cairn 1 OSD, size 1")]
+    lines = []
+    if len(rounds) > 1:
+        lines += [f"Medians of {len(rounds)} rounds (each round measures every layer in turn), "
+                  "the rounds' range in brackets.", ""]
+    lines += ["| layer | " + " | ".join(WORKS) + " |", "|---|" + "---:|" * len(WORKS)]
+    for layer in order:
+        lines.append(f"| {layer} | " + " | ".join(cell(layer, w) for w in WORKS) + " |")
+    lines.append("")
+    sparse_note = ("; the store's 4 MiB writes, into its sparse file's new regions, against fio's into a "
+                   "sparse file" if FIO_SPARSE in order else "")
+    lines.append("Efficiency of each layer against the one below (a size-3 write is counted as 3 device writes; "
+                 "one OSD's 4 KiB cells against the store running the same 4 KiB objects" + sparse_note + "):")
+    lines.append("")
+    lines.append("| layer | " + " | ".join(WORKS) + " |")
+    lines.append("|---|" + "---:|" * len(WORKS))
+    for name, layer, row_base in below:
+        row = []
+        for w in WORKS:
+            effs = [e for e in (efficiency(r, name, layer, row_base, w) for r in rounds) if e]
+            if not effs:
+                row.append("-")
+                continue
+            text = spread([e[0] for e in effs], lambda v: f"{v:.0f}%", lambda v: f"{v:.0f}")
+            row.append(text + (" (vs fio)" if any(e[1] for e in effs) else ""))
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    if "Ceph 16.2, 3 OSDs, size 3" in order:
+        lines.append("")
+        lines.append("cairn (3 OSDs, size 3) against Ceph 16.2 (3 OSDs, size 3), same machine, same run:")
+        lines.append("")
+        lines.append("| " + " | ".join(WORKS) + " |")
+        lines.append("|" + "---:|" * len(WORKS))
+        row = []
+        for w in WORKS:
+            xs = []
+            for r in rounds:
+                x, y = value(r, "cairn 3 OSDs, size 3", w), value(r, "Ceph 16.2, 3 OSDs, size 3", w)
+                if x and y:
+                    xs.append(x / y)
+            row.append("-" if not xs else spread(xs, lambda v: f"{v:.2f}x", lambda v: f"{v:.2f}"))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure every layer this many times, in turn, and report medians with "
+                         "their range (this machine's speed drifts by tens of percent over minutes)")
     ap.add_argument("--out", help="markdown table to write (default: docs/cluster-bench-table.md, "
                                   "or docs/cluster-bench-table-prefill.md with --prefill)")
     ap.add_argument("--no-ceph", action="store_true")
@@ -284,124 +449,31 @@ def main():
                          "OSDs' with `cairn up --prefill`, Ceph's block files): every layer then "
                          "writes over allocated blocks, as on a raw device")
     a = ap.parse_args()
+    if not 1 <= a.rounds <= 20:
+        ap.error("--rounds must be 1..=20")
     if a.out is None:
         name = "cluster-bench-table-prefill.md" if a.prefill else "cluster-bench-table.md"
         a.out = os.path.join(ROOT, "docs", name)
-    work = tempfile.mkdtemp(prefix="cairn-bottom-up-", dir="/work" if os.path.isdir("/work") else None)
-    try:
-        raw = os.path.join(work, "raw.dev")
-        # fio's 4 KiB phases span as many bytes as the store's objects do (the store's 4 MiB
-        # phase writes them), so both meet the same device cache; its 4 MiB phases keep 1 GiB.
-        span_mib = store_span_mib(a.seconds)
-        with open(raw, "wb") as f:
-            f.truncate(span_mib << 20)
-        run(["dd", "if=/dev/zero", f"of={raw}", "bs=4M", f"count={span_mib // 4}", "conv=fsync"])
-        layers = {}
-        old_huge = reserve_hugepages(FIO_HUGEPAGES)
-        huge = old_huge is not None
-        if not huge:
-            print("could not reserve huge pages: fio runs from small pages", file=sys.stderr)
+    rounds = []
+    huge = True
+    for i in range(a.rounds):
+        print(f"== round {i + 1} of {a.rounds}", file=sys.stderr, flush=True)
+        work = tempfile.mkdtemp(prefix="cairn-bottom-up-", dir="/work" if os.path.isdir("/work") else None)
         try:
-            layers["fio raw file"] = {
-                "4M write": fio(raw, "write", "4M", 16, a.seconds, True, huge) + (None,),
-                "4M read": fio(raw, "read", "4M", 16, a.seconds, False, huge) + (None,),
-                "4K write": fio(raw, "randwrite", "4k", 16, a.seconds, True, huge, span_mib) + (None,),
-                "4K read": fio(raw, "randread", "4k", 16, a.seconds, False, huge, span_mib) + (None,),
-            }
-            if not a.prefill:
-                layers[FIO_SPARSE] = {"4M write": fio_sparse_write(work, a.seconds, huge)}
+            layers, round_huge = measure(a, work)
         finally:
-            if huge:
-                restore_hugepages(old_huge)
-        layers[NETWORK] = {
-            "4M write": msgr_bench(a.seconds, "write", 4 << 20),
-            "4M read": msgr_bench(a.seconds, "read", 4 << 20),
-            "4K write": msgr_bench(a.seconds, "write", 4096),
-            "4K read": msgr_bench(a.seconds, "read", 4096),
-        }
-        store_dev = os.path.join(work, "store.dev")
-        st = store_bench(store_dev, a.seconds, a.prefill)
-        os.remove(store_dev)
-        layers["cairn store"] = {
-            "4M write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 MiB write QD16")), None),
-            "4M read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 MiB read QD16")), None),
-            "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand write QD16")), None),
-            "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB rand read QD16")), None),
-        }
-        layers[STORE_OBJECTS] = {
-            "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB object write QD16")), None),
-            "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB object read QD16")), None),
-        }
-        layers["cairn 1 OSD, size 1"] = cairn_cluster(1, a.seconds, work, a.prefill)
-        layers["cairn 3 OSDs, size 3"] = cairn_cluster(3, a.seconds, work, a.prefill)
-        if not a.no_ceph:
-            layers["Ceph 16.2, 3 OSDs, size 3"] = ceph(a.seconds, work, a.prefill)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-    works = ["4M write", "4M read", "4K write", "4K read"]
-    def cell(layer, w):
-        v = layers[layer].get(w)
-        if not v:
-            return "-"
-        iops, mbs = v[0], v[1]
-        return f"{mbs:.1f} MB/s" if w.startswith("4M") else f"{iops:.0f} IOPS"
-
-    def value(layer, w):
-        v = layers[layer].get(w)
-        return None if not v else (v[1] if w.startswith("4M") else v[0])
-
-    if FIO_SPARSE in layers:
+            shutil.rmtree(work, ignore_errors=True)
+        rounds.append(layers)
+        huge = huge and round_huge
+        if a.rounds > 1:
+            print(table([layers]), file=sys.stderr, flush=True)
+    if any(FIO_SPARSE in r for r in rounds):
         BASE_OVERRIDE[("cairn store", "4M write")] = FIO_SPARSE
-    # (row name, layer, the layer below it); one OSD stands on the store and on the network.
-    below = [("cairn store", "cairn store", "fio raw file"),
-             (STORE_OBJECTS, STORE_OBJECTS, "fio raw file"),
-             ("cairn 1 OSD, size 1", "cairn 1 OSD, size 1", "cairn store"),
-             ("cairn 1 OSD, size 1 (vs messenger)", "cairn 1 OSD, size 1", NETWORK),
-             ("cairn 3 OSDs, size 3", "cairn 3 OSDs, size 3", "cairn 1 OSD, size 1")]
-    lines = ["| layer | " + " | ".join(works) + " |", "|---|" + "---:|" * len(works)]
-    for layer in layers:
-        lines.append(f"| {layer} | " + " | ".join(cell(layer, w) for w in works) + " |")
-    lines.append("")
-    sparse_note = ("; the store's 4 MiB writes, into its sparse file's new regions, against fio's into a "
-                   "sparse file" if FIO_SPARSE in layers else "")
-    lines.append("Efficiency of each layer against the one below (a size-3 write is counted as 3 device writes; "
-                 "one OSD's 4 KiB cells against the store running the same 4 KiB objects" + sparse_note + "):")
-    lines.append("")
-    lines.append("| layer | " + " | ".join(works) + " |")
-    lines.append("|---|" + "---:|" * len(works))
-    for name, layer, row_base in below:
-        row = []
-        for w in works:
-            base = BASE_OVERRIDE.get((name, w), row_base)
-            x, y = value(layer, w), value(base, w) if base in layers else None
-            if base not in layers or layer not in layers or x is None or y is None or y == 0:
-                # A layer with no number (as the store had no 4 MiB read phase before session 29): compare with fio.
-                y = value("fio raw file", w) if x is not None else None
-                if y is None or x is None:
-                    row.append("-")
-                    continue
-                factor = 3 if (layer.startswith("cairn 3") and "write" in w) else 1
-                row.append(f"{100 * x * factor / y:.0f}% (vs fio)")
-                continue
-            factor = 3 if (layer.startswith("cairn 3") and "write" in w) else 1
-            row.append(f"{100 * x * factor / y:.0f}%")
-        lines.append(f"| {name} | " + " | ".join(row) + " |")
-    if "Ceph 16.2, 3 OSDs, size 3" in layers:
-        lines.append("")
-        lines.append("cairn (3 OSDs, size 3) against Ceph 16.2 (3 OSDs, size 3), same machine, same run:")
-        lines.append("")
-        lines.append("| " + " | ".join(works) + " |")
-        lines.append("|" + "---:|" * len(works))
-        row = []
-        for w in works:
-            x, y = value("cairn 3 OSDs, size 3", w), value("Ceph 16.2, 3 OSDs, size 3", w)
-            row.append("-" if not x or not y else f"{x / y:.2f}x")
-        lines.append("| " + " | ".join(row) + " |")
-    text = "\n".join(lines) + "\n"
+    text = table(rounds)
     print(text)
     with open(a.out, "w") as f:
         flags = " --prefill" if a.prefill else ""
+        flags += f" --rounds {a.rounds}" if a.rounds > 1 else ""
         fio_mem = "huge pages" if huge else "small pages (no huge pages could be reserved)"
         f.write(f"<!-- written by bench/bottom_up.py --seconds {a.seconds}{flags} on "
                 f"{time.strftime('%Y-%m-%d %H:%M')}; fio's buffers: {fio_mem} -->\n" + text)
