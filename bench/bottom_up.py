@@ -465,10 +465,10 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
         rounds.append(layers)
         huge = huge and round_huge
+        if FIO_SPARSE in layers:
+            BASE_OVERRIDE[("cairn store", "4M write")] = FIO_SPARSE
         if a.rounds > 1:
             print(table([layers]), file=sys.stderr, flush=True)
-    if any(FIO_SPARSE in r for r in rounds):
-        BASE_OVERRIDE[("cairn store", "4M write")] = FIO_SPARSE
     text = table(rounds)
     print(text)
     with open(a.out, "w") as f:
