@@ -6,15 +6,21 @@ mod common;
 use common::{cairn, free_port, Daemon};
 use std::time::{Duration, Instant};
 
-#[test]
-fn monitor_serves_pool_and_status_commands() {
+/// A monitor on a free loopback port, once it accepts connections (within 20 s), and its address.
+fn start_monitor() -> (Daemon, String) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let _mon = Daemon::spawn(&["mon", "--listen", &addr]);
+    let mon = Daemon::spawn(&["mon", "--listen", &addr]);
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(&addr).is_err() {
         assert!(Instant::now() < deadline, "monitor did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
+    (mon, addr)
+}
+
+#[test]
+fn monitor_serves_pool_and_status_commands() {
+    let (_mon, addr) = start_monitor();
     let (ok, out) = cairn(&["pool", "--mon", &addr, "create", "data", "--pg-num", "32"]);
     assert!(ok, "{out}");
     let (ok, out) = cairn(&["pool", "--mon", &addr, "create", "data"]);
@@ -44,13 +50,7 @@ fn monitor_serves_pool_and_status_commands() {
 /// is refused before its progress table starts.
 #[test]
 fn a_failed_command_prints_its_cause_without_a_backtrace() {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let _mon = Daemon::spawn(&["mon", "--listen", &addr]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "monitor did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (_mon, addr) = start_monitor();
     let out = std::process::Command::new("timeout")
         .arg("60")
         .arg(env!("CARGO_BIN_EXE_cairn"))

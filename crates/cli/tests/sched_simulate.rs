@@ -67,6 +67,7 @@ fn malformed_scenario_is_an_error_not_a_panic() {
     let _ = std::fs::remove_file(&bad);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("Error"), "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains("missing field `device`"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
