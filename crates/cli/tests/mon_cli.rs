@@ -47,7 +47,7 @@ fn monitor_serves_pool_and_status_commands() {
 
 /// A failed command prints one line naming the cause (`error: ...`), without a backtrace even
 /// when `RUST_BACKTRACE` is set, exits non-zero, and a benchmark of a pool that does not exist
-/// is refused before its progress table starts.
+/// is refused before its progress table starts; a silent monitor is named unreachable.
 #[test]
 fn a_failed_command_prints_its_cause_without_a_backtrace() {
     let (_mon, addr) = start_monitor();
@@ -65,5 +65,13 @@ fn a_failed_command_prints_its_cause_without_a_backtrace() {
     assert!(
         !stdout.contains("ops"),
         "the progress table started: {stdout}"
+    );
+    // A monitor nobody answers for is unreachable, not an invalid request.
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let (ok, out) = cairn(&["pool", "create", "--mon", &nobody, "x"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.trim() == "error: monitor unreachable: no reply within 10000 ms",
+        "{out}"
     );
 }

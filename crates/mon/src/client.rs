@@ -77,13 +77,11 @@ impl MonClient {
         self.sender
             .send(MSG_MON_REQUEST, to_payload(&MonRequest { tid, body }))
             .await
-            .map_err(|e| MonError::Invalid(format!("send to monitor: {e}")))?;
+            .map_err(|e| MonError::Unreachable(format!("send: {e}")))?;
         let reply = tokio::time::timeout(Duration::from_millis(timeout_ms), rx)
             .await
-            .map_err(|_| {
-                MonError::Invalid(format!("no reply from the monitor within {timeout_ms} ms"))
-            })?
-            .map_err(|_| MonError::Invalid("monitor connection closed".into()))?;
+            .map_err(|_| MonError::Unreachable(format!("no reply within {timeout_ms} ms")))?
+            .map_err(|_| MonError::Unreachable("the connection closed".into()))?;
         match &reply.error {
             Some(e) => Err(MonError::Invalid(e.clone())),
             None => Ok(reply),

@@ -22,6 +22,10 @@ pub enum MonError {
     /// The request is invalid.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The monitor could not be reached or did not answer in time (the request may or may not
+    /// have been applied).
+    #[error("monitor unreachable: {0}")]
+    Unreachable(String),
     /// A placement computation failed.
     #[error(transparent)]
     Placement(#[from] cairn_clustermap::MapError),
