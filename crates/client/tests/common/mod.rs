@@ -124,9 +124,10 @@ pub fn placement_in(c: &Cluster, pool: &str, name: &str) -> (cairn_clustermap::P
 }
 
 /// Starts an OSD again on the store a stopped one used, retrying while the stopped one's tasks
-/// wind down and let go of it (at most 20 s).
+/// wind down and let go of it (at most 60 s: on a loaded 2-core CI machine a stopped OSD's
+/// recovery task has held it past 20 s).
 pub async fn restart_osd(cfg: OsdConfig) -> OsdDaemon {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match OsdDaemon::start(cfg.clone()).await {
             Ok(osd) => return osd,
@@ -137,14 +138,15 @@ pub async fn restart_osd(cfg: OsdConfig) -> OsdDaemon {
 }
 
 /// Mounts the store of a stopped OSD that ran in `dir`, retrying while its tasks wind down and
-/// let go of it (at most 20 s).
+/// let go of it (at most 60 s: on a loaded 2-core CI machine a stopped OSD's
+/// recovery task has held it past 20 s).
 pub async fn mount_offline(dir: &std::path::Path) -> cairn_store::Store {
     use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
     use cairn_store::{KvLocation, Store, StoreConfig};
     let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(
         FileDevice::open(&dir.join("block"), &FileDeviceOptions::default()).unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let kv = KvLocation::File(dir.join("kv.redb"));
         match Store::mount(dev.clone(), kv, StoreConfig::default()).await {
