@@ -462,7 +462,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             let size = args.osds.min(3) as u32;
             let exists = client
                 .map()
-                .is_some_and(|m| m.placement.pools.values().any(|p| p.name == args.pool));
+                .is_some_and(|m| m.placement.pool_named(&args.pool).is_some());
             if !exists {
                 client
                     .op(

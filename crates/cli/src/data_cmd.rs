@@ -208,7 +208,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         let pool = a.target.pool.clone();
         // Refused before the progress table starts (each op would fail the same way).
         if let Some(map) = client.map() {
-            if !map.placement.pools.values().any(|p| p.name == pool) {
+            if map.placement.pool_named(&pool).is_none() {
                 bail!("no pool `{pool}`");
             }
         }

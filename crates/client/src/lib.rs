@@ -354,7 +354,7 @@ impl Client {
             let guard = self.map.borrow();
             guard
                 .as_ref()
-                .and_then(|m| m.placement.pools.values().find(|p| p.name == pool))
+                .and_then(|m| m.placement.pool_named(pool))
                 .map(|p| p.pg_num)
                 .ok_or_else(|| ClientError::NoPool(pool.to_string()))?
         };
@@ -432,9 +432,7 @@ impl Client {
             .ok_or_else(|| ClientError::NoPool(pool.to_string()))?;
         let p = map
             .placement
-            .pools
-            .values()
-            .find(|p| p.name == pool)
+            .pool_named(pool)
             .ok_or_else(|| ClientError::NoPool(pool.to_string()))?;
         let pg = match target {
             Target::Object(name) => p.object_pg(name, "", ""),

@@ -107,6 +107,12 @@ impl PgMapping {
 }
 
 impl OsdMap {
+    /// The pool named `name`, if there is one (pools are keyed by id; clients, gateways and
+    /// commands name them).
+    pub fn pool_named(&self, name: &str) -> Option<&Pool> {
+        self.pools.values().find(|p| p.name == name)
+    }
+
     /// A map where every device of the CRUSH map is an existing, up and in OSD.
     pub fn all_up_in(crush: CrushMap) -> Self {
         let osds = crush

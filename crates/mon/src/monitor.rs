@@ -341,7 +341,7 @@ impl Monitor {
                 Ok(Reply::Done { epoch })
             }
             Request::CreatePool { name, size, pg_num } => {
-                if self.map.placement.pools.values().any(|p| p.name == name) {
+                if self.map.placement.pool_named(&name).is_some() {
                     return Err(MonError::Invalid(format!("pool `{name}` exists")));
                 }
                 let id = self.map.pool_max + 1;

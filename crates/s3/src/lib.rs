@@ -78,7 +78,7 @@ pub async fn ensure_pool(cfg: &GatewayConfig) -> Result<Arc<Client>, GatewayErro
     let map = mon.map();
     let exists = map
         .as_ref()
-        .is_some_and(|m| m.placement.pools.values().any(|p| p.name == cfg.pool));
+        .is_some_and(|m| m.placement.pool_named(&cfg.pool).is_some());
     if !exists {
         let up = map.map_or(0, |m| m.osds.values().filter(|o| o.up).count()) as u32;
         let created = mon
@@ -99,9 +99,9 @@ pub async fn ensure_pool(cfg: &GatewayConfig) -> Result<Arc<Client>, GatewayErro
     }
     let client = Arc::new(Client::connect(cfg.mon, client_id()).await?);
     let deadline = Instant::now() + Duration::from_millis(POOL_WAIT_MS);
-    while !client
+    while client
         .map()
-        .is_some_and(|m| m.placement.pools.values().any(|p| p.name == cfg.pool))
+        .is_none_or(|m| m.placement.pool_named(&cfg.pool).is_none())
     {
         if Instant::now() > deadline {
             return Err(GatewayError::PoolTimeout(cfg.pool.clone(), POOL_WAIT_MS));
