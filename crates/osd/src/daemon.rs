@@ -200,6 +200,8 @@ pub struct OsdDaemon {
     addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
+    /// Ends when the OSD's state, its store with it, has been dropped.
+    closed: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 /// Queue depth of an emulated device (explicit limit).
@@ -360,6 +362,7 @@ impl OsdDaemon {
         let id = boot
             .osd_id
             .ok_or_else(|| OsdError::Protocol("boot reply without an id".into()))?;
+        let (closed_tx, closed) = tokio::sync::oneshot::channel();
         let shared = Arc::new(Shared::new(
             id,
             store,
@@ -367,6 +370,7 @@ impl OsdDaemon {
             mon.watch(),
             mon.clone(),
             cfg.clone(),
+            closed_tx,
         ));
         let mut oldest_les = u64::MAX;
         for coll in shared.store.list_collections().await? {
@@ -473,7 +477,27 @@ impl OsdDaemon {
             addr,
             metrics_addr,
             shared,
+            closed: Some(closed),
         })
+    }
+
+    /// Stops the OSD and waits, at most `within`, until every one of its tasks has let go of
+    /// its state: its store is then closed and can be mounted again at once (an OSD restarted
+    /// in the same process). Dropping an `OsdDaemon` stops it the same way without waiting.
+    pub async fn shutdown(mut self, within: Duration) -> Result<(), OsdError> {
+        let state = Arc::downgrade(&self.shared);
+        let closed = self.closed.take();
+        drop(self);
+        let Some(closed) = closed else {
+            return Ok(());
+        };
+        match tokio::time::timeout(within, closed).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(OsdError::StillBusy {
+                waited_ms: within.as_millis() as u64,
+                holders: state.strong_count(),
+            }),
+        }
     }
 
     /// This OSD's id.
@@ -544,7 +568,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                 };
                 let (s2, out) = (s.clone(), sender.clone());
                 let data = received(data, data_crc);
-                tokio::spawn(async move {
+                s.spawn(async move {
                     // Boxed: the op's future is large, and spawning moves the task by value.
                     let (h, body) = Box::pin(primary::client_op(s2, client, op, data)).await;
                     let crc = h.data_crc;
@@ -589,7 +613,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                     }
                 };
                 let (s2, out) = (s.clone(), sender.clone());
-                tokio::spawn(async move {
+                s.spawn(async move {
                     let (reply, body) = replica::peer_request(&s2, req, data).await;
                     let _ = out.send(MSG_PEER_REPLY, encode(&reply, &body)).await;
                 });
@@ -599,7 +623,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
             }
             admin::MSG_ADMIN => {
                 let (s2, out) = (s.clone(), sender.clone());
-                tokio::spawn(async move {
+                s.spawn(async move {
                     let reply: Bytes = admin::handle(&s2, &payload).await;
                     let _ = out.send(admin::MSG_ADMIN_REPLY, reply).await;
                 });

@@ -48,4 +48,12 @@ pub enum OsdError {
     /// A setting is out of its range.
     #[error("configuration: {0}")]
     Config(String),
+    /// A stopped OSD's tasks still held its state (its store) when the wait for them ended.
+    #[error("osd still busy {waited_ms} ms after being stopped: {holders} task(s) hold its store")]
+    StillBusy {
+        /// How long the stop waited.
+        waited_ms: u64,
+        /// How many holders of the OSD's state were left.
+        holders: usize,
+    },
 }

@@ -114,7 +114,7 @@ pub async fn run(s: Arc<Shared>) {
 /// Sends a failure report to the monitor without holding up the heartbeat loop.
 fn report(s: &Arc<Shared>, report: Request) {
     let s2 = s.clone();
-    tokio::spawn(async move {
+    s.spawn(async move {
         if let Err(e) = s2.mon.op(report, 5_000).await {
             tracing::warn!(osd = s2.id, error = %e, "failure report not taken");
         }

@@ -641,7 +641,7 @@ async fn replicate(
         let (payload, data, data_crc) = (encode(&h, &[]), data.clone(), h.data_crc);
         let timeout = Duration::from_millis(s.cfg.repop_timeout_ms);
         // Err((answered, why)): `answered` when the copy itself refused the write.
-        calls.push(tokio::spawn(async move {
+        calls.push(s.spawn(async move {
             let failed = |e: String| OpResult::Failed(format!("osd.{osd}: {e}"));
             let answer = s2
                 .peers
@@ -672,12 +672,16 @@ async fn replicate(
         let mut out = Replicated::default();
         for c in calls {
             match c.await {
-                Ok(Ok(())) => out.applied += 1,
-                Ok(Err((true, e))) => {
+                Ok(Some(Ok(()))) => out.applied += 1,
+                Ok(Some(Err((true, e)))) => {
                     out.refused.get_or_insert(e);
                 }
-                Ok(Err((false, e))) => {
+                Ok(Some(Err((false, e)))) => {
                     out.unanswered.get_or_insert(e);
+                }
+                Ok(None) => {
+                    out.unanswered
+                        .get_or_insert(OpResult::Failed("the osd is stopping".into()));
                 }
                 Err(e) => {
                     out.unanswered

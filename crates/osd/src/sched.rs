@@ -21,6 +21,7 @@ use cairn_clustermap::PgId;
 use cairn_qos::hist::Histogram;
 use cairn_qos::{CostModel, Dequeued, PolicyConfig, QosClass, QosQueue, Request, ShardLink};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::OsdError;
 
@@ -111,6 +112,8 @@ struct Shard {
     cost: CostModel,
     started: Instant,
     dispatcher: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Cancelled by [`Shard::stop`]: released jobs still running end at their next await.
+    stopping: CancellationToken,
 }
 
 impl Shard {
@@ -131,14 +134,17 @@ impl Shard {
             cost,
             started,
             dispatcher: Mutex::new(None),
+            stopping: CancellationToken::new(),
         });
         let handle = tokio::spawn(dispatch_loop(s.clone())).abort_handle();
         *s.dispatcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
         s
     }
 
-    /// Stops dispatching and drops every queued job (the OSD is shutting down).
+    /// Stops dispatching, drops every queued job and ends the running ones at their next await
+    /// (the OSD is shutting down).
     fn stop(&self) {
+        self.stopping.cancel();
         if let Some(h) = self
             .dispatcher
             .lock()
@@ -225,10 +231,11 @@ impl Shard {
                 match job {
                     Some(job) => {
                         let cost = self.cost_in_flight.take(d.req.cost_ns);
+                        let stopping = self.stopping.clone();
                         Released::Job(
                             d.req.id,
                             Box::pin(async move {
-                                job.await;
+                                stopping.run_until_cancelled_owned(job).await;
                                 drop((cost, permit));
                             }),
                         )
@@ -374,7 +381,8 @@ impl OpScheduler {
         &self.shards[self.shard_of(pg)]
     }
 
-    /// Stops dispatching and drops every queued job (the OSD is shutting down).
+    /// Stops dispatching, drops every queued job and ends the running ones at their next await
+    /// (the OSD is shutting down).
     pub fn stop(&self) {
         for shard in &self.shards {
             shard.stop();

@@ -1,13 +1,15 @@
 //! State shared by every task of one OSD, and small read-only views of the current map.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use cairn_clustermap::{MappingCache, PgId, PgMapping};
 use cairn_mon::client::MonClient;
 use cairn_mon::ClusterMap;
 use cairn_store::{Store, StoreStats};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::daemon::OsdConfig;
 use crate::metrics::Metrics;
@@ -44,7 +46,13 @@ pub struct Shared {
     /// This OSD's pg_temp wants, batched into monitor requests.
     pub pg_temps: crate::pgtemp::PgTempBatch,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// Cancelled when the OSD stops: every task spawned through [`Shared::spawn`] ends at its
+    /// next await, so that a stopped OSD lets go of its store at once.
+    stopping: CancellationToken,
     mappings: Mutex<MappingCache>,
+    /// Dropped with the rest of this state, after the store (fields drop in order): its
+    /// receiver learns that the store is closed.
+    _closed: oneshot::Sender<()>,
 }
 
 impl Shared {
@@ -57,6 +65,7 @@ impl Shared {
         map: watch::Receiver<Option<ClusterMap>>,
         mon: Arc<MonClient>,
         cfg: OsdConfig,
+        closed: oneshot::Sender<()>,
     ) -> Shared {
         Shared {
             id,
@@ -72,7 +81,9 @@ impl Shared {
             store_stats: Mutex::new(StoreStats::default()),
             pg_temps: Default::default(),
             tasks: Mutex::new(Vec::new()),
+            stopping: CancellationToken::new(),
             mappings: Mutex::new(MappingCache::default()),
+            _closed: closed,
         }
     }
 
@@ -84,8 +95,24 @@ impl Shared {
             .push(handle.abort_handle());
     }
 
-    /// Aborts every tracked task.
+    /// Spawns `work` as a task that ends early, with `None`, when the OSD stops: for work that
+    /// holds the OSD's state (its store) and may wait long (a peer's answer, a scheduler slot).
+    pub fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<Option<F::Output>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        tokio::spawn(self.stopping.clone().run_until_cancelled_owned(work))
+    }
+
+    /// Whether the OSD has been told to stop.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.is_cancelled()
+    }
+
+    /// Ends every task spawned through [`Shared::spawn`] and aborts every tracked task.
     pub fn stop_tasks(&self) {
+        self.stopping.cancel();
         for t in self
             .tasks
             .lock()

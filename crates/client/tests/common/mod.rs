@@ -123,9 +123,9 @@ pub fn placement_in(c: &Cluster, pool: &str, name: &str) -> (cairn_clustermap::P
     (pg, up)
 }
 
-/// Starts an OSD again on the store a stopped one used, retrying while the stopped one's tasks
-/// wind down and let go of it (at most 60 s: on a loaded 2-core CI machine a stopped OSD's
-/// recovery task has held it past 20 s).
+/// Starts an OSD again on the store a stopped (dropped) one used, retrying while the stopped
+/// one's tasks wind down and let go of it: they end at their next await, but the store is
+/// closed only once the last of them has been dropped (at most 60 s).
 pub async fn restart_osd(cfg: OsdConfig) -> OsdDaemon {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -137,9 +137,8 @@ pub async fn restart_osd(cfg: OsdConfig) -> OsdDaemon {
     }
 }
 
-/// Mounts the store of a stopped OSD that ran in `dir`, retrying while its tasks wind down and
-/// let go of it (at most 60 s: on a loaded 2-core CI machine a stopped OSD's
-/// recovery task has held it past 20 s).
+/// Mounts the store of a stopped (dropped) OSD that ran in `dir`, retrying while its tasks wind
+/// down and let go of it (at most 60 s).
 pub async fn mount_offline(dir: &std::path::Path) -> cairn_store::Store {
     use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
     use cairn_store::{KvLocation, Store, StoreConfig};
@@ -166,8 +165,14 @@ pub async fn stop(c: Cluster) -> TempDir {
         client,
         dir,
     } = c;
-    drop((client, osds, mon));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(client);
+    for osd in osds {
+        let id = osd.id();
+        osd.shutdown(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("osd.{id}: {e}"));
+    }
+    drop(mon);
     dir
 }
 
