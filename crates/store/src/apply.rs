@@ -277,7 +277,7 @@ impl Store {
                 self.fail_all(live, e);
                 return None;
             }
-            let snap = match st.overlay.snapshot(&self.db) {
+            let snap = match st.overlay.snapshot(&self.db, &self.onode_keys) {
                 Ok(s) => s,
                 Err(e) => {
                     self.fail_all(live, e);

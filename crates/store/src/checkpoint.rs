@@ -12,6 +12,7 @@
 
 use crate::bufpool::{BufPool, RunBuf};
 use crate::error::{kv, Result, StoreError};
+use crate::keyfilter::KeyFilter;
 use crate::kv::{DEFERRED, META};
 use crate::logged;
 use crate::overlay::{Frozen, Overlay};
@@ -87,6 +88,7 @@ struct JobInput {
     block_bytes: u64,
     max_io_bytes: u64,
     stop: Arc<AtomicBool>,
+    onode_keys: Arc<KeyFilter>,
 }
 
 impl JobInput {
@@ -118,7 +120,13 @@ impl JobInput {
         }
         self.stopped()?;
         let applied: Vec<u64> = self.applying.iter().map(|(p, _)| *p).collect();
-        commit_to_kv(&self.db, &[&self.frozen.tables], &applied, self.marker)?;
+        commit_to_kv(
+            &self.db,
+            &[&self.frozen.tables],
+            &applied,
+            self.marker,
+            &self.onode_keys,
+        )?;
         done.elapsed = t0.elapsed();
         Ok(done)
     }
@@ -153,13 +161,22 @@ async fn write_in_place(
 
 /// Commits `layers` (oldest first) to redb in one durable write transaction, without the
 /// deferred writes `applied` (they are in place on the device: removed from the table, and not
-/// written when a layer carries them), and with the log's `marker`.
+/// written when a layer carries them), and with the log's `marker`. The onode keys it writes
+/// are added to `onode_keys` first, so that the filter covers every snapshot that has them.
 fn commit_to_kv(
     db: &Database,
     layers: &[&[logged::Touched; wal::REDO_TABLES]],
     applied: &[u64],
     marker: Marker,
+    onode_keys: &KeyFilter,
 ) -> Result<()> {
+    for tables in layers {
+        for (key, value) in tables[wal::REDO_ONODES].iter() {
+            if value.is_some() {
+                onode_keys.insert(key);
+            }
+        }
+    }
     let applied_keys: HashSet<[u8; 8]> = applied.iter().map(|p| p.to_le_bytes()).collect();
     let keep_deferred = |k: &[u8]| !<[u8; 8]>::try_from(k).is_ok_and(|k| applied_keys.contains(&k));
     let mut wtx = db.begin_write().map_err(kv)?;
@@ -197,7 +214,8 @@ impl Store {
         layers.push(&st.overlay.tables);
         // Groups in flight are not in the overlay: their records stay after the marker.
         let marker = self.durable_marker(st);
-        commit_to_kv(&self.db, &layers, &applied, marker).map_err(|e| self.fatal(e))?;
+        commit_to_kv(&self.db, &layers, &applied, marker, &self.onode_keys)
+            .map_err(|e| self.fatal(e))?;
         st.overlay = Overlay::default();
         let pending = self.inflight_fill(st);
         st.wal.checkpointed_except(pending);
@@ -238,6 +256,7 @@ impl Store {
             block_bytes: self.sb.block_bytes,
             max_io_bytes: self.cfg.max_io_bytes,
             stop: stop.clone(),
+            onode_keys: self.onode_keys.clone(),
         };
         let (finish, finished) = oneshot::channel::<()>();
         let spawned = std::thread::Builder::new()

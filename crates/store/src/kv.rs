@@ -7,6 +7,7 @@
 //! This module must never interpret table contents (that is `codec`'s job).
 
 use crate::error::{kv, Result};
+use crate::keyfilter::KeyFilter;
 use cairn_blockdev::CrashSwitch;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -47,6 +48,9 @@ pub(crate) struct KvSnapshot {
     /// Values of `onodes` found in this snapshot so far (a PG's meta object, whose onode every
     /// OSD write of that PG looks up for its log entry, is read from here, not from redb).
     pub(crate) onodes_found: FoundMemo,
+    /// Every key `onodes` may hold (see [`KeyFilter`]): a key it does not hold is not looked
+    /// up in redb.
+    pub(crate) onode_keys: Arc<KeyFilter>,
 }
 
 /// Most entries a [`FoundMemo`] holds before it starts afresh (explicit memory limit).
@@ -85,8 +89,8 @@ impl FoundMemo {
 }
 
 impl KvSnapshot {
-    /// The KV as its latest commit left it.
-    pub(crate) fn open(db: &Database) -> Result<Self> {
+    /// The KV as its latest commit left it; `onode_keys` covers its onode table.
+    pub(crate) fn open(db: &Database, onode_keys: &Arc<KeyFilter>) -> Result<Self> {
         let r = db.begin_read().map_err(kv)?;
         Ok(Self {
             meta: r.open_table(META).map_err(kv)?,
@@ -98,6 +102,7 @@ impl KvSnapshot {
             deferred: r.open_table(DEFERRED).map_err(kv)?,
             colls_found: FoundMemo::default(),
             onodes_found: FoundMemo::default(),
+            onode_keys: onode_keys.clone(),
         })
     }
 }

@@ -26,6 +26,7 @@ pub mod error;
 mod extmap;
 pub mod fsck;
 mod inflight;
+mod keyfilter;
 pub mod kv;
 mod logged;
 mod overlay;

@@ -14,6 +14,7 @@
 //! commit is writing, so a reader's redb snapshot from before or after that commit sees the same.
 
 use crate::error::{kv, Result};
+use crate::keyfilter::KeyFilter;
 use crate::kv::{FoundMemo, KvSnapshot};
 use crate::logged::Touched;
 use crate::wal::{Redo, REDO_TABLES};
@@ -118,13 +119,18 @@ impl Overlay {
         *self.base.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
-    /// The redb snapshot to read under the layers: the one in use, or a new one of `db`.
-    pub(crate) fn snapshot(&self, db: &Database) -> Result<Arc<KvSnapshot>> {
+    /// The redb snapshot to read under the layers: the one in use, or a new one of `db`
+    /// (whose onode table `onode_keys` covers).
+    pub(crate) fn snapshot(
+        &self,
+        db: &Database,
+        onode_keys: &Arc<KeyFilter>,
+    ) -> Result<Arc<KvSnapshot>> {
         let mut base = self.base.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = &*base {
             return Ok(s.clone());
         }
-        let s = Arc::new(KvSnapshot::open(db)?);
+        let s = Arc::new(KvSnapshot::open(db, onode_keys)?);
         *base = Some(s.clone());
         Ok(s)
     }
@@ -138,6 +144,8 @@ pub(crate) struct Layered<'a, K: Key + 'static, V: Value + 'static> {
     below: Below<'a>,
     /// Values already found in `base`, when kept (see [`FoundMemo`]).
     found: Option<&'a FoundMemo>,
+    /// Every key `base` may hold, when known: a key not in it is not looked up.
+    keys: Option<&'a KeyFilter>,
     touched: Touched,
 }
 
@@ -149,6 +157,7 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
             base,
             below,
             found: None,
+            keys: None,
             touched: Touched::new(),
         }
     }
@@ -157,6 +166,13 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
     /// snapshot `base` is a table of) and looking there first.
     pub(crate) fn with_found(mut self, found: &'a FoundMemo) -> Self {
         self.found = Some(found);
+        self
+    }
+
+    /// The same, not looking up in `base` a key that `keys` (which must cover every key
+    /// `base` holds) proves absent.
+    pub(crate) fn with_key_filter(mut self, keys: &'a KeyFilter) -> Self {
+        self.keys = Some(keys);
         self
     }
 
@@ -177,6 +193,9 @@ impl<'a, K: Key + 'static, V: Value + 'static> Layered<'a, K, V> {
         }
         if let Some(v) = self.found.and_then(|f| f.get(&raw)) {
             return Ok(Some(v));
+        }
+        if self.keys.is_some_and(|k| !k.may_contain(&raw)) {
+            return Ok(None);
         }
         let value = self
             .base

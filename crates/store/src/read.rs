@@ -53,6 +53,7 @@ impl View<'_> {
     fn onodes(&self) -> BytesTable<'_> {
         self.table(ByteTable::Onodes)
             .with_found(&self.snap.onodes_found)
+            .with_key_filter(&self.snap.onode_keys)
     }
 
     fn extents(&self) -> BytesTable<'_> {
@@ -75,7 +76,7 @@ pub const MAX_LIST_ENTRIES: usize = 100_000;
 impl Store {
     fn view<'a>(&self, st: &'a State) -> Result<View<'a>> {
         Ok(View {
-            snap: st.overlay.snapshot(&self.db)?,
+            snap: st.overlay.snapshot(&self.db, &self.onode_keys)?,
             st,
         })
     }

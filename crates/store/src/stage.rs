@@ -51,7 +51,9 @@ impl<'t> Tables<'t> {
         Self {
             meta: Layered::new(&r.meta, o(0)),
             colls: Layered::new(&r.colls, o(1)).with_found(&r.colls_found),
-            onodes: Layered::new(&r.onodes, o(2)).with_found(&r.onodes_found),
+            onodes: Layered::new(&r.onodes, o(2))
+                .with_found(&r.onodes_found)
+                .with_key_filter(&r.onode_keys),
             extents: Layered::new(&r.extents, o(3)),
             xattrs: Layered::new(&r.xattrs, o(4)),
             omap: Layered::new(&r.omap, o(5)),

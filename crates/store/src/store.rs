@@ -28,6 +28,7 @@ use crate::checkpoint::CheckpointJob;
 use crate::codec::{self, split_block_key, Extent, Onode, Superblock};
 use crate::config::StoreConfig;
 use crate::error::{kv, Result, StoreError};
+use crate::keyfilter::KeyFilter;
 use crate::kv::{
     CountingBackend, DynBackend, KvCounters, COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS,
 };
@@ -284,6 +285,9 @@ pub struct Store {
     kv_counters: Arc<KvCounters>,
     pub(crate) commit_queue: Mutex<std::collections::VecDeque<crate::apply::Pending>>,
     pub(crate) onode_cache: OnodeCache,
+    /// Every key the KV's onode table may hold (built at mount, added to by checkpoints):
+    /// staging a new object and reading a missing one skip redb's search.
+    pub(crate) onode_keys: Arc<KeyFilter>,
     pub(crate) bufs: BufPool,
     /// Bumped when a launcher leaves its in-flight group unfinalized (it was cancelled), so
     /// that the submitters waiting on that group finalize it.
@@ -506,8 +510,14 @@ impl Store {
         let total_blocks = in_kv.device_bytes / in_kv.block_bytes;
         let alloc = Allocator::from_used(total_blocks, in_kv.first_data_block(), &mut used)?;
         let (mut objects, mut stored_bytes) = (0, 0);
-        for item in rtx.open_table(ONODES).map_err(kv)?.iter().map_err(kv)? {
-            let (_, v) = item.map_err(kv)?;
+        let onodes = rtx.open_table(ONODES).map_err(kv)?;
+        // Room for as many new objects again before false positives grow.
+        let onode_keys = Arc::new(KeyFilter::with_capacity(
+            onodes.len().map_err(kv)?.saturating_mul(2),
+        ));
+        for item in onodes.iter().map_err(kv)? {
+            let (k, v) = item.map_err(kv)?;
+            onode_keys.insert(k.value());
             objects += 1;
             stored_bytes += Onode::decode(v.value())?.size_bytes;
         }
@@ -548,6 +558,7 @@ impl Store {
             kv_counters,
             commit_queue: Mutex::new(std::collections::VecDeque::new()),
             onode_cache: OnodeCache::new(cfg.meta_cache_bytes),
+            onode_keys,
             bufs: BufPool::new(cfg.io_buffer_pool_bytes),
             orphans: tokio::sync::watch::Sender::new(0),
             commit_leader: tokio::sync::Mutex::new(()),
