@@ -7,7 +7,7 @@
 //! This module only encodes and decodes; it never commits.
 
 use cairn_pg::{Dup, Eversion, LogEntry, PgLog, ReqId};
-use cairn_store::{Store, Transaction};
+use cairn_store::{Op, Store, Transaction};
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
@@ -68,17 +68,44 @@ pub fn append_entry(
     entry: &LogEntry,
     last_epoch_started: u64,
 ) -> Result<(), OsdError> {
-    txn.omap_set(coll, META_OBJECT, &log_key(entry.version), &json(entry)?);
+    // One removal and one setting at most, each of every key it has: each store operation
+    // looks the meta object up again.
+    let mut entries = vec![(log_key(entry.version), json(entry)?)];
     if let Some(t) = log.next_trimmed() {
+        let mut gone = Vec::with_capacity(2);
         if t.reqid.is_none() {
-            txn.omap_remove(coll, META_OBJECT, &log_key(t.version));
+            gone.push(log_key(t.version));
         }
         if let Some(d) = log.next_dropped_dup() {
-            txn.omap_remove(coll, META_OBJECT, &log_key(d.version));
+            gone.push(log_key(d.version));
         }
-        put_info(txn, coll, t.version, last_epoch_started)?;
+        if !gone.is_empty() {
+            txn.push(Op::OmapRemove {
+                coll: coll.into(),
+                obj: META_OBJECT.into(),
+                keys: gone,
+            });
+        }
+        entries.push((
+            INFO_KEY.to_vec(),
+            info_value(t.version, last_epoch_started)?,
+        ));
     }
+    txn.push(Op::OmapSet {
+        coll: coll.into(),
+        obj: META_OBJECT.into(),
+        entries,
+    });
     Ok(())
+}
+
+/// The encoded PG info record.
+fn info_value(tail: Eversion, last_epoch_started: u64) -> Result<Vec<u8>, OsdError> {
+    json(&PgInfo {
+        format: FORMAT,
+        tail,
+        last_epoch_started,
+    })
 }
 
 /// Adds to `txn` the PG info record.
@@ -88,12 +115,12 @@ pub fn put_info(
     tail: Eversion,
     last_epoch_started: u64,
 ) -> Result<(), OsdError> {
-    let info = PgInfo {
-        format: FORMAT,
-        tail,
-        last_epoch_started,
-    };
-    txn.omap_set(coll, META_OBJECT, INFO_KEY, &json(&info)?);
+    txn.omap_set(
+        coll,
+        META_OBJECT,
+        INFO_KEY,
+        &info_value(tail, last_epoch_started)?,
+    );
     Ok(())
 }
 
