@@ -248,8 +248,27 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
             eprintln!("osd.{} metrics on http://{m}/metrics", osd.id());
         }
         eprintln!("osd.{} serving on {}", osd.id(), osd.addr());
-        tokio::signal::ctrl_c().await?;
+        let signal = stop_signal().await?;
+        let id = osd.id();
+        eprintln!("osd.{id}: {signal}: stopping");
+        // Its ops end, then its store closes (what was acknowledged is durable either way).
+        osd.shutdown(OSD_STOP_WAIT).await?;
+        eprintln!("osd.{id} stopped");
         Ok(())
+    })
+}
+
+/// How long a signalled OSD waits for its store to close before it exits anyway (less than
+/// `cairn down`'s grace before SIGKILL).
+const OSD_STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits for SIGINT or SIGTERM (what `cairn down` sends); returns which.
+async fn stop_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    Ok(tokio::select! {
+        r = tokio::signal::ctrl_c() => { r?; "SIGINT" }
+        _ = term.recv() => "SIGTERM",
     })
 }
 

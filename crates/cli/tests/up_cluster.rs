@@ -206,6 +206,14 @@ fn up_put_get_bench_down() {
     );
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
+    // Each OSD took the SIGTERM as a request to stop: its ops ended and its store closed.
+    for n in ["osd0", "osd1", "osd2"] {
+        let log = std::fs::read_to_string(dir.join(format!("{n}.log"))).unwrap_or_default();
+        assert!(
+            log.contains(": SIGTERM: stopping") && log.contains(" stopped\n"),
+            "--- {n}.log\n{log}"
+        );
+    }
     // The whole cluster restarts from its directory: the monitor's map (and so the OSD ids and
     // the pool) and every object come back.
     let (ok, out) = cluster.up(&mon, &["--device-mib", "1024", "--pg-num", "32"]);
