@@ -68,8 +68,8 @@ pub fn append_entry(
     entry: &LogEntry,
     last_epoch_started: u64,
 ) -> Result<(), OsdError> {
-    // One removal and one setting at most, each of every key it has: each store operation
-    // looks the meta object up again.
+    // At most one omap removal and one omap setting, each carrying all of its keys: every
+    // store operation looks the meta object up again.
     let mut entries = vec![(log_key(entry.version), json(entry)?)];
     if let Some(t) = log.next_trimmed() {
         let mut gone = Vec::with_capacity(2);

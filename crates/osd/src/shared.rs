@@ -105,11 +105,6 @@ impl Shared {
         tokio::spawn(self.stopping.clone().run_until_cancelled_owned(work))
     }
 
-    /// Whether the OSD has been told to stop.
-    pub fn is_stopping(&self) -> bool {
-        self.stopping.is_cancelled()
-    }
-
     /// Ends every task spawned through [`Shared::spawn`] and aborts every tracked task.
     pub fn stop_tasks(&self) {
         self.stopping.cancel();

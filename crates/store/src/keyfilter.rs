@@ -60,32 +60,30 @@ impl KeyFilter {
         }
     }
 
-    /// The first word of `key`'s block, and the bit pattern of its probes.
-    fn probes(&self, key: &[u8]) -> (usize, impl Iterator<Item = (usize, u64)>) {
+    /// The words and bits of `key`'s probes, all in one block.
+    fn probes(&self, key: &[u8]) -> impl Iterator<Item = (usize, u64)> {
         let h = self.hasher.hash_one(key);
         let block = ((u128::from(h) * u128::from(self.blocks)) >> 64) as usize;
         let mut bits = h.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17) ^ h;
         let first = block * BLOCK_WORDS;
-        let probes = (0..PROBES).map(move |_| {
+        (0..PROBES).map(move |_| {
             let bit = (bits & 511) as usize;
             bits >>= 9;
             (first + bit / 64, 1u64 << (bit % 64))
-        });
-        (first, probes)
+        })
     }
 
     /// Adds `key`.
     pub(crate) fn insert(&self, key: &[u8]) {
-        let (_, probes) = self.probes(key);
-        for (word, mask) in probes {
+        for (word, mask) in self.probes(key) {
             self.words[word].fetch_or(mask, Ordering::Relaxed);
         }
     }
 
     /// Whether `key` may have been added; `false` proves it was not.
     pub(crate) fn may_contain(&self, key: &[u8]) -> bool {
-        let (_, mut probes) = self.probes(key);
-        probes.all(|(word, mask)| self.words[word].load(Ordering::Relaxed) & mask != 0)
+        self.probes(key)
+            .all(|(word, mask)| self.words[word].load(Ordering::Relaxed) & mask != 0)
     }
 
     /// Memory its bits take, bytes.
