@@ -8,11 +8,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 use cairn_client::Client;
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
-use cairn_store::{KvLocation, Store, StoreConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_osd_lets_go_of_its_store_while_its_work_waits_on_a_silent_peer() {
@@ -65,11 +63,7 @@ async fn a_stopped_osd_lets_go_of_its_store_while_its_work_waits_on_a_silent_pee
             .await
             .unwrap_or_else(|e| panic!("osd.{id}: {e}"));
         // Its store mounts at once: nothing holds it any more.
-        let dir = c.dir.0.join(format!("osd{i}"));
-        let dev: Arc<dyn BlockDevice> =
-            Arc::new(FileDevice::open(&dir.join("block"), &FileDeviceOptions::default()).unwrap());
-        let kv = KvLocation::File(dir.join("kv.redb"));
-        let store = Store::mount(dev, kv, StoreConfig::default())
+        let store = common::mount_once(&c.dir.0.join(format!("osd{i}")))
             .await
             .unwrap_or_else(|e| panic!("osd.{id}'s store right after its stop: {e}"));
         drop(store);

@@ -137,18 +137,29 @@ pub async fn restart_osd(cfg: OsdConfig) -> OsdDaemon {
     }
 }
 
-/// Mounts the store of a stopped (dropped) OSD that ran in `dir`, retrying while its tasks wind
-/// down and let go of it (at most 60 s).
-pub async fn mount_offline(dir: &std::path::Path) -> cairn_store::Store {
+/// Mounts, once, the store of an OSD that ran in `dir`.
+pub async fn mount_once(
+    dir: &std::path::Path,
+) -> Result<cairn_store::Store, cairn_store::StoreError> {
     use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
     use cairn_store::{KvLocation, Store, StoreConfig};
     let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(
         FileDevice::open(&dir.join("block"), &FileDeviceOptions::default()).unwrap(),
     );
+    Store::mount(
+        dev,
+        KvLocation::File(dir.join("kv.redb")),
+        StoreConfig::default(),
+    )
+    .await
+}
+
+/// Mounts the store of a stopped (dropped) OSD that ran in `dir`, retrying while its tasks wind
+/// down and let go of it (at most 60 s).
+pub async fn mount_offline(dir: &std::path::Path) -> cairn_store::Store {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let kv = KvLocation::File(dir.join("kv.redb"));
-        match Store::mount(dev.clone(), kv, StoreConfig::default()).await {
+        match mount_once(dir).await {
             Ok(store) => return store,
             Err(e) => assert!(Instant::now() < deadline, "{}: {e}", dir.display()),
         }
