@@ -176,6 +176,21 @@ async fn lookup(gw: &Gateway, bucket: &str, key: &str) -> S3Result<(BucketInfo, 
     Ok((b, e))
 }
 
+/// The entry a GetObject or HeadObject reads, once its conditions hold, with the byte range
+/// asked for (`None`: the whole object).
+async fn read_target(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    conditions: &Conditions<'_>,
+    range: Option<&Range>,
+) -> S3Result<(Entry, Option<(u64, u64)>)> {
+    let (_, e) = lookup(gw, bucket, key).await?;
+    check_conditions(conditions, &e.etag, e.mtime_ms, false)?;
+    let range = byte_range(range, e.size)?;
+    Ok((e, range))
+}
+
 fn byte_range(range: Option<&Range>, size: u64) -> S3Result<Option<(u64, u64)>> {
     match range {
         None => Ok(None),
@@ -192,19 +207,20 @@ pub async fn get(
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = &req.input;
-    let (_, e) = lookup(gw, &input.bucket, &input.key).await?;
-    check_conditions(
-        &Conditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        },
-        &e.etag,
-        e.mtime_ms,
-        false,
-    )?;
-    let range = byte_range(input.range.as_ref(), e.size)?;
+    let conditions = Conditions {
+        if_match: input.if_match.as_ref(),
+        if_none_match: input.if_none_match.as_ref(),
+        if_modified_since: input.if_modified_since.as_ref(),
+        if_unmodified_since: input.if_unmodified_since.as_ref(),
+    };
+    let (e, range) = read_target(
+        gw,
+        &input.bucket,
+        &input.key,
+        &conditions,
+        input.range.as_ref(),
+    )
+    .await?;
     let (start, end) = range.unwrap_or((0, e.size));
     gw.charge_response(&req, &input.bucket, end - start);
     let h = &e.headers;
@@ -237,19 +253,20 @@ pub async fn head(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = &req.input;
-    let (_, e) = lookup(gw, &input.bucket, &input.key).await?;
-    check_conditions(
-        &Conditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        },
-        &e.etag,
-        e.mtime_ms,
-        false,
-    )?;
-    let range = byte_range(input.range.as_ref(), e.size)?;
+    let conditions = Conditions {
+        if_match: input.if_match.as_ref(),
+        if_none_match: input.if_none_match.as_ref(),
+        if_modified_since: input.if_modified_since.as_ref(),
+        if_unmodified_since: input.if_unmodified_since.as_ref(),
+    };
+    let (e, range) = read_target(
+        gw,
+        &input.bucket,
+        &input.key,
+        &conditions,
+        input.range.as_ref(),
+    )
+    .await?;
     let (start, end) = range.unwrap_or((0, e.size));
     let h = &e.headers;
     Ok(S3Response::new(HeadObjectOutput {
