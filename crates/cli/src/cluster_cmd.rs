@@ -35,7 +35,7 @@ pub(crate) fn osd_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runt
 /// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
 /// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `prefill`,
 /// `store_groups_in_flight`, `op_shards`, `threads`, `max_inflight_cost_ms`, `remap_min_objects`,
-/// `recovery_chunk_bytes`, `scrub_interval_s`, `deep_scrub_interval_s`).
+/// `recovery_chunk_bytes`, `scrub_interval_s`, `deep_scrub_interval_s`, `measure_capacity`).
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
@@ -138,6 +138,13 @@ pub struct OsdRunArgs {
     #[arg(long = "deep-scrub-interval-s", default_value_t = default_deep_scrub_interval_s())]
     #[serde(default = "default_deep_scrub_interval_s")]
     pub deep_scrub_interval_s: u64,
+    /// Measure the scheduler's capacity through the store at boot (a few seconds of 4 KiB and
+    /// 4 MiB writes in a collection of their own; Ceph's boot-time `osd bench`) instead of
+    /// taking the device profile's raw figures, which a store's group commit exceeds; read it
+    /// with `cairn tell osd.N config get osd_mclock_max_capacity_iops`.
+    #[arg(long = "measure-capacity")]
+    #[serde(default)]
+    pub measure_capacity: bool,
 }
 
 fn default_scrub_interval_s() -> u64 {
@@ -236,6 +243,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.recovery_chunk_bytes = args.recovery_chunk_bytes;
         cfg.scrub_interval_s = args.scrub_interval_s;
         cfg.deep_scrub_interval_s = args.deep_scrub_interval_s;
+        cfg.measure_capacity = args.measure_capacity;
         if args.prefill && !data.join("kv.redb").exists() {
             eprintln!(
                 "prefilling {} MiB of {}/block with zeros",

@@ -38,6 +38,7 @@ fn up_put_get_bench_down() {
             "2",
             "--fast-fail-on-connection-refused",
             "false",
+            "--osd-arg=--measure-capacity",
         ],
     );
     assert!(ok, "{out}");
@@ -57,6 +58,18 @@ fn up_put_get_bench_down() {
         assert!(
             ok && out.trim() == "false",
             "{osd}'s fast fail from `up`: {out}"
+        );
+        // Measured through the store at boot, unless the runs disagreed (a busy machine): then
+        // the log says why and the configured capacity (21500 IOPS without a profile) stays.
+        let (ok, out) = get("osd_mclock_max_capacity_iops");
+        let iops: f64 = out.trim().parse().unwrap_or(0.0);
+        let log =
+            std::fs::read_to_string(dir.join(format!("osd{}.log", &osd[4..]))).unwrap_or_default();
+        assert!(
+            ok && iops > 0.0
+                && ((iops != 21500.0 && log.contains("capacity measured through the store"))
+                    || log.contains("capacity not measured")),
+            "{osd}'s capacity: {out}; log: {log}"
         );
     }
     let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon]);

@@ -19,7 +19,7 @@ use crate::shared::Shared;
 pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
 /// Settings `config get` can read (the first three can also be set).
-pub const CONFIG_KEYS: [&str; 15] = [
+pub const CONFIG_KEYS: [&str; 17] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
@@ -35,6 +35,8 @@ pub const CONFIG_KEYS: [&str; 15] = [
     "osd_op_num_threads",
     "osd_recovery_max_chunk",
     "remap_min_objects",
+    "osd_mclock_max_capacity_iops",
+    "osd_mclock_max_sequential_bandwidth",
 ];
 
 /// Answers one encoded [`AdminRequest`] with an encoded [`AdminReply`].
@@ -128,6 +130,11 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
             .to_string(),
         "osd_recovery_max_chunk" => c.recovery_chunk_bytes.to_string(),
         "remap_min_objects" => c.remap_min_objects.to_string(),
+        // The cost model's capacity in force: the profile's, or measured at boot.
+        "osd_mclock_max_capacity_iops" => format!("{:.0}", c.capacity.random_4k_iops),
+        "osd_mclock_max_sequential_bandwidth" => {
+            format!("{:.0}", c.capacity.seq_bandwidth_bytes_per_s)
+        }
         other => {
             return Err(format!(
                 "unknown key `{other}` (known: {})",

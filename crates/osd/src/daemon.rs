@@ -60,8 +60,13 @@ pub struct OsdConfig {
     pub device_profile: Option<String>,
     /// Scheduler policy.
     pub policy: PolicyConfig,
-    /// Device capacity for the cost model.
+    /// Device capacity for the cost model (the profile's when there is one; replaced by the
+    /// store's measured capacity with `measure_capacity`).
     pub capacity: DeviceCapacity,
+    /// Measure the capacity through the store at boot (Ceph's boot-time `osd bench`; see
+    /// [`crate::capacity`]) instead of taking the profile's raw device figures; a measurement
+    /// outside the plausible bounds is logged and the configured capacity kept.
+    pub measure_capacity: bool,
     /// Most scheduled requests running at once (explicit limit), divided between the op
     /// shards.
     pub max_inflight_ops: usize,
@@ -168,6 +173,7 @@ impl OsdConfig {
                 random_4k_iops: 21500.0,
                 seq_bandwidth_bytes_per_s: 1.5e9,
             },
+            measure_capacity: false,
             max_inflight_ops: 64,
             max_inflight_cost_ms: DEFAULT_MAX_INFLIGHT_COST_MS,
             op_shards: DEFAULT_OP_SHARDS,
@@ -281,6 +287,34 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     Ok(Store::mount(dev, KvLocation::File(kv), store_cfg).await?)
 }
 
+/// The store's capacity measured at boot, or `configured` when the measurement is out of
+/// its plausible bounds (logged). A store error fails the boot.
+async fn measured_capacity(
+    store: &Store,
+    configured: DeviceCapacity,
+) -> Result<DeviceCapacity, OsdError> {
+    let t = std::time::Instant::now();
+    let plan = crate::capacity::ProbePlan::default();
+    let bounds = cairn_qos::capacity::CapacityBounds::default();
+    match crate::capacity::measure(store, &plan, &bounds).await {
+        Ok(c) => {
+            tracing::info!(
+                iops = c.random_4k_iops.round(),
+                mb_s = (c.seq_bandwidth_bytes_per_s / 1e6).round(),
+                configured_iops = configured.random_4k_iops.round(),
+                ms = t.elapsed().as_millis() as u64,
+                "capacity measured through the store"
+            );
+            Ok(c)
+        }
+        Err(OsdError::Qos(e)) => {
+            tracing::warn!(error = %e, iops = configured.random_4k_iops, "capacity not measured: keeping the configured one");
+            Ok(configured)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Refuses a byte-size setting outside `[min, max.0]`; `max.1` says where the maximum comes from.
 fn check_bytes_setting(name: &str, value: u64, min: u64, max: (u64, &str)) -> Result<(), OsdError> {
     if (min..=max.0).contains(&value) {
@@ -333,6 +367,9 @@ impl OsdDaemon {
             };
         }
         let store = open_store(&cfg).await?;
+        if cfg.measure_capacity {
+            cfg.capacity = measured_capacity(&store, cfg.capacity).await?;
+        }
         let limits = InFlightLimits {
             ops: cfg.max_inflight_ops,
             cost_ns: cfg.max_inflight_cost_ms.saturating_mul(1_000_000),
