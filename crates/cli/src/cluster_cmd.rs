@@ -140,8 +140,9 @@ pub struct OsdRunArgs {
     pub deep_scrub_interval_s: u64,
     /// Measure the scheduler's capacity through the store at boot (a few seconds of 4 KiB and
     /// 4 MiB writes in a collection of their own; Ceph's boot-time `osd bench`) instead of
-    /// taking the device profile's raw figures, which a store's group commit exceeds; read it
-    /// with `cairn tell osd.N config get osd_mclock_max_capacity_iops`.
+    /// taking the device profile's raw figures, which a store's group commit exceeds. The first
+    /// boot's measurement is kept in the data directory (`capacity.json`) and reused; delete it
+    /// to measure again. Read it with `cairn tell osd.N config get osd_mclock_max_capacity_iops`.
     #[arg(long = "measure-capacity")]
     #[serde(default)]
     pub measure_capacity: bool,

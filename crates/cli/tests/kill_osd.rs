@@ -170,6 +170,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
             "16",
             "--heartbeat-grace-s",
             "2",
+            "--osd-arg=--measure-capacity",
         ],
     );
     assert!(ok, "{out}");
@@ -232,6 +233,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
             "256",
             "--heartbeat-grace-s",
             "2",
+            "--measure-capacity",
         ])
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
@@ -253,6 +255,19 @@ fn kill_9_an_osd_during_writes_then_recover() {
         "all PGs active+clean {:?} after the restart",
         restarted.elapsed()
     );
+    // The capacity its first boot measured (unless that measurement was refused on a busy
+    // machine) is reused: the restart neither waits for the probe nor writes its objects.
+    let first = std::fs::read_to_string(dir.join("osd2.log")).unwrap_or_default();
+    let again = std::fs::read_to_string(dir.join("osd2-restart.log")).unwrap_or_default();
+    if first.contains("capacity measured through the store") {
+        assert!(
+            again.contains("capacity as measured at the first boot")
+                && !again.contains("capacity measured through the store"),
+            "the restarted OSD measured again: {again}"
+        );
+    } else {
+        assert!(first.contains("capacity not measured"), "{first}");
+    }
 
     // Recovery really moved objects, and the metrics say so.
     let recovered: f64 = (0..2)

@@ -12,8 +12,12 @@
 //! PG's: those are named `pg.*`), removes them after each run, and removes what an earlier
 //! probe left if the OSD stopped in the middle of one. Its runs are bounded in count and in
 //! time; the estimate (median of the runs, checked against plausible bounds) is
-//! `cairn_qos::capacity::estimate`'s.
+//! `cairn_qos::capacity::estimate`'s. The first boot's measurement is kept in the data
+//! directory ([`SAVED_FILE`]) and reused, as Ceph keeps its in the configuration: a restart,
+//! often during recovery, neither waits for the probe nor adds its writes; deleting the file
+//! measures again.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,6 +27,36 @@ use cairn_store::{Store, Transaction};
 use futures_util::future::join_all;
 
 use crate::error::OsdError;
+
+/// File in the OSD's data directory keeping the capacity measured at its first boot.
+pub const SAVED_FILE: &str = "capacity.json";
+
+/// The capacity an earlier boot measured and kept in `dir`: `None` when there is none, an
+/// error when the file cannot be read or does not hold a valid capacity.
+pub fn load_saved(dir: &Path) -> Result<Option<DeviceCapacity>, OsdError> {
+    let path = dir.join(SAVED_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(OsdError::Config(format!("{}: {e}", path.display()))),
+    };
+    let c: DeviceCapacity = serde_json::from_str(&text)
+        .map_err(|e| OsdError::Config(format!("{}: {e}", path.display())))?;
+    c.validate()
+        .map_err(|e| OsdError::Config(format!("{}: {e}", path.display())))?;
+    Ok(Some(c))
+}
+
+/// Keeps `c` in `dir` for the next boots (written aside, then renamed over the old file, so
+/// a crash leaves the old file or the new one, never part of one).
+pub fn save(dir: &Path, c: &DeviceCapacity) -> Result<(), OsdError> {
+    let path = dir.join(SAVED_FILE);
+    let aside = dir.join(format!("{SAVED_FILE}.new"));
+    let text = serde_json::to_string(c).map_err(|e| OsdError::Protocol(e.to_string()))?;
+    std::fs::write(&aside, text)
+        .and_then(|()| std::fs::rename(&aside, &path))
+        .map_err(|e| OsdError::Config(format!("{}: {e}", path.display())))
+}
 
 /// Collection the probe writes in.
 pub const PROBE_COLLECTION: &str = "capacity-probe";
@@ -300,6 +334,31 @@ mod tests {
             after.commits > before.commits + 300,
             "the runs wrote through the store"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A kept measurement loads back as it was saved; a missing file is no measurement; a
+    /// malformed or invalid one is an error naming the file, never a panic or a made-up value.
+    #[test]
+    fn a_saved_capacity_loads_back_and_a_bad_file_is_refused() {
+        let dir = tempdir("saved");
+        assert_eq!(load_saved(&dir).unwrap(), None);
+        let c = DeviceCapacity {
+            random_4k_iops: 3946.5,
+            seq_bandwidth_bytes_per_s: 115e6,
+        };
+        save(&dir, &c).unwrap();
+        assert_eq!(load_saved(&dir).unwrap(), Some(c));
+        assert!(!dir.join(format!("{SAVED_FILE}.new")).exists());
+        for bad in [
+            "{\"random_4k_iops\": 3946",
+            "{\"random_4k_iops\": -1.0, \"seq_bandwidth_bytes_per_s\": 1e8}",
+            "\u{0}\u{ff}",
+        ] {
+            std::fs::write(dir.join(SAVED_FILE), bad).unwrap();
+            let err = load_saved(&dir).unwrap_err().to_string();
+            assert!(err.contains(SAVED_FILE), "{bad:?}: {err}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -65,7 +65,8 @@ pub struct OsdConfig {
     pub capacity: DeviceCapacity,
     /// Measure the capacity through the store at boot (Ceph's boot-time `osd bench`; see
     /// [`crate::capacity`]) instead of taking the profile's raw device figures; a measurement
-    /// outside the plausible bounds is logged and the configured capacity kept.
+    /// outside the plausible bounds is logged and the configured capacity kept. The first
+    /// boot's measurement is kept in the data directory and reused by later boots.
     pub measure_capacity: bool,
     /// Most scheduled requests running at once (explicit limit), divided between the op
     /// shards.
@@ -287,12 +288,26 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     Ok(Store::mount(dev, KvLocation::File(kv), store_cfg).await?)
 }
 
-/// The store's capacity measured at boot, or `configured` when the measurement is out of
-/// its plausible bounds (logged). A store error fails the boot.
+/// The capacity the store sustains: as measured at this OSD's first boot (kept in its data
+/// directory), else measured now and kept; `configured` when the measurement is out of its
+/// plausible bounds (logged). A store error fails the boot.
 async fn measured_capacity(
     store: &Store,
     configured: DeviceCapacity,
+    data_dir: &std::path::Path,
 ) -> Result<DeviceCapacity, OsdError> {
+    match crate::capacity::load_saved(data_dir) {
+        Ok(Some(c)) => {
+            tracing::info!(
+                iops = c.random_4k_iops.round(),
+                mb_s = (c.seq_bandwidth_bytes_per_s / 1e6).round(),
+                "capacity as measured at the first boot"
+            );
+            return Ok(c);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "kept capacity unreadable: measuring again"),
+    }
     let t = std::time::Instant::now();
     let plan = crate::capacity::ProbePlan::default();
     let bounds = cairn_qos::capacity::CapacityBounds::default();
@@ -305,6 +320,9 @@ async fn measured_capacity(
                 ms = t.elapsed().as_millis() as u64,
                 "capacity measured through the store"
             );
+            if let Err(e) = crate::capacity::save(data_dir, &c) {
+                tracing::warn!(error = %e, "measured capacity not kept: the next boot measures again");
+            }
             Ok(c)
         }
         Err(OsdError::Qos(e)) => {
@@ -368,7 +386,7 @@ impl OsdDaemon {
         }
         let store = open_store(&cfg).await?;
         if cfg.measure_capacity {
-            cfg.capacity = measured_capacity(&store, cfg.capacity).await?;
+            cfg.capacity = measured_capacity(&store, cfg.capacity, &cfg.data_dir).await?;
         }
         let limits = InFlightLimits {
             ops: cfg.max_inflight_ops,
