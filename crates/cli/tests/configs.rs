@@ -24,7 +24,7 @@ fn daemons_run_from_config_files() {
     std::fs::write(
         &osd_toml,
         format!(
-            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\nthreads = 3\nfast_fail_on_connection_refused = false\nrecovery_chunk_bytes = 1048576\nremap_min_objects = 4\n",
+            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\nthreads = 3\nfast_fail_on_connection_refused = false\nrecovery_chunk_bytes = 1048576\nremap_min_objects = 4\nmeasure_capacity = true\n",
             dir.join("osd").display()
         ),
     )
@@ -128,6 +128,20 @@ fn daemons_run_from_config_files() {
         ok && out.trim() == "false",
         "fast fail from the config file: {out}"
     );
+    // `measure_capacity = true`: measured through the store and kept in the data directory
+    // (or, if the runs disagreed on a busy machine, the profile's capacity kept).
+    let (ok, out) = config_get("osd_mclock_max_capacity_iops");
+    let kept = std::fs::read_to_string(dir.join("osd").join("capacity.json")).ok();
+    assert!(ok, "{out}");
+    if let Some(kept) = kept {
+        let c: serde_json::Value = serde_json::from_str(&kept).unwrap();
+        let iops = c["random_4k_iops"].as_f64().unwrap();
+        assert_eq!(
+            out.trim(),
+            format!("{iops:.0}"),
+            "the kept capacity is the one in force"
+        );
+    }
     // An OSD started with a bad setting exits with an error that names it.
     let refused = |data: &str, flag: &str, value: &str| {
         let data = dir.join(data).display().to_string();
