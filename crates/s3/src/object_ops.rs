@@ -201,26 +201,31 @@ fn byte_range(range: Option<&Range>, size: u64) -> S3Result<Option<(u64, u64)>> 
     }
 }
 
+/// [`read_target`] for a GetObject or HeadObject input (two types with the same fields).
+macro_rules! read_target {
+    ($gw:expr, $input:expr) => {
+        read_target(
+            $gw,
+            &$input.bucket,
+            &$input.key,
+            &Conditions {
+                if_match: $input.if_match.as_ref(),
+                if_none_match: $input.if_none_match.as_ref(),
+                if_modified_since: $input.if_modified_since.as_ref(),
+                if_unmodified_since: $input.if_unmodified_since.as_ref(),
+            },
+            $input.range.as_ref(),
+        )
+    };
+}
+
 /// GetObject.
 pub async fn get(
     gw: &Gateway,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = &req.input;
-    let conditions = Conditions {
-        if_match: input.if_match.as_ref(),
-        if_none_match: input.if_none_match.as_ref(),
-        if_modified_since: input.if_modified_since.as_ref(),
-        if_unmodified_since: input.if_unmodified_since.as_ref(),
-    };
-    let (e, range) = read_target(
-        gw,
-        &input.bucket,
-        &input.key,
-        &conditions,
-        input.range.as_ref(),
-    )
-    .await?;
+    let (e, range) = read_target!(gw, input).await?;
     let (start, end) = range.unwrap_or((0, e.size));
     gw.charge_response(&req, &input.bucket, end - start);
     let h = &e.headers;
@@ -253,20 +258,7 @@ pub async fn head(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = &req.input;
-    let conditions = Conditions {
-        if_match: input.if_match.as_ref(),
-        if_none_match: input.if_none_match.as_ref(),
-        if_modified_since: input.if_modified_since.as_ref(),
-        if_unmodified_since: input.if_unmodified_since.as_ref(),
-    };
-    let (e, range) = read_target(
-        gw,
-        &input.bucket,
-        &input.key,
-        &conditions,
-        input.range.as_ref(),
-    )
-    .await?;
+    let (e, range) = read_target!(gw, input).await?;
     let (start, end) = range.unwrap_or((0, e.size));
     let h = &e.headers;
     Ok(S3Response::new(HeadObjectOutput {
