@@ -271,8 +271,12 @@ mod tests {
     use super::*;
 
     async fn store(dir: &std::path::Path) -> Store {
+        store_of(dir, 256 << 20).await
+    }
+
+    async fn store_of(dir: &std::path::Path, bytes: u64) -> Store {
         let dev: Arc<dyn cairn_blockdev::BlockDevice> =
-            Arc::new(MemDevice::new(256 << 20, 4096).unwrap());
+            Arc::new(MemDevice::new(bytes, 4096).unwrap());
         let kv = dir.join("kv.redb");
         let cfg = StoreConfig::default();
         Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &cfg)
@@ -359,6 +363,29 @@ mod tests {
             let err = load_saved(&dir).unwrap_err().to_string();
             assert!(err.contains(SAVED_FILE), "{bad:?}: {err}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A store too small for the probe's objects refuses them: the probe fails with that
+    /// (non-fatal) error, removes what it wrote, and the store goes on working.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_too_full_for_the_probe_is_left_as_it_was() {
+        let dir = tempdir("full");
+        let store = store_of(&dir, 24 << 20).await;
+        let plan = ProbePlan {
+            large_bytes: 64 << 20,
+            ..small_plan()
+        };
+        let err = measure(&store, &plan, &CapacityBounds::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(&err, OsdError::Store(e) if !e.is_fatal()), "{err}");
+        assert!(store.list_collections().await.unwrap().is_empty());
+        assert_eq!(store.stats().await.objects, 0);
+        let mut txn = Transaction::new();
+        txn.create_collection("after");
+        txn.write("after", "x", 0, &[3u8; 4096]);
+        store.queue_transaction_owned(txn).await.unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

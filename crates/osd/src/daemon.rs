@@ -289,8 +289,9 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
 }
 
 /// The capacity the store sustains: as measured at this OSD's first boot (kept in its data
-/// directory), else measured now and kept; `configured` when the measurement is out of its
-/// plausible bounds (logged). A store error fails the boot.
+/// directory), else measured now and kept; `configured` (logged) when the measurement is
+/// refused: out of its plausible bounds, or the store too full for it. A store that failed
+/// fails the boot.
 async fn measured_capacity(
     store: &Store,
     configured: DeviceCapacity,
@@ -325,11 +326,13 @@ async fn measured_capacity(
             }
             Ok(c)
         }
-        Err(OsdError::Qos(e)) => {
+        // A store that failed fails the boot; any other refusal (the runs out of bounds or
+        // apart, a store too full for the probe's objects) leaves the configured capacity.
+        Err(OsdError::Store(e)) if e.is_fatal() => Err(OsdError::Store(e)),
+        Err(e) => {
             tracing::warn!(error = %e, iops = configured.random_4k_iops, "capacity not measured: keeping the configured one");
             Ok(configured)
         }
-        Err(e) => Err(e),
     }
 }
 
