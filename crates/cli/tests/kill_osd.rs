@@ -276,6 +276,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
             assert!(page.contains("cairn_osd_ops_total"), "{page}");
             assert!(page.contains("cairn_osd_sched_dispatched_total"));
             assert!(page.contains("cairn_osd_pgs{"));
+            assert!(counter(&page, "cairn_osd_capacity_iops") > 0.0, "{page}");
             counter(&page, "cairn_osd_recovery_objects_total")
         })
         .sum();

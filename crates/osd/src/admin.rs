@@ -245,7 +245,23 @@ fn pg_stats(s: &Shared) -> String {
     counts.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
 }
 
-/// The Prometheus page: op and recovery counters, PGs by state, scheduler and store counters.
+/// The scheduler's capacity in force as gauges (a profile's, or measured through the store at
+/// boot with `measure_capacity`): what mClock's reservations and limits are shares of.
+fn render_capacity(osd: i32, c: &cairn_qos::DeviceCapacity) -> String {
+    format!(
+        "# HELP cairn_osd_capacity_iops The scheduler's capacity in 4 KiB writes per second.\n\
+         # TYPE cairn_osd_capacity_iops gauge\n\
+         cairn_osd_capacity_iops{{osd=\"{osd}\"}} {}\n\
+         # HELP cairn_osd_capacity_bytes_per_second The scheduler's sequential write bandwidth.\n\
+         # TYPE cairn_osd_capacity_bytes_per_second gauge\n\
+         cairn_osd_capacity_bytes_per_second{{osd=\"{osd}\"}} {}\n",
+        c.random_4k_iops.round(),
+        c.seq_bandwidth_bytes_per_s.round()
+    )
+}
+
+/// The Prometheus page: op and recovery counters, PGs by state, scheduler and store counters,
+/// the scheduler's capacity.
 pub fn render_metrics(s: &Shared) -> String {
     let mut extra = String::from(
         "# HELP cairn_osd_pgs PGs this OSD leads (or holds as a replica), by state.\n# TYPE cairn_osd_pgs gauge\n",
@@ -262,6 +278,7 @@ pub fn render_metrics(s: &Shared) -> String {
         );
     }
     extra.push_str(&s.sched.render_metrics(s.id));
+    extra.push_str(&render_capacity(s.id, &s.cfg.capacity));
     let store = s
         .store_stats
         .lock()

@@ -62,6 +62,8 @@ pub fn save(dir: &Path, c: &DeviceCapacity) -> Result<(), OsdError> {
 pub const PROBE_COLLECTION: &str = "capacity-probe";
 /// Size of a small write: the cost model's reference I/O.
 const SMALL_BYTES: usize = cairn_qos::cost::REFERENCE_IO_BYTES as usize;
+/// Most runs of each kind a plan may ask for (as `cairn_qos::capacity::measure`).
+const MAX_REPEATS: usize = 15;
 /// Objects removed per transaction when a run is cleaned up.
 const REMOVALS_PER_TXN: usize = 256;
 
@@ -102,11 +104,12 @@ impl ProbePlan {
             || self.large_object_bytes == 0
             || self.large_bytes < self.large_object_bytes as u64
             || self.repeats.is_multiple_of(2)
+            || self.repeats > MAX_REPEATS
             || self.max_run.is_zero()
         {
             return Err(OsdError::Config(format!(
                 "capacity probe plan {self:?}: counts must be > 0, large_bytes at least one \
-                 object, repeats odd, max_run > 0"
+                 object, repeats odd and at most {MAX_REPEATS}, max_run > 0"
             )));
         }
         Ok(())
