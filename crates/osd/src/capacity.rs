@@ -116,6 +116,54 @@ impl ProbePlan {
     }
 }
 
+/// The capacity the store sustains: as measured at this OSD's first boot (kept in its data
+/// directory), else measured now and kept; `configured` (logged) when the measurement is
+/// refused: out of its plausible bounds, or the store too full for it. A store that failed
+/// fails the boot.
+pub async fn at_boot(
+    store: &Store,
+    configured: DeviceCapacity,
+    data_dir: &Path,
+) -> Result<DeviceCapacity, OsdError> {
+    match load_saved(data_dir) {
+        Ok(Some(c)) => {
+            tracing::info!(
+                iops = c.random_4k_iops.round(),
+                mb_s = (c.seq_bandwidth_bytes_per_s / 1e6).round(),
+                "capacity as measured at the first boot"
+            );
+            return Ok(c);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "kept capacity unreadable: measuring again"),
+    }
+    let t = Instant::now();
+    let plan = ProbePlan::default();
+    let bounds = CapacityBounds::default();
+    match measure(store, &plan, &bounds).await {
+        Ok(c) => {
+            tracing::info!(
+                iops = c.random_4k_iops.round(),
+                mb_s = (c.seq_bandwidth_bytes_per_s / 1e6).round(),
+                configured_iops = configured.random_4k_iops.round(),
+                ms = t.elapsed().as_millis() as u64,
+                "capacity measured through the store"
+            );
+            if let Err(e) = save(data_dir, &c) {
+                tracing::warn!(error = %e, "measured capacity not kept: the next boot measures again");
+            }
+            Ok(c)
+        }
+        // A store that failed fails the boot; any other refusal (the runs out of bounds or
+        // apart, a store too full for the probe's objects) leaves the configured capacity.
+        Err(OsdError::Store(e)) if e.is_fatal() => Err(OsdError::Store(e)),
+        Err(e) => {
+            tracing::warn!(error = %e, iops = configured.random_4k_iops, "capacity not measured: keeping the configured one");
+            Ok(configured)
+        }
+    }
+}
+
 /// Measures the store's capacity with `plan`: 4 KiB IOPS and sequential bandwidth, refused
 /// (`OsdError::Qos`) when outside `bounds` or when the runs disagree by more than they allow.
 pub async fn measure(

@@ -65,8 +65,9 @@ pub struct OsdConfig {
     pub capacity: DeviceCapacity,
     /// Measure the capacity through the store at boot (Ceph's boot-time `osd bench`; see
     /// [`crate::capacity`]) instead of taking the profile's raw device figures; a measurement
-    /// outside the plausible bounds is logged and the configured capacity kept. The first
-    /// boot's measurement is kept in the data directory and reused by later boots.
+    /// refused (out of its plausible bounds, or the store too full for it) is logged and the
+    /// configured capacity kept. The first boot's measurement is kept in the data directory
+    /// and reused by later boots.
     pub measure_capacity: bool,
     /// Most scheduled requests running at once (explicit limit), divided between the op
     /// shards.
@@ -288,54 +289,6 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     Ok(Store::mount(dev, KvLocation::File(kv), store_cfg).await?)
 }
 
-/// The capacity the store sustains: as measured at this OSD's first boot (kept in its data
-/// directory), else measured now and kept; `configured` (logged) when the measurement is
-/// refused: out of its plausible bounds, or the store too full for it. A store that failed
-/// fails the boot.
-async fn measured_capacity(
-    store: &Store,
-    configured: DeviceCapacity,
-    data_dir: &std::path::Path,
-) -> Result<DeviceCapacity, OsdError> {
-    match crate::capacity::load_saved(data_dir) {
-        Ok(Some(c)) => {
-            tracing::info!(
-                iops = c.random_4k_iops.round(),
-                mb_s = (c.seq_bandwidth_bytes_per_s / 1e6).round(),
-                "capacity as measured at the first boot"
-            );
-            return Ok(c);
-        }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(error = %e, "kept capacity unreadable: measuring again"),
-    }
-    let t = std::time::Instant::now();
-    let plan = crate::capacity::ProbePlan::default();
-    let bounds = cairn_qos::capacity::CapacityBounds::default();
-    match crate::capacity::measure(store, &plan, &bounds).await {
-        Ok(c) => {
-            tracing::info!(
-                iops = c.random_4k_iops.round(),
-                mb_s = (c.seq_bandwidth_bytes_per_s / 1e6).round(),
-                configured_iops = configured.random_4k_iops.round(),
-                ms = t.elapsed().as_millis() as u64,
-                "capacity measured through the store"
-            );
-            if let Err(e) = crate::capacity::save(data_dir, &c) {
-                tracing::warn!(error = %e, "measured capacity not kept: the next boot measures again");
-            }
-            Ok(c)
-        }
-        // A store that failed fails the boot; any other refusal (the runs out of bounds or
-        // apart, a store too full for the probe's objects) leaves the configured capacity.
-        Err(OsdError::Store(e)) if e.is_fatal() => Err(OsdError::Store(e)),
-        Err(e) => {
-            tracing::warn!(error = %e, iops = configured.random_4k_iops, "capacity not measured: keeping the configured one");
-            Ok(configured)
-        }
-    }
-}
-
 /// Refuses a byte-size setting outside `[min, max.0]`; `max.1` says where the maximum comes from.
 fn check_bytes_setting(name: &str, value: u64, min: u64, max: (u64, &str)) -> Result<(), OsdError> {
     if (min..=max.0).contains(&value) {
@@ -389,7 +342,7 @@ impl OsdDaemon {
         }
         let store = open_store(&cfg).await?;
         if cfg.measure_capacity {
-            cfg.capacity = measured_capacity(&store, cfg.capacity, &cfg.data_dir).await?;
+            cfg.capacity = crate::capacity::at_boot(&store, cfg.capacity, &cfg.data_dir).await?;
         }
         let limits = InFlightLimits {
             ops: cfg.max_inflight_ops,
