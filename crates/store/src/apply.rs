@@ -611,7 +611,7 @@ impl Store {
             let (_, lblock) = split_block_key(k).ok()?;
             extents.push(Extent::decode(lblock, v).ok()?);
         }
-        let meta = CachedObject::new(node.size_bytes, extents);
+        let meta = CachedObject::new(node, extents);
         for (k, v) in under(REDO_XATTRS) {
             let name = std::str::from_utf8(&k[c.prefix.len()..]).ok()?;
             meta.remember_attr(name, Some(codec::open(v, "xattr value").ok()?));

@@ -1,5 +1,6 @@
-//! The onode cache: committed metadata (size, whole extent map, and the small attributes read
-//! so far) of recently read objects, so a read that hits it needs no KV lookup.
+//! The onode cache: committed metadata (size, whole extent map, the attributes inside the onode,
+//! and those of the xattr table read so far) of recently read objects, so a read that hits it
+//! needs no KV lookup.
 //!
 //! Owns a byte-bounded CLOCK-evicted map from (collection, object) to an immutable snapshot of the
 //! object's metadata. Coherence with commits: entries are filled by readers holding the
@@ -9,7 +10,7 @@
 //! lock is released, so no reader can see or insert metadata older than the last commit. It
 //! must never hold an entry for an object whose metadata changed after the entry was filled.
 
-use crate::codec::Extent;
+use crate::codec::{Extent, Onode};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,26 +33,41 @@ pub(crate) struct CachedObject {
     pub(crate) size_bytes: u64,
     /// Every extent, in logical order.
     pub(crate) extents: Vec<Extent>,
-    /// Small attributes looked up while the entry lived, by name (`None`: the object has no
-    /// such attribute). Coherent for the same reason as the rest of the entry: filled by
-    /// readers under the shared lock, and the whole entry is dropped when a commit touches
-    /// the object.
+    /// The attributes inside the onode, sorted by name.
+    pub(crate) inline_attrs: Vec<(String, Vec<u8>)>,
+    /// Whether the object may have attributes in the xattr table (the onode's flag).
+    pub(crate) spilled: bool,
+    /// Attributes of the xattr table looked up while the entry lived, by name (`None`: the
+    /// object has no such attribute). Coherent for the same reason as the rest of the entry:
+    /// filled by readers under the shared lock, and the whole entry is dropped when a commit
+    /// touches the object.
     attrs: Mutex<Vec<(String, Option<Vec<u8>>)>>,
 }
 
 impl CachedObject {
-    /// Metadata of an object with no attributes remembered yet.
-    pub(crate) fn new(size_bytes: u64, extents: Vec<Extent>) -> Self {
+    /// Metadata of an object from its onode and extents, no table attribute remembered yet.
+    pub(crate) fn new(node: Onode, extents: Vec<Extent>) -> Self {
         CachedObject {
-            size_bytes,
+            size_bytes: node.size_bytes,
             extents,
+            inline_attrs: node.attrs,
+            spilled: node.spilled,
             attrs: Mutex::new(Vec::new()),
         }
     }
 
-    /// A remembered attribute: `Some(None)` when it is known to be absent, `None` when it was
-    /// not looked up yet.
+    /// An attribute as far as the entry knows it: `Some(None)` when it is known to be absent,
+    /// `None` when it may be in the xattr table and was not looked up yet.
     pub(crate) fn attr(&self, name: &str) -> Option<Option<Vec<u8>>> {
+        if let Ok(i) = self
+            .inline_attrs
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+        {
+            return Some(Some(self.inline_attrs[i].1.clone()));
+        }
+        if !self.spilled {
+            return Some(None);
+        }
         let attrs = self.attrs.lock().unwrap_or_else(|p| p.into_inner());
         attrs
             .iter()
@@ -59,7 +75,8 @@ impl CachedObject {
             .map(|(_, v)| v.clone())
     }
 
-    /// Remembers an attribute just read from the KV under the shared lock, within the limits.
+    /// Remembers an attribute just read from the xattr table under the shared lock, within the
+    /// limits.
     pub(crate) fn remember_attr(&self, name: &str, value: Option<&[u8]>) {
         if name.len() > MAX_CACHED_ATTR_BYTES
             || value.is_some_and(|v| v.len() > MAX_CACHED_ATTR_BYTES)
@@ -80,6 +97,11 @@ impl CachedObject {
                 .extents
                 .iter()
                 .map(|e| std::mem::size_of::<Extent>() + 4 * e.crcs.len())
+                .sum::<usize>()
+            + self
+                .inline_attrs
+                .iter()
+                .map(|(n, v)| 2 * std::mem::size_of::<Vec<u8>>() + n.len() + v.len())
                 .sum::<usize>()
     }
 }
@@ -277,8 +299,18 @@ mod tests {
     use super::*;
 
     fn obj(blocks: usize) -> Arc<CachedObject> {
+        spilled_obj(blocks, Vec::new())
+    }
+
+    /// An object whose onode holds `inline` and may have table attributes as well.
+    fn spilled_obj(blocks: usize, inline: Vec<(String, Vec<u8>)>) -> Arc<CachedObject> {
+        let node = Onode {
+            size_bytes: blocks as u64 * 4096,
+            attrs: inline,
+            spilled: true,
+        };
         Arc::new(CachedObject::new(
-            blocks as u64 * 4096,
+            node,
             vec![Extent {
                 lblock: 0,
                 pblock: 1,
@@ -313,6 +345,30 @@ mod tests {
             MAX_CACHED_ATTRS - 2,
             "at most MAX_CACHED_ATTRS in all"
         );
+    }
+
+    #[test]
+    fn inline_attributes_answer_without_a_lookup() {
+        let inline = vec![("_v".to_string(), b"7".to_vec())];
+        let o = spilled_obj(1, inline.clone());
+        assert_eq!(o.attr("_v"), Some(Some(b"7".to_vec())));
+        assert_eq!(
+            o.attr("big"),
+            None,
+            "a spilled object may have it in the table"
+        );
+        let node = Onode {
+            size_bytes: 4096,
+            attrs: inline,
+            spilled: false,
+        };
+        let whole = CachedObject::new(node, Vec::new());
+        assert_eq!(
+            whole.attr("big"),
+            Some(None),
+            "nothing spilled: known absent"
+        );
+        assert!(whole.charge(0) > CachedObject::new(Onode::default(), Vec::new()).charge(0));
     }
 
     #[test]

@@ -60,25 +60,133 @@ pub fn le_u32(b: &[u8], at: usize, what: &str) -> Result<u32> {
         .ok_or_else(|| StoreError::Corrupt(format!("{what}: truncated")))
 }
 
-/// Object metadata ("onode").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Longest attribute value kept inside its object's onode (explicit limit). Small attributes
+/// live there, as BlueStore keeps them: setting one with a write rewrites the onode record the
+/// write changes anyway instead of adding a record of its own to the KV and to every layer
+/// above it (group record, overlay, checkpoint). Longer ones are records of the xattr table.
+pub const INLINE_ATTR_MAX_BYTES: usize = 255;
+
+/// Most bytes (names and values) of the attributes one onode holds (explicit limit): past it,
+/// further attributes go to the xattr table, so an onode record stays small.
+pub const INLINE_ATTRS_MAX_BYTES: usize = 2048;
+
+/// Object metadata ("onode"): its size and its small attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Onode {
     /// Logical size in bytes.
     pub size_bytes: u64,
+    /// Small attributes (see [`INLINE_ATTR_MAX_BYTES`]), sorted by name, names unique.
+    pub attrs: Vec<(String, Vec<u8>)>,
+    /// Whether the object may have attributes in the xattr table: set when one is put there,
+    /// so that an object without (the common case) never looks the table up.
+    pub spilled: bool,
 }
 
 impl Onode {
-    /// Encodes the onode.
-    pub fn encode(&self) -> Vec<u8> {
-        seal(&self.size_bytes.to_le_bytes())
+    /// Bytes of the inline attributes' names and values.
+    pub fn inline_bytes(&self) -> usize {
+        self.attrs.iter().map(|(n, v)| n.len() + v.len()).sum()
     }
 
-    /// Decodes an onode.
+    /// The inline attribute `name`, if the onode holds one.
+    pub fn attr(&self, name: &str) -> Option<&[u8]> {
+        self.attrs
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| self.attrs[i].1.as_slice())
+    }
+
+    /// Whether `name` = `value` may be held inline, replacing an inline one of that name.
+    pub fn fits_inline(&self, name: &str, value: &[u8]) -> bool {
+        let replaced = self.attr(name).map_or(0, |v| name.len() + v.len());
+        name.len() <= INLINE_ATTR_MAX_BYTES
+            && value.len() <= INLINE_ATTR_MAX_BYTES
+            && self.inline_bytes() - replaced + name.len() + value.len() <= INLINE_ATTRS_MAX_BYTES
+    }
+
+    /// Sets the inline attribute `name` (the caller checked [`Onode::fits_inline`]).
+    pub fn set_attr(&mut self, name: &str, value: &[u8]) {
+        match self.attrs.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+            Ok(i) => self.attrs[i].1 = value.to_vec(),
+            Err(i) => self.attrs.insert(i, (name.to_string(), value.to_vec())),
+        }
+    }
+
+    /// Removes the inline attribute `name`; whether there was one.
+    pub fn remove_attr(&mut self, name: &str) -> bool {
+        match self.attrs.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+            Ok(i) => {
+                self.attrs.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Encodes the onode: size (u64), flags (u8: bit 0 = spilled), attribute count (u16), then
+    /// per attribute its name length (u8), name, value length (u8) and value.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut p = Vec::with_capacity(11 + self.attrs.len() * 2 + self.inline_bytes());
+        p.extend_from_slice(&self.size_bytes.to_le_bytes());
+        p.push(u8::from(self.spilled));
+        p.extend_from_slice(&(self.attrs.len() as u16).to_le_bytes());
+        for (name, value) in &self.attrs {
+            p.push(name.len() as u8);
+            p.extend_from_slice(name.as_bytes());
+            p.push(value.len() as u8);
+            p.extend_from_slice(value);
+        }
+        seal(&p)
+    }
+
+    /// Decodes an onode; anything but the layout of [`Onode::encode`] (truncated, trailing
+    /// bytes, unknown flags, names not UTF-8 or not strictly sorted, more inline bytes than
+    /// [`INLINE_ATTRS_MAX_BYTES`]) is [`StoreError::Corrupt`].
     pub fn decode(b: &[u8]) -> Result<Self> {
         let p = open(b, "onode")?;
-        Ok(Self {
-            size_bytes: le_u64(p, 0, "onode")?,
-        })
+        let bad = |why: &str| StoreError::Corrupt(format!("onode: {why}"));
+        let size_bytes = le_u64(p, 0, "onode")?;
+        let flags = *p.get(8).ok_or_else(|| bad("truncated"))?;
+        if flags > 1 {
+            return Err(bad("unknown flags"));
+        }
+        let count = p
+            .get(9..11)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .ok_or_else(|| bad("truncated"))?;
+        let mut at = 11;
+        // A piece of at most 255 bytes preceded by its length byte.
+        let mut take = || -> Result<&[u8]> {
+            let len = *p.get(at).ok_or_else(|| bad("truncated"))? as usize;
+            let piece = p
+                .get(at + 1..at + 1 + len)
+                .ok_or_else(|| bad("truncated"))?;
+            at += 1 + len;
+            Ok(piece)
+        };
+        let mut attrs: Vec<(String, Vec<u8>)> = Vec::with_capacity(count.into());
+        for _ in 0..count {
+            let name = std::str::from_utf8(take()?)
+                .map_err(|_| bad("attribute name is not UTF-8"))?
+                .to_string();
+            let value = take()?.to_vec();
+            if attrs.last().is_some_and(|(prev, _)| *prev >= name) {
+                return Err(bad("attributes not sorted"));
+            }
+            attrs.push((name, value));
+        }
+        if at != p.len() {
+            return Err(bad("trailing bytes"));
+        }
+        let node = Self {
+            size_bytes,
+            attrs,
+            spilled: flags == 1,
+        };
+        if node.inline_bytes() > INLINE_ATTRS_MAX_BYTES {
+            return Err(bad("inline attributes past their limit"));
+        }
+        Ok(node)
     }
 }
 
@@ -171,8 +279,9 @@ pub struct Superblock {
 }
 
 /// Magic at the start of device block 0; its last character is the on-disk format generation
-/// (`1`: per-block metadata, `2`: extent records, `3`: a write-ahead log ring on the device).
-pub const SUPER_MAGIC: &[u8; 8] = b"cairnst3";
+/// (`1`: per-block metadata, `2`: extent records, `3`: a write-ahead log ring on the device,
+/// `4`: small attributes inside the onode).
+pub const SUPER_MAGIC: &[u8; 8] = b"cairnst4";
 
 /// The magic without its generation character.
 const SUPER_MAGIC_FAMILY: &[u8; 7] = b"cairnst";
@@ -305,8 +414,82 @@ mod tests {
     use super::*;
 
     #[test]
+    fn onodes_hold_small_attributes_sorted_and_refuse_malformed_ones() {
+        let mut o = Onode {
+            size_bytes: 7,
+            ..Onode::default()
+        };
+        for (name, value) in [("b", &b"2"[..]), ("a", b"1"), ("c", b""), ("a", b"one")] {
+            assert!(o.fits_inline(name, value));
+            o.set_attr(name, value);
+        }
+        assert_eq!(o.attr("a"), Some(&b"one"[..]));
+        assert_eq!(o.attr("zz"), None);
+        let names: Vec<&str> = o.attrs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        o.spilled = true;
+        assert_eq!(Onode::decode(&o.encode()).unwrap(), o);
+        assert!(o.remove_attr("b") && !o.remove_attr("b"));
+        assert_eq!(Onode::decode(&o.encode()).unwrap(), o);
+
+        let long = vec![0u8; INLINE_ATTR_MAX_BYTES + 1];
+        assert!(
+            !o.fits_inline("x", &long),
+            "a value past the per-attribute limit"
+        );
+        assert!(!o.fits_inline(&"n".repeat(INLINE_ATTR_MAX_BYTES + 1), b"v"));
+        let mut full = Onode::default();
+        let value = vec![1u8; 200];
+        let mut i = 0;
+        while full.fits_inline(&format!("k{i:02}"), &value) {
+            full.set_attr(&format!("k{i:02}"), &value);
+            i += 1;
+        }
+        assert!(full.inline_bytes() <= INLINE_ATTRS_MAX_BYTES);
+        assert!(
+            full.inline_bytes() + 204 > INLINE_ATTRS_MAX_BYTES,
+            "stops only when full"
+        );
+        assert!(full.fits_inline("k00", &value), "replacing one still fits");
+
+        // Hand-made payloads: size, flags, count, then (len, name, len, value) pairs.
+        let payload = |flags: u8, count: u16, rest: &[u8]| {
+            let mut p = 5u64.to_le_bytes().to_vec();
+            p.push(flags);
+            p.extend_from_slice(&count.to_le_bytes());
+            p.extend_from_slice(rest);
+            seal(&p)
+        };
+        let ok = Onode::decode(&payload(0, 1, &[1, b'a', 1, b'x'])).unwrap();
+        assert_eq!(ok.attr("a"), Some(&b"x"[..]));
+        for (bad, why) in [
+            (payload(2, 0, &[]), "unknown flags"),
+            (payload(0, 1, &[1, b'a']), "truncated"),
+            (payload(0, 1, &[5, b'a', 1, b'x']), "truncated"),
+            (payload(0, 0, &[9]), "trailing bytes"),
+            (payload(0, 1, &[1, 0xff, 0]), "not UTF-8"),
+            (payload(0, 2, &[1, b'b', 0, 1, b'a', 0]), "not sorted"),
+            (payload(0, 2, &[1, b'a', 0, 1, b'a', 0]), "not sorted"),
+            (seal(&5u64.to_le_bytes()), "truncated"),
+        ] {
+            let err = Onode::decode(&bad).unwrap_err().to_string();
+            assert!(err.contains(why), "{why}: {err}");
+        }
+        let mut big = Vec::new();
+        for i in 0..9u8 {
+            big.extend_from_slice(&[1, b'a' + i, 255]);
+            big.extend_from_slice(&[0u8; 255]);
+        }
+        let err = Onode::decode(&payload(0, 9, &big)).unwrap_err().to_string();
+        assert!(err.contains("past their limit"), "{err}");
+    }
+
+    #[test]
     fn records_round_trip_and_detect_damage() {
-        let o = Onode { size_bytes: 12345 };
+        let o = Onode {
+            size_bytes: 12345,
+            ..Onode::default()
+        };
         assert_eq!(Onode::decode(&o.encode()).unwrap(), o);
         let e = Extent {
             lblock: 5,

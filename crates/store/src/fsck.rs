@@ -66,6 +66,9 @@ impl Store {
             }
         }
         let mut sizes: HashMap<(u32, String), u64> = HashMap::new();
+        // Objects whose onode says they may have attributes in the xattr table, with the names
+        // of the attributes the onode holds itself.
+        let mut spilled: HashMap<(u32, String), Vec<String>> = HashMap::new();
         for item in rtx.open_table(ONODES).map_err(kv)?.iter().map_err(kv)? {
             let (k, v) = item.map_err(kv)?;
             let key = k.value();
@@ -85,6 +88,10 @@ impl Store {
             match Onode::decode(v.value()) {
                 Ok(n) => {
                     sizes.insert((id, name.to_string()), n.size_bytes);
+                    if n.spilled {
+                        let inline = n.attrs.into_iter().map(|(a, _)| a).collect();
+                        spilled.insert((id, name.to_string()), inline);
+                    }
                 }
                 Err(e) => rep.errors.push(format!("object {name:?}: {e}")),
             }
@@ -198,6 +205,22 @@ impl Store {
                             "orphan {what} of missing object {}/{name}",
                             coll_name(id)
                         ))
+                    }
+                    Ok((id, name, user_key)) if what == "xattr" => {
+                        match spilled.get(&(id, name.to_string())) {
+                            None => rep.errors.push(format!(
+                                "xattr of {}/{name} in the table, but its onode is not marked spilled",
+                                coll_name(id)
+                            )),
+                            Some(inline) if inline.iter().any(|a| a.as_bytes() == user_key) => {
+                                rep.errors.push(format!(
+                                    "xattr {:?} of {}/{name} both in its onode and in the table",
+                                    String::from_utf8_lossy(user_key),
+                                    coll_name(id)
+                                ))
+                            }
+                            Some(_) => {}
+                        }
                     }
                     Ok(_) => {}
                     Err(e) => rep.errors.push(format!("{what} key: {e}")),

@@ -113,10 +113,7 @@ impl Store {
         } else {
             None
         };
-        let o = Arc::new(CachedObject::new(
-            node.size_bytes,
-            extents.clone().unwrap_or_default(),
-        ));
+        let o = Arc::new(CachedObject::new(node, extents.clone().unwrap_or_default()));
         if extents.is_some() {
             self.onode_cache.insert(coll, obj, o.clone());
         }
@@ -398,7 +395,8 @@ impl Store {
     }
 
     /// Attribute `name` of an object whose metadata is `meta` (`None`: it has none): from the
-    /// metadata when it was looked up before, else one KV point lookup (then remembered).
+    /// onode or, when the object has attributes in the xattr table, from what was looked up
+    /// before, else one KV point lookup (then remembered).
     fn attr_of(
         &self,
         st: &State,
@@ -421,17 +419,24 @@ impl Store {
         Ok(value)
     }
 
-    /// All extended attributes, sorted by name.
+    /// All extended attributes, sorted by name: the onode's, and the xattr table's when the
+    /// object has some there.
     pub async fn getattrs(&self, coll: &str, obj: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let entries = self.sub_entries(coll, obj, ByteTable::Xattrs).await?;
-        entries
-            .into_iter()
-            .map(|(k, v)| {
-                String::from_utf8(k)
-                    .map(|k| (k, v))
-                    .map_err(|_| StoreError::Corrupt("attribute name is not UTF-8".into()))
-            })
-            .collect()
+        self.check_ok()?;
+        let st = self.state.read().await;
+        let v = self.view(&st)?;
+        let id = Self::read_coll_id(&v, coll)?;
+        let node = Self::read_onode(&v, id, coll, obj)?;
+        let mut out = node.attrs;
+        if node.spilled {
+            for (k, val) in Self::prefix_entries(&v, id, obj, ByteTable::Xattrs)? {
+                let name = String::from_utf8(k)
+                    .map_err(|_| StoreError::Corrupt("attribute name is not UTF-8".into()))?;
+                out.push((name, val));
+            }
+            out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+        Ok(out)
     }
 
     /// All omap entries, sorted by key.
@@ -497,6 +502,16 @@ impl Store {
         let v = self.view(&st)?;
         let id = Self::read_coll_id(&v, coll)?;
         Self::read_onode(&v, id, coll, obj)?;
+        Self::prefix_entries(&v, id, obj, table)
+    }
+
+    /// Every entry of `table` under an object's prefix: (user key, value), in key order.
+    fn prefix_entries(
+        v: &View<'_>,
+        id: u32,
+        obj: &str,
+        table: ByteTable,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let prefix = object_prefix(id, obj);
         let t = v.table(table);
         let mut out = Vec::new();

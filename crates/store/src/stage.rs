@@ -270,7 +270,11 @@ impl Store {
                 let node = Self::must_exist(t, &s)?;
                 if src != dst {
                     self.remove_object(st, stage, t, &d)?;
-                    for table in [&mut t.extents, &mut t.xattrs, &mut t.omap] {
+                    let mut tables = vec![&mut t.extents, &mut t.omap];
+                    if node.spilled {
+                        tables.push(&mut t.xattrs);
+                    }
+                    for table in tables {
                         for (k, v) in take_prefix(table, &s.prefix)? {
                             table.insert(
                                 sub_key(&d.prefix, &k[s.prefix.len()..]).as_slice(),
@@ -290,16 +294,19 @@ impl Store {
                 value,
             } => {
                 let o = Self::obj(t, coll, obj)?;
-                Self::ensure(stage, t, &o)?;
-                let k = sub_key(&o.prefix, name.as_bytes());
-                t.xattrs
-                    .insert(k.as_slice(), codec::seal(value).as_slice())?;
+                let node = Self::ensure(stage, t, &o)?;
+                Self::set_attr(t, &o, node, name, value)?;
             }
             Op::RmAttr { coll, obj, name } => {
                 let o = Self::obj(t, coll, obj)?;
-                Self::must_exist(t, &o)?;
-                t.xattrs
-                    .remove(sub_key(&o.prefix, name.as_bytes()).as_slice());
+                let mut node = Self::must_exist(t, &o)?;
+                if node.remove_attr(name) {
+                    Self::put_onode(t, &o, &node)?;
+                }
+                if node.spilled {
+                    t.xattrs
+                        .remove(sub_key(&o.prefix, name.as_bytes()).as_slice());
+                }
             }
             Op::OmapSet { coll, obj, entries } => {
                 let o = Self::obj(t, coll, obj)?;
@@ -410,13 +417,43 @@ impl Store {
         stage: &mut Stage,
         t: &mut Tables<'_>,
         o: &Obj<'_>,
-        old: Onode,
+        mut node: Onode,
         size_bytes: u64,
     ) -> Result<()> {
-        stage.stored_delta += size_bytes as i64 - old.size_bytes as i64;
-        let n = Onode { size_bytes };
-        t.onodes.insert(o.key.as_slice(), n.encode().as_slice())?;
+        stage.stored_delta += size_bytes as i64 - node.size_bytes as i64;
+        node.size_bytes = size_bytes;
+        Self::put_onode(t, o, &node)
+    }
+
+    fn put_onode(t: &mut Tables<'_>, o: &Obj<'_>, node: &Onode) -> Result<()> {
+        t.onodes
+            .insert(o.key.as_slice(), node.encode().as_slice())?;
         Ok(())
+    }
+
+    /// Sets attribute `name` of `o` (whose onode is `node`): inside the onode when it fits
+    /// there (`codec::INLINE_ATTR_MAX_BYTES`), else in the xattr table, the onode then marked
+    /// spilled. A value of that name in the other place is removed, so a name lives in one.
+    fn set_attr(
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        mut node: Onode,
+        name: &str,
+        value: &[u8],
+    ) -> Result<()> {
+        let key = || sub_key(&o.prefix, name.as_bytes());
+        if node.fits_inline(name, value) {
+            if node.spilled {
+                t.xattrs.remove(key().as_slice());
+            }
+            node.set_attr(name, value);
+        } else {
+            node.remove_attr(name);
+            node.spilled = true;
+            t.xattrs
+                .insert(key().as_slice(), codec::seal(value).as_slice())?;
+        }
+        Self::put_onode(t, o, &node)
     }
 
     /// Takes `n` blocks from the allocator as extents `(start, len)` in placement order.
@@ -872,7 +909,9 @@ impl Store {
         for e in extmap::punch(&mut t.extents, &o.prefix, 0, None)? {
             self.free_extent(st, stage, e.pblock, e.blocks());
         }
-        take_prefix(&mut t.xattrs, &o.prefix)?;
+        if node.spilled {
+            take_prefix(&mut t.xattrs, &o.prefix)?;
+        }
         take_prefix(&mut t.omap, &o.prefix)?;
         t.onodes.remove(o.key.as_slice());
         stage.objects_delta -= 1;
@@ -912,7 +951,11 @@ impl Store {
                 lblock += len;
             }
         }
-        for table in [&mut t.xattrs, &mut t.omap] {
+        let mut tables = vec![&mut t.omap];
+        if node.spilled {
+            tables.push(&mut t.xattrs);
+        }
+        for table in tables {
             for (k, v) in range_keys(table, &s.prefix)? {
                 table.insert(
                     sub_key(&d.prefix, &k[s.prefix.len()..]).as_slice(),

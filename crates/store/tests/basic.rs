@@ -964,3 +964,89 @@ async fn objects_a_commit_creates_are_read_from_the_cache_exactly_as_written() {
         assert_eq!(v, Some(vec![i]));
     }
 }
+
+/// Small attributes live in the onode (no xattr record); a long one goes to the xattr table and
+/// comes back into the onode when set short again; every read path, a remount, a rename and a
+/// clone see one value per name, and fsck finds the table and the onodes consistent.
+#[tokio::test]
+async fn attributes_move_between_the_onode_and_the_xattr_table() {
+    let r = rig().await;
+    let s = r.store();
+    let long = vec![7u8; cairn_store::codec::INLINE_ATTR_MAX_BYTES + 1];
+    let xattr_records = |s: &Store| {
+        s.kv_record_counts()
+            .unwrap()
+            .into_iter()
+            .find(|(n, _)| *n == "xattrs")
+            .unwrap()
+            .1
+    };
+    let mut t = Transaction::new();
+    t.write("c", "o", 0, b"data")
+        .setattr("c", "o", "_v", b"1")
+        .setattr("c", "o", "ct", b"text/plain");
+    s.queue_transaction(&t).await.unwrap();
+    s.sync().await.unwrap();
+    assert_eq!(xattr_records(s), 0, "small attributes are inside the onode");
+
+    let mut t = Transaction::new();
+    t.setattr("c", "o", "big", &long)
+        .setattr("c", "o", "ct", &long);
+    s.queue_transaction(&t).await.unwrap();
+    s.sync().await.unwrap();
+    assert_eq!(xattr_records(s), 2, "long values go to the table");
+    assert_eq!(s.getattr("c", "o", "ct").await.unwrap(), long);
+    let all = s.getattrs("c", "o").await.unwrap();
+    let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["_v", "big", "ct"], "one entry per name, sorted");
+
+    let mut t = Transaction::new();
+    t.setattr("c", "o", "ct", b"short again");
+    s.queue_transaction(&t).await.unwrap();
+    assert_eq!(s.getattr("c", "o", "ct").await.unwrap(), b"short again");
+    let (_, _, v) = s
+        .read_checksummed_with_attr("c", "o", 0, 4, "big")
+        .await
+        .unwrap();
+    assert_eq!(
+        v,
+        Some(long.clone()),
+        "a table attribute through the read path"
+    );
+    s.sync().await.unwrap();
+    assert_eq!(xattr_records(s), 1, "the short value left the table");
+    assert!(s.fsck(true).await.unwrap().is_clean());
+
+    let mut t = Transaction::new();
+    t.clone_object("c", "o", "copy");
+    t.push(cairn_store::Op::Rename {
+        coll: "c".into(),
+        src: "o".into(),
+        dst: "moved".into(),
+    });
+    s.queue_transaction(&t).await.unwrap();
+    let r = power_cut_and_mount(r).await;
+    let s = r.store();
+    for obj in ["copy", "moved"] {
+        let all = s.getattrs("c", obj).await.unwrap();
+        assert_eq!(
+            all,
+            vec![
+                ("_v".to_string(), b"1".to_vec()),
+                ("big".to_string(), long.clone()),
+                ("ct".to_string(), b"short again".to_vec()),
+            ],
+            "{obj} after a power cut"
+        );
+    }
+    assert!(matches!(
+        s.getattrs("c", "o").await,
+        Err(StoreError::NoSuchObject { .. })
+    ));
+    let mut t = Transaction::new();
+    t.remove("c", "copy").remove("c", "moved");
+    s.queue_transaction(&t).await.unwrap();
+    s.sync().await.unwrap();
+    assert_eq!(xattr_records(s), 0, "removal takes the table's records too");
+    assert!(s.fsck(true).await.unwrap().is_clean());
+}
