@@ -341,13 +341,50 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                     .write_full(&pool, BENCH_META, bench_meta(written, &prefix).as_bytes())
                     .await?;
             } else {
-                for i in 0..written {
-                    client.remove(&pool, &format!("{prefix}{i}")).await?;
-                }
+                remove_bench_objects(&client, &pool, &prefix, written, a.threads).await?;
             }
         }
         Ok(())
     })
+}
+
+/// Removes the `count` objects a write run left (`{prefix}0..`), `in_flight` at a time as the
+/// run wrote them (rados bench's cleanup), and says how long it took.
+async fn remove_bench_objects(
+    client: &Arc<Client>,
+    pool: &str,
+    prefix: &str,
+    count: u64,
+    in_flight: usize,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::with_capacity(in_flight);
+    for _ in 0..in_flight {
+        let (client, pool, prefix, next) = (
+            client.clone(),
+            pool.to_string(),
+            prefix.to_string(),
+            next.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    return anyhow::Ok(());
+                }
+                client.remove(&pool, &format!("{prefix}{i}")).await?;
+            }
+        }));
+    }
+    for w in workers {
+        w.await??;
+    }
+    eprintln!(
+        "Removed {count} benchmark objects in {:.3} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 #[cfg(test)]

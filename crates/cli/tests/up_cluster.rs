@@ -158,6 +158,16 @@ fn up_put_get_bench_down() {
         "3",
     ]);
     assert!(ok && out.contains("Average IOPS"), "{out}");
+    let removed = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Removed "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert_eq!(
+        removed,
+        Some(total_ops(&out)),
+        "the run removes every object it wrote: {out}"
+    );
     // A write run kept with --no-cleanup is read back by seq and rand; each write run names
     // its objects anew (as rados bench does), so a second one adds objects.
     let bench_write_kept = || {
@@ -185,6 +195,7 @@ fn up_put_get_bench_down() {
             .filter(|l| l.starts_with("benchmark_data_"))
             .count() as u64
     };
+    assert_eq!(listed(), 0, "nothing left by the run that cleaned up");
     let first = bench_write_kept();
     assert!(first > 0 && listed() == first, "{first} written");
     for mode in ["seq", "rand"] {
