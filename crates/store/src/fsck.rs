@@ -196,7 +196,7 @@ impl Store {
                 p < e.pblock + e.blocks()
             }
         };
-        for (table, what) in [(XATTRS, "xattr"), (OMAP, "omap entry")] {
+        for (table, what, attrs) in [(XATTRS, "xattr", true), (OMAP, "omap entry", false)] {
             for item in rtx.open_table(table).map_err(kv)?.iter().map_err(kv)? {
                 let (k, v) = item.map_err(kv)?;
                 match split_prefix(k.value()) {
@@ -206,7 +206,7 @@ impl Store {
                             coll_name(id)
                         ))
                     }
-                    Ok((id, name, user_key)) if what == "xattr" => {
+                    Ok((id, name, user_key)) if attrs => {
                         match spilled.get(&(id, name.to_string())) {
                             None => rep.errors.push(format!(
                                 "xattr of {}/{name} in the table, but its onode is not marked spilled",

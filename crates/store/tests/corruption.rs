@@ -101,3 +101,60 @@ async fn corrupt_metadata_is_reported_not_panicked_on() {
     )
     .await;
 }
+
+/// An attribute record in the xattr table for an object whose onode holds all of its attributes
+/// (never spilled) is reported by fsck, and so is a name both inside an onode and in the table.
+#[tokio::test]
+async fn fsck_reports_table_attributes_the_onode_does_not_account_for() {
+    use cairn_store::codec::{object_prefix, seal, sub_key};
+    let img = fresh_images().await;
+    let r = Rig::mount(&img, cfg()).await.unwrap();
+    let mut t = Transaction::new();
+    t.write("c", "inline", 0, b"x")
+        .setattr("c", "inline", "_v", b"1")
+        .write("c", "spilled", 0, b"y")
+        .setattr("c", "spilled", "_v", b"1")
+        .setattr("c", "spilled", "big", &[5u8; 300]);
+    r.store().queue_transaction(&t).await.unwrap();
+    r.store().sync().await.unwrap();
+    assert!(r.store().fsck(false).await.unwrap().is_clean());
+    let mut img = r
+        .crash(
+            cairn_blockdev::PowerLossMode::DropUnflushed,
+            cairn_store::KvLossMode::DropUnsynced,
+        )
+        .await;
+    // Write the stray records straight into the KV image, as a bug or bit rot could leave them.
+    let switch = cairn_blockdev::CrashSwitch::new();
+    let kv = cairn_store::CrashableKv::new(img.kv.clone(), switch);
+    {
+        let db = redb::Database::builder()
+            .create_with_backend(kv.clone())
+            .unwrap();
+        let wtx = db.begin_write().unwrap();
+        {
+            let mut xattrs = wtx.open_table(cairn_store::kv::XATTRS).unwrap();
+            // Collection "c" is the store's first: id 1.
+            for (obj, name) in [("inline", "stray"), ("spilled", "_v")] {
+                let key = sub_key(&object_prefix(1, obj), name.as_bytes());
+                xattrs
+                    .insert(key.as_slice(), seal(b"v").as_slice())
+                    .unwrap();
+            }
+        }
+        wtx.commit().unwrap();
+    }
+    img.kv = kv.power_loss(cairn_store::KvLossMode::DropUnsynced);
+    let r = Rig::mount(&img, cfg()).await.unwrap();
+    let report = r.store().fsck(false).await.unwrap();
+    let errors = report.errors.join("\n");
+    assert!(
+        errors.contains("c/inline in the table, but its onode is not marked spilled"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("xattr \"_v\" of c/spilled both in its onode and in the table"),
+        "{errors}"
+    );
+    assert_eq!(report.errors.len(), 2, "{errors}");
+}
