@@ -13,10 +13,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 use cairn_client::Client;
-use cairn_store::{KvLocation, Store, StoreConfig};
-use common::{cairn, free_port, signal, Cluster};
+use common::{cairn, copies, free_port, signal, Cluster};
 
 fn payload(i: usize, round: usize) -> Vec<u8> {
     let size = [0, 1, 4096, 10_000, 65_536, 300_000][i % 6];
@@ -120,39 +118,6 @@ fn labelled(page: &str, name: &str, label: &str) -> f64 {
         .filter(|l| l.starts_with(name) && l.contains(label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-fn copies(dir: &Path) -> BTreeMap<String, Vec<u32>> {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for i in 0..3 {
-        let d = dir.join(format!("osd{i}"));
-        rt.block_on(async {
-            let dev: Arc<dyn BlockDevice> = Arc::new(
-                FileDevice::open(&d.join("block"), &FileDeviceOptions::default()).unwrap(),
-            );
-            let store = Store::mount(
-                dev,
-                KvLocation::File(d.join("kv.redb")),
-                StoreConfig::default(),
-            )
-            .await
-            .unwrap();
-            for coll in store.list_collections().await.unwrap() {
-                for obj in store.list_objects(&coll, None, 10_000).await.unwrap() {
-                    if obj == cairn_osd::pgmeta::META_OBJECT {
-                        continue;
-                    }
-                    let data = store.read(&coll, &obj, 0, u64::MAX).await.unwrap();
-                    out.entry(obj)
-                        .or_default()
-                        .push(crc_fast::crc32_iscsi(&data));
-                }
-            }
-            store.umount().await.unwrap();
-        });
-    }
-    out
 }
 
 #[test]
@@ -389,7 +354,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
     let _ = child.wait();
     let _ = mon_child.wait();
     std::thread::sleep(Duration::from_millis(500));
-    let found = copies(&dir);
+    let found = copies(&dir, 3);
     for (name, crc) in &expected {
         assert_eq!(
             found.get(name),

@@ -2,7 +2,12 @@
 //! ports, and stop what a test started even when an assertion fails.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
+use cairn_store::{KvLocation, Store, StoreConfig};
 use std::process::{Child, Command, Stdio};
 
 /// Runs `cairn ARGS` (killed after 180 s); returns success and stdout + stderr.
@@ -118,4 +123,39 @@ impl Drop for Cluster {
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The crc32c of every object on each of the `osds` stores of a stopped cluster in `dir`
+/// (mounted read-write in turn, the PG metadata objects left out), by object name.
+pub fn copies(dir: &Path, osds: usize) -> BTreeMap<String, Vec<u32>> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for i in 0..osds {
+        let d = dir.join(format!("osd{i}"));
+        rt.block_on(async {
+            let dev: Arc<dyn BlockDevice> = Arc::new(
+                FileDevice::open(&d.join("block"), &FileDeviceOptions::default()).unwrap(),
+            );
+            let store = Store::mount(
+                dev,
+                KvLocation::File(d.join("kv.redb")),
+                StoreConfig::default(),
+            )
+            .await
+            .unwrap();
+            for coll in store.list_collections().await.unwrap() {
+                for obj in store.list_objects(&coll, None, 10_000).await.unwrap() {
+                    if obj == cairn_osd::pgmeta::META_OBJECT {
+                        continue;
+                    }
+                    let data = store.read(&coll, &obj, 0, u64::MAX).await.unwrap();
+                    out.entry(obj)
+                        .or_default()
+                        .push(crc_fast::crc32_iscsi(&data));
+                }
+            }
+            store.umount().await.unwrap();
+        });
+    }
+    out
 }

@@ -1,0 +1,385 @@
+//! Thrashing, as Ceph's `thrashosds` does it: `cairn up` (3 OSDs, size 3, min_size 2, a 2 s
+//! heartbeat grace), writers in this process that read back what they wrote, and for a while
+//! (`CAIRN_THRASH_SECS`, default 40) one random fault after another without waiting for the
+//! cluster to heal in between: `kill -9` of an OSD (restarted a few seconds later, often while
+//! its PGs still recover), of two at once (their PGs drop below min_size and block), and an OSD
+//! frozen with SIGSTOP past its grace (marked down while alive, then resumed). The faults come
+//! from a seeded generator (`CAIRN_THRASH_SEED`; printed, to replay a failure).
+//!
+//! Pass: every read-back after an acknowledged write returns that write's bytes (crc32c);
+//! writes resume after every fault; once all OSDs are back every PG goes active+clean; every
+//! object then reads back as its last acknowledged write (or as a later write that failed in
+//! the client but reached the OSDs); and after `cairn down` all three copies of every object
+//! are identical.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+mod common;
+
+use cairn_client::Client;
+use common::{cairn, copies, free_port, signal, Cluster};
+
+const OSDS: usize = 3;
+const DEVICE_MIB: &str = "256";
+const GRACE_S: &str = "2";
+
+/// Object `i`'s bytes in writer round `round`: sizes from empty to several blocks.
+fn payload(i: usize, round: usize) -> Vec<u8> {
+    let size = [0, 1, 4096, 10_000, 65_536, 300_000, 1 << 20][i % 7];
+    (0..size)
+        .map(|b| {
+            (b as u32)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add((i * 131 + round) as u32) as u8
+        })
+        .collect()
+}
+
+/// Per object name, the checksums it may hold: its last acknowledged write's, plus those of
+/// writes after it that failed in the client (they may still have been applied).
+type Expected = Arc<Mutex<BTreeMap<String, BTreeSet<u32>>>>;
+
+/// What the writers saw.
+#[derive(Default)]
+struct Tally {
+    acks: AtomicUsize,
+    failures: AtomicUsize,
+    read_backs: AtomicUsize,
+}
+
+/// Writes its objects in a loop until `stop`; after an acknowledged write, reads one object
+/// in four back at once and asserts it holds exactly what was acknowledged.
+async fn writer(
+    client: Arc<Client>,
+    id: usize,
+    expected: Expected,
+    tally: Arc<Tally>,
+    stop: Arc<Mutex<bool>>,
+) {
+    let mut round = 0;
+    while !*stop.lock().unwrap() {
+        round += 1;
+        let i = (round * 7 + id) % 40;
+        let name = format!("t{id}-obj{i}");
+        let data = payload(i, round);
+        let crc = crc_fast::crc32_iscsi(&data);
+        match client.write_full("data", &name, &data).await {
+            Ok(_) => {
+                expected
+                    .lock()
+                    .unwrap()
+                    .insert(name.clone(), BTreeSet::from([crc]));
+                tally.acks.fetch_add(1, Ordering::Relaxed);
+                if round % 4 == 0 {
+                    if let Ok(back) = client.read("data", &name).await {
+                        assert_eq!(
+                            crc_fast::crc32_iscsi(&back),
+                            crc,
+                            "{name}: a read right after its acknowledged write returned other bytes"
+                        );
+                        tally.read_backs.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Err(_) => {
+                expected
+                    .lock()
+                    .unwrap()
+                    .entry(name)
+                    .or_default()
+                    .insert(crc);
+                tally.failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A daemon process: started by `cairn up` (known by pid) or restarted by this test.
+enum Proc {
+    Pid(u32),
+    Child(Child),
+    Stopped,
+}
+
+impl Proc {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Proc::Pid(p) => Some(*p),
+            Proc::Child(c) => Some(c.id()),
+            Proc::Stopped => None,
+        }
+    }
+
+    fn kill(&mut self) {
+        match std::mem::replace(self, Proc::Stopped) {
+            Proc::Pid(p) => signal("-9", p),
+            Proc::Child(mut c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            Proc::Stopped => {}
+        }
+    }
+}
+
+/// Restarts osd.`i` from its directory (same identity), as an operator would, and lists its
+/// pid where `cairn down` finds it.
+fn restart(dir: &Path, mon: &str, i: usize, restarts: &mut usize) -> Proc {
+    *restarts += 1;
+    let log = std::fs::File::create(dir.join(format!("osd{i}-restart{restarts}.log"))).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["osd", "run", "--mon", mon, "--data"])
+        .arg(dir.join(format!("osd{i}")))
+        .args([
+            "--host",
+            &format!("host{i}"),
+            "--device-mib",
+            DEVICE_MIB,
+            "--heartbeat-grace-s",
+            GRACE_S,
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut pids = std::fs::read_to_string(dir.join("pids")).unwrap();
+    pids.push_str(&format!("{}\n", child.id()));
+    std::fs::write(dir.join("pids"), pids).unwrap();
+    Proc::Child(child)
+}
+
+/// Restarts the monitor from its directory; lists its pid where `cairn down` finds it.
+fn restart_mon(dir: &Path, mon: &str, restarts: &mut usize) -> Proc {
+    *restarts += 1;
+    let log = std::fs::File::create(dir.join(format!("mon-restart{restarts}.log"))).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["mon", "--listen", mon, "--data"])
+        .arg(dir.join("mon"))
+        .args(["--heartbeat-grace-s", GRACE_S])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut pids = std::fs::read_to_string(dir.join("pids")).unwrap();
+    pids.push_str(&format!("{}\n", child.id()));
+    std::fs::write(dir.join("pids"), pids).unwrap();
+    Proc::Child(child)
+}
+
+/// Waits up to `secs` for `acks` to pass `from + n`: writes go on after a fault.
+fn wait_progress(tally: &Tally, n: usize, secs: u64, what: &str) {
+    let from = tally.acks.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while tally.acks.load(Ordering::Relaxed) < from + n {
+        assert!(Instant::now() < deadline, "writes stalled after {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn all_clean(client: &Client) -> bool {
+    for osd in 0..OSDS as i32 {
+        match client.tell(osd, &["pg".into(), "stats".into()]).await {
+            Ok(text) if text.lines().all(|l| l.starts_with("active+clean")) => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+#[test]
+fn thrash_osds_while_writing() {
+    let secs: u64 = std::env::var("CAIRN_THRASH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let seed: u64 = std::env::var("CAIRN_THRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("thrash seed {seed} (CAIRN_THRASH_SEED={seed} replays it), {secs} s");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+
+    let mon = format!("127.0.0.1:{}", free_port());
+    let cluster = Cluster::new("thrash");
+    let dir = cluster.dir.clone();
+    let (ok, out) = cluster.up(
+        &mon,
+        &[
+            "--device-mib",
+            DEVICE_MIB,
+            "--pg-num",
+            "16",
+            "--heartbeat-grace-s",
+            GRACE_S,
+        ],
+    );
+    assert!(ok, "{out}");
+    let pids = cluster.pids();
+    assert_eq!(pids.len(), 1 + OSDS, "mon + 3 OSDs");
+    let mut mon_proc = Proc::Pid(pids[0]);
+    let mut osds: Vec<Proc> = pids[1..].iter().map(|&p| Proc::Pid(p)).collect();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let expected: Expected = Arc::default();
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(Mutex::new(false));
+    let client = rt.block_on(async {
+        let mut c = Client::connect(mon.parse().unwrap(), 4343).await.unwrap();
+        c.op_timeout_ms = 30_000;
+        Arc::new(c)
+    });
+    let writers: Vec<_> = (0..4)
+        .map(|id| {
+            rt.spawn(writer(
+                client.clone(),
+                id,
+                expected.clone(),
+                tally.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    wait_progress(&tally, 100, 60, "the start");
+
+    let mut restarts = 0;
+    let mut faults = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(secs) {
+        let pause = |rng: &mut ChaCha8Rng, lo: u64, hi: u64| {
+            std::thread::sleep(Duration::from_millis(rng.random_range(lo..hi)))
+        };
+        let victim = rng.random_range(0..OSDS);
+        match rng.random_range(0..10) {
+            // One OSD killed, back a few seconds later (often before it is marked down).
+            0..=4 => {
+                faults.push(format!("kill osd.{victim}"));
+                osds[victim].kill();
+                wait_progress(&tally, 20, 90, &format!("killing osd.{victim}"));
+                pause(&mut rng, 500, 4000);
+                osds[victim] = restart(&dir, &mon, victim, &mut restarts);
+            }
+            // Two killed at once: their PGs lose min_size until one returns.
+            5..=6 => {
+                let other = (victim + rng.random_range(1..OSDS)) % OSDS;
+                faults.push(format!("kill osd.{victim} and osd.{other}"));
+                osds[victim].kill();
+                osds[other].kill();
+                pause(&mut rng, 500, 3000);
+                osds[victim] = restart(&dir, &mon, victim, &mut restarts);
+                pause(&mut rng, 0, 2000);
+                osds[other] = restart(&dir, &mon, other, &mut restarts);
+            }
+            // The monitor killed, and an OSD with it half of the time: the OSD's death is
+            // reported to the restarted monitor, which must still hold the map.
+            7 => {
+                let with_osd = rng.random_bool(0.5);
+                faults.push(match with_osd {
+                    true => format!("kill the monitor and osd.{victim}"),
+                    false => "kill the monitor".to_string(),
+                });
+                mon_proc.kill();
+                if with_osd {
+                    osds[victim].kill();
+                }
+                pause(&mut rng, 300, 3000);
+                mon_proc = restart_mon(&dir, &mon, &mut restarts);
+                if with_osd {
+                    pause(&mut rng, 0, 3000);
+                    osds[victim] = restart(&dir, &mon, victim, &mut restarts);
+                }
+            }
+            // Frozen past the grace: marked down while alive, then resumed.
+            _ => {
+                faults.push(format!("freeze osd.{victim}"));
+                let pid = osds[victim].pid().expect("every OSD runs between faults");
+                signal("-STOP", pid);
+                pause(&mut rng, 2500, 5000);
+                signal("-CONT", pid);
+            }
+        }
+        wait_progress(&tally, 20, 120, faults.last().unwrap());
+        pause(&mut rng, 200, 2500);
+    }
+    eprintln!("{} faults: {}", faults.len(), faults.join(", "));
+
+    let healed = Instant::now();
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while !all_clean(&client).await {
+            assert!(Instant::now() < deadline, "the cluster never became clean");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    eprintln!(
+        "all PGs active+clean {:?} after the last fault",
+        healed.elapsed()
+    );
+    *stop.lock().unwrap() = true;
+    rt.block_on(async {
+        for w in writers {
+            w.await.expect("a writer's read-back failed");
+        }
+    });
+    eprintln!(
+        "{} acknowledged writes, {} failed, {} read back at once",
+        tally.acks.load(Ordering::Relaxed),
+        tally.failures.load(Ordering::Relaxed),
+        tally.read_backs.load(Ordering::Relaxed)
+    );
+    assert!(tally.read_backs.load(Ordering::Relaxed) > 20);
+
+    let expected = expected.lock().unwrap().clone();
+    assert!(expected.len() >= 100, "{} objects written", expected.len());
+    rt.block_on(async {
+        for (name, crcs) in &expected {
+            let data = client.read("data", name).await.unwrap();
+            let crc = crc_fast::crc32_iscsi(&data);
+            assert!(
+                crcs.contains(&crc),
+                "{name}: holds {crc:08x}, expected one of {crcs:x?}"
+            );
+        }
+    });
+    drop(client);
+    drop(rt);
+
+    let (ok, out) = cairn(&["down", "--dir", &cluster.arg()]);
+    assert!(ok, "{out}");
+    for osd in osds.iter_mut().chain([&mut mon_proc]) {
+        if let Proc::Child(c) = osd {
+            let _ = c.wait();
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let found = copies(&dir, OSDS);
+    for (name, crcs) in &expected {
+        let got = found
+            .get(name)
+            .unwrap_or_else(|| panic!("{name}: on no OSD"));
+        assert_eq!(got.len(), OSDS, "{name}: not on every OSD");
+        assert!(
+            got.iter().all(|c| c == &got[0] && crcs.contains(c)),
+            "{name}: copies {got:x?}, expected one of {crcs:x?}"
+        );
+    }
+    drop(cluster);
+}
