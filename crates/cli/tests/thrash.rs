@@ -1,16 +1,18 @@
-//! Thrashing, as Ceph's `thrashosds` does it: `cairn up` (3 OSDs, size 3, min_size 2, a 2 s
+//! Thrashing, as Ceph's `thrashosds` does it: `cairn up` (4 OSDs, size 3, min_size 2, a 2 s
 //! heartbeat grace), writers in this process that read back what they wrote, and for a while
 //! (`CAIRN_THRASH_SECS`, default 40) one random fault after another without waiting for the
 //! cluster to heal in between: `kill -9` of an OSD (restarted a few seconds later, often while
 //! its PGs still recover), of two at once (their PGs drop below min_size and block), and an OSD
-//! frozen with SIGSTOP past its grace (marked down while alive, then resumed). The faults come
+//! frozen with SIGSTOP past its grace (marked down while alive, then resumed), the monitor
+//! killed (with an OSD, at times), and an OSD marked out and later in again (its PGs backfill
+//! to the others and back, and the other faults land during that backfill). The faults come
 //! from a seeded generator (`CAIRN_THRASH_SEED`; printed, to replay a failure).
 //!
 //! Pass: every read-back after an acknowledged write returns that write's bytes (crc32c);
 //! writes resume after every fault; once all OSDs are back every PG goes active+clean; every
 //! object then reads back as its last acknowledged write (or as a later write that failed in
-//! the client but reached the OSDs); and after `cairn down` all three copies of every object
-//! are identical.
+//! the client but reached the OSDs); and after `cairn down` every object has exactly three
+//! copies (no stray left behind), identical.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -27,9 +29,10 @@ mod common;
 use cairn_client::Client;
 use common::{cairn, copies, free_port, signal, Cluster};
 
-const OSDS: usize = 3;
+const OSDS: usize = 4;
 const DEVICE_MIB: &str = "256";
 const GRACE_S: &str = "2";
+const PGS: usize = 16;
 
 /// Object `i`'s bytes in writer round `round`: sizes from empty to several blocks.
 fn payload(i: usize, round: usize) -> Vec<u8> {
@@ -186,6 +189,16 @@ fn wait_progress(tally: &Tally, n: usize, secs: u64, what: &str) {
     }
 }
 
+/// Objects in all OSDs' stores together (each one's `df`), `None` while one does not answer.
+async fn objects_held(client: &Client) -> Option<usize> {
+    let mut sum = 0;
+    for osd in 0..OSDS as i32 {
+        let df = client.tell(osd, &["df".into()]).await.ok()?;
+        sum += df.split_whitespace().nth(1)?.parse::<usize>().ok()?;
+    }
+    Some(sum)
+}
+
 async fn all_clean(client: &Client) -> bool {
     for osd in 0..OSDS as i32 {
         match client.tell(osd, &["pg".into(), "stats".into()]).await {
@@ -222,15 +235,17 @@ fn thrash_osds_while_writing() {
         &[
             "--device-mib",
             DEVICE_MIB,
+            "--osds",
+            "4",
             "--pg-num",
-            "16",
+            &PGS.to_string(),
             "--heartbeat-grace-s",
             GRACE_S,
         ],
     );
     assert!(ok, "{out}");
     let pids = cluster.pids();
-    assert_eq!(pids.len(), 1 + OSDS, "mon + 3 OSDs");
+    assert_eq!(pids.len(), 1 + OSDS, "mon + {OSDS} OSDs");
     let mut mon_proc = Proc::Pid(pids[0]);
     let mut osds: Vec<Proc> = pids[1..].iter().map(|&p| Proc::Pid(p)).collect();
 
@@ -261,6 +276,7 @@ fn thrash_osds_while_writing() {
     wait_progress(&tally, 100, 60, "the start");
 
     let mut restarts = 0;
+    let mut outed: Option<usize> = None;
     let mut faults = Vec::new();
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(secs) {
@@ -268,7 +284,7 @@ fn thrash_osds_while_writing() {
             std::thread::sleep(Duration::from_millis(rng.random_range(lo..hi)))
         };
         let victim = rng.random_range(0..OSDS);
-        match rng.random_range(0..10) {
+        match rng.random_range(0..11) {
             // One OSD killed, back a few seconds later (often before it is marked down).
             0..=4 => {
                 faults.push(format!("kill osd.{victim}"));
@@ -307,6 +323,19 @@ fn thrash_osds_while_writing() {
                     osds[victim] = restart(&dir, &mon, victim, &mut restarts);
                 }
             }
+            // Marked out (its PGs move to the others), or the OSD out marked in again.
+            8 => {
+                let (verb, which) = match outed.take() {
+                    Some(o) => ("in", o),
+                    None => {
+                        outed = Some(victim);
+                        ("out", victim)
+                    }
+                };
+                faults.push(format!("osd {verb} {which}"));
+                let (ok, out) = cairn(&["osd", "--mon", &mon, verb, &which.to_string()]);
+                assert!(ok, "{out}");
+            }
             // Frozen past the grace: marked down while alive, then resumed.
             _ => {
                 faults.push(format!("freeze osd.{victim}"));
@@ -320,6 +349,10 @@ fn thrash_osds_while_writing() {
         pause(&mut rng, 200, 2500);
     }
     eprintln!("{} faults: {}", faults.len(), faults.join(", "));
+    if let Some(o) = outed {
+        let (ok, out) = cairn(&["osd", "--mon", &mon, "in", &o.to_string()]);
+        assert!(ok, "{out}");
+    }
 
     let healed = Instant::now();
     rt.block_on(async {
@@ -349,6 +382,23 @@ fn thrash_osds_while_writing() {
 
     let expected = expected.lock().unwrap().clone();
     assert!(expected.len() >= 100, "{} objects written", expected.len());
+    // Stray copies (left by the faults and the `osd out`s) are deleted once their PG is clean
+    // elsewhere: then the stores hold three copies of each object and of each PG's metadata.
+    let want = 3 * (expected.len() + PGS);
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let held = objects_held(&client).await;
+            if held == Some(want) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "stray copies never deleted: the stores hold {held:?} objects, {want} expected"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
     rt.block_on(async {
         for (name, crcs) in &expected {
             let data = client.read("data", name).await.unwrap();
@@ -375,7 +425,7 @@ fn thrash_osds_while_writing() {
         let got = found
             .get(name)
             .unwrap_or_else(|| panic!("{name}: on no OSD"));
-        assert_eq!(got.len(), OSDS, "{name}: not on every OSD");
+        assert_eq!(got.len(), 3, "{name}: {} copies", got.len());
         assert!(
             got.iter().all(|c| c == &got[0] && crcs.contains(c)),
             "{name}: copies {got:x?}, expected one of {crcs:x?}"
