@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -187,11 +186,16 @@ fn kill_9_an_osd_during_writes_then_recover() {
     );
 
     // Restart it from its directory (same identity), as an operator would.
-    let log = std::fs::File::create(dir.join("osd2-restart.log")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["osd", "run", "--mon", &mon, "--data"])
-        .arg(dir.join("osd2"))
-        .args([
+    let osd2 = dir.join("osd2").display().to_string();
+    let mut child = cluster.start(
+        "osd2-restart.log",
+        &[
+            "osd",
+            "run",
+            "--mon",
+            &mon,
+            "--data",
+            &osd2,
             "--host",
             "host2",
             "--device-mib",
@@ -199,15 +203,8 @@ fn kill_9_an_osd_during_writes_then_recover() {
             "--heartbeat-grace-s",
             "2",
             "--measure-capacity",
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut pid_text = std::fs::read_to_string(dir.join("pids")).unwrap();
-    pid_text.push_str(&format!("{}\n", child.id()));
-    std::fs::write(dir.join("pids"), pid_text).unwrap();
+        ],
+    );
     let restarted = Instant::now();
     rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(90);
@@ -307,19 +304,19 @@ fn kill_9_an_osd_during_writes_then_recover() {
     let epoch_before = client.epoch();
     signal("-9", pids[0]);
     std::thread::sleep(Duration::from_millis(300));
-    let mon_log = std::fs::File::create(dir.join("mon-restart.log")).unwrap();
-    let mut mon_child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["mon", "--listen", &mon, "--data"])
-        .arg(dir.join("mon"))
-        .args(["--heartbeat-grace-s", "2"])
-        .stdin(Stdio::null())
-        .stdout(mon_log.try_clone().unwrap())
-        .stderr(mon_log)
-        .spawn()
-        .unwrap();
-    let mut pid_text = std::fs::read_to_string(dir.join("pids")).unwrap();
-    pid_text.push_str(&format!("{}\n", mon_child.id()));
-    std::fs::write(dir.join("pids"), pid_text).unwrap();
+    let mon_dir = dir.join("mon").display().to_string();
+    let mut mon_child = cluster.start(
+        "mon-restart.log",
+        &[
+            "mon",
+            "--listen",
+            &mon,
+            "--data",
+            &mon_dir,
+            "--heartbeat-grace-s",
+            "2",
+        ],
+    );
     let (ok, out) = cairn(&["pool", "--mon", &mon, "create", "after", "--pg-num", "8"]);
     assert!(ok, "{out}");
     let (ok, out) = cairn(&["status", "--mon", &mon]);

@@ -15,8 +15,7 @@
 //! copies (no stray left behind), identical.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -133,50 +132,46 @@ impl Proc {
     }
 }
 
-/// Restarts osd.`i` from its directory (same identity), as an operator would, and lists its
-/// pid where `cairn down` finds it.
-fn restart(dir: &Path, mon: &str, i: usize, restarts: &mut usize) -> Proc {
+/// Restarts osd.`i` from its directory (same identity), as an operator would.
+fn restart(cluster: &Cluster, mon: &str, i: usize, restarts: &mut usize) -> Proc {
     *restarts += 1;
-    let log = std::fs::File::create(dir.join(format!("osd{i}-restart{restarts}.log"))).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["osd", "run", "--mon", mon, "--data"])
-        .arg(dir.join(format!("osd{i}")))
-        .args([
+    let data = cluster.dir.join(format!("osd{i}")).display().to_string();
+    let host = format!("host{i}");
+    Proc::Child(cluster.start(
+        &format!("osd{i}-restart{restarts}.log"),
+        &[
+            "osd",
+            "run",
+            "--mon",
+            mon,
+            "--data",
+            &data,
             "--host",
-            &format!("host{i}"),
+            &host,
             "--device-mib",
             DEVICE_MIB,
             "--heartbeat-grace-s",
             GRACE_S,
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut pids = std::fs::read_to_string(dir.join("pids")).unwrap();
-    pids.push_str(&format!("{}\n", child.id()));
-    std::fs::write(dir.join("pids"), pids).unwrap();
-    Proc::Child(child)
+        ],
+    ))
 }
 
-/// Restarts the monitor from its directory; lists its pid where `cairn down` finds it.
-fn restart_mon(dir: &Path, mon: &str, restarts: &mut usize) -> Proc {
+/// Restarts the monitor from its directory.
+fn restart_mon(cluster: &Cluster, mon: &str, restarts: &mut usize) -> Proc {
     *restarts += 1;
-    let log = std::fs::File::create(dir.join(format!("mon-restart{restarts}.log"))).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["mon", "--listen", mon, "--data"])
-        .arg(dir.join("mon"))
-        .args(["--heartbeat-grace-s", GRACE_S])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut pids = std::fs::read_to_string(dir.join("pids")).unwrap();
-    pids.push_str(&format!("{}\n", child.id()));
-    std::fs::write(dir.join("pids"), pids).unwrap();
-    Proc::Child(child)
+    let data = cluster.dir.join("mon").display().to_string();
+    Proc::Child(cluster.start(
+        &format!("mon-restart{restarts}.log"),
+        &[
+            "mon",
+            "--listen",
+            mon,
+            "--data",
+            &data,
+            "--heartbeat-grace-s",
+            GRACE_S,
+        ],
+    ))
 }
 
 /// Waits up to `secs` for `acks` to pass `from + n`: writes go on after a fault.
@@ -291,7 +286,7 @@ fn thrash_osds_while_writing() {
                 osds[victim].kill();
                 wait_progress(&tally, 20, 90, &format!("killing osd.{victim}"));
                 pause(&mut rng, 500, 4000);
-                osds[victim] = restart(&dir, &mon, victim, &mut restarts);
+                osds[victim] = restart(&cluster, &mon, victim, &mut restarts);
             }
             // Two killed at once: their PGs lose min_size until one returns.
             5..=6 => {
@@ -300,9 +295,9 @@ fn thrash_osds_while_writing() {
                 osds[victim].kill();
                 osds[other].kill();
                 pause(&mut rng, 500, 3000);
-                osds[victim] = restart(&dir, &mon, victim, &mut restarts);
+                osds[victim] = restart(&cluster, &mon, victim, &mut restarts);
                 pause(&mut rng, 0, 2000);
-                osds[other] = restart(&dir, &mon, other, &mut restarts);
+                osds[other] = restart(&cluster, &mon, other, &mut restarts);
             }
             // The monitor killed, and an OSD with it half of the time: the OSD's death is
             // reported to the restarted monitor, which must still hold the map.
@@ -317,10 +312,10 @@ fn thrash_osds_while_writing() {
                     osds[victim].kill();
                 }
                 pause(&mut rng, 300, 3000);
-                mon_proc = restart_mon(&dir, &mon, &mut restarts);
+                mon_proc = restart_mon(&cluster, &mon, &mut restarts);
                 if with_osd {
                     pause(&mut rng, 0, 3000);
-                    osds[victim] = restart(&dir, &mon, victim, &mut restarts);
+                    osds[victim] = restart(&cluster, &mon, victim, &mut restarts);
                 }
             }
             // Marked out (its PGs move to the others), or the OSD out marked in again.

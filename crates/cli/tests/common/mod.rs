@@ -91,6 +91,23 @@ impl Cluster {
         cairn(&args)
     }
 
+    /// Starts `cairn ARGS` beside the cluster with its output in `DIR/LOG`, listing its pid in
+    /// the `pids` file so that `cairn down` stops it too (a daemon restarted by a test).
+    pub fn start(&self, log: &str, args: &[&str]) -> Child {
+        let log = std::fs::File::create(self.dir.join(log)).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut pids = std::fs::read_to_string(self.dir.join("pids")).unwrap();
+        pids.push_str(&format!("{}\n", child.id()));
+        std::fs::write(self.dir.join("pids"), pids).unwrap();
+        child
+    }
+
     /// The process ids `cairn up` wrote to its `pids` file: the monitor's, then each OSD's in
     /// the order it started them.
     pub fn pids(&self) -> Vec<u32> {
