@@ -592,9 +592,9 @@ impl Store {
     /// was given. `None` when the group removed it again, its extent map is too large to cache,
     /// or a record does not decode (then it is simply not cached).
     fn created_meta(&self, redo: &wal::Redo, c: &CreatedObject) -> Option<CachedObject> {
-        let node = Onode::decode(redo.tables[REDO_ONODES].get(&c.key)?.as_deref()?).ok()?;
+        let mut node = Onode::decode(redo.tables[REDO_ONODES].get(&c.key)?.as_deref()?).ok()?;
         let blocks = node.size_bytes.div_ceil(self.sb.block_bytes);
-        if blocks.saturating_mul(4) > MAX_CACHED_EXTENT_BYTES as u64 {
+        if node.extents_spilled && blocks.saturating_mul(4) > MAX_CACHED_EXTENT_BYTES as u64 {
             return None;
         }
         let end = prefix_end(&c.prefix);
@@ -604,14 +604,16 @@ impl Store {
                 .range::<[u8], _>((Bound::Included(c.prefix.as_slice()), upper))
                 .filter_map(|(k, v)| Some((k, v.as_ref()?)))
         };
-        let mut extents = Vec::new();
+        let mut extents = std::mem::take(&mut node.extents);
         // Object prefixes are unambiguous (`codec::object_prefix`): every key in the range is
         // this object's.
-        for (k, v) in under(REDO_EXTENTS) {
-            let (_, lblock) = split_block_key(k).ok()?;
-            extents.push(Extent::decode(lblock, v).ok()?);
+        if node.extents_spilled {
+            for (k, v) in under(REDO_EXTENTS) {
+                let (_, lblock) = split_block_key(k).ok()?;
+                extents.push(Extent::decode(lblock, v).ok()?);
+            }
         }
-        let meta = CachedObject::new(node, extents);
+        let meta = CachedObject::new(node, Some(extents));
         for (k, v) in under(REDO_XATTRS) {
             let name = std::str::from_utf8(&k[c.prefix.len()..]).ok()?;
             meta.remember_attr(name, Some(codec::open(v, "xattr value").ok()?));

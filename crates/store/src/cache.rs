@@ -31,8 +31,11 @@ pub(crate) const MAX_CACHED_ATTRS: usize = 8;
 pub(crate) struct CachedObject {
     /// Logical size.
     pub(crate) size_bytes: u64,
-    /// Every extent, in logical order.
+    /// Extents in logical order: every one when `whole_map`, else none (an object whose map is
+    /// too large to cache: reads look up the extents they need).
     pub(crate) extents: Vec<Extent>,
+    /// Whether `extents` is the whole extent map.
+    pub(crate) whole_map: bool,
     /// The attributes inside the onode, sorted by name.
     pub(crate) inline_attrs: Vec<(String, Vec<u8>)>,
     /// Whether the object may have attributes in the xattr table (the onode's flag).
@@ -45,11 +48,13 @@ pub(crate) struct CachedObject {
 }
 
 impl CachedObject {
-    /// Metadata of an object from its onode and extents, no table attribute remembered yet.
-    pub(crate) fn new(node: Onode, extents: Vec<Extent>) -> Self {
+    /// Metadata of an object from its onode and its whole extent map if known, no table
+    /// attribute remembered yet.
+    pub(crate) fn new(node: Onode, extents: Option<Vec<Extent>>) -> Self {
         CachedObject {
             size_bytes: node.size_bytes,
-            extents,
+            whole_map: extents.is_some(),
+            extents: extents.unwrap_or_default(),
             inline_attrs: node.attrs,
             spilled: node.spilled,
             attrs: Mutex::new(Vec::new()),
@@ -308,14 +313,15 @@ mod tests {
             size_bytes: blocks as u64 * 4096,
             attrs: inline,
             spilled: true,
+            ..Onode::default()
         };
         Arc::new(CachedObject::new(
             node,
-            vec![Extent {
+            Some(vec![Extent {
                 lblock: 0,
                 pblock: 1,
                 crcs: vec![7; blocks],
-            }],
+            }]),
         ))
     }
 
@@ -361,14 +367,15 @@ mod tests {
             size_bytes: 4096,
             attrs: inline,
             spilled: false,
+            ..Onode::default()
         };
-        let whole = CachedObject::new(node, Vec::new());
+        let whole = CachedObject::new(node, Some(Vec::new()));
         assert_eq!(
             whole.attr("big"),
             Some(None),
             "nothing spilled: known absent"
         );
-        assert!(whole.charge(0) > CachedObject::new(Onode::default(), Vec::new()).charge(0));
+        assert!(whole.charge(0) > CachedObject::new(Onode::default(), Some(Vec::new())).charge(0));
     }
 
     #[test]

@@ -70,7 +70,19 @@ pub const INLINE_ATTR_MAX_BYTES: usize = 255;
 /// further attributes go to the xattr table, so an onode record stays small.
 pub const INLINE_ATTRS_MAX_BYTES: usize = 2048;
 
-/// Object metadata ("onode"): its size and its small attributes.
+/// Most bytes the extent records inside one onode take, encoded (explicit limit; see
+/// [`Onode::extents`]): one extent of up to 123 blocks, or a few short ones. An object whose
+/// extent map grows past it keeps its map in the extents table instead.
+pub const INLINE_EXTENTS_MAX_BYTES: usize = 512;
+
+/// Encoded bytes of one extent inside an onode: first logical block (u64), first physical
+/// block (u64), block count (u16), and a crc32c per block.
+fn inline_extent_bytes(e: &Extent) -> usize {
+    18 + 4 * e.crcs.len()
+}
+
+/// Object metadata ("onode"): its size, its small attributes and, while it is small, its
+/// extent map.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Onode {
     /// Logical size in bytes.
@@ -80,6 +92,14 @@ pub struct Onode {
     /// Whether the object may have attributes in the xattr table: set when one is put there,
     /// so that an object without (the common case) never looks the table up.
     pub spilled: bool,
+    /// The object's extent map while it fits in [`INLINE_EXTENTS_MAX_BYTES`] (empty when
+    /// `extents_spilled`), in logical order, non-overlapping. As BlueStore keeps a small
+    /// object's extent map in its onode: a small write rewrites the onode record anyway, so its
+    /// extent costs no KV record of its own (in the group's record, the overlay, and the random
+    /// B-tree leaf a checkpoint rewrites for it).
+    pub extents: Vec<Extent>,
+    /// Whether the extent map lives in the extents table instead (it outgrew the onode).
+    pub extents_spilled: bool,
 }
 
 impl Onode {
@@ -123,12 +143,21 @@ impl Onode {
         }
     }
 
-    /// Encodes the onode: size (u64), flags (u8: bit 0 = spilled), attribute count (u16), then
-    /// per attribute its name length (u8), name, value length (u8) and value.
+    /// Encoded bytes of the inline extent map.
+    pub fn inline_extents_bytes(&self) -> usize {
+        self.extents.iter().map(inline_extent_bytes).sum()
+    }
+
+    /// Encodes the onode: size (u64), flags (u8: bit 0 = spilled, bit 1 = extents_spilled),
+    /// attribute count (u16), then per attribute its name length (u8), name, value length (u8)
+    /// and value; then the inline extent count (u16) and per extent its first logical block
+    /// (u64), first physical block (u64), block count (u16) and crcs (u32 each).
     pub fn encode(&self) -> Vec<u8> {
-        let mut p = Vec::with_capacity(11 + self.attrs.len() * 2 + self.inline_bytes());
+        let mut p = Vec::with_capacity(
+            13 + self.attrs.len() * 2 + self.inline_bytes() + self.inline_extents_bytes(),
+        );
         p.extend_from_slice(&self.size_bytes.to_le_bytes());
-        p.push(u8::from(self.spilled));
+        p.push(u8::from(self.spilled) | u8::from(self.extents_spilled) << 1);
         p.extend_from_slice(&(self.attrs.len() as u16).to_le_bytes());
         for (name, value) in &self.attrs {
             p.push(name.len() as u8);
@@ -136,18 +165,29 @@ impl Onode {
             p.push(value.len() as u8);
             p.extend_from_slice(value);
         }
+        p.extend_from_slice(&(self.extents.len() as u16).to_le_bytes());
+        for e in &self.extents {
+            p.extend_from_slice(&e.lblock.to_le_bytes());
+            p.extend_from_slice(&e.pblock.to_le_bytes());
+            p.extend_from_slice(&(e.crcs.len() as u16).to_le_bytes());
+            for c in &e.crcs {
+                p.extend_from_slice(&c.to_le_bytes());
+            }
+        }
         seal(&p)
     }
 
     /// Decodes an onode; anything but the layout of [`Onode::encode`] (truncated, trailing
     /// bytes, unknown flags, names not UTF-8 or not strictly sorted, more inline bytes than
-    /// [`INLINE_ATTRS_MAX_BYTES`]) is [`StoreError::Corrupt`].
+    /// [`INLINE_ATTRS_MAX_BYTES`] or [`INLINE_EXTENTS_MAX_BYTES`], extents empty, too long,
+    /// unsorted or overlapping, or inline with the map marked spilled) is
+    /// [`StoreError::Corrupt`].
     pub fn decode(b: &[u8]) -> Result<Self> {
         let p = open(b, "onode")?;
         let bad = |why: &str| StoreError::Corrupt(format!("onode: {why}"));
         let size_bytes = le_u64(p, 0, "onode")?;
         let flags = *p.get(8).ok_or_else(|| bad("truncated"))?;
-        if flags > 1 {
+        if flags > 3 {
             return Err(bad("unknown flags"));
         }
         let count = p
@@ -175,19 +215,66 @@ impl Onode {
             }
             attrs.push((name, value));
         }
+        let extents = decode_inline_extents(p, &mut at)?;
         if at != p.len() {
             return Err(bad("trailing bytes"));
         }
         let node = Self {
             size_bytes,
             attrs,
-            spilled: flags == 1,
+            spilled: flags & 1 != 0,
+            extents,
+            extents_spilled: flags & 2 != 0,
         };
         if node.inline_bytes() > INLINE_ATTRS_MAX_BYTES {
             return Err(bad("inline attributes past their limit"));
         }
+        if node.inline_extents_bytes() > INLINE_EXTENTS_MAX_BYTES {
+            return Err(bad("inline extents past their limit"));
+        }
+        if node.extents_spilled && !node.extents.is_empty() {
+            return Err(bad("inline extents in an onode whose map is in the table"));
+        }
         Ok(node)
     }
+}
+
+/// Decodes the inline extent map of an onode payload `p` from byte `at` (advanced past it).
+fn decode_inline_extents(p: &[u8], at: &mut usize) -> Result<Vec<Extent>> {
+    let bad = |why: &str| StoreError::Corrupt(format!("onode: {why}"));
+    let mut take = |n: usize| -> Result<&[u8]> {
+        let piece = p.get(*at..*at + n).ok_or_else(|| bad("truncated"))?;
+        *at += n;
+        Ok(piece)
+    };
+    let le = |b: &[u8]| b.iter().rev().fold(0u64, |v, &x| v << 8 | u64::from(x));
+    let count = le(take(2)?) as usize;
+    let mut extents: Vec<Extent> = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        let lblock = le(take(8)?);
+        let pblock = le(take(8)?);
+        let n = le(take(2)?);
+        if n == 0 || n > MAX_EXTENT_BLOCKS {
+            return Err(bad("inline extent of a bad length"));
+        }
+        let crcs = take(4 * n as usize)?
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let e = Extent {
+            lblock,
+            pblock,
+            crcs,
+        };
+        if e.lblock.checked_add(n).is_none() || e.pblock.checked_add(n).is_none() {
+            return Err(bad("inline extent past the block range"));
+        }
+        if extents.last().is_some_and(|prev| prev.lend() > e.lblock) {
+            return Err(bad("inline extents unsorted or overlapping"));
+        }
+        extents.push(e);
+    }
+    Ok(extents)
 }
 
 /// Most blocks one extent record covers: bounds the record (its crc array) to about 1 KiB, so a
@@ -280,8 +367,8 @@ pub struct Superblock {
 
 /// Magic at the start of device block 0; its last character is the on-disk format generation
 /// (`1`: per-block metadata, `2`: extent records, `3`: a write-ahead log ring on the device,
-/// `4`: small attributes inside the onode).
-pub const SUPER_MAGIC: &[u8; 8] = b"cairnst4";
+/// `4`: small attributes inside the onode, `5`: small extent maps inside the onode).
+pub const SUPER_MAGIC: &[u8; 8] = b"cairnst5";
 
 /// The magic without its generation character.
 const SUPER_MAGIC_FAMILY: &[u8; 7] = b"cairnst";
@@ -452,21 +539,28 @@ mod tests {
         );
         assert!(full.fits_inline("k00", &value), "replacing one still fits");
 
-        // Hand-made payloads: size, flags, count, then (len, name, len, value) pairs.
+        // Hand-made payloads: size, flags, count, then (len, name, len, value) pairs, then no
+        // inline extents.
         let payload = |flags: u8, count: u16, rest: &[u8]| {
             let mut p = 5u64.to_le_bytes().to_vec();
             p.push(flags);
             p.extend_from_slice(&count.to_le_bytes());
             p.extend_from_slice(rest);
+            p.extend_from_slice(&0u16.to_le_bytes());
+            seal(&p)
+        };
+        let trailing = {
+            let mut p = 5u64.to_le_bytes().to_vec();
+            p.extend_from_slice(&[0, 0, 0, 0, 0, 9]);
             seal(&p)
         };
         let ok = Onode::decode(&payload(0, 1, &[1, b'a', 1, b'x'])).unwrap();
         assert_eq!(ok.attr("a"), Some(&b"x"[..]));
         for (bad, why) in [
-            (payload(2, 0, &[]), "unknown flags"),
+            (payload(4, 0, &[]), "unknown flags"),
             (payload(0, 1, &[1, b'a']), "truncated"),
             (payload(0, 1, &[5, b'a', 1, b'x']), "truncated"),
-            (payload(0, 0, &[9]), "trailing bytes"),
+            (trailing, "trailing bytes"),
             (payload(0, 1, &[1, 0xff, 0]), "not UTF-8"),
             (payload(0, 2, &[1, b'b', 0, 1, b'a', 0]), "not sorted"),
             (payload(0, 2, &[1, b'a', 0, 1, b'a', 0]), "not sorted"),
@@ -482,6 +576,78 @@ mod tests {
         }
         let err = Onode::decode(&payload(0, 9, &big)).unwrap_err().to_string();
         assert!(err.contains("past their limit"), "{err}");
+    }
+
+    #[test]
+    fn onodes_hold_small_extent_maps_and_refuse_malformed_ones() {
+        let ext = |lblock: u64, n: usize| Extent {
+            lblock,
+            pblock: 100 + lblock,
+            crcs: (0..n as u32).collect(),
+        };
+        let mut o = Onode {
+            size_bytes: 1 << 20,
+            extents: vec![ext(0, 1), ext(3, 10)],
+            ..Onode::default()
+        };
+        o.set_attr("_v", b"12");
+        assert_eq!(o.inline_extents_bytes(), 18 + 4 + 18 + 40);
+        assert_eq!(Onode::decode(&o.encode()).unwrap(), o);
+        let spilled = Onode {
+            extents_spilled: true,
+            extents: Vec::new(),
+            ..o.clone()
+        };
+        assert_eq!(Onode::decode(&spilled.encode()).unwrap(), spilled);
+        let largest = Onode {
+            extents: vec![ext(0, (INLINE_EXTENTS_MAX_BYTES - 18) / 4)],
+            ..Onode::default()
+        };
+        assert_eq!(Onode::decode(&largest.encode()).unwrap(), largest);
+
+        // Each layout the encoder never makes is refused, with its reason.
+        let bad = |node: Onode, why: &str| {
+            let err = Onode::decode(&node.encode()).unwrap_err().to_string();
+            assert!(err.contains(why), "{why}: {err}");
+        };
+        bad(
+            Onode {
+                extents_spilled: true,
+                ..o.clone()
+            },
+            "map is in the table",
+        );
+        bad(
+            Onode {
+                extents: vec![ext(3, 1), ext(0, 1)],
+                ..Onode::default()
+            },
+            "unsorted or overlapping",
+        );
+        bad(
+            Onode {
+                extents: vec![ext(0, 4), ext(3, 1)],
+                ..Onode::default()
+            },
+            "unsorted or overlapping",
+        );
+        bad(
+            Onode {
+                extents: vec![ext(0, 0)],
+                ..Onode::default()
+            },
+            "bad length",
+        );
+        bad(
+            Onode {
+                extents: vec![ext(0, 100), ext(200, 100)],
+                ..Onode::default()
+            },
+            "past their limit",
+        );
+        let mut cut = o.encode();
+        cut.truncate(cut.len() - 8);
+        assert!(Onode::decode(&cut).is_err(), "truncated inside an extent");
     }
 
     #[test]

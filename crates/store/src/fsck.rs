@@ -2,7 +2,8 @@
 //! block).
 //!
 //! Owns the list of invariants the store promises: every record decodes; every extent, xattr
-//! and omap entry belongs to an existing object; an object's extents do not overlap and none
+//! and omap entry belongs to an existing object; an object's extent map is in one place (its
+//! onode, or the extents table when the onode says so); its extents do not overlap and none
 //! reaches past its object's size; no physical block is referenced twice or lies outside the
 //! data area; the allocator agrees with the references; deferred writes target referenced
 //! blocks; and (deep) every block matches its crc32c. It must never modify the store.
@@ -12,7 +13,7 @@ use crate::error::{kv, Result};
 use crate::kv::{COLLS, DEFERRED, EXTENTS, OMAP, ONODES, XATTRS};
 use crate::store::{State, Store};
 use redb::ReadableTable;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 /// What fsck found.
@@ -69,6 +70,10 @@ impl Store {
         // Objects whose onode says they may have attributes in the xattr table, with the names
         // of the attributes the onode holds itself.
         let mut spilled: HashMap<(u32, String), Vec<String>> = HashMap::new();
+        // Objects whose extent map is in the extents table; the extents of the others, from
+        // their onodes.
+        let mut map_in_table: HashSet<(u32, String)> = HashSet::new();
+        let mut inline_refs: Vec<(Extent, u32, String)> = Vec::new();
         for item in rtx.open_table(ONODES).map_err(kv)?.iter().map_err(kv)? {
             let (k, v) = item.map_err(kv)?;
             let key = k.value();
@@ -88,6 +93,10 @@ impl Store {
             match Onode::decode(v.value()) {
                 Ok(n) => {
                     sizes.insert((id, name.to_string()), n.size_bytes);
+                    if n.extents_spilled {
+                        map_in_table.insert((id, name.to_string()));
+                    }
+                    inline_refs.extend(n.extents.iter().map(|e| (e.clone(), id, name.to_string())));
                     if n.spilled {
                         let inline = n.attrs.into_iter().map(|(a, _)| a).collect();
                         spilled.insert((id, name.to_string()), inline);
@@ -125,10 +134,9 @@ impl Store {
                     "orphan extent at block {idx} of missing object {}/{name}",
                     coll_name(id)
                 )),
-                Some(&size) if (e.lend() - 1) * bs >= size => rep.errors.push(format!(
-                    "{}/{name} block {} lies past the object size {size}",
-                    coll_name(id),
-                    e.lend() - 1
+                Some(_) if !map_in_table.contains(&(id, name.clone())) => rep.errors.push(format!(
+                    "extent record at block {idx} of {}/{name}, whose onode holds its map",
+                    coll_name(id)
                 )),
                 Some(_) => {}
             }
@@ -142,15 +150,30 @@ impl Store {
                     ));
                 }
             }
+            refs.push((e, id, name));
+        }
+        // Both places: inside the object's size, inside the data area, marked used.
+        refs.extend(inline_refs);
+        refs.retain(|(e, id, name)| {
+            let idx = e.lblock;
+            if let Some(&size) = sizes.get(&(*id, name.clone())) {
+                if (e.lend() - 1) * bs >= size {
+                    rep.errors.push(format!(
+                        "{}/{name} block {} lies past the object size {size}",
+                        coll_name(*id),
+                        e.lend() - 1
+                    ));
+                }
+            }
             if e.pblock < self.sb.first_data_block()
                 || e.pblock.saturating_add(e.blocks()) > total_blocks
             {
                 rep.errors.push(format!(
                     "{}/{name} block {idx} points outside the data area ({})",
-                    coll_name(id),
+                    coll_name(*id),
                     e.pblock
                 ));
-                continue;
+                return false;
             }
             if self.allocator().any_free(e.pblock, e.blocks()) {
                 rep.errors.push(format!(
@@ -159,8 +182,8 @@ impl Store {
                     e.pblock + e.blocks()
                 ));
             }
-            refs.push((e, id, name));
-        }
+            true
+        });
         // Physical order: overlaps between neighbours are double references.
         let mut by_pblock: Vec<usize> = (0..refs.len()).collect();
         by_pblock.sort_unstable_by_key(|&i| refs[i].0.pblock);

@@ -8,7 +8,7 @@
 use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
 use crate::error::{Result, StoreError};
-use crate::extmap;
+use crate::extmap::{self, InTable};
 use crate::kv::KvSnapshot;
 use crate::overlay::Layered;
 use crate::stage::BytesTable;
@@ -106,15 +106,23 @@ impl Store {
         }
         let v = self.view(st)?;
         let id = Self::read_coll_id(&v, coll)?;
-        let node = Self::read_onode(&v, id, coll, obj)?;
+        let mut node = Self::read_onode(&v, id, coll, obj)?;
         let blocks = node.size_bytes.div_ceil(self.sb.block_bytes);
-        let extents = if blocks.saturating_mul(4) <= MAX_CACHED_EXTENT_BYTES as u64 {
-            Some(extmap::all(&v.extents(), &object_prefix(id, obj))?)
+        let extents = if !node.extents_spilled {
+            Some(std::mem::take(&mut node.extents))
+        } else if blocks.saturating_mul(4) <= MAX_CACHED_EXTENT_BYTES as u64 {
+            let prefix = object_prefix(id, obj);
+            let table = v.extents();
+            Some(extmap::all(&InTable {
+                table: &table,
+                prefix: &prefix,
+            })?)
         } else {
             None
         };
-        let o = Arc::new(CachedObject::new(node, extents.clone().unwrap_or_default()));
-        if extents.is_some() {
+        let whole = extents.is_some();
+        let o = Arc::new(CachedObject::new(node, extents));
+        if whole {
             self.onode_cache.insert(coll, obj, o.clone());
         }
         Ok(o)
@@ -130,8 +138,7 @@ impl Store {
         from: u64,
         to: u64,
     ) -> Result<Vec<Extent>> {
-        let blocks = meta.size_bytes.div_ceil(self.sb.block_bytes);
-        if blocks.saturating_mul(4) <= MAX_CACHED_EXTENT_BYTES as u64 {
+        if meta.whole_map {
             let i = meta.extents.partition_point(|e| e.lend() <= from);
             return Ok(meta.extents[i..]
                 .iter()
@@ -141,7 +148,12 @@ impl Store {
         }
         let v = self.view(st)?;
         let id = Self::read_coll_id(&v, coll)?;
-        extmap::overlapping(&v.extents(), &object_prefix(id, obj), from, Some(to))
+        let (prefix, table) = (object_prefix(id, obj), v.extents());
+        let map = InTable {
+            table: &table,
+            prefix: &prefix,
+        };
+        extmap::overlapping(&map, from, Some(to))
     }
 
     /// Reads up to `len_bytes` from `offset_bytes` (short at the end of the object; holes read
@@ -356,8 +368,18 @@ impl Store {
         let st = self.state.read().await;
         let v = self.view(&st)?;
         let id = Self::read_coll_id(&v, coll)?;
-        Self::read_onode(&v, id, coll, obj)?;
-        Ok(extmap::all(&v.extents(), &object_prefix(id, obj))?
+        let node = Self::read_onode(&v, id, coll, obj)?;
+        let extents = match node.extents_spilled {
+            true => {
+                let (prefix, table) = (object_prefix(id, obj), v.extents());
+                extmap::all(&InTable {
+                    table: &table,
+                    prefix: &prefix,
+                })?
+            }
+            false => node.extents,
+        };
+        Ok(extents
             .iter()
             .flat_map(|e| (0..e.blocks()).map(move |i| (e.lblock + i, e.pblock + i)))
             .collect())

@@ -12,10 +12,12 @@
 //! write.
 
 use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
-use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
+use crate::codec::{
+    self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode, INLINE_EXTENTS_MAX_BYTES,
+};
 use crate::early::EarlyRun;
 use crate::error::{Result, StoreError};
-use crate::extmap::{self, ExtTable};
+use crate::extmap::{self, ExtTable, InTable, Place, Records};
 use crate::inflight::InFlightView;
 use crate::kv::KvSnapshot;
 use crate::overlay::{Layered, Overlay, NO_CHANGES};
@@ -226,7 +228,7 @@ impl Store {
                 self.zero_range(st, stage, t, &o, *offset_bytes, end.min(node.size_bytes))
                     .await?;
                 if end > node.size_bytes {
-                    Self::set_size(stage, t, &o, node, end)?;
+                    Self::set_size(stage, t, &o, node.size_bytes, end)?;
                 }
             }
             Op::Truncate {
@@ -239,15 +241,19 @@ impl Store {
                 if *size_bytes < node.size_bytes {
                     let bs = self.sb.block_bytes;
                     let keep_blocks = size_bytes.div_ceil(bs);
-                    for e in extmap::punch(&mut t.extents, &o.prefix, keep_blocks, None)? {
+                    let cut = Self::edit_extents(t, &o, |m| extmap::punch(m, keep_blocks, None))?;
+                    for e in cut {
                         self.free_extent(st, stage, e.pblock, e.blocks());
+                    }
+                    if keep_blocks == 0 {
+                        Self::map_back_inline(t, &o)?;
                     }
                     let tail_end = (keep_blocks * bs).min(node.size_bytes);
                     self.zero_range(st, stage, t, &o, *size_bytes, tail_end)
                         .await?;
                 }
                 if *size_bytes != node.size_bytes {
-                    Self::set_size(stage, t, &o, node, *size_bytes)?;
+                    Self::set_size(stage, t, &o, node.size_bytes, *size_bytes)?;
                 }
             }
             Op::Remove { coll, obj } => {
@@ -270,9 +276,12 @@ impl Store {
                 let node = Self::must_exist(t, &s)?;
                 if src != dst {
                     self.remove_object(st, stage, t, &d)?;
-                    let mut tables = vec![&mut t.extents, &mut t.omap];
+                    let mut tables = vec![&mut t.omap];
                     if node.spilled {
                         tables.push(&mut t.xattrs);
+                    }
+                    if node.extents_spilled {
+                        tables.push(&mut t.extents);
                     }
                     for table in tables {
                         for (k, v) in take_prefix(table, &s.prefix)? {
@@ -413,16 +422,73 @@ impl Store {
         Ok(n)
     }
 
+    /// Sets the size of `o`, whose size was `old_bytes` (its onode is read again: the
+    /// operation may have changed the extent map inside it since).
     fn set_size(
         stage: &mut Stage,
         t: &mut Tables<'_>,
         o: &Obj<'_>,
-        mut node: Onode,
+        old_bytes: u64,
         size_bytes: u64,
     ) -> Result<()> {
-        stage.stored_delta += size_bytes as i64 - node.size_bytes as i64;
+        stage.stored_delta += size_bytes as i64 - old_bytes as i64;
+        let mut node = Self::must_exist(t, o)?;
         node.size_bytes = size_bytes;
         Self::put_onode(t, o, &node)
+    }
+
+    /// Runs `f` on the extent map of `o` (which exists) wherever it lives: inside its onode
+    /// while the map fits there (the onode rewritten), else in the extents table. A map that
+    /// outgrows the onode (`codec::INLINE_EXTENTS_MAX_BYTES`) moves to the table, where it
+    /// stays until the object is emptied.
+    fn edit_extents<R>(
+        t: &mut Tables<'_>,
+        o: &Obj<'_>,
+        f: impl FnOnce(&mut Place<'_, '_>) -> Result<R>,
+    ) -> Result<R> {
+        let mut node = Self::must_exist(t, o)?;
+        let mut table = InTable {
+            table: &mut t.extents,
+            prefix: &o.prefix,
+        };
+        if node.extents_spilled {
+            return f(&mut Place::Table(table));
+        }
+        let out = f(&mut Place::Inline(&mut node.extents))?;
+        if node.inline_extents_bytes() > INLINE_EXTENTS_MAX_BYTES {
+            for e in std::mem::take(&mut node.extents) {
+                table.put(&e)?;
+            }
+            node.extents_spilled = true;
+        }
+        Self::put_onode(t, o, &node)?;
+        Ok(out)
+    }
+
+    /// Extents of `o` intersecting logical blocks `from..to` (`None`: to the end), wherever
+    /// its map lives (none for an object that does not exist).
+    fn extents_of(t: &Tables<'_>, o: &Obj<'_>, from: u64, to: Option<u64>) -> Result<Vec<Extent>> {
+        match Self::get_onode(t, o)? {
+            Some(node) if !node.extents_spilled => extmap::overlapping(&node.extents, from, to),
+            _ => extmap::overlapping(
+                &InTable {
+                    table: &t.extents,
+                    prefix: &o.prefix,
+                },
+                from,
+                to,
+            ),
+        }
+    }
+
+    /// Brings the extent map of `o`, now empty, back inside its onode.
+    fn map_back_inline(t: &mut Tables<'_>, o: &Obj<'_>) -> Result<()> {
+        let mut node = Self::must_exist(t, o)?;
+        if node.extents_spilled {
+            node.extents_spilled = false;
+            Self::put_onode(t, o, &node)?;
+        }
+        Ok(())
     }
 
     fn put_onode(t: &mut Tables<'_>, o: &Obj<'_>, node: &Onode) -> Result<()> {
@@ -551,7 +617,7 @@ impl Store {
         o: &Obj<'_>,
         idx: u64,
     ) -> Result<Vec<u8>> {
-        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
+        let exts = Self::extents_of(t, o, idx, Some(idx + 1))?;
         match exts.first() {
             Some(e) => {
                 self.staged_extent(st, stage, o, &e.slice(idx, idx + 1))
@@ -576,7 +642,7 @@ impl Store {
         rewrites_all: bool,
         f: impl FnOnce(&mut [u8]),
     ) -> Result<bool> {
-        let exts = extmap::overlapping(&t.extents, &o.prefix, idx, Some(idx + 1))?;
+        let exts = Self::extents_of(t, o, idx, Some(idx + 1))?;
         let Some(mut e) = exts.into_iter().next() else {
             return Ok(false);
         };
@@ -591,7 +657,7 @@ impl Store {
         f(&mut content);
         e.crcs[i] = crc_fast::crc32_iscsi(&content);
         self.put_block(stage, p, content)?;
-        extmap::put(&mut t.extents, &o.prefix, &e)?;
+        Self::edit_extents(t, o, |m| m.put(&e))?;
         Ok(true)
     }
 
@@ -668,7 +734,7 @@ impl Store {
                 .await?;
         }
         if end > node.size_bytes {
-            Self::set_size(stage, t, o, node, end)?;
+            Self::set_size(stage, t, o, node.size_bytes, end)?;
         }
         Ok(())
     }
@@ -697,24 +763,27 @@ impl Store {
             )));
         }
         if first < live_blocks {
-            for e in extmap::punch(&mut t.extents, &o.prefix, first, Some(first + blocks))? {
+            let cut = Self::edit_extents(t, o, |m| extmap::punch(m, first, Some(first + blocks)))?;
+            for e in cut {
                 self.free_extent(st, stage, e.pblock, e.blocks());
             }
         }
-        let mut lblock = first;
-        for r in runs {
-            extmap::insert(
-                &mut t.extents,
-                &o.prefix,
-                Extent {
+        Self::edit_extents(t, o, |m| {
+            let mut lblock = first;
+            for r in runs {
+                let e = Extent {
                     lblock,
                     pblock: r.pblock,
                     crcs: r.crcs.clone(),
-                },
-            )?;
-            stage.early_runs.push((r.pblock, r.blocks));
-            lblock += r.blocks;
-        }
+                };
+                extmap::insert(m, e)?;
+                lblock += r.blocks;
+            }
+            Ok(())
+        })?;
+        stage
+            .early_runs
+            .extend(runs.iter().map(|r| (r.pblock, r.blocks)));
         Ok(())
     }
 
@@ -751,15 +820,12 @@ impl Store {
             let crc = crc_fast::crc32_iscsi(&content);
             let (p, _) = self.alloc_extents(stage, 1)?[0];
             stage.deferred_new.insert(p, content);
-            extmap::insert(
-                &mut t.extents,
-                &o.prefix,
-                Extent {
-                    lblock: idx,
-                    pblock: p,
-                    crcs: vec![crc],
-                },
-            )?;
+            let e = Extent {
+                lblock: idx,
+                pblock: p,
+                crcs: vec![crc],
+            };
+            Self::edit_extents(t, o, |m| extmap::insert(m, e))?;
         }
         Ok(())
     }
@@ -814,7 +880,8 @@ impl Store {
             tail.get(tail_from..).unwrap_or(&[]),
         ];
         if first < live_blocks {
-            for e in extmap::punch(&mut t.extents, &o.prefix, first, Some(last + 1))? {
+            let cut = Self::edit_extents(t, o, |m| extmap::punch(m, first, Some(last + 1)))?;
+            for e in cut {
                 self.free_extent(st, stage, e.pblock, e.blocks());
             }
         }
@@ -840,15 +907,12 @@ impl Store {
                     (RunBuf::Owned(buf), crcs)
                 };
                 stage.new_data.insert(p + done, buf);
-                extmap::insert(
-                    &mut t.extents,
-                    &o.prefix,
-                    Extent {
-                        lblock,
-                        pblock: p + done,
-                        crcs,
-                    },
-                )?;
+                let e = Extent {
+                    lblock,
+                    pblock: p + done,
+                    crcs,
+                };
+                Self::edit_extents(t, o, |m| extmap::insert(m, e))?;
                 lblock += n;
                 done += n;
             }
@@ -873,7 +937,8 @@ impl Store {
         }
         let (full_from, full_to) = (offset.div_ceil(bs), end / bs);
         if full_from < full_to {
-            for e in extmap::punch(&mut t.extents, &o.prefix, full_from, Some(full_to))? {
+            let cut = Self::edit_extents(t, o, |m| extmap::punch(m, full_from, Some(full_to)))?;
+            for e in cut {
                 self.free_extent(st, stage, e.pblock, e.blocks());
             }
         }
@@ -906,7 +971,18 @@ impl Store {
         let Some(node) = Self::get_onode(t, o)? else {
             return Ok(false);
         };
-        for e in extmap::punch(&mut t.extents, &o.prefix, 0, None)? {
+        let extents = match node.extents_spilled {
+            true => extmap::punch(
+                &mut InTable {
+                    table: &mut t.extents,
+                    prefix: &o.prefix,
+                },
+                0,
+                None,
+            )?,
+            false => node.extents,
+        };
+        for e in extents {
             self.free_extent(st, stage, e.pblock, e.blocks());
         }
         if node.spilled {
@@ -930,8 +1006,15 @@ impl Store {
         node: Onode,
     ) -> Result<()> {
         self.remove_object(st, stage, t, d)?;
+        let copy = Onode {
+            extents: Vec::new(),
+            extents_spilled: false,
+            ..node.clone()
+        };
+        t.onodes
+            .insert(d.key.as_slice(), copy.encode().as_slice())?;
         let bs = self.sb.block_bytes;
-        for e in extmap::all(&t.extents, &s.prefix)? {
+        for e in Self::extents_of(t, s, 0, None)? {
             let content = self.staged_extent(st, stage, s, &e).await?;
             let mut lblock = e.lblock;
             for (p, len) in self.alloc_extents(stage, e.blocks())? {
@@ -939,15 +1022,12 @@ impl Store {
                 let buf = self.bufs.build(&[&content[a..a + (len * bs) as usize]])?;
                 stage.new_data.insert(p, RunBuf::Owned(buf));
                 let piece = e.slice(lblock, lblock + len);
-                extmap::insert(
-                    &mut t.extents,
-                    &d.prefix,
-                    Extent {
-                        lblock,
-                        pblock: p,
-                        crcs: piece.crcs,
-                    },
-                )?;
+                let e = Extent {
+                    lblock,
+                    pblock: p,
+                    crcs: piece.crcs,
+                };
+                Self::edit_extents(t, d, |m| extmap::insert(m, e))?;
                 lblock += len;
             }
         }
@@ -963,8 +1043,6 @@ impl Store {
                 )?;
             }
         }
-        t.onodes
-            .insert(d.key.as_slice(), node.encode().as_slice())?;
         stage.objects_delta += 1;
         stage.stored_delta += node.size_bytes as i64;
         Ok(())

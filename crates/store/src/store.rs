@@ -507,8 +507,6 @@ impl Store {
             let e = Extent::decode(lblock, v.value())?;
             used.push((e.pblock, e.blocks()));
         }
-        let total_blocks = in_kv.device_bytes / in_kv.block_bytes;
-        let alloc = Allocator::from_used(total_blocks, in_kv.first_data_block(), &mut used)?;
         let (mut objects, mut stored_bytes) = (0, 0);
         let onodes = rtx.open_table(ONODES).map_err(kv)?;
         // Room for as many new objects again before false positives grow.
@@ -519,8 +517,12 @@ impl Store {
             let (k, v) = item.map_err(kv)?;
             onode_keys.insert(k.value());
             objects += 1;
-            stored_bytes += Onode::decode(v.value())?.size_bytes;
+            let node = Onode::decode(v.value())?;
+            stored_bytes += node.size_bytes;
+            used.extend(node.extents.iter().map(|e| (e.pblock, e.blocks())));
         }
+        let total_blocks = in_kv.device_bytes / in_kv.block_bytes;
+        let alloc = Allocator::from_used(total_blocks, in_kv.first_data_block(), &mut used)?;
         let mut deferred = HashMap::new();
         for item in rtx.open_table(DEFERRED).map_err(kv)?.iter().map_err(kv)? {
             let (k, v) = item.map_err(kv)?;

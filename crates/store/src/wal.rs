@@ -236,7 +236,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Record> {
 
 impl Record {
     /// Expected crc32c of each block of this record's copy-on-write runs, from the extents it
-    /// writes: `(physical block, crc)` in block order. Left out: blocks no extent covers, and
+    /// writes (extent records, and the extent maps inside the onodes it writes): `(physical
+    /// block, crc)` in block order. Left out: blocks no extent covers, and
     /// blocks the record also carries a deferred write for (a run written early and then
     /// patched in the same group): their contents come from the record itself.
     pub(crate) fn expected_run_crcs(&self) -> Result<Vec<(u64, u32)>> {
@@ -246,10 +247,20 @@ impl Record {
             .filter(|(_, v)| v.is_some())
             .map(|(k, _)| k.as_slice())
             .collect();
+        let mut extents = Vec::new();
         for (k, v) in &self.tables[REDO_EXTENTS] {
             let Some(v) = v else { continue };
             let (_, lblock) = split_block_key(k)?;
-            let e = Extent::decode(lblock, v)?;
+            extents.push(Extent::decode(lblock, v)?);
+        }
+        // Small objects' extents are inside their onodes.
+        for v in self.tables[REDO_ONODES]
+            .iter()
+            .filter_map(|(_, v)| v.as_ref())
+        {
+            extents.extend(codec::Onode::decode(v)?.extents);
+        }
+        for e in extents {
             for (i, &crc) in e.crcs.iter().enumerate() {
                 let p = e.pblock + i as u64;
                 let patched = || deferred.contains(p.to_le_bytes().as_slice());

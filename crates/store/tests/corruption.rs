@@ -105,7 +105,7 @@ async fn corrupt_metadata_is_reported_not_panicked_on() {
 /// An attribute record in the xattr table for an object whose onode holds all of its attributes
 /// (never spilled) is reported by fsck, and so is a name both inside an onode and in the table.
 #[tokio::test]
-async fn fsck_reports_table_attributes_the_onode_does_not_account_for() {
+async fn fsck_reports_table_records_the_onode_does_not_account_for() {
     use cairn_store::codec::{object_prefix, seal, sub_key};
     let img = fresh_images().await;
     let r = Rig::mount(&img, cfg()).await.unwrap();
@@ -118,6 +118,8 @@ async fn fsck_reports_table_attributes_the_onode_does_not_account_for() {
     r.store().queue_transaction(&t).await.unwrap();
     r.store().sync().await.unwrap();
     assert!(r.store().fsck(false).await.unwrap().is_clean());
+    // A free block in the data area, a few past the last one written.
+    let free = r.store().extents("c", "spilled").await.unwrap()[0].1 + 8;
     let mut img = r
         .crash(
             cairn_blockdev::PowerLossMode::DropUnflushed,
@@ -142,6 +144,19 @@ async fn fsck_reports_table_attributes_the_onode_does_not_account_for() {
                     .unwrap();
             }
         }
+        {
+            // An extent record for an object whose onode holds its extent map itself.
+            let mut extents = wtx.open_table(cairn_store::kv::EXTENTS).unwrap();
+            let stray = cairn_store::codec::Extent {
+                lblock: 0,
+                pblock: free,
+                crcs: vec![0],
+            };
+            let key = cairn_store::codec::block_key(&object_prefix(1, "inline"), 0);
+            extents
+                .insert(key.as_slice(), stray.encode().as_slice())
+                .unwrap();
+        }
         wtx.commit().unwrap();
     }
     img.kv = kv.power_loss(cairn_store::KvLossMode::DropUnsynced);
@@ -153,8 +168,12 @@ async fn fsck_reports_table_attributes_the_onode_does_not_account_for() {
         "{errors}"
     );
     assert!(
+        errors.contains("extent record at block 0 of c/inline, whose onode holds its map"),
+        "{errors}"
+    );
+    assert!(
         errors.contains("xattr \"_v\" of c/spilled both in its onode and in the table"),
         "{errors}"
     );
-    assert_eq!(report.errors.len(), 2, "{errors}");
+    assert_eq!(report.errors.len(), 3, "{errors}");
 }

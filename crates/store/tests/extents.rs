@@ -251,3 +251,76 @@ async fn an_older_format_is_refused_with_a_clear_error() {
         assert!(err.to_string().contains("mkfs"), "{err}");
     }
 }
+
+/// Extent records of the object's map in the KV's extents table, after a checkpoint.
+async fn table_records(r: &Rig) -> u64 {
+    r.store().sync().await.unwrap();
+    let counts = r.store().kv_record_counts().unwrap();
+    counts.iter().find(|(n, _)| *n == "extents").unwrap().1
+}
+
+#[tokio::test]
+async fn a_small_map_lives_in_the_onode_and_a_large_one_in_the_table() {
+    let r = rig().await;
+    let mut m = Model::new();
+    let mut t = Transaction::new();
+    t.write("c", "small", 0, &pattern(1, BS as usize)).write(
+        "c",
+        "big",
+        0,
+        &pattern(2, (300 * BS) as usize),
+    );
+    apply(&r, &mut m, &t).await;
+    assert_eq!(
+        table_records(&r).await,
+        2,
+        "big's two records; small's map is inline"
+    );
+
+    // Scattered blocks: one extent each, until the map outgrows the onode and moves.
+    for i in 1..=30u64 {
+        let mut t = Transaction::new();
+        t.write("c", "small", 2 * i * BS, &pattern(i as u8, BS as usize));
+        apply(&r, &mut m, &t).await;
+    }
+    assert_eq!(r.store().extents("c", "small").await.unwrap().len(), 31);
+    assert_eq!(
+        table_records(&r).await,
+        2 + 31,
+        "small's map moved to the table"
+    );
+
+    // Clones and renames carry a map from either place; emptied, a map comes back inline.
+    let mut t = Transaction::new();
+    t.clone_object("c", "small", "copy")
+        .clone_object("c", "big", "big2")
+        .rename("c", "big2", "big3")
+        .write("c", "copy", 3 * BS, &pattern(7, BS as usize));
+    apply(&r, &mut m, &t).await;
+    assert!(table_records(&r).await >= 2 + 31 + 2);
+    let mut t = Transaction::new();
+    t.truncate("c", "small", 0)
+        .write("c", "small", 0, &pattern(9, 100))
+        .remove("c", "copy");
+    apply(&r, &mut m, &t).await;
+    let mut t = Transaction::new();
+    t.write("c", "small", BS, &pattern(10, BS as usize));
+    apply(&r, &mut m, &t).await;
+    let records = table_records(&r).await;
+    assert_eq!(
+        records, 4,
+        "big's and big3's only: small's map is back inline"
+    );
+
+    let img = r
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+        .await;
+    let r = Rig::mount(&img, cfg()).await.unwrap();
+    assert_eq!(
+        dump(r.store()).await,
+        m,
+        "both kinds of map survive a crash"
+    );
+    assert!(r.store().fsck(true).await.unwrap().is_clean());
+    assert_eq!(table_records(&r).await, records);
+}
