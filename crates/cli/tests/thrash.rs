@@ -4,7 +4,7 @@
 //! cluster to heal in between: `kill -9` of an OSD (restarted a few seconds later, often while
 //! its PGs still recover), of two at once (their PGs drop below min_size and block), and an OSD
 //! frozen with SIGSTOP past its grace (marked down while alive, then resumed), the monitor
-//! killed (with an OSD, at times), and an OSD marked out and later in again (its PGs backfill
+//! killed or frozen (with an OSD killed meanwhile, at times), and an OSD marked out and later in again (its PGs backfill
 //! to the others and back, and the other faults land during that backfill). The faults come
 //! from a seeded generator (`CAIRN_THRASH_SEED`; printed, to replay a failure).
 //!
@@ -279,7 +279,7 @@ fn thrash_osds_while_writing() {
             std::thread::sleep(Duration::from_millis(rng.random_range(lo..hi)))
         };
         let victim = rng.random_range(0..OSDS);
-        match rng.random_range(0..11) {
+        match rng.random_range(0..12) {
             // One OSD killed, back a few seconds later (often before it is marked down).
             0..=4 => {
                 faults.push(format!("kill osd.{victim}"));
@@ -318,8 +318,28 @@ fn thrash_osds_while_writing() {
                     osds[victim] = restart(&cluster, &mon, victim, &mut restarts);
                 }
             }
-            // Marked out (its PGs move to the others), or the OSD out marked in again.
+            // The monitor frozen (no map changes, failure reports unanswered), an OSD killed
+            // meanwhile half of the time; resumed, it must catch up with both.
             8 => {
+                let with_osd = rng.random_bool(0.5);
+                faults.push(match with_osd {
+                    true => format!("freeze the monitor, kill osd.{victim}"),
+                    false => "freeze the monitor".to_string(),
+                });
+                let pid = mon_proc.pid().expect("the monitor runs between faults");
+                signal("-STOP", pid);
+                if with_osd {
+                    osds[victim].kill();
+                }
+                pause(&mut rng, 1000, 4000);
+                signal("-CONT", pid);
+                if with_osd {
+                    pause(&mut rng, 0, 3000);
+                    osds[victim] = restart(&cluster, &mon, victim, &mut restarts);
+                }
+            }
+            // Marked out (its PGs move to the others), or the OSD out marked in again.
+            9 => {
                 let (verb, which) = match outed.take() {
                     Some(o) => ("in", o),
                     None => {
