@@ -6,7 +6,8 @@
 //! frozen with SIGSTOP past its grace (marked down while alive, then resumed), the monitor
 //! killed or frozen (with an OSD killed meanwhile, at times), and an OSD marked out and later in again (its PGs backfill
 //! to the others and back, and the other faults land during that backfill). The faults come
-//! from a seeded generator (`CAIRN_THRASH_SEED`; printed, to replay a failure).
+//! from a seeded generator (`CAIRN_THRASH_SEED`; printed, to replay a failure);
+//! `CAIRN_THRASH_KINDS` (e.g. `5,8`) draws only those kinds, to hammer one path.
 //!
 //! Pass: every read-back after an acknowledged write returns that write's bytes (crc32c);
 //! writes resume after every fault; once all OSDs are back every PG goes active+clean; every
@@ -221,6 +222,12 @@ fn thrash_osds_while_writing() {
         });
     eprintln!("thrash seed {seed} (CAIRN_THRASH_SEED={seed} replays it), {secs} s");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // Only these fault kinds (the match arms' numbers below, e.g. "5,8"), to hammer one path.
+    let kinds: Option<Vec<u32>> = std::env::var("CAIRN_THRASH_KINDS").ok().map(|k| {
+        k.split(',')
+            .map(|n| n.trim().parse().expect("CAIRN_THRASH_KINDS: numbers 0-11"))
+            .collect()
+    });
 
     let mon = format!("127.0.0.1:{}", free_port());
     let cluster = Cluster::new("thrash");
@@ -279,7 +286,11 @@ fn thrash_osds_while_writing() {
             std::thread::sleep(Duration::from_millis(rng.random_range(lo..hi)))
         };
         let victim = rng.random_range(0..OSDS);
-        match rng.random_range(0..12) {
+        let kind = match &kinds {
+            Some(k) => k[rng.random_range(0..k.len())],
+            None => rng.random_range(0..12),
+        };
+        match kind {
             // One OSD killed, back a few seconds later (often before it is marked down).
             0..=4 => {
                 faults.push(format!("kill osd.{victim}"));

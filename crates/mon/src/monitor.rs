@@ -67,7 +67,10 @@ pub enum Request {
         /// CRUSH weight (16.16; e.g. 1.0 per TiB).
         crush_weight: u32,
     },
-    /// `reporter` cannot reach `target` and has not for `failed_for_ms`.
+    /// `reporter` cannot reach `target` and has not for `failed_for_ms`. Like Ceph's failure
+    /// reports it names the incarnation it is about (the target's address and up_from in the
+    /// reporter's map): a report that reaches the monitor after the target restarted (sent
+    /// before, or while the monitor was frozen) is about the dead process and is ignored.
     FailureReport {
         /// Reporting OSD.
         reporter: i32,
@@ -75,6 +78,12 @@ pub enum Request {
         target: i32,
         /// How long the target has been unresponsive.
         failed_for_ms: u64,
+        /// The address the reporter pings (empty: any incarnation).
+        #[serde(default)]
+        addr: String,
+        /// The target's up_from in the reporter's map (0 when that map did not keep it).
+        #[serde(default)]
+        up_from: u64,
     },
     /// `reporter` tried to connect to `target` at `addr` and the connection was refused
     /// (nothing listens there: the process is gone although its host answers). Like Ceph's
@@ -249,10 +258,15 @@ impl Monitor {
                 reporter,
                 target,
                 failed_for_ms,
+                addr,
+                up_from,
             } => {
                 let reporter_up = self.map.osds.get(&reporter).is_some_and(|o| o.up);
-                let target_up = self.map.osds.get(&target).is_some_and(|o| o.up);
-                if !reporter_up || !target_up || reporter == target {
+                let target_current = self.map.osds.get(&target).is_some_and(|o| {
+                    o.up && (addr.is_empty()
+                        || (o.addr == addr && o.up_from.unwrap_or(0) == up_from))
+                });
+                if !reporter_up || !target_current || reporter == target {
                     return Ok(Reply::Done {
                         epoch: self.map.epoch,
                     });
@@ -576,6 +590,8 @@ impl Monitor {
             }
         };
         self.last_beacon_ms.insert(id, now_ms);
+        // Reports gathered about its previous incarnation do not count against this one.
+        self.reports.remove(&id);
         let epoch = self.commit(changes)?;
         Ok(Reply::Booted { id, epoch })
     }

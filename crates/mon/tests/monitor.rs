@@ -126,6 +126,8 @@ fn failure_reports_mark_down_then_the_timer_marks_out_and_boot_brings_back_in() 
             reporter: 1,
             target: 5,
             failed_for_ms: 25_000,
+            addr: String::new(),
+            up_from: 0,
         },
     )
     .unwrap();
@@ -136,6 +138,8 @@ fn failure_reports_mark_down_then_the_timer_marks_out_and_boot_brings_back_in() 
             reporter: 2,
             target: 5,
             failed_for_ms: 5_000,
+            addr: String::new(),
+            up_from: 0,
         },
     )
     .unwrap();
@@ -146,6 +150,8 @@ fn failure_reports_mark_down_then_the_timer_marks_out_and_boot_brings_back_in() 
             reporter: 2,
             target: 5,
             failed_for_ms: 26_000,
+            addr: String::new(),
+            up_from: 0,
         },
     )
     .unwrap();
@@ -641,6 +647,69 @@ fn one_refused_connection_marks_down_only_the_incarnation_it_was_about() {
     let new_incarnation = mon.map().osds[&3].up_from.unwrap();
     mon.handle(50, report(2, 3, "127.0.0.1:7003", new_incarnation))
         .unwrap();
+    assert!(!mon.map().osds[&3].up);
+}
+
+/// Failure reports name the incarnation they are about: reports about a process that has
+/// restarted since (sent before the reporter saw the boot, or held while the monitor was
+/// frozen) neither mark the new one down nor count towards it, and a boot forgets what was
+/// reported about the previous incarnation.
+#[test]
+fn failure_reports_about_a_previous_incarnation_do_not_mark_the_new_one_down() {
+    let mut mon = Monitor::new(ClusterMap::new("i").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 4, 4);
+    let old = mon.map().osds[&3].up_from.unwrap();
+    let report = |reporter, addr: &str, up_from, at| {
+        (
+            at,
+            Request::FailureReport {
+                reporter,
+                target: 3,
+                failed_for_ms: 30_000,
+                addr: addr.into(),
+                up_from,
+            },
+        )
+    };
+    // One reporter about the old incarnation, then it restarts at another address.
+    let (at, r) = report(0, "127.0.0.1:7003", old, 1_000);
+    mon.handle(at, r).unwrap();
+    assert!(mon.map().osds[&3].up, "one reporter is not enough");
+    mon.handle(
+        2_000,
+        Request::Boot {
+            uuid: "uuid-3".into(),
+            host: "host3".into(),
+            addr: "127.0.0.1:8003".into(),
+            crush_weight: 0x10000,
+        },
+    )
+    .unwrap();
+    let new = mon.map().osds[&3].up_from.unwrap();
+    assert!(new > old);
+    let epoch = mon.map().epoch;
+    // Late reports about the old one (its address, or its up_from): ignored.
+    for (at, r) in [
+        report(1, "127.0.0.1:7003", old, 2_100),
+        report(2, "127.0.0.1:8003", old, 2_200),
+    ] {
+        mon.handle(at, r).unwrap();
+    }
+    assert!(
+        mon.map().osds[&3].up,
+        "a stale report took the new incarnation down"
+    );
+    assert_eq!(mon.map().epoch, epoch, "ignored reports make no epoch");
+    // The first report before the boot does not count either: one new report is not enough.
+    let (at, r) = report(1, "127.0.0.1:8003", new, 3_000);
+    mon.handle(at, r).unwrap();
+    assert!(
+        mon.map().osds[&3].up,
+        "a report from before the boot was counted"
+    );
+    // Two reporters about the current incarnation mark it down.
+    let (at, r) = report(2, "127.0.0.1:8003", new, 3_100);
+    mon.handle(at, r).unwrap();
     assert!(!mon.map().osds[&3].up);
 }
 

@@ -98,6 +98,8 @@ pub async fn run(s: Arc<Shared>) {
                         reporter: s.id,
                         target: osd,
                         failed_for_ms,
+                        addr: peer.addr.clone(),
+                        up_from: peer.up_from,
                     },
                 );
                 tracing::info!(

@@ -138,7 +138,36 @@ impl Drop for Cluster {
             .args(["down", "--dir"])
             .arg(&self.dir)
             .output();
+        if std::thread::panicking() {
+            print_log_tails(&self.dir);
+            if std::env::var_os("CAIRN_KEEP_FAILED").is_some() {
+                eprintln!("kept {} (CAIRN_KEEP_FAILED)", self.dir.display());
+                return;
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Prints the last lines of every daemon log in `dir` to stderr: a failed test's output then
+/// shows what the daemons were doing (the directory itself is removed).
+fn print_log_tails(dir: &Path) {
+    const LINES: usize = 25;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut logs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        eprintln!("---- last lines of {} ----", log.display());
+        for line in &lines[lines.len().saturating_sub(LINES)..] {
+            eprintln!("{line}");
+        }
     }
 }
 
