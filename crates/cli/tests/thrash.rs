@@ -56,6 +56,7 @@ struct Tally {
     acks: AtomicUsize,
     failures: AtomicUsize,
     read_backs: AtomicUsize,
+    last_error: Mutex<String>,
 }
 
 /// Writes its objects in a loop until `stop`; after an acknowledged write, reads one object
@@ -92,7 +93,8 @@ async fn writer(
                     }
                 }
             }
-            Err(_) => {
+            Err(e) => {
+                *tally.last_error.lock().unwrap() = format!("{name}: {e}");
                 expected
                     .lock()
                     .unwrap()
@@ -175,14 +177,38 @@ fn restart_mon(cluster: &Cluster, mon: &str, restarts: &mut usize) -> Proc {
     ))
 }
 
-/// Waits up to `secs` for `acks` to pass `from + n`: writes go on after a fault.
-fn wait_progress(tally: &Tally, n: usize, secs: u64, what: &str) {
+/// Waits up to `secs` for `acks` to pass `from + n`: writes go on after a fault. Returns how
+/// long that took; a stall fails with what the writers saw last.
+fn wait_progress(tally: &Tally, n: usize, secs: u64, what: &str) -> Duration {
     let from = tally.acks.load(Ordering::Relaxed);
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let failed_before = tally.failures.load(Ordering::Relaxed);
+    let started = Instant::now();
     while tally.acks.load(Ordering::Relaxed) < from + n {
-        assert!(Instant::now() < deadline, "writes stalled after {what}");
+        assert!(
+            started.elapsed() < Duration::from_secs(secs),
+            "writes stalled after {what}: {} acknowledged and {} failed in {secs} s; last error: {}",
+            tally.acks.load(Ordering::Relaxed) - from,
+            tally.failures.load(Ordering::Relaxed) - failed_before,
+            tally.last_error.lock().unwrap(),
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
+    started.elapsed()
+}
+
+/// The time of day (UTC, to the millisecond), to find a fault in the daemons' logs.
+fn wall_clock() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let day_ms = ms % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day_ms / 3_600_000,
+        day_ms / 60_000 % 60,
+        day_ms / 1000 % 60,
+        day_ms % 1000
+    )
 }
 
 /// Objects in all OSDs' stores together (each one's `df`), `None` while one does not answer.
@@ -285,6 +311,7 @@ fn thrash_osds_while_writing() {
         let pause = |rng: &mut ChaCha8Rng, lo: u64, hi: u64| {
             std::thread::sleep(Duration::from_millis(rng.random_range(lo..hi)))
         };
+        let fault_at = wall_clock();
         let victim = rng.random_range(0..OSDS);
         let kind = match &kinds {
             Some(k) => k[rng.random_range(0..k.len())],
@@ -371,7 +398,13 @@ fn thrash_osds_while_writing() {
                 signal("-CONT", pid);
             }
         }
-        wait_progress(&tally, 20, 120, faults.last().unwrap());
+        let resumed = wait_progress(&tally, 20, 120, faults.last().unwrap());
+        eprintln!(
+            "{:>6.1} s (from {fault_at})  {}: 20 writes in {:.1} s",
+            started.elapsed().as_secs_f64(),
+            faults.last().unwrap(),
+            resumed.as_secs_f64()
+        );
         pause(&mut rng, 200, 2500);
     }
     eprintln!("{} faults: {}", faults.len(), faults.join(", "));

@@ -61,11 +61,16 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
             let pg = known.unwrap_or_else(|| s.pgs.get_or_create(id, s.cfg.max_log_entries));
             let primary = m.acting_primary() == Some(s.id);
             let (size, min_size) = (pool.size as usize, pool.min_size as usize);
-            let mut changed = pg.on_map(map.epoch, &m, size, min_size);
+            let incarnations: Vec<u64> = m
+                .acting
+                .iter()
+                .map(|o| map.osds.get(o).and_then(|e| e.up_from).unwrap_or(0))
+                .collect();
+            let mut changed = pg.on_map(map.epoch, &m, &incarnations, size, min_size);
             // A stray copy deleted meanwhile left the table: serve the PG from a fresh entry.
             let pg = if member && !s.pgs.holds(&pg) {
                 let fresh = s.pgs.get_or_create(id, s.cfg.max_log_entries);
-                changed = fresh.on_map(map.epoch, &m, size, min_size);
+                changed = fresh.on_map(map.epoch, &m, &incarnations, size, min_size);
                 fresh
             } else {
                 pg
@@ -179,17 +184,28 @@ pub(crate) async fn ask_as(
         body,
         urgency,
     };
-    let raw = s
-        .peers
-        .call(
-            osd,
-            &addr,
-            MSG_PEER_REQUEST,
-            tid,
-            encode(&req, &data),
-            PEER_TIMEOUT,
-        )
-        .await?;
+    let call = s.peers.call(
+        osd,
+        &addr,
+        MSG_PEER_REQUEST,
+        tid,
+        encode(&req, &data),
+        PEER_TIMEOUT,
+    );
+    // An up peer that goes down or boots again meanwhile will not answer: stop waiting then
+    // instead of after the timeout (the PG's lock may be held meanwhile).
+    let raw = match s.incarnation_of(osd) {
+        Some(up_from) => tokio::select! {
+            r = call => r?,
+            _ = s.until_gone(osd, up_from) => {
+                return Err(OsdError::Peer {
+                    osd,
+                    reason: "down or booted again while asked".into(),
+                })
+            }
+        },
+        None => call.await?,
+    };
     let (reply, body) = decode::<PeerReply>(&raw)?;
     match reply.answer {
         Ok(a) => Ok((a, body)),

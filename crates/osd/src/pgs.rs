@@ -71,6 +71,8 @@ pub struct Interval {
     /// must hold for the interval read this map, not the OSD's newest, which the PG may not
     /// have applied yet.
     pub map_epoch: u64,
+    /// Each acting OSD's up_from (same order as `acting`): which incarnation of it serves.
+    pub incarnations: Vec<u64>,
 }
 
 impl Interval {
@@ -192,13 +194,25 @@ impl Pg {
             .clone()
     }
 
-    /// Records a new map's placement (the PG's `up` and `acting` sets); returns true when it
-    /// starts a new interval (the acting set changed), which deactivates the PG until it peers
-    /// again.
-    pub fn on_map(&self, epoch: u64, m: &PgMapping, size: usize, min_size: usize) -> bool {
+    /// Records a new map's placement (the PG's `up` and `acting` sets, and the incarnation
+    /// of each acting OSD: its up_from); returns true when it starts a new interval, which
+    /// deactivates the PG until it peers again. A new interval starts when the acting set
+    /// changed, or when one of its OSDs is another incarnation than the one the interval
+    /// began with: maps reach a PG coalesced, so an OSD that died and booted again between two
+    /// maps it applied keeps its place in the acting set while everything the dead process
+    /// held (replica writes in flight, answers to peering) is gone; Ceph, which applies every
+    /// epoch, sees the down epoch in between as an interval of its own.
+    pub fn on_map(
+        &self,
+        epoch: u64,
+        m: &PgMapping,
+        incarnations: &[u64],
+        size: usize,
+        min_size: usize,
+    ) -> bool {
         let (up, acting) = (m.up.clone(), m.acting.clone());
         let mut iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
-        if iv.acting == acting && iv.epoch != 0 {
+        if iv.acting == acting && iv.incarnations == incarnations && iv.epoch != 0 {
             iv.size = size;
             iv.min_size = min_size;
             iv.map_epoch = iv.map_epoch.max(epoch);
@@ -224,6 +238,7 @@ impl Pg {
             min_size,
             left_out: BTreeSet::new(),
             map_epoch: epoch,
+            incarnations: incarnations.to_vec(),
         };
         self.active.send_replace(None);
         true
@@ -466,10 +481,10 @@ mod tests {
     fn a_peering_that_ends_after_its_interval_has_changed_changes_nothing() {
         let table = PgTable::default();
         let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
-        assert!(pg.on_map(5, &plain(vec![0, 1, 2]), 3, 2));
+        assert!(pg.on_map(5, &plain(vec![0, 1, 2]), &[], 3, 2));
         // The next map starts another interval (led by another OSD) while the first one's
         // peering is still running here.
-        assert!(pg.on_map(6, &plain(vec![1, 0, 2]), 3, 2));
+        assert!(pg.on_map(6, &plain(vec![1, 0, 2]), &[], 3, 2));
         pg.set_status(PgStatus::Replica);
         assert!(!pg.finish_peering(5, BTreeSet::new(), true));
         assert!(!pg.set_status_in(5, PgStatus::Peering));
@@ -485,19 +500,35 @@ mod tests {
     }
 
     #[test]
+    fn an_acting_osd_that_booted_again_between_two_maps_starts_a_new_interval() {
+        let table = PgTable::default();
+        let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
+        assert!(pg.on_map(5, &plain(vec![0, 1, 2]), &[1, 1, 3], 3, 2));
+        assert!(pg.finish_peering(5, BTreeSet::new(), true));
+        // The same incarnations in a later map: the same interval, still active.
+        assert!(!pg.on_map(6, &plain(vec![0, 1, 2]), &[1, 1, 3], 3, 2));
+        assert_eq!(pg.active_epoch(), Some(5));
+        // osd.2 died and booted again at epoch 9; the PG never applied the maps in between.
+        assert!(pg.on_map(9, &plain(vec![0, 1, 2]), &[1, 1, 9], 3, 2));
+        assert_eq!(pg.interval().epoch, 9);
+        assert_eq!(pg.interval().incarnations, vec![1, 1, 9]);
+        assert_eq!(pg.active_epoch(), None, "the PG peers again");
+    }
+
+    #[test]
     fn a_pg_served_by_a_temporary_acting_set_is_remapped_until_its_up_set_serves() {
         let table = PgTable::default();
         let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
         let temp = |up: Vec<i32>| placed(up, vec![3, 1, 2]);
-        assert!(pg.on_map(5, &temp(vec![0, 1, 2]), 3, 2));
+        assert!(pg.on_map(5, &temp(vec![0, 1, 2]), &[], 3, 2));
         assert!(pg.finish_peering(5, BTreeSet::new(), true));
         assert_eq!(pg.status(), PgStatus::ActiveRemapped);
         // The up set moves, the acting set does not: the same interval, still remapped.
-        assert!(!pg.on_map(6, &temp(vec![0, 1, 4]), 3, 2));
+        assert!(!pg.on_map(6, &temp(vec![0, 1, 4]), &[], 3, 2));
         assert_eq!(pg.status(), PgStatus::ActiveRemapped);
         assert_eq!(pg.interval().up, vec![0, 1, 4]);
         // The acting set is the up set again without a new interval: clean.
-        assert!(!pg.on_map(7, &plain(vec![3, 1, 2]), 3, 2));
+        assert!(!pg.on_map(7, &plain(vec![3, 1, 2]), &[], 3, 2));
         assert_eq!(pg.status(), PgStatus::ActiveClean);
         assert_eq!(pg.active_epoch(), Some(5));
         // One background fill per interval and up set.

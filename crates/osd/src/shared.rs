@@ -162,16 +162,36 @@ impl Shared {
         })
     }
 
-    /// Returns once a map this OSD has shows `osd` down (or no longer has it): an answer it
-    /// was asked for will not come, so whoever waits for one need not wait out its timeout.
+    /// `osd`'s incarnation (its up_from) in the current map, if it is up there.
+    pub fn incarnation_of(&self, osd: i32) -> Option<u64> {
+        self.map.borrow().as_ref().and_then(|m| {
+            m.osds
+                .get(&osd)
+                .filter(|o| o.up)
+                .map(|o| o.up_from.unwrap_or(0))
+        })
+    }
+
+    /// Returns once a map this OSD has shows `osd` down (or no longer has it), or up in
+    /// another incarnation than the current one (it died and booted again between two maps
+    /// this OSD applied): an answer it was asked for will not come, so whoever waits for one
+    /// need not wait out its timeout.
     pub async fn until_down(&self, osd: i32) {
+        if let Some(up_from) = self.incarnation_of(osd) {
+            self.until_gone(osd, up_from).await;
+        }
+    }
+
+    /// Returns once a map this OSD has no longer shows `osd` up in incarnation `up_from`.
+    pub async fn until_gone(&self, osd: i32, up_from: u64) {
         let mut maps = self.map.clone();
         loop {
-            let down = maps
-                .borrow_and_update()
-                .as_ref()
-                .is_some_and(|m| !m.osds.get(&osd).is_some_and(|o| o.up));
-            if down {
+            let gone = maps.borrow_and_update().as_ref().is_some_and(|m| {
+                !m.osds
+                    .get(&osd)
+                    .is_some_and(|o| o.up && o.up_from.unwrap_or(0) == up_from)
+            });
+            if gone {
                 return;
             }
             if maps.changed().await.is_err() {

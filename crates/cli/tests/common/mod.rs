@@ -140,10 +140,13 @@ impl Drop for Cluster {
             .output();
         if std::thread::panicking() {
             print_log_tails(&self.dir);
-            if std::env::var_os("CAIRN_KEEP_FAILED").is_some() {
-                eprintln!("kept {} (CAIRN_KEEP_FAILED)", self.dir.display());
-                return;
-            }
+        }
+        // CAIRN_KEEP_CLUSTER=failed keeps a failed test's directory (logs, stores), `always`
+        // every one.
+        let keep = std::env::var("CAIRN_KEEP_CLUSTER").unwrap_or_default();
+        if keep == "always" || (keep == "failed" && std::thread::panicking()) {
+            eprintln!("kept {} (CAIRN_KEEP_CLUSTER)", self.dir.display());
+            return;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
