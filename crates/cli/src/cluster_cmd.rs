@@ -32,7 +32,7 @@ pub(crate) fn osd_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runt
 }
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
-/// (TOML with the same names: `mon`, `data`, `host`, `listen`, `metrics`, `device_mib`,
+/// (TOML with the same names: `mon`, `data`, `host`, `id`, `listen`, `metrics`, `device_mib`,
 /// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `prefill`,
 /// `store_groups_in_flight`, `op_shards`, `threads`, `max_inflight_cost_ms`, `remap_min_objects`,
 /// `recovery_chunk_bytes`, `scrub_interval_s`, `deep_scrub_interval_s`, `measure_capacity`).
@@ -55,6 +55,11 @@ pub struct OsdRunArgs {
     #[arg(long, default_value = "localhost")]
     #[serde(default = "default_host")]
     pub host: String,
+    /// The OSD id to ask the monitor for at the first boot (given when free, else the
+    /// lowest free id; a known OSD keeps its id). `cairn up` asks for N in directory `osdN`.
+    #[arg(long)]
+    #[serde(default)]
+    pub id: Option<i32>,
     /// Address to serve on.
     #[arg(long, default_value = "127.0.0.1:0")]
     #[serde(default = "default_listen")]
@@ -230,6 +235,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
     rt.block_on(async {
         let mut cfg = OsdConfig::local(&uuid, &args.host, args.mon, data.clone());
         cfg.listen = args.listen;
+        cfg.want_id = args.id;
         cfg.device_bytes = args.device_mib << 20;
         cfg.metrics_listen = args.metrics;
         cfg.device_profile = args.profile.clone();
@@ -436,6 +442,8 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             data.display().to_string(),
             "--host".into(),
             format!("host{i}"),
+            "--id".into(),
+            i.to_string(),
             "--device-mib".into(),
             args.device_mib.to_string(),
             "--heartbeat-grace-s".into(),

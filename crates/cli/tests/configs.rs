@@ -24,7 +24,7 @@ fn daemons_run_from_config_files() {
     std::fs::write(
         &osd_toml,
         format!(
-            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\nthreads = 3\nfast_fail_on_connection_refused = false\nrecovery_chunk_bytes = 1048576\nremap_min_objects = 4\nmeasure_capacity = true\n",
+            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\nid = 5\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\nthreads = 3\nfast_fail_on_connection_refused = false\nrecovery_chunk_bytes = 1048576\nremap_min_objects = 4\nmeasure_capacity = true\n",
             dir.join("osd").display()
         ),
     )
@@ -49,8 +49,8 @@ fn daemons_run_from_config_files() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
-        tree.contains("osd.0") && tree.contains("up"),
-        "OSD from config did not register: {tree}"
+        tree.contains("osd.5") && tree.contains("up"),
+        "OSD from config did not register as the osd.5 it asked for: {tree}"
     );
     let (ok, out) = cairn(&["status", "--mon", &mon]);
     assert!(ok && out.contains("site-a"), "{out}");
@@ -97,7 +97,7 @@ fn daemons_run_from_config_files() {
     ]);
     assert!(ok, "{out}");
     assert_eq!(std::fs::read(&dst).unwrap(), vec![7u8; 100_000]);
-    let config_get = |key: &str| cairn(&["tell", "--mon", &mon, "osd.0", "config", "get", key]);
+    let config_get = |key: &str| cairn(&["tell", "--mon", &mon, "osd.5", "config", "get", key]);
     let (ok, out) = config_get("osd_op_queue");
     assert!(
         ok && out.trim() == "wpq",

@@ -42,6 +42,14 @@ fn up_put_get_bench_down() {
         ],
     );
     assert!(ok, "{out}");
+    // Directory osdN holds osd.N, whatever order the OSDs booted in.
+    for i in 0..3 {
+        let log = std::fs::read_to_string(dir.join(format!("osd{i}.log"))).unwrap();
+        assert!(
+            log.contains(&format!("osd.{i} serving on")),
+            "osd{i}/ is not osd.{i}: {log}"
+        );
+    }
     for osd in ["osd.0", "osd.2"] {
         let get = |key| cairn(&["tell", "--mon", &mon, osd, "config", "get", key]);
         let (ok, out) = get("osd_op_num_shards");

@@ -38,6 +38,7 @@ async fn a_stopped_osd_lets_go_of_its_store_while_its_work_waits_on_a_silent_pee
                 host: "silent-host".into(),
                 addr: silent_addr.to_string(),
                 crush_weight: 0x10000,
+                want_id: None,
             },
             10_000,
         )

@@ -66,6 +66,11 @@ pub enum Request {
         addr: String,
         /// CRUSH weight (16.16; e.g. 1.0 per TiB).
         crush_weight: u32,
+        /// The id a new OSD would like (e.g. `cairn up`'s `osdN` directory asks for N, so
+        /// directory and id agree); given when free, otherwise the lowest free id. An OSD the
+        /// map knows by its uuid keeps its id.
+        #[serde(default)]
+        want_id: Option<i32>,
     },
     /// `reporter` cannot reach `target` and has not for `failed_for_ms`. Like Ceph's failure
     /// reports it names the incarnation it is about (the target's address and up_from in the
@@ -253,7 +258,8 @@ impl Monitor {
                 host,
                 addr,
                 crush_weight,
-            } => self.boot(now_ms, uuid, host, addr, crush_weight),
+                want_id,
+            } => self.boot(now_ms, uuid, host, addr, crush_weight, want_id),
             Request::FailureReport {
                 reporter,
                 target,
@@ -550,6 +556,7 @@ impl Monitor {
         host: String,
         addr: String,
         crush_weight: u32,
+        want_id: Option<i32>,
     ) -> Result<Reply, MonError> {
         if uuid.is_empty() || host.is_empty() {
             return Err(MonError::Invalid("boot needs a uuid and a host".into()));
@@ -581,7 +588,11 @@ impl Monitor {
                 o.id
             }
             None => {
-                let id = (0..).find(|i| !self.map.osds.contains_key(i)).unwrap_or(0);
+                let free = |i: &i32| *i >= 0 && !self.map.osds.contains_key(i);
+                let id = want_id
+                    .filter(free)
+                    .or_else(|| (0..).find(free))
+                    .unwrap_or(0);
                 changes.push(Change::AddOsd {
                     entry: OsdEntry::booted(id, uuid, host, addr),
                     crush_weight,

@@ -24,6 +24,7 @@ async fn osds_boot_and_subscribers_follow_every_epoch() {
                     host: format!("h{i}"),
                     addr: format!("127.0.0.1:{}", 9000 + i),
                     crush_weight: 0x10000,
+                    want_id: None,
                 },
                 5000,
             )
@@ -101,6 +102,7 @@ async fn the_map_survives_a_monitor_restart() {
                     host: format!("h{i}"),
                     addr: format!("a{i}"),
                     crush_weight: 0x10000,
+                    want_id: None,
                 },
                 5000,
             )
@@ -162,6 +164,7 @@ async fn the_map_survives_a_monitor_restart() {
                 host: "h1".into(),
                 addr: "b1".into(),
                 crush_weight: 0x10000,
+                want_id: None,
             },
             5000,
         )

@@ -19,6 +19,7 @@ fn boot(mon: &mut Monitor, now: u64, n: usize, hosts: usize) -> Vec<i32> {
                         host: format!("host{}", i % hosts),
                         addr: format!("127.0.0.1:{}", 7000 + i),
                         crush_weight: 0x10000,
+                        want_id: None,
                     },
                 )
                 .unwrap()
@@ -61,6 +62,7 @@ fn osds_register_and_pools_stay_balanced() {
                 host: "host3".into(),
                 addr: "x".into(),
                 crush_weight: 0x10000,
+                want_id: None,
             },
         )
         .unwrap()
@@ -85,7 +87,8 @@ fn osds_register_and_pools_stay_balanced() {
                 uuid: String::new(),
                 host: "h".into(),
                 addr: "a".into(),
-                crush_weight: 1
+                crush_weight: 1,
+                want_id: None,
             }
         )
         .is_err());
@@ -181,6 +184,7 @@ fn failure_reports_mark_down_then_the_timer_marks_out_and_boot_brings_back_in() 
                 host: "host1".into(),
                 addr: "y".into(),
                 crush_weight: 0x10000,
+                want_id: None,
             },
         )
         .unwrap()
@@ -388,6 +392,7 @@ fn adding_osds_to_a_balanced_cluster_moves_little_more_than_their_share() {
             host: "host0".into(),
             addr: "z".into(),
             crush_weight: 0x10000,
+            want_id: None,
         },
     )
     .unwrap();
@@ -484,6 +489,7 @@ fn a_down_osd_is_removed_from_map_crush_and_placement_and_its_id_is_given_again(
                 host: "host2".into(),
                 addr: "127.0.0.1:7100".into(),
                 crush_weight: 0x10000,
+                want_id: None,
             },
         )
         .unwrap()
@@ -499,6 +505,7 @@ fn a_down_osd_is_removed_from_map_crush_and_placement_and_its_id_is_given_again(
                 host: "host2".into(),
                 addr: "127.0.0.1:7101".into(),
                 crush_weight: 0x10000,
+                want_id: None,
             },
         )
         .unwrap()
@@ -628,6 +635,7 @@ fn one_refused_connection_marks_down_only_the_incarnation_it_was_about() {
                 host: "host3".into(),
                 addr: "127.0.0.1:7003".into(),
                 crush_weight: 0x10000,
+                want_id: None,
             },
         )
         .unwrap()
@@ -648,6 +656,34 @@ fn one_refused_connection_marks_down_only_the_incarnation_it_was_about() {
     mon.handle(50, report(2, 3, "127.0.0.1:7003", new_incarnation))
         .unwrap();
     assert!(!mon.map().osds[&3].up);
+}
+
+/// A new OSD gets the id it asks for when it is free (so `cairn up`'s directory `osdN` is
+/// osd.N whatever order the OSDs boot in), else the lowest free one; a known uuid keeps its id.
+#[test]
+fn a_new_osd_gets_the_id_it_wants_when_free() {
+    let mut mon = Monitor::new(ClusterMap::new("w").unwrap(), MonConfig::default());
+    let mut boot_as = |uuid: &str, want_id: Option<i32>| match mon
+        .handle(
+            0,
+            Request::Boot {
+                uuid: uuid.into(),
+                host: "h".into(),
+                addr: format!("127.0.0.1:1{}", uuid.len()),
+                crush_weight: 0x10000,
+                want_id,
+            },
+        )
+        .unwrap()
+    {
+        Reply::Booted { id, .. } => id,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(boot_as("c", Some(2)), 2, "booted first, still osd.2");
+    assert_eq!(boot_as("a", Some(0)), 0);
+    assert_eq!(boot_as("x", Some(2)), 1, "osd.2 is taken: the lowest free");
+    assert_eq!(boot_as("y", Some(-4)), 3, "a negative id is not given");
+    assert_eq!(boot_as("c", Some(7)), 2, "a known uuid keeps its id");
 }
 
 /// Failure reports name the incarnation they are about: reports about a process that has
@@ -682,6 +718,7 @@ fn failure_reports_about_a_previous_incarnation_do_not_mark_the_new_one_down() {
             host: "host3".into(),
             addr: "127.0.0.1:8003".into(),
             crush_weight: 0x10000,
+            want_id: None,
         },
     )
     .unwrap();

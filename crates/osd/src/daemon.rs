@@ -40,6 +40,8 @@ use crate::{admin, peering, pgmeta, primary, replica};
 pub struct OsdConfig {
     /// Stable identity (keeps the OSD id across restarts).
     pub uuid: String,
+    /// The id to ask for at the first boot (see the monitor's `Boot`); None: the lowest free.
+    pub want_id: Option<i32>,
     /// Host name (CRUSH failure domain).
     pub host: String,
     /// Address to serve on (port 0 = any free port).
@@ -162,6 +164,7 @@ impl OsdConfig {
     pub fn local(uuid: &str, host: &str, mon: SocketAddr, data_dir: PathBuf) -> Self {
         OsdConfig {
             uuid: uuid.into(),
+            want_id: None,
             host: host.into(),
             listen: "127.0.0.1:0".parse().expect("literal address"),
             metrics_listen: None,
@@ -366,6 +369,7 @@ impl OsdDaemon {
                     host: cfg.host.clone(),
                     addr: addr.to_string(),
                     crush_weight: cfg.crush_weight,
+                    want_id: cfg.want_id,
                 },
                 30_000,
             )
@@ -443,6 +447,7 @@ impl OsdDaemon {
             host: cfg.host.clone(),
             addr: addr.to_string(),
             crush_weight: cfg.crush_weight,
+            want_id: cfg.want_id,
         };
         shared.track(tokio::spawn(async move {
             let mut rx = s.map.clone();
