@@ -81,8 +81,8 @@ enum Target<'a> {
 /// verified it on arrival.
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<(ReplyHeader, Bytes, u32)>>>>;
 
-/// (map epoch, pool id, PG, primary id and address if one is up).
-type Location = (u64, i64, PgId, Option<(i32, String)>);
+/// (map epoch, pool id, PG, primary id, address and incarnation (up_from) if one is up).
+type Location = (u64, i64, PgId, Option<(i32, String, u64)>);
 
 /// A connection to a cairn cluster.
 pub struct Client {
@@ -447,13 +447,17 @@ impl Client {
             .unwrap_or_else(|p| p.into_inner())
             .get(map.epoch, &map.placement, pg)
             .and_then(|m| m.acting_primary())
-            .and_then(|o| map.osds.get(&o).map(|e| (o, e.addr.clone())));
+            .and_then(|o| {
+                map.osds
+                    .get(&o)
+                    .map(|e| (o, e.addr.clone(), e.up_from.unwrap_or(0)))
+            });
         Ok((map.epoch, p.id, pg, primary))
     }
 
     /// Waits for the answer in `rx`, or until a map newer than `epoch` (the one the operation
-    /// was addressed with) makes another OSD (or the same one at another address) the primary
-    /// of `target` than `sent_to`: `None` then, and the operation is resent at once to the new
+    /// was addressed with) makes another OSD (or the same one at another address, or booted
+    /// again: another up_from) the primary of `target` than `sent_to`: `None` then, and the operation is resent at once to the new
     /// primary (as Ceph's Objecter does) instead of after the attempt's timeout; a write
     /// resent so is answered from the PG log if it was applied.
     async fn reply_or_new_primary<T>(
@@ -461,7 +465,7 @@ impl Client {
         mut rx: oneshot::Receiver<T>,
         pool: &str,
         target: &Target<'_>,
-        (epoch, sent_to): (u64, (i32, &str)),
+        (epoch, sent_to): (u64, (i32, &str, u64)),
     ) -> Option<Result<T, oneshot::error::RecvError>> {
         let mut maps = self.map.clone();
         let mut seen = epoch;
@@ -470,7 +474,7 @@ impl Client {
             if now != seen {
                 seen = now;
                 let primary = self.locate(pool, target).ok().and_then(|l| l.3);
-                if primary.as_ref().map(|(o, a)| (*o, a.as_str())) != Some(sent_to) {
+                if primary.as_ref().map(|(o, a, u)| (*o, a.as_str(), *u)) != Some(sent_to) {
                     return None;
                 }
             }
@@ -556,7 +560,7 @@ impl Client {
         while Instant::now() < deadline {
             let (epoch, pool_id, pg, primary) = self.locate(pool, &target)?;
             let attempt = async {
-                let (osd, addr) = primary.ok_or_else(|| "no primary up".to_string())?;
+                let (osd, addr, up_from) = primary.ok_or_else(|| "no primary up".to_string())?;
                 let sender = self.session(osd, &addr).await?;
                 let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
                 let (tx, rx) = oneshot::channel();
@@ -586,7 +590,8 @@ impl Client {
                 let left = deadline
                     .saturating_duration_since(Instant::now())
                     .min(ATTEMPT_TIMEOUT);
-                let answer = self.reply_or_new_primary(rx, pool, &target, (epoch, (osd, &addr)));
+                let sent_to = (osd, addr.as_str(), up_from);
+                let answer = self.reply_or_new_primary(rx, pool, &target, (epoch, sent_to));
                 let r = tokio::time::timeout(left, answer).await;
                 self.pending
                     .lock()

@@ -20,7 +20,16 @@ use crate::proto::{
     MSG_MON_REPLY, MSG_MON_REQUEST,
 };
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<MonReply>>>>;
+/// A request waiting for its reply: where the reply goes, the request as sent (to send again
+/// if the monitor restarts before answering), and the count of monitor restarts seen when it
+/// was last sent.
+struct Waiter {
+    reply: oneshot::Sender<MonReply>,
+    request: bytes::Bytes,
+    sent_in: u64,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
 
 /// A connection to the monitor.
 pub struct MonClient {
@@ -32,6 +41,8 @@ pub struct MonClient {
     /// The task that owns the session and takes in what the monitor sends: aborted on drop,
     /// which closes the session (it would otherwise stay connected, owned by its own reader).
     receiver: tokio::task::AbortHandle,
+    /// Sends the pending requests again when the monitor restarted (see [`resend_on_restart`]).
+    resender: tokio::task::AbortHandle,
 }
 
 /// How often a subscription is renewed, so that a restarted monitor (which forgot its
@@ -44,6 +55,7 @@ impl Drop for MonClient {
             h.abort();
         }
         self.receiver.abort();
+        self.resender.abort();
     }
 }
 
@@ -55,6 +67,7 @@ impl MonClient {
         let pending: Pending = Arc::default();
         let (map_tx, map_rx) = watch::channel(None);
         let receiver = tokio::spawn(receive(session, pending.clone(), map_tx));
+        let resender = tokio::spawn(resend_on_restart(sender.clone(), pending.clone()));
         MonClient {
             sender,
             pending,
@@ -62,6 +75,7 @@ impl MonClient {
             map: map_rx,
             renew: std::sync::Mutex::new(None),
             receiver: receiver.abort_handle(),
+            resender: resender.abort_handle(),
         }
     }
 
@@ -70,16 +84,28 @@ impl MonClient {
     pub async fn request(&self, body: RequestBody, timeout_ms: u64) -> Result<MonReply, MonError> {
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
+        let request = to_payload(&MonRequest { tid, body });
+        let waiter = Waiter {
+            reply: tx,
+            request: request.clone(),
+            sent_in: *self.sender.peer_restarts().borrow(),
+        };
         self.pending
             .lock()
             .map_err(|_| MonError::Invalid("client state poisoned".into()))?
-            .insert(tid, tx);
-        self.sender
-            .send(MSG_MON_REQUEST, to_payload(&MonRequest { tid, body }))
-            .await
-            .map_err(|e| MonError::Unreachable(format!("send: {e}")))?;
-        let reply = tokio::time::timeout(Duration::from_millis(timeout_ms), rx)
-            .await
+            .insert(tid, waiter);
+        let sent = self.sender.send(MSG_MON_REQUEST, request).await;
+        if let Err(e) = sent {
+            if let Ok(mut p) = self.pending.lock() {
+                p.remove(&tid);
+            }
+            return Err(MonError::Unreachable(format!("send: {e}")));
+        }
+        let reply = tokio::time::timeout(Duration::from_millis(timeout_ms), rx).await;
+        if let Ok(mut p) = self.pending.lock() {
+            p.remove(&tid);
+        }
+        let reply = reply
             .map_err(|_| MonError::Unreachable(format!("no reply within {timeout_ms} ms")))?
             .map_err(|_| MonError::Unreachable("the connection closed".into()))?;
         match &reply.error {
@@ -195,7 +221,7 @@ async fn receive(
                 if let Ok(reply) = from_payload::<MonReply>(&frame.payload) {
                     let waiter = pending.lock().ok().and_then(|mut p| p.remove(&reply.tid));
                     if let Some(w) = waiter {
-                        let _ = w.send(reply);
+                        let _ = w.reply.send(reply);
                     }
                 }
             }
@@ -212,6 +238,43 @@ async fn receive(
                 Err(e) => tracing::warn!(error = %e, "malformed map update"),
             },
             other => tracing::warn!(msg_type = other, "unexpected message from the monitor"),
+        }
+    }
+}
+
+/// Sends every pending request again each time the session finds the monitor restarted: the
+/// new process never received the requests the old one had not acknowledged (the session
+/// dropped them), and whoever waits for an answer (an OSD's up_thru before its PG activates, a
+/// boot, a pg_temp) would otherwise wait out its whole timeout. Only requests last sent before
+/// that restart go again; one the old process had taken but not answered is then served
+/// twice: up_thru, pg_temp, beacons, reports and marks are idempotent, a boot starts one more
+/// epoch (the OSD's next up_from), and a pool creation is answered that the pool exists
+/// (before, all of them timed out).
+async fn resend_on_restart(sender: SessionSender, pending: Pending) {
+    let mut restarts = sender.peer_restarts();
+    while restarts.changed().await.is_ok() {
+        let now = *restarts.borrow_and_update();
+        let again: Vec<bytes::Bytes> = match pending.lock() {
+            Ok(mut p) => p
+                .values_mut()
+                .filter(|w| w.sent_in < now)
+                .map(|w| {
+                    w.sent_in = now;
+                    w.request.clone()
+                })
+                .collect(),
+            Err(_) => return,
+        };
+        if !again.is_empty() {
+            tracing::info!(
+                requests = again.len(),
+                "monitor restarted: pending requests sent again"
+            );
+        }
+        for request in again {
+            if sender.send(MSG_MON_REQUEST, request).await.is_err() {
+                return;
+            }
         }
     }
 }

@@ -229,3 +229,71 @@ async fn a_dropped_client_closes_its_connection() {
     let closed = tokio::time::timeout(Duration::from_secs(5), relayed).await;
     assert!(closed.is_ok(), "the connection outlived its client");
 }
+
+/// A monitor that took a request and died before answering it (the session had it
+/// acknowledged, so it is not resent by the messenger) is replaced by a new process at its
+/// address: the client sends its pending request again to the new one, and the answer comes
+/// within the request's own timeout (before, it waited the whole timeout out and failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_a_dead_monitor_left_unanswered_is_answered_by_its_successor() {
+    use cairn_msgr::session::Listener;
+    use cairn_msgr::Limits;
+    use std::time::Duration;
+
+    // The stand-in for the first monitor runs on a runtime of its own: shutting it down
+    // closes its sockets as a process's death would.
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (got_tx, got_rx) = std::sync::mpsc::channel();
+    let dead = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let mut fake = Listener::bind("127.0.0.1:0".parse().unwrap(), Limits::default())
+                .await
+                .unwrap();
+            addr_tx.send(fake.local_addr()).unwrap();
+            let mut session = fake.accept().await.unwrap();
+            let request = session.recv().await.unwrap();
+            // Long enough for the messenger to acknowledge it (never answered).
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            got_tx.send(request.header.msg_type).unwrap();
+        });
+        // The monitor dies: its runtime, every task and socket with it.
+        drop(rt);
+    });
+    let addr = addr_rx.recv().unwrap();
+    let client = MonClient::connect(addr, 4242).await;
+    let asked = tokio::spawn(async move {
+        client
+            .op(
+                Request::Boot {
+                    uuid: "u-late".into(),
+                    host: "h".into(),
+                    addr: "127.0.0.1:9100".into(),
+                    crush_weight: 0x10000,
+                    want_id: None,
+                },
+                10_000,
+            )
+            .await
+    });
+    let msg_type = tokio::task::spawn_blocking(move || got_rx.recv().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(msg_type, cairn_mon::proto::MSG_MON_REQUEST);
+    tokio::task::spawn_blocking(move || dead.join().unwrap())
+        .await
+        .unwrap();
+    let daemon = loop {
+        let monitor = Monitor::new(ClusterMap::new("fsid").unwrap(), MonConfig::default());
+        match MonDaemon::start(monitor, addr).await {
+            Ok(d) => break d,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let reply = asked
+        .await
+        .unwrap()
+        .expect("the new monitor answers within the request's timeout");
+    assert_eq!(reply.osd_id, Some(0));
+    drop(daemon);
+}

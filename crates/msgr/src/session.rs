@@ -69,6 +69,9 @@ struct Link {
     /// Counts refusals that followed a connection (or the first attempt): one per time the
     /// peer became unreachable this way, not one per retry.
     refusals: watch::Sender<u64>,
+    /// Counts the times the dialer found the peer restarted (another incarnation answered):
+    /// the frames the previous one had not acknowledged were dropped, never to be delivered.
+    restarts: watch::Sender<u64>,
 }
 
 impl Default for Link {
@@ -76,6 +79,7 @@ impl Default for Link {
         Link {
             refused_at: std::sync::Mutex::new(None),
             refusals: watch::channel(0).0,
+            restarts: watch::channel(0).0,
         }
     }
 }
@@ -110,6 +114,13 @@ impl SessionSender {
     /// [`SessionSender::refused_at`]; retries refused again do not change it.
     pub fn refusals(&self) -> watch::Receiver<u64> {
         self.link.refusals.subscribe()
+    }
+
+    /// Changes each time the dialer finds the peer restarted: requests sent before that and
+    /// not answered will never be (the session started over without them), so a requester
+    /// that needs its answers sends them again. Never changes on the accepting end.
+    pub fn peer_restarts(&self) -> watch::Receiver<u64> {
+        self.link.restarts.subscribe()
     }
 
     /// Queues a message; waits while the peer has not acknowledged `max_inflight_bytes`.
@@ -344,6 +355,7 @@ async fn run_dialer(
                     tracing::info!(%addr, "peer restarted: session starts over");
                     parts.state.last_received = 0;
                     parts.state.unacked.clear();
+                    link.restarts.send_modify(|n| *n += 1);
                 }
                 peer_incarnation = Some(incarnation);
                 let since = Instant::now();

@@ -375,7 +375,10 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
     // A long recovery is done in the background from a temporary acting set of complete
     // copies, which serves meanwhile.
-    let min_objects = s.cfg.remap_min_objects;
+    let min_objects = match came_home(s, pg, &iv, epoch) {
+        true => s.cfg.remap_min_objects.max(HOME_MIN_OBJECTS),
+        false => s.cfg.remap_min_objects,
+    };
     if let Some(temp) = crate::remap::temporary_acting(&iv, &plan, &up, min_objects) {
         let instead = "recovering before activation";
         if crate::remap::serve_from(s, pg, epoch, temp, instead).await {
@@ -496,6 +499,27 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         crate::remap::maybe_fill(s, pg);
     }
     Ok(())
+}
+
+/// Objects a PG that has just come home from a temporary acting set recovers before it
+/// activates rather than going back to a temporary set (see [`came_home`]).
+const HOME_MIN_OBJECTS: usize = 64;
+
+/// Whether `pg`'s interval begun at `epoch` is its up set serving again right after a
+/// temporary acting set (the map before `epoch` had one): the copies filled in the background
+/// are then behind only by what was written since the fill's last pass. Under steady writes
+/// that is often more than `remap_min_objects`, and with the plain threshold the PG went back
+/// and forth between its up set and a temporary set (seen in the thrash test: 15 round trips in
+/// 0.7 s, two epochs and two peerings each) instead of recovering those few objects.
+fn came_home(s: &Shared, pg: &Pg, iv: &crate::pgs::Interval, epoch: u64) -> bool {
+    if iv.acting != iv.up || epoch == 0 {
+        return false;
+    }
+    let Some(before) = s.past_maps.get(epoch - 1) else {
+        return false;
+    };
+    let mapped = before.placement.mapper().map_pg(pg.id);
+    mapped.is_ok_and(|m| m.acting != m.up)
 }
 
 /// Has the monitor record this OSD's up_thru at `epoch` (the start of `pg`'s interval) and
