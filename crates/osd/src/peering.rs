@@ -512,14 +512,19 @@ const HOME_MIN_OBJECTS: usize = 64;
 /// and forth between its up set and a temporary set (seen in the thrash test: 15 round trips in
 /// 0.7 s, two epochs and two peerings each) instead of recovering those few objects.
 fn came_home(s: &Shared, pg: &Pg, iv: &crate::pgs::Interval, epoch: u64) -> bool {
-    if iv.acting != iv.up || epoch == 0 {
-        return false;
-    }
-    let Some(before) = s.past_maps.get(epoch - 1) else {
-        return false;
-    };
-    let mapped = before.placement.mapper().map_pg(pg.id);
-    mapped.is_ok_and(|m| m.acting != m.up)
+    let before = epoch.checked_sub(1).and_then(|e| s.past_maps.get(e));
+    before.is_some_and(|b| home_after_temporary_set(iv, &b, pg.id))
+}
+
+/// Whether interval `iv` (served by its up set) follows a map `before` in which PG `pg` had a
+/// temporary acting set.
+fn home_after_temporary_set(iv: &crate::pgs::Interval, before: &ClusterMap, pg: PgId) -> bool {
+    iv.acting == iv.up
+        && before
+            .placement
+            .mapper()
+            .map_pg(pg)
+            .is_ok_and(|m| m.acting != m.up)
 }
 
 /// Has the monitor record this OSD's up_thru at `epoch` (the start of `pg`'s interval) and
@@ -582,4 +587,100 @@ async fn recover_copy(
         }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_mon::monitor::Reply;
+    use cairn_mon::{MonConfig, Monitor};
+
+    /// A monitor with four OSDs on four hosts and a pool of size 3 with 8 PGs.
+    fn monitor() -> Monitor {
+        let mut mon = Monitor::new(ClusterMap::new("home").unwrap(), MonConfig::default());
+        for i in 0..4 {
+            let boot = Request::Boot {
+                uuid: format!("u{i}"),
+                host: format!("h{i}"),
+                addr: format!("127.0.0.1:{}", 7000 + i),
+                crush_weight: 0x10000,
+                want_id: None,
+            };
+            assert!(matches!(mon.handle(0, boot), Ok(Reply::Booted { .. })));
+        }
+        let pool = Request::CreatePool {
+            name: "p".into(),
+            size: 3,
+            pg_num: 8,
+        };
+        mon.handle(0, pool).unwrap();
+        mon
+    }
+
+    fn interval_of(map: &ClusterMap, pg: PgId) -> crate::pgs::Interval {
+        let m = map.placement.mapper().map_pg(pg).unwrap();
+        crate::pgs::Interval {
+            epoch: map.epoch,
+            acting: m.acting,
+            up: m.up,
+            size: 3,
+            min_size: 2,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_an_up_set_right_after_a_temporary_set_has_come_home() {
+        let mut mon = monitor();
+        let pool = mon.map().placement.pool_named("p").unwrap().id;
+        let pg = PgId { pool, seed: 0 };
+        let plain = mon.map().clone();
+        let up = interval_of(&plain, pg).up;
+        // A temporary acting set of two of the up set's OSDs.
+        let temp = vec![up[1], up[2]];
+        let epoch_of_temp = match mon.handle(
+            0,
+            Request::PgTemp {
+                temps: vec![(pg, temp)],
+            },
+        ) {
+            Ok(Reply::Done { epoch }) => epoch,
+            other => panic!("{other:?}"),
+        };
+        let remapped = mon.map().clone();
+        assert_eq!(remapped.epoch, epoch_of_temp);
+        assert_ne!(
+            interval_of(&remapped, pg).acting,
+            up,
+            "served by the temporary set"
+        );
+        // Removed again: the up set serves.
+        mon.handle(
+            0,
+            Request::PgTemp {
+                temps: vec![(pg, vec![])],
+            },
+        )
+        .unwrap();
+        let home = interval_of(mon.map(), pg);
+        assert_eq!(home.acting, up);
+
+        assert!(
+            home_after_temporary_set(&home, &remapped, pg),
+            "home after a temporary set"
+        );
+        assert!(
+            !home_after_temporary_set(&home, &plain, pg),
+            "an up set after an up set is an ordinary interval"
+        );
+        assert!(
+            !home_after_temporary_set(&interval_of(&remapped, pg), &plain, pg),
+            "a temporary set itself is not home"
+        );
+        let other = PgId { pool, seed: 1 };
+        assert!(
+            !home_after_temporary_set(&interval_of(mon.map(), other), &remapped, other),
+            "another PG of the pool had no temporary set"
+        );
+    }
 }
