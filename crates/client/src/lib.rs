@@ -457,9 +457,10 @@ impl Client {
 
     /// Waits for the answer in `rx`, or until a map newer than `epoch` (the one the operation
     /// was addressed with) makes another OSD (or the same one at another address, or booted
-    /// again: another up_from) the primary of `target` than `sent_to`: `None` then, and the operation is resent at once to the new
-    /// primary (as Ceph's Objecter does) instead of after the attempt's timeout; a write
-    /// resent so is answered from the PG log if it was applied.
+    /// again: another up_from) the primary of `target` than `sent_to`: `None` then, and the
+    /// operation is resent at once to the new primary (as Ceph's Objecter does) instead of
+    /// after the attempt's timeout; a write resent so is answered from the PG log if it was
+    /// applied.
     async fn reply_or_new_primary<T>(
         &self,
         mut rx: oneshot::Receiver<T>,

@@ -239,24 +239,21 @@ pub(crate) async fn query_log(
     }
 }
 
-/// [`query_log`], given up as soon as `pg`'s interval begun at `epoch` ends or a map shows
-/// `osd` down. Peering holds the PG's lock while it asks; when a newer map has moved the PG
+/// [`query_log`], given up as soon as `pg`'s interval begun at `epoch` ends (and, as every
+/// request to another OSD, as soon as a map shows `osd` down or booted again: see
+/// [`ask_as`]). Peering holds the PG's lock while it asks; when a newer map has moved the PG
 /// on, the new interval's primary may be asking this OSD for that very lock (each side's
 /// answer waits for the other's lock until the 3 s busy timeout: client I/O of the PG stalled
-/// ~3.5 s when an OSD came back in). A copy of an earlier interval that was stopped while
-/// the map still showed it up is not in the acting set, so its going down ends no interval:
-/// without the second condition every PG asking it waited out the 10 s peer timeout (seen
-/// when an OSD was stopped and marked out at once).
+/// ~3.5 s when an OSD came back in). A copy of an earlier interval that was stopped while the
+/// map still showed it up is not in the acting set, so its going down ends no interval: only
+/// `ask_as`'s watch on it spares every PG asking it the 10 s peer timeout (seen when an OSD
+/// was stopped and marked out at once).
 async fn query_in_interval(s: &Shared, pg: &Pg, epoch: u64, osd: i32) -> Result<PeerLog, OsdError> {
     tokio::select! {
         r = query_log(s, pg, epoch, osd) => r,
         _ = pg.wait_interval_end(epoch) => Err(OsdError::Peer {
             osd,
             reason: format!("pg {}: the interval of epoch {epoch} ended", pg.id),
-        }),
-        _ = s.until_down(osd) => Err(OsdError::Peer {
-            osd,
-            reason: "marked down while asked".into(),
         }),
     }
 }

@@ -172,17 +172,10 @@ impl Shared {
         })
     }
 
-    /// Returns once a map this OSD has shows `osd` down (or no longer has it), or up in
-    /// another incarnation than the current one (it died and booted again between two maps
-    /// this OSD applied): an answer it was asked for will not come, so whoever waits for one
-    /// need not wait out its timeout.
-    pub async fn until_down(&self, osd: i32) {
-        if let Some(up_from) = self.incarnation_of(osd) {
-            self.until_gone(osd, up_from).await;
-        }
-    }
-
-    /// Returns once a map this OSD has no longer shows `osd` up in incarnation `up_from`.
+    /// Returns once a map this OSD has no longer shows `osd` up in incarnation `up_from`: down,
+    /// removed, or booted again (maybe between two maps this OSD applied). An answer the
+    /// process was asked for will not come, so whoever waits for one need not wait out its
+    /// timeout.
     pub async fn until_gone(&self, osd: i32, up_from: u64) {
         let mut maps = self.map.clone();
         loop {
