@@ -268,10 +268,10 @@ impl Monitor {
                 up_from,
             } => {
                 let reporter_up = self.map.osds.get(&reporter).is_some_and(|o| o.up);
-                let target_current = self.map.osds.get(&target).is_some_and(|o| {
-                    o.up && (addr.is_empty()
-                        || (o.addr == addr && o.up_from.unwrap_or(0) == up_from))
-                });
+                let target_current = match addr.is_empty() {
+                    true => self.map.osds.get(&target).is_some_and(|o| o.up),
+                    false => self.is_current(target, &addr, up_from),
+                };
                 if !reporter_up || !target_current || reporter == target {
                     return Ok(Reply::Done {
                         epoch: self.map.epoch,
@@ -432,11 +432,7 @@ impl Monitor {
         up_from: u64,
     ) -> Result<Reply, MonError> {
         let reporter_up = self.map.osds.get(&reporter).is_some_and(|o| o.up);
-        let current = self
-            .map
-            .osds
-            .get(&target)
-            .is_some_and(|o| o.up && o.addr == addr && o.up_from.unwrap_or(0) == up_from);
+        let current = self.is_current(target, addr, up_from);
         if !reporter_up || !current || reporter == target {
             return Ok(Reply::Done {
                 epoch: self.map.epoch,
@@ -448,6 +444,15 @@ impl Monitor {
             at_ms: now_ms,
         }])?;
         Ok(Reply::Done { epoch })
+    }
+
+    /// Whether `id` is up at `addr` in the incarnation that booted at `up_from` (0: the map
+    /// kept no up_from): what a report about it must name to count.
+    fn is_current(&self, id: i32, addr: &str, up_from: u64) -> bool {
+        self.map
+            .osds
+            .get(&id)
+            .is_some_and(|o| o.up && o.addr == addr && o.up_from.unwrap_or(0) == up_from)
     }
 
     fn osd(&self, id: i32) -> Result<&OsdEntry, MonError> {
