@@ -30,6 +30,7 @@ mod keyfilter;
 pub mod kv;
 mod logged;
 mod overlay;
+mod paced;
 mod read;
 mod replay;
 mod stage;

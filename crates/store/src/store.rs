@@ -365,7 +365,7 @@ fn open_db(
                 .truncate(false)
                 .open(&path)
                 .map_err(|e| StoreError::Config(format!("kv {}: {e}", path.display())))?;
-            Box::new(redb::backends::FileBackend::new(file).map_err(kv)?)
+            Box::new(crate::paced::PacedFileBackend::new(file).map_err(kv)?)
         }
         KvLocation::Backend(b) => b,
     };
