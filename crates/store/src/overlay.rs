@@ -59,6 +59,14 @@ pub(crate) struct Overlay {
     base: Mutex<Option<Arc<KvSnapshot>>>,
 }
 
+/// A frozen layer and the snapshot under it, no longer read by anyone: dropping them frees
+/// their memory.
+#[derive(Debug)]
+pub(crate) struct Thawed {
+    _frozen: Option<Arc<Frozen>>,
+    _snapshot: Option<Arc<KvSnapshot>>,
+}
+
 impl Overlay {
     /// Takes a committed group's changes in (later changes win).
     pub(crate) fn absorb(&mut self, redo: Redo) {
@@ -112,11 +120,18 @@ impl Overlay {
         Some(frozen)
     }
 
-    /// Drops the frozen layer: its checkpoint is durable in redb. The snapshot read under the
-    /// layers is dropped with it (it may predate that commit).
-    pub(crate) fn thaw(&mut self) {
-        self.frozen = None;
-        *self.base.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+    /// Removes the frozen layer: its checkpoint is durable in redb. The snapshot read under the
+    /// layers goes with it (it may predate that commit). Both are returned for the caller to
+    /// free where it costs no one a wait (a layer holds thousands of allocations).
+    pub(crate) fn thaw(&mut self) -> Thawed {
+        Thawed {
+            _frozen: self.frozen.take(),
+            _snapshot: self
+                .base
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        }
     }
 
     /// The redb snapshot to read under the layers: the one in use, or a new one of `db`

@@ -24,7 +24,7 @@
 use crate::alloc::Allocator;
 use crate::bufpool::{BufPool, RunBuf};
 use crate::cache::OnodeCache;
-use crate::checkpoint::CheckpointJob;
+use crate::checkpoint::{CheckpointJob, Retired};
 use crate::codec::{self, split_block_key, Extent, Onode, Superblock};
 use crate::config::StoreConfig;
 use crate::error::{kv, Result, StoreError};
@@ -196,7 +196,7 @@ pub(crate) struct Counters {
 #[derive(Debug)]
 pub(crate) struct State {
     /// Committed deferred writes not yet applied: physical block -> contents.
-    pub deferred: HashMap<u64, Arc<Vec<u8>>>,
+    pub deferred: HashMap<u64, Arc<Vec<u8>>, foldhash::fast::RandomState>,
     pub objects: u64,
     pub stored_bytes: u64,
     /// The write-ahead log ring's position.
@@ -205,6 +205,8 @@ pub(crate) struct State {
     pub overlay: Overlay,
     /// The background checkpoint in flight, if any.
     pub checkpoint_job: Option<CheckpointJob>,
+    /// What the last checkpoint taken in left to free; the next checkpoint's thread frees it.
+    pub retired: Option<Retired>,
     /// Groups whose writes are in flight, oldest first (at most `inflight::MAX_IN_FLIGHT`).
     pub inflight: std::collections::VecDeque<crate::inflight::InFlight>,
 }
@@ -229,8 +231,9 @@ pub(crate) async fn write_ios(
     dev: &dyn BlockDevice,
     bufs: &BufPool,
     ios: Vec<(u64, RunBuf)>,
+    max_in_flight: usize,
 ) -> std::result::Result<u64, BlockDevError> {
-    let limit = MAX_WRITES_IN_FLIGHT.min(dev.properties().max_queue_depth.max(1));
+    let limit = max_in_flight.min(dev.properties().max_queue_depth).max(1);
     let mut written = 0u64;
     let mut ios = ios.into_iter().peekable();
     while ios.peek().is_some() {
@@ -523,7 +526,7 @@ impl Store {
         }
         let total_blocks = in_kv.device_bytes / in_kv.block_bytes;
         let alloc = Allocator::from_used(total_blocks, in_kv.first_data_block(), &mut used)?;
-        let mut deferred = HashMap::new();
+        let mut deferred = HashMap::default();
         for item in rtx.open_table(DEFERRED).map_err(kv)?.iter().map_err(kv)? {
             let (k, v) = item.map_err(kv)?;
             let data = codec::open(v.value(), "deferred write")?;
@@ -553,6 +556,7 @@ impl Store {
                 wal: ring,
                 overlay: Overlay::default(),
                 checkpoint_job: None,
+                retired: None,
                 inflight: std::collections::VecDeque::new(),
             }),
             failed: Mutex::new(None),
@@ -742,7 +746,7 @@ impl Store {
 
     /// [`write_ios`] on the data device, counted; a failure fails the store. The bytes written.
     pub(crate) async fn write_counted(&self, ios: Vec<(u64, RunBuf)>) -> Result<u64> {
-        let written = write_ios(&*self.dev, &self.bufs, ios)
+        let written = write_ios(&*self.dev, &self.bufs, ios, MAX_WRITES_IN_FLIGHT)
             .await
             .map_err(|e| self.fatal(e.into()))?;
         self.counters
