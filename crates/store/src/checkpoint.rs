@@ -152,9 +152,21 @@ impl JobInput {
     }
 }
 
+/// Sets the calling thread's nice value (see `StoreConfig::checkpoint_nice`). A hint only:
+/// where it cannot be set, the thread runs at its inherited priority.
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority on the calling thread's own id touches no memory.
+    unsafe {
+        let _ = libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
 /// Writes deferred contents to their blocks: neighbouring blocks joined into I/Os of at most
-/// [`JOIN_MAX_BYTES`] (and `max_io_bytes`), issued by [`write_ios`]. Returns the bytes
-/// written. No flush.
+/// [`PACED_IO_BYTES`] (and `max_io_bytes`), issued one at a time by [`write_ios`]. Returns
+/// the bytes written. No flush.
 async fn write_in_place(
     dev: &dyn BlockDevice,
     bufs: &BufPool,
@@ -279,10 +291,12 @@ impl Store {
             stop: stop.clone(),
             onode_keys: self.onode_keys.clone(),
         };
+        let nice = self.cfg.checkpoint_nice;
         let (finish, finished) = oneshot::channel::<()>();
         let spawned = std::thread::Builder::new()
             .name("store-checkpoint".into())
             .spawn(move || {
+                lower_priority(nice);
                 let result = input.run();
                 drop(finish);
                 result
