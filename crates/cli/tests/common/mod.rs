@@ -153,7 +153,8 @@ impl Drop for Cluster {
 }
 
 /// Prints the last lines of every daemon log in `dir` to stderr: a failed test's output then
-/// shows what the daemons were doing (the directory itself is removed).
+/// shows what the daemons were doing (the directory is removed unless `CAIRN_KEEP_CLUSTER`
+/// keeps it).
 fn print_log_tails(dir: &Path) {
     const LINES: usize = 25;
     let Ok(entries) = std::fs::read_dir(dir) else {
