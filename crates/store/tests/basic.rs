@@ -365,6 +365,17 @@ async fn mount_refuses_a_foreign_kv_or_geometry() {
         Rig::mount(&a, other_block).await,
         Err(StoreError::Config(_))
     ));
+    for nice in [-1, 20] {
+        let bad_nice = cairn_store::StoreConfig {
+            checkpoint_nice: nice,
+            ..cfg()
+        };
+        let refused = Rig::mount(&a, bad_nice).await.err();
+        assert!(
+            matches!(&refused, Some(StoreError::Config(m)) if m.contains("checkpoint_nice")),
+            "{refused:?}"
+        );
+    }
     let blank = Images {
         dev: vec![0; a.dev.len()],
         kv: a.kv.clone(),
