@@ -86,7 +86,7 @@ impl CheckpointJob {
 /// the contents of the deferred writes it applied (thousands of allocations). Freed by the next
 /// checkpoint's thread, not under the store's lock, where it held every commit and read for
 /// 0.2-0.3 ms per checkpoint (1 OSD, 4 KiB writes: one checkpoint every ~60 ms). At most one
-/// is held.
+/// is held; a foreground checkpoint frees it too.
 #[derive(Debug)]
 pub(crate) struct Retired {
     _thawed: Thawed,
@@ -240,6 +240,10 @@ impl Store {
 
     fn checkpoint_now(&self, st: &mut State, applied: Vec<u64>) -> Result<()> {
         let t0 = Instant::now();
+        // This commit already holds everyone for milliseconds: free the last background
+        // checkpoint's leftovers here too, and its snapshot before the commit, so that an idle
+        // store (synced, unmounted) keeps neither the memory nor an old read transaction.
+        st.retired = None;
         let frozen = st.overlay.frozen.clone();
         let mut layers = Vec::with_capacity(2);
         layers.extend(frozen.as_deref().map(|f| &f.tables));
