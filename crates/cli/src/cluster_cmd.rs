@@ -315,7 +315,8 @@ pub struct UpArgs {
     /// --fast-fail-on-connection-refused`).
     #[arg(long = "fast-fail-on-connection-refused", default_value_t = true, action = clap::ArgAction::Set)]
     fast_fail_on_connection_refused: bool,
-    /// Serve each OSD's Prometheus metrics on a free loopback port (printed in its log).
+    /// Serve the monitor's and each OSD's Prometheus metrics on free loopback ports (printed
+    /// in their logs and by `cairn up`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     metrics: bool,
     /// Emulated device profile of every OSD (hdd-7200, nvme-p3700, nvme-p4510, optane or a
@@ -408,7 +409,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     check_room_for_devices(&args)?;
     let mon = args.mon.to_string();
     let mon_data = args.dir.join("mon").display().to_string();
-    let mon_args = [
+    let mut mon_args = vec![
         "mon".into(),
         "--listen".into(),
         mon.clone(),
@@ -417,6 +418,9 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         "--heartbeat-grace-s".into(),
         args.heartbeat_grace_s.to_string(),
     ];
+    if args.metrics {
+        mon_args.extend(["--metrics".into(), "127.0.0.1:0".into()]);
+    }
     let mut pids = vec![spawn(&args.dir, "mon", &mon_args)?];
     std::fs::write(&pids_path, format!("{}\n", pids[0]))?;
     // Prefilling writes every OSD's file once, all at once: allow 100 MiB/s in all.
@@ -535,6 +539,17 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         );
         println!("  cairn bench -p {} 10 write", args.pool);
         println!("  cairn status");
+    }
+    if args.metrics {
+        let urls: Vec<String> = std::iter::once("mon".to_string())
+            .chain((0..args.osds).map(|i| format!("osd{i}")))
+            .filter_map(|name| {
+                let log = std::fs::read_to_string(args.dir.join(format!("{name}.log"))).ok()?;
+                let url = log.split_whitespace().find(|w| w.starts_with("http://"))?;
+                Some(format!("{name} {url}"))
+            })
+            .collect();
+        println!("Prometheus metrics: {}", urls.join(", "));
     }
     println!("stop with: cairn down --dir {}", args.dir.display());
     Ok(())

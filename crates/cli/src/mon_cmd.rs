@@ -8,7 +8,7 @@ use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::balance::up_sets;
 use cairn_clustermap::shape::Topology;
 use cairn_mon::client::MonClient;
-use cairn_mon::daemon::MonDaemon;
+use cairn_mon::daemon::{MonDaemon, MonServing};
 use cairn_mon::monitor::Request;
 use cairn_mon::{ClusterMap, MonConfig, Monitor};
 use clap::{Args, Subcommand};
@@ -18,7 +18,8 @@ pub const DEFAULT_MON: &str = "127.0.0.1:6789";
 const TIMEOUT_MS: u64 = 10_000;
 
 /// `cairn mon`: run a monitor. Settings come from flags, or all from `--config FILE` (TOML
-/// with the same names: `listen`, `fsid`, `down_out_interval_s`, `heartbeat_grace_s`, `data`).
+/// with the same names: `listen`, `fsid`, `down_out_interval_s`, `heartbeat_grace_s`, `data`,
+/// `metrics`).
 #[derive(Args, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MonArgs {
@@ -46,6 +47,11 @@ pub struct MonArgs {
     #[arg(long)]
     #[serde(default)]
     data: Option<std::path::PathBuf>,
+    /// Address of the monitor's Prometheus page (`/metrics`: OSDs, pools, PG placement and
+    /// spread, requests served); none if not given. Port 0 picks a free one (logged).
+    #[arg(long)]
+    #[serde(default)]
+    metrics: Option<SocketAddr>,
 }
 
 /// Default monitor address, for config files.
@@ -200,8 +206,15 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
             monitor.map().epoch,
             monitor.history().oldest_epoch()
         );
-        let daemon = MonDaemon::start_with_store(monitor, args.listen, store).await?;
+        let serving = MonServing {
+            store,
+            metrics_listen: args.metrics,
+        };
+        let daemon = MonDaemon::serve(monitor, args.listen, serving).await?;
         eprintln!("monitor listening on {}", daemon.addr());
+        if let Some(m) = daemon.metrics_addr() {
+            eprintln!("monitor metrics on http://{m}/metrics");
+        }
         tokio::signal::ctrl_c().await?;
         eprintln!("monitor stopping");
         Ok(())

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{cairn, free_port, Daemon};
+use common::{cairn, free_port, http_get, Daemon};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -11,11 +11,12 @@ fn daemons_run_from_config_files() {
     let dir = std::env::temp_dir().join(format!("cairn-configs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mon = format!("127.0.0.1:{}", free_port());
+    let mon_metrics = format!("127.0.0.1:{}", free_port());
     let mon_toml = dir.join("mon.toml");
     std::fs::write(
         &mon_toml,
         format!(
-            "listen = \"{mon}\"\nfsid = \"site-a\"\ndata = \"{}\"\n",
+            "listen = \"{mon}\"\nfsid = \"site-a\"\ndata = \"{}\"\nmetrics = \"{mon_metrics}\"\n",
             dir.join("mon").display()
         ),
     )
@@ -97,6 +98,19 @@ fn daemons_run_from_config_files() {
     ]);
     assert!(ok, "{out}");
     assert_eq!(std::fs::read(&dst).unwrap(), vec![7u8; 100_000]);
+    // The monitor's page, at the address its config gave.
+    let page = http_get(&mon_metrics, "/metrics");
+    for line in [
+        "cairn_mon_osds_up 1",
+        "cairn_mon_osd_up{osd=\"5\",host=\"rack1-node7\"} 1",
+        "cairn_mon_pool_size{pool=\"one\"} 1",
+        "cairn_mon_osd_pgs{osd=\"5\"} 4",
+    ] {
+        assert!(
+            page.lines().any(|l| l == line),
+            "{line} not on the page:\n{page}"
+        );
+    }
     let config_get = |key: &str| cairn(&["tell", "--mon", &mon, "osd.5", "config", "get", key]);
     let (ok, out) = config_get("osd_op_queue");
     assert!(

@@ -42,6 +42,24 @@ fn up_put_get_bench_down() {
         ],
     );
     assert!(ok, "{out}");
+    // Every daemon's Prometheus page is printed; the monitor's shows the cluster it made.
+    let pages = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Prometheus metrics: "))
+        .unwrap_or_else(|| panic!("no metrics line: {out}"));
+    let mon_page = pages
+        .split(", ")
+        .find_map(|p| p.strip_prefix("mon http://"))
+        .and_then(|p| p.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no monitor page in {pages}"));
+    assert_eq!(pages.matches("osd").count(), 3, "{pages}");
+    let page = common::http_get(mon_page, "/metrics");
+    for line in [
+        "cairn_mon_osds_up 3",
+        "cairn_mon_pool_pg_num{pool=\"data\"} 32",
+    ] {
+        assert!(page.lines().any(|l| l == line), "{line} not on:\n{page}");
+    }
     // Directory osdN holds osd.N, whatever order the OSDs booted in.
     for i in 0..3 {
         let log = std::fs::read_to_string(dir.join(format!("osd{i}.log"))).unwrap();

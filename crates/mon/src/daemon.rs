@@ -6,13 +6,16 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cairn_msgr::http::{serve_pages, PageFn};
 use cairn_msgr::session::{Listener, Session, SessionSender};
 use cairn_msgr::Limits;
 use tokio::sync::mpsc;
 
 use crate::error::MonError;
+use crate::metrics::MonMetrics;
 use crate::monitor::{Monitor, Reply, Request};
 use crate::proto::{
     from_payload, to_payload, MapRange, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
@@ -27,9 +30,21 @@ struct Inbound {
     request: MonRequest,
 }
 
+/// How a monitor is served beyond its address.
+#[derive(Default)]
+pub struct MonServing {
+    /// Durable map store: every new epoch is saved before it is acknowledged or published.
+    pub store: Option<MapStore>,
+    /// Address of its Prometheus page (`/metrics`, see [`crate::metrics`]); port 0 picks a
+    /// free port. None: no page.
+    pub metrics_listen: Option<SocketAddr>,
+}
+
 /// A running monitor.
 pub struct MonDaemon {
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    metrics_task: Option<tokio::task::JoinHandle<()>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -46,10 +61,37 @@ impl MonDaemon {
         addr: SocketAddr,
         store: Option<MapStore>,
     ) -> Result<MonDaemon, MonError> {
+        let serving = MonServing {
+            store,
+            metrics_listen: None,
+        };
+        Self::serve(monitor, addr, serving).await
+    }
+
+    /// Starts serving `monitor` on `addr` as `serving` says.
+    pub async fn serve(
+        monitor: Monitor,
+        addr: SocketAddr,
+        serving: MonServing,
+    ) -> Result<MonDaemon, MonError> {
         let mut listener = Listener::bind(addr, Limits::default())
             .await
             .map_err(|e| MonError::Invalid(format!("bind {addr}: {e}")))?;
         let local = listener.local_addr();
+        let metrics = Arc::new(MonMetrics::default());
+        metrics.set_map(monitor.map());
+        let (metrics_addr, metrics_task) = match serving.metrics_listen {
+            Some(at) => {
+                let m = metrics.clone();
+                let pages: PageFn =
+                    Arc::new(move |path: &str| (path == "/metrics").then(|| m.render()));
+                let (bound, task) = serve_pages(at, pages)
+                    .await
+                    .map_err(|e| MonError::Invalid(format!("metrics on {at}: {e}")))?;
+                (Some(bound), Some(task))
+            }
+            None => (None, None),
+        };
         let (tx, rx) = mpsc::channel::<Inbound>(1024);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
@@ -57,9 +99,11 @@ impl MonDaemon {
                 tokio::spawn(serve_session(session, tx.clone()));
             }
         });
-        tokio::spawn(run_core(monitor, rx, stop_rx, store));
+        tokio::spawn(run_core(monitor, rx, stop_rx, serving.store, metrics));
         Ok(MonDaemon {
             addr: local,
+            metrics_addr,
+            metrics_task,
             stop: Some(stop_tx),
         })
     }
@@ -68,12 +112,20 @@ impl MonDaemon {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// The address of its Prometheus page, when it serves one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
 }
 
 impl Drop for MonDaemon {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if let Some(task) = self.metrics_task.take() {
+            task.abort();
         }
     }
 }
@@ -110,6 +162,7 @@ async fn run_core(
     mut rx: mpsc::Receiver<Inbound>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
     store: Option<MapStore>,
+    metrics: Arc<MonMetrics>,
 ) {
     let started = Instant::now();
     let now_ms = || started.elapsed().as_millis() as u64;
@@ -128,21 +181,23 @@ async fn run_core(
                 if let Err(e) = monitor.tick(now_ms()) {
                     tracing::error!(error = %e, "tick failed");
                 }
-                if !persist(&store, &monitor, before).await {
+                if !persist(&store, &monitor, before, &metrics).await {
                     return;
                 }
             }
             inbound = rx.recv() => {
                 let Some(Inbound { session, sender, request }) = inbound else { return };
-                let reply = match request.body {
+                let (kind, reply) = match request.body {
                     RequestBody::Subscribe { have_epoch } => {
                         subscribers.insert(session, (sender.clone(), have_epoch));
-                        MonReply { tid: request.tid, epoch: monitor.map().epoch, osd_id: None, error: None, maps: None }
+                        metrics.set_subscribers(subscribers.len());
+                        ("subscribe", MonReply { tid: request.tid, epoch: monitor.map().epoch, osd_id: None, error: None, maps: None })
                     }
-                    RequestBody::History { from } => history_reply(&monitor, request.tid, from),
-                    RequestBody::Op(req) => answer(&mut monitor, now_ms(), request.tid, req),
+                    RequestBody::History { from } => ("history", history_reply(&monitor, request.tid, from)),
+                    RequestBody::Op(req) => (req.kind(), answer(&mut monitor, now_ms(), request.tid, req)),
                 };
-                if !persist(&store, &monitor, before).await {
+                metrics.record_request(kind, reply.error.is_none());
+                if !persist(&store, &monitor, before, &metrics).await {
                     return;
                 }
                 let _ = sender.send(MSG_MON_REPLY, to_payload(&reply)).await;
@@ -151,19 +206,31 @@ async fn run_core(
         if monitor.map().epoch != before
             || subscribers.values().any(|(_, e)| *e < monitor.map().epoch)
         {
-            publish(&monitor, &mut subscribers).await;
+            publish(&monitor, &mut subscribers, &metrics).await;
+        }
+        if monitor.map().epoch != before {
+            metrics.set_map(monitor.map());
         }
     }
 }
 
 /// Saves a new epoch before anyone hears of it; false (stop serving) if it cannot be saved.
-async fn persist(store: &Option<MapStore>, monitor: &Monitor, before: u64) -> bool {
+async fn persist(
+    store: &Option<MapStore>,
+    monitor: &Monitor,
+    before: u64,
+    metrics: &MonMetrics,
+) -> bool {
     let Some(store) = store else { return true };
     if monitor.map().epoch == before {
         return true;
     }
+    let t = Instant::now();
     match store.save(monitor.map(), monitor.history()).await {
-        Ok(()) => true,
+        Ok(()) => {
+            metrics.record_save(t.elapsed());
+            true
+        }
         Err(e) => {
             tracing::error!(error = %e, "cannot persist the map: the monitor stops");
             false
@@ -220,7 +287,11 @@ fn answer(monitor: &mut Monitor, now_ms: u64, tid: u64, request: Request) -> Mon
     }
 }
 
-async fn publish(monitor: &Monitor, subscribers: &mut BTreeMap<u64, (SessionSender, u64)>) {
+async fn publish(
+    monitor: &Monitor,
+    subscribers: &mut BTreeMap<u64, (SessionSender, u64)>,
+    metrics: &MonMetrics,
+) {
     let epoch = monitor.map().epoch;
     let mut gone = Vec::new();
     for (&session, (sender, have)) in subscribers.iter_mut() {
@@ -231,13 +302,16 @@ async fn publish(monitor: &Monitor, subscribers: &mut BTreeMap<u64, (SessionSend
             (0, _) | (_, None) => MapUpdate::Full(monitor.map().encode()),
             (_, Some(incs)) => MapUpdate::Incrementals(incs.iter().map(|i| i.encode()).collect()),
         };
+        let full = matches!(update, MapUpdate::Full(_));
         if sender.send(MSG_MON_MAP, to_payload(&update)).await.is_err() {
             gone.push(session);
         } else {
             *have = epoch;
+            metrics.record_push(full);
         }
     }
     for s in gone {
         subscribers.remove(&s);
     }
+    metrics.set_subscribers(subscribers.len());
 }

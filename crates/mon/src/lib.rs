@@ -6,7 +6,7 @@
 //! reports, beacons, operator commands, clock ticks) into incrementals and keeps placement
 //! balanced after every change. These three are sans-IO (time is passed in). [`daemon`] serves
 //! the core over messenger sessions ([`proto`] is the wire protocol) and [`client`] talks to it;
-//! sockets are only ever touched through `cairn-msgr`.
+//! sockets are only ever touched through `cairn-msgr`. [`metrics`] is its Prometheus page.
 #![warn(missing_docs)]
 
 pub mod client;
@@ -15,6 +15,7 @@ pub mod error;
 pub mod history;
 pub mod incremental;
 pub mod map;
+pub mod metrics;
 pub mod monitor;
 pub mod proto;
 pub mod store;

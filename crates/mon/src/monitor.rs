@@ -176,6 +176,27 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// A short name of the request's kind (metrics label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Boot { .. } => "boot",
+            Request::FailureReport { .. } => "failure_report",
+            Request::RefusedReport { .. } => "refused_report",
+            Request::Beacon { .. } => "beacon",
+            Request::Alive { .. } => "alive",
+            Request::PgTemp { .. } => "pg_temp",
+            Request::MarkOut { .. } => "mark_out",
+            Request::MarkIn { .. } => "mark_in",
+            Request::MarkDown { .. } => "mark_down",
+            Request::MarkLost { .. } => "mark_lost",
+            Request::RemoveOsd { .. } => "remove_osd",
+            Request::CreatePool { .. } => "create_pool",
+            Request::RemovePool { .. } => "remove_pool",
+        }
+    }
+}
+
 /// Most PG entries in one pg_temp request (explicit limit).
 pub const MAX_PG_TEMPS_PER_REQUEST: usize = 4096;
 

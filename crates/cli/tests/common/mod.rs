@@ -209,3 +209,15 @@ pub fn copies(dir: &Path, osds: usize) -> BTreeMap<String, Vec<u32>> {
     }
     out
 }
+
+/// The body of `GET path` from the HTTP page at `addr`, failing on any other status.
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
