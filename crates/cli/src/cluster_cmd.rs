@@ -315,8 +315,8 @@ pub struct UpArgs {
     /// --fast-fail-on-connection-refused`).
     #[arg(long = "fast-fail-on-connection-refused", default_value_t = true, action = clap::ArgAction::Set)]
     fast_fail_on_connection_refused: bool,
-    /// Serve the monitor's and each OSD's Prometheus metrics on free loopback ports (printed
-    /// in their logs and by `cairn up`).
+    /// Serve the monitor's, each OSD's and the S3 gateway's Prometheus metrics on free
+    /// loopback ports (printed in their logs and by `cairn up`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     metrics: bool,
     /// Emulated device profile of every OSD (hdd-7200, nvme-p3700, nvme-p4510, optane or a
@@ -520,7 +520,11 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     })?;
     if !args.no_s3 {
         pids.push(crate::s3_cmd::start_for_up(
-            &args.dir, args.mon, args.s3, spawn,
+            &args.dir,
+            args.mon,
+            args.s3,
+            args.metrics,
+            spawn,
         )?);
         let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
         std::fs::write(&pids_path, text)?;
@@ -541,11 +545,15 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         println!("  cairn status");
     }
     if args.metrics {
+        let s3 = (!args.no_s3).then(|| "s3gw".to_string());
         let urls: Vec<String> = std::iter::once("mon".to_string())
             .chain((0..args.osds).map(|i| format!("osd{i}")))
+            .chain(s3)
             .filter_map(|name| {
                 let log = std::fs::read_to_string(args.dir.join(format!("{name}.log"))).ok()?;
-                let url = log.split_whitespace().find(|w| w.starts_with("http://"))?;
+                let url = log
+                    .split_whitespace()
+                    .find(|w| w.starts_with("http://") && w.ends_with("/metrics"))?;
                 Some(format!("{name} {url}"))
             })
             .collect();

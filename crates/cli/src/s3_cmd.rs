@@ -14,7 +14,7 @@ use crate::mon_cmd::DEFAULT_MON;
 /// Default gateway address.
 pub const DEFAULT_S3: &str = "127.0.0.1:7480";
 
-/// `cairn s3gw`: settings from flags, or all from `--config FILE` (TOML: `mon`, `listen`,
+/// `cairn s3gw`: settings from flags, or all from `--config FILE` (TOML: `mon`, `listen`, `metrics`,
 /// `pool`, `index_shards`, `inline_max_bytes`, `stripe_bytes`, `max_put_bytes`,
 /// `max_meta_bytes`, `max_connections`, `max_inflight_body_bytes`, `region`, `[limits]`; unknown
 /// keys rejected).
@@ -32,6 +32,10 @@ pub struct GatewayArgs {
     /// Pool for buckets, indexes and data (created if missing).
     #[arg(long, default_value = "s3")]
     pool: String,
+    /// Address of the gateway's Prometheus page (`/metrics`: S3 operations, HTTP requests by
+    /// method and status, latency, bytes); none if not given. Port 0 picks a free one (logged).
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
 }
 
 /// `cairn s3 ...`.
@@ -73,6 +77,7 @@ pub fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
             mon: args.mon,
             listen: args.listen,
             pool: args.pool.clone(),
+            metrics: args.metrics,
             ..GatewayConfig::default()
         },
     };
@@ -81,6 +86,16 @@ pub fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
         let (addr, _task) = cairn_s3::server::start(&gw, cfg.listen)
             .await
             .with_context(|| format!("binding {}", cfg.listen))?;
+        if let Some(at) = cfg.metrics {
+            let metrics = gw.metrics.clone();
+            let pages: cairn_msgr::http::PageFn = std::sync::Arc::new(move |path: &str| {
+                (path == "/metrics").then(|| metrics.render())
+            });
+            let (bound, _page_task) = cairn_msgr::http::serve_pages(at, pages)
+                .await
+                .with_context(|| format!("binding the metrics page on {at}"))?;
+            eprintln!("s3 gateway metrics on http://{bound}/metrics");
+        }
         eprintln!("s3 gateway serving on http://{addr} (pool '{}')", cfg.pool);
         tokio::signal::ctrl_c().await?;
         anyhow::Ok(())
@@ -114,15 +129,19 @@ pub fn start_for_up(
     dir: &Path,
     mon: SocketAddr,
     listen: SocketAddr,
+    metrics: bool,
     spawn: impl Fn(&Path, &str, &[String]) -> anyhow::Result<u32>,
 ) -> anyhow::Result<u32> {
-    let args = [
+    let mut args = vec![
         "s3gw".to_string(),
         "--mon".into(),
         mon.to_string(),
         "--listen".into(),
         listen.to_string(),
     ];
+    if metrics {
+        args.extend(["--metrics".into(), "127.0.0.1:0".into()]);
+    }
     let pid = spawn(dir, "s3gw", &args)?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let log = dir.join("s3gw.log");

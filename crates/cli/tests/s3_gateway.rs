@@ -78,6 +78,14 @@ fn boto3_and_aws_cli_against_cairn_up() {
     assert!(ok, "{out}");
     assert!(out.contains(&format!("http://{s3}")), "{out}");
     assert!(out.contains("AWS_ACCESS_KEY_ID="), "{out}");
+    let gw_page = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Prometheus metrics: "))
+        .and_then(|l| l.split(", ").find_map(|p| p.strip_prefix("s3gw http://")))
+        .and_then(|p| p.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no S3 gateway page printed: {out}"))
+        .to_string();
+    let limited_page = format!("127.0.0.1:{}", free_port());
 
     let (ok, out) = cairn(&["s3", "user", "create", "tester", "--mon", &mon]);
     assert!(ok, "{out}");
@@ -89,7 +97,9 @@ fn boto3_and_aws_cli_against_cairn_up() {
     let config = dir.join("limited.toml");
     std::fs::write(
         &config,
-        format!("mon = \"{mon}\"\nlisten = \"{limited}\"\n[limits]\nuser_requests_per_s = 0.01\n"),
+        format!(
+            "mon = \"{mon}\"\nlisten = \"{limited}\"\nmetrics = \"{limited_page}\"\n[limits]\nuser_requests_per_s = 0.01\n"
+        ),
     )
     .unwrap();
     let bad = dir.join("bad.toml");
@@ -144,4 +154,50 @@ fn boto3_and_aws_cli_against_cairn_up() {
         out.status.success() && text.contains("ALL S3 CHECKS PASSED"),
         "{text}\n--- gateway log (last lines, newest first) ---\n{tail}"
     );
+
+    // The gateways' pages counted what the clients did: objects stored, requests refused at
+    // the signature check (4xx), and on the limited gateway operations refused with SlowDown.
+    let value = |page: &str, sample: &str| -> f64 {
+        page.lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {sample} on:\n{page}"))
+    };
+    let page = common::http_get(&gw_page, "/metrics");
+    assert!(
+        value(
+            &page,
+            "cairn_s3_operations_total{op=\"PutObject\",admission=\"admitted\"}"
+        ) > 0.0
+    );
+    assert!(
+        value(
+            &page,
+            "cairn_s3_http_requests_total{method=\"PUT\",status=\"2xx\"}"
+        ) > 0.0
+    );
+    assert!(
+        value(
+            &page,
+            "cairn_s3_http_requests_total{method=\"GET\",status=\"4xx\"}"
+        ) > 0.0
+    );
+    assert!(value(&page, "cairn_s3_received_bytes_total{method=\"PUT\"}") > 100e6);
+    assert_eq!(value(&page, "cairn_s3_requests_in_flight"), 0.0);
+    let limited = common::http_get(&limited_page, "/metrics");
+    let refused: f64 = limited
+        .lines()
+        .filter(|l| l.starts_with("cairn_s3_operations_total") && l.contains("\"refused\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert!(refused > 0.0, "no SlowDown counted:\n{limited}");
+    let slow_down: f64 = ["GET", "PUT", "POST", "DELETE", "HEAD"]
+        .iter()
+        .map(|m| {
+            value(
+                &limited,
+                &format!("cairn_s3_http_requests_total{{method=\"{m}\",status=\"5xx\"}}"),
+            )
+        })
+        .sum();
+    assert!(slow_down > 0.0, "SlowDown is a 503:\n{limited}");
 }

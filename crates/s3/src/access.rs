@@ -10,6 +10,7 @@ use s3s::access::{S3Access, S3AccessContext};
 use s3s::path::S3Path;
 use s3s::{s3_error, S3Result};
 
+use crate::metrics::S3Metrics;
 use crate::ratelimit::{Limiter, Refusal};
 use crate::users::Users;
 
@@ -26,6 +27,8 @@ pub struct Admission {
     pub limiter: Arc<Limiter>,
     /// Time origin of the limiter's clock.
     pub epoch: Instant,
+    /// Where admitted and refused operations are counted.
+    pub metrics: Arc<S3Metrics>,
 }
 
 /// Seconds since the Unix epoch of an ISO 8601 basic timestamp (`20130524T000000Z`).
@@ -84,6 +87,15 @@ pub fn check_dates(query: Option<&str>, amz_date: Option<&str>, now_s: i64) -> S
 #[async_trait::async_trait]
 impl S3Access for Admission {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let admitted = self.admit(cx);
+        self.metrics.record_op(cx.s3_op().name(), admitted.is_ok());
+        admitted
+    }
+}
+
+impl Admission {
+    /// The admission decision for one routed request (see the module).
+    fn admit(&self, cx: &S3AccessContext<'_>) -> S3Result<()> {
         let Some(cred) = cx.credentials() else {
             return Err(s3_error!(AccessDenied, "anonymous access is denied"));
         };

@@ -53,6 +53,9 @@ pub struct GatewayConfig {
     pub mon: SocketAddr,
     /// HTTP listen address.
     pub listen: SocketAddr,
+    /// Address of the gateway's Prometheus page (`/metrics`, module `metrics`); none if not
+    /// set. Port 0 picks a free one (logged).
+    pub metrics: Option<SocketAddr>,
     /// Pool holding buckets, indexes, users and data (created if missing).
     pub pool: String,
     /// PGs of the pool when the gateway creates it.
@@ -90,6 +93,7 @@ impl Default for GatewayConfig {
         GatewayConfig {
             mon: "127.0.0.1:6789".parse().expect("literal"),
             listen: "127.0.0.1:7480".parse().expect("literal"),
+            metrics: None,
             pool: "s3".into(),
             pool_pg_num: 32,
             index_shards: 16,

@@ -1,6 +1,7 @@
 //! The gateway's shared state and the `s3s::S3` trait: each operation is a thin call into the
 //! module that owns it (`bucket_ops`, `object_ops`, `list_ops`, `multipart`).
 
+use crate::metrics::S3Metrics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,8 @@ pub struct Gateway {
     pub limiter: Arc<Limiter>,
     /// Time origin of the limiter's clock.
     pub epoch: Instant,
+    /// Counters of its operations and HTTP requests (its Prometheus page).
+    pub metrics: Arc<S3Metrics>,
     /// Room for request bodies being stored, KiB (see `max_inflight_body_bytes`).
     bodies: Arc<Semaphore>,
 }
@@ -50,6 +53,7 @@ impl Gateway {
             backend,
             cfg: Arc::new(cfg),
             epoch: Instant::now(),
+            metrics: Arc::new(S3Metrics::default()),
         }
     }
 

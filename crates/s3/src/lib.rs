@@ -20,6 +20,7 @@ pub mod gateway;
 pub mod headers;
 pub mod list_ops;
 pub mod listing;
+pub mod metrics;
 pub mod multipart;
 pub mod object_ops;
 pub mod ratelimit;

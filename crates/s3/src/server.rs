@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
 use s3s::config::{S3Config, StaticConfigProvider};
@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 use crate::access::Admission;
 use crate::chunked::{CheckedBody, ChunkChecker, ChunkMode};
 use crate::gateway::Gateway;
+use crate::metrics::S3Metrics;
 use crate::sigv4::{self, AuthError, Signed};
 use crate::users::{Users, UsersAuth};
 
@@ -36,6 +37,7 @@ pub fn service(gw: &Gateway) -> S3Service {
         users: gw.users.clone(),
         limiter: gw.limiter.clone(),
         epoch: gw.epoch,
+        metrics: gw.metrics.clone(),
     });
     let mut cfg = S3Config::default();
     cfg.xml_max_body_size = MAX_XML_BYTES;
@@ -56,6 +58,15 @@ pub fn expects_continue(h: &hyper::HeaderMap) -> Option<bool> {
         .get(hyper::header::CONTENT_LENGTH)
         .is_none_or(|v| v.as_bytes() == b"0");
     expect.then_some(empty)
+}
+
+/// A message's body length as its headers declare it (the decoded length of an aws-chunked
+/// body), 0 when they do not.
+fn declared_len(h: &hyper::HeaderMap) -> u64 {
+    ["x-amz-decoded-content-length", "content-length"]
+        .iter()
+        .find_map(|name| h.get(*name)?.to_str().ok()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Where a request's aws-chunked body records a failed chunk or trailer signature.
@@ -133,11 +144,12 @@ fn error_response(e: S3Error) -> HttpResponse {
 }
 
 /// Serves `service` on `listener` until the task is dropped or aborted; `users` verify the
-/// signatures first ([`handle`]).
+/// signatures first ([`handle`]); every request is counted in `metrics`.
 pub async fn serve(
     listener: TcpListener,
     service: S3Service,
     users: Arc<Users>,
+    metrics: Arc<S3Metrics>,
     max_connections: usize,
 ) {
     let slots = Arc::new(Semaphore::new(max_connections));
@@ -158,12 +170,24 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let inner = service.clone();
         let users = users.clone();
+        let metrics = metrics.clone();
         let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let expect = expects_continue(req.headers());
             let inner = inner.clone();
             let users = users.clone();
+            let metrics = metrics.clone();
             async move {
-                let mut resp = handle(req, &users, &inner).await?;
+                let (t, method) = (Instant::now(), req.method().clone());
+                let bytes_in = declared_len(req.headers());
+                let in_flight = metrics.start();
+                let answered = handle(req, &users, &inner).await;
+                drop(in_flight);
+                let (status, bytes_out) = match &answered {
+                    Ok(r) => (r.status().as_u16(), declared_len(r.headers())),
+                    Err(_) => (500, 0),
+                };
+                metrics.record_http(method.as_str(), status, t.elapsed(), bytes_in, bytes_out);
+                let mut resp = answered?;
                 if expect.is_some_and(|empty| empty || !resp.status().is_success()) {
                     resp.headers_mut().insert(
                         hyper::header::CONNECTION,
@@ -198,6 +222,7 @@ pub async fn start(
         listener,
         service(gw),
         gw.users.clone(),
+        gw.metrics.clone(),
         gw.cfg.max_connections,
     ));
     Ok((local, task))

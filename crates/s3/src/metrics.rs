@@ -1,0 +1,257 @@
+//! The gateway's Prometheus page: S3 operations as s3s routed them (admitted or refused by
+//! admission: signature, dating, rate limits), and every HTTP request by method and status
+//! class with its latency and bytes, as MinIO and RGW report them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds of the latency histogram's buckets, seconds.
+pub const LATENCY_BUCKETS_S: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// HTTP methods the page names (others are counted as `other`).
+const METHODS: [&str; 6] = ["GET", "PUT", "POST", "DELETE", "HEAD", "other"];
+
+/// Requests of one method.
+#[derive(Default)]
+struct MethodStats {
+    /// By status class: 1xx..5xx at index 0..4.
+    by_class: [u64; 5],
+    /// Requests per latency bucket (the last one past every bound).
+    buckets: [u64; LATENCY_BUCKETS_S.len() + 1],
+    latency_sum_s: f64,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+/// Counters of a running gateway.
+#[derive(Default)]
+pub struct S3Metrics {
+    /// S3 operations routed, by name: (admitted, refused).
+    ops: Mutex<BTreeMap<String, (u64, u64)>>,
+    http: Mutex<[MethodStats; METHODS.len()]>,
+    in_flight: AtomicU64,
+}
+
+/// Marks one request in flight until dropped.
+pub struct InFlight<'a>(&'a S3Metrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl S3Metrics {
+    /// Counts one S3 operation (`s3s`'s name, e.g. `PutObject`) admitted or refused.
+    pub fn record_op(&self, op: &str, admitted: bool) {
+        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        if !ops.contains_key(op) {
+            ops.insert(op.to_owned(), (0, 0));
+        }
+        let Some(e) = ops.get_mut(op) else {
+            return;
+        };
+        match admitted {
+            true => e.0 += 1,
+            false => e.1 += 1,
+        }
+    }
+
+    /// Notes a request in flight (until the guard drops).
+    pub fn start(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self)
+    }
+
+    /// Counts one answered HTTP request: its method, status code, time from arrival to the
+    /// response head, and the body bytes it declared and was answered with.
+    pub fn record_http(
+        &self,
+        method: &str,
+        status: u16,
+        took: Duration,
+        bytes_in: u64,
+        bytes_out: u64,
+    ) {
+        let m = METHODS
+            .iter()
+            .position(|&x| x == method)
+            .unwrap_or(METHODS.len() - 1);
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        let s = took.as_secs_f64();
+        let bucket = LATENCY_BUCKETS_S
+            .iter()
+            .position(|&b| s <= b)
+            .unwrap_or(LATENCY_BUCKETS_S.len());
+        let mut http = self.http.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut http[m];
+        st.by_class[class] += 1;
+        st.buckets[bucket] += 1;
+        st.latency_sum_s += s;
+        st.bytes_in += bytes_in;
+        st.bytes_out += bytes_out;
+    }
+
+    /// The page, Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        family(
+            &mut out,
+            "operations_total",
+            "counter",
+            "S3 operations routed, by name and admission (refused: unsigned, bad key or \
+             date, rate limit).",
+        );
+        for (op, (ok, refused)) in self.ops.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(
+                out,
+                "cairn_s3_operations_total{{op=\"{op}\",admission=\"admitted\"}} {ok}"
+            );
+            let _ = writeln!(
+                out,
+                "cairn_s3_operations_total{{op=\"{op}\",admission=\"refused\"}} {refused}"
+            );
+        }
+        let http = self.http.lock().unwrap_or_else(|p| p.into_inner());
+        family(
+            &mut out,
+            "http_requests_total",
+            "counter",
+            "HTTP requests answered, by method and status class.",
+        );
+        for (m, st) in METHODS.iter().zip(http.iter()) {
+            for (c, n) in st.by_class.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "cairn_s3_http_requests_total{{method=\"{m}\",status=\"{}xx\"}} {n}",
+                    c + 1
+                );
+            }
+        }
+        family(
+            &mut out,
+            "http_request_seconds",
+            "histogram",
+            "Time from a request's arrival to its response head, by method.",
+        );
+        for (m, st) in METHODS.iter().zip(http.iter()) {
+            let mut cum = 0u64;
+            for (b, n) in LATENCY_BUCKETS_S.iter().zip(st.buckets.iter()) {
+                cum += n;
+                let _ = writeln!(
+                    out,
+                    "cairn_s3_http_request_seconds_bucket{{method=\"{m}\",le=\"{b}\"}} {cum}"
+                );
+            }
+            let count: u64 = st.buckets.iter().sum();
+            let _ = writeln!(
+                out,
+                "cairn_s3_http_request_seconds_bucket{{method=\"{m}\",le=\"+Inf\"}} {count}"
+            );
+            let _ = writeln!(
+                out,
+                "cairn_s3_http_request_seconds_sum{{method=\"{m}\"}} {}",
+                st.latency_sum_s
+            );
+            let _ = writeln!(
+                out,
+                "cairn_s3_http_request_seconds_count{{method=\"{m}\"}} {count}"
+            );
+        }
+        for (name, help, pick) in [
+            (
+                "received_bytes_total",
+                "Request body bytes declared, by method.",
+                (|s: &MethodStats| s.bytes_in) as fn(&MethodStats) -> u64,
+            ),
+            (
+                "sent_bytes_total",
+                "Response body bytes declared, by method.",
+                |s: &MethodStats| s.bytes_out,
+            ),
+        ] {
+            family(&mut out, name, "counter", help);
+            for (m, st) in METHODS.iter().zip(http.iter()) {
+                let _ = writeln!(out, "cairn_s3_{name}{{method=\"{m}\"}} {}", pick(st));
+            }
+        }
+        family(
+            &mut out,
+            "requests_in_flight",
+            "gauge",
+            "Requests being served now.",
+        );
+        let _ = writeln!(
+            out,
+            "cairn_s3_requests_in_flight {}",
+            self.in_flight.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+/// Writes a metric family's HELP and TYPE lines.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP cairn_s3_{name} {help}");
+    let _ = writeln!(out, "# TYPE cairn_s3_{name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_land_in_their_method_class_and_bucket() {
+        let m = S3Metrics::default();
+        m.record_http("PUT", 200, Duration::from_millis(3), 4096, 0);
+        m.record_http("PUT", 503, Duration::from_secs(20), 10, 200);
+        m.record_http("PATCH", 405, Duration::from_micros(10), 0, 0);
+        m.record_op("PutObject", true);
+        m.record_op("PutObject", false);
+        let guard = m.start();
+        let page = m.render();
+        let has = |l: &str| page.lines().any(|x| x == l);
+        assert!(has(
+            "cairn_s3_http_requests_total{method=\"PUT\",status=\"2xx\"} 1"
+        ));
+        assert!(has(
+            "cairn_s3_http_requests_total{method=\"PUT\",status=\"5xx\"} 1"
+        ));
+        assert!(has(
+            "cairn_s3_http_requests_total{method=\"other\",status=\"4xx\"} 1"
+        ));
+        // 3 ms is past the 2.5 ms bound and within 5 ms; 20 s only in +Inf.
+        assert!(has(
+            "cairn_s3_http_request_seconds_bucket{method=\"PUT\",le=\"0.0025\"} 0"
+        ));
+        assert!(has(
+            "cairn_s3_http_request_seconds_bucket{method=\"PUT\",le=\"0.005\"} 1"
+        ));
+        assert!(has(
+            "cairn_s3_http_request_seconds_bucket{method=\"PUT\",le=\"10\"} 1"
+        ));
+        assert!(has(
+            "cairn_s3_http_request_seconds_bucket{method=\"PUT\",le=\"+Inf\"} 2"
+        ));
+        assert!(has("cairn_s3_http_request_seconds_count{method=\"PUT\"} 2"));
+        assert!(has("cairn_s3_received_bytes_total{method=\"PUT\"} 4106"));
+        assert!(has("cairn_s3_sent_bytes_total{method=\"PUT\"} 200"));
+        assert!(has(
+            "cairn_s3_operations_total{op=\"PutObject\",admission=\"admitted\"} 1"
+        ));
+        assert!(has(
+            "cairn_s3_operations_total{op=\"PutObject\",admission=\"refused\"} 1"
+        ));
+        assert!(has("cairn_s3_requests_in_flight 1"));
+        drop(guard);
+        assert!(m
+            .render()
+            .lines()
+            .any(|x| x == "cairn_s3_requests_in_flight 0"));
+    }
+}
