@@ -85,18 +85,23 @@ impl MonMetrics {
 
     /// The whole page, Prometheus text format.
     pub fn render(&self) -> String {
-        let map_text = {
-            let mut page = self.map.lock().unwrap_or_else(|p| p.into_inner());
-            match (&page.map, &page.rendered) {
-                (Some(m), Some((epoch, text))) if *epoch == m.epoch => Some(text.clone()),
-                (Some(m), _) => {
-                    let text = Arc::new(render_map(m));
-                    page.rendered = Some((m.epoch, text.clone()));
-                    Some(text)
-                }
-                (None, _) => None,
-            }
+        // Rendered outside the lock: placing every PG of a large map takes a while, and the
+        // monitor's core sets the next epoch's map through the same lock.
+        let (map, rendered) = {
+            let page = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            (page.map.clone(), page.rendered.clone())
         };
+        let map_text = map.map(|m| match rendered {
+            Some((epoch, text)) if epoch == m.epoch => text,
+            _ => {
+                let text = Arc::new(render_map(&m));
+                let mut page = self.map.lock().unwrap_or_else(|p| p.into_inner());
+                if page.map.as_ref().is_some_and(|now| now.epoch == m.epoch) {
+                    page.rendered = Some((m.epoch, text.clone()));
+                }
+                text
+            }
+        });
         let mut out = map_text.map(|t| t.to_string()).unwrap_or_default();
         family(
             &mut out,
