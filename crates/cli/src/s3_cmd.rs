@@ -88,10 +88,7 @@ pub fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
             .with_context(|| format!("binding {}", cfg.listen))?;
         if let Some(at) = cfg.metrics {
             let metrics = gw.metrics.clone();
-            let pages: cairn_msgr::http::PageFn = std::sync::Arc::new(move |path: &str| {
-                (path == "/metrics").then(|| metrics.render())
-            });
-            let (bound, _page_task) = cairn_msgr::http::serve_pages(at, pages)
+            let (bound, _page_task) = cairn_msgr::http::serve_metrics(at, move || metrics.render())
                 .await
                 .with_context(|| format!("binding the metrics page on {at}"))?;
             eprintln!("s3 gateway metrics on http://{bound}/metrics");

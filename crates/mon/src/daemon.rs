@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_msgr::http::{serve_pages, PageFn};
+use cairn_msgr::http::serve_metrics;
 use cairn_msgr::session::{Listener, Session, SessionSender};
 use cairn_msgr::Limits;
 use tokio::sync::mpsc;
@@ -83,9 +83,7 @@ impl MonDaemon {
         let (metrics_addr, metrics_task) = match serving.metrics_listen {
             Some(at) => {
                 let m = metrics.clone();
-                let pages: PageFn =
-                    Arc::new(move |path: &str| (path == "/metrics").then(|| m.render()));
-                let (bound, task) = serve_pages(at, pages)
+                let (bound, task) = serve_metrics(at, move || m.render())
                     .await
                     .map_err(|e| MonError::Invalid(format!("metrics on {at}: {e}")))?;
                 (Some(bound), Some(task))

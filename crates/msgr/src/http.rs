@@ -35,6 +35,16 @@ pub async fn serve_pages(
     Ok((local, task))
 }
 
+/// Serves one Prometheus page, `render()` at `/metrics`, on `addr` (every daemon's metrics
+/// endpoint); returns the bound address and the accept task.
+pub async fn serve_metrics(
+    addr: SocketAddr,
+    render: impl Fn() -> String + Send + Sync + 'static,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), MsgrError> {
+    let pages: PageFn = Arc::new(move |path: &str| (path == "/metrics").then(&render));
+    serve_pages(addr, pages).await
+}
+
 async fn answer(mut sock: TcpStream, pages: PageFn) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];

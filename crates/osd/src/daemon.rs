@@ -16,7 +16,7 @@ use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
 use cairn_msgr::blockcrc::CRC_BLOCK_BYTES;
-use cairn_msgr::http::{serve_pages, PageFn};
+use cairn_msgr::http::serve_metrics;
 use cairn_msgr::session::{Listener, Session};
 use cairn_msgr::Limits;
 use cairn_proto::peer::PeerRequest;
@@ -411,10 +411,7 @@ impl OsdDaemon {
         let metrics_addr = match cfg.metrics_listen {
             Some(a) => {
                 let s = shared.clone();
-                let pages: PageFn = Arc::new(move |path: &str| {
-                    (path == "/metrics").then(|| admin::render_metrics(&s))
-                });
-                let (bound, task) = serve_pages(a, pages).await?;
+                let (bound, task) = serve_metrics(a, move || admin::render_metrics(&s)).await?;
                 shared.track(task);
                 Some(bound)
             }

@@ -110,15 +110,7 @@ impl Admission {
             S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(&**bucket),
             S3Path::Root => None,
         };
-        let header_u64 = |name: &str| {
-            cx.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        let bytes = header_u64("x-amz-decoded-content-length")
-            .or_else(|| header_u64("content-length"))
-            .unwrap_or(0);
+        let bytes = crate::server::declared_len(cx.headers());
         let now_ns = self.epoch.elapsed().as_nanos() as u64;
         match self.limiter.admit(&user, bucket, bytes, now_ns) {
             Ok(()) => Ok(()),

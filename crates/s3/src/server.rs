@@ -62,7 +62,7 @@ pub fn expects_continue(h: &hyper::HeaderMap) -> Option<bool> {
 
 /// A message's body length as its headers declare it (the decoded length of an aws-chunked
 /// body), 0 when they do not.
-fn declared_len(h: &hyper::HeaderMap) -> u64 {
+pub(crate) fn declared_len(h: &hyper::HeaderMap) -> u64 {
     ["x-amz-decoded-content-length", "content-length"]
         .iter()
         .find_map(|name| h.get(*name)?.to_str().ok()?.parse().ok())
