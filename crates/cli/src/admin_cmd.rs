@@ -171,13 +171,50 @@ pub fn pg(args: PgArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Per-OSD usage.
+/// One OSD's usage as its `df` admin command reports it (`key=value` pairs).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct OsdUsage {
+    /// PG copies it holds, led or not (Ceph's PGS column).
+    pub pgs: u64,
+    /// PGs it leads.
+    pub primary: u64,
+    /// Client objects (PG meta and temporary objects left out).
+    pub objects: u64,
+    /// Logical bytes of its objects.
+    pub stored: u64,
+    /// Device bytes its objects use.
+    pub allocated: u64,
+    /// Usable bytes of its device.
+    pub capacity: u64,
+}
+
+impl OsdUsage {
+    /// Parses a `df` reply; `None` when a field is missing or not a number.
+    pub fn parse(text: &str) -> Option<OsdUsage> {
+        let field = |key: &str| -> Option<u64> {
+            text.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?
+                .parse()
+                .ok()
+        };
+        Some(OsdUsage {
+            pgs: field("pgs")?,
+            primary: field("primary")?,
+            objects: field("objects")?,
+            stored: field("stored")?,
+            allocated: field("allocated")?,
+            capacity: field("capacity")?,
+        })
+    }
+}
+
+/// Per-OSD usage, as Ceph's `ceph osd df`.
 pub fn osd_df(mon: SocketAddr) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
         let client = connect(mon).await?;
         println!(
-            "{:<8} {:>6} {:>9} {:>12} {:>12} {:>12} {:>6}",
-            "osd", "pgs", "objects", "stored MiB", "alloc MiB", "size MiB", "use%"
+            "{:<8} {:>6} {:>8} {:>9} {:>12} {:>12} {:>12} {:>6}",
+            "osd", "pgs", "primary", "objects", "stored MiB", "alloc MiB", "size MiB", "use%"
         );
         for osd in up_osds(&client) {
             let text = match client.tell(osd, &["df".into()]).await {
@@ -187,20 +224,21 @@ pub fn osd_df(mon: SocketAddr) -> anyhow::Result<()> {
                     continue;
                 }
             };
-            let v: Vec<u64> = text
-                .split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            if let [pgs, objects, stored, alloc, cap] = v[..] {
-                let mib = |b: u64| b as f64 / (1 << 20) as f64;
-                println!(
-                    "osd.{osd:<4} {pgs:>6} {objects:>9} {:>12.1} {:>12.1} {:>12.1} {:>5.1}%",
-                    mib(stored),
-                    mib(alloc),
-                    mib(cap),
-                    100.0 * alloc as f64 / cap.max(1) as f64
-                );
-            }
+            let Some(u) = OsdUsage::parse(&text) else {
+                eprintln!("osd.{osd}: unreadable usage `{}`", text.trim());
+                continue;
+            };
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            println!(
+                "osd.{osd:<4} {:>6} {:>8} {:>9} {:>12.1} {:>12.1} {:>12.1} {:>5.1}%",
+                u.pgs,
+                u.primary,
+                u.objects,
+                mib(u.stored),
+                mib(u.allocated),
+                mib(u.capacity),
+                100.0 * u.allocated as f64 / u.capacity.max(1) as f64
+            );
         }
         Ok(())
     })
@@ -263,16 +301,11 @@ pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<(
     );
     let mut usage = [0u64; 3];
     for &osd in &osds {
-        if let Ok(t) = client.tell(osd, &["df".into()]).await {
-            let v: Vec<u64> = t
-                .split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            if let [_, _, stored, alloc, cap] = v[..] {
-                usage[0] += stored;
-                usage[1] += alloc;
-                usage[2] += cap;
-            }
+        let reply = client.tell(osd, &["df".into()]).await;
+        if let Some(u) = reply.ok().as_deref().and_then(OsdUsage::parse) {
+            usage[0] += u.stored;
+            usage[1] += u.allocated;
+            usage[2] += u.capacity;
         }
     }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
@@ -322,4 +355,38 @@ pub(crate) async fn counter_pair_totals(
         }
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `df` reply is read by key, in any order; a missing or non-numeric field is refused.
+    #[test]
+    fn usage_replies_parse_by_key_and_refuse_gaps() {
+        let u = OsdUsage::parse(
+            "primary=3 pgs=32 objects=7 internal=33 stored=10 allocated=4096 capacity=1048576\n",
+        )
+        .unwrap();
+        assert_eq!(
+            u,
+            OsdUsage {
+                pgs: 32,
+                primary: 3,
+                objects: 7,
+                stored: 10,
+                allocated: 4096,
+                capacity: 1048576
+            }
+        );
+        assert_eq!(
+            OsdUsage::parse("pgs=1 primary=1 objects=1 stored=1 allocated=1"),
+            None
+        );
+        assert_eq!(
+            OsdUsage::parse("pgs=x primary=1 objects=1 stored=1 allocated=1 capacity=1"),
+            None
+        );
+        assert_eq!(OsdUsage::parse("32 31 97 0 0 2080374784"), None);
+    }
 }

@@ -12,6 +12,7 @@ use cairn_mon::monitor::Request;
 use cairn_osd::{OsdConfig, OsdDaemon};
 use clap::Args;
 
+use crate::cluster_dir;
 use crate::mon_cmd::DEFAULT_MON;
 
 /// Worker threads of an OSD's runtime unless told (`cairn osd run --threads`): one. A request
@@ -390,7 +391,70 @@ fn check_room_for_devices(args: &UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the cluster and waits until every OSD is up and the pool exists.
+/// The daemons of one `cairn up` run: each either found running from before (a second `up`
+/// over a cluster some of whose daemons stopped or crashed starts only those) or started now;
+/// the `pids` file is rewritten after each, so that `cairn down` finds every one even when a
+/// later start fails.
+struct UpDaemons<'a> {
+    dir: &'a Path,
+    before: cluster_dir::PidsFile,
+    /// Pids in `cairn up`'s order: the monitor, each OSD, the S3 gateway.
+    pids: Vec<u32>,
+    /// Running daemons of the directory this run does not manage (more OSDs than `--osds`,
+    /// the gateway under `--no-s3`, daemons a test started), and those it manages but has not
+    /// reached yet: kept in the file, so that a start failing midway loses none of them.
+    others: Vec<u32>,
+    started: Vec<String>,
+    kept: Vec<String>,
+}
+
+impl<'a> UpDaemons<'a> {
+    fn new(dir: &'a Path) -> anyhow::Result<UpDaemons<'a>> {
+        let before = cluster_dir::read(dir)?;
+        let others = before.running.iter().map(|d| d.pid).collect();
+        Ok(UpDaemons {
+            dir,
+            before,
+            pids: Vec::new(),
+            others,
+            started: Vec::new(),
+            kept: Vec::new(),
+        })
+    }
+
+    /// The running daemon `name` from before, if any.
+    fn running(&self, name: &str) -> Option<u32> {
+        self.before.find(name).map(|d| d.pid)
+    }
+
+    /// Keeps daemon `name` when it runs, or starts it through `start` (which returns its pid).
+    fn ensure(
+        &mut self,
+        name: &str,
+        start: impl FnOnce() -> anyhow::Result<u32>,
+    ) -> anyhow::Result<u32> {
+        let pid = match self.running(name) {
+            Some(pid) => {
+                self.kept.push(name.to_string());
+                self.others.retain(|&p| p != pid);
+                pid
+            }
+            None => {
+                let pid = start()?;
+                self.started.push(name.to_string());
+                pid
+            }
+        };
+        self.pids.push(pid);
+        let all: Vec<u32> = self.pids.iter().chain(&self.others).copied().collect();
+        cluster_dir::write(self.dir, &all)?;
+        Ok(pid)
+    }
+}
+
+/// Starts the cluster and waits until every OSD is up and the pool exists. Over a directory
+/// whose cluster runs, it starts only the daemons that are not running (a crashed OSD, or
+/// all of them after a reboot left a stale `pids` file) and leaves the others as they are.
 pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     if args.osds == 0 {
         bail!("--osds must be at least 1");
@@ -398,13 +462,15 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     cairn_osd::sched::check_shard_count(args.op_shards)?;
     crate::runtime::check_threads(args.osd_threads, "--osd-threads")?;
     std::fs::create_dir_all(&args.dir)?;
-    let pids_path = args.dir.join("pids");
-    if pids_path.exists() {
-        bail!(
-            "{} exists: a cluster may be running there (cairn down --dir {})",
-            pids_path.display(),
-            args.dir.display()
-        );
+    let mut daemons = UpDaemons::new(&args.dir)?;
+    if let Some(pid) = daemons.running("mon") {
+        let listen = cluster_dir::command_line_value(pid, "--listen");
+        if let Some(listen) = listen.filter(|l| *l != args.mon.to_string()) {
+            bail!(
+                "the monitor of the cluster in {} runs on {listen} (pid {pid}): pass --mon {listen}",
+                args.dir.display()
+            );
+        }
     }
     check_room_for_devices(&args)?;
     let mon = args.mon.to_string();
@@ -421,8 +487,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     if args.metrics {
         mon_args.extend(["--metrics".into(), "127.0.0.1:0".into()]);
     }
-    let mut pids = vec![spawn(&args.dir, "mon", &mon_args)?];
-    std::fs::write(&pids_path, format!("{}\n", pids[0]))?;
+    daemons.ensure("mon", || spawn(&args.dir, "mon", &mon_args))?;
     // Prefilling writes every OSD's file once, all at once: allow 100 MiB/s in all.
     let prefill_s = match args.prefill {
         true => args.device_mib.saturating_mul(args.osds as u64) / 100,
@@ -469,9 +534,8 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             osd_args.push("--prefill".into());
         }
         osd_args.extend(args.osd_arg.iter().cloned());
-        pids.push(spawn(&args.dir, &format!("osd{i}"), &osd_args)?);
-        let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
-        std::fs::write(&pids_path, text)?;
+        let name = format!("osd{i}");
+        daemons.ensure(&name, || spawn(&args.dir, &name, &osd_args))?;
     }
     let rt = crate::runtime::command()?;
     rt.block_on(async {
@@ -501,8 +565,11 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         if !args.pool.is_empty() {
             let size = args.osds.min(3) as u32;
             let exists = client
-                .map()
-                .is_some_and(|m| m.placement.pool_named(&args.pool).is_some());
+                .wait_for_epoch(1, 10_000)
+                .await?
+                .placement
+                .pool_named(&args.pool)
+                .is_some();
             if !exists {
                 client
                     .op(
@@ -519,15 +586,27 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     if !args.no_s3 {
-        pids.push(crate::s3_cmd::start_for_up(
-            &args.dir,
-            args.mon,
-            args.s3,
-            args.metrics,
-            spawn,
-        )?);
-        let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
-        std::fs::write(&pids_path, text)?;
+        daemons.ensure("s3gw", || {
+            crate::s3_cmd::start_for_up(&args.dir, args.mon, args.s3, args.metrics, spawn)
+        })?;
+    }
+    if daemons.before.exists {
+        let list = |names: &[String]| match names.is_empty() {
+            true => "none".to_string(),
+            false => names.join(", "),
+        };
+        println!(
+            "{} held a cluster: already running: {}; started: {}",
+            args.dir.display(),
+            list(&daemons.kept),
+            list(&daemons.started)
+        );
+        if daemons.kept.iter().any(|n| n == "s3gw") {
+            println!(
+                "S3 gateway still running (keys in {})",
+                args.dir.join("s3-credentials").display()
+            );
+        }
     }
     println!(
         "cairn cluster up: monitor {} with {} OSDs, data in {}",
@@ -567,25 +646,29 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
 /// again after SIGKILL before it gives up.
 const DOWN_GRACE: Duration = Duration::from_secs(20);
 
-/// Stops every process `cairn up` started in `dir` and waits until each has exited, so that
-/// a `cairn up` right after finds every device file and map store unlocked.
+/// Stops every daemon `cairn up` started in `dir` and waits until each has exited, so that a
+/// `cairn up` right after finds every device file and map store unlocked. Pids in the file
+/// that are no daemon of `dir` any more (exited, or reused by another process after a crash
+/// or reboot) are left alone and named.
 pub fn run_down(args: DownArgs) -> anyhow::Result<()> {
-    let pids_path = args.dir.join("pids");
-    let text = std::fs::read_to_string(&pids_path).with_context(|| {
-        format!(
+    let pids = cluster_dir::read(&args.dir)?;
+    if !pids.exists {
+        bail!(
             "no running cluster in {} ({} missing)",
             args.dir.display(),
-            pids_path.display()
-        )
-    })?;
-    let pids: Vec<i32> = text
-        .lines()
-        .filter_map(|l| l.trim().parse::<i32>().ok())
-        .rev()
-        .collect();
-    let stopped = stop_processes(&pids)?;
-    std::fs::remove_file(&pids_path)?;
+            args.dir.join(cluster_dir::PIDS_FILE).display()
+        );
+    }
+    let running: Vec<i32> = pids.running.iter().rev().map(|d| d.pid as i32).collect();
+    let stopped = stop_processes(&running)?;
+    std::fs::remove_file(args.dir.join(cluster_dir::PIDS_FILE))?;
     println!("stopped {stopped} processes");
+    if !pids.gone.is_empty() {
+        println!(
+            "left alone: pids {:?} (no longer daemons of this cluster)",
+            pids.gone
+        );
+    }
     Ok(())
 }
 
@@ -614,7 +697,7 @@ pub(crate) fn stop_processes(pids: &[i32]) -> anyhow::Result<usize> {
     Ok(stopped.len())
 }
 
-/// Polls until every pid in `pids` has exited (or is a zombie, which holds no locks or files)
+/// Polls until every pid in `pids` has exited (a zombie with no thread left holds no locks or files)
 /// or `grace` passes; returns those still running.
 fn wait_for_exit(pids: &[i32], grace: Duration) -> Vec<i32> {
     let deadline = Instant::now() + grace;
@@ -627,8 +710,10 @@ fn wait_for_exit(pids: &[i32], grace: Duration) -> Vec<i32> {
     }
 }
 
-/// Whether process `pid` exists and is not a zombie, read from `/proc/PID/stat` (its state is
-/// the first field after the parenthesised command name).
+/// Whether process `pid` still exists as more than a zombie, read from `/proc/PID/stat` (its
+/// state is the first field after the parenthesised command name). A zombie thread-group
+/// leader whose other threads are still exiting counts as running: the process's files, and
+/// so the locks on its store and map, close only when its last thread is gone.
 pub(crate) fn is_running(pid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
@@ -636,5 +721,9 @@ pub(crate) fn is_running(pid: i32) -> bool {
     let state = stat
         .rsplit_once(')')
         .and_then(|(_, rest)| rest.split_whitespace().next());
-    !matches!(state, Some("Z") | Some("X") | None)
+    match state {
+        None | Some("X") => false,
+        Some("Z") => std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|t| t.count() > 1),
+        Some(_) => true,
+    }
 }

@@ -4,6 +4,7 @@
 mod admin_cmd;
 mod cache_cmd;
 mod cluster_cmd;
+mod cluster_dir;
 mod crush_cmd;
 mod crush_placement;
 mod data_cmd;

@@ -211,12 +211,16 @@ fn wall_clock() -> String {
     )
 }
 
-/// Objects in all OSDs' stores together (each one's `df`), `None` while one does not answer.
+/// Objects in all OSDs' stores together, client and internal (each one's `df`: `objects=N
+/// internal=N ...`), `None` while one does not answer.
 async fn objects_held(client: &Client) -> Option<usize> {
     let mut sum = 0;
     for osd in 0..OSDS as i32 {
         let df = client.tell(osd, &["df".into()]).await.ok()?;
-        sum += df.split_whitespace().nth(1)?.parse::<usize>().ok()?;
+        for key in ["objects=", "internal="] {
+            let n = df.split_whitespace().find_map(|f| f.strip_prefix(key))?;
+            sum += n.parse::<usize>().ok()?;
+        }
     }
     Some(sum)
 }

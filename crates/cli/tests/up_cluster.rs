@@ -119,10 +119,18 @@ fn up_put_get_bench_down() {
         measured_ids, measured_logs,
         "capacities in force vs measurements logged"
     );
-    let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon]);
+    // A second `up` over the running cluster starts nothing and keeps every daemon; one
+    // naming another monitor address is refused.
+    let (ok, out) = cluster.up(&mon, &["--device-mib", "1024", "--pg-num", "32"]);
     assert!(
-        !ok && out.contains("exists"),
-        "a second `up` in the same directory must refuse: {out}"
+        ok && out.contains("already running: mon, osd0, osd1, osd2; started: none"),
+        "{out}"
+    );
+    let other_mon = format!("127.0.0.1:{}", free_port());
+    let (ok, out) = cluster.up(&other_mon, &[]);
+    assert!(
+        !ok && out.contains(&format!("runs on {mon}")),
+        "a second `up` with another monitor address must refuse: {out}"
     );
     let payload = dir.join("payload.bin");
     let data: Vec<u8> = (0..1_000_003u32)
@@ -267,6 +275,25 @@ fn up_put_get_bench_down() {
         &payload.display().to_string(),
     ]);
     assert!(ok, "{out}");
+    // `osd df`: with size 3 on three OSDs each holds every PG and every client object `ls`
+    // lists (the kept bench objects, the bench's metadata, `kept`), the PGs' meta objects left
+    // out; each PG has one leader.
+    let (ok, out) = cairn(&["ls", "--mon", &mon, "-p", "data"]);
+    assert!(ok, "{out}");
+    let objects = out.lines().count().to_string();
+    let (ok, out) = cairn(&["osd", "--mon", &mon, "df"]);
+    assert!(ok, "{out}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.starts_with("osd."))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for row in &rows {
+        assert_eq!((row[1], row[3]), ("32", objects.as_str()), "{out}");
+    }
+    let led: u64 = rows.iter().map(|r| r[2].parse::<u64>().unwrap()).sum();
+    assert_eq!(led, 32, "{out}");
     // The daemons' log events reach their log files.
     let osd_log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
     assert!(
@@ -275,8 +302,80 @@ fn up_put_get_bench_down() {
             .any(|l| l.contains("INFO") && l.contains("osd up")),
         "{osd_log}"
     );
+    // An OSD killed with -9 is started again by `up`, alone; a pid in the file that is no
+    // daemon of the cluster (a reused pid) is neither taken for one nor signalled by `down`.
+    let pids = cluster.pids();
+    common::signal("-9", pids[2]);
+    // Until the killed process is a zombie with no thread left (or gone): before that it
+    // still counts as running.
+    let exited = |pid: u32| match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                == Some("Z")
+                && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count()) <= 1
+        }
+    };
+    while !exited(pids[2]) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut stranger = std::process::Command::new("sleep")
+        .arg("60")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let list_stranger = || {
+        let mut listed = std::fs::read_to_string(dir.join("pids")).unwrap();
+        listed.push_str(&format!("{}\n", stranger.id()));
+        std::fs::write(dir.join("pids"), listed).unwrap();
+    };
+    list_stranger();
+    let (ok, out) = cluster.up(&mon, &["--device-mib", "1024", "--pg-num", "32"]);
+    assert!(
+        ok && out.contains("already running: mon, osd0, osd2; started: osd1"),
+        "{out}"
+    );
+    assert_eq!(cluster.pids().len(), 4, "`up` lists its four daemons only");
+    list_stranger();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (ok, out) = cairn(&["status", "--mon", &mon]);
+        if ok && out.contains("HEALTH_OK") && out.contains("3 up, 3 in") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the restarted OSD did not rejoin: {out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let (ok, out) = cairn(&[
+        "get",
+        "--mon",
+        &mon,
+        "-p",
+        "data",
+        "kept",
+        &back.display().to_string(),
+    ]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        crc_fast::crc32_iscsi(&std::fs::read(&back).unwrap()),
+        crc_fast::crc32_iscsi(&data)
+    );
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
+    assert!(
+        out.contains(&format!("left alone: pids [{}]", stranger.id())),
+        "{out}"
+    );
+    assert!(
+        stranger.try_wait().unwrap().is_none(),
+        "`down` must not signal a process that is no daemon of the cluster"
+    );
+    stranger.kill().unwrap();
+    stranger.wait().unwrap();
     // Each OSD took the SIGTERM as a request to stop: its ops ended and its store closed.
     for n in ["osd0", "osd1", "osd2"] {
         let log = std::fs::read_to_string(dir.join(format!("{n}.log"))).unwrap_or_default();

@@ -170,18 +170,26 @@ fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
     Ok(format!("{key} set; scheduler policy is now {name}\n"))
 }
 
-/// Usage as `pgs objects stored_bytes allocated_bytes capacity_bytes` (PGs it leads).
+/// Usage as `key=value` pairs: `pgs` (PG copies held, led or not), `primary` (PGs led),
+/// `objects` (client objects), `internal` (PG meta and temporary objects; -1 when they could
+/// not be listed), `stored`, `allocated` and `capacity` (bytes).
 async fn df(s: &Shared) -> String {
     let st = s.store.stats().await;
-    let pgs = s
-        .pgs
-        .all()
+    let pgs = s.pgs.all();
+    let primary = pgs
         .iter()
         .filter(|p| p.status() != PgStatus::Replica)
         .count();
+    let (objects, internal) = match crate::objects::count_internal(&s.store).await {
+        Ok(n) => (st.objects.saturating_sub(n), n as i64),
+        Err(_) => (st.objects, -1),
+    };
     format!(
-        "{pgs} {} {} {} {}\n",
-        st.objects, st.stored_bytes, st.allocated_bytes, st.capacity_bytes
+        "pgs={} primary={primary} objects={objects} internal={internal} stored={} allocated={} capacity={}\n",
+        pgs.len(),
+        st.stored_bytes,
+        st.allocated_bytes,
+        st.capacity_bytes
     )
 }
 

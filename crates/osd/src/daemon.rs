@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cairn_blockdev::{
@@ -26,7 +26,7 @@ use cairn_proto::{
     MSG_PING, MSG_PING_REPLY,
 };
 use cairn_qos::{CostModel, DeviceCapacity, PolicyConfig, QosClass};
-use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig};
+use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig, StoreError};
 use tokio::sync::Semaphore;
 
 use crate::error::OsdError;
@@ -238,6 +238,12 @@ pub const DEFAULT_DEEP_SCRUB_INTERVAL_S: u64 = 7 * 24 * 3600;
 
 /// Size of each write of zeros when prefilling a device file.
 const PREFILL_CHUNK_BYTES: u64 = 8 << 20;
+/// How long an OSD waits, retrying every [`STORE_LOCK_RETRY`], for its store's lock held by
+/// another process: an instance of the same OSD killed a moment before (a crash, `kill -9`,
+/// a supervisor's restart) holds it until its last thread has exited.
+const STORE_LOCK_WAIT: Duration = Duration::from_secs(15);
+/// Pause between two tries to mount a locked store.
+const STORE_LOCK_RETRY: Duration = Duration::from_millis(100);
 /// How often the store's counters are copied for the metrics page.
 const STORE_STATS_EVERY: Duration = Duration::from_secs(1);
 
@@ -289,7 +295,20 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
     if fresh {
         Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &store_cfg).await?;
     }
-    Ok(Store::mount(dev, KvLocation::File(kv), store_cfg).await?)
+    let locked_since = Instant::now();
+    let mut warned = false;
+    loop {
+        match Store::mount(dev.clone(), KvLocation::File(kv.clone()), store_cfg.clone()).await {
+            Err(StoreError::Locked(path)) if locked_since.elapsed() < STORE_LOCK_WAIT => {
+                if !warned {
+                    tracing::warn!(kv = %path, "store locked by another process (an instance of this OSD still exiting?): waiting up to {STORE_LOCK_WAIT:?}");
+                    warned = true;
+                }
+                tokio::time::sleep(STORE_LOCK_RETRY).await;
+            }
+            mounted => return Ok(mounted?),
+        }
+    }
 }
 
 /// Refuses a byte-size setting outside `[min, max.0]`; `max.1` says where the maximum comes from.

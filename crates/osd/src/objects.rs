@@ -294,6 +294,30 @@ pub async fn list_all(store: &Store, coll: &str) -> Result<Vec<String>, OsdError
     }
 }
 
+/// Internal objects (names starting with NUL: each PG's meta object, transfers' temporary
+/// objects) in every collection of `store`: what an OSD's usage leaves out of its object count.
+pub async fn count_internal(store: &Store) -> Result<u64, StoreError> {
+    const PAGE: usize = 64;
+    let mut internal = 0u64;
+    for coll in store.list_collections().await? {
+        let mut after: Option<String> = None;
+        loop {
+            let names = match store.list_objects(&coll, after.as_deref(), PAGE).await {
+                Ok(n) => n,
+                Err(StoreError::NoSuchCollection(_)) => break,
+                Err(e) => return Err(e),
+            };
+            let hidden = names.iter().take_while(|n| n.starts_with('\0')).count();
+            internal += hidden as u64;
+            if hidden < PAGE {
+                break;
+            }
+            after = names.last().cloned();
+        }
+    }
+    Ok(internal)
+}
+
 /// Listings start after this name: every internal object (the PG's meta object, transfers'
 /// temporary objects: names starting with NUL) sorts before it, every client name (no NUL)
 /// after it.

@@ -43,12 +43,13 @@ impl PolicyConfig {
         }
     }
 
-    /// The default config of the policy called `name`.
+    /// The default config of the policy called `name`; Ceph's value of `osd_op_queue` for
+    /// mClock, `mclock_scheduler`, names it too, so an operator's Ceph habit works.
     pub fn by_name(name: &str) -> Result<PolicyConfig, QosError> {
         Ok(match name {
             "fifo" => PolicyConfig::Fifo,
             "wpq" => PolicyConfig::Wpq(WpqConfig::default()),
-            "mclock" => PolicyConfig::Mclock(MClockConfig::default()),
+            "mclock" | "mclock_scheduler" => PolicyConfig::Mclock(MClockConfig::default()),
             "crrn" => PolicyConfig::Crrn(CrrnConfig::default()),
             "orr" => PolicyConfig::Orr(BatchConfig::default()),
             "trr" => PolicyConfig::Trr(BatchConfig::default()),
@@ -438,6 +439,10 @@ mod tests {
     #[test]
     fn configs_parse_by_name_and_from_toml_with_typed_errors() {
         assert_eq!(PolicyConfig::by_name("fifo").unwrap(), PolicyConfig::Fifo);
+        assert_eq!(
+            PolicyConfig::by_name("mclock_scheduler").unwrap(),
+            PolicyConfig::by_name("mclock").unwrap()
+        );
         assert!(matches!(
             PolicyConfig::by_name("cfq"),
             Err(QosError::UnknownPolicy(_))

@@ -6,7 +6,7 @@ use thiserror::Error;
 #[derive(Debug, Error, PartialEq)]
 pub enum QosError {
     /// A policy name that no policy answers to.
-    #[error("unknown policy `{0}` (expected fifo, wpq, mclock, crrn, orr, trr or tbf)")]
+    #[error("unknown policy `{0}` (expected fifo, wpq, mclock (or Ceph's mclock_scheduler), crrn, orr, trr or tbf)")]
     UnknownPolicy(String),
     /// A profile name that is not a known mClock profile.
     #[error("unknown mclock profile `{0}` (expected high_client_ops, balanced, high_recovery_ops or custom)")]

@@ -82,6 +82,10 @@ pub enum StoreError {
     /// data was being written early; nothing of it is applied.
     #[error("transaction not applied: {0}")]
     Cancelled(String),
+    /// The metadata KV file is locked by another process: another instance of this store is
+    /// running on it, or is still exiting. Nothing was opened; mounting again later may work.
+    #[error("metadata KV {0} is locked by another process (the store is open elsewhere, or its last user is still exiting)")]
+    Locked(String),
     /// The store configuration or device geometry is invalid, or device and KV do not match.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -368,7 +368,13 @@ fn open_db(
                 .truncate(false)
                 .open(&path)
                 .map_err(|e| StoreError::Config(format!("kv {}: {e}", path.display())))?;
-            Box::new(crate::paced::PacedFileBackend::new(file).map_err(kv)?)
+            match crate::paced::PacedFileBackend::new(file) {
+                Ok(backend) => Box::new(backend),
+                Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                    return Err(StoreError::Locked(path.display().to_string()))
+                }
+                Err(e) => return Err(kv(e)),
+            }
         }
         KvLocation::Backend(b) => b,
     };

@@ -428,6 +428,18 @@ async fn file_backed_store_round_trip() {
             pattern(4, 300_000)[4096..104_096].to_vec()
         );
     }
+    // A second mount of the same KV while the store is open is refused as locked (a typed
+    // error a restarting daemon can wait on), and the open store goes on unharmed.
+    let second = Store::mount(dev.clone(), KvLocation::File(kv_path.clone()), cfg()).await;
+    assert!(
+        matches!(&second, Err(StoreError::Locked(p)) if p.ends_with("dev.kv")),
+        "{:?}",
+        second.err()
+    );
+    assert_eq!(
+        s.read("p", "o", 0, 300_000).await.unwrap(),
+        pattern(4, 300_000)
+    );
     Arc::try_unwrap(s).unwrap().umount().await.unwrap();
     let s = Store::mount(dev, KvLocation::File(kv_path), cfg())
         .await

@@ -1,0 +1,160 @@
+//! The daemons `cairn up` started in a cluster directory, found again from its `pids` file.
+//!
+//! Every daemon `cairn up` starts (and every one a test or `cairn study` starts there) writes
+//! its standard output to `DIR/NAME.log`. A pid from the file therefore counts as that
+//! directory's daemon `NAME` only while the process runs and its standard output is still that
+//! log: after a reboot or a crash the pid may belong to an unrelated process, which must never
+//! be signalled by `cairn down` nor taken for a running monitor or OSD by `cairn up`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// Name of the file, inside a cluster directory, that lists the pids of its daemons (the
+/// monitor's first, then each OSD's in start order, then the S3 gateway's and any other).
+pub(crate) const PIDS_FILE: &str = "pids";
+
+/// One running daemon of a cluster directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RunningDaemon {
+    /// Its log's name without `.log`: `mon`, `osd0`, `s3gw`, ...
+    pub name: String,
+    /// Its process id.
+    pub pid: u32,
+}
+
+/// What a cluster directory's `pids` file says, checked against the running processes.
+#[derive(Debug, Default)]
+pub(crate) struct PidsFile {
+    /// Whether the file exists.
+    pub exists: bool,
+    /// The daemons of the directory still running, in the file's order.
+    pub running: Vec<RunningDaemon>,
+    /// Pids in the file that are no daemon of the directory any more (exited, or reused).
+    pub gone: Vec<u32>,
+}
+
+impl PidsFile {
+    /// The running daemon called `name`, if any.
+    pub fn find(&self, name: &str) -> Option<&RunningDaemon> {
+        self.running.iter().find(|d| d.name == name)
+    }
+}
+
+/// Reads `dir`'s `pids` file (a missing file is an empty one) and sorts its pids into the
+/// directory's running daemons and the rest.
+pub(crate) fn read(dir: &Path) -> anyhow::Result<PidsFile> {
+    let path = dir.join(PIDS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PidsFile::default()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let dir = canonical(dir)?;
+    let mut file = PidsFile {
+        exists: true,
+        ..PidsFile::default()
+    };
+    for pid in text.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+        match daemon_name(&dir, pid) {
+            Some(name) => file.running.push(RunningDaemon { name, pid }),
+            None => file.gone.push(pid),
+        }
+    }
+    Ok(file)
+}
+
+/// Writes `pids` as `dir`'s `pids` file, one per line.
+pub(crate) fn write(dir: &Path, pids: &[u32]) -> anyhow::Result<()> {
+    let path = dir.join(PIDS_FILE);
+    let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The value following `flag` on process `pid`'s command line, if it has one.
+pub(crate) fn command_line_value(pid: u32, flag: &str) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned());
+    args.find(|a| a == flag)?;
+    args.next()
+}
+
+fn canonical(dir: &Path) -> anyhow::Result<PathBuf> {
+    dir.canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))
+}
+
+/// The daemon name of process `pid` when it runs with its standard output on a log file
+/// directly inside `dir` (canonical); `None` for an exited process, a zombie, or any other.
+fn daemon_name(dir: &Path, pid: u32) -> Option<String> {
+    if !crate::cluster_cmd::is_running(pid as i32) {
+        return None;
+    }
+    let out = std::fs::read_link(format!("/proc/{pid}/fd/1")).ok()?;
+    if out.parent()? != dir {
+        return None;
+    }
+    out.file_name()?
+        .to_str()?
+        .strip_suffix(".log")
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    /// A process logging into the directory is its daemon; one logging elsewhere (a reused
+    /// pid), an exited one and garbage lines are not; a missing file is empty.
+    #[test]
+    fn only_processes_logging_into_the_directory_count_as_its_daemons() {
+        let dir = std::env::temp_dir().join(format!("cairn-piddir-{}", std::process::id()));
+        let other = dir.join("elsewhere");
+        std::fs::create_dir_all(&other).unwrap();
+        assert!(!read(&dir).unwrap().exists);
+        let sleeper = |log: &Path| {
+            Command::new("sleep")
+                .arg("30")
+                .stdin(Stdio::null())
+                .stdout(std::fs::File::create(log).unwrap())
+                .spawn()
+                .unwrap()
+        };
+        let mut ours = sleeper(&dir.join("osd1.log"));
+        let mut foreign = sleeper(&other.join("osd2.log"));
+        let mut exited = Command::new("true").spawn().unwrap();
+        exited.wait().unwrap();
+        std::fs::write(
+            dir.join(PIDS_FILE),
+            format!(
+                "{}\nnot a pid\n{}\n{}\n",
+                ours.id(),
+                foreign.id(),
+                exited.id()
+            ),
+        )
+        .unwrap();
+        let file = read(&dir).unwrap();
+        assert!(file.exists);
+        assert_eq!(
+            file.running,
+            vec![RunningDaemon {
+                name: "osd1".into(),
+                pid: ours.id()
+            }]
+        );
+        assert_eq!(file.gone, vec![foreign.id(), exited.id()]);
+        assert_eq!(file.find("osd1").map(|d| d.pid), Some(ours.id()));
+        assert_eq!(command_line_value(ours.id(), "sleep"), Some("30".into()));
+        assert_eq!(command_line_value(ours.id(), "--listen"), None);
+        ours.kill().unwrap();
+        foreign.kill().unwrap();
+        ours.wait().unwrap();
+        foreign.wait().unwrap();
+        assert!(read(&dir).unwrap().running.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
