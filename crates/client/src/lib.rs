@@ -81,8 +81,20 @@ enum Target<'a> {
 /// verified it on arrival.
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<(ReplyHeader, Bytes, u32)>>>>;
 
-/// (map epoch, pool id, PG, primary id, address and incarnation (up_from) if one is up).
-type Location = (u64, i64, PgId, Option<(i32, String, u64)>);
+/// Where an operation goes, by the client's map.
+struct Location {
+    /// The map's epoch.
+    epoch: u64,
+    /// The pool's id.
+    pool: i64,
+    /// The object's PG.
+    pg: PgId,
+    /// The primary's id, address and incarnation (up_from), if one is up.
+    primary: Option<(i32, String, u64)>,
+    /// Why the PG cannot serve, by the map: fewer copies up than the pool's min_size (the
+    /// OSDs hold such requests until more come up, as Ceph's do).
+    inactive: Option<String>,
+}
 
 /// A connection to a cairn cluster.
 pub struct Client {
@@ -441,18 +453,30 @@ impl Client {
                 seed: *seed,
             },
         };
-        let primary = self
-            .mappings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(map.epoch, &map.placement, pg)
+        let mut mappings = self.mappings.lock().unwrap_or_else(|p| p.into_inner());
+        let mapping = mappings.get(map.epoch, &map.placement, pg);
+        let primary = mapping
+            .as_ref()
             .and_then(|m| m.acting_primary())
             .and_then(|o| {
                 map.osds
                     .get(&o)
                     .map(|e| (o, e.addr.clone(), e.up_from.unwrap_or(0)))
             });
-        Ok((map.epoch, p.id, pg, primary))
+        let up = mapping.as_ref().map_or(0, |m| m.acting.len());
+        let inactive = (up < p.min_size as usize).then(|| {
+            format!(
+                "pg {pg} has {up} of min_size {} copies up at epoch {}: it serves nothing until more of its OSDs are up",
+                p.min_size, map.epoch
+            )
+        });
+        Ok(Location {
+            epoch: map.epoch,
+            pool: p.id,
+            pg,
+            primary,
+            inactive,
+        })
     }
 
     /// Waits for the answer in `rx`, or until a map newer than `epoch` (the one the operation
@@ -474,7 +498,7 @@ impl Client {
             let now = maps.borrow_and_update().as_ref().map_or(seen, |m| m.epoch);
             if now != seen {
                 seen = now;
-                let primary = self.locate(pool, target).ok().and_then(|l| l.3);
+                let primary = self.locate(pool, target).ok().and_then(|l| l.primary);
                 if primary.as_ref().map(|(o, a, u)| (*o, a.as_str(), *u)) != Some(sent_to) {
                     return None;
                 }
@@ -559,7 +583,13 @@ impl Client {
         let mut last = String::from("no attempt");
         let mut map_rx = self.map.clone();
         while Instant::now() < deadline {
-            let (epoch, pool_id, pg, primary) = self.locate(pool, &target)?;
+            let Location {
+                epoch,
+                pool: pool_id,
+                pg,
+                primary,
+                inactive,
+            } = self.locate(pool, &target)?;
             let attempt = async {
                 let (osd, addr, up_from) = primary.ok_or_else(|| "no primary up".to_string())?;
                 let sender = self.session(osd, &addr).await?;
@@ -616,7 +646,12 @@ impl Client {
                     OpResult::Damaged(why) => return Err(ClientError::Damaged(why.clone())),
                     other => last = format!("{other:?} at epoch {}", h.epoch),
                 },
-                Err(e) => last = e,
+                Err(e) => {
+                    last = match inactive {
+                        Some(why) => format!("{e}: {why}"),
+                        None => e,
+                    }
+                }
             }
             // Wait for a newer map, or back off briefly, before resending.
             let _ = tokio::time::timeout(Duration::from_millis(200), map_rx.changed()).await;

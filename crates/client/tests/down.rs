@@ -266,3 +266,35 @@ async fn peering_gives_up_on_a_past_copy_the_map_shows_down() {
     }
     common::stop(c).await;
 }
+
+/// An operation on a PG with fewer copies up than min_size waits (the OSDs hold it, as
+/// Ceph's do) and, when the client gives up, its error says why from the client's map
+/// instead of only that the primary did not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_below_min_size_times_out_saying_why() {
+    let mut c = common::cluster("belowmin", 4, 128 << 20).await;
+    let admin = MonClient::connect(c.mon.addr(), 96).await;
+    c.client
+        .write_full("data", "obj", b"three copies")
+        .await
+        .unwrap();
+    let up = common::placement_of(&c, "obj").1;
+    for osd in &up[1..] {
+        stop_osd(&mut c, &admin, *osd).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while up[1..].iter().any(|o| c.client.map().unwrap().osds[o].up) {
+        assert!(
+            Instant::now() < deadline,
+            "the stopped OSDs never went down"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.client.op_timeout_ms = 2_000;
+    match c.client.write_full("data", "obj", b"one copy").await {
+        Err(cairn_client::ClientError::Timeout { last, .. }) => {
+            assert!(last.contains("has 1 of min_size 2 copies up"), "{last}")
+        }
+        other => panic!("a write below min_size must time out: {other:?}"),
+    }
+}

@@ -109,7 +109,7 @@ impl MonClient {
             .map_err(|_| MonError::Unreachable(format!("no reply within {timeout_ms} ms")))?
             .map_err(|_| MonError::Unreachable("the connection closed".into()))?;
         match &reply.error {
-            Some(e) => Err(MonError::Invalid(e.clone())),
+            Some(e) => Err(MonError::Refused(e.clone())),
             None => Ok(reply),
         }
     }

@@ -22,6 +22,10 @@ pub enum MonError {
     /// The request is invalid.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The monitor refused a client's request; its own message says why (it already names
+    /// the kind of refusal, so nothing is added in front).
+    #[error("{0}")]
+    Refused(String),
     /// The monitor could not be reached or did not answer in time (the request may or may not
     /// have been applied).
     #[error("monitor unreachable: {0}")]
