@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,13 +63,29 @@ async fn connect(t: &Target) -> anyhow::Result<Client> {
         .with_context(|| format!("connecting to the monitor at {}", t.mon))
 }
 
-/// Stores a file as an object.
+/// Refuses `bytes` of data for one object when one operation cannot carry them, naming `what`.
+fn check_object_bytes(bytes: u64, what: &str) -> anyhow::Result<()> {
+    let max = cairn_client::max_op_data_bytes();
+    if bytes > max as u64 {
+        bail!("{what} is {bytes} bytes, past the {max} one operation carries (one object per command; the OSDs allow 32 MiB objects by default)");
+    }
+    Ok(())
+}
+
+/// Stores a file as an object (refused before reading when it is larger than one operation
+/// carries; standard input is read up to that much and refused past it).
 pub fn put(a: PutArgs) -> anyhow::Result<()> {
+    let max = cairn_client::max_op_data_bytes() as u64;
     let data = if a.file.as_os_str() == "-" {
         let mut v = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut v)?;
+        std::io::Read::read_to_end(&mut std::io::Read::take(std::io::stdin(), max + 1), &mut v)?;
+        check_object_bytes(v.len() as u64, "standard input")?;
         v
     } else {
+        let len = std::fs::metadata(&a.file)
+            .with_context(|| format!("reading {}", a.file.display()))?
+            .len();
+        check_object_bytes(len, &a.file.display().to_string())?;
         std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?
     };
     crate::runtime::command()?.block_on(async {
@@ -99,13 +115,13 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Deletes an object.
+/// Deletes an object; one that does not exist is an error, as with `rados rm` (the
+/// library's remove itself succeeds on a missing object, so that a resent remove does too).
 pub fn rm(a: NameArgs) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
-        Ok(connect(&a.target)
-            .await?
-            .remove(&a.target.pool, &a.name)
-            .await?)
+        let client = connect(&a.target).await?;
+        client.stat(&a.target.pool, &a.name).await?;
+        Ok(client.remove(&a.target.pool, &a.name).await?)
     })
 }
 
@@ -198,10 +214,24 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// Runs the benchmark and prints rados-bench-like totals plus latency percentiles.
+/// Most operations `cairn bench` keeps in flight (explicit limit; rados bench's default is 16).
+const MAX_BENCH_IN_FLIGHT: usize = 4096;
+
+/// Runs the benchmark and prints rados-bench-like totals plus latency percentiles. A write
+/// run that fails (an OSD out of space, a timeout) stops every writer and still removes what
+/// it wrote, unless `--no-cleanup`, before it reports the error.
 pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.threads == 0 || a.seconds == 0 {
         bail!("seconds and --concurrent-ios must be at least 1");
+    }
+    if a.threads > MAX_BENCH_IN_FLIGHT {
+        bail!(
+            "--concurrent-ios {} is past the limit of {MAX_BENCH_IN_FLIGHT}",
+            a.threads
+        );
+    }
+    if a.mode == Mode::Write {
+        check_object_bytes(a.block_size as u64, "--block-size")?;
     }
     crate::runtime::build(a.client_threads, "--client-threads")?.block_on(async {
         let client = Arc::new(connect(&a.target).await?);
@@ -237,11 +267,12 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         let next = Arc::new(AtomicU64::new(0));
         let done_ops = Arc::new(AtomicU64::new(0));
         let bytes = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
         let stop_at = started + Duration::from_secs(a.seconds);
         let mut workers = Vec::new();
         for w in 0..a.threads {
-            let (client, pool, block, next, done_ops, bytes, prefix) = (
+            let (client, pool, block, next, done_ops, bytes, prefix, failed) = (
                 client.clone(),
                 pool.clone(),
                 block.clone(),
@@ -249,12 +280,13 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 done_ops.clone(),
                 bytes.clone(),
                 prefix.clone(),
+                failed.clone(),
             );
             let mode = a.mode;
             workers.push(tokio::spawn(async move {
                 let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (w as u64);
                 let mut lat = Vec::new();
-                while Instant::now() < stop_at {
+                while Instant::now() < stop_at && !failed.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let t0 = Instant::now();
                     let moved = match mode {
@@ -281,7 +313,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                                 .map(|d| d.len())
                         }
                     };
-                    let moved = moved?;
+                    let moved = moved.inspect_err(|_| failed.store(true, Ordering::Relaxed))?;
                     lat.push(t0.elapsed().as_secs_f64() * 1000.0);
                     done_ops.fetch_add(1, Ordering::Relaxed);
                     bytes.fetch_add(moved as u64, Ordering::Relaxed);
@@ -309,10 +341,23 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             }
         });
         let mut l = Vec::new();
+        let mut first_error = None;
         for w in workers {
-            l.extend(w.await??);
+            match w.await? {
+                Ok(lat) => l.extend(lat),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
         progress.abort();
+        if let Some(e) = first_error {
+            let written = next.load(Ordering::Relaxed);
+            if a.mode == Mode::Write && !a.no_cleanup {
+                remove_bench_objects(&client, &pool, &prefix, written, a.threads).await?;
+            }
+            return Err(e.context(format!("bench stopped after {} ops", l.len())));
+        }
         let secs = started.elapsed().as_secs_f64();
         l.sort_by(f64::total_cmp);
         let total = bytes.load(Ordering::Relaxed);

@@ -529,3 +529,62 @@ fn total_ops(out: &str) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no total ops in {out}"))
 }
+
+/// Bad and oversized input to the data commands is refused before anything is built or sent,
+/// `rm` of a missing object is an error (as `rados rm`), and a bench write run that fills
+/// the cluster stops, removes every object it wrote, and reports the failure.
+#[test]
+fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
+    let mon = format!("127.0.0.1:{}", free_port());
+    let cluster = Cluster::new("bench-full");
+    let d = cluster.arg();
+    let (ok, out) = cluster.up(
+        &mon,
+        &["--osds", "1", "--device-mib", "96", "--pg-num", "8"],
+    );
+    assert!(ok, "{out}");
+    let bench = |args: &[&str]| {
+        let mut all = vec!["bench", "--mon", &mon, "-p", "data"];
+        all.extend_from_slice(args);
+        cairn(&all)
+    };
+    let (ok, out) = bench(&["1", "write", "-b", "99999999999"]);
+    assert!(
+        !ok && out.contains("--block-size is 99999999999 bytes, past"),
+        "{out}"
+    );
+    let (ok, out) = bench(&["1", "write", "-t", "5000"]);
+    assert!(!ok && out.contains("past the limit of 4096"), "{out}");
+    let big = cluster.dir.join("big.bin");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(100 << 20)
+        .unwrap();
+    let (ok, out) = cairn(&[
+        "put",
+        "--mon",
+        &mon,
+        "-p",
+        "data",
+        "big",
+        &big.display().to_string(),
+    ]);
+    assert!(!ok && out.contains("bytes, past the"), "{out}");
+    let (ok, out) = cairn(&["rm", "--mon", &mon, "-p", "data", "missing"]);
+    assert!(!ok && out.contains("no object `missing`"), "{out}");
+    // 4 MiB objects for up to 60 s into a 96 MiB device: the OSD fills and refuses.
+    let (ok, out) = bench(&["60", "write", "-t", "4"]);
+    assert!(
+        !ok && out.contains("bench stopped after") && out.contains("out of space"),
+        "{out}"
+    );
+    assert!(out.contains("Removed "), "{out}");
+    let (ok, out) = cairn(&["ls", "--mon", &mon, "-p", "data"]);
+    assert!(
+        ok && out.trim().is_empty(),
+        "the failed run left objects: {out}"
+    );
+    let (ok, out) = cairn(&["down", "--dir", &d]);
+    assert!(ok, "{out}");
+    drop(cluster);
+}

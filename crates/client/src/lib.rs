@@ -664,6 +664,18 @@ impl Client {
     }
 }
 
+/// Room kept in a frame for an operation's header (object name up to 1000 bytes, kind,
+/// request id) beside its data.
+const OP_HEADER_ROOM_BYTES: usize = 64 << 10;
+
+/// Most data bytes one operation can carry: what one frame of the client's sessions holds
+/// (the messenger's default `max_payload_bytes`) less room for the header. Commands check
+/// their input against it before reading or building that much data; an OSD may allow less
+/// (its `max_object_bytes`, 32 MiB by default) and says so when it refuses.
+pub fn max_op_data_bytes() -> usize {
+    (Limits::default().max_payload_bytes as usize).saturating_sub(OP_HEADER_ROOM_BYTES)
+}
+
 /// Longest one attempt of an operation waits for its answer before it is resent (unless a new
 /// map names another primary first).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
