@@ -316,15 +316,26 @@ pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<(
         mib(usage[2])
     );
     let a = io_totals(&client, &osds).await;
+    let ra = counter_pair_totals(&client, &osds, "recovery").await;
     let t0 = std::time::Instant::now();
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let b = io_totals(&client, &osds).await;
+    let rb = counter_pair_totals(&client, &osds, "recovery").await;
     let dt = t0.elapsed().as_secs_f64();
-    println!(
-        "  io: {:.0} op/s, {:.1} MB/s (client ops served by primaries, last second)",
-        (b.0.saturating_sub(a.0)) as f64 / dt,
-        (b.1.saturating_sub(a.1)) as f64 / dt / 1e6
-    );
+    let rate = |a: (u64, u64), b: (u64, u64)| {
+        (
+            b.0.saturating_sub(a.0) as f64 / dt,
+            b.1.saturating_sub(a.1) as f64 / dt / 1e6,
+        )
+    };
+    let (ops, mb) = rate(a, b);
+    println!("  io: {ops:.0} op/s, {mb:.1} MB/s (client ops served by primaries, last second)");
+    let (objects, mb) = rate(ra, rb);
+    if unclean > 0 || objects > 0.0 {
+        println!(
+            "  recovery: {objects:.0} objects/s, {mb:.1} MB/s (copies brought up to date by primaries, last second)"
+        );
+    }
     Ok(())
 }
 
