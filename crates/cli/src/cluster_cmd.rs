@@ -586,9 +586,13 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     if !args.no_s3 {
+        let fresh = daemons.running("s3gw").is_none();
         daemons.ensure("s3gw", || {
-            crate::s3_cmd::start_for_up(&args.dir, args.mon, args.s3, args.metrics, spawn)
+            crate::s3_cmd::spawn_for_up(&args.dir, args.mon, args.s3, args.metrics, spawn)
         })?;
+        if fresh {
+            crate::s3_cmd::announce_for_up(&args.dir, args.mon, args.s3)?;
+        }
     }
     if daemons.before.exists {
         let list = |names: &[String]| match names.is_empty() {

@@ -119,10 +119,30 @@ pub fn run(args: S3Args) -> anyhow::Result<()> {
     }
 }
 
-/// For `cairn up`: starts `cairn s3gw` on `listen` (log `s3gw.log` in `dir`), waits until it
-/// serves, creates a user `admin`, saves its keys to `dir/s3-credentials` and prints the
-/// endpoint and keys. Returns the gateway's pid.
-pub fn start_for_up(
+/// The `admin` user whose keys `creds` (an AWS credentials file an earlier `cairn up` wrote)
+/// holds, while the cluster still has it, so that a restarted gateway keeps the keys its users
+/// configured; otherwise a new `admin` user.
+async fn admin_user(cfg: &GatewayConfig, creds: &Path) -> anyhow::Result<cairn_s3::users::User> {
+    let saved_key = std::fs::read_to_string(creds).ok().and_then(|text| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == "aws_access_key_id").then(|| v.trim().to_string())
+        })
+    });
+    if let Some(key) = saved_key {
+        if let Some(user) = cairn_s3::find_user(cfg, &key).await? {
+            if user.name == "admin" {
+                return Ok(user);
+            }
+        }
+    }
+    Ok(cairn_s3::create_user(cfg, "admin").await?)
+}
+
+/// For `cairn up`: starts `cairn s3gw` on `listen` (log `s3gw.log` in `dir`) through `spawn`
+/// and returns its pid at once, so that `cairn up` records it before waiting for it
+/// ([`announce_for_up`]).
+pub fn spawn_for_up(
     dir: &Path,
     mon: SocketAddr,
     listen: SocketAddr,
@@ -139,7 +159,13 @@ pub fn start_for_up(
     if metrics {
         args.extend(["--metrics".into(), "127.0.0.1:0".into()]);
     }
-    let pid = spawn(dir, "s3gw", &args)?;
+    spawn(dir, "s3gw", &args)
+}
+
+/// For `cairn up`, once the gateway [`spawn_for_up`] started on `listen` is recorded: waits
+/// until it serves, takes the `admin` user of `dir/s3-credentials` (or creates one and saves
+/// its keys there) and prints the endpoint and keys.
+pub fn announce_for_up(dir: &Path, mon: SocketAddr, listen: SocketAddr) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let log = dir.join("s3gw.log");
     loop {
@@ -160,8 +186,8 @@ pub fn start_for_up(
         mon,
         ..GatewayConfig::default()
     };
-    let user = crate::runtime::command()?.block_on(cairn_s3::create_user(&cfg, "admin"))?;
     let creds = dir.join("s3-credentials");
+    let user = crate::runtime::command()?.block_on(admin_user(&cfg, &creds))?;
     std::fs::write(
         &creds,
         format!(
@@ -176,5 +202,5 @@ pub fn start_for_up(
     println!("  export AWS_ACCESS_KEY_ID={}", user.access_key);
     println!("  export AWS_SECRET_ACCESS_KEY={}", user.secret_key);
     println!("  aws --endpoint-url http://{listen} s3 mb s3://demo");
-    Ok(pid)
+    Ok(())
 }

@@ -200,4 +200,52 @@ fn boto3_and_aws_cli_against_cairn_up() {
         })
         .sum();
     assert!(slow_down > 0.0, "SlowDown is a 503:\n{limited}");
+
+    // A gateway killed with -9 is started again by `up` with the admin keys it had (the
+    // credentials file's), which still sign requests.
+    let creds = std::fs::read_to_string(dir.join("s3-credentials")).unwrap();
+    let gateway = *cluster.pids().last().unwrap();
+    common::signal("-9", gateway);
+    common::wait_exited(gateway);
+    let (ok, out) = cairn(&[
+        "up",
+        "--dir",
+        &d,
+        "--mon",
+        &mon,
+        "--s3",
+        &s3,
+        "--device-mib",
+        "1024",
+        "--pg-num",
+        "16",
+    ]);
+    assert!(ok && out.contains("started: s3gw"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("s3-credentials")).unwrap(),
+        creds
+    );
+    let admin_key = field(&creds.replace(" = ", ": "), "aws_access_key_id:");
+    assert!(
+        out.contains(&format!("AWS_ACCESS_KEY_ID={admin_key}")),
+        "{out}"
+    );
+    let ls = Command::new("aws")
+        .args(["--endpoint-url", &format!("http://{s3}"), "s3", "ls"])
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            dir.join("s3-credentials").display().to_string(),
+        )
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_PROFILE")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .output()
+        .unwrap();
+    assert!(
+        ls.status.success(),
+        "the kept admin keys must still sign: {}",
+        String::from_utf8_lossy(&ls.stderr)
+    );
 }

@@ -306,20 +306,7 @@ fn up_put_get_bench_down() {
     // daemon of the cluster (a reused pid) is neither taken for one nor signalled by `down`.
     let pids = cluster.pids();
     common::signal("-9", pids[2]);
-    // Until the killed process is a zombie with no thread left (or gone): before that it
-    // still counts as running.
-    let exited = |pid: u32| match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                == Some("Z")
-                && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count()) <= 1
-        }
-    };
-    while !exited(pids[2]) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::wait_exited(pids[2]);
     let mut stranger = std::process::Command::new("sleep")
         .arg("60")
         .stdout(std::process::Stdio::null())

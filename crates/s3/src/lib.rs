@@ -121,6 +121,16 @@ pub async fn connect(cfg: GatewayConfig) -> Result<Gateway, GatewayError> {
     Ok(Gateway::new(backend, cfg))
 }
 
+/// The user of `access_key` stored in the cluster, if any (with its secret).
+pub async fn find_user(
+    cfg: &GatewayConfig,
+    access_key: &str,
+) -> Result<Option<users::User>, GatewayError> {
+    let client = ensure_pool(cfg).await?;
+    let backend = backend::ClusterBackend::new(client, &cfg.pool);
+    Ok(users::find_user(&backend, access_key).await?)
+}
+
 /// Creates a user in the cluster and returns it (with its secret).
 pub async fn create_user(cfg: &GatewayConfig, name: &str) -> Result<users::User, GatewayError> {
     let client = ensure_pool(cfg).await?;

@@ -61,6 +61,30 @@ pub async fn create_user(backend: &dyn Backend, name: &str) -> Result<User, Back
     Ok(user)
 }
 
+/// The stored user of `access_key`, if there is one (no cache).
+pub async fn find_user(
+    backend: &dyn Backend,
+    access_key: &str,
+) -> Result<Option<User>, BackendError> {
+    if access_key.is_empty() || access_key.len() > 128 {
+        return Ok(None);
+    }
+    let page = match backend
+        .omap_list(USERS, &[], access_key.as_bytes(), 1)
+        .await
+    {
+        Ok((page, _)) => page,
+        Err(BackendError::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match page.first() {
+        Some((k, v)) if k == access_key.as_bytes() => unseal(v)
+            .map(Some)
+            .map_err(|e| BackendError::Cluster(format!("user record of {access_key}: {e}"))),
+        _ => Ok(None),
+    }
+}
+
 /// Users known to the gateway (a cache in front of the cluster).
 pub struct Users {
     backend: Arc<dyn Backend>,
@@ -86,18 +110,10 @@ impl Users {
         {
             return Ok(u.clone());
         }
-        if access_key.is_empty() || access_key.len() > 128 {
-            return Err(s3_error!(InvalidAccessKeyId));
-        }
-        let (page, _) = self
-            .backend
-            .omap_list(USERS, &[], access_key.as_bytes(), 1)
+        let user = find_user(self.backend.as_ref(), access_key)
             .await
-            .map_err(internal)?;
-        let user: User = match page.first() {
-            Some((k, v)) if k == access_key.as_bytes() => unseal(v).map_err(internal)?,
-            _ => return Err(s3_error!(InvalidAccessKeyId)),
-        };
+            .map_err(internal)?
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= MAX_CACHED_USERS {
             cache.clear();

@@ -128,6 +128,28 @@ pub fn signal(sig: &str, pid: u32) {
     assert!(status.success(), "kill {sig} {pid}");
 }
 
+/// Waits (at most 30 s) until process `pid`, just sent SIGKILL, is gone or a zombie with no
+/// thread left: before that `cairn up` still counts it as running.
+pub fn wait_exited(pid: u32) {
+    let exited = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                == Some("Z")
+                && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count()) <= 1
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !exited() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} did not exit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         for c in &mut self.extra {
