@@ -62,19 +62,22 @@ fn boto3_and_aws_cli_against_cairn_up() {
     let mut cluster = Cluster::new("s3");
     let dir = cluster.dir.clone();
     let d = dir.display().to_string();
-    let (ok, out) = cairn(&[
-        "up",
-        "--dir",
-        &d,
-        "--mon",
-        &mon,
-        "--s3",
-        &s3,
-        "--device-mib",
-        "1024",
-        "--pg-num",
-        "16",
-    ]);
+    let up = || {
+        cairn(&[
+            "up",
+            "--dir",
+            &d,
+            "--mon",
+            &mon,
+            "--s3",
+            &s3,
+            "--device-mib",
+            "1024",
+            "--pg-num",
+            "16",
+        ])
+    };
+    let (ok, out) = up();
     assert!(ok, "{out}");
     assert!(out.contains(&format!("http://{s3}")), "{out}");
     assert!(out.contains("AWS_ACCESS_KEY_ID="), "{out}");
@@ -207,19 +210,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
     let gateway = *cluster.pids().last().unwrap();
     common::signal("-9", gateway);
     common::wait_exited(gateway);
-    let (ok, out) = cairn(&[
-        "up",
-        "--dir",
-        &d,
-        "--mon",
-        &mon,
-        "--s3",
-        &s3,
-        "--device-mib",
-        "1024",
-        "--pg-num",
-        "16",
-    ]);
+    let (ok, out) = up();
     assert!(ok && out.contains("started: s3gw"), "{out}");
     assert_eq!(
         std::fs::read_to_string(dir.join("s3-credentials")).unwrap(),

@@ -148,20 +148,24 @@ fn up_put_get_bench_down() {
     ]);
     assert!(ok, "{out}");
     let back = dir.join("back.bin");
-    let (ok, out) = cairn(&[
-        "get",
-        "--mon",
-        &mon,
-        "-p",
-        "data",
-        "big",
-        &back.display().to_string(),
-    ]);
-    assert!(ok, "{out}");
-    assert_eq!(
-        crc_fast::crc32_iscsi(&std::fs::read(&back).unwrap()),
-        crc_fast::crc32_iscsi(&data)
-    );
+    // Reads object `name` into `back` and checks it holds `data`.
+    let reads_back = |name: &str| {
+        let (ok, out) = cairn(&[
+            "get",
+            "--mon",
+            &mon,
+            "-p",
+            "data",
+            name,
+            &back.display().to_string(),
+        ]);
+        assert!(ok, "{out}");
+        assert_eq!(
+            crc_fast::crc32_iscsi(&std::fs::read(&back).unwrap()),
+            crc_fast::crc32_iscsi(&data)
+        );
+    };
+    reads_back("big");
     let (ok, out) = cairn(&["stat", "--mon", &mon, "-p", "data", "big"]);
     assert!(ok && out.contains("size 1000003"), "{out}");
     let (ok, out) = cairn(&["rm", "--mon", &mon, "-p", "data", "big"]);
@@ -337,20 +341,7 @@ fn up_put_get_bench_down() {
         );
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    let (ok, out) = cairn(&[
-        "get",
-        "--mon",
-        &mon,
-        "-p",
-        "data",
-        "kept",
-        &back.display().to_string(),
-    ]);
-    assert!(ok, "{out}");
-    assert_eq!(
-        crc_fast::crc32_iscsi(&std::fs::read(&back).unwrap()),
-        crc_fast::crc32_iscsi(&data)
-    );
+    reads_back("kept");
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
     assert!(
@@ -387,20 +378,7 @@ fn up_put_get_bench_down() {
         !log.contains("map at epoch 1\n"),
         "the restarted monitor must load its map: {log}"
     );
-    let (ok, out) = cairn(&[
-        "get",
-        "--mon",
-        &mon,
-        "-p",
-        "data",
-        "kept",
-        &back.display().to_string(),
-    ]);
-    assert!(ok, "{out}");
-    assert_eq!(
-        crc_fast::crc32_iscsi(&std::fs::read(&back).unwrap()),
-        crc_fast::crc32_iscsi(&data)
-    );
+    reads_back("kept");
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
     drop(cluster);
