@@ -96,8 +96,10 @@ fn daemon_name(dir: &Path, pid: u32) -> Option<String> {
     if out.parent()? != dir {
         return None;
     }
-    out.file_name()?
-        .to_str()?
+    // A log removed while its daemon runs reads `NAME.log (deleted)`.
+    let file = out.file_name()?.to_str()?;
+    file.strip_suffix(" (deleted)")
+        .unwrap_or(file)
         .strip_suffix(".log")
         .map(str::to_string)
 }
@@ -107,8 +109,9 @@ mod tests {
     use super::*;
     use std::process::{Command, Stdio};
 
-    /// A process logging into the directory is its daemon; one logging elsewhere (a reused
-    /// pid), an exited one and garbage lines are not; a missing file is empty.
+    /// A process logging into the directory is its daemon (also once its log was removed); one
+    /// logging elsewhere (a reused pid), an exited one and garbage lines are not; a missing
+    /// file is empty.
     #[test]
     fn only_processes_logging_into_the_directory_count_as_its_daemons() {
         let dir = std::env::temp_dir().join(format!("cairn-piddir-{}", std::process::id()));
@@ -124,16 +127,19 @@ mod tests {
                 .unwrap()
         };
         let mut ours = sleeper(&dir.join("osd1.log"));
+        let mut unlinked = sleeper(&dir.join("mon.log"));
+        std::fs::remove_file(dir.join("mon.log")).unwrap();
         let mut foreign = sleeper(&other.join("osd2.log"));
         let mut exited = Command::new("true").spawn().unwrap();
         exited.wait().unwrap();
         std::fs::write(
             dir.join(PIDS_FILE),
             format!(
-                "{}\nnot a pid\n{}\n{}\n",
+                "{}\nnot a pid\n{}\n{}\n{}\n",
                 ours.id(),
                 foreign.id(),
-                exited.id()
+                exited.id(),
+                unlinked.id()
             ),
         )
         .unwrap();
@@ -141,19 +147,25 @@ mod tests {
         assert!(file.exists);
         assert_eq!(
             file.running,
-            vec![RunningDaemon {
-                name: "osd1".into(),
-                pid: ours.id()
-            }]
+            vec![
+                RunningDaemon {
+                    name: "osd1".into(),
+                    pid: ours.id()
+                },
+                RunningDaemon {
+                    name: "mon".into(),
+                    pid: unlinked.id()
+                }
+            ]
         );
         assert_eq!(file.gone, vec![foreign.id(), exited.id()]);
         assert_eq!(file.find("osd1").map(|d| d.pid), Some(ours.id()));
         assert_eq!(command_line_value(ours.id(), "sleep"), Some("30".into()));
         assert_eq!(command_line_value(ours.id(), "--listen"), None);
-        ours.kill().unwrap();
-        foreign.kill().unwrap();
-        ours.wait().unwrap();
-        foreign.wait().unwrap();
+        for child in [&mut ours, &mut foreign, &mut unlinked] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
         assert!(read(&dir).unwrap().running.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
