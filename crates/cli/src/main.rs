@@ -40,7 +40,8 @@ struct Cli {
 enum Command {
     /// CRUSH maps: test mappings, map objects, analyze spread, balance, diff.
     Crush(crush_cmd::CrushArgs),
-    /// Start a local cluster (monitor + OSDs as processes) with a default pool.
+    /// Start a local cluster (monitor + OSDs as processes) with a default pool; over a running
+    /// one, start only the daemons that are not running (a crashed OSD, say).
     Up(cluster_cmd::UpArgs),
     /// Stop the cluster `cairn up` started.
     Down(cluster_cmd::DownArgs),
