@@ -208,7 +208,8 @@ impl OsdUsage {
     }
 }
 
-/// Per-OSD usage, as Ceph's `ceph osd df`.
+/// Per-OSD usage, as Ceph's `ceph osd df`: every OSD of the map, those down marked so (only
+/// an up OSD can say what it holds).
 pub fn osd_df(mon: SocketAddr) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
         let client = connect(mon).await?;
@@ -216,7 +217,15 @@ pub fn osd_df(mon: SocketAddr) -> anyhow::Result<()> {
             "{:<8} {:>6} {:>8} {:>9} {:>12} {:>12} {:>12} {:>6}",
             "osd", "pgs", "primary", "objects", "stored MiB", "alloc MiB", "size MiB", "use%"
         );
-        for osd in up_osds(&client) {
+        let osds: Vec<(i32, bool)> = client
+            .map()
+            .map(|m| m.osds.values().map(|o| (o.id, o.up)).collect())
+            .unwrap_or_default();
+        for (osd, up) in osds {
+            if !up {
+                println!("osd.{osd:<4} down");
+                continue;
+            }
             let text = match client.tell(osd, &["df".into()]).await {
                 Ok(t) => t,
                 Err(e) => {
