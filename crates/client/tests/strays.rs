@@ -10,10 +10,20 @@ use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
 use common::{cluster_with_devices, Cluster};
 
-/// Objects in `osd`'s store (its `df`: pgs, objects, stored, allocated, capacity).
+/// Objects in `osd`'s store, client and internal (PG meta and temporary objects) together:
+/// its `df`'s `objects=N internal=N`.
 async fn objects_on(c: &Cluster, osd: i32) -> u64 {
     let df = c.client.tell(osd, &["df".to_string()]).await.unwrap();
-    df.split_whitespace().nth(1).unwrap().parse().unwrap()
+    ["objects=", "internal="]
+        .iter()
+        .map(|key| {
+            df.split_whitespace()
+                .find_map(|f| f.strip_prefix(key))
+                .unwrap_or_else(|| panic!("no {key} in {df}"))
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
 }
 
 fn object(i: usize) -> Vec<u8> {
