@@ -61,7 +61,8 @@ pub async fn create_user(backend: &dyn Backend, name: &str) -> Result<User, Back
     Ok(user)
 }
 
-/// The stored user of `access_key`, if there is one (no cache).
+/// The stored user of `access_key`, if there is one (no cache; no user store yet lists as
+/// none).
 pub async fn find_user(
     backend: &dyn Backend,
     access_key: &str,
@@ -69,14 +70,9 @@ pub async fn find_user(
     if access_key.is_empty() || access_key.len() > 128 {
         return Ok(None);
     }
-    let page = match backend
+    let (page, _) = backend
         .omap_list(USERS, &[], access_key.as_bytes(), 1)
-        .await
-    {
-        Ok((page, _)) => page,
-        Err(BackendError::NotFound(_)) => return Ok(None),
-        Err(e) => return Err(e),
-    };
+        .await?;
     match page.first() {
         Some((k, v)) if k == access_key.as_bytes() => unseal(v)
             .map(Some)
@@ -139,5 +135,35 @@ pub struct UsersAuth(pub Arc<Users>);
 impl S3Auth for UsersAuth {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
         Ok(SecretKey::from(self.0.lookup(access_key).await?.secret_key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemBackend;
+
+    /// A created user is found by its access key, with its secret; an unknown, empty or
+    /// oversized key finds none, also before any user exists.
+    #[tokio::test]
+    async fn users_are_found_by_access_key_only() {
+        let backend = MemBackend::default();
+        assert_eq!(find_user(&backend, "CAUNKNOWN").await.unwrap(), None);
+        let admin = create_user(&backend, "admin").await.unwrap();
+        let other = create_user(&backend, "other").await.unwrap();
+        assert_ne!(admin.access_key, other.access_key);
+        assert_eq!(
+            find_user(&backend, &admin.access_key).await.unwrap(),
+            Some(admin.clone())
+        );
+        assert_eq!(find_user(&backend, "CAUNKNOWN").await.unwrap(), None);
+        assert_eq!(find_user(&backend, "").await.unwrap(), None);
+        assert_eq!(find_user(&backend, &"C".repeat(129)).await.unwrap(), None);
+        let prefix = &admin.access_key[..10];
+        assert_eq!(
+            find_user(&backend, prefix).await.unwrap(),
+            None,
+            "a key's prefix is not the key"
+        );
     }
 }
