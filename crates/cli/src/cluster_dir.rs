@@ -71,12 +71,22 @@ pub(crate) fn write(dir: &Path, pids: &[u32]) -> anyhow::Result<()> {
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Process `pid`'s arguments after the program name (`None` once it has exited).
+pub(crate) fn command_line(pid: u32) -> Option<Vec<String>> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(
+        cmdline
+            .split(|&b| b == 0)
+            .skip(1)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect(),
+    )
+}
+
 /// The value following `flag` on process `pid`'s command line, if it has one.
 pub(crate) fn command_line_value(pid: u32, flag: &str) -> Option<String> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let mut args = cmdline
-        .split(|&b| b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned());
+    let mut args = command_line(pid)?.into_iter();
     args.find(|a| a == flag)?;
     args.next()
 }
@@ -160,7 +170,7 @@ mod tests {
         );
         assert_eq!(file.gone, vec![foreign.id(), exited.id()]);
         assert_eq!(file.find("osd1").map(|d| d.pid), Some(ours.id()));
-        assert_eq!(command_line_value(ours.id(), "sleep"), Some("30".into()));
+        assert_eq!(command_line(ours.id()), Some(vec!["30".to_string()]));
         assert_eq!(command_line_value(ours.id(), "--listen"), None);
         for child in [&mut ours, &mut foreign, &mut unlinked] {
             child.kill().unwrap();

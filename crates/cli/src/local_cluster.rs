@@ -101,14 +101,8 @@ impl LocalCluster {
     /// Stops the `i`-th OSD as `cairn down` would and returns the arguments it ran with.
     pub fn stop_osd(&self, i: usize) -> anyhow::Result<Vec<String>> {
         let pid = self.osd_pid(i)?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        let args = crate::cluster_dir::command_line(pid as u32)
             .with_context(|| format!("OSD {i} (pid {pid}) is not running"))?;
-        let args: Vec<String> = cmdline
-            .split(|&b| b == 0)
-            .skip(1)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
         crate::cluster_cmd::stop_processes(&[pid])?;
         Ok(args)
     }
