@@ -410,7 +410,25 @@ struct UpDaemons<'a> {
 
 impl<'a> UpDaemons<'a> {
     fn new(dir: &'a Path) -> anyhow::Result<UpDaemons<'a>> {
-        let before = cluster_dir::read(dir)?;
+        let mut before = cluster_dir::read(dir)?;
+        // A daemon killed a moment ago may still be exiting (its last I/O in flight): it is
+        // started again once it is gone, not kept as one that runs.
+        let (dying, running) = std::mem::take(&mut before.running)
+            .into_iter()
+            .partition::<Vec<_>, _>(|d| cluster_dir::is_dying(d.pid));
+        before.running = running;
+        for d in dying {
+            eprintln!("{} (pid {}) is exiting; waiting for it", d.name, d.pid);
+            if !cluster_dir::wait_gone(d.pid) {
+                bail!(
+                    "{} (pid {}) was still exiting after {} s; run `cairn up` again once it is gone",
+                    d.name,
+                    d.pid,
+                    cluster_dir::EXIT_WAIT.as_secs()
+                );
+            }
+            before.gone.push(d.pid);
+        }
         let others = before.running.iter().map(|d| d.pid).collect();
         Ok(UpDaemons {
             dir,

@@ -7,6 +7,7 @@
 //! be signalled by `cairn down` nor taken for a running monitor or OSD by `cairn up`.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -89,6 +90,59 @@ pub(crate) fn command_line_value(pid: u32, flag: &str) -> Option<String> {
     let mut args = command_line(pid)?.into_iter();
     args.find(|a| a == flag)?;
     args.next()
+}
+
+/// Longest `cairn up` waits for a daemon that is exiting (killed, its last I/O still
+/// finishing) before it refuses to start another in its place.
+pub(crate) const EXIT_WAIT: Duration = Duration::from_secs(30);
+
+/// The kernel's per-task flag of a task that has begun to exit (`PF_EXITING`).
+const PF_EXITING: u64 = 0x4;
+/// SIGKILL's bit in `/proc/PID/status`'s pending-signal masks.
+const SIGKILL_BIT: u64 = 1 << (9 - 1);
+
+/// Whether process `pid` is on its way out: it has begun to exit, or a SIGKILL waits for it
+/// (a process in uninterruptible sleep takes one only once its I/O ends). Such a process still
+/// holds what it held (an OSD its store's lock), so it counts as running for `cairn down`; but
+/// `cairn up` must wait for it rather than keep it as a daemon that runs.
+pub(crate) fn is_dying(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    dying_from(&stat, &status)
+}
+
+/// [`is_dying`] from the texts of `/proc/PID/stat` and `/proc/PID/status` (empty when gone).
+fn dying_from(stat: &str, status: &str) -> bool {
+    let mut fields = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace())
+        .into_iter()
+        .flatten();
+    let state = fields.next();
+    let flags = fields
+        .nth(5)
+        .and_then(|f| f.parse::<u64>().ok())
+        .unwrap_or(0);
+    let kill_pending = status.lines().any(|l| {
+        let Some((key, mask)) = l.split_once(':') else {
+            return false;
+        };
+        matches!(key, "SigPnd" | "ShdPnd")
+            && u64::from_str_radix(mask.trim(), 16).is_ok_and(|m| m & SIGKILL_BIT != 0)
+    });
+    matches!(state, Some("Z" | "X")) || flags & PF_EXITING != 0 || kill_pending
+}
+
+/// Waits up to [`EXIT_WAIT`] for process `pid` to be gone; false if it still runs then.
+pub(crate) fn wait_gone(pid: u32) -> bool {
+    let deadline = Instant::now() + EXIT_WAIT;
+    while crate::cluster_cmd::is_running(pid as i32) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
 }
 
 fn canonical(dir: &Path) -> anyhow::Result<PathBuf> {
@@ -178,5 +232,40 @@ mod tests {
         }
         assert!(read(&dir).unwrap().running.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A process that has begun to exit, has a SIGKILL pending (in its thread or shared
+    /// mask) or is a zombie is dying; a sleeping or running one with other signals pending is
+    /// not; this process and a live child are not.
+    #[test]
+    fn dying_processes_are_told_from_running_ones() {
+        let stat = |state: &str, flags: u64| {
+            format!("4242 (tokio (rt) x) {state} 1 4242 4242 0 -1 {flags} 12 0 0 0 5 6")
+        };
+        let status =
+            |sig: &str, shd: &str| format!("Name:\tcairn\nSigPnd:\t{sig}\nShdPnd:\t{shd}\n");
+        let idle = status("0000000000000000", "0000000000000000");
+        assert!(!dying_from(&stat("S", 0x400040), &idle));
+        assert!(!dying_from(
+            &stat("R", 0x400040),
+            &status("0000000000000002", "0000000000004000")
+        ));
+        assert!(dying_from(&stat("D", 0x400044), &idle));
+        assert!(dying_from(
+            &stat("D", 0x400040),
+            &status("0000000000000100", "0000000000000000")
+        ));
+        assert!(dying_from(
+            &stat("D", 0x400040),
+            &status("0000000000000000", "0000000000000100")
+        ));
+        assert!(dying_from(&stat("Z", 0x400040), &idle));
+        assert!(!dying_from("", ""));
+        assert!(!is_dying(std::process::id()));
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(!is_dying(child.id()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(wait_gone(child.id()));
     }
 }

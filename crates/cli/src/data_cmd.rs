@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use cairn_client::Client;
+use cairn_client::{Client, ClientError};
 use clap::{Args, ValueEnum};
 
 use crate::mon_cmd::DEFAULT_MON;
@@ -115,12 +115,10 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Deletes an object; one that does not exist is an error, as with `rados rm` (the
-/// library's remove itself succeeds on a missing object, so that a resent remove does too).
+/// Deletes an object; one that does not exist is an error, as with `rados rm`.
 pub fn rm(a: NameArgs) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
         let client = connect(&a.target).await?;
-        client.stat(&a.target.pool, &a.name).await?;
         Ok(client.remove(&a.target.pool, &a.name).await?)
     })
 }
@@ -393,8 +391,9 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Removes the `count` objects a write run left (`{prefix}0..`), `in_flight` at a time as the
-/// run wrote them (rados bench's cleanup), and says how long it took.
+/// Removes the `count` objects a write run attempted (`{prefix}0..`; one a failed run never
+/// wrote is skipped), `in_flight` at a time as the run wrote them (rados bench's cleanup), and
+/// says how long it took.
 async fn remove_bench_objects(
     client: &Arc<Client>,
     pool: &str,
@@ -418,7 +417,11 @@ async fn remove_bench_objects(
                 if i >= count {
                     return anyhow::Ok(());
                 }
-                client.remove(&pool, &format!("{prefix}{i}")).await?;
+                // A failed run attempted objects it never wrote: those are already gone.
+                match client.remove(&pool, &format!("{prefix}{i}")).await {
+                    Ok(()) | Err(ClientError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }));
     }

@@ -279,11 +279,22 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
                 nearfull.join(", ")
             );
         }
+        let down: Vec<i32> = map.osds.values().filter(|o| !o.up).map(|o| o.id).collect();
         for pool in map.placement.pools.values() {
-            let topo = Topology::for_pool(&map.placement, pool)?;
+            // The spread is over the OSDs that are up: a down OSD holds no up set's copy, and
+            // counting it would read as imbalance where there is only a failure.
+            let mut topo = Topology::for_pool(&map.placement, pool)?;
+            let excluded = down.iter().filter(|&&o| topo.eligible(o)).count();
+            for &o in &down {
+                topo.exclude(o);
+            }
             let spread = analyze(&up_sets(&map.placement, pool.id)?, &topo);
+            let not_counted = match excluded {
+                0 => String::new(),
+                n => format!(", {n} down OSD{} not counted", if n == 1 { "" } else { "s" }),
+            };
             println!(
-                "  pool {} '{}' size {} pg_num {}: PGs per OSD {}~{} (max deviation {:.1})",
+                "  pool {} '{}' size {} pg_num {}: PGs per up OSD {}~{} (max deviation {:.1}{not_counted})",
                 pool.id,
                 pool.name,
                 pool.size,

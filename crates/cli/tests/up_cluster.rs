@@ -311,6 +311,16 @@ fn up_put_get_bench_down() {
     let pids = cluster.pids();
     common::signal("-9", pids[2]);
     common::wait_exited(pids[2]);
+    // Marked down, it holds no up set's copy: the spread `status` prints is over the two OSDs
+    // that are up (each holds every PG), not an imbalance of 0~32.
+    let (ok, out) = cairn(&["osd", "--mon", &mon, "down", "1"]);
+    assert!(ok, "{out}");
+    let (ok, out) = cairn(&["status", "--mon", &mon]);
+    assert!(
+        ok && out.contains("2 up, 3 in")
+            && out.contains("PGs per up OSD 32~32 (max deviation 0.0, 1 down OSD not counted)"),
+        "{out}"
+    );
     let mut stranger = std::process::Command::new("sleep")
         .arg("60")
         .stdout(std::process::Stdio::null())

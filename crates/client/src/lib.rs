@@ -196,7 +196,8 @@ impl Client {
         Ok((h.size, h.version))
     }
 
-    /// Deletes an object (no error if it does not exist).
+    /// Deletes an object; [`ClientError::NotFound`] if it does not exist (as `rados rm`). A
+    /// resend of a remove that was applied is answered from the PG log, so it succeeds.
     pub async fn remove(&self, pool: &str, name: &str) -> Result<(), ClientError> {
         self.submit(pool, name, OpKind::Remove, Bytes::new())
             .await

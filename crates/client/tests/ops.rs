@@ -131,7 +131,10 @@ async fn data_xattr_omap_list_and_admin_ops() {
         cl.read("data", "ghost").await,
         Err(ClientError::NotFound(_))
     ));
-    cl.remove("data", "ghost").await.unwrap();
+    assert!(matches!(
+        cl.remove("data", "ghost").await,
+        Err(ClientError::NotFound(_))
+    ));
 
     // Admin: live scheduler swap, unknown keys refused, PG stats.
     let id = c.osds[0].id();

@@ -139,6 +139,39 @@ async fn a_resent_append_is_applied_once_even_after_its_primary_fails() {
     read_until(&c, name, b"0123abcdef!").await;
 }
 
+/// A removal whose reply was lost is answered from the log when resent (the object is gone by
+/// then, but the request succeeded once); a new request to remove the missing object is
+/// refused as not found, as `rados rm` is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_remove_succeeds_and_a_new_remove_of_a_missing_object_is_not_found() {
+    let c = cluster("resend-rm", 8, 128 << 20).await;
+    let name = "removed";
+    c.client.write_full("data", name, b"bytes").await.unwrap();
+    let primary = placement_of(&c, name).1[0];
+    let osd = c.osds.iter().find(|o| o.id() == primary).unwrap();
+    let mut session = Session::connect(osd.addr(), 0x7e60, Limits::default(), 50).await;
+    let remove = |tid, seq| OpHeader {
+        kind: OpKind::Remove,
+        data_crc: crc_fast::crc32_iscsi(b""),
+        ..append(&c, tid, name, b"", ReqId { client: 0xd1e, seq })
+    };
+    let first = send_op(&mut session, &remove(1, 1), b"").await;
+    assert_eq!(first.result, OpResult::Ok);
+    let again = send_op(&mut session, &remove(2, 1), b"").await;
+    assert_eq!(again.result, OpResult::Ok, "a resend of an applied remove");
+    assert_eq!(again.version, first.version);
+    let fresh = send_op(&mut session, &remove(3, 2), b"").await;
+    assert_eq!(
+        fresh.result,
+        OpResult::NotFound,
+        "a new remove of a missing object"
+    );
+    assert!(matches!(
+        c.client.read("data", name).await,
+        Err(cairn_client::ClientError::NotFound(_))
+    ));
+}
+
 /// `name`'s bytes in PG `pg` of the store of the OSD that ran in `dir` (stopped), read offline.
 async fn offline_copy(
     dir: &std::path::Path,

@@ -138,6 +138,17 @@ impl Topology {
         path.pop();
     }
 
+    /// Takes `osd` out of the topology (its targets go to the others): what a spread of up sets
+    /// must do for an OSD that is down but still in, which CRUSH may pick but no up set holds.
+    pub fn exclude(&mut self, osd: i32) {
+        if let Some(d) = usize::try_from(osd)
+            .ok()
+            .and_then(|o| self.domain.get_mut(o))
+        {
+            *d = NOT_ELIGIBLE;
+        }
+    }
+
     /// True if the rule may place replicas on this OSD.
     pub fn eligible(&self, osd: i32) -> bool {
         osd >= 0 && (osd as usize) < self.domain.len() && self.domain[osd as usize] != NOT_ELIGIBLE

@@ -231,3 +231,35 @@ fn class_rules_balance_within_their_class() {
     );
     assert_valid_and_balanced(&map, &up);
 }
+
+#[test]
+fn a_down_osd_excluded_from_the_topology_leaves_no_false_imbalance() {
+    let mut map = osdmap(crush("map-eq60.json"), 3840);
+    map.exceptions = balance(&map, 1, None, BalanceOptions::default())
+        .unwrap()
+        .exceptions;
+    map.osds.get_mut(&7).unwrap().up = false;
+    let up = cairn_clustermap::balance::up_sets(&map, 1).unwrap();
+    assert!(up.iter().all(|s| !s.contains(&7)));
+    // Counted, the down OSD (still in) is a whole target short of its share.
+    let mut topo = Topology::for_pool(&map, &map.pools[&1]).unwrap();
+    let counted = analyze(&up, &topo);
+    assert_eq!(counted.osds.min, 0);
+    assert!(counted.osds.max_deviation > 150.0, "{:?}", counted.osds);
+    // Excluded, its share is the others' and only the PGs it held are short a copy.
+    topo.exclude(7);
+    topo.exclude(-1);
+    topo.exclude(10_000);
+    let spread = analyze(&up, &topo);
+    assert!(spread.per_osd.iter().all(|s| s.osd != 7));
+    assert_eq!(spread.per_osd.len(), 59);
+    let targets: f64 = spread.per_osd.iter().map(|s| s.target).sum();
+    assert!((targets - spread.total_replicas as f64).abs() < 1e-6);
+    assert!(spread.osds.min > 0);
+    assert!(
+        spread.osds.max_deviation < 10.0,
+        "{:?} against {:?}",
+        spread.osds,
+        counted.osds
+    );
+}

@@ -345,10 +345,7 @@ async fn write(
         (OpKind::Append, sz) => OpKind::Write {
             offset: sz.unwrap_or(0),
         },
-        (OpKind::Remove, None) => {
-            return (ReplyHeader::bare(op.tid, epoch, OpResult::Ok), Bytes::new())
-        }
-        (OpKind::RemoveXattr { .. } | OpKind::OmapRemove, None) => {
+        (OpKind::Remove | OpKind::RemoveXattr { .. } | OpKind::OmapRemove, None) => {
             return fail(op.tid, epoch, OpResult::NotFound)
         }
         (k, _) => k.clone(),
