@@ -16,6 +16,8 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cairn_client::ClientError;
@@ -284,4 +286,92 @@ async fn scheduled_deep_scrubs_find_damage_without_being_asked() {
     assert_eq!(repaired, 1);
     common::wait_all_clean(&c, PG_NUM as usize).await;
     common::stop(c).await;
+}
+
+/// Deep scrubs of one PG while four writers overwrite its objects without pause: the scrub
+/// holds still only the chunk it compares (its fence), so the writers go on, and every copy
+/// of a fenced object must still match. No scrub may report an inconsistency (one comparing
+/// copies while a write reaches them one after the other would), writes to fenced objects
+/// wait and then land (counted), and every acknowledged write reads back by crc32c.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_scrubs_under_writes_find_nothing_and_fenced_writes_land() {
+    let tweak = |cfg: &mut cairn_osd::OsdConfig| {
+        cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    };
+    let c = common::cluster_with_devices("scrub-live", 1, [DEVICE_BYTES; 3], tweak).await;
+    let names: Vec<String> = (0..64).map(|i| format!("live{i:02}")).collect();
+    let acked: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
+    for n in &names {
+        let data = data_for(n);
+        c.client.write_full("data", n, &data).await.unwrap();
+        acked
+            .lock()
+            .unwrap()
+            .insert(n.clone(), crc_fast::crc32_iscsi(&data));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mon = c.mon.addr();
+    let writers: Vec<_> = (0..4u32)
+        .map(|w| {
+            let (names, acked, stop) = (names.clone(), acked.clone(), stop.clone());
+            tokio::spawn(async move {
+                let client = cairn_client::Client::connect(mon, 40 + u64::from(w))
+                    .await
+                    .unwrap();
+                let mut round = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    round += 1;
+                    let name = &names[((round * 7 + w * 16) % 64) as usize];
+                    let mut data = data_for(name);
+                    data.truncate(4096 + (round as usize * 997) % 60_000);
+                    data[0] = round as u8;
+                    data[1] = w as u8;
+                    let crc = crc_fast::crc32_iscsi(&data);
+                    match client.write_full("data", name, &data).await {
+                        Ok(_) => acked.lock().unwrap().insert(name.clone(), crc),
+                        Err(e) => panic!("write of {name} failed: {e}"),
+                    };
+                }
+                round
+            })
+        })
+        .collect();
+    let pg = placement_of(&c, &names[0]);
+    let primary = pg.1[0];
+    let fenced = || {
+        common::metric_sum(
+            &common::metrics_page(&c, primary),
+            "cairn_osd_scrub_fenced_ops_total",
+            "",
+        )
+    };
+    let clean = format!("pg {} deep-scrub: 64 objects, 0 inconsistent", pg.0);
+    let mut scrubs = 0;
+    while scrubs < 4 || (fenced() == 0 && scrubs < 60) {
+        let report = deep_scrub(&c, primary, pg.0).await;
+        assert!(report.starts_with(&clean), "a scrub under writes: {report}");
+        scrubs += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut rounds = 0;
+    for w in writers {
+        rounds += w.await.unwrap();
+    }
+    assert!(fenced() > 0, "no write met a fence in {scrubs} deep scrubs");
+    assert!(rounds > 0);
+    for (name, crc) in acked.lock().unwrap().iter() {
+        let back = c.client.read("data", name).await.unwrap();
+        assert_eq!(crc_fast::crc32_iscsi(&back), *crc, "{name}");
+    }
+    let report = deep_scrub(&c, primary, pg.0).await;
+    assert!(report.starts_with(&clean), "after the writes: {report}");
+    common::stop(c).await;
+}
+
+/// The report of one deep scrub of `pg`, asked of its primary.
+async fn deep_scrub(c: &Cluster, primary: i32, pg: PgId) -> String {
+    c.client
+        .tell(primary, &["pg".into(), "deep-scrub".into(), pg.to_string()])
+        .await
+        .unwrap()
 }

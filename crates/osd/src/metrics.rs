@@ -83,6 +83,8 @@ pub struct Metrics {
     scrub_objects: std::sync::atomic::AtomicU64,
     scrub_inconsistent: std::sync::atomic::AtomicU64,
     scrub_repaired: std::sync::atomic::AtomicU64,
+    /// Writes and read repairs that waited for a scrub chunk's fence.
+    scrub_fenced: std::sync::atomic::AtomicU64,
     /// Stray PG copies deleted, and their objects.
     strays_deleted: std::sync::atomic::AtomicU64,
     stray_objects_deleted: std::sync::atomic::AtomicU64,
@@ -173,6 +175,12 @@ impl Metrics {
             &self.read_repairs_failed
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts a write or read repair that waited for a scrub chunk's fence over its object.
+    pub fn record_scrub_fenced(&self) {
+        self.scrub_fenced
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Records a finished scrub of a PG this OSD leads.
@@ -302,6 +310,7 @@ impl Metrics {
             use std::sync::atomic::Ordering::Relaxed;
             let _ = writeln!(out, "# HELP cairn_osd_scrubs_total Scrubs of PGs this OSD leads, by kind (deep: data and omap compared too).\n# TYPE cairn_osd_scrubs_total counter\ncairn_osd_scrubs_total{{osd=\"{osd}\",kind=\"shallow\"}} {}\ncairn_osd_scrubs_total{{osd=\"{osd}\",kind=\"deep\"}} {}", self.scrubs.load(Relaxed), self.deep_scrubs.load(Relaxed));
             let _ = writeln!(out, "# HELP cairn_osd_scrub_objects_total Objects compared by scrubs, inconsistent ones found, and those repaired.\n# TYPE cairn_osd_scrub_objects_total counter\ncairn_osd_scrub_objects_total{{osd=\"{osd}\",result=\"compared\"}} {}\ncairn_osd_scrub_objects_total{{osd=\"{osd}\",result=\"inconsistent\"}} {}\ncairn_osd_scrub_objects_total{{osd=\"{osd}\",result=\"repaired\"}} {}", self.scrub_objects.load(Relaxed), self.scrub_inconsistent.load(Relaxed), self.scrub_repaired.load(Relaxed));
+            let _ = writeln!(out, "# HELP cairn_osd_scrub_fenced_ops_total Writes and read repairs that waited while a scrub compared their object's chunk (the PG's other objects are not held).\n# TYPE cairn_osd_scrub_fenced_ops_total counter\ncairn_osd_scrub_fenced_ops_total{{osd=\"{osd}\"}} {}", self.scrub_fenced.load(Relaxed));
         }
         out.push_str(extra);
         out

@@ -11,6 +11,7 @@ use cairn_clustermap::{PgId, PgMapping};
 use cairn_pg::{Eversion, PgLog};
 use tokio::sync::watch;
 
+use crate::fence::ScrubFence;
 use crate::pgmeta::collection;
 
 /// What a PG is doing on this OSD, as reported in metrics and status.
@@ -129,6 +130,8 @@ pub struct Pg {
     /// Scrub schedule and outcome here (in memory: a restarted primary forgets it until the
     /// next scrub).
     scrub: Mutex<ScrubState>,
+    /// The objects a scrub of this PG compares right now (writes to them wait).
+    pub fence: Arc<ScrubFence>,
 }
 
 /// When a PG's next scrubs are due on its primary, and what the last one left.
@@ -161,6 +164,27 @@ impl Pg {
             newest_request_epoch: AtomicU64::new(0),
             fill: Mutex::new(None),
             scrub: Mutex::new(ScrubState::default()),
+            fence: Arc::default(),
+        }
+    }
+
+    /// The PG's lock, taken once no scrub fence holds `object` (`None`: once no fence is up),
+    /// and whether it had to wait for one: what a write, or a repair, of that object waits
+    /// for. A fenced object's waiter does not hold the lock, so the PG's other writes, and the
+    /// scrub itself, go on meanwhile.
+    pub async fn lock_unfenced(
+        &self,
+        object: Option<&str>,
+    ) -> (tokio::sync::MutexGuard<'_, PgInner>, bool) {
+        let mut waited = false;
+        loop {
+            let inner = self.inner.lock().await;
+            if !self.fence.holds(object) {
+                return (inner, waited);
+            }
+            drop(inner);
+            waited = true;
+            self.fence.wait_lowered(object).await;
         }
     }
 

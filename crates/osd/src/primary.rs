@@ -299,7 +299,10 @@ async fn write(
         block_crcs,
         ..
     } = payload;
-    let mut inner = pg.inner.lock().await;
+    let (mut inner, fenced) = pg.lock_unfenced(Some(&op.object)).await;
+    if fenced {
+        s.metrics.record_scrub_fenced();
+    }
     let epoch = s.epoch();
     let iv = pg.interval();
     if pg.active_epoch() != Some(active) || iv.acting.first() != Some(&s.id) {

@@ -48,7 +48,10 @@ pub async fn repair_object(
     obj: &str,
     damage: &StoreError,
 ) -> Repair {
-    let mut inner = pg.inner.lock().await;
+    let (mut inner, fenced) = pg.lock_unfenced(Some(obj)).await;
+    if fenced {
+        s.metrics.record_scrub_fenced();
+    }
     let iv = pg.interval();
     if pg.active_epoch() != Some(active) || iv.acting.first() != Some(&s.id) {
         return Repair::Retry(format!("pg {} changed interval", pg.id));

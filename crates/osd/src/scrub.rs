@@ -1,8 +1,9 @@
 //! Scrub: the PG's primary compares every copy of its objects, a range of them at a time, and
 //! (asked to repair) makes the copies that differ hold what most copies hold.
 //!
-//! For each range of at most [`SCRUB_CHUNK_OBJECTS`] of the primary's objects it takes the
-//! PG's lock (writes to the PG wait; a chunk is short), reads its own scrub map and asks every
+//! For each range of at most [`SCRUB_CHUNK_OBJECTS`] of the primary's objects it raises the
+//! PG's scrub fence over the range (`crate::fence`: writes to those objects wait, the PG's
+//! other writes go on), reads its own scrub map and asks every
 //! other copy of the acting set for theirs ([`PeerBody::ScrubMap`]): per object its version,
 //! size and xattr digest, and in a deep scrub the crc32c of its data and omap (reading the
 //! data verifies every block's checksum: a block that fails makes the copy unreadable).
@@ -25,13 +26,14 @@ use cairn_qos::QosClass;
 use cairn_store::{Store, StoreError};
 
 use crate::error::OsdError;
+use crate::fence::NameRange;
 use crate::objects::{list_page, version_of};
 use crate::peering::ask;
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
 use crate::transfer::{as_own_work, install_local, pull, push, Recovering};
 
-/// Most of the primary's objects compared under one hold of the PG's lock (Ceph's
+/// Most of the primary's objects compared under one raise of the PG's scrub fence (Ceph's
 /// `osd_scrub_chunk_max` is 25).
 pub const SCRUB_CHUNK_OBJECTS: u32 = 16;
 /// Most objects one copy may list in one range (the primary's chunk plus objects only that
@@ -140,11 +142,9 @@ pub async fn scrub_pg(
     };
     let mut after = String::new();
     loop {
-        let mut inner = pg.inner.lock().await;
-        let iv = pg.interval();
-        if pg.active_epoch() != Some(active) || iv.acting.first() != Some(&s.id) {
-            return Err(not_served(s, pg));
-        }
+        // The chunk's range comes from the primary's listing, read without the PG's lock: what
+        // a write created before the fence rises is on every copy, and none is written in the
+        // range after.
         let (names, more) = {
             let (s2, coll, from) = (s.clone(), pg.coll.clone(), after.clone());
             background(s, pg, 0, async move {
@@ -153,6 +153,18 @@ pub async fn scrub_pg(
             .await?
         };
         let until = if more { names.last().cloned() } else { None };
+        let (iv, raised) = {
+            let _inner = pg.lock_unfenced(None).await.0;
+            let iv = pg.interval();
+            if pg.active_epoch() != Some(active) || iv.acting.first() != Some(&s.id) {
+                return Err(not_served(s, pg));
+            }
+            let range = NameRange {
+                after: after.clone(),
+                until: until.clone(),
+            };
+            (iv, pg.fence.raise(range))
+        };
         let mut maps = BTreeMap::new();
         maps.insert(
             s.id,
@@ -174,19 +186,33 @@ pub async fn scrub_pg(
                 }
             };
         }
+        // Peering in a new interval may have changed the chunk's objects while they were read.
+        let same_interval = || pg.active_epoch() == Some(active) && pg.interval().epoch == iv.epoch;
+        if !same_interval() {
+            return Err(not_served(s, pg));
+        }
         report.objects += maps
             .values()
             .flat_map(|m| m.keys())
             .collect::<std::collections::BTreeSet<_>>()
             .len() as u64;
         let compared: Vec<i32> = maps.keys().copied().collect();
-        for inc in compare(&maps, s.id) {
-            if repair && repair_object(s, pg, iv.epoch, &inc, &compared, &mut inner.created).await {
-                report.repaired.push(inc.object.clone());
+        let found = compare(&maps, s.id);
+        if repair && !found.is_empty() {
+            let mut inner = pg.inner.lock().await;
+            if !same_interval() {
+                return Err(not_served(s, pg));
             }
-            report.inconsistent.push(inc);
+            for inc in found {
+                if repair_object(s, pg, iv.epoch, &inc, &compared, &mut inner.created).await {
+                    report.repaired.push(inc.object.clone());
+                }
+                report.inconsistent.push(inc);
+            }
+        } else {
+            report.inconsistent.extend(found);
         }
-        drop(inner);
+        drop(raised);
         match until {
             Some(u) => after = u,
             None => break,
