@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::balance::up_sets;
 use cairn_clustermap::shape::Topology;
@@ -119,6 +119,30 @@ enum PoolCommand {
         /// Name.
         name: String,
     },
+    /// Change a pool's replication, as `ceph osd pool set NAME size|min_size N`: a new size
+    /// also resets min_size to size - size/2; every PG peers again, then new copies are
+    /// backfilled (or surplus ones deleted).
+    Set {
+        /// Name.
+        name: String,
+        /// What to set.
+        key: PoolKey,
+        /// Its new value.
+        value: u32,
+        /// Confirms a size of 1 (every object then has one copy: losing its OSD loses it).
+        #[arg(long = "yes-i-really-mean-it")]
+        sure: bool,
+    },
+}
+
+/// A pool parameter `cairn pool set` changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PoolKey {
+    /// Replicas of each object.
+    Size,
+    /// Copies a PG needs up to serve reads and writes.
+    #[value(name = "min_size")]
+    MinSize,
 }
 
 /// `cairn osd out|in|down ID`.
@@ -337,6 +361,43 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                     )
                     .await?;
                 println!("pool '{name}' created (epoch {})", r.epoch);
+            }
+            PoolCommand::Set {
+                name,
+                key,
+                value,
+                sure,
+            } => {
+                if key == PoolKey::Size && value == 1 && !sure {
+                    bail!(
+                        "size 1 keeps one copy of every object (an OSD lost is its data lost); \
+                         pass --yes-i-really-mean-it to set it"
+                    );
+                }
+                let (size, min_size) = match key {
+                    PoolKey::Size => (Some(value), None),
+                    PoolKey::MinSize => (None, Some(value)),
+                };
+                let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
+                let r = client
+                    .op(
+                        Request::SetPool {
+                            name: name.clone(),
+                            size,
+                            min_size,
+                        },
+                        TIMEOUT_MS,
+                    )
+                    .await?;
+                let map = current_map(args.mon).await?;
+                let pool = map
+                    .placement
+                    .pool_named(&name)
+                    .context("the pool is gone")?;
+                println!(
+                    "pool '{name}' size {} min_size {} (epoch {})",
+                    pool.size, pool.min_size, r.epoch
+                );
             }
             PoolCommand::Rm { name } => {
                 let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;

@@ -559,6 +559,28 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         ok && out.trim().is_empty(),
         "the failed run left objects: {out}"
     );
+    // `pool set`: size 1 wants confirmation, a bad min_size is the monitor's refusal, a new
+    // size resets min_size and `pool ls` shows both.
+    let pool_set = |args: &[&str]| {
+        let mut all = vec!["pool", "--mon", &mon, "set"];
+        all.extend_from_slice(args);
+        cairn(&all)
+    };
+    let (ok, out) = pool_set(&["data", "size", "1"]);
+    assert!(!ok && out.contains("--yes-i-really-mean-it"), "{out}");
+    let (ok, out) = pool_set(&["data", "min_size", "4"]);
+    assert!(!ok && out.contains("min_size must be in 1..=size"), "{out}");
+    let (ok, out) = pool_set(&["data", "pg_num", "64"]);
+    assert!(!ok && out.contains("invalid value 'pg_num'"), "{out}");
+    let (ok, out) = pool_set(&["data", "size", "3"]);
+    assert!(ok && out.contains("pool 'data' size 3 min_size 2"), "{out}");
+    let (ok, out) = pool_set(&["data", "size", "1", "--yes-i-really-mean-it"]);
+    assert!(ok && out.contains("pool 'data' size 1 min_size 1"), "{out}");
+    let (ok, out) = cairn(&["pool", "--mon", &mon, "ls"]);
+    assert!(
+        ok && out.contains("data size 1 min_size 1 pg_num 8"),
+        "{out}"
+    );
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     drop(cluster);

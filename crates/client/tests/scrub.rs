@@ -359,7 +359,8 @@ async fn deep_scrubs_under_writes_find_nothing_and_fenced_writes_land() {
     }
     assert!(fenced() > 0, "no write met a fence in {scrubs} deep scrubs");
     assert!(rounds > 0);
-    for (name, crc) in acked.lock().unwrap().iter() {
+    let expected = acked.lock().unwrap().clone();
+    for (name, crc) in &expected {
         let back = c.client.read("data", name).await.unwrap();
         assert_eq!(crc_fast::crc32_iscsi(&back), *crc, "{name}");
     }

@@ -8,35 +8,10 @@ use std::time::{Duration, Instant};
 
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
-use common::{cluster_with_devices, Cluster};
-
-/// Objects in `osd`'s store, client and internal (PG meta and temporary objects) together:
-/// its `df`'s `objects=N internal=N`.
-async fn objects_on(c: &Cluster, osd: i32) -> u64 {
-    let df = c.client.tell(osd, &["df".to_string()]).await.unwrap();
-    ["objects=", "internal="]
-        .iter()
-        .map(|key| {
-            df.split_whitespace()
-                .find_map(|f| f.strip_prefix(key))
-                .unwrap_or_else(|| panic!("no {key} in {df}"))
-                .parse::<u64>()
-                .unwrap()
-        })
-        .sum()
-}
+use common::{cluster_with_devices, eventually, objects_on, Cluster};
 
 fn object(i: usize) -> Vec<u8> {
     (0..1000 + i * 37).map(|b| (b * 7 + i) as u8).collect()
-}
-
-/// Waits until `check` holds, or fails with `what` after 30 s.
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Creates pool `name` of `size` and waits until its PGs serve (it lists); its object names.

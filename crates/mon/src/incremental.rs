@@ -77,6 +77,8 @@ pub enum Change {
     CreatePool(Pool),
     /// Remove a pool.
     RemovePool(i64),
+    /// Replace a pool's parameters (same id and name; its size and min_size changed).
+    SetPool(Pool),
     /// Replace the exception table (text form).
     Exceptions(String),
     /// Set the PG's temporary acting set (Ceph's `pg_temp`), or remove it when `acting` is
@@ -211,6 +213,18 @@ impl ClusterMap {
             Change::CreatePool(pool) => {
                 self.placement.add_pool(pool.clone())?;
                 self.pool_max = self.pool_max.max(pool.id);
+            }
+            Change::SetPool(pool) => {
+                pool.validate()?;
+                match self.placement.pools.get_mut(&pool.id) {
+                    Some(p) if p.name == pool.name => *p = pool.clone(),
+                    _ => {
+                        return Err(MonError::NotFound(format!(
+                            "pool {} `{}`",
+                            pool.id, pool.name
+                        )))
+                    }
+                }
             }
             Change::RemovePool(id) => {
                 if self.placement.pools.remove(id).is_none() {

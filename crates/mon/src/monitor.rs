@@ -174,7 +174,22 @@ pub enum Request {
         /// Name.
         name: String,
     },
+    /// Operator: change a pool's replication (Ceph's `osd pool set NAME size|min_size N`).
+    /// A new size also sets min_size to its default for that size (size - size/2), as Ceph
+    /// does; a min_size must be in 1..=size. Every PG of the pool starts a new interval: it
+    /// peers again, and new copies are backfilled or surplus ones deleted.
+    SetPool {
+        /// Name.
+        name: String,
+        /// New replica count (1..=[`MAX_POOL_SIZE`]).
+        size: Option<u32>,
+        /// New count of copies a PG needs up to serve I/O.
+        min_size: Option<u32>,
+    },
 }
+
+/// Largest replica count `SetPool` accepts (Ceph's `osd pool set size` limit).
+pub const MAX_POOL_SIZE: u32 = 10;
 
 impl Request {
     /// A short name of the request's kind (metrics label).
@@ -193,6 +208,7 @@ impl Request {
             Request::RemoveOsd { .. } => "remove_osd",
             Request::CreatePool { .. } => "create_pool",
             Request::RemovePool { .. } => "remove_pool",
+            Request::SetPool { .. } => "set_pool",
         }
     }
 }
@@ -400,6 +416,38 @@ impl Monitor {
                     .map(|p| p.id)
                     .ok_or_else(|| MonError::NotFound(format!("pool `{name}`")))?;
                 let epoch = self.commit(vec![Change::RemovePool(id)])?;
+                Ok(Reply::Done { epoch })
+            }
+            Request::SetPool {
+                name,
+                size,
+                min_size,
+            } => {
+                let mut pool = self
+                    .map
+                    .placement
+                    .pool_named(&name)
+                    .cloned()
+                    .ok_or_else(|| MonError::NotFound(format!("pool `{name}`")))?;
+                if let Some(size) = size {
+                    if !(1..=MAX_POOL_SIZE).contains(&size) {
+                        return Err(MonError::Invalid(format!(
+                            "pool size must be in 1..={MAX_POOL_SIZE}, not {size}"
+                        )));
+                    }
+                    pool.size = size;
+                    pool.min_size = size - size / 2;
+                }
+                if let Some(min_size) = min_size {
+                    if !(1..=pool.size).contains(&min_size) {
+                        return Err(MonError::Invalid(format!(
+                            "min_size must be in 1..=size ({}), not {min_size}",
+                            pool.size
+                        )));
+                    }
+                    pool.min_size = min_size;
+                }
+                let epoch = self.commit(vec![Change::SetPool(pool)])?;
                 Ok(Reply::Done { epoch })
             }
         }

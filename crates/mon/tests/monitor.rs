@@ -833,3 +833,79 @@ fn a_pg_temp_sets_the_acting_set_until_it_is_removed() {
         .unwrap();
     assert!(mon.map().placement.pg_temp.is_empty());
 }
+
+/// `pool set`: a new size places that many copies of every PG (still balanced) and resets
+/// min_size to size - size/2; a min_size is taken in 1..=size; bad values and unknown pools
+/// are refused without a new epoch; subscribers and a restarted monitor see the same pool.
+#[test]
+fn a_pool_set_changes_replication_and_refuses_bad_values() {
+    let mut mon = Monitor::new(ClusterMap::new("fsid-set").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 6, 6);
+    mon.handle(
+        0,
+        Request::CreatePool {
+            name: "rbd".into(),
+            size: 2,
+            pg_num: 64,
+        },
+    )
+    .unwrap();
+    let mut subscriber = mon.map().clone();
+    let since = subscriber.epoch;
+    let set = |mon: &mut Monitor, size: Option<u32>, min_size: Option<u32>| {
+        mon.handle(
+            0,
+            Request::SetPool {
+                name: "rbd".into(),
+                size,
+                min_size,
+            },
+        )
+    };
+    let params = |mon: &Monitor| {
+        let p = &mon.map().placement.pools[&1];
+        (p.size, p.min_size, p.pg_num)
+    };
+    set(&mut mon, Some(3), None).unwrap();
+    assert_eq!(params(&mon), (3, 2, 64));
+    let up = up_sets(&mon.map().placement, 1).unwrap();
+    assert!(up.iter().all(|s| s.len() == 3), "{up:?}");
+    assert!(max_deviation(mon.map(), 1) < 1.0);
+    set(&mut mon, None, Some(3)).unwrap();
+    assert_eq!(params(&mon), (3, 3, 64));
+    set(&mut mon, Some(5), None).unwrap();
+    assert_eq!(params(&mon), (5, 3, 64));
+    let epoch = mon.map().epoch;
+    for (size, min_size, why) in [
+        (None, Some(6), "min_size must be in 1..=size (5), not 6"),
+        (None, Some(0), "not 0"),
+        (Some(0), None, "pool size must be in 1..=10, not 0"),
+        (Some(11), None, "not 11"),
+    ] {
+        let e = set(&mut mon, size, min_size).unwrap_err();
+        assert!(e.to_string().contains(why), "{e}");
+    }
+    let e = mon
+        .handle(
+            0,
+            Request::SetPool {
+                name: "nope".into(),
+                size: Some(3),
+                min_size: None,
+            },
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("pool `nope`"), "{e}");
+    assert_eq!(mon.map().epoch, epoch, "a refused change makes no epoch");
+    assert_eq!(params(&mon), (5, 3, 64));
+    set(&mut mon, Some(1), None).unwrap();
+    assert_eq!(params(&mon), (1, 1, 64));
+    let up = up_sets(&mon.map().placement, 1).unwrap();
+    assert!(up.iter().all(|s| s.len() == 1), "{up:?}");
+    for inc in mon.incrementals_since(since).unwrap() {
+        subscriber.apply(&inc).unwrap();
+    }
+    assert_eq!(subscriber.encode(), mon.map().encode());
+    let decoded = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert_eq!(decoded.placement.pools[&1].size, 1);
+}

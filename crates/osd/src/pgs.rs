@@ -221,7 +221,7 @@ impl Pg {
     /// Records a new map's placement (the PG's `up` and `acting` sets, and the incarnation
     /// of each acting OSD: its up_from); returns true when it starts a new interval, which
     /// deactivates the PG until it peers again. A new interval starts when the acting set
-    /// changed, or when one of its OSDs is another incarnation than the one the interval
+    /// changed, when the pool's size or min_size changed, or when one of its OSDs is another incarnation than the one the interval
     /// began with: maps reach a PG coalesced, so an OSD that died and booted again between two
     /// maps it applied keeps its place in the acting set while everything the dead process
     /// held (replica writes in flight, answers to peering) is gone; Ceph, which applies every
@@ -236,9 +236,13 @@ impl Pg {
     ) -> bool {
         let (up, acting) = (m.up.clone(), m.acting.clone());
         let mut iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
-        if iv.acting == acting && iv.incarnations == incarnations && iv.epoch != 0 {
-            iv.size = size;
-            iv.min_size = min_size;
+        // As in Ceph, a new size or min_size starts a new interval: the PG peers again (a PG
+        // short of its old min_size may serve now; one with a new copy backfills it).
+        if iv.acting == acting
+            && iv.incarnations == incarnations
+            && iv.epoch != 0
+            && (iv.size, iv.min_size) == (size, min_size)
+        {
             iv.map_epoch = iv.map_epoch.max(epoch);
             iv.up = up;
             let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());

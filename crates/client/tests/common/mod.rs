@@ -327,3 +327,29 @@ pub async fn wait_all_clean(c: &Cluster, pgs: usize) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The value of `key` (`objects`, `internal`, `pgs`, ...) in `osd`'s `df` admin reply.
+pub async fn df_value(c: &Cluster, osd: i32, key: &str) -> u64 {
+    let df = c.client.tell(osd, &["df".to_string()]).await.unwrap();
+    let field = format!("{key}=");
+    df.split_whitespace()
+        .find_map(|f| f.strip_prefix(field.as_str()))
+        .unwrap_or_else(|| panic!("no {key} in {df}"))
+        .parse()
+        .unwrap()
+}
+
+/// Objects in `osd`'s store, client and internal (PG meta and temporary objects) together:
+/// its `df`'s `objects=N internal=N`.
+pub async fn objects_on(c: &Cluster, osd: i32) -> u64 {
+    df_value(c, osd, "objects").await + df_value(c, osd, "internal").await
+}
+
+/// Waits until `check` holds, or fails with `what` after 30 s.
+pub async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,110 @@
+//! `pool set` on a running cluster: a pool grown from two copies to three backfills the new
+//! copy of every PG, one shrunk to a single copy deletes the surplus copies, and PGs that went
+//! inactive below min_size serve again once min_size is lowered (a new min_size starts a new
+//! interval, so the PGs peer). Every object reads back by crc32c throughout.
+
+mod common;
+
+use cairn_mon::client::MonClient;
+use cairn_mon::monitor::Request;
+use common::{cluster_with_devices, df_value, eventually, pg_states, stop_osd, Cluster};
+
+const PG_NUM: u32 = 8;
+
+fn object(i: usize) -> Vec<u8> {
+    (0..2000 + i * 53).map(|b| (b * 13 + i) as u8).collect()
+}
+
+async fn set_pool(admin: &MonClient, name: &str, size: Option<u32>, min_size: Option<u32>) {
+    let set = Request::SetPool {
+        name: name.into(),
+        size,
+        min_size,
+    };
+    admin.op(set, 10_000).await.unwrap();
+}
+
+/// Client objects over every running OSD, and on each.
+async fn copies(c: &Cluster) -> (u64, Vec<u64>) {
+    let mut each = Vec::new();
+    for osd in c.osds.iter().map(|o| o.id()) {
+        each.push(df_value(c, osd, "objects").await);
+    }
+    (each.iter().sum(), each)
+}
+
+async fn reads_back(c: &Cluster, pool: &str, n: usize) {
+    for i in 0..n {
+        let got = c.client.read(pool, &format!("o{i}")).await.unwrap();
+        assert_eq!(
+            crc_fast::crc32_iscsi(&got),
+            crc_fast::crc32_iscsi(&object(i)),
+            "o{i}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_grown_to_three_copies_backfills_and_one_shrunk_to_one_deletes_the_rest() {
+    let c = cluster_with_devices("poolset-size", PG_NUM, [256 << 20; 3], |cfg| {
+        cfg.stray_check_ms = 200
+    })
+    .await;
+    let admin = MonClient::connect(c.mon.addr(), 96).await;
+    set_pool(&admin, "data", Some(2), None).await;
+    common::wait_all_clean(&c, PG_NUM as usize).await;
+    for i in 0..30 {
+        c.client
+            .write_full("data", &format!("o{i}"), &object(i))
+            .await
+            .unwrap();
+    }
+    assert_eq!(copies(&c).await.0, 60, "two copies of each object");
+    set_pool(&admin, "data", Some(3), None).await;
+    let c = &c;
+    eventually("every OSD to hold every object", || async move {
+        copies(c).await == (90, vec![30, 30, 30])
+    })
+    .await;
+    common::wait_all_clean(c, PG_NUM as usize).await;
+    reads_back(c, "data", 30).await;
+    set_pool(&admin, "data", Some(1), None).await;
+    eventually("the surplus copies to be deleted", || async move {
+        copies(c).await.0 == 30
+    })
+    .await;
+    common::wait_all_clean(c, PG_NUM as usize).await;
+    reads_back(c, "data", 30).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgs_below_min_size_serve_again_once_it_is_lowered() {
+    let mut c = cluster_with_devices("poolset-min", PG_NUM, [256 << 20; 3], |_| {}).await;
+    let admin = MonClient::connect(c.mon.addr(), 97).await;
+    for i in 0..10 {
+        c.client
+            .write_full("data", &format!("o{i}"), &object(i))
+            .await
+            .unwrap();
+    }
+    let ids: Vec<i32> = c.osds.iter().map(|o| o.id()).collect();
+    for &osd in &ids[1..] {
+        stop_osd(&mut c, &admin, osd).await;
+    }
+    let c_ref = &c;
+    eventually("the PGs to go inactive (1 copy, min_size 2)", || async move {
+        pg_states(c_ref).await == [("inactive".to_string(), PG_NUM as usize)].into()
+    })
+    .await;
+    set_pool(&admin, "data", None, Some(1)).await;
+    eventually("the PGs to serve on one copy", || async move {
+        pg_states(c_ref).await == [("active+degraded".to_string(), PG_NUM as usize)].into()
+    })
+    .await;
+    reads_back(&c, "data", 10).await;
+    c.client
+        .write_full("data", "after", b"one copy")
+        .await
+        .unwrap();
+    assert_eq!(c.client.read("data", "after").await.unwrap(), b"one copy");
+}
