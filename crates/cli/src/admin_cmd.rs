@@ -172,7 +172,7 @@ pub fn pg(args: PgArgs) -> anyhow::Result<()> {
 }
 
 /// One OSD's usage as its `df` admin command reports it (`key=value` pairs).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct OsdUsage {
     /// PG copies it holds, led or not (Ceph's PGS column).
     pub pgs: u64,
@@ -186,17 +186,22 @@ pub struct OsdUsage {
     pub allocated: u64,
     /// Usable bytes of its device.
     pub capacity: u64,
+    /// Share of `capacity` past which it refuses writes (its `full_ratio`).
+    pub full_ratio: f64,
 }
 
 impl OsdUsage {
     /// Parses a `df` reply; `None` when a field is missing or not a number.
     pub fn parse(text: &str) -> Option<OsdUsage> {
-        let field = |key: &str| -> Option<u64> {
+        let value = |key: &str| -> Option<&str> {
             text.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?
-                .parse()
-                .ok()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
         };
+        let field = |key: &str| -> Option<u64> { value(key)?.parse().ok() };
+        let full_ratio = value("full_ratio")?
+            .parse::<f64>()
+            .ok()
+            .filter(|r| *r > 0.0 && *r <= 1.0)?;
         Some(OsdUsage {
             pgs: field("pgs")?,
             primary: field("primary")?,
@@ -204,6 +209,7 @@ impl OsdUsage {
             stored: field("stored")?,
             allocated: field("allocated")?,
             capacity: field("capacity")?,
+            full_ratio,
         })
     }
 }
@@ -385,7 +391,7 @@ mod tests {
     #[test]
     fn usage_replies_parse_by_key_and_refuse_gaps() {
         let u = OsdUsage::parse(
-            "primary=3 pgs=32 objects=7 internal=33 stored=10 allocated=4096 capacity=1048576\n",
+            "primary=3 pgs=32 objects=7 internal=33 stored=10 allocated=4096 capacity=1048576 full_ratio=0.9\n",
         )
         .unwrap();
         assert_eq!(
@@ -396,15 +402,24 @@ mod tests {
                 objects: 7,
                 stored: 10,
                 allocated: 4096,
-                capacity: 1048576
+                capacity: 1048576,
+                full_ratio: 0.9,
             }
         );
+        for bad_ratio in ["0", "1.5", "x", "NaN"] {
+            let text = format!(
+                "pgs=1 primary=1 objects=1 stored=1 allocated=1 capacity=1 full_ratio={bad_ratio}"
+            );
+            assert_eq!(OsdUsage::parse(&text), None, "{text}");
+        }
         assert_eq!(
             OsdUsage::parse("pgs=1 primary=1 objects=1 stored=1 allocated=1"),
             None
         );
         assert_eq!(
-            OsdUsage::parse("pgs=x primary=1 objects=1 stored=1 allocated=1 capacity=1"),
+            OsdUsage::parse(
+                "pgs=x primary=1 objects=1 stored=1 allocated=1 capacity=1 full_ratio=1"
+            ),
             None
         );
         assert_eq!(OsdUsage::parse("32 31 97 0 0 2080374784"), None);

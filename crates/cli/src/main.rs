@@ -8,6 +8,7 @@ mod cluster_dir;
 mod crush_cmd;
 mod crush_placement;
 mod data_cmd;
+mod df_cmd;
 mod local_cluster;
 mod mon_cmd;
 mod msgr_cmd;
@@ -65,7 +66,9 @@ enum Command {
     Mon(mon_cmd::MonArgs),
     /// Cluster health, OSDs and PG spread, from the monitor.
     Status(mon_cmd::MonAddr),
-    /// Create, list and remove pools.
+    /// Raw space and each pool's objects, stored bytes and room left, like `ceph df`.
+    Df(mon_cmd::MonAddr),
+    /// Create, list, change and remove pools.
     Pool(mon_cmd::PoolArgs),
     /// Mark OSDs out, in or down; show the OSD tree.
     Osd(mon_cmd::OsdArgs),
@@ -146,6 +149,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => data_cmd::bench(args),
         Command::Mon(args) => mon_cmd::run_mon(args),
         Command::Status(args) => mon_cmd::run_status(args),
+        Command::Df(args) => df_cmd::run(args.mon),
         Command::Pool(args) => mon_cmd::run_pool(args),
         Command::Osd(args) => mon_cmd::run_osd(args),
         Command::Sched(args) => sched_cmd::run(args),

@@ -298,6 +298,38 @@ fn up_put_get_bench_down() {
     }
     let led: u64 = rows.iter().map(|r| r[2].parse::<u64>().unwrap()).sum();
     assert_eq!(led, 32, "{out}");
+    // `df`: raw space over the three OSDs; pool `data` counts the same objects from its 32
+    // primaries, its USED is three copies of STORED, and it has room left.
+    let (ok, out) = cairn(&["df", "--mon", &mon]);
+    assert!(
+        ok && out.contains("--- RAW STORAGE (3 of 3 OSDs up) ---"),
+        "{out}"
+    );
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("data "))
+        .unwrap_or_else(|| panic!("no pool row: {out}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        (row[1], row[2], row[5]),
+        ("1", "32", objects.as_str()),
+        "{out}"
+    );
+    let bytes = |value: &str, unit: &str| {
+        let scale = match unit {
+            "B" => 1.0,
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            "GiB" => 1024.0 * 1024.0 * 1024.0,
+            other => panic!("unit {other}"),
+        };
+        value.parse::<f64>().unwrap() * scale
+    };
+    let (stored, used) = (bytes(row[3], row[4]), bytes(row[6], row[7]));
+    assert!(stored > 0.0 && (used / stored - 3.0).abs() < 0.05, "{out}");
+    assert!(bytes(row[9], row[10]) > 0.0, "{out}");
+    assert!(!out.contains("not counted"), "{out}");
     // The daemons' log events reach their log files.
     let osd_log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
     assert!(

@@ -43,6 +43,7 @@ pub const CONFIG_KEYS: [&str; 17] = [
 pub async fn handle(s: &Arc<Shared>, payload: &Bytes) -> Bytes {
     let (tid, result) = match decode::<AdminRequest>(payload) {
         Ok((req, _)) if req.args == ["df"] => (req.tid, Ok(df(s).await)),
+        Ok((req, _)) if req.args == ["pg", "usage"] => (req.tid, pg_usage(s).await),
         Ok((req, _)) if req.args.len() == 3 && req.args[0] == "pg" => {
             (req.tid, pg_command(s, &req.args[1], &req.args[2]).await)
         }
@@ -71,7 +72,7 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
             Ok(format!("{objects} {bytes}\n"))
         }
         _ => Err(format!(
-            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | pg scrub|deep-scrub|repair PGID | io | recovery | df)",
+            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | pg usage | pg scrub|deep-scrub|repair PGID | io | recovery | df)",
             args.join(" ")
         )),
     }
@@ -173,6 +174,26 @@ fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
 /// Usage as `key=value` pairs: `pgs` (PG copies held, led or not), `primary` (PGs led),
 /// `objects` (client objects), `internal` (PG meta and temporary objects; -1 when they could
 /// not be listed), `stored`, `allocated` and `capacity` (bytes).
+/// `pg usage`: per PG this OSD leads, its client objects and their logical bytes
+/// (`PGID objects bytes`, a line each), counted from its store: what `cairn df` sums per pool.
+async fn pg_usage(s: &Shared) -> Result<String, String> {
+    let mut pgs: Vec<_> = s
+        .pgs
+        .all()
+        .into_iter()
+        .filter(|pg| pg.status() != PgStatus::Replica)
+        .collect();
+    pgs.sort_by_key(|pg| (pg.id.pool, pg.id.seed));
+    let mut out = String::new();
+    for pg in pgs {
+        let (objects, bytes) = crate::objects::collection_usage(&s.store, &pg.coll)
+            .await
+            .map_err(|e| format!("pg {}: {e}", pg.id))?;
+        let _ = writeln!(out, "{} {objects} {bytes}", pg.id);
+    }
+    Ok(out)
+}
+
 async fn df(s: &Shared) -> String {
     let st = s.store.stats().await;
     let pgs = s.pgs.all();
@@ -185,11 +206,12 @@ async fn df(s: &Shared) -> String {
         Err(_) => (st.objects, -1),
     };
     format!(
-        "pgs={} primary={primary} objects={objects} internal={internal} stored={} allocated={} capacity={}\n",
+        "pgs={} primary={primary} objects={objects} internal={internal} stored={} allocated={} capacity={} full_ratio={}\n",
         pgs.len(),
         st.stored_bytes,
         st.allocated_bytes,
-        st.capacity_bytes
+        st.capacity_bytes,
+        s.cfg.full_ratio
     )
 }
 

@@ -552,6 +552,33 @@ impl Store {
         after: Option<&str>,
         max_entries: usize,
     ) -> Result<Vec<String>> {
+        self.list_onodes(coll, after, max_entries, |name, _| Ok(name))
+            .await
+    }
+
+    /// As [`Store::list_objects`], each name with its object's logical size: what a pool's
+    /// usage sums, without a lookup per object.
+    pub async fn list_objects_sized(
+        &self,
+        coll: &str,
+        after: Option<&str>,
+        max_entries: usize,
+    ) -> Result<Vec<(String, u64)>> {
+        self.list_onodes(coll, after, max_entries, |name, value| {
+            Ok((name, Onode::decode(value)?.size_bytes))
+        })
+        .await
+    }
+
+    /// One page of a collection's onodes in key order, each name and encoded onode mapped
+    /// through `each`.
+    async fn list_onodes<T>(
+        &self,
+        coll: &str,
+        after: Option<&str>,
+        max_entries: usize,
+        mut each: impl FnMut(String, &[u8]) -> Result<T>,
+    ) -> Result<Vec<T>> {
         self.check_ok()?;
         if max_entries > MAX_LIST_ENTRIES {
             return Err(StoreError::Limit(format!(
@@ -572,12 +599,12 @@ impl Store {
         };
         let end = id.checked_add(1).map(u32::to_be_bytes);
         let mut out = Vec::new();
-        for (k, _) in t.range(&start, end.as_ref().map(|e| e.as_slice()), max_entries)? {
+        for (k, value) in t.range(&start, end.as_ref().map(|e| e.as_slice()), max_entries)? {
             let name = k
                 .get(4..)
                 .and_then(|n| std::str::from_utf8(n).ok())
                 .ok_or_else(|| StoreError::Corrupt("object name is not UTF-8".into()))?;
-            out.push(name.to_string());
+            out.push(each(name.to_string(), &value)?);
         }
         Ok(out)
     }

@@ -244,6 +244,65 @@ async fn listing_is_ordered_and_paged() {
     assert!(s.list_objects("c", None, 1 << 30).await.is_err());
 }
 
+/// A sized listing pages as the plain one and gives each object's logical size as `stat`
+/// does: before and after a remount (KV and log), after a truncate and an extension.
+#[tokio::test]
+async fn a_sized_listing_gives_each_objects_size() {
+    let r = rig().await;
+    let s = r.store();
+    let mut t = Transaction::new();
+    for i in 0..30u64 {
+        t.write(
+            "c",
+            &format!("o{i:02}"),
+            0,
+            &vec![i as u8; (i * 1000) as usize],
+        );
+    }
+    s.queue_transaction(&t).await.unwrap();
+    let mut t = Transaction::new();
+    t.truncate("c", "o29", 7);
+    t.write("c", "o01", 1 << 20, b"far");
+    s.queue_transaction(&t).await.unwrap();
+    let want = |i: u64| match i {
+        29 => 7,
+        1 => (1 << 20) + 3,
+        i => i * 1000,
+    };
+    let check = |listed: Vec<(String, u64)>| {
+        let names: Vec<String> = (0..30).map(|i| format!("o{i:02}")).collect();
+        assert_eq!(
+            listed.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+            names
+        );
+        for (i, (_, size)) in listed.iter().enumerate() {
+            assert_eq!(*size, want(i as u64), "o{i:02}");
+        }
+    };
+    let mut listed = s.list_objects_sized("c", None, 12).await.unwrap();
+    assert_eq!(listed.len(), 12);
+    let rest = s
+        .list_objects_sized("c", Some(&listed.last().unwrap().0), 100)
+        .await
+        .unwrap();
+    listed.extend(rest);
+    check(listed);
+    for (name, size) in s.list_objects_sized("c", None, 30).await.unwrap() {
+        assert_eq!(s.stat("c", &name).await.unwrap().size_bytes, size);
+    }
+    let r = power_cut_and_mount(r).await;
+    check(r.store().list_objects_sized("c", None, 30).await.unwrap());
+    assert!(r
+        .store()
+        .list_objects_sized("c", None, 1 << 30)
+        .await
+        .is_err());
+    assert!(matches!(
+        r.store().list_objects_sized("nope", None, 10).await,
+        Err(StoreError::NoSuchCollection(_))
+    ));
+}
+
 #[tokio::test]
 async fn remount_keeps_everything_and_replays_deferred_writes() {
     let img = fresh_images().await;
