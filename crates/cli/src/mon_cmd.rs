@@ -178,6 +178,22 @@ enum OsdCommand {
         /// OSD id.
         id: i32,
     },
+    /// Set the override weight (Ceph's `osd reweight`): 1.0 keeps the OSD's CRUSH share, 0.8
+    /// moves a fifth of its PGs to other OSDs, 0 is `out`.
+    Reweight {
+        /// OSD id.
+        id: i32,
+        /// 0.0..=1.0.
+        weight: f64,
+    },
+    /// Set the CRUSH weight (Ceph's `osd crush reweight`): the OSD's share of the data against
+    /// the others' (by convention its capacity in TiB).
+    CrushReweight {
+        /// OSD id.
+        id: i32,
+        /// 0.0..=1000.0.
+        weight: f64,
+    },
     /// Declare a down OSD's data lost (Ceph's `osd lost`): PGs down for want of its copy go
     /// active on what the others hold, and writes only it had are gone. It stays in the map.
     Lost {
@@ -419,6 +435,18 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         OsdCommand::Out { id } => Request::MarkOut { id },
         OsdCommand::In { id } => Request::MarkIn { id },
         OsdCommand::Down { id } => Request::MarkDown { id },
+        OsdCommand::Reweight { id, weight } => Request::Reweight {
+            id,
+            reweight: fixed_16_16(weight, 1.0, "reweight")?,
+        },
+        OsdCommand::CrushReweight { id, weight } => Request::CrushReweight {
+            id,
+            weight: fixed_16_16(
+                weight,
+                f64::from(cairn_mon::monitor::MAX_CRUSH_WEIGHT >> 16),
+                "CRUSH weight",
+            )?,
+        },
         OsdCommand::Rm { id } => Request::RemoveOsd { id },
         OsdCommand::Lost { id, yes } => {
             anyhow::ensure!(
@@ -437,6 +465,15 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     })
 }
 
+/// `value` in 16.16 fixed point, refused unless in `0.0..=max`.
+fn fixed_16_16(value: f64, max: f64, what: &str) -> anyhow::Result<u32> {
+    anyhow::ensure!(
+        (0.0..=max).contains(&value),
+        "{what} must be in 0..={max}, not {value}"
+    );
+    Ok((value * 65536.0).round() as u32)
+}
+
 fn osd_tree(mon: SocketAddr) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
         let map = current_map(mon).await?;
@@ -446,13 +483,14 @@ fn osd_tree(mon: SocketAddr) -> anyhow::Result<()> {
             hosts.entry(&o.host).or_default().push(o);
         }
         println!(
-            "{:<8} {:<16} {:<6} {:<8} addr",
-            "id", "host", "up", "reweight"
+            "{:<8} {:<16} {:<6} {:<8} {:<8} addr",
+            "id", "host", "up", "weight", "reweight"
         );
         for (host, osds) in hosts {
             for o in osds {
+                let weight = map.placement.crush.device_weight(o.id).unwrap_or(0);
                 println!(
-                    "osd.{:<4} {:<16} {:<6} {:<8.3} {}",
+                    "osd.{:<4} {:<16} {:<6} {:<8.3} {:<8.3} {}",
                     o.id,
                     host,
                     match (o.up, o.lost_at.is_some()) {
@@ -460,6 +498,7 @@ fn osd_tree(mon: SocketAddr) -> anyhow::Result<()> {
                         (false, false) => "down",
                         (false, true) => "lost",
                     },
+                    f64::from(weight) / 65536.0,
                     f64::from(o.reweight) / 65536.0,
                     o.addr
                 );

@@ -613,6 +613,34 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         ok && out.contains("data size 1 min_size 1 pg_num 8"),
         "{out}"
     );
+    // Weights: the override and the CRUSH weight show in the tree; out of range is refused.
+    let osd = |args: &[&str]| {
+        let mut all = vec!["osd", "--mon", &mon];
+        all.extend_from_slice(args);
+        cairn(&all)
+    };
+    let (ok, out) = osd(&["reweight", "0", "1.5"]);
+    assert!(
+        !ok && out.contains("reweight must be in 0..=1, not 1.5"),
+        "{out}"
+    );
+    let (ok, out) = osd(&["crush-reweight", "0", "5000"]);
+    assert!(
+        !ok && out.contains("CRUSH weight must be in 0..=1000"),
+        "{out}"
+    );
+    let (ok, out) = osd(&["crush-reweight", "7", "1"]);
+    assert!(!ok && out.contains("osd.7"), "{out}");
+    assert!(osd(&["reweight", "0", "0.5"]).0);
+    assert!(osd(&["crush-reweight", "0", "2.5"]).0);
+    let (ok, out) = osd(&["tree"]);
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("osd.0"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .split_whitespace()
+        .collect();
+    assert!(ok && row[3..5] == ["2.500", "0.500"], "{out}");
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     drop(cluster);

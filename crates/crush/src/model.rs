@@ -609,6 +609,13 @@ impl CrushMap {
             .find(|b| b.items.contains(&item))
     }
 
+    /// A device's CRUSH weight (16.16) in its parent bucket; `None` when it is in no bucket.
+    pub fn device_weight(&self, id: i32) -> Option<u32> {
+        let parent = self.parent_of(id)?;
+        let at = parent.items.iter().position(|&i| i == id)?;
+        parent.weights.get(at).copied()
+    }
+
     /// True if a device appears in some bucket (crushtool gives absent devices weight 0).
     pub fn device_in_tree(&self, id: i32) -> bool {
         self.iter_buckets()

@@ -77,6 +77,13 @@ pub enum Change {
     CreatePool(Pool),
     /// Remove a pool.
     RemovePool(i64),
+    /// Set a device's CRUSH weight (16.16) in its bucket.
+    CrushWeight {
+        /// OSD id.
+        id: i32,
+        /// New weight.
+        weight: u32,
+    },
     /// Replace a pool's parameters (same id and name; its size and min_size changed).
     SetPool(Pool),
     /// Replace the exception table (text form).
@@ -213,6 +220,10 @@ impl ClusterMap {
             Change::CreatePool(pool) => {
                 self.placement.add_pool(pool.clone())?;
                 self.pool_max = self.pool_max.max(pool.id);
+            }
+            Change::CrushWeight { id, weight } => {
+                self.entry(*id)?;
+                self.placement.crush.reweight_device(*id, *weight)?;
             }
             Change::SetPool(pool) => {
                 pool.validate()?;

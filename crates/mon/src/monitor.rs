@@ -142,6 +142,23 @@ pub enum Request {
         /// OSD id.
         id: i32,
     },
+    /// Operator: set an OSD's override weight (Ceph's `osd reweight`): 0x10000 (1.0) keeps its
+    /// CRUSH share, less moves that fraction of its PGs to other OSDs, 0 is `out`.
+    Reweight {
+        /// OSD id.
+        id: i32,
+        /// 16.16 fixed point, 0..=0x10000.
+        reweight: u32,
+    },
+    /// Operator: set an OSD's CRUSH weight (Ceph's `osd crush reweight`): its share of the
+    /// data against the other OSDs' (by convention its capacity in TiB), its host's weight
+    /// following.
+    CrushReweight {
+        /// OSD id.
+        id: i32,
+        /// 16.16 fixed point, 0..=[`MAX_CRUSH_WEIGHT`].
+        weight: u32,
+    },
     /// Operator: mark an OSD down (it must re-boot to come back).
     MarkDown {
         /// OSD id.
@@ -188,6 +205,10 @@ pub enum Request {
     },
 }
 
+/// Largest CRUSH weight `CrushReweight` accepts: 1000.0 (16.16), a 1000 TiB device by the
+/// usual convention.
+pub const MAX_CRUSH_WEIGHT: u32 = 1000 << 16;
+
 /// Largest replica count `SetPool` accepts (Ceph's `osd pool set size` limit).
 pub const MAX_POOL_SIZE: u32 = 10;
 
@@ -204,6 +225,8 @@ impl Request {
             Request::MarkOut { .. } => "mark_out",
             Request::MarkIn { .. } => "mark_in",
             Request::MarkDown { .. } => "mark_down",
+            Request::Reweight { .. } => "reweight",
+            Request::CrushReweight { .. } => "crush_reweight",
             Request::MarkLost { .. } => "mark_lost",
             Request::RemoveOsd { .. } => "remove_osd",
             Request::CreatePool { .. } => "create_pool",
@@ -364,6 +387,30 @@ impl Monitor {
             Request::PgTemp { temps } => self.pg_temp(temps),
             Request::MarkOut { id } => self.set_reweight(id, 0),
             Request::MarkIn { id } => self.set_reweight(id, 0x10000),
+            Request::Reweight { id, reweight } => {
+                if reweight > 0x10000 {
+                    return Err(MonError::Invalid(format!(
+                        "reweight {:.4} is past 1.0",
+                        f64::from(reweight) / 65536.0
+                    )));
+                }
+                self.set_reweight(id, reweight)
+            }
+            Request::CrushReweight { id, weight } => {
+                self.osd(id)?;
+                if weight > MAX_CRUSH_WEIGHT {
+                    return Err(MonError::Invalid(format!(
+                        "CRUSH weight {:.4} is past {}",
+                        f64::from(weight) / 65536.0,
+                        MAX_CRUSH_WEIGHT >> 16
+                    )));
+                }
+                let epoch = match self.map.placement.crush.device_weight(id) {
+                    Some(w) if w == weight => self.map.epoch,
+                    _ => self.commit(vec![Change::CrushWeight { id, weight }])?,
+                };
+                Ok(Reply::Done { epoch })
+            }
             Request::MarkDown { id } => {
                 let up = self.osd(id)?.up;
                 let epoch = if up {

@@ -909,3 +909,124 @@ fn a_pool_set_changes_replication_and_refuses_bad_values() {
     let decoded = ClusterMap::decode(&mon.map().encode()).unwrap();
     assert_eq!(decoded.placement.pools[&1].size, 1);
 }
+
+/// `osd reweight` and `osd crush reweight`: a reweight of 0.5 halves the OSD's share, a CRUSH
+/// weight of 2 doubles it (its host's weight follows), both balanced to the new targets; out
+/// of range values and unknown OSDs are refused without a new epoch; setting the same value
+/// again makes no epoch; subscribers replay the same map.
+#[test]
+fn reweights_move_an_osds_share_and_refuse_bad_values() {
+    let mut mon = Monitor::new(ClusterMap::new("fsid-rw").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 6, 6);
+    mon.handle(
+        0,
+        Request::CreatePool {
+            name: "rbd".into(),
+            size: 3,
+            pg_num: 256,
+        },
+    )
+    .unwrap();
+    let mut subscriber = mon.map().clone();
+    let since = subscriber.epoch;
+    let count = |mon: &Monitor, osd: i32| {
+        up_sets(&mon.map().placement, 1)
+            .unwrap()
+            .iter()
+            .filter(|s| s.contains(&osd))
+            .count()
+    };
+    assert_eq!(count(&mon, 2), 128);
+    mon.handle(
+        0,
+        Request::Reweight {
+            id: 2,
+            reweight: 0x8000,
+        },
+    )
+    .unwrap();
+    assert_eq!(mon.map().osds[&2].reweight, 0x8000);
+    // The others take what it gives up: 768 copies over 5 + a half shares.
+    let half = 768.0 * 0.5 / 5.5;
+    assert!(
+        (count(&mon, 2) as f64 - half).abs() <= 1.0,
+        "{}",
+        count(&mon, 2)
+    );
+    assert!(max_deviation(mon.map(), 1) < 1.0);
+    let epoch = mon.map().epoch;
+    mon.handle(
+        0,
+        Request::Reweight {
+            id: 2,
+            reweight: 0x8000,
+        },
+    )
+    .unwrap();
+    assert_eq!(mon.map().epoch, epoch, "the same reweight makes no epoch");
+    mon.handle(
+        0,
+        Request::Reweight {
+            id: 2,
+            reweight: 0x10000,
+        },
+    )
+    .unwrap();
+    mon.handle(
+        0,
+        Request::CrushReweight {
+            id: 4,
+            weight: 0x20000,
+        },
+    )
+    .unwrap();
+    assert_eq!(mon.map().placement.crush.device_weight(4), Some(0x20000));
+    // Size 3 on six hosts: osd.4 at weight 2 of 7 takes its share of the copies (within the
+    // cap of one copy per PG).
+    let double = (768.0 * 2.0 / 7.0f64).min(256.0);
+    assert!(
+        (count(&mon, 4) as f64 - double).abs() <= 1.0,
+        "{}",
+        count(&mon, 4)
+    );
+    assert!(max_deviation(mon.map(), 1) < 1.0);
+    let epoch = mon.map().epoch;
+    for (bad, why) in [
+        (
+            Request::Reweight {
+                id: 1,
+                reweight: 0x10001,
+            },
+            "past 1.0",
+        ),
+        (
+            Request::CrushReweight {
+                id: 1,
+                weight: cairn_mon::monitor::MAX_CRUSH_WEIGHT + 1,
+            },
+            "past 1000",
+        ),
+        (
+            Request::CrushReweight {
+                id: 42,
+                weight: 0x10000,
+            },
+            "osd.42",
+        ),
+        (
+            Request::Reweight {
+                id: 42,
+                reweight: 0x10000,
+            },
+            "osd.42",
+        ),
+    ] {
+        let e = mon.handle(0, bad).unwrap_err();
+        assert!(e.to_string().contains(why), "{e}");
+    }
+    assert_eq!(mon.map().epoch, epoch, "a refused change makes no epoch");
+    for inc in mon.incrementals_since(since).unwrap() {
+        subscriber.apply(&inc).unwrap();
+    }
+    assert_eq!(subscriber.encode(), mon.map().encode());
+}
