@@ -13,6 +13,7 @@ use bytes::Bytes;
 use cairn_client::{Client, ClientError};
 use clap::{Args, ValueEnum};
 
+use crate::bench_timeline::{LatencyTimeline, SecondStats};
 use crate::mon_cmd::DEFAULT_MON;
 
 /// Pool and monitor shared by the data commands.
@@ -146,6 +147,17 @@ pub enum Mode {
     Rand,
 }
 
+impl Mode {
+    /// The mode as it is written on the command line.
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Write => "write",
+            Mode::Seq => "seq",
+            Mode::Rand => "rand",
+        }
+    }
+}
+
 /// `cairn bench -p POOL SECONDS MODE`.
 #[derive(Args)]
 pub struct BenchArgs {
@@ -168,6 +180,10 @@ pub struct BenchArgs {
     /// let one client keep a fast cluster busy.
     #[arg(long = "client-threads", default_value_t = crate::runtime::COMMAND_THREADS)]
     client_threads: usize,
+    /// Also draw the run second by second: `PREFIX-ops.png` (operations per second) and
+    /// `PREFIX-latency.png` (p50 and p99 per second, ms).
+    #[arg(long = "plot", value_name = "PREFIX")]
+    plot: Option<PathBuf>,
 }
 
 const BENCH_META: &str = "benchmark_last_metadata";
@@ -268,9 +284,10 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         let failed = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
         let stop_at = started + Duration::from_secs(a.seconds);
+        let timeline = Arc::new(LatencyTimeline::new(started, a.seconds));
         let mut workers = Vec::new();
         for w in 0..a.threads {
-            let (client, pool, block, next, done_ops, bytes, prefix, failed) = (
+            let (client, pool, block, next, done_ops, bytes, prefix, failed, timeline) = (
                 client.clone(),
                 pool.clone(),
                 block.clone(),
@@ -279,6 +296,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 bytes.clone(),
                 prefix.clone(),
                 failed.clone(),
+                timeline.clone(),
             );
             let mode = a.mode;
             workers.push(tokio::spawn(async move {
@@ -312,7 +330,9 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                         }
                     };
                     let moved = moved.inspect_err(|_| failed.store(true, Ordering::Relaxed))?;
-                    lat.push(t0.elapsed().as_secs_f64() * 1000.0);
+                    let (done, took) = (Instant::now(), t0.elapsed());
+                    timeline.record(done, took);
+                    lat.push(took.as_secs_f64() * 1000.0);
                     done_ops.fetch_add(1, Ordering::Relaxed);
                     bytes.fetch_add(moved as u64, Ordering::Relaxed);
                 }
@@ -320,9 +340,9 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             }));
         }
         // Progress once a second, as rados bench prints it (on stderr: the summary stays clean).
-        let (p_ops, p_bytes) = (done_ops.clone(), bytes.clone());
+        let (p_ops, p_bytes, p_timeline) = (done_ops.clone(), bytes.clone(), timeline.clone());
         let progress = tokio::spawn(async move {
-            eprintln!("  sec   ops   cur MB/s   avg MB/s   cur ops/s");
+            eprintln!("  sec   ops   cur MB/s   avg MB/s   cur ops/s   p99 ms");
             let (mut last_ops, mut last_bytes) = (0u64, 0u64);
             for sec in 1.. {
                 tokio::time::sleep_until((started + Duration::from_secs(sec)).into()).await;
@@ -330,10 +350,11 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 let b = p_bytes.load(Ordering::Relaxed);
                 let el = started.elapsed().as_secs_f64();
                 eprintln!(
-                    "  {sec:>3} {ops:>6} {:>10.2} {:>10.2} {:>11}",
+                    "  {sec:>3} {ops:>6} {:>10.2} {:>10.2} {:>11} {:>8.2}",
                     (b - last_bytes) as f64 / 1e6,
                     b as f64 / 1e6 / el,
-                    ops - last_ops
+                    ops - last_ops,
+                    p_timeline.second(sec as usize - 1).p99_ms
                 );
                 (last_ops, last_bytes) = (ops, b);
             }
@@ -377,6 +398,19 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
             "Max latency (ms):       {:.3}",
             l.last().copied().unwrap_or(0.0)
         );
+        if let Some(plot_prefix) = &a.plot {
+            // Whole seconds only: the last, partial one would read as a drop.
+            let seconds = (secs.floor() as usize).clamp(1, timeline.len());
+            let what = format!(
+                "cairn bench {} -b {} -t {}",
+                a.mode.name(),
+                a.block_size,
+                a.threads
+            );
+            for path in plot_timeline(plot_prefix, &timeline, seconds, &what)? {
+                println!("Plot: {}", path.display());
+            }
+        }
         if a.mode == Mode::Write {
             // Objects 0..written were all attempted; every one completed or the run failed.
             if a.no_cleanup {
@@ -389,6 +423,48 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// Draws a run's first `seconds` from `timeline`: `PREFIX-ops.png` and `PREFIX-latency.png`
+/// (titled with `what`); returns their paths.
+fn plot_timeline(
+    prefix: &std::path::Path,
+    timeline: &LatencyTimeline,
+    seconds: usize,
+    what: &str,
+) -> anyhow::Result<Vec<PathBuf>> {
+    use cairn_study::plot::{line_chart, Series};
+    let with = |suffix: &str| {
+        let mut name = prefix.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    let stats: Vec<(f64, SecondStats)> = (0..seconds)
+        .map(|s| (s as f64 + 1.0, timeline.second(s)))
+        .collect();
+    let series = |label: &str, pick: fn(&SecondStats) -> f64| Series {
+        label: label.into(),
+        points: stats.iter().map(|(x, st)| (*x, pick(st))).collect(),
+    };
+    let ops = with("-ops.png");
+    line_chart(
+        &ops,
+        &format!("{what}: operations per second"),
+        "second",
+        "ops/s",
+        &[series("ops/s", |st| st.ops as f64)],
+        (900, 500),
+    )?;
+    let latency = with("-latency.png");
+    line_chart(
+        &latency,
+        &format!("{what}: latency per second"),
+        "second",
+        "ms",
+        &[series("p50", |st| st.p50_ms), series("p99", |st| st.p99_ms)],
+        (900, 500),
+    )?;
+    Ok(vec![ops, latency])
 }
 
 /// Removes the `count` objects a write run attempted (`{prefix}0..`; one a failed run never

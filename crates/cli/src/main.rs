@@ -2,6 +2,7 @@
 //! this file only dispatches.
 
 mod admin_cmd;
+mod bench_timeline;
 mod cache_cmd;
 mod cluster_cmd;
 mod cluster_dir;

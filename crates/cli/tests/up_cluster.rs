@@ -180,6 +180,7 @@ fn up_put_get_bench_down() {
         &back.display().to_string(),
     ]);
     assert!(!ok, "a removed object must not be readable");
+    let plot_prefix = dir.join("bench").display().to_string();
     let (ok, out) = cairn(&[
         "bench",
         "--mon",
@@ -194,8 +195,28 @@ fn up_put_get_bench_down() {
         "4",
         "--client-threads",
         "3",
+        "--plot",
+        &plot_prefix,
     ]);
     assert!(ok && out.contains("Average IOPS"), "{out}");
+    // The progress lines carry each second's p99, and the run is drawn second by second.
+    assert!(out.contains("cur ops/s   p99 ms"), "{out}");
+    let second_one: Vec<&str> = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("no progress line for second 1: {out}"))
+        .split_whitespace()
+        .collect();
+    assert!(second_one[5].parse::<f64>().unwrap() > 0.0, "{out}");
+    for suffix in ["-ops.png", "-latency.png"] {
+        let path = format!("{plot_prefix}{suffix}");
+        assert!(out.contains(&format!("Plot: {path}")), "{out}");
+        let png = std::fs::read(&path).unwrap();
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 2000,
+            "{path}"
+        );
+    }
     let removed = out
         .lines()
         .find_map(|l| l.strip_prefix("Removed "))
