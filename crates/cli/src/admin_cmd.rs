@@ -262,12 +262,48 @@ pub fn osd_df(mon: SocketAddr) -> anyhow::Result<()> {
 /// PGs by state, as the up OSDs report the PGs they lead.
 pub type PgStates = std::collections::BTreeMap<String, u64>;
 
-/// Asks every up OSD for the states of the PGs it leads and sums them.
-pub async fn pg_states(mon: SocketAddr) -> anyhow::Result<PgStates> {
-    Ok(pg_states_of(&connect(mon).await?).await)
+/// Every PG the up OSDs lead, as their `pg dump` rows; an OSD that does not answer is named on
+/// stderr.
+pub async fn pg_rows(client: &Client) -> Vec<crate::health::PgRow> {
+    let mut rows = Vec::new();
+    for osd in up_osds(client) {
+        match client.tell(osd, &["pg".into(), "dump".into()]).await {
+            Ok(text) => rows.extend(text.lines().filter_map(crate::health::PgRow::parse)),
+            Err(e) => eprintln!("osd.{osd}: {e}"),
+        }
+    }
+    rows
 }
 
-/// [`pg_states`] through a connected client.
+/// The up OSDs' `df` replies, by OSD (one that does not answer is left out).
+pub async fn usage_of(client: &Client) -> std::collections::BTreeMap<i32, OsdUsage> {
+    let mut usage = std::collections::BTreeMap::new();
+    for osd in up_osds(client) {
+        let reply = client.tell(osd, &["df".into()]).await;
+        if let Some(u) = reply.ok().as_deref().and_then(OsdUsage::parse) {
+            usage.insert(osd, u);
+        }
+    }
+    usage
+}
+
+/// `cairn health [detail]`: the cluster's health checks, as `ceph health [detail]`.
+pub fn health(mon: SocketAddr, detail: bool) -> anyhow::Result<()> {
+    crate::runtime::command()?.block_on(async {
+        let client = connect(mon).await?;
+        let map = client.map().context("no map from the monitor")?;
+        let rows = pg_rows(&client).await;
+        let usage = usage_of(&client).await;
+        let health = crate::health::assess(&map, &rows, &usage);
+        match detail {
+            true => print!("{}", health.detail()),
+            false => println!("{}", health.line()),
+        }
+        Ok(())
+    })
+}
+
+/// Asks every up OSD for the states of the PGs it leads and sums them.
 pub async fn pg_states_of(client: &Client) -> PgStates {
     let mut states = PgStates::new();
     for osd in up_osds(client) {
@@ -315,13 +351,10 @@ pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<(
         }
     );
     let mut usage = [0u64; 3];
-    for &osd in &osds {
-        let reply = client.tell(osd, &["df".into()]).await;
-        if let Some(u) = reply.ok().as_deref().and_then(OsdUsage::parse) {
-            usage[0] += u.stored;
-            usage[1] += u.allocated;
-            usage[2] += u.capacity;
-        }
+    for u in usage_of(&client).await.values() {
+        usage[0] += u.stored;
+        usage[1] += u.allocated;
+        usage[2] += u.capacity;
     }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(

@@ -149,7 +149,7 @@ pub fn run(mon: SocketAddr) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("monitor at {mon}"))?;
         let map = client.map().context("no map from the monitor")?;
-        let (usage, pgs) = gather(&client, &crate::admin_cmd::up_osds(&client)).await;
+        let (usage, pgs) = gather(&client).await;
         let size: u64 = usage.values().map(|u| u.capacity).sum();
         let used: u64 = usage.values().map(|u| u.allocated).sum();
         println!(
@@ -199,23 +199,18 @@ pub fn run(mon: SocketAddr) -> anyhow::Result<()> {
 }
 
 /// Each up OSD's `df` and the `pg usage` of the PGs it leads; an OSD that does not answer is
-/// named on stderr and left out.
-async fn gather(
-    client: &Client,
-    osds: &[i32],
-) -> (BTreeMap<i32, OsdUsage>, BTreeMap<PgId, (u64, u64)>) {
-    let mut usage = BTreeMap::new();
+/// left out (named on stderr when it fails `pg usage`).
+async fn gather(client: &Client) -> (BTreeMap<i32, OsdUsage>, BTreeMap<PgId, (u64, u64)>) {
+    let mut usage = crate::admin_cmd::usage_of(client).await;
     let mut pgs = BTreeMap::new();
-    for &osd in osds {
-        let df = client.tell(osd, &["df".into()]).await;
-        let led = client.tell(osd, &["pg".into(), "usage".into()]).await;
-        match (df.map(|t| OsdUsage::parse(&t)), led) {
-            (Ok(Some(u)), Ok(led)) => {
-                usage.insert(osd, u);
-                pgs.extend(parse_pg_usage(&led));
+    let osds: Vec<i32> = usage.keys().copied().collect();
+    for osd in osds {
+        match client.tell(osd, &["pg".into(), "usage".into()]).await {
+            Ok(led) => pgs.extend(parse_pg_usage(&led)),
+            Err(e) => {
+                eprintln!("osd.{osd}: {e}");
+                usage.remove(&osd);
             }
-            (Ok(None), _) => eprintln!("osd.{osd}: unreadable usage"),
-            (Err(e), _) | (_, Err(e)) => eprintln!("osd.{osd}: {e}"),
         }
     }
     (usage, pgs)

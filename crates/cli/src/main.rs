@@ -10,6 +10,7 @@ mod crush_cmd;
 mod crush_placement;
 mod data_cmd;
 mod df_cmd;
+mod health;
 mod local_cluster;
 mod mon_cmd;
 mod msgr_cmd;
@@ -67,6 +68,8 @@ enum Command {
     Mon(mon_cmd::MonArgs),
     /// Cluster health, OSDs and PG spread, from the monitor.
     Status(mon_cmd::MonAddr),
+    /// Health checks, and with `detail` the OSDs and PGs behind each, like `ceph health`.
+    Health(mon_cmd::HealthArgs),
     /// Raw space and each pool's objects, stored bytes and room left, like `ceph df`.
     Df(mon_cmd::MonAddr),
     /// Create, list, change and remove pools.
@@ -151,6 +154,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mon(args) => mon_cmd::run_mon(args),
         Command::Status(args) => mon_cmd::run_status(args),
         Command::Df(args) => df_cmd::run(args.mon),
+        Command::Health(args) => mon_cmd::run_health(args),
         Command::Pool(args) => mon_cmd::run_pool(args),
         Command::Osd(args) => mon_cmd::run_osd(args),
         Command::Sched(args) => sched_cmd::run(args),

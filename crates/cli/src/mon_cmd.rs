@@ -89,6 +89,27 @@ pub struct MonAddr {
     pub mon: SocketAddr,
 }
 
+/// `cairn health [detail]`.
+#[derive(Args)]
+pub struct HealthArgs {
+    #[command(flatten)]
+    mon: MonAddr,
+    /// `detail`: each check's OSDs and PGs, a line each.
+    detail: Option<HealthDetail>,
+}
+
+/// The one word `cairn health` takes after it.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum HealthDetail {
+    /// Each check's OSDs and PGs.
+    Detail,
+}
+
+/// `cairn health [detail]`.
+pub fn run_health(args: HealthArgs) -> anyhow::Result<()> {
+    crate::admin_cmd::health(args.mon.mon, args.detail.is_some())
+}
+
 /// `cairn pool ...`.
 #[derive(Args)]
 pub struct PoolArgs {
@@ -285,24 +306,32 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
         };
         let full = flagged(|o| o.full);
         let nearfull = flagged(|o| o.nearfull && !o.full);
-        let states = match up {
-            0 => Default::default(),
-            _ => crate::admin_cmd::pg_states(args.mon).await?,
+        let rows = match up {
+            0 => Vec::new(),
+            _ => {
+                let client = cairn_client::Client::connect(args.mon, cairn_client::random_client_id())
+                    .await
+                    .with_context(|| format!("monitor at {}", args.mon))?;
+                crate::admin_cmd::pg_rows(&client).await
+            }
         };
-        let clean = crate::admin_cmd::unclean(&states) == 0;
+        let mut states = crate::admin_cmd::PgStates::new();
+        for r in &rows {
+            *states.entry(r.state.clone()).or_default() += 1;
+        }
         let inconsistent: u64 = states
             .iter()
             .filter(|(state, _)| state.contains("+inconsistent"))
             .map(|(_, n)| *n)
             .sum();
-        let health = if !full.is_empty() || inconsistent > 0 {
-            "HEALTH_ERR"
-        } else if up == map.osds.len() && inn == map.osds.len() && nearfull.is_empty() && clean {
-            "HEALTH_OK"
-        } else {
-            "HEALTH_WARN"
-        };
+        // The same checks as `cairn health`; their detail (usage) is not needed here.
+        let health = crate::health::assess(&map, &rows, &Default::default())
+            .level
+            .name();
         println!("cluster {}  epoch {}  {health}", map.fsid, map.epoch);
+        if health != "HEALTH_OK" {
+            println!("  (`cairn health detail` names each OSD and PG concerned)");
+        }
         println!("  osd: {} total, {up} up, {inn} in", map.osds.len());
         if !full.is_empty() {
             println!("  full (writes to their PGs refused): {}", full.join(", "));

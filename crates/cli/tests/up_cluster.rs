@@ -374,6 +374,25 @@ fn up_put_get_bench_down() {
             && out.contains("PGs per up OSD 32~32 (max deviation 0.0, 1 down OSD not counted)"),
         "{out}"
     );
+    // `health detail` names the OSD, and (once the PGs have peered without it) the PGs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (ok, out) = cairn(&["health", "--mon", &mon, "detail"]);
+        assert!(
+            ok && out.starts_with("HEALTH_WARN 1 OSDs down")
+                && out.contains("[WRN] OSD_DOWN: 1 OSDs down\n    osd.1 (host "),
+            "{out}"
+        );
+        if out.contains("[WRN] PG_DEGRADED: 32 PGs degraded") {
+            assert!(
+                out.contains("    pg 1.0 is active+degraded, acting ["),
+                "{out}"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     let mut stranger = std::process::Command::new("sleep")
         .arg("60")
         .stdout(std::process::Stdio::null())
@@ -405,6 +424,8 @@ fn up_put_get_bench_down() {
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     reads_back("kept");
+    let (ok, out) = cairn(&["health", "--mon", &mon]);
+    assert!(ok && out.trim() == "HEALTH_OK", "{out}");
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
     assert!(
