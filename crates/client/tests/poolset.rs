@@ -52,16 +52,21 @@ async fn a_pool_grown_to_three_copies_backfills_and_one_shrunk_to_one_deletes_th
     .await;
     let admin = MonClient::connect(c.mon.addr(), 96).await;
     set_pool(&admin, "data", Some(2), None).await;
-    common::wait_all_clean(&c, PG_NUM as usize).await;
     for i in 0..30 {
         c.client
             .write_full("data", &format!("o{i}"), &object(i))
             .await
             .unwrap();
     }
-    assert_eq!(copies(&c).await.0, 60, "two copies of each object");
-    set_pool(&admin, "data", Some(3), None).await;
+    // Writes may land before every OSD applied the new map: a third copy written then is
+    // deleted as a stray once the PG is clean on two.
     let c = &c;
+    eventually("two copies of each object", || async move {
+        copies(c).await.0 == 60
+    })
+    .await;
+    common::wait_all_clean(c, PG_NUM as usize).await;
+    set_pool(&admin, "data", Some(3), None).await;
     eventually("every OSD to hold every object", || async move {
         copies(c).await == (90, vec![30, 30, 30])
     })

@@ -470,6 +470,11 @@ impl Monitor {
                 size,
                 min_size,
             } => {
+                if size.is_none() && min_size.is_none() {
+                    return Err(MonError::Invalid(format!(
+                        "pool `{name}`: nothing to set (size or min_size)"
+                    )));
+                }
                 let mut pool = self
                     .map
                     .placement

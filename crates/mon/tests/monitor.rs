@@ -881,6 +881,7 @@ fn a_pool_set_changes_replication_and_refuses_bad_values() {
         (None, Some(0), "not 0"),
         (Some(0), None, "pool size must be in 1..=10, not 0"),
         (Some(11), None, "not 11"),
+        (None, None, "nothing to set"),
     ] {
         let e = set(&mut mon, size, min_size).unwrap_err();
         assert!(e.to_string().contains(why), "{e}");

@@ -303,7 +303,9 @@ async fn prior(
 
 async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError> {
     let started = std::time::Instant::now();
-    let mut inner = pg.inner.lock().await;
+    // After a scrub's chunk: what peering recovers must not change objects while a scrub
+    // compares them (a scrub ends its chunk as soon as the PG leaves its activation).
+    let (mut inner, _) = pg.lock_unfenced(None).await;
     let locked = started.elapsed();
     let iv = pg.interval();
     // Another peering of this interval (retries of a down PG on successive maps) got there

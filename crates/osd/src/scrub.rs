@@ -165,28 +165,12 @@ pub async fn scrub_pg(
             };
             (iv, pg.fence.raise(range))
         };
-        let mut maps = BTreeMap::new();
-        maps.insert(
-            s.id,
-            scrub_map(s, pg, &after, until.as_deref(), deep).await?,
-        );
-        for osd in iv.copies().filter(|&o| o != s.id) {
-            let body = PeerBody::ScrubMap {
-                after: after.clone(),
-                until: until.clone(),
-                deep,
-            };
-            match ask(s, pg, iv.epoch, osd, body, Bytes::new()).await? {
-                (PeerAnswer::ScrubMap { map }, _) => maps.insert(osd, map),
-                _ => {
-                    return Err(OsdError::Peer {
-                        osd,
-                        reason: "unexpected answer to a scrub map request".into(),
-                    })
-                }
-            };
-        }
-        // Peering in a new interval may have changed the chunk's objects while they were read.
+        // The PG leaving its activation (a new interval, or peering again in this one, which
+        // waits for the fence) ends the scrub at once: the fence comes down with it.
+        let maps = tokio::select! {
+            maps = gather_maps(s, pg, &iv, &after, until.as_deref(), deep) => maps?,
+            _ = pg.wait_interval_change(active) => return Err(not_served(s, pg)),
+        };
         let same_interval = || pg.active_epoch() == Some(active) && pg.interval().epoch == iv.epoch;
         if !same_interval() {
             return Err(not_served(s, pg));
@@ -279,6 +263,36 @@ pub async fn run(s: Arc<Shared>) {
             }
         }
     }
+}
+
+/// Every acting copy's scrub map of the chunk after `after` up to `until`, this OSD's first.
+async fn gather_maps(
+    s: &Arc<Shared>,
+    pg: &Pg,
+    iv: &crate::pgs::Interval,
+    after: &str,
+    until: Option<&str>,
+    deep: bool,
+) -> Result<BTreeMap<i32, ScrubMap>, OsdError> {
+    let mut maps = BTreeMap::new();
+    maps.insert(s.id, scrub_map(s, pg, after, until, deep).await?);
+    for osd in iv.copies().filter(|&o| o != s.id) {
+        let body = PeerBody::ScrubMap {
+            after: after.to_string(),
+            until: until.map(str::to_string),
+            deep,
+        };
+        match ask(s, pg, iv.epoch, osd, body, Bytes::new()).await? {
+            (PeerAnswer::ScrubMap { map }, _) => maps.insert(osd, map),
+            _ => {
+                return Err(OsdError::Peer {
+                    osd,
+                    reason: "unexpected answer to a scrub map request".into(),
+                })
+            }
+        };
+    }
+    Ok(maps)
 }
 
 /// The configured scrub and deep scrub intervals (None: never).
