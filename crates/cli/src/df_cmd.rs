@@ -65,7 +65,8 @@ pub fn parse_pg_usage(text: &str) -> BTreeMap<PgId, (u64, u64)> {
 
 /// What `pool` can still take (logical bytes, one copy): new data lands on each OSD in
 /// proportion to its placement target, so the pool is full once the OSD with the least room
-/// for its share is; `usage` holds the reporting (up) OSDs, the others count for nothing.
+/// for its share is; `usage` holds the reporting (up) OSDs, the others count for nothing (with
+/// fewer failure domains up than the pool's size, each object gets fewer copies).
 pub fn max_avail(map: &OsdMap, pool: &Pool, usage: &BTreeMap<i32, OsdUsage>) -> u64 {
     let Ok(mut topo) = Topology::for_pool(map, pool) else {
         return 0;
@@ -93,8 +94,11 @@ pub fn max_avail(map: &OsdMap, pool: &Pool, usage: &BTreeMap<i32, OsdUsage>) -> 
             })
         })
         .fold(f64::INFINITY, f64::min);
+    // Copies each new object gets: the pool's size, or fewer while fewer failure domains than
+    // that are up (the targets then sum to less than size x pg_num).
+    let copies = (total / f64::from(pool.pg_num.max(1))).max(1.0);
     if raw.is_finite() {
-        (raw / f64::from(pool.size.max(1))) as u64
+        (raw / copies) as u64
     } else {
         0
     }
@@ -281,6 +285,13 @@ mod tests {
             "{avail}"
         );
         assert_eq!(max_avail(&m, pool, &BTreeMap::new()), 0);
+        // One OSD up: each object gets one copy (undersized), all of it on that OSD.
+        let one: BTreeMap<i32, OsdUsage> = [(1, usage(100 * gib, 0))].into();
+        let avail = max_avail(&m, pool, &one);
+        assert!(
+            (avail as f64 - 95.0 * gib as f64).abs() < gib as f64,
+            "{avail}"
+        );
     }
 
     #[test]
