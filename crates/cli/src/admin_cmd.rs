@@ -333,14 +333,6 @@ pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<(
     let client = connect(mon).await?;
     let osds = up_osds(&client);
     let unclean = unclean(states);
-    if unclean > 0 {
-        println!("  warning: {unclean} PGs not active+clean");
-    }
-    if let Some(down) = states.get("down") {
-        println!(
-            "  reduced data availability: {down} PGs down (an interval that may have taken writes has no OSD up; `cairn pg dump`, the primary's log names them)"
-        );
-    }
     let pgs: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
     println!(
         "  pgs: {}",

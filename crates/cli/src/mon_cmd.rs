@@ -297,15 +297,6 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
         let map = current_map(args.mon).await?;
         let up = map.osds.values().filter(|o| o.up).count();
         let inn = map.osds.values().filter(|o| o.reweight > 0).count();
-        let flagged = |pick: fn(&cairn_mon::OsdEntry) -> bool| -> Vec<String> {
-            map.osds
-                .values()
-                .filter(|o| pick(o))
-                .map(|o| format!("osd.{}", o.id))
-                .collect()
-        };
-        let full = flagged(|o| o.full);
-        let nearfull = flagged(|o| o.nearfull && !o.full);
         let rows = match up {
             0 => Vec::new(),
             _ => {
@@ -319,35 +310,22 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
         for r in &rows {
             *states.entry(r.state.clone()).or_default() += 1;
         }
-        let inconsistent: u64 = states
-            .iter()
-            .filter(|(state, _)| state.contains("+inconsistent"))
-            .map(|(_, n)| *n)
-            .sum();
-        // The same checks as `cairn health`; their detail (usage) is not needed here.
-        let health = crate::health::assess(&map, &rows, &Default::default())
-            .level
-            .name();
-        println!("cluster {}  epoch {}  {health}", map.fsid, map.epoch);
-        if health != "HEALTH_OK" {
-            println!("  (`cairn health detail` names each OSD and PG concerned)");
+        // The same checks as `cairn health`, each one's summary (their detail needs usage).
+        let health = crate::health::assess(&map, &rows, &Default::default());
+        println!(
+            "cluster {}  epoch {}  {}",
+            map.fsid,
+            map.epoch,
+            health.level.name()
+        );
+        for (i, check) in health.checks.iter().enumerate() {
+            let label = if i == 0 { "health:" } else { "" };
+            println!("  {label:<7} {}", check.summary);
+        }
+        if !health.checks.is_empty() {
+            println!("          (`cairn health detail` names each OSD and PG concerned)");
         }
         println!("  osd: {} total, {up} up, {inn} in", map.osds.len());
-        if !full.is_empty() {
-            println!("  full (writes to their PGs refused): {}", full.join(", "));
-        }
-        if inconsistent > 0 {
-            println!(
-                "  damaged: {inconsistent} PGs inconsistent (scrub found copies that differ; \
-                 `cairn pg repair PGID`)"
-            );
-        }
-        if !nearfull.is_empty() {
-            println!(
-                "  nearfull (past their nearfull ratio, 0.85 by default): {}",
-                nearfull.join(", ")
-            );
-        }
         let down: Vec<i32> = map.osds.values().filter(|o| !o.up).map(|o| o.id).collect();
         for pool in map.placement.pools.values() {
             // The spread is over the OSDs that are up: a down OSD holds no up set's copy, and

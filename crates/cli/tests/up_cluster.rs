@@ -371,7 +371,8 @@ fn up_put_get_bench_down() {
     let (ok, out) = cairn(&["status", "--mon", &mon]);
     assert!(
         ok && out.contains("2 up, 3 in")
-            && out.contains("PGs per up OSD 32~32 (max deviation 0.0, 1 down OSD not counted)"),
+            && out.contains("PGs per up OSD 32~32 (max deviation 0.0, 1 down OSD not counted)")
+            && out.contains("  health: 1 OSDs down\n"),
         "{out}"
     );
     // `health detail` names the OSD, and (once the PGs have peered without it) the PGs.
