@@ -77,7 +77,8 @@ fn scrub(mon: SocketAddr, what: &str, pgid: &str) -> anyhow::Result<()> {
     })
 }
 
-async fn connect(mon: SocketAddr) -> anyhow::Result<Client> {
+/// A client of the cluster whose monitor is `mon`, holding its map.
+pub(crate) async fn connect(mon: SocketAddr) -> anyhow::Result<Client> {
     Client::connect(mon, cairn_client::random_client_id())
         .await
         .with_context(|| format!("monitor at {mon}"))
@@ -329,9 +330,8 @@ pub fn unclean(states: &PgStates) -> u64 {
 
 /// The live part of `cairn status`: PGs by state (`states`, from their primaries), usage and
 /// client I/O rates over one second.
-pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<()> {
-    let client = connect(mon).await?;
-    let osds = up_osds(&client);
+pub async fn live_status(client: &Client, states: &PgStates) {
+    let osds = up_osds(client);
     let unclean = unclean(states);
     let pgs: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
     println!(
@@ -343,7 +343,7 @@ pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<(
         }
     );
     let mut usage = [0u64; 3];
-    for u in usage_of(&client).await.values() {
+    for u in usage_of(client).await.values() {
         usage[0] += u.stored;
         usage[1] += u.allocated;
         usage[2] += u.capacity;
@@ -355,12 +355,12 @@ pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<(
         mib(usage[1]),
         mib(usage[2])
     );
-    let a = io_totals(&client, &osds).await;
-    let ra = counter_pair_totals(&client, &osds, "recovery").await;
+    let a = io_totals(client, &osds).await;
+    let ra = counter_pair_totals(client, &osds, "recovery").await;
     let t0 = std::time::Instant::now();
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let b = io_totals(&client, &osds).await;
-    let rb = counter_pair_totals(&client, &osds, "recovery").await;
+    let b = io_totals(client, &osds).await;
+    let rb = counter_pair_totals(client, &osds, "recovery").await;
     let dt = t0.elapsed().as_secs_f64();
     let rate = |a: (u64, u64), b: (u64, u64)| {
         (
@@ -376,7 +376,6 @@ pub async fn live_status(mon: SocketAddr, states: &PgStates) -> anyhow::Result<(
             "  recovery: {objects:.0} objects/s, {mb:.1} MB/s (copies brought up to date by primaries, last second)"
         );
     }
-    Ok(())
 }
 
 /// Sum of (client ops, bytes) the OSDs have served so far.

@@ -149,9 +149,7 @@ pub fn human(bytes: u64) -> String {
 /// `cairn df`.
 pub fn run(mon: SocketAddr) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
-        let client = Client::connect(mon, cairn_client::random_client_id())
-            .await
-            .with_context(|| format!("monitor at {mon}"))?;
+        let client = crate::admin_cmd::connect(mon).await?;
         let map = client.map().context("no map from the monitor")?;
         let (usage, pgs) = gather(&client).await;
         let size: u64 = usage.values().map(|u| u.capacity).sum();

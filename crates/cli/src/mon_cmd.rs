@@ -294,18 +294,12 @@ async fn current_map(mon: SocketAddr) -> anyhow::Result<ClusterMap> {
 /// `cairn status`: health, OSDs, pools and PG spread, like `ceph -s`.
 pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
-        let map = current_map(args.mon).await?;
+        // One connection for the map and every OSD's answers.
+        let client = crate::admin_cmd::connect(args.mon).await?;
+        let map = client.map().context("no map from the monitor")?;
         let up = map.osds.values().filter(|o| o.up).count();
         let inn = map.osds.values().filter(|o| o.reweight > 0).count();
-        let rows = match up {
-            0 => Vec::new(),
-            _ => {
-                let client = cairn_client::Client::connect(args.mon, cairn_client::random_client_id())
-                    .await
-                    .with_context(|| format!("monitor at {}", args.mon))?;
-                crate::admin_cmd::pg_rows(&client).await
-            }
-        };
+        let rows = crate::admin_cmd::pg_rows(&client).await;
         let mut states = crate::admin_cmd::PgStates::new();
         for r in &rows {
             *states.entry(r.state.clone()).or_default() += 1;
@@ -352,7 +346,7 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
             );
         }
         if up > 0 {
-            crate::admin_cmd::live_status(args.mon, &states).await?;
+            crate::admin_cmd::live_status(&client, &states).await;
         }
         Ok(())
     })
