@@ -5,6 +5,7 @@ use cairn_clustermap::{Exceptions, PgId, Pool};
 use serde::{Deserialize, Serialize};
 
 use crate::error::MonError;
+use crate::flags::MapFlag;
 use crate::map::{envelope, open_envelope, ClusterMap, OsdEntry};
 
 /// One change to the map.
@@ -88,6 +89,13 @@ pub enum Change {
     SetPool(Pool),
     /// Replace the exception table (text form).
     Exceptions(String),
+    /// Set (`on`) or unset a cluster flag.
+    Flag {
+        /// The flag.
+        flag: MapFlag,
+        /// Set it (true) or unset it.
+        on: bool,
+    },
     /// Set the PG's temporary acting set (Ceph's `pg_temp`), or remove it when `acting` is
     /// empty: the PG is served by these OSDs while its up set is being filled.
     PgTemp {
@@ -254,6 +262,12 @@ impl ClusterMap {
             Change::Exceptions(text) => {
                 self.placement.exceptions =
                     Exceptions::parse(text).map_err(|e| MonError::Encoding(e.to_string()))?;
+            }
+            Change::Flag { flag, on: true } => {
+                self.flags.insert(*flag);
+            }
+            Change::Flag { flag, on: false } => {
+                self.flags.remove(flag);
             }
             Change::PgTemp { pg, acting } => {
                 if acting.is_empty() {

@@ -6,12 +6,14 @@
 //! reports, beacons, operator commands, clock ticks) into incrementals and keeps placement
 //! balanced after every change. These three are sans-IO (time is passed in). [`daemon`] serves
 //! the core over messenger sessions ([`proto`] is the wire protocol) and [`client`] talks to it;
-//! sockets are only ever touched through `cairn-msgr`. [`metrics`] is its Prometheus page.
+//! sockets are only ever touched through `cairn-msgr`. [`metrics`] is its Prometheus page;
+//! [`flags`] names the cluster flags an operator sets in the map (`noout`, `norecover`, ...).
 #![warn(missing_docs)]
 
 pub mod client;
 pub mod daemon;
 pub mod error;
+pub mod flags;
 pub mod history;
 pub mod incremental;
 pub mod map;
@@ -21,6 +23,7 @@ pub mod proto;
 pub mod store;
 
 pub use error::MonError;
+pub use flags::MapFlag;
 pub use history::MapHistory;
 pub use incremental::{Change, Incremental};
 pub use map::{ClusterMap, OsdEntry};

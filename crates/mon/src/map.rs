@@ -4,13 +4,14 @@
 //! payload's crc32c (u32), all little-endian, then a JSON payload in which the CRUSH map is
 //! crushtool text and the exceptions are their text form. Decoding verifies all of it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use cairn_clustermap::{Exceptions, OsdMap, OsdState, PgId, Pool};
 use cairn_crush::CrushMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::MonError;
+use crate::flags::MapFlag;
 
 const MAGIC: &[u8; 4] = b"CMAP";
 const FORMAT_VERSION: u16 = 1;
@@ -101,6 +102,9 @@ pub struct ClusterMap {
     /// The epoch each pool was created in: no PG of a pool has a past before it (where an
     /// OSD computes a PG's past intervals, it starts there).
     pub pool_created: BTreeMap<i64, u64>,
+    /// Cluster flags the operator set (Ceph's `osd set`): what each holds back is on
+    /// [`MapFlag`].
+    pub flags: BTreeSet<MapFlag>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -120,6 +124,9 @@ struct Encoded {
     /// Temporary acting sets; absent in maps written before them (none then).
     #[serde(default)]
     pg_temp: Vec<(PgId, Vec<i32>)>,
+    /// Cluster flags; absent when none is set (and in maps written before them).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    flags: BTreeSet<MapFlag>,
 }
 
 impl ClusterMap {
@@ -135,7 +142,13 @@ impl ClusterMap {
             placement,
             pool_max: 0,
             pool_created: BTreeMap::new(),
+            flags: BTreeSet::new(),
         })
+    }
+
+    /// Whether the operator set `flag`.
+    pub fn has(&self, flag: MapFlag) -> bool {
+        self.flags.contains(&flag)
     }
 
     /// Refreshes the placement view's OSD states from the OSD entries.
@@ -174,6 +187,7 @@ impl ClusterMap {
                 .iter()
                 .map(|(pg, acting)| (*pg, acting.clone()))
                 .collect(),
+            flags: self.flags.clone(),
         };
         envelope(&serde_json::to_vec(&enc).unwrap_or_default())
     }
@@ -200,6 +214,7 @@ impl ClusterMap {
             placement,
             pool_max: enc.pool_max.max(highest),
             pool_created: enc.pool_created,
+            flags: enc.flags,
         };
         map.sync_states();
         Ok(map)

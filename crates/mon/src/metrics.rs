@@ -227,6 +227,16 @@ pub fn render_map(map: &ClusterMap) -> String {
         "OSDs past their nearfull ratio.",
         count(&|o| o.nearfull) as f64,
     );
+    family(
+        &mut out,
+        "flag",
+        "gauge",
+        "Cluster flags (Ceph's `osd set`): 1 while set.",
+    );
+    for flag in crate::flags::MapFlag::ALL {
+        let set = u8::from(map.has(flag));
+        let _ = writeln!(out, "cairn_mon_flag{{flag=\"{flag}\"}} {set}");
+    }
 
     let mut per_osd: BTreeMap<i32, OsdPgs> =
         map.osds.keys().map(|&id| (id, OsdPgs::default())).collect();

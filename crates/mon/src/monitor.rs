@@ -13,6 +13,7 @@ use cairn_clustermap::shape::Topology;
 use cairn_clustermap::Pool;
 
 use crate::error::MonError;
+use crate::flags::MapFlag;
 use crate::history::MapHistory;
 use crate::incremental::{Change, Incremental};
 use crate::map::{ClusterMap, OsdEntry};
@@ -203,6 +204,14 @@ pub enum Request {
         /// New count of copies a PG needs up to serve I/O.
         min_size: Option<u32>,
     },
+    /// Operator: set (`on`) or unset cluster flags (Ceph's `osd set|unset FLAG`), all in one
+    /// epoch; none when every flag already is as asked.
+    SetFlags {
+        /// The flags.
+        flags: Vec<MapFlag>,
+        /// Set them (true) or unset them.
+        on: bool,
+    },
 }
 
 /// Largest CRUSH weight `CrushReweight` accepts: 1000.0 (16.16), a 1000 TiB device by the
@@ -232,6 +241,7 @@ impl Request {
             Request::CreatePool { .. } => "create_pool",
             Request::RemovePool { .. } => "remove_pool",
             Request::SetPool { .. } => "set_pool",
+            Request::SetFlags { .. } => "set_flags",
         }
     }
 }
@@ -327,6 +337,11 @@ impl Monitor {
                 addr,
                 up_from,
             } => {
+                if self.map.has(MapFlag::NoDown) {
+                    return Ok(Reply::Done {
+                        epoch: self.map.epoch,
+                    });
+                }
                 let reporter_up = self.map.osds.get(&reporter).is_some_and(|o| o.up);
                 let target_current = match addr.is_empty() {
                     true => self.map.osds.get(&target).is_some_and(|o| o.up),
@@ -502,6 +517,20 @@ impl Monitor {
                 let epoch = self.commit(vec![Change::SetPool(pool)])?;
                 Ok(Reply::Done { epoch })
             }
+            Request::SetFlags { flags, on } => {
+                let changes: Vec<Change> = flags
+                    .into_iter()
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .filter(|f| self.map.has(*f) != on)
+                    .map(|flag| Change::Flag { flag, on })
+                    .collect();
+                let epoch = match changes.is_empty() {
+                    true => self.map.epoch,
+                    false => self.commit(changes)?,
+                };
+                Ok(Reply::Done { epoch })
+            }
         }
     }
 
@@ -509,8 +538,12 @@ impl Monitor {
     /// the map changed.
     pub fn tick(&mut self, now_ms: u64) -> Result<Option<u64>, MonError> {
         let mut changes = Vec::new();
+        let (noout, nodown) = (self.map.has(MapFlag::NoOut), self.map.has(MapFlag::NoDown));
         for o in self.map.osds.values() {
             if o.up {
+                if nodown {
+                    continue;
+                }
                 let last = self.last_beacon_ms.get(&o.id).copied().unwrap_or(now_ms);
                 if now_ms.saturating_sub(last) > self.config.beacon_timeout_ms {
                     changes.push(Change::Down {
@@ -518,7 +551,7 @@ impl Monitor {
                         at_ms: now_ms,
                     });
                 }
-            } else if o.reweight > 0 {
+            } else if o.reweight > 0 && !noout {
                 if let Some(since) = o.down_since_ms {
                     if now_ms.saturating_sub(since) >= self.config.down_out_interval_ms {
                         changes.push(Change::Reweight {
@@ -543,7 +576,8 @@ impl Monitor {
 
     /// Marks `target` down on one report that its current incarnation refused a connection
     /// (see [`Request::RefusedReport`]); a report about an earlier incarnation, another
-    /// address, or from a reporter that is itself down changes nothing.
+    /// address, or from a reporter that is itself down changes nothing, nor does any while
+    /// `nodown` is set.
     fn refused(
         &mut self,
         now_ms: u64,
@@ -554,7 +588,7 @@ impl Monitor {
     ) -> Result<Reply, MonError> {
         let reporter_up = self.map.osds.get(&reporter).is_some_and(|o| o.up);
         let current = self.is_current(target, addr, up_from);
-        if !reporter_up || !current || reporter == target {
+        if !reporter_up || !current || reporter == target || self.map.has(MapFlag::NoDown) {
             return Ok(Reply::Done {
                 epoch: self.map.epoch,
             });
@@ -704,7 +738,7 @@ impl Monitor {
                     id: o.id,
                     addr: addr.clone(),
                 });
-                if o.auto_out {
+                if o.auto_out && !self.map.has(MapFlag::NoIn) {
                     changes.push(Change::Reweight {
                         id: o.id,
                         reweight: 0x10000,
@@ -723,6 +757,13 @@ impl Monitor {
                     entry: OsdEntry::booted(id, uuid, host, addr),
                     crush_weight,
                 });
+                if self.map.has(MapFlag::NoIn) {
+                    changes.push(Change::Reweight {
+                        id,
+                        reweight: 0,
+                        auto: false,
+                    });
+                }
                 id
             }
         };

@@ -6,7 +6,7 @@ use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::balance::up_sets;
 use cairn_clustermap::shape::Topology;
 use cairn_mon::monitor::{Reply, Request};
-use cairn_mon::{ClusterMap, Incremental, MonConfig, Monitor};
+use cairn_mon::{ClusterMap, Incremental, MapFlag, MonConfig, Monitor};
 
 fn boot(mon: &mut Monitor, now: u64, n: usize, hosts: usize) -> Vec<i32> {
     (0..n)
@@ -1030,4 +1030,103 @@ fn reweights_move_an_osds_share_and_refuse_bad_values() {
         subscriber.apply(&inc).unwrap();
     }
     assert_eq!(subscriber.encode(), mon.map().encode());
+}
+
+fn set_flags(mon: &mut Monitor, now: u64, names: &[&str], on: bool) -> u64 {
+    let flags = names
+        .iter()
+        .flat_map(|n| MapFlag::parse_word(n).unwrap())
+        .collect();
+    match mon.handle(now, Request::SetFlags { flags, on }).unwrap() {
+        Reply::Done { epoch } => epoch,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn failure_reports(mon: &mut Monitor, now: u64, target: i32, reporters: [i32; 2]) {
+    for reporter in reporters {
+        let report = Request::FailureReport {
+            reporter,
+            target,
+            failed_for_ms: 30_000,
+            addr: String::new(),
+            up_from: 0,
+        };
+        mon.handle(now, report).unwrap();
+    }
+}
+
+#[test]
+fn flags_hold_back_down_out_and_in_until_unset_and_travel_in_the_map() {
+    let config = MonConfig {
+        beacon_timeout_ms: 10_000,
+        ..MonConfig::default()
+    };
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), config);
+    boot(&mut mon, 0, 4, 4);
+    let mut replica = mon.map().clone();
+    let before = mon.map().epoch;
+    let epoch = set_flags(&mut mon, 1_000, &["noout", "nodown", "pause"], true);
+    assert_eq!(epoch, before + 1, "every flag set in one epoch");
+    assert_eq!(
+        set_flags(&mut mon, 1_000, &["noout"], true),
+        epoch,
+        "a flag already set makes no epoch"
+    );
+    for flag in [
+        MapFlag::NoOut,
+        MapFlag::NoDown,
+        MapFlag::PauseRd,
+        MapFlag::PauseWr,
+    ] {
+        assert!(mon.map().has(flag), "{flag}");
+    }
+    assert!(!mon.map().has(MapFlag::NoIn));
+    let decoded = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert_eq!(decoded.flags, mon.map().flags, "flags survive the encoding");
+    for inc in mon.incrementals_since(replica.epoch).unwrap() {
+        replica.apply(&inc).unwrap();
+    }
+    assert_eq!(replica.flags, mon.map().flags, "and the incrementals");
+
+    // nodown: neither failure reports nor missing beacons mark an OSD down.
+    failure_reports(&mut mon, 40_000, 3, [0, 1]);
+    assert_eq!(mon.tick(40_000).unwrap(), None, "no beacon for 40 s");
+    assert!(mon.map().osds.values().all(|o| o.up));
+    // An operator still can.
+    mon.handle(41_000, Request::MarkDown { id: 3 }).unwrap();
+    assert!(!mon.map().osds[&3].up);
+    // noout: down far past the down -> out interval, still in.
+    assert_eq!(mon.tick(41_000 + 700_000).unwrap(), None);
+    assert_eq!(mon.map().osds[&3].reweight, 0x10000);
+
+    set_flags(&mut mon, 742_000, &["nodown"], false);
+    failure_reports(&mut mon, 742_000, 2, [0, 1]);
+    assert!(!mon.map().osds[&2].up, "reports count again once unset");
+    set_flags(&mut mon, 742_000, &["noout"], false);
+    mon.tick(743_000).unwrap();
+    assert_eq!(mon.map().osds[&3].reweight, 0, "out at the next tick");
+    assert!(mon.map().osds[&3].auto_out);
+
+    // noin: the auto-out OSD boots and stays out; a new OSD joins out.
+    set_flags(&mut mon, 744_000, &["noin"], true);
+    let boot_as = |uuid: &str| Request::Boot {
+        uuid: uuid.into(),
+        host: "host3".into(),
+        addr: "z".into(),
+        crush_weight: 0x10000,
+        want_id: None,
+    };
+    mon.handle(745_000, boot_as("uuid-3")).unwrap();
+    assert!(mon.map().osds[&3].up);
+    assert_eq!(mon.map().osds[&3].reweight, 0, "noin keeps it out");
+    let new_id = match mon.handle(745_000, boot_as("uuid-new")).unwrap() {
+        Reply::Booted { id, .. } => id,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(mon.map().osds[&new_id].reweight, 0, "a new OSD joins out");
+    set_flags(&mut mon, 746_000, &["noin", "pause"], false);
+    assert!(mon.map().flags.is_empty());
+    let page = cairn_mon::metrics::render_map(mon.map());
+    assert!(page.contains("cairn_mon_flag{flag=\"noout\"} 0"), "{page}");
 }
