@@ -79,10 +79,23 @@ impl PgRow {
     }
 }
 
-/// Judges the cluster: OSDs down, out, full and nearfull (with their use), PGs not served,
-/// PGs with no OSD up at all, degraded PGs, inconsistent PGs.
+/// Judges the cluster: cluster flags set, OSDs down, out, full and nearfull (with their use),
+/// PGs not served, PGs with no OSD up at all, degraded PGs, inconsistent PGs.
 pub fn assess(map: &ClusterMap, pgs: &[PgRow], usage: &BTreeMap<i32, OsdUsage>) -> Health {
     let mut checks = Vec::new();
+    if !map.flags.is_empty() {
+        let names: Vec<&str> = map.flags.iter().map(|f| f.name()).collect();
+        checks.push(Check {
+            code: "OSDMAP_FLAGS",
+            level: Level::Warn,
+            summary: format!("{} flag(s) set", names.join(",")),
+            detail: map
+                .flags
+                .iter()
+                .map(|f| format!("{f}: {}", f.effect()))
+                .collect(),
+        });
+    }
     let use_of = |id: i32| {
         usage.get(&id).map_or(String::new(), |u| {
             format!(
@@ -319,6 +332,27 @@ mod tests {
             assert!(detail.contains(want), "`{want}` not in:\n{detail}");
         }
         assert!(!detail.contains("PG_STALE"), "{detail}");
+    }
+
+    #[test]
+    fn cluster_flags_set_are_a_warning_naming_each_and_what_it_holds_back() {
+        let mut mon = monitor();
+        let set = Request::SetFlags {
+            flags: vec![cairn_mon::MapFlag::NoOut, cairn_mon::MapFlag::NoRecover],
+            on: true,
+        };
+        mon.handle(1, set).unwrap();
+        let h = assess(mon.map(), &rows("active+clean", 8), &BTreeMap::new());
+        assert_eq!(h.level, Level::Warn);
+        assert_eq!(h.line(), "HEALTH_WARN noout,norecover flag(s) set");
+        let detail = h.detail();
+        for want in [
+            "[WRN] OSDMAP_FLAGS: noout,norecover flag(s) set",
+            "    noout: down OSDs are not marked out",
+            "    norecover: copies within the PG log's reach are not recovered",
+        ] {
+            assert!(detail.contains(want), "`{want}` not in:\n{detail}");
+        }
     }
 
     #[test]

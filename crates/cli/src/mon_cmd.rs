@@ -230,6 +230,20 @@ enum OsdCommand {
         /// OSD id.
         id: i32,
     },
+    /// Set cluster flags (Ceph's `osd set`): noout, noin, nodown, norecover, nobackfill,
+    /// norebalance, noscrub, nodeep-scrub, pauserd, pausewr, or pause (both pause flags).
+    /// `cairn status` and `cairn health` list what is set.
+    Set {
+        /// The flags.
+        #[arg(required = true)]
+        flags: Vec<String>,
+    },
+    /// Unset cluster flags (Ceph's `osd unset`).
+    Unset {
+        /// The flags.
+        #[arg(required = true)]
+        flags: Vec<String>,
+    },
     /// OSDs by host with state and weights.
     Tree,
     /// Run an OSD daemon.
@@ -457,6 +471,14 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             Request::MarkLost { id }
         }
         OsdCommand::Tree => return osd_tree(args.mon.mon),
+        OsdCommand::Set { flags } => Request::SetFlags {
+            flags: parse_flags(&flags)?,
+            on: true,
+        },
+        OsdCommand::Unset { flags } => Request::SetFlags {
+            flags: parse_flags(&flags)?,
+            on: false,
+        },
     };
     crate::runtime::command()?.block_on(async {
         let client = MonClient::connect(args.mon.mon, cairn_client::random_client_id()).await;
@@ -464,6 +486,16 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         println!("done (epoch {})", r.epoch);
         Ok(())
     })
+}
+
+/// The cluster flags an operator's words name (`pause` names two), refused whole when one
+/// word names none.
+fn parse_flags(words: &[String]) -> anyhow::Result<Vec<cairn_mon::MapFlag>> {
+    let mut flags = Vec::new();
+    for word in words {
+        flags.extend(cairn_mon::MapFlag::parse_word(word)?);
+    }
+    Ok(flags)
 }
 
 /// `value` in 16.16 fixed point, refused unless in `0.0..=max`.

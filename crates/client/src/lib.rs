@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cairn_clustermap::{MappingCache, PgId};
 use cairn_mon::client::MonClient;
-use cairn_mon::ClusterMap;
+use cairn_mon::{ClusterMap, MapFlag};
 use cairn_msgr::session::{Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::admin::{AdminReply, AdminRequest, MSG_ADMIN, MSG_ADMIN_REPLY};
@@ -437,6 +437,24 @@ impl Client {
         reply.result.map_err(admin_err)
     }
 
+    /// Why the cluster holds this client's writes (`write`) or reads now: `pausewr` or
+    /// `pauserd` set in its map.
+    fn paused(&self, write: bool) -> Option<String> {
+        let flag = match write {
+            true => MapFlag::PauseWr,
+            false => MapFlag::PauseRd,
+        };
+        let guard = self.map.borrow();
+        let map = guard.as_ref()?;
+        map.has(flag).then(|| {
+            let what = if write { "writes" } else { "reads" };
+            format!(
+                "{flag} is set at epoch {}: the cluster holds {what}",
+                map.epoch
+            )
+        })
+    }
+
     /// Where an object (or, for `Target::Pg`, a PG) lives now.
     fn locate(&self, pool: &str, target: &Target<'_>) -> Result<Location, ClientError> {
         let guard = self.map.borrow();
@@ -584,6 +602,14 @@ impl Client {
         let mut last = String::from("no attempt");
         let mut map_rx = self.map.clone();
         while Instant::now() < deadline {
+            if let Some(why) = self.paused(kind.is_write()) {
+                // Held until a map without the flag comes (Ceph's Objecter holds paused ops
+                // the same way), or until the operation's deadline.
+                last = why;
+                let left = deadline.saturating_duration_since(Instant::now());
+                let _ = tokio::time::timeout(left, map_rx.changed()).await;
+                continue;
+            }
             let Location {
                 epoch,
                 pool: pool_id,

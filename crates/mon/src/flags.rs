@@ -83,6 +83,22 @@ impl MapFlag {
         }
     }
 
+    /// What the flag holds back while it is set, in a few words (for `cairn health detail`).
+    pub fn effect(self) -> &'static str {
+        match self {
+            MapFlag::NoOut => "down OSDs are not marked out",
+            MapFlag::NoIn => "booting OSDs are not marked in",
+            MapFlag::NoDown => "failed OSDs are not marked down",
+            MapFlag::NoRecover => "copies within the PG log's reach are not recovered",
+            MapFlag::NoBackfill => "copies beyond the PG log's reach are not backfilled",
+            MapFlag::NoRebalance => "misplaced PGs are not moved",
+            MapFlag::NoScrub => "scheduled scrubs do not run",
+            MapFlag::NoDeepScrub => "scheduled deep scrubs do not run",
+            MapFlag::PauseRd => "client reads are held",
+            MapFlag::PauseWr => "client writes are held",
+        }
+    }
+
     /// The flags an operator's word names: a flag's own name, or `pause` for `pauserd` and
     /// `pausewr` together (as Ceph's `osd set pause`).
     pub fn parse_word(word: &str) -> Result<Vec<MapFlag>, UnknownFlag> {

@@ -98,7 +98,7 @@ async fn pg_command(s: &Arc<Shared>, verb: &str, pgid: &str) -> Result<String, S
         .pgs
         .get(id)
         .ok_or_else(|| format!("pg {id} is not on osd.{}", s.id))?;
-    crate::scrub::scrub_pg(s, &pg, deep, repair)
+    crate::scrub::scrub_pg(s, &pg, deep, repair, false)
         .await
         .map(|report| report.render())
         .map_err(|e| e.to_string())

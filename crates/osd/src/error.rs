@@ -56,4 +56,7 @@ pub enum OsdError {
         /// How many holders of the OSD's state were left.
         holders: usize,
     },
+    /// A cluster flag holds the work back (e.g. `norecover` a background recovery).
+    #[error("held by the cluster flag {0}")]
+    Held(cairn_mon::MapFlag),
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_clustermap::PgId;
 use cairn_mon::monitor::Request;
-use cairn_mon::ClusterMap;
+use cairn_mon::{ClusterMap, MapFlag};
 use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest, Urgency};
 use cairn_proto::{decode, encode, MSG_PEER_REQUEST};
@@ -374,9 +374,18 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
     // A long recovery is done in the background from a temporary acting set of complete
     // copies, which serves meanwhile.
-    let min_objects = match came_home(s, pg, &iv, epoch) {
-        true => s.cfg.remap_min_objects.max(HOME_MIN_OBJECTS),
-        false => s.cfg.remap_min_objects,
+    // With `norecover` set every copy that lacks objects is filled in the background, which
+    // the flag holds back; recovery before activation is only for a PG without min_size
+    // complete copies, which would otherwise serve nothing.
+    let norecover = s
+        .map
+        .borrow()
+        .as_ref()
+        .is_some_and(|m| m.has(MapFlag::NoRecover));
+    let min_objects = match (norecover, came_home(s, pg, &iv, epoch)) {
+        (true, _) => 1,
+        (false, true) => s.cfg.remap_min_objects.max(HOME_MIN_OBJECTS),
+        (false, false) => s.cfg.remap_min_objects,
     };
     if let Some(temp) = crate::remap::temporary_acting(&iv, &plan, &up, min_objects) {
         let instead = "recovering before activation";

@@ -8,13 +8,16 @@
 //! short. It then asks for the temporary set to be removed; the PG peers with its up set again
 //! and only the few objects written since the last pass are recovered before it activates.
 //! A copy too full for its recovery is moved out of the acting set the same way, and its fill
-//! waits until it takes the objects.
+//! waits until it takes the objects. The cluster flags `norecover` (a copy within the log's
+//! reach), `nobackfill` (a copy beyond it) and `norebalance` (any copy of a PG that is only
+//! misplaced) hold a fill back, pass by pass and object by object, until they are unset.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cairn_mon::{ClusterMap, MapFlag};
 use cairn_pg::{plan, PeerLog, PeeringPlan, Recovery};
 use cairn_proto::peer::{PeerBody, Urgency};
 
@@ -34,6 +37,8 @@ const MAX_PASSES: usize = 8;
 const REMAP_WAIT: Duration = Duration::from_secs(5);
 /// Pause before a failed fill is tried again in the same interval.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// Pause before a fill held back by a cluster flag looks at the flags again.
+const HELD_PAUSE: Duration = Duration::from_millis(250);
 /// Pause before a fill that a copy refused as too full is tried again (Ceph's
 /// backfill_toofull: it waits until space is freed there).
 const TOOFULL_PAUSE: Duration = Duration::from_secs(5);
@@ -136,10 +141,39 @@ fn still(pg: &Pg, epoch: u64, up: &[i32]) -> bool {
     iv.epoch == epoch && iv.up == up && pg.active_epoch() == Some(epoch)
 }
 
+/// The cluster flag of `map` that holds back recovering a copy (`backfill`: one beyond the
+/// PG log's reach) of a PG served by `serving` copies of its pool's `size`, if any:
+/// `nobackfill` or `norecover` by the copy's kind, and `norebalance` when the PG has its size
+/// of copies serving (it is only misplaced, not degraded).
+pub fn held_by(map: &ClusterMap, backfill: bool, serving: usize, size: usize) -> Option<MapFlag> {
+    let own = match backfill {
+        true => MapFlag::NoBackfill,
+        false => MapFlag::NoRecover,
+    };
+    [own, MapFlag::NoRebalance]
+        .into_iter()
+        .find(|&f| map.has(f) && (f != MapFlag::NoRebalance || serving >= size))
+}
+
+/// [`held_by`] in this OSD's newest map, for `pg`'s interval now.
+fn held_now(s: &Shared, pg: &Pg, backfill: bool) -> Option<MapFlag> {
+    let iv = pg.interval();
+    let map = s.map.borrow();
+    held_by(map.as_ref()?, backfill, iv.copies().count(), iv.size)
+}
+
 async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) {
+    let mut held_before = None;
     while still(&pg, epoch, &up) {
         match fill(&s, &pg, epoch, &up).await {
             Ok(()) => return,
+            Err(OsdError::Held(flag)) => {
+                if held_before != Some(flag) {
+                    tracing::info!(osd = s.id, pg = %pg.id, epoch, %flag, "fill held by a cluster flag");
+                    held_before = Some(flag);
+                }
+                tokio::time::sleep(HELD_PAUSE).await;
+            }
             Err(OsdError::TooFull { osd, why }) => {
                 let pg = pg.id;
                 tracing::debug!(osd = s.id, %pg, epoch, copy = osd, %why, "copy too full to fill");
@@ -205,9 +239,13 @@ async fn fill_copy(
             }
             _ => return Ok(()),
         };
+        let backfill = matches!(plan.recovery.get(&target), Some(Recovery::Backfill));
         for obj in &objects {
             if !still(pg, epoch, up) {
                 return Ok(());
+            }
+            if let Some(flag) = held_now(s, pg, backfill) {
+                return Err(OsdError::Held(flag));
             }
             push(&r, target, obj).await?;
         }

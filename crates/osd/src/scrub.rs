@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cairn_clustermap::PgId;
+use cairn_mon::MapFlag;
 use cairn_pg::scrub::{compare, CopyState, Inconsistency, ObjectDigest, ScrubMap};
 use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
 use cairn_qos::QosClass;
@@ -126,11 +127,14 @@ fn describe(state: &CopyState) -> String {
 
 /// Scrubs `pg`, which this OSD leads: compares every copy of every object (`deep`: data and
 /// omap too) and, with `repair`, makes the copies that differ hold the authoritative state.
+/// A `scheduled` scrub stops before its next chunk once `noscrub` (`nodeep-scrub` for a deep
+/// one) is set, with [`OsdError::Held`]; an operator's runs whatever the flags.
 pub async fn scrub_pg(
     s: &Arc<Shared>,
     pg: &Arc<Pg>,
     deep: bool,
     repair: bool,
+    scheduled: bool,
 ) -> Result<ScrubReport, OsdError> {
     let active = pg.active_epoch().ok_or_else(|| not_served(s, pg))?;
     let mut report = ScrubReport {
@@ -142,6 +146,9 @@ pub async fn scrub_pg(
     };
     let mut after = String::new();
     loop {
+        if let Some(flag) = scheduled.then(|| held(s, deep)).flatten() {
+            return Err(OsdError::Held(flag));
+        }
         // The chunk's range comes from the primary's listing, read without the PG's lock: what
         // a write created before the fence rises is on every copy, and none is written in the
         // range after.
@@ -220,10 +227,20 @@ pub async fn scrub_pg(
     Ok(report)
 }
 
+/// The cluster flag that holds back a scheduled scrub (`deep` or shallow), if set.
+fn held(s: &Shared, deep: bool) -> Option<MapFlag> {
+    let flag = match deep {
+        true => MapFlag::NoDeepScrub,
+        false => MapFlag::NoScrub,
+    };
+    s.map.borrow().as_ref()?.has(flag).then_some(flag)
+}
+
 /// Scrubs the PGs this OSD leads active+clean as they fall due (`scrub_interval_s`,
 /// `deep_scrub_interval_s`), one at a time, for the daemon's life. A PG first seen here is
 /// given a due time spread over one interval, so a starting OSD does not scrub every PG at
-/// once.
+/// once. `noscrub` and `nodeep-scrub` hold back the scrubs they name (a deep scrub that is
+/// due and held gives way to a shallow one that is due); what is due runs once they are unset.
 pub async fn run(s: Arc<Shared>) {
     let (every, every_deep) = intervals(&s);
     if every.is_none() && every_deep.is_none() {
@@ -235,6 +252,7 @@ pub async fn run(s: Arc<Shared>) {
     loop {
         tokio::time::sleep(SCRUB_TICK).await;
         let now = Instant::now();
+        let (shallow_held, deep_held) = (held(&s, false).is_some(), held(&s, true).is_some());
         let next = s.pgs.all().into_iter().find_map(|pg| {
             if pg.status() != PgStatus::ActiveClean {
                 return None;
@@ -244,7 +262,10 @@ pub async fn run(s: Arc<Shared>) {
                 st.next = st.next.or_else(|| every.map(spread));
                 st.next_deep = st.next_deep.or_else(|| every_deep.map(spread));
                 let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
-                match (due(st.next_deep), due(st.next)) {
+                match (
+                    due(st.next_deep) && !deep_held,
+                    due(st.next) && !shallow_held,
+                ) {
                     (true, _) => Some(true),
                     (false, true) => Some(false),
                     _ => None,
@@ -253,13 +274,19 @@ pub async fn run(s: Arc<Shared>) {
             Some((pg, deep))
         });
         if let Some((pg, deep)) = next {
-            if let Err(e) = scrub_pg(&s, &pg, deep, false).await {
-                tracing::warn!(osd = s.id, pg = %pg.id, deep, error = %e, "scheduled scrub failed");
-                let later = Some(Instant::now() + SCRUB_RETRY);
-                pg.update_scrub(|st| match deep {
-                    true => st.next_deep = later,
-                    false => st.next = later,
-                });
+            match scrub_pg(&s, &pg, deep, false, true).await {
+                Ok(_) => {}
+                Err(OsdError::Held(flag)) => {
+                    tracing::info!(osd = s.id, pg = %pg.id, deep, %flag, "scheduled scrub stopped by a cluster flag");
+                }
+                Err(e) => {
+                    tracing::warn!(osd = s.id, pg = %pg.id, deep, error = %e, "scheduled scrub failed");
+                    let later = Some(Instant::now() + SCRUB_RETRY);
+                    pg.update_scrub(|st| match deep {
+                        true => st.next_deep = later,
+                        false => st.next = later,
+                    });
+                }
             }
         }
     }
