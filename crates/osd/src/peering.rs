@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_clustermap::PgId;
 use cairn_mon::monitor::Request;
-use cairn_mon::{ClusterMap, MapFlag};
+use cairn_mon::ClusterMap;
 use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest, Urgency};
 use cairn_proto::{decode, encode, MSG_PEER_REQUEST};
@@ -326,9 +326,24 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     }];
     let acting: BTreeSet<i32> = iv.acting.iter().copied().skip(1).collect();
     let up = s.up_osds();
+    // The copies that served just before this interval are asked too, even where this OSD
+    // did not know the PG then (it is new to the PG): a complete one still up (an OSD marked
+    // out, say) can serve in a temporary acting set while the new copies are filled.
+    let before = epoch.saturating_sub(1);
+    let previous = match s.past_maps.range(&s.mon, before, before).await {
+        Ok(maps) => maps
+            .first()
+            .and_then(|m| m.placement.mapper().map_pg(pg.id).ok())
+            .map_or_else(Vec::new, |m| m.acting),
+        Err(e) => {
+            tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "no map before the interval");
+            Vec::new()
+        }
+    };
     let past: BTreeSet<i32> = pg
         .past_osds()
         .into_iter()
+        .chain(previous)
         .filter(|o| *o != s.id && up.contains(o) && !acting.contains(o))
         .collect();
     let mut heard = BTreeSet::from([s.id]);
@@ -373,19 +388,14 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     let alive = started.elapsed();
     let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
     // A long recovery is done in the background from a temporary acting set of complete
-    // copies, which serves meanwhile.
-    // With `norecover` set every copy that lacks objects is filled in the background, which
-    // the flag holds back; recovery before activation is only for a PG without min_size
-    // complete copies, which would otherwise serve nothing.
-    let norecover = s
-        .map
-        .borrow()
-        .as_ref()
-        .is_some_and(|m| m.has(MapFlag::NoRecover));
-    let min_objects = match (norecover, came_home(s, pg, &iv, epoch)) {
-        (true, _) => 1,
-        (false, true) => s.cfg.remap_min_objects.max(HOME_MIN_OBJECTS),
-        (false, false) => s.cfg.remap_min_objects,
+    // copies, which serves meanwhile (and a short one too while a cluster flag holds it).
+    let min_objects = match came_home(s, pg, &iv, epoch) {
+        true => s.cfg.remap_min_objects.max(HOME_MIN_OBJECTS),
+        false => s.cfg.remap_min_objects,
+    };
+    let min_objects = match s.map.borrow().as_ref() {
+        Some(map) => crate::remap::min_objects_under_flags(map, &iv, &plan, &up, min_objects),
+        None => min_objects,
     };
     if let Some(temp) = crate::remap::temporary_acting(&iv, &plan, &up, min_objects) {
         let instead = "recovering before activation";

@@ -79,6 +79,27 @@ pub fn temporary_acting(
     (temp.len() >= iv.min_size.max(1) && temp != iv.acting).then_some(temp)
 }
 
+/// The fewest objects a copy's log recovery must lack to be done in the background from a
+/// temporary acting set rather than before activation: `normal`, or 1 when a flag of `map`
+/// would hold that background fill (`norecover`; `norebalance` where the temporary set would
+/// have the pool's size of copies). A flag so holds short recoveries too wherever the PG can
+/// serve meanwhile; a PG without min_size complete copies still recovers before it serves.
+pub fn min_objects_under_flags(
+    map: &ClusterMap,
+    iv: &Interval,
+    plan: &PeeringPlan,
+    up: &BTreeSet<i32>,
+    normal: usize,
+) -> usize {
+    if !map.has(MapFlag::NoRecover) && !map.has(MapFlag::NoRebalance) {
+        return normal;
+    }
+    match temporary_acting(iv, plan, up, 1) {
+        Some(temp) if held_by(map, false, temp.len(), iv.size).is_some() => 1,
+        _ => normal,
+    }
+}
+
 /// Has `pg` (peering in the interval of `epoch`) served by `temp`: true once the map that
 /// starts that interval has come. Otherwise logs why not, and that the caller goes on
 /// `instead`.
@@ -329,5 +350,23 @@ mod tests {
         // Every acting copy complete: nothing to do.
         let iv = interval(vec![1, 2, 3]);
         assert_eq!(temporary_acting(&iv, &p, &up, 1), None);
+    }
+
+    #[test]
+    fn each_flag_holds_the_fills_it_names_and_norebalance_only_misplaced_pgs() {
+        let mut map = ClusterMap::new("held").unwrap();
+        assert_eq!(held_by(&map, false, 2, 3), None);
+        map.flags.insert(MapFlag::NoRecover);
+        assert_eq!(held_by(&map, false, 2, 3), Some(MapFlag::NoRecover));
+        assert_eq!(held_by(&map, true, 2, 3), None, "a backfill goes on");
+        map.flags = [MapFlag::NoBackfill].into();
+        assert_eq!(held_by(&map, true, 2, 3), Some(MapFlag::NoBackfill));
+        assert_eq!(held_by(&map, false, 2, 3), None, "a log recovery goes on");
+        map.flags = [MapFlag::NoRebalance].into();
+        assert_eq!(held_by(&map, true, 3, 3), Some(MapFlag::NoRebalance));
+        assert_eq!(held_by(&map, false, 3, 3), Some(MapFlag::NoRebalance));
+        assert_eq!(held_by(&map, true, 2, 3), None, "a degraded PG recovers");
+        map.flags = [MapFlag::NoOut, MapFlag::NoScrub, MapFlag::PauseWr].into();
+        assert_eq!(held_by(&map, true, 3, 3), None, "other flags hold no fill");
     }
 }
