@@ -684,6 +684,25 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         .split_whitespace()
         .collect();
     assert!(ok && row[3..5] == ["2.500", "0.500"], "{out}");
+    // Cluster flags: an unknown one is refused naming the known ones; set ones are a warning in
+    // `health` and `status` until unset.
+    let (ok, out) = osd(&["set", "noot"]);
+    assert!(
+        !ok && out.contains("unknown flag `noot`") && out.contains("nodeep-scrub"),
+        "{out}"
+    );
+    assert!(osd(&["set", "noout", "norebalance"]).0);
+    let (ok, out) = cairn(&["health", "--mon", &mon, "detail"]);
+    assert!(
+        ok && out.contains("[WRN] OSDMAP_FLAGS: noout,norebalance flag(s) set")
+            && out.contains("noout: down OSDs are not marked out"),
+        "{out}"
+    );
+    let (ok, out) = cairn(&["status", "--mon", &mon]);
+    assert!(ok && out.contains("noout,norebalance flag(s) set"), "{out}");
+    assert!(osd(&["unset", "noout", "norebalance"]).0);
+    let (ok, out) = cairn(&["health", "--mon", &mon]);
+    assert!(ok && !out.contains("OSDMAP_FLAGS"), "{out}");
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     drop(cluster);
