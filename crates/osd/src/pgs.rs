@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cairn_clustermap::{PgId, PgMapping};
+use cairn_mon::MapFlag;
 use cairn_pg::{Eversion, PgLog};
 use tokio::sync::watch;
 
@@ -127,6 +128,8 @@ pub struct Pg {
     /// The interval and up set the running background fill (as primary of a temporary acting
     /// set) serves: one fill per interval and up set.
     fill: Mutex<Option<(u64, Vec<i32>)>>,
+    /// The cluster flag holding that fill back now, if one does (`pg dump` shows it).
+    fill_held: Mutex<Option<MapFlag>>,
     /// Scrub schedule and outcome here (in memory: a restarted primary forgets it until the
     /// next scrub).
     scrub: Mutex<ScrubState>,
@@ -163,6 +166,7 @@ impl Pg {
             active: watch::channel(None).0,
             newest_request_epoch: AtomicU64::new(0),
             fill: Mutex::new(None),
+            fill_held: Mutex::new(None),
             scrub: Mutex::new(ScrubState::default()),
             fence: Arc::default(),
         }
@@ -197,6 +201,11 @@ impl Pg {
         }
         *fill = Some((epoch, up.to_vec()));
         true
+    }
+
+    /// Notes that `flag` holds the PG's background fill back now (None: nothing does).
+    pub fn set_fill_held(&self, flag: Option<MapFlag>) {
+        *self.fill_held.lock().unwrap_or_else(|p| p.into_inner()) = flag;
     }
 
     /// Notes a peering, recovery or replica request about this PG sent in map `epoch`.
@@ -282,11 +291,21 @@ impl Pg {
         *self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The status as reported in `pg stats`, `pg dump` and metrics: its name, with
-    /// `+inconsistent` while the last scrub left inconsistent objects.
+    /// The status as reported in `pg stats`, `pg dump` and metrics: its name, with Ceph's
+    /// `+recovery_wait` (`norecover`) or `+backfill_wait` (`nobackfill`, `norebalance`) while a
+    /// cluster flag holds its background fill, and `+inconsistent` while the last scrub left
+    /// inconsistent objects.
     pub fn state_name(&self) -> String {
         let status = self.status();
         let mut name = status.name().to_string();
+        let held = *self.fill_held.lock().unwrap_or_else(|p| p.into_inner());
+        if status == PgStatus::ActiveRemapped {
+            match held {
+                Some(MapFlag::NoRecover) => name.push_str("+recovery_wait"),
+                Some(_) => name.push_str("+backfill_wait"),
+                None => {}
+            }
+        }
         if status != PgStatus::Replica && self.scrub_state().inconsistent > 0 {
             name.push_str("+inconsistent");
         }
