@@ -301,6 +301,24 @@ async fn prior(
     Ok(prior_set(&past.intervals, since, heard, up, &lost))
 }
 
+/// `pg`'s acting set in the map just before `epoch` (fetched from the monitor's history when
+/// this OSD skipped that epoch); empty where there is none or it cannot be had.
+async fn acting_before(s: &Shared, pg: &Pg, epoch: u64) -> Vec<i32> {
+    if epoch <= 1 {
+        return Vec::new();
+    }
+    match s.past_maps.range(&s.mon, epoch - 1, epoch - 1).await {
+        Ok(maps) => maps
+            .first()
+            .and_then(|m| m.placement.mapper().map_pg(pg.id).ok())
+            .map_or_else(Vec::new, |m| m.acting),
+        Err(e) => {
+            tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "no map before the interval");
+            Vec::new()
+        }
+    }
+}
+
 async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError> {
     let started = std::time::Instant::now();
     // After a scrub's chunk: what peering recovers must not change objects while a scrub
@@ -329,17 +347,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     // The copies that served just before this interval are asked too, even where this OSD
     // did not know the PG then (it is new to the PG): a complete one still up (an OSD marked
     // out, say) can serve in a temporary acting set while the new copies are filled.
-    let before = epoch.saturating_sub(1);
-    let previous = match s.past_maps.range(&s.mon, before, before).await {
-        Ok(maps) => maps
-            .first()
-            .and_then(|m| m.placement.mapper().map_pg(pg.id).ok())
-            .map_or_else(Vec::new, |m| m.acting),
-        Err(e) => {
-            tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "no map before the interval");
-            Vec::new()
-        }
-    };
+    let previous = acting_before(s, pg, epoch).await;
     let past: BTreeSet<i32> = pg
         .past_osds()
         .into_iter()
