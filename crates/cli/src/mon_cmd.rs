@@ -230,7 +230,7 @@ enum OsdCommand {
         /// OSD id.
         id: i32,
     },
-    /// Set cluster flags (Ceph's `osd set`): noout, noin, nodown, norecover, nobackfill,
+    /// Set cluster flags (Ceph's `osd set`): noout, noin, noup, nodown, norecover, nobackfill,
     /// norebalance, noscrub, nodeep-scrub, pauserd, pausewr, or pause (both pause flags).
     /// `cairn status` and `cairn health` list what is set.
     Set {

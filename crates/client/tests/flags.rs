@@ -9,6 +9,8 @@
 //!   holds none.
 //! - `noscrub` and `nodeep-scrub`: no scheduled scrub runs while they are set (scrubs are due
 //!   every 1-2 s), an operator's deep scrub still does, and scheduled ones resume once unset.
+//! - `noup`: an OSD restarted while it is set stays down (its PGs serve degraded without it)
+//!   and comes up by itself once it is unset.
 //! - `pausewr` and `pauserd`: a client's writes (reads) wait and fail at their deadline naming
 //!   the flag; the other kind goes on; a held write completes once the flag is unset.
 
@@ -22,7 +24,7 @@ use cairn_mon::monitor::Request;
 use cairn_mon::MapFlag;
 use common::{
     cluster_with_devices, create_pool, df_value, eventually, metric_sum, metrics_page, pg_states,
-    restart_up, stop_osd, wait_all_clean, Cluster,
+    restart_osd, restart_up, stop_osd, wait_all_clean, Cluster,
 };
 
 const DEVICE_BYTES: u64 = 256 << 20;
@@ -277,5 +279,34 @@ async fn pause_flags_hold_client_writes_and_reads_until_unset() {
         quick.read("data", "o1").await.is_err(),
         "the write that timed out was never sent"
     );
+    common::stop(c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noup_keeps_a_restarted_osd_down_until_it_is_unset() {
+    const PGS: u32 = 4;
+    let mut c = cluster_with_devices("flags-noup", PGS, [DEVICE_BYTES; 3], |_| {}).await;
+    let admin = MonClient::connect(c.mon.addr(), 77).await;
+    let x = c.osds[2].id();
+    let cfg = common::osd_config("flags-noup", 2, &c.mon, &c.dir, DEVICE_BYTES);
+    stop_osd(&mut c, &admin, x).await;
+    set(&admin, &[MapFlag::NoUp], true).await;
+    c.osds.push(restart_osd(cfg).await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let map = c.client.map().unwrap();
+    assert!(!map.osds[&x].up, "osd.{x} booted under noup and stays down");
+    c.client.write_full("data", "o0", &object(0)).await.unwrap();
+
+    set(&admin, &[MapFlag::NoUp], false).await;
+    eventually("osd.X comes up by itself", || async {
+        c.client.map().is_some_and(|m| m.osds[&x].up)
+    })
+    .await;
+    wait_all_clean(&c, PGS as usize).await;
+    eventually("osd.X got the write it missed", || async {
+        df_value(&c, x, "objects").await == 1
+    })
+    .await;
+    reads_back(&c, "data", 1).await;
     common::stop(c).await;
 }

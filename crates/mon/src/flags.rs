@@ -1,8 +1,9 @@
 //! Cluster-wide flags an operator sets in the map to hold back part of the cluster's
 //! self-management for a while (Ceph's `ceph osd set FLAG`): maintenance without data
-//! movement (`noout`), recovery kept off peak hours (`norecover`, `nobackfill`,
+//! movement (`noout`, `noup`), recovery kept off peak hours (`norecover`, `nobackfill`,
 //! `norebalance`), scrubs held (`noscrub`, `nodeep-scrub`), a flapping OSD kept up
-//! (`nodown`), booting OSDs kept out (`noin`), client I/O held (`pauserd`, `pausewr`).
+//! (`nodown`), booting OSDs kept down (`noup`) or out (`noin`), client I/O held (`pauserd`,
+//! `pausewr`).
 //!
 //! This module only names the flags and says what each holds back; the monitor, the OSDs and
 //! the client each honour the ones that concern them.
@@ -21,6 +22,10 @@ pub enum MapFlag {
     /// The monitor marks no booting OSD in: new OSDs join out, auto-out ones stay out.
     #[serde(rename = "noin")]
     NoIn,
+    /// The monitor marks no booting OSD up: it is registered (a new one out, marked in when
+    /// it boots after the flag is unset) and boots again once the flag is unset.
+    #[serde(rename = "noup")]
+    NoUp,
     /// The monitor marks no OSD down on failure reports or missing beacons (an operator's
     /// `osd down` still does).
     #[serde(rename = "nodown")]
@@ -54,9 +59,10 @@ pub enum MapFlag {
 
 impl MapFlag {
     /// Every flag, in the order `status` lists them.
-    pub const ALL: [MapFlag; 10] = [
+    pub const ALL: [MapFlag; 11] = [
         MapFlag::NoOut,
         MapFlag::NoIn,
+        MapFlag::NoUp,
         MapFlag::NoDown,
         MapFlag::NoRecover,
         MapFlag::NoBackfill,
@@ -72,6 +78,7 @@ impl MapFlag {
         match self {
             MapFlag::NoOut => "noout",
             MapFlag::NoIn => "noin",
+            MapFlag::NoUp => "noup",
             MapFlag::NoDown => "nodown",
             MapFlag::NoRecover => "norecover",
             MapFlag::NoBackfill => "nobackfill",
@@ -88,6 +95,7 @@ impl MapFlag {
         match self {
             MapFlag::NoOut => "down OSDs are not marked out",
             MapFlag::NoIn => "booting OSDs are not marked in",
+            MapFlag::NoUp => "booting OSDs are not marked up",
             MapFlag::NoDown => "failed OSDs are not marked down",
             MapFlag::NoRecover => "copies within the PG log's reach are not recovered",
             MapFlag::NoBackfill => "copies beyond the PG log's reach are not backfilled",

@@ -734,16 +734,19 @@ impl Monitor {
                         crush_weight,
                     });
                 }
-                changes.push(Change::Up {
-                    id: o.id,
-                    addr: addr.clone(),
-                });
-                if o.auto_out && !self.map.has(MapFlag::NoIn) {
-                    changes.push(Change::Reweight {
+                // Under `noup` it stays down; it boots again once the flag is unset.
+                if !self.map.has(MapFlag::NoUp) {
+                    changes.push(Change::Up {
                         id: o.id,
-                        reweight: 0x10000,
-                        auto: false,
+                        addr: addr.clone(),
                     });
+                    if o.auto_out && !self.map.has(MapFlag::NoIn) {
+                        changes.push(Change::Reweight {
+                            id: o.id,
+                            reweight: 0x10000,
+                            auto: false,
+                        });
+                    }
                 }
                 o.id
             }
@@ -753,15 +756,21 @@ impl Monitor {
                     .filter(free)
                     .or_else(|| (0..).find(free))
                     .unwrap_or(0);
+                let noup = self.map.has(MapFlag::NoUp);
                 changes.push(Change::AddOsd {
-                    entry: OsdEntry::booted(id, uuid, host, addr),
+                    entry: OsdEntry {
+                        up: !noup,
+                        ..OsdEntry::booted(id, uuid, host, addr)
+                    },
                     crush_weight,
                 });
-                if self.map.has(MapFlag::NoIn) {
+                if noup || self.map.has(MapFlag::NoIn) {
+                    // Out (a down OSD in would make its PGs degraded); under `noup` alone it
+                    // is marked in when it boots after the flag is unset.
                     changes.push(Change::Reweight {
                         id,
                         reweight: 0,
-                        auto: false,
+                        auto: noup,
                     });
                 }
                 id
@@ -770,7 +779,10 @@ impl Monitor {
         self.last_beacon_ms.insert(id, now_ms);
         // Reports gathered about its previous incarnation do not count against this one.
         self.reports.remove(&id);
-        let epoch = self.commit(changes)?;
+        let epoch = match changes.is_empty() {
+            true => self.map.epoch,
+            false => self.commit(changes)?,
+        };
         Ok(Reply::Booted { id, epoch })
     }
 

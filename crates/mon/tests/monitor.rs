@@ -1127,6 +1127,29 @@ fn flags_hold_back_down_out_and_in_until_unset_and_travel_in_the_map() {
     assert_eq!(mon.map().osds[&new_id].reweight, 0, "a new OSD joins out");
     set_flags(&mut mon, 746_000, &["noin", "pause"], false);
     assert!(mon.map().flags.is_empty());
+
+    // noup: a known OSD boots and stays down; a new one is registered down and out; both come
+    // up (the new one in) when they boot after the flag is unset.
+    set_flags(&mut mon, 747_000, &["noup"], true);
+    assert!(!mon.map().osds[&2].up);
+    mon.handle(748_000, boot_as("uuid-2")).unwrap();
+    assert!(!mon.map().osds[&2].up, "noup keeps it down");
+    assert_eq!(mon.map().osds[&2].host, "host3", "its new host is recorded");
+    let epoch = mon.map().epoch;
+    mon.handle(748_000, boot_as("uuid-2")).unwrap();
+    assert_eq!(mon.map().epoch, epoch, "booting again changes nothing");
+    let newer = match mon.handle(748_000, boot_as("uuid-newer")).unwrap() {
+        Reply::Booted { id, .. } => id,
+        other => panic!("{other:?}"),
+    };
+    let entry = &mon.map().osds[&newer];
+    assert!(!entry.up && entry.reweight == 0, "{entry:?}");
+    set_flags(&mut mon, 749_000, &["noup"], false);
+    mon.handle(750_000, boot_as("uuid-2")).unwrap();
+    mon.handle(750_000, boot_as("uuid-newer")).unwrap();
+    assert!(mon.map().osds[&2].up);
+    let entry = &mon.map().osds[&newer];
+    assert!(entry.up && entry.reweight == 0x10000, "{entry:?}");
     let page = cairn_mon::metrics::render_map(mon.map());
     assert!(page.contains("cairn_mon_flag{flag=\"noout\"} 0"), "{page}");
 }

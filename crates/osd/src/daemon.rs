@@ -15,6 +15,7 @@ use cairn_blockdev::{
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
+use cairn_mon::MapFlag;
 use cairn_msgr::blockcrc::CRC_BLOCK_BYTES;
 use cairn_msgr::http::serve_metrics;
 use cairn_msgr::session::{Listener, Session};
@@ -472,8 +473,9 @@ impl OsdDaemon {
                 if let Some(map) = map {
                     s.past_maps.note(&map);
                     peering::on_map(&s, &map);
-                    if map.osds.get(&s.id).is_some_and(|o| !o.up) {
-                        // Wrongly marked down while alive (e.g. a partition healed): boot again.
+                    if map.osds.get(&s.id).is_some_and(|o| !o.up) && !map.has(MapFlag::NoUp) {
+                        // Wrongly marked down while alive (e.g. a partition healed), or booted
+                        // while `noup` was set: boot again.
                         tracing::warn!(
                             osd = s.id,
                             epoch = map.epoch,
