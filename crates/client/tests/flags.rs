@@ -24,7 +24,7 @@ use cairn_mon::monitor::Request;
 use cairn_mon::MapFlag;
 use common::{
     cluster_with_devices, create_pool, df_value, eventually, metric_sum, metrics_page, pg_states,
-    restart_osd, restart_up, stop_osd, wait_all_clean, Cluster,
+    reads_back, restart_osd, restart_up, stop_osd, wait_all_clean, Cluster,
 };
 
 const DEVICE_BYTES: u64 = 256 << 20;
@@ -39,17 +39,6 @@ async fn set(admin: &MonClient, flags: &[MapFlag], on: bool) {
         on,
     };
     admin.op(body, 10_000).await.unwrap();
-}
-
-async fn reads_back(c: &Cluster, pool: &str, n: usize) {
-    for i in 0..n {
-        let got = c.client.read(pool, &format!("o{i}")).await.unwrap();
-        assert_eq!(
-            crc_fast::crc32_iscsi(&got),
-            crc_fast::crc32_iscsi(&object(i)),
-            "o{i}"
-        );
-    }
 }
 
 /// PGs the OSDs lead that serve I/O, and the states of all of them.
@@ -103,7 +92,7 @@ async fn norecover_keeps_a_returning_osd_behind_until_it_is_unset() {
         20,
         "osd.{x} got none of the 20 objects written while it was away"
     );
-    reads_back(&c, "data", 40).await;
+    reads_back(&c, "data", 40, object).await;
     c.client
         .write_full("data", "o40", &object(40))
         .await
@@ -115,7 +104,7 @@ async fn norecover_keeps_a_returning_osd_behind_until_it_is_unset() {
         df_value(&c, x, "objects").await == 41
     })
     .await;
-    reads_back(&c, "data", 41).await;
+    reads_back(&c, "data", 41, object).await;
     common::stop(c).await;
 }
 
@@ -159,7 +148,7 @@ async fn norebalance_keeps_an_out_osds_objects_in_place_until_it_is_unset() {
         before,
         "nothing moved off the out OSD"
     );
-    reads_back(&c, "two", 30).await;
+    reads_back(&c, "two", 30, object).await;
 
     set(&admin, &[MapFlag::NoRebalance], false).await;
     eventually("osd.X is emptied", || async {
@@ -168,7 +157,7 @@ async fn norebalance_keeps_an_out_osds_objects_in_place_until_it_is_unset() {
     .await;
     let (_, states) = serving(&c).await;
     assert!(!states.keys().any(|s| s.contains("remapped")), "{states:?}");
-    reads_back(&c, "two", 30).await;
+    reads_back(&c, "two", 30, object).await;
     common::stop(c).await;
 }
 
@@ -307,6 +296,6 @@ async fn noup_keeps_a_restarted_osd_down_until_it_is_unset() {
         df_value(&c, x, "objects").await == 1
     })
     .await;
-    reads_back(&c, "data", 1).await;
+    reads_back(&c, "data", 1, object).await;
     common::stop(c).await;
 }

@@ -7,7 +7,9 @@ mod common;
 
 use cairn_mon::client::MonClient;
 use cairn_mon::monitor::Request;
-use common::{cluster_with_devices, df_value, eventually, pg_states, stop_osd, Cluster};
+use common::{
+    cluster_with_devices, df_value, eventually, pg_states, reads_back, stop_osd, Cluster,
+};
 
 const PG_NUM: u32 = 8;
 
@@ -31,17 +33,6 @@ async fn copies(c: &Cluster) -> (u64, Vec<u64>) {
         each.push(df_value(c, osd, "objects").await);
     }
     (each.iter().sum(), each)
-}
-
-async fn reads_back(c: &Cluster, pool: &str, n: usize) {
-    for i in 0..n {
-        let got = c.client.read(pool, &format!("o{i}")).await.unwrap();
-        assert_eq!(
-            crc_fast::crc32_iscsi(&got),
-            crc_fast::crc32_iscsi(&object(i)),
-            "o{i}"
-        );
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,14 +63,14 @@ async fn a_pool_grown_to_three_copies_backfills_and_one_shrunk_to_one_deletes_th
     })
     .await;
     common::wait_all_clean(c, PG_NUM as usize).await;
-    reads_back(c, "data", 30).await;
+    reads_back(c, "data", 30, object).await;
     set_pool(&admin, "data", Some(1), None).await;
     eventually("the surplus copies to be deleted", || async move {
         copies(c).await.0 == 30
     })
     .await;
     common::wait_all_clean(c, PG_NUM as usize).await;
-    reads_back(c, "data", 30).await;
+    reads_back(c, "data", 30, object).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +97,7 @@ async fn pgs_below_min_size_serve_again_once_it_is_lowered() {
         pg_states(c_ref).await == [("active+degraded".to_string(), PG_NUM as usize)].into()
     })
     .await;
-    reads_back(&c, "data", 10).await;
+    reads_back(&c, "data", 10, object).await;
     c.client
         .write_full("data", "after", b"one copy")
         .await

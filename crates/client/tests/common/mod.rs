@@ -353,3 +353,16 @@ pub async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Reads objects `o0` .. `o{n-1}` of `pool` back through the cluster's client and checks each
+/// against `expected(i)` by crc32c.
+pub async fn reads_back(c: &Cluster, pool: &str, n: usize, expected: impl Fn(usize) -> Vec<u8>) {
+    for i in 0..n {
+        let got = c.client.read(pool, &format!("o{i}")).await.unwrap();
+        assert_eq!(
+            crc_fast::crc32_iscsi(&got),
+            crc_fast::crc32_iscsi(&expected(i)),
+            "o{i}"
+        );
+    }
+}
