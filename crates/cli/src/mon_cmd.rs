@@ -333,7 +333,12 @@ pub fn run_status(args: MonAddr) -> anyhow::Result<()> {
         if !health.checks.is_empty() {
             println!("          (`cairn health detail` names each OSD and PG concerned)");
         }
-        println!("  osd: {} total, {up} up, {inn} in", map.osds.len());
+        let flags: Vec<&str> = map.flags.iter().map(|f| f.name()).collect();
+        let flags = match flags.is_empty() {
+            true => String::new(),
+            false => format!("; flags {}", flags.join(",")),
+        };
+        println!("  osd: {} total, {up} up, {inn} in{flags}", map.osds.len());
         let down: Vec<i32> = map.osds.values().filter(|o| !o.up).map(|o| o.id).collect();
         for pool in map.placement.pools.values() {
             // The spread is over the OSDs that are up: a down OSD holds no up set's copy, and

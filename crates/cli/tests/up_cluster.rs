@@ -699,7 +699,11 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         "{out}"
     );
     let (ok, out) = cairn(&["status", "--mon", &mon]);
-    assert!(ok && out.contains("noout,norebalance flag(s) set"), "{out}");
+    assert!(
+        ok && out.contains("noout,norebalance flag(s) set")
+            && out.contains("in; flags noout,norebalance"),
+        "{out}"
+    );
     assert!(osd(&["unset", "noout", "norebalance"]).0);
     let (ok, out) = cairn(&["health", "--mon", &mon]);
     assert!(ok && !out.contains("OSDMAP_FLAGS"), "{out}");
