@@ -190,7 +190,7 @@ async fn noscrub_and_nodeep_scrub_hold_scheduled_scrubs_but_not_an_operators() {
             .unwrap();
     }
     // A scrub under way when the flags came ends at its next chunk.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let held = scrubs(&c);
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(

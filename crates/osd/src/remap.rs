@@ -183,11 +183,6 @@ fn held_now(s: &Shared, pg: &Pg, backfill: bool) -> Option<MapFlag> {
     held_by(map.as_ref()?, backfill, iv.copies().count(), iv.size)
 }
 
-/// Whether this OSD's newest map has `flag` set.
-fn flag_set(s: &Shared, flag: MapFlag) -> bool {
-    s.map.borrow().as_ref().is_some_and(|m| m.has(flag))
-}
-
 async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) {
     let mut held_before = None;
     while still(&pg, epoch, &up) {
@@ -199,7 +194,7 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
                     held_before = Some(flag);
                 }
                 pg.set_fill_held(Some(flag));
-                while still(&pg, epoch, &up) && flag_set(&s, flag) {
+                while still(&pg, epoch, &up) && s.flag_set(flag) {
                     tokio::time::sleep(HELD_PAUSE).await;
                 }
                 pg.set_fill_held(None);

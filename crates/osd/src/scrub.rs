@@ -233,7 +233,7 @@ fn held(s: &Shared, deep: bool) -> Option<MapFlag> {
         true => MapFlag::NoDeepScrub,
         false => MapFlag::NoScrub,
     };
-    s.map.borrow().as_ref()?.has(flag).then_some(flag)
+    s.flag_set(flag).then_some(flag)
 }
 
 /// Scrubs the PGs this OSD leads active+clean as they fall due (`scrub_interval_s`,

@@ -162,6 +162,11 @@ impl Shared {
         })
     }
 
+    /// Whether the current map has the cluster flag `flag` set.
+    pub fn flag_set(&self, flag: cairn_mon::MapFlag) -> bool {
+        self.map.borrow().as_ref().is_some_and(|m| m.has(flag))
+    }
+
     /// `osd`'s incarnation (its up_from) in the current map, if it is up there.
     pub fn incarnation_of(&self, osd: i32) -> Option<u64> {
         self.map.borrow().as_ref().and_then(|m| {
