@@ -79,7 +79,7 @@ impl PgRow {
     }
 }
 
-/// Judges the cluster: cluster flags set, OSDs down, out, full and nearfull (with their use),
+/// Judges the cluster: cluster flags set, OSDs with their own noout, OSDs down, out, full and nearfull (with their use),
 /// PGs not served, PGs with no OSD up at all, degraded PGs, inconsistent PGs.
 pub fn assess(map: &ClusterMap, pgs: &[PgRow], usage: &BTreeMap<i32, OsdUsage>) -> Health {
     let mut checks = Vec::new();
@@ -94,6 +94,20 @@ pub fn assess(map: &ClusterMap, pgs: &[PgRow], usage: &BTreeMap<i32, OsdUsage>) 
                 .iter()
                 .map(|f| format!("{f}: {}", f.effect()))
                 .collect(),
+        });
+    }
+    let own_noout: Vec<String> = map
+        .osds
+        .values()
+        .filter(|o| o.noout)
+        .map(|o| format!("osd.{} (host {}) has noout", o.id, o.host))
+        .collect();
+    if !own_noout.is_empty() {
+        checks.push(Check {
+            code: "OSD_FLAGS",
+            level: Level::Warn,
+            summary: format!("{} OSDs have noout set", own_noout.len()),
+            detail: own_noout,
         });
     }
     let use_of = |id: i32| {
@@ -345,6 +359,18 @@ mod tests {
         let h = assess(mon.map(), &rows("active+clean", 8), &BTreeMap::new());
         assert_eq!(h.level, Level::Warn);
         assert_eq!(h.line(), "HEALTH_WARN noout,norecover flag(s) set");
+        let own = Request::SetOsdNoOut {
+            ids: vec![1],
+            on: true,
+        };
+        mon.handle(1, own).unwrap();
+        let h = assess(mon.map(), &rows("active+clean", 8), &BTreeMap::new());
+        assert!(
+            h.detail()
+                .contains("[WRN] OSD_FLAGS: 1 OSDs have noout set\n    osd.1 (host h1) has noout"),
+            "{}",
+            h.detail()
+        );
         let detail = h.detail();
         for want in [
             "[WRN] OSDMAP_FLAGS: noout,norecover flag(s) set",

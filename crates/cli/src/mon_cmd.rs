@@ -238,6 +238,19 @@ enum OsdCommand {
         #[arg(required = true)]
         flags: Vec<String>,
     },
+    /// Keep these OSDs in while they are down (Ceph's `osd add-noout`): maintenance of one
+    /// host without the cluster-wide `noout`.
+    AddNoout {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Let these OSDs be marked out again while down (Ceph's `osd rm-noout`).
+    RmNoout {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
     /// Unset cluster flags (Ceph's `osd unset`).
     Unset {
         /// The flags.
@@ -480,6 +493,8 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             flags: parse_flags(&flags)?,
             on: true,
         },
+        OsdCommand::AddNoout { ids } => Request::SetOsdNoOut { ids, on: true },
+        OsdCommand::RmNoout { ids } => Request::SetOsdNoOut { ids, on: false },
         OsdCommand::Unset { flags } => Request::SetFlags {
             flags: parse_flags(&flags)?,
             on: false,

@@ -705,6 +705,15 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         "{out}"
     );
     assert!(osd(&["unset", "noout", "norebalance"]).0);
+    let (ok, out) = osd(&["add-noout", "7"]);
+    assert!(!ok && out.contains("osd.7"), "{out}");
+    assert!(osd(&["add-noout", "0"]).0);
+    let (ok, out) = cairn(&["health", "--mon", &mon, "detail"]);
+    assert!(
+        ok && out.contains("osd.0 (host") && out.contains("has noout"),
+        "{out}"
+    );
+    assert!(osd(&["rm-noout", "0"]).0);
     let (ok, out) = cairn(&["health", "--mon", &mon]);
     assert!(ok && !out.contains("OSDMAP_FLAGS"), "{out}");
     let (ok, out) = cairn(&["down", "--dir", &d]);

@@ -89,6 +89,13 @@ pub enum Change {
     SetPool(Pool),
     /// Replace the exception table (text form).
     Exceptions(String),
+    /// Set (`on`) or unset one OSD's own `noout`.
+    OsdNoOut {
+        /// OSD id.
+        id: i32,
+        /// Set it (true) or unset it.
+        on: bool,
+    },
     /// Set (`on`) or unset a cluster flag.
     Flag {
         /// The flag.
@@ -262,6 +269,9 @@ impl ClusterMap {
             Change::Exceptions(text) => {
                 self.placement.exceptions =
                     Exceptions::parse(text).map_err(|e| MonError::Encoding(e.to_string()))?;
+            }
+            Change::OsdNoOut { id, on } => {
+                self.entry(*id)?.noout = *on;
             }
             Change::Flag { flag, on: true } => {
                 self.flags.insert(*flag);

@@ -62,6 +62,10 @@ pub struct OsdEntry {
     /// booted after it. `None` in maps written before it was kept.
     #[serde(default)]
     pub up_from: Option<u64>,
+    /// This OSD alone is never marked out while down (Ceph's `osd add-noout`): maintenance of
+    /// one host without holding the whole cluster's down -> out timer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub noout: bool,
 }
 
 impl OsdEntry {
@@ -81,6 +85,7 @@ impl OsdEntry {
             up_thru: Some(0),
             lost_at: None,
             up_from: None,
+            noout: false,
         }
     }
 }

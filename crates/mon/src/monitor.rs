@@ -204,6 +204,14 @@ pub enum Request {
         /// New count of copies a PG needs up to serve I/O.
         min_size: Option<u32>,
     },
+    /// Operator: set (`on`) or unset the `noout` of single OSDs (Ceph's `osd add-noout` /
+    /// `rm-noout`), all in one epoch; none when every one already is as asked.
+    SetOsdNoOut {
+        /// OSD ids.
+        ids: Vec<i32>,
+        /// Set it (true) or unset it.
+        on: bool,
+    },
     /// Operator: set (`on`) or unset cluster flags (Ceph's `osd set|unset FLAG`), all in one
     /// epoch; none when every flag already is as asked.
     SetFlags {
@@ -242,6 +250,7 @@ impl Request {
             Request::RemovePool { .. } => "remove_pool",
             Request::SetPool { .. } => "set_pool",
             Request::SetFlags { .. } => "set_flags",
+            Request::SetOsdNoOut { .. } => "set_osd_noout",
         }
     }
 }
@@ -517,6 +526,19 @@ impl Monitor {
                 let epoch = self.commit(vec![Change::SetPool(pool)])?;
                 Ok(Reply::Done { epoch })
             }
+            Request::SetOsdNoOut { ids, on } => {
+                let mut changes = Vec::new();
+                for id in ids.into_iter().collect::<std::collections::BTreeSet<_>>() {
+                    if self.osd(id)?.noout != on {
+                        changes.push(Change::OsdNoOut { id, on });
+                    }
+                }
+                let epoch = match changes.is_empty() {
+                    true => self.map.epoch,
+                    false => self.commit(changes)?,
+                };
+                Ok(Reply::Done { epoch })
+            }
             Request::SetFlags { flags, on } => {
                 let changes: Vec<Change> = flags
                     .into_iter()
@@ -551,7 +573,7 @@ impl Monitor {
                         at_ms: now_ms,
                     });
                 }
-            } else if o.reweight > 0 && !noout {
+            } else if o.reweight > 0 && !noout && !o.noout {
                 if let Some(since) = o.down_since_ms {
                     if now_ms.saturating_sub(since) >= self.config.down_out_interval_ms {
                         changes.push(Change::Reweight {

@@ -1153,3 +1153,37 @@ fn flags_hold_back_down_out_and_in_until_unset_and_travel_in_the_map() {
     let page = cairn_mon::metrics::render_map(mon.map());
     assert!(page.contains("cairn_mon_flag{flag=\"noout\"} 0"), "{page}");
 }
+
+#[test]
+fn an_osds_own_noout_keeps_it_in_while_the_others_go_out() {
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 4, 4);
+    let epoch = mon.map().epoch;
+    let set = |ids: Vec<i32>, on| Request::SetOsdNoOut { ids, on };
+    assert!(mon.handle(1, set(vec![1, 9], true)).is_err());
+    assert_eq!(
+        mon.map().epoch,
+        epoch,
+        "an unknown OSD is refused without an epoch"
+    );
+    mon.handle(1, set(vec![1], true)).unwrap();
+    assert!(mon.map().osds[&1].noout);
+    assert_eq!(mon.map().epoch, epoch + 1);
+    mon.handle(1, set(vec![1], true)).unwrap();
+    assert_eq!(mon.map().epoch, epoch + 1, "already set: no epoch");
+    let decoded = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert!(decoded.osds[&1].noout && !decoded.osds[&2].noout);
+    for id in [1, 2] {
+        mon.handle(2, Request::MarkDown { id }).unwrap();
+    }
+    mon.tick(2 + 600_000).unwrap();
+    assert_eq!(mon.map().osds[&2].reweight, 0, "osd.2 goes out");
+    assert_eq!(mon.map().osds[&1].reweight, 0x10000, "osd.1 stays in");
+    mon.handle(700_000, set(vec![1], false)).unwrap();
+    mon.tick(700_001).unwrap();
+    assert_eq!(
+        mon.map().osds[&1].reweight,
+        0,
+        "out once its noout is removed"
+    );
+}
