@@ -399,13 +399,8 @@ impl Monitor {
                 if known.nearfull != nearfull {
                     changes.push(Change::NearFull { id, nearfull });
                 }
-                if !changes.is_empty() {
-                    let epoch = self.commit(changes)?;
-                    return Ok(Reply::Done { epoch });
-                }
-                Ok(Reply::Done {
-                    epoch: self.map.epoch,
-                })
+                let epoch = self.commit_any(changes)?;
+                Ok(Reply::Done { epoch })
             }
             Request::Alive { id, want } => self.alive(id, want),
             Request::PgTemp { temps } => self.pg_temp(temps),
@@ -533,10 +528,7 @@ impl Monitor {
                         changes.push(Change::OsdNoOut { id, on });
                     }
                 }
-                let epoch = match changes.is_empty() {
-                    true => self.map.epoch,
-                    false => self.commit(changes)?,
-                };
+                let epoch = self.commit_any(changes)?;
                 Ok(Reply::Done { epoch })
             }
             Request::SetFlags { flags, on } => {
@@ -547,10 +539,7 @@ impl Monitor {
                     .filter(|f| self.map.has(*f) != on)
                     .map(|flag| Change::Flag { flag, on })
                     .collect();
-                let epoch = match changes.is_empty() {
-                    true => self.map.epoch,
-                    false => self.commit(changes)?,
-                };
+                let epoch = self.commit_any(changes)?;
                 Ok(Reply::Done { epoch })
             }
         }
@@ -680,10 +669,7 @@ impl Monitor {
                 changes.push(Change::PgTemp { pg, acting });
             }
         }
-        let epoch = match changes.is_empty() {
-            true => self.map.epoch,
-            false => self.commit(changes)?,
-        };
+        let epoch = self.commit_any(changes)?;
         Ok(Reply::Done { epoch })
     }
 
@@ -801,11 +787,17 @@ impl Monitor {
         self.last_beacon_ms.insert(id, now_ms);
         // Reports gathered about its previous incarnation do not count against this one.
         self.reports.remove(&id);
-        let epoch = match changes.is_empty() {
-            true => self.map.epoch,
-            false => self.commit(changes)?,
-        };
+        let epoch = self.commit_any(changes)?;
         Ok(Reply::Booted { id, epoch })
+    }
+
+    /// [`Monitor::commit`]s `changes` if there are any; the current epoch otherwise (a
+    /// request that changes nothing makes no epoch).
+    fn commit_any(&mut self, changes: Vec<Change>) -> Result<u64, MonError> {
+        match changes.is_empty() {
+            true => Ok(self.map.epoch),
+            false => self.commit(changes),
+        }
     }
 
     /// Applies `changes` plus re-balanced exceptions as the next epoch.
