@@ -20,6 +20,7 @@ use crate::inflight::{InFlight, InFlightView, Launch, Written, MAX_IN_FLIGHT};
 use crate::stage::{CreatedObject, Stage, Tables};
 use crate::store::{State, Store};
 use crate::txn::{Op, Transaction};
+use crate::usage::UsageDelta;
 use crate::wal::{self, REDO_EXTENTS, REDO_ONODES, REDO_XATTRS};
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -95,8 +96,8 @@ pub(crate) struct GroupEffects {
     pub(crate) to_free: Vec<(u64, u64)>,
     /// Blocks whose pending deferred write it cancels.
     pub(crate) deferred_dropped: Vec<u64>,
-    pub(crate) objects_delta: i64,
-    pub(crate) stored_delta: i64,
+    /// Objects and bytes it adds to (or removes from) each collection.
+    pub(crate) usage: UsageDelta,
     /// Objects it created (their cache entries are built from its redo record).
     pub(crate) created: Vec<CreatedObject>,
 }
@@ -406,8 +407,7 @@ impl Store {
             live,
             to_free: std::mem::take(&mut stage.to_free),
             deferred_dropped: std::mem::take(&mut stage.deferred_dropped),
-            objects_delta: stage.objects_delta,
-            stored_delta: stage.stored_delta,
+            usage: std::mem::take(&mut stage.usage),
             created: std::mem::take(&mut stage.created),
         };
         let Some(pos) = placed else {
@@ -550,8 +550,7 @@ impl Store {
             live,
             to_free,
             deferred_dropped,
-            objects_delta,
-            stored_delta,
+            usage,
             created,
         } = effects;
         let fresh: Vec<_> = created
@@ -579,8 +578,10 @@ impl Store {
             st.deferred.remove(p);
         }
         st.deferred.extend(deferred_new);
+        let (objects_delta, stored_delta) = usage.totals();
         st.objects = st.objects.saturating_add_signed(objects_delta);
         st.stored_bytes = st.stored_bytes.saturating_add_signed(stored_delta);
+        st.usage.apply(&usage);
         if let Err(e) = self.after_commit(st, logged).await {
             return self.fail_all(live, e);
         }

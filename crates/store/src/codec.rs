@@ -427,6 +427,14 @@ pub fn onode_key(coll_id: u32, name: &str) -> Vec<u8> {
     k
 }
 
+/// The collection id an onode key ([`onode_key`]) begins with.
+pub fn onode_coll(key: &[u8]) -> Result<u32> {
+    key.get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_be_bytes)
+        .ok_or_else(|| StoreError::Corrupt("onode key shorter than a collection id".into()))
+}
+
 /// Unambiguous prefix of everything owned by one object in the per-object tables:
 /// collection id (BE) ++ name length (BE u16) ++ name.
 pub fn object_prefix(coll_id: u32, name: &str) -> Vec<u8> {

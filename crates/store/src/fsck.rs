@@ -6,12 +6,14 @@
 //! onode, or the extents table when the onode says so); its extents do not overlap and none
 //! reaches past its object's size; no physical block is referenced twice or lies outside the
 //! data area; the allocator agrees with the references; deferred writes target referenced
-//! blocks; and (deep) every block matches its crc32c. It must never modify the store.
+//! blocks; each collection's kept usage (objects, bytes) is what its onodes add up to; and
+//! (deep) every block matches its crc32c. It must never modify the store.
 
 use crate::codec::{self, split_block_key, split_prefix, Extent, Onode};
 use crate::error::{kv, Result};
 use crate::kv::{COLLS, DEFERRED, EXTENTS, OMAP, ONODES, XATTRS};
 use crate::store::{State, Store};
+use crate::usage::UsageTable;
 use redb::ReadableTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -107,6 +109,27 @@ impl Store {
             rep.objects += 1;
         }
         let coll_name = |id: u32| colls.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
+        let mut counted = UsageTable::default();
+        for ((id, _), size) in &sizes {
+            counted.count(*id, *size);
+        }
+        let ids: BTreeSet<u32> = counted
+            .collections()
+            .chain(st.usage.collections())
+            .collect();
+        for id in ids {
+            let (have, kept) = (counted.get(id), st.usage.get(id));
+            if have != kept {
+                rep.errors.push(format!(
+                    "collection {}: {} objects of {} bytes, but its usage says {} of {}",
+                    coll_name(id),
+                    have.objects,
+                    have.bytes,
+                    kept.objects,
+                    kept.bytes
+                ));
+            }
+        }
 
         // (extent, collection id, object name), in key order: by object, then logical block.
         let mut refs: Vec<(Extent, u32, String)> = Vec::new();

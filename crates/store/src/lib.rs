@@ -36,6 +36,7 @@ mod replay;
 mod stage;
 pub mod store;
 pub mod txn;
+mod usage;
 mod wal;
 
 pub use config::StoreConfig;
@@ -45,3 +46,4 @@ pub use kv::{CrashableKv, KvLossMode};
 pub use read::{OmapPage, MAX_LIST_ENTRIES};
 pub use store::{KvLocation, ObjectStat, Store, StoreStats};
 pub use txn::{DataCrcs, Op, Transaction};
+pub use usage::CollectionUsage;

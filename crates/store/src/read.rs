@@ -14,6 +14,7 @@ use crate::overlay::Layered;
 use crate::stage::BytesTable;
 use crate::store::{ObjectStat, State, Store};
 use crate::txn::DataCrcs;
+use crate::usage::CollectionUsage;
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -607,6 +608,17 @@ impl Store {
             out.push(each(name.to_string(), &value)?);
         }
         Ok(out)
+    }
+
+    /// How many objects collection `coll` holds and their logical bytes, as of the last
+    /// committed group: kept by every commit, so this costs no listing (an OSD reports its
+    /// PGs' usage with it every few seconds).
+    pub async fn collection_usage(&self, coll: &str) -> Result<CollectionUsage> {
+        self.check_ok()?;
+        let st = self.state.read().await;
+        let v = self.view(&st)?;
+        let id = Self::read_coll_id(&v, coll)?;
+        Ok(st.usage.get(id))
     }
 
     /// All collection names, sorted.

@@ -23,6 +23,7 @@ use crate::kv::KvSnapshot;
 use crate::overlay::{Layered, Overlay, NO_CHANGES};
 use crate::store::{State, Store};
 use crate::txn::{DataCrcs, Op};
+use crate::usage::UsageDelta;
 use crate::wal::Redo;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -107,8 +108,8 @@ pub(crate) struct Stage {
     /// Runs `(first block, blocks)` its transactions wrote early (already written; module
     /// `early`), listed in its record with the copy-on-write runs.
     pub(crate) early_runs: Vec<(u64, u64)>,
-    pub(crate) objects_delta: i64,
-    pub(crate) stored_delta: i64,
+    /// Objects and bytes its transactions add to (or remove from) each collection.
+    pub(crate) usage: UsageDelta,
     /// Objects the group created (they had no onode in its view): every extent and attribute
     /// they have is in its redo record, so their onode cache entries can be built from it.
     pub(crate) created: Vec<CreatedObject>,
@@ -157,6 +158,8 @@ impl Stage {
 /// One object addressed inside a transaction.
 struct Obj<'a> {
     coll: &'a str,
+    /// The collection's id.
+    coll_id: u32,
     name: &'a str,
     key: Vec<u8>,
     prefix: Vec<u8>,
@@ -386,6 +389,7 @@ impl Store {
         let id = Self::coll_id(t, coll)?;
         Ok(Obj {
             coll,
+            coll_id: id,
             name,
             key: onode_key(id, name),
             prefix: object_prefix(id, name),
@@ -412,7 +416,7 @@ impl Store {
         }
         let n = Onode::default();
         t.onodes.insert(o.key.as_slice(), n.encode().as_slice())?;
-        stage.objects_delta += 1;
+        stage.usage.add(o.coll_id, 1, 0);
         stage.created.push(CreatedObject {
             coll: o.coll.to_string(),
             name: o.name.to_string(),
@@ -431,7 +435,9 @@ impl Store {
         old_bytes: u64,
         size_bytes: u64,
     ) -> Result<()> {
-        stage.stored_delta += size_bytes as i64 - old_bytes as i64;
+        stage
+            .usage
+            .add(o.coll_id, 0, size_bytes as i64 - old_bytes as i64);
         let mut node = Self::must_exist(t, o)?;
         node.size_bytes = size_bytes;
         Self::put_onode(t, o, &node)
@@ -990,8 +996,7 @@ impl Store {
         }
         take_prefix(&mut t.omap, &o.prefix)?;
         t.onodes.remove(o.key.as_slice());
-        stage.objects_delta -= 1;
-        stage.stored_delta -= node.size_bytes as i64;
+        stage.usage.add(o.coll_id, -1, -(node.size_bytes as i64));
         Ok(true)
     }
 
@@ -1043,8 +1048,7 @@ impl Store {
                 )?;
             }
         }
-        stage.objects_delta += 1;
-        stage.stored_delta += node.size_bytes as i64;
+        stage.usage.add(d.coll_id, 1, node.size_bytes as i64);
         Ok(())
     }
 }

@@ -25,7 +25,7 @@ use crate::alloc::Allocator;
 use crate::bufpool::{BufPool, RunBuf};
 use crate::cache::OnodeCache;
 use crate::checkpoint::{CheckpointJob, Retired};
-use crate::codec::{self, split_block_key, Extent, Onode, Superblock};
+use crate::codec::{self, onode_coll, split_block_key, Extent, Onode, Superblock};
 use crate::config::StoreConfig;
 use crate::error::{kv, Result, StoreError};
 use crate::keyfilter::KeyFilter;
@@ -33,6 +33,7 @@ use crate::kv::{
     CountingBackend, DynBackend, KvCounters, COLLS, DEFERRED, EXTENTS, META, OMAP, ONODES, XATTRS,
 };
 use crate::overlay::Overlay;
+use crate::usage::UsageTable;
 use crate::wal::{self, Marker, WalRing};
 use cairn_blockdev::{AlignedBuf, BlockDevError, BlockDevice};
 use redb::{Database, ReadableTable, ReadableTableMetadata, StorageBackend};
@@ -199,6 +200,8 @@ pub(crate) struct State {
     pub deferred: HashMap<u64, Arc<Vec<u8>>, foldhash::fast::RandomState>,
     pub objects: u64,
     pub stored_bytes: u64,
+    /// Objects and bytes per collection, as of the last finalized group.
+    pub usage: UsageTable,
     /// The write-ahead log ring's position.
     pub wal: WalRing,
     /// KV changes of the groups since the last checkpoint (durable in the log, not yet in redb).
@@ -517,6 +520,7 @@ impl Store {
             used.push((e.pblock, e.blocks()));
         }
         let (mut objects, mut stored_bytes) = (0, 0);
+        let mut usage = UsageTable::default();
         let onodes = rtx.open_table(ONODES).map_err(kv)?;
         // Room for as many new objects again before false positives grow.
         let onode_keys = Arc::new(KeyFilter::with_capacity(
@@ -528,6 +532,7 @@ impl Store {
             objects += 1;
             let node = Onode::decode(v.value())?;
             stored_bytes += node.size_bytes;
+            usage.count(onode_coll(k.value())?, node.size_bytes);
             used.extend(node.extents.iter().map(|e| (e.pblock, e.blocks())));
         }
         let total_blocks = in_kv.device_bytes / in_kv.block_bytes;
@@ -559,6 +564,7 @@ impl Store {
                 deferred,
                 objects,
                 stored_bytes,
+                usage,
                 wal: ring,
                 overlay: Overlay::default(),
                 checkpoint_job: None,

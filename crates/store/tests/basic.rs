@@ -301,6 +301,19 @@ async fn a_sized_listing_gives_each_objects_size() {
         r.store().list_objects_sized("nope", None, 10).await,
         Err(StoreError::NoSuchCollection(_))
     ));
+    let total: u64 = (0..30).map(want).sum();
+    assert_eq!(
+        r.store().collection_usage("c").await.unwrap(),
+        cairn_store::CollectionUsage {
+            objects: 30,
+            bytes: total
+        },
+        "the usage counted again at mount"
+    );
+    assert!(matches!(
+        r.store().collection_usage("nope").await,
+        Err(StoreError::NoSuchCollection(_))
+    ));
 }
 
 #[tokio::test]

@@ -218,14 +218,22 @@ pub fn model_apply(m: &Model, t: &Transaction) -> Option<Model> {
 pub async fn dump(s: &Store) -> Model {
     let mut m = Model::new();
     for c in s.list_collections().await.unwrap() {
+        let mut listed = cairn_store::CollectionUsage::default();
         for o in s.list_objects(&c, None, 100_000).await.unwrap() {
             let size = s.stat(&c, &o).await.unwrap().size_bytes;
             let data = s.read(&c, &o, 0, size).await.unwrap().to_vec();
             assert_eq!(data.len() as u64, size);
+            listed.objects += 1;
+            listed.bytes += size;
             let xattrs = s.getattrs(&c, &o).await.unwrap().into_iter().collect();
             let omap = s.omap_get(&c, &o).await.unwrap().into_iter().collect();
             m.insert((c.clone(), o), ObjModel { data, xattrs, omap });
         }
+        assert_eq!(
+            s.collection_usage(&c).await.unwrap(),
+            listed,
+            "collection {c}: the usage the store keeps against its listing"
+        );
     }
     m
 }
