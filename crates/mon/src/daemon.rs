@@ -195,6 +195,16 @@ async fn run_core(
                     RequestBody::Op(req) => (req.kind(), answer(&mut monitor, now_ms(), request.tid, req)),
                 };
                 metrics.record_request(kind, reply.error.is_none());
+                if kind == "pg_usage" {
+                    let rows = monitor
+                        .map()
+                        .placement
+                        .pools
+                        .values()
+                        .map(|p| (p.name.clone(), monitor.pool_usage(p.id)))
+                        .collect();
+                    metrics.set_pool_usage(rows);
+                }
                 if !persist(&store, &monitor, before, &metrics).await {
                     return;
                 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::MonError;
 use crate::flags::MapFlag;
 use crate::map::{envelope, open_envelope, ClusterMap, OsdEntry};
+use crate::quota::PoolQuota;
 
 /// One change to the map.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +103,13 @@ pub enum Change {
         flag: MapFlag,
         /// Set it (true) or unset it.
         on: bool,
+    },
+    /// Replace a pool's quota and its `full` mark (a default quota removes the entry).
+    PoolQuota {
+        /// Pool id.
+        pool: i64,
+        /// The quota.
+        quota: PoolQuota,
     },
     /// Set the PG's temporary acting set (Ceph's `pg_temp`), or remove it when `acting` is
     /// empty: the PG is served by these OSDs while its up set is being filled.
@@ -265,6 +273,7 @@ impl ClusterMap {
                     .upmap_primary
                     .retain(|pg, _| pg.pool != *id);
                 self.placement.pg_temp.retain(|pg, _| pg.pool != *id);
+                self.quotas.remove(id);
             }
             Change::Exceptions(text) => {
                 self.placement.exceptions =
@@ -278,6 +287,16 @@ impl ClusterMap {
             }
             Change::Flag { flag, on: false } => {
                 self.flags.remove(flag);
+            }
+            Change::PoolQuota { pool, quota } => {
+                if !self.placement.pools.contains_key(pool) {
+                    return Err(MonError::NotFound(format!("pool {pool}")));
+                }
+                if *quota == PoolQuota::default() {
+                    self.quotas.remove(pool);
+                } else {
+                    self.quotas.insert(*pool, quota.clone());
+                }
             }
             Change::PgTemp { pg, acting } => {
                 if acting.is_empty() {

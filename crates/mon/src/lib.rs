@@ -7,7 +7,8 @@
 //! balanced after every change. These three are sans-IO (time is passed in). [`daemon`] serves
 //! the core over messenger sessions ([`proto`] is the wire protocol) and [`client`] talks to it;
 //! sockets are only ever touched through `cairn-msgr`. [`metrics`] is its Prometheus page;
-//! [`flags`] names the cluster flags an operator sets in the map (`noout`, `norecover`, ...).
+//! [`flags`] names the cluster flags an operator sets in the map (`noout`, `norecover`, ...);
+//! [`quota`] holds pool quotas and the PG usage the OSDs report to judge them.
 #![warn(missing_docs)]
 
 pub mod client;
@@ -20,6 +21,7 @@ pub mod map;
 pub mod metrics;
 pub mod monitor;
 pub mod proto;
+pub mod quota;
 pub mod store;
 
 pub use error::MonError;
@@ -28,3 +30,4 @@ pub use history::MapHistory;
 pub use incremental::{Change, Incremental};
 pub use map::{ClusterMap, OsdEntry};
 pub use monitor::{MonConfig, Monitor, Reply, Request};
+pub use quota::{PgUsage, PoolQuota};

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::MonError;
 use crate::flags::MapFlag;
+use crate::quota::PoolQuota;
 
 const MAGIC: &[u8; 4] = b"CMAP";
 const FORMAT_VERSION: u16 = 1;
@@ -110,6 +111,9 @@ pub struct ClusterMap {
     /// Cluster flags the operator set (Ceph's `osd set`): what each holds back is on
     /// [`MapFlag`].
     pub flags: BTreeSet<MapFlag>,
+    /// Pool quotas (Ceph's `osd pool set-quota`) and whether each is reached, by pool id;
+    /// pools without one are absent.
+    pub quotas: BTreeMap<i64, PoolQuota>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -132,6 +136,9 @@ struct Encoded {
     /// Cluster flags; absent when none is set (and in maps written before them).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     flags: BTreeSet<MapFlag>,
+    /// Pool quotas; absent when no pool has one (and in maps written before them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    quotas: BTreeMap<i64, PoolQuota>,
 }
 
 impl ClusterMap {
@@ -148,12 +155,19 @@ impl ClusterMap {
             pool_max: 0,
             pool_created: BTreeMap::new(),
             flags: BTreeSet::new(),
+            quotas: BTreeMap::new(),
         })
     }
 
     /// Whether the operator set `flag`.
     pub fn has(&self, flag: MapFlag) -> bool {
         self.flags.contains(&flag)
+    }
+
+    /// Whether pool `pool` reached its quota: writes to it are refused, except those that
+    /// only free space.
+    pub fn pool_full(&self, pool: i64) -> bool {
+        self.quotas.get(&pool).is_some_and(|q| q.full)
     }
 
     /// Refreshes the placement view's OSD states from the OSD entries.
@@ -193,6 +207,7 @@ impl ClusterMap {
                 .map(|(pg, acting)| (*pg, acting.clone()))
                 .collect(),
             flags: self.flags.clone(),
+            quotas: self.quotas.clone(),
         };
         envelope(&serde_json::to_vec(&enc).unwrap_or_default())
     }
@@ -220,6 +235,7 @@ impl ClusterMap {
             pool_max: enc.pool_max.max(highest),
             pool_created: enc.pool_created,
             flags: enc.flags,
+            quotas: enc.quotas,
         };
         map.sync_states();
         Ok(map)

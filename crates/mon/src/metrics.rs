@@ -19,6 +19,7 @@ use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::shape::Topology;
 
 use crate::map::ClusterMap;
+use crate::quota::PoolUsage;
 
 /// Counters of a running monitor and the latest map, rendered on demand.
 #[derive(Default)]
@@ -32,6 +33,8 @@ pub struct MonMetrics {
     subscribers: AtomicU64,
     /// The latest map, and its rendered gauges once some reader asked for them.
     map: Mutex<MapPage>,
+    /// Per pool name, its usage as the primaries last reported it.
+    pool_usage: Mutex<Vec<(String, PoolUsage)>>,
 }
 
 #[derive(Default)]
@@ -74,6 +77,11 @@ impl MonMetrics {
         self.subscribers.store(n as u64, Ordering::Relaxed);
     }
 
+    /// Every pool's usage as the primaries reported it (called after each usage report).
+    pub fn set_pool_usage(&self, rows: Vec<(String, PoolUsage)>) {
+        *self.pool_usage.lock().unwrap_or_else(|p| p.into_inner()) = rows;
+    }
+
     /// The map the page describes from now on (called with every new epoch).
     pub fn set_map(&self, map: &ClusterMap) {
         let mut page = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -103,6 +111,10 @@ impl MonMetrics {
             }
         });
         let mut out = map_text.map(|t| t.to_string()).unwrap_or_default();
+        render_pool_usage(
+            &mut out,
+            &self.pool_usage.lock().unwrap_or_else(|p| p.into_inner()),
+        );
         family(
             &mut out,
             "requests_total",
@@ -178,6 +190,34 @@ fn labeled(out: &mut String, name: &str, help: &str, rows: &[(String, f64)]) {
     }
 }
 
+/// Per pool, its objects and stored bytes as its primaries reported them (Ceph's `ceph df`
+/// OBJECTS and STORED).
+fn render_pool_usage(out: &mut String, rows: &[(String, PoolUsage)]) {
+    let rows_of = |f: fn(&PoolUsage) -> f64| -> Vec<(String, f64)> {
+        rows.iter()
+            .map(|(name, u)| (format!("pool=\"{}\"", label(name)), f(u)))
+            .collect()
+    };
+    labeled(
+        out,
+        "pool_objects",
+        "Per pool: client objects, as its PGs' primaries last reported them.",
+        &rows_of(|u| u.objects as f64),
+    );
+    labeled(
+        out,
+        "pool_stored_bytes",
+        "Per pool: logical bytes of its objects (one copy), as last reported.",
+        &rows_of(|u| u.bytes as f64),
+    );
+    labeled(
+        out,
+        "pool_pgs_reported",
+        "Per pool: PGs whose primary reported their usage since the monitor started.",
+        &rows_of(|u| f64::from(u.pgs_reported)),
+    );
+}
+
 /// A label value as the text format wants it (backslash, quote and newline escaped).
 fn label(value: &str) -> String {
     value
@@ -241,7 +281,7 @@ pub fn render_map(map: &ClusterMap) -> String {
     let mut per_osd: BTreeMap<i32, OsdPgs> =
         map.osds.keys().map(|&id| (id, OsdPgs::default())).collect();
     let (mut pgs, mut undersized, mut below_min, mut errors) = (0u64, 0u64, 0u64, 0u64);
-    let mut pool_rows: [Vec<(String, f64)>; 4] = Default::default();
+    let mut pool_rows: [Vec<(String, f64)>; 5] = Default::default();
     for pool in map.placement.pools.values() {
         let mut mapper = map.placement.mapper();
         let mut up_sets = Vec::with_capacity(pool.pg_num as usize);
@@ -270,6 +310,7 @@ pub fn render_map(map: &ClusterMap) -> String {
             f64::from(pool.min_size),
             f64::from(pool.pg_num),
             deviation,
+            f64::from(u8::from(map.pool_full(pool.id))),
         ];
         for (rows, v) in pool_rows.iter_mut().zip(values) {
             rows.push((labels.clone(), v));
@@ -281,7 +322,7 @@ pub fn render_map(map: &ClusterMap) -> String {
         "Pools.",
         map.placement.pools.len() as f64,
     );
-    let [sizes, min_sizes, pg_nums, deviations] = pool_rows;
+    let [sizes, min_sizes, pg_nums, deviations, quota_full] = pool_rows;
     labeled(
         &mut out,
         "pool_size",
@@ -301,6 +342,12 @@ pub fn render_map(map: &ClusterMap) -> String {
         "Per pool: the largest difference between an OSD's PG count and its target (the \
          balancer keeps it within 1).",
         &deviations,
+    );
+    labeled(
+        &mut out,
+        "pool_quota_full",
+        "Per pool: 1 once it reached its quota (writes refused but those that free space).",
+        &quota_full,
     );
     gauge(&mut out, "pgs", "PGs of every pool.", pgs as f64);
     gauge(

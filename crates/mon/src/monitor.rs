@@ -17,6 +17,7 @@ use crate::flags::MapFlag;
 use crate::history::MapHistory;
 use crate::incremental::{Change, Incremental};
 use crate::map::{ClusterMap, OsdEntry};
+use crate::quota::{judge, PgUsage, PgUsageTable, PoolQuota, PoolUsage, MAX_PG_USAGE_PER_REPORT};
 
 /// Monitor settings (defaults follow Ceph's).
 #[derive(Clone, Debug)]
@@ -212,6 +213,28 @@ pub enum Request {
         /// Set it (true) or unset it.
         on: bool,
     },
+    /// Operator: set a pool's quota (Ceph's `osd pool set-quota`): each limit given replaces
+    /// the pool's, 0 removes it, one not given is kept. The pool is judged against the PG
+    /// usage known now at once, and then at every usage report.
+    SetPoolQuota {
+        /// Pool name.
+        name: String,
+        /// Most client objects (0: no limit).
+        #[serde(default)]
+        max_objects: Option<u64>,
+        /// Most logical bytes, one copy (0: no limit).
+        #[serde(default)]
+        max_bytes: Option<u64>,
+    },
+    /// A primary's count of the client objects and bytes of PGs it leads (Ceph's PG stats),
+    /// sent every few seconds; entries about PGs it does not lead in the monitor's map are
+    /// ignored. At most [`MAX_PG_USAGE_PER_REPORT`] entries.
+    PgUsage {
+        /// Reporting OSD.
+        id: i32,
+        /// Per PG, its usage.
+        usage: Vec<PgUsage>,
+    },
     /// Operator: set (`on`) or unset cluster flags (Ceph's `osd set|unset FLAG`), all in one
     /// epoch; none when every flag already is as asked.
     SetFlags {
@@ -251,6 +274,8 @@ impl Request {
             Request::SetPool { .. } => "set_pool",
             Request::SetFlags { .. } => "set_flags",
             Request::SetOsdNoOut { .. } => "set_osd_noout",
+            Request::SetPoolQuota { .. } => "set_pool_quota",
+            Request::PgUsage { .. } => "pg_usage",
         }
     }
 }
@@ -282,6 +307,7 @@ pub struct Monitor {
     reports: BTreeMap<i32, BTreeMap<i32, u64>>,
     last_beacon_ms: BTreeMap<i32, u64>,
     history: MapHistory,
+    pg_usage: PgUsageTable,
 }
 
 impl Monitor {
@@ -310,6 +336,15 @@ impl Monitor {
             reports: BTreeMap::new(),
             last_beacon_ms: BTreeMap::new(),
             history,
+            pg_usage: PgUsageTable::default(),
+        }
+    }
+
+    /// Pool `pool`'s usage as its primaries last reported it (nothing for an unknown pool).
+    pub fn pool_usage(&self, pool: i64) -> PoolUsage {
+        match self.map.placement.pools.get(&pool) {
+            Some(p) => self.pg_usage.pool(pool, p.pg_num),
+            None => PoolUsage::default(),
         }
     }
 
@@ -482,6 +517,7 @@ impl Monitor {
                     .map(|p| p.id)
                     .ok_or_else(|| MonError::NotFound(format!("pool `{name}`")))?;
                 let epoch = self.commit(vec![Change::RemovePool(id)])?;
+                self.pg_usage.forget_pool(id);
                 Ok(Reply::Done { epoch })
             }
             Request::SetPool {
@@ -531,6 +567,12 @@ impl Monitor {
                 let epoch = self.commit_any(changes)?;
                 Ok(Reply::Done { epoch })
             }
+            Request::SetPoolQuota {
+                name,
+                max_objects,
+                max_bytes,
+            } => self.set_pool_quota(&name, max_objects, max_bytes),
+            Request::PgUsage { id, usage } => self.record_pg_usage(id, usage),
             Request::SetFlags { flags, on } => {
                 let changes: Vec<Change> = flags
                     .into_iter()
@@ -583,6 +625,94 @@ impl Monitor {
             return Ok(None);
         }
         self.commit(changes).map(Some)
+    }
+
+    /// Sets a pool's quota limits (see [`Request::SetPoolQuota`]) and judges it at once.
+    fn set_pool_quota(
+        &mut self,
+        name: &str,
+        max_objects: Option<u64>,
+        max_bytes: Option<u64>,
+    ) -> Result<Reply, MonError> {
+        if max_objects.is_none() && max_bytes.is_none() {
+            return Err(MonError::Invalid(format!(
+                "pool `{name}`: nothing to set (max_objects or max_bytes)"
+            )));
+        }
+        let pool = self
+            .map
+            .placement
+            .pool_named(name)
+            .cloned()
+            .ok_or_else(|| MonError::NotFound(format!("pool `{name}`")))?;
+        let current = self.map.quotas.get(&pool.id).cloned().unwrap_or_default();
+        let mut quota = current.clone();
+        if let Some(max) = max_objects {
+            quota.max_objects = (max > 0).then_some(max);
+        }
+        if let Some(max) = max_bytes {
+            quota.max_bytes = (max > 0).then_some(max);
+        }
+        let usage = self.pg_usage.pool(pool.id, pool.pg_num);
+        if let Some(full) = judge(&quota, &usage, pool.pg_num) {
+            quota.full = full;
+        }
+        let changes = match quota == current {
+            true => Vec::new(),
+            false => vec![Change::PoolQuota {
+                pool: pool.id,
+                quota,
+            }],
+        };
+        let epoch = self.commit_any(changes)?;
+        Ok(Reply::Done { epoch })
+    }
+
+    /// Keeps the entries of a usage report that come from their PG's acting primary (as the
+    /// monitor's map has it; a down reporter's are stale), then judges every pool with a
+    /// quota again: one epoch for the pools whose `full` mark changes, none otherwise.
+    fn record_pg_usage(&mut self, id: i32, usage: Vec<PgUsage>) -> Result<Reply, MonError> {
+        if usage.len() > MAX_PG_USAGE_PER_REPORT {
+            return Err(MonError::Invalid(format!(
+                "{} PG usage entries in one report, at most {MAX_PG_USAGE_PER_REPORT}",
+                usage.len()
+            )));
+        }
+        if !self.osd(id)?.up {
+            return Ok(Reply::Done {
+                epoch: self.map.epoch,
+            });
+        }
+        let pools = &self.map.placement.pools;
+        let mut mapper = self.map.placement.mapper();
+        for u in &usage {
+            let known = pools.get(&u.pg.pool).is_some_and(|p| u.pg.seed < p.pg_num);
+            let led = known
+                && mapper
+                    .map_pg(u.pg)
+                    .is_ok_and(|m| m.acting_primary() == Some(id));
+            if led {
+                self.pg_usage.record(u);
+            }
+        }
+        let changes: Vec<Change> = self
+            .map
+            .quotas
+            .iter()
+            .filter_map(|(&pool, quota)| {
+                let pg_num = self.map.placement.pools.get(&pool)?.pg_num;
+                let full = judge(quota, &self.pg_usage.pool(pool, pg_num), pg_num)?;
+                (full != quota.full).then(|| Change::PoolQuota {
+                    pool,
+                    quota: PoolQuota {
+                        full,
+                        ..quota.clone()
+                    },
+                })
+            })
+            .collect();
+        let epoch = self.commit_any(changes)?;
+        Ok(Reply::Done { epoch })
     }
 
     /// Marks `target` down on one report that its current incarnation refused a connection

@@ -350,26 +350,40 @@ pub async fn list_page(
 }
 
 /// A collection's client objects (internal ones left out) and the sum of their logical sizes:
-/// what `cairn df` adds up per pool. Scans the collection's onodes a page at a time (each
-/// page under the store's read lock alone), so it costs a read of every onode: an operator's
-/// question, never asked on the I/O path. A missing collection holds nothing.
+/// what `cairn df` adds up per pool and what the OSD reports to the monitor for its PGs. The
+/// store keeps each collection's usage, so this costs only a listing of the internal objects
+/// (which sort first). A missing collection holds nothing.
 pub async fn collection_usage(store: &Store, coll: &str) -> Result<(u64, u64), StoreError> {
-    const PAGE: usize = 1024;
-    let (mut objects, mut bytes) = (0u64, 0u64);
-    let mut after = INTERNAL_NAMES_END.to_string();
+    const PAGE: usize = 64;
+    let all = match store.collection_usage(coll).await {
+        Ok(u) => u,
+        Err(StoreError::NoSuchCollection(_)) => return Ok((0, 0)),
+        Err(e) => return Err(e),
+    };
+    // The internal objects (a meta object, a few transfers' temporary ones) sort first.
+    let (mut internal, mut internal_bytes) = (0u64, 0u64);
+    let mut after: Option<String> = None;
     loop {
-        let page = match store.list_objects_sized(coll, Some(&after), PAGE).await {
+        let page = match store.list_objects_sized(coll, after.as_deref(), PAGE).await {
             Ok(p) => p,
             Err(StoreError::NoSuchCollection(_)) => return Ok((0, 0)),
             Err(e) => return Err(e),
         };
-        objects += page.len() as u64;
-        bytes += page.iter().map(|(_, size)| size).sum::<u64>();
-        match page.last() {
-            Some((last, _)) if page.len() == PAGE => after.clone_from(last),
-            _ => return Ok((objects, bytes)),
+        let hidden: Vec<_> = page
+            .iter()
+            .take_while(|(n, _)| n.starts_with('\0'))
+            .collect();
+        internal += hidden.len() as u64;
+        internal_bytes += hidden.iter().map(|(_, size)| size).sum::<u64>();
+        match hidden.last() {
+            Some((last, _)) if hidden.len() == PAGE => after = Some(last.clone()),
+            _ => break,
         }
     }
+    Ok((
+        all.objects.saturating_sub(internal),
+        all.bytes.saturating_sub(internal_bytes),
+    ))
 }
 
 #[cfg(test)]
