@@ -110,6 +110,33 @@ pub fn assess(map: &ClusterMap, pgs: &[PgRow], usage: &BTreeMap<i32, OsdUsage>) 
             detail: own_noout,
         });
     }
+    let full_pools: Vec<String> = map
+        .quotas
+        .iter()
+        .filter(|(_, q)| q.full)
+        .map(|(id, q)| {
+            let name = map
+                .placement
+                .pools
+                .get(id)
+                .map_or_else(|| id.to_string(), |p| p.name.clone());
+            format!(
+                "pool '{name}' is full (running out of quota: {})",
+                q.describe()
+            )
+        })
+        .collect();
+    if !full_pools.is_empty() {
+        checks.push(Check {
+            code: "POOL_FULL",
+            level: Level::Warn,
+            summary: format!(
+                "{} pool(s) full (writes other than removals refused)",
+                full_pools.len()
+            ),
+            detail: full_pools,
+        });
+    }
     let use_of = |id: i32| {
         usage.get(&id).map_or(String::new(), |u| {
             format!(
@@ -376,6 +403,30 @@ mod tests {
             "[WRN] OSDMAP_FLAGS: noout,norecover flag(s) set",
             "    noout: down OSDs are not marked out",
             "    norecover: copies within the PG log's reach are not recovered",
+        ] {
+            assert!(detail.contains(want), "`{want}` not in:\n{detail}");
+        }
+    }
+
+    #[test]
+    fn a_pool_at_its_quota_is_a_warning_naming_it_and_its_limits() {
+        let mut mon = monitor();
+        let quota = Request::SetPoolQuota {
+            name: "data".into(),
+            max_objects: Some(3),
+            max_bytes: None,
+        };
+        mon.handle(1, quota).unwrap();
+        let h = assess(mon.map(), &rows("active+clean", 8), &BTreeMap::new());
+        assert_eq!(h.level, Level::Ok, "a quota not reached: {}", h.detail());
+        let mut map = mon.map().clone();
+        map.quotas.get_mut(&1).unwrap().full = true;
+        let h = assess(&map, &rows("active+clean", 8), &BTreeMap::new());
+        assert_eq!(h.level, Level::Warn);
+        let detail = h.detail();
+        for want in [
+            "[WRN] POOL_FULL: 1 pool(s) full (writes other than removals refused)",
+            "    pool 'data' is full (running out of quota: max_objects 3, max_bytes N/A)",
         ] {
             assert!(detail.contains(want), "`{want}` not in:\n{detail}");
         }

@@ -154,6 +154,61 @@ enum PoolCommand {
         #[arg(long = "yes-i-really-mean-it")]
         sure: bool,
     },
+    /// Set a pool's quota, as `ceph osd pool set-quota NAME max_objects|max_bytes N`: once its
+    /// objects or bytes (one copy) reach it, writes other than removals are refused (within
+    /// a couple of seconds: the OSDs report usage that often). 0 removes the limit; bytes
+    /// take K, M, G, T suffixes (powers of 1024).
+    SetQuota {
+        /// Name.
+        name: String,
+        /// Which limit.
+        key: QuotaKey,
+        /// Its value (0: none).
+        #[arg(value_parser = parse_quantity)]
+        value: u64,
+    },
+    /// Show a pool's quota and whether it is reached.
+    GetQuota {
+        /// Name.
+        name: String,
+    },
+}
+
+/// A pool quota limit `cairn pool set-quota` sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum QuotaKey {
+    /// Most client objects.
+    #[value(name = "max_objects")]
+    MaxObjects,
+    /// Most logical bytes (one copy of each object).
+    #[value(name = "max_bytes")]
+    MaxBytes,
+}
+
+/// A count or a byte size: digits, optionally followed by K, M, G or T (powers of 1024; a
+/// trailing `i` or `B` is accepted, as in `10GiB`).
+fn parse_quantity(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let t = t.strip_suffix('B').unwrap_or(t);
+    let t = t.strip_suffix('i').unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("`{text}`: unknown unit `{c}` (K, M, G or T)")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a whole number (with an optional K, M, G or T)"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{text}` is too large"))
 }
 
 /// A pool parameter `cairn pool set` changes.
@@ -391,8 +446,13 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
             PoolCommand::Ls => {
                 let map = current_map(args.mon).await?;
                 for p in map.placement.pools.values() {
+                    let quota = match map.quotas.get(&p.id) {
+                        Some(q) if q.full => format!(" quota {} (full)", q.describe()),
+                        Some(q) => format!(" quota {}", q.describe()),
+                        None => String::new(),
+                    };
                     println!(
-                        "{} {} size {} min_size {} pg_num {}",
+                        "{} {} size {} min_size {} pg_num {}{quota}",
                         p.id, p.name, p.size, p.min_size, p.pg_num
                     );
                 }
@@ -448,6 +508,29 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                     pool.size, pool.min_size, r.epoch
                 );
             }
+            PoolCommand::SetQuota { name, key, value } => {
+                let (max_objects, max_bytes) = match key {
+                    QuotaKey::MaxObjects => (Some(value), None),
+                    QuotaKey::MaxBytes => (None, Some(value)),
+                };
+                let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
+                let r = client
+                    .op(
+                        Request::SetPoolQuota {
+                            name: name.clone(),
+                            max_objects,
+                            max_bytes,
+                        },
+                        TIMEOUT_MS,
+                    )
+                    .await?;
+                let map = current_map(args.mon).await?;
+                println!("{} (epoch {})", quota_lines(&map, &name)?, r.epoch);
+            }
+            PoolCommand::GetQuota { name } => {
+                let map = current_map(args.mon).await?;
+                println!("{}", quota_lines(&map, &name)?);
+            }
             PoolCommand::Rm { name } => {
                 let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
                 let r = client
@@ -458,6 +541,25 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// A pool's quota as `cairn pool get-quota` shows it.
+fn quota_lines(map: &ClusterMap, name: &str) -> anyhow::Result<String> {
+    let pool = map
+        .placement
+        .pool_named(name)
+        .with_context(|| format!("no pool `{name}`"))?;
+    let quota = map.quotas.get(&pool.id).cloned().unwrap_or_default();
+    let show = |v: Option<u64>| v.map_or_else(|| "N/A".to_string(), |v| v.to_string());
+    let state = match quota.full {
+        true => "full: writes other than removals are refused",
+        false => "under its quota",
+    };
+    Ok(format!(
+        "quotas for pool '{name}':\n  max objects: {}\n  max bytes  : {}\n  {state}",
+        show(quota.max_objects),
+        show(quota.max_bytes)
+    ))
 }
 
 /// `cairn osd ...`.
@@ -559,4 +661,24 @@ fn osd_tree(mon: SocketAddr) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_quantity;
+
+    #[test]
+    fn quantities_take_iec_units_and_refuse_garbage() {
+        assert_eq!(parse_quantity("0"), Ok(0));
+        assert_eq!(parse_quantity("1500"), Ok(1500));
+        assert_eq!(parse_quantity("4K"), Ok(4096));
+        assert_eq!(parse_quantity("10G"), Ok(10 << 30));
+        assert_eq!(parse_quantity("10GiB"), Ok(10 << 30));
+        assert_eq!(parse_quantity("2t"), Ok(2 << 40));
+        assert!(parse_quantity("").is_err());
+        assert!(parse_quantity("-1").is_err());
+        assert!(parse_quantity("5X").is_err());
+        assert!(parse_quantity("1.5G").is_err());
+        assert!(parse_quantity("99999999999T").is_err());
+    }
 }

@@ -57,6 +57,10 @@ pub enum ClientError {
     /// An OSD holding the object is out of space; not retried.
     #[error("out of space: {0}")]
     NoSpace(String),
+    /// The pool reached its quota (Ceph's EDQUOT): writes other than removals are refused
+    /// until removals bring it back under; not retried.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
     /// An admin command failed or its OSD did not answer.
     #[error("osd.{osd}: {reason}")]
     Admin {
@@ -94,6 +98,8 @@ struct Location {
     /// Why the PG cannot serve, by the map: fewer copies up than the pool's min_size (the
     /// OSDs hold such requests until more come up, as Ceph's do).
     inactive: Option<String>,
+    /// Why writes to the pool are refused, when the map marks it past its quota.
+    quota_full: Option<String>,
 }
 
 /// A connection to a cairn cluster.
@@ -495,6 +501,9 @@ impl Client {
             pg,
             primary,
             inactive,
+            quota_full: map
+                .pool_full(p.id)
+                .then(|| cairn_mon::quota::refusal(map, p.id)),
         })
     }
 
@@ -616,7 +625,12 @@ impl Client {
                 pg,
                 primary,
                 inactive,
+                quota_full,
             } = self.locate(pool, &target)?;
+            if let Some(why) = quota_full.filter(|_| kind.is_write() && !kind.frees_only()) {
+                // As Ceph's Objecter: refused at once, without asking the primary.
+                return Err(ClientError::QuotaExceeded(why));
+            }
             let attempt = async {
                 let (osd, addr, up_from) = primary.ok_or_else(|| "no primary up".to_string())?;
                 let sender = self.session(osd, &addr).await?;
@@ -671,6 +685,9 @@ impl Client {
                     OpResult::Invalid(why) => return Err(ClientError::Invalid(why.clone())),
                     OpResult::NoSpace(why) => return Err(ClientError::NoSpace(why.clone())),
                     OpResult::Damaged(why) => return Err(ClientError::Damaged(why.clone())),
+                    OpResult::QuotaExceeded(why) => {
+                        return Err(ClientError::QuotaExceeded(why.clone()))
+                    }
                     other => last = format!("{other:?} at epoch {}", h.epoch),
                 },
                 Err(e) => {

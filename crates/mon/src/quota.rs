@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use cairn_clustermap::PgId;
 use serde::{Deserialize, Serialize};
 
+use crate::map::ClusterMap;
+
 /// Most PG entries in one usage report (explicit limit; an OSD with more PGs sends several).
 pub const MAX_PG_USAGE_PER_REPORT: usize = 16_384;
 
@@ -112,6 +114,22 @@ impl PgUsageTable {
     pub fn forget_pool(&mut self, pool: i64) {
         self.by_pg.retain(|pg, _| pg.pool != pool);
     }
+}
+
+/// Why writes to `pool` are refused while `map` marks it full, for an operator: its name and
+/// its limits.
+pub fn refusal(map: &ClusterMap, pool: i64) -> String {
+    let name = map
+        .placement
+        .pools
+        .get(&pool)
+        .map_or_else(|| pool.to_string(), |p| p.name.clone());
+    let limits = map
+        .quotas
+        .get(&pool)
+        .map(PoolQuota::describe)
+        .unwrap_or_default();
+    format!("pool {name} is full: its quota is reached ({limits})")
 }
 
 /// Whether a pool with `quota` and `usage` over `pg_num` PGs is full: `Some(true)` once a

@@ -174,22 +174,13 @@ fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
 /// Usage as `key=value` pairs: `pgs` (PG copies held, led or not), `primary` (PGs led),
 /// `objects` (client objects), `internal` (PG meta and temporary objects; -1 when they could
 /// not be listed), `stored`, `allocated` and `capacity` (bytes).
-/// `pg usage`: per PG this OSD leads, its client objects and their logical bytes
-/// (`PGID objects bytes`, a line each), counted from its store: what `cairn df` sums per pool.
+/// `pg usage`: per active PG this OSD leads, its client objects and their logical bytes
+/// (`PGID objects bytes`, a line each), as its store keeps them: what `cairn df` sums per pool.
 async fn pg_usage(s: &Shared) -> Result<String, String> {
-    let mut pgs: Vec<_> = s
-        .pgs
-        .all()
-        .into_iter()
-        .filter(|pg| pg.status() != PgStatus::Replica)
-        .collect();
-    pgs.sort_by_key(|pg| (pg.id.pool, pg.id.seed));
+    let usage = crate::usage::led_pgs(s).await.map_err(|e| e.to_string())?;
     let mut out = String::new();
-    for pg in pgs {
-        let (objects, bytes) = crate::objects::collection_usage(&s.store, &pg.coll)
-            .await
-            .map_err(|e| format!("pg {}: {e}", pg.id))?;
-        let _ = writeln!(out, "{} {objects} {bytes}", pg.id);
+    for u in usage {
+        let _ = writeln!(out, "{} {} {}", u.pg, u.objects, u.bytes);
     }
     Ok(out)
 }

@@ -93,6 +93,10 @@ pub struct OsdConfig {
     pub max_pending_ops: usize,
     /// Beacon period to the monitor.
     pub beacon_interval_ms: u64,
+    /// How often the OSD reports the usage of the PGs it leads to the monitor (Ceph's
+    /// `osd_mon_report_interval`, 5 s), which judges pool quotas from it: a pool can go past
+    /// its quota by what is written in about this long.
+    pub pg_usage_interval_ms: u64,
     /// How long the primary waits for a replica's acknowledgement.
     pub repop_timeout_ms: u64,
     /// Heartbeat period to peers.
@@ -185,6 +189,7 @@ impl OsdConfig {
             op_shards: DEFAULT_OP_SHARDS,
             max_pending_ops: 4096,
             beacon_interval_ms: 1000,
+            pg_usage_interval_ms: DEFAULT_PG_USAGE_INTERVAL_MS,
             repop_timeout_ms: 10_000,
             heartbeat_interval_ms: 1000,
             heartbeat_grace_ms: 20_000,
@@ -221,6 +226,10 @@ const EMULATED_QUEUE_DEPTH: usize = 64;
 
 /// Default `OsdConfig::remap_min_objects`.
 pub const DEFAULT_REMAP_MIN_OBJECTS: usize = 4;
+
+/// Default `pg_usage_interval_ms`: 2 s, a little under Ceph's 5 s (a report is one small
+/// request per OSD, the counts come from the store without a listing).
+pub const DEFAULT_PG_USAGE_INTERVAL_MS: u64 = 2000;
 
 /// Default `OsdConfig::recovery_chunk_bytes` (Ceph's `osd_recovery_max_chunk`).
 pub const DEFAULT_RECOVERY_CHUNK_BYTES: u64 = 8 << 20;
@@ -458,6 +467,10 @@ impl OsdDaemon {
                 }
             }
         }));
+        shared.track(tokio::spawn(crate::usage::report_forever(
+            shared.clone(),
+            Duration::from_millis(cfg.pg_usage_interval_ms.max(10)),
+        )));
         let s = shared.clone();
         let reboot = Request::Boot {
             uuid: cfg.uuid.clone(),

@@ -34,6 +34,7 @@ pub mod shared;
 pub mod strays;
 pub mod transfer;
 pub mod txns;
+pub mod usage;
 
 pub use daemon::{
     OsdConfig, OsdDaemon, DEFAULT_DEEP_SCRUB_INTERVAL_S, DEFAULT_MAX_INFLIGHT_COST_MS,

@@ -320,6 +320,9 @@ async fn write(
     if let Err(r) = check_full(s, &iv, data.len() as u64) {
         return fail(op.tid, epoch, r);
     }
+    if let Err(r) = check_quota(s, pg.id.pool, &op.kind) {
+        return fail(op.tid, epoch, r);
+    }
     let coll = pg.coll.as_str();
     let obj = op.object.as_str();
     // Only appends and removals need the object's current state; everything else is logged
@@ -580,6 +583,21 @@ fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
             "osd.{o} of pg's acting set is full (past its full ratio)"
         ))),
         None => Ok(()),
+    }
+}
+
+/// Refuses a write that could add objects or bytes to a pool the map marks past its quota
+/// (removals still go through: they are how the pool gets back under it).
+fn check_quota(s: &Shared, pool: i64, kind: &OpKind) -> Result<(), OpResult> {
+    if kind.frees_only() {
+        return Ok(());
+    }
+    let map = s.map.borrow();
+    match map.as_ref() {
+        Some(m) if m.pool_full(pool) => {
+            Err(OpResult::QuotaExceeded(cairn_mon::quota::refusal(m, pool)))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -90,6 +90,15 @@ impl OpKind {
         )
     }
 
+    /// A write that can only take space away (a removal of an object, an xattr or omap
+    /// keys): the only writes a pool past its quota still takes.
+    pub fn frees_only(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Remove | OpKind::RemoveXattr { .. } | OpKind::OmapRemove
+        )
+    }
+
     /// Short name for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {
@@ -176,6 +185,9 @@ pub enum OpResult {
     /// it (every copy damaged, or none reachable): no bytes are returned. Like Ceph's EIO;
     /// retrying will not help until a copy is restored.
     Damaged(String),
+    /// The pool reached its quota (Ceph's EDQUOT): writes are refused, except removals, until
+    /// removals bring it back under; retrying will not help before that.
+    QuotaExceeded(String),
 }
 
 /// Header of a reply.

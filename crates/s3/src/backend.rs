@@ -20,6 +20,9 @@ pub enum BackendError {
     /// The object does not exist.
     #[error("no object `{0}`")]
     NotFound(String),
+    /// The pool reached its quota: nothing more can be written to it (removals still work).
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
     /// Anything else the cluster reported (timeout, checksum, invalid request).
     #[error("cluster: {0}")]
     Cluster(String),
@@ -29,6 +32,7 @@ impl From<ClientError> for BackendError {
     fn from(e: ClientError) -> Self {
         match e {
             ClientError::NotFound(name) => BackendError::NotFound(name),
+            ClientError::QuotaExceeded(why) => BackendError::QuotaExceeded(why),
             other => BackendError::Cluster(other.to_string()),
         }
     }

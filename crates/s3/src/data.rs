@@ -56,8 +56,19 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Maps a cluster failure to InternalError, logging the cause.
-pub fn internal(e: impl std::fmt::Display) -> S3Error {
+/// Maps a cluster failure to InternalError, logging the cause; a pool past its quota is
+/// radosgw's 403 `QuotaExceeded` instead (the client can do nothing but remove objects).
+pub fn internal<E: std::fmt::Display + 'static>(e: E) -> S3Error {
+    if let Some(BackendError::QuotaExceeded(why)) =
+        (&e as &dyn std::any::Any).downcast_ref::<BackendError>()
+    {
+        let mut err = S3Error::with_message(
+            s3s::S3ErrorCode::Custom("QuotaExceeded".into()),
+            format!("quota exceeded: {why}"),
+        );
+        err.set_status_code(hyper::StatusCode::FORBIDDEN);
+        return err;
+    }
     tracing::warn!("cluster error: {e}");
     s3_error!(InternalError, "cluster error: {}", e)
 }
@@ -492,6 +503,17 @@ mod tests {
         let err = write_body(&mem, &spec, Some(body)).await.err().unwrap();
         assert_eq!(err.code(), &s3s::S3ErrorCode::EntityTooLarge);
         assert!(backend.names().is_empty(), "{:?}", backend.names());
+    }
+
+    #[test]
+    fn a_pool_past_its_quota_is_a_403_quota_exceeded_and_other_failures_internal() {
+        let e = internal(BackendError::QuotaExceeded("pool data is full".into()));
+        assert_eq!(e.code(), &s3s::S3ErrorCode::Custom("QuotaExceeded".into()));
+        assert_eq!(e.status_code(), Some(hyper::StatusCode::FORBIDDEN));
+        assert!(e.message().unwrap().contains("pool data is full"));
+        let e = internal(BackendError::Cluster("timeout".into()));
+        assert_eq!(e.code(), &s3s::S3ErrorCode::InternalError);
+        assert_eq!(internal("plain").code(), &s3s::S3ErrorCode::InternalError);
     }
 
     /// A memory backend whose stripe writes take a while (so several overlap) and, for names
