@@ -716,6 +716,52 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     assert!(osd(&["rm-noout", "0"]).0);
     let (ok, out) = cairn(&["health", "--mon", &mon]);
     assert!(ok && !out.contains("OSDMAP_FLAGS"), "{out}");
+    // Pool quotas: a bad value or pool is refused; once the pool's one object reaches
+    // max_objects 1 (as its OSD reports within ~2 s), puts are refused and `health` says so;
+    // removing the limit lets them through. (The override weight back to 1 first: at 0.5 the
+    // one OSD's CRUSH draw leaves some PGs unplaced.)
+    assert!(osd(&["reweight", "0", "1"]).0);
+    let pool = |args: &[&str]| {
+        let mut all = vec!["pool", "--mon", &mon];
+        all.extend_from_slice(args);
+        cairn(&all)
+    };
+    let (ok, out) = pool(&["set-quota", "data", "max_bytes", "1.5G"]);
+    assert!(!ok && out.contains("not a whole number"), "{out}");
+    let (ok, out) = pool(&["set-quota", "nope", "max_objects", "1"]);
+    assert!(!ok && out.contains("pool `nope`"), "{out}");
+    let (ok, out) = pool(&["set-quota", "data", "max_objects", "1"]);
+    assert!(ok && out.contains("max objects: 1"), "{out}");
+    let one = cluster.dir.join("one.bin");
+    std::fs::write(&one, b"quota").unwrap();
+    let one = one.display().to_string();
+    let put = |name: &str| cairn(&["put", "--mon", &mon, "-p", "data", name, &one]);
+    assert!(put("q0").0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let refused = loop {
+        let (ok, out) = put("q1");
+        if !ok {
+            break out;
+        }
+        assert!(std::time::Instant::now() < deadline, "never refused");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert!(refused.contains("quota exceeded"), "{refused}");
+    let (ok, out) = cairn(&["health", "--mon", &mon, "detail"]);
+    assert!(
+        ok && out.contains("POOL_FULL") && out.contains("pool 'data' is full"),
+        "{out}"
+    );
+    let (ok, out) = pool(&["get-quota", "data"]);
+    assert!(
+        ok && out.contains("full: writes other than removals"),
+        "{out}"
+    );
+    let (ok, out) = pool(&["ls"]);
+    assert!(ok && out.contains("quota max_objects 1"), "{out}");
+    assert!(pool(&["set-quota", "data", "max_objects", "0"]).0);
+    let (ok, out) = put("q2");
+    assert!(ok, "writes resume once the quota is gone: {out}");
     let (ok, out) = cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     drop(cluster);

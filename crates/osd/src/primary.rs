@@ -299,6 +299,9 @@ async fn write(
         block_crcs,
         ..
     } = payload;
+    if let Err(r) = check_quota(s, pg.id.pool, &op.kind, op.epoch).await {
+        return fail(op.tid, s.epoch(), r);
+    }
     let (mut inner, fenced) = pg.lock_unfenced(Some(&op.object)).await;
     if fenced {
         s.metrics.record_scrub_fenced();
@@ -318,9 +321,6 @@ async fn write(
         }
     }
     if let Err(r) = check_full(s, &iv, data.len() as u64) {
-        return fail(op.tid, epoch, r);
-    }
-    if let Err(r) = check_quota(s, pg.id.pool, &op.kind) {
         return fail(op.tid, epoch, r);
     }
     let coll = pg.coll.as_str();
@@ -587,19 +587,36 @@ fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
 }
 
 /// Refuses a write that could add objects or bytes to a pool the map marks past its quota
-/// (removals still go through: they are how the pool gets back under it).
-fn check_quota(s: &Shared, pool: i64, kind: &OpKind) -> Result<(), OpResult> {
+/// (removals still go through: they are how the pool gets back under it). When the client
+/// addressed the op with a newer map than this OSD's, which may have lifted the quota, the
+/// OSD waits for that map (up to [`QUOTA_MAP_WAIT`]) before it refuses.
+async fn check_quota(s: &Shared, pool: i64, kind: &OpKind, op_epoch: u64) -> Result<(), OpResult> {
     if kind.frees_only() {
         return Ok(());
     }
-    let map = s.map.borrow();
-    match map.as_ref() {
-        Some(m) if m.pool_full(pool) => {
-            Err(OpResult::QuotaExceeded(cairn_mon::quota::refusal(m, pool)))
+    let mut maps = s.map.clone();
+    let deadline = Instant::now() + QUOTA_MAP_WAIT;
+    loop {
+        let (refusal, epoch) = {
+            let map = maps.borrow_and_update();
+            match map.as_ref() {
+                Some(m) if m.pool_full(pool) => (Some(cairn_mon::quota::refusal(m, pool)), m.epoch),
+                _ => (None, 0),
+            }
+        };
+        let Some(why) = refusal else { return Ok(()) };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if epoch >= op_epoch || left.is_zero() {
+            return Err(OpResult::QuotaExceeded(why));
         }
-        _ => Ok(()),
+        if !matches!(tokio::time::timeout(left, maps.changed()).await, Ok(Ok(()))) {
+            return Err(OpResult::QuotaExceeded(why));
+        }
     }
 }
+
+/// Longest a write to a full pool waits for the newer map its client addressed it with.
+const QUOTA_MAP_WAIT: Duration = Duration::from_secs(2);
 
 /// How the other acting OSDs answered a replica write.
 #[derive(Debug, Default)]
