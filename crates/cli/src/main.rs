@@ -12,6 +12,7 @@ mod data_cmd;
 mod df_cmd;
 mod health;
 mod local_cluster;
+mod maintenance;
 mod mon_cmd;
 mod msgr_cmd;
 mod plot;

@@ -318,6 +318,22 @@ enum OsdCommand {
     Run(Box<crate::cluster_cmd::OsdRunArgs>),
     /// Per-OSD usage: PGs, objects, stored and allocated bytes (asks each up OSD).
     Df,
+    /// Whether these OSDs can stop (maintenance, a reboot) with every PG still serving, as
+    /// Ceph's `osd ok-to-stop`: fails naming the PGs that would fall below min_size or do not
+    /// serve now; says how many would go on degraded.
+    OkToStop {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Whether these OSDs can be destroyed without losing a copy, as Ceph's
+    /// `osd safe-to-destroy`: no PG maps to them, every PG is active+clean and they hold no
+    /// PG copy (mark them out and wait first).
+    SafeToDestroy {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
 }
 
 /// Runs the monitor until interrupted.
@@ -567,6 +583,12 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let body = match args.command {
         OsdCommand::Run(run) => return crate::cluster_cmd::run_osd(*run),
         OsdCommand::Df => return crate::admin_cmd::osd_df(args.mon.mon),
+        OsdCommand::OkToStop { ids } => {
+            return crate::maintenance::run_ok_to_stop(args.mon.mon, &ids)
+        }
+        OsdCommand::SafeToDestroy { ids } => {
+            return crate::maintenance::run_safe_to_destroy(args.mon.mon, &ids)
+        }
         OsdCommand::Out { id } => Request::MarkOut { id },
         OsdCommand::In { id } => Request::MarkIn { id },
         OsdCommand::Down { id } => Request::MarkDown { id },

@@ -351,6 +351,31 @@ fn up_put_get_bench_down() {
     assert!(stored > 0.0 && (used / stored - 3.0).abs() < 0.05, "{out}");
     assert!(bytes(row[9], row[10]) > 0.0, "{out}");
     assert!(!out.contains("not counted"), "{out}");
+    // Maintenance checks: one OSD of three may stop (size 3, min_size 2), two may not, none is
+    // safe to destroy while PGs map to it, an unknown one is refused.
+    let osd = |args: &[&str]| {
+        let mut all = vec!["osd", "--mon", &mon];
+        all.extend_from_slice(args);
+        cairn(&all)
+    };
+    let (ok, out) = osd(&["ok-to-stop", "0"]);
+    assert!(
+        ok && out.contains("osd.0 ok to stop") && out.contains("32 PGs would be degraded"),
+        "{out}"
+    );
+    let (ok, out) = osd(&["ok-to-stop", "0", "1"]);
+    assert!(
+        !ok && out.contains("not ok to stop: 32 PGs would not serve")
+            && out.contains("would keep 1 of min_size 2"),
+        "{out}"
+    );
+    let (ok, out) = osd(&["safe-to-destroy", "2"]);
+    assert!(
+        !ok && out.contains("osd.2 is in the up or acting set of 32 PGs"),
+        "{out}"
+    );
+    let (ok, out) = osd(&["ok-to-stop", "7"]);
+    assert!(!ok && out.contains("no osd.7"), "{out}");
     // The daemons' log events reach their log files.
     let osd_log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
     assert!(

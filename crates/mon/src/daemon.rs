@@ -208,6 +208,9 @@ async fn run_core(
                 if !persist(&store, &monitor, before, &metrics).await {
                     return;
                 }
+                // Before the reply: whoever reads the page after its request was answered
+                // sees the epoch it made.
+                metrics.set_map(monitor.map());
                 let _ = sender.send(MSG_MON_REPLY, to_payload(&reply)).await;
             }
         }
