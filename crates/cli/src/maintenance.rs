@@ -38,14 +38,31 @@ fn known(map: &ClusterMap, ids: &[i32]) -> Result<BTreeSet<i32>, String> {
     }
 }
 
+/// One PG where the map places it.
+struct Placed {
+    pg: PgId,
+    /// Its pool's size.
+    size: u32,
+    /// Its pool's min_size (at least 1).
+    min_size: u32,
+    acting: Vec<i32>,
+    up: Vec<i32>,
+}
+
 /// Every PG with its acting and up sets in `map`.
-fn placements(map: &ClusterMap) -> Vec<(PgId, u32, u32, Vec<i32>, Vec<i32>)> {
+fn placements(map: &ClusterMap) -> Vec<Placed> {
     let mut out = Vec::new();
     let mut mapper = map.placement.mapper();
     for pool in map.placement.pools.values() {
         for pg in pool.pgs() {
             if let Ok(m) = mapper.map_pg(pg) {
-                out.push((pg, pool.size, pool.min_size.max(1), m.acting, m.up));
+                out.push(Placed {
+                    pg,
+                    size: pool.size,
+                    min_size: pool.min_size.max(1),
+                    acting: m.acting,
+                    up: m.up,
+                });
             }
         }
     }
@@ -62,7 +79,14 @@ pub fn ok_to_stop(map: &ClusterMap, ids: &[i32], rows: &[PgRow]) -> Result<StopV
         .map(|r| (r.pgid.as_str(), r.state.as_str()))
         .collect();
     let mut verdict = StopVerdict::default();
-    for (pg, size, min_size, acting, _) in placements(map) {
+    for Placed {
+        pg,
+        size,
+        min_size,
+        acting,
+        ..
+    } in placements(map)
+    {
         let stopped = acting.iter().filter(|o| ids.contains(o)).count();
         if stopped == 0 {
             continue;
@@ -97,7 +121,7 @@ pub fn safe_to_destroy(
     let ids = known(map, ids)?;
     let mut why = Vec::new();
     let mut mapped: BTreeMap<i32, usize> = BTreeMap::new();
-    for (_, _, _, acting, up) in placements(map) {
+    for Placed { acting, up, .. } in placements(map) {
         let both: BTreeSet<i32> = acting.into_iter().chain(up).collect();
         for o in both.intersection(&ids) {
             *mapped.entry(*o).or_default() += 1;
@@ -220,7 +244,7 @@ mod tests {
     fn clean_rows(map: &ClusterMap) -> Vec<PgRow> {
         placements(map)
             .into_iter()
-            .map(|(pg, ..)| PgRow::parse(&format!("{pg} active+clean [0,1,2] 5'1 5 1")).unwrap())
+            .map(|p| PgRow::parse(&format!("{} active+clean [0,1,2] 5'1 5 1", p.pg)).unwrap())
             .collect()
     }
 
@@ -233,7 +257,7 @@ mod tests {
         assert!(one.ok(), "{one:?}");
         let held = placements(map)
             .iter()
-            .filter(|(_, _, _, acting, _)| acting.contains(&1))
+            .filter(|p| p.acting.contains(&1))
             .count();
         assert!(held > 0);
         assert_eq!(one.degraded, held);
@@ -244,10 +268,11 @@ mod tests {
             "{two:?}"
         );
         // A PG osd.1 serves that is peering now would not serve either.
-        let (pg, ..) = placements(map)
+        let pg = placements(map)
             .into_iter()
-            .find(|(_, _, _, acting, _)| acting.contains(&1))
-            .unwrap();
+            .find(|p| p.acting.contains(&1))
+            .unwrap()
+            .pg;
         let mut rows = rows;
         let at = rows.iter().position(|r| r.pgid == pg.to_string()).unwrap();
         rows[at].state = "peering".into();
