@@ -13,6 +13,7 @@ use anyhow::Context;
 use cairn_client::Client;
 use cairn_clustermap::shape::Topology;
 use cairn_clustermap::{OsdMap, PgId, Pool};
+use cairn_mon::PoolQuota;
 
 use crate::admin_cmd::OsdUsage;
 
@@ -175,8 +176,10 @@ pub fn run(mon: SocketAddr) -> anyhow::Result<()> {
             "{:<16} {:>4} {:>6} {:>12} {:>9} {:>12} {:>7} {:>12}",
             "POOL", "ID", "PGS", "STORED", "OBJECTS", "USED", "%USED", "MAX AVAIL"
         );
-        for row in pool_rows(&map.placement, &usage, &pgs) {
+        for mut row in pool_rows(&map.placement, &usage, &pgs) {
             let size = map.placement.pools[&row.id].size;
+            let quota = map.quotas.get(&row.id);
+            row.max_avail = cap_by_quota(row.max_avail, row.stored, row.objects, quota);
             println!(
                 "{:<16} {:>4} {:>6} {:>12} {:>9} {:>12} {:>7.2} {:>12}",
                 row.name,
@@ -188,6 +191,13 @@ pub fn run(mon: SocketAddr) -> anyhow::Result<()> {
                 row.percent_used(size),
                 human(row.max_avail)
             );
+            if let Some(q) = quota {
+                let state = match q.full {
+                    true => " (full: writes other than removals refused)",
+                    false => "",
+                };
+                println!("  quota: {}{state}", q.describe());
+            }
             if row.reported_pgs < row.pgs {
                 println!(
                     "  ({} of its {} PGs not counted: their primaries did not answer)",
@@ -198,6 +208,19 @@ pub fn run(mon: SocketAddr) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// MAX AVAIL under a pool's quota, as Ceph caps it: no more than the bytes its `max_bytes`
+/// leaves, and nothing once its objects reach `max_objects`.
+pub fn cap_by_quota(max_avail: u64, stored: u64, objects: u64, quota: Option<&PoolQuota>) -> u64 {
+    let Some(q) = quota else { return max_avail };
+    if q.max_objects.is_some_and(|m| objects >= m) {
+        return 0;
+    }
+    match q.max_bytes {
+        Some(m) => max_avail.min(m.saturating_sub(stored)),
+        None => max_avail,
+    }
 }
 
 /// Each up OSD's `df` and the `pg usage` of the PGs it leads; an OSD that does not answer is
@@ -290,6 +313,21 @@ mod tests {
             (avail as f64 - 95.0 * gib as f64).abs() < gib as f64,
             "{avail}"
         );
+    }
+
+    #[test]
+    fn a_quota_caps_what_a_pool_can_still_take() {
+        let q = |objects: Option<u64>, bytes: Option<u64>| PoolQuota {
+            max_objects: objects,
+            max_bytes: bytes,
+            full: false,
+        };
+        assert_eq!(cap_by_quota(1000, 10, 1, None), 1000);
+        assert_eq!(cap_by_quota(1000, 10, 1, Some(&q(None, Some(300)))), 290);
+        assert_eq!(cap_by_quota(100, 10, 1, Some(&q(None, Some(300)))), 100);
+        assert_eq!(cap_by_quota(1000, 400, 1, Some(&q(None, Some(300)))), 0);
+        assert_eq!(cap_by_quota(1000, 10, 5, Some(&q(Some(5), None))), 0);
+        assert_eq!(cap_by_quota(1000, 10, 4, Some(&q(Some(5), None))), 1000);
     }
 
     #[test]

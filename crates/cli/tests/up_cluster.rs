@@ -777,6 +777,11 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         ok && out.contains("POOL_FULL") && out.contains("pool 'data' is full"),
         "{out}"
     );
+    let (ok, out) = cairn(&["df", "--mon", &mon]);
+    assert!(
+        ok && out.contains("  quota: max_objects 1, max_bytes N/A (full: writes other"),
+        "{out}"
+    );
     let (ok, out) = pool(&["get-quota", "data"]);
     assert!(
         ok && out.contains("full: writes other than removals"),
