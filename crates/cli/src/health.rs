@@ -79,7 +79,7 @@ impl PgRow {
     }
 }
 
-/// Judges the cluster: cluster flags set, OSDs with their own noout, OSDs down, out, full and nearfull (with their use),
+/// Judges the cluster: cluster flags set, OSDs with flags of their own, OSDs down, out, full and nearfull (with their use),
 /// PGs not served, PGs with no OSD up at all, degraded PGs, inconsistent PGs.
 pub fn assess(map: &ClusterMap, pgs: &[PgRow], usage: &BTreeMap<i32, OsdUsage>) -> Health {
     let mut checks = Vec::new();
@@ -96,18 +96,28 @@ pub fn assess(map: &ClusterMap, pgs: &[PgRow], usage: &BTreeMap<i32, OsdUsage>) 
                 .collect(),
         });
     }
-    let own_noout: Vec<String> = map
+    let own_flags: Vec<String> = map
         .osds
         .values()
-        .filter(|o| o.noout)
-        .map(|o| format!("osd.{} (host {}) has noout", o.id, o.host))
+        .filter_map(|o| {
+            let flags = o.own_flags();
+            let names: Vec<&str> = flags.iter().map(|f| f.name()).collect();
+            (!names.is_empty()).then(|| {
+                format!(
+                    "osd.{} (host {}) has flags {}",
+                    o.id,
+                    o.host,
+                    names.join(",")
+                )
+            })
+        })
         .collect();
-    if !own_noout.is_empty() {
+    if !own_flags.is_empty() {
         checks.push(Check {
             code: "OSD_FLAGS",
             level: Level::Warn,
-            summary: format!("{} OSDs have noout set", own_noout.len()),
-            detail: own_noout,
+            summary: format!("{} OSDs have flags set", own_flags.len()),
+            detail: own_flags,
         });
     }
     let full_pools: Vec<String> = map
@@ -386,15 +396,23 @@ mod tests {
         let h = assess(mon.map(), &rows("active+clean", 8), &BTreeMap::new());
         assert_eq!(h.level, Level::Warn);
         assert_eq!(h.line(), "HEALTH_WARN noout,norecover flag(s) set");
-        let own = Request::SetOsdNoOut {
+        let own = Request::SetOsdFlag {
             ids: vec![1],
+            flag: cairn_mon::MapFlag::NoOut,
+            on: true,
+        };
+        mon.handle(1, own).unwrap();
+        let own = Request::SetOsdFlag {
+            ids: vec![1],
+            flag: cairn_mon::MapFlag::NoUp,
             on: true,
         };
         mon.handle(1, own).unwrap();
         let h = assess(mon.map(), &rows("active+clean", 8), &BTreeMap::new());
         assert!(
-            h.detail()
-                .contains("[WRN] OSD_FLAGS: 1 OSDs have noout set\n    osd.1 (host h1) has noout"),
+            h.detail().contains(
+                "[WRN] OSD_FLAGS: 1 OSDs have flags set\n    osd.1 (host h1) has flags noup,noout"
+            ),
             "{}",
             h.detail()
         );

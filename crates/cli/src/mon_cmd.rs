@@ -10,7 +10,7 @@ use cairn_clustermap::shape::Topology;
 use cairn_mon::client::MonClient;
 use cairn_mon::daemon::{MonDaemon, MonServing};
 use cairn_mon::monitor::Request;
-use cairn_mon::{ClusterMap, MonConfig, Monitor};
+use cairn_mon::{ClusterMap, MapFlag, MonConfig, Monitor};
 use clap::{Args, Subcommand};
 
 /// Default monitor address.
@@ -306,6 +306,45 @@ enum OsdCommand {
         #[arg(required = true)]
         ids: Vec<i32>,
     },
+    /// Keep these OSDs down when they boot (Ceph's `osd add-noup`): a flapping OSD stays out
+    /// of its PGs' acting sets; it boots by itself once the flag is removed.
+    AddNoup {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Let these OSDs come up again (Ceph's `osd rm-noup`).
+    RmNoup {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Never mark these OSDs down on failure reports or missing beacons (Ceph's
+    /// `osd add-nodown`); `osd down` still does.
+    AddNodown {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Let failure detection mark these OSDs down again (Ceph's `osd rm-nodown`).
+    RmNodown {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Keep these OSDs out when they boot after being marked out automatically (Ceph's
+    /// `osd add-noin`).
+    AddNoin {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
+    /// Let these OSDs be marked in again when they boot (Ceph's `osd rm-noin`).
+    RmNoin {
+        /// OSD ids.
+        #[arg(required = true)]
+        ids: Vec<i32>,
+    },
     /// Unset cluster flags (Ceph's `osd unset`).
     Unset {
         /// The flags.
@@ -578,6 +617,11 @@ fn quota_lines(map: &ClusterMap, name: &str) -> anyhow::Result<String> {
     ))
 }
 
+/// The request that sets (`on`) or clears `flag` on the OSDs `ids` alone.
+fn own_flag(ids: Vec<i32>, flag: MapFlag, on: bool) -> Request {
+    Request::SetOsdFlag { ids, flag, on }
+}
+
 /// `cairn osd ...`.
 pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let body = match args.command {
@@ -617,8 +661,14 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             flags: parse_flags(&flags)?,
             on: true,
         },
-        OsdCommand::AddNoout { ids } => Request::SetOsdNoOut { ids, on: true },
-        OsdCommand::RmNoout { ids } => Request::SetOsdNoOut { ids, on: false },
+        OsdCommand::AddNoout { ids } => own_flag(ids, MapFlag::NoOut, true),
+        OsdCommand::RmNoout { ids } => own_flag(ids, MapFlag::NoOut, false),
+        OsdCommand::AddNoup { ids } => own_flag(ids, MapFlag::NoUp, true),
+        OsdCommand::RmNoup { ids } => own_flag(ids, MapFlag::NoUp, false),
+        OsdCommand::AddNodown { ids } => own_flag(ids, MapFlag::NoDown, true),
+        OsdCommand::RmNodown { ids } => own_flag(ids, MapFlag::NoDown, false),
+        OsdCommand::AddNoin { ids } => own_flag(ids, MapFlag::NoIn, true),
+        OsdCommand::RmNoin { ids } => own_flag(ids, MapFlag::NoIn, false),
         OsdCommand::Unset { flags } => Request::SetFlags {
             flags: parse_flags(&flags)?,
             on: false,

@@ -733,14 +733,19 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     let (ok, out) = osd(&["add-noout", "7"]);
     assert!(!ok && out.contains("osd.7"), "{out}");
     assert!(osd(&["add-noout", "0"]).0);
+    assert!(osd(&["add-nodown", "0"]).0);
     let (ok, out) = cairn(&["health", "--mon", &mon, "detail"]);
     assert!(
-        ok && out.contains("osd.0 (host") && out.contains("has noout"),
+        ok && out.contains("osd.0 (host") && out.contains("has flags nodown,noout"),
         "{out}"
     );
     assert!(osd(&["rm-noout", "0"]).0);
+    assert!(osd(&["rm-nodown", "0"]).0);
     let (ok, out) = cairn(&["health", "--mon", &mon]);
-    assert!(ok && !out.contains("OSDMAP_FLAGS"), "{out}");
+    assert!(
+        ok && !out.contains("OSDMAP_FLAGS") && !out.contains("OSD_FLAGS"),
+        "{out}"
+    );
     // Pool quotas: a bad value or pool is refused; once the pool's one object reaches
     // max_objects 1 (as its OSD reports within ~2 s), puts are refused and `health` says so;
     // removing the limit lets them through. (The override weight back to 1 first: at 0.5 the

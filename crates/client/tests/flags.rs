@@ -10,7 +10,7 @@
 //! - `noscrub` and `nodeep-scrub`: no scheduled scrub runs while they are set (scrubs are due
 //!   every 1-2 s), an operator's deep scrub still does, and scheduled ones resume once unset.
 //! - `noup`: an OSD restarted while it is set stays down (its PGs serve degraded without it)
-//!   and comes up by itself once it is unset.
+//!   and comes up by itself once it is unset; the same with the OSD's own `noup`.
 //! - `pausewr` and `pauserd`: a client's writes (reads) wait and fail at their deadline naming
 //!   the flag; the other kind goes on; a held write completes once the flag is unset.
 
@@ -297,5 +297,35 @@ async fn noup_keeps_a_restarted_osd_down_until_it_is_unset() {
     })
     .await;
     reads_back(&c, "data", 1, object).await;
+
+    // The same with osd.X's own noup (Ceph's `osd add-noup`): only it is held.
+    let cfg = common::osd_config("flags-noup", 2, &c.mon, &c.dir, DEVICE_BYTES);
+    stop_osd(&mut c, &admin, x).await;
+    let own = |on| Request::SetOsdFlag {
+        ids: vec![x],
+        flag: MapFlag::NoUp,
+        on,
+    };
+    admin.op(own(true), 10_000).await.unwrap();
+    c.osds.push(restart_osd(cfg).await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let map = c.client.map().unwrap();
+    assert!(
+        !map.osds[&x].up,
+        "osd.{x} booted with its own noup and stays down"
+    );
+    assert!(map.osds.values().filter(|o| o.up).count() == 2);
+    c.client.write_full("data", "o1", &object(1)).await.unwrap();
+    admin.op(own(false), 10_000).await.unwrap();
+    eventually("osd.X comes up by itself again", || async {
+        c.client.map().is_some_and(|m| m.osds[&x].up)
+    })
+    .await;
+    wait_all_clean(&c, PGS as usize).await;
+    eventually("osd.X got the second write it missed", || async {
+        df_value(&c, x, "objects").await == 2
+    })
+    .await;
+    reads_back(&c, "data", 2, object).await;
     common::stop(c).await;
 }

@@ -73,6 +73,16 @@ impl MapFlag {
         MapFlag::PauseWr,
     ];
 
+    /// The flags an operator may also set on single OSDs (Ceph's `osd add-noup`,
+    /// `add-nodown`, `add-noin`, `add-noout`): each holds back, for those OSDs alone, what the
+    /// cluster-wide flag holds back for all.
+    pub const PER_OSD: [MapFlag; 4] = [
+        MapFlag::NoUp,
+        MapFlag::NoDown,
+        MapFlag::NoIn,
+        MapFlag::NoOut,
+    ];
+
     /// Ceph's name of the flag (`noout`, `nodeep-scrub`, ...).
     pub fn name(self) -> &'static str {
         match self {

@@ -90,10 +90,20 @@ pub enum Change {
     SetPool(Pool),
     /// Replace the exception table (text form).
     Exceptions(String),
-    /// Set (`on`) or unset one OSD's own `noout`.
+    /// Set (`on`) or unset one OSD's own `noout` (kept so that stored histories written
+    /// before [`Change::OsdFlag`] still apply).
     OsdNoOut {
         /// OSD id.
         id: i32,
+        /// Set it (true) or unset it.
+        on: bool,
+    },
+    /// Set (`on`) or unset one of [`MapFlag::PER_OSD`] on one OSD alone.
+    OsdFlag {
+        /// OSD id.
+        id: i32,
+        /// The flag.
+        flag: MapFlag,
         /// Set it (true) or unset it.
         on: bool,
     },
@@ -281,6 +291,13 @@ impl ClusterMap {
             }
             Change::OsdNoOut { id, on } => {
                 self.entry(*id)?.noout = *on;
+            }
+            Change::OsdFlag { id, flag, on } => {
+                if !self.entry(*id)?.set_own(*flag, *on) {
+                    return Err(MonError::Invalid(format!(
+                        "{flag} is a cluster-wide flag, not one of an OSD"
+                    )));
+                }
             }
             Change::Flag { flag, on: true } => {
                 self.flags.insert(*flag);

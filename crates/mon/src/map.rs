@@ -67,6 +67,18 @@ pub struct OsdEntry {
     /// one host without holding the whole cluster's down -> out timer.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub noout: bool,
+    /// This OSD alone stays down when it boots (Ceph's `osd add-noup`): a flapping OSD kept
+    /// out of its PGs' acting sets until the operator lets it up.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub noup: bool,
+    /// This OSD alone is never marked down on failure reports or missing beacons (Ceph's
+    /// `osd add-nodown`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nodown: bool,
+    /// This OSD alone is not marked in when it boots after the monitor marked it out (Ceph's
+    /// `osd add-noin`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub noin: bool,
 }
 
 impl OsdEntry {
@@ -87,7 +99,43 @@ impl OsdEntry {
             lost_at: None,
             up_from: None,
             noout: false,
+            noup: false,
+            nodown: false,
+            noin: false,
         }
+    }
+
+    /// Whether the operator set `flag` on this OSD alone (one of [`MapFlag::PER_OSD`]).
+    pub fn has_own(&self, flag: MapFlag) -> bool {
+        match flag {
+            MapFlag::NoOut => self.noout,
+            MapFlag::NoUp => self.noup,
+            MapFlag::NoDown => self.nodown,
+            MapFlag::NoIn => self.noin,
+            _ => false,
+        }
+    }
+
+    /// The flags set on this OSD alone, in [`MapFlag::PER_OSD`]'s order.
+    pub fn own_flags(&self) -> Vec<MapFlag> {
+        MapFlag::PER_OSD
+            .into_iter()
+            .filter(|f| self.has_own(*f))
+            .collect()
+    }
+
+    /// Sets (`on`) or clears `flag` on this OSD alone; false for a flag that is cluster-wide
+    /// only.
+    pub fn set_own(&mut self, flag: MapFlag, on: bool) -> bool {
+        let field = match flag {
+            MapFlag::NoOut => &mut self.noout,
+            MapFlag::NoUp => &mut self.noup,
+            MapFlag::NoDown => &mut self.nodown,
+            MapFlag::NoIn => &mut self.noin,
+            _ => return false,
+        };
+        *field = on;
+        true
     }
 }
 
@@ -162,6 +210,11 @@ impl ClusterMap {
     /// Whether the operator set `flag`.
     pub fn has(&self, flag: MapFlag) -> bool {
         self.flags.contains(&flag)
+    }
+
+    /// Whether `flag` holds for OSD `id`: set cluster-wide, or on that OSD alone.
+    pub fn holds_for(&self, id: i32, flag: MapFlag) -> bool {
+        self.has(flag) || self.osds.get(&id).is_some_and(|o| o.has_own(flag))
     }
 
     /// Whether pool `pool` reached its quota: writes to it are refused, except those that

@@ -205,11 +205,14 @@ pub enum Request {
         /// New count of copies a PG needs up to serve I/O.
         min_size: Option<u32>,
     },
-    /// Operator: set (`on`) or unset the `noout` of single OSDs (Ceph's `osd add-noout` /
-    /// `rm-noout`), all in one epoch; none when every one already is as asked.
-    SetOsdNoOut {
+    /// Operator: set (`on`) or unset a flag of [`MapFlag::PER_OSD`] on single OSDs (Ceph's
+    /// `osd add-noout` / `rm-noout`, `add-noup`, `add-nodown`, `add-noin`), all in one epoch;
+    /// none when every one already is as asked. Another flag, or an unknown OSD, is refused.
+    SetOsdFlag {
         /// OSD ids.
         ids: Vec<i32>,
+        /// The flag.
+        flag: MapFlag,
         /// Set it (true) or unset it.
         on: bool,
     },
@@ -273,7 +276,7 @@ impl Request {
             Request::RemovePool { .. } => "remove_pool",
             Request::SetPool { .. } => "set_pool",
             Request::SetFlags { .. } => "set_flags",
-            Request::SetOsdNoOut { .. } => "set_osd_noout",
+            Request::SetOsdFlag { .. } => "set_osd_flag",
             Request::SetPoolQuota { .. } => "set_pool_quota",
             Request::PgUsage { .. } => "pg_usage",
         }
@@ -381,7 +384,7 @@ impl Monitor {
                 addr,
                 up_from,
             } => {
-                if self.map.has(MapFlag::NoDown) {
+                if self.map.holds_for(target, MapFlag::NoDown) {
                     return Ok(Reply::Done {
                         epoch: self.map.epoch,
                     });
@@ -557,11 +560,17 @@ impl Monitor {
                 let epoch = self.commit(vec![Change::SetPool(pool)])?;
                 Ok(Reply::Done { epoch })
             }
-            Request::SetOsdNoOut { ids, on } => {
+            Request::SetOsdFlag { ids, flag, on } => {
+                if !MapFlag::PER_OSD.contains(&flag) {
+                    return Err(MonError::Invalid(format!(
+                        "{flag} is cluster-wide only; an OSD alone can have {}",
+                        MapFlag::PER_OSD.map(MapFlag::name).join(", ")
+                    )));
+                }
                 let mut changes = Vec::new();
                 for id in ids.into_iter().collect::<std::collections::BTreeSet<_>>() {
-                    if self.osd(id)?.noout != on {
-                        changes.push(Change::OsdNoOut { id, on });
+                    if self.osd(id)?.has_own(flag) != on {
+                        changes.push(Change::OsdFlag { id, flag, on });
                     }
                 }
                 let epoch = self.commit_any(changes)?;
@@ -591,10 +600,9 @@ impl Monitor {
     /// the map changed.
     pub fn tick(&mut self, now_ms: u64) -> Result<Option<u64>, MonError> {
         let mut changes = Vec::new();
-        let (noout, nodown) = (self.map.has(MapFlag::NoOut), self.map.has(MapFlag::NoDown));
         for o in self.map.osds.values() {
             if o.up {
-                if nodown {
+                if self.map.holds_for(o.id, MapFlag::NoDown) {
                     continue;
                 }
                 let last = self.last_beacon_ms.get(&o.id).copied().unwrap_or(now_ms);
@@ -604,7 +612,7 @@ impl Monitor {
                         at_ms: now_ms,
                     });
                 }
-            } else if o.reweight > 0 && !noout && !o.noout {
+            } else if o.reweight > 0 && !self.map.holds_for(o.id, MapFlag::NoOut) {
                 if let Some(since) = o.down_since_ms {
                     if now_ms.saturating_sub(since) >= self.config.down_out_interval_ms {
                         changes.push(Change::Reweight {
@@ -729,7 +737,11 @@ impl Monitor {
     ) -> Result<Reply, MonError> {
         let reporter_up = self.map.osds.get(&reporter).is_some_and(|o| o.up);
         let current = self.is_current(target, addr, up_from);
-        if !reporter_up || !current || reporter == target || self.map.has(MapFlag::NoDown) {
+        if !reporter_up
+            || !current
+            || reporter == target
+            || self.map.holds_for(target, MapFlag::NoDown)
+        {
             return Ok(Reply::Done {
                 epoch: self.map.epoch,
             });
@@ -872,13 +884,14 @@ impl Monitor {
                         crush_weight,
                     });
                 }
-                // Under `noup` it stays down; it boots again once the flag is unset.
-                if !self.map.has(MapFlag::NoUp) {
+                // Under `noup` (its own or the cluster's) it stays down; it boots again once
+                // the flag is unset.
+                if !self.map.holds_for(o.id, MapFlag::NoUp) {
                     changes.push(Change::Up {
                         id: o.id,
                         addr: addr.clone(),
                     });
-                    if o.auto_out && !self.map.has(MapFlag::NoIn) {
+                    if o.auto_out && !self.map.holds_for(o.id, MapFlag::NoIn) {
                         changes.push(Change::Reweight {
                             id: o.id,
                             reweight: 0x10000,

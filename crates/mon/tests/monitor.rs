@@ -1159,7 +1159,11 @@ fn an_osds_own_noout_keeps_it_in_while_the_others_go_out() {
     let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), MonConfig::default());
     boot(&mut mon, 0, 4, 4);
     let epoch = mon.map().epoch;
-    let set = |ids: Vec<i32>, on| Request::SetOsdNoOut { ids, on };
+    let set = |ids: Vec<i32>, on| Request::SetOsdFlag {
+        ids,
+        flag: MapFlag::NoOut,
+        on,
+    };
     assert!(mon.handle(1, set(vec![1, 9], true)).is_err());
     assert_eq!(
         mon.map().epoch,
@@ -1186,4 +1190,79 @@ fn an_osds_own_noout_keeps_it_in_while_the_others_go_out() {
         0,
         "out once its noout is removed"
     );
+}
+
+#[test]
+fn an_osds_own_noup_nodown_and_noin_hold_it_alone() {
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 4, 4);
+    let set = |ids: Vec<i32>, flag, on| Request::SetOsdFlag { ids, flag, on };
+    let epoch = mon.map().epoch;
+    assert!(
+        mon.handle(1, set(vec![1], MapFlag::NoRecover, true))
+            .is_err(),
+        "a cluster-wide flag cannot be an OSD's own"
+    );
+    assert_eq!(mon.map().epoch, epoch);
+    mon.handle(1, set(vec![1], MapFlag::NoDown, true)).unwrap();
+    mon.handle(1, set(vec![2], MapFlag::NoUp, true)).unwrap();
+    mon.handle(1, set(vec![3], MapFlag::NoIn, true)).unwrap();
+    assert_eq!(mon.map().epoch, epoch + 3);
+    let decoded = ClusterMap::decode(&mon.map().encode()).unwrap();
+    assert_eq!(decoded.osds[&1].own_flags(), [MapFlag::NoDown]);
+    assert_eq!(decoded.osds[&2].own_flags(), [MapFlag::NoUp]);
+    assert_eq!(decoded.osds[&3].own_flags(), [MapFlag::NoIn]);
+
+    // nodown: reports about osd.1 mark nothing, the same reports mark osd.0 down.
+    failure_reports(&mut mon, 2, 1, [2, 3]);
+    failure_reports(&mut mon, 2, 0, [2, 3]);
+    assert!(mon.map().osds[&1].up, "osd.1 has nodown");
+    assert!(!mon.map().osds[&0].up);
+    // Nor does a beacon timeout; an operator's `osd down` does.
+    for id in [2, 3] {
+        mon.handle(
+            40_000,
+            Request::Beacon {
+                id,
+                full: false,
+                nearfull: false,
+            },
+        )
+        .unwrap();
+    }
+    mon.tick(40_000).unwrap();
+    assert!(mon.map().osds[&1].up, "no beacon for 40 s, still up");
+    mon.handle(40_001, Request::MarkDown { id: 1 }).unwrap();
+    assert!(!mon.map().osds[&1].up);
+
+    // noup: osd.2 boots and stays down; osd.0 boots and comes up.
+    mon.handle(40_002, Request::MarkDown { id: 2 }).unwrap();
+    let boot_again = |i: i32| Request::Boot {
+        uuid: format!("uuid-{i}"),
+        host: format!("host{i}"),
+        addr: format!("127.0.0.1:{}", 7000 + i),
+        crush_weight: 0x10000,
+        want_id: None,
+    };
+    mon.handle(40_003, boot_again(2)).unwrap();
+    mon.handle(40_003, boot_again(0)).unwrap();
+    assert!(!mon.map().osds[&2].up, "osd.2 has noup");
+    assert!(mon.map().osds[&0].up);
+    mon.handle(40_004, set(vec![2], MapFlag::NoUp, false))
+        .unwrap();
+    mon.handle(40_005, boot_again(2)).unwrap();
+    assert!(mon.map().osds[&2].up, "up once its noup is removed");
+
+    // noin: osd.3 marked out by the timer boots and stays out; osd.1 comes back in.
+    for id in [1, 3] {
+        mon.handle(50_000, Request::MarkDown { id }).unwrap();
+    }
+    mon.tick(50_000 + 600_000).unwrap();
+    assert_eq!(mon.map().osds[&3].reweight, 0);
+    assert_eq!(mon.map().osds[&1].reweight, 0);
+    mon.handle(660_000, boot_again(3)).unwrap();
+    mon.handle(660_000, boot_again(1)).unwrap();
+    assert!(mon.map().osds[&3].up && mon.map().osds[&1].up);
+    assert_eq!(mon.map().osds[&3].reweight, 0, "osd.3 has noin");
+    assert_eq!(mon.map().osds[&1].reweight, 0x10000);
 }

@@ -486,7 +486,9 @@ impl OsdDaemon {
                 if let Some(map) = map {
                     s.past_maps.note(&map);
                     peering::on_map(&s, &map);
-                    if map.osds.get(&s.id).is_some_and(|o| !o.up) && !map.has(MapFlag::NoUp) {
+                    if map.osds.get(&s.id).is_some_and(|o| !o.up)
+                        && !map.holds_for(s.id, MapFlag::NoUp)
+                    {
                         // Wrongly marked down while alive (e.g. a partition healed), or booted
                         // while `noup` was set: boot again.
                         tracing::warn!(
