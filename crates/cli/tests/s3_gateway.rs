@@ -239,4 +239,48 @@ fn boto3_and_aws_cli_against_cairn_up() {
         "the kept admin keys must still sign: {}",
         String::from_utf8_lossy(&ls.stderr)
     );
+
+    // The gateway's pool at its quota: PUTs get radosgw's 403 QuotaExceeded (aws-cli shows
+    // the code), and lifting the quota lets them through again.
+    let aws = |args: &[&str]| {
+        Command::new("aws")
+            .args(["--endpoint-url", &format!("http://{s3}")])
+            .args(args)
+            .env(
+                "AWS_SHARED_CREDENTIALS_FILE",
+                dir.join("s3-credentials").display().to_string(),
+            )
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_PROFILE")
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .output()
+            .unwrap()
+    };
+    assert!(aws(&["s3", "mb", "s3://quota-test"]).status.success());
+    let small = dir.join("small.txt");
+    std::fs::write(&small, b"quota").unwrap();
+    let small = small.display().to_string();
+    let quota = |n: &str| cairn(&["pool", "--mon", &mon, "set-quota", "s3", "max_objects", n]);
+    let (ok, out) = quota("1");
+    assert!(ok, "{out}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let refused = loop {
+        let put = aws(&["s3", "cp", &small, "s3://quota-test/k"]);
+        if !put.status.success() {
+            break String::from_utf8_lossy(&put.stderr).into_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "PUTs never refused");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert!(refused.contains("QuotaExceeded"), "{refused}");
+    let (ok, out) = quota("0");
+    assert!(ok, "{out}");
+    let put = aws(&["s3", "cp", &small, "s3://quota-test/k"]);
+    assert!(
+        put.status.success(),
+        "PUT after the quota is lifted: {}",
+        String::from_utf8_lossy(&put.stderr)
+    );
 }
