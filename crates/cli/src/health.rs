@@ -288,32 +288,43 @@ fn short(level: Level) -> &'static str {
     }
 }
 
+/// A monitor for unit tests: `osds` OSDs, each on a host of its own (`h0`, `h1`, ...), and
+/// pool `data` of size 3 with `pg_num` PGs.
+#[cfg(test)]
+pub(crate) fn test_monitor(osds: i32, pg_num: u32) -> cairn_mon::Monitor {
+    use cairn_mon::monitor::Request;
+    let mut mon = cairn_mon::Monitor::new(
+        ClusterMap::new("test").unwrap(),
+        cairn_mon::MonConfig::default(),
+    );
+    for i in 0..osds {
+        let boot = Request::Boot {
+            uuid: format!("u{i}"),
+            host: format!("h{i}"),
+            addr: format!("127.0.0.1:{}", 7000 + i),
+            crush_weight: 0x10000,
+            want_id: None,
+        };
+        mon.handle(0, boot).unwrap();
+    }
+    let pool = Request::CreatePool {
+        name: "data".into(),
+        size: 3,
+        pg_num,
+    };
+    mon.handle(0, pool).unwrap();
+    mon
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use cairn_mon::monitor::Request;
-    use cairn_mon::{MonConfig, Monitor};
+    use cairn_mon::Monitor;
 
     /// Three OSDs on three hosts and a size-3 pool of 8 PGs.
     fn monitor() -> Monitor {
-        let mut mon = Monitor::new(ClusterMap::new("health").unwrap(), MonConfig::default());
-        for i in 0..3 {
-            let boot = Request::Boot {
-                uuid: format!("u{i}"),
-                host: format!("h{i}"),
-                addr: format!("127.0.0.1:{}", 7000 + i),
-                crush_weight: 0x10000,
-                want_id: None,
-            };
-            mon.handle(0, boot).unwrap();
-        }
-        let pool = Request::CreatePool {
-            name: "data".into(),
-            size: 3,
-            pg_num: 8,
-        };
-        mon.handle(0, pool).unwrap();
-        mon
+        test_monitor(3, 8)
     }
 
     fn rows(state: &str, n: u32) -> Vec<PgRow> {

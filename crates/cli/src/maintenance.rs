@@ -217,28 +217,11 @@ pub fn run_safe_to_destroy(mon: SocketAddr, ids: &[i32]) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use cairn_mon::monitor::Request;
-    use cairn_mon::{MonConfig, Monitor};
+    use cairn_mon::Monitor;
 
     /// Four OSDs on four hosts, pool `data` of size 3 (min_size 2), 16 PGs.
     fn monitor() -> Monitor {
-        let mut mon = Monitor::new(ClusterMap::new("maint").unwrap(), MonConfig::default());
-        for i in 0..4 {
-            let boot = Request::Boot {
-                uuid: format!("u{i}"),
-                host: format!("h{i}"),
-                addr: format!("127.0.0.1:{}", 7300 + i),
-                crush_weight: 0x10000,
-                want_id: None,
-            };
-            mon.handle(0, boot).unwrap();
-        }
-        let pool = Request::CreatePool {
-            name: "data".into(),
-            size: 3,
-            pg_num: 16,
-        };
-        mon.handle(0, pool).unwrap();
-        mon
+        crate::health::test_monitor(4, 16)
     }
 
     fn clean_rows(map: &ClusterMap) -> Vec<PgRow> {

@@ -419,6 +419,12 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Sends one operator request to the monitor at `mon` on a connection of its own.
+async fn mon_op(mon: SocketAddr, request: Request) -> anyhow::Result<cairn_mon::proto::MonReply> {
+    let client = MonClient::connect(mon, cairn_client::random_client_id()).await;
+    Ok(client.op(request, TIMEOUT_MS).await?)
+}
+
 async fn current_map(mon: SocketAddr) -> anyhow::Result<ClusterMap> {
     let client = MonClient::connect(mon, cairn_client::random_client_id()).await;
     client
@@ -513,17 +519,15 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                 }
             }
             PoolCommand::Create { name, pg_num, size } => {
-                let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
-                let r = client
-                    .op(
-                        Request::CreatePool {
-                            name: name.clone(),
-                            size,
-                            pg_num,
-                        },
-                        TIMEOUT_MS,
-                    )
-                    .await?;
+                let r = mon_op(
+                    args.mon,
+                    Request::CreatePool {
+                        name: name.clone(),
+                        size,
+                        pg_num,
+                    },
+                )
+                .await?;
                 println!("pool '{name}' created (epoch {})", r.epoch);
             }
             PoolCommand::Set {
@@ -542,17 +546,15 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                     PoolKey::Size => (Some(value), None),
                     PoolKey::MinSize => (None, Some(value)),
                 };
-                let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
-                let r = client
-                    .op(
-                        Request::SetPool {
-                            name: name.clone(),
-                            size,
-                            min_size,
-                        },
-                        TIMEOUT_MS,
-                    )
-                    .await?;
+                let r = mon_op(
+                    args.mon,
+                    Request::SetPool {
+                        name: name.clone(),
+                        size,
+                        min_size,
+                    },
+                )
+                .await?;
                 let map = current_map(args.mon).await?;
                 let pool = map
                     .placement
@@ -568,17 +570,15 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                     QuotaKey::MaxObjects => (Some(value), None),
                     QuotaKey::MaxBytes => (None, Some(value)),
                 };
-                let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
-                let r = client
-                    .op(
-                        Request::SetPoolQuota {
-                            name: name.clone(),
-                            max_objects,
-                            max_bytes,
-                        },
-                        TIMEOUT_MS,
-                    )
-                    .await?;
+                let r = mon_op(
+                    args.mon,
+                    Request::SetPoolQuota {
+                        name: name.clone(),
+                        max_objects,
+                        max_bytes,
+                    },
+                )
+                .await?;
                 let map = current_map(args.mon).await?;
                 println!("{} (epoch {})", quota_lines(&map, &name)?, r.epoch);
             }
@@ -587,10 +587,7 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                 println!("{}", quota_lines(&map, &name)?);
             }
             PoolCommand::Rm { name } => {
-                let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
-                let r = client
-                    .op(Request::RemovePool { name: name.clone() }, TIMEOUT_MS)
-                    .await?;
+                let r = mon_op(args.mon, Request::RemovePool { name: name.clone() }).await?;
                 println!("pool '{name}' removed (epoch {})", r.epoch);
             }
         }
@@ -675,8 +672,7 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         },
     };
     crate::runtime::command()?.block_on(async {
-        let client = MonClient::connect(args.mon.mon, cairn_client::random_client_id()).await;
-        let r = client.op(body, TIMEOUT_MS).await?;
+        let r = mon_op(args.mon.mon, body).await?;
         println!("done (epoch {})", r.epoch);
         Ok(())
     })

@@ -221,27 +221,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
         out.contains(&format!("AWS_ACCESS_KEY_ID={admin_key}")),
         "{out}"
     );
-    let ls = Command::new("aws")
-        .args(["--endpoint-url", &format!("http://{s3}"), "s3", "ls"])
-        .env(
-            "AWS_SHARED_CREDENTIALS_FILE",
-            dir.join("s3-credentials").display().to_string(),
-        )
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env_remove("AWS_ACCESS_KEY_ID")
-        .env_remove("AWS_SECRET_ACCESS_KEY")
-        .env_remove("AWS_PROFILE")
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .output()
-        .unwrap();
-    assert!(
-        ls.status.success(),
-        "the kept admin keys must still sign: {}",
-        String::from_utf8_lossy(&ls.stderr)
-    );
-
-    // The gateway's pool at its quota: PUTs get radosgw's 403 QuotaExceeded (aws-cli shows
-    // the code), and lifting the quota lets them through again.
+    // aws-cli with the admin keys of the credentials file `up` wrote.
     let aws = |args: &[&str]| {
         Command::new("aws")
             .args(["--endpoint-url", &format!("http://{s3}")])
@@ -258,6 +238,15 @@ fn boto3_and_aws_cli_against_cairn_up() {
             .output()
             .unwrap()
     };
+    let ls = aws(&["s3", "ls"]);
+    assert!(
+        ls.status.success(),
+        "the kept admin keys must still sign: {}",
+        String::from_utf8_lossy(&ls.stderr)
+    );
+
+    // The gateway's pool at its quota: PUTs get radosgw's 403 QuotaExceeded (aws-cli shows
+    // the code), and lifting the quota lets them through again.
     assert!(aws(&["s3", "mb", "s3://quota-test"]).status.success());
     let small = dir.join("small.txt");
     std::fs::write(&small, b"quota").unwrap();

@@ -273,59 +273,68 @@ async fn pause_flags_hold_client_writes_and_reads_until_unset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noup_keeps_a_restarted_osd_down_until_it_is_unset() {
-    const PGS: u32 = 4;
-    let mut c = cluster_with_devices("flags-noup", PGS, [DEVICE_BYTES; 3], |_| {}).await;
+    let mut c = cluster_with_devices("flags-noup", NOUP_PGS, [DEVICE_BYTES; 3], |_| {}).await;
     let admin = MonClient::connect(c.mon.addr(), 77).await;
     let x = c.osds[2].id();
-    let cfg = common::osd_config("flags-noup", 2, &c.mon, &c.dir, DEVICE_BYTES);
-    stop_osd(&mut c, &admin, x).await;
-    set(&admin, &[MapFlag::NoUp], true).await;
-    c.osds.push(restart_osd(cfg).await);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let map = c.client.map().unwrap();
-    assert!(!map.osds[&x].up, "osd.{x} booted under noup and stays down");
-    c.client.write_full("data", "o0", &object(0)).await.unwrap();
-
-    set(&admin, &[MapFlag::NoUp], false).await;
-    eventually("osd.X comes up by itself", || async {
-        c.client.map().is_some_and(|m| m.osds[&x].up)
-    })
-    .await;
-    wait_all_clean(&c, PGS as usize).await;
-    eventually("osd.X got the write it missed", || async {
-        df_value(&c, x, "objects").await == 1
-    })
-    .await;
-    reads_back(&c, "data", 1, object).await;
-
+    let cluster_wide = [Request::SetFlags {
+        flags: vec![MapFlag::NoUp],
+        on: true,
+    }];
+    let lift = [Request::SetFlags {
+        flags: vec![MapFlag::NoUp],
+        on: false,
+    }];
+    held_down_until_lifted(&mut c, &admin, x, &cluster_wide, &lift, 0).await;
     // The same with osd.X's own noup (Ceph's `osd add-noup`): only it is held.
-    let cfg = common::osd_config("flags-noup", 2, &c.mon, &c.dir, DEVICE_BYTES);
-    stop_osd(&mut c, &admin, x).await;
     let own = |on| Request::SetOsdFlag {
         ids: vec![x],
         flag: MapFlag::NoUp,
         on,
     };
-    admin.op(own(true), 10_000).await.unwrap();
+    held_down_until_lifted(&mut c, &admin, x, &[own(true)], &[own(false)], 1).await;
+    common::stop(c).await;
+}
+
+/// PGs of the `noup` test's pool.
+const NOUP_PGS: u32 = 4;
+
+/// Stops osd `x`, sends `hold`, restarts it: for 2 s it stays down while the two others take
+/// write `o{n}`; then `lift`, and it comes up by itself and gets that write (every object
+/// `o0..=o{n}` read back).
+async fn held_down_until_lifted(
+    c: &mut Cluster,
+    admin: &MonClient,
+    x: i32,
+    hold: &[Request],
+    lift: &[Request],
+    n: usize,
+) {
+    let cfg = common::osd_config("flags-noup", 2, &c.mon, &c.dir, DEVICE_BYTES);
+    stop_osd(c, admin, x).await;
+    for r in hold {
+        admin.op(r.clone(), 10_000).await.unwrap();
+    }
     c.osds.push(restart_osd(cfg).await);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let map = c.client.map().unwrap();
-    assert!(
-        !map.osds[&x].up,
-        "osd.{x} booted with its own noup and stays down"
-    );
-    assert!(map.osds.values().filter(|o| o.up).count() == 2);
-    c.client.write_full("data", "o1", &object(1)).await.unwrap();
-    admin.op(own(false), 10_000).await.unwrap();
-    eventually("osd.X comes up by itself again", || async {
+    assert!(!map.osds[&x].up, "osd.{x} booted held and stays down");
+    assert_eq!(map.osds.values().filter(|o| o.up).count(), 2);
+    let name = format!("o{n}");
+    c.client
+        .write_full("data", &name, &object(n))
+        .await
+        .unwrap();
+    for r in lift {
+        admin.op(r.clone(), 10_000).await.unwrap();
+    }
+    eventually("osd.X comes up by itself", || async {
         c.client.map().is_some_and(|m| m.osds[&x].up)
     })
     .await;
-    wait_all_clean(&c, PGS as usize).await;
-    eventually("osd.X got the second write it missed", || async {
-        df_value(&c, x, "objects").await == 2
+    wait_all_clean(c, NOUP_PGS as usize).await;
+    eventually("osd.X got the write it missed", || async {
+        df_value(c, x, "objects").await == n as u64 + 1
     })
     .await;
-    reads_back(&c, "data", 2, object).await;
-    common::stop(c).await;
+    reads_back(c, "data", n + 1, object).await;
 }
