@@ -591,7 +591,8 @@ fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
 /// addressed the op with a newer map than this OSD's, which may have lifted the quota, the
 /// OSD waits for that map (up to [`QUOTA_MAP_WAIT`]) before it refuses.
 async fn check_quota(s: &Shared, pool: i64, kind: &OpKind, op_epoch: u64) -> Result<(), OpResult> {
-    if kind.frees_only() {
+    let full = || s.map.borrow().as_ref().is_some_and(|m| m.pool_full(pool));
+    if kind.frees_only() || !full() {
         return Ok(());
     }
     let mut maps = s.map.clone();
