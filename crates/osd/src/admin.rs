@@ -171,9 +171,6 @@ fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
     Ok(format!("{key} set; scheduler policy is now {name}\n"))
 }
 
-/// Usage as `key=value` pairs: `pgs` (PG copies held, led or not), `primary` (PGs led),
-/// `objects` (client objects), `internal` (PG meta and temporary objects; -1 when they could
-/// not be listed), `stored`, `allocated` and `capacity` (bytes).
 /// `pg usage`: per active PG this OSD leads, its client objects and their logical bytes
 /// (`PGID objects bytes`, a line each), as its store keeps them: what `cairn df` sums per pool.
 async fn pg_usage(s: &Shared) -> Result<String, String> {
@@ -185,6 +182,9 @@ async fn pg_usage(s: &Shared) -> Result<String, String> {
     Ok(out)
 }
 
+/// Usage as `key=value` pairs: `pgs` (PG copies held, led or not), `primary` (PGs led),
+/// `objects` (client objects), `internal` (PG meta and temporary objects; -1 when they could
+/// not be listed), `stored`, `allocated` and `capacity` (bytes).
 async fn df(s: &Shared) -> String {
     let st = s.store.stats().await;
     let pgs = s.pgs.all();
