@@ -34,17 +34,20 @@ pub struct TellArgs {
     words: Vec<String>,
 }
 
-/// `cairn pg dump`, `cairn pg scrub|deep-scrub|repair PGID`.
+/// `cairn pg dump`, `cairn pg ls...`, `cairn pg scrub|deep-scrub|repair PGID`.
 #[derive(Args)]
 pub struct PgArgs {
     /// Monitor address.
     #[arg(long, default_value = DEFAULT_MON)]
     mon: SocketAddr,
-    /// `dump` (every PG as its primary reports it), or `scrub`, `deep-scrub` (data and omap
-    /// too) or `repair` (a deep scrub that makes differing copies hold what most hold) of PGID.
-    #[arg(value_parser = ["dump", "scrub", "deep-scrub", "repair"])]
+    /// `dump` (every PG as its primary reports it); `ls [STATE]` (those whose state has the
+    /// words of STATE, e.g. `degraded`), `ls-by-osd N`, `ls-by-primary N`, `ls-by-pool NAME`
+    /// (Ceph's); or `scrub`, `deep-scrub` (data and omap too) or `repair` (a deep scrub that
+    /// makes differing copies hold what most hold) of PGID.
+    #[arg(value_parser = ["dump", "ls", "ls-by-osd", "ls-by-primary", "ls-by-pool", "scrub", "deep-scrub", "repair"])]
     what: String,
-    /// The PG to scrub, `POOL_ID.SEED` in hex as `pg dump` prints it (e.g. `1.1f`).
+    /// The PG to scrub, `POOL_ID.SEED` in hex as `pg dump` prints it (e.g. `1.1f`); the state,
+    /// OSD or pool of a listing.
     pgid: Option<String>,
 }
 
@@ -127,9 +130,10 @@ pub fn tell(args: TellArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Every PG as its primary reports it, or a scrub of one PG by its primary.
+/// Every PG as its primary reports it (or those a listing selects), or a scrub of one PG by
+/// its primary.
 pub fn pg(args: PgArgs) -> anyhow::Result<()> {
-    if args.what != "dump" {
+    if args.what != "dump" && !args.what.starts_with("ls") {
         let Some(pgid) = args.pgid else {
             bail!(
                 "`cairn pg {}` needs a PG id (see `cairn pg dump`)",
@@ -140,6 +144,9 @@ pub fn pg(args: PgArgs) -> anyhow::Result<()> {
     }
     crate::runtime::command()?.block_on(async {
         let client = connect(args.mon).await?;
+        let map = client.map().context("no cluster map")?;
+        let select = crate::pg_select::PgSelect::parse(&args.what, args.pgid.as_deref(), &map)?
+            .unwrap_or(crate::pg_select::PgSelect::State(None));
         println!(
             "{:<8} {:<18} {:<12} {:<12} {:<6} log",
             "pg", "state", "acting", "head", "les"
@@ -151,6 +158,7 @@ pub fn pg(args: PgArgs) -> anyhow::Result<()> {
                 Err(e) => eprintln!("osd.{osd}: {e}"),
             }
         }
+        rows.retain(|r| select.keeps(r));
         rows.sort();
         for r in rows {
             let f: Vec<&str> = r.split(' ').collect();

@@ -15,6 +15,7 @@ mod local_cluster;
 mod maintenance;
 mod mon_cmd;
 mod msgr_cmd;
+mod pg_select;
 mod plot;
 mod runtime;
 mod s3_cmd;
@@ -61,7 +62,8 @@ enum Command {
     Ls(admin_cmd::LsArgs),
     /// Send an admin command to a daemon: `cairn tell osd.N config set osd_op_queue wpq`.
     Tell(admin_cmd::TellArgs),
-    /// PGs as their primaries report them (`cairn pg dump`).
+    /// PGs as their primaries report them (`cairn pg dump`, `pg ls [STATE]`, `pg ls-by-osd N`),
+    /// and scrubs of one PG.
     Pg(admin_cmd::PgArgs),
     /// Benchmark a pool like `rados bench` (with latency percentiles).
     Bench(data_cmd::BenchArgs),

@@ -376,6 +376,28 @@ fn up_put_get_bench_down() {
     );
     let (ok, out) = osd(&["ok-to-stop", "7"]);
     assert!(!ok && out.contains("no osd.7"), "{out}");
+    // `pg ls...`: the pool's 32 PGs, each OSD in all of them, osd.0 primary of as many as
+    // `osd df` says it leads, none degraded; an unknown OSD is refused.
+    let pg = |args: &[&str]| {
+        let mut all = vec!["pg", "--mon", &mon];
+        all.extend_from_slice(args);
+        let (ok, out) = cairn(&all);
+        let rows = out.lines().filter(|l| l.starts_with("1.")).count();
+        (ok, rows, out)
+    };
+    let led0 = rows.iter().find(|r| r[0] == "osd.0").unwrap()[2];
+    for (args, want) in [
+        (&["ls-by-pool", "data"][..], "32"),
+        (&["ls-by-osd", "1"], "32"),
+        (&["ls", "active+clean"], "32"),
+        (&["ls", "degraded"], "0"),
+        (&["ls-by-primary", "osd.0"], led0),
+    ] {
+        let (ok, n, out) = pg(args);
+        assert!(ok && n.to_string() == want, "{args:?}: {n} rows\n{out}");
+    }
+    let (ok, _, out) = pg(&["ls-by-osd", "9"]);
+    assert!(!ok && out.contains("no osd.9"), "{out}");
     // The daemons' log events reach their log files.
     let osd_log = std::fs::read_to_string(dir.join("osd0.log")).unwrap_or_default();
     assert!(
