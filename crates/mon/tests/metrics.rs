@@ -206,6 +206,38 @@ async fn the_daemon_serves_its_page_and_counts_what_it_served() {
     assert!(post.starts_with("HTTP/1.1 405"), "{post}");
     let _ = get(at, "\u{1}\u{2}garbage\r\n\r\n").await;
     assert_eq!(page(at).await["cairn_mon_osds_up"], 3.0);
+
+    // Each primary reports its PGs' usage (2 objects of 100 bytes each): the pool's objects
+    // and bytes show, and a quota the pool reaches marks it full on the page.
+    let map = watcher.wait_for_epoch(created.epoch, 5000).await.unwrap();
+    let mut mapper = map.placement.mapper();
+    let mut led: BTreeMap<i32, Vec<cairn_mon::PgUsage>> = BTreeMap::new();
+    for seed in 0..32 {
+        let pg = cairn_clustermap::PgId { pool: 1, seed };
+        let primary = mapper.map_pg(pg).unwrap().acting_primary().unwrap();
+        led.entry(primary).or_default().push(cairn_mon::PgUsage {
+            pg,
+            objects: 2,
+            bytes: 200,
+        });
+    }
+    for (id, usage) in led {
+        admin
+            .op(Request::PgUsage { id, usage }, 5000)
+            .await
+            .unwrap();
+    }
+    let quota = Request::SetPoolQuota {
+        name: "data".into(),
+        max_objects: Some(64),
+        max_bytes: None,
+    };
+    admin.op(quota, 5000).await.unwrap();
+    let m = page(at).await;
+    assert_eq!(m["cairn_mon_pool_objects{pool=\"data\"}"], 64.0);
+    assert_eq!(m["cairn_mon_pool_stored_bytes{pool=\"data\"}"], 6400.0);
+    assert_eq!(m["cairn_mon_pool_pgs_reported{pool=\"data\"}"], 32.0);
+    assert_eq!(m["cairn_mon_pool_quota_full{pool=\"data\"}"], 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
