@@ -125,13 +125,9 @@ pub fn assess(map: &ClusterMap, pgs: &[PgRow], usage: &BTreeMap<i32, OsdUsage>) 
         .iter()
         .filter(|(_, q)| q.full)
         .map(|(id, q)| {
-            let name = map
-                .placement
-                .pools
-                .get(id)
-                .map_or_else(|| id.to_string(), |p| p.name.clone());
             format!(
-                "pool '{name}' is full (running out of quota: {})",
+                "pool '{}' is full (running out of quota: {})",
+                map.pool_name(*id),
                 q.describe()
             )
         })

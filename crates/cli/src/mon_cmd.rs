@@ -602,7 +602,7 @@ fn quota_lines(map: &ClusterMap, name: &str) -> anyhow::Result<String> {
         .pool_named(name)
         .with_context(|| format!("no pool `{name}`"))?;
     let quota = map.quotas.get(&pool.id).cloned().unwrap_or_default();
-    let show = |v: Option<u64>| v.map_or_else(|| "N/A".to_string(), |v| v.to_string());
+    let show = cairn_mon::quota::limit_text;
     let state = match quota.full {
         true => "full: writes other than removals are refused",
         false => "under its quota",

@@ -217,6 +217,14 @@ impl ClusterMap {
         self.has(flag) || self.osds.get(&id).is_some_and(|o| o.has_own(flag))
     }
 
+    /// Pool `pool`'s name, or its id as text when the map has no such pool.
+    pub fn pool_name(&self, pool: i64) -> String {
+        self.placement
+            .pools
+            .get(&pool)
+            .map_or_else(|| pool.to_string(), |p| p.name.clone())
+    }
+
     /// Whether pool `pool` reached its quota: writes to it are refused, except those that
     /// only free space.
     pub fn pool_full(&self, pool: i64) -> bool {

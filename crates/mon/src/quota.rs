@@ -52,13 +52,17 @@ impl PoolQuota {
 
     /// The limits as an operator reads them ("max_objects 100, max_bytes N/A").
     pub fn describe(&self) -> String {
-        let show = |v: Option<u64>| v.map_or_else(|| "N/A".to_string(), |v| v.to_string());
         format!(
             "max_objects {}, max_bytes {}",
-            show(self.max_objects),
-            show(self.max_bytes)
+            limit_text(self.max_objects),
+            limit_text(self.max_bytes)
         )
     }
+}
+
+/// One limit as an operator reads it: its value, or `N/A` when there is none (Ceph's).
+pub fn limit_text(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "N/A".to_string(), |v| v.to_string())
 }
 
 /// One PG's usage, as its primary counted it from its store.
@@ -119,11 +123,7 @@ impl PgUsageTable {
 /// Why writes to `pool` are refused while `map` marks it full, for an operator: its name and
 /// its limits.
 pub fn refusal(map: &ClusterMap, pool: i64) -> String {
-    let name = map
-        .placement
-        .pools
-        .get(&pool)
-        .map_or_else(|| pool.to_string(), |p| p.name.clone());
+    let name = map.pool_name(pool);
     let limits = map
         .quotas
         .get(&pool)
