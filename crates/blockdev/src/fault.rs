@@ -186,6 +186,11 @@ impl FaultDevice {
         self.state.lock().await.rules.push(rule);
     }
 
+    /// Operations of `kind` admitted so far (the `nth` of [`FaultRule::Nth`] for the next one).
+    pub async fn count(&self, kind: IoKind) -> u64 {
+        self.state.lock().await.counts[kind_index(kind)]
+    }
+
     /// Removes all error-injection rules.
     pub async fn clear_rules(&self) {
         self.state.lock().await.rules.clear();

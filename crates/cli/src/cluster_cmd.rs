@@ -36,7 +36,9 @@ pub(crate) fn osd_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runt
 /// (TOML with the same names: `mon`, `data`, `host`, `id`, `listen`, `metrics`, `device_mib`,
 /// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `prefill`,
 /// `store_groups_in_flight`, `op_shards`, `threads`, `max_inflight_cost_ms`, `remap_min_objects`,
-/// `recovery_chunk_bytes`, `scrub_interval_s`, `deep_scrub_interval_s`, `measure_capacity`).
+/// `recovery_chunk_bytes`, `scrub_interval_s`, `deep_scrub_interval_s`, `measure_capacity`,
+/// `fault_injection`). An OSD whose store fails (a device error) reports itself down and
+/// exits with status 1, the cause in its log.
 #[derive(Args, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsdRunArgs {
@@ -152,6 +154,12 @@ pub struct OsdRunArgs {
     #[arg(long = "measure-capacity")]
     #[serde(default)]
     pub measure_capacity: bool,
+    /// Wrap the data device in a fault-injecting one that `cairn tell osd.N inject ...`
+    /// drives (EIO on reads, writes or flushes, on one object's blocks, or a power loss): for
+    /// testing how the cluster handles a failing disk. Slows writes; never in production.
+    #[arg(long = "fault-injection")]
+    #[serde(default)]
+    pub fault_injection: bool,
 }
 
 fn default_scrub_interval_s() -> u64 {
@@ -252,6 +260,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.scrub_interval_s = args.scrub_interval_s;
         cfg.deep_scrub_interval_s = args.deep_scrub_interval_s;
         cfg.measure_capacity = args.measure_capacity;
+        cfg.fault_injection = args.fault_injection;
         if args.prefill && !data.join("kv.redb").exists() {
             eprintln!(
                 "prefilling {} MiB of {}/block with zeros",
@@ -259,13 +268,19 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
                 data.display()
             );
         }
-        let osd = OsdDaemon::start(cfg).await?;
+        let mut osd = OsdDaemon::start(cfg).await?;
         if let Some(m) = osd.metrics_addr() {
             eprintln!("osd.{} metrics on http://{m}/metrics", osd.id());
         }
         eprintln!("osd.{} serving on {}", osd.id(), osd.addr());
-        let signal = stop_signal().await?;
         let id = osd.id();
+        let signal = tokio::select! {
+            signal = stop_signal() => signal?,
+            why = osd.failed() => {
+                // Fail-stop: nothing restarts it; an operator replaces the device first.
+                bail!("osd.{id} stopped: its store failed ({why}); it reported itself down")
+            }
+        };
         eprintln!("osd.{id}: {signal}: stopping");
         // Its ops end, then its store closes (what was acknowledged is durable either way).
         osd.shutdown(OSD_STOP_WAIT).await?;

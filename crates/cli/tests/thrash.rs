@@ -4,15 +4,19 @@
 //! cluster to heal in between: `kill -9` of an OSD (restarted a few seconds later, often while
 //! its PGs still recover), of two at once (their PGs drop below min_size and block), and an OSD
 //! frozen with SIGSTOP past its grace (marked down while alive, then resumed), the monitor
-//! killed or frozen (with an OSD killed meanwhile, at times), and an OSD marked out and later in again (its PGs backfill
-//! to the others and back, and the other faults land during that backfill). The faults come
+//! killed or frozen (with an OSD killed meanwhile, at times), an OSD marked out and later in
+//! again (its PGs backfill to the others and back, and the other faults land during that
+//! backfill), and an OSD's device failing (power lost, dropping its unflushed writes, or every
+//! write refused with EIO: the OSD must report itself down and exit, and it is started again
+//! on what its device kept). The faults come
 //! from a seeded generator (`CAIRN_THRASH_SEED`; printed, to replay a failure);
 //! `CAIRN_THRASH_KINDS` (e.g. `5,8`) draws only those kinds, to hammer one path.
 //!
 //! Pass: every read-back after an acknowledged write returns that write's bytes (crc32c);
 //! writes resume after every fault; once all OSDs are back every PG goes active+clean; every
 //! object then reads back as its last acknowledged write (or as a later write that failed in
-//! the client but reached the OSDs); and after `cairn down` every object has exactly three
+//! the client but reached the OSDs); a deep scrub of every PG finds no inconsistent object;
+//! and after `cairn down` every store passes a deep fsck and every object has exactly three
 //! copies (no stray left behind), identical.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -155,6 +159,7 @@ fn restart(cluster: &Cluster, mon: &str, i: usize, restarts: &mut usize) -> Proc
             DEVICE_MIB,
             "--heartbeat-grace-s",
             GRACE_S,
+            "--fault-injection",
         ],
     ))
 }
@@ -225,6 +230,21 @@ async fn objects_held(client: &Client) -> Option<usize> {
     Some(sum)
 }
 
+/// Waits up to `secs` for the client's map to show `osd` down.
+async fn marked_down(client: &Client, osd: i32, secs: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if client
+            .map()
+            .is_some_and(|m| m.osds.get(&osd).is_some_and(|o| !o.up))
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 async fn all_clean(client: &Client) -> bool {
     for osd in 0..OSDS as i32 {
         match client.tell(osd, &["pg".into(), "stats".into()]).await {
@@ -233,6 +253,41 @@ async fn all_clean(client: &Client) -> bool {
         }
     }
     true
+}
+
+/// Deep-scrubs every PG of pool `data` on its primary (data and omap of every copy compared)
+/// and returns the inconsistent objects found, in all.
+async fn deep_scrub_all(client: &Client) -> u64 {
+    let map = client.map().expect("a map");
+    let pool = map
+        .placement
+        .pools
+        .values()
+        .find(|p| p.name == "data")
+        .expect("pool data");
+    let mut inconsistent = 0;
+    for seed in 0..PGS as u32 {
+        let pg = cairn_clustermap::PgId {
+            pool: pool.id,
+            seed,
+        };
+        let primary = map.placement.mapper().map_pg(pg).unwrap().acting[0];
+        let report = client
+            .tell(primary, &["pg".into(), "deep-scrub".into(), pg.to_string()])
+            .await
+            .unwrap_or_else(|e| panic!("deep scrub of {pg}: {e}"));
+        let numbers: Vec<u64> = report
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split([' ', ','])
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert_eq!(numbers.len(), 3, "deep scrub of {pg}: {report}");
+        inconsistent += numbers[1];
+    }
+    eprintln!("deep scrub of {PGS} PGs: {inconsistent} inconsistent objects");
+    inconsistent
 }
 
 #[test]
@@ -255,7 +310,7 @@ fn thrash_osds_while_writing() {
     // Only these fault kinds (the match arms' numbers below, e.g. "5,8"), to hammer one path.
     let kinds: Option<Vec<u32>> = std::env::var("CAIRN_THRASH_KINDS").ok().map(|k| {
         k.split(',')
-            .map(|n| n.trim().parse().expect("CAIRN_THRASH_KINDS: numbers 0-11"))
+            .map(|n| n.trim().parse().expect("CAIRN_THRASH_KINDS: numbers 0-13"))
             .collect()
     });
 
@@ -273,6 +328,7 @@ fn thrash_osds_while_writing() {
             &PGS.to_string(),
             "--heartbeat-grace-s",
             GRACE_S,
+            "--osd-arg=--fault-injection",
         ],
     );
     assert!(ok, "{out}");
@@ -319,7 +375,7 @@ fn thrash_osds_while_writing() {
         let victim = rng.random_range(0..OSDS);
         let kind = match &kinds {
             Some(k) => k[rng.random_range(0..k.len())],
-            None => rng.random_range(0..12),
+            None => rng.random_range(0..14),
         };
         match kind {
             // One OSD killed, back a few seconds later (often before it is marked down).
@@ -393,6 +449,29 @@ fn thrash_osds_while_writing() {
                 let (ok, out) = cairn(&["osd", "--mon", &mon, verb, &which.to_string()]);
                 assert!(ok, "{out}");
             }
+            // The device fails: its power lost (unflushed writes dropped) or every write
+            // refused with EIO. The OSD must fail-stop (report itself down and exit), and
+            // started again on what its device kept, catch up.
+            12..=13 => {
+                let fault = match kind {
+                    12 => vec!["inject", "power-loss"],
+                    _ => vec!["inject", "eio", "write"],
+                };
+                faults.push(format!("{} on osd.{victim}", fault[1..].join(" ")));
+                let args: Vec<String> = fault.iter().map(|w| w.to_string()).collect();
+                let injected = rt.block_on(client.tell(victim as i32, &args));
+                if injected.is_ok() {
+                    let down = rt.block_on(marked_down(&client, victim as i32, 30));
+                    assert!(
+                        down,
+                        "osd.{victim} never reported itself down after {fault:?}"
+                    );
+                }
+                osds[victim].kill();
+                wait_progress(&tally, 20, 90, &format!("{fault:?} on osd.{victim}"));
+                pause(&mut rng, 500, 3000);
+                osds[victim] = restart(&cluster, &mon, victim, &mut restarts);
+            }
             // Frozen past the grace: marked down while alive, then resumed.
             _ => {
                 faults.push(format!("freeze osd.{victim}"));
@@ -462,6 +541,8 @@ fn thrash_osds_while_writing() {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     });
+    let inconsistent = rt.block_on(deep_scrub_all(&client));
+    assert_eq!(inconsistent, 0, "the deep scrub found inconsistent objects");
     rt.block_on(async {
         for (name, crcs) in &expected {
             let data = client.read("data", name).await.unwrap();

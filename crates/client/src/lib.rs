@@ -14,7 +14,7 @@ use bytes::Bytes;
 use cairn_clustermap::{MappingCache, PgId};
 use cairn_mon::client::MonClient;
 use cairn_mon::{ClusterMap, MapFlag};
-use cairn_msgr::session::{Session, SessionSender};
+use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::admin::{AdminReply, AdminRequest, MSG_ADMIN, MSG_ADMIN_REPLY};
 use cairn_proto::pairs::{decode_pairs, encode_keys, encode_pairs, Pairs};
@@ -418,7 +418,8 @@ impl Client {
         let admin_err = |reason: String| ClientError::Admin { osd, reason };
         let sock: SocketAddr = addr.parse().map_err(|e| admin_err(format!("{e}")))?;
         let sid = (self.id << 20) ^ (osd as u64) ^ 0xad31_0000_0000_0000;
-        let mut session = Session::connect(sock, sid, Limits::default(), 100).await;
+        let mut session =
+            Session::connect_with(sock, sid, Limits::default(), 100, Policy::Lossy).await;
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
         let req = AdminRequest {
             tid,
@@ -553,7 +554,8 @@ impl Client {
             .parse()
             .map_err(|e| format!("osd.{osd} address {addr}: {e}"))?;
         let sid = (self.id << 20) ^ (osd as u64) ^ 0xc11e_0000_0000_0000;
-        let mut session = Session::connect(sock, sid, Limits::default(), 100).await;
+        let mut session =
+            Session::connect_with(sock, sid, Limits::default(), 100, Policy::Lossy).await;
         let sender = session.sender();
         let pending = self.pending.clone();
         tokio::spawn(async move {
@@ -634,6 +636,8 @@ impl Client {
             let attempt = async {
                 let (osd, addr, up_from) = primary.ok_or_else(|| "no primary up".to_string())?;
                 let sender = self.session(osd, &addr).await?;
+                let mut restarts = sender.peer_restarts();
+                let restarts_before = *restarts.borrow_and_update();
                 let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
                 let (tx, rx) = oneshot::channel();
                 self.pending
@@ -664,14 +668,32 @@ impl Client {
                     .min(ATTEMPT_TIMEOUT);
                 let sent_to = (osd, addr.as_str(), up_from);
                 let answer = self.reply_or_new_primary(rx, pool, &target, (epoch, sent_to));
-                let r = tokio::time::timeout(left, answer).await;
+                // A lossy session that reconnected is a new session: the OSD forgot this
+                // request (or its reply), so it goes again at once rather than after the
+                // attempt's timeout.
+                let reset = async {
+                    while restarts.changed().await.is_ok() {
+                        if *restarts.borrow_and_update() != restarts_before {
+                            return;
+                        }
+                    }
+                    std::future::pending::<()>().await
+                };
+                let r = tokio::time::timeout(left, async {
+                    tokio::select! {
+                        a = answer => Some(a),
+                        () = reset => None,
+                    }
+                })
+                .await;
                 self.pending
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&tid);
                 match r {
-                    Ok(Some(Ok(reply))) => Ok(reply),
-                    Ok(None) => Err(format!("osd.{osd} is no longer the primary")),
+                    Ok(Some(Some(Ok(reply)))) => Ok(reply),
+                    Ok(Some(None)) => Err(format!("osd.{osd} is no longer the primary")),
+                    Ok(None) => Err(format!("the session to osd.{osd} started over")),
                     _ => Err(format!("osd.{osd} did not answer")),
                 }
             };

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn_msgr::session::{Session, SessionSender};
+use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use tokio::sync::{oneshot, watch};
 
@@ -60,9 +60,12 @@ impl Drop for MonClient {
 }
 
 impl MonClient {
-    /// Connects (and keeps reconnecting) to the monitor at `addr`.
+    /// Connects (and keeps reconnecting) to the monitor at `addr`. The session is lossy, as
+    /// every monitor client's is in Ceph: a reconnect is a new session, in which the pending
+    /// requests are sent again and the subscription renewed at once.
     pub async fn connect(addr: SocketAddr, session_id: u64) -> MonClient {
-        let session = Session::connect(addr, session_id, Limits::default(), 100).await;
+        let session =
+            Session::connect_with(addr, session_id, Limits::default(), 100, Policy::Lossy).await;
         let sender = session.sender();
         let pending: Pending = Arc::default();
         let (map_tx, map_rx) = watch::channel(None);
@@ -155,11 +158,17 @@ impl MonClient {
         if renew.is_none() {
             let sender = self.sender.clone();
             let map = self.map.clone();
+            let mut restarts = self.sender.peer_restarts();
             let task = tokio::spawn(async move {
                 // Renewal tids count down from the top; their replies match no waiter.
                 let mut tid = u64::MAX;
                 loop {
-                    tokio::time::sleep(RENEW_EVERY).await;
+                    // At once when the session starts over (a new monitor, or a lossy
+                    // session's reconnect): the monitor knows no subscription on it.
+                    tokio::select! {
+                        () = tokio::time::sleep(RENEW_EVERY) => {}
+                        changed = restarts.changed() => if changed.is_err() { return },
+                    }
                     let have_epoch = map.borrow().as_ref().map_or(0, |m| m.epoch);
                     let body = RequestBody::Subscribe { have_epoch };
                     let _ = sender

@@ -3,6 +3,13 @@
 //! One task owns the monitor; every session forwards its requests to it and receives replies
 //! and, once subscribed, every new epoch as incrementals (or a full map when it is too far
 //! behind). A timer ticks the monitor once a second for failure and down -> out decisions.
+//!
+//! That task never waits on a peer: replies and map updates are queued without waiting
+//! ([`SessionSender::try_send`]). A subscriber whose session holds more than
+//! [`SUBSCRIBER_MAX_HELD_BYTES`] unacknowledged, or whose window is full, is dropped from the
+//! subscribers (its client's renewal brings it back from the epoch it has); a subscriber whose
+//! session ended is forgotten; a reply that finds its session full is dropped and counted (its
+//! client times out and asks again).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use cairn_msgr::http::serve_metrics;
 use cairn_msgr::session::{Listener, Session, SessionSender};
-use cairn_msgr::Limits;
+use cairn_msgr::{Limits, MsgrError};
 use tokio::sync::mpsc;
 
 use crate::error::MonError;
@@ -22,6 +29,10 @@ use crate::proto::{
     MSG_MON_REPLY, MSG_MON_REQUEST,
 };
 use crate::store::MapStore;
+
+/// Most bytes a subscriber's session may hold unacknowledged before the monitor stops pushing
+/// maps to it: it has fallen behind (stalled or slow), and comes back through its renewal.
+pub const SUBSCRIBER_MAX_HELD_BYTES: u64 = 8 << 20;
 
 /// Where a request came from, so the reply and map updates can go back.
 struct Inbound {
@@ -79,6 +90,7 @@ impl MonDaemon {
             .map_err(|e| MonError::Invalid(format!("bind {addr}: {e}")))?;
         let local = listener.local_addr();
         let metrics = Arc::new(MonMetrics::default());
+        metrics.set_messenger(listener.stats());
         metrics.set_map(monitor.map());
         let (metrics_addr, metrics_task) = match serving.metrics_listen {
             Some(at) => {
@@ -211,13 +223,16 @@ async fn run_core(
                 // Before the reply: whoever reads the page after its request was answered
                 // sees the epoch it made.
                 metrics.set_map(monitor.map());
-                let _ = sender.send(MSG_MON_REPLY, to_payload(&reply)).await;
+                if let Err(e) = sender.try_send(MSG_MON_REPLY, to_payload(&reply)) {
+                    tracing::debug!(session, error = %e, "reply dropped");
+                    metrics.record_reply_dropped();
+                }
             }
         }
         if monitor.map().epoch != before
             || subscribers.values().any(|(_, e)| *e < monitor.map().epoch)
         {
-            publish(&monitor, &mut subscribers, &metrics).await;
+            publish(&monitor, &mut subscribers, &metrics);
         }
         if monitor.map().epoch != before {
             metrics.set_map(monitor.map());
@@ -298,7 +313,10 @@ fn answer(monitor: &mut Monitor, now_ms: u64, tid: u64, request: Request) -> Mon
     }
 }
 
-async fn publish(
+/// Pushes the epochs each subscriber lacks, without waiting on any of them: one whose session
+/// ended is forgotten, one that fell behind (see [`SUBSCRIBER_MAX_HELD_BYTES`]) is dropped
+/// until its client renews the subscription.
+fn publish(
     monitor: &Monitor,
     subscribers: &mut BTreeMap<u64, (SessionSender, u64)>,
     metrics: &MonMetrics,
@@ -309,16 +327,35 @@ async fn publish(
         if *have >= epoch {
             continue;
         }
+        if sender.is_closed() {
+            gone.push(session);
+            continue;
+        }
+        if sender.held_bytes() > SUBSCRIBER_MAX_HELD_BYTES {
+            tracing::debug!(
+                session,
+                held = sender.held_bytes(),
+                "subscriber fell behind: dropped"
+            );
+            metrics.record_subscriber_dropped();
+            gone.push(session);
+            continue;
+        }
         let update = match (*have, monitor.incrementals_since(*have)) {
             (0, _) | (_, None) => MapUpdate::Full(monitor.map().encode()),
             (_, Some(incs)) => MapUpdate::Incrementals(incs.iter().map(|i| i.encode()).collect()),
         };
         let full = matches!(update, MapUpdate::Full(_));
-        if sender.send(MSG_MON_MAP, to_payload(&update)).await.is_err() {
-            gone.push(session);
-        } else {
-            *have = epoch;
-            metrics.record_push(full);
+        match sender.try_send(MSG_MON_MAP, to_payload(&update)) {
+            Ok(()) => {
+                *have = epoch;
+                metrics.record_push(full);
+            }
+            Err(MsgrError::Busy { .. }) => {
+                metrics.record_subscriber_dropped();
+                gone.push(session);
+            }
+            Err(_) => gone.push(session),
         }
     }
     for s in gone {

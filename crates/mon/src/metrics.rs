@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::shape::Topology;
+use cairn_msgr::session::ListenerStats;
 
 use crate::map::ClusterMap;
 use crate::quota::PoolUsage;
@@ -31,6 +32,10 @@ pub struct MonMetrics {
     pushed_full: AtomicU64,
     pushed_incremental: AtomicU64,
     subscribers: AtomicU64,
+    subscribers_dropped: AtomicU64,
+    replies_dropped: AtomicU64,
+    /// The listener's counters (connections, sessions, bytes held), once serving.
+    messenger: std::sync::OnceLock<Arc<ListenerStats>>,
     /// The latest map, and its rendered gauges once some reader asked for them.
     map: Mutex<MapPage>,
     /// Per pool name, its usage as the primaries last reported it.
@@ -70,6 +75,21 @@ impl MonMetrics {
             false => &self.pushed_incremental,
         }
         .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a subscriber dropped for falling behind.
+    pub fn record_subscriber_dropped(&self) {
+        self.subscribers_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a reply dropped because its session's window was full.
+    pub fn record_reply_dropped(&self) {
+        self.replies_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The listener whose counters the page shows (set once, when the monitor starts serving).
+    pub fn set_messenger(&self, stats: Arc<ListenerStats>) {
+        let _ = self.messenger.set(stats);
     }
 
     /// Sessions subscribed to map updates now.
@@ -167,10 +187,25 @@ impl MonMetrics {
                 "Sessions subscribed to map updates.",
                 self.subscribers.load(Ordering::Relaxed) as f64,
             ),
+            (
+                "subscribers_dropped_total",
+                "counter",
+                "Subscribers dropped for falling behind (they come back when they renew).",
+                self.subscribers_dropped.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "replies_dropped_total",
+                "counter",
+                "Replies dropped because their session held a full window (the client asks again).",
+                self.replies_dropped.load(Ordering::Relaxed) as f64,
+            ),
         ];
         for (name, kind, help, value) in counters {
             family(&mut out, name, kind, help);
             let _ = writeln!(out, "cairn_mon_{name} {value}");
+        }
+        if let Some(m) = self.messenger.get() {
+            out.push_str(&m.render("mon"));
         }
         out
     }

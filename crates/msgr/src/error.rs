@@ -39,6 +39,13 @@ pub enum MsgrError {
     /// The connection or session is closed.
     #[error("connection closed")]
     Closed,
+    /// A send that may not wait found the session's window full: the peer has not taken
+    /// what it was sent (it is slow, stalled or gone).
+    #[error("the session's send window is full ({held_bytes} bytes unacknowledged)")]
+    Busy {
+        /// Bytes queued or sent and not yet acknowledged on the session.
+        held_bytes: u64,
+    },
     /// Waiting exceeded the caller's deadline.
     #[error("timed out after {0} ms")]
     Timeout(u64),

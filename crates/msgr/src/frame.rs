@@ -57,6 +57,15 @@ pub struct Limits {
     /// two-worker runtime, 4 MiB requests in 512 KiB turns moved ~4.4 GB/s where whole writes
     /// moved ~6.3 (`cairn msgr bench 4 write -b 4194304 -t 16`). See [`Limits::single_worker`].
     pub write_turn_bytes: usize,
+    /// A connection from which no frame has arrived for this long is closed (0: never), so a
+    /// peer that vanished without closing (a host gone, a frozen process) holds nothing for
+    /// ever. Each end sends a keepalive after a quarter of it without sending anything, so
+    /// an idle but live peer is never taken for a dead one.
+    pub idle_timeout_ms: u64,
+    /// Most connections a listener holds open at once, handshakes included; one more is
+    /// closed at once (its dialer retries), so a flood of connections cannot exhaust a
+    /// daemon's sockets and memory.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -66,9 +75,19 @@ impl Default for Limits {
             max_inflight_bytes: 256 << 20,
             max_queued_frames: 4096,
             write_turn_bytes: 0,
+            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
+
+/// [`Limits::idle_timeout_ms`] by default: a minute, three times Ceph's heartbeat grace, so a
+/// process frozen for less (a debugger, a thrash test's SIGSTOP) keeps its connections.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+
+/// [`Limits::max_connections`] by default: room for thousands of clients, far below the
+/// process's file limit on any host that serves them.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 
 /// [`Limits::write_turn_bytes`] of [`Limits::single_worker`]: on one OSD serving 4 MiB reads
 /// at 16 in flight (docs/cluster.md), 512 KiB turns moved ~2.6-2.9 GB/s, 128 KiB, 256 KiB and

@@ -5,16 +5,24 @@
 //! [`Limits::max_inflight_bytes`], which is the backpressure: `send` waits for room) and, after a
 //! reconnect, resends those the peer has not seen; the receiver drops duplicates, so the layer
 //! above sees each message exactly once and in order. A connection starts with a HELLO frame
-//! naming the session and the last sequence received.
+//! naming the session, the last sequence received and the session's [`Policy`].
+//!
+//! Sessions between daemons are lossless. A client's are lossy, as Ceph's are: the accepting
+//! daemon forgets the session (its queued replies included) as soon as its connection ends,
+//! and a client that reconnects starts a new session and sends its pending requests again by
+//! their ids, which the daemons deduplicate. A daemon therefore never holds state for a client
+//! that is gone. Either end of a connection that hears nothing for [`Limits::idle_timeout_ms`]
+//! closes it; each sends keepalives while it has nothing else to send.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 use crate::conn::{framed, Conn, FrameWriter};
 use crate::error::MsgrError;
@@ -42,23 +50,148 @@ const REDIAL_AT_ONCE_AFTER: Duration = Duration::from_secs(1);
 /// Most queued frames handed to the writer before the session loop looks at its other work.
 const MAX_FRAMES_PER_TURN: usize = 64;
 
+/// Longest either end waits for the other's HELLO on a new connection.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Bit of the HELLO's flags saying the dialer's session is [`Policy::Lossy`].
+const HELLO_LOSSY: u64 = 1;
+
+/// What happens to a session when its connection ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Daemon to daemon: both ends keep the session (and what the peer has not acknowledged)
+    /// across reconnects, so nothing sent is lost or delivered twice.
+    Lossless,
+    /// Client to daemon (Ceph's lossy client policy): the accepting end ends the session when
+    /// its connection ends, dropping what it had queued; the dialer reconnects as a new
+    /// session (seen as [`SessionSender::peer_restarts`]) and its owner resends by request id.
+    Lossy,
+}
+
+/// A frame's claim on its session's send window (see [`Limits::max_inflight_bytes`]), held
+/// while it is queued or unacknowledged, and counted in its listener's [`ListenerStats`].
+struct Held {
+    permit: OwnedSemaphorePermit,
+    stats: Option<Arc<ListenerStats>>,
+}
+
+impl Held {
+    fn new(permit: OwnedSemaphorePermit, stats: Option<Arc<ListenerStats>>) -> Held {
+        if let Some(st) = &stats {
+            st.held_bytes.fetch_add(
+                u64::from(permit.num_permits() as u32) * 1024,
+                Ordering::Relaxed,
+            );
+        }
+        Held { permit, stats }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(st) = &self.stats {
+            st.held_bytes.fetch_sub(
+                u64::from(self.permit.num_permits() as u32) * 1024,
+                Ordering::Relaxed,
+            );
+        }
+    }
+}
+
+/// What a listener holds now and has done, for a daemon's Prometheus page: connections and
+/// sessions open, and bytes its sessions keep queued or unacknowledged.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    connections: AtomicU64,
+    connections_refused: AtomicU64,
+    idle_closed: AtomicU64,
+    sessions: AtomicU64,
+    sessions_ended: AtomicU64,
+    held_bytes: AtomicU64,
+}
+
+impl ListenerStats {
+    /// Connections open now, handshakes included.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Sessions open now (a lossless one stays open while its peer may reconnect).
+    pub fn sessions(&self) -> u64 {
+        self.sessions.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the sessions hold queued or unacknowledged now.
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed at once because the listener held [`Limits::max_connections`].
+    pub fn connections_refused(&self) -> u64 {
+        self.connections_refused.load(Ordering::Relaxed)
+    }
+
+    /// Prometheus text for these counters, each labelled `daemon="{daemon}"`.
+    pub fn render(&self, daemon: &str) -> String {
+        use std::fmt::Write as _;
+        let rows = [
+            (
+                "connections",
+                "gauge",
+                "Connections open, handshakes included.",
+                self.connections(),
+            ),
+            ("sessions", "gauge", "Sessions open.", self.sessions()),
+            (
+                "held_bytes",
+                "gauge",
+                "Bytes queued or sent and not yet acknowledged on the sessions.",
+                self.held_bytes(),
+            ),
+            (
+                "connections_refused_total",
+                "counter",
+                "Connections closed at once because the listener was at its limit.",
+                self.connections_refused(),
+            ),
+            (
+                "idle_closed_total",
+                "counter",
+                "Connections closed after hearing nothing for the idle timeout.",
+                self.idle_closed.load(Ordering::Relaxed),
+            ),
+            (
+                "sessions_ended_total",
+                "counter",
+                "Sessions ended (a lossy one with its connection, a lossless one replaced).",
+                self.sessions_ended.load(Ordering::Relaxed),
+            ),
+        ];
+        let mut out = String::new();
+        for (name, kind, help, value) in rows {
+            let _ = writeln!(out, "# HELP cairn_msgr_{name} {help}");
+            let _ = writeln!(out, "# TYPE cairn_msgr_{name} {kind}");
+            let _ = writeln!(out, "cairn_msgr_{name}{{daemon=\"{daemon}\"}} {value}");
+        }
+        out
+    }
+}
+
 /// One end of a lossless session. Cloneable senders come from [`Session::sender`].
 pub struct Session {
     id: u64,
-    outgoing: mpsc::Sender<(Frame, OwnedSemaphorePermit)>,
     incoming: mpsc::Receiver<Frame>,
-    inflight: Arc<Semaphore>,
-    limits: Limits,
-    link: Arc<Link>,
+    sender: SessionSender,
 }
 
 /// A cloneable handle that sends on a session.
 #[derive(Clone)]
 pub struct SessionSender {
-    outgoing: mpsc::Sender<(Frame, OwnedSemaphorePermit)>,
+    outgoing: mpsc::Sender<(Frame, Held)>,
     inflight: Arc<Semaphore>,
     limits: Limits,
     link: Arc<Link>,
+    stats: Option<Arc<ListenerStats>>,
 }
 
 /// What the dialing end of a session last learned about reaching its peer.
@@ -148,7 +281,49 @@ impl SessionSender {
         self.send_frame(frame).await
     }
 
-    async fn send_frame(&self, frame: Frame) -> Result<(), MsgrError> {
+    /// Queues a message if the session's window has room now, without waiting: a sender that
+    /// must not be held up by one slow peer (a monitor publishing maps to every subscriber)
+    /// gets [`MsgrError::Busy`] instead, and [`MsgrError::Closed`] once the session ended.
+    pub fn try_send(
+        &self,
+        msg_type: u16,
+        payload: impl Into<bytes::Bytes>,
+    ) -> Result<(), MsgrError> {
+        let frame = Frame::new(msg_type, payload);
+        let permits = self.check(&frame)?;
+        if self.outgoing.is_closed() {
+            return Err(MsgrError::Closed);
+        }
+        let busy = || MsgrError::Busy {
+            held_bytes: self.held_bytes(),
+        };
+        let permit = match self.inflight.clone().try_acquire_many_owned(permits) {
+            Ok(p) => p,
+            Err(TryAcquireError::NoPermits) => return Err(busy()),
+            Err(TryAcquireError::Closed) => return Err(MsgrError::Closed),
+        };
+        self.outgoing
+            .try_send((frame, Held::new(permit, self.stats.clone())))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => busy(),
+                mpsc::error::TrySendError::Closed(_) => MsgrError::Closed,
+            })
+    }
+
+    /// Bytes of this session's messages queued or sent and not yet acknowledged.
+    pub fn held_bytes(&self) -> u64 {
+        let total = (self.limits.max_inflight_bytes / 1024).max(1);
+        total.saturating_sub(self.inflight.available_permits() as u64) * 1024
+    }
+
+    /// True once the session has ended (its owner dropped it, or a lossy session lost its
+    /// connection): every send fails from then on.
+    pub fn is_closed(&self) -> bool {
+        self.outgoing.is_closed()
+    }
+
+    /// The permits `frame` needs, once its type and size are known to be allowed.
+    fn check(&self, frame: &Frame) -> Result<u32, MsgrError> {
         let msg_type = frame.header.msg_type;
         if msg_type > MAX_USER_MSG_TYPE {
             return Err(MsgrError::Io(std::io::Error::new(
@@ -163,7 +338,11 @@ impl SessionSender {
                 limit_bytes: u64::from(self.limits.max_payload_bytes),
             });
         }
-        let permits = permits_for(len, &self.limits);
+        Ok(permits_for(len, &self.limits))
+    }
+
+    async fn send_frame(&self, frame: Frame) -> Result<(), MsgrError> {
+        let permits = self.check(&frame)?;
         let permit = self
             .inflight
             .clone()
@@ -171,7 +350,7 @@ impl SessionSender {
             .await
             .map_err(|_| MsgrError::Closed)?;
         self.outgoing
-            .send((frame, permit))
+            .send((frame, Held::new(permit, self.stats.clone())))
             .await
             .map_err(|_| MsgrError::Closed)
     }
@@ -191,12 +370,7 @@ impl Session {
 
     /// A handle for sending from other tasks.
     pub fn sender(&self) -> SessionSender {
-        SessionSender {
-            outgoing: self.outgoing.clone(),
-            inflight: self.inflight.clone(),
-            limits: self.limits,
-            link: self.link.clone(),
-        }
+        self.sender.clone()
     }
 
     /// Sends one message (see [`SessionSender::send`]).
@@ -235,15 +409,28 @@ impl Session {
         }
     }
 
-    /// Opens a session to `addr`, reconnecting (every `retry_ms`) whenever the connection drops.
+    /// Opens a lossless session to `addr` (daemon to daemon), reconnecting (every `retry_ms`)
+    /// whenever the connection drops.
     pub async fn connect(addr: SocketAddr, id: u64, limits: Limits, retry_ms: u64) -> Session {
-        let (session, parts) = Session::new(id, limits);
-        let link = session.link.clone();
-        tokio::spawn(run_dialer(addr, id, limits, retry_ms, parts, link));
+        Self::connect_with(addr, id, limits, retry_ms, Policy::Lossless).await
+    }
+
+    /// Opens a session to `addr` under `policy`, reconnecting (every `retry_ms`) whenever the
+    /// connection drops; a client's sessions are [`Policy::Lossy`].
+    pub async fn connect_with(
+        addr: SocketAddr,
+        id: u64,
+        limits: Limits,
+        retry_ms: u64,
+        policy: Policy,
+    ) -> Session {
+        let (session, parts) = Session::new(id, limits, None);
+        let link = session.sender.link.clone();
+        tokio::spawn(run_dialer(addr, id, retry_ms, policy, parts, link));
         session
     }
 
-    fn new(id: u64, limits: Limits) -> (Session, SessionParts) {
+    fn new(id: u64, limits: Limits, stats: Option<Arc<ListenerStats>>) -> (Session, SessionParts) {
         let (out_tx, out_rx) = mpsc::channel(limits.max_queued_frames.max(1));
         let (in_tx, in_rx) = mpsc::channel(limits.max_queued_frames.max(1));
         let total = (limits.max_inflight_bytes / 1024).max(1) as usize;
@@ -251,16 +438,21 @@ impl Session {
         (
             Session {
                 id,
-                outgoing: out_tx,
                 incoming: in_rx,
-                inflight,
-                limits,
-                link: Arc::default(),
+                sender: SessionSender {
+                    outgoing: out_tx,
+                    inflight,
+                    limits,
+                    link: Arc::default(),
+                    stats: stats.clone(),
+                },
             },
             SessionParts {
                 outgoing: out_rx,
                 incoming: in_tx,
                 state: SessionState::default(),
+                limits,
+                stats,
             },
         )
     }
@@ -271,21 +463,39 @@ impl Session {
 struct SessionState {
     next_seq: u64,
     last_received: u64,
-    unacked: VecDeque<(Frame, OwnedSemaphorePermit)>,
+    unacked: VecDeque<(Frame, Held)>,
     received_since_ack: u64,
 }
 
 struct SessionParts {
-    outgoing: mpsc::Receiver<(Frame, OwnedSemaphorePermit)>,
+    outgoing: mpsc::Receiver<(Frame, Held)>,
     incoming: mpsc::Sender<Frame>,
     state: SessionState,
+    limits: Limits,
+    /// The accepting listener's counters; None on a dialer.
+    stats: Option<Arc<ListenerStats>>,
 }
 
-fn hello(id: u64, last_received: u64, incarnation: u64) -> Frame {
-    let mut payload = BytesMut::with_capacity(24);
+/// What a HELLO frame says.
+struct Hello {
+    id: u64,
+    last_received: u64,
+    incarnation: u64,
+    policy: Policy,
+}
+
+/// Bytes of a HELLO frame's payload.
+const HELLO_BYTES: usize = 32;
+
+fn hello(id: u64, last_received: u64, incarnation: u64, policy: Policy) -> Frame {
+    let mut payload = BytesMut::with_capacity(HELLO_BYTES);
     payload.put_u64_le(id);
     payload.put_u64_le(last_received);
     payload.put_u64_le(incarnation);
+    payload.put_u64_le(match policy {
+        Policy::Lossy => HELLO_LOSSY,
+        Policy::Lossless => 0,
+    });
     Frame::new(MSG_HELLO, payload.freeze())
 }
 
@@ -303,26 +513,46 @@ fn new_incarnation() -> u64 {
     h.finish() | 1
 }
 
-/// (session id, frames received, incarnation) from a HELLO frame.
-fn parse_hello(frame: &Frame) -> Result<(u64, u64, u64), MsgrError> {
-    if frame.header.msg_type != MSG_HELLO || frame.payload.len() != 24 {
-        return Err(MsgrError::Io(std::io::Error::new(
+/// What a HELLO frame says; anything else (or a HELLO with unknown flags) is refused.
+fn parse_hello(frame: &Frame) -> Result<Hello, MsgrError> {
+    let invalid = |why: &str| {
+        MsgrError::Io(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            "expected a HELLO frame",
-        )));
+            why.to_string(),
+        ))
+    };
+    if frame.header.msg_type != MSG_HELLO || frame.payload.len() != HELLO_BYTES {
+        return Err(invalid("expected a HELLO frame"));
     }
     let mut p = &frame.payload[..];
-    Ok((p.get_u64_le(), p.get_u64_le(), p.get_u64_le()))
+    let (id, last_received, incarnation, flags) = (
+        p.get_u64_le(),
+        p.get_u64_le(),
+        p.get_u64_le(),
+        p.get_u64_le(),
+    );
+    let policy = match flags {
+        0 => Policy::Lossless,
+        HELLO_LOSSY => Policy::Lossy,
+        _ => return Err(invalid("HELLO with unknown flags")),
+    };
+    Ok(Hello {
+        id,
+        last_received,
+        incarnation,
+        policy,
+    })
 }
 
 async fn run_dialer(
     addr: SocketAddr,
     id: u64,
-    limits: Limits,
     retry_ms: u64,
+    policy: Policy,
     mut parts: SessionParts,
     link: Arc<Link>,
 ) {
+    let limits = parts.limits;
     let me = new_incarnation();
     let mut peer_incarnation = None;
     loop {
@@ -345,12 +575,20 @@ async fn run_dialer(
         };
         let mut conn = framed(stream, limits);
         let handshake = async {
-            conn.writer.send(hello(id, parts.state.last_received, me))?;
-            let reply = conn.stream.next().await.ok_or(MsgrError::Closed)??;
+            conn.writer
+                .send(hello(id, parts.state.last_received, me, policy))?;
+            let reply = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.stream.next())
+                .await
+                .map_err(|_| MsgrError::Timeout(HANDSHAKE_TIMEOUT.as_millis() as u64))?
+                .ok_or(MsgrError::Closed)??;
             parse_hello(&reply)
         };
         match handshake.await {
-            Ok((_, peer_received, incarnation)) => {
+            Ok(Hello {
+                last_received: peer_received,
+                incarnation,
+                ..
+            }) => {
                 if peer_incarnation.is_some_and(|p| p != incarnation) {
                     tracing::info!(%addr, "peer restarted: session starts over");
                     parts.state.last_received = 0;
@@ -392,7 +630,25 @@ enum Ended {
     Replaced(Box<NewConn>),
 }
 
-type NewConn = (Conn, u64);
+/// A connection taking over a session, with what the peer said it has received, and (on the
+/// accepting end) its place in the listener's connection count.
+type NewConn = (Conn, u64, Option<OpenConn>);
+
+/// One connection counted open in its listener's [`ListenerStats`] while this lives.
+struct OpenConn(Arc<ListenerStats>);
+
+impl OpenConn {
+    fn new(stats: &Arc<ListenerStats>) -> OpenConn {
+        stats.connections.fetch_add(1, Ordering::Relaxed);
+        OpenConn(stats.clone())
+    }
+}
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Runs one connection of a session until it ends; `replace` delivers newer connections of the
 /// same session (acceptor side), which take over at once. When the session closes, the writer
@@ -445,8 +701,25 @@ async fn drive_inner(
     }
     let ack_timer = tokio::time::sleep(ACK_DELAY);
     tokio::pin!(ack_timer);
+    let idle_timeout = Duration::from_millis(parts.limits.idle_timeout_ms);
+    let keepalive_every = (idle_timeout / 4).max(Duration::from_millis(1));
+    let mut keepalive = tokio::time::interval(keepalive_every);
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut last_in, mut last_out) = (Instant::now(), Instant::now());
     loop {
         tokio::select! {
+            _ = keepalive.tick(), if !idle_timeout.is_zero() => {
+                if last_in.elapsed() >= idle_timeout {
+                    if let Some(stats) = &parts.stats {
+                        stats.idle_closed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Err(MsgrError::Timeout(parts.limits.idle_timeout_ms));
+                }
+                if last_out.elapsed() >= keepalive_every {
+                    send_ack(&sink, st)?;
+                    last_out = Instant::now();
+                }
+            }
             newer = async {
                 match replace.as_deref_mut() {
                     Some(r) => r.recv().await,
@@ -469,6 +742,7 @@ async fn drive_inner(
                     frame.header.ack = st.last_received;
                     st.unacked.push_back((frame.clone(), permit));
                     sink.send(frame)?;
+                    last_out = Instant::now();
                     batched += 1;
                     next = if batched < MAX_FRAMES_PER_TURN {
                         parts.outgoing.try_recv().ok()
@@ -480,9 +754,11 @@ async fn drive_inner(
             }
             () = &mut ack_timer, if st.received_since_ack > 0 => {
                 send_ack(&sink, st)?;
+                last_out = Instant::now();
             }
             inc = stream.next() => {
                 let frame = inc.ok_or(MsgrError::Closed)??;
+                last_in = Instant::now();
                 let ack = frame.header.ack;
                 while st.unacked.front().is_some_and(|(f, _)| f.header.seq <= ack) {
                     st.unacked.pop_front();
@@ -505,6 +781,7 @@ async fn drive_inner(
                 }
                 if st.received_since_ack >= ACK_EVERY_FRAMES {
                     send_ack(&sink, st)?;
+                    last_out = Instant::now();
                 }
             }
         }
@@ -520,13 +797,15 @@ fn send_ack(sink: &FrameWriter, st: &mut SessionState) -> Result<(), MsgrError> 
     Ok(())
 }
 
-/// Accepts sessions on a TCP address; reconnecting peers are reattached to their session.
-/// Dropping it closes the address (later connections are refused) and ends every session it
-/// accepted (their peers see the connection close), as when the process is gone.
+/// Accepts sessions on a TCP address; reconnecting peers of lossless sessions are reattached
+/// to their session, lossy ones start anew. Dropping it closes the address (later connections
+/// are refused) and ends every session it accepted (their peers see the connection close), as
+/// when the process is gone.
 pub struct Listener {
     local: SocketAddr,
     new_sessions: mpsc::Receiver<Session>,
     accept_loop: tokio::task::AbortHandle,
+    stats: Arc<ListenerStats>,
 }
 
 impl Drop for Listener {
@@ -535,7 +814,17 @@ impl Drop for Listener {
     }
 }
 
-type Reattach = mpsc::Sender<NewConn>;
+/// A session the listener can reattach a reconnecting peer to: the peer's incarnation, where
+/// its new connections go, and the accepting end's own incarnation (which tells this entry
+/// from a newer one of the same id when the session ends).
+struct Known {
+    incarnation: u64,
+    reattach: mpsc::Sender<NewConn>,
+    mine: u64,
+}
+
+/// The sessions a listener keeps, by id.
+type KnownSessions = Arc<Mutex<HashMap<u64, Known>>>;
 
 impl Listener {
     /// Binds `addr` (use port 0 for an ephemeral loopback port in tests).
@@ -543,16 +832,26 @@ impl Listener {
         let listener = TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(64);
-        let known: Arc<Mutex<HashMap<u64, (u64, Reattach)>>> = Arc::default();
+        let known: KnownSessions = Arc::default();
+        let stats = Arc::new(ListenerStats::default());
+        let counted = stats.clone();
         let accept_loop = tokio::spawn(async move {
             loop {
                 let Ok((socket, peer)) = listener.accept().await else {
                     return;
                 };
+                if counted.connections() >= limits.max_connections as u64 {
+                    counted.connections_refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%peer, limit = limits.max_connections, "connection refused: at the limit");
+                    drop(socket);
+                    continue;
+                }
+                let open = OpenConn::new(&counted);
                 let known = known.clone();
                 let tx = tx.clone();
+                let stats = counted.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = accept_one(socket, limits, known, tx).await {
+                    if let Err(e) = accept_one(socket, limits, known, tx, open, stats).await {
                         tracing::warn!(%peer, error = %e, "rejected connection");
                     }
                 });
@@ -562,12 +861,18 @@ impl Listener {
             local,
             new_sessions: rx,
             accept_loop: accept_loop.abort_handle(),
+            stats,
         })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Its counters, live (for a daemon's metrics page).
+    pub fn stats(&self) -> Arc<ListenerStats> {
+        self.stats.clone()
     }
 
     /// The next new session.
@@ -579,68 +884,133 @@ impl Listener {
 async fn accept_one(
     socket: TcpStream,
     limits: Limits,
-    known: Arc<Mutex<HashMap<u64, (u64, Reattach)>>>,
+    known: KnownSessions,
     new_sessions: mpsc::Sender<Session>,
+    open: OpenConn,
+    stats: Arc<ListenerStats>,
 ) -> Result<(), MsgrError> {
     let mut conn = framed(socket, limits);
-    let first = tokio::time::timeout(Duration::from_secs(10), conn.stream.next())
+    let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.stream.next())
         .await
-        .map_err(|_| MsgrError::Timeout(10_000))?
+        .map_err(|_| MsgrError::Timeout(HANDSHAKE_TIMEOUT.as_millis() as u64))?
         .ok_or(MsgrError::Closed)??;
-    let (id, peer_received, incarnation) = parse_hello(&first)?;
-    let mut known = known.lock().await;
-    if let Some((inc, reattach)) = known.get(&id) {
-        if *inc == incarnation {
-            if reattach.send((conn, peer_received)).await.is_ok() {
+    let hello = parse_hello(&first)?;
+    let mut sessions = known.lock().await;
+    if let Some(k) = sessions.get(&hello.id) {
+        if hello.policy == Policy::Lossless && k.incarnation == hello.incarnation {
+            if k.reattach
+                .send((conn, hello.last_received, Some(open)))
+                .await
+                .is_ok()
+            {
                 return Ok(());
             }
             return Err(MsgrError::Closed);
         }
-        // Debug, not info: an admin client opens a session of the same id for every command
-        // (`cairn tell`), and an OSD's restart shows in the map anyway.
-        tracing::debug!(session = id, "peer restarted: replacing its session");
+        // Debug, not info: a lossy client reconnecting starts a new session by design, and an
+        // OSD's restart shows in the map anyway.
+        tracing::debug!(session = hello.id, "replacing a session");
     }
-    let (session, parts) = Session::new(id, limits);
+    let mine = new_incarnation();
+    let (session, parts) = Session::new(hello.id, limits, Some(stats.clone()));
     let (re_tx, re_rx) = mpsc::channel(4);
-    known.insert(id, (incarnation, re_tx));
-    drop(known);
-    tokio::spawn(run_acceptor(parts, conn, peer_received, re_rx));
+    // Replacing an entry drops its reattach sender, which ends the session it led to.
+    sessions.insert(
+        hello.id,
+        Known {
+            incarnation: hello.incarnation,
+            reattach: re_tx,
+            mine,
+        },
+    );
+    drop(sessions);
+    stats.sessions.fetch_add(1, Ordering::Relaxed);
+    let ending = SessionEnd {
+        known: Arc::downgrade(&known),
+        id: hello.id,
+        mine,
+        stats,
+    };
+    tokio::spawn(run_acceptor(
+        parts,
+        (conn, hello.last_received, Some(open)),
+        re_rx,
+        mine,
+        hello.policy,
+        ending,
+    ));
     new_sessions
         .send(session)
         .await
         .map_err(|_| MsgrError::Closed)
 }
 
+/// Forgets an accepted session when it ends (unless a newer one of its id took its place),
+/// so a listener keeps no entry for a client that is gone. Holds the listener's table weakly:
+/// a dropped listener's table goes at once, and with it every session it accepted.
+struct SessionEnd {
+    known: std::sync::Weak<Mutex<HashMap<u64, Known>>>,
+    id: u64,
+    mine: u64,
+    stats: Arc<ListenerStats>,
+}
+
+impl SessionEnd {
+    async fn forget(self) {
+        if let Some(known) = self.known.upgrade() {
+            let mut sessions = known.lock().await;
+            if sessions.get(&self.id).is_some_and(|k| k.mine == self.mine) {
+                sessions.remove(&self.id);
+            }
+        }
+        self.stats.sessions.fetch_sub(1, Ordering::Relaxed);
+        self.stats.sessions_ended.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 async fn run_acceptor(
     mut parts: SessionParts,
-    conn: Conn,
-    peer_received: u64,
+    first: NewConn,
     mut reattach: mpsc::Receiver<NewConn>,
+    me: u64,
+    policy: Policy,
+    ending: SessionEnd,
 ) {
-    let me = new_incarnation();
-    let mut next = Some((conn, peer_received));
+    let mut next = Some(first);
     loop {
-        let (conn, peer_received) = match next.take() {
+        let (conn, peer_received, open) = match next.take() {
             Some(c) => c,
             None => match reattach.recv().await {
                 Some(c) => c,
-                None => return,
+                None => break,
             },
         };
         if conn
             .writer
-            .send(hello(0, parts.state.last_received, me))
+            .send(hello(0, parts.state.last_received, me, policy))
             .is_err()
         {
             conn.task.abort();
+            if policy == Policy::Lossy {
+                break;
+            }
             continue;
         }
-        match drive(&mut parts, conn, peer_received, Some(&mut reattach)).await {
-            Ended::SessionClosed => return,
+        let ended = drive(&mut parts, conn, peer_received, Some(&mut reattach)).await;
+        drop(open);
+        match ended {
+            Ended::SessionClosed => break,
+            Ended::Lost(e) if policy == Policy::Lossy => {
+                tracing::debug!(error = %e, "lossy session's connection lost: session ends");
+                break;
+            }
             Ended::Lost(e) => {
                 tracing::debug!(error = %e, "session connection lost; waiting for reconnect")
             }
             Ended::Replaced(newer) => next = Some(*newer),
         }
     }
+    // Frames queued for a peer that is gone are dropped with the session, freeing its window.
+    drop(parts);
+    ending.forget().await;
 }

@@ -195,6 +195,7 @@ async fn a_silent_receiver_still_acknowledges_a_one_way_stream() {
         max_inflight_bytes: 128 << 10,
         max_queued_frames: 4,
         write_turn_bytes: 0,
+        ..Limits::default()
     };
     let mut listener = Listener::bind(loopback(), limits).await.unwrap();
     let client = Session::connect(listener.local_addr(), 11, limits, 20).await;
@@ -228,6 +229,7 @@ async fn a_slow_receiver_pushes_back_on_the_sender() {
         max_inflight_bytes: 256 << 10,
         max_queued_frames: 4,
         write_turn_bytes: 0,
+        ..Limits::default()
     };
     let mut listener = Listener::bind(loopback(), limits).await.unwrap();
     let client = Session::connect(listener.local_addr(), 9, limits, 20).await;

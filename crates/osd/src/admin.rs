@@ -19,7 +19,7 @@ use crate::shared::Shared;
 pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
 /// Settings `config get` can read (the first three can also be set).
-pub const CONFIG_KEYS: [&str; 17] = [
+pub const CONFIG_KEYS: [&str; 18] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
@@ -31,6 +31,7 @@ pub const CONFIG_KEYS: [&str; 17] = [
     "max_inflight_ops",
     "max_inflight_cost_ms",
     "max_pending_ops",
+    "osd_client_message_size_cap",
     "osd_op_num_shards",
     "osd_op_num_threads",
     "osd_recovery_max_chunk",
@@ -44,12 +45,24 @@ pub async fn handle(s: &Arc<Shared>, payload: &Bytes) -> Bytes {
     let (tid, result) = match decode::<AdminRequest>(payload) {
         Ok((req, _)) if req.args == ["df"] => (req.tid, Ok(df(s).await)),
         Ok((req, _)) if req.args == ["pg", "usage"] => (req.tid, pg_usage(s).await),
+        Ok((req, _)) if req.args.first().is_some_and(|w| w == "inject") => {
+            let words: Vec<&str> = req.args[1..].iter().map(String::as_str).collect();
+            (req.tid, crate::failstop::inject(s, &words).await)
+        }
         Ok((req, _)) if req.args.len() == 3 && req.args[0] == "pg" => {
             (req.tid, pg_command(s, &req.args[1], &req.args[2]).await)
         }
         Ok((req, _)) => (req.tid, run(s, &req.args)),
         Err(e) => (0, Err(e.to_string())),
     };
+    encode(&AdminReply { tid, result }, &[])
+}
+
+/// The answer to an admin request refused because the OSD runs its most admin commands at
+/// once (`max_admin_requests`): the client may ask again.
+pub fn busy(payload: &Bytes) -> Bytes {
+    let tid = decode::<AdminRequest>(payload).map_or(0, |(r, _)| r.tid);
+    let result = Err("osd busy: too many admin commands running; try again".to_string());
     encode(&AdminReply { tid, result }, &[])
 }
 
@@ -72,7 +85,7 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
             Ok(format!("{objects} {bytes}\n"))
         }
         _ => Err(format!(
-            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | pg usage | pg scrub|deep-scrub|repair PGID | io | recovery | df)",
+            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | pg usage | pg scrub|deep-scrub|repair PGID | io | recovery | df | inject ...)",
             args.join(" ")
         )),
     }
@@ -123,6 +136,7 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
         "max_inflight_ops" => c.max_inflight_ops.to_string(),
         "max_inflight_cost_ms" => c.max_inflight_cost_ms.to_string(),
         "max_pending_ops" => c.max_pending_ops.to_string(),
+        "osd_client_message_size_cap" => c.max_pending_op_bytes.to_string(),
         "osd_op_num_shards" => s.sched.shard_count().to_string(),
         // The worker threads of the runtime the daemon runs on (`cairn osd run --threads`).
         "osd_op_num_threads" => tokio::runtime::Handle::current()
@@ -306,5 +320,8 @@ pub fn render_metrics(s: &Shared) -> String {
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     extra.push_str(&crate::metrics::render_store(s.id, &store));
+    if let Some(m) = s.messenger.get() {
+        extra.push_str(&m.render(&format!("osd.{}", s.id)));
+    }
     s.metrics.render(s.id, &extra)
 }

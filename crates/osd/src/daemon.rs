@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cairn_blockdev::{
-    BlockDevError, BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, IoEngine, Profile,
+    BlockDevError, BlockDevice, CrashSwitch, EmulatedDevice, FaultDevice, FileDevice,
+    FileDeviceOptions, IoEngine, Profile,
 };
 use cairn_clustermap::PgId;
 use cairn_mon::client::MonClient;
@@ -28,7 +29,7 @@ use cairn_proto::{
 };
 use cairn_qos::{CostModel, DeviceCapacity, PolicyConfig, QosClass};
 use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig, StoreError};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::OsdError;
 use crate::payload::Payload;
@@ -91,6 +92,16 @@ pub struct OsdConfig {
     /// Most client ops accepted and not yet answered (explicit limit; beyond it ops are
     /// refused with a retryable error).
     pub max_pending_ops: usize,
+    /// Most data bytes of client ops accepted and not yet answered (Ceph's
+    /// `osd_client_message_size_cap`, 500 MiB): beyond it ops are refused with the same
+    /// retryable error, so a burst of large writes cannot hold more memory than this.
+    pub max_pending_op_bytes: u64,
+    /// Most admin commands (`cairn tell`) running at once; one more is refused.
+    pub max_admin_requests: usize,
+    /// Most key and value bytes one omap listing reply carries (Ceph's
+    /// `osd_max_omap_bytes_per_request`); the reply then says there is more, and the client
+    /// asks for the next page. Default 4 MiB, well under the messenger's frame limit.
+    pub max_omap_bytes_per_request: u64,
     /// Beacon period to the monitor.
     pub beacon_interval_ms: u64,
     /// How often the OSD reports the usage of the PGs it leads to the monitor (Ceph's
@@ -162,6 +173,11 @@ pub struct OsdConfig {
     /// Each such PG is deep-scrubbed (data and omap of every copy compared) about this often
     /// (Ceph's `osd_deep_scrub_interval`, a week); 0 never. A deep scrub counts as a scrub.
     pub deep_scrub_interval_s: u64,
+    /// Wrap the data device in a fault-injecting device driven by `cairn tell osd.N inject
+    /// ...` (EIO on reads, writes or flushes, on one object's blocks, or a power loss), for
+    /// tests of failure handling. Off by default: the wrapper serializes writes and keeps a
+    /// copy of each unflushed write's old contents.
+    pub fault_injection: bool,
 }
 
 impl OsdConfig {
@@ -188,6 +204,9 @@ impl OsdConfig {
             max_inflight_cost_ms: DEFAULT_MAX_INFLIGHT_COST_MS,
             op_shards: DEFAULT_OP_SHARDS,
             max_pending_ops: 4096,
+            max_pending_op_bytes: 500 << 20,
+            max_admin_requests: 16,
+            max_omap_bytes_per_request: 4 << 20,
             beacon_interval_ms: 1000,
             pg_usage_interval_ms: DEFAULT_PG_USAGE_INTERVAL_MS,
             repop_timeout_ms: 10_000,
@@ -198,6 +217,7 @@ impl OsdConfig {
             op_wait_active_ms: 3000,
             prefill: false,
             store_groups_in_flight: StoreConfig::default().max_groups_in_flight,
+            fault_injection: false,
             full_ratio: 0.95,
             nearfull_ratio: 0.85,
             max_object_bytes: 32 << 20,
@@ -219,6 +239,8 @@ pub struct OsdDaemon {
     shared: Arc<Shared>,
     /// Ends when the OSD's state, its store with it, has been dropped.
     closed: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// Gets the cause when the OSD fail-stops (see [`crate::failstop`]).
+    failed: Option<tokio::sync::oneshot::Receiver<String>>,
 }
 
 /// Queue depth of an emulated device (explicit limit).
@@ -257,7 +279,8 @@ const STORE_LOCK_RETRY: Duration = Duration::from_millis(100);
 /// How often the store's counters are copied for the metrics page.
 const STORE_STATS_EVERY: Duration = Duration::from_secs(1);
 
-async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
+/// The OSD's store, and the fault device under it when `cfg.fault_injection` asks for one.
+async fn open_store(cfg: &OsdConfig) -> Result<(Store, Option<Arc<FaultDevice>>), OsdError> {
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| OsdError::Protocol(format!("data dir {}: {e}", cfg.data_dir.display())))?;
     let block = cfg.data_dir.join("block");
@@ -298,6 +321,12 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
         let profile = Profile::load(name)?;
         dev = Arc::new(EmulatedDevice::new(dev, &profile, EMULATED_QUEUE_DEPTH)?);
     }
+    let faults = cfg
+        .fault_injection
+        .then(|| Arc::new(FaultDevice::new(dev.clone(), CrashSwitch::new())));
+    if let Some(f) = &faults {
+        dev = f.clone();
+    }
     let store_cfg = StoreConfig {
         max_groups_in_flight: cfg.store_groups_in_flight,
         ..StoreConfig::default()
@@ -316,7 +345,7 @@ async fn open_store(cfg: &OsdConfig) -> Result<Store, OsdError> {
                 }
                 tokio::time::sleep(STORE_LOCK_RETRY).await;
             }
-            mounted => return Ok(mounted?),
+            mounted => return Ok((mounted?, faults)),
         }
     }
 }
@@ -372,7 +401,7 @@ impl OsdDaemon {
                 seq_bandwidth_bytes_per_s: p.expected.sequential_write_mb_s * 1e6,
             };
         }
-        let store = open_store(&cfg).await?;
+        let (store, faults) = open_store(&cfg).await?;
         if cfg.measure_capacity {
             cfg.capacity = crate::capacity::at_boot(&store, cfg.capacity, &cfg.data_dir).await?;
         }
@@ -407,7 +436,7 @@ impl OsdDaemon {
             .osd_id
             .ok_or_else(|| OsdError::Protocol("boot reply without an id".into()))?;
         let (closed_tx, closed) = tokio::sync::oneshot::channel();
-        let shared = Arc::new(Shared::new(
+        let mut state = Shared::new(
             id,
             store,
             sched,
@@ -415,7 +444,12 @@ impl OsdDaemon {
             mon.clone(),
             cfg.clone(),
             closed_tx,
-        ));
+        );
+        state.faults = faults;
+        let shared = Arc::new(state);
+        let (failed_tx, failed) = tokio::sync::oneshot::channel();
+        tokio::spawn(crate::failstop::watch(Arc::downgrade(&shared), failed_tx));
+        let _ = shared.messenger.set(listener.stats());
         let mut oldest_les = u64::MAX;
         for coll in shared.store.list_collections().await? {
             let Some(pg) = coll
@@ -513,7 +547,7 @@ impl OsdDaemon {
         shared.track(tokio::spawn(crate::strays::run(shared.clone())));
         shared.track(tokio::spawn(crate::scrub::run(shared.clone())));
         let s = shared.clone();
-        let pending = Arc::new(Semaphore::new(cfg.max_pending_ops.max(1)));
+        let pending = Arc::new(Pending::new(&cfg));
         shared.track(tokio::spawn(async move {
             while let Some(session) = listener.accept().await {
                 let handle = tokio::spawn(serve(s.clone(), session, pending.clone()));
@@ -527,7 +561,27 @@ impl OsdDaemon {
             metrics_addr,
             shared,
             closed: Some(closed),
+            failed: Some(failed),
         })
+    }
+
+    /// Resolves with the cause once the OSD has fail-stopped (its store failed; it reported
+    /// itself down and serves nothing more). Pending for ever on an OSD that never fails, and
+    /// after the cause was taken once.
+    pub async fn failed(&mut self) -> String {
+        match self.failed.as_mut() {
+            Some(rx) => match rx.await {
+                Ok(why) => {
+                    self.failed = None;
+                    why
+                }
+                Err(_) => {
+                    self.failed = None;
+                    std::future::pending().await
+                }
+            },
+            None => std::future::pending().await,
+        }
     }
 
     /// Stops the OSD and waits, at most `within`, until every one of its tasks has let go of
@@ -580,7 +634,39 @@ fn session_id(uuid: &str) -> u64 {
 
 /// Serves one incoming session: client ops, replica writes, peering requests, heartbeats and
 /// admin commands. A malformed message is logged and dropped; the session goes on.
-async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
+/// What the OSD holds for requests accepted and not yet answered: client ops by count and by
+/// data bytes (KiB permits), and admin commands by count. Each is an explicit limit; a
+/// request past one is refused with a retryable error.
+struct Pending {
+    ops: Arc<Semaphore>,
+    op_kib: Arc<Semaphore>,
+    admin: Arc<Semaphore>,
+}
+
+impl Pending {
+    fn new(cfg: &OsdConfig) -> Pending {
+        let kib = usize::try_from(cfg.max_pending_op_bytes.div_ceil(1024))
+            .unwrap_or(Semaphore::MAX_PERMITS)
+            .clamp(1, Semaphore::MAX_PERMITS);
+        Pending {
+            ops: Arc::new(Semaphore::new(cfg.max_pending_ops.max(1))),
+            op_kib: Arc::new(Semaphore::new(kib)),
+            admin: Arc::new(Semaphore::new(cfg.max_admin_requests.max(1))),
+        }
+    }
+
+    /// Room for one client op carrying `data_bytes`, or None when either limit is reached
+    /// (an op larger than the whole byte limit is never admitted: the object size limit,
+    /// far below it, refuses it anyway).
+    fn admit_op(&self, data_bytes: usize) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+        let kib = u32::try_from(data_bytes.div_ceil(1024).max(1)).ok()?;
+        let count = self.ops.clone().try_acquire_owned().ok()?;
+        let bytes = self.op_kib.clone().try_acquire_many_owned(kib).ok()?;
+        Some((count, bytes))
+    }
+}
+
+async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
     let sender = session.sender();
     let client = session.id();
     while let Some(frame) = session.recv().await {
@@ -606,7 +692,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                             continue;
                         }
                     };
-                let Ok(permit) = pending.clone().try_acquire_owned() else {
+                let Some(permit) = pending.admit_op(data.len()) else {
                     let h = ReplyHeader::bare(
                         op.tid,
                         s.epoch(),
@@ -671,10 +757,16 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Semaphore>) {
                 let _ = sender.send(MSG_PING_REPLY, payload).await;
             }
             admin::MSG_ADMIN => {
+                let Ok(permit) = pending.admin.clone().try_acquire_owned() else {
+                    let reply = admin::busy(&payload);
+                    let _ = sender.send(admin::MSG_ADMIN_REPLY, reply).await;
+                    continue;
+                };
                 let (s2, out) = (s.clone(), sender.clone());
                 s.spawn(async move {
                     let reply: Bytes = admin::handle(&s2, &payload).await;
                     let _ = out.send(admin::MSG_ADMIN_REPLY, reply).await;
+                    drop(permit);
                 });
             }
             other => tracing::warn!(osd = s.id, msg_type = other, "unexpected message type"),

@@ -13,6 +13,7 @@ pub mod admin;
 pub mod capacity;
 pub mod daemon;
 pub mod error;
+pub mod failstop;
 pub mod fence;
 pub mod heartbeat;
 pub mod metrics;

@@ -322,7 +322,7 @@ impl Metrics {
 /// how many device and KV bytes it costs.
 pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
     const NS: f64 = 1e-9;
-    let counters: [(&str, &str, f64); 19] = [
+    let counters: [(&str, &str, f64); 20] = [
         (
             "commits_total",
             "Transactions committed.",
@@ -397,6 +397,11 @@ pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
             "data_write_seconds_total",
             "Time writing data blocks before commits.",
             st.data_write_ns as f64 * NS,
+        ),
+        (
+            "data_read_errors_total",
+            "Reads of object data the device failed (EIO); each copy is repaired from another.",
+            st.data_read_errors as f64,
         ),
         (
             "early_write_bytes_total",

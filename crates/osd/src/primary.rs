@@ -254,10 +254,15 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Result<Answer, Damaged> {
                 ok(attrs.len() as u64, 0, encode_pairs(&pairs), false)
             }
             OpKind::OmapList { after, prefix, max } => {
-                let page = s
+                let mut page = s
                     .store
                     .omap_page(coll, obj, after, prefix, (*max as usize).clamp(1, 100_000))
                     .await?;
+                let kept = within_bytes(&page.entries, s.cfg.max_omap_bytes_per_request);
+                if kept < page.entries.len() {
+                    page.entries.truncate(kept);
+                    page.more = true;
+                }
                 ok(
                     page.entries.len() as u64,
                     0,
@@ -281,9 +286,23 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Result<Answer, Damaged> {
     .await;
     match r {
         Ok(answer) => Ok(answer),
-        Err(error @ StoreError::ChecksumMismatch { .. }) => Err(Damaged { op, error }),
+        Err(error) if error.is_damaged_copy() => Err(Damaged { op, error }),
         Err(e) => Ok(fail(op.tid, epoch, store_result(e))),
     }
+}
+
+/// How many of `entries` (at least one) fit in `max_bytes` of keys and values: an omap listing
+/// reply stops there and says there is more (Ceph's `osd_max_omap_bytes_per_request`), so no
+/// reply nears the messenger's frame limit however large the values.
+fn within_bytes(entries: &[(Vec<u8>, Vec<u8>)], max_bytes: u64) -> usize {
+    let mut total = 0u64;
+    for (i, (k, v)) in entries.iter().enumerate() {
+        total += (k.len() + v.len()) as u64;
+        if total > max_bytes {
+            return i.max(1);
+        }
+    }
+    entries.len()
 }
 
 async fn write(
@@ -356,21 +375,8 @@ async fn write(
         }
         (k, _) => k.clone(),
     };
-    let end = match &kind {
-        OpKind::WriteFull => data.len() as u64,
-        OpKind::Write { offset } => offset.saturating_add(data.len() as u64),
-        OpKind::Truncate { size } => *size,
-        _ => 0,
-    };
-    if end > s.cfg.max_object_bytes {
-        return fail(
-            op.tid,
-            epoch,
-            OpResult::Invalid(format!(
-                "object {obj} would be {end} bytes, past the limit of {} (max_object_bytes)",
-                s.cfg.max_object_bytes
-            )),
-        );
+    if let Err(r) = crate::txns::check_object_size(obj, &kind, data.len(), s.cfg.max_object_bytes) {
+        return fail(op.tid, epoch, r);
     }
     let prior = match inner.log.newest_for(obj) {
         Some(e) if e.op == LogOp::Delete => Eversion::default(),
@@ -733,5 +739,22 @@ async fn replicate(
             unanswered: Some(OpResult::Failed(format!("pg {} changed interval", pg.id))),
             ..Replicated::default()
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_bytes;
+
+    fn entries(sizes: &[usize]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        sizes.iter().map(|&n| (vec![b'k'], vec![0u8; n])).collect()
+    }
+
+    #[test]
+    fn an_omap_reply_stops_at_its_byte_limit_but_carries_at_least_one_entry() {
+        assert_eq!(within_bytes(&entries(&[9, 9, 9]), 30), 3);
+        assert_eq!(within_bytes(&entries(&[9, 9, 9]), 29), 2);
+        assert_eq!(within_bytes(&entries(&[100, 1]), 10), 1);
+        assert_eq!(within_bytes(&[], 10), 0);
     }
 }

@@ -106,7 +106,7 @@ async fn reads_whole(r: &Recovering<'_>, obj: &str) -> Result<bool, crate::OsdEr
         };
         match s2.store.read(&coll, &name, 0, size).await {
             Ok(_) => Ok(true),
-            Err(StoreError::ChecksumMismatch { .. }) => Ok(false),
+            Err(e) if e.is_damaged_copy() => Ok(false),
             Err(e) => Err(e.into()),
         }
     })

@@ -70,6 +70,14 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
         )));
     }
     let coll = pg.coll.clone();
+    if let Err(r) = crate::txns::check_object_size(
+        &rep.object,
+        &rep.kind,
+        data.bytes.len(),
+        s.cfg.max_object_bytes,
+    ) {
+        return bad(r);
+    }
     let mut txn = Transaction::new();
     if !inner.created {
         txn.create_collection(&coll);

@@ -512,9 +512,7 @@ async fn digest(
             let len = (size - at).min(DIGEST_READ_BYTES);
             match store.read(coll, obj, at, len).await {
                 Ok(bytes) => data.update(&bytes),
-                Err(e @ StoreError::ChecksumMismatch { .. }) => {
-                    return Ok(CopyState::Unreadable(e.to_string()))
-                }
+                Err(e) if e.is_damaged_copy() => return Ok(CopyState::Unreadable(e.to_string())),
                 Err(e) => return Err(e.into()),
             }
             at += len;

@@ -45,6 +45,11 @@ pub struct Shared {
     pub store_stats: Mutex<StoreStats>,
     /// This OSD's pg_temp wants, batched into monitor requests.
     pub pg_temps: crate::pgtemp::PgTempBatch,
+    /// The fault-injecting device under the store, when the OSD runs with `fault_injection`
+    /// (see [`crate::failstop::inject`]).
+    pub faults: Option<Arc<cairn_blockdev::FaultDevice>>,
+    /// Its listener's counters (connections, sessions, bytes held), set once it listens.
+    pub messenger: std::sync::OnceLock<Arc<cairn_msgr::session::ListenerStats>>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// Cancelled when the OSD stops: every task spawned through [`Shared::spawn`] ends at its
     /// next await, so that a stopped OSD lets go of its store at once.
@@ -80,6 +85,8 @@ impl Shared {
             metrics: Metrics::default(),
             store_stats: Mutex::new(StoreStats::default()),
             pg_temps: Default::default(),
+            messenger: std::sync::OnceLock::new(),
+            faults: None,
             tasks: Mutex::new(Vec::new()),
             stopping: CancellationToken::new(),
             mappings: Mutex::new(MappingCache::default()),
@@ -103,6 +110,11 @@ impl Shared {
         F::Output: Send + 'static,
     {
         tokio::spawn(self.stopping.clone().run_until_cancelled_owned(work))
+    }
+
+    /// True once the OSD is stopping (see [`Shared::stop_tasks`]).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.is_cancelled()
     }
 
     /// Ends every task spawned through [`Shared::spawn`] and aborts every tracked task.

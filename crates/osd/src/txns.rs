@@ -35,6 +35,30 @@ fn check_xattr_name(name: &str) -> Result<(), OpResult> {
     Ok(())
 }
 
+/// Refuses a write (resolved: never `Append`) that would make `obj` longer than
+/// `max_object_bytes` (Ceph's `osd_max_object_size`). Checked by the primary and again by
+/// every replica, so no copy grows past the limit whoever sent the write.
+pub fn check_object_size(
+    obj: &str,
+    kind: &OpKind,
+    data_bytes: usize,
+    max_object_bytes: u64,
+) -> Result<(), OpResult> {
+    let data_bytes = data_bytes as u64;
+    let end = match kind {
+        OpKind::WriteFull => data_bytes,
+        OpKind::Write { offset } => offset.saturating_add(data_bytes),
+        OpKind::Truncate { size } => *size,
+        _ => 0,
+    };
+    if end > max_object_bytes {
+        return Err(OpResult::Invalid(format!(
+            "object {obj} would be {end} bytes, past the limit of {max_object_bytes} (max_object_bytes)"
+        )));
+    }
+    Ok(())
+}
+
 /// Adds to `txn` the store operations of `kind` on `obj` with `data`, then the new version.
 /// `kind` must already be resolved (no `Append`). Written bytes are shared with `data`, not
 /// copied; `crcs`, when known, are its block checksums (from the messenger), handed to the

@@ -49,6 +49,17 @@ pub enum StoreError {
         /// crc32c of what the device returned.
         actual_crc: u32,
     },
+    /// The device could not read an object's data (EIO). Not fatal: the store stays usable,
+    /// and the copy is to be repaired from another (a daemon replaces it).
+    #[error("cannot read {collection}/{object}'s data: {detail}")]
+    DataUnreadable {
+        /// Collection name.
+        collection: String,
+        /// Object name.
+        object: String,
+        /// What the device said.
+        detail: String,
+    },
     /// A metadata record failed its own checksum or version check, or metadata is inconsistent.
     #[error("corrupt metadata: {0}")]
     Corrupt(String),
@@ -92,6 +103,15 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True when this copy of one object cannot be read back (a block failing its checksum,
+    /// or the device failing to read it) while the store goes on: another copy can replace it.
+    pub fn is_damaged_copy(&self) -> bool {
+        matches!(
+            self,
+            StoreError::ChecksumMismatch { .. } | StoreError::DataUnreadable { .. }
+        )
+    }
+
     /// True for errors after which the store refuses all further work.
     pub fn is_fatal(&self) -> bool {
         matches!(

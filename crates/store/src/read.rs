@@ -281,7 +281,9 @@ impl Store {
         let mut buf = match runs.as_slice() {
             [(_, _, n)] if *n == blocks => {
                 let buf = self.bufs.take(len)?;
-                self.dev_read_owned(pieces[0].pblock * bs, buf).await?
+                self.raw_read_owned(pieces[0].pblock * bs, buf)
+                    .await
+                    .map_err(|e| self.data_read_error(e, coll, obj))?
             }
             _ => {
                 let mut buf = self.bufs.take(len)?;
@@ -292,7 +294,9 @@ impl Store {
                 for &(i, _, n) in &runs {
                     let at = ((pieces[i].lblock - first) * bs) as usize;
                     let run = &mut window[at..at + (n * bs) as usize];
-                    self.dev_read(pieces[i].pblock * bs, run).await?;
+                    self.raw_read(pieces[i].pblock * bs, run)
+                        .await
+                        .map_err(|e| self.data_read_error(e, coll, obj))?;
                 }
                 buf
             }

@@ -168,6 +168,9 @@ pub struct StoreStats {
     pub onode_cache_hits: u64,
     /// Reads' metadata lookups that went to the KV.
     pub onode_cache_misses: u64,
+    /// Reads of object data the device failed (EIO), each answered with
+    /// [`StoreError::DataUnreadable`] while the store went on.
+    pub data_read_errors: u64,
 }
 
 #[derive(Debug, Default)]
@@ -191,6 +194,7 @@ pub(crate) struct Counters {
     pub wal_replayed: AtomicU64,
     pub wal_discarded: AtomicU64,
     pub early_write_bytes: AtomicU64,
+    pub data_read_errors: AtomicU64,
 }
 
 /// Mutable in-memory state, guarded by the store's lock.
@@ -671,31 +675,62 @@ impl Store {
     }
 
     pub(crate) async fn dev_read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
-        self.dev
-            .read(offset_bytes, buf)
+        self.raw_read(offset_bytes, buf)
             .await
-            .map_err(|e| self.read_error(e))?;
+            .map_err(|e| self.read_error(e))
+    }
+
+    /// Reads without judging a failure: the caller maps it (see [`Store::read_error`],
+    /// [`Store::data_read_error`]).
+    pub(crate) async fn raw_read(
+        &self,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> std::result::Result<(), cairn_blockdev::BlockDevError> {
+        self.dev.read(offset_bytes, buf).await?;
         self.counters
             .device_bytes_read
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Reads into an owned buffer (the file device reads straight into it) and hands it back.
-    pub(crate) async fn dev_read_owned(
+    /// Reads into an owned buffer (the file device reads straight into it) and hands it back;
+    /// the caller judges a failure.
+    pub(crate) async fn raw_read_owned(
         &self,
         offset_bytes: u64,
         buf: cairn_blockdev::AlignedBuf,
-    ) -> Result<cairn_blockdev::AlignedBuf> {
-        let buf = self
-            .dev
-            .read_owned(offset_bytes, buf)
-            .await
-            .map_err(|e| self.read_error(e))?;
+    ) -> std::result::Result<cairn_blockdev::AlignedBuf, cairn_blockdev::BlockDevError> {
+        let buf = self.dev.read_owned(offset_bytes, buf).await?;
         self.counters
             .device_bytes_read
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(buf)
+    }
+
+    /// A failed read of `collection/object`'s data blocks: the device's I/O error on them is
+    /// [`StoreError::DataUnreadable`] and leaves the store serving (the blocks are the object's
+    /// alone; its copy elsewhere replaces it), anything else is judged as any read's.
+    pub(crate) fn data_read_error(
+        &self,
+        e: cairn_blockdev::BlockDevError,
+        collection: &str,
+        object: &str,
+    ) -> StoreError {
+        match e {
+            cairn_blockdev::BlockDevError::Io { .. }
+            | cairn_blockdev::BlockDevError::Injected { .. } => {
+                self.counters
+                    .data_read_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                StoreError::DataUnreadable {
+                    collection: collection.to_string(),
+                    object: object.to_string(),
+                    detail: e.to_string(),
+                }
+            }
+            e => self.read_error(e),
+        }
     }
 
     fn read_error(&self, e: cairn_blockdev::BlockDevError) -> StoreError {
@@ -836,6 +871,7 @@ impl Store {
             wal_discarded: self.counters.wal_discarded.load(Ordering::Relaxed),
             io_buffers_free_bytes: self.bufs.free_bytes() as u64,
             early_write_bytes: self.counters.early_write_bytes.load(Ordering::Relaxed),
+            data_read_errors: self.counters.data_read_errors.load(Ordering::Relaxed),
             onode_cache_hits,
             onode_cache_misses,
         }

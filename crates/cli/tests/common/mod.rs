@@ -215,6 +215,8 @@ pub fn copies(dir: &Path, osds: usize) -> BTreeMap<String, Vec<u32>> {
             )
             .await
             .unwrap();
+            let fsck = store.fsck(true).await.unwrap();
+            assert!(fsck.is_clean(), "osd{i}'s store: {fsck:?}");
             for coll in store.list_collections().await.unwrap() {
                 for obj in store.list_objects(&coll, None, 10_000).await.unwrap() {
                     if obj == cairn_osd::pgmeta::META_OBJECT {
