@@ -18,12 +18,24 @@ fn flip(on: bool) -> Request {
     }
 }
 
+/// A monitor of an empty cluster on a free loopback port, with its metrics page.
+async fn monitor_with_page() -> MonDaemon {
+    let monitor = Monitor::new(ClusterMap::new("fsid").unwrap(), MonConfig::default());
+    let serving = cairn_mon::daemon::MonServing {
+        store: None,
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+    };
+    MonDaemon::serve(monitor, "127.0.0.1:0".parse().unwrap(), serving)
+        .await
+        .unwrap()
+}
+
 /// Waits (bounded) until `page` shows `metric` at `want`.
 async fn metric_reaches(addr: std::net::SocketAddr, metric: &str, want: u64) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = u64::MAX;
     while Instant::now() < deadline {
-        let page = reqwest_free_get(addr).await;
+        let page = metrics_page(addr).await;
         last = page
             .lines()
             .find_map(|l| l.strip_prefix(metric)?.trim().parse::<u64>().ok())
@@ -37,7 +49,7 @@ async fn metric_reaches(addr: std::net::SocketAddr, metric: &str, want: u64) -> 
 }
 
 /// GET /metrics over a plain TCP connection.
-async fn reqwest_free_get(addr: std::net::SocketAddr) -> String {
+async fn metrics_page(addr: std::net::SocketAddr) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
@@ -53,14 +65,7 @@ async fn reqwest_free_get(addr: std::net::SocketAddr) -> String {
 /// counts are back to what the live clients hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_that_vanish_never_wedge_the_monitor() {
-    let monitor = Monitor::new(ClusterMap::new("fsid").unwrap(), MonConfig::default());
-    let serving = cairn_mon::daemon::MonServing {
-        store: None,
-        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
-    };
-    let daemon = MonDaemon::serve(monitor, "127.0.0.1:0".parse().unwrap(), serving)
-        .await
-        .unwrap();
+    let daemon = monitor_with_page().await;
     let metrics = daemon.metrics_addr().unwrap();
     for i in 0..40u64 {
         let c = MonClient::connect(daemon.addr(), 10_000 + i).await;
@@ -71,9 +76,9 @@ async fn subscribers_that_vanish_never_wedge_the_monitor() {
     admin.subscribe(5_000).await.unwrap();
     let started = Instant::now();
     let mut epoch = 0;
-    for i in 0..5_000 {
+    for i in 0..5_000u64 {
         epoch = admin
-            .op(flip(i % 2 == 0), 10_000)
+            .op(flip(i.is_multiple_of(2)), 10_000)
             .await
             .unwrap_or_else(|e| panic!("request {i} after {:?}: {e}", started.elapsed()))
             .epoch;
@@ -145,14 +150,7 @@ fn rss_bytes() -> u64 {
 /// its sessions are back to the live ones and this process's memory near where it started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_thousand_epochs_through_a_thousand_vanishing_clients() {
-    let monitor = Monitor::new(ClusterMap::new("fsid").unwrap(), MonConfig::default());
-    let serving = cairn_mon::daemon::MonServing {
-        store: None,
-        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
-    };
-    let daemon = MonDaemon::serve(monitor, "127.0.0.1:0".parse().unwrap(), serving)
-        .await
-        .unwrap();
+    let daemon = monitor_with_page().await;
     let (addr, metrics) = (daemon.addr(), daemon.metrics_addr().unwrap());
     let admin = MonClient::connect(addr, 1).await;
     admin.subscribe(5_000).await.unwrap();
@@ -194,7 +192,7 @@ async fn twenty_thousand_epochs_through_a_thousand_vanishing_clients() {
     while epoch < 20_000 {
         let t = Instant::now();
         epoch = admin
-            .op(flip(i % 2 == 0), 10_000)
+            .op(flip(i.is_multiple_of(2)), 10_000)
             .await
             .unwrap_or_else(|e| panic!("request {i} at epoch {epoch}: {e}"))
             .epoch;
@@ -228,7 +226,7 @@ async fn twenty_thousand_epochs_through_a_thousand_vanishing_clients() {
     // The stalled subscribers fell behind (each push holds at least 1 KiB of their window
     // until acknowledged) and were dropped from the subscribers; their sessions end with
     // their sockets.
-    let page = reqwest_free_get(metrics).await;
+    let page = metrics_page(metrics).await;
     let dropped: u64 = page
         .lines()
         .find_map(|l| {
