@@ -453,9 +453,11 @@ fn thrash_osds_while_writing() {
             // refused with EIO. The OSD must fail-stop (report itself down and exit), and
             // started again on what its device kept, catch up.
             12..=13 => {
+                // An OSD marked out holds no PG and may write nothing for a while: its device
+                // loses power instead, which fails it whether or not it writes.
                 let fault = match kind {
-                    12 => vec!["inject", "power-loss"],
-                    _ => vec!["inject", "eio", "write"],
+                    13 if outed != Some(victim) => vec!["inject", "eio", "write"],
+                    _ => vec!["inject", "power-loss"],
                 };
                 faults.push(format!("{} on osd.{victim}", fault[1..].join(" ")));
                 let args: Vec<String> = fault.iter().map(|w| w.to_string()).collect();
