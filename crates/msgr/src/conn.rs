@@ -26,11 +26,19 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 const MIN_READ_ROOM_BYTES: usize = 4 << 10;
 pub use crate::bufs::DATA_ALIGN_BYTES;
 
+/// The first buffer a large data segment is read into holds at most this much; it doubles as
+/// bytes arrive, so a frame header announcing a large segment costs memory only once its bytes
+/// come (a peer cannot make the reader hold more than twice what it has sent).
+const FIRST_DATA_BUFFER_BYTES: usize = 1 << 20;
+
 /// A large data segment being read straight into its own aligned buffer.
 struct DataInFlight {
     header: FrameHeader,
     payload: Bytes,
+    /// The buffer read into so far: at most `want` bytes long, grown as it fills.
     data: AlignedBuf,
+    /// Length of the whole segment (from the frame header).
+    want: usize,
     filled: usize,
     /// crc32c of each block of `data[..filled]`, extended as bytes arrive (while they are in
     /// cache): the segment's check, and the blocks' checksums for a store.
@@ -62,8 +70,10 @@ impl FrameStream {
     async fn next_frame(&mut self) -> Result<Option<Frame>, MsgrError> {
         loop {
             if let Some(d) = self.in_flight.as_mut() {
-                let want = d.data.len();
-                if d.filled < want {
+                if d.filled < d.want {
+                    if d.filled == d.data.len() {
+                        d.data = grown(&d.data, d.filled, d.want)?;
+                    }
                     let dst = &mut d.data.as_mut_slice()[d.filled..];
                     let n = if self.buf.is_empty() {
                         match self.sock.read(dst).await? {
@@ -105,7 +115,7 @@ impl FrameStream {
                 Some(w) if w.data_len >= ZERO_COPY_DATA_BYTES => {
                     let head = HEADER_BYTES + w.payload_len + SEGMENT_CRC_BYTES;
                     if self.buf.len() < head {
-                        self.buf.reserve(head - self.buf.len());
+                        reserve_as_bytes_arrive(&mut self.buf, head);
                         self.fill_or_closed().await?;
                         continue;
                     }
@@ -115,16 +125,12 @@ impl FrameStream {
                     if crc_fast::crc32_iscsi(&payload) != front.get_u32_le() {
                         return Err(MsgrError::PayloadChecksum { seq: w.header.seq });
                     }
-                    let data = data_pool().take(w.data_len).ok_or_else(|| {
-                        MsgrError::Io(std::io::Error::new(
-                            std::io::ErrorKind::OutOfMemory,
-                            format!("cannot allocate a {}-byte data segment", w.data_len),
-                        ))
-                    })?;
+                    let data = take_data_buffer(w.data_len.min(FIRST_DATA_BUFFER_BYTES))?;
                     self.in_flight = Some(DataInFlight {
                         header: w.header,
                         payload,
                         data,
+                        want: w.data_len,
                         filled: 0,
                         crcs: BlockCrcs::with_capacity(w.data_len),
                     });
@@ -164,6 +170,34 @@ impl FrameStream {
         }
         Ok(self.sock.read_buf(&mut self.buf).await? > 0)
     }
+}
+
+/// An aligned buffer of `len` bytes from the pool.
+fn take_data_buffer(len: usize) -> Result<AlignedBuf, MsgrError> {
+    data_pool().take(len).ok_or_else(|| {
+        MsgrError::Io(std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!("cannot allocate a {len}-byte data segment buffer"),
+        ))
+    })
+}
+
+/// A buffer twice as long as `full` (at most `want` bytes) holding its first `filled` bytes.
+fn grown(full: &AlignedBuf, filled: usize, want: usize) -> Result<AlignedBuf, MsgrError> {
+    assert!(
+        filled <= full.len() && full.len() < want,
+        "a segment buffer grows only when full"
+    );
+    let mut next = take_data_buffer(want.min(full.len().saturating_mul(2)))?;
+    next.as_mut_slice()[..filled].copy_from_slice(&full.as_slice()[..filled]);
+    Ok(next)
+}
+
+/// Makes room in `buf` towards `total` bytes, at most doubling what has arrived: a header that
+/// announces a large frame reserves memory only as its bytes come.
+pub(crate) fn reserve_as_bytes_arrive(buf: &mut BytesMut, total: usize) {
+    let missing = total.saturating_sub(buf.len());
+    buf.reserve(missing.min(buf.len().max(READ_CHUNK_BYTES)));
 }
 
 /// Data segments at least this long are written from their own buffer; shorter ones are copied
@@ -359,7 +393,12 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_trickled_large_frame_survives_reads_cancelled_midway_and_lands_aligned() {
         let (mut raw, mut conn) = pair().await;
-        let data = Bytes::from((0..1_000_003u32).map(|i| i as u8).collect::<Vec<u8>>());
+        // Three times the first buffer: the segment's buffer grows twice on the way.
+        let data = Bytes::from(
+            (0..3 * FIRST_DATA_BUFFER_BYTES as u32 + 17)
+                .map(|i| i as u8)
+                .collect::<Vec<u8>>(),
+        );
         let frames = [
             Frame::new(1, &b"small first"[..]),
             Frame::with_data(2, &b"big"[..], data.clone()),

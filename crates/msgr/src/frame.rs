@@ -349,7 +349,7 @@ impl Frame {
         let seq = header.seq;
         let total = HEADER_BYTES + payload_len + data_len + 2 * SEGMENT_CRC_BYTES;
         if buf.len() < total {
-            buf.reserve(total - buf.len());
+            crate::conn::reserve_as_bytes_arrive(buf, total);
             return Ok(None);
         }
         let mut frame = buf.split_to(total);
@@ -381,6 +381,31 @@ mod tests {
         let mut b = BytesMut::new();
         frame.encode(&Limits::default(), &mut b).unwrap();
         b
+    }
+
+    #[test]
+    fn a_header_announcing_a_large_frame_reserves_only_as_bytes_arrive() {
+        let big = Frame::new(1, vec![7u8; 8 << 20]);
+        let bytes = encoded(&big);
+        let mut partial = BytesMut::from(&bytes[..HEADER_BYTES + 100]);
+        assert!(Frame::decode(&mut partial, &Limits::default())
+            .unwrap()
+            .is_none());
+        assert!(
+            partial.capacity() < 1 << 20,
+            "{} bytes reserved for {} received",
+            partial.capacity(),
+            partial.len()
+        );
+        let mut all = BytesMut::new();
+        for piece in bytes.chunks(64 << 10) {
+            all.extend_from_slice(piece);
+            if let Some(f) = Frame::decode(&mut all, &Limits::default()).unwrap() {
+                assert_eq!(f, big);
+                return;
+            }
+        }
+        panic!("the whole frame never decoded");
     }
 
     #[test]
