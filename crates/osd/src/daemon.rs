@@ -21,7 +21,7 @@ use cairn_msgr::blockcrc::CRC_BLOCK_BYTES;
 use cairn_msgr::http::serve_metrics;
 use cairn_msgr::session::{Listener, Session};
 use cairn_msgr::Limits;
-use cairn_proto::peer::PeerRequest;
+use cairn_proto::peer::{PeerReply, PeerRequest};
 use cairn_proto::{
     decode, decode_with_data, encode, OpHeader, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_OP,
     MSG_OSD_OP_REPLY, MSG_OSD_REPOP, MSG_OSD_REPOP_REPLY, MSG_PEER_REPLY, MSG_PEER_REQUEST,
@@ -98,6 +98,10 @@ pub struct OsdConfig {
     pub max_pending_op_bytes: u64,
     /// Most admin commands (`cairn tell`) running at once; one more is refused.
     pub max_admin_requests: usize,
+    /// Requests of other OSDs (peering queries, recovery and backfill pieces, scrub maps)
+    /// served at once; one more is answered "osd busy" and its sender tries again later, so a
+    /// peer can never make this OSD hold unbounded work.
+    pub max_peer_requests: usize,
     /// Most key and value bytes one omap listing reply carries (Ceph's
     /// `osd_max_omap_bytes_per_request`); the reply then says there is more, and the client
     /// asks for the next page. Default 4 MiB, well under the messenger's frame limit.
@@ -206,6 +210,7 @@ impl OsdConfig {
             max_pending_ops: 4096,
             max_pending_op_bytes: 500 << 20,
             max_admin_requests: 16,
+            max_peer_requests: 1024,
             max_omap_bytes_per_request: 4 << 20,
             beacon_interval_ms: 1000,
             pg_usage_interval_ms: DEFAULT_PG_USAGE_INTERVAL_MS,
@@ -641,6 +646,7 @@ struct Pending {
     ops: Arc<Semaphore>,
     op_kib: Arc<Semaphore>,
     admin: Arc<Semaphore>,
+    peer: Arc<Semaphore>,
 }
 
 impl Pending {
@@ -652,6 +658,7 @@ impl Pending {
             ops: Arc::new(Semaphore::new(cfg.max_pending_ops.max(1))),
             op_kib: Arc::new(Semaphore::new(kib)),
             admin: Arc::new(Semaphore::new(cfg.max_admin_requests.max(1))),
+            peer: Arc::new(Semaphore::new(cfg.max_peer_requests.max(1))),
         }
     }
 
@@ -747,10 +754,19 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                         continue;
                     }
                 };
+                let Ok(permit) = pending.peer.clone().try_acquire_owned() else {
+                    let reply = PeerReply {
+                        tid: req.tid,
+                        answer: Err("osd busy: too many peer requests being served".into()),
+                    };
+                    let _ = sender.send(MSG_PEER_REPLY, encode(&reply, &[])).await;
+                    continue;
+                };
                 let (s2, out) = (s.clone(), sender.clone());
                 s.spawn(async move {
                     let (reply, body) = replica::peer_request(&s2, req, data).await;
                     let _ = out.send(MSG_PEER_REPLY, encode(&reply, &body)).await;
+                    drop(permit);
                 });
             }
             MSG_PING => {

@@ -73,8 +73,20 @@ pub struct GatewayConfig {
     pub max_put_bytes: u64,
     /// Largest user metadata (names plus values), bytes (AWS: 2 KB).
     pub max_meta_bytes: usize,
-    /// Concurrent HTTP connections; more wait in the accept queue.
+    /// Concurrent HTTP connections. One more takes the slot of the connection idle longest
+    /// (between requests or still sending its request head); when every connection has a
+    /// request in progress it waits up to a second, then is answered 503 SlowDown and closed.
     pub max_connections: usize,
+    /// A request body that sends nothing for this long is cut short with RequestTimeout
+    /// (400), and the budget it held is given back. Milliseconds.
+    pub body_idle_timeout_ms: u64,
+    /// A request body must deliver each stripe (or the whole body, if shorter) within this
+    /// long, or it is cut short with RequestTimeout: a slow sender holds the body budget for
+    /// a bounded time (4 MiB stripes and 120 s: at least 35 KiB/s). Milliseconds.
+    pub body_stripe_timeout_ms: u64,
+    /// A request body that waits this long for room in the body budget is refused with 503
+    /// SlowDown (the client retries later). Milliseconds.
+    pub body_admit_timeout_ms: u64,
     /// Request bodies being received and stored at once, bytes (each body counts its length,
     /// at most one stripe; a body being striped holds at most three stripes in memory). Bodies
     /// beyond wait, first come first served, before their first byte is read: under load every
@@ -103,6 +115,9 @@ impl Default for GatewayConfig {
             max_put_bytes: 5 << 30,
             max_meta_bytes: 2048,
             max_connections: 256,
+            body_idle_timeout_ms: 30_000,
+            body_stripe_timeout_ms: 120_000,
+            body_admit_timeout_ms: 30_000,
             max_inflight_body_bytes: 32 << 20,
             region: "us-east-1".into(),
             limits: RateLimits::default(),
@@ -149,6 +164,15 @@ impl GatewayConfig {
         }
         if self.max_connections == 0 || self.pool.is_empty() || self.pool_pg_num == 0 {
             return bad("max_connections, pool and pool_pg_num must be set".into());
+        }
+        for (name, ms) in [
+            ("body_idle_timeout_ms", self.body_idle_timeout_ms),
+            ("body_stripe_timeout_ms", self.body_stripe_timeout_ms),
+            ("body_admit_timeout_ms", self.body_admit_timeout_ms),
+        ] {
+            if ms == 0 {
+                return bad(format!("{name} must be > 0"));
+            }
         }
         let l = &self.limits;
         for (name, v) in [

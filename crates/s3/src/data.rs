@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -49,6 +50,52 @@ pub struct WriteSpec<'a> {
     pub inline_max: u64,
     /// Refuse bodies longer than this (EntityTooLarge), cleaning up what was written.
     pub max_bytes: u64,
+    /// How long the body may be idle, and may take per stripe (RequestTimeout past either).
+    pub deadlines: BodyDeadlines,
+}
+
+/// Time limits on receiving a request body, so a slow or stalled sender holds the gateway's
+/// body budget for a bounded time.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyDeadlines {
+    /// Longest wait for the body's next bytes.
+    pub idle: Duration,
+    /// Longest time to receive one stripe (from the start, or from the last stripe stored).
+    pub stripe: Duration,
+}
+
+impl Default for BodyDeadlines {
+    /// The gateway's default settings (30 s idle, 120 s a stripe).
+    fn default() -> Self {
+        BodyDeadlines {
+            idle: Duration::from_secs(30),
+            stripe: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The body's next chunk, or RequestTimeout when it is idle past `deadlines.idle` or the
+/// stripe being received started longer than `deadlines.stripe` ago.
+async fn next_chunk(
+    body: &mut StreamingBlob,
+    deadlines: &BodyDeadlines,
+    stripe_started: tokio::time::Instant,
+) -> S3Result<Option<Result<Bytes, s3s::StdError>>> {
+    let idle_end = tokio::time::Instant::now() + deadlines.idle;
+    let stripe_end = stripe_started + deadlines.stripe;
+    match tokio::time::timeout_at(idle_end.min(stripe_end), body.next()).await {
+        Ok(next) => Ok(next),
+        Err(_) if idle_end <= stripe_end => Err(s3_error!(
+            RequestTimeout,
+            "the request body sent nothing for {} ms",
+            deadlines.idle.as_millis()
+        )),
+        Err(_) => Err(s3_error!(
+            RequestTimeout,
+            "the request body took over {} ms to send one stripe",
+            deadlines.stripe.as_millis()
+        )),
+    }
 }
 
 /// Lowercase hex of `bytes`.
@@ -95,7 +142,8 @@ pub async fn write_body(
         // Sized from the declared length, so a small body does not reserve a whole stripe.
         let hint = body.remaining_length().exact().unwrap_or(0);
         buf.reserve_exact(hint.min(stripe));
-        while let Some(chunk) = body.next().await {
+        let mut stripe_started = tokio::time::Instant::now();
+        while let Some(chunk) = next_chunk(&mut body, &spec.deadlines, stripe_started).await? {
             let chunk = chunk.map_err(|e| s3_error!(IncompleteBody, "reading the body: {}", e))?;
             size += chunk.len() as u64;
             if size > spec.max_bytes {
@@ -113,6 +161,7 @@ pub async fn write_body(
                 if buf.len() == stripe {
                     let full = std::mem::replace(&mut buf, Vec::with_capacity(stripe));
                     p.push(Bytes::from(full)).await?;
+                    stripe_started = tokio::time::Instant::now();
                 }
             }
         }
@@ -467,6 +516,7 @@ mod tests {
             stripe_bytes: 64,
             inline_max: 10,
             max_bytes: 1 << 20,
+            deadlines: BodyDeadlines::default(),
         };
         let w = write_body(&mem, &spec, Some(body)).await.unwrap();
         assert_eq!(w.size, 1000);
@@ -498,6 +548,7 @@ mod tests {
             stripe_bytes: 64,
             inline_max: 0,
             max_bytes: 300,
+            deadlines: BodyDeadlines::default(),
         };
         let body = StreamingBlob::wrap(futures::stream::iter(chunks));
         let err = write_body(&mem, &spec, Some(body)).await.err().unwrap();
@@ -614,6 +665,7 @@ mod tests {
             stripe_bytes: stripe as u64,
             inline_max: 0,
             max_bytes: 1 << 30,
+            deadlines: BodyDeadlines::default(),
         };
         let w = write_body(&b, &spec, Some(body_of(&data, 70_001)))
             .await
@@ -660,6 +712,7 @@ mod tests {
             stripe_bytes: stripe as u64,
             inline_max: 0,
             max_bytes: 1 << 30,
+            deadlines: BodyDeadlines::default(),
         };
         let w = write_body(&b, &spec, Some(body_of(&data, 1 << 20)))
             .await
@@ -691,6 +744,7 @@ mod tests {
                 stripe_bytes: 64,
                 inline_max: 0,
                 max_bytes: 1 << 20,
+                deadlines: BodyDeadlines::default(),
             };
             let err = write_body(&b, &spec, Some(body_of(&data, 50)))
                 .await
@@ -719,6 +773,7 @@ mod tests {
             stripe_bytes: 64,
             inline_max: 0,
             max_bytes: 1 << 20,
+            deadlines: BodyDeadlines::default(),
         };
         let body = StreamingBlob::wrap(futures::stream::iter(chunks));
         let err = write_body(&mem, &spec, Some(body)).await.err().unwrap();
@@ -734,6 +789,7 @@ mod tests {
             stripe_bytes: 64,
             inline_max: 64,
             max_bytes: 1 << 20,
+            deadlines: BodyDeadlines::default(),
         };
         for data in [&b""[..], b"hello", &[9u8; 63]] {
             let w = write_body(&mem, &spec, Some(body_of(data, 7)))

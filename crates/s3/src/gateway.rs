@@ -1,7 +1,8 @@
 //! The gateway's shared state and the `s3s::S3` trait: each operation is a thin call into the
 //! module that owns it (`bucket_ops`, `object_ops`, `list_ops`, `multipart`).
 
-use crate::metrics::S3Metrics;
+use crate::data::BodyDeadlines;
+use crate::metrics::{LimitCounters, S3Metrics};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,17 +59,39 @@ impl Gateway {
     }
 
     /// Waits, first come first served, until a body of `len` bytes (unknown: `None`) may be
-    /// received and stored; the room is given back when the permit drops.
+    /// received and stored; the room is given back when the permit drops. A body that waits
+    /// longer than `body_admit_timeout_ms` is refused with 503 SlowDown.
     pub async fn admit_body(&self, len: Option<u64>) -> S3Result<OwnedSemaphorePermit> {
         let most = self.cfg.stripe_bytes;
         let want = len.unwrap_or(most).min(most);
         let total = body_permits(self.cfg.max_inflight_body_bytes);
         let permits = (body_permits(want).max(1)).min(total);
-        self.bodies
-            .clone()
-            .acquire_many_owned(permits as u32)
+        let wait = Duration::from_millis(self.cfg.body_admit_timeout_ms);
+        match tokio::time::timeout(wait, self.bodies.clone().acquire_many_owned(permits as u32))
             .await
-            .map_err(|_| s3_error!(ServiceUnavailable, "the gateway is shutting down"))
+        {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(s3_error!(
+                ServiceUnavailable,
+                "the gateway is shutting down"
+            )),
+            Err(_) => {
+                LimitCounters::bump(&self.metrics.limits.bodies_refused);
+                Err(s3_error!(
+                    SlowDown,
+                    "no room for another request body within {} ms; retry later",
+                    wait.as_millis()
+                ))
+            }
+        }
+    }
+
+    /// How long a request body may be idle and may take per stripe (from the settings).
+    pub fn body_deadlines(&self) -> BodyDeadlines {
+        BodyDeadlines {
+            idle: Duration::from_millis(self.cfg.body_idle_timeout_ms),
+            stripe: Duration::from_millis(self.cfg.body_stripe_timeout_ms),
+        }
     }
 
     /// The user name behind a request (AccessDenied if anonymous).

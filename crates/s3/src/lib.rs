@@ -27,6 +27,7 @@ pub mod ratelimit;
 pub mod record;
 pub mod server;
 pub mod sigv4;
+pub mod slots;
 pub mod users;
 
 use std::sync::Arc;

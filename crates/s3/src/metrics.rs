@@ -35,6 +35,28 @@ pub struct S3Metrics {
     ops: Mutex<BTreeMap<String, (u64, u64)>>,
     http: Mutex<[MethodStats; METHODS.len()]>,
     in_flight: AtomicU64,
+    /// Where the gateway protected itself: connections and bodies it refused or cut short.
+    pub limits: LimitCounters,
+}
+
+/// Counts of the gateway's limits at work (see docs/reference/limits.md).
+#[derive(Default)]
+pub struct LimitCounters {
+    /// Connections answered 503 SlowDown because every slot held a request in progress.
+    pub connections_refused: AtomicU64,
+    /// Idle connections closed to give their slot to a new connection.
+    pub connections_evicted: AtomicU64,
+    /// Bodies refused 503 SlowDown after waiting too long for room in the body budget.
+    pub bodies_refused: AtomicU64,
+    /// Bodies cut short with RequestTimeout: idle too long, or too slow to fill a stripe.
+    pub body_timeouts: AtomicU64,
+}
+
+impl LimitCounters {
+    /// Adds one to `counter`.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Marks one request in flight until dropped.
@@ -191,6 +213,32 @@ impl S3Metrics {
             "cairn_s3_requests_in_flight {}",
             self.in_flight.load(Ordering::Relaxed)
         );
+        let l = &self.limits;
+        for (name, help, v) in [
+            (
+                "connections_refused_total",
+                "Connections answered 503 SlowDown: every slot held a request in progress.",
+                &l.connections_refused,
+            ),
+            (
+                "connections_evicted_total",
+                "Idle connections closed to give their slot to a new connection.",
+                &l.connections_evicted,
+            ),
+            (
+                "bodies_refused_total",
+                "Request bodies refused 503 SlowDown after waiting for the body budget.",
+                &l.bodies_refused,
+            ),
+            (
+                "body_timeouts_total",
+                "Request bodies cut short with RequestTimeout (idle, or too slow a stripe).",
+                &l.body_timeouts,
+            ),
+        ] {
+            family(&mut out, name, "counter", help);
+            let _ = writeln!(out, "cairn_s3_{name} {}", v.load(Ordering::Relaxed));
+        }
         out
     }
 }

@@ -13,6 +13,7 @@ use crate::headers::{
     check_conditions, content_headers, content_md5, etag, metadata_out, timestamp, Conditions,
     HeaderInput,
 };
+use crate::metrics::LimitCounters;
 
 /// Most keys in one DeleteObjects request (AWS: 1000).
 pub const MAX_DELETE_KEYS: usize = 1000;
@@ -102,12 +103,19 @@ pub async fn store_body(
         stripe_bytes: gw.cfg.stripe_bytes,
         inline_max,
         max_bytes: gw.cfg.max_put_bytes,
+        deadlines: gw.body_deadlines(),
     };
     let len = body
         .as_ref()
         .and_then(|b| s3s::stream::ByteStream::remaining_length(b).exact());
     let turn = gw.admit_body(len.map(|l| l as u64)).await?;
-    let w = data::write_body(&gw.backend, &spec, body).await?;
+    let w = data::write_body(&gw.backend, &spec, body)
+        .await
+        .inspect_err(|e| {
+            if *e.code() == s3s::S3ErrorCode::RequestTimeout {
+                LimitCounters::bump(&gw.metrics.limits.body_timeouts);
+            }
+        })?;
     drop(turn);
     if expected_md5.is_some_and(|m| m != w.md5) {
         discard(gw, &w).await;

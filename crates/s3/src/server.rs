@@ -1,6 +1,6 @@
 //! The HTTP side: builds the s3s service (SigV4 via [`UsersAuth`], admission via
 //! [`Admission`], explicit XML and header size limits) and serves it with hyper on a TCP
-//! listener, at most `max_connections` connections at a time. Every signed request is first
+//! listener, at most `max_connections` connections at a time ([`Slots`]). Every signed request is first
 //! verified here in constant time ([`authenticate`], `sigv4`, `chunked`) and only then handed
 //! to s3s.
 
@@ -12,14 +12,14 @@ use hyper_util::rt::TokioIo;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{s3_error, HttpRequest, HttpResponse, S3Error};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::access::Admission;
 use crate::chunked::{CheckedBody, ChunkChecker, ChunkMode};
 use crate::gateway::Gateway;
 use crate::metrics::S3Metrics;
 use crate::sigv4::{self, AuthError, Signed};
+use crate::slots::{Busy, Slot, Slots};
 use crate::users::{Users, UsersAuth};
 
 /// Largest XML request body (DeleteObjects with 1000 long keys fits).
@@ -143,8 +143,17 @@ fn error_response(e: S3Error) -> HttpResponse {
     })
 }
 
+/// How long a new connection waits for an idle connection to give up its slot before it is
+/// refused with 503 SlowDown.
+pub const SLOT_WAIT: Duration = Duration::from_secs(1);
+/// How long an idle connection told to give up its slot may take to close.
+const EVICT_GRACE: Duration = Duration::from_secs(1);
+/// How long writing a refusal (and draining what the client sent) may take.
+const REFUSAL_TIME: Duration = Duration::from_secs(1);
+
 /// Serves `service` on `listener` until the task is dropped or aborted; `users` verify the
-/// signatures first ([`handle`]); every request is counted in `metrics`.
+/// signatures first ([`handle`]); every request is counted in `metrics`. At most
+/// `max_connections` connections are served; see [`Slots`] for what one more gets.
 pub async fn serve(
     listener: TcpListener,
     service: S3Service,
@@ -152,11 +161,8 @@ pub async fn serve(
     metrics: Arc<S3Metrics>,
     max_connections: usize,
 ) {
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let slots = Slots::new(max_connections, metrics.clone());
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
@@ -168,46 +174,135 @@ pub async fn serve(
         // Responses go out as a head and then body frames; with Nagle's algorithm a small
         // body waits for the client's delayed ACK of the head (about 40 ms on Linux).
         let _ = stream.set_nodelay(true);
-        let inner = service.clone();
-        let users = users.clone();
-        let metrics = metrics.clone();
-        let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let expect = expects_continue(req.headers());
-            let inner = inner.clone();
-            let users = users.clone();
-            let metrics = metrics.clone();
-            async move {
-                let (t, method) = (Instant::now(), req.method().clone());
-                let bytes_in = declared_len(req.headers());
-                let in_flight = metrics.start();
-                let answered = handle(req, &users, &inner).await;
-                drop(in_flight);
-                let (status, bytes_out) = match &answered {
-                    Ok(r) => (r.status().as_u16(), declared_len(r.headers())),
-                    Err(_) => (500, 0),
-                };
-                metrics.record_http(method.as_str(), status, t.elapsed(), bytes_in, bytes_out);
-                let mut resp = answered?;
-                if expect.is_some_and(|empty| empty || !resp.status().is_success()) {
-                    resp.headers_mut().insert(
-                        hyper::header::CONNECTION,
-                        hyper::header::HeaderValue::from_static("close"),
-                    );
-                }
-                Ok::<_, s3s::HttpError>(resp)
-            }
-        });
+        let (service, users, metrics, slots) = (
+            service.clone(),
+            users.clone(),
+            metrics.clone(),
+            slots.clone(),
+        );
         tokio::spawn(async move {
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.max_buf_size(MAX_HEADER_BYTES.max(8192))
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            if let Err(e) = http.serve_connection(TokioIo::new(stream), svc).await {
-                tracing::debug!("connection from {peer}: {e}");
-            }
-            drop(permit);
+            let Some(slot) = slots.claim(SLOT_WAIT).await else {
+                refuse(stream).await;
+                return;
+            };
+            serve_connection(stream, peer, slot, service, users, metrics).await;
         });
     }
+}
+
+/// Serves one connection holding `slot` until it closes, or until it is idle and told to
+/// give its slot up.
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: Slot,
+    inner: S3Service,
+    users: Arc<Users>,
+    metrics: Arc<S3Metrics>,
+) {
+    let state = slot.state.clone();
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let busy = state.request_started();
+        let expect = expects_continue(req.headers());
+        let inner = inner.clone();
+        let users = users.clone();
+        let metrics = metrics.clone();
+        async move {
+            let (t, method) = (Instant::now(), req.method().clone());
+            let bytes_in = declared_len(req.headers());
+            let in_flight = metrics.start();
+            let answered = handle(req, &users, &inner).await;
+            drop(in_flight);
+            let (status, bytes_out) = match &answered {
+                Ok(r) => (r.status().as_u16(), declared_len(r.headers())),
+                Err(_) => (500, 0),
+            };
+            metrics.record_http(method.as_str(), status, t.elapsed(), bytes_in, bytes_out);
+            // The connection stays busy until the response body has been sent.
+            let mut resp =
+                answered?.map(|body| s3s::Body::http_body(BusyBody { body, _busy: busy }));
+            if expect.is_some_and(|empty| empty || !resp.status().is_success()) {
+                resp.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+            }
+            Ok::<_, s3s::HttpError>(resp)
+        }
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.max_buf_size(MAX_HEADER_BYTES.max(8192))
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let conn = http.serve_connection(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    let served = tokio::select! {
+        r = conn.as_mut() => r,
+        () = slot.state.evicted() => {
+            conn.as_mut().graceful_shutdown();
+            if slot.state.is_busy() {
+                conn.await
+            } else {
+                tokio::time::timeout(EVICT_GRACE, conn).await.unwrap_or(Ok(()))
+            }
+        }
+    };
+    if let Err(e) = served {
+        tracing::debug!("connection from {peer}: {e}");
+    }
+    drop(slot);
+}
+
+/// A response body that keeps its connection marked busy until it has been sent (or dropped).
+struct BusyBody {
+    body: s3s::Body,
+    /// Held, not read: dropping the body marks the connection idle.
+    _busy: Busy,
+}
+
+impl hyper::body::Body for BusyBody {
+    type Data = bytes::Bytes;
+    type Error = s3s::StdError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The response a connection gets when every slot holds a request in progress.
+const SLOW_DOWN_BODY: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+    <Error><Code>SlowDown</Code><Message>Too many connections with requests in progress; \
+    retry later.</Message></Error>";
+
+/// Answers a connection that found no slot with 503 SlowDown and closes it, reading what
+/// the client sent meanwhile so the close does not reset the response away.
+async fn refuse(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/xml\r\n\
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        SLOW_DOWN_BODY.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_TIME, async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(SLOW_DOWN_BODY.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
 }
 
 /// Binds `addr` and serves the gateway on it; returns the bound address and the serving
