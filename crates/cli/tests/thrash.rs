@@ -1,6 +1,7 @@
 //! Thrashing, as Ceph's `thrashosds` does it: `cairn up` (4 OSDs, size 3, min_size 2, a 2 s
-//! heartbeat grace), writers in this process that read back what they wrote, and for a while
-//! (`CAIRN_THRASH_SECS`, default 40) one random fault after another without waiting for the
+//! heartbeat grace), writers in this process mutating objects at random (write_full, writes
+//! at offsets, appends, truncates, setxattr, omap sets and removals, removes) against a model
+//! of every object (`model`), and for a while (`CAIRN_THRASH_SECS`, default 60) one random fault after another without waiting for the
 //! cluster to heal in between: `kill -9` of an OSD (restarted a few seconds later, often while
 //! its PGs still recover), of two at once (their PGs drop below min_size and block), and an OSD
 //! frozen with SIGSTOP past its grace (marked down while alive, then resumed), the monitor
@@ -12,14 +13,15 @@
 //! from a seeded generator (`CAIRN_THRASH_SEED`; printed, to replay a failure);
 //! `CAIRN_THRASH_KINDS` (e.g. `5,8`) draws only those kinds, to hammer one path.
 //!
-//! Pass: every read-back after an acknowledged write returns that write's bytes (crc32c);
-//! writes resume after every fault; once all OSDs are back every PG goes active+clean; every
-//! object then reads back as its last acknowledged write (or as a later write that failed in
-//! the client but reached the OSDs); a deep scrub of every PG finds no inconsistent object;
-//! and after `cairn down` every store passes a deep fsck and every object has exactly three
-//! copies (no stray left behind), identical.
+//! Pass: every whole-object read (data, xattrs, omap) finds a state the model allows (a
+//! mutation that failed in the client may or may not have been applied; nothing else is
+//! allowed); writes resume after every fault; once all OSDs are back every PG goes
+//! active+clean and every object reads back as the model says; a deep scrub of every PG finds
+//! no inconsistent object; and after `cairn down` every store passes a deep fsck, every object
+//! has exactly three copies holding the model's data (no stray left behind), and a removed
+//! object has none.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,86 +31,102 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 mod common;
+mod model;
 
-use cairn_client::Client;
+use cairn_client::{Client, ClientError};
 use common::{cairn, copies, free_port, signal, Cluster};
+use model::{after, describe, read_state, Mutation, ObjState, Possible, Verdict};
 
 const OSDS: usize = 4;
 const DEVICE_MIB: &str = "256";
 const GRACE_S: &str = "2";
 const PGS: usize = 16;
 
-/// Object `i`'s bytes in writer round `round`: sizes from empty to several blocks.
-fn payload(i: usize, round: usize) -> Vec<u8> {
-    let size = [0, 1, 4096, 10_000, 65_536, 300_000, 1 << 20][i % 7];
-    (0..size)
-        .map(|b| {
-            (b as u32)
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add((i * 131 + round) as u32) as u8
-        })
-        .collect()
-}
-
-/// Per object name, the checksums it may hold: its last acknowledged write's, plus those of
-/// writes after it that failed in the client (they may still have been applied).
-type Expected = Arc<Mutex<BTreeMap<String, BTreeSet<u32>>>>;
+/// Per object name, every state it may be in (see `model`).
+type Model = Arc<Mutex<BTreeMap<String, Possible>>>;
 
 /// What the writers saw.
 #[derive(Default)]
 struct Tally {
+    /// Mutations the OSDs answered (applied, or NotFound as the model expected).
     acks: AtomicUsize,
     failures: AtomicUsize,
+    /// Whole-object reads compared with the model.
     read_backs: AtomicUsize,
+    by_kind: Mutex<BTreeMap<&'static str, usize>>,
     last_error: Mutex<String>,
 }
 
-/// Writes its objects in a loop until `stop`; after an acknowledged write, reads one object
-/// in four back at once and asserts it holds exactly what was acknowledged.
+/// An object may be in more states than this (after failed mutations) only until it is read.
+const MOST_POSSIBLE_STATES: usize = 4;
+
+/// Mutates its 40 objects at random until `stop` (every kind of write the model knows), and
+/// after one mutation in four, or once the object may be in too many states, reads the whole
+/// object back and asserts it is a state the model allows.
 async fn writer(
     client: Arc<Client>,
     id: usize,
-    expected: Expected,
+    seed: u64,
+    model: Model,
     tally: Arc<Tally>,
     stop: Arc<Mutex<bool>>,
 ) {
-    let mut round = 0;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(id as u64 + 1));
+    let mut round = 0usize;
     while !*stop.lock().unwrap() {
         round += 1;
-        let i = (round * 7 + id) % 40;
-        let name = format!("t{id}-obj{i}");
-        let data = payload(i, round);
-        let crc = crc_fast::crc32_iscsi(&data);
-        match client.write_full("data", &name, &data).await {
-            Ok(_) => {
-                expected
-                    .lock()
-                    .unwrap()
-                    .insert(name.clone(), BTreeSet::from([crc]));
+        let name = format!("t{id}-obj{}", rng.random_range(0..40));
+        let possible = model
+            .lock()
+            .unwrap()
+            .get(&name)
+            .cloned()
+            .unwrap_or_else(|| vec![None]);
+        let m = Mutation::random(&mut rng, &possible);
+        let result = m.send(&client, "data", &name).await;
+        let next = match after(&possible, &m, &result) {
+            Verdict::Now(next) => next,
+            Verdict::Impossible(why) => panic!("{name}: {why}"),
+        };
+        match &result {
+            Ok(()) | Err(ClientError::NotFound(_)) => {
                 tally.acks.fetch_add(1, Ordering::Relaxed);
-                if round % 4 == 0 {
-                    if let Ok(back) = client.read("data", &name).await {
-                        assert_eq!(
-                            crc_fast::crc32_iscsi(&back),
-                            crc,
-                            "{name}: a read right after its acknowledged write returned other bytes"
-                        );
-                        tally.read_backs.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                *tally.by_kind.lock().unwrap().entry(m.name()).or_default() += 1;
             }
             Err(e) => {
-                *tally.last_error.lock().unwrap() = format!("{name}: {e}");
-                expected
-                    .lock()
-                    .unwrap()
-                    .entry(name)
-                    .or_default()
-                    .insert(crc);
+                *tally.last_error.lock().unwrap() = format!("{name}: {} {e}", m.name());
                 tally.failures.fetch_add(1, Ordering::Relaxed);
             }
         }
+        let must_read = next.len() > MOST_POSSIBLE_STATES;
+        model.lock().unwrap().insert(name.clone(), next);
+        if must_read {
+            while !check_object(&client, &name, &model, &tally).await {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        } else if round % 4 == 0 {
+            check_object(&client, &name, &model, &tally).await;
+        }
     }
+}
+
+/// Reads object `name` whole and asserts the model allows what it holds; the model then
+/// knows its state. False when the read failed (a fault), and nothing was checked.
+async fn check_object(client: &Client, name: &str, model: &Model, tally: &Tally) -> bool {
+    let Ok(seen) = read_state(client, "data", name).await else {
+        return false;
+    };
+    let mut m = model.lock().unwrap();
+    let possible = m.entry(name.to_string()).or_insert_with(|| vec![None]);
+    assert!(
+        possible.contains(&seen),
+        "{name}: read back as {}, the model allows only [{}]",
+        describe(&seen),
+        possible.iter().map(describe).collect::<Vec<_>>().join("; ")
+    );
+    *possible = vec![seen];
+    tally.read_backs.fetch_add(1, Ordering::Relaxed);
+    true
 }
 
 /// A daemon process: started by `cairn up` (known by pid) or restarted by this test.
@@ -295,7 +313,7 @@ fn thrash_osds_while_writing() {
     let secs: u64 = std::env::var("CAIRN_THRASH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
+        .unwrap_or(60);
     let seed: u64 = std::env::var("CAIRN_THRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -342,7 +360,7 @@ fn thrash_osds_while_writing() {
         .enable_all()
         .build()
         .unwrap();
-    let expected: Expected = Arc::default();
+    let model: Model = Arc::default();
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(Mutex::new(false));
     let client = rt.block_on(async {
@@ -355,7 +373,8 @@ fn thrash_osds_while_writing() {
             rt.spawn(writer(
                 client.clone(),
                 id,
-                expected.clone(),
+                seed,
+                model.clone(),
                 tally.clone(),
                 stop.clone(),
             ))
@@ -517,18 +536,36 @@ fn thrash_osds_while_writing() {
         }
     });
     eprintln!(
-        "{} acknowledged writes, {} failed, {} read back at once",
+        "{} mutations answered ({:?}), {} failed, {} objects read back whole",
         tally.acks.load(Ordering::Relaxed),
+        tally.by_kind.lock().unwrap(),
         tally.failures.load(Ordering::Relaxed),
         tally.read_backs.load(Ordering::Relaxed)
     );
     assert!(tally.read_backs.load(Ordering::Relaxed) > 20);
 
-    let expected = expected.lock().unwrap().clone();
-    assert!(expected.len() >= 100, "{} objects written", expected.len());
+    // Every object read whole once more: the model then knows each one's state.
+    let names: Vec<String> = model.lock().unwrap().keys().cloned().collect();
+    assert!(names.len() >= 100, "{} objects written", names.len());
+    rt.block_on(async {
+        for name in &names {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !check_object(&client, name, &model, &tally).await {
+                assert!(Instant::now() < deadline, "{name} never read back");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    });
+    let finals: BTreeMap<String, Option<ObjState>> = model
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(name, p)| (name.clone(), p[0].clone()))
+        .collect();
+    let present = finals.values().filter(|s| s.is_some()).count();
     // Stray copies (left by the faults and the `osd out`s) are deleted once their PG is clean
     // elsewhere: then the stores hold three copies of each object and of each PG's metadata.
-    let want = 3 * (expected.len() + PGS);
+    let want = 3 * (present + PGS);
     rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -545,16 +582,6 @@ fn thrash_osds_while_writing() {
     });
     let inconsistent = rt.block_on(deep_scrub_all(&client));
     assert_eq!(inconsistent, 0, "the deep scrub found inconsistent objects");
-    rt.block_on(async {
-        for (name, crcs) in &expected {
-            let data = client.read("data", name).await.unwrap();
-            let crc = crc_fast::crc32_iscsi(&data);
-            assert!(
-                crcs.contains(&crc),
-                "{name}: holds {crc:08x}, expected one of {crcs:x?}"
-            );
-        }
-    });
     drop(client);
     drop(rt);
 
@@ -567,14 +594,21 @@ fn thrash_osds_while_writing() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let found = copies(&dir, OSDS);
-    for (name, crcs) in &expected {
-        let got = found
-            .get(name)
-            .unwrap_or_else(|| panic!("{name}: on no OSD"));
+    for (name, state) in &finals {
+        let got = found.get(name);
+        let Some(state) = state else {
+            assert!(
+                got.is_none(),
+                "{name}: removed, yet copies remain: {got:x?}"
+            );
+            continue;
+        };
+        let got = got.unwrap_or_else(|| panic!("{name}: on no OSD"));
+        let crc = crc_fast::crc32_iscsi(&state.data);
         assert_eq!(got.len(), 3, "{name}: {} copies", got.len());
         assert!(
-            got.iter().all(|c| c == &got[0] && crcs.contains(c)),
-            "{name}: copies {got:x?}, expected one of {crcs:x?}"
+            got.iter().all(|c| *c == crc),
+            "{name}: copies {got:x?}, the model's data {crc:08x}"
         );
     }
     drop(cluster);
