@@ -34,7 +34,7 @@ mod common;
 mod model;
 
 use cairn_client::{Client, ClientError};
-use common::{cairn, copies, free_port, signal, Cluster};
+use common::{cairn, copies, free_port, has_exited, signal, Cluster};
 use model::{after, describe, read_state, Mutation, ObjState, Possible, Verdict};
 
 const OSDS: usize = 4;
@@ -104,7 +104,7 @@ async fn writer(
             while !check_object(&client, &name, &model, &tally).await {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-        } else if round % 4 == 0 {
+        } else if round.is_multiple_of(4) {
             check_object(&client, &name, &model, &tally).await;
         }
     }
@@ -145,8 +145,29 @@ impl Proc {
         }
     }
 
+    /// Waits up to `secs` for the process to exit by itself; true once it has.
+    fn exits_within(&mut self, secs: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let gone = match self {
+                Proc::Pid(p) => has_exited(*p),
+                Proc::Child(c) => c.try_wait().ok().flatten().is_some(),
+                Proc::Stopped => true,
+            };
+            if gone {
+                *self = Proc::Stopped;
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn kill(&mut self) {
         match std::mem::replace(self, Proc::Stopped) {
+            Proc::Pid(p) if has_exited(p) => {}
             Proc::Pid(p) => signal("-9", p),
             Proc::Child(mut c) => {
                 let _ = c.kill();
@@ -486,6 +507,10 @@ fn thrash_osds_while_writing() {
                     assert!(
                         down,
                         "osd.{victim} never reported itself down after {fault:?}"
+                    );
+                    assert!(
+                        osds[victim].exits_within(30),
+                        "osd.{victim} did not exit after {fault:?}"
                     );
                 }
                 osds[victim].kill();

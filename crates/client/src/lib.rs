@@ -102,11 +102,26 @@ struct Location {
     quota_full: Option<String>,
 }
 
+/// The client's session with one OSD: where it goes, its sender, and the task reading its
+/// replies. Dropping it (the OSD moved, or the client is dropped) stops the reader, which ends
+/// the session and closes its connection: the OSD then forgets this client.
+struct OsdSession {
+    addr: String,
+    sender: SessionSender,
+    reader: tokio::task::AbortHandle,
+}
+
+impl Drop for OsdSession {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
 /// A connection to a cairn cluster.
 pub struct Client {
     _mon: MonClient,
     map: watch::Receiver<Option<ClusterMap>>,
-    sessions: tokio::sync::Mutex<HashMap<i32, (String, SessionSender)>>,
+    sessions: tokio::sync::Mutex<HashMap<i32, OsdSession>>,
     pending: Pending,
     next_tid: AtomicU64,
     id: u64,
@@ -545,9 +560,9 @@ impl Client {
 
     async fn session(&self, osd: i32, addr: &str) -> Result<SessionSender, String> {
         let mut sessions = self.sessions.lock().await;
-        if let Some((a, s)) = sessions.get(&osd) {
-            if a == addr {
-                return Ok(s.clone());
+        if let Some(known) = sessions.get(&osd) {
+            if known.addr == addr {
+                return Ok(known.sender.clone());
             }
         }
         let sock: SocketAddr = addr
@@ -558,7 +573,7 @@ impl Client {
             Session::connect_with(sock, sid, Limits::default(), 100, Policy::Lossy).await;
         let sender = session.sender();
         let pending = self.pending.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             while let Some(frame) = session.recv().await {
                 if frame.header.msg_type != MSG_OSD_OP_REPLY {
                     continue;
@@ -576,7 +591,14 @@ impl Client {
                 }
             }
         });
-        sessions.insert(osd, (addr.to_string(), sender.clone()));
+        sessions.insert(
+            osd,
+            OsdSession {
+                addr: addr.to_string(),
+                sender: sender.clone(),
+                reader: reader.abort_handle(),
+            },
+        );
         Ok(sender)
     }
 

@@ -15,6 +15,8 @@ pub mod client;
 pub mod daemon;
 pub mod error;
 pub mod flags;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod history;
 pub mod incremental;
 pub mod map;

@@ -15,6 +15,8 @@ pub mod bufs;
 pub mod conn;
 pub mod error;
 pub mod frame;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod http;
 pub mod session;
 

@@ -477,11 +477,11 @@ struct SessionParts {
 }
 
 /// What a HELLO frame says.
-struct Hello {
-    id: u64,
-    last_received: u64,
-    incarnation: u64,
-    policy: Policy,
+pub(crate) struct Hello {
+    pub(crate) id: u64,
+    pub(crate) last_received: u64,
+    pub(crate) incarnation: u64,
+    pub(crate) policy: Policy,
 }
 
 /// Bytes of a HELLO frame's payload.
@@ -514,7 +514,7 @@ fn new_incarnation() -> u64 {
 }
 
 /// What a HELLO frame says; anything else (or a HELLO with unknown flags) is refused.
-fn parse_hello(frame: &Frame) -> Result<Hello, MsgrError> {
+pub(crate) fn parse_hello(frame: &Frame) -> Result<Hello, MsgrError> {
     let invalid = |why: &str| {
         MsgrError::Io(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

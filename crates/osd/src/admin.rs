@@ -312,6 +312,13 @@ pub fn render_metrics(s: &Shared) -> String {
             s.id
         );
     }
+    let _ = writeln!(
+        extra,
+        "# HELP cairn_osd_map_epoch The newest cluster map epoch this OSD has.\n\
+         # TYPE cairn_osd_map_epoch gauge\ncairn_osd_map_epoch{{osd=\"{}\"}} {}",
+        s.id,
+        s.epoch()
+    );
     extra.push_str(&s.sched.render_metrics(s.id));
     extra.push_str(&render_capacity(s.id, &s.cfg.capacity));
     let store = s

@@ -13,6 +13,10 @@ pub enum PgError {
         /// The log head.
         head: String,
     },
+    /// A log received or read whose parts break the log's invariants (its order, its tail
+    /// and head, its dups); it is refused whole.
+    #[error("invalid log: {0}")]
+    InvalidLog(String),
     /// No OSD supplied a log; the PG cannot peer.
     #[error("no peer logs to choose from")]
     NoLogs,

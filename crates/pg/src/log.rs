@@ -109,7 +109,7 @@ pub struct Dup {
 
 /// The PG log of one OSD's copy of a PG.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(from = "LogWire", into = "LogWire")]
+#[serde(try_from = "LogWire", into = "LogWire")]
 pub struct PgLog {
     /// Entries after `tail`, oldest first.
     entries: VecDeque<LogEntry>,
@@ -162,8 +162,40 @@ struct LogWire {
     dups: VecDeque<Dup>,
 }
 
-impl From<LogWire> for PgLog {
-    fn from(w: LogWire) -> Self {
+impl LogWire {
+    /// Checks what the log's code keeps true, so a log from a peer (or a damaged one) cannot
+    /// break it: entries in strictly increasing order after the tail, the head at the last
+    /// entry (at the tail when there is none), dups at or below the tail, room for an entry.
+    fn check(&self) -> Result<(), PgError> {
+        let bad = |why: String| Err(PgError::InvalidLog(why));
+        if self.max_entries == 0 {
+            return bad("max_entries is 0".into());
+        }
+        if self.tail > self.head {
+            return bad(format!("tail {} past head {}", self.tail, self.head));
+        }
+        let mut last = self.tail;
+        for e in &self.entries {
+            if e.version <= last {
+                return bad(format!("entry {} does not follow {last}", e.version));
+            }
+            last = e.version;
+        }
+        if last != self.head {
+            return bad(format!("head {} is not the last entry {last}", self.head));
+        }
+        if let Some(d) = self.dups.iter().find(|d| d.version > self.tail) {
+            return bad(format!("dup {} past tail {}", d.version, self.tail));
+        }
+        Ok(())
+    }
+}
+
+impl TryFrom<LogWire> for PgLog {
+    type Error = PgError;
+
+    fn try_from(w: LogWire) -> Result<Self, PgError> {
+        w.check()?;
         let mut log = PgLog {
             entries: w.entries,
             tail: w.tail,
@@ -187,7 +219,7 @@ impl From<LogWire> for PgLog {
                 log.by_request.insert(r, version);
             }
         }
-        log
+        Ok(log)
     }
 }
 

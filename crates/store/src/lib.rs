@@ -25,6 +25,8 @@ mod early;
 pub mod error;
 mod extmap;
 pub mod fsck;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod inflight;
 mod keyfilter;
 pub mod kv;

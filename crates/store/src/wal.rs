@@ -39,12 +39,12 @@ pub(crate) struct Redo {
 }
 
 /// Magic at the start of every record.
-const WAL_MAGIC: &[u8; 8] = b"cairnwal";
+pub(crate) const WAL_MAGIC: &[u8; 8] = b"cairnwal";
 /// Record format version.
-const WAL_VERSION: u8 = 1;
+pub(crate) const WAL_VERSION: u8 = 1;
 /// Magic, version, store uuid, sequence number, length in blocks, payload length. The uuid ties
 /// a record to its store: records a previous store left on the device are never replayed.
-const HEADER_BYTES: usize = 8 + 1 + 8 + 8 + 4 + 4;
+pub(crate) const HEADER_BYTES: usize = 8 + 1 + 8 + 8 + 4 + 4;
 
 /// One decoded redo record.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -128,10 +128,9 @@ pub fn signal(sig: &str, pid: u32) {
     assert!(status.success(), "kill {sig} {pid}");
 }
 
-/// Waits (at most 30 s) until process `pid`, just sent SIGKILL, is gone or a zombie with no
-/// thread left: before that `cairn up` still counts it as running.
-pub fn wait_exited(pid: u32) {
-    let exited = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+/// Whether process `pid` is gone, or a zombie with no thread left.
+pub fn has_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => {
             stat.rsplit_once(')')
@@ -139,9 +138,14 @@ pub fn wait_exited(pid: u32) {
                 == Some("Z")
                 && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count()) <= 1
         }
-    };
+    }
+}
+
+/// Waits (at most 30 s) until process `pid`, just sent SIGKILL, is gone or a zombie with no
+/// thread left: before that `cairn up` still counts it as running.
+pub fn wait_exited(pid: u32) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !exited() {
+    while !has_exited(pid) {
         assert!(
             std::time::Instant::now() < deadline,
             "process {pid} did not exit"

@@ -1,0 +1,6 @@
+//! libFuzzer entry of the `s3_sigv4` target (see `cairn_fuzz`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    cairn_fuzz::run("s3_sigv4", data);
+});
