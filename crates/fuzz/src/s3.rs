@@ -44,8 +44,13 @@ fn request(text: &str) -> Option<(Method, Uri, HeaderMap)> {
     Some((method, uri, headers))
 }
 
-/// The chunk signer of AWS's example request.
+/// The chunk signer of AWS's example request (derived once).
 fn example_signer() -> ChunkSigner {
+    static SIGNER: std::sync::OnceLock<ChunkSigner> = std::sync::OnceLock::new();
+    SIGNER.get_or_init(derive_example_signer).clone()
+}
+
+fn derive_example_signer() -> ChunkSigner {
     let (m, u, h) = request(&example_request()).expect("the example parses");
     let Ok(Signed::V4(sig)) = sigv4::parse(&m, &u, &h) else {
         panic!("the example is signed");

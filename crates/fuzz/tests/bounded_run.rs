@@ -148,3 +148,17 @@ fn seeds_of_every_target_exist_and_unknown_names_are_refused() {
     }
     assert!(!cairn_fuzz::run("no_such_target", b"x"));
 }
+
+/// Writes every target's seeds into its corpus directory, where libFuzzer starts from them
+/// (`cargo test -p cairn-fuzz -- --ignored write_seed_corpus`).
+#[test]
+#[ignore = "writes into fuzz/corpus; run by hand before a libFuzzer run"]
+fn write_seed_corpus() {
+    for &(name, _) in cairn_fuzz::TARGETS {
+        let dir = corpus_dir(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, seed) in cairn_fuzz::seeds(name).iter().enumerate() {
+            std::fs::write(dir.join(format!("seed-{i}")), seed).unwrap();
+        }
+    }
+}
