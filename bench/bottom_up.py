@@ -22,7 +22,7 @@ it to --out. The store layer also runs the cluster bench's own 4 KiB workload (n
 then whole-object reads of random ones, `cairn store bench --small-objects`): one OSD's 4 KiB
 cells are compared with that row, the same work without the network and the OSD.
 
-Usage: bench/bottom_up.py [--seconds 10] [--rounds 1] [--out docs/cluster-bench.md] [--no-ceph] [--prefill]
+Usage: bench/bottom_up.py [--seconds 10] [--rounds 1] [--out docs/results/DATE-bottom-up-bench.md] [--no-ceph] [--prefill]
 
 With --rounds N every layer is measured N times in turn and the table gives medians with their
 range; each ratio is the median of the rounds' own ratios (both layers of a ratio measured minutes
@@ -140,7 +140,7 @@ def store_span_mib(seconds):
 
 
 def store_bench(path, seconds, prefill):
-    # Only the QD16 phases are comparable; see docs/store.md. The 4 MiB phases write about
+    # Only the QD16 phases are comparable; see docs/design/store.md. The 4 MiB phases write about
     # 400 MiB per second asked (1-3 s each at this machine's speed). The store runs on the I/O
     # engine an OSD gives it (native AIO), so that the next layer adds only the OSD.
     # The random phases run ~1-2 s each (shorter ones were mostly the store's warm-up: 8000
@@ -441,8 +441,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure every layer this many times, in turn, and report medians with "
                          "their range (this machine's speed drifts by tens of percent over minutes)")
-    ap.add_argument("--out", help="markdown table to write (default: docs/cluster-bench-table.md, "
-                                  "or docs/cluster-bench-table-prefill.md with --prefill)")
+    ap.add_argument("--out", help="markdown table to write (default: "
+                                  "docs/results/DATE-bottom-up-bench[-prefill].md)")
     ap.add_argument("--no-ceph", action="store_true")
     ap.add_argument("--prefill", action="store_true",
                     help="write zeros over every device file first (the store's, the cairn "
@@ -452,8 +452,9 @@ def main():
     if not 1 <= a.rounds <= 20:
         ap.error("--rounds must be 1..=20")
     if a.out is None:
-        name = "cluster-bench-table-prefill.md" if a.prefill else "cluster-bench-table.md"
-        a.out = os.path.join(ROOT, "docs", name)
+        stamp = time.strftime("%Y-%m-%d")
+        name = f"{stamp}-bottom-up-bench{'-prefill' if a.prefill else ''}.md"
+        a.out = os.path.join(ROOT, "docs", "results", name)
     rounds = []
     huge = True
     for i in range(a.rounds):

@@ -5,7 +5,7 @@
 //! buffer the kernel reads or writes until the operation completes) and the completion thread
 //! that reaps finished operations in batches and wakes the tasks waiting for them. The task that
 //! submits never leaves its thread: an OSD's one runtime worker submits all of its device I/O
-//! itself, where the blocking pool cost two thread hand-offs per I/O (see `docs/blockdev.md`).
+//! itself, where the blocking pool cost two thread hand-offs per I/O (see `docs/design/blockdev.md`).
 //! It must never free or hand back a buffer while the kernel may still use it: a buffer leaves
 //! the table only with its completion event, or is leaked if the context fails.
 
@@ -200,7 +200,7 @@ impl Shared {
     /// Submits one operation on `len` bytes of `pinned` from byte `start` at once, and waits
     /// for its result (bytes transferred). The calling task submits it itself: one
     /// `io_submit` per operation, so that none waits for the runtime's next turn (see
-    /// `docs/blockdev.md`, "Submission").
+    /// `docs/design/blockdev.md`, "Submission").
     async fn once(
         &self,
         op: AioOp,

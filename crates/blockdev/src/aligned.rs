@@ -8,7 +8,7 @@
 //! kernel can back it with 2 MiB pages: a direct I/O from it is then a few physically
 //! contiguous segments instead of one per 4 KiB page, and the block layer sends a 4 MiB write
 //! as one or two requests rather than ten (on this VM's virtio disk, 1-OSD 4 MiB writes went
-//! from ~2.0-2.5 to ~3.5-4 GB/s; see docs/blockdev.md). Where the kernel has transparent huge
+//! from ~2.0-2.5 to ~3.5-4 GB/s; see docs/design/blockdev.md). Where the kernel has transparent huge
 //! pages off, the advice does nothing.
 
 use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};

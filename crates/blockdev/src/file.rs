@@ -44,14 +44,14 @@ pub struct FileDeviceOptions {
     /// read where the runtime has workers to spare: the store benchmark's QD1 reads are ~1.5x
     /// faster). `false` sends them to the blocking pool, which is better for a daemon whose one
     /// worker also serves the network (an OSD's 4 KiB reads are ~1.2x faster); see
-    /// `docs/cluster.md`.
+    /// `docs/results/2026-11-24-bottom-up-runs-and-one-worker.md`.
     pub inline_reads: bool,
     /// How I/O reaches the kernel (default [`IoEngine::Threads`]). [`IoEngine::Aio`] needs
     /// `O_DIRECT`; where either is unavailable the device uses threads (see
     /// [`FileDevice::engine`]). AIO wins where one runtime worker also serves the network (an
     /// OSD: 4 KiB reads 1.1-1.6x, 4 MiB writes 1.1-1.4x); threads win for a store driven
     /// from several workers (`cairn store bench`: QD1 writes ~1.4x, QD16 reads ~1.2x), whose
-    /// inline system calls wake no other thread. See `docs/blockdev.md`.
+    /// inline system calls wake no other thread. See `docs/design/blockdev.md`.
     pub engine: IoEngine,
 }
 

@@ -18,9 +18,10 @@ use crate::mon_cmd::DEFAULT_MON;
 /// Worker threads of an OSD's runtime unless told (`cairn osd run --threads`): one. A request
 /// then wakes no other worker on its way from the socket through the scheduler to the store
 /// and back, and the store's device I/O goes through AIO. On 2 vCPUs two workers gave ~1.15x
-/// fewer 4 KiB writes with ~15% more OSD CPU per write (docs/cluster.md); on a 16-core machine
+/// fewer 4 KiB writes with ~15% more OSD CPU per write
+/// (docs/results/2026-11-24-bottom-up-runs-and-one-worker.md); on a 16-core machine
 /// 1, 2, 4 and 8 workers gave one OSD the same 4 KiB and 4 MiB throughput from one client, the
-/// CPU per 4 KiB read about doubling at 4 (docs/cluster.md "Session 37").
+/// CPU per 4 KiB read about doubling at 4 (docs/results/2026-11-27-16-core-machine.md).
 pub(crate) const DEFAULT_OSD_THREADS: usize = 1;
 
 fn default_osd_threads() -> usize {
@@ -104,7 +105,7 @@ pub struct OsdRunArgs {
     pub prefill: bool,
     /// Store group commits whose writes may be in flight at once (1 or 2): with 2, a group
     /// that writes 1 MiB or more copy-on-write has the next one launched behind it
-    /// (docs/store.md).
+    /// (docs/design/store.md).
     #[arg(long = "store-groups-in-flight", default_value_t = default_store_groups_in_flight())]
     #[serde(default = "default_store_groups_in_flight")]
     pub store_groups_in_flight: usize,

@@ -90,7 +90,7 @@ pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 
 /// [`Limits::write_turn_bytes`] of [`Limits::single_worker`]: on one OSD serving 4 MiB reads
-/// at 16 in flight (docs/cluster.md), 512 KiB turns moved ~2.6-2.9 GB/s, 128 KiB, 256 KiB and
+/// at 16 in flight (docs/results/2026-11-25-one-osd-4mib-read-gap.md), 512 KiB turns moved ~2.6-2.9 GB/s, 128 KiB, 256 KiB and
 /// 1 MiB ones ~2.0, ~2.4-2.5 and ~2.3-2.4, whole writes ~1.8-1.9.
 pub const SINGLE_WORKER_WRITE_TURN_BYTES: usize = 512 << 10;
 

@@ -5,7 +5,7 @@
 //! group of small writes into one sequential log write: on an emulated 7200 rpm disk the
 //! profile says 330 IOPS where the store takes well over a thousand, and mClock's `balanced` and
 //! `high_recovery_ops` profiles, whose limits are shares of that capacity, held clients to a
-//! fraction of what the OSD could serve (docs/cluster.md, "Recovery QoS"). Measured through the
+//! fraction of what the OSD could serve (docs/design/peering-and-recovery.md). Measured through the
 //! store, the capacity counts what the device really does per client write.
 //!
 //! The probe writes new 4 KiB objects and then 4 MiB objects in a collection of its own (not a

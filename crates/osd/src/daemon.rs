@@ -129,7 +129,8 @@ pub struct OsdConfig {
     /// Write zeros over a new device file before mkfs, so data lands on allocated blocks as
     /// on a raw device instead of paying the file system's block allocation on first write
     /// (what `cairn store bench` does to its file; 4 MiB writes on one OSD are ~1.2-1.5x
-    /// faster on a prefilled file here, see docs/cluster.md). Costs one full write of the file.
+    /// faster on a prefilled file here, see docs/results/2026-11-24-osd-aio-device-io.md). Costs
+    /// one full write of the file.
     pub prefill: bool,
     /// Store group commits whose writes may be in flight at once (1 or 2; see
     /// `cairn_store::StoreConfig::max_groups_in_flight`): with 2, large copy-on-write groups

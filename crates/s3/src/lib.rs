@@ -5,7 +5,7 @@
 //!
 //! Layout in the cluster (one pool, `s3` by default): a registry object listing buckets, per
 //! bucket N index shard objects (omap: key -> entry), an uploads object per bucket, a parts
-//! object per upload, a users object, and data stripes `d.{segment-id}.{n}`. See docs/s3.md.
+//! object per upload, a users object, and data stripes `d.{segment-id}.{n}`. See docs/design/s3.md.
 #![warn(missing_docs)]
 
 pub mod access;

@@ -1,6 +1,6 @@
 //! SigV4 verification done by the gateway itself, before s3s sees a request, so that every
 //! signature comparison is constant time (`subtle`). s3s 0.13 verifies with `!=` and offers
-//! no hook to compare ourselves (docs/s3.md, "Constant-time signatures"); it still verifies
+//! no hook to compare ourselves (docs/design/s3.md, "Constant-time signatures"); it still verifies
 //! after us, but its comparisons then only ever see signatures that already matched, so their
 //! timing tells an attacker nothing. This module owns parsing the Authorization header and
 //! presigned query, the canonical request, the signing key and the chunk and trailer

@@ -23,7 +23,7 @@ pub struct StoreConfig {
     /// (`bluestore_prefer_deferred_size_ssd` 0): a deferred overwrite is written twice, the
     /// second time in place at a random spot, which the device's flushes pay for (4 KiB random
     /// overwrites at 16 in flight over 1000 objects of 4 MiB: 21.5-23.2k IOPS deferred,
-    /// 30.2-37.2k copy-on-write; docs/store.md). On a rotational device (the device's
+    /// 30.2-37.2k copy-on-write; docs/design/store.md). On a rotational device (the device's
     /// properties say which at mount) `deferred_max_bytes` applies to overwrites too: there a
     /// deferred write turns a random write into a log append.
     pub deferred_overwrite_max_bytes: u64,
@@ -70,7 +70,7 @@ pub struct StoreConfig {
     /// and a page of zeros per 4 KiB (or per 2 MiB huge page) first touched. Default 64 MiB:
     /// 16 reads of 4 MiB in flight, an OSD serving `rados bench`'s default, come back to it
     /// (with 16 MiB kept, most 4 MiB reads took fresh memory: 10% of the store bench's CPU was
-    /// the kernel zeroing it; docs/store.md).
+    /// the kernel zeroing it; docs/results/2026-11-27-store-lookups-buffers-cache.md).
     pub io_buffer_pool_bytes: usize,
     /// Onode cache size, bytes: committed size and extent maps of recently read objects, so a
     /// read that hits it needs no KV lookup (0 disables it).

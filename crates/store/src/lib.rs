@@ -8,8 +8,8 @@
 //! device, and one device flush commits both (data written once, no journal double write; the
 //! KV is synced only at checkpoints); sub-block overwrites are logged as deferred writes and
 //! applied in place later. Every
-//! read is verified against its checksum. See `docs/store.md` for the design and the crash
-//! model.
+//! read is verified against its checksum. See `docs/design/store.md` and
+//! `docs/design/store-durability.md` for the design and the crash model.
 //!
 //! This crate must never touch a disk except through its `BlockDevice` (and redb's own file),
 //! and never retry a failed device write or flush: such errors fail the store.
