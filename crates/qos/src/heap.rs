@@ -224,10 +224,10 @@ mod tests {
         let mut h = IndexedHeap::new();
         let mut model: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         for step in 0..20_000u64 {
-            let slot = rng.gen_range(0..300u32);
-            match rng.gen_range(0..4) {
+            let slot = rng.random_range(0..300u32);
+            match rng.random_range(0..4) {
                 0 | 1 => {
-                    let key = (rng.gen_range(0..50u64), step);
+                    let key = (rng.random_range(0..50u64), step);
                     h.upsert(slot, key);
                     model.insert(slot, key);
                 }

@@ -11,21 +11,21 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::HashSet;
 
 fn random_policy(rng: &mut ChaCha8Rng) -> PolicyConfig {
-    match rng.gen_range(0..8) {
+    match rng.random_range(0..8) {
         0 => PolicyConfig::Fifo,
         1 => PolicyConfig::Wpq(WpqConfig {
-            cutoff_priority: rng.gen_range(50..255),
+            cutoff_priority: rng.random_range(50..255),
         }),
         2 => PolicyConfig::Mclock(MClockConfig {
-            per_client: rng.gen(),
-            limit_break: rng.gen(),
+            per_client: rng.random(),
+            limit_break: rng.random(),
             ..MClockConfig::default()
         }),
         3 => PolicyConfig::Crrn(CrrnConfig {
-            quantum: rng.gen_range(1..5),
+            quantum: rng.random_range(1..5),
         }),
         4 => PolicyConfig::Orr(BatchConfig {
-            quantum: rng.gen_range(1..9),
+            quantum: rng.random_range(1..9),
             ops: OpFilter::Reads,
             ..BatchConfig::default()
         }),
@@ -34,7 +34,7 @@ fn random_policy(rng: &mut ChaCha8Rng) -> PolicyConfig {
             rules: vec![TbfRuleConfig {
                 name: "r".into(),
                 expr: "client={1,2} | op=read".into(),
-                rate_rps: Some(rng.gen_range(100.0..5000.0)),
+                rate_rps: Some(rng.random_range(100.0..5000.0)),
                 rate_bytes_per_s: None,
                 key: BucketKey::Client,
             }],
@@ -87,8 +87,8 @@ fn random_operations_lose_and_duplicate_nothing() {
             }
         };
         for _ in 0..3000 {
-            now += rng.gen_range(0..200_000);
-            match rng.gen_range(0..10) {
+            now += rng.random_range(0..200_000);
+            match rng.random_range(0..10) {
                 0..=4 => {
                     next_id += 1;
                     let class = [
@@ -96,27 +96,27 @@ fn random_operations_lose_and_duplicate_nothing() {
                         QosClass::Recovery,
                         QosClass::BestEffort,
                         QosClass::Immediate,
-                    ][rng.gen_range(0..4)];
+                    ][rng.random_range(0..4)];
                     let r = Request {
-                        op: if rng.gen() {
+                        op: if rng.random() {
                             OpKind::Read
                         } else {
                             OpKind::Write
                         },
-                        object_id: if rng.gen_bool(0.8) {
-                            Some(rng.gen_range(0..20))
+                        object_id: if rng.random_bool(0.8) {
+                            Some(rng.random_range(0..20))
                         } else {
                             None
                         },
-                        offset_bytes: rng.gen_range(0..1 << 20),
-                        target: rng.gen_range(0..3),
-                        priority: rng.gen_range(0..=255),
+                        offset_bytes: rng.random_range(0..1 << 20),
+                        target: rng.random_range(0..3),
+                        priority: rng.random_range(0..=255),
                         arrival_ns: now,
                         ..Request::new(
                             next_id,
                             class,
-                            rng.gen_range(0..6),
-                            rng.gen_range(1_000..3_000_000),
+                            rng.random_range(0..6),
+                            rng.random_range(1_000..3_000_000),
                         )
                     };
                     q.enqueue(r, now).unwrap();

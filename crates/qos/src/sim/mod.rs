@@ -418,8 +418,8 @@ impl Engine<'_> {
             ((n / slots) % spec.objects, n % slots)
         } else {
             (
-                st.rng.gen_range(0..spec.objects),
-                st.rng.gen_range(0..slots),
+                st.rng.random_range(0..spec.objects),
+                st.rng.random_range(0..slots),
             )
         };
         let object = spec.object_base + obj_index;
@@ -553,7 +553,7 @@ impl Engine<'_> {
         let poisson = spec.poisson;
         self.issue(si, now);
         let gap = if poisson {
-            let u: f64 = self.src[si as usize].rng.gen_range(f64::EPSILON..1.0);
+            let u: f64 = self.src[si as usize].rng.random_range(f64::EPSILON..1.0);
             -u.ln() / rate
         } else {
             1.0 / rate
