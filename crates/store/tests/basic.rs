@@ -1145,3 +1145,58 @@ async fn attributes_move_between_the_onode_and_the_xattr_table() {
     assert_eq!(xattr_records(s), 0, "removal takes the table's records too");
     assert!(s.fsck(true).await.unwrap().is_clean());
 }
+
+/// An xattr too long for the onode (stored in the xattr table) set in its own transaction, as
+/// an OSD's setxattr is, survives a power cut right after it is acknowledged, and every kind
+/// of later write to the object, each followed by a power cut.
+#[tokio::test]
+async fn a_long_xattr_survives_power_cuts_after_every_kind_of_write() {
+    let long = vec![3u8; 280];
+    let version = |t: &mut Transaction, v: u64| {
+        t.setattr("c", "o", "_v", &v.to_le_bytes());
+    };
+    let mut r = rig().await;
+    let mut t = Transaction::new();
+    t.write("c", "o", 0, &pattern(1, 61_473));
+    t.setattr("c", "o", "attr0", &[2u8; 220]);
+    version(&mut t, 1);
+    r.store().queue_transaction(&t).await.unwrap();
+    let mut t = Transaction::new();
+    t.setattr("c", "o", "attr4", &long);
+    version(&mut t, 2);
+    r.store().queue_transaction(&t).await.unwrap();
+    r = power_cut_and_mount(r).await;
+    assert_eq!(r.store().getattr("c", "o", "attr4").await.unwrap(), long);
+    for (i, kind) in ["write", "truncate", "omap", "small xattr"]
+        .iter()
+        .enumerate()
+    {
+        let mut t = Transaction::new();
+        match *kind {
+            "write" => {
+                t.write("c", "o", 100, &pattern(9, 5000));
+            }
+            "truncate" => {
+                t.truncate("c", "o", 30_000);
+            }
+            "omap" => {
+                t.push(cairn_store::Op::OmapSet {
+                    coll: "c".into(),
+                    obj: "o".into(),
+                    entries: vec![(b"k".to_vec(), b"v".to_vec())],
+                });
+            }
+            _ => {
+                t.setattr("c", "o", "attr1", b"x");
+            }
+        }
+        version(&mut t, 3 + i as u64);
+        r.store().queue_transaction(&t).await.unwrap();
+        r = power_cut_and_mount(r).await;
+        assert_eq!(
+            r.store().getattr("c", "o", "attr4").await.unwrap(),
+            long,
+            "after a {kind} and a power cut"
+        );
+    }
+}
