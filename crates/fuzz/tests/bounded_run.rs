@@ -82,7 +82,7 @@ fn run_one(name: &str, target: cairn_fuzz::Target, input: &[u8]) {
     if catch_unwind(AssertUnwindSafe(|| target(input))).is_err() {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fuzz-crashes");
         let _ = std::fs::create_dir_all(&dir);
-        let path = dir.join(format!("{name}-{:08x}", crc_of(input)));
+        let path = dir.join(format!("{name}-{:08x}", fingerprint(input)));
         let _ = std::fs::write(&path, input);
         panic!(
             "fuzz target {name} panicked on a {}-byte input, saved to {} (replay: cargo +nightly \
@@ -94,7 +94,8 @@ fn run_one(name: &str, target: cairn_fuzz::Target, input: &[u8]) {
     }
 }
 
-fn crc_of(b: &[u8]) -> u32 {
+/// A short name for an input (FNV-1a), for the file a crashing input is saved to.
+fn fingerprint(b: &[u8]) -> u32 {
     b.iter().fold(0x811c_9dc5u32, |h, &x| {
         (h ^ u32::from(x)).wrapping_mul(0x0100_0193)
     })

@@ -8,7 +8,7 @@
 //! progress hold slots, and their bodies are bounded in time (`BodyDeadlines`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,7 @@ pub struct ConnState {
     /// When it last became idle (ns since the table's epoch).
     idle_since_ns: AtomicU64,
     /// Set once it was chosen to give its slot up.
-    evicting: std::sync::atomic::AtomicBool,
+    evicting: AtomicBool,
     evict: Notify,
     epoch: Instant,
 }
@@ -95,7 +95,7 @@ impl Slots {
         let state = Arc::new(ConnState {
             busy: AtomicU32::new(0),
             idle_since_ns: AtomicU64::new(nanos_since(self.epoch)),
-            evicting: std::sync::atomic::AtomicBool::new(false),
+            evicting: AtomicBool::new(false),
             evict: Notify::new(),
             epoch: self.epoch,
         });
