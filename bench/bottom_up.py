@@ -350,7 +350,7 @@ def efficiency(layers, name, layer, row_base, w):
     if x is None:
         return None
     if not y:
-        # A layer with no number (as the store had no 4 MiB read phase before session 29): compare with fio.
+        # A layer with no number (a store without a 4 MiB read phase, say): compare with fio.
         y, vs_fio = value(layers, "fio raw file", w), True
         if not y:
             return None

@@ -1,6 +1,6 @@
 //! A filter over the onode keys in the KV, so that looking up an object that does not exist
 //! (every new object a write creates) usually ends in memory instead of in redb's B-tree search
-//! (about 6% of an OSD's CPU under 4 KiB writes of new objects, session 40).
+//! (about 6% of an OSD's CPU under 4 KiB writes of new objects).
 //!
 //! A blocked Bloom filter: each key sets [`PROBES`] bits in one 512-bit block (one cache line).
 //! Owns one invariant: every key the KV's onode table holds, in any snapshot, is in the filter
