@@ -30,7 +30,9 @@ use crate::objects::remove_temps;
 use crate::pgmeta::{put_info, replace_log};
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
-use crate::transfer::{install_local, list_remote, list_scheduled, pull, push, Recovering};
+use crate::transfer::{
+    install_local, list_remote, list_scheduled, pull, pull_from_any, push, Recovering,
+};
 
 /// How long one peering request may take.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -428,9 +430,26 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     };
     match plan.recovery.get(&s.id) {
         Some(Recovery::Log { missing, .. }) => {
+            // The copy to pull from is one that holds the version the log names: the
+            // authoritative log's holder first, then every other copy heard (a holder of the
+            // newest log may itself still lack an object, as Ceph's missing_loc allows for).
+            let sources: Vec<i32> = std::iter::once(auth)
+                .chain(logs.iter().map(|l| l.osd))
+                .filter(|&o| o != s.id)
+                .collect();
             for (obj, want) in missing {
                 match want {
-                    Some(_) => pull(&r, auth, obj, &mut inner.created, None).await?,
+                    Some(v) => {
+                        pull_from_any(&r, &sources, obj, &mut inner.created, *v)
+                            .await
+                            .map_err(|mut refused| match refused.pop() {
+                                Some((_, e)) => e,
+                                None => OsdError::Peer {
+                                    osd: s.id,
+                                    reason: format!("no copy to pull {obj} at {v} from"),
+                                },
+                            })?;
+                    }
                     None => install_local(&r, &mut inner.created, obj, None).await?,
                 }
             }

@@ -20,7 +20,7 @@ use cairn_store::StoreError;
 use crate::pgmeta::unpack;
 use crate::pgs::Pg;
 use crate::shared::Shared;
-use crate::transfer::{pull, Recovering};
+use crate::transfer::{pull_from_any, Recovering};
 
 /// What a read repair came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,17 +68,19 @@ pub async fn repair_object(
         Err(e) => return Repair::Retry(format!("reading {obj} again: {e}")),
     }
     let want = unpack(crate::primary::version_of(s, &pg.coll, obj).await);
-    let mut refused = Vec::new();
-    for from in iv.copies().filter(|&o| o != s.id) {
-        match pull(&r, from, obj, &mut inner.created, Some(want)).await {
-            Ok(()) => {
-                s.metrics.record_read_repair(true);
-                tracing::warn!(osd = s.id, pg = %pg.id, object = obj, from, %damage, "damaged copy replaced by a good one");
-                return Repair::Repaired { from };
-            }
-            Err(e) => refused.push(format!("osd.{from}: {e}")),
+    let sources: Vec<i32> = iv.copies().filter(|&o| o != s.id).collect();
+    let refusals = match pull_from_any(&r, &sources, obj, &mut inner.created, want).await {
+        Ok(from) => {
+            s.metrics.record_read_repair(true);
+            tracing::warn!(osd = s.id, pg = %pg.id, object = obj, from, %damage, "damaged copy replaced by a good one");
+            return Repair::Repaired { from };
         }
-    }
+        Err(refusals) => refusals,
+    };
+    let mut refused: Vec<String> = refusals
+        .iter()
+        .map(|(from, e)| format!("osd.{from}: {e}"))
+        .collect();
     s.metrics.record_read_repair(false);
     if refused.is_empty() {
         refused.push("no other copy in the acting set".into());

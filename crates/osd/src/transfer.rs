@@ -147,6 +147,30 @@ pub(crate) async fn pull(
     }
 }
 
+/// Pulls `obj` at version `want` from the first of `sources` (each tried once, in order) whose
+/// copy is at that version, and says which; otherwise every refusal, by OSD. A copy at another
+/// version is never installed in place of the one asked for.
+pub(crate) async fn pull_from_any(
+    r: &Recovering<'_>,
+    sources: &[i32],
+    obj: &str,
+    created: &mut bool,
+    want: Eversion,
+) -> Result<i32, Vec<(i32, OsdError)>> {
+    let mut refused: Vec<(i32, OsdError)> = Vec::new();
+    let mut tried = std::collections::BTreeSet::new();
+    for &from in sources {
+        if !tried.insert(from) {
+            continue;
+        }
+        match pull(r, from, obj, created, Some(want)).await {
+            Ok(()) => return Ok(from),
+            Err(e) => refused.push((from, e)),
+        }
+    }
+    Err(refused)
+}
+
 /// Runs `work` as one request of this OSD's own (its id as the scheduler's client) of class
 /// `class` and `length_bytes` (at least 4 KiB) through the scheduler shard of `pg`.
 pub(crate) async fn as_own_work<T: Send + 'static>(
