@@ -125,11 +125,23 @@ async fn read_eio(s: &Shared, dev: &Arc<FaultDevice>, object: &str) -> Result<St
     }
 }
 
-/// Cuts the device's power: what was not flushed is gone from the file, and the store fails
-/// at its next I/O (so the OSD fail-stops; started again, it mounts what survived).
+/// How long after answering `inject power-loss` the power goes out: the answer must leave
+/// before the OSD fail-stops and closes its connections.
+const POWER_CUT_DELAY: Duration = Duration::from_millis(300);
+
+/// Cuts the device's power [`POWER_CUT_DELAY`] from now (after this answer is sent): what was
+/// not flushed by then is gone from the file, and the store fails at its next I/O (so the OSD
+/// fail-stops; started again, it mounts what survived).
 async fn power_loss(dev: &Arc<FaultDevice>) -> Result<String, String> {
-    dev.power_loss(PowerLossMode::DropUnflushed)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok("power lost: unflushed writes dropped\n".into())
+    let dev = Arc::clone(dev);
+    tokio::spawn(async move {
+        tokio::time::sleep(POWER_CUT_DELAY).await;
+        if let Err(e) = dev.power_loss(PowerLossMode::DropUnflushed).await {
+            tracing::error!(error = %e, "the injected power loss failed");
+        }
+    });
+    Ok(format!(
+        "power goes out in {} ms: unflushed writes are dropped then\n",
+        POWER_CUT_DELAY.as_millis()
+    ))
 }

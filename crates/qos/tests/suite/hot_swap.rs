@@ -1,6 +1,6 @@
 //! Hot swap under load: nothing lost, each client's order kept; fallback and queue limits.
 
-mod common;
+use crate::common;
 
 use cairn_qos::config::{
     BatchConfig, CrrnConfig, MClockConfig, PolicyConfig, TbfConfig, WpqConfig,

@@ -1,7 +1,7 @@
 //! Policy tests: sequential cut-off, I/O classes, promotion, cleaning in virtual time,
 //! statistics and run-time parameters persisted across attach.
 
-mod common;
+use crate::common;
 
 use cairn_blockdev::BlockDevice;
 use cairn_cache::{

@@ -1,7 +1,7 @@
 //! Property test: a state machine of random transactions, remounts and crashes checked step by
 //! step against the in-memory reference model.
 
-mod common;
+use crate::common;
 
 use cairn_blockdev::PowerLossMode;
 use cairn_store::{KvLossMode, Op, Transaction};

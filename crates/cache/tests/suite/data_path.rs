@@ -1,7 +1,7 @@
 //! Data-path tests: every mode and line size against a byte-array model, with eviction, partial
 //! writes, cleaning, flushes, mode switches, discards and a final detach checked on the core.
 
-mod common;
+use crate::common;
 
 use cairn_blockdev::{BlockDevError, BlockDevice};
 use cairn_cache::{CacheDevice, CacheMode};

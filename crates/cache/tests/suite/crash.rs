@@ -3,7 +3,7 @@
 //! acknowledged by a completed flush or a value written after it, fsck must be clean, and the
 //! core after detach must hold exactly what the cache served.
 
-mod common;
+use crate::common;
 
 use cairn_blockdev::{BlockDevice, CrashSwitch, FaultDevice, MemDevice, PowerLossMode};
 use cairn_cache::{fsck, CacheConfig, CacheDevice, CacheMode, IoClassTable};

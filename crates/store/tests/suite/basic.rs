@@ -1,6 +1,6 @@
 //! Functional tests of the store: every operation, limits, listing, stats, remount, fatal errors.
 
-mod common;
+use crate::common;
 
 use cairn_blockdev::{FaultRule, IoKind, MemDevice};
 use cairn_store::{DataCrcs, KvLocation, Store, StoreError, Transaction};

@@ -3,7 +3,7 @@
 //! remount every acknowledged transaction must be fully present, the one in flight either fully
 //! present or absent, fsck --deep clean, and the store usable.
 
-mod common;
+use crate::common;
 
 use cairn_blockdev::PowerLossMode;
 use cairn_store::{KvLossMode, Op, StoreConfig, Transaction};

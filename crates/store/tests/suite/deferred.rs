@@ -3,7 +3,7 @@
 //! writing it is not handed out again until it has finished. Which writes are deferred
 //! depends on whether they bring new data and on the kind of device.
 
-mod common;
+use crate::common;
 
 use async_trait::async_trait;
 use cairn_blockdev::{

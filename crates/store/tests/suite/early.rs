@@ -3,7 +3,7 @@
 //! order, a member that fails gives its early blocks back, and a submitter dropped mid-write
 //! leaves nothing applied and nothing stranded.
 
-mod common;
+use crate::common;
 
 use cairn_store::{DataCrcs, StoreConfig, StoreError, Transaction};
 use common::gated::{eventually, power_cut, rig_with, spawn_txn};

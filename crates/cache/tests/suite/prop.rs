@@ -1,7 +1,7 @@
 //! Property test: any sequence of writes, reads, flushes, cleaning rounds, mode switches and
 //! reattaches reads back exactly like a flat byte array (shrinks to a minimal failing sequence).
 
-mod common;
+use crate::common;
 
 use cairn_blockdev::BlockDevice;
 use cairn_cache::{CacheDevice, CacheMode};

@@ -1,7 +1,7 @@
 //! Layered policies: a policy per class inside mClock (seed 001's "two policies at the same
 //! time"), with refused requests falling back to FIFO.
 
-mod common;
+use crate::common;
 
 use cairn_qos::config::{
     BatchConfig, BucketKey, MClockConfig, OpFilter, PolicyConfig, TbfConfig, TbfRuleConfig,

@@ -2,7 +2,7 @@
 //! group whose flush has not completed, is acknowledged only after it, writes its record only
 //! after that flush, and readers see neither until both are durable.
 
-mod common;
+use crate::common;
 
 use cairn_store::{Store, StoreConfig, Transaction};
 use common::gated::{eventually, power_cut, rig_with, spawn_txn, GatedDevice};

@@ -2,7 +2,7 @@
 //! checkpoint, are replayed at mount, and a last record whose data did not reach the device is
 //! discarded rather than replayed over missing blocks.
 
-mod common;
+use crate::common;
 
 use cairn_blockdev::PowerLossMode;
 use cairn_store::{

@@ -1,6 +1,6 @@
 //! NRS policies in virtual time: CRR-N fairness (seed 001), ORR seek reduction, TBF rates.
 
-mod common;
+use crate::common;
 
 use cairn_qos::config::{
     BatchConfig, BucketKey, CrrnConfig, OffsetKind, OpFilter, PolicyConfig, TbfConfig,

@@ -3,7 +3,7 @@
 //! failures half way through (checksum errors during read-modify-write, rejected transactions),
 //! each checked against the model, the physical layout, the allocator and fsck --deep.
 
-mod common;
+use crate::common;
 
 use cairn_blockdev::PowerLossMode;
 use cairn_store::{KvLossMode, StoreConfig, StoreError, Transaction};

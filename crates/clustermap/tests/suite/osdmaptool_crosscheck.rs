@@ -32,7 +32,7 @@ fn choose_args_placement_matches_osdmaptool() {
         eprintln!("osdmaptool not installed: skipping (CI installs it)");
         return;
     }
-    let base = include_str!("../../crush/tests/vectors/map-eq60.txt");
+    let base = include_str!("../../../crush/tests/vectors/map-eq60.txt");
     let dir = std::env::temp_dir().join(format!("cairn-om-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let d = dir.display();

@@ -1,7 +1,7 @@
 //! Corruption: flipped bytes in data blocks are caught by the per-block crc32c on every read
 //! (typed error, never bad bytes), and `fsck --deep` names exactly the damaged objects.
 
-mod common;
+use crate::common;
 
 use cairn_store::{StoreError, Transaction};
 use common::*;

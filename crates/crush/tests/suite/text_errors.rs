@@ -4,7 +4,7 @@
 use cairn_crush::{text, CrushError};
 use proptest::prelude::*;
 
-const EQ60: &str = include_str!("vectors/map-eq60.txt");
+const EQ60: &str = include_str!("../vectors/map-eq60.txt");
 
 fn error_at(src: &str) -> (usize, usize, String) {
     match text::parse(src) {

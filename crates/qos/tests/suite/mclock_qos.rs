@@ -1,6 +1,6 @@
 //! mClock QoS proven in virtual time: reservations, hard limits, weight split, newcomers.
 
-mod common;
+use crate::common;
 
 use cairn_qos::config::{ClassParams, ClientOverride, MClockConfig, PolicyConfig};
 use cairn_qos::sim::verdict::{class_window_cost, max_sliding};
