@@ -353,6 +353,14 @@ enum OsdCommand {
     },
     /// OSDs by host with state and weights.
     Tree,
+    /// Where an object lives, as Ceph's `osd map POOL OBJECT`: its hash, PG, up and acting
+    /// sets; and the decimal id the OSD's scheduler and TBF rules (`object=`) know it by.
+    Map {
+        /// Pool name.
+        pool: String,
+        /// Object name.
+        object: String,
+    },
     /// Run an OSD daemon.
     Run(Box<crate::cluster_cmd::OsdRunArgs>),
     /// Per-OSD usage: PGs, objects, stored and allocated bytes (asks each up OSD).
@@ -654,6 +662,7 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             Request::MarkLost { id }
         }
         OsdCommand::Tree => return osd_tree(args.mon.mon),
+        OsdCommand::Map { pool, object } => return osd_map(args.mon.mon, &pool, &object),
         OsdCommand::Set { flags } => Request::SetFlags {
             flags: parse_flags(&flags)?,
             on: true,
@@ -695,6 +704,36 @@ fn fixed_16_16(value: f64, max: f64, what: &str) -> anyhow::Result<u32> {
         "{what} must be in 0..={max}, not {value}"
     );
     Ok((value * 65536.0).round() as u32)
+}
+
+fn osd_map(mon: SocketAddr, pool: &str, object: &str) -> anyhow::Result<()> {
+    crate::runtime::command()?.block_on(async {
+        let map = current_map(mon).await?;
+        let p = map
+            .placement
+            .pools
+            .values()
+            .find(|p| p.name == pool)
+            .ok_or_else(|| anyhow::anyhow!("no pool named `{pool}`"))?;
+        let hash = cairn_clustermap::Pool::hash_key(object, "");
+        let pg = p.object_pg(object, "", "");
+        let m = map.placement.mapper().map_pg(pg)?;
+        let set = |osds: &[i32]| {
+            let ids: Vec<String> = osds.iter().map(i32::to_string).collect();
+            let primary = osds.first().map_or(-1, |o| *o);
+            format!("([{}], p{primary})", ids.join(","))
+        };
+        println!(
+            "osdmap e{} pool '{pool}' ({}) object '{object}' -> pg {}.{hash:08x} ({pg}) -> up {} acting {}",
+            map.epoch,
+            p.id,
+            p.id,
+            set(&m.up),
+            set(&m.acting)
+        );
+        println!("scheduler object id (TBF object=): {hash}");
+        Ok(())
+    })
 }
 
 fn osd_tree(mon: SocketAddr) -> anyhow::Result<()> {

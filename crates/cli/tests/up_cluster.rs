@@ -731,6 +731,17 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         .split_whitespace()
         .collect();
     assert!(ok && row[3..5] == ["2.500", "0.500"], "{out}");
+    // Where an object lives, with Ceph's hash of its name (0x7fc1f406 for `foo`, as `ceph osd
+    // map` prints it) and the decimal id TBF rules name it by.
+    let (ok, out) = osd(&["map", "data", "foo"]);
+    assert!(
+        ok && out.contains("object 'foo' -> pg ")
+            && out.contains(".7fc1f406 (")
+            && out.contains("scheduler object id (TBF object=): 2143417350"),
+        "{out}"
+    );
+    let (ok, out) = osd(&["map", "nopool", "foo"]);
+    assert!(!ok && out.contains("no pool named `nopool`"), "{out}");
     // Cluster flags: an unknown one is refused naming the known ones; set ones are a warning in
     // `health` and `status` until unset.
     let (ok, out) = osd(&["set", "noot"]);

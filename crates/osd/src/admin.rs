@@ -15,11 +15,12 @@ use cairn_qos::{MClockConfig, PolicyConfig, Profile};
 
 use crate::pgs::PgStatus;
 use crate::shared::Shared;
+use crate::work::PRIORITY_KEYS;
 
 pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
 /// Settings `config get` can read (the first three can also be set).
-pub const CONFIG_KEYS: [&str; 18] = [
+pub const CONFIG_KEYS: [&str; 22] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
@@ -38,6 +39,10 @@ pub const CONFIG_KEYS: [&str; 18] = [
     "remap_min_objects",
     "osd_mclock_max_capacity_iops",
     "osd_mclock_max_sequential_bandwidth",
+    "osd_client_op_priority",
+    "osd_recovery_op_priority",
+    "osd_scrub_priority",
+    "osd_pg_delete_priority",
 ];
 
 /// Answers one encoded [`AdminRequest`] with an encoded [`AdminReply`].
@@ -77,6 +82,13 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
             .iter()
             .map(|k| format!("{k} = {}\n", config_get(s, k).unwrap_or_default()))
             .collect()),
+        ["sched", "history"] => serde_json::to_string(&s.sched.history())
+            .map(|j| j + "\n")
+            .map_err(|e| e.to_string()),
+        ["sched", "history", "clear"] => {
+            s.sched.clear_history();
+            Ok("scheduler history cleared\n".into())
+        }
         ["pg", "stats"] => Ok(pg_stats(s)),
         ["pg", "dump"] => Ok(pg_dump(s)),
         ["io"] => Ok(format!("{} {}\n", s.metrics.total_ops(), s.metrics.total_bytes())),
@@ -85,7 +97,7 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
             Ok(format!("{objects} {bytes}\n"))
         }
         _ => Err(format!(
-            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | pg stats | pg dump | pg usage | pg scrub|deep-scrub|repair PGID | io | recovery | df | inject ...)",
+            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | sched history [clear] | pg stats | pg dump | pg usage | pg scrub|deep-scrub|repair PGID | io | recovery | df | inject ...)",
             args.join(" ")
         )),
     }
@@ -150,6 +162,7 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
         "osd_mclock_max_sequential_bandwidth" => {
             format!("{:.0}", c.capacity.seq_bandwidth_bytes_per_s)
         }
+        k if PRIORITY_KEYS.contains(&k) => s.sched.priorities().get(k).unwrap_or(0).to_string(),
         other => {
             return Err(format!(
                 "unknown key `{other}` (known: {})",
@@ -160,6 +173,14 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
 }
 
 fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
+    if PRIORITY_KEYS.contains(&key) {
+        s.sched.priorities().set(key, value)?;
+        tracing::info!(osd = s.id, key, value, "config set");
+        return Ok(format!(
+            "{key} set; requests queued from now on take priority {}\n",
+            value.trim()
+        ));
+    }
     let cfg = match key {
         "osd_op_queue" => PolicyConfig::by_name(value).map_err(|e| e.to_string())?,
         "osd_op_queue_config" => PolicyConfig::from_toml(value).map_err(|e| e.to_string())?,

@@ -27,7 +27,7 @@ use cairn_proto::{
     MSG_OSD_OP_REPLY, MSG_OSD_REPOP, MSG_OSD_REPOP_REPLY, MSG_PEER_REPLY, MSG_PEER_REQUEST,
     MSG_PING, MSG_PING_REPLY,
 };
-use cairn_qos::{CostModel, DeviceCapacity, PolicyConfig, QosClass};
+use cairn_qos::{CostModel, DeviceCapacity, PolicyConfig};
 use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -736,13 +736,13 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                     seed: rep.pg_seed,
                 };
                 let (s2, out) = (s.clone(), sender.clone());
-                let len = data.len().max(4096) as u64;
+                let work = primary::client_work(client, &rep.object, &rep.kind, data.len() as u64);
                 let data = received(data, data_crc);
                 let job = async move {
                     let h = replica::repop(&s2, rep, data).await;
                     let _ = out.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
                 };
-                if let Err(e) = s.sched.submit(pg, QosClass::Client, client, len, job) {
+                if let Err(e) = s.sched.submit(pg, work, job) {
                     let h = ReplyHeader::bare(tid, s.epoch(), OpResult::Failed(e.to_string()));
                     let _ = sender.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
                 }

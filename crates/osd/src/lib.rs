@@ -16,6 +16,7 @@ pub mod error;
 pub mod failstop;
 pub mod fence;
 pub mod heartbeat;
+pub mod history;
 pub mod metrics;
 pub mod objects;
 pub mod past;
@@ -36,6 +37,7 @@ pub mod strays;
 pub mod transfer;
 pub mod txns;
 pub mod usage;
+pub mod work;
 
 pub use daemon::{
     OsdConfig, OsdDaemon, DEFAULT_DEEP_SCRUB_INTERVAL_S, DEFAULT_MAX_INFLIGHT_COST_MS,

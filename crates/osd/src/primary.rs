@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::work::{Purpose, Work};
 use bytes::Bytes;
 use cairn_clustermap::PgId;
 use cairn_msgr::blockcrc::{crc_with_known_blocks, CRC_BLOCK_BYTES};
@@ -16,7 +17,6 @@ use cairn_proto::pairs::{encode_keys, encode_pairs};
 use cairn_proto::{
     decode, encode, OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_REPOP,
 };
-use cairn_qos::QosClass;
 use cairn_store::{StoreError, Transaction};
 
 use crate::objects::list_page;
@@ -142,20 +142,38 @@ async fn scheduled_read(
     let s2 = s.clone();
     let coll = pg.coll.clone();
     let tid = op.tid;
-    let cost = match op.kind {
-        OpKind::Read { len, .. } => len.min(4 << 20),
-        _ => 4096,
-    };
+    let mut work = client_work(client, &op.object, &op.kind, 0);
+    if work.op == cairn_qos::OpKind::Read {
+        let physical = s
+            .store
+            .physical_offset_hint(&coll, &op.object, work.offset_bytes);
+        work = work.at_physical(physical);
+    }
     match s
         .sched
-        .run(pg.id, QosClass::Client, client, cost, async move {
-            read(&s2, &coll, op).await
-        })
+        .run(pg.id, work, async move { read(&s2, &coll, op).await })
         .await
     {
         Ok(r) => r,
         Err(e) => Ok(fail(tid, s.epoch(), OpResult::Failed(e.to_string()))),
     }
+}
+
+/// Most bytes a read counts for in the scheduler (a whole-object read asks for `u64::MAX`).
+const MAX_READ_COST_BYTES: u64 = 4 << 20;
+
+/// What a client op of `kind` on `obj`, carrying `data_bytes`, is for the scheduler: a data
+/// read, a data write (with its offset), or anything else (metadata, omap, removal), at the
+/// client's class and priority. Replica writes are described the same way.
+pub(crate) fn client_work(client: u64, obj: &str, kind: &OpKind, data_bytes: u64) -> Work {
+    use cairn_qos::OpKind as Io;
+    let (io, offset, length) = match *kind {
+        OpKind::WriteFull | OpKind::Append => (Io::Write, 0, data_bytes),
+        OpKind::Write { offset } => (Io::Write, offset, data_bytes),
+        OpKind::Read { offset, len } => (Io::Read, offset, len.min(MAX_READ_COST_BYTES)),
+        _ => (Io::Other, 0, data_bytes),
+    };
+    Work::new(Purpose::ClientOp, client, io).on(obj, offset, length)
 }
 
 fn store_result(e: StoreError) -> OpResult {
@@ -415,6 +433,7 @@ async fn write(
     if let Err(e) = append_entry(&mut txn, coll, &inner.log, &entry, inner.last_epoch_started) {
         return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
     }
+    let work = client_work(client, obj, &kind, data.len() as u64);
     let rep = RepOpHeader {
         tid: 0,
         epoch: iv.epoch,
@@ -426,13 +445,9 @@ async fn write(
         data_crc: op.data_crc,
     };
     let s2 = s.clone();
-    let local = s.sched.run(
-        pg.id,
-        QosClass::Client,
-        client,
-        data.len().max(4096) as u64,
-        async move { s2.store.queue_transaction_owned(txn).await },
-    );
+    let local = s.sched.run(pg.id, work, async move {
+        s2.store.queue_transaction_owned(txn).await
+    });
     let remote = replicate(s, pg, &iv, rep, data);
     let (l, r) = tokio::join!(local, remote);
     let local_ok = matches!(l, Ok(Ok(())));

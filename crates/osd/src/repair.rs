@@ -98,7 +98,7 @@ pub async fn repair_object(
 /// its checksum.
 async fn reads_whole(r: &Recovering<'_>, obj: &str) -> Result<bool, crate::OsdError> {
     let (s2, coll, name) = (r.s.clone(), r.pg.coll.clone(), obj.to_string());
-    r.run(0, async move {
+    r.run(r.work(cairn_qos::OpKind::Read).on(obj, 0, 0), async move {
         let size = match s2.store.stat(&coll, &name).await {
             Ok(st) => st.size_bytes,
             Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => {

@@ -23,7 +23,10 @@ use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack, put_info, replace_log};
 use crate::pgs::PgStatus;
 use crate::shared::Shared;
+use crate::transfer;
 use crate::txns::{build_write, no_space_detail};
+use crate::work::Work;
+use cairn_qos::OpKind as Io;
 
 /// Applies a replica write durably; answers Ok only once it is committed. The data's crc32c,
 /// as the messenger verified it on arrival, must match the write's own.
@@ -151,19 +154,13 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
         }
         _ => {
             let s2 = s.clone();
-            let cost = data.len().max(4096) as u64;
             let pg = PgId {
                 pool: req.pool,
                 seed: req.pg_seed,
             };
+            let work = peer_work(s, &req, u64::from(from as u32), data.len() as u64);
             s.sched
-                .run(
-                    pg,
-                    crate::transfer::class_of(req.urgency),
-                    u64::from(from as u32),
-                    cost,
-                    async move { recovery(&s2, req, data).await },
-                )
+                .run(pg, work, async move { recovery(&s2, req, data).await })
                 .await
                 .and_then(|r| r)
         }
@@ -177,6 +174,41 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
             },
             Bytes::new(),
         ),
+    }
+}
+
+/// What a peer's recovery request asks of this OSD's store, for the scheduler: a piece read
+/// for a pull, a piece written for a push, else a metadata step; in the class and priority its
+/// urgency asks for, on behalf of `peer`.
+fn peer_work(s: &Shared, req: &PeerRequest, peer: u64, data_bytes: u64) -> Work {
+    let base = Work::new(transfer::purpose_of(req.urgency), peer, Io::Other);
+    match &req.body {
+        PeerBody::Pull {
+            object,
+            data_offset,
+            ..
+        } => {
+            let coll = crate::pgmeta::collection(PgId {
+                pool: req.pool,
+                seed: req.pg_seed,
+            });
+            Work {
+                op: Io::Read,
+                ..base
+            }
+            .on(object, *data_offset, s.cfg.recovery_chunk_bytes)
+            .at_physical(s.store.physical_offset_hint(&coll, object, *data_offset))
+        }
+        PeerBody::Push {
+            object,
+            data_offset,
+            ..
+        } => Work {
+            op: Io::Write,
+            ..base
+        }
+        .on(object, *data_offset, data_bytes),
+        _ => base.sized(data_bytes),
     }
 }
 

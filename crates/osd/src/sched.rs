@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 use cairn_clustermap::PgId;
 use cairn_qos::hist::Histogram;
 use cairn_qos::{CostModel, Dequeued, PolicyConfig, QosClass, QosQueue, Request, ShardLink};
+
+use crate::history::{History, Released as ReleasedRecord};
+use crate::work::{Priorities, Work};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +30,10 @@ use crate::error::OsdError;
 
 /// Quantiles of the scheduler wait time in the metrics.
 const WAIT_QUANTILES: [f64; 3] = [0.5, 0.99, 0.999];
+
+/// A request's cost counts at least this many bytes (a 4 KiB random I/O is the cost model's
+/// unit).
+const MIN_COST_BYTES: u64 = 4096;
 
 /// Most op shards an OSD may have (explicit limit).
 pub const MAX_OP_SHARDS: usize = 64;
@@ -101,10 +108,22 @@ impl Drop for CostTaken {
     }
 }
 
+/// What every shard of one OSD shares: the priorities requests are queued with, the order of
+/// release and nothing else.
+#[derive(Default)]
+struct Common {
+    priorities: Priorities,
+    released: AtomicU64,
+}
+
 /// One shard: a policy queue with its own lock, dispatcher and in-flight slots.
 struct Shard {
+    index: usize,
+    common: Arc<Common>,
     queue: Mutex<QosQueue>,
-    jobs: Mutex<HashMap<u64, Job>>,
+    /// Queued jobs by request id, with what they are.
+    jobs: Mutex<HashMap<u64, (Job, Work)>>,
+    history: History,
     next_id: Mutex<u64>,
     notify: Notify,
     inflight: Arc<Semaphore>,
@@ -117,16 +136,21 @@ struct Shard {
 }
 
 impl Shard {
-    /// A shard with `queue`'s policy, the device cost model and its in-flight limits.
+    /// Shard `index` with `queue`'s policy, the device cost model and its in-flight limits.
     fn new(
+        index: usize,
+        common: Arc<Common>,
         queue: QosQueue,
         cost: CostModel,
         limits: InFlightLimits,
         started: Instant,
     ) -> Arc<Self> {
         let s = Arc::new(Shard {
+            index,
+            common,
             queue: Mutex::new(queue),
             jobs: Mutex::new(HashMap::new()),
+            history: History::default(),
             next_id: Mutex::new(1),
             notify: Notify::new(),
             inflight: Arc::new(Semaphore::new(limits.ops.max(1))),
@@ -160,15 +184,13 @@ impl Shard {
         self.started.elapsed().as_nanos() as u64
     }
 
-    /// Queues `job` as `class` work of `length_bytes` for `client_id`; it runs when released.
+    /// Queues `job`, described by `work`; it runs when released.
     fn submit(
         &self,
-        class: QosClass,
-        client_id: u64,
-        length_bytes: u64,
+        work: Work,
         job: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), OsdError> {
-        let id = self.enqueue(class, client_id, length_bytes, Box::pin(job))?;
+        let id = self.enqueue(work, Box::pin(job))?;
         match self.dispatch_here(id) {
             Some(job) => drop(tokio::spawn(job)),
             None => self.notify.notify_one(),
@@ -176,27 +198,29 @@ impl Shard {
         Ok(())
     }
 
-    /// Puts `job` in the policy's queue (without waking the dispatcher); returns its id.
-    fn enqueue(
-        &self,
-        class: QosClass,
-        client_id: u64,
-        length_bytes: u64,
-        job: Job,
-    ) -> Result<u64, OsdError> {
+    /// Puts `job` in the policy's queue (without waking the dispatcher), with everything
+    /// `work` says of it and its purpose's priority now; returns its id.
+    fn enqueue(&self, work: Work, job: Job) -> Result<u64, OsdError> {
         let id = {
             let mut n = self.next_id.lock().unwrap_or_else(|p| p.into_inner());
             *n += 1;
             *n
         };
+        let cost_ns = self.cost.cost_ns(work.length_bytes.max(MIN_COST_BYTES));
         let req = Request {
-            length_bytes,
-            ..Request::new(id, class, client_id, self.cost.cost_ns(length_bytes))
+            op: work.op,
+            target: 0,
+            object_id: work.object_id,
+            offset_bytes: work.offset_bytes,
+            physical_offset_bytes: work.physical_offset_bytes,
+            length_bytes: work.length_bytes,
+            priority: self.common.priorities.of(work.purpose),
+            ..Request::new(id, work.purpose.class(), work.client_id, cost_ns)
         };
         self.jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, job);
+            .insert(id, (job, work));
         let queued = self
             .queue
             .lock()
@@ -229,7 +253,11 @@ impl Shard {
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&d.req.id);
                 match job {
-                    Some(job) => {
+                    Some((job, work)) => {
+                        let seq = self.common.released.fetch_add(1, Ordering::Relaxed);
+                        let waited = self.now_ns().saturating_sub(d.req.arrival_ns);
+                        self.history
+                            .record(seq, self.index, &work, d.req.priority, waited);
                         let cost = self.cost_in_flight.take(d.req.cost_ns);
                         let stopping = self.stopping.clone();
                         Released::Job(
@@ -286,19 +314,17 @@ impl Shard {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `work` like [`Shard::submit`] and waits for its result.
+    /// Queues `task` like [`Shard::submit`] and waits for its result.
     async fn run<T: Send + 'static>(
         &self,
-        class: QosClass,
-        client_id: u64,
-        length_bytes: u64,
-        work: impl Future<Output = T> + Send + 'static,
+        work: Work,
+        task: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, OsdError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::pin(async move {
-            let _ = tx.send(work.await);
+            let _ = tx.send(task.await);
         });
-        let id = self.enqueue(class, client_id, length_bytes, job)?;
+        let id = self.enqueue(work, job)?;
         match self.dispatch_here(id) {
             Some(job) => job.await,
             None => self.notify.notify_one(),
@@ -330,6 +356,7 @@ pub struct InFlightLimits {
 /// The scheduler of one OSD: its op shards.
 pub struct OpScheduler {
     shards: Vec<Arc<Shard>>,
+    common: Arc<Common>,
     /// Held while a policy change is applied to every shard, so two changes never interleave.
     switching: Mutex<()>,
 }
@@ -354,14 +381,23 @@ impl OpScheduler {
                 ns => (ns / shards as u64).max(1),
             },
         };
+        let common = Arc::new(Common::default());
         let shards = (0..shards)
-            .map(|_| {
+            .map(|index| {
                 let queue = QosQueue::new_shard(policy.clone(), link.clone())?;
-                Ok(Shard::new(queue, cost, per_shard, started))
+                Ok(Shard::new(
+                    index,
+                    common.clone(),
+                    queue,
+                    cost,
+                    per_shard,
+                    started,
+                ))
             })
             .collect::<Result<Vec<_>, OsdError>>()?;
         Ok(Arc::new(OpScheduler {
             shards,
+            common,
             switching: Mutex::new(()),
         }))
     }
@@ -389,31 +425,48 @@ impl OpScheduler {
         }
     }
 
-    /// Queues `job` as `class` work of `length_bytes` for `client_id` in `pg`'s shard; it runs
-    /// when released.
+    /// Queues `job`, described by `work`, in `pg`'s shard; it runs when released.
     pub fn submit(
         &self,
         pg: PgId,
-        class: QosClass,
-        client_id: u64,
-        length_bytes: u64,
+        work: Work,
         job: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), OsdError> {
-        self.shard(pg).submit(class, client_id, length_bytes, job)
+        self.shard(pg).submit(work, job)
     }
 
-    /// Queues `work` like [`OpScheduler::submit`] and waits for its result.
+    /// Queues `task`, described by `work`, like [`OpScheduler::submit`] and waits for its
+    /// result.
     pub async fn run<T: Send + 'static>(
         &self,
         pg: PgId,
-        class: QosClass,
-        client_id: u64,
-        length_bytes: u64,
-        work: impl Future<Output = T> + Send + 'static,
+        work: Work,
+        task: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, OsdError> {
-        self.shard(pg)
-            .run(class, client_id, length_bytes, work)
-            .await
+        self.shard(pg).run(work, task).await
+    }
+
+    /// The priorities requests are queued with, by purpose (live-settable).
+    pub fn priorities(&self) -> &Priorities {
+        &self.common.priorities
+    }
+
+    /// The requests every shard released most recently, in order of release.
+    pub fn history(&self) -> Vec<ReleasedRecord> {
+        let mut all: Vec<ReleasedRecord> = self
+            .shards
+            .iter()
+            .flat_map(|s| s.history.snapshot())
+            .collect();
+        all.sort_by_key(|r| r.seq);
+        all
+    }
+
+    /// Forgets the history (so that a test or an operator reads only what follows).
+    pub fn clear_history(&self) {
+        for s in &self.shards {
+            s.history.clear();
+        }
     }
 
     /// The active policy's configuration (every shard runs the same).
@@ -529,12 +582,23 @@ async fn dispatch_loop(s: Arc<Shard>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::work::Purpose;
     use cairn_qos::config::ClassParams;
     use cairn_qos::{DeviceCapacity, MClockConfig};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex as StdMutex;
 
     const PG: PgId = PgId { pool: 1, seed: 0 };
+
+    /// Work of `class` for `client` of `length` bytes.
+    fn w(class: QosClass, client: u64, length: u64) -> Work {
+        let purpose = match class {
+            QosClass::Client => Purpose::ClientOp,
+            QosClass::Recovery => Purpose::Recovery,
+            _ => Purpose::Scrub,
+        };
+        Work::new(purpose, client, cairn_qos::OpKind::Write).sized(length)
+    }
 
     fn sharded(policy: PolicyConfig, max_inflight: usize, shards: usize) -> Arc<OpScheduler> {
         let limits = InFlightLimits {
@@ -573,7 +637,7 @@ mod tests {
     async fn hold_a_slot_of(s: &OpScheduler, pg: PgId) -> tokio::sync::oneshot::Sender<()> {
         let (release, wait) = tokio::sync::oneshot::channel::<()>();
         let (started_tx, started) = tokio::sync::oneshot::channel();
-        s.submit(pg, QosClass::Client, 9, 4096, async move {
+        s.submit(pg, w(QosClass::Client, 9, 4096), async move {
             let _ = started_tx.send(());
             let _ = wait.await;
         })
@@ -599,7 +663,7 @@ mod tests {
         let gate = Arc::new(Semaphore::new(0));
         for i in 0..6u64 {
             let (started, gate) = (started.clone(), gate.clone());
-            s.submit(PG, QosClass::Recovery, i, 4 << 20, async move {
+            s.submit(PG, w(QosClass::Recovery, i, 4 << 20), async move {
                 started.fetch_add(1, Ordering::SeqCst);
                 gate.acquire().await.unwrap().forget();
             })
@@ -658,13 +722,14 @@ mod tests {
         };
         for i in 0..20u64 {
             let job = served(format!("recovery {i}"), device.clone(), done.clone());
-            s.submit(PG, QosClass::Recovery, 1, 4 << 20, job).unwrap();
+            s.submit(PG, w(QosClass::Recovery, 1, 4 << 20), job)
+                .unwrap();
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
         let job = served("client".into(), device.clone(), done.clone());
         tokio::time::timeout(
             Duration::from_secs(5),
-            s.run(PG, QosClass::Client, 2, 4096, job),
+            s.run(PG, w(QosClass::Client, 2, 4096), job),
         )
         .await
         .expect("client write ran")
@@ -684,11 +749,104 @@ mod tests {
         assert!(unlimited >= 15, "without the limit: {unlimited} before it");
     }
 
+    /// Under WPQ with one slot, recovery queued before a burst of client writes: the order of
+    /// release and the history it leaves.
+    async fn wpq_release_order(recovery_priority: &str) -> Vec<ReleasedRecord> {
+        let s = sharded(PolicyConfig::by_name("wpq").unwrap(), 1, 1);
+        s.priorities()
+            .set("osd_recovery_op_priority", recovery_priority)
+            .unwrap();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let g = gate.clone();
+        let blocker = Work::new(Purpose::ClientOp, 99, cairn_qos::OpKind::Other);
+        s.submit(PG, blocker, async move {
+            let _ = g.acquire().await;
+        })
+        .unwrap();
+        let mut waiting = Vec::new();
+        for i in 0..20u64 {
+            let work = Work::new(Purpose::Recovery, 1, cairn_qos::OpKind::Write).on(
+                &format!("r{i}"),
+                0,
+                64 << 10,
+            );
+            let s2 = s.clone();
+            waiting.push(tokio::spawn(
+                async move { s2.run(PG, work, async {}).await },
+            ));
+        }
+        for i in 0..20u64 {
+            let work = Work::new(Purpose::ClientOp, 2 + i % 2, cairn_qos::OpKind::Read).on(
+                "c",
+                i * 4096,
+                4096,
+            );
+            let s2 = s.clone();
+            waiting.push(tokio::spawn(
+                async move { s2.run(PG, work, async {}).await },
+            ));
+        }
+        while s.shards[0].queue().len() < 40 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        gate.add_permits(1);
+        for w in waiting {
+            tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .expect("released")
+                .unwrap()
+                .unwrap();
+        }
+        s.history()
+            .into_iter()
+            .filter(|r| r.client_id != 99)
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wpq_puts_clients_ahead_of_recovery_by_ceph_priorities_and_the_history_says_so() {
+        let h = wpq_release_order("3").await;
+        assert_eq!(h.len(), 40);
+        let clients_in_first_20 = h[..20]
+            .iter()
+            .filter(|r| r.purpose == Purpose::ClientOp)
+            .count();
+        assert!(
+            clients_in_first_20 >= 18,
+            "63 against 3: {clients_in_first_20} of the first 20 released were clients"
+        );
+        let rec = h.iter().find(|r| r.purpose == Purpose::Recovery).unwrap();
+        assert_eq!((rec.class, rec.priority), (QosClass::Recovery, 3));
+        assert_eq!(rec.op, cairn_qos::OpKind::Write);
+        assert_eq!(rec.length_bytes, 64 << 10);
+        let client_reads: Vec<_> = h
+            .iter()
+            .filter(|r| r.purpose == Purpose::ClientOp)
+            .collect();
+        assert!(client_reads.iter().all(|r| r.priority == 63
+            && r.op == cairn_qos::OpKind::Read
+            && r.object_id == Some(crate::work::object_id("c"))));
+        let mut offsets: Vec<u64> = client_reads.iter().map(|r| r.offset_bytes).collect();
+        offsets.sort_unstable();
+        assert_eq!(offsets, (0..20).map(|i| i * 4096).collect::<Vec<_>>());
+
+        // Recovery at the client's priority (the seed's "BST" setting): the two alternate.
+        let even = wpq_release_order("63").await;
+        let clients_in_first_20 = even[..20]
+            .iter()
+            .filter(|r| r.purpose == Purpose::ClientOp)
+            .count();
+        assert!(
+            (5..=15).contains(&clients_in_first_20),
+            "equal priorities: {clients_in_first_20} of the first 20 were clients"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_costlier_than_the_whole_limit_still_runs() {
         let s = cost_limited(PolicyConfig::Fifo, 0.001);
         for _ in 0..3 {
-            let got = s.run(PG, QosClass::Recovery, 1, 16 << 20, async { 5 });
+            let got = s.run(PG, w(QosClass::Recovery, 1, 16 << 20), async { 5 });
             let got = tokio::time::timeout(Duration::from_secs(5), got).await;
             assert_eq!(got.expect("ran").unwrap(), 5);
         }
@@ -698,7 +856,7 @@ mod tests {
     async fn run_returns_the_work_result_whether_dispatched_here_or_by_the_dispatcher() {
         let s = scheduler(4);
         for i in 0..100u64 {
-            let got = s.run(PG, QosClass::Client, i % 3, 4096, async move { i * 2 });
+            let got = s.run(PG, w(QosClass::Client, i % 3, 4096), async move { i * 2 });
             assert_eq!(got.await.unwrap(), i * 2);
         }
     }
@@ -712,7 +870,7 @@ mod tests {
         for i in 0..5u64 {
             let (s2, order2) = (s.clone(), order.clone());
             waiters.push(tokio::spawn(async move {
-                s2.run(PG, QosClass::Client, i, 4096, async move {
+                s2.run(PG, w(QosClass::Client, i, 4096), async move {
                     order2.lock().unwrap().push(i);
                 })
                 .await
@@ -743,7 +901,7 @@ mod tests {
             let order = Arc::new(StdMutex::new(Vec::new()));
             let (s2, order2) = (s.clone(), order.clone());
             let older = tokio::spawn(async move {
-                s2.run(PG, QosClass::Client, 1, 4096, async move {
+                s2.run(PG, w(QosClass::Client, 1, 4096), async move {
                     order2.lock().unwrap().push("older");
                 })
                 .await
@@ -753,7 +911,7 @@ mod tests {
             // The slot frees as this caller arrives: FIFO must still run the older one first.
             release.send(()).unwrap();
             let order3 = order.clone();
-            s.run(PG, QosClass::Client, 2, 4096, async move {
+            s.run(PG, w(QosClass::Client, 2, 4096), async move {
                 order3.lock().unwrap().push("newer");
             })
             .await
@@ -795,7 +953,7 @@ mod tests {
         let other = pg_in(&s, 1, None);
         let ran = tokio::time::timeout(
             Duration::from_secs(5),
-            s.run(other, QosClass::Client, 1, 4096, async { 7 }),
+            s.run(other, w(QosClass::Client, 1, 4096), async { 7 }),
         )
         .await
         .expect("the other shard's PG waited for the busy shard");
@@ -803,8 +961,10 @@ mod tests {
         // A second PG of the busy shard waits for its slot, and runs once it is free.
         let same = pg_in(&s, 0, Some(busy));
         let s2 = s.clone();
-        let waiting =
-            tokio::spawn(async move { s2.run(same, QosClass::Client, 1, 4096, async { 8 }).await });
+        let waiting = tokio::spawn(async move {
+            s2.run(same, w(QosClass::Client, 1, 4096), async { 8 })
+                .await
+        });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(
             !waiting.is_finished(),
@@ -834,7 +994,7 @@ mod tests {
         for seed in 0..400u32 {
             let d = done.clone();
             let pg = PgId { pool: 1, seed };
-            s.submit(pg, QosClass::Client, 1, 4096, async move {
+            s.submit(pg, w(QosClass::Client, 1, 4096), async move {
                 d.fetch_add(1, Ordering::Relaxed);
             })
             .unwrap();
@@ -870,7 +1030,9 @@ mod tests {
         for shard in &s.shards {
             assert_eq!(shard.policy().name(), "wpq");
         }
-        let got = s.run(pg_in(&s, 2, None), QosClass::Client, 1, 4096, async { 3 });
+        let got = s.run(pg_in(&s, 2, None), w(QosClass::Client, 1, 4096), async {
+            3
+        });
         assert_eq!(got.await.unwrap(), 3);
         let metrics = s.render_metrics(0);
         assert!(metrics.contains("cairn_osd_sched_shard_queued{osd=\"0\",shard=\"2\"} 0"));
@@ -895,9 +1057,11 @@ mod tests {
         let release = hold_a_slot_of(&s, busy).await;
         let s2 = s.clone();
         let waiting =
-            tokio::spawn(async move { s2.run(busy, QosClass::Recovery, 1, 4096, async {}).await });
+            tokio::spawn(
+                async move { s2.run(busy, w(QosClass::Recovery, 1, 4096), async {}).await },
+            );
         let other = pg_in(&s, 1, None);
-        s.run(other, QosClass::Client, 1, 4096, async {})
+        s.run(other, w(QosClass::Client, 1, 4096), async {})
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;

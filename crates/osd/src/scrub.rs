@@ -23,7 +23,6 @@ use cairn_clustermap::PgId;
 use cairn_mon::MapFlag;
 use cairn_pg::scrub::{compare, CopyState, Inconsistency, ObjectDigest, ScrubMap};
 use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
-use cairn_qos::QosClass;
 use cairn_store::{Store, StoreError};
 
 use crate::error::OsdError;
@@ -33,6 +32,7 @@ use crate::peering::ask;
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
 use crate::transfer::{as_own_work, install_local, pull, push, Recovering};
+use crate::work::{Purpose, Work};
 
 /// Most of the primary's objects compared under one raise of the PG's scrub fence (Ceph's
 /// `osd_scrub_chunk_max` is 25).
@@ -154,7 +154,7 @@ pub async fn scrub_pg(
         // range after.
         let (names, more) = {
             let (s2, coll, from) = (s.clone(), pg.coll.clone(), after.clone());
-            background(s, pg, 0, async move {
+            background(s, pg, scrub_work(s, None, 0), async move {
                 Ok(list_page(&s2.store, &coll, &from, SCRUB_CHUNK_OBJECTS).await?)
             })
             .await?
@@ -418,7 +418,7 @@ pub async fn scrub_map(
             after.to_string(),
             until.map(str::to_string),
         );
-        background(s, pg, 0, async move {
+        background(s, pg, scrub_work(s, None, 0), async move {
             list_range(&s2.store, &coll, &from, to.as_deref()).await
         })
         .await?
@@ -432,7 +432,8 @@ pub async fn scrub_map(
         };
         let cost = if deep { size } else { 0 };
         let (s2, coll, obj) = (s.clone(), pg.coll.clone(), name.clone());
-        let state = background(s, pg, cost, async move {
+        let work = scrub_work(s, Some(&name), cost);
+        let state = background(s, pg, work, async move {
             digest(&s2.store, &coll, &obj, size, deep).await
         })
         .await?;
@@ -441,14 +442,27 @@ pub async fn scrub_map(
     Ok(map)
 }
 
-/// Runs `work` as one best-effort request of `cost` bytes through `pg`'s scheduler shard.
+/// A scrub step of this OSD's own, reading `length` bytes of `obj` (or listing, for `None`).
+fn scrub_work(s: &Shared, obj: Option<&str>, length: u64) -> Work {
+    let w = Work::new(
+        Purpose::Scrub,
+        u64::from(s.id as u32),
+        cairn_qos::OpKind::Read,
+    );
+    match obj {
+        Some(name) => w.on(name, 0, length),
+        None => w.sized(length),
+    }
+}
+
+/// Runs `task`, described by `work`, as one request through `pg`'s scheduler shard.
 async fn background<T: Send + 'static>(
     s: &Arc<Shared>,
     pg: &Pg,
-    cost: u64,
-    work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
+    work: Work,
+    task: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
 ) -> Result<T, OsdError> {
-    as_own_work(s, pg, QosClass::BestEffort, cost, work).await
+    as_own_work(s, pg, work, task).await
 }
 
 /// The client-visible objects of `coll` named after `after` up to `until` (inclusive).

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_pg::{Eversion, PgLog};
 use cairn_proto::peer::{PeerAnswer, PeerBody};
-use cairn_qos::QosClass;
+use cairn_qos::OpKind as Io;
 use cairn_store::{Op, Transaction};
 
 use crate::error::OsdError;
@@ -19,6 +19,7 @@ use crate::peering::ask;
 use crate::pgmeta::META_OBJECT;
 use crate::pgs::Pg;
 use crate::shared::Shared;
+use crate::work::{Purpose, Work};
 
 /// Objects removed per store transaction while deleting a PG.
 const DELETE_BATCH: usize = 256;
@@ -123,8 +124,9 @@ async fn delete(s: &Arc<Shared>, pg: &Arc<Pg>, why: Deletable) -> Result<Option<
             objects += names.iter().filter(|n| *n != META_OBJECT).count() as u64;
             let s2 = s.clone();
             let cost = REMOVE_COST * names.len() as u64;
+            let work = Work::new(Purpose::PgDelete, u64::from(s.id as u32), Io::Other).sized(cost);
             s.sched
-                .run(pg.id, QosClass::BestEffort, 0, cost, async move {
+                .run(pg.id, work, async move {
                     s2.store.queue_transaction_owned(txn).await
                 })
                 .await??;

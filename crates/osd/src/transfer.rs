@@ -11,7 +11,7 @@ use bytes::Bytes;
 use cairn_pg::Eversion;
 use cairn_proto::image::ObjectImage;
 use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
-use cairn_qos::QosClass;
+use cairn_qos::OpKind as Io;
 use cairn_store::Transaction;
 
 use crate::error::OsdError;
@@ -20,12 +20,14 @@ use crate::objects::{list_all, read_piece, stage_piece, Cursor, PiecePlace};
 use crate::peering::ask_as;
 use crate::pgs::Pg;
 use crate::shared::Shared;
+use crate::work::{Purpose, Work};
 
-/// The scheduler class of a recovery step of `urgency`.
-pub fn class_of(urgency: Urgency) -> QosClass {
+/// Why a recovery step of `urgency` runs: in the background, or for a client that waits on
+/// it (then at the client's class and priority).
+pub fn purpose_of(urgency: Urgency) -> Purpose {
     match urgency {
-        Urgency::Background => QosClass::Recovery,
-        Urgency::Blocking => QosClass::Client,
+        Urgency::Background => Purpose::Recovery,
+        Urgency::Blocking => Purpose::BlockingRecovery,
     }
 }
 
@@ -44,15 +46,19 @@ pub(crate) struct Recovering<'a> {
 }
 
 impl Recovering<'_> {
-    /// Runs `work` on this OSD's store as one request of the recovery's class and
-    /// `length_bytes` through the scheduler shard of the PG.
+    /// A step of this recovery that does `op` (of this OSD's own, at the recovery's purpose).
+    pub fn work(&self, op: Io) -> Work {
+        Work::new(purpose_of(self.urgency), u64::from(self.s.id as u32), op)
+    }
+
+    /// Runs `task` on this OSD's store as one request, described by `work`, through the
+    /// scheduler shard of the PG.
     pub async fn run<T: Send + 'static>(
         &self,
-        length_bytes: u64,
-        work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
+        work: Work,
+        task: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
     ) -> Result<T, OsdError> {
-        let class = class_of(self.urgency);
-        as_own_work(self.s, self.pg, class, length_bytes, work).await
+        as_own_work(self.s, self.pg, work, task).await
     }
 
     /// Sends one recovery request to `osd`, which schedules it in the recovery's class.
@@ -171,31 +177,23 @@ pub(crate) async fn pull_from_any(
     Err(refused)
 }
 
-/// Runs `work` as one request of this OSD's own (its id as the scheduler's client) of class
-/// `class` and `length_bytes` (at least 4 KiB) through the scheduler shard of `pg`.
+/// Runs `task`, described by `work`, as one request through the scheduler shard of `pg`.
 pub(crate) async fn as_own_work<T: Send + 'static>(
     s: &Arc<Shared>,
     pg: &Pg,
-    class: QosClass,
-    length_bytes: u64,
-    work: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
+    work: Work,
+    task: impl std::future::Future<Output = Result<T, OsdError>> + Send + 'static,
 ) -> Result<T, OsdError> {
-    s.sched
-        .run(
-            pg.id,
-            class,
-            u64::from(s.id as u32),
-            length_bytes.max(4096),
-            work,
-        )
-        .await?
+    s.sched.run(pg.id, work, task).await?
 }
 
 /// Every object of the PG's collection on this OSD, listed as one scheduled request.
 pub(crate) async fn list_scheduled(r: &Recovering<'_>) -> Result<Vec<String>, OsdError> {
     let (s2, coll) = (r.s.clone(), r.pg.coll.clone());
-    r.run(0, async move { list_all(&s2.store, &coll).await })
-        .await
+    r.run(r.work(Io::Other), async move {
+        list_all(&s2.store, &coll).await
+    })
+    .await
 }
 
 /// Brings `obj` of `to`'s copy of the PG to this OSD's state, piece by piece (one piece when
@@ -206,8 +204,13 @@ pub(crate) async fn push(r: &Recovering<'_>, to: i32, obj: &str) -> Result<(), O
     loop {
         let (s2, coll, name, from) = (s.clone(), pg.coll.clone(), obj.to_string(), at.clone());
         let budget = s.cfg.recovery_chunk_bytes;
+        let physical = s.store.physical_offset_hint(&pg.coll, obj, at.data_offset);
+        let work = r
+            .work(Io::Read)
+            .on(obj, at.data_offset, budget)
+            .at_physical(physical);
         let piece = r
-            .run(0, async move {
+            .run(work, async move {
                 read_piece(&s2.store, &coll, &name, &from, budget).await
             })
             .await?;
@@ -294,9 +297,15 @@ pub(crate) async fn install_local(
 ) -> Result<(), OsdError> {
     let was_created = *created;
     let (s2, coll, obj) = (r.s.clone(), r.pg.coll.clone(), obj.to_string());
-    let length = piece.as_ref().map_or(0, |(i, _)| i.data.len() as u64);
+    let work = match &piece {
+        Some((image, place)) => {
+            r.work(Io::Write)
+                .on(&obj, place.data_offset, image.data.len() as u64)
+        }
+        None => r.work(Io::Other).on(&obj, 0, 0),
+    };
     let installed = r
-        .run(length, async move {
+        .run(work, async move {
             let mut txn = Transaction::new();
             if !was_created {
                 txn.create_collection(&coll);

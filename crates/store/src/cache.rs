@@ -254,6 +254,14 @@ impl OnodeCache {
         found
     }
 
+    /// The cached metadata of an object without marking it used or counting the lookup: for
+    /// hints that must not change what the cache keeps or reports.
+    pub(crate) fn peek(&self, coll: &str, obj: &str) -> Option<Arc<CachedObject>> {
+        with_key(coll, obj, |k| {
+            self.lock().map.get(k).map(|s| s.object.clone())
+        })
+    }
+
     /// Caches an object's committed metadata (read from a snapshot at least as new as the last
     /// commit, or built by the committer from what it just committed), evicting by CLOCK beyond
     /// the budget.

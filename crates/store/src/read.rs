@@ -366,6 +366,22 @@ impl Store {
         Ok(())
     }
 
+    /// Where on the device the byte at `offset_bytes` of an object lives, if the onode cache
+    /// knows it now: no I/O and no wait on the store's lock, so a scheduler can order requests
+    /// by physical offset (ORR) before they run. A hint only: a commit racing with it may have
+    /// moved the block. `None` when the object is not cached or the byte is a hole.
+    pub fn physical_offset_hint(&self, coll: &str, obj: &str, offset_bytes: u64) -> Option<u64> {
+        let bs = self.sb.block_bytes;
+        let block = offset_bytes / bs;
+        let o = self.onode_cache.peek(coll, obj)?;
+        let e = o
+            .extents
+            .iter()
+            .find(|e| e.lblock <= block && block < e.lblock + e.blocks())?;
+        let pblock = e.pblock + (block - e.lblock);
+        Some(pblock * bs + offset_bytes % bs)
+    }
+
     /// Where an object's data lives: (logical block index, physical block) pairs in index order.
     /// For scrub tooling, debugging and tests; holes have no entry.
     pub async fn extents(&self, coll: &str, obj: &str) -> Result<Vec<(u64, u64)>> {
