@@ -116,9 +116,10 @@ pub fn fs_free_bytes(at: &Path) -> Result<u64> {
 }
 
 fn free_bytes_of(file: &File) -> Result<u64> {
+    // SAFETY: `statvfs` is plain integers, for which all zeros is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `fstatvfs` writes one `statvfs` into `st`, which outlives the call, for a
     // descriptor `file` keeps open.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) };
     if rc != 0 {
         return Err(io_err(IoKind::Read)(std::io::Error::last_os_error()));

@@ -16,16 +16,23 @@
 //!
 //! It must never interpret the bytes it stores: layout and checksums belong to its users.
 
+// The device crates own every `unsafe` of the project: aligned buffers, AIO and the system
+// calls of files (see `os` for the ones other crates need).
+#[allow(unsafe_code)]
 mod aio;
+#[allow(unsafe_code)]
 pub mod aligned;
 pub mod capacity;
 pub mod device;
 pub mod emulated;
 pub mod error;
 pub mod fault;
+#[allow(unsafe_code)]
 pub mod file;
 pub mod mem;
 pub mod model;
+#[allow(unsafe_code)]
+pub mod os;
 pub mod pool;
 pub mod profile;
 

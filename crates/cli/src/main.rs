@@ -132,6 +132,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+#[allow(unsafe_code)] // restoring SIGPIPE: see the SAFETY note inside.
 fn run(cli: Cli) -> anyhow::Result<()> {
     init_logging(runs_daemon(&cli.command));
     if !runs_daemon(&cli.command) {

@@ -101,6 +101,7 @@ impl Drop for Server {
 
 /// Starts `cairn msgr serve` on a free loopback port. The server is killed when this process
 /// ends in any way (`PR_SET_PDEATHSIG`), so a bench stopped by a signal leaves nothing behind.
+#[allow(unsafe_code)] // pre_exec: see the SAFETY note inside.
 fn start_server(threads: usize) -> anyhow::Result<(Server, SocketAddr)> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("finding the cairn binary")?;

@@ -64,6 +64,7 @@ fn mix_lanes(a: &mut [u32; LANES], b: &mut [u32; LANES], c: &mut [u32; LANES]) {
 /// (straw2 hashes every item of a bucket with the same `a` = x and `c` = r). Uses AVX2 when the
 /// CPU has it (one 8-lane vector instead of two 4-lane SSE2 vectors).
 #[inline]
+#[allow(unsafe_code)] // calling the AVX2 version: see the SAFETY note inside.
 pub fn hash32_3_lanes(a: u32, b: &[u32; LANES], c: u32) -> [u32; LANES] {
     #[cfg(target_arch = "x86_64")]
     {

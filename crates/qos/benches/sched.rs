@@ -3,6 +3,8 @@
 //! first-request cost of a new client with 100,000 active; bytes of memory per queued request.
 //!
 //! Run: `cargo bench -p cairn-qos --bench sched -- --warm-up-time 1 --measurement-time 3`
+// A counting global allocator needs `unsafe impl GlobalAlloc`.
+#![allow(unsafe_code)]
 
 use cairn_qos::config::{CrrnConfig, MClockConfig, PolicyConfig, TbfConfig, WpqConfig};
 use cairn_qos::{build_policy, Dequeued, QosClass, Request, Scheduler};
@@ -14,14 +16,18 @@ use std::time::{Duration, Instant};
 struct Counting;
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
+// SAFETY: every call is passed on unchanged to the system allocator, which upholds the
+// trait's contract; the counting touches no allocation.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE_BYTES.fetch_add(l.size(), Ordering::Relaxed);
-        System.alloc(l)
+        // SAFETY: the caller's layout, passed on as it came.
+        unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE_BYTES.fetch_sub(l.size(), Ordering::Relaxed);
-        System.dealloc(p, l)
+        // SAFETY: `p` came from `System.alloc` with this layout (through `alloc` above).
+        unsafe { System.dealloc(p, l) }
     }
 }
 

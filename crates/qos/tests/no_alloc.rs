@@ -1,4 +1,6 @@
 //! The hot path allocates nothing: steady-state enqueue+dequeue pairs of every policy.
+// A counting global allocator needs `unsafe impl GlobalAlloc`.
+#![allow(unsafe_code)]
 
 use cairn_qos::config::{
     BatchConfig, CrrnConfig, MClockConfig, OpFilter, PolicyConfig, TbfConfig, WpqConfig,
@@ -20,13 +22,17 @@ fn allocs() -> usize {
     ALLOCS.with(Cell::get)
 }
 
+// SAFETY: every call is passed on unchanged to the system allocator, which upholds the
+// trait's contract; the counting touches no allocation.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        System.alloc(l)
+        // SAFETY: the caller's layout, passed on as it came.
+        unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
+        // SAFETY: `p` came from `System.alloc` with this layout (through `alloc` above).
+        unsafe { System.dealloc(p, l) }
     }
 }
 

@@ -155,13 +155,7 @@ impl JobInput {
 /// Sets the calling thread's nice value (see `StoreConfig::checkpoint_nice`). A hint only:
 /// where it cannot be set, the thread runs at its inherited priority.
 fn lower_priority(nice: i32) {
-    #[cfg(target_os = "linux")]
-    // SAFETY: setpriority on the calling thread's own id touches no memory.
-    unsafe {
-        let _ = libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice);
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = nice;
+    cairn_blockdev::os::set_thread_nice(nice);
 }
 
 /// Writes deferred contents to their blocks: neighbouring blocks joined into I/Os of at most

@@ -140,30 +140,8 @@ fn batches(ranges: Vec<(u64, u64)>, pace: u64) -> Vec<Vec<(u64, u64)>> {
 
 /// Starts write-back of a byte range of `file` (`start`), or waits for the write-back in
 /// flight over it to end and reports its error (`!start`).
-#[cfg(target_os = "linux")]
 fn sync_range(file: &File, offset: u64, len: u64, start: bool) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let flags = if start {
-        libc::SYNC_FILE_RANGE_WRITE
-    } else {
-        libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WAIT_AFTER
-    };
-    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-        return Err(io::Error::other("KV write-back range past i64"));
-    };
-    // SAFETY: the descriptor is open for the life of `file`; the call touches no memory.
-    let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Elsewhere the final `fdatasync` writes everything back at once.
-#[cfg(not(target_os = "linux"))]
-fn sync_range(_file: &File, _offset: u64, _len: u64, _start: bool) -> io::Result<()> {
-    Ok(())
+    cairn_blockdev::os::sync_file_range(file, offset, len, start)
 }
 
 #[cfg(test)]
