@@ -7,9 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
+use cairn_client::mon::MonClient;
 use cairn_osd::{OsdConfig, OsdDaemon};
+use cairn_proto::mon::Request;
 use clap::Args;
 
 use crate::cluster_dir;

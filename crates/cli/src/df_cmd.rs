@@ -12,8 +12,8 @@ use std::net::SocketAddr;
 use anyhow::Context;
 use cairn_client::Client;
 use cairn_clustermap::shape::Topology;
+use cairn_clustermap::PoolQuota;
 use cairn_clustermap::{OsdMap, PgId, Pool};
-use cairn_mon::PoolQuota;
 
 use crate::admin_cmd::OsdUsage;
 

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use cairn_mon::ClusterMap;
+use cairn_clustermap::ClusterMap;
 
 use crate::admin_cmd::OsdUsage;
 
@@ -151,7 +151,7 @@ pub fn assess(map: &ClusterMap, pgs: &[PgRow], usage: &BTreeMap<i32, OsdUsage>) 
             )
         })
     };
-    let osds = |pick: &dyn Fn(&cairn_mon::OsdEntry) -> bool, what: &str| -> Vec<String> {
+    let osds = |pick: &dyn Fn(&cairn_clustermap::OsdEntry) -> bool, what: &str| -> Vec<String> {
         map.osds
             .values()
             .filter(|o| pick(o))
@@ -288,7 +288,7 @@ fn short(level: Level) -> &'static str {
 /// pool `data` of size 3 with `pg_num` PGs.
 #[cfg(test)]
 pub(crate) fn test_monitor(osds: i32, pg_num: u32) -> cairn_mon::Monitor {
-    use cairn_mon::monitor::Request;
+    use cairn_proto::mon::Request;
     let mut mon = cairn_mon::Monitor::new(
         ClusterMap::new("test").unwrap(),
         cairn_mon::MonConfig::default(),
@@ -315,8 +315,8 @@ pub(crate) fn test_monitor(osds: i32, pg_num: u32) -> cairn_mon::Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_mon::monitor::Request;
     use cairn_mon::Monitor;
+    use cairn_proto::mon::Request;
 
     /// Three OSDs on three hosts and a size-3 pool of 8 PGs.
     fn monitor() -> Monitor {
@@ -396,7 +396,10 @@ mod tests {
     fn cluster_flags_set_are_a_warning_naming_each_and_what_it_holds_back() {
         let mut mon = monitor();
         let set = Request::SetFlags {
-            flags: vec![cairn_mon::MapFlag::NoOut, cairn_mon::MapFlag::NoRecover],
+            flags: vec![
+                cairn_clustermap::MapFlag::NoOut,
+                cairn_clustermap::MapFlag::NoRecover,
+            ],
             on: true,
         };
         mon.handle(1, set).unwrap();
@@ -405,13 +408,13 @@ mod tests {
         assert_eq!(h.line(), "HEALTH_WARN noout,norecover flag(s) set");
         let own = Request::SetOsdFlag {
             ids: vec![1],
-            flag: cairn_mon::MapFlag::NoOut,
+            flag: cairn_clustermap::MapFlag::NoOut,
             on: true,
         };
         mon.handle(1, own).unwrap();
         let own = Request::SetOsdFlag {
             ids: vec![1],
-            flag: cairn_mon::MapFlag::NoUp,
+            flag: cairn_clustermap::MapFlag::NoUp,
             on: true,
         };
         mon.handle(1, own).unwrap();

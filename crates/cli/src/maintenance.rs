@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context};
+use cairn_clustermap::ClusterMap;
 use cairn_clustermap::PgId;
-use cairn_mon::ClusterMap;
 
 use crate::admin_cmd::OsdUsage;
 use crate::health::PgRow;
@@ -216,8 +216,8 @@ pub fn run_safe_to_destroy(mon: SocketAddr, ids: &[i32]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_mon::monitor::Request;
     use cairn_mon::Monitor;
+    use cairn_proto::mon::Request;
 
     /// Four OSDs on four hosts, pool `data` of size 3 (min_size 2), 16 PGs.
     fn monitor() -> Monitor {

@@ -4,13 +4,14 @@
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context};
+use cairn_client::mon::MonClient;
 use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::balance::up_sets;
 use cairn_clustermap::shape::Topology;
-use cairn_mon::client::MonClient;
+use cairn_clustermap::{ClusterMap, MapFlag};
 use cairn_mon::daemon::{MonDaemon, MonServing};
-use cairn_mon::monitor::Request;
-use cairn_mon::{ClusterMap, MapFlag, MonConfig, Monitor};
+use cairn_mon::{MonConfig, Monitor};
+use cairn_proto::mon::Request;
 use clap::{Args, Subcommand};
 
 /// Default monitor address.
@@ -428,7 +429,7 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
 }
 
 /// Sends one operator request to the monitor at `mon` on a connection of its own.
-async fn mon_op(mon: SocketAddr, request: Request) -> anyhow::Result<cairn_mon::proto::MonReply> {
+async fn mon_op(mon: SocketAddr, request: Request) -> anyhow::Result<cairn_proto::mon::MonReply> {
     let client = MonClient::connect(mon, cairn_client::random_client_id()).await;
     Ok(client.op(request, TIMEOUT_MS).await?)
 }
@@ -610,7 +611,7 @@ fn quota_lines(map: &ClusterMap, name: &str) -> anyhow::Result<String> {
         .pool_named(name)
         .with_context(|| format!("no pool `{name}`"))?;
     let quota = map.quotas.get(&pool.id).cloned().unwrap_or_default();
-    let show = cairn_mon::quota::limit_text;
+    let show = cairn_clustermap::quota::limit_text;
     let state = match quota.full {
         true => "full: writes other than removals are refused",
         false => "under its quota",
@@ -649,7 +650,7 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             id,
             weight: fixed_16_16(
                 weight,
-                f64::from(cairn_mon::monitor::MAX_CRUSH_WEIGHT >> 16),
+                f64::from(cairn_proto::mon::MAX_CRUSH_WEIGHT >> 16),
                 "CRUSH weight",
             )?,
         },
@@ -689,10 +690,10 @@ pub fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
 
 /// The cluster flags an operator's words name (`pause` names two), refused whole when one
 /// word names none.
-fn parse_flags(words: &[String]) -> anyhow::Result<Vec<cairn_mon::MapFlag>> {
+fn parse_flags(words: &[String]) -> anyhow::Result<Vec<cairn_clustermap::MapFlag>> {
     let mut flags = Vec::new();
     for word in words {
-        flags.extend(cairn_mon::MapFlag::parse_word(word)?);
+        flags.extend(cairn_clustermap::MapFlag::parse_word(word)?);
     }
     Ok(flags)
 }
@@ -739,7 +740,7 @@ fn osd_map(mon: SocketAddr, pool: &str, object: &str) -> anyhow::Result<()> {
 fn osd_tree(mon: SocketAddr) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
         let map = current_map(mon).await?;
-        let mut hosts: std::collections::BTreeMap<&str, Vec<&cairn_mon::OsdEntry>> =
+        let mut hosts: std::collections::BTreeMap<&str, Vec<&cairn_clustermap::OsdEntry>> =
             Default::default();
         for o in map.osds.values() {
             hosts.entry(&o.host).or_default().push(o);

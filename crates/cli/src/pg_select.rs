@@ -3,7 +3,7 @@
 //! come from the primaries as `pg dump` gathers them.
 
 use anyhow::bail;
-use cairn_mon::ClusterMap;
+use cairn_clustermap::ClusterMap;
 
 /// Which `pg dump` rows a listing keeps.
 #[derive(Clone, Debug, PartialEq, Eq)]

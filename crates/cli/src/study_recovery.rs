@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
+use cairn_client::mon::MonClient;
 use cairn_client::Client;
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
+use cairn_proto::mon::Request;
 use cairn_qos::{PolicyConfig, Profile};
 use cairn_study::recovery::{self, OpSample, RecoveryProgress, RecoveryRun, StudySetup};
 use clap::Args;

@@ -1,8 +1,11 @@
 //! The client library: follows the cluster map from the monitor, computes each object's PG and
 //! primary itself (no metadata server), sends the operation to the primary, and on a stale map,
 //! a failed replica or a timeout waits for a newer map and resends, within a per-operation
-//! deadline. Every read is checked against the crc32c the OSD computed.
+//! deadline. Every read is checked against the crc32c the OSD computed. [`mon`] is the
+//! monitor's client, which daemons use too.
 #![warn(missing_docs)]
+
+pub mod mon;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::mon::MonClient;
 use bytes::Bytes;
+use cairn_clustermap::{ClusterMap, MapFlag};
 use cairn_clustermap::{MappingCache, PgId};
-use cairn_mon::client::MonClient;
-use cairn_mon::{ClusterMap, MapFlag};
 use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::admin::{AdminReply, AdminRequest, MSG_ADMIN, MSG_ADMIN_REPLY};
@@ -71,7 +74,7 @@ pub enum ClientError {
     },
     /// The monitor failed.
     #[error(transparent)]
-    Mon(#[from] cairn_mon::MonError),
+    Mon(#[from] cairn_proto::mon::MonError),
 }
 
 /// What a request addresses: an object (placed by its name) or a whole PG (listing).
@@ -519,7 +522,7 @@ impl Client {
             inactive,
             quota_full: map
                 .pool_full(p.id)
-                .then(|| cairn_mon::quota::refusal(map, p.id)),
+                .then(|| cairn_clustermap::quota::refusal(map, p.id)),
         })
     }
 

@@ -10,10 +10,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use cairn_client::mon::MonClient;
 use cairn_client::Client;
-use cairn_mon::client::MonClient;
-use cairn_mon::flags::MapFlag;
-use cairn_mon::monitor::Request;
+use cairn_clustermap::flags::MapFlag;
+use cairn_proto::mon::Request;
 use common::{cluster_with_devices, metric_sum, metrics_page};
 
 /// Sessions and held bytes of every OSD's messenger, summed.

@@ -10,7 +10,7 @@ mod common;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use cairn_mon::monitor::Request;
+use cairn_proto::mon::Request;
 use common::cluster_with_devices;
 
 fn object(i: usize) -> Vec<u8> {
@@ -215,7 +215,7 @@ async fn a_write_that_fails_on_one_copy_loses_no_acknowledged_write() {
     // The small OSD goes away; the two others serve every PG.
     let victim = c.osds.remove(0);
     drop(victim);
-    let admin = cairn_mon::client::MonClient::connect(c.mon.addr(), 93).await;
+    let admin = cairn_client::mon::MonClient::connect(c.mon.addr(), 93).await;
     admin
         .op(Request::MarkDown { id: small }, 10_000)
         .await

@@ -9,8 +9,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
+use cairn_client::mon::MonClient;
+use cairn_proto::mon::Request;
 use common::{index_of, osd_config, stop_osd, Cluster};
 
 const TAG: &str = "pgdown";

@@ -18,10 +18,10 @@ mod common;
 
 use std::time::Duration;
 
+use cairn_client::mon::MonClient;
 use cairn_client::{Client, ClientError};
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
-use cairn_mon::MapFlag;
+use cairn_clustermap::MapFlag;
+use cairn_proto::mon::Request;
 use common::{
     cluster_with_devices, create_pool, df_value, eventually, metric_sum, metrics_page, pg_states,
     reads_back, restart_osd, restart_up, stop_osd, wait_all_clean, Cluster,

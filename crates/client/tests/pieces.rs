@@ -9,8 +9,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use cairn_client::mon::MonClient;
 use cairn_client::Client;
-use cairn_mon::client::MonClient;
 use common::{index_of, osd_config, stop_osd, Cluster};
 
 const TAG: &str = "pieces";

@@ -5,8 +5,8 @@
 
 mod common;
 
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
+use cairn_client::mon::MonClient;
+use cairn_proto::mon::Request;
 use common::{
     cluster_with_devices, df_value, eventually, pg_states, reads_back, stop_osd, Cluster,
 };

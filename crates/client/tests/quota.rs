@@ -5,11 +5,11 @@
 
 mod common;
 
+use cairn_client::mon::MonClient;
 use cairn_client::ClientError;
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
 use cairn_msgr::session::Session;
 use cairn_msgr::Limits;
+use cairn_proto::mon::Request;
 use cairn_proto::{OpHeader, OpKind, OpResult, ReplyHeader};
 use common::{cluster_with_devices, eventually, placement_of, reads_back, Cluster};
 

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cairn_client::mon::MonClient;
 use cairn_client::Client;
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
 use cairn_osd::OsdDaemon;
+use cairn_proto::mon::Request;
 use common::{mount_offline, osd_config};
 
 const PG_NUM: u32 = 16;

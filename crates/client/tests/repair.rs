@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use cairn_client::mon::MonClient;
 use cairn_client::ClientError;
 use cairn_clustermap::PgId;
-use cairn_mon::client::MonClient;
 use common::{mount_offline, osd_config, placement_of, stop_osd, Cluster};
 
 /// Which of the cluster's first OSDs (its `osdN` directory and configuration) each id is: the

@@ -7,9 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use cairn_mon::monitor::Request;
 use cairn_msgr::session::Session;
 use cairn_msgr::Limits;
+use cairn_proto::mon::Request;
 use cairn_proto::{OpHeader, OpKind, OpResult, ReplyHeader, ReqId};
 use common::{cluster, cluster_with_devices, placement_of, Cluster};
 
@@ -40,7 +40,7 @@ fn append(c: &Cluster, tid: u64, name: &str, data: &[u8], reqid: ReqId) -> OpHea
 
 /// Marks `osd` down at the monitor (as its peers' failure reports would).
 async fn mark_down(c: &Cluster, osd: i32) {
-    let admin = cairn_mon::client::MonClient::connect(c.mon.addr(), 94).await;
+    let admin = cairn_client::mon::MonClient::connect(c.mon.addr(), 94).await;
     admin
         .op(Request::MarkDown { id: osd }, 10_000)
         .await

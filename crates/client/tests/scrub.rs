@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cairn_client::mon::MonClient;
 use cairn_client::ClientError;
 use cairn_clustermap::PgId;
-use cairn_mon::client::MonClient;
 use cairn_store::Transaction;
 use common::{mount_offline, osd_config, placement_of, stop_osd, Cluster};
 

@@ -8,9 +8,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_client::mon::MonClient;
 use cairn_client::Client;
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
+use cairn_proto::mon::Request;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_osd_lets_go_of_its_store_while_its_work_waits_on_a_silent_peer() {

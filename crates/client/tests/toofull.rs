@@ -10,8 +10,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
+use cairn_client::mon::MonClient;
+use cairn_proto::mon::Request;
 use common::{cluster_with_devices, osd_config};
 
 fn object(i: usize) -> Vec<u8> {

@@ -35,4 +35,24 @@ pub enum MapError {
         /// What was wrong.
         message: String,
     },
+    /// A stored or received map or incremental failed its checks.
+    #[error("bad encoding: {0}")]
+    Encoding(String),
+    /// An incremental does not follow the map's epoch.
+    #[error("incremental for epoch {got} cannot apply to epoch {have}")]
+    EpochGap {
+        /// Epoch of the map.
+        have: u64,
+        /// Epoch the incremental produces.
+        got: u64,
+    },
+    /// A change names something the map does not have.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A change is invalid for the map.
+    #[error("invalid change: {0}")]
+    Invalid(String),
+    /// A CRUSH edit failed.
+    #[error(transparent)]
+    Crush(#[from] cairn_crush::CrushError),
 }

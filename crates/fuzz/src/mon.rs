@@ -1,11 +1,10 @@
 //! The monitor's encodings: full maps and incrementals (a checksummed envelope around JSON),
 //! applying an incremental to a map, and the monitor's request and reply messages.
 
+use cairn_clustermap::fuzzing::envelope;
 use cairn_clustermap::Pool;
-use cairn_mon::fuzzing::envelope;
-use cairn_mon::incremental::{Change, Incremental};
-use cairn_mon::map::{ClusterMap, OsdEntry};
-use cairn_mon::proto::{from_payload, to_payload, MonReply, MonRequest};
+use cairn_clustermap::{Change, ClusterMap, Incremental, OsdEntry};
+use cairn_proto::mon::{from_payload, to_payload, MonReply, MonRequest};
 
 /// A map of three OSDs and one pool, two epochs past a new map's (built once).
 pub fn sample_map() -> ClusterMap {

@@ -21,14 +21,15 @@ use cairn_msgr::session::{Listener, Session, SessionSender};
 use cairn_msgr::{Limits, MsgrError};
 use tokio::sync::mpsc;
 
-use crate::error::MonError;
 use crate::metrics::MonMetrics;
-use crate::monitor::{Monitor, Reply, Request};
-use crate::proto::{
+use crate::monitor::Monitor;
+use crate::store::MapStore;
+use cairn_proto::mon::MonError;
+use cairn_proto::mon::{
     from_payload, to_payload, MapRange, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
     MSG_MON_REPLY, MSG_MON_REQUEST,
 };
-use crate::store::MapStore;
+use cairn_proto::mon::{Reply, Request};
 
 /// Most bytes a subscriber's session may hold unacknowledged before the monitor stops pushing
 /// maps to it: it has fallen behind (stalled or slow), and comes back through its renewal.

@@ -1,35 +1,18 @@
-//! The monitor's core: the authoritative cluster map and the rules that change it.
+//! The monitor daemon: the authoritative cluster map and the rules that change it.
 //!
-//! [`map`] is the cluster map (CRUSH, OSD identities and states, pools, exceptions, epoch) and
-//! its versioned, checksummed encoding; [`incremental`] is one epoch's change set, applied the
-//! same way on the monitor and on every subscriber; [`monitor`] turns events (OSD boot, failure
-//! reports, beacons, operator commands, clock ticks) into incrementals and keeps placement
-//! balanced after every change. These three are sans-IO (time is passed in). [`daemon`] serves
-//! the core over messenger sessions ([`proto`] is the wire protocol) and [`client`] talks to it;
-//! sockets are only ever touched through `cairn-msgr`. [`metrics`] is its Prometheus page;
-//! [`flags`] names the cluster flags an operator sets in the map (`noout`, `norecover`, ...);
-//! [`quota`] holds pool quotas and the PG usage the OSDs report to judge them.
+//! The map itself, its incrementals, flags and quotas are the shared vocabulary in
+//! `cairn-clustermap`; the requests, replies and refusals on the wire are in
+//! `cairn_proto::mon`; clients talk to the monitor through `cairn_client::mon::MonClient`.
+//! Here: [`monitor`] turns events (OSD boot, failure reports, beacons, operator commands, clock
+//! ticks) into incrementals and keeps placement balanced after every change (sans-IO: time is
+//! passed in); [`daemon`] serves it over messenger sessions (sockets only through
+//! `cairn-msgr`); [`store`] keeps the map and its history durable; [`metrics`] is its
+//! Prometheus page.
 #![warn(missing_docs)]
 
-pub mod client;
 pub mod daemon;
-pub mod error;
-pub mod flags;
-#[cfg(feature = "fuzzing")]
-pub mod fuzzing;
-pub mod history;
-pub mod incremental;
-pub mod map;
 pub mod metrics;
 pub mod monitor;
-pub mod proto;
-pub mod quota;
 pub mod store;
 
-pub use error::MonError;
-pub use flags::MapFlag;
-pub use history::MapHistory;
-pub use incremental::{Change, Incremental};
-pub use map::{ClusterMap, OsdEntry};
-pub use monitor::{MonConfig, Monitor, Reply, Request};
-pub use quota::{PgUsage, PoolQuota};
+pub use monitor::{MonConfig, Monitor};

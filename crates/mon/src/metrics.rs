@@ -19,8 +19,8 @@ use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::shape::Topology;
 use cairn_msgr::session::ListenerStats;
 
-use crate::map::ClusterMap;
-use crate::quota::PoolUsage;
+use cairn_clustermap::quota::PoolUsage;
+use cairn_clustermap::ClusterMap;
 
 /// Counters of a running monitor and the latest map, rendered on demand.
 #[derive(Default)]
@@ -50,7 +50,7 @@ struct MapPage {
 }
 
 impl MonMetrics {
-    /// Counts one request of `kind` (see [`crate::monitor::Request::kind`]), accepted or
+    /// Counts one request of `kind` (see [`cairn_proto::mon::Request::kind`]), accepted or
     /// refused with an error.
     pub fn record_request(&self, kind: &'static str, accepted: bool) {
         let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
@@ -281,7 +281,8 @@ pub fn render_map(map: &ClusterMap) -> String {
     };
     gauge(&mut out, "epoch", "Cluster map epoch.", map.epoch as f64);
     let osds = map.osds.values();
-    let count = |f: &dyn Fn(&crate::map::OsdEntry) -> bool| osds.clone().filter(|o| f(o)).count();
+    let count =
+        |f: &dyn Fn(&cairn_clustermap::OsdEntry) -> bool| osds.clone().filter(|o| f(o)).count();
     gauge(&mut out, "osds", "OSDs in the map.", map.osds.len() as f64);
     gauge(&mut out, "osds_up", "OSDs up.", count(&|o| o.up) as f64);
     gauge(
@@ -308,7 +309,7 @@ pub fn render_map(map: &ClusterMap) -> String {
         "gauge",
         "Cluster flags (Ceph's `osd set`): 1 while set.",
     );
-    for flag in crate::flags::MapFlag::ALL {
+    for flag in cairn_clustermap::MapFlag::ALL {
         let set = u8::from(map.has(flag));
         let _ = writeln!(out, "cairn_mon_flag{{flag=\"{flag}\"}} {set}");
     }
@@ -415,7 +416,7 @@ pub fn render_map(map: &ClusterMap) -> String {
         "PGs the map could not place (a pool whose rule is missing).",
         errors as f64,
     );
-    let osd_rows = |f: &dyn Fn(&crate::map::OsdEntry, OsdPgs) -> f64| -> Vec<(String, f64)> {
+    let osd_rows = |f: &dyn Fn(&cairn_clustermap::OsdEntry, OsdPgs) -> f64| -> Vec<(String, f64)> {
         map.osds
             .values()
             .map(|o| {

@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use cairn_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
 use cairn_store::{KvLocation, Store, StoreConfig, StoreError, Transaction};
 
-use crate::error::MonError;
-use crate::history::MapHistory;
-use crate::incremental::Incremental;
-use crate::map::ClusterMap;
+use cairn_clustermap::ClusterMap;
+use cairn_clustermap::Incremental;
+use cairn_clustermap::MapHistory;
+use cairn_proto::mon::MonError;
 
 const COLLECTION: &str = "mon";
 const OBJECT: &str = "osdmap";
@@ -94,7 +94,7 @@ impl MapStore {
     /// The last saved map, if any; a damaged map is an error, never a silent reset.
     pub async fn load(&self) -> Result<Option<ClusterMap>, MonError> {
         match self.store.read(COLLECTION, OBJECT, 0, u64::MAX).await {
-            Ok(bytes) => ClusterMap::decode(&bytes).map(Some),
+            Ok(bytes) => Ok(Some(ClusterMap::decode(&bytes)?)),
             Err(StoreError::NoSuchObject { .. }) => Ok(None),
             Err(e) => Err(err(e)),
         }

@@ -13,14 +13,14 @@ use cairn_blockdev::{
     BlockDevError, BlockDevice, CrashSwitch, EmulatedDevice, FaultDevice, FileDevice,
     FileDeviceOptions, IoEngine, Profile,
 };
+use cairn_client::mon::MonClient;
+use cairn_clustermap::MapFlag;
 use cairn_clustermap::PgId;
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
-use cairn_mon::MapFlag;
 use cairn_msgr::blockcrc::CRC_BLOCK_BYTES;
 use cairn_msgr::http::serve_metrics;
 use cairn_msgr::session::{Listener, Session};
 use cairn_msgr::Limits;
+use cairn_proto::mon::Request;
 use cairn_proto::peer::{PeerReply, PeerRequest};
 use cairn_proto::{
     decode, decode_with_data, encode, OpHeader, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_OP,

@@ -13,7 +13,7 @@ pub enum OsdError {
     Device(#[from] cairn_blockdev::BlockDevError),
     /// The monitor refused or did not answer.
     #[error("monitor: {0}")]
-    Mon(#[from] cairn_mon::MonError),
+    Mon(#[from] cairn_proto::mon::MonError),
     /// The scheduler refused the request (queue full, bad config).
     #[error("scheduler: {0}")]
     Qos(#[from] cairn_qos::QosError),
@@ -58,5 +58,5 @@ pub enum OsdError {
     },
     /// A cluster flag holds the work back (e.g. `norecover` a background recovery).
     #[error("held by the cluster flag {0}")]
-    Held(cairn_mon::MapFlag),
+    Held(cairn_clustermap::MapFlag),
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use cairn_blockdev::{FaultDevice, FaultRule, IoKind, PowerLossMode};
-use cairn_mon::monitor::Request;
+use cairn_proto::mon::Request;
 use tokio::sync::oneshot;
 
 use crate::shared::Shared;

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cairn_mon::monitor::Request;
+use cairn_proto::mon::Request;
 use cairn_proto::peer::Ping;
 use cairn_proto::{encode, MSG_PING};
 

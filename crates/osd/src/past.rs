@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use cairn_client::mon::MonClient;
+use cairn_clustermap::ClusterMap;
 use cairn_clustermap::PgId;
-use cairn_mon::client::MonClient;
-use cairn_mon::ClusterMap;
 use cairn_pg::{intervals, EpochPlacement, PastInterval};
 
 use crate::error::OsdError;

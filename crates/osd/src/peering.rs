@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cairn_clustermap::ClusterMap;
 use cairn_clustermap::PgId;
-use cairn_mon::monitor::Request;
-use cairn_mon::ClusterMap;
 use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
+use cairn_proto::mon::Request;
 use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest, Urgency};
 use cairn_proto::{decode, encode, MSG_PEER_REQUEST};
 use cairn_store::Transaction;
@@ -637,8 +637,8 @@ async fn recover_copy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_mon::monitor::Reply;
     use cairn_mon::{MonConfig, Monitor};
+    use cairn_proto::mon::Reply;
 
     /// A monitor with four OSDs on four hosts and a pool of size 3 with 8 PGs.
     fn monitor() -> Monitor {

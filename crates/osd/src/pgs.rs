@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use cairn_clustermap::MapFlag;
 use cairn_clustermap::{PgId, PgMapping};
-use cairn_mon::MapFlag;
 use cairn_pg::{Eversion, PgLog};
 use tokio::sync::watch;
 

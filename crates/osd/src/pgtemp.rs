@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cairn_client::mon::MonClient;
 use cairn_clustermap::PgId;
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::{Request, MAX_PG_TEMPS_PER_REQUEST};
+use cairn_proto::mon::{Request, MAX_PG_TEMPS_PER_REQUEST};
 use tokio::sync::oneshot;
 
 use crate::error::OsdError;

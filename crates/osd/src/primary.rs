@@ -622,7 +622,9 @@ async fn check_quota(s: &Shared, pool: i64, kind: &OpKind, op_epoch: u64) -> Res
         let (refusal, epoch) = {
             let map = maps.borrow_and_update();
             match map.as_ref() {
-                Some(m) if m.pool_full(pool) => (Some(cairn_mon::quota::refusal(m, pool)), m.epoch),
+                Some(m) if m.pool_full(pool) => {
+                    (Some(cairn_clustermap::quota::refusal(m, pool)), m.epoch)
+                }
                 _ => (None, 0),
             }
         };

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cairn_mon::{ClusterMap, MapFlag};
+use cairn_clustermap::{ClusterMap, MapFlag};
 use cairn_pg::{plan, PeerLog, PeeringPlan, Recovery};
 use cairn_proto::peer::{PeerBody, Urgency};
 

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use cairn_clustermap::MapFlag;
 use cairn_clustermap::PgId;
-use cairn_mon::MapFlag;
 use cairn_pg::scrub::{compare, CopyState, Inconsistency, ObjectDigest, ScrubMap};
 use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
 use cairn_store::{Store, StoreError};

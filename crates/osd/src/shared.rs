@@ -4,9 +4,9 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use cairn_client::mon::MonClient;
+use cairn_clustermap::ClusterMap;
 use cairn_clustermap::{MappingCache, PgId, PgMapping};
-use cairn_mon::client::MonClient;
-use cairn_mon::ClusterMap;
 use cairn_store::{Store, StoreStats};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -175,7 +175,7 @@ impl Shared {
     }
 
     /// Whether the current map has the cluster flag `flag` set.
-    pub fn flag_set(&self, flag: cairn_mon::MapFlag) -> bool {
+    pub fn flag_set(&self, flag: cairn_clustermap::MapFlag) -> bool {
         self.map.borrow().as_ref().is_some_and(|m| m.has(flag))
     }
 

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_mon::quota::MAX_PG_USAGE_PER_REPORT;
-use cairn_mon::{PgUsage, Request};
+use cairn_clustermap::quota::MAX_PG_USAGE_PER_REPORT;
+use cairn_clustermap::PgUsage;
+use cairn_proto::mon::Request;
 use cairn_store::StoreError;
 
 use crate::pgs::PgStatus;

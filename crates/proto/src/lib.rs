@@ -41,6 +41,7 @@ const PREFIX_BYTES: usize = 5;
 
 pub mod admin;
 pub mod image;
+pub mod mon;
 pub mod op;
 pub mod pairs;
 pub mod peer;

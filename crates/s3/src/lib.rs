@@ -33,9 +33,9 @@ pub mod users;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cairn_client::mon::MonClient;
 use cairn_client::{Client, ClientError};
-use cairn_mon::client::MonClient;
-use cairn_mon::monitor::Request;
+use cairn_proto::mon::Request;
 use thiserror::Error;
 
 pub use config::GatewayConfig;
@@ -52,7 +52,7 @@ pub enum GatewayError {
     Client(#[from] ClientError),
     /// The monitor failed.
     #[error(transparent)]
-    Mon(#[from] cairn_mon::MonError),
+    Mon(#[from] cairn_proto::mon::MonError),
     /// Object layer.
     #[error(transparent)]
     Backend(#[from] backend::BackendError),

@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cairn_client::Client;
+use cairn_clustermap::ClusterMap;
 use cairn_mon::daemon::MonDaemon;
-use cairn_mon::monitor::Request;
-use cairn_mon::{ClusterMap, MonConfig, Monitor};
+use cairn_mon::{MonConfig, Monitor};
 use cairn_osd::{OsdConfig, OsdDaemon};
+use cairn_proto::mon::Request;
 
 /// Prints the daemons' logs when `RUST_LOG` asks for them (e.g. `RUST_LOG=cairn_osd=info`):
 /// the in-process OSDs and monitor log through `tracing`.
@@ -62,7 +63,7 @@ pub async fn cluster_with_devices(
         tweak(&mut cfg);
         osds.push(OsdDaemon::start(cfg).await.unwrap());
     }
-    let admin = cairn_mon::client::MonClient::connect(mon.addr(), 91).await;
+    let admin = cairn_client::mon::MonClient::connect(mon.addr(), 91).await;
     admin
         .op(
             Request::CreatePool {
@@ -220,7 +221,7 @@ pub fn index_of(c: &Cluster, osd: i32) -> usize {
 }
 
 /// Creates pool `name` (`size` copies, `pg_num` PGs) through the operator's monitor client.
-pub async fn create_pool(admin: &cairn_mon::client::MonClient, name: &str, size: u32, pg_num: u32) {
+pub async fn create_pool(admin: &cairn_client::mon::MonClient, name: &str, size: u32, pg_num: u32) {
     admin
         .op(
             Request::CreatePool {
@@ -235,7 +236,7 @@ pub async fn create_pool(admin: &cairn_mon::client::MonClient, name: &str, size:
 }
 
 /// Stops osd `osd` and marks it down at the monitor.
-pub async fn stop_osd(c: &mut Cluster, admin: &cairn_mon::client::MonClient, osd: i32) {
+pub async fn stop_osd(c: &mut Cluster, admin: &cairn_client::mon::MonClient, osd: i32) {
     drop(c.osds.remove(index_of(c, osd)));
     admin
         .op(Request::MarkDown { id: osd }, 10_000)

@@ -4,11 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use cairn_mon::client::MonClient;
+use cairn_client::mon::MonClient;
+use cairn_clustermap::flags::MapFlag;
+use cairn_clustermap::ClusterMap;
 use cairn_mon::daemon::MonDaemon;
-use cairn_mon::flags::MapFlag;
-use cairn_mon::monitor::Request;
-use cairn_mon::{ClusterMap, MonConfig, Monitor};
+use cairn_mon::{MonConfig, Monitor};
+use cairn_proto::mon::Request;
 
 /// One epoch a request: `noout` set, then unset.
 fn flip(on: bool) -> Request {
@@ -107,8 +108,8 @@ async fn subscribers_that_vanish_never_wedge_the_monitor() {
 /// acknowledges anything: a frozen process whose socket stays open.
 async fn stalled_subscriber(addr: std::net::SocketAddr, id: u64) -> tokio::net::TcpStream {
     use bytes::{BufMut, BytesMut};
-    use cairn_mon::proto::{to_payload, MonRequest, RequestBody, MSG_MON_REQUEST};
     use cairn_msgr::{Frame, Limits};
+    use cairn_proto::mon::{to_payload, MonRequest, RequestBody, MSG_MON_REQUEST};
     use tokio::io::AsyncWriteExt;
     let mut hello = BytesMut::new();
     for word in [id, 0, 0x5741_11ed, 1] {

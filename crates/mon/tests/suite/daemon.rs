@@ -1,10 +1,11 @@
 //! The monitor over real loopback sockets: OSDs boot, a pool is created, subscribers follow
 //! every epoch through pushed incrementals, errors come back as errors.
 
-use cairn_mon::client::MonClient;
+use cairn_client::mon::MonClient;
+use cairn_clustermap::ClusterMap;
 use cairn_mon::daemon::MonDaemon;
-use cairn_mon::monitor::Request;
-use cairn_mon::{ClusterMap, MonConfig, Monitor};
+use cairn_mon::{MonConfig, Monitor};
+use cairn_proto::mon::Request;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn osds_boot_and_subscribers_follow_every_epoch() {
@@ -279,7 +280,7 @@ async fn a_request_a_dead_monitor_left_unanswered_is_answered_by_its_successor()
     let msg_type = tokio::task::spawn_blocking(move || got_rx.recv().unwrap())
         .await
         .unwrap();
-    assert_eq!(msg_type, cairn_mon::proto::MSG_MON_REQUEST);
+    assert_eq!(msg_type, cairn_proto::mon::MSG_MON_REQUEST);
     tokio::task::spawn_blocking(move || dead.join().unwrap())
         .await
         .unwrap();

@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use cairn_mon::client::MonClient;
+use cairn_client::mon::MonClient;
+use cairn_clustermap::ClusterMap;
 use cairn_mon::daemon::{MonDaemon, MonServing};
 use cairn_mon::metrics::render_map;
-use cairn_mon::monitor::{Reply, Request};
-use cairn_mon::{ClusterMap, MonConfig, Monitor};
+use cairn_mon::{MonConfig, Monitor};
+use cairn_proto::mon::{Reply, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn boot(mon: &mut Monitor, n: usize) {
@@ -211,15 +212,17 @@ async fn the_daemon_serves_its_page_and_counts_what_it_served() {
     // and bytes show, and a quota the pool reaches marks it full on the page.
     let map = watcher.wait_for_epoch(created.epoch, 5000).await.unwrap();
     let mut mapper = map.placement.mapper();
-    let mut led: BTreeMap<i32, Vec<cairn_mon::PgUsage>> = BTreeMap::new();
+    let mut led: BTreeMap<i32, Vec<cairn_clustermap::PgUsage>> = BTreeMap::new();
     for seed in 0..32 {
         let pg = cairn_clustermap::PgId { pool: 1, seed };
         let primary = mapper.map_pg(pg).unwrap().acting_primary().unwrap();
-        led.entry(primary).or_default().push(cairn_mon::PgUsage {
-            pg,
-            objects: 2,
-            bytes: 200,
-        });
+        led.entry(primary)
+            .or_default()
+            .push(cairn_clustermap::PgUsage {
+                pg,
+                objects: 2,
+                bytes: 200,
+            });
     }
     for (id, usage) in led {
         admin

@@ -5,8 +5,9 @@
 use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::balance::up_sets;
 use cairn_clustermap::shape::Topology;
-use cairn_mon::monitor::{Reply, Request};
-use cairn_mon::{ClusterMap, Incremental, MapFlag, MonConfig, Monitor};
+use cairn_clustermap::{ClusterMap, Incremental, MapFlag};
+use cairn_mon::{MonConfig, Monitor};
+use cairn_proto::mon::{Reply, Request};
 
 fn boot(mon: &mut Monitor, now: u64, n: usize, hosts: usize) -> Vec<i32> {
     (0..n)
@@ -553,7 +554,7 @@ fn up_thru_is_recorded_once_per_interval_start_and_only_for_up_osds() {
     mon.handle(5, Request::Alive { id: 2, want: e }).unwrap();
     assert_eq!(mon.map().epoch, e, "a down OSD's request is stale");
     assert_eq!(mon.map().osds[&2].up_thru, Some(0));
-    let old: cairn_mon::map::OsdEntry = serde_json::from_str(
+    let old: cairn_clustermap::cluster_map::OsdEntry = serde_json::from_str(
         r#"{"id":4,"uuid":"u","host":"h","addr":"a","up":true,"reweight":65536,"down_since_ms":null,"auto_out":false}"#,
     )
     .unwrap();
@@ -1003,7 +1004,7 @@ fn reweights_move_an_osds_share_and_refuse_bad_values() {
         (
             Request::CrushReweight {
                 id: 1,
-                weight: cairn_mon::monitor::MAX_CRUSH_WEIGHT + 1,
+                weight: cairn_proto::mon::MAX_CRUSH_WEIGHT + 1,
             },
             "past 1000",
         ),

@@ -2,10 +2,11 @@
 //! only each PG's primary may report, carried in the map's encoding and incrementals, kept
 //! across a monitor restart until every PG has reported again.
 
+use cairn_clustermap::quota::MAX_PG_USAGE_PER_REPORT;
 use cairn_clustermap::PgId;
-use cairn_mon::monitor::{Reply, Request};
-use cairn_mon::quota::MAX_PG_USAGE_PER_REPORT;
-use cairn_mon::{ClusterMap, Incremental, MonConfig, MonError, Monitor, PgUsage, PoolQuota};
+use cairn_clustermap::{ClusterMap, Incremental, PgUsage, PoolQuota};
+use cairn_mon::{MonConfig, Monitor};
+use cairn_proto::mon::{MonError, Reply, Request};
 
 const PG_NUM: u32 = 8;
 

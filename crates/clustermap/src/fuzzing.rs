@@ -4,5 +4,5 @@
 /// Wraps `payload` in the envelope (magic, version, length, crc32c) that maps and
 /// incrementals travel and are stored in, so a fuzzer's bytes reach the JSON inside.
 pub fn envelope(payload: &[u8]) -> Vec<u8> {
-    crate::map::envelope(payload)
+    crate::cluster_map::envelope(payload)
 }

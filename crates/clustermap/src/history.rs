@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::error::MonError;
+use crate::cluster_map::ClusterMap;
+use crate::error::MapError;
 use crate::incremental::Incremental;
-use crate::map::ClusterMap;
 
 /// Epochs between the full maps kept in memory (not stored) to rebuild a past epoch from: a
 /// request replays at most this many incrementals instead of the whole history.
@@ -34,7 +34,7 @@ impl MapHistory {
 
     /// A history from its parts (as stored), checked by replaying it: the incrementals must
     /// follow the base epoch by epoch and apply.
-    pub fn from_parts(base: ClusterMap, incrementals: Vec<Incremental>) -> Result<Self, MonError> {
+    pub fn from_parts(base: ClusterMap, incrementals: Vec<Incremental>) -> Result<Self, MapError> {
         let mut history = MapHistory::new(&base);
         let mut map = base;
         for inc in incrementals {
@@ -65,9 +65,9 @@ impl MapHistory {
     }
 
     /// Records the incremental that made the newest epoch, and `map`, the map it made.
-    pub fn push(&mut self, inc: Incremental, map: &ClusterMap) -> Result<(), MonError> {
+    pub fn push(&mut self, inc: Incremental, map: &ClusterMap) -> Result<(), MapError> {
         if inc.epoch != self.newest_epoch() + 1 || map.epoch != inc.epoch {
-            return Err(MonError::EpochGap {
+            return Err(MapError::EpochGap {
                 have: self.newest_epoch(),
                 got: inc.epoch,
             });
@@ -80,7 +80,7 @@ impl MapHistory {
     }
 
     /// Drops the oldest incrementals (folding them into the base) until at most `keep` remain.
-    pub fn trim(&mut self, keep: usize) -> Result<(), MonError> {
+    pub fn trim(&mut self, keep: usize) -> Result<(), MapError> {
         while self.incrementals.len() > keep {
             let Some(inc) = self.incrementals.pop_front() else {
                 break;
@@ -107,7 +107,7 @@ impl MapHistory {
 
     /// The full map at `from` (or at the oldest epoch kept, if `from` is older) and every
     /// incremental after it, replayed from the nearest full map at or before `from`.
-    pub fn range_from(&self, from: u64) -> Result<(ClusterMap, Vec<Incremental>), MonError> {
+    pub fn range_from(&self, from: u64) -> Result<(ClusterMap, Vec<Incremental>), MapError> {
         let target = from.clamp(self.base.epoch, self.newest_epoch());
         let mut map = self
             .checkpoints
@@ -134,8 +134,8 @@ impl MapHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster_map::OsdEntry;
     use crate::incremental::Change;
-    use crate::map::OsdEntry;
 
     fn grown(n: u64) -> (MapHistory, ClusterMap) {
         let mut map = ClusterMap::new("h").unwrap();

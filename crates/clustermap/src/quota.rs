@@ -11,10 +11,10 @@
 
 use std::collections::BTreeMap;
 
-use cairn_clustermap::PgId;
+use crate::PgId;
 use serde::{Deserialize, Serialize};
 
-use crate::map::ClusterMap;
+use crate::cluster_map::ClusterMap;
 
 /// Most PG entries in one usage report (explicit limit; an OSD with more PGs sends several).
 pub const MAX_PG_USAGE_PER_REPORT: usize = 16_384;

@@ -1,12 +1,12 @@
 //! One epoch's changes. The monitor produces them; the monitor and every subscriber apply them
 //! with the same code, so all copies of the map stay identical.
 
-use cairn_clustermap::{Exceptions, PgId, Pool};
+use crate::{Exceptions, PgId, Pool};
 use serde::{Deserialize, Serialize};
 
-use crate::error::MonError;
+use crate::cluster_map::{envelope, open_envelope, ClusterMap, OsdEntry};
+use crate::error::MapError;
 use crate::flags::MapFlag;
-use crate::map::{envelope, open_envelope, ClusterMap, OsdEntry};
 use crate::quota::PoolQuota;
 
 /// One change to the map.
@@ -147,16 +147,16 @@ impl Incremental {
     }
 
     /// Decodes and verifies.
-    pub fn decode(bytes: &[u8]) -> Result<Self, MonError> {
-        serde_json::from_slice(open_envelope(bytes)?).map_err(|e| MonError::Encoding(e.to_string()))
+    pub fn decode(bytes: &[u8]) -> Result<Self, MapError> {
+        serde_json::from_slice(open_envelope(bytes)?).map_err(|e| MapError::Encoding(e.to_string()))
     }
 }
 
 impl ClusterMap {
     /// Applies `inc`, which must produce exactly the next epoch.
-    pub fn apply(&mut self, inc: &Incremental) -> Result<(), MonError> {
+    pub fn apply(&mut self, inc: &Incremental) -> Result<(), MapError> {
         if inc.epoch != self.epoch + 1 {
-            return Err(MonError::EpochGap {
+            return Err(MapError::EpochGap {
                 have: self.epoch,
                 got: inc.epoch,
             });
@@ -184,13 +184,13 @@ impl ClusterMap {
         Ok(())
     }
 
-    fn entry(&mut self, id: i32) -> Result<&mut OsdEntry, MonError> {
+    fn entry(&mut self, id: i32) -> Result<&mut OsdEntry, MapError> {
         self.osds
             .get_mut(&id)
-            .ok_or_else(|| MonError::NotFound(format!("osd.{id}")))
+            .ok_or_else(|| MapError::NotFound(format!("osd.{id}")))
     }
 
-    fn apply_change(&mut self, change: &Change) -> Result<(), MonError> {
+    fn apply_change(&mut self, change: &Change) -> Result<(), MapError> {
         match change {
             Change::AddOsd {
                 entry,
@@ -207,7 +207,7 @@ impl ClusterMap {
             }
             Change::RemoveOsd { id } => {
                 if self.osds.remove(id).is_none() {
-                    return Err(MonError::NotFound(format!("osd.{id}")));
+                    return Err(MapError::NotFound(format!("osd.{id}")));
                 }
                 self.placement.crush.remove_device(*id)?;
                 let ex = &mut self.placement.exceptions;
@@ -263,7 +263,7 @@ impl ClusterMap {
                 match self.placement.pools.get_mut(&pool.id) {
                     Some(p) if p.name == pool.name => *p = pool.clone(),
                     _ => {
-                        return Err(MonError::NotFound(format!(
+                        return Err(MapError::NotFound(format!(
                             "pool {} `{}`",
                             pool.id, pool.name
                         )))
@@ -272,7 +272,7 @@ impl ClusterMap {
             }
             Change::RemovePool(id) => {
                 if self.placement.pools.remove(id).is_none() {
-                    return Err(MonError::NotFound(format!("pool {id}")));
+                    return Err(MapError::NotFound(format!("pool {id}")));
                 }
                 self.placement
                     .exceptions
@@ -287,14 +287,14 @@ impl ClusterMap {
             }
             Change::Exceptions(text) => {
                 self.placement.exceptions =
-                    Exceptions::parse(text).map_err(|e| MonError::Encoding(e.to_string()))?;
+                    Exceptions::parse(text).map_err(|e| MapError::Encoding(e.to_string()))?;
             }
             Change::OsdNoOut { id, on } => {
                 self.entry(*id)?.noout = *on;
             }
             Change::OsdFlag { id, flag, on } => {
                 if !self.entry(*id)?.set_own(*flag, *on) {
-                    return Err(MonError::Invalid(format!(
+                    return Err(MapError::Invalid(format!(
                         "{flag} is a cluster-wide flag, not one of an OSD"
                     )));
                 }
@@ -307,7 +307,7 @@ impl ClusterMap {
             }
             Change::PoolQuota { pool, quota } => {
                 if !self.placement.pools.contains_key(pool) {
-                    return Err(MonError::NotFound(format!("pool {pool}")));
+                    return Err(MapError::NotFound(format!("pool {pool}")));
                 }
                 if *quota == PoolQuota::default() {
                     self.quotas.remove(pool);

@@ -6,11 +6,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cairn_clustermap::{Exceptions, OsdMap, OsdState, PgId, Pool};
+use crate::{Exceptions, OsdMap, OsdState, PgId, Pool};
 use cairn_crush::CrushMap;
 use serde::{Deserialize, Serialize};
 
-use crate::error::MonError;
+use crate::error::MapError;
 use crate::flags::MapFlag;
 use crate::quota::PoolQuota;
 
@@ -191,7 +191,7 @@ struct Encoded {
 
 impl ClusterMap {
     /// An empty map (epoch 1) with a root bucket named `default`.
-    pub fn new(fsid: &str) -> Result<Self, MonError> {
+    pub fn new(fsid: &str) -> Result<Self, MapError> {
         let crush = CrushMap::new_cluster("default")?;
         let mut placement = OsdMap::all_up_in(crush);
         placement.epoch = 1;
@@ -274,18 +274,18 @@ impl ClusterMap {
     }
 
     /// Decodes and verifies an encoded map.
-    pub fn decode(bytes: &[u8]) -> Result<Self, MonError> {
+    pub fn decode(bytes: &[u8]) -> Result<Self, MapError> {
         let payload = open_envelope(bytes)?;
         let enc: Encoded =
-            serde_json::from_slice(payload).map_err(|e| MonError::Encoding(e.to_string()))?;
+            serde_json::from_slice(payload).map_err(|e| MapError::Encoding(e.to_string()))?;
         let crush =
-            cairn_crush::text::parse(&enc.crush).map_err(|e| MonError::Encoding(e.to_string()))?;
+            cairn_crush::text::parse(&enc.crush).map_err(|e| MapError::Encoding(e.to_string()))?;
         let mut placement = OsdMap::all_up_in(crush);
         for pool in enc.pools {
             placement.add_pool(pool)?;
         }
         placement.exceptions =
-            Exceptions::parse(&enc.exceptions).map_err(|e| MonError::Encoding(e.to_string()))?;
+            Exceptions::parse(&enc.exceptions).map_err(|e| MapError::Encoding(e.to_string()))?;
         placement.pg_temp = enc.pg_temp.into_iter().collect();
         let highest = placement.pools.keys().next_back().copied().unwrap_or(0);
         let mut map = ClusterMap {
@@ -315,14 +315,14 @@ pub(crate) fn envelope(payload: &[u8]) -> Vec<u8> {
 }
 
 /// Verifies an envelope and returns its payload.
-pub(crate) fn open_envelope(bytes: &[u8]) -> Result<&[u8], MonError> {
-    let bad = |m: &str| MonError::Encoding(m.to_string());
+pub(crate) fn open_envelope(bytes: &[u8]) -> Result<&[u8], MapError> {
+    let bad = |m: &str| MapError::Encoding(m.to_string());
     if bytes.len() < 14 || &bytes[..4] != MAGIC {
         return Err(bad("not a cairn map (bad magic or too short)"));
     }
     let version = u16::from_le_bytes([bytes[4], bytes[5]]);
     if version != FORMAT_VERSION {
-        return Err(MonError::Encoding(format!(
+        return Err(MapError::Encoding(format!(
             "unsupported map format version {version}"
         )));
     }

@@ -11,11 +11,11 @@ use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use tokio::sync::{oneshot, watch};
 
-use crate::error::MonError;
-use crate::incremental::Incremental;
-use crate::map::ClusterMap;
-use crate::monitor::Request;
-use crate::proto::{
+use cairn_clustermap::ClusterMap;
+use cairn_clustermap::Incremental;
+use cairn_proto::mon::MonError;
+use cairn_proto::mon::Request;
+use cairn_proto::mon::{
     from_payload, to_payload, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
     MSG_MON_REPLY, MSG_MON_REQUEST,
 };
@@ -290,7 +290,7 @@ async fn resend_on_restart(sender: SessionSender, pending: Pending) {
 
 fn apply_update(current: Option<ClusterMap>, update: MapUpdate) -> Result<ClusterMap, MonError> {
     match update {
-        MapUpdate::Full(bytes) => ClusterMap::decode(&bytes),
+        MapUpdate::Full(bytes) => Ok(ClusterMap::decode(&bytes)?),
         MapUpdate::Incrementals(incs) => {
             let mut map = current
                 .ok_or_else(|| MonError::Invalid("incremental before any full map".into()))?;
