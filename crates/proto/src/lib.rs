@@ -45,6 +45,7 @@ pub mod mon;
 pub mod op;
 pub mod pairs;
 pub mod peer;
+pub mod registry;
 
 pub use cairn_pg::ReqId;
 pub use op::{OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader};
