@@ -158,18 +158,20 @@ impl Onode {
         );
         p.extend_from_slice(&self.size_bytes.to_le_bytes());
         p.push(u8::from(self.spilled) | u8::from(self.extents_spilled) << 1);
-        p.extend_from_slice(&(self.attrs.len() as u16).to_le_bytes());
+        p.extend_from_slice(&field_len::<u16>(self.attrs.len(), "attribute count").to_le_bytes());
         for (name, value) in &self.attrs {
-            p.push(name.len() as u8);
+            p.push(field_len::<u8>(name.len(), "inline attribute name"));
             p.extend_from_slice(name.as_bytes());
-            p.push(value.len() as u8);
+            p.push(field_len::<u8>(value.len(), "inline attribute value"));
             p.extend_from_slice(value);
         }
-        p.extend_from_slice(&(self.extents.len() as u16).to_le_bytes());
+        p.extend_from_slice(
+            &field_len::<u16>(self.extents.len(), "inline extent count").to_le_bytes(),
+        );
         for e in &self.extents {
             p.extend_from_slice(&e.lblock.to_le_bytes());
             p.extend_from_slice(&e.pblock.to_le_bytes());
-            p.extend_from_slice(&(e.crcs.len() as u16).to_le_bytes());
+            p.extend_from_slice(&field_len::<u16>(e.crcs.len(), "inline extent").to_le_bytes());
             for c in &e.crcs {
                 p.extend_from_slice(&c.to_le_bytes());
             }
@@ -308,7 +310,7 @@ impl Extent {
     pub fn encode(&self) -> Vec<u8> {
         let mut p = Vec::with_capacity(12 + 4 * self.crcs.len());
         p.extend_from_slice(&self.pblock.to_le_bytes());
-        p.extend_from_slice(&(self.crcs.len() as u32).to_le_bytes());
+        p.extend_from_slice(&field_len::<u32>(self.crcs.len(), "extent").to_le_bytes());
         for c in &self.crcs {
             p.extend_from_slice(&c.to_le_bytes());
         }
@@ -435,12 +437,20 @@ pub fn onode_coll(key: &[u8]) -> Result<u32> {
         .ok_or_else(|| StoreError::Corrupt("onode key shorter than a collection id".into()))
 }
 
+/// `n` as the integer type of the field that encodes it. The store's limits (name, value,
+/// attribute and extent bounds checked when a transaction is admitted) keep every length in
+/// range; a length that did not fit would corrupt the encoding silently, so it is an
+/// assertion, not a truncation.
+pub(crate) fn field_len<T: TryFrom<usize>>(n: usize, field: &str) -> T {
+    T::try_from(n).unwrap_or_else(|_| panic!("{field} length {n} does not fit its encoded field"))
+}
+
 /// Unambiguous prefix of everything owned by one object in the per-object tables:
 /// collection id (BE) ++ name length (BE u16) ++ name.
 pub fn object_prefix(coll_id: u32, name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(6 + name.len());
     k.extend_from_slice(&coll_id.to_be_bytes());
-    k.extend_from_slice(&(name.len() as u16).to_be_bytes());
+    k.extend_from_slice(&field_len::<u16>(name.len(), "object name").to_be_bytes());
     k.extend_from_slice(name.as_bytes());
     k
 }
@@ -506,6 +516,18 @@ pub fn split_prefix(key: &[u8]) -> Result<(u32, &str, &[u8])> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_length_fits_its_field_or_the_encoder_stops() {
+        assert_eq!(field_len::<u8>(255, "x"), 255u8);
+        assert_eq!(field_len::<u16>(65_535, "x"), 65_535u16);
+        let overflow = std::panic::catch_unwind(|| field_len::<u8>(256, "inline attribute name"));
+        let message = *overflow.unwrap_err().downcast::<String>().unwrap();
+        assert!(
+            message.contains("inline attribute name length 256"),
+            "{message}"
+        );
+    }
     use super::*;
 
     #[test]

@@ -13,6 +13,7 @@
 //! followed by a completed flush. The last one may have landed while some of its data blocks did
 //! not; its data blocks' checksums are in the extent values it carries.
 
+use crate::codec::field_len;
 use crate::codec::{self, split_block_key, Extent};
 use crate::error::{Result, StoreError};
 use crate::logged::{Change, Touched};
@@ -60,7 +61,7 @@ pub(crate) struct Record {
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(&field_len::<u32>(b.len(), "redo key or value").to_le_bytes());
     out.extend_from_slice(b);
 }
 
@@ -95,10 +96,10 @@ pub(crate) fn encode(
     out.push(WAL_VERSION);
     out.extend_from_slice(&uuid.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&(blocks as u32).to_le_bytes());
-    out.extend_from_slice(&((raw - HEADER_BYTES - 4) as u32).to_le_bytes());
+    out.extend_from_slice(&field_len::<u32>(blocks, "redo record blocks").to_le_bytes());
+    out.extend_from_slice(&field_len::<u32>(raw - HEADER_BYTES - 4, "redo payload").to_le_bytes());
     for t in &redo.tables {
-        out.extend_from_slice(&(t.len() as u32).to_le_bytes());
+        out.extend_from_slice(&field_len::<u32>(t.len(), "redo table").to_le_bytes());
         for (k, v) in t {
             put_bytes(&mut out, k);
             match v {
@@ -110,7 +111,7 @@ pub(crate) fn encode(
             }
         }
     }
-    out.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+    out.extend_from_slice(&field_len::<u32>(runs.len(), "redo runs").to_le_bytes());
     for &(start, n) in runs {
         out.extend_from_slice(&start.to_le_bytes());
         out.extend_from_slice(&n.to_le_bytes());
