@@ -3,7 +3,7 @@
 //! inactive below min_size serve again once min_size is lowered (a new min_size starts a new
 //! interval, so the PGs peer). Every object reads back by crc32c throughout.
 
-mod common;
+use crate::common;
 
 use cairn_client::mon::MonClient;
 use cairn_proto::mon::Request;

@@ -3,7 +3,7 @@
 //! primaries refuse every write but removals; removals bring it back under and writes resume.
 //! What is there stays readable, and the usage the OSDs report is exact.
 
-mod common;
+use crate::common;
 
 use cairn_client::mon::MonClient;
 use cairn_client::ClientError;

@@ -7,7 +7,7 @@
 //! the primary of a temporary acting set dies in the middle of the fill (the next member takes
 //! over) and comes back.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,7 +4,7 @@
 //! attributes, missing objects, unknown admin keys, malformed messages (logged and dropped, the
 //! OSD keeps serving).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

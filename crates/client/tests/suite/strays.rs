@@ -2,7 +2,7 @@
 //! copy left on an OSD outside the PG's acting set (a stray, after `osd out`) is deleted once
 //! the PG is active+clean without it — and not while the PG still needs it.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

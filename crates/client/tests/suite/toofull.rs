@@ -6,7 +6,7 @@
 //! readable and writes go on. (A primary too full for its own recovery still keeps its PG
 //! peering.)
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! version it has used: either would lose an acknowledged write on the copies that skipped
 //! it. The PG peers again instead.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! everywhere fails with `ClientError::Damaged`, and P's metrics count the repairs. At the end
 //! every copy deep-fscks clean and holds the written bytes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

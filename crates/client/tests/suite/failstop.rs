@@ -8,7 +8,7 @@
 //! - a read EIO on one object's data leaves the store serving: the primary repairs that copy
 //!   from a replica, the client gets the object's bytes, and both are counted.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

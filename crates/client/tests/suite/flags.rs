@@ -14,7 +14,7 @@
 //! - `pausewr` and `pauserd`: a client's writes (reads) wait and fail at their deadline naming
 //!   the flag; the other kind goes on; a held write completes once the flag is unset.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

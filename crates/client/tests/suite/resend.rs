@@ -3,7 +3,7 @@
 //! records it, so a resend is answered from the log (on this primary or, after it fails, on the
 //! next one) instead of being applied again: an append appends once.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! one and pulls it from R in pieces. Each copy is then read alone and must hold the whole
 //! object: data (crc32c), xattr and every omap entry.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

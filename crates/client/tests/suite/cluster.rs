@@ -4,7 +4,7 @@
 //! every OSD's store is mounted offline and each acknowledged object must be present, and
 //! byte-identical, on all three copies (acknowledged = durable on the whole acting set).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

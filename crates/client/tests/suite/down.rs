@@ -5,7 +5,7 @@
 //! interval that may have taken writes with no copy up, and keeps the PG down (no read, no
 //! write) until X is back, or until the operator removes X and so accepts the loss.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! hold no session and no byte for the clients that are gone; every acknowledged write reads
 //! back.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! that never answers (until a stopped OSD's tasks ran on for as long as their timeouts, and a
 //! restart in the same process found its store still open).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! - a TBF rule on one object's hash slows that object's reads on a running OSD, and no other
 //!   object's.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

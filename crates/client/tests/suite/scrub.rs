@@ -12,7 +12,7 @@
 //! it finds nothing, the PGs are active+clean), every object reads back as written, the extra
 //! one is gone, and offline every copy deep-fscks clean and holds the same bytes.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -1,0 +1,22 @@
+//! Integration tests of the client against in-process clusters (a monitor and OSDs on
+//! loopback), one binary: each module is one group of tests, compiled and linked once.
+
+mod churn;
+mod cluster;
+mod common;
+mod divergence;
+mod down;
+mod failstop;
+mod flags;
+mod ops;
+mod pieces;
+mod poolset;
+mod quota;
+mod remap;
+mod repair;
+mod resend;
+mod sched_detail;
+mod scrub;
+mod stop;
+mod strays;
+mod toofull;
