@@ -48,6 +48,9 @@ pub enum OsdError {
     /// A setting is out of its range.
     #[error("configuration: {0}")]
     Config(String),
+    /// The OSD is stopping: the work was not queued.
+    #[error("osd stopping: the request was not queued")]
+    Stopping,
     /// A stopped OSD's tasks still held its state (its store) when the wait for them ended.
     #[error("osd still busy {waited_ms} ms after being stopped: {holders} task(s) hold its store")]
     StillBusy {

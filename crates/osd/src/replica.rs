@@ -196,7 +196,8 @@ fn peer_work(s: &Shared, req: &PeerRequest, peer: u64, data_bytes: u64) -> Work 
                 op: Io::Read,
                 ..base
             }
-            .on(object, *data_offset, s.cfg.recovery_chunk_bytes)
+            // The piece's size is known only once it is read: 0, as the cost's minimum.
+            .on(object, *data_offset, 0)
             .at_physical(s.store.physical_offset_hint(&coll, object, *data_offset))
         }
         PeerBody::Push {

@@ -217,10 +217,15 @@ impl Shard {
             priority: self.common.priorities.of(work.purpose),
             ..Request::new(id, work.purpose.class(), work.client_id, cost_ns)
         };
-        self.jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, (job, work));
+        {
+            // Checked under the lock `stop` clears the jobs under: a job queued after the
+            // clear would never run and, holding the OSD's state, keep its store open.
+            let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            if self.stopping.is_cancelled() {
+                return Err(OsdError::Stopping);
+            }
+            jobs.insert(id, (job, work));
+        }
         let queued = self
             .queue
             .lock()
@@ -840,6 +845,21 @@ mod tests {
             (5..=15).contains(&clients_in_first_20),
             "equal priorities: {clients_in_first_20} of the first 20 were clients"
         );
+    }
+
+    #[tokio::test]
+    async fn work_queued_after_stop_is_refused_and_holds_nothing() {
+        let s = scheduler(1);
+        s.stop();
+        let held = Arc::new(());
+        let job_holds = held.clone();
+        let refused = s.submit(PG, w(QosClass::Client, 1, 4096), async move {
+            drop(job_holds);
+        });
+        assert!(matches!(refused, Err(OsdError::Stopping)), "{refused:?}");
+        assert_eq!(Arc::strong_count(&held), 1, "the refused job was dropped at once");
+        let ran = s.run(PG, w(QosClass::Recovery, 1, 4096), async { 1 }).await;
+        assert!(matches!(ran, Err(OsdError::Stopping)), "{ran:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -205,9 +205,10 @@ pub(crate) async fn push(r: &Recovering<'_>, to: i32, obj: &str) -> Result<(), O
         let (s2, coll, name, from) = (s.clone(), pg.coll.clone(), obj.to_string(), at.clone());
         let budget = s.cfg.recovery_chunk_bytes;
         let physical = s.store.physical_offset_hint(&pg.coll, obj, at.data_offset);
+        // How much the piece holds is known only once it is read: 0, as the cost's minimum.
         let work = r
             .work(Io::Read)
-            .on(obj, at.data_offset, budget)
+            .on(obj, at.data_offset, 0)
             .at_physical(physical);
         let piece = r
             .run(work, async move {
