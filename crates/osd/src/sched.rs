@@ -857,7 +857,11 @@ mod tests {
             drop(job_holds);
         });
         assert!(matches!(refused, Err(OsdError::Stopping)), "{refused:?}");
-        assert_eq!(Arc::strong_count(&held), 1, "the refused job was dropped at once");
+        assert_eq!(
+            Arc::strong_count(&held),
+            1,
+            "the refused job was dropped at once"
+        );
         let ran = s.run(PG, w(QosClass::Recovery, 1, 4096), async { 1 }).await;
         assert!(matches!(ran, Err(OsdError::Stopping)), "{ran:?}");
     }
