@@ -110,7 +110,7 @@ impl Work {
 /// (`ceph_str_hash_rjenkins`, the hash `ceph osd map` prints), so a rule's `object=` value can
 /// be computed by any tool that knows the name.
 pub fn object_id(name: &str) -> u64 {
-    u64::from(cairn_crush::hash::str_hash(name.as_bytes()))
+    u64::from(cairn_clustermap::Pool::hash_key(name, ""))
 }
 
 /// Ceph's op priorities by purpose, settable while the OSD runs (`cairn tell osd.N config set
