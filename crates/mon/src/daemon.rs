@@ -148,6 +148,7 @@ async fn serve_session(mut session: Session, core: mpsc::Sender<Inbound>) {
             tracing::warn!(
                 session = session.id(),
                 msg_type = frame.header.msg_type,
+                known = cairn_proto::registry::name_of(frame.header.msg_type).unwrap_or("unknown"),
                 "unexpected message type"
             );
             continue;

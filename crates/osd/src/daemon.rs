@@ -786,7 +786,15 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                     drop(permit);
                 });
             }
-            other => tracing::warn!(osd = s.id, msg_type = other, "unexpected message type"),
+            other => {
+                let known = cairn_proto::registry::name_of(other).unwrap_or("unknown");
+                tracing::warn!(
+                    osd = s.id,
+                    msg_type = other,
+                    known,
+                    "unexpected message type"
+                );
+            }
         }
     }
 }

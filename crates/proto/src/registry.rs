@@ -26,7 +26,8 @@ pub const MESSAGES: [(u16, &str); 13] = [
     (admin::MSG_ADMIN_REPLY, "admin_reply"),
 ];
 
-/// The name of frame type `ty` (for logs), if it is a message of the cluster.
+/// The name of frame type `ty`, if it is a message of the cluster: daemons name a message
+/// that reached the wrong one in their warnings.
 pub fn name_of(ty: u16) -> Option<&'static str> {
     MESSAGES.iter().find(|(id, _)| *id == ty).map(|(_, n)| *n)
 }
