@@ -16,7 +16,7 @@ pub const HISTORY_PER_SHARD: usize = 2048;
 
 /// One released request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Released {
+pub struct ReleasedRequest {
     /// Order of release on this OSD (across shards, by the time of release).
     pub seq: u64,
     /// The shard that released it.
@@ -43,16 +43,16 @@ pub struct Released {
     pub waited_us: u64,
 }
 
-/// A bounded ring of [`Released`] requests.
+/// A bounded ring of [`ReleasedRequest`] requests.
 #[derive(Debug, Default)]
 pub struct History {
-    ring: Mutex<VecDeque<Released>>,
+    ring: Mutex<VecDeque<ReleasedRequest>>,
 }
 
 impl History {
     /// Records that `work` was released after waiting `waited_ns`.
     pub fn record(&self, seq: u64, shard: usize, work: &Work, priority: u8, waited_ns: u64) {
-        let r = Released {
+        let r = ReleasedRequest {
             seq,
             shard,
             purpose: work.purpose,
@@ -75,7 +75,7 @@ impl History {
     }
 
     /// What is remembered, oldest first.
-    pub fn snapshot(&self) -> Vec<Released> {
+    pub fn snapshot(&self) -> Vec<ReleasedRequest> {
         let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         ring.iter().copied().collect()
     }

@@ -21,7 +21,7 @@ use cairn_clustermap::PgId;
 use cairn_qos::hist::Histogram;
 use cairn_qos::{CostModel, Dequeued, PolicyConfig, QosClass, QosQueue, Request, ShardLink};
 
-use crate::history::{History, Released as ReleasedRecord};
+use crate::history::{History, ReleasedRequest};
 use crate::work::{Priorities, Work};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -457,8 +457,8 @@ impl OpScheduler {
     }
 
     /// The requests every shard released most recently, in order of release.
-    pub fn history(&self) -> Vec<ReleasedRecord> {
-        let mut all: Vec<ReleasedRecord> = self
+    pub fn history(&self) -> Vec<ReleasedRequest> {
+        let mut all: Vec<ReleasedRequest> = self
             .shards
             .iter()
             .flat_map(|s| s.history.snapshot())
@@ -756,7 +756,7 @@ mod tests {
 
     /// Under WPQ with one slot, recovery queued before a burst of client writes: the order of
     /// release and the history it leaves.
-    async fn wpq_release_order(recovery_priority: &str) -> Vec<ReleasedRecord> {
+    async fn wpq_release_order(recovery_priority: &str) -> Vec<ReleasedRequest> {
         let s = sharded(PolicyConfig::by_name("wpq").unwrap(), 1, 1);
         s.priorities()
             .set("osd_recovery_op_priority", recovery_priority)

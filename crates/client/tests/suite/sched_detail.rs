@@ -14,7 +14,7 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use cairn_osd::history::Released;
+use cairn_osd::history::ReleasedRequest;
 use cairn_osd::work::{object_id, Purpose};
 use cairn_qos::{OpKind, PolicyConfig, QosClass};
 use common::{cluster_with_devices, placement_of};
@@ -27,7 +27,7 @@ async fn tell(c: &common::Cluster, osd: i32, words: &[&str]) -> Result<String, S
 }
 
 /// What `osd`'s scheduler released most recently.
-async fn history(c: &common::Cluster, osd: i32) -> Vec<Released> {
+async fn history(c: &common::Cluster, osd: i32) -> Vec<ReleasedRequest> {
     let text = tell(c, osd, &["sched", "history"]).await.unwrap();
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("history of osd.{osd}: {e}"))
 }
@@ -67,7 +67,7 @@ async fn client_replica_scrub_and_recovery_work_reach_the_scheduler_in_full() {
     let (pg, up) = placement_of(&c, "w");
     let w = object_id("w");
     let on_primary = history(&c, up[0]).await;
-    let of_w: Vec<&Released> = on_primary
+    let of_w: Vec<&ReleasedRequest> = on_primary
         .iter()
         .filter(|r| r.object_id == Some(w))
         .collect();
@@ -109,7 +109,7 @@ async fn client_replica_scrub_and_recovery_work_reach_the_scheduler_in_full() {
     tell(&c, up[0], &["pg", "deep-scrub", &pg.to_string()])
         .await
         .unwrap();
-    let scrubbed: Vec<Released> = history(&c, up[0])
+    let scrubbed: Vec<ReleasedRequest> = history(&c, up[0])
         .await
         .into_iter()
         .filter(|r| r.purpose == Purpose::Scrub)
