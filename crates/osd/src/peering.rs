@@ -408,9 +408,20 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         None => min_objects,
     };
     if let Some(temp) = crate::remap::temporary_acting(&iv, &plan, &up, min_objects) {
-        let instead = "recovering before activation";
+        let serving = temp.len();
+        let held = match s.map.borrow().as_ref() {
+            Some(map) => crate::remap::holding_flag(map, &iv, &plan, serving),
+            None => None,
+        };
+        let instead = match held {
+            Some(_) => "peering again: a cluster flag holds the recovery",
+            None => "recovering before activation",
+        };
         if crate::remap::serve_from(s, pg, epoch, temp, instead).await {
             return Ok(());
+        }
+        if let Some(flag) = held {
+            return Err(OsdError::Held(flag));
         }
     }
     let auth_log: PgLog = logs

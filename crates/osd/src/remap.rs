@@ -100,6 +100,23 @@ pub fn min_objects_under_flags(
     }
 }
 
+/// The cluster flag of `map` that holds back the recovery `plan` gives `iv`'s acting copies,
+/// were the PG served by `serving` copies meanwhile: a primary that could not get its
+/// temporary acting set must then peer again later rather than recover before activation,
+/// which would move what the flag holds in place.
+pub fn holding_flag(
+    map: &ClusterMap,
+    iv: &Interval,
+    plan: &PeeringPlan,
+    serving: usize,
+) -> Option<MapFlag> {
+    iv.acting.iter().find_map(|o| match plan.recovery.get(o)? {
+        Recovery::Clean => None,
+        Recovery::Backfill => held_by(map, true, serving, iv.size),
+        Recovery::Log { .. } => held_by(map, false, serving, iv.size),
+    })
+}
+
 /// Has `pg` (peering in the interval of `epoch`) served by `temp`: true once the map that
 /// starts that interval has come. Otherwise logs why not, and that the caller goes on
 /// `instead`.
@@ -372,5 +389,40 @@ mod tests {
         assert_eq!(held_by(&map, true, 2, 3), None, "a degraded PG recovers");
         map.flags = [MapFlag::NoOut, MapFlag::NoScrub, MapFlag::PauseWr].into();
         assert_eq!(held_by(&map, true, 3, 3), None, "other flags hold no fill");
+    }
+
+    #[test]
+    fn a_flag_holding_the_recovery_keeps_a_pg_from_recovering_before_activation() {
+        let logs = [
+            peer(0, 5, log(0)),
+            peer(1, 8, log(100)),
+            peer(2, 8, log(100)),
+        ];
+        let p = plan(&logs, 0).unwrap();
+        assert!(matches!(p.recovery.get(&0), Some(Recovery::Log { .. })));
+        let iv = interval(vec![0, 1, 2]);
+        let mut map = ClusterMap::new("held").unwrap();
+        assert_eq!(holding_flag(&map, &iv, &p, 3), None);
+        map.flags = [MapFlag::NoRebalance].into();
+        assert_eq!(holding_flag(&map, &iv, &p, 3), Some(MapFlag::NoRebalance));
+        assert_eq!(
+            holding_flag(&map, &iv, &p, 2),
+            None,
+            "a degraded PG recovers"
+        );
+        map.flags = [MapFlag::NoBackfill].into();
+        assert_eq!(
+            holding_flag(&map, &iv, &p, 2),
+            None,
+            "a log recovery goes on"
+        );
+        map.flags = [MapFlag::NoRecover].into();
+        assert_eq!(holding_flag(&map, &iv, &p, 2), Some(MapFlag::NoRecover));
+        let clean = interval(vec![1, 2]);
+        assert_eq!(
+            holding_flag(&map, &clean, &p, 2),
+            None,
+            "nothing to recover"
+        );
     }
 }
