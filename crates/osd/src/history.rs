@@ -41,6 +41,9 @@ pub struct ReleasedRequest {
     pub physical_offset_bytes: Option<u64>,
     /// Time in the scheduler's queue, in µs.
     pub waited_us: u64,
+    /// When it was queued, in µs of its shard's clock: with `seq`, which request of the shard
+    /// overtook which (queued later, released sooner).
+    pub queued_us: u64,
 }
 
 /// A bounded ring of [`ReleasedRequest`] requests.
@@ -50,8 +53,17 @@ pub struct History {
 }
 
 impl History {
-    /// Records that `work` was released after waiting `waited_ns`.
-    pub fn record(&self, seq: u64, shard: usize, work: &Work, priority: u8, waited_ns: u64) {
+    /// Records that `work`, queued at `arrival_ns` of the shard's clock, was released at
+    /// `released_ns`.
+    pub fn record(
+        &self,
+        seq: u64,
+        shard: usize,
+        work: &Work,
+        priority: u8,
+        arrival_ns: u64,
+        released_ns: u64,
+    ) {
         let r = ReleasedRequest {
             seq,
             shard,
@@ -64,7 +76,8 @@ impl History {
             offset_bytes: work.offset_bytes,
             length_bytes: work.length_bytes,
             physical_offset_bytes: work.physical_offset_bytes,
-            waited_us: waited_ns / 1000,
+            waited_us: released_ns.saturating_sub(arrival_ns) / 1000,
+            queued_us: arrival_ns / 1000,
         };
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         if ring.len() == HISTORY_PER_SHARD {
@@ -95,15 +108,15 @@ mod tests {
         let h = History::default();
         let w = Work::new(Purpose::Recovery, 1, OpKind::Write).on("o", 0, 8192);
         for seq in 0..(HISTORY_PER_SHARD as u64 + 10) {
-            h.record(seq, 0, &w, 3, 5_000);
+            h.record(seq, 0, &w, 3, seq * 1000, seq * 1000 + 5_000);
         }
         let s = h.snapshot();
         assert_eq!(s.len(), HISTORY_PER_SHARD);
         assert_eq!(s[0].seq, 10);
         assert_eq!(s.last().unwrap().seq, HISTORY_PER_SHARD as u64 + 9);
         assert_eq!(
-            (s[0].class, s[0].priority, s[0].waited_us),
-            (QosClass::Recovery, 3, 5)
+            (s[0].class, s[0].priority, s[0].waited_us, s[0].queued_us),
+            (QosClass::Recovery, 3, 5, 10)
         );
         h.clear();
         assert!(h.snapshot().is_empty());

@@ -260,9 +260,15 @@ impl Shard {
                 match job {
                     Some((job, work)) => {
                         let seq = self.common.released.fetch_add(1, Ordering::Relaxed);
-                        let waited = self.now_ns().saturating_sub(d.req.arrival_ns);
-                        self.history
-                            .record(seq, self.index, &work, d.req.priority, waited);
+                        let now = self.now_ns();
+                        self.history.record(
+                            seq,
+                            self.index,
+                            &work,
+                            d.req.priority,
+                            d.req.arrival_ns,
+                            now,
+                        );
                         let cost = self.cost_in_flight.take(d.req.cost_ns);
                         let stopping = self.stopping.clone();
                         Released::Job(

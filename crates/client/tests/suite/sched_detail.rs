@@ -257,3 +257,100 @@ async fn a_tbf_rule_on_one_object_slows_that_object_alone() {
     );
     common::stop(c).await;
 }
+
+/// In `h` (one OSD's history), pairs of a client op and a background recovery request of the
+/// same shard where the one queued later was released sooner: (client ops that overtook
+/// recovery, recovery that overtook client ops).
+fn overtakes(h: &[ReleasedRequest]) -> (usize, usize) {
+    let of = |p: Purpose| h.iter().filter(move |r| r.purpose == p);
+    let (mut by_client, mut by_recovery) = (0, 0);
+    for c in of(Purpose::ClientOp) {
+        for r in of(Purpose::Recovery).filter(|r| r.shard == c.shard) {
+            if r.queued_us < c.queued_us && r.seq > c.seq {
+                by_client += 1;
+            }
+            if c.queued_us < r.queued_us && c.seq > r.seq {
+                by_recovery += 1;
+            }
+        }
+    }
+    (by_client, by_recovery)
+}
+
+/// osd.2 of `c` misses `n` objects of 32 KiB while down and comes back under `policy` with
+/// one shard and one request at a time in its store, so that its scheduler holds a backlog;
+/// a client writes meanwhile (its replica writes queue there beside the pushes). osd.2's
+/// scheduler history once every PG is clean.
+async fn recovery_under_client_writes(
+    c: &mut common::Cluster,
+    policy: &str,
+    round: usize,
+) -> Vec<ReleasedRequest> {
+    let admin = cairn_client::mon::MonClient::connect(c.mon.addr(), 94).await;
+    let victim = 2;
+    common::stop_osd(c, &admin, victim).await;
+    for i in 0..96 {
+        let name = format!("r{round}-m{i}");
+        c.client
+            .write_full("data", &name, &data_for(i, 32 << 10))
+            .await
+            .unwrap();
+    }
+    let cfg = common::osd_config("sched-order", 2, &c.mon, &c.dir, DEVICE_BYTES);
+    let cfg = cairn_osd::OsdConfig {
+        policy: PolicyConfig::by_name(policy).unwrap(),
+        op_shards: 1,
+        max_inflight_ops: 1,
+        remap_min_objects: 1,
+        ..cfg
+    };
+    common::restart_up(c, cfg, victim).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut i = 0;
+    while !common::all_clean(c, 8).await {
+        assert!(Instant::now() < deadline, "recovery never ended");
+        let name = format!("r{round}-c{}", i % 16);
+        c.client
+            .write_full("data", &name, &data_for(i, 4096))
+            .await
+            .unwrap();
+        i += 1;
+    }
+    history(c, victim).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wpq_releases_client_ops_ahead_of_a_recovery_backlog_and_fifo_in_arrival_order() {
+    common::logs_from_env();
+    let mut c = cluster_with_devices("sched-order", 8, [DEVICE_BYTES; 3], |cfg| {
+        cfg.remap_min_objects = 1;
+    })
+    .await;
+    for osd in 0..2 {
+        for (key, value) in [("osd_op_queue", "wpq"), ("osd_recovery_max_active", "16")] {
+            tell(&c, osd, &["config", "set", key, value]).await.unwrap();
+        }
+    }
+    let h = recovery_under_client_writes(&mut c, "wpq", 0).await;
+    let count = |p: Purpose| h.iter().filter(|r| r.purpose == p).count();
+    assert!(
+        count(Purpose::Recovery) > 0 && count(Purpose::ClientOp) > 0,
+        "{h:?}"
+    );
+    let (by_client, by_recovery) = overtakes(&h);
+    assert!(
+        by_client > 0 && by_client > by_recovery,
+        "WPQ: client ops overtook recovery {by_client} times, recovery overtook them {by_recovery} times"
+    );
+
+    // FIFO releases one shard's requests in the order they came, whatever their class.
+    for osd in 0..2 {
+        tell(&c, osd, &["config", "set", "osd_op_queue", "fifo"])
+            .await
+            .unwrap();
+    }
+    let h = recovery_under_client_writes(&mut c, "fifo", 1).await;
+    assert!(h.iter().any(|r| r.purpose == Purpose::Recovery), "{h:?}");
+    assert_eq!(overtakes(&h), (0, 0), "FIFO reordered requests");
+    common::stop(c).await;
+}

@@ -316,6 +316,12 @@ pub async fn pg_states(c: &Cluster) -> std::collections::BTreeMap<String, usize>
     out
 }
 
+/// Whether the OSDs lead `pgs` PGs, every one active+clean.
+pub async fn all_clean(c: &Cluster, pgs: usize) -> bool {
+    let states = pg_states(c).await;
+    states.keys().all(|k| k == "active+clean") && states.values().sum::<usize>() == pgs
+}
+
 /// Waits (at most 60 s) until the OSDs lead `pgs` PGs, every one active+clean.
 pub async fn wait_all_clean(c: &Cluster, pgs: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
