@@ -356,6 +356,15 @@ pub async fn live_status(client: &Client, states: &PgStates) {
         usage[1] += u.allocated;
         usage[2] += u.capacity;
     }
+    let mut counts = ObjectCopies::default();
+    for &osd in &osds {
+        if let Ok(text) = client.tell(osd, &["pg".into(), "objects".into()]).await {
+            counts.add_lines(&text);
+        }
+    }
+    for line in counts.lines() {
+        println!("  {line}");
+    }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
         "  usage: {:.1} MiB stored, {:.1} MiB allocated of {:.1} MiB (all copies)",
@@ -383,6 +392,63 @@ pub async fn live_status(client: &Client, states: &PgStates) {
         println!(
             "  recovery: {objects:.0} objects/s, {mb:.1} MB/s (copies brought up to date by primaries, last second)"
         );
+    }
+}
+
+/// Object copies summed over the primaries' `pg objects` replies (Ceph's degraded and
+/// misplaced counts in `ceph status`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectCopies {
+    /// Objects of the PGs.
+    pub objects: u64,
+    /// Copies their pools want.
+    pub copies: u64,
+    /// Copies missing.
+    pub degraded: u64,
+    /// Copies serving away from their up set.
+    pub misplaced: u64,
+}
+
+impl ObjectCopies {
+    /// Adds every well-formed `PGID objects copies degraded misplaced` line of `text`.
+    pub fn add_lines(&mut self, text: &str) {
+        for line in text.lines() {
+            let n: Vec<u64> = line
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            if let [objects, copies, degraded, misplaced] = n[..] {
+                self.objects += objects;
+                self.copies += copies;
+                self.degraded += degraded;
+                self.misplaced += misplaced;
+            }
+        }
+    }
+
+    /// The status lines: the objects, then the degraded and misplaced copies as shares of
+    /// the copies wanted, when there are any.
+    pub fn lines(&self) -> Vec<String> {
+        let share = |n: u64| 100.0 * n as f64 / self.copies.max(1) as f64;
+        let mut out = vec![format!("objects: {}", self.objects)];
+        if self.degraded > 0 {
+            out.push(format!(
+                "{}/{} objects degraded ({:.3}%)",
+                self.degraded,
+                self.copies,
+                share(self.degraded)
+            ));
+        }
+        if self.misplaced > 0 {
+            out.push(format!(
+                "{}/{} objects misplaced ({:.3}%)",
+                self.misplaced,
+                self.copies,
+                share(self.misplaced)
+            ));
+        }
+        out
     }
 }
 
@@ -418,6 +484,36 @@ pub(crate) async fn counter_pair_totals(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_copies_sum_the_primaries_lines_and_read_as_cephs() {
+        let mut c = ObjectCopies::default();
+        c.add_lines("1.0 10 30 0 0\n1.1 20 60 20 5\n");
+        c.add_lines("2.0 5 10 0 10\nnot a line\n2.1 1 2 3\n");
+        assert_eq!(
+            c,
+            ObjectCopies {
+                objects: 35,
+                copies: 100,
+                degraded: 20,
+                misplaced: 15
+            }
+        );
+        assert_eq!(
+            c.lines(),
+            [
+                "objects: 35",
+                "20/100 objects degraded (20.000%)",
+                "15/100 objects misplaced (15.000%)"
+            ]
+        );
+        let clean = ObjectCopies {
+            objects: 3,
+            copies: 9,
+            ..Default::default()
+        };
+        assert_eq!(clean.lines(), ["objects: 3"]);
+    }
 
     /// A `df` reply is read by key, in any order; a missing or non-numeric field is refused.
     #[test]

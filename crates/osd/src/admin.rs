@@ -19,8 +19,9 @@ use crate::work::PRIORITY_KEYS;
 
 pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
-/// Settings `config get` can read (the first three can also be set).
-pub const CONFIG_KEYS: [&str; 22] = [
+/// Settings `config get` can read (the first three, the priorities and the recovery
+/// throttles can also be set).
+pub const CONFIG_KEYS: [&str; 27] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
@@ -43,6 +44,11 @@ pub const CONFIG_KEYS: [&str; 22] = [
     "osd_recovery_op_priority",
     "osd_scrub_priority",
     "osd_pg_delete_priority",
+    "osd_max_backfills",
+    "osd_recovery_max_active",
+    "osd_recovery_sleep_hdd",
+    "osd_recovery_sleep_ssd",
+    "osd_recovery_sleep_hybrid",
 ];
 
 /// Answers one encoded [`AdminRequest`] with an encoded [`AdminReply`].
@@ -50,6 +56,7 @@ pub async fn handle(s: &Arc<Shared>, payload: &Bytes) -> Bytes {
     let (tid, result) = match decode::<AdminRequest>(payload) {
         Ok((req, _)) if req.args == ["df"] => (req.tid, Ok(df(s).await)),
         Ok((req, _)) if req.args == ["pg", "usage"] => (req.tid, pg_usage(s).await),
+        Ok((req, _)) if req.args == ["pg", "objects"] => (req.tid, pg_objects(s).await),
         Ok((req, _)) if req.args.first().is_some_and(|w| w == "inject") => {
             let words: Vec<&str> = req.args[1..].iter().map(String::as_str).collect();
             (req.tid, crate::failstop::inject(s, &words).await)
@@ -96,8 +103,20 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
             let (objects, bytes) = s.metrics.recovered_as_primary();
             Ok(format!("{objects} {bytes}\n"))
         }
+        ["recovery", "reservations"] => {
+            s.throttle
+                .drop_stale(|pg, epoch| crate::replica::grant_lapsed(s, pg, epoch));
+            let (local, remote) = s.throttle.reservations();
+            let list = |pgs: Vec<PgId>| {
+                pgs.iter()
+                    .map(PgId::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            Ok(format!("local: {}\nremote: {}\n", list(local), list(remote)))
+        }
         _ => Err(format!(
-            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | sched history [clear] | pg stats | pg dump | pg usage | pg scrub|deep-scrub|repair PGID | io | recovery | df | inject ...)",
+            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | sched history [clear] | pg stats | pg dump | pg usage | pg objects | pg scrub|deep-scrub|repair PGID | io | recovery [reservations] | df | inject ...)",
             args.join(" ")
         )),
     }
@@ -163,6 +182,7 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
             format!("{:.0}", c.capacity.seq_bandwidth_bytes_per_s)
         }
         k if PRIORITY_KEYS.contains(&k) => s.sched.priorities().get(k).unwrap_or(0).to_string(),
+        k if crate::throttle::KEYS.contains(&k) => s.throttle.get(k).unwrap_or_default(),
         other => {
             return Err(format!(
                 "unknown key `{other}` (known: {})",
@@ -180,6 +200,11 @@ fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
             "{key} set; requests queued from now on take priority {}\n",
             value.trim()
         ));
+    }
+    if crate::throttle::KEYS.contains(&key) {
+        let done = s.throttle.set(key, value)?;
+        tracing::info!(osd = s.id, key, value, "config set");
+        return Ok(done);
     }
     let cfg = match key {
         "osd_op_queue" => PolicyConfig::by_name(value).map_err(|e| e.to_string())?,
@@ -213,6 +238,22 @@ async fn pg_usage(s: &Shared) -> Result<String, String> {
     let mut out = String::new();
     for u in usage {
         let _ = writeln!(out, "{} {} {}", u.pg, u.objects, u.bytes);
+    }
+    Ok(out)
+}
+
+/// `pg objects`: per active PG this OSD leads, its objects, the copies its pool wants, and
+/// how many of those are degraded and misplaced (`PGID objects copies degraded misplaced`, a
+/// line each): what `cairn status` sums.
+async fn pg_objects(s: &Shared) -> Result<String, String> {
+    let counts = crate::misplaced::led(s).await.map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    for (pg, c) in counts {
+        let _ = writeln!(
+            out,
+            "{pg} {} {} {} {}",
+            c.objects, c.copies, c.degraded, c.misplaced
+        );
     }
     Ok(out)
 }

@@ -62,4 +62,11 @@ pub enum OsdError {
     /// A cluster flag holds the work back (e.g. `norecover` a background recovery).
     #[error("held by the cluster flag {0}")]
     Held(cairn_clustermap::MapFlag),
+    /// A fill's reservation was refused: the OSD takes part in as many fills as its
+    /// `osd_max_backfills` allows.
+    #[error("osd.{osd} refused a fill reservation (osd_max_backfills reached)")]
+    NotReserved {
+        /// The OSD that refused (this one for a local reservation).
+        osd: i32,
+    },
 }

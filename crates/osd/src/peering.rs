@@ -309,7 +309,12 @@ async fn acting_before(s: &Shared, pg: &Pg, epoch: u64) -> Vec<i32> {
     if epoch <= 1 {
         return Vec::new();
     }
-    match s.past_maps.range(&s.mon, epoch - 1, epoch - 1).await {
+    acting_in(s, pg, epoch - 1).await
+}
+
+/// `pg`'s acting set in the map of `epoch`; empty where there is none or it cannot be had.
+async fn acting_in(s: &Shared, pg: &Pg, epoch: u64) -> Vec<i32> {
+    match s.past_maps.range(&s.mon, epoch, epoch).await {
         Ok(maps) => maps
             .first()
             .and_then(|m| m.placement.mapper().map_pg(pg.id).ok())
@@ -386,6 +391,26 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
                     tracing::warn!(osd = s.id, pg = %pg.id, epoch, first = interval.first, last = interval.last, acting = ?interval.acting, "pg down: an interval that may have taken writes has no copy up");
                 }
                 return Ok(());
+            }
+        }
+    }
+    // The copies of the interval the newest log was activated in, where the PG last served,
+    // are heard too: a complete one still up can serve in a temporary acting set (Ceph's
+    // choose_acting weighs every copy it heard of), where the intervals in between (ones
+    // that never went active) may not name it.
+    let since = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
+    if since > 0 {
+        for osd in acting_in(s, pg, since).await {
+            if heard.contains(&osd) || !up.contains(&osd) {
+                continue;
+            }
+            match query_in_interval(s, pg, epoch, osd).await {
+                Ok(log) => {
+                    logs.push(log);
+                    heard.insert(osd);
+                }
+                Err(e) if pg.interval().epoch != epoch => return Err(e),
+                Err(e) => tracing::info!(pg = %pg.id, osd, error = %e, "past copy did not answer"),
             }
         }
     }

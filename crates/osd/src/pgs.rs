@@ -51,6 +51,39 @@ impl PgStatus {
     }
 }
 
+/// What the background fill of a PG served by a temporary acting set is doing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FillState {
+    /// Nothing yet (or it is over).
+    #[default]
+    Idle,
+    /// Waiting for a reservation, here or on the copy to fill (`osd_max_backfills`).
+    Waiting,
+    /// Held back by a cluster flag until it is unset.
+    Held(MapFlag),
+    /// Waiting for a copy too full for its fill to have room.
+    TooFull,
+    /// Copying the whole PG to a copy beyond the log's reach.
+    Backfilling,
+    /// Recovering the objects a copy within the log's reach lacks.
+    Recovering,
+}
+
+impl FillState {
+    /// Ceph's word for it in a PG state, if any.
+    pub fn word(self) -> Option<&'static str> {
+        Some(match self {
+            FillState::Idle => return None,
+            FillState::Waiting => "backfill_wait",
+            FillState::Held(MapFlag::NoRecover) => "recovery_wait",
+            FillState::Held(_) => "backfill_wait",
+            FillState::TooFull => "backfill_toofull",
+            FillState::Backfilling => "backfilling",
+            FillState::Recovering => "recovering",
+        })
+    }
+}
+
 /// The PG's placement in the current map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Interval {
@@ -125,11 +158,19 @@ pub struct Pg {
     /// (noted before the request waits for the PG's lock): a stray copy is not deleted once
     /// an OSD with a newer map has asked for it.
     newest_request_epoch: AtomicU64,
+    /// Newest interval (its first epoch) whose peering or fill has queried or activated this
+    /// copy: a replica write of an earlier interval is refused from then on (Ceph drops ops of
+    /// an interval that has ended), or a primary frozen past its grace could have a write
+    /// committed here after the new interval read this copy's log, then lost at activation.
+    peered_in: AtomicU64,
     /// The interval and up set the running background fill (as primary of a temporary acting
     /// set) serves: one fill per interval and up set.
     fill: Mutex<Option<(u64, Vec<i32>)>>,
-    /// The cluster flag holding that fill back now, if one does (`pg dump` shows it).
-    fill_held: Mutex<Option<MapFlag>>,
+    /// What that fill is doing now (`pg dump` shows it).
+    fill_state: Mutex<FillState>,
+    /// The copy that fill pushes to now and the objects its pass has left to push (for the
+    /// misplaced count).
+    fill_progress: Mutex<Option<(i32, u64)>>,
     /// Scrub schedule and outcome here (in memory: a restarted primary forgets it until the
     /// next scrub).
     scrub: Mutex<ScrubState>,
@@ -165,8 +206,10 @@ impl Pg {
             past: Mutex::new(BTreeSet::new()),
             active: watch::channel(None).0,
             newest_request_epoch: AtomicU64::new(0),
+            peered_in: AtomicU64::new(0),
             fill: Mutex::new(None),
-            fill_held: Mutex::new(None),
+            fill_state: Mutex::new(FillState::Idle),
+            fill_progress: Mutex::new(None),
             scrub: Mutex::new(ScrubState::default()),
             fence: Arc::default(),
         }
@@ -200,18 +243,53 @@ impl Pg {
             return false;
         }
         *fill = Some((epoch, up.to_vec()));
+        self.set_fill_state(FillState::Idle);
         true
     }
 
-    /// Notes that `flag` holds the PG's background fill back now (None: nothing does).
-    pub fn set_fill_held(&self, flag: Option<MapFlag>) {
-        *self.fill_held.lock().unwrap_or_else(|p| p.into_inner()) = flag;
+    /// Notes the copy the PG's background fill pushes to and the objects its pass has left
+    /// (None: no pass runs).
+    pub fn set_fill_progress(&self, progress: Option<(i32, u64)>) {
+        *self.fill_progress.lock().unwrap_or_else(|p| p.into_inner()) = progress;
+    }
+
+    /// One more object of the running fill pass pushed.
+    pub fn fill_pushed_one(&self) {
+        if let Some((_, left)) = self
+            .fill_progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            *left = left.saturating_sub(1);
+        }
+    }
+
+    /// The copy the running fill pass pushes to and the objects it has left.
+    pub fn fill_progress(&self) -> Option<(i32, u64)> {
+        *self.fill_progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes what the PG's background fill is doing now.
+    pub fn set_fill_state(&self, state: FillState) {
+        *self.fill_state.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
 
     /// Notes a peering, recovery or replica request about this PG sent in map `epoch`.
     pub fn note_request_epoch(&self, epoch: u64) {
         self.newest_request_epoch
             .fetch_max(epoch, Ordering::Relaxed);
+    }
+
+    /// Notes that the peering (or fill) of the interval begun at `epoch` has read or
+    /// activated this copy: replica writes of earlier intervals are refused from now on.
+    pub fn note_peered_in(&self, epoch: u64) {
+        self.peered_in.fetch_max(epoch, Ordering::SeqCst);
+    }
+
+    /// The newest interval whose peering has read or activated this copy (0: none).
+    pub fn peered_in(&self) -> u64 {
+        self.peered_in.load(Ordering::SeqCst)
     }
 
     /// The newest epoch noted by [`Pg::note_request_epoch`].
@@ -291,19 +369,24 @@ impl Pg {
         *self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The status as reported in `pg stats`, `pg dump` and metrics: its name, with Ceph's
-    /// `+recovery_wait` (`norecover`) or `+backfill_wait` (`nobackfill`, `norebalance`) while a
-    /// cluster flag holds its background fill, and `+inconsistent` while the last scrub left
-    /// inconsistent objects.
+    /// The status as reported in `pg stats`, `pg dump` and metrics: its name; for a PG served
+    /// by a temporary acting set, `+degraded` with fewer copies serving than the pool's size
+    /// and what its background fill does, as Ceph names it (`+backfilling`, `+recovering`,
+    /// `+backfill_wait` for a reservation or a `nobackfill`/`norebalance` flag,
+    /// `+recovery_wait` for `norecover`, `+backfill_toofull`); and `+inconsistent` while the
+    /// last scrub left inconsistent objects.
     pub fn state_name(&self) -> String {
         let status = self.status();
         let mut name = status.name().to_string();
-        let held = *self.fill_held.lock().unwrap_or_else(|p| p.into_inner());
         if status == PgStatus::ActiveRemapped {
-            match held {
-                Some(MapFlag::NoRecover) => name.push_str("+recovery_wait"),
-                Some(_) => name.push_str("+backfill_wait"),
-                None => {}
+            let iv = self.interval();
+            if iv.copies().count() < iv.size {
+                name.push_str("+degraded");
+            }
+            let fill = *self.fill_state.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(word) = fill.word() {
+                name.push('+');
+                name.push_str(word);
             }
         }
         if status != PgStatus::Replica && self.scrub_state().inconsistent > 0 {

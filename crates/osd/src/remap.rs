@@ -19,11 +19,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_clustermap::{ClusterMap, MapFlag};
 use cairn_pg::{plan, PeerLog, PeeringPlan, Recovery};
-use cairn_proto::peer::{PeerBody, Urgency};
+use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::error::OsdError;
 use crate::peering::{ask, query_log};
-use crate::pgs::{Interval, Pg};
+use crate::pgs::{FillState, Interval, Pg};
 use crate::shared::Shared;
 use crate::transfer::{list_remote, list_scheduled, push, Recovering};
 
@@ -39,6 +40,9 @@ const REMAP_WAIT: Duration = Duration::from_secs(5);
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Pause before a fill held back by a cluster flag looks at the flags again.
 const HELD_PAUSE: Duration = Duration::from_millis(250);
+/// Pause before a fill whose copy refused a reservation asks again (Ceph retries after
+/// `osd_backfill_retry_interval`; shorter here, since a refusal costs one message).
+const RESERVE_RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// Pause before a fill that a copy refused as too full is tried again (Ceph's
 /// backfill_toofull: it waits until space is freed there).
 const TOOFULL_PAUSE: Duration = Duration::from_secs(5);
@@ -203,39 +207,74 @@ fn held_now(s: &Shared, pg: &Pg, backfill: bool) -> Option<MapFlag> {
 async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) {
     let mut held_before = None;
     while still(&pg, epoch, &up) {
+        // A local reservation first (Ceph's local reserver), held for the whole fill.
+        let Some(_local) = s.throttle.reserve_local(pg.id) else {
+            pg.set_fill_state(FillState::Waiting);
+            tokio::time::sleep(HELD_PAUSE).await;
+            continue;
+        };
         match fill(&s, &pg, epoch, &up).await {
-            Ok(()) => return,
+            Ok(()) => {
+                pg.set_fill_state(FillState::Idle);
+                return;
+            }
             Err(OsdError::Held(flag)) => {
                 if held_before != Some(flag) {
                     tracing::info!(osd = s.id, pg = %pg.id, epoch, %flag, "fill held by a cluster flag");
                     held_before = Some(flag);
                 }
-                pg.set_fill_held(Some(flag));
+                pg.set_fill_state(FillState::Held(flag));
+                // A held fill keeps no reservation: another PG's may run meanwhile.
+                drop(_local);
                 while still(&pg, epoch, &up) && s.flag_set(flag) {
                     tokio::time::sleep(HELD_PAUSE).await;
                 }
-                pg.set_fill_held(None);
+            }
+            Err(OsdError::NotReserved { osd }) => {
+                // Let another PG's fill have this OSD's slot meanwhile.
+                tracing::debug!(osd = s.id, pg = %pg.id, epoch, copy = osd, "fill waits for a reservation");
+                pg.set_fill_state(FillState::Waiting);
+                drop(_local);
+                tokio::time::sleep(RESERVE_RETRY_PAUSE).await;
             }
             Err(OsdError::TooFull { osd, why }) => {
-                let pg = pg.id;
-                tracing::debug!(osd = s.id, %pg, epoch, copy = osd, %why, "copy too full to fill");
+                tracing::debug!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "copy too full to fill");
+                pg.set_fill_state(FillState::TooFull);
                 tokio::time::sleep(TOOFULL_PAUSE).await;
             }
             Err(e) => {
-                let pg = pg.id;
-                tracing::info!(osd = s.id, %pg, epoch, error = %e, "filling the up set failed");
+                tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "filling the up set failed");
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
         }
     }
 }
 
-/// Fills every OSD of `up` outside the acting set, then hands the PG back to its up set.
+/// Fills every OSD of `up` outside the acting set, each under a remote reservation, then
+/// hands the PG back to its up set.
 async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<(), OsdError> {
     let acting = pg.interval().acting;
     for &target in up.iter().filter(|o| !acting.contains(o)) {
-        fill_copy(s, pg, epoch, up, target).await?;
+        let granted = match ask(s, pg, epoch, target, PeerBody::Reserve, Bytes::new()).await? {
+            (PeerAnswer::Reserved { granted }, _) => granted,
+            (other, _) => {
+                return Err(OsdError::Protocol(format!(
+                    "osd.{target} answered a fill reservation with {other:?}"
+                )))
+            }
+        };
+        if !granted {
+            return Err(OsdError::NotReserved { osd: target });
+        }
+        let filled = fill_copy(s, pg, epoch, up, target).await;
+        if let Err(e) = ask(s, pg, epoch, target, PeerBody::Release, Bytes::new()).await {
+            // It lapses there once the PG's interval ends.
+            tracing::debug!(osd = s.id, pg = %pg.id, copy = target, error = %e, "fill reservation not released");
+        }
+        filled?;
     }
+    pg.set_fill_state(FillState::Idle);
+    pg.set_fill_progress(None);
     if !still(pg, epoch, up) {
         return Ok(());
     }
@@ -245,7 +284,8 @@ async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<(
 
 /// Brings `target`'s copy close to this OSD's, pass by pass: each pass pushes what the copy
 /// lacks against this OSD's log as the pass begins (every object on either side for a copy
-/// behind the log's tail), then gives it that log.
+/// behind the log's tail), then gives it that log. Up to `osd_recovery_max_active` pushes
+/// run at once, each followed by the recovery sleep.
 async fn fill_copy(
     s: &Arc<Shared>,
     pg: &Arc<Pg>,
@@ -282,14 +322,26 @@ async fn fill_copy(
             _ => return Ok(()),
         };
         let backfill = matches!(plan.recovery.get(&target), Some(Recovery::Backfill));
-        for obj in &objects {
-            if !still(pg, epoch, up) {
-                return Ok(());
+        pg.set_fill_state(match backfill {
+            true => FillState::Backfilling,
+            false => FillState::Recovering,
+        });
+        pg.set_fill_progress(Some((target, objects.len() as u64)));
+        let limit = s.throttle.max_active().max(1);
+        let mut queue = objects.iter();
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < limit {
+                let Some(obj) = queue.next() else { break };
+                running.push(push_throttled(&r, up, target, obj, backfill));
             }
-            if let Some(flag) = held_now(s, pg, backfill) {
-                return Err(OsdError::Held(flag));
+            match running.next().await {
+                Some(pushed) => pushed?,
+                None => break,
             }
-            push(&r, target, obj).await?;
+        }
+        if !still(pg, epoch, up) {
+            return Ok(());
         }
         let body = PeerBody::Filled {
             log: Box::new(mine.log),
@@ -299,6 +351,33 @@ async fn fill_copy(
         if objects.len() <= FINAL_PASS_OBJECTS {
             return Ok(());
         }
+    }
+    Ok(())
+}
+
+/// One push of a fill, unless the fill is over or a flag holds it: in a slot of
+/// `osd_recovery_max_active`, then the recovery sleep.
+async fn push_throttled(
+    r: &Recovering<'_>,
+    up: &[i32],
+    target: i32,
+    obj: &str,
+    backfill: bool,
+) -> Result<(), OsdError> {
+    let (s, pg) = (r.s, r.pg);
+    let _slot = s.throttle.active_slot().await;
+    if !still(pg, r.epoch, up) {
+        return Ok(());
+    }
+    if let Some(flag) = held_now(s, pg, backfill) {
+        return Err(OsdError::Held(flag));
+    }
+    push(r, target, obj).await?;
+    pg.fill_pushed_one();
+    let mclock = matches!(s.sched.policy(), cairn_qos::PolicyConfig::Mclock(_));
+    let pause = s.throttle.sleep(mclock);
+    if !pause.is_zero() {
+        tokio::time::sleep(pause).await;
     }
     Ok(())
 }

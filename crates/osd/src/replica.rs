@@ -43,6 +43,15 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
     let pg = s.pgs.get_or_create(pgid, s.cfg.max_log_entries);
     pg.note_request_epoch(rep.epoch);
     let mut inner = pg.inner.lock().await;
+    // Checked under the PG's lock, which a peering query takes too: a write either commits
+    // before the query reads this copy's log (and the new interval has it) or is refused.
+    let peered_in = pg.peered_in();
+    if rep.epoch < peered_in {
+        return bad(OpResult::Failed(format!(
+            "replica write of interval {} but this copy of {pgid} was read by the peering of interval {peered_in}",
+            rep.epoch
+        )));
+    }
     if rep.epoch != inner.last_epoch_started {
         return bad(OpResult::Failed(format!(
             "replica write of interval {} but this copy of {pgid} is active in {}",
@@ -138,6 +147,20 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
             },
             Bytes::new(),
         )),
+        PeerBody::Reserve => Ok((
+            PeerAnswer::Reserved {
+                granted: reserve_fill(s, &req),
+            },
+            Bytes::new(),
+        )),
+        PeerBody::Release => {
+            let pg = PgId {
+                pool: req.pool,
+                seed: req.pg_seed,
+            };
+            s.throttle.release_remote(pg, from);
+            Ok((PeerAnswer::Done, Bytes::new()))
+        }
         PeerBody::Query | PeerBody::Activate { .. } | PeerBody::Filled { .. } => {
             control(s, req, data).await
         }
@@ -213,6 +236,26 @@ fn peer_work(s: &Shared, req: &PeerRequest, peer: u64, data_bytes: u64) -> Work 
     }
 }
 
+/// Grants the asker a remote reservation to fill this OSD's copy of the PG in the interval of
+/// the request's epoch, if this OSD's `osd_max_backfills` allows one more. A grant lapses once
+/// this OSD sees its PG in a later interval, so a primary that died holds none.
+fn reserve_fill(s: &Shared, req: &PeerRequest) -> bool {
+    let pg = PgId {
+        pool: req.pool,
+        seed: req.pg_seed,
+    };
+    s.throttle
+        .reserve_remote(pg, req.from, req.epoch, |id, epoch| {
+            grant_lapsed(s, id, epoch)
+        })
+}
+
+/// Whether a fill reservation of `pg` granted in the interval of `epoch` has lapsed: this
+/// OSD no longer holds the PG, or holds it in a later interval.
+pub(crate) fn grant_lapsed(s: &Shared, pg: PgId, epoch: u64) -> bool {
+    s.pgs.get(pg).is_none_or(|p| p.interval().epoch > epoch)
+}
+
 /// Whether this OSD leads the PG active+clean, in the asker's map epoch, without the asker,
 /// and with a history that includes the asker's last interval (`les`, its last epoch started).
 fn clean_without(s: &Shared, req: &PeerRequest, les: u64) -> bool {
@@ -271,6 +314,9 @@ async fn control(
     let mut inner = tokio::time::timeout(Duration::from_secs(3), pg.inner.lock())
         .await
         .map_err(|_| busy())?;
+    // Under the lock, before this copy's log is read or replaced: replica writes of earlier
+    // intervals wait for the lock and then see it.
+    pg.note_peered_in(req.epoch);
     match req.body {
         PeerBody::Query => Ok((
             PeerAnswer::Info {

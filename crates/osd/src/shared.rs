@@ -43,6 +43,8 @@ pub struct Shared {
     /// The store's counters as of the last refresh (every second): the metrics page is
     /// rendered synchronously and the store's are behind its lock.
     pub store_stats: Mutex<StoreStats>,
+    /// Ceph's throttles on background recovery (`osd_max_backfills` and the like).
+    pub throttle: Arc<crate::throttle::RecoveryThrottle>,
     /// This OSD's pg_temp wants, batched into monitor requests.
     pub pg_temps: crate::pgtemp::PgTempBatch,
     /// The fault-injecting device under the store, when the OSD runs with `fault_injection`
@@ -72,8 +74,13 @@ impl Shared {
         cfg: OsdConfig,
         closed: oneshot::Sender<()>,
     ) -> Shared {
+        let device = match store.device().properties().rotational {
+            true => crate::throttle::DeviceKind::Hdd,
+            false => crate::throttle::DeviceKind::Ssd,
+        };
         Shared {
             id,
+            throttle: Arc::new(crate::throttle::RecoveryThrottle::new(device)),
             store,
             sched,
             map,

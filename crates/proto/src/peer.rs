@@ -126,6 +126,12 @@ pub enum PeerBody {
         /// The primary's log as of the start of the pass that pushed the objects.
         log: Box<PgLog>,
     },
+    /// From the primary of a temporary acting set to an up-set OSD it is about to fill: may
+    /// it (Ceph's remote backfill reservation, bounded by the copy's `osd_max_backfills`)?
+    /// Answered by [`PeerAnswer::Reserved`].
+    Reserve,
+    /// The fill this primary reserved is over (done or given up): the reservation is free.
+    Release,
 }
 
 /// Answer to a [`PeerRequest`].
@@ -181,6 +187,12 @@ pub enum PeerAnswer {
     Clean {
         /// True: the asker's copy is no longer needed.
         clean: bool,
+    },
+    /// Whether a fill reservation was granted; refused while this OSD takes part in as many
+    /// fills as its `osd_max_backfills` allows (the primary waits: `+backfill_wait`).
+    Reserved {
+        /// True: granted until released or the PG's interval ends.
+        granted: bool,
     },
 }
 

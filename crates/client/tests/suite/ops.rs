@@ -346,6 +346,76 @@ async fn a_replica_refuses_a_reused_or_skipped_version() {
     assert_eq!(c.client.read("data", "first").await.unwrap(), b"two");
 }
 
+/// A replica that the peering of a later interval has queried refuses every replica write of
+/// an earlier one: a primary frozen past its grace that wakes and sends one could otherwise
+/// have it committed after the new interval read this copy's log, acknowledged, and then lost
+/// when the new primary activates the copy with that log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_queried_by_a_later_intervals_peering_refuses_writes_of_earlier_ones() {
+    use cairn_pg::{Eversion, LogEntry, OpKind as LogOp};
+    use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest, Urgency};
+    use cairn_proto::{OpKind, RepOpHeader};
+    let c = cluster("fence", 8, 128 << 20).await;
+    let packed = c.client.write_full("data", "first", b"one").await.unwrap();
+    let used = Eversion::new(packed >> 32, packed & 0xffff_ffff);
+    let (pg, up) = common::placement_of(&c, "first");
+    let replica = c.osds.iter().find(|o| o.id() == up[1]).unwrap();
+    let mut session = Session::connect(replica.addr(), 0x5e56, Limits::default(), 50).await;
+    let data = b"late";
+    let mut h = RepOpHeader {
+        tid: 1,
+        epoch: 0,
+        pool: pg.pool,
+        pg_seed: pg.seed,
+        object: "late".into(),
+        kind: OpKind::WriteFull,
+        entry: LogEntry {
+            version: Eversion::new(used.epoch, used.version + 1),
+            object: "late".into(),
+            op: LogOp::Modify,
+            prior: Eversion::default(),
+            reqid: None,
+        },
+        data_crc: crc_fast::crc32_iscsi(data),
+    };
+    let les: u64 = match repop(&mut session, &h, data).await {
+        OpResult::Failed(why) => why.rsplit(' ').next().unwrap().parse().unwrap(),
+        other => panic!("a write of interval 0 was not refused: {other:?}"),
+    };
+
+    // The peering of the next interval reads the copy's log.
+    let query = PeerRequest {
+        tid: 7,
+        from: up[0],
+        epoch: les + 1,
+        pool: pg.pool,
+        pg_seed: pg.seed,
+        body: PeerBody::Query,
+        urgency: Urgency::Blocking,
+    };
+    let payload = cairn_proto::encode(&query, &[]);
+    let (msg, reply) = (cairn_proto::MSG_PEER_REQUEST, cairn_proto::MSG_PEER_REPLY);
+    let answer = common::exchange(&mut session, msg, payload, &[], 0, reply).await;
+    let (answer, _) = cairn_proto::decode::<PeerReply>(&answer).unwrap();
+    let Ok(PeerAnswer::Info { log, .. }) = answer.answer else {
+        panic!("the query was not answered with the log: {answer:?}");
+    };
+    assert_eq!(log.head(), used);
+
+    // The old interval's next write, valid a moment ago, is refused now.
+    h.epoch = les;
+    h.tid = 2;
+    match repop(&mut session, &h, data).await {
+        OpResult::Failed(why) => assert!(why.contains("peering of interval"), "{why}"),
+        other => panic!("a write of the earlier interval was answered {other:?}"),
+    }
+    assert_eq!(c.client.read("data", "first").await.unwrap(), b"one");
+    assert!(matches!(
+        c.client.read("data", "late").await,
+        Err(ClientError::NotFound(_))
+    ));
+}
+
 /// A client's write_full carries the whole object in one message, so no write may grow an
 /// object past `max_object_bytes`: a write, an append, a truncate or a write_full that would is refused
 /// with a clear error before it reaches any copy, and the object is unchanged.

@@ -346,3 +346,152 @@ async fn the_primary_of_a_temporary_acting_set_dies_mid_fill_and_the_next_member
     read_back(&client, &written).await;
     copies_identical_offline(&dir, client, (admin, osds, mon), &written, 4).await;
 }
+
+/// `tell osd.N ARGS...`, which must succeed.
+async fn tell(client: &Client, osd: i32, args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    client.tell(osd, &args).await.unwrap()
+}
+
+/// `osd`'s `pg objects` summed: objects, copies wanted, degraded, misplaced.
+async fn copy_counts(client: &Client, osd: i32) -> [u64; 4] {
+    let mut sum = [0u64; 4];
+    for line in tell(client, osd, &["pg", "objects"]).await.lines() {
+        let n: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|w| w.parse().unwrap())
+            .collect();
+        assert_eq!(n.len(), 4, "{line}");
+        for (s, v) in sum.iter_mut().zip(n) {
+            *s += v;
+        }
+    }
+    sum
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fills_take_reservations_and_wait_for_them_as_osd_max_backfills_allows() {
+    let Setup {
+        mon,
+        mut osds,
+        client,
+        admin,
+        dir,
+        written,
+    } = cluster_with_objects("remap-throttle").await;
+    // Slow pushes (WPQ honours the recovery sleep, one push at a time), so that fills
+    // overlap in time if the reservations let them.
+    for o in &osds {
+        tell(&client, o.id(), &["config", "set", "osd_op_queue", "wpq"]).await;
+        tell(
+            &client,
+            o.id(),
+            &["config", "set", "osd_recovery_max_active", "1"],
+        )
+        .await;
+        tell(
+            &client,
+            o.id(),
+            &["config", "set", "osd_recovery_sleep_ssd", "0.02"],
+        )
+        .await;
+    }
+    let refused = client
+        .tell(
+            osds[0].id(),
+            &[
+                "config".into(),
+                "set".into(),
+                "osd_max_backfills".into(),
+                "0".into(),
+            ],
+        )
+        .await;
+    assert!(refused.is_err_and(|e| e.to_string().contains("outside")));
+    let got = tell(
+        &client,
+        osds[0].id(),
+        &["config", "get", "osd_recovery_sleep_ssd"],
+    )
+    .await;
+    assert_eq!(got.trim(), "0.02");
+
+    let mut cfg = osd_config("remap-throttle", 3, &mon, &dir, 256 << 20);
+    tweak(&mut cfg);
+    osds.push(OsdDaemon::start(cfg).await.unwrap());
+    let new_osd = osds[3].id();
+    let ids: Vec<i32> = osds.iter().map(|o| o.id()).collect();
+
+    // Every fill targets the new OSD, whose osd_max_backfills (1) admits one at a time: the
+    // others wait, served meanwhile, as backfill_wait.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut most_remote, mut most_local, mut waiting_seen, mut filling_seen) = (0, 0, 0, 0);
+    let (mut most_misplaced, mut most_degraded) = (0, 0);
+    loop {
+        let map = client.map().unwrap();
+        let reservations = tell(&client, new_osd, &["recovery", "reservations"]).await;
+        let count = |line: &str| line.split_whitespace().count() - 1;
+        let mut lines = reservations.lines();
+        let (local, remote) = (lines.next().unwrap(), lines.next().unwrap());
+        assert!(local.starts_with("local:") && remote.starts_with("remote:"));
+        most_remote = most_remote.max(count(remote));
+        for &o in &ids[..3] {
+            let r = tell(&client, o, &["recovery", "reservations"]).await;
+            most_local = most_local.max(count(r.lines().next().unwrap()));
+        }
+        for &o in &ids {
+            let counts = copy_counts(&client, o).await;
+            most_misplaced = most_misplaced.max(counts[3]);
+            most_degraded = most_degraded.max(counts[2]);
+            let dump = tell(&client, o, &["pg", "dump"]).await;
+            waiting_seen += dump
+                .lines()
+                .filter(|l| l.contains("+backfill_wait"))
+                .count();
+            filling_seen += dump
+                .lines()
+                .filter(|l| l.contains("+backfilling") || l.contains("+recovering"))
+                .count();
+        }
+        let joined = map.osds.get(&new_osd).is_some_and(|o| o.up);
+        if joined
+            && map.placement.pg_temp.is_empty()
+            && not_active_on_up_set(&client, &ids, &["active+clean"])
+                .await
+                .is_empty()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the fills never ended");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(most_remote, 1, "the new OSD took one fill at a time");
+    assert!(most_local <= 1, "a primary filled one PG at a time");
+    assert!(waiting_seen > 0, "no PG waited for its reservation");
+    assert!(filling_seen > 0, "no PG was seen filling");
+    let reservations = tell(&client, new_osd, &["recovery", "reservations"]).await;
+    assert_eq!(
+        reservations, "local: \nremote: \n",
+        "every reservation released"
+    );
+    // Copies waiting for their fill were counted misplaced, none degraded (every PG kept
+    // its pool's size of copies serving); at the end none is either.
+    assert!(most_misplaced > 0, "no copy was ever counted misplaced");
+    assert_eq!(most_degraded, 0, "a copy was counted degraded");
+    let mut total = [0u64; 4];
+    for &o in &ids {
+        for (t, n) in total.iter_mut().zip(copy_counts(&client, o).await) {
+            *t += n;
+        }
+    }
+    assert_eq!(
+        total[0],
+        written.len() as u64,
+        "objects of pg objects: {total:?}"
+    );
+    assert_eq!(total[2..], [0, 0], "degraded or misplaced left: {total:?}");
+
+    read_back(&client, &written).await;
+    copies_identical_offline(&dir, client, (admin, osds, mon), &written, 4).await;
+}

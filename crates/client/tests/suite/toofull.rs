@@ -88,7 +88,7 @@ async fn a_copy_too_full_for_its_recovery_is_left_out_and_its_pgs_serve_from_the
             .filter(|(pg, temp)| {
                 !temp.contains(&small) && mapper.map_pg(**pg).unwrap().up.contains(&small)
             })
-            .map(|(pg, _)| format!("{pg} active+remapped "))
+            .map(|(pg, _)| format!("{pg} active+remapped"))
             .collect();
         let mut dump = String::new();
         for osd in &c.osds[1..] {

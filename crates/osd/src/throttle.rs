@@ -1,0 +1,385 @@
+//! Ceph's throttles on background recovery, live-settable with `config set`:
+//! `osd_max_backfills` (how many PG fills this OSD takes part in at once: as the primary that
+//! fills, a local reservation; as the copy filled, a remote one: each kind counts apart, as
+//! Ceph's local and remote reservers do), `osd_recovery_max_active` (background recovery
+//! pushes in flight on this OSD; 0 picks 3 on a rotational device, 10 on others, as Ceph's
+//! `_hdd`/`_ssd` variants) and `osd_recovery_sleep_{hdd,ssd,hybrid}` (a pause after each
+//! background recovery step, for the queues that do not meter recovery themselves: ignored
+//! under mClock, as in Ceph). Recovery a client waits on is never throttled here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cairn_clustermap::PgId;
+use tokio::sync::Notify;
+
+/// The settings this module owns, in `config get/set/show` order.
+pub const KEYS: [&str; 5] = [
+    "osd_max_backfills",
+    "osd_recovery_max_active",
+    "osd_recovery_sleep_hdd",
+    "osd_recovery_sleep_ssd",
+    "osd_recovery_sleep_hybrid",
+];
+
+/// Most fills or pushes a setting may allow at once (a typo of 1e9 must not disable the
+/// throttle silently).
+const MAX_SLOTS: usize = 1024;
+/// Longest recovery sleep, in seconds.
+const MAX_SLEEP_S: f64 = 60.0;
+
+/// The throttles' settings (Ceph's names and defaults).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Settings {
+    /// `osd_max_backfills`: fills at once per kind of reservation (1..=1024).
+    pub max_backfills: usize,
+    /// `osd_recovery_max_active`: background pushes in flight; 0: by device kind.
+    pub max_active: usize,
+    /// `osd_recovery_sleep_hdd`, seconds.
+    pub sleep_hdd_s: f64,
+    /// `osd_recovery_sleep_ssd`, seconds.
+    pub sleep_ssd_s: f64,
+    /// `osd_recovery_sleep_hybrid`, seconds (a rotational device with a fast DB device).
+    pub sleep_hybrid_s: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_backfills: 1,
+            max_active: 0,
+            sleep_hdd_s: 0.1,
+            sleep_ssd_s: 0.0,
+            sleep_hybrid_s: 0.025,
+        }
+    }
+}
+
+/// The kind of device recovery runs on, which picks the `_hdd`/`_ssd`/`_hybrid` variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// A rotational device.
+    Hdd,
+    /// A solid-state device.
+    Ssd,
+    /// A rotational device whose metadata lives on a fast device.
+    Hybrid,
+}
+
+/// A remote reservation: granted to `primary` for the PG's interval of `epoch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Grant {
+    primary: i32,
+    epoch: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    settings: Settings,
+    local: BTreeSet<PgId>,
+    remote: BTreeMap<PgId, Grant>,
+    active: usize,
+}
+
+/// One OSD's recovery throttles.
+#[derive(Debug)]
+pub struct RecoveryThrottle {
+    device: DeviceKind,
+    state: Mutex<State>,
+    freed: Notify,
+}
+
+/// A local fill reservation: released when dropped.
+#[derive(Debug)]
+pub struct LocalReservation {
+    throttle: Arc<RecoveryThrottle>,
+    pg: PgId,
+}
+
+impl Drop for LocalReservation {
+    fn drop(&mut self) {
+        self.throttle.lock().local.remove(&self.pg);
+    }
+}
+
+/// One background push in flight: its slot is freed when dropped.
+#[derive(Debug)]
+pub struct ActiveSlot<'a> {
+    throttle: &'a RecoveryThrottle,
+}
+
+impl Drop for ActiveSlot<'_> {
+    fn drop(&mut self) {
+        let mut st = self.throttle.lock();
+        assert!(st.active > 0, "a recovery slot freed twice");
+        st.active -= 1;
+        drop(st);
+        self.throttle.freed.notify_waiters();
+    }
+}
+
+impl RecoveryThrottle {
+    /// Throttles with Ceph's defaults for a device of `device` kind.
+    pub fn new(device: DeviceKind) -> Self {
+        RecoveryThrottle {
+            device,
+            state: Mutex::new(State::default()),
+            freed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> Settings {
+        self.lock().settings
+    }
+
+    /// Background pushes allowed in flight: `osd_recovery_max_active`, or by device kind.
+    pub fn max_active(&self) -> usize {
+        self.max_active_in(&self.lock())
+    }
+
+    /// The pause after each background recovery step; none under mClock, which meters
+    /// recovery itself.
+    pub fn sleep(&self, mclock: bool) -> Duration {
+        if mclock {
+            return Duration::ZERO;
+        }
+        let s = self.settings();
+        let secs = match self.device {
+            DeviceKind::Hdd => s.sleep_hdd_s,
+            DeviceKind::Ssd => s.sleep_ssd_s,
+            DeviceKind::Hybrid => s.sleep_hybrid_s,
+        };
+        Duration::from_secs_f64(secs)
+    }
+
+    /// Takes a local reservation for filling `pg` from this OSD, if fewer than
+    /// `osd_max_backfills` are held (one PG holds at most one).
+    pub fn reserve_local(self: &Arc<Self>, pg: PgId) -> Option<LocalReservation> {
+        let mut st = self.lock();
+        if st.local.contains(&pg) || st.local.len() >= st.settings.max_backfills {
+            return None;
+        }
+        st.local.insert(pg);
+        Some(LocalReservation {
+            throttle: self.clone(),
+            pg,
+        })
+    }
+
+    /// Grants `primary` a remote reservation to fill this OSD's copy of `pg` in the interval
+    /// begun at `epoch`, if fewer than `osd_max_backfills` are held; a grant for the same PG
+    /// is renewed. Grants for which `stale` holds (their PG moved to a later interval, their
+    /// primary died) are dropped first: a primary that never releases cannot hold one forever.
+    pub fn reserve_remote(
+        &self,
+        pg: PgId,
+        primary: i32,
+        epoch: u64,
+        stale: impl Fn(PgId, u64) -> bool,
+    ) -> bool {
+        self.drop_stale(&stale);
+        let mut st = self.lock();
+        if !st.remote.contains_key(&pg) && st.remote.len() >= st.settings.max_backfills {
+            return false;
+        }
+        st.remote.insert(pg, Grant { primary, epoch });
+        true
+    }
+
+    /// Drops the remote grants for which `stale` holds (given the PG and the grant's epoch).
+    pub fn drop_stale(&self, stale: impl Fn(PgId, u64) -> bool) {
+        self.lock().remote.retain(|&p, g| !stale(p, g.epoch));
+    }
+
+    /// Releases `primary`'s remote reservation of `pg` (a later one of another primary stays).
+    pub fn release_remote(&self, pg: PgId, primary: i32) {
+        let mut st = self.lock();
+        if st.remote.get(&pg).is_some_and(|g| g.primary == primary) {
+            st.remote.remove(&pg);
+        }
+    }
+
+    /// The PGs holding local and remote reservations now.
+    pub fn reservations(&self) -> (Vec<PgId>, Vec<PgId>) {
+        let st = self.lock();
+        (
+            st.local.iter().copied().collect(),
+            st.remote.keys().copied().collect(),
+        )
+    }
+
+    /// Waits for a slot for one background push (`osd_recovery_max_active`).
+    pub async fn active_slot(&self) -> ActiveSlot<'_> {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if st.active < self.max_active_in(&st) {
+                    st.active += 1;
+                    return ActiveSlot { throttle: self };
+                }
+            }
+            freed.await;
+        }
+    }
+
+    fn max_active_in(&self, st: &State) -> usize {
+        match (st.settings.max_active, self.device) {
+            (0, DeviceKind::Ssd) => 10,
+            (0, _) => 3,
+            (n, _) => n,
+        }
+    }
+
+    /// The value of one of [`KEYS`], or None for another key.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let s = self.settings();
+        Some(match key {
+            "osd_max_backfills" => s.max_backfills.to_string(),
+            "osd_recovery_max_active" => s.max_active.to_string(),
+            "osd_recovery_sleep_hdd" => s.sleep_hdd_s.to_string(),
+            "osd_recovery_sleep_ssd" => s.sleep_ssd_s.to_string(),
+            "osd_recovery_sleep_hybrid" => s.sleep_hybrid_s.to_string(),
+            _ => return None,
+        })
+    }
+
+    /// Sets one of [`KEYS`] from `value`, checked against its range; what now holds.
+    pub fn set(&self, key: &str, value: &str) -> Result<String, String> {
+        let value = value.trim();
+        let slots = |min: usize| -> Result<usize, String> {
+            let n: usize = value
+                .parse()
+                .map_err(|_| format!("{key}: `{value}` is not a whole number"))?;
+            if !(min..=MAX_SLOTS).contains(&n) {
+                return Err(format!("{key}: {n} is outside {min}..={MAX_SLOTS}"));
+            }
+            Ok(n)
+        };
+        let secs = || -> Result<f64, String> {
+            let s: f64 = value
+                .parse()
+                .map_err(|_| format!("{key}: `{value}` is not a number of seconds"))?;
+            if !(0.0..=MAX_SLEEP_S).contains(&s) {
+                return Err(format!("{key}: {s} s is outside 0..={MAX_SLEEP_S} s"));
+            }
+            Ok(s)
+        };
+        let mut st = self.lock();
+        match key {
+            "osd_max_backfills" => st.settings.max_backfills = slots(1)?,
+            "osd_recovery_max_active" => st.settings.max_active = slots(0)?,
+            "osd_recovery_sleep_hdd" => st.settings.sleep_hdd_s = secs()?,
+            "osd_recovery_sleep_ssd" => st.settings.sleep_ssd_s = secs()?,
+            "osd_recovery_sleep_hybrid" => st.settings.sleep_hybrid_s = secs()?,
+            other => return Err(format!("`{other}` is not a recovery throttle")),
+        }
+        drop(st);
+        // A raised limit lets waiting pushes go at once.
+        self.freed.notify_waiters();
+        Ok(format!(
+            "{key} set to {}; fills and recovery pushes started from now on follow it\n",
+            self.get(key).unwrap_or_default()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pg(seed: u32) -> PgId {
+        PgId { pool: 1, seed }
+    }
+
+    #[test]
+    fn local_reservations_are_capped_and_freed_on_drop() {
+        let t = Arc::new(RecoveryThrottle::new(DeviceKind::Hdd));
+        let a = t.reserve_local(pg(0)).expect("the first fill reserves");
+        assert!(t.reserve_local(pg(1)).is_none(), "osd_max_backfills is 1");
+        assert!(t.reserve_local(pg(0)).is_none(), "one reservation per PG");
+        drop(a);
+        let b = t.reserve_local(pg(1)).expect("freed by the drop");
+        t.set("osd_max_backfills", "2").unwrap();
+        let c = t.reserve_local(pg(2)).expect("raised to two");
+        assert_eq!(t.reservations().0, vec![pg(1), pg(2)]);
+        drop((b, c));
+        assert!(t.reservations().0.is_empty());
+    }
+
+    #[test]
+    fn remote_grants_are_capped_renewed_released_and_dropped_when_stale() {
+        let t = RecoveryThrottle::new(DeviceKind::Ssd);
+        let never = |_: PgId, _: u64| false;
+        assert!(t.reserve_remote(pg(0), 3, 10, never));
+        assert!(!t.reserve_remote(pg(1), 4, 10, never), "full");
+        assert!(t.reserve_remote(pg(0), 3, 11, never), "renewed");
+        t.release_remote(pg(0), 4);
+        assert!(!t.reserve_remote(pg(1), 4, 10, never), "not its primary's");
+        t.release_remote(pg(0), 3);
+        assert!(t.reserve_remote(pg(1), 4, 10, never));
+        // The holder's interval ended without a release.
+        assert!(t.reserve_remote(pg(2), 5, 12, |p, e| p == pg(1) && e == 10));
+        assert_eq!(t.reservations().1, vec![pg(2)]);
+    }
+
+    #[test]
+    fn settings_are_checked_and_sleeps_follow_the_device_and_queue() {
+        let hdd = RecoveryThrottle::new(DeviceKind::Hdd);
+        assert_eq!(hdd.max_active(), 3);
+        assert_eq!(hdd.sleep(false), Duration::from_millis(100));
+        assert_eq!(
+            hdd.sleep(true),
+            Duration::ZERO,
+            "mClock meters recovery itself"
+        );
+        assert_eq!(RecoveryThrottle::new(DeviceKind::Ssd).max_active(), 10);
+        assert_eq!(
+            RecoveryThrottle::new(DeviceKind::Hybrid).sleep(false),
+            Duration::from_millis(25)
+        );
+        for (key, bad) in [
+            ("osd_max_backfills", "0"),
+            ("osd_max_backfills", "many"),
+            ("osd_recovery_max_active", "100000"),
+            ("osd_recovery_sleep_hdd", "-1"),
+            ("osd_recovery_sleep_ssd", "NaN"),
+            ("osd_recovery_sleep_hybrid", "1e9"),
+            ("osd_unknown", "1"),
+        ] {
+            assert!(hdd.set(key, bad).is_err(), "{key}={bad} must be refused");
+        }
+        assert_eq!(hdd.settings(), Settings::default(), "nothing changed");
+        hdd.set("osd_recovery_max_active", "5").unwrap();
+        hdd.set("osd_recovery_sleep_hdd", "0").unwrap();
+        assert_eq!(hdd.max_active(), 5);
+        assert_eq!(hdd.sleep(false), Duration::ZERO);
+        assert_eq!(hdd.get("osd_recovery_max_active").as_deref(), Some("5"));
+    }
+
+    #[tokio::test]
+    async fn pushes_past_the_limit_wait_until_a_slot_is_freed() {
+        let t = Arc::new(RecoveryThrottle::new(DeviceKind::Hdd));
+        t.set("osd_recovery_max_active", "1").unwrap();
+        let first = t.active_slot().await;
+        let t2 = t.clone();
+        let waiter = tokio::spawn(async move {
+            let _slot = t2.active_slot().await;
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "the second push waits");
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("freed slot taken")
+            .unwrap();
+    }
+}
