@@ -422,6 +422,37 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     }
     let alive = started.elapsed();
     let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let copies: Vec<String> = logs
+            .iter()
+            .map(|l| {
+                let todo = match plan.recovery.get(&l.osd) {
+                    Some(Recovery::Clean) | None => "clean".to_string(),
+                    Some(Recovery::Backfill) => "backfill".to_string(),
+                    Some(Recovery::Log { missing, divergent }) => {
+                        let rolled: Vec<String> = divergent
+                            .iter()
+                            .take(8)
+                            .map(|e| format!("{}@{}", e.object, e.version))
+                            .collect();
+                        format!(
+                            "{} missing, {} divergent {rolled:?}",
+                            missing.len(),
+                            divergent.len()
+                        )
+                    }
+                };
+                format!(
+                    "osd.{} les {} log {}..{} {todo}",
+                    l.osd,
+                    l.last_epoch_started,
+                    l.log.tail(),
+                    l.log.head()
+                )
+            })
+            .collect();
+        tracing::debug!(osd = s.id, pg = %pg.id, epoch, auth = plan.authoritative, head = %plan.head, ?copies, "peering plan");
+    }
     // A long recovery is done in the background from a temporary acting set of complete
     // copies, which serves meanwhile (and a short one too while a cluster flag holds it).
     let min_objects = match came_home(s, pg, &iv, epoch) {

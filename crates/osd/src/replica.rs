@@ -346,6 +346,7 @@ async fn control(
             }
             replace_log(&mut txn, &coll, &inner.log, &log, req.epoch)?;
             s.store.queue_transaction_owned(txn).await?;
+            tracing::debug!(osd = s.id, pg = %pg.id, epoch = req.epoch, from = req.from, old_les = inner.last_epoch_started, old_head = %inner.log.head(), head = %log.head(), "activated");
             inner.created = true;
             inner.log = log;
             inner.last_epoch_started = req.epoch;
@@ -367,6 +368,7 @@ async fn control(
             let les = inner.last_epoch_started;
             replace_log(&mut txn, &coll, &inner.log, &log, les)?;
             s.store.queue_transaction_owned(txn).await?;
+            tracing::debug!(osd = s.id, pg = %pg.id, epoch = req.epoch, from = req.from, les, old_head = %inner.log.head(), head = %log.head(), "filled");
             inner.created = true;
             inner.log = log;
             Ok((PeerAnswer::Done, Bytes::new()))

@@ -124,6 +124,7 @@ pub(crate) async fn pull(
                 };
                 install_local(r, created, obj, Some((piece, place))).await?;
                 if !more {
+                    tracing::debug!(osd = r.s.id, pg = %r.pg.id, from, object = obj, %version, "pulled");
                     return Ok(());
                 }
                 at = next;
@@ -135,7 +136,8 @@ pub(crate) async fn pull(
                 })
             }
             (PeerAnswer::Object { present: false, .. }, _) if at.is_start() => {
-                return install_local(r, created, obj, None).await
+                tracing::debug!(osd = r.s.id, pg = %r.pg.id, from, object = obj, "pulled a removal");
+                return install_local(r, created, obj, None).await;
             }
             (PeerAnswer::Object { present: false, .. }, _) => {
                 return Err(OsdError::Peer {
@@ -257,7 +259,10 @@ pub(crate) async fn push(r: &Recovering<'_>, to: i32, obj: &str) -> Result<(), O
         }
         match next {
             Some(next) => at = next,
-            None => return Ok(()),
+            None => {
+                tracing::debug!(osd = s.id, pg = %pg.id, to, object = obj, "pushed");
+                return Ok(());
+            }
         }
     }
 }
