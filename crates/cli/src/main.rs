@@ -17,6 +17,7 @@ mod mon_cmd;
 mod msgr_cmd;
 mod pg_select;
 mod plot;
+mod rbd_cmd;
 mod runtime;
 mod s3_cmd;
 mod sched_cmd;
@@ -60,6 +61,9 @@ enum Command {
     Stat(data_cmd::NameArgs),
     /// List the objects of a pool.
     Ls(admin_cmd::LsArgs),
+    /// Block images over the cluster and their NBD export: `cairn rbd create POOL/IMAGE
+    /// --size 10G`, `rbd ls|info|resize|rm`, `rbd nbd POOL --listen ADDR`.
+    Rbd(rbd_cmd::RbdArgs),
     /// Send an admin command to a daemon: `cairn tell osd.N config set osd_op_queue wpq`.
     Tell(admin_cmd::TellArgs),
     /// PGs as their primaries report them (`cairn pg dump`, `pg ls [STATE]`, `pg ls-by-osd N`),
@@ -148,6 +152,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Up(args) => cluster_cmd::run_up(args),
         Command::Down(args) => cluster_cmd::run_down(args),
         Command::Put(args) => data_cmd::put(args),
+        Command::Rbd(args) => rbd_cmd::run(args),
         Command::Get(args) => data_cmd::get(args),
         Command::Rm(args) => data_cmd::rm(args),
         Command::Stat(args) => data_cmd::stat(args),

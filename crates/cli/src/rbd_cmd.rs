@@ -1,0 +1,214 @@
+//! `cairn rbd`: block images over the cluster (`create`, `ls`, `info`, `resize`, `rm`) and
+//! their NBD export (`nbd`), as Ceph's `rbd` and `rbd-nbd` do.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use cairn_client::Client;
+use cairn_rbd::header::{MAX_ORDER, MIN_ORDER};
+use cairn_rbd::Image;
+use clap::{Args, Subcommand};
+
+use crate::mon_cmd::DEFAULT_MON;
+
+/// `cairn rbd ...`.
+#[derive(Args)]
+pub struct RbdArgs {
+    /// Monitor address.
+    #[arg(long, default_value = DEFAULT_MON, global = true)]
+    mon: SocketAddr,
+    #[command(subcommand)]
+    command: RbdCommand,
+}
+
+#[derive(Subcommand)]
+enum RbdCommand {
+    /// Create an image: `cairn rbd create POOL/IMAGE --size 10G [--object-size 4M]`.
+    Create {
+        /// POOL/IMAGE.
+        spec: String,
+        /// Size (bytes, or with K, M, G, T: powers of 1024).
+        #[arg(long)]
+        size: String,
+        /// Bytes per data object: a power of two from 4K to 32M.
+        #[arg(long, default_value = "4M")]
+        object_size: String,
+    },
+    /// List the images of a pool.
+    Ls {
+        /// Pool.
+        pool: String,
+    },
+    /// Size and object size of an image.
+    Info {
+        /// POOL/IMAGE.
+        spec: String,
+    },
+    /// Change an image's size (shrinking drops the data past the new end).
+    Resize {
+        /// POOL/IMAGE.
+        spec: String,
+        /// New size.
+        #[arg(long)]
+        size: String,
+    },
+    /// Remove an image and its data.
+    Rm {
+        /// POOL/IMAGE.
+        spec: String,
+    },
+    /// Export the images of a pool over NBD (export name = image) until interrupted:
+    /// `cairn rbd nbd POOL[/IMAGE] --listen 127.0.0.1:10809`.
+    Nbd {
+        /// POOL, or POOL/IMAGE to check that image exists and print its URI.
+        spec: String,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:10809")]
+        listen: SocketAddr,
+    },
+}
+
+/// Runs one `cairn rbd` command.
+pub fn run(a: RbdArgs) -> anyhow::Result<()> {
+    crate::runtime::command()?.block_on(async move {
+        let client = Arc::new(
+            Client::connect(a.mon, cairn_client::random_client_id())
+                .await
+                .with_context(|| format!("connecting to the monitor at {}", a.mon))?,
+        );
+        match a.command {
+            RbdCommand::Create {
+                spec,
+                size,
+                object_size,
+            } => {
+                let (pool, name) = split_spec(&spec)?;
+                let size = parse_size(&size)?;
+                let order = order_of(parse_size(&object_size)?)?;
+                Image::create(&client, pool, name, size, Some(order)).await?;
+                println!("created {pool}/{name}: {size} bytes in objects of {} bytes", 1u64 << order);
+            }
+            RbdCommand::Ls { pool } => {
+                for name in Image::list(&client, &pool).await? {
+                    println!("{name}");
+                }
+            }
+            RbdCommand::Info { spec } => {
+                let (pool, name) = split_spec(&spec)?;
+                let image = Image::open(client, pool, name).await?;
+                println!(
+                    "rbd image '{name}':\n\tsize {} bytes in {} objects\n\torder {} ({} bytes objects)",
+                    image.size(),
+                    image.size().div_ceil(image.object_bytes()),
+                    image.object_bytes().trailing_zeros(),
+                    image.object_bytes()
+                );
+            }
+            RbdCommand::Resize { spec, size } => {
+                let (pool, name) = split_spec(&spec)?;
+                let image = Image::open(client, pool, name).await?;
+                image.resize(parse_size(&size)?).await?;
+                println!("{pool}/{name} is now {} bytes", image.size());
+            }
+            RbdCommand::Rm { spec } => {
+                let (pool, name) = split_spec(&spec)?;
+                Image::remove(client, pool, name).await?;
+                println!("removed {pool}/{name}");
+            }
+            RbdCommand::Nbd { spec, listen } => {
+                let pool = match spec.split_once('/') {
+                    Some((pool, name)) => {
+                        Image::open(client.clone(), pool, name).await?;
+                        println!("nbd://{listen}/{name}");
+                        pool.to_string()
+                    }
+                    None => spec,
+                };
+                let listener = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .with_context(|| format!("listening on {listen}"))?;
+                eprintln!("exporting the images of pool {pool} over NBD on {listen}");
+                tokio::select! {
+                    served = cairn_rbd::nbd::serve_tcp(listener, client, pool) => served?,
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `POOL/IMAGE` split in two.
+fn split_spec(spec: &str) -> anyhow::Result<(&str, &str)> {
+    match spec.split_once('/') {
+        Some((pool, name)) if !pool.is_empty() && !name.is_empty() => Ok((pool, name)),
+        _ => bail!("`{spec}`: name the image as POOL/IMAGE"),
+    }
+}
+
+/// A size in bytes, with an optional K, M, G or T suffix (powers of 1024; `KiB`, `MB` and
+/// the like read the same).
+pub fn parse_size(text: &str) -> anyhow::Result<u64> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let n: u64 = number
+        .parse()
+        .with_context(|| format!("size `{text}`: no number"))?;
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches('B')
+        .trim_end_matches('I')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        other => bail!("size `{text}`: unknown unit `{other}` (K, M, G, T)"),
+    };
+    n.checked_mul(1u64 << shift)
+        .with_context(|| format!("size `{text}` overflows"))
+}
+
+/// The power of two an object size is.
+fn order_of(bytes: u64) -> anyhow::Result<u8> {
+    if !bytes.is_power_of_two() {
+        bail!("object size {bytes} is not a power of two");
+    }
+    let order = bytes.trailing_zeros() as u8;
+    if !(MIN_ORDER..=MAX_ORDER).contains(&order) {
+        bail!(
+            "object size {bytes} is outside {} to {} bytes",
+            1u64 << MIN_ORDER,
+            1u64 << MAX_ORDER
+        );
+    }
+    Ok(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_specs_parse_and_bad_ones_are_refused() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("4K").unwrap(), 4096);
+        assert_eq!(parse_size("10G").unwrap(), 10 << 30);
+        assert_eq!(parse_size("4MiB").unwrap(), 4 << 20);
+        assert_eq!(parse_size("1t").unwrap(), 1 << 40);
+        for bad in ["", "G", "1X", "99999999999999999999", "20000000T"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(order_of(4 << 20).unwrap(), 22);
+        assert!(order_of(3000).is_err());
+        assert!(order_of(1 << 30).is_err());
+        assert_eq!(split_spec("rbd/disk").unwrap(), ("rbd", "disk"));
+        for bad in ["disk", "/disk", "rbd/"] {
+            assert!(split_spec(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! Block images through the CLI and their NBD export, on a `cairn up` cluster: `rbd create`,
+//! `ls`, `info`, `resize`, `rm` (and their refusals), then `rbd nbd` serving the image to
+//! libnbd's `nbdinfo` and `nbdcopy` (a 24 MiB file in and out, compared by checksum) and to
+//! this test's own NBD client, which checks the protocol's corners: writes across object
+//! boundaries, many requests in flight, trim and write-zeroes reading back as zeros, reads and
+//! writes past the end refused with EINVAL and ENOSPC, an unknown export refused in the
+//! handshake, and a connection that breaks the protocol closed without hurting the others.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{cairn, free_port, Cluster};
+
+const MIB: u64 = 1 << 20;
+const IMAGE_BYTES: u64 = 24 * MIB;
+
+fn ok(args: &[&str]) -> String {
+    let (ok, out) = cairn(args);
+    assert!(ok, "cairn {args:?}: {out}");
+    out
+}
+
+fn refused(args: &[&str], why: &str) {
+    let (ok, out) = cairn(args);
+    assert!(
+        !ok && out.contains(why),
+        "cairn {args:?} should fail with {why:?}: {out}"
+    );
+}
+
+/// A tool of libnbd-bin, which `.ci/run` installs.
+fn tool(name: &str) -> std::process::Command {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(found, "{name} is missing: apt-get install libnbd-bin");
+    std::process::Command::new(name)
+}
+
+/// Bytes no two places of the image share (so a misplaced piece shows).
+fn pattern(len: u64, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x = (i / 8)
+                .wrapping_add(seed)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            (x >> ((i % 8) * 8)) as u8
+        })
+        .collect()
+}
+
+/// A minimal NBD client over TCP (fixed newstyle, GO, simple replies).
+struct Nbd {
+    s: TcpStream,
+}
+
+const REQUEST_MAGIC: u32 = 0x2560_9513;
+const READ: u16 = 0;
+const WRITE: u16 = 1;
+const DISC: u16 = 2;
+const FLUSH: u16 = 3;
+const TRIM: u16 = 4;
+const WRITE_ZEROES: u16 = 6;
+
+impl Nbd {
+    fn connect(addr: &str) -> TcpStream {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    }
+
+    /// Negotiates `export` with NBD_OPT_GO: the client, or the option's error reply type.
+    fn open(addr: &str, export: &str) -> Result<(Nbd, u64), u32> {
+        let mut s = Self::connect(addr);
+        let mut hello = [0u8; 18];
+        s.read_exact(&mut hello).unwrap();
+        assert_eq!(&hello[..8], b"NBDMAGIC");
+        assert_eq!(&hello[8..16], b"IHAVEOPT");
+        s.write_all(&3u32.to_be_bytes()).unwrap();
+        let mut data = (export.len() as u32).to_be_bytes().to_vec();
+        data.extend_from_slice(export.as_bytes());
+        data.extend_from_slice(&0u16.to_be_bytes());
+        let mut opt = b"IHAVEOPT".to_vec();
+        opt.extend_from_slice(&7u32.to_be_bytes());
+        opt.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        opt.extend_from_slice(&data);
+        s.write_all(&opt).unwrap();
+        let mut size = 0;
+        loop {
+            let mut head = [0u8; 20];
+            s.read_exact(&mut head).unwrap();
+            let kind = u32::from_be_bytes(head[12..16].try_into().unwrap());
+            let len = u32::from_be_bytes(head[16..20].try_into().unwrap()) as usize;
+            let mut body = vec![0u8; len];
+            s.read_exact(&mut body).unwrap();
+            match kind {
+                1 => return Ok((Nbd { s }, size)),
+                3 if u16::from_be_bytes([body[0], body[1]]) == 0 => {
+                    size = u64::from_be_bytes(body[2..10].try_into().unwrap());
+                }
+                3 => {}
+                err => return Err(err),
+            }
+        }
+    }
+
+    fn send(&mut self, kind: u16, cookie: u64, offset: u64, len: u32, data: &[u8]) {
+        let mut req = REQUEST_MAGIC.to_be_bytes().to_vec();
+        req.extend_from_slice(&0u16.to_be_bytes());
+        req.extend_from_slice(&kind.to_be_bytes());
+        req.extend_from_slice(&cookie.to_be_bytes());
+        req.extend_from_slice(&offset.to_be_bytes());
+        req.extend_from_slice(&len.to_be_bytes());
+        req.extend_from_slice(data);
+        self.s.write_all(&req).unwrap();
+    }
+
+    /// The next reply: (cookie, error).
+    fn reply(&mut self) -> (u64, u32) {
+        let mut head = [0u8; 16];
+        self.s.read_exact(&mut head).unwrap();
+        assert_eq!(
+            u32::from_be_bytes(head[..4].try_into().unwrap()),
+            0x6744_6698
+        );
+        let error = u32::from_be_bytes(head[4..8].try_into().unwrap());
+        (u64::from_be_bytes(head[8..16].try_into().unwrap()), error)
+    }
+
+    fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, u32> {
+        self.send(READ, 1, offset, len, &[]);
+        let (cookie, error) = self.reply();
+        assert_eq!(cookie, 1);
+        if error != 0 {
+            return Err(error);
+        }
+        let mut data = vec![0u8; len as usize];
+        self.s.read_exact(&mut data).unwrap();
+        Ok(data)
+    }
+
+    fn command(&mut self, kind: u16, offset: u64, len: u32, data: &[u8]) -> u32 {
+        self.send(kind, 2, offset, len, data);
+        let (cookie, error) = self.reply();
+        assert_eq!(cookie, 2);
+        error
+    }
+}
+
+#[test]
+fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
+    let mut cluster = Cluster::new("rbd-nbd");
+    let mon = format!("127.0.0.1:{}", free_port());
+    let (up, out) = cluster.up(&mon, &["--device-mib", "256", "--pg-num", "8"]);
+    assert!(up, "{out}");
+    let rbd = |args: &[&str]| -> Vec<String> {
+        let mut v = vec!["rbd".to_string(), "--mon".into(), mon.clone()];
+        v.extend(args.iter().map(|a| a.to_string()));
+        v
+    };
+    let run = |args: &[&str]| {
+        let v = rbd(args);
+        ok(&v.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let refuse = |args: &[&str], why: &str| {
+        let v = rbd(args);
+        refused(&v.iter().map(String::as_str).collect::<Vec<_>>(), why)
+    };
+
+    run(&[
+        "create",
+        "data/disk",
+        "--size",
+        "24M",
+        "--object-size",
+        "1M",
+    ]);
+    assert_eq!(run(&["ls", "data"]).trim(), "disk");
+    assert!(run(&["info", "data/disk"]).contains("size 25165824 bytes in 24 objects"));
+    refuse(&["create", "data/disk", "--size", "1M"], "exists");
+    refuse(&["create", "data/.hidden", "--size", "1M"], "image name");
+    refuse(
+        &[
+            "create",
+            "data/odd",
+            "--size",
+            "1M",
+            "--object-size",
+            "3000",
+        ],
+        "power of two",
+    );
+    refuse(&["create", "data/huge", "--size", "2000000T"], "past");
+    refuse(&["info", "data/nothing"], "no image");
+    refuse(&["info", "disk"], "POOL/IMAGE");
+    run(&["create", "data/spare", "--size", "8M"]);
+    run(&["resize", "data/spare", "--size", "16M"]);
+    assert!(run(&["info", "data/spare"]).contains("size 16777216 bytes"));
+
+    let listen = format!("127.0.0.1:{}", free_port());
+    let server = cluster.start(
+        "nbd.log",
+        &[
+            "rbd",
+            "--mon",
+            &mon,
+            "nbd",
+            "data/disk",
+            "--listen",
+            &listen,
+        ],
+    );
+    cluster.extra.push(server);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(&listen).is_err() {
+        assert!(Instant::now() < deadline, "the NBD server never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let uri = format!("nbd://{listen}/disk");
+
+    // libnbd's tools: the export's size, then a whole image in and out.
+    let info = tool("nbdinfo").arg(&uri).output().unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains("export-size: 25165824"), "{info}");
+    let dir = cluster.dir.clone();
+    let mut content = pattern(IMAGE_BYTES, 7);
+    content[..MIB as usize].fill(0);
+    std::fs::write(dir.join("in.img"), &content).unwrap();
+    let copied = tool("nbdcopy")
+        .arg(dir.join("in.img"))
+        .arg(&uri)
+        .output()
+        .unwrap();
+    assert!(copied.status.success(), "{copied:?}");
+    let back = tool("nbdcopy")
+        .arg(&uri)
+        .arg(dir.join("out.img"))
+        .output()
+        .unwrap();
+    assert!(back.status.success(), "{back:?}");
+    let out = std::fs::read(dir.join("out.img")).unwrap();
+    assert_eq!(out.len(), content.len());
+    assert_eq!(
+        crc_fast::crc32_iscsi(&out),
+        crc_fast::crc32_iscsi(&content),
+        "the image read back differs"
+    );
+
+    // This test's own client: the export, then the corners.
+    assert_eq!(Nbd::open(&listen, "nothing").err(), Some(0x8000_0006));
+    let (mut c, size) = Nbd::open(&listen, "disk").unwrap();
+    assert_eq!(size, IMAGE_BYTES);
+    let across = pattern(8192, 11);
+    assert_eq!(c.command(WRITE, MIB - 4096, 8192, &across), 0);
+    assert_eq!(c.read(MIB - 4096, 8192).unwrap(), across);
+    // Sixteen writes in flight, answered in any order, each read back.
+    for i in 0..16u64 {
+        c.send(WRITE, 100 + i, 4 * MIB + i * 65536, 4096, &pattern(4096, i));
+    }
+    let mut answered: Vec<u64> = (0..16)
+        .map(|_| {
+            let (cookie, error) = c.reply();
+            assert_eq!(error, 0);
+            cookie
+        })
+        .collect();
+    answered.sort_unstable();
+    assert_eq!(answered, (100..116).collect::<Vec<_>>());
+    for i in 0..16u64 {
+        assert_eq!(c.read(4 * MIB + i * 65536, 4096).unwrap(), pattern(4096, i));
+    }
+    assert_eq!(c.command(FLUSH, 0, 0, &[]), 0);
+    // Trim of whole objects and of a piece, write-zeroes: zeros read back.
+    assert_eq!(c.command(TRIM, 2 * MIB, 2 * MIB as u32 + 100, &[]), 0);
+    assert_eq!(
+        c.read(2 * MIB, 2 * MIB as u32 + 100).unwrap(),
+        vec![0u8; 2 * MIB as usize + 100]
+    );
+    assert_eq!(
+        c.read(4 * MIB + 100, 100).unwrap(),
+        pattern(4096, 0)[100..200]
+    );
+    assert_eq!(c.command(WRITE_ZEROES, 10 * MIB + 5, 1000, &[]), 0);
+    assert_eq!(c.read(10 * MIB + 5, 1000).unwrap(), vec![0u8; 1000]);
+    assert_eq!(
+        c.read(10 * MIB, 5).unwrap(),
+        content[10 * MIB as usize..][..5]
+    );
+    // Past the end: refused, nothing written.
+    assert_eq!(c.read(IMAGE_BYTES - 10, 20), Err(22));
+    assert_eq!(c.command(WRITE, IMAGE_BYTES - 10, 20, &[1u8; 20]), 28);
+    assert_eq!(c.command(TRIM, u64::MAX - 5, 10, &[]), 22);
+    assert_eq!(c.command(99, 0, 0, &[]), 22);
+    c.send(DISC, 3, 0, 0, &[]);
+
+    // A broken client is cut off; the next connection is served.
+    let mut bad = Nbd::connect(&listen);
+    let mut hello = [0u8; 18];
+    bad.read_exact(&mut hello).unwrap();
+    bad.write_all(&3u32.to_be_bytes()).unwrap();
+    bad.write_all(b"NOTANOPTIONMAGIC....").unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(
+        bad.read_to_end(&mut rest).unwrap(),
+        0,
+        "the connection was closed"
+    );
+    let (mut c, _) = Nbd::open(&listen, "disk").unwrap();
+    c.send(WRITE, 9, 0, 64 << 20, &[]);
+    let mut rest = Vec::new();
+    let closed = c.s.read_to_end(&mut rest).map(|n| n == 0).unwrap_or(true);
+    assert!(closed, "an oversized request closes the connection");
+    let (mut c, _) = Nbd::open(&listen, "disk").unwrap();
+    assert_eq!(c.read(MIB - 4096, 8192).unwrap(), across);
+    c.send(DISC, 4, 0, 0, &[]);
+
+    // Removing the image removes its objects.
+    run(&["rm", "data/disk"]);
+    run(&["rm", "data/spare"]);
+    assert_eq!(run(&["ls", "data"]).trim(), "");
+    let objects = ok(&["ls", "--mon", &mon, "-p", "data"]);
+    assert!(
+        !objects.contains("rbd_data.") && !objects.contains("rbd_header."),
+        "{objects}"
+    );
+}

@@ -1,0 +1,14 @@
+//! Block images over the cluster, as Ceph's RBD lays them out: an image is a header object
+//! (`rbd_header.NAME`: its size and object size, versioned and checksummed) and data objects
+//! (`rbd_data.NAME.INDEX`, one per `object_size` bytes of the image, created by their first
+//! write: an image is sparse and unwritten ranges read as zeros), listed in the pool's
+//! `rbd_directory` object's omap. [`nbd`] exports an image over the NBD protocol, so that
+//! fio, qemu, nbdcopy or a kernel's nbd client use it as a disk.
+
+pub mod error;
+pub mod header;
+pub mod image;
+pub mod nbd;
+
+pub use error::RbdError;
+pub use image::Image;
