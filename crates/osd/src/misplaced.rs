@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use cairn_clustermap::PgId;
 use cairn_store::StoreError;
 
-use crate::pgs::{Pg, PgStatus};
+use crate::pgs::Pg;
 use crate::shared::Shared;
 
 /// One PG's object copies.
@@ -83,18 +83,7 @@ fn of_pg(pg: &Pg, objects: u64) -> CopyCounts {
 
 /// The counts of every active PG this OSD is the acting primary of, in PG order.
 pub async fn led(s: &Shared) -> Result<Vec<(PgId, CopyCounts)>, StoreError> {
-    let mut pgs: Vec<_> = s
-        .pgs
-        .all()
-        .into_iter()
-        .filter(|pg| {
-            matches!(
-                pg.status(),
-                PgStatus::ActiveClean | PgStatus::ActiveDegraded | PgStatus::ActiveRemapped
-            ) && s.is_acting_primary(pg.id) == Some(true)
-        })
-        .collect();
-    pgs.sort_by_key(|pg| (pg.id.pool, pg.id.seed));
+    let pgs = crate::usage::led_active(s);
     let mut out = Vec::with_capacity(pgs.len());
     for pg in pgs {
         let (objects, _) = crate::objects::collection_usage(&s.store, &pg.coll).await?;

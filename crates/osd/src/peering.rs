@@ -331,6 +331,10 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     // After a scrub's chunk: what peering recovers must not change objects while a scrub
     // compares them (a scrub ends its chunk as soon as the PG leaves its activation).
     let (mut inner, _) = pg.lock_unfenced(None).await;
+    // This copy's log is read now, for this interval: replica writes of earlier ones are
+    // refused from here on, even if this peering ends in a temporary acting set and not in
+    // this copy's activation (the same fence a query puts on the other copies).
+    pg.note_peered_in(epoch);
     let locked = started.elapsed();
     let iv = pg.interval();
     // Another peering of this interval (retries of a down PG on successive maps) got there
@@ -400,8 +404,10 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     // that never went active) may not name it.
     let since = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
     if since > 0 {
+        let up_now = s.up_osds();
         for osd in acting_in(s, pg, since).await {
-            if heard.contains(&osd) || !up.contains(&osd) {
+            // Asked already (a past copy that did not answer is not asked twice), or down.
+            if heard.contains(&osd) || past.contains(&osd) || !up_now.contains(&osd) {
                 continue;
             }
             match query_in_interval(s, pg, epoch, osd).await {

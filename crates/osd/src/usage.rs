@@ -11,13 +11,12 @@ use cairn_clustermap::PgUsage;
 use cairn_proto::mon::Request;
 use cairn_store::StoreError;
 
-use crate::pgs::PgStatus;
+use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
 
-/// Per active PG this OSD is the acting primary of, its client objects and their logical
-/// bytes, in PG order. PGs still peering (or unable to serve) are left out: their copy here may
-/// not be the authoritative one yet.
-pub async fn led_pgs(s: &Shared) -> Result<Vec<PgUsage>, StoreError> {
+/// The active PGs this OSD is the acting primary of, in PG order. PGs still peering (or
+/// unable to serve) are left out: their copy here may not be the authoritative one yet.
+pub fn led_active(s: &Shared) -> Vec<Arc<Pg>> {
     let mut pgs: Vec<_> = s
         .pgs
         .all()
@@ -30,6 +29,12 @@ pub async fn led_pgs(s: &Shared) -> Result<Vec<PgUsage>, StoreError> {
         })
         .collect();
     pgs.sort_by_key(|pg| (pg.id.pool, pg.id.seed));
+    pgs
+}
+
+/// Per PG of [`led_active`], its client objects and their logical bytes.
+pub async fn led_pgs(s: &Shared) -> Result<Vec<PgUsage>, StoreError> {
+    let pgs = led_active(s);
     let mut out = Vec::with_capacity(pgs.len());
     for pg in pgs {
         let (objects, bytes) = crate::objects::collection_usage(&s.store, &pg.coll).await?;
