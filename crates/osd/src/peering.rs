@@ -326,6 +326,31 @@ async fn acting_in(s: &Shared, pg: &Pg, epoch: u64) -> Vec<i32> {
     }
 }
 
+/// Asks `osd`, a copy outside the acting set, for its log in the peering of the interval
+/// begun at `epoch`, adding it to `logs` and `heard` when it answers; a copy that does not
+/// answer is passed over unless the interval has ended meanwhile.
+async fn ask_past_copy(
+    s: &Arc<Shared>,
+    pg: &Arc<Pg>,
+    epoch: u64,
+    osd: i32,
+    logs: &mut Vec<PeerLog>,
+    heard: &mut BTreeSet<i32>,
+) -> Result<(), OsdError> {
+    match query_in_interval(s, pg, epoch, osd).await {
+        Ok(log) => {
+            logs.push(log);
+            heard.insert(osd);
+            Ok(())
+        }
+        Err(e) if pg.interval().epoch != epoch => Err(e),
+        Err(e) => {
+            tracing::info!(pg = %pg.id, osd, error = %e, "past copy did not answer");
+            Ok(())
+        }
+    }
+}
+
 async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError> {
     let started = std::time::Instant::now();
     // After a scrub's chunk: what peering recovers must not change objects while a scrub
@@ -371,14 +396,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         heard.insert(osd);
     }
     for &osd in &past {
-        match query_in_interval(s, pg, epoch, osd).await {
-            Ok(log) => {
-                logs.push(log);
-                heard.insert(osd);
-            }
-            Err(e) if pg.interval().epoch != epoch => return Err(e),
-            Err(e) => tracing::info!(pg = %pg.id, osd, error = %e, "past copy did not answer"),
-        }
+        ask_past_copy(s, pg, epoch, osd, &mut logs, &mut heard).await?;
     }
     // Every later interval that may have taken writes must be heard from (Ceph's prior set).
     loop {
@@ -410,14 +428,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
             if heard.contains(&osd) || past.contains(&osd) || !up_now.contains(&osd) {
                 continue;
             }
-            match query_in_interval(s, pg, epoch, osd).await {
-                Ok(log) => {
-                    logs.push(log);
-                    heard.insert(osd);
-                }
-                Err(e) if pg.interval().epoch != epoch => return Err(e),
-                Err(e) => tracing::info!(pg = %pg.id, osd, error = %e, "past copy did not answer"),
-            }
+            ask_past_copy(s, pg, epoch, osd, &mut logs, &mut heard).await?;
         }
     }
     // Later peerings count this interval as possibly written only once the monitor knows this

@@ -288,14 +288,46 @@ async fn repop(session: &mut Session, h: &cairn_proto::RepOpHeader, data: &[u8])
     reply.result
 }
 
+/// A replica write of `data` as `object` at `version` to `pg`, of interval 0 (tid 1), and
+/// the interval the replica behind `session` is active in, which it names when it refuses
+/// that write.
+async fn repop_of_interval_zero(
+    session: &mut Session,
+    pg: cairn_clustermap::PgId,
+    object: &str,
+    version: cairn_pg::Eversion,
+    data: &[u8],
+) -> (cairn_proto::RepOpHeader, u64) {
+    let h = cairn_proto::RepOpHeader {
+        tid: 1,
+        epoch: 0,
+        pool: pg.pool,
+        pg_seed: pg.seed,
+        object: object.into(),
+        kind: cairn_proto::OpKind::WriteFull,
+        entry: cairn_pg::LogEntry {
+            version,
+            object: object.into(),
+            op: cairn_pg::OpKind::Modify,
+            prior: cairn_pg::Eversion::default(),
+            reqid: None,
+        },
+        data_crc: crc_fast::crc32_iscsi(data),
+    };
+    let les = match repop(session, &h, data).await {
+        OpResult::Failed(why) => why.rsplit(' ').next().unwrap().parse().unwrap(),
+        other => panic!("a write of interval 0 was not refused: {other:?}"),
+    };
+    (h, les)
+}
+
 /// A replica never answers Ok to a write at a version it already used for another write (the
 /// primary reused it after failing to commit) nor to one that skips versions (it missed a
 /// write): either would lose that write on this copy. It refuses both, and its copy is
 /// unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_refuses_a_reused_or_skipped_version() {
-    use cairn_pg::{Eversion, LogEntry, OpKind as LogOp};
-    use cairn_proto::{OpKind, RepOpHeader};
+    use cairn_pg::Eversion;
     let c = cluster("repop", 8, 128 << 20).await;
     let packed = c.client.write_full("data", "first", b"one").await.unwrap();
     let used = Eversion::new(packed >> 32, packed & 0xffff_ffff);
@@ -303,27 +335,8 @@ async fn a_replica_refuses_a_reused_or_skipped_version() {
     let replica = c.osds.iter().find(|o| o.id() == up[1]).unwrap();
     let mut session = Session::connect(replica.addr(), 0x5e55, Limits::default(), 50).await;
     let data = b"other";
-    let mut h = RepOpHeader {
-        tid: 1,
-        epoch: 0,
-        pool: pg.pool,
-        pg_seed: pg.seed,
-        object: "other".into(),
-        kind: OpKind::WriteFull,
-        entry: LogEntry {
-            version: used,
-            object: "other".into(),
-            op: LogOp::Modify,
-            prior: Eversion::default(),
-            reqid: None,
-        },
-        data_crc: crc_fast::crc32_iscsi(data),
-    };
     // The replica names the interval it is active in when the write's is another.
-    let les: u64 = match repop(&mut session, &h, data).await {
-        OpResult::Failed(why) => why.rsplit(' ').next().unwrap().parse().unwrap(),
-        other => panic!("a write of interval 0 was not refused: {other:?}"),
-    };
+    let (mut h, les) = repop_of_interval_zero(&mut session, pg, "other", used, data).await;
     h.epoch = les;
     h.tid = 2;
     match repop(&mut session, &h, data).await {
@@ -352,9 +365,8 @@ async fn a_replica_refuses_a_reused_or_skipped_version() {
 /// when the new primary activates the copy with that log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_queried_by_a_later_intervals_peering_refuses_writes_of_earlier_ones() {
-    use cairn_pg::{Eversion, LogEntry, OpKind as LogOp};
+    use cairn_pg::Eversion;
     use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest, Urgency};
-    use cairn_proto::{OpKind, RepOpHeader};
     let c = cluster("fence", 8, 128 << 20).await;
     let packed = c.client.write_full("data", "first", b"one").await.unwrap();
     let used = Eversion::new(packed >> 32, packed & 0xffff_ffff);
@@ -362,26 +374,8 @@ async fn a_replica_queried_by_a_later_intervals_peering_refuses_writes_of_earlie
     let replica = c.osds.iter().find(|o| o.id() == up[1]).unwrap();
     let mut session = Session::connect(replica.addr(), 0x5e56, Limits::default(), 50).await;
     let data = b"late";
-    let mut h = RepOpHeader {
-        tid: 1,
-        epoch: 0,
-        pool: pg.pool,
-        pg_seed: pg.seed,
-        object: "late".into(),
-        kind: OpKind::WriteFull,
-        entry: LogEntry {
-            version: Eversion::new(used.epoch, used.version + 1),
-            object: "late".into(),
-            op: LogOp::Modify,
-            prior: Eversion::default(),
-            reqid: None,
-        },
-        data_crc: crc_fast::crc32_iscsi(data),
-    };
-    let les: u64 = match repop(&mut session, &h, data).await {
-        OpResult::Failed(why) => why.rsplit(' ').next().unwrap().parse().unwrap(),
-        other => panic!("a write of interval 0 was not refused: {other:?}"),
-    };
+    let next = Eversion::new(used.epoch, used.version + 1);
+    let (mut h, les) = repop_of_interval_zero(&mut session, pg, "late", next, data).await;
 
     // The peering of the next interval reads the copy's log.
     let query = PeerRequest {
