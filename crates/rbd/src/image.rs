@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cairn_client::{Client, ClientError};
-use futures::future::try_join_all;
+use futures_util::future::try_join_all;
 
 use crate::error::RbdError;
 use crate::header::{Header, DEFAULT_ORDER};
