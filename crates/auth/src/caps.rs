@@ -137,7 +137,7 @@ impl OsdCap {
     /// Whether `access` to objects of `pool` is allowed.
     pub fn allows(&self, pool: &str, access: OsdAccess) -> bool {
         self.grants.iter().any(|g| {
-            g.pool.as_deref().map_or(true, |p| p == pool)
+            g.pool.as_deref().is_none_or(|p| p == pool)
                 && match access {
                     OsdAccess::Read => g.perm.read,
                     OsdAccess::Write => g.perm.write,
