@@ -12,6 +12,7 @@ use crate::blockcrc::BlockCrcs;
 use crate::bufs::data_pool;
 use crate::error::MsgrError;
 use crate::frame::{Frame, FrameHeader, Limits, HEADER_BYTES, SEGMENT_CRC_BYTES};
+use crate::protect::{open_frame, seal_frame, FrameCrypt, FrameKeys, WireMode, TAG_BYTES};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use cairn_blockdev::AlignedBuf;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -43,6 +44,8 @@ struct DataInFlight {
     /// crc32c of each block of `data[..filled]`, extended as bytes arrive (while they are in
     /// cache): the segment's check, and the blocks' checksums for a store.
     crcs: BlockCrcs,
+    /// The frame's MAC and cipher on a protected connection, fed the bytes as they arrive.
+    crypt: Option<FrameCrypt>,
 }
 
 /// Read half of a framed connection: decodes frames in order. A data segment of at least
@@ -55,9 +58,29 @@ pub struct FrameStream {
     buf: BytesMut,
     limits: Limits,
     in_flight: Option<DataInFlight>,
+    /// The keys frames from the peer are checked (and opened) with, once the handshake
+    /// installed them.
+    opener: Option<FrameKeys>,
 }
 
 impl FrameStream {
+    /// From the next frame on, every frame must carry a valid tag under `keys` (and is
+    /// decrypted in secure mode). Called by the handshake right after its last unprotected
+    /// frame.
+    pub fn protect(&mut self, keys: FrameKeys) {
+        assert!(self.in_flight.is_none(), "protection starts between frames");
+        self.opener = Some(keys);
+    }
+
+    /// The trailer bytes after each frame: a tag once protected.
+    fn tag_len(&self) -> usize {
+        if self.opener.is_some() {
+            TAG_BYTES
+        } else {
+            0
+        }
+    }
+
     /// The next frame; `None` once the peer has closed the connection between frames.
     pub async fn next(&mut self) -> Option<Result<Frame, MsgrError>> {
         match self.next_frame().await {
@@ -74,7 +97,14 @@ impl FrameStream {
                     if d.filled == d.data.len() {
                         d.data = grown(&d.data, d.filled, d.want)?;
                     }
-                    let dst = &mut d.data.as_mut_slice()[d.filled..];
+                    let DataInFlight {
+                        data,
+                        filled,
+                        crcs,
+                        crypt,
+                        ..
+                    } = d;
+                    let dst = &mut data.as_mut_slice()[*filled..];
                     let n = if self.buf.is_empty() {
                         match self.sock.read(dst).await? {
                             0 => return Err(MsgrError::Closed),
@@ -86,18 +116,29 @@ impl FrameStream {
                         self.buf.advance(n);
                         n
                     };
-                    d.crcs.append(&dst[..n]);
-                    d.filled += n;
+                    if let Some(c) = crypt.as_mut() {
+                        c.open(&mut dst[..n]);
+                    }
+                    crcs.append(&dst[..n]);
+                    *filled += n;
                     continue;
                 }
-                if self.buf.len() < SEGMENT_CRC_BYTES {
+                let tag_len = self.tag_len();
+                if self.buf.len() < SEGMENT_CRC_BYTES + tag_len {
                     self.fill_or_closed().await?;
                     continue;
                 }
-                let expected = self.buf.get_u32_le();
-                let Some(d) = self.in_flight.take() else {
+                let Some(mut d) = self.in_flight.take() else {
                     continue;
                 };
+                let mut crc_bytes = [0u8; SEGMENT_CRC_BYTES];
+                self.buf.copy_to_slice(&mut crc_bytes);
+                if let Some(c) = d.crypt.as_mut() {
+                    c.open(&mut crc_bytes);
+                    c.verify(&self.buf[..TAG_BYTES], d.header.seq)?;
+                    self.buf.advance(TAG_BYTES);
+                }
+                let expected = u32::from_le_bytes(crc_bytes);
                 let (crc, blocks) = d.crcs.finish();
                 if crc != expected {
                     return Err(MsgrError::PayloadChecksum { seq: d.header.seq });
@@ -120,6 +161,13 @@ impl FrameStream {
                         continue;
                     }
                     let mut front = self.buf.split_to(head);
+                    let crypt = self.opener.as_mut().map(|keys| {
+                        let mut c = keys.start();
+                        let (header, body) = front.split_at_mut(HEADER_BYTES);
+                        c.header(header);
+                        c.open(body);
+                        c
+                    });
                     front.advance(HEADER_BYTES);
                     let payload = front.split_to(w.payload_len).freeze();
                     if crc_fast::crc32_iscsi(&payload) != front.get_u32_le() {
@@ -133,9 +181,10 @@ impl FrameStream {
                         want: w.data_len,
                         filled: 0,
                         crcs: BlockCrcs::with_capacity(w.data_len),
+                        crypt,
                     });
                 }
-                _ => match Frame::decode(&mut self.buf, &self.limits)? {
+                _ => match self.decode_buffered()? {
                     Some(f) => return Ok(Some(f)),
                     None => {
                         if !self.fill().await? {
@@ -149,6 +198,28 @@ impl FrameStream {
                 },
             }
         }
+    }
+
+    /// Decodes the frame at the front of the read buffer once all of it (and its tag, on a
+    /// protected connection) has arrived, checking the tag before anything else is read.
+    fn decode_buffered(&mut self) -> Result<Option<Frame>, MsgrError> {
+        let Some(keys) = self.opener.as_mut() else {
+            return Frame::decode(&mut self.buf, &self.limits);
+        };
+        let Some(w) = Frame::peek_header(&self.buf, &self.limits)? else {
+            return Ok(None);
+        };
+        let total = HEADER_BYTES + w.payload_len + w.data_len + 2 * SEGMENT_CRC_BYTES;
+        if self.buf.len() < total + TAG_BYTES {
+            reserve_as_bytes_arrive(&mut self.buf, total + TAG_BYTES);
+            return Ok(None);
+        }
+        let (frame, rest) = self.buf.split_at_mut(total);
+        open_frame(keys, frame, &rest[..TAG_BYTES], w.header.seq)?;
+        let decoded = Frame::decode(&mut self.buf, &self.limits)?;
+        assert!(decoded.is_some(), "a whole frame was buffered");
+        self.buf.advance(TAG_BYTES);
+        Ok(decoded)
     }
 
     /// Reads more bytes into the read buffer; the end of the stream in the middle of a frame is
@@ -212,14 +283,32 @@ const MAX_IOVECS: usize = 512;
 /// order by the connection's writer task. Dropping every `FrameWriter` lets the task write what
 /// is queued and then close its half of the socket.
 pub struct FrameWriter {
-    frames: mpsc::UnboundedSender<Frame>,
+    frames: mpsc::UnboundedSender<Outgoing>,
+}
+
+/// What the writer task is handed, in order.
+enum Outgoing {
+    /// A frame to write.
+    Frame(Frame),
+    /// Protect every frame after this point with these keys.
+    Protect(FrameKeys),
 }
 
 impl FrameWriter {
     /// Queues `frame` to be written after those queued before it; fails once the writer task
     /// has stopped (the connection failed).
     pub fn send(&self, frame: Frame) -> Result<(), MsgrError> {
-        self.frames.send(frame).map_err(|_| MsgrError::Closed)
+        self.frames
+            .send(Outgoing::Frame(frame))
+            .map_err(|_| MsgrError::Closed)
+    }
+
+    /// Protects every frame queued after this call with `keys` (a MAC, and encryption in
+    /// secure mode). Called by the handshake right after its last unprotected frame.
+    pub fn protect(&self, keys: FrameKeys) -> Result<(), MsgrError> {
+        self.frames
+            .send(Outgoing::Protect(keys))
+            .map_err(|_| MsgrError::Closed)
     }
 }
 
@@ -268,16 +357,18 @@ pub fn framed(stream: TcpStream, limits: Limits) -> Conn {
             buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
             limits,
             in_flight: None,
+            opener: None,
         },
     }
 }
 
 async fn write_loop(
     mut sock: OwnedWriteHalf,
-    mut frames: mpsc::UnboundedReceiver<Frame>,
+    mut frames: mpsc::UnboundedReceiver<Outgoing>,
     limits: Limits,
 ) -> Result<(), MsgrError> {
     let mut batch = Vec::with_capacity(MAX_FRAMES_PER_WRITE);
+    let mut sealer = None;
     while let Some(first) = frames.recv().await {
         batch.push(first);
         // Let the tasks that are ready now (other operations finishing in the same turn of the
@@ -289,7 +380,7 @@ async fn write_loop(
                 Err(_) => break,
             }
         }
-        let mut pieces = encode_batch(&batch, &limits)?;
+        let mut pieces = encode_batch(&batch, &limits, &mut sealer)?;
         batch.clear();
         write_all(&mut sock, &mut pieces, limits.write_turn_bytes).await?;
     }
@@ -297,20 +388,55 @@ async fn write_loop(
     Ok(())
 }
 
-/// The wire bytes of `frames` as buffers to write in order: headers, payloads, checksums and
-/// small data segments copied together; large data segments by reference.
-fn encode_batch(frames: &[Frame], limits: &Limits) -> Result<Vec<Bytes>, MsgrError> {
+/// The wire bytes of `items` as buffers to write in order: headers, payloads, checksums and
+/// small data segments copied together; large data segments by reference (unless encrypted).
+/// A `Protect` item installs the keys every later frame is protected with.
+fn encode_batch(
+    items: &[Outgoing],
+    limits: &Limits,
+    sealer: &mut Option<FrameKeys>,
+) -> Result<Vec<Bytes>, MsgrError> {
     let mut pieces = Vec::new();
     let mut small = BytesMut::new();
-    for f in frames {
+    for item in items {
+        let f = match item {
+            Outgoing::Protect(keys) => {
+                *sealer = Some(keys.clone());
+                continue;
+            }
+            Outgoing::Frame(f) => f,
+        };
+        let start = small.len();
         f.encode_head(limits, &mut small)?;
-        if f.data().len() >= ZERO_COPY_DATA_BYTES {
-            pieces.push(small.split().freeze());
-            pieces.push(f.data().clone());
-        } else {
-            small.put_slice(f.data());
+        let crc = f.data_crc().to_le_bytes();
+        match sealer.as_mut() {
+            Some(keys) if keys.mode() == WireMode::Secure => {
+                small.put_slice(f.data());
+                small.put_slice(&crc);
+                let tag = seal_frame(keys, &mut small[start..]);
+                small.put_slice(&tag);
+            }
+            mac => {
+                let mut crypt = mac.map(|keys| {
+                    let mut c = keys.start();
+                    c.header(&small[start..start + HEADER_BYTES]);
+                    c.seal_plain(&small[start + HEADER_BYTES..]);
+                    c.seal_plain(f.data());
+                    c.seal_plain(&crc);
+                    c
+                });
+                if f.data().len() >= ZERO_COPY_DATA_BYTES {
+                    pieces.push(small.split().freeze());
+                    pieces.push(f.data().clone());
+                } else {
+                    small.put_slice(f.data());
+                }
+                small.put_slice(&crc);
+                if let Some(c) = crypt.take() {
+                    small.put_slice(&c.tag());
+                }
+            }
         }
-        small.put_u32_le(f.data_crc());
     }
     pieces.push(small.freeze());
     Ok(pieces)
@@ -521,7 +647,8 @@ mod tests {
             Frame::with_data(2, &b"b"[..], big.clone()),
             Frame::with_data(3, &b"c"[..], Bytes::from_static(b"small data")),
         ];
-        let pieces = encode_batch(&frames, &limits).unwrap();
+        let items: Vec<Outgoing> = frames.iter().cloned().map(Outgoing::Frame).collect();
+        let pieces = encode_batch(&items, &limits, &mut None).unwrap();
         assert!(
             pieces.iter().any(|p| p.as_ptr() == big.as_ptr()),
             "the large data segment is sent from its own buffer"
@@ -532,5 +659,121 @@ mod tests {
             f.encode(&limits, &mut expected).unwrap();
         }
         assert_eq!(joined, &expected[..]);
+    }
+
+    fn direction_keys(mode: WireMode) -> FrameKeys {
+        FrameKeys::new(
+            mode,
+            &cairn_auth::handshake::DirectionKeys {
+                mac: [3; 32],
+                cipher: [4; 32],
+            },
+        )
+    }
+
+    /// Frames of every path (small, large read into its own buffer) through the encoder of
+    /// a protected writer, as the wire bytes it sends.
+    fn protected_wire(mode: WireMode, frames: &[Frame]) -> Vec<u8> {
+        let mut items = vec![Outgoing::Protect(direction_keys(mode))];
+        items.extend(frames.iter().cloned().map(Outgoing::Frame));
+        let pieces = encode_batch(&items, &Limits::default(), &mut None).unwrap();
+        pieces.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+
+    fn mixed_frames() -> Vec<Frame> {
+        let big = Bytes::from(
+            (0..200_000u32)
+                .map(|i| (i % 251) as u8)
+                .collect::<Vec<u8>>(),
+        );
+        vec![
+            Frame::new(1, &b"small"[..]),
+            Frame::with_data(2, &b"big"[..], big),
+            Frame::with_data(3, &b"c"[..], Bytes::from_static(b"small data")),
+        ]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn protected_frames_arrive_intact_and_secure_mode_hides_their_contents() {
+        for mode in [WireMode::Mac, WireMode::Secure] {
+            let frames = mixed_frames();
+            let wire = protected_wire(mode, &frames);
+            let needle = &frames[1].data()[1000..1064];
+            let visible = wire.windows(needle.len()).any(|w| w == needle);
+            assert_eq!(
+                visible,
+                mode == WireMode::Mac,
+                "{mode}: plaintext on the wire"
+            );
+            let (mut raw, mut conn) = pair().await;
+            conn.stream.protect(direction_keys(mode));
+            for piece in wire.chunks(7000) {
+                raw.write_all(piece).await.unwrap();
+            }
+            for want in &frames {
+                let got = conn.stream.next().await.unwrap().unwrap();
+                assert_eq!(&got, want, "{mode}");
+                assert_eq!(got.data_crc(), crc_fast::crc32_iscsi(want.data()));
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_changed_dropped_or_replayed_protected_frame_is_refused() {
+        for mode in [WireMode::Mac, WireMode::Secure] {
+            let frames = mixed_frames();
+            let wire = protected_wire(mode, &frames);
+            let first_len = frames[0].wire_len() + TAG_BYTES;
+            let second_len = frames[1].wire_len() + TAG_BYTES;
+            // A flipped bit anywhere in the big frame's body or tag.
+            for at in [
+                first_len + 40,
+                first_len + 100_000,
+                first_len + second_len - 1,
+            ] {
+                let mut bad = wire.clone();
+                bad[at] ^= 0x10;
+                let (mut raw, mut conn) = pair().await;
+                conn.stream.protect(direction_keys(mode));
+                raw.write_all(&bad).await.unwrap();
+                assert!(
+                    conn.stream.next().await.unwrap().is_ok(),
+                    "first frame intact"
+                );
+                let e = conn.stream.next().await.unwrap().unwrap_err();
+                assert!(
+                    matches!(
+                        e,
+                        MsgrError::BadTag { .. } | MsgrError::PayloadChecksum { .. }
+                    ),
+                    "{mode} byte {at}: {e}"
+                );
+            }
+            // The first frame dropped, or sent twice: the counter no longer matches.
+            for tampered in [
+                wire[first_len..].to_vec(),
+                [&wire[..first_len], &wire[..first_len]].concat(),
+            ] {
+                let (mut raw, mut conn) = pair().await;
+                conn.stream.protect(direction_keys(mode));
+                raw.write_all(&tampered).await.unwrap();
+                let mut outcome = Ok(());
+                for _ in 0..2 {
+                    if let Some(Err(e)) = conn.stream.next().await {
+                        outcome = Err(e);
+                        break;
+                    }
+                }
+                // Secure mode may notice first that the payload, deciphered with the wrong
+                // counter, fails its crc32c: refused either way, before anything is handed up.
+                assert!(
+                    matches!(
+                        outcome,
+                        Err(MsgrError::BadTag { .. } | MsgrError::PayloadChecksum { .. })
+                    ),
+                    "{mode}"
+                );
+            }
+        }
     }
 }

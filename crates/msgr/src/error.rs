@@ -28,6 +28,16 @@ pub enum MsgrError {
         /// Sequence number of the damaged frame.
         seq: u64,
     },
+    /// A protected frame's tag does not match: altered, replayed, reordered, or from another
+    /// connection.
+    #[error("frame authentication failed on message seq {seq}")]
+    BadTag {
+        /// Sequence number in the frame's (unverified) header.
+        seq: u64,
+    },
+    /// The peer refused our authentication, or we refused the peer's; the text says why.
+    #[error("authentication failed: {0}")]
+    Auth(String),
     /// A frame announces (or a caller tries to send) more than the configured limit.
     #[error("frame of {len_bytes} bytes exceeds the limit of {limit_bytes}")]
     TooLarge {

@@ -17,7 +17,9 @@ pub mod error;
 pub mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod handshake;
 pub mod http;
+pub mod protect;
 pub mod session;
 
 pub use error::MsgrError;

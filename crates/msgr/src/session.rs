@@ -27,6 +27,8 @@ use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore, TryAcquir
 use crate::conn::{framed, Conn, FrameWriter};
 use crate::error::MsgrError;
 use crate::frame::{Frame, Limits};
+use crate::handshake::{AuthPeer, Authorizer, CredentialSource, MSG_AUTH_REQUEST};
+use cairn_auth::EntityName;
 
 /// Reserved message type of the handshake frame.
 pub const MSG_HELLO: u16 = 0xffff;
@@ -50,8 +52,8 @@ const REDIAL_AT_ONCE_AFTER: Duration = Duration::from_secs(1);
 /// Most queued frames handed to the writer before the session loop looks at its other work.
 const MAX_FRAMES_PER_TURN: usize = 64;
 
-/// Longest either end waits for the other's HELLO on a new connection.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest either end waits for each of the other's handshake frames on a new connection.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bit of the HELLO's flags saying the dialer's session is [`Policy::Lossy`].
 const HELLO_LOSSY: u64 = 1;
@@ -182,6 +184,8 @@ pub struct Session {
     id: u64,
     incoming: mpsc::Receiver<Frame>,
     sender: SessionSender,
+    /// On the accepting end of an authenticated connection: who the peer proved to be.
+    peer: Option<Arc<AuthPeer>>,
 }
 
 /// A cloneable handle that sends on a session.
@@ -205,6 +209,8 @@ struct Link {
     /// Counts the times the dialer found the peer restarted (another incarnation answered):
     /// the frames the previous one had not acknowledged were dropped, never to be delivered.
     restarts: watch::Sender<u64>,
+    /// Why the latest attempt to authenticate failed, until one succeeds.
+    auth_error: std::sync::Mutex<Option<String>>,
 }
 
 impl Default for Link {
@@ -213,6 +219,7 @@ impl Default for Link {
             refused_at: std::sync::Mutex::new(None),
             refusals: watch::channel(0).0,
             restarts: watch::channel(0).0,
+            auth_error: std::sync::Mutex::new(None),
         }
     }
 }
@@ -230,6 +237,10 @@ impl Link {
 
     fn refused_at(&self) -> Option<Instant> {
         *self.refused_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_auth_error(&self, why: Option<String>) {
+        *self.auth_error.lock().unwrap_or_else(|p| p.into_inner()) = why;
     }
 }
 
@@ -254,6 +265,17 @@ impl SessionSender {
     /// that needs its answers sends them again. Never changes on the accepting end.
     pub fn peer_restarts(&self) -> watch::Receiver<u64> {
         self.link.restarts.subscribe()
+    }
+
+    /// Why the dialer's latest attempt to authenticate failed (the peer refused its key or
+    /// ticket, or could not prove its own), until an attempt succeeds: a requester that timed
+    /// out says this instead of "unreachable". Always `None` on the accepting end.
+    pub fn auth_error(&self) -> Option<String> {
+        self.link
+            .auth_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Queues a message; waits while the peer has not acknowledged `max_inflight_bytes`.
@@ -373,6 +395,12 @@ impl Session {
         self.sender.clone()
     }
 
+    /// Who the peer is, on the accepting end of an authenticated listener; `None` where
+    /// nothing is authenticated (and always on the dialing end, which chose its peer).
+    pub fn peer(&self) -> Option<Arc<AuthPeer>> {
+        self.peer.clone()
+    }
+
     /// Sends one message (see [`SessionSender::send`]).
     pub async fn send(
         &self,
@@ -424,13 +452,38 @@ impl Session {
         retry_ms: u64,
         policy: Policy,
     ) -> Session {
-        let (session, parts) = Session::new(id, limits, None);
+        Self::connect_as(addr, id, limits, retry_ms, policy, None).await
+    }
+
+    /// As [`Session::connect_with`], authenticating every connection with the credentials
+    /// `creds` gives (none: the peer must not require authentication).
+    pub async fn connect_as(
+        addr: SocketAddr,
+        id: u64,
+        limits: Limits,
+        retry_ms: u64,
+        policy: Policy,
+        creds: Option<Arc<dyn CredentialSource>>,
+    ) -> Session {
+        let (session, parts) = Session::new(id, limits, None, None);
         let link = session.sender.link.clone();
-        tokio::spawn(run_dialer(addr, id, retry_ms, policy, parts, link));
+        let dial = Dial {
+            addr,
+            id,
+            retry_ms,
+            policy,
+            creds,
+        };
+        tokio::spawn(run_dialer(dial, parts, link));
         session
     }
 
-    fn new(id: u64, limits: Limits, stats: Option<Arc<ListenerStats>>) -> (Session, SessionParts) {
+    fn new(
+        id: u64,
+        limits: Limits,
+        stats: Option<Arc<ListenerStats>>,
+        peer: Option<Arc<AuthPeer>>,
+    ) -> (Session, SessionParts) {
         let (out_tx, out_rx) = mpsc::channel(limits.max_queued_frames.max(1));
         let (in_tx, in_rx) = mpsc::channel(limits.max_queued_frames.max(1));
         let total = (limits.max_inflight_bytes / 1024).max(1) as usize;
@@ -446,6 +499,7 @@ impl Session {
                     link: Arc::default(),
                     stats: stats.clone(),
                 },
+                peer,
             },
             SessionParts {
                 outgoing: out_rx,
@@ -503,14 +557,7 @@ fn hello(id: u64, last_received: u64, incarnation: u64, policy: Policy) -> Frame
 /// other end restarted and lost its sequence numbers, so both start over instead of discarding
 /// the new incarnation's frames as duplicates.
 fn new_incarnation() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish() | 1
+    cairn_auth::key::random_u64() | 1
 }
 
 /// What a HELLO frame says; anything else (or a HELLO with unknown flags) is refused.
@@ -544,14 +591,27 @@ pub(crate) fn parse_hello(frame: &Frame) -> Result<Hello, MsgrError> {
     })
 }
 
-async fn run_dialer(
+/// Where and how a dialer connects.
+struct Dial {
     addr: SocketAddr,
     id: u64,
     retry_ms: u64,
     policy: Policy,
-    mut parts: SessionParts,
-    link: Arc<Link>,
-) {
+    creds: Option<Arc<dyn CredentialSource>>,
+}
+
+/// Longest a dialer whose authentication failed waits before it tries again: a refused key
+/// stays refused until an operator acts, so retrying faster only adds noise.
+const AUTH_RETRY: Duration = Duration::from_secs(1);
+
+async fn run_dialer(dial: Dial, mut parts: SessionParts, link: Arc<Link>) {
+    let Dial {
+        addr,
+        id,
+        retry_ms,
+        policy,
+        creds,
+    } = dial;
     let limits = parts.limits;
     let me = new_incarnation();
     let mut peer_incarnation = None;
@@ -575,15 +635,31 @@ async fn run_dialer(
         };
         let mut conn = framed(stream, limits);
         let handshake = async {
+            if let Some(source) = &creds {
+                let c = source.credentials().await.map_err(MsgrError::Auth)?;
+                crate::handshake::dial(&mut conn, &c).await?;
+            }
             conn.writer
                 .send(hello(id, parts.state.last_received, me, policy))?;
             let reply = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.stream.next())
                 .await
                 .map_err(|_| MsgrError::Timeout(HANDSHAKE_TIMEOUT.as_millis() as u64))?
                 .ok_or(MsgrError::Closed)??;
+            if reply.header.msg_type == crate::handshake::MSG_AUTH_REFUSED {
+                return Err(MsgrError::Auth(format!(
+                    "refused by the peer: {}",
+                    String::from_utf8_lossy(&reply.payload[..reply.payload.len().min(512)])
+                )));
+            }
             parse_hello(&reply)
         };
-        match handshake.await {
+        let outcome = handshake.await;
+        match &outcome {
+            Err(MsgrError::Auth(why)) => link.set_auth_error(Some(why.clone())),
+            Ok(_) => link.set_auth_error(None),
+            Err(_) => {}
+        }
+        match outcome {
             Ok(Hello {
                 last_received: peer_received,
                 incarnation,
@@ -613,7 +689,11 @@ async fn run_dialer(
             }
             Err(e) => {
                 conn.task.abort();
-                tracing::warn!(%addr, error = %e, "handshake failed")
+                tracing::warn!(%addr, error = %e, "handshake failed");
+                if matches!(e, MsgrError::Auth(_)) {
+                    tokio::time::sleep(AUTH_RETRY.saturating_sub(Duration::from_millis(retry_ms)))
+                        .await;
+                }
             }
         }
         tokio::time::sleep(Duration::from_millis(retry_ms)).await;
@@ -821,14 +901,27 @@ struct Known {
     incarnation: u64,
     reattach: mpsc::Sender<NewConn>,
     mine: u64,
+    /// The entity that opened it, on an authenticated listener: no other may take it over.
+    entity: Option<EntityName>,
 }
 
 /// The sessions a listener keeps, by id.
 type KnownSessions = Arc<Mutex<HashMap<u64, Known>>>;
 
 impl Listener {
-    /// Binds `addr` (use port 0 for an ephemeral loopback port in tests).
+    /// Binds `addr` (use port 0 for an ephemeral loopback port in tests); connections are
+    /// not authenticated.
     pub async fn bind(addr: SocketAddr, limits: Limits) -> Result<Listener, MsgrError> {
+        Self::bind_with_auth(addr, limits, None).await
+    }
+
+    /// Binds `addr`; with `authz`, every connection must authenticate before its session
+    /// starts (see [`crate::handshake`]), and its session knows its [`Session::peer`].
+    pub async fn bind_with_auth(
+        addr: SocketAddr,
+        limits: Limits,
+        authz: Option<Arc<dyn Authorizer>>,
+    ) -> Result<Listener, MsgrError> {
         let listener = TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(64);
@@ -850,8 +943,17 @@ impl Listener {
                 let known = known.clone();
                 let tx = tx.clone();
                 let stats = counted.clone();
+                let authz = authz.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = accept_one(socket, limits, known, tx, open, stats).await {
+                    let accepting = Accepting {
+                        limits,
+                        known,
+                        new_sessions: tx,
+                        open,
+                        stats,
+                        authz,
+                    };
+                    if let Err(e) = accept_one(socket, accepting).await {
                         tracing::warn!(%peer, error = %e, "rejected connection");
                     }
                 });
@@ -881,22 +983,59 @@ impl Listener {
     }
 }
 
-async fn accept_one(
-    socket: TcpStream,
+/// What accepting one connection needs from its listener.
+struct Accepting {
     limits: Limits,
     known: KnownSessions,
     new_sessions: mpsc::Sender<Session>,
     open: OpenConn,
     stats: Arc<ListenerStats>,
-) -> Result<(), MsgrError> {
-    let mut conn = framed(socket, limits);
-    let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.stream.next())
+    authz: Option<Arc<dyn Authorizer>>,
+}
+
+async fn next_handshake_frame(conn: &mut Conn) -> Result<Frame, MsgrError> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.stream.next())
         .await
         .map_err(|_| MsgrError::Timeout(HANDSHAKE_TIMEOUT.as_millis() as u64))?
-        .ok_or(MsgrError::Closed)??;
+        .ok_or(MsgrError::Closed)?
+}
+
+async fn accept_one(socket: TcpStream, accepting: Accepting) -> Result<(), MsgrError> {
+    let Accepting {
+        limits,
+        known,
+        new_sessions,
+        open,
+        stats,
+        authz,
+    } = accepting;
+    let mut conn = framed(socket, limits);
+    let mut first = next_handshake_frame(&mut conn).await?;
+    let peer = match &authz {
+        Some(authz) => {
+            let peer = crate::handshake::accept(&mut conn, first, authz).await?;
+            first = next_handshake_frame(&mut conn).await?;
+            Some(Arc::new(peer))
+        }
+        None if first.header.msg_type == MSG_AUTH_REQUEST => {
+            crate::handshake::refuse(&conn, "this daemon does not authenticate (auth none)");
+            return Err(MsgrError::Auth(
+                "a dialer authenticates to a daemon that does not".into(),
+            ));
+        }
+        None => None,
+    };
+    let entity = peer.as_ref().map(|p| p.entity.clone());
     let hello = parse_hello(&first)?;
     let mut sessions = known.lock().await;
     if let Some(k) = sessions.get(&hello.id) {
+        if k.entity != entity {
+            return Err(MsgrError::Auth(format!(
+                "session {} belongs to another entity: {} may not take it over",
+                hello.id,
+                entity.map_or("an unauthenticated peer".into(), |e| e.to_string())
+            )));
+        }
         if hello.policy == Policy::Lossless && k.incarnation == hello.incarnation {
             if k.reattach
                 .send((conn, hello.last_received, Some(open)))
@@ -912,7 +1051,7 @@ async fn accept_one(
         tracing::debug!(session = hello.id, "replacing a session");
     }
     let mine = new_incarnation();
-    let (session, parts) = Session::new(hello.id, limits, Some(stats.clone()));
+    let (session, parts) = Session::new(hello.id, limits, Some(stats.clone()), peer);
     let (re_tx, re_rx) = mpsc::channel(4);
     // Replacing an entry drops its reattach sender, which ends the session it led to.
     sessions.insert(
@@ -921,6 +1060,7 @@ async fn accept_one(
             incarnation: hello.incarnation,
             reattach: re_tx,
             mine,
+            entity,
         },
     );
     drop(sessions);
