@@ -82,9 +82,13 @@ fn scrub(mon: SocketAddr, what: &str, pgid: &str) -> anyhow::Result<()> {
 
 /// A client of the cluster whose monitor is `mon`, holding its map.
 pub(crate) async fn connect(mon: SocketAddr) -> anyhow::Result<Client> {
-    Client::connect(mon, cairn_client::random_client_id())
-        .await
-        .with_context(|| format!("monitor at {mon}"))
+    Client::connect_as(
+        mon,
+        cairn_client::random_client_id(),
+        crate::credentials::client()?,
+    )
+    .await
+    .with_context(|| format!("monitor at {mon}"))
 }
 
 /// Up OSD ids in the client's map.

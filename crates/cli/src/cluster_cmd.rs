@@ -246,6 +246,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         let mut cfg = OsdConfig::local(&uuid, &args.host, args.mon, data.clone());
         cfg.listen = args.listen;
         cfg.want_id = args.id;
+        cfg.auth = crate::credentials::osd(args.id)?;
         cfg.device_bytes = args.device_mib << 20;
         cfg.metrics_listen = args.metrics;
         cfg.device_profile = args.profile.clone();
@@ -360,6 +361,20 @@ pub struct UpArgs {
     /// `--osd-arg=--max-inflight-cost-ms=0` or `--osd-arg=--scrub-interval-s=0`.
     #[arg(long = "osd-arg", allow_hyphen_values = true)]
     osd_arg: Vec<String>,
+    /// Authentication: `cephx` creates keys in the directory (`keyring` is the
+    /// administrator's: `cairn --keyring DIR/keyring status`) and every daemon and client
+    /// must prove its key; `none` lets anyone who reaches a port do anything.
+    #[arg(long, default_value = "none")]
+    auth: UpAuth,
+}
+
+/// `cairn up --auth`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum UpAuth {
+    /// Nothing is authenticated.
+    None,
+    /// Keys, proofs and capabilities (Ceph's cephx).
+    Cephx,
 }
 
 /// `cairn down`.
@@ -507,6 +522,15 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         }
     }
     check_room_for_devices(&args)?;
+    let cephx = args.auth == UpAuth::Cephx;
+    if cephx && !args.no_s3 {
+        bail!("the S3 gateway does not authenticate to the cluster yet: add --no-s3 with --auth cephx");
+    }
+    let unregistered = match cephx {
+        true => crate::up_keys::prepare(&args.dir, args.osds)?,
+        false => Vec::new(),
+    };
+    let keyring_arg = |path: PathBuf| ["--keyring".to_string(), path.display().to_string()];
     let mon = args.mon.to_string();
     let mon_data = args.dir.join("mon").display().to_string();
     let mut mon_args = vec![
@@ -521,6 +545,9 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     if args.metrics {
         mon_args.extend(["--metrics".into(), "127.0.0.1:0".into()]);
     }
+    if cephx {
+        mon_args.extend(keyring_arg(crate::up_keys::mon_keyring(&args.dir)));
+    }
     daemons.ensure("mon", || spawn(&args.dir, "mon", &mon_args))?;
     // Prefilling writes every OSD's file once, all at once: allow 100 MiB/s in all.
     let prefill_s = match args.prefill {
@@ -533,6 +560,18 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             bail!("monitor did not start (see {}/mon.log)", args.dir.display());
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+    let admin = match cephx {
+        true => Some(crate::up_keys::admin_credentials(&args.dir)?),
+        false => crate::credentials::client()?,
+    };
+    if !unregistered.is_empty() {
+        crate::runtime::command()?.block_on(async {
+            let mon =
+                MonClient::connect_as(args.mon, cairn_client::random_client_id(), admin.clone())
+                    .await;
+            crate::up_keys::register_osds(&mon, &args.dir, &unregistered).await
+        })?;
     }
     for i in 0..args.osds {
         let data = args.dir.join(format!("osd{i}"));
@@ -568,12 +607,15 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
             osd_args.push("--prefill".into());
         }
         osd_args.extend(args.osd_arg.iter().cloned());
+        if cephx {
+            osd_args.extend(keyring_arg(crate::up_keys::osd_keyring(&args.dir, i)));
+        }
         let name = format!("osd{i}");
         daemons.ensure(&name, || spawn(&args.dir, &name, &osd_args))?;
     }
     let rt = crate::runtime::command()?;
     rt.block_on(async {
-        let client = MonClient::connect(args.mon, cairn_client::random_client_id()).await;
+        let client = MonClient::connect_as(args.mon, cairn_client::random_client_id(), admin).await;
         client.subscribe(10_000).await?;
         // Wait for every OSD started here to be serving: a restarted monitor's map may still
         // list the previous run's addresses as up.

@@ -59,9 +59,13 @@ pub struct NameArgs {
 }
 
 async fn connect(t: &Target) -> anyhow::Result<Client> {
-    Client::connect(t.mon, cairn_client::random_client_id())
-        .await
-        .with_context(|| format!("connecting to the monitor at {}", t.mon))
+    Client::connect_as(
+        t.mon,
+        cairn_client::random_client_id(),
+        crate::credentials::client()?,
+    )
+    .await
+    .with_context(|| format!("connecting to the monitor at {}", t.mon))
 }
 
 /// Refuses `bytes` of data for one object when one operation cannot carry them, naming `what`.

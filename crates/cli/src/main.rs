@@ -2,10 +2,12 @@
 //! this file only dispatches.
 
 mod admin_cmd;
+mod auth_cmd;
 mod bench_timeline;
 mod cache_cmd;
 mod cluster_cmd;
 mod cluster_dir;
+mod credentials;
 mod crush_cmd;
 mod crush_placement;
 mod data_cmd;
@@ -24,6 +26,7 @@ mod sched_cmd;
 mod store_cmd;
 mod study_cmd;
 mod study_recovery;
+mod up_keys;
 
 use clap::{Parser, Subcommand};
 
@@ -40,6 +43,18 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Keyring file: the key of the entity to act as (a client command), the seed of the
+    /// authentication database (`cairn mon`), or the OSD's own key (`cairn osd run`).
+    /// Without one nothing authenticates.
+    #[arg(long, global = true, env = "CAIRN_KEYRING")]
+    keyring: Option<std::path::PathBuf>,
+    /// The entity to act as (`client.admin` by default), like Ceph's `--name`.
+    #[arg(long = "name", id = "entity_name", global = true, env = "CAIRN_NAME")]
+    entity_name: Option<String>,
+    /// Wire mode asked for on authenticated connections: `mac` (every frame authenticated)
+    /// or `secure` (also encrypted). A monitor's own is the weakest it accepts.
+    #[arg(long = "ms-mode", global = true, env = "CAIRN_MS_MODE")]
+    ms_mode: Option<cairn_msgr::protect::WireMode>,
 }
 
 #[derive(Subcommand)]
@@ -73,6 +88,9 @@ enum Command {
     Bench(data_cmd::BenchArgs),
     /// Run a monitor (the cluster map authority).
     Mon(mon_cmd::MonArgs),
+    /// Entities, keys and capabilities, like `ceph auth`: `cairn auth get-or-create
+    /// client.bob osd 'allow rw pool=data' mon 'allow r'`, `auth ls|get|caps|rm|print-key`.
+    Auth(auth_cmd::AuthArgs),
     /// Cluster health, OSDs and PG spread, from the monitor.
     Status(mon_cmd::MonAddr),
     /// Health checks, and with `detail` the OSDs and PGs behind each, like `ceph health`.
@@ -147,8 +165,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    credentials::init(credentials::AuthOptions {
+        keyring: cli.keyring,
+        name: cli.entity_name,
+        mode: cli.ms_mode,
+    });
     match cli.command {
         Command::Crush(args) => crush_cmd::run(args),
+        Command::Auth(args) => auth_cmd::run(args),
         Command::Up(args) => cluster_cmd::run_up(args),
         Command::Down(args) => cluster_cmd::run_down(args),
         Command::Put(args) => data_cmd::put(args),

@@ -413,9 +413,17 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
             monitor.map().epoch,
             monitor.history().oldest_epoch()
         );
+        let auth = crate::credentials::keyring()?.map(|seed| cairn_mon::daemon::MonAuthConfig {
+            seed,
+            min_mode: crate::credentials::mode(),
+        });
+        if auth.is_none() {
+            eprintln!("warning: no keyring: the monitor authenticates no one (auth none)");
+        }
         let serving = MonServing {
             store,
             metrics_listen: args.metrics,
+            auth,
         };
         let daemon = MonDaemon::serve(monitor, args.listen, serving).await?;
         eprintln!("monitor listening on {}", daemon.addr());
@@ -430,12 +438,22 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
 
 /// Sends one operator request to the monitor at `mon` on a connection of its own.
 async fn mon_op(mon: SocketAddr, request: Request) -> anyhow::Result<cairn_proto::mon::MonReply> {
-    let client = MonClient::connect(mon, cairn_client::random_client_id()).await;
+    let client = MonClient::connect_as(
+        mon,
+        cairn_client::random_client_id(),
+        crate::credentials::client()?,
+    )
+    .await;
     Ok(client.op(request, TIMEOUT_MS).await?)
 }
 
 async fn current_map(mon: SocketAddr) -> anyhow::Result<ClusterMap> {
-    let client = MonClient::connect(mon, cairn_client::random_client_id()).await;
+    let client = MonClient::connect_as(
+        mon,
+        cairn_client::random_client_id(),
+        crate::credentials::client()?,
+    )
+    .await;
     client
         .subscribe(TIMEOUT_MS)
         .await

@@ -73,7 +73,7 @@ enum RbdCommand {
 pub fn run(a: RbdArgs) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async move {
         let client = Arc::new(
-            Client::connect(a.mon, cairn_client::random_client_id())
+            Client::connect_as(a.mon, cairn_client::random_client_id(), crate::credentials::client()?)
                 .await
                 .with_context(|| format!("connecting to the monitor at {}", a.mon))?,
         );

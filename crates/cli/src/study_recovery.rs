@@ -238,9 +238,20 @@ fn run_one(
     let mut cluster = LocalCluster::up(&settings, dir)?;
     let rt = crate::runtime::command()?;
     let run = rt.block_on(async {
-        let client =
-            Arc::new(Client::connect(cluster.mon, cairn_client::random_client_id()).await?);
-        let admin = MonClient::connect(cluster.mon, cairn_client::random_client_id()).await;
+        let client = Arc::new(
+            Client::connect_as(
+                cluster.mon,
+                cairn_client::random_client_id(),
+                crate::credentials::client()?,
+            )
+            .await?,
+        );
+        let admin = MonClient::connect_as(
+            cluster.mon,
+            cairn_client::random_client_id(),
+            crate::credentials::client()?,
+        )
+        .await;
         let total_pgs = 2 * args.pg_num as u64;
         for pool in [CLIENT_POOL, RECOVERY_POOL] {
             let create = Request::CreatePool {

@@ -143,7 +143,17 @@ impl Client {
     /// client's sessions on the monitor and every OSD, and its QoS queue there: it must be
     /// unique in the cluster ([`random_client_id`] gives one).
     pub async fn connect(mon: SocketAddr, client_id: u64) -> Result<Client, ClientError> {
-        let mon_client = MonClient::connect(mon, client_id).await;
+        Self::connect_as(mon, client_id, None).await
+    }
+
+    /// As [`Client::connect`], authenticating to the monitor with the credentials `creds`
+    /// gives (none: the monitor must not require authentication).
+    pub async fn connect_as(
+        mon: SocketAddr,
+        client_id: u64,
+        creds: Option<Arc<dyn cairn_msgr::handshake::CredentialSource>>,
+    ) -> Result<Client, ClientError> {
+        let mon_client = MonClient::connect_as(mon, client_id, creds).await;
         mon_client.subscribe(30_000).await?;
         mon_client.wait_for_epoch(1, 30_000).await?;
         Ok(Client {

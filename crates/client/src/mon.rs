@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cairn_msgr::handshake::CredentialSource;
 use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use tokio::sync::{oneshot, watch};
@@ -45,6 +46,9 @@ pub struct MonClient {
     resender: tokio::task::AbortHandle,
 }
 
+/// How often a waiting request looks whether its session's authentication was refused.
+const AUTH_CHECK_EVERY: Duration = Duration::from_millis(100);
+
 /// How often a subscription is renewed, so that a restarted monitor (which forgot its
 /// subscribers) resumes sending maps.
 const RENEW_EVERY: Duration = Duration::from_secs(2);
@@ -64,8 +68,25 @@ impl MonClient {
     /// every monitor client's is in Ceph: a reconnect is a new session, in which the pending
     /// requests are sent again and the subscription renewed at once.
     pub async fn connect(addr: SocketAddr, session_id: u64) -> MonClient {
-        let session =
-            Session::connect_with(addr, session_id, Limits::default(), 100, Policy::Lossy).await;
+        Self::connect_as(addr, session_id, None).await
+    }
+
+    /// As [`MonClient::connect`], authenticating every connection with the credentials
+    /// `creds` gives (none: the monitor must not require authentication).
+    pub async fn connect_as(
+        addr: SocketAddr,
+        session_id: u64,
+        creds: Option<Arc<dyn CredentialSource>>,
+    ) -> MonClient {
+        let session = Session::connect_as(
+            addr,
+            session_id,
+            Limits::default(),
+            100,
+            Policy::Lossy,
+            creds,
+        )
+        .await;
         let sender = session.sender();
         let pending: Pending = Arc::default();
         let (map_tx, map_rx) = watch::channel(None);
@@ -104,16 +125,42 @@ impl MonClient {
             }
             return Err(MonError::Unreachable(format!("send: {e}")));
         }
-        let reply = tokio::time::timeout(Duration::from_millis(timeout_ms), rx).await;
+        let reply = self.wait_reply(rx, timeout_ms).await;
         if let Ok(mut p) = self.pending.lock() {
             p.remove(&tid);
         }
         let reply = reply
-            .map_err(|_| MonError::Unreachable(format!("no reply within {timeout_ms} ms")))?
+            .map_err(|_| match self.sender.auth_error() {
+                Some(why) => {
+                    MonError::Refused(format!("cannot authenticate to the monitor: {why}"))
+                }
+                None => MonError::Unreachable(format!("no reply within {timeout_ms} ms")),
+            })?
             .map_err(|_| MonError::Unreachable("the connection closed".into()))?;
         match &reply.error {
             Some(e) => Err(MonError::Refused(e.clone())),
             None => Ok(reply),
+        }
+    }
+
+    /// Waits for a reply, giving up early once the session's authentication was refused
+    /// (the reply will not come: the monitor does not accept this client's key).
+    async fn wait_reply(
+        &self,
+        mut rx: oneshot::Receiver<MonReply>,
+        timeout_ms: u64,
+    ) -> Result<Result<MonReply, oneshot::error::RecvError>, tokio::time::error::Elapsed> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        let mut check = tokio::time::interval(AUTH_CHECK_EVERY);
+        loop {
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, &mut rx) => return r,
+                _ = check.tick() => {
+                    if self.sender.auth_error().is_some() {
+                        return tokio::time::timeout(Duration::ZERO, std::future::pending()).await;
+                    }
+                }
+            }
         }
     }
 

@@ -21,15 +21,21 @@ use cairn_msgr::session::{Listener, Session, SessionSender};
 use cairn_msgr::{Limits, MsgrError};
 use tokio::sync::mpsc;
 
+use crate::auth_db::{AuthDb, MonAuthorizer};
 use crate::metrics::MonMetrics;
 use crate::monitor::Monitor;
 use crate::store::MapStore;
+use cairn_auth::{EntityName, Keyring, MonAccess};
+use cairn_msgr::handshake::AuthPeer;
+use cairn_msgr::protect::WireMode;
 use cairn_proto::mon::MonError;
 use cairn_proto::mon::{
     from_payload, to_payload, MapRange, MapUpdate, MonReply, MonRequest, RequestBody, MSG_MON_MAP,
     MSG_MON_REPLY, MSG_MON_REQUEST,
 };
+use cairn_proto::mon::{AuthAnswer, AuthRequest};
 use cairn_proto::mon::{Reply, Request};
+use std::sync::RwLock;
 
 /// Most bytes a subscriber's session may hold unacknowledged before the monitor stops pushing
 /// maps to it: it has fallen behind (stalled or slow), and comes back through its renewal.
@@ -40,6 +46,17 @@ struct Inbound {
     session: u64,
     sender: SessionSender,
     request: MonRequest,
+    /// Who sent it, when the monitor authenticates.
+    asker: Option<EntityName>,
+}
+
+/// How the monitor authenticates (Ceph's cephx): the keyring its database is seeded from on
+/// first start, and the weakest wire mode it accepts.
+pub struct MonAuthConfig {
+    /// Seeds the database when the store holds none (later starts use the stored one).
+    pub seed: Keyring,
+    /// The weakest wire mode accepted.
+    pub min_mode: WireMode,
 }
 
 /// How a monitor is served beyond its address.
@@ -50,6 +67,8 @@ pub struct MonServing {
     /// Address of its Prometheus page (`/metrics`, see [`crate::metrics`]); port 0 picks a
     /// free port. None: no page.
     pub metrics_listen: Option<SocketAddr>,
+    /// Authentication; None: anyone who reaches the port may do anything (`auth none`).
+    pub auth: Option<MonAuthConfig>,
 }
 
 /// A running monitor.
@@ -76,6 +95,7 @@ impl MonDaemon {
         let serving = MonServing {
             store,
             metrics_listen: None,
+            auth: None,
         };
         Self::serve(monitor, addr, serving).await
     }
@@ -86,7 +106,15 @@ impl MonDaemon {
         addr: SocketAddr,
         serving: MonServing,
     ) -> Result<MonDaemon, MonError> {
-        let mut listener = Listener::bind(addr, Limits::default())
+        let auth = match serving.auth {
+            Some(cfg) => Some((open_auth_db(&serving.store, &cfg.seed).await?, cfg.min_mode)),
+            None => None,
+        };
+        let db = auth.as_ref().map(|(db, _)| db.clone());
+        let authz = auth.map(|(db, min_mode)| {
+            Arc::new(MonAuthorizer { db, min_mode }) as Arc<dyn cairn_msgr::handshake::Authorizer>
+        });
+        let mut listener = Listener::bind_with_auth(addr, Limits::default(), authz)
             .await
             .map_err(|e| MonError::Invalid(format!("bind {addr}: {e}")))?;
         let local = listener.local_addr();
@@ -110,7 +138,7 @@ impl MonDaemon {
                 tokio::spawn(serve_session(session, tx.clone()));
             }
         });
-        tokio::spawn(run_core(monitor, rx, stop_rx, serving.store, metrics));
+        tokio::spawn(run_core(monitor, rx, stop_rx, (serving.store, db), metrics));
         Ok(MonDaemon {
             addr: local,
             metrics_addr,
@@ -141,8 +169,74 @@ impl Drop for MonDaemon {
     }
 }
 
+/// The authentication database: the stored one, or (first start) one seeded from `seed` and
+/// saved at once.
+async fn open_auth_db(
+    store: &Option<MapStore>,
+    seed: &Keyring,
+) -> Result<Arc<RwLock<AuthDb>>, MonError> {
+    let stored = match store {
+        Some(s) => s.load_auth().await?,
+        None => None,
+    };
+    let db = match stored {
+        Some(bytes) => AuthDb::decode(&bytes)?,
+        None => {
+            let db = AuthDb::seeded(seed);
+            if let Some(s) = store {
+                s.save_auth(&db.encode()).await?;
+            }
+            db
+        }
+    };
+    Ok(Arc::new(RwLock::new(db)))
+}
+
+/// What a request needs of its sender's monitor capability, and, for what only an OSD sends,
+/// the OSD id it speaks for (which must be the sender's own).
+fn required(body: &RequestBody) -> (MonAccess, Option<i32>) {
+    use Request as R;
+    match body {
+        RequestBody::Subscribe { .. } | RequestBody::History { .. } => (MonAccess::Read, None),
+        RequestBody::Auth(a) => (AuthDb::required(a), None),
+        RequestBody::Op(op) => match op {
+            R::Boot { want_id, .. } => (MonAccess::Osd, Some(want_id.unwrap_or(-1))),
+            R::FailureReport { reporter, .. } | R::RefusedReport { reporter, .. } => {
+                (MonAccess::Osd, Some(*reporter))
+            }
+            R::Beacon { id, .. } | R::Alive { id, .. } | R::PgUsage { id, .. } => {
+                (MonAccess::Osd, Some(*id))
+            }
+            R::PgTemp { .. } => (MonAccess::Osd, None),
+            R::RemovePool { .. } | R::RemoveOsd { .. } | R::MarkLost { .. } => {
+                (MonAccess::Admin, None)
+            }
+            _ => (MonAccess::Write, None),
+        },
+    }
+}
+
+/// Why `peer` may not send `body`, if it may not.
+fn refusal(peer: &AuthPeer, body: &RequestBody) -> Option<String> {
+    let (access, osd) = required(body);
+    if !peer.caps.mon().allows(access) {
+        return Some(format!(
+            "permission denied: {} lacks mon caps for this ({access:?} access)",
+            peer.entity
+        ));
+    }
+    match osd {
+        Some(id) if peer.entity.osd_id() != Some(id) => Some(format!(
+            "permission denied: {} may not speak for osd.{id}",
+            peer.entity
+        )),
+        _ => None,
+    }
+}
+
 async fn serve_session(mut session: Session, core: mpsc::Sender<Inbound>) {
     let sender = session.sender();
+    let peer = session.peer();
     while let Some(frame) = session.recv().await {
         if frame.header.msg_type != MSG_MON_REQUEST {
             tracing::warn!(
@@ -155,10 +249,17 @@ async fn serve_session(mut session: Session, core: mpsc::Sender<Inbound>) {
         }
         match from_payload::<MonRequest>(&frame.payload) {
             Ok(request) => {
+                if let Some(why) = peer.as_ref().and_then(|p| refusal(p, &request.body)) {
+                    tracing::warn!(session = session.id(), %why, "request refused");
+                    let reply = MonReply::refused(request.tid, 0, why);
+                    let _ = sender.try_send(MSG_MON_REPLY, to_payload(&reply));
+                    continue;
+                }
                 let inbound = Inbound {
                     session: session.id(),
                     sender: sender.clone(),
                     request,
+                    asker: peer.as_ref().map(|p| p.entity.clone()),
                 };
                 if core.send(inbound).await.is_err() {
                     return;
@@ -173,7 +274,7 @@ async fn run_core(
     mut monitor: Monitor,
     mut rx: mpsc::Receiver<Inbound>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
-    store: Option<MapStore>,
+    (store, auth): (Option<MapStore>, Option<Arc<RwLock<AuthDb>>>),
     metrics: Arc<MonMetrics>,
 ) {
     let started = Instant::now();
@@ -198,12 +299,16 @@ async fn run_core(
                 }
             }
             inbound = rx.recv() => {
-                let Some(Inbound { session, sender, request }) = inbound else { return };
+                let Some(Inbound { session, sender, request, asker }) = inbound else { return };
                 let (kind, reply) = match request.body {
                     RequestBody::Subscribe { have_epoch } => {
                         subscribers.insert(session, (sender.clone(), have_epoch));
                         metrics.set_subscribers(subscribers.len());
-                        ("subscribe", MonReply { tid: request.tid, epoch: monitor.map().epoch, osd_id: None, error: None, maps: None })
+                        ("subscribe", MonReply::done(request.tid, monitor.map().epoch))
+                    }
+                    RequestBody::Auth(a) => {
+                        let epoch = monitor.map().epoch;
+                        ("auth", auth_reply(&auth, &store, asker, a, request.tid, epoch).await)
                     }
                     RequestBody::History { from } => ("history", history_reply(&monitor, request.tid, from)),
                     RequestBody::Op(req) => (req.kind(), answer(&mut monitor, now_ms(), request.tid, req)),
@@ -266,6 +371,53 @@ async fn persist(
     }
 }
 
+/// Serves an authentication request, saving the database before answering when it changed.
+async fn auth_reply(
+    auth: &Option<Arc<RwLock<AuthDb>>>,
+    store: &Option<MapStore>,
+    asker: Option<EntityName>,
+    request: AuthRequest,
+    tid: u64,
+    epoch: u64,
+) -> MonReply {
+    let (Some(db), Some(asker)) = (auth, asker) else {
+        return MonReply::refused(
+            tid,
+            epoch,
+            "this monitor does not authenticate (auth none)".into(),
+        );
+    };
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let outcome = {
+        let mut guard = db.write().unwrap_or_else(|p| p.into_inner());
+        guard
+            .handle(&asker, request, now_s)
+            .map(|(answer, changed)| (answer, changed.then(|| guard.encode())))
+    };
+    match outcome {
+        Ok((answer, saved)) => {
+            if let (Some(bytes), Some(s)) = (saved, store) {
+                if let Err(e) = s.save_auth(&bytes).await {
+                    return MonReply::refused(tid, epoch, format!("cannot save the change: {e}"));
+                }
+            }
+            if !matches!(
+                answer,
+                AuthAnswer::Ticket { .. } | AuthAnswer::ServiceSecret { .. }
+            ) {
+                tracing::info!(%asker, "authentication database read or changed");
+            }
+            MonReply {
+                auth: Some(answer),
+                ..MonReply::done(tid, epoch)
+            }
+        }
+        Err(e) => MonReply::refused(tid, epoch, e.to_string()),
+    }
+}
+
 fn history_reply(monitor: &Monitor, tid: u64, from: u64) -> MonReply {
     let epoch = monitor.map().epoch;
     match monitor.history().range_from(from) {
@@ -278,6 +430,7 @@ fn history_reply(monitor: &Monitor, tid: u64, from: u64) -> MonReply {
                 full: full.encode(),
                 incrementals: incs.iter().map(|i| i.encode()).collect(),
             }),
+            auth: None,
         },
         Err(e) => MonReply {
             tid,
@@ -285,6 +438,7 @@ fn history_reply(monitor: &Monitor, tid: u64, from: u64) -> MonReply {
             osd_id: None,
             error: Some(e.to_string()),
             maps: None,
+            auth: None,
         },
     }
 }
@@ -297,6 +451,7 @@ fn answer(monitor: &mut Monitor, now_ms: u64, tid: u64, request: Request) -> Mon
             osd_id: Some(id),
             error: None,
             maps: None,
+            auth: None,
         },
         Ok(Reply::Done { epoch }) => MonReply {
             tid,
@@ -304,6 +459,7 @@ fn answer(monitor: &mut Monitor, now_ms: u64, tid: u64, request: Request) -> Mon
             osd_id: None,
             error: None,
             maps: None,
+            auth: None,
         },
         Err(e) => MonReply {
             tid,
@@ -311,6 +467,7 @@ fn answer(monitor: &mut Monitor, now_ms: u64, tid: u64, request: Request) -> Mon
             osd_id: None,
             error: Some(e.to_string()),
             maps: None,
+            auth: None,
         },
     }
 }

@@ -10,6 +10,7 @@
 //! Prometheus page.
 #![warn(missing_docs)]
 
+pub mod auth_db;
 pub mod daemon;
 pub mod metrics;
 pub mod monitor;

@@ -19,6 +19,8 @@ const COLLECTION: &str = "mon";
 const OBJECT: &str = "osdmap";
 /// The history's base map.
 const BASE: &str = "history.base";
+/// The authentication database (see [`crate::auth_db`]).
+const AUTH: &str = "auth";
 /// Prefix of the history's incrementals, one object per epoch.
 const INCREMENTAL_PREFIX: &str = "inc.";
 
@@ -168,6 +170,23 @@ impl MapStore {
         *self.saved.lock().map_err(err_poisoned)? =
             Some((history.oldest_epoch(), history.newest_epoch()));
         Ok(())
+    }
+
+    /// The saved authentication database's bytes, if one was saved.
+    pub async fn load_auth(&self) -> Result<Option<Vec<u8>>, MonError> {
+        match self.store.read(COLLECTION, AUTH, 0, u64::MAX).await {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(StoreError::NoSuchObject { .. }) => Ok(None),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Replaces the saved authentication database, durably.
+    pub async fn save_auth(&self, bytes: &[u8]) -> Result<(), MonError> {
+        let mut txn = Transaction::new();
+        txn.truncate(COLLECTION, AUTH, 0)
+            .write(COLLECTION, AUTH, 0, bytes);
+        self.store.queue_transaction_owned(txn).await.map_err(err)
     }
 
     /// Unmounts cleanly.

@@ -183,6 +183,20 @@ pub struct OsdConfig {
     /// tests of failure handling. Off by default: the wrapper serializes writes and keeps a
     /// copy of each unflushed write's old contents.
     pub fault_injection: bool,
+    /// The OSD's own entity and key (`osd.N`): it authenticates to the monitor with them, and
+    /// boots as id N. None: the monitor does not authenticate (`auth none`).
+    pub auth: Option<OsdAuth>,
+}
+
+/// An OSD's identity for authentication.
+#[derive(Clone, Debug)]
+pub struct OsdAuth {
+    /// Its entity, `osd.N`.
+    pub entity: cairn_auth::EntityName,
+    /// Its key (from its keyring).
+    pub key: cairn_auth::SecretKey,
+    /// The wire mode it asks for.
+    pub mode: cairn_msgr::protect::WireMode,
 }
 
 impl OsdConfig {
@@ -224,6 +238,7 @@ impl OsdConfig {
             prefill: false,
             store_groups_in_flight: StoreConfig::default().max_groups_in_flight,
             fault_injection: false,
+            auth: None,
             full_ratio: 0.95,
             nearfull_ratio: 0.85,
             max_object_bytes: 32 << 20,
@@ -425,7 +440,33 @@ impl OsdDaemon {
         // a runtime worker (see `Limits::write_turn_bytes`); repops to peers go whole.
         let mut listener = Listener::bind(cfg.listen, Limits::single_worker()).await?;
         let addr = listener.local_addr();
-        let mon = Arc::new(MonClient::connect(cfg.mon, session_id(&cfg.uuid)).await);
+        let creds = cfg.auth.as_ref().map(|a| {
+            Arc::new(cairn_msgr::handshake::StaticCredentials(
+                cairn_msgr::handshake::DialCredentials {
+                    entity: a.entity.clone(),
+                    ticket: Vec::new(),
+                    key: a.key.clone(),
+                    mode: a.mode,
+                },
+            )) as Arc<dyn cairn_msgr::handshake::CredentialSource>
+        });
+        let want_id = match &cfg.auth {
+            Some(a) => {
+                let own = a.entity.osd_id().ok_or_else(|| {
+                    OsdError::Protocol(format!("{} is not an OSD's entity", a.entity))
+                })?;
+                if cfg.want_id.is_some_and(|w| w != own) {
+                    return Err(OsdError::Protocol(format!(
+                        "asked to boot as osd.{} with the key of {}",
+                        cfg.want_id.unwrap_or(own),
+                        a.entity
+                    )));
+                }
+                Some(own)
+            }
+            None => cfg.want_id,
+        };
+        let mon = Arc::new(MonClient::connect_as(cfg.mon, session_id(&cfg.uuid), creds).await);
         let boot = mon
             .op(
                 Request::Boot {
@@ -433,7 +474,7 @@ impl OsdDaemon {
                     host: cfg.host.clone(),
                     addr: addr.to_string(),
                     crush_weight: cfg.crush_weight,
-                    want_id: cfg.want_id,
+                    want_id,
                 },
                 30_000,
             )

@@ -336,6 +336,70 @@ pub enum RequestBody {
         /// Oldest epoch wanted.
         from: u64,
     },
+    /// Keys, tickets and capabilities (handled by the daemon's authentication database).
+    Auth(AuthRequest),
+}
+
+/// Requests about entities and keys (Ceph's `auth` commands and cephx's ticket requests).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuthRequest {
+    /// A ticket for the OSD service, for the asking entity.
+    Ticket,
+    /// The OSD service secret, sealed with the asking OSD's key.
+    ServiceSecret,
+    /// Operator: the entity's keyring entry, created with `caps` if it does not exist (an
+    /// existing entity's caps must equal `caps`, as Ceph's `auth get-or-create` insists).
+    GetOrCreate {
+        /// Entity name (`client.NAME`, `osd.N`).
+        entity: String,
+        /// Capability strings by service.
+        caps: std::collections::BTreeMap<String, String>,
+    },
+    /// Operator: one entity's keyring entry.
+    Get {
+        /// Entity name.
+        entity: String,
+    },
+    /// Operator: replace an entity's capabilities.
+    Caps {
+        /// Entity name.
+        entity: String,
+        /// Capability strings by service.
+        caps: std::collections::BTreeMap<String, String>,
+    },
+    /// Operator: every entity's keyring entry.
+    List,
+    /// Operator: remove an entity (its key is refused from then on).
+    Remove {
+        /// Entity name.
+        entity: String,
+    },
+}
+
+/// The answer to an [`AuthRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuthAnswer {
+    /// A ticket for the OSD service.
+    Ticket {
+        /// The ticket, sealed with the service secret (opaque to its holder).
+        ticket: Vec<u8>,
+        /// Its session key, sealed with the holder's key.
+        session_key: Vec<u8>,
+        /// When it stops being accepted (seconds since the Unix epoch).
+        expires_unix_s: u64,
+    },
+    /// The OSD service secret, sealed with the asking OSD's key.
+    ServiceSecret {
+        /// The sealed secret.
+        sealed: Vec<u8>,
+    },
+    /// Keyring text (of one entity, or of all).
+    Keyring {
+        /// In the keyring file layout.
+        text: String,
+    },
+    /// Done.
+    Done,
 }
 
 /// Past maps: the full map at the oldest epoch asked for (or at the oldest the monitor keeps,
@@ -362,6 +426,31 @@ pub struct MonReply {
     /// Past maps, in reply to [`RequestBody::History`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maps: Option<MapRange>,
+    /// The answer to a [`RequestBody::Auth`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthAnswer>,
+}
+
+impl MonReply {
+    /// A reply to `tid` at `epoch` carrying nothing else.
+    pub fn done(tid: u64, epoch: u64) -> MonReply {
+        MonReply {
+            tid,
+            epoch,
+            osd_id: None,
+            error: None,
+            maps: None,
+            auth: None,
+        }
+    }
+
+    /// A refusal of `tid` at `epoch`, saying why.
+    pub fn refused(tid: u64, epoch: u64, why: String) -> MonReply {
+        MonReply {
+            error: Some(why),
+            ..MonReply::done(tid, epoch)
+        }
+    }
 }
 
 /// A map update: a full map or the incrementals since the subscriber's epoch.

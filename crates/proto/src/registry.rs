@@ -1,13 +1,13 @@
 //! Every message type the cluster sends, in one table: its frame type id and name. The ids are
 //! defined beside their messages (`MSG_OSD_*`, `MSG_PEER_*` and `MSG_PING*` in the crate root,
 //! `admin`, `mon`); this table is where a new one is added too, and its test keeps the ids
-//! unique and clear of those the messenger keeps for itself (`msgr::session`'s hello and ack,
-//! `0xfffe..=0xffff`, and its benchmark's `0x0b00..=0x0bff`).
+//! unique and clear of those the messenger keeps for itself (its session's and handshake's,
+//! `0xfff1..=0xffff`, and its benchmark's `0x0b00..=0x0bff`).
 
 use crate::{admin, mon};
 
 /// Frame type ids the messenger itself uses: never a message's.
-pub const RESERVED: [std::ops::RangeInclusive<u16>; 2] = [0x0b00..=0x0bff, 0xfffe..=0xffff];
+pub const RESERVED: [std::ops::RangeInclusive<u16>; 2] = [0x0b00..=0x0bff, 0xfff1..=0xffff];
 
 /// Every message type: (frame type id, name).
 pub const MESSAGES: [(u16, &str); 13] = [
@@ -38,6 +38,11 @@ mod tests {
 
     #[test]
     fn ids_and_names_are_unique_and_clear_of_the_messengers_own() {
+        assert_eq!(
+            *RESERVED[1].start(),
+            cairn_msgr::session::MAX_USER_MSG_TYPE + 1,
+            "the messenger keeps everything above the highest user type"
+        );
         let ids: std::collections::BTreeSet<u16> = MESSAGES.iter().map(|(id, _)| *id).collect();
         assert_eq!(ids.len(), MESSAGES.len(), "a frame type id used twice");
         let names: std::collections::BTreeSet<&str> = MESSAGES.iter().map(|(_, n)| *n).collect();
@@ -51,6 +56,10 @@ mod tests {
         let msgr_own = [
             cairn_msgr::session::MSG_HELLO,
             cairn_msgr::session::MSG_ACK,
+            cairn_msgr::handshake::MSG_AUTH_REQUEST,
+            cairn_msgr::handshake::MSG_AUTH_CHALLENGE,
+            cairn_msgr::handshake::MSG_AUTH_PROOF,
+            cairn_msgr::handshake::MSG_AUTH_REFUSED,
             cairn_msgr::bench::MSG_BENCH_REQUEST,
             cairn_msgr::bench::MSG_BENCH_REPLY,
         ];

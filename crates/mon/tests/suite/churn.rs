@@ -25,6 +25,7 @@ async fn monitor_with_page() -> MonDaemon {
     let serving = cairn_mon::daemon::MonServing {
         store: None,
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        auth: None,
     };
     MonDaemon::serve(monitor, "127.0.0.1:0".parse().unwrap(), serving)
         .await

@@ -145,6 +145,7 @@ async fn the_daemon_serves_its_page_and_counts_what_it_served() {
     let serving = MonServing {
         store: None,
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        auth: None,
     };
     let daemon = MonDaemon::serve(monitor, "127.0.0.1:0".parse().unwrap(), serving)
         .await
@@ -251,6 +252,7 @@ async fn a_monitor_with_a_store_counts_its_durable_saves() {
     let serving = MonServing {
         store: Some(store),
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        auth: None,
     };
     let daemon = MonDaemon::serve(monitor, "127.0.0.1:0".parse().unwrap(), serving)
         .await

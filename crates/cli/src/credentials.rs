@@ -1,0 +1,117 @@
+//! Who the CLI and the daemons it runs are: the global `--keyring PATH` and `--name ENTITY`
+//! options (or `CAIRN_KEYRING` and `CAIRN_NAME`), as Ceph's `-k` and `--name`. A client
+//! command authenticates as the named entity (`client.admin` by default) with the key the
+//! keyring holds for it; `cairn mon` seeds its authentication database from the keyring on
+//! first start; `cairn osd run` authenticates as the keyring's `osd.N`. Without a keyring
+//! nothing authenticates (`auth none`), and a monitor that requires authentication refuses.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use anyhow::Context;
+use cairn_auth::{EntityName, Keyring};
+use cairn_msgr::handshake::{CredentialSource, DialCredentials, StaticCredentials};
+use cairn_msgr::protect::WireMode;
+
+/// The global options, as parsed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AuthOptions {
+    /// The keyring file, if any.
+    pub keyring: Option<PathBuf>,
+    /// The entity to act as; None: the default of the command.
+    pub name: Option<String>,
+    /// The wire mode to ask for (`mac` or `secure`).
+    pub mode: Option<WireMode>,
+}
+
+static OPTIONS: OnceLock<AuthOptions> = OnceLock::new();
+
+/// Records the global options (once, at start).
+pub(crate) fn init(options: AuthOptions) {
+    let _ = OPTIONS.set(options);
+}
+
+/// The global options.
+pub(crate) fn options() -> AuthOptions {
+    OPTIONS.get().cloned().unwrap_or_default()
+}
+
+/// The keyring named by the options, if one is.
+pub(crate) fn keyring() -> anyhow::Result<Option<Keyring>> {
+    match options().keyring {
+        Some(path) => Ok(Some(
+            Keyring::load(&path).with_context(|| format!("keyring {}", path.display()))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The wire mode asked for (`mac` unless `--ms-mode secure`).
+pub(crate) fn mode() -> WireMode {
+    options().mode.unwrap_or(WireMode::Mac)
+}
+
+/// The entity to act as: `--name`, or `default`.
+pub(crate) fn entity(default: EntityName) -> anyhow::Result<EntityName> {
+    match options().name {
+        Some(n) => Ok(n.parse()?),
+        None => Ok(default),
+    }
+}
+
+/// The credentials `entity` dials with, from the keyring; None without a keyring.
+pub(crate) fn credentials_of(
+    default: EntityName,
+) -> anyhow::Result<Option<(EntityName, cairn_auth::SecretKey)>> {
+    let Some(ring) = keyring()? else {
+        return Ok(None);
+    };
+    let entity = entity(default)?;
+    let entry = ring.get(&entity).with_context(|| {
+        format!(
+            "the keyring {} holds no key for {entity}",
+            options().keyring.unwrap_or_default().display()
+        )
+    })?;
+    Ok(Some((entity, entry.key.clone())))
+}
+
+/// What a client command dials the monitor with: the named entity's key (`client.admin` by
+/// default), or nothing without a keyring.
+pub(crate) fn client() -> anyhow::Result<Option<Arc<dyn CredentialSource>>> {
+    Ok(credentials_of(EntityName::admin())?.map(|(entity, key)| {
+        Arc::new(StaticCredentials(DialCredentials {
+            entity,
+            ticket: Vec::new(),
+            key,
+            mode: mode(),
+        })) as Arc<dyn CredentialSource>
+    }))
+}
+
+/// The identity `cairn osd run` authenticates with: `--name`, else `osd.ID` when the OSD's id
+/// is given, else the keyring's only OSD entity; None without a keyring.
+pub(crate) fn osd(id: Option<i32>) -> anyhow::Result<Option<cairn_osd::daemon::OsdAuth>> {
+    let Some(ring) = keyring()? else {
+        return Ok(None);
+    };
+    let entity = match (options().name, id) {
+        (Some(n), _) => n.parse()?,
+        (None, Some(id)) => EntityName::Osd(id),
+        (None, None) => {
+            let mut osds = ring.entries.keys().filter(|e| e.osd_id().is_some());
+            match (osds.next(), osds.next()) {
+                (Some(only), None) => only.clone(),
+                _ => anyhow::bail!("the keyring holds no single osd.N key: name one with --name"),
+            }
+        }
+    };
+    let entry = ring
+        .get(&entity)
+        .with_context(|| format!("the keyring holds no key for {entity}"))?;
+    Ok(Some(cairn_osd::daemon::OsdAuth {
+        entity,
+        key: entry.key.clone(),
+        mode: mode(),
+    }))
+}

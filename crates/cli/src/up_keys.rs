@@ -1,0 +1,86 @@
+//! The keys of a `cairn up --auth cephx` cluster, in its directory: `keyring` (the
+//! administrator, `client.admin`), `mon.keyring` (what the monitor seeds its database from on
+//! first start: the administrator and every OSD) and `osdN.keyring` (each OSD's own key). All
+//! are created readable by their owner only. An OSD added to a running cluster gets its key
+//! from the monitor (`auth get-or-create osd.N`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_auth::{Caps, EntityName, Keyring, KeyringEntry};
+use cairn_client::mon::MonClient;
+use cairn_msgr::handshake::{CredentialSource, DialCredentials, StaticCredentials};
+use cairn_proto::mon::{AuthAnswer, AuthRequest, RequestBody};
+
+/// The administrator's keyring in a cluster directory.
+pub(crate) fn admin_keyring(dir: &Path) -> PathBuf {
+    dir.join("keyring")
+}
+
+/// The monitor's seed keyring in a cluster directory.
+pub(crate) fn mon_keyring(dir: &Path) -> PathBuf {
+    dir.join("mon.keyring")
+}
+
+/// OSD `i`'s keyring in a cluster directory.
+pub(crate) fn osd_keyring(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("osd{i}.keyring"))
+}
+
+/// Creates the administrator's and the monitor's keyrings and those of OSDs `0..osds`, when
+/// the monitor was never seeded; returns the OSDs whose keys the running monitor must still
+/// create (added to an existing cluster).
+pub(crate) fn prepare(dir: &Path, osds: usize) -> anyhow::Result<Vec<usize>> {
+    if mon_keyring(dir).exists() {
+        return Ok((0..osds)
+            .filter(|&i| !osd_keyring(dir, i).exists())
+            .collect());
+    }
+    let admin = KeyringEntry::generate(&Caps::everything());
+    let mut seed = Keyring::single(EntityName::admin(), admin.clone());
+    for i in 0..osds {
+        let entity = EntityName::Osd(i32::try_from(i)?);
+        let entry = KeyringEntry::generate(&Caps::osd_daemon());
+        Keyring::single(entity.clone(), entry.clone()).save(&osd_keyring(dir, i))?;
+        seed.entries.insert(entity, entry);
+    }
+    Keyring::single(EntityName::admin(), admin).save(&admin_keyring(dir))?;
+    seed.save(&mon_keyring(dir))?;
+    Ok(Vec::new())
+}
+
+/// The administrator's credentials from the cluster directory.
+pub(crate) fn admin_credentials(dir: &Path) -> anyhow::Result<Arc<dyn CredentialSource>> {
+    let ring = Keyring::load(&admin_keyring(dir))?;
+    let entry = ring
+        .get(&EntityName::admin())
+        .ok_or_else(|| anyhow::anyhow!("{} holds no client.admin", admin_keyring(dir).display()))?;
+    Ok(Arc::new(StaticCredentials(DialCredentials {
+        entity: EntityName::admin(),
+        ticket: Vec::new(),
+        key: entry.key.clone(),
+        mode: crate::credentials::mode(),
+    })))
+}
+
+/// Has the monitor create the keys of OSDs `new` (added to a running cluster) and writes
+/// their keyrings.
+pub(crate) async fn register_osds(
+    mon: &MonClient,
+    dir: &Path,
+    new: &[usize],
+) -> anyhow::Result<()> {
+    for &i in new {
+        let caps = Caps::osd_daemon().raw().clone();
+        let request = AuthRequest::GetOrCreate {
+            entity: EntityName::Osd(i32::try_from(i)?).to_string(),
+            caps,
+        };
+        let reply = mon.request(RequestBody::Auth(request), 10_000).await?;
+        let Some(AuthAnswer::Keyring { text }) = reply.auth else {
+            anyhow::bail!("the monitor did not return osd.{i}'s key");
+        };
+        Keyring::parse(&text, "the monitor's answer")?.save(&osd_keyring(dir, i))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,321 @@
+//! The monitor's authentication database: every entity's key and capabilities and the OSD
+//! service secret, as cephx's monitor keeps them. Seeded once from a keyring (what
+//! `cairn up` writes), saved in the monitor's store with every change, and consulted by the
+//! monitor's listener ([`MonAuthorizer`]) for each connection and by the daemon for each
+//! request's capabilities.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use cairn_auth::ticket::{seal_service_secret, TICKET_TTL_S};
+use cairn_auth::{Caps, EntityName, Keyring, KeyringEntry, MonAccess, SecretKey, Ticket};
+use cairn_msgr::handshake::Authorizer;
+use cairn_msgr::protect::WireMode;
+use cairn_proto::mon::{AuthAnswer, AuthRequest, MonError};
+use serde::{Deserialize, Serialize};
+
+/// Most entities the database holds (explicit limit).
+pub const MAX_ENTITIES: usize = 100_000;
+
+/// Entities, keys and the service secret.
+#[derive(Clone, Debug)]
+pub struct AuthDb {
+    entries: BTreeMap<EntityName, KeyringEntry>,
+    service_secret: SecretKey,
+}
+
+/// The stored form.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    version: u32,
+    service_secret: String,
+    keyring: String,
+}
+
+impl AuthDb {
+    /// A database holding `keyring`'s entities and a new service secret.
+    pub fn seeded(keyring: &Keyring) -> AuthDb {
+        AuthDb {
+            entries: keyring.entries.clone(),
+            service_secret: SecretKey::generate(),
+        }
+    }
+
+    /// The stored bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let stored = Stored {
+            version: 1,
+            service_secret: self.service_secret.to_base64(),
+            keyring: self.keyring().render(),
+        };
+        serde_json::to_vec(&stored).expect("the database serializes")
+    }
+
+    /// The database from its stored bytes; damage is an error, never an empty database.
+    pub fn decode(bytes: &[u8]) -> Result<AuthDb, MonError> {
+        let bad = |e: String| MonError::Encoding(format!("authentication database: {e}"));
+        let stored: Stored = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        if stored.version != 1 {
+            return Err(bad(format!("unknown version {}", stored.version)));
+        }
+        let ring = Keyring::parse(&stored.keyring, "stored").map_err(|e| bad(e.to_string()))?;
+        Ok(AuthDb {
+            entries: ring.entries,
+            service_secret: SecretKey::from_base64(&stored.service_secret)
+                .map_err(|e| bad(e.to_string()))?,
+        })
+    }
+
+    /// Every entity as a keyring.
+    pub fn keyring(&self) -> Keyring {
+        Keyring {
+            entries: self.entries.clone(),
+        }
+    }
+
+    /// The key and parsed capabilities of `entity`.
+    pub fn lookup(&self, entity: &EntityName) -> Option<(SecretKey, Caps)> {
+        let e = self.entries.get(entity)?;
+        let caps = Caps::parse(&e.caps).ok()?;
+        Some((e.key.clone(), caps))
+    }
+
+    /// What `request` from `asker` needs of the asker's monitor capability.
+    pub fn required(request: &AuthRequest) -> MonAccess {
+        match request {
+            AuthRequest::Ticket => MonAccess::Read,
+            AuthRequest::ServiceSecret => MonAccess::Osd,
+            _ => MonAccess::Admin,
+        }
+    }
+
+    /// Serves `request` from `asker` (already checked against [`AuthDb::required`]) at
+    /// `now_unix_s`; returns the answer and whether the database changed (it must then be
+    /// saved before the answer is sent).
+    pub fn handle(
+        &mut self,
+        asker: &EntityName,
+        request: AuthRequest,
+        now_unix_s: u64,
+    ) -> Result<(AuthAnswer, bool), MonError> {
+        let parse = |name: &str| {
+            name.parse::<EntityName>()
+                .map_err(|e| MonError::Invalid(e.to_string()))
+        };
+        let check_caps = |caps: &BTreeMap<String, String>| {
+            Caps::parse(caps).map_err(|e| MonError::Invalid(e.to_string()))
+        };
+        let one = |entity: &EntityName, entry: &KeyringEntry| AuthAnswer::Keyring {
+            text: Keyring::single(entity.clone(), entry.clone()).render(),
+        };
+        match request {
+            AuthRequest::Ticket => {
+                let entry = self
+                    .entries
+                    .get(asker)
+                    .ok_or_else(|| MonError::NotFound(format!("{asker} was removed")))?;
+                let ticket =
+                    Ticket::issue(asker.clone(), entry.caps.clone(), now_unix_s, TICKET_TTL_S);
+                Ok((
+                    AuthAnswer::Ticket {
+                        ticket: ticket.seal(&self.service_secret),
+                        session_key: ticket.seal_session_key(&entry.key),
+                        expires_unix_s: ticket.expires_unix_s,
+                    },
+                    false,
+                ))
+            }
+            AuthRequest::ServiceSecret => {
+                let entry = self
+                    .entries
+                    .get(asker)
+                    .ok_or_else(|| MonError::NotFound(format!("{asker} was removed")))?;
+                Ok((
+                    AuthAnswer::ServiceSecret {
+                        sealed: seal_service_secret(&entry.key, asker, &self.service_secret),
+                    },
+                    false,
+                ))
+            }
+            AuthRequest::GetOrCreate { entity, caps } => {
+                let entity = parse(&entity)?;
+                check_caps(&caps)?;
+                if let Some(entry) = self.entries.get(&entity) {
+                    if entry.caps != caps {
+                        return Err(MonError::Invalid(format!(
+                            "{entity} exists with other caps; change them with `cairn auth caps`"
+                        )));
+                    }
+                    return Ok((one(&entity, entry), false));
+                }
+                if self.entries.len() >= MAX_ENTITIES {
+                    return Err(MonError::Invalid(format!(
+                        "more than {MAX_ENTITIES} entities"
+                    )));
+                }
+                let entry = KeyringEntry {
+                    key: SecretKey::generate(),
+                    caps,
+                };
+                let answer = one(&entity, &entry);
+                self.entries.insert(entity, entry);
+                Ok((answer, true))
+            }
+            AuthRequest::Get { entity } => {
+                let entity = parse(&entity)?;
+                let entry = self
+                    .entries
+                    .get(&entity)
+                    .ok_or_else(|| MonError::NotFound(format!("no entity {entity}")))?;
+                Ok((one(&entity, entry), false))
+            }
+            AuthRequest::Caps { entity, caps } => {
+                let entity = parse(&entity)?;
+                check_caps(&caps)?;
+                let entry = self
+                    .entries
+                    .get_mut(&entity)
+                    .ok_or_else(|| MonError::NotFound(format!("no entity {entity}")))?;
+                entry.caps = caps;
+                Ok((AuthAnswer::Done, true))
+            }
+            AuthRequest::List => Ok((
+                AuthAnswer::Keyring {
+                    text: self.keyring().render(),
+                },
+                false,
+            )),
+            AuthRequest::Remove { entity } => {
+                let entity = parse(&entity)?;
+                if &entity == asker {
+                    return Err(MonError::Invalid(format!(
+                        "{entity} cannot remove itself (it would lock itself out)"
+                    )));
+                }
+                if self.entries.remove(&entity).is_none() {
+                    return Err(MonError::NotFound(format!("no entity {entity}")));
+                }
+                Ok((AuthAnswer::Done, true))
+            }
+        }
+    }
+}
+
+/// The monitor's listener's view of the database: an entity connects with its own key (no
+/// ticket), which must be the one the database holds.
+pub struct MonAuthorizer {
+    /// The database, shared with the daemon's core.
+    pub db: Arc<RwLock<AuthDb>>,
+    /// The weakest wire mode accepted.
+    pub min_mode: WireMode,
+}
+
+impl Authorizer for MonAuthorizer {
+    fn authorize(&self, entity: &EntityName, ticket: &[u8]) -> Result<(SecretKey, Caps), String> {
+        if !ticket.is_empty() {
+            return Err("the monitor takes an entity's own key, not a ticket".into());
+        }
+        let db = self.db.read().unwrap_or_else(|p| p.into_inner());
+        db.lookup(entity)
+            .ok_or_else(|| "unknown entity".to_string())
+    }
+
+    fn min_mode(&self) -> WireMode {
+        self.min_mode
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> AuthDb {
+        let mut ring = Keyring::default();
+        ring.entries.insert(
+            EntityName::admin(),
+            KeyringEntry::generate(&Caps::everything()),
+        );
+        ring.entries.insert(
+            EntityName::Osd(0),
+            KeyringEntry::generate(&Caps::osd_daemon()),
+        );
+        AuthDb::seeded(&ring)
+    }
+
+    #[test]
+    fn the_database_round_trips_and_damage_is_an_error() {
+        let d = db();
+        let back = AuthDb::decode(&d.encode()).unwrap();
+        assert_eq!(back.keyring(), d.keyring());
+        assert_eq!(back.service_secret, d.service_secret);
+        assert!(AuthDb::decode(b"{}").is_err());
+        assert!(AuthDb::decode(&d.encode()[..20]).is_err());
+    }
+
+    #[test]
+    fn operator_commands_create_change_and_remove_entities() {
+        let mut d = db();
+        let admin = EntityName::admin();
+        let caps: BTreeMap<String, String> =
+            [("osd".to_string(), "allow rw pool=a".to_string())].into();
+        let create = AuthRequest::GetOrCreate {
+            entity: "client.bob".into(),
+            caps: caps.clone(),
+        };
+        let (first, changed) = d.handle(&admin, create.clone(), 0).unwrap();
+        assert!(changed);
+        let (again, changed) = d.handle(&admin, create, 0).unwrap();
+        assert_eq!(first, again, "get-or-create returns the same key");
+        assert!(!changed);
+        let other = AuthRequest::GetOrCreate {
+            entity: "client.bob".into(),
+            caps: BTreeMap::new(),
+        };
+        assert!(d.handle(&admin, other, 0).is_err());
+        let bad = AuthRequest::Caps {
+            entity: "client.bob".into(),
+            caps: [("osd".to_string(), "allow bogus".to_string())].into(),
+        };
+        assert!(d.handle(&admin, bad, 0).is_err());
+        let bob: EntityName = "client.bob".parse().unwrap();
+        let (ticket, _) = d.handle(&bob, AuthRequest::Ticket, 100).unwrap();
+        let AuthAnswer::Ticket {
+            ticket,
+            session_key,
+            ..
+        } = ticket
+        else {
+            panic!()
+        };
+        let (t, c) = Ticket::open(&d.service_secret, &ticket, 101).unwrap();
+        assert_eq!(t.entity, bob);
+        assert!(c.osd().allows("a", cairn_auth::OsdAccess::Write));
+        let bob_key = d.lookup(&bob).unwrap().0;
+        assert_eq!(
+            Ticket::open_session_key(&bob_key, &bob, &session_key).unwrap(),
+            t.session_key
+        );
+        let rm = AuthRequest::Remove {
+            entity: "client.bob".into(),
+        };
+        assert!(d.handle(&admin, rm.clone(), 0).unwrap().1);
+        assert!(d.handle(&admin, rm, 0).is_err());
+        assert!(
+            d.handle(&bob, AuthRequest::Ticket, 0).is_err(),
+            "a removed entity gets no ticket"
+        );
+        let me = AuthRequest::Remove {
+            entity: "client.admin".into(),
+        };
+        assert!(d.handle(&admin, me, 0).is_err());
+        assert!(d
+            .handle(
+                &admin,
+                AuthRequest::Get {
+                    entity: "nobody".into()
+                },
+                0
+            )
+            .is_err());
+    }
+}
