@@ -11,7 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use cairn_msgr::bench::{run_load, serve_echo, LoadSpec};
+use cairn_msgr::bench::{run_load, serve_echo, BenchAuthorizer, LoadSpec};
+use cairn_msgr::protect::WireMode;
 use cairn_msgr::session::Listener;
 use cairn_msgr::Limits;
 use clap::{Args, Subcommand, ValueEnum};
@@ -33,9 +34,42 @@ enum MsgrCommand {
         /// Worker threads (an OSD's by default, see `cairn osd run --threads`).
         #[arg(long, default_value_t = crate::cluster_cmd::DEFAULT_OSD_THREADS)]
         threads: usize,
+        /// Authenticate every connection and protect its frames in at least this mode
+        /// (`none`: no authentication).
+        #[arg(long, default_value = "none")]
+        wire: Wire,
     },
     /// Round trips to an echo server in another process, like `cairn bench` against one OSD.
     Bench(BenchArgs),
+}
+
+/// How the benchmark's connection is protected.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Wire {
+    /// No authentication: crc32c only.
+    None,
+    /// Authenticated, every frame MACed.
+    Mac,
+    /// Authenticated, every frame MACed and encrypted.
+    Secure,
+}
+
+impl Wire {
+    fn mode(self) -> Option<WireMode> {
+        match self {
+            Wire::None => None,
+            Wire::Mac => Some(WireMode::Mac),
+            Wire::Secure => Some(WireMode::Secure),
+        }
+    }
+
+    fn arg(self) -> &'static str {
+        match self {
+            Wire::None => "none",
+            Wire::Mac => "mac",
+            Wire::Secure => "secure",
+        }
+    }
 }
 
 /// What the requests carry.
@@ -66,23 +100,35 @@ struct BenchArgs {
     /// An echo server already running (`cairn msgr serve`) instead of a new one.
     #[arg(long)]
     server: Option<SocketAddr>,
+    /// Wire mode: `none` (crc32c only), `mac` (authenticated, every frame MACed) or `secure`
+    /// (also encrypted), on both ends.
+    #[arg(long, default_value = "none")]
+    wire: Wire,
 }
 
 /// Runs a `cairn msgr` subcommand.
 pub fn run(args: MsgrArgs) -> anyhow::Result<()> {
     match args.command {
-        MsgrCommand::Serve { listen, threads } => serve(listen, threads),
+        MsgrCommand::Serve {
+            listen,
+            threads,
+            wire,
+        } => serve(listen, threads, wire),
         MsgrCommand::Bench(b) => bench(b),
     }
 }
 
-fn serve(listen: SocketAddr, threads: usize) -> anyhow::Result<()> {
+fn serve(listen: SocketAddr, threads: usize, wire: Wire) -> anyhow::Result<()> {
     // The OSD's runtime shape and messenger limits, so the server side costs what an OSD's
     // messaging costs.
     let rt = crate::cluster_cmd::osd_runtime(threads)?;
     rt.block_on(async {
         let limits = Limits::single_worker();
-        let listener = Listener::bind(listen, limits).await?;
+        let authz = wire.mode().map(|min_mode| {
+            std::sync::Arc::new(BenchAuthorizer { min_mode })
+                as std::sync::Arc<dyn cairn_msgr::handshake::Authorizer>
+        });
+        let listener = Listener::bind_with_auth(listen, limits, authz).await?;
         println!("listening on {}", listener.local_addr());
         serve_echo(listener, limits).await;
         Ok(())
@@ -102,12 +148,13 @@ impl Drop for Server {
 /// Starts `cairn msgr serve` on a free loopback port. The server is killed when this process
 /// ends in any way (`PR_SET_PDEATHSIG`), so a bench stopped by a signal leaves nothing behind.
 #[allow(unsafe_code)] // pre_exec: see the SAFETY note inside.
-fn start_server(threads: usize) -> anyhow::Result<(Server, SocketAddr)> {
+fn start_server(threads: usize, wire: Wire) -> anyhow::Result<(Server, SocketAddr)> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("finding the cairn binary")?;
     let mut command = Command::new(exe);
     command
         .args(["msgr", "serve", "--threads", &threads.to_string()])
+        .args(["--wire", wire.arg()])
         .stdout(Stdio::piped())
         .stdin(Stdio::null());
     // SAFETY: runs in the child between fork and exec and only makes one async-signal-safe
@@ -147,7 +194,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let (_server, addr) = match a.server {
         Some(addr) => (None, addr),
         None => {
-            let (s, addr) = start_server(a.server_threads)?;
+            let (s, addr) = start_server(a.server_threads, a.wire)?;
             (Some(s), addr)
         }
     };
@@ -167,7 +214,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     };
     // The client's runtime shape of `cairn bench`.
     let rt = crate::runtime::command()?;
-    let report = rt.block_on(run_load(addr, Limits::default(), spec))?;
+    let report = rt.block_on(run_load(addr, Limits::default(), spec, a.wire.mode()))?;
     println!("Total time run:         {:.3}", report.seconds);
     println!("Round trips:            {}", report.ops);
     println!("Data size:              {}", a.block_size);

@@ -21,6 +21,8 @@ use tokio::sync::oneshot;
 
 use crate::error::MsgrError;
 use crate::frame::Limits;
+use crate::handshake::{Authorizer, CredentialSource, DialCredentials, StaticCredentials};
+use crate::protect::WireMode;
 use crate::session::{Listener, Session, SessionSender};
 
 /// Message type of a benchmark request.
@@ -228,15 +230,70 @@ type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<usize>>>>;
 /// Longest a round trip may take before the run fails (the service is gone or stuck).
 const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs `spec` against the echo service at `addr` and reports what it measured. Fails when the
-/// spec is out of bounds or a round trip takes longer than 10 s.
+/// The entity a benchmark dials an authenticated echo service as.
+pub fn bench_entity() -> cairn_auth::EntityName {
+    cairn_auth::EntityName::Client("bench".into())
+}
+
+/// The benchmark's key, derived from a constant that both processes know: it protects
+/// nothing but the echo service, and exists so that the wire modes' cost can be measured.
+pub fn bench_key() -> cairn_auth::SecretKey {
+    cairn_auth::SecretKey::from_bytes(blake3::derive_key(
+        "cairn 2026-12 msgr bench key (public)",
+        b"",
+    ))
+}
+
+/// An echo service's authorizer: knows only [`bench_entity`] with [`bench_key`].
+pub struct BenchAuthorizer {
+    /// The weakest wire mode accepted.
+    pub min_mode: WireMode,
+}
+
+impl Authorizer for BenchAuthorizer {
+    fn authorize(
+        &self,
+        entity: &cairn_auth::EntityName,
+        ticket: &[u8],
+    ) -> Result<(cairn_auth::SecretKey, cairn_auth::Caps), String> {
+        if *entity != bench_entity() || !ticket.is_empty() {
+            return Err("only client.bench, with the bench key".into());
+        }
+        Ok((bench_key(), cairn_auth::Caps::default()))
+    }
+
+    fn min_mode(&self) -> WireMode {
+        self.min_mode
+    }
+}
+
+/// Runs `spec` against the echo service at `addr` and reports what it measured, dialing in
+/// `mode` (None: unauthenticated). Fails when the spec is out of bounds or a round trip takes
+/// longer than 10 s.
 pub async fn run_load(
     addr: SocketAddr,
     limits: Limits,
     spec: LoadSpec,
+    mode: Option<WireMode>,
 ) -> Result<LoadReport, MsgrError> {
     check_spec(&spec, &limits)?;
-    let mut session = Session::connect(addr, session_id(), limits, 100).await;
+    let creds = mode.map(|mode| {
+        Arc::new(StaticCredentials(DialCredentials {
+            entity: bench_entity(),
+            ticket: Vec::new(),
+            key: bench_key(),
+            mode,
+        })) as Arc<dyn CredentialSource>
+    });
+    let mut session = Session::connect_as(
+        addr,
+        session_id(),
+        limits,
+        100,
+        crate::session::Policy::Lossless,
+        creds,
+    )
+    .await;
     let sender = session.sender();
     let waiting: Waiting = Arc::default();
     let dispatch = {
@@ -377,7 +434,7 @@ mod tests {
     async fn replies_carry_the_bytes_asked_for_and_every_round_trip_is_timed() {
         let (addr, server) = echo_server().await;
         for (req, rep) in [(0, 4096), (65536, 0), (1 << 20, 1 << 20)] {
-            let r = run_load(addr, Limits::default(), spec(req, rep))
+            let r = run_load(addr, Limits::default(), spec(req, rep), None)
                 .await
                 .unwrap();
             assert!(r.ops > 0);
@@ -428,13 +485,13 @@ mod tests {
         let limits = Limits::default();
         let mut none = spec(0, 0);
         none.in_flight = 0;
-        assert!(run_load(nowhere, limits, none).await.is_err());
+        assert!(run_load(nowhere, limits, none, None).await.is_err());
         let mut many = spec(0, 0);
         many.in_flight = MAX_BENCH_IN_FLIGHT + 1;
-        assert!(run_load(nowhere, limits, many).await.is_err());
+        assert!(run_load(nowhere, limits, many, None).await.is_err());
         let big = limits.max_payload_bytes as usize;
         assert!(matches!(
-            run_load(nowhere, limits, spec(big, 0)).await,
+            run_load(nowhere, limits, spec(big, 0), None).await,
             Err(MsgrError::TooLarge { .. })
         ));
         // Limits too small for even the request's own payload refuse any data, never panic.
@@ -443,7 +500,7 @@ mod tests {
             ..limits
         };
         assert!(matches!(
-            run_load(nowhere, tiny, spec(1, 0)).await,
+            run_load(nowhere, tiny, spec(1, 0), None).await,
             Err(MsgrError::TooLarge { .. })
         ));
     }
@@ -464,8 +521,36 @@ mod tests {
         assert_eq!(reply.header.msg_type, MSG_BENCH_REPLY);
         assert_eq!(&reply.payload[..], &2u64.to_le_bytes());
         assert_eq!(reply.data().len(), 16);
-        let r = run_load(addr, limits, spec(0, 512)).await.unwrap();
+        let r = run_load(addr, limits, spec(0, 512), None).await.unwrap();
         assert!(r.ops > 0);
         server.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_authenticated_echo_service_serves_each_wire_mode_and_refuses_none() {
+        for floor in [WireMode::Mac, WireMode::Secure] {
+            let authz = Arc::new(BenchAuthorizer { min_mode: floor });
+            let listener = Listener::bind_with_auth(
+                "127.0.0.1:0".parse().unwrap(),
+                Limits::default(),
+                Some(authz),
+            )
+            .await
+            .unwrap();
+            let addr = listener.local_addr();
+            let server = tokio::spawn(serve_echo(listener, Limits::default()));
+            for mode in [WireMode::Mac, WireMode::Secure] {
+                let r = run_load(addr, Limits::default(), spec(70_000, 70_000), Some(mode))
+                    .await
+                    .unwrap();
+                assert!(r.ops > 0, "{floor} {mode}");
+            }
+            let unauthenticated = run_load(addr, Limits::default(), spec(16, 16), None).await;
+            assert!(
+                unauthenticated.is_err(),
+                "an unauthenticated dialer is refused"
+            );
+            server.abort();
+        }
     }
 }
