@@ -85,7 +85,7 @@ pub(crate) async fn connect(mon: SocketAddr) -> anyhow::Result<Client> {
     Client::connect_as(
         mon,
         cairn_client::random_client_id(),
-        crate::credentials::client()?,
+        crate::credentials::client_auth()?,
     )
     .await
     .with_context(|| format!("monitor at {mon}"))

@@ -115,3 +115,15 @@ pub(crate) fn osd(id: Option<i32>) -> anyhow::Result<Option<cairn_osd::daemon::O
         mode: mode(),
     }))
 }
+
+/// Who a client command is for the whole cluster (the monitor, and the OSDs through tickets):
+/// the named entity (`client.admin` by default); None without a keyring.
+pub(crate) fn client_auth() -> anyhow::Result<Option<cairn_client::tickets::ClientAuth>> {
+    Ok(credentials_of(EntityName::admin())?.map(|(entity, key)| {
+        cairn_client::tickets::ClientAuth {
+            entity,
+            key,
+            mode: mode(),
+        }
+    }))
+}

@@ -62,7 +62,7 @@ async fn connect(t: &Target) -> anyhow::Result<Client> {
     Client::connect_as(
         t.mon,
         cairn_client::random_client_id(),
-        crate::credentials::client()?,
+        crate::credentials::client_auth()?,
     )
     .await
     .with_context(|| format!("connecting to the monitor at {}", t.mon))

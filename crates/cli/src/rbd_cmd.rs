@@ -73,7 +73,7 @@ enum RbdCommand {
 pub fn run(a: RbdArgs) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async move {
         let client = Arc::new(
-            Client::connect_as(a.mon, cairn_client::random_client_id(), crate::credentials::client()?)
+            Client::connect_as(a.mon, cairn_client::random_client_id(), crate::credentials::client_auth()?)
                 .await
                 .with_context(|| format!("connecting to the monitor at {}", a.mon))?,
         );

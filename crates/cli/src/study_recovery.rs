@@ -242,7 +242,7 @@ fn run_one(
             Client::connect_as(
                 cluster.mon,
                 cairn_client::random_client_id(),
-                crate::credentials::client()?,
+                crate::credentials::client_auth()?,
             )
             .await?,
         );

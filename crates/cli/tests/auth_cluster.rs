@@ -1,6 +1,7 @@
 //! A `cairn up --auth cephx` cluster: keys are made readable by their owner only, the monitor
-//! refuses anyone without a valid key (no key, a wrong key, a removed entity) and enforces
-//! each entity's capabilities, and `cairn auth` manages entities as Ceph's does. What a
+//! refuses anyone without a valid key (no key, a wrong key, a removed entity), the monitor and
+//! the OSDs (through tickets) enforce each entity's capabilities, and `cairn auth` manages
+//! entities as Ceph's does. What a
 //! refused request would have changed (the map's epoch, the objects) stays as it was.
 
 mod common;
@@ -148,6 +149,17 @@ fn an_authenticated_cluster_refuses_strangers_and_enforces_capabilities() {
         let (ok, out) = as_entity(&reader, r, &args);
         assert!(!ok && out.contains("permission denied"), "{args:?}: {out}");
     }
+    // On the OSDs (through the monitor's tickets): it reads the pool, but writes nothing and
+    // runs no admin command.
+    let (ok, out) = as_entity(&reader, r, &["get", "--mon", &mon, "-p", "data", "obj", &b]);
+    assert!(ok, "{out}");
+    assert_eq!(std::fs::read(&back).unwrap(), bytes);
+    let (ok, out) = as_entity(&reader, r, &["put", "--mon", &mon, "-p", "data", "obj", &b]);
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    let (ok, out) = as_entity(&reader, r, &["tell", "--mon", &mon, "osd.0", "config", "show"]);
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    let (ok, out) = as_entity(&admin, None, &["tell", "--mon", &mon, "osd.0", "config", "show"]);
+    assert!(ok, "{out}");
     // An OSD's key is an OSD's: it cannot act as an operator either.
     let osd0 = dir.join("osd0.keyring").display().to_string();
     let (ok, out) = as_entity(&osd0, Some("osd.0"), &["osd", "--mon", &mon, "out", "1"]);

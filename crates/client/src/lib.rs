@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod mon;
+pub mod tickets;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -122,7 +123,9 @@ impl Drop for OsdSession {
 
 /// A connection to a cairn cluster.
 pub struct Client {
-    _mon: MonClient,
+    _mon: Arc<MonClient>,
+    /// Tickets for the OSDs' authenticated listeners; None where nothing authenticates.
+    osd_credentials: Option<Arc<dyn cairn_msgr::handshake::CredentialSource>>,
     map: watch::Receiver<Option<ClusterMap>>,
     sessions: tokio::sync::Mutex<HashMap<i32, OsdSession>>,
     pending: Pending,
@@ -146,19 +149,25 @@ impl Client {
         Self::connect_as(mon, client_id, None).await
     }
 
-    /// As [`Client::connect`], authenticating to the monitor with the credentials `creds`
-    /// gives (none: the monitor must not require authentication).
+    /// As [`Client::connect`], authenticating as `auth`: to the monitor with its key, to the
+    /// OSDs with tickets from the monitor (none: nothing authenticates).
     pub async fn connect_as(
         mon: SocketAddr,
         client_id: u64,
-        creds: Option<Arc<dyn cairn_msgr::handshake::CredentialSource>>,
+        auth: Option<tickets::ClientAuth>,
     ) -> Result<Client, ClientError> {
-        let mon_client = MonClient::connect_as(mon, client_id, creds).await;
+        let mon_creds = auth.as_ref().map(|a| a.mon_credentials());
+        let mon_client = Arc::new(MonClient::connect_as(mon, client_id, mon_creds).await);
+        let osd_credentials = auth.map(|a| {
+            Arc::new(tickets::TicketSource::new(mon_client.clone(), a))
+                as Arc<dyn cairn_msgr::handshake::CredentialSource>
+        });
         mon_client.subscribe(30_000).await?;
         mon_client.wait_for_epoch(1, 30_000).await?;
         Ok(Client {
             map: mon_client.watch(),
             _mon: mon_client,
+            osd_credentials,
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             pending: Arc::default(),
             next_tid: AtomicU64::new(1),
@@ -446,8 +455,15 @@ impl Client {
         let admin_err = |reason: String| ClientError::Admin { osd, reason };
         let sock: SocketAddr = addr.parse().map_err(|e| admin_err(format!("{e}")))?;
         let sid = (self.id << 20) ^ (osd as u64) ^ 0xad31_0000_0000_0000;
-        let mut session =
-            Session::connect_with(sock, sid, Limits::default(), 100, Policy::Lossy).await;
+        let mut session = Session::connect_as(
+            sock,
+            sid,
+            Limits::default(),
+            100,
+            Policy::Lossy,
+            self.osd_credentials.clone(),
+        )
+        .await;
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
         let req = AdminRequest {
             tid,
@@ -582,8 +598,15 @@ impl Client {
             .parse()
             .map_err(|e| format!("osd.{osd} address {addr}: {e}"))?;
         let sid = (self.id << 20) ^ (osd as u64) ^ 0xc11e_0000_0000_0000;
-        let mut session =
-            Session::connect_with(sock, sid, Limits::default(), 100, Policy::Lossy).await;
+        let mut session = Session::connect_as(
+            sock,
+            sid,
+            Limits::default(),
+            100,
+            Policy::Lossy,
+            self.osd_credentials.clone(),
+        )
+        .await;
         let sender = session.sender();
         let pending = self.pending.clone();
         let reader = tokio::spawn(async move {

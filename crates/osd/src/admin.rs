@@ -78,6 +78,18 @@ pub fn busy(payload: &Bytes) -> Bytes {
     encode(&AdminReply { tid, result }, &[])
 }
 
+/// The reply refusing the admin command in `payload` for `why`.
+pub fn refused(payload: &Bytes, why: String) -> Bytes {
+    let tid = decode::<AdminRequest>(payload).map_or(0, |(r, _)| r.tid);
+    encode(
+        &AdminReply {
+            tid,
+            result: Err(why),
+        },
+        &[],
+    )
+}
+
 fn run(s: &Shared, args: &[String]) -> Result<String, String> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     match words.as_slice() {

@@ -17,6 +17,7 @@ use cairn_client::mon::MonClient;
 use cairn_clustermap::MapFlag;
 use cairn_clustermap::PgId;
 use cairn_msgr::blockcrc::CRC_BLOCK_BYTES;
+use cairn_msgr::handshake::AuthPeer;
 use cairn_msgr::http::serve_metrics;
 use cairn_msgr::session::{Listener, Session};
 use cairn_msgr::Limits;
@@ -438,7 +439,15 @@ impl OsdDaemon {
         )?;
         // Replies to clients go out in turns, so that one large read's reply does not hold up
         // a runtime worker (see `Limits::write_turn_bytes`); repops to peers go whole.
-        let mut listener = Listener::bind(cfg.listen, Limits::single_worker()).await?;
+        let service = Arc::new(crate::auth::ServiceSecret::default());
+        let authz = cfg.auth.as_ref().map(|a| {
+            Arc::new(crate::auth::OsdAuthorizer {
+                secret: service.clone(),
+                min_mode: a.mode,
+            }) as Arc<dyn cairn_msgr::handshake::Authorizer>
+        });
+        let mut listener =
+            Listener::bind_with_auth(cfg.listen, Limits::single_worker(), authz).await?;
         let addr = listener.local_addr();
         let creds = cfg.auth.as_ref().map(|a| {
             Arc::new(cairn_msgr::handshake::StaticCredentials(
@@ -467,6 +476,16 @@ impl OsdDaemon {
             None => cfg.want_id,
         };
         let mon = Arc::new(MonClient::connect_as(cfg.mon, session_id(&cfg.uuid), creds).await);
+        if let Some(a) = &cfg.auth {
+            crate::auth::fetch_service_secret(&mon, a, &service).await?;
+        }
+        let peer_credentials = cfg.auth.as_ref().map(|a| {
+            Arc::new(crate::auth::PeerCredentials {
+                entity: a.entity.clone(),
+                secret: service.clone(),
+                mode: a.mode,
+            }) as Arc<dyn cairn_msgr::handshake::CredentialSource>
+        });
         let boot = mon
             .op(
                 Request::Boot {
@@ -493,6 +512,7 @@ impl OsdDaemon {
             closed_tx,
         );
         state.faults = faults;
+        state.peers = crate::peers::Peers::new(id).with_credentials(peer_credentials);
         let shared = Arc::new(state);
         let (failed_tx, failed) = tokio::sync::oneshot::channel();
         tokio::spawn(crate::failstop::watch(Arc::downgrade(&shared), failed_tx));
@@ -715,11 +735,48 @@ impl Pending {
     }
 }
 
+/// Why the authenticated `peer` may not send a message of type `msg_type` at all (what only
+/// OSDs send, or admin commands), if it may not; client ops are checked per pool once decoded.
+fn refused_by_type(peer: Option<&AuthPeer>, msg_type: u16) -> Option<String> {
+    let need = match msg_type {
+        MSG_OSD_REPOP | MSG_PEER_REQUEST | MSG_PING => crate::auth::Need::OsdPeer,
+        admin::MSG_ADMIN => crate::auth::Need::Admin,
+        _ => return None,
+    };
+    crate::auth::refusal(peer?, need)
+}
+
+/// Why the authenticated `peer` may not run client op `op`, if it may not: the op's pool
+/// (by name, from the map) must be granted for reading, or writing when it writes.
+fn refused_op(s: &Shared, peer: Option<&AuthPeer>, op: &OpHeader) -> Option<String> {
+    let peer = peer?;
+    let pool = s
+        .map
+        .borrow()
+        .as_ref()
+        .and_then(|m| m.placement.pools.get(&op.pool).map(|p| p.name.clone()))
+        .unwrap_or_default();
+    let access = match op.kind.is_write() {
+        true => cairn_auth::OsdAccess::Write,
+        false => cairn_auth::OsdAccess::Read,
+    };
+    crate::auth::refusal(peer, crate::auth::Need::Pool(&pool, access))
+}
+
 async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
     let sender = session.sender();
     let client = session.id();
+    let peer = session.peer();
     while let Some(frame) = session.recv().await {
         let msg_type = frame.header.msg_type;
+        if let Some(why) = refused_by_type(peer.as_deref(), msg_type) {
+            tracing::warn!(osd = s.id, session = client, %why, "message refused");
+            if msg_type == admin::MSG_ADMIN {
+                let reply = admin::refused(&frame.payload, why);
+                let _ = sender.send(admin::MSG_ADMIN_REPLY, reply).await;
+            }
+            continue;
+        }
         let (seg, seg_crc) = (frame.data().clone(), frame.data_crc());
         let block_crcs = frame.data_block_crcs().map(|crcs| DataCrcs {
             block_bytes: CRC_BLOCK_BYTES as u64,
@@ -741,6 +798,12 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                             continue;
                         }
                     };
+                if let Some(why) = refused_op(&s, peer.as_deref(), &op) {
+                    tracing::warn!(osd = s.id, session = client, %why, "client op refused");
+                    let h = ReplyHeader::bare(op.tid, s.epoch(), OpResult::Invalid(why));
+                    let _ = sender.send(MSG_OSD_OP_REPLY, encode(&h, &[])).await;
+                    continue;
+                }
                 let Some(permit) = pending.admit_op(data.len()) else {
                     let h = ReplyHeader::bare(
                         op.tid,

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod auth;
 pub mod capacity;
 pub mod daemon;
 pub mod error;

@@ -31,9 +31,20 @@ pub struct Peers {
     /// Woken when a peer starts refusing connections (the heartbeat reports it at once).
     refused: Arc<tokio::sync::Notify>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// What this OSD authenticates to its peers with; None where nothing authenticates.
+    credentials: Option<Arc<dyn cairn_msgr::handshake::CredentialSource>>,
 }
 
 impl Peers {
+    /// The same, authenticating to peers with `credentials`.
+    pub fn with_credentials(
+        mut self,
+        credentials: Option<Arc<dyn cairn_msgr::handshake::CredentialSource>>,
+    ) -> Self {
+        self.credentials = credentials;
+        self
+    }
+
     /// Connections of OSD `me`.
     pub fn new(me: i32) -> Self {
         Peers {
@@ -44,6 +55,7 @@ impl Peers {
             pongs: Arc::default(),
             refused: Arc::default(),
             tasks: Mutex::new(Vec::new()),
+            credentials: None,
         }
     }
 
@@ -80,8 +92,15 @@ impl Peers {
             reason: format!("address {addr}: {e}"),
         })?;
         let id = (u64::from(self.me as u32) << 32) | u64::from(osd as u32);
-        let mut session =
-            Session::connect(sock, id ^ 0x5eed_0000_0000_0000, Limits::default(), 100).await;
+        let mut session = Session::connect_as(
+            sock,
+            id ^ 0x5eed_0000_0000_0000,
+            Limits::default(),
+            100,
+            cairn_msgr::session::Policy::Lossless,
+            self.credentials.clone(),
+        )
+        .await;
         let sender = session.sender();
         let waiters = self.waiters.clone();
         let pongs = self.pongs.clone();

@@ -1,0 +1,205 @@
+//! The OSD's side of authentication: its listener accepts an entity only with a ticket the
+//! monitor sealed with the OSD service secret ([`OsdAuthorizer`]), its connections to other
+//! OSDs present tickets it seals itself as `osd.N` ([`PeerCredentials`]), and each request is
+//! checked against the sender's capabilities ([`refusal`]).
+
+use std::sync::{Arc, RwLock};
+
+use cairn_auth::ticket::{open_service_secret, TICKET_TTL_S};
+use cairn_auth::{Caps, EntityName, OsdAccess, SecretKey, Ticket};
+use cairn_client::mon::MonClient;
+use cairn_msgr::handshake::{AuthPeer, Authorizer, CredentialSource, DialCredentials};
+use cairn_msgr::protect::WireMode;
+use cairn_proto::mon::{AuthAnswer, AuthRequest, RequestBody};
+
+use crate::daemon::OsdAuth;
+use crate::error::OsdError;
+
+/// The OSD service secret once the monitor gave it.
+#[derive(Default)]
+pub struct ServiceSecret(RwLock<Option<SecretKey>>);
+
+impl ServiceSecret {
+    /// The secret, if known yet.
+    pub fn get(&self) -> Option<SecretKey> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, key: SecretKey) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(key);
+    }
+}
+
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Asks the monitor for the service secret (sealed with this OSD's key) and keeps it.
+pub async fn fetch_service_secret(
+    mon: &MonClient,
+    me: &OsdAuth,
+    into: &ServiceSecret,
+) -> Result<(), OsdError> {
+    let reply = mon
+        .request(RequestBody::Auth(AuthRequest::ServiceSecret), 30_000)
+        .await?;
+    let Some(AuthAnswer::ServiceSecret { sealed }) = reply.auth else {
+        return Err(OsdError::Protocol(
+            "the monitor answered without the service secret".into(),
+        ));
+    };
+    let secret = open_service_secret(&me.key, &me.entity, &sealed)
+        .map_err(|e| OsdError::Protocol(format!("the service secret: {e}")))?;
+    into.set(secret);
+    Ok(())
+}
+
+/// Accepts an entity that presents a ticket sealed with the service secret and names it.
+pub struct OsdAuthorizer {
+    /// The service secret (connections are refused until it is known).
+    pub secret: Arc<ServiceSecret>,
+    /// The weakest wire mode accepted.
+    pub min_mode: WireMode,
+}
+
+impl Authorizer for OsdAuthorizer {
+    fn authorize(&self, entity: &EntityName, ticket: &[u8]) -> Result<(SecretKey, Caps), String> {
+        if ticket.is_empty() {
+            return Err("an OSD needs a ticket from the monitor".into());
+        }
+        let secret = self
+            .secret
+            .get()
+            .ok_or("this OSD has no service secret yet (starting)")?;
+        let (t, caps) = Ticket::open(&secret, ticket, now_unix_s()).map_err(|e| e.to_string())?;
+        if &t.entity != entity {
+            return Err(format!("the ticket is {}'s", t.entity));
+        }
+        Ok((t.session_key, caps))
+    }
+
+    fn min_mode(&self) -> WireMode {
+        self.min_mode
+    }
+}
+
+/// What this OSD presents to another: a ticket it seals itself as `osd.N` with the OSD
+/// profile (only an OSD holds the service secret), fresh for each connection.
+pub struct PeerCredentials {
+    /// This OSD's entity.
+    pub entity: EntityName,
+    /// The service secret.
+    pub secret: Arc<ServiceSecret>,
+    /// The wire mode asked for.
+    pub mode: WireMode,
+}
+
+#[async_trait::async_trait]
+impl CredentialSource for PeerCredentials {
+    async fn credentials(&self) -> Result<DialCredentials, String> {
+        let secret = self.secret.get().ok_or("no service secret yet")?;
+        let ticket = Ticket::issue(
+            self.entity.clone(),
+            Caps::osd_daemon().raw().clone(),
+            now_unix_s(),
+            TICKET_TTL_S,
+        );
+        Ok(DialCredentials {
+            entity: self.entity.clone(),
+            ticket: ticket.seal(&secret),
+            key: ticket.session_key,
+            mode: self.mode,
+        })
+    }
+}
+
+/// What a message asks of its sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need<'a> {
+    /// A client op on objects of pool `pool`.
+    Pool(&'a str, OsdAccess),
+    /// What only another OSD sends: replica writes, peering, recovery, scrub, heartbeats.
+    OsdPeer,
+    /// An admin command (`tell`).
+    Admin,
+}
+
+/// Why `peer` may not send what needs `need`, if it may not (None: allowed).
+pub fn refusal(peer: &AuthPeer, need: Need<'_>) -> Option<String> {
+    let osd = peer.caps.osd();
+    let allowed = match need {
+        Need::Pool(pool, access) => osd.allows(pool, access),
+        Need::OsdPeer => osd.is_osd() && peer.entity.osd_id().is_some(),
+        Need::Admin => osd.allows_admin(),
+    };
+    (!allowed).then(|| {
+        format!(
+            "permission denied: {} lacks osd caps for {need:?}",
+            peer.entity
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(entity: &str, caps: Caps) -> AuthPeer {
+        AuthPeer {
+            entity: entity.parse().unwrap(),
+            caps,
+            mode: WireMode::Mac,
+        }
+    }
+
+    #[test]
+    fn tickets_open_for_their_entity_only_and_caps_decide_each_request() {
+        let secret = Arc::new(ServiceSecret::default());
+        let authz = OsdAuthorizer {
+            secret: secret.clone(),
+            min_mode: WireMode::Mac,
+        };
+        let bob: EntityName = "client.bob".parse().unwrap();
+        let caps = [("osd".to_string(), "allow rw pool=a".to_string())].into();
+        let t = Ticket::issue(bob.clone(), caps, now_unix_s(), 60);
+        assert!(authz.authorize(&bob, &[]).is_err(), "no ticket");
+        let key = SecretKey::generate();
+        assert!(authz
+            .authorize(&bob, &t.seal(&key))
+            .unwrap_err()
+            .contains("starting"));
+        secret.set(key.clone());
+        let (k, c) = authz.authorize(&bob, &t.seal(&key)).unwrap();
+        assert_eq!(k, t.session_key);
+        let eve: EntityName = "client.eve".parse().unwrap();
+        assert!(authz
+            .authorize(&eve, &t.seal(&key))
+            .unwrap_err()
+            .contains("bob"));
+        assert!(authz
+            .authorize(&bob, &t.seal(&SecretKey::generate()))
+            .is_err());
+
+        let p = peer("client.bob", c);
+        assert_eq!(refusal(&p, Need::Pool("a", OsdAccess::Write)), None);
+        assert!(refusal(&p, Need::Pool("b", OsdAccess::Read)).is_some());
+        assert!(refusal(&p, Need::OsdPeer).is_some());
+        assert!(refusal(&p, Need::Admin).is_some());
+        let admin = peer("client.admin", Caps::everything());
+        assert_eq!(refusal(&admin, Need::Admin), None);
+        assert!(
+            refusal(&admin, Need::OsdPeer).is_some(),
+            "replica writes come from OSDs only"
+        );
+        let osd = peer("osd.3", Caps::osd_daemon());
+        assert_eq!(refusal(&osd, Need::OsdPeer), None);
+        assert!(refusal(&osd, Need::Pool("a", OsdAccess::Read)).is_some());
+        let forged = peer("client.x", Caps::osd_daemon());
+        assert!(
+            refusal(&forged, Need::OsdPeer).is_some(),
+            "the profile on a client is not an OSD"
+        );
+    }
+}
