@@ -694,6 +694,12 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         args.osds,
         args.dir.display()
     );
+    if cephx {
+        println!(
+            "authentication on: export CAIRN_KEYRING={} (client.admin's key) for the commands below",
+            crate::up_keys::admin_keyring(&args.dir).display()
+        );
+    }
     if !args.pool.is_empty() {
         println!("pool '{}' ready. Try:", args.pool);
         println!(

@@ -156,9 +156,17 @@ fn an_authenticated_cluster_refuses_strangers_and_enforces_capabilities() {
     assert_eq!(std::fs::read(&back).unwrap(), bytes);
     let (ok, out) = as_entity(&reader, r, &["put", "--mon", &mon, "-p", "data", "obj", &b]);
     assert!(!ok && out.contains("permission denied"), "{out}");
-    let (ok, out) = as_entity(&reader, r, &["tell", "--mon", &mon, "osd.0", "config", "show"]);
+    let (ok, out) = as_entity(
+        &reader,
+        r,
+        &["tell", "--mon", &mon, "osd.0", "config", "show"],
+    );
     assert!(!ok && out.contains("permission denied"), "{out}");
-    let (ok, out) = as_entity(&admin, None, &["tell", "--mon", &mon, "osd.0", "config", "show"]);
+    let (ok, out) = as_entity(
+        &admin,
+        None,
+        &["tell", "--mon", &mon, "osd.0", "config", "show"],
+    );
     assert!(ok, "{out}");
     // An OSD's key is an OSD's: it cannot act as an operator either.
     let osd0 = dir.join("osd0.keyring").display().to_string();

@@ -1,6 +1,6 @@
 //! `cairn msgr bench`: the network layer of the bottom-up benchmark runs against an echo server
-//! process of its own, reports its round trips, stops that server, and refuses sizes and
-//! depths out of bounds with a clear error.
+//! process of its own (unauthenticated, or in each wire mode), reports its round trips, stops
+//! that server, and refuses sizes and depths out of bounds with a clear error.
 
 mod common;
 
@@ -32,8 +32,14 @@ fn number_after(out: &str, label: &str) -> f64 {
 
 #[test]
 fn round_trips_are_reported_and_the_echo_server_is_stopped() {
-    for (shape, size) in [("read", "4096"), ("write", "1048576")] {
-        let (ok, out) = cairn(&["msgr", "bench", "1", shape, "-b", size, "-t", "4"]);
+    for (shape, size, wire) in [
+        ("read", "4096", "none"),
+        ("write", "1048576", "none"),
+        ("write", "1048576", "mac"),
+        ("read", "262144", "secure"),
+    ] {
+        let args = ["msgr", "bench", "1", shape, "-b", size, "-t", "4", "--wire", wire];
+        let (ok, out) = cairn(&args);
         assert!(ok, "{out}");
         assert!(number_after(&out, "Round trips:") > 0.0, "{out}");
         assert!(number_after(&out, "Average IOPS:") > 0.0, "{out}");

@@ -126,6 +126,11 @@ impl AuthDb {
                 ))
             }
             AuthRequest::ServiceSecret => {
+                if asker.osd_id().is_none() {
+                    return Err(MonError::Refused(format!(
+                        "permission denied: only OSDs hold the service secret, not {asker}"
+                    )));
+                }
                 let entry = self
                     .entries
                     .get(asker)
@@ -304,6 +309,13 @@ mod tests {
             d.handle(&bob, AuthRequest::Ticket, 0).is_err(),
             "a removed entity gets no ticket"
         );
+        assert!(
+            d.handle(&admin, AuthRequest::ServiceSecret, 0).is_err(),
+            "only an OSD gets the service secret"
+        );
+        assert!(d
+            .handle(&EntityName::Osd(0), AuthRequest::ServiceSecret, 0)
+            .is_ok());
         let me = AuthRequest::Remove {
             entity: "client.admin".into(),
         };
