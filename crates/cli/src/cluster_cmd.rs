@@ -356,6 +356,10 @@ pub struct UpArgs {
     /// Do not start the S3 gateway.
     #[arg(long = "no-s3")]
     no_s3: bool,
+    /// Serve the S3 gateway over HTTPS with a generated local CA and certificate (kept in the
+    /// cluster directory; the CA's path is printed for `aws --ca-bundle`).
+    #[arg(long = "s3-tls")]
+    s3_tls: bool,
     /// An extra argument for every `cairn osd run` (repeat it for more), e.g.
     /// `--osd-arg=--max-inflight-cost-ms=0` or `--osd-arg=--scrub-interval-s=0`.
     #[arg(long = "osd-arg", allow_hyphen_values = true)]
@@ -622,10 +626,17 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     if !args.no_s3 {
         let fresh = daemons.running("s3gw").is_none();
         daemons.ensure("s3gw", || {
-            crate::s3_cmd::spawn_for_up(&args.dir, args.mon, args.s3, args.metrics, spawn)
+            crate::s3_cmd::spawn_for_up(
+                &args.dir,
+                args.mon,
+                args.s3,
+                args.metrics,
+                args.s3_tls,
+                spawn,
+            )
         })?;
         if fresh {
-            crate::s3_cmd::announce_for_up(&args.dir, args.mon, args.s3)?;
+            crate::s3_cmd::announce_for_up(&args.dir, args.mon, args.s3, args.s3_tls)?;
         }
     }
     if daemons.before.exists {
