@@ -266,10 +266,10 @@ impl Users {
         Ok((user, true))
     }
 
-    /// Confirms that a key taken from the cache still exists unchanged in the cluster (one
-    /// omap read), so a key revoked or a user removed through any gateway or the CLI is
-    /// refused from the next request on. A key that is gone is dropped from the cache and
-    /// the request is InvalidAccessKeyId.
+    /// Confirms that a key taken from the cache still belongs to the same user in the cluster
+    /// (one omap read; a key's secret never changes), so a key revoked or a user removed
+    /// through any gateway or the CLI is refused from the next request on. A key that is gone
+    /// is dropped from the cache and the request is InvalidAccessKeyId.
     pub async fn recheck(&self, id: &Identity) -> S3Result<()> {
         if id.fresh {
             return Ok(());
@@ -277,24 +277,13 @@ impl Users {
         let stored = find_user(self.backend.as_ref(), &id.access_key)
             .await
             .map_err(internal)?;
-        let cached = self
-            .cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id.access_key)
-            .cloned();
-        if stored.is_some() && stored == cached {
+        if stored.is_some_and(|u| u.name == id.user) {
             return Ok(());
         }
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        match stored {
-            Some(u) => {
-                cache.insert(id.access_key.clone(), u);
-            }
-            None => {
-                cache.remove(&id.access_key);
-            }
-        }
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id.access_key);
         Err(s3_error!(
             InvalidAccessKeyId,
             "the access key was revoked or changed"
