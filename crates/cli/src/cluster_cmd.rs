@@ -357,6 +357,10 @@ pub struct UpArgs {
     /// Do not start the S3 gateway.
     #[arg(long = "no-s3")]
     no_s3: bool,
+    /// Serve the S3 gateway over HTTPS with a generated local CA and certificate (kept in the
+    /// cluster directory; the CA's path is printed for `aws --ca-bundle`).
+    #[arg(long = "s3-tls")]
+    s3_tls: bool,
     /// An extra argument for every `cairn osd run` (repeat it for more), e.g.
     /// `--osd-arg=--max-inflight-cost-ms=0` or `--osd-arg=--scrub-interval-s=0`.
     #[arg(long = "osd-arg", allow_hyphen_values = true)]
@@ -523,9 +527,6 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     }
     check_room_for_devices(&args)?;
     let cephx = args.auth == UpAuth::Cephx;
-    if cephx && !args.no_s3 {
-        bail!("the S3 gateway does not authenticate to the cluster yet: add --no-s3 with --auth cephx");
-    }
     let unregistered = match cephx {
         true => crate::up_keys::prepare(&args.dir, args.osds)?,
         false => Vec::new(),
@@ -664,10 +665,24 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     if !args.no_s3 {
         let fresh = daemons.running("s3gw").is_none();
         daemons.ensure("s3gw", || {
-            crate::s3_cmd::spawn_for_up(&args.dir, args.mon, args.s3, args.metrics, spawn)
+            crate::s3_cmd::spawn_for_up(
+                &args.dir,
+                args.mon,
+                args.s3,
+                args.metrics,
+                args.s3_tls,
+                cephx
+                    .then(|| crate::up_keys::s3gw_keyring(&args.dir))
+                    .as_deref(),
+                spawn,
+            )
         })?;
         if fresh {
-            crate::s3_cmd::announce_for_up(&args.dir, args.mon, args.s3)?;
+            let admin = match cephx {
+                true => Some(crate::up_keys::admin_auth(&args.dir)?),
+                false => crate::credentials::client_auth()?,
+            };
+            crate::s3_cmd::announce_for_up(&args.dir, args.mon, args.s3, args.s3_tls, admin)?;
         }
     }
     if daemons.before.exists {

@@ -1,5 +1,7 @@
-//! `cairn s3gw` (the S3 gateway daemon), `cairn s3 user create` (access keys), and the part
-//! of `cairn up` that starts a gateway next to the cluster and prints its endpoint and keys.
+//! `cairn s3gw` (the S3 gateway daemon, HTTP or HTTPS), `cairn s3 user ...` (users and their
+//! access keys: create, ls, rm, key add, key rm), and the part of `cairn up` that starts a
+//! gateway next to the cluster (optionally with a generated TLS certificate) and prints its
+//! endpoint and keys. Credentials files are created readable by their owner only.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -11,13 +13,16 @@ use clap::{Args, Subcommand};
 
 use crate::mon_cmd::DEFAULT_MON;
 
+/// The gateway's pool by default.
+pub const DEFAULT_POOL: &str = "s3";
+
 /// Default gateway address.
 pub const DEFAULT_S3: &str = "127.0.0.1:7480";
 
 /// `cairn s3gw`: settings from flags, or all from `--config FILE` (TOML: `mon`, `listen`, `metrics`,
 /// `pool`, `index_shards`, `inline_max_bytes`, `stripe_bytes`, `max_put_bytes`,
-/// `max_meta_bytes`, `max_connections`, `max_inflight_body_bytes`, `region`, `[limits]`; unknown
-/// keys rejected).
+/// `max_meta_bytes`, `max_connections`, `max_inflight_body_bytes`, `region`, `tls_cert`,
+/// `tls_key`, `[limits]`; unknown keys rejected).
 #[derive(Args)]
 pub struct GatewayArgs {
     /// TOML file with every setting (flags are then ignored).
@@ -30,12 +35,18 @@ pub struct GatewayArgs {
     #[arg(long, default_value = DEFAULT_S3)]
     listen: SocketAddr,
     /// Pool for buckets, indexes and data (created if missing).
-    #[arg(long, default_value = "s3")]
+    #[arg(long, default_value = DEFAULT_POOL)]
     pool: String,
     /// Address of the gateway's Prometheus page (`/metrics`: S3 operations, HTTP requests by
     /// method and status, latency, bytes); none if not given. Port 0 picks a free one (logged).
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// PEM certificate chain to serve HTTPS with (with --tls-key).
+    #[arg(long = "tls-cert", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long = "tls-key", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// `cairn s3 ...`.
@@ -54,32 +65,96 @@ enum S3Cmd {
     },
 }
 
+/// Where the users live: the cluster's monitor and the gateway's pool.
+#[derive(Args)]
+struct Store {
+    /// Monitor address.
+    #[arg(long, default_value = DEFAULT_MON)]
+    mon: SocketAddr,
+    /// The gateway's pool.
+    #[arg(long, default_value = DEFAULT_POOL)]
+    pool: String,
+}
+
+impl Store {
+    fn config(&self) -> anyhow::Result<GatewayConfig> {
+        Ok(GatewayConfig {
+            mon: self.mon,
+            pool: self.pool.clone(),
+            cluster_auth: crate::credentials::client_auth()?,
+            ..GatewayConfig::default()
+        })
+    }
+}
+
 #[derive(Subcommand)]
 enum UserCmd {
     /// Creates a user and prints its access key and secret key.
     Create {
         /// User name.
         name: String,
-        /// Monitor address.
-        #[arg(long, default_value = DEFAULT_MON)]
-        mon: SocketAddr,
-        /// The gateway's pool.
-        #[arg(long, default_value = "s3")]
-        pool: String,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Lists users and their access keys (never secrets).
+    Ls {
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Removes a user and revokes every key of it (refused while it owns buckets); running
+    /// gateways refuse its keys from their next request.
+    Rm {
+        /// User name.
+        name: String,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// A user's access keys.
+    Key {
+        #[command(subcommand)]
+        cmd: KeyCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCmd {
+    /// Gives a user another access key and prints it with its secret.
+    Add {
+        /// User name.
+        name: String,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Revokes one access key of a user; running gateways refuse it from their next request.
+    Rm {
+        /// User name.
+        name: String,
+        /// The access key to revoke.
+        access_key: String,
+        #[command(flatten)]
+        store: Store,
     },
 }
 
 /// Runs the gateway until interrupted.
 pub fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
-    let cfg = match &args.config {
+    let mut cfg = match &args.config {
         Some(path) => GatewayConfig::load(path)?,
         None => GatewayConfig {
             mon: args.mon,
             listen: args.listen,
             pool: args.pool.clone(),
             metrics: args.metrics,
+            tls_cert: args.tls_cert.clone(),
+            tls_key: args.tls_key.clone(),
             ..GatewayConfig::default()
         },
+    };
+    cfg.cluster_auth = crate::credentials::client_auth()?;
+    let scheme = if cfg.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
     };
     crate::runtime::command()?.block_on(async {
         let gw = cairn_s3::connect(cfg.clone()).await?;
@@ -93,30 +168,56 @@ pub fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("binding the metrics page on {at}"))?;
             eprintln!("s3 gateway metrics on http://{bound}/metrics");
         }
-        eprintln!("s3 gateway serving on http://{addr} (pool '{}')", cfg.pool);
+        eprintln!(
+            "s3 gateway serving on {scheme}://{addr} (pool '{}')",
+            cfg.pool
+        );
         tokio::signal::ctrl_c().await?;
         anyhow::Ok(())
     })
 }
 
+fn print_keys(user: &cairn_s3::users::User) {
+    println!("user:       {}", user.name);
+    println!("access_key: {}", user.access_key);
+    println!("secret_key: {}", user.secret_key);
+}
+
 /// `cairn s3 ...`.
 pub fn run(args: S3Args) -> anyhow::Result<()> {
-    match args.cmd {
-        S3Cmd::User {
-            cmd: UserCmd::Create { name, mon, pool },
+    let rt = crate::runtime::command()?;
+    let S3Cmd::User { cmd } = args.cmd;
+    match cmd {
+        UserCmd::Create { name, store } => {
+            print_keys(&rt.block_on(cairn_s3::create_user(&store.config()?, &name))?);
+        }
+        UserCmd::Ls { store } => {
+            let users = rt.block_on(cairn_s3::list_users(&store.config()?))?;
+            println!("{:<24} {:<22} created", "user", "access_key");
+            for u in users {
+                println!("{:<24} {:<22} {}", u.name, u.access_key, u.created_date());
+            }
+        }
+        UserCmd::Rm { name, store } => {
+            let n = rt.block_on(cairn_s3::remove_user(&store.config()?, &name))?;
+            println!("removed user {name} ({n} access key(s) revoked)");
+        }
+        UserCmd::Key {
+            cmd: KeyCmd::Add { name, store },
+        } => print_keys(&rt.block_on(cairn_s3::add_key(&store.config()?, &name))?),
+        UserCmd::Key {
+            cmd:
+                KeyCmd::Rm {
+                    name,
+                    access_key,
+                    store,
+                },
         } => {
-            let cfg = GatewayConfig {
-                mon,
-                pool,
-                ..GatewayConfig::default()
-            };
-            let user = crate::runtime::command()?.block_on(cairn_s3::create_user(&cfg, &name))?;
-            println!("user:       {}", user.name);
-            println!("access_key: {}", user.access_key);
-            println!("secret_key: {}", user.secret_key);
-            Ok(())
+            rt.block_on(cairn_s3::remove_key(&store.config()?, &name, &access_key))?;
+            println!("revoked access key {access_key} of user {name}");
         }
     }
+    Ok(())
 }
 
 /// The `admin` user whose keys `creds` (an AWS credentials file an earlier `cairn up` wrote)
@@ -136,17 +237,25 @@ async fn admin_user(cfg: &GatewayConfig, creds: &Path) -> anyhow::Result<cairn_s
             }
         }
     }
-    Ok(cairn_s3::create_user(cfg, "admin").await?)
+    match cairn_s3::create_user(cfg, "admin").await {
+        Err(cairn_s3::GatewayError::User(cairn_s3::users::UserError::Exists(_))) => {
+            Ok(cairn_s3::add_key(cfg, "admin").await?)
+        }
+        other => Ok(other?),
+    }
 }
 
 /// For `cairn up`: starts `cairn s3gw` on `listen` (log `s3gw.log` in `dir`) through `spawn`
 /// and returns its pid at once, so that `cairn up` records it before waiting for it
-/// ([`announce_for_up`]).
+/// ([`announce_for_up`]). With `tls`, the gateway serves HTTPS with the certificate of a
+/// local CA, both generated in `dir` the first time.
 pub fn spawn_for_up(
     dir: &Path,
     mon: SocketAddr,
     listen: SocketAddr,
     metrics: bool,
+    tls: bool,
+    keyring: Option<&Path>,
     spawn: impl Fn(&Path, &str, &[String]) -> anyhow::Result<u32>,
 ) -> anyhow::Result<u32> {
     let mut args = vec![
@@ -159,13 +268,38 @@ pub fn spawn_for_up(
     if metrics {
         args.extend(["--metrics".into(), "127.0.0.1:0".into()]);
     }
+    if let Some(k) = keyring {
+        let name = cairn_auth::EntityName::Client(crate::up_keys::S3GW.into());
+        args.extend([
+            "--keyring".into(),
+            k.display().to_string(),
+            "--name".into(),
+            name.to_string(),
+        ]);
+    }
+    if tls {
+        let g = cairn_s3::tls::generate(dir, &[listen.ip().to_string()])?;
+        args.extend([
+            "--tls-cert".into(),
+            g.cert.display().to_string(),
+            "--tls-key".into(),
+            g.key.display().to_string(),
+        ]);
+    }
     spawn(dir, "s3gw", &args)
 }
 
 /// For `cairn up`, once the gateway [`spawn_for_up`] started on `listen` is recorded: waits
 /// until it serves, takes the `admin` user of `dir/s3-credentials` (or creates one and saves
-/// its keys there) and prints the endpoint and keys.
-pub fn announce_for_up(dir: &Path, mon: SocketAddr, listen: SocketAddr) -> anyhow::Result<()> {
+/// its keys there, mode 0600) and prints the endpoint and keys (and, with `tls`, the CA file
+/// clients need).
+pub fn announce_for_up(
+    dir: &Path,
+    mon: SocketAddr,
+    listen: SocketAddr,
+    tls: bool,
+    cluster_auth: Option<cairn_client::tickets::ClientAuth>,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let log = dir.join("s3gw.log");
     loop {
@@ -184,23 +318,36 @@ pub fn announce_for_up(dir: &Path, mon: SocketAddr, listen: SocketAddr) -> anyho
     }
     let cfg = GatewayConfig {
         mon,
+        cluster_auth,
         ..GatewayConfig::default()
     };
     let creds = dir.join("s3-credentials");
     let user = crate::runtime::command()?.block_on(admin_user(&cfg, &creds))?;
-    std::fs::write(
+    cairn_s3::tls::write_file(
         &creds,
         format!(
             "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
             user.access_key, user.secret_key
-        ),
+        )
+        .as_bytes(),
+        true,
     )?;
+    let scheme = if tls { "https" } else { "http" };
     println!(
-        "S3 gateway on http://{listen} (user 'admin', keys also in {}):",
+        "S3 gateway on {scheme}://{listen} (user 'admin', keys also in {}):",
         creds.display()
     );
     println!("  export AWS_ACCESS_KEY_ID={}", user.access_key);
     println!("  export AWS_SECRET_ACCESS_KEY={}", user.secret_key);
-    println!("  aws --endpoint-url http://{listen} s3 mb s3://demo");
+    if tls {
+        let ca = dir.join("s3-ca.pem");
+        println!("  S3 TLS CA: {}", ca.display());
+        println!(
+            "  aws --endpoint-url https://{listen} --ca-bundle {} s3 mb s3://demo",
+            ca.display()
+        );
+    } else {
+        println!("  aws --endpoint-url http://{listen} s3 mb s3://demo");
+    }
     Ok(())
 }

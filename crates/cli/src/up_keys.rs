@@ -22,6 +22,22 @@ pub(crate) fn mon_keyring(dir: &Path) -> PathBuf {
     dir.join("mon.keyring")
 }
 
+/// The S3 gateway's entity name (`client.s3gw`): it reads and writes its own pool only (and
+/// may create it), so the users' secrets stored there are readable by it and the
+/// administrator alone.
+pub(crate) const S3GW: &str = "s3gw";
+
+/// The gateway's capabilities, for its pool `pool`.
+fn s3gw_caps(pool: &str) -> Caps {
+    let osd = format!("allow rw pool={pool}");
+    Caps::from_pairs(&[("mon", "allow rw"), ("osd", &osd)]).expect("the gateway's caps parse")
+}
+
+/// The gateway's keyring in a cluster directory.
+pub(crate) fn s3gw_keyring(dir: &Path) -> PathBuf {
+    dir.join("s3gw.keyring")
+}
+
 /// OSD `i`'s keyring in a cluster directory.
 pub(crate) fn osd_keyring(dir: &Path, i: usize) -> PathBuf {
     dir.join(format!("osd{i}.keyring"))
@@ -44,9 +60,26 @@ pub(crate) fn prepare(dir: &Path, osds: usize) -> anyhow::Result<Vec<usize>> {
         Keyring::single(entity.clone(), entry.clone()).save(&osd_keyring(dir, i))?;
         seed.entries.insert(entity, entry);
     }
+    let gw = EntityName::Client(S3GW.into());
+    let gw_entry = KeyringEntry::generate(&s3gw_caps(crate::s3_cmd::DEFAULT_POOL));
+    Keyring::single(gw.clone(), gw_entry.clone()).save(&s3gw_keyring(dir))?;
+    seed.entries.insert(gw, gw_entry);
     Keyring::single(EntityName::admin(), admin).save(&admin_keyring(dir))?;
     seed.save(&mon_keyring(dir))?;
     Ok(Vec::new())
+}
+
+/// The administrator, as a client of the whole cluster, from the cluster directory.
+pub(crate) fn admin_auth(dir: &Path) -> anyhow::Result<cairn_client::tickets::ClientAuth> {
+    let ring = Keyring::load(&admin_keyring(dir))?;
+    let entry = ring
+        .get(&EntityName::admin())
+        .ok_or_else(|| anyhow::anyhow!("{} holds no client.admin", admin_keyring(dir).display()))?;
+    Ok(cairn_client::tickets::ClientAuth {
+        entity: EntityName::admin(),
+        key: entry.key.clone(),
+        mode: crate::credentials::mode(),
+    })
 }
 
 /// The administrator's credentials from the cluster directory.

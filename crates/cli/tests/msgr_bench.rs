@@ -38,7 +38,9 @@ fn round_trips_are_reported_and_the_echo_server_is_stopped() {
         ("write", "1048576", "mac"),
         ("read", "262144", "secure"),
     ] {
-        let args = ["msgr", "bench", "1", shape, "-b", size, "-t", "4", "--wire", wire];
+        let args = [
+            "msgr", "bench", "1", shape, "-b", size, "-t", "4", "--wire", wire,
+        ];
         let (ok, out) = cairn(&args);
         assert!(ok, "{out}");
         assert!(number_after(&out, "Round trips:") > 0.0, "{out}");

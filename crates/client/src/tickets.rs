@@ -15,7 +15,7 @@ use cairn_proto::mon::{AuthAnswer, AuthRequest, RequestBody};
 use crate::mon::MonClient;
 
 /// Who a client is: its entity, its key and the wire mode it asks for.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientAuth {
     /// Its entity (`client.NAME`).
     pub entity: EntityName,

@@ -181,6 +181,11 @@ pub fn entry_seeds() -> Vec<Vec<u8>> {
             }],
         },
         parts: 2,
+        acl: cairn_s3::acl::CannedAcl::PublicRead,
+        checksum: Some(cairn_s3::checksum::Checksum {
+            algo: cairn_s3::checksum::ChecksumAlgo::Crc32,
+            value: "DUoRhQ==".into(),
+        }),
         inline: Vec::new(),
     };
     let inline = Entry {

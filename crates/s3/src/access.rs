@@ -1,18 +1,21 @@
-//! Request admission after s3s has verified the signature: anonymous requests are denied,
-//! presigned URLs may not live longer than 7 days, header-signed requests must be dated
-//! within 15 minutes of the gateway's clock, and the per-user and per-bucket rate limits
-//! must admit the request (else SlowDown). Reads the wall clock; keeps no state of its own.
-
-use std::sync::Arc;
-use std::time::Instant;
+//! Request admission after s3s has routed the request: a cached access key must still exist
+//! ([`crate::users::Users::recheck`], concurrently with the bucket lookup), presigned SigV4
+//! URLs may not live longer than 7 days, header-signed requests must be dated within 15
+//! minutes of the gateway's clock, the caller (a user, or anonymous) must be authorized for
+//! the operation on the bucket or object (`authz`: ownership, policy, ACLs), and the per-user
+//! and per-bucket rate limits must admit the request (else SlowDown). The bucket record it
+//! authorized against travels with the request ([`AdmittedBucket`]) so the operation acts on
+//! exactly that record. Reads the wall clock; keeps no state of its own.
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::path::S3Path;
 use s3s::{s3_error, S3Result};
 
-use crate::metrics::S3Metrics;
-use crate::ratelimit::{Limiter, Refusal};
-use crate::users::Users;
+use crate::authz::{authorize, Action};
+use crate::buckets::get_bucket;
+use crate::gateway::Gateway;
+use crate::identity::{self, AdmittedBucket, ANONYMOUS};
+use crate::ratelimit::Refusal;
 
 /// Longest presigned URL lifetime (AWS: 7 days).
 pub const MAX_PRESIGN_EXPIRES_S: u64 = 7 * 24 * 3600;
@@ -21,14 +24,8 @@ pub const MAX_SKEW_S: i64 = 15 * 60;
 
 /// The gateway's `S3Access`.
 pub struct Admission {
-    /// Users (maps access keys to names).
-    pub users: Arc<Users>,
-    /// Rate limits.
-    pub limiter: Arc<Limiter>,
-    /// Time origin of the limiter's clock.
-    pub epoch: Instant,
-    /// Where admitted and refused operations are counted.
-    pub metrics: Arc<S3Metrics>,
+    /// The gateway (users, buckets, limits, metrics).
+    pub gw: Gateway,
 }
 
 /// Seconds since the Unix epoch of an ISO 8601 basic timestamp (`20130524T000000Z`).
@@ -87,34 +84,71 @@ pub fn check_dates(query: Option<&str>, amz_date: Option<&str>, now_s: i64) -> S
 #[async_trait::async_trait]
 impl S3Access for Admission {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let admitted = self.admit(cx);
-        self.metrics.record_op(cx.s3_op().name(), admitted.is_ok());
+        let admitted = self.admit(cx).await;
+        self.gw
+            .metrics
+            .record_op(cx.s3_op().name(), admitted.is_ok());
         admitted
     }
 }
 
 impl Admission {
     /// The admission decision for one routed request (see the module).
-    fn admit(&self, cx: &S3AccessContext<'_>) -> S3Result<()> {
-        let Some(cred) = cx.credentials() else {
-            return Err(s3_error!(AccessDenied, "anonymous access is denied"));
+    async fn admit(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let gw = &self.gw;
+        let caller = identity::caller(cx.extensions_mut()).cloned();
+        // SigV4 (s3s verified it again and holds its credentials); SigV2 times were checked
+        // with its signature.
+        if cx.credentials().is_some() {
+            let now_s = time::OffsetDateTime::now_utc().unix_timestamp();
+            let amz_date = cx.headers().get("x-amz-date").and_then(|v| v.to_str().ok());
+            check_dates(cx.uri().query(), amz_date, now_s)?;
+        }
+        let action = Action::of_op(cx.s3_op().name());
+        let (bucket, key) = match cx.s3_path() {
+            S3Path::Root => (None, None),
+            S3Path::Bucket { bucket } => (Some(bucket.to_string()), None),
+            S3Path::Object { bucket, key } => (Some(bucket.to_string()), Some(key.to_string())),
         };
-        let user = self
-            .users
-            .name_of(&cred.access_key)
-            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
-        let now_s = time::OffsetDateTime::now_utc().unix_timestamp();
-        let amz_date = cx.headers().get("x-amz-date").and_then(|v| v.to_str().ok());
-        check_dates(cx.uri().query(), amz_date, now_s)?;
-        let bucket = match cx.s3_path() {
-            S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(&**bucket),
-            S3Path::Root => None,
+        let needs_record = bucket.is_some() && action != Action::CreateBucket;
+        let recheck = async {
+            match &caller {
+                Some(id) => gw.users.recheck(id).await,
+                None => Ok(()),
+            }
         };
+        let record = async {
+            match &bucket {
+                Some(name) if needs_record && action.writes() => {
+                    get_bucket(&gw.backend, name).await.map(Some)
+                }
+                Some(name) if needs_record => gw.buckets.get(&gw.backend, name).await.map(Some),
+                _ => Ok(None),
+            }
+        };
+        let (rechecked, record) = tokio::join!(recheck, record);
+        rechecked?;
+        let user = caller.as_ref().map(|id| id.user.as_str());
+        match record? {
+            Some(b) => {
+                // DeleteObjects names its keys in the body: each is authorized by the
+                // operation itself.
+                if cx.s3_op().name() != "DeleteObjects" {
+                    authorize(gw, user, &b, action, key.as_deref()).await?;
+                }
+                cx.extensions_mut().insert(AdmittedBucket(b));
+            }
+            None if user.is_none() => {
+                return Err(s3_error!(AccessDenied, "anonymous access is denied"));
+            }
+            None => {}
+        }
         let bytes = crate::server::declared_len(cx.headers());
-        let now_ns = self.epoch.elapsed().as_nanos() as u64;
-        match self.limiter.admit(&user, bucket, bytes, now_ns) {
+        let now_ns = gw.epoch.elapsed().as_nanos() as u64;
+        let who = user.unwrap_or(ANONYMOUS);
+        match gw.limiter.admit(who, bucket.as_deref(), bytes, now_ns) {
             Ok(()) => Ok(()),
-            Err(Refusal::User) => Err(s3_error!(SlowDown, "request rate of user {user} exceeded")),
+            Err(Refusal::User) => Err(s3_error!(SlowDown, "request rate of user {who} exceeded")),
             Err(Refusal::Bucket) => Err(s3_error!(SlowDown, "request rate of the bucket exceeded")),
         }
     }

@@ -1,10 +1,11 @@
-//! Bucket operations: create, delete (empty only; in-progress uploads are aborted), head,
-//! list, location.
+//! Bucket operations: create (with a canned ACL), delete (empty only; in-progress uploads
+//! are aborted), head, list (the caller's own buckets), location.
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
-use crate::buckets::{self, get_bucket};
+use crate::access_ops::{acl_on_create, any_grant};
+use crate::buckets;
 use crate::gateway::Gateway;
 use crate::headers::timestamp;
 use crate::multipart;
@@ -15,8 +16,13 @@ pub async fn create(
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     let owner = gw.user_of(&req)?;
-    let name = &req.input.bucket;
-    buckets::create_bucket(&gw.backend, name, &owner, gw.cfg.index_shards).await?;
+    let input = &req.input;
+    let acl = acl_on_create(
+        input.acl.as_ref().map(|a| a.as_str()),
+        any_grant!(input) || input.grant_write.is_some(),
+    )?;
+    let name = &input.bucket;
+    buckets::create_bucket(&gw.backend, name, &owner, gw.cfg.index_shards, acl).await?;
     gw.buckets.forget(name);
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),
@@ -28,7 +34,7 @@ pub async fn delete(
     gw: &Gateway,
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
-    let b = get_bucket(&gw.backend, &req.input.bucket).await?;
+    let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
     if buckets::has_objects(&gw.backend, &b).await? {
         return Err(s3_error!(BucketNotEmpty));
     }
@@ -43,14 +49,14 @@ pub async fn head(
     gw: &Gateway,
     req: S3Request<HeadBucketInput>,
 ) -> S3Result<S3Response<HeadBucketOutput>> {
-    gw.buckets.get(&gw.backend, &req.input.bucket).await?;
+    gw.bucket(&req.extensions, &req.input.bucket).await?;
     Ok(S3Response::new(HeadBucketOutput {
         bucket_region: Some(gw.cfg.region.clone()),
         ..Default::default()
     }))
 }
 
-/// ListBuckets.
+/// ListBuckets: the caller's own buckets only.
 pub async fn list(
     gw: &Gateway,
     req: S3Request<ListBucketsInput>,
@@ -59,6 +65,7 @@ pub async fn list(
     let all = buckets::list_buckets(&gw.backend).await?;
     let buckets = all
         .into_iter()
+        .filter(|b| b.owner == user)
         .filter(|b| {
             req.input
                 .prefix
@@ -86,7 +93,7 @@ pub async fn location(
     gw: &Gateway,
     req: S3Request<GetBucketLocationInput>,
 ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-    get_bucket(&gw.backend, &req.input.bucket).await?;
+    gw.bucket(&req.extensions, &req.input.bucket).await?;
     Ok(S3Response::new(GetBucketLocationOutput {
         location_constraint: None,
     }))

@@ -12,6 +12,7 @@ use rand::Rng;
 use s3s::{s3_error, S3Result};
 use serde::{Deserialize, Serialize};
 
+use crate::acl::CannedAcl;
 use crate::backend::Backend;
 use crate::data::internal;
 use crate::entry::Entry;
@@ -36,6 +37,16 @@ pub struct BucketInfo {
     pub shards: u32,
     /// Owner (user name).
     pub owner: String,
+    /// Canned ACL (who besides the owner may list, write, read the ACL).
+    #[serde(default, skip_serializing_if = "is_private")]
+    pub acl: CannedAcl,
+    /// Bucket policy document, as given to PutBucketPolicy (checked then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}
+
+fn is_private(acl: &CannedAcl) -> bool {
+    *acl == CannedAcl::Private
 }
 
 impl BucketInfo {
@@ -153,12 +164,22 @@ pub async fn list_buckets(backend: &Arc<dyn Backend>) -> S3Result<Vec<BucketInfo
     }
 }
 
+/// Rewrites a bucket's record (its ACL or policy changed). Last writer wins between
+/// concurrent changes of one bucket.
+pub async fn update_bucket(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Result<()> {
+    backend
+        .omap_set(REGISTRY, &[(b.name.as_bytes().to_vec(), seal(b))])
+        .await
+        .map_err(internal)
+}
+
 /// Creates a bucket; BucketAlreadyOwnedByYou / BucketAlreadyExists if the name is taken.
 pub async fn create_bucket(
     backend: &Arc<dyn Backend>,
     name: &str,
     owner: &str,
     shards: u32,
+    acl: CannedAcl,
 ) -> S3Result<BucketInfo> {
     match get_bucket(backend, name).await {
         Ok(b) if b.owner == owner => return Err(s3_error!(BucketAlreadyOwnedByYou)),
@@ -172,6 +193,8 @@ pub async fn create_bucket(
         created_ms: now_ms(),
         shards,
         owner: owner.to_string(),
+        acl,
+        policy: None,
     };
     backend
         .omap_set(REGISTRY, &[(name.as_bytes().to_vec(), seal(&info))])
@@ -205,6 +228,10 @@ pub async fn remove_bucket(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Resu
     }
     backend
         .remove(&b.uploads_object())
+        .await
+        .map_err(internal)?;
+    backend
+        .remove(&crate::object_acl::acl_object(b))
         .await
         .map_err(internal)?;
     Ok(())
@@ -267,7 +294,9 @@ mod tests {
             is_missing(cache.get(&backend, "b").await),
             "absent: not cached"
         );
-        create_bucket(&backend, "b", "alice", 4).await.unwrap();
+        create_bucket(&backend, "b", "alice", 4, CannedAcl::Private)
+            .await
+            .unwrap();
         let first = cache.get(&backend, "b").await.unwrap();
         // Another gateway deletes the bucket: this one trusts its record until it expires.
         remove_bucket(&backend, &first).await.unwrap();
@@ -276,7 +305,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(is_missing(cache.get(&backend, "b").await), "expired");
         // Re-created elsewhere with a new id, then read: the new record.
-        create_bucket(&backend, "b", "alice", 4).await.unwrap();
+        create_bucket(&backend, "b", "alice", 4, CannedAcl::Private)
+            .await
+            .unwrap();
         let second = cache.get(&backend, "b").await.unwrap();
         assert_ne!(second.id, first.id);
         // Deleted through this gateway: forgotten at once.
@@ -285,7 +316,9 @@ mod tests {
         assert!(is_missing(cache.get(&backend, "b").await));
         // A zero lifetime never caches.
         let never = BucketCache::new(Duration::ZERO);
-        create_bucket(&backend, "c", "alice", 4).await.unwrap();
+        create_bucket(&backend, "c", "alice", 4, CannedAcl::Private)
+            .await
+            .unwrap();
         let c = never.get(&backend, "c").await.unwrap();
         remove_bucket(&backend, &c).await.unwrap();
         assert!(is_missing(never.get(&backend, "c").await));

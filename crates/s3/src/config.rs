@@ -2,7 +2,7 @@
 //! defaults and a doc line on every field. Limits are explicit and checked at startup.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -51,6 +51,10 @@ pub struct RateLimits {
 pub struct GatewayConfig {
     /// Monitor address.
     pub mon: SocketAddr,
+    /// Who the gateway is to the cluster (its entity and key, from the keyring it was given);
+    /// None where the cluster does not authenticate.
+    #[serde(skip)]
+    pub cluster_auth: Option<cairn_client::tickets::ClientAuth>,
     /// HTTP listen address.
     pub listen: SocketAddr,
     /// Address of the gateway's Prometheus page (`/metrics`, module `metrics`); none if not
@@ -96,6 +100,11 @@ pub struct GatewayConfig {
     pub max_inflight_body_bytes: u64,
     /// Region in bucket locations.
     pub region: String,
+    /// PEM certificate chain (leaf first) to serve HTTPS with; with `tls_key`. Unset: plain
+    /// HTTP.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
     /// Rate limits.
     pub limits: RateLimits,
 }
@@ -103,6 +112,7 @@ pub struct GatewayConfig {
 impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
+            cluster_auth: None,
             mon: "127.0.0.1:6789".parse().expect("literal"),
             listen: "127.0.0.1:7480".parse().expect("literal"),
             metrics: None,
@@ -120,6 +130,8 @@ impl Default for GatewayConfig {
             body_admit_timeout_ms: 30_000,
             max_inflight_body_bytes: 32 << 20,
             region: "us-east-1".into(),
+            tls_cert: None,
+            tls_key: None,
             limits: RateLimits::default(),
         }
     }
@@ -174,6 +186,9 @@ impl GatewayConfig {
                 return bad(format!("{name} must be > 0"));
             }
         }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return bad("tls_cert and tls_key are set together".into());
+        }
         let l = &self.limits;
         for (name, v) in [
             ("user_requests_per_s", l.user_requests_per_s),
@@ -207,5 +222,13 @@ mod tests {
             ..Default::default()
         };
         assert!(cfg.validate().is_err());
+        let half_tls = GatewayConfig {
+            tls_cert: Some("cert.pem".into()),
+            ..Default::default()
+        };
+        assert!(half_tls.validate().is_err());
+        let tls: GatewayConfig =
+            toml::from_str("tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n").unwrap();
+        tls.validate().unwrap();
     }
 }

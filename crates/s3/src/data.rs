@@ -18,6 +18,7 @@ use s3s::stream::ByteStream;
 use s3s::{s3_error, S3Error, S3Result};
 
 use crate::backend::{Backend, BackendError};
+use crate::checksum::{ChecksumAlgo, ChecksumHasher};
 use crate::entry::{DataLoc, Entry, Segment};
 
 /// Pieces read ahead of the HTTP response (and reads in flight for one response).
@@ -34,6 +35,8 @@ pub struct Written {
     pub size: u64,
     /// Their MD5.
     pub md5: [u8; 16],
+    /// Their checksum (base64) in the algorithm [`WriteSpec::checksum`] asked for.
+    pub checksum: Option<String>,
     /// The bytes, when they fit inline (nothing was written to the cluster).
     pub inline: Option<Vec<u8>>,
     /// The segment the bytes were striped into, otherwise.
@@ -52,6 +55,8 @@ pub struct WriteSpec<'a> {
     pub max_bytes: u64,
     /// How long the body may be idle, and may take per stripe (RequestTimeout past either).
     pub deadlines: BodyDeadlines,
+    /// A checksum to compute beside the MD5.
+    pub checksum: Option<ChecksumAlgo>,
 }
 
 /// Time limits on receiving a request body, so a slow or stalled sender holds the gateway's
@@ -132,7 +137,7 @@ pub async fn write_body(
         .ok()
         .filter(|&s| s > 0)
         .ok_or_else(|| s3_error!(InternalError, "invalid stripe size {}", spec.stripe_bytes))?;
-    let mut p = Pipeline::new(backend.clone(), spec.id);
+    let mut p = Pipeline::new(backend.clone(), spec.id, spec.checksum);
     let mut buf: Vec<u8> = Vec::new();
     let mut size = 0u64;
     let result: S3Result<()> = async {
@@ -171,11 +176,13 @@ pub async fn write_body(
     let finish = match result {
         Err(e) => Err(e),
         Ok(()) if p.started == 0 && size <= spec.inline_max => {
-            let mut md5 = p.take_md5().await?;
-            md5.update(&buf);
+            let mut hashes = p.take_hashes().await?;
+            hashes.update(&buf);
+            let (md5, checksum) = hashes.finish();
             return Ok(Written {
                 size,
-                md5: md5.finalize(),
+                md5,
+                checksum,
                 inline: Some(buf),
                 segment: None,
             });
@@ -193,9 +200,10 @@ pub async fn write_body(
         Err(e) => Err(e),
     };
     match finish {
-        Ok(md5) => Ok(Written {
+        Ok((md5, checksum)) => Ok(Written {
             size,
             md5,
+            checksum,
             inline: None,
             segment: Some(Segment {
                 id: spec.id.to_string(),
@@ -214,10 +222,39 @@ pub const WRITE_AHEAD_STRIPES: usize = 2;
 /// Pieces at least this long are hashed on a blocking thread; shorter ones inline.
 const BLOCKING_HASH_BYTES: usize = 256 << 10;
 
-/// The MD5 state: ready, or on a blocking thread hashing a stripe.
+/// The digests of a body: its MD5 (the ETag) and, when asked for, a checksum.
+struct Hashes {
+    md5: Md5,
+    checksum: Option<ChecksumHasher>,
+}
+
+impl Hashes {
+    fn new(checksum: Option<ChecksumAlgo>) -> Self {
+        Hashes {
+            md5: Md5::new(),
+            checksum: checksum.map(ChecksumHasher::new),
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        self.md5.update(data);
+        if let Some(c) = &mut self.checksum {
+            c.update(data);
+        }
+    }
+
+    fn finish(self) -> ([u8; 16], Option<String>) {
+        (
+            self.md5.finalize(),
+            self.checksum.map(ChecksumHasher::finish),
+        )
+    }
+}
+
+/// The digest state: ready, or on a blocking thread hashing a stripe.
 enum Hasher {
-    Ready(Md5),
-    Busy(tokio::task::JoinHandle<Md5>),
+    Ready(Box<Hashes>),
+    Busy(tokio::task::JoinHandle<Box<Hashes>>),
 }
 
 /// The stripe writes of one body: started in order, at most [`WRITE_AHEAD_STRIPES`] at a
@@ -229,10 +266,11 @@ struct Pipeline {
     started: u64,
     inflight: VecDeque<tokio::task::JoinHandle<Result<(), BackendError>>>,
     hasher: Hasher,
+    checksum: Option<ChecksumAlgo>,
 }
 
 impl Pipeline {
-    fn new(backend: Arc<dyn Backend>, id: &str) -> Self {
+    fn new(backend: Arc<dyn Backend>, id: &str, checksum: Option<ChecksumAlgo>) -> Self {
         Pipeline {
             backend,
             seg: Segment {
@@ -241,13 +279,15 @@ impl Pipeline {
             },
             started: 0,
             inflight: VecDeque::new(),
-            hasher: Hasher::Ready(Md5::new()),
+            hasher: Hasher::Ready(Box::new(Hashes::new(checksum))),
+            checksum,
         }
     }
 
-    /// The MD5 state once every piece given so far is hashed.
-    async fn take_md5(&mut self) -> S3Result<Md5> {
-        match std::mem::replace(&mut self.hasher, Hasher::Ready(Md5::new())) {
+    /// The digest state once every piece given so far is hashed.
+    async fn take_hashes(&mut self) -> S3Result<Box<Hashes>> {
+        let fresh = Hasher::Ready(Box::new(Hashes::new(self.checksum)));
+        match std::mem::replace(&mut self.hasher, fresh) {
             Hasher::Ready(m) => Ok(m),
             Hasher::Busy(h) => h.await.map_err(internal),
         }
@@ -255,15 +295,15 @@ impl Pipeline {
 
     /// Hashes `piece` after the pieces before it (on a blocking thread if it is long).
     async fn hash(&mut self, piece: Bytes) -> S3Result<()> {
-        let mut md5 = self.take_md5().await?;
+        let mut hashes = self.take_hashes().await?;
         self.hasher = if piece.len() >= BLOCKING_HASH_BYTES {
             Hasher::Busy(tokio::task::spawn_blocking(move || {
-                md5.update(&piece);
-                md5
+                hashes.update(&piece);
+                hashes
             }))
         } else {
-            md5.update(&piece);
-            Hasher::Ready(md5)
+            hashes.update(&piece);
+            Hasher::Ready(hashes)
         };
         Ok(())
     }
@@ -291,12 +331,12 @@ impl Pipeline {
         self.hash(stripe).await
     }
 
-    /// Waits for every write and the hash; the body's MD5.
-    async fn finish(&mut self) -> S3Result<[u8; 16]> {
+    /// Waits for every write and the hash; the body's MD5 and checksum.
+    async fn finish(&mut self) -> S3Result<([u8; 16], Option<String>)> {
         while !self.inflight.is_empty() {
             self.wait_one().await?;
         }
-        Ok(self.take_md5().await?.finalize())
+        Ok(self.take_hashes().await?.finish())
     }
 
     /// After a failure: lets the writes in flight end, then removes every stripe started.
@@ -481,6 +521,8 @@ mod tests {
                     .collect(),
             },
             parts: 0,
+            acl: Default::default(),
+            checksum: None,
             inline: Vec::new(),
         }
     }
@@ -517,10 +559,18 @@ mod tests {
             inline_max: 10,
             max_bytes: 1 << 20,
             deadlines: BodyDeadlines::default(),
+            checksum: Some(crate::checksum::ChecksumAlgo::Sha256),
         };
         let w = write_body(&mem, &spec, Some(body)).await.unwrap();
         assert_eq!(w.size, 1000);
         assert_eq!(w.md5, Md5::checksum(&data));
+        let mut whole = crate::checksum::ChecksumHasher::new(crate::checksum::ChecksumAlgo::Sha256);
+        whole.update(&data);
+        assert_eq!(
+            w.checksum,
+            Some(whole.finish()),
+            "checksum over every stripe in order"
+        );
         let e = entry(&[1000], 64);
         let e = Entry {
             loc: DataLoc::Striped {
@@ -549,6 +599,7 @@ mod tests {
             inline_max: 0,
             max_bytes: 300,
             deadlines: BodyDeadlines::default(),
+            checksum: None,
         };
         let body = StreamingBlob::wrap(futures::stream::iter(chunks));
         let err = write_body(&mem, &spec, Some(body)).await.err().unwrap();
@@ -666,6 +717,7 @@ mod tests {
             inline_max: 0,
             max_bytes: 1 << 30,
             deadlines: BodyDeadlines::default(),
+            checksum: None,
         };
         let w = write_body(&b, &spec, Some(body_of(&data, 70_001)))
             .await
@@ -713,6 +765,7 @@ mod tests {
             inline_max: 0,
             max_bytes: 1 << 30,
             deadlines: BodyDeadlines::default(),
+            checksum: None,
         };
         let w = write_body(&b, &spec, Some(body_of(&data, 1 << 20)))
             .await
@@ -745,6 +798,7 @@ mod tests {
                 inline_max: 0,
                 max_bytes: 1 << 20,
                 deadlines: BodyDeadlines::default(),
+                checksum: None,
             };
             let err = write_body(&b, &spec, Some(body_of(&data, 50)))
                 .await
@@ -774,6 +828,7 @@ mod tests {
             inline_max: 0,
             max_bytes: 1 << 20,
             deadlines: BodyDeadlines::default(),
+            checksum: None,
         };
         let body = StreamingBlob::wrap(futures::stream::iter(chunks));
         let err = write_body(&mem, &spec, Some(body)).await.err().unwrap();
@@ -790,6 +845,7 @@ mod tests {
             inline_max: 64,
             max_bytes: 1 << 20,
             deadlines: BodyDeadlines::default(),
+            checksum: None,
         };
         for data in [&b""[..], b"hello", &[9u8; 63]] {
             let w = write_body(&mem, &spec, Some(body_of(data, 7)))

@@ -8,6 +8,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::acl::CannedAcl;
+use crate::checksum::Checksum;
+
+fn is_private(acl: &CannedAcl) -> bool {
+    *acl == CannedAcl::Private
+}
+
 /// Encoding version written today.
 pub const ENTRY_VERSION: u8 = 1;
 const MAGIC: u8 = b'E';
@@ -104,6 +111,13 @@ pub struct Entry {
     /// Number of parts for a multipart object (0 otherwise).
     #[serde(default)]
     pub parts: u32,
+    /// Canned ACL given when the object was written (PutObjectAcl records changes apart:
+    /// `object_acl`).
+    #[serde(default, skip_serializing_if = "is_private")]
+    pub acl: CannedAcl,
+    /// The `x-amz-checksum-*` value the client sent and the gateway verified, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<Checksum>,
     /// The data when `loc` is `Inline` (carried after the JSON, not in it).
     #[serde(skip)]
     pub inline: Vec<u8>,
@@ -190,6 +204,8 @@ mod tests {
                 }
             },
             parts: 0,
+            acl: Default::default(),
+            checksum: None,
             inline: if inline { b"hey".to_vec() } else { Vec::new() },
         }
     }

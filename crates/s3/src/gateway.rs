@@ -1,21 +1,23 @@
 //! The gateway's shared state and the `s3s::S3` trait: each operation is a thin call into the
-//! module that owns it (`bucket_ops`, `object_ops`, `list_ops`, `multipart`).
+//! module that owns it (`bucket_ops`, `object_ops`, `list_ops`, `multipart`, `access_ops`).
 
 use crate::data::BodyDeadlines;
 use crate::metrics::{LimitCounters, S3Metrics};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hyper::http::Extensions;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::Backend;
-use crate::buckets::BucketCache;
+use crate::buckets::{get_bucket, BucketCache, BucketInfo};
 use crate::config::GatewayConfig;
+use crate::identity::{self, AdmittedBucket, ANONYMOUS};
 use crate::ratelimit::Limiter;
 use crate::users::Users;
-use crate::{bucket_ops, list_ops, multipart, object_ops};
+use crate::{access_ops, bucket_ops, list_ops, multipart, object_ops};
 
 /// Semaphore permits (KiB, at most `u32::MAX`) standing for `bytes` of request bodies.
 fn body_permits(bytes: u64) -> usize {
@@ -94,23 +96,32 @@ impl Gateway {
         }
     }
 
-    /// The user name behind a request (AccessDenied if anonymous).
-    pub fn user_of<T>(&self, req: &S3Request<T>) -> S3Result<String> {
-        let cred = req
-            .credentials
-            .as_ref()
-            .ok_or_else(|| s3_error!(AccessDenied))?;
-        self.users
-            .name_of(&cred.access_key)
-            .ok_or_else(|| s3_error!(InvalidAccessKeyId))
+    /// The user name behind a request (None: anonymous).
+    pub fn caller<T>(&self, req: &S3Request<T>) -> Option<String> {
+        identity::caller(&req.extensions).map(|id| id.user.clone())
     }
 
-    /// Charges response body bytes to the request's user and bucket.
-    pub fn charge_response<T>(&self, req: &S3Request<T>, bucket: &str, bytes: u64) {
-        if let Ok(user) = self.user_of(req) {
-            let now_ns = self.epoch.elapsed().as_nanos() as u64;
-            self.limiter.charge_bytes(&user, bucket, bytes, now_ns);
+    /// The user name behind a request (AccessDenied if anonymous).
+    pub fn user_of<T>(&self, req: &S3Request<T>) -> S3Result<String> {
+        self.caller(req).ok_or_else(|| s3_error!(AccessDenied))
+    }
+
+    /// The record of bucket `name` that admission authorized the request (whose extensions
+    /// are `ext`) against; read afresh when admission did not look it up.
+    pub async fn bucket(&self, ext: &Extensions, name: &str) -> S3Result<BucketInfo> {
+        match ext.get::<AdmittedBucket>() {
+            Some(AdmittedBucket(b)) if b.name == name => Ok(b.clone()),
+            _ => get_bucket(&self.backend, name).await,
         }
+    }
+
+    /// Charges response body bytes to the request's user (or the anonymous requesters) and
+    /// bucket.
+    pub fn charge_response<T>(&self, req: &S3Request<T>, bucket: &str, bytes: u64) {
+        let user = self.caller(req);
+        let now_ns = self.epoch.elapsed().as_nanos() as u64;
+        self.limiter
+            .charge_bytes(user.as_deref().unwrap_or(ANONYMOUS), bucket, bytes, now_ns);
     }
 }
 
@@ -247,6 +258,55 @@ impl S3 for Gateway {
         req: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         multipart::list_uploads(self, req).await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        access_ops::get_bucket_acl(self, req).await
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        access_ops::put_bucket_acl(self, req).await
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        access_ops::get_object_acl(self, req).await
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        access_ops::put_object_acl(self, req).await
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        access_ops::get_bucket_policy(self, req).await
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        access_ops::put_bucket_policy(self, req).await
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        access_ops::delete_bucket_policy(self, req).await
     }
 }
 

@@ -9,25 +9,34 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod access_ops;
+pub mod acl;
+pub mod authz;
 pub mod backend;
 pub mod bucket_ops;
 pub mod buckets;
+pub mod checksum;
 pub mod chunked;
 pub mod config;
 pub mod data;
 pub mod entry;
 pub mod gateway;
 pub mod headers;
+pub mod identity;
 pub mod list_ops;
 pub mod listing;
 pub mod metrics;
 pub mod multipart;
+pub mod object_acl;
 pub mod object_ops;
+pub mod policy;
 pub mod ratelimit;
 pub mod record;
 pub mod server;
+pub mod sigv2;
 pub mod sigv4;
 pub mod slots;
+pub mod tls;
 pub mod users;
 
 use std::sync::Arc;
@@ -56,6 +65,15 @@ pub enum GatewayError {
     /// Object layer.
     #[error(transparent)]
     Backend(#[from] backend::BackendError),
+    /// Managing users.
+    #[error(transparent)]
+    User(#[from] users::UserError),
+    /// Reading the bucket registry.
+    #[error("bucket registry: {0}")]
+    Registry(String),
+    /// TLS certificate or key.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// Sockets.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -74,7 +92,8 @@ fn client_id() -> u64 {
 /// Creates `pool` (replicas = up OSDs, at most 3) unless it exists, and waits until a client
 /// sees it.
 pub async fn ensure_pool(cfg: &GatewayConfig) -> Result<Arc<Client>, GatewayError> {
-    let mon = MonClient::connect(cfg.mon, client_id()).await;
+    let mon_creds = cfg.cluster_auth.as_ref().map(|a| a.mon_credentials());
+    let mon = MonClient::connect_as(cfg.mon, client_id(), mon_creds).await;
     mon.subscribe(10_000).await?;
     mon.wait_for_epoch(1, 10_000).await?;
     let map = mon.map();
@@ -99,7 +118,8 @@ pub async fn ensure_pool(cfg: &GatewayConfig) -> Result<Arc<Client>, GatewayErro
             }
         }
     }
-    let client = Arc::new(Client::connect(cfg.mon, client_id()).await?);
+    let client =
+        Arc::new(Client::connect_as(cfg.mon, client_id(), cfg.cluster_auth.clone()).await?);
     let deadline = Instant::now() + Duration::from_millis(POOL_WAIT_MS);
     while client
         .map()
@@ -132,9 +152,44 @@ pub async fn find_user(
     Ok(users::find_user(&backend, access_key).await?)
 }
 
+/// The user store of the gateway's pool (connecting to the cluster, creating the pool if
+/// needed).
+async fn user_store(cfg: &GatewayConfig) -> Result<backend::ClusterBackend, GatewayError> {
+    let client = ensure_pool(cfg).await?;
+    Ok(backend::ClusterBackend::new(client, &cfg.pool))
+}
+
 /// Creates a user in the cluster and returns it (with its secret).
 pub async fn create_user(cfg: &GatewayConfig, name: &str) -> Result<users::User, GatewayError> {
-    let client = ensure_pool(cfg).await?;
-    let backend = backend::ClusterBackend::new(client, &cfg.pool);
-    Ok(users::create_user(&backend, name).await?)
+    Ok(users::create_user(&user_store(cfg).await?, name).await?)
+}
+
+/// Adds an access key to an existing user and returns it (with its secret).
+pub async fn add_key(cfg: &GatewayConfig, name: &str) -> Result<users::User, GatewayError> {
+    Ok(users::add_key(&user_store(cfg).await?, name).await?)
+}
+
+/// Revokes one access key of a user; running gateways refuse it from their next request.
+pub async fn remove_key(cfg: &GatewayConfig, name: &str, key: &str) -> Result<(), GatewayError> {
+    Ok(users::remove_key(&user_store(cfg).await?, name, key).await?)
+}
+
+/// Removes a user and every key of it (refused while it owns buckets); returns how many keys
+/// were revoked.
+pub async fn remove_user(cfg: &GatewayConfig, name: &str) -> Result<usize, GatewayError> {
+    let store: Arc<dyn backend::Backend> = Arc::new(user_store(cfg).await?);
+    let owned: Vec<String> = buckets::list_buckets(&store)
+        .await
+        .map_err(|e| GatewayError::Registry(e.to_string()))?
+        .into_iter()
+        .filter(|b| b.owner == name)
+        .map(|b| b.name)
+        .collect();
+    Ok(users::remove_user(store.as_ref(), name, &owned).await?)
+}
+
+/// Every access key in the cluster with its user (secrets included: callers print only
+/// names and keys).
+pub async fn list_users(cfg: &GatewayConfig) -> Result<Vec<users::User>, GatewayError> {
+    Ok(users::list_users(&user_store(cfg).await?).await?)
 }

@@ -8,12 +8,15 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use serde::{Deserialize, Serialize};
 
-use crate::buckets::{fresh_id, get_bucket, now_ms, BucketInfo};
+use crate::access_ops::{acl_on_create, any_grant};
+use crate::acl::CannedAcl;
+use crate::buckets::{fresh_id, now_ms, BucketInfo};
 use crate::data::{self, hex, internal};
 use crate::entry::{ContentHeaders, DataLoc, Entry, Segment};
 use crate::gateway::Gateway;
 use crate::headers::{content_headers, content_md5, etag, timestamp, HeaderInput};
-use crate::object_ops::{check_length, commit_entry, store_body};
+use crate::identity::ANONYMOUS;
+use crate::object_ops::{check_length, checksum_check, commit_entry, store_body, verify_checksum};
 use crate::record::{seal, unseal};
 
 /// Smallest part except the last (AWS: 5 MiB).
@@ -38,6 +41,9 @@ pub struct UploadInfo {
     pub headers: ContentHeaders,
     /// Stripe size of every part.
     pub stripe_bytes: u64,
+    /// Canned ACL the object will have.
+    #[serde(default)]
+    pub acl: CannedAcl,
 }
 
 /// One uploaded part.
@@ -153,8 +159,9 @@ pub async fn create(
     gw: &Gateway,
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-    let owner = gw.user_of(&req)?;
+    let owner = gw.caller(&req).unwrap_or_else(|| ANONYMOUS.to_string());
     let input = req.input;
+    let acl = acl_on_create(input.acl.as_ref().map(|a| a.as_str()), any_grant!(input))?;
     let headers = content_headers(
         HeaderInput {
             content_type: input.content_type.map(|c| c.to_string()),
@@ -166,7 +173,7 @@ pub async fn create(
         },
         gw.cfg.max_meta_bytes,
     )?;
-    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let u = UploadInfo {
         key: input.key.clone(),
         upload_id: fresh_id(),
@@ -174,6 +181,7 @@ pub async fn create(
         owner,
         headers,
         stripe_bytes: gw.cfg.stripe_bytes,
+        acl,
     };
     gw.backend
         .omap_set(
@@ -204,7 +212,16 @@ pub async fn upload_part(
     }
     check_length(input.content_length, gw.cfg.max_put_bytes)?;
     let md5 = content_md5(input.content_md5.as_deref())?;
-    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    let check = checksum_check(
+        [
+            input.checksum_crc32.as_deref(),
+            input.checksum_crc32c.as_deref(),
+            input.checksum_sha1.as_deref(),
+            input.checksum_sha256.as_deref(),
+        ],
+        &req.headers,
+    )?;
+    let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let u = get_upload(gw, &b, &input.key, &input.upload_id).await?;
     if u.stripe_bytes != gw.cfg.stripe_bytes {
         return Err(s3_error!(
@@ -213,7 +230,16 @@ pub async fn upload_part(
         ));
     }
     let seg_id = format!("{}.{}.{}", u.upload_id, input.part_number, &fresh_id()[..8]);
-    let w = store_body(gw, &seg_id, 0, input.body, md5).await?;
+    let w = store_body(
+        gw,
+        &seg_id,
+        0,
+        input.body,
+        md5,
+        check.as_ref().map(|c| c.algo),
+    )
+    .await?;
+    let sum = verify_checksum(gw, &w, check.as_ref(), req.trailing_headers.as_ref()).await?;
     let part = PartInfo {
         number: input.part_number,
         etag: hex(&w.md5),
@@ -235,10 +261,19 @@ pub async fn upload_part(
         let old: PartInfo = unseal(v).map_err(internal)?;
         data::remove_segments(&gw.backend, u.stripe_bytes, &[segment_of(&old)]).await;
     }
-    Ok(S3Response::new(UploadPartOutput {
+    let mut out = UploadPartOutput {
         e_tag: Some(etag(&part.etag)),
         ..Default::default()
-    }))
+    };
+    if let Some(c) = sum {
+        [
+            out.checksum_crc32,
+            out.checksum_crc32c,
+            out.checksum_sha1,
+            out.checksum_sha256,
+        ] = c.slots();
+    }
+    Ok(S3Response::new(out))
 }
 
 /// The multipart ETag: MD5 of the concatenated binary part MD5s, `-N`.
@@ -260,7 +295,7 @@ pub async fn complete(
     req: S3Request<CompleteMultipartUploadInput>,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
     let input = req.input;
-    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let u = get_upload(gw, &b, &input.key, &input.upload_id).await?;
     let wanted = input
         .multipart_upload
@@ -308,6 +343,8 @@ pub async fn complete(
             segments: chosen.iter().map(|p| segment_of(p)).collect(),
         },
         parts: chosen.len() as u32,
+        acl: u.acl,
+        checksum: None,
         inline: Vec::new(),
     };
     commit_entry(gw, &b, &input.key, &entry).await?;
@@ -332,7 +369,7 @@ pub async fn abort(
     req: S3Request<AbortMultipartUploadInput>,
 ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
     let input = req.input;
-    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let u = get_upload(gw, &b, &input.key, &input.upload_id).await?;
     let parts = all_parts(gw, &u.upload_id).await?;
     drop_upload(gw, &b, &u, &parts).await?;
@@ -345,7 +382,7 @@ pub async fn list_parts(
     req: S3Request<ListPartsInput>,
 ) -> S3Result<S3Response<ListPartsOutput>> {
     let input = req.input;
-    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let u = get_upload(gw, &b, &input.key, &input.upload_id).await?;
     let max = input
         .max_parts
@@ -406,7 +443,7 @@ pub async fn list_uploads(
     req: S3Request<ListMultipartUploadsInput>,
 ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
     let input = req.input;
-    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let max = input
         .max_uploads
         .map_or(MAX_PAGE, |m| (m.max(0) as usize).min(MAX_PAGE));

@@ -5,7 +5,14 @@
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
-use crate::buckets::{self, fresh_id, get_bucket, now_ms, BucketInfo};
+use hyper::http::{Extensions, HeaderMap};
+use s3s::TrailingHeaders;
+
+use crate::access_ops::{acl_on_create, any_grant};
+use crate::acl::CannedAcl;
+use crate::authz::{authorize, Action};
+use crate::buckets::{self, fresh_id, now_ms, BucketInfo};
+use crate::checksum::{self, Checksum, ChecksumAlgo};
 use crate::data::{self, hex, WriteSpec, Written};
 use crate::entry::{ContentHeaders, DataLoc, Entry};
 use crate::gateway::Gateway;
@@ -30,6 +37,87 @@ fn check_key(key: &str) -> S3Result<()> {
     Ok(())
 }
 
+/// The checksum a PUT or part must match: a header value known before the body, or one a
+/// trailer carries after it (`x-amz-trailer`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChecksumCheck {
+    /// Algorithm.
+    pub algo: ChecksumAlgo,
+    /// The value from a header; None: from the trailer.
+    pub value: Option<String>,
+}
+
+/// The checksum to verify for a body: from the four `x-amz-checksum-*` header values, else
+/// from an `x-amz-trailer` that names one of them.
+pub fn checksum_check(
+    values: [Option<&str>; 4],
+    headers: &HeaderMap,
+) -> S3Result<Option<ChecksumCheck>> {
+    if let Some(c) = checksum::requested(values)? {
+        return Ok(Some(ChecksumCheck {
+            algo: c.algo,
+            value: Some(c.value),
+        }));
+    }
+    let trailer = headers
+        .get("x-amz-trailer")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase());
+    let algo = [
+        ChecksumAlgo::Crc32,
+        ChecksumAlgo::Crc32c,
+        ChecksumAlgo::Sha1,
+        ChecksumAlgo::Sha256,
+    ]
+    .into_iter()
+    .find(|a| trailer.as_deref() == Some(a.header()));
+    Ok(algo.map(|algo| ChecksumCheck { algo, value: None }))
+}
+
+/// Compares a stored body's checksum with the one the client sent (in a header, or in the
+/// trailer now that the body is read): BadDigest on a mismatch or a missing trailer value,
+/// after removing what was stored.
+pub async fn verify_checksum(
+    gw: &Gateway,
+    w: &Written,
+    check: Option<&ChecksumCheck>,
+    trailers: Option<&TrailingHeaders>,
+) -> S3Result<Option<Checksum>> {
+    let Some(check) = check else {
+        return Ok(None);
+    };
+    let sent = match &check.value {
+        Some(v) => Some(v.clone()),
+        None => trailers
+            .and_then(|t| t.read(|h| h.get(check.algo.header()).cloned()))
+            .flatten()
+            .and_then(|v| v.to_str().ok().map(|v| v.trim().to_string())),
+    };
+    let computed = w.checksum.clone();
+    match (sent, computed) {
+        (Some(s), Some(c)) if s == c => Ok(Some(Checksum {
+            algo: check.algo,
+            value: c,
+        })),
+        (Some(_), _) => {
+            discard(gw, w).await;
+            Err(s3_error!(
+                BadDigest,
+                "the {} you specified did not match the calculated checksum",
+                check.algo.header()
+            ))
+        }
+        (None, _) => {
+            discard(gw, w).await;
+            Err(s3_error!(
+                BadDigest,
+                "the trailer did not carry the announced {}",
+                check.algo.header()
+            ))
+        }
+    }
+}
+
 /// Builds the entry for a stored body.
 pub fn entry_from(w: Written, stripe_bytes: u64, headers: ContentHeaders) -> Entry {
     let (loc, inline) = match (w.inline, w.segment) {
@@ -49,6 +137,8 @@ pub fn entry_from(w: Written, stripe_bytes: u64, headers: ContentHeaders) -> Ent
         headers,
         loc,
         parts: 0,
+        acl: CannedAcl::Private,
+        checksum: None,
         inline,
     }
 }
@@ -90,13 +180,15 @@ pub fn check_length(len: Option<i64>, max: u64) -> S3Result<()> {
     Ok(())
 }
 
-/// Stores a body and verifies its Content-MD5 (BadDigest; nothing is left behind).
+/// Stores a body and verifies its Content-MD5 (BadDigest; nothing is left behind),
+/// computing the checksum `checksum` asks for beside it.
 pub async fn store_body(
     gw: &Gateway,
     id: &str,
     inline_max: u64,
     body: Option<StreamingBlob>,
     expected_md5: Option<[u8; 16]>,
+    checksum: Option<ChecksumAlgo>,
 ) -> S3Result<Written> {
     let spec = WriteSpec {
         id,
@@ -104,6 +196,7 @@ pub async fn store_body(
         inline_max,
         max_bytes: gw.cfg.max_put_bytes,
         deadlines: gw.body_deadlines(),
+        checksum,
     };
     let len = body
         .as_ref()
@@ -144,7 +237,17 @@ pub async fn put(
         gw.cfg.max_meta_bytes,
     )?;
     let md5 = content_md5(input.content_md5.as_deref())?;
-    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    let acl = acl_on_create(input.acl.as_ref().map(|a| a.as_str()), any_grant!(input))?;
+    let check = checksum_check(
+        [
+            input.checksum_crc32.as_deref(),
+            input.checksum_crc32c.as_deref(),
+            input.checksum_sha1.as_deref(),
+            input.checksum_sha256.as_deref(),
+        ],
+        &req.headers,
+    )?;
+    let b = gw.bucket(&req.extensions, &input.bucket).await?;
     if input.if_none_match.is_some() || input.if_match.is_some() {
         let cur = buckets::get_entry(&gw.backend, &b, &input.key).await?;
         match (&cur, &input.if_none_match, &input.if_match) {
@@ -162,22 +265,48 @@ pub async fn put(
             _ => {}
         }
     }
-    let w = store_body(gw, &fresh_id(), gw.cfg.inline_max_bytes, input.body, md5).await?;
+    let algo = check.as_ref().map(|c| c.algo);
+    let w = store_body(
+        gw,
+        &fresh_id(),
+        gw.cfg.inline_max_bytes,
+        input.body,
+        md5,
+        algo,
+    )
+    .await?;
+    let sum = verify_checksum(gw, &w, check.as_ref(), req.trailing_headers.as_ref()).await?;
     let size = w.size;
-    let entry = entry_from(w, gw.cfg.stripe_bytes, headers);
+    let mut entry = entry_from(w, gw.cfg.stripe_bytes, headers);
+    entry.acl = acl;
+    entry.checksum = sum.clone();
     if let Err(e) = commit_entry(gw, &b, &input.key, &entry).await {
         remove_data(gw, &entry).await;
         return Err(e);
     }
-    Ok(S3Response::new(PutObjectOutput {
+    let mut out = PutObjectOutput {
         e_tag: Some(etag(&entry.etag)),
         size: Some(size as i64),
         ..Default::default()
-    }))
+    };
+    if let Some(c) = sum {
+        [
+            out.checksum_crc32,
+            out.checksum_crc32c,
+            out.checksum_sha1,
+            out.checksum_sha256,
+        ] = c.slots();
+    }
+    Ok(S3Response::new(out))
 }
 
-async fn lookup(gw: &Gateway, bucket: &str, key: &str) -> S3Result<(BucketInfo, Entry)> {
-    let b = gw.buckets.get(&gw.backend, bucket).await?;
+async fn lookup(
+    gw: &Gateway,
+    ext: &Extensions,
+    bucket: &str,
+    key: &str,
+) -> S3Result<(BucketInfo, Entry)> {
+    let b = gw.bucket(ext, bucket).await?;
     let e = buckets::get_entry(&gw.backend, &b, key)
         .await?
         .ok_or_else(|| s3_error!(NoSuchKey))?;
@@ -188,12 +317,13 @@ async fn lookup(gw: &Gateway, bucket: &str, key: &str) -> S3Result<(BucketInfo, 
 /// asked for (`None`: the whole object).
 async fn read_target(
     gw: &Gateway,
+    ext: &Extensions,
     bucket: &str,
     key: &str,
     conditions: &Conditions<'_>,
     range: Option<&Range>,
 ) -> S3Result<(Entry, Option<(u64, u64)>)> {
-    let (_, e) = lookup(gw, bucket, key).await?;
+    let (_, e) = lookup(gw, ext, bucket, key).await?;
     check_conditions(conditions, &e.etag, e.mtime_ms, false)?;
     let range = byte_range(range, e.size)?;
     Ok((e, range))
@@ -211,9 +341,10 @@ fn byte_range(range: Option<&Range>, size: u64) -> S3Result<Option<(u64, u64)>> 
 
 /// [`read_target`] for a GetObject or HeadObject input (two types with the same fields).
 macro_rules! read_target {
-    ($gw:expr, $input:expr) => {
+    ($gw:expr, $req:expr, $input:expr) => {
         read_target(
             $gw,
+            &$req.extensions,
             &$input.bucket,
             &$input.key,
             &Conditions {
@@ -227,17 +358,33 @@ macro_rules! read_target {
     };
 }
 
+/// The stored checksum to return, as (crc32, crc32c, sha1, sha256), when the request asks
+/// for checksums (`x-amz-checksum-mode: ENABLED`) and reads the whole object.
+fn returned_checksum(e: &Entry, mode: Option<&ChecksumMode>, ranged: bool) -> [Option<String>; 4] {
+    let enabled = mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
+    match (enabled, ranged, &e.checksum) {
+        (true, false, Some(c)) => c.slots(),
+        _ => Default::default(),
+    }
+}
+
 /// GetObject.
 pub async fn get(
     gw: &Gateway,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = &req.input;
-    let (e, range) = read_target!(gw, input).await?;
+    let (e, range) = read_target!(gw, req, input).await?;
     let (start, end) = range.unwrap_or((0, e.size));
     gw.charge_response(&req, &input.bucket, end - start);
     let h = &e.headers;
+    let [crc32, crc32c, sha1, sha256] =
+        returned_checksum(&e, input.checksum_mode.as_ref(), range.is_some());
     let out = GetObjectOutput {
+        checksum_crc32: crc32,
+        checksum_crc32c: crc32c,
+        checksum_sha1: sha1,
+        checksum_sha256: sha256,
         accept_ranges: Some("bytes".into()),
         content_length: Some((end - start) as i64),
         content_range: range.map(|(s, t)| format!("bytes {s}-{}/{}", t - 1, e.size)),
@@ -266,10 +413,16 @@ pub async fn head(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = &req.input;
-    let (e, range) = read_target!(gw, input).await?;
+    let (e, range) = read_target!(gw, req, input).await?;
     let (start, end) = range.unwrap_or((0, e.size));
     let h = &e.headers;
+    let [crc32, crc32c, sha1, sha256] =
+        returned_checksum(&e, input.checksum_mode.as_ref(), range.is_some());
     Ok(S3Response::new(HeadObjectOutput {
+        checksum_crc32: crc32,
+        checksum_crc32c: crc32c,
+        checksum_sha1: sha1,
+        checksum_sha256: sha256,
         accept_ranges: Some("bytes".into()),
         content_length: Some((end - start) as i64),
         content_range: range.map(|(s, t)| format!("bytes {s}-{}/{}", t - 1, e.size)),
@@ -299,7 +452,7 @@ pub async fn delete(
     gw: &Gateway,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
-    let b = get_bucket(&gw.backend, &req.input.bucket).await?;
+    let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
     delete_key(gw, &b, &req.input.key).await?;
     Ok(S3Response::new(DeleteObjectOutput::default()))
 }
@@ -316,12 +469,25 @@ pub async fn delete_many(
             "at most {MAX_DELETE_KEYS} keys per request"
         ));
     }
-    let b = get_bucket(&gw.backend, &input.bucket).await?;
+    let b = gw.bucket(&req.extensions, &input.bucket).await?;
+    let caller = crate::identity::caller(&req.extensions).map(|id| id.user.clone());
     let quiet = input.delete.quiet.unwrap_or(false);
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for obj in input.delete.objects {
-        match delete_key(gw, &b, &obj.key).await {
+        let done = match authorize(
+            gw,
+            caller.as_deref(),
+            &b,
+            Action::DeleteObject,
+            Some(&obj.key),
+        )
+        .await
+        {
+            Ok(()) => delete_key(gw, &b, &obj.key).await,
+            Err(e) => Err(e),
+        };
+        match done {
             Ok(()) if quiet => {}
             Ok(()) => deleted.push(DeletedObject {
                 key: Some(obj.key),
@@ -342,7 +508,9 @@ pub async fn delete_many(
     }))
 }
 
-/// CopyObject: the source's bytes are re-striped under a fresh id (inline stays inline).
+/// CopyObject: the source's bytes are re-striped under a fresh id (inline stays inline); the
+/// caller must be allowed to read the source (admission allowed the write). The copy gets
+/// the request's canned ACL and keeps the source's checksum (same bytes).
 pub async fn copy(
     gw: &Gateway,
     req: S3Request<CopyObjectInput>,
@@ -357,7 +525,20 @@ pub async fn copy(
     else {
         return Err(s3_error!(NotImplemented, "access point copy sources"));
     };
-    let (_, src) = lookup(gw, src_bucket, src_key).await?;
+    let acl = acl_on_create(input.acl.as_ref().map(|a| a.as_str()), any_grant!(input))?;
+    let src_b = gw.bucket(&req.extensions, src_bucket).await?;
+    let caller = crate::identity::caller(&req.extensions).map(|id| id.user.clone());
+    authorize(
+        gw,
+        caller.as_deref(),
+        &src_b,
+        Action::GetObject,
+        Some(src_key),
+    )
+    .await?;
+    let src = buckets::get_entry(&gw.backend, &src_b, src_key)
+        .await?
+        .ok_or_else(|| s3_error!(NoSuchKey))?;
     check_conditions(
         &Conditions {
             if_match: input.copy_source_if_match.as_ref(),
@@ -394,7 +575,7 @@ pub async fn copy(
     } else {
         src.headers.clone()
     };
-    let dst = get_bucket(&gw.backend, &input.bucket).await?;
+    let dst = gw.bucket(&req.extensions, &input.bucket).await?;
     let mut entry = if let DataLoc::Inline = src.loc {
         Entry {
             mtime_ms: now_ms(),
@@ -403,10 +584,12 @@ pub async fn copy(
         }
     } else {
         let body = data::blob(gw.backend.clone(), src.clone(), 0, src.size);
-        let w = store_body(gw, &fresh_id(), 0, Some(body), None).await?;
+        let w = store_body(gw, &fresh_id(), 0, Some(body), None, None).await?;
         entry_from(w, gw.cfg.stripe_bytes, headers)
     };
     entry.mtime_ms = now_ms();
+    entry.acl = acl;
+    entry.checksum.clone_from(&src.checksum);
     if let Err(e) = commit_entry(gw, &dst, &input.key, &entry).await {
         remove_data(gw, &entry).await;
         return Err(e);

@@ -1,8 +1,9 @@
 //! The HTTP side: builds the s3s service (SigV4 via [`UsersAuth`], admission via
 //! [`Admission`], explicit XML and header size limits) and serves it with hyper on a TCP
-//! listener, at most `max_connections` connections at a time ([`Slots`]). Every signed request is first
-//! verified here in constant time ([`authenticate`], `sigv4`, `chunked`) and only then handed
-//! to s3s.
+//! listener, over TLS when the gateway has a certificate, at most `max_connections`
+//! connections at a time ([`Slots`]). Every signed request is first verified here in constant
+//! time ([`authenticate`], `sigv4`, `sigv2`, `chunked`), marked with the signer's
+//! [`Identity`], and only then handed to s3s.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -12,11 +13,14 @@ use hyper_util::rt::TokioIo;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{s3_error, HttpRequest, HttpResponse, S3Error};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::access::Admission;
 use crate::chunked::{CheckedBody, ChunkChecker, ChunkMode};
 use crate::gateway::Gateway;
+use crate::identity::Identity;
 use crate::metrics::S3Metrics;
 use crate::sigv4::{self, AuthError, Signed};
 use crate::slots::{Busy, Slot, Slots};
@@ -33,12 +37,7 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn service(gw: &Gateway) -> S3Service {
     let mut b = S3ServiceBuilder::new(gw.clone());
     b.set_auth(UsersAuth(gw.users.clone()));
-    b.set_access(Admission {
-        users: gw.users.clone(),
-        limiter: gw.limiter.clone(),
-        epoch: gw.epoch,
-        metrics: gw.metrics.clone(),
-    });
+    b.set_access(Admission { gw: gw.clone() });
     let mut cfg = S3Config::default();
     cfg.xml_max_body_size = MAX_XML_BYTES;
     cfg.post_object_max_file_size = gw.cfg.max_put_bytes;
@@ -72,26 +71,57 @@ pub(crate) fn declared_len(h: &hyper::HeaderMap) -> u64 {
 /// Where a request's aws-chunked body records a failed chunk or trailer signature.
 pub type ChunkFailure = Arc<OnceLock<AuthError>>;
 
-/// Verifies the SigV4 signature of a request (header or presigned) against the user's secret
-/// in constant time and, for signed aws-chunked bodies, wraps the body so that every chunk and
-/// the trailer are verified before s3s reads them. Refuses SigV2 and POST form uploads, which
-/// the gateway does not verify itself. Anonymous requests pass unchanged (admission denies
-/// them after s3s has routed them). Returns the request for s3s and, for a checked body, the
-/// cell where a chunk failure is recorded.
+/// Verifies the signature of a request against the user's secret in constant time: SigV4
+/// (header or presigned; for signed aws-chunked bodies the body is wrapped so that every chunk
+/// and the trailer are verified before s3s reads them) or SigV2 (header or presigned; the
+/// request is then stripped of it, so s3s sees no signature it would compare itself). A
+/// signed request gets the signer's [`Identity`] in its extensions. Refuses POST form
+/// uploads, which the gateway does not verify itself. Anonymous requests pass unchanged
+/// (admission decides on them after s3s has routed them). Returns the request for s3s and,
+/// for a checked body, the cell where a chunk failure is recorded.
 pub async fn authenticate(
     req: hyper::Request<hyper::body::Incoming>,
     users: &Users,
 ) -> Result<(HttpRequest, Option<ChunkFailure>), S3Error> {
-    let (parts, body) = req.into_parts();
-    let sig =
-        match sigv4::parse(&parts.method, &parts.uri, &parts.headers).map_err(|e| e.to_s3())? {
-            Signed::Anonymous => return Ok((HttpRequest::from_parts(parts, body.into()), None)),
-            Signed::V4(sig) => sig,
-        };
-    let user = users.lookup(&sig.credential.access_key).await?;
+    let (mut parts, body) = req.into_parts();
+    let sig = match sigv4::parse(&parts.method, &parts.uri, &parts.headers)
+        .map_err(|e| e.to_s3())?
+    {
+        Signed::Anonymous => return Ok((HttpRequest::from_parts(parts, body.into()), None)),
+        Signed::V2(sig) => {
+            let chunked = parts
+                .headers
+                .get("x-amz-content-sha256")
+                .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
+            if chunked {
+                return Err(AuthError::Unsupported("aws-chunked bodies signed with SigV2").to_s3());
+            }
+            let (user, fresh) = users.lookup(&sig.access_key).await?;
+            sig.verify(&parts.method, &parts.uri, &parts.headers, &user.secret_key)
+                .map_err(|e| e.to_s3())?;
+            sig.check_time(
+                &parts.headers,
+                time::OffsetDateTime::now_utc().unix_timestamp(),
+            )?;
+            parts.uri = crate::sigv2::strip(&parts.uri, &mut parts.headers);
+            parts.extensions.insert(Identity {
+                user: user.name,
+                access_key: user.access_key,
+                fresh,
+            });
+            return Ok((HttpRequest::from_parts(parts, body.into()), None));
+        }
+        Signed::V4(sig) => sig,
+    };
+    let (user, fresh) = users.lookup(&sig.credential.access_key).await?;
     let signer = sig
         .verify(&parts.method, &parts.uri, &parts.headers, &user.secret_key)
         .map_err(|e| e.to_s3())?;
+    parts.extensions.insert(Identity {
+        user: user.name,
+        access_key: user.access_key,
+        fresh,
+    });
     let mode = match sig.payload.as_str() {
         sigv4::STREAMING_SIGNED => ChunkMode::Signed,
         sigv4::STREAMING_SIGNED_TRAILER => ChunkMode::SignedTrailer,
@@ -151,15 +181,20 @@ const EVICT_GRACE: Duration = Duration::from_secs(1);
 /// How long writing a refusal (and draining what the client sent) may take.
 const REFUSAL_TIME: Duration = Duration::from_secs(1);
 
-/// Serves `service` on `listener` until the task is dropped or aborted; `users` verify the
-/// signatures first ([`handle`]); every request is counted in `metrics`. At most
-/// `max_connections` connections are served; see [`Slots`] for what one more gets.
+/// Longest TLS handshake a new connection may take.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `service` on `listener` until the task is dropped or aborted, over TLS when `tls`
+/// is given; `users` verify the signatures first ([`handle`]); every request is counted in
+/// `metrics`. At most `max_connections` connections are served; see [`Slots`] for what one
+/// more gets.
 pub async fn serve(
     listener: TcpListener,
     service: S3Service,
     users: Arc<Users>,
     metrics: Arc<S3Metrics>,
     max_connections: usize,
+    tls: Option<TlsAcceptor>,
 ) {
     let slots = Slots::new(max_connections, metrics.clone());
     loop {
@@ -174,13 +209,34 @@ pub async fn serve(
         // Responses go out as a head and then body frames; with Nagle's algorithm a small
         // body waits for the client's delayed ACK of the head (about 40 ms on Linux).
         let _ = stream.set_nodelay(true);
-        let (service, users, metrics, slots) = (
+        let (service, users, metrics, slots, tls) = (
             service.clone(),
             users.clone(),
             metrics.clone(),
             slots.clone(),
+            tls.clone(),
         );
         tokio::spawn(async move {
+            let Some(tls) = tls else {
+                let Some(slot) = slots.claim(SLOT_WAIT).await else {
+                    refuse(stream).await;
+                    return;
+                };
+                serve_connection(stream, peer, slot, service, users, metrics).await;
+                return;
+            };
+            let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(stream)).await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!("TLS handshake with {peer}: {e}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("TLS handshake with {peer} timed out");
+                    return;
+                }
+            };
             let Some(slot) = slots.claim(SLOT_WAIT).await else {
                 refuse(stream).await;
                 return;
@@ -192,8 +248,8 @@ pub async fn serve(
 
 /// Serves one connection holding `slot` until it closes, or until it is idle and told to
 /// give its slot up.
-async fn serve_connection(
-    stream: TcpStream,
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
     peer: SocketAddr,
     slot: Slot,
     inner: S3Service,
@@ -287,7 +343,7 @@ const SLOW_DOWN_BODY: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
 
 /// Answers a connection that found no slot with 503 SlowDown and closes it, reading what
 /// the client sent meanwhile so the close does not reset the response away.
-async fn refuse(mut stream: TcpStream) {
+async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let head = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/xml\r\n\
@@ -305,12 +361,16 @@ async fn refuse(mut stream: TcpStream) {
     .await;
 }
 
-/// Binds `addr` and serves the gateway on it; returns the bound address and the serving
-/// task.
+/// Binds `addr` and serves the gateway on it, over TLS when the gateway's settings name a
+/// certificate (`tls_cert`, `tls_key`); returns the bound address and the serving task.
 pub async fn start(
     gw: &Gateway,
     addr: SocketAddr,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), crate::GatewayError> {
+    let tls = match (&gw.cfg.tls_cert, &gw.cfg.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsAcceptor::from(crate::tls::server_config(cert, key)?)),
+        _ => None,
+    };
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let task = tokio::spawn(serve(
@@ -319,6 +379,7 @@ pub async fn start(
         gw.users.clone(),
         gw.metrics.clone(),
         gw.cfg.max_connections,
+        tls,
     ));
     Ok((local, task))
 }

@@ -256,6 +256,8 @@ pub enum Signed {
     Anonymous,
     /// A SigV4 signature in the Authorization header or the query.
     V4(Signature),
+    /// A SigV2 signature in the Authorization header or the query (`sigv2`).
+    V2(crate::sigv2::V2Signature),
 }
 
 fn signed_header_list(
@@ -302,8 +304,8 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// Finds how `method uri headers` is signed. Refuses what the gateway does not verify itself
-/// (SigV2 in the header or query, POST form uploads, several Authorization headers), so that
-/// s3s never compares a signature this module has not already matched.
+/// (POST form uploads, several Authorization headers, several signatures, other schemes), so
+/// that s3s never compares a signature the gateway has not already matched.
 pub fn parse(method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<Signed, AuthError> {
     let query = uri.query().unwrap_or("");
     let pairs = query_pairs(query);
@@ -316,26 +318,34 @@ pub fn parse(method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<Signed, 
     if *method == Method::POST && form {
         return Err(AuthError::Unsupported("POST form uploads"));
     }
-    if count(b"Signature") > 0 {
-        return Err(AuthError::Unsupported(
-            "signature version 2 (sign with AWS4-HMAC-SHA256)",
-        ));
-    }
     let auth_headers = headers.get_all("authorization").iter().count();
     if auth_headers > 1 {
         return Err(AuthError::MalformedHeader(
             "more than one Authorization header".into(),
         ));
     }
+    let v2_query = count(b"Signature") > 0;
+    let v4_query = count(b"X-Amz-Signature") > 0;
+    if usize::from(v2_query) + usize::from(v4_query) + auth_headers > 1 {
+        return Err(AuthError::MalformedQuery(
+            "a request carries one signature (header or query)".into(),
+        ));
+    }
+    if v2_query {
+        return crate::sigv2::parse_query(&pairs).map(Signed::V2);
+    }
     if let Some(a) = headers.get("authorization") {
         let a = a.to_str().unwrap_or("");
+        if a.starts_with("AWS ") {
+            return crate::sigv2::parse_header(a).map(Signed::V2);
+        }
         if !a.starts_with(&format!("{ALGORITHM} ")) {
             return Err(AuthError::Unsupported(
-                "only AWS4-HMAC-SHA256 signatures are accepted",
+                "only AWS4-HMAC-SHA256 and SigV2 signatures are accepted",
             ));
         }
     }
-    if count(b"X-Amz-Signature") > 0 {
+    if v4_query {
         return parse_presigned(&pairs).map(Signed::V4);
     }
     match headers.get("authorization") {
@@ -580,7 +590,7 @@ pub(crate) mod tests {
     fn verify(m: &Method, u: &Uri, h: &HeaderMap) -> Result<ChunkSigner, AuthError> {
         match parse(m, u, h)? {
             Signed::V4(sig) => sig.verify(m, u, h, SECRET),
-            Signed::Anonymous => panic!("anonymous"),
+            other => panic!("not SigV4: {other:?}"),
         }
     }
 
@@ -664,7 +674,7 @@ pub(crate) mod tests {
         let v2 = headers(&[("host", "h"), ("authorization", "AWS AKID:c2lnbmF0dXJl")]);
         assert!(matches!(
             parse(&Method::GET, &u, &v2),
-            Err(AuthError::Unsupported(_))
+            Ok(Signed::V2(s)) if s.access_key == "AKID" && s.expires.is_none()
         ));
         let q: Uri = "/b/k?AWSAccessKeyId=A&Expires=1&Signature=x"
             .parse()
@@ -672,6 +682,23 @@ pub(crate) mod tests {
         let h = headers(&[("host", "h")]);
         assert!(matches!(
             parse(&Method::GET, &q, &h),
+            Ok(Signed::V2(s)) if s.expires == Some(1)
+        ));
+        // Two signatures at once are refused, whichever kinds.
+        assert!(matches!(
+            parse(&Method::GET, &q, &v2),
+            Err(AuthError::MalformedQuery(_))
+        ));
+        let both: Uri = "/b/k?AWSAccessKeyId=A&Expires=1&Signature=x&X-Amz-Signature=y"
+            .parse()
+            .unwrap();
+        assert!(matches!(
+            parse(&Method::GET, &both, &h),
+            Err(AuthError::MalformedQuery(_))
+        ));
+        let other = headers(&[("host", "h"), ("authorization", "Bearer x")]);
+        assert!(matches!(
+            parse(&Method::GET, &u, &other),
             Err(AuthError::Unsupported(_))
         ));
         let form = headers(&[
