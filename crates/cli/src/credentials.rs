@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use cairn_auth::{EntityName, Keyring};
-use cairn_msgr::handshake::{CredentialSource, DialCredentials, StaticCredentials};
+use cairn_msgr::handshake::CredentialSource;
 use cairn_msgr::protect::WireMode;
 
 /// The global options, as parsed.
@@ -79,14 +79,7 @@ pub(crate) fn credentials_of(
 /// What a client command dials the monitor with: the named entity's key (`client.admin` by
 /// default), or nothing without a keyring.
 pub(crate) fn client() -> anyhow::Result<Option<Arc<dyn CredentialSource>>> {
-    Ok(credentials_of(EntityName::admin())?.map(|(entity, key)| {
-        Arc::new(StaticCredentials(DialCredentials {
-            entity,
-            ticket: Vec::new(),
-            key,
-            mode: mode(),
-        })) as Arc<dyn CredentialSource>
-    }))
+    Ok(client_auth()?.map(|a| a.mon_credentials()))
 }
 
 /// The identity `cairn osd run` authenticates with: `--name`, else `osd.ID` when the OSD's id

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cairn_auth::{Caps, EntityName, Keyring, KeyringEntry};
 use cairn_client::mon::MonClient;
-use cairn_msgr::handshake::{CredentialSource, DialCredentials, StaticCredentials};
+use cairn_msgr::handshake::CredentialSource;
 use cairn_proto::mon::{AuthAnswer, AuthRequest, RequestBody};
 
 /// The administrator's keyring in a cluster directory.
@@ -82,18 +82,9 @@ pub(crate) fn admin_auth(dir: &Path) -> anyhow::Result<cairn_client::tickets::Cl
     })
 }
 
-/// The administrator's credentials from the cluster directory.
+/// The administrator's credentials for the monitor, from the cluster directory.
 pub(crate) fn admin_credentials(dir: &Path) -> anyhow::Result<Arc<dyn CredentialSource>> {
-    let ring = Keyring::load(&admin_keyring(dir))?;
-    let entry = ring
-        .get(&EntityName::admin())
-        .ok_or_else(|| anyhow::anyhow!("{} holds no client.admin", admin_keyring(dir).display()))?;
-    Ok(Arc::new(StaticCredentials(DialCredentials {
-        entity: EntityName::admin(),
-        ticket: Vec::new(),
-        key: entry.key.clone(),
-        mode: crate::credentials::mode(),
-    })))
+    Ok(admin_auth(dir)?.mon_credentials())
 }
 
 /// Has the monitor create the keys of OSDs `new` (added to a running cluster) and writes

@@ -129,14 +129,7 @@ impl MonClient {
         if let Ok(mut p) = self.pending.lock() {
             p.remove(&tid);
         }
-        let reply = reply
-            .map_err(|_| match self.sender.auth_error() {
-                Some(why) => {
-                    MonError::Refused(format!("cannot authenticate to the monitor: {why}"))
-                }
-                None => MonError::Unreachable(format!("no reply within {timeout_ms} ms")),
-            })?
-            .map_err(|_| MonError::Unreachable("the connection closed".into()))?;
+        let reply = reply?;
         match &reply.error {
             Some(e) => Err(MonError::Refused(e.clone())),
             None => Ok(reply),
@@ -149,19 +142,34 @@ impl MonClient {
         &self,
         mut rx: oneshot::Receiver<MonReply>,
         timeout_ms: u64,
-    ) -> Result<Result<MonReply, oneshot::error::RecvError>, tokio::time::error::Elapsed> {
+    ) -> Result<MonReply, MonError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
         let mut check = tokio::time::interval(AUTH_CHECK_EVERY);
         loop {
             tokio::select! {
-                r = tokio::time::timeout_at(deadline, &mut rx) => return r,
+                r = tokio::time::timeout_at(deadline, &mut rx) => {
+                    return match r {
+                        Ok(Ok(reply)) => Ok(reply),
+                        Ok(Err(_)) => Err(MonError::Unreachable("the connection closed".into())),
+                        Err(_) => Err(self.auth_refusal().unwrap_or_else(|| {
+                            MonError::Unreachable(format!("no reply within {timeout_ms} ms"))
+                        })),
+                    };
+                }
                 _ = check.tick() => {
-                    if self.sender.auth_error().is_some() {
-                        return tokio::time::timeout(Duration::ZERO, std::future::pending()).await;
+                    if let Some(refused) = self.auth_refusal() {
+                        return Err(refused);
                     }
                 }
             }
         }
+    }
+
+    /// The session's authentication failure as an error, if its latest attempt failed.
+    fn auth_refusal(&self) -> Option<MonError> {
+        self.sender
+            .auth_error()
+            .map(|why| MonError::Refused(format!("cannot authenticate to the monitor: {why}")))
     }
 
     /// Sends a monitor operation and waits for its reply (see [`MonClient::request`]).
