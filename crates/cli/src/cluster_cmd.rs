@@ -47,6 +47,11 @@ pub struct OsdRunArgs {
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+    /// The OSD's keyring (`osd.N`'s key), in a TOML file; on the command line it is the
+    /// global `--keyring`.
+    #[arg(skip)]
+    #[serde(default)]
+    pub keyring: Option<PathBuf>,
     /// Monitor address.
     #[arg(long, default_value = DEFAULT_MON)]
     #[serde(default = "crate::mon_cmd::default_mon")]
@@ -246,7 +251,7 @@ pub fn run_osd(args: OsdRunArgs) -> anyhow::Result<()> {
         let mut cfg = OsdConfig::local(&uuid, &args.host, args.mon, data.clone());
         cfg.listen = args.listen;
         cfg.want_id = args.id;
-        cfg.auth = crate::credentials::osd(args.id)?;
+        cfg.auth = crate::credentials::osd(args.keyring.as_deref(), args.id)?;
         cfg.device_bytes = args.device_mib << 20;
         cfg.metrics_listen = args.metrics;
         cfg.device_profile = args.profile.clone();

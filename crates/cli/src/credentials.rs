@@ -36,9 +36,9 @@ pub(crate) fn options() -> AuthOptions {
     OPTIONS.get().cloned().unwrap_or_default()
 }
 
-/// The keyring named by the options, if one is.
-pub(crate) fn keyring() -> anyhow::Result<Option<Keyring>> {
-    match options().keyring {
+/// The keyring at `configured` (a daemon's TOML), else the one the options name, if any.
+pub(crate) fn keyring(configured: Option<&std::path::Path>) -> anyhow::Result<Option<Keyring>> {
+    match configured.map(std::path::Path::to_path_buf).or(options().keyring) {
         Some(path) => Ok(Some(
             Keyring::load(&path).with_context(|| format!("keyring {}", path.display()))?,
         )),
@@ -63,7 +63,7 @@ pub(crate) fn entity(default: EntityName) -> anyhow::Result<EntityName> {
 pub(crate) fn credentials_of(
     default: EntityName,
 ) -> anyhow::Result<Option<(EntityName, cairn_auth::SecretKey)>> {
-    let Some(ring) = keyring()? else {
+    let Some(ring) = keyring(None)? else {
         return Ok(None);
     };
     let entity = entity(default)?;
@@ -84,8 +84,11 @@ pub(crate) fn client() -> anyhow::Result<Option<Arc<dyn CredentialSource>>> {
 
 /// The identity `cairn osd run` authenticates with: `--name`, else `osd.ID` when the OSD's id
 /// is given, else the keyring's only OSD entity; None without a keyring.
-pub(crate) fn osd(id: Option<i32>) -> anyhow::Result<Option<cairn_osd::daemon::OsdAuth>> {
-    let Some(ring) = keyring()? else {
+pub(crate) fn osd(
+    configured: Option<&std::path::Path>,
+    id: Option<i32>,
+) -> anyhow::Result<Option<cairn_osd::daemon::OsdAuth>> {
+    let Some(ring) = keyring(configured)? else {
         return Ok(None);
     };
     let entity = match (options().name, id) {

@@ -53,6 +53,11 @@ pub struct MonArgs {
     #[arg(long)]
     #[serde(default)]
     metrics: Option<SocketAddr>,
+    /// The keyring the authentication database is seeded from on first start, in a TOML
+    /// file; on the command line it is the global `--keyring`.
+    #[arg(skip)]
+    #[serde(default)]
+    keyring: Option<std::path::PathBuf>,
 }
 
 /// Default monitor address, for config files.
@@ -413,7 +418,7 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
             monitor.map().epoch,
             monitor.history().oldest_epoch()
         );
-        let auth = crate::credentials::keyring()?.map(|seed| cairn_mon::daemon::MonAuthConfig {
+        let auth = crate::credentials::keyring(args.keyring.as_deref())?.map(|seed| cairn_mon::daemon::MonAuthConfig {
             seed,
             min_mode: crate::credentials::mode(),
         });
