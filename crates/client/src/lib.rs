@@ -441,6 +441,20 @@ impl Client {
         Ok(out)
     }
 
+    /// A lossy session `sid` to the OSD at `sock`, authenticated with this client's tickets
+    /// where the cluster authenticates.
+    async fn dial_osd(&self, sock: SocketAddr, sid: u64) -> Session {
+        Session::connect_as(
+            sock,
+            sid,
+            Limits::default(),
+            100,
+            Policy::Lossy,
+            self.osd_credentials.clone(),
+        )
+        .await
+    }
+
     /// Runs an admin command on `osd` (e.g. `config set osd_op_queue wpq`).
     pub async fn tell(&self, osd: i32, args: &[String]) -> Result<String, ClientError> {
         let addr = self
@@ -455,15 +469,7 @@ impl Client {
         let admin_err = |reason: String| ClientError::Admin { osd, reason };
         let sock: SocketAddr = addr.parse().map_err(|e| admin_err(format!("{e}")))?;
         let sid = (self.id << 20) ^ (osd as u64) ^ 0xad31_0000_0000_0000;
-        let mut session = Session::connect_as(
-            sock,
-            sid,
-            Limits::default(),
-            100,
-            Policy::Lossy,
-            self.osd_credentials.clone(),
-        )
-        .await;
+        let mut session = self.dial_osd(sock, sid).await;
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
         let req = AdminRequest {
             tid,
@@ -598,15 +604,7 @@ impl Client {
             .parse()
             .map_err(|e| format!("osd.{osd} address {addr}: {e}"))?;
         let sid = (self.id << 20) ^ (osd as u64) ^ 0xc11e_0000_0000_0000;
-        let mut session = Session::connect_as(
-            sock,
-            sid,
-            Limits::default(),
-            100,
-            Policy::Lossy,
-            self.osd_credentials.clone(),
-        )
-        .await;
+        let mut session = self.dial_osd(sock, sid).await;
         let sender = session.sender();
         let pending = self.pending.clone();
         let reader = tokio::spawn(async move {
