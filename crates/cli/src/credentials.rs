@@ -38,7 +38,10 @@ pub(crate) fn options() -> AuthOptions {
 
 /// The keyring at `configured` (a daemon's TOML), else the one the options name, if any.
 pub(crate) fn keyring(configured: Option<&std::path::Path>) -> anyhow::Result<Option<Keyring>> {
-    match configured.map(std::path::Path::to_path_buf).or(options().keyring) {
+    match configured
+        .map(std::path::Path::to_path_buf)
+        .or(options().keyring)
+    {
         Some(path) => Ok(Some(
             Keyring::load(&path).with_context(|| format!("keyring {}", path.display()))?,
         )),

@@ -418,9 +418,11 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
             monitor.map().epoch,
             monitor.history().oldest_epoch()
         );
-        let auth = crate::credentials::keyring(args.keyring.as_deref())?.map(|seed| cairn_mon::daemon::MonAuthConfig {
-            seed,
-            min_mode: crate::credentials::mode(),
+        let auth = crate::credentials::keyring(args.keyring.as_deref())?.map(|seed| {
+            cairn_mon::daemon::MonAuthConfig {
+                seed,
+                min_mode: crate::credentials::mode(),
+            }
         });
         if auth.is_none() {
             eprintln!("warning: no keyring: the monitor authenticates no one (auth none)");
