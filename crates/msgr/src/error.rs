@@ -63,3 +63,18 @@ pub enum MsgrError {
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
+
+impl MsgrError {
+    /// Whether a received frame failed its integrity check (its tag, or a checksum): altered on
+    /// the way, replayed, reordered, or forged. Worth an operator's attention, unlike a
+    /// connection that merely closed.
+    pub fn is_integrity_failure(&self) -> bool {
+        matches!(
+            self,
+            MsgrError::BadTag { .. }
+                | MsgrError::PayloadChecksum { .. }
+                | MsgrError::HeaderChecksum
+                | MsgrError::BadMagic { .. }
+        )
+    }
+}

@@ -675,6 +675,9 @@ async fn run_dialer(dial: Dial, mut parts: SessionParts, link: Arc<Link>) {
                 let since = Instant::now();
                 match drive(&mut parts, conn, peer_received, None).await {
                     Ended::SessionClosed => return,
+                    Ended::Lost(e) if e.is_integrity_failure() => {
+                        tracing::warn!(%addr, error = %e, "frame failed its integrity check: connection dropped")
+                    }
                     Ended::Lost(e) => tracing::debug!(%addr, error = %e, "session connection lost"),
                     Ended::Replaced(_) => {}
                 }
@@ -1030,11 +1033,13 @@ async fn accept_one(socket: TcpStream, accepting: Accepting) -> Result<(), MsgrE
     let mut sessions = known.lock().await;
     if let Some(k) = sessions.get(&hello.id) {
         if k.entity != entity {
-            return Err(MsgrError::Auth(format!(
+            let why = format!(
                 "session {} belongs to another entity: {} may not take it over",
                 hello.id,
                 entity.map_or("an unauthenticated peer".into(), |e| e.to_string())
-            )));
+            );
+            crate::handshake::refuse(&conn, &why);
+            return Err(MsgrError::Auth(why));
         }
         if hello.policy == Policy::Lossless && k.incarnation == hello.incarnation {
             if k.reattach
@@ -1140,6 +1145,12 @@ async fn run_acceptor(
         drop(open);
         match ended {
             Ended::SessionClosed => break,
+            Ended::Lost(e) if e.is_integrity_failure() => {
+                tracing::warn!(session = me, error = %e, "frame failed its integrity check: connection dropped");
+                if policy == Policy::Lossy {
+                    break;
+                }
+            }
             Ended::Lost(e) if policy == Policy::Lossy => {
                 tracing::debug!(error = %e, "lossy session's connection lost: session ends");
                 break;

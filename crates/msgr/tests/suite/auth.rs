@@ -190,6 +190,8 @@ async fn another_entity_cannot_take_over_a_session_by_its_id() {
         accepted(&mut l).await.is_none(),
         "eve's session with bob's id is refused"
     );
+    let why = auth_error(&eve).await;
+    assert!(why.contains("belongs to another entity"), "{why}");
     bob.send(5, &b"still mine"[..]).await.unwrap();
     let f = bob_server.recv_timeout(2000).await.unwrap();
     assert_eq!(&f.payload[..], b"still mine");
