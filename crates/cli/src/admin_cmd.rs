@@ -21,13 +21,13 @@ pub struct LsArgs {
     pool: String,
 }
 
-/// `cairn tell osd.N WORDS...`.
+/// `cairn tell osd.N WORDS...` or `cairn tell mon config set KEY VALUE`.
 #[derive(Args)]
 pub struct TellArgs {
     /// Monitor address.
     #[arg(long, default_value = DEFAULT_MON)]
     mon: SocketAddr,
-    /// Target daemon, `osd.N`.
+    /// Target daemon, `osd.N`, or `mon` (`config set mon_allow_pool_delete true|false`).
     target: String,
     /// The command, e.g. `config set osd_op_queue wpq`, `config show`, `pg dump`, `df`.
     #[arg(required = true, num_args = 1.., trailing_var_arg = true)]
@@ -99,6 +99,31 @@ pub(crate) fn up_osds(client: &Client) -> Vec<i32> {
         .unwrap_or_default()
 }
 
+/// `cairn tell mon config set KEY VALUE`: changes a monitor option while it runs.
+fn tell_mon(mon: SocketAddr, words: &[String]) -> anyhow::Result<()> {
+    let [config, set, key, value] = words else {
+        bail!(
+            "the monitor takes `config set KEY VALUE` (got `{}`)",
+            words.join(" ")
+        );
+    };
+    if config != "config" || set != "set" {
+        bail!(
+            "the monitor takes `config set KEY VALUE` (got `{}`)",
+            words.join(" ")
+        );
+    }
+    crate::runtime::command()?.block_on(async {
+        let request = cairn_proto::mon::Request::SetMonOption {
+            key: key.clone(),
+            value: value.clone(),
+        };
+        crate::mon_cmd::mon_op(mon, request).await?;
+        println!("mon: {key} = {value}");
+        Ok(())
+    })
+}
+
 /// Lists every object of a pool.
 pub fn ls(args: LsArgs) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
@@ -112,8 +137,11 @@ pub fn ls(args: LsArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Sends an admin command to one OSD and prints its answer.
+/// Sends an admin command to one OSD and prints its answer, or sets a monitor option.
 pub fn tell(args: TellArgs) -> anyhow::Result<()> {
+    if args.target == "mon" || args.target == "mon.*" {
+        return tell_mon(args.mon, &args.words);
+    }
     let Some(id) = args
         .target
         .strip_prefix("osd.")

@@ -1,5 +1,6 @@
 //! `cairn auth`: entities, keys and capabilities in the monitor's authentication database,
-//! with Ceph's verbs: `get-or-create`, `get`, `print-key`, `caps`, `ls`, `rm`. Capabilities
+//! with Ceph's verbs: `get-or-create`, `add`, `get`, `print-key`, `caps`, `rotate`, `ls`,
+//! `rm`. Capabilities
 //! are given as SERVICE CAP pairs (`osd 'allow rw pool=data' mon 'allow r'`). Keyrings written
 //! with `-o FILE` are created readable by their owner only.
 
@@ -35,6 +36,26 @@ enum AuthCommand {
         /// SERVICE CAP pairs: `mon 'allow r' osd 'allow rw pool=data'`.
         caps: Vec<String>,
         /// Write the keyring entry to this file (mode 0600) instead of printing it.
+        #[arg(short = 'o', long = "out")]
+        out: Option<PathBuf>,
+    },
+    /// Add an entity with these caps and the key of `-i KEYRING` (or a new random one); an
+    /// entity that exists must already have that key and those caps.
+    Add {
+        /// `client.NAME` or `osd.N`.
+        entity: String,
+        /// SERVICE CAP pairs.
+        caps: Vec<String>,
+        /// A keyring holding the entity's key.
+        #[arg(short = 'i', long = "in")]
+        input: Option<PathBuf>,
+    },
+    /// Give the entity a new random key (its old one is refused from its next connection)
+    /// and print its keyring entry.
+    Rotate {
+        /// Entity name.
+        entity: String,
+        /// Write the new entry to this file (mode 0600) instead of printing it.
         #[arg(short = 'o', long = "out")]
         out: Option<PathBuf>,
     },
@@ -79,6 +100,16 @@ fn cap_pairs(words: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
         .collect())
 }
 
+/// The key `entity` has in the keyring at `path`, as base64.
+fn key_in(path: &std::path::Path, entity: &str) -> anyhow::Result<String> {
+    let ring = Keyring::load(path).with_context(|| format!("keyring {}", path.display()))?;
+    let name: cairn_auth::EntityName = entity.parse()?;
+    let entry = ring
+        .get(&name)
+        .with_context(|| format!("{} holds no key for {name}", path.display()))?;
+    Ok(entry.key.to_base64())
+}
+
 /// Runs one `cairn auth` command.
 pub fn run(args: AuthArgs) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
@@ -91,6 +122,20 @@ pub fn run(args: AuthArgs) -> anyhow::Result<()> {
                 out,
                 false,
             ),
+            AuthCommand::Add {
+                entity,
+                caps,
+                input,
+            } => (
+                AuthRequest::Add {
+                    key: input.map(|path| key_in(&path, &entity)).transpose()?,
+                    entity,
+                    caps: cap_pairs(&caps)?,
+                },
+                None,
+                false,
+            ),
+            AuthCommand::Rotate { entity, out } => (AuthRequest::Rotate { entity }, out, false),
             AuthCommand::Get { entity, out } => (AuthRequest::Get { entity }, out, false),
             AuthCommand::PrintKey { entity } => (AuthRequest::Get { entity }, None, true),
             AuthCommand::Caps { entity, caps } => (

@@ -58,6 +58,11 @@ pub struct MonArgs {
     #[arg(skip)]
     #[serde(default)]
     keyring: Option<std::path::PathBuf>,
+    /// Allow pools to be removed (Ceph's `mon_allow_pool_delete`; `cairn tell mon config set
+    /// mon_allow_pool_delete true` changes it while the monitor runs).
+    #[arg(long = "allow-pool-delete")]
+    #[serde(default)]
+    allow_pool_delete: bool,
 }
 
 /// Default monitor address, for config files.
@@ -141,10 +146,17 @@ enum PoolCommand {
     },
     /// List pools.
     Ls,
-    /// Remove a pool.
+    /// Remove a pool and every object in it, as Ceph's `osd pool delete NAME NAME
+    /// --yes-i-really-really-mean-it`; the monitor must allow it first (`cairn tell mon config
+    /// set mon_allow_pool_delete true`, or `cairn mon --allow-pool-delete`).
     Rm {
         /// Name.
         name: String,
+        /// The name again.
+        repeated: Option<String>,
+        /// Confirms that the pool's objects are to be deleted.
+        #[arg(long = "yes-i-really-really-mean-it")]
+        sure: bool,
     },
     /// Change a pool's replication, as `ceph osd pool set NAME size|min_size N`: a new size
     /// also resets min_size to size - size/2; every PG peers again, then new copies are
@@ -399,6 +411,7 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
         let config = MonConfig {
             down_out_interval_ms: args.down_out_interval_s * 1000,
             heartbeat_grace_ms: args.heartbeat_grace_s * 1000,
+            allow_pool_delete: args.allow_pool_delete,
             ..MonConfig::default()
         };
         let (monitor, store) = match &args.data {
@@ -444,7 +457,10 @@ pub fn run_mon(args: MonArgs) -> anyhow::Result<()> {
 }
 
 /// Sends one operator request to the monitor at `mon` on a connection of its own.
-async fn mon_op(mon: SocketAddr, request: Request) -> anyhow::Result<cairn_proto::mon::MonReply> {
+pub(crate) async fn mon_op(
+    mon: SocketAddr,
+    request: Request,
+) -> anyhow::Result<cairn_proto::mon::MonReply> {
     let client = MonClient::connect_as(
         mon,
         cairn_client::random_client_id(),
@@ -620,8 +636,17 @@ pub fn run_pool(args: PoolArgs) -> anyhow::Result<()> {
                 let map = current_map(args.mon).await?;
                 println!("{}", quota_lines(&map, &name)?);
             }
-            PoolCommand::Rm { name } => {
-                let r = mon_op(args.mon, Request::RemovePool { name: name.clone() }).await?;
+            PoolCommand::Rm {
+                name,
+                repeated,
+                sure,
+            } => {
+                let request = Request::RemovePool {
+                    name: name.clone(),
+                    repeated: repeated.unwrap_or_default(),
+                    sure,
+                };
+                let r = mon_op(args.mon, request).await?;
                 println!("pool '{name}' removed (epoch {})", r.epoch);
             }
         }

@@ -166,6 +166,41 @@ impl AuthDb {
                 self.entries.insert(entity, entry);
                 Ok((answer, true))
             }
+            AuthRequest::Add { entity, caps, key } => {
+                let entity = parse(&entity)?;
+                check_caps(&caps)?;
+                let key = match key {
+                    Some(text) => SecretKey::from_base64(&text)
+                        .map_err(|e| MonError::Invalid(format!("{entity}'s key: {e}")))?,
+                    None => SecretKey::generate(),
+                };
+                if let Some(entry) = self.entries.get(&entity) {
+                    if entry.caps != caps || entry.key != key {
+                        return Err(MonError::Invalid(format!(
+                            "{entity} exists with another key or caps"
+                        )));
+                    }
+                    return Ok((one(&entity, entry), false));
+                }
+                if self.entries.len() >= MAX_ENTITIES {
+                    return Err(MonError::Invalid(format!(
+                        "more than {MAX_ENTITIES} entities"
+                    )));
+                }
+                let entry = KeyringEntry { key, caps };
+                let answer = one(&entity, &entry);
+                self.entries.insert(entity, entry);
+                Ok((answer, true))
+            }
+            AuthRequest::Rotate { entity } => {
+                let entity = parse(&entity)?;
+                let entry = self
+                    .entries
+                    .get_mut(&entity)
+                    .ok_or_else(|| MonError::NotFound(entity.to_string()))?;
+                entry.key = SecretKey::generate();
+                Ok((one(&entity, entry), true))
+            }
             AuthRequest::Get { entity } => {
                 let entity = parse(&entity)?;
                 let entry = self
@@ -255,6 +290,50 @@ mod tests {
         assert_eq!(back.service_secret, d.service_secret);
         assert!(AuthDb::decode(b"{}").is_err());
         assert!(AuthDb::decode(&d.encode()[..20]).is_err());
+    }
+
+    #[test]
+    fn add_takes_a_given_key_once_and_rotate_replaces_it() {
+        let mut d = db();
+        let admin = EntityName::admin();
+        let carol: EntityName = "client.carol".parse().unwrap();
+        let key = SecretKey::generate();
+        let caps: BTreeMap<String, String> = [("mon".to_string(), "allow r".to_string())].into();
+        let add = AuthRequest::Add {
+            entity: carol.to_string(),
+            caps: caps.clone(),
+            key: Some(key.to_base64()),
+        };
+        assert!(d.handle(&admin, add.clone(), 0).unwrap().1);
+        assert!(d.lookup(&carol).unwrap().0 == key);
+        assert!(
+            !d.handle(&admin, add, 0).unwrap().1,
+            "the same again is a no-op"
+        );
+        let other_key = AuthRequest::Add {
+            entity: carol.to_string(),
+            caps: caps.clone(),
+            key: None,
+        };
+        assert!(d.handle(&admin, other_key, 0).is_err());
+        let garbage = AuthRequest::Add {
+            entity: "client.dave".into(),
+            caps,
+            key: Some("not base64!".into()),
+        };
+        assert!(d.handle(&admin, garbage, 0).is_err());
+        let rotate = AuthRequest::Rotate {
+            entity: carol.to_string(),
+        };
+        assert!(d.handle(&admin, rotate, 0).unwrap().1);
+        assert!(
+            d.lookup(&carol).unwrap().0 != key,
+            "a rotated key is a new one"
+        );
+        let unknown = AuthRequest::Rotate {
+            entity: "client.nobody".into(),
+        };
+        assert!(d.handle(&admin, unknown, 0).is_err());
     }
 
     #[test]

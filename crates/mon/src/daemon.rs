@@ -208,9 +208,10 @@ fn required(body: &RequestBody) -> (MonAccess, Option<i32>) {
                 (MonAccess::Osd, Some(*id))
             }
             R::PgTemp { .. } => (MonAccess::Osd, None),
-            R::RemovePool { .. } | R::RemoveOsd { .. } | R::MarkLost { .. } => {
-                (MonAccess::Admin, None)
-            }
+            R::RemovePool { .. }
+            | R::SetMonOption { .. }
+            | R::RemoveOsd { .. }
+            | R::MarkLost { .. } => (MonAccess::Admin, None),
             _ => (MonAccess::Write, None),
         },
     }
@@ -311,7 +312,13 @@ async fn run_core(
                         ("auth", auth_reply(&auth, &store, asker, a, request.tid, epoch).await)
                     }
                     RequestBody::History { from } => ("history", history_reply(&monitor, request.tid, from)),
-                    RequestBody::Op(req) => (req.kind(), answer(&mut monitor, now_ms(), request.tid, req)),
+                    RequestBody::Op(req) => match boot_conflict(&monitor, asker.as_ref(), &req) {
+                        Some(why) => {
+                            tracing::warn!(session, %why, "boot refused");
+                            (req.kind(), MonReply::refused(request.tid, monitor.map().epoch, why))
+                        }
+                        None => (req.kind(), answer(&mut monitor, now_ms(), request.tid, req)),
+                    },
                 };
                 metrics.record_request(kind, reply.error.is_none());
                 if kind == "pg_usage" {
@@ -345,6 +352,14 @@ async fn run_core(
             metrics.set_map(monitor.map());
         }
     }
+}
+
+/// Why an authenticated OSD's boot is refused, if it is (see [`Monitor::boot_conflict`]).
+fn boot_conflict(monitor: &Monitor, asker: Option<&EntityName>, req: &Request) -> Option<String> {
+    let (Request::Boot { uuid, .. }, Some(id)) = (req, asker.and_then(EntityName::osd_id)) else {
+        return None;
+    };
+    monitor.boot_conflict(uuid, id)
 }
 
 /// Saves a new epoch before anyone hears of it; false (stop serving) if it cannot be saved.

@@ -43,6 +43,9 @@ pub struct MonConfig {
     pub history_epochs: usize,
     /// Re-balance placement (exceptions) after every change.
     pub balance: bool,
+    /// Whether a pool may be removed at all (Ceph's `mon_allow_pool_delete`, off by default:
+    /// removing a pool deletes its objects, and one mistyped command must not do that).
+    pub allow_pool_delete: bool,
 }
 
 impl Default for MonConfig {
@@ -55,6 +58,7 @@ impl Default for MonConfig {
             catch_up_max: 500,
             history_epochs: 20_000,
             balance: true,
+            allow_pool_delete: false,
         }
     }
 }
@@ -121,6 +125,31 @@ impl Monitor {
     /// the full map instead).
     pub fn incrementals_since(&self, epoch: u64) -> Option<Vec<Incremental>> {
         self.history.since(epoch, self.config.catch_up_max)
+    }
+
+    /// Why an OSD authenticated as `osd.id` may not boot with `uuid`, if it may not: the uuid
+    /// belongs to another id in the map, or the id to another uuid (another OSD's data, or
+    /// another OSD holding this one's key). Without authentication an id is only a wish.
+    pub fn boot_conflict(&self, uuid: &str, id: i32) -> Option<String> {
+        if let Some(other) = self
+            .map
+            .osds
+            .values()
+            .find(|o| o.uuid == uuid && o.id != id)
+        {
+            return Some(format!(
+                "permission denied: uuid {uuid} is osd.{}, not osd.{id}",
+                other.id
+            ));
+        }
+        match self.map.osds.get(&id) {
+            Some(o) if o.uuid != uuid => Some(format!(
+                "permission denied: osd.{id} belongs to another OSD (uuid {}); \
+                 `cairn osd rm {id}` it first if it is gone",
+                o.uuid
+            )),
+            _ => None,
+        }
     }
 
     /// Serves one request at time `now_ms`.
@@ -266,7 +295,24 @@ impl Monitor {
                 let epoch = self.commit(vec![Change::CreatePool(pool)])?;
                 Ok(Reply::Done { epoch })
             }
-            Request::RemovePool { name } => {
+            Request::RemovePool {
+                name,
+                repeated,
+                sure,
+            } => {
+                if !self.config.allow_pool_delete {
+                    return Err(MonError::Refused(format!(
+                        "pool deletion is disabled: set mon_allow_pool_delete first \
+                         (`cairn mon set mon_allow_pool_delete true`, or the monitor's \
+                         --allow-pool-delete) to remove pool `{name}`"
+                    )));
+                }
+                if repeated != name || !sure {
+                    return Err(MonError::Refused(format!(
+                        "removing pool `{name}` deletes all of its objects: give its name \
+                         twice and --yes-i-really-really-mean-it"
+                    )));
+                }
                 let id = self
                     .map
                     .placement
@@ -279,6 +325,7 @@ impl Monitor {
                 self.pg_usage.forget_pool(id);
                 Ok(Reply::Done { epoch })
             }
+            Request::SetMonOption { key, value } => self.set_option(&key, &value),
             Request::SetPool {
                 name,
                 size,
@@ -389,6 +436,28 @@ impl Monitor {
             return Ok(None);
         }
         self.commit(changes).map(Some)
+    }
+
+    /// Sets one of the monitor's run-time options (see [`Request::SetMonOption`]).
+    fn set_option(&mut self, key: &str, value: &str) -> Result<Reply, MonError> {
+        let flag = |v: &str| match v {
+            "true" | "1" | "yes" => Ok(true),
+            "false" | "0" | "no" => Ok(false),
+            _ => Err(MonError::Invalid(format!(
+                "{key}: `{v}` is not true or false"
+            ))),
+        };
+        match key {
+            "mon_allow_pool_delete" => self.config.allow_pool_delete = flag(value)?,
+            _ => {
+                return Err(MonError::Invalid(format!(
+                    "unknown monitor option `{key}` (known: mon_allow_pool_delete)"
+                )))
+            }
+        }
+        Ok(Reply::Done {
+            epoch: self.map.epoch,
+        })
     }
 
     /// Sets a pool's quota limits (see [`Request::SetPoolQuota`]) and judges it at once.

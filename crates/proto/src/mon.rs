@@ -139,10 +139,26 @@ pub enum Request {
         /// PG count.
         pg_num: u32,
     },
-    /// Operator: remove a pool.
+    /// Operator: remove a pool and every object in it. As Ceph's `osd pool delete NAME NAME
+    /// --yes-i-really-really-mean-it`, the monitor refuses unless the name is given twice,
+    /// the sender says it is sure, and the monitor allows pool deletion at all
+    /// (`mon_allow_pool_delete`, off by default).
     RemovePool {
         /// Name.
         name: String,
+        /// The name again (a typo in either one refuses).
+        repeated: String,
+        /// The sender's confirmation (`--yes-i-really-really-mean-it`).
+        sure: bool,
+    },
+    /// Operator: change one of the monitor's options while it runs, as Ceph's `config set
+    /// mon KEY VALUE`; today `mon_allow_pool_delete` (`true`/`false`). It lasts until the
+    /// monitor restarts, which then takes its flags or TOML again.
+    SetMonOption {
+        /// The option's name.
+        key: String,
+        /// Its new value, as text.
+        value: String,
     },
     /// Operator: change a pool's replication (Ceph's `osd pool set NAME size|min_size N`).
     /// A new size also sets min_size to its default for that size (size - size/2), as Ceph
@@ -218,6 +234,7 @@ impl Request {
             Request::RemoveOsd { .. } => "remove_osd",
             Request::CreatePool { .. } => "create_pool",
             Request::RemovePool { .. } => "remove_pool",
+            Request::SetMonOption { .. } => "set_mon_option",
             Request::SetPool { .. } => "set_pool",
             Request::SetFlags { .. } => "set_flags",
             Request::SetOsdFlag { .. } => "set_osd_flag",
@@ -354,6 +371,23 @@ pub enum AuthRequest {
         entity: String,
         /// Capability strings by service.
         caps: std::collections::BTreeMap<String, String>,
+    },
+    /// Operator: add an entity with `caps` and the given key (base64, as in a keyring), or a
+    /// new random one; as Ceph's `auth add`, an entity that exists already must have that
+    /// key and those caps (the request is then a no-op), else it is refused.
+    Add {
+        /// Entity name (`client.NAME`, `osd.N`).
+        entity: String,
+        /// Capability strings by service.
+        caps: std::collections::BTreeMap<String, String>,
+        /// Its key (base64); None: a new random one.
+        key: Option<String>,
+    },
+    /// Operator: give an entity a new random key (Ceph's `auth rotate`): its old key is
+    /// refused at its next connection; tickets already issued run out within their lifetime.
+    Rotate {
+        /// Entity name.
+        entity: String,
     },
     /// Operator: one entity's keyring entry.
     Get {

@@ -64,10 +64,17 @@ async fn removing_a_pool_deletes_its_objects_on_every_osd() {
     for (&id, &b) in ids.iter().zip(&before) {
         assert!(objects_on(&c, id).await >= b + 40, "osd.{id} holds tmp");
     }
-    admin
-        .op(Request::RemovePool { name: "tmp".into() }, 10_000)
-        .await
-        .unwrap();
+    let allow = Request::SetMonOption {
+        key: "mon_allow_pool_delete".into(),
+        value: "true".into(),
+    };
+    admin.op(allow, 10_000).await.unwrap();
+    let remove = Request::RemovePool {
+        name: "tmp".into(),
+        repeated: "tmp".into(),
+        sure: true,
+    };
+    admin.op(remove, 10_000).await.unwrap();
     let c = &c;
     for (&id, &b) in ids.iter().zip(&before) {
         eventually(&format!("osd.{id} kept tmp's objects"), || async move {

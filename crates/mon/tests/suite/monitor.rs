@@ -2,6 +2,7 @@
 //! subscriber reproduces from incrementals, encodings that reject corruption, and placement kept
 //! balanced across changes.
 
+use crate::{allow_pool_delete, remove_pool};
 use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::balance::up_sets;
 use cairn_clustermap::shape::Topology;
@@ -409,6 +410,61 @@ fn adding_osds_to_a_balanced_cluster_moves_little_more_than_their_share() {
     assert!(max_deviation(mon.map(), 1) < 1.0);
 }
 
+/// Removing a pool deletes its objects: the monitor refuses unless pool deletion is allowed,
+/// the name comes twice and the sender is sure; a refusal makes no epoch.
+#[test]
+fn a_pool_is_removed_only_when_allowed_named_twice_and_confirmed() {
+    let mut mon = Monitor::new(ClusterMap::new("fsid-rm").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 3, 3);
+    let create = Request::CreatePool {
+        name: "data".into(),
+        size: 3,
+        pg_num: 8,
+    };
+    mon.handle(0, create).unwrap();
+    let epoch = mon.map().epoch;
+    let refused = |mon: &mut Monitor, request: Request, why: &str| {
+        let err = mon.handle(0, request).unwrap_err().to_string();
+        assert!(err.contains(why), "{err}");
+        assert_eq!(mon.map().epoch, epoch, "a refusal makes no epoch");
+        assert!(mon.map().placement.pool_named("data").is_some());
+    };
+    refused(&mut mon, remove_pool("data"), "pool deletion is disabled");
+    mon.handle(0, allow_pool_delete()).unwrap();
+    let typo = Request::RemovePool {
+        name: "data".into(),
+        repeated: "dta".into(),
+        sure: true,
+    };
+    refused(&mut mon, typo, "name twice");
+    let unsure = Request::RemovePool {
+        name: "data".into(),
+        repeated: "data".into(),
+        sure: false,
+    };
+    refused(&mut mon, unsure, "name twice");
+    for (key, value, why) in [
+        ("mon_allow_pool_delete", "maybe", "not true or false"),
+        ("mon_bogus", "true", "unknown monitor option"),
+    ] {
+        let set = Request::SetMonOption {
+            key: key.into(),
+            value: value.into(),
+        };
+        refused(&mut mon, set, why);
+    }
+    let disallow = Request::SetMonOption {
+        key: "mon_allow_pool_delete".into(),
+        value: "false".into(),
+    };
+    mon.handle(0, disallow).unwrap();
+    refused(&mut mon, remove_pool("data"), "pool deletion is disabled");
+    mon.handle(0, allow_pool_delete()).unwrap();
+    mon.handle(0, remove_pool("data")).unwrap();
+    assert!(mon.map().placement.pool_named("data").is_none());
+    assert_eq!(mon.map().epoch, epoch + 1);
+}
+
 #[test]
 fn pool_ids_are_never_reused_even_across_a_monitor_restart() {
     let mut mon = Monitor::new(ClusterMap::new("fsid-ids").unwrap(), MonConfig::default());
@@ -433,12 +489,11 @@ fn pool_ids_are_never_reused_even_across_a_monitor_restart() {
     };
     assert_eq!(create(&mut mon, "a"), 1);
     assert_eq!(create(&mut mon, "b"), 2);
-    mon.handle(0, Request::RemovePool { name: "b".into() })
-        .unwrap();
+    mon.handle(0, allow_pool_delete()).unwrap();
+    mon.handle(0, remove_pool("b")).unwrap();
     // Copies of pool 2's PGs may still sit on OSDs: a new pool must not take its id.
     assert_eq!(create(&mut mon, "c"), 3);
-    mon.handle(0, Request::RemovePool { name: "c".into() })
-        .unwrap();
+    mon.handle(0, remove_pool("c")).unwrap();
     let restarted = ClusterMap::decode(&mon.map().encode()).unwrap();
     assert_eq!(restarted.pool_max, 3);
     let mut mon = Monitor::new(restarted, MonConfig::default());
@@ -685,6 +740,13 @@ fn a_new_osd_gets_the_id_it_wants_when_free() {
     assert_eq!(boot_as("x", Some(2)), 1, "osd.2 is taken: the lowest free");
     assert_eq!(boot_as("y", Some(-4)), 3, "a negative id is not given");
     assert_eq!(boot_as("c", Some(7)), 2, "a known uuid keeps its id");
+    // An authenticated osd.N must be the OSD the map knows as N, or a new one for a free N.
+    assert_eq!(mon.boot_conflict("c", 2), None);
+    assert_eq!(mon.boot_conflict("new", 9), None);
+    let taken = mon.boot_conflict("new", 2).unwrap();
+    assert!(taken.contains("belongs to another OSD"), "{taken}");
+    let moved = mon.boot_conflict("c", 9).unwrap();
+    assert!(moved.contains("is osd.2, not osd.9"), "{moved}");
 }
 
 /// Failure reports name the incarnation they are about: reports about a process that has
@@ -830,8 +892,8 @@ fn a_pg_temp_sets_the_acting_set_until_it_is_removed() {
     mon.handle(9, Request::PgTemp { temps: many }).unwrap();
     assert_eq!(mon.map().epoch, e + 1);
     assert_eq!(mon.map().placement.pg_temp.len(), 8);
-    mon.handle(10, Request::RemovePool { name: "p".into() })
-        .unwrap();
+    mon.handle(10, allow_pool_delete()).unwrap();
+    mon.handle(10, remove_pool("p")).unwrap();
     assert!(mon.map().placement.pg_temp.is_empty());
 }
 

@@ -2,6 +2,7 @@
 //! only each PG's primary may report, carried in the map's encoding and incrementals, kept
 //! across a monitor restart until every PG has reported again.
 
+use crate::{allow_pool_delete, remove_pool};
 use cairn_clustermap::quota::MAX_PG_USAGE_PER_REPORT;
 use cairn_clustermap::PgId;
 use cairn_clustermap::{ClusterMap, Incremental, PgUsage, PoolQuota};
@@ -280,13 +281,8 @@ fn usage_reports_are_bounded_and_a_down_reporter_or_a_removed_pool_counts_for_no
     assert_eq!(mon.pool_usage(1).objects, 0);
     assert!(!mon.map().pool_full(1));
 
-    mon.handle(
-        5,
-        Request::RemovePool {
-            name: "data".into(),
-        },
-    )
-    .unwrap();
+    mon.handle(5, allow_pool_delete()).unwrap();
+    mon.handle(5, remove_pool("data")).unwrap();
     assert!(mon.map().quotas.is_empty());
     assert_eq!(mon.pool_usage(1).pgs_reported, 0);
 }
