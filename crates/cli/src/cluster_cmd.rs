@@ -370,11 +370,14 @@ pub struct UpArgs {
     /// `--osd-arg=--max-inflight-cost-ms=0` or `--osd-arg=--scrub-interval-s=0`.
     #[arg(long = "osd-arg", allow_hyphen_values = true)]
     osd_arg: Vec<String>,
-    /// Authentication: `cephx` creates keys in the directory (`keyring` is the
-    /// administrator's: `cairn --keyring DIR/keyring status`) and every daemon and client
-    /// must prove its key; `none` lets anyone who reaches a port do anything.
-    #[arg(long, default_value = "none")]
-    auth: UpAuth,
+    /// Authentication: `cephx` (the default for a new directory) creates keys in the
+    /// directory (`keyring` is the administrator's, which commands run from the directory
+    /// above the default `cairn-cluster` find by themselves; elsewhere `export
+    /// CAIRN_KEYRING=DIR/keyring`) and every daemon and client must prove its key; `none`
+    /// lets anyone who reaches a port do anything. An existing directory keeps what it was
+    /// made with unless this is given.
+    #[arg(long)]
+    auth: Option<UpAuth>,
 }
 
 /// `cairn up --auth`.
@@ -384,6 +387,18 @@ pub enum UpAuth {
     None,
     /// Keys, proofs and capabilities (Ceph's cephx).
     Cephx,
+}
+
+/// The authentication `cairn up` runs the cluster with: `--auth` if given; else what the
+/// directory was made with (its monitor's seed keyring, or a monitor store without one);
+/// else, for a new directory, `cephx`.
+fn up_auth(args: &UpArgs) -> UpAuth {
+    match args.auth {
+        Some(auth) => auth,
+        None if crate::up_keys::mon_keyring(&args.dir).exists() => UpAuth::Cephx,
+        None if args.dir.join("mon").exists() => UpAuth::None,
+        None => UpAuth::Cephx,
+    }
 }
 
 /// `cairn down`.
@@ -531,7 +546,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         }
     }
     check_room_for_devices(&args)?;
-    let cephx = args.auth == UpAuth::Cephx;
+    let cephx = up_auth(&args) == UpAuth::Cephx;
     let unregistered = match cephx {
         true => crate::up_keys::prepare(&args.dir, args.osds)?,
         false => Vec::new(),
@@ -569,7 +584,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
     }
     let admin = match cephx {
         true => Some(crate::up_keys::admin_credentials(&args.dir)?),
-        false => crate::credentials::client()?,
+        false => None,
     };
     if !unregistered.is_empty() {
         crate::runtime::command()?.block_on(async {
@@ -685,7 +700,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         if fresh {
             let admin = match cephx {
                 true => Some(crate::up_keys::admin_auth(&args.dir)?),
-                false => crate::credentials::client_auth()?,
+                false => None,
             };
             crate::s3_cmd::announce_for_up(&args.dir, args.mon, args.s3, args.s3_tls, admin)?;
         }
@@ -715,10 +730,17 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<()> {
         args.dir.display()
     );
     if cephx {
-        println!(
-            "authentication on: export CAIRN_KEYRING={} (client.admin's key) for the commands below",
-            crate::up_keys::admin_keyring(&args.dir).display()
-        );
+        let keyring = crate::up_keys::admin_keyring(&args.dir);
+        match std::path::Path::new(crate::credentials::DEFAULT_KEYRINGS[0]) == keyring {
+            true => println!(
+                "authentication on: commands run from this directory use {} (client.admin's key)",
+                keyring.display()
+            ),
+            false => println!(
+                "authentication on: export CAIRN_KEYRING={} (client.admin's key) for the commands below",
+                std::fs::canonicalize(&keyring).unwrap_or(keyring).display()
+            ),
+        }
     }
     if !args.pool.is_empty() {
         println!("pool '{}' ready. Try:", args.pool);

@@ -2,8 +2,11 @@
 //! options (or `CAIRN_KEYRING` and `CAIRN_NAME`), as Ceph's `-k` and `--name`. A client
 //! command authenticates as the named entity (`client.admin` by default) with the key the
 //! keyring holds for it; `cairn mon` seeds its authentication database from the keyring on
-//! first start; `cairn osd run` authenticates as the keyring's `osd.N`. Without a keyring
-//! nothing authenticates (`auth none`), and a monitor that requires authentication refuses.
+//! first start; `cairn osd run` authenticates as the keyring's `osd.N`. A client command
+//! given no keyring looks, as Ceph's tools look in `/etc/ceph`, for the administrator's
+//! keyring `cairn up` writes (`cairn-cluster/keyring` under the working directory), then for
+//! `/etc/cairn/keyring`. Without any keyring nothing authenticates (`auth none`), and a
+//! monitor that requires authentication refuses.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -49,6 +52,28 @@ pub(crate) fn keyring(configured: Option<&std::path::Path>) -> anyhow::Result<Op
     }
 }
 
+/// Where a client command looks for a keyring when none is named, in order: the
+/// administrator's keyring in `cairn up`'s default directory, then the system-wide one.
+pub(crate) const DEFAULT_KEYRINGS: [&str; 2] = ["cairn-cluster/keyring", "/etc/cairn/keyring"];
+
+/// The keyring a client command uses: the one named by `--keyring` (or `CAIRN_KEYRING`), else
+/// the first of [`DEFAULT_KEYRINGS`] that exists; with the path it came from.
+fn client_keyring() -> anyhow::Result<Option<(PathBuf, Keyring)>> {
+    let path = match options().keyring {
+        Some(path) => path,
+        None => match DEFAULT_KEYRINGS
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+        {
+            Some(found) => found,
+            None => return Ok(None),
+        },
+    };
+    let ring = Keyring::load(&path).with_context(|| format!("keyring {}", path.display()))?;
+    Ok(Some((path, ring)))
+}
+
 /// The wire mode asked for (`mac` unless `--ms-mode secure`).
 pub(crate) fn mode() -> WireMode {
     options().mode.unwrap_or(WireMode::Mac)
@@ -66,16 +91,13 @@ pub(crate) fn entity(default: EntityName) -> anyhow::Result<EntityName> {
 pub(crate) fn credentials_of(
     default: EntityName,
 ) -> anyhow::Result<Option<(EntityName, cairn_auth::SecretKey)>> {
-    let Some(ring) = keyring(None)? else {
+    let Some((path, ring)) = client_keyring()? else {
         return Ok(None);
     };
     let entity = entity(default)?;
-    let entry = ring.get(&entity).with_context(|| {
-        format!(
-            "the keyring {} holds no key for {entity}",
-            options().keyring.unwrap_or_default().display()
-        )
-    })?;
+    let entry = ring
+        .get(&entity)
+        .with_context(|| format!("the keyring {} holds no key for {entity}", path.display()))?;
     Ok(Some((entity, entry.key.clone())))
 }
 
@@ -125,4 +147,34 @@ pub(crate) fn client_auth() -> anyhow::Result<Option<cairn_client::tickets::Clie
             mode: mode(),
         }
     }))
+}
+
+/// Who a daemon configured with a keyring file (a gateway's TOML) is to the cluster: `name`,
+/// else the keyring's only client entity.
+pub(crate) fn client_auth_in(
+    path: &std::path::Path,
+    name: Option<&str>,
+) -> anyhow::Result<cairn_client::tickets::ClientAuth> {
+    let ring = Keyring::load(path).with_context(|| format!("keyring {}", path.display()))?;
+    let entity: EntityName = match name {
+        Some(n) => n.parse()?,
+        None => {
+            let mut clients = ring
+                .entries
+                .keys()
+                .filter(|e| matches!(e, EntityName::Client(_)));
+            match (clients.next(), clients.next()) {
+                (Some(only), None) => only.clone(),
+                _ => anyhow::bail!("{} holds no single client entity: name one", path.display()),
+            }
+        }
+    };
+    let entry = ring
+        .get(&entity)
+        .with_context(|| format!("{} holds no key for {entity}", path.display()))?;
+    Ok(cairn_client::tickets::ClientAuth {
+        entity,
+        key: entry.key.clone(),
+        mode: mode(),
+    })
 }

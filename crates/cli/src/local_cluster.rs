@@ -73,6 +73,11 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// The administrator of the cluster (`cairn up` made it with keys in its directory).
+    pub fn admin(&self) -> anyhow::Result<cairn_client::tickets::ClientAuth> {
+        crate::up_keys::admin_auth(&self.dir)
+    }
+
     /// The pid `cairn up` recorded for the `i`-th OSD it started (the monitor's comes first).
     fn osd_pid(&self, i: usize) -> anyhow::Result<i32> {
         let pids = std::fs::read_to_string(self.dir.join("pids"))?;

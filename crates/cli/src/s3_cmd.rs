@@ -150,7 +150,13 @@ pub fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
             ..GatewayConfig::default()
         },
     };
-    cfg.cluster_auth = crate::credentials::client_auth()?;
+    cfg.cluster_auth = match &cfg.keyring {
+        Some(path) => Some(crate::credentials::client_auth_in(
+            path,
+            cfg.name.as_deref(),
+        )?),
+        None => crate::credentials::client_auth()?,
+    };
     let scheme = if cfg.tls_cert.is_some() {
         "https"
     } else {

@@ -242,14 +242,14 @@ fn run_one(
             Client::connect_as(
                 cluster.mon,
                 cairn_client::random_client_id(),
-                crate::credentials::client_auth()?,
+                Some(cluster.admin()?),
             )
             .await?,
         );
         let admin = MonClient::connect_as(
             cluster.mon,
             cairn_client::random_client_id(),
-            crate::credentials::client()?,
+            Some(cluster.admin()?.mon_credentials()),
         )
         .await;
         let total_pgs = 2 * args.pg_num as u64;

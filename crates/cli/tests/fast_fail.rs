@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use cairn_client::Client;
-use common::{cairn, free_port, signal, Cluster};
+use common::{free_port, signal, Cluster};
 
 /// The id of the OSD `cairn up` started `i`-th (OSDs boot concurrently, so ids need not follow
 /// the start order), from its log.
@@ -42,7 +42,7 @@ fn a_killed_osd_is_marked_down_at_once_and_a_stopped_one_is_left_to_the_grace() 
     assert!(ok, "{out}");
     let pids = cluster.pids();
     assert_eq!(pids.len(), 4, "mon + 3 OSDs");
-    let (ok, out) = cairn(&[
+    let (ok, out) = cluster.cairn(&[
         "tell",
         "--mon",
         &mon,
@@ -55,7 +55,11 @@ fn a_killed_osd_is_marked_down_at_once_and_a_stopped_one_is_left_to_the_grace() 
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt
-        .block_on(Client::connect(mon.parse().unwrap(), 4343))
+        .block_on(Client::connect_as(
+            mon.parse().unwrap(),
+            4343,
+            Some(cluster.admin()),
+        ))
         .unwrap();
     rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(30);

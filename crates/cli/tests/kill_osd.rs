@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use cairn_client::Client;
-use common::{cairn, copies, free_port, signal, Cluster};
+use common::{copies, free_port, signal, Cluster};
 
 fn payload(i: usize, round: usize) -> Vec<u8> {
     let size = [0, 1, 4096, 10_000, 65_536, 300_000][i % 6];
@@ -151,7 +151,9 @@ fn kill_9_an_osd_during_writes_then_recover() {
     let acks = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(Mutex::new(false));
     let client = rt.block_on(async {
-        let mut c = Client::connect(mon.parse().unwrap(), 4242).await.unwrap();
+        let mut c = Client::connect_as(mon.parse().unwrap(), 4242, Some(cluster.admin()))
+            .await
+            .unwrap();
         c.op_timeout_ms = 60_000;
         let c = Arc::new(c);
         wait_for("the pool to be writable", 30, || true).await;
@@ -187,8 +189,9 @@ fn kill_9_an_osd_during_writes_then_recover() {
 
     // Restart it from its directory (same identity), as an operator would.
     let osd2 = dir.join("osd2").display().to_string();
-    let mut child = cluster.start(
+    let mut child = cluster.start_with_keyring(
         "osd2-restart.log",
+        "osd2.keyring",
         &[
             "osd",
             "run",
@@ -305,8 +308,9 @@ fn kill_9_an_osd_during_writes_then_recover() {
     signal("-9", pids[0]);
     std::thread::sleep(Duration::from_millis(300));
     let mon_dir = dir.join("mon").display().to_string();
-    let mut mon_child = cluster.start(
+    let mut mon_child = cluster.start_with_keyring(
         "mon-restart.log",
+        "mon.keyring",
         &[
             "mon",
             "--listen",
@@ -317,9 +321,9 @@ fn kill_9_an_osd_during_writes_then_recover() {
             "2",
         ],
     );
-    let (ok, out) = cairn(&["pool", "--mon", &mon, "create", "after", "--pg-num", "8"]);
+    let (ok, out) = cluster.cairn(&["pool", "--mon", &mon, "create", "after", "--pg-num", "8"]);
     assert!(ok, "{out}");
-    let (ok, out) = cairn(&["status", "--mon", &mon]);
+    let (ok, out) = cluster.cairn(&["status", "--mon", &mon]);
     assert!(ok && out.contains("3 up"), "{out}");
     rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -346,7 +350,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
     drop(client);
     drop(rt);
     let expected = acked.lock().unwrap().clone();
-    let (ok, out) = cairn(&["down", "--dir", &d]);
+    let (ok, out) = cluster.cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     let _ = child.wait();
     let _ = mon_child.wait();

@@ -10,21 +10,22 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{cairn, free_port, Cluster};
+use common::{cairn_with_keyring, free_port, Cluster};
 
 const MIB: u64 = 1 << 20;
 const IMAGE_BYTES: u64 = 24 * MIB;
 
-fn ok(args: &[&str]) -> String {
-    let (ok, out) = cairn(args);
+fn ok(keyring: &Path, args: &[&str]) -> String {
+    let (ok, out) = cairn_with_keyring(Some(keyring), args);
     assert!(ok, "cairn {args:?}: {out}");
     out
 }
 
-fn refused(args: &[&str], why: &str) {
-    let (ok, out) = cairn(args);
+fn refused(keyring: &Path, args: &[&str], why: &str) {
+    let (ok, out) = cairn_with_keyring(Some(keyring), args);
     assert!(
         !ok && out.contains(why),
         "cairn {args:?} should fail with {why:?}: {out}"
@@ -157,6 +158,7 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     let mon = format!("127.0.0.1:{}", free_port());
     let (up, out) = cluster.up(&mon, &["--device-mib", "256", "--pg-num", "8"]);
     assert!(up, "{out}");
+    let keyring = cluster.keyring();
     let rbd = |args: &[&str]| -> Vec<String> {
         let mut v = vec!["rbd".to_string(), "--mon".into(), mon.clone()];
         v.extend(args.iter().map(|a| a.to_string()));
@@ -164,11 +166,15 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     };
     let run = |args: &[&str]| {
         let v = rbd(args);
-        ok(&v.iter().map(String::as_str).collect::<Vec<_>>())
+        ok(&keyring, &v.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let refuse = |args: &[&str], why: &str| {
         let v = rbd(args);
-        refused(&v.iter().map(String::as_str).collect::<Vec<_>>(), why)
+        refused(
+            &keyring,
+            &v.iter().map(String::as_str).collect::<Vec<_>>(),
+            why,
+        )
     };
 
     run(&[
@@ -205,6 +211,8 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     let server = cluster.start(
         "nbd.log",
         &[
+            "--keyring",
+            &keyring.display().to_string(),
             "rbd",
             "--mon",
             &mon,
@@ -322,7 +330,7 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     run(&["rm", "data/disk"]);
     run(&["rm", "data/spare"]);
     assert_eq!(run(&["ls", "data"]).trim(), "");
-    let objects = ok(&["ls", "--mon", &mon, "-p", "data"]);
+    let objects = ok(&keyring, &["ls", "--mon", &mon, "-p", "data"]);
     assert!(
         !objects.contains("rbd_data.") && !objects.contains("rbd_header."),
         "{objects}"

@@ -90,7 +90,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
         .to_string();
     let limited_page = format!("127.0.0.1:{}", free_port());
 
-    let (ok, out) = cairn(&["s3", "user", "create", "tester", "--mon", &mon]);
+    let (ok, out) = cluster.cairn(&["s3", "user", "create", "tester", "--mon", &mon]);
     assert!(ok, "{out}");
     let access = field(&out, "access_key:");
     let secret = field(&out, "secret_key:");
@@ -101,13 +101,14 @@ fn boto3_and_aws_cli_against_cairn_up() {
     std::fs::write(
         &config,
         format!(
-            "mon = \"{mon}\"\nlisten = \"{limited}\"\nmetrics = \"{limited_page}\"\n[limits]\nuser_requests_per_s = 0.01\n"
+            "mon = \"{mon}\"\nlisten = \"{limited}\"\nmetrics = \"{limited_page}\"\nkeyring = \"{}\"\nname = \"client.s3gw\"\n[limits]\nuser_requests_per_s = 0.01\n",
+            dir.join("s3gw.keyring").display()
         ),
     )
     .unwrap();
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "mon = \"127.0.0.1:1\"\nlistne = \"x\"\n").unwrap();
-    let (ok, out) = cairn(&["s3gw", "--config", &bad.display().to_string()]);
+    let (ok, out) = cluster.cairn(&["s3gw", "--config", &bad.display().to_string()]);
     assert!(
         !ok && out.contains("listne"),
         "unknown keys are refused: {out}"
@@ -251,7 +252,8 @@ fn boto3_and_aws_cli_against_cairn_up() {
     let small = dir.join("small.txt");
     std::fs::write(&small, b"quota").unwrap();
     let small = small.display().to_string();
-    let quota = |n: &str| cairn(&["pool", "--mon", &mon, "set-quota", "s3", "max_objects", n]);
+    let quota =
+        |n: &str| cluster.cairn(&["pool", "--mon", &mon, "set-quota", "s3", "max_objects", n]);
     let (ok, out) = quota("1");
     assert!(ok, "{out}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);

@@ -34,7 +34,7 @@ mod common;
 mod model;
 
 use cairn_client::{Client, ClientError};
-use common::{cairn, copies, free_port, has_exited, signal, Cluster};
+use common::{copies, free_port, has_exited, signal, Cluster};
 use model::{after, describe, read_state, Mutation, ObjState, Possible, Verdict};
 
 const OSDS: usize = 4;
@@ -183,9 +183,12 @@ fn restart(cluster: &Cluster, mon: &str, i: usize, restarts: &mut usize) -> Proc
     *restarts += 1;
     let data = cluster.dir.join(format!("osd{i}")).display().to_string();
     let host = format!("host{i}");
+    let keyring = cluster.dir.join(format!("osd{i}.keyring"));
     Proc::Child(cluster.start(
         &format!("osd{i}-restart{restarts}.log"),
         &[
+            "--keyring",
+            &keyring.display().to_string(),
             "osd",
             "run",
             "--mon",
@@ -207,9 +210,12 @@ fn restart(cluster: &Cluster, mon: &str, i: usize, restarts: &mut usize) -> Proc
 fn restart_mon(cluster: &Cluster, mon: &str, restarts: &mut usize) -> Proc {
     *restarts += 1;
     let data = cluster.dir.join("mon").display().to_string();
+    let keyring = cluster.dir.join("mon.keyring");
     Proc::Child(cluster.start(
         &format!("mon-restart{restarts}.log"),
         &[
+            "--keyring",
+            &keyring.display().to_string(),
             "mon",
             "--listen",
             mon,
@@ -385,7 +391,9 @@ fn thrash_osds_while_writing() {
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(Mutex::new(false));
     let client = rt.block_on(async {
-        let mut c = Client::connect(mon.parse().unwrap(), 4343).await.unwrap();
+        let mut c = Client::connect_as(mon.parse().unwrap(), 4343, Some(cluster.admin()))
+            .await
+            .unwrap();
         c.op_timeout_ms = 30_000;
         Arc::new(c)
     });
@@ -486,7 +494,7 @@ fn thrash_osds_while_writing() {
                     }
                 };
                 faults.push(format!("osd {verb} {which}"));
-                let (ok, out) = cairn(&["osd", "--mon", &mon, verb, &which.to_string()]);
+                let (ok, out) = cluster.cairn(&["osd", "--mon", &mon, verb, &which.to_string()]);
                 assert!(ok, "{out}");
             }
             // The device fails: its power lost (unflushed writes dropped) or every write
@@ -538,7 +546,7 @@ fn thrash_osds_while_writing() {
     }
     eprintln!("{} faults: {}", faults.len(), faults.join(", "));
     if let Some(o) = outed {
-        let (ok, out) = cairn(&["osd", "--mon", &mon, "in", &o.to_string()]);
+        let (ok, out) = cluster.cairn(&["osd", "--mon", &mon, "in", &o.to_string()]);
         assert!(ok, "{out}");
     }
 
@@ -610,7 +618,7 @@ fn thrash_osds_while_writing() {
     drop(client);
     drop(rt);
 
-    let (ok, out) = cairn(&["down", "--dir", &cluster.arg()]);
+    let (ok, out) = cluster.cairn(&["down", "--dir", &cluster.arg()]);
     assert!(ok, "{out}");
     for osd in osds.iter_mut().chain([&mut mon_proc]) {
         if let Proc::Child(c) = osd {

@@ -13,13 +13,13 @@ fn up_put_get_bench_down() {
     let cluster = Cluster::new("up");
     let dir = cluster.dir.clone();
     let d = cluster.arg();
-    let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon, "--op-shards", "65"]);
+    let (ok, out) = cluster.cairn(&["up", "--dir", &d, "--mon", &mon, "--op-shards", "65"]);
     assert!(
         !ok && out.contains("op shards must be in 1..=64"),
         "a bad shard count must be refused before anything starts: {out}"
     );
     assert!(!dir.join("pids").exists(), "nothing was started");
-    let (ok, out) = cairn(&["up", "--dir", &d, "--mon", &mon, "--osd-threads", "65"]);
+    let (ok, out) = cluster.cairn(&["up", "--dir", &d, "--mon", &mon, "--osd-threads", "65"]);
     assert!(
         !ok && out.contains("--osd-threads must be 1..=64, got 65"),
         "a bad worker-thread count must be refused before anything starts: {out}"
@@ -69,7 +69,7 @@ fn up_put_get_bench_down() {
         );
     }
     for osd in ["osd.0", "osd.2"] {
-        let get = |key| cairn(&["tell", "--mon", &mon, osd, "config", "get", key]);
+        let get = |key| cluster.cairn(&["tell", "--mon", &mon, osd, "config", "get", key]);
         let (ok, out) = get("osd_op_num_shards");
         assert!(
             ok && out.trim() == "3",
@@ -92,7 +92,7 @@ fn up_put_get_bench_down() {
     // matched by count.
     let measured_ids = (0..3)
         .filter(|n| {
-            let (ok, out) = cairn(&[
+            let (ok, out) = cluster.cairn(&[
                 "tell",
                 "--mon",
                 &mon,
@@ -137,7 +137,7 @@ fn up_put_get_bench_down() {
         .map(|i| i.wrapping_mul(2_654_435_761) as u8)
         .collect();
     std::fs::write(&payload, &data).unwrap();
-    let (ok, out) = cairn(&[
+    let (ok, out) = cluster.cairn(&[
         "put",
         "--mon",
         &mon,
@@ -150,7 +150,7 @@ fn up_put_get_bench_down() {
     let back = dir.join("back.bin");
     // Reads object `name` into `back` and checks it holds `data`.
     let reads_back = |name: &str| {
-        let (ok, out) = cairn(&[
+        let (ok, out) = cluster.cairn(&[
             "get",
             "--mon",
             &mon,
@@ -166,11 +166,11 @@ fn up_put_get_bench_down() {
         );
     };
     reads_back("big");
-    let (ok, out) = cairn(&["stat", "--mon", &mon, "-p", "data", "big"]);
+    let (ok, out) = cluster.cairn(&["stat", "--mon", &mon, "-p", "data", "big"]);
     assert!(ok && out.contains("size 1000003"), "{out}");
-    let (ok, out) = cairn(&["rm", "--mon", &mon, "-p", "data", "big"]);
+    let (ok, out) = cluster.cairn(&["rm", "--mon", &mon, "-p", "data", "big"]);
     assert!(ok, "{out}");
-    let (ok, _) = cairn(&[
+    let (ok, _) = cluster.cairn(&[
         "get",
         "--mon",
         &mon,
@@ -181,7 +181,7 @@ fn up_put_get_bench_down() {
     ]);
     assert!(!ok, "a removed object must not be readable");
     let plot_prefix = dir.join("bench").display().to_string();
-    let (ok, out) = cairn(&[
+    let (ok, out) = cluster.cairn(&[
         "bench",
         "--mon",
         &mon,
@@ -230,7 +230,7 @@ fn up_put_get_bench_down() {
     // A write run kept with --no-cleanup is read back by seq and rand; each write run names
     // its objects anew (as rados bench does), so a second one adds objects.
     let bench_write_kept = || {
-        let (ok, out) = cairn(&[
+        let (ok, out) = cluster.cairn(&[
             "bench",
             "--mon",
             &mon,
@@ -248,7 +248,7 @@ fn up_put_get_bench_down() {
         total_ops(&out)
     };
     let listed = || {
-        let (ok, out) = cairn(&["ls", "--mon", &mon, "-p", "data"]);
+        let (ok, out) = cluster.cairn(&["ls", "--mon", &mon, "-p", "data"]);
         assert!(ok, "{out}");
         out.lines()
             .filter(|l| l.starts_with("benchmark_data_"))
@@ -258,7 +258,8 @@ fn up_put_get_bench_down() {
     let first = bench_write_kept();
     assert!(first > 0 && listed() == first, "{first} written");
     for mode in ["seq", "rand"] {
-        let (ok, out) = cairn(&["bench", "--mon", &mon, "-p", "data", "1", mode, "-t", "2"]);
+        let (ok, out) =
+            cluster.cairn(&["bench", "--mon", &mon, "-p", "data", "1", mode, "-t", "2"]);
         assert!(ok && total_ops(&out) > 0, "{mode}: {out}");
         if mode == "seq" {
             assert!(
@@ -273,7 +274,7 @@ fn up_put_get_bench_down() {
         first + second,
         "the second run's objects are new ones"
     );
-    let (ok, out) = cairn(&[
+    let (ok, out) = cluster.cairn(&[
         "bench",
         "--mon",
         &mon,
@@ -288,9 +289,9 @@ fn up_put_get_bench_down() {
         !ok && out.contains("--client-threads must be 1..=64, got 0"),
         "a bad client thread count must be refused: {out}"
     );
-    let (ok, out) = cairn(&["status", "--mon", &mon]);
+    let (ok, out) = cluster.cairn(&["status", "--mon", &mon]);
     assert!(ok && out.contains("3 up, 3 in"), "{out}");
-    let (ok, out) = cairn(&[
+    let (ok, out) = cluster.cairn(&[
         "put",
         "--mon",
         &mon,
@@ -303,10 +304,10 @@ fn up_put_get_bench_down() {
     // `osd df`: with size 3 on three OSDs each holds every PG and every client object `ls`
     // lists (the kept bench objects, the bench's metadata, `kept`), the PGs' meta objects left
     // out; each PG has one leader.
-    let (ok, out) = cairn(&["ls", "--mon", &mon, "-p", "data"]);
+    let (ok, out) = cluster.cairn(&["ls", "--mon", &mon, "-p", "data"]);
     assert!(ok, "{out}");
     let objects = out.lines().count().to_string();
-    let (ok, out) = cairn(&["osd", "--mon", &mon, "df"]);
+    let (ok, out) = cluster.cairn(&["osd", "--mon", &mon, "df"]);
     assert!(ok, "{out}");
     let rows: Vec<Vec<&str>> = out
         .lines()
@@ -321,7 +322,7 @@ fn up_put_get_bench_down() {
     assert_eq!(led, 32, "{out}");
     // `df`: raw space over the three OSDs; pool `data` counts the same objects from its 32
     // primaries, its USED is three copies of STORED, and it has room left.
-    let (ok, out) = cairn(&["df", "--mon", &mon]);
+    let (ok, out) = cluster.cairn(&["df", "--mon", &mon]);
     assert!(
         ok && out.contains("--- RAW STORAGE (3 of 3 OSDs up) ---"),
         "{out}"
@@ -356,7 +357,7 @@ fn up_put_get_bench_down() {
     let osd = |args: &[&str]| {
         let mut all = vec!["osd", "--mon", &mon];
         all.extend_from_slice(args);
-        cairn(&all)
+        cluster.cairn(&all)
     };
     let (ok, out) = osd(&["ok-to-stop", "0"]);
     assert!(
@@ -381,7 +382,7 @@ fn up_put_get_bench_down() {
     let pg = |args: &[&str]| {
         let mut all = vec!["pg", "--mon", &mon];
         all.extend_from_slice(args);
-        let (ok, out) = cairn(&all);
+        let (ok, out) = cluster.cairn(&all);
         let rows = out.lines().filter(|l| l.starts_with("1.")).count();
         (ok, rows, out)
     };
@@ -413,9 +414,9 @@ fn up_put_get_bench_down() {
     common::wait_exited(pids[2]);
     // Marked down, it holds no up set's copy: the spread `status` prints is over the two OSDs
     // that are up (each holds every PG), not an imbalance of 0~32.
-    let (ok, out) = cairn(&["osd", "--mon", &mon, "down", "1"]);
+    let (ok, out) = cluster.cairn(&["osd", "--mon", &mon, "down", "1"]);
     assert!(ok, "{out}");
-    let (ok, out) = cairn(&["status", "--mon", &mon]);
+    let (ok, out) = cluster.cairn(&["status", "--mon", &mon]);
     assert!(
         ok && out.contains("2 up, 3 in")
             && out.contains("PGs per up OSD 32~32 (max deviation 0.0, 1 down OSD not counted)")
@@ -425,7 +426,7 @@ fn up_put_get_bench_down() {
     // `health detail` names the OSD, and (once the PGs have peered without it) the PGs.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let (ok, out) = cairn(&["health", "--mon", &mon, "detail"]);
+        let (ok, out) = cluster.cairn(&["health", "--mon", &mon, "detail"]);
         assert!(
             ok && out.starts_with("HEALTH_WARN 1 OSDs down")
                 && out.contains("[WRN] OSD_DOWN: 1 OSDs down\n    osd.1 (host "),
@@ -461,7 +462,7 @@ fn up_put_get_bench_down() {
     list_stranger();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let (ok, out) = cairn(&["status", "--mon", &mon]);
+        let (ok, out) = cluster.cairn(&["status", "--mon", &mon]);
         if ok && out.contains("HEALTH_OK") && out.contains("3 up, 3 in") {
             break;
         }
@@ -472,9 +473,9 @@ fn up_put_get_bench_down() {
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     reads_back("kept");
-    let (ok, out) = cairn(&["health", "--mon", &mon]);
+    let (ok, out) = cluster.cairn(&["health", "--mon", &mon]);
     assert!(ok && out.trim() == "HEALTH_OK", "{out}");
-    let (ok, out) = cairn(&["down", "--dir", &d]);
+    let (ok, out) = cluster.cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
     assert!(
         out.contains(&format!("left alone: pids [{}]", stranger.id())),
@@ -511,7 +512,7 @@ fn up_put_get_bench_down() {
         "the restarted monitor must load its map: {log}"
     );
     reads_back("kept");
-    let (ok, out) = cairn(&["down", "--dir", &d]);
+    let (ok, out) = cluster.cairn(&["down", "--dir", &d]);
     assert!(ok && out.contains("stopped 4"), "{out}");
     drop(cluster);
 }
@@ -549,7 +550,7 @@ fn up_with_prefill_allocates_the_whole_device_file_before_serving() {
     let data: Vec<u8> = (0..300_001u32).map(|i| (i % 251) as u8).collect();
     let back = dir.join("back.bin").display().to_string();
     let reads_back = || {
-        let (ok, out) = cairn(&["get", "--mon", &mon, "-p", "data", "o", &back]);
+        let (ok, out) = cluster.cairn(&["get", "--mon", &mon, "-p", "data", "o", &back]);
         assert!(ok, "{out}");
         assert_eq!(
             crc_fast::crc32_iscsi(&std::fs::read(&back).unwrap()),
@@ -569,16 +570,16 @@ fn up_with_prefill_allocates_the_whole_device_file_before_serving() {
     let payload = dir.join("payload.bin");
     std::fs::write(&payload, &data).unwrap();
     let p = payload.display().to_string();
-    let (ok, out) = cairn(&["put", "--mon", &mon, "-p", "data", "o", &p]);
+    let (ok, out) = cluster.cairn(&["put", "--mon", &mon, "-p", "data", "o", &p]);
     assert!(ok, "{out}");
     reads_back();
-    let (ok, out) = cairn(&["down", "--dir", &d]);
+    let (ok, out) = cluster.cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     // A second start finds a formatted store and does not write zeros over it.
     let log = up();
     assert!(!log.contains("prefilling"), "{log}");
     reads_back();
-    let (ok, out) = cairn(&["down", "--dir", &d]);
+    let (ok, out) = cluster.cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     drop(cluster);
 }
@@ -643,7 +644,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     let bench = |args: &[&str]| {
         let mut all = vec!["bench", "--mon", &mon, "-p", "data"];
         all.extend_from_slice(args);
-        cairn(&all)
+        cluster.cairn(&all)
     };
     let (ok, out) = bench(&["1", "write", "-b", "99999999999"]);
     assert!(
@@ -657,7 +658,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         .unwrap()
         .set_len(100 << 20)
         .unwrap();
-    let (ok, out) = cairn(&[
+    let (ok, out) = cluster.cairn(&[
         "put",
         "--mon",
         &mon,
@@ -667,7 +668,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         &big.display().to_string(),
     ]);
     assert!(!ok && out.contains("bytes, past the"), "{out}");
-    let (ok, out) = cairn(&["rm", "--mon", &mon, "-p", "data", "missing"]);
+    let (ok, out) = cluster.cairn(&["rm", "--mon", &mon, "-p", "data", "missing"]);
     assert!(!ok && out.contains("no object `missing`"), "{out}");
     // 4 MiB objects for up to 60 s into a 96 MiB device: the OSD fills and refuses.
     let (ok, out) = bench(&["60", "write", "-t", "4"]);
@@ -676,7 +677,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         "{out}"
     );
     assert!(out.contains("Removed "), "{out}");
-    let (ok, out) = cairn(&["ls", "--mon", &mon, "-p", "data"]);
+    let (ok, out) = cluster.cairn(&["ls", "--mon", &mon, "-p", "data"]);
     assert!(
         ok && out.trim().is_empty(),
         "the failed run left objects: {out}"
@@ -686,7 +687,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     let pool_set = |args: &[&str]| {
         let mut all = vec!["pool", "--mon", &mon, "set"];
         all.extend_from_slice(args);
-        cairn(&all)
+        cluster.cairn(&all)
     };
     let (ok, out) = pool_set(&["data", "size", "1"]);
     assert!(!ok && out.contains("--yes-i-really-mean-it"), "{out}");
@@ -698,7 +699,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     assert!(ok && out.contains("pool 'data' size 3 min_size 2"), "{out}");
     let (ok, out) = pool_set(&["data", "size", "1", "--yes-i-really-mean-it"]);
     assert!(ok && out.contains("pool 'data' size 1 min_size 1"), "{out}");
-    let (ok, out) = cairn(&["pool", "--mon", &mon, "ls"]);
+    let (ok, out) = cluster.cairn(&["pool", "--mon", &mon, "ls"]);
     assert!(
         ok && out.contains("data size 1 min_size 1 pg_num 8"),
         "{out}"
@@ -707,7 +708,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     let osd = |args: &[&str]| {
         let mut all = vec!["osd", "--mon", &mon];
         all.extend_from_slice(args);
-        cairn(&all)
+        cluster.cairn(&all)
     };
     let (ok, out) = osd(&["reweight", "0", "1.5"]);
     assert!(
@@ -750,13 +751,13 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         "{out}"
     );
     assert!(osd(&["set", "noout", "norebalance"]).0);
-    let (ok, out) = cairn(&["health", "--mon", &mon, "detail"]);
+    let (ok, out) = cluster.cairn(&["health", "--mon", &mon, "detail"]);
     assert!(
         ok && out.contains("[WRN] OSDMAP_FLAGS: noout,norebalance flag(s) set")
             && out.contains("noout: down OSDs are not marked out"),
         "{out}"
     );
-    let (ok, out) = cairn(&["status", "--mon", &mon]);
+    let (ok, out) = cluster.cairn(&["status", "--mon", &mon]);
     assert!(
         ok && out.contains("noout,norebalance flag(s) set")
             && out.contains("in; flags noout,norebalance"),
@@ -767,14 +768,14 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     assert!(!ok && out.contains("osd.7"), "{out}");
     assert!(osd(&["add-noout", "0"]).0);
     assert!(osd(&["add-nodown", "0"]).0);
-    let (ok, out) = cairn(&["health", "--mon", &mon, "detail"]);
+    let (ok, out) = cluster.cairn(&["health", "--mon", &mon, "detail"]);
     assert!(
         ok && out.contains("osd.0 (host") && out.contains("has flags nodown,noout"),
         "{out}"
     );
     assert!(osd(&["rm-noout", "0"]).0);
     assert!(osd(&["rm-nodown", "0"]).0);
-    let (ok, out) = cairn(&["health", "--mon", &mon]);
+    let (ok, out) = cluster.cairn(&["health", "--mon", &mon]);
     assert!(
         ok && !out.contains("OSDMAP_FLAGS") && !out.contains("OSD_FLAGS"),
         "{out}"
@@ -787,7 +788,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     let pool = |args: &[&str]| {
         let mut all = vec!["pool", "--mon", &mon];
         all.extend_from_slice(args);
-        cairn(&all)
+        cluster.cairn(&all)
     };
     let (ok, out) = pool(&["set-quota", "data", "max_bytes", "1.5G"]);
     assert!(!ok && out.contains("not a whole number"), "{out}");
@@ -798,7 +799,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     let one = cluster.dir.join("one.bin");
     std::fs::write(&one, b"quota").unwrap();
     let one = one.display().to_string();
-    let put = |name: &str| cairn(&["put", "--mon", &mon, "-p", "data", name, &one]);
+    let put = |name: &str| cluster.cairn(&["put", "--mon", &mon, "-p", "data", name, &one]);
     assert!(put("q0").0);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let refused = loop {
@@ -810,12 +811,12 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
         std::thread::sleep(std::time::Duration::from_millis(500));
     };
     assert!(refused.contains("quota exceeded"), "{refused}");
-    let (ok, out) = cairn(&["health", "--mon", &mon, "detail"]);
+    let (ok, out) = cluster.cairn(&["health", "--mon", &mon, "detail"]);
     assert!(
         ok && out.contains("POOL_FULL") && out.contains("pool 'data' is full"),
         "{out}"
     );
-    let (ok, out) = cairn(&["df", "--mon", &mon]);
+    let (ok, out) = cluster.cairn(&["df", "--mon", &mon]);
     assert!(
         ok && out.contains("  quota: max_objects 1, max_bytes N/A (full: writes other"),
         "{out}"
@@ -830,7 +831,7 @@ fn data_commands_refuse_bad_input_and_a_failed_bench_cleans_up() {
     assert!(pool(&["set-quota", "data", "max_objects", "0"]).0);
     let (ok, out) = put("q2");
     assert!(ok, "writes resume once the quota is gone: {out}");
-    let (ok, out) = cairn(&["down", "--dir", &d]);
+    let (ok, out) = cluster.cairn(&["down", "--dir", &d]);
     assert!(ok, "{out}");
     drop(cluster);
 }

@@ -55,6 +55,12 @@ pub struct GatewayConfig {
     /// None where the cluster does not authenticate.
     #[serde(skip)]
     pub cluster_auth: Option<cairn_client::tickets::ClientAuth>,
+    /// The keyring the gateway authenticates to the cluster with (the command line's global
+    /// `--keyring` when unset); read by the command that starts the gateway.
+    pub keyring: Option<PathBuf>,
+    /// The entity of `keyring` the gateway is (e.g. `client.s3gw`); unset: the keyring's only
+    /// client entity.
+    pub name: Option<String>,
     /// HTTP listen address.
     pub listen: SocketAddr,
     /// Address of the gateway's Prometheus page (`/metrics`, module `metrics`); none if not
@@ -113,6 +119,8 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
             cluster_auth: None,
+            keyring: None,
+            name: None,
             mon: "127.0.0.1:6789".parse().expect("literal"),
             listen: "127.0.0.1:7480".parse().expect("literal"),
             metrics: None,

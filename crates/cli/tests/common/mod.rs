@@ -12,12 +12,20 @@ use std::process::{Child, Command, Stdio};
 
 /// Runs `cairn ARGS` (killed after 180 s); returns success and stdout + stderr.
 pub fn cairn(args: &[&str]) -> (bool, String) {
-    let out = Command::new("timeout")
+    cairn_with_keyring(None, args)
+}
+
+/// Runs `cairn ARGS` as [`cairn`] does, with `CAIRN_KEYRING` set to `keyring` if given.
+pub fn cairn_with_keyring(keyring: Option<&Path>, args: &[&str]) -> (bool, String) {
+    let mut command = Command::new("timeout");
+    command
         .arg("180")
         .arg(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .output()
-        .unwrap();
+        .args(args);
+    if let Some(keyring) = keyring {
+        command.env("CAIRN_KEYRING", keyring);
+    }
+    let out = command.output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
@@ -75,6 +83,37 @@ impl Cluster {
             dir,
             extra: Vec::new(),
         }
+    }
+
+    /// The administrator's keyring `cairn up` wrote in the directory.
+    pub fn keyring(&self) -> PathBuf {
+        self.dir.join("keyring")
+    }
+
+    /// Runs `cairn ARGS` as the cluster's administrator (its keyring in `CAIRN_KEYRING`).
+    pub fn cairn(&self, args: &[&str]) -> (bool, String) {
+        cairn_with_keyring(Some(&self.keyring()), args)
+    }
+
+    /// The administrator as a client of the cluster (its keyring from the directory).
+    pub fn admin(&self) -> cairn_client::tickets::ClientAuth {
+        let ring = cairn_auth::Keyring::load(&self.keyring()).unwrap();
+        let admin = cairn_auth::EntityName::admin();
+        let key = ring.get(&admin).expect("client.admin's key").key.clone();
+        cairn_client::tickets::ClientAuth {
+            entity: admin,
+            key,
+            mode: cairn_msgr::protect::WireMode::Mac,
+        }
+    }
+
+    /// Starts `cairn ARGS` with the keyring `FILE` of the directory (`mon.keyring`,
+    /// `osdN.keyring`) as [`Cluster::start`] does.
+    pub fn start_with_keyring(&self, log: &str, file: &str, args: &[&str]) -> Child {
+        let keyring = self.dir.join(file).display().to_string();
+        let mut all = vec!["--keyring", keyring.as_str()];
+        all.extend_from_slice(args);
+        self.start(log, &all)
     }
 
     /// The directory as a string argument.
