@@ -219,6 +219,13 @@ fn required(body: &RequestBody) -> (MonAccess, Option<i32>) {
 
 /// Why `peer` may not send `body`, if it may not.
 fn refusal(peer: &AuthPeer, body: &RequestBody) -> Option<String> {
+    // An OSD whose store failed marks itself down (Ceph's MOSDMarkMeDown): an OSD's own
+    // capability covers that, for its own id only.
+    if let RequestBody::Op(Request::MarkDown { id }) = body {
+        if peer.entity.osd_id() == Some(*id) && peer.caps.mon().allows(MonAccess::Osd) {
+            return None;
+        }
+    }
     let (access, osd) = required(body);
     if !peer.caps.mon().allows(access) {
         return Some(format!(
@@ -536,4 +543,46 @@ fn publish(
         subscribers.remove(&s);
     }
     metrics.set_subscribers(subscribers.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_auth::Caps;
+
+    fn peer(entity: &str, caps: Caps) -> AuthPeer {
+        AuthPeer {
+            entity: entity.parse().unwrap(),
+            caps,
+            mode: WireMode::Mac,
+        }
+    }
+
+    fn op(request: Request) -> RequestBody {
+        RequestBody::Op(request)
+    }
+
+    #[test]
+    fn an_osd_marks_only_itself_down_and_speaks_only_for_itself() {
+        let osd3 = peer("osd.3", Caps::osd_daemon());
+        assert_eq!(refusal(&osd3, &op(Request::MarkDown { id: 3 })), None);
+        assert!(refusal(&osd3, &op(Request::MarkDown { id: 4 })).is_some());
+        assert!(refusal(&osd3, &op(Request::MarkOut { id: 3 })).is_some());
+        let beacon = |id| Request::Beacon {
+            id,
+            full: false,
+            nearfull: false,
+        };
+        assert_eq!(refusal(&osd3, &op(beacon(3))), None);
+        assert!(refusal(&osd3, &op(beacon(2))).is_some());
+        let reader = peer("client.r", Caps::from_pairs(&[("mon", "allow r")]).unwrap());
+        assert!(refusal(&reader, &op(Request::MarkDown { id: 3 })).is_some());
+        assert!(refusal(&reader, &op(beacon(3))).is_some());
+        let admin = peer("client.admin", Caps::everything());
+        assert_eq!(refusal(&admin, &op(Request::MarkDown { id: 3 })), None);
+        assert!(
+            refusal(&admin, &op(beacon(3))).is_some(),
+            "only an OSD sends beacons"
+        );
+    }
 }

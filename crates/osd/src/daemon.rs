@@ -578,7 +578,8 @@ impl OsdDaemon {
             host: cfg.host.clone(),
             addr: addr.to_string(),
             crush_weight: cfg.crush_weight,
-            want_id: cfg.want_id,
+            // As at the first boot: an authenticated OSD names its own id.
+            want_id,
         };
         shared.track(tokio::spawn(async move {
             let mut rx = s.map.clone();

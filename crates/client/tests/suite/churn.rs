@@ -10,8 +10,6 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use cairn_client::mon::MonClient;
-use cairn_client::Client;
 use cairn_clustermap::flags::MapFlag;
 use cairn_proto::mon::Request;
 use common::{cluster_with_devices, metric_sum, metrics_page};
@@ -51,14 +49,14 @@ async fn osds_forget_a_thousand_vanished_clients_through_thousands_of_epochs() {
         .await
         .unwrap();
     let baseline = osd_sessions_and_held(&c);
-    let admin = MonClient::connect(mon, 77).await;
+    let admin = common::mon_client(mon, 77).await;
 
     let churn = tokio::spawn(async move {
         let mut joined = tokio::task::JoinSet::new();
         let mut written = BTreeMap::new();
         for i in 0..1_000u64 {
             joined.spawn(async move {
-                let client = Client::connect(mon, 200_000 + i).await.ok()?;
+                let client = common::connect(mon, 200_000 + i).await.ok()?;
                 let name = format!("churn{i}");
                 let data = bytes_of(i);
                 if i.is_multiple_of(4) {

@@ -215,7 +215,7 @@ async fn a_write_that_fails_on_one_copy_loses_no_acknowledged_write() {
     // The small OSD goes away; the two others serve every PG.
     let victim = c.osds.remove(0);
     drop(victim);
-    let admin = cairn_client::mon::MonClient::connect(c.mon.addr(), 93).await;
+    let admin = common::mon_client(c.mon.addr(), 93).await;
     admin
         .op(Request::MarkDown { id: small }, 10_000)
         .await

@@ -29,7 +29,7 @@ async fn start_with(
 ) -> (Cluster, MonClient) {
     let mut c = common::cluster_with_devices(tag, 4, [256 << 20; 3], tweak).await;
     c.client.op_timeout_ms = 3_000;
-    let admin = MonClient::connect(c.mon.addr(), id).await;
+    let admin = common::mon_client(c.mon.addr(), id).await;
     (c, admin)
 }
 
@@ -273,7 +273,7 @@ async fn peering_gives_up_on_a_past_copy_the_map_shows_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_below_min_size_times_out_saying_why() {
     let mut c = common::cluster("belowmin", 4, 128 << 20).await;
-    let admin = MonClient::connect(c.mon.addr(), 96).await;
+    let admin = common::mon_client(c.mon.addr(), 96).await;
     c.client
         .write_full("data", "obj", b"three copies")
         .await

@@ -19,7 +19,7 @@ use crate::common;
 use std::time::Duration;
 
 use cairn_client::mon::MonClient;
-use cairn_client::{Client, ClientError};
+use cairn_client::ClientError;
 use cairn_clustermap::MapFlag;
 use cairn_proto::mon::Request;
 use common::{
@@ -56,7 +56,7 @@ async fn serving(c: &Cluster) -> (usize, std::collections::BTreeMap<String, usiz
 async fn norecover_keeps_a_returning_osd_behind_until_it_is_unset() {
     const PGS: u32 = 8;
     let mut c = cluster_with_devices("flags-recover", PGS, [DEVICE_BYTES; 3], |_| {}).await;
-    let admin = MonClient::connect(c.mon.addr(), 71).await;
+    let admin = common::mon_client(c.mon.addr(), 71).await;
     for i in 0..20 {
         let name = format!("o{i}");
         c.client
@@ -116,7 +116,7 @@ async fn norebalance_keeps_an_out_osds_objects_in_place_until_it_is_unset() {
         cfg.stray_check_ms = 200
     })
     .await;
-    let admin = MonClient::connect(c.mon.addr(), 72).await;
+    let admin = common::mon_client(c.mon.addr(), 72).await;
     create_pool(&admin, "two", 2, PGS).await;
     eventually("the client sees pool two", || async {
         c.client
@@ -180,7 +180,7 @@ async fn noscrub_and_nodeep_scrub_hold_scheduled_scrubs_but_not_an_operators() {
         cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     };
     let c = cluster_with_devices("flags-scrub", 4, [DEVICE_BYTES; 3], tweak).await;
-    let admin = MonClient::connect(c.mon.addr(), 73).await;
+    let admin = common::mon_client(c.mon.addr(), 73).await;
     set(&admin, &[MapFlag::NoScrub, MapFlag::NoDeepScrub], true).await;
     for i in 0..10 {
         let name = format!("o{i}");
@@ -222,9 +222,9 @@ async fn noscrub_and_nodeep_scrub_hold_scheduled_scrubs_but_not_an_operators() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_flags_hold_client_writes_and_reads_until_unset() {
     let c = cluster_with_devices("flags-pause", 4, [DEVICE_BYTES; 3], |_| {}).await;
-    let admin = MonClient::connect(c.mon.addr(), 74).await;
+    let admin = common::mon_client(c.mon.addr(), 74).await;
     c.client.write_full("data", "o0", &object(0)).await.unwrap();
-    let mut quick = Client::connect(c.mon.addr(), 75).await.unwrap();
+    let mut quick = common::connect(c.mon.addr(), 75).await.unwrap();
     quick.op_timeout_ms = 1_500;
 
     set(&admin, &[MapFlag::PauseWr], true).await;
@@ -251,7 +251,7 @@ async fn pause_flags_hold_client_writes_and_reads_until_unset() {
     let held = tokio::spawn({
         let mon = c.mon.addr();
         async move {
-            let client = Client::connect(mon, 76).await.unwrap();
+            let client = common::connect(mon, 76).await.unwrap();
             client.write_full("data", "o2", &object(2)).await
         }
     });
@@ -274,7 +274,7 @@ async fn pause_flags_hold_client_writes_and_reads_until_unset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noup_keeps_a_restarted_osd_down_until_it_is_unset() {
     let mut c = cluster_with_devices("flags-noup", NOUP_PGS, [DEVICE_BYTES; 3], |_| {}).await;
-    let admin = MonClient::connect(c.mon.addr(), 77).await;
+    let admin = common::mon_client(c.mon.addr(), 77).await;
     let x = c.osds[2].id();
     let cluster_wide = [Request::SetFlags {
         flags: vec![MapFlag::NoUp],

@@ -222,7 +222,7 @@ async fn malformed_messages_are_dropped_and_the_osd_keeps_serving() {
 async fn an_osd_wrongly_marked_down_boots_again_and_io_goes_on() {
     let c = cluster("markdown", 8, 128 << 20).await;
     let victim = c.osds[1].id();
-    let admin = cairn_client::mon::MonClient::connect(c.mon.addr(), 92).await;
+    let admin = common::mon_client(c.mon.addr(), 92).await;
     let marked = admin
         .op(Request::MarkDown { id: victim }, 10_000)
         .await

@@ -9,7 +9,6 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use cairn_client::mon::MonClient;
 use cairn_client::Client;
 use common::{index_of, osd_config, stop_osd, Cluster};
 
@@ -117,7 +116,7 @@ async fn an_object_larger_than_a_chunk_is_pushed_and_pulled_in_pieces() {
     })
     .await;
     c.client.op_timeout_ms = 3_000;
-    let admin = MonClient::connect(c.mon.addr(), 77).await;
+    let admin = common::mon_client(c.mon.addr(), 77).await;
     common::create_pool(&admin, "two", 2, 1).await;
     write_version(&c.client, 1).await;
     let up = common::placement_in(&c, "two", "big").1;

@@ -41,7 +41,7 @@ async fn a_pool_grown_to_three_copies_backfills_and_one_shrunk_to_one_deletes_th
         cfg.stray_check_ms = 200
     })
     .await;
-    let admin = MonClient::connect(c.mon.addr(), 96).await;
+    let admin = common::mon_client(c.mon.addr(), 96).await;
     set_pool(&admin, "data", Some(2), None).await;
     for i in 0..30 {
         c.client
@@ -76,7 +76,7 @@ async fn a_pool_grown_to_three_copies_backfills_and_one_shrunk_to_one_deletes_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgs_below_min_size_serve_again_once_it_is_lowered() {
     let mut c = cluster_with_devices("poolset-min", PG_NUM, [256 << 20; 3], |_| {}).await;
-    let admin = MonClient::connect(c.mon.addr(), 97).await;
+    let admin = common::mon_client(c.mon.addr(), 97).await;
     for i in 0..10 {
         c.client
             .write_full("data", &format!("o{i}"), &object(i))

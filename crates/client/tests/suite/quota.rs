@@ -97,7 +97,7 @@ async fn writes_stop_at_a_pools_quota_and_resume_once_removals_bring_it_under() 
         cfg.pg_usage_interval_ms = 100
     })
     .await;
-    let admin = MonClient::connect(c.mon.addr(), 81).await;
+    let admin = common::mon_client(c.mon.addr(), 81).await;
 
     set_quota(&admin, Some(10), None).await;
     for i in 0..10 {

@@ -140,7 +140,7 @@ async fn cluster_with_objects(tag: &str) -> Setup {
     let initial: Vec<(String, Vec<u8>)> = written.clone().into_iter().collect();
     write_all(&client, &initial).await;
     Setup {
-        admin: MonClient::connect(c.mon.addr(), 97).await,
+        admin: common::mon_client(c.mon.addr(), 97).await,
         mon: c.mon,
         osds: c.osds,
         client,

@@ -115,7 +115,7 @@ async fn a_damaged_primary_copy_is_repaired_from_a_good_one_and_never_served() {
     common::logs_from_env();
     let mut c = common::cluster_with_devices(TAG, PG_NUM as u32, [DEVICE_BYTES; 3], tweak).await;
     c.client.op_timeout_ms = 20_000;
-    let admin = MonClient::connect(c.mon.addr(), 78).await;
+    let admin = common::mon_client(c.mon.addr(), 78).await;
     let slots: Slots = c
         .osds
         .iter()

@@ -40,7 +40,7 @@ fn append(c: &Cluster, tid: u64, name: &str, data: &[u8], reqid: ReqId) -> OpHea
 
 /// Marks `osd` down at the monitor (as its peers' failure reports would).
 async fn mark_down(c: &Cluster, osd: i32) {
-    let admin = cairn_client::mon::MonClient::connect(c.mon.addr(), 94).await;
+    let admin = common::mon_client(c.mon.addr(), 94).await;
     admin
         .op(Request::MarkDown { id: osd }, 10_000)
         .await

@@ -125,7 +125,7 @@ async fn client_replica_scrub_and_recovery_work_reach_the_scheduler_in_full() {
         .all(|r| r.class == QosClass::BestEffort && r.priority == 5));
 
     // Recovery: an OSD misses writes, comes back, and is filled at the priority set live.
-    let admin = cairn_client::mon::MonClient::connect(c.mon.addr(), 93).await;
+    let admin = common::mon_client(c.mon.addr(), 93).await;
     let victim = 2;
     let cfg = common::osd_config("sched-detail", 2, &c.mon, &c.dir, DEVICE_BYTES);
     let cfg = cairn_osd::OsdConfig {
@@ -286,7 +286,7 @@ async fn recovery_under_client_writes(
     policy: &str,
     round: usize,
 ) -> Vec<ReleasedRequest> {
-    let admin = cairn_client::mon::MonClient::connect(c.mon.addr(), 94).await;
+    let admin = common::mon_client(c.mon.addr(), 94).await;
     let victim = 2;
     common::stop_osd(c, &admin, victim).await;
     for i in 0..96 {

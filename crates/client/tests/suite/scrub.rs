@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn_client::mon::MonClient;
 use cairn_client::ClientError;
 use cairn_clustermap::PgId;
 use cairn_store::Transaction;
@@ -90,7 +89,7 @@ async fn flip_byte_of(store: &cairn_store::Store, dir: &Path, coll: &str, obj: &
 async fn scrub_finds_every_kind_of_difference_and_repair_makes_the_copies_agree() {
     common::logs_from_env();
     let mut c = common::cluster_with_devices(TAG, PG_NUM, [DEVICE_BYTES; 3], |_| {}).await;
-    let admin = MonClient::connect(c.mon.addr(), 79).await;
+    let admin = common::mon_client(c.mon.addr(), 79).await;
     let x = c.osds[0].id();
     let mut written = BTreeMap::new();
     for i in 0..OBJECTS {
@@ -243,7 +242,7 @@ async fn scheduled_deep_scrubs_find_damage_without_being_asked() {
         cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     };
     let mut c = common::cluster_with_devices("scrub-due", PG_NUM, [DEVICE_BYTES; 3], tweak).await;
-    let admin = MonClient::connect(c.mon.addr(), 80).await;
+    let admin = common::mon_client(c.mon.addr(), 80).await;
     let x = c.osds[0].id();
     let names: Vec<String> = (0..20).map(|i| format!("o{i}")).collect();
     for n in &names {
@@ -315,9 +314,7 @@ async fn deep_scrubs_under_writes_find_nothing_and_fenced_writes_land() {
         .map(|w| {
             let (names, acked, stop) = (names.clone(), acked.clone(), stop.clone());
             tokio::spawn(async move {
-                let client = cairn_client::Client::connect(mon, 40 + u64::from(w))
-                    .await
-                    .unwrap();
+                let client = common::connect(mon, 40 + u64::from(w)).await.unwrap();
                 let mut round = 0u32;
                 while !stop.load(Ordering::Relaxed) {
                     round += 1;

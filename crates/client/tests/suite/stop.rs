@@ -8,8 +8,6 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_client::mon::MonClient;
-use cairn_client::Client;
 use cairn_proto::mon::Request;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,7 +28,7 @@ async fn a_stopped_osd_lets_go_of_its_store_while_its_work_waits_on_a_silent_pee
             held.push(conn);
         }
     });
-    let admin = MonClient::connect(c.mon.addr(), 93).await;
+    let admin = common::mon_client(c.mon.addr(), 93).await;
     admin
         .op(
             Request::Boot {
@@ -45,7 +43,7 @@ async fn a_stopped_osd_lets_go_of_its_store_while_its_work_waits_on_a_silent_pee
         .await
         .unwrap();
     // Writes to every PG: those whose acting set now holds the silent OSD wait on it.
-    let writer = Arc::new(Client::connect(c.mon.addr(), 94).await.unwrap());
+    let writer = Arc::new(common::connect(c.mon.addr(), 94).await.unwrap());
     let mut writes = Vec::new();
     for i in 0..64 {
         let w = writer.clone();

@@ -34,7 +34,7 @@ async fn create_pool(c: &Cluster, admin: &MonClient, name: &str, size: u32) -> V
 
 async fn cluster(tag: &str) -> (Cluster, MonClient) {
     let c = cluster_with_devices(tag, 8, [256 << 20; 3], |cfg| cfg.stray_check_ms = 200).await;
-    let admin = MonClient::connect(c.mon.addr(), 95).await;
+    let admin = common::mon_client(c.mon.addr(), 95).await;
     (c, admin)
 }
 

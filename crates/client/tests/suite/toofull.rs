@@ -10,7 +10,6 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use cairn_client::mon::MonClient;
 use cairn_proto::mon::Request;
 use common::{cluster_with_devices, osd_config};
 
@@ -37,7 +36,7 @@ async fn a_copy_too_full_for_its_recovery_is_left_out_and_its_pgs_serve_from_the
     };
     let (big, after) = (not_led("big", 60), not_led("after", 32));
     drop(c.osds.remove(0));
-    let admin = MonClient::connect(c.mon.addr(), 96).await;
+    let admin = common::mon_client(c.mon.addr(), 96).await;
     admin
         .op(Request::MarkDown { id: small }, 10_000)
         .await

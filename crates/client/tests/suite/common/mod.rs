@@ -4,10 +4,18 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cairn_client::Client;
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+
+use cairn_auth::{Caps, EntityName, Keyring, KeyringEntry};
+use cairn_client::mon::MonClient;
+use cairn_client::tickets::ClientAuth;
+use cairn_client::{Client, ClientError};
 use cairn_clustermap::ClusterMap;
-use cairn_mon::daemon::MonDaemon;
+use cairn_mon::daemon::{MonAuthConfig, MonDaemon, MonServing};
 use cairn_mon::{MonConfig, Monitor};
+use cairn_msgr::protect::WireMode;
+use cairn_osd::daemon::OsdAuth;
 use cairn_osd::{OsdConfig, OsdDaemon};
 use cairn_proto::mon::Request;
 
@@ -16,6 +24,49 @@ use cairn_proto::mon::Request;
 pub fn logs_from_env() {
     let filter = tracing_subscriber::EnvFilter::from_default_env();
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+}
+
+/// OSD ids the test keyring holds keys for (`osd.0` up to this, exclusive).
+const KEYED_OSDS: i32 = 8;
+
+/// The keys every test cluster is made with: `client.admin` with every capability and
+/// `osd.0`.. `osd.7`, so that every test runs authenticated, as `cairn up` does.
+pub fn keyring() -> &'static Keyring {
+    static RING: OnceLock<Keyring> = OnceLock::new();
+    RING.get_or_init(|| {
+        let mut ring = Keyring::single(
+            EntityName::admin(),
+            KeyringEntry::generate(&Caps::everything()),
+        );
+        for id in 0..KEYED_OSDS {
+            ring.entries.insert(
+                EntityName::Osd(id),
+                KeyringEntry::generate(&Caps::osd_daemon()),
+            );
+        }
+        ring
+    })
+}
+
+/// The administrator, as a client of a test cluster.
+pub fn admin() -> ClientAuth {
+    let entity = EntityName::admin();
+    let key = keyring().get(&entity).expect("the admin key").key.clone();
+    ClientAuth {
+        entity,
+        key,
+        mode: WireMode::Mac,
+    }
+}
+
+/// A client of the cluster at `mon`, authenticated as the administrator.
+pub async fn connect(mon: SocketAddr, client_id: u64) -> Result<Client, ClientError> {
+    Client::connect_as(mon, client_id, Some(admin())).await
+}
+
+/// A monitor client of the cluster at `mon`, authenticated as the administrator.
+pub async fn mon_client(mon: SocketAddr, session_id: u64) -> MonClient {
+    MonClient::connect_as(mon, session_id, Some(admin().mon_credentials())).await
 }
 
 /// A directory removed when dropped.
@@ -54,7 +105,14 @@ pub async fn cluster_with_devices(
 ) -> Cluster {
     let dir = TempDir(std::env::temp_dir().join(format!("cairn-{tag}-{}", std::process::id())));
     let monitor = Monitor::new(ClusterMap::new("test").unwrap(), MonConfig::default());
-    let mon = MonDaemon::start(monitor, "127.0.0.1:0".parse().unwrap())
+    let serving = MonServing {
+        auth: Some(MonAuthConfig {
+            seed: keyring().clone(),
+            min_mode: WireMode::Mac,
+        }),
+        ..MonServing::default()
+    };
+    let mon = MonDaemon::serve(monitor, "127.0.0.1:0".parse().unwrap(), serving)
         .await
         .unwrap();
     let mut osds = Vec::new();
@@ -63,7 +121,7 @@ pub async fn cluster_with_devices(
         tweak(&mut cfg);
         osds.push(OsdDaemon::start(cfg).await.unwrap());
     }
-    let admin = cairn_client::mon::MonClient::connect(mon.addr(), 91).await;
+    let admin = mon_client(mon.addr(), 91).await;
     admin
         .op(
             Request::CreatePool {
@@ -75,7 +133,7 @@ pub async fn cluster_with_devices(
         )
         .await
         .unwrap();
-    let client = Client::connect(mon.addr(), 2).await.unwrap();
+    let client = connect(mon.addr(), 2).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while client.write_full("data", "probe", b"x").await.is_err() {
         assert!(Instant::now() < deadline, "pool never became writable");
@@ -100,6 +158,17 @@ pub fn osd_config(tag: &str, i: usize, mon: &MonDaemon, dir: &TempDir, bytes: u6
         dir.0.join(format!("osd{i}")),
     );
     cfg.device_bytes = bytes;
+    let entity = EntityName::Osd(i32::try_from(i).expect("a small OSD index"));
+    let key = keyring()
+        .get(&entity)
+        .unwrap_or_else(|| panic!("the test keyring holds no {entity}"))
+        .key
+        .clone();
+    cfg.auth = Some(OsdAuth {
+        entity,
+        key,
+        mode: WireMode::Mac,
+    });
     cfg
 }
 
