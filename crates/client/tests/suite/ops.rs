@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use cairn_client::ClientError;
 use cairn_msgr::session::Session;
-use cairn_msgr::Limits;
 use cairn_proto::mon::Request;
 use cairn_proto::OpResult;
 use common::cluster;
@@ -194,7 +193,7 @@ async fn malformed_messages_are_dropped_and_the_osd_keeps_serving() {
         b"\x05\x00\x00\x00nojson",
     ];
     for o in &c.osds {
-        let session = Session::connect(o.addr(), 0xbad, Limits::default(), 50).await;
+        let session = common::dial_as_peer(&c, o.addr(), 0xbad).await;
         for msg_type in [
             cairn_proto::MSG_OSD_OP,
             cairn_proto::MSG_OSD_REPOP,
@@ -333,7 +332,7 @@ async fn a_replica_refuses_a_reused_or_skipped_version() {
     let used = Eversion::new(packed >> 32, packed & 0xffff_ffff);
     let (pg, up) = common::placement_of(&c, "first");
     let replica = c.osds.iter().find(|o| o.id() == up[1]).unwrap();
-    let mut session = Session::connect(replica.addr(), 0x5e55, Limits::default(), 50).await;
+    let mut session = common::dial_as_peer(&c, replica.addr(), 0x5e55).await;
     let data = b"other";
     // The replica names the interval it is active in when the write's is another.
     let (mut h, les) = repop_of_interval_zero(&mut session, pg, "other", used, data).await;
@@ -372,7 +371,7 @@ async fn a_replica_queried_by_a_later_intervals_peering_refuses_writes_of_earlie
     let used = Eversion::new(packed >> 32, packed & 0xffff_ffff);
     let (pg, up) = common::placement_of(&c, "first");
     let replica = c.osds.iter().find(|o| o.id() == up[1]).unwrap();
-    let mut session = Session::connect(replica.addr(), 0x5e56, Limits::default(), 50).await;
+    let mut session = common::dial_as_peer(&c, replica.addr(), 0x5e56).await;
     let data = b"late";
     let next = Eversion::new(used.epoch, used.version + 1);
     let (mut h, les) = repop_of_interval_zero(&mut session, pg, "late", next, data).await;

@@ -7,8 +7,6 @@ use crate::common;
 
 use cairn_client::mon::MonClient;
 use cairn_client::ClientError;
-use cairn_msgr::session::Session;
-use cairn_msgr::Limits;
 use cairn_proto::mon::Request;
 use cairn_proto::{OpHeader, OpKind, OpResult, ReplyHeader};
 use common::{cluster_with_devices, eventually, placement_of, reads_back, Cluster};
@@ -70,7 +68,7 @@ fn usage_lines(text: &str) -> Vec<(String, (u64, u64))> {
 async fn raw_write(c: &Cluster, name: &str, data: &[u8]) -> OpResult {
     let (pg, acting) = placement_of(c, name);
     let addr = c.osds.iter().find(|o| o.id() == acting[0]).unwrap().addr();
-    let mut session = Session::connect(addr, 0x0a07a, Limits::default(), 50).await;
+    let mut session = common::dial_as_client(c, addr, 0x0a07a).await;
     let h = OpHeader {
         tid: 1,
         epoch: c.client.epoch(),

@@ -8,7 +8,6 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use cairn_msgr::session::Session;
-use cairn_msgr::Limits;
 use cairn_proto::mon::Request;
 use cairn_proto::{OpHeader, OpKind, OpResult, ReplyHeader, ReqId};
 use common::{cluster, cluster_with_devices, placement_of, Cluster};
@@ -72,7 +71,7 @@ async fn a_resent_append_is_applied_once_even_after_its_primary_fails() {
     c.client.write_full("data", name, b"0123").await.unwrap();
     let primary = placement_of(&c, name).1[0];
     let ix = c.osds.iter().position(|o| o.id() == primary).unwrap();
-    let mut session = Session::connect(c.osds[ix].addr(), 0x7e5e, Limits::default(), 50).await;
+    let mut session = common::dial_as_client(&c, c.osds[ix].addr(), 0x7e5e).await;
     let first_req = ReqId {
         client: 0xfeed,
         seq: 1,
@@ -116,7 +115,7 @@ async fn a_resent_append_is_applied_once_even_after_its_primary_fails() {
     let next = placement_of(&c, name).1[0];
     assert_ne!(next, primary);
     let addr = c.osds.iter().find(|o| o.id() == next).unwrap().addr();
-    let mut session = Session::connect(addr, 0x7e5f, Limits::default(), 50).await;
+    let mut session = common::dial_as_client(&c, addr, 0x7e5f).await;
     for (tid, (req, data, version)) in [
         (first_req, b"abc", first.version),
         (second_req, b"def", second.version),
@@ -149,7 +148,7 @@ async fn a_resent_remove_succeeds_and_a_new_remove_of_a_missing_object_is_not_fo
     c.client.write_full("data", name, b"bytes").await.unwrap();
     let primary = placement_of(&c, name).1[0];
     let osd = c.osds.iter().find(|o| o.id() == primary).unwrap();
-    let mut session = Session::connect(osd.addr(), 0x7e60, Limits::default(), 50).await;
+    let mut session = common::dial_as_client(&c, osd.addr(), 0x7e60).await;
     let remove = |tid, seq| OpHeader {
         kind: OpKind::Remove,
         data_crc: crc_fast::crc32_iscsi(b""),
@@ -246,7 +245,7 @@ async fn a_resend_is_recognised_after_its_entry_left_the_log_and_the_osds_restar
     c.client.write_full("data", name, b"0123").await.unwrap();
     let primary = placement_of(&c, name).1[0];
     let addr = c.osds.iter().find(|o| o.id() == primary).unwrap().addr();
-    let mut session = Session::connect(addr, 0x7e60, Limits::default(), 50).await;
+    let mut session = common::dial_as_client(&c, addr, 0x7e60).await;
     let req = ReqId {
         client: 0xd0d0,
         seq: 7,
@@ -272,7 +271,7 @@ async fn a_resend_is_recognised_after_its_entry_left_the_log_and_the_osds_restar
     read_until(&c, name, b"0123abc").await;
     let primary = placement_of(&c, name).1[0];
     let addr = c.osds.iter().find(|o| o.id() == primary).unwrap().addr();
-    let mut session = Session::connect(addr, 0x7e61, Limits::default(), 50).await;
+    let mut session = common::dial_as_client(&c, addr, 0x7e61).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let again = loop {
         let reply = send_op(&mut session, &append(&c, 2, name, b"abc", req), b"abc").await;

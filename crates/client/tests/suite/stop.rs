@@ -28,15 +28,16 @@ async fn a_stopped_osd_lets_go_of_its_store_while_its_work_waits_on_a_silent_pee
             held.push(conn);
         }
     });
-    let admin = common::mon_client(c.mon.addr(), 93).await;
-    admin
+    // It boots as the OSD the test plays (an OSD speaks only for its own id).
+    let silent_osd = common::mon_client_as_played_osd(c.mon.addr(), 93).await;
+    silent_osd
         .op(
             Request::Boot {
                 uuid: "silent-osd".into(),
                 host: "silent-host".into(),
                 addr: silent_addr.to_string(),
                 crush_weight: 0x10000,
-                want_id: None,
+                want_id: Some(common::PLAYED_OSD),
             },
             10_000,
         )

@@ -162,13 +162,7 @@ async fn a_pg_copy_left_on_an_out_osd_is_deleted_once_the_pg_is_clean_without_it
 async fn is_clean(c: &Cluster, osd: i32, pg: cairn_clustermap::PgId, from: i32, les: u64) -> bool {
     use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest};
     let addr = c.osds.iter().find(|o| o.id() == osd).unwrap().addr();
-    let mut session = cairn_msgr::session::Session::connect(
-        addr,
-        0x57a7 + les,
-        cairn_msgr::Limits::default(),
-        50,
-    )
-    .await;
+    let mut session = common::dial_as_peer(c, addr, 0x57a7 + les).await;
     let req = PeerRequest {
         tid: 7,
         from,

@@ -442,3 +442,83 @@ pub async fn reads_back(c: &Cluster, pool: &str, n: usize, expected: impl Fn(usi
         );
     }
 }
+
+/// The OSD entity tests speak as when they play a peer OSD (a key of the test keyring no
+/// test OSD boots with).
+pub const PLAYED_OSD: i32 = KEYED_OSDS - 1;
+
+/// A session to the OSD at `osd` as a client of the cluster (a ticket for the
+/// administrator), as a test that sends raw client ops needs.
+pub async fn dial_as_client(c: &Cluster, osd: SocketAddr, id: u64) -> cairn_msgr::session::Session {
+    let mon = std::sync::Arc::new(mon_client(c.mon.addr(), id ^ 0x00c1_0000).await);
+    let tickets = cairn_client::tickets::TicketSource::new(mon, admin());
+    cairn_msgr::session::Session::connect_as(
+        osd,
+        id,
+        cairn_msgr::Limits::default(),
+        50,
+        cairn_msgr::session::Policy::Lossless,
+        Some(std::sync::Arc::new(tickets)),
+    )
+    .await
+}
+
+/// The played peer OSD's credentials (`osd.7`).
+fn played_osd() -> OsdAuth {
+    let entity = EntityName::Osd(PLAYED_OSD);
+    OsdAuth {
+        key: keyring()
+            .get(&entity)
+            .expect("the played OSD's key")
+            .key
+            .clone(),
+        entity,
+        mode: WireMode::Mac,
+    }
+}
+
+/// A monitor client speaking as the played peer OSD (`osd.7`), for a test that boots an
+/// OSD of its own making.
+pub async fn mon_client_as_played_osd(mon: SocketAddr, session_id: u64) -> MonClient {
+    let me = played_osd();
+    let creds = cairn_msgr::handshake::DialCredentials {
+        entity: me.entity,
+        ticket: Vec::new(),
+        key: me.key,
+        mode: WireMode::Mac,
+    };
+    MonClient::connect_as(
+        mon,
+        session_id,
+        Some(std::sync::Arc::new(
+            cairn_msgr::handshake::StaticCredentials(creds),
+        )),
+    )
+    .await
+}
+
+/// A session to the OSD at `osd` as a peer OSD (`osd.7`, with the service secret from the
+/// monitor), as a test that plays a primary or a stray sending replica writes or peering
+/// requests needs.
+pub async fn dial_as_peer(c: &Cluster, osd: SocketAddr, id: u64) -> cairn_msgr::session::Session {
+    let me = played_osd();
+    let mon = mon_client_as_played_osd(c.mon.addr(), id ^ 0x05d0_0000).await;
+    let secret = std::sync::Arc::new(cairn_osd::auth::ServiceSecret::default());
+    cairn_osd::auth::fetch_service_secret(&mon, &me, &secret)
+        .await
+        .expect("the service secret");
+    let creds = cairn_osd::auth::PeerCredentials {
+        entity: me.entity,
+        secret,
+        mode: WireMode::Mac,
+    };
+    cairn_msgr::session::Session::connect_as(
+        osd,
+        id,
+        cairn_msgr::Limits::default(),
+        50,
+        cairn_msgr::session::Policy::Lossless,
+        Some(std::sync::Arc::new(creds)),
+    )
+    .await
+}
