@@ -89,6 +89,25 @@ impl AuthDb {
         }
     }
 
+    /// Adds an entity that does not exist yet (at most [`MAX_ENTITIES`]) and answers its
+    /// keyring entry; the database changed.
+    fn insert_new(
+        &mut self,
+        entity: EntityName,
+        entry: KeyringEntry,
+    ) -> Result<(AuthAnswer, bool), MonError> {
+        if self.entries.len() >= MAX_ENTITIES {
+            return Err(MonError::Invalid(format!(
+                "more than {MAX_ENTITIES} entities"
+            )));
+        }
+        let answer = AuthAnswer::Keyring {
+            text: Keyring::single(entity.clone(), entry.clone()).render(),
+        };
+        self.entries.insert(entity, entry);
+        Ok((answer, true))
+    }
+
     /// Serves `request` from `asker` (already checked against [`AuthDb::required`]) at
     /// `now_unix_s`; returns the answer and whether the database changed (it must then be
     /// saved before the answer is sent).
@@ -153,18 +172,11 @@ impl AuthDb {
                     }
                     return Ok((one(&entity, entry), false));
                 }
-                if self.entries.len() >= MAX_ENTITIES {
-                    return Err(MonError::Invalid(format!(
-                        "more than {MAX_ENTITIES} entities"
-                    )));
-                }
                 let entry = KeyringEntry {
                     key: SecretKey::generate(),
                     caps,
                 };
-                let answer = one(&entity, &entry);
-                self.entries.insert(entity, entry);
-                Ok((answer, true))
+                self.insert_new(entity, entry)
             }
             AuthRequest::Add { entity, caps, key } => {
                 let entity = parse(&entity)?;
@@ -182,15 +194,7 @@ impl AuthDb {
                     }
                     return Ok((one(&entity, entry), false));
                 }
-                if self.entries.len() >= MAX_ENTITIES {
-                    return Err(MonError::Invalid(format!(
-                        "more than {MAX_ENTITIES} entities"
-                    )));
-                }
-                let entry = KeyringEntry { key, caps };
-                let answer = one(&entity, &entry);
-                self.entries.insert(entity, entry);
-                Ok((answer, true))
+                self.insert_new(entity, KeyringEntry { key, caps })
             }
             AuthRequest::Rotate { entity } => {
                 let entity = parse(&entity)?;

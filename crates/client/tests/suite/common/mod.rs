@@ -452,13 +452,22 @@ pub const PLAYED_OSD: i32 = KEYED_OSDS - 1;
 pub async fn dial_as_client(c: &Cluster, osd: SocketAddr, id: u64) -> cairn_msgr::session::Session {
     let mon = std::sync::Arc::new(mon_client(c.mon.addr(), id ^ 0x00c1_0000).await);
     let tickets = cairn_client::tickets::TicketSource::new(mon, admin());
+    dial_with(osd, id, std::sync::Arc::new(tickets)).await
+}
+
+/// A lossless session to `osd` that authenticates with `creds`, retrying every 50 ms.
+async fn dial_with(
+    osd: SocketAddr,
+    id: u64,
+    creds: std::sync::Arc<dyn cairn_msgr::handshake::CredentialSource>,
+) -> cairn_msgr::session::Session {
     cairn_msgr::session::Session::connect_as(
         osd,
         id,
         cairn_msgr::Limits::default(),
         50,
         cairn_msgr::session::Policy::Lossless,
-        Some(std::sync::Arc::new(tickets)),
+        Some(creds),
     )
     .await
 }
@@ -512,13 +521,5 @@ pub async fn dial_as_peer(c: &Cluster, osd: SocketAddr, id: u64) -> cairn_msgr::
         secret,
         mode: WireMode::Mac,
     };
-    cairn_msgr::session::Session::connect_as(
-        osd,
-        id,
-        cairn_msgr::Limits::default(),
-        50,
-        cairn_msgr::session::Policy::Lossless,
-        Some(std::sync::Arc::new(creds)),
-    )
-    .await
+    dial_with(osd, id, std::sync::Arc::new(creds)).await
 }
