@@ -142,6 +142,18 @@ fn client_auth(keyring: &std::path::Path, name: &str) -> ClientAuth {
     }
 }
 
+/// Whether the server closes a faulted connection within 10 s (the client's answer may
+/// come before the server reads the faulted frame).
+async fn dropped_soon(dropped: &AtomicUsize) -> bool {
+    for _ in 0..100 {
+        if dropped.load(Ordering::SeqCst) >= 1 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
 /// The reason the dialer of `session` was refused (waits up to 20 s for it).
 async fn auth_error(session: &Session) -> String {
     for _ in 0..200 {
@@ -348,7 +360,7 @@ fn every_attack_on_an_authenticated_cluster_is_refused_logged_and_changes_nothin
             .await;
         assert!(out.is_err(), "a tampered request was answered: {out:?}");
         assert!(
-            dropped.load(Ordering::SeqCst) >= 1,
+            dropped_soon(&dropped).await,
             "the monitor kept the connection"
         );
 
@@ -364,10 +376,9 @@ fn every_attack_on_an_authenticated_cluster_is_refused_logged_and_changes_nothin
         };
         // Its answer may be lost with the dropped connection: the pool is checked below.
         let _ = replayed.op(create, 10_000).await;
-        assert_eq!(
-            dropped.load(Ordering::SeqCst),
-            1,
-            "the replay was not noticed"
+        assert!(
+            dropped_soon(&dropped).await,
+            "the monitor kept the connection the replay came on"
         );
 
         // The OSDs: no key, a forged ticket.
