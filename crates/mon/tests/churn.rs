@@ -1,6 +1,9 @@
 //! The monitor under client churn: short-lived clients that subscribe and vanish (as every
 //! operator script's `cairn` command does), clients that stall without closing, and thousands
 //! of epochs published meanwhile. The monitor keeps answering, and forgets who is gone.
+//!
+//! A test binary of its own: it checks the process's resident memory, which other tests
+//! running beside it in one process would grow.
 
 use std::time::{Duration, Instant};
 
