@@ -4,6 +4,12 @@
 //! process is gone) is reported at once instead, and one such report marks it down (Ceph's
 //! `osd_fast_fail_on_connection_refused`). Pings bypass the scheduler (control traffic,
 //! invariant 2).
+//!
+//! Silence this OSD caused itself is not held against its peers: when the loop's sleep ends
+//! far later than it asked for (the process was stopped, or starved), every peer gets a fresh
+//! grace period instead of being reported for the time this OSD was not listening. Without
+//! this, an OSD resumed after SIGSTOP reports every peer at once, and two such OSDs mark
+//! healthy ones down.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -27,10 +33,23 @@ pub async fn run(s: Arc<Shared>) {
     // until the map marks them down; the log line does not).
     let mut logged_refusals: HashSet<(i32, u64)> = HashSet::new();
     loop {
+        let asleep = Instant::now();
         // A peer that starts refusing connections is looked at now, not at the next beat.
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = s.peers.refusal(), if s.cfg.fast_fail_on_connection_refused => {}
+        }
+        let gap = asleep.elapsed();
+        if stalled(gap, every, grace) {
+            let woke = Instant::now();
+            tracing::warn!(
+                osd = s.id,
+                stalled_ms = gap.as_millis() as u64,
+                "heartbeat loop stalled (process stopped or starved): peers get a fresh grace"
+            );
+            for (_, since) in watched.values_mut() {
+                *since = woke;
+            }
         }
         let targets = s.up_peers();
         watched.retain(|osd, _| targets.iter().any(|p| p.id == *osd));
@@ -113,6 +132,12 @@ pub async fn run(s: Arc<Shared>) {
     }
 }
 
+/// Whether a sleep of `every` that took `gap` means this OSD itself was not running for a
+/// good part of the grace: a peer's silence over that time says nothing about the peer.
+fn stalled(gap: Duration, every: Duration, grace: Duration) -> bool {
+    gap > every + grace / 2
+}
+
 /// Sends a failure report to the monitor without holding up the heartbeat loop.
 fn report(s: &Arc<Shared>, report: Request) {
     let s2 = s.clone();
@@ -121,4 +146,20 @@ fn report(s: &Arc<Shared>, report: Request) {
             tracing::warn!(osd = s2.id, error = %e, "failure report not taken");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stalled;
+    use std::time::Duration;
+
+    #[test]
+    fn only_a_wake_late_by_half_the_grace_is_a_stall() {
+        let (every, grace) = (Duration::from_secs(1), Duration::from_secs(20));
+        assert!(!stalled(Duration::from_millis(1_000), every, grace));
+        assert!(!stalled(Duration::from_millis(9_000), every, grace));
+        assert!(!stalled(Duration::from_millis(11_000), every, grace));
+        assert!(stalled(Duration::from_millis(11_001), every, grace));
+        assert!(stalled(Duration::from_secs(60), every, grace));
+    }
 }
