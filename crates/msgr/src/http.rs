@@ -1,18 +1,26 @@
-//! A minimal HTTP/1.1 endpoint for daemons' text pages (Prometheus metrics): `GET <path>` is
-//! answered with whatever the page function returns for that path, or 404; anything else gets
-//! 405. One request per connection; the request head is limited to 8 KiB and 5 s.
+//! Daemons' HTTP text pages (Prometheus metrics), served by hyper: `GET <path>` is answered
+//! with whatever the page function returns for that path, or 404; any other method gets 405.
+//! One request per connection; the request head is limited to 8 KiB (431 past it) and a
+//! connection to 5 s.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
 
 use crate::MsgrError;
 
-/// Largest request head read (explicit limit).
+/// Largest request head read (explicit limit; hyper's smallest read buffer).
 pub const MAX_REQUEST_HEAD_BYTES: usize = 8 << 10;
+
+/// How long one connection may take, head and answer together.
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Renders the page at a path, or None for 404.
 pub type PageFn = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -28,7 +36,17 @@ pub async fn serve_pages(
         while let Ok((sock, _)) = listener.accept().await {
             let pages = pages.clone();
             tokio::spawn(async move {
-                let _ = tokio::time::timeout(Duration::from_secs(5), answer(sock, pages)).await;
+                let service = hyper::service::service_fn(move |request| {
+                    let page = answer(&request, &pages);
+                    async move { Ok::<_, Infallible>(page) }
+                });
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(CONNECTION_DEADLINE)
+                    .max_buf_size(MAX_REQUEST_HEAD_BYTES)
+                    .keep_alive(false)
+                    .serve_connection(TokioIo::new(sock), service);
+                let _ = tokio::time::timeout(CONNECTION_DEADLINE, connection).await;
             });
         }
     });
@@ -45,45 +63,29 @@ pub async fn serve_metrics(
     serve_pages(addr, pages).await
 }
 
-async fn answer(mut sock: TcpStream, pages: PageFn) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = sock.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.len() > MAX_REQUEST_HEAD_BYTES {
-            return respond(&mut sock, "431 Request Header Fields Too Large", "").await;
-        }
-    }
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if method != "GET" {
-        return respond(&mut sock, "405 Method Not Allowed", "only GET\n").await;
-    }
-    match pages(path) {
-        Some(body) => respond(&mut sock, "200 OK", &body).await,
-        None => respond(&mut sock, "404 Not Found", "no such page\n").await,
-    }
-}
-
-async fn respond(sock: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
+/// The answer to one request: the page, 404 or 405.
+fn answer(request: &Request<Incoming>, pages: &PageFn) -> Response<String> {
+    let (status, body) = match request.method() {
+        &Method::GET => match pages(request.uri().path()) {
+            Some(page) => (StatusCode::OK, page),
+            None => (StatusCode::NOT_FOUND, "no such page\n".to_string()),
+        },
+        _ => (StatusCode::METHOD_NOT_ALLOWED, "only GET\n".to_string()),
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
     );
-    sock.write_all(head.as_bytes()).await?;
-    sock.write_all(body.as_bytes()).await?;
-    sock.shutdown().await
+    response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
     async fn get(addr: SocketAddr, request: &[u8]) -> String {
         let mut s = TcpStream::connect(addr).await.unwrap();
