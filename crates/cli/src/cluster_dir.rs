@@ -7,6 +7,7 @@
 //! be signalled by `cairn down` nor taken for a running monitor or OSD by `cairn up`.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -136,7 +137,7 @@ fn dying_from(stat: &str, status: &str) -> bool {
 /// Waits up to [`EXIT_WAIT`] for process `pid` to be gone; false if it still runs then.
 pub(crate) fn wait_gone(pid: u32) -> bool {
     let deadline = Instant::now() + EXIT_WAIT;
-    while crate::cluster_cmd::is_running(pid as i32) {
+    while crate::cluster_dir::is_running(pid as i32) {
         if Instant::now() >= deadline {
             return false;
         }
@@ -153,7 +154,7 @@ fn canonical(dir: &Path) -> anyhow::Result<PathBuf> {
 /// The daemon name of process `pid` when it runs with its standard output on a log file
 /// directly inside `dir` (canonical); `None` for an exited process, a zombie, or any other.
 fn daemon_name(dir: &Path, pid: u32) -> Option<String> {
-    if !crate::cluster_cmd::is_running(pid as i32) {
+    if !crate::cluster_dir::is_running(pid as i32) {
         return None;
     }
     let out = std::fs::read_link(format!("/proc/{pid}/fd/1")).ok()?;
@@ -166,6 +167,81 @@ fn daemon_name(dir: &Path, pid: u32) -> Option<String> {
         .unwrap_or(file)
         .strip_suffix(".log")
         .map(str::to_string)
+}
+
+/// Starts `cairn ARGS` (this same executable) as daemon `name` of the cluster in `dir`, its
+/// output in `dir/NAME.log`; returns its pid.
+pub(crate) fn spawn(dir: &Path, name: &str, args: &[String]) -> anyhow::Result<u32> {
+    let exe = std::env::current_exe()?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    let child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {name}"))?;
+    Ok(child.id())
+}
+
+/// How long `cairn down` waits for a stopped process to exit before it sends SIGKILL, and
+/// again after SIGKILL before it gives up.
+const DOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Sends SIGTERM to each of `pids` (in order), SIGKILL to those still running after
+/// `DOWN_GRACE`, and waits until every one has exited; returns how many were signalled.
+pub(crate) fn stop_processes(pids: &[i32]) -> anyhow::Result<usize> {
+    let mut stopped = Vec::new();
+    for &pid in pids {
+        let status = Command::new("kill").arg(pid.to_string()).status()?;
+        if status.success() {
+            stopped.push(pid);
+        }
+    }
+    let lingering = wait_for_exit(&stopped, DOWN_GRACE);
+    for pid in &lingering {
+        eprintln!("process {pid} still running after {DOWN_GRACE:?}; sending SIGKILL");
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()?;
+    }
+    let lingering = wait_for_exit(&lingering, DOWN_GRACE);
+    anyhow::ensure!(
+        lingering.is_empty(),
+        "processes {lingering:?} did not exit even after SIGKILL"
+    );
+    Ok(stopped.len())
+}
+
+/// Polls until every pid in `pids` has exited (a zombie with no thread left holds no locks or files)
+/// or `grace` passes; returns those still running.
+fn wait_for_exit(pids: &[i32], grace: Duration) -> Vec<i32> {
+    let deadline = Instant::now() + grace;
+    loop {
+        let running: Vec<i32> = pids.iter().copied().filter(|&p| is_running(p)).collect();
+        if running.is_empty() || Instant::now() >= deadline {
+            return running;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether process `pid` still exists as more than a zombie, read from `/proc/PID/stat` (its
+/// state is the first field after the parenthesised command name). A zombie thread-group
+/// leader whose other threads are still exiting counts as running: the process's files, and
+/// so the locks on its store and map, close only when its last thread is gone.
+pub(crate) fn is_running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    match state {
+        None | Some("X") => false,
+        Some("Z") => std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|t| t.count() > 1),
+        Some(_) => true,
+    }
 }
 
 #[cfg(test)]

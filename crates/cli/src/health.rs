@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use cairn_clustermap::ClusterMap;
 
-use crate::admin_cmd::OsdUsage;
+use crate::osd_reports::{OsdUsage, PgRow};
 
 /// How bad a check (or the whole cluster) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -53,30 +53,6 @@ pub struct Health {
     pub level: Level,
     /// The failed checks.
     pub checks: Vec<Check>,
-}
-
-/// A PG as its primary reports it in `pg dump`: id, state and acting set.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PgRow {
-    /// `POOL.SEED`.
-    pub pgid: String,
-    /// `active+clean`, `active+degraded`, `down`, ...
-    pub state: String,
-    /// The acting set as printed (`[0,2,1]`, with `(up:[...])` when it differs).
-    pub acting: String,
-}
-
-impl PgRow {
-    /// Parses one `pg dump` line (`PGID STATE [ACTING] HEAD LES ENTRIES`); `None` otherwise.
-    pub fn parse(line: &str) -> Option<PgRow> {
-        let mut f = line.split_whitespace();
-        let (pgid, state, acting) = (f.next()?, f.next()?, f.next()?);
-        acting.starts_with('[').then(|| PgRow {
-            pgid: pgid.to_string(),
-            state: state.to_string(),
-            acting: acting.to_string(),
-        })
-    }
 }
 
 /// Judges the cluster: cluster flags set, OSDs with flags of their own, OSDs down, out, full and nearfull (with their use),

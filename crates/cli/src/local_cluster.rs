@@ -108,14 +108,14 @@ impl LocalCluster {
         let pid = self.osd_pid(i)?;
         let args = crate::cluster_dir::command_line(pid as u32)
             .with_context(|| format!("OSD {i} (pid {pid}) is not running"))?;
-        crate::cluster_cmd::stop_processes(&[pid])?;
+        crate::cluster_dir::stop_processes(&[pid])?;
         Ok(args)
     }
 
     /// Starts the `i`-th OSD again with `args` and records its pid for `cairn down`.
     pub fn start_osd(&self, i: usize, args: &[String]) -> anyhow::Result<()> {
         let name = format!("osd{i}");
-        let pid = crate::cluster_cmd::spawn(&self.dir, &name, args)?;
+        let pid = crate::cluster_dir::spawn(&self.dir, &name, args)?;
         let path = self.dir.join("pids");
         let mut pids: Vec<String> = std::fs::read_to_string(&path)?
             .lines()
@@ -129,7 +129,7 @@ impl LocalCluster {
         let deadline = Instant::now() + START_TIMEOUT;
         let log = self.dir.join(format!("{name}.log"));
         while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("serving on")) {
-            if Instant::now() > deadline || !crate::cluster_cmd::is_running(pid as i32) {
+            if Instant::now() > deadline || !crate::cluster_dir::is_running(pid as i32) {
                 bail!("OSD {i} did not start again (see {})", log.display());
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -1,34 +1,26 @@
-//! `cairn`: the one binary. Each subsystem owns one module with its clap arguments and handler;
-//! this file only dispatches.
+//! `cairn`: the one binary. Each command group owns one module under `cmd` with its clap
+//! arguments and handler; this file only dispatches.
 
-mod admin_cmd;
-mod auth_cmd;
 mod bench_timeline;
-mod cache_cmd;
-mod cluster_cmd;
 mod cluster_dir;
+mod cmd;
+mod config_file;
 mod credentials;
-mod crush_cmd;
-mod crush_placement;
-mod data_cmd;
-mod df_cmd;
+mod defaults;
 mod health;
 mod local_cluster;
-mod maintenance;
-mod mon_cmd;
-mod msgr_cmd;
+mod mon_link;
+mod osd_reports;
 mod pg_select;
 mod plot;
-mod rbd_cmd;
 mod runtime;
-mod s3_cmd;
-mod sched_cmd;
-mod store_cmd;
-mod study_cmd;
-mod study_recovery;
 mod up_keys;
 
 use clap::{Parser, Subcommand};
+use cmd::{
+    auth, cache, crush, data, df, down, mon, msgr, osd, pg, pool, rbd, s3, sched, status, store,
+    study, tell, up,
+};
 
 /// Every daemon allocates and frees multi-MiB message and write buffers at a high rate. glibc's
 /// malloc hands such blocks back to the kernel on free (mmap or heap trimming), so each new one
@@ -60,61 +52,61 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// CRUSH maps: test mappings, map objects, analyze spread, balance, diff.
-    Crush(crush_cmd::CrushArgs),
+    Crush(crush::CrushArgs),
     /// Start a local cluster (monitor + OSDs as processes) with a default pool; over a running
     /// one, start only the daemons that are not running (a crashed OSD, say).
-    Up(cluster_cmd::UpArgs),
+    Up(up::UpArgs),
     /// Stop the cluster `cairn up` started.
-    Down(cluster_cmd::DownArgs),
+    Down(down::DownArgs),
     /// Store a file as an object.
-    Put(data_cmd::PutArgs),
+    Put(data::PutArgs),
     /// Fetch an object.
-    Get(data_cmd::GetArgs),
+    Get(data::GetArgs),
     /// Delete an object.
-    Rm(data_cmd::NameArgs),
+    Rm(data::NameArgs),
     /// Size and version of an object.
-    Stat(data_cmd::NameArgs),
+    Stat(data::NameArgs),
     /// List the objects of a pool.
-    Ls(admin_cmd::LsArgs),
+    Ls(data::LsArgs),
     /// Block images over the cluster and their NBD export: `cairn rbd create POOL/IMAGE
     /// --size 10G`, `rbd ls|info|resize|rm`, `rbd nbd POOL --listen ADDR`.
-    Rbd(rbd_cmd::RbdArgs),
+    Rbd(rbd::RbdArgs),
     /// Send an admin command to a daemon: `cairn tell osd.N config set osd_op_queue wpq`.
-    Tell(admin_cmd::TellArgs),
+    Tell(tell::TellArgs),
     /// PGs as their primaries report them (`cairn pg dump`, `pg ls [STATE]`, `pg ls-by-osd N`),
     /// and scrubs of one PG.
-    Pg(admin_cmd::PgArgs),
+    Pg(pg::PgArgs),
     /// Benchmark a pool like `rados bench` (with latency percentiles).
-    Bench(data_cmd::BenchArgs),
+    Bench(data::BenchArgs),
     /// Run a monitor (the cluster map authority).
-    Mon(mon_cmd::MonArgs),
+    Mon(mon::MonArgs),
     /// Entities, keys and capabilities, like `ceph auth`: `cairn auth get-or-create
     /// client.bob osd 'allow rw pool=data' mon 'allow r'`, `auth ls|get|caps|rm|print-key`.
-    Auth(auth_cmd::AuthArgs),
+    Auth(auth::AuthArgs),
     /// Cluster health, OSDs and PG spread, from the monitor.
-    Status(mon_cmd::MonAddr),
+    Status(mon_link::MonAddr),
     /// Health checks, and with `detail` the OSDs and PGs behind each, like `ceph health`.
-    Health(mon_cmd::HealthArgs),
+    Health(cmd::health::HealthArgs),
     /// Raw space and each pool's objects, stored bytes and room left, like `ceph df`.
-    Df(mon_cmd::MonAddr),
+    Df(mon_link::MonAddr),
     /// Create, list, change and remove pools.
-    Pool(mon_cmd::PoolArgs),
+    Pool(pool::PoolArgs),
     /// Mark OSDs out, in or down; show the OSD tree.
-    Osd(mon_cmd::OsdArgs),
+    Osd(osd::OsdArgs),
     /// QoS scheduler: simulate scenarios in virtual time.
-    Sched(sched_cmd::SchedArgs),
+    Sched(sched::SchedArgs),
     /// Messenger: round trips between two processes with no storage (the network layer).
-    Msgr(msgr_cmd::MsgrArgs),
+    Msgr(msgr::MsgrArgs),
     /// Object store: benchmark against fio, emulated device capacities, fsck.
-    Store(store_cmd::StoreArgs),
+    Store(store::StoreArgs),
     /// Cache device (Open-CAS style): create, set-param, load-ioclass, stats, flush, detach.
-    Cache(cache_cmd::CacheArgs),
+    Cache(cache::CacheArgs),
     /// Studies: the seeds' experiments on emulated devices (tables and PNG plots).
-    Study(study_cmd::StudyArgs),
+    Study(study::StudyArgs),
     /// Run the S3 gateway (`--config FILE` or flags).
-    S3gw(s3_cmd::GatewayArgs),
+    S3gw(s3::GatewayArgs),
     /// S3 administration: `cairn s3 user create NAME`.
-    S3(s3_cmd::S3Args),
+    S3(s3::S3Args),
 }
 
 /// Whether the command runs a daemon (which must see a closed socket as an error, never die of
@@ -171,31 +163,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         mode: cli.ms_mode,
     });
     match cli.command {
-        Command::Crush(args) => crush_cmd::run(args),
-        Command::Auth(args) => auth_cmd::run(args),
-        Command::Up(args) => cluster_cmd::run_up(args),
-        Command::Down(args) => cluster_cmd::run_down(args),
-        Command::Put(args) => data_cmd::put(args),
-        Command::Rbd(args) => rbd_cmd::run(args),
-        Command::Get(args) => data_cmd::get(args),
-        Command::Rm(args) => data_cmd::rm(args),
-        Command::Stat(args) => data_cmd::stat(args),
-        Command::Ls(args) => admin_cmd::ls(args),
-        Command::Tell(args) => admin_cmd::tell(args),
-        Command::Pg(args) => admin_cmd::pg(args),
-        Command::Bench(args) => data_cmd::bench(args),
-        Command::Mon(args) => mon_cmd::run_mon(args),
-        Command::Status(args) => mon_cmd::run_status(args),
-        Command::Df(args) => df_cmd::run(args.mon),
-        Command::Health(args) => mon_cmd::run_health(args),
-        Command::Pool(args) => mon_cmd::run_pool(args),
-        Command::Osd(args) => mon_cmd::run_osd(args),
-        Command::Sched(args) => sched_cmd::run(args),
-        Command::Msgr(args) => msgr_cmd::run(args),
-        Command::Store(args) => store_cmd::run(args),
-        Command::Cache(args) => cache_cmd::run(args),
-        Command::Study(args) => study_cmd::run(args),
-        Command::S3gw(args) => s3_cmd::run_gateway(args),
-        Command::S3(args) => s3_cmd::run(args),
+        Command::Crush(args) => crush::run(args),
+        Command::Auth(args) => auth::run(args),
+        Command::Up(args) => up::run(args),
+        Command::Down(args) => down::run(args),
+        Command::Put(args) => data::put(args),
+        Command::Rbd(args) => rbd::run(args),
+        Command::Get(args) => data::get(args),
+        Command::Rm(args) => data::rm(args),
+        Command::Stat(args) => data::stat(args),
+        Command::Ls(args) => data::ls(args),
+        Command::Tell(args) => tell::run(args),
+        Command::Pg(args) => pg::run(args),
+        Command::Bench(args) => data::bench(args),
+        Command::Mon(args) => mon::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Df(args) => df::run(args.mon),
+        Command::Health(args) => cmd::health::run(args),
+        Command::Pool(args) => pool::run(args),
+        Command::Osd(args) => osd::run(args),
+        Command::Sched(args) => sched::run(args),
+        Command::Msgr(args) => msgr::run(args),
+        Command::Store(args) => store::run(args),
+        Command::Cache(args) => cache::run(args),
+        Command::Study(args) => study::run(args),
+        Command::S3gw(args) => s3::run_gateway(args),
+        Command::S3(args) => s3::run(args),
     }
 }

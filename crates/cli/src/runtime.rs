@@ -33,3 +33,17 @@ pub(crate) fn build(threads: usize, setting: &str) -> anyhow::Result<Runtime> {
 pub(crate) fn command() -> anyhow::Result<Runtime> {
     build(COMMAND_THREADS, "worker threads")
 }
+
+/// Worker threads of an OSD's runtime unless told (`cairn osd run --threads`): one. A request
+/// then wakes no other worker on its way from the socket through the scheduler to the store
+/// and back, and the store's device I/O goes through AIO. On 2 vCPUs two workers gave ~1.15x
+/// fewer 4 KiB writes with ~15% more OSD CPU per write
+/// (docs/results/2026-11-24-bottom-up-runs-and-one-worker.md); on a 16-core machine
+/// 1, 2, 4 and 8 workers gave one OSD the same 4 KiB and 4 MiB throughput from one client, the
+/// CPU per 4 KiB read about doubling at 4 (docs/results/2026-11-27-16-core-machine.md).
+pub(crate) const DEFAULT_OSD_THREADS: usize = 1;
+
+/// A runtime shaped like an OSD's: `threads` workers (checked as the setting `threads`).
+pub(crate) fn osd_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    crate::runtime::build(threads, "threads")
+}

@@ -61,7 +61,7 @@ pub(crate) fn prepare(dir: &Path, osds: usize) -> anyhow::Result<Vec<usize>> {
         seed.entries.insert(entity, entry);
     }
     let gw = EntityName::Client(S3GW.into());
-    let gw_entry = KeyringEntry::generate(&s3gw_caps(crate::s3_cmd::DEFAULT_POOL));
+    let gw_entry = KeyringEntry::generate(&s3gw_caps(crate::defaults::DEFAULT_S3_POOL));
     Keyring::single(gw.clone(), gw_entry.clone()).save(&s3gw_keyring(dir))?;
     seed.entries.insert(gw, gw_entry);
     Keyring::single(EntityName::admin(), admin).save(&admin_keyring(dir))?;

@@ -13,7 +13,7 @@ use cairn_client::mon::MonClient;
 use cairn_proto::mon::{AuthAnswer, AuthRequest, RequestBody};
 use clap::{Args, Subcommand};
 
-use crate::mon_cmd::MonAddr;
+use crate::mon_link::MonAddr;
 
 /// Longest the monitor may take to answer.
 const TIMEOUT_MS: u64 = 10_000;

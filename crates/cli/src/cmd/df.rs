@@ -15,7 +15,7 @@ use cairn_clustermap::shape::Topology;
 use cairn_clustermap::PoolQuota;
 use cairn_clustermap::{OsdMap, PgId, Pool};
 
-use crate::admin_cmd::OsdUsage;
+use crate::osd_reports::OsdUsage;
 
 /// One pool's row.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,7 +150,7 @@ pub fn human(bytes: u64) -> String {
 /// `cairn df`.
 pub fn run(mon: SocketAddr) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
-        let client = crate::admin_cmd::connect(mon).await?;
+        let client = crate::mon_link::connect(mon).await?;
         let map = client.map().context("no map from the monitor")?;
         let (usage, pgs) = gather(&client).await;
         let size: u64 = usage.values().map(|u| u.capacity).sum();
@@ -226,7 +226,7 @@ pub fn cap_by_quota(max_avail: u64, stored: u64, objects: u64, quota: Option<&Po
 /// Each up OSD's `df` and the `pg usage` of the PGs it leads; an OSD that does not answer is
 /// left out (named on stderr when it fails `pg usage`).
 async fn gather(client: &Client) -> (BTreeMap<i32, OsdUsage>, BTreeMap<PgId, (u64, u64)>) {
-    let mut usage = crate::admin_cmd::usage_of(client).await;
+    let mut usage = crate::osd_reports::usage_of(client).await;
     let mut pgs = BTreeMap::new();
     let osds: Vec<i32> = usage.keys().copied().collect();
     for osd in osds {

@@ -32,7 +32,7 @@ enum MsgrCommand {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
         /// Worker threads (an OSD's by default, see `cairn osd run --threads`).
-        #[arg(long, default_value_t = crate::cluster_cmd::DEFAULT_OSD_THREADS)]
+        #[arg(long, default_value_t = crate::runtime::DEFAULT_OSD_THREADS)]
         threads: usize,
         /// Authenticate every connection and protect its frames in at least this mode
         /// (`none`: no authentication).
@@ -95,7 +95,7 @@ struct BenchArgs {
     in_flight: usize,
     /// Worker threads of the echo server started here, as an OSD's (`cairn osd run
     /// --threads`; default: an OSD's).
-    #[arg(long, default_value_t = crate::cluster_cmd::DEFAULT_OSD_THREADS)]
+    #[arg(long, default_value_t = crate::runtime::DEFAULT_OSD_THREADS)]
     server_threads: usize,
     /// An echo server already running (`cairn msgr serve`) instead of a new one.
     #[arg(long)]
@@ -121,7 +121,7 @@ pub fn run(args: MsgrArgs) -> anyhow::Result<()> {
 fn serve(listen: SocketAddr, threads: usize, wire: Wire) -> anyhow::Result<()> {
     // The OSD's runtime shape and messenger limits, so the server side costs what an OSD's
     // messaging costs.
-    let rt = crate::cluster_cmd::osd_runtime(threads)?;
+    let rt = crate::runtime::osd_runtime(threads)?;
     rt.block_on(async {
         let limits = Limits::single_worker();
         let authz = wire.mode().map(|min_mode| {

@@ -10,7 +10,7 @@ use cairn_rbd::header::{MAX_ORDER, MIN_ORDER};
 use cairn_rbd::Image;
 use clap::{Args, Subcommand};
 
-use crate::mon_cmd::DEFAULT_MON;
+use crate::defaults::DEFAULT_MON;
 
 /// `cairn rbd ...`.
 #[derive(Args)]

@@ -32,7 +32,7 @@ const MAX_ROUNDS: u64 = 20;
 pub struct StoreArgs {
     /// Worker threads of the runtime the store runs on, as an OSD's (`cairn osd run
     /// --threads`; default: an OSD's).
-    #[arg(long, global = true, default_value_t = crate::cluster_cmd::DEFAULT_OSD_THREADS)]
+    #[arg(long, global = true, default_value_t = crate::runtime::DEFAULT_OSD_THREADS)]
     threads: usize,
     #[command(subcommand)]
     command: StoreCommand,
@@ -184,7 +184,7 @@ impl From<EngineArg> for IoEngine {
 /// Runs one `cairn store` subcommand, on a runtime shaped like an OSD's (its worker count), so
 /// that `cairn store bench` measures the store as an OSD runs it.
 pub fn run(args: StoreArgs) -> anyhow::Result<()> {
-    let rt = crate::cluster_cmd::osd_runtime(args.threads)?;
+    let rt = crate::runtime::osd_runtime(args.threads)?;
     match args.command {
         StoreCommand::Bench(b) => rt.block_on(bench(*b)),
         StoreCommand::Capacity { profile } => capacity_table(&profile),

@@ -11,7 +11,7 @@ use cairn_clustermap::shape::Topology;
 use cairn_clustermap::{Exceptions, OsdMap, Pool};
 use clap::Args;
 
-use crate::crush_cmd::load_map;
+use super::map_file::load_map;
 use crate::plot::{bar_chart, Bar};
 
 /// A pool laid over a crush map, as the placement commands take it.

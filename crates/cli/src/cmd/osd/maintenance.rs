@@ -10,8 +10,8 @@ use anyhow::{bail, Context};
 use cairn_clustermap::ClusterMap;
 use cairn_clustermap::PgId;
 
-use crate::admin_cmd::OsdUsage;
-use crate::health::PgRow;
+use crate::osd_reports::OsdUsage;
+use crate::osd_reports::PgRow;
 
 /// What stopping some OSDs would do to the PGs.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -165,9 +165,9 @@ fn named(ids: &[i32]) -> String {
 /// `cairn osd ok-to-stop ID...`: exits 0 when the OSDs can stop with every PG serving.
 pub fn run_ok_to_stop(mon: SocketAddr, ids: &[i32]) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
-        let client = crate::admin_cmd::connect(mon).await?;
+        let client = crate::mon_link::connect(mon).await?;
         let map = client.map().context("no map from the monitor")?;
-        let rows = crate::admin_cmd::pg_rows(&client).await;
+        let rows = crate::osd_reports::pg_rows(&client).await;
         let v = ok_to_stop(&map, ids, &rows).map_err(anyhow::Error::msg)?;
         if !v.ok() {
             let mut text = format!(
@@ -193,10 +193,10 @@ pub fn run_ok_to_stop(mon: SocketAddr, ids: &[i32]) -> anyhow::Result<()> {
 /// `cairn osd safe-to-destroy ID...`: exits 0 when destroying the OSDs loses no copy.
 pub fn run_safe_to_destroy(mon: SocketAddr, ids: &[i32]) -> anyhow::Result<()> {
     crate::runtime::command()?.block_on(async {
-        let client = crate::admin_cmd::connect(mon).await?;
+        let client = crate::mon_link::connect(mon).await?;
         let map = client.map().context("no map from the monitor")?;
-        let rows = crate::admin_cmd::pg_rows(&client).await;
-        let usage = crate::admin_cmd::usage_of(&client).await;
+        let rows = crate::osd_reports::pg_rows(&client).await;
+        let usage = crate::osd_reports::usage_of(&client).await;
         let why = safe_to_destroy(&map, ids, &rows, &usage).map_err(anyhow::Error::msg)?;
         if !why.is_empty() {
             bail!(

@@ -1,5 +1,7 @@
 //! `cairn study ...`: the seeds' experiments on emulated devices, with tables and PNG plots.
 
+mod recovery;
+
 use anyhow::Context;
 use cairn_study::cache::{self, CacheStudyConfig};
 use clap::{Args, Subcommand};
@@ -17,7 +19,7 @@ pub struct StudyArgs {
 enum StudyCommand {
     /// Seed 000 on a real local cluster: client latency and IOPS while an OSD is backfilled,
     /// and the recovery rate, per scheduler (each on a fresh cluster of OSD processes).
-    Recovery(crate::study_recovery::RecoveryStudyArgs),
+    Recovery(recovery::RecoveryStudyArgs),
     /// Seed 004: Vdbench's set on an emulated HDD, bare and behind a write-back NVMe cache
     /// (virtual time), and dirty share over time per cleaning policy.
     Cache {
@@ -39,7 +41,7 @@ enum StudyCommand {
 /// Runs `cairn study`.
 pub fn run(args: StudyArgs) -> anyhow::Result<()> {
     match args.command {
-        StudyCommand::Recovery(args) => crate::study_recovery::run(args),
+        StudyCommand::Recovery(args) => recovery::run(args),
         StudyCommand::Cache {
             out_dir,
             workers,

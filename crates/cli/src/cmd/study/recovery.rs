@@ -22,8 +22,9 @@ use cairn_study::recovery::{self, OpSample, RecoveryProgress, RecoveryRun, Study
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::admin_cmd::{counter_pair_totals, pg_states_of, unclean, up_osds};
 use crate::local_cluster::{LocalCluster, UpSettings};
+use crate::mon_link::up_osds;
+use crate::osd_reports::{counter_pair_totals, pg_states_of, unclean};
 
 /// Arguments of `cairn study recovery`.
 #[derive(Args)]
