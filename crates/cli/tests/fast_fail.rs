@@ -54,14 +54,7 @@ fn a_killed_osd_is_marked_down_at_once_and_a_stopped_one_is_left_to_the_grace() 
     ]);
     assert!(ok && out.trim() == "true", "{out}");
 
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = rt
-        .block_on(Client::connect_as(
-            mon.parse().unwrap(),
-            4343,
-            Some(cluster.admin()),
-        ))
-        .unwrap();
+    let (rt, client) = admin_client(&cluster, &mon, 4343);
     wait_up(&rt, &client, &[0, 1, 2]);
 
     let (stopped, victim) = (osd_id(&cluster.dir, 1), osd_id(&cluster.dir, 2));
@@ -106,6 +99,19 @@ fn incarnation(client: &Client, osd: i32) -> Option<u64> {
         .and_then(|m| m.osds.get(&osd).and_then(|o| o.up_from))
 }
 
+/// A runtime and a client of the cluster at `mon` as its administrator, with client id `id`.
+fn admin_client(cluster: &Cluster, mon: &str, id: u64) -> (tokio::runtime::Runtime, Client) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt
+        .block_on(Client::connect_as(
+            mon.parse().unwrap(),
+            id,
+            Some(cluster.admin()),
+        ))
+        .unwrap();
+    (rt, client)
+}
+
 /// Waits until every OSD in `osds` is up in the map, for at most 30 s.
 fn wait_up(rt: &tokio::runtime::Runtime, client: &Client, osds: &[i32]) {
     rt.block_on(async {
@@ -138,14 +144,7 @@ fn osds_resumed_after_a_stop_do_not_report_the_peers_they_could_not_hear() {
     assert!(ok, "{out}");
     let pids = cluster.pids();
     assert_eq!(pids.len(), 5, "mon + 4 OSDs");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = rt
-        .block_on(Client::connect_as(
-            mon.parse().unwrap(),
-            4344,
-            Some(cluster.admin()),
-        ))
-        .unwrap();
+    let (rt, client) = admin_client(&cluster, &mon, 4344);
     wait_up(&rt, &client, &[0, 1, 2, 3]);
     let ids: Vec<i32> = (0..4).map(|i| osd_id(&cluster.dir, i)).collect();
     let (frozen, healthy) = (&ids[..2], &ids[2..]);
