@@ -5,6 +5,7 @@
 //! influence the data path.
 
 use crate::ioclass::CLASS_SLOTS;
+use cairn_metrics::{DescriptorEncoder, Families, Written};
 use std::fmt;
 
 /// Request counters of one I/O class.
@@ -124,36 +125,39 @@ impl CacheStats {
         pct(self.dirty_lines, self.total_lines)
     }
 
-    /// The snapshot in Prometheus text exposition format, every series labelled with `cache`
-    /// (the OSD serves it on its metrics port).
-    pub fn prometheus(&self, cache: &str) -> String {
-        let mut out = String::new();
-        let mut gauge = |name: &str, help: &str, value: u64| {
-            out.push_str(&format!(
-                "# HELP cairn_cache_{name} {help}\n# TYPE cairn_cache_{name} gauge\ncairn_cache_{name}{{cache=\"{cache}\"}} {value}\n"
-            ));
-        };
-        gauge("lines", "Cache lines.", self.total_lines);
-        gauge(
-            "occupancy_lines",
-            "Mapped cache lines.",
-            self.occupancy_lines,
-        );
-        gauge(
-            "dirty_lines",
-            "Cache lines holding data not yet on the core.",
-            self.dirty_lines,
-        );
-        gauge(
-            "clean_lines",
-            "Mapped lines without dirty data.",
-            self.clean_lines,
-        );
-        gauge("line_bytes", "Cache line size in bytes.", self.line_bytes);
-        out.push_str("# HELP cairn_cache_requests_total Requests by I/O class and outcome.\n");
-        out.push_str("# TYPE cairn_cache_requests_total counter\n");
+    /// Writes the snapshot on a metrics page, every series labelled with `cache` (a cached
+    /// device serves it on its OSD's page).
+    pub fn encode(&self, e: &mut DescriptorEncoder<'_>, cache: &str) -> Written {
+        let at = [("cache", cache)];
+        for (name, help, value) in [
+            ("cairn_cache_lines", "Cache lines.", self.total_lines),
+            (
+                "cairn_cache_occupancy_lines",
+                "Mapped cache lines.",
+                self.occupancy_lines,
+            ),
+            (
+                "cairn_cache_dirty_lines",
+                "Cache lines holding data not yet on the core.",
+                self.dirty_lines,
+            ),
+            (
+                "cairn_cache_clean_lines",
+                "Mapped lines without dirty data.",
+                self.clean_lines,
+            ),
+            (
+                "cairn_cache_line_bytes",
+                "Cache line size in bytes.",
+                self.line_bytes,
+            ),
+        ] {
+            e.gauges(name, help, [(at, value)])?;
+        }
+        let mut requests = Vec::with_capacity(self.classes.len() * 8);
         for c in &self.classes {
             let q = &c.requests;
+            let class = c.id.to_string();
             for (outcome, n) in [
                 ("read_hit", q.read_hits),
                 ("read_partial_hit", q.read_partial_hits),
@@ -164,23 +168,31 @@ impl CacheStats {
                 ("write_pass_through", q.write_pass_through),
                 ("seq_cutoff", q.seq_cutoff),
             ] {
-                out.push_str(&format!(
-                    "cairn_cache_requests_total{{cache=\"{cache}\",class=\"{}\",outcome=\"{outcome}\"}} {n}\n",
-                    c.id
+                requests.push((
+                    [
+                        ("cache", cache.to_string()),
+                        ("class", class.clone()),
+                        ("outcome", outcome.to_string()),
+                    ],
+                    n,
                 ));
             }
         }
-        out.push_str("# TYPE cairn_cache_cleaned_lines_total counter\n");
-        out.push_str(&format!(
-            "cairn_cache_cleaned_lines_total{{cache=\"{cache}\"}} {}\n",
-            self.cleaned_lines
-        ));
-        out.push_str("# TYPE cairn_cache_evictions_total counter\n");
-        out.push_str(&format!(
-            "cairn_cache_evictions_total{{cache=\"{cache}\"}} {}\n",
-            self.evictions
-        ));
-        out
+        e.counters(
+            "cairn_cache_requests_total",
+            "Requests by I/O class and outcome.",
+            requests,
+        )?;
+        e.counters(
+            "cairn_cache_cleaned_lines_total",
+            "Lines cleaned (dirty data written to the core).",
+            [(at, self.cleaned_lines)],
+        )?;
+        e.counters(
+            "cairn_cache_evictions_total",
+            "Lines evicted to make room.",
+            [(at, self.evictions)],
+        )
     }
 }
 
@@ -264,5 +276,54 @@ impl fmt::Display for CacheStats {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_shows_lines_and_requests_by_class_and_outcome() {
+        let requests = RequestCounters {
+            read_hits: 5,
+            write_misses: 2,
+            ..RequestCounters::default()
+        };
+        let stats = CacheStats {
+            mode: "wb".to_string(),
+            line_bytes: 4096,
+            total_lines: 100,
+            occupancy_lines: 40,
+            free_lines: 60,
+            clean_lines: 30,
+            dirty_lines: 10,
+            requests,
+            classes: vec![ClassStats {
+                id: 1,
+                name: "metadata".to_string(),
+                occupancy_lines: 40,
+                dirty_lines: 10,
+                requests,
+            }],
+            evictions: 3,
+            cleaned_lines: 7,
+            meta_page_writes: 0,
+        };
+        let page = cairn_metrics::render(move |e| stats.encode(e, "osd.0"));
+        let has = |l: &str| page.lines().any(|x| x == l);
+        assert!(has("cairn_cache_dirty_lines{cache=\"osd.0\"} 10"), "{page}");
+        assert!(
+            has("cairn_cache_line_bytes{cache=\"osd.0\"} 4096"),
+            "{page}"
+        );
+        assert!(has(
+            "cairn_cache_requests_total{cache=\"osd.0\",class=\"1\",outcome=\"read_hit\"} 5"
+        ));
+        assert!(has(
+            "cairn_cache_requests_total{cache=\"osd.0\",class=\"1\",outcome=\"write_miss\"} 2"
+        ));
+        assert!(has("cairn_cache_evictions_total{cache=\"osd.0\"} 3"));
+        assert!(has("cairn_cache_cleaned_lines_total{cache=\"osd.0\"} 7"));
     }
 }

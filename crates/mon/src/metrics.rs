@@ -10,13 +10,13 @@
 //! and are on their own pages (`cairn_osd_pgs`).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn_clustermap::analysis::analyze;
 use cairn_clustermap::shape::Topology;
+use cairn_metrics::{DescriptorEncoder, Families, Written};
 use cairn_msgr::session::ListenerStats;
 
 use cairn_clustermap::quota::PoolUsage;
@@ -36,7 +36,7 @@ pub struct MonMetrics {
     replies_dropped: AtomicU64,
     /// The listener's counters (connections, sessions, bytes held), once serving.
     messenger: std::sync::OnceLock<Arc<ListenerStats>>,
-    /// The latest map, and its rendered gauges once some reader asked for them.
+    /// The latest map, and its figures once some reader asked for them.
     map: Mutex<MapPage>,
     /// Per pool name, its usage as the primaries last reported it.
     pool_usage: Mutex<Vec<(String, PoolUsage)>>,
@@ -45,8 +45,8 @@ pub struct MonMetrics {
 #[derive(Default)]
 struct MapPage {
     map: Option<Arc<ClusterMap>>,
-    /// Epoch and text of the last rendering.
-    rendered: Option<(u64, Arc<String>)>,
+    /// The figures of the last map a page showed.
+    figures: Option<Arc<MapFigures>>,
 }
 
 impl MonMetrics {
@@ -112,153 +112,120 @@ impl MonMetrics {
     }
 
     /// The whole page, Prometheus text format.
-    pub fn render(&self) -> String {
-        // Rendered outside the lock: placing every PG of a large map takes a while, and the
-        // monitor's core sets the next epoch's map through the same lock.
-        let (map, rendered) = {
+    pub fn render(self: &Arc<Self>) -> String {
+        // The map's figures are computed outside the lock, once per epoch: placing every PG of
+        // a large map takes a while, and the monitor's core sets the next epoch's map through
+        // the same lock.
+        let (map, computed) = {
             let page = self.map.lock().unwrap_or_else(|p| p.into_inner());
-            (page.map.clone(), page.rendered.clone())
+            (page.map.clone(), page.figures.clone())
         };
-        let map_text = map.map(|m| match rendered {
-            Some((epoch, text)) if epoch == m.epoch => text,
+        let figures = map.map(|m| match computed {
+            Some(f) if f.epoch == m.epoch => f,
             _ => {
-                let text = Arc::new(render_map(&m));
+                let f = Arc::new(MapFigures::of(&m));
                 let mut page = self.map.lock().unwrap_or_else(|p| p.into_inner());
                 if page.map.as_ref().is_some_and(|now| now.epoch == m.epoch) {
-                    page.rendered = Some((m.epoch, text.clone()));
+                    page.figures = Some(f.clone());
                 }
-                text
+                f
             }
         });
-        let mut out = map_text.map(|t| t.to_string()).unwrap_or_default();
-        render_pool_usage(
-            &mut out,
+        let metrics = Arc::clone(self);
+        cairn_metrics::render(move |e| {
+            if let Some(f) = &figures {
+                f.encode(e)?;
+            }
+            metrics.encode(e)
+        })
+    }
+
+    /// Writes the pool usage, the request counters and the messenger's on a page.
+    fn encode(&self, e: &mut DescriptorEncoder<'_>) -> Written {
+        encode_pool_usage(
+            e,
             &self.pool_usage.lock().unwrap_or_else(|p| p.into_inner()),
-        );
-        family(
-            &mut out,
-            "requests_total",
-            "counter",
-            "Requests served by the monitor, by kind and outcome.",
-        );
-        for (kind, (ok, refused)) in self
+        )?;
+        let requests = self
             .requests
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            let _ = writeln!(
-                out,
-                "cairn_mon_requests_total{{kind=\"{kind}\",outcome=\"accepted\"}} {ok}"
-            );
-            let _ = writeln!(
-                out,
-                "cairn_mon_requests_total{{kind=\"{kind}\",outcome=\"refused\"}} {refused}"
-            );
+            .clone();
+        e.counters(
+            "cairn_mon_requests_total",
+            "Requests served by the monitor, by kind and outcome.",
+            requests.iter().flat_map(|(&kind, &(ok, refused))| {
+                [
+                    ([("kind", kind), ("outcome", "accepted")], ok),
+                    ([("kind", kind), ("outcome", "refused")], refused),
+                ]
+            }),
+        )?;
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        e.counter(
+            "cairn_mon_map_saves_total",
+            "New epochs saved durably before they were announced.",
+            load(&self.map_saves),
+        )?;
+        e.counter(
+            "cairn_mon_map_save_seconds_total",
+            "Time spent saving new epochs durably.",
+            load(&self.map_save_ns) as f64 / 1e9,
+        )?;
+        e.counter(
+            "cairn_mon_map_pushes_full_total",
+            "Full maps pushed to subscribers (new, or too far behind for incrementals).",
+            load(&self.pushed_full),
+        )?;
+        e.counter(
+            "cairn_mon_map_pushes_incremental_total",
+            "Incremental updates pushed to subscribers.",
+            load(&self.pushed_incremental),
+        )?;
+        e.gauge(
+            "cairn_mon_subscribers",
+            "Sessions subscribed to map updates.",
+            load(&self.subscribers),
+        )?;
+        e.counter(
+            "cairn_mon_subscribers_dropped_total",
+            "Subscribers dropped for falling behind (they come back when they renew).",
+            load(&self.subscribers_dropped),
+        )?;
+        e.counter(
+            "cairn_mon_replies_dropped_total",
+            "Replies dropped because their session held a full window (the client asks again).",
+            load(&self.replies_dropped),
+        )?;
+        match self.messenger.get() {
+            Some(m) => m.encode(e, "mon"),
+            None => Ok(()),
         }
-        let counters = [
-            (
-                "map_saves_total",
-                "counter",
-                "New epochs saved durably before they were announced.",
-                self.map_saves.load(Ordering::Relaxed) as f64,
-            ),
-            (
-                "map_save_seconds_total",
-                "counter",
-                "Time spent saving new epochs durably.",
-                self.map_save_ns.load(Ordering::Relaxed) as f64 / 1e9,
-            ),
-            (
-                "map_pushes_full_total",
-                "counter",
-                "Full maps pushed to subscribers (new, or too far behind for incrementals).",
-                self.pushed_full.load(Ordering::Relaxed) as f64,
-            ),
-            (
-                "map_pushes_incremental_total",
-                "counter",
-                "Incremental updates pushed to subscribers.",
-                self.pushed_incremental.load(Ordering::Relaxed) as f64,
-            ),
-            (
-                "subscribers",
-                "gauge",
-                "Sessions subscribed to map updates.",
-                self.subscribers.load(Ordering::Relaxed) as f64,
-            ),
-            (
-                "subscribers_dropped_total",
-                "counter",
-                "Subscribers dropped for falling behind (they come back when they renew).",
-                self.subscribers_dropped.load(Ordering::Relaxed) as f64,
-            ),
-            (
-                "replies_dropped_total",
-                "counter",
-                "Replies dropped because their session held a full window (the client asks again).",
-                self.replies_dropped.load(Ordering::Relaxed) as f64,
-            ),
-        ];
-        for (name, kind, help, value) in counters {
-            family(&mut out, name, kind, help);
-            let _ = writeln!(out, "cairn_mon_{name} {value}");
-        }
-        if let Some(m) = self.messenger.get() {
-            out.push_str(&m.render("mon"));
-        }
-        out
-    }
-}
-
-/// Writes a metric family's HELP and TYPE lines.
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP cairn_mon_{name} {help}");
-    let _ = writeln!(out, "# TYPE cairn_mon_{name} {kind}");
-}
-
-/// Writes a gauge family with one sample per label set.
-fn labeled(out: &mut String, name: &str, help: &str, rows: &[(String, f64)]) {
-    family(out, name, "gauge", help);
-    for (labels, value) in rows {
-        let _ = writeln!(out, "cairn_mon_{name}{{{labels}}} {value}");
     }
 }
 
 /// Per pool, its objects and stored bytes as its primaries reported them (Ceph's `ceph df`
 /// OBJECTS and STORED).
-fn render_pool_usage(out: &mut String, rows: &[(String, PoolUsage)]) {
-    let rows_of = |f: fn(&PoolUsage) -> f64| -> Vec<(String, f64)> {
+fn encode_pool_usage(e: &mut DescriptorEncoder<'_>, rows: &[(String, PoolUsage)]) -> Written {
+    let per_pool = |f: fn(&PoolUsage) -> u64| {
         rows.iter()
-            .map(|(name, u)| (format!("pool=\"{}\"", label(name)), f(u)))
-            .collect()
+            .map(move |(name, u)| ([("pool", name.as_str())], f(u)))
     };
-    labeled(
-        out,
-        "pool_objects",
+    e.gauges(
+        "cairn_mon_pool_objects",
         "Per pool: client objects, as its PGs' primaries last reported them.",
-        &rows_of(|u| u.objects as f64),
-    );
-    labeled(
-        out,
-        "pool_stored_bytes",
+        per_pool(|u| u.objects),
+    )?;
+    e.gauges(
+        "cairn_mon_pool_stored_bytes",
         "Per pool: logical bytes of its objects (one copy), as last reported.",
-        &rows_of(|u| u.bytes as f64),
-    );
-    labeled(
-        out,
-        "pool_pgs_reported",
+        per_pool(|u| u.bytes),
+    )?;
+    e.gauges(
+        "cairn_mon_pool_pgs_reported",
         "Per pool: PGs whose primary reported their usage since the monitor started.",
-        &rows_of(|u| f64::from(u.pgs_reported)),
-    );
-}
-
-/// A label value as the text format wants it (backslash, quote and newline escaped).
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+        per_pool(|u| u64::from(u.pgs_reported)),
+    )
 }
 
 /// Per-OSD placement counts over every pool.
@@ -270,198 +237,243 @@ struct OsdPgs {
     primary: u64,
 }
 
-/// The gauges `map` implies: epoch, OSDs, pools, PGs by what their placement allows, and the
-/// spread of PGs over OSDs (seed 002's measure: the balancer keeps it within one PG of the
-/// target).
-pub fn render_map(map: &ClusterMap) -> String {
-    let mut out = String::new();
-    let gauge = |out: &mut String, name: &str, help: &str, value: f64| {
-        family(out, name, "gauge", help);
-        let _ = writeln!(out, "cairn_mon_{name} {value}");
-    };
-    gauge(&mut out, "epoch", "Cluster map epoch.", map.epoch as f64);
-    let osds = map.osds.values();
-    let count =
-        |f: &dyn Fn(&cairn_clustermap::OsdEntry) -> bool| osds.clone().filter(|o| f(o)).count();
-    gauge(&mut out, "osds", "OSDs in the map.", map.osds.len() as f64);
-    gauge(&mut out, "osds_up", "OSDs up.", count(&|o| o.up) as f64);
-    gauge(
-        &mut out,
-        "osds_in",
-        "OSDs in (reweight above 0).",
-        count(&|o| o.reweight > 0) as f64,
-    );
-    gauge(
-        &mut out,
-        "osds_full",
-        "OSDs past their full ratio (writes to their PGs refused).",
-        count(&|o| o.full) as f64,
-    );
-    gauge(
-        &mut out,
-        "osds_nearfull",
-        "OSDs past their nearfull ratio.",
-        count(&|o| o.nearfull) as f64,
-    );
-    family(
-        &mut out,
-        "flag",
-        "gauge",
-        "Cluster flags (Ceph's `osd set`): 1 while set.",
-    );
-    for flag in cairn_clustermap::MapFlag::ALL {
-        let set = u8::from(map.has(flag));
-        let _ = writeln!(out, "cairn_mon_flag{{flag=\"{flag}\"}} {set}");
+/// One pool's figures on the page.
+struct PoolFigures {
+    name: String,
+    size: u32,
+    min_size: u32,
+    pg_num: u32,
+    /// The largest difference between an OSD's PG count and its target (NaN: no topology).
+    max_deviation: f64,
+    quota_full: bool,
+}
+
+/// One OSD's figures on the page.
+struct OsdFigures {
+    id: String,
+    host: String,
+    up: bool,
+    reweight: f64,
+    pgs: OsdPgs,
+}
+
+/// What a map implies for the page, computed once per epoch: epoch, OSDs, pools, PGs by what
+/// their placement allows, and the spread of PGs over OSDs (seed 002's measure: the balancer
+/// keeps it within one PG of the target).
+pub struct MapFigures {
+    epoch: u64,
+    flags: Vec<(String, bool)>,
+    pools: Vec<PoolFigures>,
+    osds: Vec<OsdFigures>,
+    osds_full: u64,
+    osds_nearfull: u64,
+    pgs: u64,
+    undersized: u64,
+    below_min: u64,
+    pg_temp: u64,
+    upmap_pgs: u64,
+    placement_errors: u64,
+}
+
+impl MapFigures {
+    /// Places every PG of `map` and counts what the page shows.
+    pub fn of(map: &ClusterMap) -> MapFigures {
+        let mut per_osd: BTreeMap<i32, OsdPgs> =
+            map.osds.keys().map(|&id| (id, OsdPgs::default())).collect();
+        let (mut pgs, mut undersized, mut below_min, mut errors) = (0u64, 0u64, 0u64, 0u64);
+        let mut pools = Vec::with_capacity(map.placement.pools.len());
+        for pool in map.placement.pools.values() {
+            let mut mapper = map.placement.mapper();
+            let mut up_sets = Vec::with_capacity(pool.pg_num as usize);
+            for pg in pool.pgs() {
+                let Ok(m) = mapper.map_pg(pg) else {
+                    errors += 1;
+                    continue;
+                };
+                pgs += 1;
+                undersized += u64::from(m.up.len() < pool.size as usize);
+                below_min += u64::from(m.acting.len() < pool.min_size.max(1) as usize);
+                for o in &m.up {
+                    per_osd.entry(*o).or_default().up += 1;
+                }
+                if let Some(p) = m.acting_primary() {
+                    per_osd.entry(p).or_default().primary += 1;
+                }
+                up_sets.push(m.up);
+            }
+            let max_deviation = Topology::for_pool(&map.placement, pool)
+                .map(|t| analyze(&up_sets, &t).osds.max_deviation)
+                .unwrap_or(f64::NAN);
+            pools.push(PoolFigures {
+                name: pool.name.clone(),
+                size: pool.size,
+                min_size: pool.min_size,
+                pg_num: pool.pg_num,
+                max_deviation,
+                quota_full: map.pool_full(pool.id),
+            });
+        }
+        let count = |f: fn(&cairn_clustermap::OsdEntry) -> bool| {
+            map.osds.values().filter(|o| f(o)).count() as u64
+        };
+        MapFigures {
+            epoch: map.epoch,
+            flags: cairn_clustermap::MapFlag::ALL
+                .iter()
+                .map(|&flag| (flag.to_string(), map.has(flag)))
+                .collect(),
+            pools,
+            osds: map
+                .osds
+                .values()
+                .map(|o| OsdFigures {
+                    id: o.id.to_string(),
+                    host: o.host.clone(),
+                    up: o.up,
+                    reweight: f64::from(o.reweight) / 65536.0,
+                    pgs: per_osd.get(&o.id).copied().unwrap_or_default(),
+                })
+                .collect(),
+            osds_full: count(|o| o.full),
+            osds_nearfull: count(|o| o.nearfull),
+            pgs,
+            undersized,
+            below_min,
+            pg_temp: map.placement.pg_temp.len() as u64,
+            upmap_pgs: map.placement.exceptions.upmap_items.len() as u64,
+            placement_errors: errors,
+        }
     }
 
-    let mut per_osd: BTreeMap<i32, OsdPgs> =
-        map.osds.keys().map(|&id| (id, OsdPgs::default())).collect();
-    let (mut pgs, mut undersized, mut below_min, mut errors) = (0u64, 0u64, 0u64, 0u64);
-    let mut pool_rows: [Vec<(String, f64)>; 5] = Default::default();
-    for pool in map.placement.pools.values() {
-        let mut mapper = map.placement.mapper();
-        let mut up_sets = Vec::with_capacity(pool.pg_num as usize);
-        for pg in pool.pgs() {
-            let Ok(m) = mapper.map_pg(pg) else {
-                errors += 1;
-                continue;
-            };
-            pgs += 1;
-            undersized += u64::from(m.up.len() < pool.size as usize);
-            below_min += u64::from(m.acting.len() < pool.min_size.max(1) as usize);
-            for o in &m.up {
-                per_osd.entry(*o).or_default().up += 1;
-            }
-            if let Some(p) = m.acting_primary() {
-                per_osd.entry(p).or_default().primary += 1;
-            }
-            up_sets.push(m.up);
-        }
-        let deviation = Topology::for_pool(&map.placement, pool)
-            .map(|t| analyze(&up_sets, &t).osds.max_deviation)
-            .unwrap_or(f64::NAN);
-        let labels = format!("pool=\"{}\"", label(&pool.name));
-        let values = [
-            f64::from(pool.size),
-            f64::from(pool.min_size),
-            f64::from(pool.pg_num),
-            deviation,
-            f64::from(u8::from(map.pool_full(pool.id))),
-        ];
-        for (rows, v) in pool_rows.iter_mut().zip(values) {
-            rows.push((labels.clone(), v));
-        }
+    /// Writes the figures on a page.
+    pub fn encode(&self, e: &mut DescriptorEncoder<'_>) -> Written {
+        e.gauge("cairn_mon_epoch", "Cluster map epoch.", self.epoch)?;
+        e.gauge("cairn_mon_osds", "OSDs in the map.", self.osds.len() as u64)?;
+        let osds_with =
+            |f: fn(&OsdFigures) -> bool| self.osds.iter().filter(|o| f(o)).count() as u64;
+        e.gauge("cairn_mon_osds_up", "OSDs up.", osds_with(|o| o.up))?;
+        e.gauge(
+            "cairn_mon_osds_in",
+            "OSDs in (reweight above 0).",
+            osds_with(|o| o.reweight > 0.0),
+        )?;
+        e.gauge(
+            "cairn_mon_osds_full",
+            "OSDs past their full ratio (writes to their PGs refused).",
+            self.osds_full,
+        )?;
+        e.gauge(
+            "cairn_mon_osds_nearfull",
+            "OSDs past their nearfull ratio.",
+            self.osds_nearfull,
+        )?;
+        e.gauges(
+            "cairn_mon_flag",
+            "Cluster flags (Ceph's `osd set`): 1 while set.",
+            self.flags
+                .iter()
+                .map(|(flag, set)| ([("flag", flag.as_str())], u64::from(*set))),
+        )?;
+        e.gauge("cairn_mon_pools", "Pools.", self.pools.len() as u64)?;
+        let per_pool = |f: fn(&PoolFigures) -> u64| {
+            self.pools
+                .iter()
+                .map(move |p| ([("pool", p.name.as_str())], f(p)))
+        };
+        e.gauges(
+            "cairn_mon_pool_size",
+            "Per pool: replicas per object.",
+            per_pool(|p| u64::from(p.size)),
+        )?;
+        e.gauges(
+            "cairn_mon_pool_min_size",
+            "Per pool: replicas a PG needs to accept writes.",
+            per_pool(|p| u64::from(p.min_size)),
+        )?;
+        e.gauges(
+            "cairn_mon_pool_pg_num",
+            "Per pool: PGs.",
+            per_pool(|p| u64::from(p.pg_num)),
+        )?;
+        e.gauges(
+            "cairn_mon_pool_pg_max_deviation",
+            "Per pool: the largest difference between an OSD's PG count and its target (the \
+             balancer keeps it within 1).",
+            self.pools
+                .iter()
+                .map(|p| ([("pool", p.name.as_str())], p.max_deviation)),
+        )?;
+        e.gauges(
+            "cairn_mon_pool_quota_full",
+            "Per pool: 1 once it reached its quota (writes refused but those that free space).",
+            per_pool(|p| u64::from(p.quota_full)),
+        )?;
+        e.gauge("cairn_mon_pgs", "PGs of every pool.", self.pgs)?;
+        e.gauge(
+            "cairn_mon_pgs_undersized",
+            "PGs whose up set has fewer OSDs than their pool's size (the map cannot place every copy).",
+            self.undersized,
+        )?;
+        e.gauge(
+            "cairn_mon_pgs_below_min_size",
+            "PGs served by fewer OSDs than their pool's min_size: no writes until OSDs return.",
+            self.below_min,
+        )?;
+        e.gauge(
+            "cairn_mon_pg_temp",
+            "PGs served by a temporary acting set while their up set fills.",
+            self.pg_temp,
+        )?;
+        e.gauge(
+            "cairn_mon_upmap_pgs",
+            "PGs moved by the balancer's exception table (pg_upmap_items).",
+            self.upmap_pgs,
+        )?;
+        e.gauge(
+            "cairn_mon_placement_errors",
+            "PGs the map could not place (a pool whose rule is missing).",
+            self.placement_errors,
+        )?;
+        e.gauges(
+            "cairn_mon_osd_up",
+            "Per OSD (with its host): 1 when up.",
+            self.osds.iter().map(|o| {
+                (
+                    [("osd", o.id.as_str()), ("host", o.host.as_str())],
+                    u64::from(o.up),
+                )
+            }),
+        )?;
+        let per_osd = |f: fn(&OsdFigures) -> f64| {
+            self.osds
+                .iter()
+                .map(move |o| ([("osd", o.id.as_str())], f(o)))
+        };
+        e.gauges(
+            "cairn_mon_osd_in",
+            "Per OSD: 1 when in (reweight above 0).",
+            per_osd(|o| f64::from(u8::from(o.reweight > 0.0))),
+        )?;
+        e.gauges(
+            "cairn_mon_osd_reweight",
+            "Per OSD: in/out reweight, 0 to 1.",
+            per_osd(|o| o.reweight),
+        )?;
+        e.gauges(
+            "cairn_mon_osd_pgs",
+            "Per OSD: PGs whose up set holds it.",
+            per_osd(|o| o.pgs.up as f64),
+        )?;
+        e.gauges(
+            "cairn_mon_osd_primary_pgs",
+            "Per OSD: PGs it serves as acting primary.",
+            per_osd(|o| o.pgs.primary as f64),
+        )
     }
-    gauge(
-        &mut out,
-        "pools",
-        "Pools.",
-        map.placement.pools.len() as f64,
-    );
-    let [sizes, min_sizes, pg_nums, deviations, quota_full] = pool_rows;
-    labeled(
-        &mut out,
-        "pool_size",
-        "Per pool: replicas per object.",
-        &sizes,
-    );
-    labeled(
-        &mut out,
-        "pool_min_size",
-        "Per pool: replicas a PG needs to accept writes.",
-        &min_sizes,
-    );
-    labeled(&mut out, "pool_pg_num", "Per pool: PGs.", &pg_nums);
-    labeled(
-        &mut out,
-        "pool_pg_max_deviation",
-        "Per pool: the largest difference between an OSD's PG count and its target (the \
-         balancer keeps it within 1).",
-        &deviations,
-    );
-    labeled(
-        &mut out,
-        "pool_quota_full",
-        "Per pool: 1 once it reached its quota (writes refused but those that free space).",
-        &quota_full,
-    );
-    gauge(&mut out, "pgs", "PGs of every pool.", pgs as f64);
-    gauge(
-        &mut out,
-        "pgs_undersized",
-        "PGs whose up set has fewer OSDs than their pool's size (the map cannot place every copy).",
-        undersized as f64,
-    );
-    gauge(
-        &mut out,
-        "pgs_below_min_size",
-        "PGs served by fewer OSDs than their pool's min_size: no writes until OSDs return.",
-        below_min as f64,
-    );
-    gauge(
-        &mut out,
-        "pg_temp",
-        "PGs served by a temporary acting set while their up set fills.",
-        map.placement.pg_temp.len() as f64,
-    );
-    gauge(
-        &mut out,
-        "upmap_pgs",
-        "PGs moved by the balancer's exception table (pg_upmap_items).",
-        map.placement.exceptions.upmap_items.len() as f64,
-    );
-    gauge(
-        &mut out,
-        "placement_errors",
-        "PGs the map could not place (a pool whose rule is missing).",
-        errors as f64,
-    );
-    let osd_rows = |f: &dyn Fn(&cairn_clustermap::OsdEntry, OsdPgs) -> f64| -> Vec<(String, f64)> {
-        map.osds
-            .values()
-            .map(|o| {
-                let c = per_osd.get(&o.id).copied().unwrap_or_default();
-                (format!("osd=\"{}\"", o.id), f(o, c))
-            })
-            .collect()
-    };
-    let up: Vec<(String, f64)> = map
-        .osds
-        .values()
-        .map(|o| {
-            let labels = format!("osd=\"{}\",host=\"{}\"", o.id, label(&o.host));
-            (labels, f64::from(u8::from(o.up)))
-        })
-        .collect();
-    labeled(
-        &mut out,
-        "osd_up",
-        "Per OSD (with its host): 1 when up.",
-        &up,
-    );
-    labeled(
-        &mut out,
-        "osd_in",
-        "Per OSD: 1 when in (reweight above 0).",
-        &osd_rows(&|o, _| f64::from(u8::from(o.reweight > 0))),
-    );
-    labeled(
-        &mut out,
-        "osd_reweight",
-        "Per OSD: in/out reweight, 0 to 1.",
-        &osd_rows(&|o, _| f64::from(o.reweight) / 65536.0),
-    );
-    labeled(
-        &mut out,
-        "osd_pgs",
-        "Per OSD: PGs whose up set holds it.",
-        &osd_rows(&|_, c| c.up as f64),
-    );
-    labeled(
-        &mut out,
-        "osd_primary_pgs",
-        "Per OSD: PGs it serves as acting primary.",
-        &osd_rows(&|_, c| c.primary as f64),
-    );
-    out
+}
+
+/// The page's map figures alone, Prometheus text format.
+pub fn render_map(map: &ClusterMap) -> String {
+    let figures = MapFigures::of(map);
+    cairn_metrics::render(move |e| figures.encode(e))
 }

@@ -76,7 +76,7 @@ fn answer(request: &Request<Incoming>, pages: &PageFn) -> Response<String> {
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
+        HeaderValue::from_static(cairn_metrics::CONTENT_TYPE),
     );
     response
 }

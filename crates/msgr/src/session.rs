@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
+use cairn_metrics::{DescriptorEncoder, Families, Written};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
@@ -133,49 +134,39 @@ impl ListenerStats {
         self.connections_refused.load(Ordering::Relaxed)
     }
 
-    /// Prometheus text for these counters, each labelled `daemon="{daemon}"`.
-    pub fn render(&self, daemon: &str) -> String {
-        use std::fmt::Write as _;
-        let rows = [
-            (
-                "connections",
-                "gauge",
-                "Connections open, handshakes included.",
-                self.connections(),
-            ),
-            ("sessions", "gauge", "Sessions open.", self.sessions()),
-            (
-                "held_bytes",
-                "gauge",
-                "Bytes queued or sent and not yet acknowledged on the sessions.",
-                self.held_bytes(),
-            ),
-            (
-                "connections_refused_total",
-                "counter",
-                "Connections closed at once because the listener was at its limit.",
-                self.connections_refused(),
-            ),
-            (
-                "idle_closed_total",
-                "counter",
-                "Connections closed after hearing nothing for the idle timeout.",
-                self.idle_closed.load(Ordering::Relaxed),
-            ),
-            (
-                "sessions_ended_total",
-                "counter",
-                "Sessions ended (a lossy one with its connection, a lossless one replaced).",
-                self.sessions_ended.load(Ordering::Relaxed),
-            ),
-        ];
-        let mut out = String::new();
-        for (name, kind, help, value) in rows {
-            let _ = writeln!(out, "# HELP cairn_msgr_{name} {help}");
-            let _ = writeln!(out, "# TYPE cairn_msgr_{name} {kind}");
-            let _ = writeln!(out, "cairn_msgr_{name}{{daemon=\"{daemon}\"}} {value}");
-        }
-        out
+    /// Writes these counters on a metrics page, each labelled `daemon="{daemon}"`.
+    pub fn encode(&self, e: &mut DescriptorEncoder<'_>, daemon: &str) -> Written {
+        let at = [("daemon", daemon)];
+        e.gauges(
+            "cairn_msgr_connections",
+            "Connections open, handshakes included.",
+            [(at, self.connections())],
+        )?;
+        e.gauges(
+            "cairn_msgr_sessions",
+            "Sessions open.",
+            [(at, self.sessions())],
+        )?;
+        e.gauges(
+            "cairn_msgr_held_bytes",
+            "Bytes queued or sent and not yet acknowledged on the sessions.",
+            [(at, self.held_bytes())],
+        )?;
+        e.counters(
+            "cairn_msgr_connections_refused_total",
+            "Connections closed at once because the listener was at its limit.",
+            [(at, self.connections_refused())],
+        )?;
+        e.counters(
+            "cairn_msgr_idle_closed_total",
+            "Connections closed after hearing nothing for the idle timeout.",
+            [(at, self.idle_closed.load(Ordering::Relaxed))],
+        )?;
+        e.counters(
+            "cairn_msgr_sessions_ended_total",
+            "Sessions ended (a lossy one with its connection, a lossless one replaced).",
+            [(at, self.sessions_ended.load(Ordering::Relaxed))],
+        )
     }
 }
 

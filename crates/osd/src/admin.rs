@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cairn_clustermap::PgId;
+use cairn_metrics::{DescriptorEncoder, Families, Written};
 use cairn_proto::admin::{AdminReply, AdminRequest};
 use cairn_proto::{decode, encode};
 use cairn_qos::{MClockConfig, PolicyConfig, Profile};
@@ -356,53 +357,60 @@ fn pg_stats(s: &Shared) -> String {
 
 /// The scheduler's capacity in force as gauges (a profile's, or measured through the store at
 /// boot with `measure_capacity`): what mClock's reservations and limits are shares of.
-fn render_capacity(osd: i32, c: &cairn_qos::DeviceCapacity) -> String {
-    format!(
-        "# HELP cairn_osd_capacity_iops The scheduler's capacity in 4 KiB writes per second.\n\
-         # TYPE cairn_osd_capacity_iops gauge\n\
-         cairn_osd_capacity_iops{{osd=\"{osd}\"}} {}\n\
-         # HELP cairn_osd_capacity_bytes_per_second The scheduler's sequential write bandwidth.\n\
-         # TYPE cairn_osd_capacity_bytes_per_second gauge\n\
-         cairn_osd_capacity_bytes_per_second{{osd=\"{osd}\"}} {}\n",
-        c.random_4k_iops.round(),
-        c.seq_bandwidth_bytes_per_s.round()
+fn encode_capacity(
+    e: &mut DescriptorEncoder<'_>,
+    osd: &str,
+    c: &cairn_qos::DeviceCapacity,
+) -> Written {
+    e.gauges(
+        "cairn_osd_capacity_iops",
+        "The scheduler's capacity in 4 KiB writes per second.",
+        [([("osd", osd)], c.random_4k_iops.round())],
+    )?;
+    e.gauges(
+        "cairn_osd_capacity_bytes_per_second",
+        "The scheduler's sequential write bandwidth.",
+        [([("osd", osd)], c.seq_bandwidth_bytes_per_s.round())],
     )
 }
 
 /// The Prometheus page: op and recovery counters, PGs by state, scheduler and store counters,
-/// the scheduler's capacity.
-pub fn render_metrics(s: &Shared) -> String {
-    let mut extra = String::from(
-        "# HELP cairn_osd_pgs PGs this OSD leads (or holds as a replica), by state.\n# TYPE cairn_osd_pgs gauge\n",
-    );
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+/// the scheduler's capacity, the messenger's sessions.
+pub fn render_metrics(s: &Arc<Shared>) -> String {
+    let s = Arc::clone(s);
+    cairn_metrics::render(move |e| encode_page(e, &s))
+}
+
+fn encode_page(e: &mut DescriptorEncoder<'_>, s: &Shared) -> Written {
+    let osd = s.id.to_string();
+    let osd = osd.as_str();
+    s.metrics.encode(e, osd)?;
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     for pg in s.pgs.all() {
         *counts.entry(pg.state_name()).or_default() += 1;
     }
-    for (state, n) in counts {
-        let _ = writeln!(
-            extra,
-            "cairn_osd_pgs{{osd=\"{}\",state=\"{state}\"}} {n}",
-            s.id
-        );
-    }
-    let _ = writeln!(
-        extra,
-        "# HELP cairn_osd_map_epoch The newest cluster map epoch this OSD has.\n\
-         # TYPE cairn_osd_map_epoch gauge\ncairn_osd_map_epoch{{osd=\"{}\"}} {}",
-        s.id,
-        s.epoch()
-    );
-    extra.push_str(&s.sched.render_metrics(s.id));
-    extra.push_str(&render_capacity(s.id, &s.cfg.capacity));
+    e.gauges(
+        "cairn_osd_pgs",
+        "PGs this OSD leads (or holds as a replica), by state.",
+        counts
+            .iter()
+            .map(|(state, &n)| ([("osd", osd), ("state", state.as_str())], n)),
+    )?;
+    e.gauges(
+        "cairn_osd_map_epoch",
+        "The newest cluster map epoch this OSD has.",
+        [([("osd", osd)], s.epoch())],
+    )?;
+    s.sched.encode(e, osd)?;
+    encode_capacity(e, osd, &s.cfg.capacity)?;
     let store = s
         .store_stats
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    extra.push_str(&crate::metrics::render_store(s.id, &store));
-    if let Some(m) = s.messenger.get() {
-        extra.push_str(&m.render(&format!("osd.{}", s.id)));
+    crate::metrics::encode_store(e, osd, &store)?;
+    match s.messenger.get() {
+        Some(m) => m.encode(e, &format!("osd.{osd}")),
+        None => Ok(()),
     }
-    s.metrics.render(s.id, &extra)
 }

@@ -3,10 +3,12 @@
 //! counters. Recording is a short critical section; rendering happens only on a scrape.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cairn_metrics::{DescriptorEncoder, Families, HistogramSample, Written};
 use cairn_proto::peer::Urgency;
 
 /// Upper bounds of the latency histogram buckets, in seconds.
@@ -61,33 +63,33 @@ pub struct Metrics {
     /// Objects and bytes moved by recovery, by kind.
     recovery: Mutex<BTreeMap<RecoveryKind, (u64, u64)>>,
     /// Recovery steps client I/O waited on (run in the client class).
-    blocking_recovery_steps: std::sync::atomic::AtomicU64,
+    blocking_recovery_steps: AtomicU64,
     /// Objects (each once per copy it reached) and bytes this OSD recovered as a primary.
-    recovered_objects: std::sync::atomic::AtomicU64,
-    recovered_bytes: std::sync::atomic::AtomicU64,
+    recovered_objects: AtomicU64,
+    recovered_bytes: AtomicU64,
     /// PGs peered again in their interval because a write left their copies disagreeing.
-    repeers: std::sync::atomic::AtomicU64,
+    repeers: AtomicU64,
     /// Temporary acting sets asked for, so that PGs serve while their up sets are filled.
-    remaps: std::sync::atomic::AtomicU64,
-    history_gaps: std::sync::atomic::AtomicU64,
-    up_thru_requests: std::sync::atomic::AtomicU64,
+    remaps: AtomicU64,
+    history_gaps: AtomicU64,
+    up_thru_requests: AtomicU64,
     /// Resent writes answered from the PG log (their first attempt was applied).
-    dup_writes: std::sync::atomic::AtomicU64,
+    dup_writes: AtomicU64,
     /// Client reads that found this primary's copy damaged: repaired from another copy, and
     /// not repairable (every copy damaged or unreachable).
-    read_repairs: std::sync::atomic::AtomicU64,
-    read_repairs_failed: std::sync::atomic::AtomicU64,
+    read_repairs: AtomicU64,
+    read_repairs_failed: AtomicU64,
     /// Scrubs finished, objects compared, inconsistent objects found and repaired.
-    scrubs: std::sync::atomic::AtomicU64,
-    deep_scrubs: std::sync::atomic::AtomicU64,
-    scrub_objects: std::sync::atomic::AtomicU64,
-    scrub_inconsistent: std::sync::atomic::AtomicU64,
-    scrub_repaired: std::sync::atomic::AtomicU64,
+    scrubs: AtomicU64,
+    deep_scrubs: AtomicU64,
+    scrub_objects: AtomicU64,
+    scrub_inconsistent: AtomicU64,
+    scrub_repaired: AtomicU64,
     /// Writes and read repairs that waited for a scrub chunk's fence.
-    scrub_fenced: std::sync::atomic::AtomicU64,
+    scrub_fenced: AtomicU64,
     /// Stray PG copies deleted, and their objects.
-    strays_deleted: std::sync::atomic::AtomicU64,
-    stray_objects_deleted: std::sync::atomic::AtomicU64,
+    strays_deleted: AtomicU64,
+    stray_objects_deleted: AtomicU64,
 }
 
 impl Metrics {
@@ -112,8 +114,7 @@ impl Metrics {
         e.0 += 1;
         e.1 += bytes;
         if urgency == Urgency::Blocking {
-            self.blocking_recovery_steps
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.blocking_recovery_steps.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -137,33 +138,28 @@ impl Metrics {
 
     /// Records that a PG peers again in its interval (see `peering::repeer`).
     pub fn record_repeer(&self) {
-        self.repeers
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.repeers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a temporary acting set asked for (see `remap`).
     pub fn record_remap(&self) {
-        self.remaps
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.remaps.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a peering whose past intervals could not all be computed: the monitor's history
     /// no longer reaches back to the PG's last activation.
     pub fn record_history_gap(&self) {
-        self.history_gaps
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.history_gaps.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records an up_thru request sent to the monitor before a PG went active.
     pub fn record_up_thru_request(&self) {
-        self.up_thru_requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.up_thru_requests.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a resent write answered from the PG log instead of being applied again.
     pub fn record_dup_write(&self) {
-        self.dup_writes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.dup_writes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a read repair (see `repair`): `repaired` when a good copy replaced the damaged
@@ -174,13 +170,12 @@ impl Metrics {
         } else {
             &self.read_repairs_failed
         };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a write or read repair that waited for a scrub chunk's fence over its object.
     pub fn record_scrub_fenced(&self) {
-        self.scrub_fenced
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.scrub_fenced.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a finished scrub of a PG this OSD leads.
@@ -226,9 +221,9 @@ impl Metrics {
             .sum()
     }
 
-    /// Prometheus text: the op and recovery counters, then `extra` lines (PG states, scheduler).
-    pub fn render(&self, osd: i32, extra: &str) -> String {
-        let mut out = String::new();
+    /// Writes the op, recovery, peering and scrub counters on a page.
+    pub fn encode(&self, e: &mut DescriptorEncoder<'_>, osd: &str) -> Written {
+        use std::sync::atomic::Ordering::Relaxed;
         let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let families: [CounterFamily; 3] = [
             (
@@ -248,34 +243,28 @@ impl Metrics {
             ),
         ];
         for (name, help, value) in families {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (k, st) in &ops {
-                let _ = writeln!(out, "{name}{{osd=\"{osd}\",op=\"{k}\"}} {}", value(st));
-            }
+            e.counters(
+                name,
+                help,
+                ops.iter()
+                    .map(|(&op, st)| ([("osd", osd), ("op", op)], value(st))),
+            )?;
         }
-        out.push_str("# HELP cairn_osd_op_latency_seconds Client operation latency.\n# TYPE cairn_osd_op_latency_seconds histogram\n");
-        for (k, s) in &ops {
-            let mut cum = 0;
-            for (b, n) in BUCKETS_S.iter().zip(s.buckets) {
-                cum += n;
-                let _ = writeln!(out, "cairn_osd_op_latency_seconds_bucket{{osd=\"{osd}\",op=\"{k}\",le=\"{b}\"}} {cum}");
-            }
-            let _ = writeln!(
-                out,
-                "cairn_osd_op_latency_seconds_bucket{{osd=\"{osd}\",op=\"{k}\",le=\"+Inf\"}} {}",
-                s.count
-            );
-            let _ = writeln!(
-                out,
-                "cairn_osd_op_latency_seconds_sum{{osd=\"{osd}\",op=\"{k}\"}} {}",
-                s.sum_s
-            );
-            let _ = writeln!(
-                out,
-                "cairn_osd_op_latency_seconds_count{{osd=\"{osd}\",op=\"{k}\"}} {}",
-                s.count
-            );
-        }
+        e.histograms(
+            "cairn_osd_op_latency_seconds",
+            "Client operation latency.",
+            ops.iter().map(|(&op, st)| {
+                (
+                    [("osd", osd), ("op", op)],
+                    HistogramSample {
+                        bounds: &BUCKETS_S,
+                        counts: &st.buckets,
+                        count: st.count,
+                        sum: st.sum_s,
+                    },
+                )
+            }),
+        )?;
         let by_kind = self
             .recovery
             .lock()
@@ -284,190 +273,289 @@ impl Metrics {
         let (objs, bytes) = by_kind
             .values()
             .fold((0, 0), |(o, b), &(o2, b2)| (o + o2, b + b2));
-        let _ = writeln!(out, "# HELP cairn_osd_recovery_objects_total Objects moved by recovery.\n# TYPE cairn_osd_recovery_objects_total counter\ncairn_osd_recovery_objects_total{{osd=\"{osd}\"}} {objs}");
-        let _ = writeln!(out, "# HELP cairn_osd_recovery_bytes_total Bytes moved by recovery.\n# TYPE cairn_osd_recovery_bytes_total counter\ncairn_osd_recovery_bytes_total{{osd=\"{osd}\"}} {bytes}");
+        let at = [("osd", osd)];
         let (recovered, recovered_bytes) = self.recovered_as_primary();
-        let _ = writeln!(out, "# HELP cairn_osd_recovered_objects_total Objects this OSD, as a PG's primary, pushed to another copy or pulled to itself (once per copy).\n# TYPE cairn_osd_recovered_objects_total counter\ncairn_osd_recovered_objects_total{{osd=\"{osd}\"}} {recovered}");
-        let _ = writeln!(out, "# HELP cairn_osd_recovered_bytes_total Bytes of those objects.\n# TYPE cairn_osd_recovered_bytes_total counter\ncairn_osd_recovered_bytes_total{{osd=\"{osd}\"}} {recovered_bytes}");
-        let _ = writeln!(out, "# HELP cairn_osd_recovery_steps_total Recovery steps by kind (each one request through this OSD's scheduler).\n# TYPE cairn_osd_recovery_steps_total counter");
-        for (kind, (n, _)) in &by_kind {
-            let _ = writeln!(
-                out,
-                "cairn_osd_recovery_steps_total{{osd=\"{osd}\",kind=\"{}\"}} {n}",
-                kind.label()
-            );
+        let single: [(&str, &str, u64); 4] = [
+            (
+                "cairn_osd_recovery_objects_total",
+                "Objects moved by recovery.",
+                objs,
+            ),
+            (
+                "cairn_osd_recovery_bytes_total",
+                "Bytes moved by recovery.",
+                bytes,
+            ),
+            (
+                "cairn_osd_recovered_objects_total",
+                "Objects this OSD, as a PG's primary, pushed to another copy or pulled to itself \
+                 (once per copy).",
+                recovered,
+            ),
+            (
+                "cairn_osd_recovered_bytes_total",
+                "Bytes of those objects.",
+                recovered_bytes,
+            ),
+        ];
+        for (name, help, value) in single {
+            e.counters(name, help, [(at, value)])?;
         }
-        let _ = writeln!(out, "# HELP cairn_osd_recovery_blocking_steps_total Recovery steps (of all kinds) that client I/O waited on (a PG recovering before it activates, a read's repair), run as client-class requests; the others are recovery-class.\n# TYPE cairn_osd_recovery_blocking_steps_total counter\ncairn_osd_recovery_blocking_steps_total{{osd=\"{osd}\"}} {}", self.blocking_recovery_steps.load(std::sync::atomic::Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP cairn_osd_pg_repeers_total PGs peered again in their interval (a write reached some copies only, a resend found its first attempt not on every copy, a copy left out as too full is tried again).\n# TYPE cairn_osd_pg_repeers_total counter\ncairn_osd_pg_repeers_total{{osd=\"{osd}\"}} {}", self.repeers.load(std::sync::atomic::Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP cairn_osd_pg_remaps_total Temporary acting sets asked for, so that PGs serve while their up sets are filled in the background.\n# TYPE cairn_osd_pg_remaps_total counter\ncairn_osd_pg_remaps_total{{osd=\"{osd}\"}} {}", self.remaps.load(std::sync::atomic::Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP cairn_osd_peering_history_gaps_total Peerings whose past intervals reach back past the monitor's history (earlier intervals not checked).\n# TYPE cairn_osd_peering_history_gaps_total counter\ncairn_osd_peering_history_gaps_total{{osd=\"{osd}\"}} {}", self.history_gaps.load(std::sync::atomic::Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP cairn_osd_up_thru_requests_total up_thru requests sent to the monitor before PGs went active.\n# TYPE cairn_osd_up_thru_requests_total counter\ncairn_osd_up_thru_requests_total{{osd=\"{osd}\"}} {}", self.up_thru_requests.load(std::sync::atomic::Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP cairn_osd_strays_deleted_total Stray PG copies deleted (PG clean elsewhere, or its pool removed).\n# TYPE cairn_osd_strays_deleted_total counter\ncairn_osd_strays_deleted_total{{osd=\"{osd}\"}} {}", self.strays_deleted.load(std::sync::atomic::Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP cairn_osd_stray_objects_deleted_total Objects of deleted stray PG copies.\n# TYPE cairn_osd_stray_objects_deleted_total counter\ncairn_osd_stray_objects_deleted_total{{osd=\"{osd}\"}} {}", self.stray_objects_deleted.load(std::sync::atomic::Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP cairn_osd_dup_writes_total Resent client writes answered from the PG log, their first attempt having been applied.\n# TYPE cairn_osd_dup_writes_total counter\ncairn_osd_dup_writes_total{{osd=\"{osd}\"}} {}", self.dup_writes.load(std::sync::atomic::Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP cairn_osd_read_repairs_total Client reads that found this primary's copy of an object damaged (a block failing its crc32c), by whether a good copy from another OSD replaced it.\n# TYPE cairn_osd_read_repairs_total counter\ncairn_osd_read_repairs_total{{osd=\"{osd}\",result=\"repaired\"}} {}\ncairn_osd_read_repairs_total{{osd=\"{osd}\",result=\"failed\"}} {}", self.read_repairs.load(std::sync::atomic::Ordering::Relaxed), self.read_repairs_failed.load(std::sync::atomic::Ordering::Relaxed));
-        {
-            use std::sync::atomic::Ordering::Relaxed;
-            let _ = writeln!(out, "# HELP cairn_osd_scrubs_total Scrubs of PGs this OSD leads, by kind (deep: data and omap compared too).\n# TYPE cairn_osd_scrubs_total counter\ncairn_osd_scrubs_total{{osd=\"{osd}\",kind=\"shallow\"}} {}\ncairn_osd_scrubs_total{{osd=\"{osd}\",kind=\"deep\"}} {}", self.scrubs.load(Relaxed), self.deep_scrubs.load(Relaxed));
-            let _ = writeln!(out, "# HELP cairn_osd_scrub_objects_total Objects compared by scrubs, inconsistent ones found, and those repaired.\n# TYPE cairn_osd_scrub_objects_total counter\ncairn_osd_scrub_objects_total{{osd=\"{osd}\",result=\"compared\"}} {}\ncairn_osd_scrub_objects_total{{osd=\"{osd}\",result=\"inconsistent\"}} {}\ncairn_osd_scrub_objects_total{{osd=\"{osd}\",result=\"repaired\"}} {}", self.scrub_objects.load(Relaxed), self.scrub_inconsistent.load(Relaxed), self.scrub_repaired.load(Relaxed));
-            let _ = writeln!(out, "# HELP cairn_osd_scrub_fenced_ops_total Writes and read repairs that waited while a scrub compared their object's chunk (the PG's other objects are not held).\n# TYPE cairn_osd_scrub_fenced_ops_total counter\ncairn_osd_scrub_fenced_ops_total{{osd=\"{osd}\"}} {}", self.scrub_fenced.load(Relaxed));
+        e.counters(
+            "cairn_osd_recovery_steps_total",
+            "Recovery steps by kind (each one request through this OSD's scheduler).",
+            by_kind
+                .iter()
+                .map(|(kind, &(n, _))| ([("osd", osd), ("kind", kind.label())], n)),
+        )?;
+        let single: [(&str, &str, &AtomicU64); 8] = [
+            (
+                "cairn_osd_recovery_blocking_steps_total",
+                "Recovery steps (of all kinds) that client I/O waited on (a PG recovering before \
+                 it activates, a read's repair), run as client-class requests; the others are \
+                 recovery-class.",
+                &self.blocking_recovery_steps,
+            ),
+            (
+                "cairn_osd_pg_repeers_total",
+                "PGs peered again in their interval (a write reached some copies only, a resend \
+                 found its first attempt not on every copy, a copy left out as too full is tried \
+                 again).",
+                &self.repeers,
+            ),
+            (
+                "cairn_osd_pg_remaps_total",
+                "Temporary acting sets asked for, so that PGs serve while their up sets are \
+                 filled in the background.",
+                &self.remaps,
+            ),
+            (
+                "cairn_osd_peering_history_gaps_total",
+                "Peerings whose past intervals reach back past the monitor's history (earlier \
+                 intervals not checked).",
+                &self.history_gaps,
+            ),
+            (
+                "cairn_osd_up_thru_requests_total",
+                "up_thru requests sent to the monitor before PGs went active.",
+                &self.up_thru_requests,
+            ),
+            (
+                "cairn_osd_strays_deleted_total",
+                "Stray PG copies deleted (PG clean elsewhere, or its pool removed).",
+                &self.strays_deleted,
+            ),
+            (
+                "cairn_osd_stray_objects_deleted_total",
+                "Objects of deleted stray PG copies.",
+                &self.stray_objects_deleted,
+            ),
+            (
+                "cairn_osd_dup_writes_total",
+                "Resent client writes answered from the PG log, their first attempt having been \
+                 applied.",
+                &self.dup_writes,
+            ),
+        ];
+        for (name, help, value) in single {
+            e.counters(name, help, [(at, value.load(Relaxed))])?;
         }
-        out.push_str(extra);
-        out
+        e.counters(
+            "cairn_osd_read_repairs_total",
+            "Client reads that found this primary's copy of an object damaged (a block failing \
+             its crc32c), by whether a good copy from another OSD replaced it.",
+            [
+                ("repaired", &self.read_repairs),
+                ("failed", &self.read_repairs_failed),
+            ]
+            .map(|(result, n)| ([("osd", osd), ("result", result)], n.load(Relaxed))),
+        )?;
+        e.counters(
+            "cairn_osd_scrubs_total",
+            "Scrubs of PGs this OSD leads, by kind (deep: data and omap compared too).",
+            [("shallow", &self.scrubs), ("deep", &self.deep_scrubs)]
+                .map(|(kind, n)| ([("osd", osd), ("kind", kind)], n.load(Relaxed))),
+        )?;
+        e.counters(
+            "cairn_osd_scrub_objects_total",
+            "Objects compared by scrubs, inconsistent ones found, and those repaired.",
+            [
+                ("compared", &self.scrub_objects),
+                ("inconsistent", &self.scrub_inconsistent),
+                ("repaired", &self.scrub_repaired),
+            ]
+            .map(|(result, n)| ([("osd", osd), ("result", result)], n.load(Relaxed))),
+        )?;
+        e.counters(
+            "cairn_osd_scrub_fenced_ops_total",
+            "Writes and read repairs that waited while a scrub compared their object's chunk \
+             (the PG's other objects are not held).",
+            [(at, self.scrub_fenced.load(Relaxed))],
+        )
     }
 }
 
-/// Prometheus text for the object store's counters and sizes (a snapshot the OSD refreshes
-/// every second): where a write's time goes (staging, data writes, flushes, checkpoints) and
-/// how many device and KV bytes it costs.
-pub fn render_store(osd: i32, st: &cairn_store::StoreStats) -> String {
+/// Writes the object store's counters and sizes (a snapshot the OSD refreshes every second) on
+/// a page: where a write's time goes (staging, data writes, flushes, checkpoints) and how many
+/// device and KV bytes it costs.
+pub fn encode_store(
+    e: &mut DescriptorEncoder<'_>,
+    osd: &str,
+    st: &cairn_store::StoreStats,
+) -> Written {
     const NS: f64 = 1e-9;
-    let counters: [(&str, &str, f64); 20] = [
+    let at = [("osd", osd)];
+    let counts: [(&str, &str, u64); 15] = [
         (
-            "commits_total",
+            "cairn_osd_store_commits_total",
             "Transactions committed.",
-            st.commits as f64,
+            st.commits,
         ),
         (
-            "group_commits_total",
+            "cairn_osd_store_group_commits_total",
             "Group commits carrying them.",
-            st.group_commits as f64,
+            st.group_commits,
         ),
         (
-            "wal_records_total",
+            "cairn_osd_store_wal_records_total",
             "Group commits made durable by a log record.",
-            st.wal_records as f64,
+            st.wal_records,
         ),
         (
-            "groups_overlapped_total",
+            "cairn_osd_store_groups_overlapped_total",
             "Group commits started while an earlier group's writes were in flight.",
-            st.groups_overlapped as f64,
+            st.groups_overlapped,
         ),
         (
-            "checkpoints_total",
+            "cairn_osd_store_checkpoints_total",
             "Durable KV commits of the overlay.",
-            st.checkpoints as f64,
+            st.checkpoints,
         ),
         (
-            "deferred_applied_total",
+            "cairn_osd_store_deferred_applied_total",
             "Deferred block writes applied in place.",
-            st.deferred_applied as f64,
+            st.deferred_applied,
         ),
         (
-            "user_bytes_written_total",
+            "cairn_osd_store_user_bytes_written_total",
             "Bytes transactions wrote (data, xattrs, omap).",
-            st.user_bytes_written as f64,
+            st.user_bytes_written,
         ),
         (
-            "device_bytes_written_total",
+            "cairn_osd_store_device_bytes_written_total",
             "Bytes written to the data device.",
-            st.device_bytes_written as f64,
+            st.device_bytes_written,
         ),
         (
-            "device_bytes_read_total",
+            "cairn_osd_store_device_bytes_read_total",
             "Bytes read from the data device.",
-            st.device_bytes_read as f64,
+            st.device_bytes_read,
         ),
         (
-            "device_flushes_total",
+            "cairn_osd_store_device_flushes_total",
             "Device flushes.",
-            st.device_flushes as f64,
+            st.device_flushes,
         ),
         (
-            "onode_cache_hits_total",
+            "cairn_osd_store_onode_cache_hits_total",
             "Reads' object metadata found in the onode cache.",
-            st.onode_cache_hits as f64,
+            st.onode_cache_hits,
         ),
         (
-            "onode_cache_misses_total",
+            "cairn_osd_store_onode_cache_misses_total",
             "Reads' object metadata looked up in the KV.",
-            st.onode_cache_misses as f64,
+            st.onode_cache_misses,
         ),
         (
-            "kv_bytes_written_total",
+            "cairn_osd_store_kv_bytes_written_total",
             "Bytes the KV wrote.",
-            st.kv_bytes_written as f64,
+            st.kv_bytes_written,
         ),
         (
-            "stage_seconds_total",
+            "cairn_osd_store_data_read_errors_total",
+            "Reads of object data the device failed (EIO); each copy is repaired from another.",
+            st.data_read_errors,
+        ),
+        (
+            "cairn_osd_store_early_write_bytes_total",
+            "Bytes written by their submitters before their groups formed.",
+            st.early_write_bytes,
+        ),
+    ];
+    for (name, help, value) in counts {
+        e.counters(name, help, [(at, value)])?;
+    }
+    let seconds: [(&str, &str, f64); 5] = [
+        (
+            "cairn_osd_store_stage_seconds_total",
             "Time staging transactions.",
             st.stage_ns as f64 * NS,
         ),
         (
-            "data_write_seconds_total",
+            "cairn_osd_store_data_write_seconds_total",
             "Time writing data blocks before commits.",
             st.data_write_ns as f64 * NS,
         ),
         (
-            "data_read_errors_total",
-            "Reads of object data the device failed (EIO); each copy is repaired from another.",
-            st.data_read_errors as f64,
-        ),
-        (
-            "early_write_bytes_total",
-            "Bytes written by their submitters before their groups formed.",
-            st.early_write_bytes as f64,
-        ),
-        (
-            "device_flush_seconds_total",
+            "cairn_osd_store_device_flush_seconds_total",
             "Time in device flushes before commits.",
             st.device_flush_ns as f64 * NS,
         ),
         (
-            "checkpoint_seconds_total",
+            "cairn_osd_store_checkpoint_seconds_total",
             "Time in checkpoints, background included.",
             st.checkpoint_ns as f64 * NS,
         ),
         (
-            "checkpoint_wait_seconds_total",
+            "cairn_osd_store_checkpoint_wait_seconds_total",
             "Time commits waited for checkpoints.",
             st.checkpoint_wait_ns as f64 * NS,
         ),
     ];
-    let gauges: [(&str, &str, f64); 8] = [
-        ("objects", "Objects stored.", st.objects as f64),
+    for (name, help, value) in seconds {
+        e.counters(name, help, [(at, value)])?;
+    }
+    let sizes: [(&str, &str, u64); 7] = [
+        ("cairn_osd_store_objects", "Objects stored.", st.objects),
         (
-            "stored_bytes",
+            "cairn_osd_store_stored_bytes",
             "Sum of object sizes.",
-            st.stored_bytes as f64,
+            st.stored_bytes,
         ),
         (
-            "allocated_bytes",
+            "cairn_osd_store_allocated_bytes",
             "Device bytes referenced by objects.",
-            st.allocated_bytes as f64,
+            st.allocated_bytes,
         ),
-        ("free_bytes", "Free device bytes.", st.free_bytes as f64),
         (
-            "capacity_bytes",
+            "cairn_osd_store_free_bytes",
+            "Free device bytes.",
+            st.free_bytes,
+        ),
+        (
+            "cairn_osd_store_capacity_bytes",
             "Usable device bytes.",
-            st.capacity_bytes as f64,
+            st.capacity_bytes,
         ),
         (
-            "fragmentation",
-            "1 - largest free extent / free space.",
-            st.fragmentation,
-        ),
-        (
-            "deferred_pending_bytes",
+            "cairn_osd_store_deferred_pending_bytes",
             "Deferred writes not yet in place.",
-            st.deferred_pending_bytes as f64,
+            st.deferred_pending_bytes,
         ),
         (
-            "io_buffers_free_bytes",
+            "cairn_osd_store_io_buffers_free_bytes",
             "Free I/O buffers kept for reuse.",
-            st.io_buffers_free_bytes as f64,
+            st.io_buffers_free_bytes,
         ),
     ];
-    let mut out = String::new();
-    for (kind, family) in [("counter", &counters[..]), ("gauge", &gauges[..])] {
-        for (name, help, value) in family {
-            let _ = writeln!(
-                out,
-                "# HELP cairn_osd_store_{name} {help}\n# TYPE cairn_osd_store_{name} {kind}\ncairn_osd_store_{name}{{osd=\"{osd}\"}} {value}"
-            );
-        }
+    for (name, help, value) in sizes {
+        e.gauges(name, help, [(at, value)])?;
     }
-    out
+    e.gauges(
+        "cairn_osd_store_fragmentation",
+        "1 - largest free extent / free space.",
+        [(at, st.fragmentation)],
+    )
 }
 
 #[cfg(test)]
@@ -484,7 +572,7 @@ mod tests {
             onode_cache_misses: 3,
             ..Default::default()
         };
-        let text = render_store(2, &st);
+        let text = cairn_metrics::render(move |e| encode_store(e, "2", &st));
         assert!(text.contains("# TYPE cairn_osd_store_group_commits_total counter"));
         assert!(text.contains("cairn_osd_store_group_commits_total{osd=\"2\"} 7\n"));
         assert!(text.contains("cairn_osd_store_device_flush_seconds_total{osd=\"2\"} 1.5\n"));
@@ -499,7 +587,9 @@ mod tests {
         let m = Metrics::default();
         m.record_op("read", 10, Duration::from_micros(50), true);
         m.record_op("read", 10, Duration::from_millis(30), false);
-        let text = m.render(3, "");
+        let m = std::sync::Arc::new(m);
+        let page = m.clone();
+        let text = cairn_metrics::render(move |e| page.encode(e, "3"));
         assert!(text.contains("cairn_osd_ops_total{osd=\"3\",op=\"read\"} 2"));
         assert!(text.contains("cairn_osd_op_errors_total{osd=\"3\",op=\"read\"} 1"));
         assert!(text.contains("le=\"0.0001\"} 1"));

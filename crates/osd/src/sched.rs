@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cairn_clustermap::PgId;
+use cairn_metrics::{DescriptorEncoder, Families, HistogramSample, Written};
 use cairn_qos::hist::Histogram;
 use cairn_qos::{CostModel, Dequeued, PolicyConfig, QosClass, QosQueue, Request, ShardLink};
 
@@ -28,8 +29,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::OsdError;
 
-/// Quantiles of the scheduler wait time in the metrics.
-const WAIT_QUANTILES: [f64; 3] = [0.5, 0.99, 0.999];
+/// Upper bounds of the scheduler wait-time histogram on the metrics page, seconds.
+const WAIT_BUCKETS_S: [f64; 17] = [
+    0.00001, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+];
 
 /// A request's cost counts at least this many bytes (a 4 KiB random I/O is the cost model's
 /// unit).
@@ -495,16 +499,15 @@ impl OpScheduler {
         Ok(())
     }
 
-    /// Prometheus lines of the scheduler's per-class counters and wait times (over all shards)
-    /// and of each shard's queue length.
-    pub fn render_metrics(&self, osd: i32) -> String {
-        use std::fmt::Write;
+    /// Writes the scheduler's per-class counters and wait times (over all shards) and each
+    /// shard's queue length on a page.
+    pub fn encode(&self, e: &mut DescriptorEncoder<'_>, osd: &str) -> Written {
         let mut dispatched = [0u64; QosClass::ALL.len()];
         let mut queued = [0u64; QosClass::ALL.len()];
         let mut refused = 0;
         let mut shard_queued = Vec::with_capacity(self.shards.len());
         let mut waits: Vec<Option<Histogram>> = vec![None; QosClass::ALL.len()];
-        let name = self.shards[0].queue().policy_name();
+        let policy = self.shards[0].queue().policy_name();
         for shard in &self.shards {
             let q = shard.queue();
             for (i, class) in QosClass::ALL.iter().enumerate() {
@@ -517,57 +520,73 @@ impl OpScheduler {
                 }
             }
             refused += q.counters().refused_to_fifo;
-            shard_queued.push(q.len());
+            shard_queued.push(q.len() as u64);
         }
-        let mut out = String::from("# HELP cairn_osd_sched_dispatched_total Requests released by the scheduler, by class.\n# TYPE cairn_osd_sched_dispatched_total counter\n");
-        for (i, class) in QosClass::ALL.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "cairn_osd_sched_dispatched_total{{osd=\"{osd}\",class=\"{}\"}} {}",
-                class.name(),
-                dispatched[i]
-            );
-        }
-        out.push_str("# HELP cairn_osd_sched_queued Requests waiting in the scheduler, by class.\n# TYPE cairn_osd_sched_queued gauge\n");
-        for (i, class) in QosClass::ALL.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "cairn_osd_sched_queued{{osd=\"{osd}\",class=\"{}\"}} {}",
-                class.name(),
-                queued[i]
-            );
-        }
-        out.push_str("# HELP cairn_osd_sched_wait_seconds Time requests waited in the scheduler (queued to released), by class, over all shards.\n# TYPE cairn_osd_sched_wait_seconds summary\n");
-        for (class, wait) in QosClass::ALL.iter().zip(&waits) {
-            let Some(w) = wait else { continue };
-            let c = class.name();
-            for q in WAIT_QUANTILES {
-                let secs = w.quantile_ns(q) as f64 / 1e9;
-                let _ = writeln!(
-                    out,
-                    "cairn_osd_sched_wait_seconds{{osd=\"{osd}\",class=\"{c}\",quantile=\"{q}\"}} {secs}"
-                );
-            }
-            let sum = w.sum_ns() as f64 / 1e9;
-            let _ = writeln!(
-                out,
-                "cairn_osd_sched_wait_seconds_sum{{osd=\"{osd}\",class=\"{c}\"}} {sum}\ncairn_osd_sched_wait_seconds_count{{osd=\"{osd}\",class=\"{c}\"}} {}",
-                w.count()
-            );
-        }
-        out.push_str("# HELP cairn_osd_sched_shard_queued Requests waiting in each op shard.\n# TYPE cairn_osd_sched_shard_queued gauge\n");
-        for (i, n) in shard_queued.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "cairn_osd_sched_shard_queued{{osd=\"{osd}\",shard=\"{i}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP cairn_osd_sched_refused_to_fifo_total Requests the policy refused (served by FIFO).\n# TYPE cairn_osd_sched_refused_to_fifo_total counter\ncairn_osd_sched_refused_to_fifo_total{{osd=\"{osd}\",policy=\"{name}\"}} {refused}"
-        );
-        out
+        let by_class = |values: [u64; QosClass::ALL.len()]| {
+            QosClass::ALL
+                .iter()
+                .zip(values)
+                .map(move |(class, n)| ([("osd", osd), ("class", class.name())], n))
+        };
+        e.counters(
+            "cairn_osd_sched_dispatched_total",
+            "Requests released by the scheduler, by class.",
+            by_class(dispatched),
+        )?;
+        e.gauges(
+            "cairn_osd_sched_queued",
+            "Requests waiting in the scheduler, by class.",
+            by_class(queued),
+        )?;
+        let wait_rows: Vec<_> = QosClass::ALL
+            .iter()
+            .zip(&waits)
+            .filter_map(|(class, wait)| wait.as_ref().map(|w| (class.name(), wait_buckets(w))))
+            .collect();
+        e.histograms(
+            "cairn_osd_sched_wait_seconds",
+            "Time requests waited in the scheduler (queued to released), by class, over all \
+             shards; bucket edges to the scheduler histogram's precision (1/8).",
+            wait_rows.iter().map(|(class, (counts, count, sum))| {
+                (
+                    [("osd", osd), ("class", *class)],
+                    HistogramSample {
+                        bounds: &WAIT_BUCKETS_S,
+                        counts,
+                        count: *count,
+                        sum: *sum,
+                    },
+                )
+            }),
+        )?;
+        let shard_names: Vec<String> = (0..shard_queued.len()).map(|i| i.to_string()).collect();
+        e.gauges(
+            "cairn_osd_sched_shard_queued",
+            "Requests waiting in each op shard.",
+            shard_names
+                .iter()
+                .zip(shard_queued)
+                .map(|(shard, n)| ([("osd", osd), ("shard", shard.as_str())], n)),
+        )?;
+        e.counters(
+            "cairn_osd_sched_refused_to_fifo_total",
+            "Requests the policy refused (served by FIFO).",
+            [([("osd", osd), ("policy", policy)], refused)],
+        )
     }
+}
+
+/// A wait histogram as a page's buckets: per-bucket counts over [`WAIT_BUCKETS_S`], the count
+/// and the sum in seconds.
+fn wait_buckets(w: &Histogram) -> ([u64; WAIT_BUCKETS_S.len()], u64, f64) {
+    let mut counts = [0u64; WAIT_BUCKETS_S.len()];
+    let mut below = 0;
+    for (slot, bound_s) in counts.iter_mut().zip(WAIT_BUCKETS_S) {
+        let at_most = w.count_at_most((bound_s * 1e9) as u64);
+        *slot = at_most.saturating_sub(below);
+        below = below.max(at_most);
+    }
+    (counts, w.count(), w.sum_ns() as f64 / 1e9)
 }
 
 async fn dispatch_loop(s: Arc<Shard>) {
@@ -1064,9 +1083,15 @@ mod tests {
             3
         });
         assert_eq!(got.await.unwrap(), 3);
-        let metrics = s.render_metrics(0);
+        let metrics = page_of(&s);
         assert!(metrics.contains("cairn_osd_sched_shard_queued{osd=\"0\",shard=\"2\"} 0"));
         assert!(metrics.contains("cairn_osd_sched_dispatched_total{osd=\"0\",class=\"client\"} 1"));
+    }
+
+    /// The scheduler's part of a metrics page, as OSD 0 shows it.
+    fn page_of(s: &Arc<OpScheduler>) -> String {
+        let s = s.clone();
+        cairn_metrics::render(move |e| s.encode(e, "0"))
     }
 
     /// The value of the metric line starting with `prefix` (labels included).
@@ -1097,11 +1122,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(200)).await;
         release.send(()).unwrap();
         waiting.await.unwrap().unwrap();
-        let page = s.render_metrics(0);
+        let page = page_of(&s);
         let wait = |class: &str, what: &str| {
-            let suffix = match what {
-                "" => format!("{{osd=\"0\",class=\"{class}\",quantile=\"0.5\"}}"),
-                _ => format!("_{what}{{osd=\"0\",class=\"{class}\"}}"),
+            let suffix = match what.strip_prefix("le=") {
+                Some(le) => format!("_bucket{{osd=\"0\",class=\"{class}\",le=\"{le}\"}}"),
+                None => format!("_{what}{{osd=\"0\",class=\"{class}\"}}"),
             };
             metric(&page, &format!("cairn_osd_sched_wait_seconds{suffix}"))
         };
@@ -1113,10 +1138,8 @@ mod tests {
         assert!(wait("client", "sum") < 0.1, "{page}");
         assert_eq!(wait("recovery", "count"), 1.0);
         assert!((0.2..0.45).contains(&wait("recovery", "sum")), "{page}");
-        assert!(
-            wait("recovery", "") >= 0.15,
-            "median of one 0.2 s wait: {page}"
-        );
+        assert_eq!(wait("recovery", "le=0.1"), 0.0, "one 0.2 s wait: {page}");
+        assert_eq!(wait("recovery", "le=0.5"), 1.0, "one 0.2 s wait: {page}");
         assert_eq!(wait("best_effort", "count"), 0.0);
     }
 }

@@ -99,6 +99,21 @@ impl Histogram {
         self.max_ns
     }
 
+    /// Values recorded that are at most `bound_ns`, to the histogram's precision: a bucket
+    /// counts once every value it can hold is within the bound, so the count errs low by at
+    /// most the bucket the bound falls in.
+    pub fn count_at_most(&self, bound_ns: u64) -> u64 {
+        let holding = self.bucket(bound_ns);
+        let below: u64 = self.counts[..holding].iter().sum();
+        let bound_is_last_of_its_bucket = holding + 1 >= self.counts.len()
+            || self.bucket_low(holding + 1) == bound_ns.saturating_add(1);
+        if bound_is_last_of_its_bucket {
+            below + self.counts[holding]
+        } else {
+            below
+        }
+    }
+
     /// Adds another histogram with the same precision into this one.
     pub fn merge(&mut self, other: &Histogram) {
         if other.sub_bits == self.sub_bits {
@@ -133,6 +148,29 @@ mod tests {
         assert_eq!(h.count(), 10_000);
         assert_eq!(h.max_ns(), 10_000_000);
         assert_eq!(Histogram::new(3).quantile_ns(0.5), 0);
+    }
+
+    #[test]
+    fn counts_at_most_a_bound_never_exceed_the_truth_nor_miss_more_than_a_bucket() {
+        let mut h = Histogram::new(3);
+        let values: Vec<u64> = (0..5_000u64).map(|i| i * i * 37).collect();
+        for &v in &values {
+            h.record(v);
+        }
+        for bound in [0u64, 1, 999, 50_000, 1 << 20, 123_456_789, u64::MAX] {
+            let truth = values.iter().filter(|&&v| v <= bound).count() as u64;
+            let within_bucket = values
+                .iter()
+                .filter(|&&v| v <= bound && h.bucket(v) == h.bucket(bound))
+                .count() as u64;
+            let got = h.count_at_most(bound);
+            assert!(got <= truth, "bound {bound}: {got} > {truth}");
+            assert!(
+                got + within_bucket >= truth,
+                "bound {bound}: {got} of {truth}"
+            );
+        }
+        assert_eq!(h.count_at_most(u64::MAX), h.count());
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! class with its latency and bytes, as MinIO and RGW report them.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use cairn_metrics::{DescriptorEncoder, Families, HistogramSample, Written};
 use std::time::Duration;
 
 /// Upper bounds of the latency histogram's buckets, seconds.
@@ -120,133 +121,106 @@ impl S3Metrics {
     }
 
     /// The page, Prometheus text format.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        family(
-            &mut out,
-            "operations_total",
-            "counter",
+    pub fn render(self: &Arc<Self>) -> String {
+        let metrics = Arc::clone(self);
+        cairn_metrics::render(move |e| metrics.encode(e))
+    }
+
+    /// Writes the gateway's families on a metrics page.
+    pub fn encode(&self, e: &mut DescriptorEncoder<'_>) -> Written {
+        let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        e.counters(
+            "cairn_s3_operations_total",
             "S3 operations routed, by name and admission (refused: unsigned, bad key or \
              date, rate limit).",
-        );
-        for (op, (ok, refused)) in self.ops.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            let _ = writeln!(
-                out,
-                "cairn_s3_operations_total{{op=\"{op}\",admission=\"admitted\"}} {ok}"
-            );
-            let _ = writeln!(
-                out,
-                "cairn_s3_operations_total{{op=\"{op}\",admission=\"refused\"}} {refused}"
-            );
-        }
+            ops.iter().flat_map(|(op, &(ok, refused))| {
+                [
+                    ([("op", op.as_str()), ("admission", "admitted")], ok),
+                    ([("op", op.as_str()), ("admission", "refused")], refused),
+                ]
+            }),
+        )?;
         let http = self.http.lock().unwrap_or_else(|p| p.into_inner());
-        family(
-            &mut out,
-            "http_requests_total",
-            "counter",
+        const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+        e.counters(
+            "cairn_s3_http_requests_total",
             "HTTP requests answered, by method and status class.",
-        );
-        for (m, st) in METHODS.iter().zip(http.iter()) {
-            for (c, n) in st.by_class.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "cairn_s3_http_requests_total{{method=\"{m}\",status=\"{}xx\"}} {n}",
-                    c + 1
-                );
-            }
-        }
-        family(
-            &mut out,
-            "http_request_seconds",
-            "histogram",
+            METHODS.iter().zip(http.iter()).flat_map(|(&m, st)| {
+                CLASSES
+                    .iter()
+                    .zip(st.by_class)
+                    .map(move |(&class, n)| ([("method", m), ("status", class)], n))
+            }),
+        )?;
+        e.histograms(
+            "cairn_s3_http_request_seconds",
             "Time from a request's arrival to its response head, by method.",
-        );
-        for (m, st) in METHODS.iter().zip(http.iter()) {
-            let mut cum = 0u64;
-            for (b, n) in LATENCY_BUCKETS_S.iter().zip(st.buckets.iter()) {
-                cum += n;
-                let _ = writeln!(
-                    out,
-                    "cairn_s3_http_request_seconds_bucket{{method=\"{m}\",le=\"{b}\"}} {cum}"
-                );
-            }
-            let count: u64 = st.buckets.iter().sum();
-            let _ = writeln!(
-                out,
-                "cairn_s3_http_request_seconds_bucket{{method=\"{m}\",le=\"+Inf\"}} {count}"
-            );
-            let _ = writeln!(
-                out,
-                "cairn_s3_http_request_seconds_sum{{method=\"{m}\"}} {}",
-                st.latency_sum_s
-            );
-            let _ = writeln!(
-                out,
-                "cairn_s3_http_request_seconds_count{{method=\"{m}\"}} {count}"
-            );
-        }
+            METHODS.iter().zip(http.iter()).map(|(&m, st)| {
+                (
+                    [("method", m)],
+                    HistogramSample {
+                        bounds: &LATENCY_BUCKETS_S,
+                        counts: &st.buckets[..LATENCY_BUCKETS_S.len()],
+                        count: st.buckets.iter().sum(),
+                        sum: st.latency_sum_s,
+                    },
+                )
+            }),
+        )?;
         for (name, help, pick) in [
             (
-                "received_bytes_total",
+                "cairn_s3_received_bytes_total",
                 "Request body bytes declared, by method.",
                 (|s: &MethodStats| s.bytes_in) as fn(&MethodStats) -> u64,
             ),
             (
-                "sent_bytes_total",
+                "cairn_s3_sent_bytes_total",
                 "Response body bytes declared, by method.",
                 |s: &MethodStats| s.bytes_out,
             ),
         ] {
-            family(&mut out, name, "counter", help);
-            for (m, st) in METHODS.iter().zip(http.iter()) {
-                let _ = writeln!(out, "cairn_s3_{name}{{method=\"{m}\"}} {}", pick(st));
-            }
+            e.counters(
+                name,
+                help,
+                METHODS
+                    .iter()
+                    .zip(http.iter())
+                    .map(|(&m, st)| ([("method", m)], pick(st))),
+            )?;
         }
-        family(
-            &mut out,
-            "requests_in_flight",
-            "gauge",
+        drop(http);
+        e.gauge(
+            "cairn_s3_requests_in_flight",
             "Requests being served now.",
-        );
-        let _ = writeln!(
-            out,
-            "cairn_s3_requests_in_flight {}",
-            self.in_flight.load(Ordering::Relaxed)
-        );
+            self.in_flight.load(Ordering::Relaxed),
+        )?;
         let l = &self.limits;
         for (name, help, v) in [
             (
-                "connections_refused_total",
+                "cairn_s3_connections_refused_total",
                 "Connections answered 503 SlowDown: every slot held a request in progress.",
                 &l.connections_refused,
             ),
             (
-                "connections_evicted_total",
+                "cairn_s3_connections_evicted_total",
                 "Idle connections closed to give their slot to a new connection.",
                 &l.connections_evicted,
             ),
             (
-                "bodies_refused_total",
+                "cairn_s3_bodies_refused_total",
                 "Request bodies refused 503 SlowDown after waiting for the body budget.",
                 &l.bodies_refused,
             ),
             (
-                "body_timeouts_total",
+                "cairn_s3_body_timeouts_total",
                 "Request bodies cut short with RequestTimeout (idle, or too slow a stripe).",
                 &l.body_timeouts,
             ),
         ] {
-            family(&mut out, name, "counter", help);
-            let _ = writeln!(out, "cairn_s3_{name} {}", v.load(Ordering::Relaxed));
+            e.counter(name, help, v.load(Ordering::Relaxed))?;
         }
-        out
+        Ok(())
     }
-}
-
-/// Writes a metric family's HELP and TYPE lines.
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP cairn_s3_{name} {help}");
-    let _ = writeln!(out, "# TYPE cairn_s3_{name} {kind}");
 }
 
 #[cfg(test)]
@@ -255,7 +229,7 @@ mod tests {
 
     #[test]
     fn requests_land_in_their_method_class_and_bucket() {
-        let m = S3Metrics::default();
+        let m = Arc::new(S3Metrics::default());
         m.record_http("PUT", 200, Duration::from_millis(3), 4096, 0);
         m.record_http("PUT", 503, Duration::from_secs(20), 10, 200);
         m.record_http("PATCH", 405, Duration::from_micros(10), 0, 0);

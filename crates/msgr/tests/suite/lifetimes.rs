@@ -174,9 +174,11 @@ async fn a_silent_connection_is_closed_after_the_idle_timeout() {
         b"y"
     );
     assert_eq!(stats.sessions(), 1, "only the live session stays");
-    assert!(stats
-        .render("t")
-        .contains("cairn_msgr_idle_closed_total{daemon=\"t\"} 1"));
+    let page = cairn_metrics::render({
+        let stats = stats.clone();
+        move |e| stats.encode(e, "t")
+    });
+    assert!(page.contains("cairn_msgr_idle_closed_total{daemon=\"t\"} 1"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
