@@ -8,6 +8,10 @@
 //!
 //! Pure: no sockets, no clocks (times are passed in); the only side effects are reading the
 //! operating system's random source and keyring files.
+
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`), and this crate keeps them so.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod caps;

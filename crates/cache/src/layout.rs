@@ -6,10 +6,18 @@
 //! structure whose checksum, magic or version does not match: that is a typed error or an
 //! explicit `Corrupt` decode result.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
+
 use crate::error::{CacheError, Result};
 
 /// Bytes of one superblock slot; there are two, written alternately.
 pub const SB_SLOT_BYTES: u64 = 16 * 1024;
+
+/// One superblock slot's size as a buffer length.
+const SB_SLOT_LEN: usize = 16 * 1024;
+const _: () = assert!(SB_SLOT_LEN as u64 == SB_SLOT_BYTES);
 /// Bytes of one metadata page (the unit of metadata writes).
 pub const META_PAGE_BYTES: u64 = 4096;
 /// Bytes of one line entry; sector-aligned so a torn page write never tears an entry.
@@ -20,6 +28,10 @@ pub const ENTRIES_PER_PAGE: u64 = META_PAGE_BYTES / ENTRY_BYTES as u64;
 pub const SECTOR_BYTES: u64 = 4096;
 /// On-media format version.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// The format version as the one byte line entries carry.
+const FORMAT_VERSION_BYTE: u8 = 1;
+const _: () = assert!(FORMAT_VERSION_BYTE as u32 == FORMAT_VERSION);
 const SB_MAGIC: &[u8; 8] = b"CAIRNCSB";
 const ENTRY_MAGIC: u8 = 0xCA;
 
@@ -122,7 +134,7 @@ const SB_HEADER: usize = 8 + 4 + 8 + 8 + 8 + 4 + 8 + 1 + 4 + 4;
 impl Superblock {
     /// Encodes into one slot; errors if the texts do not fit.
     pub fn encode(&self) -> Result<Vec<u8>> {
-        let mut b = vec![0u8; SB_SLOT_BYTES as usize];
+        let mut b = vec![0u8; SB_SLOT_LEN];
         let cfg = self.config_toml.as_bytes();
         let csv = self.ioclass_csv.as_bytes();
         if SB_HEADER + cfg.len() + csv.len() + 4 > b.len() {
@@ -147,8 +159,10 @@ impl Superblock {
         put(&self.lines.to_le_bytes());
         put(&self.core_size_bytes.to_le_bytes());
         put(&[self.state as u8]);
-        put(&(cfg.len() as u32).to_le_bytes());
-        put(&(csv.len() as u32).to_le_bytes());
+        // Both texts fit the slot (checked above), so their lengths fit 32 bits.
+        let text_len = |t: &[u8]| u32::try_from(t.len()).expect("a text within one slot");
+        put(&text_len(cfg).to_le_bytes());
+        put(&text_len(csv).to_le_bytes());
         put(cfg);
         put(csv);
         let n = b.len();
@@ -160,7 +174,7 @@ impl Superblock {
     /// Decodes one slot.
     pub fn decode(b: &[u8]) -> Result<Self> {
         let bad = |why: &str| CacheError::Superblock(why.to_string());
-        if b.len() != SB_SLOT_BYTES as usize {
+        if b.len() != SB_SLOT_LEN {
             return Err(bad("wrong slot size"));
         }
         if &b[..8] != SB_MAGIC {
@@ -248,7 +262,7 @@ pub enum Decoded {
 pub fn encode_entry(e: &Entry, instance_id: u64, seq: u32) -> [u8; ENTRY_BYTES] {
     let mut b = [0u8; ENTRY_BYTES];
     b[0] = ENTRY_MAGIC;
-    b[1] = FORMAT_VERSION as u8;
+    b[1] = FORMAT_VERSION_BYTE;
     b[2] = e.class;
     b[4..6].copy_from_slice(&e.valid.to_le_bytes());
     b[6..8].copy_from_slice(&e.dirty.to_le_bytes());
@@ -266,7 +280,7 @@ pub fn decode_entry(b: &[u8], instance_id: u64) -> Decoded {
         return Decoded::Empty;
     }
     let crc = u32::from_le_bytes([b[28], b[29], b[30], b[31]]);
-    if crc_fast::crc32_iscsi(&b[..28]) != crc || b[1] != FORMAT_VERSION as u8 {
+    if crc_fast::crc32_iscsi(&b[..28]) != crc || b[1] != FORMAT_VERSION_BYTE {
         return Decoded::Corrupt;
     }
     let mut x = [0u8; 8];
@@ -331,9 +345,9 @@ mod tests {
             Superblock::decode(&b),
             Err(CacheError::Superblock(_))
         ));
-        assert!(Superblock::decode(&vec![0; SB_SLOT_BYTES as usize]).is_err());
+        assert!(Superblock::decode(&vec![0; SB_SLOT_LEN]).is_err());
         let big = Superblock {
-            config_toml: "x".repeat(SB_SLOT_BYTES as usize),
+            config_toml: "x".repeat(SB_SLOT_LEN),
             ..sb
         };
         assert!(big.encode().is_err());

@@ -3,6 +3,10 @@
 //! a failed replica or a timeout waits for a newer map and resends, within a per-operation
 //! deadline. Every read is checked against the crc32c the OSD computed. [`mon`] is the
 //! monitor's client, which daemons use too.
+
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`), and this crate keeps them so.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod mon;

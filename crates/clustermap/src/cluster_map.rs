@@ -4,6 +4,10 @@
 //! payload's crc32c (u32), all little-endian, then a JSON payload in which the CRUSH map is
 //! crushtool text and the exceptions are their text form. Decoding verifies all of it.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{Exceptions, OsdMap, OsdState, PgId, Pool};
@@ -308,7 +312,9 @@ pub(crate) fn envelope(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 14);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let len = u32::try_from(payload.len())
+        .unwrap_or_else(|_| panic!("a map of {} bytes cannot be framed", payload.len()));
+    out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&crc_fast::crc32_iscsi(payload).to_le_bytes());
     out.extend_from_slice(payload);
     out

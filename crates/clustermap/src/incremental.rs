@@ -1,6 +1,10 @@
 //! One epoch's changes. The monitor produces them; the monitor and every subscriber apply them
 //! with the same code, so all copies of the map stay identical.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
+
 use crate::{Exceptions, PgId, Pool};
 use serde::{Deserialize, Serialize};
 

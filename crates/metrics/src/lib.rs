@@ -12,6 +12,10 @@
 //! (atomics, per-kind tables, snapshots): recording stays a short critical section and costs
 //! nothing extra between scrapes.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`), and this crate keeps them so.
+#![deny(clippy::cast_possible_truncation)]
+
 use std::collections::HashMap;
 use std::fmt;
 

@@ -444,7 +444,7 @@ impl MapFigures {
                 )
             }),
         )?;
-        let per_osd = |f: fn(&OsdFigures) -> f64| {
+        let per_osd = |f: fn(&OsdFigures) -> u64| {
             self.osds
                 .iter()
                 .map(move |o| ([("osd", o.id.as_str())], f(o)))
@@ -452,22 +452,24 @@ impl MapFigures {
         e.gauges(
             "cairn_mon_osd_in",
             "Per OSD: 1 when in (reweight above 0).",
-            per_osd(|o| f64::from(u8::from(o.reweight > 0.0))),
+            per_osd(|o| u64::from(o.reweight > 0.0)),
         )?;
         e.gauges(
             "cairn_mon_osd_reweight",
             "Per OSD: in/out reweight, 0 to 1.",
-            per_osd(|o| o.reweight),
+            self.osds
+                .iter()
+                .map(|o| ([("osd", o.id.as_str())], o.reweight)),
         )?;
         e.gauges(
             "cairn_mon_osd_pgs",
             "Per OSD: PGs whose up set holds it.",
-            per_osd(|o| o.pgs.up as f64),
+            per_osd(|o| o.pgs.up),
         )?;
         e.gauges(
             "cairn_mon_osd_primary_pgs",
             "Per OSD: PGs it serves as acting primary.",
-            per_osd(|o| o.pgs.primary as f64),
+            per_osd(|o| o.pgs.primary),
         )
     }
 }

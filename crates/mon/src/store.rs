@@ -4,6 +4,10 @@
 //! per epoch, `inc.` and the zero-padded epoch) and, when the history was trimmed, its new base
 //! map. The daemon saves an epoch before it replies to or publishes it.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
+
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 

@@ -6,6 +6,10 @@
 //! use, so the bytes are not read a second time. It must compose exactly the crc32c the whole
 //! segment has; the tests compare against a one-pass crc32c.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
+
 use std::sync::{Arc, OnceLock};
 
 /// Bytes per checksummed block: the store's block, direct I/O's alignment.
@@ -13,12 +17,13 @@ pub const CRC_BLOCK_BYTES: usize = 4096;
 
 /// crc32c(A ‖ B) from crc32c(A), crc32c(B) and the length of B.
 fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
-    crc_fast::checksum_combine(
+    let combined = crc_fast::checksum_combine(
         crc_fast::CrcAlgorithm::Crc32Iscsi,
         u64::from(crc_a),
         u64::from(crc_b),
         len_b as u64,
-    ) as u32
+    );
+    u32::try_from(combined).expect("a crc32c register holds 32 bits")
 }
 
 /// crc32c(A ‖ `bytes`) from crc32c(A): the checksum resumed from A's register (crc32c's final
@@ -33,7 +38,7 @@ fn crc32c_append(crc_a: u32, bytes: &[u8]) -> u32 {
         u64::from(!crc_a),
     );
     digest.update(bytes);
-    digest.finalize() as u32
+    u32::try_from(digest.finalize()).expect("a crc32c register holds 32 bits")
 }
 
 /// Lookup tables applying the linear map "append `CRC_BLOCK_BYTES` bytes" to a crc32c, one table
@@ -157,7 +162,7 @@ mod tests {
 
     fn bytes(len: usize, seed: u8) -> Vec<u8> {
         (0..len)
-            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .map(|i| i.to_le_bytes()[0].wrapping_mul(31).wrapping_add(seed))
             .collect()
     }
 

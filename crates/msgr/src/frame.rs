@@ -27,6 +27,10 @@
 //!
 //! It must never allocate more than the configured maximum for a frame it has not verified.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::MsgrError;
@@ -243,8 +247,8 @@ impl Frame {
         out.put_u16_le(self.header.msg_type);
         out.put_u64_le(self.header.seq);
         out.put_u64_le(self.header.ack);
-        out.put_u32_le(self.payload.len() as u32);
-        out.put_u32_le(self.data.len() as u32);
+        out.put_u32_le(len_field(self.payload.len(), "payload"));
+        out.put_u32_le(len_field(self.data.len(), "data segment"));
         let crc = crc_fast::crc32_iscsi(&out[start..start + HEADER_BYTES - 4]);
         out.put_u32_le(crc);
         out.put_slice(&self.payload);
@@ -371,6 +375,13 @@ impl Frame {
             data_block_crcs: None,
         }))
     }
+}
+
+/// A segment's length as its 32-bit header field. Only frames that passed `check_size` are
+/// encoded (payload and data together within the 32-bit `max_payload_bytes`), so a length
+/// that does not fit is a bug, stopped here rather than written as a wrong length.
+fn len_field(len: usize, segment: &str) -> u32 {
+    u32::try_from(len).unwrap_or_else(|_| panic!("{segment} of {len} bytes passed the size check"))
 }
 
 #[cfg(test)]

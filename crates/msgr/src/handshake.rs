@@ -8,6 +8,10 @@
 //! so no secret crosses the wire and nothing can be replayed from another connection. The
 //! proofs and key derivation are [`cairn_auth::handshake`]'s.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
+
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -99,9 +103,13 @@ fn encode_request(c: &DialCredentials, nonce: &[u8; NONCE_BYTES]) -> Bytes {
     b.put_u8(AUTH_VERSION);
     b.put_u8(c.mode.code());
     b.put_slice(nonce);
-    b.put_u16_le(entity.len() as u16);
+    // Entity names parse within MAX_ENTITY_NAME_BYTES and tickets come sealed by the monitor
+    // within MAX_TICKET_BYTES, so both lengths fit their fields.
+    let entity_len = u16::try_from(entity.len()).expect("an entity name within its limit");
+    let ticket_len = u32::try_from(c.ticket.len()).expect("a ticket within its limit");
+    b.put_u16_le(entity_len);
     b.put_slice(entity.as_bytes());
-    b.put_u32_le(c.ticket.len() as u32);
+    b.put_u32_le(ticket_len);
     b.put_slice(&c.ticket);
     b.freeze()
 }
@@ -145,7 +153,7 @@ async fn next_frame(conn: &mut Conn) -> Result<Frame, MsgrError> {
     let timeout = crate::session::HANDSHAKE_TIMEOUT;
     tokio::time::timeout(timeout, conn.stream.next())
         .await
-        .map_err(|_| MsgrError::Timeout(timeout.as_millis() as u64))?
+        .map_err(|_| MsgrError::Timeout(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)))?
         .ok_or(MsgrError::Closed)?
 }
 

@@ -365,13 +365,19 @@ fn encode_capacity(
     e.gauges(
         "cairn_osd_capacity_iops",
         "The scheduler's capacity in 4 KiB writes per second.",
-        [([("osd", osd)], c.random_4k_iops.round())],
+        [([("osd", osd)], whole(c.random_4k_iops))],
     )?;
     e.gauges(
         "cairn_osd_capacity_bytes_per_second",
         "The scheduler's sequential write bandwidth.",
-        [([("osd", osd)], c.seq_bandwidth_bytes_per_s.round())],
+        [([("osd", osd)], whole(c.seq_bandwidth_bytes_per_s))],
     )
+}
+
+/// A measured rate as the whole number a page shows (negative or NaN rates show as 0).
+fn whole(rate: f64) -> u64 {
+    // `as` saturates a float to the integer range and maps NaN to 0: the intended rounding.
+    rate.round().max(0.0) as u64
 }
 
 /// The Prometheus page: op and recovery counters, PGs by state, scheduler and store counters,

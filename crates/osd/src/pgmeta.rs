@@ -6,6 +6,10 @@
 //! transaction as the data change it describes, so the log and the data can never disagree.
 //! This module only encodes and decodes; it never commits.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
+
 use cairn_pg::{Dup, Eversion, LogEntry, PgLog, ReqId};
 use cairn_store::{Op, Store, Transaction};
 use std::collections::BTreeSet;
@@ -20,7 +24,7 @@ pub const META_OBJECT: &str = "\u{0}pgmeta";
 const INFO_KEY: &[u8] = b"info";
 /// Omap key prefix of log entries.
 const LOG_PREFIX: &[u8] = b"log.";
-/// Format version of the persisted records (invariant 5).
+/// Format version of the persisted records (invariant 6).
 const FORMAT: u32 = 1;
 
 /// The persisted PG info.

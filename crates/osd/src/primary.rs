@@ -3,7 +3,7 @@
 //! resolves the op (append -> write at the end), assigns the next PG version, commits the data
 //! with its log entry durably and sends the same to every other acting OSD, and answers only when
 //! all have committed (invariant 1). Reads come from the primary's store, whose blocks are
-//! checksum-verified (invariant 6).
+//! checksum-verified (invariant 7).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,7 +99,7 @@ struct Damaged {
 
 /// Serves a read; when this copy of the object is damaged, replaces it with another copy's
 /// (outside the read's scheduler slot: the repair's own steps wait for slots) and serves the
-/// read once more. Never answers with bad bytes (invariant 6).
+/// read once more. Never answers with bad bytes (invariant 7).
 async fn read_or_repair(
     s: &Arc<Shared>,
     client: u64,

@@ -7,6 +7,10 @@
 //! be heard from first (and when a PG is down); [`machine`] sequences peering for a
 //! primary as the cluster map changes; [`scrub`] compares the copies' scrub maps and names the
 //! authoritative state of each object they disagree on. Nothing here reads a clock, touches a disk or a socket.
+
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`), and this crate keeps them so.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod error;

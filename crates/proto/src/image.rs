@@ -31,7 +31,7 @@ impl ObjectImage {
         let mut out = BytesMut::with_capacity(12 + self.data.len() + x.len() + o.len());
         out.put_u64_le(self.data.len() as u64);
         out.put_slice(&self.data);
-        out.put_u32_le(x.len() as u32);
+        out.put_u32_le(crate::length_field(x.len(), "xattr block"));
         out.put_slice(&x);
         out.put_slice(&o);
         out.freeze()

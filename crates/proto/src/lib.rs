@@ -3,6 +3,10 @@
 //! structs as arrays, by `rmp-serde`), then the raw data bytes (not encoded), inside a
 //! checksummed messenger frame. This crate only defines and (de)codes messages; it never does
 //! I/O.
+
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`), and this crate keeps them so.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -50,6 +54,13 @@ pub mod registry;
 pub use cairn_pg::ReqId;
 pub use op::{OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader};
 
+/// A length as the 32-bit field that precedes it on the wire. Every message travels in one
+/// messenger frame, whose 32-bit size limit the sender checks, so a length past `u32::MAX` is
+/// a bug: stopped here rather than written as a wrong length that would misframe the rest.
+pub fn length_field(len: usize, what: &str) -> u32 {
+    u32::try_from(len).unwrap_or_else(|_| panic!("{what} of {len} bytes cannot be framed"))
+}
+
 /// Encodes header + data. Every message type of this crate encodes (MessagePack has a form
 /// for each of them), so an encoding failure is a bug: it yields a message with an empty
 /// header, which the receiver refuses as malformed.
@@ -57,7 +68,7 @@ pub fn encode<T: Serialize>(header: &T, data: &[u8]) -> Bytes {
     let head = rmp_serde::to_vec(header).unwrap_or_default();
     let mut out = BytesMut::with_capacity(PREFIX_BYTES + head.len() + data.len());
     out.put_u8(HEADER_FORMAT);
-    out.put_u32_le(head.len() as u32);
+    out.put_u32_le(length_field(head.len(), "message header"));
     out.put_slice(&head);
     out.put_slice(data);
     out.freeze()
@@ -199,7 +210,7 @@ mod tests {
         #[test]
         fn decoding_garbage_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
             let mut framed = vec![HEADER_FORMAT];
-            framed.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            framed.extend_from_slice(&length_field(bytes.len(), "garbage").to_le_bytes());
             framed.extend_from_slice(&bytes);
             for payload in [Bytes::from(bytes), Bytes::from(framed)] {
                 let _ = decode::<OpHeader>(&payload);

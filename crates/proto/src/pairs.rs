@@ -19,11 +19,11 @@ pub fn encode_pairs<K: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Vec<u8>
         .map(|(k, v)| 8 + k.as_ref().len() + v.as_ref().len())
         .sum();
     let mut out = BytesMut::with_capacity(4 + size);
-    out.put_u32_le(pairs.len() as u32);
+    out.put_u32_le(crate::length_field(pairs.len(), "pair count"));
     for (k, v) in pairs {
-        out.put_u32_le(k.as_ref().len() as u32);
+        out.put_u32_le(crate::length_field(k.as_ref().len(), "key"));
         out.put_slice(k.as_ref());
-        out.put_u32_le(v.as_ref().len() as u32);
+        out.put_u32_le(crate::length_field(v.as_ref().len(), "value"));
         out.put_slice(v.as_ref());
     }
     out.to_vec()

@@ -1,8 +1,12 @@
 //! Encoding of every persisted record: keys and versioned, crc32c-checksummed little-endian values.
 //!
-//! Owns the byte layout of metadata (invariant 5: versioned, checksummed, explicit endianness).
+//! Owns the byte layout of metadata (invariant 6: versioned, checksummed, explicit endianness).
 //! Keys are big-endian where they must sort numerically. It must never panic on malformed input:
 //! every decoder returns [`StoreError::Corrupt`].
+
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Result, StoreError};
 
@@ -250,7 +254,7 @@ fn decode_inline_extents(p: &[u8], at: &mut usize) -> Result<Vec<Extent>> {
         Ok(piece)
     };
     let le = |b: &[u8]| b.iter().rev().fold(0u64, |v, &x| v << 8 | u64::from(x));
-    let count = le(take(2)?) as usize;
+    let count = usize::from(u16::try_from(le(take(2)?)).map_err(|_| bad("extent count"))?);
     let mut extents: Vec<Extent> = Vec::with_capacity(count.min(64));
     for _ in 0..count {
         let lblock = le(take(8)?);
@@ -259,7 +263,7 @@ fn decode_inline_extents(p: &[u8], at: &mut usize) -> Result<Vec<Extent>> {
         if n == 0 || n > MAX_EXTENT_BLOCKS {
             return Err(bad("inline extent of a bad length"));
         }
-        let crcs = take(4 * n as usize)?
+        let crcs = take(4 * usize::from(u16::try_from(n).map_err(|_| bad("extent length"))?))?
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
@@ -341,6 +345,18 @@ impl Extent {
         })
     }
 
+    /// Index in `crcs` of logical block `block`, which lies within the extent (or at its end).
+    fn crc_index(&self, block: u64) -> usize {
+        let offset = block - self.lblock;
+        assert!(
+            offset <= self.crcs.len() as u64,
+            "block {block} outside extent at {}",
+            self.lblock
+        );
+        // An extent's blocks number at most MAX_EXTENT_BLOCKS, so the offset fits a usize.
+        usize::try_from(offset).expect("an offset within the extent")
+    }
+
     /// The part of this extent covering logical blocks `from..to` (clamped to the extent).
     pub fn slice(&self, from: u64, to: u64) -> Extent {
         let a = from.clamp(self.lblock, self.lend());
@@ -348,7 +364,7 @@ impl Extent {
         Extent {
             lblock: a,
             pblock: self.pblock + (a - self.lblock),
-            crcs: self.crcs[(a - self.lblock) as usize..(b - self.lblock) as usize].to_vec(),
+            crcs: self.crcs[self.crc_index(a)..self.crc_index(b)].to_vec(),
         }
     }
 }
@@ -613,7 +629,7 @@ mod tests {
         let ext = |lblock: u64, n: usize| Extent {
             lblock,
             pblock: 100 + lblock,
-            crcs: (0..n as u32).collect(),
+            crcs: (0..u32::try_from(n).unwrap()).collect(),
         };
         let mut o = Onode {
             size_bytes: 1 << 20,
@@ -709,7 +725,7 @@ mod tests {
         let huge = Extent {
             lblock: 0,
             pblock: 1,
-            crcs: vec![0; MAX_EXTENT_BLOCKS as usize + 1],
+            crcs: vec![0; usize::try_from(MAX_EXTENT_BLOCKS).unwrap() + 1],
         };
         assert!(Extent::decode(0, &huge.encode()).is_err());
         let mid = e.slice(6, 100);

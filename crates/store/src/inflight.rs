@@ -20,7 +20,7 @@
 //!
 //! A launcher cancelled before it finalized its group leaves the group to the store's other
 //! submitters: its guard wakes them, and one of them finalizes the group, or, when the writes
-//! were abandoned mid-flight (their outcome unknown), fails the store (invariant 7).
+//! were abandoned mid-flight (their outcome unknown), fails the store (invariant 8).
 
 use crate::apply::GroupEffects;
 use crate::error::{Result, StoreError};

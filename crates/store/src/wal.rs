@@ -13,6 +13,10 @@
 //! followed by a completed flush. The last one may have landed while some of its data blocks did
 //! not; its data blocks' checksums are in the extent values it carries.
 
+// A narrowing cast in a byte format would silently write a wrong length: conversions here
+// are checked (`try_from`).
+#![deny(clippy::cast_possible_truncation)]
+
 use crate::codec::field_len;
 use crate::codec::{self, split_block_key, Extent};
 use crate::error::{Result, StoreError};
@@ -90,8 +94,9 @@ pub(crate) fn encode(
     block_bytes: u64,
 ) -> Vec<u8> {
     let raw = encoded_len(redo, runs.len());
-    let blocks = raw.div_ceil(block_bytes as usize).max(1);
-    let mut out = Vec::with_capacity(blocks * block_bytes as usize);
+    let block = usize::try_from(block_bytes).expect("a block size fits in memory");
+    let blocks = raw.div_ceil(block).max(1);
+    let mut out = Vec::with_capacity(blocks * block);
     out.extend_from_slice(WAL_MAGIC);
     out.push(WAL_VERSION);
     out.extend_from_slice(&uuid.to_le_bytes());
@@ -118,8 +123,12 @@ pub(crate) fn encode(
     }
     let crc = crc_fast::crc32_iscsi(&out);
     out.extend_from_slice(&crc.to_le_bytes());
-    debug_assert_eq!(out.len(), raw);
-    out.resize(blocks * block_bytes as usize, 0);
+    assert_eq!(
+        out.len(),
+        raw,
+        "a redo record's length as computed before encoding"
+    );
+    out.resize(blocks * block, 0);
     out
 }
 

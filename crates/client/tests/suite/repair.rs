@@ -1,4 +1,4 @@
-//! Read repair (invariant 6): a primary whose copy of an object fails its checksum serves the
+//! Read repair (invariant 7): a primary whose copy of an object fails its checksum serves the
 //! read from a good copy and replaces its own; when no copy is good the client gets a typed
 //! "damaged" error at once, never bad bytes, and a new write makes the object whole again.
 //!
