@@ -78,7 +78,7 @@ pub fn run(args: MonAddr) -> anyhow::Result<()> {
 
 /// The live part of `cairn status`: PGs by state (`states`, from their primaries), usage and
 /// client I/O rates over one second.
-pub async fn live_status(client: &Client, states: &PgStates) {
+async fn live_status(client: &Client, states: &PgStates) {
     let osds = up_osds(client);
     let unclean = unclean(states);
     let pgs: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
