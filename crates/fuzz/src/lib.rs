@@ -11,6 +11,10 @@
 //! A target panics only when a decoder does: on malformed input every decoder must return an
 //! error.
 
+// Narrowing conversions are checked (`try_from`): a cast would silently write a wrong length
+// or offset.
+#![deny(clippy::cast_possible_truncation)]
+
 pub mod cache;
 pub mod mon;
 pub mod msgr;

@@ -117,7 +117,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
     messages
         .iter()
         .enumerate()
-        .map(|(i, m)| [&[i as u8][..], &m[..]].concat())
+        .map(|(i, m)| [&[u8::try_from(i).expect("a few seed messages")][..], &m[..]].concat())
         .collect()
 }
 

@@ -92,7 +92,8 @@ pub fn wal(data: &[u8]) {
 pub fn wal_seeds() -> Vec<Vec<u8>> {
     let mut body = Vec::new();
     let put = |out: &mut Vec<u8>, b: &[u8]| {
-        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        let len = u32::try_from(b.len()).expect("a small seed value");
+        out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(b);
     };
     for table in 0..7u8 {

@@ -113,7 +113,7 @@ fn every_target_survives_its_corpus_and_a_bounded_mutation_run() {
         .unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
+                .map_or(0, |d| d.as_secs() ^ u64::from(d.subsec_nanos()))
         });
     eprintln!("fuzz seed {seed} (CAIRN_FUZZ_SEED={seed} replays it), {secs} s per target");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

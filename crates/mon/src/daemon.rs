@@ -286,7 +286,7 @@ async fn run_core(
     metrics: Arc<MonMetrics>,
 ) {
     let started = Instant::now();
-    let now_ms = || started.elapsed().as_millis() as u64;
+    let now_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut subscribers: BTreeMap<u64, (SessionSender, u64)> = BTreeMap::new();
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     loop {

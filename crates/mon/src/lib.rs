@@ -8,6 +8,10 @@
 //! passed in); [`daemon`] serves it over messenger sessions (sockets only through
 //! `cairn-msgr`); [`store`] keeps the map and its history durable; [`metrics`] is its
 //! Prometheus page.
+
+// Narrowing conversions are checked (`try_from`): a cast would silently write a wrong length
+// or offset.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod auth_db;

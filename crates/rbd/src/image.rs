@@ -44,6 +44,19 @@ pub fn check_name(name: &str) -> Result<(), RbdError> {
     }
 }
 
+impl Extent {
+    /// Where the piece starts in the caller's buffer. Ranges are checked against the request's
+    /// buffer (a `Vec`) before they are split, so the offset fits a `usize`.
+    fn buffer_at(&self) -> usize {
+        usize::try_from(self.buffer_offset).expect("a piece within the caller's buffer")
+    }
+
+    /// The piece's length as a buffer length (within one object, so it fits a `usize`).
+    fn buffer_len(&self) -> usize {
+        usize::try_from(self.len).expect("a piece within one object")
+    }
+}
+
 /// One piece of an image range: within data object `index`, `len` bytes at `object_offset`,
 /// which are bytes `buffer_offset..` of the range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,8 +235,8 @@ impl Image {
         let mut out = vec![0u8; len_usize];
         for (e, data) in try_join_all(reads).await? {
             // A short object reads as zeros past its end.
-            let got = data.len().min(e.len as usize);
-            let at = e.buffer_offset as usize;
+            let got = data.len().min(e.buffer_len());
+            let at = e.buffer_at();
             out[at..at + got].copy_from_slice(&data[..got]);
         }
         Ok(out)
@@ -234,14 +247,14 @@ impl Image {
         self.check_range(offset, data.len() as u64)?;
         let pieces = extents(offset, data.len() as u64, self.object_bytes());
         let writes = pieces.iter().map(|e| async move {
-            let at = e.buffer_offset as usize;
+            let at = e.buffer_at();
             let object = data_object(&self.name, e.index);
             self.client
                 .write(
                     &self.pool,
                     &object,
                     e.object_offset,
-                    &data[at..at + e.len as usize],
+                    &data[at..at + e.buffer_len()],
                 )
                 .await
                 .map_err(RbdError::from)
@@ -268,7 +281,7 @@ impl Image {
                     .await
                     .map(|_| ())
             } else {
-                let zeros = vec![0u8; e.len as usize];
+                let zeros = vec![0u8; e.buffer_len()];
                 self.client
                     .write(&self.pool, &object, e.object_offset, &zeros)
                     .await

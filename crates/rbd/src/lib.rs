@@ -5,6 +5,10 @@
 //! `rbd_directory` object's omap. [`nbd`] exports an image over the NBD protocol, so that
 //! fio, qemu, nbdcopy or a kernel's nbd client use it as a disk.
 
+// Narrowing conversions are checked (`try_from`): a cast would silently write a wrong length
+// or offset.
+#![deny(clippy::cast_possible_truncation)]
+
 pub mod error;
 pub mod header;
 pub mod image;

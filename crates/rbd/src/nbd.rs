@@ -190,7 +190,7 @@ where
             OPT_LIST => {
                 let names = Image::list(client, pool).await?;
                 for name in names {
-                    let mut body = (name.len() as u32).to_be_bytes().to_vec();
+                    let mut body = wire_len(name.len())?.to_be_bytes().to_vec();
                     body.extend_from_slice(name.as_bytes());
                     option_reply(w, option, REP_SERVER, &body).await?;
                 }
@@ -239,6 +239,12 @@ fn info_request_name(data: &[u8]) -> Option<String> {
     (rest.len() == 2 + 2 * count).then(|| String::from_utf8_lossy(name).into_owned())
 }
 
+/// A length as NBD's 32-bit field; past it, the reply cannot be framed.
+fn wire_len(len: usize) -> Result<u32, NbdError> {
+    u32::try_from(len)
+        .map_err(|_| NbdError::Protocol(format!("a {len}-byte reply cannot be framed")))
+}
+
 async fn option_reply<W: AsyncWrite + Unpin>(
     w: &mut W,
     option: u32,
@@ -248,7 +254,7 @@ async fn option_reply<W: AsyncWrite + Unpin>(
     w.write_u64(OPTION_REPLY_MAGIC).await?;
     w.write_u32(option).await?;
     w.write_u32(kind).await?;
-    w.write_u32(data.len() as u32).await?;
+    w.write_u32(wire_len(data.len())?).await?;
     w.write_all(data).await?;
     w.flush().await?;
     Ok(())
