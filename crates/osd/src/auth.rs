@@ -12,7 +12,7 @@ use cairn_msgr::handshake::{AuthPeer, Authorizer, CredentialSource, DialCredenti
 use cairn_msgr::protect::WireMode;
 use cairn_proto::mon::{AuthAnswer, AuthRequest, RequestBody};
 
-use crate::daemon::OsdAuth;
+use crate::config::OsdAuth;
 use crate::error::OsdError;
 
 /// The OSD service secret once the monitor gave it.

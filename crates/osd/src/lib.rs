@@ -10,8 +10,10 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod ask;
 pub mod auth;
 pub mod capacity;
+pub mod config;
 pub mod daemon;
 pub mod error;
 pub mod failstop;
@@ -42,9 +44,9 @@ pub mod txns;
 pub mod usage;
 pub mod work;
 
-pub use daemon::{
-    OsdConfig, OsdDaemon, DEFAULT_DEEP_SCRUB_INTERVAL_S, DEFAULT_MAX_INFLIGHT_COST_MS,
-    DEFAULT_OP_SHARDS, DEFAULT_RECOVERY_CHUNK_BYTES, DEFAULT_REMAP_MIN_OBJECTS,
-    DEFAULT_SCRUB_INTERVAL_S,
+pub use config::{
+    OsdConfig, DEFAULT_DEEP_SCRUB_INTERVAL_S, DEFAULT_MAX_INFLIGHT_COST_MS, DEFAULT_OP_SHARDS,
+    DEFAULT_RECOVERY_CHUNK_BYTES, DEFAULT_REMAP_MIN_OBJECTS, DEFAULT_SCRUB_INTERVAL_S,
 };
+pub use daemon::OsdDaemon;
 pub use error::OsdError;

@@ -178,20 +178,20 @@ impl Metrics {
         self.scrub_fenced.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Records a finished scrub of a PG this OSD leads.
-    pub fn record_scrub(&self, report: &crate::scrub::ScrubReport) {
+    /// Records a finished scrub of a PG this OSD leads (deep or not): the objects it compared,
+    /// and how many it found inconsistent and repaired.
+    pub fn record_scrub(&self, deep: bool, objects: u64, inconsistent: usize, repaired: usize) {
         use std::sync::atomic::Ordering::Relaxed;
-        let kind = if report.deep {
+        let kind = if deep {
             &self.deep_scrubs
         } else {
             &self.scrubs
         };
         kind.fetch_add(1, Relaxed);
-        self.scrub_objects.fetch_add(report.objects, Relaxed);
+        self.scrub_objects.fetch_add(objects, Relaxed);
         self.scrub_inconsistent
-            .fetch_add(report.inconsistent.len() as u64, Relaxed);
-        self.scrub_repaired
-            .fetch_add(report.repaired.len() as u64, Relaxed);
+            .fetch_add(inconsistent as u64, Relaxed);
+        self.scrub_repaired.fetch_add(repaired as u64, Relaxed);
     }
 
     /// Records a deleted stray PG copy of `objects` objects.

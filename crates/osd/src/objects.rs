@@ -126,6 +126,18 @@ pub async fn read_piece(
     }))
 }
 
+/// The version `obj` records (its last log entry's, packed), 0 when it has none.
+pub(crate) async fn recorded_version(store: &Store, coll: &str, obj: &str) -> u64 {
+    decode_version(store.getattr(coll, obj, VERSION_ATTR).await.ok().as_deref())
+}
+
+/// A version attribute's value as the version it packs (0 when absent or malformed).
+pub(crate) fn decode_version(value: Option<&[u8]>) -> u64 {
+    value
+        .and_then(|v| v.try_into().ok().map(u64::from_le_bytes))
+        .unwrap_or(0)
+}
+
 /// The version an object's xattrs record (its last write's log entry; default when none).
 pub(crate) fn version_of(xattrs: &[(String, Vec<u8>)]) -> Eversion {
     xattrs

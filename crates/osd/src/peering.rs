@@ -21,10 +21,10 @@ use cairn_clustermap::ClusterMap;
 use cairn_clustermap::PgId;
 use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
 use cairn_proto::mon::Request;
-use cairn_proto::peer::{PeerAnswer, PeerBody, PeerReply, PeerRequest, Urgency};
-use cairn_proto::{decode, encode, MSG_PEER_REQUEST};
+use cairn_proto::peer::{PeerBody, Urgency};
 use cairn_store::Transaction;
 
+use crate::ask::{ask, query_log};
 use crate::error::OsdError;
 use crate::objects::remove_temps;
 use crate::pgmeta::{put_info, replace_log};
@@ -34,8 +34,6 @@ use crate::transfer::{
     install_local, list_remote, list_scheduled, pull, pull_from_any, push, Recovering,
 };
 
-/// How long one peering request may take.
-const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause before a failed peering attempt is retried in the same interval.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// How long a primary waits for a map with its up_thru before asking the monitor again.
@@ -149,107 +147,15 @@ async fn peer_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
     }
 }
 
-/// Sends one peering request about `pg` (in the map of `epoch`) to `osd` and waits for its
-/// answer.
-pub(crate) async fn ask(
-    s: &Shared,
-    pg: &Pg,
-    epoch: u64,
-    osd: i32,
-    body: PeerBody,
-    data: Bytes,
-) -> Result<(PeerAnswer, Bytes), OsdError> {
-    ask_as(s, pg, epoch, osd, body, data, Urgency::Background).await
-}
-
-/// [`ask`] for a recovery step of `urgency`, which picks its scheduler class on `osd`.
-pub(crate) async fn ask_as(
-    s: &Shared,
-    pg: &Pg,
-    epoch: u64,
-    osd: i32,
-    body: PeerBody,
-    data: Bytes,
-    urgency: Urgency,
-) -> Result<(PeerAnswer, Bytes), OsdError> {
-    let addr = s.addr_of(osd).ok_or_else(|| OsdError::Peer {
-        osd,
-        reason: "no address in the map".into(),
-    })?;
-    let tid = s.peers.tid();
-    let req = PeerRequest {
-        tid,
-        from: s.id,
-        epoch,
-        pool: pg.id.pool,
-        pg_seed: pg.id.seed,
-        body,
-        urgency,
-    };
-    let call = s.peers.call(
-        osd,
-        &addr,
-        MSG_PEER_REQUEST,
-        tid,
-        encode(&req, &data),
-        PEER_TIMEOUT,
-    );
-    // An up peer that goes down or boots again meanwhile will not answer: stop waiting then
-    // instead of after the timeout (the PG's lock may be held meanwhile).
-    let raw = match s.incarnation_of(osd) {
-        Some(up_from) => tokio::select! {
-            r = call => r?,
-            _ = s.until_gone(osd, up_from) => {
-                return Err(OsdError::Peer {
-                    osd,
-                    reason: "down or booted again while asked".into(),
-                })
-            }
-        },
-        None => call.await?,
-    };
-    let (reply, body) = decode::<PeerReply>(&raw)?;
-    match reply.answer {
-        Ok(a) => Ok((a, body)),
-        Err(reason) => Err(OsdError::Peer { osd, reason }),
-    }
-}
-
-/// Asks `osd` for its copy's log and last epoch started.
-pub(crate) async fn query_log(
-    s: &Shared,
-    pg: &Pg,
-    epoch: u64,
-    osd: i32,
-) -> Result<PeerLog, OsdError> {
-    match ask(s, pg, epoch, osd, PeerBody::Query, Bytes::new()).await? {
-        (
-            PeerAnswer::Info {
-                last_epoch_started,
-                log,
-            },
-            _,
-        ) => Ok(PeerLog {
-            osd,
-            last_epoch_started,
-            log,
-        }),
-        _ => Err(OsdError::Peer {
-            osd,
-            reason: "unexpected answer to a log query".into(),
-        }),
-    }
-}
-
 /// [`query_log`], given up as soon as `pg`'s interval begun at `epoch` ends (and, as every
 /// request to another OSD, as soon as a map shows `osd` down or booted again: see
-/// [`ask_as`]). Peering holds the PG's lock while it asks; when a newer map has moved the PG
-/// on, the new interval's primary may be asking this OSD for that very lock (each side's
-/// answer waits for the other's lock until the 3 s busy timeout: client I/O of the PG stalled
-/// ~3.5 s when an OSD came back in). A copy of an earlier interval that was stopped while the
-/// map still showed it up is not in the acting set, so its going down ends no interval: only
-/// `ask_as`'s watch on it spares every PG asking it the 10 s peer timeout (seen when an OSD
-/// was stopped and marked out at once).
+/// [`crate::ask::ask_as`]). Peering holds the PG's lock while it asks; when a newer map has
+/// moved the PG on, the new interval's primary may be asking this OSD for that very lock (each
+/// side's answer waits for the other's lock until the 3 s busy timeout: client I/O of the PG
+/// stalled ~3.5 s when an OSD came back in). A copy of an earlier interval that was stopped
+/// while the map still showed it up is not in the acting set, so its going down ends no
+/// interval: only `ask_as`'s watch on it spares every PG asking it the 10 s peer timeout (seen
+/// when an OSD was stopped and marked out at once).
 async fn query_in_interval(s: &Shared, pg: &Pg, epoch: u64, osd: i32) -> Result<PeerLog, OsdError> {
     tokio::select! {
         r = query_log(s, pg, epoch, osd) => r,

@@ -20,6 +20,7 @@ use cairn_proto::{
 use cairn_store::{StoreError, Transaction};
 
 use crate::objects::list_page;
+use crate::objects::{decode_version, recorded_version};
 use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack};
 use crate::pgs::{Interval, Pg, PgInner};
@@ -188,24 +189,6 @@ fn store_result(e: StoreError) -> OpResult {
     }
 }
 
-/// The version `obj` records (its last log entry's, packed), 0 when it has none.
-pub(crate) async fn version_of(s: &Shared, coll: &str, obj: &str) -> u64 {
-    decode_version(
-        s.store
-            .getattr(coll, obj, VERSION_ATTR)
-            .await
-            .ok()
-            .as_deref(),
-    )
-}
-
-/// A version attribute's value as the version it packs (0 when absent or malformed).
-fn decode_version(value: Option<&[u8]>) -> u64 {
-    value
-        .and_then(|v| v.try_into().ok().map(u64::from_le_bytes))
-        .unwrap_or(0)
-}
-
 /// Executes a read op on this OSD's store; `Err` only when the data failed its checksum.
 async fn read(s: &Shared, coll: &str, op: OpHeader) -> Result<Answer, Damaged> {
     let epoch = s.epoch();
@@ -248,14 +231,19 @@ async fn read(s: &Shared, coll: &str, op: OpHeader) -> Result<Answer, Damaged> {
                 let st = s.store.stat(coll, obj).await?;
                 ok(
                     st.size_bytes,
-                    version_of(s, coll, obj).await,
+                    recorded_version(&s.store, coll, obj).await,
                     Vec::new(),
                     false,
                 )
             }
             OpKind::GetXattr { name } => {
                 let v = s.store.getattr(coll, obj, name).await?;
-                ok(v.len() as u64, version_of(s, coll, obj).await, v, false)
+                ok(
+                    v.len() as u64,
+                    recorded_version(&s.store, coll, obj).await,
+                    v,
+                    false,
+                )
             }
             OpKind::GetXattrs => {
                 let attrs: Vec<(String, Vec<u8>)> = s

@@ -22,8 +22,8 @@ use cairn_pg::{plan, PeerLog, PeeringPlan, Recovery};
 use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
+use crate::ask::{ask, query_log};
 use crate::error::OsdError;
-use crate::peering::{ask, query_log};
 use crate::pgs::{FillState, Interval, Pg};
 use crate::shared::Shared;
 use crate::transfer::{list_remote, list_scheduled, push, Recovering};
@@ -144,7 +144,7 @@ pub async fn serve_from(
 /// Asks the monitor to serve `pg` from `temp` and waits (boundedly) for the map that starts
 /// that interval; false when it did not come.
 async fn request(s: &Arc<Shared>, pg: &Pg, epoch: u64, temp: Vec<i32>) -> Result<bool, OsdError> {
-    crate::pgtemp::want(s, pg.id, temp).await?;
+    s.pg_temps.want(pg.id, temp, |h| s.track(h)).await?;
     s.metrics.record_remap();
     let deadline = tokio::time::Instant::now() + REMAP_WAIT;
     while pg.interval().epoch == epoch {
@@ -279,7 +279,7 @@ async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<(
         return Ok(());
     }
     tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, "up set filled: back to it");
-    crate::pgtemp::want(s, pg.id, Vec::new()).await
+    s.pg_temps.want(pg.id, Vec::new(), |h| s.track(h)).await
 }
 
 /// Brings `target`'s copy close to this OSD's, pass by pass: each pass pushes what the copy

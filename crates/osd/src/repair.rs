@@ -67,7 +67,7 @@ pub async fn repair_object(
         Ok(false) => {}
         Err(e) => return Repair::Retry(format!("reading {obj} again: {e}")),
     }
-    let want = unpack(crate::primary::version_of(s, &pg.coll, obj).await);
+    let want = unpack(crate::objects::recorded_version(&s.store, &pg.coll, obj).await);
     let sources: Vec<i32> = iv.copies().filter(|&o| o != s.id).collect();
     let refusals = match pull_from_any(&r, &sources, obj, &mut inner.created, want).await {
         Ok(from) => {

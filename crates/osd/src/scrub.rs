@@ -25,10 +25,10 @@ use cairn_pg::scrub::{compare, CopyState, Inconsistency, ObjectDigest, ScrubMap}
 use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
 use cairn_store::{Store, StoreError};
 
+use crate::ask::ask;
 use crate::error::OsdError;
 use crate::fence::NameRange;
 use crate::objects::{list_page, version_of};
-use crate::peering::ask;
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
 use crate::transfer::{as_own_work, install_local, pull, push, Recovering};
@@ -209,7 +209,12 @@ pub async fn scrub_pg(
             None => break,
         }
     }
-    s.metrics.record_scrub(&report);
+    s.metrics.record_scrub(
+        report.deep,
+        report.objects,
+        report.inconsistent.len(),
+        report.repaired.len(),
+    );
     let (every, every_deep) = intervals(s);
     let now = Instant::now();
     pg.update_scrub(|st| {

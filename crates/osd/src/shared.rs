@@ -11,7 +11,7 @@ use cairn_store::{Store, StoreStats};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::daemon::OsdConfig;
+use crate::config::OsdConfig;
 use crate::metrics::Metrics;
 use crate::past::PastMaps;
 use crate::peers::Peers;
@@ -48,7 +48,7 @@ pub struct Shared {
     /// This OSD's pg_temp wants, batched into monitor requests.
     pub pg_temps: crate::pgtemp::PgTempBatch,
     /// The fault-injecting device under the store, when the OSD runs with `fault_injection`
-    /// (see [`crate::failstop::inject`]).
+    /// (see `failstop::inject`).
     pub faults: Option<Arc<cairn_blockdev::FaultDevice>>,
     /// Its listener's counters (connections, sessions, bytes held), set once it listens.
     pub messenger: std::sync::OnceLock<Arc<cairn_msgr::session::ListenerStats>>,
@@ -78,6 +78,7 @@ impl Shared {
             true => crate::throttle::DeviceKind::Hdd,
             false => crate::throttle::DeviceKind::Ssd,
         };
+        let pg_temps = crate::pgtemp::PgTempBatch::new(mon.clone());
         Shared {
             id,
             throttle: Arc::new(crate::throttle::RecoveryThrottle::new(device)),
@@ -91,7 +92,7 @@ impl Shared {
             cfg,
             metrics: Metrics::default(),
             store_stats: Mutex::new(StoreStats::default()),
-            pg_temps: Default::default(),
+            pg_temps,
             messenger: std::sync::OnceLock::new(),
             faults: None,
             tasks: Mutex::new(Vec::new()),

@@ -14,8 +14,8 @@ use cairn_proto::peer::{PeerAnswer, PeerBody};
 use cairn_qos::OpKind as Io;
 use cairn_store::{Op, Transaction};
 
+use crate::ask::ask;
 use crate::error::OsdError;
-use crate::peering::ask;
 use crate::pgmeta::META_OBJECT;
 use crate::pgs::Pg;
 use crate::shared::Shared;

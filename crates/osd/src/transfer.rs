@@ -14,10 +14,10 @@ use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
 use cairn_qos::OpKind as Io;
 use cairn_store::Transaction;
 
+use crate::ask::ask_as;
 use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
 use crate::objects::{list_all, read_piece, stage_piece, Cursor, PiecePlace};
-use crate::peering::ask_as;
 use crate::pgs::Pg;
 use crate::shared::Shared;
 use crate::work::{Purpose, Work};
