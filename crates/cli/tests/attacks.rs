@@ -433,6 +433,7 @@ fn every_attack_on_an_authenticated_cluster_is_refused_logged_and_changes_nothin
                     PeerBody::Activate {
                         log: pg_log,
                         keep: Some(Vec::new()),
+                        missing: Default::default(),
                     },
                 ),
             ),

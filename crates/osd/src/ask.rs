@@ -94,12 +94,14 @@ pub(crate) async fn query_log(
             PeerAnswer::Info {
                 last_epoch_started,
                 log,
+                missing,
             },
             _,
         ) => Ok(PeerLog {
             osd,
             last_epoch_started,
             log,
+            missing,
         }),
         _ => Err(OsdError::Peer {
             osd,

@@ -137,11 +137,9 @@ pub struct OsdConfig {
     pub stray_check_ms: u64,
     /// A copy whose recovery would move at least this many objects (or a whole backfill) is
     /// filled in the background while a temporary acting set of complete copies serves the PG
-    /// (see `remap`); shorter recoveries are done before the PG activates, as client work
-    /// (its I/O waits for them). Default 4: about 0.1 s of 4 MiB objects on a 7200 rpm disk
-    /// holds a PG's I/O back, anything longer is recovered in the background at the recovery
-    /// class's share (with 64, a returning OSD's recovery ran almost all before activation,
-    /// ahead of its PGs' clients: `cairn study recovery` kept 4% of the client's IOPS).
+    /// (see `remap`; Ceph's `osd_async_recovery_min_cost`, default 100 as there); a shorter
+    /// log recovery runs after the PG activates, in the background, a client op waiting only
+    /// for the object it touches (see `recovery`).
     pub remap_min_objects: usize,
     /// Each PG this OSD leads active+clean is scrubbed (metadata of every copy compared) about
     /// this often (Ceph's `osd_scrub_min_interval`, a day); 0 never. A primary spreads its PGs'
@@ -225,7 +223,7 @@ impl OsdConfig {
 }
 
 /// Default `OsdConfig::remap_min_objects`.
-pub const DEFAULT_REMAP_MIN_OBJECTS: usize = 4;
+pub const DEFAULT_REMAP_MIN_OBJECTS: usize = 100;
 
 /// Default `pg_usage_interval_ms`: 2 s, a little under Ceph's 5 s (a report is one small
 /// request per OSD, the counts come from the store without a listing).

@@ -289,8 +289,9 @@ impl OsdDaemon {
             else {
                 continue;
             };
-            let (log, les) = pgmeta::load(&shared.store, &coll, cfg.max_log_entries).await?;
-            shared.pgs.insert_loaded(pg, log, les);
+            let loaded = pgmeta::load(&shared.store, &coll, cfg.max_log_entries).await?;
+            let les = loaded.last_epoch_started;
+            shared.pgs.insert_loaded(pg, loaded);
             oldest_les = oldest_les.min(les.max(1));
         }
         mon.subscribe(30_000).await?;

@@ -69,6 +69,8 @@ pub struct Metrics {
     recovered_bytes: AtomicU64,
     /// PGs peered again in their interval because a write left their copies disagreeing.
     repeers: AtomicU64,
+    /// Client ops that touched an object a copy lacked and recovered it first.
+    op_recoveries: AtomicU64,
     /// Temporary acting sets asked for, so that PGs serve while their up sets are filled.
     remaps: AtomicU64,
     history_gaps: AtomicU64,
@@ -139,6 +141,12 @@ impl Metrics {
     /// Records that a PG peers again in its interval (see `peering::repeer`).
     pub fn record_repeer(&self) {
         self.repeers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a client op that recovers the object it touches before it runs (see
+    /// `recovery::ready_for_op`).
+    pub fn record_op_recovery(&self) {
+        self.op_recoveries.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a temporary acting set asked for (see `remap`).
@@ -308,7 +316,13 @@ impl Metrics {
                 .iter()
                 .map(|(kind, &(n, _))| ([("osd", osd), ("kind", kind.label())], n)),
         )?;
-        let single: [(&str, &str, &AtomicU64); 8] = [
+        let single: [(&str, &str, &AtomicU64); 9] = [
+            (
+                "cairn_osd_op_recoveries_total",
+                "Client ops that touched an object a copy of its PG lacked after activation, \
+                 and recovered it first at the client's class.",
+                &self.op_recoveries,
+            ),
             (
                 "cairn_osd_recovery_blocking_steps_total",
                 "Recovery steps (of all kinds) that client I/O waited on (a PG recovering before \

@@ -63,8 +63,18 @@ pub fn count(
     }
 }
 
-/// The counts of `pg`, led and active here, of `objects` objects.
+/// The counts of `pg`, led and active here, of `objects` objects: the copies its serving
+/// copies lack after activation are degraded too.
 fn of_pg(pg: &Pg, objects: u64) -> CopyCounts {
+    let mut counts = of_placement(pg, objects);
+    let (_, lacking) = pg.missing().counts();
+    counts.degraded = counts.degraded.saturating_add(lacking).min(counts.copies);
+    counts
+}
+
+/// The counts of `pg` from its placement alone: copies missing from the acting set, and
+/// copies its up set's other OSDs are yet to get.
+fn of_placement(pg: &Pg, objects: u64) -> CopyCounts {
     let iv = pg.interval();
     let targets: BTreeSet<i32> = iv
         .up

@@ -26,8 +26,9 @@ use cairn_store::Transaction;
 
 use crate::ask::{ask, query_log};
 use crate::error::OsdError;
+use crate::missing::Wanted;
 use crate::objects::remove_temps;
-use crate::pgmeta::{put_info, replace_log};
+use crate::pgmeta::{put_info, replace_log, replace_missing};
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
 use crate::transfer::{
@@ -283,6 +284,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         osd: s.id,
         last_epoch_started: inner.last_epoch_started,
         log: inner.log.clone(),
+        missing: pg.missing().own().clone(),
     }];
     let acting: BTreeSet<i32> = iv.acting.iter().copied().skip(1).collect();
     let up = s.up_osds();
@@ -382,25 +384,30 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         true => s.cfg.remap_min_objects.max(HOME_MIN_OBJECTS),
         false => s.cfg.remap_min_objects,
     };
-    let min_objects = match s.map.borrow().as_ref() {
-        Some(map) => crate::remap::min_objects_under_flags(map, &iv, &plan, &up, min_objects),
-        None => min_objects,
-    };
-    if let Some(temp) = crate::remap::temporary_acting(&iv, &plan, &up, min_objects) {
-        let serving = temp.len();
-        let held = match s.map.borrow().as_ref() {
-            Some(map) => crate::remap::holding_flag(map, &iv, &plan, serving),
-            None => None,
+    // A short log recovery is done after activation instead, in the background (a copy that
+    // refused it as too full is left out by recovering before activation).
+    let behind = recovers_after_activation(&iv, &plan, min_objects) && !pg.too_full_in(epoch);
+    if !behind {
+        let min_objects = match s.map.borrow().as_ref() {
+            Some(map) => crate::remap::min_objects_under_flags(map, &iv, &plan, &up, min_objects),
+            None => min_objects,
         };
-        let instead = match held {
-            Some(_) => "peering again: a cluster flag holds the recovery",
-            None => "recovering before activation",
-        };
-        if crate::remap::serve_from(s, pg, epoch, temp, instead).await {
-            return Ok(());
-        }
-        if let Some(flag) = held {
-            return Err(OsdError::Held(flag));
+        if let Some(temp) = crate::remap::temporary_acting(&iv, &plan, &up, min_objects) {
+            let serving = temp.len();
+            let held = match s.map.borrow().as_ref() {
+                Some(map) => crate::remap::holding_flag(map, &iv, &plan, serving),
+                None => None,
+            };
+            let instead = match held {
+                Some(_) => "peering again: a cluster flag holds the recovery",
+                None => "recovering before activation",
+            };
+            if crate::remap::serve_from(s, pg, epoch, temp, instead).await {
+                return Ok(());
+            }
+            if let Some(flag) = held {
+                return Err(OsdError::Held(flag));
+            }
         }
     }
     let auth_log: PgLog = logs
@@ -418,15 +425,22 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         epoch,
         urgency: Urgency::Blocking,
     };
+    // The copies to pull this copy's missing objects from: the authoritative log's holder
+    // first, then every other copy heard.
+    let sources: Vec<i32> = std::iter::once(auth)
+        .chain(logs.iter().map(|l| l.osd))
+        .filter(|&o| o != s.id)
+        .collect();
+    let own_missing = match behind {
+        true => missing_of(&plan, s.id),
+        false => Wanted::new(),
+    };
     match plan.recovery.get(&s.id) {
+        _ if behind => {}
         Some(Recovery::Log { missing, .. }) => {
             // The copy to pull from is one that holds the version the log names: the
             // authoritative log's holder first, then every other copy heard (a holder of the
             // newest log may itself still lack an object, as Ceph's missing_loc allows for).
-            let sources: Vec<i32> = std::iter::once(auth)
-                .chain(logs.iter().map(|l| l.osd))
-                .filter(|&o| o != s.id)
-                .collect();
             for (obj, want) in missing {
                 match want {
                     Some(v) => {
@@ -462,21 +476,28 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     // A copy too full to take its recovery is left out of the interval (Ceph's
     // recovery_toofull): the PG goes active degraded without it, if min_size copies remain.
     let mut left_out = BTreeSet::new();
+    let mut peers_missing = BTreeMap::new();
     for &osd in &acting {
-        let keep = match recover_copy(&r, &plan, osd).await {
-            Ok(keep) => keep,
-            Err(OsdError::TooFull { osd, why }) => {
-                tracing::warn!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "copy too full for recovery: left out of the interval");
-                left_out.insert(osd);
-                continue;
+        let (keep, missing) = if behind {
+            (None, missing_of(&plan, osd))
+        } else {
+            match recover_copy(&r, &plan, osd).await {
+                Ok(keep) => (keep, Wanted::new()),
+                Err(OsdError::TooFull { osd, why }) => {
+                    tracing::warn!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "copy too full for recovery: left out of the interval");
+                    left_out.insert(osd);
+                    continue;
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         };
         let body = PeerBody::Activate {
             log: Box::new(auth_log.clone()),
             keep,
+            missing: missing.clone(),
         };
         ask(s, pg, epoch, osd, body, Bytes::new()).await?;
+        peers_missing.insert(osd, missing);
     }
     let copies = iv.acting.len() - left_out.len();
     if copies < iv.min_size.max(1) {
@@ -512,13 +533,23 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     }
     replace_log(&mut txn, &coll, &inner.log, &auth_log, epoch)?;
     put_info(&mut txn, &coll, auth_log.tail(), epoch)?;
+    let old_missing = pg.missing().own().clone();
+    replace_missing(&mut txn, &coll, &old_missing, &own_missing)?;
     s.store.queue_transaction_owned(txn).await?;
     inner.created = true;
     inner.history_les = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
     inner.complete_to = auth_log.head();
     inner.log = auth_log;
     inner.last_epoch_started = epoch;
-    if pg.finish_peering(epoch, left_out, copies >= iv.size) {
+    // Before the PG serves: an op on an object a copy lacks must find it missing.
+    let complete = own_missing.is_empty() && peers_missing.values().all(|w| w.is_empty());
+    let (own_count, peer_count) = (
+        own_missing.len(),
+        peers_missing.values().map(|w| w.len()).sum::<usize>(),
+    );
+    pg.missing()
+        .activate_primary(epoch, own_missing, peers_missing, sources);
+    if pg.finish_peering(epoch, left_out, copies >= iv.size && complete) {
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         tracing::debug!(
             osd = s.id,
@@ -529,11 +560,38 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
             up_thru_ms = ms(alive),
             recovered_ms = ms(recovered),
             active_ms = ms(started.elapsed()),
+            missing_here = own_count,
+            missing_elsewhere = peer_count,
             "pg active"
         );
         crate::remap::maybe_fill(s, pg);
+        crate::recovery::start(s, pg, epoch);
     }
     Ok(())
+}
+
+/// Whether `plan`'s recovery of `iv`'s acting copies runs after the PG activates: no copy
+/// needs a backfill, and none lacks `min_objects` or more (Ceph's
+/// `osd_async_recovery_min_cost`: beyond it, a temporary acting set of complete copies serves
+/// while the copy is filled).
+fn recovers_after_activation(
+    iv: &crate::pgs::Interval,
+    plan: &cairn_pg::PeeringPlan,
+    min_objects: usize,
+) -> bool {
+    iv.acting.iter().all(|o| match plan.recovery.get(o) {
+        None | Some(Recovery::Clean) => true,
+        Some(Recovery::Backfill) => false,
+        Some(Recovery::Log { missing, .. }) => missing.len() < min_objects,
+    })
+}
+
+/// What `plan` says copy `osd` lacks (nothing when it is clean).
+fn missing_of(plan: &cairn_pg::PeeringPlan, osd: i32) -> Wanted {
+    match plan.recovery.get(&osd) {
+        Some(Recovery::Log { missing, .. }) => missing.clone(),
+        _ => Wanted::new(),
+    }
 }
 
 /// Objects a PG that has just come home from a temporary acting set recovers before it

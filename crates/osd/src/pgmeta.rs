@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::error::OsdError;
+use crate::missing::Wanted;
 
 /// Name of the hidden meta object (clients cannot name objects with a NUL byte).
 pub const META_OBJECT: &str = "\u{0}pgmeta";
@@ -24,6 +25,9 @@ pub const META_OBJECT: &str = "\u{0}pgmeta";
 const INFO_KEY: &[u8] = b"info";
 /// Omap key prefix of log entries.
 const LOG_PREFIX: &[u8] = b"log.";
+/// Omap key prefix of the copy's missing objects (the object's name follows; the value is
+/// the version it needs, JSON, `null` for a deletion).
+const MISSING_PREFIX: &[u8] = b"missing.";
 /// Format version of the persisted records (invariant 6).
 const FORMAT: u32 = 1;
 
@@ -162,16 +166,86 @@ pub fn replace_log(
     put_info(txn, coll, new.tail(), last_epoch_started)
 }
 
+fn missing_key(object: &str) -> Vec<u8> {
+    let mut k = MISSING_PREFIX.to_vec();
+    k.extend_from_slice(object.as_bytes());
+    k
+}
+
+/// Adds to `txn` what turns the persisted missing objects `old` into `new`.
+pub fn replace_missing(
+    txn: &mut Transaction,
+    coll: &str,
+    old: &Wanted,
+    new: &Wanted,
+) -> Result<(), OsdError> {
+    let gone: Vec<Vec<u8>> = old
+        .keys()
+        .filter(|o| !new.contains_key(*o))
+        .map(|o| missing_key(o))
+        .collect();
+    if !gone.is_empty() {
+        txn.push(Op::OmapRemove {
+            coll: coll.into(),
+            obj: META_OBJECT.into(),
+            keys: gone,
+        });
+    }
+    let mut entries = Vec::new();
+    for (o, v) in new {
+        if old.get(o) != Some(v) {
+            entries.push((missing_key(o), json(v)?));
+        }
+    }
+    if !entries.is_empty() {
+        txn.push(Op::OmapSet {
+            coll: coll.into(),
+            obj: META_OBJECT.into(),
+            entries,
+        });
+    }
+    Ok(())
+}
+
+/// Adds to `txn` that this copy holds `object` now.
+pub fn remove_missing(txn: &mut Transaction, coll: &str, object: &str) {
+    txn.omap_remove(coll, META_OBJECT, &missing_key(object));
+}
+
+/// A PG's state as its meta object holds it.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The log.
+    pub log: PgLog,
+    /// The last epoch started.
+    pub last_epoch_started: u64,
+    /// The objects the copy lacks.
+    pub missing: Wanted,
+}
+
 /// Loads a PG's log and info from its meta object (an empty log if it has none yet).
-pub async fn load(store: &Store, coll: &str, max_entries: usize) -> Result<(PgLog, u64), OsdError> {
+pub async fn load(store: &Store, coll: &str, max_entries: usize) -> Result<Loaded, OsdError> {
     if !store.exists(coll, META_OBJECT).await? {
-        return Ok((PgLog::new(max_entries), 0));
+        return Ok(Loaded {
+            log: PgLog::new(max_entries),
+            last_epoch_started: 0,
+            missing: Wanted::new(),
+        });
     }
     let mut info = PgInfo::default();
     let mut entries = Vec::new();
     let mut dups = Vec::new();
     let mut records = Vec::new();
+    let mut missing = Wanted::new();
     for (k, v) in store.omap_get(coll, META_OBJECT).await? {
+        if let Some(name) = k.strip_prefix(MISSING_PREFIX) {
+            let object = String::from_utf8(name.to_vec())
+                .map_err(|e| OsdError::Corrupt(format!("{coll} missing object name: {e}")))?;
+            let version: Option<Eversion> = serde_json::from_slice(&v)
+                .map_err(|e| OsdError::Corrupt(format!("{coll} missing {object}: {e}")))?;
+            missing.insert(object, version);
+            continue;
+        }
         if k == INFO_KEY {
             info = serde_json::from_slice(&v)
                 .map_err(|e| OsdError::Corrupt(format!("{coll} info: {e}")))?;
@@ -207,7 +281,11 @@ pub async fn load(store: &Store, coll: &str, max_entries: usize) -> Result<(PgLo
     dups.sort_by_key(|d| d.version);
     let log = PgLog::from_parts(info.tail, dups, entries, max_entries)
         .map_err(|e| OsdError::Corrupt(format!("{coll} log: {e}")))?;
-    Ok((log, info.last_epoch_started))
+    Ok(Loaded {
+        log,
+        last_epoch_started: info.last_epoch_started,
+        missing,
+    })
 }
 
 /// Packs a version into the u64 clients see and `_v` stores: `epoch << 32 | counter`.
@@ -272,8 +350,12 @@ mod tests {
             append_entry(&mut txn, COLL, &log, &e, 2).unwrap();
             store.queue_transaction_owned(txn).await.unwrap();
             log.append(e).unwrap();
-            let (loaded, les) = load(&store, COLL, 4).await.unwrap();
-            assert_eq!((&loaded, les), (&log, 2), "after entry {n}");
+            let loaded = load(&store, COLL, 4).await.unwrap();
+            assert_eq!(
+                (&loaded.log, loaded.last_epoch_started),
+                (&log, 2),
+                "after entry {n}"
+            );
         }
         assert_eq!(log.dups().count(), 4);
         assert!(log
@@ -293,8 +375,29 @@ mod tests {
         let mut txn = Transaction::new();
         replace_log(&mut txn, COLL, &log, &peer, 5).unwrap();
         store.queue_transaction_owned(txn).await.unwrap();
-        let (loaded, les) = load(&store, COLL, 2).await.unwrap();
-        assert_eq!((&loaded, les), (&peer, 5));
+        let loaded = load(&store, COLL, 2).await.unwrap();
+        assert_eq!((&loaded.log, loaded.last_epoch_started), (&peer, 5));
+        // Missing objects: recorded at activation, one recovered, the set replaced.
+        let first: Wanted = [
+            ("obj1".to_string(), Some(Eversion::new(3, 11))),
+            ("obj2".to_string(), None),
+            ("obj3".to_string(), Some(Eversion::new(3, 8))),
+        ]
+        .into();
+        let mut txn = Transaction::new();
+        replace_missing(&mut txn, COLL, &Wanted::new(), &first).unwrap();
+        remove_missing(&mut txn, COLL, "obj3");
+        store.queue_transaction_owned(txn).await.unwrap();
+        let mut expected = first.clone();
+        expected.remove("obj3");
+        assert_eq!(load(&store, COLL, 2).await.unwrap().missing, expected);
+        let second: Wanted = [("obj2".to_string(), Some(Eversion::new(4, 1)))].into();
+        let mut txn = Transaction::new();
+        replace_missing(&mut txn, COLL, &expected, &second).unwrap();
+        store.queue_transaction_owned(txn).await.unwrap();
+        let loaded = load(&store, COLL, 2).await.unwrap();
+        assert_eq!(loaded.missing, second);
+        assert_eq!(loaded.log, peer, "the log is untouched");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

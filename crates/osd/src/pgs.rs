@@ -13,6 +13,7 @@ use cairn_pg::{Eversion, PgLog};
 use tokio::sync::watch;
 
 use crate::fence::ScrubFence;
+use crate::missing::MissingSets;
 use crate::pgmeta::collection;
 
 /// What a PG is doing on this OSD, as reported in metrics and status.
@@ -176,6 +177,11 @@ pub struct Pg {
     scrub: Mutex<ScrubState>,
     /// The objects a scrub of this PG compares right now (writes to them wait).
     pub fence: Arc<ScrubFence>,
+    /// The objects its copies lack while it serves, and who recovers which now.
+    missing: Mutex<MissingSets>,
+    /// The interval (its first epoch) in which a copy refused a background recovery as too
+    /// full: its next peering recovers before activation, which leaves such a copy out.
+    too_full_in: AtomicU64,
 }
 
 /// When a PG's next scrubs are due on its primary, and what the last one left.
@@ -212,7 +218,39 @@ impl Pg {
             fill_progress: Mutex::new(None),
             scrub: Mutex::new(ScrubState::default()),
             fence: Arc::default(),
+            missing: Mutex::new(MissingSets::default()),
+            too_full_in: AtomicU64::new(0),
         }
+    }
+
+    /// The missing objects of the PG's copies (a short lock: never held across an await).
+    pub fn missing(&self) -> std::sync::MutexGuard<'_, MissingSets> {
+        self.missing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that a copy refused the background recovery of the interval of `epoch` as too
+    /// full.
+    pub fn note_too_full(&self, epoch: u64) {
+        self.too_full_in.fetch_max(epoch, Ordering::SeqCst);
+    }
+
+    /// Whether a copy refused the background recovery of the interval of `epoch` as too full.
+    pub fn too_full_in(&self, epoch: u64) -> bool {
+        self.too_full_in.load(Ordering::SeqCst) == epoch
+    }
+
+    /// Ends the background recovery of the interval of `epoch` once no copy lacks anything:
+    /// clean (earlier intervals forgotten) with the pool's size of copies, else degraded.
+    pub fn finish_recovery(&self, epoch: u64) {
+        let iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
+        if iv.epoch != epoch || *self.active.borrow() != Some(epoch) || !self.missing().is_empty() {
+            return;
+        }
+        let clean = iv.copies().count() >= iv.size;
+        if clean {
+            self.past.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = active_status(&iv, clean);
     }
 
     /// The PG's lock, taken once no scrub fence holds `object` (`None`: once no fence is up),
@@ -337,7 +375,8 @@ impl Pg {
                 *status,
                 PgStatus::ActiveClean | PgStatus::ActiveDegraded | PgStatus::ActiveRemapped
             ) {
-                *status = active_status(&iv, iv.copies().count() >= iv.size);
+                let clean = iv.copies().count() >= iv.size && self.missing().is_empty();
+                *status = active_status(&iv, clean);
             }
             return false;
         }
@@ -371,18 +410,22 @@ impl Pg {
 
     /// The status as reported in `pg stats`, `pg dump` and metrics: its name; for a PG served
     /// by a temporary acting set, `+degraded` with fewer copies serving than the pool's size
-    /// and what its background fill does, as Ceph names it (`+backfilling`, `+recovering`,
+    /// and what its background fill does; for a PG whose copies lack objects it recovers
+    /// after activation, what that recovery does; as Ceph names it (`+backfilling`, `+recovering`,
     /// `+backfill_wait` for a reservation or a `nobackfill`/`norebalance` flag,
     /// `+recovery_wait` for `norecover`, `+backfill_toofull`); and `+inconsistent` while the
     /// last scrub left inconsistent objects.
     pub fn state_name(&self) -> String {
         let status = self.status();
         let mut name = status.name().to_string();
+        let recovering = status == PgStatus::ActiveDegraded && !self.missing().is_empty();
         if status == PgStatus::ActiveRemapped {
             let iv = self.interval();
             if iv.copies().count() < iv.size {
                 name.push_str("+degraded");
             }
+        }
+        if status == PgStatus::ActiveRemapped || recovering {
             let fill = *self.fill_state.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(word) = fill.word() {
                 name.push('+');
@@ -532,11 +575,13 @@ impl PgTable {
     }
 
     /// Adds a PG loaded from the store.
-    pub fn insert_loaded(&self, id: PgId, log: PgLog, last_epoch_started: u64) {
+    pub fn insert_loaded(&self, id: PgId, loaded: crate::pgmeta::Loaded) {
+        let pg = Pg::new(id, loaded.log, loaded.last_epoch_started, true);
+        pg.missing().set_own(0, loaded.missing);
         self.pgs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Arc::new(Pg::new(id, log, last_epoch_started, true)));
+            .insert(id, Arc::new(pg));
     }
 
     /// Whether `pg` is the table's entry for its id (a deleted stray leaves the table).

@@ -82,6 +82,14 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
             OpResult::Failed(format!("pg {pgid} is not active ({})", pg.status().name())),
         );
     };
+    // An object a copy still lacks after activation is recovered first (this copy's for a
+    // read, every copy's for a write); ops on other objects do not wait.
+    if !matches!(op.kind, OpKind::ListObjects { .. }) {
+        let write = op.kind.is_write();
+        if let Err(why) = crate::recovery::ready_for_op(s, &pg, active, &op.object, write).await {
+            return fail(op.tid, s.epoch(), OpResult::Failed(why));
+        }
+    }
     if op.kind.is_write() {
         // Boxed: a write's future is several times a read's, and every op's future is moved
         // whole when its task is spawned (reads would pay to copy the write's state).

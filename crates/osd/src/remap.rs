@@ -301,12 +301,20 @@ async fn fill_copy(
         urgency: Urgency::Background,
     };
     for _ in 0..MAX_PASSES {
+        // Pushes read this copy: it first holds every object its activation left it lacking.
+        while !pg.missing().own().is_empty() {
+            if !still(pg, epoch, up) {
+                return Ok(());
+            }
+            tokio::time::sleep(HELD_PAUSE).await;
+        }
         let mine = {
             let inner = pg.inner.lock().await;
             PeerLog {
                 osd: s.id,
                 last_epoch_started: inner.last_epoch_started,
                 log: inner.log.clone(),
+                missing: Default::default(),
             }
         };
         let theirs = query_log(s, pg, epoch, target).await?;
@@ -407,6 +415,7 @@ mod tests {
             osd,
             last_epoch_started: les,
             log,
+            missing: Default::default(),
         }
     }
 

@@ -20,7 +20,7 @@ use crate::objects::{
     list_all, list_page, read_piece, remove_temps, stage_piece, Cursor, PiecePlace,
 };
 use crate::payload::Payload;
-use crate::pgmeta::{append_entry, pack, put_info, replace_log};
+use crate::pgmeta::{append_entry, pack, put_info, remove_missing, replace_log, replace_missing};
 use crate::pgs::PgStatus;
 use crate::shared::Shared;
 use crate::transfer;
@@ -322,10 +322,11 @@ async fn control(
             PeerAnswer::Info {
                 last_epoch_started: inner.last_epoch_started,
                 log: inner.log.clone(),
+                missing: pg.missing().own().clone(),
             },
             Bytes::new(),
         )),
-        PeerBody::Activate { log, keep } => {
+        PeerBody::Activate { log, keep, missing } => {
             let log = *log;
             let coll = pg.coll.clone();
             let mut txn = Transaction::new();
@@ -345,8 +346,11 @@ async fn control(
                 }
             }
             replace_log(&mut txn, &coll, &inner.log, &log, req.epoch)?;
+            let old_missing = pg.missing().own().clone();
+            replace_missing(&mut txn, &coll, &old_missing, &missing)?;
             s.store.queue_transaction_owned(txn).await?;
-            tracing::debug!(osd = s.id, pg = %pg.id, epoch = req.epoch, from = req.from, old_les = inner.last_epoch_started, old_head = %inner.log.head(), head = %log.head(), "activated");
+            tracing::debug!(osd = s.id, pg = %pg.id, epoch = req.epoch, from = req.from, old_les = inner.last_epoch_started, old_head = %inner.log.head(), head = %log.head(), missing = missing.len(), "activated");
+            pg.missing().set_own(req.epoch, missing);
             inner.created = true;
             inner.log = log;
             inner.last_epoch_started = req.epoch;
@@ -448,12 +452,30 @@ async fn recovery(
                 return Ok((PeerAnswer::TooFull { why }, Bytes::new()));
             }
             let mut inner = pg.inner.lock().await;
+            // A push of an interval whose copies a later peering has read may carry a
+            // version that peering replaced: refused, as replica writes are.
+            let peered_in = pg.peered_in();
+            if req.epoch < peered_in {
+                return Err(OsdError::Peer {
+                    osd: s.id,
+                    reason: format!(
+                        "push of interval {} but this copy of {} was read by the peering of interval {peered_in}",
+                        req.epoch, pg.id
+                    ),
+                });
+            }
             let mut txn = Transaction::new();
             if !inner.created {
                 txn.create_collection(&coll);
             }
             let piece = image.as_ref().map(|i| (i, place));
             stage_piece(&s.store, &mut txn, &coll, &object, piece, inner.created).await?;
+            // The object complete: this copy no longer lacks it (with the last piece, in the
+            // same transaction).
+            let completes = last && pg.missing().own_lacks(&object);
+            if completes {
+                remove_missing(&mut txn, &coll, &object);
+            }
             if !inner.created {
                 put_info(&mut txn, &coll, inner.log.tail(), inner.last_epoch_started)?;
             }
@@ -465,6 +487,9 @@ async fn recovery(
                 r => r?,
             }
             inner.created = true;
+            if completes {
+                pg.missing().replica_recovered(&object);
+            }
             s.metrics
                 .record_recovery(RecoveryKind::ReceivePush, urgency, data.len() as u64);
             Ok((PeerAnswer::Done, Bytes::new()))

@@ -24,6 +24,11 @@ pub struct PeerLog {
     pub last_epoch_started: u64,
     /// Its log.
     pub log: PgLog,
+    /// Objects its log names that the copy does not hold yet (it was activated with them
+    /// missing and their recovery has not reached it), with the version it needs (None: the
+    /// object is deleted). A copy with missing objects is never clean, however new its log.
+    #[serde(default)]
+    pub missing: BTreeMap<ObjectId, Option<Eversion>>,
 }
 
 /// What one copy must do.
@@ -86,13 +91,44 @@ pub fn plan(peers: &[PeerLog], primary: i32) -> Result<PeeringPlan, PgError> {
         } else {
             recovery_for(&peer.log, &auth.log)
         };
-        recovery.insert(peer.osd, r);
+        recovery.insert(peer.osd, with_own_missing(r, &peer.missing, &auth.log));
     }
     Ok(PeeringPlan {
         authoritative: auth.osd,
         head: auth.log.head(),
         recovery,
     })
+}
+
+/// `r` with the objects a copy reported `missing` added: each at the version the
+/// authoritative log names for it now (a later write there supersedes the one the copy
+/// missed), or at the copy's own record where that log no longer names the object. What the
+/// log comparison found comes first (it knows the copy's divergent history); a backfill
+/// copies everything anyway.
+fn with_own_missing(
+    r: Recovery,
+    missing: &BTreeMap<ObjectId, Option<Eversion>>,
+    auth: &PgLog,
+) -> Recovery {
+    if missing.is_empty() {
+        return r;
+    }
+    let (mut all, divergent) = match r {
+        Recovery::Backfill => return Recovery::Backfill,
+        Recovery::Clean => (BTreeMap::new(), Vec::new()),
+        Recovery::Log { missing, divergent } => (missing, divergent),
+    };
+    for (object, own) in missing {
+        let want = match auth.newest_for(object) {
+            Some(e) => (e.op == OpKind::Modify).then_some(e.version),
+            None => *own,
+        };
+        all.entry(object.clone()).or_insert(want);
+    }
+    Recovery::Log {
+        missing: all,
+        divergent,
+    }
 }
 
 /// What `copy` must do to match `auth`.

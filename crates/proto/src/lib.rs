@@ -191,6 +191,7 @@ mod tests {
                 answer: Ok(peer::PeerAnswer::Info {
                     last_epoch_started: 2,
                     log: log.clone(),
+                    missing: [("o9".to_string(), Some(Eversion::new(1, 9)))].into(),
                 }),
             };
             let (back, _) = decode::<peer::PeerReply>(&encode(&reply, &[])).unwrap();

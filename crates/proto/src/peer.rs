@@ -2,6 +2,8 @@
 //! while peering, recovering and scrubbing (gather logs, list, pull, push, activate, scrub maps). Object contents travel
 //! as an [`crate::image::ObjectImage`] in the message's data section.
 
+use std::collections::BTreeMap;
+
 use cairn_pg::log::{Eversion, PgLog};
 use serde::{Deserialize, Serialize};
 
@@ -93,11 +95,17 @@ pub enum PeerBody {
     },
     /// Peering is done: replace your log with this one and remember the epoch as your last
     /// epoch started. With `keep`, first delete every object not named (end of a backfill).
+    /// `missing` names the objects the log has that your copy lacks until the primary's
+    /// background recovery pushes them (the version each needs; None: deleted): keep the list
+    /// (persisted) and report it when asked for your log.
     Activate {
         /// The authoritative log (boxed: the other requests are small).
         log: Box<PgLog>,
         /// Objects that exist after a backfill, or None after log recovery.
         keep: Option<Vec<String>>,
+        /// Objects this copy still lacks, recovered after activation.
+        #[serde(default)]
+        missing: BTreeMap<String, Option<Eversion>>,
     },
     /// From an OSD outside the PG's acting set that still holds a copy, to the primary: is the
     /// PG active+clean without it, in the map of the request's epoch, and does the PG's history
@@ -152,6 +160,9 @@ pub enum PeerAnswer {
         last_epoch_started: u64,
         /// Its log.
         log: PgLog,
+        /// Objects its log names that it does not hold yet (see [`PeerBody::Activate`]).
+        #[serde(default)]
+        missing: BTreeMap<String, Option<Eversion>>,
     },
     /// Object names.
     Names {

@@ -1,6 +1,7 @@
 //! Integration tests of the client against in-process clusters (a monitor and OSDs on
 //! loopback), one binary: each module is one group of tests, compiled and linked once.
 
+mod after_activation;
 mod churn;
 mod cluster;
 mod common;

@@ -100,11 +100,13 @@ fn divergent_writes_are_rolled_back_and_behind_the_tail_means_backfill() {
         osd: 1,
         last_epoch_started: 2,
         log: log_of(&[a1.clone(), b2.clone(), b3_new.clone()], 100),
+        missing: Default::default(),
     };
     let old = PeerLog {
         osd: 0,
         last_epoch_started: 1,
         log: log_of(&[a1.clone(), b2.clone(), c3_old.clone()], 100),
+        missing: Default::default(),
     };
     let p = plan(&[old, auth], 0).unwrap();
     assert_eq!(
@@ -141,11 +143,13 @@ fn divergent_writes_are_rolled_back_and_behind_the_tail_means_backfill() {
         osd: 2,
         last_epoch_started: 3,
         log: log_of(&long, 10),
+        missing: Default::default(),
     };
     let stale = PeerLog {
         osd: 3,
         last_epoch_started: 3,
         log: log_of(&long[..5], 10),
+        missing: Default::default(),
     };
     let p = plan(&[auth, stale], 2).unwrap();
     assert_eq!(p.recovery[&3], Recovery::Backfill);
@@ -164,7 +168,7 @@ proptest! {
         let auth_new = history(&auth_tail_ops, &after_base, base.len() as u64 + 1);
         let auth_entries: Vec<LogEntry> = base.iter().chain(&auth_new).cloned().collect();
         let auth_objects = fold(&auth_entries);
-        let mut peers = vec![PeerLog { osd: 0, last_epoch_started: 3, log: log_of(&auth_entries, max_entries) }];
+        let mut peers = vec![PeerLog { osd: 0, last_epoch_started: 3, log: log_of(&auth_entries, max_entries), missing: Default::default()  }];
         let mut models = BTreeMap::new();
         for (i, (prefix, divergent_ops)) in copies.iter().enumerate() {
             let cut = (*prefix).min(base.len());
@@ -173,7 +177,7 @@ proptest! {
             let entries: Vec<LogEntry> = base[..cut].iter().chain(&divergent).cloned().collect();
             let osd = i as i32 + 1;
             models.insert(osd, fold(&entries));
-            peers.push(PeerLog { osd, last_epoch_started: 2, log: log_of(&entries, max_entries) });
+            peers.push(PeerLog { osd, last_epoch_started: 2, log: log_of(&entries, max_entries), missing: Default::default()  });
         }
         let p = plan(&peers, 0).unwrap();
         prop_assert_eq!(p.authoritative, 0);
@@ -203,6 +207,7 @@ fn the_primary_gathers_logs_activates_and_becomes_clean() {
         osd: 0,
         last_epoch_started: 5,
         log: log_of(&[a1.clone(), b2.clone()], 100),
+        missing: Default::default(),
     };
     let mut m = PeeringMachine::new(0, mine);
     let actions = m.handle(Event::Map {
@@ -223,7 +228,8 @@ fn the_primary_gathers_logs_activates_and_becomes_clean() {
             peer: PeerLog {
                 osd: 1,
                 last_epoch_started: 5,
-                log: PgLog::new(100)
+                log: PgLog::new(100),
+                missing: Default::default()
             }
         })
         .is_empty(),
@@ -235,6 +241,7 @@ fn the_primary_gathers_logs_activates_and_becomes_clean() {
             osd: 1,
             last_epoch_started: 5,
             log: log_of(std::slice::from_ref(&a1), 100),
+            missing: Default::default(),
         },
     });
     let actions = m.handle(Event::Log {
@@ -243,6 +250,7 @@ fn the_primary_gathers_logs_activates_and_becomes_clean() {
             osd: 2,
             last_epoch_started: 5,
             log: log_of(&[a1, b2], 100),
+            missing: Default::default(),
         },
     });
     assert!(actions.contains(&Action::Push {
@@ -273,4 +281,63 @@ fn the_primary_gathers_logs_activates_and_becomes_clean() {
         min_size: 2,
     });
     assert_eq!(m.state, PgState::Incomplete);
+}
+
+#[test]
+fn a_copy_activated_with_missing_objects_is_not_clean_however_new_its_log() {
+    let a1 = e(5, 1, "a", OpKind::Modify, Eversion::default());
+    let b2 = e(5, 2, "b", OpKind::Modify, Eversion::default());
+    let c3 = e(5, 3, "c", OpKind::Modify, Eversion::default());
+    let a4 = e(6, 4, "a", OpKind::Modify, Eversion::new(5, 1));
+    let c5 = e(6, 5, "c", OpKind::Delete, Eversion::new(5, 3));
+    let entries = [a1, b2, c3, a4, c5];
+    let copy = |osd, missing: &[(&str, Option<Eversion>)]| PeerLog {
+        osd,
+        last_epoch_started: 6,
+        log: log_of(&entries, 100),
+        missing: missing.iter().map(|(o, v)| (o.to_string(), *v)).collect(),
+    };
+    // osd.1 was activated lacking a (at 5'1 then) and c; osd.0, the primary, lacks "gone",
+    // an object the log no longer names.
+    let peers = [
+        copy(0, &[("gone", Some(Eversion::new(4, 9)))]),
+        copy(
+            1,
+            &[
+                ("a", Some(Eversion::new(5, 1))),
+                ("c", Some(Eversion::new(5, 3))),
+            ],
+        ),
+        copy(2, &[]),
+    ];
+    let p = plan(&peers, 0).unwrap();
+    assert_eq!(
+        p.authoritative, 0,
+        "missing objects do not change whose log wins"
+    );
+    assert_eq!(p.recovery[&2], Recovery::Clean);
+    assert_eq!(p.clean_osds(), vec![2]);
+    match &p.recovery[&1] {
+        Recovery::Log { missing, divergent } => {
+            assert!(divergent.is_empty());
+            assert_eq!(
+                missing.get("a"),
+                Some(&Some(Eversion::new(6, 4))),
+                "the version the log names now, not the one missed"
+            );
+            assert_eq!(missing.get("c"), Some(&None), "deleted since: removed");
+            assert_eq!(missing.len(), 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &p.recovery[&0] {
+        Recovery::Log { missing, .. } => {
+            assert_eq!(
+                missing.get("gone"),
+                Some(&Some(Eversion::new(4, 9))),
+                "the authoritative copy's own missing object, at its own record"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }

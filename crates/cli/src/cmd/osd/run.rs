@@ -93,7 +93,8 @@ pub struct OsdRunArgs {
     pub max_inflight_cost_ms: u64,
     /// A copy whose recovery would move at least this many objects (or a whole backfill) is
     /// filled in the background while a temporary acting set of complete copies serves the PG;
-    /// shorter recoveries are done before the PG activates (its I/O waits for them).
+    /// a shorter log recovery runs after the PG activates (Ceph's
+    /// `osd_async_recovery_min_cost`).
     #[arg(long = "remap-min-objects", default_value_t = cairn_osd::DEFAULT_REMAP_MIN_OBJECTS)]
     pub remap_min_objects: usize,
     /// Recovery moves an object in pieces of about this many bytes (Ceph's

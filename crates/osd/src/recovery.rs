@@ -1,0 +1,202 @@
+//! Recovery after activation (Ceph's model): a PG whose copies lack a few objects activates
+//! at once with their missing sets ([`crate::missing`]) and its primary recovers them in the
+//! background, object by object, as recovery-class work in a slot of
+//! `osd_recovery_max_active`, each followed by the recovery sleep, and not while `norecover`
+//! is set. A client op that touches a missing object recovers that object first, at its own
+//! class and priority (or waits for the recovery already under way); ops on other objects do
+//! not wait at all.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_clustermap::MapFlag;
+use cairn_proto::peer::Urgency;
+use cairn_store::Transaction;
+
+use crate::error::OsdError;
+use crate::missing::{Need, ObjectRecovery};
+use crate::pgmeta::remove_missing;
+use crate::pgs::{FillState, Pg};
+use crate::shared::Shared;
+use crate::transfer::{install_local, pull_from_any, push, Recovering};
+
+/// Pause before a failed object recovery is tried again in the same interval.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// Pause before a recovery held back by `norecover` looks at the flags again.
+const HELD_PAUSE: Duration = Duration::from_millis(250);
+/// Pause while the objects left are all being recovered by client ops.
+const CLAIMED_PAUSE: Duration = Duration::from_millis(10);
+
+/// Starts the background recovery of `pg`, active in the interval of `epoch`, when a copy
+/// lacks objects.
+pub fn start(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) {
+    if pg.missing().is_empty() {
+        return;
+    }
+    let (s2, pg2) = (s.clone(), pg.clone());
+    s.track(tokio::spawn(
+        async move { recover_all(s2, pg2, epoch).await },
+    ));
+}
+
+async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
+    let mut held_before = false;
+    loop {
+        if pg.active_epoch() != Some(epoch) {
+            return;
+        }
+        if s.flag_set(MapFlag::NoRecover) {
+            if !held_before {
+                tracing::info!(osd = s.id, pg = %pg.id, epoch, "recovery held by norecover");
+                held_before = true;
+            }
+            pg.set_fill_state(FillState::Held(MapFlag::NoRecover));
+            tokio::time::sleep(HELD_PAUSE).await;
+            continue;
+        }
+        held_before = false;
+        let slot = s.throttle.active_slot().await;
+        if pg.active_epoch() != Some(epoch) {
+            return;
+        }
+        let claimed = pg.missing().next_background();
+        let Some(claim) = claimed else {
+            if pg.missing().is_empty() {
+                break;
+            }
+            drop(slot);
+            tokio::time::sleep(CLAIMED_PAUSE).await;
+            continue;
+        };
+        pg.set_fill_state(FillState::Recovering);
+        let done = recover_object(&s, &pg, epoch, &claim, Urgency::Background).await;
+        pg.missing().release(epoch, &claim.object);
+        drop(slot);
+        match done {
+            Ok(()) => {}
+            Err(OsdError::TooFull { osd, why }) => {
+                tracing::warn!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "copy too full for its recovery: peering again to leave it out");
+                pg.note_too_full(epoch);
+                crate::peering::repeer(&s, &pg, epoch, "a copy is too full for its recovery");
+                return;
+            }
+            Err(e) => {
+                tracing::info!(osd = s.id, pg = %pg.id, epoch, object = %claim.object, error = %e, "object recovery failed; retrying");
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+        }
+        let mclock = matches!(s.sched.policy(), cairn_qos::PolicyConfig::Mclock(_));
+        let pause = s.throttle.sleep(mclock);
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    pg.set_fill_state(FillState::Idle);
+    pg.finish_recovery(epoch);
+    tracing::debug!(osd = s.id, pg = %pg.id, epoch, "recovered after activation");
+}
+
+/// Recovers `claim`'s object in the interval of `epoch`: this copy first (pulled from a copy
+/// at the version the log names, or removed), recorded here; then pushed to every other copy
+/// that lacks it, each of which records it with the object. `urgency` picks the steps' class.
+pub(crate) async fn recover_object(
+    s: &Arc<Shared>,
+    pg: &Pg,
+    epoch: u64,
+    claim: &ObjectRecovery,
+    urgency: Urgency,
+) -> Result<(), OsdError> {
+    let r = Recovering {
+        s,
+        pg,
+        epoch,
+        urgency,
+    };
+    let obj = claim.object.as_str();
+    if let Some(want) = claim.own {
+        // Activation created the collection.
+        let mut created = true;
+        match want {
+            Some(v) => {
+                let sources: Vec<i32> = claim
+                    .sources
+                    .iter()
+                    .copied()
+                    .filter(|&o| o != s.id)
+                    .collect();
+                pull_from_any(&r, &sources, obj, &mut created, v)
+                    .await
+                    .map_err(|mut refused| match refused.pop() {
+                        Some((_, e)) => e,
+                        None => OsdError::Peer {
+                            osd: s.id,
+                            reason: format!("no copy to pull {obj} at {v} from"),
+                        },
+                    })?;
+            }
+            None => install_local(&r, &mut created, obj, None).await?,
+        }
+        record_own(s, pg, epoch, obj).await?;
+    }
+    for &osd in &claim.peers {
+        push(&r, osd, obj).await?;
+        pg.missing().peer_recovered(epoch, osd, obj);
+    }
+    Ok(())
+}
+
+/// Records that this copy holds `obj` now, under the PG's lock (which an activation holds
+/// while it replaces the missing set), if the activation of `epoch` is still the PG's.
+async fn record_own(s: &Shared, pg: &Pg, epoch: u64, obj: &str) -> Result<(), OsdError> {
+    let _inner = pg.inner.lock().await;
+    if pg.missing().epoch() != epoch || !pg.missing().own_lacks(obj) {
+        return Ok(());
+    }
+    let mut txn = Transaction::new();
+    remove_missing(&mut txn, &pg.coll, obj);
+    s.store.queue_transaction_owned(txn).await?;
+    pg.missing().own_recovered(epoch, obj);
+    Ok(())
+}
+
+/// Makes `object` ready for a client op on `pg`, active in the interval of `active`: a read
+/// needs this copy of it, a write every copy. Recovers it now, as the client's work, unless
+/// another task does already (then waits for that); returns at once when nothing lacks it.
+/// Err: why the op cannot go on.
+pub(crate) async fn ready_for_op(
+    s: &Arc<Shared>,
+    pg: &Pg,
+    active: u64,
+    object: &str,
+    write: bool,
+) -> Result<(), String> {
+    loop {
+        let need = pg.missing().need(object, write);
+        match need {
+            Need::Ready => return Ok(()),
+            Need::Wait(mut claim) => {
+                tokio::select! {
+                    _ = claim.changed() => {}
+                    _ = pg.wait_interval_change(active) => {
+                        return Err(format!("pg {} changed interval", pg.id));
+                    }
+                }
+            }
+            Need::Recover(claim) => {
+                s.metrics.record_op_recovery();
+                let done = recover_object(s, pg, active, &claim, Urgency::Blocking).await;
+                pg.missing().release(active, &claim.object);
+                if let Err(e) = done {
+                    return Err(format!("pg {}: recovering {object} first: {e}", pg.id));
+                }
+                if pg.missing().is_empty() {
+                    pg.finish_recovery(active);
+                }
+            }
+        }
+        if pg.active_epoch() != Some(active) {
+            return Err(format!("pg {} changed interval", pg.id));
+        }
+    }
+}
