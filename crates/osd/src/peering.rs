@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cairn_clustermap::ClusterMap;
 use cairn_clustermap::PgId;
+use cairn_clustermap::{ClusterMap, MapFlag};
 use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
 use cairn_proto::mon::Request;
 use cairn_proto::peer::{PeerBody, Urgency};
@@ -386,7 +386,15 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     };
     // A short log recovery is done after activation instead, in the background (a copy that
     // refused it as too full is left out by recovering before activation).
-    let behind = recovers_after_activation(&iv, &plan, min_objects) && !pg.too_full_in(epoch);
+    // `norebalance` keeps a PG that has its pool's size of complete copies on them, as before.
+    let misplaced_held = s.map.borrow().as_ref().is_some_and(|map| {
+        map.has(MapFlag::NoRebalance)
+            && crate::remap::temporary_acting(&iv, &plan, &up, 1)
+                .is_some_and(|t| t.len() >= iv.size)
+    });
+    let behind = recovers_after_activation(&iv, &plan, min_objects)
+        && !pg.too_full_in(epoch)
+        && !misplaced_held;
     if !behind {
         let min_objects = match s.map.borrow().as_ref() {
             Some(map) => crate::remap::min_objects_under_flags(map, &iv, &plan, &up, min_objects),

@@ -69,8 +69,9 @@ async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
             continue;
         };
         pg.set_fill_state(FillState::Recovering);
+        let held = Claimed::new(&pg, epoch, &claim.object);
         let done = recover_object(&s, &pg, epoch, &claim, Urgency::Background).await;
-        pg.missing().release(epoch, &claim.object);
+        drop(held);
         drop(slot);
         match done {
             Ok(()) => {}
@@ -95,6 +96,27 @@ async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
     pg.set_fill_state(FillState::Idle);
     pg.finish_recovery(epoch);
     tracing::debug!(osd = s.id, pg = %pg.id, epoch, "recovered after activation");
+}
+
+/// A claim on one object's recovery, ended when dropped: also when the task recovering it is
+/// aborted or its op given up, so that whoever waits for the object never waits on a claim
+/// nobody holds.
+struct Claimed<'a> {
+    pg: &'a Pg,
+    epoch: u64,
+    object: &'a str,
+}
+
+impl<'a> Claimed<'a> {
+    fn new(pg: &'a Pg, epoch: u64, object: &'a str) -> Self {
+        Claimed { pg, epoch, object }
+    }
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        self.pg.missing().release(self.epoch, self.object);
+    }
 }
 
 /// Recovers `claim`'s object in the interval of `epoch`: this copy first (pulled from a copy
@@ -181,12 +203,14 @@ pub(crate) async fn ready_for_op(
                     _ = pg.wait_interval_change(active) => {
                         return Err(format!("pg {} changed interval", pg.id));
                     }
+                    _ = s.stopped() => return Err(format!("osd.{} is stopping", s.id)),
                 }
             }
             Need::Recover(claim) => {
                 s.metrics.record_op_recovery();
+                let held = Claimed::new(pg, active, &claim.object);
                 let done = recover_object(s, pg, active, &claim, Urgency::Blocking).await;
-                pg.missing().release(active, &claim.object);
+                drop(held);
                 if let Err(e) = done {
                     return Err(format!("pg {}: recovering {object} first: {e}", pg.id));
                 }

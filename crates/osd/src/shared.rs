@@ -120,6 +120,11 @@ impl Shared {
         tokio::spawn(self.stopping.clone().run_until_cancelled_owned(work))
     }
 
+    /// Resolves once the OSD is stopping.
+    pub async fn stopped(&self) {
+        self.stopping.cancelled().await
+    }
+
     /// True once the OSD is stopping (see [`Shared::stop_tasks`]).
     pub fn is_stopping(&self) -> bool {
         self.stopping.is_cancelled()
