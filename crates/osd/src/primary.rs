@@ -83,10 +83,15 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
         );
     };
     // An object a copy still lacks after activation is recovered first (this copy's for a
-    // read, every copy's for a write); ops on other objects do not wait.
-    if !matches!(op.kind, OpKind::ListObjects { .. }) {
+    // read, every copy's for a write); ops on other objects do not wait. A listing reads this
+    // copy's names: every object it lacks first.
+    let touched: Vec<String> = match op.kind {
+        OpKind::ListObjects { .. } => pg.missing().own().keys().cloned().collect(),
+        _ => vec![op.object.clone()],
+    };
+    for object in &touched {
         let write = op.kind.is_write();
-        if let Err(why) = crate::recovery::ready_for_op(s, &pg, active, &op.object, write).await {
+        if let Err(why) = crate::recovery::ready_for_op(s, &pg, active, object, write).await {
             return fail(op.tid, s.epoch(), OpResult::Failed(why));
         }
     }

@@ -137,6 +137,13 @@ pub async fn scrub_pg(
     scheduled: bool,
 ) -> Result<ScrubReport, OsdError> {
     let active = pg.active_epoch().ok_or_else(|| not_served(s, pg))?;
+    if !pg.missing().is_empty() {
+        // Its copies differ by design until they are recovered.
+        return Err(OsdError::Peer {
+            osd: s.id,
+            reason: format!("pg {} is recovering: scrub it once it is clean", pg.id),
+        });
+    }
     let mut report = ScrubReport {
         pg: pg.id,
         deep,

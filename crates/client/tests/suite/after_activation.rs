@@ -92,6 +92,8 @@ async fn a_returning_copy_serves_at_once_and_an_op_recovers_only_the_object_it_t
     );
     let recovered_before = op_recoveries(&c);
 
+    let held_by_x = df_value(&c, x, "objects").await;
+
     // Objects every copy holds: nothing to recover first.
     for i in [0, 7, 13] {
         let name = format!("o{i}");
@@ -130,8 +132,15 @@ async fn a_returning_copy_serves_at_once_and_an_op_recovers_only_the_object_it_t
             "{name} read from osd.{x}, which lacked it"
         );
         assert_eq!(op_recoveries(&c), recovered_before + 2);
-        assert_eq!(df_value(&c, x, "objects").await, 22);
+        assert_eq!(df_value(&c, x, "objects").await, held_by_x + 2);
     }
+    // A listing names every object, also those osd.X leads and lacks (recovered first).
+    let mut listed = c.client.list_objects("data").await.unwrap();
+    listed.sort();
+    let mut names: Vec<String> = written.keys().cloned().collect();
+    names.sort();
+    assert_eq!(listed, names);
+
     let states = pg_states(&c).await;
     assert!(
         states.keys().any(|s| s == "active+degraded+recovery_wait"),
