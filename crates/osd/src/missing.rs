@@ -233,7 +233,7 @@ mod tests {
         };
         assert_eq!(a.own, Some(Some(Eversion::new(3, 1))));
         assert_eq!((a.peers, a.sources), (vec![1], vec![2, 1]));
-        let Need::Wait(mut waiter) = m.need("a", true) else {
+        let Need::Wait(waiter) = m.need("a", true) else {
             panic!("a claimed object is waited for")
         };
         m.own_recovered(6, "a");
@@ -279,7 +279,7 @@ mod tests {
         let Need::Recover(_) = m.need("a", false) else {
             panic!()
         };
-        let Need::Wait(mut waiter) = m.need("a", false) else {
+        let Need::Wait(waiter) = m.need("a", false) else {
             panic!()
         };
         m.set_own(9, Wanted::new());
