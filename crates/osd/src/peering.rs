@@ -731,6 +731,42 @@ mod tests {
     }
 
     #[test]
+    fn only_short_log_recoveries_of_acting_copies_run_after_activation() {
+        use cairn_pg::{Eversion, PeeringPlan};
+        let lacking = |n: u64| Recovery::Log {
+            missing: (0..n)
+                .map(|i| (format!("o{i}"), Some(Eversion::new(2, i + 1))))
+                .collect(),
+            divergent: Vec::new(),
+        };
+        let iv = crate::pgs::Interval {
+            acting: vec![0, 1, 2],
+            ..Default::default()
+        };
+        let plan_of = |recovery: Vec<(i32, Recovery)>| PeeringPlan {
+            authoritative: 0,
+            head: Eversion::new(2, 9),
+            recovery: recovery.into_iter().collect(),
+        };
+        let short = plan_of(vec![
+            (0, lacking(2)),
+            (1, Recovery::Clean),
+            (2, lacking(99)),
+        ]);
+        assert!(recovers_after_activation(&iv, &short, 100));
+        assert_eq!(missing_of(&short, 0).len(), 2);
+        assert!(missing_of(&short, 1).is_empty());
+        let long = plan_of(vec![(0, Recovery::Clean), (2, lacking(100))]);
+        assert!(!recovers_after_activation(&iv, &long, 100));
+        let backfill = plan_of(vec![(1, Recovery::Backfill)]);
+        assert!(!recovers_after_activation(&iv, &backfill, 100));
+        // A copy outside the acting set (an earlier interval's) is not this interval's to
+        // recover.
+        let outside = plan_of(vec![(0, Recovery::Clean), (7, Recovery::Backfill)]);
+        assert!(recovers_after_activation(&iv, &outside, 100));
+    }
+
+    #[test]
     fn only_an_up_set_right_after_a_temporary_set_has_come_home() {
         let mut mon = monitor();
         let pool = mon.map().placement.pool_named("p").unwrap().id;
