@@ -14,7 +14,7 @@ use cairn_clustermap::MapFlag;
 use cairn_proto::mon::Request;
 use common::{
     cluster_with_devices, df_value, eventually, metric_sum, metrics_page, mount_offline, pg_states,
-    placement_of, restart_up, stop_osd, wait_all_clean,
+    placement_of, reads_back, restart_up, stop_osd, wait_all_clean,
 };
 
 const DEVICE_BYTES: u64 = 256 << 20;
@@ -167,6 +167,107 @@ async fn a_returning_copy_serves_at_once_and_an_op_recovers_only_the_object_it_t
         assert_eq!(
             crc_fast::crc32_iscsi(&bytes),
             crc_fast::crc32_iscsi(data),
+            "{name} on osd.{x}"
+        );
+    }
+    store.umount().await.unwrap();
+}
+
+/// Whether every PG serves and one's state has `want`.
+async fn serving(c: &common::Cluster, want: &str) -> bool {
+    let states = pg_states(c).await;
+    states.values().sum::<usize>() == PGS as usize
+        && states.keys().all(|s| s.starts_with("active"))
+        && states.keys().any(|s| s.contains(want))
+}
+
+/// The returning OSD's missing set outlives a restart and a change of primary: osd.X comes
+/// back lacking what was written while it was away (`norecover` holds its recovery), restarts
+/// (its PGs peer again from what its store kept), and then another OSD stops, so that osd.X
+/// leads PGs it lacks objects of. Every object still reads back whole through it (a copy that
+/// took itself for clean would answer "not found"), and once `norecover` is unset it holds
+/// every object as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_copy_lacks_survives_its_restart_and_a_new_primary_recovers_it() {
+    common::logs_from_env();
+    let tag = "missing-kept";
+    let mut c = cluster_with_devices(tag, PGS, [DEVICE_BYTES; 3], |_| {}).await;
+    let admin = common::mon_client(c.mon.addr(), 82).await;
+    for i in 0..20 {
+        c.client
+            .write_full("data", &format!("o{i}"), &object(i))
+            .await
+            .unwrap();
+    }
+    let flags = |on| Request::SetFlags {
+        flags: vec![MapFlag::NoRecover],
+        on,
+    };
+    admin.op(flags(true), 10_000).await.unwrap();
+    let x = c.osds[2].id();
+    let cfg = || common::osd_config(tag, 2, &c.mon, &c.dir, DEVICE_BYTES);
+    let x_cfg = cfg();
+    stop_osd(&mut c, &admin, x).await;
+    for i in 20..40 {
+        c.client
+            .write_full("data", &format!("o{i}"), &object(i))
+            .await
+            .unwrap();
+    }
+    restart_up(&mut c, x_cfg.clone(), x).await;
+    eventually("osd.X back, lacking objects", || {
+        serving(&c, "recovery_wait")
+    })
+    .await;
+    stop_osd(&mut c, &admin, x).await;
+    restart_up(&mut c, x_cfg, x).await;
+    eventually("osd.X back again, still lacking them", || {
+        serving(&c, "recovery_wait")
+    })
+    .await;
+    assert_eq!(
+        df_value(&c, x, "objects").await,
+        20,
+        "nothing recovered yet"
+    );
+
+    let p = c.osds.iter().map(|o| o.id()).find(|&o| o != x).unwrap();
+    stop_osd(&mut c, &admin, p).await;
+    eventually("two copies serve every PG", || async {
+        let states = pg_states(&c).await;
+        states.values().sum::<usize>() == PGS as usize
+            && states.keys().all(|s| s.starts_with("active"))
+    })
+    .await;
+    assert!(
+        (20..40).any(|i| placement_of(&c, &format!("o{i}")).1.first() == Some(&x)),
+        "osd.X leads a PG of an object it lacks"
+    );
+    reads_back(&c, "data", 40, object).await;
+
+    admin.op(flags(false), 10_000).await.unwrap();
+    eventually("osd.X holds every object", || async {
+        df_value(&c, x, "objects").await == 40
+    })
+    .await;
+    let colls: BTreeMap<String, String> = (0..40)
+        .map(|i| {
+            let name = format!("o{i}");
+            let coll = cairn_osd::pgmeta::collection(placement_of(&c, &name).0);
+            (name, coll)
+        })
+        .collect();
+    let dir = common::stop(c).await;
+    let store = mount_offline(&dir.0.join(format!("osd{x}"))).await;
+    for i in 0..40 {
+        let name = format!("o{i}");
+        let bytes = store
+            .read(&colls[&name], &name, 0, u64::MAX)
+            .await
+            .unwrap_or_else(|e| panic!("{name} on osd.{x}: {e}"));
+        assert_eq!(
+            crc_fast::crc32_iscsi(&bytes),
+            crc_fast::crc32_iscsi(&object(i)),
             "{name} on osd.{x}"
         );
     }
