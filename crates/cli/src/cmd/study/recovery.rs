@@ -37,7 +37,8 @@ pub struct RecoveryStudyArgs {
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Schedulers to compare, each on a fresh cluster: a policy (fifo, wpq, mclock, crrn, orr,
-    /// trr, tbf) or an mClock profile (high_client_ops, balanced, high_recovery_ops).
+    /// trr, tbf), an mClock profile (high_client_ops, balanced, high_recovery_ops), or `bst`
+    /// (seed 000's setting: wpq with recovery at the client's priority, no recovery sleep).
     #[arg(
         long,
         value_delimiter = ',',
@@ -100,34 +101,54 @@ const FILL_IN_FLIGHT: usize = 16;
 /// Recovery objects read back and compared after each run (every n-th, at most this many).
 const VERIFY_OBJECTS: usize = 32;
 
-/// One scheduler to compare: its label and the admin command that selects it on an OSD.
+/// One scheduler to compare: its label and the admin commands that select it on an OSD.
 #[derive(Debug, Clone, PartialEq)]
 struct Scheduler {
     label: String,
-    command: Vec<String>,
+    commands: Vec<Vec<String>>,
 }
 
-/// Parses a scheduler name: a policy name or an mClock profile.
+/// Seed 000's "BST" setting: WPQ with recovery at the client's priority and no recovery sleep.
+const BST: &str = "bst";
+
+/// Parses a scheduler name: a policy name, an mClock profile, or `bst`.
 fn parse_scheduler(name: &str) -> anyhow::Result<Scheduler> {
-    let set = |key: &str| {
-        ["config", "set", key, name]
+    let set = |key: &str, value: &str| -> Vec<String> {
+        ["config", "set", key, value]
             .iter()
             .map(|w| w.to_string())
             .collect()
     };
+    if name == BST {
+        let mut commands = vec![
+            set("osd_op_queue", "wpq"),
+            set("osd_recovery_op_priority", "63"),
+        ];
+        for sleep in [
+            "osd_recovery_sleep_hdd",
+            "osd_recovery_sleep_ssd",
+            "osd_recovery_sleep_hybrid",
+        ] {
+            commands.push(set(sleep, "0"));
+        }
+        return Ok(Scheduler {
+            label: "wpq bst".to_string(),
+            commands,
+        });
+    }
     if PolicyConfig::by_name(name).is_ok() {
         return Ok(Scheduler {
             label: name.to_string(),
-            command: set("osd_op_queue"),
+            commands: vec![set("osd_op_queue", name)],
         });
     }
     match Profile::parse(name) {
         Ok(Profile::Custom) | Err(_) => bail!(
-            "unknown scheduler `{name}` (a policy: fifo, wpq, mclock, crrn, orr, trr, tbf; or an mClock profile: high_client_ops, balanced, high_recovery_ops)"
+            "unknown scheduler `{name}` (a policy: fifo, wpq, mclock, crrn, orr, trr, tbf; an mClock profile: high_client_ops, balanced, high_recovery_ops; or bst: wpq with recovery at the client's priority and no recovery sleep)"
         ),
         Ok(_) => Ok(Scheduler {
             label: format!("mclock {name}"),
-            command: set("osd_mclock_profile"),
+            commands: vec![set("osd_mclock_profile", name)],
         }),
     }
 }
@@ -512,15 +533,18 @@ async fn client_load(
 /// Sets `sched` on `osd`, retrying while it is not reachable yet.
 async fn select_scheduler(client: &Client, osd: i32, sched: &Scheduler) -> anyhow::Result<()> {
     let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        match client.tell(osd, &sched.command).await {
-            Ok(_) => return Ok(()),
-            Err(e) if Instant::now() > deadline => {
-                return Err(e).context(format!("setting {} on osd.{osd}", sched.label))
+    for command in &sched.commands {
+        loop {
+            match client.tell(osd, command).await {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => {
+                    return Err(e).context(format!("setting {} on osd.{osd}", sched.label))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+    Ok(())
 }
 
 /// Objects and bytes recovered so far, summed over the up OSDs.
@@ -569,15 +593,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedulers_are_policies_or_mclock_profiles() {
+    fn schedulers_are_policies_mclock_profiles_or_the_seeds_bst() {
         let wpq = parse_scheduler("wpq").unwrap();
         assert_eq!(wpq.label, "wpq");
-        assert_eq!(wpq.command, ["config", "set", "osd_op_queue", "wpq"]);
+        assert_eq!(wpq.commands, [["config", "set", "osd_op_queue", "wpq"]]);
         let p = parse_scheduler("high_recovery_ops").unwrap();
         assert_eq!(p.label, "mclock high_recovery_ops");
         assert_eq!(
-            p.command,
-            ["config", "set", "osd_mclock_profile", "high_recovery_ops"]
+            p.commands,
+            [["config", "set", "osd_mclock_profile", "high_recovery_ops"]]
+        );
+        let bst = parse_scheduler("bst").unwrap();
+        assert_eq!(bst.label, "wpq bst");
+        assert_eq!(bst.commands[0], ["config", "set", "osd_op_queue", "wpq"]);
+        assert!(bst.commands.contains(&vec![
+            "config".to_string(),
+            "set".into(),
+            "osd_recovery_op_priority".into(),
+            "63".into()
+        ]));
+        assert_eq!(
+            bst.commands
+                .iter()
+                .filter(|c| c[2].starts_with("osd_recovery_sleep_") && c[3] == "0")
+                .count(),
+            3
         );
         for bad in ["custom", "lifo", ""] {
             let e = parse_scheduler(bad).unwrap_err().to_string();
