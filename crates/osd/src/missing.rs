@@ -20,6 +20,10 @@ pub type Wanted = BTreeMap<String, Option<Eversion>>;
 pub struct MissingSets {
     /// The interval (its first epoch) whose activation recorded the sets; 0: none.
     epoch: u64,
+    /// Counts the activations recorded: a PG peered again within its interval activates in
+    /// the same epoch, and what a recovery of an earlier activation claimed or recovered must
+    /// change nothing in the sets of the next.
+    generation: u64,
     /// This copy's missing objects.
     own: Wanted,
     /// As primary: every other acting copy's missing objects (copies lacking none absent).
@@ -39,6 +43,8 @@ pub struct ObjectRecovery {
     pub own: Option<Option<Eversion>>,
     /// The other copies that lack it.
     pub peers: Vec<i32>,
+    /// The activation ([`MissingSets::generation`]) the claim belongs to.
+    pub generation: u64,
     /// Where to pull this copy's version from, in order.
     pub sources: Vec<i32>,
 }
@@ -67,6 +73,7 @@ impl MissingSets {
         sources: Vec<i32>,
     ) {
         self.epoch = epoch;
+        self.generation += 1;
         self.own = own;
         self.peers = peers.into_iter().filter(|(_, w)| !w.is_empty()).collect();
         self.sources = sources;
@@ -77,6 +84,7 @@ impl MissingSets {
     /// (or as loaded from the store, with `epoch` 0).
     pub fn set_own(&mut self, epoch: u64, own: Wanted) {
         self.epoch = epoch;
+        self.generation += 1;
         self.own = own;
         self.peers.clear();
         self.sources.clear();
@@ -149,20 +157,21 @@ impl MissingSets {
                 .map(|(&o, _)| o)
                 .collect(),
             sources: self.sources.clone(),
+            generation: self.generation,
         }
     }
 
-    /// This copy holds `object` now, as recovered in the activation of `epoch` (nothing when
+    /// This copy holds `object` now, as recovered in the activation `generation` (nothing when
     /// another activation has replaced the sets since: what it records is newer).
-    pub fn own_recovered(&mut self, epoch: u64, object: &str) {
-        if epoch == self.epoch {
+    pub fn own_recovered(&mut self, generation: u64, object: &str) {
+        if generation == self.generation {
             self.own.remove(object);
         }
     }
 
-    /// Copy `osd` holds `object` now, as recovered in the activation of `epoch`.
-    pub fn peer_recovered(&mut self, epoch: u64, osd: i32, object: &str) {
-        if epoch != self.epoch {
+    /// Copy `osd` holds `object` now, as recovered in the activation `generation`.
+    pub fn peer_recovered(&mut self, generation: u64, osd: i32, object: &str) {
+        if generation != self.generation {
             return;
         }
         if let Some(w) = self.peers.get_mut(&osd) {
@@ -173,10 +182,10 @@ impl MissingSets {
         }
     }
 
-    /// Ends the claim on `object` taken in the activation of `epoch`, recovered or not:
+    /// Ends the claim on `object` taken in the activation `generation`, recovered or not:
     /// whoever waits looks again.
-    pub fn release(&mut self, epoch: u64, object: &str) {
-        if epoch == self.epoch {
+    pub fn release(&mut self, generation: u64, object: &str) {
+        if generation == self.generation {
             self.claims.remove(object);
         }
     }
@@ -190,6 +199,18 @@ impl MissingSets {
     /// The interval whose activation recorded the sets (0: none).
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// The activation the sets belong to (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether an op on `object` finds it ready (see [`MissingSets::need`]) without claiming
+    /// anything.
+    pub fn ready(&self, object: &str, write: bool) -> bool {
+        !self.own.contains_key(object)
+            && !(write && self.peers.values().any(|w| w.contains_key(object)))
     }
 }
 
@@ -236,24 +257,30 @@ mod tests {
         let Need::Wait(waiter) = m.need("a", true) else {
             panic!("a claimed object is waited for")
         };
-        m.own_recovered(6, "a");
-        m.peer_recovered(6, 1, "a");
+        assert_eq!(a.generation, 1);
+        m.own_recovered(0, "a");
+        m.peer_recovered(0, 1, "a");
+        m.release(0, "a");
         assert_eq!(
             m.counts(),
             (1, 3),
             "an older activation's recovery records nothing"
         );
-        m.own_recovered(7, "a");
-        m.peer_recovered(7, 1, "a");
-        m.release(7, "a");
+        assert!(
+            matches!(m.need("a", true), Need::Wait(_)),
+            "nor ends a claim"
+        );
+        m.own_recovered(1, "a");
+        m.peer_recovered(1, 1, "a");
+        m.release(1, "a");
         assert!(
             waiter.has_changed().is_err(),
             "the end of the claim wakes the waiter"
         );
         assert!(matches!(m.need("a", true), Need::Ready));
         assert_eq!(m.counts(), (0, 1));
-        m.peer_recovered(7, 1, "b");
-        m.release(7, "b");
+        m.peer_recovered(1, 1, "b");
+        m.release(1, "b");
         assert!(m.is_empty());
     }
 
@@ -265,7 +292,7 @@ mod tests {
         let second = m.next_background().unwrap();
         assert_eq!(second.object, "b");
         assert_eq!(m.next_background(), None, "both claimed");
-        m.release(7, "b");
+        m.release(1, "b");
         assert_eq!(
             m.next_background().unwrap().object,
             "b",
@@ -285,6 +312,6 @@ mod tests {
         m.set_own(9, Wanted::new());
         assert!(waiter.has_changed().is_err());
         assert!(m.is_empty());
-        assert_eq!(m.epoch(), 9);
+        assert_eq!((m.epoch(), m.generation()), (9, 2));
     }
 }

@@ -353,6 +353,19 @@ async fn write(
             OpResult::Failed(format!("pg {} changed interval", pg.id)),
         );
     }
+    // A peering again within the interval (it holds this lock) may have activated the PG
+    // anew with a copy lacking the object since it was found ready: the client resends, and
+    // the op recovers it first.
+    if !pg.missing().ready(&op.object, true) {
+        return fail(
+            op.tid,
+            epoch,
+            OpResult::Failed(format!(
+                "pg {} activated again with a copy lacking {}",
+                pg.id, op.object
+            )),
+        );
+    }
     if let Some(reqid) = op.reqid {
         if let Some(done) = inner.log.version_of_request(&reqid) {
             return answer_resend(s, pg, &inner, &iv, &op, reqid, done);

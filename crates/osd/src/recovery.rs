@@ -30,19 +30,29 @@ const CLAIMED_PAUSE: Duration = Duration::from_millis(10);
 /// Starts the background recovery of `pg`, active in the interval of `epoch`, when a copy
 /// lacks objects.
 pub fn start(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) {
-    if pg.missing().is_empty() {
-        return;
-    }
+    let generation = {
+        let missing = pg.missing();
+        if missing.is_empty() {
+            return;
+        }
+        missing.generation()
+    };
     let (s2, pg2) = (s.clone(), pg.clone());
-    s.track(tokio::spawn(
-        async move { recover_all(s2, pg2, epoch).await },
-    ));
+    s.track(tokio::spawn(async move {
+        recover_all(s2, pg2, epoch, generation).await
+    }));
 }
 
-async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
+/// Whether the background recovery of the activation `generation` in the interval of `epoch`
+/// is still the PG's (a PG peered again in its interval starts another).
+fn current(pg: &Pg, epoch: u64, generation: u64) -> bool {
+    pg.active_epoch() == Some(epoch) && pg.missing().generation() == generation
+}
+
+async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, generation: u64) {
     let mut held_before = false;
     loop {
-        if pg.active_epoch() != Some(epoch) {
+        if !current(&pg, epoch, generation) {
             return;
         }
         if s.flag_set(MapFlag::NoRecover) {
@@ -56,7 +66,7 @@ async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
         }
         held_before = false;
         let slot = s.throttle.active_slot().await;
-        if pg.active_epoch() != Some(epoch) {
+        if !current(&pg, epoch, generation) {
             return;
         }
         let claimed = pg.missing().next_background();
@@ -69,7 +79,7 @@ async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
             continue;
         };
         pg.set_fill_state(FillState::Recovering);
-        let held = Claimed::new(&pg, epoch, &claim.object);
+        let held = Claimed::new(&pg, &claim);
         let done = recover_object(&s, &pg, epoch, &claim, Urgency::Background).await;
         drop(held);
         drop(slot);
@@ -103,19 +113,19 @@ async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64) {
 /// nobody holds.
 struct Claimed<'a> {
     pg: &'a Pg,
-    epoch: u64,
-    object: &'a str,
+    claim: &'a ObjectRecovery,
 }
 
 impl<'a> Claimed<'a> {
-    fn new(pg: &'a Pg, epoch: u64, object: &'a str) -> Self {
-        Claimed { pg, epoch, object }
+    fn new(pg: &'a Pg, claim: &'a ObjectRecovery) -> Self {
+        Claimed { pg, claim }
     }
 }
 
 impl Drop for Claimed<'_> {
     fn drop(&mut self) {
-        self.pg.missing().release(self.epoch, self.object);
+        let claim = self.claim;
+        self.pg.missing().release(claim.generation, &claim.object);
     }
 }
 
@@ -159,26 +169,26 @@ pub(crate) async fn recover_object(
             }
             None => install_local(&r, &mut created, obj, None).await?,
         }
-        record_own(s, pg, epoch, obj).await?;
+        record_own(s, pg, claim.generation, obj).await?;
     }
     for &osd in &claim.peers {
         push(&r, osd, obj).await?;
-        pg.missing().peer_recovered(epoch, osd, obj);
+        pg.missing().peer_recovered(claim.generation, osd, obj);
     }
     Ok(())
 }
 
 /// Records that this copy holds `obj` now, under the PG's lock (which an activation holds
-/// while it replaces the missing set), if the activation of `epoch` is still the PG's.
-async fn record_own(s: &Shared, pg: &Pg, epoch: u64, obj: &str) -> Result<(), OsdError> {
+/// while it replaces the missing set), if the activation `generation` is still the PG's.
+async fn record_own(s: &Shared, pg: &Pg, generation: u64, obj: &str) -> Result<(), OsdError> {
     let _inner = pg.inner.lock().await;
-    if pg.missing().epoch() != epoch || !pg.missing().own_lacks(obj) {
+    if pg.missing().generation() != generation || !pg.missing().own_lacks(obj) {
         return Ok(());
     }
     let mut txn = Transaction::new();
     remove_missing(&mut txn, &pg.coll, obj);
     s.store.queue_transaction_owned(txn).await?;
-    pg.missing().own_recovered(epoch, obj);
+    pg.missing().own_recovered(generation, obj);
     Ok(())
 }
 
@@ -208,7 +218,7 @@ pub(crate) async fn ready_for_op(
             }
             Need::Recover(claim) => {
                 s.metrics.record_op_recovery();
-                let held = Claimed::new(pg, active, &claim.object);
+                let held = Claimed::new(pg, &claim);
                 let done = recover_object(s, pg, active, &claim, Urgency::Blocking).await;
                 drop(held);
                 if let Err(e) = done {
