@@ -209,8 +209,8 @@ impl MissingSets {
     /// Whether an op on `object` finds it ready (see [`MissingSets::need`]) without claiming
     /// anything.
     pub fn ready(&self, object: &str, write: bool) -> bool {
-        !self.own.contains_key(object)
-            && !(write && self.peers.values().any(|w| w.contains_key(object)))
+        let lacking_elsewhere = write && self.peers.values().any(|w| w.contains_key(object));
+        !(self.own.contains_key(object) || lacking_elsewhere)
     }
 }
 
