@@ -32,7 +32,7 @@ use crate::pgmeta::{put_info, replace_log, replace_missing};
 use crate::pgs::{Pg, PgStatus};
 use crate::shared::Shared;
 use crate::transfer::{
-    install_local, list_remote, list_scheduled, pull, pull_from_any, push, Recovering,
+    install_local, list_remote, list_scheduled, pull, push, recover_local, Recovering,
 };
 
 /// Pause before a failed peering attempt is retried in the same interval.
@@ -450,20 +450,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
             // authoritative log's holder first, then every other copy heard (a holder of the
             // newest log may itself still lack an object, as Ceph's missing_loc allows for).
             for (obj, want) in missing {
-                match want {
-                    Some(v) => {
-                        pull_from_any(&r, &sources, obj, &mut inner.created, *v)
-                            .await
-                            .map_err(|mut refused| match refused.pop() {
-                                Some((_, e)) => e,
-                                None => OsdError::Peer {
-                                    osd: s.id,
-                                    reason: format!("no copy to pull {obj} at {v} from"),
-                                },
-                            })?;
-                    }
-                    None => install_local(&r, &mut inner.created, obj, None).await?,
-                }
+                recover_local(&r, &sources, obj, &mut inner.created, *want).await?;
             }
         }
         Some(Recovery::Backfill) => {

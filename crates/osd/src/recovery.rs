@@ -18,7 +18,7 @@ use crate::missing::{Need, ObjectRecovery};
 use crate::pgmeta::remove_missing;
 use crate::pgs::{FillState, Pg};
 use crate::shared::Shared;
-use crate::transfer::{install_local, pull_from_any, push, Recovering};
+use crate::transfer::{push, recover_local, Recovering};
 
 /// Pause before a failed object recovery is tried again in the same interval.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
@@ -149,26 +149,7 @@ pub(crate) async fn recover_object(
     if let Some(want) = claim.own {
         // Activation created the collection.
         let mut created = true;
-        match want {
-            Some(v) => {
-                let sources: Vec<i32> = claim
-                    .sources
-                    .iter()
-                    .copied()
-                    .filter(|&o| o != s.id)
-                    .collect();
-                pull_from_any(&r, &sources, obj, &mut created, v)
-                    .await
-                    .map_err(|mut refused| match refused.pop() {
-                        Some((_, e)) => e,
-                        None => OsdError::Peer {
-                            osd: s.id,
-                            reason: format!("no copy to pull {obj} at {v} from"),
-                        },
-                    })?;
-            }
-            None => install_local(&r, &mut created, obj, None).await?,
-        }
+        recover_local(&r, &claim.sources, obj, &mut created, want).await?;
         record_own(s, pg, claim.generation, obj).await?;
     }
     for &osd in &claim.peers {

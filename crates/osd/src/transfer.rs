@@ -179,6 +179,31 @@ pub(crate) async fn pull_from_any(
     Err(refused)
 }
 
+/// Brings this OSD's copy of `obj` to the version `want` a PG log names: pulled from the first
+/// of `sources` holding that version, or removed (`None`). Err: the last refusal, or that no
+/// source was given.
+pub(crate) async fn recover_local(
+    r: &Recovering<'_>,
+    sources: &[i32],
+    obj: &str,
+    created: &mut bool,
+    want: Option<Eversion>,
+) -> Result<(), OsdError> {
+    let Some(v) = want else {
+        return install_local(r, created, obj, None).await;
+    };
+    match pull_from_any(r, sources, obj, created, v).await {
+        Ok(_) => Ok(()),
+        Err(mut refused) => Err(match refused.pop() {
+            Some((_, e)) => e,
+            None => OsdError::Peer {
+                osd: r.s.id,
+                reason: format!("no copy to pull {obj} at {v} from"),
+            },
+        }),
+    }
+}
+
 /// Runs `task`, described by `work`, as one request through the scheduler shard of `pg`.
 pub(crate) async fn as_own_work<T: Send + 'static>(
     s: &Arc<Shared>,
