@@ -77,6 +77,15 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// A conditional write's precondition did not hold (RADOS's assert_version): the object
+    /// is at another version (0: absent); nothing was applied, and it is not retried.
+    #[error("`{object}` is at version {current}, not the one asserted")]
+    VersionMismatch {
+        /// Object.
+        object: String,
+        /// Its version now (0: absent).
+        current: u64,
+    },
     /// The monitor failed.
     #[error(transparent)]
     Mon(#[from] cairn_proto::mon::MonError),
@@ -213,6 +222,48 @@ impl Client {
         data: Bytes,
     ) -> Result<u64, ClientError> {
         let (h, _) = self.submit(pool, name, OpKind::WriteFull, data).await?;
+        Ok(h.version)
+    }
+
+    /// [`Client::write_full`] applied only while the object is at version `expected` (0: only
+    /// when it does not exist, an exclusive create); [`ClientError::VersionMismatch`]
+    /// otherwise. Returns the new version.
+    pub async fn write_full_if(
+        &self,
+        pool: &str,
+        name: &str,
+        data: &[u8],
+        expected: u64,
+    ) -> Result<u64, ClientError> {
+        let data = Bytes::copy_from_slice(data);
+        let (h, _) = self
+            .submit_to(
+                pool,
+                Target::Object(name),
+                OpKind::WriteFull,
+                data,
+                Some(expected),
+            )
+            .await?;
+        Ok(h.version)
+    }
+
+    /// [`Client::set_xattr`] applied only while the object is at version `expected` (0: only
+    /// when it does not exist): a compare-and-swap on the object, such as a lock's. Returns
+    /// the new version.
+    pub async fn set_xattr_if(
+        &self,
+        pool: &str,
+        name: &str,
+        key: &str,
+        value: &[u8],
+        expected: u64,
+    ) -> Result<u64, ClientError> {
+        let kind = OpKind::SetXattr { name: key.into() };
+        let data = Bytes::copy_from_slice(value);
+        let (h, _) = self
+            .submit_to(pool, Target::Object(name), kind, data, Some(expected))
+            .await?;
         Ok(h.version)
     }
 
@@ -427,7 +478,7 @@ impl Client {
                     max: 1000,
                 };
                 let (h, data) = self
-                    .submit_to(pool, Target::Pg(seed), kind, Bytes::new())
+                    .submit_to(pool, Target::Pg(seed), kind, Bytes::new(), None)
                     .await?;
                 let names = decode_pairs(&data).map_err(|e| ClientError::Invalid(e.to_string()))?;
                 let n = names.len();
@@ -647,15 +698,19 @@ impl Client {
         kind: OpKind,
         data: Bytes,
     ) -> Result<(ReplyHeader, Bytes), ClientError> {
-        self.submit_to(pool, Target::Object(name), kind, data).await
+        self.submit_to(pool, Target::Object(name), kind, data, None)
+            .await
     }
 
+    /// Sends one operation and resends it (new map, new primary, lost session) until it is
+    /// answered or its deadline passes; `assert_version` makes a write conditional.
     async fn submit_to(
         &self,
         pool: &str,
         target: Target<'_>,
         kind: OpKind,
         data: Bytes,
+        assert_version: Option<u64>,
     ) -> Result<(ReplyHeader, Bytes), ClientError> {
         let name = match target {
             Target::Object(n) => n,
@@ -713,6 +768,7 @@ impl Client {
                     kind: kind.clone(),
                     data_crc,
                     reqid,
+                    assert_version,
                 };
                 sender
                     .send_data(
@@ -769,6 +825,12 @@ impl Client {
                     OpResult::Damaged(why) => return Err(ClientError::Damaged(why.clone())),
                     OpResult::QuotaExceeded(why) => {
                         return Err(ClientError::QuotaExceeded(why.clone()))
+                    }
+                    OpResult::VersionMismatch { current } => {
+                        return Err(ClientError::VersionMismatch {
+                            object: name.to_string(),
+                            current: *current,
+                        })
                     }
                     other => last = format!("{other:?} at epoch {}", h.epoch),
                 },

@@ -65,6 +65,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
         kind: OpKind::Write { offset: 4096 },
         data_crc: 0,
         reqid: Some(cairn_proto::ReqId { client: 9, seq: 1 }),
+        assert_version: None,
     };
     let rep = RepOpHeader {
         tid: 2,

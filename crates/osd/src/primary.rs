@@ -57,6 +57,13 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
             return fail(op.tid, epoch, r);
         }
     }
+    if op.assert_version.is_some() && !op.kind.is_write() {
+        return fail(
+            op.tid,
+            epoch,
+            OpResult::Invalid(format!("a {} cannot assert a version", op.kind.name())),
+        );
+    }
     if data.crc != op.data_crc {
         return fail(
             op.tid,
@@ -369,6 +376,14 @@ async fn write(
     if let Some(reqid) = op.reqid {
         if let Some(done) = inner.log.version_of_request(&reqid) {
             return answer_resend(s, pg, &inner, &iv, &op, reqid, done);
+        }
+    }
+    // A conditional write, checked under the PG's lock: no write to the object can come
+    // between the check and this one's commit.
+    if let Some(expected) = op.assert_version {
+        let current = recorded_version(&s.store, &pg.coll, &op.object).await;
+        if current != expected {
+            return fail(op.tid, epoch, OpResult::VersionMismatch { current });
         }
     }
     if let Err(r) = check_full(s, &iv, data.len() as u64) {

@@ -160,6 +160,7 @@ mod tests {
                 client: 11,
                 seq: 12,
             }),
+            assert_version: Some(3 << 32 | 4),
         };
         let (back, data) = decode::<OpHeader>(&encode(&h, b"tail")).unwrap();
         assert_eq!((back, &data[..]), (h.clone(), &b"tail"[..]));

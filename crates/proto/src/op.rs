@@ -143,6 +143,11 @@ pub struct OpHeader {
     /// clients that do not send one: their resends may apply twice).
     #[serde(default)]
     pub reqid: Option<ReqId>,
+    /// A write's precondition (RADOS's `assert_version`): applied only while the object's
+    /// version is this one, 0 meaning the object does not exist (an exclusive create);
+    /// otherwise refused with [`OpResult::VersionMismatch`]. None: unconditional.
+    #[serde(default)]
+    pub assert_version: Option<u64>,
 }
 
 /// Header of a replica write: the primary's resolved operation and its PG log entry.
@@ -188,6 +193,12 @@ pub enum OpResult {
     /// The pool reached its quota (Ceph's EDQUOT): writes are refused, except removals, until
     /// removals bring it back under; retrying will not help before that.
     QuotaExceeded(String),
+    /// A write's `assert_version` did not hold: the object is at `current` (0: absent), and
+    /// nothing was applied. Retrying as is will not help; the caller reads again and decides.
+    VersionMismatch {
+        /// The object's version now.
+        current: u64,
+    },
 }
 
 /// Header of a reply.

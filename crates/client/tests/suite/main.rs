@@ -5,6 +5,7 @@ mod after_activation;
 mod churn;
 mod cluster;
 mod common;
+mod conditional;
 mod divergence;
 mod down;
 mod failstop;

@@ -78,6 +78,7 @@ async fn raw_write(c: &Cluster, name: &str, data: &[u8]) -> OpResult {
         kind: OpKind::WriteFull,
         data_crc: crc_fast::crc32_iscsi(data),
         reqid: None,
+        assert_version: None,
     };
     let (msg, reply) = (cairn_proto::MSG_OSD_OP, cairn_proto::MSG_OSD_OP_REPLY);
     let payload = cairn_proto::encode(&h, &[]);
