@@ -5,6 +5,10 @@
 //! boundaries, many requests in flight, trim and write-zeroes reading back as zeros, reads and
 //! writes past the end refused with EINVAL and ENOSPC, an unknown export refused in the
 //! handshake, and a connection that breaks the protocol closed without hurting the others.
+//! Then the exclusive lock the server holds while a connection is open (`rbd lock ls`, a
+//! resize refused), a snapshot exported read-only beside the image it was taken of, a clone
+//! of it read by `nbdcopy` to the same bytes, and the removals refused while snapshots and
+//! clones exist.
 
 mod common;
 
@@ -220,6 +224,8 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
             "data/disk",
             "--listen",
             &listen,
+            "--lock-lease-ms",
+            "2000",
         ],
     );
     cluster.extra.push(server);
@@ -325,6 +331,52 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     let (mut c, _) = Nbd::open(&listen, "disk").unwrap();
     assert_eq!(c.read(MIB - 4096, 8192).unwrap(), across);
     c.send(DISC, 4, 0, 0, &[]);
+
+    // While a connection is open, the server holds the image's lock.
+    let (mut c, _) = Nbd::open(&listen, "disk").unwrap();
+    assert!(run(&["lock", "ls", "data/disk"]).contains("pid"));
+    refuse(&["resize", "data/disk", "--size", "48M"], "locked");
+    c.send(DISC, 5, 0, 0, &[]);
+
+    // A snapshot, exported read-only beside the image it was taken of.
+    run(&["snap", "create", "data/disk@s1"]);
+    refuse(&["snap", "create", "data/disk@s1"], "exists");
+    assert!(run(&["snap", "ls", "data/disk"]).contains("s1"));
+    assert!(run(&["info", "data/disk"]).contains("snapshot_count: 1"));
+    let (mut c, _) = Nbd::open(&listen, "disk").unwrap();
+    let changed = pattern(8192, 99);
+    assert_eq!(c.command(WRITE, MIB - 4096, 8192, &changed), 0);
+    let (mut snap, size) = Nbd::open(&listen, "disk@s1").unwrap();
+    assert_eq!(size, IMAGE_BYTES);
+    assert_eq!(snap.read(MIB - 4096, 8192).unwrap(), across);
+    assert_eq!(c.read(MIB - 4096, 8192).unwrap(), changed);
+    assert_eq!(snap.command(WRITE, 0, 4, b"nope"), 1, "EPERM");
+    assert_eq!(Nbd::open(&listen, "disk@none").err(), Some(0x8000_0006));
+    snap.send(DISC, 6, 0, 0, &[]);
+    c.send(DISC, 7, 0, 0, &[]);
+
+    // A clone of the snapshot reads the snapshot's bytes, through libnbd's nbdcopy.
+    run(&["clone", "data/disk@s1", "data/child"]);
+    assert!(run(&["info", "data/child"]).contains("parent: data/disk@s1"));
+    for (export, file) in [("disk@s1", "s1.img"), ("child", "child.img")] {
+        let copied = tool("nbdcopy")
+            .arg(format!("nbd://{listen}/{export}"))
+            .arg(dir.join(file))
+            .output()
+            .unwrap();
+        assert!(copied.status.success(), "{copied:?}");
+    }
+    let s1 = std::fs::read(dir.join("s1.img")).unwrap();
+    let child = std::fs::read(dir.join("child.img")).unwrap();
+    assert_eq!(s1.len() as u64, IMAGE_BYTES);
+    assert_eq!(crc_fast::crc32_iscsi(&s1), crc_fast::crc32_iscsi(&child));
+    assert_eq!(&s1[(MIB - 4096) as usize..][..8192], &across[..]);
+
+    // Removals wait for what depends on them.
+    refuse(&["rm", "data/disk"], "snapshots");
+    refuse(&["snap", "rm", "data/disk@s1"], "clones");
+    run(&["rm", "data/child"]);
+    run(&["snap", "rm", "data/disk@s1"]);
 
     // Removing the image removes its objects.
     run(&["rm", "data/disk"]);

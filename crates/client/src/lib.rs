@@ -267,6 +267,28 @@ impl Client {
         Ok(h.version)
     }
 
+    /// [`Client::remove_xattr`] applied only while the object is at version `expected`.
+    /// Returns the new version.
+    pub async fn remove_xattr_if(
+        &self,
+        pool: &str,
+        name: &str,
+        key: &str,
+        expected: u64,
+    ) -> Result<u64, ClientError> {
+        let kind = OpKind::RemoveXattr { name: key.into() };
+        let (h, _) = self
+            .submit_to(
+                pool,
+                Target::Object(name),
+                kind,
+                Bytes::new(),
+                Some(expected),
+            )
+            .await?;
+        Ok(h.version)
+    }
+
     /// Reads a whole object, verified against its checksum.
     pub async fn read(&self, pool: &str, name: &str) -> Result<Vec<u8>, ClientError> {
         Ok(self.read_bytes(pool, name).await?.to_vec())

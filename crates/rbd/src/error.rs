@@ -17,6 +17,20 @@ pub enum RbdError {
     /// A name, size or range out of bounds.
     #[error("invalid: {0}")]
     Invalid(String),
+    /// Another client holds the image's exclusive lock.
+    #[error("locked: {0}")]
+    Locked(String),
+    /// This handle's exclusive lock was lost (taken over, broken, or not renewed in time):
+    /// it writes nothing more.
+    #[error("lock lost: {0}")]
+    LockLost(String),
+    /// A write through a read-only handle (a snapshot, or an image opened to read).
+    #[error("read-only: {0}")]
+    ReadOnly(String),
+    /// The image or snapshot is in use (snapshots of an image being removed, clones of a
+    /// snapshot being removed).
+    #[error("busy: {0}")]
+    Busy(String),
     /// An image header that does not decode.
     #[error("corrupt image header of {name}: {why}")]
     Corrupt {

@@ -9,10 +9,14 @@
 // or offset.
 #![deny(clippy::cast_possible_truncation)]
 
+pub mod clone;
+pub mod cow;
 pub mod error;
 pub mod header;
 pub mod image;
+pub mod lock;
 pub mod nbd;
+pub mod snapshot;
 
 pub use error::RbdError;
 pub use image::Image;

@@ -1,19 +1,24 @@
 //! An NBD server exporting the images of one pool (the NBD protocol's fixed newstyle
-//! negotiation, then transmission with simple replies): the export name is the image's name.
-//! Reads, writes, flushes, trims and write-zeroes; many requests in flight per connection,
-//! any number of connections (up to a limit). Every write is durable on every copy before it
-//! is answered, so a flush has nothing left to wait for, FUA is honoured by every write, and
-//! several connections may share an image (`CAN_MULTI_CONN`).
+//! negotiation, then transmission with simple replies): the export name is the image's name,
+//! or `IMAGE@SNAPSHOT` for a snapshot, exported read-only. Reads, writes, flushes, trims and
+//! write-zeroes; many requests in flight per connection, any number of connections (up to a
+//! limit). Every write is durable on every copy before it is answered, so a flush has nothing
+//! left to wait for, FUA is honoured by every write, and several connections may share an
+//! image (`CAN_MULTI_CONN`): they share one handle, which holds the image's exclusive lock
+//! from the first connection's start to the last one's end. An image another client holds
+//! is refused in the handshake (`NBD_REP_ERR_POLICY`).
 //!
 //! Hostile or broken input never panics the server: a bad magic, an option or request past
 //! its limit, or an unknown handshake flag closes that connection; a request out of the
 //! image's range is answered with an error, as the protocol says.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cairn_client::{Client, ClientError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Mutex, Semaphore};
 
 use crate::error::RbdError;
 use crate::image::Image;
@@ -47,6 +52,7 @@ const REP_ACK: u32 = 1;
 const REP_SERVER: u32 = 2;
 const REP_INFO: u32 = 3;
 const REP_ERR_UNSUP: u32 = 0x8000_0001;
+const REP_ERR_POLICY: u32 = 0x8000_0002;
 const REP_ERR_INVALID: u32 = 0x8000_0003;
 const REP_ERR_UNKNOWN: u32 = 0x8000_0006;
 
@@ -54,6 +60,7 @@ const INFO_EXPORT: u16 = 0;
 const INFO_BLOCK_SIZE: u16 = 3;
 
 const TFLAG_HAS_FLAGS: u16 = 1;
+const TFLAG_READ_ONLY: u16 = 2;
 const TFLAG_SEND_FLUSH: u16 = 4;
 const TFLAG_SEND_FUA: u16 = 8;
 const TFLAG_SEND_TRIM: u16 = 32;
@@ -74,6 +81,7 @@ const CMD_FLUSH: u16 = 3;
 const CMD_TRIM: u16 = 4;
 const CMD_WRITE_ZEROES: u16 = 6;
 
+const EPERM: u32 = 1;
 const EIO: u32 = 5;
 const EINVAL: u32 = 22;
 const ENOSPC: u32 = 28;
@@ -92,11 +100,87 @@ pub enum NbdError {
     Image(#[from] RbdError),
 }
 
-/// Serves the images of `pool` to every connection `listener` accepts, until it fails.
-pub async fn serve_tcp(
-    listener: tokio::net::TcpListener,
+/// The images one server exports, and the handles its connections share.
+pub struct Exports {
     client: Arc<Client>,
     pool: String,
+    lease: Duration,
+    /// Open handles by export name, with the connections using each.
+    open: Mutex<HashMap<String, (Arc<Image>, usize)>>,
+}
+
+impl Exports {
+    /// Exports of the images of `pool`; a writer's lock has `lease`.
+    pub fn new(client: Arc<Client>, pool: String, lease: Duration) -> Arc<Exports> {
+        Arc::new(Exports {
+            client,
+            pool,
+            lease,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Opens export `name` for a connection: the shared handle, opened (and for an image,
+    /// locked) by the first connection.
+    async fn attach(&self, name: &str) -> Result<Arc<Image>, RbdError> {
+        let mut open = self.open.lock().await;
+        if let Some((image, users)) = open.get_mut(name) {
+            *users += 1;
+            return Ok(image.clone());
+        }
+        let client = self.client.clone();
+        let image = match name.split_once('@') {
+            Some((image, snap)) => Image::open_snapshot(client, &self.pool, image, snap).await?,
+            None => Image::open_exclusive(client, &self.pool, name, self.lease).await?,
+        };
+        let image = Arc::new(image);
+        open.insert(name.to_string(), (image.clone(), 1));
+        Ok(image)
+    }
+
+    /// A connection to export `name` ended: the last one closes the handle (releasing its
+    /// lock) before another may open it.
+    async fn detach(&self, name: &str) {
+        let mut open = self.open.lock().await;
+        let last = match open.get_mut(name) {
+            Some((_, users)) => {
+                *users -= 1;
+                *users == 0
+            }
+            None => false,
+        };
+        if last {
+            if let Some((image, _)) = open.remove(name) {
+                if let Err(e) = image.close().await {
+                    tracing::warn!(export = name, error = %e, "releasing an image's lock");
+                }
+            }
+        }
+    }
+
+    /// Size and transmission flags of export `name`, without opening it for writing.
+    async fn describe(&self, name: &str) -> Result<(u64, u16), RbdError> {
+        let client = self.client.clone();
+        let image = match name.split_once('@') {
+            Some((image, snap)) => Image::open_snapshot(client, &self.pool, image, snap).await?,
+            None => Image::open_read_only(client, &self.pool, name).await?,
+        };
+        Ok((image.size(), flags_of(name)))
+    }
+}
+
+/// The transmission flags of export `name`: a snapshot is read-only.
+fn flags_of(name: &str) -> u16 {
+    match name.contains('@') {
+        true => TRANSMISSION_FLAGS | TFLAG_READ_ONLY,
+        false => TRANSMISSION_FLAGS,
+    }
+}
+
+/// Serves `exports` to every connection `listener` accepts, until it fails.
+pub async fn serve_tcp(
+    listener: tokio::net::TcpListener,
+    exports: Arc<Exports>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -108,9 +192,9 @@ pub async fn serve_tcp(
         let (stream, peer) = listener.accept().await?;
         // Small replies (flush, write acks) must not wait for Nagle.
         stream.set_nodelay(true)?;
-        let (client, pool) = (client.clone(), pool.clone());
+        let exports = exports.clone();
         tokio::spawn(async move {
-            match serve_connection(stream, client, pool).await {
+            match serve_connection(stream, exports).await {
                 Ok(()) => tracing::debug!(%peer, "nbd client disconnected"),
                 Err(e) => tracing::info!(%peer, error = %e, "nbd connection closed"),
             }
@@ -120,29 +204,27 @@ pub async fn serve_tcp(
 }
 
 /// Serves one connection: the handshake, then requests until the client disconnects.
-pub async fn serve_connection<S>(
-    stream: S,
-    client: Arc<Client>,
-    pool: String,
-) -> Result<(), NbdError>
+pub async fn serve_connection<S>(stream: S, exports: Arc<Exports>) -> Result<(), NbdError>
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (r, w) = tokio::io::split(stream);
     let (mut r, mut w) = (BufReader::new(r), BufWriter::new(w));
-    let Some(image) = negotiate(&mut r, &mut w, &client, &pool).await? else {
+    let Some((name, image)) = negotiate(&mut r, &mut w, &exports).await? else {
         return Ok(());
     };
-    transmit(r, w, Arc::new(image)).await
+    let served = transmit(r, w, image).await;
+    exports.detach(&name).await;
+    served
 }
 
-/// The fixed newstyle handshake; the image the client chose, or None when it aborted.
+/// The fixed newstyle handshake; the export the client chose (attached), or None when it
+/// aborted.
 async fn negotiate<R, W>(
     r: &mut R,
     w: &mut W,
-    client: &Arc<Client>,
-    pool: &str,
-) -> Result<Option<Image>, NbdError>
+    exports: &Exports,
+) -> Result<Option<(String, Arc<Image>)>, NbdError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -171,14 +253,20 @@ where
             OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&data).into_owned();
                 // The protocol has no error reply here: closing is the answer.
-                let image = Image::open(client.clone(), pool, &name).await?;
-                w.write_u64(image.size()).await?;
-                w.write_u16(TRANSMISSION_FLAGS).await?;
-                if !no_zeroes {
-                    w.write_all(&[0u8; 124]).await?;
+                let image = exports.attach(&name).await?;
+                let sent = async {
+                    w.write_u64(image.size()).await?;
+                    w.write_u16(flags_of(&name)).await?;
+                    if !no_zeroes {
+                        w.write_all(&[0u8; 124]).await?;
+                    }
+                    w.flush().await
+                };
+                if let Err(e) = sent.await {
+                    exports.detach(&name).await;
+                    return Err(e.into());
                 }
-                w.flush().await?;
-                return Ok(Some(image));
+                return Ok(Some((name, image)));
             }
             OPT_ABORT => {
                 option_reply(w, option, REP_ACK, &[]).await?;
@@ -188,7 +276,7 @@ where
                 option_reply(w, option, REP_ERR_INVALID, b"LIST takes no data").await?;
             }
             OPT_LIST => {
-                let names = Image::list(client, pool).await?;
+                let names = Image::list(&exports.client, &exports.pool).await?;
                 for name in names {
                     let mut body = wire_len(name.len())?.to_be_bytes().to_vec();
                     body.extend_from_slice(name.as_bytes());
@@ -201,27 +289,46 @@ where
                     option_reply(w, option, REP_ERR_INVALID, b"malformed INFO/GO").await?;
                     continue;
                 };
-                let image = match Image::open(client.clone(), pool, &name).await {
-                    Ok(i) => i,
+                let described = match option {
+                    OPT_GO => exports
+                        .attach(&name)
+                        .await
+                        .map(|i| (i.size(), flags_of(&name), Some(i))),
+                    _ => exports.describe(&name).await.map(|(sz, f)| (sz, f, None)),
+                };
+                let (size, flags, attached) = match described {
+                    Ok(d) => d,
                     Err(RbdError::NotFound(_)) | Err(RbdError::Invalid(_)) => {
-                        let why = format!("no image {name:?} in pool {pool}");
+                        let why = format!("no image {name:?} in pool {}", exports.pool);
                         option_reply(w, option, REP_ERR_UNKNOWN, why.as_bytes()).await?;
+                        continue;
+                    }
+                    Err(e @ RbdError::Locked(_)) => {
+                        option_reply(w, option, REP_ERR_POLICY, e.to_string().as_bytes()).await?;
                         continue;
                     }
                     Err(e) => return Err(e.into()),
                 };
-                let mut export = INFO_EXPORT.to_be_bytes().to_vec();
-                export.extend_from_slice(&image.size().to_be_bytes());
-                export.extend_from_slice(&TRANSMISSION_FLAGS.to_be_bytes());
-                option_reply(w, option, REP_INFO, &export).await?;
-                let mut sizes = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
-                for v in [1u32, 4096, MAX_REQUEST_BYTES] {
-                    sizes.extend_from_slice(&v.to_be_bytes());
-                }
-                option_reply(w, option, REP_INFO, &sizes).await?;
-                option_reply(w, option, REP_ACK, &[]).await?;
-                if option == OPT_GO {
-                    return Ok(Some(image));
+                let replied = async {
+                    let mut export = INFO_EXPORT.to_be_bytes().to_vec();
+                    export.extend_from_slice(&size.to_be_bytes());
+                    export.extend_from_slice(&flags.to_be_bytes());
+                    option_reply(w, option, REP_INFO, &export).await?;
+                    let mut sizes = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+                    for v in [1u32, 4096, MAX_REQUEST_BYTES] {
+                        sizes.extend_from_slice(&v.to_be_bytes());
+                    }
+                    option_reply(w, option, REP_INFO, &sizes).await?;
+                    option_reply(w, option, REP_ACK, &[]).await
+                };
+                let replied = replied.await;
+                match (attached, replied) {
+                    (Some(image), Ok(())) => return Ok(Some((name, image))),
+                    (Some(_), Err(e)) => {
+                        exports.detach(&name).await;
+                        return Err(e);
+                    }
+                    (None, r) => r?,
                 }
             }
             _ => option_reply(w, option, REP_ERR_UNSUP, b"not supported").await?,
@@ -405,6 +512,7 @@ async fn run(image: &Image, req: Request) -> Reply {
 fn errno_of(e: &RbdError) -> u32 {
     match e {
         RbdError::Invalid(_) => EINVAL,
+        RbdError::ReadOnly(_) => EPERM,
         RbdError::Client(ClientError::NoSpace(_)) => ENOSPC,
         _ => EIO,
     }

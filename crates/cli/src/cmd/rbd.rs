@@ -1,13 +1,15 @@
-//! `cairn rbd`: block images over the cluster (`create`, `ls`, `info`, `resize`, `rm`) and
-//! their NBD export (`nbd`), as Ceph's `rbd` and `rbd-nbd` do.
+//! `cairn rbd`: block images over the cluster (`create`, `ls`, `info`, `resize`, `rm`),
+//! their snapshots (`snap create|ls|rollback|rm`), clones (`clone`), exclusive lock
+//! (`lock ls|break`) and NBD export (`nbd`), as Ceph's `rbd` and `rbd-nbd` do.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use cairn_client::Client;
 use cairn_rbd::header::{MAX_ORDER, MIN_ORDER};
-use cairn_rbd::Image;
+use cairn_rbd::{lock, Image};
 use clap::{Args, Subcommand};
 
 use crate::defaults::DEFAULT_MON;
@@ -53,19 +55,75 @@ enum RbdCommand {
         #[arg(long)]
         size: String,
     },
-    /// Remove an image and its data.
+    /// Remove an image and its data (refused while it has snapshots or clones).
     Rm {
         /// POOL/IMAGE.
         spec: String,
     },
-    /// Export the images of a pool over NBD (export name = image) until interrupted:
-    /// `cairn rbd nbd POOL[/IMAGE] --listen 127.0.0.1:10809`.
+    /// Snapshots: `cairn rbd snap create|ls|rollback|rm POOL/IMAGE[@SNAP]`.
+    #[command(subcommand)]
+    Snap(SnapCommand),
+    /// Clone a snapshot into a new image that reads it until it writes its own bytes:
+    /// `cairn rbd clone POOL/IMAGE@SNAP POOL/CLONE`.
+    Clone {
+        /// POOL/IMAGE@SNAP.
+        parent: String,
+        /// POOL/CLONE.
+        child: String,
+    },
+    /// The exclusive lock: `cairn rbd lock ls|break POOL/IMAGE`.
+    #[command(subcommand)]
+    Lock(LockCommand),
+    /// Export the images of a pool over NBD (export name = image, or IMAGE@SNAP read-only)
+    /// until interrupted: `cairn rbd nbd POOL[/IMAGE] --listen 127.0.0.1:10809`.
     Nbd {
         /// POOL, or POOL/IMAGE to check that image exists and print its URI.
         spec: String,
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:10809")]
         listen: SocketAddr,
+        /// Lease of the exclusive lock each exported image is held with, in milliseconds:
+        /// after a crash of this server, another client takes the image over after one lease.
+        #[arg(long, default_value_t = 10_000)]
+        lock_lease_ms: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapCommand {
+    /// Take a snapshot: `cairn rbd snap create POOL/IMAGE@SNAP`.
+    Create {
+        /// POOL/IMAGE@SNAP.
+        spec: String,
+    },
+    /// List an image's snapshots.
+    Ls {
+        /// POOL/IMAGE.
+        spec: String,
+    },
+    /// Roll the image back to a snapshot (its size and every byte).
+    Rollback {
+        /// POOL/IMAGE@SNAP.
+        spec: String,
+    },
+    /// Remove a snapshot (refused while clones of it exist).
+    Rm {
+        /// POOL/IMAGE@SNAP.
+        spec: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum LockCommand {
+    /// Who holds an image's exclusive lock.
+    Ls {
+        /// POOL/IMAGE.
+        spec: String,
+    },
+    /// Remove an image's lock record (when its holder is known dead and its lease long).
+    Break {
+        /// POOL/IMAGE.
+        spec: String,
     },
 }
 
@@ -96,30 +154,73 @@ pub fn run(a: RbdArgs) -> anyhow::Result<()> {
             }
             RbdCommand::Info { spec } => {
                 let (pool, name) = split_spec(&spec)?;
-                let image = Image::open(client, pool, name).await?;
+                let image = Image::open_read_only(client.clone(), pool, name).await?;
+                let header = image.header();
                 println!(
-                    "rbd image '{name}':\n\tsize {} bytes in {} objects\n\torder {} ({} bytes objects)",
+                    "rbd image '{name}':\n\tsize {} bytes in {} objects\n\torder {} ({} bytes objects)\n\tsnapshot_count: {}",
                     image.size(),
                     image.size().div_ceil(image.object_bytes()),
                     image.object_bytes().trailing_zeros(),
-                    image.object_bytes()
+                    image.object_bytes(),
+                    header.snaps.len()
                 );
+                if let Some(p) = &header.parent {
+                    let snap = cairn_rbd::Image::open_read_only(client.clone(), &p.pool, &p.image)
+                        .await
+                        .ok()
+                        .and_then(|i| i.snapshots().into_iter().find(|s| s.id == p.snap))
+                        .map_or_else(|| format!("#{}", p.snap), |s| s.name);
+                    println!("\tparent: {}/{}@{snap}\n\toverlap: {} bytes", p.pool, p.image, p.overlap);
+                }
+                if let (Some(holder), _) = lock::holder(&client, pool, name).await? {
+                    println!("\tlocked by {holder}");
+                }
             }
             RbdCommand::Resize { spec, size } => {
                 let (pool, name) = split_spec(&spec)?;
                 let image = Image::open(client, pool, name).await?;
-                image.resize(parse_size(&size)?).await?;
+                let resized = image.resize(parse_size(&size)?).await;
+                image.close().await?;
+                resized?;
                 println!("{pool}/{name} is now {} bytes", image.size());
+            }
+            RbdCommand::Snap(command) => snap(client, command).await?,
+            RbdCommand::Clone { parent, child } => {
+                let (parent_pool, parent_name, snap) = split_snap_spec(&parent)?;
+                let (child_pool, child_name) = split_spec(&child)?;
+                Image::clone_snapshot(client, (parent_pool, parent_name), snap, (child_pool, child_name))
+                    .await?;
+                println!("cloned {parent} into {child}");
+            }
+            RbdCommand::Lock(LockCommand::Ls { spec }) => {
+                let (pool, name) = split_spec(&spec)?;
+                match lock::holder(&client, pool, name).await?.0 {
+                    Some(holder) => println!("{holder}"),
+                    None => println!("{pool}/{name} is not locked"),
+                }
+            }
+            RbdCommand::Lock(LockCommand::Break { spec }) => {
+                let (pool, name) = split_spec(&spec)?;
+                match lock::break_lock(&client, pool, name).await? {
+                    Some(holder) => println!("broke the lock of {pool}/{name} held by {holder}"),
+                    None => println!("{pool}/{name} was not locked"),
+                }
             }
             RbdCommand::Rm { spec } => {
                 let (pool, name) = split_spec(&spec)?;
                 Image::remove(client, pool, name).await?;
                 println!("removed {pool}/{name}");
             }
-            RbdCommand::Nbd { spec, listen } => {
+            RbdCommand::Nbd {
+                spec,
+                listen,
+                lock_lease_ms,
+            } => {
+                let lease = Duration::from_millis(lock_lease_ms);
+                lock::check_lease(lease)?;
                 let pool = match spec.split_once('/') {
                     Some((pool, name)) => {
-                        Image::open(client.clone(), pool, name).await?;
+                        Image::open_read_only(client.clone(), pool, name).await?;
                         println!("nbd://{listen}/{name}");
                         pool.to_string()
                     }
@@ -130,13 +231,64 @@ pub fn run(a: RbdArgs) -> anyhow::Result<()> {
                     .with_context(|| format!("listening on {listen}"))?;
                 eprintln!("exporting the images of pool {pool} over NBD on {listen}");
                 tokio::select! {
-                    served = cairn_rbd::nbd::serve_tcp(listener, client, pool) => served?,
+                    served = cairn_rbd::nbd::serve_tcp(listener, cairn_rbd::nbd::Exports::new(client, pool, lease)) => served?,
                     _ = tokio::signal::ctrl_c() => {}
                 }
             }
         }
         Ok(())
     })
+}
+
+/// Runs one `cairn rbd snap` command.
+async fn snap(client: Arc<Client>, command: SnapCommand) -> anyhow::Result<()> {
+    let spec = match &command {
+        SnapCommand::Create { spec }
+        | SnapCommand::Rollback { spec }
+        | SnapCommand::Rm { spec }
+        | SnapCommand::Ls { spec } => spec.clone(),
+    };
+    if let SnapCommand::Ls { .. } = command {
+        let (pool, name) = split_spec(&spec)?;
+        let image = Image::open_read_only(client, pool, name).await?;
+        println!("{:>6}  {:<24} {:>16}", "SNAPID", "NAME", "SIZE");
+        for s in image.snapshots() {
+            let state = if s.removing { "  (removing)" } else { "" };
+            println!("{:>6}  {:<24} {:>16}{state}", s.id, s.name, s.size);
+        }
+        return Ok(());
+    }
+    let (pool, name, snap) = split_snap_spec(&spec)?;
+    let image = Image::open(client, pool, name).await?;
+    let done = match command {
+        SnapCommand::Create { .. } => image
+            .snap_create(snap)
+            .await
+            .map(|id| format!("created {spec} (id {id})")),
+        SnapCommand::Rollback { .. } => image
+            .snap_rollback(snap)
+            .await
+            .map(|()| format!("rolled {pool}/{name} back to {snap}")),
+        SnapCommand::Rm { .. } => image
+            .snap_remove(snap)
+            .await
+            .map(|()| format!("removed {spec}")),
+        SnapCommand::Ls { .. } => unreachable!("listed above"),
+    };
+    image.close().await?;
+    println!("{}", done?);
+    Ok(())
+}
+
+/// `POOL/IMAGE@SNAP` split in three.
+fn split_snap_spec(spec: &str) -> anyhow::Result<(&str, &str, &str)> {
+    match spec.split_once('@') {
+        Some((image, snap)) if !snap.is_empty() => {
+            let (pool, name) = split_spec(image)?;
+            Ok((pool, name, snap))
+        }
+        _ => bail!("`{spec}`: name the snapshot as POOL/IMAGE@SNAP"),
+    }
 }
 
 /// `POOL/IMAGE` split in two.
@@ -209,6 +361,13 @@ mod tests {
         assert_eq!(split_spec("rbd/disk").unwrap(), ("rbd", "disk"));
         for bad in ["disk", "/disk", "rbd/"] {
             assert!(split_spec(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            split_snap_spec("rbd/disk@mon").unwrap(),
+            ("rbd", "disk", "mon")
+        );
+        for bad in ["rbd/disk", "rbd/disk@", "disk@mon", "rbd/@mon"] {
+            assert!(split_snap_spec(bad).is_err(), "{bad}");
         }
     }
 }
