@@ -62,6 +62,10 @@ pub async fn handle(s: &Arc<Shared>, payload: &Bytes) -> Bytes {
             let words: Vec<&str> = req.args[1..].iter().map(String::as_str).collect();
             (req.tid, crate::failstop::inject(s, &words).await)
         }
+        Ok((req, _)) if req.args.first().is_some_and(|w| w == "cache") => {
+            let words: Vec<&str> = req.args[1..].iter().map(String::as_str).collect();
+            (req.tid, cache_command(s, &words).await)
+        }
         Ok((req, _)) if req.args.len() == 3 && req.args[0] == "pg" => {
             (req.tid, pg_command(s, &req.args[1], &req.args[2]).await)
         }
@@ -69,6 +73,48 @@ pub async fn handle(s: &Arc<Shared>, payload: &Bytes) -> Bytes {
         Err(e) => (0, Err(e.to_string())),
     };
     encode(&AdminReply { tid, result }, &[])
+}
+
+/// `cache stats | config | set-param NAMESPACE KEY=VALUE... | set-mode MODE [flush] | flush` on a
+/// cached OSD (casadm's `-P`, `-X`, `-Q`, `-F`).
+async fn cache_command(s: &Shared, words: &[&str]) -> Result<String, String> {
+    let Some(cache) = &s.cache else {
+        return Err(format!("osd.{} runs without a cache", s.id));
+    };
+    match words {
+        ["stats"] => Ok(cache.stats().to_string()),
+        ["config"] => serde_json::to_string_pretty(&cache.config())
+            .map(|j| j + "\n")
+            .map_err(|e| e.to_string()),
+        ["set-param", namespace, pairs @ ..] if !pairs.is_empty() => {
+            for pair in pairs {
+                let Some((key, value)) = pair.split_once('=') else {
+                    return Err(format!("`{pair}`: give KEY=VALUE"));
+                };
+                cache
+                    .set_param(namespace, key, value)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(format!("cache {namespace}: {}\n", pairs.join(" ")))
+        }
+        ["set-mode", mode, rest @ ..] if rest.is_empty() || rest == ["flush"] => {
+            let mode: cairn_cache::CacheMode = mode.parse().map_err(|e: cairn_cache::CacheError| e.to_string())?;
+            cache
+                .set_mode(mode, !rest.is_empty())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(format!("cache mode {mode:?}\n"))
+        }
+        ["flush"] => {
+            cache.flush_dirty().await.map_err(|e| e.to_string())?;
+            Ok("cache flushed: no dirty line left\n".into())
+        }
+        _ => Err(format!(
+            "unknown cache command `{}` (try: cache stats | cache config | cache set-param NAMESPACE KEY=VALUE... | cache set-mode wt|wb|wa|pt|wo [flush] | cache flush)",
+            words.join(" ")
+        )),
+    }
 }
 
 /// The answer to an admin request refused because the OSD runs its most admin commands at
@@ -415,6 +461,9 @@ fn encode_page(e: &mut DescriptorEncoder<'_>, s: &Shared) -> Written {
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     crate::metrics::encode_store(e, osd, &store)?;
+    if let Some(cache) = &s.cache {
+        cache.stats().encode(e, &format!("osd.{osd}"))?;
+    }
     match s.messenger.get() {
         Some(m) => m.encode(e, &format!("osd.{osd}")),
         None => Ok(()),

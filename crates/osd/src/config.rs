@@ -34,6 +34,9 @@ pub struct OsdConfig {
     /// TOML path): the store then sees that device's latency and throughput, and the cost
     /// model takes the profile's capacity. None: the file as it is.
     pub device_profile: Option<String>,
+    /// An SSD cache in front of the data device (its file `cache` in the data directory);
+    /// None: the store runs on the data device itself.
+    pub cache: Option<crate::cached::OsdCacheConfig>,
     /// Scheduler policy.
     pub policy: PolicyConfig,
     /// Device capacity for the cost model (the profile's when there is one; replaced by the
@@ -183,6 +186,7 @@ impl OsdConfig {
             device_bytes: 1 << 30,
             crush_weight: 0x10000,
             device_profile: None,
+            cache: None,
             policy: PolicyConfig::Mclock(Default::default()),
             capacity: DeviceCapacity {
                 random_4k_iops: 21500.0,

@@ -65,8 +65,17 @@ const STORE_LOCK_RETRY: Duration = Duration::from_millis(100);
 /// How often the store's counters are copied for the metrics page.
 const STORE_STATS_EVERY: Duration = Duration::from_secs(1);
 
-/// The OSD's store, and the fault device under it when `cfg.fault_injection` asks for one.
-async fn open_store(cfg: &OsdConfig) -> Result<(Store, Option<Arc<FaultDevice>>), OsdError> {
+/// What the store runs on besides its file: the fault device when `cfg.fault_injection`
+/// asks for one, and the cache (with the slot its cleaner's scheduler goes in) when
+/// `cfg.cache` does.
+#[derive(Default)]
+struct Under {
+    faults: Option<Arc<FaultDevice>>,
+    cache: Option<(Arc<cairn_cache::CacheDevice>, crate::cached::SchedulerSlot)>,
+}
+
+/// The OSD's store, and what runs under it.
+async fn open_store(cfg: &OsdConfig) -> Result<(Store, Under), OsdError> {
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| OsdError::Protocol(format!("data dir {}: {e}", cfg.data_dir.display())))?;
     let block = cfg.data_dir.join("block");
@@ -107,12 +116,19 @@ async fn open_store(cfg: &OsdConfig) -> Result<(Store, Option<Arc<FaultDevice>>)
         let profile = Profile::load(name)?;
         dev = Arc::new(EmulatedDevice::new(dev, &profile, EMULATED_QUEUE_DEPTH)?);
     }
+    let mut under = Under::default();
+    if let Some(cache) = &cfg.cache {
+        let (device, slot) = crate::cached::open(&cfg.data_dir, cache, dev.clone(), fresh).await?;
+        dev = device.clone();
+        under.cache = Some((device, slot));
+    }
     let faults = cfg
         .fault_injection
         .then(|| Arc::new(FaultDevice::new(dev.clone(), CrashSwitch::new())));
     if let Some(f) = &faults {
         dev = f.clone();
     }
+    under.faults = faults;
     let store_cfg = StoreConfig {
         max_groups_in_flight: cfg.store_groups_in_flight,
         ..StoreConfig::default()
@@ -131,7 +147,7 @@ async fn open_store(cfg: &OsdConfig) -> Result<(Store, Option<Arc<FaultDevice>>)
                 }
                 tokio::time::sleep(STORE_LOCK_RETRY).await;
             }
-            mounted => return Ok((mounted?, faults)),
+            mounted => return Ok((mounted?, under)),
         }
     }
 }
@@ -187,7 +203,7 @@ impl OsdDaemon {
                 seq_bandwidth_bytes_per_s: p.expected.sequential_write_mb_s * 1e6,
             };
         }
-        let (store, faults) = open_store(&cfg).await?;
+        let (store, under) = open_store(&cfg).await?;
         if cfg.measure_capacity {
             cfg.capacity = crate::capacity::at_boot(&store, cfg.capacity, &cfg.data_dir).await?;
         }
@@ -275,7 +291,12 @@ impl OsdDaemon {
             cfg.clone(),
             closed_tx,
         );
-        state.faults = faults;
+        state.faults = under.faults;
+        if let Some((device, slot)) = under.cache {
+            // From here on the cleaner's write-back waits for best-effort slots.
+            let _ = slot.set(state.sched.clone());
+            state.cache = Some(device);
+        }
         state.peers = crate::peers::Peers::new(id).with_credentials(peer_credentials);
         let shared = Arc::new(state);
         let (failed_tx, failed) = tokio::sync::oneshot::channel();

@@ -12,6 +12,7 @@
 pub mod admin;
 pub mod ask;
 pub mod auth;
+pub mod cached;
 pub mod capacity;
 pub mod config;
 pub mod daemon;

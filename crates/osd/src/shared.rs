@@ -50,6 +50,8 @@ pub struct Shared {
     /// The fault-injecting device under the store, when the OSD runs with `fault_injection`
     /// (see `failstop::inject`).
     pub faults: Option<Arc<cairn_blockdev::FaultDevice>>,
+    /// The cache device under the store, when the OSD runs on a cached HDD.
+    pub cache: Option<Arc<cairn_cache::CacheDevice>>,
     /// Its listener's counters (connections, sessions, bytes held), set once it listens.
     pub messenger: std::sync::OnceLock<Arc<cairn_msgr::session::ListenerStats>>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
@@ -95,6 +97,7 @@ impl Shared {
             pg_temps,
             messenger: std::sync::OnceLock::new(),
             faults: None,
+            cache: None,
             tasks: Mutex::new(Vec::new()),
             stopping: CancellationToken::new(),
             mappings: Mutex::new(MappingCache::default()),

@@ -18,6 +18,8 @@ pub const DEFAULT_RECOVERY_OP_PRIORITY: u8 = 3;
 pub const DEFAULT_SCRUB_PRIORITY: u8 = 5;
 /// Ceph's `osd_pg_delete_priority`.
 pub const DEFAULT_PG_DELETE_PRIORITY: u8 = 5;
+/// `osd_cache_clean_priority` (cairn's own): a cached OSD's write-back, as low as scrub.
+pub const DEFAULT_CACHE_CLEAN_PRIORITY: u8 = 5;
 
 /// Why the OSD runs a piece of work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -33,6 +35,8 @@ pub enum Purpose {
     Scrub,
     /// Deleting a stray PG copy (Ceph's PG deletion).
     PgDelete,
+    /// A cached OSD's cache writing dirty lines back to its HDD.
+    CacheClean,
 }
 
 impl Purpose {
@@ -41,7 +45,7 @@ impl Purpose {
         match self {
             Purpose::ClientOp | Purpose::BlockingRecovery => QosClass::Client,
             Purpose::Recovery => QosClass::Recovery,
-            Purpose::Scrub | Purpose::PgDelete => QosClass::BestEffort,
+            Purpose::Scrub | Purpose::PgDelete | Purpose::CacheClean => QosClass::BestEffort,
         }
     }
 }
@@ -122,6 +126,7 @@ pub struct Priorities {
     recovery: AtomicU8,
     scrub: AtomicU8,
     pg_delete: AtomicU8,
+    cache_clean: AtomicU8,
 }
 
 impl Default for Priorities {
@@ -131,16 +136,18 @@ impl Default for Priorities {
             recovery: AtomicU8::new(DEFAULT_RECOVERY_OP_PRIORITY),
             scrub: AtomicU8::new(DEFAULT_SCRUB_PRIORITY),
             pg_delete: AtomicU8::new(DEFAULT_PG_DELETE_PRIORITY),
+            cache_clean: AtomicU8::new(DEFAULT_CACHE_CLEAN_PRIORITY),
         }
     }
 }
 
-/// The configuration keys of [`Priorities`], as Ceph names them.
-pub const PRIORITY_KEYS: [&str; 4] = [
+/// The configuration keys of [`Priorities`], as Ceph names them (the last is cairn's own).
+pub const PRIORITY_KEYS: [&str; 5] = [
     "osd_client_op_priority",
     "osd_recovery_op_priority",
     "osd_scrub_priority",
     "osd_pg_delete_priority",
+    "osd_cache_clean_priority",
 ];
 
 impl Priorities {
@@ -152,6 +159,7 @@ impl Priorities {
             Purpose::Recovery => &self.recovery,
             Purpose::Scrub => &self.scrub,
             Purpose::PgDelete => &self.pg_delete,
+            Purpose::CacheClean => &self.cache_clean,
         };
         slot.load(Ordering::Relaxed)
     }
@@ -162,6 +170,7 @@ impl Priorities {
             "osd_recovery_op_priority" => &self.recovery,
             "osd_scrub_priority" => &self.scrub,
             "osd_pg_delete_priority" => &self.pg_delete,
+            "osd_cache_clean_priority" => &self.cache_clean,
             _ => return None,
         })
     }

@@ -13,7 +13,8 @@ use crate::runtime::osd_runtime;
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `id`, `listen`, `metrics`, `device_mib`,
-/// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `prefill`,
+/// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `cache_profile`,
+/// `cache_mib`, `cache_mode`, `cache_line_kib`, `prefill`,
 /// `store_groups_in_flight`, `op_shards`, `threads`, `max_inflight_cost_ms`, `remap_min_objects`,
 /// `recovery_chunk_bytes`, `scrub_interval_s`, `deep_scrub_interval_s`, `measure_capacity`,
 /// `fault_injection`). An OSD whose store fails (a device error) reports itself down and
@@ -68,6 +69,21 @@ pub struct OsdRunArgs {
     /// a TOML path); the scheduler's cost model takes the profile's capacity.
     #[arg(long)]
     pub profile: Option<String>,
+    /// Put an SSD cache in front of the data device (Open-CAS-style, see `cairn cache`): its
+    /// file `cache` in the data directory, emulating this profile (nvme-p3700, ...).
+    #[arg(long)]
+    pub cache_profile: Option<String>,
+    /// Size of the cache file in MiB (default: an eighth of the device). Giving it turns the
+    /// cache on without a profile.
+    #[arg(long)]
+    pub cache_mib: Option<u64>,
+    /// Mode a new cache starts in: wt, wb, wa, pt, wo (switch live with `cairn tell osd.N
+    /// cache set-mode`).
+    #[arg(long, default_value = "wb")]
+    pub cache_mode: String,
+    /// Cache line size of a new cache, in KiB: 4, 8, 16, 32 or 64.
+    #[arg(long, default_value_t = 4)]
+    pub cache_line_kib: u64,
     /// Write zeros over a new device file before formatting it, so data lands on allocated
     /// blocks as on a raw device (a sparse file pays the file system's block allocation on
     /// every first write). Costs one full write of the file.
@@ -165,6 +181,7 @@ pub fn run(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.device_bytes = args.device_mib << 20;
         cfg.metrics_listen = args.metrics;
         cfg.device_profile = args.profile.clone();
+        cfg.cache = cache_config(&args)?;
         cfg.heartbeat_grace_ms = args.heartbeat_grace_s * 1000;
         cfg.fast_fail_on_connection_refused = args.fast_fail_on_connection_refused;
         cfg.policy = cairn_qos::PolicyConfig::by_name(&args.policy)?;
@@ -204,6 +221,25 @@ pub fn run(args: OsdRunArgs) -> anyhow::Result<()> {
         eprintln!("osd.{id} stopped");
         Ok(())
     })
+}
+
+/// The cache `args` ask for: on when a cache profile or size is given.
+fn cache_config(args: &OsdRunArgs) -> anyhow::Result<Option<cairn_osd::cached::OsdCacheConfig>> {
+    if args.cache_profile.is_none() && args.cache_mib.is_none() {
+        return Ok(None);
+    }
+    let mib = args.cache_mib.unwrap_or((args.device_mib / 8).max(16));
+    let settings = cairn_cache::CacheConfig {
+        mode: args.cache_mode.parse()?,
+        line_bytes: args.cache_line_kib * 1024,
+        ..cairn_cache::CacheConfig::default()
+    };
+    settings.validate()?;
+    Ok(Some(cairn_osd::cached::OsdCacheConfig {
+        profile: args.cache_profile.clone(),
+        bytes: mib << 20,
+        settings,
+    }))
 }
 
 /// How long a signalled OSD waits for its store to close before it exits anyway (less than

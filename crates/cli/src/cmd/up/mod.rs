@@ -52,6 +52,20 @@ pub struct UpArgs {
     /// TOML path); default: the plain files.
     #[arg(long = "osd-profile")]
     osd_profile: Option<String>,
+    /// Put an SSD cache emulating this profile (nvme-p3700, ...) in front of every OSD's
+    /// device (see `cairn osd run --cache-profile`).
+    #[arg(long = "osd-cache-profile")]
+    osd_cache_profile: Option<String>,
+    /// Size of each OSD's cache file in MiB (default: an eighth of the device); turns the
+    /// cache on without a profile.
+    #[arg(long = "osd-cache-mib")]
+    osd_cache_mib: Option<u64>,
+    /// Mode a new cache starts in: wt, wb, wa, pt, wo.
+    #[arg(long = "cache-mode", default_value = "wb")]
+    cache_mode: String,
+    /// Cache line size of a new cache, in KiB: 4, 8, 16, 32 or 64.
+    #[arg(long = "cache-line-kib", default_value_t = 4)]
+    cache_line_kib: u64,
     /// Write zeros over each new OSD device file before formatting it (as on a raw device;
     /// see `cairn osd run --prefill`). `cairn up` then waits longer for the OSDs.
     #[arg(long)]
@@ -308,6 +322,20 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         }
         if let Some(p) = &args.osd_profile {
             osd_args.extend(["--profile".into(), p.clone()]);
+        }
+        if args.osd_cache_profile.is_some() || args.osd_cache_mib.is_some() {
+            osd_args.extend([
+                "--cache-mode".into(),
+                args.cache_mode.clone(),
+                "--cache-line-kib".into(),
+                args.cache_line_kib.to_string(),
+            ]);
+            if let Some(p) = &args.osd_cache_profile {
+                osd_args.extend(["--cache-profile".into(), p.clone()]);
+            }
+            if let Some(mib) = args.osd_cache_mib {
+                osd_args.extend(["--cache-mib".into(), mib.to_string()]);
+            }
         }
         if args.prefill {
             osd_args.push("--prefill".into());
