@@ -22,7 +22,7 @@ pub use cairn_proto::admin::{MSG_ADMIN, MSG_ADMIN_REPLY};
 
 /// Settings `config get` can read (the first three, the priorities and the recovery
 /// throttles can also be set).
-pub const CONFIG_KEYS: [&str; 27] = [
+pub const CONFIG_KEYS: [&str; 28] = [
     "osd_op_queue",
     "osd_op_queue_config",
     "osd_mclock_profile",
@@ -45,6 +45,7 @@ pub const CONFIG_KEYS: [&str; 27] = [
     "osd_recovery_op_priority",
     "osd_scrub_priority",
     "osd_pg_delete_priority",
+    "osd_cache_clean_priority",
     "osd_max_backfills",
     "osd_recovery_max_active",
     "osd_recovery_sleep_hdd",
