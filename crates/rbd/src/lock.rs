@@ -378,6 +378,10 @@ impl ExclusiveLock {
 
     /// Releases the lock (removes the record if it is still ours) and stops renewing.
     pub async fn release(&self) -> Result<(), RbdError> {
+        // Taken first: a renewal in flight holds it until its answer is recorded, so the
+        // version below is the one the header is at (a renewal cut off mid-flight could
+        // have moved the header without telling us).
+        let held = self.state.lock().await;
         if let Some(task) = self
             .renewer
             .lock()
@@ -390,17 +394,32 @@ impl ExclusiveLock {
         if !was_held {
             return Ok(());
         }
-        let expected = self.state.lock().await.version;
-        match self
-            .client
-            .remove_xattr_if(&self.pool, &header_object(&self.name), LOCK_ATTR, expected)
-            .await
-        {
-            Ok(_) | Err(ClientError::VersionMismatch { .. }) | Err(ClientError::NotFound(_)) => {
-                Ok(())
+        let object = header_object(&self.name);
+        let mut expected = held.version;
+        // A header that moved anyway is looked at: the record removed only while it is ours.
+        for _ in 0..4 {
+            match self
+                .client
+                .remove_xattr_if(&self.pool, &object, LOCK_ATTR, expected)
+                .await
+            {
+                Ok(_) | Err(ClientError::NotFound(_)) => return Ok(()),
+                Err(ClientError::VersionMismatch { current, .. }) => {
+                    match holder(&self.client, &self.pool, &self.name).await {
+                        Ok((Some(r), now)) if r.cookie == held.record.cookie => {
+                            expected = now.max(current)
+                        }
+                        Ok(_) | Err(RbdError::NotFound(_)) => return Ok(()),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => Err(e.into()),
         }
+        Err(RbdError::Locked(format!(
+            "the lock of image {} kept changing while it was released",
+            self.name
+        )))
     }
 }
 
@@ -420,8 +439,11 @@ impl Drop for ExclusiveLock {
 /// Renews every sixth of the lease while the lock lives and is held.
 async fn renew_until_lost(lock: std::sync::Weak<ExclusiveLock>) {
     loop {
+        let Some(period) = lock.upgrade().map(|l| l.lease() / 6) else {
+            return;
+        };
+        tokio::time::sleep(period).await;
         let Some(l) = lock.upgrade() else { return };
-        let period = l.lease() / 6;
         match l.renew().await {
             Ok(()) => {}
             Err(RbdError::LockLost(why)) => {
@@ -430,8 +452,6 @@ async fn renew_until_lost(lock: std::sync::Weak<ExclusiveLock>) {
             }
             Err(e) => tracing::warn!(image = %l.name, error = %e, "lock renewal failed"),
         }
-        drop(l);
-        tokio::time::sleep(period).await;
     }
 }
 

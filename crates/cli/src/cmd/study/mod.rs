@@ -1,5 +1,6 @@
 //! `cairn study ...`: the seeds' experiments on emulated devices, with tables and PNG plots.
 
+mod cache_cluster;
 mod recovery;
 
 use anyhow::Context;
@@ -21,11 +22,18 @@ enum StudyCommand {
     /// and the recovery rate, per scheduler (each on a fresh cluster of OSD processes).
     Recovery(recovery::RecoveryStudyArgs),
     /// Seed 004: Vdbench's set on an emulated HDD, bare and behind a write-back NVMe cache
-    /// (virtual time), and dirty share over time per cleaning policy.
+    /// (virtual time), and dirty share over time per cleaning policy; with `--cluster`, on
+    /// clusters of OSD processes through block images and fio.
     Cache {
-        /// Directory for cache-study.md, cache-dirty.png and cache-write-iops.png.
+        /// Directory for cache-study.md, cache-dirty.png and cache-write-iops.png
+        /// (`--cluster`: cache-cluster.md and its plots).
         #[arg(long, default_value = "study-out")]
         out_dir: PathBuf,
+        /// Run the set on real clusters (bare HDD OSDs, then cached ones) through NBD.
+        #[arg(long)]
+        cluster: bool,
+        #[command(flatten)]
+        on_cluster: cache_cluster::ClusterCacheArgs,
         /// Concurrent workers (the seed ran 20 threads x queue depth 16).
         #[arg(long, default_value_t = 32)]
         workers: usize,
@@ -44,9 +52,19 @@ pub fn run(args: StudyArgs) -> anyhow::Result<()> {
         StudyCommand::Recovery(args) => recovery::run(args),
         StudyCommand::Cache {
             out_dir,
+            cluster: true,
+            mut on_cluster,
+            ..
+        } => {
+            on_cluster.out_dir = out_dir;
+            cache_cluster::run(on_cluster)
+        }
+        StudyCommand::Cache {
+            out_dir,
             workers,
             measure_ms,
             seed,
+            ..
         } => {
             let cfg = CacheStudyConfig {
                 workers,

@@ -553,7 +553,11 @@ async fn recovered(client: &Client) -> (u64, u64) {
 }
 
 /// Waits until every one of `total` PGs is reported active+clean.
-async fn wait_clean(client: &Client, total: u64, timeout: Duration) -> anyhow::Result<()> {
+pub(super) async fn wait_clean(
+    client: &Client,
+    total: u64,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         let states = pg_states_of(client).await;

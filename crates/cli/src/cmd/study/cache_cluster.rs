@@ -1,0 +1,415 @@
+//! `cairn study cache --cluster`: seed 004 on the cluster. Block images over OSD processes
+//! whose devices emulate a 7,200 rpm HDD, bare and then behind a write-back NVMe cache
+//! (`cairn osd run --cache-profile`), each on a fresh cluster; fio through the NBD export
+//! runs the seed's Vdbench set (4 KiB random read, random write, 70/30 mix; 512 KiB sequential
+//! read and write) and the report puts the cached/bare ratios beside the seed's, with the
+//! caches' dirty share sampled through the random-write run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use cairn_client::mon::MonClient;
+use cairn_client::Client;
+use cairn_proto::mon::Request;
+use cairn_rbd::nbd::Exports;
+use cairn_rbd::Image;
+use cairn_study::cache::{Pattern, Workload, VDBENCH_SET};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+
+use crate::local_cluster::{LocalCluster, UpSettings};
+use crate::mon_link::up_osds;
+
+/// The pool the images live in (size 2, as the seed's).
+const POOL: &str = "rbd";
+/// Longest wait for the pool's PGs to be clean.
+const CLEAN_TIMEOUT: Duration = Duration::from_secs(300);
+/// The seed's ratios (cached over bare) where it gives one: random read and write IOPS,
+/// sequential read and write bandwidth.
+const SEED_RATIOS: [Option<f64>; 5] = [Some(119.5), Some(86.8), None, Some(0.972), Some(0.944)];
+
+/// Arguments of `cairn study cache --cluster`.
+#[derive(Args, Clone)]
+pub struct ClusterCacheArgs {
+    /// Directory for cache-cluster.md and its plots (the study's `--out-dir`).
+    #[arg(skip)]
+    pub out_dir: PathBuf,
+    /// OSD processes of each cluster.
+    #[arg(long, default_value_t = 3)]
+    pub osds: usize,
+    /// Device file of each OSD, MiB.
+    #[arg(long, default_value_t = 2048)]
+    pub device_mib: u64,
+    /// Cache file of each cached OSD, MiB.
+    #[arg(long, default_value_t = 512)]
+    pub cache_mib: u64,
+    /// Images (each written by one fio job at queue depth 16; the seed ran 20).
+    #[arg(long, default_value_t = 4)]
+    pub images: usize,
+    /// Size of each image, MiB (the working set is images x this).
+    #[arg(long, default_value_t = 128)]
+    pub image_mib: u64,
+    /// Seconds measured per workload.
+    #[arg(long, default_value_t = 20)]
+    pub seconds: u64,
+    /// PGs of the pool.
+    #[arg(long, default_value_t = 32)]
+    pub pg_num: u32,
+}
+
+/// One workload's figures.
+#[derive(Clone, Copy, Debug, Default)]
+struct Measured {
+    iops: f64,
+    mib_s: f64,
+    p99_ms: f64,
+}
+
+/// One cluster's run: a figure per workload of [`VDBENCH_SET`], and the dirty share
+/// (seconds since the random writes began, percent) for a cached one.
+struct SetupRun {
+    results: Vec<Measured>,
+    dirty: Vec<(f64, f64)>,
+}
+
+/// Runs the study.
+pub fn run(args: ClusterCacheArgs) -> anyhow::Result<()> {
+    let found = Command::new("sh")
+        .args(["-c", "command -v fio"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        bail!("fio is missing (apt-get install fio): the study drives the images with it");
+    }
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let steps = 2 * (VDBENCH_SET.len() as u64 + 3);
+    let bar = ProgressBar::new(steps);
+    bar.set_style(ProgressStyle::with_template(
+        "{elapsed:>4} {bar:30} {pos}/{len} {msg}",
+    )?);
+    let scratch = args.out_dir.join("clusters");
+    let bare = run_setup(&args, false, &scratch.join("bare"), &bar)?;
+    let cached = run_setup(&args, true, &scratch.join("cached"), &bar)?;
+    bar.finish_and_clear();
+    let table = markdown(&args, &bare, &cached);
+    std::fs::write(args.out_dir.join("cache-cluster.md"), &table)?;
+    plot_ratios(
+        &args.out_dir.join("cache-cluster-ratios.png"),
+        &bare,
+        &cached,
+    )?;
+    plot_dirty(&args.out_dir.join("cache-cluster-dirty.png"), &cached.dirty)?;
+    println!("{table}");
+    println!("wrote {}", args.out_dir.display());
+    Ok(())
+}
+
+/// One fresh cluster, bare or cached: the pool, the images and their export, a prefill, and
+/// the workloads.
+fn run_setup(
+    args: &ClusterCacheArgs,
+    cached: bool,
+    dir: &Path,
+    bar: &ProgressBar,
+) -> anyhow::Result<SetupRun> {
+    let label = if cached { "cached" } else { "bare" };
+    let step = |what: &str| {
+        bar.set_message(format!("{label}: {what}"));
+        bar.inc(1);
+    };
+    bar.set_message(format!("{label}: starting {} OSDs", args.osds));
+    let osd_args: Vec<String> = if cached {
+        vec![
+            "--cache-profile=nvme-p3700".into(),
+            format!("--cache-mib={}", args.cache_mib),
+            "--cache-mode=wb".into(),
+        ]
+    } else {
+        Vec::new()
+    };
+    let settings = UpSettings {
+        osds: args.osds,
+        device_mib: args.device_mib,
+        profile: Some("hdd-7200"),
+        osd_args: &osd_args,
+    };
+    let cluster = LocalCluster::up(&settings, dir)?;
+    let rt = crate::runtime::command()?;
+    let run = rt.block_on(async {
+        let client = Arc::new(
+            Client::connect_as(
+                cluster.mon,
+                cairn_client::random_client_id(),
+                Some(cluster.admin()?),
+            )
+            .await?,
+        );
+        let admin = MonClient::connect_as(
+            cluster.mon,
+            cairn_client::random_client_id(),
+            Some(cluster.admin()?.mon_credentials()),
+        )
+        .await;
+        let create = Request::CreatePool {
+            name: POOL.into(),
+            size: 2,
+            pg_num: args.pg_num,
+        };
+        admin.op(create, 10_000).await?;
+        super::recovery::wait_clean(&client, u64::from(args.pg_num), CLEAN_TIMEOUT).await?;
+        let mut uris = Vec::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        for i in 0..args.images {
+            let name = format!("vol{i}");
+            Image::create(&client, POOL, &name, args.image_mib << 20, Some(22)).await?;
+            uris.push(format!("nbd://{addr}/{name}"));
+        }
+        let exports = Exports::new(client.clone(), POOL.into(), cairn_rbd::lock::DEFAULT_LEASE);
+        let server = tokio::spawn(cairn_rbd::nbd::serve_tcp(listener, exports));
+        step("prefilling the images");
+        fio(&uris, "write", "1M", 0, &["--size=100%".into()]).await?;
+        if cached {
+            step("warming the caches with random reads");
+            fio(&uris, "randread", "4k", args.seconds, &[]).await?;
+        } else {
+            bar.inc(1);
+        }
+        let mut results = Vec::new();
+        let mut dirty = Vec::new();
+        for w in VDBENCH_SET {
+            step(w.name);
+            let sampler = (cached && matches!(w.pattern, Pattern::RandWrite))
+                .then(|| tokio::spawn(sample_dirty(client.clone(), args.seconds)));
+            results.push(run_workload(&w, &uris, args.seconds).await?);
+            if let Some(s) = sampler {
+                dirty = s.await?;
+            }
+        }
+        server.abort();
+        Ok::<_, anyhow::Error>(SetupRun { results, dirty })
+    });
+    drop(rt);
+    step("stopping the cluster");
+    cluster.down()?;
+    run
+}
+
+/// Runs workload `w` on every image at once for `seconds`.
+async fn run_workload(w: &Workload, uris: &[String], seconds: u64) -> anyhow::Result<Measured> {
+    let bs = format!("{}k", w.io_bytes / 1024);
+    let (rw, extra): (&str, Vec<String>) = match w.pattern {
+        Pattern::RandRead => ("randread", vec![]),
+        Pattern::RandWrite => ("randwrite", vec![]),
+        Pattern::Mix { read_pct } => ("randrw", vec![format!("--rwmixread={read_pct}")]),
+        Pattern::SeqRead => ("read", vec![]),
+        Pattern::SeqWrite => ("write", vec![]),
+    };
+    fio(uris, rw, &bs, seconds, &extra).await
+}
+
+/// fio with one job per image (NBD engine, queue depth 16), time-based for `seconds` (0:
+/// once over the images), its summary parsed from JSON.
+async fn fio(
+    uris: &[String],
+    rw: &str,
+    bs: &str,
+    seconds: u64,
+    extra: &[String],
+) -> anyhow::Result<Measured> {
+    let mut cmd = tokio::process::Command::new("fio");
+    cmd.args([
+        "--ioengine=nbd",
+        &format!("--rw={rw}"),
+        &format!("--bs={bs}"),
+        "--iodepth=16",
+        "--direct=1",
+        "--group_reporting",
+        "--output-format=json",
+    ]);
+    if seconds > 0 {
+        cmd.args(["--time_based", &format!("--runtime={seconds}")]);
+    }
+    cmd.args(extra);
+    for (i, uri) in uris.iter().enumerate() {
+        cmd.args([format!("--name=vol{i}"), format!("--uri={uri}")]);
+    }
+    let out = cmd.output().await.context("running fio")?;
+    if !out.status.success() {
+        bail!(
+            "fio {rw} {bs} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    parse_fio(&out.stdout)
+}
+
+/// The group's IOPS, MiB/s and p99 completion latency (reads and writes together; the
+/// slower p99) from fio's JSON output.
+fn parse_fio(json: &[u8]) -> anyhow::Result<Measured> {
+    // fio may print notes before its JSON.
+    let start = json
+        .iter()
+        .position(|&b| b == b'{')
+        .ok_or_else(|| anyhow!("no JSON in fio's output"))?;
+    let v: serde_json::Value = serde_json::from_slice(&json[start..])?;
+    let job = v["jobs"]
+        .get(0)
+        .ok_or_else(|| anyhow!("fio's JSON has no job"))?;
+    let mut m = Measured::default();
+    for side in ["read", "write"] {
+        let s = &job[side];
+        m.iops += s["iops"].as_f64().unwrap_or(0.0);
+        m.mib_s += s["bw_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64;
+        let p99 = s["clat_ns"]["percentile"]["99.000000"]
+            .as_f64()
+            .unwrap_or(0.0);
+        m.p99_ms = m.p99_ms.max(p99 / 1e6);
+    }
+    Ok(m)
+}
+
+/// The dirty share of every OSD's cache (their mean, percent), once a second for `seconds`.
+async fn sample_dirty(client: Arc<Client>, seconds: u64) -> Vec<(f64, f64)> {
+    let started = Instant::now();
+    let mut points = Vec::new();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        let mut shares = Vec::new();
+        for osd in up_osds(&client) {
+            let words = ["cache".to_string(), "stats".to_string()];
+            if let Ok(text) = client.tell(osd, &words).await {
+                if let Some(pct) = dirty_pct(&text) {
+                    shares.push(pct);
+                }
+            }
+        }
+        if !shares.is_empty() {
+            let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+            points.push((started.elapsed().as_secs_f64(), mean));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    points
+}
+
+/// The percent column of the `Dirty` row of `cache stats`.
+fn dirty_pct(stats: &str) -> Option<f64> {
+    let row = stats
+        .lines()
+        .find(|l| l.split('|').nth(1).is_some_and(|c| c.trim() == "Dirty"))?;
+    row.split('|').nth(3)?.trim().parse().ok()
+}
+
+/// The report: each workload bare and cached, their ratio, the seed's.
+fn markdown(args: &ClusterCacheArgs, bare: &SetupRun, cached: &SetupRun) -> String {
+    let mut out = format!(
+        "# Seed 004 on the cluster\n\n{} OSD processes per cluster (device `hdd-7200`, {} MiB; \
+         cached: `nvme-p3700` cache of {} MiB, write-back), pool size 2, {} images of {} MiB \
+         through the NBD export, one fio job each at queue depth 16, {} s per workload.\n\n\
+         | workload | bare IOPS | bare MiB/s | bare p99 ms | cached IOPS | cached MiB/s | cached p99 ms | cached / bare | seed |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+        args.osds, args.device_mib, args.cache_mib, args.images, args.image_mib, args.seconds
+    );
+    for (i, w) in VDBENCH_SET.iter().enumerate() {
+        let (b, c) = (bare.results[i], cached.results[i]);
+        let ratio = ratio_of(w, &b, &c);
+        out.push_str(&format!(
+            "| {} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | x{:.2} | {} |\n",
+            w.name, b.iops, b.mib_s, b.p99_ms, c.iops, c.mib_s, c.p99_ms, ratio, w.seed_figure
+        ));
+    }
+    if let (Some(first), Some(last)) = (cached.dirty.first(), cached.dirty.last()) {
+        out.push_str(&format!(
+            "\nDirty share of the caches during the random writes: {:.1}% after {:.0} s, {:.1}% after {:.0} s.\n",
+            first.1, first.0, last.1, last.0
+        ));
+    }
+    out
+}
+
+/// Cached over bare: IOPS for 4 KiB work, bandwidth for sequential.
+fn ratio_of(w: &Workload, bare: &Measured, cached: &Measured) -> f64 {
+    let (b, c) = match w.pattern {
+        Pattern::SeqRead | Pattern::SeqWrite => (bare.mib_s, cached.mib_s),
+        _ => (bare.iops, cached.iops),
+    };
+    if b > 0.0 {
+        c / b
+    } else {
+        0.0
+    }
+}
+
+/// Bars of cached/bare per workload, the seed's ratio as each bar's target.
+fn plot_ratios(path: &Path, bare: &SetupRun, cached: &SetupRun) -> anyhow::Result<()> {
+    let bars: Vec<crate::plot::Bar> = VDBENCH_SET
+        .iter()
+        .enumerate()
+        .map(|(i, w)| crate::plot::Bar {
+            label: w.name.to_string(),
+            value: ratio_of(w, &bare.results[i], &cached.results[i]),
+            target: SEED_RATIOS[i].unwrap_or(0.0),
+        })
+        .collect();
+    crate::plot::bar_chart(
+        path,
+        "Cached over bare HDD OSDs (ticks: seed 004)",
+        "ratio",
+        &bars,
+    )
+}
+
+/// The caches' dirty share over the random-write run.
+fn plot_dirty(path: &Path, points: &[(f64, f64)]) -> anyhow::Result<()> {
+    crate::plot::register_font();
+    let root = BitMapBackend::new(path, (800, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let t_max = points.last().map_or(1.0, |p| p.0).max(1.0);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Dirty share of the OSDs' caches under 4K random writes",
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..t_max, 0f64..100f64)
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("dirty %")
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .draw_series(LineSeries::new(points.iter().copied(), &BLUE))
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fio_json_and_cache_stats_are_read() {
+        let json = br#"note: something
+{"jobs":[{"read":{"iops":100.5,"bw_bytes":1048576,"clat_ns":{"percentile":{"99.000000":2000000}}},
+"write":{"iops":50.0,"bw_bytes":0,"clat_ns":{"percentile":{"99.000000":5000000}}}}]}"#;
+        let m = parse_fio(json).unwrap();
+        assert_eq!(m.iops, 150.5);
+        assert_eq!(m.mib_s, 1.0);
+        assert_eq!(m.p99_ms, 5.0);
+        assert!(parse_fio(b"nothing").is_err());
+        assert!(parse_fio(br#"{"jobs":[]}"#).is_err());
+        let stats = "Cache mode: wb\n| Dirty                  |          120 |   12.5 | lines (4 KiB each)\n";
+        assert_eq!(dirty_pct(stats), Some(12.5));
+        assert_eq!(dirty_pct("| Clean | 1 | 2 |"), None);
+    }
+}
