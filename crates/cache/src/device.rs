@@ -337,9 +337,10 @@ impl CacheDevice {
         self.clock.now_ms()
     }
 
-    /// Sends cleaning I/O (dirty data written back to the core, and the core flushes that
-    /// make it durable) through `core_for_cleaning` instead of the core handle used by
-    /// foreground I/O. It must address the same core: an OSD passes the core wrapped in its
+    /// Sends background cleaning I/O (dirty data written back to the core by
+    /// [`CacheDevice::clean_step`], and the core flushes that make it durable) through
+    /// `core_for_cleaning` instead of the core handle used by foreground I/O. Cleaning a
+    /// request waits on (an eviction, a flush) keeps the foreground core. It must address the same core: an OSD passes the core wrapped in its
     /// scheduler's best-effort class, so cleaning is paced and never starves client I/O.
     pub fn with_cleaning_path(mut self, core_for_cleaning: Arc<dyn BlockDevice>) -> Result<Self> {
         if core_for_cleaning.properties().size_bytes != self.core.properties().size_bytes {
@@ -784,22 +785,27 @@ impl CacheDevice {
         Ok((core_line, mask, gen, runs_data))
     }
 
-    async fn write_core_runs(&self, core_line: u64, runs_data: &[(u32, Vec<u8>)]) -> BResult<()> {
+    async fn write_core_runs(
+        &self,
+        core: &dyn BlockDevice,
+        core_line: u64,
+        runs_data: &[(u32, Vec<u8>)],
+    ) -> BResult<()> {
         for (s, b) in runs_data {
             let addr = core_line * self.geom.line_bytes + u64::from(*s) * SECTOR_BYTES;
-            self.clean_core.write(addr, b).await?;
+            core.write(addr, b).await?;
         }
         Ok(())
     }
 
-    /// Writes the dirty data of several lines to core with up to [`CLEAN_QUEUE_DEPTH`] lines
-    /// in flight (bounded by the core's queue depth), so the core can reorder them.
-    async fn write_core_batch(&self, batch: &[CoreWrite]) -> BResult<()> {
-        let depth = CLEAN_QUEUE_DEPTH.min(self.clean_core.properties().max_queue_depth.max(1));
+    /// Writes the dirty data of several lines to `core` with up to [`CLEAN_QUEUE_DEPTH`]
+    /// lines in flight (bounded by the core's queue depth), so the core can reorder them.
+    async fn write_core_batch(&self, core: &dyn BlockDevice, batch: &[CoreWrite]) -> BResult<()> {
+        let depth = CLEAN_QUEUE_DEPTH.min(core.properties().max_queue_depth.max(1));
         for chunk in batch.chunks(depth) {
             let writes = chunk
                 .iter()
-                .map(|(core_line, data)| self.write_core_runs(*core_line, data));
+                .map(|(core_line, data)| self.write_core_runs(core, *core_line, data));
             for r in futures_util::future::join_all(writes).await {
                 r?;
             }
@@ -807,7 +813,9 @@ impl CacheDevice {
         Ok(())
     }
 
-    /// Cleans `lines` synchronously (caller holds the gate exclusively).
+    /// Cleans `lines` synchronously (caller holds the gate exclusively). Through the
+    /// foreground core, never the cleaning path: the I/O waiting on this (an eviction for a
+    /// request, a flush) may itself hold a scheduler slot the cleaning path would wait for.
     async fn clean_now(&self, lines: &[u32]) -> BResult<()> {
         if lines.is_empty() {
             return Ok(());
@@ -819,8 +827,8 @@ impl CacheDevice {
             batch.push((core_line, data));
             done.push((i, mask));
         }
-        self.write_core_batch(&batch).await?;
-        self.clean_core.flush().await?;
+        self.write_core_batch(&*self.core, &batch).await?;
+        self.core.flush().await?;
         let mut st = self.lock();
         for (i, mask) in done {
             st.table.clear_dirty(i, mask);
@@ -1107,7 +1115,7 @@ impl CacheDevice {
             .iter_mut()
             .map(|(_, (core_line, _, _, data))| (*core_line, std::mem::take(data)))
             .collect();
-        let mut io = self.write_core_batch(&writes).await;
+        let mut io = self.write_core_batch(&*self.clean_core, &writes).await;
         if io.is_ok() {
             io = self.clean_core.flush().await;
         }

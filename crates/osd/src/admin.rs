@@ -100,16 +100,35 @@ async fn cache_command(s: &Shared, words: &[&str]) -> Result<String, String> {
             Ok(format!("cache {namespace}: {}\n", pairs.join(" ")))
         }
         ["set-mode", mode, rest @ ..] if rest.is_empty() || rest == ["flush"] => {
-            let mode: cairn_cache::CacheMode = mode.parse().map_err(|e: cairn_cache::CacheError| e.to_string())?;
-            cache
-                .set_mode(mode, !rest.is_empty())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(format!("cache mode {mode:?}\n"))
+            let mode: cairn_cache::CacheMode = mode
+                .parse()
+                .map_err(|e: cairn_cache::CacheError| e.to_string())?;
+            if rest.is_empty() {
+                cache.set_mode(mode, false).await.map_err(|e| e.to_string())?;
+                return Ok(format!("cache mode {}\n", mode.name()));
+            }
+            // Writing every dirty line to the HDD may take minutes: it runs on its own.
+            let (cache, dirty) = (cache.clone(), cache.stats().dirty_lines);
+            tokio::spawn(async move {
+                if let Err(e) = cache.set_mode(mode, true).await {
+                    tracing::error!(error = %e, "changing the cache's mode");
+                }
+            });
+            Ok(format!(
+                "cache mode {} once {dirty} dirty lines are written back (see `cache stats`)\n",
+                mode.name()
+            ))
         }
         ["flush"] => {
-            cache.flush_dirty().await.map_err(|e| e.to_string())?;
-            Ok("cache flushed: no dirty line left\n".into())
+            let (cache, dirty) = (cache.clone(), cache.stats().dirty_lines);
+            tokio::spawn(async move {
+                if let Err(e) = cache.flush_dirty().await {
+                    tracing::error!(error = %e, "flushing the cache");
+                }
+            });
+            Ok(format!(
+                "writing back {dirty} dirty lines (see `cache stats`)\n"
+            ))
         }
         _ => Err(format!(
             "unknown cache command `{}` (try: cache stats | cache config | cache set-param NAMESPACE KEY=VALUE... | cache set-mode wt|wb|wa|pt|wo [flush] | cache flush)",
