@@ -173,6 +173,51 @@ def cairn_bench(mon, seconds, mode, size):
     return iops, bw, p99
 
 
+IMAGE_GIB = 2
+BLOCK = "cairn NBD image, 3 OSDs, size 3"
+CEPH = "Ceph 16.2, 3 OSDs, size 3"
+CEPH_RBD = "Ceph 16.2 RBD image, 3 OSDs, size 3"
+# fio's arguments of each workload on an image, at 16 in flight: sequential 4 MiB writes then
+# reads over the image, random 4 KiB writes then reads.
+IMAGE_WORKS = {"4M write": ("write", "4M"), "4M read": ("read", "4M"),
+               "4K write": ("randwrite", "4k"), "4K read": ("randread", "4k")}
+
+
+def fio_image(engine_args, seconds, env=None):
+    """The four workloads on one image through fio (`engine_args` choose NBD or librbd):
+    {workload: (IOPS, MiB/s, p99 ms)}, MiB/s as rados bench's "MB/sec" counts."""
+    res = {}
+    for w, (rw, bs) in IMAGE_WORKS.items():
+        out = run(["fio", "--name=image", f"--rw={rw}", f"--bs={bs}", "--iodepth=16",
+                   "--direct=1", "--time_based", f"--runtime={seconds}",
+                   "--output-format=json"] + engine_args, env=env)
+        job = json.loads(out[out.index("{"):])["jobs"][0]
+        side = job["read"] if "read" in rw else job["write"]
+        p99 = side["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1e6
+        res[w] = (side["iops"], side["bw_bytes"] / (1 << 20), p99)
+    return res
+
+
+def nbd_image(mon, d, seconds):
+    """A 2 GiB image of pool `data` exported by `cairn rbd nbd`, through fio's nbd engine."""
+    run([CAIRN, "rbd", "--mon", mon, "create", "data/bench", "--size", f"{IMAGE_GIB}G"])
+    port = 10809 + 7
+    server = subprocess.Popen([CAIRN, "rbd", "--mon", mon, "nbd", "data", "--listen",
+                               f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                              stderr=open(os.path.join(d, "nbd.log"), "w"))
+    try:
+        deadline = time.time() + 30
+        while subprocess.run(["nbdinfo", f"nbd://127.0.0.1:{port}/bench"],
+                             capture_output=True).returncode != 0:
+            if time.time() > deadline:
+                raise RuntimeError("the NBD server never served")
+            time.sleep(0.2)
+        return fio_image(["--ioengine=nbd", f"--uri=nbd://127.0.0.1:{port}/bench"], seconds)
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def wait_for_room(path, need_bytes, timeout_s=300):
     """Waits until `path`'s file system has `need_bytes` free: the previous layer's deleted
     files are given back by the file system's online discard some time after they are gone
@@ -182,7 +227,9 @@ def wait_for_room(path, need_bytes, timeout_s=300):
         time.sleep(5)
 
 
-def cairn_cluster(osds, seconds, work, prefill):
+def cairn_cluster(osds, seconds, work, prefill, block=False):
+    """`cairn bench` on a fresh cluster of `osds` OSDs; with `block`, also a 2 GiB image
+    through NBD. Returns ({workload: numbers}, the image's or None)."""
     port = 7900 + osds
     mon = f"127.0.0.1:{port}"
     d = os.path.join(work, f"cluster{osds}")
@@ -199,13 +246,15 @@ def cairn_cluster(osds, seconds, work, prefill):
         wait_for_room(work, osds * device_mib << 20)
     run([CAIRN, "up", "--no-s3", "--dir", d, "--mon", mon, "--osds", str(osds),
          "--device-mib", str(device_mib), "--pg-num", "64"] + extra)
+    # The commands below act as the cluster's administrator, with the key `cairn up` made.
+    os.environ["CAIRN_KEYRING"] = os.path.join(d, "keyring")
     try:
         res = {}
         res["4M write"] = cairn_bench(mon, seconds, "write", 4 << 20)
         res["4M read"] = cairn_bench(mon, seconds, "seq", 4 << 20)
         res["4K write"] = cairn_bench(mon, seconds, "write", 4096)
         res["4K read"] = cairn_bench(mon, seconds, "rand", 4096)
-        return res
+        return res, (nbd_image(mon, d, seconds) if block else None)
     except subprocess.CalledProcessError:
         for name in sorted(os.listdir(d)):
             if name.endswith(".log"):
@@ -243,7 +292,9 @@ BASE_OVERRIDE = {("cairn 1 OSD, size 1", "4K write"): STORE_OBJECTS,
                  ("cairn 1 OSD, size 1", "4K read"): STORE_OBJECTS}
 
 
-def ceph(seconds, work, prefill):
+def ceph(seconds, work, prefill, block=False):
+    """`rados bench` on ceph-mini; with `block`, also a 2 GiB RBD image through fio's rbd
+    engine. Returns ({workload: numbers}, the image's or None)."""
     env = dict(os.environ, NUM_OSD="3", BLOCK_GB=str(CEPH_BLOCK_GB))
     if prefill:
         # A later bluestore_block_path in [osd] wins over ceph-mini's; BlueStore's mkfs opens an
@@ -272,7 +323,16 @@ def ceph(seconds, work, prefill):
         run(["rados", "-p", "bench", "cleanup"], env=conf)
         res["4K write"] = rados_bench(seconds, "write", 4096)
         res["4K read"] = rados_bench(seconds, "rand", 4096)
-        return res
+        image = None
+        if block:
+            run(["rados", "-p", "bench", "cleanup"], env=conf)
+            run(["ceph", "osd", "pool", "create", "rbdbench", "64", "64", "replicated"], env=conf)
+            run(["ceph", "osd", "pool", "set", "rbdbench", "size", "3"], env=conf)
+            run(["rbd", "pool", "init", "rbdbench"], env=conf)
+            run(["rbd", "create", "rbdbench/bench", "--size", f"{IMAGE_GIB}G"], env=conf)
+            image = fio_image(["--ioengine=rbd", "--clientname=admin", "--pool=rbdbench",
+                               "--rbdname=bench"], seconds, env=conf)
+        return res, image
     finally:
         subprocess.run(["bash", os.path.join(CEPH_MINI, "down.sh")], capture_output=True)
 
@@ -324,11 +384,22 @@ def measure(a, work):
         "4K write": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB object write QD16")), None),
         "4K read": next(((r[0], r[1], None) for k, r in st.items() if k.startswith("4 KiB object read QD16")), None),
     }
-    layers["cairn 1 OSD, size 1"] = cairn_cluster(1, a.seconds, work, a.prefill)
-    layers["cairn 3 OSDs, size 3"] = cairn_cluster(3, a.seconds, work, a.prefill)
+    layers["cairn 1 OSD, size 1"] = cairn_cluster(1, a.seconds, work, a.prefill)[0]
+    return cluster_layers(a, work, layers), huge
+
+
+def cluster_layers(a, work, layers):
+    """The three-OSD layers (cairn's, its image over NBD unless --no-block; Ceph's and its RBD
+    image unless --no-ceph) added to `layers`."""
+    block = not a.no_block
+    layers["cairn 3 OSDs, size 3"], image = cairn_cluster(3, a.seconds, work, a.prefill, block)
+    if image:
+        layers[BLOCK] = image
     if not a.no_ceph:
-        layers["Ceph 16.2, 3 OSDs, size 3"] = ceph(a.seconds, work, a.prefill)
-    return layers, huge
+        layers[CEPH], image = ceph(a.seconds, work, a.prefill, block)
+        if image:
+            layers[CEPH_RBD] = image
+    return layers
 
 
 WORKS = ["4M write", "4M read", "4K write", "4K read"]
@@ -354,6 +425,7 @@ def efficiency(layers, name, layer, row_base, w):
         y, vs_fio = value(layers, "fio raw file", w), True
         if not y:
             return None
+    # The NBD image stands on the three-OSD cluster bench: the same device writes each.
     factor = 3 if (layer.startswith("cairn 3") and "write" in w) else 1
     return 100 * x * factor / y, vs_fio
 
@@ -391,7 +463,8 @@ def table(rounds):
              (STORE_OBJECTS, STORE_OBJECTS, "fio raw file"),
              ("cairn 1 OSD, size 1", "cairn 1 OSD, size 1", "cairn store"),
              ("cairn 1 OSD, size 1 (vs messenger)", "cairn 1 OSD, size 1", NETWORK),
-             ("cairn 3 OSDs, size 3", "cairn 3 OSDs, size 3", "cairn 1 OSD, size 1")]
+             ("cairn 3 OSDs, size 3", "cairn 3 OSDs, size 3", "cairn 1 OSD, size 1"),
+             (BLOCK, BLOCK, "cairn 3 OSDs, size 3")]
     lines = []
     if len(rounds) > 1:
         lines += [f"Medians of {len(rounds)} rounds (each round measures every layer in turn), "
@@ -417,21 +490,25 @@ def table(rounds):
             text = spread([e[0] for e in effs], lambda v: f"{v:.0f}%", lambda v: f"{v:.0f}")
             row.append(text + (" (vs fio)" if any(e[1] for e in effs) else ""))
         lines.append(f"| {name} | " + " | ".join(row) + " |")
-    if "Ceph 16.2, 3 OSDs, size 3" in order:
+    pairs = [("cairn 3 OSDs, size 3", CEPH, "objects (`cairn bench` against `rados bench`)"),
+             (BLOCK, CEPH_RBD, "block images (NBD against librbd, both through fio)")]
+    present = [(x, y, what) for x, y, what in pairs if x in order and y in order]
+    if present:
         lines.append("")
-        lines.append("cairn (3 OSDs, size 3) against Ceph 16.2 (3 OSDs, size 3), same machine, same run:")
+        lines.append("cairn against Ceph 16.2 (3 OSDs, size 3), same machine, same run:")
         lines.append("")
-        lines.append("| " + " | ".join(WORKS) + " |")
-        lines.append("|" + "---:|" * len(WORKS))
-        row = []
-        for w in WORKS:
-            xs = []
-            for r in rounds:
-                x, y = value(r, "cairn 3 OSDs, size 3", w), value(r, "Ceph 16.2, 3 OSDs, size 3", w)
-                if x and y:
-                    xs.append(x / y)
-            row.append("-" if not xs else spread(xs, lambda v: f"{v:.2f}x", lambda v: f"{v:.2f}"))
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append("| | " + " | ".join(WORKS) + " |")
+        lines.append("|---|" + "---:|" * len(WORKS))
+        for mine, theirs, what in present:
+            row = []
+            for w in WORKS:
+                xs = []
+                for r in rounds:
+                    x, y = value(r, mine, w), value(r, theirs, w)
+                    if x and y:
+                        xs.append(x / y)
+                row.append("-" if not xs else spread(xs, lambda v: f"{v:.2f}x", lambda v: f"{v:.2f}"))
+            lines.append(f"| {what} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -444,6 +521,11 @@ def main():
     ap.add_argument("--out", help="markdown table to write (default: "
                                   "docs/results/DATE-bottom-up-bench[-prefill].md)")
     ap.add_argument("--no-ceph", action="store_true")
+    ap.add_argument("--no-block", action="store_true",
+                    help="skip the block layers (a cairn image over NBD, Ceph's over librbd)")
+    ap.add_argument("--only-cluster", action="store_true",
+                    help="measure only the three-OSD layers (cairn's, its image, Ceph's and its "
+                         "image), not the store, the messenger or one OSD")
     ap.add_argument("--prefill", action="store_true",
                     help="write zeros over every device file first (the store's, the cairn "
                          "OSDs' with `cairn up --prefill`, Ceph's block files): every layer then "
@@ -461,7 +543,10 @@ def main():
         print(f"== round {i + 1} of {a.rounds}", file=sys.stderr, flush=True)
         work = tempfile.mkdtemp(prefix="cairn-bottom-up-", dir="/work" if os.path.isdir("/work") else None)
         try:
-            layers, round_huge = measure(a, work)
+            if a.only_cluster:
+                layers, round_huge = cluster_layers(a, work, {}), True
+            else:
+                layers, round_huge = measure(a, work)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         rounds.append(layers)
