@@ -116,6 +116,15 @@ async fn open_store(cfg: &OsdConfig) -> Result<(Store, Under), OsdError> {
         let profile = Profile::load(name)?;
         dev = Arc::new(EmulatedDevice::new(dev, &profile, EMULATED_QUEUE_DEPTH)?);
     }
+    let store_cfg = StoreConfig {
+        max_groups_in_flight: cfg.store_groups_in_flight,
+        ..StoreConfig::default()
+    };
+    if fresh && cfg.cache.is_some() {
+        // Formatted on the HDD itself, before its cache exists: the store's zeroed log ring
+        // would otherwise fill the new cache with dirty lines, one metadata write each.
+        Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &store_cfg).await?;
+    }
     let mut under = Under::default();
     if let Some(cache) = &cfg.cache {
         let (device, slot) = crate::cached::open(&cfg.data_dir, cache, dev.clone(), fresh).await?;
@@ -129,11 +138,7 @@ async fn open_store(cfg: &OsdConfig) -> Result<(Store, Under), OsdError> {
         dev = f.clone();
     }
     under.faults = faults;
-    let store_cfg = StoreConfig {
-        max_groups_in_flight: cfg.store_groups_in_flight,
-        ..StoreConfig::default()
-    };
-    if fresh {
+    if fresh && cfg.cache.is_none() {
         Store::mkfs(dev.clone(), KvLocation::File(kv.clone()), &store_cfg).await?;
     }
     let locked_since = Instant::now();
