@@ -2,8 +2,8 @@
 //! --osd-cache-profile nvme-p3700 --cache-mode wb`, objects written (acknowledged while their
 //! lines are still dirty in the caches), then `kill -9` of every OSD. Pass: `cairn up` restarts
 //! them, each cache attaches warm (its clean and dirty lines kept), every object reads back
-//! by checksum, `cairn tell osd.N cache ...` shows statistics and changes parameters and the
-//! mode, the Prometheus page carries the cache's series, the background cleaner's write-back
+//! by checksum, `cairn tell osd.N cache ...` shows statistics, changes parameters and the
+//! mode and loads I/O classes, the Prometheus page carries the cache's series, the background cleaner's write-back
 //! runs through the OSD's scheduler as best-effort work, and a flush leaves no dirty line.
 
 mod common;
@@ -176,6 +176,22 @@ fn a_cached_osd_killed_with_dirty_lines_restarts_warm_and_loses_nothing() {
     tell("osd.2", &["cache", "set-mode", "wt", "flush"]);
     let wt = wait_until("osd.2", &|s| s.contains("Cache mode: wt"));
     assert_eq!(stat(&wt, "Dirty"), 0, "{wt}");
+    // I/O classes, as casadm loads them: seed 004's file (requests up to 128 KiB cached).
+    let csv = "IO class id,IO class name,Eviction priority,Allocation\n\
+               0,unclassified,22,0\n\
+               1,request_size:le:131072,1,1\n";
+    tell("osd.0", &["cache", "load-ioclass", csv]);
+    assert!(tell("osd.0", &["cache", "ioclass"]).contains("request_size:le:131072"));
+    let (ok, out) = cluster.cairn(&[
+        "tell",
+        "--mon",
+        &mon,
+        "osd.0",
+        "cache",
+        "load-ioclass",
+        "1,2",
+    ]);
+    assert!(!ok, "a malformed class file is refused: {out}");
     let (ok, out) = cluster.cairn(&["tell", "--mon", &mon, "osd.0", "cache", "set-mode", "xx"]);
     assert!(!ok && out.contains("xx"), "{out}");
     let (ok, out) = cluster.cairn(&[

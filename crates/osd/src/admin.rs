@@ -76,7 +76,7 @@ pub async fn handle(s: &Arc<Shared>, payload: &Bytes) -> Bytes {
     encode(&AdminReply { tid, result }, &[])
 }
 
-/// `cache stats | config | set-param NAMESPACE KEY=VALUE... | set-mode MODE [flush] | flush` on a
+/// `cache stats | config | ioclass | load-ioclass CSV | set-param NAMESPACE KEY=VALUE... | set-mode MODE [flush] | flush` on a
 /// cached OSD (casadm's `-P`, `-X`, `-Q`, `-F`).
 async fn cache_command(s: &Shared, words: &[&str]) -> Result<String, String> {
     let Some(cache) = &s.cache else {
@@ -84,6 +84,16 @@ async fn cache_command(s: &Shared, words: &[&str]) -> Result<String, String> {
     };
     match words {
         ["stats"] => Ok(cache.stats().to_string()),
+        ["ioclass"] => Ok(cache.io_classes().csv().to_string()),
+        ["load-ioclass", csv] => {
+            let classes =
+                cairn_cache::IoClassTable::parse_csv(csv).map_err(|e| e.to_string())?;
+            cache
+                .load_io_classes(classes)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok("I/O classes loaded\n".into())
+        }
         ["config"] => serde_json::to_string_pretty(&cache.config())
             .map(|j| j + "\n")
             .map_err(|e| e.to_string()),
@@ -131,7 +141,7 @@ async fn cache_command(s: &Shared, words: &[&str]) -> Result<String, String> {
             ))
         }
         _ => Err(format!(
-            "unknown cache command `{}` (try: cache stats | cache config | cache set-param NAMESPACE KEY=VALUE... | cache set-mode wt|wb|wa|pt|wo [flush] | cache flush)",
+            "unknown cache command `{}` (try: cache stats | cache config | cache ioclass | cache load-ioclass CSV | cache set-param NAMESPACE KEY=VALUE... | cache set-mode wt|wb|wa|pt|wo [flush] | cache flush)",
             words.join(" ")
         )),
     }

@@ -26,8 +26,10 @@ use crate::image::header_object;
 
 /// The header attribute holding the lock record.
 pub const LOCK_ATTR: &str = "lock";
-/// The lease a holder keeps unless told otherwise.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+/// The lease a holder keeps unless told otherwise: Ceph's `osd_client_watch_timeout`. Long
+/// enough that renewals queued behind a saturated HDD's writes still land in time (a lease of
+/// 10 s lapsed under 64 MiB of writes in flight on emulated HDD OSDs).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// Shortest lease accepted (renewals every sixth of it must still fit an op's round trip).
 pub const MIN_LEASE: Duration = Duration::from_millis(600);
 /// Longest lease accepted.

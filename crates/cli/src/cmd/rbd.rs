@@ -84,7 +84,7 @@ enum RbdCommand {
         listen: SocketAddr,
         /// Lease of the exclusive lock each exported image is held with, in milliseconds:
         /// after a crash of this server, another client takes the image over after one lease.
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 30_000)]
         lock_lease_ms: u64,
     },
 }

@@ -173,7 +173,10 @@ fn run_setup(
         let exports = Exports::new(client.clone(), POOL.into(), cairn_rbd::lock::DEFAULT_LEASE);
         let server = tokio::spawn(cairn_rbd::nbd::serve_tcp(listener, exports));
         step("prefilling the images");
-        fio(&uris, "write", "1M", 0, &["--size=100%".into()]).await?;
+        // Four 1 MiB writes in flight per image: the HDD OSDs' queues stay far below the
+        // clients' 30 s op timeout.
+        let prefill = ["--size=100%".to_string(), "--iodepth=4".to_string()];
+        fio(&uris, "write", "1M", 0, &prefill).await?;
         if cached {
             step("warming the caches with random reads");
             fio(&uris, "randread", "4k", args.seconds, &[]).await?;
