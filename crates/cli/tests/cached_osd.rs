@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::sync::Arc;
 
 use common::{free_port, signal, Cluster};
@@ -30,20 +29,6 @@ fn payload(i: usize) -> Vec<u8> {
                 .wrapping_add(i as u32) as u8
         })
         .collect()
-}
-
-/// The body of `GET /metrics` at `url` (`http://HOST:PORT/metrics`).
-fn scrape(url: &str) -> String {
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches(',')
-        .trim_end_matches("/metrics");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 #[test]
@@ -110,7 +95,11 @@ fn a_cached_osd_killed_with_dirty_lines_restarts_warm_and_loses_nothing() {
         stat(&before, "Dirty") > 0,
         "writes wait dirty in the cache: {before}"
     );
-    let page = scrape(&metrics);
+    let addr = metrics
+        .trim_start_matches("http://")
+        .trim_end_matches(',')
+        .trim_end_matches("/metrics");
+    let page = common::http_get(addr, "/metrics");
     assert!(
         page.contains("cairn_cache_dirty_lines{cache=\"osd.0\"}"),
         "{page}"
