@@ -240,6 +240,7 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     let info = tool("nbdinfo").arg(&uri).output().unwrap();
     let info = String::from_utf8_lossy(&info.stdout);
     assert!(info.contains("export-size: 25165824"), "{info}");
+    assert!(info.contains("is_read_only: false"), "{info}");
     let dir = cluster.dir.clone();
     let mut content = pattern(IMAGE_BYTES, 7);
     content[..MIB as usize].fill(0);
@@ -352,6 +353,12 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     assert_eq!(c.read(MIB - 4096, 8192).unwrap(), changed);
     assert_eq!(snap.command(WRITE, 0, 4, b"nope"), 1, "EPERM");
     assert_eq!(Nbd::open(&listen, "disk@none").err(), Some(0x8000_0006));
+    let info = tool("nbdinfo")
+        .arg(format!("nbd://{listen}/disk@s1"))
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains("is_read_only: true"), "{info}");
     snap.send(DISC, 6, 0, 0, &[]);
     c.send(DISC, 7, 0, 0, &[]);
 

@@ -382,11 +382,6 @@ impl Image {
         &self.name
     }
 
-    /// Its pool.
-    pub fn pool(&self) -> &str {
-        &self.pool
-    }
-
     /// The size this handle serves: the image's, or its snapshot's.
     pub fn size(&self) -> u64 {
         match self.access {

@@ -158,20 +158,26 @@ impl Exports {
         }
     }
 
-    /// Size and transmission flags of export `name`, without opening it for writing.
+    /// Size and transmission flags of export `name`, without opening it for writing (an
+    /// image's export, once attached, is its writer).
     async fn describe(&self, name: &str) -> Result<(u64, u16), RbdError> {
         let client = self.client.clone();
-        let image = match name.split_once('@') {
-            Some((image, snap)) => Image::open_snapshot(client, &self.pool, image, snap).await?,
-            None => Image::open_read_only(client, &self.pool, name).await?,
-        };
-        Ok((image.size(), flags_of(name)))
+        match name.split_once('@') {
+            Some((image, snap)) => {
+                let snapshot = Image::open_snapshot(client, &self.pool, image, snap).await?;
+                Ok((snapshot.size(), flags_of(&snapshot)))
+            }
+            None => {
+                let image = Image::open_read_only(client, &self.pool, name).await?;
+                Ok((image.size(), TRANSMISSION_FLAGS))
+            }
+        }
     }
 }
 
-/// The transmission flags of export `name`: a snapshot is read-only.
-fn flags_of(name: &str) -> u16 {
-    match name.contains('@') {
+/// The transmission flags of an export: a snapshot is read-only.
+fn flags_of(image: &Image) -> u16 {
+    match image.read_only() {
         true => TRANSMISSION_FLAGS | TFLAG_READ_ONLY,
         false => TRANSMISSION_FLAGS,
     }
@@ -256,7 +262,7 @@ where
                 let image = exports.attach(&name).await?;
                 let sent = async {
                     w.write_u64(image.size()).await?;
-                    w.write_u16(flags_of(&name)).await?;
+                    w.write_u16(flags_of(&image)).await?;
                     if !no_zeroes {
                         w.write_all(&[0u8; 124]).await?;
                     }
@@ -293,7 +299,7 @@ where
                     OPT_GO => exports
                         .attach(&name)
                         .await
-                        .map(|i| (i.size(), flags_of(&name), Some(i))),
+                        .map(|i| (i.size(), flags_of(&i), Some(i))),
                     _ => exports.describe(&name).await.map(|(sz, f)| (sz, f, None)),
                 };
                 let (size, flags, attached) = match described {
