@@ -265,14 +265,11 @@ impl Image {
     ) -> Result<Image, RbdError> {
         check_name(name)?;
         let header = read_header(&client, pool, name).await?;
-        let Some(s) = header.snap_named(snap) else {
-            return Err(RbdError::NotFound(format!("{name}@{snap}")));
-        };
-        let access = Access::Snapshot {
-            id: s.id,
-            size: s.size,
-        };
-        Self::with(client, pool, name, header, access).await
+        let found = header.snap_named(snap).cloned();
+        Self::at_snapshot(client, pool, name, header, found, || {
+            format!("{name}@{snap}")
+        })
+        .await
     }
 
     /// Snapshot `id` of image `name` to read (a clone's parent).
@@ -283,8 +280,24 @@ impl Image {
         id: u64,
     ) -> Result<Image, RbdError> {
         let header = read_header(&client, pool, name).await?;
-        let Some(s) = header.snaps.iter().find(|s| s.id == id) else {
-            return Err(RbdError::NotFound(format!("{name}@{id} (snapshot id)")));
+        let found = header.snaps.iter().find(|s| s.id == id).cloned();
+        Self::at_snapshot(client, pool, name, header, found, || {
+            format!("{name}@{id} (snapshot id)")
+        })
+        .await
+    }
+
+    /// A reader of `found`, a snapshot of `header`; `missing` names it when there is none.
+    async fn at_snapshot(
+        client: Arc<Client>,
+        pool: &str,
+        name: &str,
+        header: Header,
+        found: Option<crate::header::Snapshot>,
+        missing: impl FnOnce() -> String,
+    ) -> Result<Image, RbdError> {
+        let Some(s) = found else {
+            return Err(RbdError::NotFound(missing()));
         };
         let access = Access::Snapshot {
             id: s.id,
