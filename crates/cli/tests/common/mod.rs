@@ -32,8 +32,34 @@ pub fn cairn_with_keyring(keyring: Option<&Path>, args: &[&str]) -> (bool, Strin
     )
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, chosen below the kernel's ephemeral range.
+///
+/// A test hands these ports to daemons it starts later, while the daemons themselves bind
+/// port 0 for their metrics pages and outgoing connections take ephemeral ports: a port taken
+/// from the ephemeral range could be handed out again by the kernel before the test's daemon
+/// binds it. Below that range only another explicit bind can take it, so the window shrinks to
+/// two tests drawing the same random port at the same moment.
 pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    const LOWEST: u16 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low > LOWEST + 1_000 {
+        let span = u64::from(ephemeral_low - LOWEST);
+        for _ in 0..200 {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u32(std::process::id());
+            hasher.write_u64(DRAWS.fetch_add(1, Ordering::Relaxed));
+            let port = LOWEST + u16::try_from(hasher.finish() % span).expect("span fits in u16");
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
