@@ -3,7 +3,7 @@
 //!
 //! This crate owns every byte that goes to or comes from a disk (invariant 4: only `blockdev`
 //! touches disks). It defines the [`BlockDevice`] trait that the object store and the cache device
-//! are built on, and four implementations:
+//! are built on, and five implementations:
 //!
 //! * [`FileDevice`]: a regular file or a raw block device, `O_DIRECT` where the file system
 //!   allows it, `flush` = `fdatasync`;
@@ -12,7 +12,9 @@
 //!   (parameters from a TOML [`profile`]), in real time or in tokio's paused (virtual) time;
 //!   the same models run without any runtime in [`capacity`] for sans-IO simulation;
 //! * [`FaultDevice`]: wraps another device, fails chosen operations and simulates power loss
-//!   (unflushed writes dropped, or a seeded random subset surviving with the last one torn).
+//!   (unflushed writes dropped, or a seeded random subset surviving with the last one torn);
+//! * [`SplitDevice`]: the first bytes of a fast device and the rest of a slow one as one
+//!   device (the store's log on an SSD, its data on an HDD).
 //!
 //! It must never interpret the bytes it stores: layout and checksums belong to its users.
 
@@ -35,6 +37,7 @@ pub mod model;
 pub mod os;
 pub mod pool;
 pub mod profile;
+pub mod split;
 
 pub use aligned::AlignedBuf;
 pub use device::{check_io, BlockDevice, DeviceProperties, IoKind, IoRequest, SECTOR_BYTES};
@@ -45,3 +48,4 @@ pub use file::{fs_free_bytes, Backing, FileDevice, FileDeviceOptions, IoEngine};
 pub use mem::MemDevice;
 pub use pool::AlignedPool;
 pub use profile::Profile;
+pub use split::SplitDevice;

@@ -424,6 +424,7 @@ async fn mount_refuses_a_foreign_kv_or_geometry() {
     let mixed = Images {
         dev: a.dev.clone(),
         kv: b.kv.clone(),
+        fast: None,
     };
     assert!(matches!(
         Rig::mount(&mixed, cfg()).await,
@@ -451,6 +452,7 @@ async fn mount_refuses_a_foreign_kv_or_geometry() {
     let blank = Images {
         dev: vec![0; a.dev.len()],
         kv: a.kv.clone(),
+        fast: None,
     };
     assert!(matches!(
         Rig::mount(&blank, cfg()).await,
@@ -596,6 +598,7 @@ async fn more_submitters_than_one_group_all_complete() {
         fault,
         mem,
         kv,
+        ..
     } = Rig::mount(&img, small_groups).await.unwrap();
     let s = Arc::new(store.unwrap());
     let mut tasks = Vec::new();

@@ -15,7 +15,12 @@ const OBJ_A_BYTES: usize = 12_288;
 
 /// The starting state: object A with data, an xattr and an omap entry; B absent.
 async fn base() -> (Images, Model) {
-    let img = fresh_images().await;
+    base_on(false).await
+}
+
+/// As [`base`]; with `split`, the store's superblock and log on a fast device of their own.
+async fn base_on(split: bool) -> (Images, Model) {
+    let img = fresh_images_on(&cfg(), split).await;
     let r = Rig::mount(&img, cfg()).await.unwrap();
     let mut t = Transaction::new();
     t.write("c", "A", 0, &pattern(7, OBJ_A_BYTES))
@@ -282,9 +287,20 @@ fn random_txn(rng: &mut ChaCha8Rng, aligned: bool) -> Transaction {
 /// `cases` random workloads (seeds from `seed0`) on stores mounted with `conf`, each with a power
 /// cut at a random one of its first `ops_per_txn` counted operations per transaction.
 async fn random_workloads(conf: &StoreConfig, cases: u64, seed0: u64, ops_per_txn: u64) {
+    random_workloads_on(base().await, conf, cases, seed0, ops_per_txn).await;
+}
+
+/// As [`random_workloads`], from the store `base` gives.
+async fn random_workloads_on(
+    base: (Images, Model),
+    conf: &StoreConfig,
+    cases: u64,
+    seed0: u64,
+    ops_per_txn: u64,
+) {
     // Aligned writes only where they would go early: the other workloads stay as they were.
     let aligned = *conf == early_writes();
-    let (img, start) = base().await;
+    let (img, start) = base;
     let mut crashed_mid = 0;
     // CAIRN_CRASH_FIRST skips to one case (to rerun a failure).
     let first = std::env::var("CAIRN_CRASH_FIRST")
@@ -524,6 +540,24 @@ fn cases_from_env(default: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_workloads_with_random_crash_points() {
     random_workloads(&cfg(), cases_from_env(60), 0, 3).await;
+}
+
+/// The superblock and log on a fast device, the data on another (`SplitDevice`, BlueStore's
+/// WAL device): power is cut on both at once, at random points of random workloads, with
+/// random survivors on each; what was acknowledged survives and the store stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_workloads_on_a_split_device_survive_random_crash_points() {
+    let split = base_on(true).await;
+    let fast = split.0.fast.as_ref().expect("a split store");
+    assert!(
+        fast.iter().any(|&b| b != 0),
+        "superblock and log on the fast device"
+    );
+    assert!(
+        split.0.dev[..fast.len()].iter().all(|&b| b == 0),
+        "nothing below the split on the data device"
+    );
+    random_workloads_on(split, &cfg(), cases_from_env(60), 2_000_000, 3).await;
 }
 
 /// A checkpoint after every logged group: each one commits the KV on a background thread while

@@ -90,12 +90,14 @@ async fn run(steps: Vec<Step>) {
                     kv,
                     switch,
                     fault,
+                    ..
                 } = rig;
                 store.unwrap().umount().await.unwrap();
                 let _ = (switch, fault);
                 let img = Images {
                     dev: mem.snapshot(),
                     kv: kv.power_loss(KvLossMode::DropUnsynced),
+                    fast: None,
                 };
                 rig = Rig::mount(&img, cfg()).await.unwrap();
             }

@@ -196,6 +196,7 @@ async fn checkpoints_bound_the_log_and_a_store_without_a_log_syncs_the_kv() {
     let images = common::Images {
         dev: mem.snapshot(),
         kv: kv_img,
+        fast: None,
     };
     let rig = Rig::mount(&images, no_log).await.unwrap();
     assert_eq!(rig.store().stats().await.wal_replayed, 0);
@@ -231,6 +232,7 @@ async fn records_left_by_a_previous_store_on_the_device_are_never_replayed() {
         &common::Images {
             dev,
             kv: b.kv.clone(),
+            fast: None,
         },
         cfg(),
     )

@@ -135,6 +135,7 @@ pub fn power_cut(dev: &GatedDevice, kv: &CrashableKv) -> super::Images {
     super::Images {
         dev: dev.inner.snapshot(),
         kv: kv.power_loss(KvLossMode::DropUnsynced),
+        fast: None,
     }
 }
 

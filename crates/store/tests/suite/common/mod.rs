@@ -4,24 +4,30 @@
 
 pub mod gated;
 
-use cairn_blockdev::{CrashSwitch, FaultDevice, MemDevice, PowerLossMode};
+use cairn_blockdev::{
+    BlockDevice, CrashSwitch, FaultDevice, MemDevice, PowerLossMode, SplitDevice,
+};
 use cairn_store::{CrashableKv, KvLocation, KvLossMode, Op, Store, StoreConfig, Transaction};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub const DEV_BYTES: u64 = 4 << 20;
 
-/// Durable images of a data device and its KV.
+/// Durable images of a data device and its KV, and of the fast device holding the
+/// superblock and log when the store runs on a [`SplitDevice`].
 #[derive(Clone)]
 pub struct Images {
     pub dev: Vec<u8>,
     pub kv: Vec<u8>,
+    pub fast: Option<Vec<u8>>,
 }
 
 pub struct Rig {
     pub switch: Arc<CrashSwitch>,
     pub fault: Arc<FaultDevice>,
     pub mem: Arc<MemDevice>,
+    /// The fast device of a split store (its fault wrapper and memory), on the same switch.
+    pub fast: Option<(Arc<FaultDevice>, Arc<MemDevice>)>,
     pub kv: CrashableKv,
     pub store: Option<Store>,
 }
@@ -42,14 +48,33 @@ pub async fn fresh_images() -> Images {
 /// A freshly made store with one collection "c", made (mkfs) and mounted with `conf` (the
 /// log's size is fixed at mkfs).
 pub async fn fresh_images_with(conf: &StoreConfig) -> Images {
+    fresh_images_on(conf, false).await
+}
+
+/// Bytes of the fast device of a split store of [`DEV_BYTES`] made with `conf`: the
+/// superblock and the log ring.
+pub fn split_bytes(conf: &StoreConfig) -> u64 {
+    conf.block_bytes * (1 + conf.wal_blocks_for(DEV_BYTES))
+}
+
+/// As [`fresh_images_with`]; with `split`, the superblock and log on a fast device of their
+/// own ([`SplitDevice`]), the data on the main one.
+pub async fn fresh_images_on(conf: &StoreConfig, split: bool) -> Images {
     let switch = CrashSwitch::new();
     let mem = Arc::new(MemDevice::new(DEV_BYTES, 512).unwrap());
+    let fast = split.then(|| Arc::new(MemDevice::new(split_bytes(conf), 512).unwrap()));
+    let dev: Arc<dyn BlockDevice> = match &fast {
+        Some(fast) => {
+            Arc::new(SplitDevice::new(fast.clone(), mem.clone(), split_bytes(conf)).unwrap())
+        }
+        None => mem.clone(),
+    };
     let kv = CrashableKv::new(Vec::new(), switch.clone());
-    Store::mkfs(mem.clone(), KvLocation::Backend(Box::new(kv.clone())), conf)
+    Store::mkfs(dev.clone(), KvLocation::Backend(Box::new(kv.clone())), conf)
         .await
         .unwrap();
     let store = Store::mount(
-        mem.clone(),
+        dev.clone(),
         KvLocation::Backend(Box::new(kv.clone())),
         conf.clone(),
     )
@@ -63,26 +88,35 @@ pub async fn fresh_images_with(conf: &StoreConfig) -> Images {
     Images {
         dev: mem.snapshot(),
         kv: kv_img,
+        fast: fast.map(|f| f.snapshot()),
     }
 }
 
 impl Rig {
-    /// Mounts a store from durable images, on a new power switch.
+    /// Mounts a store from durable images, on a new power switch (both devices of a split
+    /// store on it).
     pub async fn mount(img: &Images, cfg: StoreConfig) -> Result<Rig, cairn_store::StoreError> {
         let switch = CrashSwitch::new();
         let mem = Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap());
         let fault = Arc::new(FaultDevice::new(mem.clone(), switch.clone()));
+        let fast = img.fast.as_ref().map(|image| {
+            let mem = Arc::new(MemDevice::from_image(image.clone(), 512).unwrap());
+            (Arc::new(FaultDevice::new(mem.clone(), switch.clone())), mem)
+        });
+        let dev: Arc<dyn BlockDevice> = match &fast {
+            Some((fast, fast_mem)) => {
+                let split_bytes = fast_mem.properties().size_bytes;
+                Arc::new(SplitDevice::new(fast.clone(), fault.clone(), split_bytes).unwrap())
+            }
+            None => fault.clone(),
+        };
         let kv = CrashableKv::new(img.kv.clone(), switch.clone());
-        let store = Store::mount(
-            fault.clone(),
-            KvLocation::Backend(Box::new(kv.clone())),
-            cfg,
-        )
-        .await?;
+        let store = Store::mount(dev, KvLocation::Backend(Box::new(kv.clone())), cfg).await?;
         Ok(Rig {
             switch,
             fault,
             mem,
+            fast,
             kv,
             store: Some(store),
         })
@@ -97,10 +131,14 @@ impl Rig {
         self.switch.crash_now();
         let kv = self.kv.power_loss(kv_mode);
         self.fault.power_loss(dev_mode).await.unwrap();
+        if let Some((fast, _)) = &self.fast {
+            fast.power_loss(dev_mode).await.unwrap();
+        }
         drop(self.store.take());
         Images {
             dev: self.mem.snapshot(),
             kv,
+            fast: self.fast.as_ref().map(|(_, mem)| mem.snapshot()),
         }
     }
 }
