@@ -57,6 +57,7 @@ pub const CONFIG_KEYS: [&str; 28] = [
 pub async fn handle(s: &Arc<Shared>, payload: &Bytes) -> Bytes {
     let (tid, result) = match decode::<AdminRequest>(payload) {
         Ok((req, _)) if req.args == ["df"] => (req.tid, Ok(df(s).await)),
+        Ok((req, _)) if req.args == ["metadata"] => (req.tid, metadata(s)),
         Ok((req, _)) if req.args == ["pg", "usage"] => (req.tid, pg_usage(s).await),
         Ok((req, _)) if req.args == ["pg", "objects"] => (req.tid, pg_objects(s).await),
         Ok((req, _)) if req.args.first().is_some_and(|w| w == "inject") => {
@@ -369,6 +370,25 @@ async fn df(s: &Shared) -> String {
         st.capacity_bytes,
         s.cfg.full_ratio
     )
+}
+
+/// What the OSD runs on, as JSON (after Ceph's `osd metadata`): the data device's profile and
+/// rotation, the DB device (`dedicated_db`, its profile), the cache, and the device kind whose
+/// recovery settings apply (`hdd`, `ssd`, `hybrid`).
+fn metadata(s: &Shared) -> Result<String, String> {
+    let db = s.cfg.db.as_ref();
+    let value = serde_json::json!({
+        "id": s.id,
+        "rotational": s.store.device().properties().rotational,
+        "device_profile": s.cfg.device_profile,
+        "dedicated_db": db.is_some(),
+        "db_profile": db.and_then(|d| d.profile.clone()),
+        "cache": s.cache.is_some(),
+        "recovery_device": s.throttle.device(),
+    });
+    serde_json::to_string_pretty(&value)
+        .map(|j| j + "\n")
+        .map_err(|e| e.to_string())
 }
 
 /// One line per PG this OSD leads: id, state, acting set (a copy left out of the interval as

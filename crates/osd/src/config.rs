@@ -37,6 +37,10 @@ pub struct OsdConfig {
     /// An SSD cache in front of the data device (its file `cache` in the data directory);
     /// None: the store runs on the data device itself.
     pub cache: Option<crate::cached::OsdCacheConfig>,
+    /// The store's superblock and log on a device of their own (`block.db` in the data
+    /// directory; BlueStore's WAL/DB device); None: on the data device. Fixed when the store
+    /// is made, and exclusive with `cache`.
+    pub db: Option<crate::db_device::OsdDbConfig>,
     /// Scheduler policy.
     pub policy: PolicyConfig,
     /// Device capacity for the cost model (the profile's when there is one; replaced by the
@@ -187,6 +191,7 @@ impl OsdConfig {
             crush_weight: 0x10000,
             device_profile: None,
             cache: None,
+            db: None,
             policy: PolicyConfig::Mclock(Default::default()),
             capacity: DeviceCapacity {
                 random_4k_iops: 21500.0,

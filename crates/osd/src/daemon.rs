@@ -120,6 +120,16 @@ async fn open_store(cfg: &OsdConfig) -> Result<(Store, Under), OsdError> {
         max_groups_in_flight: cfg.store_groups_in_flight,
         ..StoreConfig::default()
     };
+    crate::db_device::check_layout(&cfg.data_dir, cfg.db.is_some(), fresh)?;
+    if let Some(db) = &cfg.db {
+        if cfg.cache.is_some() {
+            return Err(OsdError::Config(
+                "an OSD has either a cache or a DB device in front of its data device, not both"
+                    .into(),
+            ));
+        }
+        dev = crate::db_device::open(&cfg.data_dir, db, dev, &store_cfg)?;
+    }
     if fresh && cfg.cache.is_some() {
         // Formatted on the HDD itself, before its cache exists: the store's zeroed log ring
         // would otherwise fill the new cache with dirty lines, one metadata write each.

@@ -16,6 +16,7 @@ pub mod cached;
 pub mod capacity;
 pub mod config;
 pub mod daemon;
+pub mod db_device;
 pub mod error;
 pub mod failstop;
 pub mod fence;

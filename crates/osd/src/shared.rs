@@ -76,9 +76,10 @@ impl Shared {
         cfg: OsdConfig,
         closed: oneshot::Sender<()>,
     ) -> Shared {
-        let device = match store.device().properties().rotational {
-            true => crate::throttle::DeviceKind::Hdd,
-            false => crate::throttle::DeviceKind::Ssd,
+        let device = match (store.device().properties().rotational, cfg.db.is_some()) {
+            (true, false) => crate::throttle::DeviceKind::Hdd,
+            (true, true) => crate::throttle::DeviceKind::Hybrid,
+            (false, _) => crate::throttle::DeviceKind::Ssd,
         };
         let pg_temps = crate::pgtemp::PgTempBatch::new(mon.clone());
         Shared {

@@ -57,7 +57,8 @@ impl Default for Settings {
 }
 
 /// The kind of device recovery runs on, which picks the `_hdd`/`_ssd`/`_hybrid` variants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
     /// A rotational device.
     Hdd,
@@ -127,6 +128,11 @@ impl RecoveryThrottle {
             state: Mutex::new(State::default()),
             freed: Notify::new(),
         }
+    }
+
+    /// The kind of device these throttles were made for.
+    pub fn device(&self) -> DeviceKind {
+        self.device
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -13,7 +13,8 @@ use crate::runtime::osd_runtime;
 
 /// `cairn osd run`: one OSD daemon. Settings come from flags, or all from `--config FILE`
 /// (TOML with the same names: `mon`, `data`, `host`, `id`, `listen`, `metrics`, `device_mib`,
-/// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `cache_profile`,
+/// `heartbeat_grace_s`, `fast_fail_on_connection_refused`, `policy`, `profile`, `db_profile`,
+/// `cache_profile`,
 /// `cache_mib`, `cache_mode`, `cache_line_kib`, `prefill`,
 /// `store_groups_in_flight`, `op_shards`, `threads`, `max_inflight_cost_ms`, `remap_min_objects`,
 /// `recovery_chunk_bytes`, `scrub_interval_s`, `deep_scrub_interval_s`, `measure_capacity`,
@@ -69,6 +70,12 @@ pub struct OsdRunArgs {
     /// a TOML path); the scheduler's cost model takes the profile's capacity.
     #[arg(long)]
     pub profile: Option<String>,
+    /// Keep the store's superblock and write-ahead log on a DB/WAL device of their own
+    /// (BlueStore's): its file `block.db` in the data directory, emulating this profile
+    /// (nvme-p3700, ...; `none` for the file as it is). Fixed when the store is made;
+    /// exclusive with a cache.
+    #[arg(long)]
+    pub db_profile: Option<String>,
     /// Put an SSD cache in front of the data device (Open-CAS-style, see `cairn cache`): its
     /// file `cache` in the data directory, emulating this profile (nvme-p3700, ...).
     #[arg(long)]
@@ -182,6 +189,12 @@ pub fn run(args: OsdRunArgs) -> anyhow::Result<()> {
         cfg.metrics_listen = args.metrics;
         cfg.device_profile = args.profile.clone();
         cfg.cache = cache_config(&args)?;
+        cfg.db = args
+            .db_profile
+            .as_ref()
+            .map(|name| cairn_osd::db_device::OsdDbConfig {
+                profile: (name != "none").then(|| name.clone()),
+            });
         cfg.heartbeat_grace_ms = args.heartbeat_grace_s * 1000;
         cfg.fast_fail_on_connection_refused = args.fast_fail_on_connection_refused;
         cfg.policy = cairn_qos::PolicyConfig::by_name(&args.policy)?;

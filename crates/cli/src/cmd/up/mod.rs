@@ -52,6 +52,11 @@ pub struct UpArgs {
     /// TOML path); default: the plain files.
     #[arg(long = "osd-profile")]
     osd_profile: Option<String>,
+    /// Give every OSD's store a DB/WAL device emulating this profile (nvme-p3700, ...; `none`
+    /// for the plain file): its superblock and log there, its data on the OSD's device (see
+    /// `cairn osd run --db-profile`).
+    #[arg(long = "osd-db-profile")]
+    osd_db_profile: Option<String>,
     /// Put an SSD cache emulating this profile (nvme-p3700, ...) in front of every OSD's
     /// device (see `cairn osd run --cache-profile`).
     #[arg(long = "osd-cache-profile")]
@@ -322,6 +327,9 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         }
         if let Some(p) = &args.osd_profile {
             osd_args.extend(["--profile".into(), p.clone()]);
+        }
+        if let Some(p) = &args.osd_db_profile {
+            osd_args.extend(["--db-profile".into(), p.clone()]);
         }
         if args.osd_cache_profile.is_some() || args.osd_cache_mib.is_some() {
             osd_args.extend([
