@@ -182,6 +182,18 @@ impl ObjectCopies {
     }
 }
 
+/// Degraded and misplaced object copies summed over the PGs of `osds` (what `cairn status`
+/// reports); an OSD that does not answer counts nothing.
+pub async fn object_copies_of(client: &Client, osds: &[i32]) -> ObjectCopies {
+    let mut copies = ObjectCopies::default();
+    for &osd in osds {
+        if let Ok(text) = client.tell(osd, &["pg".into(), "objects".into()]).await {
+            copies.add_lines(&text);
+        }
+    }
+    copies
+}
+
 /// Sums over `osds` the two counters that the admin command `command` (`io`: client ops and
 /// bytes served; `recovery`: objects and bytes recovered as primary) answers; an OSD that does
 /// not answer counts nothing.

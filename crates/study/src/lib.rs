@@ -12,3 +12,4 @@ pub mod cache;
 pub mod dilated;
 pub mod plot;
 pub mod recovery;
+pub mod seed000;

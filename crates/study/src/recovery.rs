@@ -1,13 +1,16 @@
 //! Seed 000's recovery study, measured on a real cluster: what a client sees while an OSD is
-//! backfilled, per scheduler, and how fast the backfill goes.
+//! backfilled, per device set and scheduler, and how fast the backfill goes.
 //!
 //! This module owns the figures and their presentation only (sans-IO): the `cairn study
 //! recovery` command runs the cluster, the client and the OSD that returns, and hands each
-//! scheduler's samples here. The figures are seed 000's: client IOPS and mean / p95 / p99 /
-//! p99.5 latency during recovery, recovered objects per second and recovery bandwidth, plus
-//! the client's IOPS on the same cluster before the OSD failed (the seed's baseline).
+//! run's samples here. The figures are seed 000's: client IOPS and mean / p95 / p99 / p99.5
+//! latency during recovery, recovered objects per second and recovery bandwidth, the client's
+//! IOPS on the same cluster before the OSD failed (the seed's baseline), and the degraded and
+//! misplaced object copies over time. Runs repeated with the same setting are summarized as
+//! their mean and spread, beside the seed's own figures ([`crate::seed000`]).
 
 use crate::plot::{line_chart, PlotError, Series};
+use crate::seed000;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -21,7 +24,7 @@ pub struct OpSample {
 }
 
 /// The cluster's recovery counters (summed over the OSDs) at one moment of the recovery phase.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct RecoveryProgress {
     /// Seconds since the OSD was marked in.
     pub at_s: f64,
@@ -31,13 +34,22 @@ pub struct RecoveryProgress {
     pub bytes: u64,
     /// PGs not active+clean.
     pub unclean_pgs: u64,
+    /// Object copies missing (Ceph's degraded objects); None when not sampled this time.
+    pub degraded: Option<u64>,
+    /// Object copies serving away from their up set (Ceph's misplaced objects); None when
+    /// not sampled this time.
+    pub misplaced: Option<u64>,
 }
 
-/// Everything measured for one scheduler.
+/// Everything measured in one run of one scheduler on one device set.
 #[derive(Debug, Clone, Default)]
 pub struct RecoveryRun {
+    /// Device set label (`nvme`, `hdd-db`, `hdd`, or a profile name).
+    pub devices: String,
     /// Scheduler label (e.g. `wpq`, `mclock high_client_ops`).
     pub scheduler: String,
+    /// Which repetition of its setting this is, from 1.
+    pub run: usize,
     /// Client operations on the healthy cluster before the OSD failed, from that phase's start.
     pub baseline_ops: Vec<OpSample>,
     /// Length of the baseline phase, in seconds.
@@ -55,18 +67,26 @@ pub struct RecoveryRun {
     pub ended_s: f64,
 }
 
-/// Seed 000's figures for one scheduler.
-#[derive(Debug, Clone, PartialEq)]
+/// Seed 000's figures for one run.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunSummary {
+    /// Device set label.
+    pub devices: String,
     /// Scheduler label.
     pub scheduler: String,
+    /// Repetition, from 1.
+    pub run: usize,
     /// Client IOPS before the failure.
     pub baseline_iops: f64,
+    /// Client p99 latency before the failure, ms.
+    pub baseline_p99_ms: f64,
     /// Client IOPS during recovery.
     pub client_iops: f64,
+    /// The fewest client operations completed in one whole second of the recovery window.
+    pub worst_second_iops: f64,
     /// Mean client latency during recovery, ms.
     pub mean_ms: f64,
-    /// Percentiles of client latency during recovery, ms: p50, p95, p99, p99.5, max.
+    /// Median client latency during recovery, ms.
     pub p50_ms: f64,
     /// 95th percentile, ms.
     pub p95_ms: f64,
@@ -86,6 +106,17 @@ pub struct RunSummary {
     pub objects_per_s: f64,
     /// Recovery bandwidth, MiB/s.
     pub mib_per_s: f64,
+    /// Most degraded object copies seen during the recovery.
+    pub peak_degraded: u64,
+    /// Most misplaced object copies seen during the recovery.
+    pub peak_misplaced: u64,
+}
+
+impl RunSummary {
+    /// Client IOPS during recovery as a share of the baseline (None without a baseline).
+    pub fn kept(&self) -> Option<f64> {
+        (self.baseline_iops > 0.0).then(|| self.client_iops / self.baseline_iops)
+    }
 }
 
 /// The value at fraction `p` of `sorted` (nearest rank); 0 for no values.
@@ -113,6 +144,8 @@ impl RecoveryRun {
             .map(|o| o.latency_ms)
             .collect();
         lat.sort_by(f64::total_cmp);
+        let mut baseline: Vec<f64> = self.baseline_ops.iter().map(|o| o.latency_ms).collect();
+        baseline.sort_by(f64::total_cmp);
         let first = self.progress.first();
         let last = self
             .progress
@@ -127,10 +160,26 @@ impl RecoveryRun {
             ),
             _ => (0, 0),
         };
+        // Whole seconds inside the window only: the last, partial one would look starved.
+        let whole_seconds = window.floor() as usize;
+        let worst_second_iops = self
+            .client_per_second()
+            .iter()
+            .take(whole_seconds)
+            .map(|p| p.1)
+            .min_by(f64::total_cmp)
+            .unwrap_or(0.0);
+        let peak = |pick: fn(&RecoveryProgress) -> Option<u64>| {
+            self.progress.iter().filter_map(pick).max().unwrap_or(0)
+        };
         RunSummary {
+            devices: self.devices.clone(),
             scheduler: self.scheduler.clone(),
+            run: self.run,
             baseline_iops: self.baseline_ops.len() as f64 / self.baseline_s.max(1e-3),
+            baseline_p99_ms: percentile(&baseline, 0.99),
             client_iops: lat.len() as f64 / window,
+            worst_second_iops,
             mean_ms: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
             p50_ms: percentile(&lat, 0.5),
             p95_ms: percentile(&lat, 0.95),
@@ -142,6 +191,8 @@ impl RecoveryRun {
             objects,
             objects_per_s: objects as f64 / window,
             mib_per_s: bytes as f64 / window / (1u64 << 20) as f64,
+            peak_degraded: peak(|p| p.degraded),
+            peak_misplaced: peak(|p| p.misplaced),
         }
     }
 
@@ -171,53 +222,95 @@ impl RecoveryRun {
 pub struct StudySetup {
     /// OSDs in the cluster.
     pub osds: usize,
-    /// Device profile of every OSD (None: plain files).
-    pub profile: Option<String>,
-    /// Objects written to the recovery pool while the OSD was out, and their size.
-    pub recovery_objects: usize,
+    /// Each device set's label, what it is, and the objects written to its recovery pool.
+    pub device_sets: Vec<(String, String, usize)>,
     /// Size of each recovery object, bytes.
     pub object_bytes: u64,
     /// Client: block size, operations in flight.
     pub client_block: usize,
     /// Client operations in flight.
     pub client_depth: usize,
+    /// Runs of each setting.
+    pub runs: usize,
 }
 
-/// The report: setup, then one row per scheduler with seed 000's figures.
+/// The mean of `values`, and their smallest and largest.
+fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (mean, min, max)
+}
+
+/// `mean (min–max)` with `digits` decimals, or the mean alone for one value.
+fn with_spread(values: &[f64], digits: usize) -> String {
+    with_spread_in(values, digits, "")
+}
+
+/// As [`with_spread`], each number followed by `unit`.
+fn with_spread_in(values: &[f64], digits: usize, unit: &str) -> String {
+    if values.is_empty() {
+        return "-".into();
+    }
+    let (mean, min, max) = spread(values);
+    match values.len() {
+        1 => format!("{mean:.digits$}{unit}"),
+        _ => format!("{mean:.digits$}{unit} ({min:.digits$}{unit}–{max:.digits$}{unit})"),
+    }
+}
+
+/// A seed figure, or `-` where the seed states none.
+fn seed_cell(value: Option<f64>, digits: usize) -> String {
+    value.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The report: setup, one row per run with seed 000's figures, then per device set and
+/// scheduler the mean and spread over the runs beside the seed's own figures.
 pub fn render_markdown(setup: &StudySetup, runs: &[RecoveryRun]) -> String {
     let mut out = String::new();
+    let sets = setup
+        .device_sets
+        .iter()
+        .map(|(label, what, objects)| format!("`{label}` ({what}; {objects} recovery objects)"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let _ = writeln!(
         out,
-        "{} OSDs ({}), pool size 3. While one OSD was down and out, {} objects of {} KiB were \
+        "{} OSDs, pool size 3, on {sets}. While one OSD was down and out, objects of {} KiB were \
          written to the recovery pool; it was then started and marked in, and one client wrote \
          {} B blocks at random offsets of the client pool's objects, {} in flight, until every PG \
          was active+clean again. Baseline: the same client on the healthy cluster before the \
-         failure.\n",
+         failure. {} run(s) of each setting, each on a fresh cluster.\n",
         setup.osds,
-        setup.profile.as_deref().unwrap_or("plain device files"),
-        setup.recovery_objects,
         setup.object_bytes >> 10,
         setup.client_block,
         setup.client_depth,
+        setup.runs,
+    );
+    out.push_str("### Every run\n\n");
+    out.push_str(
+        "| devices | scheduler | run | baseline IOPS | client IOPS | kept | worst second | mean ms | p50 | p95 | p99 | p99.5 | max | failed | recovery s | objects | objects/s | MiB/s | peak degraded | peak misplaced |\n",
     );
     out.push_str(
-        "| scheduler | baseline IOPS | client IOPS | kept | mean ms | p50 | p95 | p99 | p99.5 | max | failed | recovery s | objects | objects/s | MiB/s |\n",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for s in runs.iter().map(RecoveryRun::summary) {
-        let kept = match s.baseline_iops > 0.0 {
-            true => format!("{:.0}%", 100.0 * s.client_iops / s.baseline_iops),
-            false => "-".into(),
-        };
+    let summaries: Vec<RunSummary> = runs.iter().map(RecoveryRun::summary).collect();
+    for s in &summaries {
+        let kept = s
+            .kept()
+            .map_or("-".to_string(), |k| format!("{:.0}%", 100.0 * k));
         let recovery = s
             .recovery_s
             .map_or("not done".to_string(), |r| format!("{r:.1}"));
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.0} | {kept} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {recovery} | {} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {:.0} | {:.0} | {kept} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {recovery} | {} | {:.1} | {:.1} | {} | {} |",
+            s.devices,
             s.scheduler,
+            s.run,
             s.baseline_iops,
             s.client_iops,
+            s.worst_second_iops,
             s.mean_ms,
             s.p50_ms,
             s.p95_ms,
@@ -228,17 +321,95 @@ pub fn render_markdown(setup: &StudySetup, runs: &[RecoveryRun]) -> String {
             s.objects,
             s.objects_per_s,
             s.mib_per_s,
+            s.peak_degraded,
+            s.peak_misplaced,
+        );
+    }
+    out.push_str("\n### Against seed 000 (mean over the runs, min–max)\n\n");
+    out.push_str(
+        "| devices | scheduler | runs | kept | seed kept | client IOPS | seed IOPS | mean ms | seed mean ms | p99 / baseline p99 | recovery s | seed recovery s | objects/s | seed objects/s | MiB/s | seed MiB/s |\n",
+    );
+    out.push_str(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut settings: Vec<(&str, &str)> = Vec::new();
+    for s in &summaries {
+        if !settings.contains(&(s.devices.as_str(), s.scheduler.as_str())) {
+            settings.push((s.devices.as_str(), s.scheduler.as_str()));
+        }
+    }
+    for (devices, scheduler) in settings {
+        let group: Vec<&RunSummary> = summaries
+            .iter()
+            .filter(|s| s.devices == devices && s.scheduler == scheduler)
+            .collect();
+        let pick = |f: fn(&RunSummary) -> Option<f64>| -> Vec<f64> {
+            group.iter().filter_map(|s| f(s)).collect()
+        };
+        let seed = seed000::figures(devices, scheduler).unwrap_or_default();
+        let seed_kept = seed
+            .client_iops
+            .zip(seed000::baseline_iops(devices))
+            .map(|(c, b)| 100.0 * c / b);
+        let finished = pick(|s| s.recovery_s);
+        let recovery = match finished.len() == group.len() {
+            true => with_spread(&finished, 1),
+            false => format!("{} not done", group.len() - finished.len()),
+        };
+        let _ = writeln!(
+            out,
+            "| {devices} | {scheduler} | {} | {} | {} | {} | {} | {} | {} | {} | {recovery} | {} | {} | {} | {} | {} |",
+            group.len(),
+            with_spread_in(&pick(|s| s.kept().map(|k| 100.0 * k)), 0, "%"),
+            seed_kept.map_or("-".into(), |k| format!("{k:.0}%")),
+            with_spread(&pick(|s| Some(s.client_iops)), 0),
+            seed_cell(seed.client_iops, 0),
+            with_spread(&pick(|s| Some(s.mean_ms)), 1),
+            seed_cell(seed.mean_ms, 1),
+            with_spread(
+                &pick(|s| (s.baseline_p99_ms > 0.0).then(|| s.p99_ms / s.baseline_p99_ms)),
+                1
+            ),
+            seed_cell(seed.recovery_s, 0),
+            with_spread(&pick(|s| Some(s.objects_per_s)), 1),
+            seed_cell(seed.objects_per_s, 1),
+            with_spread(&pick(|s| Some(s.mib_per_s)), 1),
+            seed_cell(seed.mib_per_s, 1),
         );
     }
     out
 }
 
-/// Draws the client's IOPS and p99 latency per second, and the objects recovered over time,
-/// one line per scheduler: `recovery-client-iops.png`, `recovery-client-p99.png` and
-/// `recovery-objects.png` in `dir`.
+/// Draws, per device set, the client's IOPS and p99 latency per second, the objects
+/// recovered and the degraded and misplaced copies over time, one line per scheduler (its
+/// first run): `recovery-DEVICES-client-iops.png`, `-client-p99.png`, `-objects.png` and
+/// `-degraded.png` in `dir`. Returns the file names.
 pub fn plot(dir: &Path, runs: &[RecoveryRun]) -> Result<Vec<String>, PlotError> {
+    let mut sets: Vec<&str> = Vec::new();
+    for r in runs {
+        if !sets.contains(&r.devices.as_str()) {
+            sets.push(&r.devices);
+        }
+    }
+    let mut files = Vec::new();
+    for set in sets {
+        let first: Vec<&RecoveryRun> = runs
+            .iter()
+            .filter(|r| r.devices == set && r.run <= 1)
+            .collect();
+        files.extend(plot_set(dir, set, &first)?);
+    }
+    Ok(files)
+}
+
+/// The plots of one device set (see [`plot`]).
+fn plot_set(dir: &Path, set: &str, runs: &[&RecoveryRun]) -> Result<Vec<String>, PlotError> {
     let size = (1000, 560);
-    let per_second: Vec<_> = runs.iter().map(RecoveryRun::client_per_second).collect();
+    let name = |what: &str| match set.is_empty() {
+        true => format!("recovery-{what}.png"),
+        false => format!("recovery-{set}-{what}.png"),
+    };
+    let per_second: Vec<_> = runs.iter().map(|r| r.client_per_second()).collect();
     // A second in which no write completed has no latency to draw (its IOPS point is 0).
     let series = |pick: fn(&(f64, f64, f64)) -> f64, empty_too: bool| -> Vec<Series> {
         runs.iter()
@@ -253,25 +424,26 @@ pub fn plot(dir: &Path, runs: &[RecoveryRun]) -> Result<Vec<String>, PlotError> 
             })
             .collect()
     };
-    let iops = "recovery-client-iops.png";
+    let x = "seconds since the OSD was marked in";
+    let iops = name("client-iops");
     line_chart(
-        &dir.join(iops),
-        "client IOPS during recovery",
-        "seconds since the OSD was marked in",
+        &dir.join(&iops),
+        &format!("{set}: client IOPS during recovery"),
+        x,
         "IOPS",
         &series(|p| p.1, true),
         size,
     )?;
-    let p99 = "recovery-client-p99.png";
+    let p99 = name("client-p99");
     line_chart(
-        &dir.join(p99),
-        "client p99 latency during recovery",
-        "seconds since the OSD was marked in",
+        &dir.join(&p99),
+        &format!("{set}: client p99 latency during recovery"),
+        x,
         "p99 ms",
         &series(|p| p.2, false),
         size,
     )?;
-    let objects = "recovery-objects.png";
+    let objects = name("objects");
     let recovered: Vec<Series> = runs
         .iter()
         .map(|r| {
@@ -287,14 +459,41 @@ pub fn plot(dir: &Path, runs: &[RecoveryRun]) -> Result<Vec<String>, PlotError> 
         })
         .collect();
     line_chart(
-        &dir.join(objects),
-        "objects recovered",
-        "seconds since the OSD was marked in",
+        &dir.join(&objects),
+        &format!("{set}: objects recovered"),
+        x,
         "objects",
         &recovered,
         size,
     )?;
-    Ok(vec![iops.into(), p99.into(), objects.into()])
+    let degraded = name("degraded");
+    let copies: Vec<Series> = runs
+        .iter()
+        .flat_map(|r| {
+            let line = |what: &str, pick: fn(&RecoveryProgress) -> Option<u64>| Series {
+                label: format!("{} {what}", r.scheduler),
+                points: r
+                    .progress
+                    .iter()
+                    .filter_map(|p| pick(p).map(|n| (p.at_s, n as f64)))
+                    .collect(),
+            };
+            [
+                line("degraded", |p| p.degraded),
+                line("misplaced", |p| p.misplaced),
+            ]
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    line_chart(
+        &dir.join(&degraded),
+        &format!("{set}: degraded and misplaced object copies"),
+        x,
+        "object copies",
+        &copies,
+        size,
+    )?;
+    Ok(vec![iops, p99, objects, degraded])
 }
 
 #[cfg(test)]
@@ -311,12 +510,16 @@ mod tests {
             objects,
             bytes,
             unclean_pgs: 0,
+            degraded: (at_s < 4.5).then_some(60 - objects),
+            misplaced: None,
         }
     }
 
     fn run() -> RecoveryRun {
         RecoveryRun {
+            devices: "hdd-db".into(),
             scheduler: "wpq".into(),
+            run: 1,
             baseline_ops: (0..200).map(|i| op(i as f64 / 100.0, 1.0)).collect(),
             baseline_s: 2.0,
             // 100 ops in the 4 s window (latency 1..=100 ms), 50 after recovery ended.
@@ -352,6 +555,12 @@ mod tests {
         assert_eq!(s.mib_per_s, 10.0);
         assert_eq!(s.recovery_s, Some(4.0));
         assert_eq!(s.failed_ops, 2);
+        assert_eq!(s.baseline_p99_ms, 1.0);
+        assert_eq!(
+            s.worst_second_iops, 24.0,
+            "the four whole seconds: 24, 25, 25, 25"
+        );
+        assert_eq!((s.peak_degraded, s.peak_misplaced), (50, 0));
     }
 
     #[test]
@@ -387,20 +596,41 @@ mod tests {
     }
 
     #[test]
-    fn the_report_has_a_row_per_scheduler_with_the_share_kept() {
+    fn the_report_has_a_row_per_run_and_a_summary_per_setting_beside_the_seed() {
+        let mut second = run();
+        second.run = 2;
+        second.ops.truncate(50);
         let mut other = run();
         other.scheduler = "mclock high_client_ops".into();
-        let md = render_markdown(&StudySetup::default(), &[run(), other]);
-        assert!(md.contains("| wpq | 100 | 25 | 25% |"), "{md}");
-        assert!(md.contains("| mclock high_client_ops |"), "{md}");
-        assert_eq!(md.lines().filter(|l| l.starts_with("| ")).count(), 3);
+        let md = render_markdown(&StudySetup::default(), &[run(), second, other]);
+        assert!(
+            md.contains("| hdd-db | wpq | 1 | 100 | 25 | 25% | 24 |"),
+            "{md}"
+        );
+        assert!(md.contains("| hdd-db | wpq | 2 | 100 | 12 | 12% |"), "{md}");
+        assert!(
+            md.contains("| hdd-db | wpq | 2 | 19% (12%–25%) | 91% | 19 (12–25) | 308 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| hdd-db | mclock high_client_ops | 1 | 25% | 80% | 25 | 271 |"),
+            "{md}"
+        );
+        assert_eq!(
+            md.lines().filter(|l| l.starts_with("| ")).count(),
+            3 + 1 + 2 + 1
+        );
     }
 
     #[test]
     fn plots_are_written() {
         let dir = std::env::temp_dir().join(format!("cairn-recovery-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let files = plot(&dir, &[run()]).unwrap();
+        let mut nvme = run();
+        nvme.devices = "nvme".into();
+        let files = plot(&dir, &[run(), nvme]).unwrap();
+        assert_eq!(files.len(), 8, "four plots per device set: {files:?}");
+        assert!(files.contains(&"recovery-hdd-db-degraded.png".to_string()));
         for f in files {
             let len = std::fs::metadata(dir.join(&f)).unwrap().len();
             assert!(len > 1000, "{f}: {len} bytes");

@@ -8,7 +8,7 @@ use cairn_clustermap::balance::up_sets;
 use cairn_clustermap::shape::Topology;
 
 use crate::mon_link::{up_osds, MonAddr};
-use crate::osd_reports::{counter_pair_totals, unclean, usage_of, ObjectCopies, PgStates};
+use crate::osd_reports::{counter_pair_totals, object_copies_of, unclean, usage_of, PgStates};
 
 /// `cairn status`: health, OSDs, pools and PG spread, like `ceph -s`.
 pub fn run(args: MonAddr) -> anyhow::Result<()> {
@@ -96,13 +96,7 @@ async fn live_status(client: &Client, states: &PgStates) {
         usage[1] += u.allocated;
         usage[2] += u.capacity;
     }
-    let mut counts = ObjectCopies::default();
-    for &osd in &osds {
-        if let Ok(text) = client.tell(osd, &["pg".into(), "objects".into()]).await {
-            counts.add_lines(&text);
-        }
-    }
-    for line in counts.lines() {
+    for line in object_copies_of(client, &osds).await.lines() {
         println!("  {line}");
     }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;

@@ -1,11 +1,13 @@
-//! `cairn study recovery`: seed 000's recovery test on a real local cluster, once per
-//! scheduler, each on a fresh cluster of OSD processes.
+//! `cairn study recovery`: seed 000's recovery test on a real local cluster, per device set
+//! (NVMe, HDD with its WAL/DB on NVMe, HDD alone), scheduler and repetition, each run on a
+//! fresh cluster of OSD processes.
 //!
 //! The steps are the seed's: 4 OSDs, size 3; a client pool prefilled; one OSD stopped and
 //! marked out; objects written to a recovery pool meanwhile; the OSD started and marked in,
 //! which starts the backfill; from that moment one client writes small blocks into the client
 //! pool until every PG is active+clean again. The figures (client IOPS and latency during
-//! recovery, objects recovered per second) come from `cairn_study::recovery`.
+//! recovery, objects recovered per second, degraded and misplaced copies) and the seed's own
+//! figures beside them come from `cairn_study::recovery`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +26,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::local_cluster::{LocalCluster, UpSettings};
 use crate::mon_link::up_osds;
-use crate::osd_reports::{counter_pair_totals, pg_states_of, unclean};
+use crate::osd_reports::{counter_pair_totals, object_copies_of, pg_states_of, unclean};
 
 /// Arguments of `cairn study recovery`.
 #[derive(Args)]
@@ -42,13 +44,19 @@ pub struct RecoveryStudyArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "fifo,wpq,high_client_ops,balanced,high_recovery_ops"
+        default_value = "wpq,bst,high_client_ops,balanced,high_recovery_ops"
     )]
     schedulers: Vec<String>,
-    /// Emulated device profile of every OSD (hdd-7200, nvme-p3700, ... or a TOML path), or
-    /// `none` for the plain device files.
-    #[arg(long, default_value = "hdd-7200")]
-    profile: String,
+    /// Device sets to compare, each OSD of a run on the same: `nvme` (nvme-p3700), `hdd-db`
+    /// (hdd-7200 with the store's superblock and log on an nvme-p3700 DB/WAL device), `hdd`
+    /// (hdd-7200 alone), `none` (the plain device files), or any device profile name or
+    /// TOML path.
+    #[arg(long, value_delimiter = ',', default_value = "nvme,hdd-db,hdd")]
+    devices: Vec<String>,
+    /// Runs of each device set and scheduler, each on a fresh cluster (the report gives their
+    /// mean and spread).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
     /// OSDs in the cluster (at least 4: the pool keeps 3 copies while one is out).
     #[arg(long, default_value_t = 4)]
     osds: usize,
@@ -56,9 +64,10 @@ pub struct RecoveryStudyArgs {
     #[arg(long = "pg-num", default_value_t = 32)]
     pg_num: u32,
     /// Objects written to the recovery pool while the OSD is out (seed 000: 100,000 on NVMe,
-    /// 5,000 on HDD; scaled down to a laptop).
-    #[arg(long = "recovery-objects", default_value_t = 200)]
-    recovery_objects: usize,
+    /// 5,000 on HDD). Default: 400 on solid-state device sets, and on rotational ones
+    /// [`HDD_RECOVERY_OBJECTS`], enough for a recovery of a minute or more there.
+    #[arg(long = "recovery-objects")]
+    recovery_objects: Option<usize>,
     /// Size of each object of both pools, KiB (seed 000: 4 MiB).
     #[arg(long = "object-kib", default_value_t = 4096)]
     object_kib: u64,
@@ -89,17 +98,93 @@ pub struct RecoveryStudyArgs {
     osd_arg: Vec<String>,
 }
 
+/// Most runs of one setting (explicit limit).
+const MAX_RUNS: usize = 20;
+
 /// Longest wait for a cluster step (PGs clean, an OSD up) outside the measured phase.
 const STEP_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How often the recovery counters and PG states are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
+/// Every how many samples the degraded and misplaced copies are counted while every PG is
+/// clean (each count asks every OSD to count its PGs' objects); while one is not, every
+/// sample counts them.
+const COPIES_EVERY_SAMPLES: u64 = 4;
+
 /// Recovery objects written at once while the OSD is out.
 const FILL_IN_FLIGHT: usize = 16;
 
 /// Recovery objects read back and compared after each run (every n-th, at most this many).
 const VERIFY_OBJECTS: usize = 32;
+
+/// Recovery objects of a rotational device set by default: with 4 MiB objects, about 6 GiB
+/// written while the OSD is out, of which the returning OSD recovers three quarters.
+const HDD_RECOVERY_OBJECTS: usize = 1600;
+/// Recovery objects of a solid-state device set by default.
+const SSD_RECOVERY_OBJECTS: usize = 400;
+
+/// One device set to compare: its label, what every OSD runs on, and its recovery size.
+#[derive(Debug, Clone, PartialEq)]
+struct DeviceSet {
+    label: String,
+    /// Emulated profile of the data device (None: the plain file).
+    profile: Option<String>,
+    /// Emulated profile of the DB/WAL device, when the store has one.
+    db_profile: Option<String>,
+    /// Objects written to the recovery pool.
+    recovery_objects: usize,
+}
+
+impl DeviceSet {
+    /// How the report names what the set is.
+    fn description(&self) -> String {
+        let data = self.profile.as_deref().unwrap_or("plain device files");
+        match &self.db_profile {
+            Some(db) => format!("{data}, WAL/DB on {db}"),
+            None => data.to_string(),
+        }
+    }
+
+    /// Extra `cairn osd run` arguments the set needs.
+    fn osd_args(&self) -> Vec<String> {
+        self.db_profile
+            .iter()
+            .map(|db| format!("--db-profile={db}"))
+            .collect()
+    }
+}
+
+/// Parses a device set name (see `--devices`); `objects` overrides the default recovery size.
+fn parse_devices(name: &str, objects: Option<usize>) -> anyhow::Result<DeviceSet> {
+    let (profile, db_profile) = match name {
+        "nvme" => (Some("nvme-p3700"), None),
+        "hdd-db" => (Some("hdd-7200"), Some("nvme-p3700")),
+        "hdd" => (Some("hdd-7200"), None),
+        "none" => (None, None),
+        other => (Some(other), None),
+    };
+    let rotational = match profile {
+        Some(p) => cairn_blockdev::Profile::load(p)
+            .with_context(|| {
+                format!(
+                    "unknown device set `{name}` (nvme, hdd-db, hdd, none, or a device profile)"
+                )
+            })?
+            .rotational(),
+        None => false,
+    };
+    let default = match rotational {
+        true => HDD_RECOVERY_OBJECTS,
+        false => SSD_RECOVERY_OBJECTS,
+    };
+    Ok(DeviceSet {
+        label: name.to_string(),
+        profile: profile.map(str::to_string),
+        db_profile: db_profile.map(str::to_string),
+        recovery_objects: objects.unwrap_or(default),
+    })
+}
 
 /// One scheduler to compare: its label and the admin commands that select it on an OSD.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,12 +243,15 @@ impl RecoveryStudyArgs {
         self.object_kib << 10
     }
 
-    fn check(&self) -> anyhow::Result<Vec<Scheduler>> {
+    fn check(&self) -> anyhow::Result<(Vec<DeviceSet>, Vec<Scheduler>)> {
         if self.osds < 4 {
             bail!("--osds must be at least 4 (size 3 with one OSD out)");
         }
-        if self.recovery_objects == 0 || self.client_objects == 0 || self.client_depth == 0 {
+        if self.recovery_objects == Some(0) || self.client_objects == 0 || self.client_depth == 0 {
             bail!("--recovery-objects, --client-objects and --client-depth must be at least 1");
+        }
+        if !(1..=MAX_RUNS).contains(&self.runs) {
+            bail!("--runs must be 1 to {MAX_RUNS}");
         }
         if self.client_block == 0 || self.client_block as u64 > self.object_bytes() {
             bail!("--client-block must be 1 byte to --object-kib");
@@ -171,31 +259,51 @@ impl RecoveryStudyArgs {
         if self.object_kib == 0 || self.object_kib > 16 << 10 {
             bail!("--object-kib must be 1 to 16384");
         }
-        if self.schedulers.is_empty() {
-            bail!("--schedulers names none");
+        if self.schedulers.is_empty() || self.devices.is_empty() {
+            bail!("--schedulers and --devices must name at least one each");
         }
-        self.schedulers.iter().map(|s| parse_scheduler(s)).collect()
+        let devices = self
+            .devices
+            .iter()
+            .map(|d| parse_devices(d, self.recovery_objects))
+            .collect::<anyhow::Result<_>>()?;
+        let schedulers = self
+            .schedulers
+            .iter()
+            .map(|s| parse_scheduler(s))
+            .collect::<anyhow::Result<_>>()?;
+        Ok((devices, schedulers))
     }
 }
 
 /// Runs the study and writes its report and plots.
 pub fn run(args: RecoveryStudyArgs) -> anyhow::Result<()> {
-    let schedulers = args.check()?;
+    let (devices, schedulers) = args.check()?;
     std::fs::create_dir_all(&args.out_dir)
         .with_context(|| format!("creating {}", args.out_dir.display()))?;
     let work = args.work_dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("cairn-study-recovery-{}", std::process::id()))
     });
-    let bar = ProgressBar::new((schedulers.len() * STEPS) as u64);
+    let total = devices.len() * schedulers.len() * args.runs;
+    let bar = ProgressBar::new((total * STEPS) as u64);
     bar.set_style(ProgressStyle::with_template(
         "{elapsed_precise} {bar:30} {pos}/{len} {msg}",
     )?);
     let mut runs = Vec::new();
-    for (i, sched) in schedulers.iter().enumerate() {
-        let dir = work.join(format!("run{i}"));
-        let run = run_one(&args, sched, &dir, &bar)
-            .with_context(|| format!("scheduler {} (logs in {})", sched.label, dir.display()))?;
-        runs.push(run);
+    for set in &devices {
+        for sched in &schedulers {
+            for repetition in 1..=args.runs {
+                let dir = work.join(format!("run{}", runs.len()));
+                let label = format!(
+                    "{} {} run {repetition}/{}",
+                    set.label, sched.label, args.runs
+                );
+                let mut run = run_one(&args, set, sched, &label, &dir, &bar)
+                    .with_context(|| format!("{label} (logs in {})", dir.display()))?;
+                run.run = repetition;
+                runs.push(run);
+            }
+        }
     }
     bar.finish_and_clear();
     if !args.keep {
@@ -203,11 +311,14 @@ pub fn run(args: RecoveryStudyArgs) -> anyhow::Result<()> {
     }
     let setup = StudySetup {
         osds: args.osds,
-        profile: (args.profile != "none").then(|| args.profile.clone()),
-        recovery_objects: args.recovery_objects,
+        device_sets: devices
+            .iter()
+            .map(|d| (d.label.clone(), d.description(), d.recovery_objects))
+            .collect(),
         object_bytes: args.object_bytes(),
         client_block: args.client_block,
         client_depth: args.client_depth,
+        runs: args.runs,
     };
     let table = recovery::render_markdown(&setup, &runs);
     std::fs::write(args.out_dir.join("recovery-study.md"), &table)?;
@@ -225,12 +336,15 @@ pub fn run(args: RecoveryStudyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Per scheduler and second of the recovery phase: client IOPS, client p99 latency.
+/// Per run and second of the recovery phase: client IOPS, client p99 latency.
 fn per_second_csv(runs: &[RecoveryRun]) -> String {
-    let mut out = String::from("scheduler,second,client_iops,client_p99_ms\n");
+    let mut out = String::from("devices,scheduler,run,second,client_iops,client_p99_ms\n");
     for r in runs {
         for (s, iops, p99) in r.client_per_second() {
-            out.push_str(&format!("{},{s},{iops},{p99:.3}\n", r.scheduler));
+            out.push_str(&format!(
+                "{},{},{},{s},{iops},{p99:.3}\n",
+                r.devices, r.scheduler, r.run
+            ));
         }
     }
     out
@@ -239,23 +353,28 @@ fn per_second_csv(runs: &[RecoveryRun]) -> String {
 /// Progress steps of one run.
 const STEPS: usize = 7;
 
-/// One scheduler's run on a fresh cluster in `dir`.
+/// One run of a scheduler on a device set, on a fresh cluster in `dir`; `label` names it in
+/// the progress line.
 fn run_one(
     args: &RecoveryStudyArgs,
+    set: &DeviceSet,
     sched: &Scheduler,
+    label: &str,
     dir: &Path,
     bar: &ProgressBar,
 ) -> anyhow::Result<RecoveryRun> {
     let step = |what: &str| {
-        bar.set_message(format!("{}: {what}", sched.label));
+        bar.set_message(format!("{label}: {what}"));
         bar.inc(1);
     };
-    bar.set_message(format!("{}: starting {} OSDs", sched.label, args.osds));
+    bar.set_message(format!("{label}: starting {} OSDs", args.osds));
+    let mut osd_args = set.osd_args();
+    osd_args.extend(args.osd_arg.iter().cloned());
     let settings = UpSettings {
         osds: args.osds,
         device_mib: args.device_mib,
-        profile: (args.profile != "none").then_some(args.profile.as_str()),
-        osd_args: &args.osd_arg,
+        profile: set.profile.as_deref(),
+        osd_args: &osd_args,
     };
     let mut cluster = LocalCluster::up(&settings, dir)?;
     let rt = crate::runtime::command()?;
@@ -304,46 +423,57 @@ fn run_one(
         wait_osd(&client, victim, false).await?;
         wait_clean(&client, total_pgs, STEP_TIMEOUT).await?;
         step("filling the recovery pool");
-        write_objects(&client, RECOVERY_POOL, args.recovery_objects, &object, bar).await?;
+        write_objects(&client, RECOVERY_POOL, set.recovery_objects, &object, bar).await?;
         step(&format!("starting osd.{victim}"));
         tokio::task::block_in_place(|| cluster.start_osd(index, &cmdline))?;
         wait_osd(&client, victim, true).await?;
         select_scheduler(&client, victim, sched).await?;
         step(&format!("osd.{victim} in: recovery"));
         let mut run = RecoveryRun {
+            devices: set.label.clone(),
             scheduler: sched.label.clone(),
             baseline_s: args.baseline_s as f64,
             baseline_ops,
             ..Default::default()
         };
         let (objects, bytes) = recovered(&client).await;
+        let copies = object_copies_of(&client, &up_osds(&client)).await;
         run.progress.push(RecoveryProgress {
             at_s: 0.0,
             objects,
             bytes,
             unclean_pgs: 0,
+            degraded: Some(copies.degraded),
+            misplaced: Some(copies.misplaced),
         });
         admin.op(Request::MarkIn { id: victim }, 10_000).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let load = tokio::spawn(client_load(client.clone(), args.into(), stop.clone()));
         let started = Instant::now();
         let mut end = RecoveryEnd::default();
+        let mut samples = 0u64;
         while started.elapsed() < Duration::from_secs(args.max_s) {
             tokio::time::sleep(SAMPLE_EVERY).await;
+            samples += 1;
             let states = pg_states_of(&client).await;
             let reported: u64 = states.values().sum();
             let left = unclean(&states) + total_pgs.saturating_sub(reported);
             let (objects, bytes) = recovered(&client).await;
+            let copies = match left > 0 || samples.is_multiple_of(COPIES_EVERY_SAMPLES) {
+                true => Some(object_copies_of(&client, &up_osds(&client)).await),
+                false => None,
+            };
             let at_s = started.elapsed().as_secs_f64();
             run.progress.push(RecoveryProgress {
                 at_s,
                 objects,
                 bytes,
                 unclean_pgs: left,
+                degraded: copies.map(|c| c.degraded),
+                misplaced: copies.map(|c| c.misplaced),
             });
             bar.set_message(format!(
-                "{}: recovery, {left} PGs not clean, {} objects moved",
-                sched.label,
+                "{label}: recovery, {left} PGs not clean, {} objects moved",
                 objects.saturating_sub(run.progress[0].objects)
             ));
             if let Some(at) = end.observe(&run.progress) {
@@ -355,7 +485,7 @@ fn run_one(
         run.ended_s = started.elapsed().as_secs_f64();
         (run.ops, run.failed_ops) = load.await?;
         step("verifying recovered objects");
-        verify_objects(&client, args.recovery_objects, &object).await?;
+        verify_objects(&client, set.recovery_objects, &object).await?;
         anyhow::Ok(run)
     })?;
     drop(rt);
@@ -635,7 +765,27 @@ mod tests {
             objects,
             bytes: 0,
             unclean_pgs,
+            ..RecoveryProgress::default()
         }
+    }
+
+    #[test]
+    fn device_sets_are_the_seeds_three_or_a_profile() {
+        let hdd_db = parse_devices("hdd-db", None).unwrap();
+        assert_eq!(hdd_db.profile.as_deref(), Some("hdd-7200"));
+        assert_eq!(hdd_db.osd_args(), ["--db-profile=nvme-p3700"]);
+        assert_eq!(hdd_db.recovery_objects, HDD_RECOVERY_OBJECTS);
+        assert!(hdd_db.description().contains("WAL/DB on nvme-p3700"));
+        let nvme = parse_devices("nvme", None).unwrap();
+        assert_eq!(nvme.recovery_objects, SSD_RECOVERY_OBJECTS);
+        assert!(nvme.osd_args().is_empty());
+        assert_eq!(parse_devices("hdd", Some(7)).unwrap().recovery_objects, 7);
+        assert_eq!(parse_devices("none", None).unwrap().profile, None);
+        let e = parse_devices("floppy", None).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("unknown device set `floppy`"),
+            "{e:#}"
+        );
     }
 
     fn end_of(samples: &[RecoveryProgress]) -> Option<f64> {
