@@ -103,7 +103,7 @@ def fio(path, rw, bs, jobs, seconds, sync, huge, span_mib=1024):
     out = json.loads(run(args))
     job = out["jobs"][0]
     side = job["write"] if "write" in rw else job["read"]
-    return side["iops"], side["bw_bytes"] / 1e6
+    return side["iops"], side["bw_bytes"] / (1 << 20)
 
 
 def fio_sparse_write(work, seconds, huge):
@@ -123,7 +123,7 @@ def fio_sparse_write(work, seconds, huge):
         side = json.loads(run(args))["jobs"][0]["write"]
     finally:
         os.remove(path)
-    return side["iops"], side["bw_bytes"] / 1e6, None
+    return side["iops"], side["bw_bytes"] / (1 << 20), None
 
 
 def msgr_bench(seconds, shape, size):
@@ -338,7 +338,7 @@ def ceph(seconds, work, prefill, block=False):
 
 
 def measure(a, work):
-    """One round: every layer once, in order. Returns {layer: {workload: (iops, MB/s, ...)}} and
+    """One round: every layer once, in order. Returns {layer: {workload: (iops, MiB/s, ...)}} and
     whether fio's buffers were huge pages."""
     raw = os.path.join(work, "raw.dev")
     # fio's 4 KiB phases span as many bytes as the store's objects do (the store's 4 MiB
@@ -406,7 +406,7 @@ WORKS = ["4M write", "4M read", "4K write", "4K read"]
 
 
 def value(layers, layer, w):
-    """The cell's figure: MB/s for 4 MiB workloads, IOPS for 4 KiB ones (None when not run)."""
+    """The cell's figure: MiB/s (rados bench's "MB/sec") for 4 MiB workloads, IOPS for 4 KiB ones (None when not run)."""
     v = layers.get(layer, {}).get(w)
     return None if not v else (v[1] if w.startswith("4M") else v[0])
 
@@ -455,7 +455,7 @@ def table(rounds):
         if not xs:
             return "-"
         if w.startswith("4M"):
-            return spread(xs, lambda v: f"{v:.1f} MB/s", lambda v: f"{v:.1f}")
+            return spread(xs, lambda v: f"{v:.1f} MiB/s", lambda v: f"{v:.1f}")
         return spread(xs, lambda v: f"{v:.0f} IOPS", lambda v: f"{v:.0f}")
 
     # (row name, layer, the layer below it); one OSD stands on the store and on the network.

@@ -70,9 +70,9 @@ impl LoadReport {
         self.ops as f64 / self.seconds.max(1e-9)
     }
 
-    /// Data megabytes (10^6) per second.
+    /// Data MiB per second (what rados bench prints as "MB/sec").
     pub fn mb_per_second(&self) -> f64 {
-        self.data_bytes as f64 / 1e6 / self.seconds.max(1e-9)
+        self.data_bytes as f64 / (1u64 << 20) as f64 / self.seconds.max(1e-9)
     }
 
     /// The latency at quantile `q` (0..=1), in milliseconds; 0 with no samples.

@@ -162,6 +162,10 @@ impl Mode {
     }
 }
 
+/// Bytes of rados bench's "MB": its bandwidth figures are MiB/s under that label, and cairn's
+/// are the same unit so the two compare directly.
+const MIB: f64 = (1u64 << 20) as f64;
+
 /// `cairn bench -p POOL SECONDS MODE`.
 #[derive(Args)]
 pub struct BenchArgs {
@@ -355,8 +359,8 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 let el = started.elapsed().as_secs_f64();
                 eprintln!(
                     "  {sec:>3} {ops:>6} {:>10.2} {:>10.2} {:>11} {:>8.2}",
-                    (b - last_bytes) as f64 / 1e6,
-                    b as f64 / 1e6 / el,
+                    (b - last_bytes) as f64 / MIB,
+                    b as f64 / MIB / el,
                     ops - last_ops,
                     p_timeline.second(sec as usize - 1).p99_ms
                 );
@@ -389,7 +393,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         println!("Total time run:         {secs:.3}");
         println!("Total ops:              {ops}");
         println!("Object size:            {}", a.block_size);
-        println!("Bandwidth (MB/sec):     {:.3}", total as f64 / secs / 1e6);
+        println!("Bandwidth (MB/sec):     {:.3}", total as f64 / secs / MIB);
         println!("Average IOPS:           {:.1}", ops as f64 / secs);
         println!(
             "Average Latency (ms):   {:.3}",

@@ -116,15 +116,15 @@ async fn live_status(client: &Client, states: &PgStates) {
     let rate = |a: (u64, u64), b: (u64, u64)| {
         (
             b.0.saturating_sub(a.0) as f64 / dt,
-            b.1.saturating_sub(a.1) as f64 / dt / 1e6,
+            b.1.saturating_sub(a.1) as f64 / dt / (1u64 << 20) as f64,
         )
     };
     let (ops, mb) = rate(a, b);
-    println!("  io: {ops:.0} op/s, {mb:.1} MB/s (client ops served by primaries, last second)");
+    println!("  io: {ops:.0} op/s, {mb:.1} MiB/s (client ops served by primaries, last second)");
     let (objects, mb) = rate(ra, rb);
     if unclean > 0 || objects > 0.0 {
         println!(
-            "  recovery: {objects:.0} objects/s, {mb:.1} MB/s (copies brought up to date by primaries, last second)"
+            "  recovery: {objects:.0} objects/s, {mb:.1} MiB/s (copies brought up to date by primaries, last second)"
         );
     }
 }
