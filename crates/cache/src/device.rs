@@ -35,6 +35,7 @@ use crate::stats::{CacheStats, ClassStats, Counters};
 use async_trait::async_trait;
 use cairn_blockdev::{check_io, BlockDevError, BlockDevice, DeviceProperties, IoKind};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 type BResult<T> = std::result::Result<T, BlockDevError>;
@@ -168,6 +169,10 @@ pub struct CacheDevice {
     clock: Arc<dyn Clock>,
     gate: tokio::sync::RwLock<()>,
     st: Mutex<State>,
+    /// Set when a foreground write to the core completes; cleared by the core flush that
+    /// covers it. Every core write holds the gate and every flush of the core here holds it
+    /// exclusively, so a flush never skips a write it owes durability to.
+    core_written: AtomicBool,
 }
 
 fn runs(mask: u16) -> impl Iterator<Item = (u32, u32)> {
@@ -324,6 +329,7 @@ impl CacheDevice {
             clock: Arc::new(TokioClock::new()),
             gate: tokio::sync::RwLock::new(()),
             st: Mutex::new(st),
+            core_written: AtomicBool::new(false),
         }
     }
 
@@ -633,7 +639,14 @@ impl CacheDevice {
     /// client flush, which must make every completed write durable).
     async fn persist_with(&self, targets: Vec<(u32, Entry)>, data_first: bool) -> BResult<()> {
         if data_first {
-            self.core.flush().await?;
+            // The core needs no flush when nothing was written to it since its last one (in
+            // write-back, most flushes): an HDD flush per commit is what a cache saves.
+            if self.core_written.swap(false, Ordering::AcqRel) {
+                if let Err(e) = self.core.flush().await {
+                    self.core_written.store(true, Ordering::Release);
+                    return Err(e);
+                }
+            }
             self.cache.flush().await?;
         }
         if targets.is_empty() {
@@ -898,7 +911,7 @@ impl CacheDevice {
             };
             if !any_mapped && !caches {
                 self.lock().counters.classes[d.class as usize].write_pass_through += 1;
-                return self.core.write(offset_bytes, data).await;
+                return self.write_core(offset_bytes, data).await;
             }
             (d, promote)
         };
@@ -970,8 +983,7 @@ impl CacheDevice {
                 None => {
                     let addr = p.core_line * self.geom.line_bytes
                         + u64::from(p.first_sector) * SECTOR_BYTES;
-                    self.core
-                        .write(addr, &data[p.buf_off..p.buf_off + p.len])
+                    self.write_core(addr, &data[p.buf_off..p.buf_off + p.len])
                         .await?;
                 }
             }
@@ -1002,7 +1014,7 @@ impl CacheDevice {
                 targets.push((p, line));
             }
         }
-        self.core.write(offset_bytes, data).await?;
+        self.write_core(offset_bytes, data).await?;
         for (p, line) in targets {
             if self.lock().table.lookup(p.core_line) == Some(line) {
                 self.fill(line, p, p.mask, data).await?;
@@ -1019,7 +1031,14 @@ impl CacheDevice {
         data: &[u8],
     ) -> BResult<()> {
         self.invalidate_cached(pieces).await?;
-        self.core.write(offset_bytes, data).await
+        self.write_core(offset_bytes, data).await
+    }
+
+    /// A foreground write to the core, remembered for the next flush. Caller holds the gate.
+    async fn write_core(&self, offset_bytes: u64, data: &[u8]) -> BResult<()> {
+        self.core.write(offset_bytes, data).await?;
+        self.core_written.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Invalidates the cached (clean) sectors of `pieces` and persists that before returning,
