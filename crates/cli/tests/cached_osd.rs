@@ -8,9 +8,7 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{free_port, signal, Cluster};
+use common::{admin_client, free_port, payload, runtime, signal, Cluster};
 
 /// The count column of the `| NAME | COUNT | % |` row of `cache stats`.
 fn stat(text: &str, name: &str) -> u64 {
@@ -21,14 +19,9 @@ fn stat(text: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} row in: {text}"))
 }
 
-fn payload(i: usize) -> Vec<u8> {
-    (0..(4096 * (1 + i % 5)))
-        .map(|b| {
-            (b as u32)
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add(i as u32) as u8
-        })
-        .collect()
+/// Object `i`: 4 to 20 KiB.
+fn object(i: usize) -> Vec<u8> {
+    payload(i, 4096 * (1 + i % 5))
 }
 
 #[test]
@@ -67,24 +60,12 @@ fn a_cached_osd_killed_with_dirty_lines_restarts_warm_and_loses_nothing() {
         out
     };
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mon_addr = mon.parse().unwrap();
-    let client = Arc::new(
-        rt.block_on(cairn_client::Client::connect_as(
-            mon_addr,
-            cairn_client::random_client_id(),
-            Some(cluster.admin()),
-        ))
-        .unwrap(),
-    );
+    let rt = runtime();
+    let client = admin_client(&rt, &cluster, &mon);
     rt.block_on(async {
         for i in 0..40 {
             client
-                .write_full("data", &format!("obj{i}"), &payload(i))
+                .write_full("data", &format!("obj{i}"), &object(i))
                 .await
                 .unwrap();
         }
@@ -121,7 +102,7 @@ fn a_cached_osd_killed_with_dirty_lines_restarts_warm_and_loses_nothing() {
             let back = client.read("data", &format!("obj{i}")).await.unwrap();
             assert_eq!(
                 crc_fast::crc32_iscsi(&back),
-                crc_fast::crc32_iscsi(&payload(i)),
+                crc_fast::crc32_iscsi(&object(i)),
                 "obj{i} after the restart"
             );
         }

@@ -9,23 +9,18 @@
 mod common;
 
 use std::io::Read;
-use std::sync::Arc;
 
-use common::{free_port, signal, wait_exited, Cluster};
+use common::{admin_client, free_port, payload, runtime, signal, wait_exited, Cluster};
 
-fn payload(i: usize) -> Vec<u8> {
+/// Object `i`: 1 MiB for every fourth (written copy-on-write), else a few sectors
+/// (deferred: logged on the DB device first).
+fn object(i: usize) -> Vec<u8> {
     let len = if i.is_multiple_of(4) {
         1 << 20
     } else {
         512 * (1 + i % 9)
     };
-    (0..len)
-        .map(|b| {
-            (b as u32)
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add(i as u32) as u8
-        })
-        .collect()
+    payload(i, len)
 }
 
 #[test]
@@ -47,23 +42,12 @@ fn osds_with_their_log_on_a_db_device_survive_kill_9() {
     let pids = cluster.pids();
     assert_eq!(pids.len(), 4, "mon + 3 OSDs");
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = Arc::new(
-        rt.block_on(cairn_client::Client::connect_as(
-            mon.parse().unwrap(),
-            cairn_client::random_client_id(),
-            Some(cluster.admin()),
-        ))
-        .unwrap(),
-    );
+    let rt = runtime();
+    let client = admin_client(&rt, &cluster, &mon);
     rt.block_on(async {
         for i in 0..40 {
             client
-                .write_full("data", &format!("obj{i}"), &payload(i))
+                .write_full("data", &format!("obj{i}"), &object(i))
                 .await
                 .unwrap();
         }
@@ -128,7 +112,7 @@ fn osds_with_their_log_on_a_db_device_survive_kill_9() {
             let back = client.read("data", &format!("obj{i}")).await.unwrap();
             assert_eq!(
                 crc_fast::crc32_iscsi(&back),
-                crc_fast::crc32_iscsi(&payload(i)),
+                crc_fast::crc32_iscsi(&object(i)),
                 "obj{i} after kill -9 and restart"
             );
         }

@@ -141,11 +141,7 @@ fn kill_9_an_osd_during_writes_then_recover() {
     let pids = cluster.pids();
     assert_eq!(pids.len(), 4, "mon + 3 OSDs");
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let acked: Acked = Arc::default();
     // Acknowledged writes (the map keeps one entry per object name, which the writers reuse).
     let acks = Arc::new(AtomicUsize::new(0));

@@ -382,11 +382,7 @@ fn thrash_osds_while_writing() {
     let mut mon_proc = Proc::Pid(pids[0]);
     let mut osds: Vec<Proc> = pids[1..].iter().map(|&p| Proc::Pid(p)).collect();
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let model: Model = Arc::default();
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(Mutex::new(false));

@@ -67,6 +67,40 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A two-thread tokio runtime for a test's clients.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The cluster's administrator connected as a client of the monitor at `mon`, on `rt`.
+pub fn admin_client(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    mon: &str,
+) -> Arc<cairn_client::Client> {
+    let client = rt.block_on(cairn_client::Client::connect_as(
+        mon.parse().unwrap(),
+        cairn_client::random_client_id(),
+        Some(cluster.admin()),
+    ));
+    Arc::new(client.unwrap())
+}
+
+/// `len` bytes that differ for every `i` (and from one byte to the next).
+pub fn payload(i: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|b| {
+            (b as u32)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(i as u32) as u8
+        })
+        .collect()
+}
+
 /// A `cairn` child process (output discarded), killed when dropped.
 pub struct Daemon(pub Child);
 
