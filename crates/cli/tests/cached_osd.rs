@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::{admin_client, free_port, payload, runtime, signal, Cluster};
+use common::{
+    admin_client, free_port, payload, runtime, signal, verify_objects, write_objects, Cluster,
+};
 
 /// The count column of the `| NAME | COUNT | % |` row of `cache stats`.
 fn stat(text: &str, name: &str) -> u64 {
@@ -62,14 +64,7 @@ fn a_cached_osd_killed_with_dirty_lines_restarts_warm_and_loses_nothing() {
 
     let rt = runtime();
     let client = admin_client(&rt, &cluster, &mon);
-    rt.block_on(async {
-        for i in 0..40 {
-            client
-                .write_full("data", &format!("obj{i}"), &object(i))
-                .await
-                .unwrap();
-        }
-    });
+    write_objects(&rt, &client, 40, object);
     let before = tell("osd.0", &["cache", "stats"]);
     assert!(before.contains("Cache mode: wb"), "{before}");
     assert!(
@@ -97,16 +92,7 @@ fn a_cached_osd_killed_with_dirty_lines_restarts_warm_and_loses_nothing() {
         stat(&after, "Occupancy") > 0 && stat(&after, "Dirty") > 0,
         "the cache restarts warm, its dirty lines kept: {after}"
     );
-    rt.block_on(async {
-        for i in 0..40 {
-            let back = client.read("data", &format!("obj{i}")).await.unwrap();
-            assert_eq!(
-                crc_fast::crc32_iscsi(&back),
-                crc_fast::crc32_iscsi(&object(i)),
-                "obj{i} after the restart"
-            );
-        }
-    });
+    verify_objects(&rt, &client, 40, object, "after the restart");
 
     // Parameters change live: ACP cleans without waiting for idle time, and its write-back
     // runs through the OSD's scheduler as best-effort work.

@@ -10,7 +10,10 @@ mod common;
 
 use std::io::Read;
 
-use common::{admin_client, free_port, payload, runtime, signal, wait_exited, Cluster};
+use common::{
+    admin_client, free_port, payload, runtime, signal, verify_objects, wait_exited, write_objects,
+    Cluster,
+};
 
 /// Object `i`: 1 MiB for every fourth (written copy-on-write), else a few sectors
 /// (deferred: logged on the DB device first).
@@ -44,14 +47,7 @@ fn osds_with_their_log_on_a_db_device_survive_kill_9() {
 
     let rt = runtime();
     let client = admin_client(&rt, &cluster, &mon);
-    rt.block_on(async {
-        for i in 0..40 {
-            client
-                .write_full("data", &format!("obj{i}"), &object(i))
-                .await
-                .unwrap();
-        }
-    });
+    write_objects(&rt, &client, 40, object);
 
     for pid in &pids[1..] {
         signal("-9", *pid);
@@ -107,16 +103,7 @@ fn osds_with_their_log_on_a_db_device_survive_kill_9() {
 
     let (ok, out) = cluster.up(&mon, &settings);
     assert!(ok, "{out}");
-    rt.block_on(async {
-        for i in 0..40 {
-            let back = client.read("data", &format!("obj{i}")).await.unwrap();
-            assert_eq!(
-                crc_fast::crc32_iscsi(&back),
-                crc_fast::crc32_iscsi(&object(i)),
-                "obj{i} after kill -9 and restart"
-            );
-        }
-    });
+    verify_objects(&rt, &client, 40, object, "after kill -9 and restart");
     let (ok, metadata) = cluster.cairn(&["tell", "--mon", &mon, "osd.1", "metadata"]);
     assert!(ok, "{metadata}");
     let metadata: serde_json::Value = serde_json::from_str(&metadata).unwrap();

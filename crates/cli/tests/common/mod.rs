@@ -90,6 +90,44 @@ pub fn admin_client(
     Arc::new(client.unwrap())
 }
 
+/// Writes objects `obj0..objN` of pool `data`, `object(i)` the bytes of each.
+pub fn write_objects(
+    rt: &tokio::runtime::Runtime,
+    client: &cairn_client::Client,
+    n: usize,
+    object: fn(usize) -> Vec<u8>,
+) {
+    rt.block_on(async {
+        for i in 0..n {
+            client
+                .write_full("data", &format!("obj{i}"), &object(i))
+                .await
+                .unwrap();
+        }
+    });
+}
+
+/// Reads objects `obj0..objN` of pool `data` back and compares each with `object(i)` by
+/// crc32c; `when` names the moment in a failure.
+pub fn verify_objects(
+    rt: &tokio::runtime::Runtime,
+    client: &cairn_client::Client,
+    n: usize,
+    object: fn(usize) -> Vec<u8>,
+    when: &str,
+) {
+    rt.block_on(async {
+        for i in 0..n {
+            let back = client.read("data", &format!("obj{i}")).await.unwrap();
+            assert_eq!(
+                crc_fast::crc32_iscsi(&back),
+                crc_fast::crc32_iscsi(&object(i)),
+                "obj{i} {when}"
+            );
+        }
+    });
+}
+
 /// `len` bytes that differ for every `i` (and from one byte to the next).
 pub fn payload(i: usize, len: usize) -> Vec<u8> {
     (0..len)
