@@ -1071,18 +1071,20 @@ impl CacheDevice {
         Ok(())
     }
 
+    /// Every line whose entry in memory differs from the persisted one, with the new entry.
+    fn unpersisted_entries(&self) -> Vec<(u32, Entry)> {
+        let st = self.lock();
+        (0..self.geom.lines)
+            .filter_map(|i| {
+                let e = st.mem_entry(i);
+                (e != st.persisted[i as usize]).then_some((i, e))
+            })
+            .collect()
+    }
+
     async fn flush_impl(&self) -> BResult<()> {
         let _g = self.gate.write().await;
-        let targets: Vec<(u32, Entry)> = {
-            let st = self.lock();
-            (0..self.geom.lines)
-                .filter_map(|i| {
-                    let e = st.mem_entry(i);
-                    (e != st.persisted[i as usize]).then_some((i, e))
-                })
-                .collect()
-        };
-        self.persist_with(targets, true).await
+        self.persist_with(self.unpersisted_entries(), true).await
     }
 
     /// One cleaning round at `now_ms` (see [`CacheDevice::now_ms`]): the configured policy
@@ -1203,16 +1205,7 @@ impl CacheDevice {
             }
             self.clean_now(&lines).await?;
         }
-        let targets: Vec<(u32, Entry)> = {
-            let st = self.lock();
-            (0..self.geom.lines)
-                .filter_map(|i| {
-                    let e = st.mem_entry(i);
-                    (e != st.persisted[i as usize]).then_some((i, e))
-                })
-                .collect()
-        };
-        self.persist_with(targets, true).await
+        self.persist_with(self.unpersisted_entries(), true).await
     }
 
     /// Changes the mode at run time. Leaving `wb`/`wo` with `flush_dirty` writes every dirty

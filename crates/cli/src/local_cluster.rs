@@ -1,6 +1,6 @@
 //! A `cairn up` cluster in a scratch directory that a command drives as an operator would:
 //! stop one OSD process and start it again with the same arguments, stop everything. Used by
-//! `cairn study recovery`.
+//! `cairn study recovery` and `cairn study cache --cluster`.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -76,6 +76,23 @@ impl LocalCluster {
     /// The administrator of the cluster (`cairn up` made it with keys in its directory).
     pub fn admin(&self) -> anyhow::Result<cairn_client::tickets::ClientAuth> {
         crate::up_keys::admin_auth(&self.dir)
+    }
+
+    /// The administrator connected to the cluster: as an object client, and to the monitor
+    /// (pools, marking OSDs in and out).
+    pub async fn connect(
+        &self,
+    ) -> anyhow::Result<(
+        std::sync::Arc<cairn_client::Client>,
+        cairn_client::mon::MonClient,
+    )> {
+        let id = cairn_client::random_client_id;
+        let admin = self.admin()?;
+        let client = cairn_client::Client::connect_as(self.mon, id(), Some(admin.clone())).await?;
+        let mon =
+            cairn_client::mon::MonClient::connect_as(self.mon, id(), Some(admin.mon_credentials()))
+                .await;
+        Ok((std::sync::Arc::new(client), mon))
     }
 
     /// The pid `cairn up` recorded for the `i`-th OSD it started (the monitor's comes first).

@@ -91,6 +91,29 @@ fn start_server(cluster: &Cluster, mon: &str, listen: &str, log: &str) -> std::p
     server
 }
 
+/// Runs fio's verify pass over the blocks job `name` acknowledged (its saved verify state):
+/// every one must read back intact, and there must be some.
+fn verify_acknowledged(dir: &Path, uri: &str, name: &str, when: &str) {
+    let verified = fio(
+        dir,
+        uri,
+        name,
+        &["--runtime=1", "--verify_only", "--verify_state_load=1"],
+    );
+    assert!(
+        verified.status.success(),
+        "{when}: blocks lost or damaged: {}",
+        text(&verified)
+    );
+    let blocks = verified_blocks(&verified);
+    assert!(
+        blocks > 0,
+        "{when}: nothing was verified: {}",
+        text(&verified)
+    );
+    eprintln!("{when}: {blocks} acknowledged blocks verified");
+}
+
 #[test]
 fn fio_verifies_every_acknowledged_block_after_kill_9_of_an_osd_and_of_the_nbd_server() {
     let mut cluster = Cluster::new("rbd-crash");
@@ -146,20 +169,7 @@ fn fio_verifies_every_acknowledged_block_after_kill_9_of_an_osd_and_of_the_nbd_s
     );
     killer.join().unwrap();
     assert!(wrote.status.success(), "fio failed: {}", text(&wrote));
-    let verified = fio(
-        &dir,
-        &uri,
-        "osdkill",
-        &["--runtime=1", "--verify_only", "--verify_state_load=1"],
-    );
-    assert!(
-        verified.status.success(),
-        "blocks lost or damaged: {}",
-        text(&verified)
-    );
-    let blocks = verified_blocks(&verified);
-    assert!(blocks > 0, "nothing was verified: {}", text(&verified));
-    eprintln!("after kill -9 of an OSD: {blocks} acknowledged blocks verified");
+    verify_acknowledged(&dir, &uri, "osdkill", "after kill -9 of an OSD");
 
     // 2. kill -9 of the NBD server while fio writes: fio fails; a new server takes the lock
     //    over after a lease, and every acknowledged block reads back.
@@ -181,20 +191,7 @@ fn fio_verifies_every_acknowledged_block_after_kill_9_of_an_osd_and_of_the_nbd_s
     );
     let second = start_server(&cluster, &mon, &listen, "nbd2.log");
     cluster.extra.push(second);
-    let verified = fio(
-        &dir,
-        &uri,
-        "serverkill",
-        &["--runtime=1", "--verify_only", "--verify_state_load=1"],
-    );
-    assert!(
-        verified.status.success(),
-        "blocks lost or damaged: {}",
-        text(&verified)
-    );
-    let blocks = verified_blocks(&verified);
-    assert!(blocks > 0, "nothing was verified: {}", text(&verified));
-    eprintln!("after kill -9 of the NBD server: {blocks} acknowledged blocks verified");
+    verify_acknowledged(&dir, &uri, "serverkill", "after kill -9 of the NBD server");
 
     // The verify pass catches damage: zeros over the image fail it.
     let zeroed = Command::new("fio")

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use cairn_client::mon::MonClient;
 use cairn_client::Client;
 use cairn_proto::mon::Request;
 use cairn_rbd::nbd::Exports;
@@ -141,20 +140,7 @@ fn run_setup(
     let cluster = LocalCluster::up(&settings, dir)?;
     let rt = crate::runtime::command()?;
     let run = rt.block_on(async {
-        let client = Arc::new(
-            Client::connect_as(
-                cluster.mon,
-                cairn_client::random_client_id(),
-                Some(cluster.admin()?),
-            )
-            .await?,
-        );
-        let admin = MonClient::connect_as(
-            cluster.mon,
-            cairn_client::random_client_id(),
-            Some(cluster.admin()?.mon_credentials()),
-        )
-        .await;
+        let (client, admin) = cluster.connect().await?;
         let create = Request::CreatePool {
             name: POOL.into(),
             size: 2,

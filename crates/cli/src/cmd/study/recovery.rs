@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use cairn_client::mon::MonClient;
 use cairn_client::Client;
 use cairn_proto::mon::Request;
 use cairn_qos::{PolicyConfig, Profile};
@@ -379,20 +378,7 @@ fn run_one(
     let mut cluster = LocalCluster::up(&settings, dir)?;
     let rt = crate::runtime::command()?;
     let run = rt.block_on(async {
-        let client = Arc::new(
-            Client::connect_as(
-                cluster.mon,
-                cairn_client::random_client_id(),
-                Some(cluster.admin()?),
-            )
-            .await?,
-        );
-        let admin = MonClient::connect_as(
-            cluster.mon,
-            cairn_client::random_client_id(),
-            Some(cluster.admin()?.mon_credentials()),
-        )
-        .await;
+        let (client, admin) = cluster.connect().await?;
         let total_pgs = 2 * args.pg_num as u64;
         for pool in [CLIENT_POOL, RECOVERY_POOL] {
             let create = Request::CreatePool {
