@@ -332,9 +332,20 @@ impl Drop for Store {
     /// and does nothing more: what it left undone is replayed from the log at the next mount)
     /// and waits for it, so that the KV file is closed when the store is gone (a store mounted
     /// again from the same files must not find it still open).
+    ///
+    /// The checkpoint thread's device I/O runs on the runtime the store was used on (its AIO
+    /// completions and emulated devices' timers are that runtime's): on a worker of a
+    /// multi-threaded runtime the wait hands the worker's other duties to a new thread first,
+    /// or a one-worker runtime (an OSD's default) would wait for I/O only it can complete.
     fn drop(&mut self) {
         if let Some(job) = self.state.get_mut().checkpoint_job.take() {
-            job.abandon();
+            let on_worker = tokio::runtime::Handle::try_current().is_ok_and(|h| {
+                h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+            });
+            match on_worker {
+                true => tokio::task::block_in_place(|| job.abandon()),
+                false => job.abandon(),
+            }
         }
     }
 }

@@ -10,4 +10,5 @@ mod early;
 mod extents;
 mod model;
 mod pipeline;
+mod shutdown;
 mod wal;
