@@ -339,9 +339,8 @@ impl Drop for Store {
     /// or a one-worker runtime (an OSD's default) would wait for I/O only it can complete.
     fn drop(&mut self) {
         if let Some(job) = self.state.get_mut().checkpoint_job.take() {
-            let on_worker = tokio::runtime::Handle::try_current().is_ok_and(|h| {
-                h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-            });
+            let on_worker = tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
             match on_worker {
                 true => tokio::task::block_in_place(|| job.abandon()),
                 false => job.abandon(),

@@ -21,9 +21,13 @@ async fn write_then_drop() {
         ..cfg()
     };
     let kv = CrashableKv::new(Vec::new(), CrashSwitch::new());
-    Store::mkfs(dev.clone(), KvLocation::Backend(Box::new(kv.clone())), &conf)
-        .await
-        .unwrap();
+    Store::mkfs(
+        dev.clone(),
+        KvLocation::Backend(Box::new(kv.clone())),
+        &conf,
+    )
+    .await
+    .unwrap();
     let store = Store::mount(dev, KvLocation::Backend(Box::new(kv)), conf)
         .await
         .unwrap();
