@@ -8,9 +8,7 @@
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use cairn_blockdev::{
-    BlockDevice, DeviceProperties, EmulatedDevice, FileDevice, FileDeviceOptions, IoEngine, Profile,
-};
+use cairn_blockdev::{BlockDevice, DeviceProperties};
 use cairn_cache::{CacheConfig, CacheDevice, IoClassTable};
 use cairn_clustermap::PgId;
 use cairn_qos::OpKind as Io;
@@ -19,8 +17,6 @@ use crate::error::OsdError;
 use crate::sched::OpScheduler;
 use crate::work::{Purpose, Work};
 
-/// Queue depth of an emulated cache device (explicit limit).
-const EMULATED_QUEUE_DEPTH: usize = 64;
 /// The client id the cleaner's work is scheduled as (one client: mClock and the fair
 /// policies see all of it as one stream).
 const CLEANER_CLIENT: u64 = u64::MAX - 1;
@@ -135,20 +131,7 @@ pub async fn open(
 ) -> Result<(Arc<CacheDevice>, SchedulerSlot), OsdError> {
     let path = data_dir.join("cache");
     let new_file = !path.exists();
-    let file = FileDevice::open(
-        &path,
-        &FileDeviceOptions {
-            size_bytes: Some(cfg.bytes),
-            engine: IoEngine::Aio,
-            inline_reads: false,
-            ..FileDeviceOptions::default()
-        },
-    )?;
-    let mut cache: Arc<dyn BlockDevice> = Arc::new(file);
-    if let Some(name) = &cfg.profile {
-        let profile = Profile::load(name)?;
-        cache = Arc::new(EmulatedDevice::new(cache, &profile, EMULATED_QUEUE_DEPTH)?);
-    }
+    let cache = crate::side_device::open(&path, cfg.bytes, cfg.profile.as_deref())?;
     let sched: SchedulerSlot = Arc::new(OnceLock::new());
     let cleaning: Arc<dyn BlockDevice> = Arc::new(ScheduledCore {
         core: core.clone(),

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cairn_blockdev::{
-    BlockDevError, BlockDevice, CrashSwitch, EmulatedDevice, FaultDevice, FileDevice,
-    FileDeviceOptions, IoEngine, Profile,
+    BlockDevError, BlockDevice, CrashSwitch, FaultDevice, FileDevice, FileDeviceOptions, IoEngine,
+    Profile,
 };
 use cairn_client::mon::MonClient;
 use cairn_clustermap::MapFlag;
@@ -50,9 +50,6 @@ pub struct OsdDaemon {
     /// Gets the cause when the OSD fail-stops (see [`crate::failstop`]).
     failed: Option<tokio::sync::oneshot::Receiver<String>>,
 }
-
-/// Queue depth of an emulated device (explicit limit).
-const EMULATED_QUEUE_DEPTH: usize = 64;
 
 /// Size of each write of zeros when prefilling a device file.
 const PREFILL_CHUNK_BYTES: u64 = 8 << 20;
@@ -111,11 +108,7 @@ async fn open_store(cfg: &OsdConfig) -> Result<(Store, Under), OsdError> {
         tracing::info!(mib, "prefilling the device file with zeros");
         file.prefill(PREFILL_CHUNK_BYTES).await?;
     }
-    let mut dev: Arc<dyn BlockDevice> = Arc::new(file);
-    if let Some(name) = &cfg.device_profile {
-        let profile = Profile::load(name)?;
-        dev = Arc::new(EmulatedDevice::new(dev, &profile, EMULATED_QUEUE_DEPTH)?);
-    }
+    let mut dev = crate::side_device::emulate(Arc::new(file), cfg.device_profile.as_deref())?;
     let store_cfg = StoreConfig {
         max_groups_in_flight: cfg.store_groups_in_flight,
         ..StoreConfig::default()

@@ -12,17 +12,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_blockdev::{
-    BlockDevice, EmulatedDevice, FileDevice, FileDeviceOptions, IoEngine, Profile, SplitDevice,
-};
+use cairn_blockdev::{BlockDevice, SplitDevice};
 use cairn_store::StoreConfig;
 
 use crate::error::OsdError;
 
 /// The DB device's file in the OSD's data directory.
 pub const DB_FILE: &str = "block.db";
-/// Queue depth of an emulated DB device (explicit limit).
-const EMULATED_QUEUE_DEPTH: usize = 64;
 
 /// Where the store's log goes when it has a device of its own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,20 +77,7 @@ pub fn open(
             )));
         }
     }
-    let file = FileDevice::open(
-        &path,
-        &FileDeviceOptions {
-            size_bytes: Some(split_bytes),
-            engine: IoEngine::Aio,
-            inline_reads: false,
-            ..FileDeviceOptions::default()
-        },
-    )?;
-    let mut fast: Arc<dyn BlockDevice> = Arc::new(file);
-    if let Some(name) = &cfg.profile {
-        let profile = Profile::load(name)?;
-        fast = Arc::new(EmulatedDevice::new(fast, &profile, EMULATED_QUEUE_DEPTH)?);
-    }
+    let fast = crate::side_device::open(&path, split_bytes, cfg.profile.as_deref())?;
     Ok(Arc::new(SplitDevice::new(fast, data, split_bytes)?))
 }
 

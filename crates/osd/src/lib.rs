@@ -41,6 +41,7 @@ pub mod replica;
 pub mod sched;
 pub mod scrub;
 pub mod shared;
+pub mod side_device;
 pub mod strays;
 pub mod throttle;
 pub mod transfer;
