@@ -1,8 +1,10 @@
 //! Capabilities: what an entity may do, in Ceph's grammar where it fits.
 //!
 //! Monitor caps: `allow r` (read maps and status, get tickets), `allow rw` (also change the
-//! map: flags, pools, OSD marks), `allow *` (also administer: keys, pool deletion) and
-//! `profile osd` (what an OSD daemon sends: boot, beacons, failure reports, pg_temp).
+//! map: flags, pools, OSD marks), `allow *` (also administer: keys, pool deletion),
+//! `profile osd` (what an OSD daemon sends: boot, beacons, failure reports, pg_temp) and
+//! `profile mds` (a metadata server: read maps and hold the service secret, so that it can
+//! check the tickets clients present to it).
 //!
 //! OSD caps: one or more comma-separated grants, each `allow PERM [pool=NAME]` with PERM one of
 //! `r`, `w`, `x`, `rw`, `rx`, `wx`, `rwx` or `*`, or `profile osd`. `r` reads objects, `w`
@@ -29,6 +31,8 @@ pub enum MonAccess {
     Admin,
     /// What only an OSD daemon sends.
     Osd,
+    /// The service secret, which only daemons that accept clients' tickets hold.
+    ServiceSecret,
 }
 
 /// What a request to an OSD needs.
@@ -47,16 +51,19 @@ pub struct MonCap {
     write: bool,
     admin: bool,
     osd_profile: bool,
+    mds_profile: bool,
 }
 
 impl MonCap {
-    /// Parses `allow r|rw|rwx|*` or `profile osd`; the empty string grants nothing.
+    /// Parses `allow r|rw|rwx|*`, `profile osd` or `profile mds`; the empty string grants
+    /// nothing.
     pub fn parse(text: &str) -> Result<MonCap, AuthError> {
         let mut cap = MonCap::default();
         for grant in split_grants(text)? {
             let words: Vec<&str> = grant.split_whitespace().collect();
             match words.as_slice() {
                 ["profile", "osd"] => cap.osd_profile = true,
+                ["profile", "mds"] => cap.mds_profile = true,
                 ["allow", perm] => {
                     let p = Perm::parse(perm).map_err(|why| bad(text, why))?;
                     cap.read |= p.read;
@@ -66,7 +73,7 @@ impl MonCap {
                 _ => {
                     return Err(bad(
                         text,
-                        "a monitor grant is `allow PERM` or `profile osd`",
+                        "a monitor grant is `allow PERM`, `profile osd` or `profile mds`",
                     ))
                 }
             }
@@ -74,14 +81,20 @@ impl MonCap {
         Ok(cap)
     }
 
-    /// Whether a request needing `access` is allowed. `profile osd` reads maps too.
+    /// Whether a request needing `access` is allowed. Both profiles read maps too.
     pub fn allows(&self, access: MonAccess) -> bool {
         match access {
-            MonAccess::Read => self.read || self.admin || self.osd_profile,
+            MonAccess::Read => self.read || self.admin || self.osd_profile || self.mds_profile,
             MonAccess::Write => (self.read && self.write) || self.admin,
             MonAccess::Admin => self.admin,
             MonAccess::Osd => self.osd_profile,
+            MonAccess::ServiceSecret => self.osd_profile || self.mds_profile,
         }
+    }
+
+    /// Whether this is a metadata server's capability (`profile mds`).
+    pub fn is_mds(&self) -> bool {
+        self.mds_profile
     }
 }
 
@@ -291,6 +304,12 @@ mod tests {
         let osd = MonCap::parse("profile osd").unwrap();
         assert!(osd.allows(MonAccess::Osd) && osd.allows(MonAccess::Read));
         assert!(!osd.allows(MonAccess::Write));
+        assert!(osd.allows(MonAccess::ServiceSecret) && !osd.is_mds());
+        let mds = MonCap::parse("profile mds").unwrap();
+        assert!(mds.is_mds() && mds.allows(MonAccess::ServiceSecret));
+        assert!(mds.allows(MonAccess::Read) && !mds.allows(MonAccess::Osd));
+        assert!(!mds.allows(MonAccess::Write));
+        assert!(!all.allows(MonAccess::ServiceSecret));
         let none = MonCap::parse("").unwrap();
         assert!(!none.allows(MonAccess::Read));
         for badcap in [
@@ -298,7 +317,7 @@ mod tests {
             "allow q",
             "deny r",
             "allow rr",
-            "profile mds",
+            "profile rgw",
             "allow r pool=x",
         ] {
             assert!(MonCap::parse(badcap).is_err(), "{badcap:?} accepted");

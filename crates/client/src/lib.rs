@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod mon;
+pub mod service;
 pub mod tickets;
 
 use std::collections::HashMap;
@@ -190,6 +191,18 @@ impl Client {
             next_request: AtomicU64::new(1),
             op_timeout_ms: 30_000,
         })
+    }
+
+    /// The monitor's client this client follows the map with (daemons built on a client ask
+    /// the monitor through it).
+    pub fn mon(&self) -> &Arc<MonClient> {
+        &self._mon
+    }
+
+    /// What this client presents to a daemon that takes tickets (OSDs, the metadata server);
+    /// none where the cluster does not authenticate.
+    pub fn service_credentials(&self) -> Option<Arc<dyn cairn_msgr::handshake::CredentialSource>> {
+        self.osd_credentials.clone()
     }
 
     /// The current cluster map, if one has arrived.

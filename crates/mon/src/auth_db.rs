@@ -84,7 +84,7 @@ impl AuthDb {
     pub fn required(request: &AuthRequest) -> MonAccess {
         match request {
             AuthRequest::Ticket => MonAccess::Read,
-            AuthRequest::ServiceSecret => MonAccess::Osd,
+            AuthRequest::ServiceSecret => MonAccess::ServiceSecret,
             _ => MonAccess::Admin,
         }
     }
@@ -145,9 +145,12 @@ impl AuthDb {
                 ))
             }
             AuthRequest::ServiceSecret => {
-                if asker.osd_id().is_none() {
+                let mds = self
+                    .lookup(asker)
+                    .is_some_and(|(_, caps)| caps.mon().is_mds());
+                if asker.osd_id().is_none() && !mds {
                     return Err(MonError::Refused(format!(
-                        "permission denied: only OSDs hold the service secret, not {asker}"
+                        "permission denied: only OSDs and metadata servers hold the service secret, not {asker}"
                     )));
                 }
                 let entry = self
@@ -394,11 +397,20 @@ mod tests {
         );
         assert!(
             d.handle(&admin, AuthRequest::ServiceSecret, 0).is_err(),
-            "only an OSD gets the service secret"
+            "only an OSD or a metadata server gets the service secret"
         );
         assert!(d
             .handle(&EntityName::Osd(0), AuthRequest::ServiceSecret, 0)
             .is_ok());
+        let mds_caps: BTreeMap<String, String> =
+            [("mon".to_string(), "profile mds".to_string())].into();
+        let mds: EntityName = "client.mds.a".parse().unwrap();
+        let make_mds = AuthRequest::GetOrCreate {
+            entity: mds.to_string(),
+            caps: mds_caps,
+        };
+        d.handle(&admin, make_mds, 0).unwrap();
+        assert!(d.handle(&mds, AuthRequest::ServiceSecret, 0).is_ok());
         let me = AuthRequest::Remove {
             entity: "client.admin".into(),
         };

@@ -3,38 +3,18 @@
 //! OSDs present tickets it seals itself as `osd.N` ([`PeerCredentials`]), and each request is
 //! checked against the sender's capabilities ([`refusal`]).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use cairn_auth::ticket::{open_service_secret, TICKET_TTL_S};
-use cairn_auth::{Caps, EntityName, OsdAccess, SecretKey, Ticket};
+use cairn_auth::ticket::TICKET_TTL_S;
+use cairn_auth::{Caps, EntityName, OsdAccess, Ticket};
 use cairn_client::mon::MonClient;
-use cairn_msgr::handshake::{AuthPeer, Authorizer, CredentialSource, DialCredentials};
+use cairn_client::service::now_unix_s;
+pub use cairn_client::service::{ServiceSecret, TicketAuthorizer as OsdAuthorizer};
+use cairn_msgr::handshake::{AuthPeer, CredentialSource, DialCredentials};
 use cairn_msgr::protect::WireMode;
-use cairn_proto::mon::{AuthAnswer, AuthRequest, RequestBody};
 
 use crate::config::OsdAuth;
 use crate::error::OsdError;
-
-/// The OSD service secret once the monitor gave it.
-#[derive(Default)]
-pub struct ServiceSecret(RwLock<Option<SecretKey>>);
-
-impl ServiceSecret {
-    /// The secret, if known yet.
-    pub fn get(&self) -> Option<SecretKey> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn set(&self, key: SecretKey) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(key);
-    }
-}
-
-fn now_unix_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
 
 /// Asks the monitor for the service secret (sealed with this OSD's key) and keeps it.
 pub async fn fetch_service_secret(
@@ -42,47 +22,9 @@ pub async fn fetch_service_secret(
     me: &OsdAuth,
     into: &ServiceSecret,
 ) -> Result<(), OsdError> {
-    let reply = mon
-        .request(RequestBody::Auth(AuthRequest::ServiceSecret), 30_000)
-        .await?;
-    let Some(AuthAnswer::ServiceSecret { sealed }) = reply.auth else {
-        return Err(OsdError::Protocol(
-            "the monitor answered without the service secret".into(),
-        ));
-    };
-    let secret = open_service_secret(&me.key, &me.entity, &sealed)
-        .map_err(|e| OsdError::Protocol(format!("the service secret: {e}")))?;
-    into.set(secret);
-    Ok(())
-}
-
-/// Accepts an entity that presents a ticket sealed with the service secret and names it.
-pub struct OsdAuthorizer {
-    /// The service secret (connections are refused until it is known).
-    pub secret: Arc<ServiceSecret>,
-    /// The weakest wire mode accepted.
-    pub min_mode: WireMode,
-}
-
-impl Authorizer for OsdAuthorizer {
-    fn authorize(&self, entity: &EntityName, ticket: &[u8]) -> Result<(SecretKey, Caps), String> {
-        if ticket.is_empty() {
-            return Err("an OSD needs a ticket from the monitor".into());
-        }
-        let secret = self
-            .secret
-            .get()
-            .ok_or("this OSD has no service secret yet (starting)")?;
-        let (t, caps) = Ticket::open(&secret, ticket, now_unix_s()).map_err(|e| e.to_string())?;
-        if &t.entity != entity {
-            return Err(format!("the ticket is {}'s", t.entity));
-        }
-        Ok((t.session_key, caps))
-    }
-
-    fn min_mode(&self) -> WireMode {
-        self.min_mode
-    }
+    cairn_client::service::fetch_service_secret(mon, &me.entity, &me.key, into)
+        .await
+        .map_err(|e| OsdError::Protocol(e.to_string()))
 }
 
 /// What this OSD presents to another: a ticket it seals itself as `osd.N` with the OSD
@@ -145,6 +87,8 @@ pub fn refusal(peer: &AuthPeer, need: Need<'_>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cairn_auth::SecretKey;
+    use cairn_msgr::handshake::Authorizer;
 
     fn peer(entity: &str, caps: Caps) -> AuthPeer {
         AuthPeer {

@@ -45,6 +45,7 @@ const PREFIX_BYTES: usize = 5;
 
 pub mod admin;
 pub mod image;
+pub mod mds;
 pub mod mon;
 pub mod op;
 pub mod pairs;

@@ -1,16 +1,16 @@
 //! Every message type the cluster sends, in one table: its frame type id and name. The ids are
 //! defined beside their messages (`MSG_OSD_*`, `MSG_PEER_*` and `MSG_PING*` in the crate root,
-//! `admin`, `mon`); this table is where a new one is added too, and its test keeps the ids
+//! `admin`, `mds`, `mon`); this table is where a new one is added too, and its test keeps the ids
 //! unique and clear of those the messenger keeps for itself (its session's and handshake's,
 //! `0xfff1..=0xffff`, and its benchmark's `0x0b00..=0x0bff`).
 
-use crate::{admin, mon};
+use crate::{admin, mds, mon};
 
 /// Frame type ids the messenger itself uses: never a message's.
 pub const RESERVED: [std::ops::RangeInclusive<u16>; 2] = [0x0b00..=0x0bff, 0xfff1..=0xffff];
 
 /// Every message type: (frame type id, name).
-pub const MESSAGES: [(u16, &str); 13] = [
+pub const MESSAGES: [(u16, &str); 15] = [
     (mon::MSG_MON_REQUEST, "mon_request"),
     (mon::MSG_MON_REPLY, "mon_reply"),
     (mon::MSG_MON_MAP, "mon_map"),
@@ -24,6 +24,8 @@ pub const MESSAGES: [(u16, &str); 13] = [
     (crate::MSG_PING_REPLY, "ping_reply"),
     (admin::MSG_ADMIN, "admin"),
     (admin::MSG_ADMIN_REPLY, "admin_reply"),
+    (mds::MSG_MDS_REQUEST, "mds_request"),
+    (mds::MSG_MDS_REPLY, "mds_reply"),
 ];
 
 /// The name of frame type `ty`, if it is a message of the cluster: daemons name a message

@@ -1,0 +1,6 @@
+//! A POSIX file system over the cluster, as CephFS builds one: a metadata server (MDS) keeps
+//! the namespace (directories, inodes, a journal) in RADOS objects of a metadata pool and
+//! answers clients' metadata requests; clients mount it through FUSE and read and write file
+//! data straight on the OSDs, striped over objects of a data pool.
+
+pub mod namespace;

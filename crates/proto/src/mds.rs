@@ -1,0 +1,348 @@
+//! File-system metadata messages between a mounted client and the metadata server (MDS): one
+//! request per metadata operation, answered by the inode attributes, a directory page, bytes
+//! or an errno. File data never travels here: clients read and write it on the OSDs.
+//!
+//! Names are raw bytes (POSIX names need not be UTF-8); times are nanoseconds since the Unix
+//! epoch. Errors are Linux errno values so that a client hands them to the kernel unchanged.
+
+use serde::{Deserialize, Serialize};
+
+/// Client -> MDS request ([`MdsRequest`]).
+pub const MSG_MDS_REQUEST: u16 = 0x0230;
+/// MDS -> client reply ([`MdsReply`]).
+pub const MSG_MDS_REPLY: u16 = 0x0231;
+
+/// Longest name of a directory entry or an extended attribute, as Linux's `NAME_MAX`.
+pub const MAX_NAME_BYTES: usize = 255;
+/// Longest symbolic-link target, as Linux's `PATH_MAX`.
+pub const MAX_SYMLINK_BYTES: usize = 4096;
+/// Largest value of one extended attribute, as Linux's `XATTR_SIZE_MAX`.
+pub const MAX_XATTR_VALUE_BYTES: usize = 65536;
+/// Most directory entries in one [`MdsAnswer::Entries`] page.
+pub const MAX_READDIR_ENTRIES: u32 = 4096;
+
+/// The inode number of the root directory (FUSE's `FUSE_ROOT_ID`).
+pub const ROOT_INO: u64 = 1;
+
+/// What an inode is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    /// A regular file: its data in striped objects of the data pool.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A Unix socket.
+    Socket,
+    /// A character device node.
+    CharDevice,
+    /// A block device node.
+    BlockDevice,
+}
+
+/// An inode's attributes as `stat` shows them, and its data layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// What it is.
+    pub kind: FileKind,
+    /// Permission bits (`0o7777`).
+    pub perm: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes (a symlink: its target's length).
+    pub size: u64,
+    /// Hard links to it (a directory: 2 + its subdirectories).
+    pub nlink: u32,
+    /// Last access, ns since the epoch.
+    pub atime_ns: i64,
+    /// Last data change, ns since the epoch.
+    pub mtime_ns: i64,
+    /// Last attribute change, ns since the epoch.
+    pub ctime_ns: i64,
+    /// Device number of a device node.
+    pub rdev: u32,
+    /// Bytes per data object (the file layout; 4 MiB unless set).
+    pub object_size: u32,
+}
+
+/// One directory entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    /// Its name.
+    pub name: Vec<u8>,
+    /// The inode it names.
+    pub ino: u64,
+    /// What that inode is.
+    pub kind: FileKind,
+}
+
+/// Attribute changes of a `setattr`; `None` leaves a field alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub perm: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size.
+    pub size: Option<u64>,
+    /// Only grow: the size becomes `max(size, current)` (a client reporting what it wrote,
+    /// which must never undo another client's larger size or a later truncate's order).
+    pub grow_only: bool,
+    /// New access time.
+    pub atime_ns: Option<i64>,
+    /// New modification time.
+    pub mtime_ns: Option<i64>,
+}
+
+/// What a new inode is made as.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewInode {
+    /// Its kind.
+    pub kind: FileKind,
+    /// Permission bits, the umask already applied.
+    pub perm: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device number of a device node.
+    pub rdev: u32,
+    /// A symlink's target.
+    pub target: Vec<u8>,
+    /// Creation time, ns since the epoch.
+    pub now_ns: i64,
+}
+
+/// A metadata operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsOp {
+    /// The inode `name` in directory `parent` names.
+    Lookup {
+        /// The directory.
+        parent: u64,
+        /// The name.
+        name: Vec<u8>,
+    },
+    /// An inode's attributes.
+    GetAttr {
+        /// The inode.
+        ino: u64,
+    },
+    /// Changes attributes.
+    SetAttr {
+        /// The inode.
+        ino: u64,
+        /// What changes.
+        set: SetAttr,
+        /// When, ns since the epoch (the new ctime).
+        now_ns: i64,
+    },
+    /// Makes a new inode named `name` in `parent` (EEXIST if the name is taken).
+    Create {
+        /// The directory.
+        parent: u64,
+        /// The name.
+        name: Vec<u8>,
+        /// The inode.
+        inode: NewInode,
+    },
+    /// Adds a hard link to `ino` named `name` in `parent`.
+    Link {
+        /// The inode (not a directory).
+        ino: u64,
+        /// The directory.
+        parent: u64,
+        /// The new name.
+        name: Vec<u8>,
+        /// When, ns since the epoch.
+        now_ns: i64,
+    },
+    /// Removes a name that is not a directory; the inode goes with its last link.
+    Unlink {
+        /// The directory.
+        parent: u64,
+        /// The name.
+        name: Vec<u8>,
+        /// When, ns since the epoch.
+        now_ns: i64,
+    },
+    /// Removes an empty directory.
+    Rmdir {
+        /// The parent directory.
+        parent: u64,
+        /// The name.
+        name: Vec<u8>,
+        /// When, ns since the epoch.
+        now_ns: i64,
+    },
+    /// Moves a name, atomically replacing what the target name held (as rename(2)).
+    Rename {
+        /// The source directory.
+        parent: u64,
+        /// The source name.
+        name: Vec<u8>,
+        /// The target directory.
+        new_parent: u64,
+        /// The target name.
+        new_name: Vec<u8>,
+        /// `RENAME_NOREPLACE` (1) refuses an existing target with EEXIST.
+        flags: u32,
+        /// When, ns since the epoch.
+        now_ns: i64,
+    },
+    /// A page of directory entries in name order, after `after` (empty: from the start).
+    ReadDir {
+        /// The directory.
+        ino: u64,
+        /// The last name of the previous page.
+        after: Vec<u8>,
+        /// Most entries wanted (at most [`MAX_READDIR_ENTRIES`]).
+        max: u32,
+    },
+    /// A symlink's target.
+    ReadLink {
+        /// The symlink.
+        ino: u64,
+    },
+    /// Sets an extended attribute; flags as setxattr(2) (`XATTR_CREATE` 1, `XATTR_REPLACE` 2).
+    SetXattr {
+        /// The inode.
+        ino: u64,
+        /// The attribute's name.
+        name: Vec<u8>,
+        /// Its value.
+        value: Vec<u8>,
+        /// Create-only or replace-only.
+        flags: u32,
+    },
+    /// One extended attribute's value (ENODATA if absent).
+    GetXattr {
+        /// The inode.
+        ino: u64,
+        /// The attribute's name.
+        name: Vec<u8>,
+    },
+    /// The names of an inode's extended attributes.
+    ListXattr {
+        /// The inode.
+        ino: u64,
+    },
+    /// Removes an extended attribute (ENODATA if absent).
+    RemoveXattr {
+        /// The inode.
+        ino: u64,
+        /// The attribute's name.
+        name: Vec<u8>,
+    },
+    /// File-system totals.
+    StatFs,
+    /// Waits until every change answered before it is durable (fsync's barrier).
+    Sync,
+}
+
+impl MdsOp {
+    /// Whether the operation changes metadata (it then needs write access and goes through
+    /// the journal).
+    pub fn is_mutation(&self) -> bool {
+        matches!(
+            self,
+            MdsOp::SetAttr { .. }
+                | MdsOp::Create { .. }
+                | MdsOp::Link { .. }
+                | MdsOp::Unlink { .. }
+                | MdsOp::Rmdir { .. }
+                | MdsOp::Rename { .. }
+                | MdsOp::SetXattr { .. }
+                | MdsOp::RemoveXattr { .. }
+        )
+    }
+}
+
+/// A successful answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsAnswer {
+    /// An inode's attributes (lookup, getattr, setattr, create, link).
+    Attr(Attr),
+    /// A page of directory entries; `end` when none follow.
+    Entries {
+        /// The entries, in name order.
+        entries: Vec<DirEntry>,
+        /// No entries after these.
+        end: bool,
+    },
+    /// Bytes: a symlink's target or an attribute's value.
+    Data(Vec<u8>),
+    /// Names of extended attributes.
+    Names(Vec<Vec<u8>>),
+    /// File-system totals.
+    StatFs {
+        /// Inodes in use.
+        files: u64,
+        /// Bytes in files (their sizes).
+        bytes: u64,
+    },
+    /// Done, nothing to return.
+    Done,
+}
+
+/// A client's request; `tid` is unique per client and repeated on a resend, so that the MDS
+/// answers a resent mutation from its record instead of applying it twice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdsRequest {
+    /// Request id, echoed.
+    pub tid: u64,
+    /// The client's id (its sessions' id), which with `tid` names the request.
+    pub client: u64,
+    /// The operation.
+    pub op: MdsOp,
+}
+
+/// The MDS's answer: the result or an errno.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdsReply {
+    /// The request's id.
+    pub tid: u64,
+    /// The answer, or a Linux errno.
+    pub result: Result<MdsAnswer, i32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_replies_round_trip() {
+        let req = MdsRequest {
+            tid: 7,
+            client: 9,
+            op: MdsOp::Rename {
+                parent: 1,
+                name: b"a\xff".to_vec(),
+                new_parent: 2,
+                new_name: b"b".to_vec(),
+                flags: 1,
+                now_ns: -5,
+            },
+        };
+        let (back, rest): (MdsRequest, _) = crate::decode(&crate::encode(&req, &[])).unwrap();
+        assert_eq!(back, req);
+        assert!(rest.is_empty());
+        assert!(req.op.is_mutation());
+        assert!(!MdsOp::StatFs.is_mutation());
+        let reply = MdsReply {
+            tid: 7,
+            result: Err(39),
+        };
+        let (back, _): (MdsReply, _) = crate::decode(&crate::encode(&reply, &[])).unwrap();
+        assert_eq!(back, reply);
+    }
+}
