@@ -7,6 +7,7 @@ mod cmd;
 mod config_file;
 mod credentials;
 mod defaults;
+mod file_system;
 mod health;
 mod local_cluster;
 mod mon_link;
@@ -18,8 +19,8 @@ mod up_keys;
 
 use clap::{Parser, Subcommand};
 use cmd::{
-    auth, cache, crush, data, df, down, mon, msgr, osd, pg, pool, rbd, s3, sched, status, store,
-    study, tell, up,
+    auth, cache, crush, data, df, down, fs, mon, msgr, osd, pg, pool, rbd, s3, sched, status,
+    store, study, tell, up,
 };
 
 /// Every daemon allocates and frees multi-MiB message and write buffers at a high rate. glibc's
@@ -107,13 +108,22 @@ enum Command {
     S3gw(s3::GatewayArgs),
     /// S3 administration: `cairn s3 user create NAME`.
     S3(s3::S3Args),
+    /// File systems over the cluster: `cairn fs new NAME`, `cairn fs mount NAME DIR`.
+    Fs(fs::FsArgs),
+    /// Run the metadata server of one file system.
+    Mds(fs::MdsArgs),
 }
 
 /// Whether the command runs a daemon (which must see a closed socket as an error, never die of
 /// SIGPIPE).
 fn runs_daemon(command: &Command) -> bool {
     match command {
-        Command::Mon(_) | Command::S3gw(_) | Command::Up(_) | Command::Down(_) => true,
+        Command::Mon(_)
+        | Command::S3gw(_)
+        | Command::Up(_)
+        | Command::Down(_)
+        | Command::Mds(_)
+        | Command::Fs(_) => true,
         Command::Osd(args) => args.runs_daemon(),
         _ => false,
     }
@@ -189,5 +199,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Study(args) => study::run(args),
         Command::S3gw(args) => s3::run_gateway(args),
         Command::S3(args) => s3::run(args),
+        Command::Fs(args) => fs::run(args),
+        Command::Mds(args) => fs::run_mds(args),
     }
 }

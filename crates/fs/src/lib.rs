@@ -3,4 +3,14 @@
 //! answers clients' metadata requests; clients mount it through FUSE and read and write file
 //! data straight on the OSDs, striped over objects of a data pool.
 
+pub mod backing;
+pub mod data;
+pub mod error;
+pub mod journal;
+pub mod link;
+pub mod mds;
+pub mod mount;
 pub mod namespace;
+pub mod space;
+
+pub use error::FsError;

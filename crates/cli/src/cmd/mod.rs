@@ -8,6 +8,7 @@ pub mod crush;
 pub mod data;
 pub mod df;
 pub mod down;
+pub mod fs;
 pub mod health;
 pub mod mon;
 pub mod msgr;

@@ -87,6 +87,12 @@ pub struct UpArgs {
     /// Do not start the S3 gateway.
     #[arg(long = "no-s3")]
     no_s3: bool,
+    /// Address of the metadata server of the file system `cairnfs` made with the cluster.
+    #[arg(long, default_value = crate::file_system::DEFAULT_MDS)]
+    mds: SocketAddr,
+    /// Do not make the file system `cairnfs` nor start its metadata server.
+    #[arg(long = "no-fs")]
+    no_fs: bool,
     /// Serve the S3 gateway over HTTPS with a generated local CA and certificate (kept in the
     /// cluster directory; the CA's path is printed for `aws --ca-bundle`).
     #[arg(long = "s3-tls")]
@@ -403,6 +409,9 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })?;
+    if !args.no_fs {
+        start_mds(&args, &mut daemons, cephx, spawn)?;
+    }
     if !args.no_s3 {
         let fresh = daemons.running("s3gw").is_none();
         daemons.ensure("s3gw", || {
@@ -472,6 +481,17 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         println!("  cairn bench -p {} 10 write", args.pool);
         println!("  cairn status");
     }
+    if !args.no_fs {
+        println!(
+            "file system '{}' served by its metadata server on {}; mount it with:",
+            crate::file_system::DEFAULT_FS,
+            args.mds
+        );
+        println!(
+            "  mkdir -p /mnt/cairn && cairn fs mount {} /mnt/cairn &",
+            crate::file_system::DEFAULT_FS
+        );
+    }
     if args.metrics {
         let s3 = (!args.no_s3).then(|| "s3gw".to_string());
         let urls: Vec<String> = std::iter::once("mon".to_string())
@@ -489,4 +509,57 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     }
     println!("stop with: cairn down --dir {}", args.dir.display());
     Ok(())
+}
+
+/// Makes the file system `cairnfs` (and, with cephx, its metadata server's key) unless it
+/// exists, and starts its metadata server unless it runs; waits until it serves.
+fn start_mds(
+    args: &UpArgs,
+    daemons: &mut UpDaemons<'_>,
+    cephx: bool,
+    spawn: impl Fn(&Path, &str, &[String]) -> anyhow::Result<u32>,
+) -> anyhow::Result<()> {
+    use crate::file_system::{create, mds_args, mds_keyring, register_mds, DEFAULT_FS};
+    let admin = match cephx {
+        true => Some(crate::up_keys::admin_auth(&args.dir)?),
+        false => None,
+    };
+    crate::runtime::command()?.block_on(async {
+        let client =
+            cairn_client::Client::connect_as(args.mon, cairn_client::random_client_id(), admin)
+                .await?;
+        create(&client, DEFAULT_FS, args.pg_num, args.osds.min(3) as u32).await?;
+        if cephx && !mds_keyring(&args.dir, DEFAULT_FS).exists() {
+            register_mds(client.mon(), &args.dir, DEFAULT_FS).await?;
+        }
+        anyhow::Ok(())
+    })?;
+    if daemons.running("mds").is_some() {
+        return Ok(());
+    }
+    let mut mds = mds_args(args.mon, DEFAULT_FS, args.mds);
+    if cephx {
+        mds.extend([
+            "--keyring".into(),
+            mds_keyring(&args.dir, DEFAULT_FS).display().to_string(),
+        ]);
+    }
+    daemons.ensure("mds", || spawn(&args.dir, "mds", &mds))?;
+    let log = args.dir.join("mds.log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("serving on") {
+            return Ok(());
+        }
+        if Instant::now() > deadline || text.contains("Error") {
+            bail!(
+                "the metadata server did not start on {} (see {}): {}",
+                args.mds,
+                log.display(),
+                text.trim()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -1,0 +1,122 @@
+//! `cairn fs new|mount` (a POSIX file system over the cluster, mounted through FUSE) and
+//! `cairn mds` (its metadata server daemon).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use crate::defaults::DEFAULT_MON;
+use crate::file_system::{DEFAULT_FS, DEFAULT_MDS};
+
+/// `cairn fs ...`.
+#[derive(Args)]
+pub struct FsArgs {
+    /// Monitor address.
+    #[arg(long, global = true, default_value = DEFAULT_MON)]
+    mon: SocketAddr,
+    #[command(subcommand)]
+    cmd: FsCmd,
+}
+
+#[derive(Subcommand)]
+enum FsCmd {
+    /// Makes a file system: pools NAME.meta (its metadata) and NAME.data (file data).
+    New {
+        /// Its name.
+        name: String,
+        /// PGs of each pool.
+        #[arg(long = "pg-num", default_value_t = 32)]
+        pg_num: u32,
+        /// Copies of each object (0: as many OSDs as are up, at most 3).
+        #[arg(long, default_value_t = 0)]
+        size: u32,
+    },
+    /// Mounts a file system at MOUNTPOINT through FUSE and serves it until it is unmounted
+    /// (`umount MOUNTPOINT`) or this process gets SIGINT or SIGTERM.
+    Mount {
+        /// The file system (`cairnfs` is the one `cairn up` makes).
+        name: String,
+        /// An existing empty directory.
+        mountpoint: PathBuf,
+    },
+}
+
+/// `cairn mds`: the metadata server of one file system.
+#[derive(Args)]
+pub struct MdsArgs {
+    /// Monitor address.
+    #[arg(long, default_value = DEFAULT_MON)]
+    mon: SocketAddr,
+    /// The file system it serves.
+    #[arg(long, default_value = DEFAULT_FS)]
+    fs: String,
+    /// Address to serve clients on (published in the metadata pool for them to find).
+    #[arg(long, default_value = DEFAULT_MDS)]
+    listen: SocketAddr,
+}
+
+/// Waits for SIGINT or SIGTERM.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Runs `cairn fs ...`.
+pub fn run(args: FsArgs) -> anyhow::Result<()> {
+    match args.cmd {
+        FsCmd::New { name, pg_num, size } => crate::runtime::command()?.block_on(async {
+            let client = crate::mon_link::connect(args.mon).await?;
+            let size = match size {
+                0 => (crate::mon_link::up_osds(&client).len() as u32).clamp(1, 3),
+                n => n,
+            };
+            match crate::file_system::create(&client, &name, pg_num, size).await? {
+                true => println!(
+                    "file system '{name}' created (pools {} and {})",
+                    cairn_fs::backing::metadata_pool(&name),
+                    cairn_fs::backing::data_pool(&name)
+                ),
+                false => println!("file system '{name}' exists"),
+            }
+            anyhow::Ok(())
+        }),
+        FsCmd::Mount { name, mountpoint } => {
+            let rt = crate::runtime::build(4, "fs mount")?;
+            let client = rt.block_on(crate::mon_link::connect(args.mon))?;
+            cairn_fs::mount::mount(&rt, Arc::new(client), &name, &mountpoint, stop_signal())
+                .with_context(|| format!("mounting {name} at {}", mountpoint.display()))
+        }
+    }
+}
+
+/// Runs `cairn mds` until SIGINT or SIGTERM.
+pub fn run_mds(args: MdsArgs) -> anyhow::Result<()> {
+    let auth = crate::credentials::credentials_of(crate::file_system::mds_entity(&args.fs))?.map(
+        |(entity, key)| cairn_client::tickets::ClientAuth {
+            entity,
+            key,
+            mode: crate::credentials::mode(),
+        },
+    );
+    let cfg = cairn_fs::mds::MdsConfig {
+        mon: args.mon,
+        fs: args.fs,
+        listen: args.listen,
+        auth,
+    };
+    crate::runtime::build(2, "mds")?.block_on(cairn_fs::mds::run(cfg, stop_signal()))?;
+    Ok(())
+}

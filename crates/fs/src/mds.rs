@@ -1,0 +1,432 @@
+//! The metadata server: one per file system. It loads the namespace from the metadata pool,
+//! replays the journal over it, and serves clients' metadata requests on a messenger listener
+//! whose address it publishes in the `mds.addr` object.
+//!
+//! One task owns the namespace and runs requests in arrival order. A mutation is applied in
+//! memory at once and answered only once its journal record is durable: records wait in a
+//! batch while the previous batch commits (one RADOS append per batch, then its updates applied
+//! to the directory and inode objects, then the journal emptied when it has grown), so under
+//! load each append carries many mutations. A resent request (the client lost its session) is
+//! answered from the record of its first execution, kept in memory and rebuilt from the journal
+//! after a restart, never applied twice. Data objects of deleted files are removed by a purge
+//! task from a persisted queue.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_auth::OsdAccess;
+use cairn_client::service::{fetch_service_secret, ServiceSecret, TicketAuthorizer};
+use cairn_client::tickets::ClientAuth;
+use cairn_client::{Client, ClientError};
+use cairn_msgr::handshake::{AuthPeer, Authorizer};
+use cairn_msgr::protect::WireMode;
+use cairn_msgr::session::{Listener, Session, SessionSender};
+use cairn_msgr::Limits;
+use cairn_proto::mds::{MdsAnswer, MdsOp, MdsReply, MdsRequest, MSG_MDS_REPLY, MSG_MDS_REQUEST};
+use tokio::sync::{mpsc, Notify};
+
+use crate::backing::{self, metadata_pool, JOURNAL_OBJECT};
+use crate::error::FsError;
+use crate::journal::{self, Record};
+use crate::namespace::{Namespace, Update};
+
+/// The object holding the serving MDS's address.
+pub const ADDR_OBJECT: &str = "mds.addr";
+/// The journal is emptied once it holds this many bytes (all of them applied by then).
+pub const JOURNAL_TRIM_BYTES: u64 = 4 << 20;
+/// Most answered mutations remembered for resends.
+pub const MAX_REMEMBERED_ANSWERS: usize = 1 << 17;
+/// Most requests queued for the namespace's task before sessions wait.
+const REQUEST_QUEUE: usize = 4096;
+
+/// How to run a metadata server.
+#[derive(Clone, Debug)]
+pub struct MdsConfig {
+    /// The monitor.
+    pub mon: SocketAddr,
+    /// The file system's name.
+    pub fs: String,
+    /// Where to listen for clients.
+    pub listen: SocketAddr,
+    /// Its credentials (an entity with `mon 'profile mds'` and rw on both pools); none where
+    /// the cluster does not authenticate.
+    pub auth: Option<ClientAuth>,
+}
+
+/// A request with where to answer it.
+struct Incoming {
+    req: MdsRequest,
+    reply: SessionSender,
+}
+
+/// A mutation waiting for its record to be durable, or (no record) a sync waiting for those
+/// before it.
+struct Pending {
+    record: Option<Record>,
+    reply: Option<(u64, SessionSender)>,
+}
+
+async fn answer(to: &SessionSender, tid: u64, result: Result<MdsAnswer, i32>) {
+    let reply = MdsReply { tid, result };
+    let _ = to
+        .send(MSG_MDS_REPLY, cairn_proto::encode(&reply, &[]))
+        .await;
+}
+
+/// Answers already given to mutations, by (client, request id), oldest forgotten first.
+#[derive(Default)]
+struct Answered {
+    by_request: HashMap<(u64, u64), Result<MdsAnswer, i32>>,
+    order: VecDeque<(u64, u64)>,
+}
+
+impl Answered {
+    fn remember(&mut self, client: u64, tid: u64, answer: Result<MdsAnswer, i32>) {
+        if self.by_request.insert((client, tid), answer).is_none() {
+            self.order.push_back((client, tid));
+        }
+        while self.order.len() > MAX_REMEMBERED_ANSWERS {
+            if let Some(old) = self.order.pop_front() {
+                self.by_request.remove(&old);
+            }
+        }
+    }
+}
+
+/// Loads the namespace and replays the journal over it (and over the objects), then empties
+/// the journal. Formats a new root when the pool has none.
+async fn recover(
+    client: &Client,
+    pool: &str,
+    answered: &mut Answered,
+) -> Result<Namespace, FsError> {
+    let mut ns = backing::load(client, pool).await?;
+    let bytes = match client.read(pool, JOURNAL_OBJECT).await {
+        Ok(b) => b,
+        Err(ClientError::NotFound(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let decoded = journal::decode(&bytes);
+    if let Some(why) = &decoded.damage {
+        tracing::warn!(%why, "the journal ends in damage; replaying the records before it");
+    }
+    let mut replay: Vec<Update> = Vec::new();
+    for r in &decoded.records {
+        for u in &r.updates {
+            ns.apply(u);
+        }
+        replay.extend(r.updates.iter().cloned());
+        answered.remember(r.client, r.tid, r.answer.clone());
+    }
+    if ns.inode(cairn_proto::mds::ROOT_INO).is_none() {
+        let root = Namespace::format(now_ns(), 0, 0);
+        for u in &root {
+            ns.apply(u);
+        }
+        replay.extend(root);
+    }
+    backing::apply(client, pool, &replay).await?;
+    if !bytes.is_empty() {
+        client.write_full(pool, JOURNAL_OBJECT, &[]).await?;
+    }
+    tracing::info!(
+        inodes = ns.inode_count(),
+        replayed = decoded.records.len(),
+        "namespace loaded"
+    );
+    Ok(ns)
+}
+
+/// Nanoseconds since the epoch by this host's clock.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Why `peer` may not run `op` on a file system whose data lives in `data_pool`: mutations
+/// need write access to it, everything else read access (the same grant that lets the
+/// client touch the file data).
+fn refusal(peer: Option<&AuthPeer>, op: &MdsOp, data_pool: &str) -> Option<i32> {
+    let peer = peer?;
+    let access = match op.is_mutation() {
+        true => OsdAccess::Write,
+        false => OsdAccess::Read,
+    };
+    (!peer.caps.osd().allows(data_pool, access)).then_some(libc::EACCES)
+}
+
+/// Serves one client session: decodes its requests and hands them to the namespace's task.
+async fn serve_session(mut session: Session, to_core: mpsc::Sender<Incoming>, data_pool: String) {
+    let peer = session.peer();
+    let sender = session.sender();
+    while let Some(frame) = session.recv().await {
+        if frame.header.msg_type != MSG_MDS_REQUEST {
+            tracing::warn!(
+                msg = cairn_proto::registry::name_of(frame.header.msg_type).unwrap_or("unknown"),
+                "not a metadata request; closing the session"
+            );
+            return;
+        }
+        let req: MdsRequest = match cairn_proto::decode(&frame.payload) {
+            Ok((r, _)) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "malformed metadata request; closing the session");
+                return;
+            }
+        };
+        if let Some(errno) = refusal(peer.as_deref(), &req.op, &data_pool) {
+            answer(&sender, req.tid, Err(errno)).await;
+            continue;
+        }
+        let incoming = Incoming {
+            req,
+            reply: sender.clone(),
+        };
+        if to_core.send(incoming).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Commits batches: appends their records, answers them, applies their updates.
+struct Committer {
+    client: Arc<Client>,
+    pool: String,
+    journal_bytes: u64,
+    purge: Arc<Notify>,
+}
+
+impl Committer {
+    async fn commit(&mut self, batch: Vec<Pending>) -> Result<(), FsError> {
+        let mut bytes = Vec::new();
+        for r in batch.iter().filter_map(|p| p.record.as_ref()) {
+            journal::encode(r, &mut bytes);
+        }
+        self.client
+            .append(&self.pool, JOURNAL_OBJECT, &bytes)
+            .await?;
+        self.journal_bytes += bytes.len() as u64;
+        let mut updates = Vec::new();
+        let mut purges = false;
+        for p in batch {
+            let result = p
+                .record
+                .as_ref()
+                .map_or(Ok(MdsAnswer::Done), |r| r.answer.clone());
+            if let Some((tid, to)) = &p.reply {
+                answer(to, *tid, result).await;
+            }
+            if let Some(r) = p.record {
+                purges |= r.updates.iter().any(|u| matches!(u, Update::Purge { .. }));
+                updates.extend(r.updates);
+            }
+        }
+        backing::apply(&self.client, &self.pool, &updates).await?;
+        if purges {
+            self.purge.notify_one();
+        }
+        if self.journal_bytes >= JOURNAL_TRIM_BYTES {
+            self.client
+                .write_full(&self.pool, JOURNAL_OBJECT, &[])
+                .await?;
+            self.journal_bytes = 0;
+        }
+        Ok(())
+    }
+}
+
+/// Removes the data objects of files in the purge queue, forever.
+async fn purge_loop(client: Arc<Client>, meta: String, data: String, wake: Arc<Notify>) {
+    loop {
+        match backing::purge_queue(&client, &meta).await {
+            Ok(queue) => {
+                for (ino, size, object_size) in queue {
+                    if let Err(e) = crate::data::purge(&client, &data, ino, size, object_size).await
+                    {
+                        tracing::warn!(ino, error = %e, "purging a file's data; will retry");
+                        continue;
+                    }
+                    if let Err(e) = backing::purged(&client, &meta, ino).await {
+                        tracing::warn!(ino, error = %e, "dropping a purged file from the queue");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the purge queue"),
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), wake.notified()).await;
+    }
+}
+
+/// Runs the metadata server until `shutdown` resolves or a commit fails (the in-memory
+/// namespace is then ahead of what is durable: the daemon stops, and a restart replays).
+pub async fn run(
+    cfg: MdsConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), FsError> {
+    let client = Arc::new(
+        Client::connect_as(cfg.mon, cairn_client::random_client_id(), cfg.auth.clone()).await?,
+    );
+    let meta = metadata_pool(&cfg.fs);
+    let info = backing::read_info(&client, &meta).await?;
+    let mut answered = Answered::default();
+    let mut ns = recover(&client, &meta, &mut answered).await?;
+
+    let authz: Option<Arc<dyn Authorizer>> = match &cfg.auth {
+        Some(a) => {
+            let secret = Arc::new(ServiceSecret::default());
+            fetch_service_secret(client.mon(), &a.entity, &a.key, &secret).await?;
+            Some(Arc::new(TicketAuthorizer {
+                secret,
+                min_mode: WireMode::Mac,
+            }))
+        }
+        None => None,
+    };
+    let mut listener = Listener::bind_with_auth(cfg.listen, Limits::default(), authz).await?;
+    let addr = listener.local_addr();
+    client
+        .write_full(&meta, ADDR_OBJECT, addr.to_string().as_bytes())
+        .await?;
+    tracing::info!(%addr, fs = %cfg.fs, "metadata server serving on {addr}");
+    println!("metadata server for {} serving on {addr}", cfg.fs);
+
+    let purge = Arc::new(Notify::new());
+    let purger = tokio::spawn(purge_loop(
+        client.clone(),
+        meta.clone(),
+        info.data_pool.clone(),
+        purge.clone(),
+    ));
+    let (to_core, mut requests) = mpsc::channel::<Incoming>(REQUEST_QUEUE);
+    let data_pool = info.data_pool.clone();
+    let acceptor = tokio::spawn(async move {
+        while let Some(session) = listener.accept().await {
+            tokio::spawn(serve_session(session, to_core.clone(), data_pool.clone()));
+        }
+    });
+
+    let mut idle = Some(Committer {
+        client: client.clone(),
+        pool: meta.clone(),
+        journal_bytes: 0,
+        purge,
+    });
+    let mut batch: Vec<Pending> = Vec::new();
+    let mut after_commit: Vec<(u64, SessionSender, Result<MdsAnswer, i32>)> = Vec::new();
+    let mut committing: Option<tokio::task::JoinHandle<(Committer, Result<(), FsError>)>> = None;
+    let result = {
+        tokio::pin!(shutdown);
+        loop {
+            if let Some(mut c) = idle.take_if(|_| !batch.is_empty()) {
+                let work = std::mem::take(&mut batch);
+                committing = Some(tokio::spawn(async move {
+                    let r = c.commit(work).await;
+                    (c, r)
+                }));
+            }
+            tokio::select! {
+                _ = &mut shutdown => break Ok(()),
+                done = async { committing.as_mut().expect("guarded").await }, if committing.is_some() => {
+                    committing = None;
+                    match done {
+                        Ok((c, Ok(()))) => idle = Some(c),
+                        Ok((_, Err(e))) => break Err(e),
+                        Err(e) => break Err(FsError::Mds(format!("the commit task failed: {e}"))),
+                    }
+                    for (tid, to, result) in after_commit.drain(..) {
+                        answer(&to, tid, result).await;
+                    }
+                }
+                next = requests.recv() => {
+                    let Some(Incoming { req, reply }) = next else { break Ok(()) };
+                    let MdsRequest { tid, client: who, op } = req;
+                    if op == MdsOp::Sync {
+                        match (batch.is_empty(), committing.is_some()) {
+                            (false, _) => batch.push(Pending { record: None, reply: Some((tid, reply)) }),
+                            (true, true) => after_commit.push((tid, reply, Ok(MdsAnswer::Done))),
+                            (true, false) => answer(&reply, tid, Ok(MdsAnswer::Done)).await,
+                        }
+                        continue;
+                    }
+                    if !op.is_mutation() {
+                        let result = ns.execute(&op).map(|(a, _)| a);
+                        answer(&reply, tid, result).await;
+                        continue;
+                    }
+                    if let Some(known) = answered.by_request.get(&(who, tid)) {
+                        let known = known.clone();
+                        let waiting = batch.iter_mut().find(|p| {
+                            p.record.as_ref().is_some_and(|r| r.client == who && r.tid == tid)
+                        });
+                        match (waiting, committing.is_some()) {
+                            (Some(p), _) => p.reply = Some((tid, reply)),
+                            (None, true) => after_commit.push((tid, reply, known)),
+                            (None, false) => answer(&reply, tid, known).await,
+                        }
+                        continue;
+                    }
+                    match ns.execute(&op) {
+                        Err(errno) => answer(&reply, tid, Err(errno)).await,
+                        Ok((a, updates)) => {
+                            answered.remember(who, tid, Ok(a.clone()));
+                            batch.push(Pending {
+                                record: Some(Record { client: who, tid, updates, answer: Ok(a) }),
+                                reply: Some((tid, reply)),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if let Some(c) = committing.take() {
+        let _ = c.await;
+    }
+    acceptor.abort();
+    purger.abort();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembered_answers_are_bounded_oldest_first() {
+        let mut a = Answered::default();
+        for tid in 0..(MAX_REMEMBERED_ANSWERS as u64 + 10) {
+            a.remember(1, tid, Ok(MdsAnswer::Done));
+        }
+        assert_eq!(a.by_request.len(), MAX_REMEMBERED_ANSWERS);
+        assert!(!a.by_request.contains_key(&(1, 0)));
+        assert!(a
+            .by_request
+            .contains_key(&(1, MAX_REMEMBERED_ANSWERS as u64 + 9)));
+    }
+
+    #[test]
+    fn mutations_need_write_access_to_the_data_pool_and_reads_read_access() {
+        let caps = cairn_auth::Caps::from_pairs(&[("osd", "allow r pool=fs.data")]).unwrap();
+        let peer = AuthPeer {
+            entity: "client.bob".parse().unwrap(),
+            caps,
+            mode: WireMode::Mac,
+        };
+        let read = MdsOp::GetAttr { ino: 1 };
+        let write = MdsOp::Unlink {
+            parent: 1,
+            name: b"x".to_vec(),
+            now_ns: 0,
+        };
+        assert_eq!(refusal(Some(&peer), &read, "fs.data"), None);
+        assert_eq!(refusal(Some(&peer), &write, "fs.data"), Some(libc::EACCES));
+        assert_eq!(
+            refusal(Some(&peer), &read, "other.data"),
+            Some(libc::EACCES)
+        );
+        assert_eq!(refusal(None, &write, "fs.data"), None);
+    }
+}

@@ -1,0 +1,917 @@
+//! The FUSE client: each kernel request becomes a task on the client's runtime that asks the
+//! metadata server (names, attributes) or the OSDs (file data) and then replies, so many
+//! requests are in flight at once.
+//!
+//! Coherence is close-to-open, as NFS gives: attributes and names are never cached by the
+//! kernel (TTL 0), a file's size grown by writes is reported to the MDS when the file is
+//! flushed, fsynced or closed (and shown by this client meanwhile), and the page cache of a
+//! file is dropped when it is opened. Every mutation the MDS answered is in its journal, so
+//! fsync needs only the size report.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cairn_client::Client;
+use cairn_proto::mds::{
+    Attr, DirEntry, FileKind, MdsAnswer, MdsOp, NewInode, SetAttr, MAX_READDIR_ENTRIES,
+};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+
+use crate::backing;
+use crate::link::MdsLink;
+use crate::mds::now_ns;
+
+/// Attributes and names are not cached by the kernel (close-to-open across clients).
+const TTL: Duration = Duration::ZERO;
+/// Largest write the kernel sends in one request.
+const MAX_WRITE_BYTES: u32 = 1 << 20;
+/// Block size `stat` reports, which `cp` and friends take as their I/O size.
+const BLKSIZE: u32 = 1 << 20;
+
+/// Written but not yet reported: a file's size and modification time as this client's writes
+/// left them.
+#[derive(Clone, Copy, Debug)]
+struct Dirty {
+    size: u64,
+    mtime_ns: i64,
+}
+
+/// What this client keeps between requests.
+#[derive(Default)]
+struct State {
+    /// Unreported sizes by inode.
+    dirty: HashMap<u64, Dirty>,
+    /// Known layouts (object sizes) and sizes by inode, as the latest attributes said.
+    files: HashMap<u64, (u32, u64)>,
+    /// Open directories' listings by handle.
+    listings: HashMap<u64, Arc<Vec<DirEntry>>>,
+    next_fh: u64,
+}
+
+/// The mounted file system.
+pub struct CairnFs {
+    rt: tokio::runtime::Handle,
+    rados: Arc<Client>,
+    link: Arc<MdsLink>,
+    data_pool: String,
+    state: Arc<Mutex<State>>,
+}
+
+/// Everything a request task needs, cloned out of [`CairnFs`].
+#[derive(Clone)]
+struct Ctx {
+    rados: Arc<Client>,
+    link: Arc<MdsLink>,
+    data_pool: String,
+    state: Arc<Mutex<State>>,
+}
+
+fn errno(e: i32) -> Errno {
+    Errno::from_i32(e)
+}
+
+fn time_of(ns: i64) -> SystemTime {
+    match u64::try_from(ns) {
+        Ok(n) => UNIX_EPOCH + Duration::from_nanos(n),
+        Err(_) => UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs()),
+    }
+}
+
+fn ns_of(t: TimeOrNow) -> i64 {
+    match t {
+        TimeOrNow::Now => now_ns(),
+        TimeOrNow::SpecificTime(t) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+            Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+        },
+    }
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+/// The kind `mode`'s file-type bits name (mknod).
+fn kind_of_mode(mode: u32) -> Option<FileKind> {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG | 0 => Some(FileKind::File),
+        libc::S_IFDIR => Some(FileKind::Dir),
+        libc::S_IFIFO => Some(FileKind::Fifo),
+        libc::S_IFSOCK => Some(FileKind::Socket),
+        libc::S_IFCHR => Some(FileKind::CharDevice),
+        libc::S_IFBLK => Some(FileKind::BlockDevice),
+        _ => None,
+    }
+}
+
+impl Ctx {
+    async fn mds(&self, op: MdsOp) -> Result<MdsAnswer, i32> {
+        self.link.request(op).await
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `attr` as this client sees it (its unreported writes included), remembered.
+    fn seen(&self, mut attr: Attr) -> FileAttr {
+        let mut st = self.lock();
+        if let Some(d) = st.dirty.get(&attr.ino) {
+            attr.size = attr.size.max(d.size);
+            attr.mtime_ns = attr.mtime_ns.max(d.mtime_ns);
+        }
+        if attr.kind == FileKind::File {
+            st.files.insert(attr.ino, (attr.object_size, attr.size));
+        }
+        FileAttr {
+            ino: INodeNo(attr.ino),
+            size: attr.size,
+            blocks: attr.size.div_ceil(512),
+            atime: time_of(attr.atime_ns),
+            mtime: time_of(attr.mtime_ns),
+            ctime: time_of(attr.ctime_ns),
+            crtime: time_of(attr.ctime_ns),
+            kind: file_type(attr.kind),
+            perm: u16::try_from(attr.perm & 0o7777).unwrap_or(0),
+            nlink: attr.nlink,
+            uid: attr.uid,
+            gid: attr.gid,
+            rdev: attr.rdev,
+            blksize: BLKSIZE,
+            flags: 0,
+        }
+    }
+
+    async fn attr_of(&self, op: MdsOp) -> Result<FileAttr, i32> {
+        match self.mds(op).await? {
+            MdsAnswer::Attr(a) => Ok(self.seen(a)),
+            _ => Err(libc::EIO),
+        }
+    }
+
+    async fn done(&self, op: MdsOp) -> Result<(), i32> {
+        self.mds(op).await.map(|_| ())
+    }
+
+    /// Layout and size of file `ino`, from the MDS when this client has not seen it.
+    async fn layout(&self, ino: u64) -> Result<(u32, u64), i32> {
+        if let Some(known) = self.lock().files.get(&ino).copied() {
+            return Ok(known);
+        }
+        self.attr_of(MdsOp::GetAttr { ino }).await?;
+        self.lock().files.get(&ino).copied().ok_or(libc::EISDIR)
+    }
+
+    /// Reports `ino`'s unreported size and mtime to the MDS (flush, fsync, close).
+    async fn report(&self, ino: u64) -> Result<(), i32> {
+        let Some(d) = self.lock().dirty.get(&ino).copied() else {
+            return Ok(());
+        };
+        let set = SetAttr {
+            size: Some(d.size),
+            grow_only: true,
+            mtime_ns: Some(d.mtime_ns),
+            ..SetAttr::default()
+        };
+        self.attr_of(MdsOp::SetAttr {
+            ino,
+            set,
+            now_ns: now_ns(),
+        })
+        .await?;
+        let mut st = self.lock();
+        if st.dirty.get(&ino).is_some_and(|now| now.size == d.size) {
+            st.dirty.remove(&ino);
+        }
+        Ok(())
+    }
+
+    async fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, i32> {
+        let (object_size, _) = self.layout(ino).await?;
+        crate::data::write(&self.rados, &self.data_pool, ino, object_size, offset, data)
+            .await
+            .map_err(|e| {
+                tracing::warn!(ino, error = %e, "a file write failed");
+                libc::EIO
+            })?;
+        let end = offset + data.len() as u64;
+        let mut st = self.lock();
+        let d = st.dirty.entry(ino).or_insert(Dirty {
+            size: 0,
+            mtime_ns: 0,
+        });
+        d.size = d.size.max(end);
+        d.mtime_ns = now_ns();
+        if let Some(f) = st.files.get_mut(&ino) {
+            f.1 = f.1.max(end);
+        }
+        u32::try_from(data.len()).map_err(|_| libc::EINVAL)
+    }
+
+    async fn read(&self, ino: u64, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+        let (object_size, size) = self.layout(ino).await?;
+        let dirty = self.lock().dirty.get(&ino).map_or(0, |d| d.size);
+        crate::data::read(
+            &self.rados,
+            &self.data_pool,
+            ino,
+            object_size,
+            offset,
+            len as usize,
+            size.max(dirty),
+        )
+        .await
+        .map_err(|e| {
+            tracing::warn!(ino, error = %e, "a file read failed");
+            libc::EIO
+        })
+    }
+
+    async fn set_attr(&self, ino: u64, set: SetAttr) -> Result<FileAttr, i32> {
+        if let Some(new_size) = set.size {
+            let current = match self.mds(MdsOp::GetAttr { ino }).await? {
+                MdsAnswer::Attr(a) => a,
+                _ => return Err(libc::EIO),
+            };
+            if current.kind == FileKind::File {
+                let dirty = self.lock().dirty.remove(&ino).map_or(0, |d| d.size);
+                let old = current.size.max(dirty);
+                if new_size < old {
+                    crate::data::truncate(
+                        &self.rados,
+                        &self.data_pool,
+                        ino,
+                        current.object_size,
+                        old,
+                        new_size,
+                    )
+                    .await
+                    .map_err(|_| libc::EIO)?;
+                }
+            }
+        }
+        let attr = self
+            .attr_of(MdsOp::SetAttr {
+                ino,
+                set,
+                now_ns: now_ns(),
+            })
+            .await?;
+        if let Some(f) = self.lock().files.get_mut(&ino) {
+            f.1 = attr.size;
+        }
+        Ok(attr)
+    }
+
+    /// Every entry of directory `ino`, page by page.
+    async fn list(&self, ino: u64) -> Result<Vec<DirEntry>, i32> {
+        let mut out = Vec::new();
+        let mut after = Vec::new();
+        loop {
+            let op = MdsOp::ReadDir {
+                ino,
+                after: after.clone(),
+                max: MAX_READDIR_ENTRIES,
+            };
+            let MdsAnswer::Entries { entries, end } = self.mds(op).await? else {
+                return Err(libc::EIO);
+            };
+            if let Some(last) = entries.last() {
+                after.clone_from(&last.name);
+            }
+            let empty = entries.is_empty();
+            out.extend(entries);
+            if end || empty {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn statfs(&self) -> Result<(u64, u64, u64), i32> {
+        let MdsAnswer::StatFs { files, bytes } = self.mds(MdsOp::StatFs).await? else {
+            return Err(libc::EIO);
+        };
+        let free = crate::space::free_bytes(&self.rados, &self.data_pool).await;
+        Ok((files, bytes, free))
+    }
+}
+
+fn new_inode(req: &Request, kind: FileKind, mode: u32, umask: u32, rdev: u32) -> NewInode {
+    NewInode {
+        kind,
+        perm: mode & !umask & 0o7777,
+        uid: req.uid(),
+        gid: req.gid(),
+        rdev,
+        target: Vec::new(),
+        now_ns: now_ns(),
+    }
+}
+
+impl CairnFs {
+    /// A file system whose metadata is in `metadata_pool` and data in `data_pool`, served by
+    /// tasks on `rt`.
+    pub fn new(
+        rt: tokio::runtime::Handle,
+        rados: Arc<Client>,
+        metadata_pool: String,
+        data_pool: String,
+    ) -> CairnFs {
+        let link = Arc::new(MdsLink::new(rados.clone(), metadata_pool));
+        CairnFs {
+            rt,
+            rados,
+            link,
+            data_pool,
+            state: Arc::default(),
+        }
+    }
+
+    fn ctx(&self) -> Ctx {
+        Ctx {
+            rados: self.rados.clone(),
+            link: self.link.clone(),
+            data_pool: self.data_pool.clone(),
+            state: self.state.clone(),
+        }
+    }
+
+    /// Runs `work` on the runtime; it replies when done.
+    fn spawn<F>(&self, work: impl FnOnce(Ctx) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.rt.spawn(work(self.ctx()));
+    }
+
+    fn next_fh(&self) -> u64 {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.next_fh += 1;
+        st.next_fh
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, r: Result<FileAttr, i32>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: Result<(), i32>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+fn reply_bytes(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, i32>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(u32::try_from(v.len()).unwrap_or(u32::MAX)),
+        Ok(v) if v.len() <= size as usize => reply.data(&v),
+        Ok(_) => reply.error(errno(libc::ERANGE)),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+impl Filesystem for CairnFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_WRITE_BYTES);
+        let _ = config.set_max_readahead(MAX_WRITE_BYTES);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(|c| async move {
+            let op = MdsOp::Lookup {
+                parent: parent.0,
+                name,
+            };
+            reply_entry(reply, c.attr_of(op).await);
+        });
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn(|c| async move {
+            match c.attr_of(MdsOp::GetAttr { ino: ino.0 }).await {
+                Ok(a) => reply.attr(&TTL, &a),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            grow_only: false,
+            atime_ns: atime.map(ns_of),
+            mtime_ns: mtime.map(ns_of),
+        };
+        self.spawn(|c| async move {
+            match c.set_attr(ino.0, set).await {
+                Ok(a) => reply.attr(&TTL, &a),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(|c| async move {
+            match c.mds(MdsOp::ReadLink { ino: ino.0 }).await {
+                Ok(MdsAnswer::Data(t)) => reply.data(&t),
+                Ok(_) => reply.error(errno(libc::EIO)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = kind_of_mode(mode) else {
+            return reply.error(errno(libc::EINVAL));
+        };
+        let inode = new_inode(req, kind, mode, umask, rdev);
+        let name = name.as_bytes().to_vec();
+        self.spawn(|c| async move {
+            let op = MdsOp::Create {
+                parent: parent.0,
+                name,
+                inode,
+            };
+            reply_entry(reply, c.attr_of(op).await);
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let inode = new_inode(req, FileKind::Dir, mode, umask, 0);
+        let name = name.as_bytes().to_vec();
+        self.spawn(|c| async move {
+            let op = MdsOp::Create {
+                parent: parent.0,
+                name,
+                inode,
+            };
+            reply_entry(reply, c.attr_of(op).await);
+        });
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(|c| async move {
+            let op = MdsOp::Unlink {
+                parent: parent.0,
+                name,
+                now_ns: now_ns(),
+            };
+            reply_empty(reply, c.done(op).await);
+        });
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(|c| async move {
+            let op = MdsOp::Rmdir {
+                parent: parent.0,
+                name,
+                now_ns: now_ns(),
+            };
+            reply_empty(reply, c.done(op).await);
+        });
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let mut inode = new_inode(req, FileKind::Symlink, 0o777, 0, 0);
+        inode.target = target.as_os_str().as_bytes().to_vec();
+        let name = link_name.as_bytes().to_vec();
+        self.spawn(|c| async move {
+            let op = MdsOp::Create {
+                parent: parent.0,
+                name,
+                inode,
+            };
+            reply_entry(reply, c.attr_of(op).await);
+        });
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let op = MdsOp::Rename {
+            parent: parent.0,
+            name: name.as_bytes().to_vec(),
+            new_parent: newparent.0,
+            new_name: newname.as_bytes().to_vec(),
+            flags: flags.bits(),
+            now_ns: now_ns(),
+        };
+        self.spawn(|c| async move { reply_empty(reply, c.done(op).await) });
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let op = MdsOp::Link {
+            ino: ino.0,
+            parent: newparent.0,
+            name: newname.as_bytes().to_vec(),
+            now_ns: now_ns(),
+        };
+        self.spawn(|c| async move { reply_entry(reply, c.attr_of(op).await) });
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fh = self.next_fh();
+        self.spawn(|c| async move {
+            c.lock().files.remove(&ino.0);
+            match c.attr_of(MdsOp::GetAttr { ino: ino.0 }).await {
+                Ok(_) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(|c| async move {
+            match c.read(ino.0, offset, size).await {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let data = data.to_vec();
+        self.spawn(|c| async move {
+            match c.write(ino.0, offset, &data).await {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(|c| async move { reply_empty(reply, c.report(ino.0).await) });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(|c| async move { reply_empty(reply, c.report(ino.0).await) });
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(|c| async move { reply_empty(reply, c.report(ino.0).await) });
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fh = self.next_fh();
+        self.spawn(|c| async move {
+            match c.list(ino.0).await {
+                Ok(entries) => {
+                    c.lock().listings.insert(fh, Arc::new(entries));
+                    reply.opened(FileHandle(fh), FopenFlags::empty());
+                }
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let listing = self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .listings
+            .get(&fh.0)
+            .cloned();
+        let Some(listing) = listing else {
+            return reply.error(errno(libc::EBADF));
+        };
+        let dots = [
+            (ino.0, FileType::Directory, &b"."[..]),
+            (ino.0, FileType::Directory, b".."),
+        ];
+        let all = dots.into_iter().chain(
+            listing
+                .iter()
+                .map(|e| (e.ino, file_type(e.kind), e.name.as_slice())),
+        );
+        for (i, (entry_ino, kind, name)) in all.enumerate().skip(offset as usize) {
+            if reply.add(
+                INodeNo(entry_ino),
+                i as u64 + 1,
+                kind,
+                OsStr::from_bytes(name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .listings
+            .remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(|c| async move { reply_empty(reply, c.done(MdsOp::Sync).await) });
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(|c| async move {
+            match c.statfs().await {
+                Ok((files, used, free)) => {
+                    let bsize = u64::from(BLKSIZE);
+                    let blocks = (used + free).div_ceil(bsize);
+                    let bfree = free / bsize;
+                    reply.statfs(
+                        blocks,
+                        bfree,
+                        bfree,
+                        files,
+                        u64::MAX / 2,
+                        BLKSIZE,
+                        255,
+                        BLKSIZE,
+                    );
+                }
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let op = MdsOp::SetXattr {
+            ino: ino.0,
+            name: name.as_bytes().to_vec(),
+            value: value.to_vec(),
+            flags: u32::try_from(flags).unwrap_or(u32::MAX),
+        };
+        self.spawn(|c| async move { reply_empty(reply, c.done(op).await) });
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let op = MdsOp::GetXattr {
+            ino: ino.0,
+            name: name.as_bytes().to_vec(),
+        };
+        self.spawn(|c| async move {
+            let r = match c.mds(op).await {
+                Ok(MdsAnswer::Data(v)) => Ok(v),
+                Ok(_) => Err(libc::EIO),
+                Err(e) => Err(e),
+            };
+            reply_bytes(reply, size, r);
+        });
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.spawn(|c| async move {
+            let r = match c.mds(MdsOp::ListXattr { ino: ino.0 }).await {
+                Ok(MdsAnswer::Names(names)) => Ok(names
+                    .into_iter()
+                    .flat_map(|mut n| {
+                        n.push(0);
+                        n
+                    })
+                    .collect()),
+                Ok(_) => Err(libc::EIO),
+                Err(e) => Err(e),
+            };
+            reply_bytes(reply, size, r);
+        });
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let op = MdsOp::RemoveXattr {
+            ino: ino.0,
+            name: name.as_bytes().to_vec(),
+        };
+        self.spawn(|c| async move { reply_empty(reply, c.done(op).await) });
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let inode = new_inode(req, FileKind::File, mode, umask, 0);
+        let name = name.as_bytes().to_vec();
+        let fh = self.next_fh();
+        self.spawn(|c| async move {
+            let op = MdsOp::Create {
+                parent: parent.0,
+                name,
+                inode,
+            };
+            match c.attr_of(op).await {
+                Ok(a) => {
+                    reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty())
+                }
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+}
+
+/// Mounts the file system `fs` of the cluster `rados` follows at `mountpoint` and serves it
+/// until it is unmounted (`umount`, `fusermount -u`) or `stop` resolves (then it unmounts).
+pub fn mount(
+    rt: &tokio::runtime::Runtime,
+    rados: Arc<Client>,
+    fs: &str,
+    mountpoint: &Path,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), crate::error::FsError> {
+    let meta = backing::metadata_pool(fs);
+    let info = rt.block_on(backing::read_info(&rados, &meta))?;
+    let filesystem = CairnFs::new(rt.handle().clone(), rados, meta, info.data_pool);
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(format!("cairn:{fs}")),
+        fuser::MountOption::Subtype("cairn".into()),
+        fuser::MountOption::DefaultPermissions,
+    ];
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid() == 0
+    });
+    if root {
+        config.acl = fuser::SessionACL::All;
+    }
+    let session = fuser::spawn_mount(filesystem, mountpoint, &config)?;
+    tracing::info!(fs, mountpoint = %mountpoint.display(), "mounted");
+    println!("mounted {fs} at {}", mountpoint.display());
+    let stopped = rt.block_on(async {
+        tokio::pin!(stop);
+        loop {
+            if session.guard.is_finished() {
+                return false;
+            }
+            tokio::select! {
+                _ = &mut stop => return true,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+    });
+    match stopped {
+        true => session.umount_and_join()?,
+        false => session.join()?,
+    }
+    Ok(())
+}
