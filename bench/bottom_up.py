@@ -244,7 +244,7 @@ def cairn_cluster(osds, seconds, work, prefill, block=False):
         extra = []
     if prefill:
         wait_for_room(work, osds * device_mib << 20)
-    run([CAIRN, "up", "--no-s3", "--dir", d, "--mon", mon, "--osds", str(osds),
+    run([CAIRN, "up", "--no-s3", "--no-fs", "--dir", d, "--mon", mon, "--osds", str(osds),
          "--device-mib", str(device_mib), "--pg-num", "64"] + extra)
     # The commands below act as the cluster's administrator, with the key `cairn up` made.
     os.environ["CAIRN_KEYRING"] = os.path.join(d, "keyring")

@@ -4,7 +4,7 @@
 # sparse 32 GiB device files under /tmp). Alternate two binaries to compare them: the disk drifts.
 B=$1; N=$2; SZ=$3; S=${4:-10}
 D=${ACCT_DIR:-/tmp}/ab-$N; $B down --dir $D >/dev/null 2>&1; rm -rf $D
-$B up --no-s3 --dir $D --mon 127.0.0.1:7911 --osds $N --device-mib 32768 --pg-num 64 >/dev/null || exit 1
+$B up --no-s3 --no-fs --dir $D --mon 127.0.0.1:7911 --osds $N --device-mib 32768 --pg-num 64 >/dev/null || exit 1
 pids=$(tail -n +2 $D/pids)
 cpu() { t=0; for p in $pids; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 a=$(cpu)

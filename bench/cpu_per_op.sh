@@ -3,7 +3,7 @@
 # and how busy the whole machine was, for `cairn bench` at 16 in flight on a fresh `cairn up`.
 B=$1; N=$2; SZ=$3; MODE=$4; S=${5:-8}
 D=${ACCT_DIR:-/tmp}/acct-$N; $B down --dir $D >/dev/null 2>&1; rm -rf $D
-$B up --no-s3 --dir $D --mon 127.0.0.1:7931 --osds $N --device-mib 16384 --pg-num ${PG:-64} >/dev/null || exit 1
+$B up --no-s3 --no-fs --dir $D --mon 127.0.0.1:7931 --osds $N --device-mib 16384 --pg-num ${PG:-64} >/dev/null || exit 1
 pids=$(tail -n +2 $D/pids)
 cpu() { t=0; for p in $pids; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 if [ $MODE = rand ]; then $B bench --mon 127.0.0.1:7931 -p data 5 write -b $SZ -t 16 --no-cleanup >/dev/null 2>&1; fi

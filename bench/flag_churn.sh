@@ -8,7 +8,7 @@
 B=$1; PAIRS=${2:-2500}
 D=${CHURN_DIR:-/tmp}/flag-churn; M=127.0.0.1:7951
 $B down --dir $D >/dev/null 2>&1; rm -rf $D
-$B up --no-s3 --dir $D --mon $M --osds 3 --device-mib 1024 --pg-num 32 >/dev/null || exit 1
+$B up --no-s3 --no-fs --dir $D --mon $M --osds 3 --device-mib 1024 --pg-num 32 >/dev/null || exit 1
 page=$(grep -o "http://127.0.0.1:[0-9]*/metrics" $D/mon.log | head -1)
 metric() { curl -s "$page" | awk -v m="$1" '$1 == m { print $2 }'; }
 t0=$(date +%s.%N)

@@ -7,7 +7,7 @@
 B=$1; FILL=${2:-20}; S=${3:-30}
 D=${REMAP_DIR:-/tmp}/remap-bench; M=127.0.0.1:7941
 $B down --dir $D >/dev/null 2>&1; rm -rf $D
-$B up --no-s3 --dir $D --mon $M --osds 4 --device-mib 8192 --pg-num 64 >/dev/null || exit 1
+$B up --no-s3 --no-fs --dir $D --mon $M --osds 4 --device-mib 8192 --pg-num 64 >/dev/null || exit 1
 $B bench --mon $M -p data $FILL write -b 65536 -t 16 --no-cleanup | grep -E "Average IOPS|Bandwidth"
 $B bench --mon $M -p data $S write -b 4096 -t 16 > $D/bench.txt 2>&1 &
 sleep 3

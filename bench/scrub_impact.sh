@@ -7,7 +7,7 @@
 B=$1; FILL=${2:-3}; S=${3:-20}
 D=${SCRUB_DIR:-/tmp}/scrub-impact; MON=127.0.0.1:7941
 $B down --dir $D >/dev/null 2>&1; rm -rf $D
-$B up --no-s3 --dir $D --mon $MON --osds 3 --device-mib 16384 >/dev/null || exit 1
+$B up --no-s3 --no-fs --dir $D --mon $MON --osds 3 --device-mib 16384 >/dev/null || exit 1
 $B bench --mon $MON -p data $FILL write -b 4194304 -t 16 --no-cleanup 2>/dev/null | grep -E "Bandwidth"
 pgs=$($B pg --mon $MON dump | awk 'NR>1 {print $1}')
 scrub_all() { for pg in $pgs; do $B pg --mon $MON deep-scrub $pg; done; }

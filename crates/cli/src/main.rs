@@ -203,3 +203,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mds(args) => fs::run_mds(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -42,7 +42,7 @@ fn cache_commands_work_on_device_files_and_reject_bad_input() {
     );
     let (ok, out) = run(with(
         &[
-            "--name",
+            "--namespace",
             "seq-cutoff",
             "--set",
             "policy=always",
@@ -53,7 +53,7 @@ fn cache_commands_work_on_device_files_and_reject_bad_input() {
     ));
     assert!(ok, "{out}");
     let (ok, out) = run(with(
-        &["--name", "seq-cutoff", "--set", "policy=sometimes"],
+        &["-n", "seq-cutoff", "--set", "policy=sometimes"],
         &["cache", "set-param"],
     ));
     assert!(!ok, "a bad parameter value must be rejected: {out}");

@@ -65,6 +65,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
     let up = || {
         cairn(&[
             "up",
+            "--no-fs",
             "--dir",
             &d,
             "--mon",

@@ -40,6 +40,7 @@ fn access_control_sigv2_checksums_and_tls_against_cairn_up() {
     let d = cluster.arg();
     let (ok, out) = cairn(&[
         "up",
+        "--no-fs",
         "--dir",
         &d,
         "--mon",

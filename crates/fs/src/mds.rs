@@ -25,7 +25,7 @@ use cairn_msgr::protect::WireMode;
 use cairn_msgr::session::{Listener, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::mds::{MdsAnswer, MdsOp, MdsReply, MdsRequest, MSG_MDS_REPLY, MSG_MDS_REQUEST};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::backing::{self, metadata_pool, JOURNAL_OBJECT};
 use crate::error::FsError;
@@ -191,12 +191,47 @@ async fn serve_session(mut session: Session, to_core: mpsc::Sender<Incoming>, da
     }
 }
 
-/// Commits batches: appends their records, answers them, applies their updates.
+/// Work for the applier: a batch's updates, or a request to say when all before it are
+/// applied.
+enum ApplyWork {
+    Updates(Vec<Update>),
+    Drained(oneshot::Sender<()>),
+}
+
+/// Applies journaled batches to the directory and inode objects, in journal order, while the
+/// next batch is being journaled; returns only on a failure.
+async fn apply_loop(
+    client: Arc<Client>,
+    pool: String,
+    mut work: mpsc::UnboundedReceiver<ApplyWork>,
+    purge: Arc<Notify>,
+) -> FsError {
+    while let Some(w) = work.recv().await {
+        match w {
+            ApplyWork::Updates(updates) => {
+                if let Err(e) = backing::apply(&client, &pool, &updates).await {
+                    return e;
+                }
+                if updates.iter().any(|u| matches!(u, Update::Purge { .. })) {
+                    purge.notify_one();
+                }
+            }
+            ApplyWork::Drained(to) => {
+                let _ = to.send(());
+            }
+        }
+    }
+    FsError::Mds("the applier's queue closed".into())
+}
+
+/// Commits batches: appends their records to the journal, answers them, and hands their
+/// updates to the applier; empties the journal once it has grown and everything in it is
+/// applied.
 struct Committer {
     client: Arc<Client>,
     pool: String,
     journal_bytes: u64,
-    purge: Arc<Notify>,
+    applier: mpsc::UnboundedSender<ApplyWork>,
 }
 
 impl Committer {
@@ -205,12 +240,13 @@ impl Committer {
         for r in batch.iter().filter_map(|p| p.record.as_ref()) {
             journal::encode(r, &mut bytes);
         }
-        self.client
-            .append(&self.pool, JOURNAL_OBJECT, &bytes)
-            .await?;
+        if !bytes.is_empty() {
+            self.client
+                .append(&self.pool, JOURNAL_OBJECT, &bytes)
+                .await?;
+        }
         self.journal_bytes += bytes.len() as u64;
         let mut updates = Vec::new();
-        let mut purges = false;
         for p in batch {
             let result = p
                 .record
@@ -220,15 +256,19 @@ impl Committer {
                 answer(to, *tid, result).await;
             }
             if let Some(r) = p.record {
-                purges |= r.updates.iter().any(|u| matches!(u, Update::Purge { .. }));
                 updates.extend(r.updates);
             }
         }
-        backing::apply(&self.client, &self.pool, &updates).await?;
-        if purges {
-            self.purge.notify_one();
-        }
+        let closed = || FsError::Mds("the applier stopped".into());
+        self.applier
+            .send(ApplyWork::Updates(updates))
+            .map_err(|_| closed())?;
         if self.journal_bytes >= JOURNAL_TRIM_BYTES {
+            let (tx, rx) = oneshot::channel();
+            self.applier
+                .send(ApplyWork::Drained(tx))
+                .map_err(|_| closed())?;
+            rx.await.map_err(|_| closed())?;
             self.client
                 .write_full(&self.pool, JOURNAL_OBJECT, &[])
                 .await?;
@@ -308,11 +348,13 @@ pub async fn run(
         }
     });
 
+    let (to_applier, apply_work) = mpsc::unbounded_channel();
+    let mut applier = tokio::spawn(apply_loop(client.clone(), meta.clone(), apply_work, purge));
     let mut idle = Some(Committer {
         client: client.clone(),
         pool: meta.clone(),
         journal_bytes: 0,
-        purge,
+        applier: to_applier,
     });
     let mut batch: Vec<Pending> = Vec::new();
     let mut after_commit: Vec<(u64, SessionSender, Result<MdsAnswer, i32>)> = Vec::new();
@@ -329,6 +371,10 @@ pub async fn run(
             }
             tokio::select! {
                 _ = &mut shutdown => break Ok(()),
+                failed = &mut applier => break Err(match failed {
+                    Ok(e) => e,
+                    Err(e) => FsError::Mds(format!("the applier failed: {e}")),
+                }),
                 done = async { committing.as_mut().expect("guarded").await }, if committing.is_some() => {
                     committing = None;
                     match done {
@@ -387,6 +433,7 @@ pub async fn run(
     }
     acceptor.abort();
     purger.abort();
+    applier.abort();
     result
 }
 

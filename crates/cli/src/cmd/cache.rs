@@ -54,14 +54,15 @@ enum CacheCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Set parameters (casadm -X): `--name seq-cutoff --set policy=always --set threshold=16`;
-    /// `--name cache-mode --set mode=wb [--set flush=yes]` changes the mode.
+    /// Set parameters (casadm -X): `-n seq-cutoff --set policy=always --set threshold=16`;
+    /// `-n cache-mode --set mode=wb [--set flush=yes]` changes the mode (casadm's `--name`
+    /// is `--namespace` here: `--name` names the entity a command runs as).
     SetParam {
         #[command(flatten)]
         dev: Devices,
         /// Namespace: cache-mode, seq-cutoff, promotion, promotion-nhit, cleaning,
         /// cleaning-alru, cleaning-acp.
-        #[arg(long)]
+        #[arg(short = 'n', long = "namespace")]
         name: String,
         /// key=value pairs.
         #[arg(long = "set", required = true)]

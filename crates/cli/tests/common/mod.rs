@@ -219,11 +219,11 @@ impl Cluster {
         self.dir.display().to_string()
     }
 
-    /// Runs `cairn up --no-s3 --dir DIR --mon MON` followed by the test's own `settings`;
-    /// returns success and the output.
+    /// Runs `cairn up --no-s3 --no-fs --dir DIR --mon MON` followed by the test's own
+    /// `settings`; returns success and the output.
     pub fn up(&self, mon: &str, settings: &[&str]) -> (bool, String) {
         let dir = self.arg();
-        let mut args = vec!["up", "--no-s3", "--dir", &dir, "--mon", mon];
+        let mut args = vec!["up", "--no-s3", "--no-fs", "--dir", &dir, "--mon", mon];
         args.extend_from_slice(settings);
         cairn(&args)
     }

@@ -1,0 +1,514 @@
+//! The file system on a `cairn up` cluster, mounted through FUSE by `cairn fs mount`: POSIX
+//! behaviour with the errno of each refusal (ENOENT, EEXIST, ENOTEMPTY, EISDIR, ENOTDIR,
+//! EPERM, EINVAL, EXDEV), large directories, atomic renames, hard and symbolic links,
+//! attributes and extended attributes, sparse files, O_APPEND and truncation; two mounts
+//! seeing each other's changes and racing on one directory; this crate's source tree copied in
+//! with `cp -a` and compared with `diff -r`; and kill -9 of the metadata server, of an OSD and
+//! of a mounted client in the middle of a metadata-heavy workload, after which every
+//! acknowledged file reads back whole.
+
+mod common;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{free_port, payload, signal, wait_exited, Cluster};
+
+/// A `cairn fs mount` process and its mount point; unmounted and stopped when dropped.
+struct Mount {
+    dir: PathBuf,
+    child: Child,
+}
+
+fn mounted(dir: &Path) -> bool {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let dir = dir.display().to_string();
+    mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(dir.as_str()))
+}
+
+impl Mount {
+    fn new(cluster: &Cluster, mon: &str, name: &str) -> Mount {
+        let dir = cluster.dir.join(name);
+        fs::create_dir_all(&dir).unwrap();
+        let log = File::create(cluster.dir.join(format!("{name}.mount.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .env("CAIRN_KEYRING", cluster.keyring())
+            .args(["fs", "mount", "--mon", mon, "cairnfs"])
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !mounted(&dir) {
+            assert!(
+                Instant::now() < deadline,
+                "{} was not mounted",
+                dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Mount { dir, child }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// Kills the client with SIGKILL (its mount point is left broken, then detached).
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        lazy_unmount(&self.dir);
+    }
+}
+
+fn lazy_unmount(dir: &Path) {
+    let _ = Command::new("umount").arg("-l").arg(dir).status();
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && self.child.try_wait().ok().flatten().is_none() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if mounted(&self.dir) {
+            lazy_unmount(&self.dir);
+        }
+    }
+}
+
+fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    r.expect_err("the call should fail")
+        .raw_os_error()
+        .expect("an errno")
+}
+
+/// Whether this machine can mount FUSE file systems at all.
+fn fuse_available() -> bool {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_ok()
+}
+
+/// The pid of the directory's daemon `name` (its standard output is `DIR/NAME.log`).
+fn daemon_pid(dir: &Path, name: &str) -> u32 {
+    let log = fs::canonicalize(dir).unwrap().join(format!("{name}.log"));
+    for pid in fs::read_to_string(dir.join("pids"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+    {
+        if fs::read_link(format!("/proc/{pid}/fd/1")).is_ok_and(|p| p == log) {
+            return pid;
+        }
+    }
+    panic!("no running {name} in {}", dir.display());
+}
+
+fn posix_basics(m: &Mount) {
+    // Create, write, read back.
+    let data = payload(1, 300_000);
+    fs::write(m.path("a"), &data).unwrap();
+    assert_eq!(fs::read(m.path("a")).unwrap(), data);
+    assert_eq!(fs::metadata(m.path("a")).unwrap().len(), data.len() as u64);
+    // Errors, each with its errno.
+    let excl = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(m.path("a"));
+    assert_eq!(errno(excl), libc::EEXIST);
+    assert_eq!(errno(fs::remove_file(m.path("missing"))), libc::ENOENT);
+    assert_eq!(errno(fs::metadata(m.path("missing"))), libc::ENOENT);
+    fs::create_dir(m.path("d")).unwrap();
+    assert_eq!(errno(fs::create_dir(m.path("d"))), libc::EEXIST);
+    fs::write(m.path("d/inner"), b"x").unwrap();
+    assert_eq!(errno(fs::remove_dir(m.path("d"))), libc::ENOTEMPTY);
+    assert_eq!(errno(fs::remove_file(m.path("d"))), libc::EISDIR);
+    assert_eq!(errno(fs::remove_dir(m.path("a"))), libc::ENOTDIR);
+    assert_eq!(errno(File::open(m.path("a/x"))), libc::ENOTDIR);
+    assert_eq!(errno(fs::hard_link(m.path("d"), m.path("dl"))), libc::EPERM);
+    fs::create_dir(m.path("d/sub")).unwrap();
+    assert_eq!(
+        errno(fs::rename(m.path("d"), m.path("d/sub/d"))),
+        libc::EINVAL
+    );
+    let outside = std::env::temp_dir().join(format!("cairn-fs-exdev-{}", std::process::id()));
+    assert_eq!(errno(fs::rename(m.path("a"), &outside)), libc::EXDEV);
+    assert_eq!(
+        errno(fs::write(m.path(&"n".repeat(256)), b"x")),
+        libc::ENAMETOOLONG
+    );
+    // A directory's link count follows its subdirectories.
+    assert_eq!(fs::metadata(m.path("d")).unwrap().nlink(), 3);
+    fs::remove_dir(m.path("d/sub")).unwrap();
+    fs::remove_file(m.path("d/inner")).unwrap();
+    fs::remove_dir(m.path("d")).unwrap();
+    assert!(!m.path("d").exists());
+
+    // Rename replaces its target atomically.
+    fs::write(m.path("old"), b"new contents").unwrap();
+    fs::write(m.path("target"), b"old contents").unwrap();
+    fs::rename(m.path("old"), m.path("target")).unwrap();
+    assert_eq!(fs::read(m.path("target")).unwrap(), b"new contents");
+    assert!(!m.path("old").exists());
+    fs::create_dir_all(m.path("r1/deep")).unwrap();
+    fs::create_dir(m.path("r2")).unwrap();
+    fs::rename(m.path("r1/deep"), m.path("r2/moved")).unwrap();
+    assert!(m.path("r2/moved").is_dir());
+    assert_eq!(fs::metadata(m.path("r1")).unwrap().nlink(), 2);
+    assert_eq!(fs::metadata(m.path("r2")).unwrap().nlink(), 3);
+
+    // Hard links and symbolic links.
+    fs::hard_link(m.path("target"), m.path("hard")).unwrap();
+    let (t, h) = (
+        fs::metadata(m.path("target")).unwrap(),
+        fs::metadata(m.path("hard")).unwrap(),
+    );
+    assert_eq!((t.ino(), t.nlink()), (h.ino(), 2));
+    fs::remove_file(m.path("target")).unwrap();
+    assert_eq!(fs::read(m.path("hard")).unwrap(), b"new contents");
+    assert_eq!(fs::metadata(m.path("hard")).unwrap().nlink(), 1);
+    std::os::unix::fs::symlink("hard", m.path("sym")).unwrap();
+    assert_eq!(fs::read_link(m.path("sym")).unwrap(), Path::new("hard"));
+    assert_eq!(fs::read(m.path("sym")).unwrap(), b"new contents");
+    assert!(fs::symlink_metadata(m.path("sym"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+
+    // Attributes.
+    fs::set_permissions(m.path("hard"), fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(
+        fs::metadata(m.path("hard")).unwrap().permissions().mode() & 0o7777,
+        0o640
+    );
+    std::os::unix::fs::chown(m.path("hard"), Some(1234), Some(5678)).unwrap();
+    let md = fs::metadata(m.path("hard")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    let when = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    File::options()
+        .write(true)
+        .open(m.path("hard"))
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
+    assert_eq!(fs::metadata(m.path("hard")).unwrap().mtime(), 1_000_000_000);
+
+    // Extended attributes.
+    xattr::set(m.path("hard"), "user.color", b"blue").unwrap();
+    xattr::set(m.path("hard"), "user.size", b"large").unwrap();
+    assert_eq!(
+        xattr::get(m.path("hard"), "user.color").unwrap(),
+        Some(b"blue".to_vec())
+    );
+    let mut names: Vec<_> = xattr::list(m.path("hard")).unwrap().collect();
+    names.sort();
+    assert_eq!(names, vec!["user.color", "user.size"]);
+    xattr::remove(m.path("hard"), "user.color").unwrap();
+    assert_eq!(xattr::get(m.path("hard"), "user.color").unwrap(), None);
+    assert_eq!(
+        errno(xattr::remove(m.path("hard"), "user.color")),
+        libc::ENODATA
+    );
+
+    // Sparse files, truncation, O_APPEND.
+    let mut f = File::create(m.path("sparse")).unwrap();
+    f.seek(SeekFrom::Start(9 << 20)).unwrap();
+    f.write_all(b"tail").unwrap();
+    drop(f);
+    let all = fs::read(m.path("sparse")).unwrap();
+    assert_eq!(all.len(), (9 << 20) + 4);
+    assert!(
+        all[..9 << 20].iter().all(|b| *b == 0),
+        "a hole reads as zeros"
+    );
+    assert_eq!(&all[9 << 20..], b"tail");
+    let f = OpenOptions::new()
+        .write(true)
+        .open(m.path("sparse"))
+        .unwrap();
+    f.set_len(100).unwrap();
+    f.set_len(5 << 20).unwrap();
+    drop(f);
+    let all = fs::read(m.path("sparse")).unwrap();
+    assert_eq!(all.len(), 5 << 20);
+    assert!(all.iter().all(|b| *b == 0), "cut bytes do not come back");
+    for part in [&b"one,"[..], b"two,", b"three"] {
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(m.path("log"))
+            .unwrap();
+        f.write_all(part).unwrap();
+    }
+    assert_eq!(fs::read(m.path("log")).unwrap(), b"one,two,three");
+    // fsync is a barrier the client honours (its size reported before it returns).
+    let mut f = File::create(m.path("synced")).unwrap();
+    f.write_all(&payload(2, 70_000)).unwrap();
+    f.sync_all().unwrap();
+    f.sync_data().unwrap();
+    drop(f);
+
+    // A directory of thousands of entries, listed whole.
+    fs::create_dir(m.path("big")).unwrap();
+    for i in 0..2500 {
+        File::create(m.path(&format!("big/entry-{i:05}"))).unwrap();
+    }
+    let mut names: Vec<String> = fs::read_dir(m.path("big"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let expected: Vec<String> = (0..2500).map(|i| format!("entry-{i:05}")).collect();
+    assert_eq!(names, expected);
+
+    // statfs answers with the cluster's room and the file count.
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%b %f %c"])
+        .arg(&m.dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        fields.len() == 3 && fields[0] > 0 && fields[1] > 0 && fields[1] <= fields[0],
+        "statfs: {text}"
+    );
+}
+
+fn two_mounts(a: &Mount, b: &Mount) {
+    // Close-to-open: what one client wrote and closed, the other opens and reads.
+    fs::write(a.path("shared"), b"from a").unwrap();
+    assert_eq!(fs::read(b.path("shared")).unwrap(), b"from a");
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(b.path("shared"))
+        .unwrap();
+    f.write_all(b", then b").unwrap();
+    drop(f);
+    assert_eq!(fs::read(a.path("shared")).unwrap(), b"from a, then b");
+    fs::remove_file(a.path("shared")).unwrap();
+    assert!(!b.path("shared").exists());
+
+    // Racing on one directory: distinct names all land; each contested name is created by
+    // exactly one of them.
+    fs::create_dir(a.path("race")).unwrap();
+    let won = |m: &Mount, tag: &str| -> Vec<String> {
+        let mut mine = Vec::new();
+        for i in 0..150 {
+            File::create(m.path(&format!("race/{tag}-{i}"))).unwrap();
+            let contested = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(m.path(&format!("race/both-{i}")));
+            match contested {
+                Ok(mut f) => {
+                    f.write_all(tag.as_bytes()).unwrap();
+                    mine.push(format!("both-{i}"));
+                }
+                Err(e) => assert_eq!(e.kind(), ErrorKind::AlreadyExists),
+            }
+        }
+        mine
+    };
+    let (wa, wb) = std::thread::scope(|s| {
+        let ha = s.spawn(|| won(a, "a"));
+        let hb = s.spawn(|| won(b, "b"));
+        (ha.join().unwrap(), hb.join().unwrap())
+    });
+    assert_eq!(wa.len() + wb.len(), 150, "each contested name created once");
+    let listed = fs::read_dir(b.path("race")).unwrap().count();
+    assert_eq!(listed, 450);
+    for name in &wa {
+        assert_eq!(fs::read(b.path(&format!("race/{name}"))).unwrap(), b"a");
+    }
+}
+
+fn tree_copy(m: &Mount) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fs");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(m.path("tree"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "cp -a");
+    let out = Command::new("diff")
+        .arg("-r")
+        .arg(&src)
+        .arg(m.path("tree"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "diff -r: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Creates files `DIR/f-N` with N's payload until `stop`, recording each one whose write
+/// and close returned.
+fn workload(m: &Mount, dir: &str, stop: &AtomicBool, done: &Mutex<Vec<usize>>) {
+    fs::create_dir_all(m.path(dir)).unwrap();
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let path = m.path(&format!("{dir}/f-{i}"));
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&payload(i, 1000 + i % 5000)).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        done.lock().unwrap().push(i);
+        i += 1;
+    }
+}
+
+fn verify(m: &Mount, dir: &str, done: &[usize]) {
+    assert!(!done.is_empty(), "the workload made progress");
+    for &i in done {
+        let got = fs::read(m.path(&format!("{dir}/f-{i}"))).unwrap();
+        assert_eq!(got, payload(i, 1000 + i % 5000), "{dir}/f-{i}");
+    }
+}
+
+/// Runs the workload in `dir` while `crash` runs once it has made progress.
+fn under_workload(m: &Mount, dir: &str, crash: impl FnOnce()) -> Vec<usize> {
+    let stop = AtomicBool::new(false);
+    let done = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let w = s.spawn(|| workload(m, dir, &stop, &done));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while done.lock().unwrap().len() < 20 {
+            assert!(Instant::now() < deadline, "no progress");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        crash();
+        let after = done.lock().unwrap().len();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while done.lock().unwrap().len() < after + 20 {
+            assert!(Instant::now() < deadline, "no progress after the crash");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Ordering::Relaxed);
+        w.join().unwrap();
+    });
+    done.into_inner().unwrap()
+}
+
+#[test]
+fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() {
+    if !fuse_available() {
+        eprintln!("SKIPPED: /dev/fuse cannot be opened here (no FUSE)");
+        return;
+    }
+    let mon = format!("127.0.0.1:{}", free_port());
+    let mds = format!("127.0.0.1:{}", free_port());
+    let cluster = Cluster::new("fs");
+    let d = cluster.arg();
+    let (ok, out) = common::cairn(&[
+        "up",
+        "--no-s3",
+        "--dir",
+        &d,
+        "--mon",
+        &mon,
+        "--mds",
+        &mds,
+        "--device-mib",
+        "1024",
+        "--pg-num",
+        "16",
+    ]);
+    assert!(ok, "{out}");
+    assert!(out.contains("cairn fs mount cairnfs"), "{out}");
+    let (ok, out) = cluster.cairn(&["fs", "new", "--mon", &mon, "cairnfs"]);
+    assert!(ok && out.contains("exists"), "{out}");
+    let (ok, out) = cluster.cairn(&["fs", "new", "--mon", &mon, "bad/name"]);
+    assert!(!ok && out.contains("letters, digits"), "{out}");
+
+    let a = Mount::new(&cluster, &mon, "mnt-a");
+    posix_basics(&a);
+    let b = Mount::new(&cluster, &mon, "mnt-b");
+    two_mounts(&a, &b);
+    tree_copy(&a);
+
+    // kill -9 of the metadata server mid-workload; a new one resumes from the journal.
+    let mds_pid = daemon_pid(&cluster.dir, "mds");
+    let keyring = cluster
+        .dir
+        .join("mds.cairnfs.keyring")
+        .display()
+        .to_string();
+    let restarted = Mutex::new(None);
+    let done = under_workload(&a, "mds-crash", || {
+        signal("-9", mds_pid);
+        wait_exited(mds_pid);
+        let child = cluster.start(
+            "mds.log",
+            &[
+                "--keyring",
+                &keyring,
+                "mds",
+                "--mon",
+                &mon,
+                "--fs",
+                "cairnfs",
+                "--listen",
+                &mds,
+            ],
+        );
+        *restarted.lock().unwrap() = Some(child);
+    });
+    verify(&a, "mds-crash", &done);
+    verify(&b, "mds-crash", &done);
+
+    // kill -9 of an OSD mid-workload: writes go on with the other copies.
+    let osd_pid = daemon_pid(&cluster.dir, "osd1");
+    let done = under_workload(&a, "osd-crash", || {
+        signal("-9", osd_pid);
+        wait_exited(osd_pid);
+    });
+    verify(&a, "osd-crash", &done);
+
+    // kill -9 of a mounted client after fsync: a new mount finds the synced file whole.
+    let mut f = File::create(b.path("before-client-crash")).unwrap();
+    f.write_all(&payload(7, 123_456)).unwrap();
+    f.sync_all().unwrap();
+    b.kill();
+    let c = Mount::new(&cluster, &mon, "mnt-c");
+    let mut back = Vec::new();
+    File::open(c.path("before-client-crash"))
+        .unwrap()
+        .read_to_end(&mut back)
+        .unwrap();
+    assert_eq!(back, payload(7, 123_456));
+    drop(c);
+    drop(a);
+    if let Some(mut child) = restarted.into_inner().unwrap() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
