@@ -24,7 +24,7 @@ pub struct UpSettings<'a> {
     pub osd_args: &'a [String],
 }
 
-/// A cluster started with `cairn up --no-s3` in a directory of its own, without a pool.
+/// A cluster started with `cairn up --no-s3 --no-fs` in a directory of its own, without a pool.
 /// Dropping it stops its processes and keeps the directory (the logs of a run that failed);
 /// [`LocalCluster::down`] also removes it.
 pub struct LocalCluster {
@@ -50,6 +50,7 @@ impl LocalCluster {
         let mut up = vec![
             "up".to_string(),
             "--no-s3".into(),
+            "--no-fs".into(),
             "--dir".into(),
             dir.display().to_string(),
             "--mon".into(),

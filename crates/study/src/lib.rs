@@ -10,6 +10,7 @@
 
 pub mod cache;
 pub mod dilated;
+pub mod nrs;
 pub mod plot;
 pub mod recovery;
 pub mod seed000;

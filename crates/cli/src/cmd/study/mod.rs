@@ -1,6 +1,7 @@
 //! `cairn study ...`: the seeds' experiments on emulated devices, with tables and PNG plots.
 
 mod cache_cluster;
+mod nrs;
 mod recovery;
 
 use anyhow::Context;
@@ -21,6 +22,9 @@ enum StudyCommand {
     /// Seed 000 on a real local cluster: client latency and IOPS while an OSD is backfilled,
     /// and the recovery rate, per scheduler (each on a fresh cluster of OSD processes).
     Recovery(recovery::RecoveryStudyArgs),
+    /// Seed 001 on a real local cluster: per-client throughput of groups of dd streams
+    /// (10 x 10, 9 x 11 + 1 x 1) under FIFO and CRR-N, writing and reading.
+    Nrs(nrs::NrsStudyArgs),
     /// Seed 004: Vdbench's set on an emulated HDD, bare and behind a write-back NVMe cache
     /// (virtual time), and dirty share over time per cleaning policy; with `--cluster`, on
     /// clusters of OSD processes through block images and fio.
@@ -50,6 +54,7 @@ enum StudyCommand {
 pub fn run(args: StudyArgs) -> anyhow::Result<()> {
     match args.command {
         StudyCommand::Recovery(args) => recovery::run(args),
+        StudyCommand::Nrs(args) => nrs::run(args),
         StudyCommand::Cache {
             out_dir,
             cluster: true,

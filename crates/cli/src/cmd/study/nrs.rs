@@ -1,0 +1,417 @@
+//! `cairn study nrs`: seed 001's CRR-N experiment on a real local cluster. Groups of streams
+//! per client (each stream a dd: sequential blocks into objects of its own, or read back),
+//! every client a cluster client of its own id (the OSDs' CRR-N queues by client), under each
+//! scheduler policy set live on every OSD; per-client throughput over a measured window, its
+//! standard deviation, the lone client's share, tables beside the seed's and a plot per run.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use cairn_client::Client;
+use cairn_proto::mon::Request;
+use cairn_qos::config::PolicyConfig;
+use cairn_study::nrs::{self, ClientResult, NrsRun};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::local_cluster::{LocalCluster, UpSettings};
+use crate::mon_link::up_osds;
+use crate::plot::{bar_chart, Bar};
+
+/// The pool the streams write to (one copy, as a Lustre OST keeps one).
+const POOL: &str = "nrs";
+/// Longest wait for the pool to take writes.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Arguments of `cairn study nrs`.
+#[derive(Args)]
+pub struct NrsStudyArgs {
+    /// Directory for nrs-study.md, nrs-clients.csv and the plots.
+    #[arg(long, default_value = "study-out")]
+    out_dir: PathBuf,
+    /// Directory for the cluster (default: a fresh one under the temp dir).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// OSD processes (the seed: 2 OSS x 4 OSTs).
+    #[arg(long, default_value_t = 4)]
+    osds: usize,
+    /// Emulated device profile of every OSD (`none`: plain files).
+    #[arg(long, default_value = "hdd-7200")]
+    profile: String,
+    /// Device file size of each OSD, MiB.
+    #[arg(long = "device-mib", default_value_t = 4096)]
+    device_mib: u64,
+    /// PGs of the pool.
+    #[arg(long = "pg-num", default_value_t = 64)]
+    pg_num: u32,
+    /// Scheduler policies to compare, comma-separated (`fifo` is the seed's "vanilla").
+    #[arg(long, value_delimiter = ',', default_value = "fifo,crrn")]
+    policies: Vec<String>,
+    /// Cases, comma-separated: CLIENTSxSTREAMS groups joined by `+`.
+    #[arg(long, value_delimiter = ',', default_value = "10x10,9x11+1x1")]
+    cases: Vec<String>,
+    /// Operations, comma-separated: `write` (dd if=/dev/zero) and `read` (dd of=/dev/null,
+    /// of what the write run left).
+    #[arg(long, value_delimiter = ',', default_value = "write,read")]
+    ops: Vec<String>,
+    /// Seconds measured per run.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// Seconds of each run before measuring.
+    #[arg(long = "warmup-s", default_value_t = 5)]
+    warmup_s: u64,
+    /// Bytes per request, KiB (dd's bs=1M).
+    #[arg(long = "block-kib", default_value_t = 1024)]
+    block_kib: u64,
+    /// Bytes a stream writes into one object before it moves to the next, MiB.
+    #[arg(long = "object-mib", default_value_t = 16)]
+    object_mib: u64,
+}
+
+impl NrsStudyArgs {
+    fn check(&self) -> anyhow::Result<Vec<(String, Vec<usize>)>> {
+        for p in &self.policies {
+            PolicyConfig::by_name(p).map_err(|e| anyhow::anyhow!("policy `{p}`: {e}"))?;
+        }
+        for op in &self.ops {
+            if op != "write" && op != "read" {
+                bail!("an operation is `write` or `read`, not `{op}`");
+            }
+        }
+        if !(1..=64).contains(&self.osds) {
+            bail!("--osds is 1..=64");
+        }
+        if !(1..=3600).contains(&self.seconds) || self.warmup_s > 600 {
+            bail!("--seconds is 1..=3600 and --warmup-s at most 600");
+        }
+        if !(4..=16 * 1024).contains(&self.block_kib) {
+            bail!("--block-kib is 4..=16384");
+        }
+        if self.object_mib == 0 || self.object_mib * 1024 < self.block_kib || self.object_mib > 1024
+        {
+            bail!("--object-mib is 1..=1024 and at least one block");
+        }
+        self.cases
+            .iter()
+            .map(|c| {
+                nrs::parse_case(c)
+                    .map(|streams| (c.clone(), streams))
+                    .map_err(|e| anyhow::anyhow!(e))
+            })
+            .collect()
+    }
+}
+
+/// The objects' names of one run start with its policy and case.
+fn run_tag(policy: &str, case: &str) -> String {
+    format!("{policy}-{case}")
+}
+
+/// The name of object `index` of a stream.
+fn object_name(tag: &str, client: usize, stream: usize, index: u64) -> String {
+    format!("{tag}-c{client}-s{stream}-{index}")
+}
+
+/// What a stream works on: fresh objects to write (named by their index), or the objects a
+/// write run left, read round and round.
+enum Objects {
+    Write { client: usize, stream: usize },
+    Read(Vec<String>),
+}
+
+/// One stream: writes (or reads back) `block`-sized pieces until `stop`, counting bytes in
+/// `counter`; a writer leaves in `written` how many objects it began.
+#[allow(clippy::too_many_arguments)]
+async fn stream(
+    client: Arc<Client>,
+    objects: Objects,
+    tag: String,
+    block: usize,
+    object_bytes: u64,
+    counter: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    written: Arc<AtomicU64>,
+) -> anyhow::Result<()> {
+    let data = vec![0u8; block];
+    let mut index = 0u64;
+    let mut offset = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        match &objects {
+            Objects::Write { client: c, stream } => {
+                let name = object_name(&tag, *c, *stream, index);
+                written.store(index + 1, Ordering::Relaxed);
+                client.write(POOL, &name, offset, &data).await?;
+            }
+            Objects::Read(names) => {
+                let name = &names[usize::try_from(index)? % names.len()];
+                client
+                    .read_range_bytes(POOL, name, offset, block as u64)
+                    .await?;
+            }
+        }
+        counter.fetch_add(block as u64, Ordering::Relaxed);
+        offset += block as u64;
+        if offset >= object_bytes {
+            offset = 0;
+            index += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Objects each stream of a run can use: for writes, a long enough list of fresh names; for
+/// reads, those the write run left (at least one, written now if the write run was skipped).
+struct StreamObjects {
+    names: Vec<Vec<Vec<String>>>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_one(
+    args: &NrsStudyArgs,
+    clients: &[Arc<Client>],
+    policy: &str,
+    case: &str,
+    streams: &[usize],
+    write: bool,
+    objects: &mut StreamObjects,
+    bar: &ProgressBar,
+) -> anyhow::Result<NrsRun> {
+    let block = usize::try_from(args.block_kib * 1024)?;
+    let object_bytes = args.object_mib << 20;
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters: Vec<Arc<AtomicU64>> = streams.iter().map(|_| Arc::default()).collect();
+    let mut written: Vec<Vec<Arc<AtomicU64>>> = Vec::new();
+    let mut tasks = Vec::new();
+    for (c, &n) in streams.iter().enumerate() {
+        let mut per_client = Vec::new();
+        for s in 0..n {
+            let source = match write {
+                true => Objects::Write {
+                    client: c,
+                    stream: s,
+                },
+                false => Objects::Read(objects.names[c][s].clone()),
+            };
+            let done = Arc::new(AtomicU64::new(0));
+            per_client.push(done.clone());
+            tasks.push(tokio::spawn(stream(
+                clients[c].clone(),
+                source,
+                run_tag(policy, case),
+                block,
+                object_bytes,
+                counters[c].clone(),
+                stop.clone(),
+                done,
+            )));
+        }
+        written.push(per_client);
+    }
+    tokio::time::sleep(Duration::from_secs(args.warmup_s)).await;
+    let before: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let start = Instant::now();
+    for _ in 0..args.seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        bar.tick();
+    }
+    let after: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let secs = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await??;
+    }
+    if write {
+        objects.names = written
+            .iter()
+            .enumerate()
+            .map(|(c, per_client)| {
+                per_client
+                    .iter()
+                    .enumerate()
+                    .map(|(s, n)| {
+                        (0..n.load(Ordering::Relaxed).max(1))
+                            .map(|k| object_name(&run_tag(policy, case), c, s, k))
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+    }
+    let clients = streams
+        .iter()
+        .enumerate()
+        .map(|(c, &n)| ClientResult {
+            client: c,
+            streams: n,
+            mib_s: (after[c] - before[c]) as f64 / secs / (1u64 << 20) as f64,
+        })
+        .collect();
+    Ok(NrsRun {
+        policy: policy.to_string(),
+        case: case.to_string(),
+        op: if write { "write" } else { "read" }.to_string(),
+        clients,
+    })
+}
+
+/// Writes one object per stream so that a read run has something to read.
+async fn prefill(
+    args: &NrsStudyArgs,
+    client: &Client,
+    policy: &str,
+    case: &str,
+    streams: &[usize],
+) -> anyhow::Result<StreamObjects> {
+    let data = vec![0u8; usize::try_from(args.object_mib << 20)?];
+    let mut names = Vec::new();
+    for (c, &n) in streams.iter().enumerate() {
+        let mut per_client = Vec::new();
+        for s in 0..n {
+            let name = object_name(&run_tag(policy, case), c, s, 0);
+            client.write_full(POOL, &name, &data).await?;
+            per_client.push(vec![name]);
+        }
+        names.push(per_client);
+    }
+    Ok(StreamObjects { names })
+}
+
+/// Waits until the pool takes a write.
+async fn wait_writable(client: &Client) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        match client.write_full(POOL, "ready", b"ready").await {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(e.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+fn plot_name(r: &NrsRun) -> String {
+    format!("nrs-{}-{}-{}.png", r.op, r.case.replace('+', "p"), r.policy)
+}
+
+/// Runs `cairn study nrs`.
+pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
+    let cases = args.check()?;
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let dir = args.work_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("cairn-study-nrs-{}", std::process::id()))
+    });
+    let profile = (args.profile != "none").then_some(args.profile.as_str());
+    let total = args.policies.len() * cases.len() * args.ops.len();
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{elapsed_precise} {bar:30} {pos}/{len} {msg}",
+    )?);
+    bar.set_message(format!("starting {} OSDs", args.osds));
+    let settings = UpSettings {
+        osds: args.osds,
+        device_mib: args.device_mib,
+        profile,
+        osd_args: &[],
+    };
+    let cluster = LocalCluster::up(&settings, &dir)?;
+    let rt = crate::runtime::build(2, "study")?;
+    let runs = rt.block_on(async {
+        let (admin, mon) = cluster.connect().await?;
+        let create = Request::CreatePool {
+            name: POOL.into(),
+            size: 1,
+            pg_num: args.pg_num,
+        };
+        mon.op(create, 10_000).await?;
+        wait_writable(&admin).await?;
+        let most = cases.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
+        let mut clients = Vec::new();
+        for _ in 0..most {
+            let id = cairn_client::random_client_id();
+            clients.push(Arc::new(
+                Client::connect_as(cluster.mon, id, Some(cluster.admin()?)).await?,
+            ));
+        }
+        let mut runs = Vec::new();
+        for policy in &args.policies {
+            for osd in up_osds(&admin) {
+                let set = ["config", "set", "osd_op_queue", policy.as_str()];
+                let words: Vec<String> = set.iter().map(|w| w.to_string()).collect();
+                admin
+                    .tell(osd, &words)
+                    .await
+                    .with_context(|| format!("selecting {policy} on osd.{osd}"))?;
+            }
+            for (case, streams) in &cases {
+                let mut objects = StreamObjects { names: Vec::new() };
+                for op in &args.ops {
+                    let write = op == "write";
+                    if !write && objects.names.is_empty() {
+                        bar.set_message(format!("{policy} {case}: writing objects to read"));
+                        objects = prefill(&args, &admin, policy, case, streams).await?;
+                    }
+                    bar.set_message(format!("{policy} {case} {op}"));
+                    let r = run_one(
+                        &args,
+                        &clients,
+                        policy,
+                        case,
+                        streams,
+                        write,
+                        &mut objects,
+                        &bar,
+                    )
+                    .await
+                    .with_context(|| format!("{policy} {case} {op}"))?;
+                    bar.inc(1);
+                    runs.push(r);
+                }
+            }
+        }
+        anyhow::Ok(runs)
+    });
+    let runs = match runs {
+        Ok(r) => r,
+        Err(e) => {
+            bar.abandon();
+            return Err(e.context(format!("the cluster's logs are in {}", dir.display())));
+        }
+    };
+    bar.finish_and_clear();
+    cluster.down()?;
+    let setup = format!(
+        "{} OSD processes ({}), one pool of one copy and {} PGs; each client its own cluster \
+         client; each stream a dd of {} KiB blocks into objects of {} MiB; {} s measured \
+         after {} s of warm-up. The seed: Lustre, 2 OSS x 4 OSTs, dd bs=1M, MB/sec.",
+        args.osds,
+        args.profile,
+        args.pg_num,
+        args.block_kib,
+        args.object_mib,
+        args.seconds,
+        args.warmup_s
+    );
+    let table = nrs::render_markdown(&setup, &runs);
+    std::fs::write(args.out_dir.join("nrs-study.md"), &table)?;
+    std::fs::write(args.out_dir.join("nrs-clients.csv"), nrs::csv(&runs))?;
+    for r in &runs {
+        let target = r.summary().mean;
+        let bars: Vec<Bar> = r
+            .clients
+            .iter()
+            .map(|c| Bar {
+                label: format!("c{}x{}", c.client, c.streams),
+                value: c.mib_s,
+                target,
+            })
+            .collect();
+        let title = format!("{} {} {}: MiB/s per client", r.policy, r.case, r.op);
+        bar_chart(&args.out_dir.join(plot_name(r)), &title, "MiB/s", &bars)?;
+    }
+    println!("{table}");
+    println!("wrote {}", args.out_dir.display());
+    Ok(())
+}

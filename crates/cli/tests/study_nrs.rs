@@ -1,0 +1,74 @@
+//! `cairn study nrs` runs seed 001's dd-stream experiment on real OSD processes: a row per
+//! policy, case and operation with every client's throughput measured (the lone client's
+//! apart), the seed's figures beside the seed's own cases, a CSV row per client, a plot per
+//! run, and no cluster left running; bad arguments are refused before anything starts.
+
+mod common;
+
+use common::cairn;
+
+#[test]
+fn the_nrs_study_measures_each_client_under_each_policy() {
+    let work = std::env::temp_dir().join(format!("cairn-study-nrs-{}", std::process::id()));
+    let out = std::env::temp_dir().join(format!("cairn-study-nrs-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&out);
+    let (w, o) = (work.display().to_string(), out.display().to_string());
+    for (bad, why) in [
+        (vec!["--policies", "nope"], "policy `nope`"),
+        (vec!["--cases", "3"], "CLIENTSxSTREAMS"),
+        (vec!["--ops", "append"], "`write` or `read`"),
+        (vec!["--block-kib", "2"], "--block-kib"),
+    ] {
+        let mut args = vec!["study", "nrs", "--work-dir", &w, "--out-dir", &o];
+        args.extend(bad);
+        let (ok, text) = cairn(&args);
+        assert!(!ok && text.contains(why), "{args:?}: {text}");
+        assert!(!work.exists(), "nothing started for {args:?}");
+    }
+    let (ok, text) = cairn(&[
+        "study",
+        "nrs",
+        "--work-dir",
+        &w,
+        "--out-dir",
+        &o,
+        "--osds",
+        "2",
+        "--profile",
+        "none",
+        "--device-mib",
+        "512",
+        "--pg-num",
+        "16",
+        "--cases",
+        "2x2+1x1",
+        "--seconds",
+        "2",
+        "--warmup-s",
+        "1",
+    ]);
+    if work.join("pids").exists() {
+        cairn(&["down", "--dir", &w]);
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(ok, "{text}");
+    let report = std::fs::read_to_string(out.join("nrs-study.md")).unwrap();
+    let rows: Vec<Vec<&str>> = report
+        .lines()
+        .filter(|l| l.starts_with("| write") || l.starts_with("| read"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "fifo and crrn, write and read: {report}");
+    for r in &rows {
+        let mean: f64 = r[4].parse().unwrap();
+        let lone: f64 = r[7].parse().unwrap();
+        assert!(mean > 0.0 && lone > 0.0, "every client moved data: {r:?}");
+    }
+    let csv = std::fs::read_to_string(out.join("nrs-clients.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 4 * 3, "{csv}");
+    for name in ["nrs-write-2x2p1x1-fifo.png", "nrs-read-2x2p1x1-crrn.png"] {
+        assert!(out.join(name).exists(), "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
