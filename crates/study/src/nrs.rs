@@ -237,7 +237,7 @@ mod tests {
         assert!((m.mean - 98.0 / 9.0).abs() < 1e-9);
         assert!(m.stdev > 0.9 && m.stdev < 1.0);
         assert!((m.total - 101.0).abs() < 1e-9);
-        let table = render_markdown("setup", &[run.clone()]);
+        let table = render_markdown("setup", std::slice::from_ref(&run));
         assert!(table.contains("| write | 9x11+1x1 | fifo |"));
         assert!(
             table.contains("22.756"),
