@@ -441,6 +441,8 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         "1024",
         "--pg-num",
         "16",
+        "--heartbeat-grace-s",
+        "6",
     ]);
     assert!(ok, "{out}");
     assert!(out.contains("cairn fs mount cairnfs"), "{out}");

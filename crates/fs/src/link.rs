@@ -22,7 +22,7 @@ use crate::mds::ADDR_OBJECT;
 /// request resent.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest a request is tried before the caller gets EIO (an MDS that stays away).
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(120);
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(300);
 
 type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<MdsAnswer, i32>>>>>;
 

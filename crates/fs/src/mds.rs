@@ -38,6 +38,9 @@ pub const ADDR_OBJECT: &str = "mds.addr";
 pub const JOURNAL_TRIM_BYTES: u64 = 4 << 20;
 /// Most answered mutations remembered for resends.
 pub const MAX_REMEMBERED_ANSWERS: usize = 1 << 17;
+/// Longest one journal append or object update waits (PGs inactive while the cluster
+/// heals): past it the MDS stops rather than answer from a state it cannot make durable.
+pub const COMMIT_TIMEOUT_MS: u64 = 3_600_000;
 /// Most requests queued for the namespace's task before sessions wait.
 const REQUEST_QUEUE: usize = 4096;
 
@@ -306,9 +309,10 @@ pub async fn run(
     cfg: MdsConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), FsError> {
-    let client = Arc::new(
-        Client::connect_as(cfg.mon, cairn_client::random_client_id(), cfg.auth.clone()).await?,
-    );
+    let mut client =
+        Client::connect_as(cfg.mon, cairn_client::random_client_id(), cfg.auth.clone()).await?;
+    client.op_timeout_ms = COMMIT_TIMEOUT_MS;
+    let client = Arc::new(client);
     let meta = metadata_pool(&cfg.fs);
     let info = backing::read_info(&client, &meta).await?;
     let mut answered = Answered::default();

@@ -5,8 +5,14 @@
 //! Coherence is close-to-open, as NFS gives: attributes and names are never cached by the
 //! kernel (TTL 0), a file's size grown by writes is reported to the MDS when the file is
 //! flushed, fsynced or closed (and shown by this client meanwhile), and the page cache of a
-//! file is dropped when it is opened. Every mutation the MDS answered is in its journal, so
-//! fsync needs only the size report.
+//! file is dropped when it is opened. Every mutation the MDS answered is in its journal.
+//!
+//! Writes are behind, as NFS's and CephFS's buffered writes are: a write is answered once it
+//! is sent to the OSDs (at most [`WRITE_BEHIND_BYTES`] in flight per mount), so one writer
+//! keeps many in flight; flush, fsync and close wait for a file's writes and report the first
+//! failure, and a read or truncate of the file waits for them first. A write overlapping one
+//! still in flight waits for it, so the OSDs apply overlapping writes in the order made.
+//! `O_SYNC` and `O_DSYNC` writes are answered only once durable.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -36,6 +42,13 @@ const TTL: Duration = Duration::ZERO;
 const MAX_WRITE_BYTES: u32 = 1 << 20;
 /// Block size `stat` reports, which `cp` and friends take as their I/O size.
 const BLKSIZE: u32 = 1 << 20;
+/// Most bytes of writes a mount has in flight before a write waits for room.
+pub const WRITE_BEHIND_BYTES: usize = 64 << 20;
+/// Longest a file read or write waits for its objects (PGs inactive while the cluster heals)
+/// before the call fails with EIO; as long as a metadata call waits for the MDS.
+pub const DATA_TIMEOUT_MS: u64 = 300_000;
+/// Bytes per permit of the write-behind budget.
+const PERMIT_BYTES: usize = 4096;
 
 /// Written but not yet reported: a file's size and modification time as this client's writes
 /// left them.
@@ -54,7 +67,22 @@ struct State {
     files: HashMap<u64, (u32, u64)>,
     /// Open directories' listings by handle.
     listings: HashMap<u64, Arc<Vec<DirEntry>>>,
+    /// Writes in flight by inode: their byte ranges, and the first failure not yet reported.
+    inflight: HashMap<u64, Inflight>,
     next_fh: u64,
+}
+
+/// A file's writes in flight.
+#[derive(Default)]
+struct Inflight {
+    ranges: Vec<(u64, u64)>,
+    error: Option<i32>,
+}
+
+/// What limits and signals writes in flight, shared by a mount's tasks.
+struct WriteBehind {
+    room: Arc<tokio::sync::Semaphore>,
+    changed: tokio::sync::Notify,
 }
 
 /// The mounted file system.
@@ -64,6 +92,7 @@ pub struct CairnFs {
     link: Arc<MdsLink>,
     data_pool: String,
     state: Arc<Mutex<State>>,
+    behind: Arc<WriteBehind>,
 }
 
 /// Everything a request task needs, cloned out of [`CairnFs`].
@@ -73,6 +102,7 @@ struct Ctx {
     link: Arc<MdsLink>,
     data_pool: String,
     state: Arc<Mutex<State>>,
+    behind: Arc<WriteBehind>,
 }
 
 fn errno(e: i32) -> Errno {
@@ -179,8 +209,28 @@ impl Ctx {
         self.lock().files.get(&ino).copied().ok_or(libc::EISDIR)
     }
 
-    /// Reports `ino`'s unreported size and mtime to the MDS (flush, fsync, close).
+    /// Waits until `ino` has no write in flight; the first failure among them, once.
+    async fn drain(&self, ino: u64) -> Result<(), i32> {
+        loop {
+            let changed = self.behind.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut st = self.lock();
+                let idle = st.inflight.get(&ino).is_none_or(|f| f.ranges.is_empty());
+                if idle {
+                    let error = st.inflight.remove(&ino).and_then(|f| f.error);
+                    return error.map_or(Ok(()), Err);
+                }
+            }
+            changed.await;
+        }
+    }
+
+    /// Reports `ino`'s unreported size and mtime to the MDS (flush, fsync, close), once its
+    /// writes in flight are done.
     async fn report(&self, ino: u64) -> Result<(), i32> {
+        self.drain(ino).await?;
         let Some(d) = self.lock().dirty.get(&ino).copied() else {
             return Ok(());
         };
@@ -203,29 +253,66 @@ impl Ctx {
         Ok(())
     }
 
-    async fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, i32> {
+    /// Sends a write of `data` at `offset` of `ino`; answers once it is sent (or, `sync`,
+    /// once it is durable).
+    async fn write(&self, ino: u64, offset: u64, data: Vec<u8>, sync: bool) -> Result<u32, i32> {
         let (object_size, _) = self.layout(ino).await?;
-        crate::data::write(&self.rados, &self.data_pool, ino, object_size, offset, data)
-            .await
-            .map_err(|e| {
-                tracing::warn!(ino, error = %e, "a file write failed");
-                libc::EIO
-            })?;
+        let len = u32::try_from(data.len()).map_err(|_| libc::EINVAL)?;
         let end = offset + data.len() as u64;
-        let mut st = self.lock();
-        let d = st.dirty.entry(ino).or_insert(Dirty {
-            size: 0,
-            mtime_ns: 0,
-        });
-        d.size = d.size.max(end);
-        d.mtime_ns = now_ns();
-        if let Some(f) = st.files.get_mut(&ino) {
-            f.1 = f.1.max(end);
+        loop {
+            let changed = self.behind.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut st = self.lock();
+                let f = st.inflight.entry(ino).or_default();
+                if !f.ranges.iter().any(|&(a, b)| a < end && offset < b) {
+                    f.ranges.push((offset, end));
+                    break;
+                }
+            }
+            changed.await;
         }
-        u32::try_from(data.len()).map_err(|_| libc::EINVAL)
+        let permits = u32::try_from(data.len().div_ceil(PERMIT_BYTES).max(1)).unwrap_or(u32::MAX);
+        let Ok(room) = self.behind.room.clone().acquire_many_owned(permits).await else {
+            return Err(libc::EIO);
+        };
+        {
+            let mut st = self.lock();
+            let d = st.dirty.entry(ino).or_insert(Dirty {
+                size: 0,
+                mtime_ns: 0,
+            });
+            d.size = d.size.max(end);
+            d.mtime_ns = now_ns();
+            if let Some(f) = st.files.get_mut(&ino) {
+                f.1 = f.1.max(end);
+            }
+        }
+        let c = self.clone();
+        let sent = tokio::spawn(async move {
+            let r = crate::data::write(&c.rados, &c.data_pool, ino, object_size, offset, &data)
+                .await;
+            drop(room);
+            let mut st = c.lock();
+            let f = st.inflight.entry(ino).or_default();
+            f.ranges.retain(|&r| r != (offset, end));
+            if let Err(e) = &r {
+                tracing::warn!(ino, offset, error = %e, "a file write failed");
+                f.error.get_or_insert(libc::EIO);
+            }
+            drop(st);
+            c.behind.changed.notify_waiters();
+        });
+        if sync {
+            sent.await.map_err(|_| libc::EIO)?;
+            self.drain(ino).await?;
+        }
+        Ok(len)
     }
 
     async fn read(&self, ino: u64, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+        self.drain_quietly(ino).await;
         let (object_size, size) = self.layout(ino).await?;
         let dirty = self.lock().dirty.get(&ino).map_or(0, |d| d.size);
         crate::data::read(
@@ -244,8 +331,17 @@ impl Ctx {
         })
     }
 
+    /// Waits for `ino`'s writes in flight, leaving a failure among them for flush or fsync
+    /// to report.
+    async fn drain_quietly(&self, ino: u64) {
+        if let Err(e) = self.drain(ino).await {
+            self.lock().inflight.entry(ino).or_default().error.get_or_insert(e);
+        }
+    }
+
     async fn set_attr(&self, ino: u64, set: SetAttr) -> Result<FileAttr, i32> {
         if let Some(new_size) = set.size {
+            self.drain(ino).await?;
             let current = match self.mds(MdsOp::GetAttr { ino }).await? {
                 MdsAnswer::Attr(a) => a,
                 _ => return Err(libc::EIO),
@@ -335,12 +431,17 @@ impl CairnFs {
         data_pool: String,
     ) -> CairnFs {
         let link = Arc::new(MdsLink::new(rados.clone(), metadata_pool));
+        let permits = WRITE_BEHIND_BYTES / PERMIT_BYTES;
         CairnFs {
             rt,
             rados,
             link,
             data_pool,
             state: Arc::default(),
+            behind: Arc::new(WriteBehind {
+                room: Arc::new(tokio::sync::Semaphore::new(permits)),
+                changed: tokio::sync::Notify::new(),
+            }),
         }
     }
 
@@ -350,6 +451,7 @@ impl CairnFs {
             link: self.link.clone(),
             data_pool: self.data_pool.clone(),
             state: self.state.clone(),
+            behind: self.behind.clone(),
         }
     }
 
@@ -630,13 +732,14 @@ impl Filesystem for CairnFs {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
+        let sync = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
         self.spawn(|c| async move {
-            match c.write(ino.0, offset, &data).await {
+            match c.write(ino.0, offset, data, sync).await {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(errno(e)),
             }

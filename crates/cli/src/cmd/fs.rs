@@ -95,7 +95,8 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
         }),
         FsCmd::Mount { name, mountpoint } => {
             let rt = crate::runtime::build(4, "fs mount")?;
-            let client = rt.block_on(crate::mon_link::connect(args.mon))?;
+            let mut client = rt.block_on(crate::mon_link::connect(args.mon))?;
+            client.op_timeout_ms = cairn_fs::mount::DATA_TIMEOUT_MS;
             cairn_fs::mount::mount(&rt, Arc::new(client), &name, &mountpoint, stop_signal())
                 .with_context(|| format!("mounting {name} at {}", mountpoint.display()))
         }

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The file system on its FUSE mount against the object layer under it, on one `cairn up`
+cluster: `cairn bench` (4 MiB objects, -t DEPTH) writes and reads, then fio on the mount with
+DEPTH jobs: IOR-like file-per-process (FPP) and single-shared-file (SSF) at 4 MiB and 64 KiB
+transfers, one dd-like 1 MiB stream, and mdtest-like metadata rates (fio's filecreate,
+filestat and filedelete engines), the last also on a local directory of the same disk (the
+ceiling a local file system gives). Prints a markdown table (units as fio and rados bench
+print them: MiB/s) and writes it with --out.
+
+    python3 bench/fs_bench.py [--cairn target/release/cairn] [--depth 4] [--seconds 20]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(args, **kw):
+    print("+ " + " ".join(args), file=sys.stderr, flush=True)
+    return subprocess.run(args, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def cairn_bench(cairn, mon, seconds, mode, depth):
+    args = [cairn, "bench", "--mon", mon, "-p", "data", str(seconds), mode, "-t", str(depth)]
+    if mode == "write":
+        args += ["-b", str(4 << 20), "--no-cleanup"]
+    out = run(args)
+    return float(re.search(r"Bandwidth \(MB/sec\):\s+([\d.]+)", out).group(1))
+
+
+def fio(name, directory, extra):
+    args = ["fio", "--output-format=json", f"--name={name}", f"--directory={directory}",
+            "--group_reporting"] + extra
+    job = json.loads(run(args))["jobs"][0]
+    return job
+
+
+def mib_s(job, op):
+    return job[op]["bw"] / 1024.0
+
+
+def mounted(path):
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cairn", default="target/release/cairn")
+    p.add_argument("--depth", type=int, default=4, help="fio jobs and cairn bench -t")
+    p.add_argument("--seconds", type=int, default=20, help="cairn bench seconds")
+    p.add_argument("--mib-per-job", type=int, default=256, help="fio bytes per job, MiB")
+    p.add_argument("--files-per-job", type=int, default=1000, help="mdtest-like files per job")
+    p.add_argument("--out", help="write the markdown table here too")
+    a = p.parse_args()
+    cairn = os.path.abspath(a.cairn)
+    work = tempfile.mkdtemp(prefix="cairn-fs-bench-")
+    d = os.path.join(work, "cluster")
+    mnt = os.path.join(work, "mnt")
+    local = os.path.join(work, "local")
+    os.makedirs(mnt)
+    os.makedirs(local)
+    mon = f"127.0.0.1:{free_port()}"
+    mds = f"127.0.0.1:{free_port()}"
+    run([cairn, "up", "--no-s3", "--dir", d, "--mon", mon, "--mds", mds, "--osds", "3",
+         "--device-mib", "8192", "--pg-num", "64"])
+    os.environ["CAIRN_KEYRING"] = os.path.join(d, "keyring")
+    mount = None
+    rows = []
+    try:
+        w = cairn_bench(cairn, mon, a.seconds, "write", a.depth)
+        r = cairn_bench(cairn, mon, a.seconds, "seq", a.depth)
+        rows.append((f"cairn bench 4 MiB objects, -t {a.depth}", w, r, None))
+        mount = subprocess.Popen([cairn, "fs", "mount", "--mon", mon, "cairnfs", mnt],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while not mounted(mnt):
+            if time.time() > deadline:
+                raise RuntimeError("the file system was not mounted")
+            time.sleep(0.1)
+        size = f"--size={a.mib_per_job}M"
+        jobs = f"--numjobs={a.depth}"
+        for label, bs, shared in [("FPP 4 MiB", "4M", False), ("SSF 4 MiB", "4M", True),
+                                  ("FPP 64 KiB", "64k", False), ("SSF 64 KiB", "64k", True)]:
+            sub = os.path.join(mnt, label.replace(" ", "-"))
+            os.makedirs(sub)
+            common = [f"--bs={bs}", size, jobs, "--ioengine=psync"]
+            if shared:
+                common += ["--filename=shared", f"--offset_increment={a.mib_per_job}M"]
+            wj = fio("w", sub, common + ["--rw=write", "--end_fsync=1"])
+            rj = fio("r", sub, common + ["--rw=read"])
+            rows.append((f"fio {label}, {a.depth} jobs", mib_s(wj, "write"), mib_s(rj, "read"),
+                         None))
+        sub = os.path.join(mnt, "dd")
+        os.makedirs(sub)
+        dd = ["--bs=1M", f"--size={a.mib_per_job * 2}M", "--numjobs=1", "--ioengine=psync"]
+        wj = fio("w", sub, dd + ["--rw=write", "--end_fsync=1"])
+        rj = fio("r", sub, dd + ["--rw=read"])
+        rows.append(("fio dd-like stream, 1 MiB", mib_s(wj, "write"), mib_s(rj, "read"), None))
+        meta = {}
+        for where, top in [("cairnfs", mnt), ("local ext4", local)]:
+            sub = os.path.join(top, "md")
+            os.makedirs(sub, exist_ok=True)
+            m = [jobs, f"--nrfiles={a.files_per_job}", "--filesize=4k", "--openfiles=1"]
+            rates = []
+            for engine in ["filecreate", "filestat", "filedelete"]:
+                job = fio(engine, sub, m + [f"--ioengine={engine}"])
+                # fio counts these engines' files under whichever direction it booked them.
+                rates.append(max(job["read"]["iops"], job["write"]["iops"]))
+            meta[where] = rates
+        for label, (c, s, x) in meta.items():
+            rows.append((f"mdtest-like on {label}, {a.depth} jobs: create/stat/delete per s",
+                         None, None, (c, s, x)))
+    finally:
+        if mount is not None:
+            subprocess.run(["umount", "-l", mnt])
+            mount.terminate()
+            mount.wait(timeout=20)
+        subprocess.run([cairn, "down", "--dir", d], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    base_w, base_r = rows[0][1], rows[0][2]
+    lines = ["| workload | write MiB/s | read MiB/s | write / cairn bench | read / cairn bench |",
+             "|---|---|---|---|---|"]
+    for label, w, r, m in rows:
+        if m is not None:
+            lines.append(f"| {label} | {m[0]:.0f} / {m[1]:.0f} / {m[2]:.0f} | | | |")
+        else:
+            lines.append(f"| {label} | {w:.1f} | {r:.1f} | {w / base_w:.2f} | {r / base_r:.2f} |")
+    table = "\n".join(lines)
+    print(table)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
