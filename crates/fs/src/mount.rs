@@ -40,6 +40,10 @@ use crate::mds::now_ns;
 const TTL: Duration = Duration::ZERO;
 /// Largest write the kernel sends in one request.
 const MAX_WRITE_BYTES: u32 = 1 << 20;
+/// Readahead the kernel may do per file (as much as it allows).
+const READAHEAD_BYTES: u32 = 8 << 20;
+/// Requests (readahead among them) the kernel keeps in flight to the mount at once.
+const MAX_BACKGROUND: u16 = 64;
 /// Block size `stat` reports, which `cp` and friends take as their I/O size.
 const BLKSIZE: u32 = 1 << 20;
 /// Most bytes of writes a mount has in flight before a write waits for room.
@@ -495,8 +499,14 @@ fn reply_bytes(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, i32>) {
 
 impl Filesystem for CairnFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(MAX_WRITE_BYTES);
-        let _ = config.set_max_readahead(MAX_WRITE_BYTES);
+        if let Err(most) = config.set_max_write(MAX_WRITE_BYTES) {
+            let _ = config.set_max_write(most);
+        }
+        if let Err(most) = config.set_max_readahead(READAHEAD_BYTES) {
+            let _ = config.set_max_readahead(most);
+        }
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND / 4 * 3);
         Ok(())
     }
 
