@@ -71,11 +71,16 @@ struct Pending {
     reply: Option<(u64, SessionSender)>,
 }
 
+/// Sends an answer without holding up the namespace's task: a client whose session window is
+/// full (it does not read its replies) gets it from a task of its own.
 async fn answer(to: &SessionSender, tid: u64, result: Result<MdsAnswer, i32>) {
-    let reply = MdsReply { tid, result };
-    let _ = to
-        .send(MSG_MDS_REPLY, cairn_proto::encode(&reply, &[]))
-        .await;
+    let payload = cairn_proto::encode(&MdsReply { tid, result }, &[]);
+    if let Err(cairn_msgr::MsgrError::Busy { .. }) = to.try_send(MSG_MDS_REPLY, payload.clone()) {
+        let to = to.clone();
+        tokio::spawn(async move {
+            let _ = to.send(MSG_MDS_REPLY, payload).await;
+        });
+    }
 }
 
 /// Answers already given to mutations, by (client, request id), oldest forgotten first.

@@ -42,7 +42,7 @@ pub struct NrsStudyArgs {
     #[arg(long, default_value = "hdd-7200")]
     profile: String,
     /// Device file size of each OSD, MiB.
-    #[arg(long = "device-mib", default_value_t = 4096)]
+    #[arg(long = "device-mib", default_value_t = 8192)]
     device_mib: u64,
     /// PGs of the pool.
     #[arg(long = "pg-num", default_value_t = 64)]
@@ -279,6 +279,24 @@ async fn prefill(
     Ok(StreamObjects { names })
 }
 
+/// Removes the objects a case's runs wrote (the next case starts on an empty pool).
+async fn remove_objects(client: &Client, objects: &StreamObjects) -> anyhow::Result<()> {
+    let names: Vec<&String> = objects.names.iter().flatten().flatten().collect();
+    for chunk in names.chunks(32) {
+        let removed = futures_util::future::join_all(
+            chunk.iter().map(|name| client.remove(POOL, name)),
+        )
+        .await;
+        for r in removed {
+            match r {
+                Ok(()) | Err(cairn_client::ClientError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Waits until the pool takes a write.
 async fn wait_writable(client: &Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
@@ -369,6 +387,8 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
                     bar.inc(1);
                     runs.push(r);
                 }
+                bar.set_message(format!("{policy} {case}: removing its objects"));
+                remove_objects(&admin, &objects).await?;
             }
         }
         anyhow::Ok(runs)
