@@ -295,8 +295,8 @@ impl Ctx {
         }
         let c = self.clone();
         let sent = tokio::spawn(async move {
-            let r = crate::data::write(&c.rados, &c.data_pool, ino, object_size, offset, &data)
-                .await;
+            let r =
+                crate::data::write(&c.rados, &c.data_pool, ino, object_size, offset, &data).await;
             drop(room);
             let mut st = c.lock();
             let f = st.inflight.entry(ino).or_default();
@@ -339,7 +339,12 @@ impl Ctx {
     /// to report.
     async fn drain_quietly(&self, ino: u64) {
         if let Err(e) = self.drain(ino).await {
-            self.lock().inflight.entry(ino).or_default().error.get_or_insert(e);
+            self.lock()
+                .inflight
+                .entry(ino)
+                .or_default()
+                .error
+                .get_or_insert(e);
         }
     }
 

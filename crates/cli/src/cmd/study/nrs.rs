@@ -283,10 +283,9 @@ async fn prefill(
 async fn remove_objects(client: &Client, objects: &StreamObjects) -> anyhow::Result<()> {
     let names: Vec<&String> = objects.names.iter().flatten().flatten().collect();
     for chunk in names.chunks(32) {
-        let removed = futures_util::future::join_all(
-            chunk.iter().map(|name| client.remove(POOL, name)),
-        )
-        .await;
+        let removed =
+            futures_util::future::join_all(chunk.iter().map(|name| client.remove(POOL, name)))
+                .await;
         for r in removed {
             match r {
                 Ok(()) | Err(cairn_client::ClientError::NotFound(_)) => {}
