@@ -472,6 +472,22 @@ impl CairnFs {
         self.rt.spawn(work(self.ctx()));
     }
 
+    /// Makes `inode` named `name` in `parent` and answers the kernel with its attributes
+    /// (mknod, mkdir, symlink).
+    fn make(&self, parent: INodeNo, name: &OsStr, inode: NewInode, reply: ReplyEntry) {
+        let op = MdsOp::Create {
+            parent: parent.0,
+            name: name.as_bytes().to_vec(),
+            inode,
+        };
+        self.spawn(|c| async move { reply_entry(reply, c.attr_of(op).await) });
+    }
+
+    /// Runs `op`, answered with success or its errno (unlink, rmdir, rename, xattrs).
+    fn run(&self, op: MdsOp, reply: ReplyEmpty) {
+        self.spawn(|c| async move { reply_empty(reply, c.done(op).await) });
+    }
+
     fn next_fh(&self) -> u64 {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         st.next_fh += 1;
@@ -593,16 +609,7 @@ impl Filesystem for CairnFs {
         let Some(kind) = kind_of_mode(mode) else {
             return reply.error(errno(libc::EINVAL));
         };
-        let inode = new_inode(req, kind, mode, umask, rdev);
-        let name = name.as_bytes().to_vec();
-        self.spawn(|c| async move {
-            let op = MdsOp::Create {
-                parent: parent.0,
-                name,
-                inode,
-            };
-            reply_entry(reply, c.attr_of(op).await);
-        });
+        self.make(parent, name, new_inode(req, kind, mode, umask, rdev), reply);
     }
 
     fn mkdir(
@@ -614,40 +621,30 @@ impl Filesystem for CairnFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let inode = new_inode(req, FileKind::Dir, mode, umask, 0);
-        let name = name.as_bytes().to_vec();
-        self.spawn(|c| async move {
-            let op = MdsOp::Create {
-                parent: parent.0,
-                name,
-                inode,
-            };
-            reply_entry(reply, c.attr_of(op).await);
-        });
+        self.make(
+            parent,
+            name,
+            new_inode(req, FileKind::Dir, mode, umask, 0),
+            reply,
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let name = name.as_bytes().to_vec();
-        self.spawn(|c| async move {
-            let op = MdsOp::Unlink {
-                parent: parent.0,
-                name,
-                now_ns: now_ns(),
-            };
-            reply_empty(reply, c.done(op).await);
-        });
+        let op = MdsOp::Unlink {
+            parent: parent.0,
+            name: name.as_bytes().to_vec(),
+            now_ns: now_ns(),
+        };
+        self.run(op, reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let name = name.as_bytes().to_vec();
-        self.spawn(|c| async move {
-            let op = MdsOp::Rmdir {
-                parent: parent.0,
-                name,
-                now_ns: now_ns(),
-            };
-            reply_empty(reply, c.done(op).await);
-        });
+        let op = MdsOp::Rmdir {
+            parent: parent.0,
+            name: name.as_bytes().to_vec(),
+            now_ns: now_ns(),
+        };
+        self.run(op, reply);
     }
 
     fn symlink(
@@ -660,15 +657,7 @@ impl Filesystem for CairnFs {
     ) {
         let mut inode = new_inode(req, FileKind::Symlink, 0o777, 0, 0);
         inode.target = target.as_os_str().as_bytes().to_vec();
-        let name = link_name.as_bytes().to_vec();
-        self.spawn(|c| async move {
-            let op = MdsOp::Create {
-                parent: parent.0,
-                name,
-                inode,
-            };
-            reply_entry(reply, c.attr_of(op).await);
-        });
+        self.make(parent, link_name, inode, reply);
     }
 
     fn rename(
@@ -689,7 +678,7 @@ impl Filesystem for CairnFs {
             flags: flags.bits(),
             now_ns: now_ns(),
         };
-        self.spawn(|c| async move { reply_empty(reply, c.done(op).await) });
+        self.run(op, reply);
     }
 
     fn link(
@@ -915,7 +904,7 @@ impl Filesystem for CairnFs {
             value: value.to_vec(),
             flags: u32::try_from(flags).unwrap_or(u32::MAX),
         };
-        self.spawn(|c| async move { reply_empty(reply, c.done(op).await) });
+        self.run(op, reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -955,7 +944,7 @@ impl Filesystem for CairnFs {
             ino: ino.0,
             name: name.as_bytes().to_vec(),
         };
-        self.spawn(|c| async move { reply_empty(reply, c.done(op).await) });
+        self.run(op, reply);
     }
 
     fn create(

@@ -410,7 +410,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     if !args.no_fs {
-        start_mds(&args, &mut daemons, cephx, spawn)?;
+        start_mds(&args, &mut daemons, cephx)?;
     }
     if !args.no_s3 {
         let fresh = daemons.running("s3gw").is_none();
@@ -513,12 +513,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
 
 /// Makes the file system `cairnfs` (and, with cephx, its metadata server's key) unless it
 /// exists, and starts its metadata server unless it runs; waits until it serves.
-fn start_mds(
-    args: &UpArgs,
-    daemons: &mut UpDaemons<'_>,
-    cephx: bool,
-    spawn: impl Fn(&Path, &str, &[String]) -> anyhow::Result<u32>,
-) -> anyhow::Result<()> {
+fn start_mds(args: &UpArgs, daemons: &mut UpDaemons<'_>, cephx: bool) -> anyhow::Result<()> {
     use crate::file_system::{create, mds_args, mds_keyring, register_mds, DEFAULT_FS};
     let admin = match cephx {
         true => Some(crate::up_keys::admin_auth(&args.dir)?),
