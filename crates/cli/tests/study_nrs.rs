@@ -38,7 +38,7 @@ fn the_nrs_study_measures_each_client_under_each_policy() {
         "--profile",
         "none",
         "--device-mib",
-        "512",
+        "4096",
         "--pg-num",
         "16",
         "--cases",

@@ -3,6 +3,7 @@
 //! `o / object_size`. Objects are made by the first write into them; a missing object, or
 //! bytes past an object's end, read as zeros (a sparse file's holes).
 
+use bytes::Bytes;
 use cairn_client::{Client, ClientError};
 use futures_util::future::try_join_all;
 
@@ -75,7 +76,8 @@ pub async fn write(
 }
 
 /// Reads up to `len` bytes at `offset` of file `ino` whose size is `size`: fewer at the end
-/// of the file, holes as zeros.
+/// of the file, holes as zeros. A range inside one object comes back as the buffer the OSD's
+/// reply arrived in, uncopied, when the object holds all of it.
 pub async fn read(
     client: &Client,
     pool: &str,
@@ -84,31 +86,40 @@ pub async fn read(
     offset: u64,
     len: usize,
     size: u64,
-) -> Result<Vec<u8>, FsError> {
+) -> Result<Bytes, FsError> {
     let len = usize::try_from(size.saturating_sub(offset))
         .unwrap_or(usize::MAX)
         .min(len);
-    let mut out = vec![0u8; len];
     let all = pieces(offset, len, object_size);
+    let read_piece = |p: Piece| async move {
+        let name = data_object(ino, p.index);
+        match client
+            .read_range_bytes(pool, &name, p.object_offset, p.len as u64)
+            .await
+        {
+            Ok(b) => Ok((p, b)),
+            Err(ClientError::NotFound(_)) => Ok((p, Bytes::new())),
+            Err(e) => Err(e),
+        }
+    };
+    if let [one] = all.as_slice() {
+        let (_, bytes) = read_piece(*one).await?;
+        if bytes.len() >= len {
+            return Ok(bytes.slice(..len));
+        }
+        let mut short = bytes.to_vec();
+        short.resize(len, 0);
+        return Ok(Bytes::from(short));
+    }
+    let mut out = vec![0u8; len];
     for chunk in all.chunks(PARALLEL_OBJECTS) {
-        let got = try_join_all(chunk.iter().map(|p| async move {
-            let name = data_object(ino, p.index);
-            match client
-                .read_range_bytes(pool, &name, p.object_offset, p.len as u64)
-                .await
-            {
-                Ok(b) => Ok((p, b)),
-                Err(ClientError::NotFound(_)) => Ok((p, bytes::Bytes::new())),
-                Err(e) => Err(e),
-            }
-        }))
-        .await?;
+        let got = try_join_all(chunk.iter().map(|p| read_piece(*p))).await?;
         for (p, bytes) in got {
             let n = bytes.len().min(p.len);
             out[p.buffer_offset..p.buffer_offset + n].copy_from_slice(&bytes[..n]);
         }
     }
-    Ok(out)
+    Ok(Bytes::from(out))
 }
 
 async fn remove_object(client: &Client, pool: &str, name: &str) -> Result<bool, FsError> {

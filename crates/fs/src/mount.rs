@@ -315,7 +315,7 @@ impl Ctx {
         Ok(len)
     }
 
-    async fn read(&self, ino: u64, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+    async fn read(&self, ino: u64, offset: u64, len: u32) -> Result<bytes::Bytes, i32> {
         self.drain_quietly(ino).await;
         let (object_size, size) = self.layout(ino).await?;
         let dirty = self.lock().dirty.get(&ino).map_or(0, |d| d.size);
