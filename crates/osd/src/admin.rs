@@ -402,13 +402,13 @@ fn pg_dump(s: &Shared) -> String {
         .filter(|pg| pg.status() != PgStatus::Replica)
         .map(|pg| {
             let iv = pg.interval();
-            let (head, les, entries) = match pg.inner.try_lock() {
-                Ok(inner) => (
+            let (head, les, entries) = match pg.try_lock() {
+                Some(inner) => (
                     inner.log.head().to_string(),
                     inner.last_epoch_started.to_string(),
                     inner.log.len().to_string(),
                 ),
-                Err(_) => ("busy".into(), "busy".into(), "busy".into()),
+                None => ("busy".into(), "busy".into(), "busy".into()),
             };
             let acting: Vec<String> = iv
                 .acting

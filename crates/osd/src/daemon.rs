@@ -629,22 +629,14 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                             continue;
                         }
                     };
-                let tid = rep.tid;
-                let pg = PgId {
-                    pool: rep.pool,
-                    seed: rep.pg_seed,
-                };
                 let (s2, out) = (s.clone(), sender.clone());
                 let work = primary::client_work(client, &rep.object, &rep.kind, data.len() as u64);
                 let data = received(data, data_crc);
-                let job = async move {
-                    let h = replica::repop(&s2, rep, data).await;
+                // Scheduled inside `repop`, once it is this PG's next write.
+                drop(s.spawn(async move {
+                    let h = Box::pin(replica::repop(&s2, rep, data, work)).await;
                     let _ = out.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
-                };
-                if let Err(e) = s.sched.submit(pg, work, job) {
-                    let h = ReplyHeader::bare(tid, s.epoch(), OpResult::Failed(e.to_string()));
-                    let _ = sender.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
-                }
+                }));
             }
             MSG_PEER_REQUEST => {
                 let (req, data) = match decode::<PeerRequest>(&payload) {

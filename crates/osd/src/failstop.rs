@@ -38,6 +38,7 @@ pub async fn watch(s: Weak<Shared>, failed: oneshot::Sender<String>) {
         let why = shared
             .store
             .failure()
+            .or_else(|| shared.fault())
             .or_else(|| power_lost.then(|| "the device lost power".to_string()));
         let Some(why) = why else {
             continue;

@@ -22,6 +22,7 @@ pub mod failstop;
 pub mod fence;
 pub mod heartbeat;
 pub mod history;
+pub mod inflight;
 pub mod metrics;
 pub mod misplaced;
 pub mod missing;

@@ -77,6 +77,8 @@ pub struct Metrics {
     up_thru_requests: AtomicU64,
     /// Resent writes answered from the PG log (their first attempt was applied).
     dup_writes: AtomicU64,
+    /// Client writes queued while another write of their PG was still committing.
+    pipelined_writes: AtomicU64,
     /// Client reads that found this primary's copy damaged: repaired from another copy, and
     /// not repairable (every copy damaged or unreachable).
     read_repairs: AtomicU64,
@@ -163,6 +165,11 @@ impl Metrics {
     /// Records an up_thru request sent to the monitor before a PG went active.
     pub fn record_up_thru_request(&self) {
         self.up_thru_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a client write queued while another write of its PG was still committing.
+    pub fn record_pipelined_write(&self) {
+        self.pipelined_writes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a resent write answered from the PG log instead of being applied again.
@@ -316,7 +323,7 @@ impl Metrics {
                 .iter()
                 .map(|(kind, &(n, _))| ([("osd", osd), ("kind", kind.label())], n)),
         )?;
-        let single: [(&str, &str, &AtomicU64); 9] = [
+        let single: [(&str, &str, &AtomicU64); 10] = [
             (
                 "cairn_osd_op_recoveries_total",
                 "Client ops that touched an object a copy of its PG lacked after activation, \
@@ -369,6 +376,11 @@ impl Metrics {
                 "Resent client writes answered from the PG log, their first attempt having been \
                  applied.",
                 &self.dup_writes,
+            ),
+            (
+                "cairn_osd_pipelined_writes_total",
+                "Client writes queued while another write of their PG was still committing.",
+                &self.pipelined_writes,
             ),
         ];
         for (name, help, value) in single {

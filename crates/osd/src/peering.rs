@@ -533,7 +533,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     s.store.queue_transaction_owned(txn).await?;
     inner.created = true;
     inner.history_les = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
-    inner.complete_to = auth_log.head();
+    pg.writes.reset(auth_log.head(), auth_log.head());
     inner.log = auth_log;
     inner.last_epoch_started = epoch;
     // Before the PG serves: an op on an object a copy lacks must find it missing.

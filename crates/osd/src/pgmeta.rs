@@ -278,6 +278,7 @@ pub async fn load(store: &Store, coll: &str, max_entries: usize) -> Result<Loade
         }
     }
     entries.sort_by_key(|e| e.version);
+    cut_at_first_hole(coll, &mut entries);
     dups.sort_by_key(|d| d.version);
     let log = PgLog::from_parts(info.tail, dups, entries, max_entries)
         .map_err(|e| OsdError::Corrupt(format!("{coll} log: {e}")))?;
@@ -286,6 +287,27 @@ pub async fn load(store: &Store, coll: &str, max_entries: usize) -> Result<Loade
         last_epoch_started: info.last_epoch_started,
         missing,
     })
+}
+
+/// Drops the entries from the first one whose version does not follow its predecessor's
+/// (versions count up by one in every interval). A copy's log has such a hole only if a write
+/// failed locally after a later one of its PG was queued (the OSD stops then): cut there, the
+/// copy is behind, and peering recovers what it lacks, including the objects of the entries
+/// cut, from the other copies.
+fn cut_at_first_hole(coll: &str, entries: &mut Vec<LogEntry>) {
+    let hole = entries
+        .windows(2)
+        .position(|w| w[1].version.version != w[0].version.version + 1);
+    if let Some(i) = hole {
+        tracing::error!(
+            coll,
+            after = %entries[i].version,
+            next = %entries[i + 1].version,
+            dropped = entries.len() - i - 1,
+            "the PG log has a hole: the entries past it are ignored"
+        );
+        entries.truncate(i + 1);
+    }
 }
 
 /// Packs a version into the u64 clients see and `_v` stores: `epoch << 32 | counter`.
@@ -336,6 +358,25 @@ mod tests {
         store
     }
 
+    #[test]
+    fn a_log_is_cut_at_its_first_hole_and_kept_whole_without_one() {
+        let mut whole: Vec<LogEntry> = (5..=9).map(|n| entry(n, false)).collect();
+        cut_at_first_hole(COLL, &mut whole);
+        assert_eq!(whole.len(), 5);
+        let mut holed: Vec<LogEntry> = [5, 6, 8, 9].iter().map(|&n| entry(n, false)).collect();
+        cut_at_first_hole(COLL, &mut holed);
+        let kept: Vec<u64> = holed.iter().map(|e| e.version.version).collect();
+        assert_eq!(kept, [5, 6]);
+        // A new interval's first entry follows the last one of the previous interval.
+        let mut across = vec![entry(5, false), entry(6, false)];
+        across.push(LogEntry {
+            version: Eversion::new(4, 7),
+            ..entry(7, false)
+        });
+        cut_at_first_hole(COLL, &mut across);
+        assert_eq!(across.len(), 3);
+    }
+
     /// Appends, trims (entries without a request id leave, those with one stay as dups until
     /// the dups are full) and a replacement by a peer's log all load back as the log in memory.
     #[tokio::test]
@@ -370,7 +411,12 @@ mod tests {
         for n in 7..=14 {
             peer.append(entry(n, n % 3 != 0)).unwrap();
         }
-        peer.append(entry(20, true)).unwrap();
+        peer.append(LogEntry {
+            version: Eversion::new(4, 15),
+            object: "elsewhere".into(),
+            ..entry(15, true)
+        })
+        .unwrap();
         assert!(peer.dups().any(|d| d.version == Eversion::new(3, 13)));
         let mut txn = Transaction::new();
         replace_log(&mut txn, COLL, &log, &peer, 5).unwrap();

@@ -9,10 +9,11 @@ use std::time::Instant;
 
 use cairn_clustermap::MapFlag;
 use cairn_clustermap::{PgId, PgMapping};
-use cairn_pg::{Eversion, PgLog};
+use cairn_pg::PgLog;
 use tokio::sync::watch;
 
 use crate::fence::ScrubFence;
+use crate::inflight::WritesInFlight;
 use crate::missing::MissingSets;
 use crate::pgmeta::collection;
 
@@ -130,11 +131,6 @@ pub struct PgInner {
     pub last_epoch_started: u64,
     /// The collection exists in the store.
     pub created: bool,
-    /// As primary: every entry up to this version is on every copy of the acting set (the
-    /// log's head at activation, then each write every copy acknowledged: a copy refuses a
-    /// write that skips a version, so it holds all earlier ones). A resend of a request logged
-    /// after it is not answered from the log until the PG has peered again.
-    pub complete_to: Eversion,
     /// As primary: the newest last epoch started among the copies it peered with (before this
     /// interval's activation). A stray copy activated in a later interval holds writes this
     /// history does not know of, and is never called clean.
@@ -147,8 +143,12 @@ pub struct Pg {
     pub id: PgId,
     /// Its store collection.
     pub coll: String,
-    /// Orders writes and peering.
-    pub inner: tokio::sync::Mutex<PgInner>,
+    /// Orders writes and peering: taken through [`Pg::lock`], [`Pg::lock_unfenced`] or
+    /// [`Pg::lock_for_write`], which wait for the writes in flight that matter to each.
+    inner: tokio::sync::Mutex<PgInner>,
+    /// Its writes submitted and not ended (as primary: also how far every copy has them, the
+    /// `complete_to` a resend is answered from the log up to).
+    pub writes: WritesInFlight,
     interval: Mutex<Interval>,
     status: Mutex<PgStatus>,
     /// OSDs of earlier intervals not yet known to be clean (queried when peering).
@@ -204,9 +204,9 @@ impl Pg {
                 log,
                 last_epoch_started,
                 created,
-                complete_to: Eversion::default(),
                 history_les: 0,
             }),
+            writes: WritesInFlight::default(),
             interval: Mutex::new(Interval::default()),
             status: Mutex::new(PgStatus::Replica),
             past: Mutex::new(BTreeSet::new()),
@@ -253,24 +253,83 @@ impl Pg {
         *self.status.lock().unwrap_or_else(|p| p.into_inner()) = active_status(&iv, clean);
     }
 
-    /// The PG's lock, taken once no scrub fence holds `object` (`None`: once no fence is up),
-    /// and whether it had to wait for one: what a write, or a repair, of that object waits
-    /// for. A fenced object's waiter does not hold the lock, so the PG's other writes, and the
-    /// scrub itself, go on meanwhile.
+    /// The PG's lock, once no write is in flight: what everything but a write takes, so that
+    /// it sees every submitted write ended (committed, or taken out of the log).
+    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, PgInner> {
+        let mut inner = self.inner.lock().await;
+        self.drained(&mut inner).await;
+        inner
+    }
+
+    /// The PG's lock if free now, writes in flight or not: for a look at its log or history
+    /// that must not wait.
+    pub fn try_lock(&self) -> Option<tokio::sync::MutexGuard<'_, PgInner>> {
+        self.inner.try_lock().ok()
+    }
+
+    /// With the lock held, waits until no write is in flight (no new one can start: writes
+    /// submit under the lock) and settles a refused one.
+    async fn drained(&self, inner: &mut PgInner) {
+        self.writes.idle().await;
+        let PgInner { log, created, .. } = inner;
+        self.writes.settle(log, created);
+    }
+
+    /// The PG's lock, taken once no scrub fence holds `object` (`None`: once no fence is up)
+    /// and no write is in flight, and whether it had to wait for a fence: what a repair of
+    /// that object, or a scrub, waits for. A fenced object's waiter does not hold the lock, so
+    /// the PG's other writes, and the scrub itself, go on meanwhile.
     pub async fn lock_unfenced(
         &self,
         object: Option<&str>,
     ) -> (tokio::sync::MutexGuard<'_, PgInner>, bool) {
         let mut waited = false;
         loop {
-            let inner = self.inner.lock().await;
+            let mut inner = self.inner.lock().await;
             if !self.fence.holds(object) {
+                self.drained(&mut inner).await;
                 return (inner, waited);
             }
             drop(inner);
             waited = true;
             self.fence.wait_lowered(object).await;
         }
+    }
+
+    /// The PG's lock for a write of `object`: taken once no scrub fence holds it and no other
+    /// write of it is in flight (writes of other objects may be), and whether it had to wait
+    /// for a fence. The waiter does not hold the lock meanwhile.
+    pub async fn lock_for_write(
+        &self,
+        object: &str,
+    ) -> (tokio::sync::MutexGuard<'_, PgInner>, bool) {
+        let mut fenced = false;
+        loop {
+            let mut inner = self.inner.lock().await;
+            if self.fence.holds(Some(object)) {
+                drop(inner);
+                fenced = true;
+                self.fence.wait_lowered(Some(object)).await;
+                continue;
+            }
+            if self.writes.touches(object) {
+                drop(inner);
+                self.writes.object_idle(object).await;
+                continue;
+            }
+            let PgInner { log, created, .. } = &mut *inner;
+            self.writes.settle(log, created);
+            return (inner, fenced);
+        }
+    }
+
+    /// The PG's lock for a replica write: writes of other objects may be in flight; settles
+    /// a refused one.
+    pub async fn lock_for_replica_write(&self) -> tokio::sync::MutexGuard<'_, PgInner> {
+        let mut inner = self.inner.lock().await;
+        let PgInner { log, created, .. } = &mut *inner;
+        self.writes.settle(log, created);
+        inner
     }
 
     /// Claims the background fill of `up` in the interval of `epoch`: false when one was

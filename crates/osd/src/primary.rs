@@ -1,8 +1,9 @@
 //! Client operations on the PG's primary. Every op waits until its PG is active, then runs
 //! through the scheduler (invariant 2). Writes are ordered by the PG's lock: the primary
-//! resolves the op (append -> write at the end), assigns the next PG version, commits the data
-//! with its log entry durably and sends the same to every other acting OSD, and answers only when
-//! all have committed (invariant 1). Reads come from the primary's store, whose blocks are
+//! resolves the op (append -> write at the end), assigns the next PG version, queues the data
+//! with its log entry in its store and sends the same to every other acting OSD, then lets go
+//! of the lock (the PG's writes to other objects pipeline behind it) and answers only when all
+//! have committed (invariant 1). Reads come from the primary's store, whose blocks are
 //! checksum-verified (invariant 7).
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use cairn_proto::{
 };
 use cairn_store::{StoreError, Transaction};
 
+use crate::inflight::{poll_once, AfterFinish, LocalOutcome};
 use crate::objects::list_page;
 use crate::objects::{decode_version, recorded_version};
 use crate::payload::Payload;
@@ -347,7 +349,9 @@ async fn write(
     if let Err(r) = check_quota(s, pg.id.pool, &op.kind, op.epoch).await {
         return fail(op.tid, s.epoch(), r);
     }
-    let (mut inner, fenced) = pg.lock_unfenced(Some(&op.object)).await;
+    // Only this object's writes in flight are waited for: those of other objects go on
+    // (pipelining; see `inflight`).
+    let (mut inner, fenced) = pg.lock_for_write(&op.object).await;
     if fenced {
         s.metrics.record_scrub_fenced();
     }
@@ -375,7 +379,12 @@ async fn write(
     }
     if let Some(reqid) = op.reqid {
         if let Some(done) = inner.log.version_of_request(&reqid) {
-            return answer_resend(s, pg, &inner, &iv, &op, reqid, done);
+            // Its first attempt, on this object, is not in flight (`lock_for_write` waited);
+            // earlier writes of other objects may be, and `complete_to` passes the first
+            // attempt once they end.
+            drop(inner);
+            pg.writes.ended_through(done).await;
+            return answer_resend(s, pg, &iv, &op, reqid, done);
         }
     }
     // A conditional write, checked under the PG's lock: no write to the object can come
@@ -425,13 +434,27 @@ async fn write(
     if let Err(r) = crate::txns::check_object_size(obj, &kind, data.len(), s.cfg.max_object_bytes) {
         return fail(op.tid, epoch, r);
     }
-    let prior = match inner.log.newest_for(obj) {
+    let work = client_work(client, obj, &kind, data.len() as u64);
+    // Released by the scheduler before its version is assigned: the PG's writes reach the
+    // store and the replicas in version order whatever order the policy picks.
+    let grant = match s.sched.grant(pg.id, work).await {
+        Ok(g) => g,
+        Err(e) => return fail(op.tid, epoch, OpResult::Failed(e.to_string())),
+    };
+    let PgInner {
+        log,
+        created,
+        last_epoch_started,
+        ..
+    } = &mut *inner;
+    let reservation = pg.writes.reserve(log, created);
+    let prior = match log.newest_for(obj) {
         Some(e) if e.op == LogOp::Delete => Eversion::default(),
         Some(e) => e.version,
-        None if !inner.created => Eversion::default(),
+        None if !*created => Eversion::default(),
         None => PRIOR_UNKNOWN,
     };
-    let head = inner.log.head();
+    let head = log.head();
     let version = Eversion::new(epoch.max(head.epoch), head.version + 1);
     let entry = LogEntry {
         version,
@@ -444,8 +467,9 @@ async fn write(
         prior,
         reqid: op.reqid,
     };
+    let creates = !*created;
     let mut txn = Transaction::new();
-    if !inner.created {
+    if creates {
         txn.create_collection(coll);
     }
     if let Err(r) = build_write(
@@ -459,10 +483,17 @@ async fn write(
     ) {
         return fail(op.tid, epoch, r);
     }
-    if let Err(e) = append_entry(&mut txn, coll, &inner.log, &entry, inner.last_epoch_started) {
+    if let Err(e) = append_entry(&mut txn, coll, log, &entry, *last_epoch_started) {
         return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
     }
-    let work = client_work(client, obj, &kind, data.len() as u64);
+    if let Err(e) = log.append(entry.clone()) {
+        return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
+    }
+    let flight = pg.writes.submitted(reservation, version, obj, creates);
+    if flight.pipelined() {
+        s.metrics.record_pipelined_write();
+    }
+    *created = true;
     let rep = RepOpHeader {
         tid: 0,
         epoch: iv.epoch,
@@ -470,37 +501,55 @@ async fn write(
         pg_seed: pg.id.seed,
         object: op.object.clone(),
         kind,
-        entry: entry.clone(),
+        entry,
         data_crc: op.data_crc,
     };
-    let s2 = s.clone();
-    let local = s.sched.run(pg.id, work, async move {
-        s2.store.queue_transaction_owned(txn).await
-    });
-    let remote = replicate(s, pg, &iv, rep, data);
-    let (l, r) = tokio::join!(local, remote);
-    let local_ok = matches!(l, Ok(Ok(())));
-    if local_ok {
-        inner.created = true;
-        if let Err(e) = inner.log.append(entry) {
-            tracing::error!(pg = %pg.id, error = %e, "log append after commit");
+    // Queued in the store and sent to the replicas under the lock (version order), awaited
+    // after it.
+    let mut local = std::pin::pin!(s.store.queue_transaction_owned(txn));
+    let local_now = match poll_once(local.as_mut()).await {
+        Some(Err(e)) if !e.is_fatal() => {
+            // Refused before it was queued: nothing of it is anywhere.
+            flight.withdraw(log, created);
+            return fail(op.tid, epoch, store_result(e));
         }
-        if r.is_complete() {
-            inner.complete_to = version;
-        }
+        other => other,
+    };
+    let mut remote = std::pin::pin!(replicate(s, pg, &iv, rep, data));
+    let remote_now = poll_once(remote.as_mut()).await;
+    drop(inner);
+    let l = match local_now {
+        Some(l) => l,
+        None => local.await,
+    };
+    drop(grant);
+    let r = match remote_now {
+        Some(r) => r,
+        None => remote.await,
+    };
+    let local_ok = l.is_ok();
+    let local_fatal = matches!(&l, Err(e) if e.is_fatal());
+    let outcome = match &l {
+        Ok(()) => LocalOutcome::Committed,
+        Err(_) if local_fatal => LocalOutcome::Unknown,
+        Err(_) => LocalOutcome::Refused,
+    };
+    if flight.finish(outcome, r.is_complete()) == AfterFinish::StopTheOsd {
+        s.fail_stop(format!(
+            "pg {}: write {version} failed locally after a later write was queued",
+            pg.id
+        ));
     }
     // The write reached some copies and not others: the next write would reuse this version
     // here, or skip it there. Peering again reconciles the copies first. (A failed store
     // serves nothing more; a copy that did not answer is left to the map's next change, and
     // if it did not commit, it refuses the next write, which peers then.)
-    let local_fatal = matches!(&l, Ok(Err(e)) if e.is_fatal());
     if !local_fatal && ((local_ok && r.refused.is_some()) || (!local_ok && r.applied > 0)) {
         crate::peering::repeer(s, pg, iv.epoch, "a write committed on some copies only");
     }
     let result = match (l, r.result()) {
-        (Ok(Ok(())), Ok(())) => OpResult::Ok,
-        (Ok(Err(e)), _) => store_result(e),
-        (Err(e), _) => OpResult::Failed(e.to_string()),
+        (Ok(()), Ok(())) => OpResult::Ok,
+        (Err(e), _) => store_result(e),
         (_, Err(r)) => r,
     };
     (
@@ -548,14 +597,13 @@ async fn check_xattr_room(
 fn answer_resend(
     s: &Arc<Shared>,
     pg: &Arc<Pg>,
-    inner: &PgInner,
     iv: &Interval,
     op: &OpHeader,
     reqid: ReqId,
     done: Eversion,
 ) -> Answer {
     let epoch = s.epoch();
-    if done <= inner.complete_to {
+    if done <= pg.writes.complete_to() {
         s.metrics.record_dup_write();
         tracing::debug!(pg = %pg.id, %reqid, version = %done, "resent write answered from the log");
         return (

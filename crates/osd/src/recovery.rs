@@ -162,7 +162,7 @@ pub(crate) async fn recover_object(
 /// Records that this copy holds `obj` now, under the PG's lock (which an activation holds
 /// while it replaces the missing set), if the activation `generation` is still the PG's.
 async fn record_own(s: &Shared, pg: &Pg, generation: u64, obj: &str) -> Result<(), OsdError> {
-    let _inner = pg.inner.lock().await;
+    let _inner = pg.lock().await;
     if pg.missing().generation() != generation || !pg.missing().own_lacks(obj) {
         return Ok(());
     }

@@ -309,7 +309,7 @@ async fn fill_copy(
             tokio::time::sleep(HELD_PAUSE).await;
         }
         let mine = {
-            let inner = pg.inner.lock().await;
+            let inner = pg.lock().await;
             PeerLog {
                 osd: s.id,
                 last_epoch_started: inner.last_epoch_started,

@@ -15,6 +15,7 @@ use cairn_proto::{OpResult, RepOpHeader, ReplyHeader};
 use cairn_store::{StoreError, Transaction};
 
 use crate::error::OsdError;
+use crate::inflight::{poll_once, AfterFinish, LocalOutcome};
 use crate::metrics::RecoveryKind;
 use crate::objects::{
     list_all, list_page, read_piece, remove_temps, stage_piece, Cursor, PiecePlace,
@@ -28,9 +29,18 @@ use crate::txns::{build_write, no_space_detail};
 use crate::work::Work;
 use cairn_qos::OpKind as Io;
 
+/// How long a replica write that arrived ahead of an earlier one of its PG waits for it, at
+/// most, before it is refused (the primary then peers again): the two are sent a moment apart,
+/// and the earlier one may wait its turn in this OSD's scheduler.
+const REPLICA_ORDER_WAIT_MS: u64 = 2_000;
+
 /// Applies a replica write durably; answers Ok only once it is committed. The data's crc32c,
-/// as the messenger verified it on arrival, must match the write's own.
-pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHeader {
+/// as the messenger verified it on arrival, must match the write's own. Writes are applied in
+/// version order: one that arrives ahead of an earlier one of the same interval (the primary
+/// pipelines a PG's writes) waits for it, up to the replica-write timeout. Like the primary's,
+/// the write is queued in the store and logged under the PG's lock, which it lets go of while
+/// it commits.
+pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload, work: Work) -> ReplyHeader {
     let epoch = s.epoch();
     let bad = |r| ReplyHeader::bare(rep.tid, epoch, r);
     if data.crc != rep.data_crc {
@@ -40,48 +50,6 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
         pool: rep.pool,
         seed: rep.pg_seed,
     };
-    let pg = s.pgs.get_or_create(pgid, s.cfg.max_log_entries);
-    pg.note_request_epoch(rep.epoch);
-    let mut inner = pg.inner.lock().await;
-    // Checked under the PG's lock, which a peering query takes too: a write either commits
-    // before the query reads this copy's log (and the new interval has it) or is refused.
-    let peered_in = pg.peered_in();
-    if rep.epoch < peered_in {
-        return bad(OpResult::Failed(format!(
-            "replica write of interval {} but this copy of {pgid} was read by the peering of interval {peered_in}",
-            rep.epoch
-        )));
-    }
-    if rep.epoch != inner.last_epoch_started {
-        return bad(OpResult::Failed(format!(
-            "replica write of interval {} but this copy of {pgid} is active in {}",
-            rep.epoch, inner.last_epoch_started
-        )));
-    }
-    let head = inner.log.head();
-    if rep.entry.version <= head {
-        // A resend of an entry this copy holds (or has trimmed) is done already. A different
-        // entry at a version this copy has used means the primary reused it after a write it
-        // could not commit: the copies disagree, and saying Ok would lose this write here.
-        return match inner.log.entry_at(rep.entry.version) {
-            Some(e) if *e != rep.entry => bad(OpResult::Failed(format!(
-                "pg {pgid} diverged at {}: this copy holds another write there",
-                rep.entry.version
-            ))),
-            _ => ReplyHeader {
-                version: pack(rep.entry.version),
-                ..bad(OpResult::Ok)
-            },
-        };
-    }
-    if rep.entry.version.version != head.version + 1 {
-        // An earlier write of this interval never committed here.
-        return bad(OpResult::Failed(format!(
-            "pg {pgid} missed writes: {} after {head}",
-            rep.entry.version
-        )));
-    }
-    let coll = pg.coll.clone();
     if let Err(r) = crate::txns::check_object_size(
         &rep.object,
         &rep.kind,
@@ -90,13 +58,101 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
     ) {
         return bad(r);
     }
+    let pg = s.pgs.get_or_create(pgid, s.cfg.max_log_entries);
+    pg.note_request_epoch(rep.epoch);
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(s.cfg.repop_timeout_ms.min(REPLICA_ORDER_WAIT_MS));
+    let version = rep.entry.version;
+    loop {
+        let grant = match s.sched.grant(pgid, work).await {
+            Ok(g) => g,
+            Err(e) => return bad(OpResult::Failed(e.to_string())),
+        };
+        let inner = pg.lock_for_replica_write().await;
+        // Checked under the PG's lock, which a peering query takes too (once no write is in
+        // flight): a write either commits before the query reads this copy's log (and the new
+        // interval has it) or is refused.
+        let peered_in = pg.peered_in();
+        if rep.epoch < peered_in {
+            return bad(OpResult::Failed(format!(
+                "replica write of interval {} but this copy of {pgid} was read by the peering of interval {peered_in}",
+                rep.epoch
+            )));
+        }
+        if rep.epoch != inner.last_epoch_started {
+            return bad(OpResult::Failed(format!(
+                "replica write of interval {} but this copy of {pgid} is active in {}",
+                rep.epoch, inner.last_epoch_started
+            )));
+        }
+        let head = inner.log.head();
+        if version <= head {
+            if pg.writes.is_running(version) {
+                // A resend of a write still committing here: answered once it ends.
+                drop((inner, grant));
+                pg.writes.ended(version).await;
+                continue;
+            }
+            // A resend of an entry this copy holds (or has trimmed) is done already. A
+            // different entry at a version this copy has used means the primary reused it
+            // after a write it could not commit: the copies disagree, and saying Ok would lose
+            // this write here.
+            return match inner.log.entry_at(version) {
+                Some(e) if *e != rep.entry => bad(OpResult::Failed(format!(
+                    "pg {pgid} diverged at {version}: this copy holds another write there"
+                ))),
+                _ => ReplyHeader {
+                    version: pack(version),
+                    ..bad(OpResult::Ok)
+                },
+            };
+        }
+        if version.version != head.version + 1 {
+            // An earlier write of this interval has not arrived yet, or never will.
+            let mut changed = pg.writes.watch();
+            drop((inner, grant));
+            if tokio::time::timeout_at(deadline, changed.changed())
+                .await
+                .is_err()
+            {
+                return bad(OpResult::Failed(format!(
+                    "pg {pgid} missed writes: {version} after {head}"
+                )));
+            }
+            continue;
+        }
+        return apply(s, &pg, &rep, &data, inner, grant).await;
+    }
+}
+
+/// Builds, queues and awaits a replica write that is next in its PG's log (the lock held as
+/// `inner`, let go of once the write is queued).
+async fn apply(
+    s: &Arc<Shared>,
+    pg: &crate::pgs::Pg,
+    rep: &RepOpHeader,
+    data: &Payload,
+    mut inner: tokio::sync::MutexGuard<'_, crate::pgs::PgInner>,
+    grant: crate::sched::Grant,
+) -> ReplyHeader {
+    let epoch = s.epoch();
+    let bad = |r| ReplyHeader::bare(rep.tid, epoch, r);
+    let coll = pg.coll.as_str();
+    let crate::pgs::PgInner {
+        log,
+        created,
+        last_epoch_started,
+        ..
+    } = &mut *inner;
+    let reservation = pg.writes.reserve(log, created);
+    let creates = !*created;
     let mut txn = Transaction::new();
-    if !inner.created {
-        txn.create_collection(&coll);
+    if creates {
+        txn.create_collection(coll);
     }
     if let Err(r) = build_write(
         &mut txn,
-        &coll,
+        coll,
         &rep.object,
         &rep.kind,
         &data.bytes,
@@ -105,32 +161,57 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload) -> ReplyHea
     ) {
         return bad(r);
     }
-    if let Err(e) = append_entry(
-        &mut txn,
-        &coll,
-        &inner.log,
-        &rep.entry,
-        inner.last_epoch_started,
-    ) {
+    if let Err(e) = append_entry(&mut txn, coll, log, &rep.entry, *last_epoch_started) {
         return bad(OpResult::Failed(e.to_string()));
     }
-    if let Err(e) = s.store.queue_transaction_owned(txn).await {
-        return bad(match e {
-            cairn_store::StoreError::NoSpace {
+    if let Err(e) = log.append(rep.entry.clone()) {
+        return bad(OpResult::Failed(e.to_string()));
+    }
+    let version = rep.entry.version;
+    let flight = pg
+        .writes
+        .submitted(reservation, version, &rep.object, creates);
+    *created = true;
+    let refused = |e: StoreError| {
+        bad(match e {
+            StoreError::NoSpace {
                 needed_blocks,
                 free_blocks,
             } => OpResult::NoSpace(no_space_detail(needed_blocks, free_blocks)),
             other => OpResult::Failed(other.to_string()),
-        });
+        })
+    };
+    let mut local = std::pin::pin!(s.store.queue_transaction_owned(txn));
+    let now = match poll_once(local.as_mut()).await {
+        Some(Err(e)) if !e.is_fatal() => {
+            flight.withdraw(log, created);
+            return refused(e);
+        }
+        other => other,
+    };
+    drop(inner);
+    let l = match now {
+        Some(l) => l,
+        None => local.await,
+    };
+    drop(grant);
+    let outcome = match &l {
+        Ok(()) => LocalOutcome::Committed,
+        Err(e) if e.is_fatal() => LocalOutcome::Unknown,
+        Err(_) => LocalOutcome::Refused,
+    };
+    if flight.finish(outcome, true) == AfterFinish::StopTheOsd {
+        s.fail_stop(format!(
+            "pg {}: replica write {version} failed after a later write was queued",
+            pg.id
+        ));
     }
-    inner.created = true;
-    let version = rep.entry.version;
-    if let Err(e) = inner.log.append(rep.entry) {
-        tracing::error!(pg = %pgid, error = %e, "replica log append after commit");
-    }
-    ReplyHeader {
-        version: pack(version),
-        ..bad(OpResult::Ok)
+    match l {
+        Ok(()) => ReplyHeader {
+            version: pack(version),
+            ..bad(OpResult::Ok)
+        },
+        Err(e) => refused(e),
     }
 }
 
@@ -275,7 +356,7 @@ fn clean_without(s: &Shared, req: &PeerRequest, les: u64) -> bool {
     if !clean {
         return false;
     }
-    let Ok(inner) = pg.inner.try_lock() else {
+    let Some(inner) = pg.try_lock() else {
         return false;
     };
     if les > inner.history_les {
@@ -311,7 +392,7 @@ async fn control(
         osd: s.id,
         reason: format!("pg {} is busy", pg.id),
     };
-    let mut inner = tokio::time::timeout(Duration::from_secs(3), pg.inner.lock())
+    let mut inner = tokio::time::timeout(Duration::from_secs(3), pg.lock())
         .await
         .map_err(|_| busy())?;
     // Under the lock, before this copy's log is read or replaced: replica writes of earlier
@@ -352,6 +433,7 @@ async fn control(
             tracing::debug!(osd = s.id, pg = %pg.id, epoch = req.epoch, from = req.from, old_les = inner.last_epoch_started, old_head = %inner.log.head(), head = %log.head(), missing = missing.len(), "activated");
             pg.missing().set_own(req.epoch, missing);
             inner.created = true;
+            pg.writes.reset(cairn_pg::Eversion::default(), log.head());
             inner.log = log;
             inner.last_epoch_started = req.epoch;
             Ok((PeerAnswer::Done, Bytes::new()))
@@ -374,6 +456,7 @@ async fn control(
             s.store.queue_transaction_owned(txn).await?;
             tracing::debug!(osd = s.id, pg = %pg.id, epoch = req.epoch, from = req.from, les, old_head = %inner.log.head(), head = %log.head(), "filled");
             inner.created = true;
+            pg.writes.reset(cairn_pg::Eversion::default(), log.head());
             inner.log = log;
             Ok((PeerAnswer::Done, Bytes::new()))
         }
@@ -451,7 +534,7 @@ async fn recovery(
             if let Some(why) = crate::primary::past_full_ratio_with(s, bytes) {
                 return Ok((PeerAnswer::TooFull { why }, Bytes::new()));
             }
-            let mut inner = pg.inner.lock().await;
+            let mut inner = pg.lock().await;
             // A push of an interval whose copies a later peering has read may carry a
             // version that peering replaced: refused, as replica writes are.
             let peered_in = pg.peered_in();

@@ -329,6 +329,32 @@ impl Shard {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Queues a request described by `work` and waits until the policy releases it: the slot
+    /// (and its share of the device time in flight) is the returned [`Grant`]'s until dropped.
+    async fn grant(&self, work: Work) -> Result<Grant, OsdError> {
+        let (released, granted) = tokio::sync::oneshot::channel();
+        let (done, ended) = tokio::sync::oneshot::channel::<()>();
+        let job: Job = Box::pin(async move {
+            if released.send(()).is_ok() {
+                let _ = ended.await;
+            }
+        });
+        let id = self.enqueue(work, job)?;
+        if let Some(job) = self.dispatch_here(id) {
+            // Released here: the unpolled job holds the slot; dropping it frees the slot.
+            return Ok(Grant {
+                _held: GrantHeld::Here { _job: job },
+            });
+        }
+        self.notify.notify_one();
+        granted.await.map_err(|_| {
+            OsdError::Protocol("scheduler stopped before releasing the request".into())
+        })?;
+        Ok(Grant {
+            _held: GrantHeld::Dispatched { _done: done },
+        })
+    }
+
     /// Queues `task` like [`Shard::submit`] and waits for its result.
     async fn run<T: Send + 'static>(
         &self,
@@ -347,6 +373,24 @@ impl Shard {
         rx.await
             .map_err(|_| OsdError::Protocol("scheduler stopped before running the request".into()))
     }
+}
+
+/// A request the scheduler has released whose work its caller does itself: it holds the
+/// request's in-flight slot and device time until dropped. A write takes one under its PG's
+/// lock and keeps it through its local commit, after the lock is released, so the PG's next
+/// write can be scheduled meanwhile.
+pub struct Grant {
+    _held: GrantHeld,
+}
+
+/// How a [`Grant`] holds its slot.
+enum GrantHeld {
+    /// The released job itself, never polled: dropping it drops the slot it carries.
+    Here { _job: Job },
+    /// The dispatcher runs the job, which waits until this sender is dropped.
+    Dispatched {
+        _done: tokio::sync::oneshot::Sender<()>,
+    },
 }
 
 /// Refuses a shard count outside 1..=[`MAX_OP_SHARDS`].
@@ -448,6 +492,12 @@ impl OpScheduler {
         job: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), OsdError> {
         self.shard(pg).submit(work, job)
+    }
+
+    /// Queues a request described by `work` in `pg`'s shard and waits until it is released;
+    /// the caller does its work while holding the returned [`Grant`].
+    pub async fn grant(&self, pg: PgId, work: Work) -> Result<Grant, OsdError> {
+        self.shard(pg).grant(work).await
     }
 
     /// Queues `task`, described by `work`, like [`OpScheduler::submit`] and waits for its

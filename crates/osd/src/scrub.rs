@@ -197,7 +197,7 @@ pub async fn scrub_pg(
         let compared: Vec<i32> = maps.keys().copied().collect();
         let found = compare(&maps, s.id);
         if repair && !found.is_empty() {
-            let mut inner = pg.inner.lock().await;
+            let mut inner = pg.lock().await;
             if !same_interval() {
                 return Err(not_served(s, pg));
             }

@@ -54,6 +54,8 @@ pub struct Shared {
     pub cache: Option<Arc<cairn_cache::CacheDevice>>,
     /// Its listener's counters (connections, sessions, bytes held), set once it listens.
     pub messenger: std::sync::OnceLock<Arc<cairn_msgr::session::ListenerStats>>,
+    /// Why this OSD must stop although its store has not failed (see [`Shared::fail_stop`]).
+    fault: std::sync::OnceLock<String>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// Cancelled when the OSD stops: every task spawned through [`Shared::spawn`] ends at its
     /// next await, so that a stopped OSD lets go of its store at once.
@@ -99,11 +101,24 @@ impl Shared {
             messenger: std::sync::OnceLock::new(),
             faults: None,
             cache: None,
+            fault: std::sync::OnceLock::new(),
             tasks: Mutex::new(Vec::new()),
             stopping: CancellationToken::new(),
             mappings: Mutex::new(MappingCache::default()),
             _closed: closed,
         }
+    }
+
+    /// Stops this OSD as a failed store would (`failstop::watch` sees it): for a state its
+    /// PGs cannot go on from, such as a copy's log left with a hole. The first cause is kept.
+    pub fn fail_stop(&self, why: String) {
+        tracing::error!(osd = self.id, cause = %why, "fail-stop");
+        let _ = self.fault.set(why);
+    }
+
+    /// Why [`Shared::fail_stop`] was called, if it was.
+    pub fn fault(&self) -> Option<String> {
+        self.fault.get().cloned()
     }
 
     /// Keeps `handle` to abort when the OSD stops.

@@ -84,7 +84,7 @@ async fn deletable(s: &Shared, pg: &Pg) -> Option<Deletable> {
         return None;
     }
     let primary = *iv.acting.first()?;
-    let last_epoch_started = pg.inner.lock().await.last_epoch_started;
+    let last_epoch_started = pg.lock().await.last_epoch_started;
     let body = PeerBody::IsClean { last_epoch_started };
     match ask(s, pg, epoch, primary, body, Bytes::new()).await {
         Ok((PeerAnswer::Clean { clean: true }, _)) => Some(Deletable::CleanElsewhere(epoch)),
@@ -95,7 +95,7 @@ async fn deletable(s: &Shared, pg: &Pg) -> Option<Deletable> {
 /// Deletes the copy (objects, log, collection) and forgets the PG, unless the map or a peer's
 /// request says it is needed again; the number of objects deleted, or None when it was kept.
 async fn delete(s: &Arc<Shared>, pg: &Arc<Pg>, why: Deletable) -> Result<Option<u64>, OsdError> {
-    let mut inner = pg.inner.lock().await;
+    let mut inner = pg.lock().await;
     // Checked under the lock, which every peering, recovery and replica request takes: none
     // of them can be half done here, and any sent in a newer map has been noted.
     let still = match why {
@@ -138,7 +138,7 @@ async fn delete(s: &Arc<Shared>, pg: &Arc<Pg>, why: Deletable) -> Result<Option<
     inner.created = false;
     inner.log = PgLog::new(s.cfg.max_log_entries);
     inner.last_epoch_started = 0;
-    inner.complete_to = Eversion::default();
+    pg.writes.reset(Eversion::default(), Eversion::default());
     drop(inner);
     match why {
         Deletable::PoolRemoved => s.pgs.remove(pg),

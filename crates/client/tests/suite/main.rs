@@ -12,6 +12,7 @@ mod failstop;
 mod flags;
 mod ops;
 mod pieces;
+mod pipelined;
 mod poolset;
 mod quota;
 mod remap;
