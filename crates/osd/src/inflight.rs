@@ -144,7 +144,7 @@ impl WritesInFlight {
 
     /// Waits until no write of `version` or older is in flight.
     pub async fn ended_through(&self, version: Eversion) {
-        self.wait_until(|s| s.running.keys().next().map_or(true, |v| *v > version))
+        self.wait_until(|s| s.running.keys().next().is_none_or(|v| *v > version))
             .await;
     }
 
@@ -268,7 +268,7 @@ impl WritesInFlight {
             let complete = local == LocalOutcome::Committed && everywhere;
             if !complete {
                 s.stalled_at = Some(s.stalled_at.map_or(version, |v| v.min(version)));
-            } else if s.stalled_at.map_or(true, |at| version < at) {
+            } else if s.stalled_at.is_none_or(|at| version < at) {
                 s.ended.insert(version);
             }
             let State {
@@ -279,8 +279,8 @@ impl WritesInFlight {
                 ..
             } = &mut *s;
             while let Some(&first) = ended.first() {
-                let below_running = running.keys().next().map_or(true, |r| first < *r);
-                let below_stall = stalled_at.map_or(true, |at| first < at);
+                let below_running = running.keys().next().is_none_or(|r| first < *r);
+                let below_stall = stalled_at.is_none_or(|at| first < at);
                 if !(below_running && below_stall) {
                     break;
                 }
