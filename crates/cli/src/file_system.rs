@@ -4,11 +4,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use cairn_auth::{Caps, EntityName, Keyring};
+use cairn_auth::{Caps, EntityName};
 use cairn_client::mon::MonClient;
 use cairn_client::{Client, ClientError};
 use cairn_fs::backing::{data_pool, metadata_pool, FsInfo, INFO_OBJECT};
-use cairn_proto::mon::{AuthAnswer, AuthRequest, Request, RequestBody};
+use cairn_proto::mon::Request;
 
 /// The file system `cairn up` makes and mounts by default.
 pub(crate) const DEFAULT_FS: &str = "cairnfs";
@@ -91,16 +91,14 @@ pub(crate) fn mds_keyring(dir: &Path, fs: &str) -> PathBuf {
 
 /// Has the monitor create (or return) the metadata server's key and writes its keyring.
 pub(crate) async fn register_mds(mon: &MonClient, dir: &Path, fs: &str) -> anyhow::Result<()> {
-    let request = AuthRequest::GetOrCreate {
-        entity: mds_entity(fs).to_string(),
-        caps: mds_caps(fs).raw().clone(),
-    };
-    let reply = mon.request(RequestBody::Auth(request), 10_000).await?;
-    let Some(AuthAnswer::Keyring { text }) = reply.auth else {
-        anyhow::bail!("the monitor did not return the metadata server's key");
-    };
-    Keyring::parse(&text, "the monitor's answer")?.save(&mds_keyring(dir, fs))?;
-    Ok(())
+    let entity = mds_entity(fs).to_string();
+    crate::up_keys::save_key(
+        mon,
+        &entity,
+        mds_caps(fs).raw().clone(),
+        &mds_keyring(dir, fs),
+    )
+    .await
 }
 
 /// `cairn mds` arguments that start the metadata server of `fs` on `listen`.

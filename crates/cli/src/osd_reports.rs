@@ -30,48 +30,7 @@ impl PgRow {
     }
 }
 
-/// One OSD's usage as its `df` admin command reports it (`key=value` pairs).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct OsdUsage {
-    /// PG copies it holds, led or not (Ceph's PGS column).
-    pub pgs: u64,
-    /// PGs it leads.
-    pub primary: u64,
-    /// Client objects (PG meta and temporary objects left out).
-    pub objects: u64,
-    /// Logical bytes of its objects.
-    pub stored: u64,
-    /// Device bytes its objects use.
-    pub allocated: u64,
-    /// Usable bytes of its device.
-    pub capacity: u64,
-    /// Share of `capacity` past which it refuses writes (its `full_ratio`).
-    pub full_ratio: f64,
-}
-
-impl OsdUsage {
-    /// Parses a `df` reply; `None` when a field is missing or not a number.
-    pub fn parse(text: &str) -> Option<OsdUsage> {
-        let value = |key: &str| -> Option<&str> {
-            text.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        };
-        let field = |key: &str| -> Option<u64> { value(key)?.parse().ok() };
-        let full_ratio = value("full_ratio")?
-            .parse::<f64>()
-            .ok()
-            .filter(|r| *r > 0.0 && *r <= 1.0)?;
-        Some(OsdUsage {
-            pgs: field("pgs")?,
-            primary: field("primary")?,
-            objects: field("objects")?,
-            stored: field("stored")?,
-            allocated: field("allocated")?,
-            capacity: field("capacity")?,
-            full_ratio,
-        })
-    }
-}
+pub use cairn_proto::admin::OsdUsage;
 
 /// PGs by state, as the up OSDs report the PGs they lead.
 pub type PgStates = std::collections::BTreeMap<String, u64>;
@@ -250,43 +209,5 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(clean.lines(), ["objects: 3"]);
-    }
-
-    /// A `df` reply is read by key, in any order; a missing or non-numeric field is refused.
-    #[test]
-    fn usage_replies_parse_by_key_and_refuse_gaps() {
-        let u = OsdUsage::parse(
-            "primary=3 pgs=32 objects=7 internal=33 stored=10 allocated=4096 capacity=1048576 full_ratio=0.9\n",
-        )
-        .unwrap();
-        assert_eq!(
-            u,
-            OsdUsage {
-                pgs: 32,
-                primary: 3,
-                objects: 7,
-                stored: 10,
-                allocated: 4096,
-                capacity: 1048576,
-                full_ratio: 0.9,
-            }
-        );
-        for bad_ratio in ["0", "1.5", "x", "NaN"] {
-            let text = format!(
-                "pgs=1 primary=1 objects=1 stored=1 allocated=1 capacity=1 full_ratio={bad_ratio}"
-            );
-            assert_eq!(OsdUsage::parse(&text), None, "{text}");
-        }
-        assert_eq!(
-            OsdUsage::parse("pgs=1 primary=1 objects=1 stored=1 allocated=1"),
-            None
-        );
-        assert_eq!(
-            OsdUsage::parse(
-                "pgs=x primary=1 objects=1 stored=1 allocated=1 capacity=1 full_ratio=1"
-            ),
-            None
-        );
-        assert_eq!(OsdUsage::parse("32 31 97 0 0 2080374784"), None);
     }
 }

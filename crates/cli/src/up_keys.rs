@@ -95,16 +95,29 @@ pub(crate) async fn register_osds(
     new: &[usize],
 ) -> anyhow::Result<()> {
     for &i in new {
+        let entity = EntityName::Osd(i32::try_from(i)?).to_string();
         let caps = Caps::osd_daemon().raw().clone();
-        let request = AuthRequest::GetOrCreate {
-            entity: EntityName::Osd(i32::try_from(i)?).to_string(),
-            caps,
-        };
-        let reply = mon.request(RequestBody::Auth(request), 10_000).await?;
-        let Some(AuthAnswer::Keyring { text }) = reply.auth else {
-            anyhow::bail!("the monitor did not return osd.{i}'s key");
-        };
-        Keyring::parse(&text, "the monitor's answer")?.save(&osd_keyring(dir, i))?;
+        save_key(mon, &entity, caps, &osd_keyring(dir, i)).await?;
     }
+    Ok(())
+}
+
+/// Has the monitor create `entity` with `caps` (or return it, if it exists) and saves its
+/// keyring entry to `to`, mode 0600.
+pub(crate) async fn save_key(
+    mon: &MonClient,
+    entity: &str,
+    caps: std::collections::BTreeMap<String, String>,
+    to: &Path,
+) -> anyhow::Result<()> {
+    let request = AuthRequest::GetOrCreate {
+        entity: entity.to_string(),
+        caps,
+    };
+    let reply = mon.request(RequestBody::Auth(request), 10_000).await?;
+    let Some(AuthAnswer::Keyring { text }) = reply.auth else {
+        anyhow::bail!("the monitor did not return {entity}'s key");
+    };
+    Keyring::parse(&text, "the monitor's answer")?.save(to)?;
     Ok(())
 }

@@ -362,14 +362,16 @@ async fn df(s: &Shared) -> String {
         Ok(n) => (st.objects.saturating_sub(n), n as i64),
         Err(_) => (st.objects, -1),
     };
-    format!(
-        "pgs={} primary={primary} objects={objects} internal={internal} stored={} allocated={} capacity={} full_ratio={}\n",
-        pgs.len(),
-        st.stored_bytes,
-        st.allocated_bytes,
-        st.capacity_bytes,
-        s.cfg.full_ratio
-    )
+    cairn_proto::admin::OsdUsage {
+        pgs: pgs.len() as u64,
+        primary: primary as u64,
+        objects,
+        stored: st.stored_bytes,
+        allocated: st.allocated_bytes,
+        capacity: st.capacity_bytes,
+        full_ratio: s.cfg.full_ratio,
+    }
+    .render(internal)
 }
 
 /// What the OSD runs on, as JSON (after Ceph's `osd metadata`): the data device's profile and

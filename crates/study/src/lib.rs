@@ -11,6 +11,7 @@
 pub mod cache;
 pub mod dilated;
 pub mod nrs;
+pub mod nrs_ior;
 pub mod plot;
 pub mod recovery;
 pub mod seed000;

@@ -2,6 +2,7 @@
 
 mod cache_cluster;
 mod nrs;
+mod nrs_ior;
 mod recovery;
 
 use anyhow::Context;

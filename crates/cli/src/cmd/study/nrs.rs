@@ -14,6 +14,7 @@ use cairn_client::Client;
 use cairn_proto::mon::Request;
 use cairn_qos::config::PolicyConfig;
 use cairn_study::nrs::{self, ClientResult, NrsRun};
+use cairn_study::nrs_ior::{self, IorCase, IorRun};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -21,8 +22,10 @@ use crate::local_cluster::{LocalCluster, UpSettings};
 use crate::mon_link::up_osds;
 use crate::plot::{bar_chart, Bar};
 
+use super::nrs_ior::{run_case, write_files, IorPlan};
+
 /// The pool the streams write to (one copy, as a Lustre OST keeps one).
-const POOL: &str = "nrs";
+pub(super) const POOL: &str = "nrs";
 /// Longest wait for the pool to take writes.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -66,13 +69,95 @@ pub struct NrsStudyArgs {
     /// Bytes per request, KiB (dd's bs=1M).
     #[arg(long = "block-kib", default_value_t = 1024)]
     block_kib: u64,
-    /// Bytes a stream writes into one object before it moves to the next, MiB.
+    /// Bytes a stream writes into one object before it moves to the next, MiB (also the IOR
+    /// files' object size).
     #[arg(long = "object-mib", default_value_t = 16)]
     object_mib: u64,
+    /// Parts of the study, comma-separated: `crrn` (dd streams under CRR-N) and `ior` (IOR
+    /// reads under ORR and TRR).
+    #[arg(long, value_delimiter = ',', default_value = "crrn,ior")]
+    parts: Vec<String>,
+    /// IOR cases, comma-separated: `fpp-CxT` (file per process) or `ssf-CxT` (a shared file),
+    /// C clients of T threads.
+    #[arg(
+        long = "ior-cases",
+        value_delimiter = ',',
+        default_value = "fpp-14x1,ssf-14x1,fpp-14x8,ssf-14x8"
+    )]
+    ior_cases: Vec<String>,
+    /// IOR policies, comma-separated: `fifo`, `crrn`, or `orr|trr-log|phys-QUANTUM`.
+    #[arg(
+        long = "ior-policies",
+        value_delimiter = ',',
+        default_value = "fifo,orr-log-256,orr-phys-256,trr-log-256,trr-phys-256"
+    )]
+    ior_policies: Vec<String>,
+    /// Bytes of each IOR thread's file (and of its segment of the shared file), MiB.
+    #[arg(long = "ior-file-mib", default_value_t = 32)]
+    ior_file_mib: u64,
+    /// Transfers each IOR thread keeps in flight (Lustre's readahead keeps several RPCs).
+    #[arg(long = "ior-depth", default_value_t = 4)]
+    ior_depth: usize,
+    /// Objects the shared file is striped over, in transfer-sized units.
+    #[arg(long = "ior-stripe-count", default_value_t = 8)]
+    ior_stripe_count: u64,
 }
 
+/// The IOR part's cases and policies (each with the TOML that selects it), checked.
+type IorParts = (Vec<IorCase>, Vec<(String, String)>);
+
 impl NrsStudyArgs {
+    fn runs_part(&self, part: &str) -> bool {
+        self.parts.iter().any(|p| p == part)
+    }
+
+    fn check_ior(&self) -> anyhow::Result<IorParts> {
+        let cases = self
+            .ior_cases
+            .iter()
+            .map(|c| IorCase::parse(c).map_err(|e| anyhow::anyhow!(e)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let policies = self
+            .ior_policies
+            .iter()
+            .map(|p| {
+                nrs_ior::policy_toml(p)
+                    .map(|t| (p.clone(), t))
+                    .map_err(|e| anyhow::anyhow!("policy `{p}`: {e}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if !(1..=4096).contains(&self.ior_file_mib)
+            || !(self.ior_file_mib * 1024).is_multiple_of(self.block_kib)
+        {
+            bail!("--ior-file-mib is 1..=4096 and a whole number of blocks");
+        }
+        if !(self.object_mib * 1024).is_multiple_of(self.block_kib) {
+            bail!("--object-mib is a whole number of blocks for the IOR files");
+        }
+        if !(1..=64).contains(&self.ior_depth) || !(1..=64).contains(&self.ior_stripe_count) {
+            bail!("--ior-depth and --ior-stripe-count are 1..=64");
+        }
+        Ok((cases, policies))
+    }
+
+    fn ior_plan(&self) -> IorPlan {
+        IorPlan {
+            block: self.block_kib * 1024,
+            file_bytes: self.ior_file_mib << 20,
+            object_bytes: self.object_mib << 20,
+            stripe_count: self.ior_stripe_count,
+            depth: self.ior_depth,
+            warmup: Duration::from_secs(self.warmup_s),
+            seconds: self.seconds,
+        }
+    }
+
     fn check(&self) -> anyhow::Result<Vec<(String, Vec<usize>)>> {
+        for p in &self.parts {
+            if p != "crrn" && p != "ior" {
+                bail!("a part is `crrn` or `ior`, not `{p}`");
+            }
+        }
         for p in &self.policies {
             PolicyConfig::by_name(p).map_err(|e| anyhow::anyhow!("policy `{p}`: {e}"))?;
         }
@@ -314,14 +399,24 @@ fn plot_name(r: &NrsRun) -> String {
 
 /// Runs `cairn study nrs`.
 pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
-    let cases = args.check()?;
+    let mut cases = args.check()?;
+    let (ior_cases, ior_policies) = args.check_ior()?;
+    let ior_cases = if args.runs_part("ior") {
+        ior_cases
+    } else {
+        Vec::new()
+    };
+    if !args.runs_part("crrn") {
+        cases.clear();
+    }
     std::fs::create_dir_all(&args.out_dir)
         .with_context(|| format!("creating {}", args.out_dir.display()))?;
     let dir = args.work_dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("cairn-study-nrs-{}", std::process::id()))
     });
     let profile = (args.profile != "none").then_some(args.profile.as_str());
-    let total = args.policies.len() * cases.len() * args.ops.len();
+    let total =
+        args.policies.len() * cases.len() * args.ops.len() + ior_policies.len() * ior_cases.len();
     let bar = ProgressBar::new(total as u64);
     bar.set_style(ProgressStyle::with_template(
         "{elapsed_precise} {bar:30} {pos}/{len} {msg}",
@@ -344,7 +439,12 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
         };
         mon.op(create, 10_000).await?;
         wait_writable(&admin).await?;
-        let most = cases.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
+        let most = cases
+            .iter()
+            .map(|(_, s)| s.len())
+            .chain(ior_cases.iter().map(|c| c.clients))
+            .max()
+            .unwrap_or(0);
         let mut clients = Vec::new();
         for _ in 0..most {
             let id = cairn_client::random_client_id();
@@ -353,7 +453,12 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
             ));
         }
         let mut runs = Vec::new();
-        for policy in &args.policies {
+        let policies = if cases.is_empty() {
+            &[][..]
+        } else {
+            &args.policies[..]
+        };
+        for policy in policies {
             for osd in up_osds(&admin) {
                 let set = ["config", "set", "osd_op_queue", policy.as_str()];
                 let words: Vec<String> = set.iter().map(|w| w.to_string()).collect();
@@ -390,9 +495,34 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
                 remove_objects(&admin, &objects).await?;
             }
         }
-        anyhow::Ok(runs)
+        let mut ior_runs = Vec::new();
+        if !ior_cases.is_empty() {
+            let plan = args.ior_plan();
+            write_files(&admin, &plan, &ior_cases, &bar).await?;
+            for (policy, toml) in &ior_policies {
+                for osd in up_osds(&admin) {
+                    let words: Vec<String> = ["config", "set", "osd_op_queue_config", toml]
+                        .iter()
+                        .map(|w| w.to_string())
+                        .collect();
+                    admin
+                        .tell(osd, &words)
+                        .await
+                        .with_context(|| format!("selecting {policy} on osd.{osd}"))?;
+                }
+                for case in &ior_cases {
+                    bar.set_message(format!("{policy} {}: reading", case.name()));
+                    let r = run_case(&plan, &clients, policy, case, &bar)
+                        .await
+                        .with_context(|| format!("{policy} {}", case.name()))?;
+                    bar.inc(1);
+                    ior_runs.push(r);
+                }
+            }
+        }
+        anyhow::Ok((runs, ior_runs))
     });
-    let runs = match runs {
+    let (runs, ior_runs) = match runs {
         Ok(r) => r,
         Err(e) => {
             bar.abandon();
@@ -413,6 +543,13 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
         args.seconds,
         args.warmup_s
     );
+    if !ior_runs.is_empty() {
+        write_ior_report(&args, &ior_runs)?;
+    }
+    if runs.is_empty() {
+        println!("wrote {}", args.out_dir.display());
+        return Ok(());
+    }
     let table = nrs::render_markdown(&setup, &runs);
     std::fs::write(args.out_dir.join("nrs-study.md"), &table)?;
     std::fs::write(args.out_dir.join("nrs-clients.csv"), nrs::csv(&runs))?;
@@ -432,5 +569,59 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
     }
     println!("{table}");
     println!("wrote {}", args.out_dir.display());
+    Ok(())
+}
+
+/// Writes `nrs-ior.md` (a row per policy and case, the seed's beside) and a plot per case of
+/// each policy's total against FIFO's.
+fn write_ior_report(args: &NrsStudyArgs, runs: &[IorRun]) -> anyhow::Result<()> {
+    let setup = format!(
+        "{} OSD processes ({}), one pool of one copy and {} PGs; each client its own cluster \
+         client; each thread reads its file ({} MiB, one stripe of {} MiB objects) or its \
+         {} MiB segment of a shared file striped over {} objects in {} KiB units, \
+         sequentially in {} KiB transfers, {} in flight; {} s measured after {} s of warm-up. \
+         ORR and TRR take reads only, as Lustre's default; TRR's target is the OSD's device. \
+         The seed: Lustre, 2 OSS x 4 OSTs, 14 clients, IOR 1 MB transfers, MB/sec.",
+        args.osds,
+        args.profile,
+        args.pg_num,
+        args.ior_file_mib,
+        args.object_mib,
+        args.ior_file_mib,
+        args.ior_stripe_count,
+        args.block_kib,
+        args.block_kib,
+        args.ior_depth,
+        args.seconds,
+        args.warmup_s
+    );
+    let table = nrs_ior::render_markdown(&setup, runs);
+    std::fs::write(args.out_dir.join("nrs-ior.md"), &table)?;
+    let mut names: Vec<String> = runs.iter().map(|r| r.case.name()).collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let of_case: Vec<&IorRun> = runs.iter().filter(|r| r.case.name() == name).collect();
+        let fifo = of_case
+            .iter()
+            .find(|r| r.policy == "fifo")
+            .map_or(0.0, |r| r.mib_s);
+        let bars: Vec<Bar> = of_case
+            .iter()
+            .map(|r| Bar {
+                label: r.policy.clone(),
+                value: r.mib_s,
+                target: fifo,
+            })
+            .collect();
+        let title = format!("IOR {name} read: MiB/s per policy (line: fifo)");
+        bar_chart(
+            &args.out_dir.join(format!("nrs-ior-{name}.png")),
+            &title,
+            "MiB/s",
+            &bars,
+        )?;
+    }
+    println!("{table}");
     Ok(())
 }
