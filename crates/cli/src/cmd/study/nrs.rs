@@ -247,6 +247,30 @@ async fn stream(
     Ok(())
 }
 
+/// Waits out `warmup`, then measures what each counter gains over `seconds` (ticking `bar`
+/// each second): MiB/s per counter.
+pub(super) async fn measure(
+    counters: &[Arc<AtomicU64>],
+    warmup: Duration,
+    seconds: u64,
+    bar: &ProgressBar,
+) -> Vec<f64> {
+    tokio::time::sleep(warmup).await;
+    let before: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let start = Instant::now();
+    for _ in 0..seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        bar.tick();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mib = (1u64 << 20) as f64;
+    counters
+        .iter()
+        .zip(before)
+        .map(|(c, b)| c.load(Ordering::Relaxed).saturating_sub(b) as f64 / secs / mib)
+        .collect()
+}
+
 /// Objects each stream of a run can use: for writes, a long enough list of fresh names; for
 /// reads, those the write run left (at least one, written now if the write run was skipped).
 struct StreamObjects {
@@ -295,15 +319,13 @@ async fn run_one(
         }
         written.push(per_client);
     }
-    tokio::time::sleep(Duration::from_secs(args.warmup_s)).await;
-    let before: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-    let start = Instant::now();
-    for _ in 0..args.seconds {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        bar.tick();
-    }
-    let after: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-    let secs = start.elapsed().as_secs_f64();
+    let rates = measure(
+        &counters,
+        Duration::from_secs(args.warmup_s),
+        args.seconds,
+        bar,
+    )
+    .await;
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await??;
@@ -331,7 +353,7 @@ async fn run_one(
         .map(|(c, &n)| ClientResult {
             client: c,
             streams: n,
-            mib_s: (after[c] - before[c]) as f64 / secs / (1u64 << 20) as f64,
+            mib_s: rates[c],
         })
         .collect();
     Ok(NrsRun {

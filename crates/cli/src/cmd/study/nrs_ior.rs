@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use cairn_client::Client;
@@ -15,7 +15,7 @@ use cairn_study::nrs_ior::{IorCase, IorRun, Layout, Sharing};
 use futures_util::StreamExt;
 use indicatif::ProgressBar;
 
-use super::nrs::POOL;
+use super::nrs::{measure, POOL};
 
 /// What the IOR part reads and how.
 pub struct IorPlan {
@@ -211,25 +211,11 @@ pub async fn run_case(
             stop.clone(),
         )));
     }
-    tokio::time::sleep(plan.warmup).await;
-    let before: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-    let start = Instant::now();
-    for _ in 0..plan.seconds {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        bar.tick();
-    }
-    let after: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-    let secs = start.elapsed().as_secs_f64();
+    let threads_mib_s = measure(&counters, plan.warmup, plan.seconds, bar).await;
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await??;
     }
-    let mib = (1u64 << 20) as f64;
-    let threads_mib_s: Vec<f64> = before
-        .iter()
-        .zip(&after)
-        .map(|(b, a)| (a - b) as f64 / secs / mib)
-        .collect();
     Ok(IorRun {
         policy: policy.to_string(),
         case: *case,
