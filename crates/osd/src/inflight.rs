@@ -26,6 +26,7 @@ use std::sync::Mutex;
 use std::task::Poll;
 
 use cairn_pg::{Eversion, PgLog};
+use cairn_store::StoreError;
 use tokio::sync::watch;
 
 /// What the next holder of the PG's lock must take out of the in-memory state: the entry of
@@ -45,6 +46,17 @@ pub enum LocalOutcome {
     Refused,
     /// The store failed, or the write's task ended before its commit was known.
     Unknown,
+}
+
+impl LocalOutcome {
+    /// The outcome of a local commit that returned `result`.
+    pub fn of(result: &Result<(), StoreError>) -> LocalOutcome {
+        match result {
+            Ok(()) => LocalOutcome::Committed,
+            Err(e) if e.is_fatal() => LocalOutcome::Unknown,
+            Err(_) => LocalOutcome::Refused,
+        }
+    }
 }
 
 /// What the writer must do after [`WritesInFlight::finish`].

@@ -528,12 +528,8 @@ async fn write(
         None => remote.await,
     };
     let local_ok = l.is_ok();
-    let local_fatal = matches!(&l, Err(e) if e.is_fatal());
-    let outcome = match &l {
-        Ok(()) => LocalOutcome::Committed,
-        Err(_) if local_fatal => LocalOutcome::Unknown,
-        Err(_) => LocalOutcome::Refused,
-    };
+    let outcome = LocalOutcome::of(&l);
+    let local_fatal = outcome == LocalOutcome::Unknown;
     if flight.finish(outcome, r.is_complete()) == AfterFinish::StopTheOsd {
         s.fail_stop(format!(
             "pg {}: write {version} failed locally after a later write was queued",

@@ -195,12 +195,7 @@ async fn apply(
         None => local.await,
     };
     drop(grant);
-    let outcome = match &l {
-        Ok(()) => LocalOutcome::Committed,
-        Err(e) if e.is_fatal() => LocalOutcome::Unknown,
-        Err(_) => LocalOutcome::Refused,
-    };
-    if flight.finish(outcome, true) == AfterFinish::StopTheOsd {
+    if flight.finish(LocalOutcome::of(&l), true) == AfterFinish::StopTheOsd {
         s.fail_stop(format!(
             "pg {}: replica write {version} failed after a later write was queued",
             pg.id

@@ -205,3 +205,15 @@ async fn poll_once_queues_a_future_up_to_its_first_wait() {
     let mut ready = std::pin::pin!(async { 3 });
     assert_eq!(poll_once(ready.as_mut()).await, Some(3));
 }
+
+#[test]
+fn a_local_commit_is_refused_only_when_the_store_did_not_fail() {
+    assert_eq!(LocalOutcome::of(&Ok(())), LocalOutcome::Committed);
+    let full = Err(StoreError::NoSpace {
+        needed_blocks: 2,
+        free_blocks: 1,
+    });
+    assert_eq!(LocalOutcome::of(&full), LocalOutcome::Refused);
+    let failed = Err(StoreError::Failed("device gone".into()));
+    assert_eq!(LocalOutcome::of(&failed), LocalOutcome::Unknown);
+}
