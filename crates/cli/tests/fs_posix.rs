@@ -81,9 +81,7 @@ impl Drop for Mount {
         if self.child.try_wait().ok().flatten().is_some() {
             return;
         }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        signal("-TERM", self.child.id());
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline && self.child.try_wait().ok().flatten().is_none() {
             std::thread::sleep(Duration::from_millis(50));
@@ -464,25 +462,25 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         .join("mds.cairnfs.keyring")
         .display()
         .to_string();
+    let replacement = cluster.start_on_cue(
+        "mds-replacement.log",
+        &[
+            "--keyring",
+            &keyring,
+            "mds",
+            "--mon",
+            &mon,
+            "--fs",
+            "cairnfs",
+            "--listen",
+            &mds,
+        ],
+    );
     let restarted = Mutex::new(None);
     let done = under_workload(&a, "mds-crash", || {
         signal("-9", mds_pid);
         wait_exited(mds_pid);
-        let child = cluster.start(
-            "mds.log",
-            &[
-                "--keyring",
-                &keyring,
-                "mds",
-                "--mon",
-                &mon,
-                "--fs",
-                "cairnfs",
-                "--listen",
-                &mds,
-            ],
-        );
-        *restarted.lock().unwrap() = Some(child);
+        *restarted.lock().unwrap() = Some(replacement.go());
     });
     verify(&a, "mds-crash", &done);
     verify(&b, "mds-crash", &done);

@@ -245,6 +245,30 @@ impl Cluster {
         child
     }
 
+    /// Prepares `cairn ARGS` beside the cluster as [`Cluster::start`] does, but has it wait for
+    /// [`Cued::go`]: a shell spawned now, while the test holds no file open on a FUSE mount,
+    /// execs `cairn` on cue. Spawning at that moment instead would close the test's open files
+    /// on the mount at exec, and a close waits for the mount, which may be waiting for the very
+    /// daemon being started (a replacement metadata server).
+    pub fn start_on_cue(&self, log: &str, args: &[&str]) -> Cued {
+        let log = std::fs::File::create(self.dir.join(log)).unwrap();
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg("read -r _ && exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_cairn"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let cue = child.stdin.take().expect("piped");
+        let mut pids = std::fs::read_to_string(self.dir.join("pids")).unwrap();
+        pids.push_str(&format!("{}\n", child.id()));
+        std::fs::write(self.dir.join("pids"), pids).unwrap();
+        Cued { child, cue }
+    }
+
     /// The process ids `cairn up` wrote to its `pids` file: the monitor's, then each OSD's in
     /// the order it started them.
     pub fn pids(&self) -> Vec<u32> {
@@ -256,13 +280,44 @@ impl Cluster {
     }
 }
 
-/// Sends `sig` (`-9`, `-STOP`, ...) to process `pid` with kill(1).
+/// A daemon prepared by [`Cluster::start_on_cue`]: its process waits for the cue.
+pub struct Cued {
+    child: Child,
+    cue: std::process::ChildStdin,
+}
+
+impl Cued {
+    /// Starts the daemon (the waiting process execs it, keeping its pid) and hands back its
+    /// child handle.
+    pub fn go(mut self) -> Child {
+        use std::io::Write;
+        self.cue.write_all(b"go\n").unwrap();
+        drop(self.cue);
+        self.child
+    }
+}
+
+/// Sends `sig` (`-9`, `-STOP`, `-CONT`, `-TERM`) to process `pid`, by the system call rather
+/// than kill(1): a process spawned while a test holds files open on a FUSE mount closes them
+/// at exec, and each close waits on that mount.
+#[allow(unsafe_code)] // kill(2): see the SAFETY note inside.
 pub fn signal(sig: &str, pid: u32) {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {sig} {pid}");
+    let number = match sig {
+        "-9" | "-KILL" => libc::SIGKILL,
+        "-STOP" => libc::SIGSTOP,
+        "-CONT" => libc::SIGCONT,
+        "-TERM" => libc::SIGTERM,
+        other => panic!("signal {other} is not one the tests send"),
+    };
+    let pid = i32::try_from(pid).expect("a pid fits in pid_t");
+    // SAFETY: kill(2) takes plain integers and touches no memory of this process.
+    let rc = unsafe { libc::kill(pid, number) };
+    assert_eq!(
+        rc,
+        0,
+        "kill {sig} {pid}: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// Whether process `pid` is gone, or a zombie with no thread left.
