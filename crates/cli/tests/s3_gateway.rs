@@ -3,7 +3,8 @@
 //! and aws-cli, plus s3cmd and rclone round trips (buckets, objects 0 B..100 MiB verified by
 //! MD5, ranges, conditions, copy, listing 10,100 keys with delimiters and pagination, batch
 //! delete, multipart, presigned URLs, tampered and expired signatures, aws-chunked uploads with
-//! tampered chunks and trailers, error codes, SlowDown). `cairn s3 user create` makes the keys.
+//! tampered chunks and trailers, error codes, SlowDown); `tests/s3/versioning.py` then checks
+//! bucket versioning with boto3, aws-cli and rclone. `cairn s3 user create` makes the keys.
 //! Every wait is bounded and everything is torn down even on failure. Only rclone may be
 //! missing, and only outside CI: that part is then skipped with a warning.
 
@@ -137,28 +138,35 @@ fn boto3_and_aws_cli_against_cairn_up() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/s3/e2e.py");
-    let out = Command::new("timeout")
-        .arg("900")
-        .arg("python3")
-        .arg(&script)
-        .env("S3_ENDPOINT", format!("http://{s3}"))
-        .env("S3_LIMITED_ENDPOINT", format!("http://{limited}"))
-        .env("AWS_ACCESS_KEY_ID", &access)
-        .env("AWS_SECRET_ACCESS_KEY", &secret)
-        .env_remove("AWS_PROFILE")
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let gw_log = std::fs::read_to_string(dir.join("s3gw.log")).unwrap_or_default();
-    let tail: String = gw_log.lines().rev().take(40).collect::<Vec<_>>().join("\n");
-    assert!(
-        out.status.success() && text.contains("ALL S3 CHECKS PASSED"),
-        "{text}\n--- gateway log (last lines, newest first) ---\n{tail}"
-    );
+    for (script, passed) in [
+        ("e2e.py", "ALL S3 CHECKS PASSED"),
+        ("versioning.py", "ALL VERSIONING CHECKS PASSED"),
+    ] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/s3")
+            .join(script);
+        let out = Command::new("timeout")
+            .arg("900")
+            .arg("python3")
+            .arg(&path)
+            .env("S3_ENDPOINT", format!("http://{s3}"))
+            .env("S3_LIMITED_ENDPOINT", format!("http://{limited}"))
+            .env("AWS_ACCESS_KEY_ID", &access)
+            .env("AWS_SECRET_ACCESS_KEY", &secret)
+            .env_remove("AWS_PROFILE")
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        let gw_log = std::fs::read_to_string(dir.join("s3gw.log")).unwrap_or_default();
+        let tail: String = gw_log.lines().rev().take(40).collect::<Vec<_>>().join("\n");
+        assert!(
+            out.status.success() && text.contains(passed),
+            "{script}: {text}\n--- gateway log (last lines, newest first) ---\n{tail}"
+        );
+    }
 
     // The gateways' pages counted what the clients did: objects stored, requests refused at
     // the signature check (4xx), and on the limited gateway operations refused with SlowDown.

@@ -58,6 +58,12 @@ pub enum Action {
     GetObjectAcl,
     /// PutObjectAcl.
     PutObjectAcl,
+    /// GetBucketVersioning.
+    GetBucketVersioning,
+    /// PutBucketVersioning.
+    PutBucketVersioning,
+    /// ListObjectVersions.
+    ListBucketVersions,
     /// Any other operation (owner only; the gateway answers most with NotImplemented).
     Other,
 }
@@ -97,6 +103,9 @@ impl Action {
             "ListParts" => Action::ListMultipartUploadParts,
             "GetObjectAcl" => Action::GetObjectAcl,
             "PutObjectAcl" => Action::PutObjectAcl,
+            "GetBucketVersioning" => Action::GetBucketVersioning,
+            "PutBucketVersioning" => Action::PutBucketVersioning,
+            "ListObjectVersions" => Action::ListBucketVersions,
             _ => Action::Other,
         }
     }
@@ -120,6 +129,9 @@ impl Action {
             Action::ListMultipartUploadParts => "s3:ListMultipartUploadParts",
             Action::GetObjectAcl => "s3:GetObjectAcl",
             Action::PutObjectAcl => "s3:PutObjectAcl",
+            Action::GetBucketVersioning => "s3:GetBucketVersioning",
+            Action::PutBucketVersioning => "s3:PutBucketVersioning",
+            Action::ListBucketVersions => "s3:ListBucketVersions",
             Action::Other => "s3:Unsupported",
         }
     }
@@ -128,7 +140,9 @@ impl Action {
     pub fn acl_level(self) -> AclLevel {
         use AclPermission::*;
         match self {
-            Action::ListBucket | Action::ListBucketMultipartUploads => AclLevel::Bucket(Read),
+            Action::ListBucket
+            | Action::ListBucketMultipartUploads
+            | Action::ListBucketVersions => AclLevel::Bucket(Read),
             Action::PutObject
             | Action::DeleteObject
             | Action::AbortMultipartUpload
@@ -149,6 +163,8 @@ impl Action {
             self,
             Action::ListBucket
                 | Action::ListBucketMultipartUploads
+                | Action::ListBucketVersions
+                | Action::GetBucketVersioning
                 | Action::GetBucketLocation
                 | Action::GetBucketAcl
                 | Action::GetObject
@@ -287,10 +303,11 @@ mod tests {
             owner: "alice".into(),
             acl,
             policy: policy.map(str::to_string),
+            versioning: Default::default(),
         }
     }
 
-    const ALL: [Action; 17] = [
+    const ALL: [Action; 20] = [
         Action::ListAllMyBuckets,
         Action::CreateBucket,
         Action::DeleteBucket,
@@ -307,6 +324,9 @@ mod tests {
         Action::ListMultipartUploadParts,
         Action::GetObjectAcl,
         Action::PutObjectAcl,
+        Action::GetBucketVersioning,
+        Action::PutBucketVersioning,
+        Action::ListBucketVersions,
         Action::Other,
     ];
 
@@ -344,7 +364,12 @@ mod tests {
     fn canned_acls_grant_reads_and_writes_only() {
         let pr = bucket(CannedAcl::PublicRead, None);
         for a in ALL {
-            let want = if a == Action::ListBucket || a == Action::ListBucketMultipartUploads {
+            let listing = [
+                Action::ListBucket,
+                Action::ListBucketMultipartUploads,
+                Action::ListBucketVersions,
+            ];
+            let want = if listing.contains(&a) {
                 Decision::Allow
             } else {
                 Decision::Deny

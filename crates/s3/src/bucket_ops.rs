@@ -9,6 +9,7 @@ use crate::buckets;
 use crate::gateway::Gateway;
 use crate::headers::timestamp;
 use crate::multipart;
+use crate::versions;
 
 /// CreateBucket.
 pub async fn create(
@@ -35,7 +36,9 @@ pub async fn delete(
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
-    if buckets::has_objects(&gw.backend, &b).await? {
+    if buckets::has_objects(&gw.backend, &b).await?
+        || (b.versioning.versioned() && versions::has_versions(&gw.backend, &b).await?)
+    {
         return Err(s3_error!(BucketNotEmpty));
     }
     multipart::abort_all(gw, &b).await?;

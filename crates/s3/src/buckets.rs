@@ -17,6 +17,7 @@ use crate::backend::Backend;
 use crate::data::internal;
 use crate::entry::Entry;
 use crate::record::{seal, unseal};
+use crate::versions::{self, Versioning};
 
 /// Object holding the bucket registry.
 pub const REGISTRY: &str = "s3.buckets";
@@ -43,6 +44,13 @@ pub struct BucketInfo {
     /// Bucket policy document, as given to PutBucketPolicy (checked then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// Versioning state (never enabled, Enabled, Suspended): see `versions`.
+    #[serde(default, skip_serializing_if = "is_unversioned")]
+    pub versioning: Versioning,
+}
+
+fn is_unversioned(v: &Versioning) -> bool {
+    !v.versioned()
 }
 
 fn is_private(acl: &CannedAcl) -> bool {
@@ -195,6 +203,7 @@ pub async fn create_bucket(
         owner: owner.to_string(),
         acl,
         policy: None,
+        versioning: Versioning::Off,
     };
     backend
         .omap_set(REGISTRY, &[(name.as_bytes().to_vec(), seal(&info))])
@@ -217,13 +226,18 @@ pub async fn has_objects(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Result
     Ok(false)
 }
 
-/// Removes the registry record and the (empty) index shards.
+/// Removes the registry record and the (empty) index shards, current and version.
 pub async fn remove_bucket(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Result<()> {
     backend
         .omap_remove(REGISTRY, &[b.name.as_bytes().to_vec()])
         .await
         .map_err(internal)?;
-    for shard in b.shard_names() {
+    let version_shards = if b.versioning.versioned() {
+        versions::shard_names(b)
+    } else {
+        Vec::new()
+    };
+    for shard in b.shard_names().into_iter().chain(version_shards) {
         backend.remove(&shard).await.map_err(internal)?;
     }
     backend

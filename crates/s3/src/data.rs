@@ -523,6 +523,9 @@ mod tests {
             parts: 0,
             acl: Default::default(),
             checksum: None,
+            version_id: None,
+            delete_marker: false,
+            null_rank: None,
             inline: Vec::new(),
         }
     }

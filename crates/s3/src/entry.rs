@@ -118,6 +118,19 @@ pub struct Entry {
     /// The `x-amz-checksum-*` value the client sent and the gateway verified, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<Checksum>,
+    /// Its version id in a bucket that has had versioning enabled (`null` for the null
+    /// version); None for an object written while versioning was never enabled, which is
+    /// that bucket's null version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    /// Whether this version is a delete marker (no data: a DELETE without a version id in a
+    /// versioned bucket).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_marker: bool,
+    /// The null version's place among its key's versions (see `versions`), fixed when it
+    /// was written; None for other versions and for an object older than versioning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub null_rank: Option<String>,
     /// The data when `loc` is `Inline` (carried after the JSON, not in it).
     #[serde(skip)]
     pub inline: Vec<u8>,
@@ -206,6 +219,9 @@ mod tests {
             parts: 0,
             acl: Default::default(),
             checksum: None,
+            version_id: None,
+            delete_marker: false,
+            null_rank: None,
             inline: if inline { b"hey".to_vec() } else { Vec::new() },
         }
     }

@@ -17,7 +17,7 @@ use crate::config::GatewayConfig;
 use crate::identity::{self, AdmittedBucket, ANONYMOUS};
 use crate::ratelimit::Limiter;
 use crate::users::Users;
-use crate::{access_ops, bucket_ops, list_ops, multipart, object_ops};
+use crate::{access_ops, bucket_ops, list_ops, multipart, object_ops, version_ops};
 
 /// Semaphore permits (KiB, at most `u32::MAX`) standing for `bytes` of request bodies.
 fn body_permits(bytes: u64) -> usize {
@@ -307,6 +307,27 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketPolicyInput>,
     ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
         access_ops::delete_bucket_policy(self, req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        version_ops::put(self, req).await
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        version_ops::get(self, req).await
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        version_ops::list(self, req).await
     }
 }
 

@@ -38,6 +38,8 @@ pub mod sigv4;
 pub mod slots;
 pub mod tls;
 pub mod users;
+pub mod version_ops;
+pub mod versions;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

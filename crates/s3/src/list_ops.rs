@@ -51,6 +51,7 @@ async fn run(
         delimiter: delimiter.filter(|d| !d.is_empty()).map(str::to_string),
         marker: marker.to_string(),
         max,
+        versioned: false,
     };
     let page = listing::list(gw.backend.as_ref(), &b.shard_names(), &q)
         .await
@@ -85,7 +86,8 @@ async fn run(
     })
 }
 
-fn is_url(e: Option<&EncodingType>) -> bool {
+/// Whether a listing asks for `encoding-type=url`.
+pub(crate) fn is_url(e: Option<&EncodingType>) -> bool {
     e.is_some_and(|e| e.as_str() == EncodingType::URL)
 }
 

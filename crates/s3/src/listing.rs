@@ -22,6 +22,9 @@ pub struct ListQuery {
     pub marker: String,
     /// Most items (keys plus common prefixes) returned.
     pub max: usize,
+    /// The shards are version index shards: each omap key is `object key \0 version place`,
+    /// and prefixes and common prefixes apply to the object key before the `\0`.
+    pub versioned: bool,
 }
 
 /// One listed item.
@@ -126,7 +129,11 @@ pub async fn list(
         let (k, v) = cursors[best].buf.pop_front().expect("head exists");
         let key = String::from_utf8(k)
             .map_err(|_| BackendError::Cluster("index key is not UTF-8".into()))?;
-        let item = match common_prefix(&key, &q.prefix, q.delimiter.as_deref()) {
+        let name = match q.versioned {
+            true => key.split('\0').next().unwrap_or_default(),
+            false => key.as_str(),
+        };
+        let item = match common_prefix(name, &q.prefix, q.delimiter.as_deref()) {
             Some(cp) => {
                 skip_prefix(&mut cursors, cp.as_bytes());
                 if cp.as_bytes() <= q.marker.as_bytes() {

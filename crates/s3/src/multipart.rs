@@ -333,7 +333,7 @@ pub async fn complete(
         }
     }
     let tags: Vec<&str> = chosen.iter().map(|p| p.etag.as_str()).collect();
-    let entry = Entry {
+    let mut entry = Entry {
         size: chosen.iter().map(|p| p.size).sum(),
         etag: multipart_etag(&tags),
         mtime_ms: now_ms(),
@@ -345,9 +345,12 @@ pub async fn complete(
         parts: chosen.len() as u32,
         acl: u.acl,
         checksum: None,
+        version_id: None,
+        delete_marker: false,
+        null_rank: None,
         inline: Vec::new(),
     };
-    commit_entry(gw, &b, &input.key, &entry).await?;
+    let version_id = commit_entry(gw, &b, &input.key, &mut entry).await?;
     let unused: Vec<PartInfo> = uploaded
         .iter()
         .filter(|p| !chosen.iter().any(|c| c.number == p.number))
@@ -359,6 +362,7 @@ pub async fn complete(
         key: Some(input.key.clone()),
         e_tag: Some(etag(&entry.etag)),
         location: Some(format!("/{}/{}", input.bucket, input.key)),
+        version_id,
         ..Default::default()
     }))
 }

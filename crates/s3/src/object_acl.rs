@@ -102,6 +102,9 @@ mod tests {
             parts: 0,
             acl,
             checksum: None,
+            version_id: None,
+            delete_marker: false,
+            null_rank: None,
             inline: vec![0],
         }
     }

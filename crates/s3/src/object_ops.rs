@@ -21,6 +21,7 @@ use crate::headers::{
     HeaderInput,
 };
 use crate::metrics::LimitCounters;
+use crate::versions;
 
 /// Most keys in one DeleteObjects request (AWS: 1000).
 pub const MAX_DELETE_KEYS: usize = 1000;
@@ -139,18 +140,51 @@ pub fn entry_from(w: Written, stripe_bytes: u64, headers: ContentHeaders) -> Ent
         parts: 0,
         acl: CannedAcl::Private,
         checksum: None,
+        version_id: None,
+        delete_marker: false,
+        null_rank: None,
         inline,
     }
 }
 
-/// Writes `entry` for `key` and then removes the data of the entry it replaced.
-pub async fn commit_entry(gw: &Gateway, b: &BucketInfo, key: &str, entry: &Entry) -> S3Result<()> {
+/// Writes `entry` for `key` and then removes the data of the entry it replaced; in a
+/// versioned bucket, records it as the key's newest version (setting its version id, which
+/// it returns) and removes only the data of a null version it replaced.
+pub async fn commit_entry(
+    gw: &Gateway,
+    b: &BucketInfo,
+    key: &str,
+    entry: &mut Entry,
+) -> S3Result<Option<String>> {
+    if b.versioning.versioned() {
+        let replaced = versions::commit(&gw.backend, b, key, entry, b.versioning).await?;
+        for old in &replaced.orphans {
+            remove_data(gw, old).await;
+        }
+        return Ok(entry.version_id.clone());
+    }
     let old = buckets::get_entry(&gw.backend, b, key).await?;
     buckets::put_entry(&gw.backend, b, key, entry).await?;
     if let Some(old) = old {
         remove_data(gw, &old).await;
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Stores `entry` for `key` as [`commit_entry`] does; on failure removes its data, unless
+/// the bucket is versioned (a version may already name it: its data then stays, unreferenced
+/// at worst).
+pub async fn commit_or_discard(
+    gw: &Gateway,
+    b: &BucketInfo,
+    key: &str,
+    entry: &mut Entry,
+) -> S3Result<Option<String>> {
+    let r = commit_entry(gw, b, key, entry).await;
+    if r.is_err() && !b.versioning.versioned() {
+        remove_data(gw, entry).await;
+    }
+    r
 }
 
 async fn remove_data(gw: &Gateway, e: &Entry) {
@@ -280,13 +314,11 @@ pub async fn put(
     let mut entry = entry_from(w, gw.cfg.stripe_bytes, headers);
     entry.acl = acl;
     entry.checksum = sum.clone();
-    if let Err(e) = commit_entry(gw, &b, &input.key, &entry).await {
-        remove_data(gw, &entry).await;
-        return Err(e);
-    }
+    let version_id = commit_or_discard(gw, &b, &input.key, &mut entry).await?;
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&entry.etag)),
         size: Some(size as i64),
+        version_id,
         ..Default::default()
     };
     if let Some(c) = sum {
@@ -300,16 +332,55 @@ pub async fn put(
     Ok(S3Response::new(out))
 }
 
+/// The entry a read of `key` (version `version_id` if given) finds: NoSuchKey, NoSuchVersion,
+/// or MethodNotAllowed for a delete marker named by its version id (as S3). In a versioned
+/// bucket the entry carries its version id (`null` for an object older than versioning).
+pub async fn find_entry(
+    gw: &Gateway,
+    b: &BucketInfo,
+    key: &str,
+    version_id: Option<&str>,
+) -> S3Result<Entry> {
+    let versioned = b.versioning.versioned();
+    let mut e = match version_id {
+        Some(id) if versioned => {
+            let (_, e) = versions::get_version(&gw.backend, b, key, id)
+                .await?
+                .ok_or_else(|| s3_error!(NoSuchVersion))?;
+            if e.delete_marker {
+                return Err(s3_error!(
+                    MethodNotAllowed,
+                    "the version named is a delete marker"
+                ));
+            }
+            e
+        }
+        Some(id) if id != versions::NULL_VERSION => {
+            if !versions::valid_version_id(id) {
+                return Err(s3_error!(InvalidArgument, "invalid version id specified"));
+            }
+            return Err(s3_error!(NoSuchVersion));
+        }
+        _ => buckets::get_entry(&gw.backend, b, key)
+            .await?
+            .ok_or_else(|| s3_error!(NoSuchKey))?,
+    };
+    if versioned {
+        e.version_id
+            .get_or_insert_with(|| versions::NULL_VERSION.into());
+    }
+    Ok(e)
+}
+
 async fn lookup(
     gw: &Gateway,
     ext: &Extensions,
     bucket: &str,
     key: &str,
+    version_id: Option<&str>,
 ) -> S3Result<(BucketInfo, Entry)> {
     let b = gw.bucket(ext, bucket).await?;
-    let e = buckets::get_entry(&gw.backend, &b, key)
-        .await?
-        .ok_or_else(|| s3_error!(NoSuchKey))?;
+    let e = find_entry(gw, &b, key, version_id).await?;
     Ok((b, e))
 }
 
@@ -320,10 +391,11 @@ async fn read_target(
     ext: &Extensions,
     bucket: &str,
     key: &str,
+    version_id: Option<&str>,
     conditions: &Conditions<'_>,
     range: Option<&Range>,
 ) -> S3Result<(Entry, Option<(u64, u64)>)> {
-    let (_, e) = lookup(gw, ext, bucket, key).await?;
+    let (_, e) = lookup(gw, ext, bucket, key, version_id).await?;
     check_conditions(conditions, &e.etag, e.mtime_ms, false)?;
     let range = byte_range(range, e.size)?;
     Ok((e, range))
@@ -347,6 +419,7 @@ macro_rules! read_target {
             &$req.extensions,
             &$input.bucket,
             &$input.key,
+            $input.version_id.as_deref(),
             &Conditions {
                 if_match: $input.if_match.as_ref(),
                 if_none_match: $input.if_none_match.as_ref(),
@@ -397,6 +470,7 @@ pub async fn get(
         last_modified: Some(timestamp(e.mtime_ms)),
         metadata: metadata_out(h),
         parts_count: (e.parts > 0).then_some(e.parts as i32),
+        version_id: e.version_id.clone(),
         body: Some(data::blob(gw.backend.clone(), e.clone(), start, end)),
         ..Default::default()
     };
@@ -435,16 +509,43 @@ pub async fn head(
         last_modified: Some(timestamp(e.mtime_ms)),
         metadata: metadata_out(h),
         parts_count: (e.parts > 0).then_some(e.parts as i32),
+        version_id: e.version_id.clone(),
         ..Default::default()
     }))
 }
 
-async fn delete_key(gw: &Gateway, b: &BucketInfo, key: &str) -> S3Result<()> {
-    if let Some(e) = buckets::get_entry(&gw.backend, b, key).await? {
-        buckets::remove_entry(&gw.backend, b, key).await?;
-        remove_data(gw, &e).await;
+/// Deletes `key` (version `version_id` if given): in a bucket never versioned the object
+/// goes (`null` names it; another id is refused or names nothing); in a versioned bucket a
+/// delete marker is made, or the version named goes. A missing key or version succeeds.
+async fn delete_key(
+    gw: &Gateway,
+    b: &BucketInfo,
+    key: &str,
+    version_id: Option<&str>,
+) -> S3Result<versions::Deleted> {
+    let deleted = match (version_id, b.versioning.versioned()) {
+        (Some(id), true) => versions::delete_version(&gw.backend, b, key, id).await?,
+        (None, true) => versions::delete_current(&gw.backend, b, key, b.versioning).await?,
+        (Some(id), false) if id != versions::NULL_VERSION => {
+            if !versions::valid_version_id(id) {
+                return Err(s3_error!(InvalidArgument, "invalid version id specified"));
+            }
+            versions::Deleted::default()
+        }
+        (_, false) => {
+            let mut gone = versions::Deleted::default();
+            if let Some(e) = buckets::get_entry(&gw.backend, b, key).await? {
+                buckets::remove_entry(&gw.backend, b, key).await?;
+                gone.orphans.push(e);
+            }
+            gone.version_id = version_id.map(str::to_string);
+            gone
+        }
+    };
+    for e in &deleted.orphans {
+        remove_data(gw, e).await;
     }
-    Ok(())
+    Ok(deleted)
 }
 
 /// DeleteObject (a missing key succeeds, as in S3).
@@ -453,8 +554,12 @@ pub async fn delete(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
-    delete_key(gw, &b, &req.input.key).await?;
-    Ok(S3Response::new(DeleteObjectOutput::default()))
+    let d = delete_key(gw, &b, &req.input.key, req.input.version_id.as_deref()).await?;
+    Ok(S3Response::new(DeleteObjectOutput {
+        delete_marker: d.delete_marker.then_some(true),
+        version_id: d.version_id,
+        ..Default::default()
+    }))
 }
 
 /// DeleteObjects (at most 1000 keys).
@@ -484,20 +589,25 @@ pub async fn delete_many(
         )
         .await
         {
-            Ok(()) => delete_key(gw, &b, &obj.key).await,
+            Ok(()) => delete_key(gw, &b, &obj.key, obj.version_id.as_deref()).await,
             Err(e) => Err(e),
         };
         match done {
-            Ok(()) if quiet => {}
-            Ok(()) => deleted.push(DeletedObject {
-                key: Some(obj.key),
-                ..Default::default()
-            }),
+            Ok(_) if quiet => {}
+            Ok(d) => {
+                let marker_id = d.version_id.clone().filter(|_| d.delete_marker);
+                deleted.push(DeletedObject {
+                    key: Some(obj.key),
+                    version_id: obj.version_id.clone(),
+                    delete_marker: d.delete_marker.then_some(true),
+                    delete_marker_version_id: marker_id,
+                })
+            }
             Err(e) => errors.push(Error {
                 code: Some(e.code().as_str().to_string()),
                 key: Some(obj.key),
                 message: e.message().map(str::to_string),
-                version_id: None,
+                version_id: obj.version_id.clone(),
             }),
         }
     }
@@ -520,7 +630,7 @@ pub async fn copy(
     let CopySource::Bucket {
         bucket: src_bucket,
         key: src_key,
-        ..
+        version_id: src_version,
     } = &input.copy_source
     else {
         return Err(s3_error!(NotImplemented, "access point copy sources"));
@@ -536,9 +646,15 @@ pub async fn copy(
         Some(src_key),
     )
     .await?;
-    let src = buckets::get_entry(&gw.backend, &src_b, src_key)
-        .await?
-        .ok_or_else(|| s3_error!(NoSuchKey))?;
+    let src = match find_entry(gw, &src_b, src_key, src_version.as_deref()).await {
+        Err(e) if *e.code() == s3s::S3ErrorCode::MethodNotAllowed => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "the source of a copy may not name a delete marker"
+            ))
+        }
+        other => other?,
+    };
     check_conditions(
         &Conditions {
             if_match: input.copy_source_if_match.as_ref(),
@@ -554,7 +670,8 @@ pub async fn copy(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    if !replace && **src_bucket == *input.bucket && **src_key == *input.key {
+    if !replace && src_version.is_none() && **src_bucket == *input.bucket && **src_key == *input.key
+    {
         return Err(s3_error!(
             InvalidRequest,
             "copying an object to itself needs a metadata change (x-amz-metadata-directive: REPLACE)"
@@ -590,11 +707,11 @@ pub async fn copy(
     entry.mtime_ms = now_ms();
     entry.acl = acl;
     entry.checksum.clone_from(&src.checksum);
-    if let Err(e) = commit_entry(gw, &dst, &input.key, &entry).await {
-        remove_data(gw, &entry).await;
-        return Err(e);
-    }
+    entry.version_id = None;
+    let version_id = commit_or_discard(gw, &dst, &input.key, &mut entry).await?;
     Ok(S3Response::new(CopyObjectOutput {
+        version_id,
+        copy_source_version_id: src.version_id.clone(),
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(etag(&entry.etag)),
             last_modified: Some(timestamp(entry.mtime_ms)),

@@ -56,6 +56,7 @@ proptest! {
                 delimiter: delimiter.map(str::to_string),
                 marker: marker.unwrap_or_default(),
                 max,
+                versioned: false,
             };
             let mut seen = 0;
             loop {
