@@ -64,6 +64,14 @@ pub enum Action {
     PutBucketVersioning,
     /// ListObjectVersions.
     ListBucketVersions,
+    /// GetObjectTagging.
+    GetObjectTagging,
+    /// PutObjectTagging, DeleteObjectTagging.
+    PutObjectTagging,
+    /// GetBucketTagging.
+    GetBucketTagging,
+    /// PutBucketTagging, DeleteBucketTagging.
+    PutBucketTagging,
     /// Any other operation (owner only; the gateway answers most with NotImplemented).
     Other,
 }
@@ -106,6 +114,10 @@ impl Action {
             "GetBucketVersioning" => Action::GetBucketVersioning,
             "PutBucketVersioning" => Action::PutBucketVersioning,
             "ListObjectVersions" => Action::ListBucketVersions,
+            "GetObjectTagging" => Action::GetObjectTagging,
+            "PutObjectTagging" | "DeleteObjectTagging" => Action::PutObjectTagging,
+            "GetBucketTagging" => Action::GetBucketTagging,
+            "PutBucketTagging" | "DeleteBucketTagging" => Action::PutBucketTagging,
             _ => Action::Other,
         }
     }
@@ -132,6 +144,10 @@ impl Action {
             Action::GetBucketVersioning => "s3:GetBucketVersioning",
             Action::PutBucketVersioning => "s3:PutBucketVersioning",
             Action::ListBucketVersions => "s3:ListBucketVersions",
+            Action::GetObjectTagging => "s3:GetObjectTagging",
+            Action::PutObjectTagging => "s3:PutObjectTagging",
+            Action::GetBucketTagging => "s3:GetBucketTagging",
+            Action::PutBucketTagging => "s3:PutBucketTagging",
             Action::Other => "s3:Unsupported",
         }
     }
@@ -165,6 +181,8 @@ impl Action {
                 | Action::ListBucketMultipartUploads
                 | Action::ListBucketVersions
                 | Action::GetBucketVersioning
+                | Action::GetObjectTagging
+                | Action::GetBucketTagging
                 | Action::GetBucketLocation
                 | Action::GetBucketAcl
                 | Action::GetObject
@@ -184,6 +202,8 @@ impl Action {
                 | Action::ListMultipartUploadParts
                 | Action::GetObjectAcl
                 | Action::PutObjectAcl
+                | Action::GetObjectTagging
+                | Action::PutObjectTagging
         )
     }
 }
@@ -304,10 +324,11 @@ mod tests {
             acl,
             policy: policy.map(str::to_string),
             versioning: Default::default(),
+            tags: Default::default(),
         }
     }
 
-    const ALL: [Action; 20] = [
+    const ALL: [Action; 24] = [
         Action::ListAllMyBuckets,
         Action::CreateBucket,
         Action::DeleteBucket,
@@ -327,6 +348,10 @@ mod tests {
         Action::GetBucketVersioning,
         Action::PutBucketVersioning,
         Action::ListBucketVersions,
+        Action::GetObjectTagging,
+        Action::PutObjectTagging,
+        Action::GetBucketTagging,
+        Action::PutBucketTagging,
         Action::Other,
     ];
 

@@ -47,6 +47,9 @@ pub struct BucketInfo {
     /// Versioning state (never enabled, Enabled, Suspended): see `versions`.
     #[serde(default, skip_serializing_if = "is_unversioned")]
     pub versioning: Versioning,
+    /// Bucket tags (PutBucketTagging).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tags: crate::tagging::Tags,
 }
 
 fn is_unversioned(v: &Versioning) -> bool {
@@ -204,6 +207,7 @@ pub async fn create_bucket(
         acl,
         policy: None,
         versioning: Versioning::Off,
+        tags: Default::default(),
     };
     backend
         .omap_set(REGISTRY, &[(name.as_bytes().to_vec(), seal(&info))])
@@ -246,6 +250,10 @@ pub async fn remove_bucket(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Resu
         .map_err(internal)?;
     backend
         .remove(&crate::object_acl::acl_object(b))
+        .await
+        .map_err(internal)?;
+    backend
+        .remove(&crate::tag_ops::tag_object(b))
         .await
         .map_err(internal)?;
     Ok(())

@@ -526,6 +526,7 @@ mod tests {
             version_id: None,
             delete_marker: false,
             null_rank: None,
+            tags: Default::default(),
             inline: Vec::new(),
         }
     }

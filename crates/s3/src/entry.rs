@@ -127,6 +127,10 @@ pub struct Entry {
     /// versioned bucket).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delete_marker: bool,
+    /// Tags given when the object was written (`x-amz-tagging`); later changes are recorded
+    /// apart (`tag_ops`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
     /// The null version's place among its key's versions (see `versions`), fixed when it
     /// was written; None for other versions and for an object older than versioning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +226,7 @@ mod tests {
             version_id: None,
             delete_marker: false,
             null_rank: None,
+            tags: Default::default(),
             inline: if inline { b"hey".to_vec() } else { Vec::new() },
         }
     }

@@ -17,7 +17,7 @@ use crate::config::GatewayConfig;
 use crate::identity::{self, AdmittedBucket, ANONYMOUS};
 use crate::ratelimit::Limiter;
 use crate::users::Users;
-use crate::{access_ops, bucket_ops, list_ops, multipart, object_ops, version_ops};
+use crate::{access_ops, bucket_ops, list_ops, multipart, object_ops, tag_ops, version_ops};
 
 /// Semaphore permits (KiB, at most `u32::MAX`) standing for `bytes` of request bodies.
 fn body_permits(bytes: u64) -> usize {
@@ -321,6 +321,48 @@ impl S3 for Gateway {
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
         version_ops::get(self, req).await
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        tag_ops::put_object(self, req).await
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        tag_ops::get_object(self, req).await
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        tag_ops::delete_object(self, req).await
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        tag_ops::put_bucket(self, req).await
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        tag_ops::get_bucket(self, req).await
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        tag_ops::delete_bucket(self, req).await
     }
 
     async fn list_object_versions(

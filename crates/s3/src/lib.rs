@@ -36,6 +36,8 @@ pub mod server;
 pub mod sigv2;
 pub mod sigv4;
 pub mod slots;
+pub mod tag_ops;
+pub mod tagging;
 pub mod tls;
 pub mod users;
 pub mod version_ops;

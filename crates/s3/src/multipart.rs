@@ -348,6 +348,7 @@ pub async fn complete(
         version_id: None,
         delete_marker: false,
         null_rank: None,
+        tags: Default::default(),
         inline: Vec::new(),
     };
     let version_id = commit_entry(gw, &b, &input.key, &mut entry).await?;

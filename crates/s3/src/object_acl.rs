@@ -105,6 +105,7 @@ mod tests {
             version_id: None,
             delete_marker: false,
             null_rank: None,
+            tags: Default::default(),
             inline: vec![0],
         }
     }

@@ -21,7 +21,7 @@ use crate::headers::{
     HeaderInput,
 };
 use crate::metrics::LimitCounters;
-use crate::versions;
+use crate::{tagging, versions};
 
 /// Most keys in one DeleteObjects request (AWS: 1000).
 pub const MAX_DELETE_KEYS: usize = 1000;
@@ -143,6 +143,7 @@ pub fn entry_from(w: Written, stripe_bytes: u64, headers: ContentHeaders) -> Ent
         version_id: None,
         delete_marker: false,
         null_rank: None,
+        tags: Default::default(),
         inline,
     }
 }
@@ -272,6 +273,10 @@ pub async fn put(
     )?;
     let md5 = content_md5(input.content_md5.as_deref())?;
     let acl = acl_on_create(input.acl.as_ref().map(|a| a.as_str()), any_grant!(input))?;
+    let tags = match input.tagging.as_deref() {
+        Some(h) => tagging::from_header(h)?,
+        None => Default::default(),
+    };
     let check = checksum_check(
         [
             input.checksum_crc32.as_deref(),
@@ -314,6 +319,7 @@ pub async fn put(
     let mut entry = entry_from(w, gw.cfg.stripe_bytes, headers);
     entry.acl = acl;
     entry.checksum = sum.clone();
+    entry.tags = tags;
     let version_id = commit_or_discard(gw, &b, &input.key, &mut entry).await?;
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&entry.etag)),
@@ -692,6 +698,15 @@ pub async fn copy(
     } else {
         src.headers.clone()
     };
+    let replace_tags = input
+        .tagging_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+    let tags = match (replace_tags, input.tagging.as_deref()) {
+        (true, Some(h)) => tagging::from_header(h)?,
+        (true, None) => Default::default(),
+        (false, _) => crate::tag_ops::effective(&gw.backend, &src_b, src_key, &src).await?,
+    };
     let dst = gw.bucket(&req.extensions, &input.bucket).await?;
     let mut entry = if let DataLoc::Inline = src.loc {
         Entry {
@@ -708,6 +723,7 @@ pub async fn copy(
     entry.acl = acl;
     entry.checksum.clone_from(&src.checksum);
     entry.version_id = None;
+    entry.tags = tags;
     let version_id = commit_or_discard(gw, &dst, &input.key, &mut entry).await?;
     Ok(S3Response::new(CopyObjectOutput {
         version_id,

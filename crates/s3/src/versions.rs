@@ -328,6 +328,7 @@ pub async fn delete_current(
         version_id: Some(id.clone()),
         delete_marker: true,
         null_rank: (state == Versioning::Suspended).then(|| rank(now_nanos())),
+        tags: Default::default(),
         inline: Vec::new(),
     };
     put_version(backend, b, key, &marker).await?;

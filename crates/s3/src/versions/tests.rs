@@ -12,6 +12,7 @@ fn bucket(state: Versioning) -> BucketInfo {
         acl: Default::default(),
         policy: None,
         versioning: state,
+        tags: Default::default(),
     }
 }
 
@@ -28,6 +29,7 @@ fn object(body: &[u8], mtime_ms: i64) -> Entry {
         version_id: None,
         delete_marker: false,
         null_rank: None,
+        tags: Default::default(),
         inline: body.to_vec(),
     }
 }

@@ -1,0 +1,174 @@
+//! Tagging operations. An object's tags given at write time (`x-amz-tagging` on PutObject,
+//! CopyObject with `x-amz-tagging-directive: REPLACE`) live in its index entry, committed with
+//! it. Put/DeleteObjectTagging change them later without rewriting the entry, as
+//! `object_acl` does for ACLs: a record in the bucket's tag object (`s3.otag.{bucket-id}`,
+//! omap `key \0 version id` -> sealed [`TagRecord`]) bound to the entry's size, ETag and
+//! mtime, ignored once the object is overwritten, so a tagging call racing an overwrite can
+//! never change what an entry points to. A bucket's tags are in its registry record.
+
+use std::sync::Arc;
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::buckets::{self, BucketInfo};
+use crate::data::internal;
+use crate::entry::Entry;
+use crate::gateway::Gateway;
+use crate::object_ops::find_entry;
+use crate::record::{seal, unseal};
+use crate::tagging::{self, Tags, MAX_BUCKET_TAGS, MAX_OBJECT_TAGS};
+
+/// Tags set by PutObjectTagging (or removed by DeleteObjectTagging) on one version of an
+/// object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagRecord {
+    /// Size of the entry it applies to.
+    pub size: u64,
+    /// ETag of that entry.
+    pub etag: String,
+    /// mtime of that entry, ms.
+    pub mtime_ms: i64,
+    /// The tags.
+    pub tags: Tags,
+}
+
+impl TagRecord {
+    fn applies_to(&self, e: &Entry) -> bool {
+        self.size == e.size && self.etag == e.etag && self.mtime_ms == e.mtime_ms
+    }
+}
+
+/// The object holding a bucket's tagging records.
+pub fn tag_object(b: &BucketInfo) -> String {
+    format!("s3.otag.{}", b.id)
+}
+
+fn record_key(key: &str, e: &Entry) -> Vec<u8> {
+    let mut k = key.as_bytes().to_vec();
+    k.push(0);
+    k.extend_from_slice(e.version_id.as_deref().unwrap_or_default().as_bytes());
+    k
+}
+
+/// The tags in force for `entry` (a version of object `key` of `b`).
+pub async fn effective(
+    backend: &Arc<dyn Backend>,
+    b: &BucketInfo,
+    key: &str,
+    entry: &Entry,
+) -> S3Result<Tags> {
+    let wanted = record_key(key, entry);
+    let (page, _) = backend
+        .omap_list(&tag_object(b), &[], &wanted, 1)
+        .await
+        .map_err(internal)?;
+    if let Some((_, v)) = page.first().filter(|(k, _)| *k == wanted) {
+        let rec: TagRecord = unseal(v).map_err(internal)?;
+        if rec.applies_to(entry) {
+            return Ok(rec.tags);
+        }
+    }
+    Ok(entry.tags.clone())
+}
+
+async fn set(gw: &Gateway, b: &BucketInfo, key: &str, e: &Entry, tags: Tags) -> S3Result<()> {
+    let rec = TagRecord {
+        size: e.size,
+        etag: e.etag.clone(),
+        mtime_ms: e.mtime_ms,
+        tags,
+    };
+    gw.backend
+        .omap_set(&tag_object(b), &[(record_key(key, e), seal(&rec))])
+        .await
+        .map_err(internal)
+}
+
+/// PutObjectTagging (at most 10 tags; a version by id in a versioned bucket).
+pub async fn put_object(
+    gw: &Gateway,
+    req: S3Request<PutObjectTaggingInput>,
+) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+    let i = req.input;
+    let tags = tagging::from_tag_set(&i.tagging.tag_set, MAX_OBJECT_TAGS)?;
+    let b = gw.bucket(&req.extensions, &i.bucket).await?;
+    let e = find_entry(gw, &b, &i.key, i.version_id.as_deref()).await?;
+    set(gw, &b, &i.key, &e, tags).await?;
+    Ok(S3Response::new(PutObjectTaggingOutput {
+        version_id: e.version_id,
+    }))
+}
+
+/// GetObjectTagging (an empty set when the object has none).
+pub async fn get_object(
+    gw: &Gateway,
+    req: S3Request<GetObjectTaggingInput>,
+) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+    let i = &req.input;
+    let b = gw.bucket(&req.extensions, &i.bucket).await?;
+    let e = find_entry(gw, &b, &i.key, i.version_id.as_deref()).await?;
+    let tags = effective(&gw.backend, &b, &i.key, &e).await?;
+    Ok(S3Response::new(GetObjectTaggingOutput {
+        tag_set: tagging::to_tag_set(&tags),
+        version_id: e.version_id,
+    }))
+}
+
+/// DeleteObjectTagging.
+pub async fn delete_object(
+    gw: &Gateway,
+    req: S3Request<DeleteObjectTaggingInput>,
+) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+    let i = &req.input;
+    let b = gw.bucket(&req.extensions, &i.bucket).await?;
+    let e = find_entry(gw, &b, &i.key, i.version_id.as_deref()).await?;
+    set(gw, &b, &i.key, &e, Tags::new()).await?;
+    Ok(S3Response::new(DeleteObjectTaggingOutput {
+        version_id: e.version_id,
+    }))
+}
+
+/// PutBucketTagging (at most 50 tags; replaces the set).
+pub async fn put_bucket(
+    gw: &Gateway,
+    req: S3Request<PutBucketTaggingInput>,
+) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+    let i = req.input;
+    let tags = tagging::from_tag_set(&i.tagging.tag_set, MAX_BUCKET_TAGS)?;
+    let mut b = buckets::get_bucket(&gw.backend, &i.bucket).await?;
+    b.tags = tags;
+    buckets::update_bucket(&gw.backend, &b).await?;
+    gw.buckets.forget(&b.name);
+    Ok(S3Response::new(PutBucketTaggingOutput::default()))
+}
+
+/// GetBucketTagging (NoSuchTagSet when the bucket has none, as S3).
+pub async fn get_bucket(
+    gw: &Gateway,
+    req: S3Request<GetBucketTaggingInput>,
+) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+    let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
+    if b.tags.is_empty() {
+        return Err(s3_error!(NoSuchTagSet));
+    }
+    Ok(S3Response::new(GetBucketTaggingOutput {
+        tag_set: tagging::to_tag_set(&b.tags),
+    }))
+}
+
+/// DeleteBucketTagging.
+pub async fn delete_bucket(
+    gw: &Gateway,
+    req: S3Request<DeleteBucketTaggingInput>,
+) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+    let mut b = buckets::get_bucket(&gw.backend, &req.input.bucket).await?;
+    if !b.tags.is_empty() {
+        b.tags.clear();
+        buckets::update_bucket(&gw.backend, &b).await?;
+        gw.buckets.forget(&b.name);
+    }
+    Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
+}
