@@ -186,6 +186,10 @@ pub fn entry_seeds() -> Vec<Vec<u8>> {
             algo: cairn_s3::checksum::ChecksumAlgo::Crc32,
             value: "DUoRhQ==".into(),
         }),
+        version_id: Some("null".into()),
+        delete_marker: false,
+        tags: BTreeMap::from([("project".into(), "blue".into())]),
+        null_rank: Some("fffffffffffffffe".into()),
         inline: Vec::new(),
     };
     let inline = Entry {

@@ -72,6 +72,10 @@ pub enum Action {
     GetBucketTagging,
     /// PutBucketTagging, DeleteBucketTagging.
     PutBucketTagging,
+    /// GetBucketCors.
+    GetBucketCors,
+    /// PutBucketCors, DeleteBucketCors.
+    PutBucketCors,
     /// Any other operation (owner only; the gateway answers most with NotImplemented).
     Other,
 }
@@ -118,6 +122,8 @@ impl Action {
             "PutObjectTagging" | "DeleteObjectTagging" => Action::PutObjectTagging,
             "GetBucketTagging" => Action::GetBucketTagging,
             "PutBucketTagging" | "DeleteBucketTagging" => Action::PutBucketTagging,
+            "GetBucketCors" => Action::GetBucketCors,
+            "PutBucketCors" | "DeleteBucketCors" => Action::PutBucketCors,
             _ => Action::Other,
         }
     }
@@ -148,6 +154,8 @@ impl Action {
             Action::PutObjectTagging => "s3:PutObjectTagging",
             Action::GetBucketTagging => "s3:GetBucketTagging",
             Action::PutBucketTagging => "s3:PutBucketTagging",
+            Action::GetBucketCors => "s3:GetBucketCORS",
+            Action::PutBucketCors => "s3:PutBucketCORS",
             Action::Other => "s3:Unsupported",
         }
     }
@@ -183,6 +191,7 @@ impl Action {
                 | Action::GetBucketVersioning
                 | Action::GetObjectTagging
                 | Action::GetBucketTagging
+                | Action::GetBucketCors
                 | Action::GetBucketLocation
                 | Action::GetBucketAcl
                 | Action::GetObject
@@ -325,10 +334,11 @@ mod tests {
             policy: policy.map(str::to_string),
             versioning: Default::default(),
             tags: Default::default(),
+            cors: Vec::new(),
         }
     }
 
-    const ALL: [Action; 24] = [
+    const ALL: [Action; 26] = [
         Action::ListAllMyBuckets,
         Action::CreateBucket,
         Action::DeleteBucket,
@@ -352,6 +362,8 @@ mod tests {
         Action::PutObjectTagging,
         Action::GetBucketTagging,
         Action::PutBucketTagging,
+        Action::GetBucketCors,
+        Action::PutBucketCors,
         Action::Other,
     ];
 

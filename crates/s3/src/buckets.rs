@@ -50,6 +50,9 @@ pub struct BucketInfo {
     /// Bucket tags (PutBucketTagging).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tags: crate::tagging::Tags,
+    /// CORS rules (PutBucketCors).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cors: Vec<crate::cors::Rule>,
 }
 
 fn is_unversioned(v: &Versioning) -> bool {
@@ -208,6 +211,7 @@ pub async fn create_bucket(
         policy: None,
         versioning: Versioning::Off,
         tags: Default::default(),
+        cors: Vec::new(),
     };
     backend
         .omap_set(REGISTRY, &[(name.as_bytes().to_vec(), seal(&info))])

@@ -17,7 +17,9 @@ use crate::config::GatewayConfig;
 use crate::identity::{self, AdmittedBucket, ANONYMOUS};
 use crate::ratelimit::Limiter;
 use crate::users::Users;
-use crate::{access_ops, bucket_ops, list_ops, multipart, object_ops, tag_ops, version_ops};
+use crate::{
+    access_ops, bucket_ops, cors_ops, list_ops, multipart, object_ops, tag_ops, version_ops,
+};
 
 /// Semaphore permits (KiB, at most `u32::MAX`) standing for `bytes` of request bodies.
 fn body_permits(bytes: u64) -> usize {
@@ -363,6 +365,27 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketTaggingInput>,
     ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
         tag_ops::delete_bucket(self, req).await
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        cors_ops::put(self, req).await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        cors_ops::get(self, req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        cors_ops::delete(self, req).await
     }
 
     async fn list_object_versions(

@@ -18,6 +18,8 @@ pub mod buckets;
 pub mod checksum;
 pub mod chunked;
 pub mod config;
+pub mod cors;
+pub mod cors_ops;
 pub mod data;
 pub mod entry;
 pub mod gateway;

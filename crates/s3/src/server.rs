@@ -19,6 +19,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::access::Admission;
 use crate::chunked::{CheckedBody, ChunkChecker, ChunkMode};
+use crate::cors_ops;
 use crate::gateway::Gateway;
 use crate::identity::Identity;
 use crate::metrics::S3Metrics;
@@ -149,20 +150,36 @@ pub async fn authenticate(
 
 /// Authenticates `req` ([`authenticate`]) and serves it with s3s; a refused signature, or a
 /// chunk signature that failed while s3s read the body, becomes the S3 error response.
+/// A preflight `OPTIONS` is answered from the bucket's CORS rules, and a response to a
+/// request with `Origin` gets the rules' `Access-Control-*` headers (`cors_ops`).
 pub async fn handle(
     req: hyper::Request<hyper::body::Incoming>,
-    users: &Users,
+    gw: &Gateway,
     service: &S3Service,
 ) -> Result<HttpResponse, s3s::HttpError> {
-    let (req, failure) = match authenticate(req, users).await {
+    if req.method() == hyper::Method::OPTIONS {
+        return Ok(cors_ops::preflight(gw, req.uri().path(), req.headers())
+            .await
+            .unwrap_or_else(error_response));
+    }
+    let cross_origin = req
+        .headers()
+        .get(hyper::header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .zip(cors_ops::bucket_of(req.uri().path()))
+        .map(|(o, b)| (o.to_string(), b.to_string(), req.method().clone()));
+    let (req, failure) = match authenticate(req, &gw.users).await {
         Ok(r) => r,
         Err(e) => return Ok(error_response(e)),
     };
-    let resp = service.call(req).await?;
-    match failure.as_ref().and_then(|f| f.get()) {
-        Some(e) => Ok(error_response(e.to_s3())),
-        None => Ok(resp),
+    let mut resp = service.call(req).await?;
+    if let Some(e) = failure.as_ref().and_then(|f| f.get()) {
+        resp = error_response(e.to_s3());
     }
+    if let Some((origin, bucket, method)) = cross_origin {
+        cors_ops::decorate(gw, &bucket, &origin, &method, &mut resp).await;
+    }
+    Ok(resp)
 }
 
 fn error_response(e: S3Error) -> HttpResponse {
@@ -185,13 +202,13 @@ const REFUSAL_TIME: Duration = Duration::from_secs(1);
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `service` on `listener` until the task is dropped or aborted, over TLS when `tls`
-/// is given; `users` verify the signatures first ([`handle`]); every request is counted in
-/// `metrics`. At most `max_connections` connections are served; see [`Slots`] for what one
+/// is given; `gw`'s users verify the signatures first and its buckets' CORS rules answer
+/// preflights ([`handle`]); every request is counted in `metrics`. At most `max_connections` connections are served; see [`Slots`] for what one
 /// more gets.
 pub async fn serve(
     listener: TcpListener,
     service: S3Service,
-    users: Arc<Users>,
+    gw: Gateway,
     metrics: Arc<S3Metrics>,
     max_connections: usize,
     tls: Option<TlsAcceptor>,
@@ -209,9 +226,9 @@ pub async fn serve(
         // Responses go out as a head and then body frames; with Nagle's algorithm a small
         // body waits for the client's delayed ACK of the head (about 40 ms on Linux).
         let _ = stream.set_nodelay(true);
-        let (service, users, metrics, slots, tls) = (
+        let (service, gw, metrics, slots, tls) = (
             service.clone(),
-            users.clone(),
+            gw.clone(),
             metrics.clone(),
             slots.clone(),
             tls.clone(),
@@ -222,7 +239,7 @@ pub async fn serve(
                     refuse(stream).await;
                     return;
                 };
-                serve_connection(stream, peer, slot, service, users, metrics).await;
+                serve_connection(stream, peer, slot, service, gw, metrics).await;
                 return;
             };
             let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(stream)).await
@@ -241,7 +258,7 @@ pub async fn serve(
                 refuse(stream).await;
                 return;
             };
-            serve_connection(stream, peer, slot, service, users, metrics).await;
+            serve_connection(stream, peer, slot, service, gw, metrics).await;
         });
     }
 }
@@ -253,7 +270,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     peer: SocketAddr,
     slot: Slot,
     inner: S3Service,
-    users: Arc<Users>,
+    gw: Gateway,
     metrics: Arc<S3Metrics>,
 ) {
     let state = slot.state.clone();
@@ -261,13 +278,13 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         let busy = state.request_started();
         let expect = expects_continue(req.headers());
         let inner = inner.clone();
-        let users = users.clone();
+        let gw = gw.clone();
         let metrics = metrics.clone();
         async move {
             let (t, method) = (Instant::now(), req.method().clone());
             let bytes_in = declared_len(req.headers());
             let in_flight = metrics.start();
-            let answered = handle(req, &users, &inner).await;
+            let answered = handle(req, &gw, &inner).await;
             drop(in_flight);
             let (status, bytes_out) = match &answered {
                 Ok(r) => (r.status().as_u16(), declared_len(r.headers())),
@@ -376,7 +393,7 @@ pub async fn start(
     let task = tokio::spawn(serve(
         listener,
         service(gw),
-        gw.users.clone(),
+        gw.clone(),
         gw.metrics.clone(),
         gw.cfg.max_connections,
         tls,

@@ -13,6 +13,7 @@ fn bucket(state: Versioning) -> BucketInfo {
         policy: None,
         versioning: state,
         tags: Default::default(),
+        cors: Vec::new(),
     }
 }
 
