@@ -189,6 +189,8 @@ pub fn entry_seeds() -> Vec<Vec<u8>> {
         version_id: Some("null".into()),
         delete_marker: false,
         tags: BTreeMap::from([("project".into(), "blue".into())]),
+        retention: None,
+        legal_hold: false,
         null_rank: Some("fffffffffffffffe".into()),
         inline: Vec::new(),
     };

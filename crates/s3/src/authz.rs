@@ -76,6 +76,16 @@ pub enum Action {
     GetBucketCors,
     /// PutBucketCors, DeleteBucketCors.
     PutBucketCors,
+    /// Get/PutObjectLockConfiguration.
+    BucketObjectLock,
+    /// GetObjectRetention.
+    GetObjectRetention,
+    /// PutObjectRetention.
+    PutObjectRetention,
+    /// GetObjectLegalHold.
+    GetObjectLegalHold,
+    /// PutObjectLegalHold.
+    PutObjectLegalHold,
     /// Any other operation (owner only; the gateway answers most with NotImplemented).
     Other,
 }
@@ -124,6 +134,11 @@ impl Action {
             "PutBucketTagging" | "DeleteBucketTagging" => Action::PutBucketTagging,
             "GetBucketCors" => Action::GetBucketCors,
             "PutBucketCors" | "DeleteBucketCors" => Action::PutBucketCors,
+            "GetObjectLockConfiguration" | "PutObjectLockConfiguration" => Action::BucketObjectLock,
+            "GetObjectRetention" => Action::GetObjectRetention,
+            "PutObjectRetention" => Action::PutObjectRetention,
+            "GetObjectLegalHold" => Action::GetObjectLegalHold,
+            "PutObjectLegalHold" => Action::PutObjectLegalHold,
             _ => Action::Other,
         }
     }
@@ -156,6 +171,11 @@ impl Action {
             Action::PutBucketTagging => "s3:PutBucketTagging",
             Action::GetBucketCors => "s3:GetBucketCORS",
             Action::PutBucketCors => "s3:PutBucketCORS",
+            Action::BucketObjectLock => "s3:PutBucketObjectLockConfiguration",
+            Action::GetObjectRetention => "s3:GetObjectRetention",
+            Action::PutObjectRetention => "s3:PutObjectRetention",
+            Action::GetObjectLegalHold => "s3:GetObjectLegalHold",
+            Action::PutObjectLegalHold => "s3:PutObjectLegalHold",
             Action::Other => "s3:Unsupported",
         }
     }
@@ -192,6 +212,8 @@ impl Action {
                 | Action::GetObjectTagging
                 | Action::GetBucketTagging
                 | Action::GetBucketCors
+                | Action::GetObjectRetention
+                | Action::GetObjectLegalHold
                 | Action::GetBucketLocation
                 | Action::GetBucketAcl
                 | Action::GetObject
@@ -213,6 +235,10 @@ impl Action {
                 | Action::PutObjectAcl
                 | Action::GetObjectTagging
                 | Action::PutObjectTagging
+                | Action::GetObjectRetention
+                | Action::PutObjectRetention
+                | Action::GetObjectLegalHold
+                | Action::PutObjectLegalHold
         )
     }
 }
@@ -335,10 +361,11 @@ mod tests {
             versioning: Default::default(),
             tags: Default::default(),
             cors: Vec::new(),
+            object_lock: None,
         }
     }
 
-    const ALL: [Action; 26] = [
+    const ALL: [Action; 31] = [
         Action::ListAllMyBuckets,
         Action::CreateBucket,
         Action::DeleteBucket,
@@ -364,6 +391,11 @@ mod tests {
         Action::PutBucketTagging,
         Action::GetBucketCors,
         Action::PutBucketCors,
+        Action::BucketObjectLock,
+        Action::GetObjectRetention,
+        Action::PutObjectRetention,
+        Action::GetObjectLegalHold,
+        Action::PutObjectLegalHold,
         Action::Other,
     ];
 

@@ -1,4 +1,4 @@
-//! Bucket operations: create (with a canned ACL), delete (empty only; in-progress uploads
+//! Bucket operations: create (with a canned ACL, and object lock on request), delete (empty only; in-progress uploads
 //! are aborted), head, list (the caller's own buckets), location.
 
 use s3s::dto::*;
@@ -23,7 +23,13 @@ pub async fn create(
         any_grant!(input) || input.grant_write.is_some(),
     )?;
     let name = &input.bucket;
-    buckets::create_bucket(&gw.backend, name, &owner, gw.cfg.index_shards, acl).await?;
+    let mut b = buckets::create_bucket(&gw.backend, name, &owner, gw.cfg.index_shards, acl).await?;
+    if input.object_lock_enabled_for_bucket == Some(true) {
+        // Object lock needs versioning: both on from the start, nothing to record yet.
+        b.versioning = crate::versions::Versioning::Enabled;
+        b.object_lock = Some(crate::object_lock::LockConfig::default());
+        buckets::update_bucket(&gw.backend, &b).await?;
+    }
     gw.buckets.forget(name);
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),

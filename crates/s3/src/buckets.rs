@@ -53,6 +53,9 @@ pub struct BucketInfo {
     /// CORS rules (PutBucketCors).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cors: Vec<crate::cors::Rule>,
+    /// Object lock configuration: present once object lock is enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<crate::object_lock::LockConfig>,
 }
 
 fn is_unversioned(v: &Versioning) -> bool {
@@ -212,6 +215,7 @@ pub async fn create_bucket(
         versioning: Versioning::Off,
         tags: Default::default(),
         cors: Vec::new(),
+        object_lock: None,
     };
     backend
         .omap_set(REGISTRY, &[(name.as_bytes().to_vec(), seal(&info))])
@@ -258,6 +262,10 @@ pub async fn remove_bucket(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Resu
         .map_err(internal)?;
     backend
         .remove(&crate::tag_ops::tag_object(b))
+        .await
+        .map_err(internal)?;
+    backend
+        .remove(&crate::lock_ops::lock_object(b))
         .await
         .map_err(internal)?;
     Ok(())

@@ -527,6 +527,8 @@ mod tests {
             delete_marker: false,
             null_rank: None,
             tags: Default::default(),
+            retention: None,
+            legal_hold: false,
             inline: Vec::new(),
         }
     }

@@ -131,6 +131,13 @@ pub struct Entry {
     /// apart (`tag_ops`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// Retention given when this version was written (headers or the bucket's default);
+    /// later changes are recorded apart (`lock_ops`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::object_lock::Retention>,
+    /// Whether a legal hold was put on this version when it was written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub legal_hold: bool,
     /// The null version's place among its key's versions (see `versions`), fixed when it
     /// was written; None for other versions and for an object older than versioning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,6 +234,8 @@ mod tests {
             delete_marker: false,
             null_rank: None,
             tags: Default::default(),
+            retention: None,
+            legal_hold: false,
             inline: if inline { b"hey".to_vec() } else { Vec::new() },
         }
     }

@@ -18,7 +18,8 @@ use crate::identity::{self, AdmittedBucket, ANONYMOUS};
 use crate::ratelimit::Limiter;
 use crate::users::Users;
 use crate::{
-    access_ops, bucket_ops, cors_ops, list_ops, multipart, object_ops, tag_ops, version_ops,
+    access_ops, bucket_ops, cors_ops, list_ops, lock_ops, multipart, object_ops, tag_ops,
+    version_ops,
 };
 
 /// Semaphore permits (KiB, at most `u32::MAX`) standing for `bytes` of request bodies.
@@ -386,6 +387,48 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketCorsInput>,
     ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
         cors_ops::delete(self, req).await
+    }
+
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+        lock_ops::put_config(self, req).await
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        lock_ops::get_config(self, req).await
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        lock_ops::put_retention(self, req).await
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        lock_ops::get_retention(self, req).await
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        lock_ops::put_legal_hold(self, req).await
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        lock_ops::get_legal_hold(self, req).await
     }
 
     async fn list_object_versions(

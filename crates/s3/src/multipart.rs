@@ -349,8 +349,12 @@ pub async fn complete(
         delete_marker: false,
         null_rank: None,
         tags: Default::default(),
+        retention: None,
+        legal_hold: false,
         inline: Vec::new(),
     };
+    let lock = crate::lock_ops::for_new_version(&b, None, None, None)?;
+    entry.retention = lock.retention;
     let version_id = commit_entry(gw, &b, &input.key, &mut entry).await?;
     let unused: Vec<PartInfo> = uploaded
         .iter()

@@ -106,6 +106,8 @@ mod tests {
             delete_marker: false,
             null_rank: None,
             tags: Default::default(),
+            retention: None,
+            legal_hold: false,
             inline: vec![0],
         }
     }

@@ -21,7 +21,7 @@ use crate::headers::{
     HeaderInput,
 };
 use crate::metrics::LimitCounters;
-use crate::{tagging, versions};
+use crate::{lock_ops, tagging, versions};
 
 /// Most keys in one DeleteObjects request (AWS: 1000).
 pub const MAX_DELETE_KEYS: usize = 1000;
@@ -144,6 +144,8 @@ pub fn entry_from(w: Written, stripe_bytes: u64, headers: ContentHeaders) -> Ent
         delete_marker: false,
         null_rank: None,
         tags: Default::default(),
+        retention: None,
+        legal_hold: false,
         inline,
     }
 }
@@ -277,6 +279,11 @@ pub async fn put(
         Some(h) => tagging::from_header(h)?,
         None => Default::default(),
     };
+    let lock_headers = (
+        input.object_lock_mode.clone(),
+        input.object_lock_retain_until_date.clone(),
+        input.object_lock_legal_hold_status.clone(),
+    );
     let check = checksum_check(
         [
             input.checksum_crc32.as_deref(),
@@ -287,6 +294,12 @@ pub async fn put(
         &req.headers,
     )?;
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
+    let lock = lock_ops::for_new_version(
+        &b,
+        lock_headers.0.as_ref(),
+        lock_headers.1.as_ref(),
+        lock_headers.2.as_ref(),
+    )?;
     if input.if_none_match.is_some() || input.if_match.is_some() {
         let cur = buckets::get_entry(&gw.backend, &b, &input.key).await?;
         match (&cur, &input.if_none_match, &input.if_match) {
@@ -320,6 +333,8 @@ pub async fn put(
     entry.acl = acl;
     entry.checksum = sum.clone();
     entry.tags = tags;
+    entry.retention = lock.retention;
+    entry.legal_hold = lock.legal_hold;
     let version_id = commit_or_discard(gw, &b, &input.key, &mut entry).await?;
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&entry.etag)),
@@ -400,11 +415,30 @@ async fn read_target(
     version_id: Option<&str>,
     conditions: &Conditions<'_>,
     range: Option<&Range>,
-) -> S3Result<(Entry, Option<(u64, u64)>)> {
-    let (_, e) = lookup(gw, ext, bucket, key, version_id).await?;
+) -> S3Result<(BucketInfo, Entry, Option<(u64, u64)>)> {
+    let (b, e) = lookup(gw, ext, bucket, key, version_id).await?;
     check_conditions(conditions, &e.etag, e.mtime_ms, false)?;
     let range = byte_range(range, e.size)?;
-    Ok((e, range))
+    Ok((b, e, range))
+}
+
+/// The lock fields a GET or HEAD returns: only for a bucket with object lock, or a version
+/// written with a lock.
+async fn lock_fields(
+    gw: &Gateway,
+    b: &BucketInfo,
+    key: &str,
+    e: &Entry,
+) -> S3Result<(
+    Option<ObjectLockMode>,
+    Option<Timestamp>,
+    Option<ObjectLockLegalHoldStatus>,
+)> {
+    if b.object_lock.is_none() && e.retention.is_none() && !e.legal_hold {
+        return Ok((None, None, None));
+    }
+    let lock = lock_ops::effective(&gw.backend, b, key, e).await?;
+    Ok(lock_ops::response_fields(&lock))
 }
 
 fn byte_range(range: Option<&Range>, size: u64) -> S3Result<Option<(u64, u64)>> {
@@ -453,7 +487,8 @@ pub async fn get(
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = &req.input;
-    let (e, range) = read_target!(gw, req, input).await?;
+    let (b, e, range) = read_target!(gw, req, input).await?;
+    let (lock_mode, lock_until, lock_hold) = lock_fields(gw, &b, &input.key, &e).await?;
     let (start, end) = range.unwrap_or((0, e.size));
     gw.charge_response(&req, &input.bucket, end - start);
     let h = &e.headers;
@@ -477,6 +512,9 @@ pub async fn get(
         metadata: metadata_out(h),
         parts_count: (e.parts > 0).then_some(e.parts as i32),
         version_id: e.version_id.clone(),
+        object_lock_mode: lock_mode,
+        object_lock_retain_until_date: lock_until,
+        object_lock_legal_hold_status: lock_hold,
         body: Some(data::blob(gw.backend.clone(), e.clone(), start, end)),
         ..Default::default()
     };
@@ -493,7 +531,8 @@ pub async fn head(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = &req.input;
-    let (e, range) = read_target!(gw, req, input).await?;
+    let (b, e, range) = read_target!(gw, req, input).await?;
+    let (lock_mode, lock_until, lock_hold) = lock_fields(gw, &b, &input.key, &e).await?;
     let (start, end) = range.unwrap_or((0, e.size));
     let h = &e.headers;
     let [crc32, crc32c, sha1, sha256] =
@@ -516,6 +555,9 @@ pub async fn head(
         metadata: metadata_out(h),
         parts_count: (e.parts > 0).then_some(e.parts as i32),
         version_id: e.version_id.clone(),
+        object_lock_mode: lock_mode,
+        object_lock_retain_until_date: lock_until,
+        object_lock_legal_hold_status: lock_hold,
         ..Default::default()
     }))
 }
@@ -528,9 +570,15 @@ async fn delete_key(
     b: &BucketInfo,
     key: &str,
     version_id: Option<&str>,
+    bypass: bool,
 ) -> S3Result<versions::Deleted> {
     let deleted = match (version_id, b.versioning.versioned()) {
-        (Some(id), true) => versions::delete_version(&gw.backend, b, key, id).await?,
+        (Some(id), true) => {
+            if let Some((_, e)) = versions::get_version(&gw.backend, b, key, id).await? {
+                lock_ops::check_delete(gw, b, key, &e, bypass).await?;
+            }
+            versions::delete_version(&gw.backend, b, key, id).await?
+        }
         (None, true) => versions::delete_current(&gw.backend, b, key, b.versioning).await?,
         (Some(id), false) if id != versions::NULL_VERSION => {
             if !versions::valid_version_id(id) {
@@ -554,13 +602,27 @@ async fn delete_key(
     Ok(deleted)
 }
 
+/// Whether a request may bypass governance retention: it asks to, and its caller owns the
+/// bucket.
+fn may_bypass<T>(gw: &Gateway, req: &S3Request<T>, b: &BucketInfo, asked: Option<bool>) -> bool {
+    asked == Some(true) && gw.caller(req).as_deref() == Some(b.owner.as_str())
+}
+
 /// DeleteObject (a missing key succeeds, as in S3).
 pub async fn delete(
     gw: &Gateway,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
-    let d = delete_key(gw, &b, &req.input.key, req.input.version_id.as_deref()).await?;
+    let bypass = may_bypass(gw, &req, &b, req.input.bypass_governance_retention);
+    let d = delete_key(
+        gw,
+        &b,
+        &req.input.key,
+        req.input.version_id.as_deref(),
+        bypass,
+    )
+    .await?;
     Ok(S3Response::new(DeleteObjectOutput {
         delete_marker: d.delete_marker.then_some(true),
         version_id: d.version_id,
@@ -583,6 +645,8 @@ pub async fn delete_many(
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let caller = crate::identity::caller(&req.extensions).map(|id| id.user.clone());
     let quiet = input.delete.quiet.unwrap_or(false);
+    let bypass = input.bypass_governance_retention == Some(true)
+        && caller.as_deref() == Some(b.owner.as_str());
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for obj in input.delete.objects {
@@ -595,7 +659,7 @@ pub async fn delete_many(
         )
         .await
         {
-            Ok(()) => delete_key(gw, &b, &obj.key, obj.version_id.as_deref()).await,
+            Ok(()) => delete_key(gw, &b, &obj.key, obj.version_id.as_deref(), bypass).await,
             Err(e) => Err(e),
         };
         match done {
@@ -708,6 +772,12 @@ pub async fn copy(
         (false, _) => crate::tag_ops::effective(&gw.backend, &src_b, src_key, &src).await?,
     };
     let dst = gw.bucket(&req.extensions, &input.bucket).await?;
+    let lock = lock_ops::for_new_version(
+        &dst,
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
     let mut entry = if let DataLoc::Inline = src.loc {
         Entry {
             mtime_ms: now_ms(),
@@ -724,6 +794,8 @@ pub async fn copy(
     entry.checksum.clone_from(&src.checksum);
     entry.version_id = None;
     entry.tags = tags;
+    entry.retention = lock.retention;
+    entry.legal_hold = lock.legal_hold;
     let version_id = commit_or_discard(gw, &dst, &input.key, &mut entry).await?;
     Ok(S3Response::new(CopyObjectOutput {
         version_id,

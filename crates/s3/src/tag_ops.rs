@@ -1,56 +1,25 @@
 //! Tagging operations. An object's tags given at write time (`x-amz-tagging` on PutObject,
 //! CopyObject with `x-amz-tagging-directive: REPLACE`) live in its index entry, committed with
-//! it. Put/DeleteObjectTagging change them later without rewriting the entry, as
-//! `object_acl` does for ACLs: a record in the bucket's tag object (`s3.otag.{bucket-id}`,
-//! omap `key \0 version id` -> sealed [`TagRecord`]) bound to the entry's size, ETag and
-//! mtime, ignored once the object is overwritten, so a tagging call racing an overwrite can
-//! never change what an entry points to. A bucket's tags are in its registry record.
+//! it. Put/DeleteObjectTagging change them later without rewriting the entry: a record in
+//! the bucket's tag object (`s3.otag.{bucket-id}`) bound to that version (`bound`). A
+//! bucket's tags are in its registry record.
 
 use std::sync::Arc;
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
-use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
+use crate::bound;
 use crate::buckets::{self, BucketInfo};
-use crate::data::internal;
 use crate::entry::Entry;
 use crate::gateway::Gateway;
 use crate::object_ops::find_entry;
-use crate::record::{seal, unseal};
 use crate::tagging::{self, Tags, MAX_BUCKET_TAGS, MAX_OBJECT_TAGS};
 
-/// Tags set by PutObjectTagging (or removed by DeleteObjectTagging) on one version of an
-/// object.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TagRecord {
-    /// Size of the entry it applies to.
-    pub size: u64,
-    /// ETag of that entry.
-    pub etag: String,
-    /// mtime of that entry, ms.
-    pub mtime_ms: i64,
-    /// The tags.
-    pub tags: Tags,
-}
-
-impl TagRecord {
-    fn applies_to(&self, e: &Entry) -> bool {
-        self.size == e.size && self.etag == e.etag && self.mtime_ms == e.mtime_ms
-    }
-}
-
-/// The object holding a bucket's tagging records.
+/// The object holding a bucket's tagging records (`bound`).
 pub fn tag_object(b: &BucketInfo) -> String {
     format!("s3.otag.{}", b.id)
-}
-
-fn record_key(key: &str, e: &Entry) -> Vec<u8> {
-    let mut k = key.as_bytes().to_vec();
-    k.push(0);
-    k.extend_from_slice(e.version_id.as_deref().unwrap_or_default().as_bytes());
-    k
 }
 
 /// The tags in force for `entry` (a version of object `key` of `b`).
@@ -60,31 +29,13 @@ pub async fn effective(
     key: &str,
     entry: &Entry,
 ) -> S3Result<Tags> {
-    let wanted = record_key(key, entry);
-    let (page, _) = backend
-        .omap_list(&tag_object(b), &[], &wanted, 1)
-        .await
-        .map_err(internal)?;
-    if let Some((_, v)) = page.first().filter(|(k, _)| *k == wanted) {
-        let rec: TagRecord = unseal(v).map_err(internal)?;
-        if rec.applies_to(entry) {
-            return Ok(rec.tags);
-        }
-    }
-    Ok(entry.tags.clone())
+    Ok(bound::read(backend, &tag_object(b), key, entry)
+        .await?
+        .unwrap_or_else(|| entry.tags.clone()))
 }
 
 async fn set(gw: &Gateway, b: &BucketInfo, key: &str, e: &Entry, tags: Tags) -> S3Result<()> {
-    let rec = TagRecord {
-        size: e.size,
-        etag: e.etag.clone(),
-        mtime_ms: e.mtime_ms,
-        tags,
-    };
-    gw.backend
-        .omap_set(&tag_object(b), &[(record_key(key, e), seal(&rec))])
-        .await
-        .map_err(internal)
+    bound::write(&gw.backend, &tag_object(b), key, e, tags).await
 }
 
 /// PutObjectTagging (at most 10 tags; a version by id in a versioned bucket).

@@ -39,6 +39,12 @@ pub async fn put(
         }
     };
     let mut b = buckets::get_bucket(&gw.backend, &input.bucket).await?;
+    if state == Versioning::Suspended && b.object_lock.is_some() {
+        return Err(s3_error!(
+            InvalidBucketState,
+            "versioning cannot be suspended on a bucket with object lock"
+        ));
+    }
     let first = !b.versioning.versioned();
     b.versioning = state;
     buckets::update_bucket(&gw.backend, &b).await?;

@@ -329,6 +329,8 @@ pub async fn delete_current(
         delete_marker: true,
         null_rank: (state == Versioning::Suspended).then(|| rank(now_nanos())),
         tags: Default::default(),
+        retention: None,
+        legal_hold: false,
         inline: Vec::new(),
     };
     put_version(backend, b, key, &marker).await?;

@@ -14,6 +14,7 @@ fn bucket(state: Versioning) -> BucketInfo {
         versioning: state,
         tags: Default::default(),
         cors: Vec::new(),
+        object_lock: None,
     }
 }
 
@@ -31,6 +32,8 @@ fn object(body: &[u8], mtime_ms: i64) -> Entry {
         delete_marker: false,
         null_rank: None,
         tags: Default::default(),
+        retention: None,
+        legal_hold: false,
         inline: body.to_vec(),
     }
 }
