@@ -119,6 +119,7 @@ impl Action {
             | "CopyObject"
             | "CreateMultipartUpload"
             | "UploadPart"
+            | "UploadPartCopy"
             | "CompleteMultipartUpload" => Action::PutObject,
             "DeleteObject" | "DeleteObjects" => Action::DeleteObject,
             "AbortMultipartUpload" => Action::AbortMultipartUpload,
@@ -587,6 +588,25 @@ mod tests {
             "GetBucketPolicy",
             "PutBucketPolicy",
             "DeleteBucketPolicy",
+            "UploadPartCopy",
+            "GetBucketVersioning",
+            "PutBucketVersioning",
+            "ListObjectVersions",
+            "GetObjectTagging",
+            "PutObjectTagging",
+            "DeleteObjectTagging",
+            "GetBucketTagging",
+            "PutBucketTagging",
+            "DeleteBucketTagging",
+            "GetBucketCors",
+            "PutBucketCors",
+            "DeleteBucketCors",
+            "GetObjectLockConfiguration",
+            "PutObjectLockConfiguration",
+            "GetObjectRetention",
+            "PutObjectRetention",
+            "GetObjectLegalHold",
+            "PutObjectLegalHold",
         ] {
             assert_ne!(Action::of_op(op), Action::Other, "{op}");
         }

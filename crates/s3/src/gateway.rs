@@ -235,6 +235,13 @@ impl S3 for Gateway {
         multipart::upload_part(self, req).await
     }
 
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        multipart::upload_part_copy(self, req).await
+    }
+
     async fn complete_multipart_upload(
         &self,
         req: S3Request<CompleteMultipartUploadInput>,

@@ -198,6 +198,128 @@ pub async fn create(
     }))
 }
 
+/// Records a stored part (`w`, in segment `seg_id`) as part `number` of upload `u`, removing
+/// the part it replaces.
+async fn record_part(
+    gw: &Gateway,
+    u: &UploadInfo,
+    number: i32,
+    w: &data::Written,
+    seg_id: String,
+) -> S3Result<PartInfo> {
+    let part = PartInfo {
+        number,
+        etag: hex(&w.md5),
+        size: w.size,
+        segment: seg_id,
+        mtime_ms: now_ms(),
+    };
+    let key = part_key(part.number);
+    let (old, _) = gw
+        .backend
+        .omap_list(&parts_object(&u.upload_id), &[], &key, 1)
+        .await
+        .map_err(internal)?;
+    gw.backend
+        .omap_set(&parts_object(&u.upload_id), &[(key.clone(), seal(&part))])
+        .await
+        .map_err(internal)?;
+    if let Some((_, v)) = old.first().filter(|(k, _)| *k == key) {
+        let old: PartInfo = unseal(v).map_err(internal)?;
+        data::remove_segments(&gw.backend, u.stripe_bytes, &[segment_of(&old)]).await;
+    }
+    Ok(part)
+}
+
+/// The byte range `[start, end)` an `x-amz-copy-source-range` (`bytes=FIRST-LAST`) names in
+/// an object of `size` bytes: InvalidArgument when malformed or past the end.
+pub fn copy_source_range(range: &str, size: u64) -> S3Result<(u64, u64)> {
+    let bad = || {
+        s3_error!(
+            InvalidArgument,
+            "the x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy"
+        )
+    };
+    let (first, last) = range
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(bad)?;
+    let first: u64 = first.parse().map_err(|_| bad())?;
+    let last: u64 = last.parse().map_err(|_| bad())?;
+    if first > last || last >= size {
+        return Err(s3_error!(
+            InvalidRange,
+            "the range {first}-{last} is not within the source's {size} bytes"
+        ));
+    }
+    Ok((first, last + 1))
+}
+
+/// UploadPartCopy: a part made of the source object's bytes (a range of them with
+/// `x-amz-copy-source-range`); the caller must be allowed to read the source.
+pub async fn upload_part_copy(
+    gw: &Gateway,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let input = &req.input;
+    if !(1..=MAX_PARTS).contains(&input.part_number) {
+        return Err(s3_error!(
+            InvalidArgument,
+            "part numbers are 1..={MAX_PARTS}"
+        ));
+    }
+    let CopySource::Bucket {
+        bucket: src_bucket,
+        key: src_key,
+        version_id: src_version,
+    } = &input.copy_source
+    else {
+        return Err(s3_error!(NotImplemented, "access point copy sources"));
+    };
+    let src_b = gw.bucket(&req.extensions, src_bucket).await?;
+    let caller = gw.caller(&req);
+    crate::authz::authorize(
+        gw,
+        caller.as_deref(),
+        &src_b,
+        crate::authz::Action::GetObject,
+        Some(src_key),
+    )
+    .await?;
+    let src = crate::object_ops::find_entry(gw, &src_b, src_key, src_version.as_deref()).await?;
+    crate::headers::check_conditions(
+        &crate::headers::Conditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+        },
+        &src.etag,
+        src.mtime_ms,
+        true,
+    )?;
+    let (start, end) = match input.copy_source_range.as_deref() {
+        Some(r) => copy_source_range(r, src.size)?,
+        None => (0, src.size),
+    };
+    check_length(i64::try_from(end - start).ok(), gw.cfg.max_put_bytes)?;
+    let b = gw.bucket(&req.extensions, &input.bucket).await?;
+    let u = get_upload(gw, &b, &input.key, &input.upload_id).await?;
+    let seg_id = format!("{}.{}.{}", u.upload_id, input.part_number, &fresh_id()[..8]);
+    let body = data::blob(gw.backend.clone(), src.clone(), start, end);
+    let w = store_body(gw, &seg_id, 0, Some(body), None, None).await?;
+    let part = record_part(gw, &u, input.part_number, &w, seg_id).await?;
+    Ok(S3Response::new(UploadPartCopyOutput {
+        copy_part_result: Some(CopyPartResult {
+            e_tag: Some(etag(&part.etag)),
+            last_modified: Some(timestamp(part.mtime_ms)),
+            ..Default::default()
+        }),
+        copy_source_version_id: src.version_id.clone(),
+        ..Default::default()
+    }))
+}
+
 /// UploadPart.
 pub async fn upload_part(
     gw: &Gateway,
@@ -240,27 +362,7 @@ pub async fn upload_part(
     )
     .await?;
     let sum = verify_checksum(gw, &w, check.as_ref(), req.trailing_headers.as_ref()).await?;
-    let part = PartInfo {
-        number: input.part_number,
-        etag: hex(&w.md5),
-        size: w.size,
-        segment: seg_id,
-        mtime_ms: now_ms(),
-    };
-    let key = part_key(part.number);
-    let (old, _) = gw
-        .backend
-        .omap_list(&parts_object(&u.upload_id), &[], &key, 1)
-        .await
-        .map_err(internal)?;
-    gw.backend
-        .omap_set(&parts_object(&u.upload_id), &[(key.clone(), seal(&part))])
-        .await
-        .map_err(internal)?;
-    if let Some((_, v)) = old.first().filter(|(k, _)| *k == key) {
-        let old: PartInfo = unseal(v).map_err(internal)?;
-        data::remove_segments(&gw.backend, u.stripe_bytes, &[segment_of(&old)]).await;
-    }
+    let part = record_part(gw, &u, input.part_number, &w, seg_id).await?;
     let mut out = UploadPartOutput {
         e_tag: Some(etag(&part.etag)),
         ..Default::default()
@@ -535,5 +637,26 @@ mod tests {
             format!("{}-2", hex(&Md5::checksum(&bin)))
         };
         assert_eq!(multipart_etag(&[a, b]), want);
+    }
+}
+
+#[cfg(test)]
+mod copy_range_tests {
+    use super::copy_source_range;
+
+    #[test]
+    fn copy_source_ranges_are_inclusive_and_checked() {
+        assert_eq!(copy_source_range("bytes=0-9", 10).unwrap(), (0, 10));
+        assert_eq!(copy_source_range("bytes=5-5", 10).unwrap(), (5, 6));
+        for bad in [
+            "0-9",
+            "bytes=9-5",
+            "bytes=a-b",
+            "bytes=0-10",
+            "bytes=-5",
+            "bytes=5-",
+        ] {
+            assert!(copy_source_range(bad, 10).is_err(), "{bad}");
+        }
     }
 }

@@ -415,11 +415,46 @@ async fn read_target(
     version_id: Option<&str>,
     conditions: &Conditions<'_>,
     range: Option<&Range>,
+    part: Option<i32>,
 ) -> S3Result<(BucketInfo, Entry, Option<(u64, u64)>)> {
+    if range.is_some() && part.is_some() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "Cannot specify both Range header and partNumber query parameter"
+        ));
+    }
     let (b, e) = lookup(gw, ext, bucket, key, version_id).await?;
     check_conditions(conditions, &e.etag, e.mtime_ms, false)?;
-    let range = byte_range(range, e.size)?;
+    let range = match part {
+        Some(n) => part_range(&e, n)?,
+        None => byte_range(range, e.size)?,
+    };
     Ok((b, e, range))
+}
+
+/// The bytes of part `n` (`partNumber`) of `e`: a multipart object's part, or for another
+/// object part 1, the whole of it (None). InvalidPartNumber (416) past the last part.
+pub fn part_range(e: &Entry, n: i32) -> S3Result<Option<(u64, u64)>> {
+    let invalid = || {
+        let mut err = s3s::S3Error::with_message(
+            s3s::S3ErrorCode::Custom("InvalidPartNumber".into()),
+            "The requested partnumber is not satisfiable",
+        );
+        err.set_status_code(hyper::StatusCode::RANGE_NOT_SATISFIABLE);
+        err
+    };
+    let index = usize::try_from(n)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(invalid)?
+        - 1;
+    if e.parts == 0 {
+        return if index == 0 { Ok(None) } else { Err(invalid()) };
+    }
+    let segments = e.segments();
+    let seg = segments.get(index).ok_or_else(invalid)?;
+    let start: u64 = segments[..index].iter().map(|s| s.size).sum();
+    Ok(Some((start, start + seg.size)))
 }
 
 /// The lock fields a GET or HEAD returns: only for a bucket with object lock, or a version
@@ -467,6 +502,7 @@ macro_rules! read_target {
                 if_unmodified_since: $input.if_unmodified_since.as_ref(),
             },
             $input.range.as_ref(),
+            $input.part_number,
         )
     };
 }
@@ -807,4 +843,60 @@ pub async fn copy(
         }),
         ..Default::default()
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::Segment;
+
+    fn multipart(sizes: &[u64]) -> Entry {
+        let mut e = entry_from(
+            Written {
+                size: sizes.iter().sum(),
+                md5: [0; 16],
+                checksum: None,
+                inline: None,
+                segment: None,
+            },
+            4 << 20,
+            ContentHeaders::default(),
+        );
+        e.parts = sizes.len() as u32;
+        e.loc = DataLoc::Striped {
+            stripe_bytes: 4 << 20,
+            segments: sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &size)| Segment {
+                    id: format!("s{i}"),
+                    size,
+                })
+                .collect(),
+        };
+        e
+    }
+
+    #[test]
+    fn part_numbers_name_each_part_and_nothing_past_the_last() {
+        let e = multipart(&[5, 7, 2]);
+        assert_eq!(part_range(&e, 1).unwrap(), Some((0, 5)));
+        assert_eq!(part_range(&e, 2).unwrap(), Some((5, 12)));
+        assert_eq!(part_range(&e, 3).unwrap(), Some((12, 14)));
+        for bad in [0, -1, 4] {
+            let err = part_range(&e, bad).unwrap_err();
+            assert_eq!(
+                err.status_code(),
+                Some(hyper::StatusCode::RANGE_NOT_SATISFIABLE)
+            );
+        }
+        let single = multipart(&[]);
+        let single = Entry { parts: 0, ..single };
+        assert_eq!(
+            part_range(&single, 1).unwrap(),
+            None,
+            "part 1 of a plain object is all of it"
+        );
+        assert!(part_range(&single, 2).is_err());
+    }
 }
