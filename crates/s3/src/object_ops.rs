@@ -407,16 +407,28 @@ async fn lookup(
 
 /// The entry a GetObject or HeadObject reads, once its conditions hold, with the byte range
 /// asked for (`None`: the whole object).
+/// What a GetObject or HeadObject names: the object, a version, a byte range or a part.
+struct ReadAsk<'a> {
+    bucket: &'a str,
+    key: &'a str,
+    version_id: Option<&'a str>,
+    range: Option<&'a Range>,
+    part: Option<i32>,
+}
+
 async fn read_target(
     gw: &Gateway,
     ext: &Extensions,
-    bucket: &str,
-    key: &str,
-    version_id: Option<&str>,
+    ask: ReadAsk<'_>,
     conditions: &Conditions<'_>,
-    range: Option<&Range>,
-    part: Option<i32>,
 ) -> S3Result<(BucketInfo, Entry, Option<(u64, u64)>)> {
+    let ReadAsk {
+        bucket,
+        key,
+        version_id,
+        range,
+        part,
+    } = ask;
     if range.is_some() && part.is_some() {
         return Err(s3_error!(
             InvalidRequest,
@@ -492,17 +504,19 @@ macro_rules! read_target {
         read_target(
             $gw,
             &$req.extensions,
-            &$input.bucket,
-            &$input.key,
-            $input.version_id.as_deref(),
+            ReadAsk {
+                bucket: &$input.bucket,
+                key: &$input.key,
+                version_id: $input.version_id.as_deref(),
+                range: $input.range.as_ref(),
+                part: $input.part_number,
+            },
             &Conditions {
                 if_match: $input.if_match.as_ref(),
                 if_none_match: $input.if_none_match.as_ref(),
                 if_modified_since: $input.if_modified_since.as_ref(),
                 if_unmodified_since: $input.if_unmodified_since.as_ref(),
             },
-            $input.range.as_ref(),
-            $input.part_number,
         )
     };
 }
