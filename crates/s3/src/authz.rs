@@ -114,7 +114,7 @@ impl Action {
             "GetBucketAcl" => Action::GetBucketAcl,
             "PutBucketAcl" => Action::PutBucketAcl,
             "GetBucketPolicy" | "PutBucketPolicy" | "DeleteBucketPolicy" => Action::BucketPolicy,
-            "GetObject" | "HeadObject" => Action::GetObject,
+            "GetObject" | "HeadObject" | "GetObjectAttributes" => Action::GetObject,
             "PutObject"
             | "CopyObject"
             | "CreateMultipartUpload"
@@ -589,6 +589,7 @@ mod tests {
             "PutBucketPolicy",
             "DeleteBucketPolicy",
             "UploadPartCopy",
+            "GetObjectAttributes",
             "GetBucketVersioning",
             "PutBucketVersioning",
             "ListObjectVersions",

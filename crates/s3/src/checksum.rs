@@ -1,5 +1,5 @@
 //! `x-amz-checksum-*` values: which one a request sent (at most one of CRC32, CRC32C, SHA-1,
-//! SHA-256, base64 of the big-endian digest), a hasher computing it over a body as it is
+//! SHA-256, CRC64NVME, base64 of the big-endian digest), a hasher computing it over a body as it is
 //! stored, and the stored form an index entry keeps so GET and HEAD can return it. Pure: no
 //! I/O.
 
@@ -21,13 +21,25 @@ pub enum ChecksumAlgo {
     Sha1,
     /// SHA-256.
     Sha256,
+    /// CRC-64/NVME.
+    Crc64Nvme,
 }
+
+/// Every algorithm, in the order of [`Checksum::slots`].
+pub const ALGOS: [ChecksumAlgo; 5] = [
+    ChecksumAlgo::Crc32,
+    ChecksumAlgo::Crc32c,
+    ChecksumAlgo::Sha1,
+    ChecksumAlgo::Sha256,
+    ChecksumAlgo::Crc64Nvme,
+];
 
 impl ChecksumAlgo {
     /// Length of the raw digest in bytes.
     pub fn digest_len(self) -> usize {
         match self {
             ChecksumAlgo::Crc32 | ChecksumAlgo::Crc32c => 4,
+            ChecksumAlgo::Crc64Nvme => 8,
             ChecksumAlgo::Sha1 => 20,
             ChecksumAlgo::Sha256 => 32,
         }
@@ -40,6 +52,7 @@ impl ChecksumAlgo {
             ChecksumAlgo::Crc32c => "x-amz-checksum-crc32c",
             ChecksumAlgo::Sha1 => "x-amz-checksum-sha1",
             ChecksumAlgo::Sha256 => "x-amz-checksum-sha256",
+            ChecksumAlgo::Crc64Nvme => "x-amz-checksum-crc64nvme",
         }
     }
 }
@@ -54,31 +67,24 @@ pub struct Checksum {
 }
 
 impl Checksum {
-    /// The value in the slot of its algorithm among (CRC32, CRC32C, SHA-1, SHA-256): how the
-    /// S3 outputs carry it.
-    pub fn slots(&self) -> [Option<String>; 4] {
-        let mut out: [Option<String>; 4] = Default::default();
-        let i = match self.algo {
-            ChecksumAlgo::Crc32 => 0,
-            ChecksumAlgo::Crc32c => 1,
-            ChecksumAlgo::Sha1 => 2,
-            ChecksumAlgo::Sha256 => 3,
-        };
+    /// The value in the slot of its algorithm among (CRC32, CRC32C, SHA-1, SHA-256,
+    /// CRC64NVME): how the S3 outputs carry it.
+    pub fn slots(&self) -> [Option<String>; 5] {
+        let mut out: [Option<String>; 5] = Default::default();
+        let i = ALGOS
+            .iter()
+            .position(|a| *a == self.algo)
+            .expect("every algorithm has a slot");
         out[i] = Some(self.value.clone());
         out
     }
 }
 
-/// The checksum a request asks the gateway to verify, from the four optional header values
-/// (in the order CRC32, CRC32C, SHA-1, SHA-256). More than one, or a value that is not the
+/// The checksum a request asks the gateway to verify, from the five optional header values
+/// (in the order of [`ALGOS`]). More than one, or a value that is not the
 /// base64 of a digest of the right length, is InvalidRequest.
-pub fn requested(values: [Option<&str>; 4]) -> S3Result<Option<Checksum>> {
-    let algos = [
-        ChecksumAlgo::Crc32,
-        ChecksumAlgo::Crc32c,
-        ChecksumAlgo::Sha1,
-        ChecksumAlgo::Sha256,
-    ];
+pub fn requested(values: [Option<&str>; 5]) -> S3Result<Option<Checksum>> {
+    let algos = ALGOS;
     let mut sent = algos
         .into_iter()
         .zip(values)
@@ -115,6 +121,8 @@ pub fn requested(values: [Option<&str>; 4]) -> S3Result<Option<Checksum>> {
 pub enum ChecksumHasher {
     /// CRC-32 or CRC-32C.
     Crc(CrcDigest),
+    /// CRC-64/NVME.
+    Crc64(CrcDigest),
     /// SHA-1.
     Sha1(Sha1),
     /// SHA-256.
@@ -129,13 +137,16 @@ impl ChecksumHasher {
             ChecksumAlgo::Crc32c => ChecksumHasher::Crc(CrcDigest::new(CrcAlgorithm::Crc32Iscsi)),
             ChecksumAlgo::Sha1 => ChecksumHasher::Sha1(Sha1::new()),
             ChecksumAlgo::Sha256 => ChecksumHasher::Sha256(Sha256::new()),
+            ChecksumAlgo::Crc64Nvme => {
+                ChecksumHasher::Crc64(CrcDigest::new(CrcAlgorithm::Crc64Nvme))
+            }
         }
     }
 
     /// Feeds the next bytes.
     pub fn update(&mut self, data: &[u8]) {
         match self {
-            ChecksumHasher::Crc(d) => d.update(data),
+            ChecksumHasher::Crc(d) | ChecksumHasher::Crc64(d) => d.update(data),
             ChecksumHasher::Sha1(d) => Digest::update(d, data),
             ChecksumHasher::Sha256(d) => Digest::update(d, data),
         }
@@ -144,7 +155,12 @@ impl ChecksumHasher {
     /// The base64 checksum of everything fed.
     pub fn finish(self) -> String {
         let raw: Vec<u8> = match self {
-            ChecksumHasher::Crc(d) => (d.finalize() as u32).to_be_bytes().to_vec(),
+            ChecksumHasher::Crc(d) => {
+                let v = d.finalize();
+                debug_assert!(v <= u64::from(u32::MAX), "a 32-bit CRC");
+                (v as u32).to_be_bytes().to_vec()
+            }
+            ChecksumHasher::Crc64(d) => d.finalize().to_be_bytes().to_vec(),
             ChecksumHasher::Sha1(d) => d.finalize().to_vec(),
             ChecksumHasher::Sha256(d) => d.finalize().to_vec(),
         };
@@ -180,21 +196,25 @@ mod tests {
             of(ChecksumAlgo::Crc32, hw)
         );
         assert_eq!(of(ChecksumAlgo::Crc32, &[]), "AAAAAA==");
+        // CRC-64/NVME's check value: 0xAE8B14860A799888 for "123456789".
+        let check = base64_simd::STANDARD.encode_to_string(0xAE8B_1486_0A79_9888u64.to_be_bytes());
+        assert_eq!(of(ChecksumAlgo::Crc64Nvme, &[b"1234", b"56789"]), check);
     }
 
     #[test]
     fn one_well_formed_value_at_most() {
-        assert_eq!(requested([None; 4]).unwrap(), None);
-        let c = requested([None, Some("yZRlqg=="), None, None])
+        assert_eq!(requested([None; 5]).unwrap(), None);
+        let c = requested([None, Some("yZRlqg=="), None, None, None])
             .unwrap()
             .unwrap();
         assert_eq!(c.algo, ChecksumAlgo::Crc32c);
         for bad in [
-            [Some("DUoRhQ=="), Some("yZRlqg=="), None, None],
-            [Some("DUoRhQ"), None, None, None],
-            [Some("not base64!"), None, None, None],
-            [None, None, Some("DUoRhQ=="), None],
-            [None, None, None, Some("")],
+            [Some("DUoRhQ=="), Some("yZRlqg=="), None, None, None],
+            [Some("DUoRhQ"), None, None, None, None],
+            [Some("not base64!"), None, None, None, None],
+            [None, None, Some("DUoRhQ=="), None, None],
+            [None, None, None, Some(""), None],
+            [None, None, None, None, Some("DUoRhQ==")],
         ] {
             let e = requested(bad).unwrap_err();
             assert_eq!(e.code(), &s3s::S3ErrorCode::InvalidRequest, "{bad:?}");

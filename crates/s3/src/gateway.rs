@@ -235,6 +235,13 @@ impl S3 for Gateway {
         multipart::upload_part(self, req).await
     }
 
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        object_ops::attributes(self, req).await
+    }
+
     async fn upload_part_copy(
         &self,
         req: S3Request<UploadPartCopyInput>,

@@ -340,6 +340,7 @@ pub async fn upload_part(
             input.checksum_crc32c.as_deref(),
             input.checksum_sha1.as_deref(),
             input.checksum_sha256.as_deref(),
+            input.checksum_crc64nvme.as_deref(),
         ],
         &req.headers,
     )?;
@@ -373,6 +374,7 @@ pub async fn upload_part(
             out.checksum_crc32c,
             out.checksum_sha1,
             out.checksum_sha256,
+            out.checksum_crc64nvme,
         ] = c.slots();
     }
     Ok(S3Response::new(out))

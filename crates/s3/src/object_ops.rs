@@ -48,10 +48,10 @@ pub struct ChecksumCheck {
     pub value: Option<String>,
 }
 
-/// The checksum to verify for a body: from the four `x-amz-checksum-*` header values, else
+/// The checksum to verify for a body: from the five `x-amz-checksum-*` header values, else
 /// from an `x-amz-trailer` that names one of them.
 pub fn checksum_check(
-    values: [Option<&str>; 4],
+    values: [Option<&str>; 5],
     headers: &HeaderMap,
 ) -> S3Result<Option<ChecksumCheck>> {
     if let Some(c) = checksum::requested(values)? {
@@ -64,14 +64,9 @@ pub fn checksum_check(
         .get("x-amz-trailer")
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_lowercase());
-    let algo = [
-        ChecksumAlgo::Crc32,
-        ChecksumAlgo::Crc32c,
-        ChecksumAlgo::Sha1,
-        ChecksumAlgo::Sha256,
-    ]
-    .into_iter()
-    .find(|a| trailer.as_deref() == Some(a.header()));
+    let algo = checksum::ALGOS
+        .into_iter()
+        .find(|a| trailer.as_deref() == Some(a.header()));
     Ok(algo.map(|algo| ChecksumCheck { algo, value: None }))
 }
 
@@ -290,6 +285,7 @@ pub async fn put(
             input.checksum_crc32c.as_deref(),
             input.checksum_sha1.as_deref(),
             input.checksum_sha256.as_deref(),
+            input.checksum_crc64nvme.as_deref(),
         ],
         &req.headers,
     )?;
@@ -348,6 +344,7 @@ pub async fn put(
             out.checksum_crc32c,
             out.checksum_sha1,
             out.checksum_sha256,
+            out.checksum_crc64nvme,
         ] = c.slots();
     }
     Ok(S3Response::new(out))
@@ -523,7 +520,7 @@ macro_rules! read_target {
 
 /// The stored checksum to return, as (crc32, crc32c, sha1, sha256), when the request asks
 /// for checksums (`x-amz-checksum-mode: ENABLED`) and reads the whole object.
-fn returned_checksum(e: &Entry, mode: Option<&ChecksumMode>, ranged: bool) -> [Option<String>; 4] {
+fn returned_checksum(e: &Entry, mode: Option<&ChecksumMode>, ranged: bool) -> [Option<String>; 5] {
     let enabled = mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
     match (enabled, ranged, &e.checksum) {
         (true, false, Some(c)) => c.slots(),
@@ -542,13 +539,14 @@ pub async fn get(
     let (start, end) = range.unwrap_or((0, e.size));
     gw.charge_response(&req, &input.bucket, end - start);
     let h = &e.headers;
-    let [crc32, crc32c, sha1, sha256] =
+    let [crc32, crc32c, sha1, sha256, crc64nvme] =
         returned_checksum(&e, input.checksum_mode.as_ref(), range.is_some());
     let out = GetObjectOutput {
         checksum_crc32: crc32,
         checksum_crc32c: crc32c,
         checksum_sha1: sha1,
         checksum_sha256: sha256,
+        checksum_crc64nvme: crc64nvme,
         accept_ranges: Some("bytes".into()),
         content_length: Some((end - start) as i64),
         content_range: range.map(|(s, t)| format!("bytes {s}-{}/{}", t - 1, e.size)),
@@ -585,13 +583,14 @@ pub async fn head(
     let (lock_mode, lock_until, lock_hold) = lock_fields(gw, &b, &input.key, &e).await?;
     let (start, end) = range.unwrap_or((0, e.size));
     let h = &e.headers;
-    let [crc32, crc32c, sha1, sha256] =
+    let [crc32, crc32c, sha1, sha256, crc64nvme] =
         returned_checksum(&e, input.checksum_mode.as_ref(), range.is_some());
     Ok(S3Response::new(HeadObjectOutput {
         checksum_crc32: crc32,
         checksum_crc32c: crc32c,
         checksum_sha1: sha1,
         checksum_sha256: sha256,
+        checksum_crc64nvme: crc64nvme,
         accept_ranges: Some("bytes".into()),
         content_length: Some((end - start) as i64),
         content_range: range.map(|(s, t)| format!("bytes {s}-{}/{}", t - 1, e.size)),
@@ -650,6 +649,97 @@ async fn delete_key(
         remove_data(gw, e).await;
     }
     Ok(deleted)
+}
+
+/// Most parts one GetObjectAttributes reply lists (AWS: 1000).
+pub const MAX_ATTRIBUTE_PARTS: i32 = 1000;
+
+/// GetObjectAttributes: the ETag, checksum, size, storage
+/// class and parts (sizes, paged by part number) of an object or one of its versions.
+pub async fn attributes(
+    gw: &Gateway,
+    req: S3Request<GetObjectAttributesInput>,
+) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+    let i = &req.input;
+    // One header, `x-amz-object-attributes: ETag,ObjectSize`, may arrive as one element.
+    let wants = |a: &str| {
+        i.object_attributes
+            .iter()
+            .flat_map(|x| x.as_str().split(','))
+            .any(|x| x.trim() == a)
+    };
+    if i.object_attributes.is_empty() {
+        return Err(s3_error!(
+            InvalidArgument,
+            "x-amz-object-attributes names no attribute"
+        ));
+    }
+    let (_, e) = lookup(
+        gw,
+        &req.extensions,
+        &i.bucket,
+        &i.key,
+        i.version_id.as_deref(),
+    )
+    .await?;
+    let mut out = GetObjectAttributesOutput {
+        last_modified: Some(timestamp(e.mtime_ms)),
+        version_id: e.version_id.clone(),
+        ..Default::default()
+    };
+    if wants(ObjectAttributes::ETAG) {
+        out.e_tag = Some(ETag::Strong(e.etag.clone()));
+    }
+    if wants(ObjectAttributes::OBJECT_SIZE) {
+        out.object_size = Some(e.size as i64);
+    }
+    if wants(ObjectAttributes::STORAGE_CLASS) {
+        out.storage_class = Some(StorageClass::from_static(StorageClass::STANDARD));
+    }
+    if let Some(c) = e
+        .checksum
+        .as_ref()
+        .filter(|_| wants(ObjectAttributes::CHECKSUM))
+    {
+        let [crc32, crc32c, sha1, sha256, crc64nvme] = c.slots();
+        out.checksum = Some(s3s::dto::Checksum {
+            checksum_crc32: crc32,
+            checksum_crc32c: crc32c,
+            checksum_sha1: sha1,
+            checksum_sha256: sha256,
+            checksum_crc64nvme: crc64nvme,
+            checksum_type: Some(ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
+        });
+    }
+    if e.parts > 0 && wants(ObjectAttributes::OBJECT_PARTS) {
+        let max = i
+            .max_parts
+            .unwrap_or(MAX_ATTRIBUTE_PARTS)
+            .clamp(0, MAX_ATTRIBUTE_PARTS);
+        let marker = i.part_number_marker.unwrap_or(0).max(0);
+        let all: Vec<ObjectPart> = e
+            .segments()
+            .iter()
+            .zip(1..)
+            .filter(|(_, n)| *n > marker)
+            .map(|(s, n)| ObjectPart {
+                part_number: Some(n),
+                size: Some(s.size as i64),
+                ..Default::default()
+            })
+            .collect();
+        let truncated = all.len() > max as usize;
+        let parts: Vec<ObjectPart> = all.into_iter().take(max as usize).collect();
+        out.object_parts = Some(GetObjectAttributesParts {
+            total_parts_count: Some(e.parts as i32),
+            part_number_marker: Some(marker),
+            next_part_number_marker: parts.last().and_then(|p| p.part_number),
+            max_parts: Some(max),
+            is_truncated: Some(truncated),
+            parts: Some(parts),
+        });
+    }
+    Ok(S3Response::new(out))
 }
 
 /// Whether a request may bypass governance retention: it asks to, and its caller owns the
