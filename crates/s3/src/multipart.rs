@@ -560,33 +560,47 @@ pub async fn list_uploads(
     let max = input
         .max_uploads
         .map_or(MAX_PAGE, |m| (m.max(0) as usize).min(MAX_PAGE));
-    let after = match (&input.key_marker, &input.upload_id_marker) {
-        (Some(k), Some(u)) if !u.is_empty() => upload_key(k, u),
-        (Some(k), _) if !k.is_empty() => {
-            let mut a = k.as_bytes().to_vec();
-            a.extend_from_slice(&[0, 0xFF]);
-            a
-        }
-        _ => Vec::new(),
+    // The uploads object's keys are `key \0 upload-id`: the version listing's merge applies,
+    // with common prefixes taken before the `\0`.
+    let marker = match (&input.key_marker, &input.upload_id_marker) {
+        (Some(k), Some(u)) if !k.is_empty() && !u.is_empty() => format!("{k}\0{u}"),
+        // Past every upload of the key: \u{1} sorts after the separator.
+        (Some(k), _) if !k.is_empty() => format!("{k}\u{1}"),
+        _ => String::new(),
     };
-    let prefix = input.prefix.clone().unwrap_or_default();
-    let (page, more) = gw
-        .backend
-        .omap_list(
-            &b.uploads_object(),
-            &after,
-            prefix.as_bytes(),
-            max.max(1) as u32,
-        )
+    let q = crate::listing::ListQuery {
+        prefix: input.prefix.clone().unwrap_or_default(),
+        delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
+        marker,
+        max,
+        versioned: true,
+    };
+    let page = crate::listing::list(gw.backend.as_ref(), &[b.uploads_object()], &q)
         .await
         .map_err(internal)?;
-    let uploads: Vec<UploadInfo> = page
-        .iter()
-        .take(max)
-        .map(|(_, v)| unseal(v).map_err(internal))
-        .collect::<S3Result<_>>()?;
-    let truncated = more || page.len() > max;
-    let last = uploads.last().cloned();
+    let mut uploads: Vec<UploadInfo> = Vec::new();
+    let mut prefixes = Vec::new();
+    let mut last: Option<(String, Option<String>)> = None;
+    for item in &page.items {
+        match item {
+            crate::listing::Item::Object(_, v) => {
+                let u: UploadInfo = unseal(v).map_err(internal)?;
+                last = Some((u.key.clone(), Some(u.upload_id.clone())));
+                uploads.push(u);
+            }
+            crate::listing::Item::Prefix(p) => {
+                last = Some((p.clone(), None));
+                prefixes.push(CommonPrefix {
+                    prefix: Some(p.clone()),
+                });
+            }
+        }
+    }
+    let truncated = page.truncated;
+    let (next_key, next_upload) = match last.filter(|_| truncated) {
+        Some((k, u)) => (Some(k), u),
+        None => (None, None),
+    };
     Ok(S3Response::new(ListMultipartUploadsOutput {
         bucket: Some(input.bucket),
         prefix: input.prefix,
@@ -594,8 +608,10 @@ pub async fn list_uploads(
         upload_id_marker: input.upload_id_marker,
         max_uploads: Some(max as i32),
         is_truncated: Some(truncated),
-        next_key_marker: last.as_ref().map(|u| u.key.clone()),
-        next_upload_id_marker: last.map(|u| u.upload_id),
+        next_key_marker: next_key,
+        next_upload_id_marker: next_upload,
+        delimiter: input.delimiter,
+        common_prefixes: Some(prefixes),
         uploads: Some(
             uploads
                 .into_iter()

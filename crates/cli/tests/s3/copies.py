@@ -1,7 +1,7 @@
 """Copies and parts against a running cairn gateway, driven by boto3 and aws-cli: UploadPartCopy
 with and without ranges (and refused ranges), boto3's managed copy (which copies a large object
-part by part with UploadPartCopy), a version as the copy source, and GetObject/HeadObject by
-`partNumber`. Bytes read back are compared by SHA-256.
+part by part with UploadPartCopy), a version as the copy source, GetObject/HeadObject by
+`partNumber`, and ListMultipartUploads with a delimiter and pages. Bytes read back are compared by SHA-256.
 
 Run by crates/cli/tests/s3_gateway.rs with S3_ENDPOINT, AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY set. Exits non-zero with a message on the first failed check.
@@ -115,6 +115,22 @@ check(r.get("CopySourceVersionId") == old, f"the source version is named: {r}")
 s3.complete_multipart_upload(Bucket=B, Key="from-version", UploadId=up,
                              MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": r["CopyPartResult"]["ETag"]}]})
 check(read("from-version") == b"old" * 1000, "the old version's bytes")
+
+step("ListMultipartUploads with a delimiter")
+ids = {k: s3.create_multipart_upload(Bucket=B, Key=k)["UploadId"] for k in ["d/a/1", "d/a/2", "d/b", "d/c/x", "d/c/y"]}
+r = s3.list_multipart_uploads(Bucket=B, Prefix="d/", Delimiter="/")
+check([p["Prefix"] for p in r.get("CommonPrefixes", [])] == ["d/a/", "d/c/"]
+      and [u["Key"] for u in r.get("Uploads", [])] == ["d/b"], f"roll-up: {r.get('CommonPrefixes')} {r.get('Uploads')}")
+seen, kw = [], {}
+while True:
+    r = s3.list_multipart_uploads(Bucket=B, Prefix="d/", MaxUploads=2, **kw)
+    seen += [u["Key"] for u in r.get("Uploads", [])]
+    if not r["IsTruncated"]:
+        break
+    kw = {"KeyMarker": r["NextKeyMarker"], "UploadIdMarker": r["NextUploadIdMarker"]}
+check(seen == sorted(ids), f"pages of 2 uploads: {seen}")
+for k, u in ids.items():
+    s3.abort_multipart_upload(Bucket=B, Key=k, UploadId=u)
 
 step("aws-cli")
 env = dict(os.environ, AWS_DEFAULT_REGION="us-east-1")
