@@ -4,9 +4,10 @@
 //! MD5, ranges, conditions, copy, listing 10,100 keys with delimiters and pagination, batch
 //! delete, multipart, presigned URLs, tampered and expired signatures, aws-chunked uploads with
 //! tampered chunks and trailers, error codes, SlowDown); `tests/s3/versioning.py`,
-//! `tagging.py`, `cors.py`, `object_lock.py`, `copies.py` and `checksums.py` then check bucket
-//! versioning, tagging, CORS, object lock, UploadPartCopy, part numbers, CRC64NVME and
-//! GetObjectAttributes with boto3, aws-cli, rclone, plain HTTP preflights and restic. `cairn s3 user create` makes the keys.
+//! `tagging.py`, `cors.py`, `object_lock.py`, `copies.py`, `checksums.py` and `errors.py` then
+//! check bucket versioning, tagging, CORS, object lock, UploadPartCopy, part numbers, CRC64NVME,
+//! GetObjectAttributes and a table of error answers with boto3, aws-cli, rclone, plain HTTP
+//! requests and restic. `cairn s3 user create` makes the keys.
 //! Every wait is bounded and everything is torn down even on failure. Only rclone may be
 //! missing, and only outside CI: that part is then skipped with a warning.
 
@@ -148,6 +149,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
         ("object_lock.py", "ALL OBJECT LOCK CHECKS PASSED"),
         ("copies.py", "ALL COPY CHECKS PASSED"),
         ("checksums.py", "ALL CHECKSUM CHECKS PASSED"),
+        ("errors.py", "ALL ERROR CHECKS PASSED"),
     ] {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/s3")
