@@ -82,6 +82,39 @@ fn set(h: &mut HeaderMap, name: &'static str, value: &str) {
     }
 }
 
+/// Sets the `Access-Control-*` headers `rule` answers `origin` with (`headers`: the request
+/// headers a preflight named, echoed back).
+fn allow(out: &mut HeaderMap, rule: &cors::Rule, origin: &str, headers: &[&str]) {
+    set(
+        out,
+        "access-control-allow-origin",
+        &rule.allow_origin(origin),
+    );
+    set(
+        out,
+        "access-control-allow-methods",
+        &rule.methods.join(", "),
+    );
+    if !headers.is_empty() {
+        set(out, "access-control-allow-headers", &headers.join(", "));
+    }
+    if !rule.expose.is_empty() {
+        set(
+            out,
+            "access-control-expose-headers",
+            &rule.expose.join(", "),
+        );
+    }
+    if let Some(age) = rule.max_age_seconds {
+        set(out, "access-control-max-age", &age.to_string());
+    }
+    set(
+        out,
+        "vary",
+        "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
+    );
+}
+
 /// Answers a preflight `OPTIONS` request for the bucket in `path`: 200 with the
 /// `Access-Control-Allow-*` headers of the first rule allowing it, else 403 (400 without
 /// `Origin` or `Access-Control-Request-Method`, as S3).
@@ -112,35 +145,7 @@ pub async fn preflight(gw: &Gateway, path: &str, h: &HeaderMap) -> Result<HttpRe
         forbidden("This CORS request is not allowed. This is usually because the evalution of Origin, request method / Access-Control-Request-Method or Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.")
     })?;
     let mut resp = HttpResponse::new(s3s::Body::empty());
-    let out = resp.headers_mut();
-    set(
-        out,
-        "access-control-allow-origin",
-        &rule.allow_origin(origin),
-    );
-    set(
-        out,
-        "access-control-allow-methods",
-        &rule.methods.join(", "),
-    );
-    if !ask.headers.is_empty() {
-        set(out, "access-control-allow-headers", &ask.headers.join(", "));
-    }
-    if !rule.expose.is_empty() {
-        set(
-            out,
-            "access-control-expose-headers",
-            &rule.expose.join(", "),
-        );
-    }
-    if let Some(age) = rule.max_age_seconds {
-        set(out, "access-control-max-age", &age.to_string());
-    }
-    set(
-        out,
-        "vary",
-        "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
-    );
+    allow(resp.headers_mut(), rule, origin, &ask.headers);
     Ok(resp)
 }
 
@@ -164,30 +169,5 @@ pub async fn decorate(
     let Some(rule) = cors::find(&b.cors, &ask) else {
         return;
     };
-    let out = resp.headers_mut();
-    set(
-        out,
-        "access-control-allow-origin",
-        &rule.allow_origin(origin),
-    );
-    set(
-        out,
-        "access-control-allow-methods",
-        &rule.methods.join(", "),
-    );
-    if !rule.expose.is_empty() {
-        set(
-            out,
-            "access-control-expose-headers",
-            &rule.expose.join(", "),
-        );
-    }
-    if let Some(age) = rule.max_age_seconds {
-        set(out, "access-control-max-age", &age.to_string());
-    }
-    set(
-        out,
-        "vary",
-        "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
-    );
+    allow(resp.headers_mut(), rule, origin, &[]);
 }

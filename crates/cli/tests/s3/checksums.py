@@ -10,47 +10,16 @@ AWS_SECRET_ACCESS_KEY set. Exits non-zero with a message on the first failed che
 
 import base64
 import hashlib
-import os
 import random
-import sys
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3common import empty_bucket, check, client, code_of, step
 
-ENDPOINT = os.environ["S3_ENDPOINT"]
+
 B = "checksums"
 MIB = 1 << 20
 
-s3 = boto3.client(
-    "s3",
-    endpoint_url=ENDPOINT,
-    aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
-    aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-    region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                  retries={"max_attempts": 1, "mode": "standard"},
-                  request_checksum_calculation="when_required",
-                  response_checksum_validation="when_required"),
-)
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAILED:", msg, flush=True)
-        sys.exit(1)
-
-
-def step(name):
-    print("==", name, flush=True)
-
-
-def code_of(fn, **kwargs):
-    try:
-        fn(**kwargs)
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
+s3 = client(request_checksum_calculation="when_required",
+               response_checksum_validation="when_required")
 
 
 def _table():
@@ -134,9 +103,6 @@ a = s3.get_object_attributes(Bucket=B, Key="v", VersionId=v1, ObjectAttributes=[
 check(a["ObjectSize"] == 3 and a.get("VersionId") == v1, f"an old version: {a}")
 
 step("clean up")
-listed = s3.list_object_versions(Bucket=B)
-for v in listed.get("Versions", []) + listed.get("DeleteMarkers", []):
-    s3.delete_object(Bucket=B, Key=v["Key"], VersionId=v["VersionId"])
-s3.delete_bucket(Bucket=B)
+empty_bucket(s3, B)
 
 print("ALL CHECKSUM CHECKS PASSED", flush=True)

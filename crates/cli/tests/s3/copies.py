@@ -11,44 +11,15 @@ import hashlib
 import os
 import random
 import subprocess
-import sys
 
-import boto3
 from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import ClientError
 
-ENDPOINT = os.environ["S3_ENDPOINT"]
+from s3common import empty_bucket, check, client, code_of, step, ENDPOINT
+
 B = "copies"
 MIB = 1 << 20
 
-s3 = boto3.client(
-    "s3",
-    endpoint_url=ENDPOINT,
-    aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
-    aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-    region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                  retries={"max_attempts": 1, "mode": "standard"}, read_timeout=120),
-)
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAILED:", msg, flush=True)
-        sys.exit(1)
-
-
-def step(name):
-    print("==", name, flush=True)
-
-
-def code_of(fn, **kwargs):
-    try:
-        fn(**kwargs)
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
+s3 = client(read_timeout=120)
 
 
 def sha(b):
@@ -140,9 +111,6 @@ check(r.returncode == 0, f"aws s3 cp: {r.stderr}")
 check(sha(read("cli-copy")) == sha(src), "aws s3 cp between keys")
 
 step("clean up")
-listed = s3.list_object_versions(Bucket=B)
-for v in listed.get("Versions", []) + listed.get("DeleteMarkers", []):
-    s3.delete_object(Bucket=B, Key=v["Key"], VersionId=v["VersionId"])
-s3.delete_bucket(Bucket=B)
+empty_bucket(s3, B)
 
 print("ALL COPY CHECKS PASSED", flush=True)

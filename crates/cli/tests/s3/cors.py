@@ -10,44 +10,15 @@ import http.client
 import json
 import os
 import subprocess
-import sys
 import urllib.parse
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3common import check, client, code_of, step, ENDPOINT
 
-ENDPOINT = os.environ["S3_ENDPOINT"]
+
 B = "cors"
 HOST = urllib.parse.urlparse(ENDPOINT).netloc
 
-s3 = boto3.client(
-    "s3",
-    endpoint_url=ENDPOINT,
-    aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
-    aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-    region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                  retries={"max_attempts": 1, "mode": "standard"}),
-)
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAILED:", msg, flush=True)
-        sys.exit(1)
-
-
-def step(name):
-    print("==", name, flush=True)
-
-
-def code_of(fn, **kwargs):
-    try:
-        fn(**kwargs)
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
+s3 = client()
 
 
 def request(method, path, headers):

@@ -17,45 +17,14 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3common import check, client, code_of, step, AK, SK, ENDPOINT
 
-ENDPOINT = os.environ["S3_ENDPOINT"]
-AK = os.environ["AWS_ACCESS_KEY_ID"]
-SK = os.environ["AWS_SECRET_ACCESS_KEY"]
+
 B = "locked"
 
-s3 = boto3.client(
-    "s3",
-    endpoint_url=ENDPOINT,
-    aws_access_key_id=AK,
-    aws_secret_access_key=SK,
-    region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                  retries={"max_attempts": 1, "mode": "standard"}),
-)
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAILED:", msg, flush=True)
-        sys.exit(1)
-
-
-def step(name):
-    print("==", name, flush=True)
-
-
-def code_of(fn, **kwargs):
-    try:
-        fn(**kwargs)
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
+s3 = client()
 
 
 def later(seconds):

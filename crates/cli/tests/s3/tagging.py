@@ -10,42 +10,13 @@ AWS_SECRET_ACCESS_KEY set. Exits non-zero with a message on the first failed che
 import json
 import os
 import subprocess
-import sys
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3common import empty_bucket, check, client, code_of, step, ENDPOINT
 
-ENDPOINT = os.environ["S3_ENDPOINT"]
+
 B = "tagged"
 
-s3 = boto3.client(
-    "s3",
-    endpoint_url=ENDPOINT,
-    aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
-    aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-    region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                  retries={"max_attempts": 1, "mode": "standard"}),
-)
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAILED:", msg, flush=True)
-        sys.exit(1)
-
-
-def step(name):
-    print("==", name, flush=True)
-
-
-def code_of(fn, **kwargs):
-    try:
-        fn(**kwargs)
-    except ClientError as e:
-        return e.response["Error"]["Code"]
-    return None
+s3 = client()
 
 
 def tags(key, **kw):
@@ -112,9 +83,6 @@ s3.delete_bucket_tagging(Bucket=B)
 check(code_of(s3.get_bucket_tagging, Bucket=B) == "NoSuchTagSet", "bucket tags deleted")
 
 step("clean up")
-listed = s3.list_object_versions(Bucket=B)
-for v in listed.get("Versions", []) + listed.get("DeleteMarkers", []):
-    s3.delete_object(Bucket=B, Key=v["Key"], VersionId=v["VersionId"])
-s3.delete_bucket(Bucket=B)
+empty_bucket(s3, B)
 
 print("ALL TAGGING CHECKS PASSED", flush=True)

@@ -14,46 +14,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3common import check, client, error_of, step, AK, SK, ENDPOINT
 
-ENDPOINT = os.environ["S3_ENDPOINT"]
-AK = os.environ["AWS_ACCESS_KEY_ID"]
-SK = os.environ["AWS_SECRET_ACCESS_KEY"]
+
 B = "versioned"
 
-s3 = boto3.client(
-    "s3",
-    endpoint_url=ENDPOINT,
-    aws_access_key_id=AK,
-    aws_secret_access_key=SK,
-    region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                  retries={"max_attempts": 1, "mode": "standard"}),
-)
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAILED:", msg, flush=True)
-        sys.exit(1)
-
-
-def step(name):
-    print("==", name, flush=True)
-
-
-def error_of(fn, **kwargs):
-    """(S3 error code, HTTP status) a call fails with; (None, 200) on success."""
-    try:
-        fn(**kwargs)
-    except ClientError as e:
-        return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
-    return None, 200
+s3 = client()
 
 
 def body(key, version=None):
