@@ -210,9 +210,10 @@ pub async fn get_config(
     }))
 }
 
-/// Whether the caller may bypass governance retention when it asks to: the bucket's owner.
-fn may_bypass<T>(gw: &Gateway, req: &S3Request<T>, b: &BucketInfo, asked: Option<bool>) -> bool {
-    asked == Some(true) && gw.caller(req).as_deref() == Some(b.owner.as_str())
+/// Whether `caller` may bypass governance retention on `b` when it asks to
+/// (`x-amz-bypass-governance-retention`): the bucket's owner may.
+pub fn may_bypass(caller: Option<&str>, b: &BucketInfo, asked: Option<bool>) -> bool {
+    asked == Some(true) && caller == Some(b.owner.as_str())
 }
 
 /// PutObjectRetention.
@@ -223,7 +224,11 @@ pub async fn put_retention(
     let i = &req.input;
     let b = gw.bucket(&req.extensions, &i.bucket).await?;
     lock_enabled(&b)?;
-    let bypass = may_bypass(gw, &req, &b, i.bypass_governance_retention);
+    let bypass = may_bypass(
+        gw.caller(&req).as_deref(),
+        &b,
+        i.bypass_governance_retention,
+    );
     let new = match &i.retention {
         Some(ObjectLockRetention {
             mode: Some(m),

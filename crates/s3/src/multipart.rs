@@ -268,36 +268,19 @@ pub async fn upload_part_copy(
             "part numbers are 1..={MAX_PARTS}"
         ));
     }
-    let CopySource::Bucket {
-        bucket: src_bucket,
-        key: src_key,
-        version_id: src_version,
-    } = &input.copy_source
-    else {
-        return Err(s3_error!(NotImplemented, "access point copy sources"));
-    };
-    let src_b = gw.bucket(&req.extensions, src_bucket).await?;
-    let caller = gw.caller(&req);
-    crate::authz::authorize(
+    let source = crate::object_ops::source_parts(&input.copy_source)?;
+    let (_, src) = crate::object_ops::copy_source(
         gw,
-        caller.as_deref(),
-        &src_b,
-        crate::authz::Action::GetObject,
-        Some(src_key),
-    )
-    .await?;
-    let src = crate::object_ops::find_entry(gw, &src_b, src_key, src_version.as_deref()).await?;
-    crate::headers::check_conditions(
+        &req.extensions,
+        source,
         &crate::headers::Conditions {
             if_match: input.copy_source_if_match.as_ref(),
             if_none_match: input.copy_source_if_none_match.as_ref(),
             if_modified_since: input.copy_source_if_modified_since.as_ref(),
             if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
         },
-        &src.etag,
-        src.mtime_ms,
-        true,
-    )?;
+    )
+    .await?;
     let (start, end) = match input.copy_source_range.as_deref() {
         Some(r) => copy_source_range(r, src.size)?,
         None => (0, src.size),

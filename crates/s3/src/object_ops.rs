@@ -742,19 +742,17 @@ pub async fn attributes(
     Ok(S3Response::new(out))
 }
 
-/// Whether a request may bypass governance retention: it asks to, and its caller owns the
-/// bucket.
-fn may_bypass<T>(gw: &Gateway, req: &S3Request<T>, b: &BucketInfo, asked: Option<bool>) -> bool {
-    asked == Some(true) && gw.caller(req).as_deref() == Some(b.owner.as_str())
-}
-
 /// DeleteObject (a missing key succeeds, as in S3).
 pub async fn delete(
     gw: &Gateway,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
-    let bypass = may_bypass(gw, &req, &b, req.input.bypass_governance_retention);
+    let bypass = lock_ops::may_bypass(
+        gw.caller(&req).as_deref(),
+        &b,
+        req.input.bypass_governance_retention,
+    );
     let d = delete_key(
         gw,
         &b,
@@ -785,8 +783,7 @@ pub async fn delete_many(
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let caller = crate::identity::caller(&req.extensions).map(|id| id.user.clone());
     let quiet = input.delete.quiet.unwrap_or(false);
-    let bypass = input.bypass_governance_retention == Some(true)
-        && caller.as_deref() == Some(b.owner.as_str());
+    let bypass = lock_ops::may_bypass(caller.as_deref(), &b, input.bypass_governance_retention);
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for obj in input.delete.objects {
@@ -828,6 +825,44 @@ pub async fn delete_many(
     }))
 }
 
+/// The bucket, key and version id a copy source names (access points are NotImplemented).
+pub fn source_parts(source: &CopySource) -> S3Result<(&str, &str, Option<&str>)> {
+    match source {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((bucket, key, version_id.as_deref())),
+        _ => Err(s3_error!(NotImplemented, "access point copy sources")),
+    }
+}
+
+/// The bucket and entry a copy reads (CopyObject, UploadPartCopy) from `bucket`/`key`
+/// (version `version_id` if given): the caller must be allowed to read it, `conditions` (the
+/// copy-source ones) must hold, and a version id may not name a delete marker
+/// (InvalidRequest, as S3).
+pub async fn copy_source(
+    gw: &Gateway,
+    ext: &Extensions,
+    (bucket, key, version_id): (&str, &str, Option<&str>),
+    conditions: &Conditions<'_>,
+) -> S3Result<(BucketInfo, Entry)> {
+    let b = gw.bucket(ext, bucket).await?;
+    let caller = crate::identity::caller(ext).map(|id| id.user.clone());
+    authorize(gw, caller.as_deref(), &b, Action::GetObject, Some(key)).await?;
+    let e = match find_entry(gw, &b, key, version_id).await {
+        Err(e) if *e.code() == s3s::S3ErrorCode::MethodNotAllowed => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "the source of a copy may not name a delete marker"
+            ))
+        }
+        other => other?,
+    };
+    check_conditions(conditions, &e.etag, e.mtime_ms, true)?;
+    Ok((b, e))
+}
+
 /// CopyObject: the source's bytes are re-striped under a fresh id (inline stays inline); the
 /// caller must be allowed to read the source (admission allowed the write). The copy gets
 /// the request's canned ACL and keeps the source's checksum (same bytes).
@@ -837,51 +872,25 @@ pub async fn copy(
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let input = req.input;
     check_key(&input.key)?;
-    let CopySource::Bucket {
-        bucket: src_bucket,
-        key: src_key,
-        version_id: src_version,
-    } = &input.copy_source
-    else {
-        return Err(s3_error!(NotImplemented, "access point copy sources"));
-    };
     let acl = acl_on_create(input.acl.as_ref().map(|a| a.as_str()), any_grant!(input))?;
-    let src_b = gw.bucket(&req.extensions, src_bucket).await?;
-    let caller = crate::identity::caller(&req.extensions).map(|id| id.user.clone());
-    authorize(
+    let (src_bucket, src_key, src_version) = source_parts(&input.copy_source)?;
+    let (src_b, src) = copy_source(
         gw,
-        caller.as_deref(),
-        &src_b,
-        Action::GetObject,
-        Some(src_key),
-    )
-    .await?;
-    let src = match find_entry(gw, &src_b, src_key, src_version.as_deref()).await {
-        Err(e) if *e.code() == s3s::S3ErrorCode::MethodNotAllowed => {
-            return Err(s3_error!(
-                InvalidRequest,
-                "the source of a copy may not name a delete marker"
-            ))
-        }
-        other => other?,
-    };
-    check_conditions(
+        &req.extensions,
+        (src_bucket, src_key, src_version),
         &Conditions {
             if_match: input.copy_source_if_match.as_ref(),
             if_none_match: input.copy_source_if_none_match.as_ref(),
             if_modified_since: input.copy_source_if_modified_since.as_ref(),
             if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
         },
-        &src.etag,
-        src.mtime_ms,
-        true,
-    )?;
+    )
+    .await?;
     let replace = input
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    if !replace && src_version.is_none() && **src_bucket == *input.bucket && **src_key == *input.key
-    {
+    if !replace && src_version.is_none() && src_bucket == input.bucket && src_key == input.key {
         return Err(s3_error!(
             InvalidRequest,
             "copying an object to itself needs a metadata change (x-amz-metadata-directive: REPLACE)"
