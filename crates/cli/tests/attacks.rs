@@ -207,6 +207,7 @@ fn replica_remove(map: &cairn_clustermap::ClusterMap, object: &str) -> Vec<u8> {
             reqid: None,
         },
         data_crc: 0,
+        background: false,
     };
     cairn_proto::encode(&header, &[]).to_vec()
 }

@@ -18,6 +18,34 @@ use std::process::{Command, Stdio};
 
 use common::{cairn, free_port, Cluster};
 
+/// Starts `cairn s3gw --config CONFIG` as one of the cluster's processes, logging to
+/// `NAME.log` in its directory, and waits until it serves.
+fn start_gateway(cluster: &mut Cluster, config: &std::path::Path, name: &str) {
+    let path = cluster.dir.join(format!("{name}.log"));
+    let log = std::fs::File::create(&path).unwrap();
+    cluster.extra.push(
+        Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["s3gw", "--config", &config.display().to_string()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&path)
+        .unwrap_or_default()
+        .contains("serving on")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} gateway did not start: {}",
+            std::fs::read_to_string(&path).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 fn field(out: &str, name: &str) -> String {
     out.lines()
         .find_map(|l| l.strip_prefix(name))
@@ -63,6 +91,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
     let mon = format!("127.0.0.1:{}", free_port());
     let s3 = format!("127.0.0.1:{}", free_port());
     let limited = format!("127.0.0.1:{}", free_port());
+    let fast = format!("127.0.0.1:{}", free_port());
     let mut cluster = Cluster::new("s3");
     let dir = cluster.dir.clone();
     let d = dir.display().to_string();
@@ -118,28 +147,19 @@ fn boto3_and_aws_cli_against_cairn_up() {
         !ok && out.contains("listne"),
         "unknown keys are refused: {out}"
     );
-    let log = std::fs::File::create(dir.join("limited.log")).unwrap();
-    cluster.extra.push(
-        Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["s3gw", "--config", &config.display().to_string()])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !std::fs::read_to_string(dir.join("limited.log"))
-        .unwrap_or_default()
-        .contains("serving on")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "limited gateway did not start: {}",
-            std::fs::read_to_string(dir.join("limited.log")).unwrap_or_default()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    start_gateway(&mut cluster, &config, "limited");
+    // A gateway whose lifecycle day is a second, with a domain for virtual-hosted requests.
+    let fast_config = dir.join("fast.toml");
+    std::fs::write(
+        &fast_config,
+        format!(
+            "mon = \"{mon}\"\nlisten = \"{fast}\"\nkeyring = \"{}\"\nname = \"client.s3gw\"\n\
+             lifecycle_day_secs = 1\nlifecycle_interval_ms = 500\ndomains = [\"s3.cairn.test\"]\n",
+            dir.join("s3gw.keyring").display()
+        ),
+    )
+    .unwrap();
+    start_gateway(&mut cluster, &fast_config, "fast");
 
     for (script, passed) in [
         ("e2e.py", "ALL S3 CHECKS PASSED"),
@@ -150,6 +170,8 @@ fn boto3_and_aws_cli_against_cairn_up() {
         ("copies.py", "ALL COPY CHECKS PASSED"),
         ("checksums.py", "ALL CHECKSUM CHECKS PASSED"),
         ("errors.py", "ALL ERROR CHECKS PASSED"),
+        ("lifecycle.py", "ALL LIFECYCLE CHECKS PASSED"),
+        ("controls.py", "ALL CONTROL CHECKS PASSED"),
     ] {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/s3")
@@ -160,6 +182,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
             .arg(&path)
             .env("S3_ENDPOINT", format!("http://{s3}"))
             .env("S3_LIMITED_ENDPOINT", format!("http://{limited}"))
+            .env("S3_FAST_ENDPOINT", format!("http://{fast}"))
             .env("AWS_ACCESS_KEY_ID", &access)
             .env("AWS_SECRET_ACCESS_KEY", &secret)
             .env_remove("AWS_PROFILE")
@@ -169,7 +192,11 @@ fn boto3_and_aws_cli_against_cairn_up() {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
-        let gw_log = std::fs::read_to_string(dir.join("s3gw.log")).unwrap_or_default();
+        let log = match script {
+            "lifecycle.py" | "controls.py" => "fast.log",
+            _ => "s3gw.log",
+        };
+        let gw_log = std::fs::read_to_string(dir.join(log)).unwrap_or_default();
         let tail: String = gw_log.lines().rev().take(40).collect::<Vec<_>>().join("\n");
         assert!(
             out.status.success() && text.contains(passed),

@@ -804,6 +804,7 @@ impl Client {
                     data_crc,
                     reqid,
                     assert_version,
+                    background: in_background_scope(),
                 };
                 sender
                     .send_data(
@@ -890,6 +891,22 @@ impl Client {
 /// Room kept in a frame for an operation's header (object name up to 1000 bytes, kind,
 /// request id) beside its data.
 const OP_HEADER_ROOM_BYTES: usize = 64 << 10;
+
+tokio::task_local! {
+    static BACKGROUND: ();
+}
+
+/// Runs `work` with every op it sends (in this task) marked as background work: the OSDs
+/// schedule those ops, and their replica writes, in the best-effort class, after clients.
+/// A service's housekeeping (the S3 gateway's lifecycle pass) runs this way.
+pub async fn in_background<F: std::future::Future>(work: F) -> F::Output {
+    BACKGROUND.scope((), work).await
+}
+
+/// Whether the calling task is inside [`in_background`].
+pub fn in_background_scope() -> bool {
+    BACKGROUND.try_with(|_| ()).is_ok()
+}
 
 /// Most data bytes one operation can carry: what one frame of the client's sessions holds
 /// (the messenger's default `max_payload_bytes`) less room for the header. Commands check

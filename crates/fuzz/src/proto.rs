@@ -66,6 +66,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
         data_crc: 0,
         reqid: Some(cairn_proto::ReqId { client: 9, seq: 1 }),
         assert_version: None,
+        background: false,
     };
     let rep = RepOpHeader {
         tid: 2,
@@ -76,6 +77,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
         kind: OpKind::WriteFull,
         entry,
         data_crc: 0,
+        background: false,
     };
     let peer = PeerRequest {
         tid: 4,

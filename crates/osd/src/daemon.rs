@@ -630,7 +630,13 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                         }
                     };
                 let (s2, out) = (s.clone(), sender.clone());
-                let work = primary::client_work(client, &rep.object, &rep.kind, data.len() as u64);
+                let work = primary::client_work(
+                    client,
+                    &rep.object,
+                    &rep.kind,
+                    data.len() as u64,
+                    rep.background,
+                );
                 let data = received(data, data_crc);
                 // Scheduled inside `repop`, once it is this PG's next write.
                 drop(s.spawn(async move {

@@ -165,7 +165,7 @@ async fn scheduled_read(
     let s2 = s.clone();
     let coll = pg.coll.clone();
     let tid = op.tid;
-    let mut work = client_work(client, &op.object, &op.kind, 0);
+    let mut work = client_work(client, &op.object, &op.kind, 0, op.background);
     if work.op == cairn_qos::OpKind::Read {
         let physical = s
             .store
@@ -187,8 +187,15 @@ const MAX_READ_COST_BYTES: u64 = 4 << 20;
 
 /// What a client op of `kind` on `obj`, carrying `data_bytes`, is for the scheduler: a data
 /// read, a data write (with its offset), or anything else (metadata, omap, removal), at the
-/// client's class and priority. Replica writes are described the same way.
-pub(crate) fn client_work(client: u64, obj: &str, kind: &OpKind, data_bytes: u64) -> Work {
+/// client's class and priority, or the best-effort class for `background` ops. Replica writes
+/// are described the same way.
+pub(crate) fn client_work(
+    client: u64,
+    obj: &str,
+    kind: &OpKind,
+    data_bytes: u64,
+    background: bool,
+) -> Work {
     use cairn_qos::OpKind as Io;
     let (io, offset, length) = match *kind {
         OpKind::WriteFull | OpKind::Append => (Io::Write, 0, data_bytes),
@@ -196,7 +203,12 @@ pub(crate) fn client_work(client: u64, obj: &str, kind: &OpKind, data_bytes: u64
         OpKind::Read { offset, len } => (Io::Read, offset, len.min(MAX_READ_COST_BYTES)),
         _ => (Io::Other, 0, data_bytes),
     };
-    Work::new(Purpose::ClientOp, client, io).on(obj, offset, length)
+    let purpose = if background {
+        Purpose::BackgroundOp
+    } else {
+        Purpose::ClientOp
+    };
+    Work::new(purpose, client, io).on(obj, offset, length)
 }
 
 fn store_result(e: StoreError) -> OpResult {
@@ -434,7 +446,7 @@ async fn write(
     if let Err(r) = crate::txns::check_object_size(obj, &kind, data.len(), s.cfg.max_object_bytes) {
         return fail(op.tid, epoch, r);
     }
-    let work = client_work(client, obj, &kind, data.len() as u64);
+    let work = client_work(client, obj, &kind, data.len() as u64, op.background);
     // Released by the scheduler before its version is assigned: the PG's writes reach the
     // store and the replicas in version order whatever order the policy picks.
     let grant = match s.sched.grant(pg.id, work).await {
@@ -503,6 +515,7 @@ async fn write(
         kind,
         entry,
         data_crc: op.data_crc,
+        background: op.background,
     };
     // Queued in the store and sent to the replicas under the lock (version order), awaited
     // after it.

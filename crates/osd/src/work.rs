@@ -20,6 +20,9 @@ pub const DEFAULT_SCRUB_PRIORITY: u8 = 5;
 pub const DEFAULT_PG_DELETE_PRIORITY: u8 = 5;
 /// `osd_cache_clean_priority` (cairn's own): a cached OSD's write-back, as low as scrub.
 pub const DEFAULT_CACHE_CLEAN_PRIORITY: u8 = 5;
+/// `osd_background_op_priority` (cairn's own): a client's background ops (the S3 gateway's
+/// lifecycle pass), as low as scrub.
+pub const DEFAULT_BACKGROUND_OP_PRIORITY: u8 = 5;
 
 /// Why the OSD runs a piece of work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -37,6 +40,8 @@ pub enum Purpose {
     PgDelete,
     /// A cached OSD's cache writing dirty lines back to its HDD.
     CacheClean,
+    /// A client's op marked as background work (and its replica writes).
+    BackgroundOp,
 }
 
 impl Purpose {
@@ -45,7 +50,9 @@ impl Purpose {
         match self {
             Purpose::ClientOp | Purpose::BlockingRecovery => QosClass::Client,
             Purpose::Recovery => QosClass::Recovery,
-            Purpose::Scrub | Purpose::PgDelete | Purpose::CacheClean => QosClass::BestEffort,
+            Purpose::Scrub | Purpose::PgDelete | Purpose::CacheClean | Purpose::BackgroundOp => {
+                QosClass::BestEffort
+            }
         }
     }
 }
@@ -127,6 +134,7 @@ pub struct Priorities {
     scrub: AtomicU8,
     pg_delete: AtomicU8,
     cache_clean: AtomicU8,
+    background: AtomicU8,
 }
 
 impl Default for Priorities {
@@ -137,17 +145,19 @@ impl Default for Priorities {
             scrub: AtomicU8::new(DEFAULT_SCRUB_PRIORITY),
             pg_delete: AtomicU8::new(DEFAULT_PG_DELETE_PRIORITY),
             cache_clean: AtomicU8::new(DEFAULT_CACHE_CLEAN_PRIORITY),
+            background: AtomicU8::new(DEFAULT_BACKGROUND_OP_PRIORITY),
         }
     }
 }
 
 /// The configuration keys of [`Priorities`], as Ceph names them (the last is cairn's own).
-pub const PRIORITY_KEYS: [&str; 5] = [
+pub const PRIORITY_KEYS: [&str; 6] = [
     "osd_client_op_priority",
     "osd_recovery_op_priority",
     "osd_scrub_priority",
     "osd_pg_delete_priority",
     "osd_cache_clean_priority",
+    "osd_background_op_priority",
 ];
 
 impl Priorities {
@@ -160,6 +170,7 @@ impl Priorities {
             Purpose::Scrub => &self.scrub,
             Purpose::PgDelete => &self.pg_delete,
             Purpose::CacheClean => &self.cache_clean,
+            Purpose::BackgroundOp => &self.background,
         };
         slot.load(Ordering::Relaxed)
     }
@@ -171,6 +182,7 @@ impl Priorities {
             "osd_scrub_priority" => &self.scrub,
             "osd_pg_delete_priority" => &self.pg_delete,
             "osd_cache_clean_priority" => &self.cache_clean,
+            "osd_background_op_priority" => &self.background,
             _ => return None,
         })
     }

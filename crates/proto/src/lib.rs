@@ -162,6 +162,7 @@ mod tests {
                 seq: 12,
             }),
             assert_version: Some(3 << 32 | 4),
+            background: false,
         };
         let (back, data) = decode::<OpHeader>(&encode(&h, b"tail")).unwrap();
         assert_eq!((back, &data[..]), (h.clone(), &b"tail"[..]));

@@ -148,6 +148,10 @@ pub struct OpHeader {
     /// otherwise refused with [`OpResult::VersionMismatch`]. None: unconditional.
     #[serde(default)]
     pub assert_version: Option<u64>,
+    /// Background work of a service (the S3 gateway's lifecycle pass): the OSDs schedule it,
+    /// and its replica writes, in the best-effort class instead of the client class.
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// Header of a replica write: the primary's resolved operation and its PG log entry.
@@ -169,6 +173,9 @@ pub struct RepOpHeader {
     pub entry: LogEntry,
     /// crc32c of the data.
     pub data_crc: u32,
+    /// The client op was background work ([`OpHeader::background`]).
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// Result codes.

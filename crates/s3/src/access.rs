@@ -14,7 +14,7 @@ use s3s::{s3_error, S3Result};
 use crate::authz::{authorize, Action};
 use crate::buckets::get_bucket;
 use crate::gateway::Gateway;
-use crate::identity::{self, AdmittedBucket, ANONYMOUS};
+use crate::identity::{self, AdmittedBucket, Identity, ANONYMOUS};
 use crate::ratelimit::Refusal;
 
 /// Longest presigned URL lifetime (AWS: 7 days).
@@ -90,13 +90,52 @@ impl S3Access for Admission {
             .record_op(cx.s3_op().name(), admitted.is_ok());
         admitted
     }
+
+    /// A POST form upload names its key in the form: the caller is authorized for that key
+    /// here, once s3s has parsed the form (admission passed it without a key). The form's
+    /// `${filename}` variable is refused: s3s does not hand the file's name on.
+    async fn post_object(
+        &self,
+        req: &mut s3s::S3Request<s3s::dto::PostObjectInput>,
+    ) -> S3Result<()> {
+        if req.input.key.contains("${filename}") {
+            return Err(s3_error!(
+                InvalidArgument,
+                "the ${{filename}} key variable is not supported; name the key in the form"
+            ));
+        }
+        let caller = identity::caller(&req.extensions).map(|id| id.user.clone());
+        let b = self.gw.bucket(&req.extensions, &req.input.bucket).await?;
+        authorize(
+            &self.gw,
+            caller.as_deref(),
+            &b,
+            Action::PutObject,
+            Some(&req.input.key),
+        )
+        .await
+    }
 }
 
 impl Admission {
     /// The admission decision for one routed request (see the module).
     async fn admit(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let gw = &self.gw;
-        let caller = identity::caller(cx.extensions_mut()).cloned();
+        let mut caller = identity::caller(cx.extensions_mut()).cloned();
+        let form = cx.s3_op().name() == "PostObject";
+        if form && caller.is_none() {
+            // s3s checked the form's policy signature with this key's secret.
+            if let Some(key) = cx.credentials().map(|c| c.access_key.clone()) {
+                let (user, fresh) = gw.users.lookup(&key).await?;
+                let id = Identity {
+                    user: user.name,
+                    access_key: user.access_key,
+                    fresh,
+                };
+                cx.extensions_mut().insert(id.clone());
+                caller = Some(id);
+            }
+        }
         // SigV4 (s3s verified it again and holds its credentials); SigV2 times were checked
         // with its signature.
         if cx.credentials().is_some() {
@@ -131,9 +170,9 @@ impl Admission {
         let user = caller.as_ref().map(|id| id.user.as_str());
         match record? {
             Some(b) => {
-                // DeleteObjects names its keys in the body: each is authorized by the
-                // operation itself.
-                if cx.s3_op().name() != "DeleteObjects" {
+                // DeleteObjects names its keys in the body, a POST form upload its key in
+                // the form: each is authorized by the operation itself.
+                if cx.s3_op().name() != "DeleteObjects" && !form {
                     authorize(gw, user, &b, action, key.as_deref()).await?;
                 }
                 cx.extensions_mut().insert(AdmittedBucket(b));

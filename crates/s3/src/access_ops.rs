@@ -11,6 +11,7 @@ use crate::buckets::{self, BucketInfo};
 use crate::entry::Entry;
 use crate::gateway::Gateway;
 use crate::object_acl;
+use crate::ownership;
 use crate::policy::Policy;
 
 /// Whether any `x-amz-grant-*` header every ACL-taking input has was sent (bucket inputs
@@ -24,8 +25,24 @@ macro_rules! any_grant {
     };
 }
 
-/// The canned ACL of a CreateBucket, PutObject, CopyObject or CreateMultipartUpload request
-/// (private when none is given; `x-amz-grant-*` headers are NotImplemented).
+/// The canned ACL of a PutObject, CopyObject or CreateMultipartUpload request into bucket
+/// `b` (private when none is given; `x-amz-grant-*` headers are NotImplemented). Where the
+/// bucket's ACLs are disabled only `bucket-owner-full-control` passes
+/// (AccessControlListNotSupported otherwise); where its public access block blocks public
+/// ACLs a public one is AccessDenied.
+pub fn acl_on_write(
+    b: &BucketInfo,
+    header: Option<&str>,
+    grant_headers: bool,
+) -> S3Result<CannedAcl> {
+    ownership::check_write_acl(b.ownership, header, grant_headers)?;
+    let acl = acl_on_create(header, grant_headers)?;
+    b.public_access.unwrap_or_default().check_acl(acl)?;
+    Ok(acl)
+}
+
+/// The canned ACL of a request creating a bucket or object (private when none is given;
+/// `x-amz-grant-*` headers are NotImplemented).
 pub fn acl_on_create(header: Option<&str>, grant_headers: bool) -> S3Result<CannedAcl> {
     if grant_headers {
         return Err(s3_error!(
@@ -44,7 +61,7 @@ pub async fn get_bucket_acl(
     req: S3Request<GetBucketAclInput>,
 ) -> S3Result<S3Response<GetBucketAclOutput>> {
     let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
-    let (owner, grants) = b.acl.to_policy(&b.owner);
+    let (owner, grants) = in_force(&b, b.acl).to_policy(&b.owner);
     Ok(S3Response::new(GetBucketAclOutput {
         grants: Some(grants),
         owner: Some(owner),
@@ -60,6 +77,32 @@ async fn update(gw: &Gateway, b: BucketInfo, change: impl FnOnce(&mut BucketInfo
     Ok(())
 }
 
+/// The ACL as it is in force in bucket `b`: private where its ACLs are disabled.
+fn in_force(b: &BucketInfo, acl: CannedAcl) -> CannedAcl {
+    if ownership::acls_enabled(b.ownership) {
+        acl
+    } else {
+        CannedAcl::Private
+    }
+}
+
+/// The ACL a PutBucketAcl or PutObjectAcl into bucket `b` sets: refused where the bucket's
+/// ACLs are disabled (AccessControlListNotSupported) or its public access block blocks a
+/// public one (AccessDenied).
+fn acl_to_put(
+    b: &BucketInfo,
+    canned: Option<&str>,
+    policy: Option<&AccessControlPolicy>,
+    grants: bool,
+) -> S3Result<CannedAcl> {
+    if !ownership::acls_enabled(b.ownership) {
+        return Err(ownership::acl_not_supported());
+    }
+    let acl = acl_to_set(canned, policy, grants, &b.owner)?;
+    b.public_access.unwrap_or_default().check_acl(acl)?;
+    Ok(acl)
+}
+
 /// PutBucketAcl.
 pub async fn put_bucket_acl(
     gw: &Gateway,
@@ -67,11 +110,11 @@ pub async fn put_bucket_acl(
 ) -> S3Result<S3Response<PutBucketAclOutput>> {
     let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
     let input = &req.input;
-    let acl = acl_to_set(
+    let acl = acl_to_put(
+        &b,
         input.acl.as_ref().map(|a| a.as_str()),
         input.access_control_policy.as_ref(),
         any_grant!(input) || input.grant_write.is_some(),
-        &b.owner,
     )?;
     update(gw, b, |b| b.acl = acl).await?;
     Ok(S3Response::new(PutBucketAclOutput::default()))
@@ -91,7 +134,7 @@ pub async fn get_object_acl(
     let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
     let e = entry_of(gw, &b, &req.input.key).await?;
     let acl = object_acl::effective(&gw.backend, &b, &req.input.key, &e).await?;
-    let (owner, grants) = acl.to_policy(&b.owner);
+    let (owner, grants) = in_force(&b, acl).to_policy(&b.owner);
     Ok(S3Response::new(GetObjectAclOutput {
         grants: Some(grants),
         owner: Some(owner),
@@ -106,11 +149,11 @@ pub async fn put_object_acl(
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
     let input = &req.input;
-    let acl = acl_to_set(
+    let acl = acl_to_put(
+        &b,
         input.acl.as_ref().map(|a| a.as_str()),
         input.access_control_policy.as_ref(),
         any_grant!(input) || input.grant_write.is_some(),
-        &b.owner,
     )?;
     let e = entry_of(gw, &b, &input.key).await?;
     object_acl::set(&gw.backend, &b, &input.key, &e, acl).await?;
@@ -137,7 +180,8 @@ pub async fn put_bucket_policy(
 ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
     let b = gw.bucket(&req.extensions, &req.input.bucket).await?;
     let text = req.input.policy;
-    Policy::parse(&text, &b.name).map_err(|e| e.to_s3())?;
+    let policy = Policy::parse(&text, &b.name).map_err(|e| e.to_s3())?;
+    b.public_access.unwrap_or_default().check_policy(&policy)?;
     update(gw, b, |b| b.policy = Some(text)).await?;
     Ok(S3Response::new(PutBucketPolicyOutput::default()))
 }

@@ -21,6 +21,7 @@ use crate::buckets::{self, BucketInfo};
 use crate::data::internal;
 use crate::gateway::Gateway;
 use crate::object_acl;
+use crate::ownership;
 use crate::policy::{Policy, Verdict};
 
 /// An S3 action, as bucket policies name it.
@@ -86,6 +87,20 @@ pub enum Action {
     GetObjectLegalHold,
     /// PutObjectLegalHold.
     PutObjectLegalHold,
+    /// s3:GetBucketPublicAccessBlock
+    GetBucketPublicAccessBlock,
+    /// s3:PutBucketPublicAccessBlock (also its deletion)
+    PutBucketPublicAccessBlock,
+    /// s3:GetBucketOwnershipControls
+    GetBucketOwnershipControls,
+    /// s3:PutBucketOwnershipControls (also their deletion)
+    PutBucketOwnershipControls,
+    /// s3:GetBucketPolicyStatus
+    GetBucketPolicyStatus,
+    /// s3:GetLifecycleConfiguration
+    GetLifecycleConfiguration,
+    /// s3:PutLifecycleConfiguration (also its deletion)
+    PutLifecycleConfiguration,
     /// Any other operation (owner only; the gateway answers most with NotImplemented).
     Other,
 }
@@ -120,7 +135,8 @@ impl Action {
             | "CreateMultipartUpload"
             | "UploadPart"
             | "UploadPartCopy"
-            | "CompleteMultipartUpload" => Action::PutObject,
+            | "CompleteMultipartUpload"
+            | "PostObject" => Action::PutObject,
             "DeleteObject" | "DeleteObjects" => Action::DeleteObject,
             "AbortMultipartUpload" => Action::AbortMultipartUpload,
             "ListParts" => Action::ListMultipartUploadParts,
@@ -140,6 +156,19 @@ impl Action {
             "PutObjectRetention" => Action::PutObjectRetention,
             "GetObjectLegalHold" => Action::GetObjectLegalHold,
             "PutObjectLegalHold" => Action::PutObjectLegalHold,
+            "GetPublicAccessBlock" => Action::GetBucketPublicAccessBlock,
+            "PutPublicAccessBlock" | "DeletePublicAccessBlock" => {
+                Action::PutBucketPublicAccessBlock
+            }
+            "GetBucketOwnershipControls" => Action::GetBucketOwnershipControls,
+            "PutBucketOwnershipControls" | "DeleteBucketOwnershipControls" => {
+                Action::PutBucketOwnershipControls
+            }
+            "GetBucketPolicyStatus" => Action::GetBucketPolicyStatus,
+            "GetBucketLifecycleConfiguration" => Action::GetLifecycleConfiguration,
+            "PutBucketLifecycleConfiguration" | "DeleteBucketLifecycle" => {
+                Action::PutLifecycleConfiguration
+            }
             _ => Action::Other,
         }
     }
@@ -177,6 +206,13 @@ impl Action {
             Action::PutObjectRetention => "s3:PutObjectRetention",
             Action::GetObjectLegalHold => "s3:GetObjectLegalHold",
             Action::PutObjectLegalHold => "s3:PutObjectLegalHold",
+            Action::GetBucketPublicAccessBlock => "s3:GetBucketPublicAccessBlock",
+            Action::PutBucketPublicAccessBlock => "s3:PutBucketPublicAccessBlock",
+            Action::GetBucketOwnershipControls => "s3:GetBucketOwnershipControls",
+            Action::PutBucketOwnershipControls => "s3:PutBucketOwnershipControls",
+            Action::GetBucketPolicyStatus => "s3:GetBucketPolicyStatus",
+            Action::GetLifecycleConfiguration => "s3:GetLifecycleConfiguration",
+            Action::PutLifecycleConfiguration => "s3:PutLifecycleConfiguration",
             Action::Other => "s3:Unsupported",
         }
     }
@@ -215,6 +251,10 @@ impl Action {
                 | Action::GetBucketCors
                 | Action::GetObjectRetention
                 | Action::GetObjectLegalHold
+                | Action::GetBucketPublicAccessBlock
+                | Action::GetBucketOwnershipControls
+                | Action::GetBucketPolicyStatus
+                | Action::GetLifecycleConfiguration
                 | Action::GetBucketLocation
                 | Action::GetBucketAcl
                 | Action::GetObject
@@ -283,6 +323,15 @@ pub fn decide(
         };
     }
     let key = key.filter(|_| action.on_object());
+    let block = bucket.public_access.unwrap_or_default();
+    let restricted;
+    let policy = match policy {
+        Some(p) if block.restrict_public_buckets && p.is_public() => {
+            restricted = p.without_public_grants();
+            Some(&restricted)
+        }
+        other => other,
+    };
     let verdict = policy.map_or(Verdict::Silent, |p| {
         p.evaluate(caller, action.name(), &resource(&bucket.name, key))
     });
@@ -293,6 +342,10 @@ pub fn decide(
         return Decision::Allow;
     }
     let signed = caller.is_some();
+    // Every ACL but `private` is public: ignored public ACLs and disabled ACLs grant nothing.
+    if block.ignore_public_acls || !ownership::acls_enabled(bucket.ownership) {
+        return Decision::Deny;
+    }
     match action.acl_level() {
         AclLevel::None => Decision::Deny,
         AclLevel::Bucket(perm) => {
@@ -363,10 +416,13 @@ mod tests {
             tags: Default::default(),
             cors: Vec::new(),
             object_lock: None,
+            public_access: None,
+            ownership: None,
+            lifecycle: Vec::new(),
         }
     }
 
-    const ALL: [Action; 31] = [
+    const ALL: [Action; 38] = [
         Action::ListAllMyBuckets,
         Action::CreateBucket,
         Action::DeleteBucket,
@@ -397,6 +453,13 @@ mod tests {
         Action::PutObjectRetention,
         Action::GetObjectLegalHold,
         Action::PutObjectLegalHold,
+        Action::GetBucketPublicAccessBlock,
+        Action::PutBucketPublicAccessBlock,
+        Action::GetBucketOwnershipControls,
+        Action::PutBucketOwnershipControls,
+        Action::GetBucketPolicyStatus,
+        Action::GetLifecycleConfiguration,
+        Action::PutLifecycleConfiguration,
         Action::Other,
     ];
 
@@ -608,12 +671,58 @@ mod tests {
             "PutObjectRetention",
             "GetObjectLegalHold",
             "PutObjectLegalHold",
+            "GetPublicAccessBlock",
+            "PutPublicAccessBlock",
+            "DeletePublicAccessBlock",
+            "GetBucketOwnershipControls",
+            "PutBucketOwnershipControls",
+            "DeleteBucketOwnershipControls",
+            "GetBucketPolicyStatus",
+            "GetBucketLifecycleConfiguration",
+            "PutBucketLifecycleConfiguration",
+            "DeleteBucketLifecycle",
+            "PostObject",
         ] {
             assert_ne!(Action::of_op(op), Action::Other, "{op}");
         }
+        assert_eq!(Action::of_op("PutBucketReplication"), Action::Other);
+    }
+
+    /// A public access block and disabled ACLs take away what public ACLs and public policy
+    /// statements grant, and nothing the owner or a named user has.
+    #[test]
+    fn public_access_blocks_and_disabled_acls_take_public_grants_away() {
+        let policy = r#"{"Statement":[
+            {"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*"},
+            {"Effect":"Allow","Principal":{"AWS":"bob"},"Action":"s3:ListBucket","Resource":"arn:aws:s3:::b"}]}"#;
+        let mut b = bucket(CannedAcl::PublicRead, Some(policy));
+        let open = |b: &BucketInfo, who, a| run(who, a, b, CannedAcl::PublicRead);
+        assert_eq!(open(&b, None, Action::ListBucket), Decision::Allow);
+        assert_eq!(open(&b, None, Action::GetObject), Decision::Allow);
+        b.public_access = Some(crate::public_access::PublicAccessBlock {
+            ignore_public_acls: true,
+            ..Default::default()
+        });
+        assert_eq!(open(&b, None, Action::ListBucket), Decision::Deny);
         assert_eq!(
-            Action::of_op("PutBucketLifecycleConfiguration"),
-            Action::Other
+            open(&b, None, Action::GetObject),
+            Decision::Allow,
+            "the policy still grants"
         );
+        b.public_access = Some(crate::public_access::PublicAccessBlock {
+            ignore_public_acls: true,
+            restrict_public_buckets: true,
+            ..Default::default()
+        });
+        assert_eq!(open(&b, None, Action::GetObject), Decision::Deny);
+        assert_eq!(open(&b, Some("carol"), Action::GetObject), Decision::Deny);
+        assert_eq!(open(&b, Some("bob"), Action::ListBucket), Decision::Allow);
+        assert_eq!(open(&b, Some("alice"), Action::GetObject), Decision::Allow);
+        let mut enforced = bucket(CannedAcl::PublicReadWrite, None);
+        enforced.ownership = Some(crate::ownership::Ownership::BucketOwnerEnforced);
+        for a in ALL {
+            assert_eq!(open(&enforced, None, a), Decision::Deny, "{a:?}");
+            assert_eq!(open(&enforced, Some("alice"), a), Decision::Allow, "{a:?}");
+        }
     }
 }

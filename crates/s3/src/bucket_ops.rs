@@ -6,6 +6,7 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use crate::access_ops::{acl_on_create, any_grant};
 use crate::buckets;
+use crate::controls_ops;
 use crate::gateway::Gateway;
 use crate::headers::timestamp;
 use crate::multipart;
@@ -22,12 +23,21 @@ pub async fn create(
         input.acl.as_ref().map(|a| a.as_str()),
         any_grant!(input) || input.grant_write.is_some(),
     )?;
+    let ownership = controls_ops::ownership_on_create(
+        input.object_ownership.as_ref(),
+        input.acl.as_ref().map(|a| a.as_str()),
+        any_grant!(input) || input.grant_write.is_some(),
+    )?;
     let name = &input.bucket;
     let mut b = buckets::create_bucket(&gw.backend, name, &owner, gw.cfg.index_shards, acl).await?;
-    if input.object_lock_enabled_for_bucket == Some(true) {
+    let locked = input.object_lock_enabled_for_bucket == Some(true);
+    if locked {
         // Object lock needs versioning: both on from the start, nothing to record yet.
         b.versioning = crate::versions::Versioning::Enabled;
         b.object_lock = Some(crate::object_lock::LockConfig::default());
+    }
+    b.ownership = ownership;
+    if locked || ownership.is_some() {
         buckets::update_bucket(&gw.backend, &b).await?;
     }
     gw.buckets.forget(name);

@@ -56,6 +56,16 @@ pub struct BucketInfo {
     /// Object lock configuration: present once object lock is enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_lock: Option<crate::object_lock::LockConfig>,
+    /// Public access block (PutPublicAccessBlock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_access: Option<crate::public_access::PublicAccessBlock>,
+    /// Object ownership controls (PutBucketOwnershipControls, or CreateBucket's
+    /// `x-amz-object-ownership`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<crate::ownership::Ownership>,
+    /// Lifecycle rules (PutBucketLifecycleConfiguration).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lifecycle: Vec<crate::lifecycle::Rule>,
 }
 
 fn is_unversioned(v: &Versioning) -> bool {
@@ -216,6 +226,9 @@ pub async fn create_bucket(
         tags: Default::default(),
         cors: Vec::new(),
         object_lock: None,
+        public_access: None,
+        ownership: None,
+        lifecycle: Vec::new(),
     };
     backend
         .omap_set(REGISTRY, &[(name.as_bytes().to_vec(), seal(&info))])

@@ -113,6 +113,14 @@ pub struct GatewayConfig {
     pub tls_key: Option<PathBuf>,
     /// Rate limits.
     pub limits: RateLimits,
+    /// Domain names of virtual-hosted-style requests (`BUCKET.DOMAIN`); path-style requests
+    /// are served either way. Empty: path style only.
+    pub domains: Vec<String>,
+    /// Seconds in a lifecycle day (86,400; shorter only to test lifecycle rules, as radosgw's
+    /// `rgw_lc_debug_interval`).
+    pub lifecycle_day_secs: u64,
+    /// Pause between two lifecycle passes, ms.
+    pub lifecycle_interval_ms: u64,
 }
 
 impl Default for GatewayConfig {
@@ -141,6 +149,9 @@ impl Default for GatewayConfig {
             tls_cert: None,
             tls_key: None,
             limits: RateLimits::default(),
+            domains: Vec::new(),
+            lifecycle_day_secs: 86_400,
+            lifecycle_interval_ms: 3_600_000,
         }
     }
 }
@@ -193,6 +204,16 @@ impl GatewayConfig {
             if ms == 0 {
                 return bad(format!("{name} must be > 0"));
             }
+        }
+        if self.lifecycle_day_secs == 0 || self.lifecycle_interval_ms < 100 {
+            return bad("lifecycle_day_secs must be > 0 and lifecycle_interval_ms >= 100".into());
+        }
+        if let Some(d) = self.domains.iter().find(|d| {
+            d.is_empty()
+                || d.starts_with('.')
+                || d.contains(|c: char| c == '/' || c == ':' || c.is_whitespace())
+        }) {
+            return bad(format!("domains: `{d}` is not a domain name"));
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return bad("tls_cert and tls_key are set together".into());

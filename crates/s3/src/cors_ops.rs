@@ -55,12 +55,11 @@ pub async fn delete(
     Ok(S3Response::new(DeleteBucketCorsOutput::default()))
 }
 
-/// The bucket a path-style request addresses, if any.
-pub fn bucket_of(path: &str) -> Option<&str> {
-    path.trim_start_matches('/')
-        .split('/')
-        .next()
-        .filter(|b| !b.is_empty())
+/// The bucket a request with headers `h` to `path` addresses, if any (virtual-hosted or
+/// path style).
+pub fn bucket_of<'a>(gw: &Gateway, h: &'a HeaderMap, path: &'a str) -> Option<&'a str> {
+    let host = h.get(hyper::header::HOST).and_then(|v| v.to_str().ok());
+    crate::vhost::bucket_of(&gw.cfg.domains, host, path)
 }
 
 fn header<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -131,7 +130,7 @@ pub async fn preflight(gw: &Gateway, path: &str, h: &HeaderMap) -> Result<HttpRe
         return Err(e);
     };
     let bucket =
-        bucket_of(path).ok_or_else(|| forbidden("CORS is not enabled for this bucket."))?;
+        bucket_of(gw, h, path).ok_or_else(|| forbidden("CORS is not enabled for this bucket."))?;
     let b = gw.buckets.get(&gw.backend, bucket).await?;
     if b.cors.is_empty() {
         return Err(forbidden("CORS is not enabled for this bucket."));

@@ -38,6 +38,23 @@ pub struct S3Metrics {
     in_flight: AtomicU64,
     /// Where the gateway protected itself: connections and bodies it refused or cut short.
     pub limits: LimitCounters,
+    /// What the lifecycle pass did.
+    pub lifecycle: LifecycleCounters,
+}
+
+/// Totals of the lifecycle passes (`lifecycle_pass`).
+#[derive(Default)]
+pub struct LifecycleCounters {
+    /// Passes completed.
+    pub passes: AtomicU64,
+    /// Current versions expired.
+    pub expired: AtomicU64,
+    /// Noncurrent versions removed.
+    pub noncurrent_removed: AtomicU64,
+    /// Expired delete markers removed.
+    pub markers_removed: AtomicU64,
+    /// Incomplete multipart uploads aborted.
+    pub uploads_aborted: AtomicU64,
 }
 
 /// Counts of the gateway's limits at work (see docs/reference/limits.md).
@@ -219,6 +236,23 @@ impl S3Metrics {
         ] {
             e.counter(name, help, v.load(Ordering::Relaxed))?;
         }
+        let lc = &self.lifecycle;
+        e.counter(
+            "cairn_s3_lifecycle_passes_total",
+            "Lifecycle passes completed.",
+            lc.passes.load(Ordering::Relaxed),
+        )?;
+        e.counters(
+            "cairn_s3_lifecycle_actions_total",
+            "What lifecycle rules did, by action.",
+            [
+                ("expire_current", &lc.expired),
+                ("expire_noncurrent", &lc.noncurrent_removed),
+                ("remove_delete_marker", &lc.markers_removed),
+                ("abort_upload", &lc.uploads_aborted),
+            ]
+            .map(|(action, v)| ([("action", action)], v.load(Ordering::Relaxed))),
+        )?;
         Ok(())
     }
 }

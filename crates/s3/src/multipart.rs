@@ -8,7 +8,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use serde::{Deserialize, Serialize};
 
-use crate::access_ops::{acl_on_create, any_grant};
+use crate::access_ops::{acl_on_write, any_grant};
 use crate::acl::CannedAcl;
 use crate::buckets::{fresh_id, now_ms, BucketInfo};
 use crate::data::{self, hex, internal};
@@ -135,6 +135,36 @@ async fn drop_upload(
     Ok(())
 }
 
+/// Aborts every upload of bucket `b` for which `due(key, initiated_ms)` holds (the lifecycle
+/// pass's AbortIncompleteMultipartUpload); returns how many it aborted.
+pub async fn abort_due(
+    gw: &Gateway,
+    b: &BucketInfo,
+    due: impl Fn(&str, i64) -> bool,
+) -> S3Result<u64> {
+    let mut after = Vec::new();
+    let mut aborted = 0;
+    loop {
+        let (page, more) = gw
+            .backend
+            .omap_list(&b.uploads_object(), &after, &[], MAX_PAGE as u32)
+            .await
+            .map_err(internal)?;
+        for (k, v) in &page {
+            after.clone_from(k);
+            let u: UploadInfo = unseal(v).map_err(internal)?;
+            if due(&u.key, u.initiated_ms) {
+                let parts = all_parts(gw, &u.upload_id).await?;
+                drop_upload(gw, b, &u, &parts).await?;
+                aborted += 1;
+            }
+        }
+        if !more || page.is_empty() {
+            return Ok(aborted);
+        }
+    }
+}
+
 /// Aborts every upload of a bucket (before it is deleted).
 pub async fn abort_all(gw: &Gateway, b: &BucketInfo) -> S3Result<()> {
     loop {
@@ -161,7 +191,10 @@ pub async fn create(
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let owner = gw.caller(&req).unwrap_or_else(|| ANONYMOUS.to_string());
     let input = req.input;
-    let acl = acl_on_create(input.acl.as_ref().map(|a| a.as_str()), any_grant!(input))?;
+    let acl_asked = (
+        input.acl.as_ref().map(|a| a.as_str().to_string()),
+        any_grant!(input),
+    );
     let headers = content_headers(
         HeaderInput {
             content_type: input.content_type.map(|c| c.to_string()),
@@ -174,6 +207,7 @@ pub async fn create(
         gw.cfg.max_meta_bytes,
     )?;
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
+    let acl = acl_on_write(&b, acl_asked.0.as_deref(), acl_asked.1)?;
     let u = UploadInfo {
         key: input.key.clone(),
         upload_id: fresh_id(),

@@ -8,7 +8,7 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 use hyper::http::{Extensions, HeaderMap};
 use s3s::TrailingHeaders;
 
-use crate::access_ops::{acl_on_create, any_grant};
+use crate::access_ops::{acl_on_write, any_grant};
 use crate::acl::CannedAcl;
 use crate::authz::{authorize, Action};
 use crate::buckets::{self, fresh_id, now_ms, BucketInfo};
@@ -269,7 +269,10 @@ pub async fn put(
         gw.cfg.max_meta_bytes,
     )?;
     let md5 = content_md5(input.content_md5.as_deref())?;
-    let acl = acl_on_create(input.acl.as_ref().map(|a| a.as_str()), any_grant!(input))?;
+    let acl_asked = (
+        input.acl.as_ref().map(|a| a.as_str().to_string()),
+        any_grant!(input),
+    );
     let tags = match input.tagging.as_deref() {
         Some(h) => tagging::from_header(h)?,
         None => Default::default(),
@@ -290,6 +293,7 @@ pub async fn put(
         &req.headers,
     )?;
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
+    let acl = acl_on_write(&b, acl_asked.0.as_deref(), acl_asked.1)?;
     let lock = lock_ops::for_new_version(
         &b,
         lock_headers.0.as_ref(),
@@ -614,7 +618,7 @@ pub async fn head(
 /// Deletes `key` (version `version_id` if given): in a bucket never versioned the object
 /// goes (`null` names it; another id is refused or names nothing); in a versioned bucket a
 /// delete marker is made, or the version named goes. A missing key or version succeeds.
-async fn delete_key(
+pub(crate) async fn delete_key(
     gw: &Gateway,
     b: &BucketInfo,
     key: &str,
@@ -872,7 +876,10 @@ pub async fn copy(
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let input = req.input;
     check_key(&input.key)?;
-    let acl = acl_on_create(input.acl.as_ref().map(|a| a.as_str()), any_grant!(input))?;
+    let acl_asked = (
+        input.acl.as_ref().map(|a| a.as_str().to_string()),
+        any_grant!(input),
+    );
     let (src_bucket, src_key, src_version) = source_parts(&input.copy_source)?;
     let (src_b, src) = copy_source(
         gw,
@@ -921,6 +928,7 @@ pub async fn copy(
         (false, _) => crate::tag_ops::effective(&gw.backend, &src_b, src_key, &src).await?,
     };
     let dst = gw.bucket(&req.extensions, &input.bucket).await?;
+    let acl = acl_on_write(&dst, acl_asked.0.as_deref(), acl_asked.1)?;
     let lock = lock_ops::for_new_version(
         &dst,
         input.object_lock_mode.as_ref(),

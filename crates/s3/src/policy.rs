@@ -292,6 +292,27 @@ impl Policy {
         })
     }
 
+    /// Whether an Allow statement applies to everyone (anonymous callers included): what S3
+    /// calls a public policy.
+    pub fn is_public(&self) -> bool {
+        self.statements
+            .iter()
+            .any(|s| s.effect == Effect::Allow && s.principal == Principal::Anyone)
+    }
+
+    /// The policy without its public Allow statements (what a public access block's
+    /// `RestrictPublicBuckets` leaves in force); Deny statements all stay.
+    pub fn without_public_grants(&self) -> Policy {
+        Policy {
+            statements: self
+                .statements
+                .iter()
+                .filter(|s| !(s.effect == Effect::Allow && s.principal == Principal::Anyone))
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// What the policy says about `caller` (None: anonymous) doing `action` (`s3:GetObject`)
     /// on `resource` (`arn:aws:s3:::bucket` or `arn:aws:s3:::bucket/key`): any matching Deny
     /// wins over every Allow.

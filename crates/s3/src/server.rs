@@ -39,6 +39,9 @@ pub fn service(gw: &Gateway) -> S3Service {
     let mut b = S3ServiceBuilder::new(gw.clone());
     b.set_auth(UsersAuth(gw.users.clone()));
     b.set_access(Admission { gw: gw.clone() });
+    if !gw.cfg.domains.is_empty() {
+        b.set_host(crate::vhost::Domains(gw.cfg.domains.clone()));
+    }
     let mut cfg = S3Config::default();
     cfg.xml_max_body_size = MAX_XML_BYTES;
     cfg.post_object_max_file_size = gw.cfg.max_put_bytes;
@@ -76,8 +79,9 @@ pub type ChunkFailure = Arc<OnceLock<AuthError>>;
 /// (header or presigned; for signed aws-chunked bodies the body is wrapped so that every chunk
 /// and the trailer are verified before s3s reads them) or SigV2 (header or presigned; the
 /// request is then stripped of it, so s3s sees no signature it would compare itself). A
-/// signed request gets the signer's [`Identity`] in its extensions. Refuses POST form
-/// uploads, which the gateway does not verify itself. Anonymous requests pass unchanged
+/// signed request gets the signer's [`Identity`] in its extensions. A POST form upload passes
+/// to s3s, which checks its policy's signature; admission then names its signer. Anonymous
+/// requests pass unchanged
 /// (admission decides on them after s3s has routed them). Returns the request for s3s and,
 /// for a checked body, the cell where a chunk failure is recorded.
 pub async fn authenticate(
@@ -88,7 +92,9 @@ pub async fn authenticate(
     let sig = match sigv4::parse(&parts.method, &parts.uri, &parts.headers)
         .map_err(|e| e.to_s3())?
     {
-        Signed::Anonymous => return Ok((HttpRequest::from_parts(parts, body.into()), None)),
+        Signed::Anonymous | Signed::Form => {
+            return Ok((HttpRequest::from_parts(parts, body.into()), None))
+        }
         Signed::V2(sig) => {
             let chunked = parts
                 .headers
@@ -166,7 +172,7 @@ pub async fn handle(
         .headers()
         .get(hyper::header::ORIGIN)
         .and_then(|o| o.to_str().ok())
-        .zip(cors_ops::bucket_of(req.uri().path()))
+        .zip(cors_ops::bucket_of(gw, req.headers(), req.uri().path()))
         .map(|(o, b)| (o.to_string(), b.to_string(), req.method().clone()));
     let (req, failure) = match authenticate(req, &gw.users).await {
         Ok(r) => r,
@@ -390,13 +396,21 @@ pub async fn start(
     };
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let task = tokio::spawn(serve(
+    let serving = serve(
         listener,
         service(gw),
         gw.clone(),
         gw.metrics.clone(),
         gw.cfg.max_connections,
         tls,
-    ));
+    );
+    let lifecycle = crate::lifecycle_pass::run(gw.clone());
+    // One task: the lifecycle pass stops with the gateway.
+    let task = tokio::spawn(async move {
+        tokio::select! {
+            () = serving => {}
+            () = lifecycle => {}
+        }
+    });
     Ok((local, task))
 }

@@ -258,6 +258,10 @@ pub enum Signed {
     V4(Signature),
     /// A SigV2 signature in the Authorization header or the query (`sigv2`).
     V2(crate::sigv2::V2Signature),
+    /// A browser POST form upload: its signature is over the form's policy document, in the
+    /// body, which s3s parses and checks against the user's secret (`UsersAuth`) together
+    /// with the policy's expiry and conditions. Nothing may sign it elsewhere.
+    Form,
 }
 
 fn signed_header_list(
@@ -304,8 +308,9 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// Finds how `method uri headers` is signed. Refuses what the gateway does not verify itself
-/// (POST form uploads, several Authorization headers, several signatures, other schemes), so
-/// that s3s never compares a signature the gateway has not already matched.
+/// (several Authorization headers, several signatures, other schemes), so that s3s never
+/// compares a header or query signature the gateway has not already matched; a POST form
+/// upload is [`Signed::Form`] and may carry no other signature.
 pub fn parse(method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<Signed, AuthError> {
     let query = uri.query().unwrap_or("");
     let pairs = query_pairs(query);
@@ -315,10 +320,19 @@ pub fn parse(method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<Signed, 
             .to_ascii_lowercase()
             .starts_with("multipart/form-data")
     });
-    if *method == Method::POST && form {
-        return Err(AuthError::Unsupported("POST form uploads"));
-    }
     let auth_headers = headers.get_all("authorization").iter().count();
+    if *method == Method::POST && form {
+        let signed_elsewhere = auth_headers > 0
+            || pairs
+                .iter()
+                .any(|(k, _)| k == b"Signature" || k == b"X-Amz-Signature");
+        if signed_elsewhere {
+            return Err(AuthError::Unsupported(
+                "a POST form upload signed outside its form",
+            ));
+        }
+        return Ok(Signed::Form);
+    }
     if auth_headers > 1 {
         return Err(AuthError::MalformedHeader(
             "more than one Authorization header".into(),
@@ -705,8 +719,11 @@ pub(crate) mod tests {
             ("host", "h"),
             ("content-type", "multipart/form-data; boundary=x"),
         ]);
+        assert_eq!(parse(&Method::POST, &u, &form).unwrap(), Signed::Form);
+        let mut form_and_header = form.clone();
+        form_and_header.insert("authorization", "AWS4-HMAC-SHA256 x".parse().unwrap());
         assert!(matches!(
-            parse(&Method::POST, &u, &form),
+            parse(&Method::POST, &u, &form_and_header),
             Err(AuthError::Unsupported(_))
         ));
         let (m, u2, mut two) = get_example(GET_SIG);

@@ -138,7 +138,7 @@ pub fn split_index_key(k: &[u8]) -> Option<(&str, &str)> {
 
 /// A version as the index holds it: the entry with its version id filled in (`null` for the
 /// null version).
-fn decode_version(v: &[u8]) -> S3Result<Entry> {
+pub(crate) fn decode_version(v: &[u8]) -> S3Result<Entry> {
     let mut e = Entry::decode(v).map_err(internal)?;
     e.version_id.get_or_insert_with(|| NULL_VERSION.to_string());
     Ok(e)

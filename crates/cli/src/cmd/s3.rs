@@ -38,6 +38,10 @@ pub struct GatewayArgs {
     /// PEM private key of --tls-cert.
     #[arg(long = "tls-key", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Domain of virtual-hosted-style requests (`BUCKET.DOMAIN`); repeatable. Path-style
+    /// requests are served either way.
+    #[arg(long = "domain")]
+    domains: Vec<String>,
 }
 
 /// `cairn s3 ...`.
@@ -138,9 +142,11 @@ pub fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
             metrics: args.metrics,
             tls_cert: args.tls_cert.clone(),
             tls_key: args.tls_key.clone(),
+            domains: args.domains.clone(),
             ..GatewayConfig::default()
         },
     };
+    cfg.validate()?;
     cfg.cluster_auth = match &cfg.keyring {
         Some(path) => Some(crate::credentials::client_auth_in(
             path,

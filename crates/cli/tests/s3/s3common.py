@@ -14,15 +14,17 @@ AK = os.environ["AWS_ACCESS_KEY_ID"]
 SK = os.environ["AWS_SECRET_ACCESS_KEY"]
 
 
-def client(**config):
-    """A boto3 S3 client of the gateway; `config` adds botocore Config settings."""
+def client(endpoint=None, **config):
+    """A boto3 S3 client of the gateway (or of `endpoint`); `config` adds botocore Config
+    settings."""
+    s3 = config.pop("s3", {"addressing_style": "path"})
     return boto3.client(
         "s3",
-        endpoint_url=ENDPOINT,
+        endpoint_url=endpoint or ENDPOINT,
         aws_access_key_id=AK,
         aws_secret_access_key=SK,
         region_name="us-east-1",
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
+        config=Config(signature_version="s3v4", s3=s3,
                       retries={"max_attempts": 1, "mode": "standard"}, **config),
     )
 

@@ -312,6 +312,7 @@ async fn repop_of_interval_zero(
             reqid: None,
         },
         data_crc: crc_fast::crc32_iscsi(data),
+        background: false,
     };
     let les = match repop(session, &h, data).await {
         OpResult::Failed(why) => why.rsplit(' ').next().unwrap().parse().unwrap(),

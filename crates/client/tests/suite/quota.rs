@@ -79,6 +79,7 @@ async fn raw_write(c: &Cluster, name: &str, data: &[u8]) -> OpResult {
         data_crc: crc_fast::crc32_iscsi(data),
         reqid: None,
         assert_version: None,
+        background: false,
     };
     let (msg, reply) = (cairn_proto::MSG_OSD_OP, cairn_proto::MSG_OSD_OP_REPLY);
     let payload = cairn_proto::encode(&h, &[]);

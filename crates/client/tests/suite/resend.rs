@@ -35,6 +35,7 @@ fn append(c: &Cluster, tid: u64, name: &str, data: &[u8], reqid: ReqId) -> OpHea
         data_crc: crc_fast::crc32_iscsi(data),
         reqid: Some(reqid),
         assert_version: None,
+        background: false,
     }
 }
 

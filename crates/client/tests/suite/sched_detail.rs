@@ -3,6 +3,8 @@
 //! - client writes and reads, on the primary and as replica writes, carry op kind, the
 //!   object's hash, offset, length, the client's class and priority 63, and a read of an object
 //!   the store has cached its physical offset;
+//! - ops sent inside `cairn_client::in_background` run in the best-effort class at priority
+//!   5, on the primary and as replica writes;
 //! - scrub reads carry the object and Ceph's scrub priority 5 in the best-effort class;
 //! - recovery of a returning OSD carries its objects at the recovery priority, including one
 //!   set while the OSD runs (`config set osd_recovery_op_priority`);
@@ -103,6 +105,42 @@ async fn client_replica_scrub_and_recovery_work_reach_the_scheduler_in_full() {
                 && r.priority == 63),
             "osd.{replica} (replica of {pg}) scheduled the write at 8192: {h:?}"
         );
+    }
+
+    // Background ops (a service's housekeeping): best effort on the primary and the replicas,
+    // at osd_background_op_priority; a read in the same scope too, and nothing outside it.
+    cairn_client::in_background(async {
+        c.client
+            .write_full("data", "bg", &data_for(2, 8192))
+            .await
+            .unwrap();
+        assert_eq!(
+            c.client.read("data", "bg").await.unwrap(),
+            data_for(2, 8192)
+        );
+    })
+    .await;
+    assert!(!cairn_client::in_background_scope());
+    let (_, bg_up) = placement_of(&c, "bg");
+    let bg = object_id("bg");
+    for (n, osd) in bg_up.iter().enumerate() {
+        let background: Vec<ReleasedRequest> = history(&c, *osd)
+            .await
+            .into_iter()
+            .filter(|r| r.object_id == Some(bg) && r.purpose == Purpose::BackgroundOp)
+            .collect();
+        assert!(
+            background
+                .iter()
+                .any(|r| r.op == OpKind::Write && r.length_bytes == 8192),
+            "osd.{osd} scheduled the background write: {background:?}"
+        );
+        if n == 0 {
+            assert!(background.iter().any(|r| r.op == OpKind::Read));
+        }
+        assert!(background
+            .iter()
+            .all(|r| r.class == QosClass::BestEffort && r.priority == 5));
     }
 
     // Scrub: every object it digests is one best-effort read at Ceph's scrub priority.

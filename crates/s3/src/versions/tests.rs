@@ -15,6 +15,9 @@ fn bucket(state: Versioning) -> BucketInfo {
         tags: Default::default(),
         cors: Vec::new(),
         object_lock: None,
+        public_access: None,
+        ownership: None,
+        lifecycle: Vec::new(),
     }
 }
 

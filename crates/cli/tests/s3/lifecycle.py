@@ -1,0 +1,189 @@
+"""Lifecycle rules against a gateway whose lifecycle day is one second and whose pass runs
+twice a second (S3_FAST_ENDPOINT; `lifecycle_day_secs = 1`): the configuration calls and their
+refusals, then each action seen to happen: current versions expire (a delete marker in a
+versioned bucket), noncurrent versions go (the newest N kept), expired delete markers go,
+incomplete uploads are aborted, filters by prefix, tag and size hold, locked versions stay,
+and objects outside every rule are untouched (read back by checksum)."""
+
+import hashlib
+import os
+import time
+
+from s3common import check, client, code_of, empty_bucket, step
+
+FAST = os.environ["S3_FAST_ENDPOINT"]
+s3 = client(FAST)
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def wait_for(what, cond, secs=30):
+    """Polls `cond` until it holds (the pass runs every 0.5 s; a day is 1 s)."""
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.25)
+    check(False, f"{what} within {secs} s")
+
+
+def keys(bucket):
+    return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+
+
+def versions(bucket, key):
+    r = s3.list_object_versions(Bucket=bucket, Prefix=key)
+    vs = [v for v in r.get("Versions", []) if v["Key"] == key]
+    ms = [m for m in r.get("DeleteMarkers", []) if m["Key"] == key]
+    return vs, ms
+
+
+def rule(rid, **kw):
+    r = {"ID": rid, "Status": "Enabled", "Filter": kw.pop("Filter", {"Prefix": ""})}
+    r.update(kw)
+    return r
+
+
+step("configuration calls and refusals")
+s3.create_bucket(Bucket="lc-conf")
+check(code_of(s3.get_bucket_lifecycle_configuration, Bucket="lc-conf") == "NoSuchLifecycleConfiguration",
+      "no configuration yet")
+conf = {"Rules": [
+    rule("logs", Filter={"And": {"Prefix": "logs/", "Tags": [{"Key": "t", "Value": "v"}],
+                                 "ObjectSizeGreaterThan": 1}},
+         Expiration={"Days": 30}),
+    rule("old", Filter={"Prefix": "old/"}, NoncurrentVersionExpiration={"NoncurrentDays": 5,
+                                                                        "NewerNoncurrentVersions": 2}),
+    rule("mpu", AbortIncompleteMultipartUpload={"DaysAfterInitiation": 7}),
+]}
+s3.put_bucket_lifecycle_configuration(Bucket="lc-conf", LifecycleConfiguration=conf)
+got = s3.get_bucket_lifecycle_configuration(Bucket="lc-conf")["Rules"]
+check([r["ID"] for r in got] == ["logs", "old", "mpu"], f"rules back: {got}")
+check(got[0]["Filter"]["And"]["Prefix"] == "logs/" and got[0]["Expiration"]["Days"] == 30, f"{got[0]}")
+check(got[1]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 5, "NewerNoncurrentVersions": 2},
+      f"{got[1]}")
+check(got[2]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 7, f"{got[2]}")
+for bad, want in [
+    ({"Rules": [rule("x", Expiration={"Days": 0})]}, "InvalidArgument"),
+    ({"Rules": [rule("x", Expiration={"Days": 1}), rule("x", Expiration={"Days": 2})]}, "InvalidArgument"),
+    ({"Rules": [rule("x")]}, "MalformedXML"),
+    ({"Rules": [rule("x", Transitions=[{"Days": 1, "StorageClass": "GLACIER"}])]}, "InvalidRequest"),
+    ({"Rules": [rule("x", Expiration={"Days": 1, "ExpiredObjectDeleteMarker": True})]}, "MalformedXML"),
+]:
+    code = code_of(s3.put_bucket_lifecycle_configuration, Bucket="lc-conf", LifecycleConfiguration=bad)
+    check(code == want, f"{bad}: {code}, want {want}")
+check(len(s3.get_bucket_lifecycle_configuration(Bucket="lc-conf")["Rules"]) == 3,
+      "a refused configuration changes nothing")
+s3.delete_bucket_lifecycle(Bucket="lc-conf")
+check(code_of(s3.get_bucket_lifecycle_configuration, Bucket="lc-conf") == "NoSuchLifecycleConfiguration",
+      "configuration deleted")
+s3.delete_bucket(Bucket="lc-conf")
+
+step("current versions expire by prefix, tag and size; others stay whole")
+s3.create_bucket(Bucket="lc-cur")
+kept = {}
+for k, body, tags in [
+    ("tmp/a", b"a" * 100, ""),
+    ("tmp/tagged-keep", b"k" * 100, "keep=yes"),
+    ("tmp/tiny", b"t", ""),
+    ("data/b", b"b" * 100, ""),
+]:
+    s3.put_object(Bucket="lc-cur", Key=k, Body=body, Tagging=tags)
+    kept[k] = sha(body)
+s3.put_bucket_lifecycle_configuration(Bucket="lc-cur", LifecycleConfiguration={"Rules": [
+    rule("tmp", Filter={"And": {"Prefix": "tmp/", "ObjectSizeGreaterThan": 10}}, Expiration={"Days": 2}),
+]})
+# tmp/tagged-keep matches too (no tag in the filter); a second bucket below checks tag filters.
+wait_for("tmp/ objects over 10 bytes expired",
+         lambda: keys("lc-cur") == ["data/b", "tmp/tiny"])
+for k in ["data/b", "tmp/tiny"]:
+    check(sha(s3.get_object(Bucket="lc-cur", Key=k)["Body"].read()) == kept[k], f"{k} intact")
+
+s3.create_bucket(Bucket="lc-tag")
+s3.put_object(Bucket="lc-tag", Key="x", Body=b"x" * 50, Tagging="class=scratch")
+s3.put_object(Bucket="lc-tag", Key="y", Body=b"y" * 50, Tagging="class=keep")
+s3.put_object(Bucket="lc-tag", Key="z", Body=b"z" * 50)
+s3.put_bucket_lifecycle_configuration(Bucket="lc-tag", LifecycleConfiguration={"Rules": [
+    rule("scratch", Filter={"Tag": {"Key": "class", "Value": "scratch"}}, Expiration={"Days": 1}),
+]})
+wait_for("the tagged object expired", lambda: keys("lc-tag") == ["y", "z"])
+time.sleep(2)
+check(keys("lc-tag") == ["y", "z"], "objects without the tag stay")
+
+step("versioned bucket: expiration makes a delete marker; noncurrent versions go, newest kept")
+s3.create_bucket(Bucket="lc-ver")
+s3.put_bucket_versioning(Bucket="lc-ver", VersioningConfiguration={"Status": "Enabled"})
+bodies = [f"v{i}".encode() * 10 for i in range(5)]
+for b in bodies:
+    s3.put_object(Bucket="lc-ver", Key="doc", Body=b)
+s3.put_object(Bucket="lc-ver", Key="other", Body=b"other")
+s3.put_bucket_lifecycle_configuration(Bucket="lc-ver", LifecycleConfiguration={"Rules": [
+    rule("nc", Filter={"Prefix": "doc"}, NoncurrentVersionExpiration={"NoncurrentDays": 1,
+                                                                     "NewerNoncurrentVersions": 2}),
+]})
+wait_for("noncurrent versions beyond the newest two removed", lambda: len(versions("lc-ver", "doc")[0]) == 3)
+vs, _ = versions("lc-ver", "doc")
+check(sha(s3.get_object(Bucket="lc-ver", Key="doc")["Body"].read()) == sha(bodies[-1]), "current kept")
+got = sorted(sha(s3.get_object(Bucket="lc-ver", Key="doc", VersionId=v["VersionId"])["Body"].read())
+             for v in vs)
+check(got == sorted(sha(b) for b in bodies[-3:]), "the newest two noncurrent versions kept")
+s3.put_bucket_lifecycle_configuration(Bucket="lc-ver", LifecycleConfiguration={"Rules": [
+    rule("cur", Filter={"Prefix": "doc"}, Expiration={"Days": 1},
+         NoncurrentVersionExpiration={"NoncurrentDays": 1}),
+]})
+wait_for("the current version expired into a delete marker, then everything went",
+         lambda: versions("lc-ver", "doc") == ([], []))
+check(code_of(s3.head_object, Bucket="lc-ver", Key="doc") in ("404", "NoSuchKey"), "doc gone")
+check(s3.get_object(Bucket="lc-ver", Key="other")["Body"].read() == b"other", "other key untouched")
+
+step("expired delete markers go")
+s3.put_object(Bucket="lc-ver", Key="gone", Body=b"g")
+vid = s3.list_object_versions(Bucket="lc-ver", Prefix="gone")["Versions"][0]["VersionId"]
+s3.delete_object(Bucket="lc-ver", Key="gone")
+s3.delete_object(Bucket="lc-ver", Key="gone", VersionId=vid)
+check(len(versions("lc-ver", "gone")[1]) == 1, "a lone delete marker")
+s3.put_bucket_lifecycle_configuration(Bucket="lc-ver", LifecycleConfiguration={"Rules": [
+    rule("markers", Filter={"Prefix": "gone"}, Expiration={"ExpiredObjectDeleteMarker": True}),
+]})
+wait_for("the expired delete marker removed", lambda: versions("lc-ver", "gone") == ([], []))
+check(s3.get_object(Bucket="lc-ver", Key="other")["Body"].read() == b"other", "other key untouched")
+s3.delete_bucket_lifecycle(Bucket="lc-ver")
+
+step("incomplete multipart uploads are aborted")
+s3.create_bucket(Bucket="lc-mpu")
+up = s3.create_multipart_upload(Bucket="lc-mpu", Key="big/one")["UploadId"]
+s3.upload_part(Bucket="lc-mpu", Key="big/one", UploadId=up, PartNumber=1, Body=b"p" * 1024)
+keep_up = s3.create_multipart_upload(Bucket="lc-mpu", Key="keep/two")["UploadId"]
+s3.put_bucket_lifecycle_configuration(Bucket="lc-mpu", LifecycleConfiguration={"Rules": [
+    rule("mpu", Filter={"Prefix": "big/"}, AbortIncompleteMultipartUpload={"DaysAfterInitiation": 1}),
+]})
+wait_for("the upload under big/ aborted",
+         lambda: [u["Key"] for u in s3.list_multipart_uploads(Bucket="lc-mpu").get("Uploads", [])]
+         == ["keep/two"])
+check(code_of(s3.list_parts, Bucket="lc-mpu", Key="big/one", UploadId=up) == "NoSuchUpload", "aborted")
+s3.abort_multipart_upload(Bucket="lc-mpu", Key="keep/two", UploadId=keep_up)
+
+step("locked versions outlive their lifecycle")
+s3.create_bucket(Bucket="lc-lock", ObjectLockEnabledForBucket=True)
+s3.put_object(Bucket="lc-lock", Key="held", Body=b"h1")
+s3.put_object(Bucket="lc-lock", Key="held", Body=b"h2", ObjectLockLegalHoldStatus="ON")
+first = [v for v in versions("lc-lock", "held")[0] if not v["IsLatest"]][0]["VersionId"]
+s3.put_object_legal_hold(Bucket="lc-lock", Key="held", VersionId=first, LegalHold={"Status": "ON"})
+s3.put_bucket_lifecycle_configuration(Bucket="lc-lock", LifecycleConfiguration={"Rules": [
+    rule("all", Expiration={"Days": 1}, NoncurrentVersionExpiration={"NoncurrentDays": 1}),
+]})
+wait_for("a delete marker on the held object", lambda: len(versions("lc-lock", "held")[1]) == 1)
+time.sleep(3)
+vs, _ = versions("lc-lock", "held")
+check(len(vs) == 2, f"both held versions stay: {vs}")
+for v in vs:
+    s3.put_object_legal_hold(Bucket="lc-lock", Key="held", VersionId=v["VersionId"],
+                             LegalHold={"Status": "OFF"})
+wait_for("released versions removed", lambda: versions("lc-lock", "held")[0] == [])
+
+for b in ["lc-cur", "lc-tag", "lc-ver", "lc-mpu", "lc-lock"]:
+    s3.delete_bucket_lifecycle(Bucket=b)
+    empty_bucket(s3, b)
+print("ALL LIFECYCLE CHECKS PASSED")
