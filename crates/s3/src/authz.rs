@@ -419,6 +419,7 @@ mod tests {
             public_access: None,
             ownership: None,
             lifecycle: Vec::new(),
+            retagged: false,
         }
     }
 

@@ -66,6 +66,11 @@ pub struct BucketInfo {
     /// Lifecycle rules (PutBucketLifecycleConfiguration).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lifecycle: Vec<crate::lifecycle::Rule>,
+    /// Some object's tags were changed after it was written (PutObjectTagging,
+    /// DeleteObjectTagging): a GET then reads the tag records for its tag count; until then
+    /// every entry's own tags are in force and a GET reads nothing more.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retagged: bool,
 }
 
 fn is_unversioned(v: &Versioning) -> bool {
@@ -229,6 +234,7 @@ pub async fn create_bucket(
         public_access: None,
         ownership: None,
         lifecycle: Vec::new(),
+        retagged: false,
     };
     backend
         .omap_set(REGISTRY, &[(name.as_bytes().to_vec(), seal(&info))])

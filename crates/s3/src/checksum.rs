@@ -67,6 +67,25 @@ pub struct Checksum {
 }
 
 impl Checksum {
+    /// S3's checksum type of the value: `COMPOSITE` for a multipart object's checksum of
+    /// part checksums (`...-N`), `FULL_OBJECT` otherwise.
+    pub fn type_name(&self) -> &'static str {
+        if self.value.contains('-') {
+            "COMPOSITE"
+        } else {
+            "FULL_OBJECT"
+        }
+    }
+
+    /// `value` (base64, of `algo`) in the slot of its algorithm, as [`Checksum::slots`].
+    pub fn slots_of(algo: ChecksumAlgo, value: &str) -> [Option<String>; 5] {
+        Checksum {
+            algo,
+            value: value.to_string(),
+        }
+        .slots()
+    }
+
     /// The value in the slot of its algorithm among (CRC32, CRC32C, SHA-1, SHA-256,
     /// CRC64NVME): how the S3 outputs carry it.
     pub fn slots(&self) -> [Option<String>; 5] {

@@ -35,6 +35,7 @@ pub mod listing;
 pub mod lock_ops;
 pub mod metrics;
 pub mod multipart;
+pub mod multipart_checksum;
 pub mod object_acl;
 pub mod object_lock;
 pub mod object_ops;

@@ -11,13 +11,17 @@ use serde::{Deserialize, Serialize};
 use crate::access_ops::{acl_on_write, any_grant};
 use crate::acl::CannedAcl;
 use crate::buckets::{fresh_id, now_ms, BucketInfo};
+use crate::checksum::{Checksum, ALGOS};
 use crate::data::{self, hex, internal};
 use crate::entry::{ContentHeaders, DataLoc, Entry, Segment};
 use crate::gateway::Gateway;
 use crate::headers::{content_headers, content_md5, etag, timestamp, HeaderInput};
 use crate::identity::ANONYMOUS;
+use crate::multipart_checksum::{self, Kind, UploadChecksum};
+use crate::object_lock::Lock;
 use crate::object_ops::{check_length, checksum_check, commit_entry, store_body, verify_checksum};
 use crate::record::{seal, unseal};
+use crate::tagging::{self, Tags};
 
 /// Smallest part except the last (AWS: 5 MiB).
 pub const MIN_PART_BYTES: u64 = 5 << 20;
@@ -44,6 +48,16 @@ pub struct UploadInfo {
     /// Canned ACL the object will have.
     #[serde(default)]
     pub acl: CannedAcl,
+    /// The checksum the upload declared (every part's algorithm; how the object's is made).
+    #[serde(default)]
+    pub checksum: Option<UploadChecksum>,
+    /// Tags the object will have (`x-amz-tagging`).
+    #[serde(default)]
+    pub tags: Tags,
+    /// Lock the object will have, when asked for by the upload's headers (otherwise the
+    /// bucket's default retention when it completes).
+    #[serde(default)]
+    pub lock: Option<Lock>,
 }
 
 /// One uploaded part.
@@ -59,6 +73,9 @@ pub struct PartInfo {
     pub segment: String,
     /// Upload time, ms since the Unix epoch.
     pub mtime_ms: i64,
+    /// Its checksum (base64) in the upload's declared algorithm.
+    #[serde(default)]
+    pub checksum: Option<String>,
 }
 
 fn upload_key(key: &str, upload_id: &str) -> Vec<u8> {
@@ -206,8 +223,25 @@ pub async fn create(
         },
         gw.cfg.max_meta_bytes,
     )?;
+    let checksum = multipart_checksum::declared(
+        input.checksum_algorithm.as_ref(),
+        input.checksum_type.as_ref(),
+    )?;
+    let tags = match input.tagging.as_deref() {
+        Some(h) => tagging::from_header(h)?,
+        None => Tags::new(),
+    };
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let acl = acl_on_write(&b, acl_asked.0.as_deref(), acl_asked.1)?;
+    let asked_lock = input.object_lock_mode.is_some()
+        || input.object_lock_retain_until_date.is_some()
+        || input.object_lock_legal_hold_status.is_some();
+    let lock = crate::lock_ops::for_new_version(
+        &b,
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
     let u = UploadInfo {
         key: input.key.clone(),
         upload_id: fresh_id(),
@@ -216,6 +250,9 @@ pub async fn create(
         headers,
         stripe_bytes: gw.cfg.stripe_bytes,
         acl,
+        checksum,
+        tags,
+        lock: asked_lock.then_some(lock),
     };
     gw.backend
         .omap_set(
@@ -228,6 +265,8 @@ pub async fn create(
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(u.upload_id),
+        checksum_algorithm: input.checksum_algorithm,
+        checksum_type: checksum.map(|c| checksum_type(c.kind)),
         ..Default::default()
     }))
 }
@@ -247,6 +286,7 @@ async fn record_part(
         size: w.size,
         segment: seg_id,
         mtime_ms: now_ms(),
+        checksum: u.checksum.and(w.checksum.clone()),
     };
     let key = part_key(part.number);
     let (old, _) = gw
@@ -324,7 +364,8 @@ pub async fn upload_part_copy(
     let u = get_upload(gw, &b, &input.key, &input.upload_id).await?;
     let seg_id = format!("{}.{}.{}", u.upload_id, input.part_number, &fresh_id()[..8]);
     let body = data::blob(gw.backend.clone(), src.clone(), start, end);
-    let w = store_body(gw, &seg_id, 0, Some(body), None, None).await?;
+    let algo = u.checksum.map(|c| c.algo);
+    let w = store_body(gw, &seg_id, 0, Some(body), None, algo).await?;
     let part = record_part(gw, &u, input.part_number, &w, seg_id).await?;
     Ok(S3Response::new(UploadPartCopyOutput {
         copy_part_result: Some(CopyPartResult {
@@ -369,16 +410,19 @@ pub async fn upload_part(
             "the gateway's stripe size changed since this upload started"
         ));
     }
+    let algo = match (u.checksum.map(|c| c.algo), check.as_ref().map(|c| c.algo)) {
+        (Some(declared), Some(sent)) if declared != sent => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "this upload's parts carry {} checksums, not {}",
+                declared.header(),
+                sent.header()
+            ))
+        }
+        (declared, sent) => declared.or(sent),
+    };
     let seg_id = format!("{}.{}.{}", u.upload_id, input.part_number, &fresh_id()[..8]);
-    let w = store_body(
-        gw,
-        &seg_id,
-        0,
-        input.body,
-        md5,
-        check.as_ref().map(|c| c.algo),
-    )
-    .await?;
+    let w = store_body(gw, &seg_id, 0, input.body, md5, algo).await?;
     let sum = verify_checksum(gw, &w, check.as_ref(), req.trailing_headers.as_ref()).await?;
     let part = record_part(gw, &u, input.part_number, &w, seg_id).await?;
     let mut out = UploadPartOutput {
@@ -410,12 +454,89 @@ pub fn multipart_etag(part_md5_hex: &[&str]) -> String {
     format!("{}-{}", hex(&md5.finalize()), part_md5_hex.len())
 }
 
+/// S3's name of a checksum type.
+fn checksum_type(kind: Kind) -> ChecksumType {
+    ChecksumType::from(
+        match kind {
+            Kind::Composite => ChecksumType::COMPOSITE,
+            Kind::FullObject => ChecksumType::FULL_OBJECT,
+        }
+        .to_string(),
+    )
+}
+
+/// The completed object's checksum, for an upload that declared one: each chosen part's
+/// stored checksum must equal what the request names for it (InvalidPart), and a whole-object
+/// value the request sends must equal the one made from the parts (BadDigest).
+fn object_checksum(
+    u: &UploadInfo,
+    chosen: &[&PartInfo],
+    wanted: &[CompletedPart],
+    sent: &[Option<String>; 5],
+) -> S3Result<Option<Checksum>> {
+    let Some(declared) = u.checksum else {
+        return Ok(None);
+    };
+    let slot = ALGOS
+        .iter()
+        .position(|a| *a == declared.algo)
+        .expect("every algorithm has a slot");
+    let mut parts = Vec::with_capacity(chosen.len());
+    for (p, w) in chosen.iter().zip(wanted) {
+        let stored = p.checksum.as_deref().ok_or_else(|| {
+            s3_error!(
+                InvalidPart,
+                "part {} has no {} checksum",
+                p.number,
+                declared.algo.header()
+            )
+        })?;
+        let named = [
+            &w.checksum_crc32,
+            &w.checksum_crc32c,
+            &w.checksum_sha1,
+            &w.checksum_sha256,
+            &w.checksum_crc64nvme,
+        ][slot];
+        if named.as_deref().is_some_and(|n| n.trim() != stored) {
+            return Err(s3_error!(
+                InvalidPart,
+                "part {}'s {} does not match the uploaded part",
+                p.number,
+                declared.algo.header()
+            ));
+        }
+        parts.push((stored, p.size));
+    }
+    let value = multipart_checksum::combine(declared, &parts)?;
+    if let Some(s) = sent[slot].as_deref() {
+        if s.trim() != value {
+            return Err(s3_error!(
+                BadDigest,
+                "the {} you specified did not match the calculated checksum",
+                declared.algo.header()
+            ));
+        }
+    }
+    Ok(Some(Checksum {
+        algo: declared.algo,
+        value,
+    }))
+}
+
 /// CompleteMultipartUpload.
 pub async fn complete(
     gw: &Gateway,
     req: S3Request<CompleteMultipartUploadInput>,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
     let input = req.input;
+    let input_sums = [
+        input.checksum_crc32.clone(),
+        input.checksum_crc32c.clone(),
+        input.checksum_sha1.clone(),
+        input.checksum_sha256.clone(),
+        input.checksum_crc64nvme.clone(),
+    ];
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let u = get_upload(gw, &b, &input.key, &input.upload_id).await?;
     let wanted = input
@@ -453,6 +574,7 @@ pub async fn complete(
             ));
         }
     }
+    let checksum = object_checksum(&u, &chosen, &wanted, &input_sums)?;
     let tags: Vec<&str> = chosen.iter().map(|p| p.etag.as_str()).collect();
     let mut entry = Entry {
         size: chosen.iter().map(|p| p.size).sum(),
@@ -465,17 +587,21 @@ pub async fn complete(
         },
         parts: chosen.len() as u32,
         acl: u.acl,
-        checksum: None,
+        checksum: checksum.clone(),
         version_id: None,
         delete_marker: false,
         null_rank: None,
-        tags: Default::default(),
+        tags: u.tags.clone(),
         retention: None,
         legal_hold: false,
         inline: Vec::new(),
     };
-    let lock = crate::lock_ops::for_new_version(&b, None, None, None)?;
+    let lock = match u.lock {
+        Some(l) => l,
+        None => crate::lock_ops::for_new_version(&b, None, None, None)?,
+    };
     entry.retention = lock.retention;
+    entry.legal_hold = lock.legal_hold;
     let version_id = commit_entry(gw, &b, &input.key, &mut entry).await?;
     let unused: Vec<PartInfo> = uploaded
         .iter()
@@ -483,14 +609,25 @@ pub async fn complete(
         .cloned()
         .collect();
     drop_upload(gw, &b, &u, &unused).await?;
-    Ok(S3Response::new(CompleteMultipartUploadOutput {
+    let mut out = CompleteMultipartUploadOutput {
         bucket: Some(input.bucket.clone()),
         key: Some(input.key.clone()),
         e_tag: Some(etag(&entry.etag)),
         location: Some(format!("/{}/{}", input.bucket, input.key)),
         version_id,
         ..Default::default()
-    }))
+    };
+    if let (Some(c), Some(d)) = (&checksum, u.checksum) {
+        [
+            out.checksum_crc32,
+            out.checksum_crc32c,
+            out.checksum_sha1,
+            out.checksum_sha256,
+            out.checksum_crc64nvme,
+        ] = c.slots();
+        out.checksum_type = Some(checksum_type(d.kind));
+    }
+    Ok(S3Response::new(out))
 }
 
 /// AbortMultipartUpload: removes the upload and every part's stripes.
@@ -554,12 +691,24 @@ pub async fn list_parts(
         parts: Some(
             parts
                 .iter()
-                .map(|p| Part {
-                    e_tag: Some(etag(&p.etag)),
-                    last_modified: Some(timestamp(p.mtime_ms)),
-                    part_number: Some(p.number),
-                    size: Some(p.size as i64),
-                    ..Default::default()
+                .map(|p| {
+                    let mut part = Part {
+                        e_tag: Some(etag(&p.etag)),
+                        last_modified: Some(timestamp(p.mtime_ms)),
+                        part_number: Some(p.number),
+                        size: Some(p.size as i64),
+                        ..Default::default()
+                    };
+                    if let (Some(c), Some(v)) = (u.checksum, &p.checksum) {
+                        [
+                            part.checksum_crc32,
+                            part.checksum_crc32c,
+                            part.checksum_sha1,
+                            part.checksum_sha256,
+                            part.checksum_crc64nvme,
+                        ] = Checksum::slots_of(c.algo, v);
+                    }
+                    part
                 })
                 .collect(),
         ),

@@ -539,18 +539,33 @@ pub async fn get(
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = &req.input;
     let (b, e, range) = read_target!(gw, req, input).await?;
-    let (lock_mode, lock_until, lock_hold) = lock_fields(gw, &b, &input.key, &e).await?;
+    let ((lock_mode, lock_until, lock_hold), tag_count) = tokio::try_join!(
+        lock_fields(gw, &b, &input.key, &e),
+        crate::tag_ops::count(gw, &b, &input.key, &e)
+    )?;
     let (start, end) = range.unwrap_or((0, e.size));
     gw.charge_response(&req, &input.bucket, end - start);
     let h = &e.headers;
     let [crc32, crc32c, sha1, sha256, crc64nvme] =
         returned_checksum(&e, input.checksum_mode.as_ref(), range.is_some());
+    let checksum_type = e
+        .checksum
+        .as_ref()
+        .filter(|_| {
+            crc32.is_some()
+                || crc32c.is_some()
+                || sha1.is_some()
+                || sha256.is_some()
+                || crc64nvme.is_some()
+        })
+        .map(|c| ChecksumType::from_static(c.type_name()));
     let out = GetObjectOutput {
         checksum_crc32: crc32,
         checksum_crc32c: crc32c,
         checksum_sha1: sha1,
         checksum_sha256: sha256,
         checksum_crc64nvme: crc64nvme,
+        checksum_type,
         accept_ranges: Some("bytes".into()),
         content_length: Some((end - start) as i64),
         content_range: range.map(|(s, t)| format!("bytes {s}-{}/{}", t - 1, e.size)),
@@ -567,6 +582,7 @@ pub async fn get(
         object_lock_mode: lock_mode,
         object_lock_retain_until_date: lock_until,
         object_lock_legal_hold_status: lock_hold,
+        tag_count,
         body: Some(data::blob(gw.backend.clone(), e.clone(), start, end)),
         ..Default::default()
     };
@@ -589,12 +605,24 @@ pub async fn head(
     let h = &e.headers;
     let [crc32, crc32c, sha1, sha256, crc64nvme] =
         returned_checksum(&e, input.checksum_mode.as_ref(), range.is_some());
+    let checksum_type = e
+        .checksum
+        .as_ref()
+        .filter(|_| {
+            crc32.is_some()
+                || crc32c.is_some()
+                || sha1.is_some()
+                || sha256.is_some()
+                || crc64nvme.is_some()
+        })
+        .map(|c| ChecksumType::from_static(c.type_name()));
     Ok(S3Response::new(HeadObjectOutput {
         checksum_crc32: crc32,
         checksum_crc32c: crc32c,
         checksum_sha1: sha1,
         checksum_sha256: sha256,
         checksum_crc64nvme: crc64nvme,
+        checksum_type,
         accept_ranges: Some("bytes".into()),
         content_length: Some((end - start) as i64),
         content_range: range.map(|(s, t)| format!("bytes {s}-{}/{}", t - 1, e.size)),
@@ -712,7 +740,7 @@ pub async fn attributes(
             checksum_sha1: sha1,
             checksum_sha256: sha256,
             checksum_crc64nvme: crc64nvme,
-            checksum_type: Some(ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
+            checksum_type: Some(ChecksumType::from_static(c.type_name())),
         });
     }
     if e.parts > 0 && wants(ObjectAttributes::OBJECT_PARTS) {

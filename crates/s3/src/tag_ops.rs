@@ -34,8 +34,29 @@ pub async fn effective(
         .unwrap_or_else(|| entry.tags.clone()))
 }
 
+/// Records `tags` for version `e` of `key`, the bucket first marked as retagged (so that a
+/// GET never misses the record for its tag count).
 async fn set(gw: &Gateway, b: &BucketInfo, key: &str, e: &Entry, tags: Tags) -> S3Result<()> {
+    if !b.retagged {
+        let mut fresh = buckets::get_bucket(&gw.backend, &b.name).await?;
+        if !fresh.retagged {
+            fresh.retagged = true;
+            buckets::update_bucket(&gw.backend, &fresh).await?;
+            gw.buckets.forget(&b.name);
+        }
+    }
     bound::write(&gw.backend, &tag_object(b), key, e, tags).await
+}
+
+/// How many tags version `e` of `key` has now (the `x-amz-tagging-count` of a GET; None for
+/// none): the entry's own, unless the bucket has seen tags changed later.
+pub async fn count(gw: &Gateway, b: &BucketInfo, key: &str, e: &Entry) -> S3Result<Option<i32>> {
+    let n = if b.retagged {
+        effective(&gw.backend, b, key, e).await?.len()
+    } else {
+        e.tags.len()
+    };
+    Ok((n > 0).then(|| i32::try_from(n).unwrap_or(i32::MAX)))
 }
 
 /// PutObjectTagging (at most 10 tags; a version by id in a versioned bucket).

@@ -18,6 +18,7 @@ fn bucket(state: Versioning) -> BucketInfo {
         public_access: None,
         ownership: None,
         lifecycle: Vec::new(),
+        retagged: false,
     }
 }
 
