@@ -172,6 +172,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
         ("errors.py", "ALL ERROR CHECKS PASSED"),
         ("lifecycle.py", "ALL LIFECYCLE CHECKS PASSED"),
         ("controls.py", "ALL CONTROL CHECKS PASSED"),
+        ("s3cmd_features.py", "ALL S3CMD FEATURE CHECKS PASSED"),
     ] {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/s3")
@@ -193,7 +194,7 @@ fn boto3_and_aws_cli_against_cairn_up() {
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
         let log = match script {
-            "lifecycle.py" | "controls.py" => "fast.log",
+            "lifecycle.py" | "controls.py" | "s3cmd_features.py" => "fast.log",
             _ => "s3gw.log",
         };
         let gw_log = std::fs::read_to_string(dir.join(log)).unwrap_or_default();
