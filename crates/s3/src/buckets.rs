@@ -180,20 +180,13 @@ impl BucketCache {
 /// Every bucket, in name order.
 pub async fn list_buckets(backend: &Arc<dyn Backend>) -> S3Result<Vec<BucketInfo>> {
     let mut out = Vec::new();
-    let mut after = Vec::new();
-    loop {
-        let (page, more) = backend
-            .omap_list(REGISTRY, &after, &[], 1000)
-            .await
-            .map_err(internal)?;
-        for (k, v) in &page {
+    let mut pages = crate::pager::OmapPager::new(backend, REGISTRY, &[], 1000);
+    while let Some(page) = pages.next_page().await? {
+        for (_, v) in &page {
             out.push(unseal(v).map_err(internal)?);
-            after.clone_from(k);
-        }
-        if !more || page.is_empty() {
-            return Ok(out);
         }
     }
+    Ok(out)
 }
 
 /// Rewrites a bucket's record (its ACL or policy changed). Last writer wins between

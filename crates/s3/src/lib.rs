@@ -40,6 +40,7 @@ pub mod object_acl;
 pub mod object_lock;
 pub mod object_ops;
 pub mod ownership;
+pub mod pager;
 pub mod policy;
 pub mod public_access;
 pub mod ratelimit;

@@ -15,12 +15,12 @@ use std::time::Duration;
 use s3s::S3Result;
 
 use crate::buckets::{self, BucketInfo};
-use crate::data::internal;
 use crate::entry::Entry;
 use crate::gateway::Gateway;
 use crate::lifecycle::{Clock, Expiration, Rule};
 use crate::multipart;
 use crate::object_ops::delete_key;
+use crate::pager::OmapPager;
 use crate::tag_ops;
 use crate::tagging::Tags;
 use crate::versions;
@@ -144,15 +144,9 @@ async fn expire_current(
     report: &mut PassReport,
 ) -> S3Result<()> {
     for shard in b.shard_names() {
-        let mut after = Vec::new();
-        loop {
-            let (page, more) = gw
-                .backend
-                .omap_list(&shard, &after, &[], PAGE)
-                .await
-                .map_err(internal)?;
+        let mut pages = OmapPager::new(&gw.backend, &shard, &[], PAGE);
+        while let Some(page) = pages.next_page().await? {
             for (k, v) in &page {
-                after.clone_from(k);
                 let (Ok(key), Ok(e)) = (std::str::from_utf8(k), Entry::decode(v)) else {
                     continue;
                 };
@@ -174,9 +168,6 @@ async fn expire_current(
                     }
                 }
             }
-            if !more || page.is_empty() {
-                break;
-            }
         }
     }
     Ok(())
@@ -192,16 +183,10 @@ async fn walk_versions(
     now_ms: i64,
     report: &mut PassReport,
 ) -> S3Result<()> {
-    let mut after = Vec::new();
     let mut group: Option<(String, Vec<Entry>)> = None;
-    loop {
-        let (page, more) = gw
-            .backend
-            .omap_list(shard, &after, &[], PAGE)
-            .await
-            .map_err(internal)?;
+    let mut pages = OmapPager::new(&gw.backend, shard, &[], PAGE);
+    while let Some(page) = pages.next_page().await? {
         for (k, v) in &page {
-            after.clone_from(k);
             let Some((key, _)) = versions::split_index_key(k) else {
                 continue;
             };
@@ -215,9 +200,6 @@ async fn walk_versions(
                     group = Some((key.to_string(), vec![e]));
                 }
             }
-        }
-        if !more || page.is_empty() {
-            break;
         }
     }
     if let Some((g, list)) = group {

@@ -20,6 +20,7 @@ use crate::identity::ANONYMOUS;
 use crate::multipart_checksum::{self, Kind, UploadChecksum};
 use crate::object_lock::Lock;
 use crate::object_ops::{check_length, checksum_check, commit_entry, store_body, verify_checksum};
+use crate::pager::OmapPager;
 use crate::record::{seal, unseal};
 use crate::tagging::{self, Tags};
 
@@ -108,21 +109,13 @@ async fn get_upload(gw: &Gateway, b: &BucketInfo, key: &str, id: &str) -> S3Resu
 
 async fn all_parts(gw: &Gateway, upload_id: &str) -> S3Result<Vec<PartInfo>> {
     let mut out = Vec::new();
-    let mut after = Vec::new();
-    loop {
-        let (page, more) = gw
-            .backend
-            .omap_list(&parts_object(upload_id), &after, &[], MAX_PAGE as u32)
-            .await
-            .map_err(internal)?;
-        for (k, v) in &page {
+    let mut pages = OmapPager::new(&gw.backend, &parts_object(upload_id), &[], MAX_PAGE as u32);
+    while let Some(page) = pages.next_page().await? {
+        for (_, v) in &page {
             out.push(unseal(v).map_err(internal)?);
-            after.clone_from(k);
-        }
-        if !more || page.is_empty() {
-            return Ok(out);
         }
     }
+    Ok(out)
 }
 
 fn segment_of(p: &PartInfo) -> Segment {
@@ -159,16 +152,10 @@ pub async fn abort_due(
     b: &BucketInfo,
     due: impl Fn(&str, i64) -> bool,
 ) -> S3Result<u64> {
-    let mut after = Vec::new();
     let mut aborted = 0;
-    loop {
-        let (page, more) = gw
-            .backend
-            .omap_list(&b.uploads_object(), &after, &[], MAX_PAGE as u32)
-            .await
-            .map_err(internal)?;
-        for (k, v) in &page {
-            after.clone_from(k);
+    let mut pages = OmapPager::new(&gw.backend, &b.uploads_object(), &[], MAX_PAGE as u32);
+    while let Some(page) = pages.next_page().await? {
+        for (_, v) in &page {
             let u: UploadInfo = unseal(v).map_err(internal)?;
             if due(&u.key, u.initiated_ms) {
                 let parts = all_parts(gw, &u.upload_id).await?;
@@ -176,10 +163,8 @@ pub async fn abort_due(
                 aborted += 1;
             }
         }
-        if !more || page.is_empty() {
-            return Ok(aborted);
-        }
     }
+    Ok(aborted)
 }
 
 /// Aborts every upload of a bucket (before it is deleted).

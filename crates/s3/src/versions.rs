@@ -33,6 +33,7 @@ use crate::backend::Backend;
 use crate::buckets::{self, BucketInfo};
 use crate::data::internal;
 use crate::entry::{DataLoc, Entry};
+use crate::pager::OmapPager;
 
 /// The null version's id.
 pub const NULL_VERSION: &str = "null";
@@ -167,23 +168,15 @@ pub async fn get_version(
             _ => Ok(None),
         };
     }
-    let prefix = key_prefix(key);
-    let mut after = Vec::new();
-    loop {
-        let (page, more) = backend
-            .omap_list(&shard, &after, &prefix, VERSION_PAGE)
-            .await
-            .map_err(internal)?;
+    let mut pages = OmapPager::new(backend, &shard, &key_prefix(key), VERSION_PAGE);
+    while let Some(page) = pages.next_page().await? {
         for (k, v) in &page {
             if k.ends_with(NULL_VERSION.as_bytes()) {
                 return Ok(Some((k.clone(), decode_version(v)?)));
             }
         }
-        match page.last() {
-            Some((k, _)) if more => after.clone_from(k),
-            _ => return Ok(None),
-        }
     }
+    Ok(None)
 }
 
 /// The newest version of `key` and its index key, if it has any.
@@ -391,12 +384,8 @@ pub async fn delete_version(
 pub async fn keep_all_unversioned(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Result<u64> {
     let mut kept = 0;
     for shard in b.shard_names() {
-        let mut after = Vec::new();
-        loop {
-            let (page, more) = backend
-                .omap_list(&shard, &after, &[], VERSION_PAGE)
-                .await
-                .map_err(internal)?;
+        let mut pages = OmapPager::new(backend, &shard, &[], VERSION_PAGE);
+        while let Some(page) = pages.next_page().await? {
             for (k, v) in &page {
                 let e = Entry::decode(v).map_err(internal)?;
                 if e.version_id.is_none() {
@@ -404,10 +393,6 @@ pub async fn keep_all_unversioned(backend: &Arc<dyn Backend>, b: &BucketInfo) ->
                     keep_unversioned(backend, b, &key, Some(&e)).await?;
                     kept += 1;
                 }
-            }
-            match page.last() {
-                Some((k, _)) if more => after.clone_from(k),
-                _ => break,
             }
         }
     }
