@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use futures_util::StreamExt;
+
 use cairn_client::{Client, ClientError};
 
 use crate::error::RbdError;
@@ -116,7 +118,55 @@ impl Image {
         }
         made
     }
+
+    /// Makes this clone independent of its parent (RBD's `flatten`): every object it still
+    /// reads from the parent's snapshot is copied up, [`FLATTEN_IN_FLIGHT`] at a time, with the
+    /// same copy-up a first write does (so writes may go on meanwhile), then the parent link
+    /// is dropped from the header and the registry. `progress(done, total)` is called as
+    /// objects finish. A clone with snapshots of its own is refused (they read the parent
+    /// too); a crash midway leaves a clone whose copied objects are simply its own.
+    pub async fn flatten(&self, progress: impl Fn(u64, u64)) -> Result<(), RbdError> {
+        self.lock()?.check().await?;
+        let header = self.header();
+        let Some(parent) = header.parent.clone() else {
+            return Err(RbdError::Invalid(format!("{} is not a clone", self.name)));
+        };
+        if !header.snaps.is_empty() {
+            return Err(RbdError::Busy(format!(
+                "{} has snapshots of its own, which read its parent: remove them first",
+                self.name
+            )));
+        }
+        let total = parent.overlap.div_ceil(header.object_bytes());
+        // Shared, as writes hold it: no snapshot is taken while objects are copied up.
+        let copying = self.io_gate.read().await;
+        let mut copies = futures_util::stream::iter(0..total)
+            .map(|index| crate::cow::prepare(self, index))
+            .buffer_unordered(FLATTEN_IN_FLIGHT);
+        let mut done = 0;
+        while let Some(copied) = copies.next().await {
+            copied?;
+            done += 1;
+            progress(done, total);
+        }
+        drop(copies);
+        drop(copying);
+        let _gate = self.io_gate.write().await;
+        let mut detached = self.header();
+        if !detached.snaps.is_empty() {
+            return Err(RbdError::Busy(format!(
+                "a snapshot of {} was taken while it was flattened: remove it and flatten again",
+                self.name
+            )));
+        }
+        detached.parent = None;
+        self.store_header(detached).await?;
+        unregister(&self.client, &parent, &self.pool, &self.name).await
+    }
 }
+
+/// Objects a flatten copies up at once.
+pub const FLATTEN_IN_FLIGHT: usize = 8;
 
 #[cfg(test)]
 mod tests {

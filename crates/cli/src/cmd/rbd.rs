@@ -71,6 +71,12 @@ enum RbdCommand {
         /// POOL/CLONE.
         child: String,
     },
+    /// Copy a clone's parent bytes into it and detach it from its parent:
+    /// `cairn rbd flatten POOL/CLONE`.
+    Flatten {
+        /// POOL/CLONE.
+        spec: String,
+    },
     /// The exclusive lock: `cairn rbd lock ls|break POOL/IMAGE`.
     #[command(subcommand)]
     Lock(LockCommand),
@@ -191,6 +197,20 @@ pub fn run(a: RbdArgs) -> anyhow::Result<()> {
                 Image::clone_snapshot(client, (parent_pool, parent_name), snap, (child_pool, child_name))
                     .await?;
                 println!("cloned {parent} into {child}");
+            }
+            RbdCommand::Flatten { spec } => {
+                let (pool, name) = split_spec(&spec)?;
+                let image = Image::open(client, pool, name).await?;
+                let flattened = image
+                    .flatten(|done, total| {
+                        if done == total || done % 64 == 0 {
+                            eprintln!("flatten {pool}/{name}: {done}/{total} objects");
+                        }
+                    })
+                    .await;
+                image.close().await?;
+                flattened?;
+                println!("{pool}/{name} no longer depends on its parent");
             }
             RbdCommand::Lock(LockCommand::Ls { spec }) => {
                 let (pool, name) = split_spec(&spec)?;

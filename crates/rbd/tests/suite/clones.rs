@@ -2,7 +2,8 @@
 //! writes; a partial write copies the parent's object up first; a discard inside the overlap
 //! reads zeros, not the parent; the parent's later writes never show; a snapshot of the
 //! clone reads through to the parent where the clone had not written; the parent's snapshot
-//! and the parent itself are not removed while the clone exists.
+//! and the parent itself are not removed while the clone exists; a flattened clone reads the
+//! same without its parent, whose snapshot may then go.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,17 +100,55 @@ async fn a_clone_reads_its_parent_snapshot_until_it_writes_its_own() {
         Image::remove(client.clone(), "data", "gold").await,
         Err(RbdError::Busy(_))
     ));
+
+    // Flatten: refused while the clone has snapshots of its own; then every object still read
+    // from the parent is copied in, the link is dropped, and the parent's snapshot may go.
+    assert!(matches!(
+        web.flatten(|_, _| {}).await,
+        Err(RbdError::Busy(_))
+    ));
     web.snap_remove("s1").await.unwrap();
-    web.close().await.unwrap();
-    Image::remove(client.clone(), "data", "web").await.unwrap();
+    let reported = std::sync::atomic::AtomicU64::new(0);
+    web.flatten(|done, total| {
+        assert!(done <= total && total == 10, "{done}/{total}");
+        reported.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        reported.into_inner(),
+        10,
+        "one report per object of the overlap"
+    );
+    assert!(web.header().parent.is_none());
     assert!(clone::children(&client, "data", "gold")
         .await
         .unwrap()
         .is_empty());
+    assert_reads(&web, &child, "the flattened clone").await;
+    assert!(matches!(
+        web.flatten(|_, _| {}).await,
+        Err(RbdError::Invalid(_))
+    ));
+    web.close().await.unwrap();
     let gold = Image::open_exclusive(client.clone(), "data", "gold", lease)
         .await
         .unwrap();
     gold.snap_remove("base").await.unwrap();
+    let web = Image::open_read_only(client.clone(), "data", "web")
+        .await
+        .unwrap();
+    assert!(
+        web.header().parent.is_none(),
+        "the detached header is stored"
+    );
+    assert_reads(
+        &web,
+        &child,
+        "the flattened clone, its parent's snapshot gone",
+    )
+    .await;
+    Image::remove(client.clone(), "data", "web").await.unwrap();
     assert_reads(&gold, &parent, "the parent").await;
     gold.close().await.unwrap();
     Image::remove(client.clone(), "data", "gold").await.unwrap();
