@@ -6,7 +6,8 @@
 //! writes past the end refused with EINVAL and ENOSPC, an unknown export refused in the
 //! handshake, and a connection that breaks the protocol closed without hurting the others.
 //! Then the exclusive lock the server holds while a connection is open (`rbd lock ls`, a
-//! resize refused), a snapshot exported read-only beside the image it was taken of, a clone
+//! resize refused; a snapshot taken and removed by the server that holds the lock while the
+//! image is mapped), a snapshot exported read-only beside the image it was taken of, a clone
 //! of it read by `nbdcopy` to the same bytes, and the removals refused while snapshots and
 //! clones exist.
 
@@ -337,6 +338,19 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     let (mut c, _) = Nbd::open(&listen, "disk").unwrap();
     assert!(run(&["lock", "ls", "data/disk"]).contains("pid"));
     refuse(&["resize", "data/disk", "--size", "48M"], "locked");
+    // A snapshot of the mapped image: the server holding the lock takes it between writes.
+    let before = c.read(0, 4096).unwrap();
+    assert!(run(&["snap", "create", "data/disk@live"]).contains("created data/disk@live"));
+    assert_eq!(c.command(WRITE, 0, 4096, &pattern(4096, 77)), 0);
+    let (mut live, _) = Nbd::open(&listen, "disk@live").unwrap();
+    assert_eq!(
+        live.read(0, 4096).unwrap(),
+        before,
+        "the snapshot holds the bytes before it"
+    );
+    live.send(DISC, 8, 0, 0, &[]);
+    assert_eq!(c.command(WRITE, 0, 4096, &before), 0);
+    assert!(run(&["snap", "rm", "data/disk@live"]).contains("removed data/disk@live"));
     c.send(DISC, 5, 0, 0, &[]);
 
     // A snapshot, exported read-only beside the image it was taken of.

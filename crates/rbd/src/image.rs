@@ -372,6 +372,13 @@ impl Image {
         }
         image.remove_objects_from(0).await?;
         image.close().await?;
+        match client
+            .remove(pool, &crate::requests::requests_object(name))
+            .await
+        {
+            Ok(()) | Err(ClientError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
         client.remove(pool, &header_object(name)).await?;
         client
             .omap_remove(pool, DIRECTORY, &[name.as_bytes().to_vec()])

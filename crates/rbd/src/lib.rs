@@ -16,6 +16,7 @@ pub mod header;
 pub mod image;
 pub mod lock;
 pub mod nbd;
+pub mod requests;
 pub mod snapshot;
 
 pub use error::RbdError;

@@ -270,6 +270,12 @@ impl ExclusiveLock {
         )))
     }
 
+    /// Whether the lock was lost for good (taken over, broken, or a renewal found the header
+    /// changed).
+    pub fn is_lost(&self) -> bool {
+        self.valid.borrow().is_none()
+    }
+
     /// Waits until the lock is held (a renewal may be late: up to the lease), or fails once
     /// it is lost. Every write checks it first.
     pub async fn check(&self) -> Result<(), RbdError> {

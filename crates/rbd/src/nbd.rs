@@ -100,13 +100,21 @@ pub enum NbdError {
     Image(#[from] RbdError),
 }
 
+/// One open export.
+struct Opened {
+    image: Arc<Image>,
+    users: usize,
+    requests: Option<tokio::task::JoinHandle<()>>,
+}
+
 /// The images one server exports, and the handles its connections share.
 pub struct Exports {
     client: Arc<Client>,
     pool: String,
     lease: Duration,
-    /// Open handles by export name, with the connections using each.
-    open: Mutex<HashMap<String, (Arc<Image>, usize)>>,
+    /// Open handles by export name, with the connections using each and, for a writer, the
+    /// task answering other clients' requests of it (`requests`).
+    open: Mutex<HashMap<String, Opened>>,
 }
 
 impl Exports {
@@ -124,17 +132,32 @@ impl Exports {
     /// locked) by the first connection.
     async fn attach(&self, name: &str) -> Result<Arc<Image>, RbdError> {
         let mut open = self.open.lock().await;
-        if let Some((image, users)) = open.get_mut(name) {
-            *users += 1;
-            return Ok(image.clone());
+        if let Some(o) = open.get_mut(name) {
+            o.users += 1;
+            return Ok(o.image.clone());
         }
         let client = self.client.clone();
-        let image = match name.split_once('@') {
-            Some((image, snap)) => Image::open_snapshot(client, &self.pool, image, snap).await?,
-            None => Image::open_exclusive(client, &self.pool, name, self.lease).await?,
+        let (image, writer) = match name.split_once('@') {
+            Some((image, snap)) => (
+                Image::open_snapshot(client, &self.pool, image, snap).await?,
+                false,
+            ),
+            None => (
+                Image::open_exclusive(client, &self.pool, name, self.lease).await?,
+                true,
+            ),
         };
         let image = Arc::new(image);
-        open.insert(name.to_string(), (image.clone(), 1));
+        // A mapped image's writer takes snapshots asked of it (`cairn rbd snap create`).
+        let requests = writer.then(|| tokio::spawn(image.clone().serve_requests()));
+        open.insert(
+            name.to_string(),
+            Opened {
+                image: image.clone(),
+                users: 1,
+                requests,
+            },
+        );
         Ok(image)
     }
 
@@ -143,15 +166,19 @@ impl Exports {
     async fn detach(&self, name: &str) {
         let mut open = self.open.lock().await;
         let last = match open.get_mut(name) {
-            Some((_, users)) => {
-                *users -= 1;
-                *users == 0
+            Some(o) => {
+                o.users -= 1;
+                o.users == 0
             }
             None => false,
         };
         if last {
-            if let Some((image, _)) = open.remove(name) {
-                if let Err(e) = image.close().await {
+            if let Some(o) = open.remove(name) {
+                if let Some(task) = o.requests {
+                    task.abort();
+                    let _ = task.await;
+                }
+                if let Err(e) = o.image.close().await {
                     tracing::warn!(export = name, error = %e, "releasing an image's lock");
                 }
             }

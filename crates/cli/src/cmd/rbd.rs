@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use cairn_client::Client;
 use cairn_rbd::header::{MAX_ORDER, MIN_ORDER};
+use cairn_rbd::requests::{self, Request};
 use cairn_rbd::{lock, Image};
 use clap::{Args, Subcommand};
 
@@ -279,6 +280,18 @@ async fn snap(client: Arc<Client>, command: SnapCommand) -> anyhow::Result<()> {
         return Ok(());
     }
     let (pool, name, snap) = split_snap_spec(&spec)?;
+    // A mapped image: its writer takes or removes the snapshot (a rollback needs it unmapped).
+    let asked = match &command {
+        SnapCommand::Create { .. } => Some(Request::SnapCreate(snap.to_string())),
+        SnapCommand::Rm { .. } => Some(Request::SnapRemove(snap.to_string())),
+        _ => None,
+    };
+    if let (Some(request), (Some(holder), _)) = (asked, lock::holder(&client, pool, name).await?) {
+        eprintln!("{pool}/{name} is locked by {holder}: asking it");
+        let done = requests::ask(&client, pool, name, &request, holder.lease * 2).await?;
+        println!("{done}");
+        return Ok(());
+    }
     let image = Image::open(client, pool, name).await?;
     let done = match command {
         SnapCommand::Create { .. } => image

@@ -8,4 +8,5 @@ mod common;
 mod clones;
 mod locks;
 mod model;
+mod requests;
 mod snapshots;

@@ -1,0 +1,154 @@
+//! Asking the holder of an image's lock to do what needs the lock: taking or removing a
+//! snapshot of an image that is mapped (exported over NBD), as librbd asks the lock owner over
+//! watch/notify. The asker writes a request into the omap of `rbd_requests.NAME` (never the
+//! header object, whose version the lock's compare-and-swap follows); the holder's handle
+//! ([`Image::serve_requests`]) reads them every [`POLL`], runs each once, and writes its
+//! answer beside it; the asker waits for the answer and removes it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_client::{Client, ClientError};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RbdError;
+use crate::image::Image;
+
+/// How often a holder looks for requests, and an asker for its answer.
+pub const POLL: Duration = Duration::from_millis(250);
+/// Requests one poll reads at most.
+const PAGE: u32 = 64;
+/// Largest request or answer read back.
+const MAX_RECORD_BYTES: usize = 4096;
+
+/// What an asker wants the holder to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Take a snapshot of this name.
+    SnapCreate(String),
+    /// Remove the snapshot of this name.
+    SnapRemove(String),
+}
+
+/// The holder's answer: what it did, or why it refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum Answer {
+    Done(String),
+    Refused(String),
+}
+
+/// The object holding image `name`'s requests and answers.
+pub fn requests_object(name: &str) -> String {
+    format!("rbd_requests.{name}")
+}
+
+fn request_key(id: u64) -> Vec<u8> {
+    format!("q.{id:016x}").into_bytes()
+}
+
+fn answer_key(id: u64) -> Vec<u8> {
+    format!("a.{id:016x}").into_bytes()
+}
+
+/// Asks the holder of image `name`'s lock to carry out `request`, and waits up to `within`
+/// for its answer: what it did, or its refusal as [`RbdError::Busy`] (also when it did not
+/// answer in time; the request is then withdrawn).
+pub async fn ask(
+    client: &Client,
+    pool: &str,
+    name: &str,
+    request: &Request,
+    within: Duration,
+) -> Result<String, RbdError> {
+    let object = requests_object(name);
+    let id = cairn_client::random_client_id();
+    let body = rmp_serde::to_vec(request).map_err(|e| RbdError::Invalid(e.to_string()))?;
+    client
+        .omap_set(pool, &object, &[(request_key(id), body)])
+        .await?;
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(POLL).await;
+        let wanted = answer_key(id);
+        let (page, _) = client.omap_list(pool, &object, &[], &wanted, 1).await?;
+        let Some((_, value)) = page.into_iter().find(|(k, _)| *k == wanted) else {
+            continue;
+        };
+        client.omap_remove(pool, &object, &[wanted]).await?;
+        let answer: Answer = rmp_serde::from_slice(&value[..value.len().min(MAX_RECORD_BYTES)])
+            .map_err(|e| RbdError::Invalid(format!("a malformed answer: {e}")))?;
+        return match answer {
+            Answer::Done(what) => Ok(what),
+            Answer::Refused(why) => Err(RbdError::Busy(why)),
+        };
+    }
+    let _ = client.omap_remove(pool, &object, &[request_key(id)]).await;
+    Err(RbdError::Busy(format!(
+        "the holder of image {name}'s lock did not answer within {within:?}"
+    )))
+}
+
+impl Image {
+    /// Serves the requests other clients make of this writer ([`ask`]) until the task is
+    /// dropped or the lock is lost; each is run once and answered. A request that does not
+    /// decode is answered with a refusal.
+    pub async fn serve_requests(self: Arc<Image>) {
+        let object = requests_object(&self.name);
+        loop {
+            tokio::time::sleep(POLL).await;
+            match self.lock() {
+                Ok(lock) if !lock.is_lost() => {}
+                _ => return,
+            }
+            let page = match self
+                .client
+                .omap_list(&self.pool, &object, &[], b"q.", PAGE)
+                .await
+            {
+                Ok((page, _)) => page,
+                Err(ClientError::NotFound(_)) => continue,
+                Err(e) => {
+                    tracing::warn!(image = %self.name, error = %e, "reading requests");
+                    continue;
+                }
+            };
+            for (key, value) in page {
+                let answer = match rmp_serde::from_slice::<Request>(
+                    &value[..value.len().min(MAX_RECORD_BYTES)],
+                ) {
+                    Ok(request) => self.carry_out(&request).await,
+                    Err(e) => Answer::Refused(format!("a malformed request: {e}")),
+                };
+                let id = &key[2..];
+                let mut answer_at = b"a.".to_vec();
+                answer_at.extend_from_slice(id);
+                let encoded = rmp_serde::to_vec(&answer).expect("an answer encodes");
+                let answered = self
+                    .client
+                    .omap_set(&self.pool, &object, &[(answer_at, encoded)])
+                    .await;
+                let removed = self.client.omap_remove(&self.pool, &object, &[key]).await;
+                if let Err(e) = answered.and(removed) {
+                    tracing::warn!(image = %self.name, error = %e, "answering a request");
+                }
+            }
+        }
+    }
+
+    async fn carry_out(&self, request: &Request) -> Answer {
+        let done = match request {
+            Request::SnapCreate(snap) => self
+                .snap_create(snap)
+                .await
+                .map(|id| format!("created {}/{}@{snap} (id {id})", self.pool, self.name)),
+            Request::SnapRemove(snap) => self
+                .snap_remove(snap)
+                .await
+                .map(|()| format!("removed {}/{}@{snap}", self.pool, self.name)),
+        };
+        match done {
+            Ok(what) => Answer::Done(what),
+            Err(e) => Answer::Refused(e.to_string()),
+        }
+    }
+}
