@@ -554,7 +554,7 @@ def cairn_engine(args, binary):
         raise RuntimeError(f"{d}/pids exists: a cluster may be running there (cairn down --dir {d})")
     shutil.rmtree(d, ignore_errors=True)
     sh([binary, "up", "--dir", d, "--mon", args.cairn_mon, "--s3", args.cairn_s3,
-        "--device-mib", str(args.cairn_device_mib)], timeout=300)
+        "--device-mib", str(args.cairn_device_mib)] + args.cairn_up_arg, timeout=300)
     cp = configparser.ConfigParser()
     cp.read(os.path.join(d, "s3-credentials"))
     ep = {
@@ -714,6 +714,8 @@ def main():
     ap.add_argument("--out", default=None, help="JSON results (default bench/results/s3_vs_rgw-TIME.json)")
     ap.add_argument("--keep", action="store_true", help="keep the clusters' data after stopping")
     ap.add_argument("--cairn-bin", default=os.path.join(REPO, "target/release/cairn"))
+    ap.add_argument("--cairn-up-arg", action="append", default=[],
+                    help="one more argument for `cairn up` (repeatable), e.g. --cairn-up-arg=--no-fs")
     ap.add_argument("--cairn-dir", default="/tmp/s3bench-cairn")
     ap.add_argument("--cairn-mon", default="127.0.0.1:16789")
     ap.add_argument("--cairn-s3", default="127.0.0.1:17480")
