@@ -522,12 +522,17 @@ macro_rules! read_target {
     };
 }
 
-/// The stored checksum to return, as (crc32, crc32c, sha1, sha256), when the request asks
-/// for checksums (`x-amz-checksum-mode: ENABLED`) and reads the whole object.
-fn returned_checksum(e: &Entry, mode: Option<&ChecksumMode>, ranged: bool) -> [Option<String>; 5] {
+/// The stored checksum to return, as (crc32, crc32c, sha1, sha256, crc64nvme) and its type,
+/// when the request asks for checksums (`x-amz-checksum-mode: ENABLED`) and reads the whole
+/// object.
+fn returned_checksum(
+    e: &Entry,
+    mode: Option<&ChecksumMode>,
+    ranged: bool,
+) -> ([Option<String>; 5], Option<ChecksumType>) {
     let enabled = mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
     match (enabled, ranged, &e.checksum) {
-        (true, false, Some(c)) => c.slots(),
+        (true, false, Some(c)) => (c.slots(), Some(ChecksumType::from_static(c.type_name()))),
         _ => Default::default(),
     }
 }
@@ -546,19 +551,8 @@ pub async fn get(
     let (start, end) = range.unwrap_or((0, e.size));
     gw.charge_response(&req, &input.bucket, end - start);
     let h = &e.headers;
-    let [crc32, crc32c, sha1, sha256, crc64nvme] =
+    let ([crc32, crc32c, sha1, sha256, crc64nvme], checksum_type) =
         returned_checksum(&e, input.checksum_mode.as_ref(), range.is_some());
-    let checksum_type = e
-        .checksum
-        .as_ref()
-        .filter(|_| {
-            crc32.is_some()
-                || crc32c.is_some()
-                || sha1.is_some()
-                || sha256.is_some()
-                || crc64nvme.is_some()
-        })
-        .map(|c| ChecksumType::from_static(c.type_name()));
     let out = GetObjectOutput {
         checksum_crc32: crc32,
         checksum_crc32c: crc32c,
@@ -603,19 +597,8 @@ pub async fn head(
     let (lock_mode, lock_until, lock_hold) = lock_fields(gw, &b, &input.key, &e).await?;
     let (start, end) = range.unwrap_or((0, e.size));
     let h = &e.headers;
-    let [crc32, crc32c, sha1, sha256, crc64nvme] =
+    let ([crc32, crc32c, sha1, sha256, crc64nvme], checksum_type) =
         returned_checksum(&e, input.checksum_mode.as_ref(), range.is_some());
-    let checksum_type = e
-        .checksum
-        .as_ref()
-        .filter(|_| {
-            crc32.is_some()
-                || crc32c.is_some()
-                || sha1.is_some()
-                || sha256.is_some()
-                || crc64nvme.is_some()
-        })
-        .map(|c| ChecksumType::from_static(c.type_name()));
     Ok(S3Response::new(HeadObjectOutput {
         checksum_crc32: crc32,
         checksum_crc32c: crc32c,

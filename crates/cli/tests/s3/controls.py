@@ -10,7 +10,6 @@ S3_FAST_ENDPOINT (configured with the domain `s3.cairn.test`):
   a size over the policy's range;
 - virtual-hosted requests (`BUCKET.s3.cairn.test`, resolved to the gateway here)."""
 
-import datetime
 import hashlib
 import os
 import socket

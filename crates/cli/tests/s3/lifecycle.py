@@ -9,7 +9,7 @@ import hashlib
 import os
 import time
 
-from s3common import check, client, code_of, empty_bucket, step
+from s3common import wait_for, check, client, code_of, empty_bucket, step
 
 FAST = os.environ["S3_FAST_ENDPOINT"]
 s3 = client(FAST)
@@ -18,15 +18,6 @@ s3 = client(FAST)
 def sha(b):
     return hashlib.sha256(b).hexdigest()
 
-
-def wait_for(what, cond, secs=30):
-    """Polls `cond` until it holds (the pass runs every 0.5 s; a day is 1 s)."""
-    deadline = time.time() + secs
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.25)
-    check(False, f"{what} within {secs} s")
 
 
 def keys(bucket):

@@ -13,7 +13,7 @@ import time
 
 import urllib3
 
-from s3common import AK, SK, check, client, code_of, empty_bucket, step
+from s3common import wait_for, AK, SK, check, client, code_of, empty_bucket, step
 
 FAST = os.environ["S3_FAST_ENDPOINT"]
 s3 = client(FAST)
@@ -33,14 +33,6 @@ def s3cmd(*args, ok=True):
     check(ok is None or (r.returncode == 0) == ok, f"s3cmd {' '.join(args)} exited {r.returncode}: {out}")
     return out
 
-
-def wait_for(what, cond, secs=30):
-    deadline = time.time() + secs
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.25)
-    check(False, f"{what} within {secs} s")
 
 
 with tempfile.TemporaryDirectory() as d:

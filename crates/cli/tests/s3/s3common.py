@@ -4,6 +4,7 @@ the check, step and error-code helpers. Imported by the scripts beside it."""
 
 import os
 import sys
+import time
 
 import boto3
 from botocore.config import Config
@@ -60,3 +61,13 @@ def empty_bucket(s3, bucket):
         for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
             s3.delete_object(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"])
     s3.delete_bucket(Bucket=bucket)
+
+
+def wait_for(what, cond, secs=30):
+    """Polls `cond` every quarter second until it holds; fails with `what` after `secs`."""
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.25)
+    check(False, f"{what} within {secs} s")
