@@ -1,11 +1,11 @@
 //! The file system on a `cairn up` cluster, mounted through FUSE by `cairn fs mount`: POSIX
 //! behaviour with the errno of each refusal (ENOENT, EEXIST, ENOTEMPTY, EISDIR, ENOTDIR,
 //! EPERM, EINVAL, EXDEV), large directories, atomic renames, hard and symbolic links,
-//! attributes and extended attributes, sparse files, O_APPEND and truncation; two mounts
-//! seeing each other's changes and racing on one directory; this crate's source tree copied in
-//! with `cp -a` and compared with `diff -r`; and kill -9 of the metadata server, of an OSD and
-//! of a mounted client in the middle of a metadata-heavy workload, after which every
-//! acknowledged file reads back whole.
+//! attributes and extended attributes, sparse files, O_APPEND and truncation; per-directory
+//! and per-file layouts; two mounts seeing each other's changes and racing on one directory;
+//! this crate's source tree copied in with `cp -a` and compared with `diff -r`; and kill -9 of
+//! the metadata server, of an OSD and of a mounted client in the middle of a metadata-heavy
+//! workload, after which every acknowledged file reads back whole.
 
 mod common;
 
@@ -298,6 +298,130 @@ fn posix_basics(m: &Mount) {
     );
 }
 
+/// The size of data object `index` of file `ino`, if it exists.
+fn data_object_size(cluster: &Cluster, mon: &str, ino: u64, index: u64) -> Option<u64> {
+    let name = format!("{ino:x}.{index:08x}");
+    let (ok, out) = cluster.cairn(&["stat", "--mon", mon, "-p", "cairnfs.data", &name]);
+    ok.then(|| {
+        out.split_whitespace()
+            .skip_while(|w| *w != "size")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("stat said {out}"))
+    })
+}
+
+/// Waits (up to `limit`) until file `ino`'s first data object is gone (its data purged).
+fn wait_purged(cluster: &Cluster, mon: &str, ino: u64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while data_object_size(cluster, mon, ino, 0).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "file {ino}'s data is still there"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A file one mount holds open and another unlinks: the holder reads and writes it on until
+/// it closes it, and then its data goes.
+fn open_unlinked(a: &Mount, b: &Mount, cluster: &Cluster, mon: &str) {
+    let data = payload(21, 200_000);
+    fs::write(a.path("doomed"), &data).unwrap();
+    let mut held = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(b.path("doomed"))
+        .unwrap();
+    let ino = held.metadata().unwrap().ino();
+    fs::remove_file(a.path("doomed")).unwrap();
+    assert!(!b.path("doomed").exists());
+    std::thread::sleep(Duration::from_secs(3));
+    let mut back = Vec::new();
+    held.read_to_end(&mut back).unwrap();
+    assert_eq!(back, data, "the holder still reads the whole file");
+    held.write_all(b"tail").unwrap();
+    held.sync_all().unwrap();
+    assert_eq!(held.metadata().unwrap().nlink(), 0);
+    assert_eq!(held.metadata().unwrap().len(), data.len() as u64 + 4);
+    assert!(data_object_size(cluster, mon, ino, 0).is_some());
+    drop(held);
+    wait_purged(cluster, mon, ino, Duration::from_secs(30));
+}
+
+/// Per-directory and per-file layouts through CephFS's virtual attributes: files made under a
+/// directory with a 64 KiB layout lie in 64 KiB objects of the data pool; a file's own layout
+/// changes only while it is empty; bad values are refused with EINVAL.
+fn layouts(m: &Mount, cluster: &Cluster, mon: &str) {
+    let object_size = |ino: u64, index: u64| data_object_size(cluster, mon, ino, index);
+    fs::create_dir(m.path("small-objects")).unwrap();
+    assert_eq!(
+        xattr::get(m.path("small-objects"), "ceph.dir.layout").unwrap(),
+        None,
+        "a new directory has no layout of its own"
+    );
+    xattr::set(
+        m.path("small-objects"),
+        "ceph.dir.layout.object_size",
+        b"65536",
+    )
+    .unwrap();
+    let shown = xattr::get(m.path("small-objects"), "ceph.dir.layout")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(shown).unwrap(),
+        "stripe_unit=65536 stripe_count=1 object_size=65536 pool=cairnfs.data"
+    );
+    let data = payload(11, 300_000);
+    fs::write(m.path("small-objects/f"), &data).unwrap();
+    assert_eq!(fs::read(m.path("small-objects/f")).unwrap(), data);
+    let ino = fs::metadata(m.path("small-objects/f")).unwrap().ino();
+    assert_eq!(object_size(ino, 0), Some(65536));
+    assert_eq!(object_size(ino, 4), Some(300_000 - 4 * 65536));
+    assert_eq!(object_size(ino, 5), None);
+    assert_eq!(
+        errno(xattr::set(
+            m.path("small-objects/f"),
+            "ceph.file.layout.object_size",
+            b"131072"
+        )),
+        libc::ENOTEMPTY
+    );
+    fs::write(m.path("small-objects/empty"), b"").unwrap();
+    xattr::set(
+        m.path("small-objects/empty"),
+        "ceph.file.layout.object_size",
+        b"131072",
+    )
+    .unwrap();
+    let data = payload(12, 200_000);
+    fs::write(m.path("small-objects/empty"), &data).unwrap();
+    assert_eq!(fs::read(m.path("small-objects/empty")).unwrap(), data);
+    let ino = fs::metadata(m.path("small-objects/empty")).unwrap().ino();
+    assert_eq!(object_size(ino, 1), Some(200_000 - 131_072));
+    assert_eq!(
+        errno(xattr::set(
+            m.path("small-objects"),
+            "ceph.dir.layout.object_size",
+            b"1000"
+        )),
+        libc::EINVAL
+    );
+    assert_eq!(
+        errno(xattr::set(
+            m.path("small-objects"),
+            "ceph.dir.layout.pool",
+            b"elsewhere"
+        )),
+        libc::EINVAL
+    );
+    assert_eq!(
+        xattr::get(m.path("small-objects"), "ceph.dir.entries").unwrap(),
+        Some(b"2".to_vec())
+    );
+}
+
 fn two_mounts(a: &Mount, b: &Mount) {
     // Close-to-open: what one client wrote and closed, the other opens and reads.
     fs::write(a.path("shared"), b"from a").unwrap();
@@ -451,8 +575,10 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
 
     let a = Mount::new(&cluster, &mon, "mnt-a");
     posix_basics(&a);
+    layouts(&a, &cluster, &mon);
     let b = Mount::new(&cluster, &mon, "mnt-b");
     two_mounts(&a, &b);
+    open_unlinked(&a, &b, &cluster, &mon);
     tree_copy(&a);
 
     // kill -9 of the metadata server mid-workload; a new one resumes from the journal.
@@ -476,11 +602,19 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
             &mds,
         ],
     );
+    // A file held open on one mount and unlinked on the other outlives the MDS's restart.
+    let kept = payload(22, 150_000);
+    fs::write(a.path("kept-open"), &kept).unwrap();
+    let mut kept_open = File::open(a.path("kept-open")).unwrap();
+    let kept_ino = kept_open.metadata().unwrap().ino();
+    fs::remove_file(b.path("kept-open")).unwrap();
     let restarted = Mutex::new(None);
+    let mut restarted_at = Instant::now();
     let done = under_workload(&a, "mds-crash", || {
         signal("-9", mds_pid);
         wait_exited(mds_pid);
         *restarted.lock().unwrap() = Some(replacement.go());
+        restarted_at = Instant::now();
     });
     verify(&a, "mds-crash", &done);
     verify(&b, "mds-crash", &done);
@@ -493,11 +627,17 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     });
     verify(&a, "osd-crash", &done);
 
-    // kill -9 of a mounted client after fsync: a new mount finds the synced file whole.
+    // kill -9 of a mounted client after fsync: a new mount finds the synced file whole; what
+    // it held open and another mount unlinked goes a lease later.
     let mut f = File::create(b.path("before-client-crash")).unwrap();
     f.write_all(&payload(7, 123_456)).unwrap();
     f.sync_all().unwrap();
+    fs::write(b.path("held-by-the-dead"), payload(23, 10_000)).unwrap();
+    let held_by_the_dead = File::open(b.path("held-by-the-dead")).unwrap();
+    let dead_ino = held_by_the_dead.metadata().unwrap().ino();
+    fs::remove_file(a.path("held-by-the-dead")).unwrap();
     b.kill();
+    drop(held_by_the_dead);
     let c = Mount::new(&cluster, &mon, "mnt-c");
     let mut back = Vec::new();
     File::open(c.path("before-client-crash"))
@@ -506,6 +646,17 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         .unwrap();
     assert_eq!(back, payload(7, 123_456));
     drop(c);
+    let past_the_lease = restarted_at + Duration::from_secs(40);
+    std::thread::sleep(past_the_lease.saturating_duration_since(Instant::now()));
+    let mut back = Vec::new();
+    kept_open.read_to_end(&mut back).unwrap();
+    assert_eq!(
+        back, kept,
+        "held open across the MDS's restart and its orphan sweep"
+    );
+    drop(kept_open);
+    wait_purged(&cluster, &mon, kept_ino, Duration::from_secs(30));
+    wait_purged(&cluster, &mon, dead_ino, Duration::from_secs(90));
     drop(a);
     if let Some(mut child) = restarted.into_inner().unwrap() {
         let _ = child.kill();

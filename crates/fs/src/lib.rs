@@ -6,11 +6,15 @@
 pub mod backing;
 pub mod data;
 pub mod error;
+pub mod holds;
 pub mod journal;
+pub mod layout;
 pub mod link;
+pub mod locks;
 pub mod mds;
 pub mod mount;
 pub mod namespace;
+pub mod opens;
 pub mod space;
 
 pub use error::FsError;

@@ -14,7 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_auth::OsdAccess;
 use cairn_client::service::{fetch_service_secret, ServiceSecret, TicketAuthorizer};
@@ -30,7 +30,9 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::backing::{self, metadata_pool, JOURNAL_OBJECT};
 use crate::error::FsError;
 use crate::journal::{self, Record};
+use crate::locks::Locks;
 use crate::namespace::{Namespace, Update};
+use crate::opens::{OpenFiles, LEASE, RENEW_EVERY};
 
 /// The object holding the serving MDS's address.
 pub const ADDR_OBJECT: &str = "mds.addr";
@@ -43,6 +45,14 @@ pub const MAX_REMEMBERED_ANSWERS: usize = 1 << 17;
 pub const COMMIT_TIMEOUT_MS: u64 = 3_600_000;
 /// Most requests queued for the namespace's task before sessions wait.
 const REQUEST_QUEUE: usize = 4096;
+/// The client id of the MDS's own journal records (deleting orphans nobody holds open).
+const MDS_ITSELF: u64 = 0;
+/// How often leases are checked and orphans no client holds are deleted.
+const ORPHAN_TICK: Duration = Duration::from_secs(1);
+/// After a start, how long no lock is granted: every client that held locks from the MDS
+/// before says so again meanwhile (its `Held` every [`RENEW_EVERY`], after at most one
+/// attempt's timeout of finding the new MDS).
+const LOCK_GRACE: Duration = Duration::from_secs(3 * RENEW_EVERY.as_secs());
 
 /// How to run a metadata server.
 #[derive(Clone, Debug)]
@@ -126,7 +136,9 @@ async fn recover(
             ns.apply(u);
         }
         replay.extend(r.updates.iter().cloned());
-        answered.remember(r.client, r.tid, r.answer.clone());
+        if r.client != MDS_ITSELF {
+            answered.remember(r.client, r.tid, r.answer.clone());
+        }
     }
     if ns.inode(cairn_proto::mds::ROOT_INO).is_none() {
         let root = Namespace::format(now_ns(), 0, 0);
@@ -322,6 +334,7 @@ pub async fn run(
     let info = backing::read_info(&client, &meta).await?;
     let mut answered = Answered::default();
     let mut ns = recover(&client, &meta, &mut answered).await?;
+    ns.set_data_pool(&info.data_pool);
 
     let authz: Option<Arc<dyn Authorizer>> = match &cfg.auth {
         Some(a) => {
@@ -368,6 +381,12 @@ pub async fn run(
     let mut batch: Vec<Pending> = Vec::new();
     let mut after_commit: Vec<(u64, SessionSender, Result<MdsAnswer, i32>)> = Vec::new();
     let mut committing: Option<tokio::task::JoinHandle<(Committer, Result<(), FsError>)>> = None;
+    let mut opens = OpenFiles::default();
+    let mut locks = Locks::default();
+    // Orphans and locks left by the previous MDS wait for their holders to say so.
+    let reap_after = Instant::now() + LEASE;
+    let locks_after = Instant::now() + LOCK_GRACE;
+    let mut orphan_tick = tokio::time::interval(ORPHAN_TICK);
     let result = {
         tokio::pin!(shutdown);
         loop {
@@ -395,9 +414,28 @@ pub async fn run(
                         answer(&to, tid, result).await;
                     }
                 }
+                _ = orphan_tick.tick() => {
+                    let now = Instant::now();
+                    for gone in opens.expire(now) {
+                        locks.drop_client(gone);
+                    }
+                    if now >= reap_after {
+                        batch.extend(reap_orphans(&mut ns, &opens));
+                    }
+                }
                 next = requests.recv() => {
                     let Some(Incoming { req, reply }) = next else { break Ok(()) };
                     let MdsRequest { tid, client: who, op } = req;
+                    let now = Instant::now();
+                    opens.heard(who, now);
+                    if Holding::is_about(&op) {
+                        let mut holding = Holding { opens: &mut opens, locks: &mut locks, who, now, locks_after };
+                        let result = ns
+                            .execute(&op)
+                            .and_then(|(a, _)| Ok(holding.run(&op)?.unwrap_or(a)));
+                        answer(&reply, tid, result).await;
+                        continue;
+                    }
                     if op == MdsOp::Sync {
                         match (batch.is_empty(), committing.is_some()) {
                             (false, _) => batch.push(Pending { record: None, reply: Some((tid, reply)) }),
@@ -423,9 +461,14 @@ pub async fn run(
                         }
                         continue;
                     }
-                    match ns.execute(&op) {
+                    match ns.execute_holding(&op, &|ino| opens.is_held(ino)) {
                         Err(errno) => answer(&reply, tid, Err(errno)).await,
                         Ok((a, updates)) => {
+                            if let (MdsOp::Create { inode, .. }, MdsAnswer::Attr(made)) = (&op, &a) {
+                                if inode.open && made.kind == cairn_proto::mds::FileKind::File {
+                                    let _ = opens.open(who, made.ino, now);
+                                }
+                            }
                             answered.remember(who, tid, Ok(a.clone()));
                             batch.push(Pending {
                                 record: Some(Record { client: who, tid, updates, answer: Ok(a) }),
@@ -444,6 +487,75 @@ pub async fn run(
     purger.abort();
     applier.abort();
     result
+}
+
+/// What one client holds (open files, locks) as one of its requests changes it.
+struct Holding<'a> {
+    opens: &'a mut OpenFiles,
+    locks: &'a mut Locks,
+    who: u64,
+    now: Instant,
+    locks_after: Instant,
+}
+
+impl Holding<'_> {
+    /// Whether `op` is about what a client holds.
+    fn is_about(op: &MdsOp) -> bool {
+        matches!(
+            op,
+            MdsOp::Open { .. }
+                | MdsOp::Close { .. }
+                | MdsOp::Held { .. }
+                | MdsOp::GetLock { .. }
+                | MdsOp::SetLock { .. }
+        )
+    }
+
+    /// Runs `op`, one [`Holding::is_about`] accepts, once the namespace found its inode: its
+    /// own answer, or none where the namespace's answer stands.
+    fn run(&mut self, op: &MdsOp) -> Result<Option<MdsAnswer>, i32> {
+        let (who, now) = (self.who, self.now);
+        match op {
+            MdsOp::Open { ino } => self.opens.open(who, *ino, now).map(|()| None),
+            MdsOp::Close { ino } => {
+                self.opens.close(who, *ino, now);
+                Ok(None)
+            }
+            MdsOp::Held { files, locks } => {
+                self.opens.replace(who, files, now)?;
+                self.locks.replace(who, locks).map(|()| None)
+            }
+            MdsOp::GetLock { ino, lock } => {
+                let conflict = self.locks.conflict(*ino, who, lock);
+                Ok(Some(MdsAnswer::Lock(conflict)))
+            }
+            MdsOp::SetLock { ino, lock } => {
+                let taking = lock.kind != cairn_proto::mds::LockKind::Unlock;
+                if taking && now < self.locks_after {
+                    return Err(libc::EAGAIN);
+                }
+                self.locks.set(*ino, who, *lock).map(|()| None)
+            }
+            other => unreachable!("{other:?} is not about what a client holds"),
+        }
+    }
+}
+
+/// Deletes every orphan no client holds open any more: the journal records that do it.
+fn reap_orphans(ns: &mut Namespace, opens: &OpenFiles) -> Vec<Pending> {
+    let free: Vec<u64> = ns.orphans().filter(|i| !opens.is_held(*i)).collect();
+    free.into_iter()
+        .filter_map(|ino| ns.reap(ino))
+        .map(|updates| Pending {
+            record: Some(Record {
+                client: MDS_ITSELF,
+                tid: 0,
+                updates,
+                answer: Ok(MdsAnswer::Done),
+            }),
+            reply: None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -23,16 +23,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cairn_client::Client;
 use cairn_proto::mds::{
-    Attr, DirEntry, FileKind, MdsAnswer, MdsOp, NewInode, SetAttr, MAX_READDIR_ENTRIES,
+    Attr, DirEntry, FileKind, LockKind, LockSpec, MdsAnswer, MdsOp, NewInode, SetAttr,
+    MAX_READDIR_ENTRIES,
 };
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::backing;
+use crate::holds::Holds;
 use crate::link::MdsLink;
 use crate::mds::now_ns;
 
@@ -53,6 +55,38 @@ pub const WRITE_BEHIND_BYTES: usize = 64 << 20;
 pub const DATA_TIMEOUT_MS: u64 = 300_000;
 /// Bytes per permit of the write-behind budget.
 const PERMIT_BYTES: usize = 4096;
+/// A lock that must wait (`F_SETLKW`, `flock` without `LOCK_NB`) is asked for again after
+/// this, then after twice as long each time, up to [`LOCK_POLL_MOST`].
+const LOCK_POLL_FIRST: Duration = Duration::from_millis(10);
+/// Longest pause between two asks for a lock that must wait.
+const LOCK_POLL_MOST: Duration = Duration::from_millis(500);
+
+/// A kernel lock request as the MDS takes it (None for a lock type that is none of
+/// `F_RDLCK`, `F_WRLCK`, `F_UNLCK`, or a range that ends before it starts).
+fn lock_spec(owner: LockOwner, start: u64, end: u64, typ: i32, pid: u32) -> Option<LockSpec> {
+    let kind = match typ {
+        libc::F_RDLCK => LockKind::Shared,
+        libc::F_WRLCK => LockKind::Exclusive,
+        libc::F_UNLCK => LockKind::Unlock,
+        _ => return None,
+    };
+    (start <= end).then_some(LockSpec {
+        owner: owner.0,
+        start,
+        end,
+        kind,
+        pid,
+    })
+}
+
+/// The kernel's lock type for `kind`.
+fn lock_type(kind: LockKind) -> i32 {
+    match kind {
+        LockKind::Shared => libc::F_RDLCK,
+        LockKind::Exclusive => libc::F_WRLCK,
+        LockKind::Unlock => libc::F_UNLCK,
+    }
+}
 
 /// Written but not yet reported: a file's size and modification time as this client's writes
 /// left them.
@@ -94,6 +128,7 @@ pub struct CairnFs {
     rt: tokio::runtime::Handle,
     rados: Arc<Client>,
     link: Arc<MdsLink>,
+    holds: Arc<Holds>,
     data_pool: String,
     state: Arc<Mutex<State>>,
     behind: Arc<WriteBehind>,
@@ -104,6 +139,7 @@ pub struct CairnFs {
 struct Ctx {
     rados: Arc<Client>,
     link: Arc<MdsLink>,
+    holds: Arc<Holds>,
     data_pool: String,
     state: Arc<Mutex<State>>,
     behind: Arc<WriteBehind>,
@@ -427,6 +463,7 @@ fn new_inode(req: &Request, kind: FileKind, mode: u32, umask: u32, rdev: u32) ->
         rdev,
         target: Vec::new(),
         now_ns: now_ns(),
+        open: false,
     }
 }
 
@@ -440,11 +477,14 @@ impl CairnFs {
         data_pool: String,
     ) -> CairnFs {
         let link = Arc::new(MdsLink::new(rados.clone(), metadata_pool));
+        let holds = Arc::new(Holds::new(link.clone()));
+        rt.spawn(holds.clone().renew_forever());
         let permits = WRITE_BEHIND_BYTES / PERMIT_BYTES;
         CairnFs {
             rt,
             rados,
             link,
+            holds,
             data_pool,
             state: Arc::default(),
             behind: Arc::new(WriteBehind {
@@ -458,6 +498,7 @@ impl CairnFs {
         Ctx {
             rados: self.rados.clone(),
             link: self.link.clone(),
+            holds: self.holds.clone(),
             data_pool: self.data_pool.clone(),
             state: self.state.clone(),
             behind: self.behind.clone(),
@@ -528,7 +569,65 @@ impl Filesystem for CairnFs {
         }
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND / 4 * 3);
+        let locks = fuser::InitFlags::FUSE_POSIX_LOCKS | fuser::InitFlags::FUSE_FLOCK_LOCKS;
+        if let Err(missing) = config.add_capabilities(locks) {
+            tracing::warn!(?missing, "the kernel takes no file locks from this mount");
+        }
         Ok(())
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let Some(lock) = lock_spec(lock_owner, start, end, typ, pid) else {
+            return reply.error(Errno::EINVAL);
+        };
+        self.spawn(|c| async move {
+            match c.holds.lock_in_the_way(ino.0, lock).await {
+                Ok(Some(l)) => reply.locked(l.start, l.end, lock_type(l.kind), l.pid),
+                Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let Some(lock) = lock_spec(lock_owner, start, end, typ, pid) else {
+            return reply.error(Errno::EINVAL);
+        };
+        self.spawn(|c| async move {
+            let mut pause = LOCK_POLL_FIRST;
+            loop {
+                match c.holds.set_lock(ino.0, lock).await {
+                    Err(libc::EAGAIN) if sleep => {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(LOCK_POLL_MOST);
+                    }
+                    r => return reply_empty(reply, r),
+                }
+            }
+        });
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -702,8 +801,11 @@ impl Filesystem for CairnFs {
         let fh = self.next_fh();
         self.spawn(|c| async move {
             c.lock().files.remove(&ino.0);
-            match c.attr_of(MdsOp::GetAttr { ino: ino.0 }).await {
-                Ok(_) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            match c.holds.open(MdsOp::Open { ino: ino.0 }).await {
+                Ok(a) => {
+                    c.seen(a);
+                    reply.opened(FileHandle(fh), FopenFlags::empty())
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -767,11 +869,18 @@ impl Filesystem for CairnFs {
         ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(|c| async move { reply_empty(reply, c.report(ino.0).await) });
+        self.spawn(|c| async move {
+            if let Some(owner) = lock_owner {
+                c.holds.release_locks(ino.0, owner.0).await;
+            }
+            let reported = c.report(ino.0).await;
+            c.holds.close(ino.0).await;
+            reply_empty(reply, reported)
+        });
     }
 
     fn fsync(
@@ -898,13 +1007,25 @@ impl Filesystem for CairnFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let virtual_name = crate::layout::is_virtual(name.as_bytes());
         let op = MdsOp::SetXattr {
             ino: ino.0,
             name: name.as_bytes().to_vec(),
             value: value.to_vec(),
             flags: u32::try_from(flags).unwrap_or(u32::MAX),
         };
-        self.run(op, reply);
+        if !virtual_name {
+            return self.run(op, reply);
+        }
+        self.spawn(|c| async move {
+            let r = async {
+                c.report(ino.0).await?;
+                c.done(op).await?;
+                c.lock().files.remove(&ino.0);
+                Ok(())
+            };
+            reply_empty(reply, r.await)
+        });
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -957,7 +1078,10 @@ impl Filesystem for CairnFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let inode = new_inode(req, FileKind::File, mode, umask, 0);
+        let inode = NewInode {
+            open: true,
+            ..new_inode(req, FileKind::File, mode, umask, 0)
+        };
         let name = name.as_bytes().to_vec();
         let fh = self.next_fh();
         self.spawn(|c| async move {
@@ -966,8 +1090,9 @@ impl Filesystem for CairnFs {
                 name,
                 inode,
             };
-            match c.attr_of(op).await {
+            match c.holds.open(op).await {
                 Ok(a) => {
+                    let a = c.seen(a);
                     reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty())
                 }
                 Err(e) => reply.error(errno(e)),

@@ -8,7 +8,7 @@
 //! Inodes live apart from directory entries (unlike CephFS, which embeds them in their primary
 //! dentry), so a hard link is one more entry naming the same inode, with no anchor table.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
 use cairn_proto::mds::{
@@ -16,6 +16,8 @@ use cairn_proto::mds::{
     MAX_READDIR_ENTRIES, MAX_SYMLINK_BYTES, MAX_XATTR_VALUE_BYTES, ROOT_INO,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::layout::{self, Field, Scope, Virtual};
 
 /// Bytes of data object when a file's layout is not set: CephFS's default.
 pub const DEFAULT_OBJECT_SIZE: u32 = 4 << 20;
@@ -106,6 +108,19 @@ pub struct Namespace {
     parents: HashMap<u64, u64>,
     next_ino: u64,
     file_bytes: u64,
+    /// The data pool's name, as layouts show it.
+    data_pool: String,
+    /// Files with no name left that a client still holds open (their data kept until
+    /// [`Namespace::reap`]).
+    orphans: BTreeSet<u64>,
+}
+
+/// Whether a client holds a file open (its last unlink then keeps it as an orphan).
+pub type Held<'a> = &'a dyn Fn(u64) -> bool;
+
+/// Nothing is held open: every last unlink deletes.
+fn none_held(_: u64) -> bool {
+    false
 }
 
 /// An errno or the answer and its updates.
@@ -156,10 +171,16 @@ impl Namespace {
                 if inode.attr.kind == FileKind::Dir {
                     self.dirs.entry(ino).or_default();
                 }
+                let orphan = inode.attr.kind == FileKind::File && inode.attr.nlink == 0;
+                match orphan {
+                    true => self.orphans.insert(ino),
+                    false => self.orphans.remove(&ino),
+                };
                 let old = self.inodes.insert(ino, inode.clone());
                 self.account(old.as_ref(), Some(inode));
             }
             Update::DelInode(ino) => {
+                self.orphans.remove(ino);
                 let old = self.inodes.remove(ino);
                 self.account(old.as_ref(), None);
                 self.dirs.remove(ino);
@@ -255,7 +276,13 @@ impl Namespace {
 
     /// Runs `op`: its answer and the updates it made (applied), or an errno and no change.
     pub fn execute(&mut self, op: &MdsOp) -> Outcome {
-        let outcome = self.plan(op);
+        self.execute_holding(op, &none_held)
+    }
+
+    /// Runs `op` as [`Namespace::execute`] does, where a file `held` says is open loses its
+    /// last name without being deleted: it stays, with no link, as an orphan.
+    pub fn execute_holding(&mut self, op: &MdsOp, held: Held<'_>) -> Outcome {
+        let outcome = self.plan(op, held);
         if let Ok((_, updates)) = &outcome {
             for u in updates {
                 self.apply(u);
@@ -265,14 +292,23 @@ impl Namespace {
     }
 
     /// Decides `op` against the current state without changing it.
-    fn plan(&self, op: &MdsOp) -> Outcome {
+    fn plan(&self, op: &MdsOp, held: Held<'_>) -> Outcome {
         let read = |a: MdsAnswer| Ok((a, Vec::new()));
         match op {
             MdsOp::Lookup { parent, name } => {
                 let d = self.child(*parent, name)?;
                 read(MdsAnswer::Attr(self.get(d.ino)?.attr.clone()))
             }
-            MdsOp::GetAttr { ino } => read(MdsAnswer::Attr(self.get(*ino)?.attr.clone())),
+            MdsOp::GetAttr { ino } | MdsOp::Open { ino } => {
+                read(MdsAnswer::Attr(self.get(*ino)?.attr.clone()))
+            }
+            MdsOp::Close { .. } | MdsOp::Held { .. } => read(MdsAnswer::Done),
+            MdsOp::GetLock { ino, .. } | MdsOp::SetLock { ino, .. } => {
+                match self.get(*ino)?.attr.kind {
+                    FileKind::Dir => Err(libc::EISDIR),
+                    _ => read(MdsAnswer::Done),
+                }
+            }
             MdsOp::SetAttr { ino, set, now_ns } => self.set_attr(*ino, set, *now_ns),
             MdsOp::Create {
                 parent,
@@ -289,12 +325,12 @@ impl Namespace {
                 parent,
                 name,
                 now_ns,
-            } => self.remove(*parent, name, false, *now_ns),
+            } => self.remove(*parent, name, false, *now_ns, held),
             MdsOp::Rmdir {
                 parent,
                 name,
                 now_ns,
-            } => self.remove(*parent, name, true, *now_ns),
+            } => self.remove(*parent, name, true, *now_ns, held),
             MdsOp::Rename {
                 parent,
                 name,
@@ -302,7 +338,10 @@ impl Namespace {
                 new_name,
                 flags,
                 now_ns,
-            } => self.rename(*parent, name, *new_parent, new_name, *flags, *now_ns),
+            } => {
+                let to = (*new_parent, new_name.as_slice());
+                self.rename(*parent, name, to, *flags, *now_ns, held)
+            }
             MdsOp::ReadDir { ino, after, max } => {
                 let dir = self.dir(*ino)?;
                 let max = (*max).clamp(1, MAX_READDIR_ENTRIES) as usize;
@@ -335,7 +374,16 @@ impl Namespace {
                 name,
                 value,
                 flags,
+            } if layout::is_virtual(name) => self.set_virtual(*ino, name, value, *flags),
+            MdsOp::SetXattr {
+                ino,
+                name,
+                value,
+                flags,
             } => self.set_xattr(*ino, name, value, *flags),
+            MdsOp::GetXattr { ino, name } if layout::is_virtual(name) => {
+                read(MdsAnswer::Data(self.get_virtual(*ino, name)?))
+            }
             MdsOp::GetXattr { ino, name } => {
                 let v = self.get(*ino)?.xattrs.get(name).ok_or(libc::ENODATA)?;
                 read(MdsAnswer::Data(v.clone()))
@@ -343,6 +391,9 @@ impl Namespace {
             MdsOp::ListXattr { ino } => read(MdsAnswer::Names(
                 self.get(*ino)?.xattrs.keys().cloned().collect(),
             )),
+            MdsOp::RemoveXattr { ino, name } if layout::is_virtual(name) => {
+                self.remove_virtual(*ino, name)
+            }
             MdsOp::RemoveXattr { ino, name } => {
                 let mut i = self.get(*ino)?.clone();
                 i.xattrs.remove(name).ok_or(libc::ENODATA)?;
@@ -420,7 +471,10 @@ impl Namespace {
         }
         let ino = self.next_ino.max(ROOT_INO + 1);
         let is_dir = new.kind == FileKind::Dir;
-        let parent_layout = self.get(parent)?.attr.object_size;
+        let object_size = match new.kind {
+            FileKind::File => self.layout_for_new_file(parent),
+            _ => 0,
+        };
         let inode = Inode {
             attr: Attr {
                 ino,
@@ -434,7 +488,7 @@ impl Namespace {
                 mtime_ns: new.now_ns,
                 ctime_ns: new.now_ns,
                 rdev: new.rdev,
-                object_size: parent_layout,
+                object_size,
             },
             xattrs: BTreeMap::new(),
             target: new.target.clone(),
@@ -464,6 +518,9 @@ impl Namespace {
         let mut i = self.get(ino)?.clone();
         if i.attr.kind == FileKind::Dir {
             return Err(libc::EPERM);
+        }
+        if self.orphans.contains(&ino) {
+            return Err(libc::ENOENT);
         }
         let dir = self.dir(parent)?;
         if dir.contains_key(name) {
@@ -497,15 +554,23 @@ impl Namespace {
         ))
     }
 
-    /// The updates that drop one link of `ino` (its record, or its removal and purge).
-    fn unlinked(&self, ino: u64, now_ns: i64) -> Result<Vec<Update>, i32> {
+    /// The updates that drop one link of `ino`: its record, or (the last link) its removal
+    /// and purge, or its record with no link where the file is `held` open.
+    fn unlinked(&self, ino: u64, now_ns: i64, held: Held<'_>) -> Result<Vec<Update>, i32> {
         let mut i = self.get(ino)?.clone();
         let last = i.attr.kind == FileKind::Dir || i.attr.nlink <= 1;
-        if !last {
-            i.attr.nlink -= 1;
+        let keep = i.attr.kind == FileKind::File && held(ino);
+        if !last || keep {
+            i.attr.nlink = i.attr.nlink.saturating_sub(1);
             i.attr.ctime_ns = now_ns;
             return Ok(vec![Update::PutInode(i)]);
         }
+        Ok(Self::deleted(i))
+    }
+
+    /// The updates that delete inode `i` and, for a file, purge its data.
+    fn deleted(i: Inode) -> Vec<Update> {
+        let ino = i.attr.ino;
         let mut out = vec![Update::DelInode(ino)];
         if i.attr.kind == FileKind::File {
             out.push(Update::Purge {
@@ -514,10 +579,37 @@ impl Namespace {
                 object_size: i.attr.object_size,
             });
         }
-        Ok(out)
+        out
     }
 
-    fn remove(&self, parent: u64, name: &[u8], want_dir: bool, now_ns: i64) -> Outcome {
+    /// Files that lost their last name while held open, in inode order.
+    pub fn orphans(&self) -> impl Iterator<Item = u64> + '_ {
+        self.orphans.iter().copied()
+    }
+
+    /// Deletes orphan `ino` (no client holds it any longer): the updates, already applied,
+    /// or none where `ino` is no orphan.
+    pub fn reap(&mut self, ino: u64) -> Option<Vec<Update>> {
+        if !self.orphans.contains(&ino) {
+            return None;
+        }
+        let i = self.inodes.get(&ino)?.clone();
+        assert_eq!(i.attr.nlink, 0, "an orphan has no link");
+        let updates = Self::deleted(i);
+        for u in &updates {
+            self.apply(u);
+        }
+        Some(updates)
+    }
+
+    fn remove(
+        &self,
+        parent: u64,
+        name: &[u8],
+        want_dir: bool,
+        now_ns: i64,
+        held: Held<'_>,
+    ) -> Outcome {
         if want_dir && name == b"." {
             return Err(libc::EINVAL);
         }
@@ -538,7 +630,7 @@ impl Namespace {
             dir: parent,
             name: name.to_vec(),
         }];
-        out.extend(self.unlinked(d.ino, now_ns)?);
+        out.extend(self.unlinked(d.ino, now_ns, held)?);
         out.push(Update::PutInode(self.touched_parent(
             parent,
             -i32::from(is_dir),
@@ -551,10 +643,10 @@ impl Namespace {
         &self,
         parent: u64,
         name: &[u8],
-        new_parent: u64,
-        new_name: &[u8],
+        (new_parent, new_name): (u64, &[u8]),
         flags: u32,
         now_ns: i64,
+        held: Held<'_>,
     ) -> Outcome {
         if flags & !RENAME_NOREPLACE != 0 {
             return Err(libc::EINVAL);
@@ -591,7 +683,7 @@ impl Namespace {
             if t_dir && !self.dirs.get(&t.ino).is_none_or(BTreeMap::is_empty) {
                 return Err(libc::ENOTEMPTY);
             }
-            out.extend(self.unlinked(t.ino, now_ns)?);
+            out.extend(self.unlinked(t.ino, now_ns, held)?);
             new_parent_links -= i32::from(t_dir);
         } else if self.dir(new_parent)?.len() >= MAX_DIR_ENTRIES {
             return Err(libc::ENOSPC);
@@ -657,6 +749,110 @@ impl Namespace {
         Ok((MdsAnswer::Done, vec![Update::PutInode(i)]))
     }
 
+    /// Names the data pool, which layouts show and accept.
+    pub fn set_data_pool(&mut self, pool: &str) {
+        self.data_pool = pool.to_string();
+    }
+
+    /// The layout a new file in `parent` takes: its nearest ancestor's that has one.
+    fn layout_for_new_file(&self, parent: u64) -> u32 {
+        let mut at = parent;
+        for _ in 0..=self.parents.len() {
+            match self.inodes.get(&at).map(|i| i.attr.object_size) {
+                Some(size) if size > 0 => return size,
+                _ => {}
+            }
+            match self.parents.get(&at) {
+                Some(&up) => at = up,
+                None => break,
+            }
+        }
+        DEFAULT_OBJECT_SIZE
+    }
+
+    /// The inode a virtual attribute lives on, and its meaning (ENODATA for one
+    /// that does not exist or does not fit the inode's kind).
+    fn virtual_of(&self, ino: u64, name: &[u8]) -> Result<(&Inode, Virtual), i32> {
+        let i = self.get(ino)?;
+        let v = layout::parse_name(name).ok_or(libc::ENODATA)?;
+        let scope = match v {
+            Virtual::Layout(scope, _) => scope,
+            _ => Scope::Dir,
+        };
+        let fits = match scope {
+            Scope::File => i.attr.kind == FileKind::File,
+            Scope::Dir => i.attr.kind == FileKind::Dir,
+        };
+        match fits {
+            true => Ok((i, v)),
+            false => Err(libc::ENODATA),
+        }
+    }
+
+    fn get_virtual(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>, i32> {
+        let (i, v) = self.virtual_of(ino, name)?;
+        let count = |dirs: Option<bool>| {
+            let entries = self.dir(ino).map(|d| {
+                d.values()
+                    .filter(|e| dirs.is_none_or(|want| (e.kind == FileKind::Dir) == want))
+                    .count()
+            });
+            entries.map(|n| n.to_string().into_bytes())
+        };
+        match v {
+            Virtual::DirEntries => count(None),
+            Virtual::DirFiles => count(Some(false)),
+            Virtual::DirSubdirs => count(Some(true)),
+            Virtual::Layout(_, field) => match i.attr.object_size {
+                0 => Err(libc::ENODATA),
+                size => Ok(layout::show(field, size, &self.data_pool)),
+            },
+        }
+    }
+
+    /// Sets a layout field: a directory's (inherited by files made under it from then on) or
+    /// an empty file's.
+    fn set_virtual(&self, ino: u64, name: &[u8], value: &[u8], flags: u32) -> Outcome {
+        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+            return Err(libc::EINVAL);
+        }
+        let (i, v) = self.virtual_of(ino, name).map_err(|e| match e {
+            libc::ENODATA => libc::EINVAL,
+            other => other,
+        })?;
+        let Virtual::Layout(scope, field) = v else {
+            return Err(libc::EINVAL);
+        };
+        if scope == Scope::File && i.attr.size > 0 {
+            return Err(libc::ENOTEMPTY);
+        }
+        let current = match i.attr.object_size {
+            0 => self.layout_for_new_file(ino),
+            size => size,
+        };
+        let object_size = layout::assign(field, value, current, &self.data_pool)?;
+        let mut i = i.clone();
+        i.attr.object_size = object_size;
+        Ok((MdsAnswer::Done, vec![Update::PutInode(i)]))
+    }
+
+    /// Removes a directory's own layout (its files then take an ancestor's); the root's
+    /// stays, as does every other virtual attribute.
+    fn remove_virtual(&self, ino: u64, name: &[u8]) -> Outcome {
+        let (i, v) = self.virtual_of(ino, name)?;
+        match v {
+            Virtual::Layout(Scope::Dir, Field::Whole) if ino != ROOT_INO => {
+                if i.attr.object_size == 0 {
+                    return Err(libc::ENODATA);
+                }
+                let mut i = i.clone();
+                i.attr.object_size = 0;
+                Ok((MdsAnswer::Done, vec![Update::PutInode(i)]))
+            }
+            _ => Err(libc::EINVAL),
+        }
+    }
+
     /// Checks the invariants that tie inodes and entries together; the first broken one.
     pub fn check(&self) -> Result<(), String> {
         let mut links: HashMap<u64, u32> = HashMap::new();
@@ -700,6 +896,11 @@ impl Namespace {
                     ))
                 }
                 _ => {}
+            }
+            if i.attr.kind == FileKind::File
+                && layout::check_object_size(i.attr.object_size).is_err()
+            {
+                return Err(format!("file {ino} has object size {}", i.attr.object_size));
             }
             if ino >= self.next_ino {
                 return Err(format!(

@@ -120,6 +120,10 @@ pub struct NewInode {
     pub target: Vec<u8>,
     /// Creation time, ns since the epoch.
     pub now_ns: i64,
+    /// The creator holds the new file open (FUSE's `create`): the MDS counts it as
+    /// [`MdsOp::Open`] would.
+    #[serde(default)]
+    pub open: bool,
 }
 
 /// A metadata operation.
@@ -247,6 +251,73 @@ pub enum MdsOp {
     StatFs,
     /// Waits until every change answered before it is durable (fsync's barrier).
     Sync,
+    /// Opens a file: its attributes, and the MDS counts it held open by this client, so that
+    /// its data outlives its last name until the client closes it (or its lease ends).
+    Open {
+        /// The inode.
+        ino: u64,
+    },
+    /// Closes what one [`MdsOp::Open`] opened.
+    Close {
+        /// The inode.
+        ino: u64,
+    },
+    /// Every file this client holds open, with how many times, and every lock it holds:
+    /// replaces what the MDS counted for it (after an MDS restart, or a lost open or close)
+    /// and renews its lease.
+    Held {
+        /// (inode, opens), at most [`MAX_HELD_FILES`] of them.
+        files: Vec<(u64, u32)>,
+        /// (inode, lock), at most [`MAX_HELD_LOCKS`] of them.
+        locks: Vec<(u64, LockSpec)>,
+    },
+    /// The first lock of another owner that keeps `lock` from being taken, if any (fcntl's
+    /// `F_GETLK`).
+    GetLock {
+        /// The inode.
+        ino: u64,
+        /// The lock asked about.
+        lock: LockSpec,
+    },
+    /// Takes, changes or (kind `Unlock`) releases a lock without waiting: EAGAIN while
+    /// another owner's lock is in the way (fcntl's `F_SETLK`, flock's `LOCK_NB`).
+    SetLock {
+        /// The inode.
+        ino: u64,
+        /// The lock.
+        lock: LockSpec,
+    },
+}
+
+/// Most files one client may hold open at once (what one [`MdsOp::Held`] names).
+pub const MAX_HELD_FILES: usize = 1 << 16;
+/// Most locks one client may hold at once.
+pub const MAX_HELD_LOCKS: usize = 1 << 14;
+
+/// What a byte-range lock is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockKind {
+    /// A read lock: other read locks may overlap it.
+    Shared,
+    /// A write lock: nothing of another owner may overlap it.
+    Exclusive,
+    /// No lock: releases the range.
+    Unlock,
+}
+
+/// A byte-range lock as fcntl(2) takes them (flock(2) locks are whole-file ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockSpec {
+    /// Who holds it on the client (a process's lock owner, or an open file for flock).
+    pub owner: u64,
+    /// First byte.
+    pub start: u64,
+    /// Last byte, inclusive (`u64::MAX`: to the end of the file, however long).
+    pub end: u64,
+    /// Its kind.
+    pub kind: LockKind,
+    /// The holding process on its own host (what `F_GETLK` reports).
+    pub pid: u32,
 }
 
 impl MdsOp {
@@ -283,6 +354,8 @@ pub enum MdsAnswer {
     Data(Vec<u8>),
     /// Names of extended attributes.
     Names(Vec<Vec<u8>>),
+    /// The lock in the way, or none.
+    Lock(Option<LockSpec>),
     /// File-system totals.
     StatFs {
         /// Inodes in use.

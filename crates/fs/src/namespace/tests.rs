@@ -30,6 +30,7 @@ fn new_inode(kind: FileKind, perm: u32, target: &[u8], now_ns: i64) -> NewInode 
         rdev: 0,
         target: target.to_vec(),
         now_ns,
+        open: false,
     }
 }
 
@@ -1942,4 +1943,260 @@ proptest! {
         prop_assert!(well_formed(&fresh_replay).is_ok());
         prop_assert!(well_formed(&twice).is_ok());
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layouts
+
+fn fresh_with_pool() -> Namespace {
+    let mut ns = fresh();
+    ns.set_data_pool("fs.data");
+    ns
+}
+
+#[test]
+fn a_directory_layout_reaches_files_made_under_it_and_under_its_subdirectories() {
+    let mut ns = fresh_with_pool();
+    let d = mkdir(&mut ns, ROOT_INO, b"d");
+    assert_eq!(
+        get_xattr(&mut ns, d, b"ceph.dir.layout"),
+        Err(libc::ENODATA),
+        "a new directory has no layout of its own"
+    );
+    assert_eq!(
+        get_xattr(&mut ns, ROOT_INO, b"ceph.dir.layout.object_size").unwrap(),
+        b"4194304"
+    );
+    let sub = mkdir(&mut ns, d, b"sub");
+    let before = mkfile(&mut ns, d, b"before");
+    set_xattr(&mut ns, d, b"ceph.dir.layout.object_size", b"1048576", 0).unwrap();
+    let f = mkfile(&mut ns, d, b"f");
+    let deep = mkfile(&mut ns, sub, b"deep");
+    assert_eq!(getattr(&mut ns, f).unwrap().object_size, 1 << 20);
+    assert_eq!(
+        getattr(&mut ns, deep).unwrap().object_size,
+        1 << 20,
+        "the nearest ancestor with a layout decides, at creation"
+    );
+    assert_eq!(
+        getattr(&mut ns, before).unwrap().object_size,
+        DEFAULT_OBJECT_SIZE,
+        "files made before keep theirs"
+    );
+    assert_eq!(
+        get_xattr(&mut ns, f, b"ceph.file.layout").unwrap(),
+        b"stripe_unit=1048576 stripe_count=1 object_size=1048576 pool=fs.data"
+    );
+    assert_eq!(
+        list_xattr(&mut ns, d).unwrap(),
+        Vec::<Vec<u8>>::new(),
+        "virtual attributes are not listed"
+    );
+    done(
+        &mut ns,
+        &MdsOp::RemoveXattr {
+            ino: d,
+            name: b"ceph.dir.layout".to_vec(),
+        },
+    )
+    .unwrap();
+    let after = mkfile(&mut ns, d, b"after");
+    assert_eq!(
+        getattr(&mut ns, after).unwrap().object_size,
+        DEFAULT_OBJECT_SIZE
+    );
+    ns.check().unwrap();
+}
+
+#[test]
+fn a_file_layout_changes_only_while_the_file_is_empty() {
+    let mut ns = fresh_with_pool();
+    let f = mkfile(&mut ns, ROOT_INO, b"f");
+    set_xattr(
+        &mut ns,
+        f,
+        b"ceph.file.layout",
+        b"stripe_unit=65536 stripe_count=1 object_size=65536 pool=fs.data",
+        0,
+    )
+    .unwrap();
+    assert_eq!(getattr(&mut ns, f).unwrap().object_size, 64 << 10);
+    let set = SetAttr {
+        size: Some(1),
+        ..SetAttr::default()
+    };
+    setattr(&mut ns, f, set, T0 + 1).unwrap();
+    assert_eq!(
+        set_xattr(&mut ns, f, b"ceph.file.layout.object_size", b"1048576", 0),
+        Err(libc::ENOTEMPTY)
+    );
+    assert_eq!(getattr(&mut ns, f).unwrap().object_size, 64 << 10);
+    ns.check().unwrap();
+}
+
+#[test]
+fn layouts_refuse_what_they_cannot_hold() {
+    let mut ns = fresh_with_pool();
+    let d = mkdir(&mut ns, ROOT_INO, b"d");
+    let f = mkfile(&mut ns, ROOT_INO, b"f");
+    let before = ns.clone();
+    for (ino, name, value, errno) in [
+        (
+            d,
+            &b"ceph.dir.layout.object_size"[..],
+            &b"4096"[..],
+            libc::EINVAL,
+        ),
+        (d, b"ceph.dir.layout.object_size", b"67108864", libc::EINVAL),
+        (d, b"ceph.dir.layout.stripe_count", b"4", libc::EINVAL),
+        (d, b"ceph.dir.layout.pool", b"elsewhere", libc::EINVAL),
+        (d, b"ceph.dir.layout", b"object_size=abc", libc::EINVAL),
+        (d, b"ceph.file.layout.object_size", b"1048576", libc::EINVAL),
+        (f, b"ceph.dir.layout.object_size", b"1048576", libc::EINVAL),
+        (d, b"ceph.dir.entries", b"3", libc::EINVAL),
+        (d, b"ceph.unknown", b"1", libc::EINVAL),
+        (f, b"ceph.file.layout.object_size", b"1048576", 0),
+    ] {
+        let got = set_xattr(&mut ns, ino, name, value, 0).err().unwrap_or(0);
+        assert_eq!(got, errno, "{}", String::from_utf8_lossy(name));
+    }
+    assert_eq!(
+        get_xattr(&mut ns, f, b"ceph.dir.layout"),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(
+        get_xattr(&mut ns, d, b"ceph.file.layout"),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(get_xattr(&mut ns, d, b"ceph.nothing"), Err(libc::ENODATA));
+    assert_eq!(
+        done(
+            &mut ns,
+            &MdsOp::RemoveXattr {
+                ino: ROOT_INO,
+                name: b"ceph.dir.layout".to_vec(),
+            }
+        ),
+        Err(libc::EINVAL),
+        "the root keeps its layout"
+    );
+    assert_eq!(
+        getattr(&mut ns, d).unwrap(),
+        getattr(&mut before.clone(), d).unwrap()
+    );
+    ns.check().unwrap();
+}
+
+#[test]
+fn directory_counts_read_as_virtual_attributes() {
+    let mut ns = fresh_with_pool();
+    let d = mkdir(&mut ns, ROOT_INO, b"d");
+    mkfile(&mut ns, d, b"a");
+    mkfile(&mut ns, d, b"b");
+    mkdir(&mut ns, d, b"c");
+    assert_eq!(get_xattr(&mut ns, d, b"ceph.dir.entries").unwrap(), b"3");
+    assert_eq!(get_xattr(&mut ns, d, b"ceph.dir.files").unwrap(), b"2");
+    assert_eq!(get_xattr(&mut ns, d, b"ceph.dir.subdirs").unwrap(), b"1");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files held open
+
+fn unlink_holding(ns: &mut Namespace, parent: u64, name: &[u8], held: &[u64]) -> Vec<Update> {
+    let op = MdsOp::Unlink {
+        parent,
+        name: name.to_vec(),
+        now_ns: T0 + 50,
+    };
+    let (answer, updates) = ns.execute_holding(&op, &|ino| held.contains(&ino)).unwrap();
+    assert_eq!(answer, MdsAnswer::Done);
+    updates
+}
+
+#[test]
+fn a_file_held_open_outlives_its_last_name_until_reaped() {
+    let mut ns = fresh();
+    let f = mkfile(&mut ns, ROOT_INO, b"f");
+    let set = SetAttr {
+        size: Some(5000),
+        ..SetAttr::default()
+    };
+    setattr(&mut ns, f, set, T0 + 1).unwrap();
+    let updates = unlink_holding(&mut ns, ROOT_INO, b"f", &[f]);
+    assert!(
+        purges(&updates).is_empty(),
+        "no purge while held: {updates:?}"
+    );
+    assert!(!deleted(&updates).contains(&f));
+    assert_eq!(lookup(&mut ns, ROOT_INO, b"f"), Err(libc::ENOENT));
+    let a = getattr(&mut ns, f).unwrap();
+    assert_eq!(
+        (a.nlink, a.size),
+        (0, 5000),
+        "fstat on the open file still works"
+    );
+    assert_eq!(ns.orphans().collect::<Vec<_>>(), vec![f]);
+    assert_eq!(
+        link(&mut ns, f, ROOT_INO, b"again"),
+        Err(libc::ENOENT),
+        "an orphan takes no new name"
+    );
+    ns.check().unwrap();
+
+    let mut reloaded = Namespace::default();
+    for i in ns.inodes() {
+        reloaded.apply(&Update::PutInode(i.clone()));
+    }
+    assert_eq!(
+        reloaded.orphans().collect::<Vec<_>>(),
+        vec![f],
+        "orphans are known again after a restart"
+    );
+
+    let reaped = ns.reap(f).unwrap();
+    assert_eq!(purges(&reaped), vec![(f, 5000)]);
+    assert_eq!(getattr(&mut ns, f), Err(libc::ENOENT));
+    assert_eq!(ns.orphans().count(), 0);
+    assert_eq!(ns.reap(f), None, "reaping twice does nothing");
+    ns.check().unwrap();
+}
+
+#[test]
+fn only_a_held_files_last_name_makes_an_orphan() {
+    let mut ns = fresh();
+    let f = mkfile(&mut ns, ROOT_INO, b"f");
+    link(&mut ns, f, ROOT_INO, b"g").unwrap();
+    let updates = unlink_holding(&mut ns, ROOT_INO, b"f", &[f]);
+    assert!(purges(&updates).is_empty());
+    assert_eq!(getattr(&mut ns, f).unwrap().nlink, 1);
+    assert_eq!(ns.orphans().count(), 0, "it still has a name");
+    assert_eq!(ns.reap(f), None, "a named file is never reaped");
+    let other = mkfile(&mut ns, ROOT_INO, b"other");
+    let updates = unlink_holding(&mut ns, ROOT_INO, b"other", &[f]);
+    assert_eq!(
+        purges(&updates),
+        vec![(other, 0)],
+        "not held: deleted at once"
+    );
+    ns.check().unwrap();
+}
+
+#[test]
+fn a_rename_over_a_held_file_keeps_it_as_an_orphan() {
+    let mut ns = fresh();
+    let victim = mkfile(&mut ns, ROOT_INO, b"victim");
+    mkfile(&mut ns, ROOT_INO, b"new");
+    let op = MdsOp::Rename {
+        parent: ROOT_INO,
+        name: b"new".to_vec(),
+        new_parent: ROOT_INO,
+        new_name: b"victim".to_vec(),
+        flags: 0,
+        now_ns: T0 + 9,
+    };
+    let (_, updates) = ns.execute_holding(&op, &|ino| ino == victim).unwrap();
+    assert!(purges(&updates).is_empty());
+    assert_eq!(ns.orphans().collect::<Vec<_>>(), vec![victim]);
+    assert_eq!(getattr(&mut ns, victim).unwrap().nlink, 0);
+    ns.check().unwrap();
 }

@@ -1,0 +1,140 @@
+//! The files a mount holds open and the locks it holds, kept known to the metadata server: a
+//! file unlinked elsewhere while open here keeps its data until this mount closes it, and a
+//! lock taken here keeps other mounts out.
+//!
+//! Each open, close and lock change is told to the MDS as it happens; every [`RENEW_EVERY`]
+//! the whole of it goes again (`Held`), which renews this client's lease and makes good
+//! whatever the MDS lost (a close lost with a session, or everything after an MDS restart).
+//! Changes run side by side; a `Held` waits for those in flight and holds new ones back while
+//! it goes, so what it carries is never older than what the MDS has already seen.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cairn_proto::mds::{Attr, LockKind, LockSpec, MdsAnswer, MdsOp};
+use tokio::sync::RwLock;
+
+use crate::link::MdsLink;
+use crate::locks::Locks;
+use crate::opens::RENEW_EVERY;
+
+/// The client id this mount's own lock table files its locks under.
+const OWN: u64 = 0;
+
+/// A mount's open files and locks.
+pub struct Holds {
+    link: Arc<MdsLink>,
+    counts: Mutex<HashMap<u64, u32>>,
+    /// The locks this mount holds (under one client id of its own: the MDS knows the mount's).
+    locks: Mutex<Locks>,
+    /// Read-held by opens and closes in flight, write-held by a `Held` in flight.
+    order: RwLock<()>,
+}
+
+impl Holds {
+    /// Open files of the mount whose MDS is behind `link`.
+    pub fn new(link: Arc<MdsLink>) -> Holds {
+        Holds {
+            link,
+            counts: Mutex::default(),
+            locks: Mutex::default(),
+            order: RwLock::new(()),
+        }
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u32>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `op` (an `Open`, or a `Create` of a file held open), counting the file open once
+    /// it answers with its attributes.
+    pub async fn open(&self, op: MdsOp) -> Result<Attr, i32> {
+        let _order = self.order.read().await;
+        match self.link.request(op).await? {
+            MdsAnswer::Attr(a) => {
+                *self.counts().entry(a.ino).or_default() += 1;
+                Ok(a)
+            }
+            _ => Err(libc::EIO),
+        }
+    }
+
+    /// Closes what one [`Holds::open`] opened.
+    pub async fn close(&self, ino: u64) {
+        let _order = self.order.read().await;
+        {
+            let mut counts = self.counts();
+            match counts.get_mut(&ino) {
+                Some(n) if *n > 1 => *n -= 1,
+                Some(_) => {
+                    counts.remove(&ino);
+                }
+                None => return,
+            }
+        }
+        if let Err(e) = self.link.request(MdsOp::Close { ino }).await {
+            tracing::warn!(ino, errno = e, "telling the metadata server of a close");
+        }
+    }
+
+    fn locks(&self) -> std::sync::MutexGuard<'_, Locks> {
+        self.locks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock of another owner (on any mount) in the way of `lock` on `ino`, if any.
+    pub async fn lock_in_the_way(&self, ino: u64, lock: LockSpec) -> Result<Option<LockSpec>, i32> {
+        match self.link.request(MdsOp::GetLock { ino, lock }).await? {
+            MdsAnswer::Lock(l) => Ok(l),
+            _ => Err(libc::EIO),
+        }
+    }
+
+    /// Takes, changes or releases `lock` on `ino` without waiting (EAGAIN while another
+    /// owner's lock is in the way).
+    pub async fn set_lock(&self, ino: u64, lock: LockSpec) -> Result<(), i32> {
+        let _order = self.order.read().await;
+        self.link.request(MdsOp::SetLock { ino, lock }).await?;
+        let mirrored = self.locks().set(ino, OWN, lock);
+        debug_assert_eq!(mirrored, Ok(()), "the MDS granted what this mount holds");
+        Ok(())
+    }
+
+    /// Releases the locks `owner` holds on `ino` (the file it locked through was closed).
+    pub async fn release_locks(&self, ino: u64, owner: u64) {
+        let held = self
+            .locks()
+            .held_by(OWN)
+            .iter()
+            .any(|(i, l)| *i == ino && l.owner == owner);
+        if !held {
+            return;
+        }
+        let whole = LockSpec {
+            owner,
+            start: 0,
+            end: u64::MAX,
+            kind: LockKind::Unlock,
+            pid: 0,
+        };
+        if let Err(e) = self.set_lock(ino, whole).await {
+            tracing::warn!(ino, errno = e, "releasing the locks of a closed file");
+        }
+    }
+
+    /// Sends the whole count every [`RENEW_EVERY`] while any file is open; runs until the
+    /// mount's runtime stops.
+    pub async fn renew_forever(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(RENEW_EVERY).await;
+            let _order = self.order.write().await;
+            let files: Vec<(u64, u32)> = self.counts().iter().map(|(i, n)| (*i, *n)).collect();
+            let locks = self.locks().held_by(OWN);
+            if files.is_empty() && locks.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.link.request(MdsOp::Held { files, locks }).await {
+                tracing::warn!(errno = e, "renewing this mount's open files");
+            }
+        }
+    }
+}

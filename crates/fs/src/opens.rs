@@ -1,0 +1,205 @@
+//! Which files each client holds open, as the metadata server counts them: a file that loses
+//! its last name while some client holds it stays (an orphan) until no client does, as POSIX
+//! keeps an unlinked file readable through the descriptors still open on it.
+//!
+//! Clients say `Open` and `Close` as they go, and every few seconds `Held` with their whole
+//! count, which replaces what was counted (an open or close lost with a session, or all of
+//! them after an MDS restart) and renews the client's lease. A client not heard from for a
+//! lease holds nothing any more: a dead client keeps no orphan for longer than that.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use cairn_proto::mds::MAX_HELD_FILES;
+
+/// How long a client's opens count without word from it (any request renews it).
+pub const LEASE: Duration = Duration::from_secs(30);
+/// How often a client with open files sends its `Held` count: a few times per lease.
+pub const RENEW_EVERY: Duration = Duration::from_secs(5);
+
+/// One client's opens.
+#[derive(Debug)]
+struct Holder {
+    counts: HashMap<u64, u32>,
+    heard: Instant,
+}
+
+/// Every client's opens.
+#[derive(Debug, Default)]
+pub struct OpenFiles {
+    clients: HashMap<u64, Holder>,
+    /// How many clients hold each file.
+    holders: HashMap<u64, u32>,
+}
+
+impl OpenFiles {
+    /// Whether any client holds `ino` open.
+    pub fn is_held(&self, ino: u64) -> bool {
+        self.holders.contains_key(&ino)
+    }
+
+    /// Notes that `client` was heard from at `now` (its lease renewed).
+    pub fn heard(&mut self, client: u64, now: Instant) {
+        if let Some(h) = self.clients.get_mut(&client) {
+            h.heard = now;
+        }
+    }
+
+    /// `client` opened `ino` once more (EMFILE past [`MAX_HELD_FILES`] files).
+    pub fn open(&mut self, client: u64, ino: u64, now: Instant) -> Result<(), i32> {
+        let h = self.clients.entry(client).or_insert_with(|| Holder {
+            counts: HashMap::new(),
+            heard: now,
+        });
+        h.heard = now;
+        if !h.counts.contains_key(&ino) && h.counts.len() >= MAX_HELD_FILES {
+            return Err(libc::EMFILE);
+        }
+        let count = h.counts.entry(ino).or_default();
+        *count = count.saturating_add(1);
+        if *count == 1 {
+            *self.holders.entry(ino).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    /// `client` closed `ino` once (a close of what it does not hold changes nothing).
+    pub fn close(&mut self, client: u64, ino: u64, now: Instant) {
+        let Some(h) = self.clients.get_mut(&client) else {
+            return;
+        };
+        h.heard = now;
+        let Some(count) = h.counts.get_mut(&ino) else {
+            return;
+        };
+        *count -= 1;
+        if *count > 0 {
+            return;
+        }
+        h.counts.remove(&ino);
+        if h.counts.is_empty() {
+            self.clients.remove(&client);
+        }
+        self.unhold(ino);
+    }
+
+    /// Replaces what `client` holds with `files` (E2BIG past [`MAX_HELD_FILES`]; entries
+    /// with no opens are left out).
+    pub fn replace(&mut self, client: u64, files: &[(u64, u32)], now: Instant) -> Result<(), i32> {
+        if files.len() > MAX_HELD_FILES {
+            return Err(libc::E2BIG);
+        }
+        self.drop_client(client);
+        let counts: HashMap<u64, u32> = files.iter().copied().filter(|(_, n)| *n > 0).collect();
+        if counts.is_empty() {
+            return Ok(());
+        }
+        for ino in counts.keys() {
+            *self.holders.entry(*ino).or_default() += 1;
+        }
+        self.clients.insert(client, Holder { counts, heard: now });
+        Ok(())
+    }
+
+    /// Drops the opens of every client not heard from for a lease before `now`: the clients
+    /// that went.
+    pub fn expire(&mut self, now: Instant) -> Vec<u64> {
+        let gone: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(_, h)| now.saturating_duration_since(h.heard) > LEASE)
+            .map(|(c, _)| *c)
+            .collect();
+        for c in &gone {
+            tracing::info!(
+                client = c,
+                "a client's lease ended; its open files are closed"
+            );
+            self.drop_client(*c);
+        }
+        gone
+    }
+
+    fn drop_client(&mut self, client: u64) {
+        if let Some(h) = self.clients.remove(&client) {
+            for ino in h.counts.keys() {
+                self.unhold(*ino);
+            }
+        }
+    }
+
+    fn unhold(&mut self, ino: u64) {
+        let n = self
+            .holders
+            .get_mut(&ino)
+            .expect("a file a client holds is counted among the held");
+        *n -= 1;
+        if *n == 0 {
+            self.holders.remove(&ino);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_held_while_any_client_has_it_open() {
+        let now = Instant::now();
+        let mut o = OpenFiles::default();
+        o.open(1, 10, now).unwrap();
+        o.open(1, 10, now).unwrap();
+        o.open(2, 10, now).unwrap();
+        o.close(1, 10, now);
+        assert!(o.is_held(10));
+        o.close(1, 10, now);
+        assert!(o.is_held(10), "client 2 still has it");
+        o.close(2, 10, now);
+        assert!(!o.is_held(10));
+        o.close(2, 10, now);
+        o.close(3, 10, now);
+        assert!(!o.is_held(10), "closes of what is not held change nothing");
+        assert!(o.clients.is_empty() && o.holders.is_empty());
+    }
+
+    #[test]
+    fn a_held_count_replaces_what_was_counted() {
+        let now = Instant::now();
+        let mut o = OpenFiles::default();
+        o.open(1, 10, now).unwrap();
+        o.open(1, 11, now).unwrap();
+        o.replace(1, &[(11, 2), (12, 1), (13, 0)], now).unwrap();
+        assert!(!o.is_held(10), "a lost close is made good");
+        assert!(o.is_held(11) && o.is_held(12) && !o.is_held(13));
+        o.close(1, 11, now);
+        assert!(o.is_held(11), "two opens, one close");
+        o.replace(1, &[], now).unwrap();
+        assert!(o.holders.is_empty());
+        let too_many: Vec<(u64, u32)> = (0..=MAX_HELD_FILES as u64).map(|i| (i, 1)).collect();
+        assert_eq!(o.replace(1, &too_many, now), Err(libc::E2BIG));
+    }
+
+    #[test]
+    fn a_client_not_heard_from_for_a_lease_holds_nothing() {
+        let t0 = Instant::now();
+        let mut o = OpenFiles::default();
+        o.open(1, 10, t0).unwrap();
+        o.open(2, 11, t0).unwrap();
+        o.heard(2, t0 + LEASE);
+        assert_eq!(o.expire(t0 + LEASE / 2), Vec::<u64>::new());
+        assert_eq!(o.expire(t0 + LEASE + Duration::from_secs(1)), vec![1]);
+        assert!(!o.is_held(10));
+        assert!(o.is_held(11), "client 2 renewed its lease");
+    }
+
+    #[test]
+    fn one_client_opens_at_most_the_limit_of_files() {
+        let now = Instant::now();
+        let mut o = OpenFiles::default();
+        let files: Vec<(u64, u32)> = (0..MAX_HELD_FILES as u64).map(|i| (i, 1)).collect();
+        o.replace(1, &files, now).unwrap();
+        assert_eq!(o.open(1, u64::MAX, now), Err(libc::EMFILE));
+        o.open(1, 0, now).unwrap();
+    }
+}
