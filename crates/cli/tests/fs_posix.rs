@@ -2,7 +2,8 @@
 //! behaviour with the errno of each refusal (ENOENT, EEXIST, ENOTEMPTY, EISDIR, ENOTDIR,
 //! EPERM, EINVAL, EXDEV), large directories, atomic renames, hard and symbolic links,
 //! attributes and extended attributes, sparse files, O_APPEND and truncation; per-directory
-//! and per-file layouts; two mounts seeing each other's changes and racing on one directory;
+//! and per-file layouts; two mounts seeing each other's changes and racing on one directory,
+//! locking against each other, and keeping a file one holds open while the other unlinks it;
 //! this crate's source tree copied in with `cp -a` and compared with `diff -r`; and kill -9 of
 //! the metadata server, of an OSD and of a mounted client in the middle of a metadata-heavy
 //! workload, after which every acknowledged file reads back whole.
@@ -349,6 +350,115 @@ fn open_unlinked(a: &Mount, b: &Mount, cluster: &Cluster, mon: &str) {
     wait_purged(cluster, mon, ino, Duration::from_secs(30));
 }
 
+/// Python's lock calls on `path`, as a process of its own (stopped after 120 s): `code` runs
+/// with `f` open on it (read and write) and `fcntl`, `os`, `struct`, `sys`, `time` imported.
+fn python_on(path: &Path, code: &str) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["120", "python3", "-c"])
+        .arg(format!(
+            "import fcntl, os, struct, sys, time\nf = open(sys.argv[1], 'r+')\n{code}"
+        ))
+        .arg(path);
+    c
+}
+
+/// A process holding a lock on `path` until it is stopped (or its stdin closes).
+struct LockHolder(Child);
+
+impl LockHolder {
+    /// Starts `code` (which takes the lock) and waits until it says it holds it.
+    fn start(path: &Path, code: &str) -> LockHolder {
+        let code = format!("{code}\nprint('locked', flush=True)\nsys.stdin.read()");
+        let mut child = python_on(path, &code)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line.trim(), "locked", "the holder did not get its lock");
+        LockHolder(child)
+    }
+
+    /// Lets go: the process exits and the kernel releases its locks.
+    fn stop(mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+/// What a python snippet printed; panics if it failed.
+fn python_says(path: &Path, code: &str) -> String {
+    let out = python_on(path, code).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// fcntl record locks and flock locks taken on one mount keep the other mount's processes out
+/// of what they cover, until released; a waiting lock is granted once the holder goes.
+fn locks_across_mounts(a: &Mount, b: &Mount) {
+    fs::write(a.path("records"), b"0123456789").unwrap();
+    fs::write(a.path("whole"), b"x").unwrap();
+    let holder = LockHolder::start(&a.path("records"), "fcntl.lockf(f, fcntl.LOCK_EX, 100, 0)");
+    let try_range = |start: u64, len: u64| {
+        python_says(
+            &b.path("records"),
+            &format!(
+                "try:\n fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, {len}, {start})\n print('ok')\n\
+                 except BlockingIOError:\n print('busy')"
+            ),
+        )
+    };
+    assert_eq!(
+        try_range(50, 10),
+        "busy",
+        "inside the other mount's record lock"
+    );
+    assert_eq!(try_range(100, 100), "ok", "beside it");
+    let in_the_way = python_says(
+        &b.path("records"),
+        "q = struct.pack('hhqqi', fcntl.F_WRLCK, 0, 0, 0, 0)\n\
+         r = struct.unpack('hhqqi', fcntl.fcntl(f, fcntl.F_GETLK, q))\n\
+         print(r[0] == fcntl.F_WRLCK, r[2], r[3])",
+    );
+    assert_eq!(
+        in_the_way, "True 0 100",
+        "F_GETLK names the other mount's lock"
+    );
+    holder.stop();
+    assert_eq!(try_range(50, 10), "ok", "released when its holder exited");
+
+    let holder = LockHolder::start(&a.path("whole"), "fcntl.flock(f, fcntl.LOCK_EX)");
+    let busy = python_says(
+        &b.path("whole"),
+        "try:\n fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n print('ok')\n\
+         except BlockingIOError:\n print('busy')",
+    );
+    assert_eq!(busy, "busy");
+    let waiter = python_on(
+        &b.path("whole"),
+        "t = time.time()\nfcntl.flock(f, fcntl.LOCK_EX)\nprint('waited', time.time() - t)",
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    holder.stop();
+    let out = waiter.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.starts_with("waited"), "{said}");
+    let waited: f64 = said.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(
+        waited >= 1.5,
+        "the waiter waited for the holder ({waited} s)"
+    );
+}
+
 /// Per-directory and per-file layouts through CephFS's virtual attributes: files made under a
 /// directory with a 64 KiB layout lie in 64 KiB objects of the data pool; a file's own layout
 /// changes only while it is empty; bad values are refused with EINVAL.
@@ -579,6 +689,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     let b = Mount::new(&cluster, &mon, "mnt-b");
     two_mounts(&a, &b);
     open_unlinked(&a, &b, &cluster, &mon);
+    locks_across_mounts(&a, &b);
     tree_copy(&a);
 
     // kill -9 of the metadata server mid-workload; a new one resumes from the journal.
@@ -636,8 +747,25 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     let held_by_the_dead = File::open(b.path("held-by-the-dead")).unwrap();
     let dead_ino = held_by_the_dead.metadata().unwrap().ino();
     fs::remove_file(a.path("held-by-the-dead")).unwrap();
+    fs::write(a.path("locked-by-the-dead"), b"x").unwrap();
+    let dead_lock = LockHolder::start(
+        &b.path("locked-by-the-dead"),
+        "fcntl.flock(f, fcntl.LOCK_EX)",
+    );
     b.kill();
     drop(held_by_the_dead);
+    let waited = python_says(
+        &a.path("locked-by-the-dead"),
+        "t = time.time()\nfcntl.flock(f, fcntl.LOCK_EX)\nprint(time.time() - t)",
+    );
+    let waited: f64 = waited.parse().unwrap();
+    assert!(
+        waited < 60.0,
+        "a dead client's lock goes with its 30 s lease, not {waited} s later"
+    );
+    let mut dead_lock = dead_lock;
+    let _ = dead_lock.0.kill();
+    let _ = dead_lock.0.wait();
     let c = Mount::new(&cluster, &mon, "mnt-c");
     let mut back = Vec::new();
     File::open(c.path("before-client-crash"))

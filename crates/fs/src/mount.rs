@@ -857,10 +857,15 @@ impl Filesystem for CairnFs {
         _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.spawn(|c| async move { reply_empty(reply, c.report(ino.0).await) });
+        // A close releases the process's record locks on the file (POSIX); the kernel leaves
+        // that to the file system, through the owner it names here.
+        self.spawn(|c| async move {
+            c.holds.release_locks(ino.0, lock_owner.0).await;
+            reply_empty(reply, c.report(ino.0).await)
+        });
     }
 
     fn release(
