@@ -883,8 +883,8 @@ impl Filesystem for CairnFs {
                 c.holds.release_locks(ino.0, owner.0).await;
             }
             let reported = c.report(ino.0).await;
+            reply_empty(reply, reported);
             c.holds.close(ino.0).await;
-            reply_empty(reply, reported)
         });
     }
 
