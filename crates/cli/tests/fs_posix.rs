@@ -5,8 +5,9 @@
 //! and per-file layouts; two mounts seeing each other's changes and racing on one directory,
 //! locking against each other, and keeping a file one holds open while the other unlinks it;
 //! this crate's source tree copied in with `cp -a` and compared with `diff -r`; and kill -9 of
-//! the metadata server, of an OSD and of a mounted client in the middle of a metadata-heavy
-//! workload, after which every acknowledged file reads back whole.
+//! the metadata server (a replacement on its address, then a standby on another, taking
+//! over), of an OSD and of a mounted client in the middle of a metadata-heavy workload, after
+//! which every acknowledged file reads back whole.
 
 mod common;
 
@@ -720,15 +721,52 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     let kept_ino = kept_open.metadata().unwrap().ino();
     fs::remove_file(b.path("kept-open")).unwrap();
     let restarted = Mutex::new(None);
-    let mut restarted_at = Instant::now();
     let done = under_workload(&a, "mds-crash", || {
         signal("-9", mds_pid);
         wait_exited(mds_pid);
         *restarted.lock().unwrap() = Some(replacement.go());
-        restarted_at = Instant::now();
     });
     verify(&a, "mds-crash", &done);
     verify(&b, "mds-crash", &done);
+
+    // A standby on another address takes over from a killed active one by itself.
+    let standby_addr = format!("127.0.0.1:{}", free_port());
+    let mut standby = cluster.start(
+        "mds-standby.log",
+        &[
+            "--keyring",
+            &keyring,
+            "mds",
+            "--mon",
+            &mon,
+            "--fs",
+            "cairnfs",
+            "--listen",
+            &standby_addr,
+        ],
+    );
+    let standby_log = cluster.dir.join("mds-standby.log");
+    let said = |what: &str| {
+        fs::read_to_string(&standby_log)
+            .unwrap_or_default()
+            .contains(what)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !said("standing by") {
+        assert!(Instant::now() < deadline, "the second MDS did not stand by");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!said("serving on"), "two active metadata servers");
+    let active_pid = restarted.lock().unwrap().as_ref().unwrap().id();
+    let mut restarted_at = Instant::now();
+    let done = under_workload(&a, "standby", || {
+        signal("-9", active_pid);
+        wait_exited(active_pid);
+        restarted_at = Instant::now();
+    });
+    assert!(said(&format!("serving on {standby_addr}")));
+    verify(&a, "standby", &done);
+    verify(&b, "standby", &done);
 
     // kill -9 of an OSD mid-workload: writes go on with the other copies.
     let osd_pid = daemon_pid(&cluster.dir, "osd1");
@@ -780,7 +818,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     kept_open.read_to_end(&mut back).unwrap();
     assert_eq!(
         back, kept,
-        "held open across the MDS's restart and its orphan sweep"
+        "held open across two new MDSs and their orphan sweeps"
     );
     drop(kept_open);
     wait_purged(&cluster, &mon, kept_ino, Duration::from_secs(30));
@@ -790,4 +828,6 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         let _ = child.kill();
         let _ = child.wait();
     }
+    let _ = standby.kill();
+    let _ = standby.wait();
 }

@@ -9,6 +9,7 @@
 #![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
+pub mod lease;
 pub mod mon;
 pub mod service;
 pub mod tickets;

@@ -3,6 +3,7 @@
 //! answers clients' metadata requests; clients mount it through FUSE and read and write file
 //! data straight on the OSDs, striped over objects of a data pool.
 
+pub mod active;
 pub mod backing;
 pub mod data;
 pub mod error;

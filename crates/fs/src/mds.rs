@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_auth::OsdAccess;
+use cairn_client::lease::{Lease, LeaseError};
 use cairn_client::service::{fetch_service_secret, ServiceSecret, TicketAuthorizer};
 use cairn_client::tickets::ClientAuth;
 use cairn_client::{Client, ClientError};
@@ -27,6 +28,7 @@ use cairn_msgr::Limits;
 use cairn_proto::mds::{MdsAnswer, MdsOp, MdsReply, MdsRequest, MSG_MDS_REPLY, MSG_MDS_REQUEST};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::active;
 use crate::backing::{self, metadata_pool, JOURNAL_OBJECT};
 use crate::error::FsError;
 use crate::journal::{self, Record};
@@ -225,10 +227,14 @@ async fn apply_loop(
     pool: String,
     mut work: mpsc::UnboundedReceiver<ApplyWork>,
     purge: Arc<Notify>,
+    lease: Arc<Lease>,
 ) -> FsError {
     while let Some(w) = work.recv().await {
         match w {
             ApplyWork::Updates(updates) => {
+                if let Err(e) = lease.check().await {
+                    return not_active(e);
+                }
                 if let Err(e) = backing::apply(&client, &pool, &updates).await {
                     return e;
                 }
@@ -249,6 +255,8 @@ async fn apply_loop(
 /// applied.
 struct Committer {
     client: Arc<Client>,
+    /// The lease that makes this MDS the active one: checked before every append.
+    lease: Arc<Lease>,
     pool: String,
     journal_bytes: u64,
     applier: mpsc::UnboundedSender<ApplyWork>,
@@ -256,6 +264,7 @@ struct Committer {
 
 impl Committer {
     async fn commit(&mut self, batch: Vec<Pending>) -> Result<(), FsError> {
+        self.lease.check().await.map_err(not_active)?;
         let mut bytes = Vec::new();
         for r in batch.iter().filter_map(|p| p.record.as_ref()) {
             journal::encode(r, &mut bytes);
@@ -332,6 +341,7 @@ pub async fn run(
     let client = Arc::new(client);
     let meta = metadata_pool(&cfg.fs);
     let info = backing::read_info(&client, &meta).await?;
+    let lease = active::become_active(client.clone(), &meta, &cfg.fs).await?;
     let mut answered = Answered::default();
     let mut ns = recover(&client, &meta, &mut answered).await?;
     ns.set_data_pool(&info.data_pool);
@@ -371,9 +381,16 @@ pub async fn run(
     });
 
     let (to_applier, apply_work) = mpsc::unbounded_channel();
-    let mut applier = tokio::spawn(apply_loop(client.clone(), meta.clone(), apply_work, purge));
+    let mut applier = tokio::spawn(apply_loop(
+        client.clone(),
+        meta.clone(),
+        apply_work,
+        purge,
+        lease.clone(),
+    ));
     let mut idle = Some(Committer {
         client: client.clone(),
+        lease: lease.clone(),
         pool: meta.clone(),
         journal_bytes: 0,
         applier: to_applier,
@@ -399,6 +416,7 @@ pub async fn run(
             }
             tokio::select! {
                 _ = &mut shutdown => break Ok(()),
+                why = active::lost(&lease) => break Err(FsError::Mds(format!("no longer the active metadata server: {why}"))),
                 failed = &mut applier => break Err(match failed {
                     Ok(e) => e,
                     Err(e) => FsError::Mds(format!("the applier failed: {e}")),
@@ -486,7 +504,17 @@ pub async fn run(
     acceptor.abort();
     purger.abort();
     applier.abort();
+    if result.is_ok() {
+        if let Err(e) = lease.release().await {
+            tracing::warn!(error = %e, "releasing the active lease; a standby waits it out");
+        }
+    }
     result
+}
+
+/// A lease failure: this MDS may not go on writing.
+fn not_active(e: LeaseError) -> FsError {
+    FsError::Mds(format!("no longer the active metadata server: {e}"))
 }
 
 /// What one client holds (open files, locks) as one of its requests changes it.
