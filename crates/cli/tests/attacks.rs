@@ -208,6 +208,7 @@ fn replica_remove(map: &cairn_clustermap::ClusterMap, object: &str) -> Vec<u8> {
         },
         data_crc: 0,
         background: false,
+        client: 0,
     };
     cairn_proto::encode(&header, &[]).to_vec()
 }

@@ -3,7 +3,8 @@
 //! apart), the seed's figures beside the seed's own cases, a CSV row per client, a plot per
 //! run, and no cluster left running; bad arguments are refused before anything starts. Its IOR
 //! part reads files per process and a shared file under FIFO, ORR and TRR, a row per policy
-//! and case with each one's ratio to FIFO, a plot per case.
+//! and case with each one's ratio to FIFO, a plot per case. Its TBF part caps half of the
+//! clients by id, then every client's writes, and each capped group stays near its limit.
 
 mod common;
 
@@ -21,7 +22,9 @@ fn the_nrs_study_measures_each_client_under_each_policy() {
         (vec!["--cases", "3"], "CLIENTSxSTREAMS"),
         (vec!["--ops", "append"], "`write` or `read`"),
         (vec!["--block-kib", "2"], "--block-kib"),
-        (vec!["--parts", "nope"], "`crrn` or `ior`"),
+        (vec!["--parts", "nope"], "`crrn`, `ior` or `tbf`"),
+        (vec!["--tbf-rate-rps", "0"], "--tbf-rate-rps"),
+        (vec!["--tbf-clients", "1"], "--tbf-clients"),
         (vec!["--ior-cases", "fpp-1"], "CLIENTSxTHREADS"),
         (vec!["--ior-policies", "orr-log-0"], "quantum"),
         (
@@ -150,6 +153,73 @@ fn the_ior_part_reads_under_each_policy_and_reports_against_fifo() {
         "the crrn part was not asked for"
     );
     for name in ["nrs-ior-fpp-2x2.png", "nrs-ior-ssf-2x2.png"] {
+        assert!(out.join(name).exists(), "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn the_tbf_part_caps_what_its_rules_match() {
+    let work = std::env::temp_dir().join(format!("cairn-study-tbf-{}", std::process::id()));
+    let out = std::env::temp_dir().join(format!("cairn-study-tbf-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&out);
+    let (w, o) = (work.display().to_string(), out.display().to_string());
+    let (ok, text) = cairn(&[
+        "study",
+        "nrs",
+        "--work-dir",
+        &w,
+        "--out-dir",
+        &o,
+        "--osds",
+        "2",
+        "--profile",
+        "none",
+        "--device-mib",
+        "4096",
+        "--pg-num",
+        "16",
+        "--parts",
+        "tbf",
+        "--tbf-clients",
+        "4",
+        "--tbf-streams",
+        "2",
+        "--tbf-rate-rps",
+        "4",
+        "--block-kib",
+        "64",
+        "--object-mib",
+        "1",
+        "--seconds",
+        "4",
+        "--warmup-s",
+        "2",
+    ]);
+    if work.join("pids").exists() {
+        cairn(&["down", "--dir", &w]);
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(ok, "{text}");
+    let report = std::fs::read_to_string(out.join("nrs-tbf.md")).unwrap();
+    let rows: Vec<Vec<&str>> = report
+        .lines()
+        .filter(|l| l.starts_with("| by-"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "two cases, two groups each: {report}");
+    // 4 requests a second of 64 KiB on each of 2 OSDs: 0.5 MiB/s per capped client.
+    for r in &rows {
+        let tbf: f64 = r[5].parse().unwrap();
+        assert!(tbf > 0.0, "every group moved data under tbf: {r:?}");
+        if r[2].contains("capped") {
+            assert_eq!(r[6], "0.5", "{r:?}");
+            let share: f64 = r[7].parse().unwrap();
+            assert!(share <= 1.5, "a capped group stays near its limit: {r:?}");
+        }
+    }
+    for name in ["nrs-tbf-by-client.png", "nrs-tbf-by-op.png"] {
         assert!(out.join(name).exists(), "{name}");
     }
     let _ = std::fs::remove_dir_all(&out);

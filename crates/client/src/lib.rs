@@ -806,6 +806,7 @@ impl Client {
                     reqid,
                     assert_version,
                     background: in_background_scope(),
+                    client: self.id,
                 };
                 sender
                     .send_data(

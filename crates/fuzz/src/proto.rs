@@ -67,6 +67,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
         reqid: Some(cairn_proto::ReqId { client: 9, seq: 1 }),
         assert_version: None,
         background: false,
+        client: 9,
     };
     let rep = RepOpHeader {
         tid: 2,
@@ -78,6 +79,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
         entry,
         data_crc: 0,
         background: false,
+        client: 9,
     };
     let peer = PeerRequest {
         tid: 4,

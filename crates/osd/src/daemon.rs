@@ -558,6 +558,15 @@ fn refused_op(s: &Shared, peer: Option<&AuthPeer>, op: &OpHeader) -> Option<Stri
     crate::auth::refusal(peer, crate::auth::Need::Pool(&pool, access))
 }
 
+/// The client id an op is scheduled as: the one it names, or its session's where it names
+/// none.
+fn scheduled_as(named: u64, session: u64) -> u64 {
+    match named {
+        0 => session,
+        id => id,
+    }
+}
+
 async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
     let sender = session.sender();
     let client = session.id();
@@ -612,7 +621,8 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                 let data = received(data, data_crc);
                 s.spawn(async move {
                     // Boxed: the op's future is large, and spawning moves the task by value.
-                    let (h, body) = Box::pin(primary::client_op(s2, client, op, data)).await;
+                    let who = scheduled_as(op.client, client);
+                    let (h, body) = Box::pin(primary::client_op(s2, who, op, data)).await;
                     let crc = h.data_crc;
                     let _ = out
                         .send_data(MSG_OSD_OP_REPLY, encode(&h, &[]), body, Some(crc))
@@ -631,7 +641,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                     };
                 let (s2, out) = (s.clone(), sender.clone());
                 let work = primary::client_work(
-                    client,
+                    scheduled_as(rep.client, client),
                     &rep.object,
                     &rep.kind,
                     data.len() as u64,

@@ -516,6 +516,7 @@ async fn write(
         entry,
         data_crc: op.data_crc,
         background: op.background,
+        client: op.client,
     };
     // Queued in the store and sent to the replicas under the lock (version order), awaited
     // after it.

@@ -163,6 +163,7 @@ mod tests {
             }),
             assert_version: Some(3 << 32 | 4),
             background: false,
+            client: 13,
         };
         let (back, data) = decode::<OpHeader>(&encode(&h, b"tail")).unwrap();
         assert_eq!((back, &data[..]), (h.clone(), &b"tail"[..]));

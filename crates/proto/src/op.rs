@@ -152,6 +152,11 @@ pub struct OpHeader {
     /// and its replica writes, in the best-effort class instead of the client class.
     #[serde(default)]
     pub background: bool,
+    /// The sending client's id (the one it connected as): what the OSDs' schedulers group and
+    /// match its requests by (CRR-N's queues, TBF's `client=` rules), the same on every OSD.
+    /// 0 from a client that does not say: its session's id stands in.
+    #[serde(default)]
+    pub client: u64,
 }
 
 /// Header of a replica write: the primary's resolved operation and its PG log entry.
@@ -176,6 +181,9 @@ pub struct RepOpHeader {
     /// The client op was background work ([`OpHeader::background`]).
     #[serde(default)]
     pub background: bool,
+    /// The client op's [`OpHeader::client`]: replicas schedule the write as that client's.
+    #[serde(default)]
+    pub client: u64,
 }
 
 /// Result codes.

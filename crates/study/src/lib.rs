@@ -12,6 +12,7 @@ pub mod cache;
 pub mod dilated;
 pub mod nrs;
 pub mod nrs_ior;
+pub mod nrs_tbf;
 pub mod plot;
 pub mod recovery;
 pub mod seed000;

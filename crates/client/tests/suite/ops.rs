@@ -313,6 +313,7 @@ async fn repop_of_interval_zero(
         },
         data_crc: crc_fast::crc32_iscsi(data),
         background: false,
+        client: 0,
     };
     let les = match repop(session, &h, data).await {
         OpResult::Failed(why) => why.rsplit(' ').next().unwrap().parse().unwrap(),

@@ -36,6 +36,7 @@ fn append(c: &Cluster, tid: u64, name: &str, data: &[u8], reqid: ReqId) -> OpHea
         reqid: Some(reqid),
         assert_version: None,
         background: false,
+        client: 0,
     }
 }
 

@@ -15,6 +15,7 @@ use cairn_proto::mon::Request;
 use cairn_qos::config::PolicyConfig;
 use cairn_study::nrs::{self, ClientResult, NrsRun};
 use cairn_study::nrs_ior::{self, IorCase, IorRun};
+use cairn_study::nrs_tbf;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -23,6 +24,7 @@ use crate::mon_link::up_osds;
 use crate::plot::{bar_chart, Bar};
 
 use super::nrs_ior::{run_case, write_files, IorPlan};
+use super::nrs_tbf::{run_tbf, TbfPlan};
 
 /// The pool the streams write to (one copy, as a Lustre OST keeps one).
 pub(super) const POOL: &str = "nrs";
@@ -73,10 +75,19 @@ pub struct NrsStudyArgs {
     /// files' object size).
     #[arg(long = "object-mib", default_value_t = 16)]
     object_mib: u64,
-    /// Parts of the study, comma-separated: `crrn` (dd streams under CRR-N) and `ior` (IOR
-    /// reads under ORR and TRR).
-    #[arg(long, value_delimiter = ',', default_value = "crrn,ior")]
+    /// Parts of the study, comma-separated: `crrn` (dd streams under CRR-N), `ior` (IOR
+    /// reads under ORR and TRR) and `tbf` (TBF rules by client and by operation).
+    #[arg(long, value_delimiter = ',', default_value = "crrn,ior,tbf")]
     parts: Vec<String>,
+    /// Clients of the TBF part (half of them capped, or writing).
+    #[arg(long = "tbf-clients", default_value_t = 10)]
+    tbf_clients: usize,
+    /// Streams per client in the TBF part.
+    #[arg(long = "tbf-streams", default_value_t = 4)]
+    tbf_streams: usize,
+    /// The TBF rule's rate: requests a second per client on each OSD.
+    #[arg(long = "tbf-rate-rps", default_value_t = 5.0)]
+    tbf_rate_rps: f64,
     /// IOR cases, comma-separated: `fpp-CxT` (file per process) or `ssf-CxT` (a shared file),
     /// C clients of T threads.
     #[arg(
@@ -140,6 +151,18 @@ impl NrsStudyArgs {
         Ok((cases, policies))
     }
 
+    fn tbf_plan(&self) -> TbfPlan {
+        TbfPlan {
+            block: self.block_kib * 1024,
+            object_bytes: self.object_mib << 20,
+            streams: self.tbf_streams,
+            rate_rps: self.tbf_rate_rps,
+            osds: self.osds,
+            warmup: Duration::from_secs(self.warmup_s),
+            seconds: self.seconds,
+        }
+    }
+
     fn ior_plan(&self) -> IorPlan {
         IorPlan {
             block: self.block_kib * 1024,
@@ -154,9 +177,15 @@ impl NrsStudyArgs {
 
     fn check(&self) -> anyhow::Result<Vec<(String, Vec<usize>)>> {
         for p in &self.parts {
-            if p != "crrn" && p != "ior" {
-                bail!("a part is `crrn` or `ior`, not `{p}`");
+            if !["crrn", "ior", "tbf"].contains(&p.as_str()) {
+                bail!("a part is `crrn`, `ior` or `tbf`, not `{p}`");
             }
+        }
+        if !(2..=64).contains(&self.tbf_clients) || !(1..=64).contains(&self.tbf_streams) {
+            bail!("--tbf-clients is 2..=64 and --tbf-streams 1..=64");
+        }
+        if !(self.tbf_rate_rps.is_finite() && (0.1..=100_000.0).contains(&self.tbf_rate_rps)) {
+            bail!("--tbf-rate-rps is 0.1..=100000");
         }
         for p in &self.policies {
             PolicyConfig::by_name(p).map_err(|e| anyhow::anyhow!("policy `{p}`: {e}"))?;
@@ -196,21 +225,28 @@ fn run_tag(policy: &str, case: &str) -> String {
 }
 
 /// The name of object `index` of a stream.
-fn object_name(tag: &str, client: usize, stream: usize, index: u64) -> String {
+pub(super) fn object_name(tag: &str, client: usize, stream: usize, index: u64) -> String {
     format!("{tag}-c{client}-s{stream}-{index}")
 }
 
 /// What a stream works on: fresh objects to write (named by their index), or the objects a
 /// write run left, read round and round.
-enum Objects {
-    Write { client: usize, stream: usize },
+pub(super) enum Objects {
+    /// Fresh objects of this client's stream.
+    Write {
+        /// The client's index.
+        client: usize,
+        /// The stream's index.
+        stream: usize,
+    },
+    /// These objects, read round and round.
     Read(Vec<String>),
 }
 
 /// One stream: writes (or reads back) `block`-sized pieces until `stop`, counting bytes in
 /// `counter`; a writer leaves in `written` how many objects it began.
 #[allow(clippy::too_many_arguments)]
-async fn stream(
+pub(super) async fn stream(
     client: Arc<Client>,
     objects: Objects,
     tag: String,
@@ -437,8 +473,10 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
         std::env::temp_dir().join(format!("cairn-study-nrs-{}", std::process::id()))
     });
     let profile = (args.profile != "none").then_some(args.profile.as_str());
-    let total =
-        args.policies.len() * cases.len() * args.ops.len() + ior_policies.len() * ior_cases.len();
+    let tbf_runs = if args.runs_part("tbf") { 4 } else { 0 };
+    let total = args.policies.len() * cases.len() * args.ops.len()
+        + ior_policies.len() * ior_cases.len()
+        + tbf_runs;
     let bar = ProgressBar::new(total as u64);
     bar.set_style(ProgressStyle::with_template(
         "{elapsed_precise} {bar:30} {pos}/{len} {msg}",
@@ -465,11 +503,14 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(_, s)| s.len())
             .chain(ior_cases.iter().map(|c| c.clients))
+            .chain((tbf_runs > 0).then_some(args.tbf_clients))
             .max()
             .unwrap_or(0);
         let mut clients = Vec::new();
+        let mut ids = Vec::new();
         for _ in 0..most {
             let id = cairn_client::random_client_id();
+            ids.push(id);
             clients.push(Arc::new(
                 Client::connect_as(cluster.mon, id, Some(cluster.admin()?)).await?,
             ));
@@ -542,9 +583,15 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        anyhow::Ok((runs, ior_runs))
+        let mut tbf_rows = Vec::new();
+        if tbf_runs > 0 {
+            let plan = args.tbf_plan();
+            let n = args.tbf_clients;
+            tbf_rows = run_tbf(&plan, &admin, &clients[..n], &ids[..n], &bar).await?;
+        }
+        anyhow::Ok((runs, ior_runs, tbf_rows))
     });
-    let (runs, ior_runs) = match runs {
+    let (runs, ior_runs, tbf_rows) = match runs {
         Ok(r) => r,
         Err(e) => {
             bar.abandon();
@@ -567,6 +614,9 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
     );
     if !ior_runs.is_empty() {
         write_ior_report(&args, &ior_runs)?;
+    }
+    if !tbf_rows.is_empty() {
+        write_tbf_report(&args, &tbf_rows)?;
     }
     if runs.is_empty() {
         println!("wrote {}", args.out_dir.display());
@@ -639,6 +689,55 @@ fn write_ior_report(args: &NrsStudyArgs, runs: &[IorRun]) -> anyhow::Result<()> 
         let title = format!("IOR {name} read: MiB/s per policy (line: fifo)");
         bar_chart(
             &args.out_dir.join(format!("nrs-ior-{name}.png")),
+            &title,
+            "MiB/s",
+            &bars,
+        )?;
+    }
+    println!("{table}");
+    Ok(())
+}
+
+/// Writes `nrs-tbf.md` (each group under FIFO and TBF beside the rule's limit) and a plot per
+/// case.
+fn write_tbf_report(args: &NrsStudyArgs, rows: &[nrs_tbf::TbfRow]) -> anyhow::Result<()> {
+    let setup = format!(
+        "{} OSD processes ({}), one pool of one copy and {} PGs; {} clients, each its own \
+         cluster client, of {} dd streams ({} KiB blocks into objects of {} MiB); by client: \
+         every client writes and a rule `client={{...}}` caps half of them; by op: half of the \
+         clients write, half read, and a rule `op=write` caps the writes; each rule at {} \
+         requests a second per client on each OSD (each OSD enforces it alone, so the limit is \
+         the rate times the block times the OSDs); {} s measured after {} s of warm-up.",
+        args.osds,
+        args.profile,
+        args.pg_num,
+        args.tbf_clients,
+        args.tbf_streams,
+        args.block_kib,
+        args.object_mib,
+        args.tbf_rate_rps,
+        args.seconds,
+        args.warmup_s
+    );
+    let table = nrs_tbf::render_markdown(&setup, rows);
+    std::fs::write(args.out_dir.join("nrs-tbf.md"), &table)?;
+    for case in [nrs_tbf::TbfCase::ByClient, nrs_tbf::TbfCase::ByOp] {
+        let limit = rows
+            .iter()
+            .find_map(|r| r.limit_mib_s.filter(|_| r.case == case))
+            .unwrap_or(0.0);
+        let bars: Vec<Bar> = rows
+            .iter()
+            .filter(|r| r.case == case)
+            .map(|r| Bar {
+                label: format!("{} {}", r.group, r.policy),
+                value: r.mean(),
+                target: limit,
+            })
+            .collect();
+        let title = format!("TBF {}: MiB/s per client (line: the limit)", case.name());
+        bar_chart(
+            &args.out_dir.join(format!("nrs-tbf-{}.png", case.name())),
             &title,
             "MiB/s",
             &bars,
