@@ -765,6 +765,13 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         restarted_at = Instant::now();
     });
     assert!(said(&format!("serving on {standby_addr}")));
+    let (ok, status) = cluster.cairn(&["fs", "status", "--mon", &mon, "cairnfs"]);
+    assert!(ok, "{status}");
+    assert!(
+        status.contains(&format!("active metadata server: {standby_addr}"))
+            && status.contains("inodes: "),
+        "{status}"
+    );
     verify(&a, "standby", &done);
     verify(&b, "standby", &done);
 

@@ -17,5 +17,6 @@ pub mod mount;
 pub mod namespace;
 pub mod opens;
 pub mod space;
+pub mod status;
 
 pub use error::FsError;

@@ -1,5 +1,5 @@
-//! `cairn fs new|mount` (a POSIX file system over the cluster, mounted through FUSE) and
-//! `cairn mds` (its metadata server daemon).
+//! `cairn fs new|mount|status` (a POSIX file system over the cluster, mounted through FUSE)
+//! and `cairn mds` (its metadata server daemon).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +41,11 @@ enum FsCmd {
         name: String,
         /// An existing empty directory.
         mountpoint: PathBuf,
+    },
+    /// Shows a file system's pools, its active metadata server and its totals.
+    Status {
+        /// The file system.
+        name: String,
     },
 }
 
@@ -90,6 +95,26 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                     cairn_fs::backing::data_pool(&name)
                 ),
                 false => println!("file system '{name}' exists"),
+            }
+            anyhow::Ok(())
+        }),
+        FsCmd::Status { name } => crate::runtime::command()?.block_on(async {
+            let client = Arc::new(crate::mon_link::connect(args.mon).await?);
+            let st = cairn_fs::status::status(client, &name).await?;
+            println!(
+                "file system {name}: metadata pool {}, data pool {}",
+                st.info.metadata_pool, st.info.data_pool
+            );
+            match (&st.lease, &st.mds_addr) {
+                (Some(holder), Some(addr)) => println!("active metadata server: {addr}, {holder}"),
+                (None, Some(addr)) => {
+                    println!("no active metadata server (the last served on {addr})")
+                }
+                (_, None) => println!("no metadata server has started"),
+            }
+            match st.totals {
+                Some((files, bytes)) => println!("inodes: {files}, bytes in files: {bytes}"),
+                None => println!("totals: the metadata server does not answer"),
             }
             anyhow::Ok(())
         }),
