@@ -5,7 +5,8 @@
 //! Clients say `Open` and `Close` as they go, and every few seconds `Held` with their whole
 //! count, which replaces what was counted (an open or close lost with a session, or all of
 //! them after an MDS restart) and renews the client's lease. A client not heard from for a
-//! lease holds nothing any more: a dead client keeps no orphan for longer than that.
+//! lease holds nothing any more: a dead client keeps no orphan (and, through the caller, no
+//! lock) for longer than that.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -16,6 +17,9 @@ use cairn_proto::mds::MAX_HELD_FILES;
 pub const LEASE: Duration = Duration::from_secs(30);
 /// How often a client with open files sends its `Held` count: a few times per lease.
 pub const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// Most clients known at once (heard from within a lease); past it a new client's opens are
+/// refused (EMFILE) until others' leases pass.
+pub const MAX_CLIENTS: usize = 1 << 16;
 
 /// One client's opens.
 #[derive(Debug)]
@@ -38,15 +42,27 @@ impl OpenFiles {
         self.holders.contains_key(&ino)
     }
 
-    /// Notes that `client` was heard from at `now` (its lease renewed).
+    /// Notes that `client` was heard from at `now` (its lease renewed, or begun): a client
+    /// is known until a lease passes without word from it, whatever it holds.
     pub fn heard(&mut self, client: u64, now: Instant) {
-        if let Some(h) = self.clients.get_mut(&client) {
-            h.heard = now;
+        if !self.clients.contains_key(&client) && self.clients.len() >= MAX_CLIENTS {
+            return;
         }
+        self.clients
+            .entry(client)
+            .or_insert_with(|| Holder {
+                counts: HashMap::new(),
+                heard: now,
+            })
+            .heard = now;
     }
 
-    /// `client` opened `ino` once more (EMFILE past [`MAX_HELD_FILES`] files).
+    /// `client` opened `ino` once more (EMFILE past [`MAX_HELD_FILES`] files, or for a new
+    /// client past [`MAX_CLIENTS`]).
     pub fn open(&mut self, client: u64, ino: u64, now: Instant) -> Result<(), i32> {
+        if !self.clients.contains_key(&client) && self.clients.len() >= MAX_CLIENTS {
+            return Err(libc::EMFILE);
+        }
         let h = self.clients.entry(client).or_insert_with(|| Holder {
             counts: HashMap::new(),
             heard: now,
@@ -77,9 +93,6 @@ impl OpenFiles {
             return;
         }
         h.counts.remove(&ino);
-        if h.counts.is_empty() {
-            self.clients.remove(&client);
-        }
         self.unhold(ino);
     }
 
@@ -89,11 +102,11 @@ impl OpenFiles {
         if files.len() > MAX_HELD_FILES {
             return Err(libc::E2BIG);
         }
+        if !self.clients.contains_key(&client) && self.clients.len() >= MAX_CLIENTS {
+            return Err(libc::EMFILE);
+        }
         self.drop_client(client);
         let counts: HashMap<u64, u32> = files.iter().copied().filter(|(_, n)| *n > 0).collect();
-        if counts.is_empty() {
-            return Ok(());
-        }
         for ino in counts.keys() {
             *self.holders.entry(*ino).or_default() += 1;
         }
@@ -160,7 +173,11 @@ mod tests {
         o.close(2, 10, now);
         o.close(3, 10, now);
         assert!(!o.is_held(10), "closes of what is not held change nothing");
-        assert!(o.clients.is_empty() && o.holders.is_empty());
+        assert!(o.holders.is_empty());
+        assert!(
+            o.clients.contains_key(&1) && !o.clients.contains_key(&3),
+            "a client is known until its lease passes"
+        );
     }
 
     #[test]
@@ -191,6 +208,22 @@ mod tests {
         assert_eq!(o.expire(t0 + LEASE + Duration::from_secs(1)), vec![1]);
         assert!(!o.is_held(10));
         assert!(o.is_held(11), "client 2 renewed its lease");
+    }
+
+    #[test]
+    fn at_most_the_limit_of_clients_are_known() {
+        let now = Instant::now();
+        let mut o = OpenFiles::default();
+        for c in 0..MAX_CLIENTS as u64 {
+            o.heard(c, now);
+        }
+        o.heard(u64::MAX, now);
+        assert_eq!(o.clients.len(), MAX_CLIENTS);
+        assert_eq!(o.open(u64::MAX, 1, now), Err(libc::EMFILE));
+        assert_eq!(o.replace(u64::MAX, &[(1, 1)], now), Err(libc::EMFILE));
+        o.open(0, 1, now).unwrap();
+        assert_eq!(o.expire(now + LEASE * 2).len(), MAX_CLIENTS);
+        o.open(u64::MAX, 1, now + LEASE * 2).unwrap();
     }
 
     #[test]
