@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cairn_proto::mds::{Attr, LockKind, LockSpec, MdsAnswer, MdsOp};
+use cairn_proto::mds::{Attr, LockSpec, MdsAnswer, MdsOp};
 use tokio::sync::RwLock;
 
 use crate::link::MdsLink;
@@ -109,14 +109,7 @@ impl Holds {
         if !held {
             return;
         }
-        let whole = LockSpec {
-            owner,
-            start: 0,
-            end: u64::MAX,
-            kind: LockKind::Unlock,
-            pid: 0,
-        };
-        if let Err(e) = self.set_lock(ino, whole).await {
+        if let Err(e) = self.set_lock(ino, LockSpec::unlock_all(owner)).await {
             tracing::warn!(ino, errno = e, "releasing the locks of a closed file");
         }
     }

@@ -108,14 +108,7 @@ impl Locks {
     /// Releases every lock `owner` of `client` holds on `ino` (the file it locked through was
     /// closed).
     pub fn release_owner(&mut self, ino: u64, client: u64, owner: u64) {
-        let whole = LockSpec {
-            owner,
-            start: 0,
-            end: u64::MAX,
-            kind: LockKind::Unlock,
-            pid: 0,
-        };
-        let released = self.set(ino, client, whole);
+        let released = self.set(ino, client, LockSpec::unlock_all(owner));
         assert_eq!(released, Ok(()), "an unlock is never refused");
     }
 

@@ -320,6 +320,19 @@ pub struct LockSpec {
     pub pid: u32,
 }
 
+impl LockSpec {
+    /// The release of everything `owner` holds on a file.
+    pub fn unlock_all(owner: u64) -> LockSpec {
+        LockSpec {
+            owner,
+            start: 0,
+            end: u64::MAX,
+            kind: LockKind::Unlock,
+            pid: 0,
+        }
+    }
+}
+
 impl MdsOp {
     /// Whether the operation changes metadata (it then needs write access and goes through
     /// the journal).

@@ -439,6 +439,21 @@ async fn remove_objects(client: &Client, objects: &StreamObjects) -> anyhow::Res
     Ok(())
 }
 
+/// Selects the scheduler policy of `toml` (`osd_op_queue_config`) on every OSD.
+pub(super) async fn select_policy(admin: &Client, toml: &str, what: &str) -> anyhow::Result<()> {
+    for osd in up_osds(admin) {
+        let words: Vec<String> = ["config", "set", "osd_op_queue_config", toml]
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        admin
+            .tell(osd, &words)
+            .await
+            .with_context(|| format!("selecting {what} on osd.{osd}"))?;
+    }
+    Ok(())
+}
+
 /// Waits until the pool takes a write.
 async fn wait_writable(client: &Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
@@ -563,16 +578,7 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
             let plan = args.ior_plan();
             write_files(&admin, &plan, &ior_cases, &bar).await?;
             for (policy, toml) in &ior_policies {
-                for osd in up_osds(&admin) {
-                    let words: Vec<String> = ["config", "set", "osd_op_queue_config", toml]
-                        .iter()
-                        .map(|w| w.to_string())
-                        .collect();
-                    admin
-                        .tell(osd, &words)
-                        .await
-                        .with_context(|| format!("selecting {policy} on osd.{osd}"))?;
-                }
+                select_policy(&admin, toml, policy).await?;
                 for case in &ior_cases {
                     bar.set_message(format!("{policy} {}: reading", case.name()));
                     let r = run_case(&plan, &clients, policy, case, &bar)

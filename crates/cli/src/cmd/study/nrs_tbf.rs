@@ -13,9 +13,7 @@ use cairn_client::Client;
 use cairn_study::nrs_tbf::{self, TbfCase, TbfRow};
 use indicatif::ProgressBar;
 
-use crate::mon_link::up_osds;
-
-use super::nrs::{measure, object_name, stream, Objects, POOL};
+use super::nrs::{measure, object_name, select_policy, stream, Objects, POOL};
 
 /// How the TBF part runs.
 pub struct TbfPlan {
@@ -40,21 +38,6 @@ impl TbfPlan {
     fn limit_mib_s(&self) -> f64 {
         self.rate_rps * self.block as f64 * self.osds as f64 / (1u64 << 20) as f64
     }
-}
-
-/// Selects the policy of `toml` on every OSD.
-async fn select(admin: &Client, toml: &str, what: &str) -> anyhow::Result<()> {
-    for osd in up_osds(admin) {
-        let words: Vec<String> = ["config", "set", "osd_op_queue_config", toml]
-            .iter()
-            .map(|w| w.to_string())
-            .collect();
-        admin
-            .tell(osd, &words)
-            .await
-            .with_context(|| format!("selecting {what} on osd.{osd}"))?;
-    }
-    Ok(())
 }
 
 /// Writes one object per stream of the reading clients `readers`: what they read round and
@@ -154,7 +137,7 @@ pub async fn run_tbf(
             TbfCase::ByClient => Vec::new(),
         };
         for (policy, toml) in [("fifo", "name = \"fifo\"".to_string()), ("tbf", tbf)] {
-            select(admin, &toml, policy).await?;
+            select_policy(admin, &toml, policy).await?;
             bar.set_message(format!("tbf {} under {policy}", case.name()));
             let tag = format!("tbf-{}-{policy}", case.name());
             let rates = run_policy(plan, clients, case, &tag, &reads, bar)
@@ -179,6 +162,6 @@ pub async fn run_tbf(
             });
         }
     }
-    select(admin, "name = \"fifo\"", "fifo").await?;
+    select_policy(admin, "name = \"fifo\"", "fifo").await?;
     Ok(rows)
 }
