@@ -41,18 +41,28 @@ pub fn bar_chart(path: &Path, title: &str, y_label: &str, bars: &[Bar]) -> anyho
         .y_label_area_size(60)
         .build_cartesian_2d(0f64..bars.len() as f64, 0f64..y_max)
         .map_err(|e| anyhow!("{e}"))?;
+    // Few bars: a key point at every half unit, each bar's label at its centre. Many: a label
+    // at every step-th bar's left edge.
+    let centred = bars.len() <= 30;
     let step = (bars.len() / 30).max(1);
+    let key_points = match centred {
+        true => bars.len() * 2 + 1,
+        false => bars.len().min(30),
+    };
     chart
         .configure_mesh()
         .disable_x_mesh()
         .y_desc(y_label)
-        .x_labels(bars.len().min(30))
+        .x_labels(key_points)
         .x_label_formatter(&|x| {
-            let i = *x as usize;
-            if i.is_multiple_of(step) {
-                bars.get(i).map(|b| b.label.clone()).unwrap_or_default()
-            } else {
-                String::new()
+            let at_centre = (x - x.floor() - 0.5).abs() < 1e-6;
+            if centred != at_centre {
+                return String::new();
+            }
+            let i = x.floor() as usize;
+            match i.is_multiple_of(step) {
+                true => bars.get(i).map(|b| b.label.clone()).unwrap_or_default(),
+                false => String::new(),
             }
         })
         .draw()

@@ -738,10 +738,17 @@ fn write_tbf_report(args: &NrsStudyArgs, rows: &[nrs_tbf::TbfRow]) -> anyhow::Re
             .map(|r| Bar {
                 label: format!("{} {}", r.group, r.policy),
                 value: r.mean(),
-                target: limit,
+                // Only the capped group has a limit to stand against.
+                target: match r.group == case.groups()[0] {
+                    true => limit,
+                    false => r.mean(),
+                },
             })
             .collect();
-        let title = format!("TBF {}: MiB/s per client (line: the limit)", case.name());
+        let title = format!(
+            "TBF {}: MiB/s per client (line: the capped group's limit)",
+            case.name()
+        );
         bar_chart(
             &args.out_dir.join(format!("nrs-tbf-{}.png", case.name())),
             &title,
