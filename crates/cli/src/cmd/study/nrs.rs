@@ -745,10 +745,7 @@ fn write_tbf_report(args: &NrsStudyArgs, rows: &[nrs_tbf::TbfRow]) -> anyhow::Re
                 },
             })
             .collect();
-        let title = format!(
-            "TBF {}: MiB/s per client (line: the capped group's limit)",
-            case.name()
-        );
+        let title = format!("TBF {}: MiB/s per client, line: limit", case.name());
         bar_chart(
             &args.out_dir.join(format!("nrs-tbf-{}.png", case.name())),
             &title,
