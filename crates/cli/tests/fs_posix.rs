@@ -700,20 +700,16 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         .join("mds.cairnfs.keyring")
         .display()
         .to_string();
-    let replacement = cluster.start_on_cue(
-        "mds-replacement.log",
-        &[
-            "--keyring",
-            &keyring,
-            "mds",
-            "--mon",
-            &mon,
-            "--fs",
-            "cairnfs",
-            "--listen",
-            &mds,
-        ],
-    );
+    let mds_on = |listen: &str| -> Vec<String> {
+        let args = ["--keyring", &keyring, "mds", "--mon", &mon];
+        let args = args
+            .into_iter()
+            .chain(["--fs", "cairnfs", "--listen", listen]);
+        args.map(String::from).collect()
+    };
+    let replacement_args = mds_on(&mds);
+    let replacement_args: Vec<&str> = replacement_args.iter().map(String::as_str).collect();
+    let replacement = cluster.start_on_cue("mds-replacement.log", &replacement_args);
     // A file held open on one mount and unlinked on the other outlives the MDS's restart.
     let kept = payload(22, 150_000);
     fs::write(a.path("kept-open"), &kept).unwrap();
@@ -731,20 +727,9 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
 
     // A standby on another address takes over from a killed active one by itself.
     let standby_addr = format!("127.0.0.1:{}", free_port());
-    let mut standby = cluster.start(
-        "mds-standby.log",
-        &[
-            "--keyring",
-            &keyring,
-            "mds",
-            "--mon",
-            &mon,
-            "--fs",
-            "cairnfs",
-            "--listen",
-            &standby_addr,
-        ],
-    );
+    let standby_args = mds_on(&standby_addr);
+    let standby_args: Vec<&str> = standby_args.iter().map(String::as_str).collect();
+    let mut standby = cluster.start("mds-standby.log", &standby_args);
     let standby_log = cluster.dir.join("mds-standby.log");
     let said = |what: &str| {
         fs::read_to_string(&standby_log)
