@@ -463,6 +463,30 @@ impl Client {
         Ok(h.version)
     }
 
+    /// [`Client::omap_set`] applied only while the object is at version `expected` (0: only
+    /// when it does not exist); [`ClientError::VersionMismatch`] otherwise: a compare-and-swap
+    /// of entries against everything else written to the object since it was read. Returns
+    /// the new version.
+    pub async fn omap_set_if(
+        &self,
+        pool: &str,
+        name: &str,
+        entries: &[(Vec<u8>, Vec<u8>)],
+        expected: u64,
+    ) -> Result<u64, ClientError> {
+        let data = Bytes::from(encode_pairs(entries));
+        let (h, _) = self
+            .submit_to(
+                pool,
+                Target::Object(name),
+                OpKind::OmapSet,
+                data,
+                Some(expected),
+            )
+            .await?;
+        Ok(h.version)
+    }
+
     /// Removes omap keys, atomically.
     pub async fn omap_remove(
         &self,

@@ -192,6 +192,7 @@ pub fn entry_seeds() -> Vec<Vec<u8>> {
         retention: None,
         legal_hold: false,
         null_rank: Some("fffffffffffffffe".into()),
+        storage_class: None,
         inline: Vec::new(),
     };
     let inline = Entry {

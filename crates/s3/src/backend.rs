@@ -60,6 +60,17 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<(), BackendError>;
     /// Removes omap keys atomically; a missing object succeeds.
     async fn omap_remove(&self, name: &str, keys: &[Vec<u8>]) -> Result<(), BackendError>;
+    /// The object's version: it changes with every write to the object (data or omap); 0
+    /// for an object that does not exist.
+    async fn version(&self, name: &str) -> Result<u64, BackendError>;
+    /// Sets omap entries atomically only while the object is still at `expected` (from
+    /// [`Backend::version`]); false, and nothing written, when anything wrote to it since.
+    async fn omap_set_if(
+        &self,
+        name: &str,
+        entries: &[(Vec<u8>, Vec<u8>)],
+        expected: u64,
+    ) -> Result<bool, BackendError>;
     /// Up to `max` entries with `prefix` and key > `after` (empty: from the start), in key
     /// order, and whether more follow. A missing object lists as empty.
     async fn omap_list(
@@ -129,6 +140,31 @@ impl Backend for ClusterBackend {
         }
     }
 
+    async fn version(&self, name: &str) -> Result<u64, BackendError> {
+        match self.client.stat(&self.pool, name).await {
+            Ok((_, version)) => Ok(version),
+            Err(ClientError::NotFound(_)) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn omap_set_if(
+        &self,
+        name: &str,
+        entries: &[(Vec<u8>, Vec<u8>)],
+        expected: u64,
+    ) -> Result<bool, BackendError> {
+        match self
+            .client
+            .omap_set_if(&self.pool, name, entries, expected)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(ClientError::VersionMismatch { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     async fn omap_list(
         &self,
         name: &str,
@@ -152,6 +188,7 @@ impl Backend for ClusterBackend {
 struct MemObject {
     data: Option<Vec<u8>>,
     omap: BTreeMap<Vec<u8>, Vec<u8>>,
+    version: u64,
 }
 
 /// Objects in memory, with the cluster's semantics; for tests.
@@ -177,7 +214,11 @@ impl MemBackend {
 #[async_trait]
 impl Backend for MemBackend {
     async fn put(&self, name: &str, data: &[u8]) -> Result<(), BackendError> {
-        self.with(|o| o.entry(name.to_string()).or_default().data = Some(data.to_vec()));
+        self.with(|o| {
+            let obj = o.entry(name.to_string()).or_default();
+            obj.data = Some(data.to_vec());
+            obj.version += 1;
+        });
         Ok(())
     }
 
@@ -210,8 +251,32 @@ impl Backend for MemBackend {
             for (k, v) in entries {
                 obj.omap.insert(k.clone(), v.clone());
             }
+            obj.version += 1;
         });
         Ok(())
+    }
+
+    async fn version(&self, name: &str) -> Result<u64, BackendError> {
+        Ok(self.with(|o| o.get(name).map_or(0, |obj| obj.version)))
+    }
+
+    async fn omap_set_if(
+        &self,
+        name: &str,
+        entries: &[(Vec<u8>, Vec<u8>)],
+        expected: u64,
+    ) -> Result<bool, BackendError> {
+        Ok(self.with(|o| {
+            if o.get(name).map_or(0, |obj| obj.version) != expected {
+                return false;
+            }
+            let obj = o.entry(name.to_string()).or_default();
+            for (k, v) in entries {
+                obj.omap.insert(k.clone(), v.clone());
+            }
+            obj.version += 1;
+            true
+        }))
     }
 
     async fn omap_remove(&self, name: &str, keys: &[Vec<u8>]) -> Result<(), BackendError> {
@@ -220,6 +285,7 @@ impl Backend for MemBackend {
                 for k in keys {
                     obj.omap.remove(k);
                 }
+                obj.version += 1;
             }
         });
         Ok(())

@@ -93,6 +93,7 @@ mod tests {
             version_id: version.map(str::to_string),
             delete_marker: false,
             null_rank: None,
+            storage_class: None,
             tags: Default::default(),
             retention: None,
             legal_hold: false,

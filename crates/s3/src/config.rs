@@ -1,6 +1,7 @@
 //! The gateway's settings: one TOML file (unknown keys rejected) or flags, with serde
 //! defaults and a doc line on every field. Limits are explicit and checked at startup.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -121,6 +122,11 @@ pub struct GatewayConfig {
     pub lifecycle_day_secs: u64,
     /// Pause between two lifecycle passes, ms.
     pub lifecycle_interval_ms: u64,
+    /// Storage classes besides STANDARD, each the pool its objects' data goes to (created if
+    /// missing, as `pool`): `[storage_classes]` with `COLD = "s3-cold"`. Objects name one on
+    /// PUT (`x-amz-storage-class`) or move to one by a lifecycle transition; indexes stay in
+    /// `pool`.
+    pub storage_classes: BTreeMap<String, String>,
 }
 
 impl Default for GatewayConfig {
@@ -152,6 +158,7 @@ impl Default for GatewayConfig {
             domains: Vec::new(),
             lifecycle_day_secs: 86_400,
             lifecycle_interval_ms: 3_600_000,
+            storage_classes: BTreeMap::new(),
         }
     }
 }
@@ -215,6 +222,7 @@ impl GatewayConfig {
         }) {
             return bad(format!("domains: `{d}` is not a domain name"));
         }
+        crate::storage_class::check_classes(&self.storage_classes).or_else(|m| bad(m))?;
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return bad("tls_cert and tls_key are set together".into());
         }
@@ -259,5 +267,13 @@ mod tests {
         let tls: GatewayConfig =
             toml::from_str("tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n").unwrap();
         tls.validate().unwrap();
+        let classes: GatewayConfig =
+            toml::from_str("[storage_classes]\nCOLD = \"s3-cold\"\n").unwrap();
+        classes.validate().unwrap();
+        assert_eq!(classes.storage_classes["COLD"], "s3-cold");
+        for bad in ["STANDARD = \"x\"", "cold = \"x\"", "COLD = \"\""] {
+            let cfg: GatewayConfig = toml::from_str(&format!("[storage_classes]\n{bad}\n")).unwrap();
+            assert!(cfg.validate().is_err(), "{bad}");
+        }
     }
 }

@@ -526,6 +526,7 @@ mod tests {
             version_id: None,
             delete_marker: false,
             null_rank: None,
+            storage_class: None,
             tags: Default::default(),
             retention: None,
             legal_hold: false,
@@ -676,6 +677,17 @@ mod tests {
         }
         async fn omap_remove(&self, name: &str, keys: &[Vec<u8>]) -> Result<(), BackendError> {
             self.mem.omap_remove(name, keys).await
+        }
+        async fn version(&self, name: &str) -> Result<u64, BackendError> {
+            self.mem.version(name).await
+        }
+        async fn omap_set_if(
+            &self,
+            name: &str,
+            entries: &[(Vec<u8>, Vec<u8>)],
+            expected: u64,
+        ) -> Result<bool, BackendError> {
+            self.mem.omap_set_if(name, entries, expected).await
         }
         async fn omap_list(
             &self,

@@ -142,6 +142,10 @@ pub struct Entry {
     /// was written; None for other versions and for an object older than versioning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub null_rank: Option<String>,
+    /// The storage class whose pool holds the data (None: STANDARD, the gateway's pool);
+    /// never set on an inline entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
     /// The data when `loc` is `Inline` (carried after the JSON, not in it).
     #[serde(skip)]
     pub inline: Vec<u8>,
@@ -233,6 +237,7 @@ mod tests {
             version_id: None,
             delete_marker: false,
             null_rank: None,
+            storage_class: None,
             tags: Default::default(),
             retention: None,
             legal_hold: false,

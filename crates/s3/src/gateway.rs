@@ -3,6 +3,7 @@
 
 use crate::data::BodyDeadlines;
 use crate::metrics::{LimitCounters, S3Metrics};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,8 +31,10 @@ fn body_permits(bytes: u64) -> usize {
 /// The S3 service over one pool of the cluster.
 #[derive(Clone)]
 pub struct Gateway {
-    /// Cluster objects.
+    /// Cluster objects of the gateway's pool: indexes, records, and STANDARD data.
     pub backend: Arc<dyn Backend>,
+    /// The data pools of the other storage classes, by class name (`storage_class`).
+    pub classes: Arc<BTreeMap<String, Arc<dyn Backend>>>,
     /// Settings.
     pub cfg: Arc<GatewayConfig>,
     /// Users and their keys.
@@ -57,10 +60,37 @@ impl Gateway {
             limiter: Arc::new(Limiter::new(cfg.limits.clone())),
             bodies: Arc::new(Semaphore::new(body_permits(cfg.max_inflight_body_bytes))),
             backend,
+            classes: Arc::new(BTreeMap::new()),
             cfg: Arc::new(cfg),
             epoch: Instant::now(),
             metrics: Arc::new(S3Metrics::default()),
         }
+    }
+
+    /// This gateway with the data pools of storage classes besides STANDARD.
+    pub fn with_storage_classes(mut self, classes: BTreeMap<String, Arc<dyn Backend>>) -> Self {
+        self.classes = Arc::new(classes);
+        self
+    }
+
+    /// Where the data of storage class `class` lives (None: STANDARD, the gateway's pool).
+    /// A class no longer configured is an error: its data cannot be reached.
+    pub fn data_for(&self, class: Option<&str>) -> S3Result<&Arc<dyn Backend>> {
+        match class {
+            None => Ok(&self.backend),
+            Some(name) => self.classes.get(name).ok_or_else(|| {
+                s3_error!(
+                    InternalError,
+                    "storage class {name} is no longer configured on this gateway"
+                )
+            }),
+        }
+    }
+
+    /// The class a request names, checked against the configured ones (see
+    /// `storage_class::requested`).
+    pub fn class_requested(&self, named: Option<&str>) -> S3Result<Option<String>> {
+        crate::storage_class::requested(named, self.classes.keys())
     }
 
     /// Waits, first come first served, until a body of `len` bytes (unknown: `None`) may be

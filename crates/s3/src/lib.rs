@@ -49,6 +49,7 @@ pub mod server;
 pub mod sigv2;
 pub mod sigv4;
 pub mod slots;
+pub mod storage_class;
 pub mod tag_ops;
 pub mod tagging;
 pub mod tls;
@@ -107,23 +108,29 @@ fn client_id() -> u64 {
     rand::random::<u64>() >> 1
 }
 
-/// Creates `pool` (replicas = up OSDs, at most 3) unless it exists, and waits until a client
-/// sees it.
+/// Creates `pool` and every storage class's pool (replicas = up OSDs, at most 3) unless they
+/// exist, and waits until a client sees them.
 pub async fn ensure_pool(cfg: &GatewayConfig) -> Result<Arc<Client>, GatewayError> {
     let mon_creds = cfg.cluster_auth.as_ref().map(|a| a.mon_credentials());
     let mon = MonClient::connect_as(cfg.mon, client_id(), mon_creds).await;
     mon.subscribe(10_000).await?;
     mon.wait_for_epoch(1, 10_000).await?;
-    let map = mon.map();
-    let exists = map
-        .as_ref()
-        .is_some_and(|m| m.placement.pool_named(&cfg.pool).is_some());
-    if !exists {
+    let pools: Vec<&String> = std::iter::once(&cfg.pool)
+        .chain(cfg.storage_classes.values())
+        .collect();
+    for pool in &pools {
+        let map = mon.map();
+        let exists = map
+            .as_ref()
+            .is_some_and(|m| m.placement.pool_named(pool).is_some());
+        if exists {
+            continue;
+        }
         let up = map.map_or(0, |m| m.osds.values().filter(|o| o.up).count()) as u32;
         let created = mon
             .op(
                 Request::CreatePool {
-                    name: cfg.pool.clone(),
+                    name: pool.to_string(),
                     size: up.clamp(1, 3),
                     pg_num: cfg.pool_pg_num,
                 },
@@ -139,12 +146,13 @@ pub async fn ensure_pool(cfg: &GatewayConfig) -> Result<Arc<Client>, GatewayErro
     let client =
         Arc::new(Client::connect_as(cfg.mon, client_id(), cfg.cluster_auth.clone()).await?);
     let deadline = Instant::now() + Duration::from_millis(POOL_WAIT_MS);
-    while client
-        .map()
-        .is_none_or(|m| m.placement.pool_named(&cfg.pool).is_none())
-    {
+    while let Some(missing) = pools.iter().find(|p| {
+        client
+            .map()
+            .is_none_or(|m| m.placement.pool_named(p).is_none())
+    }) {
         if Instant::now() > deadline {
-            return Err(GatewayError::PoolTimeout(cfg.pool.clone(), POOL_WAIT_MS));
+            return Err(GatewayError::PoolTimeout(missing.to_string(), POOL_WAIT_MS));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -156,8 +164,17 @@ pub async fn connect(cfg: GatewayConfig) -> Result<Gateway, GatewayError> {
     cfg.validate()?;
     let client = ensure_pool(&cfg).await?;
     let backend: Arc<dyn backend::Backend> =
-        Arc::new(backend::ClusterBackend::new(client, &cfg.pool));
-    Ok(Gateway::new(backend, cfg))
+        Arc::new(backend::ClusterBackend::new(client.clone(), &cfg.pool));
+    let classes = cfg
+        .storage_classes
+        .iter()
+        .map(|(name, pool)| {
+            let data: Arc<dyn backend::Backend> =
+                Arc::new(backend::ClusterBackend::new(client.clone(), pool));
+            (name.clone(), data)
+        })
+        .collect();
+    Ok(Gateway::new(backend, cfg).with_storage_classes(classes))
 }
 
 /// The user of `access_key` stored in the cluster, if any (with its secret).

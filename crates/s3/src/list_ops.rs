@@ -68,8 +68,8 @@ async fn run(
                     size: Some(e.size as i64),
                     e_tag: Some(etag(&e.etag)),
                     last_modified: Some(timestamp(e.mtime_ms)),
-                    storage_class: Some(ObjectStorageClass::from_static(
-                        ObjectStorageClass::STANDARD,
+                    storage_class: Some(ObjectStorageClass::from(
+                        crate::storage_class::name_of(e.storage_class.as_deref()).to_string(),
                     )),
                     ..Default::default()
                 });

@@ -59,6 +59,9 @@ pub struct UploadInfo {
     /// bucket's default retention when it completes).
     #[serde(default)]
     pub lock: Option<Lock>,
+    /// Storage class the object will have (None: STANDARD); its parts go to that class's pool.
+    #[serde(default)]
+    pub storage_class: Option<String>,
 }
 
 /// One uploaded part.
@@ -141,7 +144,7 @@ async fn drop_upload(
         .await
         .map_err(internal)?;
     let segs: Vec<Segment> = unused.iter().map(segment_of).collect();
-    data::remove_segments(&gw.backend, u.stripe_bytes, &segs).await;
+    data::remove_segments(gw.data_for(u.storage_class.as_deref())?, u.stripe_bytes, &segs).await;
     Ok(())
 }
 
@@ -216,6 +219,7 @@ pub async fn create(
         Some(h) => tagging::from_header(h)?,
         None => Tags::new(),
     };
+    let storage_class = gw.class_requested(input.storage_class.as_ref().map(|c| c.as_str()))?;
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let acl = acl_on_write(&b, acl_asked.0.as_deref(), acl_asked.1)?;
     let asked_lock = input.object_lock_mode.is_some()
@@ -238,6 +242,7 @@ pub async fn create(
         checksum,
         tags,
         lock: asked_lock.then_some(lock),
+        storage_class,
     };
     gw.backend
         .omap_set(
@@ -285,7 +290,8 @@ async fn record_part(
         .map_err(internal)?;
     if let Some((_, v)) = old.first().filter(|(k, _)| *k == key) {
         let old: PartInfo = unseal(v).map_err(internal)?;
-        data::remove_segments(&gw.backend, u.stripe_bytes, &[segment_of(&old)]).await;
+        let pool = gw.data_for(u.storage_class.as_deref())?;
+        data::remove_segments(pool, u.stripe_bytes, &[segment_of(&old)]).await;
     }
     Ok(part)
 }
@@ -348,9 +354,11 @@ pub async fn upload_part_copy(
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let u = get_upload(gw, &b, &input.key, &input.upload_id).await?;
     let seg_id = format!("{}.{}.{}", u.upload_id, input.part_number, &fresh_id()[..8]);
-    let body = data::blob(gw.backend.clone(), src.clone(), start, end);
+    let from = gw.data_for(src.storage_class.as_deref())?.clone();
+    let body = data::blob(from, src.clone(), start, end);
     let algo = u.checksum.map(|c| c.algo);
-    let w = store_body(gw, &seg_id, 0, Some(body), None, algo).await?;
+    let pool = gw.data_for(u.storage_class.as_deref())?;
+    let w = store_body(gw, pool, &seg_id, 0, Some(body), None, algo).await?;
     let part = record_part(gw, &u, input.part_number, &w, seg_id).await?;
     Ok(S3Response::new(UploadPartCopyOutput {
         copy_part_result: Some(CopyPartResult {
@@ -407,8 +415,9 @@ pub async fn upload_part(
         (declared, sent) => declared.or(sent),
     };
     let seg_id = format!("{}.{}.{}", u.upload_id, input.part_number, &fresh_id()[..8]);
-    let w = store_body(gw, &seg_id, 0, input.body, md5, algo).await?;
-    let sum = verify_checksum(gw, &w, check.as_ref(), req.trailing_headers.as_ref()).await?;
+    let pool = gw.data_for(u.storage_class.as_deref())?;
+    let w = store_body(gw, pool, &seg_id, 0, input.body, md5, algo).await?;
+    let sum = verify_checksum(gw, pool, &w, check.as_ref(), req.trailing_headers.as_ref()).await?;
     let part = record_part(gw, &u, input.part_number, &w, seg_id).await?;
     let mut out = UploadPartOutput {
         e_tag: Some(etag(&part.etag)),
@@ -576,6 +585,7 @@ pub async fn complete(
         version_id: None,
         delete_marker: false,
         null_rank: None,
+        storage_class: u.storage_class.clone(),
         tags: u.tags.clone(),
         retention: None,
         legal_hold: false,
@@ -673,6 +683,9 @@ pub async fn list_parts(
             id: owner.id.clone(),
         }),
         owner: Some(owner),
+        storage_class: Some(StorageClass::from(
+            crate::storage_class::name_of(u.storage_class.as_deref()).to_string(),
+        )),
         parts: Some(
             parts
                 .iter()
@@ -767,6 +780,9 @@ pub async fn list_uploads(
             uploads
                 .into_iter()
                 .map(|u| MultipartUpload {
+                    storage_class: Some(StorageClass::from(
+                        crate::storage_class::name_of(u.storage_class.as_deref()).to_string(),
+                    )),
                     key: Some(u.key),
                     upload_id: Some(u.upload_id),
                     initiated: Some(timestamp(u.initiated_ms)),

@@ -105,6 +105,7 @@ mod tests {
             version_id: None,
             delete_marker: false,
             null_rank: None,
+            storage_class: None,
             tags: Default::default(),
             retention: None,
             legal_hold: false,

@@ -8,7 +8,10 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 use hyper::http::{Extensions, HeaderMap};
 use s3s::TrailingHeaders;
 
+use std::sync::Arc;
+
 use crate::access_ops::{acl_on_write, any_grant};
+use crate::backend::Backend;
 use crate::acl::CannedAcl;
 use crate::authz::{authorize, Action};
 use crate::buckets::{self, fresh_id, now_ms, BucketInfo};
@@ -75,6 +78,7 @@ pub fn checksum_check(
 /// after removing what was stored.
 pub async fn verify_checksum(
     gw: &Gateway,
+    pool: &Arc<dyn Backend>,
     w: &Written,
     check: Option<&ChecksumCheck>,
     trailers: Option<&TrailingHeaders>,
@@ -96,7 +100,7 @@ pub async fn verify_checksum(
             value: c,
         })),
         (Some(_), _) => {
-            discard(gw, w).await;
+            discard(gw, pool, w).await;
             Err(s3_error!(
                 BadDigest,
                 "the {} you specified did not match the calculated checksum",
@@ -104,7 +108,7 @@ pub async fn verify_checksum(
             ))
         }
         (None, _) => {
-            discard(gw, w).await;
+            discard(gw, pool, w).await;
             Err(s3_error!(
                 BadDigest,
                 "the trailer did not carry the announced {}",
@@ -138,6 +142,7 @@ pub fn entry_from(w: Written, stripe_bytes: u64, headers: ContentHeaders) -> Ent
         version_id: None,
         delete_marker: false,
         null_rank: None,
+        storage_class: None,
         tags: Default::default(),
         retention: None,
         legal_hold: false,
@@ -185,19 +190,23 @@ pub async fn commit_or_discard(
     r
 }
 
-async fn remove_data(gw: &Gateway, e: &Entry) {
+/// Removes the stripes of `e` from its storage class's pool.
+pub(crate) async fn remove_data(gw: &Gateway, e: &Entry) {
     if let DataLoc::Striped {
         stripe_bytes,
         segments,
     } = &e.loc
     {
-        data::remove_segments(&gw.backend, *stripe_bytes, segments).await;
+        match gw.data_for(e.storage_class.as_deref()) {
+            Ok(pool) => data::remove_segments(pool, *stripe_bytes, segments).await,
+            Err(err) => tracing::warn!("data of a removed version left behind: {err}"),
+        }
     }
 }
 
-async fn discard(gw: &Gateway, w: &Written) {
+async fn discard(gw: &Gateway, pool: &Arc<dyn Backend>, w: &Written) {
     if let Some(seg) = &w.segment {
-        data::remove_segments(&gw.backend, gw.cfg.stripe_bytes, std::slice::from_ref(seg)).await;
+        data::remove_segments(pool, gw.cfg.stripe_bytes, std::slice::from_ref(seg)).await;
     }
 }
 
@@ -212,10 +221,11 @@ pub fn check_length(len: Option<i64>, max: u64) -> S3Result<()> {
     Ok(())
 }
 
-/// Stores a body and verifies its Content-MD5 (BadDigest; nothing is left behind),
-/// computing the checksum `checksum` asks for beside it.
+/// Stores a body in `pool` (a storage class's data pool) and verifies its Content-MD5
+/// (BadDigest; nothing is left behind), computing the checksum `checksum` asks for beside it.
 pub async fn store_body(
     gw: &Gateway,
+    pool: &Arc<dyn Backend>,
     id: &str,
     inline_max: u64,
     body: Option<StreamingBlob>,
@@ -234,7 +244,7 @@ pub async fn store_body(
         .as_ref()
         .and_then(|b| s3s::stream::ByteStream::remaining_length(b).exact());
     let turn = gw.admit_body(len.map(|l| l as u64)).await?;
-    let w = data::write_body(&gw.backend, &spec, body)
+    let w = data::write_body(pool, &spec, body)
         .await
         .inspect_err(|e| {
             if *e.code() == s3s::S3ErrorCode::RequestTimeout {
@@ -243,7 +253,7 @@ pub async fn store_body(
         })?;
     drop(turn);
     if expected_md5.is_some_and(|m| m != w.md5) {
-        discard(gw, &w).await;
+        discard(gw, pool, &w).await;
         return Err(s3_error!(BadDigest));
     }
     Ok(w)
@@ -292,6 +302,7 @@ pub async fn put(
         ],
         &req.headers,
     )?;
+    let class = gw.class_requested(input.storage_class.as_ref().map(|c| c.as_str()))?;
     let b = gw.bucket(&req.extensions, &input.bucket).await?;
     let acl = acl_on_write(&b, acl_asked.0.as_deref(), acl_asked.1)?;
     let lock = lock_ops::for_new_version(
@@ -318,16 +329,13 @@ pub async fn put(
         }
     }
     let algo = check.as_ref().map(|c| c.algo);
-    let w = store_body(
-        gw,
-        &fresh_id(),
-        gw.cfg.inline_max_bytes,
-        input.body,
-        md5,
-        algo,
-    )
-    .await?;
-    let sum = verify_checksum(gw, &w, check.as_ref(), req.trailing_headers.as_ref()).await?;
+    let inline_max = match class {
+        None => gw.cfg.inline_max_bytes,
+        Some(_) => 0,
+    };
+    let pool = gw.data_for(class.as_deref())?;
+    let w = store_body(gw, pool, &fresh_id(), inline_max, input.body, md5, algo).await?;
+    let sum = verify_checksum(gw, pool, &w, check.as_ref(), req.trailing_headers.as_ref()).await?;
     let size = w.size;
     let mut entry = entry_from(w, gw.cfg.stripe_bytes, headers);
     entry.acl = acl;
@@ -335,6 +343,7 @@ pub async fn put(
     entry.tags = tags;
     entry.retention = lock.retention;
     entry.legal_hold = lock.legal_hold;
+    entry.storage_class = class;
     let version_id = commit_or_discard(gw, &b, &input.key, &mut entry).await?;
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&entry.etag)),
@@ -577,7 +586,13 @@ pub async fn get(
         object_lock_retain_until_date: lock_until,
         object_lock_legal_hold_status: lock_hold,
         tag_count,
-        body: Some(data::blob(gw.backend.clone(), e.clone(), start, end)),
+        storage_class: e.storage_class.clone().map(StorageClass::from),
+        body: Some(data::blob(
+            gw.data_for(e.storage_class.as_deref())?.clone(),
+            e.clone(),
+            start,
+            end,
+        )),
         ..Default::default()
     };
     let mut resp = S3Response::new(out);
@@ -622,6 +637,7 @@ pub async fn head(
         object_lock_mode: lock_mode,
         object_lock_retain_until_date: lock_until,
         object_lock_legal_hold_status: lock_hold,
+        storage_class: e.storage_class.clone().map(StorageClass::from),
         ..Default::default()
     }))
 }
@@ -709,7 +725,9 @@ pub async fn attributes(
         out.object_size = Some(e.size as i64);
     }
     if wants(ObjectAttributes::STORAGE_CLASS) {
-        out.storage_class = Some(StorageClass::from_static(StorageClass::STANDARD));
+        out.storage_class = Some(StorageClass::from(
+            crate::storage_class::name_of(e.storage_class.as_deref()).to_string(),
+        ));
     }
     if let Some(c) = e
         .checksum
@@ -908,10 +926,17 @@ pub async fn copy(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    if !replace && src_version.is_none() && src_bucket == input.bucket && src_key == input.key {
+    let class = gw.class_requested(input.storage_class.as_ref().map(|c| c.as_str()))?;
+    let same_class = class == src.storage_class;
+    if !replace
+        && same_class
+        && src_version.is_none()
+        && src_bucket == input.bucket
+        && src_key == input.key
+    {
         return Err(s3_error!(
             InvalidRequest,
-            "copying an object to itself needs a metadata change (x-amz-metadata-directive: REPLACE)"
+            "copying an object to itself needs a metadata or storage class change (x-amz-metadata-directive: REPLACE, x-amz-storage-class)"
         ));
     }
     let headers = if replace {
@@ -946,17 +971,20 @@ pub async fn copy(
         input.object_lock_retain_until_date.as_ref(),
         input.object_lock_legal_hold_status.as_ref(),
     )?;
-    let mut entry = if let DataLoc::Inline = src.loc {
+    let mut entry = if matches!(src.loc, DataLoc::Inline) && class.is_none() {
         Entry {
             mtime_ms: now_ms(),
             headers,
             ..src.clone()
         }
     } else {
-        let body = data::blob(gw.backend.clone(), src.clone(), 0, src.size);
-        let w = store_body(gw, &fresh_id(), 0, Some(body), None, None).await?;
+        let from = gw.data_for(src.storage_class.as_deref())?.clone();
+        let body = data::blob(from, src.clone(), 0, src.size);
+        let pool = gw.data_for(class.as_deref())?;
+        let w = store_body(gw, pool, &fresh_id(), 0, Some(body), None, None).await?;
         entry_from(w, gw.cfg.stripe_bytes, headers)
     };
+    entry.storage_class = class;
     entry.mtime_ms = now_ms();
     entry.acl = acl;
     entry.checksum.clone_from(&src.checksum);

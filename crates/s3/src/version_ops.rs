@@ -217,8 +217,8 @@ fn version_of(key: String, id: String, latest: bool, e: &Entry, owner: &Owner) -
         size: Some(e.size as i64),
         last_modified: Some(timestamp(e.mtime_ms)),
         owner: Some(owner.clone()),
-        storage_class: Some(ObjectVersionStorageClass::from_static(
-            ObjectVersionStorageClass::STANDARD,
+        storage_class: Some(ObjectVersionStorageClass::from(
+            crate::storage_class::name_of(e.storage_class.as_deref()).to_string(),
         )),
         ..Default::default()
     }

@@ -321,6 +321,7 @@ pub async fn delete_current(
         version_id: Some(id.clone()),
         delete_marker: true,
         null_rank: (state == Versioning::Suspended).then(|| rank(now_nanos())),
+        storage_class: None,
         tags: Default::default(),
         retention: None,
         legal_hold: false,

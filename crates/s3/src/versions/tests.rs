@@ -35,6 +35,7 @@ fn object(body: &[u8], mtime_ms: i64) -> Entry {
         version_id: None,
         delete_marker: false,
         null_rank: None,
+        storage_class: None,
         tags: Default::default(),
         retention: None,
         legal_hold: false,
