@@ -929,6 +929,21 @@ pub async fn in_background<F: std::future::Future>(work: F) -> F::Output {
     BACKGROUND.scope((), work).await
 }
 
+/// `work` marked as background work if the calling task's ops are (see [`in_background`]),
+/// for a task that the caller spawns: a spawned task does not inherit the mark.
+pub fn carry_background<F: std::future::Future>(
+    work: F,
+) -> impl std::future::Future<Output = F::Output> {
+    let background = BACKGROUND.try_with(|_| ()).is_ok();
+    async move {
+        if background {
+            BACKGROUND.scope((), work).await
+        } else {
+            work.await
+        }
+    }
+}
+
 /// Whether the calling task is inside [`in_background`].
 pub fn in_background_scope() -> bool {
     BACKGROUND.try_with(|_| ()).is_ok()

@@ -222,7 +222,7 @@ impl GatewayConfig {
         }) {
             return bad(format!("domains: `{d}` is not a domain name"));
         }
-        crate::storage_class::check_classes(&self.storage_classes).or_else(|m| bad(m))?;
+        crate::storage_class::check_classes(&self.storage_classes).map_err(ConfigError::Invalid)?;
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return bad("tls_cert and tls_key are set together".into());
         }
@@ -272,7 +272,8 @@ mod tests {
         classes.validate().unwrap();
         assert_eq!(classes.storage_classes["COLD"], "s3-cold");
         for bad in ["STANDARD = \"x\"", "cold = \"x\"", "COLD = \"\""] {
-            let cfg: GatewayConfig = toml::from_str(&format!("[storage_classes]\n{bad}\n")).unwrap();
+            let cfg: GatewayConfig =
+                toml::from_str(&format!("[storage_classes]\n{bad}\n")).unwrap();
             assert!(cfg.validate().is_err(), "{bad}");
         }
     }

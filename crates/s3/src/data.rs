@@ -325,9 +325,10 @@ impl Pipeline {
         let backend = self.backend.clone();
         let data = stripe.clone();
         self.started += 1;
-        self.inflight.push_back(tokio::spawn(
-            async move { backend.put_bytes(&name, data).await },
-        ));
+        self.inflight
+            .push_back(tokio::spawn(cairn_client::carry_background(async move {
+                backend.put_bytes(&name, data).await
+            })));
         self.hash(stripe).await
     }
 
@@ -452,7 +453,7 @@ pub fn read_stream(
     }
     let (tx, mut rx) = tokio::sync::mpsc::channel(READ_AHEAD_PIECES);
     let pieces = split_pieces(plan_reads(&entry, start, end), READ_PIECE_BYTES);
-    tokio::spawn(async move {
+    tokio::spawn(cairn_client::carry_background(async move {
         let mut reads = futures::stream::iter(pieces)
             .map(|(name, off, len)| {
                 let backend = backend.clone();
@@ -478,7 +479,7 @@ pub fn read_stream(
                 return;
             }
         }
-    });
+    }));
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
         .into_stream()
         .boxed()

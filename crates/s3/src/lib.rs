@@ -53,6 +53,7 @@ pub mod storage_class;
 pub mod tag_ops;
 pub mod tagging;
 pub mod tls;
+pub mod transition;
 pub mod users;
 pub mod version_ops;
 pub mod versions;

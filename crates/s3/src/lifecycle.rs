@@ -3,9 +3,9 @@
 //! (`lifecycle_pass`) asks of them: does a rule apply to this object, and when is a version,
 //! a delete marker or an upload due. Actions: expiration of current versions by age or date,
 //! of noncurrent versions by age (keeping the newest N), of expired delete markers, and the
-//! abort of incomplete multipart uploads; filters by prefix, tags and object size.
-//! Transitions to other storage classes are refused: every object lives in the gateway's
-//! pool.
+//! abort of incomplete multipart uploads; transitions of current and noncurrent versions to
+//! another storage class (another pool, `storage_class`); filters by prefix, tags and object
+//! size.
 //!
 //! Ages count in lifecycle days. A real day (86,400 s) ends, as in S3, at the next midnight
 //! UTC after the object's time plus its days; a shorter test day (the gateway's
@@ -69,6 +69,26 @@ pub enum Expiration {
     Date(i64),
 }
 
+/// A move of current versions to another storage class.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    /// When: days after the version was written, or a date.
+    pub when: Expiration,
+    /// The class it moves to (never STANDARD).
+    pub class: String,
+}
+
+/// A move of noncurrent versions to another storage class.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoncurrentTransition {
+    /// Days after the version became noncurrent.
+    pub days: u32,
+    /// ... except the newest this many noncurrent versions of each key.
+    pub newer: Option<u32>,
+    /// The class it moves to (never STANDARD).
+    pub class: String,
+}
+
 /// One lifecycle rule.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
@@ -93,6 +113,12 @@ pub struct Rule {
     /// Incomplete multipart uploads are aborted this many days after they started.
     #[serde(default)]
     pub abort_upload_days: Option<u32>,
+    /// Current versions move to other classes.
+    #[serde(default)]
+    pub transitions: Vec<Transition>,
+    /// Noncurrent versions move to other classes.
+    #[serde(default)]
+    pub noncurrent_transitions: Vec<NoncurrentTransition>,
 }
 
 /// Lifecycle time: how long a lifecycle day is.
@@ -142,6 +168,39 @@ impl Rule {
         newer >= self.newer_noncurrent_versions.unwrap_or(0) && clock.due(since_ms, days) <= now_ms
     }
 
+    /// The class a current version written at `mtime_ms` belongs in by `now_ms` under this
+    /// rule's transitions, with the time it became due (the latest due transition wins).
+    pub fn current_class(&self, clock: Clock, mtime_ms: i64, now_ms: i64) -> Option<(i64, &str)> {
+        self.transitions
+            .iter()
+            .map(|t| {
+                let due = match t.when {
+                    Expiration::Days(d) => clock.due(mtime_ms, d),
+                    Expiration::Date(at) => at,
+                };
+                (due, t.class.as_str())
+            })
+            .filter(|(due, _)| *due <= now_ms)
+            .max_by_key(|(due, _)| *due)
+    }
+
+    /// The class a version noncurrent since `since_ms`, with `newer` noncurrent versions of
+    /// its key newer than it, belongs in by `now_ms`, with the time it became due.
+    pub fn noncurrent_class(
+        &self,
+        clock: Clock,
+        since_ms: i64,
+        newer: u32,
+        now_ms: i64,
+    ) -> Option<(i64, &str)> {
+        self.noncurrent_transitions
+            .iter()
+            .filter(|t| newer >= t.newer.unwrap_or(0))
+            .map(|t| (clock.due(since_ms, t.days), t.class.as_str()))
+            .filter(|(due, _)| *due <= now_ms)
+            .max_by_key(|(due, _)| *due)
+    }
+
     /// Whether an upload started at `initiated_ms` of `key` is to be aborted by `now_ms`.
     pub fn upload_expired(&self, clock: Clock, key: &str, initiated_ms: i64, now_ms: i64) -> bool {
         self.abort_upload_days.is_some_and(|d| {
@@ -151,8 +210,9 @@ impl Rule {
 }
 
 /// The rules of PutBucketLifecycleConfiguration's document, checked as S3 checks them
-/// (MalformedXML or InvalidArgument, InvalidRequest for what the gateway does not do).
-pub fn from_config(c: &BucketLifecycleConfiguration) -> S3Result<Vec<Rule>> {
+/// (MalformedXML or InvalidArgument); transitions may name only the storage classes in
+/// `classes` (InvalidStorageClass).
+pub fn from_config(c: &BucketLifecycleConfiguration, classes: &[&str]) -> S3Result<Vec<Rule>> {
     if c.rules.is_empty() || c.rules.len() > MAX_RULES {
         return Err(s3_error!(
             MalformedXML,
@@ -161,7 +221,7 @@ pub fn from_config(c: &BucketLifecycleConfiguration) -> S3Result<Vec<Rule>> {
     }
     let mut rules: Vec<Rule> = Vec::with_capacity(c.rules.len());
     for (n, r) in c.rules.iter().enumerate() {
-        let rule = rule_from(r, n)?;
+        let rule = rule_from(r, n, classes)?;
         if rules.iter().any(|o| o.id == rule.id) {
             return Err(s3_error!(
                 InvalidArgument,
@@ -259,7 +319,104 @@ fn ms_of(t: &Timestamp) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
 }
 
-fn rule_from(r: &LifecycleRule, n: usize) -> S3Result<Rule> {
+/// A transition's storage class: given, configured, not STANDARD.
+fn class_of(class: Option<&TransitionStorageClass>, classes: &[&str]) -> S3Result<String> {
+    let name = class
+        .map(|c| c.as_str())
+        .ok_or_else(|| s3_error!(MalformedXML, "a transition needs a StorageClass"))?;
+    if !classes.contains(&name) {
+        return Err(s3_error!(
+            InvalidStorageClass,
+            "the storage class `{name}` is not one this gateway stores (nor STANDARD)"
+        ));
+    }
+    Ok(name.to_string())
+}
+
+fn transitions_from(r: &LifecycleRule, classes: &[&str]) -> S3Result<Vec<Transition>> {
+    let mut out: Vec<Transition> = Vec::new();
+    for t in r.transitions.as_deref().unwrap_or(&[]) {
+        let when =
+            match (t.days, &t.date) {
+                (Some(d), None) => Expiration::Days(u32::try_from(d).map_err(|_| {
+                    s3_error!(InvalidArgument, "Transition Days must not be negative")
+                })?),
+                (None, Some(date)) => Expiration::Date(midnight(date, "a Transition Date")?),
+                _ => {
+                    return Err(s3_error!(
+                        MalformedXML,
+                        "a Transition takes Days or Date, one of them"
+                    ))
+                }
+            };
+        let class = class_of(t.storage_class.as_ref(), classes)?;
+        if out.iter().any(|o| o.class == class) {
+            return Err(s3_error!(
+                InvalidArgument,
+                "two transitions of one rule to {class}"
+            ));
+        }
+        if out.first().is_some_and(|o| {
+            matches!(o.when, Expiration::Days(_)) != matches!(when, Expiration::Days(_))
+        }) {
+            return Err(s3_error!(
+                InvalidArgument,
+                "the transitions of one rule all take Days or all take Date"
+            ));
+        }
+        out.push(Transition { when, class });
+    }
+    Ok(out)
+}
+
+fn noncurrent_transitions_from(
+    r: &LifecycleRule,
+    classes: &[&str],
+) -> S3Result<Vec<NoncurrentTransition>> {
+    let mut out: Vec<NoncurrentTransition> = Vec::new();
+    for t in r.noncurrent_version_transitions.as_deref().unwrap_or(&[]) {
+        let d = t.noncurrent_days.ok_or_else(|| {
+            s3_error!(
+                MalformedXML,
+                "a NoncurrentVersionTransition needs NoncurrentDays"
+            )
+        })?;
+        let class = class_of(t.storage_class.as_ref(), classes)?;
+        if out.iter().any(|o| o.class == class) {
+            return Err(s3_error!(
+                InvalidArgument,
+                "two noncurrent transitions of one rule to {class}"
+            ));
+        }
+        out.push(NoncurrentTransition {
+            days: days(d, "NoncurrentDays")?,
+            newer: newer_versions(t.newer_noncurrent_versions)?,
+            class,
+        });
+    }
+    Ok(out)
+}
+
+fn newer_versions(v: Option<i32>) -> S3Result<Option<u32>> {
+    v.map(|v| {
+        u32::try_from(v)
+            .ok()
+            .filter(|v| (1..=100).contains(v))
+            .ok_or_else(|| s3_error!(InvalidArgument, "NewerNoncurrentVersions must be 1 to 100"))
+    })
+    .transpose()
+}
+
+/// A lifecycle date in ms, which must be midnight UTC.
+fn midnight(t: &Timestamp, what: &str) -> S3Result<i64> {
+    let at = ms_of(t);
+    if at.rem_euclid(DAY_MS) != 0 {
+        return Err(s3_error!(InvalidArgument, "{what} must be midnight UTC"));
+    }
+    Ok(at)
+}
+
+fn rule_from(r: &LifecycleRule, n: usize, classes: &[&str]) -> S3Result<Rule> {
     let id = r.id.clone().unwrap_or_else(|| format!("rule-{n}"));
     if id.chars().count() > MAX_ID_CHARS {
         return Err(s3_error!(
@@ -277,16 +434,6 @@ fn rule_from(r: &LifecycleRule, n: usize) -> S3Result<Rule> {
             ))
         }
     };
-    if r.transitions.as_ref().is_some_and(|t| !t.is_empty())
-        || r.noncurrent_version_transitions
-            .as_ref()
-            .is_some_and(|t| !t.is_empty())
-    {
-        return Err(s3_error!(
-            InvalidRequest,
-            "transitions are not supported: every object lives in the gateway's pool"
-        ));
-    }
     let filter = filter_from(r)?;
     let mut rule = Rule {
         id,
@@ -297,6 +444,8 @@ fn rule_from(r: &LifecycleRule, n: usize) -> S3Result<Rule> {
         noncurrent_days: None,
         newer_noncurrent_versions: None,
         abort_upload_days: None,
+        transitions: transitions_from(r, classes)?,
+        noncurrent_transitions: noncurrent_transitions_from(r, classes)?,
     };
     if let Some(e) = &r.expiration {
         let marker = e.expired_object_delete_marker.unwrap_or(false);
@@ -308,16 +457,7 @@ fn rule_from(r: &LifecycleRule, n: usize) -> S3Result<Rule> {
                 ))
             }
             (Some(d), None) => Some(Expiration::Days(days(d, "Expiration Days")?)),
-            (None, Some(t)) => {
-                let at = ms_of(t);
-                if at.rem_euclid(DAY_MS) != 0 {
-                    return Err(s3_error!(
-                        InvalidArgument,
-                        "an Expiration Date must be midnight UTC"
-                    ));
-                }
-                Some(Expiration::Date(at))
-            }
+            (None, Some(t)) => Some(Expiration::Date(midnight(t, "an Expiration Date")?)),
             (None, None) if e.expired_object_delete_marker.is_some() => None,
             (None, None) => {
                 return Err(s3_error!(
@@ -348,17 +488,7 @@ fn rule_from(r: &LifecycleRule, n: usize) -> S3Result<Rule> {
             )
         })?;
         rule.noncurrent_days = Some(days(d, "NoncurrentDays")?);
-        rule.newer_noncurrent_versions = nc
-            .newer_noncurrent_versions
-            .map(|v| {
-                u32::try_from(v)
-                    .ok()
-                    .filter(|v| (1..=100).contains(v))
-                    .ok_or_else(|| {
-                        s3_error!(InvalidArgument, "NewerNoncurrentVersions must be 1 to 100")
-                    })
-            })
-            .transpose()?;
+        rule.newer_noncurrent_versions = newer_versions(nc.newer_noncurrent_versions)?;
     }
     if let Some(a) = &r.abort_incomplete_multipart_upload {
         if rule.filter.needs_tags() {
@@ -375,10 +505,24 @@ fn rule_from(r: &LifecycleRule, n: usize) -> S3Result<Rule> {
         })?;
         rule.abort_upload_days = Some(days(d, "DaysAfterInitiation")?);
     }
+    if let Some(Expiration::Days(e)) = rule.expiration {
+        if rule
+            .transitions
+            .iter()
+            .any(|t| matches!(t.when, Expiration::Days(d) if d >= e))
+        {
+            return Err(s3_error!(
+                InvalidArgument,
+                "Expiration Days must be greater than every Transition's Days"
+            ));
+        }
+    }
     let acts = rule.expiration.is_some()
         || rule.expired_delete_marker
         || rule.noncurrent_days.is_some()
-        || rule.abort_upload_days.is_some();
+        || rule.abort_upload_days.is_some()
+        || !rule.transitions.is_empty()
+        || !rule.noncurrent_transitions.is_empty();
     if !acts {
         return Err(s3_error!(MalformedXML, "a rule needs at least one action"));
     }
@@ -457,8 +601,32 @@ pub fn to_config(rules: &[Rule]) -> Vec<LifecycleRule> {
                         days_after_initiation: i32::try_from(d).ok(),
                     }
                 }),
-                noncurrent_version_transitions: None,
-                transitions: None,
+                noncurrent_version_transitions: (!r.noncurrent_transitions.is_empty()).then(|| {
+                    r.noncurrent_transitions
+                        .iter()
+                        .map(|t| NoncurrentVersionTransition {
+                            noncurrent_days: i32::try_from(t.days).ok(),
+                            newer_noncurrent_versions: t.newer.and_then(|n| i32::try_from(n).ok()),
+                            storage_class: Some(TransitionStorageClass::from(t.class.clone())),
+                        })
+                        .collect()
+                }),
+                transitions: (!r.transitions.is_empty()).then(|| {
+                    r.transitions
+                        .iter()
+                        .map(|t| s3s::dto::Transition {
+                            days: match t.when {
+                                Expiration::Days(d) => i32::try_from(d).ok(),
+                                Expiration::Date(_) => None,
+                            },
+                            date: match t.when {
+                                Expiration::Date(ms) => Some(crate::headers::timestamp(ms)),
+                                Expiration::Days(_) => None,
+                            },
+                            storage_class: Some(TransitionStorageClass::from(t.class.clone())),
+                        })
+                        .collect()
+                }),
             }
         })
         .collect()

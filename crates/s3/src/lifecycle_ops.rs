@@ -17,7 +17,8 @@ pub async fn put(
     let config = i
         .lifecycle_configuration
         .ok_or_else(|| s3_error!(MalformedXML, "missing LifecycleConfiguration"))?;
-    let rules = lifecycle::from_config(&config)?;
+    let classes: Vec<&str> = gw.classes.keys().map(String::as_str).collect();
+    let rules = lifecycle::from_config(&config, &classes)?;
     let mut b = buckets::get_bucket(&gw.backend, &i.bucket).await?;
     b.lifecycle = rules;
     buckets::update_bucket(&gw.backend, &b).await?;

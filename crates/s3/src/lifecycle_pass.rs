@@ -2,8 +2,9 @@
 //! enabled lifecycle rules and applies them: current versions past their expiration are
 //! deleted (a delete marker in a versioned bucket), noncurrent versions past theirs removed
 //! (the newest N kept), delete markers with no older version left removed, and incomplete
-//! multipart uploads aborted. Each deletion goes through the same code as a DeleteObject
-//! (object lock is honoured: a locked version stays). The whole pass runs inside
+//! multipart uploads aborted, and versions due for a transition moved to their storage
+//! class (`transition`). Each deletion goes through the same code as a DeleteObject (object
+//! lock is honoured: a locked version stays). The whole pass runs inside
 //! `cairn_client::in_background`, so the OSDs schedule its reads and writes in their
 //! best-effort class, after clients.
 //!
@@ -23,6 +24,7 @@ use crate::object_ops::delete_key;
 use crate::pager::OmapPager;
 use crate::tag_ops;
 use crate::tagging::Tags;
+use crate::transition::{current_spots, move_version, Moved, Spot};
 use crate::versions;
 
 /// Index entries read per omap request.
@@ -43,6 +45,10 @@ pub struct PassReport {
     pub uploads_aborted: u64,
     /// Deletions refused (a locked version), left for a later pass.
     pub refused: u64,
+    /// Versions moved to another storage class.
+    pub transitioned: u64,
+    /// Transitions left for a later pass (the version changed meanwhile, or a copy failed).
+    pub transitions_left: u64,
 }
 
 /// Runs a pass every `lifecycle_interval_ms` until the task is dropped.
@@ -60,10 +66,16 @@ pub async fn run(gw: Gateway) {
                     (&lc.noncurrent_removed, r.noncurrent_removed),
                     (&lc.markers_removed, r.markers_removed),
                     (&lc.uploads_aborted, r.uploads_aborted),
+                    (&lc.transitioned, r.transitioned),
                 ] {
                     counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                 }
-                if r.expired + r.noncurrent_removed + r.markers_removed + r.uploads_aborted > 0 {
+                let acted = r.expired
+                    + r.noncurrent_removed
+                    + r.markers_removed
+                    + r.uploads_aborted
+                    + r.transitioned;
+                if acted > 0 {
                     tracing::info!(?r, "lifecycle pass");
                 }
             }
@@ -98,12 +110,18 @@ async fn bucket_pass(
     now_ms: i64,
     report: &mut PassReport,
 ) -> S3Result<()> {
-    if rules.iter().any(|r| r.expiration.is_some()) {
-        expire_current(gw, b, rules, clock, now_ms, report).await?;
-    }
-    let versions_ruled = rules
+    if rules
         .iter()
-        .any(|r| r.noncurrent_days.is_some() || r.expired_delete_marker || r.expiration.is_some());
+        .any(|r| r.expiration.is_some() || !r.transitions.is_empty())
+    {
+        walk_current(gw, b, rules, clock, now_ms, report).await?;
+    }
+    let versions_ruled = rules.iter().any(|r| {
+        r.noncurrent_days.is_some()
+            || r.expired_delete_marker
+            || r.expiration.is_some()
+            || !r.noncurrent_transitions.is_empty()
+    });
     if b.versioning.versioned() && versions_ruled {
         for shard in versions::shard_names(b) {
             walk_versions(gw, b, &shard, rules, clock, now_ms, report).await?;
@@ -135,7 +153,42 @@ async fn tags_if_needed(
     }
 }
 
-async fn expire_current(
+/// Counts a transition's outcome.
+fn count_move(report: &mut PassReport, moved: S3Result<Moved>) {
+    match moved {
+        Ok(Moved::Done) => report.transitioned += 1,
+        Ok(Moved::AlreadyThere) => {}
+        Ok(Moved::LeftAlone) => report.transitions_left += 1,
+        Err(e) => {
+            tracing::warn!("lifecycle transition: {e}");
+            report.transitions_left += 1;
+        }
+    }
+}
+
+/// The class the latest due transition of the rules matching a version names, if any.
+fn due_class<'r>(
+    rules: &[&'r Rule],
+    key: &str,
+    e: &Entry,
+    tags: &Tags,
+    class_of: impl Fn(&'r Rule) -> Option<(i64, &'r str)>,
+) -> Option<&'r str> {
+    if e.delete_marker {
+        return None;
+    }
+    rules
+        .iter()
+        .filter(|r| r.filter.matches(key, e.size, tags))
+        .filter_map(|r| class_of(r))
+        .max_by_key(|(due, _)| *due)
+        .map(|(_, class)| class)
+        .filter(|class| e.storage_class.as_deref() != Some(*class))
+}
+
+/// Walks the current index: expires current versions past their expiration, and moves the
+/// others due for a transition.
+async fn walk_current(
     gw: &Gateway,
     b: &BucketInfo,
     rules: &[&Rule],
@@ -156,6 +209,13 @@ async fn expire_current(
                         && r.current_expired(clock, e.mtime_ms, now_ms)
                 });
                 if !due {
+                    let class = due_class(rules, key, &e, &tags, |r| {
+                        r.current_class(clock, e.mtime_ms, now_ms)
+                    });
+                    if let Some(class) = class {
+                        let spots = current_spots(b, key, &e);
+                        count_move(report, move_version(gw, &e, class, &spots).await);
+                    }
                     continue;
                 }
                 let still = buckets::get_entry(&gw.backend, b, key)
@@ -173,6 +233,9 @@ async fn expire_current(
     Ok(())
 }
 
+/// A key's versions with their version-index keys, newest first.
+type IndexedVersions = Vec<(Vec<u8>, Entry)>;
+
 /// Walks one version-index shard key by key (a key's versions are adjacent, newest first).
 async fn walk_versions(
     gw: &Gateway,
@@ -183,7 +246,7 @@ async fn walk_versions(
     now_ms: i64,
     report: &mut PassReport,
 ) -> S3Result<()> {
-    let mut group: Option<(String, Vec<Entry>)> = None;
+    let mut group: Option<(String, IndexedVersions)> = None;
     let mut pages = OmapPager::new(&gw.backend, shard, &[], PAGE);
     while let Some(page) = pages.next_page().await? {
         for (k, v) in &page {
@@ -192,12 +255,12 @@ async fn walk_versions(
             };
             let e = versions::decode_version(v)?;
             match &mut group {
-                Some((g, list)) if g == key => list.push(e),
+                Some((g, list)) if g == key => list.push((k.clone(), e)),
                 _ => {
                     if let Some((g, list)) = group.take() {
                         apply_to_versions(gw, b, &g, list, rules, clock, now_ms, report).await?;
                     }
-                    group = Some((key.to_string(), vec![e]));
+                    group = Some((key.to_string(), vec![(k.clone(), e)]));
                 }
             }
         }
@@ -208,14 +271,14 @@ async fn walk_versions(
     Ok(())
 }
 
-/// Applies the noncurrent-version and delete-marker rules to the versions of `key`, newest
-/// first.
+/// Applies the noncurrent-version, noncurrent-transition and delete-marker rules to the
+/// versions of `key` (with their index keys), newest first.
 #[allow(clippy::too_many_arguments)]
 async fn apply_to_versions(
     gw: &Gateway,
     b: &BucketInfo,
     key: &str,
-    list: Vec<Entry>,
+    list: Vec<(Vec<u8>, Entry)>,
     rules: &[&Rule],
     clock: Clock,
     now_ms: i64,
@@ -223,8 +286,8 @@ async fn apply_to_versions(
 ) -> S3Result<()> {
     let mut left = list.len();
     for i in 1..list.len() {
-        let e = &list[i];
-        let since = list[i - 1].mtime_ms;
+        let (index_key, e) = &list[i];
+        let since = list[i - 1].1.mtime_ms;
         let newer = u32::try_from(i - 1).unwrap_or(u32::MAX);
         let tags = tags_if_needed(gw, b, rules, key, e).await?;
         let due = rules.iter().any(|r| {
@@ -240,9 +303,17 @@ async fn apply_to_versions(
                 }
                 Err(_) => report.refused += 1,
             }
+        } else if let Some(class) = due_class(rules, key, e, &tags, |r| {
+            r.noncurrent_class(clock, since, newer, now_ms)
+        }) {
+            let spot = Spot {
+                object: versions::shard_of(b, key),
+                key: index_key.clone(),
+            };
+            count_move(report, move_version(gw, e, class, &[spot]).await);
         }
     }
-    let newest = &list[0];
+    let newest = &list[0].1;
     if left == 1 && newest.delete_marker {
         let due = rules.iter().any(|r| {
             r.filter.matches(key, 0, &Tags::new())

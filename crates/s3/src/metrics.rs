@@ -55,6 +55,8 @@ pub struct LifecycleCounters {
     pub markers_removed: AtomicU64,
     /// Incomplete multipart uploads aborted.
     pub uploads_aborted: AtomicU64,
+    /// Versions moved to another storage class.
+    pub transitioned: AtomicU64,
 }
 
 /// Counts of the gateway's limits at work (see docs/reference/limits.md).
@@ -250,6 +252,7 @@ impl S3Metrics {
                 ("expire_noncurrent", &lc.noncurrent_removed),
                 ("remove_delete_marker", &lc.markers_removed),
                 ("abort_upload", &lc.uploads_aborted),
+                ("transition", &lc.transitioned),
             ]
             .map(|(action, v)| ([("action", action)], v.load(Ordering::Relaxed))),
         )?;

@@ -144,7 +144,12 @@ async fn drop_upload(
         .await
         .map_err(internal)?;
     let segs: Vec<Segment> = unused.iter().map(segment_of).collect();
-    data::remove_segments(gw.data_for(u.storage_class.as_deref())?, u.stripe_bytes, &segs).await;
+    data::remove_segments(
+        gw.data_for(u.storage_class.as_deref())?,
+        u.stripe_bytes,
+        &segs,
+    )
+    .await;
     Ok(())
 }
 

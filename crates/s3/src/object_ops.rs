@@ -11,9 +11,9 @@ use s3s::TrailingHeaders;
 use std::sync::Arc;
 
 use crate::access_ops::{acl_on_write, any_grant};
-use crate::backend::Backend;
 use crate::acl::CannedAcl;
 use crate::authz::{authorize, Action};
+use crate::backend::Backend;
 use crate::buckets::{self, fresh_id, now_ms, BucketInfo};
 use crate::checksum::{self, Checksum, ChecksumAlgo};
 use crate::data::{self, hex, WriteSpec, Written};
@@ -244,13 +244,11 @@ pub async fn store_body(
         .as_ref()
         .and_then(|b| s3s::stream::ByteStream::remaining_length(b).exact());
     let turn = gw.admit_body(len.map(|l| l as u64)).await?;
-    let w = data::write_body(pool, &spec, body)
-        .await
-        .inspect_err(|e| {
-            if *e.code() == s3s::S3ErrorCode::RequestTimeout {
-                LimitCounters::bump(&gw.metrics.limits.body_timeouts);
-            }
-        })?;
+    let w = data::write_body(pool, &spec, body).await.inspect_err(|e| {
+        if *e.code() == s3s::S3ErrorCode::RequestTimeout {
+            LimitCounters::bump(&gw.metrics.limits.body_timeouts);
+        }
+    })?;
     drop(turn);
     if expected_md5.is_some_and(|m| m != w.md5) {
         discard(gw, pool, &w).await;
