@@ -148,14 +148,30 @@ fn boto3_and_aws_cli_against_cairn_up() {
         "unknown keys are refused: {out}"
     );
     start_gateway(&mut cluster, &config, "limited");
-    // A gateway whose lifecycle day is a second, with a domain for virtual-hosted requests.
+    // A gateway whose lifecycle day is a second, with a domain for virtual-hosted requests
+    // and a second storage class (its own entity, allowed the class's pool too).
+    let fast_keyring = dir.join("s3fast.keyring").display().to_string();
+    let (ok, out) = cluster.cairn(&[
+        "auth",
+        "--mon",
+        &mon,
+        "get-or-create",
+        "client.s3fast",
+        "mon",
+        "allow rw",
+        "osd",
+        "allow rw pool=s3, allow rw pool=s3-cold",
+        "-o",
+        &fast_keyring,
+    ]);
+    assert!(ok, "{out}");
     let fast_config = dir.join("fast.toml");
     std::fs::write(
         &fast_config,
         format!(
-            "mon = \"{mon}\"\nlisten = \"{fast}\"\nkeyring = \"{}\"\nname = \"client.s3gw\"\n\
-             lifecycle_day_secs = 1\nlifecycle_interval_ms = 500\ndomains = [\"s3.cairn.test\"]\n",
-            dir.join("s3gw.keyring").display()
+            "mon = \"{mon}\"\nlisten = \"{fast}\"\nkeyring = \"{fast_keyring}\"\nname = \"client.s3fast\"\n\
+             lifecycle_day_secs = 1\nlifecycle_interval_ms = 500\ndomains = [\"s3.cairn.test\"]\n\
+             [storage_classes]\nCOLD = \"s3-cold\"\n",
         ),
     )
     .unwrap();
@@ -184,6 +200,9 @@ fn boto3_and_aws_cli_against_cairn_up() {
             .env("S3_ENDPOINT", format!("http://{s3}"))
             .env("S3_LIMITED_ENDPOINT", format!("http://{limited}"))
             .env("S3_FAST_ENDPOINT", format!("http://{fast}"))
+            .env("CAIRN_BIN", env!("CARGO_BIN_EXE_cairn"))
+            .env("CAIRN_MON", &mon)
+            .env("CAIRN_KEYRING", cluster.keyring())
             .env("AWS_ACCESS_KEY_ID", &access)
             .env("AWS_SECRET_ACCESS_KEY", &secret)
             .env_remove("AWS_PROFILE")

@@ -1,12 +1,15 @@
 """Lifecycle rules against a gateway whose lifecycle day is one second and whose pass runs
-twice a second (S3_FAST_ENDPOINT; `lifecycle_day_secs = 1`): the configuration calls and their
-refusals, then each action seen to happen: current versions expire (a delete marker in a
-versioned bucket), noncurrent versions go (the newest N kept), expired delete markers go,
-incomplete uploads are aborted, filters by prefix, tag and size hold, locked versions stay,
-and objects outside every rule are untouched (read back by checksum)."""
+twice a second (S3_FAST_ENDPOINT; `lifecycle_day_secs = 1`), with a storage class COLD in pool
+s3-cold: the configuration calls and their refusals, then each action seen to happen: current
+versions expire (a delete marker in a versioned bucket), noncurrent versions go (the newest N
+kept), expired delete markers go, incomplete uploads are aborted, filters by prefix, tag and
+size hold, locked versions stay, current and noncurrent versions move to COLD (their stripes
+seen in the class's pool with `cairn ls`, CAIRN_BIN/CAIRN_MON/CAIRN_KEYRING), and objects
+outside every rule are untouched (read back by checksum)."""
 
 import hashlib
 import os
+import subprocess
 import time
 
 from s3common import wait_for, check, client, code_of, empty_bucket, step
@@ -18,6 +21,22 @@ s3 = client(FAST)
 def sha(b):
     return hashlib.sha256(b).hexdigest()
 
+
+
+def cold_stripes():
+    """Names of the data objects in the COLD class's pool."""
+    out = subprocess.run([os.environ["CAIRN_BIN"], "ls", "-p", "s3-cold", "--mon", os.environ["CAIRN_MON"]],
+                         capture_output=True, text=True, timeout=120)
+    check(out.returncode == 0, f"cairn ls: {out.stdout} {out.stderr}")
+    return {n for n in out.stdout.split() if n.startswith("d.")}
+
+
+def class_of(bucket, key, **kw):
+    return s3.head_object(Bucket=bucket, Key=key, **kw).get("StorageClass", "STANDARD")
+
+
+def body_sha(bucket, key, **kw):
+    return sha(s3.get_object(Bucket=bucket, Key=key, **kw)["Body"].read())
 
 
 def keys(bucket):
@@ -60,7 +79,10 @@ for bad, want in [
     ({"Rules": [rule("x", Expiration={"Days": 0})]}, "InvalidArgument"),
     ({"Rules": [rule("x", Expiration={"Days": 1}), rule("x", Expiration={"Days": 2})]}, "InvalidArgument"),
     ({"Rules": [rule("x")]}, "MalformedXML"),
-    ({"Rules": [rule("x", Transitions=[{"Days": 1, "StorageClass": "GLACIER"}])]}, "InvalidRequest"),
+    ({"Rules": [rule("x", Transitions=[{"Days": 1, "StorageClass": "GLACIER"}])]}, "InvalidStorageClass"),
+    ({"Rules": [rule("x", Transitions=[{"Days": 1, "StorageClass": "STANDARD"}])]}, "InvalidStorageClass"),
+    ({"Rules": [rule("x", Expiration={"Days": 1}, Transitions=[{"Days": 2, "StorageClass": "COLD"}])]},
+     "InvalidArgument"),
     ({"Rules": [rule("x", Expiration={"Days": 1, "ExpiredObjectDeleteMarker": True})]}, "MalformedXML"),
 ]:
     code = code_of(s3.put_bucket_lifecycle_configuration, Bucket="lc-conf", LifecycleConfiguration=bad)
@@ -174,7 +196,75 @@ for v in vs:
                              LegalHold={"Status": "OFF"})
 wait_for("released versions removed", lambda: versions("lc-lock", "held")[0] == [])
 
-for b in ["lc-cur", "lc-tag", "lc-ver", "lc-mpu", "lc-lock"]:
+step("storage classes: PUT, copy and multipart into COLD; unknown classes refused")
+s3.create_bucket(Bucket="lc-class")
+before = cold_stripes()
+data = os.urandom(300 << 10)
+s3.put_object(Bucket="lc-class", Key="put", Body=data, StorageClass="COLD")
+check(class_of("lc-class", "put") == "COLD", "HEAD names the class")
+listed = s3.list_objects_v2(Bucket="lc-class")["Contents"]
+check([o["StorageClass"] for o in listed] == ["COLD"], f"listing names the class: {listed}")
+check(body_sha("lc-class", "put") == sha(data), "read back from the class's pool")
+check(len(cold_stripes() - before) >= 1, "its stripes are in s3-cold")
+check(code_of(s3.put_object, Bucket="lc-class", Key="x", Body=b"x", StorageClass="GLACIER")
+      == "InvalidStorageClass", "an unknown class is refused")
+s3.put_object(Bucket="lc-class", Key="tiny", Body=b"tiny", StorageClass="COLD")
+check(class_of("lc-class", "tiny") == "COLD" and body_sha("lc-class", "tiny") == sha(b"tiny"),
+      "a small object in COLD is stored in the class's pool too")
+s3.copy_object(Bucket="lc-class", Key="put", CopySource={"Bucket": "lc-class", "Key": "put"},
+               StorageClass="STANDARD")
+check(class_of("lc-class", "put") == "STANDARD" and body_sha("lc-class", "put") == sha(data),
+      "a copy onto itself changes the class back")
+part = os.urandom(5 << 20)
+up = s3.create_multipart_upload(Bucket="lc-class", Key="mpu", StorageClass="COLD")["UploadId"]
+etags = [s3.upload_part(Bucket="lc-class", Key="mpu", UploadId=up, PartNumber=n, Body=b)["ETag"]
+         for n, b in [(1, part), (2, b"tail")]]
+check(s3.list_multipart_uploads(Bucket="lc-class")["Uploads"][0]["StorageClass"] == "COLD", "upload class")
+s3.complete_multipart_upload(Bucket="lc-class", Key="mpu", UploadId=up, MultipartUpload={
+    "Parts": [{"PartNumber": 1, "ETag": etags[0]}, {"PartNumber": 2, "ETag": etags[1]}]})
+check(class_of("lc-class", "mpu") == "COLD" and body_sha("lc-class", "mpu") == sha(part + b"tail"),
+      "a multipart object in COLD reads back")
+
+step("transitions move current versions to COLD, whole; others stay")
+s3.create_bucket(Bucket="lc-tr")
+objs = {"cold/big": os.urandom(200 << 10), "cold/small": b"s" * 100, "warm/big": os.urandom(100 << 10)}
+for k, body in objs.items():
+    s3.put_object(Bucket="lc-tr", Key=k, Body=body)
+up = s3.create_multipart_upload(Bucket="lc-tr", Key="cold/parts")["UploadId"]
+etags = [s3.upload_part(Bucket="lc-tr", Key="cold/parts", UploadId=up, PartNumber=n, Body=b)["ETag"]
+         for n, b in [(1, part), (2, b"second part")]]
+s3.complete_multipart_upload(Bucket="lc-tr", Key="cold/parts", UploadId=up, MultipartUpload={
+    "Parts": [{"PartNumber": 1, "ETag": etags[0]}, {"PartNumber": 2, "ETag": etags[1]}]})
+objs["cold/parts"] = part + b"second part"
+before = cold_stripes()
+s3.put_bucket_lifecycle_configuration(Bucket="lc-tr", LifecycleConfiguration={"Rules": [
+    rule("to-cold", Filter={"Prefix": "cold/"}, Transitions=[{"Days": 1, "StorageClass": "COLD"}]),
+]})
+got = s3.get_bucket_lifecycle_configuration(Bucket="lc-tr")["Rules"][0]
+check(got["Transitions"] == [{"Days": 1, "StorageClass": "COLD"}], f"transition read back: {got}")
+wait_for("the cold/ objects in COLD",
+         lambda: all(class_of("lc-tr", k) == "COLD" for k in objs if k.startswith("cold/")))
+check(class_of("lc-tr", "warm/big") == "STANDARD", "outside the rule: STANDARD")
+for k, body in objs.items():
+    check(body_sha("lc-tr", k) == sha(body), f"{k} reads back whole after the move")
+check(sha(s3.get_object(Bucket="lc-tr", Key="cold/parts", PartNumber=2)["Body"].read())
+      == sha(b"second part"), "part boundaries kept")
+check(len(cold_stripes() - before) >= 4, "the moved stripes are in s3-cold")
+
+step("noncurrent versions move to COLD; the current one stays")
+s3.create_bucket(Bucket="lc-trv")
+s3.put_bucket_versioning(Bucket="lc-trv", VersioningConfiguration={"Status": "Enabled"})
+v1 = s3.put_object(Bucket="lc-trv", Key="k", Body=b"one" * 1000)["VersionId"]
+v2 = s3.put_object(Bucket="lc-trv", Key="k", Body=b"two" * 1000)["VersionId"]
+s3.put_bucket_lifecycle_configuration(Bucket="lc-trv", LifecycleConfiguration={"Rules": [
+    rule("nc", NoncurrentVersionTransitions=[{"NoncurrentDays": 1, "StorageClass": "COLD"}]),
+]})
+classes = lambda: {v["VersionId"]: v["StorageClass"] for v in versions("lc-trv", "k")[0]}
+wait_for("the noncurrent version in COLD", lambda: classes() == {v1: "COLD", v2: "STANDARD"})
+check(body_sha("lc-trv", "k", VersionId=v1) == sha(b"one" * 1000), "the moved version reads back")
+check(body_sha("lc-trv", "k") == sha(b"two" * 1000), "the current version is untouched")
+
+for b in ["lc-cur", "lc-tag", "lc-ver", "lc-mpu", "lc-lock", "lc-class", "lc-tr", "lc-trv"]:
     s3.delete_bucket_lifecycle(Bucket=b)
     empty_bucket(s3, b)
 print("ALL LIFECYCLE CHECKS PASSED")
