@@ -136,6 +136,17 @@ impl std::fmt::Display for LeaseRecord {
     }
 }
 
+/// Whether `holder` was a process of this host that no longer exists (its lease can be taken
+/// at once instead of after a lease: a restart on the same host).
+pub fn died_here(holder: &LeaseRecord) -> bool {
+    let here = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().replace(char::is_whitespace, "_"))
+        .unwrap_or_default();
+    holder.host == here
+        && holder.pid != std::process::id()
+        && !std::path::Path::new(&format!("/proc/{}", holder.pid)).exists()
+}
+
 /// Checks a lease against [`MIN_LEASE`]..=[`MAX_LEASE`].
 pub fn check_lease(lease: Duration) -> Result<(), LeaseError> {
     match (MIN_LEASE..=MAX_LEASE).contains(&lease) {

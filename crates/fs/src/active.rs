@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_client::lease::{self, Lease, LeaseError, LeasePlace, LeaseRecord};
+use cairn_client::lease::{self, died_here, Lease, LeaseError, LeasePlace};
 use cairn_client::{Client, ClientError};
 
 use crate::error::FsError;
@@ -27,16 +27,6 @@ pub fn lease_place(meta: &str) -> LeasePlace {
         object: LEASE_OBJECT.to_string(),
         attr: LEASE_ATTR.to_string(),
     }
-}
-
-/// Whether `holder` is a process of this host that no longer runs.
-fn died_here(holder: &LeaseRecord) -> bool {
-    let here = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().replace(char::is_whitespace, "_"))
-        .unwrap_or_default();
-    holder.host == here
-        && holder.pid != std::process::id()
-        && !std::path::Path::new(&format!("/proc/{}", holder.pid)).exists()
 }
 
 /// Takes the lease of the file system whose metadata pool is `meta`, waiting as a standby

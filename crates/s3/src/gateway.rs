@@ -35,6 +35,9 @@ pub struct Gateway {
     pub backend: Arc<dyn Backend>,
     /// The data pools of the other storage classes, by class name (`storage_class`).
     pub classes: Arc<BTreeMap<String, Arc<dyn Backend>>>,
+    /// The cluster client behind `backend`, when it is the cluster: gateways over one pool
+    /// take turns at the lifecycle pass through a lease on it (`lifecycle_pass`).
+    pub cluster: Option<Arc<cairn_client::Client>>,
     /// Settings.
     pub cfg: Arc<GatewayConfig>,
     /// Users and their keys.
@@ -61,6 +64,7 @@ impl Gateway {
             bodies: Arc::new(Semaphore::new(body_permits(cfg.max_inflight_body_bytes))),
             backend,
             classes: Arc::new(BTreeMap::new()),
+            cluster: None,
             cfg: Arc::new(cfg),
             epoch: Instant::now(),
             metrics: Arc::new(S3Metrics::default()),
@@ -70,6 +74,12 @@ impl Gateway {
     /// This gateway with the data pools of storage classes besides STANDARD.
     pub fn with_storage_classes(mut self, classes: BTreeMap<String, Arc<dyn Backend>>) -> Self {
         self.classes = Arc::new(classes);
+        self
+    }
+
+    /// This gateway with the cluster client behind its backend.
+    pub fn with_cluster(mut self, client: Arc<cairn_client::Client>) -> Self {
+        self.cluster = Some(client);
         self
     }
 

@@ -175,7 +175,9 @@ pub async fn connect(cfg: GatewayConfig) -> Result<Gateway, GatewayError> {
             (name.clone(), data)
         })
         .collect();
-    Ok(Gateway::new(backend, cfg).with_storage_classes(classes))
+    Ok(Gateway::new(backend, cfg)
+        .with_storage_classes(classes)
+        .with_cluster(client))
 }
 
 /// The user of `access_key` stored in the cluster, if any (with its secret).

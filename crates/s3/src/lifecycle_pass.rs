@@ -10,8 +10,17 @@
 //!
 //! A current version is expired only if it is still the one the walk saw (same mtime and
 //! ETag when re-read just before), so an object rewritten meanwhile stays.
+//!
+//! Gateways over one pool take turns: a gateway runs passes only while it holds the lease
+//! on `s3.lifecycle` (`cairn_client::lease`, renewed in the background); the others try again
+//! each interval and take over one lease after the holder stops (at once when it was a process
+//! of their own host that exited).
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use cairn_client::lease::{died_here, Lease, LeaseError, LeasePlace, DEFAULT_LEASE};
+use cairn_client::{Client, ClientError};
 
 use s3s::S3Result;
 
@@ -51,11 +60,59 @@ pub struct PassReport {
     pub transitions_left: u64,
 }
 
-/// Runs a pass every `lifecycle_interval_ms` until the task is dropped.
+/// The object whose lease a gateway holds while it runs the lifecycle passes of its pool.
+pub const LEASE_OBJECT: &str = "s3.lifecycle";
+
+/// Takes the pass's lease on `pool` for this gateway, or None while another gateway holds
+/// it (after waiting one of its leases) or the cluster fails (logged).
+async fn take_turn(client: &Arc<Client>, pool: &str) -> Option<Arc<Lease>> {
+    match client.write_full_if(pool, LEASE_OBJECT, &[], 0).await {
+        Ok(_) | Err(ClientError::VersionMismatch { .. }) => {}
+        Err(e) => {
+            tracing::warn!("lifecycle: creating {LEASE_OBJECT}: {e}");
+            return None;
+        }
+    }
+    let place = LeasePlace {
+        pool: pool.to_string(),
+        object: LEASE_OBJECT.to_string(),
+        attr: "lease".to_string(),
+    };
+    let what = "the lifecycle pass";
+    match Lease::acquire(client.clone(), place, what, DEFAULT_LEASE, &died_here).await {
+        Ok(lease) => {
+            tracing::info!("lifecycle: this gateway runs the passes");
+            Some(lease)
+        }
+        Err(LeaseError::Held(who)) => {
+            tracing::debug!("lifecycle: another gateway runs the passes: {who}");
+            None
+        }
+        Err(e) => {
+            tracing::warn!("lifecycle: taking the lease: {e}");
+            None
+        }
+    }
+}
+
+/// Runs a pass every `lifecycle_interval_ms` until the task is dropped; over the cluster,
+/// only while this gateway holds the pass's lease.
 pub async fn run(gw: Gateway) {
     let every = Duration::from_millis(gw.cfg.lifecycle_interval_ms.max(1));
+    let mut turn: Option<Arc<Lease>> = None;
     loop {
         tokio::time::sleep(every).await;
+        if let Some(client) = &gw.cluster {
+            if turn.as_ref().is_none_or(|l| l.is_lost()) {
+                turn = take_turn(client, &gw.cfg.pool).await;
+            }
+            let Some(lease) = &turn else {
+                continue;
+            };
+            if lease.check().await.is_err() {
+                continue;
+            }
+        }
         let now = buckets::now_ms();
         match cairn_client::in_background(pass(&gw, now)).await {
             Ok(r) => {
