@@ -166,16 +166,17 @@ fn boto3_and_aws_cli_against_cairn_up() {
     ]);
     assert!(ok, "{out}");
     let fast_config = dir.join("fast.toml");
-    std::fs::write(
-        &fast_config,
+    let fast_page = format!("127.0.0.1:{}", free_port());
+    let fast_settings = |listen: &str, page: &str| {
         format!(
-            "mon = \"{mon}\"\nlisten = \"{fast}\"\nkeyring = \"{fast_keyring}\"\nname = \"client.s3fast\"\n\
+            "mon = \"{mon}\"\nlisten = \"{listen}\"\nmetrics = \"{page}\"\nkeyring = \"{fast_keyring}\"\nname = \"client.s3fast\"\n\
              lifecycle_day_secs = 1\nlifecycle_interval_ms = 500\ndomains = [\"s3.cairn.test\"]\n\
              [storage_classes]\nCOLD = \"s3-cold\"\n",
-        ),
-    )
-    .unwrap();
+        )
+    };
+    std::fs::write(&fast_config, fast_settings(&fast, &fast_page)).unwrap();
     start_gateway(&mut cluster, &fast_config, "fast");
+    let fast_pid = cluster.extra.last().unwrap().id();
 
     for (script, passed) in [
         ("e2e.py", "ALL S3 CHECKS PASSED"),
@@ -269,6 +270,36 @@ fn boto3_and_aws_cli_against_cairn_up() {
         })
         .sum();
     assert!(slow_down > 0.0, "SlowDown is a 503:\n{limited}");
+
+    // Gateways over one pool take turns at the lifecycle pass: a second fast gateway runs
+    // none while the first holds the lease, and takes over once the first is killed.
+    let passes = |page: &str| {
+        value(
+            &common::http_get(page, "/metrics"),
+            "cairn_s3_lifecycle_passes_total",
+        )
+    };
+    let (fast2, fast2_page) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let fast2_config = dir.join("fast2.toml");
+    std::fs::write(&fast2_config, fast_settings(&fast2, &fast2_page)).unwrap();
+    start_gateway(&mut cluster, &fast2_config, "fast2");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(passes(&fast_page) > 0.0, "the first gateway runs passes");
+    assert_eq!(passes(&fast2_page), 0.0, "the second waits its turn");
+    common::signal("-KILL", fast_pid);
+    common::wait_exited(fast_pid);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while passes(&fast2_page) == 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second gateway never took over the lifecycle pass: {}",
+            std::fs::read_to_string(dir.join("fast2.log")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
 
     // A gateway killed with -9 is started again by `up` with the admin keys it had (the
     // credentials file's), which still sign requests.

@@ -210,6 +210,18 @@ async fn discard(gw: &Gateway, pool: &Arc<dyn Backend>, w: &Written) {
     }
 }
 
+/// Refuses a CopyObject whose source is larger than one PUT may be (AWS: 5 GiB), as AWS
+/// does: such an object is copied by a multipart upload of UploadPartCopy ranges.
+pub fn check_copy_source_size(size: u64, max: u64) -> S3Result<()> {
+    if size > max {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The specified copy source is larger than the maximum allowable size for a copy source: {max}"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a declared body length against the PUT limit before anything is read.
 pub fn check_length(len: Option<i64>, max: u64) -> S3Result<()> {
     if len.is_some_and(|l| l < 0 || l as u64 > max) {
@@ -652,10 +664,16 @@ pub(crate) async fn delete_key(
 ) -> S3Result<versions::Deleted> {
     let deleted = match (version_id, b.versioning.versioned()) {
         (Some(id), true) => {
-            if let Some((_, e)) = versions::get_version(&gw.backend, b, key, id).await? {
-                lock_ops::check_delete(gw, b, key, &e, bypass).await?;
+            // Versions carry locks only in a bucket with object lock: read the version once,
+            // to check its lock and then to delete it.
+            let known = match b.object_lock {
+                Some(_) => versions::get_version(&gw.backend, b, key, id).await?,
+                None => None,
+            };
+            if let Some((_, e)) = &known {
+                lock_ops::check_delete(gw, b, key, e, bypass).await?;
             }
-            versions::delete_version(&gw.backend, b, key, id).await?
+            versions::delete_version(&gw.backend, b, key, id, known).await?
         }
         (None, true) => versions::delete_current(&gw.backend, b, key, b.versioning).await?,
         (Some(id), false) if id != versions::NULL_VERSION => {
@@ -920,6 +938,7 @@ pub async fn copy(
         },
     )
     .await?;
+    check_copy_source_size(src.size, gw.cfg.max_put_bytes)?;
     let replace = input
         .metadata_directive
         .as_ref()
@@ -1007,6 +1026,15 @@ pub async fn copy(
 mod tests {
     use super::*;
     use crate::entry::Segment;
+
+    #[test]
+    fn copies_above_the_put_limit_are_refused() {
+        let max = 5 << 30;
+        check_copy_source_size(max, max).unwrap();
+        let err = check_copy_source_size(max + 1, max).unwrap_err();
+        assert_eq!(*err.code(), s3s::S3ErrorCode::InvalidRequest);
+        assert!(err.message().unwrap_or_default().contains("5368709120"));
+    }
 
     fn multipart(sizes: &[u64]) -> Entry {
         let mut e = entry_from(

@@ -174,11 +174,19 @@ pub async fn handle(
         .and_then(|o| o.to_str().ok())
         .zip(cors_ops::bucket_of(gw, req.headers(), req.uri().path()))
         .map(|(o, b)| (o.to_string(), b.to_string(), req.method().clone()));
+    let form = req.method() == hyper::Method::POST
+        && req
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"multipart/form-data"));
     let (req, failure) = match authenticate(req, &gw.users).await {
         Ok(r) => r,
         Err(e) => return Ok(error_response(e)),
     };
     let mut resp = service.call(req).await?;
+    if form && resp.status() == hyper::StatusCode::BAD_REQUEST {
+        resp = policy_condition_denied(resp).await;
+    }
     if let Some(e) = failure.as_ref().and_then(|f| f.get()) {
         resp = error_response(e.to_s3());
     }
@@ -186,6 +194,48 @@ pub async fn handle(
         cors_ops::decorate(gw, &bucket, &origin, &method, &mut resp).await;
     }
     Ok(resp)
+}
+
+/// Largest error body read back to find out why a POST form was refused.
+const MAX_FORM_ERROR_BYTES: usize = 8 << 10;
+
+/// A POST form refused because its policy's condition failed, answered as AWS does: 403
+/// AccessDenied "Invalid according to Policy" (s3s answers 400 InvalidPolicyDocument, the code
+/// AWS keeps for a policy it cannot parse). Any other response passes unchanged.
+async fn policy_condition_denied(mut resp: HttpResponse) -> HttpResponse {
+    let Ok(body) = resp
+        .body_mut()
+        .store_all_limited(MAX_FORM_ERROR_BYTES)
+        .await
+    else {
+        return error_response(S3Error::with_message(
+            s3s::S3ErrorCode::InvalidRequest,
+            "the form was refused".to_string(),
+        ));
+    };
+    let text = String::from_utf8_lossy(&body);
+    let between = |open: &str, close: &str| {
+        let start = text.find(open)? + open.len();
+        let len = text[start..].find(close)?;
+        Some(text[start..start + len].to_string())
+    };
+    let condition_failed = between("<Code>", "</Code>").as_deref() == Some("InvalidPolicyDocument")
+        && between("<Message>", "</Message>").is_some_and(|m| m.starts_with("Policy condition"));
+    if !condition_failed {
+        *resp.body_mut() = s3s::Body::from(body);
+        return resp;
+    }
+    let why = between("<Message>", "</Message>").unwrap_or_default();
+    let why = why
+        .replace("&apos;", "'")
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    error_response(S3Error::with_message(
+        s3s::S3ErrorCode::AccessDenied,
+        format!("Invalid according to Policy: {why}"),
+    ))
 }
 
 fn error_response(e: S3Error) -> HttpResponse {

@@ -23,13 +23,15 @@
 //! A crash between them leaves a version listed that is not (yet) current, which the next
 //! write of the key corrects; never a current entry whose data is gone.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::{StreamExt, TryStreamExt};
 use rand::Rng;
 use s3s::{s3_error, S3Result};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, OmapPage};
 use crate::buckets::{self, BucketInfo};
 use crate::data::internal;
 use crate::entry::{DataLoc, Entry};
@@ -346,10 +348,15 @@ pub async fn delete_version(
     b: &BucketInfo,
     key: &str,
     id: &str,
+    known: Option<(Vec<u8>, Entry)>,
 ) -> S3Result<Deleted> {
     let current = buckets::get_entry(backend, b, key).await?;
     keep_unversioned(backend, b, key, current.as_ref()).await?;
-    let Some((k, gone)) = get_version(backend, b, key, id).await? else {
+    let found = match known {
+        Some(found) => Some(found),
+        None => get_version(backend, b, key, id).await?,
+    };
+    let Some((k, gone)) = found else {
         return Ok(Deleted {
             version_id: Some(id.to_string()),
             ..Default::default()
@@ -380,21 +387,49 @@ pub async fn delete_version(
     })
 }
 
+/// Index shards whose pre-versioning objects are recorded at once when versioning is enabled.
+const KEEP_CONCURRENCY: usize = 4;
+
 /// Copies every object written before versioning was enabled into the version index (see
-/// the module's notes): run when a bucket's versioning is first enabled.
+/// the module's notes): run when a bucket's versioning is first enabled. Index shards are
+/// walked a few at a time, and each page's null versions go in one write per version-index
+/// shard.
 pub async fn keep_all_unversioned(backend: &Arc<dyn Backend>, b: &BucketInfo) -> S3Result<u64> {
+    futures::stream::iter(b.shard_names())
+        .map(|shard| keep_shard_unversioned(backend, b, shard))
+        .buffer_unordered(KEEP_CONCURRENCY)
+        .try_fold(0, |total, kept| async move { Ok(total + kept) })
+        .await
+}
+
+async fn keep_shard_unversioned(
+    backend: &Arc<dyn Backend>,
+    b: &BucketInfo,
+    shard: String,
+) -> S3Result<u64> {
     let mut kept = 0;
-    for shard in b.shard_names() {
-        let mut pages = OmapPager::new(backend, &shard, &[], VERSION_PAGE);
-        while let Some(page) = pages.next_page().await? {
-            for (k, v) in &page {
-                let e = Entry::decode(v).map_err(internal)?;
-                if e.version_id.is_none() {
-                    let key = String::from_utf8(k.clone()).map_err(internal)?;
-                    keep_unversioned(backend, b, &key, Some(&e)).await?;
-                    kept += 1;
-                }
+    let mut pages = OmapPager::new(backend, &shard, &[], VERSION_PAGE);
+    while let Some(page) = pages.next_page().await? {
+        let mut batches: BTreeMap<String, OmapPage> = BTreeMap::new();
+        for (k, v) in &page {
+            let e = Entry::decode(v).map_err(internal)?;
+            if e.version_id.is_some() {
+                continue;
             }
+            let key = std::str::from_utf8(k).map_err(internal)?;
+            let mut null = e;
+            null.version_id = Some(NULL_VERSION.into());
+            batches
+                .entry(shard_of(b, key))
+                .or_default()
+                .push((index_key(key, &null), null.encode()));
+            kept += 1;
+        }
+        for (version_shard, entries) in batches {
+            backend
+                .omap_set(&version_shard, &entries)
+                .await
+                .map_err(internal)?;
         }
     }
     Ok(kept)

@@ -154,8 +154,12 @@ r = post(p, b"x" * 300_000)
 check(r.status == 400 and b"EntityTooLarge" in r.data,
       f"over the policy's size range refused: {r.status} {r.data[:200]}")
 r = post(p, body, fields_extra={"key": "elsewhere/x"})
-check(r.status == 400 and b"InvalidPolicyDocument" in r.data,
-      f"a key outside the policy refused: {r.status} {r.data[:200]}")
+check(r.status == 403 and b"AccessDenied" in r.data and b"Invalid according to Policy" in r.data,
+      f"a key outside the policy refused as AWS does: {r.status} {r.data[:200]}")
+garbled = dict(p)
+garbled["fields"] = dict(p["fields"], policy="bm90IGpzb24=")
+r = post(garbled, body)
+check(r.status in (400, 403), f"a policy that does not parse is refused: {r.status} {r.data[:200]}")
 forged = dict(p)
 forged["fields"] = dict(p["fields"])
 sig = forged["fields"]["x-amz-signature"]

@@ -133,7 +133,9 @@ async fn enabled_keeps_every_version_and_a_delete_leaves_a_marker() {
 
     // Deleting the marker by its id brings the newest version back.
     let marker = d.version_id.unwrap();
-    let d = delete_version(&backend, &b, "k", &marker).await.unwrap();
+    let d = delete_version(&backend, &b, "k", &marker, None)
+        .await
+        .unwrap();
     assert!(d.delete_marker && d.orphans.is_empty());
     assert_eq!(
         current(&backend, &b, "k").await.as_deref(),
@@ -142,7 +144,9 @@ async fn enabled_keeps_every_version_and_a_delete_leaves_a_marker() {
 
     // Deleting the current version makes the one before it current; its data is the caller's
     // to remove.
-    let d = delete_version(&backend, &b, "k", &ids[1]).await.unwrap();
+    let d = delete_version(&backend, &b, "k", &ids[1], None)
+        .await
+        .unwrap();
     assert!(!d.delete_marker);
     assert_eq!(d.orphans.len(), 1);
     assert_eq!(
@@ -150,7 +154,7 @@ async fn enabled_keeps_every_version_and_a_delete_leaves_a_marker() {
         Some(b"v1".as_slice())
     );
     // An older one goes without touching the current.
-    delete_version(&backend, &b, "k", NULL_VERSION)
+    delete_version(&backend, &b, "k", NULL_VERSION, None)
         .await
         .unwrap();
     assert_eq!(
@@ -167,10 +171,14 @@ async fn enabled_keeps_every_version_and_a_delete_leaves_a_marker() {
         .unwrap()
         .is_none());
     // The last version goes: nothing is current, nothing is listed, a missing id succeeds.
-    delete_version(&backend, &b, "k", &ids[0]).await.unwrap();
+    delete_version(&backend, &b, "k", &ids[0], None)
+        .await
+        .unwrap();
     assert_eq!(current(&backend, &b, "k").await, None);
     assert!(!has_versions(&backend, &b).await.unwrap());
-    let d = delete_version(&backend, &b, "k", &ids[0]).await.unwrap();
+    let d = delete_version(&backend, &b, "k", &ids[0], None)
+        .await
+        .unwrap();
     assert!(d.orphans.is_empty());
     assert!(
         get_version(&backend, &b, "k", "zz").await.is_err(),
