@@ -400,6 +400,56 @@ fn python_says(path: &Path, code: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A process that locks byte `mine` of `path`, says `locked`, and on a line on its stdin
+/// waits for byte `other`, saying `got` or the errno's name; it exits when its stdin closes.
+fn crossing_locker(
+    path: &Path,
+    mine: u64,
+    other: u64,
+) -> (Child, std::io::BufReader<std::process::ChildStdout>) {
+    let code = format!(
+        "import errno\nfcntl.lockf(f, fcntl.LOCK_EX, 1, {mine})\nprint('locked', flush=True)\n\
+         sys.stdin.readline()\ntry:\n fcntl.lockf(f, fcntl.LOCK_EX, 1, {other})\n print('got', flush=True)\n\
+         except OSError as e:\n print('EDEADLK' if e.errno == errno.EDEADLK else errno.errorcode[e.errno], flush=True)\nsys.stdin.read()"
+    );
+    let mut child = python_on(path, &code)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    assert_eq!(read_line(&mut out), "locked");
+    (child, out)
+}
+
+fn read_line(out: &mut std::io::BufReader<std::process::ChildStdout>) -> String {
+    let mut line = String::new();
+    std::io::BufRead::read_line(out, &mut line).unwrap();
+    line.trim().to_string()
+}
+
+/// Two processes on two mounts, each holding the byte the other then waits for: the second
+/// to wait is told EDEADLK (as Linux tells two local processes), the first gets its byte once
+/// the second exits.
+fn deadlock_across_mounts(a: &Mount, b: &Mount) {
+    fs::write(a.path("crossing"), b"ab").unwrap();
+    let (mut first, mut first_out) = crossing_locker(&a.path("crossing"), 0, 1);
+    let (mut second, mut second_out) = crossing_locker(&b.path("crossing"), 1, 0);
+    first.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    second.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert_eq!(
+        read_line(&mut second_out),
+        "EDEADLK",
+        "the wait that closes the cycle"
+    );
+    drop(second.stdin.take());
+    second.wait().unwrap();
+    assert_eq!(read_line(&mut first_out), "got", "the other waiter goes on");
+    drop(first.stdin.take());
+    first.wait().unwrap();
+}
+
 /// fcntl record locks and flock locks taken on one mount keep the other mount's processes out
 /// of what they cover, until released; a waiting lock is granted once the holder goes.
 fn locks_across_mounts(a: &Mount, b: &Mount) {
@@ -691,6 +741,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     two_mounts(&a, &b);
     open_unlinked(&a, &b, &cluster, &mon);
     locks_across_mounts(&a, &b);
+    deadlock_across_mounts(&a, &b);
     tree_copy(&a);
 
     // kill -9 of the metadata server mid-workload; a new one resumes from the journal.

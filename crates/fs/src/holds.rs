@@ -90,10 +90,13 @@ impl Holds {
     }
 
     /// Takes, changes or releases `lock` on `ino` without waiting (EAGAIN while another
-    /// owner's lock is in the way).
-    pub async fn set_lock(&self, ino: u64, lock: LockSpec) -> Result<(), i32> {
+    /// owner's lock is in the way); with `wait`, the caller asks again until granted, and
+    /// EDEADLK says it would wait forever.
+    pub async fn set_lock(&self, ino: u64, lock: LockSpec, wait: bool) -> Result<(), i32> {
         let _order = self.order.read().await;
-        self.link.request(MdsOp::SetLock { ino, lock }).await?;
+        self.link
+            .request(MdsOp::SetLock { ino, lock, wait })
+            .await?;
         let mirrored = self.locks().set(ino, OWN, lock);
         debug_assert_eq!(mirrored, Ok(()), "the MDS granted what this mount holds");
         Ok(())
@@ -109,7 +112,7 @@ impl Holds {
         if !held {
             return;
         }
-        if let Err(e) = self.set_lock(ino, LockSpec::unlock_all(owner)).await {
+        if let Err(e) = self.set_lock(ino, LockSpec::unlock_all(owner), false).await {
             tracing::warn!(ino, errno = e, "releasing the locks of a closed file");
         }
     }

@@ -6,10 +6,34 @@
 //! replaces what the pair held there (splitting a lock it cuts through), and unlocking a range
 //! cuts it out. The metadata server keeps one table for every client; a client keeps one of
 //! its own, the same type, to say again what it holds after an MDS restart.
+//!
+//! A waiting request (`F_SETLKW`) is asked again by its client until granted; the MDS
+//! remembers each waiting (client, owner) and the lock it wants for [`WAIT_FRESH`] after its
+//! last try. A waiting request whose holders in the way wait, through any chain of waiters,
+//! for its own owner would wait forever: it is answered EDEADLK, as Linux answers a local
+//! `F_SETLKW` deadlock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use cairn_proto::mds::{LockKind, LockSpec, MAX_HELD_LOCKS};
+
+/// How long a waiting owner counts as waiting after its last try (a client tries again at
+/// least every half second).
+pub const WAIT_FRESH: Duration = Duration::from_secs(2);
+/// Most waiting owners remembered at once, over every client.
+pub const MAX_WAITERS: usize = 1 << 16;
+
+/// A (client, owner) pair: who holds or waits for locks.
+type Owner = (u64, u64);
+
+/// A lock an owner waits for.
+#[derive(Clone, Copy, Debug)]
+struct Waiter {
+    ino: u64,
+    lock: LockSpec,
+    at: Instant,
+}
 
 /// One lock and its holder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +51,7 @@ fn overlap(a: &LockSpec, b: &LockSpec) -> bool {
 pub struct Locks {
     by_ino: HashMap<u64, Vec<Held>>,
     per_client: HashMap<u64, usize>,
+    waiting: HashMap<Owner, Waiter>,
 }
 
 impl Locks {
@@ -43,6 +68,82 @@ impl Locks {
                     && (lock.kind == LockKind::Exclusive || h.lock.kind == LockKind::Exclusive)
             })
             .map(|h| h.lock)
+    }
+
+    /// Every holder whose lock keeps `client` from taking `lock` on `ino`.
+    fn blockers<'a>(
+        &'a self,
+        ino: u64,
+        client: u64,
+        lock: &'a LockSpec,
+    ) -> impl Iterator<Item = Owner> + 'a {
+        let wants = lock.kind != LockKind::Unlock;
+        self.by_ino
+            .get(&ino)
+            .into_iter()
+            .flatten()
+            .filter(move |h| {
+                wants
+                    && (h.client, h.lock.owner) != (client, lock.owner)
+                    && overlap(&h.lock, lock)
+                    && (lock.kind == LockKind::Exclusive || h.lock.kind == LockKind::Exclusive)
+            })
+            .map(|h| (h.client, h.lock.owner))
+    }
+
+    /// Whether a holder in the way of `me`'s `lock` on `ino` waits, directly or through a
+    /// chain of owners that wait at `now`, for a lock `me` holds.
+    fn waits_for_me(&self, me: Owner, ino: u64, lock: &LockSpec, now: Instant) -> bool {
+        let mut seen: HashSet<Owner> = HashSet::new();
+        let mut next: Vec<Owner> = self.blockers(ino, me.0, lock).collect();
+        while let Some(owner) = next.pop() {
+            if owner == me {
+                return true;
+            }
+            if !seen.insert(owner) {
+                continue;
+            }
+            let waiting = self
+                .waiting
+                .get(&owner)
+                .filter(|w| now.saturating_duration_since(w.at) < WAIT_FRESH);
+            if let Some(w) = waiting {
+                next.extend(self.blockers(w.ino, owner.0, &w.lock));
+            }
+        }
+        false
+    }
+
+    /// [`Locks::set`] for a caller that waits and asks again until granted: while refused,
+    /// the owner is remembered as waiting for `lock`; EDEADLK instead of EAGAIN when the
+    /// wait would never end (see the module's comment).
+    pub fn set_or_wait(
+        &mut self,
+        ino: u64,
+        client: u64,
+        lock: LockSpec,
+        now: Instant,
+    ) -> Result<(), i32> {
+        let me = (client, lock.owner);
+        match self.set(ino, client, lock) {
+            Err(libc::EAGAIN) => {}
+            done => {
+                self.waiting.remove(&me);
+                return done;
+            }
+        }
+        if self.waits_for_me(me, ino, &lock, now) {
+            self.waiting.remove(&me);
+            return Err(libc::EDEADLK);
+        }
+        if self.waiting.len() >= MAX_WAITERS {
+            self.waiting
+                .retain(|_, w| now.saturating_duration_since(w.at) < WAIT_FRESH);
+        }
+        if self.waiting.len() < MAX_WAITERS || self.waiting.contains_key(&me) {
+            self.waiting.insert(me, Waiter { ino, lock, at: now });
+        }
+        Err(libc::EAGAIN)
     }
 
     /// Takes, changes or releases `lock` of `client` on `ino`: EAGAIN while another holder's
@@ -114,6 +215,12 @@ impl Locks {
 
     /// Releases every lock of `client` (its lease ended).
     pub fn drop_client(&mut self, client: u64) {
+        self.waiting.retain(|(c, _), _| *c != client);
+        self.forget_locks(client);
+    }
+
+    /// Forgets the locks of `client` (not what it waits for).
+    fn forget_locks(&mut self, client: u64) {
         if self.per_client.remove(&client).is_none() {
             return;
         }
@@ -147,7 +254,7 @@ impl Locks {
         if locks.len() > MAX_HELD_LOCKS {
             return Err(libc::E2BIG);
         }
-        self.drop_client(client);
+        self.forget_locks(client);
         let mut n = 0;
         for (ino, lock) in locks {
             if lock.kind == LockKind::Unlock || lock.end < lock.start {
@@ -284,5 +391,68 @@ mod tests {
         t.set(0, 10, lock(1, 0, 1, LockKind::Exclusive)).unwrap();
         t.set(0, 10, lock(1, 0, 1, LockKind::Unlock)).unwrap();
         t.set(0, 10, lock(1, 5, 6, LockKind::Shared)).unwrap();
+    }
+
+    /// Two owners each holding what the other waits for: the second to wait is told
+    /// EDEADLK, the first keeps waiting; a chain of three is found the same way.
+    #[test]
+    fn a_wait_that_would_never_end_is_a_deadlock() {
+        let now = Instant::now();
+        let mut t = Locks::default();
+        t.set(1, 10, lock(1, 0, 0, LockKind::Exclusive)).unwrap();
+        t.set(1, 20, lock(2, 1, 1, LockKind::Exclusive)).unwrap();
+        let a_wants = lock(1, 1, 1, LockKind::Exclusive);
+        let b_wants = lock(2, 0, 0, LockKind::Exclusive);
+        assert_eq!(t.set_or_wait(1, 10, a_wants, now), Err(libc::EAGAIN));
+        assert_eq!(t.set(1, 20, b_wants), Err(libc::EAGAIN), "no wait: EAGAIN");
+        assert_eq!(t.set_or_wait(1, 20, b_wants, now), Err(libc::EDEADLK));
+        assert_eq!(t.set_or_wait(1, 10, a_wants, now), Err(libc::EAGAIN));
+        t.set(1, 20, LockSpec::unlock_all(2)).unwrap();
+        assert_eq!(
+            t.set_or_wait(1, 10, a_wants, now),
+            Ok(()),
+            "granted once freed"
+        );
+
+        let mut t = Locks::default();
+        for (client, owner, byte) in [(1, 1, 0), (2, 2, 1), (3, 3, 2)] {
+            t.set(9, client, lock(owner, byte, byte, LockKind::Exclusive))
+                .unwrap();
+        }
+        let want = |owner, byte| lock(owner, byte, byte, LockKind::Exclusive);
+        assert_eq!(t.set_or_wait(9, 1, want(1, 1), now), Err(libc::EAGAIN));
+        assert_eq!(t.set_or_wait(9, 2, want(2, 2), now), Err(libc::EAGAIN));
+        assert_eq!(t.set_or_wait(9, 3, want(3, 0), now), Err(libc::EDEADLK));
+    }
+
+    /// A waiter that stopped asking, or whose client's lease ended, is no longer waiting.
+    #[test]
+    fn waits_that_stopped_are_forgotten() {
+        let now = Instant::now();
+        let mut t = Locks::default();
+        t.set(1, 10, lock(1, 0, 0, LockKind::Exclusive)).unwrap();
+        t.set(1, 20, lock(2, 1, 1, LockKind::Exclusive)).unwrap();
+        let a_wants = lock(1, 1, 1, LockKind::Exclusive);
+        let b_wants = lock(2, 0, 0, LockKind::Exclusive);
+        assert_eq!(t.set_or_wait(1, 10, a_wants, now), Err(libc::EAGAIN));
+        let later = now + WAIT_FRESH + Duration::from_millis(1);
+        assert_eq!(
+            t.set_or_wait(1, 20, b_wants, later),
+            Err(libc::EAGAIN),
+            "the first wait went stale"
+        );
+        t.replace(20, &[(1, lock(2, 1, 1, LockKind::Exclusive))])
+            .unwrap();
+        assert_eq!(
+            t.set_or_wait(1, 10, a_wants, later),
+            Err(libc::EDEADLK),
+            "a restatement keeps the client's waits"
+        );
+        t.drop_client(20);
+        assert_eq!(
+            t.set_or_wait(1, 10, a_wants, later),
+            Ok(()),
+            "its locks and waits went"
+        );
     }
 }

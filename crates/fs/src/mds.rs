@@ -557,12 +557,16 @@ impl Holding<'_> {
                 let conflict = self.locks.conflict(*ino, who, lock);
                 Ok(Some(MdsAnswer::Lock(conflict)))
             }
-            MdsOp::SetLock { ino, lock } => {
+            MdsOp::SetLock { ino, lock, wait } => {
                 let taking = lock.kind != cairn_proto::mds::LockKind::Unlock;
                 if taking && now < self.locks_after {
                     return Err(libc::EAGAIN);
                 }
-                self.locks.set(*ino, who, *lock).map(|()| None)
+                match wait {
+                    true => self.locks.set_or_wait(*ino, who, *lock, now),
+                    false => self.locks.set(*ino, who, *lock),
+                }
+                .map(|()| None)
             }
             other => unreachable!("{other:?} is not about what a client holds"),
         }

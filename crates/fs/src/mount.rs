@@ -619,7 +619,7 @@ impl Filesystem for CairnFs {
         self.spawn(|c| async move {
             let mut pause = LOCK_POLL_FIRST;
             loop {
-                match c.holds.set_lock(ino.0, lock).await {
+                match c.holds.set_lock(ino.0, lock, sleep).await {
                     Err(libc::EAGAIN) if sleep => {
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(LOCK_POLL_MOST);

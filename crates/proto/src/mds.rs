@@ -286,6 +286,11 @@ pub enum MdsOp {
         ino: u64,
         /// The lock.
         lock: LockSpec,
+        /// The caller waits and asks again until it is granted (`F_SETLKW`, flock without
+        /// `LOCK_NB`): the MDS remembers the wait, and answers EDEADLK instead of EAGAIN
+        /// when a holder in the way waits, directly or through others, for this owner.
+        #[serde(default)]
+        wait: bool,
     },
 }
 
