@@ -10,6 +10,7 @@ outside every rule are untouched (read back by checksum)."""
 import hashlib
 import os
 import subprocess
+import tempfile
 import time
 
 from s3common import wait_for, check, client, code_of, empty_bucket, step
@@ -224,6 +225,30 @@ s3.complete_multipart_upload(Bucket="lc-class", Key="mpu", UploadId=up, Multipar
     "Parts": [{"PartNumber": 1, "ETag": etags[0]}, {"PartNumber": 2, "ETag": etags[1]}]})
 check(class_of("lc-class", "mpu") == "COLD" and body_sha("lc-class", "mpu") == sha(part + b"tail"),
       "a multipart object in COLD reads back")
+
+step("aws-cli and rclone name the class")
+env = dict(os.environ, AWS_DEFAULT_REGION="us-east-1")
+src = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"lc-class-{os.getpid()}")
+with open(src, "wb") as f:
+    f.write(data)
+# `aws s3 cp --storage-class` takes only AWS's class names; s3api passes any.
+r = subprocess.run(["aws", "--endpoint-url", FAST, "s3api", "put-object", "--bucket", "lc-class", "--key", "cli",
+                    "--body", src, "--storage-class", "COLD"], env=env, capture_output=True, text=True, timeout=120)
+check(r.returncode == 0, f"aws s3api put-object --storage-class: {r.stderr}")
+check(class_of("lc-class", "cli") == "COLD" and body_sha("lc-class", "cli") == sha(data), "aws-cli's object in COLD")
+renv = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+renv.update(RCLONE_CONFIG_CAIRN_TYPE="s3", RCLONE_CONFIG_CAIRN_PROVIDER="Other",
+            RCLONE_CONFIG_CAIRN_ACCESS_KEY_ID=os.environ["AWS_ACCESS_KEY_ID"],
+            RCLONE_CONFIG_CAIRN_SECRET_ACCESS_KEY=os.environ["AWS_SECRET_ACCESS_KEY"],
+            RCLONE_CONFIG_CAIRN_ENDPOINT=FAST, RCLONE_CONFIG_CAIRN_REGION="us-east-1",
+            RCLONE_CONFIG_CAIRN_FORCE_PATH_STYLE="true")
+with tempfile.NamedTemporaryFile(suffix=".conf") as conf:
+    r = subprocess.run(["rclone", "--config", conf.name, "--s3-storage-class", "COLD", "copyto", src,
+                        "cairn:lc-class/rclone"], env=renv, capture_output=True, text=True, timeout=120)
+check(r.returncode == 0, f"rclone --s3-storage-class: {r.stderr}")
+check(class_of("lc-class", "rclone") == "COLD" and body_sha("lc-class", "rclone") == sha(data),
+      "rclone's object in COLD")
+os.remove(src)
 
 step("transitions move current versions to COLD, whole; others stay")
 s3.create_bucket(Bucket="lc-tr")

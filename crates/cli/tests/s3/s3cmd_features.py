@@ -119,6 +119,13 @@ with tempfile.TemporaryDirectory() as d:
     h = s3.head_object(Bucket=B, Key="big.bin")
     check(h["ContentLength"] == 12 << 20 and h["ETag"].endswith('-3"'), f"s3cmd's multipart PUT: {h}")
 
+    step("s3cmd: storage classes")
+    s3cmd("put", "--storage-class=COLD", file_with("cold.txt", "cold"), f"s3://{B}/cold.txt")
+    h = s3.head_object(Bucket=B, Key="cold.txt")
+    check(h.get("StorageClass") == "COLD", f"s3cmd's --storage-class: {h}")
+    out = s3cmd("get", f"s3://{B}/cold.txt", "-", ok=True)
+    check(out.startswith("cold"), f"read back from COLD: {out}")
+
     step("s3cmd: lifecycle")
     s3cmd("expire", f"s3://{B}", "--expiry-days=1", "--expiry-prefix=tmp/")
     rules = s3.get_bucket_lifecycle_configuration(Bucket=B)["Rules"]
