@@ -405,21 +405,9 @@ mod tests {
 
     fn bucket(acl: CannedAcl, policy: Option<&str>) -> BucketInfo {
         BucketInfo {
-            name: "b".into(),
-            id: "b.1".into(),
-            created_ms: 0,
-            shards: 1,
-            owner: "alice".into(),
             acl,
             policy: policy.map(str::to_string),
-            versioning: Default::default(),
-            tags: Default::default(),
-            cors: Vec::new(),
-            object_lock: None,
-            public_access: None,
-            ownership: None,
-            lifecycle: Vec::new(),
-            retagged: false,
+            ..BucketInfo::for_tests(1)
         }
     }
 

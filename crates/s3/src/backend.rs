@@ -191,6 +191,21 @@ struct MemObject {
     version: u64,
 }
 
+impl MemObject {
+    /// Sets omap entries: one write, one new version.
+    fn set_omap(&mut self, entries: &[(Vec<u8>, Vec<u8>)]) {
+        for (k, v) in entries {
+            self.omap.insert(k.clone(), v.clone());
+        }
+        self.version += 1;
+    }
+}
+
+/// The version of object `name` among `objects` (0: it does not exist).
+fn version_of(objects: &HashMap<String, MemObject>, name: &str) -> u64 {
+    objects.get(name).map_or(0, |obj| obj.version)
+}
+
 /// Objects in memory, with the cluster's semantics; for tests.
 #[derive(Default)]
 pub struct MemBackend {
@@ -246,18 +261,12 @@ impl Backend for MemBackend {
         name: &str,
         entries: &[(Vec<u8>, Vec<u8>)],
     ) -> Result<(), BackendError> {
-        self.with(|o| {
-            let obj = o.entry(name.to_string()).or_default();
-            for (k, v) in entries {
-                obj.omap.insert(k.clone(), v.clone());
-            }
-            obj.version += 1;
-        });
+        self.with(|o| o.entry(name.to_string()).or_default().set_omap(entries));
         Ok(())
     }
 
     async fn version(&self, name: &str) -> Result<u64, BackendError> {
-        Ok(self.with(|o| o.get(name).map_or(0, |obj| obj.version)))
+        Ok(self.with(|o| version_of(o, name)))
     }
 
     async fn omap_set_if(
@@ -267,14 +276,10 @@ impl Backend for MemBackend {
         expected: u64,
     ) -> Result<bool, BackendError> {
         Ok(self.with(|o| {
-            if o.get(name).map_or(0, |obj| obj.version) != expected {
+            if version_of(o, name) != expected {
                 return false;
             }
-            let obj = o.entry(name.to_string()).or_default();
-            for (k, v) in entries {
-                obj.omap.insert(k.clone(), v.clone());
-            }
-            obj.version += 1;
+            o.entry(name.to_string()).or_default().set_omap(entries);
             true
         }))
     }

@@ -81,6 +81,31 @@ fn is_private(acl: &CannedAcl) -> bool {
     *acl == CannedAcl::Private
 }
 
+#[cfg(test)]
+impl BucketInfo {
+    /// Bucket `b` (id `b.1`) of `alice` with `shards` index shards and nothing else set:
+    /// what unit tests start from.
+    pub(crate) fn for_tests(shards: u32) -> BucketInfo {
+        BucketInfo {
+            name: "b".into(),
+            id: "b.1".into(),
+            created_ms: 0,
+            shards,
+            owner: "alice".into(),
+            acl: Default::default(),
+            policy: None,
+            versioning: Default::default(),
+            tags: Default::default(),
+            cors: Vec::new(),
+            object_lock: None,
+            public_access: None,
+            ownership: None,
+            lifecycle: Vec::new(),
+            retagged: false,
+        }
+    }
+}
+
 impl BucketInfo {
     /// Index shard object names, in shard order.
     pub fn shard_names(&self) -> Vec<String> {

@@ -263,21 +263,8 @@ mod tests {
 
     fn bucket(versioning: Versioning) -> BucketInfo {
         BucketInfo {
-            name: "b".into(),
-            id: "b.1".into(),
-            created_ms: 0,
-            shards: 2,
-            owner: "alice".into(),
-            acl: Default::default(),
-            policy: None,
             versioning,
-            tags: Default::default(),
-            cors: Vec::new(),
-            object_lock: None,
-            public_access: None,
-            ownership: None,
-            lifecycle: Vec::new(),
-            retagged: false,
+            ..BucketInfo::for_tests(2)
         }
     }
 

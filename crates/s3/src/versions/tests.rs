@@ -4,21 +4,8 @@ use crate::entry::Entry;
 
 fn bucket(state: Versioning) -> BucketInfo {
     BucketInfo {
-        name: "b".into(),
-        id: "b.1".into(),
-        created_ms: 0,
-        shards: 3,
-        owner: "alice".into(),
-        acl: Default::default(),
-        policy: None,
         versioning: state,
-        tags: Default::default(),
-        cors: Vec::new(),
-        object_lock: None,
-        public_access: None,
-        ownership: None,
-        lifecycle: Vec::new(),
-        retagged: false,
+        ..BucketInfo::for_tests(3)
     }
 }
 
