@@ -12,6 +12,10 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::OsdConfig;
+
+/// Every this many tracked tasks, the finished ones are dropped from the list (sessions and
+/// peering tasks come and go for the OSD's whole life).
+const TRACKED_TASKS_PRUNE_AT: usize = 256;
 use crate::metrics::Metrics;
 use crate::past::PastMaps;
 use crate::peers::Peers;
@@ -121,12 +125,23 @@ impl Shared {
         self.fault.get().cloned()
     }
 
-    /// Keeps `handle` to abort when the OSD stops.
+    /// Keeps `handle` to abort when the OSD stops; aborts it at once when the OSD is already
+    /// stopping (a task spawned while [`Shared::stop_tasks`] ran would otherwise outlive the
+    /// stop and keep the store open). Finished tasks are forgotten as the list grows.
     pub fn track(&self, handle: tokio::task::JoinHandle<()>) {
-        self.tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(handle.abort_handle());
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        // `stop_tasks` cancels before it drains under this lock: a task tracked after the
+        // drain sees the cancellation here.
+        if self.stopping.is_cancelled() {
+            handle.abort();
+            return;
+        }
+        if tasks.len() >= TRACKED_TASKS_PRUNE_AT
+            && tasks.len().is_multiple_of(TRACKED_TASKS_PRUNE_AT)
+        {
+            tasks.retain(|t| !t.is_finished());
+        }
+        tasks.push(handle.abort_handle());
     }
 
     /// Spawns `work` as a task that ends early, with `None`, when the OSD stops: for work that
