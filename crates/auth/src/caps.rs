@@ -33,6 +33,9 @@ pub enum MonAccess {
     Osd,
     /// The service secret, which only daemons that accept clients' tickets hold.
     ServiceSecret,
+    /// Fencing client instances out of the OSDs (the blocklist): what a lease taker does to
+    /// the holder it replaces.
+    Blocklist,
 }
 
 /// What a request to an OSD needs.
@@ -52,11 +55,13 @@ pub struct MonCap {
     admin: bool,
     osd_profile: bool,
     mds_profile: bool,
+    rbd_profile: bool,
 }
 
 impl MonCap {
-    /// Parses `allow r|rw|rwx|*`, `profile osd` or `profile mds`; the empty string grants
-    /// nothing.
+    /// Parses `allow r|rw|rwx|*`, `profile osd`, `profile mds` or `profile rbd` (a block
+    /// image's client: reads maps and may fence the holder of an image lock it takes over);
+    /// the empty string grants nothing.
     pub fn parse(text: &str) -> Result<MonCap, AuthError> {
         let mut cap = MonCap::default();
         for grant in split_grants(text)? {
@@ -64,6 +69,7 @@ impl MonCap {
             match words.as_slice() {
                 ["profile", "osd"] => cap.osd_profile = true,
                 ["profile", "mds"] => cap.mds_profile = true,
+                ["profile", "rbd"] => cap.rbd_profile = true,
                 ["allow", perm] => {
                     let p = Perm::parse(perm).map_err(|why| bad(text, why))?;
                     cap.read |= p.read;
@@ -73,7 +79,7 @@ impl MonCap {
                 _ => {
                     return Err(bad(
                         text,
-                        "a monitor grant is `allow PERM`, `profile osd` or `profile mds`",
+                        "a monitor grant is `allow PERM`, `profile osd`, `profile mds` or `profile rbd`",
                     ))
                 }
             }
@@ -81,14 +87,18 @@ impl MonCap {
         Ok(cap)
     }
 
-    /// Whether a request needing `access` is allowed. Both profiles read maps too.
+    /// Whether a request needing `access` is allowed. Every profile reads maps too.
     pub fn allows(&self, access: MonAccess) -> bool {
+        let profile = self.osd_profile || self.mds_profile || self.rbd_profile;
         match access {
-            MonAccess::Read => self.read || self.admin || self.osd_profile || self.mds_profile,
+            MonAccess::Read => self.read || self.admin || profile,
             MonAccess::Write => (self.read && self.write) || self.admin,
             MonAccess::Admin => self.admin,
             MonAccess::Osd => self.osd_profile,
             MonAccess::ServiceSecret => self.osd_profile || self.mds_profile,
+            MonAccess::Blocklist => {
+                (self.read && self.write) || self.admin || self.mds_profile || self.rbd_profile
+            }
         }
     }
 
@@ -310,6 +320,14 @@ mod tests {
         assert!(mds.allows(MonAccess::Read) && !mds.allows(MonAccess::Osd));
         assert!(!mds.allows(MonAccess::Write));
         assert!(!all.allows(MonAccess::ServiceSecret));
+        // Who may fence a client: writers, admins, and the MDS and block-image profiles;
+        // neither readers nor OSDs.
+        let rbd = MonCap::parse("profile rbd").unwrap();
+        assert!(rbd.allows(MonAccess::Read) && rbd.allows(MonAccess::Blocklist));
+        assert!(!rbd.allows(MonAccess::Write) && !rbd.allows(MonAccess::ServiceSecret));
+        assert!(mds.allows(MonAccess::Blocklist) && rw.allows(MonAccess::Blocklist));
+        assert!(all.allows(MonAccess::Blocklist));
+        assert!(!r.allows(MonAccess::Blocklist) && !osd.allows(MonAccess::Blocklist));
         let none = MonCap::parse("").unwrap();
         assert!(!none.allows(MonAccess::Read));
         for badcap in [

@@ -10,9 +10,12 @@
 //! it only if the object's version did not move meanwhile (the holder stopped renewing): no
 //! clocks are compared between hosts, only their rates.
 //!
-//! What a lease cannot close: a write the old holder sent before its half lease ran out that
-//! reaches its OSD after the new holder took over (Ceph closes it by blocklisting the old
-//! client in the OSD map).
+//! Fencing: a write the old holder sent before its half lease ran out could still reach its
+//! OSD after the new holder took over. A holder whose client serves only what the lease
+//! guards (a metadata server, a block image's server) records its client instance; whoever
+//! takes its lease without a release, or breaks it, first fences that instance out of the
+//! OSDs (the map's blocklist, as Ceph does) and waits for the map that says so. Its own ops
+//! then carry that epoch, so no OSD serves one of them before it refuses the old holder's.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -64,11 +67,15 @@ pub struct LeaseRecord {
     pub lease: Duration,
     /// Renewals so far (each changes the header's version).
     pub renewals: u64,
+    /// The holder's client instance, fenced by whoever takes the lease over; 0 for a holder
+    /// whose client also serves other things and must not be fenced.
+    pub instance: u64,
 }
 
 impl LeaseRecord {
-    /// This process's record for a new acquisition.
-    pub fn mine(lease: Duration) -> LeaseRecord {
+    /// This process's record for a new acquisition by client instance `instance` (0: not
+    /// to be fenced).
+    pub fn mine(lease: Duration, instance: u64) -> LeaseRecord {
         LeaseRecord {
             cookie: crate::random_client_id(),
             host: std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -77,18 +84,20 @@ impl LeaseRecord {
             pid: std::process::id(),
             lease,
             renewals: 0,
+            instance,
         }
     }
 
     /// The stored form: `key=value` words.
     pub fn encode(&self) -> Vec<u8> {
         format!(
-            "cookie={:016x} host={} pid={} lease_ms={} renewals={}",
+            "cookie={:016x} host={} pid={} lease_ms={} renewals={} instance={:016x}",
             self.cookie,
             self.host.replace(char::is_whitespace, "_"),
             self.pid,
             self.lease.as_millis(),
-            self.renewals
+            self.renewals,
+            self.instance
         )
         .into_bytes()
     }
@@ -106,6 +115,7 @@ impl LeaseRecord {
             pid: 0,
             lease: Duration::ZERO,
             renewals: 0,
+            instance: 0,
         };
         for word in text.split_whitespace() {
             let (k, v) = word.split_once('=')?;
@@ -115,6 +125,7 @@ impl LeaseRecord {
                 "pid" => r.pid = v.parse().ok()?,
                 "lease_ms" => r.lease = Duration::from_millis(v.parse().ok()?),
                 "renewals" => r.renewals = v.parse().ok()?,
+                "instance" => r.instance = u64::from_str_radix(v, 16).ok()?,
                 _ => {}
             }
         }
@@ -190,6 +201,7 @@ pub async fn holder(
                 pid: 0,
                 lease: DEFAULT_LEASE,
                 renewals: 0,
+                instance: 0,
             })),
             version,
         )),
@@ -199,14 +211,15 @@ pub async fn holder(
 }
 
 /// Removes whatever lease `place` holds (an operator's last resort when a holder is known
-/// dead and its lease is long); returns the record removed. Refused if the lease changed
-/// since it was read.
+/// dead and its lease is long), fencing its holder first where its record names an instance;
+/// returns the record removed. Refused if the lease changed since it was read.
 pub async fn break_lease(
     client: &Client,
     place: &LeasePlace,
 ) -> Result<Option<LeaseRecord>, LeaseError> {
     let (record, version) = holder(client, place).await?;
-    if record.is_some() {
+    if let Some(record) = &record {
+        fence(client, record).await?;
         client
             .remove_xattr_if(&place.pool, &place.object, &place.attr, version)
             .await
@@ -245,33 +258,39 @@ impl Lease {
     /// Takes the lease at `place` for `what`: at once when it is free, or when `gone` says
     /// its holder is known dead; after one lease of the holder's when that holder stops
     /// renewing (it died); refused with [`LeaseError::Held`] when the holder renews
-    /// meanwhile.
+    /// meanwhile. A holder replaced without its release is fenced first (see the module's
+    /// notes); `fenceable` says whether this holder's client may be fenced in turn (it
+    /// serves nothing but what the lease guards).
     pub async fn acquire(
         client: Arc<Client>,
         place: LeasePlace,
         what: &str,
         lease: Duration,
         gone: &(dyn Fn(&LeaseRecord) -> bool + Sync),
+        fenceable: bool,
     ) -> Result<Arc<Lease>, LeaseError> {
         check_lease(lease)?;
-        let mine = LeaseRecord::mine(lease);
+        let mine = LeaseRecord::mine(lease, if fenceable { client.instance() } else { 0 });
         // Each round either takes the lease, sees a live holder, or saw the object change
         // under a compare-and-swap (a racing contender or a release): a few rounds suffice.
         for _ in 0..8 {
             let (theirs, mut version) = holder(&client, &place).await?;
-            if let Some(theirs) = theirs.filter(|t| !gone(t)) {
-                tokio::time::sleep(theirs.lease).await;
-                let (now, after) = holder(&client, &place).await?;
-                if after != version {
-                    match now {
-                        Some(now) if now.cookie == theirs.cookie => {
-                            return Err(LeaseError::Held(format!("{what} is locked by {now}")))
+            if let Some(theirs) = &theirs {
+                if !gone(theirs) {
+                    tokio::time::sleep(theirs.lease).await;
+                    let (now, after) = holder(&client, &place).await?;
+                    if after != version {
+                        match now {
+                            Some(now) if now.cookie == theirs.cookie => {
+                                return Err(LeaseError::Held(format!("{what} is locked by {now}")))
+                            }
+                            _ => continue,
                         }
-                        _ => continue,
                     }
+                    version = after;
+                    tracing::warn!(what, holder = %theirs, "taking over a lease its holder stopped renewing");
                 }
-                version = after;
-                tracing::warn!(what, holder = %theirs, "taking over a lease its holder stopped renewing");
+                fence(&client, theirs).await?;
             }
             let started = Instant::now();
             match client
@@ -373,6 +392,13 @@ impl Lease {
                     self.what
                 )))
             }
+            Err(e @ ClientError::Blocklisted { .. }) => {
+                self.lost();
+                Err(LeaseError::Lost(format!(
+                    "{} was taken over and this client fenced: {e}",
+                    self.what
+                )))
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -407,6 +433,13 @@ impl Lease {
                 self.lost();
                 Err(LeaseError::Lost(format!(
                     "the lock of {} was taken or broken",
+                    self.what
+                )))
+            }
+            Err(e @ ClientError::Blocklisted { .. }) => {
+                self.lost();
+                Err(LeaseError::Lost(format!(
+                    "the lock of {} was taken over and this client fenced: {e}",
                     self.what
                 )))
             }
@@ -479,6 +512,24 @@ impl Drop for Lease {
     }
 }
 
+/// Fences `holder`'s client instance out of the OSDs before its lease is taken or broken, and
+/// waits for the map that says so; nothing to do for a holder that named none.
+async fn fence(client: &Client, holder: &LeaseRecord) -> Result<(), LeaseError> {
+    if holder.instance == 0 || holder.instance == client.instance() {
+        return Ok(());
+    }
+    let expire_s = cairn_proto::mon::DEFAULT_BLOCKLIST_EXPIRE_S;
+    match client.blocklist(holder.instance, Some(expire_s)).await {
+        Ok(epoch) => {
+            tracing::warn!(holder = %holder, epoch, "fenced the lease's previous holder");
+            Ok(())
+        }
+        Err(e) => Err(LeaseError::Held(format!(
+            "the previous holder ({holder}) could not be fenced: {e}"
+        ))),
+    }
+}
+
 /// Renews every sixth of the lease while the lease lives and is held.
 async fn renew_until_lost(lock: std::sync::Weak<Lease>) {
     loop {
@@ -510,15 +561,28 @@ mod tests {
             pid: 42,
             lease: Duration::from_secs(10),
             renewals: 7,
+            instance: 0xabc,
         };
         let back = LeaseRecord::decode(&r.encode()).unwrap();
         assert_eq!(back.host, "node_a");
         assert_eq!(
-            (back.cookie, back.pid, back.lease, back.renewals),
-            (0xfeed, 42, r.lease, 7)
+            (
+                back.cookie,
+                back.pid,
+                back.lease,
+                back.renewals,
+                back.instance
+            ),
+            (0xfeed, 42, r.lease, 7, 0xabc)
+        );
+        let older = LeaseRecord::decode(b"cookie=1 host=h pid=2 lease_ms=1000 renewals=0").unwrap();
+        assert_eq!(
+            older.instance, 0,
+            "a record without an instance names none to fence"
         );
         for bad in [
             &b"cookie=zz"[..],
+            b"cookie=1 lease_ms=1000 instance=nothex",
             b"lease_ms=1",
             b"noequals",
             &[0xff, 0xfe][..],

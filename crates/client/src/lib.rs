@@ -27,6 +27,7 @@ use cairn_clustermap::{MappingCache, PgId};
 use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::admin::{AdminReply, AdminRequest, MSG_ADMIN, MSG_ADMIN_REPLY};
+use cairn_proto::mon::Request;
 use cairn_proto::pairs::{decode_pairs, encode_keys, encode_pairs, Pairs};
 use cairn_proto::{
     decode, decode_with_data, encode, OpHeader, OpKind, OpResult, ReplyHeader, ReqId, MSG_OSD_OP,
@@ -87,6 +88,15 @@ pub enum ClientError {
         object: String,
         /// Its version now (0: absent).
         current: u64,
+    },
+    /// This client instance is fenced out of the OSDs (blocklisted in the map): another
+    /// client took over what it held. Nothing it sends is served any more; not retried.
+    #[error("this client (instance {instance:016x}) is blocklisted: {why}")]
+    Blocklisted {
+        /// The fenced instance (this client's).
+        instance: u64,
+        /// The OSD's words.
+        why: String,
     },
     /// The monitor failed.
     #[error(transparent)]
@@ -214,6 +224,32 @@ impl Client {
     /// The current map epoch.
     pub fn epoch(&self) -> u64 {
         self.map.borrow().as_ref().map_or(0, |m| m.epoch)
+    }
+
+    /// This client's instance: random per connection, never 0, sent in every op. It is what
+    /// the blocklist fences ([`Client::blocklist`]) and what makes its request ids unique.
+    pub fn instance(&self) -> u64 {
+        self.nonce
+    }
+
+    /// Fences client instance `instance` out of the OSDs for `expire_s` seconds (None lifts
+    /// its fence), and returns once this client has the map in which that holds. Every op
+    /// this client sends afterwards carries that epoch, and an OSD serves an op only once it
+    /// has the op's epoch: from then on none of the fenced instance's ops reaches the store
+    /// after one of this client's (Ceph's epoch barrier). Returns the epoch.
+    pub async fn blocklist(
+        &self,
+        instance: u64,
+        expire_s: Option<u64>,
+    ) -> Result<u64, ClientError> {
+        let reply = self
+            ._mon
+            .op(Request::Blocklist { instance, expire_s }, MON_OP_TIMEOUT_MS)
+            .await?;
+        self._mon
+            .wait_for_epoch(reply.epoch, MON_OP_TIMEOUT_MS)
+            .await?;
+        Ok(reply.epoch)
     }
 
     /// Replaces an object's content; returns its new version once every replica has it durably.
@@ -831,6 +867,7 @@ impl Client {
                     assert_version,
                     background: in_background_scope(),
                     client: self.id,
+                    instance: self.nonce,
                 };
                 sender
                     .send_data(
@@ -892,6 +929,12 @@ impl Client {
                         return Err(ClientError::VersionMismatch {
                             object: name.to_string(),
                             current: *current,
+                        })
+                    }
+                    OpResult::Blocklisted(why) => {
+                        return Err(ClientError::Blocklisted {
+                            instance: self.nonce,
+                            why: why.clone(),
                         })
                     }
                     other => last = format!("{other:?} at epoch {}", h.epoch),
@@ -977,8 +1020,13 @@ fn random_nonce(client_id: u64) -> u64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    std::collections::hash_map::RandomState::new().hash_one((client_id, std::process::id(), now))
+    std::collections::hash_map::RandomState::new()
+        .hash_one((client_id, std::process::id(), now))
+        .max(1)
 }
+
+/// How long a request to the monitor made on a caller's behalf may take.
+const MON_OP_TIMEOUT_MS: u64 = 10_000;
 
 #[cfg(test)]
 mod tests {

@@ -166,7 +166,14 @@ pub struct ClusterMap {
     /// Pool quotas (Ceph's `osd pool set-quota`) and whether each is reached, by pool id;
     /// pools without one are absent.
     pub quotas: BTreeMap<i64, PoolQuota>,
+    /// Fenced client instances (Ceph's OSD blocklist): the OSDs refuse every op of an
+    /// instance here until its expiry (seconds since the Unix epoch), so a client that lost
+    /// what it held (a lease taken over) can no longer write after the taker's first op.
+    pub blocklist: BTreeMap<u64, u64>,
 }
+
+/// Most client instances the blocklist holds at once (explicit limit; Ceph's is unbounded).
+pub const MAX_BLOCKLIST_ENTRIES: usize = 65_536;
 
 #[derive(Serialize, Deserialize)]
 struct Encoded {
@@ -191,6 +198,9 @@ struct Encoded {
     /// Pool quotas; absent when no pool has one (and in maps written before them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     quotas: BTreeMap<i64, PoolQuota>,
+    /// Fenced client instances; absent when none is (and in maps written before it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    blocklist: BTreeMap<u64, u64>,
 }
 
 impl ClusterMap {
@@ -208,6 +218,7 @@ impl ClusterMap {
             pool_created: BTreeMap::new(),
             flags: BTreeSet::new(),
             quotas: BTreeMap::new(),
+            blocklist: BTreeMap::new(),
         })
     }
 
@@ -233,6 +244,16 @@ impl ClusterMap {
     /// only free space.
     pub fn pool_full(&self, pool: i64) -> bool {
         self.quotas.get(&pool).is_some_and(|q| q.full)
+    }
+
+    /// Whether client instance `instance` is fenced at `now_unix_s` (its entry has not
+    /// expired). Instance 0 (a client that does not name one) is never fenced.
+    pub fn is_blocklisted(&self, instance: u64, now_unix_s: u64) -> bool {
+        instance != 0
+            && self
+                .blocklist
+                .get(&instance)
+                .is_some_and(|until| *until > now_unix_s)
     }
 
     /// Refreshes the placement view's OSD states from the OSD entries.
@@ -273,6 +294,7 @@ impl ClusterMap {
                 .collect(),
             flags: self.flags.clone(),
             quotas: self.quotas.clone(),
+            blocklist: self.blocklist.clone(),
         };
         envelope(&serde_json::to_vec(&enc).unwrap_or_default())
     }
@@ -301,6 +323,7 @@ impl ClusterMap {
             pool_created: enc.pool_created,
             flags: enc.flags,
             quotas: enc.quotas,
+            blocklist: enc.blocklist,
         };
         map.sync_states();
         Ok(map)

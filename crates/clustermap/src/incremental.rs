@@ -133,6 +133,14 @@ pub enum Change {
         /// Its acting set, primary first (empty: served by its up set again).
         acting: Vec<i32>,
     },
+    /// Fence client instance `instance` until `until_unix_s` (seconds since the Unix epoch),
+    /// or lift its fence when `until_unix_s` is 0 (Ceph's `osd blocklist add|rm`).
+    Blocklist {
+        /// The client instance.
+        instance: u64,
+        /// When the fence lapses; 0 removes it.
+        until_unix_s: u64,
+    },
 }
 
 /// The changes that turn epoch `epoch - 1` into `epoch`.
@@ -326,7 +334,106 @@ impl ClusterMap {
                     self.placement.pg_temp.insert(*pg, acting.clone());
                 }
             }
+            Change::Blocklist {
+                instance,
+                until_unix_s,
+            } => {
+                if *instance == 0 {
+                    return Err(MapError::Invalid(
+                        "client instance 0 names no client and cannot be fenced".into(),
+                    ));
+                }
+                if *until_unix_s == 0 {
+                    self.blocklist.remove(instance);
+                } else {
+                    if !self.blocklist.contains_key(instance)
+                        && self.blocklist.len() >= crate::cluster_map::MAX_BLOCKLIST_ENTRIES
+                    {
+                        return Err(MapError::Invalid(format!(
+                            "the blocklist holds its limit of {} instances",
+                            crate::cluster_map::MAX_BLOCKLIST_ENTRIES
+                        )));
+                    }
+                    self.blocklist.insert(*instance, *until_unix_s);
+                }
+            }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn next(map: &mut ClusterMap, changes: Vec<Change>) -> Result<(), MapError> {
+        let inc = Incremental {
+            epoch: map.epoch + 1,
+            changes,
+        };
+        map.apply(&inc)
+    }
+
+    #[test]
+    fn a_fenced_instance_stays_fenced_until_its_expiry_or_removal_and_survives_encoding() {
+        let mut map = ClusterMap::new("fsid").unwrap();
+        next(
+            &mut map,
+            vec![Change::Blocklist {
+                instance: 7,
+                until_unix_s: 1_000,
+            }],
+        )
+        .unwrap();
+        assert!(map.is_blocklisted(7, 999));
+        assert!(!map.is_blocklisted(7, 1_000), "expired at its time");
+        assert!(!map.is_blocklisted(8, 0), "another instance is not");
+        assert!(!map.is_blocklisted(0, 0), "instance 0 is never fenced");
+        let back = ClusterMap::decode(&map.encode()).unwrap();
+        assert_eq!(back.blocklist, map.blocklist);
+        next(
+            &mut map,
+            vec![Change::Blocklist {
+                instance: 7,
+                until_unix_s: 0,
+            }],
+        )
+        .unwrap();
+        assert!(!map.is_blocklisted(7, 0));
+        assert!(map.blocklist.is_empty());
+    }
+
+    #[test]
+    fn instance_zero_cannot_be_fenced_and_the_list_is_bounded() {
+        let mut map = ClusterMap::new("fsid").unwrap();
+        let zero = Change::Blocklist {
+            instance: 0,
+            until_unix_s: 5,
+        };
+        assert!(matches!(
+            next(&mut map, vec![zero]),
+            Err(MapError::Invalid(_))
+        ));
+        assert_eq!(map.epoch, 1, "a refused incremental changes nothing");
+        map.blocklist = (1..=crate::cluster_map::MAX_BLOCKLIST_ENTRIES as u64)
+            .map(|i| (i, 9))
+            .collect();
+        let one_more = Change::Blocklist {
+            instance: u64::MAX,
+            until_unix_s: 9,
+        };
+        assert!(matches!(
+            next(&mut map, vec![one_more]),
+            Err(MapError::Invalid(_))
+        ));
+        let renewed = Change::Blocklist {
+            instance: 1,
+            until_unix_s: 19,
+        };
+        next(&mut map, vec![renewed]).unwrap();
+        assert_eq!(
+            map.blocklist[&1], 19,
+            "an entry already there may be renewed"
+        );
     }
 }

@@ -50,7 +50,14 @@ pub async fn become_active(
         println!("metadata server for {fs} standing by while {active} is active");
     }
     loop {
-        let taken = Lease::acquire(client.clone(), place.clone(), &what, MDS_LEASE, &died_here);
+        let taken = Lease::acquire(
+            client.clone(),
+            place.clone(),
+            &what,
+            MDS_LEASE,
+            &died_here,
+            true,
+        );
         match taken.await {
             Ok(lease) => return Ok(lease),
             Err(LeaseError::Held(_)) => {}

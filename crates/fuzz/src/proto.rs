@@ -68,6 +68,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
         assert_version: None,
         background: false,
         client: 9,
+        instance: 9,
     };
     let rep = RepOpHeader {
         tid: 2,

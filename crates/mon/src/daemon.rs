@@ -208,6 +208,7 @@ fn required(body: &RequestBody) -> (MonAccess, Option<i32>) {
                 (MonAccess::Osd, Some(*id))
             }
             R::PgTemp { .. } => (MonAccess::Osd, None),
+            R::Blocklist { .. } => (MonAccess::Blocklist, None),
             R::RemovePool { .. }
             | R::SetMonOption { .. }
             | R::RemoveOsd { .. }
@@ -584,5 +585,30 @@ mod tests {
             refusal(&admin, &op(beacon(3))).is_some(),
             "only an OSD sends beacons"
         );
+    }
+
+    #[test]
+    fn fencing_a_client_needs_a_capability_that_allows_it() {
+        let fence = op(Request::Blocklist {
+            instance: 9,
+            expire_s: Some(60),
+        });
+        let mds = peer(
+            "client.mds-a",
+            Caps::from_pairs(&[("mon", "profile mds")]).unwrap(),
+        );
+        let rbd = peer(
+            "client.nbd",
+            Caps::from_pairs(&[("mon", "profile rbd")]).unwrap(),
+        );
+        assert_eq!(refusal(&mds, &fence), None);
+        assert_eq!(refusal(&rbd, &fence), None);
+        assert_eq!(
+            refusal(&peer("client.admin", Caps::everything()), &fence),
+            None
+        );
+        let reader = peer("client.r", Caps::from_pairs(&[("mon", "allow r")]).unwrap());
+        assert!(refusal(&reader, &fence).is_some());
+        assert!(refusal(&peer("osd.1", Caps::osd_daemon()), &fence).is_some());
     }
 }

@@ -20,7 +20,8 @@ use cairn_clustermap::MapHistory;
 use cairn_clustermap::{Change, Incremental};
 use cairn_clustermap::{ClusterMap, OsdEntry};
 use cairn_proto::mon::{
-    MonError, Reply, Request, MAX_CRUSH_WEIGHT, MAX_PG_TEMPS_PER_REQUEST, MAX_POOL_SIZE,
+    MonError, Reply, Request, MAX_BLOCKLIST_EXPIRE_S, MAX_CRUSH_WEIGHT, MAX_PG_TEMPS_PER_REQUEST,
+    MAX_POOL_SIZE,
 };
 
 /// Monitor settings (defaults follow Ceph's).
@@ -396,7 +397,44 @@ impl Monitor {
                 let epoch = self.commit_any(changes)?;
                 Ok(Reply::Done { epoch })
             }
+            Request::Blocklist { instance, expire_s } => {
+                self.blocklist(instance, expire_s, unix_now_s())
+            }
         }
+    }
+
+    /// Fences `instance` for `expire_s` seconds from `now_unix_s`, or lifts its fence (see
+    /// [`Request::Blocklist`]). Fencing an instance already fenced renews its expiry.
+    fn blocklist(
+        &mut self,
+        instance: u64,
+        expire_s: Option<u64>,
+        now_unix_s: u64,
+    ) -> Result<Reply, MonError> {
+        if instance == 0 {
+            return Err(MonError::Invalid(
+                "client instance 0 names no client and cannot be fenced".into(),
+            ));
+        }
+        let until_unix_s = match expire_s {
+            None if !self.map.blocklist.contains_key(&instance) => {
+                return Err(MonError::NotFound(format!(
+                    "client instance {instance:016x} in the blocklist"
+                )))
+            }
+            None => 0,
+            Some(s) if (1..=MAX_BLOCKLIST_EXPIRE_S).contains(&s) => now_unix_s.saturating_add(s),
+            Some(s) => {
+                return Err(MonError::Invalid(format!(
+                    "a fence lasts 1..={MAX_BLOCKLIST_EXPIRE_S} s, not {s}"
+                )))
+            }
+        };
+        let epoch = self.commit(vec![Change::Blocklist {
+            instance,
+            until_unix_s,
+        }])?;
+        Ok(Reply::Done { epoch })
     }
 
     /// Advances timers: missing beacons -> down, down too long -> out. Returns the new epoch if
@@ -432,6 +470,17 @@ impl Monitor {
             reporters.retain(|_, &mut at| now_ms.saturating_sub(at) <= grace);
         }
         self.reports.retain(|_, r| !r.is_empty());
+        let now_unix_s = unix_now_s();
+        changes.extend(
+            self.map
+                .blocklist
+                .iter()
+                .filter(|(_, until)| **until <= now_unix_s)
+                .map(|(instance, _)| Change::Blocklist {
+                    instance: *instance,
+                    until_unix_s: 0,
+                }),
+        );
         if changes.is_empty() {
             return Ok(None);
         }
@@ -813,4 +862,12 @@ impl Monitor {
         self.history.trim(self.config.history_epochs)?;
         Ok(epoch)
     }
+}
+
+/// Seconds since the Unix epoch by this host's clock: blocklist expiries are wall-clock times,
+/// which every OSD compares with its own clock (as Ceph's).
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -73,6 +73,16 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
             OpResult::Invalid("data checksum mismatch".into()),
         );
     }
+    // The client addressed the op with a newer map: serve it under that map or a later one
+    // (a fence the client's map carries holds here before the op is served).
+    if op.epoch > epoch {
+        if let Err(r) = wait_for_epoch(s, op.epoch).await {
+            return fail(op.tid, s.epoch(), r);
+        }
+    }
+    if let Some(r) = blocklisted(s, op.instance) {
+        return fail(op.tid, s.epoch(), r);
+    }
     let pgid = PgId {
         pool: op.pool,
         seed: op.pg_seed,
@@ -375,6 +385,12 @@ async fn write(
             epoch,
             OpResult::Failed(format!("pg {} changed interval", pg.id)),
         );
+    }
+    // Checked again under the object's lock: a write of a fenced instance that was admitted
+    // before the fence arrived but reached the lock after a write of the taker (which waited
+    // for the fence's epoch) is not applied after it.
+    if let Some(r) = blocklisted(s, op.instance) {
+        return fail(op.tid, epoch, r);
     }
     // A peering again within the interval (it holds this lock) may have activated the PG
     // anew with a copy lacking the object since it was found ready: the client resends, and
@@ -724,6 +740,52 @@ async fn check_quota(s: &Shared, pool: i64, kind: &OpKind, op_epoch: u64) -> Res
             return Err(OpResult::QuotaExceeded(why));
         }
     }
+}
+
+/// Waits, up to [`OP_MAP_WAIT`], until this OSD has map `want` (an op's epoch); a retryable
+/// failure past that.
+async fn wait_for_epoch(s: &Shared, want: u64) -> Result<(), OpResult> {
+    let mut maps = s.map.clone();
+    let reached = tokio::time::timeout(OP_MAP_WAIT, async {
+        loop {
+            if maps
+                .borrow_and_update()
+                .as_ref()
+                .is_some_and(|m| m.epoch >= want)
+            {
+                return true;
+            }
+            if maps.changed().await.is_err() {
+                return false;
+            }
+        }
+    })
+    .await;
+    match reached {
+        Ok(true) => Ok(()),
+        _ => Err(OpResult::Failed(format!(
+            "this osd is behind the op's map epoch {want} (at {})",
+            s.epoch()
+        ))),
+    }
+}
+
+/// Longest an op waits for the newer map its client addressed it with.
+const OP_MAP_WAIT: Duration = Duration::from_secs(5);
+
+/// The refusal of an op from client instance `instance` while the OSD's map fences it.
+fn blocklisted(s: &Shared, instance: u64) -> Option<OpResult> {
+    let now_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let map = s.map.borrow();
+    let map = map.as_ref()?;
+    map.is_blocklisted(instance, now_unix_s).then(|| {
+        OpResult::Blocklisted(format!(
+            "client instance {instance:016x} is blocklisted in map epoch {}",
+            map.epoch
+        ))
+    })
 }
 
 /// Longest a write to a full pool waits for the newer map its client addressed it with.

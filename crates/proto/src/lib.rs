@@ -164,6 +164,7 @@ mod tests {
             assert_version: Some(3 << 32 | 4),
             background: false,
             client: 13,
+            instance: 14,
         };
         let (back, data) = decode::<OpHeader>(&encode(&h, b"tail")).unwrap();
         assert_eq!((back, &data[..]), (h.clone(), &b"tail"[..]));

@@ -213,7 +213,24 @@ pub enum Request {
         /// Set them (true) or unset them.
         on: bool,
     },
+    /// Fence a client instance out of the OSDs for `expire_s` seconds from now (Ceph's `osd
+    /// blocklist add`), or lift its fence when `expire_s` is None (`osd blocklist rm`). Sent
+    /// by an operator, and by a client taking over a lease whose holder stopped renewing. The
+    /// reply's epoch is the first in which the fence holds.
+    Blocklist {
+        /// The client instance (a client's `instance` in its ops; never 0).
+        instance: u64,
+        /// How long the fence lasts (1..=[`MAX_BLOCKLIST_EXPIRE_S`]); None lifts it.
+        expire_s: Option<u64>,
+    },
 }
+
+/// Longest fence [`Request::Blocklist`] accepts: a year.
+pub const MAX_BLOCKLIST_EXPIRE_S: u64 = 365 * 24 * 3600;
+
+/// The fence a lease taker puts on the holder it replaces: Ceph's
+/// `mon_osd_blocklist_default_expire`, an hour.
+pub const DEFAULT_BLOCKLIST_EXPIRE_S: u64 = 3600;
 
 impl Request {
     /// A short name of the request's kind (metrics label).
@@ -240,6 +257,7 @@ impl Request {
             Request::SetOsdFlag { .. } => "set_osd_flag",
             Request::SetPoolQuota { .. } => "set_pool_quota",
             Request::PgUsage { .. } => "pg_usage",
+            Request::Blocklist { .. } => "blocklist",
         }
     }
 }

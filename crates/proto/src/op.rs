@@ -157,6 +157,10 @@ pub struct OpHeader {
     /// 0 from a client that does not say: its session's id stands in.
     #[serde(default)]
     pub client: u64,
+    /// The sending client instance (random per process's client): what the blocklist fences
+    /// (see `ClusterMap::blocklist`). 0 from a client that does not say: never fenced.
+    #[serde(default)]
+    pub instance: u64,
 }
 
 /// Header of a replica write: the primary's resolved operation and its PG log entry.
@@ -214,6 +218,10 @@ pub enum OpResult {
         /// The object's version now.
         current: u64,
     },
+    /// The sending client instance is fenced (blocklisted in the map, Ceph's EBLOCKLISTED):
+    /// it lost what it held to another client, and none of its ops is served any more.
+    /// Retrying will not help; the client must start again as a new instance.
+    Blocklisted(String),
 }
 
 /// Header of a reply.

@@ -85,7 +85,7 @@ impl ExclusiveLock {
         lease: Duration,
     ) -> Result<Arc<ExclusiveLock>, RbdError> {
         let what = format!("image {name}");
-        let lease = Lease::acquire(client, place(pool, name), &what, lease, &|_| false)
+        let lease = Lease::acquire(client, place(pool, name), &what, lease, &|_| false, true)
             .await
             .map_err(|e| image_error(e, name))?;
         Ok(Arc::new(ExclusiveLock {

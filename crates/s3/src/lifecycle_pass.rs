@@ -79,7 +79,16 @@ async fn take_turn(client: &Arc<Client>, pool: &str) -> Option<Arc<Lease>> {
         attr: "lease".to_string(),
     };
     let what = "the lifecycle pass";
-    match Lease::acquire(client.clone(), place, what, DEFAULT_LEASE, &died_here).await {
+    match Lease::acquire(
+        client.clone(),
+        place,
+        what,
+        DEFAULT_LEASE,
+        &died_here,
+        false,
+    )
+    .await
+    {
         Ok(lease) => {
             tracing::info!("lifecycle: this gateway runs the passes");
             Some(lease)

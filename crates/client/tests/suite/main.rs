@@ -9,6 +9,7 @@ mod conditional;
 mod divergence;
 mod down;
 mod failstop;
+mod fence;
 mod flags;
 mod ops;
 mod pieces;

@@ -37,6 +37,7 @@ fn append(c: &Cluster, tid: u64, name: &str, data: &[u8], reqid: ReqId) -> OpHea
         assert_version: None,
         background: false,
         client: 0,
+        instance: 0,
     }
 }
 

@@ -1329,3 +1329,54 @@ fn an_osds_own_noup_nodown_and_noin_hold_it_alone() {
     assert_eq!(mon.map().osds[&3].reweight, 0, "osd.3 has noin");
     assert_eq!(mon.map().osds[&1].reweight, 0x10000);
 }
+
+#[test]
+fn blocklisting_fences_an_instance_in_a_new_epoch_that_subscribers_reproduce() {
+    let mut mon = Monitor::new(ClusterMap::new("fsid-b").unwrap(), MonConfig::default());
+    let mut subscriber = mon.map().clone();
+    let since = mon.map().epoch;
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let add = |instance, expire_s| Request::Blocklist {
+        instance,
+        expire_s: Some(expire_s),
+    };
+    let epoch = match mon.handle(0, add(0xfeed, 600)).unwrap() {
+        Reply::Done { epoch } => epoch,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(epoch, since + 1, "the fence holds from a new epoch");
+    assert!(mon.map().is_blocklisted(0xfeed, now_s));
+    assert!(!mon.map().is_blocklisted(0xfeed, now_s + 601));
+    // Bad requests are refused without an epoch.
+    for bad in [add(0, 600), add(1, 0), add(1, 366 * 24 * 3600)] {
+        assert!(mon.handle(0, bad).is_err());
+    }
+    let rm_unknown = Request::Blocklist {
+        instance: 0xbeef,
+        expire_s: None,
+    };
+    assert!(mon.handle(0, rm_unknown).is_err());
+    assert_eq!(mon.map().epoch, epoch, "a refused fence makes no epoch");
+    // A fence whose time passed is lifted by the monitor's tick, in an epoch of its own.
+    mon.handle(0, add(0xaaaa, 1)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let lifted = mon.tick(0).unwrap().expect("the expired fence is lifted");
+    assert!(!mon.map().blocklist.contains_key(&0xaaaa));
+    assert!(mon.map().blocklist.contains_key(&0xfeed), "the other stays");
+    let rm = Request::Blocklist {
+        instance: 0xfeed,
+        expire_s: None,
+    };
+    match mon.handle(0, rm).unwrap() {
+        Reply::Done { epoch } => assert_eq!(epoch, lifted + 1),
+        other => panic!("{other:?}"),
+    }
+    assert!(mon.map().blocklist.is_empty());
+    for inc in mon.incrementals_since(since).unwrap() {
+        subscriber.apply(&inc).unwrap();
+    }
+    assert_eq!(subscriber.encode(), mon.map().encode());
+}

@@ -1,7 +1,8 @@
 //! `cairn osd ...`: marking OSDs out, in, down or lost, their flags and weights, the OSD
 //! tree, where an object lives and per-OSD usage, through the monitor and the OSDs; `osd run`
-//! (the daemon) and the maintenance checks live in the sub-modules.
+//! (the daemon), the maintenance checks and the blocklist live in the sub-modules.
 
+mod blocklist;
 mod maintenance;
 mod run;
 
@@ -146,6 +147,13 @@ enum OsdCommand {
         #[arg(required = true)]
         flags: Vec<String>,
     },
+    /// Fence client instances out of the OSDs (Ceph's `osd blocklist`), lift fences, list
+    /// them.
+    Blocklist {
+        /// What to do.
+        #[command(subcommand)]
+        command: blocklist::BlocklistCommand,
+    },
     /// OSDs by host with state and weights.
     Tree,
     /// Where an object lives, as Ceph's `osd map POOL OBJECT`: its hash, PG, up and acting
@@ -188,6 +196,7 @@ pub fn run(args: OsdArgs) -> anyhow::Result<()> {
     let body = match args.command {
         OsdCommand::Run(run) => return run::run(*run),
         OsdCommand::Df => return osd_df(args.mon.mon),
+        OsdCommand::Blocklist { command } => return blocklist::run(args.mon.mon, command),
         OsdCommand::OkToStop { ids } => return maintenance::run_ok_to_stop(args.mon.mon, &ids),
         OsdCommand::SafeToDestroy { ids } => {
             return maintenance::run_safe_to_destroy(args.mon.mon, &ids)
