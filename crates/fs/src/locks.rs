@@ -8,8 +8,12 @@
 //! its own, the same type, to say again what it holds after an MDS restart.
 //!
 //! A waiting request (`F_SETLKW`) is asked again by its client until granted; the MDS
-//! remembers each waiting (client, owner) and the lock it wants for [`WAIT_FRESH`] after its
-//! last try. A waiting request whose holders in the way wait, through any chain of waiters,
+//! remembers each waiting (client, owner), the lock it wants and when it began to wait, for
+//! [`WAIT_FRESH`] after its last try. Waiting requests are granted in the order they began:
+//! one that could be granted still waits while an earlier waiter wants a range it conflicts
+//! with (so a stream of shared locks cannot starve an exclusive one), unless that earlier
+//! waiter itself waits, through any chain, for it (queueing would then never end). A waiting
+//! request whose holders in the way wait, through any chain of holders and earlier waiters,
 //! for its own owner would wait forever: it is answered EDEADLK, as Linux answers a local
 //! `F_SETLKW` deadlock.
 
@@ -32,7 +36,10 @@ type Owner = (u64, u64);
 struct Waiter {
     ino: u64,
     lock: LockSpec,
+    /// Its latest try.
     at: Instant,
+    /// Its first try for this lock: its place in the queue.
+    since: Instant,
 }
 
 /// One lock and its holder.
@@ -45,6 +52,17 @@ struct Held {
 fn overlap(a: &LockSpec, b: &LockSpec) -> bool {
     a.start <= b.end && b.start <= a.end
 }
+
+/// Whether two wanted or held locks of different owners cannot both be held.
+fn conflicting(a: &LockSpec, b: &LockSpec) -> bool {
+    a.kind != LockKind::Unlock
+        && b.kind != LockKind::Unlock
+        && overlap(a, b)
+        && (a.kind == LockKind::Exclusive || b.kind == LockKind::Exclusive)
+}
+
+/// The fresh waiters of each inode, gathered once per waiting request.
+type WaitersByIno = HashMap<u64, Vec<(Owner, Waiter)>>;
 
 /// Locks by inode.
 #[derive(Debug, Default)]
@@ -91,11 +109,41 @@ impl Locks {
             .map(|h| (h.client, h.lock.owner))
     }
 
-    /// Whether a holder in the way of `me`'s `lock` on `ino` waits, directly or through a
-    /// chain of owners that wait at `now`, for a lock `me` holds.
-    fn waits_for_me(&self, me: Owner, ino: u64, lock: &LockSpec, now: Instant) -> bool {
+    /// The waiters still waiting at `now`, by inode.
+    fn fresh_waiters(&self, now: Instant) -> WaitersByIno {
+        let mut by_ino: WaitersByIno = HashMap::new();
+        for (owner, w) in &self.waiting {
+            if now.saturating_duration_since(w.at) < WAIT_FRESH {
+                by_ino.entry(w.ino).or_default().push((*owner, *w));
+            }
+        }
+        by_ino
+    }
+
+    /// The earlier waiters `owner`, waiting since `since`, queues behind: those on `ino`
+    /// that began first and want a range its `lock` conflicts with.
+    fn queued_behind<'a>(
+        waiters: &'a WaitersByIno,
+        owner: Owner,
+        ino: u64,
+        lock: &'a LockSpec,
+        since: Instant,
+    ) -> impl Iterator<Item = Owner> + 'a {
+        waiters
+            .get(&ino)
+            .into_iter()
+            .flatten()
+            .filter(move |(other, w)| {
+                *other != owner && (w.since, *other) < (since, owner) && conflicting(&w.lock, lock)
+            })
+            .map(|(other, _)| *other)
+    }
+
+    /// Whether any of `from` waits, through a chain of holders in its way and earlier waiters
+    /// it queues behind, for `me`.
+    fn reaches(&self, waiters: &WaitersByIno, me: Owner, from: Vec<Owner>) -> bool {
         let mut seen: HashSet<Owner> = HashSet::new();
-        let mut next: Vec<Owner> = self.blockers(ino, me.0, lock).collect();
+        let mut next = from;
         while let Some(owner) = next.pop() {
             if owner == me {
                 return true;
@@ -103,12 +151,14 @@ impl Locks {
             if !seen.insert(owner) {
                 continue;
             }
-            let waiting = self
-                .waiting
-                .get(&owner)
-                .filter(|w| now.saturating_duration_since(w.at) < WAIT_FRESH);
+            let waiting = self.waiting.get(&owner).filter(|w| {
+                waiters
+                    .get(&w.ino)
+                    .is_some_and(|ws| ws.iter().any(|(o, _)| *o == owner))
+            });
             if let Some(w) = waiting {
                 next.extend(self.blockers(w.ino, owner.0, &w.lock));
+                next.extend(Self::queued_behind(waiters, owner, w.ino, &w.lock, w.since));
             }
         }
         false
@@ -125,23 +175,47 @@ impl Locks {
         now: Instant,
     ) -> Result<(), i32> {
         let me = (client, lock.owner);
-        match self.set(ino, client, lock) {
-            Err(libc::EAGAIN) => {}
-            done => {
-                self.waiting.remove(&me);
-                return done;
-            }
+        // Its place in the queue: kept while it asks again for the same lock.
+        let since = self
+            .waiting
+            .get(&me)
+            .filter(|w| {
+                w.ino == ino && w.lock == lock && now.saturating_duration_since(w.at) < WAIT_FRESH
+            })
+            .map_or(now, |w| w.since);
+        if lock.end < lock.start {
+            return Err(libc::EINVAL);
         }
-        if self.waits_for_me(me, ino, &lock, now) {
+        let waiters = self.fresh_waiters(now);
+        let holders: Vec<Owner> = self.blockers(ino, client, &lock).collect();
+        if !holders.is_empty() && self.reaches(&waiters, me, holders) {
             self.waiting.remove(&me);
             return Err(libc::EDEADLK);
+        }
+        let ahead: Vec<Owner> = Self::queued_behind(&waiters, me, ino, &lock, since).collect();
+        // An earlier waiter that waits for this owner is not waited for: that would never end.
+        let queued = !ahead.is_empty() && !self.reaches(&waiters, me, ahead);
+        if !queued {
+            match self.set(ino, client, lock) {
+                Err(libc::EAGAIN) => {}
+                done => {
+                    self.waiting.remove(&me);
+                    return done;
+                }
+            }
         }
         if self.waiting.len() >= MAX_WAITERS {
             self.waiting
                 .retain(|_, w| now.saturating_duration_since(w.at) < WAIT_FRESH);
         }
         if self.waiting.len() < MAX_WAITERS || self.waiting.contains_key(&me) {
-            self.waiting.insert(me, Waiter { ino, lock, at: now });
+            let waiter = Waiter {
+                ino,
+                lock,
+                at: now,
+                since,
+            };
+            self.waiting.insert(me, waiter);
         }
         Err(libc::EAGAIN)
     }
@@ -423,6 +497,82 @@ mod tests {
         assert_eq!(t.set_or_wait(9, 1, want(1, 1), now), Err(libc::EAGAIN));
         assert_eq!(t.set_or_wait(9, 2, want(2, 2), now), Err(libc::EAGAIN));
         assert_eq!(t.set_or_wait(9, 3, want(3, 0), now), Err(libc::EDEADLK));
+    }
+
+    /// Waiting requests are granted in the order they began: readers that keep coming do
+    /// not starve a waiting writer, and a later waiter on another range is not held back.
+    #[test]
+    fn waiters_are_granted_in_the_order_they_began() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut t = Locks::default();
+        t.set(1, 10, lock(1, 0, 99, LockKind::Shared)).unwrap();
+        let writer = lock(2, 0, 99, LockKind::Exclusive);
+        assert_eq!(t.set_or_wait(1, 20, writer, at(0)), Err(libc::EAGAIN));
+        // A later reader could share the first reader's lock, but the writer waits first.
+        let reader = lock(3, 50, 60, LockKind::Shared);
+        assert_eq!(t.set_or_wait(1, 30, reader, at(10)), Err(libc::EAGAIN));
+        assert_eq!(
+            t.set(1, 30, reader),
+            Ok(()),
+            "a request that does not wait is not queued"
+        );
+        t.set(1, 30, LockSpec::unlock_all(3)).unwrap();
+        // A waiter on a range nobody ahead wants is granted at once.
+        let elsewhere = lock(4, 200, 299, LockKind::Exclusive);
+        assert_eq!(t.set_or_wait(1, 40, elsewhere, at(20)), Ok(()));
+        // The first reader lets go: the writer, first in line, gets it; the reader, asking
+        // again, still waits, now for the writer's lock.
+        t.set(1, 10, LockSpec::unlock_all(1)).unwrap();
+        assert_eq!(t.set_or_wait(1, 30, reader, at(30)), Err(libc::EAGAIN));
+        assert_eq!(t.set_or_wait(1, 20, writer, at(40)), Ok(()));
+        t.set(1, 20, LockSpec::unlock_all(2)).unwrap();
+        assert_eq!(t.set_or_wait(1, 30, reader, at(50)), Ok(()));
+        // A waiter whose wait went stale loses its place.
+        t.set(1, 30, LockSpec::unlock_all(3)).unwrap();
+        t.set(1, 10, lock(1, 0, 0, LockKind::Exclusive)).unwrap();
+        assert_eq!(t.set_or_wait(1, 20, writer, at(60)), Err(libc::EAGAIN));
+        t.set(1, 10, LockSpec::unlock_all(1)).unwrap();
+        let late = at(60) + WAIT_FRESH + Duration::from_millis(1);
+        assert_eq!(t.set_or_wait(1, 30, reader, late), Ok(()));
+    }
+
+    /// Queueing behind an earlier waiter that itself waits for the newcomer would never end:
+    /// the newcomer is granted instead; and a cycle through the queue is a deadlock.
+    #[test]
+    fn the_queue_never_makes_a_wait_that_cannot_end() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut t = Locks::default();
+        // Owner B holds byte 5; A waits for [0, 9] (blocked by B).
+        t.set(1, 20, lock(2, 5, 5, LockKind::Exclusive)).unwrap();
+        let a_wants = lock(1, 0, 9, LockKind::Exclusive);
+        assert_eq!(t.set_or_wait(1, 10, a_wants, at(0)), Err(libc::EAGAIN));
+        // B now wants byte 0, free, but inside A's wanted range: A waits for B, so B does
+        // not queue behind A.
+        let b_wants = lock(2, 0, 0, LockKind::Exclusive);
+        assert_eq!(t.set_or_wait(1, 20, b_wants, at(10)), Ok(()));
+        // C, free of both, queues behind A for byte 1; then B asks for byte 1 too: behind C,
+        // which is behind A, which waits for B — granted rather than queued.
+        let c_wants = lock(3, 1, 1, LockKind::Exclusive);
+        assert_eq!(t.set_or_wait(1, 30, c_wants, at(20)), Err(libc::EAGAIN));
+        let b_more = lock(2, 1, 1, LockKind::Exclusive);
+        assert_eq!(t.set_or_wait(1, 20, b_more, at(30)), Ok(()));
+        // D holds byte 50 and waits behind nobody for byte 5 (B's): then B waits for byte 50
+        // (D's): B -> D -> B is a deadlock.
+        t.set(1, 40, lock(4, 50, 50, LockKind::Exclusive)).unwrap();
+        assert_eq!(
+            t.set_or_wait(1, 40, lock(4, 5, 5, LockKind::Exclusive), at(40)),
+            Err(libc::EAGAIN)
+        );
+        assert_eq!(
+            t.set_or_wait(1, 20, lock(2, 50, 50, LockKind::Exclusive), at(50)),
+            Err(libc::EDEADLK)
+        );
+        assert_eq!(
+            t.set_or_wait(1, 20, lock(2, 9, 3, LockKind::Exclusive), at(60)),
+            Err(libc::EINVAL)
+        );
     }
 
     /// A waiter that stopped asking, or whose client's lease ended, is no longer waiting.
