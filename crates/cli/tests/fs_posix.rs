@@ -4,10 +4,11 @@
 //! attributes and extended attributes, sparse files, O_APPEND and truncation; per-directory
 //! and per-file layouts; two mounts seeing each other's changes and racing on one directory,
 //! locking against each other, and keeping a file one holds open while the other unlinks it;
-//! this crate's source tree copied in with `cp -a` and compared with `diff -r`; and kill -9 of
-//! the metadata server (a replacement on its address, then a standby on another, taking
-//! over), of an OSD and of a mounted client in the middle of a metadata-heavy workload, after
-//! which every acknowledged file reads back whole.
+//! this crate's source tree copied in with `cp -a` and compared with `diff -r`; kill -9 of
+//! the metadata server (a replacement on its address), a stall of it (a standby on another
+//! address fences it and takes over; woken, it stops), kill -9 of an OSD and of a mounted
+//! client, each in the middle of a metadata-heavy workload, after which every acknowledged
+//! file reads back whole.
 
 mod common;
 
@@ -776,7 +777,9 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     verify(&a, "mds-crash", &done);
     verify(&b, "mds-crash", &done);
 
-    // A standby on another address takes over from a killed active one by itself.
+    // A standby on another address takes over by itself from an active one that stalls
+    // (stopped, not killed), fencing it first; the stalled one, woken, finds itself replaced
+    // and stops.
     let standby_addr = format!("127.0.0.1:{}", free_port());
     let standby_args = mds_on(&standby_addr);
     let standby_args: Vec<&str> = standby_args.iter().map(String::as_str).collect();
@@ -796,11 +799,25 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     let active_pid = restarted.lock().unwrap().as_ref().unwrap().id();
     let mut restarted_at = Instant::now();
     let done = under_workload(&a, "standby", || {
-        signal("-9", active_pid);
-        wait_exited(active_pid);
+        signal("-STOP", active_pid);
         restarted_at = Instant::now();
     });
     assert!(said(&format!("serving on {standby_addr}")));
+    signal("-CONT", active_pid);
+    wait_exited(active_pid);
+    let stalled_log = fs::read_to_string(cluster.dir.join("mds-replacement.log")).unwrap();
+    assert!(
+        stalled_log.contains("no longer the active metadata server")
+            || stalled_log.contains("blocklisted"),
+        "the stalled MDS stops because it was replaced: {stalled_log}"
+    );
+    // Both take-overs fenced the MDS they replaced (the killed one and the stalled one).
+    let (ok, fences) = cluster.cairn(&["osd", "--mon", &mon, "blocklist", "ls"]);
+    let listed: usize = fences
+        .lines()
+        .find_map(|l| l.strip_prefix("listed ")?.split(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(ok && listed >= 2, "{fences}");
     let (ok, status) = cluster.cairn(&["fs", "status", "--mon", &mon, "cairnfs"]);
     assert!(ok, "{status}");
     assert!(
