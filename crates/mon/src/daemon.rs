@@ -288,6 +288,11 @@ async fn run_core(
 ) {
     let started = Instant::now();
     let now_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    monitor.set_unix_origin_ms(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    );
     let mut subscribers: BTreeMap<u64, (SessionSender, u64)> = BTreeMap::new();
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     loop {

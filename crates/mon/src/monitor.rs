@@ -72,6 +72,8 @@ pub struct Monitor {
     last_beacon_ms: BTreeMap<i32, u64>,
     history: MapHistory,
     pg_usage: PgUsageTable,
+    /// Wall-clock time (ms since the Unix epoch) at the callers' `now_ms` 0.
+    unix_origin_ms: u64,
 }
 
 impl Monitor {
@@ -101,6 +103,7 @@ impl Monitor {
             last_beacon_ms: BTreeMap::new(),
             history,
             pg_usage: PgUsageTable::default(),
+            unix_origin_ms: 0,
         }
     }
 
@@ -398,7 +401,7 @@ impl Monitor {
                 Ok(Reply::Done { epoch })
             }
             Request::Blocklist { instance, expire_s } => {
-                self.blocklist(instance, expire_s, unix_now_s())
+                self.blocklist(instance, expire_s, self.unix_s(now_ms))
             }
         }
     }
@@ -470,7 +473,7 @@ impl Monitor {
             reporters.retain(|_, &mut at| now_ms.saturating_sub(at) <= grace);
         }
         self.reports.retain(|_, r| !r.is_empty());
-        let now_unix_s = unix_now_s();
+        let now_unix_s = self.unix_s(now_ms);
         changes.extend(
             self.map
                 .blocklist
@@ -485,6 +488,18 @@ impl Monitor {
             return Ok(None);
         }
         self.commit(changes).map(Some)
+    }
+
+    /// Sets the wall-clock time (ms since the Unix epoch) at `now_ms` 0 of the times the
+    /// caller passes. Blocklist expiries are wall-clock times, which every OSD compares with
+    /// its own clock (as Ceph's); the monitor reads no clock itself.
+    pub fn set_unix_origin_ms(&mut self, unix_ms: u64) {
+        self.unix_origin_ms = unix_ms;
+    }
+
+    /// Seconds since the Unix epoch at `now_ms`.
+    fn unix_s(&self, now_ms: u64) -> u64 {
+        self.unix_origin_ms.saturating_add(now_ms) / 1000
     }
 
     /// Sets one of the monitor's run-time options (see [`Request::SetMonOption`]).
@@ -862,12 +877,4 @@ impl Monitor {
         self.history.trim(self.config.history_epochs)?;
         Ok(epoch)
     }
-}
-
-/// Seconds since the Unix epoch by this host's clock: blocklist expiries are wall-clock times,
-/// which every OSD compares with its own clock (as Ceph's).
-fn unix_now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

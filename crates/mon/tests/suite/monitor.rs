@@ -1335,10 +1335,9 @@ fn blocklisting_fences_an_instance_in_a_new_epoch_that_subscribers_reproduce() {
     let mut mon = Monitor::new(ClusterMap::new("fsid-b").unwrap(), MonConfig::default());
     let mut subscriber = mon.map().clone();
     let since = mon.map().epoch;
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    // The monitor reads no clock: wall-clock time is its origin plus the `now` it is given.
+    let now_s = 1_800_000_000;
+    mon.set_unix_origin_ms(now_s * 1000);
     let add = |instance, expire_s| Request::Blocklist {
         instance,
         expire_s: Some(expire_s),
@@ -1362,8 +1361,11 @@ fn blocklisting_fences_an_instance_in_a_new_epoch_that_subscribers_reproduce() {
     assert_eq!(mon.map().epoch, epoch, "a refused fence makes no epoch");
     // A fence whose time passed is lifted by the monitor's tick, in an epoch of its own.
     mon.handle(0, add(0xaaaa, 1)).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(2100));
-    let lifted = mon.tick(0).unwrap().expect("the expired fence is lifted");
+    assert_eq!(mon.tick(500).unwrap(), None, "not yet expired: no epoch");
+    let lifted = mon
+        .tick(1000)
+        .unwrap()
+        .expect("the expired fence is lifted");
     assert!(!mon.map().blocklist.contains_key(&0xaaaa));
     assert!(mon.map().blocklist.contains_key(&0xfeed), "the other stays");
     let rm = Request::Blocklist {
