@@ -75,15 +75,10 @@ pub struct Locks {
 impl Locks {
     /// The first lock of another holder that keeps `client` from taking `lock` on `ino`.
     pub fn conflict(&self, ino: u64, client: u64, lock: &LockSpec) -> Option<LockSpec> {
-        if lock.kind == LockKind::Unlock {
-            return None;
-        }
         let held = self.by_ino.get(&ino)?;
         held.iter()
             .find(|h| {
-                (h.client, h.lock.owner) != (client, lock.owner)
-                    && overlap(&h.lock, lock)
-                    && (lock.kind == LockKind::Exclusive || h.lock.kind == LockKind::Exclusive)
+                (h.client, h.lock.owner) != (client, lock.owner) && conflicting(&h.lock, lock)
             })
             .map(|h| h.lock)
     }
@@ -95,16 +90,12 @@ impl Locks {
         client: u64,
         lock: &'a LockSpec,
     ) -> impl Iterator<Item = Owner> + 'a {
-        let wants = lock.kind != LockKind::Unlock;
         self.by_ino
             .get(&ino)
             .into_iter()
             .flatten()
             .filter(move |h| {
-                wants
-                    && (h.client, h.lock.owner) != (client, lock.owner)
-                    && overlap(&h.lock, lock)
-                    && (lock.kind == LockKind::Exclusive || h.lock.kind == LockKind::Exclusive)
+                (h.client, h.lock.owner) != (client, lock.owner) && conflicting(&h.lock, lock)
             })
             .map(|h| (h.client, h.lock.owner))
     }
@@ -139,9 +130,9 @@ impl Locks {
             .map(|(other, _)| *other)
     }
 
-    /// Whether any of `from` waits, through a chain of holders in its way and earlier waiters
-    /// it queues behind, for `me`.
-    fn reaches(&self, waiters: &WaitersByIno, me: Owner, from: Vec<Owner>) -> bool {
+    /// Whether any of `from` waits at `now`, through a chain of holders in its way and earlier
+    /// waiters it queues behind, for `me`.
+    fn reaches(&self, waiters: &WaitersByIno, me: Owner, from: Vec<Owner>, now: Instant) -> bool {
         let mut seen: HashSet<Owner> = HashSet::new();
         let mut next = from;
         while let Some(owner) = next.pop() {
@@ -151,11 +142,10 @@ impl Locks {
             if !seen.insert(owner) {
                 continue;
             }
-            let waiting = self.waiting.get(&owner).filter(|w| {
-                waiters
-                    .get(&w.ino)
-                    .is_some_and(|ws| ws.iter().any(|(o, _)| *o == owner))
-            });
+            let waiting = self
+                .waiting
+                .get(&owner)
+                .filter(|w| now.saturating_duration_since(w.at) < WAIT_FRESH);
             if let Some(w) = waiting {
                 next.extend(self.blockers(w.ino, owner.0, &w.lock));
                 next.extend(Self::queued_behind(waiters, owner, w.ino, &w.lock, w.since));
@@ -188,13 +178,13 @@ impl Locks {
         }
         let waiters = self.fresh_waiters(now);
         let holders: Vec<Owner> = self.blockers(ino, client, &lock).collect();
-        if !holders.is_empty() && self.reaches(&waiters, me, holders) {
+        if !holders.is_empty() && self.reaches(&waiters, me, holders, now) {
             self.waiting.remove(&me);
             return Err(libc::EDEADLK);
         }
         let ahead: Vec<Owner> = Self::queued_behind(&waiters, me, ino, &lock, since).collect();
         // An earlier waiter that waits for this owner is not waited for: that would never end.
-        let queued = !ahead.is_empty() && !self.reaches(&waiters, me, ahead);
+        let queued = !ahead.is_empty() && !self.reaches(&waiters, me, ahead, now);
         if !queued {
             match self.set(ino, client, lock) {
                 Err(libc::EAGAIN) => {}
