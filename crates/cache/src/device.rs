@@ -14,6 +14,9 @@
 //! a flush (exclusive) sees exactly the writes completed before it. Background cleaning writes to the
 //! core outside the gate, for lines marked `cleaning`, which eviction skips; foreground writes
 //! to dirty sectors always go to the cache, so the core never sees two writers of one sector.
+//! A request that must evict dirty lines cleans them the same way before it takes the gate
+//! exclusively, so hits are not held behind the core's writes; only a victim dirtied again in
+//! between is cleaned under the gate.
 //!
 //! # Crash safety
 //! Metadata is persisted by `persist`: flush core, flush cache (every completed data write is
@@ -498,6 +501,18 @@ impl CacheDevice {
                 Fast::Slow => {}
             }
         }
+        let may_promote =
+            decision.mode.promotes_reads() && !decision.cutoff && decision.allocate && {
+                let st = self.lock();
+                st.promoter.would_promote(
+                    &st.cfg.promotion,
+                    pieces[0].core_line,
+                    st.occupancy_pct(),
+                )
+            };
+        if may_promote {
+            self.clean_victims_ahead(&pieces, decision.class).await?;
+        }
         let _g = self.gate.write().await;
         self.core.read(offset_bytes, buf).await?;
         let mut any_valid = false;
@@ -713,47 +728,95 @@ impl CacheDevice {
         Ok(None)
     }
 
-    /// Evicts a batch of lines: from `class` itself if it is at its allocation share, else from
-    /// the classes with the lowest eviction priority first, clean lines before dirty ones.
-    /// Dirty victims are cleaned synchronously. Returns false if nothing could be evicted.
-    async fn reclaim(&self, class: u8) -> BResult<bool> {
-        let victims: Vec<u32> = {
-            let st = self.lock();
-            let batch = reclaim_batch(st.table.len());
-            let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
-            let limit = ((share * f64::from(st.table.len())) as u32).max(1);
-            let mut order: Vec<u8> = if st.table.class_lines(class) >= limit {
-                vec![class]
-            } else {
-                let mut ids: Vec<(u8, u8)> = st
-                    .classes
-                    .classes()
-                    .iter()
-                    .map(|c| (c.eviction_priority, c.id))
-                    .collect();
-                ids.sort_by(|a, b| b.cmp(a));
-                ids.into_iter().map(|(_, id)| id).collect()
-            };
-            order.dedup();
-            let mut cands = Vec::new();
-            for c in order {
-                cands.extend(
-                    st.table
-                        .lru_lines(c, VICTIM_SCAN_FACTOR * batch)
-                        .into_iter()
-                        .filter(|&i| !st.table.line(i).cleaning),
-                );
-                if cands.len() >= VICTIM_SCAN_FACTOR * batch {
-                    break;
-                }
-            }
-            let (mut clean, dirty): (Vec<u32>, Vec<u32>) = cands
-                .into_iter()
-                .partition(|&i| st.table.line(i).dirty == 0);
-            clean.extend(dirty);
-            clean.truncate(batch);
-            clean
+    /// The next batch of eviction victims for a line of `class`: from `class` itself if it is
+    /// at its allocation share, else from the classes with the lowest eviction priority
+    /// first; clean lines before dirty ones, never a line being cleaned.
+    fn victims(st: &State, class: u8) -> Vec<u32> {
+        let batch = reclaim_batch(st.table.len());
+        let mut order: Vec<u8> = if Self::at_share(st, class) {
+            vec![class]
+        } else {
+            let mut ids: Vec<(u8, u8)> = st
+                .classes
+                .classes()
+                .iter()
+                .map(|c| (c.eviction_priority, c.id))
+                .collect();
+            ids.sort_by(|a, b| b.cmp(a));
+            ids.into_iter().map(|(_, id)| id).collect()
         };
+        order.dedup();
+        let mut cands = Vec::new();
+        for c in order {
+            cands.extend(
+                st.table
+                    .lru_lines(c, VICTIM_SCAN_FACTOR * batch)
+                    .into_iter()
+                    .filter(|&i| !st.table.line(i).cleaning),
+            );
+            if cands.len() >= VICTIM_SCAN_FACTOR * batch {
+                break;
+            }
+        }
+        let (mut clean, dirty): (Vec<u32>, Vec<u32>) = cands
+            .into_iter()
+            .partition(|&i| st.table.line(i).dirty == 0);
+        clean.extend(dirty);
+        clean.truncate(batch);
+        clean
+    }
+
+    /// Whether `class` holds its whole allocation share of the lines.
+    fn at_share(st: &State, class: u8) -> bool {
+        let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
+        let limit = ((share * f64::from(st.table.len())) as u32).max(1);
+        st.table.class_lines(class) >= limit
+    }
+
+    /// Before a request that may map lines for `pieces` takes the gate exclusively: if it
+    /// would have to evict dirty lines, cleans them now, with the gate let go while the core
+    /// writes and flushes, so that hits and other requests go on meanwhile and the eviction
+    /// that follows finds them clean. A line dirtied again in between is cleaned by the
+    /// eviction itself, under the gate, as before.
+    async fn clean_victims_ahead(&self, pieces: &[Piece], class: u8) -> BResult<()> {
+        let needs_room = |st: &State| {
+            let unmapped = pieces
+                .iter()
+                .filter(|p| st.table.lookup(p.core_line).is_none())
+                .count() as u32;
+            unmapped > 0 && (st.table.free_lines() < unmapped || Self::at_share(st, class))
+        };
+        if !needs_room(&self.lock()) {
+            return Ok(());
+        }
+        let g = self.gate.write().await;
+        let picked: Vec<u32> = {
+            let mut st = self.lock();
+            if !needs_room(&st) {
+                return Ok(());
+            }
+            let dirty: Vec<u32> = Self::victims(&st, class)
+                .into_iter()
+                .filter(|&i| st.table.line(i).dirty != 0)
+                .collect();
+            for &i in &dirty {
+                st.table.set_cleaning(i, true);
+            }
+            dirty
+        };
+        if picked.is_empty() {
+            return Ok(());
+        }
+        let cleaned = self.clean_outside_gate(g, &picked, &*self.core).await?;
+        self.lock().counters.victims_cleaned_ahead += cleaned as u64;
+        Ok(())
+    }
+
+    /// Evicts a batch of lines ([`CacheDevice::victims`]). Dirty victims (rare: a request
+    /// cleans its victims ahead, outside the gate) are cleaned synchronously. Returns false
+    /// if nothing could be evicted.
+    async fn reclaim(&self, class: u8) -> BResult<bool> {
+        let victims = Self::victims(&self.lock(), class);
         if victims.is_empty() {
             return Ok(false);
         }
@@ -766,6 +829,7 @@ impl CacheDevice {
                 .collect()
         };
         self.clean_now(&dirty).await?;
+        self.lock().counters.victims_cleaned_blocking += dirty.len() as u64;
         {
             let mut st = self.lock();
             for &i in &victims {
@@ -915,6 +979,9 @@ impl CacheDevice {
             }
             (d, promote)
         };
+        if promote {
+            self.clean_victims_ahead(&pieces, d.class).await?;
+        }
         let _g = self.gate.write().await;
         let (dirty_overlap, all_mapped, any_mapped) = {
             let st = self.lock();
@@ -1091,57 +1158,72 @@ impl CacheDevice {
     /// decides what to clean ([`crate::cleaning::decide`]); dirty data is written to core and
     /// the core flushed before lines are marked clean. Foreground I/O continues meanwhile.
     pub async fn clean_step(&self, now_ms: u64) -> BResult<CleanReport> {
-        let picked: Vec<u32>;
-        let next_wake_ms;
-        let mut batch = Vec::new();
-        {
-            let _g = self.gate.write().await;
-            {
-                let mut st = self.lock();
-                let input = CleanInput {
-                    now_ms,
-                    last_io_ms: st.last_io_ms,
-                    dirty_lines: u64::from(st.table.dirty_lines()),
-                    total_lines: u64::from(st.table.len()),
-                };
-                let dec = decide(&st.cfg.cleaning, input);
-                next_wake_ms = dec.idle_wake_ms;
-                picked = match dec.order {
-                    CleanOrder::OldestDirty => {
-                        st.table.oldest_dirty(dec.max_lines, dec.dirty_before_ms)
-                    }
-                    CleanOrder::CoreAddress => st.table.dirty_by_core(dec.max_lines),
-                };
-                for &i in &picked {
-                    st.table.set_cleaning(i, true);
+        let g = self.gate.write().await;
+        let (picked, next_wake_ms) = {
+            let mut st = self.lock();
+            let input = CleanInput {
+                now_ms,
+                last_io_ms: st.last_io_ms,
+                dirty_lines: u64::from(st.table.dirty_lines()),
+                total_lines: u64::from(st.table.len()),
+            };
+            let dec = decide(&st.cfg.cleaning, input);
+            let picked = match dec.order {
+                CleanOrder::OldestDirty => {
+                    st.table.oldest_dirty(dec.max_lines, dec.dirty_before_ms)
                 }
-            }
-            if picked.is_empty() {
-                return Ok(CleanReport {
-                    cleaned_lines: 0,
-                    next_wake_ms,
-                });
-            }
+                CleanOrder::CoreAddress => st.table.dirty_by_core(dec.max_lines),
+            };
             for &i in &picked {
-                match self.read_dirty(i).await {
-                    Ok(r) => batch.push((i, r)),
-                    Err(e) => {
-                        self.end_cleaning(&picked);
-                        return Err(e);
-                    }
+                st.table.set_cleaning(i, true);
+            }
+            (picked, dec.idle_wake_ms)
+        };
+        if picked.is_empty() {
+            return Ok(CleanReport {
+                cleaned_lines: 0,
+                next_wake_ms,
+            });
+        }
+        let cleaned = self
+            .clean_outside_gate(g, &picked, &*self.clean_core)
+            .await?;
+        Ok(CleanReport {
+            cleaned_lines: cleaned,
+            next_wake_ms: now_ms,
+        })
+    }
+
+    /// Cleans `picked` (lines just marked `cleaning` under the exclusive gate `g`): reads
+    /// their dirty data, lets the gate go while `core` is written and flushed, then takes it
+    /// again to mark clean each line no write changed meanwhile. Returns the lines cleaned.
+    async fn clean_outside_gate(
+        &self,
+        g: tokio::sync::RwLockWriteGuard<'_, ()>,
+        picked: &[u32],
+        core: &dyn BlockDevice,
+    ) -> BResult<usize> {
+        let mut batch = Vec::with_capacity(picked.len());
+        for &i in picked {
+            match self.read_dirty(i).await {
+                Ok(r) => batch.push((i, r)),
+                Err(e) => {
+                    self.end_cleaning(picked);
+                    return Err(e);
                 }
             }
         }
+        drop(g);
         let writes: Vec<CoreWrite> = batch
             .iter_mut()
             .map(|(_, (core_line, _, _, data))| (*core_line, std::mem::take(data)))
             .collect();
-        let mut io = self.write_core_batch(&*self.clean_core, &writes).await;
+        let mut io = self.write_core_batch(core, &writes).await;
         if io.is_ok() {
-            io = self.clean_core.flush().await;
+            io = core.flush().await;
         }
         let _g = self.gate.write().await;
-        self.end_cleaning(&picked);
+        self.end_cleaning(picked);
         io?;
         let mut st = self.lock();
         let mut cleaned = 0;
@@ -1153,10 +1235,7 @@ impl CacheDevice {
             }
         }
         st.counters.cleaned_lines += cleaned as u64;
-        Ok(CleanReport {
-            cleaned_lines: cleaned,
-            next_wake_ms: now_ms,
-        })
+        Ok(cleaned)
     }
 
     fn end_cleaning(&self, lines: &[u32]) {
@@ -1314,6 +1393,8 @@ impl CacheDevice {
             classes,
             evictions: st.counters.evictions,
             cleaned_lines: st.counters.cleaned_lines,
+            victims_cleaned_ahead: st.counters.victims_cleaned_ahead,
+            victims_cleaned_blocking: st.counters.victims_cleaned_blocking,
             meta_page_writes: st.counters.meta_page_writes,
         }
     }

@@ -21,6 +21,27 @@ impl Promoter {
         }
     }
 
+    /// Whether the next access to `core_line` would be promoted by
+    /// [`Promoter::should_promote`], without recording it.
+    pub fn would_promote(
+        &self,
+        params: &PromotionParams,
+        core_line: u64,
+        occupancy_pct: u64,
+    ) -> bool {
+        if params.policy == PromotionPolicy::Always
+            || occupancy_pct < u64::from(params.trigger_threshold_pct)
+        {
+            return true;
+        }
+        let slot = self.slots[self.index(core_line)];
+        slot.0 == core_line && slot.1.saturating_add(1) >= params.insertion_threshold
+    }
+
+    fn index(&self, core_line: u64) -> usize {
+        (core_line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) as usize % self.slots.len()
+    }
+
     /// Records an access to `core_line` and says whether a miss on it should be inserted, given
     /// the cache occupancy in percent.
     pub fn should_promote(
@@ -32,7 +53,7 @@ impl Promoter {
         if params.policy == PromotionPolicy::Always {
             return true;
         }
-        let idx = (core_line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) as usize % self.slots.len();
+        let idx = self.index(core_line);
         let slot = &mut self.slots[idx];
         if slot.0 != core_line {
             *slot = (core_line, 0);
@@ -63,8 +84,10 @@ mod tests {
         };
         let mut pr = Promoter::new(&p);
         assert!(pr.should_promote(&p, 7, 10), "below trigger: always");
-        let got: Vec<bool> = (0..3).map(|_| pr.should_promote(&p, 9, 90)).collect();
-        assert_eq!(got, vec![false, false, true]);
+        let got: Vec<(bool, bool)> = (0..3)
+            .map(|_| (pr.would_promote(&p, 9, 90), pr.should_promote(&p, 9, 90)))
+            .collect();
+        assert_eq!(got, vec![(false, false), (false, false), (true, true)]);
         let always = PromotionParams::default();
         assert!(pr.should_promote(&always, 11, 100));
     }

@@ -51,6 +51,11 @@ pub struct Counters {
     pub evictions: u64,
     /// Dirty lines written to core by cleaning or eviction.
     pub cleaned_lines: u64,
+    /// Dirty eviction victims cleaned ahead of their eviction, with the gate let go.
+    pub victims_cleaned_ahead: u64,
+    /// Dirty eviction victims cleaned while every other request waited (a victim dirtied
+    /// again after it was cleaned ahead).
+    pub victims_cleaned_blocking: u64,
     /// Metadata pages written.
     pub meta_page_writes: u64,
 }
@@ -61,6 +66,8 @@ impl Default for Counters {
             classes: [RequestCounters::default(); CLASS_SLOTS],
             evictions: 0,
             cleaned_lines: 0,
+            victims_cleaned_ahead: 0,
+            victims_cleaned_blocking: 0,
             meta_page_writes: 0,
         }
     }
@@ -106,6 +113,10 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Lines cleaned.
     pub cleaned_lines: u64,
+    /// Dirty eviction victims cleaned ahead, other requests going on meanwhile.
+    pub victims_cleaned_ahead: u64,
+    /// Dirty eviction victims cleaned while other requests waited.
+    pub victims_cleaned_blocking: u64,
     /// Metadata pages written.
     pub meta_page_writes: u64,
 }
@@ -189,6 +200,20 @@ impl CacheStats {
             [(at, self.cleaned_lines)],
         )?;
         e.counters(
+            "cairn_cache_dirty_victims_cleaned_total",
+            "Dirty eviction victims cleaned, by whether other requests went on meanwhile.",
+            [
+                (
+                    [("cache", cache), ("mode", "ahead")],
+                    self.victims_cleaned_ahead,
+                ),
+                (
+                    [("cache", cache), ("mode", "blocking")],
+                    self.victims_cleaned_blocking,
+                ),
+            ],
+        )?;
+        e.counters(
             "cairn_cache_evictions_total",
             "Lines evicted to make room.",
             [(at, self.evictions)],
@@ -258,6 +283,16 @@ impl fmt::Display for CacheStats {
             "| Cleaned                | {:>12} |        | lines",
             self.cleaned_lines
         )?;
+        writeln!(
+            f,
+            "| Victims cleaned ahead  | {:>12} |        | lines",
+            self.victims_cleaned_ahead
+        )?;
+        writeln!(
+            f,
+            "| Victims cleaned inline | {:>12} |        | lines",
+            self.victims_cleaned_blocking
+        )?;
         writeln!(f, "| IO class                | Occupancy |  Dirty | Read hits | Read misses | Write hits | Write misses | Pass-through")?;
         for c in &self.classes {
             let q = &c.requests;
@@ -308,6 +343,8 @@ mod tests {
             }],
             evictions: 3,
             cleaned_lines: 7,
+            victims_cleaned_ahead: 5,
+            victims_cleaned_blocking: 1,
             meta_page_writes: 0,
         };
         let page = cairn_metrics::render(move |e| stats.encode(e, "osd.0"));
@@ -325,5 +362,8 @@ mod tests {
         ));
         assert!(has("cairn_cache_evictions_total{cache=\"osd.0\"} 3"));
         assert!(has("cairn_cache_cleaned_lines_total{cache=\"osd.0\"} 7"));
+        assert!(has(
+            "cairn_cache_dirty_victims_cleaned_total{cache=\"osd.0\",mode=\"ahead\"} 5"
+        ));
     }
 }

@@ -420,3 +420,150 @@ async fn background_cleaning_goes_through_the_cleaning_path() {
     .with_cleaning_path(mem(4 << 20));
     assert!(matches!(wrong, Err(CacheError::InvalidParam { .. })));
 }
+
+/// A core whose writes wait while it is held (stands in for a slow disk under an eviction).
+#[derive(Debug)]
+struct Holdable {
+    inner: Arc<dyn BlockDevice>,
+    held: tokio::sync::watch::Sender<bool>,
+    /// Writes that found the device held.
+    blocked: tokio::sync::Semaphore,
+}
+
+#[async_trait::async_trait]
+impl BlockDevice for Holdable {
+    fn properties(&self) -> cairn_blockdev::DeviceProperties {
+        self.inner.properties()
+    }
+    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
+        self.inner.read(o, b).await
+    }
+    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
+        let mut rx = self.held.subscribe();
+        if *rx.borrow_and_update() {
+            self.blocked.add_permits(1);
+            rx.wait_for(|held| !held).await.expect("sender lives");
+        }
+        self.inner.write(o, d).await
+    }
+    async fn flush(&self) -> cairn_blockdev::Result<()> {
+        self.inner.flush().await
+    }
+    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
+        self.inner.discard(o, l).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicting_dirty_lines_lets_hits_through_while_the_core_writes() {
+    use std::time::Duration;
+    const LINES: u64 = 64;
+    let core = mem(8 << 20);
+    let held = Arc::new(Holdable {
+        inner: core.clone(),
+        held: tokio::sync::watch::channel(false).0,
+        blocked: tokio::sync::Semaphore::new(0),
+    });
+    let dev = Arc::new(
+        CacheDevice::create(
+            mem(cache_bytes_for(LINES, 4096)),
+            held.clone(),
+            cfg(CacheMode::Wb, 4096),
+            IoClassTable::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    for i in 0..LINES {
+        dev.write(i * 4096, &pattern(i * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        dev.stats().dirty_lines,
+        LINES,
+        "every line dirty: the cache is full"
+    );
+    held.held.send_replace(true);
+    let miss = {
+        let dev = dev.clone();
+        tokio::spawn(async move {
+            dev.write(LINES * 4096, &pattern(LINES * 4096, 4096, 2))
+                .await
+        })
+    };
+    let bound = Duration::from_secs(20);
+    tokio::time::timeout(bound, held.blocked.acquire())
+        .await
+        .expect("the miss cleans its victims to the core")
+        .unwrap()
+        .forget();
+    // The miss now waits on the core. A read hit and an in-place write hit go on.
+    let last = (LINES - 1) * 4096;
+    let got = tokio::time::timeout(bound, read(dev.as_ref(), last, 4096))
+        .await
+        .expect("a read hit is not held behind an eviction's core writes");
+    assert_eq!(got, pattern(last, 4096, 1));
+    let prev = (LINES - 2) * 4096;
+    tokio::time::timeout(bound, dev.write(prev, &pattern(prev, 4096, 3)))
+        .await
+        .expect("a write hit is not held behind an eviction's core writes")
+        .unwrap();
+    assert!(!miss.is_finished(), "the miss still waits for its victims");
+    held.held.send_replace(false);
+    tokio::time::timeout(bound, miss)
+        .await
+        .expect("the miss completes once the core does")
+        .unwrap()
+        .unwrap();
+    let s = dev.stats();
+    assert!(s.victims_cleaned_ahead >= 1, "{s:?}");
+    assert_eq!(s.victims_cleaned_blocking, 0, "{s:?}");
+    assert!(s.evictions >= 1, "{s:?}");
+    let mut want = Vec::new();
+    for i in 0..=LINES {
+        let v = match i {
+            i if i == LINES => 2,
+            i if i == LINES - 2 => 3,
+            _ => 1,
+        };
+        want.extend(pattern(i * 4096, 4096, v));
+    }
+    assert_eq!(read(dev.as_ref(), 0, want.len()).await, want);
+    dev.flush_dirty().await.unwrap();
+    assert_eq!(read(core.as_ref(), 0, want.len()).await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_victim_dirtied_again_after_cleaning_ahead_is_cleaned_before_eviction() {
+    // Many concurrent misses on a full, all-dirty cache: whichever order the cleaning ahead
+    // and the evictions interleave in, no data is lost.
+    const LINES: u64 = 32;
+    let r = rig(cfg(CacheMode::Wb, 4096), LINES, 8 << 20).await;
+    let dev = Arc::new(r.dev);
+    for i in 0..LINES {
+        dev.write(i * 4096, &pattern(i * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    for version in 2..=3u32 {
+        let tasks: Vec<_> = (0..2 * LINES)
+            .map(|i| {
+                let dev = dev.clone();
+                tokio::spawn(
+                    async move { dev.write(i * 4096, &pattern(i * 4096, 4096, version)).await },
+                )
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+    }
+    let mut want = Vec::new();
+    for i in 0..2 * LINES {
+        want.extend(pattern(i * 4096, 4096, 3));
+    }
+    assert_eq!(read(dev.as_ref(), 0, want.len()).await, want);
+    dev.flush_dirty().await.unwrap();
+    assert_eq!(read(r.core.as_ref(), 0, want.len()).await, want);
+}
