@@ -136,6 +136,10 @@ struct State {
     counters: Counters,
     last_io_ms: u64,
     sb: Superblock,
+    /// Cleaning rounds whose lines are marked `cleaning` (their core writes may be in flight).
+    cleaning_rounds: usize,
+    /// Requests waiting for every cleaning round to end; no round starts while one waits.
+    quiescing: usize,
 }
 
 impl State {
@@ -176,6 +180,22 @@ pub struct CacheDevice {
     /// covers it. Every core write holds the gate and every flush of the core here holds it
     /// exclusively, so a flush never skips a write it owes durability to.
     core_written: AtomicBool,
+    /// Signalled when a cleaning round ends.
+    round_ended: tokio::sync::Notify,
+}
+
+/// Dirty lines cleaned per round by [`CacheDevice::flush_dirty`] before its final pass.
+const FLUSH_ROUND_LINES: u32 = 256;
+
+/// Marks a request waiting for cleaning rounds to end, for as long as it lives.
+struct Quiescing<'a>(&'a CacheDevice);
+
+impl Drop for Quiescing<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        assert!(st.quiescing > 0, "quiescing count underflow");
+        st.quiescing -= 1;
+    }
 }
 
 fn runs(mask: u16) -> impl Iterator<Item = (u32, u32)> {
@@ -322,6 +342,8 @@ impl CacheDevice {
             counters: Counters::default(),
             last_io_ms: 0,
             sb,
+            cleaning_rounds: 0,
+            quiescing: 0,
         };
         Self {
             cache,
@@ -333,6 +355,7 @@ impl CacheDevice {
             gate: tokio::sync::RwLock::new(()),
             st: Mutex::new(st),
             core_written: AtomicBool::new(false),
+            round_ended: tokio::sync::Notify::new(),
         }
     }
 
@@ -799,10 +822,7 @@ impl CacheDevice {
                 .into_iter()
                 .filter(|&i| st.table.line(i).dirty != 0)
                 .collect();
-            for &i in &dirty {
-                st.table.set_cleaning(i, true);
-            }
-            dirty
+            Self::begin_round(&mut st, dirty)
         };
         if picked.is_empty() {
             return Ok(());
@@ -1174,10 +1194,7 @@ impl CacheDevice {
                 }
                 CleanOrder::CoreAddress => st.table.dirty_by_core(dec.max_lines),
             };
-            for &i in &picked {
-                st.table.set_cleaning(i, true);
-            }
-            (picked, dec.idle_wake_ms)
+            (Self::begin_round(&mut st, picked), dec.idle_wake_ms)
         };
         if picked.is_empty() {
             return Ok(CleanReport {
@@ -1238,10 +1255,46 @@ impl CacheDevice {
         Ok(cleaned)
     }
 
+    /// Starts a cleaning round of `lines` (caller holds the gate exclusively): marks them
+    /// `cleaning` and returns them, or returns none while a flush waits for rounds to end.
+    fn begin_round(st: &mut State, lines: Vec<u32>) -> Vec<u32> {
+        if st.quiescing > 0 || lines.is_empty() {
+            return Vec::new();
+        }
+        for &i in &lines {
+            st.table.set_cleaning(i, true);
+        }
+        st.cleaning_rounds += 1;
+        lines
+    }
+
+    /// Ends the cleaning round of `lines` ([`CacheDevice::begin_round`]).
     fn end_cleaning(&self, lines: &[u32]) {
-        let mut st = self.lock();
-        for &i in lines {
-            st.table.set_cleaning(i, false);
+        {
+            let mut st = self.lock();
+            for &i in lines {
+                st.table.set_cleaning(i, false);
+            }
+            assert!(st.cleaning_rounds > 0, "cleaning round ended twice");
+            st.cleaning_rounds -= 1;
+        }
+        self.round_ended.notify_waiters();
+    }
+
+    /// The gate, exclusively, with no cleaning round in flight: a request that owes every
+    /// dirty line to the core (a flush of dirty data, detach, leaving write-back) must not
+    /// skip a line whose cleaning has not ended, nor write it to the core beside its cleaner.
+    async fn gate_without_cleaning(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.lock().quiescing += 1;
+        let _waiting = Quiescing(self);
+        loop {
+            let ended = self.round_ended.notified();
+            let g = self.gate.write().await;
+            if self.lock().cleaning_rounds == 0 {
+                return g;
+            }
+            drop(g);
+            ended.await;
         }
     }
 
@@ -1270,15 +1323,39 @@ impl CacheDevice {
     }
 
     /// Writes every dirty line to core and persists the metadata (casadm `--flush-cache`).
+    ///
+    /// The lines dirty when it starts are first cleaned in rounds that let the gate go (other
+    /// requests go on meanwhile); what is left, and lines dirtied since, are cleaned with every
+    /// other request waiting.
     pub async fn flush_dirty(&self) -> Result<()> {
-        let _g = self.gate.write().await;
+        let mut rounds = self.lock().table.dirty_lines().div_ceil(FLUSH_ROUND_LINES);
+        while rounds > 0 {
+            rounds -= 1;
+            let g = self.gate.write().await;
+            let picked = {
+                let mut st = self.lock();
+                let oldest = st.table.oldest_dirty(FLUSH_ROUND_LINES as usize, None);
+                Self::begin_round(&mut st, oldest)
+            };
+            if picked.is_empty() {
+                break;
+            }
+            self.clean_outside_gate(g, &picked, &*self.core).await?;
+        }
+        let _g = self.gate_without_cleaning().await;
         self.flush_dirty_locked().await?;
         Ok(())
     }
 
+    /// Cleans every dirty line and persists the metadata; caller holds the gate from
+    /// [`CacheDevice::gate_without_cleaning`].
     async fn flush_dirty_locked(&self) -> BResult<()> {
+        debug_assert_eq!(self.lock().cleaning_rounds, 0);
         loop {
-            let lines = self.lock().table.oldest_dirty(256, None);
+            let lines = self
+                .lock()
+                .table
+                .oldest_dirty(FLUSH_ROUND_LINES as usize, None);
             if lines.is_empty() {
                 break;
             }
@@ -1290,7 +1367,7 @@ impl CacheDevice {
     /// Changes the mode at run time. Leaving `wb`/`wo` with `flush_dirty` writes every dirty
     /// line to core first; without it dirty lines stay and are still served and cleaned.
     pub async fn set_mode(&self, mode: CacheMode, flush_dirty: bool) -> Result<()> {
-        let _g = self.gate.write().await;
+        let _g = self.gate_without_cleaning().await;
         let old = self.lock().cfg.mode;
         if flush_dirty && old.caches_writes_dirty() && !mode.caches_writes_dirty() {
             self.flush_dirty_locked().await?;
@@ -1336,7 +1413,7 @@ impl CacheDevice {
     /// Writes every dirty line to core, persists all metadata and marks the cache detached:
     /// the core alone now holds every acknowledged write.
     pub async fn detach(&self) -> Result<()> {
-        let _g = self.gate.write().await;
+        let _g = self.gate_without_cleaning().await;
         self.flush_dirty_locked().await?;
         self.lock().sb.state = SbState::Detached;
         self.write_superblock().await

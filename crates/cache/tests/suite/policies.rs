@@ -567,3 +567,71 @@ async fn a_victim_dirtied_again_after_cleaning_ahead_is_cleaned_before_eviction(
     dev.flush_dirty().await.unwrap();
     assert_eq!(read(r.core.as_ref(), 0, want.len()).await, want);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_waits_for_a_cleaning_round_in_flight_and_leaves_nothing_dirty() {
+    use std::time::Duration;
+    const LINES: u64 = 64;
+    let core = mem(8 << 20);
+    let cleaning_path = Arc::new(Holdable {
+        inner: core.clone(),
+        held: tokio::sync::watch::channel(true).0,
+        blocked: tokio::sync::Semaphore::new(0),
+    });
+    let dev = Arc::new(
+        CacheDevice::create(
+            mem(cache_bytes_for(LINES, 4096)),
+            core.clone(),
+            cfg(CacheMode::Wb, 4096),
+            IoClassTable::default(),
+        )
+        .await
+        .unwrap()
+        .with_cleaning_path(cleaning_path.clone())
+        .unwrap(),
+    );
+    for i in 0..16u64 {
+        dev.write(i * 4096, &pattern(i * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    let round = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.clean_step(u64::MAX / 4).await })
+    };
+    let bound = Duration::from_secs(20);
+    tokio::time::timeout(bound, cleaning_path.blocked.acquire())
+        .await
+        .expect("the cleaning round writes to its path")
+        .unwrap()
+        .forget();
+    let flush = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.flush_dirty().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !flush.is_finished(),
+        "a flush does not end while lines it owes the core are still being cleaned"
+    );
+    cleaning_path.held.send_replace(false);
+    tokio::time::timeout(bound, round)
+        .await
+        .expect("the round ends")
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(bound, flush)
+        .await
+        .expect("the flush ends once the round has")
+        .unwrap()
+        .unwrap();
+    assert_eq!(dev.stats().dirty_lines, 0, "{:?}", dev.stats());
+    let mut want = Vec::new();
+    for i in 0..16u64 {
+        want.extend(pattern(i * 4096, 4096, 1));
+    }
+    assert_eq!(read(core.as_ref(), 0, want.len()).await, want);
+    // Cleaning goes on after the flush.
+    dev.write(0, &pattern(0, 4096, 2)).await.unwrap();
+    assert_eq!(dev.clean_step(u64::MAX / 4).await.unwrap().cleaned_lines, 1);
+}
