@@ -8,7 +8,8 @@
 //! the metadata server (a replacement on its address), a stall of it (a standby on another
 //! address fences it and takes over; woken, it stops), kill -9 of an OSD and of a mounted
 //! client, each in the middle of a metadata-heavy workload, after which every acknowledged
-//! file reads back whole.
+//! file reads back whole; a mounted client cut off while it holds a lock and a file open for
+//! writing is evicted (fenced first), its lock passes on, and woken its writes are refused.
 
 mod common;
 
@@ -754,9 +755,14 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         .to_string();
     let mds_on = |listen: &str| -> Vec<String> {
         let args = ["--keyring", &keyring, "mds", "--mon", &mon];
-        let args = args
-            .into_iter()
-            .chain(["--fs", "cairnfs", "--listen", listen]);
+        let args = args.into_iter().chain([
+            "--fs",
+            "cairnfs",
+            "--listen",
+            listen,
+            "--session-timeout",
+            "15",
+        ]);
         args.map(String::from).collect()
     };
     let replacement_args = mds_on(&mds);
@@ -812,12 +818,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         "the stalled MDS stops because it was replaced: {stalled_log}"
     );
     // Both take-overs fenced the MDS they replaced (the killed one and the stalled one).
-    let (ok, fences) = cluster.cairn(&["osd", "--mon", &mon, "blocklist", "ls"]);
-    let listed: usize = fences
-        .lines()
-        .find_map(|l| l.strip_prefix("listed ")?.split(' ').next()?.parse().ok())
-        .unwrap_or(0);
-    assert!(ok && listed >= 2, "{fences}");
+    assert!(blocklisted(&cluster, &mon) >= 2);
     let (ok, status) = cluster.cairn(&["fs", "status", "--mon", &mon, "cairnfs"]);
     assert!(ok, "{status}");
     assert!(
@@ -859,7 +860,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     let waited: f64 = waited.parse().unwrap();
     assert!(
         waited < 60.0,
-        "a dead client's lock goes with its 30 s lease, not {waited} s later"
+        "a dead client's lock goes with its 15 s lease, not {waited} s later"
     );
     let mut dead_lock = dead_lock;
     let _ = dead_lock.0.kill();
@@ -872,6 +873,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         .unwrap();
     assert_eq!(back, payload(7, 123_456));
     drop(c);
+    cut_off_client(&cluster, &mon, &a);
     let past_the_lease = restarted_at + Duration::from_secs(40);
     std::thread::sleep(past_the_lease.saturating_duration_since(Instant::now()));
     let mut back = Vec::new();
@@ -890,4 +892,84 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     }
     let _ = standby.kill();
     let _ = standby.wait();
+}
+
+/// A client cut off (stopped, not killed) while it holds a lock and a file open for writing
+/// is evicted a lease later: fenced out of the OSDs first, then its lock passes to `a`, which
+/// writes under it. Woken, the cut-off client's write through the file it had open is
+/// refused, what `a` wrote stands, and the MDS refuses its requests (ESHUTDOWN).
+fn cut_off_client(cluster: &Cluster, mon: &str, a: &Mount) {
+    let fenced_before = blocklisted(cluster, mon);
+    let p = Mount::new(cluster, mon, "mnt-p");
+    let first = payload(31, 8192);
+    fs::write(p.path("cut-off"), &first).unwrap();
+    let stale_code = [
+        "fcntl.flock(f, fcntl.LOCK_EX)",
+        "print('locked', flush=True)",
+        "sys.stdin.readline()",
+        "try:",
+        " f.seek(0)",
+        " f.write('stale' * 1000)",
+        " f.flush()",
+        " os.fsync(f.fileno())",
+        " print('wrote', flush=True)",
+        "except OSError as e:",
+        " print('refused', e.errno, flush=True)",
+        "sys.stdin.read()",
+    ]
+    .join("\n");
+    let mut stale = python_on(&p.path("cut-off"), &stale_code)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stale_out = std::io::BufReader::new(stale.stdout.take().unwrap());
+    assert_eq!(read_line(&mut stale_out), "locked");
+    signal("-STOP", p.child.id());
+    let waited = python_says(
+        &a.path("cut-off"),
+        "t = time.time()\nfcntl.flock(f, fcntl.LOCK_EX)\nw = time.time() - t\nf.seek(0)\n\
+         f.write('fresh' * 1000)\nf.flush()\nos.fsync(f.fileno())\nprint(w)",
+    );
+    let waited: f64 = waited.parse().unwrap();
+    assert!(
+        waited < 60.0,
+        "a cut-off client's lock passes on a 15 s lease (and its fence) later, not {waited} s"
+    );
+    assert!(
+        blocklisted(cluster, mon) > fenced_before,
+        "the cut-off client was fenced before its lock passed on"
+    );
+    signal("-CONT", p.child.id());
+    writeln!(stale.stdin.as_mut().unwrap()).unwrap();
+    let said = read_line(&mut stale_out);
+    assert!(
+        said.starts_with("refused"),
+        "a fenced client's write through a file it had open must fail, not: {said}"
+    );
+    let mut want = b"fresh".repeat(1000);
+    want.extend_from_slice(&first[want.len()..]);
+    assert_eq!(
+        fs::read(a.path("cut-off")).unwrap(),
+        want,
+        "what was written under the passed-on lock stands"
+    );
+    assert_eq!(
+        errno(fs::write(p.path("after-eviction"), b"x")),
+        libc::ESHUTDOWN,
+        "the MDS refuses an evicted client"
+    );
+    let _ = stale.kill();
+    let _ = stale.wait();
+    drop(p);
+}
+
+/// How many client instances the cluster's blocklist fences.
+fn blocklisted(cluster: &Cluster, mon: &str) -> usize {
+    let (ok, fences) = cluster.cairn(&["osd", "--mon", mon, "blocklist", "ls"]);
+    assert!(ok, "{fences}");
+    fences
+        .lines()
+        .find_map(|l| l.strip_prefix("listed ")?.split(' ').next()?.parse().ok())
+        .unwrap_or(0)
 }

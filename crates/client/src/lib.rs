@@ -232,6 +232,18 @@ impl Client {
         self.nonce
     }
 
+    /// Whether this client's current map fences client instance `instance` now (a daemon
+    /// that serves clients refuses the ones the OSDs refuse).
+    pub fn is_blocklisted(&self, instance: u64) -> bool {
+        let now_unix_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.map
+            .borrow()
+            .as_ref()
+            .is_some_and(|m| m.is_blocklisted(instance, now_unix_s))
+    }
+
     /// Fences client instance `instance` out of the OSDs for `expire_s` seconds (None lifts
     /// its fence), and returns once this client has the map in which that holds. Every op
     /// this client sends afterwards carries that epoch, and an OSD serves an op only once it

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cairn_proto::mds::{Attr, LockSpec, MdsAnswer, MdsOp};
+use cairn_proto::mds::{Attr, LockKind, LockSpec, MdsAnswer, MdsOp};
 use tokio::sync::RwLock;
 
 use crate::link::MdsLink;
@@ -92,13 +92,43 @@ impl Holds {
     /// Takes, changes or releases `lock` on `ino` without waiting (EAGAIN while another
     /// owner's lock is in the way); with `wait`, the caller asks again until granted, and
     /// EDEADLK says it would wait forever.
+    ///
+    /// A granted lock is answered only once this mount's map has the grant's barrier (every
+    /// client the MDS evicted is fenced there): no write made under the lock can reach an
+    /// OSD that would still take one of theirs after it. If that map does not come, the
+    /// lock is let go again and the caller told EIO.
     pub async fn set_lock(&self, ino: u64, lock: LockSpec, wait: bool) -> Result<(), i32> {
         let _order = self.order.read().await;
-        self.link
+        let answer = self
+            .link
             .request(MdsOp::SetLock { ino, lock, wait })
             .await?;
         let mirrored = self.locks().set(ino, OWN, lock);
         debug_assert_eq!(mirrored, Ok(()), "the MDS granted what this mount holds");
+        let MdsAnswer::LockGranted { epoch_barrier } = answer else {
+            return Ok(());
+        };
+        if let Err(errno) = self.link.wait_for_map(epoch_barrier).await {
+            if lock.kind != LockKind::Unlock {
+                let undo = LockSpec {
+                    kind: LockKind::Unlock,
+                    ..lock
+                };
+                if self
+                    .link
+                    .request(MdsOp::SetLock {
+                        ino,
+                        lock: undo,
+                        wait: false,
+                    })
+                    .await
+                    .is_ok()
+                {
+                    let _ = self.locks().set(ino, OWN, undo);
+                }
+            }
+            return Err(errno);
+        }
         Ok(())
     }
 

@@ -23,6 +23,8 @@ use crate::mds::ADDR_OBJECT;
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest a request is tried before the caller gets EIO (an MDS that stays away).
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(300);
+/// How long a granted lock waits for the cluster map its barrier names.
+const MAP_BARRIER_TIMEOUT_MS: u64 = 30_000;
 
 type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<MdsAnswer, i32>>>>>;
 
@@ -56,13 +58,34 @@ impl MdsLink {
     pub fn new(rados: Arc<Client>, metadata_pool: String) -> MdsLink {
         let creds = rados.service_credentials();
         MdsLink {
-            client_id: cairn_client::random_client_id(),
+            // The instance its OSD ops carry: what the MDS fences if it evicts this mount.
+            client_id: rados.instance(),
             rados,
             metadata_pool,
             creds,
             current: tokio::sync::Mutex::new(None),
             waiting: Arc::default(),
             next_tid: AtomicU64::new(1),
+        }
+    }
+
+    /// Returns once this mount's cluster map is at least `epoch` (a lock's barrier: the map
+    /// fences every client evicted before the lock was granted); EIO if it does not come.
+    pub async fn wait_for_map(&self, epoch: u64) -> Result<(), i32> {
+        if self.rados.epoch() >= epoch {
+            return Ok(());
+        }
+        match self
+            .rados
+            .mon()
+            .wait_for_epoch(epoch, MAP_BARRIER_TIMEOUT_MS)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::warn!(epoch, error = %e, "waiting for a lock's map barrier");
+                Err(libc::EIO)
+            }
         }
     }
 

@@ -294,6 +294,11 @@ impl Locks {
         });
     }
 
+    /// Whether `client` holds any lock.
+    pub fn holds_any(&self, client: u64) -> bool {
+        self.per_client.contains_key(&client)
+    }
+
     /// Every lock `client` holds, by inode.
     pub fn held_by(&self, client: u64) -> Vec<(u64, LockSpec)> {
         if !self.per_client.contains_key(&client) {
@@ -417,6 +422,7 @@ mod tests {
             .unwrap();
         assert_eq!(t.held_by(10), vec![]);
         assert_eq!(t.per_client.get(&10), None);
+        assert!(!t.holds_any(10));
         assert_eq!(
             t.set(1, 10, lock(1, 5, 4, LockKind::Shared)),
             Err(libc::EINVAL)

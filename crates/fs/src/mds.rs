@@ -31,10 +31,11 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::active;
 use crate::backing::{self, metadata_pool, JOURNAL_OBJECT};
 use crate::error::FsError;
+use crate::evict::Evictions;
 use crate::journal::{self, Record};
 use crate::locks::Locks;
 use crate::namespace::{Namespace, Update};
-use crate::opens::{OpenFiles, LEASE, RENEW_EVERY};
+use crate::opens::{OpenFiles, RENEW_EVERY};
 
 /// The object holding the serving MDS's address.
 pub const ADDR_OBJECT: &str = "mds.addr";
@@ -51,6 +52,9 @@ const REQUEST_QUEUE: usize = 4096;
 const MDS_ITSELF: u64 = 0;
 /// How often leases are checked and orphans no client holds are deleted.
 const ORPHAN_TICK: Duration = Duration::from_secs(1);
+/// A gap between two ticks this long means the MDS itself stalled (stopped, starved): its
+/// clients' silence meanwhile proves nothing, so no lease ends on it.
+const STALL: Duration = Duration::from_secs(5);
 /// After a start, how long no lock is granted: every client that held locks from the MDS
 /// before says so again meanwhile (its `Held` every [`RENEW_EVERY`], after at most one
 /// attempt's timeout of finding the new MDS).
@@ -68,6 +72,9 @@ pub struct MdsConfig {
     /// Its credentials (an entity with `mon 'profile mds'` and rw on both pools); none where
     /// the cluster does not authenticate.
     pub auth: Option<ClientAuth>,
+    /// How long a client keeps what it holds without word from it before it is evicted
+    /// (Ceph's `session_timeout`; at least [`crate::opens::MIN_LEASE`]).
+    pub session_timeout: Duration,
 }
 
 /// A request with where to answer it.
@@ -398,10 +405,12 @@ pub async fn run(
     let mut batch: Vec<Pending> = Vec::new();
     let mut after_commit: Vec<(u64, SessionSender, Result<MdsAnswer, i32>)> = Vec::new();
     let mut committing: Option<tokio::task::JoinHandle<(Committer, Result<(), FsError>)>> = None;
-    let mut opens = OpenFiles::default();
+    let mut opens = OpenFiles::with_lease(cfg.session_timeout);
     let mut locks = Locks::default();
+    let mut evictions = Evictions::new(client.clone(), lease.clone());
+    let mut last_tick = Instant::now();
     // Orphans and locks left by the previous MDS wait for their holders to say so.
-    let reap_after = Instant::now() + LEASE;
+    let reap_after = Instant::now() + opens.lease();
     let locks_after = Instant::now() + LOCK_GRACE;
     let mut orphan_tick = tokio::time::interval(ORPHAN_TICK);
     let result = {
@@ -434,20 +443,43 @@ pub async fn run(
                 }
                 _ = orphan_tick.tick() => {
                     let now = Instant::now();
-                    for gone in opens.expire(now) {
-                        locks.drop_client(gone);
+                    let stalled = now.saturating_duration_since(last_tick) > STALL;
+                    last_tick = now;
+                    if stalled {
+                        tracing::warn!("the metadata server itself stalled; its clients' leases start again");
+                        opens.renew_all(now);
                     }
+                    for gone in opens.expire(now) {
+                        if gone.held_files || locks.holds_any(gone.client) {
+                            evictions.evict(gone.client);
+                        } else {
+                            locks.drop_client(gone.client);
+                        }
+                    }
+                    evictions.retry();
                     if now >= reap_after {
                         batch.extend(reap_orphans(&mut ns, &opens));
+                    }
+                }
+                fenced = evictions.next() => {
+                    let client = fenced.client;
+                    if evictions.finished(fenced) {
+                        locks.drop_client(client);
+                        opens.forget(client);
                     }
                 }
                 next = requests.recv() => {
                     let Some(Incoming { req, reply }) = next else { break Ok(()) };
                     let MdsRequest { tid, client: who, op } = req;
+                    if evictions.refuses(who) {
+                        answer(&reply, tid, Err(libc::ESHUTDOWN)).await;
+                        continue;
+                    }
                     let now = Instant::now();
                     opens.heard(who, now);
                     if Holding::is_about(&op) {
-                        let mut holding = Holding { opens: &mut opens, locks: &mut locks, who, now, locks_after };
+                        let barrier = evictions.barrier();
+                        let mut holding = Holding { opens: &mut opens, locks: &mut locks, who, now, locks_after, barrier };
                         let result = ns
                             .execute(&op)
                             .and_then(|(a, _)| Ok(holding.run(&op)?.unwrap_or(a)));
@@ -524,6 +556,8 @@ struct Holding<'a> {
     who: u64,
     now: Instant,
     locks_after: Instant,
+    /// The map epoch every evicted client is fenced in ([`Evictions::barrier`]).
+    barrier: u64,
 }
 
 impl Holding<'_> {
@@ -566,7 +600,11 @@ impl Holding<'_> {
                     true => self.locks.set_or_wait(*ino, who, *lock, now),
                     false => self.locks.set(*ino, who, *lock),
                 }
-                .map(|()| None)
+                .map(|()| {
+                    Some(MdsAnswer::LockGranted {
+                        epoch_barrier: self.barrier,
+                    })
+                })
             }
             other => unreachable!("{other:?} is not about what a client holds"),
         }

@@ -13,10 +13,14 @@ use std::time::{Duration, Instant};
 
 use cairn_proto::mds::MAX_HELD_FILES;
 
-/// How long a client's opens count without word from it (any request renews it).
+/// How long a client's opens count without word from it (any request renews it), unless the
+/// MDS is told otherwise ([`OpenFiles::with_lease`]).
 pub const LEASE: Duration = Duration::from_secs(30);
 /// How often a client with open files sends its `Held` count: a few times per lease.
 pub const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// The shortest lease an MDS accepts: three renewals, so that one delayed renewal does not
+/// end a live client's lease.
+pub const MIN_LEASE: Duration = Duration::from_secs(3 * RENEW_EVERY.as_secs());
 /// Most clients known at once (heard from within a lease); past it a new client's opens are
 /// refused (EMFILE) until others' leases pass.
 pub const MAX_CLIENTS: usize = 1 << 16;
@@ -29,14 +33,45 @@ struct Holder {
 }
 
 /// Every client's opens.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct OpenFiles {
     clients: HashMap<u64, Holder>,
     /// How many clients hold each file.
     holders: HashMap<u64, u32>,
+    lease: Duration,
+}
+
+impl Default for OpenFiles {
+    fn default() -> Self {
+        Self::with_lease(LEASE)
+    }
+}
+
+/// A client whose lease ended ([`OpenFiles::expire`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gone {
+    /// The client.
+    pub client: u64,
+    /// Whether it still held files open: it went without closing them (died, or is cut off).
+    pub held_files: bool,
 }
 
 impl OpenFiles {
+    /// No opens yet; a client holds its opens for `lease` (at least [`MIN_LEASE`]) after it
+    /// was last heard from.
+    pub fn with_lease(lease: Duration) -> Self {
+        OpenFiles {
+            clients: HashMap::new(),
+            holders: HashMap::new(),
+            lease: lease.max(MIN_LEASE),
+        }
+    }
+
+    /// How long a client's opens count without word from it.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
     /// Whether any client holds `ino` open.
     pub fn is_held(&self, ino: u64) -> bool {
         self.holders.contains_key(&ino)
@@ -116,21 +151,37 @@ impl OpenFiles {
 
     /// Drops the opens of every client not heard from for a lease before `now`: the clients
     /// that went.
-    pub fn expire(&mut self, now: Instant) -> Vec<u64> {
-        let gone: Vec<u64> = self
+    pub fn expire(&mut self, now: Instant) -> Vec<Gone> {
+        let gone: Vec<Gone> = self
             .clients
             .iter()
-            .filter(|(_, h)| now.saturating_duration_since(h.heard) > LEASE)
-            .map(|(c, _)| *c)
+            .filter(|(_, h)| now.saturating_duration_since(h.heard) > self.lease)
+            .map(|(c, h)| Gone {
+                client: *c,
+                held_files: !h.counts.is_empty(),
+            })
             .collect();
-        for c in &gone {
+        for g in &gone {
             tracing::info!(
-                client = c,
+                client = g.client,
                 "a client's lease ended; its open files are closed"
             );
-            self.drop_client(*c);
+            self.drop_client(g.client);
         }
         gone
+    }
+
+    /// Renews every client's lease at `now`: after a stall of the MDS itself, silence says
+    /// nothing of its clients (Ceph's MDS does not evict while it is laggy).
+    pub fn renew_all(&mut self, now: Instant) {
+        for h in self.clients.values_mut() {
+            h.heard = now;
+        }
+    }
+
+    /// Forgets `client` and what it holds open (an evicted client).
+    pub fn forget(&mut self, client: u64) {
+        self.drop_client(client);
     }
 
     fn drop_client(&mut self, client: u64) {
@@ -204,10 +255,41 @@ mod tests {
         o.open(1, 10, t0).unwrap();
         o.open(2, 11, t0).unwrap();
         o.heard(2, t0 + LEASE);
-        assert_eq!(o.expire(t0 + LEASE / 2), Vec::<u64>::new());
-        assert_eq!(o.expire(t0 + LEASE + Duration::from_secs(1)), vec![1]);
+        o.heard(3, t0);
+        assert_eq!(o.expire(t0 + LEASE / 2), Vec::<Gone>::new());
+        let mut gone = o.expire(t0 + LEASE + Duration::from_secs(1));
+        gone.sort_by_key(|g| g.client);
+        assert_eq!(
+            gone,
+            vec![
+                Gone {
+                    client: 1,
+                    held_files: true
+                },
+                Gone {
+                    client: 3,
+                    held_files: false
+                }
+            ]
+        );
         assert!(!o.is_held(10));
         assert!(o.is_held(11), "client 2 renewed its lease");
+        o.renew_all(t0 + LEASE * 3);
+        assert!(o.expire(t0 + LEASE * 3 + LEASE / 2).is_empty());
+        assert_eq!(o.expire(t0 + LEASE * 5).len(), 1);
+    }
+
+    #[test]
+    fn the_lease_is_chosen_but_never_below_three_renewals() {
+        let t0 = Instant::now();
+        let mut o = OpenFiles::with_lease(Duration::from_secs(20));
+        o.open(1, 10, t0).unwrap();
+        assert!(o.expire(t0 + Duration::from_secs(19)).is_empty());
+        assert_eq!(o.expire(t0 + Duration::from_secs(21)).len(), 1);
+        assert_eq!(
+            OpenFiles::with_lease(Duration::from_secs(1)).lease(),
+            MIN_LEASE
+        );
     }
 
     #[test]

@@ -383,6 +383,12 @@ pub enum MdsAnswer {
     },
     /// Done, nothing to return.
     Done,
+    /// A lock taken, changed or released. The mount uses it only under a cluster map at least
+    /// as new as `epoch_barrier`: every client evicted before the grant is fenced there.
+    LockGranted {
+        /// The epoch of the map that fences every client the MDS evicted.
+        epoch_barrier: u64,
+    },
 }
 
 /// A client's request; `tid` is unique per client and repeated on a resend, so that the MDS

@@ -61,6 +61,10 @@ pub struct MdsArgs {
     /// Address to serve clients on (published in the metadata pool for them to find).
     #[arg(long, default_value = DEFAULT_MDS)]
     listen: SocketAddr,
+    /// Seconds a client keeps its open files and locks without word from it; then it is
+    /// evicted (fenced out of the OSDs first if it held any). At least 15.
+    #[arg(long, default_value_t = cairn_fs::opens::LEASE.as_secs(), value_parser = clap::value_parser!(u64).range(15..=3600))]
+    session_timeout: u64,
 }
 
 /// Waits for SIGINT or SIGTERM.
@@ -142,6 +146,7 @@ pub fn run_mds(args: MdsArgs) -> anyhow::Result<()> {
         fs: args.fs,
         listen: args.listen,
         auth,
+        session_timeout: std::time::Duration::from_secs(args.session_timeout),
     };
     crate::runtime::build(2, "mds")?.block_on(cairn_fs::mds::run(cfg, stop_signal()))?;
     Ok(())
