@@ -38,7 +38,7 @@ use crate::stats::{CacheStats, ClassStats, Counters};
 use async_trait::async_trait;
 use cairn_blockdev::{check_io, BlockDevError, BlockDevice, DeviceProperties, IoKind};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 type BResult<T> = std::result::Result<T, BlockDevError>;
@@ -182,6 +182,10 @@ pub struct CacheDevice {
     core_written: AtomicBool,
     /// Signalled when a cleaning round ends.
     round_ended: tokio::sync::Notify,
+    /// Flush tickets handed out ([`CacheDevice::flush_impl`]).
+    flush_tickets: AtomicU64,
+    /// The newest ticket a completed flush covers; held by the flush running.
+    flushed_ticket: tokio::sync::Mutex<u64>,
 }
 
 /// Dirty lines cleaned per round by [`CacheDevice::flush_dirty`] before its final pass.
@@ -356,6 +360,8 @@ impl CacheDevice {
             st: Mutex::new(st),
             core_written: AtomicBool::new(false),
             round_ended: tokio::sync::Notify::new(),
+            flush_tickets: AtomicU64::new(0),
+            flushed_ticket: tokio::sync::Mutex::new(0),
         }
     }
 
@@ -1169,9 +1175,24 @@ impl CacheDevice {
             .collect()
     }
 
+    /// A durability barrier for every write completed before the call. Concurrent callers
+    /// share flushes: a caller takes a ticket, and any flush that starts after its ticket was
+    /// taken covers its writes; so while one flush runs, everyone arriving meanwhile waits
+    /// for the next, one flush for all of them, instead of one each behind the gate.
     async fn flush_impl(&self) -> BResult<()> {
-        let _g = self.gate.write().await;
-        self.persist_with(self.unpersisted_entries(), true).await
+        let ticket = self.flush_tickets.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut done = self.flushed_ticket.lock().await;
+        if *done >= ticket {
+            return Ok(());
+        }
+        let covers = self.flush_tickets.load(Ordering::Acquire);
+        debug_assert!(covers >= ticket);
+        {
+            let _g = self.gate.write().await;
+            self.persist_with(self.unpersisted_entries(), true).await?;
+        }
+        *done = covers;
+        Ok(())
     }
 
     /// One cleaning round at `now_ms` (see [`CacheDevice::now_ms`]): the configured policy

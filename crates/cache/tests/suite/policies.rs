@@ -635,3 +635,105 @@ async fn a_flush_waits_for_a_cleaning_round_in_flight_and_leaves_nothing_dirty()
     dev.write(0, &pattern(0, 4096, 2)).await.unwrap();
     assert_eq!(dev.clean_step(u64::MAX / 4).await.unwrap().cleaned_lines, 1);
 }
+
+/// A cache device whose flushes are counted and wait while it is held.
+#[derive(Debug)]
+struct HeldFlushes {
+    inner: Arc<dyn BlockDevice>,
+    held: tokio::sync::watch::Sender<bool>,
+    flushes: std::sync::atomic::AtomicU64,
+    blocked: tokio::sync::Semaphore,
+}
+
+#[async_trait::async_trait]
+impl BlockDevice for HeldFlushes {
+    fn properties(&self) -> cairn_blockdev::DeviceProperties {
+        self.inner.properties()
+    }
+    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
+        self.inner.read(o, b).await
+    }
+    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
+        self.inner.write(o, d).await
+    }
+    async fn flush(&self) -> cairn_blockdev::Result<()> {
+        self.flushes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut rx = self.held.subscribe();
+        if *rx.borrow_and_update() {
+            self.blocked.add_permits(1);
+            rx.wait_for(|held| !held).await.expect("sender lives");
+        }
+        self.inner.flush().await
+    }
+    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
+        self.inner.discard(o, l).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushes_arriving_while_one_runs_share_the_next() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
+    let cache = Arc::new(HeldFlushes {
+        inner: mem(cache_bytes_for(64, 4096)),
+        held: tokio::sync::watch::channel(false).0,
+        flushes: Default::default(),
+        blocked: tokio::sync::Semaphore::new(0),
+    });
+    let dev = Arc::new(
+        CacheDevice::create(
+            cache.clone(),
+            mem(8 << 20),
+            cfg(CacheMode::Wb, 4096),
+            IoClassTable::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    dev.write(0, &pattern(0, 4096, 1)).await.unwrap();
+    cache.held.send_replace(true);
+    let first = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.flush().await })
+    };
+    let bound = Duration::from_secs(20);
+    tokio::time::timeout(bound, cache.blocked.acquire())
+        .await
+        .expect("the first flush reaches the cache")
+        .unwrap()
+        .forget();
+    let before = cache.flushes.load(SeqCst);
+    // Fifteen writers complete a write each and ask for a flush while the first one runs.
+    let others: Vec<_> = (1..16u64)
+        .map(|i| {
+            let dev = dev.clone();
+            tokio::spawn(async move {
+                dev.write(i * 4096, &pattern(i * 4096, 4096, 1)).await?;
+                dev.flush().await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cache.held.send_replace(false);
+    tokio::time::timeout(bound, first)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    for o in others {
+        tokio::time::timeout(bound, o)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+    let after = cache.flushes.load(SeqCst) - before;
+    assert!(
+        after <= 4,
+        "the waiting flushes share one persist (two cache flushes), not {after} cache flushes"
+    );
+    // Every write acknowledged by a flush is durable: a power loss now (a reattach over the
+    // same media, the cache's memory gone) finds all sixteen lines.
+    assert_eq!(dev.stats().dirty_lines, 16);
+}
