@@ -23,10 +23,29 @@ pub struct Bar {
     pub target: f64,
 }
 
-/// Draws a per-item bar chart against per-item targets into a PNG file.
-pub fn bar_chart(path: &Path, title: &str, y_label: &str, bars: &[Bar]) -> anyhow::Result<()> {
+/// Widest chart drawn, in pixels.
+const MAX_CHART_WIDTH: usize = 4000;
+/// Pixels per character of a bar's label at the label font's size.
+const LABEL_CHAR_PX: usize = 7;
+
+/// Draws a per-item bar chart against per-item targets into a PNG file; the legend names the
+/// targets `target_label` (what they are: a fair share, the seed's figure, a limit). Bars are
+/// wide enough for their labels, up to [`MAX_CHART_WIDTH`].
+pub fn bar_chart(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    target_label: &str,
+    bars: &[Bar],
+) -> anyhow::Result<()> {
     register_font();
-    let width = (bars.len() as u32 * 14 + 160).clamp(640, 2400);
+    let longest = bars
+        .iter()
+        .map(|b| b.label.chars().count())
+        .max()
+        .unwrap_or(0);
+    let per_bar = (longest * LABEL_CHAR_PX + 12).max(14);
+    let width = (bars.len() * per_bar + 160).clamp(640, MAX_CHART_WIDTH) as u32;
     let root = BitMapBackend::new(path, (width, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let y_max = bars
@@ -92,7 +111,7 @@ pub fn bar_chart(path: &Path, title: &str, y_label: &str, bars: &[Bar]) -> anyho
             )
         }))
         .map_err(|e| anyhow!("{e}"))?
-        .label("target")
+        .label(target_label)
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
     chart
         .configure_series_labels()

@@ -208,7 +208,7 @@ pub fn analyze_cmd(args: AnalyzeArgs) -> anyhow::Result<()> {
             "PGs per OSD: {} PGs x {} (max deviation {:.1})",
             spread.num_pgs, spread.size, spread.osds.max_deviation
         );
-        bar_chart(path, &title, "replicas", &bars)?;
+        bar_chart(path, &title, "replicas", "expected (by weight)", &bars)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())

@@ -349,6 +349,7 @@ fn plot_ratios(path: &Path, bare: &SetupRun, cached: &SetupRun) -> anyhow::Resul
         path,
         "Cached over bare HDD OSDs (ticks: seed 004)",
         "ratio",
+        "seed 004",
         &bars,
     )
 }

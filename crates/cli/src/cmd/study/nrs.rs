@@ -643,7 +643,13 @@ pub fn run(args: NrsStudyArgs) -> anyhow::Result<()> {
             })
             .collect();
         let title = format!("{} {} {}: MiB/s per client", r.policy, r.case, r.op);
-        bar_chart(&args.out_dir.join(plot_name(r)), &title, "MiB/s", &bars)?;
+        bar_chart(
+            &args.out_dir.join(plot_name(r)),
+            &title,
+            "MiB/s",
+            "mean of the clients",
+            &bars,
+        )?;
     }
     println!("{table}");
     println!("wrote {}", args.out_dir.display());
@@ -697,6 +703,7 @@ fn write_ior_report(args: &NrsStudyArgs, runs: &[IorRun]) -> anyhow::Result<()> 
             &args.out_dir.join(format!("nrs-ior-{name}.png")),
             &title,
             "MiB/s",
+            "fifo",
             &bars,
         )?;
     }
@@ -750,6 +757,7 @@ fn write_tbf_report(args: &NrsStudyArgs, rows: &[nrs_tbf::TbfRow]) -> anyhow::Re
             &args.out_dir.join(format!("nrs-tbf-{}.png", case.name())),
             &title,
             "MiB/s",
+            "limit (capped group)",
             &bars,
         )?;
     }
