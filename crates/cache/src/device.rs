@@ -202,6 +202,23 @@ impl Drop for Quiescing<'_> {
     }
 }
 
+/// Most cache-line I/Os of one request in flight at once.
+const LINE_IO_DEPTH: usize = 32;
+
+/// Runs the I/Os of one request's cache lines, up to [`LINE_IO_DEPTH`] at a time; the first
+/// error, once none is in flight.
+async fn run_bounded<F>(ios: impl Iterator<Item = F>) -> BResult<()>
+where
+    F: std::future::Future<Output = BResult<()>>,
+{
+    use futures_util::StreamExt;
+    let results: Vec<BResult<()>> = futures_util::stream::iter(ios)
+        .buffer_unordered(LINE_IO_DEPTH)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
 fn runs(mask: u16) -> impl Iterator<Item = (u32, u32)> {
     let mut m = mask;
     std::iter::from_fn(move || {
@@ -518,12 +535,16 @@ impl CacheDevice {
             };
             match fast {
                 Fast::Hit(lines) => {
+                    let mut rest: &mut [u8] = buf;
+                    let mut reads = Vec::with_capacity(pieces.len());
                     for (p, i) in pieces.iter().zip(lines) {
+                        let (piece, after) = std::mem::take(&mut rest).split_at_mut(p.len);
+                        rest = after;
                         let addr = self.cache_addr(i, p.first_sector);
-                        self.cache
-                            .read(addr, &mut buf[p.buf_off..p.buf_off + p.len])
-                            .await?;
+                        reads.push(self.cache.read(addr, piece));
                     }
+                    debug_assert!(rest.is_empty(), "the pieces cover the buffer");
+                    run_bounded(reads.into_iter()).await?;
                     return Ok(());
                 }
                 Fast::Core => return self.core.read(offset_bytes, buf).await,
@@ -982,9 +1003,11 @@ impl CacheDevice {
                             c.write_misses += 1;
                         }
                     }
+                    let mut writes = Vec::with_capacity(pieces.len());
                     for (p, &(line, _)) in pieces.iter().zip(&lines) {
-                        self.write_sectors(line, p, p.mask, data).await?;
+                        writes.push(self.write_sectors(line, p, p.mask, data));
                     }
+                    run_bounded(writes.into_iter()).await?;
                     let now = self.now_ms();
                     let mut st = self.lock();
                     for (p, &(line, _)) in pieces.iter().zip(&lines) {
