@@ -722,6 +722,11 @@ impl CacheDevice {
             let mut pages = BTreeMap::new();
             for (i, e) in &targets {
                 st.persisted[*i as usize] = *e;
+                if st.mem_entry(*i) != *e {
+                    // An entry persisted other than the line stands (without a claim, before a
+                    // change): the next flush owes the line's own.
+                    st.table.restore_changed([*i]);
+                }
                 st.entry_seq[*i as usize] = st.entry_seq[*i as usize].wrapping_add(1);
                 pages.insert(u64::from(*i) / ENTRIES_PER_PAGE, Vec::new());
             }
@@ -1188,14 +1193,39 @@ impl CacheDevice {
     }
 
     /// Every line whose entry in memory differs from the persisted one, with the new entry.
+    /// The entries that differ from what is persisted: among the lines the table noted as
+    /// changed (not a scan of every line, under the gate, at every flush).
     fn unpersisted_entries(&self) -> Vec<(u32, Entry)> {
-        let st = self.lock();
-        (0..self.geom.lines)
+        let mut st = self.lock();
+        let changed = st.table.take_changed();
+        let out: Vec<(u32, Entry)> = changed
+            .into_iter()
             .filter_map(|i| {
                 let e = st.mem_entry(i);
                 (e != st.persisted[i as usize]).then_some((i, e))
             })
-            .collect()
+            .collect();
+        debug_assert!(
+            {
+                let noted: std::collections::HashSet<u32> = out.iter().map(|(i, _)| *i).collect();
+                (0..self.geom.lines)
+                    .all(|i| st.mem_entry(i) == st.persisted[i as usize] || noted.contains(&i))
+            },
+            "a changed entry the line table did not note"
+        );
+        out
+    }
+
+    /// Persists every changed entry (data first); on failure the entries count as changed
+    /// again.
+    async fn persist_changed(&self) -> BResult<()> {
+        let targets = self.unpersisted_entries();
+        let lines: Vec<u32> = targets.iter().map(|(i, _)| *i).collect();
+        let result = self.persist_with(targets, true).await;
+        if result.is_err() {
+            self.lock().table.restore_changed(lines);
+        }
+        result
     }
 
     /// A durability barrier for every write completed before the call. Concurrent callers
@@ -1212,7 +1242,7 @@ impl CacheDevice {
         debug_assert!(covers >= ticket);
         {
             let _g = self.gate.write().await;
-            self.persist_with(self.unpersisted_entries(), true).await?;
+            self.persist_changed().await?;
         }
         *done = covers;
         Ok(())
@@ -1405,7 +1435,7 @@ impl CacheDevice {
             }
             self.clean_now(&lines).await?;
         }
-        self.persist_with(self.unpersisted_entries(), true).await
+        self.persist_changed().await
     }
 
     /// Changes the mode at run time. Leaving `wb`/`wo` with `flush_dirty` writes every dirty

@@ -136,9 +136,36 @@ pub struct LineTable {
     dirty_by_core: BTreeSet<(u64, u32)>,
     free: Vec<u32>,
     is_free: Vec<bool>,
+    /// Lines whose mapping, validity, dirt or class changed since [`LineTable::take_changed`]
+    /// last drained them, each once: what a metadata flush must look at.
+    changed: Vec<u32>,
+    is_changed: Vec<bool>,
 }
 
 impl LineTable {
+    /// Remembers that line `i`'s metadata entry may have changed.
+    fn note(&mut self, i: u32) {
+        if !self.is_changed[i as usize] {
+            self.is_changed[i as usize] = true;
+            self.changed.push(i);
+        }
+    }
+
+    /// The lines whose entry may have changed since the last call, each once.
+    pub fn take_changed(&mut self) -> Vec<u32> {
+        for &i in &self.changed {
+            self.is_changed[i as usize] = false;
+        }
+        std::mem::take(&mut self.changed)
+    }
+
+    /// Marks `lines` changed again (their entries were not persisted after all).
+    pub fn restore_changed(&mut self, lines: impl IntoIterator<Item = u32>) {
+        for i in lines {
+            self.note(i);
+        }
+    }
+
     /// `lines` empty cache lines, all free (allocated lowest index first).
     pub fn new(lines: u32) -> Self {
         Self {
@@ -163,6 +190,8 @@ impl LineTable {
             dirty_by_core: BTreeSet::new(),
             free: (0..lines).rev().collect(),
             is_free: vec![true; lines as usize],
+            changed: Vec::new(),
+            is_changed: vec![false; lines as usize],
         }
     }
 
@@ -233,6 +262,7 @@ impl LineTable {
         dirty: u16,
         now_ms: u64,
     ) {
+        self.note(i);
         self.lines[i as usize] = Line {
             core_line,
             valid,
@@ -251,6 +281,7 @@ impl LineTable {
 
     /// Sets sectors `mask` valid and dirty.
     pub fn mark_dirty(&mut self, i: u32, mask: u16, now_ms: u64) {
+        self.note(i);
         let l = &mut self.lines[i as usize];
         if l.dirty == 0 && mask != 0 {
             l.dirty_since_ms = now_ms;
@@ -264,6 +295,7 @@ impl LineTable {
 
     /// Sets sectors `mask` valid and clean.
     pub fn mark_clean_valid(&mut self, i: u32, mask: u16) {
+        self.note(i);
         let l = &mut self.lines[i as usize];
         l.valid |= mask;
         l.gen = l.gen.wrapping_add(1);
@@ -272,6 +304,7 @@ impl LineTable {
 
     /// Clears dirty bits `mask` (data stays valid).
     pub fn clear_dirty(&mut self, i: u32, mask: u16) {
+        self.note(i);
         let l = &mut self.lines[i as usize];
         let was = l.dirty;
         l.dirty &= !mask;
@@ -284,6 +317,7 @@ impl LineTable {
 
     /// Invalidates sectors `mask` (clean or dirty).
     pub fn invalidate(&mut self, i: u32, mask: u16) {
+        self.note(i);
         self.clear_dirty(i, mask);
         let l = &mut self.lines[i as usize];
         l.valid &= !mask;
@@ -292,6 +326,7 @@ impl LineTable {
 
     /// Unmaps line `i` (its data is dropped); it is not free until [`LineTable::release`].
     pub fn unmap(&mut self, i: u32) {
+        self.note(i);
         let l = self.lines[i as usize];
         if l.core_line == UNMAPPED {
             return;
@@ -326,6 +361,7 @@ impl LineTable {
 
     /// Moves a mapped line to another class's list.
     pub fn set_class(&mut self, i: u32, class: u8) {
+        self.note(i);
         let old = self.lines[i as usize].class as usize;
         self.classes[old].remove(&mut self.lru, i);
         self.lines[i as usize].class = class;
@@ -379,6 +415,32 @@ impl LineTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_entry_change_is_noted_once_and_drained() {
+        let mut t = LineTable::new(4);
+        assert!(t.take_changed().is_empty());
+        let a = t.alloc(100, 1).unwrap();
+        t.mark_dirty(a, 0b11, 5);
+        t.touch(a);
+        assert_eq!(
+            t.take_changed(),
+            vec![a],
+            "noted once; a touch changes no entry"
+        );
+        assert!(t.take_changed().is_empty());
+        t.clear_dirty(a, 0b1);
+        let b = t.alloc(200, 1).unwrap();
+        t.set_cleaning(b, true);
+        let mut got = t.take_changed();
+        got.sort_unstable();
+        assert_eq!(got, vec![a.min(b), a.max(b)]);
+        t.unmap(b);
+        t.restore_changed([a]);
+        let mut got = t.take_changed();
+        got.sort_unstable();
+        assert_eq!(got, vec![a.min(b), a.max(b)]);
+    }
 
     #[test]
     fn lists_follow_mapping_dirt_and_touches() {
