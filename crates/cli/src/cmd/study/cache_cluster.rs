@@ -185,8 +185,19 @@ fn run_setup(
     });
     drop(rt);
     step("stopping the cluster");
-    cluster.down()?;
-    run
+    match run {
+        Ok(run) => {
+            cluster.down()?;
+            Ok(run)
+        }
+        Err(e) => {
+            drop(cluster);
+            Err(e.context(format!(
+                "the {label} cluster's logs are kept in {}",
+                dir.display()
+            )))
+        }
+    }
 }
 
 /// Runs workload `w` on every image at once for `seconds`.
