@@ -37,6 +37,7 @@ pub mod model;
 pub mod os;
 pub mod pool;
 pub mod profile;
+pub mod queued;
 pub mod split;
 
 pub use aligned::AlignedBuf;
@@ -48,4 +49,5 @@ pub use file::{fs_free_bytes, Backing, FileDevice, FileDeviceOptions, IoEngine};
 pub use mem::MemDevice;
 pub use pool::AlignedPool;
 pub use profile::Profile;
+pub use queued::QueuedDevice;
 pub use split::SplitDevice;

@@ -36,7 +36,9 @@ use crate::lines::{LineTable, UNMAPPED};
 use crate::promotion::Promoter;
 use crate::stats::{CacheStats, ClassStats, Counters};
 use async_trait::async_trait;
-use cairn_blockdev::{check_io, BlockDevError, BlockDevice, DeviceProperties, IoKind};
+use cairn_blockdev::{
+    check_io, BlockDevError, BlockDevice, DeviceProperties, IoKind, QueuedDevice,
+};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -168,6 +170,8 @@ impl State {
 pub struct CacheDevice {
     cache: Arc<dyn BlockDevice>,
     core: Arc<dyn BlockDevice>,
+    /// The core's queue slots, which the cleaning path shares.
+    core_queue: Arc<QueuedDevice>,
     /// The core as seen by cleaning (by default `core` itself); see
     /// [`CacheDevice::with_cleaning_path`].
     clean_core: Arc<dyn BlockDevice>,
@@ -340,6 +344,11 @@ impl CacheDevice {
         installs: Vec<(u32, Entry)>,
     ) -> Self {
         let kp = core.properties();
+        // One request becomes several device operations (a line each, cleaning beside it):
+        // past a device's queue depth they wait their turn instead of failing.
+        let core_queue = Arc::new(QueuedDevice::new(core));
+        let core: Arc<dyn BlockDevice> = core_queue.clone();
+        let cache: Arc<dyn BlockDevice> = Arc::new(QueuedDevice::new(cache));
         let mut table = LineTable::new(geom.lines);
         for (i, e) in installs {
             table.install(i, e.core_line, e.class, e.valid, e.dirty, 0);
@@ -370,6 +379,7 @@ impl CacheDevice {
             cache,
             clean_core: core.clone(),
             core,
+            core_queue,
             geom,
             props,
             clock: Arc::new(TokioClock::new()),
@@ -404,7 +414,7 @@ impl CacheDevice {
                 "the cleaning device must be the same core (sizes differ)",
             ));
         }
-        self.clean_core = core_for_cleaning;
+        self.clean_core = Arc::new(QueuedDevice::sharing(core_for_cleaning, &self.core_queue));
         Ok(self)
     }
 
@@ -930,7 +940,9 @@ impl CacheDevice {
     /// Writes the dirty data of several lines to `core` with up to [`CLEAN_QUEUE_DEPTH`]
     /// lines in flight (bounded by the core's queue depth), so the core can reorder them.
     async fn write_core_batch(&self, core: &dyn BlockDevice, batch: &[CoreWrite]) -> BResult<()> {
-        let depth = CLEAN_QUEUE_DEPTH.min(core.properties().max_queue_depth.max(1));
+        // At most half the core's queue: the cleaning path may wait for a scheduler slot while
+        // it holds queue slots, and foreground I/O must always find some free.
+        let depth = CLEAN_QUEUE_DEPTH.min((core.properties().max_queue_depth / 2).max(1));
         for chunk in batch.chunks(depth) {
             let writes = chunk
                 .iter()

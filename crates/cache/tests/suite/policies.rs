@@ -737,3 +737,57 @@ async fn flushes_arriving_while_one_runs_share_the_next() {
     // same media, the cache's memory gone) finds all sixteen lines.
     assert_eq!(dev.stats().dirty_lines, 16);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_fanning_out_past_the_devices_queues_wait_instead_of_failing() {
+    let profile = cairn_blockdev::Profile::load("nvme-p3700").unwrap();
+    let shallow = |bytes: u64| -> Arc<dyn BlockDevice> {
+        Arc::new(cairn_blockdev::EmulatedDevice::new(mem(bytes), &profile, 2).unwrap())
+    };
+    let core = shallow(8 << 20);
+    let dev = Arc::new(
+        CacheDevice::create(
+            shallow(cache_bytes_for(256, 4096)),
+            core.clone(),
+            cfg(CacheMode::Wb, 4096),
+            IoClassTable::default(),
+        )
+        .await
+        .unwrap()
+        .with_cleaning_path(core.clone())
+        .unwrap(),
+    );
+    // Sixteen 64 KiB writes at once: 256 line writes against queues two deep.
+    let writes: Vec<_> = (0..16u64)
+        .map(|i| {
+            let dev = dev.clone();
+            tokio::spawn(async move { dev.write(i << 16, &pattern(i << 16, 1 << 16, 1)).await })
+        })
+        .collect();
+    for w in writes {
+        w.await.unwrap().unwrap();
+    }
+    dev.flush().await.unwrap();
+    let cleaner = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.clean_step(u64::MAX / 4).await })
+    };
+    let reads: Vec<_> = (0..16u64)
+        .map(|i| {
+            let dev = dev.clone();
+            tokio::spawn(async move { read(dev.as_ref(), i << 16, 1 << 16).await })
+        })
+        .collect();
+    for (i, r) in reads.into_iter().enumerate() {
+        let i = i as u64;
+        assert_eq!(r.await.unwrap(), pattern(i << 16, 1 << 16, 1));
+    }
+    cleaner.await.unwrap().unwrap();
+    dev.flush_dirty().await.unwrap();
+    assert_eq!(
+        read(core.as_ref(), 0, 16 << 16).await,
+        (0..16u64)
+            .flat_map(|i| pattern(i << 16, 1 << 16, 1))
+            .collect::<Vec<u8>>()
+    );
+}
