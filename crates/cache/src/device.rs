@@ -59,6 +59,10 @@ const VICTIM_SCAN_FACTOR: usize = 64;
 /// Most lines reclaimed at once when the cache is full (one metadata persist per batch).
 const RECLAIM_BATCH_LINES: usize = 32;
 
+/// Most dirty lines one request cleans ahead of its evictions (a 1 MiB request's worth of
+/// 4 KiB lines, rounded up to whole batches).
+const MAX_CLEAN_AHEAD_LINES: usize = 256;
+
 /// Lines reclaimed per batch: [`RECLAIM_BATCH_LINES`], or 1/16 of a small cache.
 fn reclaim_batch(total_lines: u32) -> usize {
     (total_lines as usize / 16).clamp(1, RECLAIM_BATCH_LINES)
@@ -793,11 +797,10 @@ impl CacheDevice {
         Ok(None)
     }
 
-    /// The next batch of eviction victims for a line of `class`: from `class` itself if it is
+    /// The next `batch` eviction victims for lines of `class`: from `class` itself if it is
     /// at its allocation share, else from the classes with the lowest eviction priority
     /// first; clean lines before dirty ones, never a line being cleaned.
-    fn victims(st: &State, class: u8) -> Vec<u32> {
-        let batch = reclaim_batch(st.table.len());
+    fn victims(st: &State, class: u8, batch: usize) -> Vec<u32> {
         let mut order: Vec<u8> = if Self::at_share(st, class) {
             vec![class]
         } else {
@@ -844,23 +847,34 @@ impl CacheDevice {
     /// that follows finds them clean. A line dirtied again in between is cleaned by the
     /// eviction itself, under the gate, as before.
     async fn clean_victims_ahead(&self, pieces: &[Piece], class: u8) -> BResult<()> {
-        let needs_room = |st: &State| {
+        // The lines the request must evict for (0: none).
+        let room_needed = |st: &State| -> usize {
             let unmapped = pieces
                 .iter()
                 .filter(|p| st.table.lookup(p.core_line).is_none())
-                .count() as u32;
-            unmapped > 0 && (st.table.free_lines() < unmapped || Self::at_share(st, class))
+                .count();
+            match Self::at_share(st, class) {
+                true => unmapped,
+                false => unmapped.saturating_sub(st.table.free_lines() as usize),
+            }
         };
-        if !needs_room(&self.lock()) {
+        if room_needed(&self.lock()) == 0 {
             return Ok(());
         }
         let g = self.gate.write().await;
         let picked: Vec<u32> = {
             let mut st = self.lock();
-            if !needs_room(&st) {
+            let needed = room_needed(&st);
+            if needed == 0 {
                 return Ok(());
             }
-            let dirty: Vec<u32> = Self::victims(&st, class)
+            // Evictions go by batches: clean the victims of every batch the request needs.
+            let batch = reclaim_batch(st.table.len());
+            let count = needed
+                .div_ceil(batch)
+                .saturating_mul(batch)
+                .min(MAX_CLEAN_AHEAD_LINES);
+            let dirty: Vec<u32> = Self::victims(&st, class, count)
                 .into_iter()
                 .filter(|&i| st.table.line(i).dirty != 0)
                 .collect();
@@ -878,7 +892,10 @@ impl CacheDevice {
     /// cleans its victims ahead, outside the gate) are cleaned synchronously. Returns false
     /// if nothing could be evicted.
     async fn reclaim(&self, class: u8) -> BResult<bool> {
-        let victims = Self::victims(&self.lock(), class);
+        let victims = {
+            let st = self.lock();
+            Self::victims(&st, class, reclaim_batch(st.table.len()))
+        };
         if victims.is_empty() {
             return Ok(false);
         }

@@ -791,3 +791,23 @@ async fn requests_fanning_out_past_the_devices_queues_wait_instead_of_failing() 
             .collect::<Vec<u8>>()
     );
 }
+
+#[tokio::test]
+async fn a_request_needing_many_lines_cleans_all_its_victims_ahead() {
+    const LINES: u64 = 64;
+    let r = rig(cfg(CacheMode::Wb, 4096), LINES, 8 << 20).await;
+    for i in 0..LINES {
+        r.dev
+            .write(i * 4096, &pattern(i * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    // 64 KiB: sixteen lines to evict, four eviction batches of this cache.
+    let at = LINES * 4096;
+    r.dev.write(at, &pattern(at, 1 << 16, 2)).await.unwrap();
+    let s = r.dev.stats();
+    assert_eq!(s.victims_cleaned_blocking, 0, "{s:?}");
+    assert!(s.victims_cleaned_ahead >= 16, "{s:?}");
+    assert_eq!(read(&r.dev, at, 1 << 16).await, pattern(at, 1 << 16, 2));
+    assert_eq!(read(&r.dev, 0, 4096).await, pattern(0, 4096, 1));
+}
