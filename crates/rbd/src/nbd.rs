@@ -531,7 +531,12 @@ async fn run(image: &Image, req: Request) -> Reply {
             data: data.unwrap_or_default(),
         },
         Err(e) => {
-            tracing::debug!(image = image.name(), error = %e, "nbd request failed");
+            // The client sees only an errno: the cause goes to the log, at warning level for
+            // an I/O error (what an operator must look into), debug for a refused request.
+            match errno_of(&e) {
+                EIO => tracing::warn!(image = image.name(), error = %e, "nbd request failed: EIO"),
+                _ => tracing::debug!(image = image.name(), error = %e, "nbd request refused"),
+            }
             Reply {
                 cookie: req.cookie,
                 error: errno_of(&e),
