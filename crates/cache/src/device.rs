@@ -49,6 +49,9 @@ type SectorRuns = Vec<(u32, Vec<u8>)>;
 /// Dirty data bound for the core: (core line, runs).
 type CoreWrite = (u64, SectorRuns);
 
+/// Most bytes one cleaning write to the core carries (adjacent dirty runs merged).
+const MAX_CLEAN_WRITE_BYTES: usize = 1 << 20;
+
 /// Most lines whose dirty data is written to core concurrently while cleaning.
 const CLEAN_QUEUE_DEPTH: usize = 32;
 
@@ -941,29 +944,54 @@ impl CacheDevice {
         Ok((core_line, mask, gen, runs_data))
     }
 
-    async fn write_core_runs(
-        &self,
-        core: &dyn BlockDevice,
-        core_line: u64,
-        runs_data: &[(u32, Vec<u8>)],
-    ) -> BResult<()> {
-        for (s, b) in runs_data {
-            let addr = core_line * self.geom.line_bytes + u64::from(*s) * SECTOR_BYTES;
-            core.write(addr, b).await?;
+    /// The dirty runs of `batch` as core writes in core order, adjacent ones merged into one
+    /// write of up to [`MAX_CLEAN_WRITE_BYTES`]: lines written in sequence are cleaned in
+    /// sequence, one large write for the HDD instead of one seek per line.
+    fn merged_core_writes(&self, batch: &[CoreWrite]) -> Vec<(u64, Vec<u8>)> {
+        let line_bytes = self.geom.line_bytes;
+        let mut extents: Vec<(u64, &[u8])> = batch
+            .iter()
+            .flat_map(|(core_line, runs)| {
+                runs.iter().map(move |(s, b)| {
+                    (
+                        core_line * line_bytes + u64::from(*s) * SECTOR_BYTES,
+                        b.as_slice(),
+                    )
+                })
+            })
+            .collect();
+        extents.sort_unstable_by_key(|e| e.0);
+        let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+        for (addr, bytes) in extents {
+            match out.last_mut() {
+                Some((at, buf))
+                    if *at + buf.len() as u64 == addr
+                        && buf.len() + bytes.len() <= MAX_CLEAN_WRITE_BYTES =>
+                {
+                    buf.extend_from_slice(bytes);
+                }
+                last => {
+                    debug_assert!(
+                        last.is_none_or(|(at, buf)| *at + buf.len() as u64 <= addr),
+                        "two dirty runs of one batch overlap on the core"
+                    );
+                    out.push((addr, bytes.to_vec()));
+                }
+            }
         }
-        Ok(())
+        out
     }
 
-    /// Writes the dirty data of several lines to `core` with up to [`CLEAN_QUEUE_DEPTH`]
-    /// lines in flight (bounded by the core's queue depth), so the core can reorder them.
+    /// Writes the dirty data of several lines to `core`, adjacent runs merged, with up to
+    /// [`CLEAN_QUEUE_DEPTH`] writes in flight (bounded by the core's queue depth), so the core
+    /// can reorder them.
     async fn write_core_batch(&self, core: &dyn BlockDevice, batch: &[CoreWrite]) -> BResult<()> {
         // At most half the core's queue: the cleaning path may wait for a scheduler slot while
         // it holds queue slots, and foreground I/O must always find some free.
         let depth = CLEAN_QUEUE_DEPTH.min((core.properties().max_queue_depth / 2).max(1));
-        for chunk in batch.chunks(depth) {
-            let writes = chunk
-                .iter()
-                .map(|(core_line, data)| self.write_core_runs(core, *core_line, data));
+        let merged = self.merged_core_writes(batch);
+        for chunk in merged.chunks(depth) {
+            let writes = chunk.iter().map(|(addr, data)| core.write(*addr, data));
             for r in futures_util::future::join_all(writes).await {
                 r?;
             }
