@@ -149,6 +149,10 @@ async fn cluster_with_objects(tag: &str) -> Setup {
     }
 }
 
+/// Objects the writer creates at most (then it overwrites them): what it writes stays bounded
+/// however long the steps it runs beside take on a slow machine.
+const LIVE_OBJECTS: u32 = 256;
+
 /// Writes new objects and overwrites of the first ones until `stop` (at least 64); what it
 /// wrote, every write acknowledged.
 fn writer(
@@ -160,7 +164,7 @@ fn writer(
         let mut i = 0u32;
         while !stop.load(Ordering::Relaxed) || i < 64 {
             let name = match i % 2 {
-                0 => format!("live-{i}"),
+                0 => format!("live-{}", (i / 2) % LIVE_OBJECTS),
                 _ => format!("pre-{}", (i as usize * 7) % OBJECTS),
             };
             let data = data_for(&name, 1 + i);
