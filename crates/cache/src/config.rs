@@ -137,6 +137,36 @@ pub enum PromotionPolicy {
     Nhit,
 }
 
+/// What a miss does when caching it would mean evicting dirty lines, that is cleaning them
+/// to the core first (the cache is full and its least-recently-used lines are dirty).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DirtyFullPolicy {
+    /// The miss goes to the core and is not cached: it costs one core I/O, as without a
+    /// cache, instead of a cleaning write, a cache write and later another cleaning write.
+    #[default]
+    Bypass,
+    /// The dirty victims are cleaned and the miss is cached (Open-CAS's behaviour): a writer
+    /// faster than cleaning waits on it.
+    Clean,
+}
+
+impl FromStr for DirtyFullPolicy {
+    type Err = CacheError;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "bypass" => Self::Bypass,
+            "clean" => Self::Clean,
+            _ => {
+                return Err(CacheError::param(
+                    "promotion.dirty-full",
+                    format!("unknown {s:?}"),
+                ))
+            }
+        })
+    }
+}
+
 /// Promotion parameters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PromotionParams {
@@ -148,6 +178,9 @@ pub struct PromotionParams {
     pub trigger_threshold_pct: u8,
     /// Counters in the nhit table (1 ..= [`MAX_NHIT_ENTRIES`]); colliding lines share one.
     pub table_entries: usize,
+    /// What a miss does when it could be cached only by evicting dirty lines.
+    #[serde(default)]
+    pub dirty_full: DirtyFullPolicy,
 }
 
 impl Default for PromotionParams {
@@ -157,6 +190,7 @@ impl Default for PromotionParams {
             insertion_threshold: 3,
             trigger_threshold_pct: 80,
             table_entries: 1 << 16,
+            dirty_full: DirtyFullPolicy::Bypass,
         }
     }
 }
@@ -373,7 +407,7 @@ impl CacheConfig {
 
     /// Sets one run-time parameter by its casadm-like name (`namespace`, `key`), validating the
     /// whole configuration before anything changes. Names:
-    /// `seq-cutoff` {`policy`, `threshold` (KiB), `streams`}; `promotion` {`policy`};
+    /// `seq-cutoff` {`policy`, `threshold` (KiB), `streams`}; `promotion` {`policy`, `dirty-full` (`bypass` or `clean`)};
     /// `promotion-nhit` {`insertion-threshold`, `trigger-threshold` (%)}; `cleaning`
     /// {`policy`, `dirty-target` (%)}; `cleaning-alru` {`wake-up` (s), `staleness-time` (s),
     /// `flush-max-buffers`, `activity-threshold` (ms)}; `cleaning-acp` {`wake-up` (ms),
@@ -395,6 +429,7 @@ impl CacheConfig {
                     _ => return Err(CacheError::param(name, format!("unknown {value:?}"))),
                 }
             }
+            ("promotion", "dirty-full") => next.promotion.dirty_full = value.parse()?,
             ("promotion-nhit", "insertion-threshold") => {
                 next.promotion.insertion_threshold = parse_num(&name, value)?
             }
@@ -449,6 +484,19 @@ mod tests {
     }
 
     #[test]
+    fn a_superblock_written_before_dirty_full_existed_reads_as_bypass() {
+        let text = toml::to_string(&CacheConfig::default()).unwrap();
+        let old: String = text
+            .lines()
+            .filter(|l| !l.starts_with("dirty_full"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_ne!(old, text, "the field is written");
+        let back: CacheConfig = toml::from_str(&old).unwrap();
+        assert_eq!(back.promotion.dirty_full, DirtyFullPolicy::Bypass);
+    }
+
+    #[test]
     fn set_param_accepts_casadm_names_and_rejects_bad_values_without_change() {
         let mut c = CacheConfig::default();
         c.set_param("seq-cutoff", "policy", "always").unwrap();
@@ -459,9 +507,12 @@ mod tests {
         assert_eq!(c.cleaning.alru.activity_threshold_ms, 1000);
         c.set_param("cleaning", "policy", "acp").unwrap();
         c.set_param("promotion", "policy", "nhit").unwrap();
+        c.set_param("promotion", "dirty-full", "clean").unwrap();
+        assert_eq!(c.promotion.dirty_full, DirtyFullPolicy::Clean);
         let before = c.clone();
         for (ns, k, v) in [
             ("seq-cutoff", "policy", "nofull"),
+            ("promotion", "dirty-full", "wait"),
             ("seq-cutoff", "threshold", "0"),
             ("seq-cutoff", "threshold", "abc"),
             ("cleaning-alru", "staleness-time", "0"),

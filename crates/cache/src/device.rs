@@ -24,7 +24,7 @@
 //! persists every changed entry. A line is reused only after its invalid entry is persisted.
 
 use crate::cleaning::{decide, CleanInput, CleanOrder};
-use crate::config::{CacheConfig, CacheMode, SeqCutoffPolicy};
+use crate::config::{CacheConfig, CacheMode, DirtyFullPolicy, SeqCutoffPolicy};
 use crate::cutoff::SeqDetector;
 use crate::error::{CacheError, Result};
 use crate::ioclass::{IoClassTable, IoHint};
@@ -487,7 +487,16 @@ impl CacheDevice {
         if cutoff {
             st.counters.classes[class as usize].seq_cutoff += 1;
         }
-        let allocate = st.classes.get(class).is_some_and(|c| c.allocation > 0.0);
+        let mut allocate = st.classes.get(class).is_some_and(|c| c.allocation > 0.0);
+        if allocate
+            && !cutoff
+            && st.cfg.promotion.dirty_full == DirtyFullPolicy::Bypass
+            && (st.cfg.mode.promotes_reads() || st.cfg.mode.caches_writes_dirty())
+            && self.would_evict_dirty(st, class, offset, len)
+        {
+            allocate = false;
+            st.counters.classes[class as usize].dirty_full_bypass += 1;
+        }
         Decision {
             class,
             cutoff,
@@ -835,6 +844,32 @@ impl CacheDevice {
         clean.extend(dirty);
         clean.truncate(batch);
         clean
+    }
+
+    /// Whether caching the core lines of `offset_bytes .. + len_bytes` would evict dirty
+    /// lines: the eviction batches the request needs (as [`CacheDevice::reclaim`] takes them)
+    /// would include a dirty victim, or there is nothing left to evict.
+    fn would_evict_dirty(&self, st: &State, class: u8, offset_bytes: u64, len_bytes: u64) -> bool {
+        let lb = self.geom.line_bytes;
+        let first = offset_bytes / lb;
+        let last = (offset_bytes + len_bytes.max(1) - 1) / lb;
+        let unmapped = (first..=last)
+            .filter(|&l| st.table.lookup(l).is_none())
+            .count();
+        let needed = match Self::at_share(st, class) {
+            true => unmapped,
+            false => unmapped.saturating_sub(st.table.free_lines() as usize),
+        };
+        if needed == 0 {
+            return false;
+        }
+        let batch = reclaim_batch(st.table.len());
+        let count = needed
+            .div_ceil(batch)
+            .saturating_mul(batch)
+            .min(MAX_CLEAN_AHEAD_LINES);
+        let victims = Self::victims(st, class, count);
+        victims.len() < needed.min(count) || victims.iter().any(|&i| st.table.line(i).dirty != 0)
     }
 
     /// Whether `class` holds its whole allocation share of the lines.

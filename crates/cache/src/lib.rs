@@ -25,7 +25,9 @@ pub mod lines;
 pub mod promotion;
 pub mod stats;
 
-pub use config::{CacheConfig, CacheMode, CleaningPolicyKind, PromotionPolicy, SeqCutoffPolicy};
+pub use config::{
+    CacheConfig, CacheMode, CleaningPolicyKind, DirtyFullPolicy, PromotionPolicy, SeqCutoffPolicy,
+};
 pub use device::{CacheDevice, CleanReport, Clock, Problem, TokioClock};
 pub use error::{CacheError, Result};
 pub use fsck::{fsck, FsckReport};

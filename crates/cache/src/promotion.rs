@@ -81,6 +81,7 @@ mod tests {
             insertion_threshold: 3,
             trigger_threshold_pct: 50,
             table_entries: 1024,
+            ..PromotionParams::default()
         };
         let mut pr = Promoter::new(&p);
         assert!(pr.should_promote(&p, 7, 10), "below trigger: always");

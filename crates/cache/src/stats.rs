@@ -27,6 +27,9 @@ pub struct RequestCounters {
     pub write_pass_through: u64,
     /// Requests cut off as sequential.
     pub seq_cutoff: u64,
+    /// Misses sent to the core because caching them meant evicting dirty lines
+    /// ([`crate::DirtyFullPolicy::Bypass`]).
+    pub dirty_full_bypass: u64,
 }
 
 impl RequestCounters {
@@ -39,6 +42,7 @@ impl RequestCounters {
         self.write_misses += o.write_misses;
         self.write_pass_through += o.write_pass_through;
         self.seq_cutoff += o.seq_cutoff;
+        self.dirty_full_bypass += o.dirty_full_bypass;
     }
 }
 
@@ -178,6 +182,7 @@ impl CacheStats {
                 ("write_miss", q.write_misses),
                 ("write_pass_through", q.write_pass_through),
                 ("seq_cutoff", q.seq_cutoff),
+                ("dirty_full_bypass", q.dirty_full_bypass),
             ] {
                 requests.push((
                     [
@@ -265,6 +270,7 @@ impl fmt::Display for CacheStats {
             ("Write misses", r.write_misses),
             ("Pass-Through writes", r.write_pass_through),
             ("Sequential cut-off", r.seq_cutoff),
+            ("Dirty-full bypass", r.dirty_full_bypass),
             ("Total requests", total),
         ] {
             writeln!(

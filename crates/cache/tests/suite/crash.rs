@@ -6,7 +6,7 @@
 use crate::common;
 
 use cairn_blockdev::{BlockDevice, CrashSwitch, FaultDevice, MemDevice, PowerLossMode};
-use cairn_cache::{fsck, CacheConfig, CacheDevice, CacheMode, IoClassTable};
+use cairn_cache::{fsck, CacheConfig, CacheDevice, CacheMode, DirtyFullPolicy, IoClassTable};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -109,9 +109,14 @@ async fn run(dev: &CacheDevice, ops: &[Op], model: &mut Model) -> bool {
     false
 }
 
-fn config(mode: CacheMode) -> CacheConfig {
+/// The case's configuration; odd seeds clean dirty victims instead of bypassing, so crashes
+/// land inside both eviction paths.
+fn config(mode: CacheMode, seed: u64) -> CacheConfig {
     let mut c = cfg(mode, 8192);
     c.cleaning.dirty_target_pct = 0;
+    if seed % 2 == 1 {
+        c.promotion.dirty_full = DirtyFullPolicy::Clean;
+    }
     c
 }
 
@@ -131,7 +136,7 @@ async fn crash_case(
     let dev = CacheDevice::create(
         cache_f.clone(),
         core_f.clone(),
-        config(mode),
+        config(mode, seed),
         IoClassTable::default(),
     )
     .await

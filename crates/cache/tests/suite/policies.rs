@@ -485,7 +485,7 @@ async fn evicting_dirty_lines_lets_hits_through_while_the_core_writes() {
         CacheDevice::create(
             mem(cache_bytes_for(LINES, 4096)),
             held.clone(),
-            cfg(CacheMode::Wb, 4096),
+            clean_dirty_victims(cfg(CacheMode::Wb, 4096)),
             IoClassTable::default(),
         )
         .await
@@ -809,10 +809,53 @@ async fn requests_fanning_out_past_the_devices_queues_wait_instead_of_failing() 
     );
 }
 
+/// `c` with Open-CAS's behaviour on a dirty-full cache: dirty victims are cleaned and evicted.
+fn clean_dirty_victims(mut c: cairn_cache::CacheConfig) -> cairn_cache::CacheConfig {
+    c.promotion.dirty_full = cairn_cache::DirtyFullPolicy::Clean;
+    c
+}
+
+#[tokio::test]
+async fn a_miss_on_a_dirty_full_cache_goes_to_the_core_without_cleaning() {
+    const LINES: u64 = 64;
+    let mut c = cfg(CacheMode::Wb, 4096);
+    c.cleaning.policy = CleaningPolicyKind::Nop;
+    c.cleaning.dirty_target_pct = 0;
+    let r = rig(c, LINES, 8 << 20).await;
+    for i in 0..LINES {
+        r.dev
+            .write(i * 4096, &pattern(i * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    assert_eq!(r.dev.stats().dirty_lines, LINES);
+    // A 64 KiB write and a read of never-cached data: both straight to the core.
+    let at = LINES * 4096;
+    r.dev.write(at, &pattern(at, 1 << 16, 2)).await.unwrap();
+    assert_eq!(read(r.core.as_ref(), at, 1 << 16).await, pattern(at, 1 << 16, 2));
+    let far = 1 << 20;
+    assert_eq!(read(&r.dev, far, 4096).await, vec![0u8; 4096]);
+    let s = r.dev.stats();
+    assert_eq!(s.cleaned_lines, 0, "{s:?}");
+    assert_eq!(s.dirty_lines, LINES, "the dirty lines stay cached: {s:?}");
+    let classes: u64 = s.classes.iter().map(|c| c.requests.dirty_full_bypass).sum();
+    assert_eq!(classes, 2, "{s:?}");
+    // Every written byte reads back, cached or not.
+    assert_eq!(read(&r.dev, at, 1 << 16).await, pattern(at, 1 << 16, 2));
+    assert_eq!(read(&r.dev, 0, 4096).await, pattern(0, 4096, 1));
+    // Once cleaned, misses are cached again.
+    r.dev.flush_dirty().await.unwrap();
+    r.dev.write(far, &pattern(far, 4096, 3)).await.unwrap();
+    let s = r.dev.stats();
+    assert_eq!(s.dirty_lines, 1, "{s:?}");
+    assert_eq!(read(r.core.as_ref(), far, 4096).await, vec![0u8; 4096]);
+    assert_eq!(read(&r.dev, far, 4096).await, pattern(far, 4096, 3));
+}
+
 #[tokio::test]
 async fn a_request_needing_many_lines_cleans_all_its_victims_ahead() {
     const LINES: u64 = 64;
-    let r = rig(cfg(CacheMode::Wb, 4096), LINES, 8 << 20).await;
+    let r = rig(clean_dirty_victims(cfg(CacheMode::Wb, 4096)), LINES, 8 << 20).await;
     for i in 0..LINES {
         r.dev
             .write(i * 4096, &pattern(i * 4096, 4096, 1))

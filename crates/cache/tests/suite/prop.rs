@@ -45,10 +45,14 @@ const MODES: [CacheMode; 6] = [
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
-    fn cache_reads_like_a_flat_array(ops in proptest::collection::vec(op(), 1..60), line_kib in prop::sample::select(vec![4u64, 8, 16])) {
+    fn cache_reads_like_a_flat_array(ops in proptest::collection::vec(op(), 1..60), line_kib in prop::sample::select(vec![4u64, 8, 16]), clean_dirty_victims in any::<bool>()) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         rt.block_on(async {
-            let r = rig(cfg(CacheMode::Wb, line_kib * 1024), 6, CORE_BYTES).await;
+            let mut c = cfg(CacheMode::Wb, line_kib * 1024);
+            if clean_dirty_victims {
+                c.promotion.dirty_full = cairn_cache::DirtyFullPolicy::Clean;
+            }
+            let r = rig(c, 6, CORE_BYTES).await;
             let (cache, core) = (r.cache.clone(), r.core.clone());
             let mut dev = r.dev;
             let mut model = vec![0u8; CORE_BYTES as usize];
