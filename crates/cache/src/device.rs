@@ -700,22 +700,29 @@ impl CacheDevice {
     /// any of them as clean (or claims the line for another core line), persist an entry
     /// without those claims first. Caller holds the gate exclusively.
     async fn ensure_safe(&self, line: u32, mask: u16) -> BResult<()> {
-        let target = {
-            let st = self.lock();
-            let p = st.persisted[line as usize];
-            let l = st.table.line(line);
-            let foreign = p.valid != 0 && p.core_line != l.core_line;
-            if !foreign && p.valid & !p.dirty & mask == 0 {
-                return Ok(());
-            }
-            let mut e = st.mem_entry(line);
-            e.valid &= !(mask & !e.dirty);
-            if e.valid == 0 {
-                e = Entry::INVALID;
-            }
-            e
-        };
-        self.persist(vec![(line, target)]).await
+        let target = Self::claim_without(&self.lock(), line, mask);
+        match target {
+            Some(t) => self.persist(vec![t]).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The entry `line` must have persisted before sectors `mask` of it are overwritten, if
+    /// its persisted entry claims any of them as clean data or claims the line for another
+    /// core line; `None` when it is safe already.
+    fn claim_without(st: &State, line: u32, mask: u16) -> Option<(u32, Entry)> {
+        let p = st.persisted[line as usize];
+        let l = st.table.line(line);
+        let foreign = p.valid != 0 && p.core_line != l.core_line;
+        if !foreign && p.valid & !p.dirty & mask == 0 {
+            return None;
+        }
+        let mut e = st.mem_entry(line);
+        e.valid &= !(mask & !e.dirty);
+        if e.valid == 0 {
+            e = Entry::INVALID;
+        }
+        Some((line, e))
     }
 
     /// Makes data durable and writes the given entries: flush core, flush cache, write their
@@ -1182,7 +1189,69 @@ impl CacheDevice {
         }
     }
 
+    /// Writes `pieces` into the cache as dirty data. Caller holds the gate exclusively. Every
+    /// piece is mapped first (evicting as needed), the stale claims of all its lines removed
+    /// with one persist, and the sector writes go out together; only if mapping a later piece
+    /// evicted an earlier one (a cache smaller than the request's working set) does it fall
+    /// back to one piece at a time.
     async fn write_back(&self, pieces: &[Piece], data: &[u8], class: u8) -> BResult<()> {
+        let mut lines = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            lines.push(self.line_for(p.core_line, class).await?);
+        }
+        let stable = {
+            let st = self.lock();
+            pieces.iter().zip(&lines).all(|(p, line)| match line {
+                Some(i) => st.table.lookup(p.core_line) == Some(*i),
+                None => st.table.lookup(p.core_line).is_none(),
+            })
+        };
+        if !stable {
+            return self.write_back_one_by_one(pieces, data, class).await;
+        }
+        let unsafe_claims: Vec<(u32, Entry)> = {
+            let st = self.lock();
+            pieces
+                .iter()
+                .zip(&lines)
+                .filter_map(|(p, line)| line.and_then(|i| Self::claim_without(&st, i, p.mask)))
+                .collect()
+        };
+        if !unsafe_claims.is_empty() {
+            self.persist(unsafe_claims).await?;
+        }
+        let mut writes = Vec::with_capacity(pieces.len());
+        let mut core_writes = Vec::new();
+        for (p, line) in pieces.iter().zip(&lines) {
+            match line {
+                Some(i) => writes.push(self.write_sectors(*i, p, p.mask, data)),
+                None => core_writes.push(p),
+            }
+        }
+        run_bounded(writes.into_iter()).await?;
+        {
+            let now = self.now_ms();
+            let mut st = self.lock();
+            for (p, line) in pieces.iter().zip(&lines) {
+                if let Some(i) = *line {
+                    debug_assert_eq!(st.table.lookup(p.core_line), Some(i));
+                    st.table.mark_dirty(i, p.mask, now);
+                    st.table.touch(i);
+                }
+            }
+        }
+        for p in core_writes {
+            let addr =
+                p.core_line * self.geom.line_bytes + u64::from(p.first_sector) * SECTOR_BYTES;
+            self.write_core(addr, &data[p.buf_off..p.buf_off + p.len])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// [`CacheDevice::write_back`] one piece at a time: each piece's line is mapped, made
+    /// safe and written before the next is mapped, so no eviction can take a line between.
+    async fn write_back_one_by_one(&self, pieces: &[Piece], data: &[u8], class: u8) -> BResult<()> {
         for p in pieces {
             match self.line_for(p.core_line, class).await? {
                 Some(line) => {
@@ -1254,8 +1323,9 @@ impl CacheDevice {
         Ok(())
     }
 
-    /// Invalidates the cached (clean) sectors of `pieces` and persists that before returning,
-    /// so a following core write can never be shadowed by stale cache data after a crash.
+    /// Invalidates the cached sectors of `pieces` (clean ones; dirty ones too for a discard)
+    /// and persists that before returning, so a following core write can never be shadowed by
+    /// stale cache data after a crash.
     async fn invalidate_cached(&self, pieces: &[Piece]) -> BResult<()> {
         let targets: Vec<(u32, Entry)> = {
             let mut st = self.lock();
@@ -1664,21 +1734,31 @@ impl BlockDevice for CacheDevice {
 
     async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> BResult<()> {
         check_io(&self.props, IoKind::Discard, offset_bytes, len_bytes)?;
-        let zeros = vec![0u8; len_bytes as usize];
-        let pieces = self.pieces(offset_bytes, zeros.len());
+        let len = usize::try_from(len_bytes).map_err(|_| BlockDevError::OutOfRange {
+            kind: IoKind::Discard,
+            offset_bytes,
+            len_bytes,
+            size_bytes: self.props.size_bytes,
+        })?;
+        let pieces = self.pieces(offset_bytes, len);
         let _g = self.gate.write().await;
-        let dirty = {
+        let being_cleaned = {
             let st = self.lock();
             pieces.iter().any(|p| {
-                st.table
-                    .lookup(p.core_line)
-                    .is_some_and(|i| st.table.line(i).dirty & p.mask != 0)
+                st.table.lookup(p.core_line).is_some_and(|i| {
+                    let l = st.table.line(i);
+                    l.cleaning && l.dirty & p.mask != 0
+                })
             })
         };
-        if dirty {
-            // Dirty sectors must not resurface from core: overwrite them in cache as zeros.
+        if being_cleaned {
+            // A cleaning round may still write these sectors' old data to the core after the
+            // core's discard: keep them dirty, as zeros, so they never show through.
+            let zeros = vec![0u8; len];
             return self.write_back(&pieces, &zeros, 0).await;
         }
+        // Discarded contents are unspecified: dirty sectors are dropped, never cleaned (a
+        // deleted object costs the HDD nothing), and the core's range is discarded after.
         self.invalidate_cached(&pieces).await?;
         self.core.discard(offset_bytes, len_bytes).await
     }

@@ -832,7 +832,10 @@ async fn a_miss_on_a_dirty_full_cache_goes_to_the_core_without_cleaning() {
     // A 64 KiB write and a read of never-cached data: both straight to the core.
     let at = LINES * 4096;
     r.dev.write(at, &pattern(at, 1 << 16, 2)).await.unwrap();
-    assert_eq!(read(r.core.as_ref(), at, 1 << 16).await, pattern(at, 1 << 16, 2));
+    assert_eq!(
+        read(r.core.as_ref(), at, 1 << 16).await,
+        pattern(at, 1 << 16, 2)
+    );
     let far = 1 << 20;
     assert_eq!(read(&r.dev, far, 4096).await, vec![0u8; 4096]);
     let s = r.dev.stats();
@@ -853,9 +856,41 @@ async fn a_miss_on_a_dirty_full_cache_goes_to_the_core_without_cleaning() {
 }
 
 #[tokio::test]
+async fn discarding_dirty_lines_drops_them_without_writing_the_core() {
+    let mut c = cfg(CacheMode::Wb, 4096);
+    c.cleaning.policy = CleaningPolicyKind::Nop;
+    c.cleaning.dirty_target_pct = 0;
+    let r = rig(c, 64, 8 << 20).await;
+    r.dev.write(0, &pattern(0, 8 * 4096, 1)).await.unwrap();
+    r.dev.flush().await.unwrap();
+    assert_eq!(r.dev.stats().dirty_lines, 8);
+    r.dev.discard(4096, 4 * 4096).await.unwrap();
+    let s = r.dev.stats();
+    assert_eq!((s.dirty_lines, s.cleaned_lines), (4, 0), "{s:?}");
+    assert_eq!(read(&r.dev, 4096, 4 * 4096).await, vec![0u8; 4 * 4096]);
+    assert_eq!(read(&r.dev, 0, 4096).await, pattern(0, 4096, 1));
+    assert_eq!(
+        read(&r.dev, 5 * 4096, 3 * 4096).await,
+        pattern(5 * 4096, 3 * 4096, 1)
+    );
+    // The dropped claims are persisted: a reattached cache keeps only the other lines.
+    let (cache, core) = (r.cache.clone(), r.core.clone());
+    drop(r);
+    let dev = CacheDevice::attach(cache, core).await.unwrap();
+    assert_eq!(dev.stats().dirty_lines, 4);
+    assert_eq!(read(&dev, 0, 4096).await, pattern(0, 4096, 1));
+    assert_eq!(read(&dev, 4096, 4096).await, vec![0u8; 4096]);
+}
+
+#[tokio::test]
 async fn a_request_needing_many_lines_cleans_all_its_victims_ahead() {
     const LINES: u64 = 64;
-    let r = rig(clean_dirty_victims(cfg(CacheMode::Wb, 4096)), LINES, 8 << 20).await;
+    let r = rig(
+        clean_dirty_victims(cfg(CacheMode::Wb, 4096)),
+        LINES,
+        8 << 20,
+    )
+    .await;
     for i in 0..LINES {
         r.dev
             .write(i * 4096, &pattern(i * 4096, 4096, 1))

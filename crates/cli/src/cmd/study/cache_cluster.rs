@@ -1,9 +1,9 @@
 //! `cairn study cache --cluster`: seed 004 on the cluster. Block images over OSD processes
 //! whose devices emulate a 7,200 rpm HDD, bare and then behind a write-back NVMe cache
-//! (`cairn osd run --cache-profile`), each on a fresh cluster; fio through the NBD export
-//! runs the seed's Vdbench set (4 KiB random read, random write, 70/30 mix; 512 KiB sequential
-//! read and write) and the report puts the cached/bare ratios beside the seed's, with the
-//! caches' dirty share sampled through the random-write run.
+//! (`cairn osd run --cache-profile`, configured as the seed's casadm), each on a fresh
+//! cluster; fio through the NBD export runs the seed's Vdbench set (4 KiB random read, random
+//! write, 70/30 mix; 512 KiB sequential read and write) and the report puts the cached/bare
+//! ratios beside the seed's, with the caches' dirty share sampled through the random-write run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -148,6 +148,9 @@ fn run_setup(
         };
         admin.op(create, 10_000).await?;
         super::recovery::wait_clean(&client, u64::from(args.pg_num), CLEAN_TIMEOUT).await?;
+        if cached {
+            configure_caches_as_the_seed(&client).await?;
+        }
         let mut uris = Vec::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -198,6 +201,30 @@ fn run_setup(
             )))
         }
     }
+}
+
+/// Each cached OSD's cache as the seed set its casadm up: sequential cut-off `always` at
+/// 16 KiB, only requests of at most 128 KiB cached (its I/O class file), alru cleaning with a
+/// 1 s activity threshold.
+async fn configure_caches_as_the_seed(client: &Client) -> anyhow::Result<()> {
+    let commands: [&[&str]; 3] = [
+        &["set-param", "seq-cutoff", "policy=always", "threshold=16"],
+        &["set-param", "cleaning-alru", "activity-threshold=1000"],
+        &["load-ioclass", cairn_study::cache::SEED_IOCLASS_CSV],
+    ];
+    for osd in up_osds(client) {
+        for words in commands {
+            let words: Vec<String> = std::iter::once("cache")
+                .chain(words.iter().copied())
+                .map(str::to_string)
+                .collect();
+            client
+                .tell(osd, &words)
+                .await
+                .map_err(|e| anyhow!("osd.{osd}: {}: {e}", words.join(" ")))?;
+        }
+    }
+    Ok(())
 }
 
 /// Runs workload `w` on every image at once for `seconds`.
