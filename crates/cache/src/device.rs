@@ -191,6 +191,10 @@ pub struct CacheDevice {
     /// covers it. Every core write holds the gate and every flush of the core here holds it
     /// exclusively, so a flush never skips a write it owes durability to.
     core_written: AtomicBool,
+    /// Bumped before and after every write or discard of the core (foreground or cleaning):
+    /// a read that went to the core without the exclusive gate installs what it read only
+    /// if no core write could have overlapped it.
+    core_gen: AtomicU64,
     /// Signalled when a cleaning round ends.
     round_ended: tokio::sync::Notify,
     /// Flush tickets handed out ([`CacheDevice::flush_impl`]).
@@ -393,6 +397,7 @@ impl CacheDevice {
             gate: tokio::sync::RwLock::new(()),
             st: Mutex::new(st),
             core_written: AtomicBool::new(false),
+            core_gen: AtomicU64::new(0),
             round_ended: tokio::sync::Notify::new(),
             flush_tickets: AtomicU64::new(0),
             flushed_ticket: tokio::sync::Mutex::new(0),
@@ -577,63 +582,131 @@ impl CacheDevice {
                 Fast::Slow => {}
             }
         }
-        let may_promote =
-            decision.mode.promotes_reads() && !decision.cutoff && decision.allocate && {
+        // A miss, or a read over dirty sectors: the core, then the cache's dirty sectors on
+        // top, under the shared gate (no line can be evicted or cleaned meanwhile), so misses
+        // reach the core together and it can reorder them.
+        let core_gen = {
+            let _g = self.gate.read().await;
+            let core_gen = self.core_gen.load(Ordering::Acquire);
+            self.core.read(offset_bytes, buf).await?;
+            let (dirty_runs, any_valid) = {
                 let st = self.lock();
-                st.promoter.would_promote(
-                    &st.cfg.promotion,
-                    pieces[0].core_line,
-                    st.occupancy_pct(),
-                )
-            };
-        if may_promote {
-            self.clean_victims_ahead(&pieces, decision.class).await?;
-        }
-        let _g = self.gate.write().await;
-        self.core.read(offset_bytes, buf).await?;
-        let mut any_valid = false;
-        for p in &pieces {
-            let (line, dirty) = {
-                let st = self.lock();
-                match st.table.lookup(p.core_line) {
-                    Some(i) => {
-                        any_valid |= st.table.line(i).valid & p.mask != 0;
-                        (i, st.table.line(i).dirty & p.mask)
+                let mut runs_out = Vec::new();
+                let mut any_valid = false;
+                for p in &pieces {
+                    let Some(i) = st.table.lookup(p.core_line) else {
+                        continue;
+                    };
+                    any_valid |= st.table.line(i).valid & p.mask != 0;
+                    for (s, n) in runs(st.table.line(i).dirty & p.mask) {
+                        let at = p.buf_off + ((s - p.first_sector) as u64 * SECTOR_BYTES) as usize;
+                        let len = (u64::from(n) * SECTOR_BYTES) as usize;
+                        runs_out.push((at, len, self.cache_addr(i, s)));
                     }
-                    None => continue,
                 }
+                (runs_out, any_valid)
             };
-            for (s, n) in runs(dirty) {
-                let at = p.buf_off + ((s - p.first_sector) as u64 * SECTOR_BYTES) as usize;
-                let len = (u64::from(n) * SECTOR_BYTES) as usize;
-                self.cache
-                    .read(self.cache_addr(line, s), &mut buf[at..at + len])
-                    .await?;
+            let mut reads = Vec::with_capacity(dirty_runs.len());
+            for &(at, len, addr) in &dirty_runs {
+                reads.push(async move {
+                    let mut b = vec![0u8; len];
+                    self.cache.read(addr, &mut b).await.map(|()| (at, b))
+                });
             }
-        }
-        let promote = {
-            let mut st = self.lock();
-            let occ = st.occupancy_pct();
-            let params = st.cfg.promotion.clone();
-            let want = decision.mode.promotes_reads() && !decision.cutoff && decision.allocate;
-            let c = &mut st.counters.classes[decision.class as usize];
+            use futures_util::StreamExt;
+            let got: Vec<BResult<(usize, Vec<u8>)>> = futures_util::stream::iter(reads)
+                .buffer_unordered(LINE_IO_DEPTH)
+                .collect()
+                .await;
+            for r in got {
+                let (at, b) = r?;
+                buf[at..at + b.len()].copy_from_slice(&b);
+            }
+            let c = &mut self.lock().counters.classes[decision.class as usize];
             if any_valid {
                 c.read_partial_hits += 1;
             } else {
                 c.read_misses += 1;
             }
-            want && st
-                .promoter
+            core_gen
+        };
+        let promote = decision.mode.promotes_reads() && !decision.cutoff && decision.allocate && {
+            let mut st = self.lock();
+            let occ = st.occupancy_pct();
+            let params = st.cfg.promotion.clone();
+            st.promoter
                 .should_promote(&params, pieces[0].core_line, occ)
         };
         if promote {
-            for p in &pieces {
-                let Some(line) = self.line_for(p.core_line, decision.class).await? else {
+            self.clean_victims_ahead(&pieces, decision.class).await?;
+            let _g = self.gate.write().await;
+            // A core write or discard since the read: what was read may be stale.
+            if self.core_gen.load(Ordering::Acquire) == core_gen {
+                self.install_clean(&pieces, buf, decision.class).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs data just read (`buf`, covering `pieces`) as clean lines, filling only the
+    /// sectors no line holds. Caller holds the gate exclusively. Like
+    /// [`CacheDevice::write_back`], every line is mapped first and the fills go out together,
+    /// one piece at a time only if mapping evicted a line mapped for an earlier piece.
+    async fn install_clean(&self, pieces: &[Piece], buf: &[u8], class: u8) -> BResult<()> {
+        let mut lines = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            match self.line_for(p.core_line, class).await? {
+                Some(line) => lines.push(line),
+                None => break,
+            }
+        }
+        let mapped = &pieces[..lines.len()];
+        let stable = {
+            let st = self.lock();
+            mapped
+                .iter()
+                .zip(&lines)
+                .all(|(p, &i)| st.table.lookup(p.core_line) == Some(i))
+        };
+        if !stable {
+            for p in pieces {
+                let Some(line) = self.line_for(p.core_line, class).await? else {
                     break;
                 };
                 let missing = p.mask & !self.lock().table.line(line).valid;
                 self.fill(line, p, missing, buf).await?;
             }
+            return Ok(());
+        }
+        let mut fills: Vec<(u32, &Piece, u16)> = Vec::with_capacity(mapped.len());
+        let mut claims: Vec<(u32, Entry)> = Vec::new();
+        {
+            let st = self.lock();
+            for (p, &i) in mapped.iter().zip(&lines) {
+                let missing = p.mask & !st.table.line(i).valid;
+                if missing != 0 {
+                    claims.extend(Self::claim_without(&st, i, missing));
+                }
+                fills.push((i, p, missing));
+            }
+        }
+        if !claims.is_empty() {
+            self.persist(claims).await?;
+        }
+        let mut writes = Vec::with_capacity(fills.len());
+        for &(i, p, m) in &fills {
+            if m != 0 {
+                writes.push(self.write_sectors(i, p, m, buf));
+            }
+        }
+        run_bounded(writes.into_iter()).await?;
+        let mut st = self.lock();
+        for &(i, p, m) in &fills {
+            debug_assert_eq!(st.table.lookup(p.core_line), Some(i));
+            if m != 0 {
+                st.table.mark_clean_valid(i, m);
+            }
+            st.table.touch(i);
         }
         Ok(())
     }
@@ -1032,9 +1105,12 @@ impl CacheDevice {
         // it holds queue slots, and foreground I/O must always find some free.
         let depth = CLEAN_QUEUE_DEPTH.min((core.properties().max_queue_depth / 2).max(1));
         let merged = self.merged_core_writes(batch);
+        self.core_gen.fetch_add(1, Ordering::AcqRel);
         for chunk in merged.chunks(depth) {
             let writes = chunk.iter().map(|(addr, data)| core.write(*addr, data));
-            for r in futures_util::future::join_all(writes).await {
+            let results = futures_util::future::join_all(writes).await;
+            self.core_gen.fetch_add(1, Ordering::AcqRel);
+            for r in results {
                 r?;
             }
         }
@@ -1318,7 +1394,10 @@ impl CacheDevice {
 
     /// A foreground write to the core, remembered for the next flush. Caller holds the gate.
     async fn write_core(&self, offset_bytes: u64, data: &[u8]) -> BResult<()> {
-        self.core.write(offset_bytes, data).await?;
+        self.core_gen.fetch_add(1, Ordering::AcqRel);
+        let written = self.core.write(offset_bytes, data).await;
+        self.core_gen.fetch_add(1, Ordering::AcqRel);
+        written?;
         self.core_written.store(true, Ordering::Release);
         Ok(())
     }
@@ -1760,7 +1839,10 @@ impl BlockDevice for CacheDevice {
         // Discarded contents are unspecified: dirty sectors are dropped, never cleaned (a
         // deleted object costs the HDD nothing), and the core's range is discarded after.
         self.invalidate_cached(&pieces).await?;
-        self.core.discard(offset_bytes, len_bytes).await
+        self.core_gen.fetch_add(1, Ordering::AcqRel);
+        let discarded = self.core.discard(offset_bytes, len_bytes).await;
+        self.core_gen.fetch_add(1, Ordering::AcqRel);
+        discarded
     }
 }
 

@@ -809,6 +809,93 @@ async fn requests_fanning_out_past_the_devices_queues_wait_instead_of_failing() 
     );
 }
 
+/// Reads its inner device, then waits while held: a read whose data is older than a write
+/// that completes while it waits.
+#[derive(Debug)]
+struct LateReads {
+    inner: Arc<dyn BlockDevice>,
+    held: tokio::sync::watch::Sender<bool>,
+    /// Reads that found the device held.
+    blocked: tokio::sync::Semaphore,
+}
+
+#[async_trait::async_trait]
+impl BlockDevice for LateReads {
+    fn properties(&self) -> cairn_blockdev::DeviceProperties {
+        self.inner.properties()
+    }
+    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
+        self.inner.read(o, b).await?;
+        if *self.held.borrow() {
+            self.blocked.add_permits(1);
+            let mut rx = self.held.subscribe();
+            let _ = rx.wait_for(|h| !*h).await;
+        }
+        Ok(())
+    }
+    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
+        self.inner.write(o, d).await
+    }
+    async fn flush(&self) -> cairn_blockdev::Result<()> {
+        self.inner.flush().await
+    }
+    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
+        self.inner.discard(o, l).await
+    }
+}
+
+#[tokio::test]
+async fn a_read_miss_overtaken_by_a_core_write_is_not_cached() {
+    let core = mem(8 << 20);
+    let late = Arc::new(LateReads {
+        inner: core.clone(),
+        held: tokio::sync::watch::channel(false).0,
+        blocked: tokio::sync::Semaphore::new(0),
+    });
+    // The seed's classes: a 256 KiB write is not cached, it goes to the core.
+    let dev = Arc::new(
+        CacheDevice::create(
+            mem(cache_bytes_for(64, 4096)),
+            late.clone(),
+            cfg(CacheMode::Wb, 4096),
+            IoClassTable::parse_csv(SEED_CSV).unwrap(),
+        )
+        .await
+        .unwrap(),
+    );
+    core.write(0, &pattern(0, 4096, 1)).await.unwrap();
+    late.held.send_replace(true);
+    let reader = {
+        let dev = dev.clone();
+        tokio::spawn(async move { read(dev.as_ref(), 0, 4096).await })
+    };
+    late.blocked.acquire().await.unwrap().forget();
+    dev.write(0, &pattern(0, 256 << 10, 2)).await.unwrap();
+    assert_eq!(read(core.as_ref(), 0, 4096).await, pattern(0, 4096, 2));
+    late.held.send_replace(false);
+    assert_eq!(
+        reader.await.unwrap(),
+        pattern(0, 4096, 1),
+        "read before the write"
+    );
+    assert_eq!(
+        dev.stats().occupancy_lines,
+        0,
+        "what it read is stale: not cached"
+    );
+    assert_eq!(read(dev.as_ref(), 0, 4096).await, pattern(0, 4096, 2));
+    // Without a write in between, a miss is cached and the next read hits.
+    assert_eq!(dev.stats().occupancy_lines, 1);
+    assert_eq!(read(dev.as_ref(), 0, 4096).await, pattern(0, 4096, 2));
+    let hits: u64 = dev
+        .stats()
+        .classes
+        .iter()
+        .map(|c| c.requests.read_hits)
+        .sum();
+    assert_eq!(hits, 1);
+}
+
 /// `c` with Open-CAS's behaviour on a dirty-full cache: dirty victims are cleaned and evicted.
 fn clean_dirty_victims(mut c: cairn_cache::CacheConfig) -> cairn_cache::CacheConfig {
     c.promotion.dirty_full = cairn_cache::DirtyFullPolicy::Clean;

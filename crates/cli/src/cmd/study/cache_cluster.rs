@@ -203,12 +203,14 @@ fn run_setup(
     }
 }
 
-/// Each cached OSD's cache as the seed set its casadm up: sequential cut-off `always` at
-/// 16 KiB, only requests of at most 128 KiB cached (its I/O class file), alru cleaning with a
-/// 1 s activity threshold.
+/// Each cached OSD's cache as the seed set its casadm up, but for the sequential cut-off:
+/// only requests of at most 128 KiB cached (its I/O class file), alru cleaning with a 1 s
+/// activity threshold. The seed cut off every stream past 16 KiB; on cairn's store that
+/// would send its log, one strictly sequential stream of small synchronous writes, to the
+/// HDD, so the caches keep the default cut-off (`full`: only while the cache has no free
+/// line).
 async fn configure_caches_as_the_seed(client: &Client) -> anyhow::Result<()> {
-    let commands: [&[&str]; 3] = [
-        &["set-param", "seq-cutoff", "policy=always", "threshold=16"],
+    let commands: [&[&str]; 2] = [
         &["set-param", "cleaning-alru", "activity-threshold=1000"],
         &["load-ioclass", cairn_study::cache::SEED_IOCLASS_CSV],
     ];
