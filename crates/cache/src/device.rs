@@ -523,8 +523,9 @@ impl CacheDevice {
         }
         let pieces = self.pieces(offset_bytes, buf.len());
         let decision;
+        let pure_miss;
         {
-            let _g = self.gate.read().await;
+            let gate = self.gate.read().await;
             enum Fast {
                 Hit(Vec<u32>),
                 Core,
@@ -545,6 +546,7 @@ impl CacheDevice {
                     .iter()
                     .zip(&pieces)
                     .any(|(l, p)| l.is_some_and(|i| st.table.line(i).dirty & p.mask != 0));
+                pure_miss = lines.iter().all(Option::is_none);
                 let promote =
                     decision.mode.promotes_reads() && !decision.cutoff && decision.allocate;
                 let c = &mut st.counters.classes[decision.class as usize];
@@ -578,17 +580,28 @@ impl CacheDevice {
                     run_bounded(reads.into_iter()).await?;
                     return Ok(());
                 }
-                Fast::Core => return self.core.read(offset_bytes, buf).await,
+                Fast::Core => {
+                    // Nothing dirty in the range: the core holds its data, and the slow
+                    // device is read without holding up requests that need the gate
+                    // exclusively (a write concurrent with this read may land either side).
+                    drop(gate);
+                    return self.core.read(offset_bytes, buf).await;
+                }
                 Fast::Slow => {}
             }
         }
-        // A miss, or a read over dirty sectors: the core, then the cache's dirty sectors on
-        // top, under the shared gate (no line can be evicted or cleaned meanwhile), so misses
-        // reach the core together and it can reorder them.
-        let core_gen = {
+        // A miss, or a read over dirty sectors: the core, with the cache's dirty sectors on
+        // top. The dirty sectors are read first, under the shared gate (no line can be
+        // cleaned or evicted meanwhile); the core is read without the gate, so misses reach
+        // the slow device together and never hold up requests that need the gate
+        // exclusively. The core's write generation is taken before either: what was read is
+        // installed only if no core write (foreground, cleaning or discard) could have
+        // overlapped it.
+        let core_gen = self.core_gen.load(Ordering::Acquire);
+        let (overlay, any_valid) = if pure_miss {
+            (Vec::new(), false)
+        } else {
             let _g = self.gate.read().await;
-            let core_gen = self.core_gen.load(Ordering::Acquire);
-            self.core.read(offset_bytes, buf).await?;
             let (dirty_runs, any_valid) = {
                 let st = self.lock();
                 let mut runs_out = Vec::new();
@@ -618,18 +631,21 @@ impl CacheDevice {
                 .buffer_unordered(LINE_IO_DEPTH)
                 .collect()
                 .await;
-            for r in got {
-                let (at, b) = r?;
-                buf[at..at + b.len()].copy_from_slice(&b);
-            }
+            let overlay = got.into_iter().collect::<BResult<Vec<_>>>()?;
+            (overlay, any_valid)
+        };
+        self.core.read(offset_bytes, buf).await?;
+        for (at, b) in overlay {
+            buf[at..at + b.len()].copy_from_slice(&b);
+        }
+        {
             let c = &mut self.lock().counters.classes[decision.class as usize];
             if any_valid {
                 c.read_partial_hits += 1;
             } else {
                 c.read_misses += 1;
             }
-            core_gen
-        };
+        }
         let promote = decision.mode.promotes_reads() && !decision.cutoff && decision.allocate && {
             let mut st = self.lock();
             let occ = st.occupancy_pct();
