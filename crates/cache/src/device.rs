@@ -368,7 +368,10 @@ impl CacheDevice {
         let props = DeviceProperties {
             size_bytes: kp.size_bytes,
             alignment_bytes: SECTOR_BYTES,
-            rotational: false,
+            // The data lives on the core in the end: a store lays it out for the core's kind
+            // (on an HDD, small overwrites in place rather than copied elsewhere, which would
+            // scatter what is written sequentially and read back sequentially).
+            rotational: kp.rotational,
             optimal_io_bytes: kp.optimal_io_bytes,
             max_queue_depth: kp.max_queue_depth.max(cache.properties().max_queue_depth),
         };

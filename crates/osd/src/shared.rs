@@ -82,7 +82,8 @@ impl Shared {
         cfg: OsdConfig,
         closed: oneshot::Sender<()>,
     ) -> Shared {
-        let device = match (store.device().properties().rotational, cfg.db.is_some()) {
+        let fast_beside = cfg.db.is_some() || cfg.cache.is_some();
+        let device = match (store.device().properties().rotational, fast_beside) {
             (true, false) => crate::throttle::DeviceKind::Hdd,
             (true, true) => crate::throttle::DeviceKind::Hybrid,
             (false, _) => crate::throttle::DeviceKind::Ssd,

@@ -64,7 +64,7 @@ pub enum DeviceKind {
     Hdd,
     /// A solid-state device.
     Ssd,
-    /// A rotational device whose metadata lives on a fast device.
+    /// A rotational device with a fast device beside it (a DB device or an SSD cache).
     Hybrid,
 }
 

@@ -896,6 +896,53 @@ async fn a_read_miss_overtaken_by_a_core_write_is_not_cached() {
     assert_eq!(hits, 1);
 }
 
+/// A memory device that says it is rotational, as an HDD core does.
+#[derive(Debug)]
+struct Spinning(Arc<dyn BlockDevice>);
+
+#[async_trait::async_trait]
+impl BlockDevice for Spinning {
+    fn properties(&self) -> cairn_blockdev::DeviceProperties {
+        cairn_blockdev::DeviceProperties {
+            rotational: true,
+            ..self.0.properties()
+        }
+    }
+    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
+        self.0.read(o, b).await
+    }
+    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
+        self.0.write(o, d).await
+    }
+    async fn flush(&self) -> cairn_blockdev::Result<()> {
+        self.0.flush().await
+    }
+    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
+        self.0.discard(o, l).await
+    }
+}
+
+#[tokio::test]
+async fn the_cache_is_rotational_when_its_core_is() {
+    for (core, want) in [
+        (
+            Arc::new(Spinning(mem(8 << 20))) as Arc<dyn BlockDevice>,
+            true,
+        ),
+        (mem(8 << 20) as Arc<dyn BlockDevice>, false),
+    ] {
+        let dev = CacheDevice::create(
+            mem(cache_bytes_for(64, 4096)),
+            core,
+            cfg(CacheMode::Wb, 4096),
+            IoClassTable::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(dev.properties().rotational, want);
+    }
+}
+
 /// `c` with Open-CAS's behaviour on a dirty-full cache: dirty victims are cleaned and evicted.
 fn clean_dirty_victims(mut c: cairn_cache::CacheConfig) -> cairn_cache::CacheConfig {
     c.promotion.dirty_full = cairn_cache::DirtyFullPolicy::Clean;
