@@ -873,11 +873,13 @@ impl CacheDevice {
             st.counters.meta_page_writes += pages.len() as u64;
             pages
         };
-        for (page, bytes) in pages {
-            self.cache
-                .write(self.geom.page_offset(page), &bytes)
-                .await?;
+        // The pages are independent and the flush below covers them all: they go out
+        // together (a flush after scattered random writes changes one page per line).
+        let mut writes = Vec::with_capacity(pages.len());
+        for (page, bytes) in &pages {
+            writes.push(self.cache.write(self.geom.page_offset(*page), bytes));
         }
+        run_bounded(writes.into_iter()).await?;
         self.cache.flush().await
     }
 

@@ -31,6 +31,9 @@ use cairn_qos::{CostModel, DeviceCapacity};
 use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// In-place writes a checkpoint keeps in flight when the store runs on an SSD cache.
+const CACHED_CHECKPOINT_IO_DEPTH: usize = 8;
+
 use crate::error::OsdError;
 use crate::payload::Payload;
 use crate::sched::{InFlightLimits, OpScheduler};
@@ -111,6 +114,13 @@ async fn open_store(cfg: &OsdConfig) -> Result<(Store, Under), OsdError> {
     let mut dev = crate::side_device::emulate(Arc::new(file), cfg.device_profile.as_deref())?;
     let store_cfg = StoreConfig {
         max_groups_in_flight: cfg.store_groups_in_flight,
+        // A cache takes the checkpoint's in-place writes several at a time without the
+        // HDD's seeks (`StoreConfig::checkpoint_io_depth`).
+        checkpoint_io_depth: if cfg.cache.is_some() {
+            CACHED_CHECKPOINT_IO_DEPTH
+        } else {
+            StoreConfig::default().checkpoint_io_depth
+        },
         ..StoreConfig::default()
     };
     crate::db_device::check_layout(&cfg.data_dir, cfg.db.is_some(), fresh)?;

@@ -106,6 +106,7 @@ struct JobInput {
     marker: Marker,
     block_bytes: u64,
     max_io_bytes: u64,
+    io_depth: usize,
     stop: Arc<AtomicBool>,
     onode_keys: Arc<KeyFilter>,
 }
@@ -133,6 +134,7 @@ impl JobInput {
                 &self.applying,
                 self.block_bytes,
                 self.max_io_bytes,
+                self.io_depth,
             ))?;
             self.stopped()?;
             self.runtime.block_on(self.dev.flush())?;
@@ -159,14 +161,15 @@ fn lower_priority(nice: i32) {
 }
 
 /// Writes deferred contents to their blocks: neighbouring blocks joined into I/Os of at most
-/// [`PACED_IO_BYTES`] (and `max_io_bytes`), issued one at a time by [`write_ios`]. Returns
-/// the bytes written. No flush.
+/// [`PACED_IO_BYTES`] (and `max_io_bytes`), issued `io_depth` at a time by [`write_ios`].
+/// Returns the bytes written. No flush.
 async fn write_in_place(
     dev: &dyn BlockDevice,
     bufs: &BufPool,
     writes: &[(u64, Arc<Vec<u8>>)],
     block_bytes: u64,
     max_io_bytes: u64,
+    io_depth: usize,
 ) -> Result<u64> {
     let per_io = (PACED_IO_BYTES.min(max_io_bytes) / block_bytes).max(1) as usize;
     let mut ios = Vec::new();
@@ -182,7 +185,7 @@ async fn write_in_place(
         ios.push((first * block_bytes, RunBuf::Owned(bufs.build(&parts)?)));
         rest = &rest[n..];
     }
-    Ok(write_ios(dev, bufs, ios, 1).await?)
+    Ok(write_ios(dev, bufs, ios, io_depth).await?)
 }
 
 /// Commits `layers` (oldest first) to redb in one durable write transaction, without the
@@ -286,6 +289,7 @@ impl Store {
             marker: self.durable_marker(st),
             block_bytes: self.sb.block_bytes,
             max_io_bytes: self.cfg.max_io_bytes,
+            io_depth: self.cfg.checkpoint_io_depth,
             stop: stop.clone(),
             onode_keys: self.onode_keys.clone(),
         };
@@ -405,6 +409,7 @@ impl Store {
             &pending,
             self.sb.block_bytes,
             self.cfg.max_io_bytes,
+            self.cfg.checkpoint_io_depth,
         )
         .await
         .map_err(|e| self.fatal(e))?;

@@ -95,6 +95,11 @@ pub struct StoreConfig {
     /// nice 0, one in three hundred at 19). A checkpoint that falls behind is still bounded:
     /// at `wal_checkpoint_records` twice over, commits wait for it. Default 19.
     pub checkpoint_nice: i32,
+    /// In-place writes a checkpoint keeps in flight (1 ..= 64). One at a time by default: on a
+    /// bare HDD the checkpoint's random writes then leave the disk's queue to the clients. A
+    /// device with a fast write cache in front of the HDD (an OSD's SSD cache) takes several
+    /// at once at no cost to them, and checkpoints then keep up with a small-write load.
+    pub checkpoint_io_depth: usize,
 }
 
 impl Default for StoreConfig {
@@ -122,6 +127,7 @@ impl Default for StoreConfig {
             wal_checkpoint_records: 256,
             max_overlay_bytes: 64 << 20,
             checkpoint_nice: 19,
+            checkpoint_io_depth: 1,
         }
     }
 }
@@ -174,6 +180,12 @@ impl StoreConfig {
                 "max_groups_in_flight {} must be 1..={}",
                 self.max_groups_in_flight,
                 crate::inflight::MAX_IN_FLIGHT
+            ));
+        }
+        if !(1..=64).contains(&self.checkpoint_io_depth) {
+            return bad(format!(
+                "checkpoint_io_depth {} must be 1..=64",
+                self.checkpoint_io_depth
             ));
         }
         if !(0..=19).contains(&self.checkpoint_nice) {

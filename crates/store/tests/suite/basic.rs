@@ -449,6 +449,17 @@ async fn mount_refuses_a_foreign_kv_or_geometry() {
             "{refused:?}"
         );
     }
+    for depth in [0, 65] {
+        let bad_depth = cairn_store::StoreConfig {
+            checkpoint_io_depth: depth,
+            ..cfg()
+        };
+        let refused = Rig::mount(&a, bad_depth).await.err();
+        assert!(
+            matches!(&refused, Some(StoreError::Config(m)) if m.contains("checkpoint_io_depth")),
+            "{refused:?}"
+        );
+    }
     let blank = Images {
         dev: vec![0; a.dev.len()],
         kv: a.kv.clone(),

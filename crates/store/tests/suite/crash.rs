@@ -570,6 +570,12 @@ async fn random_workloads_with_background_checkpoints() {
         ..cfg()
     };
     random_workloads(&every_group, cases_from_env(60), 500_000, 5).await;
+    // As on an OSD with a cache: the checkpoint's in-place writes several at a time.
+    let deep = StoreConfig {
+        checkpoint_io_depth: 8,
+        ..every_group
+    };
+    random_workloads(&deep, cases_from_env(30), 600_000, 5).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
