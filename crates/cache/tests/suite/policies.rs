@@ -334,45 +334,11 @@ async fn leaving_write_back_without_flush_keeps_dirty_data_correct() {
     assert_eq!(read(r.core.as_ref(), 0, 8192).await, want);
 }
 
-/// Counts writes passing through it (stands in for an OSD scheduler's best-effort queue).
-#[derive(Debug)]
-struct Counting {
-    inner: Arc<dyn BlockDevice>,
-    writes: std::sync::atomic::AtomicU64,
-}
-
-#[async_trait::async_trait]
-impl BlockDevice for Counting {
-    fn properties(&self) -> cairn_blockdev::DeviceProperties {
-        self.inner.properties()
-    }
-    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
-        self.inner.read(o, b).await
-    }
-    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
-        self.writes
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.write(o, d).await
-    }
-    async fn flush(&self) -> cairn_blockdev::Result<()> {
-        self.inner.flush().await
-    }
-    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
-        self.inner.discard(o, l).await
-    }
-}
-
 #[tokio::test]
 async fn background_cleaning_goes_through_the_cleaning_path() {
     let core = mem(8 << 20);
-    let fg = Arc::new(Counting {
-        inner: core.clone(),
-        writes: Default::default(),
-    });
-    let bg = Arc::new(Counting {
-        inner: core.clone(),
-        writes: Default::default(),
-    });
+    let fg = Arc::new(Rigged::new(core.clone(), Hold::Nothing));
+    let bg = Arc::new(Rigged::new(core.clone(), Hold::Nothing));
     let dev = CacheDevice::create(
         mem(cache_bytes_for(64, 4096)),
         fg.clone(),
@@ -438,49 +404,12 @@ async fn background_cleaning_goes_through_the_cleaning_path() {
     assert!(matches!(wrong, Err(CacheError::InvalidParam { .. })));
 }
 
-/// A core whose writes wait while it is held (stands in for a slow disk under an eviction).
-#[derive(Debug)]
-struct Holdable {
-    inner: Arc<dyn BlockDevice>,
-    held: tokio::sync::watch::Sender<bool>,
-    /// Writes that found the device held.
-    blocked: tokio::sync::Semaphore,
-}
-
-#[async_trait::async_trait]
-impl BlockDevice for Holdable {
-    fn properties(&self) -> cairn_blockdev::DeviceProperties {
-        self.inner.properties()
-    }
-    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
-        self.inner.read(o, b).await
-    }
-    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
-        let mut rx = self.held.subscribe();
-        if *rx.borrow_and_update() {
-            self.blocked.add_permits(1);
-            rx.wait_for(|held| !held).await.expect("sender lives");
-        }
-        self.inner.write(o, d).await
-    }
-    async fn flush(&self) -> cairn_blockdev::Result<()> {
-        self.inner.flush().await
-    }
-    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
-        self.inner.discard(o, l).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evicting_dirty_lines_lets_hits_through_while_the_core_writes() {
     use std::time::Duration;
     const LINES: u64 = 64;
     let core = mem(8 << 20);
-    let held = Arc::new(Holdable {
-        inner: core.clone(),
-        held: tokio::sync::watch::channel(false).0,
-        blocked: tokio::sync::Semaphore::new(0),
-    });
+    let held = Arc::new(Rigged::new(core.clone(), Hold::Writes));
     let dev = Arc::new(
         CacheDevice::create(
             mem(cache_bytes_for(LINES, 4096)),
@@ -590,11 +519,7 @@ async fn a_flush_waits_for_a_cleaning_round_in_flight_and_leaves_nothing_dirty()
     use std::time::Duration;
     const LINES: u64 = 64;
     let core = mem(8 << 20);
-    let cleaning_path = Arc::new(Holdable {
-        inner: core.clone(),
-        held: tokio::sync::watch::channel(true).0,
-        blocked: tokio::sync::Semaphore::new(0),
-    });
+    let cleaning_path = Arc::new(Rigged::new(core.clone(), Hold::Writes).held());
     let dev = Arc::new(
         CacheDevice::create(
             mem(cache_bytes_for(LINES, 4096)),
@@ -653,51 +578,11 @@ async fn a_flush_waits_for_a_cleaning_round_in_flight_and_leaves_nothing_dirty()
     assert_eq!(dev.clean_step(u64::MAX / 4).await.unwrap().cleaned_lines, 1);
 }
 
-/// A cache device whose flushes are counted and wait while it is held.
-#[derive(Debug)]
-struct HeldFlushes {
-    inner: Arc<dyn BlockDevice>,
-    held: tokio::sync::watch::Sender<bool>,
-    flushes: std::sync::atomic::AtomicU64,
-    blocked: tokio::sync::Semaphore,
-}
-
-#[async_trait::async_trait]
-impl BlockDevice for HeldFlushes {
-    fn properties(&self) -> cairn_blockdev::DeviceProperties {
-        self.inner.properties()
-    }
-    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
-        self.inner.read(o, b).await
-    }
-    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
-        self.inner.write(o, d).await
-    }
-    async fn flush(&self) -> cairn_blockdev::Result<()> {
-        self.flushes
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let mut rx = self.held.subscribe();
-        if *rx.borrow_and_update() {
-            self.blocked.add_permits(1);
-            rx.wait_for(|held| !held).await.expect("sender lives");
-        }
-        self.inner.flush().await
-    }
-    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
-        self.inner.discard(o, l).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushes_arriving_while_one_runs_share_the_next() {
     use std::sync::atomic::Ordering::SeqCst;
     use std::time::Duration;
-    let cache = Arc::new(HeldFlushes {
-        inner: mem(cache_bytes_for(64, 4096)),
-        held: tokio::sync::watch::channel(false).0,
-        flushes: Default::default(),
-        blocked: tokio::sync::Semaphore::new(0),
-    });
+    let cache = Arc::new(Rigged::new(mem(cache_bytes_for(64, 4096)), Hold::Flushes));
     let dev = Arc::new(
         CacheDevice::create(
             cache.clone(),
@@ -809,49 +694,10 @@ async fn requests_fanning_out_past_the_devices_queues_wait_instead_of_failing() 
     );
 }
 
-/// Reads its inner device, then waits while held: a read whose data is older than a write
-/// that completes while it waits.
-#[derive(Debug)]
-struct LateReads {
-    inner: Arc<dyn BlockDevice>,
-    held: tokio::sync::watch::Sender<bool>,
-    /// Reads that found the device held.
-    blocked: tokio::sync::Semaphore,
-}
-
-#[async_trait::async_trait]
-impl BlockDevice for LateReads {
-    fn properties(&self) -> cairn_blockdev::DeviceProperties {
-        self.inner.properties()
-    }
-    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
-        self.inner.read(o, b).await?;
-        if *self.held.borrow() {
-            self.blocked.add_permits(1);
-            let mut rx = self.held.subscribe();
-            let _ = rx.wait_for(|h| !*h).await;
-        }
-        Ok(())
-    }
-    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
-        self.inner.write(o, d).await
-    }
-    async fn flush(&self) -> cairn_blockdev::Result<()> {
-        self.inner.flush().await
-    }
-    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
-        self.inner.discard(o, l).await
-    }
-}
-
 #[tokio::test]
 async fn a_read_miss_overtaken_by_a_core_write_is_not_cached() {
     let core = mem(8 << 20);
-    let late = Arc::new(LateReads {
-        inner: core.clone(),
-        held: tokio::sync::watch::channel(false).0,
-        blocked: tokio::sync::Semaphore::new(0),
-    });
+    let late = Arc::new(Rigged::new(core.clone(), Hold::ReadsAfterReading));
     // The seed's classes: a 256 KiB write is not cached, it goes to the core.
     let dev = Arc::new(
         CacheDevice::create(
@@ -896,37 +742,11 @@ async fn a_read_miss_overtaken_by_a_core_write_is_not_cached() {
     assert_eq!(hits, 1);
 }
 
-/// A memory device that says it is rotational, as an HDD core does.
-#[derive(Debug)]
-struct Spinning(Arc<dyn BlockDevice>);
-
-#[async_trait::async_trait]
-impl BlockDevice for Spinning {
-    fn properties(&self) -> cairn_blockdev::DeviceProperties {
-        cairn_blockdev::DeviceProperties {
-            rotational: true,
-            ..self.0.properties()
-        }
-    }
-    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
-        self.0.read(o, b).await
-    }
-    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
-        self.0.write(o, d).await
-    }
-    async fn flush(&self) -> cairn_blockdev::Result<()> {
-        self.0.flush().await
-    }
-    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
-        self.0.discard(o, l).await
-    }
-}
-
 #[tokio::test]
 async fn the_cache_is_rotational_when_its_core_is() {
     for (core, want) in [
         (
-            Arc::new(Spinning(mem(8 << 20))) as Arc<dyn BlockDevice>,
+            Arc::new(Rigged::new(mem(8 << 20), Hold::Nothing).spinning()) as Arc<dyn BlockDevice>,
             true,
         ),
         (mem(8 << 20) as Arc<dyn BlockDevice>, false),

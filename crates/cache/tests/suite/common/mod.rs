@@ -3,6 +3,7 @@
 
 use cairn_blockdev::{BlockDevice, MemDevice};
 use cairn_cache::{CacheConfig, CacheDevice, CacheMode, IoClassTable};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub const K4: u64 = 4096;
@@ -71,4 +72,103 @@ pub async fn read(dev: &dyn BlockDevice, offset: u64, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
     dev.read(offset, &mut b).await.unwrap();
     b
+}
+
+/// Which operations a [`Rigged`] device makes wait while it is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// None: the device only counts.
+    Nothing,
+    /// Writes wait before they reach the inner device (a slow disk under an eviction).
+    Writes,
+    /// Flushes wait before they reach the inner device.
+    Flushes,
+    /// Reads read the inner device, then wait: what they return may be older than a write
+    /// that completes meanwhile.
+    ReadsAfterReading,
+}
+
+/// A device over `inner` for tests: counts writes and flushes, makes the operations of its
+/// [`Hold`] wait while `held` is true (each that finds it held adds a permit to `blocked`),
+/// and may say it is rotational.
+#[derive(Debug)]
+pub struct Rigged {
+    inner: Arc<dyn BlockDevice>,
+    hold: Hold,
+    rotational: bool,
+    /// Whether the held operations wait.
+    pub held: tokio::sync::watch::Sender<bool>,
+    /// A permit per operation that found the device held.
+    pub blocked: tokio::sync::Semaphore,
+    /// Writes seen.
+    pub writes: AtomicU64,
+    /// Flushes seen.
+    pub flushes: AtomicU64,
+}
+
+impl Rigged {
+    /// Not held, not rotational, as `inner` says otherwise.
+    pub fn new(inner: Arc<dyn BlockDevice>, hold: Hold) -> Self {
+        let rotational = inner.properties().rotational;
+        Self {
+            inner,
+            hold,
+            rotational,
+            held: tokio::sync::watch::channel(false).0,
+            blocked: tokio::sync::Semaphore::new(0),
+            writes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+        }
+    }
+
+    /// Held from the start.
+    pub fn held(self) -> Self {
+        self.held.send_replace(true);
+        self
+    }
+
+    /// Says it is rotational, as an HDD does.
+    pub fn spinning(mut self) -> Self {
+        self.rotational = true;
+        self
+    }
+
+    async fn wait_if_held(&self, op: Hold) {
+        if self.hold != op {
+            return;
+        }
+        let mut rx = self.held.subscribe();
+        if *rx.borrow_and_update() {
+            self.blocked.add_permits(1);
+            rx.wait_for(|held| !held).await.expect("sender lives");
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl BlockDevice for Rigged {
+    fn properties(&self) -> cairn_blockdev::DeviceProperties {
+        cairn_blockdev::DeviceProperties {
+            rotational: self.rotational,
+            ..self.inner.properties()
+        }
+    }
+    async fn read(&self, o: u64, b: &mut [u8]) -> cairn_blockdev::Result<()> {
+        self.inner.read(o, b).await?;
+        self.wait_if_held(Hold::ReadsAfterReading).await;
+        Ok(())
+    }
+    async fn write(&self, o: u64, d: &[u8]) -> cairn_blockdev::Result<()> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.wait_if_held(Hold::Writes).await;
+        self.inner.write(o, d).await
+    }
+    async fn flush(&self) -> cairn_blockdev::Result<()> {
+        self.flushes.fetch_add(1, Ordering::SeqCst);
+        self.wait_if_held(Hold::Flushes).await;
+        self.inner.flush().await
+    }
+    async fn discard(&self, o: u64, l: u64) -> cairn_blockdev::Result<()> {
+        self.inner.discard(o, l).await
+    }
 }
