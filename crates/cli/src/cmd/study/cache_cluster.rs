@@ -68,10 +68,11 @@ struct Measured {
     p99_ms: f64,
 }
 
-/// One cluster's run: a figure per workload of [`VDBENCH_SET`], and the dirty share
-/// (seconds since the random writes began, percent) for a cached one.
+/// One cluster's run: a figure per workload of [`VDBENCH_SET`] (or why it failed: the study
+/// goes on and reports it), and the dirty share (seconds since the random writes began,
+/// percent) for a cached one.
 struct SetupRun {
-    results: Vec<Measured>,
+    results: Vec<Result<Measured, String>>,
     dirty: Vec<(f64, f64)>,
 }
 
@@ -180,7 +181,11 @@ fn run_setup(
             step(w.name);
             let sampler = (cached && matches!(w.pattern, Pattern::RandWrite))
                 .then(|| tokio::spawn(sample_dirty(client.clone(), args.seconds)));
-            results.push(run_workload(&w, &uris, args.seconds).await?);
+            let measured = run_workload(&w, &uris, args.seconds).await;
+            if let Err(e) = &measured {
+                bar.println(format!("{label}: {} failed: {e:#}", w.name));
+            }
+            results.push(measured.map_err(|e| format!("{e:#}")));
             if let Some(s) = sampler {
                 dirty = s.await?;
             }
@@ -348,13 +353,33 @@ fn markdown(args: &ClusterCacheArgs, bare: &SetupRun, cached: &SetupRun) -> Stri
          |---|---|---|---|---|---|---|---|---|\n",
         args.osds, args.device_mib, args.cache_mib, args.images, args.image_mib, args.seconds
     );
+    let figures = |m: &Result<Measured, String>| match m {
+        Ok(m) => format!("{:.0} | {:.1} | {:.1}", m.iops, m.mib_s, m.p99_ms),
+        Err(_) => "failed | - | -".to_string(),
+    };
+    let mut failures = String::new();
     for (i, w) in VDBENCH_SET.iter().enumerate() {
-        let (b, c) = (bare.results[i], cached.results[i]);
-        let ratio = ratio_of(w, &b, &c);
+        let (b, c) = (&bare.results[i], &cached.results[i]);
+        let ratio = match (b, c) {
+            (Ok(b), Ok(c)) => format!("x{:.2}", ratio_of(w, b, c)),
+            _ => "-".to_string(),
+        };
         out.push_str(&format!(
-            "| {} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | x{:.2} | {} |\n",
-            w.name, b.iops, b.mib_s, b.p99_ms, c.iops, c.mib_s, c.p99_ms, ratio, w.seed_figure
+            "| {} | {} | {} | {} | {} |\n",
+            w.name,
+            figures(b),
+            figures(c),
+            ratio,
+            w.seed_figure
         ));
+        for (setup, m) in [("bare", b), ("cached", c)] {
+            if let Err(e) = m {
+                failures.push_str(&format!("- {setup}, {}: {e}\n", w.name));
+            }
+        }
+    }
+    if !failures.is_empty() {
+        out.push_str(&format!("\nFailed workloads:\n\n{failures}"));
     }
     if let (Some(first), Some(last)) = (cached.dirty.first(), cached.dirty.last()) {
         out.push_str(&format!(
@@ -385,7 +410,10 @@ fn plot_ratios(path: &Path, bare: &SetupRun, cached: &SetupRun) -> anyhow::Resul
         .enumerate()
         .map(|(i, w)| crate::plot::Bar {
             label: w.name.to_string(),
-            value: ratio_of(w, &bare.results[i], &cached.results[i]),
+            value: match (&bare.results[i], &cached.results[i]) {
+                (Ok(b), Ok(c)) => ratio_of(w, b, c),
+                _ => 0.0,
+            },
             target: SEED_RATIOS[i].unwrap_or(0.0),
         })
         .collect();
@@ -445,5 +473,44 @@ mod tests {
         let stats = "Cache mode: wb\n| Dirty                  |          120 |   12.5 | lines (4 KiB each)\n";
         assert_eq!(dirty_pct(stats), Some(12.5));
         assert_eq!(dirty_pct("| Clean | 1 | 2 |"), None);
+    }
+
+    #[test]
+    fn a_failed_workload_is_reported_and_the_others_keep_their_ratios() {
+        let ok = |iops: f64| {
+            Ok(Measured {
+                iops,
+                mib_s: iops / 256.0,
+                p99_ms: 10.0,
+            })
+        };
+        let n = VDBENCH_SET.len();
+        let bare = SetupRun {
+            results: (0..n).map(|_| ok(100.0)).collect(),
+            dirty: Vec::new(),
+        };
+        let mut cached = SetupRun {
+            results: (0..n).map(|_| ok(300.0)).collect(),
+            dirty: vec![(0.0, 1.0), (14.0, 7.5)],
+        };
+        cached.results[n - 1] = Err("fio write 512k failed: EIO".into());
+        let args = ClusterCacheArgs {
+            out_dir: PathBuf::new(),
+            osds: 3,
+            device_mib: 2048,
+            cache_mib: 512,
+            images: 4,
+            image_mib: 64,
+            seconds: 15,
+            pg_num: 32,
+        };
+        let text = markdown(&args, &bare, &cached);
+        assert_eq!(text.matches("| x3.00 |").count(), n - 1, "{text}");
+        assert!(text.contains("| failed | - | - | - |"), "{text}");
+        assert!(
+            text.contains("- cached, 512K sequential write: fio write 512k failed: EIO"),
+            "{text}"
+        );
+        assert!(text.contains("7.5% after 14 s"), "{text}");
     }
 }
