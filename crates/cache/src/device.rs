@@ -672,22 +672,7 @@ impl CacheDevice {
     /// [`CacheDevice::write_back`], every line is mapped first and the fills go out together,
     /// one piece at a time only if mapping evicted a line mapped for an earlier piece.
     async fn install_clean(&self, pieces: &[Piece], buf: &[u8], class: u8) -> BResult<()> {
-        let mut lines = Vec::with_capacity(pieces.len());
-        for p in pieces {
-            match self.line_for(p.core_line, class).await? {
-                Some(line) => lines.push(line),
-                None => break,
-            }
-        }
-        let mapped = &pieces[..lines.len()];
-        let stable = {
-            let st = self.lock();
-            mapped
-                .iter()
-                .zip(&lines)
-                .all(|(p, &i)| st.table.lookup(p.core_line) == Some(i))
-        };
-        if !stable {
+        let Some(lines) = self.map_all(pieces, class).await? else {
             for p in pieces {
                 let Some(line) = self.line_for(p.core_line, class).await? else {
                     break;
@@ -696,34 +681,21 @@ impl CacheDevice {
                 self.fill(line, p, missing, buf).await?;
             }
             return Ok(());
-        }
-        let mut fills: Vec<(u32, &Piece, u16)> = Vec::with_capacity(mapped.len());
-        let mut claims: Vec<(u32, Entry)> = Vec::new();
-        {
+        };
+        let fills: Vec<(u32, &Piece, u16)> = {
             let st = self.lock();
-            for (p, &i) in mapped.iter().zip(&lines) {
-                let missing = p.mask & !st.table.line(i).valid;
-                if missing != 0 {
-                    claims.extend(Self::claim_without(&st, i, missing));
-                }
-                fills.push((i, p, missing));
-            }
-        }
-        if !claims.is_empty() {
-            self.persist(claims).await?;
-        }
-        let mut writes = Vec::with_capacity(fills.len());
-        for &(i, p, m) in &fills {
-            if m != 0 {
-                writes.push(self.write_sectors(i, p, m, buf));
-            }
-        }
-        run_bounded(writes.into_iter()).await?;
+            pieces
+                .iter()
+                .zip(&lines)
+                .filter_map(|(p, line)| line.map(|i| (i, p, p.mask & !st.table.line(i).valid)))
+                .collect()
+        };
+        self.write_lines(&fills, buf).await?;
         let mut st = self.lock();
-        for &(i, p, m) in &fills {
+        for &(i, p, missing) in &fills {
             debug_assert_eq!(st.table.lookup(p.core_line), Some(i));
-            if m != 0 {
-                st.table.mark_clean_valid(i, m);
+            if missing != 0 {
+                st.table.mark_clean_valid(i, missing);
             }
             st.table.touch(i);
         }
@@ -1287,63 +1259,76 @@ impl CacheDevice {
     }
 
     /// Writes `pieces` into the cache as dirty data. Caller holds the gate exclusively. Every
-    /// piece is mapped first (evicting as needed), the stale claims of all its lines removed
-    /// with one persist, and the sector writes go out together; only if mapping a later piece
-    /// evicted an earlier one (a cache smaller than the request's working set) does it fall
-    /// back to one piece at a time.
+    /// piece is mapped first and the lines written together ([`CacheDevice::map_all`],
+    /// [`CacheDevice::write_lines`]); a piece no line could be found for goes to the core.
     async fn write_back(&self, pieces: &[Piece], data: &[u8], class: u8) -> BResult<()> {
-        let mut lines = Vec::with_capacity(pieces.len());
-        for p in pieces {
-            lines.push(self.line_for(p.core_line, class).await?);
-        }
-        let stable = {
-            let st = self.lock();
-            pieces.iter().zip(&lines).all(|(p, line)| match line {
-                Some(i) => st.table.lookup(p.core_line) == Some(*i),
-                None => st.table.lookup(p.core_line).is_none(),
-            })
-        };
-        if !stable {
+        let Some(lines) = self.map_all(pieces, class).await? else {
             return self.write_back_one_by_one(pieces, data, class).await;
-        }
-        let unsafe_claims: Vec<(u32, Entry)> = {
-            let st = self.lock();
-            pieces
-                .iter()
-                .zip(&lines)
-                .filter_map(|(p, line)| line.and_then(|i| Self::claim_without(&st, i, p.mask)))
-                .collect()
         };
-        if !unsafe_claims.is_empty() {
-            self.persist(unsafe_claims).await?;
-        }
-        let mut writes = Vec::with_capacity(pieces.len());
-        let mut core_writes = Vec::new();
-        for (p, line) in pieces.iter().zip(&lines) {
-            match line {
-                Some(i) => writes.push(self.write_sectors(*i, p, p.mask, data)),
-                None => core_writes.push(p),
-            }
-        }
-        run_bounded(writes.into_iter()).await?;
+        let targets: Vec<(u32, &Piece, u16)> = pieces
+            .iter()
+            .zip(&lines)
+            .filter_map(|(p, line)| line.map(|i| (i, p, p.mask)))
+            .collect();
+        self.write_lines(&targets, data).await?;
         {
             let now = self.now_ms();
             let mut st = self.lock();
-            for (p, line) in pieces.iter().zip(&lines) {
-                if let Some(i) = *line {
-                    debug_assert_eq!(st.table.lookup(p.core_line), Some(i));
-                    st.table.mark_dirty(i, p.mask, now);
-                    st.table.touch(i);
-                }
+            for &(i, p, mask) in &targets {
+                debug_assert_eq!(st.table.lookup(p.core_line), Some(i));
+                st.table.mark_dirty(i, mask, now);
+                st.table.touch(i);
             }
         }
-        for p in core_writes {
+        for (p, _) in pieces.iter().zip(&lines).filter(|(_, l)| l.is_none()) {
             let addr =
                 p.core_line * self.geom.line_bytes + u64::from(p.first_sector) * SECTOR_BYTES;
             self.write_core(addr, &data[p.buf_off..p.buf_off + p.len])
                 .await?;
         }
         Ok(())
+    }
+
+    /// Maps a line for every piece, evicting as needed (`None` for a piece nothing could be
+    /// evicted for). Caller holds the gate exclusively. Returns `None` when mapping a later
+    /// piece evicted a line mapped for an earlier one (a cache smaller than the request): the
+    /// caller then goes one piece at a time.
+    async fn map_all(&self, pieces: &[Piece], class: u8) -> BResult<Option<Vec<Option<u32>>>> {
+        let mut lines = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            lines.push(self.line_for(p.core_line, class).await?);
+        }
+        let st = self.lock();
+        let stable = pieces
+            .iter()
+            .zip(&lines)
+            .all(|(p, line)| st.table.lookup(p.core_line) == *line);
+        Ok(stable.then_some(lines))
+    }
+
+    /// Writes sectors `mask` of each (line, piece, mask) from `buf` into the cache: the stale
+    /// claims of all the lines removed with one persist ([`CacheDevice::claim_without`]),
+    /// then every line's writes together. Caller holds the gate exclusively and updates the
+    /// line table after.
+    async fn write_lines(&self, targets: &[(u32, &Piece, u16)], buf: &[u8]) -> BResult<()> {
+        let claims: Vec<(u32, Entry)> = {
+            let st = self.lock();
+            targets
+                .iter()
+                .filter(|&&(_, _, mask)| mask != 0)
+                .filter_map(|&(i, _, mask)| Self::claim_without(&st, i, mask))
+                .collect()
+        };
+        if !claims.is_empty() {
+            self.persist(claims).await?;
+        }
+        let mut writes = Vec::with_capacity(targets.len());
+        for &(i, p, mask) in targets {
+            if mask != 0 {
+                writes.push(self.write_sectors(i, p, mask, buf));
+            }
+        }
+        run_bounded(writes.into_iter()).await
     }
 
     /// [`CacheDevice::write_back`] one piece at a time: each piece's line is mapped, made
