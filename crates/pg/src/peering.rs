@@ -88,6 +88,8 @@ pub fn plan(peers: &[PeerLog], primary: i32) -> Result<PeeringPlan, PgError> {
     for peer in peers {
         let r = if peer.osd == auth.osd {
             Recovery::Clean
+        } else if created_empty(peer, &auth.log) {
+            Recovery::Backfill
         } else {
             recovery_for(&peer.log, &auth.log)
         };
@@ -129,6 +131,19 @@ fn with_own_missing(
         missing: all,
         divergent,
     }
+}
+
+/// Whether `copy` was created empty and never served (an OSD new to the PG, or one whose
+/// stray copy was deleted: no history, never activated) while `auth` has writes. Such a copy
+/// is backfilled, as Ceph backfills a copy created empty, even where `auth`'s log still
+/// reaches back to the PG's first write: recovering it object by object after activation made
+/// every client op on those objects wait for a whole-object transfer (a returning OSD's first
+/// seconds). A copy that served empty (activated, never written) recovers by the log.
+fn created_empty(copy: &PeerLog, auth: &PgLog) -> bool {
+    copy.last_epoch_started == 0
+        && copy.log.entries().next().is_none()
+        && copy.log.head() == Eversion::default()
+        && auth.head() > Eversion::default()
 }
 
 /// What `copy` must do to match `auth`.

@@ -155,6 +155,62 @@ fn divergent_writes_are_rolled_back_and_behind_the_tail_means_backfill() {
     assert_eq!(p.recovery[&3], Recovery::Backfill);
 }
 
+#[test]
+fn a_copy_created_empty_is_backfilled_even_where_the_log_reaches_the_first_write() {
+    let a1 = e(5, 1, "a", OpKind::Modify, Eversion::default());
+    let b2 = e(5, 2, "b", OpKind::Modify, Eversion::default());
+    let auth = PeerLog {
+        osd: 1,
+        last_epoch_started: 5,
+        log: log_of(&[a1.clone(), b2], 100),
+        missing: Default::default(),
+    };
+    let empty = |osd| PeerLog {
+        osd,
+        last_epoch_started: 0,
+        log: PgLog::new(100),
+        missing: Default::default(),
+    };
+    let behind = PeerLog {
+        osd: 3,
+        last_epoch_started: 5,
+        log: log_of(&[a1], 100),
+        missing: Default::default(),
+    };
+    let p = plan(&[empty(0), auth.clone(), behind], 0).unwrap();
+    assert_eq!(p.authoritative, 1);
+    assert_eq!(
+        p.recovery[&0],
+        Recovery::Backfill,
+        "the empty primary copies the whole PG rather than each object on first touch"
+    );
+    assert!(
+        matches!(&p.recovery[&3], Recovery::Log { missing, .. } if missing.len() == 1),
+        "a copy with history still recovers by the log: {:?}",
+        p.recovery[&3]
+    );
+    let served_empty = PeerLog {
+        last_epoch_started: 4,
+        ..empty(0)
+    };
+    let p = plan(&[served_empty, auth.clone()], 0).unwrap();
+    assert!(
+        matches!(&p.recovery[&0], Recovery::Log { missing, .. } if missing.len() == 2),
+        "a copy that served empty recovers by the log: {:?}",
+        p.recovery[&0]
+    );
+    let fresh = PeerLog {
+        log: PgLog::new(100),
+        ..auth
+    };
+    let p = plan(&[empty(0), fresh], 0).unwrap();
+    assert_eq!(
+        p.recovery[&0],
+        Recovery::Clean,
+        "a new PG's empty copies agree"
+    );
+}
+
 proptest! {
     #[test]
     fn recovery_makes_every_copy_equal_the_authoritative_one(
