@@ -193,6 +193,15 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
             let (objects, bytes) = s.metrics.recovered_as_primary();
             Ok(format!("{objects} {bytes}\n"))
         }
+        ["recovery", "pacing"] => {
+            let (allowance, level_ms) = s.throttle.pacing();
+            let level = level_ms.map_or("unmeasured".to_string(), |ms| format!("{ms:.2} ms"));
+            Ok(format!(
+                "allowance {allowance:.3} of {} pushes; client level {level}; factor {}\n",
+                s.throttle.max_active(),
+                s.throttle.get("osd_recovery_pacing_factor").unwrap_or_default()
+            ))
+        }
         ["recovery", "reservations"] => {
             s.throttle
                 .drop_stale(|pg, epoch| crate::replica::grant_lapsed(s, pg, epoch));
@@ -206,7 +215,7 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
             Ok(format!("local: {}\nremote: {}\n", list(local), list(remote)))
         }
         _ => Err(format!(
-            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | sched history [clear] | pg stats | pg dump | pg usage | pg objects | pg scrub|deep-scrub|repair PGID | io | recovery [reservations] | df | inject ...)",
+            "unknown command `{}` (try: config get KEY | config set KEY VALUE | config show | sched history [clear] | pg stats | pg dump | pg usage | pg objects | pg scrub|deep-scrub|repair PGID | io | recovery [reservations|pacing] | df | inject ...)",
             args.join(" ")
         )),
     }
@@ -316,6 +325,7 @@ fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
         }
     };
     let name = cfg.name();
+    s.throttle.follow_policy(&cfg);
     s.sched.set_policy(cfg).map_err(|e| e.to_string())?;
     tracing::info!(osd = s.id, key, value, "config set");
     Ok(format!("{key} set; scheduler policy is now {name}\n"))
@@ -506,6 +516,19 @@ fn encode_page(e: &mut DescriptorEncoder<'_>, s: &Shared) -> Written {
         [([("osd", osd)], s.epoch())],
     )?;
     s.sched.encode(e, osd)?;
+    let (allowance, level_ms) = s.throttle.pacing();
+    e.gauges(
+        "cairn_osd_recovery_pacing_allowance",
+        "Background recovery pushes the pacer allows in flight (below 1: a duty cycle).",
+        [([("osd", osd)], allowance)],
+    )?;
+    if let Some(ms) = level_ms {
+        e.gauges(
+            "cairn_osd_recovery_pacing_client_level_seconds",
+            "Median client op latency without recovery that the pacer compares with.",
+            [([("osd", osd)], ms / 1000.0)],
+        )?;
+    }
     encode_capacity(e, osd, &s.cfg.capacity)?;
     let store = s
         .store_stats

@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod misplaced;
 pub mod missing;
 pub mod objects;
+pub mod pacing;
 pub mod past;
 pub mod payload;
 pub mod peering;

@@ -42,7 +42,11 @@ pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Payload)
     let started = Instant::now();
     let kind = op.kind.name();
     let in_bytes = data.bytes.len() as u64;
+    let background = op.background;
     let answer = run(&s, client, op, data).await;
+    if !background {
+        s.throttle.observe_client_op(started.elapsed());
+    }
     s.metrics.record_op(
         kind,
         in_bytes + answer.1.len() as u64,

@@ -89,9 +89,11 @@ impl Shared {
             (false, _) => crate::throttle::DeviceKind::Ssd,
         };
         let pg_temps = crate::pgtemp::PgTempBatch::new(mon.clone());
+        let throttle = Arc::new(crate::throttle::RecoveryThrottle::new(device));
+        throttle.follow_policy(&sched.policy());
         Shared {
             id,
-            throttle: Arc::new(crate::throttle::RecoveryThrottle::new(device)),
+            throttle,
             store,
             sched,
             map,

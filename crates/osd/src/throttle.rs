@@ -5,23 +5,32 @@
 //! pushes in flight on this OSD; 0 picks 3 on a rotational device, 10 on others, as Ceph's
 //! `_hdd`/`_ssd` variants) and `osd_recovery_sleep_{hdd,ssd,hybrid}` (a pause after each
 //! background recovery step, for the queues that do not meter recovery themselves: ignored
-//! under mClock, as in Ceph). Recovery a client waits on is never throttled here.
+//! under mClock, as in Ceph). Recovery a client waits on is never throttled here. Beneath
+//! `osd_recovery_max_active`, the pacer ([`crate::pacing`]) lowers the pushes allowed in flight
+//! while clients are slowed by more than `osd_recovery_pacing_factor`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_clustermap::PgId;
+use cairn_qos::PolicyConfig;
 use tokio::sync::Notify;
 
+use crate::pacing::{Factor, Pacer};
+
 /// The settings this module owns, in `config get/set/show` order.
-pub const KEYS: [&str; 5] = [
+pub const KEYS: [&str; 6] = [
     "osd_max_backfills",
     "osd_recovery_max_active",
     "osd_recovery_sleep_hdd",
     "osd_recovery_sleep_ssd",
     "osd_recovery_sleep_hybrid",
+    "osd_recovery_pacing_factor",
 ];
+
+/// Longest wait between looks at the pacer's pause (a lowered allowance may end it sooner).
+const PAUSE_STEP: Duration = Duration::from_millis(50);
 
 /// Most fills or pushes a setting may allow at once (a typo of 1e9 must not disable the
 /// throttle silently).
@@ -42,6 +51,9 @@ pub struct Settings {
     pub sleep_ssd_s: f64,
     /// `osd_recovery_sleep_hybrid`, seconds (a rotational device with a fast DB device).
     pub sleep_hybrid_s: f64,
+    /// `osd_recovery_pacing_factor`: how much slower than without recovery clients may get
+    /// before background recovery backs off (see [`crate::pacing`]).
+    pub pacing: Factor,
 }
 
 impl Default for Settings {
@@ -52,6 +64,7 @@ impl Default for Settings {
             sleep_hdd_s: 0.1,
             sleep_ssd_s: 0.0,
             sleep_hybrid_s: 0.025,
+            pacing: Factor::Auto,
         }
     }
 }
@@ -81,6 +94,11 @@ struct State {
     local: BTreeSet<PgId>,
     remote: BTreeMap<PgId, Grant>,
     active: usize,
+    pacer: Pacer,
+    /// The factor `auto` stands for under the scheduler's policy now.
+    auto_factor: f64,
+    /// No push starts before this (the pacer's pause after the last one).
+    not_before: Option<Instant>,
 }
 
 /// One OSD's recovery throttles.
@@ -104,10 +122,12 @@ impl Drop for LocalReservation {
     }
 }
 
-/// One background push in flight: its slot is freed when dropped.
+/// One background push in flight: its slot is freed when dropped (and, while the pacer
+/// allows less than one push, the next waits out a pause in proportion to this one).
 #[derive(Debug)]
 pub struct ActiveSlot<'a> {
     throttle: &'a RecoveryThrottle,
+    taken: Instant,
 }
 
 impl Drop for ActiveSlot<'_> {
@@ -115,6 +135,12 @@ impl Drop for ActiveSlot<'_> {
         let mut st = self.throttle.lock();
         assert!(st.active > 0, "a recovery slot freed twice");
         st.active -= 1;
+        let max = self.throttle.max_active_in(&st);
+        let pause = Pacer::pause_after(self.taken.elapsed(), st.pacer.allowance(max));
+        if !pause.is_zero() {
+            let until = Instant::now() + pause;
+            st.not_before = Some(st.not_before.map_or(until, |t| t.max(until)));
+        }
         drop(st);
         self.throttle.freed.notify_waiters();
     }
@@ -125,9 +151,49 @@ impl RecoveryThrottle {
     pub fn new(device: DeviceKind) -> Self {
         RecoveryThrottle {
             device,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                auto_factor: crate::pacing::default_factor(&PolicyConfig::Fifo),
+                ..State::default()
+            }),
             freed: Notify::new(),
         }
+    }
+
+    /// Takes the pacing factor `auto` stands for from the scheduler's `policy` (at boot and
+    /// whenever the policy changes).
+    pub fn follow_policy(&self, policy: &PolicyConfig) {
+        self.lock().auto_factor = crate::pacing::default_factor(policy);
+    }
+
+    /// Counts a client op this OSD served as primary, `latency` end to end, for the pacer.
+    pub fn observe_client_op(&self, latency: Duration) {
+        let mut st = self.lock();
+        st.pacer.observe(latency);
+        self.tick_in(&mut st);
+    }
+
+    /// Ends the pacer's tick when it is due.
+    fn tick_in(&self, st: &mut State) {
+        let max = self.max_active_in(st);
+        let factor = match st.settings.pacing {
+            Factor::Auto => Some(st.auto_factor),
+            Factor::Fixed(f) => Some(f),
+            Factor::Off => None,
+        };
+        let in_flight = st.active;
+        st.pacer.maybe_tick(Instant::now(), in_flight, max, factor);
+    }
+
+    /// Background pushes the pacer allows in flight now (below 1: a duty cycle), and the
+    /// client latency without recovery it compares with, ms.
+    pub fn pacing(&self) -> (f64, Option<f64>) {
+        let mut st = self.lock();
+        self.tick_in(&mut st);
+        let max = self.max_active_in(&st);
+        (
+            st.pacer.allowance(max),
+            st.pacer.level().map(|us| us / 1000.0),
+        )
     }
 
     /// The kind of device these throttles were made for.
@@ -220,20 +286,36 @@ impl RecoveryThrottle {
         )
     }
 
-    /// Waits for a slot for one background push (`osd_recovery_max_active`).
+    /// Waits for a slot for one background push: fewer than `osd_recovery_max_active` in
+    /// flight, and fewer than the pacer allows, after its pause.
     pub async fn active_slot(&self) -> ActiveSlot<'_> {
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            {
+            let paused = {
                 let mut st = self.lock();
-                if st.active < self.max_active_in(&st) {
-                    st.active += 1;
-                    return ActiveSlot { throttle: self };
+                self.tick_in(&mut st);
+                let now = Instant::now();
+                let allowed = st.pacer.allowance(self.max_active_in(&st)).ceil() as usize;
+                match st.not_before.filter(|t| *t > now) {
+                    Some(t) => Some(t - now),
+                    None if st.active < allowed => {
+                        st.active += 1;
+                        st.not_before = None;
+                        st.pacer.note_recovering();
+                        return ActiveSlot {
+                            throttle: self,
+                            taken: now,
+                        };
+                    }
+                    None => None,
                 }
+            };
+            match paused {
+                Some(left) => tokio::time::sleep(left.min(PAUSE_STEP)).await,
+                None => freed.await,
             }
-            freed.await;
         }
     }
 
@@ -254,6 +336,7 @@ impl RecoveryThrottle {
             "osd_recovery_sleep_hdd" => s.sleep_hdd_s.to_string(),
             "osd_recovery_sleep_ssd" => s.sleep_ssd_s.to_string(),
             "osd_recovery_sleep_hybrid" => s.sleep_hybrid_s.to_string(),
+            "osd_recovery_pacing_factor" => s.pacing.to_string(),
             _ => return None,
         })
     }
@@ -286,6 +369,9 @@ impl RecoveryThrottle {
             "osd_recovery_sleep_hdd" => st.settings.sleep_hdd_s = secs()?,
             "osd_recovery_sleep_ssd" => st.settings.sleep_ssd_s = secs()?,
             "osd_recovery_sleep_hybrid" => st.settings.sleep_hybrid_s = secs()?,
+            "osd_recovery_pacing_factor" => {
+                st.settings.pacing = Factor::parse(value).map_err(|e| format!("{key}: {e}"))?
+            }
             other => return Err(format!("`{other}` is not a recovery throttle")),
         }
         drop(st);
@@ -387,5 +473,52 @@ mod tests {
             .await
             .expect("freed slot taken")
             .unwrap();
+    }
+
+    /// Client ops of `ms` each for just over one pacer tick.
+    async fn client_tick(t: &RecoveryThrottle, ms: u64) {
+        let end = Instant::now() + crate::pacing::TICK + Duration::from_millis(5);
+        while Instant::now() < end {
+            t.observe_client_op(Duration::from_millis(ms));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        t.observe_client_op(Duration::from_millis(ms));
+    }
+
+    #[tokio::test]
+    async fn slowed_clients_hold_pushes_back_and_off_lets_them_go() {
+        let t = RecoveryThrottle::new(DeviceKind::Ssd);
+        t.set("osd_recovery_pacing_factor", "1.2").unwrap();
+        for _ in 0..crate::pacing::SETTLE_TICKS + 1 {
+            client_tick(&t, 1).await;
+        }
+        assert_eq!(t.pacing(), (10.0, Some(1.0)), "measured without recovery");
+        let held: Vec<ActiveSlot<'_>> = vec![t.active_slot().await, t.active_slot().await];
+        for _ in 0..3 {
+            client_tick(&t, 5).await;
+        }
+        let (allowance, _) = t.pacing();
+        assert!(allowance <= 2.5, "halved each slow tick: {allowance}");
+        drop(held);
+        let blocked = tokio::time::timeout(Duration::from_millis(50), async {
+            let _a = t.active_slot().await;
+            let _b = t.active_slot().await;
+            let _c = t.active_slot().await;
+            let _d = t.active_slot().await;
+        })
+        .await;
+        assert!(blocked.is_err(), "no more pushes than the pacer allows");
+        t.set("osd_recovery_pacing_factor", "0").unwrap();
+        client_tick(&t, 5).await;
+        let four = tokio::time::timeout(Duration::from_secs(5), async {
+            let _a = t.active_slot().await;
+            let _b = t.active_slot().await;
+            let _c = t.active_slot().await;
+            let _d = t.active_slot().await;
+        })
+        .await;
+        assert!(four.is_ok(), "pacing off: osd_recovery_max_active alone");
+        assert!(t.set("osd_recovery_pacing_factor", "0.5").is_err());
+        assert_eq!(t.get("osd_recovery_pacing_factor").as_deref(), Some("0"));
     }
 }

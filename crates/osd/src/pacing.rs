@@ -1,0 +1,389 @@
+//! Background recovery that yields to clients by their measured latency.
+//!
+//! The scheduler orders work by a cost model; when the model's idea of the device is wrong (a
+//! plain file on a shared host disk, several OSDs on one spindle) recovery's large writes fill
+//! the device's own queue and a client's small write waits behind them whatever the policy:
+//! on plain files a returning OSD's recovery left its clients 6-9% of their rate. The pacer
+//! closes the loop on what the client sees instead: every [`TICK`] it compares the median
+//! latency of the client ops this OSD served as primary with their level without recovery,
+//! and halves the background pushes allowed in flight when they are more than `factor` times
+//! slower, or grows them by one (up to `osd_recovery_max_active`) when they are not. Below one
+//! push the allowance becomes a duty cycle: a push is followed by a pause of its own duration
+//! times `1 / allowance - 1`, down to one push in [`MIN_ALLOWANCE`]'s inverse, so recovery
+//! slows but never stops. The level without recovery is the mean of the medians of ticks with
+//! no push in flight (after [`SETTLE_TICKS`] of them in a row), or, when none is younger than
+//! [`BASELINE_MAX_AGE_TICKS`], the lowest tick median of the last [`RECENT_TICKS`].
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use cairn_qos::PolicyConfig;
+
+/// How often the allowance is reconsidered.
+pub const TICK: Duration = Duration::from_millis(100);
+/// The smallest allowance: one push for every 16 pushes' time.
+pub const MIN_ALLOWANCE: f64 = 1.0 / 16.0;
+/// Idle ticks in a row before their medians count for the level without recovery (the
+/// device drains what recovery left in its queue first).
+pub const SETTLE_TICKS: u32 = 3;
+/// Ticks after which the level measured without recovery is too old to trust (30 s).
+pub const BASELINE_MAX_AGE_TICKS: u64 = 300;
+/// Tick medians kept for the fallback level (10 s).
+pub const RECENT_TICKS: usize = 100;
+/// Client latencies kept per tick (the median of a sample this size is plenty).
+const MAX_SAMPLES: usize = 4096;
+/// Weight of a new idle tick in the level without recovery.
+const IDLE_WEIGHT: f64 = 0.2;
+/// Largest factor accepted by the setting.
+pub const MAX_FACTOR: f64 = 100.0;
+
+/// The factor a policy implies when `osd_recovery_pacing_factor` is `auto`: mClock's
+/// `high_client_ops` keeps clients within 1.2x of their latency without recovery,
+/// `high_recovery_ops` lets them slow 3x, everything else 1.6x.
+pub fn default_factor(policy: &PolicyConfig) -> f64 {
+    match policy {
+        PolicyConfig::Mclock(m) => match m.profile.as_str() {
+            "high_client_ops" => 1.2,
+            "high_recovery_ops" => 3.0,
+            _ => 1.6,
+        },
+        _ => 1.6,
+    }
+}
+
+/// The pacing setting: by the policy, a fixed factor, or off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Factor {
+    /// [`default_factor`] of the policy in force.
+    Auto,
+    /// Clients may be this many times slower (at least 1).
+    Fixed(f64),
+    /// No pacing: `osd_recovery_max_active` alone.
+    Off,
+}
+
+impl Factor {
+    /// Parses `auto`, `0` (off) or a factor in 1..=[`MAX_FACTOR`].
+    pub fn parse(value: &str) -> Result<Factor, String> {
+        let value = value.trim();
+        if value == "auto" {
+            return Ok(Factor::Auto);
+        }
+        let f: f64 = value
+            .parse()
+            .map_err(|_| format!("`{value}` is not `auto`, 0 or a factor"))?;
+        if f == 0.0 {
+            return Ok(Factor::Off);
+        }
+        if !(1.0..=MAX_FACTOR).contains(&f) {
+            return Err(format!(
+                "{f} is outside 1..={MAX_FACTOR} (0 turns pacing off)"
+            ));
+        }
+        Ok(Factor::Fixed(f))
+    }
+
+    /// The factor in force under `policy`, None when off.
+    pub fn resolve(self, policy: &PolicyConfig) -> Option<f64> {
+        match self {
+            Factor::Auto => Some(default_factor(policy)),
+            Factor::Fixed(f) => Some(f),
+            Factor::Off => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Factor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Factor::Auto => write!(f, "auto"),
+            Factor::Fixed(x) => write!(f, "{x}"),
+            Factor::Off => write!(f, "0"),
+        }
+    }
+}
+
+/// One OSD's pacer state (kept under the recovery throttle's lock).
+#[derive(Debug)]
+pub struct Pacer {
+    samples: Vec<u32>,
+    recovering: bool,
+    tick_started: Option<Instant>,
+    idle_streak: u32,
+    idle_level_us: Option<f64>,
+    idle_level_age: u64,
+    recent: VecDeque<f64>,
+    allowance: f64,
+}
+
+impl Default for Pacer {
+    fn default() -> Self {
+        Pacer {
+            samples: Vec::new(),
+            recovering: false,
+            tick_started: None,
+            idle_streak: 0,
+            idle_level_us: None,
+            idle_level_age: 0,
+            recent: VecDeque::new(),
+            allowance: f64::INFINITY,
+        }
+    }
+}
+
+impl Pacer {
+    /// Counts one client op's latency in the current tick.
+    pub fn observe(&mut self, latency: Duration) {
+        if self.samples.len() < MAX_SAMPLES {
+            let us = latency.as_micros().min(u32::MAX as u128) as u32;
+            self.samples.push(us);
+        }
+    }
+
+    /// Notes that a background push was in flight during the current tick.
+    pub fn note_recovering(&mut self) {
+        self.recovering = true;
+    }
+
+    /// Ends the current tick if it began [`TICK`] or more before `now` (`in_flight`: pushes
+    /// running now), adapting the allowance under `factor` (None: pacing off).
+    pub fn maybe_tick(
+        &mut self,
+        now: Instant,
+        in_flight: usize,
+        max_active: usize,
+        factor: Option<f64>,
+    ) {
+        let started = *self.tick_started.get_or_insert(now);
+        if now.duration_since(started) < TICK {
+            return;
+        }
+        self.tick_started = Some(now);
+        if in_flight > 0 {
+            self.recovering = true;
+        }
+        self.tick(max_active, factor);
+    }
+
+    /// Ends a tick, with `max_active` pushes at most: see the module's documentation.
+    pub fn tick(&mut self, max_active: usize, factor: Option<f64>) {
+        let max = max_active.max(1) as f64;
+        let recovering = std::mem::take(&mut self.recovering);
+        let median = median_us(&mut self.samples);
+        self.samples.clear();
+        self.idle_level_age = self.idle_level_age.saturating_add(1);
+        let Some(factor) = factor else {
+            self.allowance = f64::INFINITY;
+            return;
+        };
+        let Some(median) = median else {
+            // No client to protect.
+            self.grow(max);
+            return;
+        };
+        self.recent.push_back(median);
+        while self.recent.len() > RECENT_TICKS {
+            self.recent.pop_front();
+        }
+        if !recovering {
+            self.idle_streak = self.idle_streak.saturating_add(1);
+            if self.idle_streak >= SETTLE_TICKS {
+                self.idle_level_us = Some(match self.idle_level_us {
+                    Some(level) if self.idle_level_age <= BASELINE_MAX_AGE_TICKS => {
+                        level + IDLE_WEIGHT * (median - level)
+                    }
+                    _ => median,
+                });
+                self.idle_level_age = 0;
+            }
+            return;
+        }
+        self.idle_streak = 0;
+        let Some(level) = self.level() else {
+            return;
+        };
+        if median > level * factor {
+            self.allowance = (self.allowance.min(max) / 2.0).max(MIN_ALLOWANCE);
+        } else {
+            self.grow(max);
+        }
+    }
+
+    /// One step up, to `max` at most (unlimited stays unlimited).
+    fn grow(&mut self, max: f64) {
+        if self.allowance.is_infinite() {
+            return;
+        }
+        self.allowance = match self.allowance < 1.0 {
+            true => (self.allowance * 2.0).min(1.0),
+            false => (self.allowance + 1.0).min(max),
+        };
+    }
+
+    /// The client latency without recovery the pacer compares with, µs.
+    pub fn level(&self) -> Option<f64> {
+        match self.idle_level_us {
+            Some(level) if self.idle_level_age <= BASELINE_MAX_AGE_TICKS => Some(level),
+            _ => self.recent.iter().copied().reduce(f64::min),
+        }
+    }
+
+    /// Background pushes allowed in flight now, at most `max_active`; below 1 a duty cycle.
+    pub fn allowance(&self, max_active: usize) -> f64 {
+        assert!(
+            self.allowance >= MIN_ALLOWANCE,
+            "the allowance fell below its floor"
+        );
+        self.allowance.min(max_active.max(1) as f64)
+    }
+
+    /// The pause after a push that held its slot for `held`, under allowance `allowance`.
+    pub fn pause_after(held: Duration, allowance: f64) -> Duration {
+        if allowance >= 1.0 {
+            return Duration::ZERO;
+        }
+        held.mul_f64(1.0 / allowance.max(MIN_ALLOWANCE) - 1.0)
+    }
+}
+
+/// The median of `samples` (reordered), None when empty.
+fn median_us(samples: &mut [u32]) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mid = samples.len() / 2;
+    let (_, m, _) = samples.select_nth_unstable(mid);
+    Some(f64::from(*m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tick_with(p: &mut Pacer, latency_ms: u64, recovering: bool, factor: f64) {
+        for _ in 0..20 {
+            p.observe(Duration::from_millis(latency_ms));
+        }
+        if recovering {
+            p.note_recovering();
+        }
+        p.tick(MAX_ACTIVE, Some(factor));
+    }
+
+    const MAX_ACTIVE: usize = 10;
+
+    fn settled(level_ms: u64) -> Pacer {
+        let mut p = Pacer::default();
+        for _ in 0..SETTLE_TICKS + 2 {
+            tick_with(&mut p, level_ms, false, 1.2);
+        }
+        p
+    }
+
+    #[test]
+    fn slow_clients_halve_the_allowance_down_to_a_duty_cycle_and_fast_ones_grow_it_back() {
+        let mut p = settled(2);
+        assert_eq!(p.level(), Some(2000.0));
+        assert_eq!(p.allowance(10), 10.0, "unlimited until clients slow down");
+        tick_with(&mut p, 10, true, 1.2);
+        assert_eq!(p.allowance(10), 5.0);
+        for _ in 0..20 {
+            tick_with(&mut p, 10, true, 1.2);
+        }
+        assert_eq!(p.allowance(10), MIN_ALLOWANCE, "never below the floor");
+        tick_with(&mut p, 2, true, 1.2);
+        assert_eq!(
+            p.allowance(10),
+            2.0 * MIN_ALLOWANCE,
+            "doubles below one push"
+        );
+        for _ in 0..4 {
+            tick_with(&mut p, 2, true, 1.2);
+        }
+        assert_eq!(p.allowance(10), 2.0, "then one more push per tick");
+        for _ in 0..20 {
+            tick_with(&mut p, 2, true, 1.2);
+        }
+        assert_eq!(p.allowance(10), 10.0, "up to osd_recovery_max_active");
+    }
+
+    #[test]
+    fn the_factor_decides_what_counts_as_slow() {
+        let mut p = settled(2);
+        tick_with(&mut p, 5, true, 3.0);
+        assert_eq!(p.allowance(10), 10.0, "2.5x is within a factor of 3");
+        tick_with(&mut p, 5, true, 1.6);
+        assert_eq!(p.allowance(10), 5.0);
+        p.tick(8, None);
+        assert_eq!(p.allowance(10), 10.0, "off: osd_recovery_max_active alone");
+    }
+
+    #[test]
+    fn a_stale_or_missing_idle_level_falls_back_to_the_lowest_recent_median() {
+        let mut p = Pacer::default();
+        tick_with(&mut p, 4, true, 1.2);
+        assert_eq!(
+            p.level(),
+            Some(4000.0),
+            "no idle tick yet: the lowest median seen"
+        );
+        tick_with(&mut p, 6, true, 1.2);
+        assert_eq!(p.allowance(10), 5.0, "6 ms is more than 1.2 x 4 ms");
+        let mut p = settled(1);
+        for _ in 0..BASELINE_MAX_AGE_TICKS + 1 {
+            tick_with(&mut p, 3, true, 1.2);
+        }
+        assert_eq!(
+            p.level(),
+            Some(3000.0),
+            "a level older than 30 s gives way to the recent lowest"
+        );
+    }
+
+    #[test]
+    fn idle_ticks_settle_before_they_count_and_ticks_without_clients_grow() {
+        let mut p = settled(2);
+        tick_with(&mut p, 10, true, 1.2);
+        tick_with(&mut p, 10, true, 1.2);
+        assert_eq!(p.allowance(MAX_ACTIVE), 2.5);
+        tick_with(&mut p, 8, false, 1.2);
+        assert_eq!(
+            p.level(),
+            Some(2000.0),
+            "the device still drains recovery's writes"
+        );
+        p.tick(MAX_ACTIVE, Some(1.2));
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            3.5,
+            "no client op: nothing to protect"
+        );
+    }
+
+    #[test]
+    fn a_pause_stretches_a_push_to_the_duty_cycle() {
+        let held = Duration::from_millis(10);
+        assert_eq!(Pacer::pause_after(held, 2.0), Duration::ZERO);
+        assert_eq!(Pacer::pause_after(held, 1.0), Duration::ZERO);
+        assert_eq!(Pacer::pause_after(held, 0.25), Duration::from_millis(30));
+        assert_eq!(
+            Pacer::pause_after(held, 0.0),
+            Duration::from_millis(150),
+            "never beyond the floor"
+        );
+    }
+
+    #[test]
+    fn the_setting_is_auto_off_or_a_checked_factor() {
+        assert_eq!(Factor::parse("auto"), Ok(Factor::Auto));
+        assert_eq!(Factor::parse("0"), Ok(Factor::Off));
+        assert_eq!(Factor::parse(" 1.5 "), Ok(Factor::Fixed(1.5)));
+        for bad in ["0.5", "-1", "NaN", "1e9", "fast", ""] {
+            assert!(Factor::parse(bad).is_err(), "{bad:?} must be refused");
+        }
+        let hco = PolicyConfig::by_name("mclock").unwrap();
+        assert!(Factor::Auto.resolve(&hco).is_some());
+        assert_eq!(Factor::Off.resolve(&hco), None);
+        assert_eq!(Factor::Fixed(2.0).resolve(&PolicyConfig::Fifo), Some(2.0));
+    }
+}
