@@ -39,7 +39,9 @@ pub struct RecoveryStudyArgs {
     work_dir: Option<PathBuf>,
     /// Schedulers to compare, each on a fresh cluster: a policy (fifo, wpq, mclock, crrn, orr,
     /// trr, tbf), an mClock profile (high_client_ops, balanced, high_recovery_ops), or `bst`
-    /// (seed 000's setting: wpq with recovery at the client's priority, no recovery sleep).
+    /// (seed 000's setting: wpq with recovery at the client's priority, no recovery sleep);
+    /// each may be followed by `:KEY=VALUE` live settings set on every OSD with it (e.g.
+    /// `high_client_ops:osd_recovery_pacing_factor=0` to compare without pacing).
     #[arg(
         long,
         value_delimiter = ',',
@@ -196,7 +198,27 @@ struct Scheduler {
 const BST: &str = "bst";
 
 /// Parses a scheduler name: a policy name, an mClock profile, or `bst`.
-fn parse_scheduler(name: &str) -> anyhow::Result<Scheduler> {
+fn parse_scheduler(spec: &str) -> anyhow::Result<Scheduler> {
+    let mut parts = spec.split(':');
+    let name = parts.next().unwrap_or_default();
+    let mut sched = parse_policy(name)?;
+    for setting in parts {
+        let Some((key, value)) = setting
+            .split_once('=')
+            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+        else {
+            bail!("`{setting}` in `{spec}` is not KEY=VALUE");
+        };
+        sched
+            .commands
+            .push(["config", "set", key, value].map(String::from).to_vec());
+        sched.label = format!("{} {key}={value}", sched.label);
+    }
+    Ok(sched)
+}
+
+/// The commands selecting scheduler `name` (see [`parse_scheduler`]).
+fn parse_policy(name: &str) -> anyhow::Result<Scheduler> {
     let set = |key: &str, value: &str| -> Vec<String> {
         ["config", "set", key, value]
             .iter()
@@ -739,9 +761,27 @@ mod tests {
                 .count(),
             3
         );
-        for bad in ["custom", "lifo", ""] {
+        for bad in ["custom", "lifo", "", ":osd_max_backfills=2"] {
             let e = parse_scheduler(bad).unwrap_err().to_string();
             assert!(e.contains("unknown scheduler"), "{bad}: {e}");
+        }
+        let unpaced = parse_scheduler("high_client_ops:osd_recovery_pacing_factor=0").unwrap();
+        assert_eq!(
+            unpaced.label,
+            "mclock high_client_ops osd_recovery_pacing_factor=0"
+        );
+        assert_eq!(
+            unpaced.commands.last().unwrap(),
+            &["config", "set", "osd_recovery_pacing_factor", "0"]
+        );
+        for bad in [
+            "wpq:",
+            "wpq:osd_max_backfills",
+            "wpq:=1",
+            "wpq:osd_max_backfills=",
+        ] {
+            let e = parse_scheduler(bad).unwrap_err().to_string();
+            assert!(e.contains("is not KEY=VALUE"), "{bad}: {e}");
         }
     }
 
