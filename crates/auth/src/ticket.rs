@@ -39,6 +39,9 @@ pub struct Ticket {
     pub issued_unix_s: u64,
     /// When it stops being accepted (seconds since the Unix epoch).
     pub expires_unix_s: u64,
+    /// The client id the monitor bound to this entity for the holder (the id its ops name,
+    /// which OSDs schedule them by); None when the holder asked for none.
+    pub client_id: Option<u64>,
 }
 
 /// The serialized form of a ticket.
@@ -49,6 +52,8 @@ struct TicketWire {
     session_key: String,
     issued: u64,
     expires: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_id: Option<u64>,
 }
 
 /// What the seal authenticates besides the contents: which service the ticket is for.
@@ -68,6 +73,7 @@ impl Ticket {
             session_key: SecretKey::generate(),
             issued_unix_s: now_unix_s,
             expires_unix_s: now_unix_s.saturating_add(ttl_s),
+            client_id: None,
         }
     }
 
@@ -79,6 +85,7 @@ impl Ticket {
             session_key: self.session_key.to_base64(),
             issued: self.issued_unix_s,
             expires: self.expires_unix_s,
+            client_id: self.client_id,
         };
         let json = serde_json::to_vec(&wire).expect("a ticket serializes");
         seal(service_secret, Purpose::Ticket, SERVICE_OSD, &json)
@@ -107,6 +114,7 @@ impl Ticket {
             session_key: SecretKey::from_base64(&wire.session_key)?,
             issued_unix_s: wire.issued,
             expires_unix_s: wire.expires,
+            client_id: wire.client_id,
         };
         if now_unix_s >= ticket.expires_unix_s {
             return Err(AuthError::Ticket(format!(

@@ -423,7 +423,7 @@ fn every_attack_on_an_authenticated_cluster_is_refused_logged_and_changes_nothin
         // nor run admin commands.
         let admin_mon = Arc::new(admin_mon);
         let tickets: Arc<dyn CredentialSource> =
-            Arc::new(TicketSource::new(admin_mon.clone(), cluster.admin()));
+            Arc::new(TicketSource::new(admin_mon.clone(), cluster.admin(), 0));
         let pg_log = Box::new(cairn_pg::log::PgLog::new(100));
         let attacks: Vec<(u16, Vec<u8>)> = vec![
             (MSG_OSD_REPOP, replica_remove(&map, "victim")),
@@ -509,6 +509,67 @@ fn every_attack_on_an_authenticated_cluster_is_refused_logged_and_changes_nothin
             .unwrap_err()
             .to_string();
         assert!(e.contains("permission denied"), "{e}");
+
+        // A client id is its holder's: a ticket binding the reader's id to another entity is
+        // refused, and an op naming an id other than the one its session's ticket binds is
+        // refused by the OSD (it would share that client's CRR-N queue or TBF bucket).
+        let taken = TicketSource::new(admin_mon.clone(), cluster.admin(), 730)
+            .credentials()
+            .await
+            .unwrap_err();
+        assert!(taken.contains("held by client.reader"), "{taken}");
+        let bound: Arc<dyn CredentialSource> =
+            Arc::new(TicketSource::new(admin_mon.clone(), cluster.admin(), 741));
+        let pool = map.placement.pool_named("data").unwrap();
+        let pg = pool.object_pg("victim", "", "");
+        let primary = map.placement.mapper().map_pg(pg).unwrap().acting[0];
+        let addr: SocketAddr = map.osds[&primary].addr.parse().unwrap();
+        let mut session = Session::connect_as(
+            addr,
+            742,
+            Limits::default(),
+            100,
+            Policy::Lossy,
+            Some(bound),
+        )
+        .await;
+        for (tid, named) in [(1u64, 999u64), (2, 741), (3, 0)] {
+            let read = cairn_proto::op::OpHeader {
+                tid,
+                epoch: map.epoch,
+                pool: pool.id,
+                pg_seed: pg.seed,
+                object: "victim".into(),
+                kind: cairn_proto::op::OpKind::Read { offset: 0, len: 16 },
+                data_crc: 0,
+                reqid: None,
+                assert_version: None,
+                background: false,
+                client: named,
+                instance: 0,
+            };
+            session
+                .send(MSG_OSD_OP, cairn_proto::encode(&read, &[]).to_vec())
+                .await
+                .unwrap();
+            let frame = session.recv_timeout(SHORT_MS).await.unwrap();
+            let (reply, _) =
+                cairn_proto::decode::<cairn_proto::op::ReplyHeader>(&frame.payload).unwrap();
+            assert_eq!(reply.tid, tid);
+            match named {
+                999 => assert!(
+                    matches!(&reply.result, cairn_proto::op::OpResult::Invalid(why)
+                        if why.contains("authenticated as client id 741")),
+                    "{:?}",
+                    reply.result
+                ),
+                _ => assert_eq!(
+                    reply.result,
+                    cairn_proto::op::OpResult::Ok,
+                    "client id {named}"
+                ),
+            }
+        }
 
         // Nothing changed: the OSDs are in, the pools are those made, the object is intact.
         let fresh = Client::connect_as(mon_addr, 740, Some(cluster.admin()))

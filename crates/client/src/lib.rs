@@ -184,7 +184,7 @@ impl Client {
         let mon_creds = auth.as_ref().map(|a| a.mon_credentials());
         let mon_client = Arc::new(MonClient::connect_as(mon, client_id, mon_creds).await);
         let osd_credentials = auth.map(|a| {
-            Arc::new(tickets::TicketSource::new(mon_client.clone(), a))
+            Arc::new(tickets::TicketSource::new(mon_client.clone(), a, client_id))
                 as Arc<dyn cairn_msgr::handshake::CredentialSource>
         });
         mon_client.subscribe(30_000).await?;

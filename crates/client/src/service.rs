@@ -69,6 +69,15 @@ pub struct TicketAuthorizer {
 
 impl Authorizer for TicketAuthorizer {
     fn authorize(&self, entity: &EntityName, ticket: &[u8]) -> Result<(SecretKey, Caps), String> {
+        self.authorize_bound(entity, ticket)
+            .map(|(key, caps, _)| (key, caps))
+    }
+
+    fn authorize_bound(
+        &self,
+        entity: &EntityName,
+        ticket: &[u8],
+    ) -> Result<(SecretKey, Caps, Option<u64>), String> {
         if ticket.is_empty() {
             return Err("this daemon needs a ticket from the monitor".into());
         }
@@ -80,7 +89,7 @@ impl Authorizer for TicketAuthorizer {
         if &t.entity != entity {
             return Err(format!("the ticket is {}'s", t.entity));
         }
-        Ok((t.session_key, caps))
+        Ok((t.session_key, caps, t.client_id))
     }
 
     fn min_mode(&self) -> WireMode {

@@ -40,19 +40,23 @@ impl ClientAuth {
 /// Longest a ticket request to the monitor may take.
 const TICKET_TIMEOUT_MS: u64 = 10_000;
 
-/// Tickets for the OSD service from `mon`, one kept until it nears its expiry.
+/// Tickets for the OSD service from `mon`, one kept until it nears its expiry, each binding
+/// the client's id.
 pub struct TicketSource {
     mon: Arc<MonClient>,
     auth: ClientAuth,
+    client_id: u64,
     held: tokio::sync::Mutex<Option<(DialCredentials, u64)>>,
 }
 
 impl TicketSource {
-    /// Tickets for `auth`'s entity from `mon`.
-    pub fn new(mon: Arc<MonClient>, auth: ClientAuth) -> TicketSource {
+    /// Tickets for `auth`'s entity from `mon`, binding `client_id` (the id its ops name; 0:
+    /// none).
+    pub fn new(mon: Arc<MonClient>, auth: ClientAuth, client_id: u64) -> TicketSource {
         TicketSource {
             mon,
             auth,
+            client_id,
             held: tokio::sync::Mutex::new(None),
         }
     }
@@ -75,7 +79,12 @@ impl CredentialSource for TicketSource {
         }
         let reply = self
             .mon
-            .request(RequestBody::Auth(AuthRequest::Ticket), TICKET_TIMEOUT_MS)
+            .request(
+                RequestBody::Auth(AuthRequest::Ticket {
+                    client_id: (self.client_id != 0).then_some(self.client_id),
+                }),
+                TICKET_TIMEOUT_MS,
+            )
             .await
             .map_err(|e| format!("no ticket from the monitor: {e}"))?;
         let Some(AuthAnswer::Ticket {

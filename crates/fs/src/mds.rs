@@ -652,6 +652,7 @@ mod tests {
             entity: "client.bob".parse().unwrap(),
             caps,
             mode: WireMode::Mac,
+            client_id: None,
         };
         let read = MdsOp::GetAttr { ino: 1 };
         let write = MdsOp::Unlink {

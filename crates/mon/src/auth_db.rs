@@ -16,12 +16,25 @@ use serde::{Deserialize, Serialize};
 
 /// Most entities the database holds (explicit limit).
 pub const MAX_ENTITIES: usize = 100_000;
+/// Most client ids bound at once (explicit limit; a binding lapses with its last ticket).
+pub const MAX_CLIENT_IDS: usize = 1 << 20;
 
-/// Entities, keys and the service secret.
+/// Entities, keys and the service secret, and which entity holds each client id.
 #[derive(Clone, Debug)]
 pub struct AuthDb {
     entries: BTreeMap<EntityName, KeyringEntry>,
     service_secret: SecretKey,
+    /// Client ids bound to entities by tickets, until the newest of those tickets expires
+    /// (Ceph's global ids). Kept in memory: a restarted monitor forgets them, and tickets
+    /// issued before then still carry theirs.
+    client_ids: BTreeMap<u64, IdBinding>,
+}
+
+/// A client id's holder and when its newest ticket expires.
+#[derive(Clone, Debug)]
+struct IdBinding {
+    entity: EntityName,
+    expires_unix_s: u64,
 }
 
 /// The stored form.
@@ -38,6 +51,7 @@ impl AuthDb {
         AuthDb {
             entries: keyring.entries.clone(),
             service_secret: SecretKey::generate(),
+            client_ids: BTreeMap::new(),
         }
     }
 
@@ -63,6 +77,7 @@ impl AuthDb {
             entries: ring.entries,
             service_secret: SecretKey::from_base64(&stored.service_secret)
                 .map_err(|e| bad(e.to_string()))?,
+            client_ids: BTreeMap::new(),
         })
     }
 
@@ -80,10 +95,53 @@ impl AuthDb {
         Some((e.key.clone(), caps))
     }
 
+    /// Binds client id `id` to `entity` until `expires_unix_s`, unless another entity holds
+    /// it with a ticket not yet expired at `now_unix_s`. Expired bindings are dropped first
+    /// when the table is full.
+    fn bind_client_id(
+        &mut self,
+        id: u64,
+        entity: &EntityName,
+        now_unix_s: u64,
+        expires_unix_s: u64,
+    ) -> Result<(), MonError> {
+        if id == 0 {
+            return Err(MonError::Invalid(
+                "client id 0 stands for no id; ask for a ticket without one".into(),
+            ));
+        }
+        match self.client_ids.get(&id) {
+            Some(b) if &b.entity != entity && b.expires_unix_s > now_unix_s => {
+                return Err(MonError::Refused(format!(
+                    "client id {id} is held by {} until its ticket expires",
+                    b.entity
+                )));
+            }
+            Some(_) => {}
+            None if self.client_ids.len() >= MAX_CLIENT_IDS => {
+                self.client_ids.retain(|_, b| b.expires_unix_s > now_unix_s);
+                if self.client_ids.len() >= MAX_CLIENT_IDS {
+                    return Err(MonError::Refused(format!(
+                        "{MAX_CLIENT_IDS} client ids are bound; none expired"
+                    )));
+                }
+            }
+            None => {}
+        }
+        self.client_ids.insert(
+            id,
+            IdBinding {
+                entity: entity.clone(),
+                expires_unix_s,
+            },
+        );
+        Ok(())
+    }
+
     /// What `request` from `asker` needs of the asker's monitor capability.
     pub fn required(request: &AuthRequest) -> MonAccess {
         match request {
-            AuthRequest::Ticket => MonAccess::Read,
+            AuthRequest::Ticket { .. } => MonAccess::Read,
             AuthRequest::ServiceSecret => MonAccess::ServiceSecret,
             _ => MonAccess::Admin,
         }
@@ -128,13 +186,18 @@ impl AuthDb {
             text: Keyring::single(entity.clone(), entry.clone()).render(),
         };
         match request {
-            AuthRequest::Ticket => {
+            AuthRequest::Ticket { client_id } => {
                 let entry = self
                     .entries
                     .get(asker)
-                    .ok_or_else(|| MonError::NotFound(format!("{asker} was removed")))?;
-                let ticket =
+                    .ok_or_else(|| MonError::NotFound(format!("{asker} was removed")))?
+                    .clone();
+                let mut ticket =
                     Ticket::issue(asker.clone(), entry.caps.clone(), now_unix_s, TICKET_TTL_S);
+                if let Some(id) = client_id {
+                    self.bind_client_id(id, asker, now_unix_s, ticket.expires_unix_s)?;
+                    ticket.client_id = Some(id);
+                }
                 Ok((
                     AuthAnswer::Ticket {
                         ticket: ticket.seal(&self.service_secret),
@@ -369,7 +432,9 @@ mod tests {
         };
         assert!(d.handle(&admin, bad, 0).is_err());
         let bob: EntityName = "client.bob".parse().unwrap();
-        let (ticket, _) = d.handle(&bob, AuthRequest::Ticket, 100).unwrap();
+        let (ticket, _) = d
+            .handle(&bob, AuthRequest::Ticket { client_id: None }, 100)
+            .unwrap();
         let AuthAnswer::Ticket {
             ticket,
             session_key,
@@ -392,7 +457,8 @@ mod tests {
         assert!(d.handle(&admin, rm.clone(), 0).unwrap().1);
         assert!(d.handle(&admin, rm, 0).is_err());
         assert!(
-            d.handle(&bob, AuthRequest::Ticket, 0).is_err(),
+            d.handle(&bob, AuthRequest::Ticket { client_id: None }, 0)
+                .is_err(),
             "a removed entity gets no ticket"
         );
         assert!(
@@ -424,5 +490,51 @@ mod tests {
                 0
             )
             .is_err());
+    }
+
+    fn ticket_for(d: &mut AuthDb, who: &EntityName, id: u64, now: u64) -> Result<Ticket, MonError> {
+        let (answer, changed) = d.handle(
+            who,
+            AuthRequest::Ticket {
+                client_id: Some(id),
+            },
+            now,
+        )?;
+        assert!(!changed, "a binding is not saved with the database");
+        let AuthAnswer::Ticket { ticket, .. } = answer else {
+            panic!("{answer:?}")
+        };
+        Ok(Ticket::open(&d.service_secret, &ticket, now).unwrap().0)
+    }
+
+    #[test]
+    fn a_client_id_binds_to_one_entity_until_its_ticket_expires() {
+        let mut d = db();
+        let admin = EntityName::admin();
+        let create = AuthRequest::GetOrCreate {
+            entity: "client.bob".into(),
+            caps: [("osd".to_string(), "allow rw".to_string())].into(),
+        };
+        d.handle(&admin, create, 0).unwrap();
+        let bob: EntityName = "client.bob".parse().unwrap();
+        let t = ticket_for(&mut d, &admin, 7, 100).unwrap();
+        assert_eq!(t.client_id, Some(7), "the ticket carries the bound id");
+        ticket_for(&mut d, &admin, 7, 200).expect("its holder renews it");
+        let taken = ticket_for(&mut d, &bob, 7, 300).unwrap_err().to_string();
+        assert!(taken.contains("held by client.admin"), "{taken}");
+        assert!(ticket_for(&mut d, &bob, 0, 300).is_err(), "0 is no id");
+        let later = 200 + TICKET_TTL_S;
+        let t = ticket_for(&mut d, &bob, 7, later).expect("free once the holder's ticket expired");
+        assert_eq!((t.entity, t.client_id), (bob, Some(7)));
+        let (answer, _) = d
+            .handle(&admin, AuthRequest::Ticket { client_id: None }, later)
+            .unwrap();
+        let AuthAnswer::Ticket { ticket, .. } = answer else {
+            panic!()
+        };
+        let (t, _) = Ticket::open(&d.service_secret, &ticket, later).unwrap();
+        assert_eq!(t.client_id, None, "no id asked, none bound");
+        let copy = AuthDb::decode(&d.encode()).unwrap();
+        assert!(copy.client_ids.is_empty(), "bindings live in memory only");
     }
 }

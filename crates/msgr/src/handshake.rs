@@ -51,6 +51,8 @@ pub struct AuthPeer {
     pub caps: Caps,
     /// How the connection's frames are protected.
     pub mode: WireMode,
+    /// The client id its ticket binds (the id its ops must name), if any.
+    pub client_id: Option<u64>,
 }
 
 /// What an accepting daemon knows about keys: the monitor looks the entity's key up; an OSD
@@ -59,6 +61,16 @@ pub trait Authorizer: Send + Sync + 'static {
     /// The key shared with `entity` presenting `ticket` (empty when it has none) and its
     /// capabilities, or why it is refused.
     fn authorize(&self, entity: &EntityName, ticket: &[u8]) -> Result<(SecretKey, Caps), String>;
+    /// As [`Authorizer::authorize`], with the client id `ticket` binds to `entity` (none by
+    /// default: only a ticket can bind one).
+    fn authorize_bound(
+        &self,
+        entity: &EntityName,
+        ticket: &[u8],
+    ) -> Result<(SecretKey, Caps, Option<u64>), String> {
+        self.authorize(entity, ticket)
+            .map(|(key, caps)| (key, caps, None))
+    }
     /// The weakest wire mode accepted; a dialer asking for less gets this.
     fn min_mode(&self) -> WireMode;
 }
@@ -237,7 +249,7 @@ pub(crate) async fn accept(
         Ok(r) => r,
         Err(e) => return Err(refused(conn, e.to_string())),
     };
-    let (key, caps) = match authz.authorize(&request.entity, &request.ticket) {
+    let (key, caps, client_id) = match authz.authorize_bound(&request.entity, &request.ticket) {
         Ok(k) => k,
         Err(why) => return Err(refused(conn, format!("{}: {why}", request.entity))),
     };
@@ -271,6 +283,7 @@ pub(crate) async fn accept(
         entity: request.entity,
         caps,
         mode,
+        client_id,
     })
 }
 

@@ -95,6 +95,7 @@ mod tests {
             entity: entity.parse().unwrap(),
             caps,
             mode: WireMode::Mac,
+            client_id: None,
         }
     }
 

@@ -568,13 +568,38 @@ fn refused_op(s: &Shared, peer: Option<&AuthPeer>, op: &OpHeader) -> Option<Stri
     crate::auth::refusal(peer, crate::auth::Need::Pool(&pool, access))
 }
 
-/// The client id an op is scheduled as: the one it names, or its session's where it names
-/// none.
-fn scheduled_as(named: u64, session: u64) -> u64 {
-    match named {
-        0 => session,
-        id => id,
+/// The client id an op is scheduled as. A client authenticated with a ticket that binds an
+/// id is scheduled by that id alone, and an op naming another is refused; one whose ticket
+/// binds none, by an id derived from its entity (a client cannot pass for another to share
+/// its CRR-N queue or TBF bucket). Unauthenticated sessions and daemons: the id the op names,
+/// or the session's where it names none.
+fn scheduled_as(named: u64, session: u64, peer: Option<&AuthPeer>) -> Result<u64, String> {
+    let claimed = |id: u64| match named {
+        0 => Ok(id),
+        n if n == id => Ok(id),
+        n => Err(format!(
+            "the op names client id {n}, but this session authenticated as client id {id}"
+        )),
+    };
+    match peer {
+        Some(p) if matches!(p.entity, cairn_auth::EntityName::Client(_)) => match p.client_id {
+            Some(bound) => claimed(bound),
+            None => claimed(entity_client_id(&p.entity)),
+        },
+        _ => Ok(match named {
+            0 => session,
+            id => id,
+        }),
     }
+}
+
+/// The client id of an authenticated client whose ticket binds none: a hash of its entity
+/// name, the same on every OSD (the top bit set, apart from the small ids studies choose).
+fn entity_client_id(entity: &cairn_auth::EntityName) -> u64 {
+    let name = entity.to_string();
+    let low = u64::from(crc_fast::crc32_iscsi(name.as_bytes()));
+    let high = u64::from(crc_fast::crc32_iscsi(&[name.as_bytes(), b"#"].concat()));
+    (1 << 63) | (high << 32) | low
 }
 
 async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
@@ -612,7 +637,9 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                             continue;
                         }
                     };
-                if let Some(why) = refused_op(&s, peer.as_deref(), &op) {
+                let who = scheduled_as(op.client, client, peer.as_deref());
+                let refused = refused_op(&s, peer.as_deref(), &op).or(who.clone().err());
+                if let Some(why) = refused {
                     tracing::warn!(osd = s.id, session = client, %why, "client op refused");
                     let h = ReplyHeader::bare(op.tid, s.epoch(), OpResult::Invalid(why));
                     let _ = sender.send(MSG_OSD_OP_REPLY, encode(&h, &[])).await;
@@ -631,7 +658,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                 let data = received(data, data_crc);
                 s.spawn(async move {
                     // Boxed: the op's future is large, and spawning moves the task by value.
-                    let who = scheduled_as(op.client, client);
+                    let who = who.unwrap_or(client);
                     let (h, body) = Box::pin(primary::client_op(s2, who, op, data)).await;
                     let crc = h.data_crc;
                     let _ = out
@@ -651,7 +678,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                     };
                 let (s2, out) = (s.clone(), sender.clone());
                 let work = primary::client_work(
-                    scheduled_as(rep.client, client),
+                    scheduled_as(rep.client, client, None).unwrap_or(client),
                     &rep.object,
                     &rep.kind,
                     data.len() as u64,

@@ -44,7 +44,7 @@ pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Payload)
     let in_bytes = data.bytes.len() as u64;
     let background = op.background;
     let answer = run(&s, client, op, data).await;
-    if !background {
+    if !background && in_bytes + answer.1.len() as u64 <= PACED_OP_MAX_BYTES {
         s.throttle.observe_client_op(started.elapsed());
     }
     s.metrics.record_op(
@@ -79,11 +79,13 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
     }
     // The client addressed the op with a newer map: serve it under that map or a later one
     // (a fence the client's map carries holds here before the op is served).
+    let t0 = Instant::now();
     if op.epoch > epoch {
         if let Err(r) = wait_for_epoch(s, op.epoch).await {
             return fail(op.tid, s.epoch(), r);
         }
     }
+    let map_wait = t0.elapsed();
     if let Some(r) = blocklisted(s, op.instance) {
         return fail(op.tid, s.epoch(), r);
     }
@@ -105,6 +107,7 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
             OpResult::Failed(format!("pg {pgid} is not active ({})", pg.status().name())),
         );
     };
+    let active_wait = t0.elapsed();
     // An object a copy still lacks after activation is recovered first (this copy's for a
     // read, every copy's for a write); ops on other objects do not wait. A listing reads this
     // copy's names: every object it lacks first.
@@ -118,14 +121,39 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
             return fail(op.tid, s.epoch(), OpResult::Failed(why));
         }
     }
-    if op.kind.is_write() {
+    let ready_wait = t0.elapsed();
+    let (object, tid) = (op.object.clone(), op.tid);
+    let answer = if op.kind.is_write() {
         // Boxed: a write's future is several times a read's, and every op's future is moved
         // whole when its task is spawned (reads would pay to copy the write's state).
         Box::pin(write(s, client, &pg, active, op, data)).await
     } else {
         read_or_repair(s, client, &pg, active, op).await
+    };
+    if t0.elapsed() >= SLOW_OP_TRACE {
+        let ms = |d: Duration| d.as_millis() as u64;
+        tracing::debug!(
+            osd = s.id,
+            pg = %pgid,
+            object,
+            tid,
+            map_ms = ms(map_wait),
+            active_ms = ms(active_wait),
+            ready_ms = ms(ready_wait),
+            total_ms = ms(t0.elapsed()),
+            "slow op: cumulative time after waiting for the op's map, for the PG to be active, for its object's recovery, and in all"
+        );
     }
+    answer
 }
+
+/// Largest client op (bytes in and out) whose latency the recovery pacer weighs: small ops
+/// are the ones a recovery's large writes delay most, and a large write's own transfer time
+/// would raise the level the pacer compares with.
+const PACED_OP_MAX_BYTES: u64 = 128 << 10;
+
+/// Ops slower than this are traced (at debug level) with where their time went.
+const SLOW_OP_TRACE: Duration = Duration::from_millis(100);
 
 /// A read whose data failed its checksum here: the op (to serve again once the copy is
 /// repaired) and the store's error.
@@ -372,12 +400,14 @@ async fn write(
         block_crcs,
         ..
     } = payload;
+    let t0 = Instant::now();
     if let Err(r) = check_quota(s, pg.id.pool, &op.kind, op.epoch).await {
         return fail(op.tid, s.epoch(), r);
     }
     // Only this object's writes in flight are waited for: those of other objects go on
     // (pipelining; see `inflight`).
     let (mut inner, fenced) = pg.lock_for_write(&op.object).await;
+    let locked = t0.elapsed();
     if fenced {
         s.metrics.record_scrub_fenced();
     }
@@ -473,6 +503,7 @@ async fn write(
         Ok(g) => g,
         Err(e) => return fail(op.tid, epoch, OpResult::Failed(e.to_string())),
     };
+    let granted = t0.elapsed();
     let PgInner {
         log,
         created,
@@ -557,10 +588,24 @@ async fn write(
         None => local.await,
     };
     drop(grant);
+    let committed_here = t0.elapsed();
     let r = match remote_now {
         Some(r) => r,
         None => remote.await,
     };
+    if t0.elapsed() >= SLOW_OP_TRACE {
+        let ms = |d: Duration| d.as_millis() as u64;
+        tracing::debug!(
+            osd = s.id,
+            pg = %pg.id,
+            %version,
+            locked_ms = ms(locked),
+            granted_ms = ms(granted),
+            committed_here_ms = ms(committed_here),
+            replicated_ms = ms(t0.elapsed()),
+            "slow write: cumulative time after its object's turn, the scheduler's grant, the local commit and the replicas' commits"
+        );
+    }
     let local_ok = l.is_ok();
     let outcome = LocalOutcome::of(&l);
     let local_fatal = outcome == LocalOutcome::Unknown;

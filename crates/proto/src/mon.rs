@@ -378,8 +378,14 @@ pub enum RequestBody {
 /// Requests about entities and keys (Ceph's `auth` commands and cephx's ticket requests).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AuthRequest {
-    /// A ticket for the OSD service, for the asking entity.
-    Ticket,
+    /// A ticket for the OSD service, for the asking entity, binding the client id its ops
+    /// name ([`crate::op::OpHeader::client`]) when it gives one: the monitor refuses an id
+    /// another entity holds, and OSDs schedule the ticket holder's ops by the bound id alone.
+    Ticket {
+        /// The client id to bind (Ceph's global id, chosen by the client here).
+        #[serde(default)]
+        client_id: Option<u64>,
+    },
     /// The OSD service secret, sealed with the asking OSD's key.
     ServiceSecret,
     /// Operator: the entity's keyring entry, created with `caps` if it does not exist (an

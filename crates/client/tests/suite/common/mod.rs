@@ -451,7 +451,7 @@ pub const PLAYED_OSD: i32 = KEYED_OSDS - 1;
 /// administrator), as a test that sends raw client ops needs.
 pub async fn dial_as_client(c: &Cluster, osd: SocketAddr, id: u64) -> cairn_msgr::session::Session {
     let mon = std::sync::Arc::new(mon_client(c.mon.addr(), id ^ 0x00c1_0000).await);
-    let tickets = cairn_client::tickets::TicketSource::new(mon, admin());
+    let tickets = cairn_client::tickets::TicketSource::new(mon, admin(), id);
     dial_with(osd, id, std::sync::Arc::new(tickets)).await
 }
 
