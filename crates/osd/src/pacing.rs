@@ -83,10 +83,11 @@ impl Factor {
         Ok(Factor::Fixed(f))
     }
 
-    /// The factor in force under `policy`, None when off.
-    pub fn resolve(self, policy: &PolicyConfig) -> Option<f64> {
+    /// The factor in force where `auto` stands for `auto` (the policy's
+    /// [`default_factor`]), None when off.
+    pub fn resolve(self, auto: f64) -> Option<f64> {
         match self {
-            Factor::Auto => Some(default_factor(policy)),
+            Factor::Auto => Some(auto),
             Factor::Fixed(f) => Some(f),
             Factor::Off => None,
         }
@@ -381,9 +382,11 @@ mod tests {
         for bad in ["0.5", "-1", "NaN", "1e9", "fast", ""] {
             assert!(Factor::parse(bad).is_err(), "{bad:?} must be refused");
         }
-        let hco = PolicyConfig::by_name("mclock").unwrap();
-        assert!(Factor::Auto.resolve(&hco).is_some());
-        assert_eq!(Factor::Off.resolve(&hco), None);
-        assert_eq!(Factor::Fixed(2.0).resolve(&PolicyConfig::Fifo), Some(2.0));
+        let hco = default_factor(&PolicyConfig::by_name("mclock").unwrap());
+        assert_eq!(hco, 1.2, "mClock's default profile is high_client_ops");
+        assert_eq!(Factor::Auto.resolve(hco), Some(1.2));
+        assert_eq!(Factor::Off.resolve(hco), None);
+        assert_eq!(Factor::Fixed(2.0).resolve(hco), Some(2.0));
+        assert_eq!(default_factor(&PolicyConfig::Fifo), 1.6);
     }
 }

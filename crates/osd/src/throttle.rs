@@ -29,9 +29,6 @@ pub const KEYS: [&str; 6] = [
     "osd_recovery_pacing_factor",
 ];
 
-/// Longest wait between looks at the pacer's pause (a lowered allowance may end it sooner).
-const PAUSE_STEP: Duration = Duration::from_millis(50);
-
 /// Most fills or pushes a setting may allow at once (a typo of 1e9 must not disable the
 /// throttle silently).
 const MAX_SLOTS: usize = 1024;
@@ -175,11 +172,7 @@ impl RecoveryThrottle {
     /// Ends the pacer's tick when it is due.
     fn tick_in(&self, st: &mut State) {
         let max = self.max_active_in(st);
-        let factor = match st.settings.pacing {
-            Factor::Auto => Some(st.auto_factor),
-            Factor::Fixed(f) => Some(f),
-            Factor::Off => None,
-        };
+        let factor = st.settings.pacing.resolve(st.auto_factor);
         let in_flight = st.active;
         st.pacer.maybe_tick(Instant::now(), in_flight, max, factor);
     }
@@ -313,7 +306,7 @@ impl RecoveryThrottle {
                 }
             };
             match paused {
-                Some(left) => tokio::time::sleep(left.min(PAUSE_STEP)).await,
+                Some(left) => tokio::time::sleep(left).await,
                 None => freed.await,
             }
         }
