@@ -586,10 +586,15 @@ fn scheduled_as(named: u64, session: u64, peer: Option<&AuthPeer>) -> Result<u64
             Some(bound) => claimed(bound),
             None => claimed(entity_client_id(&p.entity)),
         },
-        _ => Ok(match named {
-            0 => session,
-            id => id,
-        }),
+        _ => Ok(named_or_session(named, session)),
+    }
+}
+
+/// The id an op names, or its session's where it names none.
+fn named_or_session(named: u64, session: u64) -> u64 {
+    match named {
+        0 => session,
+        id => id,
     }
 }
 
@@ -678,7 +683,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                     };
                 let (s2, out) = (s.clone(), sender.clone());
                 let work = primary::client_work(
-                    scheduled_as(rep.client, client, None).unwrap_or(client),
+                    named_or_session(rep.client, client),
                     &rep.object,
                     &rep.kind,
                     data.len() as u64,

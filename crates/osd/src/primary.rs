@@ -122,7 +122,8 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
         }
     }
     let ready_wait = t0.elapsed();
-    let (object, tid) = (op.object.clone(), op.tid);
+    // Named in the slow-op trace; copied only when that trace can be written.
+    let traced = tracing::enabled!(tracing::Level::DEBUG).then(|| (op.object.clone(), op.tid));
     let answer = if op.kind.is_write() {
         // Boxed: a write's future is several times a read's, and every op's future is moved
         // whole when its task is spawned (reads would pay to copy the write's state).
@@ -130,7 +131,7 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
     } else {
         read_or_repair(s, client, &pg, active, op).await
     };
-    if t0.elapsed() >= SLOW_OP_TRACE {
+    if let Some((object, tid)) = traced.filter(|_| t0.elapsed() >= SLOW_OP_TRACE) {
         let ms = |d: Duration| d.as_millis() as u64;
         tracing::debug!(
             osd = s.id,

@@ -478,6 +478,14 @@ mod tests {
         t.observe_client_op(Duration::from_millis(ms));
     }
 
+    /// Takes four push slots at once (and frees them).
+    async fn four_slots(t: &RecoveryThrottle) {
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(t.active_slot().await);
+        }
+    }
+
     #[tokio::test]
     async fn slowed_clients_hold_pushes_back_and_off_lets_them_go() {
         let t = RecoveryThrottle::new(DeviceKind::Ssd);
@@ -493,23 +501,11 @@ mod tests {
         let (allowance, _) = t.pacing();
         assert!(allowance <= 2.5, "halved each slow tick: {allowance}");
         drop(held);
-        let blocked = tokio::time::timeout(Duration::from_millis(50), async {
-            let _a = t.active_slot().await;
-            let _b = t.active_slot().await;
-            let _c = t.active_slot().await;
-            let _d = t.active_slot().await;
-        })
-        .await;
+        let blocked = tokio::time::timeout(Duration::from_millis(50), four_slots(&t)).await;
         assert!(blocked.is_err(), "no more pushes than the pacer allows");
         t.set("osd_recovery_pacing_factor", "0").unwrap();
         client_tick(&t, 5).await;
-        let four = tokio::time::timeout(Duration::from_secs(5), async {
-            let _a = t.active_slot().await;
-            let _b = t.active_slot().await;
-            let _c = t.active_slot().await;
-            let _d = t.active_slot().await;
-        })
-        .await;
+        let four = tokio::time::timeout(Duration::from_secs(5), four_slots(&t)).await;
         assert!(four.is_ok(), "pacing off: osd_recovery_max_active alone");
         assert!(t.set("osd_recovery_pacing_factor", "0.5").is_err());
         assert_eq!(t.get("osd_recovery_pacing_factor").as_deref(), Some("0"));
