@@ -194,11 +194,13 @@ fn run(s: &Shared, args: &[String]) -> Result<String, String> {
             Ok(format!("{objects} {bytes}\n"))
         }
         ["recovery", "pacing"] => {
-            let (allowance, level_ms) = s.throttle.pacing();
-            let level = level_ms.map_or("unmeasured".to_string(), |ms| format!("{ms:.2} ms"));
+            let (allowance, primary_ms, replica_ms) = s.throttle.pacing();
+            let level = |ms: Option<f64>| ms.map_or("unmeasured".to_string(), |ms| format!("{ms:.2} ms"));
             Ok(format!(
-                "allowance {allowance:.3} of {} pushes; client level {level}; factor {}\n",
+                "allowance {allowance:.3} of {} pushes; client level {} as primary, {} as replica; factor {}\n",
                 s.throttle.max_active(),
+                level(primary_ms),
+                level(replica_ms),
                 s.throttle.get("osd_recovery_pacing_factor").unwrap_or_default()
             ))
         }
@@ -516,19 +518,20 @@ fn encode_page(e: &mut DescriptorEncoder<'_>, s: &Shared) -> Written {
         [([("osd", osd)], s.epoch())],
     )?;
     s.sched.encode(e, osd)?;
-    let (allowance, level_ms) = s.throttle.pacing();
+    let (allowance, primary_ms, replica_ms) = s.throttle.pacing();
     e.gauges(
         "cairn_osd_recovery_pacing_allowance",
         "Background recovery pushes the pacer allows in flight (below 1: a duty cycle).",
         [([("osd", osd)], allowance)],
     )?;
-    if let Some(ms) = level_ms {
-        e.gauges(
-            "cairn_osd_recovery_pacing_client_level_seconds",
-            "Median client op latency without recovery that the pacer compares with.",
-            [([("osd", osd)], ms / 1000.0)],
-        )?;
-    }
+    let levels = [("primary", primary_ms), ("replica", replica_ms)];
+    e.gauges(
+        "cairn_osd_recovery_pacing_client_level_seconds",
+        "Median small client op latency without recovery that the pacer compares with, of the ops served as primary and of the writes applied as a replica.",
+        levels
+            .into_iter()
+            .filter_map(|(stream, ms)| Some(([("osd", osd), ("stream", stream)], ms? / 1000.0))),
+    )?;
     encode_capacity(e, osd, &s.cfg.capacity)?;
     let store = s
         .store_stats

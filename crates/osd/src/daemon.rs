@@ -391,6 +391,7 @@ impl OsdDaemon {
                 let map = rx.borrow_and_update().clone();
                 if let Some(map) = map {
                     s.past_maps.note(&map);
+                    s.throttle.note_new_map(map.epoch, unsettled(&map));
                     peering::on_map(&s, &map);
                     if map.osds.get(&s.id).is_some_and(|o| !o.up)
                         && !map.holds_for(s.id, MapFlag::NoUp)
@@ -496,6 +497,17 @@ impl Drop for OsdDaemon {
         self.shared.sched.stop();
         self.shared.stop_tasks();
     }
+}
+
+/// Whether `map` leaves data to move somewhere in the cluster: a PG served from a temporary
+/// acting set, or an OSD that is in but down (its PGs are degraded).
+fn unsettled(map: &cairn_clustermap::ClusterMap) -> bool {
+    let degraded = map
+        .placement
+        .osds
+        .values()
+        .any(|o| o.exists && o.reweight > 0 && !o.up);
+    degraded || !map.placement.pg_temp.is_empty()
 }
 
 fn session_id(uuid: &str) -> u64 {
@@ -689,10 +701,16 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                     data.len() as u64,
                     rep.background,
                 );
+                let paced = !rep.background && data.len() as u64 <= primary::PACED_OP_MAX_BYTES;
                 let data = received(data, data_crc);
                 // Scheduled inside `repop`, once it is this PG's next write.
                 drop(s.spawn(async move {
+                    let started = std::time::Instant::now();
                     let h = Box::pin(replica::repop(&s2, rep, data, work)).await;
+                    if paced && h.result == cairn_proto::op::OpResult::Ok {
+                        s2.throttle
+                            .observe_client_op(crate::pacing::Stream::Replica, started.elapsed());
+                    }
                     let _ = out.send(MSG_OSD_REPOP_REPLY, encode(&h, &[])).await;
                 }));
             }

@@ -4,15 +4,22 @@
 //! plain file on a shared host disk, several OSDs on one spindle) recovery's large writes fill
 //! the device's own queue and a client's small write waits behind them whatever the policy:
 //! on plain files a returning OSD's recovery left its clients 6-9% of their rate. The pacer
-//! closes the loop on what the client sees instead: every [`TICK`] it compares the median
-//! latency of the client ops this OSD served as primary with their level without recovery,
-//! and halves the background pushes allowed in flight when they are more than `factor` times
-//! slower, or grows them by one (up to `osd_recovery_max_active`) when they are not. Below one
-//! push the allowance becomes a duty cycle: a push is followed by a pause of its own duration
-//! times `1 / allowance - 1`, down to one push in [`MIN_ALLOWANCE`]'s inverse, so recovery
-//! slows but never stops. The level without recovery is the mean of the medians of ticks with
-//! no push in flight (after [`SETTLE_TICKS`] of them in a row), or, when none is younger than
-//! [`BASELINE_MAX_AGE_TICKS`], the lowest tick median of the last [`RECENT_TICKS`].
+//! closes the loop on what the client sees instead. It follows two streams of small client
+//! ops: those this OSD served as primary (end to end, its replicas included) and the client
+//! writes it applied as a replica (its own device's share, which an OSD leading no client PG
+//! still sees). Every [`TICK`] it compares each stream's median latency with that stream's
+//! level without recovery, and halves the background pushes allowed in flight when either is
+//! more than `factor` times slower, or grows them by one (up to `osd_recovery_max_active`)
+//! when neither is. Below one push the allowance becomes a duty cycle: a push is followed by a
+//! pause of its own duration times `1 / allowance - 1`, down to one push in
+//! [`MIN_ALLOWANCE`]'s inverse, so recovery slows but never stops.
+//!
+//! The level without recovery is the mean of the medians of idle ticks (after
+//! [`SETTLE_TICKS`] of them in a row): ticks in which no push of this OSD was in flight or
+//! waiting, none arrived here, and the cluster served no PG from a temporary acting set — a
+//! tick of a duty cycle's pause, or of another OSD's fill, is not a tick without recovery.
+//! When no level is younger than [`BASELINE_MAX_AGE_TICKS`] the lowest of the last
+//! [`RECENT_TICKS`] medians stands in.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -26,14 +33,17 @@ pub const MIN_ALLOWANCE: f64 = 1.0 / 16.0;
 /// Idle ticks in a row before their medians count for the level without recovery (the
 /// device drains what recovery left in its queue first).
 pub const SETTLE_TICKS: u32 = 3;
-/// Ticks after which the level measured without recovery is too old to trust (30 s).
-pub const BASELINE_MAX_AGE_TICKS: u64 = 300;
-/// Tick medians kept for the fallback level (10 s).
+/// Ticks after which the level measured without recovery is too old to trust (10 minutes:
+/// longer than most recoveries, whose ticks never renew it).
+pub const BASELINE_MAX_AGE_TICKS: u64 = 6000;
+/// Tick medians kept for the fallback level (the last 10 s with client ops).
 pub const RECENT_TICKS: usize = 100;
 /// Client latencies kept per tick (the median of a sample this size is plenty).
 const MAX_SAMPLES: usize = 4096;
 /// Weight of a new idle tick in the level without recovery.
 const IDLE_WEIGHT: f64 = 0.2;
+/// Most an idle tick's median counts for, as a multiple of the level it updates.
+const MAX_IDLE_RISE: f64 = 2.0;
 /// Largest factor accepted by the setting.
 pub const MAX_FACTOR: f64 = 100.0;
 
@@ -104,63 +114,119 @@ impl std::fmt::Display for Factor {
     }
 }
 
-/// One OSD's pacer state (kept under the recovery throttle's lock).
-#[derive(Debug)]
-pub struct Pacer {
+/// Which latencies a sample belongs to: each kind has its own level without recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// A client op this OSD served as primary, end to end (its replicas' commits included).
+    Primary,
+    /// A client write this OSD applied as a replica: what its own device costs a client, so
+    /// an OSD that leads no client PG still sees its pushes slow the clients it serves.
+    Replica,
+}
+
+/// One stream's latencies: this tick's samples, its level without recovery and the medians
+/// of recent ticks.
+#[derive(Debug, Default)]
+struct Signal {
     samples: Vec<u32>,
-    recovering: bool,
-    tick_started: Option<Instant>,
-    idle_streak: u32,
     idle_level_us: Option<f64>,
     idle_level_age: u64,
     recent: VecDeque<f64>,
-    allowance: f64,
 }
 
-impl Default for Pacer {
-    fn default() -> Self {
-        Pacer {
-            samples: Vec::new(),
-            recovering: false,
-            tick_started: None,
-            idle_streak: 0,
-            idle_level_us: None,
-            idle_level_age: 0,
-            recent: VecDeque::new(),
-            allowance: f64::INFINITY,
-        }
-    }
-}
-
-impl Pacer {
-    /// Counts one client op's latency in the current tick.
-    pub fn observe(&mut self, latency: Duration) {
+impl Signal {
+    fn observe(&mut self, latency: Duration) {
         if self.samples.len() < MAX_SAMPLES {
             let us = latency.as_micros().min(u32::MAX as u128) as u32;
             self.samples.push(us);
         }
     }
 
-    /// Notes that a background push was in flight during the current tick.
+    /// Ends a tick: this tick's median (None without samples), kept among the recent ones.
+    fn close(&mut self) -> Option<f64> {
+        let median = median_us(&mut self.samples);
+        self.samples.clear();
+        self.idle_level_age = self.idle_level_age.saturating_add(1);
+        if let Some(m) = median {
+            self.recent.push_back(m);
+            while self.recent.len() > RECENT_TICKS {
+                self.recent.pop_front();
+            }
+        }
+        median
+    }
+
+    /// Counts a settled idle tick's median towards the level without recovery; one tick
+    /// raises it by at most [`IDLE_WEIGHT`] times [`MAX_IDLE_RISE`] (a stall that nothing
+    /// flagged must not teach the pacer that slow is normal).
+    fn learn(&mut self, median: f64) {
+        self.idle_level_us = Some(match self.idle_level_us {
+            Some(level) if self.idle_level_age <= BASELINE_MAX_AGE_TICKS => {
+                level + IDLE_WEIGHT * (median.min(level * MAX_IDLE_RISE) - level)
+            }
+            _ => median,
+        });
+        self.idle_level_age = 0;
+    }
+
+    fn level(&self) -> Option<f64> {
+        match self.idle_level_us {
+            Some(level) if self.idle_level_age <= BASELINE_MAX_AGE_TICKS => Some(level),
+            _ => self.recent.iter().copied().reduce(f64::min),
+        }
+    }
+}
+
+/// One OSD's pacer state (kept under the recovery throttle's lock).
+#[derive(Debug)]
+pub struct Pacer {
+    primary: Signal,
+    replica: Signal,
+    recovering: bool,
+    tick_started: Option<Instant>,
+    idle_streak: u32,
+    allowance: f64,
+}
+
+impl Default for Pacer {
+    fn default() -> Self {
+        Pacer {
+            primary: Signal::default(),
+            replica: Signal::default(),
+            recovering: false,
+            tick_started: None,
+            idle_streak: 0,
+            allowance: f64::INFINITY,
+        }
+    }
+}
+
+impl Pacer {
+    /// Counts one client op's latency of `stream` in the current tick.
+    pub fn observe(&mut self, stream: Stream, latency: Duration) {
+        match stream {
+            Stream::Primary => self.primary.observe(latency),
+            Stream::Replica => self.replica.observe(latency),
+        }
+    }
+
+    /// Notes that recovery ran during the current tick: a push of this OSD was in flight or
+    /// waiting for its turn, a push to this OSD arrived, or the cluster moved data. Such a
+    /// tick never counts towards the level without recovery.
     pub fn note_recovering(&mut self) {
         self.recovering = true;
     }
 
-    /// Ends the current tick if it began [`TICK`] or more before `now` (`in_flight`: pushes
-    /// running now), adapting the allowance under `factor` (None: pacing off).
-    pub fn maybe_tick(
-        &mut self,
-        now: Instant,
-        in_flight: usize,
-        max_active: usize,
-        factor: Option<f64>,
-    ) {
+    /// Ends the current tick if it began [`TICK`] or more before `now` (`busy`: pushes of
+    /// this OSD in flight or waiting now), adapting the allowance under `factor` (None:
+    /// pacing off).
+    pub fn maybe_tick(&mut self, now: Instant, busy: bool, max_active: usize, factor: Option<f64>) {
         let started = *self.tick_started.get_or_insert(now);
         if now.duration_since(started) < TICK {
             return;
         }
         self.tick_started = Some(now);
-        if in_flight > 0 {
+        if busy {
             self.recovering = true;
         }
         self.tick(max_active, factor);
@@ -170,43 +236,40 @@ impl Pacer {
     pub fn tick(&mut self, max_active: usize, factor: Option<f64>) {
         let max = max_active.max(1) as f64;
         let recovering = std::mem::take(&mut self.recovering);
-        let median = median_us(&mut self.samples);
-        self.samples.clear();
-        self.idle_level_age = self.idle_level_age.saturating_add(1);
+        let medians = [self.primary.close(), self.replica.close()];
         let Some(factor) = factor else {
             self.allowance = f64::INFINITY;
             return;
         };
-        let Some(median) = median else {
+        if medians.iter().all(Option::is_none) {
             // No client to protect.
             self.grow(max);
             return;
-        };
-        self.recent.push_back(median);
-        while self.recent.len() > RECENT_TICKS {
-            self.recent.pop_front();
         }
         if !recovering {
             self.idle_streak = self.idle_streak.saturating_add(1);
             if self.idle_streak >= SETTLE_TICKS {
-                self.idle_level_us = Some(match self.idle_level_us {
-                    Some(level) if self.idle_level_age <= BASELINE_MAX_AGE_TICKS => {
-                        level + IDLE_WEIGHT * (median - level)
+                for (signal, median) in [&mut self.primary, &mut self.replica]
+                    .into_iter()
+                    .zip(medians)
+                {
+                    if let Some(m) = median {
+                        signal.learn(m);
                     }
-                    _ => median,
-                });
-                self.idle_level_age = 0;
+                }
             }
             return;
         }
         self.idle_streak = 0;
-        let Some(level) = self.level() else {
-            return;
-        };
-        if median > level * factor {
-            self.allowance = (self.allowance.min(max) / 2.0).max(MIN_ALLOWANCE);
-        } else {
-            self.grow(max);
+        let judged: Vec<bool> = [&self.primary, &self.replica]
+            .into_iter()
+            .zip(medians)
+            .filter_map(|(signal, median)| Some(median? > signal.level()? * factor))
+            .collect();
+        match judged.iter().any(|slow| *slow) {
+            true => self.allowance = (self.allowance.min(max) / 2.0).max(MIN_ALLOWANCE),
+            false if !judged.is_empty() => self.grow(max),
+            false => {}
         }
     }
 
@@ -221,11 +284,11 @@ impl Pacer {
         };
     }
 
-    /// The client latency without recovery the pacer compares with, µs.
-    pub fn level(&self) -> Option<f64> {
-        match self.idle_level_us {
-            Some(level) if self.idle_level_age <= BASELINE_MAX_AGE_TICKS => Some(level),
-            _ => self.recent.iter().copied().reduce(f64::min),
+    /// The client latency without recovery the pacer compares with, µs, of `stream`.
+    pub fn level(&self, stream: Stream) -> Option<f64> {
+        match stream {
+            Stream::Primary => self.primary.level(),
+            Stream::Replica => self.replica.level(),
         }
     }
 
@@ -263,7 +326,7 @@ mod tests {
 
     fn tick_with(p: &mut Pacer, latency_ms: u64, recovering: bool, factor: f64) {
         for _ in 0..20 {
-            p.observe(Duration::from_millis(latency_ms));
+            p.observe(Stream::Primary, Duration::from_millis(latency_ms));
         }
         if recovering {
             p.note_recovering();
@@ -284,7 +347,7 @@ mod tests {
     #[test]
     fn slow_clients_halve_the_allowance_down_to_a_duty_cycle_and_fast_ones_grow_it_back() {
         let mut p = settled(2);
-        assert_eq!(p.level(), Some(2000.0));
+        assert_eq!(p.level(Stream::Primary), Some(2000.0));
         assert_eq!(p.allowance(10), 10.0, "unlimited until clients slow down");
         tick_with(&mut p, 10, true, 1.2);
         assert_eq!(p.allowance(10), 5.0);
@@ -324,7 +387,7 @@ mod tests {
         let mut p = Pacer::default();
         tick_with(&mut p, 4, true, 1.2);
         assert_eq!(
-            p.level(),
+            p.level(Stream::Primary),
             Some(4000.0),
             "no idle tick yet: the lowest median seen"
         );
@@ -335,9 +398,9 @@ mod tests {
             tick_with(&mut p, 3, true, 1.2);
         }
         assert_eq!(
-            p.level(),
+            p.level(Stream::Primary),
             Some(3000.0),
-            "a level older than 30 s gives way to the recent lowest"
+            "a level older than ten minutes gives way to the recent lowest"
         );
     }
 
@@ -349,7 +412,7 @@ mod tests {
         assert_eq!(p.allowance(MAX_ACTIVE), 2.5);
         tick_with(&mut p, 8, false, 1.2);
         assert_eq!(
-            p.level(),
+            p.level(Stream::Primary),
             Some(2000.0),
             "the device still drains recovery's writes"
         );
@@ -359,6 +422,69 @@ mod tests {
             3.5,
             "no client op: nothing to protect"
         );
+    }
+
+    /// A tick with one sample per stream given (ms).
+    fn tick_streams(p: &mut Pacer, primary: Option<u64>, replica: Option<u64>, recovering: bool) {
+        let streams = [(Stream::Primary, primary), (Stream::Replica, replica)];
+        for (stream, ms) in streams {
+            if let Some(ms) = ms {
+                p.observe(stream, Duration::from_millis(ms));
+            }
+        }
+        if recovering {
+            p.note_recovering();
+        }
+        p.tick(MAX_ACTIVE, Some(1.2));
+    }
+
+    #[test]
+    fn slow_replica_writes_hold_recovery_back_where_no_client_op_is_led() {
+        let mut p = Pacer::default();
+        for _ in 0..SETTLE_TICKS + 2 {
+            tick_streams(&mut p, None, Some(3), false);
+        }
+        assert_eq!(p.level(Stream::Replica), Some(3000.0));
+        assert_eq!(p.level(Stream::Primary), None, "leads no client op");
+        tick_streams(&mut p, None, Some(9), true);
+        assert_eq!(p.allowance(MAX_ACTIVE), 5.0, "its own device slows clients");
+        let mut p = Pacer::default();
+        for _ in 0..SETTLE_TICKS + 2 {
+            tick_streams(&mut p, Some(2), Some(3), false);
+        }
+        tick_streams(&mut p, Some(2), Some(30), true);
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            5.0,
+            "fast primary ops do not excuse slow replica writes"
+        );
+        tick_streams(&mut p, Some(2), Some(3), true);
+        assert_eq!(p.allowance(MAX_ACTIVE), 6.0, "both within the factor");
+    }
+
+    #[test]
+    fn one_slow_idle_tick_raises_the_level_a_little() {
+        let mut p = settled(2);
+        tick_with(&mut p, 500, false, 1.2);
+        assert_eq!(
+            p.level(Stream::Primary),
+            Some(2400.0),
+            "2 ms + 0.2 x (2 x 2 ms - 2 ms)"
+        );
+    }
+
+    #[test]
+    fn ticks_of_recovery_never_teach_the_level() {
+        let mut p = settled(2);
+        for _ in 0..50 {
+            tick_with(&mut p, 20, true, 1.2);
+        }
+        assert_eq!(
+            p.level(Stream::Primary),
+            Some(2000.0),
+            "a paused duty cycle or another OSD's fill is no idle time"
+        );
+        assert_eq!(p.allowance(MAX_ACTIVE), MIN_ALLOWANCE);
     }
 
     #[test]

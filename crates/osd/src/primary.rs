@@ -44,8 +44,10 @@ pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Payload)
     let in_bytes = data.bytes.len() as u64;
     let background = op.background;
     let answer = run(&s, client, op, data).await;
-    if !background && in_bytes + answer.1.len() as u64 <= PACED_OP_MAX_BYTES {
-        s.throttle.observe_client_op(started.elapsed());
+    let small = in_bytes + answer.1.len() as u64 <= PACED_OP_MAX_BYTES;
+    if !background && small && answer.0.result == OpResult::Ok {
+        s.throttle
+            .observe_client_op(crate::pacing::Stream::Primary, started.elapsed());
     }
     s.metrics.record_op(
         kind,
@@ -151,7 +153,7 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
 /// Largest client op (bytes in and out) whose latency the recovery pacer weighs: small ops
 /// are the ones a recovery's large writes delay most, and a large write's own transfer time
 /// would raise the level the pacer compares with.
-const PACED_OP_MAX_BYTES: u64 = 128 << 10;
+pub(crate) const PACED_OP_MAX_BYTES: u64 = 128 << 10;
 
 /// Ops slower than this are traced (at debug level) with where their time went.
 const SLOW_OP_TRACE: Duration = Duration::from_millis(100);

@@ -17,7 +17,7 @@ use cairn_clustermap::PgId;
 use cairn_qos::PolicyConfig;
 use tokio::sync::Notify;
 
-use crate::pacing::{Factor, Pacer};
+use crate::pacing::{Factor, Pacer, Stream};
 
 /// The settings this module owns, in `config get/set/show` order.
 pub const KEYS: [&str; 6] = [
@@ -32,6 +32,8 @@ pub const KEYS: [&str; 6] = [
 /// Most fills or pushes a setting may allow at once (a typo of 1e9 must not disable the
 /// throttle silently).
 const MAX_SLOTS: usize = 1024;
+/// How long after a new map epoch client latencies do not count as ones without recovery.
+pub const MAP_QUIET: Duration = Duration::from_secs(3);
 /// Longest recovery sleep, in seconds.
 const MAX_SLEEP_S: f64 = 60.0;
 
@@ -96,6 +98,14 @@ struct State {
     auto_factor: f64,
     /// No push starts before this (the pacer's pause after the last one).
     not_before: Option<Instant>,
+    /// Pushes waiting for a slot.
+    waiting: usize,
+    /// Whether the newest map leaves data to move: a PG served from a temporary acting set,
+    /// or an OSD that is in but down.
+    unsettled: bool,
+    /// The newest map's epoch, and until when its changes count as unsettled (peering).
+    map_epoch: u64,
+    quiet_until: Option<Instant>,
 }
 
 /// One OSD's recovery throttles.
@@ -143,6 +153,24 @@ impl Drop for ActiveSlot<'_> {
     }
 }
 
+/// A push waiting for its slot, counted while it waits (also when its task is dropped).
+struct Waiting<'a>(&'a RecoveryThrottle);
+
+impl<'a> Waiting<'a> {
+    fn new(throttle: &'a RecoveryThrottle) -> Self {
+        throttle.lock().waiting += 1;
+        Waiting(throttle)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        assert!(st.waiting > 0, "a waiting push counted out twice");
+        st.waiting -= 1;
+    }
+}
+
 impl RecoveryThrottle {
     /// Throttles with Ceph's defaults for a device of `device` kind.
     pub fn new(device: DeviceKind) -> Self {
@@ -162,30 +190,60 @@ impl RecoveryThrottle {
         self.lock().auto_factor = crate::pacing::default_factor(policy);
     }
 
-    /// Counts a client op this OSD served as primary, `latency` end to end, for the pacer.
-    pub fn observe_client_op(&self, latency: Duration) {
+    /// Counts a small client op of `stream` (served as primary, end to end, or applied as a
+    /// replica) that took `latency`, for the pacer.
+    pub fn observe_client_op(&self, stream: Stream, latency: Duration) {
         let mut st = self.lock();
-        st.pacer.observe(latency);
+        st.pacer.observe(stream, latency);
         self.tick_in(&mut st);
+    }
+
+    /// Notes a background push that arrived here (this OSD's copy is being filled or
+    /// recovered): its writes load this device, so the tick is not one without recovery.
+    pub fn note_push_received(&self) {
+        let mut st = self.lock();
+        st.pacer.note_recovering();
+        self.tick_in(&mut st);
+    }
+
+    /// Notes the newest map, of `epoch`, and whether it leaves data to move (`unsettled`: a PG
+    /// served from a temporary acting set, an OSD in but down). No tick counts as one without
+    /// recovery while it does, nor within [`MAP_QUIET`] of a new epoch (PGs peer, and ops
+    /// that waited on a failed OSD complete late).
+    pub fn note_new_map(&self, epoch: u64, unsettled: bool) {
+        let mut st = self.lock();
+        st.unsettled = unsettled;
+        if epoch != st.map_epoch {
+            st.map_epoch = epoch;
+            st.quiet_until = Some(Instant::now() + MAP_QUIET);
+        }
     }
 
     /// Ends the pacer's tick when it is due.
     fn tick_in(&self, st: &mut State) {
         let max = self.max_active_in(st);
         let factor = st.settings.pacing.resolve(st.auto_factor);
-        let in_flight = st.active;
-        st.pacer.maybe_tick(Instant::now(), in_flight, max, factor);
+        let now = Instant::now();
+        let busy = st.active > 0
+            || st.waiting > 0
+            || st.unsettled
+            || st.quiet_until.is_some_and(|t| t > now)
+            || st.not_before.is_some_and(|t| t > now);
+        st.pacer.maybe_tick(now, busy, max, factor);
     }
 
     /// Background pushes the pacer allows in flight now (below 1: a duty cycle), and the
-    /// client latency without recovery it compares with, ms.
-    pub fn pacing(&self) -> (f64, Option<f64>) {
+    /// client latencies without recovery it compares with, ms: of the ops served as primary
+    /// and of the writes applied as a replica.
+    pub fn pacing(&self) -> (f64, Option<f64>, Option<f64>) {
         let mut st = self.lock();
         self.tick_in(&mut st);
         let max = self.max_active_in(&st);
+        let ms = |us: f64| us / 1000.0;
         (
             st.pacer.allowance(max),
-            st.pacer.level().map(|us| us / 1000.0),
+            st.pacer.level(Stream::Primary).map(ms),
+            st.pacer.level(Stream::Replica).map(ms),
         )
     }
 
@@ -282,6 +340,7 @@ impl RecoveryThrottle {
     /// Waits for a slot for one background push: fewer than `osd_recovery_max_active` in
     /// flight, and fewer than the pacer allows, after its pause.
     pub async fn active_slot(&self) -> ActiveSlot<'_> {
+        let _waiting = Waiting::new(self);
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
@@ -472,10 +531,10 @@ mod tests {
     async fn client_tick(t: &RecoveryThrottle, ms: u64) {
         let end = Instant::now() + crate::pacing::TICK + Duration::from_millis(5);
         while Instant::now() < end {
-            t.observe_client_op(Duration::from_millis(ms));
+            t.observe_client_op(Stream::Primary, Duration::from_millis(ms));
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        t.observe_client_op(Duration::from_millis(ms));
+        t.observe_client_op(Stream::Primary, Duration::from_millis(ms));
     }
 
     /// Takes four push slots at once (and frees them).
@@ -493,12 +552,16 @@ mod tests {
         for _ in 0..crate::pacing::SETTLE_TICKS + 1 {
             client_tick(&t, 1).await;
         }
-        assert_eq!(t.pacing(), (10.0, Some(1.0)), "measured without recovery");
+        assert_eq!(
+            t.pacing(),
+            (10.0, Some(1.0), None),
+            "measured without recovery"
+        );
         let held: Vec<ActiveSlot<'_>> = vec![t.active_slot().await, t.active_slot().await];
         for _ in 0..3 {
             client_tick(&t, 5).await;
         }
-        let (allowance, _) = t.pacing();
+        let (allowance, _, _) = t.pacing();
         assert!(allowance <= 2.5, "halved each slow tick: {allowance}");
         drop(held);
         let blocked = tokio::time::timeout(Duration::from_millis(50), four_slots(&t)).await;
@@ -509,5 +572,33 @@ mod tests {
         assert!(four.is_ok(), "pacing off: osd_recovery_max_active alone");
         assert!(t.set("osd_recovery_pacing_factor", "0.5").is_err());
         assert_eq!(t.get("osd_recovery_pacing_factor").as_deref(), Some("0"));
+    }
+
+    #[tokio::test]
+    async fn ticks_while_data_moves_or_arrives_teach_no_level() {
+        let t = RecoveryThrottle::new(DeviceKind::Ssd);
+        for _ in 0..crate::pacing::SETTLE_TICKS + 1 {
+            client_tick(&t, 1).await;
+        }
+        let end = Instant::now() + crate::pacing::TICK * (crate::pacing::SETTLE_TICKS + 2);
+        while Instant::now() < end {
+            t.note_push_received();
+            t.observe_client_op(Stream::Primary, Duration::from_millis(7));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            t.pacing().1,
+            Some(1.0),
+            "a fill of this OSD is no idle time"
+        );
+        t.note_new_map(1, true);
+        for _ in 0..crate::pacing::SETTLE_TICKS + 2 {
+            client_tick(&t, 7).await;
+        }
+        assert_eq!(
+            t.pacing().1,
+            Some(1.0),
+            "nor is the peering of a new epoch, or another OSD's fill"
+        );
     }
 }
