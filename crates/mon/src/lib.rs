@@ -18,6 +18,7 @@ pub mod auth_db;
 pub mod daemon;
 pub mod metrics;
 pub mod monitor;
+pub mod prime;
 pub mod store;
 
 pub use monitor::{MonConfig, Monitor};

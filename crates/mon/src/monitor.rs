@@ -47,6 +47,10 @@ pub struct MonConfig {
     /// Whether a pool may be removed at all (Ceph's `mon_allow_pool_delete`, off by default:
     /// removing a pool deletes its objects, and one mistyped command must not do that).
     pub allow_pool_delete: bool,
+    /// Keep the acting set of a PG whose data a change moves to an OSD already up, with a
+    /// `pg_temp` entry in the same epoch (Ceph's `mon_osd_prime_pg_temp`, on by default): the
+    /// PG peers once instead of twice (see [`crate::prime`]).
+    pub prime_pg_temp: bool,
 }
 
 impl Default for MonConfig {
@@ -60,6 +64,7 @@ impl Default for MonConfig {
             history_epochs: 20_000,
             balance: true,
             allow_pool_delete: false,
+            prime_pg_temp: true,
         }
     }
 }
@@ -513,6 +518,7 @@ impl Monitor {
         };
         match key {
             "mon_allow_pool_delete" => self.config.allow_pool_delete = flag(value)?,
+            "mon_osd_prime_pg_temp" => self.config.prime_pg_temp = flag(value)?,
             _ => {
                 return Err(MonError::Invalid(format!(
                     "unknown monitor option `{key}` (known: mon_allow_pool_delete)"
@@ -823,6 +829,20 @@ impl Monitor {
         Ok(Reply::Booted { id, epoch })
     }
 
+    /// The `pg_temp` entries that keep the acting sets of the PGs `changes` (to be epoch
+    /// `epoch`) move to OSDs already up (see [`crate::prime`]).
+    fn primed(&self, epoch: u64, changes: &[Change]) -> Result<Vec<Change>, MonError> {
+        if changes.iter().all(|c| matches!(c, Change::PgTemp { .. })) {
+            return Ok(Vec::new());
+        }
+        let mut after = self.map.clone();
+        after.apply(&Incremental {
+            epoch,
+            changes: changes.to_vec(),
+        })?;
+        Ok(crate::prime::primed_pg_temps(&self.map, &after)?)
+    }
+
     /// [`Monitor::commit`]s `changes` if there are any; the current epoch otherwise (a
     /// request that changes nothing makes no epoch).
     fn commit_any(&mut self, changes: Vec<Change>) -> Result<u64, MonError> {
@@ -870,6 +890,9 @@ impl Monitor {
             if exceptions != candidate.placement.exceptions {
                 changes.push(Change::Exceptions(exceptions.to_text()));
             }
+        }
+        if self.config.prime_pg_temp {
+            changes.extend(self.primed(epoch, &changes)?);
         }
         let inc = Incremental { epoch, changes };
         self.map.apply(&inc)?;

@@ -897,6 +897,120 @@ fn a_pg_temp_sets_the_acting_set_until_it_is_removed() {
     assert!(mon.map().placement.pg_temp.is_empty());
 }
 
+/// The acting set of every PG of `pool` in `map`, by seed.
+fn acting_sets(map: &ClusterMap, pool: i64) -> Vec<Vec<i32>> {
+    let mut mapper = map.placement.mapper();
+    (0..map.placement.pools[&pool].pg_num)
+        .map(|seed| {
+            let pg = cairn_clustermap::PgId { pool, seed };
+            mapper.map_pg(pg).unwrap().acting
+        })
+        .collect()
+}
+
+/// Marking an up OSD out or in moves PGs to OSDs already up: in the same epoch each moved PG
+/// keeps its acting set with a pg_temp entry (it peers once, with the copies that hold its
+/// data), a primary's removal of one is never primed again, an OSD coming back up primes
+/// nothing (its copies recover in place), and with priming off nothing is primed.
+#[test]
+fn moved_pgs_keep_their_acting_sets_in_the_epoch_that_moves_them() {
+    let mut mon = Monitor::new(ClusterMap::new("prime").unwrap(), MonConfig::default());
+    boot(&mut mon, 0, 5, 5);
+    let create = Request::CreatePool {
+        name: "p".into(),
+        size: 3,
+        pg_num: 32,
+    };
+    mon.handle(1, create).unwrap();
+    let pool = *mon.map().placement.pools.keys().next().unwrap();
+    let before = acting_sets(mon.map(), pool);
+    let held = before.iter().filter(|a| a.contains(&4)).count();
+    assert!(held > 0, "osd.4 holds some PGs");
+    let epoch = mon.map().epoch;
+    mon.handle(2, Request::MarkOut { id: 4 }).unwrap();
+    assert_eq!(mon.map().epoch, epoch + 1, "one epoch");
+    let sorted = |mut v: Vec<i32>| {
+        v.sort_unstable();
+        v
+    };
+    for (now, was) in acting_sets(mon.map(), pool).into_iter().zip(&before) {
+        // A PG whose members stay (its primary may change) moves no data.
+        assert_eq!(sorted(now), sorted(was.clone()), "every acting set kept");
+    }
+    let temps = mon.map().placement.pg_temp.clone();
+    assert!(
+        temps.len() >= held,
+        "{} primed, {held} held by osd.4",
+        temps.len()
+    );
+    let ups = up_sets(&mon.map().placement, pool).unwrap();
+    for (pg, acting) in &temps {
+        assert!(
+            !ups[pg.seed as usize].contains(&4),
+            "osd.4 left {pg}'s up set"
+        );
+        assert_eq!(acting, &before[pg.seed as usize]);
+    }
+    // A primary hands one PG to its up set: not primed back.
+    let (&pg, _) = temps.iter().next().unwrap();
+    let remove = Request::PgTemp {
+        temps: vec![(pg, Vec::new())],
+    };
+    mon.handle(3, remove).unwrap();
+    assert!(!mon.map().placement.pg_temp.contains_key(&pg));
+    let up = mon.map().placement.mapper().map_pg(pg).unwrap().up;
+    assert_eq!(acting_sets(mon.map(), pool)[pg.seed as usize], up);
+    // Down and back up: nothing primed for the returning OSD.
+    let all_removed = Request::PgTemp {
+        temps: mon
+            .map()
+            .placement
+            .pg_temp
+            .keys()
+            .map(|pg| (*pg, Vec::new()))
+            .collect(),
+    };
+    mon.handle(4, all_removed).unwrap();
+    mon.handle(5, Request::MarkIn { id: 4 }).unwrap();
+    let primed_in = mon.map().placement.pg_temp.len();
+    assert!(primed_in > 0, "marking in primes the PGs moving to osd.4");
+    let clear = |mon: &Monitor| Request::PgTemp {
+        temps: mon
+            .map()
+            .placement
+            .pg_temp
+            .keys()
+            .map(|pg| (*pg, Vec::new()))
+            .collect(),
+    };
+    mon.handle(6, clear(&mon)).unwrap();
+    mon.handle(7, Request::MarkDown { id: 4 }).unwrap();
+    let e = mon.map().epoch;
+    let reboot = Request::Boot {
+        uuid: "uuid-4".into(),
+        host: "host4".into(),
+        addr: "127.0.0.1:7004".into(),
+        crush_weight: 0x10000,
+        want_id: Some(4),
+    };
+    mon.handle(8, reboot).unwrap();
+    assert!(mon.map().epoch > e);
+    assert!(
+        mon.map().placement.pg_temp.is_empty(),
+        "an OSD coming up recovers its copies in place"
+    );
+    // Priming off: the moved PGs go to their up sets at once.
+    let off = Request::SetMonOption {
+        key: "mon_osd_prime_pg_temp".into(),
+        value: "false".into(),
+    };
+    mon.handle(9, off).unwrap();
+    mon.handle(10, Request::MarkOut { id: 4 }).unwrap();
+    assert!(mon.map().placement.pg_temp.is_empty());
+    let ups = up_sets(&mon.map().placement, pool).unwrap();
+    assert_eq!(acting_sets(mon.map(), pool), ups);
+}
+
 /// `pool set`: a new size places that many copies of every PG (still balanced) and resets
 /// min_size to size - size/2; a min_size is taken in 1..=size; bad values and unknown pools
 /// are refused without a new epoch; subscribers and a restarted monitor see the same pool.
