@@ -511,7 +511,7 @@ pub fn encode_store(
     for (name, help, value) in counts {
         e.counters(name, help, [(at, value)])?;
     }
-    let seconds: [(&str, &str, f64); 5] = [
+    let seconds: [(&str, &str, f64); 8] = [
         (
             "cairn_osd_store_stage_seconds_total",
             "Time staging transactions.",
@@ -536,6 +536,21 @@ pub fn encode_store(
             "cairn_osd_store_checkpoint_wait_seconds_total",
             "Time commits waited for checkpoints.",
             st.checkpoint_wait_ns as f64 * NS,
+        ),
+        (
+            "cairn_osd_store_lock_wait_seconds_total",
+            "Time committers waited for the store's state lock (held by reads across their device reads).",
+            st.lock_wait_ns as f64 * NS,
+        ),
+        (
+            "cairn_osd_store_early_wait_seconds_total",
+            "Time committers waited for the oldest queued transaction's early writes.",
+            st.early_wait_ns as f64 * NS,
+        ),
+        (
+            "cairn_osd_store_pipeline_wait_seconds_total",
+            "Time committers waited for a group in flight to make room.",
+            st.pipeline_wait_ns as f64 * NS,
         ),
     ];
     for (name, help, value) in seconds {

@@ -10,7 +10,9 @@
 //! still sees). Every [`TICK`] it compares each stream's median latency with that stream's
 //! level without recovery, and halves the background pushes allowed in flight when either is
 //! more than `factor` times slower, or grows them by one (up to `osd_recovery_max_active`)
-//! when neither is. Below one push the allowance becomes a duty cycle: a push is followed by a
+//! when neither is. It also halves them whenever the store's commit backlog passes
+//! [`BACKLOG_SLOW`]: recovery's device I/O slows the checkpoints, and a store whose commits
+//! wait for one stalls every client at once, before any median shows it. Below one push the allowance becomes a duty cycle: a push is followed by a
 //! pause of its own duration times `1 / allowance - 1`, down to one push in
 //! [`MIN_ALLOWANCE`]'s inverse, so recovery slows but never stops.
 //!
@@ -42,6 +44,11 @@ pub const RECENT_TICKS: usize = 100;
 const MAX_SAMPLES: usize = 4096;
 /// Weight of a new idle tick in the level without recovery.
 const IDLE_WEIGHT: f64 = 0.2;
+/// A store backlog (see `cairn_store::Store::commit_backlog`) at which background pushes back
+/// off whatever the latencies: halfway from where the store starts a checkpoint (0.5) to where
+/// its commits wait for one (1.0). Recovery's device I/O slows the checkpoint's in-place
+/// writes, and once commits wait, every client of the OSD stalls at once.
+pub const BACKLOG_SLOW: f64 = 0.75;
 /// Most an idle tick's median counts for, as a multiple of the level it updates.
 const MAX_IDLE_RISE: f64 = 2.0;
 /// Largest factor accepted by the setting.
@@ -182,6 +189,7 @@ impl Signal {
 pub struct Pacer {
     primary: Signal,
     replica: Signal,
+    backlog: f64,
     recovering: bool,
     tick_started: Option<Instant>,
     idle_streak: u32,
@@ -193,6 +201,7 @@ impl Default for Pacer {
         Pacer {
             primary: Signal::default(),
             replica: Signal::default(),
+            backlog: 0.0,
             recovering: false,
             tick_started: None,
             idle_streak: 0,
@@ -208,6 +217,11 @@ impl Pacer {
             Stream::Primary => self.primary.observe(latency),
             Stream::Replica => self.replica.observe(latency),
         }
+    }
+
+    /// Counts the store's commit backlog seen now (the tick keeps the highest).
+    pub fn observe_backlog(&mut self, backlog: f64) {
+        self.backlog = self.backlog.max(backlog);
     }
 
     /// Notes that recovery ran during the current tick: a push of this OSD was in flight or
@@ -236,11 +250,17 @@ impl Pacer {
     pub fn tick(&mut self, max_active: usize, factor: Option<f64>) {
         let max = max_active.max(1) as f64;
         let recovering = std::mem::take(&mut self.recovering);
+        let backlog = std::mem::take(&mut self.backlog);
         let medians = [self.primary.close(), self.replica.close()];
         let Some(factor) = factor else {
             self.allowance = f64::INFINITY;
             return;
         };
+        if recovering && backlog >= BACKLOG_SLOW {
+            self.idle_streak = 0;
+            self.halve(max);
+            return;
+        }
         if medians.iter().all(Option::is_none) {
             // No client to protect.
             self.grow(max);
@@ -267,10 +287,15 @@ impl Pacer {
             .filter_map(|(signal, median)| Some(median? > signal.level()? * factor))
             .collect();
         match judged.iter().any(|slow| *slow) {
-            true => self.allowance = (self.allowance.min(max) / 2.0).max(MIN_ALLOWANCE),
+            true => self.halve(max),
             false if !judged.is_empty() => self.grow(max),
             false => {}
         }
+    }
+
+    /// Halves the allowance, down to the floor.
+    fn halve(&mut self, max: f64) {
+        self.allowance = (self.allowance.min(max) / 2.0).max(MIN_ALLOWANCE);
     }
 
     /// One step up, to `max` at most (unlimited stays unlimited).
@@ -471,6 +496,40 @@ mod tests {
             Some(2400.0),
             "2 ms + 0.2 x (2 x 2 ms - 2 ms)"
         );
+    }
+
+    #[test]
+    fn a_store_falling_behind_its_checkpoints_holds_pushes_back() {
+        let mut p = settled(2);
+        p.observe(Stream::Primary, Duration::from_millis(2));
+        p.observe_backlog(0.8);
+        p.note_recovering();
+        p.tick(MAX_ACTIVE, Some(1.2));
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            5.0,
+            "fast clients, but commits near a wait"
+        );
+        p.observe_backlog(0.9);
+        p.note_recovering();
+        p.tick(MAX_ACTIVE, Some(1.2));
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            2.5,
+            "no client op this tick: still held"
+        );
+        p.observe(Stream::Primary, Duration::from_millis(2));
+        p.observe_backlog(0.6);
+        p.note_recovering();
+        p.tick(MAX_ACTIVE, Some(1.2));
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            3.5,
+            "a checkpoint's normal backlog"
+        );
+        p.observe_backlog(0.9);
+        p.tick(MAX_ACTIVE, None);
+        assert!(p.allowance(MAX_ACTIVE) >= MAX_ACTIVE as f64, "pacing off");
     }
 
     #[test]

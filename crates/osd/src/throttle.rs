@@ -198,6 +198,12 @@ impl RecoveryThrottle {
         self.tick_in(&mut st);
     }
 
+    /// Counts the store's commit backlog now (`cairn_store::Store::commit_backlog`), for the
+    /// pacer.
+    pub fn observe_store_backlog(&self, backlog: f64) {
+        self.lock().pacer.observe_backlog(backlog);
+    }
+
     /// Notes a background push that arrived here (this OSD's copy is being filled or
     /// recovered): its writes load this device, so the tick is not one without recovery.
     pub fn note_push_received(&self) {

@@ -30,7 +30,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
-fn elapsed_into(counter: &AtomicU64, since: Instant) {
+/// Adds the time since `since` to `counter`, ns.
+pub(crate) fn elapsed_into(counter: &AtomicU64, since: Instant) {
     counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }
 
@@ -162,7 +163,9 @@ impl Store {
                 leader = self.commit_leader.lock(), if !taken => {
                     // Groups commit in submission order: the next one starts only once the
                     // oldest queued transaction's early writes are done.
+                    let t = Instant::now();
                     self.head_ready().await;
+                    elapsed_into(&self.counters.early_wait_ns, t);
                     let mut st = self.make_room().await;
                     if self.last_group_txns.load(Ordering::Relaxed) > 1 {
                         // Concurrent submitters: the tasks ready in this runtime turn (an OSD's
@@ -188,7 +191,7 @@ impl Store {
                     drop(leader);
                     let outcome = self.write_group(writes).await;
                     launch.written(&outcome);
-                    let mut st = self.state.write().await;
+                    let mut st = self.state_for_commit().await;
                     self.finalize_ready(&mut st).await;
                     launch.finalized();
                 }
@@ -627,7 +630,28 @@ impl Store {
     /// the overlay it commits. A group that could not be logged is durable only after a
     /// checkpoint, which also applies the pending deferred writes once there are enough; a
     /// logged one starts a background checkpoint when one is due.
+    /// Notes how close the store is to making commits wait for a checkpoint (see
+    /// [`Store::commit_backlog`]).
+    pub(crate) fn note_backlog(&self, st: &State) {
+        let ring = st.wal.backlog(self.cfg.wal_checkpoint_records);
+        let overlay = st.overlay.total_bytes() as f64 / self.cfg.max_overlay_bytes.max(1) as f64;
+        let permille = (ring.max(overlay).clamp(0.0, 1.0) * 1000.0).round() as u64;
+        self.counters
+            .backlog_permille
+            .store(permille, Ordering::Relaxed);
+    }
+
+    /// How close commits are to waiting for a checkpoint, 0 to 1: the records logged since
+    /// the last durable checkpoint against the limits at which a group waits for one (twice
+    /// `wal_checkpoint_records`, half the ring) and the overlay's memory against
+    /// `max_overlay_bytes`. Background work that writes or reads this store's device slows
+    /// its checkpoints; an OSD holds it back while this climbs, before clients stall.
+    pub fn commit_backlog(&self) -> f64 {
+        self.counters.backlog_permille.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+
     async fn after_commit(&self, st: &mut State, logged: bool) -> Result<()> {
+        self.note_backlog(st);
         let deferred_due =
             st.deferred.len() as u64 * self.sb.block_bytes >= self.cfg.deferred_batch_bytes;
         if !logged {

@@ -252,6 +252,7 @@ impl Store {
         st.overlay = Overlay::default();
         let pending = self.inflight_fill(st);
         st.wal.checkpointed_except(pending);
+        self.note_backlog(st);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.counters
             .checkpoint_ns
@@ -350,6 +351,7 @@ impl Store {
         };
         let thawed = st.overlay.thaw();
         st.wal.checkpointed_at(job.fill);
+        self.note_backlog(st);
         for (p, d) in job.applying.iter() {
             if st.deferred.get(p).is_some_and(|now| Arc::ptr_eq(now, d)) {
                 st.deferred.remove(p);

@@ -22,12 +22,13 @@
 //! submitters: its guard wakes them, and one of them finalizes the group, or, when the writes
 //! were abandoned mid-flight (their outcome unknown), fails the store (invariant 8).
 
-use crate::apply::GroupEffects;
+use crate::apply::{elapsed_into, GroupEffects};
 use crate::error::{Result, StoreError};
 use crate::store::{State, Store};
 use crate::wal::{Marker, Redo, RingFill};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::{watch, RwLockWriteGuard};
 
 /// Most groups whose writes may be in flight at once (`StoreConfig::max_groups_in_flight` is at
@@ -235,14 +236,24 @@ impl Store {
     /// what is done, then, while the pipeline is full (see [`Store::pipeline_depth`]), waits
     /// for the oldest group's writes without the store's lock (readers go on) and finalizes
     /// it. Returns the lock for staging the next group.
+    /// The state's write lock for a committer, its wait counted.
+    pub(crate) async fn state_for_commit(&self) -> RwLockWriteGuard<'_, State> {
+        let t = Instant::now();
+        let st = self.state.write().await;
+        elapsed_into(&self.counters.lock_wait_ns, t);
+        st
+    }
+
     pub(crate) async fn make_room(&self) -> RwLockWriteGuard<'_, State> {
-        let mut st = self.state.write().await;
+        let mut st = self.state_for_commit().await;
         self.finalize_ready(&mut st).await;
         while st.inflight.len() >= self.pipeline_depth(&st) {
             if let Some(written) = st.inflight.front().map(|f| f.view.written()) {
                 drop(st);
+                let t = Instant::now();
                 let _ = written.wait().await;
-                st = self.state.write().await;
+                elapsed_into(&self.counters.pipeline_wait_ns, t);
+                st = self.state_for_commit().await;
             }
             self.finalize_ready(&mut st).await;
         }

@@ -146,6 +146,13 @@ pub struct StoreStats {
     /// Time group commits spent waiting for checkpoints (their own, or one in flight at a hard
     /// limit), ns: the part of `checkpoint_ns` that commits' latency saw.
     pub checkpoint_wait_ns: u64,
+    /// Time committers waited for the store's state lock, which reads hold across their
+    /// device reads, ns.
+    pub lock_wait_ns: u64,
+    /// Time committers waited for the oldest queued transaction's early writes, ns.
+    pub early_wait_ns: u64,
+    /// Time committers waited for a group in flight to make room in the pipeline, ns.
+    pub pipeline_wait_ns: u64,
     /// Group commits made durable by a write-ahead log record (one device flush, no KV sync).
     pub wal_records: u64,
     /// Group commits whose writes started while an earlier group's were still in flight
@@ -187,6 +194,11 @@ pub(crate) struct Counters {
     pub device_flush_ns: AtomicU64,
     pub checkpoint_ns: AtomicU64,
     pub checkpoint_wait_ns: AtomicU64,
+    pub lock_wait_ns: AtomicU64,
+    pub early_wait_ns: AtomicU64,
+    pub pipeline_wait_ns: AtomicU64,
+    /// [`Store::commit_backlog`] in thousandths.
+    pub backlog_permille: AtomicU64,
     pub wal_records: AtomicU64,
     pub groups_overlapped: AtomicU64,
     pub wal_bytes_written: AtomicU64,
@@ -873,6 +885,9 @@ impl Store {
             device_flush_ns: self.counters.device_flush_ns.load(Ordering::Relaxed),
             checkpoint_ns: self.counters.checkpoint_ns.load(Ordering::Relaxed),
             checkpoint_wait_ns: self.counters.checkpoint_wait_ns.load(Ordering::Relaxed),
+            lock_wait_ns: self.counters.lock_wait_ns.load(Ordering::Relaxed),
+            early_wait_ns: self.counters.early_wait_ns.load(Ordering::Relaxed),
+            pipeline_wait_ns: self.counters.pipeline_wait_ns.load(Ordering::Relaxed),
             wal_records: self.counters.wal_records.load(Ordering::Relaxed),
             groups_overlapped: self.counters.groups_overlapped.load(Ordering::Relaxed),
             wal_bytes_written: self.counters.wal_bytes_written.load(Ordering::Relaxed),

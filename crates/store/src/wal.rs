@@ -411,6 +411,18 @@ impl WalRing {
         self.records
     }
 
+    /// How close the records since the last checkpoint are to the hard limits at which a
+    /// group waits for a checkpoint (`2 * max_records` records, half the ring): 0 just after
+    /// one, 1 at a limit.
+    pub(crate) fn backlog(&self, max_records: u64) -> f64 {
+        if self.blocks == 0 {
+            return 0.0;
+        }
+        let records = self.records as f64 / (2 * max_records.max(1)) as f64;
+        let used = self.used as f64 / (self.blocks / 2).max(1) as f64;
+        records.max(used)
+    }
+
     /// Whether a background checkpoint should start: `max_records` records or a quarter of the
     /// ring since the last checkpoint (half the ring is the hard limit of [`WalRing::place`], so
     /// the checkpoint has the other quarter's worth of commits to land in).

@@ -248,3 +248,38 @@ async fn dump_of(img: &common::Images) -> common::Model {
     let rig = Rig::mount(img, cfg()).await.unwrap();
     dump(rig.store()).await
 }
+
+/// The commit backlog climbs with the groups logged since the last checkpoint, towards the
+/// hard limit where a group must wait for one, and falls back once a checkpoint is durable.
+#[tokio::test]
+async fn the_commit_backlog_climbs_with_logged_groups_and_falls_at_a_checkpoint() {
+    let img = fresh_images().await;
+    let every_100 = StoreConfig {
+        wal_checkpoint_records: 100,
+        deferred_max_bytes: 4096,
+        ..cfg()
+    };
+    let rig = Rig::mount(&img, every_100).await.unwrap();
+    let store = rig.store();
+    assert_eq!(store.commit_backlog(), 0.0, "nothing logged yet");
+    let mut highest: f64 = 0.0;
+    for i in 0..20u8 {
+        let t = write_txn(&format!("o{i}"), i, 4096);
+        store.queue_transaction(&t).await.unwrap();
+        let now = store.commit_backlog();
+        assert!((0.0..=1.0).contains(&now), "record {i}: {now}");
+        highest = highest.max(now);
+    }
+    assert!(
+        highest > 0.3,
+        "20 records fill much of this small ring: {highest}"
+    );
+    store.sync().await.unwrap();
+    let t = write_txn("after", 1, 4096);
+    store.queue_transaction(&t).await.unwrap();
+    assert!(
+        store.commit_backlog() < highest / 4.0,
+        "one record since the checkpoint: {}",
+        store.commit_backlog()
+    );
+}
