@@ -33,6 +33,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// In-place writes a checkpoint keeps in flight when the store runs on an SSD cache.
 const CACHED_CHECKPOINT_IO_DEPTH: usize = 8;
+/// In-place writes a checkpoint keeps in flight when the store's log is on a DB device: no
+/// commit waits on the data device there, so the disk's command queue may reorder the
+/// checkpoint's random writes (Ceph submits deferred writes to an HDD 64 at a time,
+/// `bluestore_deferred_batch_ops_hdd`); one at a time, an HDD applies fewer small writes than
+/// clients make (one random write per rotation), and commits end up waiting for checkpoints.
+const DB_CHECKPOINT_IO_DEPTH: usize = 16;
 
 use crate::error::OsdError;
 use crate::payload::Payload;
@@ -115,11 +121,12 @@ async fn open_store(cfg: &OsdConfig) -> Result<(Store, Under), OsdError> {
     let store_cfg = StoreConfig {
         max_groups_in_flight: cfg.store_groups_in_flight,
         // A cache takes the checkpoint's in-place writes several at a time without the
-        // HDD's seeks (`StoreConfig::checkpoint_io_depth`).
-        checkpoint_io_depth: if cfg.cache.is_some() {
-            CACHED_CHECKPOINT_IO_DEPTH
-        } else {
-            StoreConfig::default().checkpoint_io_depth
+        // HDD's seeks, and behind a DB device no commit waits for the data device's queue
+        // (`StoreConfig::checkpoint_io_depth`).
+        checkpoint_io_depth: match (cfg.cache.is_some(), cfg.db.is_some()) {
+            (true, _) => CACHED_CHECKPOINT_IO_DEPTH,
+            (false, true) => DB_CHECKPOINT_IO_DEPTH,
+            (false, false) => StoreConfig::default().checkpoint_io_depth,
         },
         ..StoreConfig::default()
     };
@@ -708,6 +715,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                     let started = std::time::Instant::now();
                     let h = Box::pin(replica::repop(&s2, rep, data, work)).await;
                     if paced && h.result == cairn_proto::op::OpResult::Ok {
+                        s2.throttle.observe_store_backlog(s2.store.commit_backlog());
                         s2.throttle
                             .observe_client_op(crate::pacing::Stream::Replica, started.elapsed());
                     }
