@@ -830,9 +830,11 @@ impl Monitor {
     }
 
     /// The `pg_temp` entries that keep the acting sets of the PGs `changes` (to be epoch
-    /// `epoch`) move to OSDs already up (see [`crate::prime`]).
+    /// `epoch`) move to OSDs already up, where the changes reweight an OSD (mark it in or out;
+    /// see [`crate::prime`]).
     fn primed(&self, epoch: u64, changes: &[Change]) -> Result<Vec<Change>, MonError> {
-        if changes.iter().all(|c| matches!(c, Change::PgTemp { .. })) {
+        let moves = changes.iter().any(|c| matches!(c, Change::Reweight { .. }));
+        if !moves {
             return Ok(Vec::new());
         }
         let mut after = self.map.clone();

@@ -1,14 +1,15 @@
-//! Priming temporary acting sets (Ceph's `mon_osd_prime_pg_temp`): when a new epoch moves a
-//! PG's data to an OSD that was already up (an OSD marked in, a reweight, a balancer
-//! exception), the monitor keeps the PG's acting set as it was, in the same epoch, with a
-//! `pg_temp` entry. The PG then peers once, with the copies that already hold its data, and
+//! Priming temporary acting sets (Ceph's `mon_osd_prime_pg_temp`): when an epoch that
+//! reweights an OSD (marks it in or out, with the balancer's exceptions that follow) moves a
+//! PG's data to an OSD that was already up, the monitor keeps the PG's acting set as it was,
+//! in the same epoch, with a `pg_temp` entry. The PG then peers once, with the copies that already hold its data, and
 //! its primary fills the newcomers in the background before handing the PG to its up set.
 //! Without it the PG would first peer with its new up set, find the newcomer empty, ask for
 //! the temporary set and peer again: two peerings, with the client's ops waiting on each, for
 //! every PG that moved at once.
 //!
-//! An OSD that just came up is no newcomer here: its copy is usually a short log behind, and
-//! recovering it in place is cheaper than a fill. A PG whose acting set loses an OSD, or
+//! An OSD that just came up is no newcomer here, and epochs of OSDs going down, up or joining
+//! prime nothing: a returning OSD's copies are usually a short log behind and recover in
+//! place, and a new OSD's PGs ask for their temporary sets themselves. A PG whose acting set loses an OSD, or
 //! keeps fewer than `min_size` of them, is left to peer as it would.
 
 use cairn_clustermap::{incremental::Change, ClusterMap, MapError, PgId};

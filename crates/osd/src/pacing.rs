@@ -12,18 +12,18 @@
 //! more than `factor` times slower, or grows them by one (up to `osd_recovery_max_active`)
 //! when neither is. It also halves them whenever the store's commit backlog passes
 //! [`BACKLOG_SLOW`]: recovery's device I/O slows the checkpoints, and a store whose commits
-//! wait for one stalls every client at once, before any median shows it. Below one push the allowance becomes a duty cycle: a push is followed by a
-//! pause of its own duration times `1 / allowance - 1`, down to one push in
-//! [`MIN_ALLOWANCE`]'s inverse, so recovery slows but never stops.
+//! wait for one stalls every client at once, before any median shows it. Below one push the
+//! allowance becomes a duty cycle: a push is followed by a pause of its own duration times
+//! `1 / allowance - 1`, down to one push in [`MIN_ALLOWANCE`]'s inverse, so recovery slows
+//! but never stops.
 //!
 //! The level without recovery is the mean of the medians of idle ticks (after
 //! [`SETTLE_TICKS`] of them in a row): ticks in which no push of this OSD was in flight or
 //! waiting, none arrived here, and the cluster served no PG from a temporary acting set — a
-//! tick of a duty cycle's pause, or of another OSD's fill, is not a tick without recovery.
-//! When no level is younger than [`BASELINE_MAX_AGE_TICKS`] the lowest of the last
-//! [`RECENT_TICKS`] medians stands in.
+//! tick of a duty cycle's pause, or of another OSD's fill, is not a tick without recovery. A
+//! stream with no such level yet is not paced on: without a measurement of the clients alone
+//! there is nothing to hold their latency to.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use cairn_qos::PolicyConfig;
@@ -35,11 +35,6 @@ pub const MIN_ALLOWANCE: f64 = 1.0 / 16.0;
 /// Idle ticks in a row before their medians count for the level without recovery (the
 /// device drains what recovery left in its queue first).
 pub const SETTLE_TICKS: u32 = 3;
-/// Ticks after which the level measured without recovery is too old to trust (10 minutes:
-/// longer than most recoveries, whose ticks never renew it).
-pub const BASELINE_MAX_AGE_TICKS: u64 = 6000;
-/// Tick medians kept for the fallback level (the last 10 s with client ops).
-pub const RECENT_TICKS: usize = 100;
 /// Client latencies kept per tick (the median of a sample this size is plenty).
 const MAX_SAMPLES: usize = 4096;
 /// Weight of a new idle tick in the level without recovery.
@@ -131,14 +126,11 @@ pub enum Stream {
     Replica,
 }
 
-/// One stream's latencies: this tick's samples, its level without recovery and the medians
-/// of recent ticks.
+/// One stream's latencies: this tick's samples and its level without recovery.
 #[derive(Debug, Default)]
 struct Signal {
     samples: Vec<u32>,
     idle_level_us: Option<f64>,
-    idle_level_age: u64,
-    recent: VecDeque<f64>,
 }
 
 impl Signal {
@@ -149,17 +141,10 @@ impl Signal {
         }
     }
 
-    /// Ends a tick: this tick's median (None without samples), kept among the recent ones.
+    /// Ends a tick: this tick's median, None without samples.
     fn close(&mut self) -> Option<f64> {
         let median = median_us(&mut self.samples);
         self.samples.clear();
-        self.idle_level_age = self.idle_level_age.saturating_add(1);
-        if let Some(m) = median {
-            self.recent.push_back(m);
-            while self.recent.len() > RECENT_TICKS {
-                self.recent.pop_front();
-            }
-        }
         median
     }
 
@@ -168,19 +153,13 @@ impl Signal {
     /// flagged must not teach the pacer that slow is normal).
     fn learn(&mut self, median: f64) {
         self.idle_level_us = Some(match self.idle_level_us {
-            Some(level) if self.idle_level_age <= BASELINE_MAX_AGE_TICKS => {
-                level + IDLE_WEIGHT * (median.min(level * MAX_IDLE_RISE) - level)
-            }
-            _ => median,
+            Some(level) => level + IDLE_WEIGHT * (median.min(level * MAX_IDLE_RISE) - level),
+            None => median,
         });
-        self.idle_level_age = 0;
     }
 
     fn level(&self) -> Option<f64> {
-        match self.idle_level_us {
-            Some(level) if self.idle_level_age <= BASELINE_MAX_AGE_TICKS => Some(level),
-            _ => self.recent.iter().copied().reduce(f64::min),
-        }
+        self.idle_level_us
     }
 }
 
@@ -408,25 +387,12 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_or_missing_idle_level_falls_back_to_the_lowest_recent_median() {
+    fn without_a_level_measured_alone_latency_paces_nothing() {
         let mut p = Pacer::default();
         tick_with(&mut p, 4, true, 1.2);
-        assert_eq!(
-            p.level(Stream::Primary),
-            Some(4000.0),
-            "no idle tick yet: the lowest median seen"
-        );
-        tick_with(&mut p, 6, true, 1.2);
-        assert_eq!(p.allowance(10), 5.0, "6 ms is more than 1.2 x 4 ms");
-        let mut p = settled(1);
-        for _ in 0..BASELINE_MAX_AGE_TICKS + 1 {
-            tick_with(&mut p, 3, true, 1.2);
-        }
-        assert_eq!(
-            p.level(Stream::Primary),
-            Some(3000.0),
-            "a level older than ten minutes gives way to the recent lowest"
-        );
+        tick_with(&mut p, 40, true, 1.2);
+        assert_eq!(p.level(Stream::Primary), None, "no idle tick yet");
+        assert_eq!(p.allowance(MAX_ACTIVE), MAX_ACTIVE as f64);
     }
 
     #[test]
