@@ -715,7 +715,6 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                     let started = std::time::Instant::now();
                     let h = Box::pin(replica::repop(&s2, rep, data, work)).await;
                     if paced && h.result == cairn_proto::op::OpResult::Ok {
-                        s2.throttle.observe_store_backlog(s2.store.commit_backlog());
                         s2.throttle
                             .observe_client_op(crate::pacing::Stream::Replica, started.elapsed());
                     }

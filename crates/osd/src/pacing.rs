@@ -260,15 +260,18 @@ impl Pacer {
             return;
         }
         self.idle_streak = 0;
-        let judged: Vec<bool> = [&self.primary, &self.replica]
-            .into_iter()
-            .zip(medians)
-            .filter_map(|(signal, median)| Some(median? > signal.level()? * factor))
-            .collect();
-        match judged.iter().any(|slow| *slow) {
-            true => self.halve(max),
-            false if !judged.is_empty() => self.grow(max),
-            false => {}
+        // Each stream with both a median and a level says slow or not; none: hold.
+        let (mut judged, mut slow) = (false, false);
+        for (signal, median) in [&self.primary, &self.replica].into_iter().zip(medians) {
+            if let (Some(m), Some(level)) = (median, signal.level()) {
+                judged = true;
+                slow |= m > level * factor;
+            }
+        }
+        match (judged, slow) {
+            (_, true) => self.halve(max),
+            (true, false) => self.grow(max),
+            (false, false) => {}
         }
     }
 

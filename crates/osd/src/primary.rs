@@ -46,7 +46,6 @@ pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Payload)
     let answer = run(&s, client, op, data).await;
     let small = in_bytes + answer.1.len() as u64 <= PACED_OP_MAX_BYTES;
     if !background && small && answer.0.result == OpResult::Ok {
-        s.throttle.observe_store_backlog(s.store.commit_backlog());
         s.throttle
             .observe_client_op(crate::pacing::Stream::Primary, started.elapsed());
     }

@@ -65,7 +65,6 @@ async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, generation: u64) {
             continue;
         }
         held_before = false;
-        s.throttle.observe_store_backlog(s.store.commit_backlog());
         let slot = s.throttle.active_slot().await;
         if !current(&pg, epoch, generation) {
             return;

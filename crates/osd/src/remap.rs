@@ -373,7 +373,6 @@ async fn push_throttled(
     backfill: bool,
 ) -> Result<(), OsdError> {
     let (s, pg) = (r.s, r.pg);
-    s.throttle.observe_store_backlog(s.store.commit_backlog());
     let _slot = s.throttle.active_slot().await;
     if !still(pg, r.epoch, up) {
         return Ok(());

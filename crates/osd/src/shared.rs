@@ -89,7 +89,10 @@ impl Shared {
             (false, _) => crate::throttle::DeviceKind::Ssd,
         };
         let pg_temps = crate::pgtemp::PgTempBatch::new(mon.clone());
-        let throttle = Arc::new(crate::throttle::RecoveryThrottle::new(device));
+        let throttle = Arc::new(crate::throttle::RecoveryThrottle::new(
+            device,
+            store.backlog_gauge(),
+        ));
         throttle.follow_policy(&sched.policy());
         Shared {
             id,

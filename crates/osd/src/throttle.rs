@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use cairn_clustermap::PgId;
 use cairn_qos::PolicyConfig;
+use cairn_store::BacklogGauge;
 use tokio::sync::Notify;
 
 use crate::pacing::{Factor, Pacer, Stream};
@@ -112,6 +113,8 @@ struct State {
 #[derive(Debug)]
 pub struct RecoveryThrottle {
     device: DeviceKind,
+    /// The store's commit backlog, which the pacer reads every tick.
+    backlog: BacklogGauge,
     state: Mutex<State>,
     freed: Notify,
 }
@@ -172,10 +175,12 @@ impl Drop for Waiting<'_> {
 }
 
 impl RecoveryThrottle {
-    /// Throttles with Ceph's defaults for a device of `device` kind.
-    pub fn new(device: DeviceKind) -> Self {
+    /// Throttles with Ceph's defaults for a device of `device` kind, pacing by the store
+    /// commit backlog `backlog` too.
+    pub fn new(device: DeviceKind, backlog: BacklogGauge) -> Self {
         RecoveryThrottle {
             device,
+            backlog,
             state: Mutex::new(State {
                 auto_factor: crate::pacing::default_factor(&PolicyConfig::Fifo),
                 ..State::default()
@@ -196,12 +201,6 @@ impl RecoveryThrottle {
         let mut st = self.lock();
         st.pacer.observe(stream, latency);
         self.tick_in(&mut st);
-    }
-
-    /// Counts the store's commit backlog now (`cairn_store::Store::commit_backlog`), for the
-    /// pacer.
-    pub fn observe_store_backlog(&self, backlog: f64) {
-        self.lock().pacer.observe_backlog(backlog);
     }
 
     /// Notes a background push that arrived here (this OSD's copy is being filled or
@@ -235,6 +234,7 @@ impl RecoveryThrottle {
             || st.unsettled
             || st.quiet_until.is_some_and(|t| t > now)
             || st.not_before.is_some_and(|t| t > now);
+        st.pacer.observe_backlog(self.backlog.get());
         st.pacer.maybe_tick(now, busy, max, factor);
     }
 
@@ -452,7 +452,10 @@ mod tests {
 
     #[test]
     fn local_reservations_are_capped_and_freed_on_drop() {
-        let t = Arc::new(RecoveryThrottle::new(DeviceKind::Hdd));
+        let t = Arc::new(RecoveryThrottle::new(
+            DeviceKind::Hdd,
+            BacklogGauge::default(),
+        ));
         let a = t.reserve_local(pg(0)).expect("the first fill reserves");
         assert!(t.reserve_local(pg(1)).is_none(), "osd_max_backfills is 1");
         assert!(t.reserve_local(pg(0)).is_none(), "one reservation per PG");
@@ -467,7 +470,7 @@ mod tests {
 
     #[test]
     fn remote_grants_are_capped_renewed_released_and_dropped_when_stale() {
-        let t = RecoveryThrottle::new(DeviceKind::Ssd);
+        let t = RecoveryThrottle::new(DeviceKind::Ssd, BacklogGauge::default());
         let never = |_: PgId, _: u64| false;
         assert!(t.reserve_remote(pg(0), 3, 10, never));
         assert!(!t.reserve_remote(pg(1), 4, 10, never), "full");
@@ -483,7 +486,7 @@ mod tests {
 
     #[test]
     fn settings_are_checked_and_sleeps_follow_the_device_and_queue() {
-        let hdd = RecoveryThrottle::new(DeviceKind::Hdd);
+        let hdd = RecoveryThrottle::new(DeviceKind::Hdd, BacklogGauge::default());
         assert_eq!(hdd.max_active(), 3);
         assert_eq!(hdd.sleep(false), Duration::from_millis(100));
         assert_eq!(
@@ -491,9 +494,12 @@ mod tests {
             Duration::ZERO,
             "mClock meters recovery itself"
         );
-        assert_eq!(RecoveryThrottle::new(DeviceKind::Ssd).max_active(), 10);
         assert_eq!(
-            RecoveryThrottle::new(DeviceKind::Hybrid).sleep(false),
+            RecoveryThrottle::new(DeviceKind::Ssd, BacklogGauge::default()).max_active(),
+            10
+        );
+        assert_eq!(
+            RecoveryThrottle::new(DeviceKind::Hybrid, BacklogGauge::default()).sleep(false),
             Duration::from_millis(25)
         );
         for (key, bad) in [
@@ -517,7 +523,10 @@ mod tests {
 
     #[tokio::test]
     async fn pushes_past_the_limit_wait_until_a_slot_is_freed() {
-        let t = Arc::new(RecoveryThrottle::new(DeviceKind::Hdd));
+        let t = Arc::new(RecoveryThrottle::new(
+            DeviceKind::Hdd,
+            BacklogGauge::default(),
+        ));
         t.set("osd_recovery_max_active", "1").unwrap();
         let first = t.active_slot().await;
         let t2 = t.clone();
@@ -553,7 +562,7 @@ mod tests {
 
     #[tokio::test]
     async fn slowed_clients_hold_pushes_back_and_off_lets_them_go() {
-        let t = RecoveryThrottle::new(DeviceKind::Ssd);
+        let t = RecoveryThrottle::new(DeviceKind::Ssd, BacklogGauge::default());
         t.set("osd_recovery_pacing_factor", "1.2").unwrap();
         for _ in 0..crate::pacing::SETTLE_TICKS + 1 {
             client_tick(&t, 1).await;
@@ -582,7 +591,7 @@ mod tests {
 
     #[tokio::test]
     async fn ticks_while_data_moves_or_arrives_teach_no_level() {
-        let t = RecoveryThrottle::new(DeviceKind::Ssd);
+        let t = RecoveryThrottle::new(DeviceKind::Ssd, BacklogGauge::default());
         for _ in 0..crate::pacing::SETTLE_TICKS + 1 {
             client_tick(&t, 1).await;
         }

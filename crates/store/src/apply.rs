@@ -635,10 +635,7 @@ impl Store {
     pub(crate) fn note_backlog(&self, st: &State) {
         let ring = st.wal.backlog(self.cfg.wal_checkpoint_records);
         let overlay = st.overlay.total_bytes() as f64 / self.cfg.max_overlay_bytes.max(1) as f64;
-        let permille = (ring.max(overlay).clamp(0.0, 1.0) * 1000.0).round() as u64;
-        self.counters
-            .backlog_permille
-            .store(permille, Ordering::Relaxed);
+        self.counters.backlog.set(ring.max(overlay));
     }
 
     /// How close commits are to waiting for a checkpoint, 0 to 1: the records logged since
@@ -647,7 +644,12 @@ impl Store {
     /// `max_overlay_bytes`. Background work that writes or reads this store's device slows
     /// its checkpoints; an OSD holds it back while this climbs, before clients stall.
     pub fn commit_backlog(&self) -> f64 {
-        self.counters.backlog_permille.load(Ordering::Relaxed) as f64 / 1000.0
+        self.counters.backlog.get()
+    }
+
+    /// A handle on [`Store::commit_backlog`] that outlives borrows of the store.
+    pub fn backlog_gauge(&self) -> crate::store::BacklogGauge {
+        self.counters.backlog.clone()
     }
 
     async fn after_commit(&self, st: &mut State, logged: bool) -> Result<()> {

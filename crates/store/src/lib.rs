@@ -46,6 +46,6 @@ pub use error::{Result, StoreError};
 pub use fsck::FsckReport;
 pub use kv::{CrashableKv, KvLossMode};
 pub use read::{OmapPage, MAX_LIST_ENTRIES};
-pub use store::{KvLocation, ObjectStat, Store, StoreStats};
+pub use store::{BacklogGauge, KvLocation, ObjectStat, Store, StoreStats};
 pub use txn::{DataCrcs, Op, Transaction};
 pub use usage::CollectionUsage;

@@ -180,6 +180,25 @@ pub struct StoreStats {
     pub data_read_errors: u64,
 }
 
+/// How close a store's commits are to waiting for a checkpoint (see
+/// [`Store::commit_backlog`]), readable without the store: an OSD's recovery pacer holds one
+/// and reads it every tick.
+#[derive(Clone, Debug, Default)]
+pub struct BacklogGauge(Arc<AtomicU64>);
+
+impl BacklogGauge {
+    /// The backlog, 0 to 1.
+    pub fn get(&self) -> f64 {
+        self.0.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+
+    /// Sets it (clamped to 0..=1, kept in thousandths).
+    pub(crate) fn set(&self, backlog: f64) {
+        let permille = (backlog.clamp(0.0, 1.0) * 1000.0).round() as u64;
+        self.0.store(permille, Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub user_bytes_written: AtomicU64,
@@ -197,8 +216,8 @@ pub(crate) struct Counters {
     pub lock_wait_ns: AtomicU64,
     pub early_wait_ns: AtomicU64,
     pub pipeline_wait_ns: AtomicU64,
-    /// [`Store::commit_backlog`] in thousandths.
-    pub backlog_permille: AtomicU64,
+    /// [`Store::commit_backlog`], shared with whoever watches it.
+    pub backlog: BacklogGauge,
     pub wal_records: AtomicU64,
     pub groups_overlapped: AtomicU64,
     pub wal_bytes_written: AtomicU64,
