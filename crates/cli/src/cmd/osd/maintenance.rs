@@ -285,6 +285,22 @@ mod tests {
         let why = safe_to_destroy(mon.map(), &[3], &rows, &usage(12)).unwrap();
         assert!(why[0].contains("is in the up or acting set of"), "{why:?}");
         mon.handle(1, Request::MarkOut { id: 3 }).unwrap();
+        let why = safe_to_destroy(mon.map(), &[3], &clean_rows(mon.map()), &usage(2)).unwrap();
+        assert!(
+            why[0].contains("is in the up or acting set of"),
+            "its PGs still serve from it until they are filled elsewhere: {why:?}"
+        );
+        // Their primaries fill the new copies and hand the PGs to their up sets.
+        let filled = Request::PgTemp {
+            temps: mon
+                .map()
+                .placement
+                .pg_temp
+                .keys()
+                .map(|pg| (*pg, Vec::new()))
+                .collect(),
+        };
+        mon.handle(2, filled).unwrap();
         let rows = clean_rows(mon.map());
         let why = safe_to_destroy(mon.map(), &[3], &rows, &usage(2)).unwrap();
         assert_eq!(
