@@ -960,8 +960,8 @@ fn moved_pgs_keep_their_acting_sets_in_the_epoch_that_moves_them() {
     assert!(!mon.map().placement.pg_temp.contains_key(&pg));
     let up = mon.map().placement.mapper().map_pg(pg).unwrap().up;
     assert_eq!(acting_sets(mon.map(), pool)[pg.seed as usize], up);
-    // Down and back up: nothing primed for the returning OSD.
-    let all_removed = Request::PgTemp {
+    // Every fill done; marked in, then down and back up: nothing primed for the returning OSD.
+    let filled = |mon: &Monitor| Request::PgTemp {
         temps: mon
             .map()
             .placement
@@ -970,20 +970,11 @@ fn moved_pgs_keep_their_acting_sets_in_the_epoch_that_moves_them() {
             .map(|pg| (*pg, Vec::new()))
             .collect(),
     };
-    mon.handle(4, all_removed).unwrap();
+    mon.handle(4, filled(&mon)).unwrap();
     mon.handle(5, Request::MarkIn { id: 4 }).unwrap();
     let primed_in = mon.map().placement.pg_temp.len();
     assert!(primed_in > 0, "marking in primes the PGs moving to osd.4");
-    let clear = |mon: &Monitor| Request::PgTemp {
-        temps: mon
-            .map()
-            .placement
-            .pg_temp
-            .keys()
-            .map(|pg| (*pg, Vec::new()))
-            .collect(),
-    };
-    mon.handle(6, clear(&mon)).unwrap();
+    mon.handle(6, filled(&mon)).unwrap();
     mon.handle(7, Request::MarkDown { id: 4 }).unwrap();
     let e = mon.map().epoch;
     let reboot = Request::Boot {
