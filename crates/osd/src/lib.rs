@@ -20,6 +20,7 @@ pub mod db_device;
 pub mod error;
 pub mod failstop;
 pub mod fence;
+pub mod fillwrites;
 pub mod heartbeat;
 pub mod history;
 pub mod inflight;

@@ -169,6 +169,8 @@ pub struct Pg {
     fill: Mutex<Option<(u64, Vec<i32>)>>,
     /// What that fill is doing now (`pg dump` shows it).
     fill_state: Mutex<FillState>,
+    /// The objects written here that the fill's targets have yet to be given.
+    pub fill_writes: crate::fillwrites::FillWrites,
     /// The copy that fill pushes to now and the objects its pass has left to push (for the
     /// misplaced count).
     fill_progress: Mutex<Option<(i32, u64)>>,
@@ -215,6 +217,7 @@ impl Pg {
             peered_in: AtomicU64::new(0),
             fill: Mutex::new(None),
             fill_state: Mutex::new(FillState::Idle),
+            fill_writes: Default::default(),
             fill_progress: Mutex::new(None),
             scrub: Mutex::new(ScrubState::default()),
             fence: Arc::default(),

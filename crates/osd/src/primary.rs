@@ -555,6 +555,7 @@ async fn write(
     if let Err(e) = log.append(entry.clone()) {
         return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
     }
+    pg.fill_writes.note(obj);
     let flight = pg.writes.submitted(reservation, version, obj, creates);
     if flight.pipelined() {
         s.metrics.record_pipelined_write();

@@ -4,9 +4,10 @@
 //! set of the complete copies instead of recovering before activation. The PG then peers and
 //! serves from them at once (active+remapped), and their primary fills the up set's other OSDs
 //! in the background: pass after pass it pushes the objects a copy lacks, as recovery requests
-//! through the scheduler, then gives the copy the log as of the pass's start, until a pass is
-//! short. It then asks for the temporary set to be removed; the PG peers with its up set again
-//! and only the few objects written since the last pass are recovered before it activates.
+//! through the scheduler, then gives the copy the log as of the pass's start; each later pass
+//! pushes only what clients wrote since the previous one began, until few were. It then holds
+//! the PG's writes, pushes those few, asks for the temporary set to be removed and lets the
+//! writes go on once the map ends it: the PG peers with its up set again, every copy equal.
 //! A copy too full for its recovery is moved out of the acting set the same way, and its fill
 //! waits until it takes the objects. The cluster flags `norecover` (a copy within the log's
 //! reach), `nobackfill` (a copy beyond it) and `norebalance` (any copy of a PG that is only
@@ -28,11 +29,12 @@ use crate::pgs::{FillState, Interval, Pg};
 use crate::shared::Shared;
 use crate::transfer::{list_remote, list_scheduled, push, Recovering};
 
-/// A fill pass that pushed at most this many objects is the last: what was written during it
-/// is recovered when the PG peers with its up set.
+/// A fill pass during which at most this many objects were written (or, after the first,
+/// at least three quarters as many as it pushed) is the last one with the PG's writes going
+/// on: [`hand_back`] pushes those with the writes held.
 const FINAL_PASS_OBJECTS: usize = 16;
-/// Most fill passes for one copy; after them the rest is left to that peering (a PG whose
-/// writes outrun the pushes must still come home).
+/// Most fill passes for one copy; after them [`hand_back`] pushes what the last one saw
+/// written, with the writes held (a PG whose writes outrun the pushes must still come home).
 const MAX_PASSES: usize = 8;
 /// How long a primary that asked for a temporary acting set waits for the map that starts it.
 const REMAP_WAIT: Duration = Duration::from_secs(5);
@@ -213,7 +215,9 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
             tokio::time::sleep(HELD_PAUSE).await;
             continue;
         };
-        match fill(&s, &pg, epoch, &up).await {
+        let filled = fill(&s, &pg, epoch, &up).await;
+        pg.fill_writes.stop(epoch);
+        match filled {
             Ok(()) => {
                 pg.set_fill_state(FillState::Idle);
                 return;
@@ -254,7 +258,10 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
 /// hands the PG back to its up set.
 async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<(), OsdError> {
     let acting = pg.interval().acting;
-    for &target in up.iter().filter(|o| !acting.contains(o)) {
+    let targets: Vec<i32> = up.iter().copied().filter(|o| !acting.contains(o)).collect();
+    // From before the first pass lists anything: every write after it is pushed again.
+    pg.fill_writes.start(epoch, &targets);
+    for &target in &targets {
         let granted = match ask(s, pg, epoch, target, PeerBody::Reserve, Bytes::new()).await? {
             (PeerAnswer::Reserved { granted }, _) => granted,
             (other, _) => {
@@ -275,17 +282,28 @@ async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<(
     }
     pg.set_fill_state(FillState::Idle);
     pg.set_fill_progress(None);
-    if !still(pg, epoch, up) {
-        return Ok(());
-    }
-    tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, "up set filled: back to it");
-    s.pg_temps.want(pg.id, Vec::new(), |h| s.track(h)).await
+    hand_back(s, pg, epoch, up, &targets).await
 }
 
-/// Brings `target`'s copy close to this OSD's, pass by pass: each pass pushes what the copy
-/// lacks against this OSD's log as the pass begins (every object on either side for a copy
-/// behind the log's tail), then gives it that log. Up to `osd_recovery_max_active` pushes
-/// run at once, each followed by the recovery sleep.
+/// Waits until this copy holds every object its activation left it lacking (pushes read
+/// it); false when the fill is over meanwhile.
+async fn own_copy_complete(pg: &Pg, epoch: u64, up: &[i32]) -> bool {
+    while !pg.missing().own().is_empty() {
+        if !still(pg, epoch, up) {
+            return false;
+        }
+        tokio::time::sleep(HELD_PAUSE).await;
+    }
+    still(pg, epoch, up)
+}
+
+/// Brings `target`'s copy close to this OSD's, pass by pass: the first pass pushes what the
+/// copy lacks against this OSD's log as the pass begins (every object on either side for a
+/// copy behind the log's tail), each later one what was written here since the previous
+/// one began; each then gives the copy the log as of its start. Passes end once the writes
+/// a pass saw are few or no longer fewer than it pushed ([`hand_back`] copies those with the
+/// writes held). Up to
+/// `osd_recovery_max_active` pushes run at once, each followed by the recovery sleep.
 async fn fill_copy(
     s: &Arc<Shared>,
     pg: &Arc<Pg>,
@@ -300,14 +318,15 @@ async fn fill_copy(
         epoch,
         urgency: Urgency::Background,
     };
-    for _ in 0..MAX_PASSES {
-        // Pushes read this copy: it first holds every object its activation left it lacking.
-        while !pg.missing().own().is_empty() {
-            if !still(pg, epoch, up) {
-                return Ok(());
-            }
-            tokio::time::sleep(HELD_PAUSE).await;
+    for pass in 0..MAX_PASSES {
+        if !own_copy_complete(pg, epoch, up).await {
+            return Ok(());
         }
+        // Taken before the log: a write between the two is pushed in this pass and the next.
+        let written = pg
+            .fill_writes
+            .take(epoch, target)
+            .ok_or_else(|| OsdError::Protocol(format!("fill of {} lost its tracking", pg.id)))?;
         let mine = {
             let inner = pg.lock().await;
             PeerLog {
@@ -317,19 +336,24 @@ async fn fill_copy(
                 missing: Default::default(),
             }
         };
-        let theirs = query_log(s, pg, epoch, target).await?;
-        let plan =
-            plan(&[mine.clone(), theirs], s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
-        let objects: Vec<String> = match plan.recovery.get(&target) {
-            Some(Recovery::Log { missing, .. }) => missing.keys().cloned().collect(),
-            Some(Recovery::Backfill) => {
-                let mut all: BTreeSet<String> = list_scheduled(&r).await?.into_iter().collect();
-                all.extend(list_remote(&r, target).await?);
-                all.into_iter().collect()
+        let (objects, backfill) = if pass == 0 || written.overflowed {
+            let theirs = query_log(s, pg, epoch, target).await?;
+            let plan = plan(&[mine.clone(), theirs], s.id)
+                .map_err(|e| OsdError::Corrupt(e.to_string()))?;
+            match plan.recovery.get(&target) {
+                Some(Recovery::Log { missing, .. }) => (missing.keys().cloned().collect(), false),
+                Some(Recovery::Backfill) => {
+                    let mut all: BTreeSet<String> = list_scheduled(&r).await?.into_iter().collect();
+                    all.extend(list_remote(&r, target).await?);
+                    (all.into_iter().collect(), true)
+                }
+                _ => (Vec::new(), false),
             }
-            _ => return Ok(()),
+        } else {
+            // The copy held this one's state as the previous pass began, but for what was
+            // written since.
+            (written.objects.into_iter().collect::<Vec<String>>(), false)
         };
-        let backfill = matches!(plan.recovery.get(&target), Some(Recovery::Backfill));
         pg.set_fill_state(match backfill {
             true => FillState::Backfilling,
             false => FillState::Recovering,
@@ -355,11 +379,79 @@ async fn fill_copy(
             log: Box::new(mine.log),
         };
         ask(s, pg, epoch, target, body, Bytes::new()).await?;
-        tracing::debug!(osd = s.id, pg = %pg.id, target, objects = objects.len(), "fill pass done");
-        if objects.len() <= FINAL_PASS_OBJECTS {
+        tracing::debug!(osd = s.id, pg = %pg.id, target, pass, objects = objects.len(), "fill pass done");
+        // Few writes to copy, or passes no longer shrink (clients rewrite what a pass
+        // pushes as fast as it pushes it): the rest is copied with the writes held.
+        let pending = pg.fill_writes.pending(epoch, target);
+        if pending <= FINAL_PASS_OBJECTS || (pass > 0 && pending >= objects.len() * 3 / 4) {
             return Ok(());
         }
     }
+    Ok(())
+}
+
+/// The end of a fill: with the PG's writes held back (its lock taken once none is in
+/// flight), pushes to each filled copy what was written since its last pass began, gives it
+/// this OSD's log, asks for the temporary acting set to be removed and waits (boundedly) for
+/// the map that ends it. No write is logged here meanwhile that a filled copy lacks, so the
+/// up set peers clean however fast the PG is written and however short its log.
+async fn hand_back(
+    s: &Arc<Shared>,
+    pg: &Arc<Pg>,
+    epoch: u64,
+    up: &[i32],
+    targets: &[i32],
+) -> Result<(), OsdError> {
+    let r = Recovering {
+        s,
+        pg,
+        epoch,
+        urgency: Urgency::Background,
+    };
+    let inner = loop {
+        if !own_copy_complete(pg, epoch, up).await {
+            return Ok(());
+        }
+        let inner = pg.lock().await;
+        if pg.missing().own().is_empty() {
+            break inner;
+        }
+    };
+    if !still(pg, epoch, up) {
+        return Ok(());
+    }
+    for &target in targets {
+        let written = pg
+            .fill_writes
+            .take(epoch, target)
+            .ok_or_else(|| OsdError::Protocol(format!("fill of {} lost its tracking", pg.id)))?;
+        if written.overflowed {
+            return Err(OsdError::Protocol(format!(
+                "more than {} objects of {} written since osd.{target}'s last pass",
+                crate::fillwrites::MAX_TRACKED,
+                pg.id
+            )));
+        }
+        for obj in &written.objects {
+            push(&r, target, obj).await?;
+        }
+        let body = PeerBody::Filled {
+            log: Box::new(inner.log.clone()),
+        };
+        ask(s, pg, epoch, target, body, Bytes::new()).await?;
+    }
+    tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, "up set filled: back to it");
+    s.pg_temps.want(pg.id, Vec::new(), |h| s.track(h)).await?;
+    // An up set the acting set already equals starts no interval: nothing to wait for.
+    let ends = pg.interval().acting != up;
+    if ends
+        && tokio::time::timeout(REMAP_WAIT, pg.wait_interval_end(epoch))
+            .await
+            .is_err()
+    {
+        tracing::info!(osd = s.id, pg = %pg.id, epoch, "no map ended the temporary acting set yet; writes go on");
+    }
+    drop(inner);
     Ok(())
 }
 

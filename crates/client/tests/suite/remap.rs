@@ -87,10 +87,11 @@ async fn not_active_on_up_set(client: &Client, osds: &[i32], states: &[&str]) ->
         .collect()
 }
 
-/// Waits (at most 90 s) until the client's map shows `osd` up and no temporary acting set,
-/// and every PG is active on its up set in one of `states`.
+/// Waits (at most 180 s: fills to an emulated HDD on a loaded machine) until the client's
+/// map shows `osd` up and no temporary acting set, and every PG is active on its up set in
+/// one of `states`.
 async fn wait_on_up_sets(client: &Client, osds: &[i32], osd: i32, states: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let map = client.map().unwrap();
         let behind = not_active_on_up_set(client, osds, states).await;
@@ -303,12 +304,18 @@ async fn the_primary_of_a_temporary_acting_set_dies_mid_fill_and_the_next_member
         mut written,
     } = cluster_with_objects("remap-kill").await;
 
-    // The new OSD is an emulated 7200 rpm disk: its fill takes long enough to be cut.
+    // The new OSD is an emulated 7200 rpm disk: its fill takes long enough to be cut. Fills
+    // run unpaced: what is tested is who finishes them, on a machine whose other load the
+    // pacer would take for recovery's.
+    for o in &osds {
+        unpaced(&client, o.id()).await;
+    }
     let mut cfg = osd_config("remap-kill", 3, &mon, &dir, 256 << 20);
     tweak(&mut cfg);
     cfg.device_profile = Some("hdd-7200".into());
     osds.push(OsdDaemon::start(cfg).await.unwrap());
     let new_osd = osds[3].id();
+    unpaced(&client, new_osd).await;
     let stop = Arc::new(AtomicBool::new(false));
     let writes = writer(client.clone(), stop.clone());
 
@@ -343,6 +350,7 @@ async fn the_primary_of_a_temporary_acting_set_dies_mid_fill_and_the_next_member
 
     // It comes back and catches up: every PG clean.
     osds.push(common::restart_osd(victim_cfg).await);
+    unpaced(&client, victim).await;
     let ids: Vec<i32> = osds.iter().map(|o| o.id()).collect();
     wait_on_up_sets(&client, &ids, victim, &["active+clean"]).await;
     stop.store(true, Ordering::Relaxed);
@@ -355,6 +363,16 @@ async fn the_primary_of_a_temporary_acting_set_dies_mid_fill_and_the_next_member
 async fn tell(client: &Client, osd: i32, args: &[&str]) -> String {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     client.tell(osd, &args).await.unwrap()
+}
+
+/// Turns `osd`'s recovery pacing off (`osd_recovery_pacing_factor` 0).
+async fn unpaced(client: &Client, osd: i32) {
+    tell(
+        client,
+        osd,
+        &["config", "set", "osd_recovery_pacing_factor", "0"],
+    )
+    .await;
 }
 
 /// `osd`'s `pg objects` summed: objects, copies wanted, degraded, misplaced.
