@@ -3,6 +3,7 @@
 //!
 //! Owns only arithmetic over a placement and its targets; it never changes placement.
 
+use crate::balance::osd_at;
 use serde::Serialize;
 
 use crate::shape::Topology;
@@ -104,9 +105,9 @@ pub fn analyze(placement: &[Vec<i32>], topo: &Topology) -> Spread {
     let targets = topo.targets(total as f64, placement.len());
     let size = topo.size.max(1) as f64;
     let per_osd: Vec<OsdShare> = (0..n)
-        .filter(|&o| topo.eligible(o as i32))
+        .filter(|&o| topo.eligible(osd_at(o)))
         .map(|o| OsdShare {
-            osd: o as i32,
+            osd: osd_at(o),
             count: counts[o],
             target: targets[o],
             primaries: primaries[o],

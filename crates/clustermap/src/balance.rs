@@ -118,9 +118,23 @@ struct State<'a> {
     moves: u64,
 }
 
+/// The whole counts around target `t` (a count of PG copies: finite, small): its floor and
+/// ceiling, each within a hair of `t` counting as `t`.
 fn bounds(t: f64) -> (i64, i64) {
     const EPS: f64 = 1e-9;
+    assert!(t.is_finite() && t >= 0.0, "a target of {t} PG copies");
+    #[allow(clippy::cast_possible_truncation)]
     ((t + EPS).floor() as i64, (t - EPS).ceil() as i64)
+}
+
+/// The OSD id whose entry is at `index` of a per-OSD table (tables are indexed by OSD id).
+pub(crate) fn osd_at(index: usize) -> i32 {
+    i32::try_from(index).expect("per-OSD tables are indexed by i32 OSD ids")
+}
+
+/// PG `index` of a pool, as a per-OSD PG list holds it (a pool's PGs are numbered by u32).
+fn pg_entry(index: usize) -> u32 {
+    u32::try_from(index).expect("a pool's PGs are numbered by u32 seeds")
 }
 
 impl State<'_> {
@@ -149,7 +163,7 @@ impl State<'_> {
                     let o = self.raw[p][pos];
                     if o >= 0 && (o as usize) < self.counts.len() {
                         self.counts[o as usize] += 1;
-                        self.pgs_of[o as usize].push(p as u32);
+                        self.pgs_of[o as usize].push(pg_entry(p));
                     }
                 }
             }
@@ -175,7 +189,7 @@ impl State<'_> {
             self.pgs_of[from as usize].retain(|&q| q as usize != p);
         }
         self.counts[to as usize] += 1;
-        self.pgs_of[to as usize].push(p as u32);
+        self.pgs_of[to as usize].push(pg_entry(p));
         self.moves += 1;
         true
     }
@@ -191,11 +205,11 @@ impl State<'_> {
     /// Receivers ordered by how far below target they are (most first), ties by id.
     fn receivers(&self, allow_at_hi: bool) -> Vec<i32> {
         let mut r: Vec<i32> = (0..self.counts.len())
-            .filter(|&o| self.topo.eligible(o as i32))
+            .filter(|&o| self.topo.eligible(osd_at(o)))
             .filter(|&o| {
                 self.counts[o] < self.hi[o] || (allow_at_hi && self.counts[o] == self.hi[o])
             })
-            .map(|o| o as i32)
+            .map(osd_at)
             .collect();
         r.sort_by(|&a, &b| {
             let da = self.counts[a as usize] as f64 - self.targets[a as usize];
@@ -225,8 +239,8 @@ impl State<'_> {
     /// Gives one replica to `u` from a donor above its floor; false if impossible.
     fn fill(&mut self, u: i32) -> bool {
         let mut donors: Vec<i32> = (0..self.counts.len())
-            .filter(|&o| o as i32 != u && self.counts[o] > self.lo[o].max(0))
-            .map(|o| o as i32)
+            .filter(|&o| osd_at(o) != u && self.counts[o] > self.lo[o].max(0))
+            .map(osd_at)
             .collect();
         donors.sort_by(|&a, &b| {
             let da = self.counts[a as usize] as f64 - self.targets[a as usize];
@@ -255,25 +269,26 @@ impl State<'_> {
                 .filter(|&o| self.excess(o) > 0 && !stuck[o])
                 .max_by(|&a, &b| self.excess(a).cmp(&self.excess(b)).then(b.cmp(&a)));
             if let Some(o) = over {
-                if !self.shed(o as i32, false) && !self.shed(o as i32, true) {
+                if !self.shed(osd_at(o), false) && !self.shed(osd_at(o), true) {
                     stuck[o] = true;
                 }
                 continue;
             }
             let under = (0..n)
-                .filter(|&u| self.topo.eligible(u as i32) && self.deficit(u) > 0 && !stuck[u])
+                .filter(|&u| self.topo.eligible(osd_at(u)) && self.deficit(u) > 0 && !stuck[u])
                 .max_by(|&a, &b| self.deficit(a).cmp(&self.deficit(b)).then(b.cmp(&a)));
             match under {
                 Some(u) => {
-                    if !self.fill(u as i32) {
+                    if !self.fill(osd_at(u)) {
                         stuck[u] = true;
                     }
                 }
                 None => break,
             }
         }
-        (0..n)
-            .all(|o| self.excess(o) <= 0 && (!self.topo.eligible(o as i32) || self.deficit(o) <= 0))
+        (0..n).all(|o| {
+            self.excess(o) <= 0 && (!self.topo.eligible(osd_at(o)) || self.deficit(o) <= 0)
+        })
     }
 }
 
@@ -292,7 +307,7 @@ fn balance_primaries(sets: &[Vec<i32>], topo: &Topology, targets: &[f64]) -> Vec
         if let Some(&o) = set.first() {
             if o >= 0 && (o as usize) < n {
                 pc[o as usize] += 1;
-                pgs_primary[o as usize].push(p as u32);
+                pgs_primary[o as usize].push(pg_entry(p));
             }
         }
     }
@@ -354,7 +369,7 @@ fn balance_primaries(sets: &[Vec<i32>], topo: &Topology, targets: &[f64]) -> Vec
     let mut stuck = vec![false; n];
     loop {
         let under = (0..n)
-            .filter(|&u| topo.eligible(u as i32) && pc[u] < plo[u] && !stuck[u])
+            .filter(|&u| topo.eligible(osd_at(u)) && pc[u] < plo[u] && !stuck[u])
             .max_by(|&a, &b| (plo[a] - pc[a]).cmp(&(plo[b] - pc[b])).then(b.cmp(&a)));
         let Some(u) = under else { break };
         let mut donor_found = false;
@@ -432,7 +447,7 @@ pub fn balance(
         for &o in set {
             if o >= 0 && (o as usize) < n {
                 state.counts[o as usize] += 1;
-                state.pgs_of[o as usize].push(p as u32);
+                state.pgs_of[o as usize].push(pg_entry(p));
             }
         }
     }
@@ -453,7 +468,7 @@ pub fn balance(
         }
         let over: i64 = (0..n).map(|o| (base_counts[o] - state.hi[o]).max(0)).sum();
         let under: i64 = (0..n)
-            .filter(|&o| topo.eligible(o as i32))
+            .filter(|&o| topo.eligible(osd_at(o)))
             .map(|o| (state.lo[o] - base_counts[o]).max(0))
             .sum();
         over.max(under) as u64

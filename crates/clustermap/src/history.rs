@@ -101,8 +101,20 @@ impl MapHistory {
         if epoch < self.base.epoch || self.newest_epoch() - epoch > max as u64 {
             return None;
         }
-        let skip = (epoch - self.base.epoch) as usize;
+        let skip = self.position(epoch + 1);
         Some(self.incrementals.iter().skip(skip).cloned().collect())
+    }
+
+    /// Where the incremental that made `epoch` is kept (the base's epoch + 1 is at 0; the
+    /// epoch after the newest, one past the end).
+    fn position(&self, epoch: u64) -> usize {
+        assert!(
+            epoch > self.base.epoch && epoch <= self.newest_epoch() + 1,
+            "epoch {epoch} outside the history's {}..={}",
+            self.base.epoch + 1,
+            self.newest_epoch() + 1
+        );
+        usize::try_from(epoch - self.base.epoch - 1).expect("within the incrementals kept")
     }
 
     /// The full map at `from` (or at the oldest epoch kept, if `from` is older) and every
@@ -115,16 +127,15 @@ impl MapHistory {
             .next_back()
             .map_or(&self.base, |(_, m)| m)
             .clone();
-        let index = |epoch: u64| (epoch - self.base.epoch - 1) as usize;
         for inc in self
             .incrementals
-            .range(index(map.epoch + 1)..index(target + 1))
+            .range(self.position(map.epoch + 1)..self.position(target + 1))
         {
             map.apply(inc)?;
         }
         let rest = self
             .incrementals
-            .range(index(target + 1)..)
+            .range(self.position(target + 1)..)
             .cloned()
             .collect();
         Ok((map, rest))

@@ -4,6 +4,7 @@
 //! PG -> OSD mapping, upmap exceptions, spread analysis, movement diffs and a balancer. The
 //! monitor changes the map; every daemon and client reads it. Pure: no I/O, no clock, no
 //! randomness.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod analysis;

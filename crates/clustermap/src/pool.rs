@@ -53,8 +53,7 @@ pub fn mask_for(n: u32) -> u32 {
     if n <= 1 {
         return 0;
     }
-    let bits = 32 - (n - 1).leading_zeros();
-    ((1u64 << bits) - 1) as u32
+    u32::MAX >> (n - 1).leading_zeros()
 }
 
 /// A replicated pool.
@@ -165,10 +164,17 @@ impl Pool {
     pub fn pps(&self, pg: PgId) -> u32 {
         let folded = stable_mod(pg.seed, self.pgp_num, mask_for(self.pgp_num));
         if self.hashpspool {
-            hash32_2(folded, self.id as u32)
+            hash32_2(folded, self.hash_id())
         } else {
-            folded.wrapping_add(self.id as u32)
+            folded.wrapping_add(self.hash_id())
         }
+    }
+
+    /// The pool id as CRUSH's input takes it: its low 32 bits (Ceph passes the 64-bit id
+    /// where the hash takes an unsigned 32-bit value).
+    fn hash_id(&self) -> u32 {
+        let b = self.id.to_le_bytes();
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
 }
 

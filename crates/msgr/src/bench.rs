@@ -81,6 +81,8 @@ impl LoadReport {
             return 0.0;
         }
         let last = self.latencies_us.len() - 1;
+        // A rounded fraction of the last index: within 0..=last.
+        #[allow(clippy::cast_possible_truncation)]
         let i = ((q.clamp(0.0, 1.0) * last as f64).round() as usize).min(last);
         f64::from(self.latencies_us[i]) / 1000.0
     }
@@ -137,7 +139,7 @@ impl MessageData {
     fn new(len: usize, slots: usize) -> Self {
         let slots = slots.clamp(1, MAX_REPLY_SLOTS);
         let buf: Bytes = (0..len * slots)
-            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8)
+            .map(|i| ((i as u64).wrapping_mul(2_654_435_761) >> 24).to_le_bytes()[0])
             .collect::<Vec<u8>>()
             .into();
         let crcs = (0..slots)
@@ -158,7 +160,8 @@ impl MessageData {
 
     /// The next slot's bytes and their crc32c.
     fn next(&self) -> (Bytes, u32) {
-        let k = (self.next.fetch_add(1, Ordering::Relaxed) % self.crcs.len() as u64) as usize;
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.crcs.len() as u64;
+        let k = usize::try_from(turn).expect("a slot index is below the slot count");
         (
             self.buf.slice(k * self.len..(k + 1) * self.len),
             self.crcs[k],
@@ -330,6 +333,9 @@ async fn drive_load(
     let started = Instant::now();
     let deadline = started + spec.duration;
     let per_worker_samples = MAX_LATENCY_SAMPLES / spec.in_flight;
+    // `check_spec` bounds it by a frame's payload, whose limit is a u32.
+    let reply_bytes = u32::try_from(spec.reply_bytes)
+        .map_err(|_| invalid_spec(format!("a reply of {} bytes", spec.reply_bytes)))?;
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..spec.in_flight {
         let (sender, waiting, next_id, data) = (
@@ -349,16 +355,14 @@ async fn drive_load(
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(id, tx);
                 let sent = Instant::now();
-                let payload = request_payload(id, spec.reply_bytes as u32);
+                let payload = request_payload(id, reply_bytes);
                 sender
                     .send_data(MSG_BENCH_REQUEST, payload, data.clone(), Some(crc))
                     .await?;
                 let reply_len = match tokio::time::timeout(ROUND_TRIP_TIMEOUT, rx).await {
                     Ok(Ok(len)) => len,
                     Ok(Err(_)) => return Err(MsgrError::Closed),
-                    Err(_) => {
-                        return Err(MsgrError::Timeout(ROUND_TRIP_TIMEOUT.as_millis() as u64))
-                    }
+                    Err(_) => return Err(MsgrError::timed_out(ROUND_TRIP_TIMEOUT)),
                 };
                 if reply_len != spec.reply_bytes {
                     return Err(malformed(
@@ -367,7 +371,7 @@ async fn drive_load(
                 }
                 ops += 1;
                 if samples.len() < per_worker_samples {
-                    let us = sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                    let us = u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX);
                     samples.push(us);
                 }
             }

@@ -521,8 +521,8 @@ mod tests {
         let (mut raw, mut conn) = pair().await;
         // Three times the first buffer: the segment's buffer grows twice on the way.
         let data = Bytes::from(
-            (0..3 * FIRST_DATA_BUFFER_BYTES as u32 + 17)
-                .map(|i| i as u8)
+            (0..3 * FIRST_DATA_BUFFER_BYTES + 17)
+                .map(|i| i.to_le_bytes()[0])
                 .collect::<Vec<u8>>(),
         );
         let frames = [

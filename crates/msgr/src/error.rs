@@ -65,6 +65,11 @@ pub enum MsgrError {
 }
 
 impl MsgrError {
+    /// A [`MsgrError::Timeout`] after waiting `waited` (in whole milliseconds, saturating).
+    pub fn timed_out(waited: std::time::Duration) -> Self {
+        MsgrError::Timeout(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
+    }
+
     /// Whether a received frame failed its integrity check (its tag, or a checksum): altered on
     /// the way, replayed, reordered, or forged. Worth an operator's attention, unlike a
     /// connection that merely closed.

@@ -165,7 +165,7 @@ async fn next_frame(conn: &mut Conn) -> Result<Frame, MsgrError> {
     let timeout = crate::session::HANDSHAKE_TIMEOUT;
     tokio::time::timeout(timeout, conn.stream.next())
         .await
-        .map_err(|_| MsgrError::Timeout(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)))?
+        .map_err(|_| MsgrError::timed_out(timeout))?
         .ok_or(MsgrError::Closed)?
 }
 

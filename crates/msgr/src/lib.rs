@@ -7,6 +7,7 @@
 //! sends them from their own buffers, with many messages in flight; [`session`] keeps a lossless
 //! session to a peer across reconnects by resending what the peer has not acknowledged, with a
 //! bound on bytes in flight (backpressure). Nothing here interprets payloads.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod bench;

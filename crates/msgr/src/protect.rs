@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn streaming_in_pieces_matches_the_whole() {
-        let plain: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        let plain: Vec<u8> = (0..5000u32).map(|i| (i * 7).to_le_bytes()[0]).collect();
         let mut tx = keys(WireMode::Secure);
         let mut wire = plain.clone();
         let tag = seal_frame(&mut tx, &mut wire);

@@ -81,10 +81,8 @@ struct Held {
 impl Held {
     fn new(permit: OwnedSemaphorePermit, stats: Option<Arc<ListenerStats>>) -> Held {
         if let Some(st) = &stats {
-            st.held_bytes.fetch_add(
-                u64::from(permit.num_permits() as u32) * 1024,
-                Ordering::Relaxed,
-            );
+            st.held_bytes
+                .fetch_add(permit.num_permits() as u64 * 1024, Ordering::Relaxed);
         }
         Held { permit, stats }
     }
@@ -93,10 +91,8 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         if let Some(st) = &self.stats {
-            st.held_bytes.fetch_sub(
-                u64::from(self.permit.num_permits() as u32) * 1024,
-                Ordering::Relaxed,
-            );
+            st.held_bytes
+                .fetch_sub(self.permit.num_permits() as u64 * 1024, Ordering::Relaxed);
         }
     }
 }
@@ -372,7 +368,7 @@ impl SessionSender {
 /// Permits (KiB units, at least one) a payload holds while unacknowledged.
 fn permits_for(len_bytes: u64, limits: &Limits) -> u32 {
     let total = (limits.max_inflight_bytes / 1024).max(1);
-    (len_bytes.div_ceil(1024).max(1)).min(total) as u32
+    u32::try_from(len_bytes.div_ceil(1024).max(1).min(total)).unwrap_or(u32::MAX)
 }
 
 impl Session {
@@ -634,7 +630,7 @@ async fn run_dialer(dial: Dial, mut parts: SessionParts, link: Arc<Link>) {
                 .send(hello(id, parts.state.last_received, me, policy))?;
             let reply = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.stream.next())
                 .await
-                .map_err(|_| MsgrError::Timeout(HANDSHAKE_TIMEOUT.as_millis() as u64))?
+                .map_err(|_| MsgrError::timed_out(HANDSHAKE_TIMEOUT))?
                 .ok_or(MsgrError::Closed)??;
             if reply.header.msg_type == crate::handshake::MSG_AUTH_REFUSED {
                 return Err(MsgrError::Auth(format!(
@@ -990,7 +986,7 @@ struct Accepting {
 async fn next_handshake_frame(conn: &mut Conn) -> Result<Frame, MsgrError> {
     tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.stream.next())
         .await
-        .map_err(|_| MsgrError::Timeout(HANDSHAKE_TIMEOUT.as_millis() as u64))?
+        .map_err(|_| MsgrError::timed_out(HANDSHAKE_TIMEOUT))?
         .ok_or(MsgrError::Closed)?
 }
 
