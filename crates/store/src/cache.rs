@@ -184,16 +184,20 @@ pub(crate) struct OnodeCache {
     misses: AtomicU64,
 }
 
+/// Bytes of the collection's length at the start of a cache key (a whole u64: no name is too
+/// long for it, so no two pairs share a key whatever a lookup is given).
+const KEY_LEN_BYTES: usize = 8;
+
 /// Writes the cache key of (collection, object) into `out`: the collection's length, the
 /// collection, the object, so that no two pairs share a key.
 fn put_key(out: &mut [u8], coll: &str, obj: &str) {
-    out[..2].copy_from_slice(&(coll.len() as u16).to_be_bytes());
-    out[2..2 + coll.len()].copy_from_slice(coll.as_bytes());
-    out[2 + coll.len()..].copy_from_slice(obj.as_bytes());
+    out[..KEY_LEN_BYTES].copy_from_slice(&(coll.len() as u64).to_be_bytes());
+    out[KEY_LEN_BYTES..KEY_LEN_BYTES + coll.len()].copy_from_slice(coll.as_bytes());
+    out[KEY_LEN_BYTES + coll.len()..].copy_from_slice(obj.as_bytes());
 }
 
 fn key_len(coll: &str, obj: &str) -> usize {
-    2 + coll.len() + obj.len()
+    KEY_LEN_BYTES + coll.len() + obj.len()
 }
 
 fn key(coll: &str, obj: &str) -> Vec<u8> {

@@ -11,6 +11,7 @@
 //! write targets.
 
 use crate::bufpool::{BufPool, RunBuf};
+use crate::convert::usize_of;
 use crate::error::{kv, Result, StoreError};
 use crate::keyfilter::KeyFilter;
 use crate::kv::{DEFERRED, META};
@@ -171,7 +172,7 @@ async fn write_in_place(
     max_io_bytes: u64,
     io_depth: usize,
 ) -> Result<u64> {
-    let per_io = (PACED_IO_BYTES.min(max_io_bytes) / block_bytes).max(1) as usize;
+    let per_io = usize_of((PACED_IO_BYTES.min(max_io_bytes) / block_bytes).max(1));
     let mut ios = Vec::new();
     let mut rest = writes;
     while let Some(&(first, _)) = rest.first() {
@@ -256,7 +257,7 @@ impl Store {
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.counters
             .checkpoint_ns
-            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(crate::convert::nanos(t0.elapsed()), Ordering::Relaxed);
         Ok(())
     }
 
@@ -368,7 +369,7 @@ impl Store {
         let c = &self.counters;
         c.checkpoints.fetch_add(1, Ordering::Relaxed);
         c.checkpoint_ns
-            .fetch_add(done.elapsed.as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(crate::convert::nanos(done.elapsed), Ordering::Relaxed);
         c.deferred_applied
             .fetch_add(job.applying.len() as u64, Ordering::Relaxed);
         c.device_bytes_written

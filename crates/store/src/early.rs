@@ -21,6 +21,7 @@
 //! before it).
 
 use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
+use crate::convert::usize_of;
 use crate::error::{Result, StoreError};
 use crate::store::Store;
 use crate::txn::{DataCrcs, Op, Transaction};
@@ -249,7 +250,7 @@ impl Store {
                 let mut done = 0;
                 while done < len {
                     let n = (len - done).min(max_run);
-                    let end = at + (n * bs) as usize;
+                    let end = at + usize_of(n * bs);
                     let (buf, crcs) = self.early_run(op, at, end, aligned)?;
                     ios.push(((p + done) * bs, buf));
                     runs.push(EarlyRun {
@@ -295,7 +296,7 @@ impl Store {
         b: usize,
         aligned: bool,
     ) -> Result<(RunBuf, Vec<u32>)> {
-        let bs = self.sb.block_bytes as usize;
+        let bs = usize_of(self.sb.block_bytes);
         if !aligned {
             let (buf, crcs) = self.bufs.build_checksummed(&[&op.data[a..b]], bs)?;
             return Ok((RunBuf::Owned(buf), crcs));

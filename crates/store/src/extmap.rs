@@ -249,7 +249,9 @@ mod tests {
         Extent {
             lblock,
             pblock,
-            crcs: (0..n).map(|i| 1000 + lblock as u32 + i).collect(),
+            crcs: (0..n)
+                .map(|i| 1000 + u32::try_from(lblock).unwrap() + i)
+                .collect(),
         }
     }
 
@@ -351,7 +353,7 @@ mod tests {
             let exts = m.all();
             assert_eq!(exts.len(), 2);
             assert_eq!((exts[0].blocks(), exts[0].crcs[3]), (5, 1003));
-            let long = MAX_EXTENT_BLOCKS as u32 * 2 + 7;
+            let long = u32::try_from(MAX_EXTENT_BLOCKS).unwrap() * 2 + 7;
             m.insert(ext(100, 1000, long));
             let exts = m.overlapping(100, None);
             assert_eq!(exts.len(), 3);

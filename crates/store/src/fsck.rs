@@ -10,6 +10,7 @@
 //! (deep) every block matches its crc32c. It must never modify the store.
 
 use crate::codec::{self, split_block_key, split_prefix, Extent, Onode};
+use crate::convert::usize_of;
 use crate::error::{kv, Result};
 use crate::kv::{COLLS, DEFERRED, EXTENTS, OMAP, ONODES, XATTRS};
 use crate::store::{State, Store};
@@ -306,17 +307,17 @@ impl Store {
         rep: &mut FsckReport,
     ) -> Result<()> {
         let bs = self.sb.block_bytes;
-        let max_run = (self.cfg.max_io_bytes / bs).max(1) as usize;
+        let max_run = usize_of((self.cfg.max_io_bytes / bs).max(1));
         let mut damaged: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
         for &i in by_pblock {
             let (e, id, name) = &refs[i];
             for chunk in 0..e.crcs.len().div_ceil(max_run) {
                 let from = chunk * max_run;
                 let to = (from + max_run).min(e.crcs.len());
-                let mut buf = vec![0u8; (to - from) * bs as usize];
+                let mut buf = vec![0u8; (to - from) * usize_of(bs)];
                 self.dev_read((e.pblock + from as u64) * bs, &mut buf)
                     .await?;
-                for (k, block) in buf.chunks_exact(bs as usize).enumerate() {
+                for (k, block) in buf.chunks_exact(usize_of(bs)).enumerate() {
                     let n = from + k;
                     let data = match st.deferred.get(&(e.pblock + n as u64)) {
                         Some(d) => d.as_slice(),

@@ -13,6 +13,8 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::convert::usize_of;
+
 /// Filter bits per key it is sized for (about 1% false positives at that load).
 pub(crate) const BITS_PER_KEY: u64 = 10;
 /// Fewest keys a filter is sized for (1.25 MiB of bits).
@@ -63,7 +65,11 @@ impl KeyFilter {
     /// The words and bits of `key`'s probes, all in one block.
     fn probes(&self, key: &[u8]) -> impl Iterator<Item = (usize, u64)> {
         let h = self.hasher.hash_one(key);
-        let block = ((u128::from(h) * u128::from(self.blocks)) >> 64) as usize;
+        // The high half of h * blocks: below `blocks` (Lemire's range reduction).
+        let block = usize_of(
+            u64::try_from((u128::from(h) * u128::from(self.blocks)) >> 64)
+                .expect("the high half of a u64 product"),
+        );
         let mut bits = h.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17) ^ h;
         let first = block * BLOCK_WORDS;
         (0..PROBES).map(move |_| {

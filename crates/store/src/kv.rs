@@ -6,6 +6,7 @@
 //! A redb commit with `Durability::Immediate` is the store's atomic commit point.
 //! This module must never interpret table contents (that is `codec`'s job).
 
+use crate::convert::usize_of;
 use crate::error::{kv, Result};
 use crate::keyfilter::KeyFilter;
 use cairn_blockdev::CrashSwitch;
@@ -215,11 +216,11 @@ impl CrashableKv {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             for (off, data) in &im.unsynced {
                 if rng.random_bool(0.5) {
-                    let end = *off as usize + data.len();
+                    let end = usize_of(*off) + data.len();
                     if img.len() < end {
                         img.resize(end, 0);
                     }
-                    img[*off as usize..end].copy_from_slice(data);
+                    img[usize_of(*off)..end].copy_from_slice(data);
                 }
             }
         }
@@ -237,7 +238,7 @@ impl StorageBackend for CrashableKv {
             return Err(power_lost());
         }
         let im = self.lock();
-        let start = offset as usize;
+        let start = usize_of(offset);
         im.volatile
             .get(start..start + len)
             .map(|s| s.to_vec())
@@ -249,8 +250,8 @@ impl StorageBackend for CrashableKv {
             return Err(power_lost());
         }
         let mut im = self.lock();
-        im.volatile.resize(len as usize, 0);
-        im.durable.resize(len as usize, 0);
+        im.volatile.resize(usize_of(len), 0);
+        im.durable.resize(usize_of(len), 0);
         Ok(())
     }
 
@@ -261,11 +262,11 @@ impl StorageBackend for CrashableKv {
         let mut im = self.lock();
         let pending = std::mem::take(&mut im.unsynced);
         for (off, data) in pending {
-            let end = off as usize + data.len();
+            let end = usize_of(off) + data.len();
             if im.durable.len() < end {
                 im.durable.resize(end, 0);
             }
-            im.durable[off as usize..end].copy_from_slice(&data);
+            im.durable[usize_of(off)..end].copy_from_slice(&data);
         }
         Ok(())
     }
@@ -275,11 +276,11 @@ impl StorageBackend for CrashableKv {
             return Err(power_lost());
         }
         let mut im = self.lock();
-        let end = offset as usize + data.len();
+        let end = usize_of(offset) + data.len();
         if im.volatile.len() < end {
             im.volatile.resize(end, 0);
         }
-        im.volatile[offset as usize..end].copy_from_slice(data);
+        im.volatile[usize_of(offset)..end].copy_from_slice(data);
         im.unsynced.push((offset, data.to_vec()));
         Ok(())
     }
@@ -319,13 +320,13 @@ mod tests {
         assert_eq!(m.get(b"other"), None);
         m.found(b"long", &[7; FOUND_MEMO_VALUE_BYTES + 1]);
         assert_eq!(m.get(b"long"), None, "long values are not kept");
-        for i in 0..FOUND_MEMO_ENTRIES as u32 {
+        for i in 0..FOUND_MEMO_ENTRIES {
             m.found(&i.to_le_bytes(), b"x");
         }
         let held = m.0.lock().unwrap().len();
         assert!(held <= FOUND_MEMO_ENTRIES, "{held} entries");
         assert_eq!(
-            m.get(&(FOUND_MEMO_ENTRIES as u32 - 1).to_le_bytes()),
+            m.get(&(FOUND_MEMO_ENTRIES - 1).to_le_bytes()),
             Some(b"x".to_vec())
         );
     }

@@ -1,3 +1,4 @@
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 //! A BlueStore-style object store for cairn OSDs.
 //!
@@ -21,6 +22,7 @@ mod cache;
 mod checkpoint;
 pub mod codec;
 pub mod config;
+mod convert;
 mod early;
 pub mod error;
 mod extmap;

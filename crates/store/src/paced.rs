@@ -193,7 +193,7 @@ mod tests {
         assert!(b.dirty.lock().unwrap().as_ref().unwrap().is_empty());
         let on_disk = std::fs::read(&path).unwrap();
         for i in (0..256u64).rev().step_by(3) {
-            let at = (i * 4096) as usize;
+            let at = usize::try_from(i * 4096).unwrap();
             assert_eq!(&on_disk[at..at + 4096], page.as_slice());
         }
     }

@@ -7,6 +7,7 @@
 
 use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
+use crate::convert::usize_of;
 use crate::error::{Result, StoreError};
 use crate::extmap::{self, InTable};
 use crate::kv::KvSnapshot;
@@ -247,10 +248,10 @@ impl Store {
         let (window, crcs) = self
             .read_window(st, coll, obj, first, last + 1 - first, &pieces)
             .await?;
-        let skip = (offset_bytes - first * bs) as usize;
-        let bytes = window.slice(skip..skip + (end - offset_bytes) as usize);
+        let skip = usize_of(offset_bytes - first * bs);
+        let bytes = window.slice(skip..skip + usize_of(end - offset_bytes));
         let whole = if skip == 0 {
-            bytes.len() / bs as usize
+            bytes.len() / usize_of(bs)
         } else {
             0
         };
@@ -275,7 +276,7 @@ impl Store {
         pieces: &[Extent],
     ) -> Result<(Bytes, Vec<u32>)> {
         let bs = self.sb.block_bytes;
-        let len = (blocks * bs) as usize;
+        let len = usize_of(blocks * bs);
         let runs = self.device_runs(pieces);
         let covered: u64 = pieces.iter().map(Extent::blocks).sum();
         let mut buf = match runs.as_slice() {
@@ -292,8 +293,8 @@ impl Store {
                     window.fill(0);
                 }
                 for &(i, _, n) in &runs {
-                    let at = ((pieces[i].lblock - first) * bs) as usize;
-                    let run = &mut window[at..at + (n * bs) as usize];
+                    let at = usize_of((pieces[i].lblock - first) * bs);
+                    let run = &mut window[at..at + usize_of(n * bs)];
                     self.raw_read(pieces[i].pblock * bs, run)
                         .await
                         .map_err(|e| self.data_read_error(e, coll, obj))?;
@@ -302,21 +303,21 @@ impl Store {
             }
         };
         let hole_crc = if covered < blocks {
-            crc_fast::crc32_iscsi(&vec![0u8; bs as usize])
+            crc_fast::crc32_iscsi(&vec![0u8; usize_of(bs)])
         } else {
             0
         };
-        let mut crcs = vec![hole_crc; blocks as usize];
+        let mut crcs = vec![hole_crc; usize_of(blocks)];
         let window = buf.as_mut_slice();
         for e in pieces {
             for (n, &crc) in e.crcs.iter().enumerate() {
-                let at = ((e.lblock + n as u64 - first) * bs) as usize;
-                let block = &mut window[at..at + bs as usize];
+                let at = usize_of((e.lblock + n as u64 - first) * bs);
+                let block = &mut window[at..at + usize_of(bs)];
                 if let Some(d) = st.deferred.get(&(e.pblock + n as u64)) {
                     block.copy_from_slice(d);
                 }
                 self.verify(coll, obj, e.lblock + n as u64, crc, block)?;
-                crcs[(e.lblock + n as u64 - first) as usize] = crc;
+                crcs[usize_of(e.lblock + n as u64 - first)] = crc;
             }
         }
         Ok((self.bufs.lend(buf), crcs))

@@ -7,6 +7,7 @@
 //! It must never apply a record out of sequence, one whose checksum fails, or one after a gap.
 
 use crate::codec::Superblock;
+use crate::convert::usize_of;
 use crate::error::{kv, Result};
 use crate::kv::META;
 use crate::logged::replay_tables;
@@ -33,7 +34,7 @@ async fn read_record(
     seq: u64,
 ) -> Result<Option<Record>> {
     let (dev, block_bytes) = (scan.dev, scan.block_bytes);
-    let mut first = vec![0u8; block_bytes as usize];
+    let mut first = vec![0u8; usize_of(block_bytes)];
     dev.read((ring.first_block + pos) * block_bytes, &mut first)
         .await?;
     let Some(h) = wal::peek_header(&first) else {
@@ -43,12 +44,12 @@ async fn read_record(
     if h.uuid != scan.uuid || h.seq != seq || pos + blocks > ring.blocks {
         return Ok(None);
     }
-    let mut whole = vec![0u8; (blocks * block_bytes) as usize];
-    whole[..block_bytes as usize].copy_from_slice(&first);
+    let mut whole = vec![0u8; usize_of(blocks * block_bytes)];
+    whole[..usize_of(block_bytes)].copy_from_slice(&first);
     if blocks > 1 {
         dev.read(
             (ring.first_block + pos + 1) * block_bytes,
-            &mut whole[block_bytes as usize..],
+            &mut whole[usize_of(block_bytes)..],
         )
         .await?;
     }
@@ -59,9 +60,9 @@ async fn read_record(
 /// Whether every block of `rec`'s copy-on-write runs holds the contents its extents expect.
 async fn data_landed(dev: &dyn BlockDevice, block_bytes: u64, rec: &Record) -> Result<bool> {
     let expected: HashMap<u64, u32> = rec.expected_run_crcs()?.into_iter().collect();
-    let bs = block_bytes as usize;
+    let bs = usize_of(block_bytes);
     for &(start, n) in &rec.runs {
-        let mut buf = vec![0u8; n as usize * bs];
+        let mut buf = vec![0u8; usize_of(n) * bs];
         dev.read(start * block_bytes, &mut buf).await?;
         for (i, block) in buf.chunks_exact(bs).enumerate() {
             if let Some(&want) = expected.get(&(start + i as u64)) {

@@ -15,6 +15,7 @@ use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
 use crate::codec::{
     self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode, INLINE_EXTENTS_MAX_BYTES,
 };
+use crate::convert::usize_of;
 use crate::early::EarlyRun;
 use crate::error::{Result, StoreError};
 use crate::extmap::{self, ExtTable, InTable, Place, Records};
@@ -122,7 +123,7 @@ impl Stage {
     /// The run of `new_data` holding physical block `p`, with the block's byte offset in it.
     fn run_of(&self, p: u64, bs: u64) -> Option<(u64, usize)> {
         let (&s, buf) = self.new_data.range(..=p).next_back()?;
-        let off = ((p - s) * bs) as usize;
+        let off = usize_of((p - s) * bs);
         (off < buf.len()).then_some((s, off))
     }
 
@@ -140,7 +141,7 @@ impl Stage {
                 continue;
             };
             let end = s + buf.len() as u64 / bs;
-            let bytes = |x: u64| ((x - s) * bs) as usize;
+            let bytes = |x: u64| usize_of((x - s) * bs);
             if s < a {
                 if let Some(l) = buf.piece(0, bytes(a)) {
                     self.new_data.insert(s, l);
@@ -573,7 +574,7 @@ impl Store {
         o: &Obj<'_>,
         e: &Extent,
     ) -> Result<Vec<u8>> {
-        let bs = self.sb.block_bytes as usize;
+        let bs = usize_of(self.sb.block_bytes);
         let mut buf = vec![0u8; e.crcs.len() * bs];
         let overlay = |p: u64| -> Option<&[u8]> {
             if let Some((s, off)) = stage.run_of(p, bs as u64) {
@@ -629,7 +630,7 @@ impl Store {
                 self.staged_extent(st, stage, o, &e.slice(idx, idx + 1))
                     .await
             }
-            None => Ok(vec![0u8; self.sb.block_bytes as usize]),
+            None => Ok(vec![0u8; usize_of(self.sb.block_bytes)]),
         }
     }
 
@@ -652,10 +653,10 @@ impl Store {
         let Some(mut e) = exts.into_iter().next() else {
             return Ok(false);
         };
-        let i = (idx - e.lblock) as usize;
+        let i = usize_of(idx - e.lblock);
         let p = e.pblock + i as u64;
         let mut content = if rewrites_all {
-            vec![0u8; self.sb.block_bytes as usize]
+            vec![0u8; usize_of(self.sb.block_bytes)]
         } else {
             self.staged_extent(st, stage, o, &e.slice(idx, idx + 1))
                 .await?
@@ -673,7 +674,7 @@ impl Store {
         let bs = self.sb.block_bytes;
         if let Some((s, off)) = stage.run_of(p, bs) {
             if let Some(run) = stage.new_data.get_mut(&s) {
-                run.make_mut(&self.bufs)?[off..off + bs as usize].copy_from_slice(&content);
+                run.make_mut(&self.bufs)?[off..off + usize_of(bs)].copy_from_slice(&content);
                 return Ok(());
             }
         }
@@ -812,8 +813,8 @@ impl Store {
             let bstart = idx * bs;
             let s = offset.max(bstart) - bstart;
             let e = end.min(bstart + bs) - bstart;
-            let src = &data[(bstart + s - offset) as usize..(bstart + e - offset) as usize];
-            let patch = |b: &mut [u8]| b[s as usize..e as usize].copy_from_slice(src);
+            let src = &data[usize_of(bstart + s - offset)..usize_of(bstart + e - offset)];
+            let patch = |b: &mut [u8]| b[usize_of(s)..usize_of(e)].copy_from_slice(src);
             if idx < live_blocks
                 && self
                     .modify_block(st, stage, t, o, idx, e - s == bs, patch)
@@ -821,7 +822,7 @@ impl Store {
             {
                 continue;
             }
-            let mut content = vec![0u8; bs as usize];
+            let mut content = vec![0u8; usize_of(bs)];
             patch(&mut content);
             let crc = crc_fast::crc32_iscsi(&content);
             let (p, _) = self.alloc_extents(stage, 1)?[0];
@@ -856,9 +857,9 @@ impl Store {
         let bs = self.sb.block_bytes;
         let end = offset + data.len() as u64;
         let (first, last) = (offset / bs, (end - 1) / bs);
-        let head_keep = (offset - first * bs) as usize;
-        let tail_from = (end - last * bs) as usize;
-        let hole = || vec![0u8; bs as usize];
+        let head_keep = usize_of(offset - first * bs);
+        let tail_from = usize_of(end - last * bs);
+        let hole = || vec![0u8; usize_of(bs)];
         let head = if head_keep == 0 {
             Vec::new()
         } else if first < live_blocks {
@@ -866,7 +867,7 @@ impl Store {
         } else {
             hole()
         };
-        let tail = if tail_from >= bs as usize {
+        let tail = if tail_from >= usize_of(bs) {
             Vec::new()
         } else if first == last && head_keep > 0 {
             head.clone()
@@ -878,7 +879,7 @@ impl Store {
         // Whole blocks whose bytes already start on an I/O boundary are written from the
         // caller's buffer itself: nothing is copied, only checksummed.
         let zero_copy = head_keep == 0
-            && tail_from >= bs as usize
+            && tail_from >= usize_of(bs)
             && (data.as_ptr() as usize).is_multiple_of(IO_ALIGN_BYTES);
         let parts: [&[u8]; 3] = [
             head.get(..head_keep).unwrap_or(&[]),
@@ -897,19 +898,22 @@ impl Store {
             let mut done = 0;
             while done < len {
                 let n = (len - done).min(max_run);
-                let a = ((lblock - first) * bs) as usize;
-                let run_end = a + (n * bs) as usize;
+                let a = usize_of((lblock - first) * bs);
+                let run_end = a + usize_of(n * bs);
                 let (buf, crcs) = if zero_copy {
                     let run = shared.slice(a..run_end);
                     let crcs = match known {
-                        Some(k) => k.crcs[a / bs as usize..run_end / bs as usize].to_vec(),
-                        None => run.chunks(bs as usize).map(crc_fast::crc32_iscsi).collect(),
+                        Some(k) => k.crcs[a / usize_of(bs)..run_end / usize_of(bs)].to_vec(),
+                        None => run
+                            .chunks(usize_of(bs))
+                            .map(crc_fast::crc32_iscsi)
+                            .collect(),
                     };
                     (RunBuf::Shared(run), crcs)
                 } else {
                     let (buf, crcs) = self
                         .bufs
-                        .build_checksummed(&sub_parts(&parts, a, run_end), bs as usize)?;
+                        .build_checksummed(&sub_parts(&parts, a, run_end), usize_of(bs))?;
                     (RunBuf::Owned(buf), crcs)
                 };
                 stage.new_data.insert(p + done, buf);
@@ -960,7 +964,7 @@ impl Store {
                 continue;
             }
             self.modify_block(st, stage, t, o, idx, false, |b| {
-                b[s as usize..e as usize].fill(0)
+                b[usize_of(s)..usize_of(e)].fill(0)
             })
             .await?;
         }
@@ -1023,8 +1027,8 @@ impl Store {
             let content = self.staged_extent(st, stage, s, &e).await?;
             let mut lblock = e.lblock;
             for (p, len) in self.alloc_extents(stage, e.blocks())? {
-                let a = ((lblock - e.lblock) * bs) as usize;
-                let buf = self.bufs.build(&[&content[a..a + (len * bs) as usize]])?;
+                let a = usize_of((lblock - e.lblock) * bs);
+                let buf = self.bufs.build(&[&content[a..a + usize_of(len * bs)]])?;
                 stage.new_data.insert(p, RunBuf::Owned(buf));
                 let piece = e.slice(lblock, lblock + len);
                 let e = Extent {

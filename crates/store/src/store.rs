@@ -194,6 +194,8 @@ impl BacklogGauge {
 
     /// Sets it (clamped to 0..=1, kept in thousandths).
     pub(crate) fn set(&self, backlog: f64) {
+        // A rounded fraction of 1000: within 0..=1000 (NaN clamps to 0).
+        #[allow(clippy::cast_possible_truncation)]
         let permille = (backlog.clamp(0.0, 1.0) * 1000.0).round() as u64;
         self.0.store(permille, Ordering::Relaxed);
     }
@@ -437,7 +439,7 @@ fn open_db(
 fn fresh_uuid(device_bytes: u64) -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
+        .map(crate::convert::nanos)
         .unwrap_or(0);
     let mut seed = Vec::new();
     seed.extend_from_slice(&nanos.to_le_bytes());
@@ -476,7 +478,7 @@ impl Store {
         };
         let db = open_db(kv_loc, true, cfg, Arc::new(KvCounters::default()))?;
         let mut block0 = sb.encode();
-        block0.resize(cfg.block_bytes as usize, 0);
+        block0.resize(crate::convert::usize_of(cfg.block_bytes), 0);
         dev.write(0, &block0).await?;
         // A zeroed ring: nothing there looks like a record, and a sparse file gets its ring
         // allocated now rather than on the first lap of commits.
@@ -485,7 +487,7 @@ impl Store {
         let mut at = Superblock::WAL_FIRST_BLOCK * cfg.block_bytes;
         while at < ring_end {
             let n = (ring_end - at).min(zeros.len() as u64);
-            dev.write(at, &zeros[..n as usize]).await?;
+            dev.write(at, &zeros[..crate::convert::usize_of(n)]).await?;
             at += n;
         }
         dev.flush().await?;
@@ -526,7 +528,7 @@ impl Store {
         let cfg = cfg.for_device(props.rotational);
         let kv_counters = Arc::new(KvCounters::default());
         let db = open_db(kv_loc, false, &cfg, kv_counters.clone())?;
-        let mut block0 = vec![0u8; cfg.block_bytes as usize];
+        let mut block0 = vec![0u8; crate::convert::usize_of(cfg.block_bytes)];
         dev.read(0, &mut block0).await?;
         let on_dev = Superblock::decode(&block0)?;
         let (in_kv, marker) = {
