@@ -81,8 +81,10 @@ pub struct RecoveryStudyArgs {
     /// Client writes in flight.
     #[arg(long = "client-depth", default_value_t = 16)]
     client_depth: usize,
-    /// Seconds of client writes on the healthy cluster, before the failure (the baseline).
-    #[arg(long = "baseline-s", default_value_t = 5)]
+    /// Seconds of client writes on the healthy cluster, before the failure (the baseline):
+    /// long enough to include the store's checkpoints, so that it measures the rate the
+    /// store sustains and not its first seconds' burst (seed 000 measured 300 s).
+    #[arg(long = "baseline-s", default_value_t = 20)]
     baseline_s: u64,
     /// Longest recovery phase, seconds: a recovery still running then is reported not done.
     #[arg(long = "max-s", default_value_t = 300)]
