@@ -18,7 +18,8 @@
 //! then carry that epoch, so no OSD serves one of them before it refuses the old holder's.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 

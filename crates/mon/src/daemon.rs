@@ -14,7 +14,8 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use cairn_msgr::http::serve_metrics;
 use cairn_msgr::session::{Listener, Session, SessionSender};

@@ -13,11 +13,10 @@ use crate::bufs::data_pool;
 use crate::error::MsgrError;
 use crate::frame::{Frame, FrameHeader, Limits, HEADER_BYTES, SEGMENT_CRC_BYTES};
 use crate::protect::{open_frame, seal_frame, FrameCrypt, FrameKeys, WireMode, TAG_BYTES};
+use crate::transport::{ReadHalf, Stream, WriteHalf};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use cairn_blockdev::AlignedBuf;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -54,7 +53,7 @@ struct DataInFlight {
 /// as it is; everything else is decoded from a read buffer. Reading is cancel-safe: whatever has
 /// arrived is kept here, so a `next` dropped by a `select!` loses nothing.
 pub struct FrameStream {
-    sock: OwnedReadHalf,
+    sock: ReadHalf,
     buf: BytesMut,
     limits: Limits,
     in_flight: Option<DataInFlight>,
@@ -344,9 +343,8 @@ pub struct Conn {
 }
 
 /// Frames a connected socket: starts its writer task.
-pub fn framed(stream: TcpStream, limits: Limits) -> Conn {
-    let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
+pub fn framed(stream: impl Into<Stream>, limits: Limits) -> Conn {
+    let (read, write) = stream.into().into_split();
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(write_loop(write, rx, limits));
     Conn {
@@ -363,7 +361,7 @@ pub fn framed(stream: TcpStream, limits: Limits) -> Conn {
 }
 
 async fn write_loop(
-    mut sock: OwnedWriteHalf,
+    mut sock: WriteHalf,
     mut frames: mpsc::UnboundedReceiver<Outgoing>,
     limits: Limits,
 ) -> Result<(), MsgrError> {
@@ -445,7 +443,7 @@ fn encode_batch(
 /// Writes every byte of `pieces` with vectored writes of at most `turn_bytes` each (0: no
 /// bound), letting the runtime's other tasks run after each write that used its whole turn.
 async fn write_all(
-    sock: &mut OwnedWriteHalf,
+    sock: &mut WriteHalf,
     pieces: &mut [Bytes],
     turn_bytes: usize,
 ) -> Result<(), MsgrError> {
@@ -499,7 +497,7 @@ mod tests {
     use super::*;
     use crate::frame::SINGLE_WORKER_WRITE_TURN_BYTES as SINGLE_WORKER_TURN;
     use std::time::Duration;
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     /// A connected pair: the raw socket of one end and the framed other end.
     async fn pair() -> (TcpStream, Conn) {

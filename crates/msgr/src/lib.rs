@@ -22,6 +22,7 @@ pub mod handshake;
 pub mod http;
 pub mod protect;
 pub mod session;
+pub mod transport;
 
 pub use error::MsgrError;
 pub use frame::{Frame, FrameHeader, Limits, PROTOCOL_VERSION};

@@ -18,11 +18,12 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
+use crate::transport::{Listener as NetListener, Stream};
 use bytes::{Buf, BufMut, BytesMut};
 use cairn_metrics::{DescriptorEncoder, Families, Written};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 use crate::conn::{framed, Conn, FrameWriter};
@@ -606,7 +607,7 @@ async fn run_dialer(dial: Dial, mut parts: SessionParts, link: Arc<Link>) {
         if parts.incoming.is_closed() {
             return;
         }
-        let stream = match TcpStream::connect(addr).await {
+        let stream = match Stream::connect(addr).await {
             Ok(s) => {
                 link.set_refused(None);
                 s
@@ -912,7 +913,7 @@ impl Listener {
         limits: Limits,
         authz: Option<Arc<dyn Authorizer>>,
     ) -> Result<Listener, MsgrError> {
-        let listener = TcpListener::bind(addr).await?;
+        let listener = NetListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(64);
         let known: KnownSessions = Arc::default();
@@ -990,7 +991,7 @@ async fn next_handshake_frame(conn: &mut Conn) -> Result<Frame, MsgrError> {
         .ok_or(MsgrError::Closed)?
 }
 
-async fn accept_one(socket: TcpStream, accepting: Accepting) -> Result<(), MsgrError> {
+async fn accept_one(socket: Stream, accepting: Accepting) -> Result<(), MsgrError> {
     let Accepting {
         limits,
         known,

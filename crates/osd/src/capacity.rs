@@ -18,7 +18,8 @@
 //! measures again.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use cairn_qos::capacity::{estimate, CapacityBounds, CapacitySamples};

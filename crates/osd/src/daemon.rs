@@ -5,7 +5,8 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use cairn_blockdev::{
@@ -188,47 +189,67 @@ fn check_bytes_setting(name: &str, value: u64, min: u64, max: (u64, &str)) -> Re
     )))
 }
 
+/// Refuses settings out of their bounds, and takes a device profile's capacity.
+fn check_config(cfg: &mut OsdConfig) -> Result<(), OsdError> {
+    if !(cfg.full_ratio > 0.0 && cfg.full_ratio <= 1.0) {
+        return Err(OsdError::Config(format!(
+            "full_ratio {} must be in (0, 1]",
+            cfg.full_ratio
+        )));
+    }
+    let frame_limit = u64::from(cairn_msgr::Limits::default().max_payload_bytes);
+    let half = (frame_limit / 2, "half the messenger's frame limit");
+    let quarter = (frame_limit / 4, "a quarter of the messenger's frame limit");
+    check_bytes_setting("max_object_bytes", cfg.max_object_bytes, 1, half)?;
+    check_bytes_setting(
+        "recovery_chunk_bytes",
+        cfg.recovery_chunk_bytes,
+        4096,
+        quarter,
+    )?;
+    check_bytes_setting(
+        "max_xattr_bytes_per_object",
+        cfg.max_xattr_bytes_per_object,
+        1,
+        quarter,
+    )?;
+    crate::sched::check_shard_count(cfg.op_shards)?;
+    if !(cfg.nearfull_ratio > 0.0 && cfg.nearfull_ratio <= cfg.full_ratio) {
+        return Err(OsdError::Config(format!(
+            "nearfull_ratio {} must be in (0, full_ratio {}]",
+            cfg.nearfull_ratio, cfg.full_ratio
+        )));
+    }
+    if let Some(name) = &cfg.device_profile {
+        let p = Profile::load(name)?;
+        cfg.capacity = DeviceCapacity {
+            random_4k_iops: p.expected.random_write_4k_iops,
+            seq_bandwidth_bytes_per_s: p.expected.sequential_write_mb_s * 1e6,
+        };
+    }
+    Ok(())
+}
+
 impl OsdDaemon {
     /// Starts an OSD: store and PGs, monitor boot and subscription, listener, heartbeats,
     /// beacons, metrics.
     pub async fn start(mut cfg: OsdConfig) -> Result<OsdDaemon, OsdError> {
-        if !(cfg.full_ratio > 0.0 && cfg.full_ratio <= 1.0) {
-            return Err(OsdError::Config(format!(
-                "full_ratio {} must be in (0, 1]",
-                cfg.full_ratio
-            )));
-        }
-        let frame_limit = u64::from(cairn_msgr::Limits::default().max_payload_bytes);
-        let half = (frame_limit / 2, "half the messenger's frame limit");
-        let quarter = (frame_limit / 4, "a quarter of the messenger's frame limit");
-        check_bytes_setting("max_object_bytes", cfg.max_object_bytes, 1, half)?;
-        check_bytes_setting(
-            "recovery_chunk_bytes",
-            cfg.recovery_chunk_bytes,
-            4096,
-            quarter,
-        )?;
-        check_bytes_setting(
-            "max_xattr_bytes_per_object",
-            cfg.max_xattr_bytes_per_object,
-            1,
-            quarter,
-        )?;
-        crate::sched::check_shard_count(cfg.op_shards)?;
-        if !(cfg.nearfull_ratio > 0.0 && cfg.nearfull_ratio <= cfg.full_ratio) {
-            return Err(OsdError::Config(format!(
-                "nearfull_ratio {} must be in (0, full_ratio {}]",
-                cfg.nearfull_ratio, cfg.full_ratio
-            )));
-        }
-        if let Some(name) = &cfg.device_profile {
-            let p = Profile::load(name)?;
-            cfg.capacity = DeviceCapacity {
-                random_4k_iops: p.expected.random_write_4k_iops,
-                seq_bandwidth_bytes_per_s: p.expected.sequential_write_mb_s * 1e6,
-            };
-        }
+        check_config(&mut cfg)?;
         let (store, under) = open_store(&cfg).await?;
+        Self::serve(cfg, store, under).await
+    }
+
+    /// Starts an OSD on a store its caller has mounted — a simulation's in-memory devices —
+    /// instead of the device file under `cfg.data_dir`: no cache or DB device is put in front
+    /// of it, and no capacity is measured or saved.
+    pub async fn start_on_store(mut cfg: OsdConfig, store: Store) -> Result<OsdDaemon, OsdError> {
+        check_config(&mut cfg)?;
+        cfg.measure_capacity = false;
+        Self::serve(cfg, store, Under::default()).await
+    }
+
+    /// Serves as an OSD on `store` (mounted), with what runs `under` it.
+    async fn serve(mut cfg: OsdConfig, store: Store, under: Under) -> Result<OsdDaemon, OsdError> {
         if cfg.measure_capacity {
             cfg.capacity = crate::capacity::at_boot(&store, cfg.capacity, &cfg.data_dir).await?;
         }
@@ -712,7 +733,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                 let data = received(data, data_crc);
                 // Scheduled inside `repop`, once it is this PG's next write.
                 drop(s.spawn(async move {
-                    let started = std::time::Instant::now();
+                    let started = tokio::time::Instant::now();
                     let h = Box::pin(replica::repop(&s2, rep, data, work)).await;
                     if paced && h.result == cairn_proto::op::OpResult::Ok {
                         s2.throttle

@@ -24,7 +24,8 @@
 //! stream with no such level yet is not paced on: without a measurement of the clients alone
 //! there is nothing to hold their latency to.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use cairn_qos::PolicyConfig;
 

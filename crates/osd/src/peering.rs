@@ -259,7 +259,7 @@ async fn ask_past_copy(
 }
 
 async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError> {
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     // After a scrub's chunk: what peering recovers must not change objects while a scrub
     // compares them (a scrub ends its chunk as soon as the PG leaves its activation).
     let (mut inner, _) = pg.lock_unfenced(None).await;

@@ -7,7 +7,8 @@
 //! checksum-verified (invariant 7).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::work::{Purpose, Work};
 use bytes::Bytes;

@@ -15,7 +15,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use cairn_clustermap::PgId;
 use cairn_metrics::{DescriptorEncoder, Families, HistogramSample, Written};

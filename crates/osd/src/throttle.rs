@@ -11,7 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use cairn_clustermap::PgId;
 use cairn_qos::PolicyConfig;

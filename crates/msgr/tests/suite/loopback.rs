@@ -384,7 +384,7 @@ async fn a_dialer_tells_a_refused_peer_from_a_live_one() {
     // The peer goes away as a dead process would: dropping its listener closes the address
     // and the sessions it accepted (the server end is still held here). The dialer's
     // reconnects are refused again, and the time is after the peer left.
-    let gone_at = std::time::Instant::now();
+    let gone_at = tokio::time::Instant::now();
     drop(listener);
     eventually("refused again once the peer is gone", || {
         sender.refused_at().is_some_and(|t| t >= gone_at)

@@ -1,0 +1,508 @@
+//! One simulated run: a monitor, OSDs and a client — the real daemons and client library —
+//! as hosts of a `turmoil` simulation (one thread, simulated time, an in-memory network), a
+//! workload of checksummed writes while a seeded fault schedule plays, then, once every fault
+//! has ended, the invariants: every PG active+clean, every object as the client's ledger says
+//! it may be, the client's map epochs never going back.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use cairn_client::mon::MonClient;
+use cairn_client::{Client, ClientError};
+use cairn_clustermap::ClusterMap;
+use cairn_mon::daemon::{MonDaemon, MonServing};
+use cairn_mon::{MonConfig, Monitor};
+use cairn_osd::{OsdConfig, OsdDaemon};
+use cairn_proto::mon::Request;
+use cairn_store::StoreConfig;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::disk::SimDisk;
+use crate::faults::{schedule, Fault, Shape, Timed};
+use crate::ledger::{Ledger, Mismatch};
+
+/// The monitor's port.
+const MON_PORT: u16 = 6789;
+/// Every OSD's port.
+const OSD_PORT: u16 = 6800;
+/// The pool the workload writes.
+const POOL: &str = "data";
+/// Longest the cluster may take to come up and serve its first write.
+const SETUP_LIMIT: Duration = Duration::from_secs(120);
+/// Every message's latency on a link without a fault: a LAN's.
+const BASE_LATENCY: Duration = Duration::from_micros(200);
+/// Largest object the workload writes.
+const MAX_OBJECT_BYTES: usize = 16 << 10;
+
+/// What one run does.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// OSDs (one host each; the pool keeps three copies, so at least 3).
+    pub osds: usize,
+    /// PGs of the pool.
+    pub pg_num: u32,
+    /// Distinct objects the workload writes (over and over).
+    pub objects: usize,
+    /// Writes the workload issues, one at a time, spread over the fault window.
+    pub writes: usize,
+    /// Faults in the schedule.
+    pub faults: usize,
+    /// Faults start within this window after the cluster first serves a write.
+    pub window: Duration,
+    /// Longest a fault lasts.
+    pub longest: Duration,
+    /// Longest the cluster may take, once every fault has ended, to be active+clean.
+    pub settle: Duration,
+    /// Bytes of each OSD's device.
+    pub device_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            osds: 3,
+            pg_num: 8,
+            objects: 12,
+            writes: 40,
+            faults: 4,
+            window: Duration::from_secs(20),
+            longest: Duration::from_secs(8),
+            settle: Duration::from_secs(120),
+            device_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What a run that held every invariant did.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Its seed.
+    pub seed: u64,
+    /// The faults it played.
+    pub schedule: Vec<Timed>,
+    /// Writes acknowledged.
+    pub acked: usize,
+    /// Writes whose outcome the client did not learn.
+    pub uncertain: usize,
+    /// Simulated time, from the first host's start to the last check.
+    pub simulated: Duration,
+}
+
+/// An invariant a run broke.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Violation {
+    /// An object does not hold what the ledger allows.
+    #[error("object {} holds {:?}, acknowledged {:?}, unacknowledged since {:?}", .0.object, .0.found, .0.acked, .0.uncertain)]
+    Lost(Mismatch),
+    /// An object could not be read back once the cluster was clean.
+    #[error("reading {object} back failed: {error}")]
+    Unreadable {
+        /// The object.
+        object: String,
+        /// The client's error.
+        error: String,
+    },
+    /// The PGs were not all active+clean within the settle time after the last fault.
+    #[error("not active+clean {settle:?} after the faults ended: {states}")]
+    NotClean {
+        /// The settle time.
+        settle: Duration,
+        /// The PG states last seen, counted.
+        states: String,
+    },
+    /// The client saw a map epoch older than one it had seen.
+    #[error("the client's map went back from epoch {was} to {now}")]
+    EpochWentBack {
+        /// The newest epoch seen before.
+        was: u64,
+        /// The one seen after it.
+        now: u64,
+    },
+    /// The cluster never served its first write.
+    #[error("the cluster did not come up: {0}")]
+    NoStart(String),
+    /// The simulation itself failed (a host's software returned an error or panicked, or
+    /// the simulated time ran out).
+    #[error("simulation: {0}")]
+    Sim(String),
+}
+
+/// A run that broke an invariant, with what replays it.
+#[derive(Debug)]
+pub struct Failure {
+    /// The seed that replays it (`CAIRN_SIM_SEED`).
+    pub seed: u64,
+    /// The faults it played.
+    pub schedule: Vec<Timed>,
+    /// What broke.
+    pub violation: Violation,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "seed {}: {}", self.seed, self.violation)?;
+        for t in &self.schedule {
+            writeln!(f, "  {t}")?;
+        }
+        write!(
+            f,
+            "replay: CAIRN_SIM_SEED={} cargo test -p cairn-sim --test seeds",
+            self.seed
+        )
+    }
+}
+
+/// What the client host and the driver share (one thread: the simulation's).
+#[derive(Default)]
+struct Board {
+    /// Simulated time at which the cluster first served a write.
+    ready: Option<Duration>,
+    /// Set by the driver once every fault has ended.
+    healed: bool,
+    /// What the client found broken.
+    violation: Option<Violation>,
+    /// The client's ledger, for the outcome.
+    ledger: Ledger,
+}
+
+/// The store configuration of a simulated OSD: a small log ring and caches, so that a
+/// simulated disk stays small.
+fn store_config() -> StoreConfig {
+    StoreConfig {
+        wal_bytes: 4 << 20,
+        kv_cache_bytes: 1 << 20,
+        deferred_batch_bytes: 64 << 10,
+        ..StoreConfig::default()
+    }
+}
+
+fn mon_addr() -> SocketAddr {
+    SocketAddr::new(turmoil::lookup("mon"), MON_PORT)
+}
+
+fn osd_name(i: usize) -> String {
+    format!("osd{i}")
+}
+
+/// Runs seed `seed` with `opts`; Ok when every invariant held.
+pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
+    assert!(opts.osds >= 3, "the pool keeps three copies");
+    let shape = Shape {
+        osds: (0..opts.osds).map(osd_name).collect(),
+        others: vec!["mon".into(), "client".into()],
+        window: opts.window,
+        faults: opts.faults,
+        longest: opts.longest,
+    };
+    let faults = schedule(seed, &shape);
+    let fail = |violation| Failure {
+        seed,
+        schedule: faults.clone(),
+        violation,
+    };
+    let limit = SETUP_LIMIT + opts.window + opts.longest + opts.settle + Duration::from_secs(60);
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .simulation_duration(limit)
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(BASE_LATENCY)
+        .max_message_latency(BASE_LATENCY)
+        .build();
+    sim.host("mon", || async {
+        let monitor = Monitor::new(
+            ClusterMap::new("sim").map_err(|e| e.to_string())?,
+            MonConfig::default(),
+        );
+        let _mon = MonDaemon::serve(monitor, mon_addr(), MonServing::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        std::future::pending::<()>().await;
+        Ok(())
+    });
+    for i in 0..opts.osds {
+        let disk =
+            SimDisk::new(opts.device_bytes).map_err(|e| fail(Violation::Sim(e.to_string())))?;
+        let device_bytes = opts.device_bytes;
+        sim.host(osd_name(i).as_str(), move || {
+            let disk = disk.clone();
+            async move {
+                let store = disk
+                    .mount(&store_config())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let name = osd_name(i);
+                let mut cfg = OsdConfig::local(
+                    &format!("sim-{name}"),
+                    &name,
+                    mon_addr(),
+                    PathBuf::from(format!("/sim/{name}")),
+                );
+                cfg.listen = SocketAddr::new(turmoil::lookup(name.as_str()), OSD_PORT);
+                cfg.device_bytes = device_bytes;
+                let _osd = OsdDaemon::start_on_store(cfg, store)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        });
+    }
+    let board = Rc::new(RefCell::new(Board::default()));
+    let shared = board.clone();
+    let workload = opts.clone();
+    sim.client("client", async move {
+        let result = client_run(seed, &workload, &shared).await;
+        if let Err(v) = result {
+            shared.borrow_mut().violation = Some(v);
+            return Err("an invariant broke".into());
+        }
+        Ok(())
+    });
+    let hosts: Vec<String> = shape.osds.iter().chain(&shape.others).cloned().collect();
+    let ended = drive(&mut sim, &hosts, &faults, opts, &board);
+    let mut b = board.borrow_mut();
+    if let Some(v) = b.violation.take() {
+        return Err(fail(v));
+    }
+    ended.map_err(|e| fail(Violation::Sim(e)))?;
+    Ok(Outcome {
+        seed,
+        schedule: faults.clone(),
+        acked: b.ledger.acked_count(),
+        uncertain: b.ledger.uncertain_count(),
+        simulated: sim.elapsed(),
+    })
+}
+
+/// Steps the simulation until the client is done, starting and ending faults on time and
+/// ending them all once the window and the longest fault have passed.
+fn drive(
+    sim: &mut turmoil::Sim<'_>,
+    hosts: &[String],
+    faults: &[Timed],
+    opts: &Options,
+    board: &Rc<RefCell<Board>>,
+) -> Result<(), String> {
+    let mut started = vec![false; faults.len()];
+    let mut ended = vec![false; faults.len()];
+    let mut crashed: Vec<String> = Vec::new();
+    let heal_at = opts.window + opts.longest;
+    loop {
+        let done = sim.step().map_err(|e| e.to_string())?;
+        if done {
+            return Ok(());
+        }
+        let Some(ready) = board.borrow().ready else {
+            continue;
+        };
+        let t = sim.elapsed().saturating_sub(ready);
+        for (i, f) in faults.iter().enumerate() {
+            if !started[i] && t >= f.at && t < heal_at {
+                started[i] = true;
+                if start(sim, hosts, &f.fault, &mut crashed) {
+                    tracing::info!(fault = %f, "fault starts");
+                } else {
+                    ended[i] = true;
+                }
+            }
+            if started[i] && !ended[i] && (t >= f.at + f.lasts || t >= heal_at) {
+                ended[i] = true;
+                end(sim, hosts, &f.fault, &mut crashed);
+                tracing::info!(fault = %f, "fault ends");
+            }
+        }
+        if t >= heal_at && !board.borrow().healed {
+            board.borrow_mut().healed = true;
+        }
+    }
+}
+
+/// Starts `fault`; false when it cannot start (its host is already down).
+fn start(
+    sim: &mut turmoil::Sim<'_>,
+    hosts: &[String],
+    fault: &Fault,
+    crashed: &mut Vec<String>,
+) -> bool {
+    match fault {
+        Fault::Partition(a, b) => sim.partition(a.as_str(), b.as_str()),
+        Fault::Hold(a, b) => sim.hold(a.as_str(), b.as_str()),
+        Fault::Crash(h) => {
+            if crashed.contains(h) {
+                return false;
+            }
+            crashed.push(h.clone());
+            sim.crash(h.as_str());
+        }
+        Fault::Slow(h, d) => {
+            for other in others(hosts, h) {
+                sim.set_link_latency(h.as_str(), other.as_str(), *d);
+            }
+        }
+    }
+    true
+}
+
+/// Ends `fault`.
+fn end(sim: &mut turmoil::Sim<'_>, hosts: &[String], fault: &Fault, crashed: &mut Vec<String>) {
+    match fault {
+        Fault::Partition(a, b) => sim.repair(a.as_str(), b.as_str()),
+        Fault::Hold(a, b) => sim.release(a.as_str(), b.as_str()),
+        Fault::Crash(h) => {
+            crashed.retain(|c| c != h);
+            sim.bounce(h.as_str());
+        }
+        Fault::Slow(h, _) => {
+            for other in others(hosts, h) {
+                sim.set_link_latency(h.as_str(), other.as_str(), BASE_LATENCY);
+            }
+        }
+    }
+}
+
+/// Every host of the run but `h`, by name.
+fn others<'a>(hosts: &'a [String], h: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+    hosts.iter().filter(move |o| o.as_str() != h)
+}
+
+/// The client host: makes the pool, writes while the faults play, waits for the heal, then
+/// checks the cluster.
+async fn client_run(
+    seed: u64,
+    opts: &Options,
+    board: &Rc<RefCell<Board>>,
+) -> Result<(), Violation> {
+    let admin = MonClient::connect(mon_addr(), 91).await;
+    admin
+        .op(
+            Request::CreatePool {
+                name: POOL.into(),
+                size: 3,
+                pg_num: opts.pg_num,
+            },
+            SETUP_LIMIT.as_millis() as u64,
+        )
+        .await
+        .map_err(|e| Violation::NoStart(format!("create the pool: {e}")))?;
+    let client = Client::connect(mon_addr(), 2)
+        .await
+        .map_err(|e| Violation::NoStart(format!("connect: {e}")))?;
+    let deadline = tokio::time::Instant::now() + SETUP_LIMIT;
+    while let Err(e) = client.write_full(POOL, "probe", b"x").await {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Violation::NoStart(format!("first write: {e}")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    board.borrow_mut().ready = Some(turmoil::elapsed());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c11e);
+    let mut epochs = EpochWatch::default();
+    let gap_ms = (opts.window.as_millis() as u64 * 2 / opts.writes.max(1) as u64).max(1);
+    let mut ledger = Ledger::default();
+    for n in 0..opts.writes {
+        let object = format!("o{}", rng.random_range(0..opts.objects));
+        let len = rng.random_range(1..=MAX_OBJECT_BYTES);
+        let mut data = vec![0u8; len];
+        rng.fill(&mut data[..]);
+        data[..8.min(len)].copy_from_slice(&n.to_le_bytes()[..8.min(len)]);
+        let crc = crc_fast::crc32_iscsi(&data);
+        match client.write_full(POOL, &object, &data).await {
+            Ok(_) => ledger.acked(&object, crc),
+            Err(e) => {
+                tracing::info!(%object, error = %e, "write not acknowledged");
+                ledger.uncertain(&object, crc);
+            }
+        }
+        epochs.see(&client)?;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..=gap_ms))).await;
+    }
+    while !board.borrow().healed {
+        epochs.see(&client)?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    board.borrow_mut().ledger = ledger.clone();
+    wait_clean(&client, opts, &mut epochs).await?;
+    for object in ledger.objects() {
+        let found = match client.read(POOL, object).await {
+            Ok(data) => Some(crc_fast::crc32_iscsi(&data)),
+            Err(ClientError::NotFound(_)) => None,
+            Err(e) => {
+                return Err(Violation::Unreadable {
+                    object: object.to_string(),
+                    error: e.to_string(),
+                })
+            }
+        };
+        ledger.check(object, found).map_err(Violation::Lost)?;
+    }
+    Ok(())
+}
+
+/// Waits until every PG of the pool is active+clean, as its primary says.
+async fn wait_clean(
+    client: &Client,
+    opts: &Options,
+    epochs: &mut EpochWatch,
+) -> Result<(), Violation> {
+    let deadline = tokio::time::Instant::now() + opts.settle;
+    loop {
+        epochs.see(client)?;
+        let states = pg_states(client, opts.osds).await;
+        let total: usize = states.values().sum();
+        if total == opts.pg_num as usize && states.keys().all(|s| s == "active+clean") {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Violation::NotClean {
+                settle: opts.settle,
+                states: format!("{states:?}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The PG states the OSDs report for the PGs they lead, counted.
+async fn pg_states(client: &Client, osds: usize) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for osd in 0..osds {
+        let Ok(id) = i32::try_from(osd) else { break };
+        let stats = client
+            .tell(id, &["pg".into(), "stats".into()])
+            .await
+            .unwrap_or_default();
+        for line in stats.lines() {
+            if let Some((state, n)) = line.rsplit_once(' ') {
+                *out.entry(state.to_string()).or_default() += n.parse::<usize>().unwrap_or(0);
+            }
+        }
+    }
+    out
+}
+
+/// The newest map epoch the client has seen; an older one after it is a violation.
+#[derive(Default)]
+struct EpochWatch {
+    newest: u64,
+}
+
+impl EpochWatch {
+    fn see(&mut self, client: &Client) -> Result<(), Violation> {
+        let Some(map) = client.map() else {
+            return Ok(());
+        };
+        if map.epoch < self.newest {
+            return Err(Violation::EpochWentBack {
+                was: self.newest,
+                now: map.epoch,
+            });
+        }
+        self.newest = map.epoch;
+        Ok(())
+    }
+}
