@@ -129,6 +129,10 @@ impl Drop for Claimed<'_> {
     }
 }
 
+/// A planted bug (feature `planted-bugs`, for the simulation to catch): a copy that lacks an
+/// object records it recovered without pulling it, and serves what it had.
+const PLANTED_SKIP_OWN_PULL: bool = cfg!(feature = "planted-bugs");
+
 /// Recovers `claim`'s object in the interval of `epoch`: this copy first (pulled from a copy
 /// at the version the log names, or removed), recorded here; then pushed to every other copy
 /// that lacks it, each of which records it with the object. `urgency` picks the steps' class.
@@ -149,7 +153,9 @@ pub(crate) async fn recover_object(
     if let Some(want) = claim.own {
         // Activation created the collection.
         let mut created = true;
-        recover_local(&r, &claim.sources, obj, &mut created, want).await?;
+        if !PLANTED_SKIP_OWN_PULL {
+            recover_local(&r, &claim.sources, obj, &mut created, want).await?;
+        }
         record_own(s, pg, claim.generation, obj).await?;
     }
     for &osd in &claim.peers {

@@ -34,6 +34,11 @@ const OSD_PORT: u16 = 6800;
 const POOL: &str = "data";
 /// Longest the cluster may take to come up and serve its first write.
 const SETUP_LIMIT: Duration = Duration::from_secs(120);
+/// How often OSDs ping each other, and how long one must be silent before its peers report
+/// it and the monitor marks it down: shorter than Ceph's 20 s grace, so that a fault within a
+/// run's window outlasts it and the cluster goes on without the faulty OSD, then recovers it.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
+const HEARTBEAT_GRACE: Duration = Duration::from_secs(3);
 /// Every message's latency on a link without a fault: a LAN's.
 const BASE_LATENCY: Duration = Duration::from_micros(200);
 /// Largest object the workload writes.
@@ -70,8 +75,8 @@ impl Default for Options {
             objects: 12,
             writes: 40,
             faults: 4,
-            window: Duration::from_secs(20),
-            longest: Duration::from_secs(8),
+            window: Duration::from_secs(30),
+            longest: Duration::from_secs(20),
             settle: Duration::from_secs(120),
             device_bytes: 64 << 20,
         }
@@ -181,6 +186,10 @@ fn store_config() -> StoreConfig {
     }
 }
 
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn mon_addr() -> SocketAddr {
     SocketAddr::new(turmoil::lookup("mon"), MON_PORT)
 }
@@ -214,10 +223,11 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
         .max_message_latency(BASE_LATENCY)
         .build();
     sim.host("mon", || async {
-        let monitor = Monitor::new(
-            ClusterMap::new("sim").map_err(|e| e.to_string())?,
-            MonConfig::default(),
-        );
+        let config = MonConfig {
+            heartbeat_grace_ms: millis(HEARTBEAT_GRACE),
+            ..MonConfig::default()
+        };
+        let monitor = Monitor::new(ClusterMap::new("sim").map_err(|e| e.to_string())?, config);
         let _mon = MonDaemon::serve(monitor, mon_addr(), MonServing::default())
             .await
             .map_err(|e| e.to_string())?;
@@ -244,6 +254,8 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
                 );
                 cfg.listen = SocketAddr::new(turmoil::lookup(name.as_str()), OSD_PORT);
                 cfg.device_bytes = device_bytes;
+                cfg.heartbeat_interval_ms = millis(HEARTBEAT_INTERVAL);
+                cfg.heartbeat_grace_ms = millis(HEARTBEAT_GRACE);
                 let _osd = OsdDaemon::start_on_store(cfg, store)
                     .await
                     .map_err(|e| e.to_string())?;
@@ -385,7 +397,7 @@ async fn client_run(
                 size: 3,
                 pg_num: opts.pg_num,
             },
-            SETUP_LIMIT.as_millis() as u64,
+            millis(SETUP_LIMIT),
         )
         .await
         .map_err(|e| Violation::NoStart(format!("create the pool: {e}")))?;
@@ -402,7 +414,8 @@ async fn client_run(
     board.borrow_mut().ready = Some(turmoil::elapsed());
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c11e);
     let mut epochs = EpochWatch::default();
-    let gap_ms = (opts.window.as_millis() as u64 * 2 / opts.writes.max(1) as u64).max(1);
+    let writes = u64::try_from(opts.writes.max(1)).unwrap_or(u64::MAX);
+    let gap_ms = (millis(opts.window) * 2 / writes).max(1);
     let mut ledger = Ledger::default();
     for n in 0..opts.writes {
         let object = format!("o{}", rng.random_range(0..opts.objects));

@@ -24,7 +24,7 @@ fn every_seeded_fault_schedule_keeps_the_invariants() {
         Some(seed) => vec![seed],
         None => {
             let first = env_u64("CAIRN_SIM_FIRST_SEED").unwrap_or(0);
-            let count = env_u64("CAIRN_SIM_SEEDS").unwrap_or(4);
+            let count = env_u64("CAIRN_SIM_SEEDS").unwrap_or(8);
             (first..first + count).collect()
         }
     };
