@@ -1,99 +1,129 @@
 //! [`SimDisk`]: an OSD's disks in memory — its block device and its KV file — which outlive
-//! the OSD's process, so that a simulated host restarted after a crash mounts what its last
-//! incarnation left, as a real OSD does.
+//! the OSD's process and may lose power. A simulated host restarted after a process crash
+//! mounts everything its last incarnation wrote (the kernel kept it); after a power loss it
+//! mounts only what was flushed, plus a seeded subset of the rest with the last survivor torn
+//! ([`PowerLossMode::RandomSubset`], [`KvLossMode::RandomSubset`]), as a real disk may leave it.
 
-use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use cairn_blockdev::MemDevice;
-use cairn_store::{KvLocation, Store, StoreConfig, StoreError};
-use redb::StorageBackend;
+use cairn_blockdev::{BlockDevice, CrashSwitch, FaultDevice, MemDevice, PowerLossMode};
+use cairn_store::{CrashableKv, KvLocation, KvLossMode, Store, StoreConfig, StoreError};
 
 /// Alignment of the simulated block device.
 const ALIGN_BYTES: u64 = 4096;
 
+/// One power-on period of the disks: the switch every write goes through, and the devices
+/// that record what is not yet flushed.
+#[derive(Debug)]
+struct PowerCycle {
+    switch: Arc<CrashSwitch>,
+    device: Arc<FaultDevice>,
+    kv: CrashableKv,
+    /// Set when power was cut: the seed choosing what survives, applied at the next mount.
+    lost: Option<u64>,
+}
+
+impl PowerCycle {
+    fn new(media: Arc<dyn BlockDevice>, kv_image: Vec<u8>) -> PowerCycle {
+        let switch = CrashSwitch::new();
+        PowerCycle {
+            device: Arc::new(FaultDevice::new(media, switch.clone())),
+            kv: CrashableKv::new(kv_image, switch.clone()),
+            switch,
+            lost: None,
+        }
+    }
+}
+
 /// One OSD's disks.
 #[derive(Debug)]
 pub struct SimDisk {
-    dev: Arc<MemDevice>,
-    kv: SharedKv,
+    media: Arc<MemDevice>,
+    cycle: Mutex<PowerCycle>,
     formatted: AtomicBool,
+    /// Device writes not yet flushed when the power was cut, over every power loss.
+    unflushed_at_cuts: AtomicU64,
 }
 
 impl SimDisk {
     /// Zeroed disks: a block device of `bytes` and an empty KV file.
     pub fn new(bytes: u64) -> Result<Arc<SimDisk>, StoreError> {
+        let media = Arc::new(MemDevice::new(bytes, ALIGN_BYTES)?);
         Ok(Arc::new(SimDisk {
-            dev: Arc::new(MemDevice::new(bytes, ALIGN_BYTES)?),
-            kv: SharedKv::default(),
+            cycle: Mutex::new(PowerCycle::new(media.clone(), Vec::new())),
+            media,
             formatted: AtomicBool::new(false),
+            unflushed_at_cuts: AtomicU64::new(0),
         }))
     }
 
-    /// Mounts the store on these disks, making it first (mkfs) the first time.
+    fn cycle(&self) -> MutexGuard<'_, PowerCycle> {
+        self.cycle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Cuts the power now: no write or sync lands after this call (a thread of the dying
+    /// process still running is refused); the next [`SimDisk::mount`] sees what `seed` lets
+    /// survive of what was not flushed.
+    pub fn cut_power(&self, seed: u64) {
+        let mut cycle = self.cycle();
+        cycle.switch.crash_now();
+        cycle.lost.get_or_insert(seed);
+    }
+
+    /// Device writes that were not flushed when the power was cut, over every power loss so
+    /// far (each one's survival was left to the power-loss seed).
+    pub fn unflushed_at_cuts(&self) -> u64 {
+        self.unflushed_at_cuts.load(Ordering::Relaxed)
+    }
+
+    /// Arms the power cut: it happens just before the disks' `after_ops`-th next mutating
+    /// operation (a device write, flush or discard, a KV write or sync), in the middle of
+    /// whatever the OSD is doing then; [`SimDisk::power_is_off`] tells when it has.
+    pub fn arm_cut(&self, after_ops: u64, seed: u64) {
+        let mut cycle = self.cycle();
+        let at = cycle.switch.ops().saturating_add(after_ops);
+        cycle.switch.arm(at);
+        cycle.lost.get_or_insert(seed);
+    }
+
+    /// Whether the power is off (cut by [`SimDisk::cut_power`] or an armed cut reached).
+    pub fn power_is_off(&self) -> bool {
+        self.cycle().switch.crashed()
+    }
+
+    /// Mounts the store on these disks, making it first (mkfs) the first time, after turning
+    /// them into their post-power-loss images if the power was cut.
     pub async fn mount(&self, cfg: &StoreConfig) -> Result<Store, StoreError> {
+        let (device, kv) = self.power_on().await?;
+        let dev: Arc<dyn BlockDevice> = device;
         if !self.formatted.load(Ordering::Acquire) {
-            Store::mkfs(self.dev.clone(), self.kv_location(), cfg).await?;
+            Store::mkfs(dev.clone(), KvLocation::Backend(Box::new(kv.clone())), cfg).await?;
             self.formatted.store(true, Ordering::Release);
         }
-        Store::mount(self.dev.clone(), self.kv_location(), cfg.clone()).await
+        Store::mount(dev, KvLocation::Backend(Box::new(kv)), cfg.clone()).await
     }
 
-    fn kv_location(&self) -> KvLocation {
-        KvLocation::Backend(Box::new(self.kv.clone()))
-    }
-}
-
-/// A redb file in memory that every handle shares: the store mounted after a restart sees
-/// what the one before wrote.
-#[derive(Clone, Debug, Default)]
-struct SharedKv {
-    bytes: Arc<RwLock<Vec<u8>>>,
-}
-
-impl SharedKv {
-    fn poisoned() -> io::Error {
-        io::Error::other("the simulated KV file's lock is poisoned")
-    }
-}
-
-impl StorageBackend for SharedKv {
-    fn len(&self) -> Result<u64, io::Error> {
-        let bytes = self.bytes.read().map_err(|_| Self::poisoned())?;
-        Ok(bytes.len() as u64)
-    }
-
-    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, io::Error> {
-        let bytes = self.bytes.read().map_err(|_| Self::poisoned())?;
-        let start = usize::try_from(offset).map_err(io::Error::other)?;
-        let end = start
-            .checked_add(len)
-            .filter(|end| *end <= bytes.len())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end"))?;
-        Ok(bytes[start..end].to_vec())
-    }
-
-    fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        let mut bytes = self.bytes.write().map_err(|_| Self::poisoned())?;
-        bytes.resize(usize::try_from(len).map_err(io::Error::other)?, 0);
-        Ok(())
-    }
-
-    fn sync_data(&self, _eventual: bool) -> Result<(), io::Error> {
-        Ok(())
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        let mut bytes = self.bytes.write().map_err(|_| Self::poisoned())?;
-        let start = usize::try_from(offset).map_err(io::Error::other)?;
-        let end = start
-            .checked_add(data.len())
-            .ok_or_else(|| io::Error::other("write past the address space"))?;
-        if end > bytes.len() {
-            bytes.resize(end, 0);
-        }
-        bytes[start..end].copy_from_slice(data);
-        Ok(())
+    /// The devices of the current power cycle, starting a new one from the surviving images
+    /// if the power was cut.
+    async fn power_on(&self) -> Result<(Arc<FaultDevice>, CrashableKv), StoreError> {
+        let (lost, device, kv) = {
+            let cycle = self.cycle();
+            (cycle.lost, cycle.device.clone(), cycle.kv.clone())
+        };
+        let Some(seed) = lost else {
+            return Ok((device, kv));
+        };
+        let unflushed = u64::try_from(device.unflushed_writes().await).unwrap_or(u64::MAX);
+        self.unflushed_at_cuts
+            .fetch_add(unflushed, Ordering::Relaxed);
+        device
+            .power_loss(PowerLossMode::RandomSubset { seed })
+            .await?;
+        let kv_image = kv.power_loss(KvLossMode::RandomSubset { seed });
+        let fresh = PowerCycle::new(self.media.clone(), kv_image);
+        let out = (fresh.device.clone(), fresh.kv.clone());
+        *self.cycle() = fresh;
+        Ok(out)
     }
 }

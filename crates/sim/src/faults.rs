@@ -19,9 +19,12 @@ pub enum Fault {
     /// Messages between the two hosts are held back, both ways, and delivered when the fault
     /// ends (a congested link, or TCP retransmitting through a short outage).
     Hold(String, String),
-    /// The host's process dies (its tasks dropped mid-flight, its disks kept) and starts
-    /// again when the fault ends.
+    /// The host's process dies (its tasks dropped mid-flight, everything it wrote kept) and
+    /// starts again when the fault ends.
     Crash(String),
+    /// The host loses power: its process dies, and of what its disks had not flushed a seeded
+    /// subset survives, the last survivor torn; it starts again when the fault ends.
+    PowerLoss(String),
     /// Every link of the host carries messages this much later.
     Slow(String, Duration),
 }
@@ -32,6 +35,7 @@ impl fmt::Display for Fault {
             Fault::Partition(a, b) => write!(f, "partition {a} | {b}"),
             Fault::Hold(a, b) => write!(f, "hold {a} ~ {b}"),
             Fault::Crash(h) => write!(f, "crash {h}"),
+            Fault::PowerLoss(h) => write!(f, "power loss {h}"),
             Fault::Slow(h, d) => write!(f, "slow {h} +{} ms", d.as_millis()),
         }
     }
@@ -91,7 +95,7 @@ pub fn schedule(seed: u64, shape: &Shape) -> Vec<Timed> {
             let at = Duration::from_millis(rng.random_range(0..window_ms));
             let lasts = Duration::from_millis(rng.random_range(100..=longest_ms));
             let osd = shape.osds[rng.random_range(0..shape.osds.len())].clone();
-            let fault = match rng.random_range(0..4u8) {
+            let fault = match rng.random_range(0..5u8) {
                 0 | 1 => {
                     let other = loop {
                         let h = hosts[rng.random_range(0..hosts.len())];
@@ -105,6 +109,7 @@ pub fn schedule(seed: u64, shape: &Shape) -> Vec<Timed> {
                     }
                 }
                 2 => Fault::Crash(osd),
+                3 => Fault::PowerLoss(osd),
                 _ => Fault::Slow(osd, Duration::from_millis(rng.random_range(5..200))),
             };
             Timed { at, lasts, fault }

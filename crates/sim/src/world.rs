@@ -9,6 +9,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_client::mon::MonClient;
@@ -53,8 +54,10 @@ pub struct Options {
     pub pg_num: u32,
     /// Distinct objects the workload writes (over and over).
     pub objects: usize,
-    /// Writes the workload issues, one at a time, spread over the fault window.
+    /// Writes the workload issues, spread over the fault window.
     pub writes: usize,
+    /// Writers issuing them side by side, each on its own objects, one write at a time.
+    pub writers: usize,
     /// Faults in the schedule.
     pub faults: usize,
     /// Faults start within this window after the cluster first serves a write.
@@ -72,8 +75,9 @@ impl Default for Options {
         Options {
             osds: 3,
             pg_num: 8,
-            objects: 12,
-            writes: 40,
+            objects: 24,
+            writes: 240,
+            writers: 4,
             faults: 4,
             window: Duration::from_secs(30),
             longest: Duration::from_secs(20),
@@ -96,6 +100,8 @@ pub struct Outcome {
     pub uncertain: usize,
     /// Simulated time, from the first host's start to the last check.
     pub simulated: Duration,
+    /// Device writes not yet flushed when an OSD lost power, over the run's power losses.
+    pub unflushed_at_cuts: u64,
 }
 
 /// An invariant a run broke.
@@ -234,9 +240,11 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
         std::future::pending::<()>().await;
         Ok(())
     });
+    let mut disks = Vec::with_capacity(opts.osds);
     for i in 0..opts.osds {
         let disk =
             SimDisk::new(opts.device_bytes).map_err(|e| fail(Violation::Sim(e.to_string())))?;
+        disks.push(disk.clone());
         let device_bytes = opts.device_bytes;
         sim.host(osd_name(i).as_str(), move || {
             let disk = disk.clone();
@@ -276,7 +284,12 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
         Ok(())
     });
     let hosts: Vec<String> = shape.osds.iter().chain(&shape.others).cloned().collect();
-    let ended = drive(&mut sim, &hosts, &faults, opts, &board);
+    let world = World {
+        hosts: &hosts,
+        disks: &disks,
+        seed,
+    };
+    let ended = drive(&mut sim, &world, &faults, opts, &board);
     let mut b = board.borrow_mut();
     if let Some(v) = b.violation.take() {
         return Err(fail(v));
@@ -288,6 +301,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
         acked: b.ledger.acked_count(),
         uncertain: b.ledger.uncertain_count(),
         simulated: sim.elapsed(),
+        unflushed_at_cuts: disks.iter().map(|d| d.unflushed_at_cuts()).sum(),
     })
 }
 
@@ -295,14 +309,14 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
 /// ending them all once the window and the longest fault have passed.
 fn drive(
     sim: &mut turmoil::Sim<'_>,
-    hosts: &[String],
+    world: &World<'_>,
     faults: &[Timed],
     opts: &Options,
     board: &Rc<RefCell<Board>>,
 ) -> Result<(), String> {
     let mut started = vec![false; faults.len()];
     let mut ended = vec![false; faults.len()];
-    let mut crashed: Vec<String> = Vec::new();
+    let mut downs = Downs::default();
     let heal_at = opts.window + opts.longest;
     loop {
         let done = sim.step().map_err(|e| e.to_string())?;
@@ -313,10 +327,11 @@ fn drive(
             continue;
         };
         let t = sim.elapsed().saturating_sub(ready);
+        downs.cut_due(sim, world, t);
         for (i, f) in faults.iter().enumerate() {
             if !started[i] && t >= f.at && t < heal_at {
                 started[i] = true;
-                if start(sim, hosts, &f.fault, &mut crashed) {
+                if start(sim, world, (i, t), &f.fault, &mut downs) {
                     tracing::info!(fault = %f, "fault starts");
                 } else {
                     ended[i] = true;
@@ -324,7 +339,7 @@ fn drive(
             }
             if started[i] && !ended[i] && (t >= f.at + f.lasts || t >= heal_at) {
                 ended[i] = true;
-                end(sim, hosts, &f.fault, &mut crashed);
+                end(sim, world, &f.fault, &mut downs);
                 tracing::info!(fault = %f, "fault ends");
             }
         }
@@ -334,22 +349,98 @@ fn drive(
     }
 }
 
-/// Starts `fault`; false when it cannot start (its host is already down).
+/// Most mutating disk operations an OSD does between a power-loss fault's start and the cut.
+const MAX_OPS_BEFORE_CUT: u64 = 8;
+/// Longest an armed power cut waits for the OSD's disk operations: an idle OSD loses power
+/// this long after the fault starts.
+const CUT_WITHIN: Duration = Duration::from_secs(2);
+
+/// OSD hosts that are down or going down.
+#[derive(Default)]
+struct Downs {
+    /// Crashed or losing power, until their fault ends.
+    crashed: Vec<String>,
+    /// Armed to lose power, each with when its cut happens at the latest.
+    cutting: Vec<(String, Duration)>,
+}
+
+impl Downs {
+    /// Crashes every host whose armed cut has happened or is due at `t`, cutting the power of
+    /// those still on.
+    fn cut_due(&mut self, sim: &mut turmoil::Sim<'_>, world: &World<'_>, t: Duration) {
+        let due: Vec<String> = self
+            .cutting
+            .iter()
+            .filter(|(h, by)| t >= *by || world.disk(h).is_none_or(|d| d.power_is_off()))
+            .map(|(h, _)| h.clone())
+            .collect();
+        for h in due {
+            self.cut_now(sim, world, &h);
+        }
+    }
+
+    /// Cuts `h`'s power now if it is armed to lose it, and crashes its process.
+    fn cut_now(&mut self, sim: &mut turmoil::Sim<'_>, world: &World<'_>, h: &str) {
+        let before = self.cutting.len();
+        self.cutting.retain(|(c, _)| c != h);
+        if self.cutting.len() == before {
+            return;
+        }
+        if let Some(disk) = world.disk(h) {
+            disk.cut_power(world.seed);
+        }
+        sim.crash(h);
+        tracing::info!(host = h, "power cut");
+    }
+}
+
+/// What the driver reaches besides the simulation: the hosts by name, the OSDs' disks (by
+/// OSD index), the run's seed.
+struct World<'a> {
+    hosts: &'a [String],
+    disks: &'a [Arc<SimDisk>],
+    seed: u64,
+}
+
+impl World<'_> {
+    /// The disks of OSD host `name`.
+    fn disk(&self, name: &str) -> Option<&Arc<SimDisk>> {
+        let index: usize = name.strip_prefix("osd")?.parse().ok()?;
+        self.disks.get(index)
+    }
+}
+
+/// Starts fault number `n`, `fault`, at `t`; false when it cannot start (its host is already
+/// down).
 fn start(
     sim: &mut turmoil::Sim<'_>,
-    hosts: &[String],
+    world: &World<'_>,
+    (n, t): (usize, Duration),
     fault: &Fault,
-    crashed: &mut Vec<String>,
+    downs: &mut Downs,
 ) -> bool {
+    let hosts = world.hosts;
     match fault {
         Fault::Partition(a, b) => sim.partition(a.as_str(), b.as_str()),
         Fault::Hold(a, b) => sim.hold(a.as_str(), b.as_str()),
         Fault::Crash(h) => {
-            if crashed.contains(h) {
+            if downs.crashed.contains(h) {
                 return false;
             }
-            crashed.push(h.clone());
+            downs.crashed.push(h.clone());
             sim.crash(h.as_str());
+        }
+        Fault::PowerLoss(h) => {
+            if downs.crashed.contains(h) {
+                return false;
+            }
+            let Some(disk) = world.disk(h) else {
+                return false;
+            };
+            let mut rng = ChaCha8Rng::seed_from_u64(world.seed ^ (n as u64).rotate_left(32));
+            downs.crashed.push(h.clone());
+            disk.arm_cut(rng.random_range(0..MAX_OPS_BEFORE_CUT), rng.random());
+            downs.cutting.push((h.clone(), t + CUT_WITHIN));
         }
         Fault::Slow(h, d) => {
             for other in others(hosts, h) {
@@ -361,12 +452,14 @@ fn start(
 }
 
 /// Ends `fault`.
-fn end(sim: &mut turmoil::Sim<'_>, hosts: &[String], fault: &Fault, crashed: &mut Vec<String>) {
+fn end(sim: &mut turmoil::Sim<'_>, world: &World<'_>, fault: &Fault, downs: &mut Downs) {
+    let hosts = world.hosts;
     match fault {
         Fault::Partition(a, b) => sim.repair(a.as_str(), b.as_str()),
         Fault::Hold(a, b) => sim.release(a.as_str(), b.as_str()),
-        Fault::Crash(h) => {
-            crashed.retain(|c| c != h);
+        Fault::Crash(h) | Fault::PowerLoss(h) => {
+            downs.cut_now(sim, world, h);
+            downs.crashed.retain(|c| c != h);
             sim.bounce(h.as_str());
         }
         Fault::Slow(h, _) => {
@@ -412,28 +505,22 @@ async fn client_run(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     board.borrow_mut().ready = Some(turmoil::elapsed());
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c11e);
-    let mut epochs = EpochWatch::default();
-    let writes = u64::try_from(opts.writes.max(1)).unwrap_or(u64::MAX);
-    let gap_ms = (millis(opts.window) * 2 / writes).max(1);
-    let mut ledger = Ledger::default();
-    for n in 0..opts.writes {
-        let object = format!("o{}", rng.random_range(0..opts.objects));
-        let len = rng.random_range(1..=MAX_OBJECT_BYTES);
-        let mut data = vec![0u8; len];
-        rng.fill(&mut data[..]);
-        data[..8.min(len)].copy_from_slice(&n.to_le_bytes()[..8.min(len)]);
-        let crc = crc_fast::crc32_iscsi(&data);
-        match client.write_full(POOL, &object, &data).await {
-            Ok(_) => ledger.acked(&object, crc),
-            Err(e) => {
-                tracing::info!(%object, error = %e, "write not acknowledged");
-                ledger.uncertain(&object, crc);
-            }
-        }
-        epochs.see(&client)?;
-        tokio::time::sleep(Duration::from_millis(rng.random_range(0..=gap_ms))).await;
+    let ledger = RefCell::new(Ledger::default());
+    let epochs = RefCell::new(EpochWatch::default());
+    let writers = (0..opts.writers.max(1)).map(|w| {
+        let writer = Writer {
+            index: w,
+            client: &client,
+            ledger: &ledger,
+            epochs: &epochs,
+        };
+        writer.run(seed, opts)
+    });
+    for done in futures_util::future::join_all(writers).await {
+        done?;
     }
+    let ledger = ledger.into_inner();
+    let mut epochs = epochs.into_inner();
     while !board.borrow().healed {
         epochs.see(&client)?;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -454,6 +541,51 @@ async fn client_run(
         ledger.check(object, found).map_err(Violation::Lost)?;
     }
     Ok(())
+}
+
+/// One of the client's concurrent writers: it alone writes objects `o{k}` with
+/// `k % writers == index`, one write at a time, so each object's writes are ordered.
+struct Writer<'a> {
+    index: usize,
+    client: &'a Client,
+    ledger: &'a RefCell<Ledger>,
+    epochs: &'a RefCell<EpochWatch>,
+}
+
+impl Writer<'_> {
+    async fn run(self, seed: u64, opts: &Options) -> Result<(), Violation> {
+        let writers = opts.writers.max(1);
+        let mine: Vec<usize> = (0..opts.objects.max(1))
+            .filter(|k| k % writers == self.index)
+            .collect();
+        if mine.is_empty() {
+            return Ok(());
+        }
+        let lane = u64::try_from(self.index).unwrap_or(u64::MAX);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c11e ^ lane.rotate_left(48));
+        let count = opts.writes / writers + usize::from(self.index < opts.writes % writers);
+        let per_writer = u64::try_from(count.max(1)).unwrap_or(u64::MAX);
+        let gap_ms = (millis(opts.window) * 2 / per_writer).max(1);
+        for n in 0..count {
+            let object = format!("o{}", mine[rng.random_range(0..mine.len())]);
+            let len = rng.random_range(1..=MAX_OBJECT_BYTES);
+            let mut data = vec![0u8; len];
+            rng.fill(&mut data[..]);
+            let stamp = ((lane << 32) | u64::try_from(n).unwrap_or(u64::MAX)).to_le_bytes();
+            data[..8.min(len)].copy_from_slice(&stamp[..8.min(len)]);
+            let crc = crc_fast::crc32_iscsi(&data);
+            match self.client.write_full(POOL, &object, &data).await {
+                Ok(_) => self.ledger.borrow_mut().acked(&object, crc),
+                Err(e) => {
+                    tracing::info!(%object, error = %e, "write not acknowledged");
+                    self.ledger.borrow_mut().uncertain(&object, crc);
+                }
+            }
+            self.epochs.borrow_mut().see(self.client)?;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..=gap_ms))).await;
+        }
+        Ok(())
+    }
 }
 
 /// Waits until every PG of the pool is active+clean, as its primary says.

@@ -33,14 +33,18 @@ fn every_seeded_fault_schedule_keeps_the_invariants() {
     for &seed in &seeds {
         let one = Instant::now();
         match run(seed, &opts) {
-            Ok(o) => println!(
-                "seed {seed}: {} faults, {} writes acknowledged, {} uncertain, {:.0} s simulated in {:.1} s",
-                o.schedule.len(),
-                o.acked,
-                o.uncertain,
-                o.simulated.as_secs_f64(),
-                one.elapsed().as_secs_f64()
-            ),
+            Ok(o) => {
+                let faults: Vec<String> = o.schedule.iter().map(|t| t.fault.to_string()).collect();
+                println!(
+                    "seed {seed}: {} acknowledged, {} uncertain, {} unflushed writes at power cuts, {:.0} s simulated in {:.1} s; {}",
+                    o.acked,
+                    o.uncertain,
+                    o.unflushed_at_cuts,
+                    o.simulated.as_secs_f64(),
+                    one.elapsed().as_secs_f64(),
+                    faults.join(", ")
+                );
+            }
             Err(f) => panic!("{f}"),
         }
     }
