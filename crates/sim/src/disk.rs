@@ -7,7 +7,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cairn_blockdev::{BlockDevice, CrashSwitch, FaultDevice, MemDevice, PowerLossMode};
+use cairn_blockdev::{
+    BlockDevice, CrashSwitch, FaultDevice, FaultRule, IoKind, MemDevice, PowerLossMode,
+};
 use cairn_store::{CrashableKv, KvLocation, KvLossMode, Store, StoreConfig, StoreError};
 
 /// Alignment of the simulated block device.
@@ -85,6 +87,23 @@ impl SimDisk {
         let at = cycle.switch.ops().saturating_add(after_ops);
         cycle.switch.arm(at);
         cycle.lost.get_or_insert(seed);
+    }
+
+    /// Makes every later write to the block device fail with EIO (a dying disk), until
+    /// [`SimDisk::replace_failing`]. Called from outside the simulation's runtimes: the rule
+    /// list's lock is taken on a local executor.
+    pub fn fail_writes(&self) {
+        let device = self.cycle().device.clone();
+        futures::executor::block_on(device.add_rule(FaultRule::Always {
+            kind: IoKind::Write,
+        }));
+    }
+
+    /// Clears the failing writes (the operator replaced the disk's failing part; what it held
+    /// is kept).
+    pub fn replace_failing(&self) {
+        let device = self.cycle().device.clone();
+        futures::executor::block_on(device.clear_rules());
     }
 
     /// Whether the power is off (cut by [`SimDisk::cut_power`] or an armed cut reached).

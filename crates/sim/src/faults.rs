@@ -25,6 +25,9 @@ pub enum Fault {
     /// The host loses power: its process dies, and of what its disks had not flushed a seeded
     /// subset survives, the last survivor torn; it starts again when the fault ends.
     PowerLoss(String),
+    /// Every write to the host's block device fails with EIO: the OSD fail-stops; when the
+    /// fault ends the failing part is replaced and the OSD starts again on what it held.
+    Eio(String),
     /// Every link of the host carries messages this much later.
     Slow(String, Duration),
 }
@@ -36,6 +39,7 @@ impl fmt::Display for Fault {
             Fault::Hold(a, b) => write!(f, "hold {a} ~ {b}"),
             Fault::Crash(h) => write!(f, "crash {h}"),
             Fault::PowerLoss(h) => write!(f, "power loss {h}"),
+            Fault::Eio(h) => write!(f, "EIO {h}"),
             Fault::Slow(h, d) => write!(f, "slow {h} +{} ms", d.as_millis()),
         }
     }
@@ -95,7 +99,7 @@ pub fn schedule(seed: u64, shape: &Shape) -> Vec<Timed> {
             let at = Duration::from_millis(rng.random_range(0..window_ms));
             let lasts = Duration::from_millis(rng.random_range(100..=longest_ms));
             let osd = shape.osds[rng.random_range(0..shape.osds.len())].clone();
-            let fault = match rng.random_range(0..5u8) {
+            let fault = match rng.random_range(0..6u8) {
                 0 | 1 => {
                     let other = loop {
                         let h = hosts[rng.random_range(0..hosts.len())];
@@ -110,6 +114,7 @@ pub fn schedule(seed: u64, shape: &Shape) -> Vec<Timed> {
                 }
                 2 => Fault::Crash(osd),
                 3 => Fault::PowerLoss(osd),
+                4 => Fault::Eio(osd),
                 _ => Fault::Slow(osd, Duration::from_millis(rng.random_range(5..200))),
             };
             Timed { at, lasts, fault }

@@ -442,6 +442,16 @@ fn start(
             disk.arm_cut(rng.random_range(0..MAX_OPS_BEFORE_CUT), rng.random());
             downs.cutting.push((h.clone(), t + CUT_WITHIN));
         }
+        Fault::Eio(h) => {
+            if downs.crashed.contains(h) {
+                return false;
+            }
+            let Some(disk) = world.disk(h) else {
+                return false;
+            };
+            downs.crashed.push(h.clone());
+            disk.fail_writes();
+        }
         Fault::Slow(h, d) => {
             for other in others(hosts, h) {
                 sim.set_link_latency(h.as_str(), other.as_str(), *d);
@@ -459,6 +469,14 @@ fn end(sim: &mut turmoil::Sim<'_>, world: &World<'_>, fault: &Fault, downs: &mut
         Fault::Hold(a, b) => sim.release(a.as_str(), b.as_str()),
         Fault::Crash(h) | Fault::PowerLoss(h) => {
             downs.cut_now(sim, world, h);
+            downs.crashed.retain(|c| c != h);
+            sim.bounce(h.as_str());
+        }
+        Fault::Eio(h) => {
+            sim.crash(h.as_str());
+            if let Some(disk) = world.disk(h) {
+                disk.replace_failing();
+            }
             downs.crashed.retain(|c| c != h);
             sim.bounce(h.as_str());
         }
