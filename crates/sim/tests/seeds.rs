@@ -1,10 +1,13 @@
 //! The cluster under seeded fault schedules: each seed is one run of the real monitor, OSDs
 //! and client over the simulated network (see `cairn_sim`). `CAIRN_SIM_SEEDS` sets how many
-//! seeds run (from `CAIRN_SIM_FIRST_SEED`, default 0); `CAIRN_SIM_SEED` replays one.
+//! seeds run (from `CAIRN_SIM_FIRST_SEED`, default 0) and `CAIRN_SIM_THREADS` on how many
+//! threads side by side (default: every CPU); `CAIRN_SIM_SEED` replays one.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
-use cairn_sim::{run, Options};
+use cairn_sim::{run, Failure, Options, Outcome};
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
@@ -14,43 +17,62 @@ fn env_u64(name: &str) -> Option<u64> {
     )
 }
 
+fn report(seed: u64, o: &Outcome, real_s: f64) {
+    let faults: Vec<String> = o.schedule.iter().map(|t| t.fault.to_string()).collect();
+    println!(
+        "seed {seed}: {} acknowledged, {} uncertain, {} unflushed writes at power cuts, {:.0} s simulated in {real_s:.1} s; {}",
+        o.acked,
+        o.uncertain,
+        o.unflushed_at_cuts,
+        o.simulated.as_secs_f64(),
+        faults.join(", ")
+    );
+}
+
 #[test]
 fn every_seeded_fault_schedule_keeps_the_invariants() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let seeds: Vec<u64> = match env_u64("CAIRN_SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => {
-            let first = env_u64("CAIRN_SIM_FIRST_SEED").unwrap_or(0);
-            let count = env_u64("CAIRN_SIM_SEEDS").unwrap_or(8);
-            (first..first + count).collect()
-        }
+    let (first, count) = match env_u64("CAIRN_SIM_SEED") {
+        Some(seed) => (seed, 1),
+        None => (
+            env_u64("CAIRN_SIM_FIRST_SEED").unwrap_or(0),
+            env_u64("CAIRN_SIM_SEEDS").unwrap_or(8),
+        ),
     };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = env_u64("CAIRN_SIM_THREADS")
+        .and_then(|t| usize::try_from(t).ok())
+        .unwrap_or(cpus)
+        .clamp(1, 64);
     let opts = Options::default();
+    let next = AtomicU64::new(0);
+    let failures: Mutex<Vec<Failure>> = Mutex::new(Vec::new());
     let began = Instant::now();
-    for &seed in &seeds {
-        let one = Instant::now();
-        match run(seed, &opts) {
-            Ok(o) => {
-                let faults: Vec<String> = o.schedule.iter().map(|t| t.fault.to_string()).collect();
-                println!(
-                    "seed {seed}: {} acknowledged, {} uncertain, {} unflushed writes at power cuts, {:.0} s simulated in {:.1} s; {}",
-                    o.acked,
-                    o.uncertain,
-                    o.unflushed_at_cuts,
-                    o.simulated.as_secs_f64(),
-                    one.elapsed().as_secs_f64(),
-                    faults.join(", ")
-                );
-            }
-            Err(f) => panic!("{f}"),
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= count || !failures.lock().expect("failures").is_empty() {
+                    return;
+                }
+                let seed = first + n;
+                let one = Instant::now();
+                match run(seed, &opts) {
+                    Ok(o) => report(seed, &o, one.elapsed().as_secs_f64()),
+                    Err(f) => failures.lock().expect("failures").push(f),
+                }
+            });
         }
+    });
+    if let Some(f) = failures.into_inner().expect("failures").into_iter().next() {
+        panic!("{f}");
     }
+    let secs = began.elapsed().as_secs_f64();
     println!(
-        "{} seeds held every invariant in {:.1} s",
-        seeds.len(),
-        began.elapsed().as_secs_f64()
+        "{count} seeds held every invariant in {secs:.1} s on {threads} threads ({:.1} seeds per minute)",
+        count as f64 * 60.0 / secs.max(f64::EPSILON)
     );
 }
