@@ -28,6 +28,12 @@ pub enum Fault {
     /// Every write to the host's block device fails with EIO: the OSD fail-stops; when the
     /// fault ends the failing part is replaced and the OSD starts again on what it held.
     Eio(String),
+    /// Every link of the host holds its messages until the fault ends (the process frozen, as
+    /// by SIGSTOP, seen from the network; its own timers still run).
+    Freeze(String),
+    /// An operator marks the OSD out (its PGs move to the others, filled while temporary
+    /// acting sets serve them) and back in when the fault ends.
+    Out(String),
     /// Every link of the host carries messages this much later.
     Slow(String, Duration),
 }
@@ -40,6 +46,8 @@ impl fmt::Display for Fault {
             Fault::Crash(h) => write!(f, "crash {h}"),
             Fault::PowerLoss(h) => write!(f, "power loss {h}"),
             Fault::Eio(h) => write!(f, "EIO {h}"),
+            Fault::Freeze(h) => write!(f, "freeze {h}"),
+            Fault::Out(h) => write!(f, "out {h}"),
             Fault::Slow(h, d) => write!(f, "slow {h} +{} ms", d.as_millis()),
         }
     }
@@ -99,7 +107,7 @@ pub fn schedule(seed: u64, shape: &Shape) -> Vec<Timed> {
             let at = Duration::from_millis(rng.random_range(0..window_ms));
             let lasts = Duration::from_millis(rng.random_range(100..=longest_ms));
             let osd = shape.osds[rng.random_range(0..shape.osds.len())].clone();
-            let fault = match rng.random_range(0..6u8) {
+            let fault = match rng.random_range(0..8u8) {
                 0 | 1 => {
                     let other = loop {
                         let h = hosts[rng.random_range(0..hosts.len())];
@@ -115,6 +123,8 @@ pub fn schedule(seed: u64, shape: &Shape) -> Vec<Timed> {
                 2 => Fault::Crash(osd),
                 3 => Fault::PowerLoss(osd),
                 4 => Fault::Eio(osd),
+                5 => Fault::Freeze(osd),
+                6 => Fault::Out(osd),
                 _ => Fault::Slow(osd, Duration::from_millis(rng.random_range(5..200))),
             };
             Timed { at, lasts, fault }

@@ -68,12 +68,15 @@ pub struct Options {
     pub settle: Duration,
     /// Bytes of each OSD's device.
     pub device_bytes: u64,
+    /// The OSDs' `remap_min_objects`: a PG recovering at least this many objects on a copy is
+    /// filled while a temporary acting set serves it.
+    pub remap_min_objects: usize,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
-            osds: 3,
+            osds: 4,
             pg_num: 8,
             objects: 24,
             writes: 240,
@@ -83,6 +86,7 @@ impl Default for Options {
             longest: Duration::from_secs(20),
             settle: Duration::from_secs(120),
             device_bytes: 64 << 20,
+            remap_min_objects: 2,
         }
     }
 }
@@ -179,6 +183,8 @@ struct Board {
     violation: Option<Violation>,
     /// The client's ledger, for the outcome.
     ledger: Ledger,
+    /// Operator requests the driver asks the client host to send to the monitor.
+    orders: std::collections::VecDeque<Request>,
 }
 
 /// The store configuration of a simulated OSD: a small log ring and caches, so that a
@@ -246,6 +252,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
             SimDisk::new(opts.device_bytes).map_err(|e| fail(Violation::Sim(e.to_string())))?;
         disks.push(disk.clone());
         let device_bytes = opts.device_bytes;
+        let remap_min_objects = opts.remap_min_objects;
         sim.host(osd_name(i).as_str(), move || {
             let disk = disk.clone();
             async move {
@@ -262,6 +269,8 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
                 );
                 cfg.listen = SocketAddr::new(turmoil::lookup(name.as_str()), OSD_PORT);
                 cfg.device_bytes = device_bytes;
+                cfg.want_id = i32::try_from(i).ok();
+                cfg.remap_min_objects = remap_min_objects;
                 cfg.heartbeat_interval_ms = millis(HEARTBEAT_INTERVAL);
                 cfg.heartbeat_grace_ms = millis(HEARTBEAT_GRACE);
                 let _osd = OsdDaemon::start_on_store(cfg, store)
@@ -287,6 +296,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
     let world = World {
         hosts: &hosts,
         disks: &disks,
+        board: &board,
         seed,
     };
     let ended = drive(&mut sim, &world, &faults, opts, &board);
@@ -399,14 +409,14 @@ impl Downs {
 struct World<'a> {
     hosts: &'a [String],
     disks: &'a [Arc<SimDisk>],
+    board: &'a Rc<RefCell<Board>>,
     seed: u64,
 }
 
 impl World<'_> {
     /// The disks of OSD host `name`.
     fn disk(&self, name: &str) -> Option<&Arc<SimDisk>> {
-        let index: usize = name.strip_prefix("osd")?.parse().ok()?;
-        self.disks.get(index)
+        self.disks.get(usize::try_from(osd_id(name)?).ok()?)
     }
 }
 
@@ -457,6 +467,19 @@ fn start(
                 sim.set_link_latency(h.as_str(), other.as_str(), *d);
             }
         }
+        Fault::Freeze(h) => {
+            for other in others(hosts, h) {
+                sim.hold(h.as_str(), other.as_str());
+            }
+        }
+        Fault::Out(h) => {
+            let Some(id) = osd_id(h) else { return false };
+            world
+                .board
+                .borrow_mut()
+                .orders
+                .push_back(Request::MarkOut { id });
+        }
     }
     true
 }
@@ -485,7 +508,26 @@ fn end(sim: &mut turmoil::Sim<'_>, world: &World<'_>, fault: &Fault, downs: &mut
                 sim.set_link_latency(h.as_str(), other.as_str(), BASE_LATENCY);
             }
         }
+        Fault::Freeze(h) => {
+            for other in others(hosts, h) {
+                sim.release(h.as_str(), other.as_str());
+            }
+        }
+        Fault::Out(h) => {
+            if let Some(id) = osd_id(h) {
+                world
+                    .board
+                    .borrow_mut()
+                    .orders
+                    .push_back(Request::MarkIn { id });
+            }
+        }
     }
+}
+
+/// The OSD id of host `name` (`osdN` boots as osd.N).
+fn osd_id(name: &str) -> Option<i32> {
+    name.strip_prefix("osd")?.parse().ok()
 }
 
 /// Every host of the run but `h`, by name.
@@ -534,15 +576,27 @@ async fn client_run(
         };
         writer.run(seed, opts)
     });
-    for done in futures_util::future::join_all(writers).await {
+    let written = tokio::select! {
+        written = futures_util::future::join_all(writers) => written,
+        never = serve_orders(&admin, board) => match never {},
+    };
+    for done in written {
         done?;
     }
     let ledger = ledger.into_inner();
     let mut epochs = epochs.into_inner();
-    while !board.borrow().healed {
-        epochs.see(&client)?;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let healed = async {
+        while !board.borrow().healed {
+            epochs.see(&client)?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok::<(), Violation>(())
+    };
+    tokio::select! {
+        healed = healed => healed?,
+        never = serve_orders(&admin, board) => match never {},
     }
+    send_orders(&admin, board).await;
     board.borrow_mut().ledger = ledger.clone();
     wait_clean(&client, opts, &mut epochs).await?;
     for object in ledger.objects() {
@@ -560,6 +614,38 @@ async fn client_run(
     }
     Ok(())
 }
+
+/// Sends the operator requests the driver queued, for as long as it is polled.
+async fn serve_orders(admin: &MonClient, board: &Rc<RefCell<Board>>) -> std::convert::Infallible {
+    loop {
+        send_orders(admin, board).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends every queued operator request, each retried a few times (the monitor may be cut
+/// off for a while); one that keeps failing is logged and dropped, as an operator's command
+/// that timed out.
+async fn send_orders(admin: &MonClient, board: &Rc<RefCell<Board>>) {
+    loop {
+        let Some(order) = board.borrow_mut().orders.pop_front() else {
+            return;
+        };
+        for attempt in 1..=ORDER_ATTEMPTS {
+            match admin.op(order.clone(), ORDER_TIMEOUT_MS).await {
+                Ok(_) => break,
+                Err(e) if attempt == ORDER_ATTEMPTS => {
+                    tracing::warn!(?order, error = %e, "operator request dropped");
+                }
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+    }
+}
+
+/// Tries of one operator request, each waiting this long for the monitor.
+const ORDER_ATTEMPTS: u32 = 5;
+const ORDER_TIMEOUT_MS: u64 = 5_000;
 
 /// One of the client's concurrent writers: it alone writes objects `o{k}` with
 /// `k % writers == index`, one write at a time, so each object's writes are ordered.

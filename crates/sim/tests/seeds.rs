@@ -31,10 +31,12 @@ fn report(seed: u64, o: &Outcome, real_s: f64) {
 
 #[test]
 fn every_seeded_fault_schedule_keeps_the_invariants() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
     let (first, count) = match env_u64("CAIRN_SIM_SEED") {
         Some(seed) => (seed, 1),
         None => (
