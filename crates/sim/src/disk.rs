@@ -46,6 +46,8 @@ pub struct SimDisk {
     formatted: AtomicBool,
     /// Device writes not yet flushed when the power was cut, over every power loss.
     unflushed_at_cuts: AtomicU64,
+    /// Whether the block device is to fail its writes.
+    failing: AtomicBool,
 }
 
 impl SimDisk {
@@ -57,6 +59,7 @@ impl SimDisk {
             media,
             formatted: AtomicBool::new(false),
             unflushed_at_cuts: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
         }))
     }
 
@@ -89,21 +92,36 @@ impl SimDisk {
         cycle.lost.get_or_insert(seed);
     }
 
-    /// Makes every later write to the block device fail with EIO (a dying disk), until
-    /// [`SimDisk::replace_failing`]. Called from outside the simulation's runtimes: the rule
-    /// list's lock is taken on a local executor.
+    /// Makes the block device fail every write with EIO (a dying disk) from the next
+    /// [`SimDisk::apply_failing`] on, until [`SimDisk::replace_failing`]. Only a flag: the
+    /// device's rules are changed by the OSD host's own task, never by the simulation's
+    /// driver, which must not wait on a lock a checkpoint thread may hold while it waits for
+    /// the host's runtime.
     pub fn fail_writes(&self) {
-        let device = self.cycle().device.clone();
-        futures::executor::block_on(device.add_rule(FaultRule::Always {
-            kind: IoKind::Write,
-        }));
+        self.failing.store(true, Ordering::Release);
     }
 
-    /// Clears the failing writes (the operator replaced the disk's failing part; what it held
-    /// is kept).
+    /// Replaces the failing part: the next mount finds a device that takes writes again,
+    /// holding what it held.
     pub fn replace_failing(&self) {
-        let device = self.cycle().device.clone();
-        futures::executor::block_on(device.clear_rules());
+        self.failing.store(false, Ordering::Release);
+    }
+
+    /// Applies [`SimDisk::fail_writes`] to the current device, every `every`, while the host
+    /// runs (the host's own task calls it).
+    pub async fn apply_failing(&self, every: std::time::Duration) {
+        loop {
+            if self.failing.load(Ordering::Acquire) {
+                let device = self.cycle().device.clone();
+                device
+                    .add_rule(FaultRule::Always {
+                        kind: IoKind::Write,
+                    })
+                    .await;
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
     }
 
     /// Whether the power is off (cut by [`SimDisk::cut_power`] or an armed cut reached).
@@ -130,6 +148,9 @@ impl SimDisk {
             let cycle = self.cycle();
             (cycle.lost, cycle.device.clone(), cycle.kv.clone())
         };
+        if !self.failing.load(Ordering::Acquire) {
+            device.clear_rules().await;
+        }
         let Some(seed) = lost else {
             return Ok((device, kv));
         };

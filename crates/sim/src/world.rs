@@ -40,8 +40,11 @@ const SETUP_LIMIT: Duration = Duration::from_secs(120);
 /// run's window outlasts it and the cluster goes on without the faulty OSD, then recovers it.
 const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
 const HEARTBEAT_GRACE: Duration = Duration::from_secs(3);
-/// Every message's latency on a link without a fault: a LAN's.
-const BASE_LATENCY: Duration = Duration::from_micros(200);
+/// The least a message takes on a link without a fault: a LAN's.
+const BASE_LATENCY: Duration = Duration::from_micros(100);
+/// The longest a message takes on a link without a fault: latencies spread between the two
+/// (exponentially, turmoil's curve), so messages of different connections overtake each other.
+const MAX_LATENCY: Duration = Duration::from_millis(3);
 /// Largest object the workload writes.
 const MAX_OBJECT_BYTES: usize = 16 << 10;
 
@@ -232,7 +235,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
         .simulation_duration(limit)
         .tick_duration(Duration::from_millis(1))
         .min_message_latency(BASE_LATENCY)
-        .max_message_latency(BASE_LATENCY)
+        .max_message_latency(MAX_LATENCY)
         .build();
     sim.host("mon", || async {
         let config = MonConfig {
@@ -276,6 +279,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
                 let _osd = OsdDaemon::start_on_store(cfg, store)
                     .await
                     .map_err(|e| e.to_string())?;
+                disk.apply_failing(Duration::from_millis(50)).await;
                 std::future::pending::<()>().await;
                 Ok(())
             }
@@ -506,6 +510,7 @@ fn end(sim: &mut turmoil::Sim<'_>, world: &World<'_>, fault: &Fault, downs: &mut
         Fault::Slow(h, _) => {
             for other in others(hosts, h) {
                 sim.set_link_latency(h.as_str(), other.as_str(), BASE_LATENCY);
+                sim.set_link_max_message_latency(h.as_str(), other.as_str(), MAX_LATENCY);
             }
         }
         Fault::Freeze(h) => {
