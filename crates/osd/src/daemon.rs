@@ -415,9 +415,14 @@ impl OsdDaemon {
         };
         shared.track(tokio::spawn(async move {
             let mut rx = s.map.clone();
+            let mut applied: Option<u64> = None;
             loop {
                 let map = rx.borrow_and_update().clone();
                 if let Some(map) = map {
+                    if let Some(last) = applied.filter(|last| map.epoch > last + 1) {
+                        peering::catch_up(&s, last, &map).await;
+                    }
+                    applied = Some(map.epoch);
                     s.past_maps.note(&map);
                     s.throttle.note_new_map(map.epoch, unsettled(&map));
                     peering::on_map(&s, &map);

@@ -44,8 +44,56 @@ const UP_THRU_TIMEOUT_MS: u64 = 5_000;
 /// How often a primary looks whether its PG has applied the map that records its up_thru.
 const PG_CATCH_UP_POLL: Duration = Duration::from_millis(2);
 
+/// How long a catch-up waits for the monitor's history of the epochs the watcher skipped.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(5);
+
+/// Applies the maps of the epochs between `last` (applied) and `map` (about to be) that the
+/// watcher skipped — maps that arrived together, or a stretch this OSD spent cut off from the
+/// monitor — in order, so that no PG misses an interval that began and ended among them. A
+/// PG that did would stay in its old interval while its other copies, asked by the peering of
+/// the newer one, refuse everything of the old (invariant 14): wedged until the acting set
+/// changes again. Where the monitor's history cannot give those maps in time, every PG of
+/// this OSD starts a new interval with `map` instead (`force`); a spare peering is cheap.
+pub async fn catch_up(s: &Arc<Shared>, last: u64, map: &ClusterMap) {
+    let Some(to) = map.epoch.checked_sub(1).filter(|to| *to > last) else {
+        return;
+    };
+    let from = last + 1;
+    let fetched = tokio::time::timeout(CATCH_UP_WAIT, s.past_maps.range(&s.mon, from, to)).await;
+    let whole = match fetched {
+        Ok(Ok(maps))
+            if maps.first().map(|m| m.epoch) == Some(from)
+                && maps.len() as u64 == to - from + 1 =>
+        {
+            Some(maps)
+        }
+        _ => None,
+    };
+    match whole {
+        Some(maps) => {
+            for m in maps {
+                apply_map(s, &m, false);
+            }
+        }
+        None => {
+            tracing::warn!(
+                osd = s.id,
+                from,
+                to,
+                "skipped epochs not to be had: every PG starts a new interval"
+            );
+            apply_map(s, map, true);
+        }
+    }
+}
+
 /// Applies a new map to every PG this OSD serves or holds; starts peering where needed.
 pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
+    apply_map(s, map, false);
+}
+
+/// [`on_map`]; with `force`, every PG of this OSD starts a new interval.
+fn apply_map(s: &Arc<Shared>, map: &ClusterMap, force: bool) {
     let mut mapper = map.placement.mapper();
     for pool in map.placement.pools.values() {
         for seed in 0..pool.pg_num {
@@ -67,11 +115,12 @@ pub fn on_map(s: &Arc<Shared>, map: &ClusterMap) {
                 .iter()
                 .map(|o| map.osds.get(o).and_then(|e| e.up_from).unwrap_or(0))
                 .collect();
-            let mut changed = pg.on_map(map.epoch, &m, &incarnations, size, min_size);
+            let sizes = (size, min_size);
+            let mut changed = pg.on_map(map.epoch, &m, &incarnations, sizes, force);
             // A stray copy deleted meanwhile left the table: serve the PG from a fresh entry.
             let pg = if member && !s.pgs.holds(&pg) {
                 let fresh = s.pgs.get_or_create(id, s.cfg.max_log_entries);
-                changed = fresh.on_map(map.epoch, &m, &incarnations, size, min_size);
+                changed = fresh.on_map(map.epoch, &m, &incarnations, sizes, force);
                 fresh
             } else {
                 pg

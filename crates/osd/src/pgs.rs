@@ -412,20 +412,23 @@ impl Pg {
     /// began with: maps reach a PG coalesced, so an OSD that died and booted again between two
     /// maps it applied keeps its place in the acting set while everything the dead process
     /// held (replica writes in flight, answers to peering) is gone; Ceph, which applies every
-    /// epoch, sees the down epoch in between as an interval of its own.
+    /// epoch, sees the down epoch in between as an interval of its own. `force` starts a new
+    /// interval whatever the map says (epochs were skipped that may have held a change, and
+    /// their maps could not be had: see `peering::catch_up`).
     pub fn on_map(
         &self,
         epoch: u64,
         m: &PgMapping,
         incarnations: &[u64],
-        size: usize,
-        min_size: usize,
+        (size, min_size): (usize, usize),
+        force: bool,
     ) -> bool {
         let (up, acting) = (m.up.clone(), m.acting.clone());
         let mut iv = self.interval.lock().unwrap_or_else(|p| p.into_inner());
         // As in Ceph, a new size or min_size starts a new interval: the PG peers again (a PG
         // short of its old min_size may serve now; one with a new copy backfills it).
-        if iv.acting == acting
+        if !force
+            && iv.acting == acting
             && iv.incarnations == incarnations
             && iv.epoch != 0
             && (iv.size, iv.min_size) == (size, min_size)
@@ -718,10 +721,10 @@ mod tests {
     fn a_peering_that_ends_after_its_interval_has_changed_changes_nothing() {
         let table = PgTable::default();
         let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
-        assert!(pg.on_map(5, &plain(vec![0, 1, 2]), &[], 3, 2));
+        assert!(pg.on_map(5, &plain(vec![0, 1, 2]), &[], (3, 2), false));
         // The next map starts another interval (led by another OSD) while the first one's
         // peering is still running here.
-        assert!(pg.on_map(6, &plain(vec![1, 0, 2]), &[], 3, 2));
+        assert!(pg.on_map(6, &plain(vec![1, 0, 2]), &[], (3, 2), false));
         pg.set_status(PgStatus::Replica);
         assert!(!pg.finish_peering(5, BTreeSet::new(), true));
         assert!(!pg.set_status_in(5, PgStatus::Peering));
@@ -740,13 +743,13 @@ mod tests {
     fn an_acting_osd_that_booted_again_between_two_maps_starts_a_new_interval() {
         let table = PgTable::default();
         let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
-        assert!(pg.on_map(5, &plain(vec![0, 1, 2]), &[1, 1, 3], 3, 2));
+        assert!(pg.on_map(5, &plain(vec![0, 1, 2]), &[1, 1, 3], (3, 2), false));
         assert!(pg.finish_peering(5, BTreeSet::new(), true));
         // The same incarnations in a later map: the same interval, still active.
-        assert!(!pg.on_map(6, &plain(vec![0, 1, 2]), &[1, 1, 3], 3, 2));
+        assert!(!pg.on_map(6, &plain(vec![0, 1, 2]), &[1, 1, 3], (3, 2), false));
         assert_eq!(pg.active_epoch(), Some(5));
         // osd.2 died and booted again at epoch 9; the PG never applied the maps in between.
-        assert!(pg.on_map(9, &plain(vec![0, 1, 2]), &[1, 1, 9], 3, 2));
+        assert!(pg.on_map(9, &plain(vec![0, 1, 2]), &[1, 1, 9], (3, 2), false));
         assert_eq!(pg.interval().epoch, 9);
         assert_eq!(pg.interval().incarnations, vec![1, 1, 9]);
         assert_eq!(pg.active_epoch(), None, "the PG peers again");
@@ -757,15 +760,15 @@ mod tests {
         let table = PgTable::default();
         let pg = table.get_or_create(PgId { pool: 1, seed: 0 }, 10);
         let temp = |up: Vec<i32>| placed(up, vec![3, 1, 2]);
-        assert!(pg.on_map(5, &temp(vec![0, 1, 2]), &[], 3, 2));
+        assert!(pg.on_map(5, &temp(vec![0, 1, 2]), &[], (3, 2), false));
         assert!(pg.finish_peering(5, BTreeSet::new(), true));
         assert_eq!(pg.status(), PgStatus::ActiveRemapped);
         // The up set moves, the acting set does not: the same interval, still remapped.
-        assert!(!pg.on_map(6, &temp(vec![0, 1, 4]), &[], 3, 2));
+        assert!(!pg.on_map(6, &temp(vec![0, 1, 4]), &[], (3, 2), false));
         assert_eq!(pg.status(), PgStatus::ActiveRemapped);
         assert_eq!(pg.interval().up, vec![0, 1, 4]);
         // The acting set is the up set again without a new interval: clean.
-        assert!(!pg.on_map(7, &plain(vec![3, 1, 2]), &[], 3, 2));
+        assert!(!pg.on_map(7, &plain(vec![3, 1, 2]), &[], (3, 2), false));
         assert_eq!(pg.status(), PgStatus::ActiveClean);
         assert_eq!(pg.active_epoch(), Some(5));
         // One background fill per interval and up set.

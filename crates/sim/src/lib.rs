@@ -11,4 +11,5 @@ pub mod faults;
 pub mod ledger;
 pub mod world;
 
-pub use world::{run, Failure, Options, Outcome, Violation};
+pub use faults::{Fault, Timed};
+pub use world::{run, run_schedule, Failure, Options, Outcome, Violation};

@@ -215,7 +215,6 @@ fn osd_name(i: usize) -> String {
 
 /// Runs seed `seed` with `opts`; Ok when every invariant held.
 pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
-    assert!(opts.osds >= 3, "the pool keeps three copies");
     let shape = Shape {
         osds: (0..opts.osds).map(osd_name).collect(),
         others: vec!["mon".into(), "client".into()],
@@ -223,7 +222,21 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
         faults: opts.faults,
         longest: opts.longest,
     };
-    let faults = schedule(seed, &shape);
+    run_schedule(seed, opts, schedule(seed, &shape))
+}
+
+/// Runs `faults` (each within the window and the longest fault of `opts`, on hosts the run
+/// has) with the workload and network randomness of `seed`: a schedule written out by hand,
+/// as a regression test keeps one a seed once found.
+pub fn run_schedule(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<Outcome, Failure> {
+    assert!(opts.osds >= 3, "the pool keeps three copies");
+    let shape = Shape {
+        osds: (0..opts.osds).map(osd_name).collect(),
+        others: vec!["mon".into(), "client".into()],
+        window: opts.window,
+        faults: faults.len(),
+        longest: opts.longest,
+    };
     let fail = |violation| Failure {
         seed,
         schedule: faults.clone(),
