@@ -347,6 +347,16 @@ impl Pg {
         true
     }
 
+    /// Gives up the claim of the fill of `up` in the interval of `epoch` (its task stopped
+    /// before handing the PG back): a later activation in the same interval — the PG peering
+    /// again within it — claims and starts it anew.
+    pub fn release_fill(&self, epoch: u64, up: &[i32]) {
+        let mut fill = self.fill.lock().unwrap_or_else(|p| p.into_inner());
+        if fill.as_ref().is_some_and(|(e, u)| *e == epoch && u == up) {
+            *fill = None;
+        }
+    }
+
     /// Notes the copy the PG's background fill pushes to and the objects its pass has left
     /// (None: no pass runs).
     pub fn set_fill_progress(&self, progress: Option<(i32, u64)>) {

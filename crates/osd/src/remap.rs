@@ -218,10 +218,12 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
         let filled = fill(&s, &pg, epoch, &up).await;
         pg.fill_writes.stop(epoch);
         match filled {
-            Ok(()) => {
+            Ok(true) => {
                 pg.set_fill_state(FillState::Idle);
                 return;
             }
+            // Stopped before handing back: the PG left its activation.
+            Ok(false) => break,
             Err(OsdError::Held(flag)) => {
                 if held_before != Some(flag) {
                     tracing::info!(osd = s.id, pg = %pg.id, epoch, %flag, "fill held by a cluster flag");
@@ -252,11 +254,20 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
             }
         }
     }
+    // The PG left its activation: a new interval (whose primary fills anew), or peering again
+    // within this one, whose activation must be able to start the fill again (found by the
+    // simulation: a PG repeered within its interval stayed on its temporary acting set).
+    pg.set_fill_state(FillState::Idle);
+    pg.release_fill(epoch, &up);
+    if still(&pg, epoch, &up) {
+        maybe_fill(&s, &pg);
+    }
 }
 
 /// Fills every OSD of `up` outside the acting set, each under a remote reservation, then
-/// hands the PG back to its up set.
-async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<(), OsdError> {
+/// hands the PG back to its up set: true once handed back, false when the PG left its
+/// activation first.
+async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<bool, OsdError> {
     let acting = pg.interval().acting;
     let targets: Vec<i32> = up.iter().copied().filter(|o| !acting.contains(o)).collect();
     // From before the first pass lists anything: every write after it is pushed again.
@@ -393,7 +404,8 @@ async fn fill_copy(
 /// The end of a fill: with the PG's writes held back (its lock taken once none is in
 /// flight), pushes to each filled copy what was written since its last pass began, gives it
 /// this OSD's log, asks for the temporary acting set to be removed and waits (boundedly) for
-/// the map that ends it. No write is logged here meanwhile that a filled copy lacks, so the
+/// the map that ends it; true once asked, false when the PG left its activation first. No write
+/// is logged here meanwhile that a filled copy lacks, so the
 /// up set peers clean however fast the PG is written and however short its log.
 async fn hand_back(
     s: &Arc<Shared>,
@@ -401,7 +413,7 @@ async fn hand_back(
     epoch: u64,
     up: &[i32],
     targets: &[i32],
-) -> Result<(), OsdError> {
+) -> Result<bool, OsdError> {
     let r = Recovering {
         s,
         pg,
@@ -410,7 +422,7 @@ async fn hand_back(
     };
     let inner = loop {
         if !own_copy_complete(pg, epoch, up).await {
-            return Ok(());
+            return Ok(false);
         }
         let inner = pg.lock().await;
         if pg.missing().own().is_empty() {
@@ -418,7 +430,7 @@ async fn hand_back(
         }
     };
     if !still(pg, epoch, up) {
-        return Ok(());
+        return Ok(false);
     }
     for &target in targets {
         let written = pg
@@ -452,7 +464,7 @@ async fn hand_back(
         tracing::info!(osd = s.id, pg = %pg.id, epoch, "no map ended the temporary acting set yet; writes go on");
     }
     drop(inner);
-    Ok(())
+    Ok(true)
 }
 
 /// One push of a fill, unless the fill is over or a flag holds it: in a slot of

@@ -725,9 +725,20 @@ async fn wait_clean(
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
+            let mut detail = format!("{states:?}");
+            for osd in 0..opts.osds {
+                let Ok(id) = i32::try_from(osd) else { break };
+                let dump = client
+                    .tell(id, &["pg".into(), "dump".into()])
+                    .await
+                    .unwrap_or_default();
+                for line in dump.lines().filter(|l| !l.contains("active+clean")) {
+                    detail.push_str(&format!("\n    osd.{id}: {line}"));
+                }
+            }
             return Err(Violation::NotClean {
                 settle: opts.settle,
-                states: format!("{states:?}"),
+                states: detail,
             });
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -33,3 +33,25 @@ fn an_osd_that_skipped_epochs_does_not_miss_an_interval() {
         panic!("{f}");
     }
 }
+
+/// PG 1.4's primary peered again within its interval (a replica held off for 10 s) while
+/// filling osd.1, just marked in, from a temporary acting set; the fill stopped without
+/// handing back, its claim stayed, and the activation that followed could not start it
+/// again: the PG stayed `active+remapped` for good. A fill that stops early now gives up
+/// its claim.
+#[test]
+fn a_fill_cut_short_by_peering_again_starts_again() {
+    let faults = vec![
+        at(
+            11.0,
+            17.6,
+            Fault::Slow(host("osd0"), Duration::from_millis(92)),
+        ),
+        at(12.4, 14.3, Fault::Out(host("osd1"))),
+        at(19.1, 13.4, Fault::Hold(host("osd0"), host("osd2"))),
+        at(22.6, 4.9, Fault::Hold(host("osd0"), host("mon"))),
+    ];
+    if let Err(f) = run_schedule(10070, &Options::default(), faults) {
+        panic!("{f}");
+    }
+}
