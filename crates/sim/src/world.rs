@@ -191,12 +191,14 @@ struct Board {
 }
 
 /// The store configuration of a simulated OSD: a small log ring and caches, so that a
-/// simulated disk stays small.
+/// simulated disk stays small, and checkpoints inline.
 fn store_config() -> StoreConfig {
     StoreConfig {
         wal_bytes: 4 << 20,
         kv_cache_bytes: 1 << 20,
         deferred_batch_bytes: 64 << 10,
+        // No thread beside the simulation's: its timing would make runs differ.
+        checkpoint_in_background: false,
         ..StoreConfig::default()
     }
 }

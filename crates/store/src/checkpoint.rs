@@ -297,14 +297,17 @@ impl Store {
         };
         let nice = self.cfg.checkpoint_nice;
         let (finish, finished) = oneshot::channel::<()>();
-        let spawned = std::thread::Builder::new()
-            .name("store-checkpoint".into())
-            .spawn(move || {
-                lower_priority(nice);
-                let result = input.run();
-                drop(finish);
-                result
-            });
+        let spawned = match self.cfg.checkpoint_in_background {
+            true => std::thread::Builder::new()
+                .name("store-checkpoint".into())
+                .spawn(move || {
+                    lower_priority(nice);
+                    let result = input.run();
+                    drop(finish);
+                    result
+                }),
+            false => Err(std::io::Error::other("checkpoints run inline")),
+        };
         match spawned {
             Ok(thread) => {
                 st.checkpoint_job = Some(CheckpointJob {
@@ -317,8 +320,8 @@ impl Store {
                 });
                 Ok(())
             }
-            // No thread to be had: apply and checkpoint in this one (frozen and live layers
-            // together).
+            // No thread to be had (or none wanted): apply and checkpoint in this one (frozen
+            // and live layers together).
             Err(_) => self.apply_deferred(st).await,
         }
     }

@@ -95,6 +95,10 @@ pub struct StoreConfig {
     /// nice 0, one in three hundred at 19). A checkpoint that falls behind is still bounded:
     /// at `wal_checkpoint_records` twice over, commits wait for it. Default 19.
     pub checkpoint_nice: i32,
+    /// Whether checkpoints run on a thread of their own (true, the default) or inline in the
+    /// commit that starts them: a simulation that must not depend on a thread's timing (the
+    /// cluster simulation, `crates/sim`) runs them inline.
+    pub checkpoint_in_background: bool,
     /// In-place writes a checkpoint keeps in flight (1 ..= 64). One at a time by default: on a
     /// bare HDD the checkpoint's random writes then leave the disk's queue to the clients. A
     /// device with a fast write cache in front of the HDD (an OSD's SSD cache) takes several
@@ -127,6 +131,7 @@ impl Default for StoreConfig {
             wal_checkpoint_records: 256,
             max_overlay_bytes: 64 << 20,
             checkpoint_nice: 19,
+            checkpoint_in_background: true,
             checkpoint_io_depth: 1,
         }
     }
