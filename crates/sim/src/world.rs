@@ -109,6 +109,9 @@ pub struct Outcome {
     pub simulated: Duration,
     /// Device writes not yet flushed when an OSD lost power, over the run's power losses.
     pub unflushed_at_cuts: u64,
+    /// Reads back that failed once the cluster was clean (a daemon still cut off behind a
+    /// connection that lost its state) and succeeded when tried again.
+    pub reads_retried: usize,
 }
 
 /// An invariant a run broke.
@@ -117,8 +120,8 @@ pub enum Violation {
     /// An object does not hold what the ledger allows.
     #[error("object {} holds {:?}, acknowledged {:?}, unacknowledged since {:?}", .0.object, .0.found, .0.acked, .0.uncertain)]
     Lost(Mismatch),
-    /// An object could not be read back once the cluster was clean.
-    #[error("reading {object} back failed: {error}")]
+    /// An object could not be read back within the settle time once the cluster was clean.
+    #[error("reading {object} back failed until the settle time ran out: {error}")]
     Unreadable {
         /// The object.
         object: String,
@@ -188,6 +191,8 @@ struct Board {
     ledger: Ledger,
     /// Operator requests the driver asks the client host to send to the monitor.
     orders: std::collections::VecDeque<Request>,
+    /// Reads back that failed once the cluster was clean and were tried again.
+    reads_retried: usize,
 }
 
 /// The store configuration of a simulated OSD: a small log ring and caches, so that a
@@ -331,6 +336,7 @@ pub fn run_schedule(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<Out
         uncertain: b.ledger.uncertain_count(),
         simulated: sim.elapsed(),
         unflushed_at_cuts: disks.iter().map(|d| d.unflushed_at_cuts()).sum(),
+        reads_retried: b.reads_retried,
     })
 }
 
@@ -619,15 +625,25 @@ async fn client_run(
     send_orders(&admin, board).await;
     board.borrow_mut().ledger = ledger.clone();
     wait_clean(&client, opts, &mut epochs).await?;
+    // A daemon whose connection lost its state in a partition hears again only once the
+    // messenger's idle timeout closes it (a minute): a read may time out before; it is tried
+    // again until the settle time is over.
+    let deadline = tokio::time::Instant::now() + opts.settle;
     for object in ledger.objects() {
-        let found = match client.read(POOL, object).await {
-            Ok(data) => Some(crc_fast::crc32_iscsi(&data)),
-            Err(ClientError::NotFound(_)) => None,
-            Err(e) => {
-                return Err(Violation::Unreadable {
-                    object: object.to_string(),
-                    error: e.to_string(),
-                })
+        let found = loop {
+            match client.read(POOL, object).await {
+                Ok(data) => break Some(crc_fast::crc32_iscsi(&data)),
+                Err(ClientError::NotFound(_)) => break None,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(Violation::Unreadable {
+                        object: object.to_string(),
+                        error: e.to_string(),
+                    })
+                }
+                Err(e) => {
+                    tracing::info!(%object, error = %e, "read back failed; trying again");
+                    board.borrow_mut().reads_retried += 1;
+                }
             }
         };
         ledger.check(object, found).map_err(Violation::Lost)?;

@@ -20,10 +20,11 @@ fn env_u64(name: &str) -> Option<u64> {
 fn report(seed: u64, o: &Outcome, real_s: f64) {
     let faults: Vec<String> = o.schedule.iter().map(|t| t.fault.to_string()).collect();
     println!(
-        "seed {seed}: {} acknowledged, {} uncertain, {} unflushed writes at power cuts, {:.0} s simulated in {real_s:.1} s; {}",
+        "seed {seed}: {} acknowledged, {} uncertain, {} unflushed writes at power cuts, {} reads retried, {:.0} s simulated in {real_s:.1} s; {}",
         o.acked,
         o.uncertain,
         o.unflushed_at_cuts,
+        o.reads_retried,
         o.simulated.as_secs_f64(),
         faults.join(", ")
     );
