@@ -6,7 +6,9 @@
 //! once the faults stop, the client's map epochs monotonic. A failing seed names its run:
 //! the same seed draws the same schedule and the same workload.
 
+mod client;
 pub mod disk;
+mod driver;
 pub mod faults;
 pub mod ledger;
 pub mod world;
