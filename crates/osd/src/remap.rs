@@ -404,9 +404,9 @@ async fn fill_copy(
 /// The end of a fill: with the PG's writes held back (its lock taken once none is in
 /// flight), pushes to each filled copy what was written since its last pass began, gives it
 /// this OSD's log, asks for the temporary acting set to be removed and waits (boundedly) for
-/// the map that ends it; true once asked, false when the PG left its activation first. No write
-/// is logged here meanwhile that a filled copy lacks, so the
-/// up set peers clean however fast the PG is written and however short its log.
+/// the map that ends it; true once asked, false when the PG left its activation first. No
+/// write is logged here meanwhile that a filled copy lacks, so the up set peers clean however
+/// fast the PG is written and however short its log.
 async fn hand_back(
     s: &Arc<Shared>,
     pg: &Arc<Pg>,
