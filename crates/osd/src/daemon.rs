@@ -14,7 +14,6 @@ use cairn_blockdev::{
     Profile,
 };
 use cairn_client::mon::MonClient;
-use cairn_clustermap::MapFlag;
 use cairn_clustermap::PgId;
 use cairn_msgr::blockcrc::CRC_BLOCK_BYTES;
 use cairn_msgr::handshake::AuthPeer;
@@ -416,6 +415,7 @@ impl OsdDaemon {
         shared.track(tokio::spawn(async move {
             let mut rx = s.map.clone();
             let mut applied: Option<u64> = None;
+            let rebooter = crate::reboot::Rebooter::default();
             loop {
                 let map = rx.borrow_and_update().clone();
                 if let Some(map) = map {
@@ -426,22 +426,10 @@ impl OsdDaemon {
                     s.past_maps.note(&map);
                     s.throttle.note_new_map(map.epoch, unsettled(&map));
                     peering::on_map(&s, &map);
-                    if map.osds.get(&s.id).is_some_and(|o| !o.up)
-                        && !map.holds_for(s.id, MapFlag::NoUp)
-                    {
+                    if crate::reboot::must_boot(&map, s.id) {
                         // Wrongly marked down while alive (e.g. a partition healed), or booted
                         // while `noup` was set: boot again.
-                        tracing::warn!(
-                            osd = s.id,
-                            epoch = map.epoch,
-                            "marked down while running: booting again"
-                        );
-                        let (mon, boot) = (s.mon.clone(), reboot.clone());
-                        tokio::spawn(async move {
-                            if let Err(e) = mon.op(boot, 10_000).await {
-                                tracing::warn!(error = %e, "re-boot refused");
-                            }
-                        });
+                        rebooter.boot_until_up(&s, reboot.clone(), map.epoch);
                     }
                 }
                 if rx.changed().await.is_err() {

@@ -37,6 +37,7 @@ pub mod pgmeta;
 pub mod pgs;
 pub mod pgtemp;
 pub mod primary;
+pub mod reboot;
 pub mod recovery;
 pub mod remap;
 pub mod repair;

@@ -56,13 +56,11 @@ fn a_fill_cut_short_by_peering_again_starts_again() {
     }
 }
 
-/// Open: osd.1's connection to the monitor lost its state in a partition (its segments
-/// dropped), then osd.1 was frozen long enough to be marked down. Back, it learnt the newest
-/// map but its boot and beacons got no answer from the monitor for the rest of the run, and
-/// six PGs stayed `active+degraded` without it. Not yet understood; kept here to replay
-/// (`cargo test -p cairn-sim --test regressions -- --ignored`).
+/// osd.1's connection to the monitor lost its state in a partition (its segments dropped),
+/// then osd.1 was frozen long enough to be marked down. Back, its one boot went out on the
+/// dead connection and timed out; no new epoch came to make it try again, and six PGs stayed
+/// `active+degraded` without it. An OSD marked down now boots until a map shows it up.
 #[test]
-#[ignore = "open: an OSD back from a partition and a freeze is never heard by the monitor"]
 fn an_osd_back_from_a_partition_and_a_freeze_boots_again() {
     let faults = vec![
         at(2.8, 12.6, Fault::Out(host("osd2"))),
