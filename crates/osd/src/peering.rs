@@ -609,7 +609,14 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
             "pg active"
         );
         crate::remap::maybe_fill(s, pg);
-        crate::recovery::start(s, pg, epoch);
+        if let Some(recovery) = crate::recovery::background(s, pg, epoch) {
+            let (s2, pg2) = (s.clone(), pg.clone());
+            s.track(tokio::spawn(async move {
+                if recovery.await == crate::recovery::RecoveryEnd::CopyTooFull {
+                    repeer(&s2, &pg2, epoch, "a copy is too full for its recovery");
+                }
+            }));
+        }
     }
     Ok(())
 }

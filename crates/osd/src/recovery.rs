@@ -27,20 +27,33 @@ const HELD_PAUSE: Duration = Duration::from_millis(250);
 /// Pause while the objects left are all being recovered by client ops.
 const CLAIMED_PAUSE: Duration = Duration::from_millis(10);
 
-/// Starts the background recovery of `pg`, active in the interval of `epoch`, when a copy
-/// lacks objects.
-pub fn start(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) {
+/// How a background recovery ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryEnd {
+    /// Every missing object was recovered.
+    Done,
+    /// The PG left the interval or peered again: a newer recovery (if any) is its own.
+    Superseded,
+    /// A copy is too full to take its objects: the primary must peer again to leave it out.
+    CopyTooFull,
+}
+
+/// The background recovery of `pg`, active in the interval of `epoch`, when a copy lacks
+/// objects (none otherwise); its caller spawns it and acts on how it ended.
+pub fn background(
+    s: &Arc<Shared>,
+    pg: &Arc<Pg>,
+    epoch: u64,
+) -> Option<impl std::future::Future<Output = RecoveryEnd> + Send + 'static> {
     let generation = {
         let missing = pg.missing();
         if missing.is_empty() {
-            return;
+            return None;
         }
         missing.generation()
     };
-    let (s2, pg2) = (s.clone(), pg.clone());
-    s.track(tokio::spawn(async move {
-        recover_all(s2, pg2, epoch, generation).await
-    }));
+    let (s, pg) = (s.clone(), pg.clone());
+    Some(async move { recover_all(s, pg, epoch, generation).await })
 }
 
 /// Whether the background recovery of the activation `generation` in the interval of `epoch`
@@ -49,11 +62,11 @@ fn current(pg: &Pg, epoch: u64, generation: u64) -> bool {
     pg.active_epoch() == Some(epoch) && pg.missing().generation() == generation
 }
 
-async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, generation: u64) {
+async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, generation: u64) -> RecoveryEnd {
     let mut held_before = false;
     loop {
         if !current(&pg, epoch, generation) {
-            return;
+            return RecoveryEnd::Superseded;
         }
         if s.flag_set(MapFlag::NoRecover) {
             if !held_before {
@@ -67,7 +80,7 @@ async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, generation: u64) {
         held_before = false;
         let slot = s.throttle.active_slot().await;
         if !current(&pg, epoch, generation) {
-            return;
+            return RecoveryEnd::Superseded;
         }
         let claimed = pg.missing().next_background();
         let Some(claim) = claimed else {
@@ -88,8 +101,7 @@ async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, generation: u64) {
             Err(OsdError::TooFull { osd, why }) => {
                 tracing::warn!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "copy too full for its recovery: peering again to leave it out");
                 pg.note_too_full(epoch);
-                crate::peering::repeer(&s, &pg, epoch, "a copy is too full for its recovery");
-                return;
+                return RecoveryEnd::CopyTooFull;
             }
             Err(e) => {
                 tracing::info!(osd = s.id, pg = %pg.id, epoch, object = %claim.object, error = %e, "object recovery failed; retrying");
@@ -106,6 +118,7 @@ async fn recover_all(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, generation: u64) {
     pg.set_fill_state(FillState::Idle);
     pg.finish_recovery(epoch);
     tracing::debug!(osd = s.id, pg = %pg.id, epoch, "recovered after activation");
+    RecoveryEnd::Done
 }
 
 /// A claim on one object's recovery, ended when dropped: also when the task recovering it is

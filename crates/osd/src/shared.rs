@@ -12,15 +12,15 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::OsdConfig;
-
-/// Every this many tracked tasks, the finished ones are dropped from the list (sessions and
-/// peering tasks come and go for the OSD's whole life).
-const TRACKED_TASKS_PRUNE_AT: usize = 256;
 use crate::metrics::Metrics;
 use crate::past::PastMaps;
 use crate::peers::Peers;
 use crate::pgs::PgTable;
 use crate::sched::OpScheduler;
+
+/// Every this many tracked tasks, the finished ones are dropped from the list (sessions and
+/// peering tasks come and go for the OSD's whole life).
+const TRACKED_TASKS_PRUNE_AT: usize = 256;
 
 /// Everything the OSD's tasks share.
 pub struct Shared {
