@@ -1026,15 +1026,15 @@ pub fn random_client_id() -> u64 {
 }
 
 /// A random 64-bit nonce for this client's request ids: the OS-seeded hasher of the standard
-/// library over the caller's id, the process and the time, so that two clients given the same
-/// id (two hosts, or one process connecting twice) still differ.
+/// library (keyed anew for each call) over the caller's id and the time, so that two clients
+/// given the same id (two hosts, or one process connecting twice) still differ.
 fn random_nonce(client_id: u64) -> u64 {
     use std::hash::BuildHasher;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     std::collections::hash_map::RandomState::new()
-        .hash_one((client_id, std::process::id(), now))
+        .hash_one((client_id, now))
         .max(1)
 }
 

@@ -3,6 +3,8 @@
 //! after it whose outcome the client never learnt (it may or may not have applied).
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
 
 /// One object's writes as the client saw them.
 #[derive(Clone, Debug, Default)]
@@ -32,11 +34,15 @@ pub struct Ledger {
     objects: BTreeMap<String, Seen>,
     acked: usize,
     uncertain: usize,
+    /// A hash of every outcome in the order the client learnt it, with the simulated time it
+    /// did: two runs of one seed that went alike have the same.
+    trace: u64,
 }
 
 impl Ledger {
     /// A write of content with checksum `crc` to `object` was acknowledged.
     pub fn acked(&mut self, object: &str, crc: u32) {
+        self.note(true, object, crc);
         let seen = self.objects.entry(object.to_string()).or_default();
         seen.acked = Some(crc);
         seen.uncertain.clear();
@@ -46,9 +52,24 @@ impl Ledger {
     /// A write of content with checksum `crc` to `object` failed or timed out: it may have
     /// been applied.
     pub fn uncertain(&mut self, object: &str, crc: u32) {
+        self.note(false, object, crc);
         let seen = self.objects.entry(object.to_string()).or_default();
         seen.uncertain.push(crc);
         self.uncertain += 1;
+    }
+
+    /// Folds one outcome into the trace, with the simulated time (zero outside a simulation).
+    fn note(&mut self, acked: bool, object: &str, crc: u32) {
+        let at: Duration = turmoil::sim_elapsed().unwrap_or_default();
+        // SipHash with fixed keys: the same in every process, unlike a HashMap's.
+        let mut h = std::hash::DefaultHasher::new();
+        (self.trace, acked, object, crc, at).hash(&mut h);
+        self.trace = h.finish();
+    }
+
+    /// A hash of every outcome so far, in order, with when the client learnt it.
+    pub fn trace(&self) -> u64 {
+        self.trace
     }
 
     /// Writes acknowledged so far.

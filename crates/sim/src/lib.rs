@@ -4,11 +4,14 @@
 //! whose OSD processes it crashes and restarts on their in-memory disks. After each schedule
 //! the cluster's invariants are checked: no acknowledged write lost, every PG active+clean
 //! once the faults stop, the client's map epochs monotonic. A failing seed names its run:
-//! the same seed draws the same schedule and the same workload.
+//! the same seed draws the same schedule, the same workload and, on the run's thread, the same
+//! randomness and wall clock ([`entropy`]).
 
+pub mod child;
 mod client;
 pub mod disk;
 mod driver;
+pub mod entropy;
 pub mod faults;
 pub mod ledger;
 pub mod world;

@@ -110,6 +110,9 @@ pub struct Outcome {
     /// Reads back that failed once the cluster was clean (a daemon still cut off behind a
     /// connection that lost its state) and succeeded when tried again.
     pub reads_retried: usize,
+    /// A hash of every write's outcome in the order the client learnt it, with the simulated
+    /// time it did: a run replays exactly when this and `simulated` come out the same.
+    pub trace: u64,
 }
 
 /// An invariant a run broke.
@@ -238,6 +241,26 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome, Failure> {
 /// has) with the workload and network randomness of `seed`: a schedule written out by hand,
 /// as a regression test keeps one a seed once found.
 pub fn run_schedule(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<Outcome, Failure> {
+    // A thread of its own, its randomness and wall clock drawn from the seed.
+    std::thread::scope(|scope| {
+        let run = std::thread::Builder::new()
+            .name(format!("sim-{seed}"))
+            .spawn_scoped(scope, || {
+                crate::entropy::seed_thread(seed);
+                run_on_this_thread(seed, opts, faults)
+            })
+            .map_err(|e| Failure {
+                seed,
+                schedule: Vec::new(),
+                violation: Violation::Sim(format!("no thread for the run: {e}")),
+            })?;
+        run.join()
+            .unwrap_or_else(|panicked| std::panic::resume_unwind(panicked))
+    })
+}
+
+/// [`run_schedule`] on the calling thread.
+fn run_on_this_thread(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<Outcome, Failure> {
     assert!(opts.osds >= 3, "the pool keeps three copies");
     let shape = shape(opts, faults.len());
     let fail = |violation| Failure {
@@ -287,6 +310,7 @@ pub fn run_schedule(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<Out
         simulated: sim.elapsed(),
         unflushed_at_cuts: disks.iter().map(|d| d.unflushed_at_cuts()).sum(),
         reads_retried: b.reads_retried,
+        trace: b.ledger.trace(),
     })
 }
 

@@ -436,16 +436,16 @@ fn open_db(
         .map_err(kv)
 }
 
+/// A new store's id: the operating system's randomness (through the standard library's
+/// randomly keyed hasher) over the time and the device's size, so two stores made at once on
+/// two devices differ.
 fn fresh_uuid(device_bytes: u64) -> u64 {
+    use std::hash::BuildHasher;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(crate::convert::nanos)
         .unwrap_or(0);
-    let mut seed = Vec::new();
-    seed.extend_from_slice(&nanos.to_le_bytes());
-    seed.extend_from_slice(&std::process::id().to_le_bytes());
-    seed.extend_from_slice(&device_bytes.to_le_bytes());
-    (crc_fast::crc32_iscsi(&seed) as u64) << 32 | crc_fast::crc32_iscsi(&nanos.to_be_bytes()) as u64
+    std::collections::hash_map::RandomState::new().hash_one((nanos, device_bytes))
 }
 
 impl Store {
