@@ -38,7 +38,8 @@ pub struct OsdEntry {
     pub up: bool,
     /// In/out reweight (16.16): 0 = out.
     pub reweight: u32,
-    /// When it was marked down (ms), for the down -> out timer.
+    /// When it was marked down (ms since the Unix epoch, by the monitor's clock), for the
+    /// down -> out timer: a wall-clock time, so a restarted monitor keeps counting.
     pub down_since_ms: Option<u64>,
     /// Marked out by the monitor (not by an operator): marked in again when it boots.
     pub auto_out: bool,

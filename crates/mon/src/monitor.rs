@@ -205,7 +205,7 @@ impl Monitor {
                     self.reports.remove(&target);
                     let epoch = self.commit(vec![Change::Down {
                         id: target,
-                        at_ms: now_ms,
+                        at_ms: self.unix_ms(now_ms),
                     }])?;
                     return Ok(Reply::Done { epoch });
                 }
@@ -265,7 +265,10 @@ impl Monitor {
             Request::MarkDown { id } => {
                 let up = self.osd(id)?.up;
                 let epoch = if up {
-                    self.commit(vec![Change::Down { id, at_ms: now_ms }])?
+                    self.commit(vec![Change::Down {
+                        id,
+                        at_ms: self.unix_ms(now_ms),
+                    }])?
                 } else {
                     self.map.epoch
                 };
@@ -458,12 +461,16 @@ impl Monitor {
                 if now_ms.saturating_sub(last) > self.config.beacon_timeout_ms {
                     changes.push(Change::Down {
                         id: o.id,
-                        at_ms: now_ms,
+                        at_ms: self.unix_ms(now_ms),
                     });
                 }
             } else if o.reweight > 0 && !self.map.holds_for(o.id, MapFlag::NoOut) {
+                // Wall-clock times: a restarted monitor (whose `now_ms` starts again at 0)
+                // counts from when the OSD really went down.
                 if let Some(since) = o.down_since_ms {
-                    if now_ms.saturating_sub(since) >= self.config.down_out_interval_ms {
+                    if self.unix_ms(now_ms).saturating_sub(since)
+                        >= self.config.down_out_interval_ms
+                    {
                         changes.push(Change::Reweight {
                             id: o.id,
                             reweight: 0,
@@ -504,7 +511,12 @@ impl Monitor {
 
     /// Seconds since the Unix epoch at `now_ms`.
     fn unix_s(&self, now_ms: u64) -> u64 {
-        self.unix_origin_ms.saturating_add(now_ms) / 1000
+        self.unix_ms(now_ms) / 1000
+    }
+
+    /// Milliseconds since the Unix epoch at `now_ms`.
+    fn unix_ms(&self, now_ms: u64) -> u64 {
+        self.unix_origin_ms.saturating_add(now_ms)
     }
 
     /// Sets one of the monitor's run-time options (see [`Request::SetMonOption`]).
@@ -644,7 +656,7 @@ impl Monitor {
         self.reports.remove(&target);
         let epoch = self.commit(vec![Change::Down {
             id: target,
-            at_ms: now_ms,
+            at_ms: self.unix_ms(now_ms),
         }])?;
         Ok(Reply::Done { epoch })
     }

@@ -73,28 +73,41 @@ impl MapStore {
             )
             .await
             .map_err(err)?;
-            let store = Store::mount(
-                dev.clone(),
-                KvLocation::File(kv.clone()),
-                StoreConfig::default(),
-            )
-            .await
-            .map_err(err)?;
-            let mut txn = Transaction::new();
-            txn.create_collection(COLLECTION);
-            store.queue_transaction_owned(txn).await.map_err(err)?;
-            return Ok(MapStore {
-                store,
-                saved: Mutex::new(None),
-            });
         }
         let store = Store::mount(dev, KvLocation::File(kv), StoreConfig::default())
             .await
             .map_err(err)?;
+        MapStore::on_store(store).await
+    }
+
+    /// The monitor's store on `store`, mounted by the caller (a simulation's in-memory disks),
+    /// its collection made on first use.
+    pub async fn on_store(store: Store) -> Result<MapStore, MonError> {
+        let collections = store.list_collections().await.map_err(err)?;
+        if !collections.iter().any(|c| c == COLLECTION) {
+            let mut txn = Transaction::new();
+            txn.create_collection(COLLECTION);
+            store.queue_transaction_owned(txn).await.map_err(err)?;
+        }
         Ok(MapStore {
             store,
             saved: Mutex::new(None),
         })
+    }
+
+    /// The monitor this store holds: its last saved map and history, or a new map of `fsid`
+    /// when none was saved (the first start).
+    pub async fn load_monitor(
+        &self,
+        fsid: &str,
+        config: crate::monitor::MonConfig,
+    ) -> Result<crate::monitor::Monitor, MonError> {
+        let map = match self.load().await? {
+            Some(map) => map,
+            None => ClusterMap::new(fsid)?,
+        };
+        let history = self.load_history(&map).await?;
+        Ok(crate::monitor::Monitor::with_history(map, history, config))
     }
 
     /// The last saved map, if any; a damaged map is an error, never a silent reset.

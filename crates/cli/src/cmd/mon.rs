@@ -72,12 +72,8 @@ pub fn run(args: MonArgs) -> anyhow::Result<()> {
         let (monitor, store) = match &args.data {
             Some(dir) => {
                 let store = cairn_mon::store::MapStore::open(dir).await?;
-                let map = match store.load().await? {
-                    Some(map) => map,
-                    None => ClusterMap::new(&args.fsid)?,
-                };
-                let history = store.load_history(&map).await?;
-                (Monitor::with_history(map, history, config), Some(store))
+                let monitor = store.load_monitor(&args.fsid, config).await?;
+                (monitor, Some(store))
             }
             None => (Monitor::new(ClusterMap::new(&args.fsid)?, config), None),
         };

@@ -465,6 +465,38 @@ fn a_pool_is_removed_only_when_allowed_named_twice_and_confirmed() {
     assert_eq!(mon.map().epoch, epoch + 1);
 }
 
+/// The down -> out timer counts wall-clock time: a monitor restarted (its own clock starting
+/// again at 0) marks an OSD out when the interval since it went down has passed, not that
+/// interval after the restart, and not the previous run's uptime later.
+#[test]
+fn a_restarted_monitor_marks_a_down_osd_out_on_time() {
+    let config = MonConfig {
+        down_out_interval_ms: 600_000,
+        ..MonConfig::default()
+    };
+    let day_ms = 86_400_000;
+    let mut mon = Monitor::new(ClusterMap::new("f").unwrap(), config.clone());
+    mon.set_unix_origin_ms(1_000 * day_ms);
+    boot(&mut mon, 0, 4, 4);
+    // Up for 30 days, then osd.2 goes down.
+    let went_down = 30 * day_ms;
+    mon.handle(went_down, Request::MarkDown { id: 2 }).unwrap();
+    assert_eq!(
+        mon.map().osds[&2].down_since_ms,
+        Some(1_030 * day_ms),
+        "stamped with the wall clock"
+    );
+    // The monitor restarts 100 s later: its clock starts at 0 again.
+    let restarted = ClusterMap::decode(&mon.map().encode()).unwrap();
+    let mut mon = Monitor::new(restarted, config);
+    mon.set_unix_origin_ms(1_030 * day_ms + 100_000);
+    mon.tick(499_000).unwrap();
+    assert!(mon.map().osds[&2].reweight > 0, "not yet: 599 s down");
+    mon.tick(500_000).unwrap();
+    assert_eq!(mon.map().osds[&2].reweight, 0, "out 600 s after it went down");
+    assert!(mon.map().osds[&2].auto_out);
+}
+
 #[test]
 fn pool_ids_are_never_reused_even_across_a_monitor_restart() {
     let mut mon = Monitor::new(ClusterMap::new("fsid-ids").unwrap(), MonConfig::default());
