@@ -390,6 +390,23 @@ async fn control(
     let mut inner = tokio::time::timeout(Duration::from_secs(3), pg.lock())
         .await
         .map_err(|_| busy())?;
+    // A peering of an interval older than one this copy was already peered or activated in
+    // comes from a primary that has not learnt of the newer one (cut off from the monitor):
+    // answering would let it plan from this copy's log, and activating would roll back
+    // writes the newer interval acknowledged (Ceph drops such messages as old peering
+    // messages).
+    if matches!(req.body, PeerBody::Query | PeerBody::Activate { .. }) {
+        let newest = inner.last_epoch_started.max(pg.peered_in());
+        if req.epoch < newest {
+            return Err(OsdError::Peer {
+                osd: s.id,
+                reason: format!(
+                    "pg {} was peered in the interval of epoch {newest}: a peering of epoch {} is stale",
+                    pg.id, req.epoch
+                ),
+            });
+        }
+    }
     // Under the lock, before this copy's log is read or replaced: replica writes of earlier
     // intervals wait for the lock and then see it.
     pg.note_peered_in(req.epoch);

@@ -72,3 +72,22 @@ fn an_osd_back_from_a_partition_and_a_freeze_boots_again() {
         panic!("{f}");
     }
 }
+
+/// osd.3, frozen long enough to be marked down and then cut off from the monitor, kept its
+/// old interval of PG 1.7 as primary and peered it again there, while osd.1 had led the PG in a
+/// newer interval and acknowledged writes in it. osd.1 and osd.2 answered the stale peering
+/// and took its activation, rolling their logs back over those writes; the PG then retried a
+/// recovery of a version no copy held, for good. A copy now refuses a peering of an interval
+/// older than one it was already peered or activated in.
+#[test]
+fn a_copy_refuses_the_peering_of_an_older_interval() {
+    let faults = vec![
+        at(11.3, 4.3, Fault::Freeze(host("osd3"))),
+        at(14.9, 11.9, Fault::Partition(host("osd3"), host("mon"))),
+        at(17.0, 7.1, Fault::Partition(host("osd2"), host("mon"))),
+        at(24.1, 11.7, Fault::Partition(host("osd1"), host("client"))),
+    ];
+    if let Err(f) = run_schedule(1007, &Options::default(), faults) {
+        panic!("{f}");
+    }
+}

@@ -493,7 +493,11 @@ fn a_restarted_monitor_marks_a_down_osd_out_on_time() {
     mon.tick(499_000).unwrap();
     assert!(mon.map().osds[&2].reweight > 0, "not yet: 599 s down");
     mon.tick(500_000).unwrap();
-    assert_eq!(mon.map().osds[&2].reweight, 0, "out 600 s after it went down");
+    assert_eq!(
+        mon.map().osds[&2].reweight,
+        0,
+        "out 600 s after it went down"
+    );
     assert!(mon.map().osds[&2].auto_out);
 }
 
