@@ -105,17 +105,21 @@ impl Downs {
 }
 
 /// What the driver reaches besides the simulation: the hosts by name, the OSDs' disks (by
-/// OSD index), the run's seed.
+/// OSD index) and the monitor's, the run's seed.
 pub(crate) struct World<'a> {
     pub(crate) hosts: &'a [String],
     pub(crate) disks: &'a [Arc<SimDisk>],
+    pub(crate) mon_disk: &'a Arc<SimDisk>,
     pub(crate) board: &'a Rc<RefCell<Board>>,
     pub(crate) seed: u64,
 }
 
 impl World<'_> {
-    /// The disks of OSD host `name`.
+    /// The disks of host `name`: an OSD's, or the monitor's.
     fn disk(&self, name: &str) -> Option<&Arc<SimDisk>> {
+        if name == "mon" {
+            return Some(self.mon_disk);
+        }
         self.disks.get(usize::try_from(osd_id(name)?).ok()?)
     }
 }

@@ -81,8 +81,10 @@ impl fmt::Display for Timed {
 pub struct Shape {
     /// The OSD hosts' names (faults pick among them).
     pub osds: Vec<String>,
-    /// The monitor's and the client's hosts (links to them may fail; they do not crash).
+    /// The monitor's and the client's hosts (links to them may fail).
     pub others: Vec<String>,
+    /// The monitor's host, if it may crash and lose power too.
+    pub monitor: Option<String>,
     /// Faults start within this window.
     pub window: Duration,
     /// How many faults (at most [`MAX_FAULTS`]).
@@ -107,7 +109,7 @@ pub fn schedule(seed: u64, shape: &Shape) -> Vec<Timed> {
             let at = Duration::from_millis(rng.random_range(0..window_ms));
             let lasts = Duration::from_millis(rng.random_range(100..=longest_ms));
             let osd = shape.osds[rng.random_range(0..shape.osds.len())].clone();
-            let fault = match rng.random_range(0..8u8) {
+            let fault = match rng.random_range(0..9u8) {
                 0 | 1 => {
                     let other = loop {
                         let h = hosts[rng.random_range(0..hosts.len())];
@@ -125,7 +127,12 @@ pub fn schedule(seed: u64, shape: &Shape) -> Vec<Timed> {
                 4 => Fault::Eio(osd),
                 5 => Fault::Freeze(osd),
                 6 => Fault::Out(osd),
-                _ => Fault::Slow(osd, Duration::from_millis(rng.random_range(5..200))),
+                7 => Fault::Slow(osd, Duration::from_millis(rng.random_range(5..200))),
+                _ => match (&shape.monitor, rng.random_bool(0.5)) {
+                    (Some(mon), true) => Fault::Crash(mon.clone()),
+                    (Some(mon), false) => Fault::PowerLoss(mon.clone()),
+                    (None, _) => Fault::Crash(osd),
+                },
             };
             Timed { at, lasts, fault }
         })
@@ -142,6 +149,7 @@ mod tests {
         Shape {
             osds: vec!["osd0".into(), "osd1".into(), "osd2".into()],
             others: vec!["mon".into(), "client".into()],
+            monitor: Some("mon".into()),
             window: Duration::from_secs(30),
             faults: 8,
             longest: Duration::from_secs(10),

@@ -12,9 +12,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_clustermap::ClusterMap;
 use cairn_mon::daemon::{MonDaemon, MonServing};
-use cairn_mon::{MonConfig, Monitor};
+use cairn_mon::store::MapStore;
+use cairn_mon::MonConfig;
 use cairn_osd::{OsdConfig, OsdDaemon};
 use cairn_proto::mon::Request;
 use cairn_store::{StoreConfig, StoreError};
@@ -29,6 +29,8 @@ use crate::ledger::{Ledger, Mismatch};
 const MON_PORT: u16 = 6789;
 /// Every OSD's port.
 const OSD_PORT: u16 = 6800;
+/// Size of the monitor's simulated block device (its map store holds a few hundred epochs).
+const MON_DEVICE_BYTES: u64 = 32 << 20;
 /// The pool the workload writes.
 pub(crate) const POOL: &str = "data";
 /// Longest the cluster may take to come up and serve its first write.
@@ -226,6 +228,7 @@ fn shape(opts: &Options, faults: usize) -> Shape {
     Shape {
         osds: (0..opts.osds).map(osd_name).collect(),
         others: vec!["mon".into(), "client".into()],
+        monitor: Some("mon".into()),
         window: opts.window,
         faults,
         longest: opts.longest,
@@ -276,7 +279,9 @@ fn run_on_this_thread(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<O
         .min_message_latency(BASE_LATENCY)
         .max_message_latency(MAX_LATENCY)
         .build();
-    add_monitor(&mut sim);
+    let mon_disk =
+        SimDisk::new(MON_DEVICE_BYTES).map_err(|e| fail(Violation::Sim(e.to_string())))?;
+    add_monitor(&mut sim, mon_disk.clone());
     let disks = add_osds(&mut sim, opts).map_err(|e| fail(Violation::Sim(e.to_string())))?;
     let board = Rc::new(RefCell::new(Board::default()));
     let shared = board.clone();
@@ -293,6 +298,7 @@ fn run_on_this_thread(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<O
     let world = World {
         hosts: &hosts,
         disks: &disks,
+        mon_disk: &mon_disk,
         board: &board,
         seed,
     };
@@ -308,25 +314,46 @@ fn run_on_this_thread(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<O
         acked: b.ledger.acked_count(),
         uncertain: b.ledger.uncertain_count(),
         simulated: sim.elapsed(),
-        unflushed_at_cuts: disks.iter().map(|d| d.unflushed_at_cuts()).sum(),
+        unflushed_at_cuts: disks
+            .iter()
+            .chain([&mon_disk])
+            .map(|d| d.unflushed_at_cuts())
+            .sum(),
         reads_retried: b.reads_retried,
         trace: b.ledger.trace(),
     })
 }
 
-/// The monitor's host: an in-memory map, Ceph's settings but the heartbeat grace.
-fn add_monitor(sim: &mut turmoil::Sim<'_>) {
-    sim.host("mon", || async {
-        let config = MonConfig {
-            heartbeat_grace_ms: millis(HEARTBEAT_GRACE),
-            ..MonConfig::default()
-        };
-        let monitor = Monitor::new(ClusterMap::new("sim").map_err(|e| e.to_string())?, config);
-        let _mon = MonDaemon::serve(monitor, mon_addr(), MonServing::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        std::future::pending::<()>().await;
-        Ok(())
+/// The monitor's host: its map store on simulated disks that outlive its process (each epoch
+/// saved before it is answered or published, as `cairn mon run --data` does), Ceph's settings
+/// but the heartbeat grace.
+fn add_monitor(sim: &mut turmoil::Sim<'_>, disk: Arc<SimDisk>) {
+    sim.host("mon", move || {
+        let disk = disk.clone();
+        async move {
+            let config = MonConfig {
+                heartbeat_grace_ms: millis(HEARTBEAT_GRACE),
+                ..MonConfig::default()
+            };
+            let store = disk
+                .mount(&store_config())
+                .await
+                .map_err(|e| e.to_string())?;
+            let store = MapStore::on_store(store).await.map_err(|e| e.to_string())?;
+            let monitor = store
+                .load_monitor("sim", config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let serving = MonServing {
+                store: Some(store),
+                ..MonServing::default()
+            };
+            let _mon = MonDaemon::serve(monitor, mon_addr(), serving)
+                .await
+                .map_err(|e| e.to_string())?;
+            std::future::pending::<()>().await;
+            Ok(())
+        }
     });
 }
 
