@@ -240,7 +240,7 @@ pub fn parse_http_date(s: &str) -> Option<i64> {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let month = MONTHS.iter().position(|m| *m == mon)? as u8 + 1;
+    let month = u8::try_from(MONTHS.iter().position(|m| *m == mon)? + 1).ok()?;
     let num = |t: &str| -> Option<i64> {
         (!t.is_empty() && t.len() <= 4 && t.bytes().all(|c| c.is_ascii_digit()))
             .then(|| t.parse().ok())
@@ -251,7 +251,7 @@ pub fn parse_http_date(s: &str) -> Option<i64> {
         return None;
     };
     let date = time::Date::from_calendar_date(
-        num(year)? as i32,
+        i32::try_from(num(year)?).ok()?,
         time::Month::try_from(month).ok()?,
         u8::try_from(num(day)?).ok()?,
     )
