@@ -15,6 +15,8 @@ use clap::{Args, Subcommand};
 
 use map_file::load_map;
 
+use crate::convert::sat_u32;
+
 /// Arguments of `cairn crush`.
 #[derive(Args)]
 pub struct CrushArgs {
@@ -153,7 +155,7 @@ fn test(t: TestArgs) -> anyhow::Result<()> {
         if osd >= reweights.len() {
             bail!("device {osd} does not exist");
         }
-        reweights[osd] = ((w * 65536.0) as i64).clamp(0, 0x10000) as u32;
+        reweights[osd] = sat_u32((w * 65536.0).clamp(0.0, 65536.0));
     }
     let seed = t.pool_id.map(pool_seed).transpose()?;
     let choose_args = t.choose_args.and_then(|i| map.dense_choose_args(i));
