@@ -247,10 +247,14 @@ impl Shared {
             });
         }
         match rx.await {
+            // The kernel's errnos are small; anything else would be an I/O error.
             Ok((res, _)) if res < 0 => Err(AioError::after_submit(io::Error::from_raw_os_error(
-                (-res) as i32,
+                i32::try_from(-res).unwrap_or(libc::EIO),
             ))),
-            Ok((res, pinned)) => Ok((res as usize, pinned)),
+            Ok((res, pinned)) => Ok((
+                usize::try_from(res).expect("the kernel reports at most the bytes asked for"),
+                pinned,
+            )),
             Err(_) => Err(AioError::after_submit(io::Error::other(
                 "the device's AIO context failed",
             ))),
@@ -295,11 +299,13 @@ impl Shared {
             }
             {
                 let mut table = self.table();
-                for ev in &events[..n as usize] {
+                let n = usize::try_from(n).expect("at most REAP_BATCH events");
+                for ev in &events[..n] {
                     if ev.data == WAKE_KEY {
                         continue;
                     }
-                    if let Some(op) = table.remove(ev.data as usize) {
+                    let key = usize::try_from(ev.data).expect("keys are the table's usize keys");
+                    if let Some(op) = table.remove(key) {
                         finished.push((op, ev.res));
                     }
                 }

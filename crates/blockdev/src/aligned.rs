@@ -272,7 +272,9 @@ mod tests {
             "pools match buffers on the asked alignment"
         );
         assert!(z.as_slice().iter().all(|&x| x == 0));
-        let parts: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let parts: Vec<u8> = (0..len)
+            .map(|i| u8::try_from(i % 251).expect("below 251"))
+            .collect();
         let (a, b) = parts.split_at(12345);
         let f = AlignedBuf::from_parts(&[a, b], 512).unwrap();
         assert_eq!(f.as_slice().as_ptr() as usize % HUGE_PAGE_BYTES, 0);

@@ -5,6 +5,7 @@
 //! studies use to learn what a device can do (IOPS, bandwidth) and the check that profiles
 //! reproduce their sources. It must never read a clock: all time is simulated nanoseconds.
 
+use crate::convert::{sat_usize, usize_of};
 use crate::device::{IoKind, IoRequest};
 use crate::error::{BlockDevError, Result};
 use crate::model::{Engine, TimingModel};
@@ -101,8 +102,8 @@ pub fn measure(
     let mut engine: Engine<u64> = Engine::new(model);
     let mut submitted = 0u64;
     let mut now = 0u64;
-    let mut latencies = Vec::with_capacity(w.ops as usize);
-    while submitted < w.ops && (submitted as usize) < w.queue_depth {
+    let mut latencies = Vec::with_capacity(usize_of(w.ops));
+    while submitted < w.ops && submitted < w.queue_depth as u64 {
         engine.submit(next_req(&mut rng), now);
         submitted += 1;
     }
@@ -124,7 +125,7 @@ pub fn measure(
     let secs = (now.max(1)) as f64 / 1e9;
     latencies.sort_unstable();
     let p99 = latencies
-        .get(((latencies.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
+        .get(sat_usize((latencies.len() as f64 * 0.99).ceil()).saturating_sub(1))
         .copied()
         .unwrap_or(0);
     Ok(CapacityReport {

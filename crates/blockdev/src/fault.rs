@@ -7,6 +7,7 @@
 //! point take effect, and never make an unflushed write "survive" except through
 //! [`FaultDevice::power_loss`] with an explicit mode and seed.
 
+use crate::convert::usize_of;
 use crate::device::{check_io, BlockDevice, DeviceProperties, IoKind, SECTOR_BYTES};
 use crate::error::{BlockDevError, Result};
 use async_trait::async_trait;
@@ -219,11 +220,11 @@ impl FaultDevice {
             for (i, u) in survivors.iter().enumerate() {
                 let len = if i == last {
                     let sectors = u.data.len() as u64 / SECTOR_BYTES;
-                    (rng.random_range(0..=sectors) * SECTOR_BYTES) as usize
+                    usize_of(rng.random_range(0..=sectors) * SECTOR_BYTES)
                 } else {
                     u.data.len()
                 };
-                let align = self.inner.properties().alignment_bytes as usize;
+                let align = usize_of(self.inner.properties().alignment_bytes);
                 let len = len - len % align;
                 self.inner.write(u.offset_bytes, &u.data[..len]).await?;
             }
@@ -379,7 +380,8 @@ mod tests {
                 .unwrap();
             let bytes = read_all(&img, 0, 4 * 4096).await;
             for (i, chunk) in bytes.chunks(4096).enumerate() {
-                let k = chunk.iter().take_while(|&&x| x == i as u8 + 1).count();
+                let want = u8::try_from(i + 1).expect("four chunks");
+                let k = chunk.iter().take_while(|&&x| x == want).count();
                 assert_eq!(k % 512, 0, "tear not at a sector boundary");
                 assert!(chunk[k..].iter().all(|&x| x == 0));
             }

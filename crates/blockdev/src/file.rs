@@ -13,6 +13,7 @@
 
 use crate::aio::{AioError, AioRing, Pinned};
 use crate::aligned::AlignedBuf;
+use crate::convert::usize_of;
 use crate::device::{check_io, validate_geometry, BlockDevice, DeviceProperties, IoKind};
 use crate::error::{BlockDevError, Result};
 use async_trait::async_trait;
@@ -25,6 +26,9 @@ use std::sync::Arc;
 
 /// Memory and offset alignment used for `O_DIRECT` (safe for 512e and 4Kn devices).
 const DIRECT_ALIGN_BYTES: u64 = 4096;
+/// [`DIRECT_ALIGN_BYTES`] as a buffer alignment.
+const DIRECT_ALIGN_LEN: usize = 4096;
+const _: () = assert!(DIRECT_ALIGN_LEN as u64 == DIRECT_ALIGN_BYTES);
 /// Alignment stated when the file is opened without `O_DIRECT`.
 const BUFFERED_ALIGN_BYTES: u64 = 512;
 
@@ -212,10 +216,10 @@ impl FileDevice {
     pub async fn prefill(&self, chunk_bytes: u64) -> Result<()> {
         let chunk = chunk_bytes.max(self.props.alignment_bytes);
         let chunk = chunk - chunk % self.props.alignment_bytes;
-        let zeros = vec![0u8; chunk as usize];
+        let zeros = vec![0u8; usize_of(chunk)];
         let mut off = 0;
         while off < self.props.size_bytes {
-            let len = chunk.min(self.props.size_bytes - off) as usize;
+            let len = usize_of(chunk.min(self.props.size_bytes - off));
             self.write(off, &zeros[..len]).await?;
             off += len as u64;
         }
@@ -278,7 +282,7 @@ impl FileDevice {
     }
 
     fn buffer(&self, len: usize, kind: IoKind) -> Result<AlignedBuf> {
-        AlignedBuf::zeroed(len, DIRECT_ALIGN_BYTES as usize).ok_or_else(|| BlockDevError::Io {
+        AlignedBuf::zeroed(len, DIRECT_ALIGN_LEN).ok_or_else(|| BlockDevError::Io {
             kind,
             source: std::io::Error::new(
                 std::io::ErrorKind::OutOfMemory,
@@ -293,7 +297,7 @@ fn probe_direct(file: &File, size: u64) -> bool {
     if size < DIRECT_ALIGN_BYTES {
         return false;
     }
-    match AlignedBuf::zeroed(DIRECT_ALIGN_BYTES as usize, DIRECT_ALIGN_BYTES as usize) {
+    match AlignedBuf::zeroed(DIRECT_ALIGN_LEN, DIRECT_ALIGN_LEN) {
         Some(mut b) => file.read_exact_at(b.as_mut_slice(), 0).is_ok(),
         None => false,
     }
@@ -405,7 +409,7 @@ impl BlockDevice for FileDevice {
     }
 
     async fn read_owned(&self, offset_bytes: u64, mut buf: AlignedBuf) -> Result<AlignedBuf> {
-        if self.direct && buf.align_bytes() < DIRECT_ALIGN_BYTES as usize {
+        if self.direct && buf.align_bytes() < DIRECT_ALIGN_LEN {
             self.read(offset_bytes, buf.as_mut_slice()).await?;
             return Ok(buf);
         }
@@ -449,7 +453,7 @@ impl BlockDevice for FileDevice {
     }
 
     async fn write_owned(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
-        if self.direct && buf.align_bytes() < DIRECT_ALIGN_BYTES as usize {
+        if self.direct && buf.align_bytes() < DIRECT_ALIGN_LEN {
             self.write(offset_bytes, buf.as_slice()).await?;
             return Ok(buf);
         }
@@ -469,7 +473,7 @@ impl BlockDevice for FileDevice {
     }
 
     async fn write_owned_durable(&self, offset_bytes: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
-        if self.direct && buf.align_bytes() < DIRECT_ALIGN_BYTES as usize {
+        if self.direct && buf.align_bytes() < DIRECT_ALIGN_LEN {
             self.write(offset_bytes, buf.as_slice()).await?;
             self.flush().await?;
             return Ok(buf);
@@ -500,7 +504,7 @@ impl BlockDevice for FileDevice {
     }
 
     async fn write_shared(&self, offset_bytes: u64, data: bytes::Bytes) -> Result<()> {
-        let align = DIRECT_ALIGN_BYTES as usize;
+        let align = DIRECT_ALIGN_LEN;
         let aligned =
             (data.as_ptr() as usize).is_multiple_of(align) && data.len().is_multiple_of(align);
         if self.direct && !aligned {
@@ -638,7 +642,7 @@ mod tests {
             ..Default::default()
         };
         let dev = Arc::new(FileDevice::open(&path, &opts).unwrap());
-        let a = dev.properties().alignment_bytes as usize;
+        let a = usize_of(dev.properties().alignment_bytes);
         let mut tasks = Vec::new();
         for i in 0..16u8 {
             let d = dev.clone();

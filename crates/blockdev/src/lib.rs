@@ -1,3 +1,4 @@
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 //! Block devices for cairn.
 //!
@@ -25,6 +26,7 @@ mod aio;
 #[allow(unsafe_code)]
 pub mod aligned;
 pub mod capacity;
+mod convert;
 pub mod device;
 pub mod emulated;
 pub mod error;

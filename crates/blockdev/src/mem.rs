@@ -4,6 +4,7 @@
 //! "durable" (there is no power to lose); crash behaviour is layered on by [`crate::FaultDevice`].
 //! It must never grow or shrink after creation.
 
+use crate::convert::usize_of;
 use crate::device::{check_io, validate_geometry, BlockDevice, DeviceProperties, IoKind};
 use crate::error::Result;
 use async_trait::async_trait;
@@ -81,7 +82,7 @@ impl BlockDevice for MemDevice {
     async fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
         check_io(&self.props, IoKind::Read, offset_bytes, buf.len() as u64)?;
         let d = self.data.read().unwrap_or_else(|p| p.into_inner());
-        let o = offset_bytes as usize;
+        let o = usize_of(offset_bytes);
         buf.copy_from_slice(&d[o..o + buf.len()]);
         Ok(())
     }
@@ -89,7 +90,7 @@ impl BlockDevice for MemDevice {
     async fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<()> {
         check_io(&self.props, IoKind::Write, offset_bytes, data.len() as u64)?;
         let mut d = self.data.write().unwrap_or_else(|p| p.into_inner());
-        let o = offset_bytes as usize;
+        let o = usize_of(offset_bytes);
         d[o..o + data.len()].copy_from_slice(data);
         Ok(())
     }
@@ -101,8 +102,8 @@ impl BlockDevice for MemDevice {
     async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<()> {
         check_io(&self.props, IoKind::Discard, offset_bytes, len_bytes)?;
         let mut d = self.data.write().unwrap_or_else(|p| p.into_inner());
-        let o = offset_bytes as usize;
-        d[o..o + len_bytes as usize].fill(0);
+        let o = usize_of(offset_bytes);
+        d[o..o + usize_of(len_bytes)].fill(0);
         Ok(())
     }
 }

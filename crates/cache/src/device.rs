@@ -25,12 +25,13 @@
 
 use crate::cleaning::{decide, CleanInput, CleanOrder};
 use crate::config::{CacheConfig, CacheMode, DirtyFullPolicy, SeqCutoffPolicy};
+use crate::convert::{line_u32, sector_u32, share_of, usize_of};
 use crate::cutoff::SeqDetector;
 use crate::error::{CacheError, Result};
 use crate::ioclass::{IoClassTable, IoHint};
 use crate::layout::{
     decode_entry, encode_entry, Decoded, Entry, Geometry, SbState, Superblock, ENTRIES_PER_PAGE,
-    ENTRY_BYTES, META_PAGE_BYTES, SB_SLOT_BYTES, SECTOR_BYTES,
+    ENTRY_BYTES, META_PAGE_BYTES, META_PAGE_LEN, SB_SLOT_BYTES, SB_SLOT_LEN, SECTOR_BYTES,
 };
 use crate::lines::{LineTable, UNMAPPED};
 use crate::promotion::Promoter;
@@ -242,13 +243,14 @@ fn runs(mask: u16) -> impl Iterator<Item = (u32, u32)> {
         }
         let start = m.trailing_zeros();
         let len = (m >> start).trailing_ones();
-        m &= !(((1u32 << len) - 1) << start) as u16;
+        m &= !sector_mask(start, len);
         Some((start, len))
     })
 }
 
+/// The mask of `count` sectors from `first`, within one line of at most 16 sectors.
 fn sector_mask(first: u32, count: u32) -> u16 {
-    (((1u32 << count) - 1) << first) as u16
+    u16::try_from(((1u32 << count) - 1) << first).expect("a line has at most 16 sectors")
 }
 
 impl CacheDevice {
@@ -314,7 +316,7 @@ impl CacheDevice {
             .iter()
             .enumerate()
             .filter(|(_, e)| e.valid != 0)
-            .map(|(i, e)| (i as u32, *e))
+            .map(|(i, e)| (line_u32(i), *e))
             .collect();
         let dev = Self::assemble(cache, core, geom, cfg, classes, sb, entries, installs);
         {
@@ -457,18 +459,18 @@ impl CacheDevice {
 
     fn pieces(&self, offset_bytes: u64, len: usize) -> Vec<Piece> {
         let lb = self.geom.line_bytes;
-        let mut out = Vec::with_capacity(len / lb as usize + 2);
+        let mut out = Vec::with_capacity(len / usize_of(lb) + 2);
         let mut off = offset_bytes;
         let end = offset_bytes + len as u64;
         while off < end {
             let core_line = off / lb;
             let line_end = ((core_line + 1) * lb).min(end);
-            let first = ((off % lb) / SECTOR_BYTES) as u32;
-            let count = ((line_end - off) / SECTOR_BYTES) as u32;
+            let first = sector_u32((off % lb) / SECTOR_BYTES);
+            let count = sector_u32((line_end - off) / SECTOR_BYTES);
             out.push(Piece {
                 core_line,
-                buf_off: (off - offset_bytes) as usize,
-                len: (line_end - off) as usize,
+                buf_off: usize_of(off - offset_bytes),
+                len: usize_of(line_end - off),
                 first_sector: first,
                 mask: sector_mask(first, count),
             });
@@ -615,8 +617,8 @@ impl CacheDevice {
                     };
                     any_valid |= st.table.line(i).valid & p.mask != 0;
                     for (s, n) in runs(st.table.line(i).dirty & p.mask) {
-                        let at = p.buf_off + ((s - p.first_sector) as u64 * SECTOR_BYTES) as usize;
-                        let len = (u64::from(n) * SECTOR_BYTES) as usize;
+                        let at = p.buf_off + usize_of(u64::from(s - p.first_sector) * SECTOR_BYTES);
+                        let len = usize_of(u64::from(n) * SECTOR_BYTES);
                         runs_out.push((at, len, self.cache_addr(i, s)));
                     }
                 }
@@ -723,7 +725,7 @@ impl CacheDevice {
         }
         if missing > 0 {
             let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
-            let limit = ((share * f64::from(st.table.len())) as u32).max(1);
+            let limit = share_of(share, st.table.len()).max(1);
             if st.table.free_lines() < missing || st.table.class_lines(class) + missing > limit {
                 return None;
             }
@@ -751,8 +753,8 @@ impl CacheDevice {
 
     async fn write_sectors(&self, line: u32, p: &Piece, mask: u16, buf: &[u8]) -> BResult<()> {
         for (s, n) in runs(mask) {
-            let at = p.buf_off + ((s - p.first_sector) as u64 * SECTOR_BYTES) as usize;
-            let len = (u64::from(n) * SECTOR_BYTES) as usize;
+            let at = p.buf_off + usize_of(u64::from(s - p.first_sector) * SECTOR_BYTES);
+            let len = usize_of(u64::from(n) * SECTOR_BYTES);
             self.cache
                 .write(self.cache_addr(line, s), &buf[at..at + len])
                 .await?;
@@ -829,15 +831,15 @@ impl CacheDevice {
             }
             let instance = st.sb.instance_id;
             for (page, bytes) in pages.iter_mut() {
-                bytes.resize(META_PAGE_BYTES as usize, 0);
+                bytes.resize(META_PAGE_LEN, 0);
                 let first = page * ENTRIES_PER_PAGE;
                 let last = (first + ENTRIES_PER_PAGE).min(u64::from(self.geom.lines));
                 for i in first..last {
-                    let at = ((i - first) as usize) * ENTRY_BYTES;
+                    let at = usize_of(i - first) * ENTRY_BYTES;
                     let enc = encode_entry(
-                        &st.persisted[i as usize],
+                        &st.persisted[usize_of(i)],
                         instance,
-                        st.entry_seq[i as usize],
+                        st.entry_seq[usize_of(i)],
                     );
                     bytes[at..at + ENTRY_BYTES].copy_from_slice(&enc);
                 }
@@ -866,7 +868,7 @@ impl CacheDevice {
                 }
                 let over_share = {
                     let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
-                    let limit = ((share * f64::from(st.table.len())) as u32).max(1);
+                    let limit = share_of(share, st.table.len()).max(1);
                     st.table.class_lines(class) >= limit
                 };
                 if !over_share {
@@ -948,7 +950,7 @@ impl CacheDevice {
     /// Whether `class` holds its whole allocation share of the lines.
     fn at_share(st: &State, class: u8) -> bool {
         let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
-        let limit = ((share * f64::from(st.table.len())) as u32).max(1);
+        let limit = share_of(share, st.table.len()).max(1);
         st.table.class_lines(class) >= limit
     }
 
@@ -1045,7 +1047,7 @@ impl CacheDevice {
         };
         let mut runs_data = Vec::new();
         for (s, n) in runs(mask) {
-            let mut b = vec![0u8; (u64::from(n) * SECTOR_BYTES) as usize];
+            let mut b = vec![0u8; usize_of(u64::from(n) * SECTOR_BYTES)];
             self.cache.read(self.cache_addr(line, s), &mut b).await?;
             runs_data.push((s, b));
         }
@@ -1891,7 +1893,7 @@ pub(crate) async fn load(
     let mut best: Option<Superblock> = None;
     let mut why = String::from("no superblock slot is readable");
     for slot in 0..2 {
-        let mut b = vec![0u8; SB_SLOT_BYTES as usize];
+        let mut b = vec![0u8; SB_SLOT_LEN];
         cache.read(slot * SB_SLOT_BYTES, &mut b).await?;
         match Superblock::decode(&b) {
             Ok(sb) if best.as_ref().is_none_or(|o| sb.seq > o.seq) => best = Some(sb),
@@ -1917,10 +1919,16 @@ pub(crate) async fn load(
             sb.lines, geom.lines
         )));
     }
-    let mut meta = vec![0u8; (geom.meta_pages * META_PAGE_BYTES) as usize];
+    let meta_len = usize::try_from(geom.meta_pages * META_PAGE_BYTES).map_err(|_| {
+        CacheError::Geometry(format!(
+            "{} metadata pages do not fit in memory",
+            geom.meta_pages
+        ))
+    })?;
+    let mut meta = vec![0u8; meta_len];
     cache.read(geom.meta_offset_bytes, &mut meta).await?;
     let core_lines = kp.size_bytes.div_ceil(geom.line_bytes);
-    let full: u16 = sector_mask(0, geom.sectors_per_line() as u32);
+    let full: u16 = sector_mask(0, sector_u32(geom.sectors_per_line()));
     let mut entries = vec![Entry::INVALID; geom.lines as usize];
     let mut problems = Vec::new();
     let mut owner: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();

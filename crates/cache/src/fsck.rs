@@ -2,6 +2,7 @@
 //!
 //! Owns the report. It must never modify either device.
 
+use crate::convert::line_u32;
 use crate::device::{load, Problem};
 use crate::error::Result;
 use cairn_blockdev::BlockDevice;
@@ -37,8 +38,8 @@ pub async fn fsck(cache: &Arc<dyn BlockDevice>, core: &Arc<dyn BlockDevice>) -> 
     let l = load(cache, core).await?;
     Ok(FsckReport {
         lines: l.geom.lines,
-        valid_lines: l.entries.iter().filter(|e| e.valid != 0).count() as u32,
-        dirty_lines: l.entries.iter().filter(|e| e.dirty != 0).count() as u32,
+        valid_lines: line_u32(l.entries.iter().filter(|e| e.valid != 0).count()),
+        dirty_lines: line_u32(l.entries.iter().filter(|e| e.dirty != 0).count()),
         detached: l.sb.state == crate::layout::SbState::Detached,
         problems: l.problems,
     })

@@ -16,10 +16,13 @@ use crate::error::{CacheError, Result};
 pub const SB_SLOT_BYTES: u64 = 16 * 1024;
 
 /// One superblock slot's size as a buffer length.
-const SB_SLOT_LEN: usize = 16 * 1024;
+pub(crate) const SB_SLOT_LEN: usize = 16 * 1024;
 const _: () = assert!(SB_SLOT_LEN as u64 == SB_SLOT_BYTES);
 /// Bytes of one metadata page (the unit of metadata writes).
 pub const META_PAGE_BYTES: u64 = 4096;
+/// One metadata page's size as a buffer length.
+pub(crate) const META_PAGE_LEN: usize = 4096;
+const _: () = assert!(META_PAGE_LEN as u64 == META_PAGE_BYTES);
 /// Bytes of one line entry; sector-aligned so a torn page write never tears an entry.
 pub const ENTRY_BYTES: usize = 32;
 /// Entries per metadata page.

@@ -11,10 +11,12 @@
 //! This crate never touches a disk itself (invariant 4): all I/O goes through the two
 //! `BlockDevice`s it is given. Policy logic ([`cleaning`], [`cutoff`], [`promotion`],
 //! [`ioclass`]) is pure and tested in virtual time.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod cleaning;
 pub mod config;
+mod convert;
 pub mod cutoff;
 pub mod device;
 pub mod error;

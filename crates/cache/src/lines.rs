@@ -5,6 +5,7 @@
 //! a line is on the dirty list iff it has dirty sectors; a free line is unmapped). Pure: no I/O.
 //! It must never let two cache lines map the same core line.
 
+use crate::convert::line_u32;
 use crate::ioclass::CLASS_SLOTS;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -197,7 +198,7 @@ impl LineTable {
 
     /// Number of cache lines.
     pub fn len(&self) -> u32 {
-        self.lines.len() as u32
+        line_u32(self.lines.len())
     }
 
     /// True if the table has no lines.
@@ -217,12 +218,12 @@ impl LineTable {
 
     /// Free lines.
     pub fn free_lines(&self) -> u32 {
-        self.free.len() as u32
+        line_u32(self.free.len())
     }
 
     /// Mapped lines.
     pub fn mapped_lines(&self) -> u32 {
-        self.map.len() as u32
+        line_u32(self.map.len())
     }
 
     /// Lines with dirty sectors.

@@ -7,6 +7,7 @@
 //! one bucket array per second of the run, bounded by [`MAX_SECONDS`]. This module only counts
 //! and reads; it never decides what the run does.
 
+use crate::convert::{sat_u64, sat_usize, usize_of};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -51,7 +52,10 @@ impl LatencyTimeline {
 
     /// Counts one operation that finished at `done` after `latency`.
     pub fn record(&self, done: Instant, latency: Duration) {
-        let sec = (done.saturating_duration_since(self.start).as_secs() as usize)
+        // A second past the last slot counts in the last one (saturating: it is past it).
+        let secs = done.saturating_duration_since(self.start).as_secs();
+        let sec = usize::try_from(secs)
+            .unwrap_or(usize::MAX)
             .min(self.seconds.len() - 1);
         self.seconds[sec][bucket_of(latency)].fetch_add(1, Ordering::Relaxed);
     }
@@ -86,13 +90,13 @@ impl LatencyTimeline {
 /// Seconds kept for a run of `seconds`: five more for the last operations, at most
 /// [`MAX_SECONDS`].
 fn slots(seconds: u64) -> usize {
-    seconds.saturating_add(5).min(MAX_SECONDS) as usize
+    usize_of(seconds.saturating_add(5).min(MAX_SECONDS))
 }
 
 /// The bucket of `latency`: eighths of powers of two of microseconds.
 fn bucket_of(latency: Duration) -> usize {
     let us = latency.as_micros().max(1) as f64;
-    ((us.log2() * PER_OCTAVE as f64) as usize).min(BUCKETS - 1)
+    sat_usize(us.log2() * PER_OCTAVE as f64).min(BUCKETS - 1)
 }
 
 /// The latency (ms) at the middle of bucket `b`.
@@ -105,7 +109,7 @@ fn quantile(counts: &[u64], total: u64, q: f64) -> f64 {
     if total == 0 {
         return 0.0;
     }
-    let rank = ((total as f64 * q).ceil() as u64).max(1);
+    let rank = sat_u64((total as f64 * q).ceil()).max(1);
     let mut seen = 0;
     for (b, &n) in counts.iter().enumerate() {
         seen += n;

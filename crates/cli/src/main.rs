@@ -1,10 +1,12 @@
 //! `cairn`: the one binary. Each command group owns one module under `cmd` with its clap
 //! arguments and handler; this file only dispatches.
+#![deny(clippy::cast_possible_truncation)]
 
 mod bench_timeline;
 mod cluster_dir;
 mod cmd;
 mod config_file;
+mod convert;
 mod credentials;
 mod defaults;
 mod file_system;

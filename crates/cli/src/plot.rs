@@ -8,6 +8,8 @@ use std::path::Path;
 use anyhow::{anyhow, Context};
 use plotters::prelude::*;
 
+use crate::convert::{sat_usize, small_u32};
+
 /// Registers the embedded font (once per process); a failure leaves plots without text.
 pub fn register_font() {
     let _ = cairn_study::plot::register_font();
@@ -45,7 +47,7 @@ pub fn bar_chart(
         .max()
         .unwrap_or(0);
     let per_bar = (longest * LABEL_CHAR_PX + 12).max(14);
-    let width = (bars.len() * per_bar + 160).clamp(640, MAX_CHART_WIDTH) as u32;
+    let width = small_u32((bars.len() * per_bar + 160).clamp(640, MAX_CHART_WIDTH));
     let root = BitMapBackend::new(path, (width, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let y_max = bars
@@ -78,7 +80,7 @@ pub fn bar_chart(
             if centred != at_centre {
                 return String::new();
             }
-            let i = x.floor() as usize;
+            let i = sat_usize(x.floor());
             match i.is_multiple_of(step) {
                 true => bars.get(i).map(|b| b.label.clone()).unwrap_or_default(),
                 false => String::new(),

@@ -24,27 +24,32 @@ pub fn build(num_osds: usize, layers: &[Layer]) -> Result<CrushMap, CrushError> 
     if layers.is_empty() {
         return Err(CrushError::Invalid("at least one layer is needed".into()));
     }
+    // Device ids and type ids are i32s: the largest of each must fit.
+    let max_osd = i32::try_from(num_osds)
+        .map_err(|_| CrushError::Invalid(format!("{num_osds} devices are too many")))?;
+    let top_type = i32::try_from(layers.len())
+        .map_err(|_| CrushError::Invalid(format!("{} layers are too many", layers.len())))?;
     let mut map = CrushMap {
         tunables: Tunables::optimal(),
         ..CrushMap::default()
     };
     map.types.insert(0, "osd".into());
-    for (i, layer) in layers.iter().enumerate() {
-        map.types.insert(i as i32 + 1, layer.type_name.clone());
+    for (layer, type_id) in layers.iter().zip(1..=top_type) {
+        map.types.insert(type_id, layer.type_name.clone());
     }
     let mut lower: Vec<(i32, u32)> = Vec::new();
-    for osd in 0..num_osds {
+    for osd in 0..max_osd {
         map.devices.insert(
-            osd as i32,
+            osd,
             Device {
                 name: format!("osd.{osd}"),
                 class: None,
             },
         );
-        lower.push((osd as i32, 0x10000));
+        lower.push((osd, 0x10000));
     }
     let mut next_id = -1;
-    for (level, layer) in layers.iter().enumerate() {
+    for (layer, type_id) in layers.iter().zip(1..=top_type) {
         let mut upper = Vec::new();
         let chunk = if layer.size == 0 {
             lower.len().max(1)
@@ -61,7 +66,7 @@ pub fn build(num_osds: usize, layers: &[Layer]) -> Result<CrushMap, CrushError> 
             let bucket = Bucket::new(
                 next_id,
                 name,
-                level as i32 + 1,
+                type_id,
                 layer.alg,
                 items,
                 weights,

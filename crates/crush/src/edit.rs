@@ -44,8 +44,11 @@ impl CrushMap {
         Ok(map)
     }
 
-    fn next_bucket_id(&self) -> i32 {
-        -(self.buckets.len() as i32) - 1
+    fn next_bucket_id(&self) -> Result<i32, CrushError> {
+        i32::try_from(self.buckets.len())
+            .ok()
+            .and_then(|n| (-n).checked_sub(1))
+            .ok_or_else(|| CrushError::Invalid("no bucket id is left".into()))
     }
 
     /// Replaces bucket `id`'s item list and weights, keeping its identity and algorithm.
@@ -127,7 +130,7 @@ impl CrushMap {
             Some(h) if h < 0 => h,
             Some(_) => return Err(CrushError::Invalid(format!("`{host}` is a device"))),
             None => {
-                let h = self.next_bucket_id();
+                let h = self.next_bucket_id()?;
                 self.insert_bucket(Bucket::new(
                     h,
                     host,

@@ -133,7 +133,9 @@ pub fn str_hash(data: &[u8]) -> u32 {
         mix(&mut a, &mut b, &mut c);
     }
     let k = chunks.remainder();
-    c = c.wrapping_add(data.len() as u32);
+    // Ceph adds the length as a 32-bit unsigned: its low 32 bits.
+    let len = u64::try_from(data.len()).expect("a slice's length fits in u64");
+    c = c.wrapping_add(u32::try_from(len & u64::from(u32::MAX)).expect("masked to 32 bits"));
     let byte = |i: usize| u32::from(k[i]);
     let n = k.len();
     if n >= 11 {
@@ -179,7 +181,11 @@ mod tests {
 
     #[test]
     fn lane_hash_equals_scalar_hash() {
-        let b: [u32; LANES] = core::array::from_fn(|i| (i as u32).wrapping_mul(0x9e37_79b9));
+        let b: [u32; LANES] = core::array::from_fn(|i| {
+            u32::try_from(i)
+                .expect("a lane index is small")
+                .wrapping_mul(0x9e37_79b9)
+        });
         for (a, c) in [(0u32, 0u32), (17, 3), (0xdead_beef, 0xffff_fff0)] {
             let lanes = hash32_3_lanes(a, &b, c);
             for i in 0..LANES {

@@ -43,7 +43,16 @@ pub fn from_json(text: &str) -> Result<CrushMap, CrushError> {
     if let Some(t) = root.get("tunables").and_then(Value::as_object) {
         for (name, value) in t {
             if let Some(v) = value.as_u64() {
-                map.tunables.set(name, v as u32);
+                // Other keys of the dump (profile flags and the like) are not ours to judge.
+                match u32::try_from(v) {
+                    Ok(v) => {
+                        map.tunables.set(name, v);
+                    }
+                    Err(_) if map.tunables.fields().iter().any(|(n, _)| n == name) => {
+                        return Err(err(format!("tunable {name} {v} out of range")));
+                    }
+                    Err(_) => {}
+                }
             }
         }
     }
@@ -185,8 +194,58 @@ fn rule_from_json(map: &CrushMap, r: &Value) -> Result<Rule, CrushError> {
             .unwrap_or("")
             .to_string(),
         rule_type,
-        min_size: r.get("min_size").and_then(Value::as_i64).unwrap_or(1) as i32,
-        max_size: r.get("max_size").and_then(Value::as_i64).unwrap_or(10) as i32,
+        min_size: i32_of(
+            r.get("min_size").and_then(Value::as_i64).unwrap_or(1),
+            "min_size",
+        )?,
+        max_size: i32_of(
+            r.get("max_size").and_then(Value::as_i64).unwrap_or(10),
+            "max_size",
+        )?,
         steps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-device map whose replicated rule has the given min_size and tunables.
+    fn dump(min_size: &str, tunables: &str) -> String {
+        format!(
+            r#"{{"tunables": {{{tunables}}},
+                "types": [{{"type_id": 0, "name": "osd"}}, {{"type_id": 1, "name": "root"}}],
+                "devices": [{{"id": 0, "name": "osd.0"}}],
+                "buckets": [{{"id": -1, "name": "default", "type_id": 1, "alg": "straw2",
+                              "items": [{{"id": 0, "weight": 65536}}]}}],
+                "rules": [{{"rule_id": 0, "rule_name": "r", "type": 1, "min_size": {min_size},
+                            "steps": [{{"op": "take", "item": -1}}, {{"op": "emit"}}]}}]}}"#
+        )
+    }
+
+    #[test]
+    fn in_range_integers_read_back() {
+        let map = from_json(&dump(
+            "2",
+            r#""choose_total_tries": 50, "profile": "jewel""#,
+        ))
+        .unwrap();
+        assert_eq!(map.tunables.choose_total_tries, 50);
+        assert_eq!(map.rules[&0].min_size, 2);
+    }
+
+    #[test]
+    fn out_of_range_integers_are_refused_not_wrapped() {
+        // 2^32 + 50 once read back as 50, and 2^32 + 1 as 1.
+        let e = from_json(&dump("1", r#""choose_total_tries": 4294967346"#)).unwrap_err();
+        assert!(e.to_string().contains("choose_total_tries"), "{e}");
+        let e = from_json(&dump("4294967297", "")).unwrap_err();
+        assert!(e.to_string().contains("min_size"), "{e}");
+    }
+
+    #[test]
+    fn large_values_of_keys_that_are_not_tunables_are_ignored() {
+        let map = from_json(&dump("1", r#""some_flag": 4294967346"#)).unwrap();
+        assert_eq!(map.tunables, CrushMap::default().tunables);
+    }
 }

@@ -4,10 +4,12 @@
 //! crushtool's JSON dump ([`json`]), device-class shadow trees ([`classes`]), a map builder
 //! equivalent to `crushtool --build` ([`build`]) and rule evaluation identical to Ceph's
 //! `crush_do_rule` ([`mapper`]). It is pure: no I/O, no clock, no randomness of its own.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod build;
 pub mod classes;
+mod convert;
 pub mod edit;
 pub mod error;
 pub mod hash;

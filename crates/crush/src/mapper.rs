@@ -4,6 +4,7 @@
 //! test against the reweight vector. Pure: the input `x`, the reweights and a reusable
 //! [`Workspace`] come from the caller; nothing here allocates on the steady-state path.
 
+use crate::convert::{i32_of, u32_of, MAX_RESULT};
 use crate::hash::{hash32_2, hash32_3, hash32_3_lanes, hash32_4, LANES};
 use crate::ln::crush_ln;
 use crate::model::{
@@ -70,7 +71,8 @@ impl CrushMap {
     /// Evaluates rule `rule_id` for input `x`, writing up to `result_max` items into `out`.
     ///
     /// `reweights` is the OSDMap in/out vector (16.16, 0x10000 = in) indexed by device id.
-    /// Returns false (and leaves `out` empty) if the rule does not exist.
+    /// Returns false (and leaves `out` empty) if the rule does not exist. A `result_max`
+    /// beyond `i32::MAX` counts as `i32::MAX`, Ceph's `int` limit.
     #[allow(clippy::too_many_arguments)]
     pub fn do_rule(
         &self,
@@ -83,6 +85,7 @@ impl CrushMap {
         out: &mut Vec<i32>,
     ) -> bool {
         out.clear();
+        let result_max = result_max.min(MAX_RESULT);
         let Some(rule) = self.rules.get(&rule_id) else {
             return false;
         };
@@ -173,7 +176,7 @@ impl CrushMap {
                     for &take in &w[..wsize] {
                         let mut numrep = n;
                         if numrep <= 0 {
-                            numrep += result_max as i32;
+                            numrep += i32_of(result_max);
                             if numrep <= 0 {
                                 continue;
                             }
@@ -292,7 +295,7 @@ fn is_out(ctx: &Ctx, item: i32) -> bool {
 }
 
 fn perm_choose(perms: &mut [PermState], stamp: u64, bucket: &Bucket, x: i32, r: i32) -> i32 {
-    let size = bucket.size() as u32;
+    let size = u32_of(bucket.size());
     let pr = (r as u32) % size;
     let state = &mut perms[(-1 - bucket.id) as usize];
     if state.stamp != stamp {
@@ -412,7 +415,7 @@ fn bucket_choose(
             bucket.items[0]
         }
         (BucketAlg::Tree, Derived::Tree { node_weights }) => {
-            let mut n = (node_weights.len() >> 1) as u32;
+            let mut n = u32_of(node_weights.len() >> 1);
             while n & 1 == 0 {
                 let w = u64::from(node_weights[n as usize]);
                 let t = (u64::from(hash32_4(x as u32, n, r as u32, bucket.id as u32)) * w) >> 32;
@@ -461,7 +464,7 @@ fn choose_firstn(
 ) -> usize {
     let map = ctx.map;
     let mut count = out_size;
-    let mut rep: i32 = if p.stable != 0 { 0 } else { outpos as i32 };
+    let mut rep: i32 = if p.stable != 0 { 0 } else { i32_of(outpos) };
     while rep < numrep && count > 0 {
         let mut ftotal: u32 = 0;
         let mut skip_rep = false;
@@ -478,7 +481,7 @@ fn choose_firstn(
                     item = 0;
                 } else {
                     item = if p.local_fallback_retries > 0
-                        && flocal >= (in_bucket.size() as u32 >> 1)
+                        && flocal >= (u32_of(in_bucket.size()) >> 1)
                         && flocal > p.local_fallback_retries
                     {
                         perm_choose(perms, stamp, in_bucket, ctx.x, r)
@@ -536,7 +539,7 @@ fn choose_firstn(
                                 perms,
                                 stamp,
                                 child,
-                                if p.stable != 0 { 1 } else { outpos as i32 + 1 },
+                                if p.stable != 0 { 1 } else { i32_of(outpos) + 1 },
                                 0,
                                 o2,
                                 outpos,
@@ -563,7 +566,7 @@ fn choose_firstn(
                     flocal += 1;
                     let retry_bucket = (collide && flocal <= p.local_retries)
                         || (p.local_fallback_retries > 0
-                            && flocal <= in_bucket.size() as u32 + p.local_fallback_retries);
+                            && flocal <= u32_of(in_bucket.size()) + p.local_fallback_retries);
                     if retry_bucket {
                         continue;
                     } else if ftotal < p.tries {
@@ -620,10 +623,10 @@ fn choose_indep(
             }
             let mut in_bucket = bucket;
             loop {
-                let mut r = rep as i32 + parent_r;
+                let mut r = i32_of(rep) + parent_r;
                 if in_bucket.alg == BucketAlg::Uniform
                     && numrep > 0
-                    && in_bucket.size() as i32 % numrep == 0
+                    && i32_of(in_bucket.size()) % numrep == 0
                 {
                     r += (numrep + 1) * ftotal as i32;
                 } else {

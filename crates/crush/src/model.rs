@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::convert::{fixed_u32, u32_of, MAX_BUCKET_ITEMS};
 use crate::error::CrushError;
 
 /// An "empty slot" in an EC (indep) result: Ceph's `CRUSH_ITEM_NONE`.
@@ -204,6 +205,12 @@ impl Bucket {
                 weights.len()
             )));
         }
+        if items.len() > MAX_BUCKET_ITEMS {
+            return Err(CrushError::Invalid(format!(
+                "bucket {name}: {} items, more than {MAX_BUCKET_ITEMS}",
+                items.len()
+            )));
+        }
         let mut total: u32 = 0;
         for &w in &weights {
             total = total.checked_add(w).ok_or_else(|| {
@@ -283,7 +290,7 @@ fn calc_straws(weights: &[u32], version: u32) -> Vec<u32> {
                 i += 1;
                 continue;
             }
-            straws[order[i]] = (straw * 65536.0) as u32;
+            straws[order[i]] = fixed_u32(straw * 65536.0);
             i += 1;
             if i == size {
                 break;
@@ -310,7 +317,7 @@ fn calc_straws(weights: &[u32], version: u32) -> Vec<u32> {
                 numleft -= 1.0;
                 continue;
             }
-            straws[order[i]] = (straw * 65536.0) as u32;
+            straws[order[i]] = fixed_u32(straw * 65536.0);
             i += 1;
             if i == size {
                 break;
@@ -363,7 +370,7 @@ fn tree_node_weights(weights: &[u32]) -> Vec<u32> {
     let num_nodes = 1usize << depth;
     let mut nodes = vec![0u32; num_nodes];
     for (i, &w) in weights.iter().enumerate() {
-        let mut node = ((i as u32 + 1) << 1) - 1;
+        let mut node = ((u32_of(i) + 1) << 1) - 1;
         nodes[node as usize] = w;
         for _ in 1..depth {
             node = tree_parent(node);

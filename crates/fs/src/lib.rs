@@ -2,6 +2,7 @@
 //! the namespace (directories, inodes, a journal) in RADOS objects of a metadata pool and
 //! answers clients' metadata requests; clients mount it through FUSE and read and write file
 //! data straight on the OSDs, striped over objects of a data pool.
+#![deny(clippy::cast_possible_truncation)]
 
 pub mod active;
 pub mod backing;

@@ -939,7 +939,9 @@ impl Filesystem for CairnFs {
                 .iter()
                 .map(|e| (e.ino, file_type(e.kind), e.name.as_slice())),
         );
-        for (i, (entry_ino, kind, name)) in all.enumerate().skip(offset as usize) {
+        // The kernel's offset is past every entry when it does not even fit a usize.
+        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, (entry_ino, kind, name)) in all.enumerate().skip(skip) {
             if reply.add(
                 INodeNo(entry_ino),
                 i as u64 + 1,

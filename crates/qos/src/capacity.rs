@@ -224,6 +224,7 @@ impl CapacityState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::convert::sat_u64;
 
     /// A device with fixed per-I/O latency and bandwidth, plus a noise factor per run.
     struct Fake {
@@ -240,12 +241,12 @@ mod tests {
                 return Err("EIO".into());
             }
             let f = self.noise[self.run % self.noise.len()];
-            Ok((ios as f64 / self.iops * 1e9 * f) as u64)
+            Ok(sat_u64(ios as f64 / self.iops * 1e9 * f))
         }
         fn sequential_writes(&mut self, bytes: u64, _io: u64) -> Result<u64, String> {
             let f = self.noise[self.run % self.noise.len()];
             self.run += 1;
-            Ok((bytes as f64 / self.bw * 1e9 * f) as u64)
+            Ok(sat_u64(bytes as f64 / self.bw * 1e9 * f))
         }
     }
 

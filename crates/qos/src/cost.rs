@@ -3,6 +3,7 @@
 //! Owns `DeviceCapacity` (what was measured) and `CostModel` (cost per I/O + cost per byte,
 //! in device nanoseconds). Never measures anything itself (see `capacity`).
 
+use crate::convert::sat_u64;
 use crate::error::{invalid, QosError};
 use serde::{Deserialize, Serialize};
 
@@ -77,7 +78,7 @@ impl CostModel {
     /// Cost of one I/O of `length_bytes`, in device nanoseconds (at least 1).
     pub fn cost_ns(&self, length_bytes: u64) -> u64 {
         let c = self.cost_per_io_ns + length_bytes as f64 * self.cost_per_byte_ns;
-        (c.round() as u64).max(1)
+        sat_u64(c.round()).max(1)
     }
 
     /// Device capacity in cost units per second (always 1e9: one second of device time).

@@ -7,6 +7,8 @@
 //! matters for equal primary keys. Memory: one `u32` per slot plus one entry per member;
 //! nothing is allocated per operation once capacity is reached.
 
+use crate::convert::{low32, u32_of};
+
 const ABSENT: u32 = u32::MAX;
 
 const ARITY: usize = 4;
@@ -70,13 +72,13 @@ impl IndexedHeap {
         let p = self.pos[s];
         let e = Entry {
             key: key.0,
-            tie: key.1 as u32,
+            tie: low32(key.1),
             slot,
         };
         if p == ABSENT {
             self.entries.push(e);
             let i = self.entries.len() - 1;
-            self.pos[s] = i as u32;
+            self.pos[s] = u32_of(i);
             self.sift_up(i);
         } else {
             let i = p as usize;
@@ -118,8 +120,8 @@ impl IndexedHeap {
 
     fn swap(&mut self, a: usize, b: usize) {
         self.entries.swap(a, b);
-        self.pos[self.entries[a].slot as usize] = a as u32;
-        self.pos[self.entries[b].slot as usize] = b as u32;
+        self.pos[self.entries[a].slot as usize] = u32_of(a);
+        self.pos[self.entries[b].slot as usize] = u32_of(b);
     }
 
     /// Moves the entry at `i` up to its place, shifting parents down into the hole (one `pos`
@@ -132,14 +134,14 @@ impl IndexedHeap {
             let p = self.entries[parent];
             if k < p.k() {
                 self.entries[i] = p;
-                self.pos[p.slot as usize] = i as u32;
+                self.pos[p.slot as usize] = u32_of(i);
                 i = parent;
             } else {
                 break;
             }
         }
         self.entries[i] = e;
-        self.pos[e.slot as usize] = i as u32;
+        self.pos[e.slot as usize] = u32_of(i);
     }
 
     /// Moves the entry at `i` down to its place, shifting the smallest child up into the hole.
@@ -182,11 +184,11 @@ impl IndexedHeap {
             }
             let child = self.entries[m];
             self.entries[i] = child;
-            self.pos[child.slot as usize] = i as u32;
+            self.pos[child.slot as usize] = u32_of(i);
             i = m;
         }
         self.entries[i] = e;
-        self.pos[e.slot as usize] = i as u32;
+        self.pos[e.slot as usize] = u32_of(i);
     }
 }
 

@@ -3,6 +3,8 @@
 //! Owns bucketing and percentile queries. Fixed memory chosen at construction; recording never
 //! allocates.
 
+use crate::convert::{sat_u64, u32_of, usize_of};
+
 /// A histogram with `2^sub_bits` linear sub-buckets per power of two (relative error
 /// <= 2^-sub_bits).
 #[derive(Clone, Debug, PartialEq)]
@@ -31,12 +33,12 @@ impl Histogram {
     fn bucket(&self, v: u64) -> usize {
         let sub = self.sub_bits;
         if v < (1u64 << sub) {
-            return v as usize;
+            return usize_of(v);
         }
         let e = 63 - v.leading_zeros();
         let shift = e - sub;
         let mantissa = (v >> shift) & ((1u64 << sub) - 1);
-        (((shift + 1) as usize) << sub) + mantissa as usize
+        (((shift + 1) as usize) << sub) + usize_of(mantissa)
     }
 
     fn bucket_low(&self, b: usize) -> u64 {
@@ -46,7 +48,7 @@ impl Histogram {
         if group == 0 {
             return mantissa;
         }
-        let shift = (group - 1) as u32;
+        let shift = u32_of(group - 1);
         ((1u64 << sub) | mantissa) << shift
     }
 
@@ -88,7 +90,7 @@ impl Histogram {
         if self.total == 0 {
             return 0;
         }
-        let rank = ((q.clamp(0.0, 1.0) * self.total as f64).ceil() as u64).max(1);
+        let rank = sat_u64((q.clamp(0.0, 1.0) * self.total as f64).ceil()).max(1);
         let mut seen = 0;
         for (b, &c) in self.counts.iter().enumerate() {
             seen += c;

@@ -1,3 +1,4 @@
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 //! cairn-qos: the OSD request scheduler.
 //!
@@ -15,6 +16,7 @@
 
 pub mod capacity;
 pub mod config;
+mod convert;
 pub mod cost;
 pub mod counters;
 pub mod error;

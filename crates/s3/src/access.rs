@@ -13,6 +13,7 @@ use s3s::{s3_error, S3Result};
 
 use crate::authz::{authorize, Action};
 use crate::buckets::get_bucket;
+use crate::convert::nanos;
 use crate::gateway::Gateway;
 use crate::identity::{self, AdmittedBucket, Identity, ANONYMOUS};
 use crate::ratelimit::Refusal;
@@ -41,9 +42,12 @@ pub fn parse_amz_date(s: &str) -> Option<i64> {
             .then(|| t.parse().ok())
             .flatten()
     };
-    let month = time::Month::try_from(num(4..6)? as u8).ok()?;
-    let date = time::Date::from_calendar_date(num(0..4)? as i32, month, num(6..8)? as u8).ok()?;
-    let t = time::Time::from_hms(num(9..11)? as u8, num(11..13)? as u8, num(13..15)? as u8).ok()?;
+    // Two digits fit a u8 and four an i32: the conversions below cannot fail.
+    let field = |r: std::ops::Range<usize>| u8::try_from(num(r)?).ok();
+    let month = time::Month::try_from(field(4..6)?).ok()?;
+    let year = i32::try_from(num(0..4)?).ok()?;
+    let date = time::Date::from_calendar_date(year, month, field(6..8)?).ok()?;
+    let t = time::Time::from_hms(field(9..11)?, field(11..13)?, field(13..15)?).ok()?;
     Some(
         time::PrimitiveDateTime::new(date, t)
             .assume_utc()
@@ -183,7 +187,7 @@ impl Admission {
             None => {}
         }
         let bytes = crate::server::declared_len(cx.headers());
-        let now_ns = gw.epoch.elapsed().as_nanos() as u64;
+        let now_ns = nanos(gw.epoch.elapsed());
         let who = user.unwrap_or(ANONYMOUS);
         match gw.limiter.admit(who, bucket.as_deref(), bytes, now_ns) {
             Ok(()) => Ok(()),

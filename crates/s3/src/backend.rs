@@ -11,6 +11,8 @@ use bytes::Bytes;
 use cairn_client::{Client, ClientError};
 use thiserror::Error;
 
+use crate::convert::sat_usize;
+
 /// An omap page: entries in key order.
 pub type OmapPage = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -243,10 +245,8 @@ impl Backend for MemBackend {
                 .get(name)
                 .and_then(|obj| obj.data.as_ref())
                 .ok_or_else(|| BackendError::NotFound(name.to_string()))?;
-            let start = (offset as usize).min(data.len());
-            let end = start
-                .saturating_add(len.min(usize::MAX as u64) as usize)
-                .min(data.len());
+            let start = sat_usize(offset).min(data.len());
+            let end = start.saturating_add(sat_usize(len)).min(data.len());
             Ok(Bytes::copy_from_slice(&data[start..end]))
         })
     }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::acl::CannedAcl;
 use crate::backend::Backend;
+use crate::convert::millis;
 use crate::data::internal;
 use crate::entry::Entry;
 use crate::record::{seal, unseal};
@@ -136,7 +137,7 @@ pub fn fresh_id() -> String {
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+        .map_or(0, millis)
 }
 
 /// Looks a bucket up (NoSuchBucket if absent).

@@ -175,9 +175,8 @@ impl ChecksumHasher {
     pub fn finish(self) -> String {
         let raw: Vec<u8> = match self {
             ChecksumHasher::Crc(d) => {
-                let v = d.finalize();
-                debug_assert!(v <= u64::from(u32::MAX), "a 32-bit CRC");
-                (v as u32).to_be_bytes().to_vec()
+                let v = u32::try_from(d.finalize()).expect("a 32-bit CRC");
+                v.to_be_bytes().to_vec()
             }
             ChecksumHasher::Crc64(d) => d.finalize().to_be_bytes().to_vec(),
             ChecksumHasher::Sha1(d) => d.finalize().to_vec(),

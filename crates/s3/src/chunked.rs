@@ -180,9 +180,11 @@ impl ChunkChecker {
                         out.push(self.buf.split_to(line_len).freeze());
                         self.state = State::Trailer;
                     } else {
+                        let size = usize::try_from(size)
+                            .map_err(|_| bad(format!("chunk of {size} bytes is too large")))?;
                         self.state = State::Data {
                             line_len,
-                            size: size as usize,
+                            size,
                             signature,
                         };
                     }

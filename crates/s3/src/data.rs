@@ -19,6 +19,7 @@ use s3s::{s3_error, S3Error, S3Result};
 
 use crate::backend::{Backend, BackendError};
 use crate::checksum::{ChecksumAlgo, ChecksumHasher};
+use crate::convert::sat_usize;
 use crate::entry::{DataLoc, Entry, Segment};
 
 /// Pieces read ahead of the HTTP response (and reads in flight for one response).
@@ -384,7 +385,7 @@ pub async fn read_all(
     start: u64,
     end: u64,
 ) -> S3Result<Vec<u8>> {
-    let mut out = Vec::with_capacity((end - start) as usize);
+    let mut out = Vec::with_capacity(sat_usize(end - start));
     let mut stream = read_stream(backend.clone(), entry.clone(), start, end);
     while let Some(chunk) = stream.next().await {
         out.extend_from_slice(&chunk.map_err(internal)?);
@@ -446,8 +447,8 @@ pub fn read_stream(
     end: u64,
 ) -> futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>> {
     if matches!(entry.loc, DataLoc::Inline) {
-        let s = (start as usize).min(entry.inline.len());
-        let e = (end as usize).clamp(s, entry.inline.len());
+        let s = sat_usize(start).min(entry.inline.len());
+        let e = sat_usize(end).clamp(s, entry.inline.len());
         let bytes = Bytes::copy_from_slice(&entry.inline[s..e]);
         return futures::stream::once(async move { Ok(bytes) }).boxed();
     }
@@ -555,7 +556,7 @@ mod tests {
     #[tokio::test]
     async fn striped_write_then_ranged_reads() {
         let mem: Arc<dyn Backend> = Arc::new(crate::backend::MemBackend::default());
-        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7).to_le_bytes()[0]).collect();
         let chunks: Vec<Result<Bytes, std::io::Error>> = data
             .chunks(33)
             .map(|c| Ok(Bytes::copy_from_slice(c)))
@@ -590,7 +591,7 @@ mod tests {
         for (a, b) in [(0, 1000), (63, 65), (999, 1000), (5, 5), (128, 640)] {
             assert_eq!(
                 read_all(&mem, &e, a, b).await.unwrap(),
-                &data[a as usize..b as usize]
+                &data[sat_usize(a)..sat_usize(b)]
             );
         }
     }
@@ -728,7 +729,7 @@ mod tests {
         // in chunks that straddle stripe boundaries.
         let stripe = 300 << 10;
         let data: Vec<u8> = (0..20 * stripe + 1)
-            .map(|i| (i as u32).wrapping_mul(2654435761) as u8)
+            .map(|i: usize| i.wrapping_mul(2654435761).to_le_bytes()[0])
             .collect();
         let spec = WriteSpec {
             id: "p",
@@ -776,7 +777,7 @@ mod tests {
         let b: Arc<dyn Backend> = backend.clone();
         let stripe: usize = (5 << 20) / 2;
         let data: Vec<u8> = (0..3 * stripe - 7)
-            .map(|i| (i as u32).wrapping_mul(2246822519) as u8)
+            .map(|i: usize| i.wrapping_mul(2246822519).to_le_bytes()[0])
             .collect();
         let spec = WriteSpec {
             id: "r",

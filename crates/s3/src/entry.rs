@@ -158,7 +158,10 @@ impl Entry {
         let mut out = Vec::with_capacity(json.len() + self.inline.len() + 10);
         out.push(MAGIC);
         out.push(ENTRY_VERSION);
-        out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        // An entry's fields are bounded by the request limits (metadata, tags, parts), so its
+        // JSON is far below the 4 GiB its u32 length can say.
+        let len = u32::try_from(json.len()).expect("an entry's JSON is far below 4 GiB");
+        out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(&json);
         out.extend_from_slice(&self.inline);
         let crc = crc_fast::crc32_iscsi(&out);

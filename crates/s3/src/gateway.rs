@@ -15,6 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::backend::Backend;
 use crate::buckets::{get_bucket, BucketCache, BucketInfo};
 use crate::config::GatewayConfig;
+use crate::convert::nanos;
 use crate::identity::{self, AdmittedBucket, ANONYMOUS};
 use crate::ratelimit::Limiter;
 use crate::users::Users;
@@ -24,8 +25,8 @@ use crate::{
 };
 
 /// Semaphore permits (KiB, at most `u32::MAX`) standing for `bytes` of request bodies.
-fn body_permits(bytes: u64) -> usize {
-    bytes.div_ceil(1024).min(u64::from(u32::MAX)) as usize
+fn body_permits(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
 }
 
 /// The S3 service over one pool of the cluster.
@@ -61,7 +62,9 @@ impl Gateway {
             users: Arc::new(Users::new(backend.clone())),
             buckets: Arc::new(BucketCache::new(Duration::from_millis(cfg.bucket_cache_ms))),
             limiter: Arc::new(Limiter::new(cfg.limits.clone())),
-            bodies: Arc::new(Semaphore::new(body_permits(cfg.max_inflight_body_bytes))),
+            bodies: Arc::new(Semaphore::new(
+                body_permits(cfg.max_inflight_body_bytes) as usize
+            )),
             backend,
             classes: Arc::new(BTreeMap::new()),
             cluster: None,
@@ -112,9 +115,7 @@ impl Gateway {
         let total = body_permits(self.cfg.max_inflight_body_bytes);
         let permits = (body_permits(want).max(1)).min(total);
         let wait = Duration::from_millis(self.cfg.body_admit_timeout_ms);
-        match tokio::time::timeout(wait, self.bodies.clone().acquire_many_owned(permits as u32))
-            .await
-        {
+        match tokio::time::timeout(wait, self.bodies.clone().acquire_many_owned(permits)).await {
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err(s3_error!(
                 ServiceUnavailable,
@@ -162,7 +163,7 @@ impl Gateway {
     /// bucket.
     pub fn charge_response<T>(&self, req: &S3Request<T>, bucket: &str, bytes: u64) {
         let user = self.caller(req);
-        let now_ns = self.epoch.elapsed().as_nanos() as u64;
+        let now_ns = nanos(self.epoch.elapsed());
         self.limiter
             .charge_bytes(user.as_deref().unwrap_or(ANONYMOUS), bucket, bytes, now_ns);
     }

@@ -6,6 +6,7 @@
 //! Layout in the cluster (one pool, `s3` by default): a registry object listing buckets, per
 //! bucket N index shard objects (omap: key -> entry), an uploads object per bucket, a parts
 //! object per upload, a users object, and data stripes `d.{segment-id}.{n}`. See docs/design/s3.md.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod access;
@@ -20,6 +21,7 @@ pub mod checksum;
 pub mod chunked;
 pub mod config;
 pub mod controls_ops;
+mod convert;
 pub mod cors;
 pub mod cors_ops;
 pub mod data;
@@ -127,12 +129,12 @@ pub async fn ensure_pool(cfg: &GatewayConfig) -> Result<Arc<Client>, GatewayErro
         if exists {
             continue;
         }
-        let up = map.map_or(0, |m| m.osds.values().filter(|o| o.up).count()) as u32;
+        let up = map.map_or(0, |m| m.osds.values().filter(|o| o.up).count());
         let created = mon
             .op(
                 Request::CreatePool {
                     name: pool.to_string(),
-                    size: up.clamp(1, 3),
+                    size: u32::try_from(up.clamp(1, 3)).expect("clamped to 1..=3"),
                     pg_num: cfg.pool_pg_num,
                 },
                 10_000,

@@ -5,6 +5,7 @@
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
+use crate::convert::count_i32;
 use crate::data::hex;
 use crate::entry::Entry;
 use crate::gateway::Gateway;
@@ -119,7 +120,7 @@ pub async fn v1(
         name: Some(i.bucket.clone()),
         prefix: Some(enc(i.prefix.as_deref().unwrap_or_default())),
         marker: Some(enc(&marker)),
-        max_keys: Some(i.max_keys.unwrap_or(MAX_KEYS as i32)),
+        max_keys: Some(i.max_keys.unwrap_or(count_i32(MAX_KEYS))),
         is_truncated: Some(l.page.truncated),
         contents: Some(l.contents),
         common_prefixes: Some(l.prefixes),
@@ -161,8 +162,8 @@ pub async fn v2(
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(i.bucket.clone()),
         prefix: Some(enc(i.prefix.as_deref().unwrap_or_default())),
-        max_keys: Some(i.max_keys.unwrap_or(MAX_KEYS as i32)),
-        key_count: Some((l.contents.len() + l.prefixes.len()) as i32),
+        max_keys: Some(i.max_keys.unwrap_or(count_i32(MAX_KEYS))),
+        key_count: Some(count_i32(l.contents.len() + l.prefixes.len())),
         continuation_token: i.continuation_token.clone(),
         is_truncated: Some(l.page.truncated),
         next_continuation_token: next,

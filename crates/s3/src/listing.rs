@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 
 use crate::backend::{Backend, BackendError};
+use crate::convert::count_u32;
 
 /// Largest page asked of one shard.
 pub const MAX_SHARD_PAGE: u32 = 1000;
@@ -75,7 +76,7 @@ pub fn common_prefix<'k>(key: &'k str, prefix: &str, delimiter: Option<&str>) ->
 /// that runs dry is simply read again.
 pub fn shard_page(max: usize, shards: usize) -> u32 {
     let mean = (max + 1).div_ceil(shards.max(1));
-    (mean + 3 * mean.isqrt() + 8).min(MAX_SHARD_PAGE as usize) as u32
+    count_u32((mean + 3 * mean.isqrt() + 8).min(MAX_SHARD_PAGE as usize))
 }
 
 /// Lists one page over the index shards named `shards`.

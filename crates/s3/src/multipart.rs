@@ -12,6 +12,7 @@ use crate::access_ops::{acl_on_write, any_grant};
 use crate::acl::CannedAcl;
 use crate::buckets::{fresh_id, now_ms, BucketInfo};
 use crate::checksum::{Checksum, ALGOS};
+use crate::convert::{count_i32, count_u32};
 use crate::data::{self, hex, internal};
 use crate::entry::{ContentHeaders, DataLoc, Entry, Segment};
 use crate::gateway::Gateway;
@@ -112,7 +113,12 @@ async fn get_upload(gw: &Gateway, b: &BucketInfo, key: &str, id: &str) -> S3Resu
 
 async fn all_parts(gw: &Gateway, upload_id: &str) -> S3Result<Vec<PartInfo>> {
     let mut out = Vec::new();
-    let mut pages = OmapPager::new(&gw.backend, &parts_object(upload_id), &[], MAX_PAGE as u32);
+    let mut pages = OmapPager::new(
+        &gw.backend,
+        &parts_object(upload_id),
+        &[],
+        count_u32(MAX_PAGE),
+    );
     while let Some(page) = pages.next_page().await? {
         for (_, v) in &page {
             out.push(unseal(v).map_err(internal)?);
@@ -161,7 +167,7 @@ pub async fn abort_due(
     due: impl Fn(&str, i64) -> bool,
 ) -> S3Result<u64> {
     let mut aborted = 0;
-    let mut pages = OmapPager::new(&gw.backend, &b.uploads_object(), &[], MAX_PAGE as u32);
+    let mut pages = OmapPager::new(&gw.backend, &b.uploads_object(), &[], count_u32(MAX_PAGE));
     while let Some(page) = pages.next_page().await? {
         for (_, v) in &page {
             let u: UploadInfo = unseal(v).map_err(internal)?;
@@ -180,7 +186,7 @@ pub async fn abort_all(gw: &Gateway, b: &BucketInfo) -> S3Result<()> {
     loop {
         let (page, _) = gw
             .backend
-            .omap_list(&b.uploads_object(), &[], &[], MAX_PAGE as u32)
+            .omap_list(&b.uploads_object(), &[], &[], count_u32(MAX_PAGE))
             .await
             .map_err(internal)?;
         if page.is_empty() {
@@ -584,7 +590,7 @@ pub async fn complete(
             stripe_bytes: u.stripe_bytes,
             segments: chosen.iter().map(|p| segment_of(p)).collect(),
         },
-        parts: chosen.len() as u32,
+        parts: count_u32(chosen.len()),
         acl: u.acl,
         checksum: checksum.clone(),
         version_id: None,
@@ -661,7 +667,7 @@ pub async fn list_parts(
             &parts_object(&u.upload_id),
             after.as_deref().unwrap_or_default(),
             &[],
-            max.max(1) as u32,
+            count_u32(max.max(1)),
         )
         .await
         .map_err(internal)?;
@@ -679,7 +685,7 @@ pub async fn list_parts(
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(u.upload_id),
-        max_parts: Some(max as i32),
+        max_parts: Some(count_i32(max)),
         is_truncated: Some(truncated),
         part_number_marker: input.part_number_marker,
         next_part_number_marker: parts.last().map(|p| p.number),
@@ -775,7 +781,7 @@ pub async fn list_uploads(
         prefix: input.prefix,
         key_marker: input.key_marker,
         upload_id_marker: input.upload_id_marker,
-        max_uploads: Some(max as i32),
+        max_uploads: Some(count_i32(max)),
         is_truncated: Some(truncated),
         next_key_marker: next_key,
         next_upload_id_marker: next_upload,

@@ -1048,7 +1048,7 @@ mod tests {
             4 << 20,
             ContentHeaders::default(),
         );
-        e.parts = sizes.len() as u32;
+        e.parts = u32::try_from(sizes.len()).expect("a few parts");
         e.loc = DataLoc::Striped {
             stripe_bytes: 4 << 20,
             segments: sizes

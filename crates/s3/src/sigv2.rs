@@ -240,7 +240,7 @@ pub fn parse_http_date(s: &str) -> Option<i64> {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let month = MONTHS.iter().position(|m| *m == mon)? as u8 + 1;
+    let month = u8::try_from(MONTHS.iter().position(|m| *m == mon)? + 1).ok()?;
     let num = |t: &str| -> Option<i64> {
         (!t.is_empty() && t.len() <= 4 && t.bytes().all(|c| c.is_ascii_digit()))
             .then(|| t.parse().ok())
@@ -251,12 +251,13 @@ pub fn parse_http_date(s: &str) -> Option<i64> {
         return None;
     };
     let date = time::Date::from_calendar_date(
-        num(year)? as i32,
+        i32::try_from(num(year)?).ok()?,
         time::Month::try_from(month).ok()?,
-        num(day)? as u8,
+        u8::try_from(num(day)?).ok()?,
     )
     .ok()?;
-    let t = time::Time::from_hms(num(h)? as u8, num(m)? as u8, num(sec)? as u8).ok()?;
+    let field = |t: &str| u8::try_from(num(t)?).ok();
+    let t = time::Time::from_hms(field(h)?, field(m)?, field(sec)?).ok()?;
     Some(
         time::PrimitiveDateTime::new(date, t)
             .assume_utc()
@@ -356,6 +357,19 @@ pub fn is_presigned(query: &str) -> bool {
 mod tests {
     use super::*;
     use crate::sigv4::tests::headers;
+
+    #[test]
+    fn http_dates_with_out_of_range_fields_are_refused_not_wrapped() {
+        // A day of 257 once read as 1 and an hour of 275 as 19 (modulo 256).
+        for bad in [
+            "Tue, 257 Mar 2007 19:36:42 GMT",
+            "Tue, 27 Mar 2007 275:36:42 GMT",
+            "Tue, 27 Mar 2007 19:292:42 GMT",
+            "Tue, 27 Mar 2007 19:36:298 GMT",
+        ] {
+            assert_eq!(parse_http_date(bad), None, "{bad}");
+        }
+    }
 
     /// AWS's published SigV2 examples (Signing and Authenticating REST Requests).
     #[test]

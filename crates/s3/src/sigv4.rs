@@ -110,7 +110,7 @@ pub fn percent_decode(s: &str, plus_is_space: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let hexval = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        let hexval = |c: u8| (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok());
         match b[i] {
             b'%' if i + 2 < b.len() => match (hexval(b[i + 1]), hexval(b[i + 2])) {
                 (Some(h), Some(l)) => {

@@ -5,6 +5,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use crate::buckets;
+use crate::convert::count_i32;
 use crate::entry::Entry;
 use crate::gateway::Gateway;
 use crate::headers::{etag, timestamp, url_encode};
@@ -132,7 +133,7 @@ pub async fn list(
         prefix: Some(enc(i.prefix.as_deref().unwrap_or_default())),
         key_marker: Some(enc(&key_marker)),
         version_id_marker: version_marker.map(str::to_string),
-        max_keys: Some(i.max_keys.unwrap_or(MAX_KEYS as i32)),
+        max_keys: Some(i.max_keys.unwrap_or(count_i32(MAX_KEYS))),
         delimiter: i.delimiter.as_deref().map(enc),
         encoding_type: i.encoding_type.clone(),
         is_truncated: Some(false),

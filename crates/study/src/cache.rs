@@ -7,6 +7,7 @@
 //! measured separately by the `hit` bench of `cairn-cache`).
 //! It must never touch a real disk.
 
+use crate::convert::sat_usize;
 use crate::dilated::{DilatedClock, DilatedDevice, DILATION};
 use crate::plot::{line_chart, PlotError, Series};
 use cairn_blockdev::{BlockDevError, BlockDevice, MemDevice, Profile};
@@ -316,7 +317,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    let i = sat_usize(((sorted.len() as f64 - 1.0) * p).round());
     sorted[i.min(sorted.len() - 1)]
 }
 

@@ -6,9 +6,11 @@
 //! timing-emulated devices ([`dilated::DilatedDevice`]) over memory. The one study that needs
 //! a real cluster ([`recovery`], seed 000) keeps only its figures here: the `cairn` binary
 //! runs the cluster and hands this crate the samples.
+#![deny(clippy::cast_possible_truncation)]
 #![warn(missing_docs)]
 
 pub mod cache;
+mod convert;
 pub mod dilated;
 pub mod nrs;
 pub mod nrs_ior;

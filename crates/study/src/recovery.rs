@@ -9,6 +9,7 @@
 //! misplaced object copies over time. Runs repeated with the same setting are summarized as
 //! their mean and spread, beside the seed's own figures ([`crate::seed000`]).
 
+use crate::convert::sat_usize;
 use crate::plot::{line_chart, PlotError, Series};
 use crate::seed000;
 use std::fmt::Write as _;
@@ -124,7 +125,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
-    let rank = ((sorted.len() as f64 - 1.0) * p.clamp(0.0, 1.0)).round() as usize;
+    let rank = sat_usize(((sorted.len() as f64 - 1.0) * p.clamp(0.0, 1.0)).round());
     sorted[rank]
 }
 
@@ -161,7 +162,7 @@ impl RecoveryRun {
             _ => (0, 0),
         };
         // Whole seconds inside the window only: the last, partial one would look starved.
-        let whole_seconds = window.floor() as usize;
+        let whole_seconds = sat_usize(window.floor());
         let worst_second_iops = self
             .client_per_second()
             .iter()
@@ -198,10 +199,10 @@ impl RecoveryRun {
 
     /// Per whole second of the recovery phase: (second's end, client IOPS, client p99 ms).
     pub fn client_per_second(&self) -> Vec<(f64, f64, f64)> {
-        let secs = self.ended_s.ceil().max(0.0) as usize;
+        let secs = sat_usize(self.ended_s.ceil().max(0.0));
         let mut buckets: Vec<Vec<f64>> = vec![Vec::new(); secs];
         for o in &self.ops {
-            let i = o.done_s.max(0.0) as usize;
+            let i = sat_usize(o.done_s.max(0.0));
             if let Some(b) = buckets.get_mut(i) {
                 b.push(o.latency_ms);
             }

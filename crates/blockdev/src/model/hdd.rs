@@ -5,6 +5,7 @@
 //! of time (the platter never stops), so the model is deterministic. It must never read a clock.
 
 use super::TimingModel;
+use crate::convert::sat_u64;
 use crate::device::{IoKind, IoRequest};
 use serde::{Deserialize, Serialize};
 
@@ -119,7 +120,7 @@ impl TimingModel for HddModel {
         if matches!(req.kind, IoKind::Read | IoKind::Write) {
             self.head_bytes = req.offset_bytes + req.len_bytes;
         }
-        now_ns + (access + transfer).ceil() as u64
+        now_ns + sat_u64((access + transfer).ceil())
     }
 
     fn max_in_service(&self) -> usize {

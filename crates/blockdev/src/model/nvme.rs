@@ -5,6 +5,7 @@
 //! reads go to the channel that holds the data (striped by offset). It must never read a clock.
 
 use super::TimingModel;
+use crate::convert::{sat_u64, usize_of};
 use crate::device::{IoKind, IoRequest};
 use serde::{Deserialize, Serialize};
 
@@ -60,7 +61,7 @@ impl TimingModel for NvmeModel {
     fn start(&mut self, now_ns: u64, req: &IoRequest) -> u64 {
         let p = &self.params;
         let n = self.busy_until_ns.len();
-        let latency_ns = (p.latency_us * 1e3) as u64;
+        let latency_ns = sat_u64(p.latency_us * 1e3);
         let (busy_us, mb_s) = match req.kind {
             IoKind::Read => (p.read_busy_us, p.read_mb_s),
             IoKind::Write => (p.write_busy_us, p.write_mb_s),
@@ -85,11 +86,12 @@ impl TimingModel for NvmeModel {
             let chunk_end = ((off / stripe) + 1) * stripe;
             let len = chunk_end.min(end) - off;
             let ch = match req.kind {
-                IoKind::Read => ((off / stripe) % n as u64) as usize,
+                IoKind::Read => usize_of((off / stripe) % n as u64),
                 _ => (0..n).min_by_key(|&c| self.busy_until_ns[c]).unwrap_or(0),
             };
             let begin = self.busy_until_ns[ch].max(now_ns);
-            let finish = begin + (busy_us * 1e3 + len as f64 / channel_bytes_per_ns).ceil() as u64;
+            let finish =
+                begin + sat_u64((busy_us * 1e3 + len as f64 / channel_bytes_per_ns).ceil());
             self.busy_until_ns[ch] = finish;
             done = done.max(finish);
             off += len;
@@ -97,7 +99,7 @@ impl TimingModel for NvmeModel {
         if let Some(bus) = p.bus_mb_s {
             let bus_bytes_per_ns = bus.max(0.001) * 1e6 / 1e9;
             let begin = self.bus_free_ns.max(now_ns);
-            self.bus_free_ns = begin + (req.len_bytes as f64 / bus_bytes_per_ns).ceil() as u64;
+            self.bus_free_ns = begin + sat_u64((req.len_bytes as f64 / bus_bytes_per_ns).ceil());
             done = done.max(self.bus_free_ns);
         }
         done + latency_ns

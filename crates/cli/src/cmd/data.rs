@@ -14,6 +14,7 @@ use cairn_client::{Client, ClientError};
 use clap::{Args, ValueEnum};
 
 use crate::bench_timeline::{LatencyTimeline, SecondStats};
+use crate::convert::{sat_usize, usize_of};
 use crate::defaults::DEFAULT_MON;
 
 /// Pool and monitor shared by the data commands.
@@ -233,7 +234,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+    sorted[sat_usize(((sorted.len() as f64 - 1.0) * p).round())]
 }
 
 /// Most operations `cairn bench` keeps in flight (explicit limit; rados bench's default is 16).
@@ -280,7 +281,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         // One buffer shared by every write (as rados bench reuses its buffer): the client frames
         // it without a copy.
         let block: Bytes = (0..a.block_size)
-            .map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8)
+            .map(|i: usize| i.wrapping_mul(2_654_435_761).to_le_bytes()[0])
             .collect::<Vec<u8>>()
             .into();
         // Shared counters are atomics and each worker keeps its own latencies: at tens of
@@ -362,7 +363,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
                     (b - last_bytes) as f64 / MIB,
                     b as f64 / MIB / el,
                     ops - last_ops,
-                    p_timeline.second(sec as usize - 1).p99_ms
+                    p_timeline.second(usize_of(sec) - 1).p99_ms
                 );
                 (last_ops, last_bytes) = (ops, b);
             }
@@ -408,7 +409,7 @@ pub fn bench(a: BenchArgs) -> anyhow::Result<()> {
         );
         if let Some(plot_prefix) = &a.plot {
             // Whole seconds only: the last, partial one would read as a drop.
-            let seconds = (secs.floor() as usize).clamp(1, timeline.len());
+            let seconds = sat_usize(secs.floor()).clamp(1, timeline.len());
             let what = format!(
                 "cairn bench {} -b {} -t {}",
                 a.mode.name(),

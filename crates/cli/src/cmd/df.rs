@@ -15,6 +15,7 @@ use cairn_clustermap::shape::Topology;
 use cairn_clustermap::PoolQuota;
 use cairn_clustermap::{OsdMap, PgId, Pool};
 
+use crate::convert::sat_u64;
 use crate::osd_reports::OsdUsage;
 
 /// One pool's row.
@@ -72,7 +73,8 @@ pub fn max_avail(map: &OsdMap, pool: &Pool, usage: &BTreeMap<i32, OsdUsage>) -> 
     let Ok(mut topo) = Topology::for_pool(map, pool) else {
         return 0;
     };
-    for osd in 0..topo.domain.len() as i32 {
+    let osds = i32::try_from(topo.domain.len()).expect("per-OSD tables are indexed by i32 OSD ids");
+    for osd in 0..osds {
         if !usage.contains_key(&osd) {
             topo.exclude(osd);
         }
@@ -99,7 +101,7 @@ pub fn max_avail(map: &OsdMap, pool: &Pool, usage: &BTreeMap<i32, OsdUsage>) -> 
     // that are up (the targets then sum to less than size x pg_num).
     let copies = (total / f64::from(pool.pg_num.max(1))).max(1.0);
     if raw.is_finite() {
-        (raw / copies) as u64
+        sat_u64(raw / copies)
     } else {
         0
     }
@@ -244,6 +246,7 @@ async fn gather(client: &Client) -> (BTreeMap<i32, OsdUsage>, BTreeMap<PgId, (u6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::convert::small_i32;
     use cairn_crush::CrushMap;
 
     /// Four OSDs on four hosts, each of `weight` (16.16) and a pool of size 2 over them.
@@ -252,7 +255,7 @@ mod tests {
         for (i, w) in weights.into_iter().enumerate() {
             crush
                 .add_device(
-                    i as i32,
+                    small_i32(i),
                     &format!("osd.{i}"),
                     w,
                     &format!("h{i}"),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
+use crate::convert::small_u32;
 use crate::defaults::DEFAULT_MON;
 use crate::file_system::{DEFAULT_FS, DEFAULT_MDS};
 
@@ -89,7 +90,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
         FsCmd::New { name, pg_num, size } => crate::runtime::command()?.block_on(async {
             let client = crate::mon_link::connect(args.mon).await?;
             let size = match size {
-                0 => (crate::mon_link::up_osds(&client).len() as u32).clamp(1, 3),
+                0 => small_u32(crate::mon_link::up_osds(&client).len().clamp(1, 3)),
                 n => n,
             };
             match crate::file_system::create(&client, &name, pg_num, size).await? {

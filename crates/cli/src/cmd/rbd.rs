@@ -363,7 +363,7 @@ fn order_of(bytes: u64) -> anyhow::Result<u8> {
     if !bytes.is_power_of_two() {
         bail!("object size {bytes} is not a power of two");
     }
-    let order = bytes.trailing_zeros() as u8;
+    let order = u8::try_from(bytes.trailing_zeros()).expect("at most 64");
     if !(MIN_ORDER..=MAX_ORDER).contains(&order) {
         bail!(
             "object size {bytes} is outside {} to {} bytes",

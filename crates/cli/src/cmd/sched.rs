@@ -2,6 +2,7 @@
 //! policy and run-time changes) in virtual time and prints per-source and per-class throughput,
 //! wait/latency percentiles and QoS verdicts; `--plot` draws throughput per class over time.
 
+use crate::convert::sat_u64;
 use anyhow::{Context, Result};
 use cairn_qos::config::PolicyConfig;
 use cairn_qos::sim::verdict::mclock_verdicts;
@@ -88,7 +89,7 @@ fn simulate(a: SimulateArgs) -> Result<()> {
     let text = std::fs::read_to_string(&a.scenario)
         .with_context(|| format!("reading {}", a.scenario.display()))?;
     let scn = Scenario::from_toml(&text).with_context(|| format!("in {}", a.scenario.display()))?;
-    let bar = ProgressBar::new((scn.duration_s * 1000.0) as u64);
+    let bar = ProgressBar::new(sat_u64(scn.duration_s * 1000.0));
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} virtual ms ({elapsed})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),

@@ -1,6 +1,7 @@
 //! `cairn store ...`: benchmark the object store on a file or device (side by side with fio on
 //! the same file), measure emulated device profiles, and fsck a store.
 
+use crate::convert::{arg_usize, sat_usize, usize_of};
 use anyhow::{bail, Context};
 use cairn_blockdev::capacity::{self, Pattern, Workload};
 use cairn_blockdev::{
@@ -242,11 +243,17 @@ struct PhaseResult {
     wa_total: Option<f64>,
 }
 
+/// The byte at `i` of the benchmark's data pattern (a ramp modulo 251: no period of a power of
+/// two).
+fn byte_of(i: usize) -> u8 {
+    u8::try_from(i % 251).expect("below 251")
+}
+
 fn percentile_us(sorted: &[Duration], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
-    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    let i = sat_usize((sorted.len() as f64 * q).ceil()).clamp(1, sorted.len()) - 1;
     sorted[i].as_secs_f64() * 1e6
 }
 
@@ -326,7 +333,7 @@ fn block_crcs(store: &Store, payload: &[u8]) -> DataCrcs {
     DataCrcs {
         block_bytes: store.block_bytes(),
         crcs: payload
-            .chunks(store.block_bytes() as usize)
+            .chunks(usize_of(store.block_bytes()))
             .map(crc_fast::crc32_iscsi)
             .collect(),
     }
@@ -366,7 +373,7 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
     {
         bail!("queue depths must be in 1..={MAX_QUEUE_DEPTH}");
     }
-    let objects = (a.seq_mib as usize * (1 << 20) / SEQ_OBJECT_BYTES).max(1);
+    let objects = (arg_usize(a.seq_mib, "--seq-mib")? * (1 << 20) / SEQ_OBJECT_BYTES).max(1);
     // The sequential phase's objects, and as many more written at each queue depth above 1.
     let deep = a.queue_depths.iter().any(|&q| q > 1);
     let needed = (objects * SEQ_OBJECT_BYTES) as u64 * if deep { 2 } else { 1 };
@@ -570,7 +577,7 @@ async fn store_round(
     // The object's bytes sit in an aligned buffer, as fio's do: the store then writes them
     // from that buffer (checksummed, never copied). A caller with unaligned bytes costs the
     // store one copy more.
-    let pattern: Vec<u8> = (0..SEQ_OBJECT_BYTES).map(|i| (i % 251) as u8).collect();
+    let pattern: Vec<u8> = (0..SEQ_OBJECT_BYTES).map(byte_of).collect();
     let payload = cairn_blockdev::AlignedBuf::from_parts(&[&pattern], 4096)
         .map(bytes::Bytes::from_owner)
         .context("allocating the 4 MiB payload")?;
@@ -781,7 +788,7 @@ async fn small_object_phases(
     objects: usize,
     report: &mut RoundReport,
 ) -> anyhow::Result<()> {
-    let pattern: Vec<u8> = (0..RAND_IO_BYTES).map(|i| (i % 251) as u8).collect();
+    let pattern: Vec<u8> = (0..RAND_IO_BYTES).map(byte_of).collect();
     let payload = bytes::Bytes::from(pattern);
     let crcs = block_crcs(store, &payload);
     let name = format!("4 KiB object write QD{qd}");
@@ -846,7 +853,7 @@ where
         let n = ops / qd as u64 + u64::from(w < ops % qd as u64);
         tasks.push(tokio::spawn(async move {
             let mut rng = ChaCha8Rng::seed_from_u64(w * seed_step + qd as u64);
-            let mut lat = Vec::with_capacity(n as usize);
+            let mut lat = Vec::with_capacity(arg_usize(n, "operations")?);
             for _ in 0..n {
                 let next = op(store.clone(), &mut rng);
                 let t0 = Instant::now();
@@ -857,7 +864,7 @@ where
             Ok::<_, anyhow::Error>(lat)
         }));
     }
-    let mut lat = Vec::with_capacity(ops as usize);
+    let mut lat = Vec::with_capacity(arg_usize(ops, "operations")?);
     for t in tasks {
         lat.extend(t.await??);
     }
@@ -886,6 +893,7 @@ async fn remove_objects(store: &Store, names: impl Iterator<Item = String>) -> a
 
 /// PNG output of the benchmark.
 mod plot {
+    use crate::convert::{sat_i32, small_i32, small_u32};
     use plotters::prelude::*;
     use std::path::Path;
 
@@ -899,12 +907,12 @@ mod plot {
     /// labels could be drawn.
     pub fn ratio_chart(path: &Path, bars: &[(String, f64)]) -> anyhow::Result<bool> {
         let labelled = register_font();
-        let (w, h) = (200 + 170 * bars.len() as u32, 520u32);
+        let (w, h) = (200 + 170 * small_u32(bars.len()), 520u32);
         let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (left, top, bottom) = (80i32, 60i32, 440i32);
         let ymax = bars.iter().map(|b| b.1).fold(120.0f64, f64::max) * 1.1;
-        let y = |pct: f64| bottom - ((pct / ymax) * (bottom - top) as f64) as i32;
+        let y = |pct: f64| bottom - sat_i32((pct / ymax) * f64::from(bottom - top));
         let draw = |e: Result<(), DrawingAreaErrorKind<_>>| e.map_err(|e| anyhow::anyhow!("{e}"));
         draw(root.draw(&Rectangle::new(
             [(left, top), (left + 1, bottom)],
@@ -920,7 +928,7 @@ mod plot {
             RED.filled(),
         )))?;
         for (i, (name, pct)) in bars.iter().enumerate() {
-            let x0 = left + 40 + 170 * i as i32;
+            let x0 = left + 40 + 170 * small_i32(i);
             draw(root.draw(&Rectangle::new(
                 [(x0, y(*pct)), (x0 + 90, bottom)],
                 BLUE.mix(0.7).filled(),

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::lexer::Cursor;
 use crate::classes::populate_classes;
+use crate::convert::fixed_u32;
 use crate::error::CrushError;
 use crate::model::{
     Bucket, BucketAlg, ChooseArg, ChooseArgMap, CrushMap, Device, Rule, RuleType, Step,
@@ -215,7 +216,7 @@ fn weight_16_16(c: &Cursor, value: f32) -> Result<u32, CrushError> {
     if scaled >= u32::MAX as f32 {
         return Err(c.error_prev(format!("weight {value} is too large")));
     }
-    Ok(scaled as u32)
+    Ok(fixed_u32(f64::from(scaled)))
 }
 
 fn parse_bucket(c: &mut Cursor, type_id: i32, at: Pos) -> Result<RawBucket, CrushError> {

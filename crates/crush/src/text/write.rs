@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+use crate::convert::fixed_u32;
 use crate::model::{BucketAlg, CrushMap, Step};
 
 /// Formats a 16.16 weight as crushtool does (three decimals), adding decimals only when three
@@ -12,7 +13,7 @@ pub fn format_weight(weight: u32) -> String {
     for decimals in 3..=9 {
         let text = format!("{value:.decimals$}");
         if let Ok(back) = text.parse::<f32>() {
-            if (back * 65536.0f32) as u32 == weight {
+            if fixed_u32(f64::from(back * 65536.0f32)) == weight {
                 return text;
             }
         }

@@ -591,7 +591,7 @@ fn readdir_pages_through_5000_entries_in_name_order() {
     let mut want = Vec::new();
     // Created out of order: 7919 is prime, so i * 7919 mod n visits every index once.
     for i in 0..n {
-        let k = (u64::from(i) * 7919 % u64::from(n)) as u32;
+        let k = u32::try_from(u64::from(i) * 7919 % u64::from(n)).expect("below n");
         let name = format!("e{k:05}").into_bytes();
         let kind = if k.is_multiple_of(10) {
             FileKind::Dir
@@ -668,7 +668,7 @@ fn a_full_directory_refuses_new_names_with_enospc() {
     let name = |i: usize| {
         (0..3)
             .rev()
-            .map(|k| 0x80 | (i >> (7 * k)) as u8 & 0x7f)
+            .map(|k| 0x80 | u8::try_from((i >> (7 * k)) & 0x7f).expect("seven bits"))
             .collect()
     };
     let filler: BTreeMap<Vec<u8>, Dentry> =

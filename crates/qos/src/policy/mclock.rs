@@ -20,6 +20,7 @@
 //!   many requests of the same cost had been served here.
 
 use crate::config::{build_policy, ClassParams, MClockConfig, PolicyConfig};
+use crate::convert::sat_u64;
 use crate::error::{mismatch, QosError};
 use crate::heap::IndexedHeap;
 use crate::request::{QosClass, Request};
@@ -131,7 +132,7 @@ pub struct MClock {
 
 fn tag_add(base: u64, cost: u64, inv: f64, times: u16) -> u64 {
     let inc = cost as f64 * inv * (1.0 + times as f64);
-    base.saturating_add(inc as u64)
+    base.saturating_add(sat_u64(inc))
 }
 
 impl MClock {
@@ -291,7 +292,8 @@ impl MClock {
         }
         let queue = self.new_queue(key).ok()?;
         let rates = Rates::from(&self.params_of(key));
-        let s = self.slots.len() as u32;
+        // Slots are numbered by u32: a table that large counts as full.
+        let s = u32::try_from(self.slots.len()).ok()?;
         self.slots.push(Slot {
             class: key.0,
             client_id: key.1,

@@ -9,6 +9,7 @@
 //! became eligible. Never reads a clock.
 
 use crate::config::{BucketKey, PolicyConfig, TbfConfig, TbfRuleConfig};
+use crate::convert::{sat_u64, u32_of};
 use crate::error::{invalid, mismatch, QosError};
 use crate::heap::IndexedHeap;
 use crate::policy::tbf_expr::Expr;
@@ -212,7 +213,7 @@ impl Tbf {
         for (i, b) in self.buckets.iter_mut().enumerate() {
             if b.rule == id {
                 moved.extend(b.queue.drain(..));
-                self.ready.remove(i as u32);
+                self.ready.remove(u32_of(i));
             }
         }
         self.len -= moved.len();
@@ -260,7 +261,7 @@ impl Tbf {
         if self.buckets.len() >= MAX_BUCKETS {
             return None;
         }
-        let b = self.buckets.len() as u32;
+        let b = u32_of(self.buckets.len());
         self.buckets.push(Bucket {
             rule,
             shared_key: (name_hash, group),
@@ -337,11 +338,11 @@ impl Scheduler for Tbf {
         };
         self.len -= 1;
         if bucket.ns_per_req > 0.0 {
-            bucket.tat_req = bucket.tat_req.max(floor) + bucket.ns_per_req as u64;
+            bucket.tat_req = bucket.tat_req.max(floor) + sat_u64(bucket.ns_per_req);
         }
         if bucket.ns_per_byte > 0.0 {
             bucket.tat_byte =
-                bucket.tat_byte.max(floor) + (req.length_bytes as f64 * bucket.ns_per_byte) as u64;
+                bucket.tat_byte.max(floor) + sat_u64(req.length_bytes as f64 * bucket.ns_per_byte);
         }
         if let Some(shared) = &self.shared {
             if let Ok(mut m) = shared.lock() {

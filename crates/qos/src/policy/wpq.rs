@@ -158,7 +158,7 @@ impl Scheduler for Wpq {
                 let head_cost = q.front().map_or(0, |r| r.cost_ns).min(max_cost);
                 let gain =
                     (max_cost - head_cost * 9 / 10) as u128 * CREDIT_ONE as u128 / max_cost as u128;
-                q.credit += gain as u64;
+                q.credit += u64::try_from(gain).expect("a gain is at most CREDIT_ONE");
                 if q.credit >= CREDIT_ONE {
                     q.credit -= CREDIT_ONE;
                     break Some(p);

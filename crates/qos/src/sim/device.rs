@@ -3,6 +3,7 @@
 //!
 //! Owns service-time computation and head position. Never schedules: order is the scheduler's.
 
+use crate::convert::sat_u64;
 use crate::cost::CostModel;
 use crate::request::Request;
 use serde::{Deserialize, Serialize};
@@ -38,7 +39,7 @@ impl HddSeek {
         let frac = (distance as f64 / self.span_bytes.max(1) as f64).min(1.0);
         let seek = self.min_seek_ns as f64
             + (self.max_seek_ns - self.min_seek_ns.min(self.max_seek_ns)) as f64 * frac.sqrt();
-        seek as u64 + self.rotation_ns
+        sat_u64(seek) + self.rotation_ns
     }
 }
 
@@ -80,7 +81,7 @@ impl Device {
                 self.seek_distance_bytes += dist as u128;
                 self.head_bytes = pos + req.length_bytes;
                 let transfer = req.length_bytes as f64 * self.model.cost.cost_per_byte_ns;
-                (h.seek_ns(dist) + transfer as u64).max(1)
+                (h.seek_ns(dist) + sat_u64(transfer)).max(1)
             }
             None => {
                 self.seek_distance_bytes += pos.abs_diff(self.head_bytes) as u128;

@@ -9,6 +9,7 @@ pub mod replay;
 pub mod verdict;
 
 use crate::config::PolicyConfig;
+use crate::convert::{sat_u64, u32_of, usize_of};
 use crate::cost::{CostModel, DeviceCapacity};
 use crate::error::{invalid, QosError};
 use crate::hist::Histogram;
@@ -399,7 +400,7 @@ struct Engine<'a> {
 }
 
 fn secs(s: f64) -> u64 {
-    (s * 1e9).round() as u64
+    sat_u64((s * 1e9).round())
 }
 
 impl Engine<'_> {
@@ -489,7 +490,7 @@ impl Engine<'_> {
                     if let Some(&si) = self.owner.get(&req.id) {
                         let r = &mut self.reports[si as usize];
                         r.wait.record(now - req.arrival_ns);
-                        let w = (now / self.window_ns) as usize;
+                        let w = usize_of(now / self.window_ns);
                         if w < r.window_ops.len() {
                             r.window_ops[w] += 1;
                             r.window_cost_ns[w] += req.cost_ns;
@@ -558,7 +559,7 @@ impl Engine<'_> {
         } else {
             1.0 / rate
         };
-        let next = now + ((gap * 1e9) as u64).max(1);
+        let next = now + sat_u64(gap * 1e9).max(1);
         if next < self.stop_of(si) {
             self.push(next, Ev::Arrival(si));
         }
@@ -574,7 +575,7 @@ pub fn run_with_progress(
     let cost = CostModel::from_capacity(scn.capacity())?;
     let duration_ns = secs(scn.duration_s);
     let window_ns = secs(scn.window_s).max(1);
-    let windows = duration_ns.div_ceil(window_ns) as usize;
+    let windows = usize_of(duration_ns.div_ceil(window_ns));
     let queue = QosQueue::new(scn.policy.clone())?;
     let model = DeviceModel {
         cost,
@@ -627,11 +628,12 @@ pub fn run_with_progress(
     for (i, s) in scn.sources.iter().enumerate() {
         let t = secs(s.start_s);
         if t < duration_ns {
-            eng.push(t, Ev::Arrival(i as u32));
+            eng.push(t, Ev::Arrival(u32_of(i)));
         }
     }
     for (i, c) in scn.changes.iter().enumerate() {
-        eng.push(secs(c.at_s), Ev::Change(i as u32));
+        let i = u32::try_from(i).map_err(|_| invalid("changes", "too many"))?;
+        eng.push(secs(c.at_s), Ev::Change(i));
     }
     let mut last_progress = 0;
     while let Some(Reverse((t, _, ev))) = eng.events.pop() {

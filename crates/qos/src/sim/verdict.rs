@@ -4,6 +4,7 @@
 
 use super::{DispatchRecord, SimReport};
 use crate::config::PolicyConfig;
+use crate::convert::usize_of;
 use crate::request::QosClass;
 
 /// Largest sum of `value` over any window of `window_ns` (sliding, anchored at each dispatch).
@@ -63,7 +64,7 @@ pub fn mclock_verdicts(
         return Vec::new();
     };
     let window_s = report.window_ns as f64 / 1e9;
-    let full_windows = (report.duration_ns / report.window_ns) as usize;
+    let full_windows = usize_of(report.duration_ns / report.window_ns);
     let mut out = Vec::new();
     for (i, class) in [QosClass::Client, QosClass::Recovery, QosClass::BestEffort]
         .into_iter()

@@ -15,6 +15,8 @@ use clap::{Args, Subcommand};
 
 use map_file::load_map;
 
+use crate::convert::sat_u32;
+
 /// Arguments of `cairn crush`.
 #[derive(Args)]
 pub struct CrushArgs {
@@ -153,8 +155,9 @@ fn test(t: TestArgs) -> anyhow::Result<()> {
         if osd >= reweights.len() {
             bail!("device {osd} does not exist");
         }
-        reweights[osd] = ((w * 65536.0) as i64).clamp(0, 0x10000) as u32;
+        reweights[osd] = sat_u32((w * 65536.0).clamp(0.0, 65536.0));
     }
+    let seed = t.pool_id.map(pool_seed).transpose()?;
     let choose_args = t.choose_args.and_then(|i| map.dense_choose_args(i));
     let mut ws = Workspace::new();
     let mut out = Vec::with_capacity(t.num_rep);
@@ -162,8 +165,8 @@ fn test(t: TestArgs) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut lock = std::io::BufWriter::new(stdout.lock());
     for x in t.min_x..=t.max_x {
-        let real_x = match t.pool_id {
-            Some(pool) => hash32_2(x as u32, pool as u32) as i32,
+        let real_x = match seed {
+            Some(pool) => hash32_2(x as u32, pool) as i32,
             None => x,
         };
         map.do_rule(
@@ -190,4 +193,27 @@ fn test(t: TestArgs) -> anyhow::Result<()> {
     }
     let _ = t.show_mappings;
     Ok(())
+}
+
+/// The 32 bits crushtool hashes a `--pool-id` as (Ceph's `int`: a negative id stands for its
+/// two's complement); an id that fits neither an i32 nor a u32 is refused, not truncated.
+fn pool_seed(pool: i64) -> anyhow::Result<u32> {
+    u32::try_from(pool)
+        .or_else(|_| i32::try_from(pool).map(i32::cast_unsigned))
+        .map_err(|_| anyhow::anyhow!("--pool-id {pool} does not fit in 32 bits"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_ids_hash_as_32_bits_and_wider_ones_are_refused() {
+        assert_eq!(pool_seed(3).unwrap(), 3);
+        assert_eq!(pool_seed(-1).unwrap(), u32::MAX);
+        assert_eq!(pool_seed(i64::from(u32::MAX)).unwrap(), u32::MAX);
+        // 2^32 + 3 once hashed as pool 3.
+        assert!(pool_seed((1 << 32) + 3).is_err());
+        assert!(pool_seed(i64::from(i32::MIN) - 1).is_err());
+    }
 }

@@ -14,6 +14,7 @@ use clap::{Args, Subcommand};
 
 pub use run::OsdRunArgs;
 
+use crate::convert::sat_u32;
 use crate::mon_link::{connect, current_map, mon_op, MonAddr};
 use crate::osd_reports::OsdUsage;
 
@@ -266,7 +267,7 @@ fn fixed_16_16(value: f64, max: f64, what: &str) -> anyhow::Result<u32> {
         (0.0..=max).contains(&value),
         "{what} must be in 0..={max}, not {value}"
     );
-    Ok((value * 65536.0).round() as u32)
+    Ok(sat_u32((value * 65536.0).round()))
 }
 
 fn osd_map(mon: SocketAddr, pool: &str, object: &str) -> anyhow::Result<()> {

@@ -23,6 +23,7 @@ use cairn_study::recovery::{self, OpSample, RecoveryProgress, RecoveryRun, Study
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::convert::{arg_usize, usize_of};
 use crate::local_cluster::{LocalCluster, UpSettings};
 use crate::mon_link::up_osds;
 use crate::osd_reports::{counter_pair_totals, object_copies_of, pg_states_of, unclean};
@@ -417,7 +418,7 @@ fn run_one(
             select_scheduler(&client, osd, sched).await?;
         }
         step("prefilling the client pool");
-        let object = pattern(args.object_bytes() as usize);
+        let object = pattern(arg_usize(args.object_bytes(), "object bytes")?);
         write_objects(&client, CLIENT_POOL, args.client_objects, &object, bar).await?;
         step("baseline client writes");
         let stop = Arc::new(AtomicBool::new(false));
@@ -553,7 +554,7 @@ fn object_bytes(base: &Bytes, i: usize) -> Bytes {
 /// A deterministic, incompressible-looking buffer of `len` bytes.
 fn pattern(len: usize) -> Bytes {
     (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
+        .map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()[3])
         .collect::<Vec<u8>>()
         .into()
 }
@@ -645,7 +646,7 @@ async fn client_load(
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                let name = object_name((rng % spec.objects as u64) as usize);
+                let name = object_name(usize_of(rng % spec.objects as u64));
                 let offset = (rng >> 20) % blocks * spec.block as u64;
                 let t0 = Instant::now();
                 match client.write(CLIENT_POOL, &name, offset, &data).await {

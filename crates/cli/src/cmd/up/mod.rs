@@ -13,6 +13,7 @@ use cairn_proto::mon::Request;
 use clap::Args;
 
 use crate::cluster_dir::{self, spawn};
+use crate::convert::small_u32;
 use crate::defaults::{DEFAULT_DEVICE_MIB, DEFAULT_MON, DEFAULT_S3};
 use crate::runtime::DEFAULT_OSD_THREADS;
 
@@ -387,7 +388,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         if !args.pool.is_empty() {
-            let size = args.osds.min(3) as u32;
+            let size = small_u32(args.osds.min(3));
             let exists = client
                 .wait_for_epoch(1, 10_000)
                 .await?
@@ -523,7 +524,13 @@ fn start_mds(args: &UpArgs, daemons: &mut UpDaemons<'_>, cephx: bool) -> anyhow:
         let client =
             cairn_client::Client::connect_as(args.mon, cairn_client::random_client_id(), admin)
                 .await?;
-        create(&client, DEFAULT_FS, args.pg_num, args.osds.min(3) as u32).await?;
+        create(
+            &client,
+            DEFAULT_FS,
+            args.pg_num,
+            small_u32(args.osds.min(3)),
+        )
+        .await?;
         if cephx && !mds_keyring(&args.dir, DEFAULT_FS).exists() {
             register_mds(client.mon(), &args.dir, DEFAULT_FS).await?;
         }
