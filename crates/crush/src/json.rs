@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn out_of_range_integers_are_refused_not_wrapped() {
-        // 2^32 + 50 once read back as 50, and 2^32 + 1 as 1.
+        // Cast to u32, 2^32 + 50 would read back as 50, and 2^32 + 1 as 1.
         let e = from_json(&dump("1", r#""choose_total_tries": 4294967346"#)).unwrap_err();
         assert!(e.to_string().contains("choose_total_tries"), "{e}");
         let e = from_json(&dump("4294967297", "")).unwrap_err();

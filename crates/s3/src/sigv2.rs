@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn http_dates_with_out_of_range_fields_are_refused_not_wrapped() {
-        // A day of 257 once read as 1 and an hour of 275 as 19 (modulo 256).
+        // Cast to u8, a day of 257 would read as 1 and an hour of 275 as 19 (modulo 256).
         for bad in [
             "Tue, 257 Mar 2007 19:36:42 GMT",
             "Tue, 27 Mar 2007 275:36:42 GMT",
