@@ -694,10 +694,18 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                 };
                 let (s2, out) = (s.clone(), sender.clone());
                 let data = received(data, data_crc);
+                // Taken as the message is read: the write's place among its object's writes.
+                let turn = op.kind.is_write().then(|| {
+                    let pg = PgId {
+                        pool: op.pool,
+                        seed: op.pg_seed,
+                    };
+                    s.write_turns.take(pg, &op.object)
+                });
                 s.spawn(async move {
                     // Boxed: the op's future is large, and spawning moves the task by value.
                     let who = who.unwrap_or(client);
-                    let (h, body) = Box::pin(primary::client_op(s2, who, op, data)).await;
+                    let (h, body) = Box::pin(primary::client_op(s2, who, op, data, turn)).await;
                     let crc = h.data_crc;
                     let _ = out
                         .send_data(MSG_OSD_OP_REPLY, encode(&h, &[]), body, Some(crc))

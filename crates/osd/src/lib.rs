@@ -49,6 +49,7 @@ pub mod side_device;
 pub mod strays;
 pub mod throttle;
 pub mod transfer;
+pub mod turns;
 pub mod txns;
 pub mod usage;
 pub mod work;

@@ -29,6 +29,7 @@ use crate::pgmeta::{append_entry, pack};
 use crate::pgs::{Interval, Pg, PgInner};
 use crate::repair::Repair;
 use crate::shared::Shared;
+use crate::turns::Turn;
 use crate::txns::{build_write, check_object_name, no_space_detail, VERSION_ATTR};
 
 type Answer = (ReplyHeader, Bytes);
@@ -39,12 +40,19 @@ fn fail(tid: u64, epoch: u64, result: OpResult) -> Answer {
 
 /// Executes one client op as this PG's primary; always answers. The data's crc32c, as the
 /// messenger verified it on arrival, must match the op's own.
-pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answer {
+pub async fn client_op(
+    s: Arc<Shared>,
+    client: u64,
+    op: OpHeader,
+    data: Payload,
+    turn: Option<Turn>,
+) -> Answer {
     let started = Instant::now();
     let kind = op.kind.name();
     let in_bytes = data.bytes.len() as u64;
     let background = op.background;
-    let answer = run(&s, client, op, data).await;
+    let answer = run(&s, client, op, data, turn.as_ref()).await;
+    drop(turn);
     let small = in_bytes + answer.1.len() as u64 <= PACED_OP_MAX_BYTES;
     if !background && small && answer.0.result == OpResult::Ok {
         s.throttle
@@ -59,7 +67,13 @@ pub async fn client_op(s: Arc<Shared>, client: u64, op: OpHeader, data: Payload)
     answer
 }
 
-async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answer {
+async fn run(
+    s: &Arc<Shared>,
+    client: u64,
+    op: OpHeader,
+    data: Payload,
+    turn: Option<&Turn>,
+) -> Answer {
     let epoch = s.epoch();
     if !matches!(op.kind, OpKind::ListObjects { .. }) {
         if let Err(r) = check_object_name(&op.object) {
@@ -130,7 +144,7 @@ async fn run(s: &Arc<Shared>, client: u64, op: OpHeader, data: Payload) -> Answe
     let answer = if op.kind.is_write() {
         // Boxed: a write's future is several times a read's, and every op's future is moved
         // whole when its task is spawned (reads would pay to copy the write's state).
-        Box::pin(write(s, client, &pg, active, op, data)).await
+        Box::pin(write(s, (client, turn), &pg, active, op, data)).await
     } else {
         read_or_repair(s, client, &pg, active, op).await
     };
@@ -393,7 +407,7 @@ fn within_bytes(entries: &[(Vec<u8>, Vec<u8>)], max_bytes: u64) -> usize {
 
 async fn write(
     s: &Arc<Shared>,
-    client: u64,
+    (client, turn): (u64, Option<&Turn>),
     pg: &Arc<Pg>,
     active: u64,
     op: OpHeader,
@@ -407,6 +421,11 @@ async fn write(
     let t0 = Instant::now();
     if let Err(r) = check_quota(s, pg.id.pool, &op.kind, op.epoch).await {
         return fail(op.tid, s.epoch(), r);
+    }
+    // Behind every write of this object received before it, whatever order their waits
+    // for the map, the activation and the recovery released them in.
+    if let Some(turn) = turn {
+        turn.wait().await;
     }
     // Only this object's writes in flight are waited for: those of other objects go on
     // (pipelining; see `inflight`).
@@ -523,6 +542,7 @@ async fn write(
     };
     let head = log.head();
     let version = Eversion::new(epoch.max(head.epoch), head.version + 1);
+    tracing::trace!(osd = s.id, pg = %pg.id, object = obj, %version, tid = op.tid, crc = op.data_crc, "write versioned");
     let entry = LogEntry {
         version,
         object: op.object.clone(),

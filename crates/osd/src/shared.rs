@@ -36,6 +36,8 @@ pub struct Shared {
     pub mon: Arc<MonClient>,
     /// The PGs.
     pub pgs: PgTable,
+    /// Client writes per object, in the order they were received (see [`crate::turns`]).
+    pub write_turns: Arc<crate::turns::WriteTurns>,
     /// Maps of past epochs, for PGs' past intervals.
     pub past_maps: PastMaps,
     /// Connections to other OSDs.
@@ -102,6 +104,7 @@ impl Shared {
             map,
             mon,
             pgs: PgTable::default(),
+            write_turns: Arc::default(),
             past_maps: PastMaps::default(),
             peers: Peers::new(id),
             cfg,

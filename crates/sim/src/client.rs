@@ -172,9 +172,12 @@ impl Writer<'_> {
             data[..8.min(len)].copy_from_slice(&stamp[..8.min(len)]);
             let crc = crc_fast::crc32_iscsi(&data);
             match self.client.write_full(POOL, &object, &data).await {
-                Ok(_) => self.ledger.borrow_mut().acked(&object, crc),
+                Ok(_) => {
+                    tracing::debug!(%object, crc, "write acknowledged");
+                    self.ledger.borrow_mut().acked(&object, crc);
+                }
                 Err(e) => {
-                    tracing::info!(%object, error = %e, "write not acknowledged");
+                    tracing::info!(%object, crc, error = %e, "write not acknowledged");
                     self.ledger.borrow_mut().uncertain(&object, crc);
                 }
             }

@@ -68,7 +68,7 @@ impl fmt::Display for Timed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} at {:.1} s for {:.1} s",
+            "{} at {:.3} s for {:.3} s",
             self.fault,
             self.at.as_secs_f64(),
             self.lasts.as_secs_f64()

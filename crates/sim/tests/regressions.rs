@@ -1,9 +1,29 @@
 //! Fault schedules the simulation once found breaking the cluster, written out so that they
-//! keep running whatever the schedule generator draws from their seeds later.
+//! keep running whatever the schedule generator draws from their seeds later. Each runs in a
+//! child process of its own, as a batch runs a seed, so that it plays exactly as when found.
 
 use std::time::Duration;
 
+use cairn_sim::child::{run_seed_in_child, ChildRun, SEED_VAR};
 use cairn_sim::{run_schedule, Fault, Options, Timed};
+
+/// What a child prints when its schedule held every invariant.
+const HELD: &str = "schedule held";
+
+/// Runs `faults` with `seed`'s workload in a child process running test `test` (in the
+/// child: here), failing with what broke.
+fn check(test: &str, seed: u64, faults: Vec<Timed>) {
+    if std::env::var_os(SEED_VAR).is_some() {
+        match run_schedule(seed, &Options::default(), faults) {
+            Ok(_) => println!("{HELD}"),
+            Err(f) => panic!("{f}"),
+        }
+        return;
+    }
+    if let ChildRun::Broke(why) = run_seed_in_child(test, seed, HELD) {
+        panic!("{why}");
+    }
+}
 
 fn at(at_s: f64, lasts_s: f64, fault: Fault) -> Timed {
     Timed {
@@ -29,9 +49,11 @@ fn an_osd_that_skipped_epochs_does_not_miss_an_interval() {
         at(7.4, 6.4, Fault::Hold(host("osd3"), host("osd0"))),
         at(9.6, 16.8, Fault::Freeze(host("osd1"))),
     ];
-    if let Err(f) = run_schedule(10004, &Options::default(), faults) {
-        panic!("{f}");
-    }
+    check(
+        "an_osd_that_skipped_epochs_does_not_miss_an_interval",
+        10004,
+        faults,
+    );
 }
 
 /// PG 1.4's primary peered again within its interval (a replica held off for 10 s) while
@@ -51,9 +73,11 @@ fn a_fill_cut_short_by_peering_again_starts_again() {
         at(19.1, 13.4, Fault::Hold(host("osd0"), host("osd2"))),
         at(22.6, 4.9, Fault::Hold(host("osd0"), host("mon"))),
     ];
-    if let Err(f) = run_schedule(10070, &Options::default(), faults) {
-        panic!("{f}");
-    }
+    check(
+        "a_fill_cut_short_by_peering_again_starts_again",
+        10070,
+        faults,
+    );
 }
 
 /// osd.1's connection to the monitor lost its state in a partition (its segments dropped),
@@ -68,9 +92,11 @@ fn an_osd_back_from_a_partition_and_a_freeze_boots_again() {
         at(12.9, 7.1, Fault::Crash(host("osd0"))),
         at(15.4, 11.6, Fault::Freeze(host("osd1"))),
     ];
-    if let Err(f) = run_schedule(10439, &Options::default(), faults) {
-        panic!("{f}");
-    }
+    check(
+        "an_osd_back_from_a_partition_and_a_freeze_boots_again",
+        10439,
+        faults,
+    );
 }
 
 /// osd.3, frozen long enough to be marked down and then cut off from the monitor, kept its
@@ -87,7 +113,25 @@ fn a_copy_refuses_the_peering_of_an_older_interval() {
         at(17.0, 7.1, Fault::Partition(host("osd2"), host("mon"))),
         at(24.1, 11.7, Fault::Partition(host("osd1"), host("client"))),
     ];
-    if let Err(f) = run_schedule(1007, &Options::default(), faults) {
-        panic!("{f}");
-    }
+    check(
+        "a_copy_refuses_the_peering_of_an_older_interval",
+        1007,
+        faults,
+    );
+}
+
+/// While the monitor was down, a write to o20 waited at osd.3 for PG 1.7 to activate, and the
+/// client, past its deadline, gave up on it and wrote o20 again; the new write reached osd.3
+/// too and waited as well. The activation released both at once and the older one took the
+/// later version: o20 read back the write the client had given up on, over the acknowledged
+/// one. Writes to one object now take their versions in the order the OSD received them.
+#[test]
+fn writes_released_together_keep_their_order() {
+    let faults = vec![
+        at(8.457, 4.482, Fault::Hold(host("osd0"), host("osd3"))),
+        at(10.443, 17.304, Fault::Crash(host("mon"))),
+        at(15.956, 2.8, Fault::Out(host("osd3"))),
+        at(26.328, 10.589, Fault::Partition(host("osd1"), host("osd3"))),
+    ];
+    check("writes_released_together_keep_their_order", 30224, faults);
 }
