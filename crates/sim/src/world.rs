@@ -173,9 +173,14 @@ impl fmt::Display for Failure {
         for t in &self.schedule {
             writeln!(f, "  {t}")?;
         }
+        // A run of the OSD's planted bugs replays with them.
+        let features = match cfg!(feature = "planted-bugs") {
+            true => " --features planted-bugs",
+            false => "",
+        };
         write!(
             f,
-            "replay: CAIRN_SIM_SEED={} cargo test -p cairn-sim --test seeds",
+            "replay: CAIRN_SIM_SEED={} cargo test -p cairn-sim{features} --test seeds",
             self.seed
         )
     }
