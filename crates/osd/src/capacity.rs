@@ -62,6 +62,7 @@ pub fn save(dir: &Path, c: &DeviceCapacity) -> Result<(), OsdError> {
 /// Collection the probe writes in.
 pub const PROBE_COLLECTION: &str = "capacity-probe";
 /// Size of a small write: the cost model's reference I/O.
+#[allow(clippy::cast_possible_truncation)] // 4 KiB, a constant.
 const SMALL_BYTES: usize = cairn_qos::cost::REFERENCE_IO_BYTES as usize;
 /// Most runs of each kind a plan may ask for (as `cairn_qos::capacity::measure`).
 const MAX_REPEATS: usize = 15;
@@ -147,7 +148,7 @@ pub async fn at_boot(
                 iops = c.random_4k_iops.round(),
                 mb_s = (c.seq_bandwidth_bytes_per_s / 1e6).round(),
                 configured_iops = configured.random_4k_iops.round(),
-                ms = t.elapsed().as_millis() as u64,
+                ms = crate::convert::millis(t.elapsed()),
                 "capacity measured through the store"
             );
             if let Err(e) = save(data_dir, &c) {
@@ -189,7 +190,7 @@ pub async fn measure(
 async fn sample(store: &Store, plan: &ProbePlan) -> Result<CapacitySamples, OsdError> {
     let small = Bytes::from(vec![0xa5u8; SMALL_BYTES]);
     let large = Bytes::from(vec![0x5au8; plan.large_object_bytes]);
-    let large_objects = (plan.large_bytes / plan.large_object_bytes as u64) as usize;
+    let large_objects = crate::convert::usize_of(plan.large_bytes / plan.large_object_bytes as u64);
     let large_in_flight = (plan.in_flight / 4).max(1);
     let warm_up = Run {
         name: "warm-up",

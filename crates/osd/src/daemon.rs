@@ -491,7 +491,7 @@ impl OsdDaemon {
         match tokio::time::timeout(within, closed).await {
             Ok(_) => Ok(()),
             Err(_) => Err(OsdError::StillBusy {
-                waited_ms: within.as_millis() as u64,
+                waited_ms: crate::convert::millis(within),
                 holders: state.strong_count(),
             }),
         }

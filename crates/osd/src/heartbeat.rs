@@ -45,7 +45,7 @@ pub async fn run(s: Arc<Shared>) {
             let woke = Instant::now();
             tracing::warn!(
                 osd = s.id,
-                stalled_ms = gap.as_millis() as u64,
+                stalled_ms = crate::convert::millis(gap),
                 "heartbeat loop stalled (process stopped or starved): peers get a fresh grace"
             );
             for (_, since) in watched.values_mut() {
@@ -61,7 +61,7 @@ pub async fn run(s: Arc<Shared>) {
         });
         let stamp_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+            .map_or(0, crate::convert::millis);
         let ping = Ping {
             from: s.id,
             epoch: s.epoch(),
@@ -111,7 +111,7 @@ pub async fn run(s: Arc<Shared>) {
             let last_ok = s.peers.last_pong(osd).map_or(since, |p| p.max(since));
             let silent = last_ok.elapsed();
             if silent >= grace {
-                let failed_for_ms = silent.as_millis() as u64;
+                let failed_for_ms = crate::convert::millis(silent);
                 report(
                     &s,
                     Request::FailureReport {

@@ -8,6 +8,7 @@
 //! deleted ([`strays`]). Maps come from the monitor; sockets only through `cairn-msgr`; disks only
 //! through `cairn-blockdev`.
 #![warn(missing_docs)]
+#![deny(clippy::cast_possible_truncation)]
 
 pub mod admin;
 pub mod ask;
@@ -15,6 +16,7 @@ pub mod auth;
 pub mod cached;
 pub mod capacity;
 pub mod config;
+pub mod convert;
 pub mod daemon;
 pub mod db_device;
 pub mod error;

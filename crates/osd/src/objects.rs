@@ -293,7 +293,8 @@ pub fn install(
 /// Every user object name of a collection, in order (the PG's meta object and temporary
 /// objects excluded).
 pub async fn list_all(store: &Store, coll: &str) -> Result<Vec<String>, OsdError> {
-    let page_max = (cairn_store::MAX_LIST_ENTRIES - 1) as u32;
+    let page_max = u32::try_from(cairn_store::MAX_LIST_ENTRIES - 1)
+        .expect("the store's listing limit fits in 32 bits");
     let mut out: Vec<String> = Vec::new();
     loop {
         let after = out.last().cloned().unwrap_or_default();
@@ -423,7 +424,8 @@ mod tests {
 
     fn bytes(seed: u8, len: usize) -> Vec<u8> {
         (0..len)
-            .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+            // The low byte of the index: a pattern that repeats every 256 bytes.
+            .map(|i| i.to_le_bytes()[0].wrapping_mul(7).wrapping_add(seed))
             .collect()
     }
 
@@ -438,7 +440,7 @@ mod tests {
                 "c",
                 &format!("obj{i:05}"),
                 0,
-                &bytes(i as u8, (i % 7) as usize * 100),
+                &bytes(i.to_le_bytes()[0], usize::try_from(i % 7 * 100).unwrap()),
             );
         }
         t.write("c", "\u{0}pgmeta", 0, &bytes(0, 5000));
@@ -457,7 +459,12 @@ mod tests {
             .setattr("c", "o", VERSION_ATTR, &7u64.to_le_bytes())
             .setattr("c", "o", "user", b"attr");
         let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..2000)
-            .map(|i| (format!("k{i:05}").into_bytes(), bytes(i as u8, 100)))
+            .map(|i: u32| {
+                (
+                    format!("k{i:05}").into_bytes(),
+                    bytes(i.to_le_bytes()[0], 100),
+                )
+            })
             .collect();
         t.push(Op::OmapSet {
             coll: "c".into(),

@@ -137,7 +137,7 @@ struct Signal {
 impl Signal {
     fn observe(&mut self, latency: Duration) {
         if self.samples.len() < MAX_SAMPLES {
-            let us = latency.as_micros().min(u32::MAX as u128) as u32;
+            let us = crate::convert::micros_u32(latency);
             self.samples.push(us);
         }
     }

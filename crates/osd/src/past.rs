@@ -74,7 +74,7 @@ impl PastMaps {
         if from > to {
             return Ok(Vec::new());
         }
-        let want = (to - from + 1) as usize;
+        let want = crate::convert::usize_of(to - from + 1);
         let have = self.known(from, to);
         if have.len() == want {
             return Ok(have);

@@ -594,7 +594,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     pg.missing()
         .activate_primary(epoch, own_missing, peers_missing, sources);
     if pg.finish_peering(epoch, left_out, copies >= iv.size && complete) {
-        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        let ms = crate::convert::millis;
         tracing::debug!(
             osd = s.id,
             pg = %pg.id,

@@ -149,7 +149,7 @@ async fn run(
         read_or_repair(s, client, &pg, active, op).await
     };
     if let Some((object, tid)) = traced.filter(|_| t0.elapsed() >= SLOW_OP_TRACE) {
-        let ms = |d: Duration| d.as_millis() as u64;
+        let ms = crate::convert::millis;
         tracing::debug!(
             osd = s.id,
             pg = %pgid,
@@ -619,7 +619,7 @@ async fn write(
         None => remote.await,
     };
     if t0.elapsed() >= SLOW_OP_TRACE {
-        let ms = |d: Duration| d.as_millis() as u64;
+        let ms = crate::convert::millis;
         tracing::debug!(
             osd = s.id,
             pg = %pg.id,
@@ -735,7 +735,7 @@ fn answer_resend(
 fn fullness(s: &Shared, bytes: u64) -> (u64, u64, bool) {
     let capacity = s.store.capacity_bytes();
     let used = capacity.saturating_sub(s.store.free_bytes_hint());
-    let limit = (capacity as f64 * s.cfg.full_ratio) as u64;
+    let limit = crate::convert::whole_u64(capacity as f64 * s.cfg.full_ratio);
     let past = s.cfg.full_ratio < 1.0 && used.saturating_add(bytes) > limit;
     (used, capacity, past)
 }

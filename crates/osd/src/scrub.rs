@@ -261,7 +261,7 @@ pub async fn run(s: Arc<Shared>) {
     }
     let nonce = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+        .map_or(0, crate::convert::nanos);
     loop {
         tokio::time::sleep(SCRUB_TICK).await;
         let now = Instant::now();
@@ -350,7 +350,7 @@ fn jitter(interval: Duration, pg: PgId, osd: i32, nonce: u64) -> Duration {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
     (pg.pool, pg.seed, osd, nonce).hash(&mut h);
-    let ms = interval.as_millis().max(1) as u64;
+    let ms = crate::convert::millis(interval).max(1);
     Duration::from_millis(h.finish() % ms)
 }
 
@@ -528,7 +528,7 @@ async fn digest(
     let mut d = ObjectDigest {
         version,
         size,
-        attrs_crc: crc.finalize() as u32,
+        attrs_crc: crate::convert::crc32(crc.finalize()),
         data_crc: None,
         omap_crc: None,
     };
@@ -544,7 +544,7 @@ async fn digest(
             }
             at += len;
         }
-        d.data_crc = Some(data.finalize() as u32);
+        d.data_crc = Some(crate::convert::crc32(data.finalize()));
         let mut omap = crc32c();
         let mut after = Vec::new();
         loop {
@@ -559,7 +559,7 @@ async fn digest(
                 _ => break,
             }
         }
-        d.omap_crc = Some(omap.finalize() as u32);
+        d.omap_crc = Some(crate::convert::crc32(omap.finalize()));
     }
     Ok(CopyState::Present(d))
 }
@@ -570,8 +570,8 @@ fn crc32c() -> crc_fast::Digest {
 
 /// Feeds a key and a value, each after its length (so ("ab", "c") and ("a", "bc") differ).
 fn feed_pair(crc: &mut crc_fast::Digest, key: &[u8], value: &[u8]) {
-    crc.update(&(key.len() as u32).to_le_bytes());
+    crc.update(&crate::convert::len_u32(key.len()).to_le_bytes());
     crc.update(key);
-    crc.update(&(value.len() as u32).to_le_bytes());
+    crc.update(&crate::convert::len_u32(value.len()).to_le_bytes());
     crc.update(value);
 }

@@ -356,7 +356,8 @@ impl RecoveryThrottle {
                 let mut st = self.lock();
                 self.tick_in(&mut st);
                 let now = Instant::now();
-                let allowed = st.pacer.allowance(self.max_active_in(&st)).ceil() as usize;
+                let allowed =
+                    crate::convert::whole_usize(st.pacer.allowance(self.max_active_in(&st)).ceil());
                 match st.not_before.filter(|t| *t > now) {
                     Some(t) => Some(t - now),
                     None if st.active < allowed => {
