@@ -6,6 +6,7 @@
 //! once the faults stop, the client's map epochs monotonic. A failing seed names its run:
 //! the same seed draws the same schedule, the same workload and, on the run's thread, the same
 //! randomness and wall clock ([`entropy`]).
+#![deny(clippy::cast_possible_truncation)]
 
 pub mod child;
 mod client;
