@@ -15,8 +15,13 @@ use crate::shared::Shared;
 /// How long one boot request waits for the monitor's answer.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Pause after a boot the monitor did not answer or refused, before the next try.
+/// Pause after a boot the monitor did not answer or refused, before the next try; doubled
+/// after each failure up to [`RETRY_AT_MOST`] (a monitor that keeps refusing is not asked
+/// every few seconds for good).
 const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Longest pause between two boots.
+const RETRY_AT_MOST: Duration = Duration::from_secs(30);
 
 /// How long an answered boot waits for the map that shows it before booting again.
 const MAP_WAIT: Duration = Duration::from_secs(10);
@@ -55,6 +60,7 @@ pub fn must_boot(map: &ClusterMap, id: i32) -> bool {
 
 async fn boot_loop(s: &Shared, boot: Request) {
     let mut tries: u64 = 0;
+    let mut pause = RETRY_AFTER;
     loop {
         let current = s.map.borrow().clone();
         if !current.as_ref().is_some_and(|m| must_boot(m, s.id)) {
@@ -81,10 +87,16 @@ async fn boot_loop(s: &Shared, boot: Request) {
                         "booted, but the map of that epoch did not come"
                     ),
                 }
+                // An answered boot that left the OSD down is not sent again at once.
+                if s.map.borrow().as_ref().is_some_and(|m| must_boot(m, s.id)) {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_AT_MOST);
+                }
             }
             Err(e) => {
                 tracing::warn!(osd = s.id, tries, error = %e, "boot again failed; retrying");
-                tokio::time::sleep(RETRY_AFTER).await;
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_AT_MOST);
             }
         }
     }
