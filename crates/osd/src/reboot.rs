@@ -88,7 +88,8 @@ async fn boot_loop(s: &Shared, boot: Request) {
                     ),
                 }
                 // An answered boot that left the OSD down is not sent again at once.
-                if s.map.borrow().as_ref().is_some_and(|m| must_boot(m, s.id)) {
+                let still_down = s.map.borrow().as_ref().is_some_and(|m| must_boot(m, s.id));
+                if still_down {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RETRY_AT_MOST);
                 }
