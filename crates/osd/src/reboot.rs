@@ -77,7 +77,9 @@ async fn boot_loop(s: &Shared, boot: Request) {
                     MAP_WAIT,
                     rx.wait_for(|m| m.as_ref().is_some_and(|m| m.epoch >= reply.epoch)),
                 )
-                .await;
+                .await
+                // Not the map's guard: it must not be held across the pause below.
+                .map(|r| r.map(|_| ()));
                 match seen {
                     Ok(Ok(_)) => {}
                     Ok(Err(_)) => return,
