@@ -487,7 +487,7 @@ fn encode_capacity(
 /// A measured rate as the whole number a page shows (negative or NaN rates show as 0).
 fn whole(rate: f64) -> u64 {
     // `as` saturates a float to the integer range and maps NaN to 0: the intended rounding.
-    crate::convert::whole_u64(rate.round().max(0.0))
+    crate::convert::sat_u64(rate.round().max(0.0))
 }
 
 /// The Prometheus page: op and recovery counters, PGs by state, scheduler and store counters,

@@ -16,7 +16,7 @@ pub mod auth;
 pub mod cached;
 pub mod capacity;
 pub mod config;
-pub mod convert;
+mod convert;
 pub mod daemon;
 pub mod db_device;
 pub mod error;

@@ -735,7 +735,7 @@ fn answer_resend(
 fn fullness(s: &Shared, bytes: u64) -> (u64, u64, bool) {
     let capacity = s.store.capacity_bytes();
     let used = capacity.saturating_sub(s.store.free_bytes_hint());
-    let limit = crate::convert::whole_u64(capacity as f64 * s.cfg.full_ratio);
+    let limit = crate::convert::sat_u64(capacity as f64 * s.cfg.full_ratio);
     let past = s.cfg.full_ratio < 1.0 && used.saturating_add(bytes) > limit;
     (used, capacity, past)
 }

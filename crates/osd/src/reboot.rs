@@ -67,8 +67,11 @@ async fn boot_loop(s: &Shared, boot: Request) {
             return;
         }
         tries += 1;
-        let timeout_ms = u64::try_from(BOOT_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
-        match s.mon.op(boot.clone(), timeout_ms).await {
+        match s
+            .mon
+            .op(boot.clone(), crate::convert::millis(BOOT_TIMEOUT))
+            .await
+        {
             Ok(reply) => {
                 // The boot made an epoch: wait for it before judging whether to boot again,
                 // so one answered boot never becomes two.

@@ -633,7 +633,7 @@ fn wait_buckets(w: &Histogram) -> ([u64; WAIT_BUCKETS_S.len()], u64, f64) {
     let mut counts = [0u64; WAIT_BUCKETS_S.len()];
     let mut below = 0;
     for (slot, bound_s) in counts.iter_mut().zip(WAIT_BUCKETS_S) {
-        let at_most = w.count_at_most(crate::convert::whole_u64(bound_s * 1e9));
+        let at_most = w.count_at_most(crate::convert::sat_u64(bound_s * 1e9));
         *slot = at_most.saturating_sub(below);
         below = below.max(at_most);
     }
@@ -732,7 +732,7 @@ mod tests {
         let cost = cost_model();
         let limits = InFlightLimits {
             ops: 64,
-            cost_ns: crate::convert::whole_u64(cost.cost_ns(4 << 20) as f64 * limit_in_4mib),
+            cost_ns: crate::convert::sat_u64(cost.cost_ns(4 << 20) as f64 * limit_in_4mib),
         };
         OpScheduler::new(policy, cost, limits, 1).unwrap()
     }

@@ -357,7 +357,7 @@ impl RecoveryThrottle {
                 self.tick_in(&mut st);
                 let now = Instant::now();
                 let allowed =
-                    crate::convert::whole_usize(st.pacer.allowance(self.max_active_in(&st)).ceil());
+                    crate::convert::sat_usize(st.pacer.allowance(self.max_active_in(&st)).ceil());
                 match st.not_before.filter(|t| *t > now) {
                     Some(t) => Some(t - now),
                     None if st.active < allowed => {

@@ -52,8 +52,9 @@ impl WriteTurns {
         }
     }
 
-    /// Objects with writes in line (for tests and metrics).
-    pub fn objects_in_line(&self) -> usize {
+    /// Objects with writes in line.
+    #[cfg(test)]
+    fn objects_in_line(&self) -> usize {
         self.lines().len()
     }
 }
