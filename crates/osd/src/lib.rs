@@ -44,6 +44,7 @@ pub mod recovery;
 pub mod remap;
 pub mod repair;
 pub mod replica;
+pub mod resolve;
 pub mod sched;
 pub mod scrub;
 pub mod shared;

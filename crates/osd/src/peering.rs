@@ -1,11 +1,9 @@
 //! Reacting to maps: every new map is checked PG by PG; a PG whose acting set changed starts a
-//! new interval and, on its primary, peers: gather the logs of the acting set (and of earlier
-//! intervals' OSDs still up), choose the authoritative log (`cairn_pg::plan`), bring the primary
-//! up to date first (pull, or a whole-PG copy when it is beyond the log), then each replica
-//! (push, or backfill), activate them with the authoritative log, and only then serve I/O. A PG
-//! with fewer than min_size copies up stays inactive until the map changes. A long recovery is
-//! not done here: the PG asks for a temporary acting set of its complete copies instead and is
-//! filled in the background (`remap`).
+//! new interval and, on its primary, peers. The peering's decisions are the pure machine's
+//! (`cairn_pg::machine`: whom to ask, the prior set, the authoritative log, who serves, what
+//! each copy recovers before or after activation); this module carries out its steps: log
+//! queries, the monitor's history and up_thru, temporary acting sets (`remap`), transfers
+//! (`transfer`), activation messages and the commit of the activation to the store.
 //!
 //! Every recovery step that moves data through this OSD's store (installing a pulled object,
 //! reading an object to push, listing a PG for backfill) is a request through its scheduler
@@ -17,16 +15,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cairn_clustermap::ClusterMap;
 use cairn_clustermap::PgId;
-use cairn_clustermap::{ClusterMap, MapFlag};
-use cairn_pg::{plan, prior_set, PeerLog, PgLog, Prior, Recovery};
+use cairn_pg::machine::{Activation, Outcome, Peering, Setup, Step};
+use cairn_pg::{ActingSet, PeerLog, Recovery};
 use cairn_proto::mon::Request;
 use cairn_proto::peer::{PeerBody, Urgency};
 use cairn_store::Transaction;
 
 use crate::ask::{ask, query_log};
 use crate::error::OsdError;
-use crate::missing::Wanted;
 use crate::objects::remove_temps;
 use crate::pgmeta::{put_info, replace_log, replace_missing};
 use crate::pgs::{Pg, PgStatus};
@@ -216,19 +214,11 @@ async fn query_in_interval(s: &Shared, pg: &Pg, epoch: u64, osd: i32) -> Result<
     }
 }
 
-/// The prior set of `pg`'s peering in the interval begun at `epoch`, from the logs heard so
-/// far: the PG's intervals after the newest last epoch started among them, from the maps of
-/// those epochs. OSDs the current map no longer has (removed) count as lost for every interval,
-/// OSDs declared lost (`cairn osd lost`) for the intervals begun before the declaration.
-async fn prior(
-    s: &Shared,
-    pg: &Pg,
-    epoch: u64,
-    logs: &[PeerLog],
-    heard: &BTreeSet<i32>,
-    up: &BTreeSet<i32>,
-) -> Result<Prior, OsdError> {
-    let since = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
+/// The PG's past intervals after `since` (the newest last epoch started heard of), from the
+/// maps of those epochs, and the OSDs whose data was given up: OSDs the current map no longer
+/// has (removed) count as lost for every interval, OSDs declared lost (`cairn osd lost`) for
+/// the intervals begun before the declaration.
+async fn past_intervals(s: &Shared, pg: &Pg, epoch: u64, since: u64) -> Result<Outcome, OsdError> {
     let (created, lost_at) = {
         let map = s.map.borrow();
         let map = map.as_ref();
@@ -256,16 +246,10 @@ async fn prior(
             Some(at) => at.map(|at| (o, at)),
         })
         .collect();
-    Ok(prior_set(&past.intervals, since, heard, up, &lost))
-}
-
-/// `pg`'s acting set in the map just before `epoch` (fetched from the monitor's history when
-/// this OSD skipped that epoch); empty where there is none or it cannot be had.
-async fn acting_before(s: &Shared, pg: &Pg, epoch: u64) -> Vec<i32> {
-    if epoch <= 1 {
-        return Vec::new();
-    }
-    acting_in(s, pg, epoch - 1).await
+    Ok(Outcome::PastIntervals {
+        intervals: past.intervals,
+        lost,
+    })
 }
 
 /// `pg`'s acting set in the map of `epoch`; empty where there is none or it cannot be had.
@@ -276,37 +260,43 @@ async fn acting_in(s: &Shared, pg: &Pg, epoch: u64) -> Vec<i32> {
             .and_then(|m| m.placement.mapper().map_pg(pg.id).ok())
             .map_or_else(Vec::new, |m| m.acting),
         Err(e) => {
-            tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "no map before the interval");
+            tracing::info!(osd = s.id, pg = %pg.id, epoch, error = %e, "no map of that epoch");
             Vec::new()
         }
     }
 }
 
-/// Asks `osd`, a copy outside the acting set, for its log in the peering of the interval
-/// begun at `epoch`, adding it to `logs` and `heard` when it answers; a copy that does not
-/// answer is passed over unless the interval has ended meanwhile.
-async fn ask_past_copy(
-    s: &Arc<Shared>,
-    pg: &Arc<Pg>,
+/// Asks `osd` for its log in the peering of the interval begun at `epoch`. A copy the
+/// peering needs (`required`) must answer; another that does not is passed over unless the
+/// interval has ended meanwhile.
+async fn query(
+    s: &Shared,
+    pg: &Pg,
     epoch: u64,
     osd: i32,
-    logs: &mut Vec<PeerLog>,
-    heard: &mut BTreeSet<i32>,
-) -> Result<(), OsdError> {
+    required: bool,
+) -> Result<Outcome, OsdError> {
     match query_in_interval(s, pg, epoch, osd).await {
-        Ok(log) => {
-            logs.push(log);
-            heard.insert(osd);
-            Ok(())
-        }
-        Err(e) if pg.interval().epoch != epoch => Err(e),
+        Ok(log) => Ok(Outcome::Log(log)),
+        Err(e) if required || pg.interval().epoch != epoch => Err(e),
         Err(e) => {
             tracing::info!(pg = %pg.id, osd, error = %e, "past copy did not answer");
-            Ok(())
+            Ok(Outcome::NoLog)
         }
     }
 }
 
+/// How long each stage of a peering took, for its log line.
+#[derive(Default)]
+struct Stages {
+    locked: Duration,
+    heard_all: Duration,
+    alive: Duration,
+    recovered: Duration,
+}
+
+/// Peers `pg` in the interval begun at `epoch`: drives the pure peering machine
+/// ([`cairn_pg::machine`]), carrying out each of its steps.
 async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError> {
     let started = tokio::time::Instant::now();
     // After a scrub's chunk: what peering recovers must not change objects while a scrub
@@ -316,258 +306,190 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     // refused from here on, even if this peering ends in a temporary acting set and not in
     // this copy's activation (the same fence a query puts on the other copies).
     pg.note_peered_in(epoch);
-    let locked = started.elapsed();
+    let mut stages = Stages {
+        locked: started.elapsed(),
+        ..Stages::default()
+    };
     let iv = pg.interval();
     // Another peering of this interval (retries of a down PG on successive maps) got there
     // first.
     if iv.epoch != epoch || pg.active_epoch() == Some(epoch) {
         return Ok(());
     }
-    if iv.acting.len() < iv.min_size.max(1) {
-        pg.set_status_in(epoch, PgStatus::Inactive);
-        tracing::warn!(osd = s.id, pg = %pg.id, up = iv.acting.len(), min_size = iv.min_size, "too few copies up: pg inactive");
-        return Ok(());
-    }
-    pg.set_status_in(epoch, PgStatus::Peering);
-    let mut logs = vec![PeerLog {
-        osd: s.id,
-        last_epoch_started: inner.last_epoch_started,
-        log: inner.log.clone(),
-        missing: pg.missing().own().clone(),
-    }];
-    let acting: BTreeSet<i32> = iv.acting.iter().copied().skip(1).collect();
-    let up = s.up_osds();
-    // The copies that served just before this interval are asked too, even where this OSD
-    // did not know the PG then (it is new to the PG): a complete one still up (an OSD marked
-    // out, say) can serve in a temporary acting set while the new copies are filled.
-    let previous = acting_before(s, pg, epoch).await;
-    let past: BTreeSet<i32> = pg
-        .past_osds()
-        .into_iter()
-        .chain(previous)
-        .filter(|o| *o != s.id && up.contains(o) && !acting.contains(o))
-        .collect();
-    let mut heard = BTreeSet::from([s.id]);
-    for &osd in &acting {
-        logs.push(query_in_interval(s, pg, epoch, osd).await?);
-        heard.insert(osd);
-    }
-    for &osd in &past {
-        ask_past_copy(s, pg, epoch, osd, &mut logs, &mut heard).await?;
-    }
-    // Every later interval that may have taken writes must be heard from (Ceph's prior set).
-    loop {
-        match prior(s, pg, epoch, &logs, &heard, &up).await? {
-            Prior::Ask(more) if more.is_empty() => break,
-            Prior::Ask(more) => {
-                for osd in more {
-                    logs.push(query_in_interval(s, pg, epoch, osd).await?);
-                    heard.insert(osd);
-                }
-            }
-            Prior::Down { interval } => {
-                if pg.set_status_in(epoch, PgStatus::Down) {
-                    tracing::warn!(osd = s.id, pg = %pg.id, epoch, first = interval.first, last = interval.last, acting = ?interval.acting, "pg down: an interval that may have taken writes has no copy up");
-                }
-                return Ok(());
-            }
-        }
-    }
-    // The copies of the interval the newest log was activated in, where the PG last served,
-    // are heard too: a complete one still up can serve in a temporary acting set (Ceph's
-    // choose_acting weighs every copy it heard of), where the intervals in between (ones
-    // that never went active) may not name it.
-    let since = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
-    if since > 0 {
-        let up_now = s.up_osds();
-        for osd in acting_in(s, pg, since).await {
-            // Asked already (a past copy that did not answer is not asked twice), or down.
-            if heard.contains(&osd) || past.contains(&osd) || !up_now.contains(&osd) {
-                continue;
-            }
-            ask_past_copy(s, pg, epoch, osd, &mut logs, &mut heard).await?;
-        }
-    }
-    // Later peerings count this interval as possibly written only once the monitor knows this
-    // OSD was alive in it (Ceph's up_thru): it must before the PG goes active.
-    let heard_all = started.elapsed();
-    if !wait_up_thru(s, pg, epoch).await? {
-        return Ok(());
-    }
-    let alive = started.elapsed();
-    let plan = plan(&logs, s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        let copies: Vec<String> = logs
-            .iter()
-            .map(|l| {
-                let todo = match plan.recovery.get(&l.osd) {
-                    Some(Recovery::Clean) | None => "clean".to_string(),
-                    Some(Recovery::Backfill) => "backfill".to_string(),
-                    Some(Recovery::Log { missing, divergent }) => {
-                        let rolled: Vec<String> = divergent
-                            .iter()
-                            .take(8)
-                            .map(|e| format!("{}@{}", e.object, e.version))
-                            .collect();
-                        format!(
-                            "{} missing, {} divergent {rolled:?}",
-                            missing.len(),
-                            divergent.len()
-                        )
-                    }
-                };
-                format!(
-                    "osd.{} les {} log {}..{} {todo}",
-                    l.osd,
-                    l.last_epoch_started,
-                    l.log.tail(),
-                    l.log.head()
-                )
-            })
-            .collect();
-        tracing::debug!(osd = s.id, pg = %pg.id, epoch, auth = plan.authoritative, head = %plan.head, ?copies, "peering plan");
-    }
-    // A long recovery is done in the background from a temporary acting set of complete
-    // copies, which serves meanwhile (and a short one too while a cluster flag holds it).
-    let min_objects = match came_home(s, pg, &iv, epoch) {
-        true => s.cfg.remap_min_objects.max(HOME_MIN_OBJECTS),
-        false => s.cfg.remap_min_objects,
-    };
-    // A short log recovery is done after activation instead, in the background (a copy that
-    // refused it as too full is left out by recovering before activation).
-    // `norebalance` keeps a PG that has its pool's size of complete copies on them, as before.
-    let misplaced_held = s.map.borrow().as_ref().is_some_and(|map| {
-        map.has(MapFlag::NoRebalance)
-            && crate::remap::temporary_acting(&iv, &plan, &up, 1)
-                .is_some_and(|t| t.len() >= iv.size)
+    let mut machine = Peering::new(Setup {
+        me: s.id,
+        epoch,
+        acting: ActingSet {
+            osds: iv.acting.clone(),
+            size: iv.size,
+            min_size: iv.min_size,
+        },
+        own: PeerLog {
+            osd: s.id,
+            last_epoch_started: inner.last_epoch_started,
+            log: inner.log.clone(),
+            missing: pg.missing().own().clone(),
+        },
+        up: s.up_osds(),
+        earlier: pg.past_osds(),
+        remap_min_objects: s.cfg.remap_min_objects,
     });
-    let behind = recovers_after_activation(&iv, &plan, min_objects)
-        && !pg.too_full_in(epoch)
-        && !misplaced_held;
-    if !behind {
-        let min_objects = match s.map.borrow().as_ref() {
-            Some(map) => crate::remap::min_objects_under_flags(map, &iv, &plan, &up, min_objects),
-            None => min_objects,
-        };
-        if let Some(temp) = crate::remap::temporary_acting(&iv, &plan, &up, min_objects) {
-            let serving = temp.len();
-            let held = match s.map.borrow().as_ref() {
-                Some(map) => crate::remap::holding_flag(map, &iv, &plan, serving),
-                None => None,
-            };
-            let instead = match held {
-                Some(_) => "peering again: a cluster flag holds the recovery",
-                None => "recovering before activation",
-            };
-            if crate::remap::serve_from(s, pg, epoch, temp, instead).await {
-                return Ok(());
-            }
-            if let Some(flag) = held {
-                return Err(OsdError::Held(flag));
-            }
-        }
+    let mut step = machine.start();
+    if !step.is_last() {
+        pg.set_status_in(epoch, PgStatus::Peering);
     }
-    let auth_log: PgLog = logs
-        .iter()
-        .find(|l| l.osd == plan.authoritative)
-        .map(|l| l.log.clone())
-        .unwrap_or_else(|| inner.log.clone());
-    let coll = pg.coll.clone();
-    // The primary first: it must hold the authoritative state before it serves or pushes.
-    let auth = plan.authoritative;
-    // Client I/O of the PG waits for all of it: its steps run as client work.
+    // Client I/O of the PG waits for all of the recovery done here: its steps run as client
+    // work.
     let r = Recovering {
         s,
         pg,
         epoch,
         urgency: Urgency::Blocking,
     };
-    // The copies to pull this copy's missing objects from: the authoritative log's holder
-    // first, then every other copy heard.
-    let sources: Vec<i32> = std::iter::once(auth)
-        .chain(logs.iter().map(|l| l.osd))
-        .filter(|&o| o != s.id)
-        .collect();
-    let own_missing = match behind {
-        true => missing_of(&plan, s.id),
-        false => Wanted::new(),
-    };
-    match plan.recovery.get(&s.id) {
-        _ if behind => {}
-        Some(Recovery::Log { missing, .. }) => {
-            // The copy to pull from is one that holds the version the log names: the
-            // authoritative log's holder first, then every other copy heard (a holder of the
-            // newest log may itself still lack an object, as Ceph's missing_loc allows for).
-            for (obj, want) in missing {
-                recover_local(&r, &sources, obj, &mut inner.created, *want).await?;
+    loop {
+        let outcome = match step {
+            Step::ActingIn { epoch: at } => Outcome::Acting {
+                acting: acting_in(s, pg, at).await,
+                up: s.up_osds(),
+            },
+            Step::QueryLog { osd, required } => query(s, pg, epoch, osd, required).await?,
+            Step::PastIntervals { since } => past_intervals(s, pg, epoch, since).await?,
+            Step::UpThru => {
+                // Later peerings count this interval as possibly written only once the
+                // monitor knows this OSD was alive in it (Ceph's up_thru).
+                stages.heard_all = started.elapsed();
+                Outcome::UpThru(wait_up_thru(s, pg, epoch).await?)
             }
-        }
-        Some(Recovery::Backfill) => {
-            let names = list_remote(&r, auth).await?;
-            let keep: BTreeSet<&String> = names.iter().collect();
-            for obj in list_scheduled(&r).await? {
-                if !keep.contains(&obj) {
-                    install_local(&r, &mut inner.created, &obj, None).await?;
+            Step::Conditions => {
+                stages.alive = started.elapsed();
+                log_plan(s, pg, epoch, &machine);
+                let holds = s
+                    .map
+                    .borrow()
+                    .as_ref()
+                    .map(crate::remap::holds_of)
+                    .unwrap_or_default();
+                Outcome::Conditions {
+                    holds,
+                    too_full: pg.too_full_in(epoch),
+                    came_home: came_home(s, pg, &iv, epoch),
                 }
             }
-            for obj in &names {
-                pull(&r, auth, obj, &mut inner.created, None).await?;
+            Step::ServeFrom { temp, instead } => {
+                Outcome::Served(crate::remap::serve_from(s, pg, epoch, temp, instead).await)
             }
-        }
-        _ => {}
-    }
-    // Then every other acting copy.
-    // A copy too full to take its recovery is left out of the interval (Ceph's
-    // recovery_toofull): the PG goes active degraded without it, if min_size copies remain.
-    let mut left_out = BTreeSet::new();
-    let mut peers_missing = BTreeMap::new();
-    for &osd in &acting {
-        let (keep, missing) = if behind {
-            (None, missing_of(&plan, osd))
-        } else {
-            match recover_copy(&r, &plan, osd).await {
-                Ok(keep) => (keep, Wanted::new()),
+            Step::RecoverOwn {
+                recovery,
+                authoritative,
+                sources,
+            } => {
+                recover_own(&r, &mut inner.created, &recovery, authoritative, &sources).await?;
+                Outcome::Done
+            }
+            Step::RecoverCopy { osd, recovery } => match recover_copy(&r, osd, &recovery).await {
+                Ok(keep) => Outcome::CopyRecovered { keep },
+                // A copy too full to take its recovery is left out of the interval (Ceph's
+                // recovery_toofull): the PG goes active degraded without it, if min_size
+                // copies remain.
                 Err(OsdError::TooFull { osd, why }) => {
                     tracing::warn!(osd = s.id, pg = %pg.id, epoch, copy = osd, %why, "copy too full for recovery: left out of the interval");
-                    left_out.insert(osd);
-                    continue;
+                    Outcome::CopyTooFull
                 }
                 Err(e) => return Err(e),
+            },
+            Step::ActivateCopy {
+                osd,
+                log,
+                keep,
+                missing,
+            } => {
+                let body = PeerBody::Activate { log, keep, missing };
+                ask(s, pg, epoch, osd, body, Bytes::new()).await?;
+                Outcome::Done
             }
+            Step::Commit(activation) => {
+                stages.recovered = started.elapsed();
+                return commit(s, pg, epoch, &mut inner, *activation, stages, started).await;
+            }
+            Step::Inactive => {
+                pg.set_status_in(epoch, PgStatus::Inactive);
+                tracing::warn!(osd = s.id, pg = %pg.id, up = iv.acting.len(), min_size = iv.min_size, "too few copies up: pg inactive");
+                return Ok(());
+            }
+            Step::Down { interval } => {
+                if pg.set_status_in(epoch, PgStatus::Down) {
+                    tracing::warn!(osd = s.id, pg = %pg.id, epoch, first = interval.first, last = interval.last, acting = ?interval.acting, "pg down: an interval that may have taken writes has no copy up");
+                }
+                return Ok(());
+            }
+            Step::Held(hold) => return Err(OsdError::Held(crate::remap::flag_of(hold))),
+            Step::Failed(reason) => return Err(OsdError::Peer { osd: s.id, reason }),
+            Step::Stop => return Ok(()),
         };
-        let body = PeerBody::Activate {
-            log: Box::new(auth_log.clone()),
-            keep,
-            missing: missing.clone(),
-        };
-        ask(s, pg, epoch, osd, body, Bytes::new()).await?;
-        peers_missing.insert(osd, missing);
+        step = machine.advance(outcome);
     }
-    let copies = iv.acting.len() - left_out.len();
-    if copies < iv.min_size.max(1) {
-        return Err(OsdError::Peer {
-            osd: s.id,
-            reason: format!(
-                "only {copies} copies could take recovery, min_size is {}",
-                iv.min_size
-            ),
-        });
+}
+
+/// Logs the peering plan at debug level: per copy heard, its history and what it must do.
+fn log_plan(s: &Shared, pg: &Pg, epoch: u64, machine: &Peering) {
+    let Some(plan) = machine.plan() else { return };
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
     }
-    if !left_out.is_empty() {
-        // The map must say who serves: a copy left out while the map still names it in the
-        // acting set could later be taken for a copy of the interval it never served.
-        let temp: Vec<i32> = iv
-            .acting
-            .iter()
-            .copied()
-            .filter(|o| !left_out.contains(o))
-            .collect();
-        let instead = "serving with the too full copies left out";
-        if crate::remap::serve_from(s, pg, epoch, temp, instead).await {
-            return Ok(());
-        }
-    }
-    let recovered = started.elapsed();
+    let copies: Vec<String> = machine
+        .logs()
+        .iter()
+        .map(|l| {
+            let todo = match plan.recovery.get(&l.osd) {
+                Some(Recovery::Clean) | None => "clean".to_string(),
+                Some(Recovery::Backfill) => "backfill".to_string(),
+                Some(Recovery::Log { missing, divergent }) => {
+                    let rolled: Vec<String> = divergent
+                        .iter()
+                        .take(8)
+                        .map(|e| format!("{}@{}", e.object, e.version))
+                        .collect();
+                    format!(
+                        "{} missing, {} divergent {rolled:?}",
+                        missing.len(),
+                        divergent.len()
+                    )
+                }
+            };
+            format!(
+                "osd.{} les {} log {}..{} {todo}",
+                l.osd,
+                l.last_epoch_started,
+                l.log.tail(),
+                l.log.head()
+            )
+        })
+        .collect();
+    tracing::debug!(osd = s.id, pg = %pg.id, epoch, auth = plan.authoritative, head = %plan.head, ?copies, "peering plan");
+}
+
+/// Persists `activation` as this copy's state and serves: the authoritative log, the
+/// interval's start as the last epoch started, the objects still missing; then the
+/// background recovery of what any copy lacks.
+async fn commit(
+    s: &Arc<Shared>,
+    pg: &Arc<Pg>,
+    epoch: u64,
+    inner: &mut crate::pgs::PgInner,
+    activation: Activation,
+    stages: Stages,
+    started: tokio::time::Instant,
+) -> Result<(), OsdError> {
+    let Activation {
+        log: auth_log,
+        own_missing,
+        peers_missing,
+        sources,
+        left_out,
+        clean,
+        history_les,
+    } = activation;
+    let coll = pg.coll.clone();
     let mut txn = Transaction::new();
     if !inner.created {
         txn.create_collection(&coll);
@@ -581,28 +503,27 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     replace_missing(&mut txn, &coll, &old_missing, &own_missing)?;
     s.store.queue_transaction_owned(txn).await?;
     inner.created = true;
-    inner.history_les = logs.iter().map(|l| l.last_epoch_started).max().unwrap_or(0);
+    inner.history_les = history_les;
     pg.writes.reset(auth_log.head(), auth_log.head());
     inner.log = auth_log;
     inner.last_epoch_started = epoch;
     // Before the PG serves: an op on an object a copy lacks must find it missing.
-    let complete = own_missing.is_empty() && peers_missing.values().all(|w| w.is_empty());
     let (own_count, peer_count) = (
         own_missing.len(),
         peers_missing.values().map(|w| w.len()).sum::<usize>(),
     );
     pg.missing()
         .activate_primary(epoch, own_missing, peers_missing, sources);
-    if pg.finish_peering(epoch, left_out, copies >= iv.size && complete) {
+    if pg.finish_peering(epoch, left_out, clean) {
         let ms = crate::convert::millis;
         tracing::debug!(
             osd = s.id,
             pg = %pg.id,
             epoch,
-            locked_ms = ms(locked),
-            heard_ms = ms(heard_all),
-            up_thru_ms = ms(alive),
-            recovered_ms = ms(recovered),
+            locked_ms = ms(stages.locked),
+            heard_ms = ms(stages.heard_all),
+            up_thru_ms = ms(stages.alive),
+            recovered_ms = ms(stages.recovered),
             active_ms = ms(started.elapsed()),
             missing_here = own_count,
             missing_elsewhere = peer_count,
@@ -621,40 +542,45 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
     Ok(())
 }
 
-/// Whether `plan`'s recovery of `iv`'s acting copies runs after the PG activates: no copy
-/// needs a backfill, and none lacks `min_objects` or more (Ceph's
-/// `osd_async_recovery_min_cost`: beyond it, a temporary acting set of complete copies serves
-/// while the copy is filled).
-fn recovers_after_activation(
-    iv: &crate::pgs::Interval,
-    plan: &cairn_pg::PeeringPlan,
-    min_objects: usize,
-) -> bool {
-    iv.acting.iter().all(|o| match plan.recovery.get(o) {
-        None | Some(Recovery::Clean) => true,
-        Some(Recovery::Backfill) => false,
-        Some(Recovery::Log { missing, .. }) => missing.len() < min_objects,
-    })
-}
-
-/// What `plan` says copy `osd` lacks (nothing when it is clean).
-fn missing_of(plan: &cairn_pg::PeeringPlan, osd: i32) -> Wanted {
-    match plan.recovery.get(&osd) {
-        Some(Recovery::Log { missing, .. }) => missing.clone(),
-        _ => Wanted::new(),
+/// Brings this OSD's copy to the authoritative state before the PG serves: a log recovery
+/// pulls each object from a copy holding the version the log names (the authoritative log's
+/// holder first, then every other copy heard: a holder of the newest log may itself still
+/// lack an object, as Ceph's missing_loc allows for); a backfill removes what the
+/// authoritative copy lacks and pulls everything it has.
+async fn recover_own(
+    r: &Recovering<'_>,
+    created: &mut bool,
+    recovery: &Recovery,
+    authoritative: i32,
+    sources: &[i32],
+) -> Result<(), OsdError> {
+    match recovery {
+        Recovery::Log { missing, .. } => {
+            for (obj, want) in missing {
+                recover_local(r, sources, obj, created, *want).await?;
+            }
+        }
+        Recovery::Backfill => {
+            let names = list_remote(r, authoritative).await?;
+            let keep: BTreeSet<&String> = names.iter().collect();
+            for obj in list_scheduled(r).await? {
+                if !keep.contains(&obj) {
+                    install_local(r, created, &obj, None).await?;
+                }
+            }
+            for obj in &names {
+                pull(r, authoritative, obj, created, None).await?;
+            }
+        }
+        Recovery::Clean => {}
     }
+    Ok(())
 }
-
-/// Objects a PG that has just come home from a temporary acting set recovers before it
-/// activates rather than going back to a temporary set (see [`came_home`]).
-const HOME_MIN_OBJECTS: usize = 64;
 
 /// Whether `pg`'s interval begun at `epoch` is its up set serving again right after a
 /// temporary acting set (the map before `epoch` had one): the copies filled in the background
-/// are then behind only by what was written since the fill's last pass. Under steady writes
-/// that is often more than `remap_min_objects`, and with the plain threshold the PG went back
-/// and forth between its up set and a temporary set (seen in the thrash test: 15 round trips in
-/// 0.7 s, two epochs and two peerings each) instead of recovering those few objects.
+/// are then behind only by what was written since the fill's last pass, and peering recovers
+/// up to `cairn_pg::machine::HOME_MIN_OBJECTS` of them in place.
 fn came_home(s: &Shared, pg: &Pg, iv: &crate::pgs::Interval, epoch: u64) -> bool {
     let before = epoch.checked_sub(1).and_then(|e| s.past_maps.get(e));
     before.is_some_and(|b| home_after_temporary_set(iv, &b, pg.id))
@@ -708,28 +634,29 @@ async fn wait_up_thru(s: &Shared, pg: &Pg, epoch: u64) -> Result<bool, OsdError>
     }
 }
 
-/// Brings the acting copy on `osd` up to the authoritative state (log recovery or backfill);
-/// what it must keep after a backfill. [`OsdError::TooFull`] when it cannot take an object.
+/// Brings the acting copy on `osd` up to the authoritative state by `recovery` (a log
+/// recovery or a backfill); what it must keep after a backfill. [`OsdError::TooFull`] when it
+/// cannot take an object.
 async fn recover_copy(
     r: &Recovering<'_>,
-    plan: &cairn_pg::PeeringPlan,
     osd: i32,
+    recovery: &Recovery,
 ) -> Result<Option<Vec<String>>, OsdError> {
-    Ok(match plan.recovery.get(&osd) {
-        Some(Recovery::Log { missing, .. }) => {
+    Ok(match recovery {
+        Recovery::Log { missing, .. } => {
             for obj in missing.keys() {
                 push(r, osd, obj).await?;
             }
             None
         }
-        Some(Recovery::Backfill) => {
+        Recovery::Backfill => {
             let names = list_scheduled(r).await?;
             for obj in &names {
                 push(r, osd, obj).await?;
             }
             Some(names)
         }
-        _ => None,
+        Recovery::Clean => None,
     })
 }
 
@@ -771,42 +698,6 @@ mod tests {
             min_size: 2,
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn only_short_log_recoveries_of_acting_copies_run_after_activation() {
-        use cairn_pg::{Eversion, PeeringPlan};
-        let lacking = |n: u64| Recovery::Log {
-            missing: (0..n)
-                .map(|i| (format!("o{i}"), Some(Eversion::new(2, i + 1))))
-                .collect(),
-            divergent: Vec::new(),
-        };
-        let iv = crate::pgs::Interval {
-            acting: vec![0, 1, 2],
-            ..Default::default()
-        };
-        let plan_of = |recovery: Vec<(i32, Recovery)>| PeeringPlan {
-            authoritative: 0,
-            head: Eversion::new(2, 9),
-            recovery: recovery.into_iter().collect(),
-        };
-        let short = plan_of(vec![
-            (0, lacking(2)),
-            (1, Recovery::Clean),
-            (2, lacking(99)),
-        ]);
-        assert!(recovers_after_activation(&iv, &short, 100));
-        assert_eq!(missing_of(&short, 0).len(), 2);
-        assert!(missing_of(&short, 1).is_empty());
-        let long = plan_of(vec![(0, Recovery::Clean), (2, lacking(100))]);
-        assert!(!recovers_after_activation(&iv, &long, 100));
-        let backfill = plan_of(vec![(1, Recovery::Backfill)]);
-        assert!(!recovers_after_activation(&iv, &backfill, 100));
-        // A copy outside the acting set (an earlier interval's) is not this interval's to
-        // recover.
-        let outside = plan_of(vec![(0, Recovery::Clean), (7, Recovery::Backfill)]);
-        assert!(recovers_after_activation(&iv, &outside, 100));
     }
 
     #[test]

@@ -14,23 +14,24 @@ use crate::work::{Purpose, Work};
 use bytes::Bytes;
 use cairn_clustermap::PgId;
 use cairn_msgr::blockcrc::{crc_with_known_blocks, CRC_BLOCK_BYTES};
-use cairn_pg::{Eversion, LogEntry, OpKind as LogOp, ReqId, PRIOR_UNKNOWN};
+use cairn_pg::{Eversion, ReqId};
 use cairn_proto::pairs::{encode_keys, encode_pairs};
 use cairn_proto::{
     decode, encode, OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_REPOP,
 };
-use cairn_store::{StoreError, Transaction};
+use cairn_store::StoreError;
 
 use crate::inflight::{poll_once, AfterFinish, LocalOutcome};
 use crate::objects::list_page;
 use crate::objects::{decode_version, recorded_version};
 use crate::payload::Payload;
-use crate::pgmeta::{append_entry, pack};
+use crate::pgmeta::pack;
 use crate::pgs::{Interval, Pg, PgInner};
 use crate::repair::Repair;
+use crate::resolve::{applied_kind, needs_object_state, resolve, Resolved, WriteToResolve};
 use crate::shared::Shared;
 use crate::turns::Turn;
-use crate::txns::{build_write, check_object_name, no_space_detail, VERSION_ATTR};
+use crate::txns::{check_object_name, no_space_detail, VERSION_ATTR};
 
 type Answer = (ReplyHeader, Bytes);
 
@@ -485,13 +486,7 @@ async fn write(
     }
     let coll = pg.coll.as_str();
     let obj = op.object.as_str();
-    // Only appends and removals need the object's current state; everything else is logged
-    // without reading it (the prior version comes from the log when it has the object).
-    let needs_state = matches!(
-        op.kind,
-        OpKind::Append | OpKind::Remove | OpKind::RemoveXattr { .. } | OpKind::OmapRemove
-    );
-    let size = if inner.created && needs_state {
+    let size = if inner.created && needs_object_state(&op.kind) {
         match s.store.stat(coll, obj).await {
             Ok(st) => Some(st.size_bytes),
             Err(StoreError::NoSuchObject { .. }) => None,
@@ -507,14 +502,9 @@ async fn write(
             }
         }
     }
-    let kind = match (&op.kind, size) {
-        (OpKind::Append, sz) => OpKind::Write {
-            offset: sz.unwrap_or(0),
-        },
-        (OpKind::Remove | OpKind::RemoveXattr { .. } | OpKind::OmapRemove, None) => {
-            return fail(op.tid, epoch, OpResult::NotFound)
-        }
-        (k, _) => k.clone(),
+    let kind = match applied_kind(&op.kind, size) {
+        Ok(kind) => kind,
+        Err(r) => return fail(op.tid, epoch, r),
     };
     if let Err(r) = crate::txns::check_object_size(obj, &kind, data.len(), s.cfg.max_object_bytes) {
         return fail(op.tid, epoch, r);
@@ -534,46 +524,28 @@ async fn write(
         ..
     } = &mut *inner;
     let reservation = pg.writes.reserve(log, created);
-    let prior = match log.newest_for(obj) {
-        Some(e) if e.op == LogOp::Delete => Eversion::default(),
-        Some(e) => e.version,
-        None if !*created => Eversion::default(),
-        None => PRIOR_UNKNOWN,
-    };
-    let head = log.head();
-    let version = Eversion::new(epoch.max(head.epoch), head.version + 1);
-    tracing::trace!(osd = s.id, pg = %pg.id, object = obj, %version, tid = op.tid, crc = op.data_crc, "write versioned");
-    let entry = LogEntry {
-        version,
-        object: op.object.clone(),
-        op: if kind == OpKind::Remove {
-            LogOp::Delete
-        } else {
-            LogOp::Modify
-        },
-        prior,
-        reqid: op.reqid,
-    };
-    let creates = !*created;
-    let mut txn = Transaction::new();
-    if creates {
-        txn.create_collection(coll);
-    }
-    if let Err(r) = build_write(
-        &mut txn,
+    let to_resolve = WriteToResolve {
+        pg: pg.id,
         coll,
-        obj,
-        &kind,
-        &data,
-        block_crcs.as_ref(),
-        pack(version),
-    ) {
-        return fail(op.tid, epoch, r);
-    }
-    if let Err(e) = append_entry(&mut txn, coll, log, &entry, *last_epoch_started) {
-        return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
-    }
-    if let Err(e) = log.append(entry.clone()) {
+        interval_epoch: iv.epoch,
+        map_epoch: epoch,
+        op: &op,
+        kind,
+        data: &data,
+        block_crcs: block_crcs.as_ref(),
+    };
+    let Resolved {
+        version,
+        entry,
+        txn,
+        rep,
+        creates,
+    } = match resolve(to_resolve, log, *created, *last_epoch_started) {
+        Ok(r) => r,
+        Err(r) => return fail(op.tid, epoch, r),
+    };
+    tracing::trace!(osd = s.id, pg = %pg.id, object = obj, %version, tid = op.tid, crc = op.data_crc, "write versioned");
+    if let Err(e) = log.append(entry) {
         return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
     }
     pg.fill_writes.note(obj);
@@ -582,18 +554,6 @@ async fn write(
         s.metrics.record_pipelined_write();
     }
     *created = true;
-    let rep = RepOpHeader {
-        tid: 0,
-        epoch: iv.epoch,
-        pool: pg.id.pool,
-        pg_seed: pg.id.seed,
-        object: op.object.clone(),
-        kind,
-        entry,
-        data_crc: op.data_crc,
-        background: op.background,
-        client: op.client,
-    };
     // Queued in the store and sent to the replicas under the lock (version order), awaited
     // after it.
     let mut local = std::pin::pin!(s.store.queue_transaction_owned(txn));

@@ -19,13 +19,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cairn_clustermap::{ClusterMap, MapFlag};
-use cairn_pg::{plan, PeerLog, PeeringPlan, Recovery};
+use cairn_pg::{plan, Hold, Holds, PeerLog, Recovery};
 use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::ask::{ask, query_log};
 use crate::error::OsdError;
-use crate::pgs::{FillState, Interval, Pg};
+use crate::pgs::{FillState, Pg};
 use crate::shared::Shared;
 use crate::transfer::{list_remote, list_scheduled, push, Recovering};
 
@@ -49,78 +49,21 @@ const RESERVE_RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// backfill_toofull: it waits until space is freed there).
 const TOOFULL_PAUSE: Duration = Duration::from_secs(5);
 
-/// The temporary acting set to serve `iv`'s PG from while its copies are filled in the
-/// background, or None when every acting copy's recovery is short (fewer than `min_objects`
-/// objects to recover: done before activation), or fewer than `min_size` complete copies are
-/// up. Complete copies of the acting set come first, in its order, then complete copies of
-/// earlier intervals, up to the pool's size.
-pub fn temporary_acting(
-    iv: &Interval,
-    plan: &PeeringPlan,
-    up: &BTreeSet<i32>,
-    min_objects: usize,
-) -> Option<Vec<i32>> {
-    let long = |r: &Recovery| match r {
-        Recovery::Clean => false,
-        Recovery::Backfill => true,
-        Recovery::Log { missing, .. } => missing.len() >= min_objects,
-    };
-    if !iv
-        .acting
-        .iter()
-        .any(|o| plan.recovery.get(o).is_some_and(long))
-    {
-        return None;
-    }
-    let complete = |o: &i32| up.contains(o) && plan.recovery.get(o) == Some(&Recovery::Clean);
-    let mut temp: Vec<i32> = iv.acting.iter().copied().filter(complete).collect();
-    for o in plan.recovery.keys() {
-        if temp.len() >= iv.size {
-            break;
-        }
-        if !temp.contains(o) && complete(o) {
-            temp.push(*o);
-        }
-    }
-    (temp.len() >= iv.min_size.max(1) && temp != iv.acting).then_some(temp)
+/// The holding flags (`norecover`, `nobackfill`, `norebalance`) set in `map`.
+pub fn holds_of(map: &ClusterMap) -> Holds {
+    [Hold::NoRecover, Hold::NoBackfill, Hold::NoRebalance]
+        .into_iter()
+        .filter(|h| map.has(flag_of(*h)))
+        .collect()
 }
 
-/// The fewest objects a copy's log recovery must lack to be done in the background from a
-/// temporary acting set rather than before activation: `normal`, or 1 when a flag of `map`
-/// would hold that background fill (`norecover`; `norebalance` where the temporary set would
-/// have the pool's size of copies). A flag so holds short recoveries too wherever the PG can
-/// serve meanwhile; a PG without min_size complete copies still recovers before it serves.
-pub fn min_objects_under_flags(
-    map: &ClusterMap,
-    iv: &Interval,
-    plan: &PeeringPlan,
-    up: &BTreeSet<i32>,
-    normal: usize,
-) -> usize {
-    if !map.has(MapFlag::NoRecover) && !map.has(MapFlag::NoRebalance) {
-        return normal;
+/// The map flag that sets `hold`.
+pub fn flag_of(hold: Hold) -> MapFlag {
+    match hold {
+        Hold::NoRecover => MapFlag::NoRecover,
+        Hold::NoBackfill => MapFlag::NoBackfill,
+        Hold::NoRebalance => MapFlag::NoRebalance,
     }
-    match temporary_acting(iv, plan, up, 1) {
-        Some(temp) if held_by(map, false, temp.len(), iv.size).is_some() => 1,
-        _ => normal,
-    }
-}
-
-/// The cluster flag of `map` that holds back the recovery `plan` gives `iv`'s acting copies,
-/// were the PG served by `serving` copies meanwhile: a primary that could not get its
-/// temporary acting set must then peer again later rather than recover before activation,
-/// which would move what the flag holds in place.
-pub fn holding_flag(
-    map: &ClusterMap,
-    iv: &Interval,
-    plan: &PeeringPlan,
-    serving: usize,
-) -> Option<MapFlag> {
-    iv.acting.iter().find_map(|o| match plan.recovery.get(o)? {
-        Recovery::Clean => None,
-        Recovery::Backfill => held_by(map, true, serving, iv.size),
-        Recovery::Log { .. } => held_by(map, false, serving, iv.size),
-    })
 }
 
 /// Has `pg` (peering in the interval of `epoch`) served by `temp`: true once the map that
@@ -186,17 +129,10 @@ fn still(pg: &Pg, epoch: u64, up: &[i32]) -> bool {
 }
 
 /// The cluster flag of `map` that holds back recovering a copy (`backfill`: one beyond the
-/// PG log's reach) of a PG served by `serving` copies of its pool's `size`, if any:
-/// `nobackfill` or `norecover` by the copy's kind, and `norebalance` when the PG has its size
-/// of copies serving (it is only misplaced, not degraded).
+/// PG log's reach) of a PG served by `serving` copies of its pool's `size`, if any
+/// ([`cairn_pg::acting::held_by`]).
 pub fn held_by(map: &ClusterMap, backfill: bool, serving: usize, size: usize) -> Option<MapFlag> {
-    let own = match backfill {
-        true => MapFlag::NoBackfill,
-        false => MapFlag::NoRecover,
-    };
-    [own, MapFlag::NoRebalance]
-        .into_iter()
-        .find(|&f| map.has(f) && (f != MapFlag::NoRebalance || serving >= size))
+    cairn_pg::acting::held_by(&holds_of(map), backfill, serving, size).map(flag_of)
 }
 
 /// [`held_by`] in this OSD's newest map, for `pg`'s interval now.
@@ -497,73 +433,6 @@ async fn push_throttled(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_pg::{Eversion, LogEntry, OpKind, PgLog};
-
-    fn log(n: u64) -> PgLog {
-        let mut log = PgLog::new(1000);
-        for v in 1..=n {
-            log.append(LogEntry {
-                version: Eversion::new(1, v),
-                object: format!("o{v}"),
-                op: OpKind::Modify,
-                prior: Eversion::default(),
-                reqid: None,
-            })
-            .unwrap();
-        }
-        log
-    }
-
-    fn peer(osd: i32, les: u64, log: PgLog) -> PeerLog {
-        PeerLog {
-            osd,
-            last_epoch_started: les,
-            log,
-            missing: Default::default(),
-        }
-    }
-
-    fn interval(acting: Vec<i32>) -> Interval {
-        Interval {
-            epoch: 10,
-            up: acting.clone(),
-            acting,
-            size: 3,
-            min_size: 2,
-            ..Interval::default()
-        }
-    }
-
-    #[test]
-    fn only_a_long_recovery_with_enough_complete_copies_gets_a_temporary_acting_set() {
-        let up: BTreeSet<i32> = (0..6).collect();
-        let full = log(100);
-        // osd.0 (primary) is 100 objects behind, osd.1 and osd.2 complete, osd.3 (a copy of
-        // an earlier interval) complete.
-        let logs = [
-            peer(0, 5, log(0)),
-            peer(1, 8, full.clone()),
-            peer(2, 8, full.clone()),
-            peer(3, 8, full.clone()),
-        ];
-        let p = plan(&logs, 0).unwrap();
-        let iv = interval(vec![0, 1, 2]);
-        assert_eq!(temporary_acting(&iv, &p, &up, 64), Some(vec![1, 2, 3]));
-        // A short recovery is done before activation.
-        assert_eq!(temporary_acting(&iv, &p, &up, 101), None);
-        // Copies that are down do not serve.
-        let few: BTreeSet<i32> = [0, 1].into();
-        assert_eq!(
-            temporary_acting(&iv, &p, &few, 64),
-            None,
-            "one copy < min_size"
-        );
-        let some: BTreeSet<i32> = [0, 1, 2].into();
-        assert_eq!(temporary_acting(&iv, &p, &some, 64), Some(vec![1, 2]));
-        // Every acting copy complete: nothing to do.
-        let iv = interval(vec![1, 2, 3]);
-        assert_eq!(temporary_acting(&iv, &p, &up, 1), None);
-    }
 
     #[test]
     fn each_flag_holds_the_fills_it_names_and_norebalance_only_misplaced_pgs() {
@@ -581,40 +450,15 @@ mod tests {
         assert_eq!(held_by(&map, true, 2, 3), None, "a degraded PG recovers");
         map.flags = [MapFlag::NoOut, MapFlag::NoScrub, MapFlag::PauseWr].into();
         assert_eq!(held_by(&map, true, 3, 3), None, "other flags hold no fill");
-    }
-
-    #[test]
-    fn a_flag_holding_the_recovery_keeps_a_pg_from_recovering_before_activation() {
-        let logs = [
-            peer(0, 5, log(0)),
-            peer(1, 8, log(100)),
-            peer(2, 8, log(100)),
-        ];
-        let p = plan(&logs, 0).unwrap();
-        assert!(matches!(p.recovery.get(&0), Some(Recovery::Log { .. })));
-        let iv = interval(vec![0, 1, 2]);
-        let mut map = ClusterMap::new("held").unwrap();
-        assert_eq!(holding_flag(&map, &iv, &p, 3), None);
-        map.flags = [MapFlag::NoRebalance].into();
-        assert_eq!(holding_flag(&map, &iv, &p, 3), Some(MapFlag::NoRebalance));
-        assert_eq!(
-            holding_flag(&map, &iv, &p, 2),
-            None,
-            "a degraded PG recovers"
-        );
-        map.flags = [MapFlag::NoBackfill].into();
-        assert_eq!(
-            holding_flag(&map, &iv, &p, 2),
-            None,
-            "a log recovery goes on"
-        );
-        map.flags = [MapFlag::NoRecover].into();
-        assert_eq!(holding_flag(&map, &iv, &p, 2), Some(MapFlag::NoRecover));
-        let clean = interval(vec![1, 2]);
-        assert_eq!(
-            holding_flag(&map, &clean, &p, 2),
-            None,
-            "nothing to recover"
-        );
+        assert!(holds_of(&map).is_empty());
+        map.flags = [
+            MapFlag::NoRecover,
+            MapFlag::NoBackfill,
+            MapFlag::NoRebalance,
+        ]
+        .into();
+        let all = holds_of(&map);
+        assert_eq!(all.len(), 3);
+        assert!(all.iter().all(|h| map.has(flag_of(*h))));
     }
 }

@@ -1,10 +1,9 @@
 //! Peering against a reference model: whatever the histories (prefixes, trimmed logs,
 //! divergent writes from an old interval), applying the plan makes every copy's objects equal
-//! the authoritative copy's; plus the state machine's sequence.
+//! the authoritative copy's.
 
 use std::collections::BTreeMap;
 
-use cairn_pg::machine::{Action, Event, PeeringMachine, PgState};
 use cairn_pg::{plan, Eversion, LogEntry, OpKind, PeerLog, PgLog, Recovery};
 use proptest::prelude::*;
 
@@ -253,90 +252,6 @@ proptest! {
             prop_assert_eq!(&objects, &auth_objects, "osd {} after {:?}", osd, p.recovery[&osd]);
         }
     }
-}
-
-#[test]
-fn the_primary_gathers_logs_activates_and_becomes_clean() {
-    let a1 = e(5, 1, "a", OpKind::Modify, Eversion::default());
-    let b2 = e(5, 2, "b", OpKind::Modify, Eversion::default());
-    let mine = PeerLog {
-        osd: 0,
-        last_epoch_started: 5,
-        log: log_of(&[a1.clone(), b2.clone()], 100),
-        missing: Default::default(),
-    };
-    let mut m = PeeringMachine::new(0, mine);
-    let actions = m.handle(Event::Map {
-        epoch: 7,
-        acting: vec![0, 1, 2],
-        min_size: 2,
-    });
-    assert_eq!(
-        actions,
-        vec![
-            Action::RequestLog { to: 1, epoch: 7 },
-            Action::RequestLog { to: 2, epoch: 7 }
-        ]
-    );
-    assert!(
-        m.handle(Event::Log {
-            epoch: 6,
-            peer: PeerLog {
-                osd: 1,
-                last_epoch_started: 5,
-                log: PgLog::new(100),
-                missing: Default::default()
-            }
-        })
-        .is_empty(),
-        "stale answers are ignored"
-    );
-    m.handle(Event::Log {
-        epoch: 7,
-        peer: PeerLog {
-            osd: 1,
-            last_epoch_started: 5,
-            log: log_of(std::slice::from_ref(&a1), 100),
-            missing: Default::default(),
-        },
-    });
-    let actions = m.handle(Event::Log {
-        epoch: 7,
-        peer: PeerLog {
-            osd: 2,
-            last_epoch_started: 5,
-            log: log_of(&[a1, b2], 100),
-            missing: Default::default(),
-        },
-    });
-    assert!(actions.contains(&Action::Push {
-        to: 1,
-        object: "b".into(),
-        version: Some(Eversion::new(5, 2))
-    }));
-    assert!(matches!(
-        actions.last(),
-        Some(Action::Activate { epoch: 7, .. })
-    ));
-    assert!(matches!(m.state, PgState::Active { .. }));
-    m.handle(Event::Recovered {
-        osd: 1,
-        object: "b".into(),
-    });
-    assert_eq!(m.state, PgState::Clean);
-    // Not primary in the next map; and too few copies is incomplete.
-    m.handle(Event::Map {
-        epoch: 8,
-        acting: vec![1, 0],
-        min_size: 2,
-    });
-    assert_eq!(m.state, PgState::Stray);
-    m.handle(Event::Map {
-        epoch: 9,
-        acting: vec![0],
-        min_size: 2,
-    });
-    assert_eq!(m.state, PgState::Incomplete);
 }
 
 #[test]
