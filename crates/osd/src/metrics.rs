@@ -511,7 +511,7 @@ pub fn encode_store(
     for (name, help, value) in counts {
         e.counters(name, help, [(at, value)])?;
     }
-    let seconds: [(&str, &str, f64); 8] = [
+    let seconds: [(&str, &str, f64); 9] = [
         (
             "cairn_osd_store_stage_seconds_total",
             "Time staging transactions.",
@@ -551,6 +551,11 @@ pub fn encode_store(
             "cairn_osd_store_pipeline_wait_seconds_total",
             "Time committers waited for a group in flight to make room.",
             st.pipeline_wait_ns as f64 * NS,
+        ),
+        (
+            "cairn_osd_store_read_device_seconds_total",
+            "Time reads spent on the device holding the store's state lock (what committers' lock waits wait behind).",
+            st.read_device_ns as f64 * NS,
         ),
     ];
     for (name, help, value) in seconds {
@@ -611,6 +616,7 @@ mod tests {
             free_bytes: 4096,
             io_buffers_free_bytes: 8 << 20,
             onode_cache_misses: 3,
+            read_device_ns: 250_000_000,
             ..Default::default()
         };
         let text = cairn_metrics::render(move |e| encode_store(e, "2", &st));
@@ -621,6 +627,7 @@ mod tests {
         assert!(text.contains("cairn_osd_store_free_bytes{osd=\"2\"} 4096\n"));
         assert!(text.contains("cairn_osd_store_io_buffers_free_bytes{osd=\"2\"} 8388608\n"));
         assert!(text.contains("cairn_osd_store_onode_cache_misses_total{osd=\"2\"} 3\n"));
+        assert!(text.contains("cairn_osd_store_read_device_seconds_total{osd=\"2\"} 0.25\n"));
     }
 
     #[test]

@@ -279,6 +279,7 @@ impl Store {
         let len = usize_of(blocks * bs);
         let runs = self.device_runs(pieces);
         let covered: u64 = pieces.iter().map(Extent::blocks).sum();
+        let on_device = std::time::Instant::now();
         let mut buf = match runs.as_slice() {
             [(_, _, n)] if *n == blocks => {
                 let buf = self.bufs.take(len)?;
@@ -302,6 +303,7 @@ impl Store {
                 buf
             }
         };
+        crate::apply::elapsed_into(&self.counters.read_device_ns, on_device);
         let hole_crc = if covered < blocks {
             crc_fast::crc32_iscsi(&vec![0u8; usize_of(bs)])
         } else {

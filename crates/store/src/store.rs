@@ -153,6 +153,9 @@ pub struct StoreStats {
     pub early_wait_ns: u64,
     /// Time committers waited for a group in flight to make room in the pipeline, ns.
     pub pipeline_wait_ns: u64,
+    /// Time reads spent on the device holding the store's state lock, ns: what
+    /// `lock_wait_ns` waits behind.
+    pub read_device_ns: u64,
     /// Group commits made durable by a write-ahead log record (one device flush, no KV sync).
     pub wal_records: u64,
     /// Group commits whose writes started while an earlier group's were still in flight
@@ -218,6 +221,7 @@ pub(crate) struct Counters {
     pub lock_wait_ns: AtomicU64,
     pub early_wait_ns: AtomicU64,
     pub pipeline_wait_ns: AtomicU64,
+    pub read_device_ns: AtomicU64,
     /// [`Store::commit_backlog`], shared with whoever watches it.
     pub backlog: BacklogGauge,
     pub wal_records: AtomicU64,
@@ -909,6 +913,7 @@ impl Store {
             lock_wait_ns: self.counters.lock_wait_ns.load(Ordering::Relaxed),
             early_wait_ns: self.counters.early_wait_ns.load(Ordering::Relaxed),
             pipeline_wait_ns: self.counters.pipeline_wait_ns.load(Ordering::Relaxed),
+            read_device_ns: self.counters.read_device_ns.load(Ordering::Relaxed),
             wal_records: self.counters.wal_records.load(Ordering::Relaxed),
             groups_overlapped: self.counters.groups_overlapped.load(Ordering::Relaxed),
             wal_bytes_written: self.counters.wal_bytes_written.load(Ordering::Relaxed),

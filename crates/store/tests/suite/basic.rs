@@ -1214,3 +1214,24 @@ async fn a_long_xattr_survives_power_cuts_after_every_kind_of_write() {
         );
     }
 }
+
+#[tokio::test]
+async fn reads_count_their_time_on_the_device_under_the_state_lock() {
+    let r = rig().await;
+    let s = r.store();
+    let mut t = Transaction::new();
+    t.write("c", "a", 0, &pattern(7, 64 << 10));
+    s.queue_transaction(&t).await.unwrap();
+    let before = s.stats().await.read_device_ns;
+    let data = s.read("c", "a", 0, 64 << 10).await.unwrap();
+    assert_eq!(&data[..], &pattern(7, 64 << 10)[..]);
+    let after = s.stats().await.read_device_ns;
+    assert!(
+        after > before,
+        "a read from the device is counted ({before} -> {after} ns)"
+    );
+    // An empty range reads nothing from the device.
+    let none = s.read("c", "a", 64 << 10, 4096).await.unwrap();
+    assert!(none.is_empty());
+    assert_eq!(s.stats().await.read_device_ns, after);
+}
