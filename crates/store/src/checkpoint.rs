@@ -17,6 +17,7 @@ use crate::keyfilter::KeyFilter;
 use crate::kv::{DEFERRED, META};
 use crate::logged;
 use crate::overlay::{Frozen, Overlay, Thawed};
+use crate::pins::ReadPins;
 use crate::store::{blocking, write_ios, State, Store};
 use crate::wal::{self, Marker};
 use cairn_blockdev::BlockDevice;
@@ -110,6 +111,10 @@ struct JobInput {
     io_depth: usize,
     stop: Arc<AtomicBool>,
     onode_keys: Arc<KeyFilter>,
+    /// Reads on the device, and the mark of those begun before the freeze: a block is written
+    /// in place only once they have ended (one of them may be reading its old contents).
+    pins: Arc<ReadPins>,
+    reads_before: u64,
 }
 
 impl JobInput {
@@ -128,6 +133,7 @@ impl JobInput {
         let t0 = Instant::now();
         let mut done = JobDone::default();
         if !self.applying.is_empty() {
+            self.pins.wait_blocking(self.reads_before);
             self.stopped()?;
             done.bytes_written = self.runtime.block_on(write_in_place(
                 &*self.dev,
@@ -294,6 +300,8 @@ impl Store {
             io_depth: self.cfg.checkpoint_io_depth,
             stop: stop.clone(),
             onode_keys: self.onode_keys.clone(),
+            pins: self.pins.clone(),
+            reads_before: self.pins.mark(),
         };
         let nice = self.cfg.checkpoint_nice;
         let (finish, finished) = oneshot::channel::<()>();
@@ -362,7 +370,7 @@ impl Store {
             }
         }
         for (start, len) in job.quarantine {
-            self.allocator().release(start, len).map_err(|e| {
+            self.release_after_reads(st, start, len).map_err(|e| {
                 self.fatal(StoreError::Failed(format!(
                     "allocator inconsistent after a checkpoint: {e}"
                 )))
@@ -396,7 +404,44 @@ impl Store {
             job.quarantine.push((start, len));
             return Ok(());
         }
-        self.allocator().release(start, len)
+        self.release_after_reads(st, start, len)
+    }
+
+    /// Returns a freed run to the allocator, or holds it until the reads on the device now
+    /// (which may have resolved one of its blocks before it was freed) have ended; releases
+    /// the runs held so whose reads have ended.
+    pub(crate) fn release_after_reads(&self, st: &mut State, start: u64, len: u64) -> Result<()> {
+        self.release_read_quarantine(st)?;
+        let mark = self.pins.mark();
+        if self.pins.drained(mark) {
+            return self.allocator().release(start, len);
+        }
+        st.read_quarantine.push((mark, start, len));
+        Ok(())
+    }
+
+    /// Releases the runs held for reads that have all ended.
+    pub(crate) fn release_read_quarantine(&self, st: &mut State) -> Result<()> {
+        if st.read_quarantine.is_empty() {
+            return Ok(());
+        }
+        let (ended, held): (Vec<_>, Vec<_>) = std::mem::take(&mut st.read_quarantine)
+            .into_iter()
+            .partition(|(mark, _, _)| self.pins.drained(*mark));
+        st.read_quarantine = held;
+        let mut alloc = self.allocator();
+        for (_, start, len) in ended {
+            alloc.release(start, len)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every read on the device now, then releases every run held for reads: what
+    /// fsck needs to find the allocator and the KV in agreement.
+    pub(crate) async fn release_all_read_quarantine(&self, st: &mut State) -> Result<()> {
+        let mark = self.pins.mark();
+        self.pins.wait(mark).await;
+        self.release_read_quarantine(st)
     }
 
     /// Applies every committed deferred write in place now, flushes, then checkpoints without
@@ -409,6 +454,9 @@ impl Store {
         let mut pending: Vec<(u64, Arc<Vec<u8>>)> =
             st.deferred.iter().map(|(k, v)| (*k, v.clone())).collect();
         pending.sort_unstable_by_key(|(k, _)| *k);
+        // A read on the device now may be reading one of these blocks' old contents.
+        let mark = self.pins.mark();
+        self.pins.wait(mark).await;
         let bytes = write_in_place(
             &*self.dev,
             &self.bufs,

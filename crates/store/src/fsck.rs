@@ -51,6 +51,7 @@ impl Store {
         if !w.overlay.is_empty() {
             self.checkpoint(&mut w, Vec::new()).await?;
         }
+        self.release_all_read_quarantine(&mut w).await?;
         let st = w.downgrade();
         let rtx = self.db.begin_read().map_err(kv)?;
         let mut rep = FsckReport::default();

@@ -35,6 +35,7 @@ pub mod kv;
 mod logged;
 mod overlay;
 mod paced;
+mod pins;
 mod read;
 mod replay;
 mod stage;

@@ -17,7 +17,9 @@ use crate::store::{ObjectStat, State, Store};
 use crate::txn::DataCrcs;
 use crate::usage::CollectionUsage;
 use bytes::Bytes;
+use std::collections::HashMap;
 use std::sync::Arc;
+use tokio::sync::RwLockReadGuard;
 
 /// The committed KV as readers see it: a redb snapshot under the overlay (read it only while
 /// holding the store's shared lock, which guards the overlay).
@@ -188,7 +190,7 @@ impl Store {
         self.check_ok()?;
         let st = self.state.read().await;
         let meta = self.object_meta(&st, coll, obj)?;
-        self.read_meta(&st, &meta, coll, obj, offset_bytes, len_bytes)
+        self.read_meta(st, &meta, coll, obj, offset_bytes, len_bytes)
             .await
     }
 
@@ -208,15 +210,18 @@ impl Store {
         let meta = self.object_meta(&st, coll, obj)?;
         let value = self.attr_of(&st, &meta, coll, obj, attr)?;
         let (bytes, crcs) = self
-            .read_meta(&st, &meta, coll, obj, offset_bytes, len_bytes)
+            .read_meta(st, &meta, coll, obj, offset_bytes, len_bytes)
             .await?;
         Ok((bytes, crcs, value))
     }
 
-    /// The read of [`Store::read_checksummed`] once the object's metadata is known.
+    /// The read of [`Store::read_checksummed`] once the object's metadata is known: the blocks
+    /// to read (and the contents of those with a deferred write pending) are resolved under the
+    /// state lock `st`, which is let go before the device is read; a [`crate::pins::ReadPin`]
+    /// keeps those blocks from reuse or rewriting in place until the read ends.
     async fn read_meta(
         &self,
-        st: &State,
+        st: RwLockReadGuard<'_, State>,
         meta: &CachedObject,
         coll: &str,
         obj: &str,
@@ -241,13 +246,17 @@ impl Store {
         }
         let (first, last) = (offset_bytes / bs, (end - 1) / bs);
         let pieces: Vec<Extent> = self
-            .extents_in(st, coll, obj, meta, first, last + 1)?
+            .extents_in(&st, coll, obj, meta, first, last + 1)?
             .iter()
             .map(|e| e.slice(first, last + 1))
             .collect();
+        let pending = pending_deferred(&st, &pieces);
+        let pin = self.pins.enter();
+        drop(st);
         let (window, crcs) = self
-            .read_window(st, coll, obj, first, last + 1 - first, &pieces)
+            .read_window(coll, obj, first, last + 1 - first, &pieces, &pending)
             .await?;
+        drop(pin);
         let skip = usize_of(offset_bytes - first * bs);
         let bytes = window.slice(skip..skip + usize_of(end - offset_bytes));
         let whole = if skip == 0 {
@@ -268,12 +277,12 @@ impl Store {
     /// the returned buffer; otherwise runs are read into the window one by one.
     async fn read_window(
         &self,
-        st: &State,
         coll: &str,
         obj: &str,
         first: u64,
         blocks: u64,
         pieces: &[Extent],
+        pending: &PendingDeferred,
     ) -> Result<(Bytes, Vec<u32>)> {
         let bs = self.sb.block_bytes;
         let len = usize_of(blocks * bs);
@@ -315,7 +324,7 @@ impl Store {
             for (n, &crc) in e.crcs.iter().enumerate() {
                 let at = usize_of((e.lblock + n as u64 - first) * bs);
                 let block = &mut window[at..at + usize_of(bs)];
-                if let Some(d) = st.deferred.get(&(e.pblock + n as u64)) {
+                if let Some(d) = pending.get(&(e.pblock + n as u64)) {
                     block.copy_from_slice(d);
                 }
                 self.verify(coll, obj, e.lblock + n as u64, crc, block)?;
@@ -651,4 +660,21 @@ impl Store {
         let v = self.view(&st)?;
         Ok(v.colls().all()?.into_iter().map(|(k, _)| k).collect())
     }
+}
+
+/// Contents of the blocks a read covers that have a committed deferred write pending (not yet
+/// written in place): physical block -> contents. Usually empty.
+type PendingDeferred = HashMap<u64, Arc<Vec<u8>>>;
+
+/// The pending deferred contents of `pieces`' blocks, taken under the state lock so that the
+/// read need not hold it while the device is read.
+fn pending_deferred(st: &State, pieces: &[Extent]) -> PendingDeferred {
+    if st.deferred.is_empty() {
+        return PendingDeferred::new();
+    }
+    pieces
+        .iter()
+        .flat_map(|e| e.pblock..e.pblock + e.blocks())
+        .filter_map(|p| Some((p, st.deferred.get(&p)?.clone())))
+        .collect()
 }

@@ -253,6 +253,10 @@ pub(crate) struct State {
     pub retired: Option<Retired>,
     /// Groups whose writes are in flight, oldest first (at most `inflight::MAX_IN_FLIGHT`).
     pub inflight: std::collections::VecDeque<crate::inflight::InFlight>,
+    /// Runs freed while reads that may have resolved their blocks were on the device:
+    /// `(read mark, start, blocks)`, released once the reads pinned at or before the mark have
+    /// ended (see [`crate::pins`]).
+    pub read_quarantine: Vec<(u64, u64, u64)>,
 }
 
 /// Runs `f`, which blocks (a KV sync, waiting for a checkpoint thread), so that on a
@@ -353,6 +357,8 @@ pub struct Store {
     /// Blocks taken for early writes whose transactions have not been staged yet (or were
     /// abandoned mid-write: those stay taken until the next mount). Neither free nor referenced.
     pub(crate) early_blocks: AtomicU64,
+    /// Reads on the device without the state lock (see [`crate::pins`]).
+    pub(crate) pins: Arc<crate::pins::ReadPins>,
 }
 
 impl std::fmt::Debug for Store {
@@ -621,6 +627,7 @@ impl Store {
                 checkpoint_job: None,
                 retired: None,
                 inflight: std::collections::VecDeque::new(),
+                read_quarantine: Vec::new(),
             }),
             failed: Mutex::new(None),
             counters,
@@ -635,6 +642,7 @@ impl Store {
             free_blocks_hint: AtomicU64::new(free_blocks),
             capacity_blocks,
             early_blocks: AtomicU64::new(0),
+            pins: Arc::new(crate::pins::ReadPins::default()),
             cfg,
         };
         {

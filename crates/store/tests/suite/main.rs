@@ -10,5 +10,6 @@ mod early;
 mod extents;
 mod model;
 mod pipeline;
+mod reads;
 mod shutdown;
 mod wal;
