@@ -539,7 +539,7 @@ pub fn encode_store(
         ),
         (
             "cairn_osd_store_lock_wait_seconds_total",
-            "Time committers waited for the store's state lock (held by reads across their device reads).",
+            "Time committers waited for the store's state lock.",
             st.lock_wait_ns as f64 * NS,
         ),
         (
@@ -554,7 +554,7 @@ pub fn encode_store(
         ),
         (
             "cairn_osd_store_read_device_seconds_total",
-            "Time reads spent on the device holding the store's state lock (what committers' lock waits wait behind).",
+            "Time reads spent on the device (without the store's state lock).",
             st.read_device_ns as f64 * NS,
         ),
     ];

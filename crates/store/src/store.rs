@@ -146,15 +146,14 @@ pub struct StoreStats {
     /// Time group commits spent waiting for checkpoints (their own, or one in flight at a hard
     /// limit), ns: the part of `checkpoint_ns` that commits' latency saw.
     pub checkpoint_wait_ns: u64,
-    /// Time committers waited for the store's state lock, which reads hold across their
-    /// device reads, ns.
+    /// Time committers waited for the store's state lock (reads hold it only to resolve
+    /// their blocks), ns.
     pub lock_wait_ns: u64,
     /// Time committers waited for the oldest queued transaction's early writes, ns.
     pub early_wait_ns: u64,
     /// Time committers waited for a group in flight to make room in the pipeline, ns.
     pub pipeline_wait_ns: u64,
-    /// Time reads spent on the device holding the store's state lock, ns: what
-    /// `lock_wait_ns` waits behind.
+    /// Time reads spent on the device, ns (without the state lock).
     pub read_device_ns: u64,
     /// Group commits made durable by a write-ahead log record (one device flush, no KV sync).
     pub wal_records: u64,
