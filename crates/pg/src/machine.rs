@@ -414,11 +414,16 @@ impl Peering {
             .unwrap_or(0)
     }
 
+    /// The acting set's copies other than the primary, in order of OSD id.
+    fn other_copies(&self) -> BTreeSet<i32> {
+        self.setup.acting.osds.iter().copied().skip(1).collect()
+    }
+
     /// Asks the acting copies (all required), after noting the copies of earlier intervals
     /// (`previous`: the acting set just before this interval) to ask next.
     fn ask_acting(&mut self, previous: Vec<i32>) -> Step {
         let me = self.setup.me;
-        let others: BTreeSet<i32> = self.setup.acting.osds.iter().copied().skip(1).collect();
+        let others = self.other_copies();
         self.past = self
             .setup
             .earlier
@@ -516,16 +521,7 @@ impl Peering {
 
     /// The primary first: it must hold the authoritative state before it serves or pushes.
     fn recover_own(&mut self) -> Step {
-        self.copies = self
-            .setup
-            .acting
-            .osds
-            .iter()
-            .copied()
-            .skip(1)
-            .collect::<BTreeSet<i32>>()
-            .into_iter()
-            .collect();
+        self.copies = self.other_copies().into_iter().collect();
         let Some(plan) = self.plan.as_ref() else {
             return self.over(Step::Failed("no plan to recover by".into()));
         };

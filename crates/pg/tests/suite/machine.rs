@@ -98,6 +98,13 @@ fn open(m: &mut Peering, acting_set: &[i32], logs: Vec<PeerLog>, holds: &[Hold])
     m.advance(conditions(holds, false))
 }
 
+/// Plays a peering of acting set [0, 1] up to the prior set: osd.1 answers with writes 1..=4.
+fn hear_osd1(m: &mut Peering) -> Step {
+    m.start();
+    m.advance(acting(&[0, 1]));
+    m.advance(Outcome::Log(copy(1, 5, log(1, 4))))
+}
+
 fn activation_of(step: Step) -> cairn_pg::machine::Activation {
     match step {
         Step::Commit(a) => *a,
@@ -254,9 +261,7 @@ fn the_prior_set_asks_a_later_interval_or_declares_the_pg_down() {
 
     // The same interval on an OSD that is down: the PG is down.
     let mut m = peering(vec![0, 1], 4, &[]);
-    m.start();
-    m.advance(acting(&[0, 1]));
-    m.advance(Outcome::Log(copy(1, 5, log(1, 4))));
+    hear_osd1(&mut m);
     let step = m.advance(Outcome::PastIntervals {
         intervals: vec![rw(vec![9])],
         lost: BTreeMap::new(),
@@ -266,9 +271,7 @@ fn the_prior_set_asks_a_later_interval_or_declares_the_pg_down() {
 
     // Given up as lost after it began: the interval is given up too.
     let mut m = peering(vec![0, 1], 4, &[]);
-    m.start();
-    m.advance(acting(&[0, 1]));
-    m.advance(Outcome::Log(copy(1, 5, log(1, 4))));
+    hear_osd1(&mut m);
     let step = m.advance(Outcome::PastIntervals {
         intervals: vec![rw(vec![9])],
         lost: BTreeMap::from([(9, 8)]),
@@ -279,9 +282,7 @@ fn the_prior_set_asks_a_later_interval_or_declares_the_pg_down() {
 #[test]
 fn an_interval_that_ends_before_the_up_thru_stops_the_peering() {
     let mut m = peering(vec![0, 1], 4, &[]);
-    m.start();
-    m.advance(acting(&[0, 1]));
-    m.advance(Outcome::Log(copy(1, 5, log(1, 4))));
+    hear_osd1(&mut m);
     m.advance(no_intervals());
     assert_eq!(m.advance(acting(&[0, 1])), Step::UpThru);
     assert_eq!(m.advance(Outcome::UpThru(false)), Step::Stop);
