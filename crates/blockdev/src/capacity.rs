@@ -5,10 +5,10 @@
 //! studies use to learn what a device can do (IOPS, bandwidth) and the check that profiles
 //! reproduce their sources. It must never read a clock: all time is simulated nanoseconds.
 
-use crate::convert::{sat_usize, usize_of};
 use crate::device::{IoKind, IoRequest};
 use crate::error::{BlockDevError, Result};
 use crate::model::{Engine, TimingModel};
+use cairn_convert::{sat_usize, usize_of};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -98,7 +98,7 @@ impl EmulatedDevice {
 }
 
 fn elapsed_ns(epoch: Instant) -> u64 {
-    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    cairn_convert::nanos(epoch.elapsed())
 }
 
 async fn drive(

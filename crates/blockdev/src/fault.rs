@@ -7,10 +7,10 @@
 //! point take effect, and never make an unflushed write "survive" except through
 //! [`FaultDevice::power_loss`] with an explicit mode and seed.
 
-use crate::convert::usize_of;
 use crate::device::{check_io, BlockDevice, DeviceProperties, IoKind, SECTOR_BYTES};
 use crate::error::{BlockDevError, Result};
 use async_trait::async_trait;
+use cairn_convert::usize_of;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -13,10 +13,10 @@
 
 use crate::aio::{AioError, AioRing, Pinned};
 use crate::aligned::AlignedBuf;
-use crate::convert::usize_of;
 use crate::device::{check_io, validate_geometry, BlockDevice, DeviceProperties, IoKind};
 use crate::error::{BlockDevError, Result};
 use async_trait::async_trait;
+use cairn_convert::usize_of;
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};

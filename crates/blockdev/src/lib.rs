@@ -26,7 +26,6 @@ mod aio;
 #[allow(unsafe_code)]
 pub mod aligned;
 pub mod capacity;
-mod convert;
 pub mod device;
 pub mod emulated;
 pub mod error;

@@ -4,10 +4,10 @@
 //! "durable" (there is no power to lose); crash behaviour is layered on by [`crate::FaultDevice`].
 //! It must never grow or shrink after creation.
 
-use crate::convert::usize_of;
 use crate::device::{check_io, validate_geometry, BlockDevice, DeviceProperties, IoKind};
 use crate::error::Result;
 use async_trait::async_trait;
+use cairn_convert::usize_of;
 use std::sync::RwLock;
 
 /// A RAM-backed block device.

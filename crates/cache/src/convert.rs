@@ -2,13 +2,7 @@
 //! in-memory lengths and indexes (usize), the u32 line and sector numbers, and the line
 //! counts computed from an allocation share in floating point.
 
-/// `n` (bytes or an index the cache holds in memory: a piece of one I/O, a sector run, a
-/// line entry) as a usize: each is bounded by a buffer the caller passed in or by the line
-/// table (a u32 number of lines), far below `usize::MAX` on the 64-bit targets the cache
-/// runs on, so a value beyond it is a broken invariant, not input to handle.
-pub(crate) fn usize_of(n: u64) -> usize {
-    usize::try_from(n).expect("a quantity the cache holds in memory fits in usize")
-}
+pub(crate) use cairn_convert::usize_of;
 
 /// `n` (a count of lines or a line number) as a u32: a line table has a u32 number of lines
 /// ([`crate::layout::Geometry::lines`]), so every count or index of them fits.
@@ -40,7 +34,6 @@ mod tests {
         assert_eq!(share_of(-1.0, 7), 0);
         assert_eq!(share_of(f64::NAN, 7), 0);
         assert_eq!(share_of(1e12, u32::MAX), u32::MAX);
-        assert_eq!(usize_of(4096), 4096);
         assert_eq!(line_u32(3), 3);
         assert_eq!(sector_u32(16), 16);
     }

@@ -102,7 +102,7 @@ impl Default for TokioClock {
 
 impl Clock for TokioClock {
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        cairn_convert::millis(self.epoch.elapsed())
     }
 }
 

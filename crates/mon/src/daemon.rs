@@ -288,11 +288,11 @@ async fn run_core(
     metrics: Arc<MonMetrics>,
 ) {
     let started = Instant::now();
-    let now_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let now_ms = || cairn_convert::millis(started.elapsed());
     monitor.set_unix_origin_ms(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            .map_or(0, cairn_convert::millis),
     );
     let mut subscribers: BTreeMap<u64, (SessionSender, u64)> = BTreeMap::new();
     let mut ticker = tokio::time::interval(Duration::from_secs(1));

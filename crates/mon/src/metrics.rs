@@ -64,10 +64,8 @@ impl MonMetrics {
     /// Counts one durable save of a new epoch that took `took`.
     pub fn record_save(&self, took: Duration) {
         self.map_saves.fetch_add(1, Ordering::Relaxed);
-        self.map_save_ns.fetch_add(
-            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        self.map_save_ns
+            .fetch_add(cairn_convert::nanos(took), Ordering::Relaxed);
     }
 
     /// Counts one map update pushed to a subscriber: a full map or incrementals.

@@ -67,7 +67,7 @@ pub enum MsgrError {
 impl MsgrError {
     /// A [`MsgrError::Timeout`] after waiting `waited` (in whole milliseconds, saturating).
     pub fn timed_out(waited: std::time::Duration) -> Self {
-        MsgrError::Timeout(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
+        MsgrError::Timeout(cairn_convert::millis(waited))
     }
 
     /// Whether a received frame failed its integrity check (its tag, or a checksum): altered on

@@ -271,7 +271,7 @@ impl Run<'_> {
         if let Some(e) = first_error {
             return Err(e);
         }
-        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let ns = crate::convert::nanos(elapsed);
         Ok((names.len() as u64, ns))
     }
 }

@@ -2,12 +2,9 @@
 //! timestamps, u64 offsets into in-memory positions, and the short lists and pages it
 //! serves (usize) into the u32 and i32 counts of the backend's calls and S3's XML.
 
-use std::time::Duration;
+pub(crate) use cairn_convert::nanos;
 
-/// `d` in whole nanoseconds for a rate limiter's clock, saturating (after 584 years).
-pub(crate) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
+use std::time::Duration;
 
 /// `d` in whole milliseconds for a timestamp, saturating (after 292 million years).
 pub(crate) fn millis(d: Duration) -> i64 {
@@ -39,8 +36,6 @@ mod tests {
 
     #[test]
     fn durations_and_offsets_saturate_and_counts_convert() {
-        assert_eq!(nanos(Duration::from_micros(3)), 3_000);
-        assert_eq!(nanos(Duration::MAX), u64::MAX);
         assert_eq!(millis(Duration::from_secs(2)), 2_000);
         assert_eq!(millis(Duration::MAX), i64::MAX);
         assert_eq!(sat_usize(7), 7);

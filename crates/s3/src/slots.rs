@@ -167,7 +167,7 @@ impl Drop for Busy {
 }
 
 fn nanos_since(epoch: Instant) -> u64 {
-    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    crate::convert::nanos(epoch.elapsed())
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::ledger::Ledger;
-use crate::world::{
-    millis, mon_addr, Board, Options, Violation, MAX_OBJECT_BYTES, POOL, SETUP_LIMIT,
-};
+use cairn_convert::millis;
+
+use crate::world::{mon_addr, Board, Options, Violation, MAX_OBJECT_BYTES, POOL, SETUP_LIMIT};
 
 /// The client host: makes the pool, writes while the faults play, waits for the heal, then
 /// checks the cluster.

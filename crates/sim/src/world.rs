@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_convert::millis;
 use cairn_mon::daemon::{MonDaemon, MonServing};
 use cairn_mon::store::MapStore;
 use cairn_mon::MonConfig;
@@ -214,10 +215,6 @@ fn store_config() -> StoreConfig {
         checkpoint_in_background: false,
         ..StoreConfig::default()
     }
-}
-
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 pub(crate) fn mon_addr() -> SocketAddr {

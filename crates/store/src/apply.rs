@@ -32,7 +32,7 @@ use tokio::sync::oneshot;
 
 /// Adds the time since `since` to `counter`, ns.
 pub(crate) fn elapsed_into(counter: &AtomicU64, since: Instant) {
-    counter.fetch_add(crate::convert::nanos(since.elapsed()), Ordering::Relaxed);
+    counter.fetch_add(cairn_convert::nanos(since.elapsed()), Ordering::Relaxed);
 }
 
 /// A transaction waiting for its group commit.

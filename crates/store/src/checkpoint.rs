@@ -11,7 +11,6 @@
 //! write targets.
 
 use crate::bufpool::{BufPool, RunBuf};
-use crate::convert::usize_of;
 use crate::error::{kv, Result, StoreError};
 use crate::keyfilter::KeyFilter;
 use crate::kv::{DEFERRED, META};
@@ -21,6 +20,7 @@ use crate::pins::ReadPins;
 use crate::store::{blocking, write_ios, State, Store};
 use crate::wal::{self, Marker};
 use cairn_blockdev::BlockDevice;
+use cairn_convert::usize_of;
 use redb::Database;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -263,7 +263,7 @@ impl Store {
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.counters
             .checkpoint_ns
-            .fetch_add(crate::convert::nanos(t0.elapsed()), Ordering::Relaxed);
+            .fetch_add(cairn_convert::nanos(t0.elapsed()), Ordering::Relaxed);
         Ok(())
     }
 
@@ -380,7 +380,7 @@ impl Store {
         let c = &self.counters;
         c.checkpoints.fetch_add(1, Ordering::Relaxed);
         c.checkpoint_ns
-            .fetch_add(crate::convert::nanos(done.elapsed), Ordering::Relaxed);
+            .fetch_add(cairn_convert::nanos(done.elapsed), Ordering::Relaxed);
         c.deferred_applied
             .fetch_add(job.applying.len() as u64, Ordering::Relaxed);
         c.device_bytes_written

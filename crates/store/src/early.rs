@@ -21,11 +21,11 @@
 //! before it).
 
 use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
-use crate::convert::usize_of;
 use crate::error::{Result, StoreError};
 use crate::store::Store;
 use crate::txn::{DataCrcs, Op, Transaction};
 use bytes::Bytes;
+use cairn_convert::usize_of;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::watch;

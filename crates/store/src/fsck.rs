@@ -10,11 +10,11 @@
 //! (deep) every block matches its crc32c. It must never modify the store.
 
 use crate::codec::{self, split_block_key, split_prefix, Extent, Onode};
-use crate::convert::usize_of;
 use crate::error::{kv, Result};
 use crate::kv::{COLLS, DEFERRED, EXTENTS, OMAP, ONODES, XATTRS};
 use crate::store::{State, Store};
 use crate::usage::UsageTable;
+use cairn_convert::usize_of;
 use redb::ReadableTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;

@@ -13,7 +13,7 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::convert::usize_of;
+use cairn_convert::usize_of;
 
 /// Filter bits per key it is sized for (about 1% false positives at that load).
 pub(crate) const BITS_PER_KEY: u64 = 10;

@@ -6,10 +6,10 @@
 //! A redb commit with `Durability::Immediate` is the store's atomic commit point.
 //! This module must never interpret table contents (that is `codec`'s job).
 
-use crate::convert::usize_of;
 use crate::error::{kv, Result};
 use crate::keyfilter::KeyFilter;
 use cairn_blockdev::CrashSwitch;
+use cairn_convert::usize_of;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use redb::{Database, ReadOnlyTable, StorageBackend, TableDefinition};

@@ -22,7 +22,6 @@ mod cache;
 mod checkpoint;
 pub mod codec;
 pub mod config;
-mod convert;
 mod early;
 pub mod error;
 mod extmap;

@@ -7,7 +7,6 @@
 
 use crate::cache::{CachedObject, MAX_CACHED_EXTENT_BYTES};
 use crate::codec::{self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode};
-use crate::convert::usize_of;
 use crate::error::{Result, StoreError};
 use crate::extmap::{self, InTable};
 use crate::kv::KvSnapshot;
@@ -17,6 +16,7 @@ use crate::store::{ObjectStat, State, Store};
 use crate::txn::DataCrcs;
 use crate::usage::CollectionUsage;
 use bytes::Bytes;
+use cairn_convert::usize_of;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::RwLockReadGuard;

@@ -7,13 +7,13 @@
 //! It must never apply a record out of sequence, one whose checksum fails, or one after a gap.
 
 use crate::codec::Superblock;
-use crate::convert::usize_of;
 use crate::error::{kv, Result};
 use crate::kv::META;
 use crate::logged::replay_tables;
 use crate::store::Counters;
 use crate::wal::{self, Record, WalRing};
 use cairn_blockdev::BlockDevice;
+use cairn_convert::usize_of;
 use redb::Database;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

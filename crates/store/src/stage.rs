@@ -15,7 +15,6 @@ use crate::bufpool::{RunBuf, IO_ALIGN_BYTES};
 use crate::codec::{
     self, object_prefix, onode_key, prefix_end, sub_key, Extent, Onode, INLINE_EXTENTS_MAX_BYTES,
 };
-use crate::convert::usize_of;
 use crate::early::EarlyRun;
 use crate::error::{Result, StoreError};
 use crate::extmap::{self, ExtTable, InTable, Place, Records};
@@ -26,6 +25,7 @@ use crate::store::{State, Store};
 use crate::txn::{DataCrcs, Op};
 use crate::usage::UsageDelta;
 use crate::wal::Redo;
+use cairn_convert::usize_of;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -452,7 +452,7 @@ fn fresh_uuid(device_bytes: u64) -> u64 {
     use std::hash::BuildHasher;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(crate::convert::nanos)
+        .map(cairn_convert::nanos)
         .unwrap_or(0);
     std::collections::hash_map::RandomState::new().hash_one((nanos, device_bytes))
 }
@@ -487,7 +487,7 @@ impl Store {
         };
         let db = open_db(kv_loc, true, cfg, Arc::new(KvCounters::default()))?;
         let mut block0 = sb.encode();
-        block0.resize(crate::convert::usize_of(cfg.block_bytes), 0);
+        block0.resize(cairn_convert::usize_of(cfg.block_bytes), 0);
         dev.write(0, &block0).await?;
         // A zeroed ring: nothing there looks like a record, and a sparse file gets its ring
         // allocated now rather than on the first lap of commits.
@@ -496,7 +496,7 @@ impl Store {
         let mut at = Superblock::WAL_FIRST_BLOCK * cfg.block_bytes;
         while at < ring_end {
             let n = (ring_end - at).min(zeros.len() as u64);
-            dev.write(at, &zeros[..crate::convert::usize_of(n)]).await?;
+            dev.write(at, &zeros[..cairn_convert::usize_of(n)]).await?;
             at += n;
         }
         dev.flush().await?;
@@ -537,7 +537,7 @@ impl Store {
         let cfg = cfg.for_device(props.rotational);
         let kv_counters = Arc::new(KvCounters::default());
         let db = open_db(kv_loc, false, &cfg, kv_counters.clone())?;
-        let mut block0 = vec![0u8; crate::convert::usize_of(cfg.block_bytes)];
+        let mut block0 = vec![0u8; cairn_convert::usize_of(cfg.block_bytes)];
         dev.read(0, &mut block0).await?;
         let on_dev = Superblock::decode(&block0)?;
         let (in_kv, marker) = {

@@ -7,7 +7,6 @@
 //! measured separately by the `hit` bench of `cairn-cache`).
 //! It must never touch a real disk.
 
-use crate::convert::sat_usize;
 use crate::dilated::{DilatedClock, DilatedDevice, DILATION};
 use crate::plot::{line_chart, PlotError, Series};
 use cairn_blockdev::{BlockDevError, BlockDevice, MemDevice, Profile};
@@ -15,6 +14,7 @@ use cairn_cache::{
     CacheConfig, CacheDevice, CacheError, CacheMode, CleaningPolicyKind, IoClassTable,
     SeqCutoffPolicy,
 };
+use cairn_convert::sat_usize;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;

@@ -10,7 +10,6 @@
 #![warn(missing_docs)]
 
 pub mod cache;
-mod convert;
 pub mod dilated;
 pub mod nrs;
 pub mod nrs_ior;

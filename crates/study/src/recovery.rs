@@ -9,9 +9,9 @@
 //! misplaced object copies over time. Runs repeated with the same setting are summarized as
 //! their mean and spread, beside the seed's own figures ([`crate::seed000`]).
 
-use crate::convert::sat_usize;
 use crate::plot::{line_chart, PlotError, Series};
 use crate::seed000;
+use cairn_convert::sat_usize;
 use std::fmt::Write as _;
 use std::path::Path;
 

@@ -5,8 +5,8 @@
 //! of time (the platter never stops), so the model is deterministic. It must never read a clock.
 
 use super::TimingModel;
-use crate::convert::sat_u64;
 use crate::device::{IoKind, IoRequest};
+use cairn_convert::sat_u64;
 use serde::{Deserialize, Serialize};
 
 /// How the drive orders its command queue.

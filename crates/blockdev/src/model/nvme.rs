@@ -5,8 +5,8 @@
 //! reads go to the channel that holds the data (striped by offset). It must never read a clock.
 
 use super::TimingModel;
-use crate::convert::{sat_u64, usize_of};
 use crate::device::{IoKind, IoRequest};
+use cairn_convert::{sat_u64, usize_of};
 use serde::{Deserialize, Serialize};
 
 /// NVMe parameters (from a TOML profile).
