@@ -275,7 +275,7 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
             .metrics()
             .num_workers()
             .to_string(),
-        "osd_recovery_max_chunk" => c.recovery_chunk_bytes.to_string(),
+        "osd_recovery_max_chunk" => s.recovery_chunk_bytes.to_string(),
         "remap_min_objects" => c.remap_min_objects.to_string(),
         // The cost model's capacity in force: the profile's, or measured at boot.
         "osd_mclock_max_capacity_iops" => format!("{:.0}", c.capacity.random_4k_iops),

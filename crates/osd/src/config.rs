@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use cairn_qos::{DeviceCapacity, PolicyConfig};
 use cairn_store::StoreConfig;
 
+use crate::throttle::DeviceKind;
+
 /// How to run one OSD.
 #[derive(Clone, Debug)]
 pub struct OsdConfig {
@@ -129,10 +131,11 @@ pub struct OsdConfig {
     /// limit (64 MiB).
     pub max_object_bytes: u64,
     /// Recovery moves an object in pieces of about this many bytes (Ceph's
-    /// `osd_recovery_max_chunk`, 8 MiB): data first, then the omap in key order, so that no
-    /// message nears the frame limit however large the object's omap (a piece overshoots by at
-    /// most 16 omap entries). At most a quarter of the frame limit.
-    pub recovery_chunk_bytes: u64,
+    /// `osd_recovery_max_chunk`): data first, then the omap in key order, so that no message
+    /// nears the frame limit however large the object's omap (a piece overshoots by at most 16
+    /// omap entries). At most a quarter of the frame limit. None: by the device
+    /// ([`recovery_chunk_bytes_for`]).
+    pub recovery_chunk_bytes: Option<u64>,
     /// Most bytes (names and values) of one object's xattrs together; a setxattr past it is
     /// refused. Recovery carries an object's xattrs in its first piece, so this bounds that
     /// piece (each value is also at most the store's `max_value_bytes`). At most a quarter of
@@ -221,7 +224,7 @@ impl OsdConfig {
             full_ratio: 0.95,
             nearfull_ratio: 0.85,
             max_object_bytes: 32 << 20,
-            recovery_chunk_bytes: DEFAULT_RECOVERY_CHUNK_BYTES,
+            recovery_chunk_bytes: None,
             max_xattr_bytes_per_object: 4 << 20,
             stray_check_ms: 5000,
             remap_min_objects: DEFAULT_REMAP_MIN_OBJECTS,
@@ -238,8 +241,21 @@ pub const DEFAULT_REMAP_MIN_OBJECTS: usize = 100;
 /// request per OSD, the counts come from the store without a listing).
 pub const DEFAULT_PG_USAGE_INTERVAL_MS: u64 = 2000;
 
-/// Default `OsdConfig::recovery_chunk_bytes` (Ceph's `osd_recovery_max_chunk`).
+/// Default `OsdConfig::recovery_chunk_bytes` on an HDD, with or without a fast device beside
+/// it (Ceph's `osd_recovery_max_chunk`): few, long reads keep the head streaming.
 pub const DEFAULT_RECOVERY_CHUNK_BYTES: u64 = 8 << 20;
+/// Default `OsdConfig::recovery_chunk_bytes` on an SSD: a piece is one scheduler grant and
+/// one commit on the copy it fills, and pieces of 1 MiB let client ops in between where
+/// whole 4 MiB objects held them back (docs/design/peering-and-recovery.md).
+pub const DEFAULT_RECOVERY_CHUNK_BYTES_SSD: u64 = 1 << 20;
+
+/// The recovery piece size an OSD uses: `configured`, else by the kind of its device.
+pub fn recovery_chunk_bytes_for(configured: Option<u64>, device: DeviceKind) -> u64 {
+    configured.unwrap_or(match device {
+        DeviceKind::Ssd => DEFAULT_RECOVERY_CHUNK_BYTES_SSD,
+        DeviceKind::Hdd | DeviceKind::Hybrid => DEFAULT_RECOVERY_CHUNK_BYTES,
+    })
+}
 /// Default device time in flight below the scheduler, ms (see `OsdConfig::max_inflight_cost_ms`).
 pub const DEFAULT_MAX_INFLIGHT_COST_MS: u64 = 40;
 
@@ -252,3 +268,17 @@ pub const DEFAULT_SCRUB_INTERVAL_S: u64 = 24 * 3600;
 
 /// Default seconds between deep scrubs of a PG (Ceph's `osd_deep_scrub_interval`: a week).
 pub const DEFAULT_DEEP_SCRUB_INTERVAL_S: u64 = 7 * 24 * 3600;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recovery_piece_is_the_configured_one_else_the_devices_default() {
+        assert_eq!(recovery_chunk_bytes_for(None, DeviceKind::Ssd), 1 << 20);
+        assert_eq!(recovery_chunk_bytes_for(None, DeviceKind::Hdd), 8 << 20);
+        assert_eq!(recovery_chunk_bytes_for(None, DeviceKind::Hybrid), 8 << 20);
+        assert_eq!(recovery_chunk_bytes_for(Some(4096), DeviceKind::Ssd), 4096);
+        assert_eq!(recovery_chunk_bytes_for(Some(4096), DeviceKind::Hdd), 4096);
+    }
+}

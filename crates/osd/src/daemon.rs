@@ -200,12 +200,9 @@ fn check_config(cfg: &mut OsdConfig) -> Result<(), OsdError> {
     let half = (frame_limit / 2, "half the messenger's frame limit");
     let quarter = (frame_limit / 4, "a quarter of the messenger's frame limit");
     check_bytes_setting("max_object_bytes", cfg.max_object_bytes, 1, half)?;
-    check_bytes_setting(
-        "recovery_chunk_bytes",
-        cfg.recovery_chunk_bytes,
-        4096,
-        quarter,
-    )?;
+    if let Some(chunk) = cfg.recovery_chunk_bytes {
+        check_bytes_setting("recovery_chunk_bytes", chunk, 4096, quarter)?;
+    }
     check_bytes_setting(
         "max_xattr_bytes_per_object",
         cfg.max_xattr_bytes_per_object,

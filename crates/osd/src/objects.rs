@@ -66,6 +66,25 @@ pub struct Piece {
     pub more: bool,
 }
 
+/// The data bytes the piece of `obj` starting at `data_offset` will carry: the rest of the
+/// object, at most `budget`; 0 where the object does not exist. Known before the read from the
+/// store's onode cache or its metadata, so that the scheduler charges a piece its real
+/// length: charged as a minimal op, a piece of several MiB takes the device for longer than
+/// its cost says, and the client ops queued behind it wait.
+pub async fn piece_data_bytes(
+    store: &Store,
+    coll: &str,
+    obj: &str,
+    data_offset: u64,
+    budget: u64,
+) -> u64 {
+    let size = match store.size_hint(coll, obj) {
+        Some(size) => Some(size),
+        None => store.stat(coll, obj).await.ok().map(|st| st.size_bytes),
+    };
+    size.map_or(0, |size| size.saturating_sub(data_offset).min(budget))
+}
+
 /// The piece of `obj`'s image at `at`, of about `budget` bytes (data up to `budget`, then omap
 /// entries until `budget` is reached), or None if the object does not exist.
 pub async fn read_piece(

@@ -18,7 +18,8 @@ use crate::error::OsdError;
 use crate::inflight::{poll_once, AfterFinish, LocalOutcome};
 use crate::metrics::RecoveryKind;
 use crate::objects::{
-    list_all, list_page, read_piece, remove_temps, stage_piece, Cursor, PiecePlace,
+    list_all, list_page, piece_data_bytes, read_piece, remove_temps, stage_piece, Cursor,
+    PiecePlace,
 };
 use crate::payload::Payload;
 use crate::pgmeta::{append_entry, pack, put_info, remove_missing, replace_log, replace_missing};
@@ -257,7 +258,7 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
                 pool: req.pool,
                 seed: req.pg_seed,
             };
-            let work = peer_work(s, &req, u64::from(from as u32), data.len() as u64);
+            let work = peer_work(s, &req, u64::from(from as u32), data.len() as u64).await;
             s.sched
                 .run(pg, work, async move { recovery(&s2, req, data).await })
                 .await
@@ -279,7 +280,7 @@ pub async fn peer_request(s: &Arc<Shared>, req: PeerRequest, data: Bytes) -> (Pe
 /// What a peer's recovery request asks of this OSD's store, for the scheduler: a piece read
 /// for a pull, a piece written for a push, else a metadata step; in the class and priority its
 /// urgency asks for, on behalf of `peer`.
-fn peer_work(s: &Shared, req: &PeerRequest, peer: u64, data_bytes: u64) -> Work {
+async fn peer_work(s: &Shared, req: &PeerRequest, peer: u64, data_bytes: u64) -> Work {
     let base = Work::new(transfer::purpose_of(req.urgency), peer, Io::Other);
     match &req.body {
         PeerBody::Pull {
@@ -291,12 +292,13 @@ fn peer_work(s: &Shared, req: &PeerRequest, peer: u64, data_bytes: u64) -> Work 
                 pool: req.pool,
                 seed: req.pg_seed,
             });
+            let budget = s.recovery_chunk_bytes;
+            let bytes = piece_data_bytes(&s.store, &coll, object, *data_offset, budget).await;
             Work {
                 op: Io::Read,
                 ..base
             }
-            // The piece's size is known only once it is read: 0, as the cost's minimum.
-            .on(object, *data_offset, 0)
+            .on(object, *data_offset, bytes)
             .at_physical(s.store.physical_offset_hint(&coll, object, *data_offset))
         }
         PeerBody::Push {
@@ -500,7 +502,7 @@ async fn recovery(
                 data_offset,
                 omap_after,
             };
-            let budget = s.cfg.recovery_chunk_bytes;
+            let budget = s.recovery_chunk_bytes;
             match read_piece(&s.store, &coll, &object, &at, budget).await? {
                 Some(piece) => {
                     let data = piece.image.encode();

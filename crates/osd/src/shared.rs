@@ -49,6 +49,9 @@ pub struct Shared {
     /// The store's counters as of the last refresh (every second): the metrics page is
     /// rendered synchronously and the store's are behind its lock.
     pub store_stats: Mutex<StoreStats>,
+    /// The size of the pieces recovery moves objects in: the configured one, else by the
+    /// kind of this OSD's device (see [`crate::config::recovery_chunk_bytes_for`]).
+    pub recovery_chunk_bytes: u64,
     /// Ceph's throttles on background recovery (`osd_max_backfills` and the like).
     pub throttle: Arc<crate::throttle::RecoveryThrottle>,
     /// This OSD's pg_temp wants, batched into monitor requests.
@@ -90,6 +93,8 @@ impl Shared {
             (true, true) => crate::throttle::DeviceKind::Hybrid,
             (false, _) => crate::throttle::DeviceKind::Ssd,
         };
+        let recovery_chunk_bytes =
+            crate::config::recovery_chunk_bytes_for(cfg.recovery_chunk_bytes, device);
         let pg_temps = crate::pgtemp::PgTempBatch::new(mon.clone());
         let throttle = Arc::new(crate::throttle::RecoveryThrottle::new(
             device,
@@ -98,6 +103,7 @@ impl Shared {
         throttle.follow_policy(&sched.policy());
         Shared {
             id,
+            recovery_chunk_bytes,
             throttle,
             store,
             sched,

@@ -17,7 +17,7 @@ use cairn_store::Transaction;
 use crate::ask::ask_as;
 use crate::error::OsdError;
 use crate::metrics::RecoveryKind;
-use crate::objects::{list_all, read_piece, stage_piece, Cursor, PiecePlace};
+use crate::objects::{list_all, piece_data_bytes, read_piece, stage_piece, Cursor, PiecePlace};
 use crate::pgs::Pg;
 use crate::shared::Shared;
 use crate::work::{Purpose, Work};
@@ -230,12 +230,12 @@ pub(crate) async fn push(r: &Recovering<'_>, to: i32, obj: &str) -> Result<(), O
     let mut at = Cursor::default();
     loop {
         let (s2, coll, name, from) = (s.clone(), pg.coll.clone(), obj.to_string(), at.clone());
-        let budget = s.cfg.recovery_chunk_bytes;
+        let budget = s.recovery_chunk_bytes;
         let physical = s.store.physical_offset_hint(&pg.coll, obj, at.data_offset);
-        // How much the piece holds is known only once it is read: 0, as the cost's minimum.
+        let bytes = piece_data_bytes(&s.store, &pg.coll, obj, at.data_offset, budget).await;
         let work = r
             .work(Io::Read)
-            .on(obj, at.data_offset, 0)
+            .on(obj, at.data_offset, bytes)
             .at_physical(physical);
         let piece = r
             .run(work, async move {

@@ -394,6 +394,13 @@ impl Store {
         Some(pblock * bs + offset_bytes % bs)
     }
 
+    /// An object's logical size, if the onode cache knows it now: no I/O and no wait on the
+    /// store's lock, so a scheduler can charge a read of "the rest of the object" its real
+    /// length before it runs. A hint only, as [`Store::physical_offset_hint`].
+    pub fn size_hint(&self, coll: &str, obj: &str) -> Option<u64> {
+        self.onode_cache.peek(coll, obj).map(|o| o.size_bytes)
+    }
+
     /// Where an object's data lives: (logical block index, physical block) pairs in index order.
     /// For scrub tooling, debugging and tests; holes have no entry.
     pub async fn extents(&self, coll: &str, obj: &str) -> Result<Vec<(u64, u64)>> {

@@ -87,7 +87,7 @@ async fn check_version(c: &Client, v: u8) {
 /// page.
 async fn restart(c: &mut Cluster, i: usize, osd: i32) {
     let mut cfg = osd_config(TAG, i, &c.mon, &c.dir, 256 << 20);
-    cfg.recovery_chunk_bytes = CHUNK;
+    cfg.recovery_chunk_bytes = Some(CHUNK);
     cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     common::restart_up(c, cfg, osd).await;
 }
@@ -112,7 +112,7 @@ async fn wait_clean(c: &Cluster, osd: i32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_larger_than_a_chunk_is_pushed_and_pulled_in_pieces() {
     let mut c = common::cluster_with_devices(TAG, 4, [256 << 20; 3], |cfg| {
-        cfg.recovery_chunk_bytes = CHUNK
+        cfg.recovery_chunk_bytes = Some(CHUNK)
     })
     .await;
     c.client.op_timeout_ms = 3_000;

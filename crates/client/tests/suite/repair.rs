@@ -38,7 +38,7 @@ fn data_for(name: &str, len: usize) -> Vec<u8> {
 }
 
 fn tweak(cfg: &mut cairn_osd::OsdConfig) {
-    cfg.recovery_chunk_bytes = CHUNK;
+    cfg.recovery_chunk_bytes = Some(CHUNK);
     cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
 }
 

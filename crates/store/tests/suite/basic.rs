@@ -287,9 +287,16 @@ async fn a_sized_listing_gives_each_objects_size() {
         .unwrap();
     listed.extend(rest);
     check(listed);
+    let mut hinted = 0;
     for (name, size) in s.list_objects_sized("c", None, 30).await.unwrap() {
         assert_eq!(s.stat("c", &name).await.unwrap().size_bytes, size);
+        if let Some(hint) = s.size_hint("c", &name) {
+            assert_eq!(hint, size, "{name}'s size from the onode cache");
+            hinted += 1;
+        }
     }
+    assert!(hinted > 0, "objects just committed and read are in the onode cache");
+    assert_eq!(s.size_hint("c", "absent"), None);
     let r = power_cut_and_mount(r).await;
     check(r.store().list_objects_sized("c", None, 30).await.unwrap());
     assert!(r

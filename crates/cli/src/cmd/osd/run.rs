@@ -121,10 +121,11 @@ pub struct OsdRunArgs {
     #[arg(long = "remap-min-objects", default_value_t = cairn_osd::DEFAULT_REMAP_MIN_OBJECTS)]
     pub remap_min_objects: usize,
     /// Recovery moves an object in pieces of about this many bytes (Ceph's
-    /// `osd_recovery_max_chunk`; 4096 up to a quarter of the frame limit): on a slow disk a
-    /// smaller piece is a shorter wait for a client write queued behind it.
-    #[arg(long = "recovery-chunk-bytes", default_value_t = cairn_osd::DEFAULT_RECOVERY_CHUNK_BYTES)]
-    pub recovery_chunk_bytes: u64,
+    /// `osd_recovery_max_chunk`; 4096 up to a quarter of the frame limit); by default 8 MiB on
+    /// an HDD (with or without a DB device or cache) and 1 MiB on an SSD, where a smaller piece
+    /// is a shorter wait for a client op queued behind it.
+    #[arg(long = "recovery-chunk-bytes")]
+    pub recovery_chunk_bytes: Option<u64>,
     /// Seconds between scrubs of each PG this OSD leads (every copy's metadata compared;
     /// Ceph's `osd_scrub_min_interval`, a day); 0 never.
     #[arg(long = "scrub-interval-s", default_value_t = cairn_osd::DEFAULT_SCRUB_INTERVAL_S)]
