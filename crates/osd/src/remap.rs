@@ -36,6 +36,9 @@ const FINAL_PASS_OBJECTS: usize = 16;
 /// Most fill passes for one copy; after them [`hand_back`] pushes what the last one saw
 /// written, with the writes held (a PG whose writes outrun the pushes must still come home).
 const MAX_PASSES: usize = 8;
+/// Pushes [`hand_back`] runs at once: client writes wait for them all, so they go as client
+/// work and together, where a fill's passes go one `osd_recovery_max_active` slot at a time.
+const HAND_BACK_PUSHES_AT_ONCE: usize = 8;
 /// How long a primary that asked for a temporary acting set waits for the map that starts it.
 const REMAP_WAIT: Duration = Duration::from_secs(5);
 /// Pause before a failed fill is tried again in the same interval.
@@ -338,7 +341,8 @@ async fn fill_copy(
 }
 
 /// The end of a fill: with the PG's writes held back (its lock taken once none is in
-/// flight), pushes to each filled copy what was written since its last pass began, gives it
+/// flight), pushes to each filled copy what was written since its last pass began (as client
+/// work, several at once: the held writes wait on them), gives it
 /// this OSD's log, asks for the temporary acting set to be removed and waits (boundedly) for
 /// the map that ends it; true once asked, false when the PG left its activation first. No
 /// write is logged here meanwhile that a filled copy lacks, so the up set peers clean however
@@ -354,7 +358,7 @@ async fn hand_back(
         s,
         pg,
         epoch,
-        urgency: Urgency::Background,
+        urgency: Urgency::Blocking,
     };
     let inner = loop {
         if !own_copy_complete(pg, epoch, up).await {
@@ -368,6 +372,8 @@ async fn hand_back(
     if !still(pg, epoch, up) {
         return Ok(false);
     }
+    let held = std::time::Instant::now();
+    let mut pushed = 0;
     for &target in targets {
         let written = pg
             .fill_writes
@@ -380,15 +386,26 @@ async fn hand_back(
                 pg.id
             )));
         }
-        for obj in &written.objects {
-            push(&r, target, obj).await?;
+        let mut queue = written.objects.iter();
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < HAND_BACK_PUSHES_AT_ONCE {
+                let Some(obj) = queue.next() else { break };
+                running.push(push(&r, target, obj));
+            }
+            match running.next().await {
+                Some(pushed) => pushed?,
+                None => break,
+            }
         }
+        pushed += written.objects.len();
         let body = PeerBody::Filled {
             log: Box::new(inner.log.clone()),
         };
         ask(s, pg, epoch, target, body, Bytes::new()).await?;
     }
-    tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, "up set filled: back to it");
+    let pushed_ms = crate::convert::millis(held.elapsed());
+    tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, pushed, pushed_ms, "up set filled: back to it");
     s.pg_temps.want(pg.id, Vec::new(), |h| s.track(h)).await?;
     // An up set the acting set already equals starts no interval: nothing to wait for.
     let ends = pg.interval().acting != up;
@@ -399,6 +416,7 @@ async fn hand_back(
     {
         tracing::info!(osd = s.id, pg = %pg.id, epoch, "no map ended the temporary acting set yet; writes go on");
     }
+    tracing::debug!(osd = s.id, pg = %pg.id, held_ms = crate::convert::millis(held.elapsed()), "writes held for the hand-back");
     drop(inner);
     Ok(true)
 }

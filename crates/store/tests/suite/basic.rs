@@ -295,7 +295,10 @@ async fn a_sized_listing_gives_each_objects_size() {
             hinted += 1;
         }
     }
-    assert!(hinted > 0, "objects just committed and read are in the onode cache");
+    assert!(
+        hinted > 0,
+        "objects just committed and read are in the onode cache"
+    );
     assert_eq!(s.size_hint("c", "absent"), None);
     let r = power_cut_and_mount(r).await;
     check(r.store().list_objects_sized("c", None, 30).await.unwrap());
