@@ -101,9 +101,13 @@ async fn replicated_writes_are_durable_on_every_copy() {
         Err(ClientError::NotFound(_))
     ));
     drop(client);
-    drop(osds);
+    for osd in osds {
+        let id = osd.id();
+        osd.shutdown(std::time::Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("osd.{id}: {e}"));
+    }
     drop(mon);
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
     // Offline: every copy of every acknowledged object, straight from each OSD's store.
     let mut copies: BTreeMap<String, Vec<u32>> = BTreeMap::new();
