@@ -171,10 +171,17 @@ fn daemon_name(dir: &Path, pid: u32) -> Option<String> {
 
 /// Starts `cairn ARGS` (this same executable) as daemon `name` of the cluster in `dir`, its
 /// output in `dir/NAME.log`; returns its pid.
+///
+/// Each daemon leads a process group of its own, as a daemon should: a signal meant for the
+/// command that started it (Ctrl-C at the terminal, `timeout` stopping its group, a hangup
+/// sent to a job) does not reach the cluster, and job control of one daemon does not
+/// touch the others.
 pub(crate) fn spawn(dir: &Path, name: &str, args: &[String]) -> anyhow::Result<u32> {
+    use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
     let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
     let child = Command::new(exe)
+        .process_group(0)
         .args(args)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

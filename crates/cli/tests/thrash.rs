@@ -34,7 +34,7 @@ mod common;
 mod model;
 
 use cairn_client::{Client, ClientError};
-use common::{copies, free_port, has_exited, signal, Cluster};
+use common::{copies, free_port, has_exited, signal, try_signal, Cluster};
 use model::{after, describe, read_state, Mutation, ObjState, Possible, Verdict};
 
 const OSDS: usize = 4;
@@ -469,12 +469,22 @@ fn thrash_osds_while_writing() {
                     false => "freeze the monitor".to_string(),
                 });
                 let pid = mon_proc.pid().expect("the monitor runs between faults");
+                assert!(!has_exited(pid), "the monitor exited before it was frozen");
                 signal("-STOP", pid);
                 if with_osd {
                     osds[victim].kill();
                 }
                 pause(&mut rng, 1000, 4000);
-                signal("-CONT", pid);
+                if let Err(e) = try_signal("-CONT", pid) {
+                    // A stopped process runs no code and cannot exit by itself: only a SIGKILL
+                    // from outside the cluster (the kernel's OOM killer, the machine's
+                    // supervisor) ends it. The monitor is started again, as after fault 7.
+                    assert_eq!(e.raw_os_error(), Some(libc::ESRCH), "kill -CONT {pid}: {e}");
+                    eprintln!("the frozen monitor (pid {pid}) was killed from outside; restarted");
+                    faults.push("the frozen monitor killed from outside".to_string());
+                    mon_proc.kill();
+                    mon_proc = restart_mon(&cluster, &mon, &mut restarts);
+                }
                 if with_osd {
                     pause(&mut rng, 0, 3000);
                     osds[victim] = restart(&cluster, &mon, victim, &mut restarts);

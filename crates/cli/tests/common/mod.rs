@@ -299,9 +299,16 @@ impl Cued {
 
 /// Sends `sig` (`-9`, `-STOP`, `-CONT`, `-TERM`) to process `pid`, by the system call rather
 /// than kill(1): a process spawned while a test holds files open on a FUSE mount closes them
-/// at exec, and each close waits on that mount.
-#[allow(unsafe_code)] // kill(2): see the SAFETY note inside.
+/// at exec, and each close waits on that mount. Panics if the process is not there.
 pub fn signal(sig: &str, pid: u32) {
+    if let Err(e) = try_signal(sig, pid) {
+        panic!("kill {sig} {pid}: {e}");
+    }
+}
+
+/// [`signal`], handing back the system call's error (`ESRCH` for a process that is gone).
+#[allow(unsafe_code)] // kill(2): see the SAFETY note inside.
+pub fn try_signal(sig: &str, pid: u32) -> std::io::Result<()> {
     let number = match sig {
         "-9" | "-KILL" => libc::SIGKILL,
         "-STOP" => libc::SIGSTOP,
@@ -311,13 +318,10 @@ pub fn signal(sig: &str, pid: u32) {
     };
     let pid = i32::try_from(pid).expect("a pid fits in pid_t");
     // SAFETY: kill(2) takes plain integers and touches no memory of this process.
-    let rc = unsafe { libc::kill(pid, number) };
-    assert_eq!(
-        rc,
-        0,
-        "kill {sig} {pid}: {}",
-        std::io::Error::last_os_error()
-    );
+    match unsafe { libc::kill(pid, number) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 /// Whether process `pid` is gone, or a zombie with no thread left.
