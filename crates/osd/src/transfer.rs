@@ -228,8 +228,11 @@ pub(crate) async fn list_scheduled(r: &Recovering<'_>) -> Result<Vec<String>, Os
 pub(crate) async fn push(r: &Recovering<'_>, to: i32, obj: &str) -> Result<(), OsdError> {
     let (s, pg) = (r.s, r.pg);
     let mut at = Cursor::default();
+    let started = std::time::Instant::now();
+    let (mut read_time, mut pieces) = (std::time::Duration::ZERO, 0u32);
     loop {
         let (s2, coll, name, from) = (s.clone(), pg.coll.clone(), obj.to_string(), at.clone());
+        let reading = std::time::Instant::now();
         let budget = s.recovery_chunk_bytes;
         let physical = s.store.physical_offset_hint(&pg.coll, obj, at.data_offset);
         let bytes = piece_data_bytes(&s.store, &pg.coll, obj, at.data_offset, budget).await;
@@ -242,6 +245,8 @@ pub(crate) async fn push(r: &Recovering<'_>, to: i32, obj: &str) -> Result<(), O
                 read_piece(&s2.store, &coll, &name, &from, budget).await
             })
             .await?;
+        read_time += reading.elapsed();
+        pieces += 1;
         let first = at.is_start();
         let (body, data, next) = match piece {
             Some(p) => {
@@ -285,7 +290,12 @@ pub(crate) async fn push(r: &Recovering<'_>, to: i32, obj: &str) -> Result<(), O
         match next {
             Some(next) => at = next,
             None => {
-                tracing::debug!(osd = s.id, pg = %pg.id, to, object = obj, "pushed");
+                tracing::debug!(
+                    osd = s.id, pg = %pg.id, to, object = obj, pieces,
+                    ms = cairn_convert::millis(started.elapsed()),
+                    read_ms = cairn_convert::millis(read_time),
+                    "pushed"
+                );
                 return Ok(());
             }
         }

@@ -47,7 +47,7 @@ pub use config::StoreConfig;
 pub use error::{Result, StoreError};
 pub use fsck::FsckReport;
 pub use kv::{CrashableKv, KvLossMode};
-pub use read::{OmapPage, MAX_LIST_ENTRIES};
+pub use read::{OmapPage, MAX_LIST_ENTRIES, RUNS_IN_FLIGHT};
 pub use store::{BacklogGauge, KvLocation, ObjectStat, Store, StoreStats};
 pub use txn::{DataCrcs, Op, Transaction};
 pub use usage::CollectionUsage;

@@ -77,6 +77,10 @@ pub struct OmapPage {
 /// Most entries one listing call returns (explicit limit).
 pub const MAX_LIST_ENTRIES: usize = 100_000;
 
+/// Device reads one read of a fragmented object keeps in flight at once (BlueStore submits
+/// all of a read's extents together; a bound keeps one read from filling the device's queue).
+pub const RUNS_IN_FLIGHT: usize = 16;
+
 impl Store {
     fn view<'a>(&self, st: &'a State) -> Result<View<'a>> {
         Ok(View {
@@ -302,13 +306,9 @@ impl Store {
                 if covered < blocks {
                     window.fill(0);
                 }
-                for &(i, _, n) in &runs {
-                    let at = usize_of((pieces[i].lblock - first) * bs);
-                    let run = &mut window[at..at + usize_of(n * bs)];
-                    self.raw_read(pieces[i].pblock * bs, run)
-                        .await
-                        .map_err(|e| self.data_read_error(e, coll, obj))?;
-                }
+                self.read_runs(window, first, pieces, &runs)
+                    .await
+                    .map_err(|e| self.data_read_error(e, coll, obj))?;
                 buf
             }
         };
@@ -332,6 +332,38 @@ impl Store {
             }
         }
         Ok((self.bufs.lend(buf), crcs))
+    }
+
+    /// Reads each device run of `runs` (of extent `pieces`, in logical order from block
+    /// `first`) into its place in `window`, up to [`RUNS_IN_FLIGHT`] at once: an object
+    /// rewritten in small pieces lies in many runs, and one at a time each waits out the
+    /// device's whole latency (a 1 MiB read of 256 runs took a quarter of a second on an
+    /// emulated NVMe device).
+    async fn read_runs(
+        &self,
+        window: &mut [u8],
+        first: u64,
+        pieces: &[Extent],
+        runs: &[(usize, usize, u64)],
+    ) -> std::result::Result<(), cairn_blockdev::BlockDevError> {
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let bs = self.sb.block_bytes;
+        let mut rest = window;
+        let mut rest_at = 0usize;
+        let mut reads = Vec::with_capacity(runs.len());
+        for &(i, _, n) in runs {
+            let at = usize_of((pieces[i].lblock - first) * bs);
+            assert!(at >= rest_at, "device runs out of logical order");
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(at - rest_at);
+            let (run, tail) = tail.split_at_mut(usize_of(n * bs));
+            rest_at = at + run.len();
+            rest = tail;
+            reads.push(self.raw_read(pieces[i].pblock * bs, run));
+        }
+        stream::iter(reads)
+            .buffer_unordered(RUNS_IN_FLIGHT)
+            .try_collect::<()>()
+            .await
     }
 
     /// Groups extent pieces into device runs: (first piece, end piece, blocks) for neighbours

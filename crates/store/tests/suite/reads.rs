@@ -175,3 +175,79 @@ async fn a_checkpoint_writes_in_place_only_after_the_reads_begun_before_it() {
     let rep = store.fsck(true).await.unwrap();
     assert!(rep.is_clean(), "{:?}", rep.errors);
 }
+
+/// A memory device whose reads each take a millisecond, counting how many overlap at most.
+#[derive(Debug)]
+struct OverlapProbe {
+    inner: MemDevice,
+    reading: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+#[async_trait]
+impl BlockDevice for OverlapProbe {
+    fn properties(&self) -> DeviceProperties {
+        self.inner.properties()
+    }
+    async fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> DevResult<()> {
+        let now = self.reading.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let read = self.inner.read(offset_bytes, buf).await;
+        self.reading.fetch_sub(1, Ordering::SeqCst);
+        read
+    }
+    async fn write(&self, offset_bytes: u64, data: &[u8]) -> DevResult<()> {
+        self.inner.write(offset_bytes, data).await
+    }
+    async fn flush(&self) -> DevResult<()> {
+        self.inner.flush().await
+    }
+    async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> DevResult<()> {
+        self.inner.discard(offset_bytes, len_bytes).await
+    }
+}
+
+/// An object overwritten block by block lies in many device runs: one read of it has several
+/// of them on the device at once (never more than `RUNS_IN_FLIGHT`), and returns every block
+/// in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fragmented_object_is_read_with_its_runs_in_flight_together() {
+    let dev = Arc::new(OverlapProbe {
+        inner: MemDevice::new(16 << 20, 512).unwrap(),
+        reading: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    });
+    let cfg = common::cfg();
+    let kv = CrashableKv::new(Vec::new(), CrashSwitch::new());
+    let kv_at = || KvLocation::Backend(Box::new(kv.clone()));
+    Store::mkfs(dev.clone(), kv_at(), &cfg).await.unwrap();
+    let store = Store::mount(dev.clone(), kv_at(), cfg.clone())
+        .await
+        .unwrap();
+    const BLOCKS: usize = 64;
+    let mut want = pattern(1, BLOCKS * BLOCK);
+    let mut t = Transaction::new();
+    t.create_collection("c");
+    t.write("c", "a", 0, &want);
+    store.queue_transaction(&t).await.unwrap();
+    for b in (0..BLOCKS).step_by(2) {
+        let block = pattern(2 + (b % 200) as u8, BLOCK);
+        want[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&block);
+        let mut t = Transaction::new();
+        t.write("c", "a", (b * BLOCK) as u64, &block);
+        store.queue_transaction(&t).await.unwrap();
+    }
+    store.sync().await.unwrap();
+    dev.peak.store(0, Ordering::SeqCst);
+    let got = store.read("c", "a", 0, want.len() as u64).await.unwrap();
+    assert!(got == want, "every block read back in its place");
+    let peak = dev.peak.load(Ordering::SeqCst);
+    assert!(peak > 1, "the object's runs were read one at a time");
+    assert!(
+        peak <= cairn_store::RUNS_IN_FLIGHT,
+        "{peak} reads at once, past the bound"
+    );
+    let rep = store.fsck(true).await.unwrap();
+    assert!(rep.is_clean(), "{:?}", rep.errors);
+}
