@@ -178,6 +178,22 @@ impl Proc {
     }
 }
 
+/// Resumes frozen process `pid` (`what`); false when it is gone. A stopped process runs no
+/// code and cannot exit by itself: only a SIGKILL from outside the cluster (the kernel's OOM
+/// killer, the machine's supervisor) ends it, so the caller starts it again and the run goes
+/// on, with the event among its `faults`.
+fn resumed(pid: u32, what: &str, faults: &mut Vec<String>) -> bool {
+    match try_signal("-CONT", pid) {
+        Ok(()) => true,
+        Err(e) => {
+            assert_eq!(e.raw_os_error(), Some(libc::ESRCH), "kill -CONT {pid}: {e}");
+            eprintln!("frozen {what} (pid {pid}) was killed from outside; started again");
+            faults.push(format!("frozen {what} killed from outside"));
+            false
+        }
+    }
+}
+
 /// Restarts osd.`i` from its directory (same identity), as an operator would.
 fn restart(cluster: &Cluster, mon: &str, i: usize, restarts: &mut usize) -> Proc {
     *restarts += 1;
@@ -475,13 +491,7 @@ fn thrash_osds_while_writing() {
                     osds[victim].kill();
                 }
                 pause(&mut rng, 1000, 4000);
-                if let Err(e) = try_signal("-CONT", pid) {
-                    // A stopped process runs no code and cannot exit by itself: only a SIGKILL
-                    // from outside the cluster (the kernel's OOM killer, the machine's
-                    // supervisor) ends it. The monitor is started again, as after fault 7.
-                    assert_eq!(e.raw_os_error(), Some(libc::ESRCH), "kill -CONT {pid}: {e}");
-                    eprintln!("the frozen monitor (pid {pid}) was killed from outside; restarted");
-                    faults.push("the frozen monitor killed from outside".to_string());
+                if !resumed(pid, "the monitor", &mut faults) {
                     mon_proc.kill();
                     mon_proc = restart_mon(&cluster, &mon, &mut restarts);
                 }
@@ -536,9 +546,13 @@ fn thrash_osds_while_writing() {
             _ => {
                 faults.push(format!("freeze osd.{victim}"));
                 let pid = osds[victim].pid().expect("every OSD runs between faults");
+                assert!(!has_exited(pid), "osd.{victim} exited before it was frozen");
                 signal("-STOP", pid);
                 pause(&mut rng, 2500, 5000);
-                signal("-CONT", pid);
+                if !resumed(pid, &format!("osd.{victim}"), &mut faults) {
+                    osds[victim].kill();
+                    osds[victim] = restart(&cluster, &mon, victim, &mut restarts);
+                }
             }
         }
         let resumed = wait_progress(&tally, 20, 120, faults.last().unwrap());
