@@ -2,9 +2,9 @@
 //! monitor and the OSDs: no key, a wrong key or a forged ticket, another entity's session id,
 //! a tampered frame and a replayed one (through a proxy that alters the byte stream), and a
 //! client with too few capabilities trying every kind of request — map changes, pool
-//! deletion, monitor options, key management, object writes, replica writes, peering
-//! Activate, recovery Push and admin commands. Each is refused, the daemons log it, and
-//! nothing changes: the map's epoch, the pools, the objects' bytes.
+//! deletion, monitor options, key management, object writes, writes forced past the full
+//! ratio, replica writes, peering Activate, recovery Push and admin commands. Each is refused,
+//! the daemons log it, and nothing changes: the map's epoch, the pools, the objects' bytes.
 
 mod common;
 
@@ -232,6 +232,21 @@ fn every_attack_on_an_authenticated_cluster_is_refused_logged_and_changes_nothin
         "allow r pool=data",
         "-o",
         &reader_ring.display().to_string(),
+    ]);
+    assert!(ok, "{out}");
+    let writer_ring = cluster.dir.join("writer.keyring");
+    let (ok, out) = cluster.cairn(&[
+        "auth",
+        "--mon",
+        &mon,
+        "get-or-create",
+        "client.writer",
+        "mon",
+        "allow r",
+        "osd",
+        "allow rw pool=data",
+        "-o",
+        &writer_ring.display().to_string(),
     ]);
     assert!(ok, "{out}");
     let mon_addr: SocketAddr = mon.parse().unwrap();
@@ -510,6 +525,28 @@ fn every_attack_on_an_authenticated_cluster_is_refused_logged_and_changes_nothin
             .to_string();
         assert!(e.contains("permission denied"), "{e}");
 
+        // Writing past the full ratio is a metadata server's (or an admin's) privilege: a
+        // client allowed to write the pool may not force its writes.
+        let writer = client_auth(&writer_ring, "client.writer");
+        let mut forcing = Client::connect_as(mon_addr, 731, Some(writer))
+            .await
+            .unwrap();
+        forcing
+            .write_full("data", "forced", b"plain")
+            .await
+            .unwrap();
+        forcing.full_force = true;
+        let e = forcing
+            .write_full("data", "forced", b"forced")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("permission denied") && e.contains("FullForce"),
+            "{e}"
+        );
+        assert_eq!(forcing.read("data", "forced").await.unwrap(), b"plain");
+
         // A client id is its holder's: a ticket binding the reader's id to another entity is
         // refused, and an op naming an id other than the one its session's ticket binds is
         // refused by the OSD (it would share that client's CRR-N queue or TBF bucket).
@@ -547,6 +584,7 @@ fn every_attack_on_an_authenticated_cluster_is_refused_logged_and_changes_nothin
                 background: false,
                 client: named,
                 instance: 0,
+                full_force: false,
             };
             session
                 .send(MSG_OSD_OP, cairn_proto::encode(&read, &[]).to_vec())

@@ -10,6 +10,8 @@
 //! client, each in the middle of a metadata-heavy workload, after which every acknowledged
 //! file reads back whole; a mounted client cut off while it holds a lock and a file open for
 //! writing is evicted (fenced first), its lock passes on, and woken its writes are refused.
+//! A full cluster refuses what would grow the file system with ENOSPC, serves reads, and
+//! takes the deletes that make room again.
 
 mod common;
 
@@ -892,6 +894,147 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     }
     let _ = standby.kill();
     let _ = standby.wait();
+}
+
+/// Writes synced files of 4 MiB, then 64 KiB, then 4 KiB, each size until the cluster
+/// refuses one (a write is refused before it would pass an OSD's full ratio, so smaller ones
+/// still fit); the files written whole with their sizes, and the last refusal.
+fn fill(m: &Mount) -> (Vec<(String, usize)>, std::io::Error) {
+    let mut written = Vec::new();
+    let mut refused = None;
+    for size in [4 << 20, 64 << 10, 4 << 10] {
+        for _ in 0..64 {
+            let name = format!("fill-{}", written.len());
+            let wrote = File::create(m.path(&name)).and_then(|mut f| {
+                f.write_all(&payload(written.len(), size))?;
+                f.sync_all()
+            });
+            match wrote {
+                Ok(()) => written.push((name, size)),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+    (
+        written,
+        refused.expect("files of 4 KiB never filled devices of 128 MiB"),
+    )
+}
+
+/// Calls `settled` every 200 ms until it says so, for at most `limit`; whether it did.
+fn eventually(limit: Duration, mut settled: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if settled() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+/// Whether `r` is an ENOSPC refusal (false for success; any other error fails the test).
+fn no_space<T>(r: std::io::Result<T>) -> bool {
+    match r {
+        Ok(_) => false,
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => true,
+        Err(e) => panic!("expected ENOSPC or success, got {e}"),
+    }
+}
+
+/// A full cluster leaves the file system serving: a file write fails with ENOSPC (not EIO),
+/// creates, mkdirs and setxattrs are refused with ENOSPC while the map flags an OSD full,
+/// everything written before reads back whole, deletes go through and free the space, after
+/// which creates work again; the metadata server never stops.
+#[test]
+fn a_full_cluster_refuses_growth_with_enospc_and_takes_deletes() {
+    if !fuse_available() {
+        eprintln!("SKIPPED: /dev/fuse cannot be opened here (no FUSE)");
+        return;
+    }
+    let mon = format!("127.0.0.1:{}", free_port());
+    let mds = format!("127.0.0.1:{}", free_port());
+    let cluster = Cluster::new("fs-full");
+    let d = cluster.arg();
+    let (ok, out) = common::cairn(&[
+        "up",
+        "--no-s3",
+        "--dir",
+        &d,
+        "--mon",
+        &mon,
+        "--mds",
+        &mds,
+        "--device-mib",
+        "128",
+        "--pg-num",
+        "8",
+    ]);
+    assert!(ok, "{out}");
+    let mds_pid = daemon_pid(&cluster.dir, "mds");
+    let m = Mount::new(&cluster, &mon, "mnt");
+    fs::create_dir(m.path("kept")).unwrap();
+    let (written, refused) = fill(&m);
+    assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC), "{refused}");
+    assert!(written.len() >= 10, "only {} files fitted", written.len());
+
+    // The metadata server's own (forced) writes take the last room past the full ratio; once
+    // the map flags an OSD full, the namespace stops growing.
+    let refused = || {
+        let full = no_space(File::create(m.path("kept/while-full")));
+        if !full {
+            fs::remove_file(m.path("kept/while-full")).unwrap();
+        }
+        full
+    };
+    assert!(
+        eventually(Duration::from_secs(30), refused),
+        "creates still went through 30 s after a write was refused"
+    );
+    assert_eq!(
+        errno(fs::create_dir(m.path("dir-while-full"))),
+        libc::ENOSPC
+    );
+    assert_eq!(
+        xattr::set(m.path("kept"), "user.full", b"yes")
+            .expect_err("a setxattr while full")
+            .raw_os_error(),
+        Some(libc::ENOSPC)
+    );
+    assert!(
+        m.path("kept").is_dir() && fs::read_dir(m.path("kept")).unwrap().count() == 0,
+        "a refused create leaves nothing behind"
+    );
+    for (i, (name, size)) in written.iter().enumerate() {
+        assert!(
+            fs::read(m.path(name)).unwrap() == payload(i, *size),
+            "{name} reads back whole while the cluster is full"
+        );
+    }
+
+    // Deletes go through, their data is purged, and the space comes back.
+    let (freed, kept) = written.split_at(written.len() / 2);
+    for (name, _) in freed {
+        fs::remove_file(m.path(name)).unwrap();
+    }
+    let room_again = || !no_space(fs::write(m.path("kept/after-deletes"), b"room again"));
+    assert!(
+        eventually(Duration::from_secs(120), room_again),
+        "no room 120 s after half the files were deleted"
+    );
+    assert_eq!(
+        fs::read(m.path("kept/after-deletes")).unwrap(),
+        b"room again"
+    );
+    let (name, size) = &kept[0];
+    assert_eq!(fs::read(m.path(name)).unwrap(), payload(freed.len(), *size));
+    assert!(
+        !common::has_exited(mds_pid),
+        "the metadata server served throughout"
+    );
 }
 
 /// A client cut off (stopped, not killed) while it holds a lock and a file open for writing

@@ -165,6 +165,10 @@ pub struct Client {
     mappings: std::sync::Mutex<MappingCache>,
     /// Deadline of one operation, including resends.
     pub op_timeout_ms: u64,
+    /// Marks every write as a metadata server's own ([`OpHeader::full_force`]): the OSDs take
+    /// it past their full ratio, up to their failsafe ratio. Refused to an entity without the
+    /// `mds` monitor profile.
+    pub full_force: bool,
 }
 
 impl Client {
@@ -202,6 +206,7 @@ impl Client {
             mappings: std::sync::Mutex::default(),
             next_request: AtomicU64::new(1),
             op_timeout_ms: 30_000,
+            full_force: false,
         })
     }
 
@@ -853,7 +858,9 @@ impl Client {
                 inactive,
                 quota_full,
             } = self.locate(pool, &target)?;
-            if let Some(why) = quota_full.filter(|_| kind.is_write() && !kind.frees_only()) {
+            if let Some(why) =
+                quota_full.filter(|_| kind.is_write() && !kind.frees_only() && !self.full_force)
+            {
                 // As Ceph's Objecter: refused at once, without asking the primary.
                 return Err(ClientError::QuotaExceeded(why));
             }
@@ -881,6 +888,7 @@ impl Client {
                     background: in_background_scope(),
                     client: self.id,
                     instance: self.nonce,
+                    full_force: self.full_force && kind.is_write(),
                 };
                 sender
                     .send_data(

@@ -24,3 +24,15 @@ pub enum FsError {
     #[error("metadata server: {0}")]
     Mds(String),
 }
+
+impl FsError {
+    /// The errno a file-system caller sees for this failure: ENOSPC when the cluster is full,
+    /// EDQUOT when the pool is past its quota, EIO otherwise.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::Client(cairn_client::ClientError::NoSpace(_)) => libc::ENOSPC,
+            FsError::Client(cairn_client::ClientError::QuotaExceeded(_)) => libc::EDQUOT,
+            _ => libc::EIO,
+        }
+    }
+}

@@ -9,6 +9,7 @@ pub mod backing;
 pub mod data;
 pub mod error;
 pub mod evict;
+pub mod full;
 pub mod holds;
 pub mod journal;
 pub mod layout;

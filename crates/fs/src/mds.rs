@@ -32,6 +32,7 @@ use crate::active;
 use crate::backing::{self, metadata_pool, JOURNAL_OBJECT};
 use crate::error::FsError;
 use crate::evict::Evictions;
+use crate::full::SpaceGuard;
 use crate::journal::{self, Record};
 use crate::locks::Locks;
 use crate::namespace::{Namespace, Update};
@@ -345,6 +346,7 @@ pub async fn run(
     let mut client =
         Client::connect_as(cfg.mon, cairn_client::random_client_id(), cfg.auth.clone()).await?;
     client.op_timeout_ms = COMMIT_TIMEOUT_MS;
+    client.full_force = true;
     let client = Arc::new(client);
     let meta = metadata_pool(&cfg.fs);
     let info = backing::read_info(&client, &meta).await?;
@@ -408,6 +410,7 @@ pub async fn run(
     let mut opens = OpenFiles::with_lease(cfg.session_timeout);
     let mut locks = Locks::default();
     let mut evictions = Evictions::new(client.clone(), lease.clone());
+    let mut space = SpaceGuard::new(client.mon().watch(), &meta, &info.data_pool);
     let mut last_tick = Instant::now();
     // Orphans and locks left by the previous MDS wait for their holders to say so.
     let reap_after = Instant::now() + opens.lease();
@@ -509,6 +512,10 @@ pub async fn run(
                             (None, true) => after_commit.push((tid, reply, known)),
                             (None, false) => answer(&reply, tid, known).await,
                         }
+                        continue;
+                    }
+                    if let Some(errno) = space.refusal(&op) {
+                        answer(&reply, tid, Err(errno)).await;
                         continue;
                     }
                     match ns.execute_holding(&op, &|ino| opens.is_held(ino)) {

@@ -339,7 +339,7 @@ impl Ctx {
             f.ranges.retain(|&r| r != (offset, end));
             if let Err(e) = &r {
                 tracing::warn!(ino, offset, error = %e, "a file write failed");
-                f.error.get_or_insert(libc::EIO);
+                f.error.get_or_insert(e.errno());
             }
             drop(st);
             c.behind.changed.notify_waiters();
@@ -404,7 +404,7 @@ impl Ctx {
                         new_size,
                     )
                     .await
-                    .map_err(|_| libc::EIO)?;
+                    .map_err(|e| e.errno())?;
                 }
             }
         }

@@ -69,6 +69,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
         background: false,
         client: 9,
         instance: 9,
+        full_force: false,
     };
     let rep = RepOpHeader {
         tid: 2,

@@ -66,6 +66,9 @@ pub enum Need<'a> {
     OsdPeer,
     /// An admin command (`tell`).
     Admin,
+    /// A write past the full ratio ([`cairn_proto::OpHeader::full_force`]): only a metadata
+    /// server (`mon 'profile mds'`) or an admin sends one.
+    FullForce,
 }
 
 /// Why `peer` may not send what needs `need`, if it may not (None: allowed).
@@ -75,6 +78,10 @@ pub fn refusal(peer: &AuthPeer, need: Need<'_>) -> Option<String> {
         Need::Pool(pool, access) => osd.allows(pool, access),
         Need::OsdPeer => osd.is_osd() && peer.entity.osd_id().is_some(),
         Need::Admin => osd.allows_admin(),
+        Need::FullForce => {
+            let mon = peer.caps.mon();
+            mon.is_mds() || mon.allows(cairn_auth::MonAccess::Admin)
+        }
     };
     (!allowed).then(|| {
         format!(

@@ -582,7 +582,8 @@ fn refused_by_type(peer: Option<&AuthPeer>, msg_type: u16) -> Option<String> {
 }
 
 /// Why the authenticated `peer` may not run client op `op`, if it may not: the op's pool
-/// (by name, from the map) must be granted for reading, or writing when it writes.
+/// (by name, from the map) must be granted for reading, or writing when it writes, and a
+/// forced write needs a metadata server's (or an admin's) monitor capability.
 fn refused_op(s: &Shared, peer: Option<&AuthPeer>, op: &OpHeader) -> Option<String> {
     let peer = peer?;
     let pool = s
@@ -595,6 +596,11 @@ fn refused_op(s: &Shared, peer: Option<&AuthPeer>, op: &OpHeader) -> Option<Stri
         true => cairn_auth::OsdAccess::Write,
         false => cairn_auth::OsdAccess::Read,
     };
+    if op.full_force {
+        if let Some(why) = crate::auth::refusal(peer, crate::auth::Need::FullForce) {
+            return Some(why);
+        }
+    }
     crate::auth::refusal(peer, crate::auth::Need::Pool(&pool, access))
 }
 

@@ -420,7 +420,7 @@ async fn write(
         ..
     } = payload;
     let t0 = Instant::now();
-    if let Err(r) = check_quota(s, pg.id.pool, &op.kind, op.epoch).await {
+    if let Err(r) = check_quota(s, pg.id.pool, &op).await {
         return fail(op.tid, s.epoch(), r);
     }
     // Behind every write of this object received before it, whatever order their waits
@@ -481,7 +481,7 @@ async fn write(
             return fail(op.tid, epoch, OpResult::VersionMismatch { current });
         }
     }
-    if let Err(r) = check_full(s, &iv, data.len() as u64) {
+    if let Err(r) = check_full(s, &iv, data.len() as u64, op.full_force) {
         return fail(op.tid, epoch, r);
     }
     let coll = pg.coll.as_str();
@@ -690,32 +690,45 @@ fn answer_resend(
     )
 }
 
-/// This OSD's store: bytes used, capacity, and whether `bytes` more would fill it past its
-/// full ratio (never with ratio 1.0).
-fn fullness(s: &Shared, bytes: u64) -> (u64, u64, bool) {
+/// Share of the room above the full ratio that only forced writes ([`OpHeader::full_force`])
+/// may use: 0.4 puts the failsafe ratio at 0.97 for the default full ratio 0.95, Ceph's
+/// `osd_failsafe_full_ratio`, and above any full ratio an operator sets.
+const FAILSAFE_SHARE_OF_ROOM: f64 = 0.4;
+
+/// The share of its store past which an OSD refuses even forced writes.
+pub(crate) fn failsafe_ratio(full_ratio: f64) -> f64 {
+    full_ratio + (1.0 - full_ratio) * FAILSAFE_SHARE_OF_ROOM
+}
+
+/// This OSD's store: bytes used, capacity, and whether `bytes` more would fill it past
+/// `ratio` of its capacity (never with ratio 1.0).
+fn fullness(s: &Shared, bytes: u64, ratio: f64) -> (u64, u64, bool) {
     let capacity = s.store.capacity_bytes();
     let used = capacity.saturating_sub(s.store.free_bytes_hint());
-    let limit = crate::convert::sat_u64(capacity as f64 * s.cfg.full_ratio);
-    let past = s.cfg.full_ratio < 1.0 && used.saturating_add(bytes) > limit;
+    let limit = crate::convert::sat_u64(capacity as f64 * ratio);
+    let past = ratio < 1.0 && used.saturating_add(bytes) > limit;
     (used, capacity, past)
+}
+
+/// Why `bytes` more would fill this OSD's store past `ratio` (named `what` in the answer), or
+/// None if they fit.
+fn past_ratio_with(s: &Shared, bytes: u64, ratio: f64, what: &str) -> Option<String> {
+    let (used, capacity, past) = fullness(s, bytes, ratio);
+    past.then(|| {
+        format!("{used} of {capacity} bytes used, {bytes} more would pass the {what} {ratio}")
+    })
 }
 
 /// Why `bytes` more would fill this OSD's store past its full ratio, or None if they fit (a
 /// client write and a recovery push are refused alike).
 pub(crate) fn past_full_ratio_with(s: &Shared, bytes: u64) -> Option<String> {
-    let (used, capacity, past) = fullness(s, bytes);
-    past.then(|| {
-        format!(
-            "{used} of {capacity} bytes used, {bytes} more would pass the full ratio {}",
-            s.cfg.full_ratio
-        )
-    })
+    past_ratio_with(s, bytes, s.cfg.full_ratio, "full ratio")
 }
 
 /// Whether this OSD's store is past its nearfull and its full ratio now (what its beacons tell
 /// the monitor).
 pub fn past_ratios(s: &Shared) -> (bool, bool) {
-    let (used, capacity, full) = fullness(s, 0);
+    let (used, capacity, full) = fullness(s, 0, s.cfg.full_ratio);
     let nearfull = used as f64 > capacity as f64 * s.cfg.nearfull_ratio;
     (nearfull || full, full)
 }
@@ -723,10 +736,18 @@ pub fn past_ratios(s: &Shared) -> (bool, bool) {
 /// Refuses a client write of `bytes` (before it is given a version or reaches any copy, so the
 /// copies cannot disagree over it) when it would fill this OSD's store past its full ratio, or
 /// when the map flags another OSD holding a copy full (one left out of the interval holds
-/// none).
-fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
+/// none). A forced write (`forced`, a metadata server's) is refused only past this OSD's
+/// failsafe ratio: the map's full flags do not stop it.
+fn check_full(s: &Shared, iv: &Interval, bytes: u64, forced: bool) -> Result<(), OpResult> {
     if bytes == 0 {
         return Ok(());
+    }
+    if forced {
+        let failsafe = failsafe_ratio(s.cfg.full_ratio);
+        return match past_ratio_with(s, bytes, failsafe, "failsafe ratio") {
+            Some(why) => Err(OpResult::NoSpace(format!("osd.{}: {why}", s.id))),
+            None => Ok(()),
+        };
     }
     if let Some(why) = past_full_ratio_with(s, bytes) {
         return Err(OpResult::NoSpace(format!("osd.{}: {why}", s.id)));
@@ -745,14 +766,16 @@ fn check_full(s: &Shared, iv: &Interval, bytes: u64) -> Result<(), OpResult> {
 }
 
 /// Refuses a write that could add objects or bytes to a pool the map marks past its quota
-/// (removals still go through: they are how the pool gets back under it). When the client
-/// addressed the op with a newer map than this OSD's, which may have lifted the quota, the
-/// OSD waits for that map (up to [`QUOTA_MAP_WAIT`]) before it refuses.
-async fn check_quota(s: &Shared, pool: i64, kind: &OpKind, op_epoch: u64) -> Result<(), OpResult> {
+/// (removals still go through: they are how the pool gets back under it, and so do forced
+/// writes, a metadata server's journal of those removals). When the client addressed the op
+/// with a newer map than this OSD's, which may have lifted the quota, the OSD waits for that
+/// map (up to [`QUOTA_MAP_WAIT`]) before it refuses.
+async fn check_quota(s: &Shared, pool: i64, op: &OpHeader) -> Result<(), OpResult> {
     let full = || s.map.borrow().as_ref().is_some_and(|m| m.pool_full(pool));
-    if kind.frees_only() || !full() {
+    if op.kind.frees_only() || op.full_force || !full() {
         return Ok(());
     }
+    let op_epoch = op.epoch;
     let mut maps = s.map.clone();
     let deadline = Instant::now() + QUOTA_MAP_WAIT;
     loop {

@@ -155,6 +155,7 @@ mod tests {
             background: false,
             client: 42,
             instance: 0,
+            full_force: false,
         }
     }
 

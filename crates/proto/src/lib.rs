@@ -165,6 +165,7 @@ mod tests {
             background: false,
             client: 13,
             instance: 14,
+            full_force: true,
         };
         let (back, data) = decode::<OpHeader>(&encode(&h, b"tail")).unwrap();
         assert_eq!((back, &data[..]), (h.clone(), &b"tail"[..]));

@@ -161,6 +161,11 @@ pub struct OpHeader {
     /// (see `ClusterMap::blocklist`). 0 from a client that does not say: never fenced.
     #[serde(default)]
     pub instance: u64,
+    /// A metadata server's own write (Ceph's `FULL_FORCE`): taken past the full ratio, up to
+    /// the failsafe ratio, so that a full cluster's file system still journals the deletions
+    /// that free its space. Only a sender with the `mds` monitor profile (or admin) may set it.
+    #[serde(default)]
+    pub full_force: bool,
 }
 
 /// Header of a replica write: the primary's resolved operation and its PG log entry.

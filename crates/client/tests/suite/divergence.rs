@@ -3,7 +3,8 @@
 //! 1.0), writes commit on some copies of a PG and fail on others: the primary must not reuse
 //! the failed write's version, and a replica must not answer Ok to a different write at a
 //! version it has used: either would lose an acknowledged write on the copies that skipped
-//! it. The PG peers again instead.
+//! it. The PG peers again instead. A metadata server's forced writes pass the full ratio, up
+//! to the failsafe ratio.
 
 use crate::common;
 
@@ -88,6 +89,65 @@ async fn the_full_ratio_refuses_a_write_before_any_copy_takes_it() {
         .await
         .unwrap();
     assert_eq!(c.client.read("data", &neighbour).await.unwrap(), b"after");
+}
+
+/// A forced write (a metadata server's, `full_force`) passes the full ratio up to the
+/// failsafe ratio: the small OSD, as a primary, refuses plain writes that would pass its full
+/// ratio but takes forced ones past it, and refuses a forced one that would pass its failsafe
+/// ratio (2 MiB above the full ratio on a 100 MiB device).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_write_passes_the_full_ratio_up_to_the_failsafe_ratio() {
+    let c = cluster_with_devices("failsafe", 8, [100 << 20, 256 << 20, 256 << 20], |_| {}).await;
+    let small = c.osds[0].id();
+    let mut names = names_led(&c, small, true, "led", 200).into_iter();
+    let mut refused = None;
+    for i in 0..120 {
+        let name = names.next().unwrap();
+        if let Err(e) = c.client.write_full("data", &name, &object(i)).await {
+            refused = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(refused, Some(cairn_client::ClientError::NoSpace(ref why)) if why.contains("full ratio")),
+        "{refused:?}"
+    );
+    let mut forcing = common::connect(c.mon.addr(), 0xf0ce).await.unwrap();
+    forcing.full_force = true;
+    let mut past_full = false;
+    for _ in 0..8 {
+        let name = names.next().unwrap();
+        forcing
+            .write_full("data", &name, &vec![4u8; 256 << 10])
+            .await
+            .unwrap();
+        let plain = c
+            .client
+            .write_full("data", &names.next().unwrap(), &[1u8; 4096])
+            .await;
+        if matches!(plain, Err(cairn_client::ClientError::NoSpace(_))) {
+            past_full = true;
+            break;
+        }
+    }
+    assert!(
+        past_full,
+        "2 MiB of forced writes never passed the full ratio"
+    );
+    let journal = names.next().unwrap();
+    let small_write = vec![5u8; 64 << 10];
+    forcing
+        .write_full("data", &journal, &small_write)
+        .await
+        .unwrap();
+    assert_eq!(c.client.read("data", &journal).await.unwrap(), small_write);
+    let past = forcing
+        .write_full("data", &names.next().unwrap(), &vec![6u8; 4 << 20])
+        .await;
+    assert!(
+        matches!(past, Err(cairn_client::ClientError::NoSpace(ref why)) if why.contains("failsafe ratio")),
+        "{past:?}"
+    );
 }
 
 /// The small OSD only as a replica: past its nearfull ratio its beacon flags it nearfull (a

@@ -82,6 +82,7 @@ async fn raw_write(c: &Cluster, name: &str, data: &[u8]) -> OpResult {
         background: false,
         client: 0,
         instance: 0,
+        full_force: false,
     };
     let (msg, reply) = (cairn_proto::MSG_OSD_OP, cairn_proto::MSG_OSD_OP_REPLY);
     let payload = cairn_proto::encode(&h, &[]);

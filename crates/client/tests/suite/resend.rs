@@ -38,6 +38,7 @@ fn append(c: &Cluster, tid: u64, name: &str, data: &[u8], reqid: ReqId) -> OpHea
         background: false,
         client: 0,
         instance: 0,
+        full_force: false,
     }
 }
 
