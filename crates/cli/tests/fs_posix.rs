@@ -10,8 +10,8 @@
 //! client, each in the middle of a metadata-heavy workload, after which every acknowledged
 //! file reads back whole; a mounted client cut off while it holds a lock and a file open for
 //! writing is evicted (fenced first), its lock passes on, and woken its writes are refused.
-//! A full cluster refuses what would grow the file system with ENOSPC, serves reads, and
-//! takes the deletes that make room again.
+//! A full cluster refuses what would grow the file system with ENOSPC (and S3 PUTs with 507),
+//! serves reads, and takes the deletes that make room again.
 
 mod common;
 
@@ -947,8 +947,9 @@ fn no_space<T>(r: std::io::Result<T>) -> bool {
 
 /// A full cluster leaves the file system serving: a file write fails with ENOSPC (not EIO),
 /// creates, mkdirs and setxattrs are refused with ENOSPC while the map flags an OSD full,
-/// everything written before reads back whole, deletes go through and free the space, after
-/// which creates work again; the metadata server never stops.
+/// everything written before reads back whole, an S3 PUT gets 507 InsufficientStorage,
+/// deletes go through and free the space, after which creates work again; the metadata
+/// server never stops.
 #[test]
 fn a_full_cluster_refuses_growth_with_enospc_and_takes_deletes() {
     if !fuse_available() {
@@ -957,11 +958,13 @@ fn a_full_cluster_refuses_growth_with_enospc_and_takes_deletes() {
     }
     let mon = format!("127.0.0.1:{}", free_port());
     let mds = format!("127.0.0.1:{}", free_port());
+    let s3 = format!("127.0.0.1:{}", free_port());
     let cluster = Cluster::new("fs-full");
     let d = cluster.arg();
     let (ok, out) = common::cairn(&[
         "up",
-        "--no-s3",
+        "--s3",
+        &s3,
         "--dir",
         &d,
         "--mon",
@@ -974,6 +977,31 @@ fn a_full_cluster_refuses_growth_with_enospc_and_takes_deletes() {
         "8",
     ]);
     assert!(ok, "{out}");
+    let key = |name: &str| {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {out}"))
+            .to_string()
+    };
+    let (access, secret) = (
+        key("export AWS_ACCESS_KEY_ID="),
+        key("export AWS_SECRET_ACCESS_KEY="),
+    );
+    let aws = |args: &[&str]| {
+        Command::new("aws")
+            .args(["--endpoint-url", &format!("http://{s3}")])
+            .args(args)
+            .env("AWS_ACCESS_KEY_ID", &access)
+            .env("AWS_SECRET_ACCESS_KEY", &secret)
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .env_remove("AWS_PROFILE")
+            .output()
+            .unwrap()
+    };
+    let made = aws(&["s3", "mb", "s3://while-full"]);
+    assert!(made.status.success(), "{made:?}");
     let mds_pid = daemon_pid(&cluster.dir, "mds");
     let m = Mount::new(&cluster, &mon, "mnt");
     fs::create_dir(m.path("kept")).unwrap();
@@ -1014,6 +1042,21 @@ fn a_full_cluster_refuses_growth_with_enospc_and_takes_deletes() {
             "{name} reads back whole while the cluster is full"
         );
     }
+    // The S3 gateway answers a PUT on the full cluster with 507 InsufficientStorage, which
+    // clients report at once instead of retrying as they retry a 500.
+    let big = cluster.dir.join("big.bin");
+    fs::write(&big, payload(99, 4 << 20)).unwrap();
+    let put = aws(&[
+        "s3",
+        "cp",
+        &big.display().to_string(),
+        "s3://while-full/big",
+    ]);
+    let said = String::from_utf8_lossy(&put.stderr);
+    assert!(
+        !put.status.success() && said.contains("InsufficientStorage"),
+        "{said}"
+    );
 
     // Deletes go through, their data is purged, and the space comes back.
     let (freed, kept) = written.split_at(written.len() / 2);

@@ -25,6 +25,10 @@ pub enum BackendError {
     /// The pool reached its quota: nothing more can be written to it (removals still work).
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
+    /// An OSD holding a copy is full (past its full ratio): writes are refused until space is
+    /// freed or added (removals still work).
+    #[error("out of space: {0}")]
+    NoSpace(String),
     /// Anything else the cluster reported (timeout, checksum, invalid request).
     #[error("cluster: {0}")]
     Cluster(String),
@@ -35,6 +39,7 @@ impl From<ClientError> for BackendError {
         match e {
             ClientError::NotFound(name) => BackendError::NotFound(name),
             ClientError::QuotaExceeded(why) => BackendError::QuotaExceeded(why),
+            ClientError::NoSpace(why) => BackendError::NoSpace(why),
             other => BackendError::Cluster(other.to_string()),
         }
     }

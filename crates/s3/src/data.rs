@@ -110,16 +110,26 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// Maps a cluster failure to InternalError, logging the cause; a pool past its quota is
-/// radosgw's 403 `QuotaExceeded` instead (the client can do nothing but remove objects).
+/// radosgw's 403 `QuotaExceeded` instead, and a full cluster 507 `InsufficientStorage` (as
+/// MinIO's storage-full error): neither is worth retrying, and clients do not retry them as
+/// they retry a 500, so the user learns at once that only removals (or more OSDs) help.
 pub fn internal<E: std::fmt::Display + 'static>(e: E) -> S3Error {
-    if let Some(BackendError::QuotaExceeded(why)) =
-        (&e as &dyn std::any::Any).downcast_ref::<BackendError>()
-    {
-        let mut err = S3Error::with_message(
-            s3s::S3ErrorCode::Custom("QuotaExceeded".into()),
+    let refusal = match (&e as &dyn std::any::Any).downcast_ref::<BackendError>() {
+        Some(BackendError::QuotaExceeded(why)) => Some((
+            "QuotaExceeded",
             format!("quota exceeded: {why}"),
-        );
-        err.set_status_code(hyper::StatusCode::FORBIDDEN);
+            hyper::StatusCode::FORBIDDEN,
+        )),
+        Some(BackendError::NoSpace(why)) => Some((
+            "InsufficientStorage",
+            format!("the cluster is full: {why}"),
+            hyper::StatusCode::INSUFFICIENT_STORAGE,
+        )),
+        _ => None,
+    };
+    if let Some((code, message, status)) = refusal {
+        let mut err = S3Error::with_message(s3s::S3ErrorCode::Custom(code.into()), message);
+        err.set_status_code(status);
         return err;
     }
     tracing::warn!("cluster error: {e}");
@@ -622,6 +632,18 @@ mod tests {
         assert_eq!(e.code(), &s3s::S3ErrorCode::Custom("QuotaExceeded".into()));
         assert_eq!(e.status_code(), Some(hyper::StatusCode::FORBIDDEN));
         assert!(e.message().unwrap().contains("pool data is full"));
+        let e = internal(BackendError::from(cairn_client::ClientError::NoSpace(
+            "osd.2: 1 more would pass the full ratio 0.95".into(),
+        )));
+        assert_eq!(
+            e.code(),
+            &s3s::S3ErrorCode::Custom("InsufficientStorage".into())
+        );
+        assert_eq!(
+            e.status_code(),
+            Some(hyper::StatusCode::INSUFFICIENT_STORAGE)
+        );
+        assert!(e.message().unwrap().contains("full ratio"));
         let e = internal(BackendError::Cluster("timeout".into()));
         assert_eq!(e.code(), &s3s::S3ErrorCode::InternalError);
         assert_eq!(internal("plain").code(), &s3s::S3ErrorCode::InternalError);
