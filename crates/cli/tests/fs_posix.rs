@@ -1,10 +1,12 @@
 //! The file system on a `cairn up` cluster, mounted through FUSE by `cairn fs mount`: POSIX
 //! behaviour with the errno of each refusal (ENOENT, EEXIST, ENOTEMPTY, EISDIR, ENOTDIR,
 //! EPERM, EINVAL, EXDEV), large directories, atomic renames, hard and symbolic links,
-//! attributes and extended attributes, sparse files, O_APPEND and truncation; per-directory
-//! and per-file layouts; two mounts seeing each other's changes and racing on one directory,
-//! locking against each other, and keeping a file one holds open while the other unlinks it;
-//! this crate's source tree copied in with `cp -a` and compared with `diff -r`; kill -9 of
+//! attributes and extended attributes, sparse files, O_APPEND and truncation; small sequential
+//! writes gathered into object writes (read back, overwritten, several writers into one file);
+//! per-directory and per-file layouts; two mounts seeing each other's changes and racing on one
+//! directory, locking against each other, and keeping a file one holds open while the other
+//! unlinks it; this crate's source tree copied in with `cp -a` and compared with `diff -r`;
+//! kill -9 of
 //! the metadata server (a replacement on its address), a stall of it (a standby on another
 //! address fences it and takes over; woken, it stops), kill -9 of an OSD and of a mounted
 //! client, each in the middle of a metadata-heavy workload, after which every acknowledged
@@ -128,6 +130,58 @@ fn daemon_pid(dir: &Path, name: &str) -> u32 {
         }
     }
     panic!("no running {name} in {}", dir.display());
+}
+
+/// Small sequential writes, which the mount gathers into object-sized writes: read back
+/// before any flush, overwritten while still gathered, and from several writers into their own
+/// regions of one shared file at once (IOR's shared-file pattern), every byte in place.
+fn gathered_writes(m: &Mount) {
+    const CHUNK: usize = 64 << 10;
+    let want = payload(41, 3 << 20);
+    let mut f = File::create(m.path("gathered")).unwrap();
+    for chunk in want.chunks(CHUNK) {
+        f.write_all(chunk).unwrap();
+    }
+    assert!(
+        fs::read(m.path("gathered")).unwrap() == want,
+        "gathered writes read back before a flush"
+    );
+    let patch = payload(42, CHUNK);
+    f.seek(SeekFrom::Start(32 << 10)).unwrap();
+    f.write_all(&patch).unwrap();
+    f.seek(SeekFrom::Start(3 << 20)).unwrap();
+    f.write_all(&patch).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let mut patched = want.clone();
+    patched[32 << 10..(32 << 10) + CHUNK].copy_from_slice(&patch);
+    patched.extend_from_slice(&patch);
+    assert!(fs::read(m.path("gathered")).unwrap() == patched);
+
+    const REGION: usize = 1 << 20;
+    let shared = m.path("gathered-shared");
+    File::create(&shared).unwrap();
+    std::thread::scope(|scope| {
+        for w in 0..6 {
+            let shared = &shared;
+            scope.spawn(move || {
+                let mut f = OpenOptions::new().write(true).open(shared).unwrap();
+                f.seek(SeekFrom::Start((w * REGION) as u64)).unwrap();
+                for chunk in payload(50 + w, REGION).chunks(CHUNK) {
+                    f.write_all(chunk).unwrap();
+                }
+                f.sync_all().unwrap();
+            });
+        }
+    });
+    let back = fs::read(&shared).unwrap();
+    assert_eq!(back.len(), 6 * REGION);
+    for (w, region) in back.chunks(REGION).enumerate() {
+        assert!(
+            region == payload(50 + w, REGION),
+            "region {w} of the shared file"
+        );
+    }
 }
 
 fn posix_basics(m: &Mount) {
@@ -740,6 +794,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
 
     let a = Mount::new(&cluster, &mon, "mnt-a");
     posix_basics(&a);
+    gathered_writes(&a);
     layouts(&a, &cluster, &mon);
     let b = Mount::new(&cluster, &mon, "mnt-b");
     two_mounts(&a, &b);

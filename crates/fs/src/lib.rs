@@ -10,6 +10,7 @@ pub mod data;
 pub mod error;
 pub mod evict;
 pub mod full;
+pub mod gather;
 pub mod holds;
 pub mod journal;
 pub mod layout;

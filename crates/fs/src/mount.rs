@@ -34,6 +34,7 @@ use fuser::{
 };
 
 use crate::backing;
+use crate::gather::{self, Gather, GATHER_LINGER};
 use crate::holds::Holds;
 use crate::link::MdsLink;
 use crate::mds::now_ns;
@@ -53,6 +54,9 @@ pub const WRITE_BEHIND_BYTES: usize = 64 << 20;
 /// Longest a file read or write waits for its objects (PGs inactive while the cluster heals)
 /// before the call fails with EIO; as long as a metadata call waits for the MDS.
 pub const DATA_TIMEOUT_MS: u64 = 300_000;
+/// Most streams of sequential writes into one file gathered at once (IOR's shared file
+/// written by several processes, each into its own region).
+const GATHER_STREAMS: usize = 16;
 /// Bytes per permit of the write-behind budget.
 const PERMIT_BYTES: usize = 4096;
 /// A lock that must wait (`F_SETLKW`, `flock` without `LOCK_NB`) is asked for again after
@@ -107,6 +111,10 @@ struct State {
     listings: HashMap<u64, Arc<Vec<DirEntry>>>,
     /// Writes in flight by inode: their byte ranges, and the first failure not yet reported.
     inflight: HashMap<u64, Inflight>,
+    /// Sequential writes not yet sent, by inode, one per stream of writes into the file (at
+    /// most [`GATHER_STREAMS`]); their ranges count as in flight.
+    gathers: HashMap<u64, Vec<Gather>>,
+    next_gather: u64,
     next_fh: u64,
 }
 
@@ -249,7 +257,8 @@ impl Ctx {
         self.lock().files.get(&ino).copied().ok_or(libc::EISDIR)
     }
 
-    /// Waits until `ino` has no write in flight; the first failure among them, once.
+    /// Sends `ino`'s gathered writes and waits until it has no write in flight; the first
+    /// failure among them, once.
     async fn drain(&self, ino: u64) -> Result<(), i32> {
         loop {
             let changed = self.behind.changed.notified();
@@ -257,6 +266,7 @@ impl Ctx {
             changed.as_mut().enable();
             {
                 let mut st = self.lock();
+                self.seal(&mut st, ino);
                 let idle = st.inflight.get(&ino).is_none_or(|f| f.ranges.is_empty());
                 if idle {
                     let error = st.inflight.remove(&ino).and_then(|f| f.error);
@@ -293,44 +303,147 @@ impl Ctx {
         Ok(())
     }
 
-    /// Sends a write of `data` at `offset` of `ino`; answers once it is sent (or, `sync`,
-    /// once it is durable).
+    /// Takes a write of `data` at `offset` of `ino`: joins it to the file's gathered writes
+    /// when it continues them, or sends what was gathered and then this write (gathered in
+    /// turn when it ends inside its object). Answers once it is taken (or, `sync`, once it is
+    /// durable).
     async fn write(&self, ino: u64, offset: u64, data: Vec<u8>, sync: bool) -> Result<u32, i32> {
         let (object_size, _) = self.layout(ino).await?;
         let len = u32::try_from(data.len()).map_err(|_| libc::EINVAL)?;
         let end = offset + data.len() as u64;
-        loop {
-            let changed = self.behind.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            {
-                let mut st = self.lock();
-                let f = st.inflight.entry(ino).or_default();
-                if !f.ranges.iter().any(|&(a, b)| a < end && offset < b) {
-                    f.ranges.push((offset, end));
-                    break;
-                }
-            }
-            changed.await;
-        }
         let permits = u32::try_from(data.len().div_ceil(PERMIT_BYTES).max(1)).unwrap_or(u32::MAX);
         let Ok(room) = self.behind.room.clone().acquire_many_owned(permits).await else {
             return Err(libc::EIO);
         };
-        {
-            let mut st = self.lock();
-            let d = st.dirty.entry(ino).or_insert(Dirty {
-                size: 0,
-                mtime_ns: 0,
-            });
-            d.size = d.size.max(end);
-            d.mtime_ns = now_ns();
-            if let Some(f) = st.files.get_mut(&ino) {
-                f.1 = f.1.max(end);
+        let mut room = Some(room);
+        let mut data = Some(data);
+        loop {
+            let changed = self.behind.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let sent = {
+                let mut st = self.lock();
+                // Only bytes no write in flight overlaps may join (an overlapping write must
+                // wait for it, to land after it).
+                let clear = st
+                    .inflight
+                    .get(&ino)
+                    .is_none_or(|f| !f.ranges.iter().any(|&(a, b)| a < end && offset < b));
+                let joins = st.gathers.get(&ino).and_then(|gs| {
+                    gs.iter().position(|g| {
+                        clear && !sync && g.continued_by(offset, len as usize, object_size)
+                    })
+                });
+                if let Some(i) = joins {
+                    let g = &mut st.gathers.get_mut(&ino).expect("found")[i];
+                    let start = g.offset;
+                    g.data.extend_from_slice(&data.take().expect("taken once"));
+                    g.room.merge(room.take().expect("taken once"));
+                    let complete = g.complete(object_size);
+                    let f = st.inflight.entry(ino).or_default();
+                    if let Some(r) = f.ranges.iter_mut().find(|r| r.0 == start) {
+                        r.1 = end;
+                    }
+                    self.note_dirty(&mut st, ino, end);
+                    if complete {
+                        self.seal_where(&mut st, ino, |g| g.offset == start);
+                    }
+                    return Ok(len);
+                }
+                self.seal_where(&mut st, ino, |g| g.offset < end && offset < g.end());
+                let f = st.inflight.entry(ino).or_default();
+                if !f.ranges.iter().any(|&(a, b)| a < end && offset < b) {
+                    f.ranges.push((offset, end));
+                    self.note_dirty(&mut st, ino, end);
+                    let data = data.take().expect("taken once");
+                    let room = room.take().expect("taken once");
+                    if !sync && gather::worth_gathering(offset, data.len(), object_size) {
+                        st.next_gather += 1;
+                        let generation = st.next_gather;
+                        let streams = st.gathers.get(&ino).map_or(0, Vec::len);
+                        if streams >= GATHER_STREAMS {
+                            let oldest = st.gathers[&ino].iter().map(|g| g.generation).min();
+                            self.seal_where(&mut st, ino, |g| Some(g.generation) == oldest);
+                        }
+                        st.gathers.entry(ino).or_default().push(Gather {
+                            offset,
+                            data,
+                            room,
+                            generation,
+                            object_size,
+                        });
+                        let c = self.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(GATHER_LINGER).await;
+                            let mut st = c.lock();
+                            c.seal_where(&mut st, ino, |g| g.generation == generation);
+                        });
+                        return Ok(len);
+                    }
+                    Some(self.send(ino, object_size, offset, data, room))
+                } else {
+                    None
+                }
+            };
+            if let Some(sent) = sent {
+                if sync {
+                    sent.await.map_err(|_| libc::EIO)?;
+                    self.drain(ino).await?;
+                }
+                return Ok(len);
             }
+            changed.await;
         }
+    }
+
+    /// Records that this client's writes reach `end` of `ino` (its size as this client sees
+    /// it, reported to the MDS at flush, fsync and close).
+    fn note_dirty(&self, st: &mut State, ino: u64, end: u64) {
+        let d = st.dirty.entry(ino).or_insert(Dirty {
+            size: 0,
+            mtime_ns: 0,
+        });
+        d.size = d.size.max(end);
+        d.mtime_ns = now_ns();
+        if let Some(f) = st.files.get_mut(&ino) {
+            f.1 = f.1.max(end);
+        }
+    }
+
+    /// Sends `ino`'s gathered writes, if any.
+    fn seal(&self, st: &mut State, ino: u64) {
+        self.seal_where(st, ino, |_| true);
+    }
+
+    /// Sends those of `ino`'s gathered writes that `which` picks.
+    fn seal_where(&self, st: &mut State, ino: u64, which: impl Fn(&Gather) -> bool) {
+        let Some(gathers) = st.gathers.get_mut(&ino) else {
+            return;
+        };
+        let (go, stay): (Vec<Gather>, Vec<Gather>) = gathers.drain(..).partition(|g| which(g));
+        if stay.is_empty() {
+            st.gathers.remove(&ino);
+        } else {
+            *gathers = stay;
+        }
+        for g in go {
+            drop(self.send(ino, g.object_size, g.offset, g.data, g.room));
+        }
+    }
+
+    /// Writes `data` at `offset` of `ino` in the background (its range already counted in
+    /// flight): the range is released when done, and a failure kept for flush or fsync.
+    fn send(
+        &self,
+        ino: u64,
+        object_size: u32,
+        offset: u64,
+        data: Vec<u8>,
+        room: tokio::sync::OwnedSemaphorePermit,
+    ) -> tokio::task::JoinHandle<()> {
         let c = self.clone();
-        let sent = tokio::spawn(async move {
+        let end = offset + data.len() as u64;
+        tokio::spawn(async move {
             let r =
                 crate::data::write(&c.rados, &c.data_pool, ino, object_size, offset, &data).await;
             drop(room);
@@ -343,12 +456,7 @@ impl Ctx {
             }
             drop(st);
             c.behind.changed.notify_waiters();
-        });
-        if sync {
-            sent.await.map_err(|_| libc::EIO)?;
-            self.drain(ino).await?;
-        }
-        Ok(len)
+        })
     }
 
     async fn read(&self, ino: u64, offset: u64, len: u32) -> Result<bytes::Bytes, i32> {
