@@ -66,6 +66,13 @@ pub struct Limits {
     /// ever. Each end sends a keepalive after a quarter of it without sending anything, so
     /// an idle but live peer is never taken for a dead one.
     pub idle_timeout_ms: u64,
+    /// A connection on which frames sent have waited this long for the peer's acknowledgement,
+    /// with no acknowledgement arriving meanwhile, is closed and made again (0: never), and
+    /// what the peer had not acknowledged goes again on the new one. A stream that stalls in
+    /// one direction while the other still carries keepalives (a stateful firewall or NAT
+    /// that forgot the connection, a path that lost it) is otherwise only noticed at the idle
+    /// timeout, and its requests wait for that long.
+    pub ack_timeout_ms: u64,
     /// Most connections a listener holds open at once, handshakes included; one more is
     /// closed at once (its dialer retries), so a flood of connections cannot exhaust a
     /// daemon's sockets and memory.
@@ -80,6 +87,7 @@ impl Default for Limits {
             max_queued_frames: 4096,
             write_turn_bytes: 0,
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            ack_timeout_ms: DEFAULT_ACK_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
@@ -88,6 +96,12 @@ impl Default for Limits {
 /// [`Limits::idle_timeout_ms`] by default: a minute, three times Ceph's heartbeat grace, so a
 /// process frozen for less (a debugger, a thrash test's SIGSTOP) keeps its connections.
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+
+/// [`Limits::ack_timeout_ms`] by default: 15 s, far above the acknowledgement delay of a
+/// live peer (milliseconds) and a frame's transfer on a slow link, and a fraction of a
+/// client's 30 s operation deadline, so a request caught on a stalled stream goes again in
+/// time.
+pub const DEFAULT_ACK_TIMEOUT_MS: u64 = 15_000;
 
 /// [`Limits::max_connections`] by default: room for thousands of clients, far below the
 /// process's file limit on any host that serves them.

@@ -12,7 +12,9 @@
 //! and a client that reconnects starts a new session and sends its pending requests again by
 //! their ids, which the daemons deduplicate. A daemon therefore never holds state for a client
 //! that is gone. Either end of a connection that hears nothing for [`Limits::idle_timeout_ms`]
-//! closes it; each sends keepalives while it has nothing else to send.
+//! closes it; each sends keepalives while it has nothing else to send. A connection whose
+//! sent frames go unacknowledged for [`Limits::ack_timeout_ms`] is closed too and made again
+//! (a stream stalled in one direction), its unacknowledged frames resent on the new one.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -773,18 +775,34 @@ async fn drive_inner(
     let ack_timer = tokio::time::sleep(ACK_DELAY);
     tokio::pin!(ack_timer);
     let idle_timeout = Duration::from_millis(parts.limits.idle_timeout_ms);
+    let ack_timeout = Duration::from_millis(parts.limits.ack_timeout_ms);
     let keepalive_every = (idle_timeout / 4).max(Duration::from_millis(1));
-    let mut keepalive = tokio::time::interval(keepalive_every);
-    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let check_every = [idle_timeout / 4, ack_timeout / 4]
+        .into_iter()
+        .filter(|d| !d.is_zero())
+        .min()
+        .unwrap_or(Duration::ZERO)
+        .max(Duration::from_millis(1));
+    let mut checks = tokio::time::interval(check_every);
+    checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut last_in, mut last_out) = (Instant::now(), Instant::now());
+    // Since when the oldest frame not yet acknowledged has waited with no acknowledgement
+    // arriving: from now for those resent on this connection, from its sending for others.
+    let mut ack_wait = AckWait::new(!st.unacked.is_empty());
     loop {
         tokio::select! {
-            _ = keepalive.tick(), if !idle_timeout.is_zero() => {
-                if last_in.elapsed() >= idle_timeout {
+            _ = checks.tick(), if !idle_timeout.is_zero() || !ack_timeout.is_zero() => {
+                if !idle_timeout.is_zero() && last_in.elapsed() >= idle_timeout {
                     if let Some(stats) = &parts.stats {
                         stats.idle_closed.fetch_add(1, Ordering::Relaxed);
                     }
                     return Err(MsgrError::Timeout(parts.limits.idle_timeout_ms));
+                }
+                if !ack_timeout.is_zero() && ack_wait.waited() >= Some(ack_timeout) {
+                    return Err(MsgrError::Timeout(parts.limits.ack_timeout_ms));
+                }
+                if idle_timeout.is_zero() {
+                    continue;
                 }
                 if last_out.elapsed() >= keepalive_every {
                     send_ack(&sink, st)?;
@@ -812,6 +830,7 @@ async fn drive_inner(
                     frame.header.seq = st.next_seq;
                     frame.header.ack = st.last_received;
                     st.unacked.push_back((frame.clone(), permit));
+                    ack_wait.sent();
                     sink.send(frame)?;
                     last_out = Instant::now();
                     batched += 1;
@@ -831,8 +850,13 @@ async fn drive_inner(
                 let frame = inc.ok_or(MsgrError::Closed)??;
                 last_in = Instant::now();
                 let ack = frame.header.ack;
+                let mut acked = false;
                 while st.unacked.front().is_some_and(|(f, _)| f.header.seq <= ack) {
                     st.unacked.pop_front();
+                    acked = true;
+                }
+                if acked {
+                    ack_wait.acked(st.unacked.is_empty());
                 }
                 if frame.header.msg_type == MSG_ACK || frame.header.seq == 0 {
                     continue;
@@ -856,6 +880,36 @@ async fn drive_inner(
                 }
             }
         }
+    }
+}
+
+/// How long a connection's oldest unacknowledged frame has waited without any acknowledgement
+/// arriving: what [`Limits::ack_timeout_ms`] bounds.
+struct AckWait {
+    since: Option<Instant>,
+}
+
+impl AckWait {
+    /// Starts a connection: frames already waiting (resent on it) wait from now.
+    fn new(waiting: bool) -> AckWait {
+        AckWait {
+            since: waiting.then(Instant::now),
+        }
+    }
+
+    /// A frame was sent: if none was waiting, the wait starts now.
+    fn sent(&mut self) {
+        self.since.get_or_insert_with(Instant::now);
+    }
+
+    /// An acknowledgement arrived: the wait starts over, or ends when nothing is left.
+    fn acked(&mut self, nothing_left: bool) {
+        self.since = (!nothing_left).then(Instant::now);
+    }
+
+    /// How long the wait has lasted; None when nothing waits.
+    fn waited(&self) -> Option<Duration> {
+        self.since.map(|s| s.elapsed())
     }
 }
 

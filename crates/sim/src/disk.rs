@@ -24,6 +24,8 @@ struct PowerCycle {
     kv: CrashableKv,
     /// Set when power was cut: the seed choosing what survives, applied at the next mount.
     lost: Option<u64>,
+    /// Set when the process using the disks crashed: everything it wrote survives.
+    ended: bool,
 }
 
 impl PowerCycle {
@@ -34,6 +36,7 @@ impl PowerCycle {
             kv: CrashableKv::new(kv_image, switch.clone()),
             switch,
             lost: None,
+            ended: false,
         }
     }
 }
@@ -74,6 +77,15 @@ impl SimDisk {
         let mut cycle = self.cycle();
         cycle.switch.crash_now();
         cycle.lost.get_or_insert(seed);
+    }
+
+    /// Ends the process using the disks, as a crash does: everything it wrote stays (the
+    /// kernel has it, flushed or not) and nothing it would still write lands — its exit
+    /// path included (a KV's clean shutdown, which would spare the next mount its repair).
+    pub fn end_process(&self) {
+        let mut cycle = self.cycle();
+        cycle.switch.crash_now();
+        cycle.ended = true;
     }
 
     /// Device writes that were not flushed when the power was cut, over every power loss so
@@ -144,15 +156,26 @@ impl SimDisk {
     /// The devices of the current power cycle, starting a new one from the surviving images
     /// if the power was cut.
     async fn power_on(&self) -> Result<(Arc<FaultDevice>, CrashableKv), StoreError> {
-        let (lost, device, kv) = {
+        let (lost, ended, device, kv) = {
             let cycle = self.cycle();
-            (cycle.lost, cycle.device.clone(), cycle.kv.clone())
+            (
+                cycle.lost,
+                cycle.ended,
+                cycle.device.clone(),
+                cycle.kv.clone(),
+            )
         };
         if !self.failing.load(Ordering::Acquire) {
             device.clear_rules().await;
         }
         let Some(seed) = lost else {
-            return Ok((device, kv));
+            if !ended {
+                return Ok((device, kv));
+            }
+            let fresh = PowerCycle::new(self.media.clone(), kv.as_written());
+            let out = (fresh.device.clone(), fresh.kv.clone());
+            *self.cycle() = fresh;
+            return Ok(out);
         };
         let unflushed = u64::try_from(device.unflushed_writes().await).unwrap_or(u64::MAX);
         self.unflushed_at_cuts

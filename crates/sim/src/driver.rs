@@ -27,7 +27,7 @@ pub(crate) fn drive(
     let mut started = vec![false; faults.len()];
     let mut ended = vec![false; faults.len()];
     let mut downs = Downs::default();
-    let heal_at = opts.window + opts.longest;
+    let heal_at = heal_at(faults, opts);
     loop {
         let done = sim.step().map_err(|e| e.to_string())?;
         if done {
@@ -56,6 +56,21 @@ pub(crate) fn drive(
         if t >= heal_at && !board.borrow().healed {
             board.borrow_mut().healed = true;
         }
+    }
+}
+
+/// When, after the cluster first served a write, every fault has ended and the cluster is
+/// left to heal.
+fn heal_at(faults: &[Timed], opts: &Options) -> Duration {
+    let latest = opts.window + opts.longest;
+    match opts.heal_after_last_fault {
+        true => faults
+            .iter()
+            .map(|f| f.at + f.lasts)
+            .max()
+            .unwrap_or_default()
+            .min(latest),
+        false => latest,
     }
 }
 
@@ -142,6 +157,9 @@ fn start(
                 return false;
             }
             downs.crashed.push(h.clone());
+            if let Some(disk) = world.disk(h) {
+                disk.end_process();
+            }
             sim.crash(h.as_str());
         }
         Fault::PowerLoss(h) => {
@@ -200,6 +218,9 @@ fn end(sim: &mut turmoil::Sim<'_>, world: &World<'_>, fault: &Fault, downs: &mut
             sim.bounce(h.as_str());
         }
         Fault::Eio(h) => {
+            if let Some(disk) = world.disk(h) {
+                disk.end_process();
+            }
             sim.crash(h.as_str());
             if let Some(disk) = world.disk(h) {
                 disk.replace_failing();

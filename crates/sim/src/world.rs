@@ -36,11 +36,6 @@ const MON_DEVICE_BYTES: u64 = 32 << 20;
 pub(crate) const POOL: &str = "data";
 /// Longest the cluster may take to come up and serve its first write.
 pub(crate) const SETUP_LIMIT: Duration = Duration::from_secs(120);
-/// How often OSDs ping each other, and how long one must be silent before its peers report
-/// it and the monitor marks it down: shorter than Ceph's 20 s grace, so that a fault within a
-/// run's window outlasts it and the cluster goes on without the faulty OSD, then recovers it.
-const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
-const HEARTBEAT_GRACE: Duration = Duration::from_secs(3);
 /// The least a message takes on a link without a fault: a LAN's.
 pub(crate) const BASE_LATENCY: Duration = Duration::from_micros(100);
 /// The longest a message takes on a link without a fault: latencies spread between the two
@@ -75,10 +70,50 @@ pub struct Options {
     /// The OSDs' `remap_min_objects`: a PG recovering at least this many objects on a copy is
     /// filled while a temporary acting set serves it.
     pub remap_min_objects: usize,
+    /// How often OSDs ping each other.
+    pub heartbeat_interval: Duration,
+    /// How long an OSD must be silent before its peers report it and the monitor marks it
+    /// down: far shorter than Ceph's 20 s, so that many faults of a run's window outlast it
+    /// and the cluster goes on without the faulty OSD, then recovers it.
+    pub heartbeat_grace: Duration,
+    /// The simulation's step: every host runs up to each tick, then messages sent meanwhile
+    /// move on. Messages take 0.1-3 ms, so a tick of 1 ms lets those of different
+    /// connections overtake each other most; each tick costs the same whether any host has
+    /// work or not.
+    pub tick: Duration,
+    /// Whether the cluster is healed (the client's checks start) as soon as the last fault
+    /// of the schedule ends, rather than at the end of the window plus the longest fault.
+    pub heal_after_last_fault: bool,
+    /// Whether a run that held drops its hosts (their runtimes, stores and KVs) before it
+    /// returns. A process that runs one seed and exits leaves them to the exit instead.
+    pub tear_down: bool,
 }
 
+/// The compact shape every seed of a batch runs: its faults start within 10 s and last up
+/// to 7 s, against a heartbeat grace of 1.2 s, so that about five faults in six outlast the
+/// grace while a run simulates about a third of [`Options::wide`]'s time. The simulation
+/// steps every host at each 1 ms tick whether it has work or not, so a run costs about its
+/// simulated time.
 impl Default for Options {
     fn default() -> Self {
+        Options {
+            window: Duration::from_secs(10),
+            longest: Duration::from_secs(7),
+            heartbeat_interval: Duration::from_millis(200),
+            heartbeat_grace: Duration::from_millis(1200),
+            heal_after_last_fault: true,
+            tick: Duration::from_millis(2),
+            ..Options::wide()
+        }
+    }
+}
+
+impl Options {
+    /// The wide shape: faults within 30 s lasting up to 20 s, heartbeats every 500 ms with a
+    /// 3 s grace: fewer faults overlap and a stuck request meets its client's 30 s give-up
+    /// within the window. The schedules the simulation once found breaking the cluster were
+    /// found (and replay) with this shape.
+    pub fn wide() -> Options {
         Options {
             osds: 4,
             pg_num: 8,
@@ -91,6 +126,11 @@ impl Default for Options {
             settle: Duration::from_secs(120),
             device_bytes: 64 << 20,
             remap_min_objects: 2,
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_grace: Duration::from_secs(3),
+            tick: Duration::from_millis(1),
+            heal_after_last_fault: false,
+            tear_down: true,
         }
     }
 }
@@ -277,13 +317,13 @@ fn run_on_this_thread(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<O
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .simulation_duration(limit)
-        .tick_duration(Duration::from_millis(1))
+        .tick_duration(opts.tick)
         .min_message_latency(BASE_LATENCY)
         .max_message_latency(MAX_LATENCY)
         .build();
     let mon_disk =
         SimDisk::new(MON_DEVICE_BYTES).map_err(|e| fail(Violation::Sim(e.to_string())))?;
-    add_monitor(&mut sim, mon_disk.clone());
+    add_monitor(&mut sim, mon_disk.clone(), opts.heartbeat_grace);
     let disks = add_osds(&mut sim, opts).map_err(|e| fail(Violation::Sim(e.to_string())))?;
     let board = Rc::new(RefCell::new(Board::default()));
     let shared = board.clone();
@@ -310,7 +350,7 @@ fn run_on_this_thread(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<O
         return Err(fail(v));
     }
     ended.map_err(|e| fail(Violation::Sim(e)))?;
-    Ok(Outcome {
+    let outcome = Outcome {
         seed,
         schedule: faults.clone(),
         acked: b.ledger.acked_count(),
@@ -323,18 +363,24 @@ fn run_on_this_thread(seed: u64, opts: &Options, faults: Vec<Timed>) -> Result<O
             .sum(),
         reads_retried: b.reads_retried,
         trace: b.ledger.trace(),
-    })
+    };
+    drop(b);
+    if !opts.tear_down {
+        // Dropping every host's runtime, store and KV costs about a third of a short run.
+        std::mem::forget(sim);
+    }
+    Ok(outcome)
 }
 
 /// The monitor's host: its map store on simulated disks that outlive its process (each epoch
 /// saved before it is answered or published, as `cairn mon run --data` does), Ceph's settings
 /// but the heartbeat grace.
-fn add_monitor(sim: &mut turmoil::Sim<'_>, disk: Arc<SimDisk>) {
+fn add_monitor(sim: &mut turmoil::Sim<'_>, disk: Arc<SimDisk>, heartbeat_grace: Duration) {
     sim.host("mon", move || {
         let disk = disk.clone();
         async move {
             let config = MonConfig {
-                heartbeat_grace_ms: millis(HEARTBEAT_GRACE),
+                heartbeat_grace_ms: millis(heartbeat_grace),
                 ..MonConfig::default()
             };
             let store = disk
@@ -366,6 +412,7 @@ fn add_osds(sim: &mut turmoil::Sim<'_>, opts: &Options) -> Result<Vec<Arc<SimDis
         let disk = SimDisk::new(opts.device_bytes)?;
         disks.push(disk.clone());
         let (device_bytes, remap_min_objects) = (opts.device_bytes, opts.remap_min_objects);
+        let (heartbeat_interval, heartbeat_grace) = (opts.heartbeat_interval, opts.heartbeat_grace);
         sim.host(osd_name(i).as_str(), move || {
             let disk = disk.clone();
             async move {
@@ -384,8 +431,8 @@ fn add_osds(sim: &mut turmoil::Sim<'_>, opts: &Options) -> Result<Vec<Arc<SimDis
                 cfg.device_bytes = device_bytes;
                 cfg.want_id = i32::try_from(i).ok();
                 cfg.remap_min_objects = remap_min_objects;
-                cfg.heartbeat_interval_ms = millis(HEARTBEAT_INTERVAL);
-                cfg.heartbeat_grace_ms = millis(HEARTBEAT_GRACE);
+                cfg.heartbeat_interval_ms = millis(heartbeat_interval);
+                cfg.heartbeat_grace_ms = millis(heartbeat_grace);
                 let _osd = OsdDaemon::start_on_store(cfg, store)
                     .await
                     .map_err(|e| e.to_string())?;

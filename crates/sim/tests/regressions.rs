@@ -14,7 +14,7 @@ const HELD: &str = "schedule held";
 /// child: here), failing with what broke.
 fn check(test: &str, seed: u64, faults: Vec<Timed>) {
     if std::env::var_os(SEED_VAR).is_some() {
-        match run_schedule(seed, &Options::default(), faults) {
+        match run_schedule(seed, &Options::wide(), faults) {
             Ok(_) => println!("{HELD}"),
             Err(f) => panic!("{f}"),
         }

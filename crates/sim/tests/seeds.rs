@@ -46,7 +46,11 @@ fn every_seeded_fault_schedule_keeps_the_invariants() {
                 .try_init();
         }
         let one = Instant::now();
-        match run(seed, &Options::default()) {
+        let opts = Options {
+            tear_down: false,
+            ..Options::default()
+        };
+        match run(seed, &opts) {
             Ok(o) => report(seed, &o, one.elapsed().as_secs_f64()),
             Err(f) => panic!("{f}"),
         }

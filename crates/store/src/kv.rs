@@ -207,6 +207,14 @@ impl CrashableKv {
         self.images.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The storage image as written, synced or not: what a process that crashed leaves (the
+    /// kernel keeps its writes). Refuses every later read and write of this backend, as the
+    /// dead process makes none.
+    pub fn as_written(&self) -> Vec<u8> {
+        self.switch.crash_now();
+        self.lock().volatile.clone()
+    }
+
     /// The storage image after power loss under `mode` (cuts power if not already cut).
     pub fn power_loss(&self, mode: KvLossMode) -> Vec<u8> {
         self.switch.crash_now();

@@ -1,16 +1,19 @@
 //! How long an accepting daemon holds a session: a lossy (client) session ends with its
 //! connection, silent connections are closed after the idle timeout, a full window refuses a
-//! send that may not wait, and a listener at its connection limit closes new connections while
+//! send that may not wait, a connection stalled in one direction is made again after the
+//! acknowledgement timeout, and a listener at its connection limit closes new connections while
 //! its sessions go on.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use cairn_msgr::session::{Listener, Policy, Session, MSG_HELLO};
 use cairn_msgr::{Frame, Limits, MsgrError};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -179,6 +182,89 @@ async fn a_silent_connection_is_closed_after_the_idle_timeout() {
         move |e| stats.encode(e, "t")
     });
     assert!(page.contains("cairn_msgr_idle_closed_total{daemon=\"t\"} 1"));
+}
+
+/// A TCP proxy to `target` whose first connection, once `stall` is set, swallows every byte
+/// from the dialer while still forwarding the other way (a path that lost the connection's
+/// state in one direction); later connections forward both ways. Counts connections.
+async fn stalling_proxy(
+    target: SocketAddr,
+    stall: Arc<AtomicBool>,
+    connections: Arc<AtomicUsize>,
+) -> SocketAddr {
+    let listener = TcpListener::bind(loopback()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let first = connections.fetch_add(1, Ordering::SeqCst) == 0;
+            let Ok(mut outbound) = TcpStream::connect(target).await else {
+                continue;
+            };
+            let stall = stall.clone();
+            tokio::spawn(async move {
+                let (mut ri, mut wi) = inbound.split();
+                let (mut ro, mut wo) = outbound.split();
+                let up = async {
+                    let mut buf = vec![0u8; 4096];
+                    loop {
+                        let n = match ri.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if first && stall.load(Ordering::SeqCst) {
+                            continue;
+                        }
+                        if wo.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                };
+                let down = async {
+                    let _ = tokio::io::copy(&mut ro, &mut wi).await;
+                };
+                tokio::join!(up, down);
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_stalled_one_way_is_made_again_after_the_ack_timeout() {
+    let limits = Limits {
+        ack_timeout_ms: 300,
+        ..Limits::default()
+    };
+    let mut listener = Listener::bind(loopback(), limits).await.unwrap();
+    let stall = Arc::new(AtomicBool::new(false));
+    let connections = Arc::new(AtomicUsize::new(0));
+    let proxy = stalling_proxy(listener.local_addr(), stall.clone(), connections.clone()).await;
+    let client = Session::connect_with(proxy, 11, limits, 20, Policy::Lossless).await;
+    client.send(3, b"one".to_vec()).await.unwrap();
+    let mut server = accepted(&mut listener).await;
+    assert_eq!(
+        &server.recv_timeout(5_000).await.unwrap().payload[..],
+        b"one"
+    );
+    stall.store(true, Ordering::SeqCst);
+    client.send(3, b"two".to_vec()).await.unwrap();
+    client.send(3, b"three".to_vec()).await.unwrap();
+    // Without the acknowledgement timeout these wait for the idle timeout, a minute.
+    for want in [&b"two"[..], b"three"] {
+        let got = server.recv_timeout(5_000).await.unwrap();
+        assert_eq!(&got.payload[..], want, "resent once each, in order");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 2, "made again once");
+    assert!(
+        server.recv_timeout(300).await.is_err(),
+        "nothing delivered twice"
+    );
+    server.send(4, b"back".to_vec()).await.unwrap();
+    let mut client = client;
+    assert_eq!(
+        &client.recv_timeout(5_000).await.unwrap().payload[..],
+        b"back"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
