@@ -33,7 +33,10 @@ def free_port():
 
 def run(args, **kw):
     print("+ " + " ".join(args), file=sys.stderr, flush=True)
-    return subprocess.run(args, check=True, capture_output=True, text=True, **kw).stdout
+    done = subprocess.run(args, capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        sys.exit(f"{args[0]} failed with status {done.returncode}:\n{done.stdout[-4000:]}{done.stderr[-4000:]}")
+    return done.stdout
 
 
 def cairn_bench(cairn, mon, seconds, mode, depth):
@@ -45,6 +48,9 @@ def cairn_bench(cairn, mon, seconds, mode, depth):
 
 
 def fio(name, directory, extra):
+    """Runs one fio job on `directory`; a write job and the read job after it share `name`,
+    so the read finds the files the write made (fio names files after the job) instead of
+    laying out new ones."""
     args = ["fio", "--output-format=json", f"--name={name}", f"--directory={directory}",
             "--group_reporting"] + extra
     job = json.loads(run(args))["jobs"][0]
@@ -170,16 +176,16 @@ def main():
             common = [f"--bs={bs}", size, jobs, "--ioengine=psync"]
             if shared:
                 common += ["--filename=shared", f"--offset_increment={a.mib_per_job}M"]
-            wj = fio("w", sub, common + ["--rw=write", "--end_fsync=1"])
-            rj = fio("r", sub, common + ["--rw=read"])
+            wj = fio("io", sub, common + ["--rw=write", "--end_fsync=1"])
+            rj = fio("io", sub, common + ["--rw=read"])
             rows.append((f"fio {label}, {a.depth} jobs", mib_s(wj, "write"), mib_s(rj, "read"),
                          None))
         if not a.metadata_only:
             sub = os.path.join(mnt, "dd")
             os.makedirs(sub)
             dd = ["--bs=1M", f"--size={a.mib_per_job * 2}M", "--numjobs=1", "--ioengine=psync"]
-            wj = fio("w", sub, dd + ["--rw=write", "--end_fsync=1"])
-            rj = fio("r", sub, dd + ["--rw=read"])
+            wj = fio("io", sub, dd + ["--rw=write", "--end_fsync=1"])
+            rj = fio("io", sub, dd + ["--rw=read"])
             rows.append(("fio dd-like stream, 1 MiB", mib_s(wj, "write"), mib_s(rj, "read"),
                          None))
         for where, top in [("cairnfs", mnt), ("local ext4", local)]:
