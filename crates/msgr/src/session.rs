@@ -799,6 +799,11 @@ async fn drive_inner(
                     return Err(MsgrError::Timeout(parts.limits.idle_timeout_ms));
                 }
                 if !ack_timeout.is_zero() && ack_wait.waited() >= Some(ack_timeout) {
+                    tracing::warn!(
+                        unacknowledged = st.unacked.len(),
+                        ack_timeout_ms = parts.limits.ack_timeout_ms,
+                        "the peer acknowledged nothing for the acknowledgement timeout: connection made again"
+                    );
                     return Err(MsgrError::Timeout(parts.limits.ack_timeout_ms));
                 }
                 if idle_timeout.is_zero() {
