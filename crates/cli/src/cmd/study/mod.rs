@@ -3,6 +3,7 @@
 mod cache_cluster;
 mod nrs;
 mod nrs_ior;
+mod nrs_streams;
 mod nrs_tbf;
 mod recovery;
 

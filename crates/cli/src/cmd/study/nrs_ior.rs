@@ -15,7 +15,7 @@ use cairn_study::nrs_ior::{IorCase, IorRun, Layout, Sharing};
 use futures_util::StreamExt;
 use indicatif::ProgressBar;
 
-use super::nrs::{measure, POOL};
+use super::nrs_streams::{measure, POOL};
 
 /// What the IOR part reads and how.
 pub struct IorPlan {

@@ -13,7 +13,7 @@ use cairn_client::Client;
 use cairn_study::nrs_tbf::{self, TbfCase, TbfRow};
 use indicatif::ProgressBar;
 
-use super::nrs::{measure, object_name, select_policy, stream, Objects, POOL};
+use super::nrs_streams::{measure, object_name, select_policy, stream, Objects, POOL};
 
 /// How the TBF part runs.
 pub struct TbfPlan {
