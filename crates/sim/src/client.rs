@@ -37,9 +37,10 @@ pub(crate) async fn client_run(
         )
         .await
         .map_err(|e| Violation::NoStart(format!("create the pool: {e}")))?;
-    let client = Client::connect(mon_addr(), 2)
+    let mut client = Client::connect(mon_addr(), 2)
         .await
         .map_err(|e| Violation::NoStart(format!("connect: {e}")))?;
+    client.op_timeout_ms = millis(opts.op_timeout);
     let deadline = tokio::time::Instant::now() + SETUP_LIMIT;
     while let Err(e) = client.write_full(POOL, "probe", b"x").await {
         if tokio::time::Instant::now() >= deadline {

@@ -84,6 +84,9 @@ pub struct Options {
     /// Whether the cluster is healed (the client's checks start) as soon as the last fault
     /// of the schedule ends, rather than at the end of the window plus the longest fault.
     pub heal_after_last_fault: bool,
+    /// How long the client's writes (and reads back) wait, resends included, before the
+    /// client gives up on them: a write given up on may still apply, which the ledger allows.
+    pub op_timeout: Duration,
     /// Whether a run that held drops its hosts (their runtimes, stores and KVs) before it
     /// returns. A process that runs one seed and exits leaves them to the exit instead.
     pub tear_down: bool,
@@ -91,7 +94,8 @@ pub struct Options {
 
 /// The compact shape every seed of a batch runs: its faults start within 10 s and last up
 /// to 7 s, against a heartbeat grace of 1.2 s, so that about five faults in six outlast the
-/// grace while a run simulates about a third of [`Options::wide`]'s time. The simulation
+/// grace while a run simulates about a third of [`Options::wide`]'s time; the client gives up
+/// on an operation after 6 s, so writes caught behind a fault still end unacknowledged. The simulation
 /// steps every host at each 1 ms tick whether it has work or not, so a run costs about its
 /// simulated time.
 impl Default for Options {
@@ -103,6 +107,7 @@ impl Default for Options {
             heartbeat_grace: Duration::from_millis(1200),
             heal_after_last_fault: true,
             tick: Duration::from_millis(2),
+            op_timeout: Duration::from_secs(6),
             ..Options::wide()
         }
     }
@@ -130,6 +135,7 @@ impl Options {
             heartbeat_grace: Duration::from_secs(3),
             tick: Duration::from_millis(1),
             heal_after_last_fault: false,
+            op_timeout: Duration::from_secs(30),
             tear_down: true,
         }
     }
