@@ -12,8 +12,10 @@ use std::time::Duration;
 use bytes::{BufMut, BytesMut};
 use cairn_msgr::session::{Listener, Policy, Session, MSG_HELLO};
 use cairn_msgr::{Frame, Limits, MsgrError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::proxy::{proxy, Up};
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -184,51 +186,6 @@ async fn a_silent_connection_is_closed_after_the_idle_timeout() {
     assert!(page.contains("cairn_msgr_idle_closed_total{daemon=\"t\"} 1"));
 }
 
-/// A TCP proxy to `target` whose first connection, once `stall` is set, swallows every byte
-/// from the dialer while still forwarding the other way (a path that lost the connection's
-/// state in one direction); later connections forward both ways. Counts connections.
-async fn stalling_proxy(
-    target: SocketAddr,
-    stall: Arc<AtomicBool>,
-    connections: Arc<AtomicUsize>,
-) -> SocketAddr {
-    let listener = TcpListener::bind(loopback()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut inbound, _)) = listener.accept().await {
-            let first = connections.fetch_add(1, Ordering::SeqCst) == 0;
-            let Ok(mut outbound) = TcpStream::connect(target).await else {
-                continue;
-            };
-            let stall = stall.clone();
-            tokio::spawn(async move {
-                let (mut ri, mut wi) = inbound.split();
-                let (mut ro, mut wo) = outbound.split();
-                let up = async {
-                    let mut buf = vec![0u8; 4096];
-                    loop {
-                        let n = match ri.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        if first && stall.load(Ordering::SeqCst) {
-                            continue;
-                        }
-                        if wo.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                };
-                let down = async {
-                    let _ = tokio::io::copy(&mut ro, &mut wi).await;
-                };
-                tokio::join!(up, down);
-            });
-        }
-    });
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_stalled_one_way_is_made_again_after_the_ack_timeout() {
     let limits = Limits {
@@ -238,7 +195,18 @@ async fn a_connection_stalled_one_way_is_made_again_after_the_ack_timeout() {
     let mut listener = Listener::bind(loopback(), limits).await.unwrap();
     let stall = Arc::new(AtomicBool::new(false));
     let connections = Arc::new(AtomicUsize::new(0));
-    let proxy = stalling_proxy(listener.local_addr(), stall.clone(), connections.clone()).await;
+    // Once `stall` is set, the first connection swallows every byte from the client while
+    // still carrying the listener's keepalives back; later connections forward both ways.
+    let swallow = stall.clone();
+    let proxy = proxy(
+        listener.local_addr(),
+        move |connection, _| match connection == 0 && swallow.load(Ordering::SeqCst) {
+            true => Up::Swallow,
+            false => Up::Pass,
+        },
+        connections.clone(),
+    )
+    .await;
     let client = Session::connect_with(proxy, 11, limits, 20, Policy::Lossless).await;
     client.send(3, b"one".to_vec()).await.unwrap();
     let mut server = accepted(&mut listener).await;

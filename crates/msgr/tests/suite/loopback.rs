@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use cairn_msgr::session::{Listener, Session};
 use cairn_msgr::{Frame, Limits, MsgrError};
+
+use crate::proxy::{proxy, Up};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -88,64 +90,19 @@ async fn big_data_segments_cross_in_both_directions_at_once() {
         .expect("both directions complete");
 }
 
-/// A TCP proxy that cuts every connection after `cut_after_bytes` bytes from the client.
-async fn flaky_proxy(
-    target: SocketAddr,
-    cut_after_bytes: usize,
-    cutting: Arc<AtomicBool>,
-    connections: Arc<std::sync::atomic::AtomicUsize>,
-) -> SocketAddr {
-    let listener = TcpListener::bind(loopback()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut inbound, _)) = listener.accept().await else {
-                return;
-            };
-            connections.fetch_add(1, Ordering::SeqCst);
-            let Ok(mut outbound) = TcpStream::connect(target).await else {
-                continue;
-            };
-            let cutting = cutting.clone();
-            tokio::spawn(async move {
-                let (mut ri, mut wi) = inbound.split();
-                let (mut ro, mut wo) = outbound.split();
-                let mut forwarded = 0usize;
-                let mut buf = vec![0u8; 4096];
-                let up = async {
-                    loop {
-                        let n = match ri.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        if wo.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                        forwarded += n;
-                        if cutting.load(Ordering::SeqCst) && forwarded > cut_after_bytes {
-                            return;
-                        }
-                    }
-                };
-                let down = async {
-                    let _ = tokio::io::copy(&mut ro, &mut wi).await;
-                };
-                tokio::select! { _ = up => {}, _ = down => {} }
-            });
-        }
-    });
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_connections_lose_and_duplicate_nothing() {
     let mut listener = Listener::bind(loopback(), Limits::default()).await.unwrap();
     let cutting = Arc::new(AtomicBool::new(true));
     let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let proxy = flaky_proxy(
+    let cut = cutting.clone();
+    // Every connection is cut once it has carried 20,000 bytes from the client.
+    let proxy = proxy(
         listener.local_addr(),
-        20_000,
-        cutting.clone(),
+        move |_, forwarded| match cut.load(Ordering::SeqCst) && forwarded > 20_000 {
+            true => Up::PassThenCut,
+            false => Up::Pass,
+        },
         connections.clone(),
     )
     .await;

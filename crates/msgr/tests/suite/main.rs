@@ -5,3 +5,4 @@ mod auth;
 mod decoder_props;
 mod lifetimes;
 mod loopback;
+mod proxy;
