@@ -218,11 +218,12 @@ fn end(sim: &mut turmoil::Sim<'_>, world: &World<'_>, fault: &Fault, downs: &mut
             sim.bounce(h.as_str());
         }
         Fault::Eio(h) => {
-            if let Some(disk) = world.disk(h) {
+            let disk = world.disk(h);
+            if let Some(disk) = disk {
                 disk.end_process();
             }
             sim.crash(h.as_str());
-            if let Some(disk) = world.disk(h) {
+            if let Some(disk) = disk {
                 disk.replace_failing();
             }
             downs.crashed.retain(|c| c != h);

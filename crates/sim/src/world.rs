@@ -94,10 +94,10 @@ pub struct Options {
 
 /// The compact shape every seed of a batch runs: its faults start within 10 s and last up
 /// to 7 s, against a heartbeat grace of 1.2 s, so that about five faults in six outlast the
-/// grace while a run simulates about a third of [`Options::wide`]'s time; the client gives up
-/// on an operation after 6 s, so writes caught behind a fault still end unacknowledged. The simulation
-/// steps every host at each 1 ms tick whether it has work or not, so a run costs about its
-/// simulated time.
+/// grace while a run simulates about a third of [`Options::wide`]'s time; the client gives
+/// up on an operation after 6 s, so writes caught behind a fault still end unacknowledged.
+/// The simulation steps every host at each tick (2 ms here) whether it has work or not, so
+/// a run costs about its simulated time.
 impl Default for Options {
     fn default() -> Self {
         Options {
