@@ -735,12 +735,56 @@ fn verify(m: &Mount, dir: &str, done: &[usize]) {
     }
 }
 
-/// Runs the workload in `dir` while `crash` runs once it has made progress.
+/// Creates files `DIR/m-N` and renames every odd one to `DIR/r-N` until `stop`, without
+/// syncing: what the MDS answered early. Records each N whose operations returned.
+fn metadata_workload(m: &Mount, dir: &str, stop: &AtomicBool, done: &Mutex<Vec<usize>>) {
+    fs::create_dir_all(m.path(dir)).unwrap();
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let made = m.path(&format!("{dir}/m-{i}"));
+        drop(File::create(&made).unwrap());
+        if i % 2 == 1 {
+            fs::rename(&made, m.path(&format!("{dir}/r-{i}"))).unwrap();
+        }
+        done.lock().unwrap().push(i);
+        i += 1;
+    }
+}
+
+/// Every change the metadata workload saw acknowledged is there, and nothing else.
+fn verify_metadata(m: &Mount, dir: &str, done: &[usize]) {
+    assert!(!done.is_empty(), "the metadata workload made progress");
+    let names: std::collections::BTreeSet<String> = fs::read_dir(m.path(dir))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for &i in done {
+        let want = match i % 2 {
+            1 => format!("r-{i}"),
+            _ => format!("m-{i}"),
+        };
+        assert!(
+            names.contains(&want),
+            "{dir}/{want} was acknowledged and is missing"
+        );
+    }
+    let unacknowledged = names.len().saturating_sub(done.len());
+    assert!(
+        unacknowledged <= 1,
+        "{dir}: {unacknowledged} names no call acknowledged"
+    );
+}
+
+/// Runs the workload in `dir`, and the metadata workload in `DIR-meta`, while `crash` runs
+/// once they have made progress; checks the metadata workload's changes.
 fn under_workload(m: &Mount, dir: &str, crash: impl FnOnce()) -> Vec<usize> {
     let stop = AtomicBool::new(false);
     let done = Mutex::new(Vec::new());
+    let meta_dir = format!("{dir}-meta");
+    let meta_done = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         let w = s.spawn(|| workload(m, dir, &stop, &done));
+        let mw = s.spawn(|| metadata_workload(m, &meta_dir, &stop, &meta_done));
         let deadline = Instant::now() + Duration::from_secs(60);
         while done.lock().unwrap().len() < 20 {
             assert!(Instant::now() < deadline, "no progress");
@@ -755,7 +799,9 @@ fn under_workload(m: &Mount, dir: &str, crash: impl FnOnce()) -> Vec<usize> {
         }
         stop.store(true, Ordering::Relaxed);
         w.join().unwrap();
+        mw.join().unwrap();
     });
+    verify_metadata(m, &meta_dir, &meta_done.into_inner().unwrap());
     done.into_inner().unwrap()
 }
 

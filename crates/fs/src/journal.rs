@@ -1,9 +1,10 @@
 //! The metadata journal's records: each names one answered mutation (who asked, its request
 //! id, the updates it made and the answer given), framed as a little-endian u32 length, the
 //! crc32c of the payload, then the payload in MessagePack. The MDS appends a batch of records
-//! to the journal object before it answers them; after a crash it replays them in order (the
-//! updates are idempotent) and remembers the answers, so that a client resending a request it
-//! got no answer for gets the same answer instead of a second application.
+//! to the journal object before it tells their clients they are durable; after a crash it
+//! replays them in order (the updates are idempotent) and remembers the answers, so that a
+//! client resending a request (or replaying one answered early) gets the same answer instead
+//! of a second application.
 
 use cairn_proto::mds::MdsAnswer;
 use serde::{Deserialize, Serialize};

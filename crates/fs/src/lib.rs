@@ -20,6 +20,7 @@ pub mod mds;
 pub mod mount;
 pub mod namespace;
 pub mod opens;
+pub mod replay;
 pub mod space;
 pub mod status;
 

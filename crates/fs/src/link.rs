@@ -2,19 +2,25 @@
 //! object, keeps a lossy session to it, and sends each request until it is answered — again
 //! after the session restarts or an attempt times out (a restarted or replacement MDS), with
 //! the same request id, so that the MDS answers a mutation it already applied from its record.
+//!
+//! A mutation the MDS answered early (applied in memory, not yet journaled) is kept until an
+//! `MdsSafe` names it; every new session, and a session whose MDS restarted, starts with those
+//! mutations replayed in request order and a `Reconnected`, before any new request.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use cairn_client::{Client, ClientError};
 use cairn_msgr::handshake::CredentialSource;
 use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
-use cairn_proto::mds::{MdsAnswer, MdsOp, MdsReply, MdsRequest, MSG_MDS_REPLY, MSG_MDS_REQUEST};
-use tokio::sync::oneshot;
+use cairn_proto::mds::{
+    MdsAnswer, MdsOp, MdsReply, MdsRequest, MdsSafe, MSG_MDS_REPLY, MSG_MDS_REQUEST, MSG_MDS_SAFE,
+};
+use tokio::sync::{oneshot, watch};
 
 use crate::mds::ADDR_OBJECT;
 
@@ -26,12 +32,79 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(300);
 /// How long a granted lock waits for the cluster map its barrier names.
 const MAP_BARRIER_TIMEOUT_MS: u64 = 30_000;
 
-type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<MdsAnswer, i32>>>>>;
+/// How often a link with early answers not made safe checks that its session still reaches
+/// the serving MDS.
+const REPLAY_CHECK: Duration = Duration::from_secs(1);
 
-/// The session in use: where it goes, its sender and the task reading its replies.
+/// How long after its latest early answer a client takes itself to be on the MDS's roster,
+/// and watches for a new MDS so that one starting need not wait for it:
+/// the roster keeps a client [`crate::replay::ROSTER_IDLE`] after its last mutation, and a restarted MDS
+/// starts up to a lease (15 s) after its predecessor stopped.
+const ROSTERED_FOR: Duration = Duration::from_secs(60);
+
+/// Requests in flight and mutations answered early, shared with the session's reader.
+#[derive(Default)]
+struct Outstanding {
+    /// Sent, not answered: where the answer goes, and the request (kept if answered early).
+    waiting: HashMap<u64, (oneshot::Sender<Result<MdsAnswer, i32>>, MdsRequest)>,
+    /// Answered early, not yet safe, by request id: when they were answered, and the request.
+    unsafe_answered: BTreeMap<u64, (Instant, MdsRequest)>,
+    /// When the latest early answer came: while the MDS may still hold this client on its
+    /// roster, a restarted MDS waits for it to reconnect.
+    last_early: Option<Instant>,
+}
+
+impl Outstanding {
+    /// Takes in one reply: hands a waiting request its answer, keeps what was answered early,
+    /// forgets what is safe.
+    fn replied(&mut self, reply: MdsReply) {
+        match self.waiting.remove(&reply.tid) {
+            Some((to, req)) => {
+                if !reply.safe {
+                    let now = Instant::now();
+                    self.unsafe_answered.insert(reply.tid, (now, req));
+                    self.last_early = Some(now);
+                }
+                let _ = to.send(reply.result);
+            }
+            None if reply.safe => {
+                self.unsafe_answered.remove(&reply.tid);
+            }
+            None => {}
+        }
+    }
+
+    /// Forgets what the MDS says is durable.
+    fn safe(&mut self, safe: &MdsSafe) {
+        for tid in &safe.tids {
+            self.unsafe_answered.remove(tid);
+        }
+    }
+
+    /// The mutations to replay, in request order.
+    fn replays(&self) -> Vec<MdsRequest> {
+        self.unsafe_answered
+            .values()
+            .map(|(_, r)| MdsRequest {
+                replay: true,
+                ..r.clone()
+            })
+            .collect()
+    }
+}
+
+type Shared = Arc<Mutex<Outstanding>>;
+
+fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Outstanding> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The session in use: where it goes, its sender, the MDS restarts it has replayed for, and
+/// the task reading its replies.
 struct Current {
     addr: SocketAddr,
     sender: SessionSender,
+    restarts: watch::Receiver<u64>,
     reader: tokio::task::AbortHandle,
 }
 
@@ -48,7 +121,7 @@ pub struct MdsLink {
     client_id: u64,
     creds: Option<Arc<dyn CredentialSource>>,
     current: tokio::sync::Mutex<Option<Current>>,
-    waiting: Waiting,
+    outstanding: Shared,
     next_tid: AtomicU64,
 }
 
@@ -64,7 +137,7 @@ impl MdsLink {
             metadata_pool,
             creds,
             current: tokio::sync::Mutex::new(None),
-            waiting: Arc::default(),
+            outstanding: Arc::default(),
             next_tid: AtomicU64::new(1),
         }
     }
@@ -103,18 +176,24 @@ impl MdsLink {
     }
 
     /// The session's sender, dialing the MDS at its published address when there is no
-    /// session, or when `redial` asks for the address to be read again.
+    /// session, or when `redial` asks for the address to be read again. A new session, and
+    /// one whose MDS restarted, first carries the replays.
     async fn sender(&self, redial: bool) -> Result<SessionSender, String> {
+        // Read before the session is locked: requests go on while the read waits.
+        let published = match redial {
+            true => Some(self.address().await?),
+            false => None,
+        };
         let mut current = self.current.lock().await;
-        if let Some(c) = current.as_ref().filter(|_| !redial) {
-            return Ok(c.sender.clone());
+        let usable =
+            |c: &&mut Current| published.is_none_or(|addr| c.addr == addr && !c.sender.is_closed());
+        if let Some(c) = current.as_mut().filter(usable) {
+            return self.replayed_on(c).await;
         }
-        let addr = self.address().await?;
-        if let Some(c) = current.as_ref().filter(|c| c.addr == addr && redial) {
-            if !c.sender.is_closed() {
-                return Ok(c.sender.clone());
-            }
-        }
+        let addr = match published {
+            Some(addr) => addr,
+            None => self.address().await?,
+        };
         let mut session = Session::connect_as(
             addr,
             self.client_id,
@@ -125,32 +204,93 @@ impl MdsLink {
         )
         .await;
         let sender = session.sender();
-        let waiting = self.waiting.clone();
+        let outstanding = self.outstanding.clone();
         let reader = tokio::spawn(async move {
             while let Some(frame) = session.recv().await {
-                if frame.header.msg_type != MSG_MDS_REPLY {
-                    continue;
-                }
-                let Ok((reply, _)) = cairn_proto::decode::<MdsReply>(&frame.payload) else {
-                    tracing::warn!("a malformed reply from the metadata server");
-                    continue;
-                };
-                let to = waiting
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&reply.tid);
-                if let Some(to) = to {
-                    let _ = to.send(reply.result);
+                match frame.header.msg_type {
+                    MSG_MDS_REPLY => match cairn_proto::decode::<MdsReply>(&frame.payload) {
+                        Ok((reply, _)) => lock(&outstanding).replied(reply),
+                        Err(_) => tracing::warn!("a malformed reply from the metadata server"),
+                    },
+                    MSG_MDS_SAFE => match cairn_proto::decode::<MdsSafe>(&frame.payload) {
+                        Ok((safe, _)) => lock(&outstanding).safe(&safe),
+                        Err(_) => {
+                            tracing::warn!("a malformed safe notice from the metadata server")
+                        }
+                    },
+                    _ => {}
                 }
             }
         })
         .abort_handle();
-        *current = Some(Current {
+        let mut c = Current {
             addr,
-            sender: sender.clone(),
+            restarts: sender.peer_restarts(),
+            sender,
             reader,
-        });
+        };
+        self.replay(&c.sender).await?;
+        c.restarts.borrow_and_update();
+        let sender = c.sender.clone();
+        *current = Some(c);
         Ok(sender)
+    }
+
+    /// `c`'s sender, once the replays went on it if its MDS restarted since they last did.
+    async fn replayed_on(&self, c: &mut Current) -> Result<SessionSender, String> {
+        if c.restarts.has_changed().unwrap_or(false) {
+            c.restarts.borrow_and_update();
+            self.replay(&c.sender).await?;
+        }
+        Ok(c.sender.clone())
+    }
+
+    /// Sends every mutation answered early and not yet safe, in request order, then
+    /// `Reconnected`.
+    async fn replay(&self, sender: &SessionSender) -> Result<(), String> {
+        let replays = lock(&self.outstanding).replays();
+        match replays.len() {
+            0 => tracing::debug!("a new session to the metadata server"),
+            n => tracing::info!(
+                mutations = n,
+                "replaying to the metadata server the mutations it answered early"
+            ),
+        }
+        let done = MdsRequest {
+            tid: self.next_tid.fetch_add(1, Ordering::Relaxed),
+            client: self.client_id,
+            op: MdsOp::Reconnected,
+            replay: false,
+        };
+        for req in replays.iter().chain([&done]) {
+            sender
+                .send(MSG_MDS_REQUEST, cairn_proto::encode(req, &[]))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Keeps mutations answered early from being lost with their MDS, and a restarted MDS
+    /// from waiting for this client: each [`REPLAY_CHECK`] while an early answer waits for its
+    /// `MdsSafe`, or while the MDS may count this client on its roster, reads the MDS's
+    /// address again and replays on a new session when it changed (a standby took over) or
+    /// after the MDS restarted. Ends with the link.
+    pub async fn keep_replaying(link: Weak<MdsLink>) {
+        loop {
+            tokio::time::sleep(REPLAY_CHECK).await;
+            let Some(link) = link.upgrade() else { return };
+            let watching = {
+                let o = lock(&link.outstanding);
+                !o.unsafe_answered.is_empty()
+                    || o.last_early.is_some_and(|at| at.elapsed() <= ROSTERED_FOR)
+            };
+            if watching {
+                if let Err(e) = link.sender(true).await {
+                    tracing::warn!(error = %e, "reaching the metadata server to replay");
+                }
+            }
+        }
     }
 
     /// Runs `op` on the MDS: its answer or an errno (EIO when the MDS stays unreachable).
@@ -160,6 +300,7 @@ impl MdsLink {
             tid,
             client: self.client_id,
             op,
+            replay: false,
         };
         let payload = cairn_proto::encode(&req, &[]);
         let deadline = Instant::now() + REQUEST_DEADLINE;
@@ -178,10 +319,9 @@ impl MdsLink {
             let mut restarts = sender.peer_restarts();
             restarts.borrow_and_update();
             let (tx, rx) = oneshot::channel();
-            self.waiting
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(tid, tx);
+            lock(&self.outstanding)
+                .waiting
+                .insert(tid, (tx, req.clone()));
             if let Err(e) = sender.send(MSG_MDS_REQUEST, payload.clone()).await {
                 last = e.to_string();
                 redial = true;
@@ -199,10 +339,7 @@ impl MdsLink {
                 }
             }
         }
-        self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&tid);
+        lock(&self.outstanding).waiting.remove(&tid);
         tracing::warn!(%last, "a metadata request failed");
         Err(libc::EIO)
     }

@@ -3,15 +3,16 @@
 //! whose address it publishes in the `mds.addr` object.
 //!
 //! One task owns the namespace and runs requests in arrival order. A mutation is applied in
-//! memory at once and answered only once its journal record is durable: records wait in a
-//! batch while the previous batch commits (one RADOS append per batch, then its updates applied
-//! to the directory and inode objects, then the journal emptied when it has grown), so under
-//! load each append carries many mutations. A resent request (the client lost its session) is
-//! answered from the record of its first execution, kept in memory and rebuilt from the journal
-//! after a restart, never applied twice. Data objects of deleted files are removed by a purge
-//! task from a persisted queue.
+//! memory at once; its record waits in a batch while the previous batch commits (one RADOS
+//! append per batch, then its updates applied to the directory and inode objects, then the
+//! journal trimmed when it has grown), so under load each append carries many mutations. It
+//! is answered at once where [`crate::replay`]'s rules allow (the client replays it if this
+//! MDS is lost before the record is durable) and otherwise once durable. A resent request
+//! (the client lost its session) is answered from the record of its first execution, kept in
+//! memory and rebuilt from the journal after a restart, never applied twice. Data objects of
+//! deleted files are removed by a purge task from a persisted queue.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +26,9 @@ use cairn_msgr::handshake::{AuthPeer, Authorizer};
 use cairn_msgr::protect::WireMode;
 use cairn_msgr::session::{Listener, Session, SessionSender};
 use cairn_msgr::Limits;
-use cairn_proto::mds::{MdsAnswer, MdsOp, MdsReply, MdsRequest, MSG_MDS_REPLY, MSG_MDS_REQUEST};
+use cairn_proto::mds::{
+    MdsAnswer, MdsOp, MdsReply, MdsRequest, MdsSafe, MSG_MDS_REPLY, MSG_MDS_REQUEST, MSG_MDS_SAFE,
+};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::active;
@@ -37,6 +40,7 @@ use crate::journal::{self, Record};
 use crate::locks::Locks;
 use crate::namespace::{Namespace, Update};
 use crate::opens::{OpenFiles, RENEW_EVERY};
+use crate::replay::{self, EarlyAnswers, ReplayWindow};
 
 /// The object holding the serving MDS's address.
 pub const ADDR_OBJECT: &str = "mds.addr";
@@ -84,23 +88,36 @@ struct Incoming {
     reply: SessionSender,
 }
 
+/// Whom a batch's commit tells what.
+enum Tell {
+    /// The answer, not given yet.
+    Answer { tid: u64, to: SessionSender },
+    /// That the mutation answered early is durable.
+    Safe { tid: u64, to: SessionSender },
+}
+
 /// A mutation waiting for its record to be durable, or (no record) a sync waiting for those
 /// before it.
 struct Pending {
     record: Option<Record>,
-    reply: Option<(u64, SessionSender)>,
+    tell: Option<Tell>,
 }
 
-/// Sends an answer without holding up the namespace's task: a client whose session window is
+/// Sends a frame without holding up the namespace's task: a client whose session window is
 /// full (it does not read its replies) gets it from a task of its own.
-async fn answer(to: &SessionSender, tid: u64, result: Result<MdsAnswer, i32>) {
-    let payload = cairn_proto::encode(&MdsReply { tid, result }, &[]);
-    if let Err(cairn_msgr::MsgrError::Busy { .. }) = to.try_send(MSG_MDS_REPLY, payload.clone()) {
+fn send_frame(to: &SessionSender, msg_type: u16, payload: bytes::Bytes) {
+    if let Err(cairn_msgr::MsgrError::Busy { .. }) = to.try_send(msg_type, payload.clone()) {
         let to = to.clone();
         tokio::spawn(async move {
-            let _ = to.send(MSG_MDS_REPLY, payload).await;
+            let _ = to.send(msg_type, payload).await;
         });
     }
+}
+
+/// Answers a request; `safe` says whether what it changed is durable.
+fn answer(to: &SessionSender, tid: u64, result: Result<MdsAnswer, i32>, safe: bool) {
+    let reply = MdsReply { tid, result, safe };
+    send_frame(to, MSG_MDS_REPLY, cairn_proto::encode(&reply, &[]));
 }
 
 /// Answers already given to mutations, by (client, request id), oldest forgotten first.
@@ -208,7 +225,7 @@ async fn serve_session(mut session: Session, to_core: mpsc::Sender<Incoming>, da
             }
         };
         if let Some(errno) = refusal(peer.as_deref(), &req.op, &data_pool) {
-            answer(&sender, req.tid, Err(errno)).await;
+            answer(&sender, req.tid, Err(errno), true);
             continue;
         }
         let incoming = Incoming {
@@ -258,9 +275,17 @@ async fn apply_loop(
     FsError::Mds("the applier's queue closed".into())
 }
 
-/// Commits batches: appends their records to the journal, answers them, and hands their
-/// updates to the applier; empties the journal once it has grown and everything in it is
-/// applied.
+/// What a finished commit made durable.
+struct Committed {
+    /// The client of each record (the MDS's own left out).
+    clients: Vec<u64>,
+    /// The roster written with it, if one was.
+    roster: Option<BTreeSet<u64>>,
+}
+
+/// Commits batches: appends their records to the journal, tells their clients, writes the
+/// roster when it changed, and hands the updates to the applier; rewrites the journal down to
+/// the last batch once it has grown and everything in it is applied.
 struct Committer {
     client: Arc<Client>,
     /// The lease that makes this MDS the active one: checked before every append.
@@ -271,7 +296,11 @@ struct Committer {
 }
 
 impl Committer {
-    async fn commit(&mut self, batch: Vec<Pending>) -> Result<(), FsError> {
+    async fn commit(
+        &mut self,
+        batch: Vec<Pending>,
+        roster: Option<BTreeSet<u64>>,
+    ) -> Result<Committed, FsError> {
         self.lease.check().await.map_err(not_active)?;
         let mut bytes = Vec::new();
         for r in batch.iter().filter_map(|p| p.record.as_ref()) {
@@ -284,17 +313,37 @@ impl Committer {
         }
         self.journal_bytes += bytes.len() as u64;
         let mut updates = Vec::new();
+        let mut clients = Vec::new();
+        let mut safe: HashMap<u64, (SessionSender, Vec<u64>)> = HashMap::new();
         for p in batch {
             let result = p
                 .record
                 .as_ref()
                 .map_or(Ok(MdsAnswer::Done), |r| r.answer.clone());
-            if let Some((tid, to)) = &p.reply {
-                answer(to, *tid, result).await;
+            let who = p.record.as_ref().map_or(MDS_ITSELF, |r| r.client);
+            match p.tell {
+                Some(Tell::Answer { tid, to }) => answer(&to, tid, result, true),
+                Some(Tell::Safe { tid, to }) => {
+                    safe.entry(who).or_insert((to, Vec::new())).1.push(tid)
+                }
+                None => {}
             }
             if let Some(r) = p.record {
+                if r.client != MDS_ITSELF {
+                    clients.push(r.client);
+                }
                 updates.extend(r.updates);
             }
+        }
+        for (to, tids) in safe.into_values() {
+            send_frame(
+                &to,
+                MSG_MDS_SAFE,
+                cairn_proto::encode(&MdsSafe { tids }, &[]),
+            );
+        }
+        if let Some(r) = &roster {
+            replay::store(&self.client, &self.pool, r).await?;
         }
         let closed = || FsError::Mds("the applier stopped".into());
         self.applier
@@ -306,12 +355,14 @@ impl Committer {
                 .send(ApplyWork::Drained(tx))
                 .map_err(|_| closed())?;
             rx.await.map_err(|_| closed())?;
+            // The last batch stays: a client that missed its `MdsSafe` and replays to a
+            // restarted MDS is answered from its records instead of applying them twice.
             self.client
-                .write_full(&self.pool, JOURNAL_OBJECT, &[])
+                .write_full(&self.pool, JOURNAL_OBJECT, &bytes)
                 .await?;
-            self.journal_bytes = 0;
+            self.journal_bytes = bytes.len() as u64;
         }
-        Ok(())
+        Ok(Committed { clients, roster })
     }
 }
 
@@ -337,6 +388,226 @@ async fn purge_loop(client: Arc<Client>, meta: String, data: String, wake: Arc<N
     }
 }
 
+/// What the namespace's task owns besides the commit machinery: the namespace and everything
+/// a request's answer depends on.
+struct Core {
+    ns: Namespace,
+    answered: Answered,
+    /// Records and syncs for the next commit.
+    batch: Vec<Pending>,
+    /// Answers due when the running commit ends (syncs and resends of its records).
+    after_commit: Vec<(u64, SessionSender, Result<MdsAnswer, i32>)>,
+    /// Whether a commit is running.
+    committing: bool,
+    opens: OpenFiles,
+    locks: Locks,
+    evictions: Evictions,
+    space: SpaceGuard,
+    early: EarlyAnswers,
+    window: ReplayWindow<Incoming>,
+    /// Before this, no lock is granted (clients say again what they held).
+    locks_after: Instant,
+}
+
+impl Core {
+    /// Answers `result` once everything executed before it is durable.
+    fn after_durable(&mut self, tid: u64, to: SessionSender, result: Result<MdsAnswer, i32>) {
+        match (self.batch.is_empty(), self.committing) {
+            (false, _) => {
+                assert!(result == Ok(MdsAnswer::Done), "only syncs wait in a batch");
+                self.batch.push(Pending {
+                    record: None,
+                    tell: Some(Tell::Answer { tid, to }),
+                });
+            }
+            (true, true) => self.after_commit.push((tid, to, result)),
+            (true, false) => answer(&to, tid, result, true),
+        }
+    }
+
+    /// Answers a request the MDS has a record of: once that record is durable.
+    fn answer_known(
+        &mut self,
+        who: u64,
+        tid: u64,
+        to: SessionSender,
+        known: Result<MdsAnswer, i32>,
+    ) {
+        let waiting = self.batch.iter_mut().find(|p| {
+            p.record
+                .as_ref()
+                .is_some_and(|r| r.client == who && r.tid == tid)
+        });
+        match (waiting, self.committing) {
+            (Some(p), _) => p.tell = Some(Tell::Answer { tid, to }),
+            (None, true) => self.after_commit.push((tid, to, known)),
+            (None, false) => answer(&to, tid, known, true),
+        }
+    }
+
+    /// Runs one request (or holds it back while a replay window is open).
+    fn handle(&mut self, incoming: Incoming) {
+        let (op, replay) = (&incoming.req.op, incoming.req.replay);
+        if self.window.is_open() && !replay && *op != MdsOp::Reconnected {
+            self.window.hold(incoming);
+            return;
+        }
+        let Incoming { req, reply } = incoming;
+        let MdsRequest {
+            tid,
+            client: who,
+            op,
+            replay,
+        } = req;
+        if self.evictions.refuses(who) {
+            answer(&reply, tid, Err(libc::ESHUTDOWN), true);
+            return;
+        }
+        let now = Instant::now();
+        self.opens.heard(who, now);
+        if op == MdsOp::Reconnected {
+            if self.window.awaits(who) {
+                self.window.reconnected(who);
+                let closed = !self.window.is_open();
+                tracing::info!(
+                    client = who,
+                    window_closed = closed,
+                    "a client answered early reconnected"
+                );
+            }
+            answer(&reply, tid, Ok(MdsAnswer::Done), true);
+            return;
+        }
+        if Holding::is_about(&op) {
+            let barrier = self.evictions.barrier();
+            let (opens, locks, locks_after) = (&mut self.opens, &mut self.locks, self.locks_after);
+            let mut holding = Holding {
+                opens,
+                locks,
+                who,
+                now,
+                locks_after,
+                barrier,
+            };
+            let result = self
+                .ns
+                .execute(&op)
+                .and_then(|(a, _)| Ok(holding.run(&op)?.unwrap_or(a)));
+            answer(&reply, tid, result, true);
+            return;
+        }
+        if op == MdsOp::Sync {
+            self.after_durable(tid, reply, Ok(MdsAnswer::Done));
+            return;
+        }
+        if !op.is_mutation() {
+            let result = self.ns.execute(&op).map(|(a, _)| a);
+            answer(&reply, tid, result, true);
+            return;
+        }
+        if let Some(known) = self.answered.by_request.get(&(who, tid)) {
+            let known = known.clone();
+            self.answer_known(who, tid, reply, known);
+            return;
+        }
+        if replay {
+            self.replayed(who, tid, op, reply, now);
+            return;
+        }
+        if let Some(errno) = self.space.refusal(&op) {
+            answer(&reply, tid, Err(errno), true);
+            return;
+        }
+        match self.ns.execute_holding(&op, &|ino| self.opens.is_held(ino)) {
+            Err(errno) => answer(&reply, tid, Err(errno), true),
+            Ok((a, updates)) => {
+                if let (MdsOp::Create { inode, .. }, MdsAnswer::Attr(made)) = (&op, &a) {
+                    if inode.open && made.kind == cairn_proto::mds::FileKind::File {
+                        let _ = self.opens.open(who, made.ino, now);
+                    }
+                }
+                self.answered.remember(who, tid, Ok(a.clone()));
+                let tell = match self.early.add(who, now) {
+                    true => {
+                        answer(&reply, tid, Ok(a.clone()), false);
+                        Tell::Safe { tid, to: reply }
+                    }
+                    false => Tell::Answer { tid, to: reply },
+                };
+                self.batch.push(Pending {
+                    record: Some(Record {
+                        client: who,
+                        tid,
+                        updates,
+                        answer: Ok(a),
+                    }),
+                    tell: Some(tell),
+                });
+            }
+        }
+    }
+
+    /// A mutation answered early, sent again on a new session, with no record here: lost
+    /// with the MDS before it was durable (run again now, answered once durable) when the
+    /// window waits for its client; otherwise durable already, its record trimmed.
+    fn replayed(&mut self, who: u64, tid: u64, op: MdsOp, reply: SessionSender, now: Instant) {
+        if self.window.missed(who) {
+            tracing::warn!(
+                client = who,
+                tid,
+                "a replay after its client missed the replay window; refused"
+            );
+            answer(&reply, tid, Err(libc::ESTALE), true);
+            return;
+        }
+        if !self.window.awaits(who) {
+            answer(&reply, tid, Ok(MdsAnswer::Done), true);
+            return;
+        }
+        match self.ns.execute_holding(&op, &|ino| self.opens.is_held(ino)) {
+            Err(errno) => {
+                tracing::warn!(client = who, tid, errno, "a replayed mutation fails now");
+                answer(&reply, tid, Err(errno), true);
+            }
+            Ok((a, updates)) => {
+                self.answered.remember(who, tid, Ok(a.clone()));
+                self.early.add(who, now);
+                self.batch.push(Pending {
+                    record: Some(Record {
+                        client: who,
+                        tid,
+                        updates,
+                        answer: Ok(a),
+                    }),
+                    tell: Some(Tell::Answer { tid, to: reply }),
+                });
+            }
+        }
+    }
+
+    /// Closes the replay window when its time is up and runs what it held back.
+    fn tick_window(&mut self, now: Instant) {
+        let missed = self.window.expire(now);
+        for client in &missed {
+            tracing::warn!(
+                client,
+                "a client answered early did not reconnect in the replay window; \
+                 its changes not yet journaled are lost"
+            );
+        }
+        let window = &self.window;
+        self.early.forget(now, &missed, |c| window.awaits(c));
+        self.run_held();
+    }
+
+    /// Runs the requests a closed replay window held back, in arrival order.
+    fn run_held(&mut self) {
+        for held in self.window.release() {
+            self.handle(held);
+        }
+    }
+}
+
 /// Runs the metadata server until `shutdown` resolves or a commit fails (the in-memory
 /// namespace is then ahead of what is durable: the daemon stops, and a restart replays).
 pub async fn run(
@@ -354,6 +625,13 @@ pub async fn run(
     let mut answered = Answered::default();
     let mut ns = recover(&client, &meta, &mut answered).await?;
     ns.set_data_pool(&info.data_pool);
+    let roster = replay::load(&client, &meta).await?;
+    if !roster.is_empty() {
+        tracing::info!(
+            clients = roster.len(),
+            "waiting for clients answered early to replay"
+        );
+    }
 
     let authz: Option<Arc<dyn Authorizer>> = match &cfg.auth {
         Some(a) => {
@@ -404,25 +682,36 @@ pub async fn run(
         journal_bytes: 0,
         applier: to_applier,
     });
-    let mut batch: Vec<Pending> = Vec::new();
-    let mut after_commit: Vec<(u64, SessionSender, Result<MdsAnswer, i32>)> = Vec::new();
-    let mut committing: Option<tokio::task::JoinHandle<(Committer, Result<(), FsError>)>> = None;
-    let mut opens = OpenFiles::with_lease(cfg.session_timeout);
-    let mut locks = Locks::default();
-    let mut evictions = Evictions::new(client.clone(), lease.clone());
-    let mut space = SpaceGuard::new(client.mon().watch(), &meta, &info.data_pool);
-    let mut last_tick = Instant::now();
-    // Orphans and locks left by the previous MDS wait for their holders to say so.
-    let reap_after = Instant::now() + opens.lease();
-    let locks_after = Instant::now() + LOCK_GRACE;
+    type Commit = tokio::task::JoinHandle<(Committer, Result<Committed, FsError>)>;
+    let mut committing: Option<Commit> = None;
+    let start = Instant::now();
+    let mut core = Core {
+        ns,
+        answered,
+        batch: Vec::new(),
+        after_commit: Vec::new(),
+        committing: false,
+        opens: OpenFiles::with_lease(cfg.session_timeout),
+        locks: Locks::default(),
+        evictions: Evictions::new(client.clone(), lease.clone()),
+        space: SpaceGuard::new(client.mon().watch(), &meta, &info.data_pool),
+        window: ReplayWindow::new(&roster, start),
+        early: EarlyAnswers::new(roster),
+        locks_after: start + LOCK_GRACE,
+    };
+    let mut last_tick = start;
+    // Orphans left by the previous MDS wait for their holders to say so.
+    let reap_after = start + core.opens.lease();
     let mut orphan_tick = tokio::time::interval(ORPHAN_TICK);
     let result = {
         tokio::pin!(shutdown);
         loop {
-            if let Some(mut c) = idle.take_if(|_| !batch.is_empty()) {
-                let work = std::mem::take(&mut batch);
+            if let Some(mut c) = idle.take_if(|_| !core.batch.is_empty() || core.early.changed()) {
+                let work = std::mem::take(&mut core.batch);
+                let roster = core.early.to_store();
+                core.committing = true;
                 committing = Some(tokio::spawn(async move {
-                    let r = c.commit(work).await;
+                    let r = c.commit(work, roster).await;
                     (c, r)
                 }));
             }
@@ -435,13 +724,18 @@ pub async fn run(
                 }),
                 done = async { committing.as_mut().expect("guarded").await }, if committing.is_some() => {
                     committing = None;
+                    core.committing = false;
                     match done {
-                        Ok((c, Ok(()))) => idle = Some(c),
+                        Ok((c, Ok(made))) => {
+                            idle = Some(c);
+                            core.early.committed(made.clients);
+                            core.early.stored(made.roster);
+                        }
                         Ok((_, Err(e))) => break Err(e),
                         Err(e) => break Err(FsError::Mds(format!("the commit task failed: {e}"))),
                     }
-                    for (tid, to, result) in after_commit.drain(..) {
-                        answer(&to, tid, result).await;
+                    for (tid, to, result) in core.after_commit.drain(..) {
+                        answer(&to, tid, result, true);
                     }
                 }
                 _ = orphan_tick.tick() => {
@@ -450,95 +744,58 @@ pub async fn run(
                     last_tick = now;
                     if stalled {
                         tracing::warn!("the metadata server itself stalled; its clients' leases start again");
-                        opens.renew_all(now);
+                        core.opens.renew_all(now);
                     }
-                    for gone in opens.expire(now) {
-                        if gone.held_files || locks.holds_any(gone.client) {
-                            evictions.evict(gone.client);
+                    for gone in core.opens.expire(now) {
+                        if gone.held_files || core.locks.holds_any(gone.client) {
+                            core.evictions.evict(gone.client);
                         } else {
-                            locks.drop_client(gone.client);
+                            core.locks.drop_client(gone.client);
                         }
                     }
-                    evictions.retry();
+                    core.evictions.retry();
+                    core.tick_window(now);
                     if now >= reap_after {
-                        batch.extend(reap_orphans(&mut ns, &opens));
+                        let reaped = reap_orphans(&mut core.ns, &core.opens);
+                        core.batch.extend(reaped);
                     }
                 }
-                fenced = evictions.next() => {
+                fenced = core.evictions.next() => {
                     let client = fenced.client;
-                    if evictions.finished(fenced) {
-                        locks.drop_client(client);
-                        opens.forget(client);
+                    if core.evictions.finished(fenced) {
+                        core.locks.drop_client(client);
+                        core.opens.forget(client);
                     }
                 }
                 next = requests.recv() => {
-                    let Some(Incoming { req, reply }) = next else { break Ok(()) };
-                    let MdsRequest { tid, client: who, op } = req;
-                    if evictions.refuses(who) {
-                        answer(&reply, tid, Err(libc::ESHUTDOWN)).await;
-                        continue;
-                    }
-                    let now = Instant::now();
-                    opens.heard(who, now);
-                    if Holding::is_about(&op) {
-                        let barrier = evictions.barrier();
-                        let mut holding = Holding { opens: &mut opens, locks: &mut locks, who, now, locks_after, barrier };
-                        let result = ns
-                            .execute(&op)
-                            .and_then(|(a, _)| Ok(holding.run(&op)?.unwrap_or(a)));
-                        answer(&reply, tid, result).await;
-                        continue;
-                    }
-                    if op == MdsOp::Sync {
-                        match (batch.is_empty(), committing.is_some()) {
-                            (false, _) => batch.push(Pending { record: None, reply: Some((tid, reply)) }),
-                            (true, true) => after_commit.push((tid, reply, Ok(MdsAnswer::Done))),
-                            (true, false) => answer(&reply, tid, Ok(MdsAnswer::Done)).await,
-                        }
-                        continue;
-                    }
-                    if !op.is_mutation() {
-                        let result = ns.execute(&op).map(|(a, _)| a);
-                        answer(&reply, tid, result).await;
-                        continue;
-                    }
-                    if let Some(known) = answered.by_request.get(&(who, tid)) {
-                        let known = known.clone();
-                        let waiting = batch.iter_mut().find(|p| {
-                            p.record.as_ref().is_some_and(|r| r.client == who && r.tid == tid)
-                        });
-                        match (waiting, committing.is_some()) {
-                            (Some(p), _) => p.reply = Some((tid, reply)),
-                            (None, true) => after_commit.push((tid, reply, known)),
-                            (None, false) => answer(&reply, tid, known).await,
-                        }
-                        continue;
-                    }
-                    if let Some(errno) = space.refusal(&op) {
-                        answer(&reply, tid, Err(errno)).await;
-                        continue;
-                    }
-                    match ns.execute_holding(&op, &|ino| opens.is_held(ino)) {
-                        Err(errno) => answer(&reply, tid, Err(errno)).await,
-                        Ok((a, updates)) => {
-                            if let (MdsOp::Create { inode, .. }, MdsAnswer::Attr(made)) = (&op, &a) {
-                                if inode.open && made.kind == cairn_proto::mds::FileKind::File {
-                                    let _ = opens.open(who, made.ino, now);
-                                }
-                            }
-                            answered.remember(who, tid, Ok(a.clone()));
-                            batch.push(Pending {
-                                record: Some(Record { client: who, tid, updates, answer: Ok(a) }),
-                                reply: Some((tid, reply)),
-                            });
-                        }
-                    }
+                    let Some(incoming) = next else { break Ok(()) };
+                    core.handle(incoming);
+                    core.run_held();
                 }
             }
         }
     };
-    if let Some(c) = committing.take() {
-        let _ = c.await;
+    let last = committing.take();
+    if result.is_ok() {
+        // A clean stop makes durable what it answered early, sparing its clients the replay.
+        let committer = match last {
+            Some(running) => match running.await {
+                Ok((c, Ok(_))) => Some(c),
+                _ => None,
+            },
+            None => idle.take(),
+        };
+        for (tid, to, result) in core.after_commit.drain(..) {
+            answer(&to, tid, result, true);
+        }
+        if let Some(mut c) = committer.filter(|_| !core.batch.is_empty()) {
+            let work = std::mem::take(&mut core.batch);
+            if let Err(e) = c.commit(work, None).await {
+                tracing::warn!(error = %e, "committing the last batch; its clients replay it");
+            }
+        }
+    } else if let Some(running) = last {
+        let _ = running.await;
     }
     acceptor.abort();
     purger.abort();
@@ -630,7 +887,7 @@ fn reap_orphans(ns: &mut Namespace, opens: &OpenFiles) -> Vec<Pending> {
                 updates,
                 answer: Ok(MdsAnswer::Done),
             }),
-            reply: None,
+            tell: None,
         })
         .collect()
 }

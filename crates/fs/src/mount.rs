@@ -587,6 +587,7 @@ impl CairnFs {
         let link = Arc::new(MdsLink::new(rados.clone(), metadata_pool));
         let holds = Arc::new(Holds::new(link.clone()));
         rt.spawn(holds.clone().renew_forever());
+        rt.spawn(MdsLink::keep_replaying(Arc::downgrade(&link)));
         let permits = WRITE_BEHIND_BYTES / PERMIT_BYTES;
         CairnFs {
             rt,

@@ -403,7 +403,7 @@ impl Namespace {
                 files: self.inodes.len() as u64,
                 bytes: self.file_bytes,
             }),
-            MdsOp::Sync => read(MdsAnswer::Done),
+            MdsOp::Sync | MdsOp::Reconnected => read(MdsAnswer::Done),
         }
     }
 

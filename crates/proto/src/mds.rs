@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub const MSG_MDS_REQUEST: u16 = 0x0230;
 /// MDS -> client reply ([`MdsReply`]).
 pub const MSG_MDS_REPLY: u16 = 0x0231;
+/// MDS -> client: early-answered mutations now durable ([`MdsSafe`]).
+pub const MSG_MDS_SAFE: u16 = 0x0232;
 
 /// Longest name of a directory entry or an extended attribute, as Linux's `NAME_MAX`.
 pub const MAX_NAME_BYTES: usize = 255;
@@ -251,6 +253,9 @@ pub enum MdsOp {
     StatFs,
     /// Waits until every change answered before it is durable (fsync's barrier).
     Sync,
+    /// Sent first on every new session, after the client's replays ([`MdsRequest::replay`]):
+    /// it holds no other early-answered mutation, so a starting MDS need not wait for it.
+    Reconnected,
     /// Opens a file: its attributes, and the MDS counts it held open by this client, so that
     /// its data outlives its last name until the client closes it (or its lease ends).
     Open {
@@ -401,6 +406,9 @@ pub struct MdsRequest {
     pub client: u64,
     /// The operation.
     pub op: MdsOp,
+    /// A mutation the MDS answered early (not yet durable) and the client sends again on a new
+    /// session, before any new request: a starting MDS runs replays before anything new.
+    pub replay: bool,
 }
 
 /// The MDS's answer: the result or an errno.
@@ -410,6 +418,17 @@ pub struct MdsReply {
     pub tid: u64,
     /// The answer, or a Linux errno.
     pub result: Result<MdsAnswer, i32>,
+    /// Whether what the request changed is durable. An early (unsafe) answer is one the MDS
+    /// has applied in memory only: the client keeps the request, replays it to a restarted
+    /// MDS, and forgets it when an [`MdsSafe`] names it.
+    pub safe: bool,
+}
+
+/// Mutations of one client answered early whose journal records are now durable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdsSafe {
+    /// Their request ids.
+    pub tids: Vec<u64>,
 }
 
 #[cfg(test)]
@@ -429,6 +448,7 @@ mod tests {
                 flags: 1,
                 now_ns: -5,
             },
+            replay: true,
         };
         let (back, rest): (MdsRequest, _) = crate::decode(&crate::encode(&req, &[])).unwrap();
         assert_eq!(back, req);
@@ -438,8 +458,13 @@ mod tests {
         let reply = MdsReply {
             tid: 7,
             result: Err(39),
+            safe: false,
         };
         let (back, _): (MdsReply, _) = crate::decode(&crate::encode(&reply, &[])).unwrap();
         assert_eq!(back, reply);
+        let safe = MdsSafe { tids: vec![7, 3] };
+        let (back, _): (MdsSafe, _) = crate::decode(&crate::encode(&safe, &[])).unwrap();
+        assert_eq!(back, safe);
+        assert!(!MdsOp::Reconnected.is_mutation());
     }
 }
