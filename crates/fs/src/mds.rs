@@ -51,6 +51,9 @@ pub const MAX_REMEMBERED_ANSWERS: usize = 1 << 17;
 /// Longest one journal append or object update waits (PGs inactive while the cluster
 /// heals): past it the MDS stops rather than answer from a state it cannot make durable.
 pub const COMMIT_TIMEOUT_MS: u64 = 3_600_000;
+/// Longest a clean stop spends committing its last batch and releasing its lease (a cluster
+/// gone before its MDS would hold it for [`COMMIT_TIMEOUT_MS`]).
+const CLEAN_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most requests queued for the namespace's task before sessions wait.
 const REQUEST_QUEUE: usize = 4096;
 /// The client id of the MDS's own journal records (deleting orphans nobody holds open).
@@ -776,36 +779,64 @@ pub async fn run(
         }
     };
     let last = committing.take();
-    if result.is_ok() {
-        // A clean stop makes durable what it answered early, sparing its clients the replay.
-        let committer = match last {
-            Some(running) => match running.await {
-                Ok((c, Ok(_))) => Some(c),
-                _ => None,
-            },
-            None => idle.take(),
-        };
-        for (tid, to, result) in core.after_commit.drain(..) {
-            answer(&to, tid, result, true);
-        }
-        if let Some(mut c) = committer.filter(|_| !core.batch.is_empty()) {
-            let work = std::mem::take(&mut core.batch);
-            if let Err(e) = c.commit(work, None).await {
-                tracing::warn!(error = %e, "committing the last batch; its clients replay it");
-            }
-        }
-    } else if let Some(running) = last {
-        let _ = running.await;
-    }
     acceptor.abort();
     purger.abort();
+    match result.is_ok() {
+        true => {
+            let last_batch = commit_last_batch(last, idle, core);
+            if tokio::time::timeout(CLEAN_STOP_TIMEOUT, last_batch)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "the cluster did not take the last batch in time; its clients replay it"
+                );
+            }
+        }
+        false => {
+            if let Some(running) = last {
+                let _ = running.await;
+            }
+        }
+    }
     applier.abort();
     if result.is_ok() {
-        if let Err(e) = lease.release().await {
-            tracing::warn!(error = %e, "releasing the active lease; a standby waits it out");
+        match tokio::time::timeout(CLEAN_STOP_TIMEOUT, lease.release()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "releasing the active lease; a standby waits it out")
+            }
+            Err(_) => {
+                tracing::warn!("releasing the active lease timed out; a standby waits it out")
+            }
         }
     }
     result
+}
+
+/// A clean stop's last commit: makes durable what was answered early, sparing its clients
+/// the replay.
+async fn commit_last_batch(
+    running: Option<tokio::task::JoinHandle<(Committer, Result<Committed, FsError>)>>,
+    idle: Option<Committer>,
+    mut core: Core,
+) {
+    let committer = match running {
+        Some(running) => match running.await {
+            Ok((c, Ok(_))) => Some(c),
+            _ => None,
+        },
+        None => idle,
+    };
+    for (tid, to, result) in core.after_commit.drain(..) {
+        answer(&to, tid, result, true);
+    }
+    if let Some(mut c) = committer.filter(|_| !core.batch.is_empty()) {
+        let work = std::mem::take(&mut core.batch);
+        if let Err(e) = c.commit(work, None).await {
+            tracing::warn!(error = %e, "committing the last batch; its clients replay it");
+        }
+    }
 }
 
 /// A lease failure: this MDS may not go on writing.
