@@ -23,7 +23,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{free_port, payload, signal, wait_exited, Cluster};
@@ -932,6 +932,66 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     verify(&a, "standby", &done);
     verify(&b, "standby", &done);
 
+    // Mutations answered early outlive their MDS: with client writes held (`pausewr`) the MDS
+    // can journal nothing, so the creates that return meanwhile were answered from its memory;
+    // it is then killed, and only the mount's replay to the next MDS can bring them back.
+    fs::create_dir(a.path("early")).unwrap();
+    let stop_creating = Arc::new(AtomicBool::new(false));
+    let creator = {
+        let (dir, stop) = (a.path("early"), stop_creating.clone());
+        std::thread::spawn(move || {
+            let mut made = Vec::new();
+            while !stop.load(Ordering::Relaxed) && made.len() < 400 {
+                let name = format!("e-{}", made.len());
+                drop(File::create(dir.join(&name)).unwrap());
+                made.push(name);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            made
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (ok, out) = cluster.cairn(&["osd", "--mon", &mon, "set", "pausewr"]);
+    assert!(ok, "{out}");
+    std::thread::sleep(Duration::from_millis(1500));
+    stop_creating.store(true, Ordering::Relaxed);
+    let mut made = creator.join().unwrap();
+    signal("-9", standby.id());
+    wait_exited(standby.id());
+    let (ok, out) = cluster.cairn(&["osd", "--mon", &mon, "unset", "pausewr"]);
+    assert!(ok, "{out}");
+    let third_addr = format!("127.0.0.1:{}", free_port());
+    let third_args = mds_on(&third_addr);
+    let third_args: Vec<&str> = third_args.iter().map(String::as_str).collect();
+    let mut third = cluster.start("mds-third.log", &third_args);
+    let names = |m: &Mount| -> Vec<String> {
+        let mut n: Vec<String> = fs::read_dir(m.path("early"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    made.sort();
+    assert_eq!(
+        names(&b),
+        made,
+        "what was answered early is there after its MDS died"
+    );
+    assert_eq!(names(&a), made);
+    // The mount's replay made them again: the new MDS did not find them in the journal.
+    let third_log = fs::read_to_string(cluster.dir.join("mds-third.log")).unwrap();
+    let rerun = third_log
+        .split("rerun=")
+        .skip(1)
+        .filter_map(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or_else(|| panic!("no client answered early reconnected: {third_log}"));
+    assert!(
+        rerun > 0,
+        "no create was run again from a replay: {third_log}"
+    );
+
     // kill -9 of an OSD mid-workload: writes go on with the other copies.
     let osd_pid = daemon_pid(&cluster.dir, "osd1");
     let done = under_workload(&a, "osd-crash", || {
@@ -994,7 +1054,9 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         let _ = child.wait();
     }
     let _ = standby.kill();
+    let _ = third.kill();
     let _ = standby.wait();
+    let _ = third.wait();
 }
 
 /// Writes synced files of 4 MiB, then 64 KiB, then 4 KiB, each size until the cluster

@@ -408,6 +408,8 @@ struct Core {
     space: SpaceGuard,
     early: EarlyAnswers,
     window: ReplayWindow<Incoming>,
+    /// Replayed mutations run again (lost with the previous MDS before they were journaled).
+    rerun: u64,
     /// Before this, no lock is granted (clients say again what they held).
     locks_after: Instant,
 }
@@ -475,6 +477,7 @@ impl Core {
                 tracing::info!(
                     client = who,
                     window_closed = closed,
+                    rerun = self.rerun,
                     "a client answered early reconnected"
                 );
             }
@@ -573,6 +576,7 @@ impl Core {
                 answer(&reply, tid, Err(errno), true);
             }
             Ok((a, updates)) => {
+                self.rerun += 1;
                 self.answered.remember(who, tid, Ok(a.clone()));
                 self.early.add(who, now);
                 self.batch.push(Pending {
@@ -700,6 +704,7 @@ pub async fn run(
         space: SpaceGuard::new(client.mon().watch(), &meta, &info.data_pool),
         window: ReplayWindow::new(&roster, start),
         early: EarlyAnswers::new(roster),
+        rerun: 0,
         locks_after: start + LOCK_GRACE,
     };
     let mut last_tick = start;
