@@ -775,7 +775,7 @@ pub async fn run(
                         core.opens.forget(client);
                     }
                 }
-                next = requests.recv() => {
+                next = requests.recv(), if core.window.has_room() => {
                     let Some(incoming) = next else { break Ok(()) };
                     core.handle(incoming);
                     core.run_held();

@@ -25,6 +25,10 @@ pub const ROSTER_OBJECT: &str = "mds.roster";
 pub const MAX_ROSTER_CLIENTS: usize = 1 << 14;
 /// How long a starting MDS waits for roster clients to replay before it serves others.
 pub const REPLAY_WINDOW: Duration = Duration::from_secs(15);
+/// Most requests a replay window holds back; past it the MDS reads no more requests until the
+/// window closes (at the latest [`REPLAY_WINDOW`] after the start), so clients wait on their
+/// sessions instead of the MDS's memory.
+pub const MAX_HELD_REQUESTS: usize = 1 << 16;
 /// A roster client quiet this long with nothing unsafe leaves the roster (a restarted MDS
 /// waits for the clients on it; one writing now and then joins it again at its next burst).
 pub const ROSTER_IDLE: Duration = Duration::from_secs(3);
@@ -198,9 +202,16 @@ impl<T> ReplayWindow<T> {
         !self.waiting.is_empty()
     }
 
+    /// Whether another request may be read: the window is closed, or holds fewer than
+    /// [`MAX_HELD_REQUESTS`].
+    pub fn has_room(&self) -> bool {
+        !self.is_open() || self.held.len() < MAX_HELD_REQUESTS
+    }
+
     /// Holds a request until the window closes.
     pub fn hold(&mut self, request: T) {
         assert!(self.is_open(), "a request held back by a closed window");
+        assert!(self.has_room(), "a replay window held more than its limit");
         self.held.push_back(request);
     }
 
@@ -324,6 +335,20 @@ mod tests {
         assert!(!w.is_open() && w.missed(2) && !w.missed(1));
         assert_eq!(w.release(), vec!["a"]);
         let empty: ReplayWindow<&str> = ReplayWindow::new(&BTreeSet::new(), t);
-        assert!(!empty.is_open());
+        assert!(!empty.is_open() && empty.has_room());
+    }
+
+    #[test]
+    fn a_full_window_takes_no_more_requests() {
+        let t = Instant::now();
+        let mut w: ReplayWindow<usize> = ReplayWindow::new(&[1].into_iter().collect(), t);
+        for i in 0..MAX_HELD_REQUESTS {
+            assert!(w.has_room());
+            w.hold(i);
+        }
+        assert!(!w.has_room());
+        w.reconnected(1);
+        assert!(w.has_room());
+        assert_eq!(w.release().len(), MAX_HELD_REQUESTS);
     }
 }
