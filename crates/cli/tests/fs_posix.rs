@@ -940,14 +940,16 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     let creator = {
         let (dir, stop) = (a.path("early"), stop_creating.clone());
         std::thread::spawn(move || {
-            let mut made = Vec::new();
+            let (mut made, mut inos) = (Vec::new(), Vec::new());
             while !stop.load(Ordering::Relaxed) && made.len() < 400 {
                 let name = format!("e-{}", made.len());
-                drop(File::create(dir.join(&name)).unwrap());
+                let f = File::create(dir.join(&name)).unwrap();
+                inos.push(f.metadata().unwrap().ino());
+                drop(f);
                 made.push(name);
                 std::thread::sleep(Duration::from_millis(20));
             }
-            made
+            (made, inos)
         })
     };
     std::thread::sleep(Duration::from_millis(500));
@@ -955,7 +957,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     assert!(ok, "{out}");
     std::thread::sleep(Duration::from_millis(1500));
     stop_creating.store(true, Ordering::Relaxed);
-    let mut made = creator.join().unwrap();
+    let (mut made, inos) = creator.join().unwrap();
     signal("-9", standby.id());
     wait_exited(standby.id());
     let (ok, out) = cluster.cairn(&["osd", "--mon", &mon, "unset", "pausewr"]);
@@ -972,6 +974,16 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
         n.sort();
         n
     };
+    // A replayed create gets the inode number its early answer gave.
+    for (name, ino) in made.iter().zip(&inos) {
+        let now = fs::metadata(b.path(&format!("early/{name}")))
+            .unwrap()
+            .ino();
+        assert_eq!(
+            now, *ino,
+            "early/{name} kept its inode number through the replay"
+        );
+    }
     made.sort();
     assert_eq!(
         names(&b),

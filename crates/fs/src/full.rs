@@ -86,6 +86,7 @@ mod tests {
                 target: Vec::new(),
                 now_ns: 0,
                 open: false,
+                ino: None,
             },
         }
     }

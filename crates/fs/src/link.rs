@@ -62,6 +62,10 @@ impl Outstanding {
             Some((to, req)) => {
                 if !reply.safe {
                     let now = Instant::now();
+                    let req = MdsRequest {
+                        op: req.op.pinned_to(&reply.result),
+                        ..req
+                    };
                     self.unsafe_answered.insert(reply.tid, (now, req));
                     self.last_early = Some(now);
                 }

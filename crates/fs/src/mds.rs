@@ -464,6 +464,10 @@ impl Core {
             op,
             replay,
         } = req;
+        let op = match replay {
+            true => op,
+            false => op.unpinned(),
+        };
         if self.evictions.refuses(who) {
             answer(&reply, tid, Err(libc::ESHUTDOWN), true);
             return;

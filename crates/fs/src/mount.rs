@@ -572,6 +572,7 @@ fn new_inode(req: &Request, kind: FileKind, mode: u32, umask: u32, rdev: u32) ->
         target: Vec::new(),
         now_ns: now_ns(),
         open: false,
+        ino: None,
     }
 }
 

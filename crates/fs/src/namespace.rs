@@ -27,6 +27,9 @@ pub const MAX_XATTR_BYTES_PER_INODE: usize = 64 << 10;
 pub const MAX_DIR_ENTRIES: usize = 1 << 20;
 /// Most inodes the metadata server holds (its whole namespace is in memory).
 pub const MAX_INODES: usize = 16 << 20;
+/// Furthest past the next inode number a replayed create may pin its number (the creates a
+/// lost MDS answered early are far fewer; a client cannot push numbering toward the end).
+pub const MAX_PIN_AHEAD: u64 = 1 << 24;
 
 /// `rename(2)`'s `RENAME_NOREPLACE`.
 pub const RENAME_NOREPLACE: u32 = 1;
@@ -445,6 +448,16 @@ impl Namespace {
         Ok((answer, vec![Update::PutInode(i)]))
     }
 
+    /// The number of a new inode: `pinned` (a replayed create's earlier answer) when no inode
+    /// has had it yet and it is less than [`MAX_PIN_AHEAD`] ahead, else the next one.
+    fn new_ino(&self, pinned: Option<u64>) -> u64 {
+        let next = self.next_ino.max(ROOT_INO + 1);
+        match pinned {
+            Some(p) if p >= next && p - next < MAX_PIN_AHEAD => p,
+            _ => next,
+        }
+    }
+
     /// The parent's record after an entry was added or removed under it.
     fn touched_parent(&self, parent: u64, nlink_delta: i32, now_ns: i64) -> Result<Inode, i32> {
         let mut p = self.get(parent)?.clone();
@@ -469,7 +482,7 @@ impl Namespace {
         if (new.kind == FileKind::Symlink) == new.target.is_empty() {
             return Err(libc::EINVAL);
         }
-        let ino = self.next_ino.max(ROOT_INO + 1);
+        let ino = self.new_ino(new.ino);
         let is_dir = new.kind == FileKind::Dir;
         let object_size = match new.kind {
             FileKind::File => self.layout_for_new_file(parent),

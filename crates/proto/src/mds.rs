@@ -126,6 +126,11 @@ pub struct NewInode {
     /// [`MdsOp::Open`] would.
     #[serde(default)]
     pub open: bool,
+    /// On a replay only ([`MdsRequest::replay`]): the inode number the early answer gave,
+    /// which the MDS uses again if it is still unallocated, so that the client's open files
+    /// and its data objects (named by inode number) stay the file's.
+    #[serde(default)]
+    pub ino: Option<u64>,
 }
 
 /// A metadata operation.
@@ -344,6 +349,22 @@ impl LockSpec {
 }
 
 impl MdsOp {
+    /// The operation without an inode number a replay may pin (honoured on replays only).
+    pub fn unpinned(mut self) -> MdsOp {
+        if let MdsOp::Create { inode, .. } = &mut self {
+            inode.ino = None;
+        }
+        self
+    }
+
+    /// The operation with the inode number `answer` gave it pinned, for its replay.
+    pub fn pinned_to(mut self, answer: &Result<MdsAnswer, i32>) -> MdsOp {
+        if let (MdsOp::Create { inode, .. }, Ok(MdsAnswer::Attr(a))) = (&mut self, answer) {
+            inode.ino = Some(a.ino);
+        }
+        self
+    }
+
     /// Whether the operation changes metadata (it then needs write access and goes through
     /// the journal).
     pub fn is_mutation(&self) -> bool {

@@ -31,6 +31,7 @@ fn new_inode(kind: FileKind, perm: u32, target: &[u8], now_ns: i64) -> NewInode 
         target: target.to_vec(),
         now_ns,
         open: false,
+        ino: None,
     }
 }
 
@@ -2199,4 +2200,35 @@ fn a_rename_over_a_held_file_keeps_it_as_an_orphan() {
     assert_eq!(ns.orphans().collect::<Vec<_>>(), vec![victim]);
     assert_eq!(getattr(&mut ns, victim).unwrap().nlink, 0);
     ns.check().unwrap();
+}
+
+fn pinned_create(ns: &mut Namespace, name: &[u8], pin: u64) -> u64 {
+    let op = create_op(ROOT_INO, name, FileKind::File, T0).pinned_to(&Ok(MdsAnswer::Attr(Attr {
+        ino: pin,
+        ..create(&mut fresh(), ROOT_INO, b"model", FileKind::File).unwrap()
+    })));
+    expect_attr(ns.execute(&op)).ino
+}
+
+#[test]
+fn a_replayed_create_gets_the_inode_number_it_was_answered_while_no_inode_had_it() {
+    let mut ns = fresh();
+    let first = create(&mut ns, ROOT_INO, b"a", FileKind::File).unwrap().ino;
+    let next = ns.next_ino();
+    assert_eq!(next, first + 1);
+    assert_eq!(
+        pinned_create(&mut ns, b"b", next + 3),
+        next + 3,
+        "unallocated: kept"
+    );
+    assert_eq!(ns.next_ino(), next + 4, "numbering goes on past it");
+    assert_eq!(
+        pinned_create(&mut ns, b"c", first),
+        next + 4,
+        "a number given before is never given again"
+    );
+    let far = ns.next_ino() + MAX_PIN_AHEAD;
+    assert_eq!(pinned_create(&mut ns, b"d", far), next + 5, "too far ahead");
+    let plain = create_op(ROOT_INO, b"e", FileKind::File, T0).unpinned();
+    assert!(matches!(plain, MdsOp::Create { ref inode, .. } if inode.ino.is_none()));
 }
