@@ -36,7 +36,7 @@ const MAP_BARRIER_TIMEOUT_MS: u64 = 30_000;
 /// the serving MDS.
 const REPLAY_CHECK: Duration = Duration::from_secs(1);
 
-/// How long after its latest early answer a client takes itself to be on the MDS's roster,
+/// How long after its latest answered mutation a client takes itself to be on the MDS's roster,
 /// and watches for a new MDS so that one starting need not wait for it:
 /// the roster keeps a client [`crate::replay::ROSTER_IDLE`] after its last mutation, and a restarted MDS
 /// starts up to a lease (15 s) after its predecessor stopped.
@@ -47,27 +47,37 @@ const ROSTERED_FOR: Duration = Duration::from_secs(60);
 struct Outstanding {
     /// Sent, not answered: where the answer goes, and the request (kept if answered early).
     waiting: HashMap<u64, (oneshot::Sender<Result<MdsAnswer, i32>>, MdsRequest)>,
-    /// Answered early, not yet safe, by request id: when they were answered, and the request.
-    unsafe_answered: BTreeMap<u64, (Instant, MdsRequest)>,
-    /// When the latest early answer came: while the MDS may still hold this client on its
+    /// Answered early, not yet safe, by request id: the request, and where it fell in
+    /// execution order (the replay generation it was answered in, the MDS's sequence number).
+    unsafe_answered: BTreeMap<u64, (MdsRequest, (u64, u64))>,
+    /// Replays done so far: a session's replies count only while its generation is the
+    /// latest, so that no early answer slips in after the replays were taken.
+    generation: u64,
+    /// When the latest mutation was answered: while the MDS may still hold this client on its
     /// roster, a restarted MDS waits for it to reconnect.
-    last_early: Option<Instant>,
+    last_mutation: Option<Instant>,
 }
 
 impl Outstanding {
     /// Takes in one reply: hands a waiting request its answer, keeps what was answered early,
     /// forgets what is safe.
-    fn replied(&mut self, reply: MdsReply) {
+    fn replied(&mut self, reply: MdsReply, generation: u64) {
+        if generation != self.generation {
+            // A reply on a session replaced since: the request is sent again on the new one.
+            return;
+        }
         match self.waiting.remove(&reply.tid) {
             Some((to, req)) => {
+                if req.op.is_mutation() {
+                    self.last_mutation = Some(Instant::now());
+                }
                 if !reply.safe {
-                    let now = Instant::now();
                     let req = MdsRequest {
                         op: req.op.pinned_to(&reply.result),
                         ..req
                     };
-                    self.unsafe_answered.insert(reply.tid, (now, req));
-                    self.last_early = Some(now);
+                    let order = (self.generation, reply.seq);
+                    self.unsafe_answered.insert(reply.tid, (req, order));
                 }
                 let _ = to.send(reply.result);
             }
@@ -85,15 +95,20 @@ impl Outstanding {
         }
     }
 
-    /// The mutations to replay, in request order.
-    fn replays(&self) -> Vec<MdsRequest> {
-        self.unsafe_answered
-            .values()
-            .map(|(_, r)| MdsRequest {
+    /// Starts a new generation and returns the mutations to replay in it, in the order they
+    /// were executed.
+    fn replays(&mut self) -> (u64, Vec<MdsRequest>) {
+        self.generation += 1;
+        let mut held: Vec<&(MdsRequest, (u64, u64))> = self.unsafe_answered.values().collect();
+        held.sort_by_key(|(_, order)| *order);
+        let replays = held
+            .into_iter()
+            .map(|(r, _)| MdsRequest {
                 replay: true,
                 ..r.clone()
             })
-            .collect()
+            .collect();
+        (self.generation, replays)
     }
 }
 
@@ -103,12 +118,13 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Outstanding> {
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The session in use: where it goes, its sender, the MDS restarts it has replayed for, and
-/// the task reading its replies.
+/// The session in use: where it goes, its sender, the MDS restarts it has replayed for, the
+/// generation its replies count in, and the task reading its replies.
 struct Current {
     addr: SocketAddr,
     sender: SessionSender,
     restarts: watch::Receiver<u64>,
+    generation: Arc<AtomicU64>,
     reader: tokio::task::AbortHandle,
 }
 
@@ -209,11 +225,16 @@ impl MdsLink {
         .await;
         let sender = session.sender();
         let outstanding = self.outstanding.clone();
+        let generation = Arc::new(AtomicU64::new(u64::MAX));
+        let reader_generation = generation.clone();
         let reader = tokio::spawn(async move {
             while let Some(frame) = session.recv().await {
                 match frame.header.msg_type {
                     MSG_MDS_REPLY => match cairn_proto::decode::<MdsReply>(&frame.payload) {
-                        Ok((reply, _)) => lock(&outstanding).replied(reply),
+                        Ok((reply, _)) => {
+                            let mut o = lock(&outstanding);
+                            o.replied(reply, reader_generation.load(Ordering::Acquire));
+                        }
                         Err(_) => tracing::warn!("a malformed reply from the metadata server"),
                     },
                     MSG_MDS_SAFE => match cairn_proto::decode::<MdsSafe>(&frame.payload) {
@@ -227,13 +248,16 @@ impl MdsLink {
             }
         })
         .abort_handle();
+        // The replaced session's replies stop counting before the replays are taken.
+        current.take();
         let mut c = Current {
             addr,
             restarts: sender.peer_restarts(),
             sender,
+            generation,
             reader,
         };
-        self.replay(&c.sender).await?;
+        self.replay(&c.sender, &c.generation).await?;
         c.restarts.borrow_and_update();
         let sender = c.sender.clone();
         *current = Some(c);
@@ -244,15 +268,21 @@ impl MdsLink {
     async fn replayed_on(&self, c: &mut Current) -> Result<SessionSender, String> {
         if c.restarts.has_changed().unwrap_or(false) {
             c.restarts.borrow_and_update();
-            self.replay(&c.sender).await?;
+            self.replay(&c.sender, &c.generation).await?;
         }
         Ok(c.sender.clone())
     }
 
-    /// Sends every mutation answered early and not yet safe, in request order, then
-    /// `Reconnected`.
-    async fn replay(&self, sender: &SessionSender) -> Result<(), String> {
-        let replays = lock(&self.outstanding).replays();
+    /// Sends every mutation answered early and not yet safe, in the order the MDS executed
+    /// them, then `Reconnected`; from now on only replies counted in `generation` (the
+    /// session's) count.
+    async fn replay(&self, sender: &SessionSender, generation: &AtomicU64) -> Result<(), String> {
+        let replays = {
+            let mut o = lock(&self.outstanding);
+            let (now, replays) = o.replays();
+            generation.store(now, Ordering::Release);
+            replays
+        };
         match replays.len() {
             0 => tracing::debug!("a new session to the metadata server"),
             n => tracing::info!(
@@ -287,7 +317,8 @@ impl MdsLink {
             let watching = {
                 let o = lock(&link.outstanding);
                 !o.unsafe_answered.is_empty()
-                    || o.last_early.is_some_and(|at| at.elapsed() <= ROSTERED_FOR)
+                    || o.last_mutation
+                        .is_some_and(|at| at.elapsed() <= ROSTERED_FOR)
             };
             if watching {
                 if let Err(e) = link.sender(true).await {
@@ -346,5 +377,145 @@ impl MdsLink {
         lock(&self.outstanding).waiting.remove(&tid);
         tracing::warn!(%last, "a metadata request failed");
         Err(libc::EIO)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_proto::mds::{Attr, FileKind, NewInode};
+
+    fn create(name: &str) -> MdsRequest {
+        MdsRequest {
+            tid: 0,
+            client: 9,
+            op: MdsOp::Create {
+                parent: 1,
+                name: name.as_bytes().to_vec(),
+                inode: NewInode {
+                    kind: FileKind::File,
+                    perm: 0o644,
+                    uid: 0,
+                    gid: 0,
+                    rdev: 0,
+                    target: Vec::new(),
+                    now_ns: 0,
+                    open: true,
+                    ino: None,
+                },
+            },
+            replay: false,
+        }
+    }
+
+    fn made(ino: u64) -> Result<MdsAnswer, i32> {
+        Ok(MdsAnswer::Attr(Attr {
+            ino,
+            kind: FileKind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 1,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            rdev: 0,
+            object_size: 4 << 20,
+        }))
+    }
+
+    /// Sends `name`'s create as request `tid` and takes in its early answer.
+    fn answered_early(o: &mut Outstanding, tid: u64, name: &str, ino: u64, seq: u64) {
+        let (tx, _rx) = oneshot::channel();
+        o.waiting.insert(
+            tid,
+            (
+                tx,
+                MdsRequest {
+                    tid,
+                    ..create(name)
+                },
+            ),
+        );
+        let reply = MdsReply {
+            tid,
+            result: made(ino),
+            safe: false,
+            seq,
+        };
+        let generation = o.generation;
+        o.replied(reply, generation);
+    }
+
+    fn replayed(o: &mut Outstanding) -> Vec<(u64, Option<u64>)> {
+        let (_, replays) = o.replays();
+        replays
+            .into_iter()
+            .map(|r| {
+                assert!(r.replay);
+                match r.op {
+                    MdsOp::Create { inode, .. } => (r.tid, inode.ino),
+                    other => panic!("replayed {other:?}"),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn early_answers_replay_in_execution_order_with_their_inode_numbers_until_safe() {
+        let mut o = Outstanding::default();
+        answered_early(&mut o, 5, "a", 101, 2);
+        answered_early(&mut o, 6, "b", 100, 1);
+        assert_eq!(replayed(&mut o), vec![(6, Some(100)), (5, Some(101))]);
+        answered_early(&mut o, 7, "c", 102, 1);
+        assert_eq!(
+            replayed(&mut o),
+            vec![(6, Some(100)), (5, Some(101)), (7, Some(102))],
+            "answered after a replay: executed after what was replayed"
+        );
+        o.safe(&MdsSafe { tids: vec![6, 7] });
+        assert_eq!(replayed(&mut o), vec![(5, Some(101))]);
+        let generation = o.generation;
+        o.replied(
+            MdsReply {
+                tid: 5,
+                result: made(101),
+                safe: true,
+                seq: 0,
+            },
+            generation,
+        );
+        assert!(
+            replayed(&mut o).is_empty(),
+            "a safe answer to a replay ends it"
+        );
+    }
+
+    #[test]
+    fn a_reply_on_a_replaced_session_does_not_count() {
+        let mut o = Outstanding::default();
+        let (tx, mut rx) = oneshot::channel();
+        o.waiting.insert(
+            3,
+            (
+                tx,
+                MdsRequest {
+                    tid: 3,
+                    ..create("a")
+                },
+            ),
+        );
+        let old = o.generation;
+        let _ = o.replays();
+        let reply = MdsReply {
+            tid: 3,
+            result: made(50),
+            safe: false,
+            seq: 1,
+        };
+        o.replied(reply, old);
+        assert!(o.unsafe_answered.is_empty() && o.waiting.contains_key(&3));
+        assert!(rx.try_recv().is_err(), "the request is sent again instead");
     }
 }

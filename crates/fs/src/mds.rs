@@ -44,7 +44,7 @@ use crate::replay::{self, EarlyAnswers, ReplayWindow};
 
 /// The object holding the serving MDS's address.
 pub const ADDR_OBJECT: &str = "mds.addr";
-/// The journal is emptied once it holds this many bytes (all of them applied by then).
+/// The journal is trimmed to its last batch once it holds this many bytes (all applied by then).
 pub const JOURNAL_TRIM_BYTES: u64 = 4 << 20;
 /// Most answered mutations remembered for resends.
 pub const MAX_REMEMBERED_ANSWERS: usize = 1 << 17;
@@ -119,7 +119,23 @@ fn send_frame(to: &SessionSender, msg_type: u16, payload: bytes::Bytes) {
 
 /// Answers a request; `safe` says whether what it changed is durable.
 fn answer(to: &SessionSender, tid: u64, result: Result<MdsAnswer, i32>, safe: bool) {
-    let reply = MdsReply { tid, result, safe };
+    let reply = MdsReply {
+        tid,
+        result,
+        safe,
+        seq: 0,
+    };
+    send_frame(to, MSG_MDS_REPLY, cairn_proto::encode(&reply, &[]));
+}
+
+/// Answers a mutation early: applied in memory as the `seq`th of this MDS's mutations.
+fn answer_early(to: &SessionSender, tid: u64, result: MdsAnswer, seq: u64) {
+    let reply = MdsReply {
+        tid,
+        result: Ok(result),
+        safe: false,
+        seq,
+    };
     send_frame(to, MSG_MDS_REPLY, cairn_proto::encode(&reply, &[]));
 }
 
@@ -143,12 +159,14 @@ impl Answered {
     }
 }
 
-/// Loads the namespace and replays the journal over it (and over the objects), then empties
-/// the journal. Formats a new root when the pool has none.
+/// Loads the namespace and replays the journal over it (and over the objects), keeping its
+/// whole records (their length goes to `journal_bytes`). Formats a new root when the pool has
+/// none.
 async fn recover(
     client: &Client,
     pool: &str,
     answered: &mut Answered,
+    journal_bytes: &mut u64,
 ) -> Result<Namespace, FsError> {
     let mut ns = backing::load(client, pool).await?;
     let bytes = match client.read(pool, JOURNAL_OBJECT).await {
@@ -178,9 +196,17 @@ async fn recover(
         replay.extend(root);
     }
     backing::apply(client, pool, &replay).await?;
-    if !bytes.is_empty() {
-        client.write_full(pool, JOURNAL_OBJECT, &[]).await?;
+    // The records stay (rewritten without a damaged tail, so appends follow whole records): a
+    // client that replays a mutation they hold is answered from them, also after another
+    // restart, until the journal is trimmed.
+    let mut kept = Vec::new();
+    for r in &decoded.records {
+        journal::encode(r, &mut kept);
     }
+    if kept.len() != bytes.len() {
+        client.write_full(pool, JOURNAL_OBJECT, &kept).await?;
+    }
+    *journal_bytes = kept.len() as u64;
     tracing::info!(
         inodes = ns.inode_count(),
         replayed = decoded.records.len(),
@@ -227,6 +253,15 @@ async fn serve_session(mut session: Session, to_core: mpsc::Sender<Incoming>, da
                 return;
             }
         };
+        if req.client != session.id() || req.client == MDS_ITSELF {
+            tracing::warn!(
+                client = req.client,
+                session = session.id(),
+                "a request naming another client than its session; refused"
+            );
+            answer(&sender, req.tid, Err(libc::EINVAL), true);
+            continue;
+        }
         if let Some(errno) = refusal(peer.as_deref(), &req.op, &data_pool) {
             answer(&sender, req.tid, Err(errno), true);
             continue;
@@ -327,7 +362,10 @@ impl Committer {
             match p.tell {
                 Some(Tell::Answer { tid, to }) => answer(&to, tid, result, true),
                 Some(Tell::Safe { tid, to }) => {
-                    safe.entry(who).or_insert((to, Vec::new())).1.push(tid)
+                    // On the client's latest session: an earlier one may have broken since.
+                    let notice = safe.entry(who).or_insert_with(|| (to.clone(), Vec::new()));
+                    notice.0 = to;
+                    notice.1.push(tid);
                 }
                 None => {}
             }
@@ -410,6 +448,8 @@ struct Core {
     window: ReplayWindow<Incoming>,
     /// Replayed mutations run again (lost with the previous MDS before they were journaled).
     rerun: u64,
+    /// Mutations executed: the order a client replays its early answers in.
+    executed: u64,
     /// Before this, no lock is granted (clients say again what they held).
     locks_after: Instant,
 }
@@ -454,7 +494,11 @@ impl Core {
     fn handle(&mut self, incoming: Incoming) {
         let (op, replay) = (&incoming.req.op, incoming.req.replay);
         if self.window.is_open() && !replay && *op != MdsOp::Reconnected {
-            self.window.hold(incoming);
+            match self.window.has_room() {
+                true => self.window.hold(incoming),
+                // Unanswered: the client sends it again after its attempt's timeout.
+                false => tracing::debug!("the replay window is full; a request is dropped"),
+            }
             return;
         }
         let Incoming { req, reply } = incoming;
@@ -531,15 +575,12 @@ impl Core {
         match self.ns.execute_holding(&op, &|ino| self.opens.is_held(ino)) {
             Err(errno) => answer(&reply, tid, Err(errno), true),
             Ok((a, updates)) => {
-                if let (MdsOp::Create { inode, .. }, MdsAnswer::Attr(made)) = (&op, &a) {
-                    if inode.open && made.kind == cairn_proto::mds::FileKind::File {
-                        let _ = self.opens.open(who, made.ino, now);
-                    }
-                }
+                self.note_open(who, &op, &a, now);
                 self.answered.remember(who, tid, Ok(a.clone()));
+                self.executed += 1;
                 let tell = match self.early.add(who, now) {
                     true => {
-                        answer(&reply, tid, Ok(a.clone()), false);
+                        answer_early(&reply, tid, a.clone(), self.executed);
                         Tell::Safe { tid, to: reply }
                     }
                     false => Tell::Answer { tid, to: reply },
@@ -553,6 +594,15 @@ impl Core {
                     }),
                     tell: Some(tell),
                 });
+            }
+        }
+    }
+
+    /// Counts a file created open (FUSE's `create`) as held by its creator.
+    fn note_open(&mut self, who: u64, op: &MdsOp, answer: &MdsAnswer, now: Instant) {
+        if let (MdsOp::Create { inode, .. }, MdsAnswer::Attr(made)) = (op, answer) {
+            if inode.open && made.kind == cairn_proto::mds::FileKind::File {
+                let _ = self.opens.open(who, made.ino, now);
             }
         }
     }
@@ -581,6 +631,8 @@ impl Core {
             }
             Ok((a, updates)) => {
                 self.rerun += 1;
+                self.executed += 1;
+                self.note_open(who, &op, &a, now);
                 self.answered.remember(who, tid, Ok(a.clone()));
                 self.early.add(who, now);
                 self.batch.push(Pending {
@@ -634,7 +686,8 @@ pub async fn run(
     let info = backing::read_info(&client, &meta).await?;
     let lease = active::become_active(client.clone(), &meta, &cfg.fs).await?;
     let mut answered = Answered::default();
-    let mut ns = recover(&client, &meta, &mut answered).await?;
+    let mut journal_bytes = 0;
+    let mut ns = recover(&client, &meta, &mut answered, &mut journal_bytes).await?;
     ns.set_data_pool(&info.data_pool);
     let roster = replay::load(&client, &meta).await?;
     if !roster.is_empty() {
@@ -690,7 +743,7 @@ pub async fn run(
         client: client.clone(),
         lease: lease.clone(),
         pool: meta.clone(),
-        journal_bytes: 0,
+        journal_bytes,
         applier: to_applier,
     });
     type Commit = tokio::task::JoinHandle<(Committer, Result<Committed, FsError>)>;
@@ -709,6 +762,7 @@ pub async fn run(
         window: ReplayWindow::new(&roster, start),
         early: EarlyAnswers::new(roster),
         rerun: 0,
+        executed: 0,
         locks_after: start + LOCK_GRACE,
     };
     let mut last_tick = start;
@@ -779,7 +833,7 @@ pub async fn run(
                         core.opens.forget(client);
                     }
                 }
-                next = requests.recv(), if core.window.has_room() => {
+                next = requests.recv() => {
                     let Some(incoming) = next else { break Ok(()) };
                     core.handle(incoming);
                     core.run_held();

@@ -23,6 +23,10 @@ use crate::error::FsError;
 pub const ROSTER_OBJECT: &str = "mds.roster";
 /// Most clients the roster holds; past it new clients are answered when durable only.
 pub const MAX_ROSTER_CLIENTS: usize = 1 << 14;
+/// Most uncommitted mutations of one client answered early (a journal that cannot take them,
+/// the cluster full or its PGs inactive, makes the client wait instead of both ends'
+/// memory grow).
+pub const MAX_EARLY_UNCOMMITTED: usize = 4096;
 /// How long a starting MDS waits for roster clients to replay before it serves others.
 pub const REPLAY_WINDOW: Duration = Duration::from_secs(15);
 /// Most requests a replay window holds back; past it the MDS reads no more requests until the
@@ -102,13 +106,18 @@ impl EarlyAnswers {
     /// client not yet on the roster is put on it by the next commit, and answered once its
     /// record is durable meanwhile.
     pub fn add(&mut self, client: u64, now: Instant) -> bool {
-        *self.uncommitted.entry(client).or_default() += 1;
+        let pending = self.uncommitted.entry(client).or_default();
+        *pending += 1;
+        let within_cap = *pending <= MAX_EARLY_UNCOMMITTED;
         if self.wanted.len() < MAX_ROSTER_CLIENTS {
             self.wanted.insert(client);
         }
-        self.last_heard.insert(client, now);
+        if self.wanted.contains(&client) {
+            self.last_heard.insert(client, now);
+        }
         let rostered = |r: &BTreeSet<u64>| r.contains(&client);
-        rostered(&self.durable)
+        within_cap
+            && rostered(&self.durable)
             && self.writing.as_ref().is_none_or(rostered)
             && self.uncommitted.keys().all(|c| *c == client)
     }
@@ -319,6 +328,18 @@ mod tests {
         assert!(!e.add(1, t), "the roster being written leaves it out");
         e.stored(Some(without));
         assert_eq!(e.to_store().unwrap(), [1].into_iter().collect());
+    }
+
+    #[test]
+    fn early_answers_stop_at_the_cap_of_uncommitted_mutations() {
+        let t = Instant::now();
+        let mut e = EarlyAnswers::new([1].into_iter().collect());
+        for _ in 0..MAX_EARLY_UNCOMMITTED {
+            assert!(e.add(1, t));
+        }
+        assert!(!e.add(1, t), "past the cap: answered once durable");
+        e.committed(std::iter::repeat_n(1, MAX_EARLY_UNCOMMITTED + 1));
+        assert!(e.add(1, t));
     }
 
     #[test]

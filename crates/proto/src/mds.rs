@@ -443,6 +443,9 @@ pub struct MdsReply {
     /// has applied in memory only: the client keeps the request, replays it to a restarted
     /// MDS, and forgets it when an [`MdsSafe`] names it.
     pub safe: bool,
+    /// For an early answer, where the mutation fell in the MDS's order of execution: the
+    /// client replays its early answers in this order (0 on other answers).
+    pub seq: u64,
 }
 
 /// Mutations of one client answered early whose journal records are now durable.
@@ -480,6 +483,7 @@ mod tests {
             tid: 7,
             result: Err(39),
             safe: false,
+            seq: 3,
         };
         let (back, _): (MdsReply, _) = crate::decode(&crate::encode(&reply, &[])).unwrap();
         assert_eq!(back, reply);
