@@ -585,17 +585,23 @@ impl Core {
                     }
                     false => Tell::Answer { tid, to: reply },
                 };
-                self.batch.push(Pending {
-                    record: Some(Record {
-                        client: who,
-                        tid,
-                        updates,
-                        answer: Ok(a),
-                    }),
-                    tell: Some(tell),
-                });
+                self.batch_record(who, tid, updates, a, tell);
             }
         }
+    }
+
+    /// Puts `who`'s mutation `tid` in the open batch: its record, and whom its commit tells.
+    fn batch_record(&mut self, who: u64, tid: u64, updates: Vec<Update>, a: MdsAnswer, tell: Tell) {
+        let record = Record {
+            client: who,
+            tid,
+            updates,
+            answer: Ok(a),
+        };
+        self.batch.push(Pending {
+            record: Some(record),
+            tell: Some(tell),
+        });
     }
 
     /// Counts a file created open (FUSE's `create`) as held by its creator.
@@ -635,15 +641,7 @@ impl Core {
                 self.note_open(who, &op, &a, now);
                 self.answered.remember(who, tid, Ok(a.clone()));
                 self.early.add(who, now);
-                self.batch.push(Pending {
-                    record: Some(Record {
-                        client: who,
-                        tid,
-                        updates,
-                        answer: Ok(a),
-                    }),
-                    tell: Some(Tell::Answer { tid, to: reply }),
-                });
+                self.batch_record(who, tid, updates, a, Tell::Answer { tid, to: reply });
             }
         }
     }
