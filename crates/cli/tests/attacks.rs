@@ -184,6 +184,7 @@ fn peer_request(map: &cairn_clustermap::ClusterMap, object: &str, body: PeerBody
         pg_seed: pg.seed,
         body,
         urgency: Urgency::Blocking,
+        fill: 0,
     };
     cairn_proto::encode(&request, &[]).to_vec()
 }
@@ -209,6 +210,7 @@ fn replica_remove(map: &cairn_clustermap::ClusterMap, object: &str) -> Vec<u8> {
         data_crc: 0,
         background: false,
         client: 0,
+        fill: 0,
     };
     cairn_proto::encode(&header, &[]).to_vec()
 }

@@ -82,6 +82,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
         data_crc: 0,
         background: false,
         client: 9,
+        fill: 0,
     };
     let peer = PeerRequest {
         tid: 4,
@@ -91,6 +92,7 @@ pub fn message_seeds() -> Vec<Vec<u8>> {
         pg_seed: 5,
         body: PeerBody::Query,
         urgency: Urgency::Blocking,
+        fill: 0,
     };
     let answer = PeerReply {
         tid: 4,

@@ -26,10 +26,26 @@ pub(crate) async fn ask(
     body: PeerBody,
     data: Bytes,
 ) -> Result<(PeerAnswer, Bytes), OsdError> {
-    ask_as(s, pg, epoch, osd, body, data, Urgency::Background).await
+    ask_as(s, pg, epoch, osd, body, data, Urgency::Background.into()).await
 }
 
-/// [`ask`] for a recovery step of `urgency`, which picks its scheduler class on `osd`.
+/// How a recovery step is asked for: its urgency, which picks its scheduler class on the OSD
+/// asked, and the background fill attempt it belongs to (0: none).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Asking {
+    /// Whether client I/O waits on it.
+    pub urgency: Urgency,
+    /// The fill attempt whose push or `Filled` it is (0: not a fill's).
+    pub fill: u64,
+}
+
+impl From<Urgency> for Asking {
+    fn from(urgency: Urgency) -> Asking {
+        Asking { urgency, fill: 0 }
+    }
+}
+
+/// [`ask`] for a recovery step asked for as `how` says.
 pub(crate) async fn ask_as(
     s: &Shared,
     pg: &Pg,
@@ -37,8 +53,9 @@ pub(crate) async fn ask_as(
     osd: i32,
     body: PeerBody,
     data: Bytes,
-    urgency: Urgency,
+    how: Asking,
 ) -> Result<(PeerAnswer, Bytes), OsdError> {
+    let Asking { urgency, fill } = how;
     let addr = s.addr_of(osd).ok_or_else(|| OsdError::Peer {
         osd,
         reason: "no address in the map".into(),
@@ -52,6 +69,7 @@ pub(crate) async fn ask_as(
         pg_seed: pg.id.seed,
         body,
         urgency,
+        fill,
     };
     let call = s.peers.call(
         osd,

@@ -79,6 +79,12 @@ pub struct Metrics {
     dup_writes: AtomicU64,
     /// Client writes queued while another write of their PG was still committing.
     pipelined_writes: AtomicU64,
+    /// Client writes forwarded to, and committed by, a copy being filled in the background.
+    fill_writes_forwarded: AtomicU64,
+    /// Objects a fill's hand-back pushed with the PG's writes held.
+    fill_hand_back_pushes: AtomicU64,
+    /// Objects a fill pushed with that object's writes held.
+    fill_held_pushes: AtomicU64,
     /// Client reads that found this primary's copy damaged: repaired from another copy, and
     /// not repairable (every copy damaged or unreachable).
     read_repairs: AtomicU64,
@@ -170,6 +176,22 @@ impl Metrics {
     /// Records a client write queued while another write of its PG was still committing.
     pub fn record_pipelined_write(&self) {
         self.pipelined_writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a client write forwarded to, and committed by, a copy being filled.
+    pub fn record_fill_write_forwarded(&self) {
+        self.fill_writes_forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records `objects` pushed by a fill's hand-back with the PG's writes held.
+    pub fn record_fill_hand_back_pushes(&self, objects: u64) {
+        self.fill_hand_back_pushes
+            .fetch_add(objects, Ordering::Relaxed);
+    }
+
+    /// Records an object pushed by a fill with its writes held.
+    pub fn record_fill_held_push(&self) {
+        self.fill_held_pushes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a resent write answered from the PG log instead of being applied again.
@@ -323,7 +345,7 @@ impl Metrics {
                 .iter()
                 .map(|(kind, &(n, _))| ([("osd", osd), ("kind", kind.label())], n)),
         )?;
-        let single: [(&str, &str, &AtomicU64); 10] = [
+        let single: [(&str, &str, &AtomicU64); 13] = [
             (
                 "cairn_osd_op_recoveries_total",
                 "Client ops that touched an object a copy of its PG lacked after activation, \
@@ -381,6 +403,23 @@ impl Metrics {
                 "cairn_osd_pipelined_writes_total",
                 "Client writes queued while another write of their PG was still committing.",
                 &self.pipelined_writes,
+            ),
+            (
+                "cairn_osd_fill_writes_forwarded_total",
+                "Client writes forwarded to, and committed by, a copy being filled in the \
+                 background outside the acting set.",
+                &self.fill_writes_forwarded,
+            ),
+            (
+                "cairn_osd_fill_hand_back_pushes_total",
+                "Objects a background fill's hand-back pushed with its PG's writes held.",
+                &self.fill_hand_back_pushes,
+            ),
+            (
+                "cairn_osd_fill_held_pushes_total",
+                "Objects a background fill pushed with that object's writes held, after which \
+                 the copy gets its writes forwarded.",
+                &self.fill_held_pushes,
             ),
         ];
         for (name, help, value) in single {

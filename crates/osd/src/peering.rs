@@ -345,6 +345,7 @@ async fn peer(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64) -> Result<(), OsdError>
         pg,
         epoch,
         urgency: Urgency::Blocking,
+        fill: 0,
     };
     loop {
         let outcome = match step {

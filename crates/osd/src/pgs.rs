@@ -13,6 +13,7 @@ use cairn_pg::PgLog;
 use tokio::sync::watch;
 
 use crate::fence::ScrubFence;
+use crate::fillhold::{FillHolds, Held};
 use crate::inflight::WritesInFlight;
 use crate::missing::MissingSets;
 use crate::pgmeta::collection;
@@ -169,8 +170,14 @@ pub struct Pg {
     fill: Mutex<Option<(u64, Vec<i32>)>>,
     /// What that fill is doing now (`pg dump` shows it).
     fill_state: Mutex<FillState>,
-    /// The objects written here that the fill's targets have yet to be given.
+    /// The objects written here that the fill's targets have yet to be given, and which
+    /// writes are forwarded to them.
     pub fill_writes: crate::fillwrites::FillWrites,
+    /// The objects the fill pushes now with their writes held.
+    fill_holds: Arc<FillHolds>,
+    /// As a copy being filled: the newest fill attempt (its interval's epoch, its number) a
+    /// push, `Filled` or forwarded write came from; an earlier attempt's are refused.
+    fill_floor: Mutex<(u64, u64)>,
     /// The copy that fill pushes to now and the objects its pass has left to push (for the
     /// misplaced count).
     fill_progress: Mutex<Option<(i32, u64)>>,
@@ -218,6 +225,8 @@ impl Pg {
             fill: Mutex::new(None),
             fill_state: Mutex::new(FillState::Idle),
             fill_writes: Default::default(),
+            fill_holds: Arc::default(),
+            fill_floor: Mutex::new((0, 0)),
             fill_progress: Mutex::new(None),
             scrub: Mutex::new(ScrubState::default()),
             fence: Arc::default(),
@@ -315,6 +324,11 @@ impl Pg {
                 self.fence.wait_lowered(Some(object)).await;
                 continue;
             }
+            if self.fill_holds.holds(object) {
+                drop(inner);
+                self.fill_holds.wait_released(object).await;
+                continue;
+            }
             if self.writes.touches(object) {
                 drop(inner);
                 self.writes.object_idle(object).await;
@@ -324,6 +338,28 @@ impl Pg {
             self.writes.settle(log, created);
             return (inner, fenced);
         }
+    }
+
+    /// Holds the writes of `object` for a push of the background fill, once its writes in
+    /// flight have ended; they go on when the returned guard is dropped.
+    pub async fn hold_for_fill(&self, object: &str) -> Held {
+        let inner = self.inner.lock().await;
+        let held = self.fill_holds.hold(object);
+        drop(inner);
+        self.writes.object_idle(object).await;
+        held
+    }
+
+    /// As a copy being filled: whether a message of fill attempt `attempt` in the interval of
+    /// `epoch` may be applied (none of a later attempt was); it becomes the newest. The caller
+    /// holds the PG's lock and applies the message under it.
+    pub fn admit_fill(&self, epoch: u64, attempt: u64) -> bool {
+        let mut floor = self.fill_floor.lock().unwrap_or_else(|p| p.into_inner());
+        if (epoch, attempt) < *floor {
+            return false;
+        }
+        *floor = (epoch, attempt);
+        true
     }
 
     /// The PG's lock for a replica write: writes of other objects may be in flight; settles

@@ -21,6 +21,7 @@ use cairn_proto::{
 };
 use cairn_store::StoreError;
 
+use crate::fillwrites::Forwarded;
 use crate::inflight::{poll_once, AfterFinish, LocalOutcome};
 use crate::objects::list_page;
 use crate::objects::{decode_version, recorded_version};
@@ -548,7 +549,8 @@ async fn write(
     if let Err(e) = log.append(entry) {
         return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
     }
-    pg.fill_writes.note(obj);
+    // Owed to the copies a background fill is filling: forwarded, or noted for its next push.
+    let mut routed = pg.fill_writes.route(obj);
     let flight = pg.writes.submitted(reservation, version, obj, creates);
     if flight.pipelined() {
         s.metrics.record_pipelined_write();
@@ -565,7 +567,16 @@ async fn write(
         }
         other => other,
     };
-    let mut remote = std::pin::pin!(replicate(s, pg, &iv, rep, data));
+    let forwards = routed.forwards();
+    let forward_data = data.clone();
+    let mut forwarded = std::pin::pin!(async {
+        match forwards.is_empty() {
+            true => Vec::new(),
+            false => crate::forward::send(s, pg, &iv, &rep, forward_data, forwards).await,
+        }
+    });
+    let forwarded_now = poll_once(forwarded.as_mut()).await;
+    let mut remote = std::pin::pin!(replicate(s, pg, &iv, rep.clone(), data));
     let remote_now = poll_once(remote.as_mut()).await;
     drop(inner);
     let l = match local_now {
@@ -578,6 +589,18 @@ async fn write(
         Some(r) => r,
         None => remote.await,
     };
+    let forwarded = match forwarded_now {
+        Some(f) => f,
+        None => forwarded.await,
+    };
+    for (target, outcome) in forwarded {
+        if outcome == Forwarded::Applied {
+            s.metrics.record_fill_write_forwarded();
+        }
+        routed.settle(target, outcome);
+    }
+    // Settled before the object's next write can start (it waits for this one's end).
+    drop(routed);
     if t0.elapsed() >= SLOW_OP_TRACE {
         let ms = crate::convert::millis;
         tracing::debug!(

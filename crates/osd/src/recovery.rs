@@ -161,6 +161,7 @@ pub(crate) async fn recover_object(
         pg,
         epoch,
         urgency,
+        fill: 0,
     };
     let obj = claim.object.as_str();
     if let Some(want) = claim.own {

@@ -23,7 +23,7 @@ use cairn_pg::{plan, Hold, Holds, PeerLog, Recovery};
 use cairn_proto::peer::{PeerAnswer, PeerBody, Urgency};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::ask::{ask, query_log};
+use crate::ask::{ask, ask_as, query_log};
 use crate::error::OsdError;
 use crate::pgs::{FillState, Pg};
 use crate::shared::Shared;
@@ -41,6 +41,8 @@ const MAX_PASSES: usize = 8;
 const HAND_BACK_PUSHES_AT_ONCE: usize = 8;
 /// How long a primary that asked for a temporary acting set waits for the map that starts it.
 const REMAP_WAIT: Duration = Duration::from_secs(5);
+/// Pause between looks at whether the forwarded writes in flight have all settled.
+const FORWARDS_SETTLE_PAUSE: Duration = Duration::from_millis(5);
 /// Pause before a failed fill is tried again in the same interval.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Pause before a fill held back by a cluster flag looks at the flags again.
@@ -155,7 +157,8 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
             continue;
         };
         let filled = fill(&s, &pg, epoch, &up).await;
-        pg.fill_writes.stop(epoch);
+        // What is dirty stays for the next attempt; nothing is forwarded meanwhile.
+        pg.fill_writes.pause(epoch);
         match filled {
             Ok(true) => {
                 pg.set_fill_state(FillState::Idle);
@@ -197,6 +200,7 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
     // within this one, whose activation must be able to start the fill again (found by the
     // simulation: a PG repeered within its interval stayed on its temporary acting set).
     pg.set_fill_state(FillState::Idle);
+    pg.fill_writes.stop(epoch);
     pg.release_fill(epoch, &up);
     if still(&pg, epoch, &up) {
         maybe_fill(&s, &pg);
@@ -209,8 +213,9 @@ async fn fill_until_done(s: Arc<Shared>, pg: Arc<Pg>, epoch: u64, up: Vec<i32>) 
 async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<bool, OsdError> {
     let acting = pg.interval().acting;
     let targets: Vec<i32> = up.iter().copied().filter(|o| !acting.contains(o)).collect();
-    // From before the first pass lists anything: every write after it is pushed again.
-    pg.fill_writes.start(epoch, &targets);
+    // From before the first pass lists anything: every write after it is pushed again or
+    // forwarded.
+    let attempt = pg.fill_writes.start(epoch, &targets);
     for &target in &targets {
         let granted = match ask(s, pg, epoch, target, PeerBody::Reserve, Bytes::new()).await? {
             (PeerAnswer::Reserved { granted }, _) => granted,
@@ -223,7 +228,7 @@ async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<b
         if !granted {
             return Err(OsdError::NotReserved { osd: target });
         }
-        let filled = fill_copy(s, pg, epoch, up, target).await;
+        let filled = fill_copy(s, pg, epoch, up, target, attempt).await;
         if let Err(e) = ask(s, pg, epoch, target, PeerBody::Release, Bytes::new()).await {
             // It lapses there once the PG's interval ends.
             tracing::debug!(osd = s.id, pg = %pg.id, copy = target, error = %e, "fill reservation not released");
@@ -232,7 +237,7 @@ async fn fill(s: &Arc<Shared>, pg: &Arc<Pg>, epoch: u64, up: &[i32]) -> Result<b
     }
     pg.set_fill_state(FillState::Idle);
     pg.set_fill_progress(None);
-    hand_back(s, pg, epoch, up, &targets).await
+    hand_back(s, pg, epoch, up, &targets, attempt).await
 }
 
 /// Waits until this copy holds every object its activation left it lacking (pushes read
@@ -247,12 +252,13 @@ async fn own_copy_complete(pg: &Pg, epoch: u64, up: &[i32]) -> bool {
     still(pg, epoch, up)
 }
 
-/// Brings `target`'s copy close to this OSD's, pass by pass: the first pass pushes what the
-/// copy lacks against this OSD's log as the pass begins (every object on either side for a
-/// copy behind the log's tail), each later one what was written here since the previous
-/// one began; each then gives the copy the log as of its start. Passes end once the writes
-/// a pass saw are few or no longer fewer than it pushed ([`hand_back`] copies those with the
-/// writes held). Up to
+/// Brings `target`'s copy level with this OSD's, pass by pass ([`crate::fillwrites`]): a full
+/// pass pushes what the copy lacks against this OSD's log as the pass begins (every object on
+/// either side for a copy behind the log's tail) and whatever was left dirty, gives the copy
+/// that log, and from then on writes to the objects it is current for are forwarded to it;
+/// each later pass pushes the objects written meanwhile, each with its writes held, so the
+/// copy is current for them too. Passes end once few objects are left (the writes that could
+/// not be forwarded; [`hand_back`] pushes them with the PG's writes held). Up to
 /// `osd_recovery_max_active` pushes run at once, each followed by the recovery sleep.
 async fn fill_copy(
     s: &Arc<Shared>,
@@ -260,6 +266,7 @@ async fn fill_copy(
     epoch: u64,
     up: &[i32],
     target: i32,
+    attempt: u64,
 ) -> Result<(), OsdError> {
     // The PG serves from its temporary acting set meanwhile: nothing waits on the fill.
     let r = Recovering {
@@ -267,98 +274,162 @@ async fn fill_copy(
         pg,
         epoch,
         urgency: Urgency::Background,
+        fill: attempt,
     };
+    let mut full = true;
     for pass in 0..MAX_PASSES {
         if !own_copy_complete(pg, epoch, up).await {
             return Ok(());
         }
-        // Taken before the log: a write between the two is pushed in this pass and the next.
-        let written = pg
-            .fill_writes
-            .take(epoch, target)
-            .ok_or_else(|| OsdError::Protocol(format!("fill of {} lost its tracking", pg.id)))?;
-        let mine = {
-            let inner = pg.lock().await;
-            PeerLog {
-                osd: s.id,
-                last_epoch_started: inner.last_epoch_started,
-                log: inner.log.clone(),
-                missing: Default::default(),
-            }
-        };
-        let (objects, backfill) = if pass == 0 || written.overflowed {
-            let theirs = query_log(s, pg, epoch, target).await?;
-            let plan = plan(&[mine.clone(), theirs], s.id)
-                .map_err(|e| OsdError::Corrupt(e.to_string()))?;
-            match plan.recovery.get(&target) {
-                Some(Recovery::Log { missing, .. }) => (missing.keys().cloned().collect(), false),
-                Some(Recovery::Backfill) => {
-                    let mut all: BTreeSet<String> = list_scheduled(&r).await?.into_iter().collect();
-                    all.extend(list_remote(&r, target).await?);
-                    (all.into_iter().collect(), true)
+        let (pushed, was_full) = match full {
+            true => (full_pass(&r, up, target).await?, true),
+            false => match held_pass(&r, up, target).await? {
+                Some(pushed) => (pushed, false),
+                // Too many written to name: the next pass lists them again.
+                None => {
+                    full = true;
+                    continue;
                 }
-                _ => (Vec::new(), false),
-            }
-        } else {
-            // The copy held this one's state as the previous pass began, but for what was
-            // written since.
-            (written.objects.into_iter().collect::<Vec<String>>(), false)
+            },
         };
-        pg.set_fill_state(match backfill {
-            true => FillState::Backfilling,
-            false => FillState::Recovering,
-        });
-        pg.set_fill_progress(Some((target, objects.len() as u64)));
-        let limit = s.throttle.max_active().max(1);
-        let mut queue = objects.iter();
-        let mut running = FuturesUnordered::new();
-        loop {
-            while running.len() < limit {
-                let Some(obj) = queue.next() else { break };
-                running.push(push_throttled(&r, up, target, obj, backfill));
-            }
-            match running.next().await {
-                Some(pushed) => pushed?,
-                None => break,
-            }
-        }
         if !still(pg, epoch, up) {
             return Ok(());
         }
-        let body = PeerBody::Filled {
-            log: Box::new(mine.log),
-        };
-        ask(s, pg, epoch, target, body, Bytes::new()).await?;
-        tracing::debug!(osd = s.id, pg = %pg.id, target, pass, objects = objects.len(), "fill pass done");
-        // Few writes to copy, or passes no longer shrink (clients rewrite what a pass
-        // pushes as fast as it pushes it): the rest is copied with the writes held.
-        let pending = pg.fill_writes.pending(epoch, target);
-        if pending <= FINAL_PASS_OBJECTS || (pass > 0 && pending >= objects.len() * 3 / 4) {
+        if pg.fill_writes.spoiled(attempt, target) {
+            return Err(OsdError::Peer {
+                osd: target,
+                reason: "a write forwarded to it went unanswered: the fill starts over".into(),
+            });
+        }
+        let pending = pg.fill_writes.pending(attempt, target);
+        tracing::debug!(osd = s.id, pg = %pg.id, target, pass, full = was_full, pushed, pending, "fill pass done");
+        full = pending == usize::MAX;
+        if pending == 0 || (!was_full && pending <= FINAL_PASS_OBJECTS) {
             return Ok(());
         }
     }
     Ok(())
 }
 
+/// A pass that pushes, without holding writes, what `target` lacks against this OSD's log as
+/// it begins, and what was left dirty there; then gives the copy that log and forwards writes
+/// to it from then on. How many objects it pushed.
+async fn full_pass(r: &Recovering<'_>, up: &[i32], target: i32) -> Result<usize, OsdError> {
+    let (s, pg, epoch, attempt) = (r.s, r.pg, r.epoch, r.fill);
+    pg.fill_writes.hold_forwards(attempt, target);
+    // The log given to the copy must not name a write whose forward may yet fail there.
+    while pg.fill_writes.forwards_in_flight() {
+        if !still(pg, epoch, up) {
+            return Ok(0);
+        }
+        tokio::time::sleep(FORWARDS_SETTLE_PAUSE).await;
+    }
+    // Taken before the log: a write between the two is pushed in this pass and the next.
+    let written = pg
+        .fill_writes
+        .take(attempt, target)
+        .ok_or_else(|| OsdError::Protocol(format!("fill of {} lost its tracking", pg.id)))?;
+    let mine = {
+        let inner = pg.lock().await;
+        PeerLog {
+            osd: s.id,
+            last_epoch_started: inner.last_epoch_started,
+            log: inner.log.clone(),
+            missing: Default::default(),
+        }
+    };
+    let theirs = query_log(s, pg, epoch, target).await?;
+    let plan = plan(&[mine.clone(), theirs], s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
+    // What was dirty was written after the copy's log ends: the log names it too, unless the
+    // copy is beyond the log's reach and every object is listed anyway.
+    let mut objects: BTreeSet<String> = written.objects;
+    let backfill = match plan.recovery.get(&target) {
+        Some(Recovery::Log { missing, .. }) => {
+            objects.extend(missing.keys().cloned());
+            false
+        }
+        Some(Recovery::Backfill) => {
+            objects.extend(list_scheduled(r).await?);
+            objects.extend(list_remote(r, target).await?);
+            true
+        }
+        _ => false,
+    };
+    pg.set_fill_state(match backfill {
+        true => FillState::Backfilling,
+        false => FillState::Recovering,
+    });
+    push_all(r, up, target, objects.iter(), backfill, false).await?;
+    if !still(pg, epoch, up) {
+        return Ok(objects.len());
+    }
+    let body = PeerBody::Filled {
+        log: Box::new(mine.log),
+    };
+    ask_as(s, pg, epoch, target, body, Bytes::new(), r.asking()).await?;
+    pg.fill_writes.forward_from_now(attempt, target);
+    Ok(objects.len())
+}
+
+/// A pass that pushes the objects written since the previous one that were not forwarded to
+/// `target`, each with its writes held, so the copy is current for each once it is pushed.
+/// How many it pushed; None when too many were written to name.
+async fn held_pass(r: &Recovering<'_>, up: &[i32], target: i32) -> Result<Option<usize>, OsdError> {
+    let Some(objects) = r.pg.fill_writes.begin_held_pass(r.fill, target) else {
+        return Ok(None);
+    };
+    r.pg.set_fill_state(FillState::Recovering);
+    push_all(r, up, target, objects.iter(), false, true).await?;
+    Ok(Some(objects.len()))
+}
+
+/// Pushes `objects` to `target`, up to `osd_recovery_max_active` at once ([`push_throttled`]),
+/// with the fill's progress shown.
+async fn push_all<'o>(
+    r: &Recovering<'_>,
+    up: &[i32],
+    target: i32,
+    objects: impl ExactSizeIterator<Item = &'o String>,
+    backfill: bool,
+    held: bool,
+) -> Result<(), OsdError> {
+    r.pg.set_fill_progress(Some((target, objects.len() as u64)));
+    let limit = r.s.throttle.max_active().max(1);
+    let mut queue = objects;
+    let mut running = FuturesUnordered::new();
+    loop {
+        while running.len() < limit {
+            let Some(obj) = queue.next() else { break };
+            running.push(push_throttled(r, up, target, obj, backfill, held));
+        }
+        match running.next().await {
+            Some(pushed) => pushed?,
+            None => return Ok(()),
+        }
+    }
+}
+
 /// The end of a fill: with the PG's writes held back (its lock taken once none is in
-/// flight), pushes to each filled copy what was written since its last pass began (as client
-/// work, several at once: the held writes wait on them), gives it
-/// this OSD's log, asks for the temporary acting set to be removed and waits (boundedly) for
-/// the map that ends it; true once asked, false when the PG left its activation first. No
-/// write is logged here meanwhile that a filled copy lacks, so the up set peers clean however
-/// fast the PG is written and however short its log.
+/// flight), pushes to each filled copy what could not be forwarded to it since its last pass
+/// began (as client work, several at once: the held writes wait on them), gives it this OSD's
+/// log, asks for the temporary acting set to be removed and waits (boundedly) for the map that
+/// ends it; true once asked, false when the PG left its activation first. No write is logged
+/// here meanwhile that a filled copy lacks, so the up set peers clean however fast the PG is
+/// written and however short its log.
 async fn hand_back(
     s: &Arc<Shared>,
     pg: &Arc<Pg>,
     epoch: u64,
     up: &[i32],
     targets: &[i32],
+    attempt: u64,
 ) -> Result<bool, OsdError> {
     let r = Recovering {
         s,
         pg,
         epoch,
         urgency: Urgency::Blocking,
+        fill: attempt,
     };
     let inner = loop {
         if !own_copy_complete(pg, epoch, up).await {
@@ -375,9 +446,15 @@ async fn hand_back(
     let held = std::time::Instant::now();
     let mut pushed = 0;
     for &target in targets {
+        if pg.fill_writes.spoiled(attempt, target) {
+            return Err(OsdError::Peer {
+                osd: target,
+                reason: "a write forwarded to it went unanswered: the fill starts over".into(),
+            });
+        }
         let written = pg
             .fill_writes
-            .take(epoch, target)
+            .take(attempt, target)
             .ok_or_else(|| OsdError::Protocol(format!("fill of {} lost its tracking", pg.id)))?;
         if written.overflowed {
             return Err(OsdError::Protocol(format!(
@@ -402,8 +479,11 @@ async fn hand_back(
         let body = PeerBody::Filled {
             log: Box::new(inner.log.clone()),
         };
-        ask(s, pg, epoch, target, body, Bytes::new()).await?;
+        ask_as(s, pg, epoch, target, body, Bytes::new(), r.asking()).await?;
     }
+    // Every copy is level: later writes of this interval are the next peering's to reconcile.
+    pg.fill_writes.stop(epoch);
+    s.metrics.record_fill_hand_back_pushes(pushed as u64);
     let pushed_ms = crate::convert::millis(held.elapsed());
     tracing::info!(osd = s.id, pg = %pg.id, epoch, up = ?up, pushed, pushed_ms, "up set filled: back to it");
     s.pg_temps.want(pg.id, Vec::new(), |h| s.track(h)).await?;
@@ -422,13 +502,15 @@ async fn hand_back(
 }
 
 /// One push of a fill, unless the fill is over or a flag holds it: in a slot of
-/// `osd_recovery_max_active`, then the recovery sleep.
+/// `osd_recovery_max_active`, then the recovery sleep. `held`: with the object's writes held
+/// while it goes, after which the copy is current for it.
 async fn push_throttled(
     r: &Recovering<'_>,
     up: &[i32],
     target: i32,
     obj: &str,
     backfill: bool,
+    held: bool,
 ) -> Result<(), OsdError> {
     let (s, pg) = (r.s, r.pg);
     let _slot = s.throttle.active_slot().await;
@@ -438,7 +520,14 @@ async fn push_throttled(
     if let Some(flag) = held_now(s, pg, backfill) {
         return Err(OsdError::Held(flag));
     }
-    push(r, target, obj).await?;
+    if held {
+        let _hold = pg.hold_for_fill(obj).await;
+        push(r, target, obj).await?;
+        pg.fill_writes.pushed(r.fill, target, obj);
+        s.metrics.record_fill_held_push();
+    } else {
+        push(r, target, obj).await?;
+    }
     pg.fill_pushed_one();
     let mclock = matches!(s.sched.policy(), cairn_qos::PolicyConfig::Mclock(_));
     let pause = s.throttle.sleep(mclock);

@@ -61,6 +61,7 @@ pub async fn repair_object(
         pg,
         epoch: iv.epoch,
         urgency: Urgency::Blocking,
+        fill: 0,
     };
     match reads_whole(&r, obj).await {
         Ok(true) => return Repair::Intact,

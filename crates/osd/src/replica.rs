@@ -59,6 +59,9 @@ pub async fn repop(s: &Arc<Shared>, rep: RepOpHeader, data: Payload, work: Work)
     ) {
         return bad(r);
     }
+    if rep.fill != 0 {
+        return crate::forward::apply(s, rep, data, work).await;
+    }
     let pg = s.pgs.get_or_create(pgid, s.cfg.max_log_entries);
     pg.note_request_epoch(rep.epoch);
     let deadline = tokio::time::Instant::now()
@@ -365,6 +368,18 @@ fn clean_without(s: &Shared, req: &PeerRequest, les: u64) -> bool {
     true
 }
 
+/// The refusal of a push or `Filled` of fill attempt `attempt` that a later attempt overtook:
+/// it may carry an older state than that attempt gave this copy.
+fn stale_fill(s: &Shared, pg: &crate::pgs::Pg, attempt: u64) -> OsdError {
+    OsdError::Peer {
+        osd: s.id,
+        reason: format!(
+            "fill attempt {attempt} of pg {}: a later attempt reached this copy",
+            pg.id
+        ),
+    }
+}
+
 /// The PG a peering or recovery request is about (created empty if unknown), with the
 /// request's epoch noted.
 fn pg_of(s: &Shared, req: &PeerRequest) -> Arc<crate::pgs::Pg> {
@@ -458,6 +473,9 @@ async fn control(
                     osd: s.id,
                     reason: format!("pg {} is served here: not filled in the background", pg.id),
                 });
+            }
+            if req.fill != 0 && !pg.admit_fill(req.epoch, req.fill) {
+                return Err(stale_fill(s, &pg, req.fill));
             }
             let log = *log;
             let coll = pg.coll.clone();
@@ -561,6 +579,9 @@ async fn recovery(
                         req.epoch, pg.id
                     ),
                 });
+            }
+            if req.fill != 0 && !pg.admit_fill(req.epoch, req.fill) {
+                return Err(stale_fill(s, &pg, req.fill));
             }
             let mut txn = Transaction::new();
             if !inner.created {

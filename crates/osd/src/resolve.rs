@@ -126,6 +126,7 @@ pub fn resolve(
         data_crc: w.op.data_crc,
         background: w.op.background,
         client: w.op.client,
+        fill: 0,
     };
     Ok(Resolved {
         version,

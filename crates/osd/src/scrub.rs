@@ -385,6 +385,7 @@ async fn repair_object(
         pg,
         epoch,
         urgency: Urgency::Background,
+        fill: 0,
     };
     let result: Result<(), OsdError> = async {
         if inc.bad.contains_key(&s.id) {

@@ -43,6 +43,8 @@ pub(crate) struct Recovering<'a> {
     pub epoch: u64,
     /// Whether client I/O waits on the steps.
     pub urgency: Urgency,
+    /// The background fill attempt the steps belong to (0: not a fill's).
+    pub fill: u64,
 }
 
 impl Recovering<'_> {
@@ -61,6 +63,14 @@ impl Recovering<'_> {
         as_own_work(self.s, self.pg, work, task).await
     }
 
+    /// How this recovery's requests are asked for: its urgency and fill attempt.
+    pub fn asking(&self) -> crate::ask::Asking {
+        crate::ask::Asking {
+            urgency: self.urgency,
+            fill: self.fill,
+        }
+    }
+
     /// Sends one recovery request to `osd`, which schedules it in the recovery's class.
     async fn ask(
         &self,
@@ -68,7 +78,7 @@ impl Recovering<'_> {
         body: PeerBody,
         data: Bytes,
     ) -> Result<(PeerAnswer, Bytes), OsdError> {
-        ask_as(self.s, self.pg, self.epoch, osd, body, data, self.urgency).await
+        ask_as(self.s, self.pg, self.epoch, osd, body, data, self.asking()).await
     }
 }
 

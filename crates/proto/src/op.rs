@@ -193,6 +193,12 @@ pub struct RepOpHeader {
     /// The client op's [`OpHeader::client`]: replicas schedule the write as that client's.
     #[serde(default)]
     pub client: u64,
+    /// Nonzero: the write is forwarded to a copy being filled in the background (outside the
+    /// acting set), by the fill attempt of this number; the copy applies it to the object
+    /// alone (its log comes with the fill) and refuses it once a later attempt reached it.
+    /// Zero: a write to an acting copy.
+    #[serde(default)]
+    pub fill: u64,
 }
 
 /// Result codes.

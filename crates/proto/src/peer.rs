@@ -37,6 +37,10 @@ pub struct PeerRequest {
     /// on the OSD that serves it). Absent from older senders' messages: background.
     #[serde(default)]
     pub urgency: Urgency,
+    /// Nonzero: a push or `Filled` of the background fill attempt of this number; the copy
+    /// refuses it once a later attempt of the same interval reached it. Zero: not a fill's.
+    #[serde(default)]
+    pub fill: u64,
 }
 
 /// How urgently a recovery step is needed: client I/O waiting on it or not. A recovery step
@@ -233,6 +237,7 @@ mod tests {
             pg_seed: 5,
             body: PeerBody::Query,
             urgency: Urgency::Blocking,
+            fill: 7,
         };
         let (back, _) = decode::<PeerRequest>(&encode(&blocking, &[])).unwrap();
         assert_eq!(back, blocking);
@@ -246,6 +251,7 @@ mod tests {
         };
         let (back, _) = decode::<PeerRequest>(&encode(&older, &[])).unwrap();
         assert_eq!(back.urgency, Urgency::Background);
+        assert_eq!(back.fill, 0, "not a fill's");
         assert_eq!(back.tid, 3);
     }
 }

@@ -314,6 +314,7 @@ async fn repop_of_interval_zero(
         data_crc: crc_fast::crc32_iscsi(data),
         background: false,
         client: 0,
+        fill: 0,
     };
     let les = match repop(session, &h, data).await {
         OpResult::Failed(why) => why.rsplit(' ').next().unwrap().parse().unwrap(),
@@ -387,6 +388,7 @@ async fn a_replica_queried_by_a_later_intervals_peering_refuses_writes_of_earlie
         pg_seed: pg.seed,
         body: PeerBody::Query,
         urgency: Urgency::Blocking,
+        fill: 0,
     };
     let payload = cairn_proto::encode(&query, &[]);
     let (msg, reply) = (cairn_proto::MSG_PEER_REQUEST, cairn_proto::MSG_PEER_REPLY);

@@ -114,6 +114,14 @@ async fn wait_on_up_sets(client: &Client, osds: &[i32], osd: i32, states: &[&str
 fn tweak(cfg: &mut cairn_osd::OsdConfig) {
     cfg.max_log_entries = 24;
     cfg.remap_min_objects = 8;
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+}
+
+/// The sum over `osds` of counter `name`.
+fn counted(osds: &[OsdDaemon], name: &str) -> u64 {
+    osds.iter()
+        .map(|o| common::metric_sum(&common::metrics_page_of(o), name, ""))
+        .sum()
 }
 
 /// Three OSDs whose pool `data` holds `OBJECTS` objects, written and acknowledged.
@@ -246,6 +254,11 @@ async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serv
     osds.push(OsdDaemon::start(cfg).await.unwrap());
     let new_osd = osds[3].id();
 
+    // Slow pushes (WPQ honours the recovery sleep, one push at a time): writes go on while
+    // each PG fills, and after its first pass.
+    for o in &osds {
+        slow_fills(&client, o.id()).await;
+    }
     // Writes go on while it fills.
     let stop = Arc::new(AtomicBool::new(false));
     let writes = writer(client.clone(), stop.clone());
@@ -287,6 +300,22 @@ async fn a_new_osd_is_filled_in_the_background_while_a_temporary_acting_set_serv
         remapped.len()
     );
     assert!(maps.last().unwrap().placement.pg_temp.is_empty());
+
+    // Objects written after a fill's first pass were pushed with only their own writes held,
+    // and later writes to them (and to the objects that pass had copied) went to the filling
+    // copy too: the hand-backs, which hold all of a PG's writes, had nothing left to push.
+    let forwarded = counted(&osds, "cairn_osd_fill_writes_forwarded_total");
+    let held = counted(&osds, "cairn_osd_fill_held_pushes_total");
+    let handed_back = counted(&osds, "cairn_osd_fill_hand_back_pushes_total");
+    eprintln!("fills: {forwarded} writes forwarded, {held} objects pushed with their writes held, {handed_back} with the PG's");
+    assert!(
+        forwarded + held > 0,
+        "no write came after a fill's first pass"
+    );
+    assert_eq!(
+        handed_back, 0,
+        "a hand-back pushed objects with the writes held"
+    );
 
     read_back(&client, &written).await;
     let up = copies_identical_offline(&dir, client, (admin, osds, mon), &written, 4).await;
@@ -375,6 +404,24 @@ async fn unpaced(client: &Client, osd: i32) {
     .await;
 }
 
+/// Slows `osd`'s fills: WPQ (which honours the recovery sleep), one push at a time, 20 ms
+/// after each.
+async fn slow_fills(client: &Client, osd: i32) {
+    tell(client, osd, &["config", "set", "osd_op_queue", "wpq"]).await;
+    tell(
+        client,
+        osd,
+        &["config", "set", "osd_recovery_max_active", "1"],
+    )
+    .await;
+    tell(
+        client,
+        osd,
+        &["config", "set", "osd_recovery_sleep_ssd", "0.02"],
+    )
+    .await;
+}
+
 /// `osd`'s `pg objects` summed: objects, copies wanted, degraded, misplaced.
 async fn copy_counts(client: &Client, osd: i32) -> [u64; 4] {
     let mut sum = [0u64; 4];
@@ -405,19 +452,7 @@ async fn fills_take_reservations_and_wait_for_them_as_osd_max_backfills_allows()
     // Slow pushes (WPQ honours the recovery sleep, one push at a time), so that fills
     // overlap in time if the reservations let them.
     for o in &osds {
-        tell(&client, o.id(), &["config", "set", "osd_op_queue", "wpq"]).await;
-        tell(
-            &client,
-            o.id(),
-            &["config", "set", "osd_recovery_max_active", "1"],
-        )
-        .await;
-        tell(
-            &client,
-            o.id(),
-            &["config", "set", "osd_recovery_sleep_ssd", "0.02"],
-        )
-        .await;
+        slow_fills(&client, o.id()).await;
     }
     let refused = client
         .tell(

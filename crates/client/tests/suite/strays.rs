@@ -173,6 +173,7 @@ async fn is_clean(c: &Cluster, osd: i32, pg: cairn_clustermap::PgId, from: i32, 
             last_epoch_started: les,
         },
         urgency: Default::default(),
+        fill: 0,
     };
     let (msg, reply) = (cairn_proto::MSG_PEER_REQUEST, cairn_proto::MSG_PEER_REPLY);
     let payload = cairn_proto::encode(&req, &[]);

@@ -343,8 +343,13 @@ pub fn flip_device_byte(dir: &std::path::Path, at: u64) {
 
 /// The Prometheus page of the cluster's OSD `osd` (started with a `metrics_listen` address).
 pub fn metrics_page(c: &Cluster, osd: i32) -> String {
+    metrics_page_of(&c.osds[index_of(c, osd)])
+}
+
+/// The Prometheus page of `osd` (started with a `metrics_listen` address).
+pub fn metrics_page_of(osd: &OsdDaemon) -> String {
     use std::io::{Read, Write};
-    let addr = c.osds[index_of(c, osd)].metrics_addr().unwrap();
+    let addr = osd.metrics_addr().unwrap();
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
