@@ -5,16 +5,15 @@
 //! its forwarded writes carry, so a copy refuses what an earlier attempt left in flight. Its
 //! first pass pushes what the copy lacks without holding writes, noting every object written
 //! meanwhile (`dirty`). From then on the copy is current for every object outside `dirty` and
-//! the pass under way (`pushing`): a write to such an object is forwarded to the copy
-//! ([`Route::Forward`], Ceph's writes to a backfill target below its `last_backfill`), so it
-//! stays current. Later passes push the dirty objects one at a time with that object's writes
+//! the pass under way (`pushing`): a write to such an object, once every acting copy has
+//! committed it, is forwarded to the copy ([`FillWrites::route`]; Ceph writes to a backfill
+//! target below its `last_backfill`), so it stays current. Later passes push the dirty objects one at a time with that object's writes
 //! held, and each pushed object is current again. A forward that fails makes its object dirty
 //! again; one whose outcome is unknown (no answer) spoils the attempt, since the copy may still
 //! apply it after a later push (the next attempt starts from its first pass). What is left for
 //! the hand-back, with the PG's writes held, is then only what failed to forward.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Most object names kept for one fill target; past it the target's next pass lists every
@@ -83,9 +82,6 @@ pub struct FillWrites {
     tracking: Mutex<Option<Tracking>>,
     /// The last attempt number given out.
     attempts: Mutex<u64>,
-    /// Forwarded writes (of any attempt, tracked or not any more) whose outcome is not known
-    /// yet.
-    in_flight: AtomicUsize,
 }
 
 /// What became of a write forwarded to a fill target.
@@ -134,8 +130,6 @@ impl Drop for Routed<'_> {
         let mut tracking = self.writes.lock();
         for (f, outcome) in self.pending.drain(..) {
             let outcome = outcome.unwrap_or(Forwarded::Refused);
-            let left = self.writes.in_flight.fetch_sub(1, Ordering::SeqCst);
-            debug_assert!(left > 0, "more forwards settled than sent");
             let Some(t) = tracking.as_mut() else { continue };
             if outcome == Forwarded::Applied {
                 continue;
@@ -249,27 +243,12 @@ impl FillWrites {
                     st.note(object);
                 }
             }
-            self.in_flight.fetch_add(pending.len(), Ordering::SeqCst);
         }
         Routed {
             writes: self,
             object: object.to_string(),
             pending,
         }
-    }
-
-    /// Whether a forwarded write of any attempt is still in flight (a full pass waits until
-    /// none is before it reads the log it gives the copy).
-    pub fn forwards_in_flight(&self) -> bool {
-        self.in_flight.load(Ordering::SeqCst) > 0
-    }
-
-    /// The attempt of the fill of `epoch` under way, if any.
-    pub fn attempt(&self, epoch: u64) -> Option<u64> {
-        self.lock()
-            .as_ref()
-            .filter(|t| t.epoch == epoch)
-            .map(|t| t.attempt)
     }
 
     /// Stops forwarding to `target` (a full pass is about to push whatever it lacks).
@@ -403,10 +382,8 @@ mod tests {
                 attempt: a
             }]
         );
-        assert!(w.forwards_in_flight());
         r.settle(3, Forwarded::Applied);
         drop(r);
-        assert!(!w.forwards_in_flight());
         assert_eq!(
             w.pending(a, 3),
             0,
@@ -464,7 +441,6 @@ mod tests {
         assert!(w.route("paused").forwards().is_empty());
         let b = w.start(5, &[1]);
         assert!(b > a);
-        assert!(w.forwards_in_flight(), "the earlier attempt's forward");
         late.settle(1, Forwarded::Unknown);
         drop(late);
         assert!(!w.spoiled(b, 1), "an earlier attempt's unknown forward");
@@ -477,7 +453,7 @@ mod tests {
         assert_eq!(w.pending(c, 1), 0, "another interval starts clean");
         w.stop(6);
         assert!(w.route("after").forwards().is_empty());
-        assert_eq!(w.attempt(6), None);
+        assert_eq!(w.take(c, 1), None, "stopped");
     }
 
     #[test]

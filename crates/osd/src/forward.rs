@@ -1,6 +1,6 @@
 //! Writes forwarded to the copies a PG's primary is filling in the background (outside its
-//! temporary acting set): the primary sends a write of an object such a copy is current for
-//! along with the replica writes ([`send`]), so the copy stays current and the fill's
+//! temporary acting set): once every acting copy committed a write of an object such a copy
+//! is current for, the primary sends it there too ([`send`]), so the copy stays current and the fill's
 //! hand-back has nothing left to push; the copy applies it to the object alone ([`apply`]),
 //! since its log comes with the fill. Which writes go where is [`crate::fillwrites`]'s call.
 
@@ -13,6 +13,7 @@ use cairn_proto::{decode, encode, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_RE
 use cairn_store::Transaction;
 
 use crate::fillwrites::{Forward, Forwarded};
+use crate::inflight::poll_once;
 use crate::payload::Payload;
 use crate::pgmeta::{pack, put_info};
 use crate::pgs::{Interval, Pg};
@@ -20,7 +21,8 @@ use crate::shared::Shared;
 use crate::txns::build_write;
 use crate::work::Work;
 
-/// Sends the write `rep` (with `data`) to each copy of `forwards`, as its fill attempt's, and
+/// Sends the write `rep` (with `data`), committed on every acting copy, to each copy of
+/// `forwards`, as its fill attempt's, and
 /// says what became of each: applied, refused (answered with an error, or never sent) or
 /// unknown (no answer in time, or the PG's interval changed meanwhile).
 pub async fn send(
@@ -146,16 +148,29 @@ pub async fn apply(s: &Arc<Shared>, rep: RepOpHeader, data: Payload, work: Work)
     ) {
         return bad(r);
     }
-    let committed = s.store.queue_transaction_owned(txn).await;
+    // Queued under the lock (after whatever was admitted before it), committed after it, so
+    // that forwards to one PG commit together.
+    let creates = !inner.created;
+    inner.created = true;
+    let mut queued = std::pin::pin!(s.store.queue_transaction_owned(txn));
+    let now = poll_once(queued.as_mut()).await;
+    drop(inner);
+    let committed = match now {
+        Some(c) => c,
+        None => queued.await,
+    };
     drop(grant);
     match committed {
-        Ok(()) => {
-            inner.created = true;
-            ReplyHeader {
-                version,
-                ..bad(OpResult::Ok)
+        Ok(()) => ReplyHeader {
+            version,
+            ..bad(OpResult::Ok)
+        },
+        Err(e) => {
+            if creates {
+                // The collection may not be there: the next write here creates it.
+                pg.lock().await.created = false;
             }
+            refuse(e.to_string())
         }
-        Err(e) => refuse(e.to_string()),
     }
 }

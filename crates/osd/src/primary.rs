@@ -549,12 +549,13 @@ async fn write(
     if let Err(e) = log.append(entry) {
         return fail(op.tid, epoch, OpResult::Failed(e.to_string()));
     }
-    // Owed to the copies a background fill is filling: forwarded, or noted for its next push.
-    let mut routed = pg.fill_writes.route(obj);
     let flight = pg.writes.submitted(reservation, version, obj, creates);
     if flight.pipelined() {
         s.metrics.record_pipelined_write();
     }
+    // Owed to the copies a background fill is filling: forwarded, or noted for its next push
+    // (settled, or dropped as refused, before the flight ends: declared after it).
+    let mut routed = pg.fill_writes.route(obj);
     *created = true;
     // Queued in the store and sent to the replicas under the lock (version order), awaited
     // after it.
@@ -568,15 +569,8 @@ async fn write(
         other => other,
     };
     let forwards = routed.forwards();
-    let forward_data = data.clone();
-    let mut forwarded = std::pin::pin!(async {
-        match forwards.is_empty() {
-            true => Vec::new(),
-            false => crate::forward::send(s, pg, &iv, &rep, forward_data, forwards).await,
-        }
-    });
-    let forwarded_now = poll_once(forwarded.as_mut()).await;
-    let mut remote = std::pin::pin!(replicate(s, pg, &iv, rep.clone(), data));
+    let to_forward = (!forwards.is_empty()).then(|| (rep.clone(), data.clone()));
+    let mut remote = std::pin::pin!(replicate(s, pg, &iv, rep, data));
     let remote_now = poll_once(remote.as_mut()).await;
     drop(inner);
     let l = match local_now {
@@ -589,15 +583,16 @@ async fn write(
         Some(r) => r,
         None => remote.await,
     };
-    let forwarded = match forwarded_now {
-        Some(f) => f,
-        None => forwarded.await,
-    };
-    for (target, outcome) in forwarded {
-        if outcome == Forwarded::Applied {
-            s.metrics.record_fill_write_forwarded();
+    // Only a write every acting copy committed goes to the copies being filled: one a later
+    // interval could roll back would stay there, where no log names it. (Unsent, the object
+    // is pushed again.)
+    if let Some((rep, data)) = to_forward.filter(|_| l.is_ok() && r.is_complete()) {
+        for (target, outcome) in crate::forward::send(s, pg, &iv, &rep, data, forwards).await {
+            if outcome == Forwarded::Applied {
+                s.metrics.record_fill_write_forwarded();
+            }
+            routed.settle(target, outcome);
         }
-        routed.settle(target, outcome);
     }
     // Settled before the object's next write can start (it waits for this one's end).
     drop(routed);

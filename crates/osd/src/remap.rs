@@ -41,8 +41,6 @@ const MAX_PASSES: usize = 8;
 const HAND_BACK_PUSHES_AT_ONCE: usize = 8;
 /// How long a primary that asked for a temporary acting set waits for the map that starts it.
 const REMAP_WAIT: Duration = Duration::from_secs(5);
-/// Pause between looks at whether the forwarded writes in flight have all settled.
-const FORWARDS_SETTLE_PAUSE: Duration = Duration::from_millis(5);
 /// Pause before a failed fill is tried again in the same interval.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Pause before a fill held back by a cluster flag looks at the flags again.
@@ -316,27 +314,23 @@ async fn fill_copy(
 /// to it from then on. How many objects it pushed.
 async fn full_pass(r: &Recovering<'_>, up: &[i32], target: i32) -> Result<usize, OsdError> {
     let (s, pg, epoch, attempt) = (r.s, r.pg, r.epoch, r.fill);
-    pg.fill_writes.hold_forwards(attempt, target);
-    // The log given to the copy must not name a write whose forward may yet fail there.
-    while pg.fill_writes.forwards_in_flight() {
-        if !still(pg, epoch, up) {
-            return Ok(0);
-        }
-        tokio::time::sleep(FORWARDS_SETTLE_PAUSE).await;
-    }
-    // Taken before the log: a write between the two is pushed in this pass and the next.
-    let written = pg
-        .fill_writes
-        .take(attempt, target)
-        .ok_or_else(|| OsdError::Protocol(format!("fill of {} lost its tracking", pg.id)))?;
-    let mine = {
+    // Under the PG's lock, once no write is in flight: every forward has settled (a write
+    // settles its forwards before it ends), so the log given to the copy names no write whose
+    // forward may yet fail there, and what failed is in the dirty set taken with it.
+    let (written, mine) = {
         let inner = pg.lock().await;
-        PeerLog {
+        pg.fill_writes.hold_forwards(attempt, target);
+        let written = pg
+            .fill_writes
+            .take(attempt, target)
+            .ok_or_else(|| OsdError::Protocol(format!("fill of {} lost its tracking", pg.id)))?;
+        let mine = PeerLog {
             osd: s.id,
             last_epoch_started: inner.last_epoch_started,
             log: inner.log.clone(),
             missing: Default::default(),
-        }
+        };
+        (written, mine)
     };
     let theirs = query_log(s, pg, epoch, target).await?;
     let plan = plan(&[mine.clone(), theirs], s.id).map_err(|e| OsdError::Corrupt(e.to_string()))?;
