@@ -366,14 +366,21 @@ async fn full_pass(r: &Recovering<'_>, up: &[i32], target: i32) -> Result<usize,
 }
 
 /// A pass that pushes the objects written since the previous one that were not forwarded to
-/// `target`, each with its writes held, so the copy is current for each once it is pushed.
+/// `target`, each with its writes held (as client work, since they wait on it), so the copy is
+/// current for each once it is pushed.
 /// How many it pushed; None when too many were written to name.
 async fn held_pass(r: &Recovering<'_>, up: &[i32], target: i32) -> Result<Option<usize>, OsdError> {
     let Some(objects) = r.pg.fill_writes.begin_held_pass(r.fill, target) else {
         return Ok(None);
     };
     r.pg.set_fill_state(FillState::Recovering);
-    push_all(r, up, target, objects.iter(), false, true).await?;
+    // Client writes to each object wait for its push: as client work on both ends (Ceph
+    // recovers an object a client op waits on at the client's priority).
+    let blocking = Recovering {
+        urgency: Urgency::Blocking,
+        ..*r
+    };
+    push_all(&blocking, up, target, objects.iter(), false, true).await?;
     Ok(Some(objects.len()))
 }
 
