@@ -689,6 +689,45 @@ fn two_mounts(a: &Mount, b: &Mount) {
     }
 }
 
+/// The MDS's log lines saying it recalled a directory lease.
+fn recalls_logged(cluster: &Cluster) -> usize {
+    fs::read_to_string(cluster.dir.join("mds.log"))
+        .unwrap_or_default()
+        .matches("a directory lease recalled")
+        .count()
+}
+
+/// A mount that creates names in a directory holds a lease on it and answers lookups of
+/// missing names there itself; another mount's new name there recalls the lease first, so the
+/// first mount sees it at once.
+fn leased_directory(a: &Mount, b: &Mount, cluster: &Cluster) {
+    fs::create_dir(a.path("leased")).unwrap();
+    for i in 0..50 {
+        File::create(a.path(&format!("leased/a-{i}"))).unwrap();
+    }
+    assert!(!a.path("leased/from-b").exists());
+    let before = recalls_logged(cluster);
+    fs::write(b.path("leased/from-b"), b"b").unwrap();
+    assert_eq!(
+        fs::read(a.path("leased/from-b")).unwrap(),
+        b"b",
+        "the leasing mount sees the other's new name at once"
+    );
+    assert!(
+        recalls_logged(cluster) > before,
+        "the first mount's lease was recalled"
+    );
+    // Renamed in by the other mount: seen at once too.
+    fs::write(b.path("outside"), b"moved").unwrap();
+    for i in 50..60 {
+        File::create(a.path(&format!("leased/a-{i}"))).unwrap();
+    }
+    fs::rename(b.path("outside"), b.path("leased/moved-in")).unwrap();
+    assert_eq!(fs::read(a.path("leased/moved-in")).unwrap(), b"moved");
+    let names = fs::read_dir(a.path("leased")).unwrap().count();
+    assert_eq!(names, 62);
+}
+
 fn tree_copy(m: &Mount) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fs");
     let status = Command::new("cp")
@@ -844,6 +883,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     layouts(&a, &cluster, &mon);
     let b = Mount::new(&cluster, &mon, "mnt-b");
     two_mounts(&a, &b);
+    leased_directory(&a, &b, &cluster);
     open_unlinked(&a, &b, &cluster, &mon);
     locks_across_mounts(&a, &b);
     deadlock_across_mounts(&a, &b);

@@ -7,6 +7,7 @@
 pub mod active;
 pub mod backing;
 pub mod data;
+pub mod dirlease;
 pub mod error;
 pub mod evict;
 pub mod full;

@@ -18,10 +18,12 @@ use cairn_msgr::handshake::CredentialSource;
 use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::mds::{
-    MdsAnswer, MdsOp, MdsReply, MdsRequest, MdsSafe, MSG_MDS_REPLY, MSG_MDS_REQUEST, MSG_MDS_SAFE,
+    MdsAnswer, MdsOp, MdsRecall, MdsReply, MdsRequest, MdsSafe, MSG_MDS_RECALL, MSG_MDS_REPLY,
+    MSG_MDS_REQUEST, MSG_MDS_SAFE,
 };
 use tokio::sync::{oneshot, watch};
 
+use crate::dirlease::{Held, Lookup};
 use crate::mds::ADDR_OBJECT;
 
 /// Longest one attempt waits for its answer before the address is read again and the
@@ -42,11 +44,15 @@ const REPLAY_CHECK: Duration = Duration::from_secs(1);
 /// starts up to a lease (15 s) after its predecessor stopped.
 const ROSTERED_FOR: Duration = Duration::from_secs(60);
 
+/// Where a request's answer goes.
+type AnswerTo = oneshot::Sender<Result<MdsAnswer, i32>>;
+
 /// Requests in flight and mutations answered early, shared with the session's reader.
 #[derive(Default)]
 struct Outstanding {
-    /// Sent, not answered: where the answer goes, and the request (kept if answered early).
-    waiting: HashMap<u64, (oneshot::Sender<Result<MdsAnswer, i32>>, MdsRequest)>,
+    /// Sent, not answered: where the answer goes, the request (kept if answered early), and
+    /// when it was first sent.
+    waiting: HashMap<u64, (AnswerTo, MdsRequest, Instant)>,
     /// Answered early, not yet safe, by request id: the request, and where it fell in
     /// execution order (the replay generation it was answered in, the MDS's sequence number).
     unsafe_answered: BTreeMap<u64, (MdsRequest, (u64, u64))>,
@@ -56,6 +62,8 @@ struct Outstanding {
     /// When the latest mutation was answered: while the MDS may still hold this client on its
     /// roster, a restarted MDS waits for it to reconnect.
     last_mutation: Option<Instant>,
+    /// The directory leases held, kept in step with the answers in the order they come.
+    leases: Held,
 }
 
 impl Outstanding {
@@ -67,10 +75,11 @@ impl Outstanding {
             return;
         }
         match self.waiting.remove(&reply.tid) {
-            Some((to, req)) => {
+            Some((to, req, asked)) => {
                 if req.op.is_mutation() {
                     self.last_mutation = Some(Instant::now());
                 }
+                self.leases_follow(&req.op, &reply.result, asked);
                 if !reply.safe {
                     let req = MdsRequest {
                         op: req.op.pinned_to(&reply.result),
@@ -85,6 +94,40 @@ impl Outstanding {
                 self.unsafe_answered.remove(&reply.tid);
             }
             None => {}
+        }
+    }
+
+    /// Keeps the leases in step with an answer to `op`, sent first at `asked`: a lease granted
+    /// or renewed, and this client's own names added and removed in leased directories.
+    fn leases_follow(&mut self, op: &MdsOp, result: &Result<MdsAnswer, i32>, asked: Instant) {
+        let l = &mut self.leases;
+        match (op, result) {
+            (MdsOp::LeaseDir { dir, .. }, Ok(MdsAnswer::DirLeased { names: Some(names) })) => {
+                l.granted(*dir, names.clone(), asked)
+            }
+            (MdsOp::LeaseDir { dir, names: true }, _) => l.refused(*dir),
+            (MdsOp::LeaseDir { dir, names: false }, r) => l.renewed(*dir, asked, r.is_ok()),
+            (_, Err(_)) => {}
+            (MdsOp::Create { parent, name, .. } | MdsOp::Link { parent, name, .. }, _) => {
+                l.added(*parent, name)
+            }
+            (MdsOp::Unlink { parent, name, .. } | MdsOp::Rmdir { parent, name, .. }, _) => {
+                l.removed(*parent, name)
+            }
+            (
+                MdsOp::Rename {
+                    parent,
+                    name,
+                    new_parent,
+                    new_name,
+                    ..
+                },
+                _,
+            ) => {
+                l.removed(*parent, name);
+                l.added(*new_parent, new_name);
+            }
+            _ => {}
         }
     }
 
@@ -118,6 +161,31 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Outstanding> {
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What a session's reader needs to give up a recalled lease: a `ReleaseDir` of its own.
+struct Release {
+    to: SessionSender,
+    client: u64,
+    tids: Arc<AtomicU64>,
+}
+
+impl Release {
+    /// Tells the MDS this client gave up its lease on `dir` (its answer is not waited for).
+    fn release(&self, dir: u64) {
+        let req = MdsRequest {
+            tid: self.tids.fetch_add(1, Ordering::Relaxed),
+            client: self.client,
+            op: MdsOp::ReleaseDir { dir },
+            replay: false,
+        };
+        let (to, payload) = (self.to.clone(), cairn_proto::encode(&req, &[]));
+        tokio::spawn(async move {
+            if let Err(e) = to.send(MSG_MDS_REQUEST, payload).await {
+                tracing::debug!(dir, error = %e, "a lease release was not sent: it runs out");
+            }
+        });
+    }
+}
+
 /// The session in use: where it goes, its sender, the MDS restarts it has replayed for, the
 /// generation its replies count in, and the task reading its replies.
 struct Current {
@@ -142,7 +210,7 @@ pub struct MdsLink {
     creds: Option<Arc<dyn CredentialSource>>,
     current: tokio::sync::Mutex<Option<Current>>,
     outstanding: Shared,
-    next_tid: AtomicU64,
+    next_tid: Arc<AtomicU64>,
 }
 
 impl MdsLink {
@@ -158,7 +226,7 @@ impl MdsLink {
             creds,
             current: tokio::sync::Mutex::new(None),
             outstanding: Arc::default(),
-            next_tid: AtomicU64::new(1),
+            next_tid: Arc::new(AtomicU64::new(1)),
         }
     }
 
@@ -227,6 +295,11 @@ impl MdsLink {
         let outstanding = self.outstanding.clone();
         let generation = Arc::new(AtomicU64::new(u64::MAX));
         let reader_generation = generation.clone();
+        let releases = Release {
+            to: sender.clone(),
+            client: self.client_id,
+            tids: self.next_tid.clone(),
+        };
         let reader = tokio::spawn(async move {
             while let Some(frame) = session.recv().await {
                 match frame.header.msg_type {
@@ -242,6 +315,14 @@ impl MdsLink {
                         Err(_) => {
                             tracing::warn!("a malformed safe notice from the metadata server")
                         }
+                    },
+                    MSG_MDS_RECALL => match cairn_proto::decode::<MdsRecall>(&frame.payload) {
+                        Ok((recall, _)) => {
+                            // Given up before the MDS hears so: no answer from it follows.
+                            lock(&outstanding).leases.recalled(recall.dir);
+                            releases.release(recall.dir);
+                        }
+                        Err(_) => tracing::warn!("a malformed recall from the metadata server"),
                     },
                     _ => {}
                 }
@@ -328,9 +409,29 @@ impl MdsLink {
         }
     }
 
+    /// How a lookup of `name` in `dir` goes with this mount's directory leases (see
+    /// [`Held::lookup`]), and whether the lease wants renewing now.
+    pub fn lookup_leased(&self, dir: u64, name: &[u8]) -> (Lookup, bool) {
+        lock(&self.outstanding)
+            .leases
+            .lookup(dir, name, Instant::now())
+    }
+
+    /// Asks for a lease on `dir` (`names`: a new one, with its names) unless one is being
+    /// asked for; what comes of it is taken in with the answer.
+    pub async fn ask_lease(&self, dir: u64, names: bool) {
+        if names && !lock(&self.outstanding).leases.asking(dir) {
+            return;
+        }
+        if let Err(e) = self.request(MdsOp::LeaseDir { dir, names }).await {
+            tracing::debug!(dir, errno = e, "no directory lease");
+        }
+    }
+
     /// Runs `op` on the MDS: its answer or an errno (EIO when the MDS stays unreachable).
     pub async fn request(&self, op: MdsOp) -> Result<MdsAnswer, i32> {
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
+        let asked = Instant::now();
         let req = MdsRequest {
             tid,
             client: self.client_id,
@@ -356,7 +457,7 @@ impl MdsLink {
             let (tx, rx) = oneshot::channel();
             lock(&self.outstanding)
                 .waiting
-                .insert(tid, (tx, req.clone()));
+                .insert(tid, (tx, req.clone(), asked));
             if let Err(e) = sender.send(MSG_MDS_REQUEST, payload.clone()).await {
                 last = e.to_string();
                 redial = true;
@@ -436,6 +537,7 @@ mod tests {
                     tid,
                     ..create(name)
                 },
+                Instant::now(),
             ),
         );
         let reply = MdsReply {
@@ -504,6 +606,7 @@ mod tests {
                     tid: 3,
                     ..create("a")
                 },
+                Instant::now(),
             ),
         );
         let old = o.generation;

@@ -27,12 +27,14 @@ use cairn_msgr::protect::WireMode;
 use cairn_msgr::session::{Listener, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::mds::{
-    MdsAnswer, MdsOp, MdsReply, MdsRequest, MdsSafe, MSG_MDS_REPLY, MSG_MDS_REQUEST, MSG_MDS_SAFE,
+    MdsAnswer, MdsOp, MdsRecall, MdsReply, MdsRequest, MdsSafe, MSG_MDS_RECALL, MSG_MDS_REPLY,
+    MSG_MDS_REQUEST, MSG_MDS_SAFE,
 };
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::active;
 use crate::backing::{self, metadata_pool, JOURNAL_OBJECT};
+use crate::dirlease::{Adding, Granted};
 use crate::error::FsError;
 use crate::evict::Evictions;
 use crate::full::SpaceGuard;
@@ -54,6 +56,9 @@ pub const COMMIT_TIMEOUT_MS: u64 = 3_600_000;
 /// Longest a clean stop spends committing its last batch and releasing its lease (a cluster
 /// gone before its MDS would hold it for [`COMMIT_TIMEOUT_MS`]).
 const CLEAN_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most requests held back at once until a directory lease ends; past it they are dropped
+/// (their clients send them again).
+const MAX_WAITING_FOR_LEASES: usize = 65536;
 /// Most requests queued for the namespace's task before sessions wait.
 const REQUEST_QUEUE: usize = 4096;
 /// The client id of the MDS's own journal records (deleting orphans nobody holds open).
@@ -452,6 +457,8 @@ struct Core {
     executed: u64,
     /// Before this, no lock is granted (clients say again what they held).
     locks_after: Instant,
+    /// Directory leases granted, and the requests waiting for one to end.
+    leases: Granted<SessionSender, Incoming>,
 }
 
 impl Core {
@@ -500,6 +507,29 @@ impl Core {
                 false => tracing::debug!("the replay window is full; a request is dropped"),
             }
             return;
+        }
+        if !replay {
+            if let Some(dir) = op.adds_name_to() {
+                let who = incoming.req.client;
+                match self.leases.adding(dir, who, Instant::now()) {
+                    Adding::Go => {}
+                    Adding::Wait(recall) => {
+                        if let Some(to) = recall {
+                            tracing::info!(dir, for_client = who, "a directory lease recalled");
+                            let notice = cairn_proto::encode(&MdsRecall { dir }, &[]);
+                            send_frame(&to, MSG_MDS_RECALL, notice);
+                        }
+                        match self.leases.waiting() < MAX_WAITING_FOR_LEASES {
+                            true => self.leases.wait(dir, incoming),
+                            // Unanswered: the client sends it again after its attempt's timeout.
+                            false => {
+                                tracing::debug!("too many requests wait for leases; one is dropped")
+                            }
+                        }
+                        return;
+                    }
+                }
+            }
         }
         let Incoming { req, reply } = incoming;
         let MdsRequest {
@@ -554,6 +584,18 @@ impl Core {
             self.after_durable(tid, reply, Ok(MdsAnswer::Done));
             return;
         }
+        if let MdsOp::LeaseDir { dir, names } = op {
+            let result = self.lease_dir(who, dir, names, reply.clone(), now);
+            answer(&reply, tid, result, true);
+            return;
+        }
+        if let MdsOp::ReleaseDir { dir } = op {
+            answer(&reply, tid, Ok(MdsAnswer::Done), true);
+            for freed in self.leases.released(dir, who) {
+                self.handle(freed);
+            }
+            return;
+        }
         if !op.is_mutation() {
             let result = self.ns.execute(&op).map(|(a, _)| a);
             answer(&reply, tid, result, true);
@@ -587,6 +629,39 @@ impl Core {
                 };
                 self.batch_record(who, tid, updates, a, tell);
             }
+        }
+    }
+
+    /// Grants or renews `who`'s lease on `dir`, asked for through `to`: the directory's names
+    /// for a new lease; EAGAIN when it is not granted.
+    fn lease_dir(
+        &mut self,
+        who: u64,
+        dir: u64,
+        names: bool,
+        to: SessionSender,
+        now: Instant,
+    ) -> Result<MdsAnswer, i32> {
+        let entries = match self.ns.entries(dir) {
+            Some(e) => e,
+            None if self.ns.inode(dir).is_some() => return Err(libc::ENOTDIR),
+            None => return Err(libc::ENOENT),
+        };
+        if !names && !self.leases.holds(dir, who, now) {
+            return Err(libc::EAGAIN);
+        }
+        if !self.leases.grant(dir, who, to, entries.len(), now) {
+            return Err(libc::EAGAIN);
+        }
+        Ok(MdsAnswer::DirLeased {
+            names: names.then(|| entries.keys().cloned().collect()),
+        })
+    }
+
+    /// Ends the directory leases that ran out, and runs what waited for them.
+    fn expire_leases(&mut self, now: Instant) {
+        for freed in self.leases.expire(now) {
+            self.handle(freed);
         }
     }
 
@@ -762,6 +837,7 @@ pub async fn run(
         rerun: 0,
         executed: 0,
         locks_after: start + LOCK_GRACE,
+        leases: Granted::new(start),
     };
     let mut last_tick = start;
     // Orphans left by the previous MDS wait for their holders to say so.
@@ -819,6 +895,7 @@ pub async fn run(
                     }
                     core.evictions.retry();
                     core.tick_window(now);
+                    core.expire_leases(now);
                     if now >= reap_after {
                         let reaped = reap_orphans(&mut core.ns, &core.opens);
                         core.batch.extend(reaped);

@@ -34,6 +34,7 @@ use fuser::{
 };
 
 use crate::backing;
+use crate::dirlease::Lookup;
 use crate::gather::{self, Gather, GATHER_LINGER};
 use crate::holds::Holds;
 use crate::link::MdsLink;
@@ -742,12 +743,30 @@ impl Filesystem for CairnFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.as_bytes().to_vec();
+        let (leased, renew) = self.link.lookup_leased(parent.0, &name);
+        if renew {
+            let link = self.link.clone();
+            self.rt
+                .spawn(async move { link.ask_lease(parent.0, false).await });
+        }
+        let ask_lease = match leased {
+            // The directory is leased here and has no such name: answered without the MDS.
+            Lookup::Absent => return reply.error(errno(libc::ENOENT)),
+            Lookup::Ask(ask_lease) => ask_lease,
+        };
         self.spawn(|c| async move {
             let op = MdsOp::Lookup {
                 parent: parent.0,
                 name,
             };
-            reply_entry(reply, c.attr_of(op).await);
+            let found = c.attr_of(op).await;
+            if found == Err(libc::ENOENT) && ask_lease {
+                // A missing name: names are about to be made here (a create looks its name
+                // up first), which a lease answers without the MDS from now on.
+                let link = c.link.clone();
+                tokio::spawn(async move { link.ask_lease(parent.0, true).await });
+            }
+            reply_entry(reply, found);
         });
     }
 

@@ -406,7 +406,11 @@ impl Namespace {
                 files: self.inodes.len() as u64,
                 bytes: self.file_bytes,
             }),
-            MdsOp::Sync | MdsOp::Reconnected => read(MdsAnswer::Done),
+            // Leases are the MDS's own (`crate::dirlease`): nothing of the namespace changes.
+            MdsOp::Sync
+            | MdsOp::Reconnected
+            | MdsOp::LeaseDir { .. }
+            | MdsOp::ReleaseDir { .. } => read(MdsAnswer::Done),
         }
     }
 

@@ -13,6 +13,8 @@ pub const MSG_MDS_REQUEST: u16 = 0x0230;
 pub const MSG_MDS_REPLY: u16 = 0x0231;
 /// MDS -> client: early-answered mutations now durable ([`MdsSafe`]).
 pub const MSG_MDS_SAFE: u16 = 0x0232;
+/// MDS -> client: give up a directory lease ([`MdsRecall`]).
+pub const MSG_MDS_RECALL: u16 = 0x0233;
 
 /// Longest name of a directory entry or an extended attribute, as Linux's `NAME_MAX`.
 pub const MAX_NAME_BYTES: usize = 255;
@@ -302,6 +304,20 @@ pub enum MdsOp {
         #[serde(default)]
         wait: bool,
     },
+    /// Asks for a lease on a directory (or renews one): while it lasts, the client answers
+    /// lookups of names missing from it itself, and the MDS recalls it before another client
+    /// adds a name there. EAGAIN when it is not granted.
+    LeaseDir {
+        /// The directory.
+        dir: u64,
+        /// Send every name of the directory (a new lease); false renews the lease held.
+        names: bool,
+    },
+    /// Gives up a directory lease (asked for by an [`MdsRecall`], or no longer wanted).
+    ReleaseDir {
+        /// The directory.
+        dir: u64,
+    },
 }
 
 /// Most files one client may hold open at once (what one [`MdsOp::Held`] names).
@@ -365,6 +381,16 @@ impl MdsOp {
         self
     }
 
+    /// The directory the operation adds a name to, if it does (another client's lease on it
+    /// is recalled first).
+    pub fn adds_name_to(&self) -> Option<u64> {
+        match self {
+            MdsOp::Create { parent, .. } | MdsOp::Link { parent, .. } => Some(*parent),
+            MdsOp::Rename { new_parent, .. } => Some(*new_parent),
+            _ => None,
+        }
+    }
+
     /// Whether the operation changes metadata (it then needs write access and goes through
     /// the journal).
     pub fn is_mutation(&self) -> bool {
@@ -415,6 +441,11 @@ pub enum MdsAnswer {
         /// The epoch of the map that fences every client the MDS evicted.
         epoch_barrier: u64,
     },
+    /// A directory lease granted or renewed.
+    DirLeased {
+        /// Every name of the directory, for a new lease (none for a renewal).
+        names: Option<Vec<Vec<u8>>>,
+    },
 }
 
 /// A client's request; `tid` is unique per client and repeated on a resend, so that the MDS
@@ -446,6 +477,14 @@ pub struct MdsReply {
     /// For an early answer, where the mutation fell in the MDS's order of execution: the
     /// client replays its early answers in this order (0 on other answers).
     pub seq: u64,
+}
+
+/// The MDS asks a client to give up its lease on a directory, before another client adds a
+/// name there: the client stops answering from it, then sends [`MdsOp::ReleaseDir`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdsRecall {
+    /// The directory.
+    pub dir: u64,
 }
 
 /// Mutations of one client answered early whose journal records are now durable.
@@ -491,5 +530,19 @@ mod tests {
         let (back, _): (MdsSafe, _) = crate::decode(&crate::encode(&safe, &[])).unwrap();
         assert_eq!(back, safe);
         assert!(!MdsOp::Reconnected.is_mutation());
+        assert_eq!(
+            req.op.adds_name_to(),
+            Some(2),
+            "a rename adds to its target"
+        );
+        let lease = MdsOp::LeaseDir {
+            dir: 4,
+            names: true,
+        };
+        assert!(!lease.is_mutation());
+        assert_eq!(lease.adds_name_to(), None);
+        let recall = MdsRecall { dir: 4 };
+        let (back, _): (MdsRecall, _) = crate::decode(&crate::encode(&recall, &[])).unwrap();
+        assert_eq!(back, recall);
     }
 }

@@ -10,7 +10,7 @@ use crate::{admin, mds, mon};
 pub const RESERVED: [std::ops::RangeInclusive<u16>; 2] = [0x0b00..=0x0bff, 0xfff1..=0xffff];
 
 /// Every message type: (frame type id, name).
-pub const MESSAGES: [(u16, &str); 16] = [
+pub const MESSAGES: [(u16, &str); 17] = [
     (mon::MSG_MON_REQUEST, "mon_request"),
     (mon::MSG_MON_REPLY, "mon_reply"),
     (mon::MSG_MON_MAP, "mon_map"),
@@ -27,6 +27,7 @@ pub const MESSAGES: [(u16, &str); 16] = [
     (mds::MSG_MDS_REQUEST, "mds_request"),
     (mds::MSG_MDS_REPLY, "mds_reply"),
     (mds::MSG_MDS_SAFE, "mds_safe"),
+    (mds::MSG_MDS_RECALL, "mds_recall"),
 ];
 
 /// The name of frame type `ty`, if it is a message of the cluster: daemons name a message
