@@ -137,6 +137,8 @@ def main():
     p.add_argument("--out", help="write the markdown table here too")
     p.add_argument("--metadata-only", action="store_true",
                    help="only the mdtest-like jobs (no cairn bench, no bandwidth)")
+    p.add_argument("--without-leases", action="store_true",
+                   help="also run the metadata jobs on a second mount with --no-dir-leases")
     p.add_argument("--cephfs", action="store_true",
                    help="the metadata jobs on CephFS via ceph-fuse too (needs ceph-mds, ceph-fuse)")
     p.add_argument("--ceph-mini", default=os.path.join(os.path.dirname(__file__), "..", "..",
@@ -190,6 +192,22 @@ def main():
                          None))
         for where, top in [("cairnfs", mnt), ("local ext4", local)]:
             meta[where] = metadata_rates(top, a.depth, a.files_per_job)
+        if a.without_leases:
+            plain_mnt = os.path.join(work, "mnt-plain")
+            os.makedirs(plain_mnt)
+            plain = subprocess.Popen([cairn, "fs", "mount", "--mon", mon, "--no-dir-leases",
+                                      "cairnfs", plain_mnt],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                wait_mounted(plain_mnt, 30)
+                top = os.path.join(plain_mnt, "plain")
+                os.makedirs(top)
+                meta["cairnfs without directory leases"] = metadata_rates(
+                    top, a.depth, a.files_per_job)
+            finally:
+                subprocess.run(["umount", "-l", plain_mnt])
+                plain.terminate()
+                plain.wait(timeout=20)
     finally:
         if mount is not None:
             subprocess.run(["umount", "-l", mnt])

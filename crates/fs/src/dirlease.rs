@@ -53,9 +53,19 @@ pub struct Held {
     leases: HashMap<u64, Lease>,
     /// Directories whose lease is being asked for.
     asking: HashSet<u64>,
+    /// Leases are neither asked for nor used.
+    disabled: bool,
 }
 
 impl Held {
+    /// Turns the use of leases on or off (off: every lookup asks the MDS).
+    pub fn set_enabled(&mut self, on: bool) {
+        self.disabled = !on;
+        if !on {
+            self.clear();
+        }
+    }
+
     /// Whether a lookup of `name` in `dir` is answered here (and whether the lease wants
     /// renewing now, which the caller then asks for, with `renewing` noted).
     pub fn lookup(&mut self, dir: u64, name: &[u8], now: Instant) -> (Lookup, bool) {
@@ -79,7 +89,7 @@ impl Held {
     }
 
     fn may_ask(&self, dir: u64) -> bool {
-        !self.asking.contains(&dir) && self.leases.len() < MAX_HELD
+        !self.disabled && !self.asking.contains(&dir) && self.leases.len() < MAX_HELD
     }
 
     /// Notes that a lease on `dir` is being asked for; false when one is already.
@@ -339,6 +349,9 @@ mod tests {
             Lookup::Ask(true),
             "refused renewal"
         );
+        h.granted(6, Vec::new(), t0);
+        h.set_enabled(false);
+        assert_eq!(h.lookup(6, b"x", t0).0, Lookup::Ask(false), "turned off");
     }
 
     #[test]

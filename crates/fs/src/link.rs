@@ -409,6 +409,11 @@ impl MdsLink {
         }
     }
 
+    /// Whether lookups may be answered from directory leases (on unless turned off).
+    pub fn use_dir_leases(&self, on: bool) {
+        lock(&self.outstanding).leases.set_enabled(on);
+    }
+
     /// How a lookup of `name` in `dir` goes with this mount's directory leases (see
     /// [`Held::lookup`]), and whether the lease wants renewing now.
     pub fn lookup_leased(&self, dir: u64, name: &[u8]) -> (Lookup, bool) {

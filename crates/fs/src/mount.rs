@@ -1237,6 +1237,19 @@ impl Filesystem for CairnFs {
     }
 }
 
+/// How a mount behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct MountOptions {
+    /// Answer lookups of missing names from directory leases ([`crate::dirlease`]).
+    pub dir_leases: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions { dir_leases: true }
+    }
+}
+
 /// Mounts the file system `fs` of the cluster `rados` follows at `mountpoint` and serves it
 /// until it is unmounted (`umount`, `fusermount -u`) or `stop` resolves (then it unmounts).
 pub fn mount(
@@ -1244,11 +1257,13 @@ pub fn mount(
     rados: Arc<Client>,
     fs: &str,
     mountpoint: &Path,
+    options: MountOptions,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), crate::error::FsError> {
     let meta = backing::metadata_pool(fs);
     let info = rt.block_on(backing::read_info(&rados, &meta))?;
     let filesystem = CairnFs::new(rt.handle().clone(), rados, meta, info.data_pool);
+    filesystem.link.use_dir_leases(options.dir_leases);
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName(format!("cairn:{fs}")),

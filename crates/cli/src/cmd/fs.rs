@@ -42,6 +42,9 @@ enum FsCmd {
         name: String,
         /// An existing empty directory.
         mountpoint: PathBuf,
+        /// Answer no lookup from a directory lease: every lookup asks the metadata server.
+        #[arg(long)]
+        no_dir_leases: bool,
     },
     /// Shows a file system's pools, its active metadata server and its totals.
     Status {
@@ -123,12 +126,26 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             }
             anyhow::Ok(())
         }),
-        FsCmd::Mount { name, mountpoint } => {
+        FsCmd::Mount {
+            name,
+            mountpoint,
+            no_dir_leases,
+        } => {
             let rt = crate::runtime::build(mount_threads(), "fs mount")?;
             let mut client = rt.block_on(crate::mon_link::connect(args.mon))?;
             client.op_timeout_ms = cairn_fs::mount::DATA_TIMEOUT_MS;
-            cairn_fs::mount::mount(&rt, Arc::new(client), &name, &mountpoint, stop_signal())
-                .with_context(|| format!("mounting {name} at {}", mountpoint.display()))
+            let options = cairn_fs::mount::MountOptions {
+                dir_leases: !no_dir_leases,
+            };
+            cairn_fs::mount::mount(
+                &rt,
+                Arc::new(client),
+                &name,
+                &mountpoint,
+                options,
+                stop_signal(),
+            )
+            .with_context(|| format!("mounting {name} at {}", mountpoint.display()))
         }
     }
 }
