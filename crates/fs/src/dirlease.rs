@@ -33,6 +33,8 @@ pub const AFTER_RECALL: Duration = Duration::from_secs(2);
 /// One lease as a mount holds it.
 #[derive(Debug)]
 struct Lease {
+    /// The MDS's number for this grant (a recall names it).
+    grant: u64,
     names: HashSet<Vec<u8>>,
     until: Instant,
     renewing: bool,
@@ -47,12 +49,20 @@ pub enum Lookup {
     Ask(bool),
 }
 
+/// A lease being asked for: names this mount added there meanwhile (a grant made before
+/// them may be answered after them), and the newest grant recalled meanwhile (an answer
+/// overtaken by its own recall).
+#[derive(Debug, Default)]
+struct Asking {
+    added: HashSet<Vec<u8>>,
+    recalled: u64,
+}
+
 /// The leases of one mount.
 #[derive(Debug, Default)]
 pub struct Held {
     leases: HashMap<u64, Lease>,
-    /// Directories whose lease is being asked for.
-    asking: HashSet<u64>,
+    asking: HashMap<u64, Asking>,
     /// Leases are neither asked for nor used.
     disabled: bool,
 }
@@ -62,7 +72,8 @@ impl Held {
     pub fn set_enabled(&mut self, on: bool) {
         self.disabled = !on;
         if !on {
-            self.clear();
+            self.leases.clear();
+            self.asking.clear();
         }
     }
 
@@ -82,64 +93,93 @@ impl Held {
             }
             Some(_) => {
                 self.leases.remove(&dir);
-                (Lookup::Ask(self.may_ask(dir)), false)
+                (Lookup::Ask(self.may_ask(dir, now)), false)
             }
-            None => (Lookup::Ask(self.may_ask(dir)), false),
+            None => (Lookup::Ask(self.may_ask(dir, now)), false),
         }
     }
 
-    fn may_ask(&self, dir: u64) -> bool {
-        !self.disabled && !self.asking.contains(&dir) && self.leases.len() < MAX_HELD
+    fn may_ask(&mut self, dir: u64, now: Instant) -> bool {
+        if self.disabled || self.asking.contains_key(&dir) {
+            return false;
+        }
+        if self.leases.len() >= MAX_HELD {
+            self.leases.retain(|_, l| now < l.until);
+        }
+        self.leases.len() < MAX_HELD
     }
 
     /// Notes that a lease on `dir` is being asked for; false when one is already.
     pub fn asking(&mut self, dir: u64) -> bool {
-        self.asking.insert(dir)
+        if self.asking.contains_key(&dir) || self.asking.len() >= MAX_HELD {
+            return false;
+        }
+        self.asking.insert(dir, Asking::default());
+        true
     }
 
-    /// The MDS granted `dir` with these names, to a request sent at `asked`.
-    pub fn granted(&mut self, dir: u64, names: Vec<Vec<u8>>, asked: Instant) {
-        self.asking.remove(&dir);
-        if self.leases.len() >= MAX_HELD {
+    /// The MDS granted lease `grant` on `dir` with these names, to a request sent at `asked`;
+    /// refused here when that grant was recalled before its answer came.
+    pub fn granted(&mut self, dir: u64, grant: u64, names: Vec<Vec<u8>>, asked: Instant) {
+        let Some(meanwhile) = self.asking.remove(&dir) else {
+            return;
+        };
+        if grant <= meanwhile.recalled || self.disabled || self.leases.len() >= MAX_HELD {
             return;
         }
+        let mut names: HashSet<Vec<u8>> = names.into_iter().collect();
+        names.extend(meanwhile.added);
         self.leases.insert(
             dir,
             Lease {
-                names: names.into_iter().collect(),
+                grant,
+                names,
                 until: asked + LEASE,
                 renewing: false,
             },
         );
     }
 
-    /// The MDS renewed `dir`'s lease to a request sent at `asked` (`false`: it refused; the
-    /// lease ends).
-    pub fn renewed(&mut self, dir: u64, asked: Instant, renewed: bool) {
-        if !renewed {
-            self.leases.remove(&dir);
+    /// The MDS renewed lease `grant` on `dir` to a request sent at `asked` (`false`: it
+    /// refused; the lease ends).
+    pub fn renewed(&mut self, dir: u64, grant: Option<u64>, asked: Instant) {
+        let Some(l) = self.leases.get_mut(&dir) else {
             return;
-        }
-        if let Some(l) = self.leases.get_mut(&dir) {
-            l.until = l.until.max(asked + LEASE);
-            l.renewing = false;
+        };
+        match grant {
+            Some(g) if g == l.grant => {
+                l.until = l.until.max(asked + LEASE);
+                l.renewing = false;
+            }
+            _ => {
+                self.leases.remove(&dir);
+            }
         }
     }
 
-    /// A lease asked for was not granted.
+    /// A lease asked for was not granted (or the request failed).
     pub fn refused(&mut self, dir: u64) {
         self.asking.remove(&dir);
     }
 
-    /// The MDS recalled `dir`'s lease: it ends now. Whether one was held.
-    pub fn recalled(&mut self, dir: u64) -> bool {
-        self.leases.remove(&dir).is_some()
+    /// The MDS recalled lease `grant` on `dir`: it ends now (a newer one stays; one still
+    /// being asked for is refused if its answer names this grant or an older one).
+    pub fn recalled(&mut self, dir: u64, grant: u64) {
+        if self.leases.get(&dir).is_some_and(|l| l.grant <= grant) {
+            self.leases.remove(&dir);
+        }
+        if let Some(a) = self.asking.get_mut(&dir) {
+            a.recalled = a.recalled.max(grant);
+        }
     }
 
     /// This mount added `name` to `dir` (the MDS said so).
     pub fn added(&mut self, dir: u64, name: &[u8]) {
         if let Some(l) = self.leases.get_mut(&dir) {
             l.names.insert(name.to_vec());
+        }
+        if let Some(a) = self.asking.get_mut(&dir) {
+            a.added.insert(name.to_vec());
         }
     }
 
@@ -149,17 +189,13 @@ impl Held {
             l.names.remove(name);
         }
     }
-
-    /// Drops every lease (this mount no longer trusts what it knows of them).
-    pub fn clear(&mut self) {
-        self.leases.clear();
-        self.asking.clear();
-    }
 }
 
 /// One lease as the MDS granted it.
 #[derive(Debug)]
 struct Grant<S> {
+    /// Its number: recalls and releases name it, so a late release ends no newer grant.
+    id: u64,
     client: u64,
     /// Where to send its recall: the session that last asked for it.
     to: S,
@@ -172,15 +208,16 @@ struct Grant<S> {
 pub enum Adding<S> {
     /// Nothing: no other client holds the directory.
     Go,
-    /// Wait until the holder releases it or its lease ends; recall it through `S` first
-    /// when given.
-    Wait(Option<S>),
+    /// Wait until the holder releases it or its lease ends; first recall grant `.1` through
+    /// `.0` when given.
+    Wait(Option<(S, u64)>),
 }
 
 /// The leases an MDS granted, and the requests that wait for one to end.
 #[derive(Debug)]
 pub struct Granted<S, R> {
     grants: HashMap<u64, Grant<S>>,
+    next_id: u64,
     recalled_at: HashMap<u64, Instant>,
     /// Requests waiting for the lease of a directory to end.
     waiting: Vec<(u64, R)>,
@@ -193,54 +230,66 @@ impl<S: Clone, R> Granted<S, R> {
     pub fn new(start: Instant) -> Granted<S, R> {
         Granted {
             grants: HashMap::new(),
+            next_id: 1,
             recalled_at: HashMap::new(),
             waiting: Vec::new(),
             quiet_until: start + LEASE,
         }
     }
 
-    /// Grants (or renews) `client` a lease on `dir`, which holds `names` names, asked for
-    /// through `to` at `now`; false when another client holds it, a change waits for it, it
-    /// was recalled lately, or it holds too many names.
-    pub fn grant(&mut self, dir: u64, client: u64, to: S, names: usize, now: Instant) -> bool {
+    /// Grants `client` a lease on `dir`, which holds `names` names, asked for through `to` at
+    /// `now` (renewing the one it holds, keeping its number): the grant's number, or None when
+    /// another client holds it, a change waits for it, it was recalled lately, or it holds too
+    /// many names.
+    pub fn grant(
+        &mut self,
+        dir: u64,
+        client: u64,
+        to: S,
+        names: usize,
+        now: Instant,
+    ) -> Option<u64> {
         if now < self.quiet_until || self.waiting.iter().any(|(d, _)| *d == dir) {
-            return false;
+            return None;
         }
         if self
             .recalled_at
             .get(&dir)
             .is_some_and(|at| now.saturating_duration_since(*at) < AFTER_RECALL)
         {
-            return false;
+            return None;
         }
         match self.grants.get_mut(&dir) {
-            Some(g) if g.client == client && !g.recalled => {
+            Some(g) if g.client == client && !g.recalled && now < g.until => {
                 g.until = now + LEASE;
                 g.to = to;
-                true
+                Some(g.id)
             }
-            Some(g) if now < g.until => false,
-            _ if names > MAX_LEASED_NAMES => false,
+            Some(g) if now < g.until => None,
+            _ if names > MAX_LEASED_NAMES => None,
             _ => {
-                self.grants.insert(
-                    dir,
-                    Grant {
-                        client,
-                        to,
-                        until: now + LEASE,
-                        recalled: false,
-                    },
-                );
-                true
+                let id = self.next_id;
+                self.next_id += 1;
+                let grant = Grant {
+                    id,
+                    client,
+                    to,
+                    until: now + LEASE,
+                    recalled: false,
+                };
+                self.grants.insert(dir, grant);
+                Some(id)
             }
         }
     }
 
-    /// Whether `client` holds a lease on `dir` now (a renewal without the names is possible).
-    pub fn holds(&self, dir: u64, client: u64, now: Instant) -> bool {
+    /// The number of the lease `client` holds on `dir` now, if it holds one (a renewal needs
+    /// no names).
+    pub fn held_by(&self, dir: u64, client: u64, now: Instant) -> Option<u64> {
         self.grants
             .get(&dir)
-            .is_some_and(|g| g.client == client && !g.recalled && now < g.until)
+            .filter(|g| g.client == client && !g.recalled && now < g.until)
+            .map(|g| g.id)
     }
 
     /// What `client`'s change adding a name to `dir` must do first (see [`Adding`]); a
@@ -252,10 +301,11 @@ impl<S: Clone, R> Granted<S, R> {
         let Some(g) = self.grants.get_mut(&dir) else {
             return Adding::Go;
         };
-        if g.client == client || now >= g.until {
-            if g.client != client {
-                self.grants.remove(&dir);
-            }
+        if g.client == client {
+            return Adding::Go;
+        }
+        if now >= g.until {
+            self.grants.remove(&dir);
             return Adding::Go;
         }
         match g.recalled {
@@ -263,7 +313,7 @@ impl<S: Clone, R> Granted<S, R> {
             false => {
                 g.recalled = true;
                 self.recalled_at.insert(dir, now);
-                Adding::Wait(Some(g.to.clone()))
+                Adding::Wait(Some((g.to.clone(), g.id)))
             }
         }
     }
@@ -273,9 +323,14 @@ impl<S: Clone, R> Granted<S, R> {
         self.waiting.push((dir, request));
     }
 
-    /// `client` released its lease on `dir`: the requests that waited for it, to run again.
-    pub fn released(&mut self, dir: u64, client: u64) -> Vec<R> {
-        if self.grants.get(&dir).is_some_and(|g| g.client == client) {
+    /// `client` released lease `grant` on `dir` (a release of an older grant ends nothing):
+    /// the requests that waited for it, to run again.
+    pub fn released(&mut self, dir: u64, client: u64, grant: u64) -> Vec<R> {
+        if self
+            .grants
+            .get(&dir)
+            .is_some_and(|g| g.client == client && g.id == grant)
+        {
             self.grants.remove(&dir);
         }
         self.take_free(Instant::now())
@@ -318,7 +373,7 @@ mod tests {
         assert!(h.asking(5));
         assert!(!h.asking(5), "one request at a time");
         assert_eq!(h.lookup(5, b"a", t0).0, Lookup::Ask(false), "being asked");
-        h.granted(5, vec![b"here".to_vec()], t0);
+        h.granted(5, 1, vec![b"here".to_vec()], t0);
         assert_eq!(h.lookup(5, b"a", t0).0, Lookup::Absent);
         assert_eq!(h.lookup(5, b"here", t0).0, Lookup::Ask(false));
         h.added(5, b"a");
@@ -332,26 +387,52 @@ mod tests {
         let late = t0 + LEASE - RENEW_WITHIN / 2;
         assert_eq!(h.lookup(5, b"x", late), (Lookup::Absent, true), "renew");
         assert_eq!(h.lookup(5, b"x", late), (Lookup::Absent, false), "once");
-        h.renewed(5, late, true);
+        h.renewed(5, Some(1), late);
         assert_eq!(h.lookup(5, b"x", t0 + LEASE).0, Lookup::Absent, "renewed");
         assert_eq!(
             h.lookup(5, b"x", late + LEASE).0,
             Lookup::Ask(true),
             "run out"
         );
-        h.granted(5, Vec::new(), t0);
-        assert!(h.recalled(5));
-        assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Ask(true));
-        h.granted(6, Vec::new(), t0);
-        h.renewed(6, t0, false);
+        assert!(h.asking(5));
+        h.granted(5, 2, Vec::new(), t0);
+        h.renewed(5, None, t0);
         assert_eq!(
-            h.lookup(6, b"x", t0).0,
+            h.lookup(5, b"x", t0).0,
             Lookup::Ask(true),
             "refused renewal"
         );
-        h.granted(6, Vec::new(), t0);
+        assert!(h.asking(5));
+        h.granted(5, 3, Vec::new(), t0);
         h.set_enabled(false);
-        assert_eq!(h.lookup(6, b"x", t0).0, Lookup::Ask(false), "turned off");
+        assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Ask(false), "turned off");
+    }
+
+    #[test]
+    fn a_recall_ends_its_grant_and_no_newer_one_even_when_it_overtakes_the_grant() {
+        let t0 = Instant::now();
+        let mut h = Held::default();
+        assert!(h.asking(5));
+        h.added(5, b"mine");
+        h.recalled(5, 4);
+        h.granted(5, 4, Vec::new(), t0);
+        assert_eq!(
+            h.lookup(5, b"x", t0).0,
+            Lookup::Ask(true),
+            "recalled before its answer"
+        );
+        assert!(h.asking(5));
+        h.added(5, b"mine");
+        h.granted(5, 5, Vec::new(), t0);
+        assert_eq!(
+            h.lookup(5, b"mine", t0).0,
+            Lookup::Ask(false),
+            "its own create answered before the grant made before it"
+        );
+        h.recalled(5, 4);
+        assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Absent, "a stale recall");
+        h.recalled(5, 5);
+        assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Ask(true));
     }
 
     #[test]
@@ -359,24 +440,45 @@ mod tests {
         let t0 = Instant::now();
         let start = t0 - LEASE;
         let mut g: Granted<&str, u32> = Granted::new(start);
-        assert!(g.grant(7, 1, "s1", 3, t0));
-        assert!(g.holds(7, 1, t0));
-        assert!(!g.grant(7, 2, "s2", 3, t0), "held by another");
+        let id = g.grant(7, 1, "s1", 3, t0).unwrap();
+        assert_eq!(g.held_by(7, 1, t0), Some(id));
+        assert_eq!(g.grant(7, 1, "s1", 3, t0), Some(id), "renewed, same number");
+        assert_eq!(g.grant(7, 2, "s2", 3, t0), None, "held by another");
         assert_eq!(g.adding(7, 1, t0), Adding::Go, "the holder's own");
-        assert_eq!(g.adding(7, 2, t0), Adding::Wait(Some("s1")));
+        assert_eq!(g.adding(7, 2, t0), Adding::Wait(Some(("s1", id))));
         g.wait(7, 100);
         assert_eq!(g.adding(7, 2, t0), Adding::Wait(None), "recalled once");
         g.wait(7, 101);
-        assert!(!g.grant(7, 1, "s1", 3, t0), "not renewed once recalled");
+        assert_eq!(
+            g.grant(7, 1, "s1", 3, t0),
+            None,
+            "not renewed once recalled"
+        );
         assert_eq!(g.expire(t0), Vec::<u32>::new());
-        assert_eq!(g.released(7, 1), [100, 101]);
+        assert!(
+            g.released(7, 1, id + 1).is_empty(),
+            "another grant's release"
+        );
+        assert_eq!(g.released(7, 1, id), [100, 101]);
         assert_eq!(g.waiting(), 0);
-        assert!(!g.grant(7, 2, "s2", 3, t0), "nobody's right after a recall");
+        assert_eq!(
+            g.grant(7, 2, "s2", 3, t0),
+            None,
+            "nobody's right after a recall"
+        );
         let later = t0 + AFTER_RECALL;
         assert!(g.expire(later).is_empty());
-        assert!(g.grant(7, 2, "s2", 3, later));
-        assert!(
-            !g.grant(8, 2, "s2", MAX_LEASED_NAMES + 1, later),
+        let newer = g.grant(7, 2, "s2", 3, later).unwrap();
+        assert!(newer > id);
+        assert!(g.released(7, 2, id).is_empty());
+        assert_eq!(
+            g.held_by(7, 2, later),
+            Some(newer),
+            "a late release ends no newer grant"
+        );
+        assert_eq!(
+            g.grant(8, 2, "s2", MAX_LEASED_NAMES + 1, later),
+            None,
             "too many names"
         );
     }
@@ -385,8 +487,8 @@ mod tests {
     fn a_holder_that_never_answers_holds_a_change_back_one_lease_at_most() {
         let t0 = Instant::now();
         let mut g: Granted<&str, u32> = Granted::new(t0 - LEASE);
-        assert!(g.grant(7, 1, "s1", 0, t0));
-        assert_eq!(g.adding(7, 2, t0), Adding::Wait(Some("s1")));
+        let id = g.grant(7, 1, "s1", 0, t0).unwrap();
+        assert_eq!(g.adding(7, 2, t0), Adding::Wait(Some(("s1", id))));
         g.wait(7, 1);
         assert!(g.expire(t0 + LEASE / 2).is_empty());
         assert_eq!(g.expire(t0 + LEASE), [1]);
@@ -399,7 +501,7 @@ mod tests {
         let mut g: Granted<&str, u32> = Granted::new(t0);
         assert_eq!(g.adding(7, 2, t0), Adding::Wait(None));
         g.wait(7, 9);
-        assert!(!g.grant(7, 1, "s1", 0, t0), "nor grants");
+        assert_eq!(g.grant(7, 1, "s1", 0, t0), None, "nor grants");
         assert!(g.expire(t0 + LEASE / 2).is_empty());
         assert_eq!(g.expire(t0 + LEASE), [9]);
     }

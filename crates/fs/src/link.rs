@@ -102,11 +102,21 @@ impl Outstanding {
     fn leases_follow(&mut self, op: &MdsOp, result: &Result<MdsAnswer, i32>, asked: Instant) {
         let l = &mut self.leases;
         match (op, result) {
-            (MdsOp::LeaseDir { dir, .. }, Ok(MdsAnswer::DirLeased { names: Some(names) })) => {
-                l.granted(*dir, names.clone(), asked)
-            }
+            (
+                MdsOp::LeaseDir { dir, .. },
+                Ok(MdsAnswer::DirLeased {
+                    names: Some(names),
+                    grant,
+                }),
+            ) => l.granted(*dir, *grant, names.clone(), asked),
             (MdsOp::LeaseDir { dir, names: true }, _) => l.refused(*dir),
-            (MdsOp::LeaseDir { dir, names: false }, r) => l.renewed(*dir, asked, r.is_ok()),
+            (MdsOp::LeaseDir { dir, names: false }, r) => {
+                let grant = match r {
+                    Ok(MdsAnswer::DirLeased { grant, .. }) => Some(*grant),
+                    _ => None,
+                };
+                l.renewed(*dir, grant, asked)
+            }
             (_, Err(_)) => {}
             (MdsOp::Create { parent, name, .. } | MdsOp::Link { parent, name, .. }, _) => {
                 l.added(*parent, name)
@@ -114,19 +124,16 @@ impl Outstanding {
             (MdsOp::Unlink { parent, name, .. } | MdsOp::Rmdir { parent, name, .. }, _) => {
                 l.removed(*parent, name)
             }
+            // The source name is kept: a rename onto a name of the same inode leaves it, and a
+            // name believed present only costs a lookup at the MDS.
             (
                 MdsOp::Rename {
-                    parent,
-                    name,
                     new_parent,
                     new_name,
                     ..
                 },
                 _,
-            ) => {
-                l.removed(*parent, name);
-                l.added(*new_parent, new_name);
-            }
+            ) => l.added(*new_parent, new_name),
             _ => {}
         }
     }
@@ -169,12 +176,13 @@ struct Release {
 }
 
 impl Release {
-    /// Tells the MDS this client gave up its lease on `dir` (its answer is not waited for).
-    fn release(&self, dir: u64) {
+    /// Tells the MDS this client gave up lease `grant` on `dir` (its answer is not waited
+    /// for).
+    fn release(&self, dir: u64, grant: u64) {
         let req = MdsRequest {
             tid: self.tids.fetch_add(1, Ordering::Relaxed),
             client: self.client,
-            op: MdsOp::ReleaseDir { dir },
+            op: MdsOp::ReleaseDir { dir, grant },
             replay: false,
         };
         let (to, payload) = (self.to.clone(), cairn_proto::encode(&req, &[]));
@@ -319,8 +327,8 @@ impl MdsLink {
                     MSG_MDS_RECALL => match cairn_proto::decode::<MdsRecall>(&frame.payload) {
                         Ok((recall, _)) => {
                             // Given up before the MDS hears so: no answer from it follows.
-                            lock(&outstanding).leases.recalled(recall.dir);
-                            releases.release(recall.dir);
+                            lock(&outstanding).leases.recalled(recall.dir, recall.grant);
+                            releases.release(recall.dir, recall.grant);
                         }
                         Err(_) => tracing::warn!("a malformed recall from the metadata server"),
                     },
@@ -430,6 +438,10 @@ impl MdsLink {
         }
         if let Err(e) = self.request(MdsOp::LeaseDir { dir, names }).await {
             tracing::debug!(dir, errno = e, "no directory lease");
+            if names {
+                // No answer came (an answer, EAGAIN included, was taken in already).
+                lock(&self.outstanding).leases.refused(dir);
+            }
         }
     }
 

@@ -56,6 +56,8 @@ pub const COMMIT_TIMEOUT_MS: u64 = 3_600_000;
 /// Longest a clean stop spends committing its last batch and releasing its lease (a cluster
 /// gone before its MDS would hold it for [`COMMIT_TIMEOUT_MS`]).
 const CLEAN_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often leases that ran out are ended (and the requests waiting on them run).
+const LEASE_TICK: Duration = Duration::from_millis(200);
 /// Most requests held back at once until a directory lease ends; past it they are dropped
 /// (their clients send them again).
 const MAX_WAITING_FOR_LEASES: usize = 65536;
@@ -232,7 +234,8 @@ pub fn now_ns() -> i64 {
 /// client touch the file data).
 fn refusal(peer: Option<&AuthPeer>, op: &MdsOp, data_pool: &str) -> Option<i32> {
     let peer = peer?;
-    let access = match op.is_mutation() {
+    // A lease holds other clients' creates back: only a client that may write asks for one.
+    let access = match op.is_mutation() || matches!(op, MdsOp::LeaseDir { .. }) {
         true => OsdAccess::Write,
         false => OsdAccess::Read,
     };
@@ -508,15 +511,25 @@ impl Core {
             }
             return;
         }
-        if !replay {
+        // A resend of what ran already, and a fenced client's request, are answered below
+        // without waiting for a lease.
+        let (who, tid) = (incoming.req.client, incoming.req.tid);
+        let may_wait = !replay
+            && !self.evictions.refuses(who)
+            && !self.answered.by_request.contains_key(&(who, tid));
+        if may_wait {
             if let Some(dir) = op.adds_name_to() {
-                let who = incoming.req.client;
                 match self.leases.adding(dir, who, Instant::now()) {
                     Adding::Go => {}
                     Adding::Wait(recall) => {
-                        if let Some(to) = recall {
-                            tracing::info!(dir, for_client = who, "a directory lease recalled");
-                            let notice = cairn_proto::encode(&MdsRecall { dir }, &[]);
+                        if let Some((to, grant)) = recall {
+                            tracing::info!(
+                                dir,
+                                grant,
+                                for_client = who,
+                                "a directory lease recalled"
+                            );
+                            let notice = cairn_proto::encode(&MdsRecall { dir, grant }, &[]);
                             send_frame(&to, MSG_MDS_RECALL, notice);
                         }
                         match self.leases.waiting() < MAX_WAITING_FOR_LEASES {
@@ -589,9 +602,9 @@ impl Core {
             answer(&reply, tid, result, true);
             return;
         }
-        if let MdsOp::ReleaseDir { dir } = op {
+        if let MdsOp::ReleaseDir { dir, grant } = op {
             answer(&reply, tid, Ok(MdsAnswer::Done), true);
-            for freed in self.leases.released(dir, who) {
+            for freed in self.leases.released(dir, who, grant) {
                 self.handle(freed);
             }
             return;
@@ -647,14 +660,16 @@ impl Core {
             None if self.ns.inode(dir).is_some() => return Err(libc::ENOTDIR),
             None => return Err(libc::ENOENT),
         };
-        if !names && !self.leases.holds(dir, who, now) {
+        if !names && self.leases.held_by(dir, who, now).is_none() {
             return Err(libc::EAGAIN);
         }
-        if !self.leases.grant(dir, who, to, entries.len(), now) {
-            return Err(libc::EAGAIN);
-        }
+        let grant = self
+            .leases
+            .grant(dir, who, to, entries.len(), now)
+            .ok_or(libc::EAGAIN)?;
         Ok(MdsAnswer::DirLeased {
             names: names.then(|| entries.keys().cloned().collect()),
+            grant,
         })
     }
 
@@ -843,6 +858,7 @@ pub async fn run(
     // Orphans left by the previous MDS wait for their holders to say so.
     let reap_after = start + core.opens.lease();
     let mut orphan_tick = tokio::time::interval(ORPHAN_TICK);
+    let mut lease_tick = tokio::time::interval(LEASE_TICK);
     let result = {
         tokio::pin!(shutdown);
         loop {
@@ -895,12 +911,12 @@ pub async fn run(
                     }
                     core.evictions.retry();
                     core.tick_window(now);
-                    core.expire_leases(now);
                     if now >= reap_after {
                         let reaped = reap_orphans(&mut core.ns, &core.opens);
                         core.batch.extend(reaped);
                     }
                 }
+                _ = lease_tick.tick() => core.expire_leases(Instant::now()),
                 fenced = core.evictions.next() => {
                     let client = fenced.client;
                     if core.evictions.finished(fenced) {

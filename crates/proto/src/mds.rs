@@ -317,6 +317,8 @@ pub enum MdsOp {
     ReleaseDir {
         /// The directory.
         dir: u64,
+        /// The grant given up (a late release ends no newer grant).
+        grant: u64,
     },
 }
 
@@ -445,6 +447,8 @@ pub enum MdsAnswer {
     DirLeased {
         /// Every name of the directory, for a new lease (none for a renewal).
         names: Option<Vec<Vec<u8>>>,
+        /// The grant's number (a renewal keeps it; recalls and releases name it).
+        grant: u64,
     },
 }
 
@@ -485,6 +489,8 @@ pub struct MdsReply {
 pub struct MdsRecall {
     /// The directory.
     pub dir: u64,
+    /// The grant recalled.
+    pub grant: u64,
 }
 
 /// Mutations of one client answered early whose journal records are now durable.
@@ -541,7 +547,7 @@ mod tests {
         };
         assert!(!lease.is_mutation());
         assert_eq!(lease.adds_name_to(), None);
-        let recall = MdsRecall { dir: 4 };
+        let recall = MdsRecall { dir: 4, grant: 2 };
         let (back, _): (MdsRecall, _) = crate::decode(&crate::encode(&recall, &[])).unwrap();
         assert_eq!(back, recall);
     }
