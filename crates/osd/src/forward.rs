@@ -5,11 +5,10 @@
 //! since its log comes with the fill. Which writes go where is [`crate::fillwrites`]'s call.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use cairn_clustermap::PgId;
-use cairn_proto::{decode, encode, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_REPOP};
+use cairn_proto::{OpResult, RepOpHeader, ReplyHeader};
 use cairn_store::Transaction;
 
 use crate::fillwrites::{Forward, Forwarded};
@@ -17,6 +16,7 @@ use crate::inflight::poll_once;
 use crate::payload::Payload;
 use crate::pgmeta::{pack, put_info};
 use crate::pgs::{Interval, Pg};
+use crate::primary::send_repop;
 use crate::shared::Shared;
 use crate::txns::build_write;
 use crate::work::Work;
@@ -39,30 +39,16 @@ pub async fn send(
             calls.push((f.target, None));
             continue;
         };
-        let s2 = s.clone();
-        let mut h = rep.clone();
-        h.tid = s.peers.tid();
-        h.fill = f.attempt;
-        let (payload, data, data_crc) = (encode(&h, &[]), data.clone(), h.data_crc);
-        let timeout = Duration::from_millis(s.cfg.repop_timeout_ms);
+        let h = RepOpHeader {
+            fill: f.attempt,
+            ..rep.clone()
+        };
+        let call = send_repop(s, f.target, addr, h, data.clone());
         let call = s.spawn(async move {
-            let answer = s2
-                .peers
-                .call_with_data(
-                    f.target,
-                    &addr,
-                    MSG_OSD_REPOP,
-                    h.tid,
-                    payload,
-                    data,
-                    data_crc,
-                    timeout,
-                )
-                .await;
-            match answer.map(|a| decode::<ReplyHeader>(&a).map(|(r, _)| r.result)) {
-                Ok(Ok(OpResult::Ok)) => Forwarded::Applied,
-                Ok(Ok(_)) => Forwarded::Refused,
-                _ => Forwarded::Unknown,
+            match call.await {
+                Ok(OpResult::Ok) => Forwarded::Applied,
+                Ok(_) => Forwarded::Refused,
+                Err(_) => Forwarded::Unknown,
             }
         });
         calls.push((f.target, Some(call)));

@@ -893,6 +893,39 @@ impl Replicated {
     }
 }
 
+/// Sends the replica write `rep` (with `data`, under a fresh tid) to `osd` at `addr`: a future
+/// giving the copy's answer, or why none came within `repop_timeout_ms`.
+pub(crate) fn send_repop(
+    s: &Arc<Shared>,
+    osd: i32,
+    addr: String,
+    mut rep: RepOpHeader,
+    data: Bytes,
+) -> impl std::future::Future<Output = Result<OpResult, String>> + Send + 'static {
+    let s = s.clone();
+    rep.tid = s.peers.tid();
+    let (payload, data_crc) = (encode(&rep, &[]), rep.data_crc);
+    let timeout = Duration::from_millis(s.cfg.repop_timeout_ms);
+    async move {
+        let answer = s
+            .peers
+            .call_with_data(
+                osd,
+                &addr,
+                MSG_OSD_REPOP,
+                rep.tid,
+                payload,
+                data,
+                data_crc,
+                timeout,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let (reply, _) = decode::<ReplyHeader>(&answer).map_err(|e| e.to_string())?;
+        Ok(reply.result)
+    }
+}
+
 /// Sends the write to every other acting OSD and waits for all their durable acknowledgements;
 /// gives up early when the PG's interval changes (the new interval's peering reconciles).
 async fn replicate(
@@ -918,31 +951,11 @@ async fn replicate(
     }
     let mut calls = Vec::new();
     for (osd, addr) in peers {
-        let s2 = s.clone();
-        let mut h = rep.clone();
-        h.tid = s.peers.tid();
-        let (payload, data, data_crc) = (encode(&h, &[]), data.clone(), h.data_crc);
-        let timeout = Duration::from_millis(s.cfg.repop_timeout_ms);
         // Err((answered, why)): `answered` when the copy itself refused the write.
+        let call = send_repop(s, osd, addr, rep.clone(), data.clone());
         calls.push(s.spawn(async move {
             let failed = |e: String| OpResult::Failed(format!("osd.{osd}: {e}"));
-            let answer = s2
-                .peers
-                .call_with_data(
-                    osd,
-                    &addr,
-                    MSG_OSD_REPOP,
-                    h.tid,
-                    payload,
-                    data,
-                    data_crc,
-                    timeout,
-                )
-                .await
-                .map_err(|e| (false, failed(e.to_string())))?;
-            let (reply, _) =
-                decode::<ReplyHeader>(&answer).map_err(|e| (false, failed(e.to_string())))?;
-            match reply.result {
+            match call.await.map_err(|e| (false, failed(e)))? {
                 OpResult::Ok => Ok(()),
                 OpResult::NoSpace(why) => {
                     Err((true, OpResult::NoSpace(format!("osd.{osd}: {why}"))))
