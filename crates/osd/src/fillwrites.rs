@@ -7,8 +7,8 @@
 //! meanwhile (`dirty`). From then on the copy is current for every object outside `dirty` and
 //! the pass under way (`pushing`): a write to such an object, once every acting copy has
 //! committed it, is forwarded to the copy ([`FillWrites::route`]; Ceph writes to a backfill
-//! target below its `last_backfill`), so it stays current. Later passes push the dirty objects one at a time with that object's writes
-//! held, and each pushed object is current again. A forward that fails makes its object dirty
+//! target below its `last_backfill`), so it stays current. Later passes push the dirty objects
+//! one at a time with that object's writes held, and each pushed object is current again. A forward that fails makes its object dirty
 //! again; one whose outcome is unknown (no answer) spoils the attempt, since the copy may still
 //! apply it after a later push (the next attempt starts from its first pass). What is left for
 //! the hand-back, with the PG's writes held, is then only what failed to forward.
