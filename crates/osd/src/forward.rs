@@ -16,7 +16,7 @@ use crate::inflight::poll_once;
 use crate::payload::Payload;
 use crate::pgmeta::{pack, put_info};
 use crate::pgs::{Interval, Pg};
-use crate::primary::send_repop;
+use crate::repop::send_repop;
 use crate::shared::Shared;
 use crate::txns::build_write;
 use crate::work::Work;

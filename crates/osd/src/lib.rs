@@ -46,6 +46,7 @@ pub mod recovery;
 pub mod remap;
 pub mod repair;
 pub mod replica;
+pub mod repop;
 pub mod resolve;
 pub mod sched;
 pub mod scrub;

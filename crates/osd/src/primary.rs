@@ -16,9 +16,7 @@ use cairn_clustermap::PgId;
 use cairn_msgr::blockcrc::{crc_with_known_blocks, CRC_BLOCK_BYTES};
 use cairn_pg::{Eversion, ReqId};
 use cairn_proto::pairs::{encode_keys, encode_pairs};
-use cairn_proto::{
-    decode, encode, OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader, MSG_OSD_REPOP,
-};
+use cairn_proto::{OpHeader, OpKind, OpResult, RepOpHeader, ReplyHeader};
 use cairn_store::StoreError;
 
 use crate::fillwrites::Forwarded;
@@ -29,6 +27,7 @@ use crate::payload::Payload;
 use crate::pgmeta::pack;
 use crate::pgs::{Interval, Pg, PgInner};
 use crate::repair::Repair;
+use crate::repop::send_repop;
 use crate::resolve::{applied_kind, needs_object_state, resolve, Resolved, WriteToResolve};
 use crate::shared::Shared;
 use crate::turns::Turn;
@@ -890,39 +889,6 @@ impl Replicated {
             Some(e) => Err(e),
             None => Ok(()),
         }
-    }
-}
-
-/// Sends the replica write `rep` (with `data`, under a fresh tid) to `osd` at `addr`: a future
-/// giving the copy's answer, or why none came within `repop_timeout_ms`.
-pub(crate) fn send_repop(
-    s: &Arc<Shared>,
-    osd: i32,
-    addr: String,
-    mut rep: RepOpHeader,
-    data: Bytes,
-) -> impl std::future::Future<Output = Result<OpResult, String>> + Send + 'static {
-    let s = s.clone();
-    rep.tid = s.peers.tid();
-    let (payload, data_crc) = (encode(&rep, &[]), rep.data_crc);
-    let timeout = Duration::from_millis(s.cfg.repop_timeout_ms);
-    async move {
-        let answer = s
-            .peers
-            .call_with_data(
-                osd,
-                &addr,
-                MSG_OSD_REPOP,
-                rep.tid,
-                payload,
-                data,
-                data_crc,
-                timeout,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        let (reply, _) = decode::<ReplyHeader>(&answer).map_err(|e| e.to_string())?;
-        Ok(reply.result)
     }
 }
 
