@@ -21,6 +21,7 @@ pub mod mds;
 pub mod mount;
 pub mod namespace;
 pub mod opens;
+pub mod outbox;
 pub mod replay;
 pub mod space;
 pub mod status;

@@ -24,7 +24,7 @@ use cairn_client::tickets::ClientAuth;
 use cairn_client::{Client, ClientError};
 use cairn_msgr::handshake::{AuthPeer, Authorizer};
 use cairn_msgr::protect::WireMode;
-use cairn_msgr::session::{Listener, Session, SessionSender};
+use cairn_msgr::session::{Listener, Session};
 use cairn_msgr::Limits;
 use cairn_proto::mds::{
     MdsAnswer, MdsOp, MdsRecall, MdsReply, MdsRequest, MdsSafe, MSG_MDS_RECALL, MSG_MDS_REPLY,
@@ -42,6 +42,7 @@ use crate::journal::{self, Record};
 use crate::locks::Locks;
 use crate::namespace::{Namespace, Update};
 use crate::opens::{OpenFiles, RENEW_EVERY};
+use crate::outbox::Outbox;
 use crate::replay::{self, EarlyAnswers, ReplayWindow};
 
 /// The object holding the serving MDS's address.
@@ -95,15 +96,15 @@ pub struct MdsConfig {
 /// A request with where to answer it.
 struct Incoming {
     req: MdsRequest,
-    reply: SessionSender,
+    reply: Outbox,
 }
 
 /// Whom a batch's commit tells what.
 enum Tell {
     /// The answer, not given yet.
-    Answer { tid: u64, to: SessionSender },
+    Answer { tid: u64, to: Outbox },
     /// That the mutation answered early is durable.
-    Safe { tid: u64, to: SessionSender },
+    Safe { tid: u64, to: Outbox },
 }
 
 /// A mutation waiting for its record to be durable, or (no record) a sync waiting for those
@@ -113,19 +114,14 @@ struct Pending {
     tell: Option<Tell>,
 }
 
-/// Sends a frame without holding up the namespace's task: a client whose session window is
-/// full (it does not read its replies) gets it from a task of its own.
-fn send_frame(to: &SessionSender, msg_type: u16, payload: bytes::Bytes) {
-    if let Err(cairn_msgr::MsgrError::Busy { .. }) = to.try_send(msg_type, payload.clone()) {
-        let to = to.clone();
-        tokio::spawn(async move {
-            let _ = to.send(msg_type, payload).await;
-        });
-    }
+/// Sends a frame after every frame sent to that session before it, without holding up the
+/// namespace's task ([`Outbox`]).
+fn send_frame(to: &Outbox, msg_type: u16, payload: bytes::Bytes) {
+    to.send(msg_type, payload);
 }
 
 /// Answers a request; `safe` says whether what it changed is durable.
-fn answer(to: &SessionSender, tid: u64, result: Result<MdsAnswer, i32>, safe: bool) {
+fn answer(to: &Outbox, tid: u64, result: Result<MdsAnswer, i32>, safe: bool) {
     let reply = MdsReply {
         tid,
         result,
@@ -136,7 +132,7 @@ fn answer(to: &SessionSender, tid: u64, result: Result<MdsAnswer, i32>, safe: bo
 }
 
 /// Answers a mutation early: applied in memory as the `seq`th of this MDS's mutations.
-fn answer_early(to: &SessionSender, tid: u64, result: MdsAnswer, seq: u64) {
+fn answer_early(to: &Outbox, tid: u64, result: MdsAnswer, seq: u64) {
     let reply = MdsReply {
         tid,
         result: Ok(result),
@@ -245,7 +241,7 @@ fn refusal(peer: Option<&AuthPeer>, op: &MdsOp, data_pool: &str) -> Option<i32> 
 /// Serves one client session: decodes its requests and hands them to the namespace's task.
 async fn serve_session(mut session: Session, to_core: mpsc::Sender<Incoming>, data_pool: String) {
     let peer = session.peer();
-    let sender = session.sender();
+    let sender = Outbox::new(session.sender());
     while let Some(frame) = session.recv().await {
         if frame.header.msg_type != MSG_MDS_REQUEST {
             tracing::warn!(
@@ -360,7 +356,7 @@ impl Committer {
         self.journal_bytes += bytes.len() as u64;
         let mut updates = Vec::new();
         let mut clients = Vec::new();
-        let mut safe: HashMap<u64, (SessionSender, Vec<u64>)> = HashMap::new();
+        let mut safe: HashMap<u64, (Outbox, Vec<u64>)> = HashMap::new();
         for p in batch {
             let result = p
                 .record
@@ -445,7 +441,7 @@ struct Core {
     /// Records and syncs for the next commit.
     batch: Vec<Pending>,
     /// Answers due when the running commit ends (syncs and resends of its records).
-    after_commit: Vec<(u64, SessionSender, Result<MdsAnswer, i32>)>,
+    after_commit: Vec<(u64, Outbox, Result<MdsAnswer, i32>)>,
     /// Whether a commit is running.
     committing: bool,
     opens: OpenFiles,
@@ -461,12 +457,12 @@ struct Core {
     /// Before this, no lock is granted (clients say again what they held).
     locks_after: Instant,
     /// Directory leases granted, and the requests waiting for one to end.
-    leases: Granted<SessionSender, Incoming>,
+    leases: Granted<Outbox, Incoming>,
 }
 
 impl Core {
     /// Answers `result` once everything executed before it is durable.
-    fn after_durable(&mut self, tid: u64, to: SessionSender, result: Result<MdsAnswer, i32>) {
+    fn after_durable(&mut self, tid: u64, to: Outbox, result: Result<MdsAnswer, i32>) {
         match (self.batch.is_empty(), self.committing) {
             (false, _) => {
                 assert!(result == Ok(MdsAnswer::Done), "only syncs wait in a batch");
@@ -481,13 +477,7 @@ impl Core {
     }
 
     /// Answers a request the MDS has a record of: once that record is durable.
-    fn answer_known(
-        &mut self,
-        who: u64,
-        tid: u64,
-        to: SessionSender,
-        known: Result<MdsAnswer, i32>,
-    ) {
+    fn answer_known(&mut self, who: u64, tid: u64, to: Outbox, known: Result<MdsAnswer, i32>) {
         let waiting = self.batch.iter_mut().find(|p| {
             p.record
                 .as_ref()
@@ -652,7 +642,7 @@ impl Core {
         who: u64,
         dir: u64,
         names: bool,
-        to: SessionSender,
+        to: Outbox,
         now: Instant,
     ) -> Result<MdsAnswer, i32> {
         let entries = match self.ns.entries(dir) {
@@ -706,7 +696,7 @@ impl Core {
     /// A mutation answered early, sent again on a new session, with no record here: lost
     /// with the MDS before it was durable (run again now, answered once durable) when the
     /// window waits for its client; otherwise durable already, its record trimmed.
-    fn replayed(&mut self, who: u64, tid: u64, op: MdsOp, reply: SessionSender, now: Instant) {
+    fn replayed(&mut self, who: u64, tid: u64, op: MdsOp, reply: Outbox, now: Instant) {
         if self.window.missed(who) {
             tracing::warn!(
                 client = who,
