@@ -726,6 +726,73 @@ fn leased_directory(a: &Mount, b: &Mount, cluster: &Cluster) {
     assert_eq!(fs::read(a.path("leased/moved-in")).unwrap(), b"moved");
     let names = fs::read_dir(a.path("leased")).unwrap().count();
     assert_eq!(names, 62);
+    leased_attributes(a, b);
+}
+
+/// A directory's attributes and its subdirectories' names, answered by the mount that leases
+/// them, follow its own changes and every other mount's at once.
+fn leased_attributes(a: &Mount, b: &Mount) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let same = |what: &str| {
+        let (ma, mb) = (
+            fs::metadata(a.path("leased")).unwrap(),
+            fs::metadata(b.path("leased")).unwrap(),
+        );
+        assert_eq!(
+            (
+                ma.mode(),
+                ma.nlink(),
+                ma.mtime(),
+                ma.mtime_nsec(),
+                ma.ctime_nsec()
+            ),
+            (
+                mb.mode(),
+                mb.nlink(),
+                mb.mtime(),
+                mb.mtime_nsec(),
+                mb.ctime_nsec()
+            ),
+            "both mounts see the directory alike after {what}"
+        );
+    };
+    fs::create_dir(a.path("leased/sub")).unwrap();
+    for _ in 0..3 {
+        // Walked through again and again: both directories leased by the first mount.
+        fs::metadata(a.path("leased/sub")).unwrap();
+        File::create(a.path("leased/sub/f")).unwrap();
+    }
+    same("its own creates");
+    fs::create_dir(a.path("leased/sub2")).unwrap();
+    same("its own mkdir");
+    fs::remove_dir(a.path("leased/sub2")).unwrap();
+    same("its own rmdir");
+    fs::remove_file(a.path("leased/a-1")).unwrap();
+    same("its own unlink");
+    fs::rename(a.path("leased/a-2"), a.path("leased/a-3")).unwrap();
+    same("its own rename");
+    assert!(!a.path("leased/a-2").exists());
+    fs::set_permissions(b.path("leased/sub"), fs::Permissions::from_mode(0o700)).unwrap();
+    let mode = fs::metadata(a.path("leased/sub"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "the other mount's chmod seen at once");
+    fs::remove_file(b.path("leased/a-4")).unwrap();
+    assert!(
+        !a.path("leased/a-4").exists(),
+        "the other mount's unlink seen at once"
+    );
+    same("the other mount's unlink");
+    fs::rename(b.path("leased/sub"), b.path("leased/moved-sub")).unwrap();
+    assert!(
+        !a.path("leased/sub").exists(),
+        "the other mount's rename seen at once"
+    );
+    assert!(a.path("leased/moved-sub/f").exists());
+    same("the other mount's rename");
+    fs::set_permissions(b.path("leased"), fs::Permissions::from_mode(0o750)).unwrap();
+    same("the other mount's chmod");
 }
 
 fn tree_copy(m: &Mount) {

@@ -1,22 +1,26 @@
 //! Directory leases (CephFS's "complete" directories under a client's caps): while a mount
-//! holds a lease on a directory, it knows every name in it and answers a lookup of a missing
-//! name itself, so a create costs one round trip to the MDS instead of two (the kernel looks a
-//! name up before it creates it).
+//! holds a lease on a directory, it knows every name in it with its inode number, and the
+//! directory's attributes; it answers lookups there (a missing name: ENOENT; a name of a
+//! directory it also leases: that directory's attributes) and `stat`s of the directory
+//! itself, so a path walk and a create cost the MDS one round trip instead of several (the
+//! kernel asks for the attributes of every directory on the path, and looks each name up,
+//! before it creates a file).
 //!
-//! The MDS grants a lease to one client at a time ([`Granted`]), with the directory's names,
-//! and keeps it from nobody's changes but the holder's: before another client adds a name to
-//! the directory (create, link, rename into it) it recalls the lease (`MdsRecall`) and holds
-//! that request until the holder releases it or the lease runs out. The mount ([`Held`])
-//! counts a lease from when it asked for it, so it always ends there before it ends at the
-//! MDS; it keeps the names up to date with its own changes, and drops a lease the moment a
-//! recall arrives, before it says so. A starting MDS knows no lease: it adds no name anywhere
-//! until the longest a lease of the previous MDS could last has passed.
-//!
-//! Removals by other clients need no recall: a lookup of a name the mount believes present
-//! goes to the MDS anyway.
+//! The MDS grants a lease to one client at a time ([`Granted`]), with the directory's names
+//! and attributes, and keeps it from nobody's changes but the holder's: before another client
+//! changes the directory (adds, removes or renames a name there, sets its attributes, removes
+//! or moves it) it recalls the lease (`MdsRecall`) and holds that request until the holder
+//! releases it or the lease runs out. The mount ([`Held`]) counts a lease from when it asked
+//! for it, so it always ends there before it ends at the MDS; it keeps the names and
+//! attributes up to date with its own changes (or forgets the attributes when it cannot say
+//! what a change made of them), and drops a lease the moment a recall arrives, before it says
+//! so. A starting MDS knows no lease: it changes no directory until the longest a lease of the
+//! previous MDS could last has passed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use cairn_proto::mds::Attr;
 
 /// How long a lease lasts from its request (or its last renewal's).
 pub const LEASE: Duration = Duration::from_secs(4);
@@ -27,15 +31,26 @@ pub const MAX_LEASED_NAMES: usize = 4096;
 /// Most directories one mount holds leases on; further ones are not asked for.
 pub const MAX_HELD: usize = 1024;
 /// After a recall, the directory is leased to nobody for this long (two clients at work in
-/// one directory would otherwise pass the lease back and forth on every change).
+/// one directory would otherwise pass the lease back and forth on every change); a mount
+/// refused a lease asks again no sooner either.
 pub const AFTER_RECALL: Duration = Duration::from_secs(2);
+/// Most own changes a mount keeps while a lease is being asked for; past it that grant is
+/// refused (asked again later).
+const MAX_CHANGES_WHILE_ASKING: usize = 4096;
+
+/// An inode number a name is known to have in a leased directory; 0 when only the name is
+/// known (a lookup of it asks the MDS).
+const UNKNOWN_INO: u64 = 0;
 
 /// One lease as a mount holds it.
 #[derive(Debug)]
 struct Lease {
     /// The MDS's number for this grant (a recall names it).
     grant: u64,
-    names: HashSet<Vec<u8>>,
+    /// Every name of the directory, with its inode number when known.
+    names: HashMap<Vec<u8>, u64>,
+    /// The directory's attributes, when known.
+    attr: Option<Attr>,
     until: Instant,
     renewing: bool,
 }
@@ -45,16 +60,26 @@ struct Lease {
 pub enum Lookup {
     /// The name is not in the leased directory: ENOENT, without asking the MDS.
     Absent,
+    /// The name is a directory this mount leases too: these are its attributes.
+    Found(Box<Attr>),
     /// Ask the MDS; and when it answers ENOENT, ask for a lease (`true`).
     Ask(bool),
 }
 
-/// A lease being asked for: names this mount added there meanwhile (a grant made before
-/// them may be answered after them), and the newest grant recalled meanwhile (an answer
-/// overtaken by its own recall).
+/// One of this mount's own changes to a directory.
+#[derive(Debug)]
+enum Change {
+    Added(Vec<u8>, u64),
+    Removed(Vec<u8>),
+    Touched(Option<i64>),
+}
+
+/// A lease being asked for: this mount's changes to the directory answered meanwhile (a
+/// grant made before them may be answered after them), in order, and the newest grant
+/// recalled meanwhile.
 #[derive(Debug, Default)]
 struct Asking {
-    added: HashSet<Vec<u8>>,
+    changes: Vec<Change>,
     recalled: u64,
 }
 
@@ -63,8 +88,42 @@ struct Asking {
 pub struct Held {
     leases: HashMap<u64, Lease>,
     asking: HashMap<u64, Asking>,
+    /// When a lease on a directory was last refused (not asked again for [`AFTER_RECALL`]).
+    refused_at: HashMap<u64, Instant>,
+    /// Directories whose attributes the MDS answered once, and when: a second time within a
+    /// lease asks for one.
+    looked_at: HashMap<u64, Instant>,
     /// Leases are neither asked for nor used.
     disabled: bool,
+}
+
+impl Lease {
+    fn apply(&mut self, change: Change) {
+        match change {
+            Change::Added(name, ino) => {
+                self.names.insert(name, ino);
+            }
+            Change::Removed(name) => {
+                self.names.remove(&name);
+            }
+            Change::Touched(Some(t)) => {
+                if let Some(a) = self.attr.as_mut() {
+                    a.mtime_ns = a.mtime_ns.max(t);
+                    a.ctime_ns = a.ctime_ns.max(t);
+                }
+            }
+            Change::Touched(None) => self.attr = None,
+        }
+    }
+
+    /// Whether the lease wants renewing now (noted: the caller asks for it).
+    fn renew_due(&mut self, now: Instant) -> bool {
+        let due = !self.renewing && self.until.saturating_duration_since(now) < RENEW_WITHIN;
+        if due {
+            self.renewing = true;
+        }
+        due
+    }
 }
 
 impl Held {
@@ -77,30 +136,94 @@ impl Held {
         }
     }
 
+    /// The lease on `dir` if it is current at `now` (one that ran out is dropped).
+    fn current(&mut self, dir: u64, now: Instant) -> Option<&mut Lease> {
+        if self.leases.get(&dir).is_some_and(|l| now >= l.until) {
+            self.leases.remove(&dir);
+        }
+        self.leases.get_mut(&dir)
+    }
+
     /// Whether a lookup of `name` in `dir` is answered here (and whether the lease wants
     /// renewing now, which the caller then asks for, with `renewing` noted).
     pub fn lookup(&mut self, dir: u64, name: &[u8], now: Instant) -> (Lookup, bool) {
-        match self.leases.get_mut(&dir) {
-            Some(l) if now < l.until => {
-                let renew = !l.renewing && l.until.saturating_duration_since(now) < RENEW_WITHIN;
-                if renew {
-                    l.renewing = true;
-                }
-                match l.names.contains(name) {
-                    true => (Lookup::Ask(false), renew),
-                    false => (Lookup::Absent, renew),
-                }
+        let Some(l) = self.current(dir, now) else {
+            return (Lookup::Ask(self.may_ask(dir, now)), false);
+        };
+        let renew = l.renew_due(now);
+        let ino = match l.names.get(name) {
+            None => return (Lookup::Absent, renew),
+            Some(&ino) => ino,
+        };
+        let child = match ino {
+            UNKNOWN_INO => None,
+            _ => self.current(ino, now).and_then(|c| c.attr.clone()),
+        };
+        match child {
+            Some(a) => (Lookup::Found(Box::new(a)), renew),
+            None => (Lookup::Ask(false), renew),
+        }
+    }
+
+    /// The attributes of directory `ino` when this mount leases it and knows them (and
+    /// whether the lease wants renewing now, as for [`Held::lookup`]).
+    pub fn attr(&mut self, ino: u64, now: Instant) -> (Option<Attr>, bool) {
+        match self.current(ino, now) {
+            Some(l) => {
+                let renew = l.renew_due(now);
+                (l.attr.clone(), renew)
             }
-            Some(_) => {
-                self.leases.remove(&dir);
-                (Lookup::Ask(self.may_ask(dir, now)), false)
+            None => (None, false),
+        }
+    }
+
+    /// The MDS answered directory `attr` (a lookup, a getattr, a setattr): kept when it is
+    /// leased here (called in the order the answers come).
+    pub fn seen_dir(&mut self, attr: &Attr, now: Instant) {
+        if let Some(l) = self.current(attr.ino, now) {
+            l.attr = Some(attr.clone());
+        }
+    }
+
+    /// Whether a lease on directory `dir`, whose attributes the MDS just answered, is worth
+    /// asking for now: they were asked for before, within a lease, and no lease on it is
+    /// held, being asked for, or refused lately.
+    pub fn worth_asking(&mut self, dir: u64, now: Instant) -> bool {
+        if self.current(dir, now).is_some() {
+            return false;
+        }
+        if self.looked_at.len() >= MAX_HELD {
+            self.looked_at
+                .retain(|_, at| now.saturating_duration_since(*at) < LEASE);
+        }
+        let again = self
+            .looked_at
+            .get(&dir)
+            .is_some_and(|at| now.saturating_duration_since(*at) < LEASE);
+        if self.looked_at.len() < MAX_HELD {
+            self.looked_at.insert(dir, now);
+        }
+        again && self.may_ask(dir, now)
+    }
+
+    /// The MDS said `name` in `dir` is inode `ino` (a lookup's answer).
+    pub fn named(&mut self, dir: u64, name: &[u8], ino: u64, now: Instant) {
+        if let Some(l) = self.current(dir, now) {
+            if let Some(known) = l.names.get_mut(name) {
+                *known = ino;
             }
-            None => (Lookup::Ask(self.may_ask(dir, now)), false),
         }
     }
 
     fn may_ask(&mut self, dir: u64, now: Instant) -> bool {
         if self.disabled || self.asking.contains_key(&dir) {
+            return false;
+        }
+        if self
+            .refused_at
+            .get(&dir)
+            .is_some_and(|at| now.saturating_duration_since(*at) < AFTER_RECALL)
+        {
             return false;
         }
         if self.leases.len() >= MAX_HELD {
@@ -118,28 +241,38 @@ impl Held {
         true
     }
 
-    /// The MDS granted lease `grant` on `dir` with these names, to a request sent at `asked`;
-    /// refused here when that grant was recalled before its answer came.
-    pub fn granted(&mut self, dir: u64, grant: u64, names: Vec<Vec<u8>>, asked: Instant) {
+    /// The MDS granted lease `grant` on `dir` with these names and attributes, to a request
+    /// sent at `asked`; refused here when that grant was recalled before its answer came.
+    pub fn granted(
+        &mut self,
+        dir: u64,
+        grant: u64,
+        names: Vec<(Vec<u8>, u64)>,
+        attr: Option<Attr>,
+        asked: Instant,
+    ) {
         let Some(meanwhile) = self.asking.remove(&dir) else {
             return;
         };
-        if grant <= meanwhile.recalled || self.disabled || self.leases.len() >= MAX_HELD {
+        let spoiled = meanwhile.changes.len() > MAX_CHANGES_WHILE_ASKING;
+        if grant <= meanwhile.recalled || self.disabled || spoiled {
             return;
         }
-        let mut names: HashSet<Vec<u8>> = names.into_iter().collect();
-        names.extend(meanwhile.added);
-        self.leases.insert(
-            dir,
-            Lease {
-                grant,
-                names,
-                until: asked + LEASE,
-                renewing: false,
-            },
-        );
+        if self.leases.len() >= MAX_HELD {
+            return;
+        }
+        let mut lease = Lease {
+            grant,
+            names: names.into_iter().collect(),
+            attr: attr.filter(|a| a.ino == dir),
+            until: asked + LEASE,
+            renewing: false,
+        };
+        for change in meanwhile.changes {
+            lease.apply(change);
+        }
+        self.leases.insert(dir, lease);
     }
-
     /// The MDS renewed lease `grant` on `dir` to a request sent at `asked` (`false`: it
     /// refused; the lease ends).
     pub fn renewed(&mut self, dir: u64, grant: Option<u64>, asked: Instant) {
@@ -157,9 +290,16 @@ impl Held {
         }
     }
 
-    /// A lease asked for was not granted (or the request failed).
-    pub fn refused(&mut self, dir: u64) {
+    /// A lease asked for was not granted (or the request failed) at `now`.
+    pub fn refused(&mut self, dir: u64, now: Instant) {
         self.asking.remove(&dir);
+        if self.refused_at.len() >= MAX_HELD {
+            self.refused_at
+                .retain(|_, at| now.saturating_duration_since(*at) < AFTER_RECALL);
+        }
+        if self.refused_at.len() < MAX_HELD {
+            self.refused_at.insert(dir, now);
+        }
     }
 
     /// The MDS recalled lease `grant` on `dir`: it ends now (a newer one stays; one still
@@ -173,21 +313,59 @@ impl Held {
         }
     }
 
-    /// This mount added `name` to `dir` (the MDS said so).
-    pub fn added(&mut self, dir: u64, name: &[u8]) {
+    fn change(&mut self, dir: u64, change: Change) {
         if let Some(l) = self.leases.get_mut(&dir) {
-            l.names.insert(name.to_vec());
-        }
-        if let Some(a) = self.asking.get_mut(&dir) {
-            a.added.insert(name.to_vec());
+            l.apply(change);
+        } else if let Some(a) = self.asking.get_mut(&dir) {
+            // Past the bound the grant is refused anyway: what comes later needs no keeping.
+            if a.changes.len() <= MAX_CHANGES_WHILE_ASKING {
+                a.changes.push(change);
+            }
         }
     }
 
-    /// This mount removed `name` from `dir` (the MDS said so).
-    pub fn removed(&mut self, dir: u64, name: &[u8]) {
-        if let Some(l) = self.leases.get_mut(&dir) {
-            l.names.remove(name);
-        }
+    /// This mount added `name`, inode `ino` (0: not known), to `dir` (the MDS said so).
+    pub fn added(&mut self, dir: u64, name: &[u8], ino: u64) {
+        self.change(dir, Change::Added(name.to_vec(), ino));
+    }
+
+    /// This mount removed `name` from `dir` (the MDS said so): the inode number it had,
+    /// when known here.
+    pub fn removed(&mut self, dir: u64, name: &[u8]) -> Option<u64> {
+        let ino = self
+            .leases
+            .get(&dir)
+            .and_then(|l| l.names.get(name).copied())
+            .filter(|ino| *ino != UNKNOWN_INO);
+        self.change(dir, Change::Removed(name.to_vec()));
+        ino
+    }
+
+    /// The inode number `name` in `dir` has, when known here.
+    pub fn ino_of(&self, dir: u64, name: &[u8]) -> Option<u64> {
+        self.leases
+            .get(&dir)
+            .and_then(|l| l.names.get(name).copied())
+            .filter(|ino| *ino != UNKNOWN_INO)
+    }
+
+    /// Whether `name` is in the directory `dir` this mount leases.
+    pub fn knows_name(&self, dir: u64, name: &[u8]) -> bool {
+        self.leases
+            .get(&dir)
+            .is_some_and(|l| l.names.contains_key(name))
+    }
+
+    /// Gives up the lease on `dir` here (the MDS learns of it at its recall).
+    pub fn forget(&mut self, dir: u64) {
+        self.leases.remove(&dir);
+    }
+
+    /// This mount changed directory `dir`'s attributes: set its times to `at` (ns; a change
+    /// of its names, which moves them to the change's time), or, `None`, in a way not
+    /// followed here (its attributes are then asked of the MDS again).
+    pub fn touched(&mut self, dir: u64, at: Option<i64>) {
+        self.change(dir, Change::Touched(at));
     }
 }
 
@@ -203,9 +381,9 @@ struct Grant<S> {
     recalled: bool,
 }
 
-/// What a change that adds a name to a directory must do first.
+/// What a change to a directory by a client must do first.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Adding<S> {
+pub enum Changing<S> {
     /// Nothing: no other client holds the directory.
     Go,
     /// Wait until the holder releases it or its lease ends; first recall grant `.1` through
@@ -221,7 +399,7 @@ pub struct Granted<S, R> {
     recalled_at: HashMap<u64, Instant>,
     /// Requests waiting for the lease of a directory to end.
     waiting: Vec<(u64, R)>,
-    /// Until then a lease of the previous MDS may still be held: nothing adds a name.
+    /// Until then a lease of the previous MDS may still be held: no directory changes.
     quiet_until: Instant,
 }
 
@@ -292,28 +470,28 @@ impl<S: Clone, R> Granted<S, R> {
             .map(|g| g.id)
     }
 
-    /// What `client`'s change adding a name to `dir` must do first (see [`Adding`]); a
-    /// recall it asks for is noted as sent.
-    pub fn adding(&mut self, dir: u64, client: u64, now: Instant) -> Adding<S> {
+    /// What `client`'s change to `dir` must do first (see [`Changing`]); a recall it asks
+    /// for is noted as sent.
+    pub fn changing(&mut self, dir: u64, client: u64, now: Instant) -> Changing<S> {
         if now < self.quiet_until {
-            return Adding::Wait(None);
+            return Changing::Wait(None);
         }
         let Some(g) = self.grants.get_mut(&dir) else {
-            return Adding::Go;
+            return Changing::Go;
         };
         if g.client == client {
-            return Adding::Go;
+            return Changing::Go;
         }
         if now >= g.until {
             self.grants.remove(&dir);
-            return Adding::Go;
+            return Changing::Go;
         }
         match g.recalled {
-            true => Adding::Wait(None),
+            true => Changing::Wait(None),
             false => {
                 g.recalled = true;
                 self.recalled_at.insert(dir, now);
-                Adding::Wait(Some((g.to.clone(), g.id)))
+                Changing::Wait(Some((g.to.clone(), g.id)))
             }
         }
     }
@@ -373,16 +551,16 @@ mod tests {
         assert!(h.asking(5));
         assert!(!h.asking(5), "one request at a time");
         assert_eq!(h.lookup(5, b"a", t0).0, Lookup::Ask(false), "being asked");
-        h.granted(5, 1, vec![b"here".to_vec()], t0);
+        h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0);
         assert_eq!(h.lookup(5, b"a", t0).0, Lookup::Absent);
         assert_eq!(h.lookup(5, b"here", t0).0, Lookup::Ask(false));
-        h.added(5, b"a");
+        h.added(5, b"a", 0);
         assert_eq!(
             h.lookup(5, b"a", t0).0,
             Lookup::Ask(false),
             "its own create"
         );
-        h.removed(5, b"here");
+        assert_eq!(h.removed(5, b"here"), Some(9));
         assert_eq!(h.lookup(5, b"here", t0).0, Lookup::Absent);
         let late = t0 + LEASE - RENEW_WITHIN / 2;
         assert_eq!(h.lookup(5, b"x", late), (Lookup::Absent, true), "renew");
@@ -395,7 +573,7 @@ mod tests {
             "run out"
         );
         assert!(h.asking(5));
-        h.granted(5, 2, Vec::new(), t0);
+        h.granted(5, 2, Vec::new(), None, t0);
         h.renewed(5, None, t0);
         assert_eq!(
             h.lookup(5, b"x", t0).0,
@@ -403,7 +581,7 @@ mod tests {
             "refused renewal"
         );
         assert!(h.asking(5));
-        h.granted(5, 3, Vec::new(), t0);
+        h.granted(5, 3, Vec::new(), None, t0);
         h.set_enabled(false);
         assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Ask(false), "turned off");
     }
@@ -413,17 +591,17 @@ mod tests {
         let t0 = Instant::now();
         let mut h = Held::default();
         assert!(h.asking(5));
-        h.added(5, b"mine");
+        h.added(5, b"mine", 12);
         h.recalled(5, 4);
-        h.granted(5, 4, Vec::new(), t0);
+        h.granted(5, 4, Vec::new(), None, t0);
         assert_eq!(
             h.lookup(5, b"x", t0).0,
             Lookup::Ask(true),
             "recalled before its answer"
         );
         assert!(h.asking(5));
-        h.added(5, b"mine");
-        h.granted(5, 5, Vec::new(), t0);
+        h.added(5, b"mine", 12);
+        h.granted(5, 5, Vec::new(), None, t0);
         assert_eq!(
             h.lookup(5, b"mine", t0).0,
             Lookup::Ask(false),
@@ -435,6 +613,80 @@ mod tests {
         assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Ask(true));
     }
 
+    fn dir_attr(ino: u64, mtime_ns: i64) -> Attr {
+        Attr {
+            ino,
+            kind: cairn_proto::mds::FileKind::Dir,
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 2,
+            atime_ns: 0,
+            mtime_ns,
+            ctime_ns: mtime_ns,
+            rdev: 0,
+            object_size: 0,
+        }
+    }
+
+    #[test]
+    fn a_leased_directory_answers_its_attributes_and_its_leased_subdirectories() {
+        let t0 = Instant::now();
+        let mut h = Held::default();
+        assert!(!h.worth_asking(1, t0), "asked once");
+        assert!(h.worth_asking(1, t0), "asked twice: worth a lease");
+        assert!(h.asking(1));
+        h.touched(1, Some(50));
+        h.added(1, b"new", 0);
+        h.granted(1, 1, vec![(b"md".to_vec(), 2)], Some(dir_attr(1, 40)), t0);
+        let (a, _) = h.attr(1, t0);
+        assert_eq!(
+            a.map(|a| a.mtime_ns),
+            Some(50),
+            "its own change answered meanwhile"
+        );
+        assert_eq!(
+            h.lookup(1, b"md", t0).0,
+            Lookup::Ask(false),
+            "md is not leased"
+        );
+        assert!(h.asking(2));
+        h.granted(2, 2, Vec::new(), Some(dir_attr(2, 7)), t0);
+        assert_eq!(
+            h.lookup(1, b"md", t0).0,
+            Lookup::Found(Box::new(dir_attr(2, 7)))
+        );
+        assert_eq!(
+            h.lookup(1, b"new", t0).0,
+            Lookup::Ask(false),
+            "its inode unknown"
+        );
+        h.touched(2, Some(3));
+        assert_eq!(
+            h.attr(2, t0).0.map(|a| a.mtime_ns),
+            Some(7),
+            "times only move on"
+        );
+        h.touched(2, None);
+        assert_eq!(h.attr(2, t0).0, None, "a change not followed: ask the MDS");
+        assert_eq!(h.lookup(1, b"md", t0).0, Lookup::Ask(false));
+        h.seen_dir(&dir_attr(2, 8), t0);
+        assert_eq!(
+            h.attr(2, t0).0.map(|a| a.mtime_ns),
+            Some(8),
+            "the MDS's answer kept"
+        );
+        h.recalled(2, 2);
+        assert_eq!(h.attr(2, t0).0, None, "recalled");
+        assert_eq!(h.lookup(1, b"md", t0).0, Lookup::Ask(false));
+        assert_eq!(h.attr(1, t0 + LEASE).0, None, "run out");
+        h.refused(3, t0);
+        assert!(!h.worth_asking(3, t0));
+        assert!(!h.worth_asking(3, t0), "refused lately: not asked again");
+        assert!(h.worth_asking(3, t0 + AFTER_RECALL));
+    }
+
     #[test]
     fn another_clients_addition_recalls_the_lease_once_and_waits_for_its_release() {
         let t0 = Instant::now();
@@ -444,10 +696,10 @@ mod tests {
         assert_eq!(g.held_by(7, 1, t0), Some(id));
         assert_eq!(g.grant(7, 1, "s1", 3, t0), Some(id), "renewed, same number");
         assert_eq!(g.grant(7, 2, "s2", 3, t0), None, "held by another");
-        assert_eq!(g.adding(7, 1, t0), Adding::Go, "the holder's own");
-        assert_eq!(g.adding(7, 2, t0), Adding::Wait(Some(("s1", id))));
+        assert_eq!(g.changing(7, 1, t0), Changing::Go, "the holder's own");
+        assert_eq!(g.changing(7, 2, t0), Changing::Wait(Some(("s1", id))));
         g.wait(7, 100);
-        assert_eq!(g.adding(7, 2, t0), Adding::Wait(None), "recalled once");
+        assert_eq!(g.changing(7, 2, t0), Changing::Wait(None), "recalled once");
         g.wait(7, 101);
         assert_eq!(
             g.grant(7, 1, "s1", 3, t0),
@@ -488,18 +740,18 @@ mod tests {
         let t0 = Instant::now();
         let mut g: Granted<&str, u32> = Granted::new(t0 - LEASE);
         let id = g.grant(7, 1, "s1", 0, t0).unwrap();
-        assert_eq!(g.adding(7, 2, t0), Adding::Wait(Some(("s1", id))));
+        assert_eq!(g.changing(7, 2, t0), Changing::Wait(Some(("s1", id))));
         g.wait(7, 1);
         assert!(g.expire(t0 + LEASE / 2).is_empty());
         assert_eq!(g.expire(t0 + LEASE), [1]);
-        assert_eq!(g.adding(7, 2, t0 + LEASE), Adding::Go);
+        assert_eq!(g.changing(7, 2, t0 + LEASE), Changing::Go);
     }
 
     #[test]
     fn a_starting_mds_adds_no_name_until_an_earlier_lease_has_run_out() {
         let t0 = Instant::now();
         let mut g: Granted<&str, u32> = Granted::new(t0);
-        assert_eq!(g.adding(7, 2, t0), Adding::Wait(None));
+        assert_eq!(g.changing(7, 2, t0), Changing::Wait(None));
         g.wait(7, 9);
         assert_eq!(g.grant(7, 1, "s1", 0, t0), None, "nor grants");
         assert!(g.expire(t0 + LEASE / 2).is_empty());

@@ -18,8 +18,8 @@ use cairn_msgr::handshake::CredentialSource;
 use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::mds::{
-    MdsAnswer, MdsOp, MdsRecall, MdsReply, MdsRequest, MdsSafe, MSG_MDS_RECALL, MSG_MDS_REPLY,
-    MSG_MDS_REQUEST, MSG_MDS_SAFE,
+    Attr, FileKind, MdsAnswer, MdsOp, MdsRecall, MdsReply, MdsRequest, MdsSafe, MSG_MDS_RECALL,
+    MSG_MDS_REPLY, MSG_MDS_REQUEST, MSG_MDS_SAFE,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -98,18 +98,21 @@ impl Outstanding {
     }
 
     /// Keeps the leases in step with an answer to `op`, sent first at `asked`: a lease granted
-    /// or renewed, and this client's own names added and removed in leased directories.
+    /// or renewed, directories' attributes the MDS answered, and this client's own changes to
+    /// leased directories.
     fn leases_follow(&mut self, op: &MdsOp, result: &Result<MdsAnswer, i32>, asked: Instant) {
         let l = &mut self.leases;
+        let now = Instant::now();
         match (op, result) {
             (
                 MdsOp::LeaseDir { dir, .. },
                 Ok(MdsAnswer::DirLeased {
                     names: Some(names),
+                    attr,
                     grant,
                 }),
-            ) => l.granted(*dir, *grant, names.clone(), asked),
-            (MdsOp::LeaseDir { dir, names: true }, _) => l.refused(*dir),
+            ) => l.granted(*dir, *grant, names.clone(), attr.clone(), asked),
+            (MdsOp::LeaseDir { dir, names: true }, _) => l.refused(*dir, now),
             (MdsOp::LeaseDir { dir, names: false }, r) => {
                 let grant = match r {
                     Ok(MdsAnswer::DirLeased { grant, .. }) => Some(*grant),
@@ -118,22 +121,99 @@ impl Outstanding {
                 l.renewed(*dir, grant, asked)
             }
             (_, Err(_)) => {}
-            (MdsOp::Create { parent, name, .. } | MdsOp::Link { parent, name, .. }, _) => {
-                l.added(*parent, name)
+            (
+                MdsOp::Create {
+                    parent,
+                    name,
+                    inode,
+                },
+                Ok(answer),
+            ) => {
+                let ino = match answer {
+                    MdsAnswer::Attr(a) => a.ino,
+                    _ => 0,
+                };
+                l.added(*parent, name, ino);
+                // A new directory adds a link to its parent, which is not followed here.
+                let at = (inode.kind != FileKind::Dir).then_some(inode.now_ns);
+                l.touched(*parent, at);
             }
-            (MdsOp::Unlink { parent, name, .. } | MdsOp::Rmdir { parent, name, .. }, _) => {
-                l.removed(*parent, name)
+            (
+                MdsOp::Link {
+                    parent,
+                    name,
+                    now_ns,
+                    ..
+                },
+                Ok(answer),
+            ) => {
+                let ino = match answer {
+                    MdsAnswer::Attr(a) => a.ino,
+                    _ => 0,
+                };
+                l.added(*parent, name, ino);
+                l.touched(*parent, Some(*now_ns));
             }
-            // The source name is kept: a rename onto a name of the same inode leaves it, and a
-            // name believed present only costs a lookup at the MDS.
+            (
+                MdsOp::Unlink {
+                    parent,
+                    name,
+                    now_ns,
+                },
+                _,
+            ) => {
+                l.removed(*parent, name);
+                l.touched(*parent, Some(*now_ns));
+            }
+            (MdsOp::Rmdir { parent, name, .. }, _) => {
+                if let Some(gone) = l.removed(*parent, name) {
+                    l.touched(gone, None);
+                }
+                l.touched(*parent, None);
+            }
             (
                 MdsOp::Rename {
+                    parent,
+                    name,
                     new_parent,
                     new_name,
                     ..
                 },
                 _,
-            ) => l.added(*new_parent, new_name),
+            ) => {
+                let moved = l.ino_of(*parent, name);
+                let replaced = l.ino_of(*new_parent, new_name);
+                let same = (parent, name) == (new_parent, new_name)
+                    || moved.is_some_and(|m| Some(m) == replaced);
+                if !same {
+                    // Two names of one inode (a hard link) are both left by a rename; when
+                    // the target's number is not known here, nor the source's, the leases
+                    // are given up rather than guessed.
+                    if moved.is_none() && replaced.is_none() && l.knows_name(*new_parent, new_name)
+                    {
+                        l.forget(*parent);
+                        l.forget(*new_parent);
+                    }
+                    l.removed(*parent, name);
+                    l.added(*new_parent, new_name, moved.unwrap_or(0));
+                }
+                for dir in [Some(*parent), Some(*new_parent), moved, replaced]
+                    .into_iter()
+                    .flatten()
+                {
+                    l.touched(dir, None);
+                }
+            }
+            (MdsOp::SetXattr { ino, .. } | MdsOp::RemoveXattr { ino, .. }, _) => {
+                l.touched(*ino, None)
+            }
+            (MdsOp::Lookup { parent, name }, Ok(MdsAnswer::Attr(a))) => {
+                l.named(*parent, name, a.ino, now);
+                if a.kind == FileKind::Dir {
+                    l.seen_dir(a, now);
+                }
+            }
+            (_, Ok(MdsAnswer::Attr(a))) if a.kind == FileKind::Dir => l.seen_dir(a, now),
             _ => {}
         }
     }
@@ -430,6 +510,20 @@ impl MdsLink {
             .lookup(dir, name, Instant::now())
     }
 
+    /// The attributes of directory `ino` when this mount leases it (see [`Held::attr`]), and
+    /// whether the lease wants renewing now.
+    pub fn dir_attr_leased(&self, ino: u64) -> (Option<Attr>, bool) {
+        lock(&self.outstanding).leases.attr(ino, Instant::now())
+    }
+
+    /// Whether a lease on directory `dir`, whose attributes the MDS just answered, is worth
+    /// asking for (see [`Held::worth_asking`]).
+    pub fn worth_leasing(&self, dir: u64) -> bool {
+        lock(&self.outstanding)
+            .leases
+            .worth_asking(dir, Instant::now())
+    }
+
     /// Asks for a lease on `dir` (`names`: a new one, with its names) unless one is being
     /// asked for; what comes of it is taken in with the answer.
     pub async fn ask_lease(&self, dir: u64, names: bool) {
@@ -440,7 +534,7 @@ impl MdsLink {
             tracing::debug!(dir, errno = e, "no directory lease");
             if names {
                 // No answer came (an answer, EAGAIN included, was taken in already).
-                lock(&self.outstanding).leases.refused(dir);
+                lock(&self.outstanding).leases.refused(dir, Instant::now());
             }
         }
     }

@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::active;
 use crate::backing::{self, metadata_pool, JOURNAL_OBJECT};
-use crate::dirlease::{Adding, Granted};
+use crate::dirlease::{Changing, Granted};
 use crate::error::FsError;
 use crate::evict::Evictions;
 use crate::full::SpaceGuard;
@@ -508,30 +508,25 @@ impl Core {
             && !self.evictions.refuses(who)
             && !self.answered.by_request.contains_key(&(who, tid));
         if may_wait {
-            if let Some(dir) = op.adds_name_to() {
-                match self.leases.adding(dir, who, Instant::now()) {
-                    Adding::Go => {}
-                    Adding::Wait(recall) => {
-                        if let Some((to, grant)) = recall {
-                            tracing::info!(
-                                dir,
-                                grant,
-                                for_client = who,
-                                "a directory lease recalled"
-                            );
-                            let notice = cairn_proto::encode(&MdsRecall { dir, grant }, &[]);
-                            send_frame(&to, MSG_MDS_RECALL, notice);
-                        }
-                        match self.leases.waiting() < MAX_WAITING_FOR_LEASES {
-                            true => self.leases.wait(dir, incoming),
-                            // Unanswered: the client sends it again after its attempt's timeout.
-                            false => {
-                                tracing::debug!("too many requests wait for leases; one is dropped")
-                            }
-                        }
-                        return;
+            let now = Instant::now();
+            let mut wait_on = None;
+            for dir in self.dirs_changed(op) {
+                if let Changing::Wait(recall) = self.leases.changing(dir, who, now) {
+                    if let Some((to, grant)) = recall {
+                        tracing::info!(dir, grant, for_client = who, "a directory lease recalled");
+                        let notice = cairn_proto::encode(&MdsRecall { dir, grant }, &[]);
+                        send_frame(&to, MSG_MDS_RECALL, notice);
                     }
+                    wait_on.get_or_insert(dir);
                 }
+            }
+            if let Some(dir) = wait_on {
+                match self.leases.waiting() < MAX_WAITING_FOR_LEASES {
+                    true => self.leases.wait(dir, incoming),
+                    // Unanswered: the client sends it again after its attempt's timeout.
+                    false => tracing::debug!("too many requests wait for leases; one is dropped"),
+                }
+                return;
             }
         }
         let Incoming { req, reply } = incoming;
@@ -635,8 +630,40 @@ impl Core {
         }
     }
 
+    /// The directories `op` would change (names or attributes): those it names, and those
+    /// it removes or moves (found by name here). Others' leases on them are recalled first.
+    fn dirs_changed(&self, op: &MdsOp) -> Vec<u64> {
+        let is_dir = |ino: u64| self.ns.entries(ino).is_some();
+        let mut dirs: Vec<u64> = op
+            .changes_dirs()
+            .into_iter()
+            .flatten()
+            .filter(|d| is_dir(*d))
+            .collect();
+        let named: [Option<(u64, &[u8])>; 2] = match op {
+            MdsOp::Rmdir { parent, name, .. } => [Some((*parent, name)), None],
+            MdsOp::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                ..
+            } => [Some((*parent, name)), Some((*new_parent, new_name))],
+            _ => [None, None],
+        };
+        for (parent, name) in named.into_iter().flatten() {
+            let child = self.ns.entries(parent).and_then(|e| e.get(name));
+            if let Some(d) = child.filter(|d| d.kind == cairn_proto::mds::FileKind::Dir) {
+                dirs.push(d.ino);
+            }
+        }
+        dirs.sort_unstable();
+        dirs.dedup();
+        dirs
+    }
+
     /// Grants or renews `who`'s lease on `dir`, asked for through `to`: the directory's names
-    /// for a new lease; EAGAIN when it is not granted.
+    /// and attributes for a new lease; EAGAIN when it is not granted.
     fn lease_dir(
         &mut self,
         who: u64,
@@ -657,8 +684,10 @@ impl Core {
             .leases
             .grant(dir, who, to, entries.len(), now)
             .ok_or(libc::EAGAIN)?;
+        let attr = self.ns.inode(dir).map(|i| i.attr.clone());
         Ok(MdsAnswer::DirLeased {
-            names: names.then(|| entries.keys().cloned().collect()),
+            names: names.then(|| entries.iter().map(|(n, d)| (n.clone(), d.ino)).collect()),
+            attr: attr.filter(|_| names),
             grant,
         })
     }

@@ -752,6 +752,11 @@ impl Filesystem for CairnFs {
         let ask_lease = match leased {
             // The directory is leased here and has no such name: answered without the MDS.
             Lookup::Absent => return reply.error(errno(libc::ENOENT)),
+            // A directory leased here too, named in one leased here.
+            Lookup::Found(attr) => {
+                let attr = self.ctx().seen(*attr);
+                return reply.entry(&TTL, &attr, Generation(0));
+            }
             Lookup::Ask(ask_lease) => ask_lease,
         };
         self.spawn(|c| async move {
@@ -771,9 +776,27 @@ impl Filesystem for CairnFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let (leased, renew) = self.link.dir_attr_leased(ino.0);
+        if renew {
+            let link = self.link.clone();
+            self.rt
+                .spawn(async move { link.ask_lease(ino.0, false).await });
+        }
+        if let Some(attr) = leased {
+            // A directory leased here: nobody else changes it without a recall first.
+            return reply.attr(&TTL, &self.ctx().seen(attr));
+        }
         self.spawn(|c| async move {
             match c.attr_of(MdsOp::GetAttr { ino: ino.0 }).await {
-                Ok(a) => reply.attr(&TTL, &a),
+                Ok(a) => {
+                    if a.kind == FileType::Directory && c.link.worth_leasing(ino.0) {
+                        // A directory walked through again and again (every path under it
+                        // asks for its attributes): a lease answers them here.
+                        let link = c.link.clone();
+                        tokio::spawn(async move { link.ask_lease(ino.0, true).await });
+                    }
+                    reply.attr(&TTL, &a)
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });

@@ -305,8 +305,8 @@ pub enum MdsOp {
         wait: bool,
     },
     /// Asks for a lease on a directory (or renews one): while it lasts, the client answers
-    /// lookups of names missing from it itself, and the MDS recalls it before another client
-    /// adds a name there. EAGAIN when it is not granted.
+    /// lookups in it and its attributes itself, and the MDS recalls it before another client
+    /// changes it. EAGAIN when it is not granted.
     LeaseDir {
         /// The directory.
         dir: u64,
@@ -383,13 +383,23 @@ impl MdsOp {
         self
     }
 
-    /// The directory the operation adds a name to, if it does (another client's lease on it
-    /// is recalled first).
-    pub fn adds_name_to(&self) -> Option<u64> {
+    /// The directories whose names or attributes the operation changes, as far as the
+    /// operation names them (the parents it changes, the inode whose attributes it sets);
+    /// another client's lease on any of them is recalled first. The directories it removes
+    /// or moves are found in the namespace by the MDS.
+    pub fn changes_dirs(&self) -> [Option<u64>; 2] {
         match self {
-            MdsOp::Create { parent, .. } | MdsOp::Link { parent, .. } => Some(*parent),
-            MdsOp::Rename { new_parent, .. } => Some(*new_parent),
-            _ => None,
+            MdsOp::Create { parent, .. }
+            | MdsOp::Link { parent, .. }
+            | MdsOp::Unlink { parent, .. }
+            | MdsOp::Rmdir { parent, .. } => [Some(*parent), None],
+            MdsOp::Rename {
+                parent, new_parent, ..
+            } => [Some(*parent), Some(*new_parent)],
+            MdsOp::SetAttr { ino, .. }
+            | MdsOp::SetXattr { ino, .. }
+            | MdsOp::RemoveXattr { ino, .. } => [Some(*ino), None],
+            _ => [None, None],
         }
     }
 
@@ -445,8 +455,12 @@ pub enum MdsAnswer {
     },
     /// A directory lease granted or renewed.
     DirLeased {
-        /// Every name of the directory, for a new lease (none for a renewal).
-        names: Option<Vec<Vec<u8>>>,
+        /// Every name of the directory with its inode number, for a new lease (none for a
+        /// renewal).
+        names: Option<Vec<(Vec<u8>, u64)>>,
+        /// The directory's attributes, for a new lease.
+        #[serde(default)]
+        attr: Option<Attr>,
         /// The grant's number (a renewal keeps it; recalls and releases name it).
         grant: u64,
     },
@@ -537,16 +551,16 @@ mod tests {
         assert_eq!(back, safe);
         assert!(!MdsOp::Reconnected.is_mutation());
         assert_eq!(
-            req.op.adds_name_to(),
-            Some(2),
-            "a rename adds to its target"
+            req.op.changes_dirs(),
+            [Some(1), Some(2)],
+            "a rename changes both parents"
         );
         let lease = MdsOp::LeaseDir {
             dir: 4,
             names: true,
         };
         assert!(!lease.is_mutation());
-        assert_eq!(lease.adds_name_to(), None);
+        assert_eq!(lease.changes_dirs(), [None, None]);
         let recall = MdsRecall { dir: 4, grant: 2 };
         let (back, _): (MdsRecall, _) = crate::decode(&crate::encode(&recall, &[])).unwrap();
         assert_eq!(back, recall);
