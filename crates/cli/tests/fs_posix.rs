@@ -726,17 +726,17 @@ fn leased_directory(a: &Mount, b: &Mount, cluster: &Cluster) {
     assert_eq!(fs::read(a.path("leased/moved-in")).unwrap(), b"moved");
     let names = fs::read_dir(a.path("leased")).unwrap().count();
     assert_eq!(names, 62);
-    leased_attributes(a, b);
+    leased_attributes(a, b, cluster);
 }
 
 /// A directory's attributes and its subdirectories' names, answered by the mount that leases
 /// them, follow its own changes and every other mount's at once.
-fn leased_attributes(a: &Mount, b: &Mount) {
+fn leased_attributes(a: &Mount, b: &Mount, cluster: &Cluster) {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let same = |what: &str| {
         let (ma, mb) = (
-            fs::metadata(a.path("leased")).unwrap(),
-            fs::metadata(b.path("leased")).unwrap(),
+            fs::metadata(a.path("attrs")).unwrap(),
+            fs::metadata(b.path("attrs")).unwrap(),
         );
         assert_eq!(
             (
@@ -756,42 +756,55 @@ fn leased_attributes(a: &Mount, b: &Mount) {
             "both mounts see the directory alike after {what}"
         );
     };
-    fs::create_dir(a.path("leased/sub")).unwrap();
-    for _ in 0..3 {
-        // Walked through again and again: both directories leased by the first mount.
-        fs::metadata(a.path("leased/sub")).unwrap();
-        File::create(a.path("leased/sub/f")).unwrap();
+    fs::create_dir_all(a.path("attrs/sub")).unwrap();
+    for i in 0..4 {
+        // Walked through again and again: both directories get leased by the first mount.
+        fs::metadata(a.path("attrs/sub")).unwrap();
+        File::create(a.path(&format!("attrs/sub/f-{i}"))).unwrap();
+        File::create(a.path(&format!("attrs/a-{i}"))).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
     }
     same("its own creates");
-    fs::create_dir(a.path("leased/sub2")).unwrap();
+    fs::create_dir(a.path("attrs/sub2")).unwrap();
     same("its own mkdir");
-    fs::remove_dir(a.path("leased/sub2")).unwrap();
+    fs::remove_dir(a.path("attrs/sub2")).unwrap();
     same("its own rmdir");
-    fs::remove_file(a.path("leased/a-1")).unwrap();
+    fs::remove_file(a.path("attrs/a-1")).unwrap();
     same("its own unlink");
-    fs::rename(a.path("leased/a-2"), a.path("leased/a-3")).unwrap();
+    fs::rename(a.path("attrs/a-2"), a.path("attrs/a-3")).unwrap();
     same("its own rename");
-    assert!(!a.path("leased/a-2").exists());
-    fs::set_permissions(b.path("leased/sub"), fs::Permissions::from_mode(0o700)).unwrap();
-    let mode = fs::metadata(a.path("leased/sub"))
+    assert!(!a.path("attrs/a-2").exists());
+    fs::metadata(a.path("attrs/sub")).unwrap();
+    let before = recalls_logged(cluster);
+    fs::set_permissions(b.path("attrs/sub"), fs::Permissions::from_mode(0o700)).unwrap();
+    let mode = fs::metadata(a.path("attrs/sub"))
         .unwrap()
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o700, "the other mount's chmod seen at once");
-    fs::remove_file(b.path("leased/a-4")).unwrap();
     assert!(
-        !a.path("leased/a-4").exists(),
+        recalls_logged(cluster) > before,
+        "the chmod recalled the first mount's lease on the directory"
+    );
+    let before = recalls_logged(cluster);
+    fs::remove_file(b.path("attrs/a-0")).unwrap();
+    assert!(
+        !a.path("attrs/a-0").exists(),
         "the other mount's unlink seen at once"
     );
-    same("the other mount's unlink");
-    fs::rename(b.path("leased/sub"), b.path("leased/moved-sub")).unwrap();
     assert!(
-        !a.path("leased/sub").exists(),
+        recalls_logged(cluster) > before,
+        "the unlink recalled the first mount's lease on its directory"
+    );
+    same("the other mount's unlink");
+    fs::rename(b.path("attrs/sub"), b.path("attrs/moved-sub")).unwrap();
+    assert!(
+        !a.path("attrs/sub").exists(),
         "the other mount's rename seen at once"
     );
-    assert!(a.path("leased/moved-sub/f").exists());
+    assert!(a.path("attrs/moved-sub/f-0").exists());
     same("the other mount's rename");
-    fs::set_permissions(b.path("leased"), fs::Permissions::from_mode(0o750)).unwrap();
+    fs::set_permissions(b.path("attrs"), fs::Permissions::from_mode(0o750)).unwrap();
     same("the other mount's chmod");
 }
 
