@@ -287,8 +287,19 @@ enum ApplyWork {
     Drained(oneshot::Sender<()>),
 }
 
+/// Longest journaled updates wait before the applier writes them to the directory and inode
+/// objects: the changes many batches make to one object then go as one write (the journal
+/// holds them durably meanwhile, and a starting MDS replays it; CephFS's MDS writes its dirty
+/// metadata back lazily too). A create changes its directory's object, one of the inode
+/// objects and the state object: applied batch by batch, each costs the OSDs more than one
+/// write.
+pub const APPLY_INTERVAL: Duration = Duration::from_millis(500);
+/// Most journaled updates the applier holds before it writes them, however young.
+pub const MAX_UNAPPLIED_UPDATES: usize = 16_384;
+
 /// Applies journaled batches to the directory and inode objects, in journal order, while the
-/// next batch is being journaled; returns only on a failure.
+/// next batches are being journaled: gathers them for up to [`APPLY_INTERVAL`] (or
+/// [`MAX_UNAPPLIED_UPDATES`]), and at once when asked to drain. Returns only on a failure.
 async fn apply_loop(
     client: Arc<Client>,
     pool: String,
@@ -296,25 +307,46 @@ async fn apply_loop(
     purge: Arc<Notify>,
     lease: Arc<Lease>,
 ) -> FsError {
-    while let Some(w) = work.recv().await {
-        match w {
-            ApplyWork::Updates(updates) => {
-                if let Err(e) = lease.check().await {
-                    return not_active(e);
+    let mut unapplied: Vec<Update> = Vec::new();
+    let mut due: Option<tokio::time::Instant> = None;
+    loop {
+        let next = match due {
+            Some(at) => tokio::select! {
+                w = work.recv() => Some(w),
+                _ = tokio::time::sleep_until(at) => None,
+            },
+            None => Some(work.recv().await),
+        };
+        let drained = match next {
+            Some(None) => return FsError::Mds("the applier's queue closed".into()),
+            Some(Some(ApplyWork::Updates(updates))) => {
+                unapplied.extend(updates);
+                due.get_or_insert_with(|| tokio::time::Instant::now() + APPLY_INTERVAL);
+                if unapplied.len() < MAX_UNAPPLIED_UPDATES {
+                    continue;
                 }
-                if let Err(e) = backing::apply(&client, &pool, &updates).await {
-                    return e;
-                }
-                if updates.iter().any(|u| matches!(u, Update::Purge { .. })) {
-                    purge.notify_one();
-                }
+                None
             }
-            ApplyWork::Drained(to) => {
-                let _ = to.send(());
+            Some(Some(ApplyWork::Drained(to))) => Some(to),
+            None => None,
+        };
+        due = None;
+        if !unapplied.is_empty() {
+            if let Err(e) = lease.check().await {
+                return not_active(e);
             }
+            if let Err(e) = backing::apply(&client, &pool, &unapplied).await {
+                return e;
+            }
+            if unapplied.iter().any(|u| matches!(u, Update::Purge { .. })) {
+                purge.notify_one();
+            }
+            unapplied.clear();
+        }
+        if let Some(to) = drained {
+            let _ = to.send(());
         }
     }
-    FsError::Mds("the applier's queue closed".into())
 }
 
 /// What a finished commit made durable.
