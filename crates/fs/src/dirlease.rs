@@ -34,9 +34,9 @@ pub const MAX_HELD: usize = 1024;
 /// one directory would otherwise pass the lease back and forth on every change); a mount
 /// refused a lease asks again no sooner either.
 pub const AFTER_RECALL: Duration = Duration::from_secs(2);
-/// Most own changes a mount keeps while a lease is being asked for; past it that grant is
-/// refused (asked again later).
-const MAX_CHANGES_WHILE_ASKING: usize = 4096;
+/// Most names a mount keeps of one leased directory as it adds its own; past it the lease is
+/// given up (the MDS renews none past it either).
+pub const MAX_HELD_NAMES: usize = 2 * MAX_LEASED_NAMES;
 
 /// An inode number a name is known to have in a leased directory; 0 when only the name is
 /// known (a lookup of it asks the MDS).
@@ -74,12 +74,12 @@ enum Change {
     Touched(Option<i64>),
 }
 
-/// A lease being asked for: this mount's changes to the directory answered meanwhile (a
-/// grant made before them may be answered after them), in order, and the newest grant
-/// recalled meanwhile.
+/// A lease being asked for: the newest grant recalled meanwhile. (This mount's changes
+/// answered meanwhile need no keeping: the MDS answers a grant when it makes it, and its
+/// answers leave in order, so a change answered before the grant was made before it and the
+/// grant includes it.)
 #[derive(Debug, Default)]
 struct Asking {
-    changes: Vec<Change>,
     recalled: u64,
 }
 
@@ -107,9 +107,14 @@ impl Lease {
                 self.names.remove(&name);
             }
             Change::Touched(Some(t)) => {
-                if let Some(a) = self.attr.as_mut() {
-                    a.mtime_ns = a.mtime_ns.max(t);
-                    a.ctime_ns = a.ctime_ns.max(t);
+                // The MDS sets both to the change's time. A time before the ones known (a
+                // clock stepped back, a time set ahead) is not followed: asked again.
+                match self.attr.as_mut() {
+                    Some(a) if a.mtime_ns <= t && a.ctime_ns <= t => {
+                        a.mtime_ns = t;
+                        a.ctime_ns = t;
+                    }
+                    _ => self.attr = None,
                 }
             }
             Change::Touched(None) => self.attr = None,
@@ -254,23 +259,19 @@ impl Held {
         let Some(meanwhile) = self.asking.remove(&dir) else {
             return;
         };
-        let spoiled = meanwhile.changes.len() > MAX_CHANGES_WHILE_ASKING;
-        if grant <= meanwhile.recalled || self.disabled || spoiled {
+        if grant <= meanwhile.recalled || self.disabled || self.leases.len() >= MAX_HELD {
             return;
         }
-        if self.leases.len() >= MAX_HELD {
+        if names.len() > MAX_LEASED_NAMES {
             return;
         }
-        let mut lease = Lease {
+        let lease = Lease {
             grant,
             names: names.into_iter().collect(),
             attr: attr.filter(|a| a.ino == dir),
             until: asked + LEASE,
             renewing: false,
         };
-        for change in meanwhile.changes {
-            lease.apply(change);
-        }
         self.leases.insert(dir, lease);
     }
     /// The MDS renewed lease `grant` on `dir` to a request sent at `asked` (`false`: it
@@ -316,11 +317,18 @@ impl Held {
     fn change(&mut self, dir: u64, change: Change) {
         if let Some(l) = self.leases.get_mut(&dir) {
             l.apply(change);
-        } else if let Some(a) = self.asking.get_mut(&dir) {
-            // Past the bound the grant is refused anyway: what comes later needs no keeping.
-            if a.changes.len() <= MAX_CHANGES_WHILE_ASKING {
-                a.changes.push(change);
+            if l.names.len() > MAX_HELD_NAMES {
+                // A directory grown far past what is leased: its lookups go to the MDS.
+                self.leases.remove(&dir);
             }
+        }
+    }
+
+    /// Forgets the attributes of every leased directory (a change of this mount's moved or
+    /// removed a directory this mount may lease without knowing its number).
+    pub fn forget_attrs(&mut self) {
+        for l in self.leases.values_mut() {
+            l.attr = None;
         }
     }
 
@@ -354,6 +362,11 @@ impl Held {
         self.leases
             .get(&dir)
             .is_some_and(|l| l.names.contains_key(name))
+    }
+
+    /// Whether this mount holds a lease on `dir` (current or not).
+    pub fn is_leased(&self, dir: u64) -> bool {
+        self.leases.contains_key(&dir)
     }
 
     /// Gives up the lease on `dir` here (the MDS learns of it at its recall).
@@ -397,8 +410,9 @@ pub struct Granted<S, R> {
     grants: HashMap<u64, Grant<S>>,
     next_id: u64,
     recalled_at: HashMap<u64, Instant>,
-    /// Requests waiting for the lease of a directory to end.
-    waiting: Vec<(u64, R)>,
+    /// Requests waiting for other clients' leases to end: the directories each changes, and
+    /// its client.
+    waiting: Vec<(Vec<u64>, u64, R)>,
     /// Until then a lease of the previous MDS may still be held: no directory changes.
     quiet_until: Instant,
 }
@@ -427,7 +441,7 @@ impl<S: Clone, R> Granted<S, R> {
         names: usize,
         now: Instant,
     ) -> Option<u64> {
-        if now < self.quiet_until || self.waiting.iter().any(|(d, _)| *d == dir) {
+        if now < self.quiet_until || self.waiting.iter().any(|(dirs, _, _)| dirs.contains(&dir)) {
             return None;
         }
         if self
@@ -439,6 +453,9 @@ impl<S: Clone, R> Granted<S, R> {
         }
         match self.grants.get_mut(&dir) {
             Some(g) if g.client == client && !g.recalled && now < g.until => {
+                if names > MAX_HELD_NAMES {
+                    return None;
+                }
                 g.until = now + LEASE;
                 g.to = to;
                 Some(g.id)
@@ -496,9 +513,10 @@ impl<S: Clone, R> Granted<S, R> {
         }
     }
 
-    /// Holds `request` until `dir` is free of other clients' leases.
-    pub fn wait(&mut self, dir: u64, request: R) {
-        self.waiting.push((dir, request));
+    /// Holds `client`'s `request`, which changes `dirs`, until they are free of other
+    /// clients' leases; meanwhile none of them is leased to anyone.
+    pub fn wait(&mut self, dirs: Vec<u64>, client: u64, request: R) {
+        self.waiting.push((dirs, client, request));
     }
 
     /// `client` released lease `grant` on `dir` (a release of an older grant ends nothing):
@@ -526,11 +544,15 @@ impl<S: Clone, R> Granted<S, R> {
         if now < self.quiet_until {
             return Vec::new();
         }
-        let (free, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+        let others_hold = |dirs: &[u64], client: u64| {
+            dirs.iter()
+                .any(|d| self.grants.get(d).is_some_and(|g| g.client != client))
+        };
+        let (held, free): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
             .into_iter()
-            .partition(|(dir, _)| !self.grants.contains_key(dir));
+            .partition(|(dirs, client, _)| others_hold(dirs, *client));
         self.waiting = held;
-        free.into_iter().map(|(_, r)| r).collect()
+        free.into_iter().map(|(_, _, r)| r).collect()
     }
 
     /// How many requests wait for leases.
@@ -600,12 +622,17 @@ mod tests {
             "recalled before its answer"
         );
         assert!(h.asking(5));
-        h.added(5, b"mine", 12);
-        h.granted(5, 5, Vec::new(), None, t0);
+        h.added(5, b"gone", 12);
+        h.granted(5, 5, vec![(b"mine".to_vec(), 12)], None, t0);
         assert_eq!(
             h.lookup(5, b"mine", t0).0,
             Lookup::Ask(false),
-            "its own create answered before the grant made before it"
+            "the grant's names"
+        );
+        assert_eq!(
+            h.lookup(5, b"gone", t0).0,
+            Lookup::Absent,
+            "a change answered before the grant is in it already: not replayed over it"
         );
         h.recalled(5, 4);
         assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Absent, "a stale recall");
@@ -637,14 +664,14 @@ mod tests {
         assert!(!h.worth_asking(1, t0), "asked once");
         assert!(h.worth_asking(1, t0), "asked twice: worth a lease");
         assert!(h.asking(1));
+        h.granted(1, 1, vec![(b"md".to_vec(), 2)], Some(dir_attr(1, 40)), t0);
         h.touched(1, Some(50));
         h.added(1, b"new", 0);
-        h.granted(1, 1, vec![(b"md".to_vec(), 2)], Some(dir_attr(1, 40)), t0);
         let (a, _) = h.attr(1, t0);
         assert_eq!(
-            a.map(|a| a.mtime_ns),
-            Some(50),
-            "its own change answered meanwhile"
+            a.map(|a| (a.mtime_ns, a.ctime_ns)),
+            Some((50, 50)),
+            "its own change: the change's time, as the MDS sets it"
         );
         assert_eq!(
             h.lookup(1, b"md", t0).0,
@@ -664,23 +691,33 @@ mod tests {
         );
         h.touched(2, Some(3));
         assert_eq!(
-            h.attr(2, t0).0.map(|a| a.mtime_ns),
-            Some(7),
-            "times only move on"
+            h.attr(2, t0).0,
+            None,
+            "a time before the one known is not followed"
         );
+        h.seen_dir(&dir_attr(2, 7), t0);
         h.touched(2, None);
         assert_eq!(h.attr(2, t0).0, None, "a change not followed: ask the MDS");
         assert_eq!(h.lookup(1, b"md", t0).0, Lookup::Ask(false));
+        assert_eq!(h.attr(1, t0 + LEASE).0, None, "run out");
         h.seen_dir(&dir_attr(2, 8), t0);
         assert_eq!(
             h.attr(2, t0).0.map(|a| a.mtime_ns),
             Some(8),
             "the MDS's answer kept"
         );
+        h.forget_attrs();
+        assert_eq!(h.attr(2, t0).0, None, "forgotten");
+        h.seen_dir(&dir_attr(2, 8), t0);
         h.recalled(2, 2);
         assert_eq!(h.attr(2, t0).0, None, "recalled");
-        assert_eq!(h.lookup(1, b"md", t0).0, Lookup::Ask(false));
-        assert_eq!(h.attr(1, t0 + LEASE).0, None, "run out");
+        for i in 0..=MAX_HELD_NAMES {
+            h.added(1, format!("n{i}").as_bytes(), 0);
+        }
+        assert!(
+            matches!(h.lookup(1, b"absent", t0).0, Lookup::Ask(_)),
+            "grown too large: given up"
+        );
         h.refused(3, t0);
         assert!(!h.worth_asking(3, t0));
         assert!(!h.worth_asking(3, t0), "refused lately: not asked again");
@@ -698,9 +735,9 @@ mod tests {
         assert_eq!(g.grant(7, 2, "s2", 3, t0), None, "held by another");
         assert_eq!(g.changing(7, 1, t0), Changing::Go, "the holder's own");
         assert_eq!(g.changing(7, 2, t0), Changing::Wait(Some(("s1", id))));
-        g.wait(7, 100);
+        g.wait(vec![7], 2, 100);
         assert_eq!(g.changing(7, 2, t0), Changing::Wait(None), "recalled once");
-        g.wait(7, 101);
+        g.wait(vec![7], 2, 101);
         assert_eq!(
             g.grant(7, 1, "s1", 3, t0),
             None,
@@ -736,12 +773,36 @@ mod tests {
     }
 
     #[test]
+    fn a_change_of_two_directories_keeps_both_from_being_leased_while_it_waits() {
+        let t0 = Instant::now();
+        let mut g: Granted<&str, u32> = Granted::new(t0 - LEASE);
+        let a = g.grant(7, 1, "s1", 0, t0).unwrap();
+        let c = g.grant(8, 3, "s3", 0, t0).unwrap();
+        assert_eq!(g.changing(7, 2, t0), Changing::Wait(Some(("s1", a))));
+        assert_eq!(g.changing(8, 2, t0), Changing::Wait(Some(("s3", c))));
+        g.wait(vec![7, 8], 2, 5);
+        assert!(g.released(8, 3, c).is_empty(), "7 still held");
+        let later = t0 + AFTER_RECALL;
+        assert!(g.expire(later).is_empty());
+        assert_eq!(g.grant(8, 3, "s3", 0, later), None, "8 waits to change");
+        assert_eq!(g.released(7, 1, a), [5]);
+        let mine = g.grant(9, 2, "s2", 0, later).unwrap();
+        g.wait(vec![9], 2, 6);
+        assert_eq!(
+            g.expire(later),
+            [6],
+            "its own lease holds back none of its changes"
+        );
+        assert_eq!(g.held_by(9, 2, later), Some(mine));
+    }
+
+    #[test]
     fn a_holder_that_never_answers_holds_a_change_back_one_lease_at_most() {
         let t0 = Instant::now();
         let mut g: Granted<&str, u32> = Granted::new(t0 - LEASE);
         let id = g.grant(7, 1, "s1", 0, t0).unwrap();
         assert_eq!(g.changing(7, 2, t0), Changing::Wait(Some(("s1", id))));
-        g.wait(7, 1);
+        g.wait(vec![7], 2, 1);
         assert!(g.expire(t0 + LEASE / 2).is_empty());
         assert_eq!(g.expire(t0 + LEASE), [1]);
         assert_eq!(g.changing(7, 2, t0 + LEASE), Changing::Go);
@@ -752,7 +813,7 @@ mod tests {
         let t0 = Instant::now();
         let mut g: Granted<&str, u32> = Granted::new(t0);
         assert_eq!(g.changing(7, 2, t0), Changing::Wait(None));
-        g.wait(7, 9);
+        g.wait(vec![7], 2, 9);
         assert_eq!(g.grant(7, 1, "s1", 0, t0), None, "nor grants");
         assert!(g.expire(t0 + LEASE / 2).is_empty());
         assert_eq!(g.expire(t0 + LEASE), [9]);

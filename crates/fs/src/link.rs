@@ -166,8 +166,10 @@ impl Outstanding {
                 l.touched(*parent, Some(*now_ns));
             }
             (MdsOp::Rmdir { parent, name, .. }, _) => {
-                if let Some(gone) = l.removed(*parent, name) {
-                    l.touched(gone, None);
+                match l.removed(*parent, name) {
+                    Some(gone) => l.touched(gone, None),
+                    // A directory this mount may lease, its number not known here.
+                    None => l.forget_attrs(),
                 }
                 l.touched(*parent, None);
             }
@@ -183,25 +185,31 @@ impl Outstanding {
             ) => {
                 let moved = l.ino_of(*parent, name);
                 let replaced = l.ino_of(*new_parent, new_name);
-                let same = (parent, name) == (new_parent, new_name)
-                    || moved.is_some_and(|m| Some(m) == replaced);
-                if !same {
-                    // Two names of one inode (a hard link) are both left by a rename; when
-                    // the target's number is not known here, nor the source's, the leases
-                    // are given up rather than guessed.
-                    if moved.is_none() && replaced.is_none() && l.knows_name(*new_parent, new_name)
-                    {
+                let target_absent =
+                    l.is_leased(*new_parent) && !l.knows_name(*new_parent, new_name);
+                if (parent, name) != (new_parent, new_name) {
+                    // A rename onto another name of the same inode (a hard link) leaves both;
+                    // the source name is dropped only when that is ruled out.
+                    let other_inode = matches!((moved, replaced), (Some(m), Some(r)) if m != r);
+                    let same_inode = matches!((moved, replaced), (Some(m), Some(r)) if m == r);
+                    if target_absent || other_inode {
+                        l.removed(*parent, name);
+                        l.added(*new_parent, new_name, moved.unwrap_or(0));
+                    } else if !same_inode {
                         l.forget(*parent);
-                        l.forget(*new_parent);
+                        l.added(*new_parent, new_name, 0);
                     }
-                    l.removed(*parent, name);
-                    l.added(*new_parent, new_name, moved.unwrap_or(0));
                 }
                 for dir in [Some(*parent), Some(*new_parent), moved, replaced]
                     .into_iter()
                     .flatten()
                 {
                     l.touched(dir, None);
+                }
+                if moved.is_none() || (replaced.is_none() && !target_absent) {
+                    // A directory moved or replaced that this mount may lease, its number not
+                    // known here.
+                    l.forget_attrs();
                 }
             }
             (MdsOp::SetXattr { ino, .. } | MdsOp::RemoveXattr { ino, .. }, _) => {
@@ -532,8 +540,9 @@ impl MdsLink {
         }
         if let Err(e) = self.request(MdsOp::LeaseDir { dir, names }).await {
             tracing::debug!(dir, errno = e, "no directory lease");
-            if names {
-                // No answer came (an answer, EAGAIN included, was taken in already).
+            if names && e == libc::EIO {
+                // No answer came (an answer, EAGAIN included, was taken in already, and a
+                // newer request may be under way).
                 lock(&self.outstanding).leases.refused(dir, Instant::now());
             }
         }

@@ -242,7 +242,15 @@ fn refusal(peer: Option<&AuthPeer>, op: &MdsOp, data_pool: &str) -> Option<i32> 
 async fn serve_session(mut session: Session, to_core: mpsc::Sender<Incoming>, data_pool: String) {
     let peer = session.peer();
     let sender = Outbox::new(session.sender());
-    while let Some(frame) = session.recv().await {
+    loop {
+        let frame = tokio::select! {
+            frame = session.recv() => frame,
+            // Closed here: the client reconnects and sends its requests again.
+            _ = sender.given_up() => return,
+        };
+        let Some(frame) = frame else {
+            return;
+        };
         if frame.header.msg_type != MSG_MDS_REQUEST {
             tracing::warn!(
                 msg = cairn_proto::registry::name_of(frame.header.msg_type).unwrap_or("unknown"),
@@ -541,20 +549,21 @@ impl Core {
             && !self.answered.by_request.contains_key(&(who, tid));
         if may_wait {
             let now = Instant::now();
-            let mut wait_on = None;
-            for dir in self.dirs_changed(op) {
+            let dirs = self.dirs_changed(op);
+            let mut waits = false;
+            for &dir in &dirs {
                 if let Changing::Wait(recall) = self.leases.changing(dir, who, now) {
                     if let Some((to, grant)) = recall {
                         tracing::info!(dir, grant, for_client = who, "a directory lease recalled");
                         let notice = cairn_proto::encode(&MdsRecall { dir, grant }, &[]);
                         send_frame(&to, MSG_MDS_RECALL, notice);
                     }
-                    wait_on.get_or_insert(dir);
+                    waits = true;
                 }
             }
-            if let Some(dir) = wait_on {
+            if waits {
                 match self.leases.waiting() < MAX_WAITING_FOR_LEASES {
-                    true => self.leases.wait(dir, incoming),
+                    true => self.leases.wait(dirs, who, incoming),
                     // Unanswered: the client sends it again after its attempt's timeout.
                     false => tracing::debug!("too many requests wait for leases; one is dropped"),
                 }

@@ -12,15 +12,18 @@ use std::sync::{Arc, Mutex};
 
 use cairn_msgr::session::SessionSender;
 
-/// Most frames one session's backlog holds; past it the session gets nothing more (a client
-/// that reads nothing for that long is treated as gone; if it is not, its requests time out
-/// and it sends them again on a new session).
+/// Most frames one session's backlog holds; past it (or [`MAX_BACKLOG_BYTES`]) the session is
+/// given up and closed (a client that reads nothing for that long is treated as gone; if it
+/// is not, it reconnects and sends its requests again).
 pub const MAX_BACKLOG_FRAMES: usize = 65_536;
+/// Most payload bytes one session's backlog holds.
+pub const MAX_BACKLOG_BYTES: usize = 64 << 20;
 
 /// Frames waiting for room in a session's window, and whether a task is sending them.
 #[derive(Default)]
 struct Backlog {
     frames: VecDeque<(u16, bytes::Bytes)>,
+    bytes: usize,
     draining: bool,
     /// The backlog overflowed: nothing more is sent on this session.
     abandoned: bool,
@@ -31,6 +34,7 @@ struct Backlog {
 pub struct Outbox {
     sender: SessionSender,
     backlog: Arc<Mutex<Backlog>>,
+    gave_up: Arc<tokio::sync::Notify>,
 }
 
 impl Outbox {
@@ -40,6 +44,20 @@ impl Outbox {
         Outbox {
             sender,
             backlog: Arc::default(),
+            gave_up: Arc::default(),
+        }
+    }
+
+    /// Resolves once the session is given up (its backlog overflowed): its server closes it.
+    pub async fn given_up(&self) {
+        loop {
+            let notified = self.gave_up.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.backlog().abandoned {
+                return;
+            }
+            notified.await;
         }
     }
 
@@ -64,12 +82,15 @@ impl Outbox {
             let outbox = self.clone();
             tokio::spawn(async move { outbox.drain().await });
         }
-        if b.frames.len() >= MAX_BACKLOG_FRAMES {
-            tracing::warn!("a client reads none of its answers; nothing more is sent to it");
+        if b.frames.len() >= MAX_BACKLOG_FRAMES || b.bytes + payload.len() > MAX_BACKLOG_BYTES {
+            tracing::warn!("a client reads none of its answers; its session is closed");
             b.frames.clear();
+            b.bytes = 0;
             b.abandoned = true;
+            self.gave_up.notify_waiters();
             return;
         }
+        b.bytes += payload.len();
         b.frames.push_back((msg_type, payload));
     }
 
@@ -79,7 +100,10 @@ impl Outbox {
             let next = {
                 let mut b = self.backlog();
                 match b.frames.pop_front() {
-                    Some(f) => f,
+                    Some(f) => {
+                        b.bytes -= f.1.len();
+                        f
+                    }
                     None => {
                         b.draining = false;
                         return;
@@ -89,6 +113,7 @@ impl Outbox {
             if self.sender.send(next.0, next.1).await.is_err() {
                 let mut b = self.backlog();
                 b.frames.clear();
+                b.bytes = 0;
                 b.draining = false;
                 return;
             }

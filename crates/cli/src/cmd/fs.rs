@@ -42,7 +42,7 @@ enum FsCmd {
         name: String,
         /// An existing empty directory.
         mountpoint: PathBuf,
-        /// Answer no lookup from a directory lease: every lookup asks the metadata server.
+        /// Hold no directory lease: every lookup and attribute request asks the metadata server.
         #[arg(long)]
         no_dir_leases: bool,
     },
