@@ -129,11 +129,7 @@ impl Outstanding {
                 },
                 Ok(answer),
             ) => {
-                let ino = match answer {
-                    MdsAnswer::Attr(a) => a.ino,
-                    _ => 0,
-                };
-                l.added(*parent, name, ino);
+                l.added(*parent, name, answered_ino(answer));
                 // A new directory adds a link to its parent, which is not followed here.
                 let at = (inode.kind != FileKind::Dir).then_some(inode.now_ns);
                 l.touched(*parent, at);
@@ -147,11 +143,7 @@ impl Outstanding {
                 },
                 Ok(answer),
             ) => {
-                let ino = match answer {
-                    MdsAnswer::Attr(a) => a.ino,
-                    _ => 0,
-                };
-                l.added(*parent, name, ino);
+                l.added(*parent, name, answered_ino(answer));
                 l.touched(*parent, Some(*now_ns));
             }
             (
@@ -247,6 +239,14 @@ impl Outstanding {
             })
             .collect();
         (self.generation, replays)
+    }
+}
+
+/// The inode number an answer gives (0, unknown, when it gives none).
+fn answered_ino(answer: &MdsAnswer) -> u64 {
+    match answer {
+        MdsAnswer::Attr(a) => a.ino,
+        _ => 0,
     }
 }
 
