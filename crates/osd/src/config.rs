@@ -126,6 +126,12 @@ pub struct OsdConfig {
     /// warns (Ceph's `mon_osd_nearfull_ratio`, 0.85); nothing is refused. At most
     /// `full_ratio`.
     pub nearfull_ratio: f64,
+    /// A recovery or backfill push to this OSD is refused as too full when it would fill its
+    /// store beyond this fraction (Ceph's `mon_osd_backfillfull_ratio`, 0.90), so what a
+    /// returning copy takes back leaves room for the client writes of the PGs it serves: the
+    /// copy waits out of the acting set instead. Between `nearfull_ratio` and `full_ratio`,
+    /// and below 1.0 even when `full_ratio` turns the client check off.
+    pub backfillfull_ratio: f64,
     /// Largest object a write may make (Ceph's `osd_max_object_size`): a client's write_full
     /// carries the whole object in one message, so this stays well under the messenger's frame
     /// limit (64 MiB).
@@ -223,6 +229,7 @@ impl OsdConfig {
             auth: None,
             full_ratio: 0.95,
             nearfull_ratio: 0.85,
+            backfillfull_ratio: 0.90,
             max_object_bytes: 32 << 20,
             recovery_chunk_bytes: None,
             max_xattr_bytes_per_object: 4 << 20,

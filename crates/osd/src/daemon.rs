@@ -216,6 +216,13 @@ fn check_config(cfg: &mut OsdConfig) -> Result<(), OsdError> {
             cfg.nearfull_ratio, cfg.full_ratio
         )));
     }
+    let backfill = cfg.backfillfull_ratio;
+    if !(backfill >= cfg.nearfull_ratio && backfill <= cfg.full_ratio && backfill < 1.0) {
+        return Err(OsdError::Config(format!(
+            "backfillfull_ratio {backfill} must be in [nearfull_ratio {}, full_ratio {}] and under 1",
+            cfg.nearfull_ratio, cfg.full_ratio
+        )));
+    }
     if let Some(name) = &cfg.device_profile {
         let p = Profile::load(name)?;
         cfg.capacity = DeviceCapacity {

@@ -736,10 +736,15 @@ fn past_ratio_with(s: &Shared, bytes: u64, ratio: f64, what: &str) -> Option<Str
     })
 }
 
-/// Why `bytes` more would fill this OSD's store past its full ratio, or None if they fit (a
-/// client write and a recovery push are refused alike).
-pub(crate) fn past_full_ratio_with(s: &Shared, bytes: u64) -> Option<String> {
+/// Why `bytes` more would fill this OSD's store past its full ratio, or None if they fit.
+fn past_full_ratio_with(s: &Shared, bytes: u64) -> Option<String> {
     past_ratio_with(s, bytes, s.cfg.full_ratio, "full ratio")
+}
+
+/// Why a recovery push of `bytes` would fill this OSD's store past its backfillfull ratio, or
+/// None if it fits: the stricter ratio keeps room for client writes once the copy serves.
+pub(crate) fn past_backfillfull_ratio_with(s: &Shared, bytes: u64) -> Option<String> {
+    past_ratio_with(s, bytes, s.cfg.backfillfull_ratio, "backfillfull ratio")
 }
 
 /// Whether this OSD's store is past its nearfull and its full ratio now (what its beacons tell
