@@ -10,7 +10,7 @@ through ceph-fuse, on a real Ceph cluster of as many OSDs started after cairn's 
 print them: MiB/s) and writes it with --out.
 
     python3 bench/fs_bench.py [--cairn target/release/cairn] [--depth 4] [--seconds 20]
-        [--metadata-only] [--cephfs]
+        [--metadata-only] [--without-leases] [--without-kernel-cache] [--cephfs]
 """
 
 import argparse
@@ -127,6 +127,24 @@ def cephfs_rates(ceph_mini, osds, depth, files_per_job):
         shutil.rmtree(mnt, ignore_errors=True)
 
 
+def other_mount_rates(cairn, mon, work, flag, depth, files_per_job):
+    """The metadata jobs on a second mount of the same file system, mounted with `flag`."""
+    name = flag.strip("-")
+    other_mnt = os.path.join(work, f"mnt-{name}")
+    os.makedirs(other_mnt)
+    other = subprocess.Popen([cairn, "fs", "mount", "--mon", mon, flag, "cairnfs", other_mnt],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_mounted(other_mnt, 30)
+        top = os.path.join(other_mnt, name)
+        os.makedirs(top)
+        return metadata_rates(top, depth, files_per_job)
+    finally:
+        subprocess.run(["umount", "-l", other_mnt])
+        other.terminate()
+        other.wait(timeout=20)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cairn", default="target/release/cairn")
@@ -139,6 +157,8 @@ def main():
                    help="only the mdtest-like jobs (no cairn bench, no bandwidth)")
     p.add_argument("--without-leases", action="store_true",
                    help="also run the metadata jobs on a second mount with --no-dir-leases")
+    p.add_argument("--without-kernel-cache", action="store_true",
+                   help="also run the metadata jobs on a second mount with --no-kernel-cache")
     p.add_argument("--cephfs", action="store_true",
                    help="the metadata jobs on CephFS via ceph-fuse too (needs ceph-mds, ceph-fuse)")
     p.add_argument("--ceph-mini", default=os.path.join(os.path.dirname(__file__), "..", "..",
@@ -192,22 +212,12 @@ def main():
                          None))
         for where, top in [("cairnfs", mnt), ("local ext4", local)]:
             meta[where] = metadata_rates(top, a.depth, a.files_per_job)
-        if a.without_leases:
-            plain_mnt = os.path.join(work, "mnt-plain")
-            os.makedirs(plain_mnt)
-            plain = subprocess.Popen([cairn, "fs", "mount", "--mon", mon, "--no-dir-leases",
-                                      "cairnfs", plain_mnt],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            try:
-                wait_mounted(plain_mnt, 30)
-                top = os.path.join(plain_mnt, "plain")
-                os.makedirs(top)
-                meta["cairnfs without directory leases"] = metadata_rates(
-                    top, a.depth, a.files_per_job)
-            finally:
-                subprocess.run(["umount", "-l", plain_mnt])
-                plain.terminate()
-                plain.wait(timeout=20)
+        others = [("--no-dir-leases", "cairnfs without directory leases", a.without_leases),
+                  ("--no-kernel-cache", "cairnfs without kernel caching", a.without_kernel_cache)]
+        for flag, label, wanted in others:
+            if wanted:
+                meta[label] = other_mount_rates(cairn, mon, work, flag, a.depth,
+                                                a.files_per_job)
     finally:
         if mount is not None:
             subprocess.run(["umount", "-l", mnt])

@@ -774,6 +774,7 @@ fn leased_attributes(a: &Mount, b: &Mount, cluster: &Cluster) {
     fs::rename(a.path("attrs/a-2"), a.path("attrs/a-3")).unwrap();
     same("its own rename");
     assert!(!a.path("attrs/a-2").exists());
+    answered_by_the_kernel(a, "attrs/sub");
     fs::metadata(a.path("attrs/sub")).unwrap();
     let before = recalls_logged(cluster);
     fs::set_permissions(b.path("attrs/sub"), fs::Permissions::from_mode(0o700)).unwrap();
@@ -806,6 +807,42 @@ fn leased_attributes(a: &Mount, b: &Mount, cluster: &Cluster) {
     same("the other mount's rename");
     fs::set_permissions(b.path("attrs"), fs::Permissions::from_mode(0o750)).unwrap();
     same("the other mount's chmod");
+}
+
+/// Lets a stopped mount go on, however the check that stopped it ends.
+struct Resume<'a>(&'a Mount);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        signal("-CONT", self.0.child.id());
+    }
+}
+
+/// A path under directories `m` leases is walked, and stat'ed, by the kernel alone while the
+/// lease lasts: it still is with the mount stopped (a request to it would hang until killed).
+fn answered_by_the_kernel(m: &Mount, path: &str) {
+    let path = m.path(path);
+    let answered = (0..5).any(|_| {
+        // Walked twice: the leases are renewed, so the kernel caches the path for seconds.
+        fs::metadata(&path).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        fs::metadata(&path).unwrap();
+        // Well past a TTL of zero, which the kernel takes to last to the end of its tick.
+        std::thread::sleep(Duration::from_millis(100));
+        signal("-STOP", m.child.id());
+        let _resume = Resume(m);
+        Command::new("timeout")
+            .args(["-s", "KILL", "2", "stat"])
+            .arg(&path)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    });
+    assert!(
+        answered,
+        "the kernel asked the stopped mount for a leased path"
+    );
 }
 
 fn tree_copy(m: &Mount) {

@@ -17,7 +17,7 @@
 //! so. A starting MDS knows no lease: it changes no directory until the longest a lease of the
 //! previous MDS could last has passed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use cairn_proto::mds::Attr;
@@ -38,9 +38,26 @@ pub const AFTER_RECALL: Duration = Duration::from_secs(2);
 /// given up (the MDS renews none past it either).
 pub const MAX_HELD_NAMES: usize = 2 * MAX_LEASED_NAMES;
 
+/// What the kernel may cache under a lease ends this long before the lease does here, so it
+/// ends before the lease ends at the MDS even when the answer reaches the kernel late.
+pub const KERNEL_MARGIN: Duration = Duration::from_millis(250);
+
 /// An inode number a name is known to have in a leased directory; 0 when only the name is
 /// known (a lookup of it asks the MDS).
 const UNKNOWN_INO: u64 = 0;
+
+/// What the kernel was let cache under a lease on one directory: names (missing ones among
+/// them) and the directory's attributes. A recall must take them out of the kernel before
+/// the lease is given up; otherwise they run out no later than the lease.
+#[derive(Debug)]
+pub struct Handed {
+    /// Names whose entries (inode number, or absence) the kernel may cache.
+    pub names: HashSet<Vec<u8>>,
+    /// Whether the kernel may cache the directory's attributes.
+    pub attr: bool,
+    /// When the last of them runs out in the kernel.
+    until: Instant,
+}
 
 /// One lease as a mount holds it.
 #[derive(Debug)]
@@ -95,6 +112,10 @@ pub struct Held {
     looked_at: HashMap<u64, Instant>,
     /// Leases are neither asked for nor used.
     disabled: bool,
+    /// What the kernel may cache, by directory (kept past the lease until it runs out there).
+    kernel: HashMap<u64, Handed>,
+    /// Whether the kernel may cache what a lease covers (only once a recall can take it back).
+    kernel_caching: bool,
 }
 
 impl Lease {
@@ -139,6 +160,72 @@ impl Held {
             self.leases.clear();
             self.asking.clear();
         }
+    }
+
+    /// Lets the kernel cache what leases cover (a recall then hands back what to take out of
+    /// it, [`Held::recalled`]); off, every kernel answer has a TTL of zero.
+    pub fn set_kernel_caching(&mut self, on: bool) {
+        self.kernel_caching = on;
+    }
+
+    /// How long the kernel may cache the entry of `name` in `dir` (its inode number, or that
+    /// there is none): what is left of the lease on `dir`, less [`KERNEL_MARGIN`], noted for a
+    /// recall to take back; zero when `dir` is not leased here.
+    pub fn kernel_entry(&mut self, dir: u64, name: &[u8], now: Instant) -> Duration {
+        self.kernel_ttl(dir, now, |h| {
+            if h.names.len() >= MAX_HELD_NAMES && !h.names.contains(name) {
+                return false;
+            }
+            h.names.insert(name.to_vec());
+            true
+        })
+    }
+
+    /// How long the kernel may cache the attributes of directory `dir`, as for
+    /// [`Held::kernel_entry`].
+    pub fn kernel_attr(&mut self, dir: u64, now: Instant) -> Duration {
+        self.kernel_ttl(dir, now, |h| {
+            h.attr = true;
+            true
+        })
+    }
+
+    fn kernel_ttl(
+        &mut self,
+        dir: u64,
+        now: Instant,
+        note: impl FnOnce(&mut Handed) -> bool,
+    ) -> Duration {
+        if !self.kernel_caching || self.disabled {
+            return Duration::ZERO;
+        }
+        let Some(until) = self.current(dir, now).map(|l| l.until) else {
+            return Duration::ZERO;
+        };
+        let ttl = until
+            .saturating_duration_since(now)
+            .saturating_sub(KERNEL_MARGIN);
+        if ttl.is_zero() {
+            return Duration::ZERO;
+        }
+        if !self.kernel.contains_key(&dir) && self.kernel.len() >= MAX_HELD {
+            self.kernel.retain(|_, h| now < h.until);
+            if self.kernel.len() >= MAX_HELD {
+                return Duration::ZERO;
+            }
+        }
+        let handed = self.kernel.entry(dir).or_insert_with(|| Handed {
+            names: HashSet::new(),
+            attr: false,
+            until: now,
+        });
+        if !note(handed) {
+            return Duration::ZERO;
+        }
+        let ends = now + ttl;
+        handed.until = handed.until.max(ends);
+        assert!(ends <= until, "the kernel's cache outlives the lease");
+        ttl
     }
 
     /// The lease on `dir` if it is current at `now` (one that ran out is dropped).
@@ -304,13 +391,19 @@ impl Held {
     }
 
     /// The MDS recalled lease `grant` on `dir`: it ends now (a newer one stays; one still
-    /// being asked for is refused if its answer names this grant or an older one).
-    pub fn recalled(&mut self, dir: u64, grant: u64) {
-        if self.leases.get(&dir).is_some_and(|l| l.grant <= grant) {
+    /// being asked for is refused if its answer names this grant or an older one). What the
+    /// kernel may still cache under it, to take out of the kernel before the MDS is told.
+    pub fn recalled(&mut self, dir: u64, grant: u64) -> Option<Handed> {
+        let newer = self.leases.get(&dir).is_some_and(|l| l.grant > grant);
+        if !newer {
             self.leases.remove(&dir);
         }
         if let Some(a) = self.asking.get_mut(&dir) {
             a.recalled = a.recalled.max(grant);
+        }
+        match newer {
+            true => None,
+            false => self.kernel.remove(&dir),
         }
     }
 
@@ -340,11 +433,7 @@ impl Held {
     /// This mount removed `name` from `dir` (the MDS said so): the inode number it had,
     /// when known here.
     pub fn removed(&mut self, dir: u64, name: &[u8]) -> Option<u64> {
-        let ino = self
-            .leases
-            .get(&dir)
-            .and_then(|l| l.names.get(name).copied())
-            .filter(|ino| *ino != UNKNOWN_INO);
+        let ino = self.ino_of(dir, name);
         self.change(dir, Change::Removed(name.to_vec()));
         ino
     }
@@ -638,6 +727,49 @@ mod tests {
         assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Absent, "a stale recall");
         h.recalled(5, 5);
         assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Ask(true));
+    }
+
+    #[test]
+    fn the_kernel_caches_a_leased_directory_no_longer_than_its_lease_and_a_recall_takes_it_back() {
+        let t0 = Instant::now();
+        let mut h = Held::default();
+        assert!(h.asking(5));
+        h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0);
+        assert!(h.kernel_entry(5, b"x", t0).is_zero(), "not turned on");
+        h.set_kernel_caching(true);
+        assert_eq!(h.kernel_entry(5, b"x", t0), LEASE - KERNEL_MARGIN);
+        let later = t0 + LEASE / 2;
+        assert_eq!(h.kernel_attr(5, later), LEASE / 2 - KERNEL_MARGIN);
+        assert!(h.kernel_entry(6, b"x", t0).is_zero(), "not leased");
+        assert!(
+            h.kernel_entry(5, b"x", t0 + LEASE - KERNEL_MARGIN)
+                .is_zero(),
+            "within the margin of its end"
+        );
+        // Forgotten here, the lease still holds at the MDS: what the kernel caches stays
+        // noted until the recall.
+        h.forget(5);
+        assert!(h.kernel_entry(5, b"y", t0).is_zero());
+        let handed = h.recalled(5, 1).expect("what the kernel caches");
+        let mut names: Vec<_> = handed.names.into_iter().collect();
+        names.sort();
+        assert_eq!(names, [b"x".to_vec()]);
+        assert!(handed.attr);
+        assert!(h.recalled(5, 1).is_none(), "taken back once");
+        // A recall of an older grant leaves a newer one's.
+        assert!(h.asking(5));
+        h.granted(5, 3, Vec::new(), None, t0);
+        assert!(!h.kernel_entry(5, b"z", t0).is_zero());
+        assert!(h.recalled(5, 2).is_none());
+        assert!(h.recalled(5, 3).is_some());
+        // Names past the cap are not cached.
+        assert!(h.asking(7));
+        h.granted(7, 4, Vec::new(), None, t0);
+        for i in 0..MAX_HELD_NAMES {
+            assert!(!h.kernel_entry(7, format!("n{i}").as_bytes(), t0).is_zero());
+        }
+        assert!(h.kernel_entry(7, b"one more", t0).is_zero());
+        assert!(!h.kernel_entry(7, b"n0", t0).is_zero(), "one noted already");
     }
 
     fn dir_attr(ino: u64, mtime_ns: i64) -> Attr {

@@ -14,6 +14,7 @@ pub mod full;
 pub mod gather;
 pub mod holds;
 pub mod journal;
+pub mod kernel;
 pub mod layout;
 pub mod link;
 pub mod locks;

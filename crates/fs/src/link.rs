@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use cairn_client::{Client, ClientError};
@@ -23,7 +23,8 @@ use cairn_proto::mds::{
 };
 use tokio::sync::{oneshot, watch};
 
-use crate::dirlease::{Held, Lookup};
+use crate::dirlease::{Handed, Held, Lookup};
+use crate::kernel::KernelCache;
 use crate::mds::ADDR_OBJECT;
 
 /// Longest one attempt waits for its answer before the address is read again and the
@@ -43,6 +44,15 @@ const REPLAY_CHECK: Duration = Duration::from_secs(1);
 /// the roster keeps a client [`crate::replay::ROSTER_IDLE`] after its last mutation, and a restarted MDS
 /// starts up to a lease (15 s) after its predecessor stopped.
 const ROSTERED_FOR: Duration = Duration::from_secs(60);
+
+/// How long the kernel may cache a lookup's answer: its entry, and the attributes it gives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelTtl {
+    /// The name's entry (its inode number, or that it is missing).
+    pub entry: Duration,
+    /// The attributes of the inode found.
+    pub attr: Duration,
+}
 
 /// Where a request's answer goes.
 type AnswerTo = oneshot::Sender<Result<MdsAnswer, i32>>;
@@ -256,14 +266,43 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Outstanding> {
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What a session's reader needs to give up a recalled lease: a `ReleaseDir` of its own.
+/// The kernel whose cache leases may fill, once the mount names it.
+type Kernel = Arc<OnceLock<Arc<dyn KernelCache>>>;
+
+/// What a session's reader needs to give up a recalled lease: a `ReleaseDir` of its own, sent
+/// once the kernel dropped what it cached under the lease.
 struct Release {
     to: SessionSender,
     client: u64,
     tids: Arc<AtomicU64>,
+    kernel: Kernel,
 }
 
 impl Release {
+    /// Gives up lease `grant` on `dir` once the kernel dropped `handed` (left to run out when
+    /// the kernel does not drop it in time).
+    fn release_after(&self, dir: u64, grant: u64, handed: Handed) {
+        let Some(kernel) = self.kernel.get().cloned() else {
+            return self.release(dir, grant);
+        };
+        let release = Release {
+            to: self.to.clone(),
+            client: self.client,
+            tids: self.tids.clone(),
+            kernel: self.kernel.clone(),
+        };
+        tokio::spawn(async move {
+            // The kernel waits for the directory's requests in flight before it drops an
+            // entry, so this runs off the runtime's threads.
+            let forgetting =
+                tokio::task::spawn_blocking(move || crate::kernel::forget(&*kernel, dir, &handed));
+            match tokio::time::timeout(crate::kernel::FORGET_TIMEOUT, forgetting).await {
+                Ok(Ok(true)) => release.release(dir, grant),
+                _ => tracing::warn!(dir, "the kernel kept a leased entry: the lease runs out"),
+            }
+        });
+    }
+
     /// Tells the MDS this client gave up lease `grant` on `dir` (its answer is not waited
     /// for).
     fn release(&self, dir: u64, grant: u64) {
@@ -307,6 +346,7 @@ pub struct MdsLink {
     current: tokio::sync::Mutex<Option<Current>>,
     outstanding: Shared,
     next_tid: Arc<AtomicU64>,
+    kernel: Kernel,
 }
 
 impl MdsLink {
@@ -323,6 +363,7 @@ impl MdsLink {
             current: tokio::sync::Mutex::new(None),
             outstanding: Arc::default(),
             next_tid: Arc::new(AtomicU64::new(1)),
+            kernel: Arc::default(),
         }
     }
 
@@ -395,6 +436,7 @@ impl MdsLink {
             to: sender.clone(),
             client: self.client_id,
             tids: self.next_tid.clone(),
+            kernel: self.kernel.clone(),
         };
         let reader = tokio::spawn(async move {
             while let Some(frame) = session.recv().await {
@@ -415,8 +457,12 @@ impl MdsLink {
                     MSG_MDS_RECALL => match cairn_proto::decode::<MdsRecall>(&frame.payload) {
                         Ok((recall, _)) => {
                             // Given up before the MDS hears so: no answer from it follows.
-                            lock(&outstanding).leases.recalled(recall.dir, recall.grant);
-                            releases.release(recall.dir, recall.grant);
+                            let (dir, grant) = (recall.dir, recall.grant);
+                            let handed = lock(&outstanding).leases.recalled(dir, grant);
+                            match handed {
+                                Some(h) => releases.release_after(dir, grant, h),
+                                None => releases.release(dir, grant),
+                            }
                         }
                         Err(_) => tracing::warn!("a malformed recall from the metadata server"),
                     },
@@ -510,18 +556,55 @@ impl MdsLink {
         lock(&self.outstanding).leases.set_enabled(on);
     }
 
-    /// How a lookup of `name` in `dir` goes with this mount's directory leases (see
-    /// [`Held::lookup`]), and whether the lease wants renewing now.
-    pub fn lookup_leased(&self, dir: u64, name: &[u8]) -> (Lookup, bool) {
-        lock(&self.outstanding)
-            .leases
-            .lookup(dir, name, Instant::now())
+    /// Lets `kernel` cache what this mount's leases cover: the TTLs the lookups below give
+    /// are then the leases' own, and a recall takes what they covered out of `kernel` first.
+    /// Named once.
+    pub fn cache_in_kernel(&self, kernel: Arc<dyn KernelCache>) {
+        if self.kernel.set(kernel).is_ok() {
+            lock(&self.outstanding).leases.set_kernel_caching(true);
+        }
     }
 
-    /// The attributes of directory `ino` when this mount leases it (see [`Held::attr`]), and
-    /// whether the lease wants renewing now.
-    pub fn dir_attr_leased(&self, ino: u64) -> (Option<Attr>, bool) {
-        lock(&self.outstanding).leases.attr(ino, Instant::now())
+    /// How a lookup of `name` in `dir` goes with this mount's directory leases (see
+    /// [`Held::lookup`]), how long the kernel may cache its answer (its entry, and the
+    /// attributes of a directory found), and whether the lease wants renewing now.
+    pub fn lookup_leased(&self, dir: u64, name: &[u8]) -> (Lookup, KernelTtl, bool) {
+        let now = Instant::now();
+        let mut o = lock(&self.outstanding);
+        let (found, renew) = o.leases.lookup(dir, name, now);
+        let ttl = match &found {
+            Lookup::Absent => KernelTtl {
+                entry: o.leases.kernel_entry(dir, name, now),
+                attr: Duration::ZERO,
+            },
+            Lookup::Found(attr) => KernelTtl {
+                entry: o.leases.kernel_entry(dir, name, now),
+                attr: o.leases.kernel_attr(attr.ino, now),
+            },
+            Lookup::Ask(_) => KernelTtl::default(),
+        };
+        (found, ttl, renew)
+    }
+
+    /// How long the kernel may cache the entry of `name` in `dir`, which the MDS just
+    /// answered (see [`Held::kernel_entry`]).
+    pub fn kernel_entry_ttl(&self, dir: u64, name: &[u8]) -> Duration {
+        lock(&self.outstanding)
+            .leases
+            .kernel_entry(dir, name, Instant::now())
+    }
+
+    /// The attributes of directory `ino` when this mount leases it (see [`Held::attr`]), how
+    /// long the kernel may cache them, and whether the lease wants renewing now.
+    pub fn dir_attr_leased(&self, ino: u64) -> (Option<Attr>, Duration, bool) {
+        let now = Instant::now();
+        let mut o = lock(&self.outstanding);
+        let (attr, renew) = o.leases.attr(ino, now);
+        let ttl = match attr {
+            Some(_) => o.leases.kernel_attr(ino, now),
+            None => Duration::ZERO,
+        };
+        (attr, ttl, renew)
     }
 
     /// Whether a lease on directory `dir`, whose attributes the MDS just answered, is worth

@@ -2,10 +2,13 @@
 //! metadata server (names, attributes) or the OSDs (file data) and then replies, so many
 //! requests are in flight at once.
 //!
-//! Coherence is close-to-open, as NFS gives: attributes and names are never cached by the
+//! Coherence is close-to-open, as NFS gives: a file's attributes are never cached by the
 //! kernel (TTL 0), a file's size grown by writes is reported to the MDS when the file is
 //! flushed, fsynced or closed (and shown by this client meanwhile), and the page cache of a
-//! file is dropped when it is opened. Every mutation the MDS answered is in its journal.
+//! file is dropped when it is opened. Names, and directories' attributes, are cached by the
+//! kernel only under a directory lease ([`crate::dirlease`]): for what is left of the lease,
+//! and taken out of the kernel before a recalled lease is given up ([`crate::kernel`]). Every
+//! mutation the MDS answered is in its journal.
 //!
 //! Writes are behind, as NFS's and CephFS's buffered writes are: a write is answered once it
 //! is sent to the OSDs (at most [`WRITE_BEHIND_BYTES`] in flight per mount), so one writer
@@ -40,7 +43,8 @@ use crate::holds::Holds;
 use crate::link::MdsLink;
 use crate::mds::now_ns;
 
-/// Attributes and names are not cached by the kernel (close-to-open across clients).
+/// Attributes and names no lease covers are not cached by the kernel (close-to-open across
+/// clients).
 const TTL: Duration = Duration::ZERO;
 /// Largest write the kernel sends in one request.
 const MAX_WRITE_BYTES: u32 = 1 << 20;
@@ -647,9 +651,48 @@ impl CairnFs {
     }
 }
 
+/// The generation every inode has (inode numbers are never reused).
+const NO_GEN: Generation = Generation(0);
+
+/// A lookup's answer that the name is missing, which the kernel caches for the entry's TTL
+/// (inode number 0).
+fn missing() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: BLKSIZE,
+        flags: 0,
+    }
+}
+
+/// The kernel's cache, told to drop what a recalled lease covered (FUSE invalidation notices).
+struct Notices(fuser::Notifier);
+
+impl crate::kernel::KernelCache for Notices {
+    fn forget_entry(&self, dir: u64, name: &[u8]) -> std::io::Result<()> {
+        self.0.inval_entry(INodeNo(dir), OsStr::from_bytes(name))
+    }
+
+    fn forget_attr(&self, ino: u64) -> std::io::Result<()> {
+        // A negative offset drops the attributes alone, not the page cache.
+        self.0.inval_inode(INodeNo(ino), -1, 0)
+    }
+}
+
 fn reply_entry(reply: ReplyEntry, r: Result<FileAttr, i32>) {
     match r {
-        Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+        Ok(a) => reply.entry(&TTL, &a, NO_GEN),
         Err(e) => reply.error(errno(e)),
     }
 }
@@ -743,26 +786,28 @@ impl Filesystem for CairnFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.as_bytes().to_vec();
-        let (leased, renew) = self.link.lookup_leased(parent.0, &name);
+        let (leased, ttl, renew) = self.link.lookup_leased(parent.0, &name);
         if renew {
             let link = self.link.clone();
             self.rt
                 .spawn(async move { link.ask_lease(parent.0, false).await });
         }
         let ask_lease = match leased {
-            // The directory is leased here and has no such name: answered without the MDS.
-            Lookup::Absent => return reply.error(errno(libc::ENOENT)),
+            // The directory is leased here and has no such name: answered without the MDS,
+            // and cached by the kernel as missing while the lease lasts.
+            Lookup::Absent if ttl.entry.is_zero() => return reply.error(errno(libc::ENOENT)),
+            Lookup::Absent => return reply.entry_with_ttls(&TTL, &ttl.entry, &missing(), NO_GEN),
             // A directory leased here too, named in one leased here.
             Lookup::Found(attr) => {
                 let attr = self.ctx().seen(*attr);
-                return reply.entry(&TTL, &attr, Generation(0));
+                return reply.entry_with_ttls(&ttl.attr, &ttl.entry, &attr, NO_GEN);
             }
             Lookup::Ask(ask_lease) => ask_lease,
         };
         self.spawn(|c| async move {
             let op = MdsOp::Lookup {
                 parent: parent.0,
-                name,
+                name: name.clone(),
             };
             let found = c.attr_of(op).await;
             if found == Err(libc::ENOENT) && ask_lease {
@@ -771,12 +816,20 @@ impl Filesystem for CairnFs {
                 let link = c.link.clone();
                 tokio::spawn(async move { link.ask_lease(parent.0, true).await });
             }
-            reply_entry(reply, found);
+            match found {
+                // The name's inode number is covered by a lease on the directory; its
+                // attributes are not.
+                Ok(a) => {
+                    let entry = c.link.kernel_entry_ttl(parent.0, &name);
+                    reply.entry_with_ttls(&TTL, &entry, &a, NO_GEN)
+                }
+                Err(e) => reply.error(errno(e)),
+            }
         });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let (leased, renew) = self.link.dir_attr_leased(ino.0);
+        let (leased, ttl, renew) = self.link.dir_attr_leased(ino.0);
         if renew {
             let link = self.link.clone();
             self.rt
@@ -784,7 +837,7 @@ impl Filesystem for CairnFs {
         }
         if let Some(attr) = leased {
             // A directory leased here: nobody else changes it without a recall first.
-            return reply.attr(&TTL, &self.ctx().seen(attr));
+            return reply.attr(&ttl, &self.ctx().seen(attr));
         }
         self.spawn(|c| async move {
             match c.attr_of(MdsOp::GetAttr { ino: ino.0 }).await {
@@ -1252,7 +1305,7 @@ impl Filesystem for CairnFs {
             match c.holds.open(op).await {
                 Ok(a) => {
                     let a = c.seen(a);
-                    reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty())
+                    reply.created(&TTL, &a, NO_GEN, FileHandle(fh), FopenFlags::empty())
                 }
                 Err(e) => reply.error(errno(e)),
             }
@@ -1265,11 +1318,16 @@ impl Filesystem for CairnFs {
 pub struct MountOptions {
     /// Answer lookups of missing names from directory leases ([`crate::dirlease`]).
     pub dir_leases: bool,
+    /// Let the kernel cache what the leases cover ([`crate::kernel`]).
+    pub kernel_cache: bool,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { dir_leases: true }
+        MountOptions {
+            dir_leases: true,
+            kernel_cache: true,
+        }
     }
 }
 
@@ -1287,6 +1345,7 @@ pub fn mount(
     let info = rt.block_on(backing::read_info(&rados, &meta))?;
     let filesystem = CairnFs::new(rt.handle().clone(), rados, meta, info.data_pool);
     filesystem.link.use_dir_leases(options.dir_leases);
+    let link = filesystem.link.clone();
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName(format!("cairn:{fs}")),
@@ -1301,6 +1360,9 @@ pub fn mount(
         config.acl = fuser::SessionACL::All;
     }
     let session = fuser::spawn_mount(filesystem, mountpoint, &config)?;
+    if options.kernel_cache {
+        link.cache_in_kernel(Arc::new(Notices(session.notifier())));
+    }
     tracing::info!(fs, mountpoint = %mountpoint.display(), "mounted");
     println!("mounted {fs} at {}", mountpoint.display());
     let stopped = rt.block_on(async {

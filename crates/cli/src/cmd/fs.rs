@@ -45,6 +45,10 @@ enum FsCmd {
         /// Hold no directory lease: every lookup and attribute request asks the metadata server.
         #[arg(long)]
         no_dir_leases: bool,
+        /// Let the kernel cache no name or directory attributes that a lease covers: every
+        /// path walk asks this mount.
+        #[arg(long)]
+        no_kernel_cache: bool,
     },
     /// Shows a file system's pools, its active metadata server and its totals.
     Status {
@@ -130,12 +134,14 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             name,
             mountpoint,
             no_dir_leases,
+            no_kernel_cache,
         } => {
             let rt = crate::runtime::build(mount_threads(), "fs mount")?;
             let mut client = rt.block_on(crate::mon_link::connect(args.mon))?;
             client.op_timeout_ms = cairn_fs::mount::DATA_TIMEOUT_MS;
             let options = cairn_fs::mount::MountOptions {
                 dir_leases: !no_dir_leases,
+                kernel_cache: !no_kernel_cache,
             };
             cairn_fs::mount::mount(
                 &rt,
