@@ -807,6 +807,62 @@ fn leased_attributes(a: &Mount, b: &Mount, cluster: &Cluster) {
     same("the other mount's rename");
     fs::set_permissions(b.path("attrs"), fs::Permissions::from_mode(0o750)).unwrap();
     same("the other mount's chmod");
+    leased_file_attributes(a, b, cluster);
+}
+
+/// A file's attributes, answered by the mount that leases a directory naming it, follow every
+/// other mount's change to them at once (the MDS recalls the lease first).
+fn leased_file_attributes(a: &Mount, b: &Mount, cluster: &Cluster) {
+    use cairn_fs::dirlease;
+    let seen = |m: &Mount| {
+        let md = fs::metadata(m.path("attrs/a-3")).unwrap();
+        (
+            md.mode(),
+            md.len(),
+            md.nlink(),
+            md.mtime_nsec(),
+            md.ctime_nsec(),
+        )
+    };
+    // The directory was recalled just now: leased to nobody for a while, then again to the
+    // mount that walks it.
+    std::thread::sleep(dirlease::AFTER_RECALL + Duration::from_millis(200));
+    for _ in 0..4 {
+        seen(a);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(seen(a), seen(b));
+    let changes: [(&str, &dyn Fn()); 3] = [
+        ("chmod", &|| {
+            fs::set_permissions(b.path("attrs/a-3"), fs::Permissions::from_mode(0o600)).unwrap()
+        }),
+        ("write and close", &|| {
+            let mut f = OpenOptions::new()
+                .append(true)
+                .open(b.path("attrs/a-3"))
+                .unwrap();
+            f.write_all(b"grown by the other mount").unwrap();
+        }),
+        ("hard link in another directory", &|| {
+            fs::hard_link(b.path("attrs/a-3"), b.path("attrs/moved-sub/h")).unwrap()
+        }),
+    ];
+    for (what, change) in changes {
+        seen(a);
+        let before = recalls_logged(cluster);
+        change();
+        assert_eq!(seen(a), seen(b), "the other mount's {what} seen at once");
+        assert!(
+            recalls_logged(cluster) > before,
+            "the other mount's {what} recalled the lease covering the file"
+        );
+        std::thread::sleep(dirlease::AFTER_RECALL + Duration::from_millis(200));
+        for _ in 0..3 {
+            seen(a);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert_eq!(seen(a).2, 2, "two names");
 }
 
 /// Lets a stopped mount go on, however the check that stopped it ends.

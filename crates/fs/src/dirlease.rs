@@ -1,16 +1,17 @@
 //! Directory leases (CephFS's "complete" directories under a client's caps): while a mount
 //! holds a lease on a directory, it knows every name in it with its inode number, and the
 //! directory's attributes; it answers lookups there (a missing name: ENOENT; a name of a
-//! directory it also leases: that directory's attributes) and `stat`s of the directory
-//! itself, so a path walk and a create cost the MDS one round trip instead of several (the
-//! kernel asks for the attributes of every directory on the path, and looks each name up,
-//! before it creates a file).
+//! directory it also leases: that directory's attributes; a file's whose attributes it keeps)
+//! and `stat`s of the directory itself and of its files, once an answer of the MDS gave their
+//! attributes under the lease, so a path walk and a create cost the MDS one round trip
+//! instead of several (the kernel asks for the attributes of every directory on the path, and
+//! looks each name up, before it creates a file), and a stat of a file none.
 //!
 //! The MDS grants a lease to one client at a time ([`Granted`]), with the directory's names
 //! and attributes, and keeps it from nobody's changes but the holder's: before another client
 //! changes the directory (adds, removes or renames a name there, sets its attributes, removes
-//! or moves it) it recalls the lease (`MdsRecall`) and holds that request until the holder
-//! releases it or the lease runs out. The mount ([`Held`]) counts a lease from when it asked
+//! or moves it) or the attributes of a file named there, it recalls the lease (`MdsRecall`)
+//! and holds that request until the holder releases it or the lease runs out. The mount ([`Held`]) counts a lease from when it asked
 //! for it, so it always ends there before it ends at the MDS; it keeps the names and
 //! attributes up to date with its own changes (or forgets the attributes when it cannot say
 //! what a change made of them), and drops a lease the moment a recall arrives, before it says
@@ -20,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use cairn_proto::mds::Attr;
+use cairn_proto::mds::{Attr, FileKind};
 
 /// How long a lease lasts from its request (or its last renewal's).
 pub const LEASE: Duration = Duration::from_secs(4);
@@ -37,6 +38,8 @@ pub const AFTER_RECALL: Duration = Duration::from_secs(2);
 /// Most names a mount keeps of one leased directory as it adds its own; past it the lease is
 /// given up (the MDS renews none past it either).
 pub const MAX_HELD_NAMES: usize = 2 * MAX_LEASED_NAMES;
+/// Most files whose attributes a mount keeps under its leases; past it more are not kept.
+pub const MAX_HELD_FILES: usize = 64 * 1024;
 
 /// What the kernel may cache under a lease ends this long before the lease does here, so it
 /// ends before the lease ends at the MDS even when the answer reaches the kernel late.
@@ -72,16 +75,30 @@ struct Lease {
     renewing: bool,
 }
 
+/// A file's attributes, as an answer of the MDS gave them while a lease on a directory
+/// naming the file was held: the MDS recalls that lease before another client changes them.
+#[derive(Debug)]
+struct Covered {
+    dir: u64,
+    grant: u64,
+    attr: Attr,
+}
+
 /// What a lookup of a name may do with the leases.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {
     /// The name is not in the leased directory: ENOENT, without asking the MDS.
     Absent,
-    /// The name is a directory this mount leases too: these are its attributes.
+    /// The name's inode has attributes a lease here covers (a directory leased too, or a
+    /// file named in a leased directory): these are they.
     Found(Box<Attr>),
     /// Ask the MDS; and when it answers ENOENT, ask for a lease (`true`).
     Ask(bool),
 }
+
+/// Attributes a lease covers, and which directory's lease wants renewing now (the caller
+/// asks for it).
+pub type LeasedAttr = (Option<Attr>, Option<u64>);
 
 /// One of this mount's own changes to a directory.
 #[derive(Debug)]
@@ -114,6 +131,8 @@ pub struct Held {
     disabled: bool,
     /// What the kernel may cache, by directory (kept past the lease until it runs out there).
     kernel: HashMap<u64, Handed>,
+    /// Files' attributes under the leases, by inode.
+    files: HashMap<u64, Covered>,
     /// Whether the kernel may cache what a lease covers (only once a recall can take it back).
     kernel_caching: bool,
 }
@@ -159,6 +178,7 @@ impl Held {
         if !on {
             self.leases.clear();
             self.asking.clear();
+            self.files.clear();
         }
     }
 
@@ -249,7 +269,10 @@ impl Held {
         };
         let child = match ino {
             UNKNOWN_INO => None,
-            _ => self.current(ino, now).and_then(|c| c.attr.clone()),
+            _ => match self.current(ino, now).and_then(|c| c.attr.clone()) {
+                Some(a) => Some(a),
+                None => self.covered(ino, now).map(|(a, _)| a),
+            },
         };
         match child {
             Some(a) => (Lookup::Found(Box::new(a)), renew),
@@ -267,6 +290,68 @@ impl Held {
             }
             None => (None, false),
         }
+    }
+
+    /// The attributes of file `ino` when a lease here covers them, and the directory whose
+    /// lease wants renewing now (noted, as for [`Held::lookup`]).
+    pub fn file_attr(&mut self, ino: u64, now: Instant) -> LeasedAttr {
+        let Some((attr, dir)) = self.covered(ino, now) else {
+            return (None, None);
+        };
+        let renew = self.current(dir, now).is_some_and(|l| l.renew_due(now));
+        (Some(attr), renew.then_some(dir))
+    }
+
+    /// File `ino`'s attributes and the directory whose current lease covers them.
+    fn covered(&mut self, ino: u64, now: Instant) -> Option<(Attr, u64)> {
+        let (dir, grant) = self.files.get(&ino).map(|c| (c.dir, c.grant))?;
+        if self.current(dir, now).is_none_or(|l| l.grant != grant) {
+            self.files.remove(&ino);
+            return None;
+        }
+        self.files.get(&ino).map(|c| (c.attr.clone(), dir))
+    }
+
+    /// The MDS answered file `attr` (a create, a lookup, a getattr, a setattr, an open, a
+    /// link): kept while a lease covers it, under `named` (the directory and name it was
+    /// answered for) when that directory is leased here with that name for it, else under the
+    /// lease that covers it already (called in the order the answers come).
+    pub fn seen_file(&mut self, named: Option<(u64, &[u8])>, attr: &Attr, now: Instant) {
+        if attr.kind == FileKind::Dir || self.disabled {
+            return;
+        }
+        let ino = attr.ino;
+        let under = named.and_then(|(dir, name)| {
+            let l = self.current(dir, now)?;
+            (l.names.get(name) == Some(&ino)).then_some((dir, l.grant))
+        });
+        let under = under.or_else(|| {
+            let c = self.files.get(&ino)?;
+            let (dir, grant) = (c.dir, c.grant);
+            self.current(dir, now)
+                .filter(|l| l.grant == grant)
+                .map(|_| (dir, grant))
+        });
+        let Some((dir, grant)) = under else {
+            self.files.remove(&ino);
+            return;
+        };
+        if !self.files.contains_key(&ino) && self.files.len() >= MAX_HELD_FILES {
+            return;
+        }
+        let attr = attr.clone();
+        self.files.insert(ino, Covered { dir, grant, attr });
+    }
+
+    /// This mount changed file `ino`'s attributes in a way not followed here: asked again.
+    pub fn forget_file(&mut self, ino: u64) {
+        self.files.remove(&ino);
+    }
+
+    /// This mount changed a file's attributes without knowing its number: every file's are
+    /// asked again.
+    pub fn forget_files(&mut self) {
+        self.files.clear();
     }
 
     /// The MDS answered directory `attr` (a lookup, a getattr, a setattr): kept when it is
@@ -401,6 +486,7 @@ impl Held {
         if let Some(a) = self.asking.get_mut(&dir) {
             a.recalled = a.recalled.max(grant);
         }
+        self.files.retain(|_, c| c.dir != dir || c.grant > grant);
         match newer {
             true => None,
             false => self.kernel.remove(&dir),
@@ -770,6 +856,76 @@ mod tests {
         }
         assert!(h.kernel_entry(7, b"one more", t0).is_zero());
         assert!(!h.kernel_entry(7, b"n0", t0).is_zero(), "one noted already");
+    }
+
+    fn file_attr(ino: u64, size: u64) -> Attr {
+        Attr {
+            kind: FileKind::File,
+            size,
+            nlink: 1,
+            ..dir_attr(ino, 0)
+        }
+    }
+
+    #[test]
+    fn a_files_attributes_are_kept_while_a_lease_on_a_directory_naming_it_lasts() {
+        let t0 = Instant::now();
+        let mut h = Held::default();
+        assert!(h.asking(5));
+        h.granted(5, 1, vec![(b"f".to_vec(), 9)], None, t0);
+        h.seen_file(Some((5, b"other")), &file_attr(9, 1), t0);
+        assert_eq!(
+            h.file_attr(9, t0),
+            (None, None),
+            "not the name answered for"
+        );
+        h.seen_file(None, &file_attr(9, 1), t0);
+        assert_eq!(h.file_attr(9, t0).0, None, "no lease known to cover it");
+        h.seen_file(Some((5, b"f")), &file_attr(9, 1), t0);
+        assert_eq!(h.file_attr(9, t0), (Some(file_attr(9, 1)), None));
+        h.seen_file(None, &file_attr(9, 7), t0);
+        assert_eq!(
+            h.file_attr(9, t0).0,
+            Some(file_attr(9, 7)),
+            "a later answer"
+        );
+        assert_eq!(
+            h.lookup(5, b"f", t0).0,
+            Lookup::Found(Box::new(file_attr(9, 7)))
+        );
+        let late = t0 + LEASE - RENEW_WITHIN / 2;
+        assert_eq!(
+            h.file_attr(9, late),
+            (Some(file_attr(9, 7)), Some(5)),
+            "renew"
+        );
+        assert_eq!(h.file_attr(9, late).1, None, "once");
+        h.forget_file(9);
+        assert_eq!(h.file_attr(9, t0).0, None, "its own change");
+        h.seen_file(Some((5, b"f")), &file_attr(9, 7), t0);
+        h.forget_files();
+        assert_eq!(h.file_attr(9, t0).0, None);
+        // Dropped here, then granted anew: what the first grant covered is not brought back.
+        h.seen_file(Some((5, b"f")), &file_attr(9, 7), t0);
+        assert!(h.file_attr(9, t0).0.is_some());
+        h.forget(5);
+        assert!(h.asking(5));
+        h.granted(5, 2, vec![(b"f".to_vec(), 9)], None, t0);
+        assert_eq!(h.file_attr(9, t0).0, None, "a newer grant");
+        h.seen_file(Some((5, b"f")), &file_attr(9, 8), t0);
+        let _ = h.recalled(5, 1);
+        assert_eq!(
+            h.file_attr(9, t0).0,
+            Some(file_attr(9, 8)),
+            "a stale recall"
+        );
+        let _ = h.recalled(5, 2);
+        assert_eq!(h.file_attr(9, t0).0, None, "recalled");
+        assert!(h.asking(5));
+        h.granted(5, 3, vec![(b"f".to_vec(), 9)], None, t0);
+        h.seen_file(Some((5, b"f")), &file_attr(9, 8), t0);
+        assert!(h.file_attr(9, t0).0.is_some());
+        assert_eq!(h.file_attr(9, t0 + LEASE).0, None, "the lease ran out");
     }
 
     fn dir_attr(ino: u64, mtime_ns: i64) -> Attr {

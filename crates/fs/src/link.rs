@@ -143,6 +143,9 @@ impl Outstanding {
                 // A new directory adds a link to its parent, which is not followed here.
                 let at = (inode.kind != FileKind::Dir).then_some(inode.now_ns);
                 l.touched(*parent, at);
+                if let MdsAnswer::Attr(a) = answer {
+                    l.seen_file(Some((*parent, name)), a, now);
+                }
             }
             (
                 MdsOp::Link {
@@ -155,6 +158,9 @@ impl Outstanding {
             ) => {
                 l.added(*parent, name, answered_ino(answer));
                 l.touched(*parent, Some(*now_ns));
+                if let MdsAnswer::Attr(a) = answer {
+                    l.seen_file(Some((*parent, name)), a, now);
+                }
             }
             (
                 MdsOp::Unlink {
@@ -164,7 +170,11 @@ impl Outstanding {
                 },
                 _,
             ) => {
-                l.removed(*parent, name);
+                // The file's link count and ctime change.
+                match l.removed(*parent, name) {
+                    Some(gone) => l.forget_file(gone),
+                    None => l.forget_files(),
+                }
                 l.touched(*parent, Some(*now_ns));
             }
             (MdsOp::Rmdir { parent, name, .. }, _) => {
@@ -208,6 +218,14 @@ impl Outstanding {
                 {
                     l.touched(dir, None);
                 }
+                // The moved file's ctime and the replaced one's link count change.
+                match (moved, replaced) {
+                    (Some(m), r) if r.is_some() || target_absent => {
+                        l.forget_file(m);
+                        r.into_iter().for_each(|r| l.forget_file(r));
+                    }
+                    _ => l.forget_files(),
+                }
                 if moved.is_none() || (replaced.is_none() && !target_absent) {
                     // A directory moved or replaced that this mount may lease, its number not
                     // known here.
@@ -215,15 +233,18 @@ impl Outstanding {
                 }
             }
             (MdsOp::SetXattr { ino, .. } | MdsOp::RemoveXattr { ino, .. }, _) => {
-                l.touched(*ino, None)
+                l.touched(*ino, None);
+                l.forget_file(*ino);
             }
             (MdsOp::Lookup { parent, name }, Ok(MdsAnswer::Attr(a))) => {
                 l.named(*parent, name, a.ino, now);
-                if a.kind == FileKind::Dir {
-                    l.seen_dir(a, now);
+                match a.kind {
+                    FileKind::Dir => l.seen_dir(a, now),
+                    _ => l.seen_file(Some((*parent, name)), a, now),
                 }
             }
             (_, Ok(MdsAnswer::Attr(a))) if a.kind == FileKind::Dir => l.seen_dir(a, now),
+            (_, Ok(MdsAnswer::Attr(a))) => l.seen_file(None, a, now),
             _ => {}
         }
     }
@@ -594,17 +615,22 @@ impl MdsLink {
             .kernel_entry(dir, name, Instant::now())
     }
 
-    /// The attributes of directory `ino` when this mount leases it (see [`Held::attr`]), how
-    /// long the kernel may cache them, and whether the lease wants renewing now.
-    pub fn dir_attr_leased(&self, ino: u64) -> (Option<Attr>, Duration, bool) {
+    /// The attributes of `ino` when a lease here covers them (a directory leased here, see
+    /// [`Held::attr`]; a file named in one, see [`Held::file_attr`]), how long the kernel may
+    /// cache them (a file's: not at all), and the directory whose lease wants renewing now.
+    pub fn attr_leased(&self, ino: u64) -> (Option<Attr>, Duration, Option<u64>) {
         let now = Instant::now();
         let mut o = lock(&self.outstanding);
-        let (attr, renew) = o.leases.attr(ino, now);
-        let ttl = match attr {
-            Some(_) => o.leases.kernel_attr(ino, now),
-            None => Duration::ZERO,
-        };
-        (attr, ttl, renew)
+        match o.leases.attr(ino, now) {
+            (Some(attr), renew) => {
+                let ttl = o.leases.kernel_attr(ino, now);
+                (Some(attr), ttl, renew.then_some(ino))
+            }
+            (None, renew) => {
+                let (attr, file_renew) = o.leases.file_attr(ino, now);
+                (attr, Duration::ZERO, file_renew.or(renew.then_some(ino)))
+            }
+        }
     }
 
     /// Whether a lease on directory `dir`, whose attributes the MDS just answered, is worth

@@ -549,7 +549,7 @@ impl Core {
             && !self.answered.by_request.contains_key(&(who, tid));
         if may_wait {
             let now = Instant::now();
-            let dirs = self.dirs_changed(op);
+            let dirs = dirs_changed(&self.ns, op);
             let mut waits = false;
             for &dir in &dirs {
                 if let Changing::Wait(recall) = self.leases.changing(dir, who, now) {
@@ -669,38 +669,6 @@ impl Core {
                 self.batch_record(who, tid, updates, a, tell);
             }
         }
-    }
-
-    /// The directories `op` would change (names or attributes): those it names, and those
-    /// it removes or moves (found by name here). Others' leases on them are recalled first.
-    fn dirs_changed(&self, op: &MdsOp) -> Vec<u64> {
-        let is_dir = |ino: u64| self.ns.entries(ino).is_some();
-        let mut dirs: Vec<u64> = op
-            .changes_dirs()
-            .into_iter()
-            .flatten()
-            .filter(|d| is_dir(*d))
-            .collect();
-        let named: [Option<(u64, &[u8])>; 2] = match op {
-            MdsOp::Rmdir { parent, name, .. } => [Some((*parent, name)), None],
-            MdsOp::Rename {
-                parent,
-                name,
-                new_parent,
-                new_name,
-                ..
-            } => [Some((*parent, name)), Some((*new_parent, new_name))],
-            _ => [None, None],
-        };
-        for (parent, name) in named.into_iter().flatten() {
-            let child = self.ns.entries(parent).and_then(|e| e.get(name));
-            if let Some(d) = child.filter(|d| d.kind == cairn_proto::mds::FileKind::Dir) {
-                dirs.push(d.ino);
-            }
-        }
-        dirs.sort_unstable();
-        dirs.dedup();
-        dirs
     }
 
     /// Grants or renews `who`'s lease on `dir`, asked for through `to`: the directory's names
@@ -1120,6 +1088,61 @@ impl Holding<'_> {
     }
 }
 
+/// The directories `op` would change (names or attributes): those it names, those it
+/// removes or moves (found by name here), and those naming a file whose attributes it
+/// changes. Others' leases on them are recalled first.
+fn dirs_changed(ns: &Namespace, op: &MdsOp) -> Vec<u64> {
+    let is_dir = |ino: u64| ns.entries(ino).is_some();
+    let mut dirs: Vec<u64> = op
+        .changes_dirs()
+        .into_iter()
+        .flatten()
+        .filter(|d| is_dir(*d))
+        .collect();
+    let named: [Option<(u64, &[u8])>; 2] = match op {
+        MdsOp::Rmdir { parent, name, .. } => [Some((*parent, name)), None],
+        MdsOp::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            ..
+        } => [Some((*parent, name)), Some((*new_parent, new_name))],
+        _ => [None, None],
+    };
+    for (parent, name) in named.into_iter().flatten() {
+        let child = ns.entries(parent).and_then(|e| e.get(name));
+        if let Some(d) = child.filter(|d| d.kind == cairn_proto::mds::FileKind::Dir) {
+            dirs.push(d.ino);
+        }
+    }
+    // A file whose attributes change (its own, or its link count and ctime as a name of
+    // it comes or goes): a lease on any directory naming it covers them.
+    let file =
+        |parent: u64, name: &[u8]| ns.entries(parent).and_then(|e| e.get(name)).map(|d| d.ino);
+    let files: [Option<u64>; 2] = match op {
+        MdsOp::SetAttr { ino, .. }
+        | MdsOp::SetXattr { ino, .. }
+        | MdsOp::RemoveXattr { ino, .. }
+        | MdsOp::Link { ino, .. } => [Some(*ino), None],
+        MdsOp::Unlink { parent, name, .. } => [file(*parent, name), None],
+        MdsOp::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            ..
+        } => [file(*parent, name), file(*new_parent, new_name)],
+        _ => [None, None],
+    };
+    for ino in files.into_iter().flatten() {
+        dirs.extend_from_slice(ns.named_in(ino));
+    }
+    dirs.sort_unstable();
+    dirs.dedup();
+    dirs
+}
+
 /// Deletes every orphan no client holds open any more: the journal records that do it.
 fn reap_orphans(ns: &mut Namespace, opens: &OpenFiles) -> Vec<Pending> {
     let free: Vec<u64> = ns.orphans().filter(|i| !opens.is_held(*i)).collect();
@@ -1140,6 +1163,85 @@ fn reap_orphans(ns: &mut Namespace, opens: &OpenFiles) -> Vec<Pending> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_to_a_files_attributes_names_every_directory_naming_it() {
+        use cairn_proto::mds::{FileKind, NewInode, SetAttr, ROOT_INO};
+        let mut ns = Namespace::default();
+        for u in Namespace::format(0, 0, 0) {
+            ns.apply(&u);
+        }
+        let mut make = |parent: u64, name: &str, kind: FileKind| -> u64 {
+            let inode = NewInode {
+                kind,
+                perm: 0o755,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                target: Vec::new(),
+                now_ns: 1,
+                open: false,
+                ino: None,
+            };
+            let op = MdsOp::Create {
+                parent,
+                name: name.into(),
+                inode,
+            };
+            match ns.execute(&op) {
+                Ok((MdsAnswer::Attr(a), _)) => a.ino,
+                other => panic!("{other:?}"),
+            }
+        };
+        let (d1, d2) = (
+            make(ROOT_INO, "d1", FileKind::Dir),
+            make(ROOT_INO, "d2", FileKind::Dir),
+        );
+        let f = make(d1, "f", FileKind::File);
+        let other = make(d2, "other", FileKind::File);
+        let link = MdsOp::Link {
+            ino: f,
+            parent: d2,
+            name: b"g".to_vec(),
+            now_ns: 2,
+        };
+        assert_eq!(dirs_changed(&ns, &link), [d1, d2]);
+        ns.execute(&link).unwrap();
+        let setattr = MdsOp::SetAttr {
+            ino: f,
+            set: SetAttr::default(),
+            now_ns: 3,
+        };
+        assert_eq!(
+            dirs_changed(&ns, &setattr),
+            [d1, d2],
+            "both names' directories"
+        );
+        let unlink = MdsOp::Unlink {
+            parent: d1,
+            name: b"f".to_vec(),
+            now_ns: 4,
+        };
+        assert_eq!(dirs_changed(&ns, &unlink), [d1, d2]);
+        let rename = MdsOp::Rename {
+            parent: d2,
+            name: b"other".to_vec(),
+            new_parent: d2,
+            new_name: b"g".to_vec(),
+            flags: 0,
+            now_ns: 5,
+        };
+        assert_eq!(dirs_changed(&ns, &rename), [d1, d2], "the replaced file's");
+        ns.execute(&unlink).unwrap();
+        assert_eq!(dirs_changed(&ns, &setattr), [d2], "one name left");
+        let dir_attr = MdsOp::SetAttr {
+            ino: d1,
+            set: SetAttr::default(),
+            now_ns: 6,
+        };
+        assert_eq!(dirs_changed(&ns, &dir_attr), [d1]);
+        assert_eq!(dirs_changed(&ns, &MdsOp::GetAttr { ino: other }), [0u64; 0]);
+    }
 
     #[test]
     fn remembered_answers_are_bounded_oldest_first() {

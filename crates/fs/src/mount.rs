@@ -829,14 +829,15 @@ impl Filesystem for CairnFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let (leased, ttl, renew) = self.link.dir_attr_leased(ino.0);
-        if renew {
+        let (leased, ttl, renew) = self.link.attr_leased(ino.0);
+        if let Some(dir) = renew {
             let link = self.link.clone();
             self.rt
-                .spawn(async move { link.ask_lease(ino.0, false).await });
+                .spawn(async move { link.ask_lease(dir, false).await });
         }
         if let Some(attr) = leased {
-            // A directory leased here: nobody else changes it without a recall first.
+            // A directory leased here, or a file named in one: nobody else changes it without
+            // a recall first.
             return reply.attr(&ttl, &self.ctx().seen(attr));
         }
         self.spawn(|c| async move {

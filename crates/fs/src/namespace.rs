@@ -109,6 +109,9 @@ pub struct Namespace {
     dirs: HashMap<u64, BTreeMap<Vec<u8>, Dentry>>,
     /// Each directory's parent (a directory has exactly one name).
     parents: HashMap<u64, u64>,
+    /// The directories naming each inode that is not a directory, once per name (a file's
+    /// attributes are covered by the leases on them).
+    named_in: HashMap<u64, Vec<u64>>,
     next_ino: u64,
     file_bytes: u64,
     /// The data pool's name, as layouts show it.
@@ -188,15 +191,25 @@ impl Namespace {
                 self.account(old.as_ref(), None);
                 self.dirs.remove(ino);
                 self.parents.remove(ino);
+                self.named_in.remove(ino);
             }
             Update::PutDentry { dir, name, entry } => {
                 if entry.kind == FileKind::Dir {
                     self.parents.insert(entry.ino, *dir);
                 }
-                self.dirs
+                let old = self
+                    .dirs
                     .entry(*dir)
                     .or_default()
                     .insert(name.clone(), *entry);
+                if old != Some(*entry) {
+                    if let Some(replaced) = old {
+                        self.unname(replaced, *dir);
+                    }
+                    if entry.kind != FileKind::Dir {
+                        self.named_in.entry(entry.ino).or_default().push(*dir);
+                    }
+                }
             }
             Update::DelDentry { dir, name } => {
                 if let Some(d) = self.dirs.get_mut(dir) {
@@ -204,11 +217,28 @@ impl Namespace {
                         if self.parents.get(&gone.ino) == Some(dir) {
                             self.parents.remove(&gone.ino);
                         }
+                        self.unname(gone, *dir);
                     }
                 }
             }
             Update::NextIno(n) => self.next_ino = self.next_ino.max(*n),
             Update::Purge { .. } => {}
+        }
+    }
+
+    /// Forgets one name of `entry`'s inode in `dir` (a file's; a directory's parent is kept
+    /// apart).
+    fn unname(&mut self, entry: Dentry, dir: u64) {
+        if entry.kind == FileKind::Dir {
+            return;
+        }
+        if let Some(dirs) = self.named_in.get_mut(&entry.ino) {
+            if let Some(at) = dirs.iter().position(|d| *d == dir) {
+                dirs.swap_remove(at);
+            }
+            if dirs.is_empty() {
+                self.named_in.remove(&entry.ino);
+            }
         }
     }
 
@@ -238,6 +268,12 @@ impl Namespace {
     /// The entries of directory `ino`.
     pub fn entries(&self, ino: u64) -> Option<&BTreeMap<Vec<u8>, Dentry>> {
         self.dirs.get(&ino)
+    }
+
+    /// The directories naming inode `ino` (a file, a symlink, a special file), once per name;
+    /// none for a directory.
+    pub fn named_in(&self, ino: u64) -> &[u64] {
+        self.named_in.get(&ino).map_or(&[], Vec::as_slice)
     }
 
     /// The next inode number to be handed out.
@@ -873,6 +909,7 @@ impl Namespace {
     /// Checks the invariants that tie inodes and entries together; the first broken one.
     pub fn check(&self) -> Result<(), String> {
         let mut links: HashMap<u64, u32> = HashMap::new();
+        let mut named_in: HashMap<u64, Vec<u64>> = HashMap::new();
         for (dir, entries) in &self.dirs {
             let d = self
                 .inodes
@@ -889,6 +926,9 @@ impl Namespace {
                 }
                 subdirs += u32::from(e.kind == FileKind::Dir);
                 *links.entry(e.ino).or_default() += 1;
+                if e.kind != FileKind::Dir {
+                    named_in.entry(e.ino).or_default().push(*dir);
+                }
             }
             if d.attr.nlink != 2 + subdirs {
                 return Err(format!(
@@ -896,6 +936,19 @@ impl Namespace {
                     d.attr.nlink
                 ));
             }
+        }
+        for (ino, dirs) in named_in.iter_mut() {
+            let mut kept = self.named_in(*ino).to_vec();
+            kept.sort_unstable();
+            dirs.sort_unstable();
+            if kept != *dirs {
+                return Err(format!(
+                    "inode {ino} is named in {dirs:?} but kept in {kept:?}"
+                ));
+            }
+        }
+        if let Some(ino) = self.named_in.keys().find(|i| !named_in.contains_key(i)) {
+            return Err(format!("inode {ino} is named nowhere but kept as named"));
         }
         for i in self.inodes.values() {
             let ino = i.attr.ino;
