@@ -67,6 +67,10 @@ pub struct Handed {
 struct Lease {
     /// The MDS's number for this grant (a recall names it).
     grant: u64,
+    /// This mount's number for this lease (an MDS that starts numbers its grants anew).
+    serial: u64,
+    /// When the grant was taken in: an answer to a request sent before may be older than it.
+    since: Instant,
     /// Every name of the directory, with its inode number when known.
     names: HashMap<Vec<u8>, u64>,
     /// The directory's attributes, when known.
@@ -80,7 +84,8 @@ struct Lease {
 #[derive(Debug)]
 struct Covered {
     dir: u64,
-    grant: u64,
+    /// The lease's [`Lease::serial`].
+    serial: u64,
     attr: Attr,
 }
 
@@ -133,6 +138,8 @@ pub struct Held {
     kernel: HashMap<u64, Handed>,
     /// Files' attributes under the leases, by inode.
     files: HashMap<u64, Covered>,
+    /// The serial number of the latest lease taken in.
+    serial: u64,
     /// Whether the kernel may cache what a lease covers (only once a recall can take it back).
     kernel_caching: bool,
 }
@@ -188,10 +195,23 @@ impl Held {
         self.kernel_caching = on;
     }
 
-    /// How long the kernel may cache the entry of `name` in `dir` (its inode number, or that
-    /// there is none): what is left of the lease on `dir`, less [`KERNEL_MARGIN`], noted for a
-    /// recall to take back; zero when `dir` is not leased here.
-    pub fn kernel_entry(&mut self, dir: u64, name: &[u8], now: Instant) -> Duration {
+    /// How long the kernel may cache the entry of `name` in `dir`: that it names inode `ino`
+    /// (`Some`), or that there is none (`None`). What is left of the lease on `dir`, less
+    /// [`KERNEL_MARGIN`], noted for a recall to take back; zero when `dir` is not leased here
+    /// or the lease says otherwise of the name (an answer older than the lease).
+    pub fn kernel_entry(
+        &mut self,
+        dir: u64,
+        name: &[u8],
+        ino: Option<u64>,
+        now: Instant,
+    ) -> Duration {
+        let agrees = self
+            .current(dir, now)
+            .is_some_and(|l| l.names.get(name).copied() == ino);
+        if !agrees {
+            return Duration::ZERO;
+        }
         self.kernel_ttl(dir, now, |h| {
             if h.names.len() >= MAX_HELD_NAMES && !h.names.contains(name) {
                 return false;
@@ -304,8 +324,8 @@ impl Held {
 
     /// File `ino`'s attributes and the directory whose current lease covers them.
     fn covered(&mut self, ino: u64, now: Instant) -> Option<(Attr, u64)> {
-        let (dir, grant) = self.files.get(&ino).map(|c| (c.dir, c.grant))?;
-        if self.current(dir, now).is_none_or(|l| l.grant != grant) {
+        let (dir, serial) = self.files.get(&ino).map(|c| (c.dir, c.serial))?;
+        if self.current(dir, now).is_none_or(|l| l.serial != serial) {
             self.files.remove(&ino);
             return None;
         }
@@ -313,34 +333,49 @@ impl Held {
     }
 
     /// The MDS answered file `attr` (a create, a lookup, a getattr, a setattr, an open, a
-    /// link): kept while a lease covers it, under `named` (the directory and name it was
-    /// answered for) when that directory is leased here with that name for it, else under the
-    /// lease that covers it already (called in the order the answers come).
-    pub fn seen_file(&mut self, named: Option<(u64, &[u8])>, attr: &Attr, now: Instant) {
+    /// link) to a request first sent at `asked`: kept while a lease covers it, under `named`
+    /// (the directory and name it was answered for) when that directory is leased here with
+    /// that name for it, else under the lease that covers it already (called in the order the
+    /// answers come). An answer to a request sent before the lease was taken in is not kept:
+    /// one answered again from the MDS's memory may be older than the grant.
+    pub fn seen_file(
+        &mut self,
+        named: Option<(u64, &[u8])>,
+        attr: &Attr,
+        asked: Instant,
+        now: Instant,
+    ) {
         if attr.kind == FileKind::Dir || self.disabled {
             return;
         }
         let ino = attr.ino;
         let under = named.and_then(|(dir, name)| {
             let l = self.current(dir, now)?;
-            (l.names.get(name) == Some(&ino)).then_some((dir, l.grant))
+            (l.names.get(name) == Some(&ino)).then_some((dir, l.serial, l.since))
         });
         let under = under.or_else(|| {
-            let c = self.files.get(&ino)?;
-            let (dir, grant) = (c.dir, c.grant);
-            self.current(dir, now)
-                .filter(|l| l.grant == grant)
-                .map(|_| (dir, grant))
+            let (dir, serial) = self.files.get(&ino).map(|c| (c.dir, c.serial))?;
+            let l = self.current(dir, now).filter(|l| l.serial == serial)?;
+            Some((dir, serial, l.since))
         });
-        let Some((dir, grant)) = under else {
+        let Some((dir, serial, since)) = under.filter(|u| asked >= u.2) else {
             self.files.remove(&ino);
             return;
         };
         if !self.files.contains_key(&ino) && self.files.len() >= MAX_HELD_FILES {
-            return;
+            let leases = &self.leases;
+            self.files.retain(|_, c| {
+                leases
+                    .get(&c.dir)
+                    .is_some_and(|l| l.serial == c.serial && now < l.until)
+            });
+            if self.files.len() >= MAX_HELD_FILES {
+                return;
+            }
         }
+        debug_assert!(since <= now);
         let attr = attr.clone();
-        self.files.insert(ino, Covered { dir, grant, attr });
+        self.files.insert(ino, Covered { dir, serial, attr });
     }
 
     /// This mount changed file `ino`'s attributes in a way not followed here: asked again.
@@ -419,7 +454,8 @@ impl Held {
     }
 
     /// The MDS granted lease `grant` on `dir` with these names and attributes, to a request
-    /// sent at `asked`; refused here when that grant was recalled before its answer came.
+    /// sent at `asked`, taken in at `now`; refused here when that grant was recalled before its
+    /// answer came.
     pub fn granted(
         &mut self,
         dir: u64,
@@ -427,6 +463,7 @@ impl Held {
         names: Vec<(Vec<u8>, u64)>,
         attr: Option<Attr>,
         asked: Instant,
+        now: Instant,
     ) {
         let Some(meanwhile) = self.asking.remove(&dir) else {
             return;
@@ -437,8 +474,12 @@ impl Held {
         if names.len() > MAX_LEASED_NAMES {
             return;
         }
+        self.serial += 1;
+        self.files.retain(|_, c| c.dir != dir);
         let lease = Lease {
             grant,
+            serial: self.serial,
+            since: now,
             names: names.into_iter().collect(),
             attr: attr.filter(|a| a.ino == dir),
             until: asked + LEASE,
@@ -486,7 +527,9 @@ impl Held {
         if let Some(a) = self.asking.get_mut(&dir) {
             a.recalled = a.recalled.max(grant);
         }
-        self.files.retain(|_, c| c.dir != dir || c.grant > grant);
+        let kept = self.leases.get(&dir).filter(|_| newer).map(|l| l.serial);
+        self.files
+            .retain(|_, c| c.dir != dir || Some(c.serial) == kept);
         match newer {
             true => None,
             false => self.kernel.remove(&dir),
@@ -748,7 +791,7 @@ mod tests {
         assert!(h.asking(5));
         assert!(!h.asking(5), "one request at a time");
         assert_eq!(h.lookup(5, b"a", t0).0, Lookup::Ask(false), "being asked");
-        h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0);
+        h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0, t0);
         assert_eq!(h.lookup(5, b"a", t0).0, Lookup::Absent);
         assert_eq!(h.lookup(5, b"here", t0).0, Lookup::Ask(false));
         h.added(5, b"a", 0);
@@ -770,7 +813,7 @@ mod tests {
             "run out"
         );
         assert!(h.asking(5));
-        h.granted(5, 2, Vec::new(), None, t0);
+        h.granted(5, 2, Vec::new(), None, t0, t0);
         h.renewed(5, None, t0);
         assert_eq!(
             h.lookup(5, b"x", t0).0,
@@ -778,7 +821,7 @@ mod tests {
             "refused renewal"
         );
         assert!(h.asking(5));
-        h.granted(5, 3, Vec::new(), None, t0);
+        h.granted(5, 3, Vec::new(), None, t0, t0);
         h.set_enabled(false);
         assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Ask(false), "turned off");
     }
@@ -790,7 +833,7 @@ mod tests {
         assert!(h.asking(5));
         h.added(5, b"mine", 12);
         h.recalled(5, 4);
-        h.granted(5, 4, Vec::new(), None, t0);
+        h.granted(5, 4, Vec::new(), None, t0, t0);
         assert_eq!(
             h.lookup(5, b"x", t0).0,
             Lookup::Ask(true),
@@ -798,7 +841,7 @@ mod tests {
         );
         assert!(h.asking(5));
         h.added(5, b"gone", 12);
-        h.granted(5, 5, vec![(b"mine".to_vec(), 12)], None, t0);
+        h.granted(5, 5, vec![(b"mine".to_vec(), 12)], None, t0, t0);
         assert_eq!(
             h.lookup(5, b"mine", t0).0,
             Lookup::Ask(false),
@@ -820,42 +863,53 @@ mod tests {
         let t0 = Instant::now();
         let mut h = Held::default();
         assert!(h.asking(5));
-        h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0);
-        assert!(h.kernel_entry(5, b"x", t0).is_zero(), "not turned on");
+        h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0, t0);
+        assert!(h.kernel_entry(5, b"x", None, t0).is_zero(), "not turned on");
         h.set_kernel_caching(true);
-        assert_eq!(h.kernel_entry(5, b"x", t0), LEASE - KERNEL_MARGIN);
+        assert_eq!(h.kernel_entry(5, b"x", None, t0), LEASE - KERNEL_MARGIN);
         let later = t0 + LEASE / 2;
         assert_eq!(h.kernel_attr(5, later), LEASE / 2 - KERNEL_MARGIN);
-        assert!(h.kernel_entry(6, b"x", t0).is_zero(), "not leased");
+        assert!(h.kernel_entry(6, b"x", None, t0).is_zero(), "not leased");
+        assert!(!h.kernel_entry(5, b"here", Some(9), t0).is_zero());
         assert!(
-            h.kernel_entry(5, b"x", t0 + LEASE - KERNEL_MARGIN)
+            h.kernel_entry(5, b"here", Some(8), t0).is_zero(),
+            "an answer the lease disagrees with"
+        );
+        assert!(h.kernel_entry(5, b"here", None, t0).is_zero());
+        assert!(
+            h.kernel_entry(5, b"x", None, t0 + LEASE - KERNEL_MARGIN)
                 .is_zero(),
             "within the margin of its end"
         );
         // Forgotten here, the lease still holds at the MDS: what the kernel caches stays
         // noted until the recall.
         h.forget(5);
-        assert!(h.kernel_entry(5, b"y", t0).is_zero());
+        assert!(h.kernel_entry(5, b"y", None, t0).is_zero());
         let handed = h.recalled(5, 1).expect("what the kernel caches");
         let mut names: Vec<_> = handed.names.into_iter().collect();
         names.sort();
-        assert_eq!(names, [b"x".to_vec()]);
+        assert_eq!(names, [b"here".to_vec(), b"x".to_vec()]);
         assert!(handed.attr);
         assert!(h.recalled(5, 1).is_none(), "taken back once");
         // A recall of an older grant leaves a newer one's.
         assert!(h.asking(5));
-        h.granted(5, 3, Vec::new(), None, t0);
-        assert!(!h.kernel_entry(5, b"z", t0).is_zero());
+        h.granted(5, 3, Vec::new(), None, t0, t0);
+        assert!(!h.kernel_entry(5, b"z", None, t0).is_zero());
         assert!(h.recalled(5, 2).is_none());
         assert!(h.recalled(5, 3).is_some());
         // Names past the cap are not cached.
         assert!(h.asking(7));
-        h.granted(7, 4, Vec::new(), None, t0);
+        h.granted(7, 4, Vec::new(), None, t0, t0);
         for i in 0..MAX_HELD_NAMES {
-            assert!(!h.kernel_entry(7, format!("n{i}").as_bytes(), t0).is_zero());
+            assert!(!h
+                .kernel_entry(7, format!("n{i}").as_bytes(), None, t0)
+                .is_zero());
         }
-        assert!(h.kernel_entry(7, b"one more", t0).is_zero());
-        assert!(!h.kernel_entry(7, b"n0", t0).is_zero(), "one noted already");
+        assert!(h.kernel_entry(7, b"one more", None, t0).is_zero());
+        assert!(
+            !h.kernel_entry(7, b"n0", None, t0).is_zero(),
+            "one noted already"
+        );
     }
 
     fn file_attr(ino: u64, size: u64) -> Attr {
@@ -872,18 +926,18 @@ mod tests {
         let t0 = Instant::now();
         let mut h = Held::default();
         assert!(h.asking(5));
-        h.granted(5, 1, vec![(b"f".to_vec(), 9)], None, t0);
-        h.seen_file(Some((5, b"other")), &file_attr(9, 1), t0);
+        h.granted(5, 1, vec![(b"f".to_vec(), 9)], None, t0, t0);
+        h.seen_file(Some((5, b"other")), &file_attr(9, 1), t0, t0);
         assert_eq!(
             h.file_attr(9, t0),
             (None, None),
             "not the name answered for"
         );
-        h.seen_file(None, &file_attr(9, 1), t0);
+        h.seen_file(None, &file_attr(9, 1), t0, t0);
         assert_eq!(h.file_attr(9, t0).0, None, "no lease known to cover it");
-        h.seen_file(Some((5, b"f")), &file_attr(9, 1), t0);
+        h.seen_file(Some((5, b"f")), &file_attr(9, 1), t0, t0);
         assert_eq!(h.file_attr(9, t0), (Some(file_attr(9, 1)), None));
-        h.seen_file(None, &file_attr(9, 7), t0);
+        h.seen_file(None, &file_attr(9, 7), t0, t0);
         assert_eq!(
             h.file_attr(9, t0).0,
             Some(file_attr(9, 7)),
@@ -902,17 +956,17 @@ mod tests {
         assert_eq!(h.file_attr(9, late).1, None, "once");
         h.forget_file(9);
         assert_eq!(h.file_attr(9, t0).0, None, "its own change");
-        h.seen_file(Some((5, b"f")), &file_attr(9, 7), t0);
+        h.seen_file(Some((5, b"f")), &file_attr(9, 7), t0, t0);
         h.forget_files();
         assert_eq!(h.file_attr(9, t0).0, None);
         // Dropped here, then granted anew: what the first grant covered is not brought back.
-        h.seen_file(Some((5, b"f")), &file_attr(9, 7), t0);
+        h.seen_file(Some((5, b"f")), &file_attr(9, 7), t0, t0);
         assert!(h.file_attr(9, t0).0.is_some());
         h.forget(5);
         assert!(h.asking(5));
-        h.granted(5, 2, vec![(b"f".to_vec(), 9)], None, t0);
+        h.granted(5, 2, vec![(b"f".to_vec(), 9)], None, t0, t0);
         assert_eq!(h.file_attr(9, t0).0, None, "a newer grant");
-        h.seen_file(Some((5, b"f")), &file_attr(9, 8), t0);
+        h.seen_file(Some((5, b"f")), &file_attr(9, 8), t0, t0);
         let _ = h.recalled(5, 1);
         assert_eq!(
             h.file_attr(9, t0).0,
@@ -922,8 +976,8 @@ mod tests {
         let _ = h.recalled(5, 2);
         assert_eq!(h.file_attr(9, t0).0, None, "recalled");
         assert!(h.asking(5));
-        h.granted(5, 3, vec![(b"f".to_vec(), 9)], None, t0);
-        h.seen_file(Some((5, b"f")), &file_attr(9, 8), t0);
+        h.granted(5, 3, vec![(b"f".to_vec(), 9)], None, t0, t0);
+        h.seen_file(Some((5, b"f")), &file_attr(9, 8), t0, t0);
         assert!(h.file_attr(9, t0).0.is_some());
         assert_eq!(h.file_attr(9, t0 + LEASE).0, None, "the lease ran out");
     }
@@ -952,7 +1006,14 @@ mod tests {
         assert!(!h.worth_asking(1, t0), "asked once");
         assert!(h.worth_asking(1, t0), "asked twice: worth a lease");
         assert!(h.asking(1));
-        h.granted(1, 1, vec![(b"md".to_vec(), 2)], Some(dir_attr(1, 40)), t0);
+        h.granted(
+            1,
+            1,
+            vec![(b"md".to_vec(), 2)],
+            Some(dir_attr(1, 40)),
+            t0,
+            t0,
+        );
         h.touched(1, Some(50));
         h.added(1, b"new", 0);
         let (a, _) = h.attr(1, t0);
@@ -967,7 +1028,7 @@ mod tests {
             "md is not leased"
         );
         assert!(h.asking(2));
-        h.granted(2, 2, Vec::new(), Some(dir_attr(2, 7)), t0);
+        h.granted(2, 2, Vec::new(), Some(dir_attr(2, 7)), t0, t0);
         assert_eq!(
             h.lookup(1, b"md", t0).0,
             Lookup::Found(Box::new(dir_attr(2, 7)))

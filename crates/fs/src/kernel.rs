@@ -75,9 +75,9 @@ mod tests {
         h.set_kernel_caching(true);
         let t0 = std::time::Instant::now();
         assert!(h.asking(7));
-        h.granted(7, 1, Vec::new(), None, t0);
+        h.granted(7, 1, Vec::new(), None, t0, t0);
         for n in names {
-            assert!(!h.kernel_entry(7, n.as_bytes(), t0).is_zero());
+            assert!(!h.kernel_entry(7, n.as_bytes(), None, t0).is_zero());
         }
         if attr {
             assert!(!h.kernel_attr(7, t0).is_zero());

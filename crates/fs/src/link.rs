@@ -121,7 +121,7 @@ impl Outstanding {
                     attr,
                     grant,
                 }),
-            ) => l.granted(*dir, *grant, names.clone(), attr.clone(), asked),
+            ) => l.granted(*dir, *grant, names.clone(), attr.clone(), asked, now),
             (MdsOp::LeaseDir { dir, names: true }, _) => l.refused(*dir, now),
             (MdsOp::LeaseDir { dir, names: false }, r) => {
                 let grant = match r {
@@ -144,7 +144,7 @@ impl Outstanding {
                 let at = (inode.kind != FileKind::Dir).then_some(inode.now_ns);
                 l.touched(*parent, at);
                 if let MdsAnswer::Attr(a) = answer {
-                    l.seen_file(Some((*parent, name)), a, now);
+                    l.seen_file(Some((*parent, name)), a, asked, now);
                 }
             }
             (
@@ -159,7 +159,7 @@ impl Outstanding {
                 l.added(*parent, name, answered_ino(answer));
                 l.touched(*parent, Some(*now_ns));
                 if let MdsAnswer::Attr(a) = answer {
-                    l.seen_file(Some((*parent, name)), a, now);
+                    l.seen_file(Some((*parent, name)), a, asked, now);
                 }
             }
             (
@@ -240,11 +240,11 @@ impl Outstanding {
                 l.named(*parent, name, a.ino, now);
                 match a.kind {
                     FileKind::Dir => l.seen_dir(a, now),
-                    _ => l.seen_file(Some((*parent, name)), a, now),
+                    _ => l.seen_file(Some((*parent, name)), a, asked, now),
                 }
             }
             (_, Ok(MdsAnswer::Attr(a))) if a.kind == FileKind::Dir => l.seen_dir(a, now),
-            (_, Ok(MdsAnswer::Attr(a))) => l.seen_file(None, a, now),
+            (_, Ok(MdsAnswer::Attr(a))) => l.seen_file(None, a, asked, now),
             _ => {}
         }
     }
@@ -588,19 +588,35 @@ impl MdsLink {
 
     /// How a lookup of `name` in `dir` goes with this mount's directory leases (see
     /// [`Held::lookup`]), how long the kernel may cache its answer (its entry, and the
-    /// attributes of a directory found), and whether the lease wants renewing now.
-    pub fn lookup_leased(&self, dir: u64, name: &[u8]) -> (Lookup, KernelTtl, bool) {
+    /// attributes of a directory found), and the leases that want renewing now (`dir`'s, and
+    /// a leased directory's found).
+    pub fn lookup_leased(&self, dir: u64, name: &[u8]) -> (Lookup, KernelTtl, [Option<u64>; 2]) {
         let now = Instant::now();
         let mut o = lock(&self.outstanding);
         let (found, renew) = o.leases.lookup(dir, name, now);
+        // A leased directory found by name: its lease is in use too (the kernel may cache its
+        // attributes and never ask for them).
+        let child_renew = match &found {
+            Lookup::Found(attr) if attr.kind == FileKind::Dir => {
+                o.leases.attr(attr.ino, now).1.then_some(attr.ino)
+            }
+            _ => None,
+        };
+        let renew = [renew.then_some(dir), child_renew];
         let ttl = match &found {
             Lookup::Absent => KernelTtl {
-                entry: o.leases.kernel_entry(dir, name, now),
+                entry: o.leases.kernel_entry(dir, name, None, now),
                 attr: Duration::ZERO,
             },
-            Lookup::Found(attr) => KernelTtl {
-                entry: o.leases.kernel_entry(dir, name, now),
+            // A directory's name is not cached: dropping it at a recall would cut off what
+            // is mounted below it and the working directories of processes in it.
+            Lookup::Found(attr) if attr.kind == FileKind::Dir => KernelTtl {
+                entry: Duration::ZERO,
                 attr: o.leases.kernel_attr(attr.ino, now),
+            },
+            Lookup::Found(attr) => KernelTtl {
+                entry: o.leases.kernel_entry(dir, name, Some(attr.ino), now),
+                attr: Duration::ZERO,
             },
             Lookup::Ask(_) => KernelTtl::default(),
         };
@@ -608,11 +624,15 @@ impl MdsLink {
     }
 
     /// How long the kernel may cache the entry of `name` in `dir`, which the MDS just
-    /// answered (see [`Held::kernel_entry`]).
-    pub fn kernel_entry_ttl(&self, dir: u64, name: &[u8]) -> Duration {
+    /// answered is inode `ino` (see [`Held::kernel_entry`]); a directory's name (`is_dir`)
+    /// not at all.
+    pub fn kernel_entry_ttl(&self, dir: u64, name: &[u8], ino: u64, is_dir: bool) -> Duration {
+        if is_dir {
+            return Duration::ZERO;
+        }
         lock(&self.outstanding)
             .leases
-            .kernel_entry(dir, name, Instant::now())
+            .kernel_entry(dir, name, Some(ino), Instant::now())
     }
 
     /// The attributes of `ino` when a lease here covers them (a directory leased here, see

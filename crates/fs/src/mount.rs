@@ -787,10 +787,10 @@ impl Filesystem for CairnFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.as_bytes().to_vec();
         let (leased, ttl, renew) = self.link.lookup_leased(parent.0, &name);
-        if renew {
+        for dir in renew.into_iter().flatten() {
             let link = self.link.clone();
             self.rt
-                .spawn(async move { link.ask_lease(parent.0, false).await });
+                .spawn(async move { link.ask_lease(dir, false).await });
         }
         let ask_lease = match leased {
             // The directory is leased here and has no such name: answered without the MDS,
@@ -820,7 +820,8 @@ impl Filesystem for CairnFs {
                 // The name's inode number is covered by a lease on the directory; its
                 // attributes are not.
                 Ok(a) => {
-                    let entry = c.link.kernel_entry_ttl(parent.0, &name);
+                    let is_dir = a.kind == FileType::Directory;
+                    let entry = c.link.kernel_entry_ttl(parent.0, &name, a.ino.0, is_dir);
                     reply.entry_with_ttls(&TTL, &entry, &a, NO_GEN)
                 }
                 Err(e) => reply.error(errno(e)),

@@ -564,7 +564,12 @@ async fn recovery(
             };
             let bytes = image.as_ref().map_or(0, |i| i.data.len() as u64);
             s.throttle.note_push_received();
-            if let Some(why) = crate::primary::past_backfillfull_ratio_with(s, bytes) {
+            // A removal (no image) frees room: never refused.
+            let refused = match bytes {
+                0 => None,
+                _ => crate::primary::past_backfillfull_ratio_with(s, bytes),
+            };
+            if let Some(why) = refused {
                 return Ok((PeerAnswer::TooFull { why }, Bytes::new()));
             }
             let mut inner = pg.lock().await;
