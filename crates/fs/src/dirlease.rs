@@ -58,6 +58,8 @@ pub struct Handed {
     pub names: HashSet<Vec<u8>>,
     /// Whether the kernel may cache the directory's attributes.
     pub attr: bool,
+    /// Files named there whose attributes the kernel may cache.
+    pub files: HashSet<u64>,
     /// When the last of them runs out in the kernel.
     until: Instant,
 }
@@ -230,6 +232,22 @@ impl Held {
         })
     }
 
+    /// How long the kernel may cache the attributes of file `ino` that a lease here covers
+    /// (noted under that lease's directory), as for [`Held::kernel_entry`]; zero when none
+    /// does.
+    pub fn kernel_file_attr(&mut self, ino: u64, now: Instant) -> Duration {
+        let Some((_, dir)) = self.covered(ino, now) else {
+            return Duration::ZERO;
+        };
+        self.kernel_ttl(dir, now, |h| {
+            if h.files.len() >= MAX_HELD_NAMES && !h.files.contains(&ino) {
+                return false;
+            }
+            h.files.insert(ino);
+            true
+        })
+    }
+
     fn kernel_ttl(
         &mut self,
         dir: u64,
@@ -257,6 +275,7 @@ impl Held {
         let handed = self.kernel.entry(dir).or_insert_with(|| Handed {
             names: HashSet::new(),
             attr: false,
+            files: HashSet::new(),
             until: now,
         });
         if !note(handed) {
@@ -876,6 +895,9 @@ mod tests {
             "an answer the lease disagrees with"
         );
         assert!(h.kernel_entry(5, b"here", None, t0).is_zero());
+        assert!(h.kernel_file_attr(9, t0).is_zero(), "no attributes kept");
+        h.seen_file(Some((5, b"here")), &file_attr(9, 3), t0, t0);
+        assert_eq!(h.kernel_file_attr(9, t0), LEASE - KERNEL_MARGIN);
         assert!(
             h.kernel_entry(5, b"x", None, t0 + LEASE - KERNEL_MARGIN)
                 .is_zero(),
@@ -890,6 +912,7 @@ mod tests {
         names.sort();
         assert_eq!(names, [b"here".to_vec(), b"x".to_vec()]);
         assert!(handed.attr);
+        assert_eq!(handed.files.into_iter().collect::<Vec<_>>(), [9]);
         assert!(h.recalled(5, 1).is_none(), "taken back once");
         // A recall of an older grant leaves a newer one's.
         assert!(h.asking(5));

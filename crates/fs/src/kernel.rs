@@ -1,5 +1,5 @@
 //! Taking what a recalled directory lease covered out of the kernel's cache: the kernel may
-//! cache names and attributes a lease covers (their TTL ends before the lease does), so before
+//! cache names and attributes (the directory's and its files') a lease covers (their TTL ends before the lease does), so before
 //! the mount gives a recalled lease up it tells the kernel to drop each of them; another
 //! client's change, which the MDS holds until then, is seen at once.
 
@@ -37,6 +37,9 @@ pub fn forget(kernel: &dyn KernelCache, dir: u64, handed: &Handed) -> bool {
     }
     if handed.attr {
         note(kernel.forget_attr(dir), "attributes");
+    }
+    for ino in &handed.files {
+        note(kernel.forget_attr(*ino), "a file's attributes");
     }
     all
 }

@@ -616,7 +616,7 @@ impl MdsLink {
             },
             Lookup::Found(attr) => KernelTtl {
                 entry: o.leases.kernel_entry(dir, name, Some(attr.ino), now),
-                attr: Duration::ZERO,
+                attr: o.leases.kernel_file_attr(attr.ino, now),
             },
             Lookup::Ask(_) => KernelTtl::default(),
         };
@@ -637,7 +637,7 @@ impl MdsLink {
 
     /// The attributes of `ino` when a lease here covers them (a directory leased here, see
     /// [`Held::attr`]; a file named in one, see [`Held::file_attr`]), how long the kernel may
-    /// cache them (a file's: not at all), and the directory whose lease wants renewing now.
+    /// cache them, and the directory whose lease wants renewing now.
     pub fn attr_leased(&self, ino: u64) -> (Option<Attr>, Duration, Option<u64>) {
         let now = Instant::now();
         let mut o = lock(&self.outstanding);
@@ -648,7 +648,11 @@ impl MdsLink {
             }
             (None, renew) => {
                 let (attr, file_renew) = o.leases.file_attr(ino, now);
-                (attr, Duration::ZERO, file_renew.or(renew.then_some(ino)))
+                let ttl = match attr {
+                    Some(_) => o.leases.kernel_file_attr(ino, now),
+                    None => Duration::ZERO,
+                };
+                (attr, ttl, file_renew.or(renew.then_some(ino)))
             }
         }
     }

@@ -2,13 +2,13 @@
 //! metadata server (names, attributes) or the OSDs (file data) and then replies, so many
 //! requests are in flight at once.
 //!
-//! Coherence is close-to-open, as NFS gives: a file's attributes are never cached by the
-//! kernel (TTL 0), a file's size grown by writes is reported to the MDS when the file is
-//! flushed, fsynced or closed (and shown by this client meanwhile), and the page cache of a
-//! file is dropped when it is opened. Names, and directories' attributes, are cached by the
-//! kernel only under a directory lease ([`crate::dirlease`]): for what is left of the lease,
-//! and taken out of the kernel before a recalled lease is given up ([`crate::kernel`]). Every
-//! mutation the MDS answered is in its journal.
+//! Coherence is close-to-open, as NFS gives: names and attributes are cached by the kernel
+//! only under a directory lease ([`crate::dirlease`]; TTL 0 otherwise, and always for a
+//! directory's name), for what is left of the lease, and taken out of the kernel before a
+//! recalled lease is given up ([`crate::kernel`]); a file's size grown by writes is reported
+//! to the MDS when the file is flushed, fsynced or closed (and shown by this client
+//! meanwhile), and the page cache of a file is dropped when it is opened. Every mutation the
+//! MDS answered is in its journal.
 //!
 //! Writes are behind, as NFS's and CephFS's buffered writes are: a write is answered once it
 //! is sent to the OSDs (at most [`WRITE_BEHIND_BYTES`] in flight per mount), so one writer
@@ -211,6 +211,15 @@ impl Ctx {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this client's writes to `ino` are unreported or in flight: its size and times
+    /// are this client's own, still changing, and not for the kernel to cache.
+    fn unsettled(&self, ino: u64) -> bool {
+        let st = self.lock();
+        st.dirty.contains_key(&ino)
+            || st.inflight.contains_key(&ino)
+            || st.gathers.contains_key(&ino)
     }
 
     /// `attr` as this client sees it (its unreported writes included), remembered.
@@ -799,8 +808,13 @@ impl Filesystem for CairnFs {
             Lookup::Absent => return reply.entry_with_ttls(&TTL, &ttl.entry, &missing(), NO_GEN),
             // A directory leased here too, named in one leased here.
             Lookup::Found(attr) => {
-                let attr = self.ctx().seen(*attr);
-                return reply.entry_with_ttls(&ttl.attr, &ttl.entry, &attr, NO_GEN);
+                let c = self.ctx();
+                let attr_ttl = match c.unsettled(attr.ino) {
+                    true => TTL,
+                    false => ttl.attr,
+                };
+                let attr = c.seen(*attr);
+                return reply.entry_with_ttls(&attr_ttl, &ttl.entry, &attr, NO_GEN);
             }
             Lookup::Ask(ask_lease) => ask_lease,
         };
@@ -839,7 +853,12 @@ impl Filesystem for CairnFs {
         if let Some(attr) = leased {
             // A directory leased here, or a file named in one: nobody else changes it without
             // a recall first.
-            return reply.attr(&ttl, &self.ctx().seen(attr));
+            let c = self.ctx();
+            let ttl = match c.unsettled(ino.0) {
+                true => TTL,
+                false => ttl,
+            };
+            return reply.attr(&ttl, &c.seen(attr));
         }
         self.spawn(|c| async move {
             match c.attr_of(MdsOp::GetAttr { ino: ino.0 }).await {
