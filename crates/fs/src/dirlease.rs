@@ -27,10 +27,11 @@ use cairn_proto::mds::{Attr, FileKind};
 pub const LEASE: Duration = Duration::from_secs(4);
 /// A holder renews its lease once less than this is left of it, as it uses it.
 pub const RENEW_WITHIN: Duration = Duration::from_secs(2);
-/// Most names of a directory the MDS grants a lease on (the grant carries them all).
-pub const MAX_LEASED_NAMES: usize = 4096;
+/// Most names of a directory the MDS grants a lease on (the grant carries them all: up to
+/// about 4 MiB).
+pub const MAX_LEASED_NAMES: usize = 16 * 1024;
 /// Most directories one mount holds leases on; further ones are not asked for.
-pub const MAX_HELD: usize = 1024;
+pub const MAX_HELD: usize = 256;
 /// After a recall, the directory is leased to nobody for this long (two clients at work in
 /// one directory would otherwise pass the lease back and forth on every change); a mount
 /// refused a lease asks again no sooner either.

@@ -779,6 +779,81 @@ mod tests {
         }))
     }
 
+    #[test]
+    fn the_mounts_own_changes_to_a_file_follow_or_forget_its_kept_attributes() {
+        let mut o = Outstanding::default();
+        assert!(o.leases.asking(1));
+        let lease = MdsOp::LeaseDir {
+            dir: 1,
+            names: true,
+        };
+        let granted = Ok(MdsAnswer::DirLeased {
+            names: Some(Vec::new()),
+            attr: None,
+            grant: 1,
+        });
+        o.leases_follow(&lease, &granted, Instant::now());
+        let kept = |o: &mut Outstanding, ino| o.leases.file_attr(ino, Instant::now()).0;
+        o.leases_follow(&create("f").op, &made(9), Instant::now());
+        assert_eq!(
+            kept(&mut o, 9).map(|a| a.size),
+            Some(0),
+            "its create's answer"
+        );
+        let mut grown = made(9).unwrap();
+        if let MdsAnswer::Attr(a) = &mut grown {
+            a.size = 100;
+        }
+        let setattr = MdsOp::SetAttr {
+            ino: 9,
+            set: Default::default(),
+            now_ns: 1,
+        };
+        o.leases_follow(&setattr, &Ok(grown), Instant::now());
+        assert_eq!(
+            kept(&mut o, 9).map(|a| a.size),
+            Some(100),
+            "its setattr's answer"
+        );
+        let xattr = MdsOp::RemoveXattr {
+            ino: 9,
+            name: b"user.x".to_vec(),
+        };
+        o.leases_follow(&xattr, &Ok(MdsAnswer::Done), Instant::now());
+        assert_eq!(
+            kept(&mut o, 9),
+            None,
+            "an extended attribute changes its ctime"
+        );
+        o.leases_follow(&MdsOp::GetAttr { ino: 9 }, &made(9), Instant::now());
+        assert_eq!(
+            kept(&mut o, 9),
+            None,
+            "a getattr names no directory to keep it under"
+        );
+        let lookup = MdsOp::Lookup {
+            parent: 1,
+            name: b"f".to_vec(),
+        };
+        o.leases_follow(&lookup, &made(9), Instant::now());
+        assert!(kept(&mut o, 9).is_some(), "looked up again");
+        let unlink = MdsOp::Unlink {
+            parent: 1,
+            name: b"f".to_vec(),
+            now_ns: 2,
+        };
+        o.leases_follow(&unlink, &Ok(MdsAnswer::Done), Instant::now());
+        assert_eq!(kept(&mut o, 9), None, "its unlink");
+        o.leases_follow(&create("g").op, &made(10), Instant::now());
+        let stale = Instant::now() - Duration::from_secs(1);
+        o.leases_follow(&MdsOp::GetAttr { ino: 10 }, &made(10), stale);
+        assert_eq!(
+            kept(&mut o, 10),
+            None,
+            "an answer to a request older than the lease"
+        );
+    }
+
     /// Sends `name`'s create as request `tid` and takes in its early answer.
     fn answered_early(o: &mut Outstanding, tid: u64, name: &str, ino: u64, seq: u64) {
         let (tx, _rx) = oneshot::channel();

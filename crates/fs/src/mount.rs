@@ -824,9 +824,15 @@ impl Filesystem for CairnFs {
                 name: name.clone(),
             };
             let found = c.attr_of(op).await;
-            if found == Err(libc::ENOENT) && ask_lease {
-                // A missing name: names are about to be made here (a create looks its name
-                // up first), which a lease answers without the MDS from now on.
+            // A missing name: names are about to be made here (a create looks its name up
+            // first); or a directory looked in again and again: a lease answers its lookups
+            // without the MDS from now on.
+            let worth = match found {
+                Err(libc::ENOENT) => ask_lease,
+                Ok(_) => ask_lease && c.link.worth_leasing(parent.0),
+                Err(_) => false,
+            };
+            if worth {
                 let link = c.link.clone();
                 tokio::spawn(async move { link.ask_lease(parent.0, true).await });
             }
