@@ -292,6 +292,7 @@ type Kernel = Arc<OnceLock<Arc<dyn KernelCache>>>;
 
 /// What a session's reader needs to give up a recalled lease: a `ReleaseDir` of its own, sent
 /// once the kernel dropped what it cached under the lease.
+#[derive(Clone)]
 struct Release {
     to: SessionSender,
     client: u64,
@@ -306,12 +307,7 @@ impl Release {
         let Some(kernel) = self.kernel.get().cloned() else {
             return self.release(dir, grant);
         };
-        let release = Release {
-            to: self.to.clone(),
-            client: self.client,
-            tids: self.tids.clone(),
-            kernel: self.kernel.clone(),
-        };
+        let release = self.clone();
         tokio::spawn(async move {
             // The kernel waits for the directory's requests in flight before it drops an
             // entry, so this runs off the runtime's threads.
