@@ -62,6 +62,23 @@ pub fn inode_object(ino: u64) -> String {
     format!("inodes.{:02x}", ino % INODE_SHARDS)
 }
 
+/// Where a delegated slot's key starts in the state object.
+const SLOT_KEY_PREFIX: &[u8] = b"slot.";
+
+fn slot_key(slot: u64) -> Vec<u8> {
+    let mut key = SLOT_KEY_PREFIX.to_vec();
+    key.extend_from_slice(format!("{slot:08x}").as_bytes());
+    key
+}
+
+/// A little-endian u64 stored as the value of `what`.
+fn u64_value(what: &str, value: &[u8]) -> Result<u64, FsError> {
+    let bytes: [u8; 8] = value
+        .try_into()
+        .map_err(|_| FsError::Damaged(format!("{what} is not 8 bytes")))?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
 fn inode_key(ino: u64) -> Vec<u8> {
     format!("{ino:016x}").into_bytes()
 }
@@ -123,6 +140,11 @@ fn changes_of(updates: &[Update]) -> (HashMap<String, ObjectChanges>, Vec<String
                 PURGE_OBJECT.into(),
                 inode_key(*ino),
                 Some(encode(&(*size, *object_size))),
+            ),
+            Update::Slot { slot, client } => put(
+                STATE_OBJECT.into(),
+                slot_key(*slot),
+                Some(client.to_le_bytes().to_vec()),
             ),
         }
     }
@@ -227,11 +249,15 @@ pub async fn load(client: &Client, pool: &str) -> Result<Namespace, FsError> {
     }
     for (key, value) in omap_all(client, pool, STATE_OBJECT).await? {
         if key == b"next_ino" {
-            let bytes: [u8; 8] = value
-                .as_slice()
-                .try_into()
-                .map_err(|_| FsError::Damaged("next_ino is not 8 bytes".into()))?;
-            ns.apply(&Update::NextIno(u64::from_le_bytes(bytes)));
+            ns.apply(&Update::NextIno(u64_value("next_ino", &value)?));
+        } else if let Some(slot) = key.strip_prefix(SLOT_KEY_PREFIX) {
+            let text = String::from_utf8_lossy(slot).to_string();
+            let slot = u64::from_str_radix(&text, 16)
+                .ok()
+                .filter(|s| *s < crate::namespace::slots::MAX_SLOTS)
+                .ok_or_else(|| FsError::Damaged(format!("slot key {text:?}")))?;
+            let client = u64_value("a slot's client", &value)?;
+            ns.apply(&Update::Slot { slot, client });
         }
     }
     Ok(ns)
@@ -301,5 +327,10 @@ mod tests {
         assert_eq!(objects[&inode_object(12)][&inode_key(12)], None);
         assert_eq!(gone, vec![dir_object(12)]);
         assert_eq!(data_object(0x10000000000, 3), "10000000000.00000003");
+        let (objects, _) = changes_of(&[Update::Slot { slot: 2, client: 9 }]);
+        let stored = objects[STATE_OBJECT][&slot_key(2)].clone().unwrap();
+        assert_eq!(slot_key(2), b"slot.00000002");
+        assert_eq!(u64_value("a slot's client", &stored).unwrap(), 9);
+        assert!(u64_value("a slot's client", &stored[1..]).is_err());
     }
 }

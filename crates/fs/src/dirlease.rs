@@ -46,6 +46,10 @@ pub const MAX_HELD_FILES: usize = 64 * 1024;
 /// ends before the lease ends at the MDS even when the answer reaches the kernel late.
 pub const KERNEL_MARGIN: Duration = Duration::from_millis(250);
 
+/// A file is created by the mount itself only under a lease with this much left: its `Create`
+/// reaches the MDS well before the lease can end there.
+pub const CREATE_MARGIN: Duration = Duration::from_secs(1);
+
 /// An inode number a name is known to have in a leased directory; 0 when only the name is
 /// known (a lookup of it asks the MDS).
 const UNKNOWN_INO: u64 = 0;
@@ -80,6 +84,8 @@ struct Lease {
     attr: Option<Attr>,
     until: Instant,
     renewing: bool,
+    /// The object size files created in the directory get (0: not known).
+    file_object_size: u32,
 }
 
 /// A file's attributes, as an answer of the MDS gave them while a lease on a directory
@@ -504,8 +510,30 @@ impl Held {
             attr: attr.filter(|a| a.ino == dir),
             until: asked + LEASE,
             renewing: false,
+            file_object_size: 0,
         };
         self.leases.insert(dir, lease);
+    }
+
+    /// The new lease on `dir` says files created in it get `object_size` bytes per object.
+    pub fn new_files_get(&mut self, dir: u64, object_size: u32) {
+        if let Some(l) = self.leases.get_mut(&dir) {
+            l.file_object_size = object_size;
+        }
+    }
+
+    /// The object size of a file `name` this mount may create in `dir` by itself, without
+    /// asking the MDS first: `dir` is leased here with [`CREATE_MARGIN`] left, its layout for
+    /// new files is known, and it has no `name`.
+    pub fn may_create(&mut self, dir: u64, name: &[u8], now: Instant) -> Option<u32> {
+        if self.disabled {
+            return None;
+        }
+        let l = self.current(dir, now)?;
+        let lasts = l.until.saturating_duration_since(now) >= CREATE_MARGIN;
+        let room = l.names.len() < MAX_HELD_NAMES;
+        (lasts && room && l.file_object_size > 0 && !l.names.contains_key(name))
+            .then_some(l.file_object_size)
     }
     /// The MDS renewed lease `grant` on `dir` to a request sent at `asked` (`false`: it
     /// refused; the lease ends).

@@ -87,6 +87,7 @@ mod tests {
                 now_ns: 0,
                 open: false,
                 ino: None,
+                object_size: None,
             },
         }
     }

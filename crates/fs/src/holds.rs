@@ -59,6 +59,17 @@ impl Holds {
         }
     }
 
+    /// Counts a file open that `make` creates here (see
+    /// [`crate::link::MdsLink::create_here`]: the MDS counts it when its `Create` runs),
+    /// unless a `Held` is in flight, which might reach the MDS after that `Create` without
+    /// it. `make` answers what it made and the file's inode number.
+    pub fn opened_here<T>(&self, make: impl FnOnce() -> Option<(T, u64)>) -> Option<T> {
+        let _order = self.order.try_read().ok()?;
+        let (made, ino) = make()?;
+        *self.counts().entry(ino).or_default() += 1;
+        Some(made)
+    }
+
     /// Closes what one [`Holds::open`] opened.
     pub async fn close(&self, ino: u64) {
         let _order = self.order.read().await;

@@ -7,7 +7,7 @@
 //! `MdsSafe` names it; every new session, and a session whose MDS restarted, starts with those
 //! mutations replayed in request order and a `Reconnected`, before any new request.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -18,12 +18,12 @@ use cairn_msgr::handshake::CredentialSource;
 use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::mds::{
-    Attr, FileKind, MdsAnswer, MdsOp, MdsRecall, MdsReply, MdsRequest, MdsSafe, MSG_MDS_RECALL,
-    MSG_MDS_REPLY, MSG_MDS_REQUEST, MSG_MDS_SAFE,
+    Attr, FileKind, MdsAnswer, MdsOp, MdsRecall, MdsReply, MdsRequest, MdsSafe, NewInode,
+    MSG_MDS_RECALL, MSG_MDS_REPLY, MSG_MDS_REQUEST, MSG_MDS_SAFE,
 };
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Notify};
 
-use crate::dirlease::{Handed, Held, Lookup};
+use crate::dirlease::{Handed, Held, Lookup, LEASE};
 use crate::kernel::KernelCache;
 use crate::mds::ADDR_OBJECT;
 
@@ -44,6 +44,12 @@ const REPLAY_CHECK: Duration = Duration::from_secs(1);
 /// the roster keeps a client [`crate::replay::ROSTER_IDLE`] after its last mutation, and a restarted MDS
 /// starts up to a lease (15 s) after its predecessor stopped.
 const ROSTERED_FOR: Duration = Duration::from_secs(60);
+
+/// Most creates a mount has answered by itself that the MDS has not answered yet; past it a
+/// create waits for the MDS.
+pub const MAX_EARLY_CREATES: usize = 1024;
+/// How long a mount that could not get inode numbers of its own waits before asking again.
+const NUMBERS_RETRY: Duration = Duration::from_secs(30);
 
 /// How long the kernel may cache a lookup's answer: its entry, and the attributes it gives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -74,6 +80,14 @@ struct Outstanding {
     last_mutation: Option<Instant>,
     /// The directory leases held, kept in step with the answers in the order they come.
     leases: Held,
+    /// Creates this mount answered by itself, by request id, that the MDS has not answered:
+    /// a later request waits for them (the MDS must know a file before what is done to it),
+    /// and a lease is given up only after them.
+    early_creates: BTreeSet<u64>,
+    /// The inode numbers delegated to this mount not used yet: the next one and the end.
+    numbers: Option<(u64, u64)>,
+    /// Numbers are being asked for, or (`Some(at)`) could not be had at `at`.
+    numbers_asked: Option<Option<Instant>>,
 }
 
 impl Outstanding {
@@ -89,7 +103,10 @@ impl Outstanding {
                 if req.op.is_mutation() {
                     self.last_mutation = Some(Instant::now());
                 }
-                self.leases_follow(&req.op, &reply.result, asked);
+                // An early create was followed when the mount answered it.
+                if !self.early_creates.contains(&reply.tid) {
+                    self.leases_follow(&req.op, &reply.result, asked);
+                }
                 if !reply.safe {
                     let req = MdsRequest {
                         op: req.op.pinned_to(&reply.result),
@@ -120,8 +137,12 @@ impl Outstanding {
                     names: Some(names),
                     attr,
                     grant,
+                    file_object_size,
                 }),
-            ) => l.granted(*dir, *grant, names.clone(), attr.clone(), asked, now),
+            ) => {
+                l.granted(*dir, *grant, names.clone(), attr.clone(), asked, now);
+                l.new_files_get(*dir, *file_object_size);
+            }
             (MdsOp::LeaseDir { dir, names: true }, _) => l.refused(*dir, now),
             (MdsOp::LeaseDir { dir, names: false }, r) => {
                 let grant = match r {
@@ -249,6 +270,57 @@ impl Outstanding {
         }
     }
 
+    /// [`MdsLink::create_here`] at `now`, its request id taken from `tids`.
+    fn create_here(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        mut inode: NewInode,
+        tids: &AtomicU64,
+        now: Instant,
+    ) -> Option<(Attr, EarlyCreate)> {
+        if inode.kind != FileKind::File || self.early_creates.len() >= MAX_EARLY_CREATES {
+            return None;
+        }
+        let object_size = self.leases.may_create(parent, name, now)?;
+        let (ino, end) = self.numbers.filter(|(next, end)| next < end)?;
+        self.numbers = Some((ino + 1, end));
+        inode.ino = Some(ino);
+        inode.object_size = Some(object_size);
+        let attr = Attr {
+            ino,
+            kind: FileKind::File,
+            perm: inode.perm & 0o7777,
+            uid: inode.uid,
+            gid: inode.gid,
+            size: 0,
+            nlink: 1,
+            atime_ns: inode.now_ns,
+            mtime_ns: inode.now_ns,
+            ctime_ns: inode.now_ns,
+            rdev: 0,
+            object_size,
+        };
+        let tid = tids.fetch_add(1, Ordering::Relaxed);
+        assert!(self.early_creates.insert(tid), "request ids are unique");
+        self.leases.added(parent, name, ino);
+        self.leases.touched(parent, Some(inode.now_ns));
+        self.leases.seen_file(Some((parent, name)), &attr, now, now);
+        let op = MdsOp::Create {
+            parent,
+            name: name.to_vec(),
+            inode,
+        };
+        let early = EarlyCreate {
+            tid,
+            op,
+            parent,
+            name: name.to_vec(),
+            ino,
+        };
+        Some((attr, early))
+    }
+
     /// Forgets what the MDS says is durable.
     fn safe(&mut self, safe: &MdsSafe) {
         for tid in &safe.tids {
@@ -290,52 +362,94 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Outstanding> {
 /// The kernel whose cache leases may fill, once the mount names it.
 type Kernel = Arc<OnceLock<Arc<dyn KernelCache>>>;
 
+/// Returns once every create this mount answered by itself with a request id below `before`
+/// has its answer from the MDS.
+async fn early_creates_answered(outstanding: &Shared, answered: &Notify, before: u64) {
+    loop {
+        let notified = answered.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if lock(outstanding)
+            .early_creates
+            .range(..before)
+            .next()
+            .is_none()
+        {
+            return;
+        }
+        notified.await;
+    }
+}
+
 /// What a session's reader needs to give up a recalled lease: a `ReleaseDir` of its own, sent
-/// once the kernel dropped what it cached under the lease.
+/// once the MDS answered the creates this mount made by itself and the kernel dropped what it
+/// cached under the lease.
 #[derive(Clone)]
 struct Release {
     to: SessionSender,
     client: u64,
     tids: Arc<AtomicU64>,
     kernel: Kernel,
+    outstanding: Shared,
+    early_answered: Arc<Notify>,
 }
 
 impl Release {
-    /// Gives up lease `grant` on `dir` once the kernel dropped `handed` (left to run out when
+    /// Gives up lease `grant` on `dir` once the creates answered here before now are answered
+    /// by the MDS (or a lease went by) and the kernel dropped `handed` (left to run out when
     /// the kernel does not drop it in time).
-    fn release_after(&self, dir: u64, grant: u64, handed: Handed) {
-        let Some(kernel) = self.kernel.get().cloned() else {
-            return self.release(dir, grant);
-        };
+    fn give_up(&self, dir: u64, grant: u64, handed: Option<Handed>) {
         let release = self.clone();
+        let before = self.tids.load(Ordering::Relaxed);
         tokio::spawn(async move {
-            // The kernel waits for the directory's requests in flight before it drops an
-            // entry, so this runs off the runtime's threads.
-            let forgetting =
-                tokio::task::spawn_blocking(move || crate::kernel::forget(&*kernel, dir, &handed));
-            match tokio::time::timeout(crate::kernel::FORGET_TIMEOUT, forgetting).await {
-                Ok(Ok(true)) => release.release(dir, grant),
-                _ => tracing::warn!(dir, "the kernel kept a leased entry: the lease runs out"),
+            let creates =
+                early_creates_answered(&release.outstanding, &release.early_answered, before);
+            if tokio::time::timeout(LEASE, creates).await.is_err() {
+                tracing::warn!(dir, "creates made under a recalled lease went unanswered");
             }
+            if let (Some(handed), Some(kernel)) = (handed, release.kernel.get().cloned()) {
+                // The kernel waits for the directory's requests in flight before it drops an
+                // entry, so this runs off the runtime's threads.
+                let forgetting = tokio::task::spawn_blocking(move || {
+                    crate::kernel::forget(&*kernel, dir, &handed)
+                });
+                match tokio::time::timeout(crate::kernel::FORGET_TIMEOUT, forgetting).await {
+                    Ok(Ok(true)) => {}
+                    _ => {
+                        tracing::warn!(dir, "the kernel kept a leased entry: the lease runs out");
+                        return;
+                    }
+                }
+            }
+            release.release(dir, grant).await;
         });
     }
 
     /// Tells the MDS this client gave up lease `grant` on `dir` (its answer is not waited
     /// for).
-    fn release(&self, dir: u64, grant: u64) {
+    async fn release(&self, dir: u64, grant: u64) {
         let req = MdsRequest {
             tid: self.tids.fetch_add(1, Ordering::Relaxed),
             client: self.client,
             op: MdsOp::ReleaseDir { dir, grant },
             replay: false,
         };
-        let (to, payload) = (self.to.clone(), cairn_proto::encode(&req, &[]));
-        tokio::spawn(async move {
-            if let Err(e) = to.send(MSG_MDS_REQUEST, payload).await {
-                tracing::debug!(dir, error = %e, "a lease release was not sent: it runs out");
-            }
-        });
+        let payload = cairn_proto::encode(&req, &[]);
+        if let Err(e) = self.to.send(MSG_MDS_REQUEST, payload).await {
+            tracing::debug!(dir, error = %e, "a lease release was not sent: it runs out");
+        }
     }
+}
+
+/// A create this mount answered by itself under a lease, for [`MdsLink::finish_create`] to
+/// send to the MDS.
+#[derive(Debug)]
+pub struct EarlyCreate {
+    tid: u64,
+    op: MdsOp,
+    parent: u64,
+    name: Vec<u8>,
+    ino: u64,
 }
 
 /// The session in use: where it goes, its sender, the MDS restarts it has replayed for, the
@@ -364,6 +478,8 @@ pub struct MdsLink {
     outstanding: Shared,
     next_tid: Arc<AtomicU64>,
     kernel: Kernel,
+    /// Signalled each time the MDS answers a create this mount answered by itself.
+    early_answered: Arc<Notify>,
 }
 
 impl MdsLink {
@@ -381,6 +497,7 @@ impl MdsLink {
             outstanding: Arc::default(),
             next_tid: Arc::new(AtomicU64::new(1)),
             kernel: Arc::default(),
+            early_answered: Arc::default(),
         }
     }
 
@@ -454,6 +571,8 @@ impl MdsLink {
             client: self.client_id,
             tids: self.next_tid.clone(),
             kernel: self.kernel.clone(),
+            outstanding: self.outstanding.clone(),
+            early_answered: self.early_answered.clone(),
         };
         let reader = tokio::spawn(async move {
             while let Some(frame) = session.recv().await {
@@ -476,10 +595,7 @@ impl MdsLink {
                             // Given up before the MDS hears so: no answer from it follows.
                             let (dir, grant) = (recall.dir, recall.grant);
                             let handed = lock(&outstanding).leases.recalled(dir, grant);
-                            match handed {
-                                Some(h) => releases.release_after(dir, grant, h),
-                                None => releases.release(dir, grant),
-                            }
+                            releases.give_up(dir, grant, handed);
                         }
                         Err(_) => tracing::warn!("a malformed recall from the metadata server"),
                     },
@@ -677,9 +793,116 @@ impl MdsLink {
         }
     }
 
+    /// Creates file `name` in `parent` as `inode` here, without waiting for the MDS, when
+    /// this mount leases `parent` (see [`Held::may_create`]) and has inode numbers of its
+    /// own: the new file's attributes, to answer the creator with now, and the `Create`,
+    /// for the caller to run with [`MdsLink::finish_create`]. Every request asked for after
+    /// this reaches the MDS after the `Create` does. `None`: ask the MDS.
+    pub fn create_here(
+        &self,
+        parent: u64,
+        name: &[u8],
+        inode: NewInode,
+    ) -> Option<(Attr, EarlyCreate)> {
+        let mut o = lock(&self.outstanding);
+        o.create_here(parent, name, inode, &self.next_tid, Instant::now())
+    }
+
+    /// Sends a create answered here to the MDS and takes in its answer. Should the MDS refuse
+    /// it (or number the file otherwise), the name is taken back from the lease and the
+    /// kernel, and the refusal logged: what the creator wrote to the file is lost.
+    pub async fn finish_create(self: Arc<Self>, early: EarlyCreate) {
+        let EarlyCreate {
+            tid,
+            op,
+            parent,
+            name,
+            ino,
+        } = early;
+        let result = self.request_as(tid, op).await;
+        let made = match &result {
+            Ok(MdsAnswer::Attr(a)) => Some(a.ino),
+            _ => None,
+        };
+        if made != Some(ino) {
+            tracing::error!(
+                parent,
+                name = %String::from_utf8_lossy(&name),
+                ino,
+                ?result,
+                "the metadata server did not make a file this mount created: it is gone"
+            );
+            {
+                let mut o = lock(&self.outstanding);
+                if o.leases.ino_of(parent, &name) == Some(ino) {
+                    match made {
+                        Some(other) => o.leases.added(parent, &name, other),
+                        None => {
+                            o.leases.removed(parent, &name);
+                        }
+                    }
+                }
+                o.leases.forget_file(ino);
+            }
+            if let Some(kernel) = self.kernel.get().cloned() {
+                let forgetting = tokio::task::spawn_blocking(move || {
+                    let cached = |r: std::io::Result<()>| match r {
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                        r => r,
+                    };
+                    cached(kernel.forget_entry(parent, &name))?;
+                    cached(kernel.forget_attr(ino))
+                });
+                if !matches!(forgetting.await, Ok(Ok(()))) {
+                    tracing::warn!(parent, "the kernel kept the entry of a file never made");
+                }
+            }
+        }
+        lock(&self.outstanding).early_creates.remove(&tid);
+        self.early_answered.notify_waiters();
+    }
+
+    /// Whether this mount should ask for inode numbers of its own now (it has none, is not
+    /// asking, and was not refused lately): noted as asking, for the caller to run
+    /// [`MdsLink::ask_numbers`].
+    pub fn wants_numbers(&self) -> bool {
+        let mut o = lock(&self.outstanding);
+        let refused_lately =
+            |at: &Option<Instant>| at.is_none_or(|at| at.elapsed() < NUMBERS_RETRY);
+        // Numbers once had are never asked for again: the MDS would give the same ones.
+        if o.numbers.is_some() || o.numbers_asked.as_ref().is_some_and(refused_lately) {
+            return false;
+        }
+        o.numbers_asked = Some(None);
+        true
+    }
+
+    /// Asks the MDS for inode numbers of this mount's own (see [`MdsOp::Delegate`]).
+    pub async fn ask_numbers(&self) {
+        let result = self.request(MdsOp::Delegate).await;
+        let mut o = lock(&self.outstanding);
+        match result {
+            Ok(MdsAnswer::Delegated { first, count }) => {
+                o.numbers = Some((first, first.saturating_add(count)));
+                o.numbers_asked = None;
+            }
+            other => {
+                tracing::debug!(?other, "no inode numbers of this mount's own");
+                o.numbers_asked = Some(Some(Instant::now()));
+            }
+        }
+    }
+
     /// Runs `op` on the MDS: its answer or an errno (EIO when the MDS stays unreachable).
+    /// It reaches the MDS after every create answered here before it.
     pub async fn request(&self, op: MdsOp) -> Result<MdsAnswer, i32> {
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
+        early_creates_answered(&self.outstanding, &self.early_answered, tid).await;
+        self.request_as(tid, op).await
+    }
+
+    /// Runs `op` on the MDS as request `tid`.
+    async fn request_as(&self, tid: u64, op: MdsOp) -> Result<MdsAnswer, i32> {
         let asked = Instant::now();
         let req = MdsRequest {
             tid,
@@ -752,6 +975,7 @@ mod tests {
                     now_ns: 0,
                     open: true,
                     ino: None,
+                    object_size: None,
                 },
             },
             replay: false,
@@ -775,6 +999,120 @@ mod tests {
         }))
     }
 
+    fn new_file() -> NewInode {
+        match create("x").op {
+            MdsOp::Create { inode, .. } => inode,
+            _ => unreachable!("create() makes a create"),
+        }
+    }
+
+    #[test]
+    fn a_file_is_created_here_only_under_a_lease_with_a_layout_and_numbers_of_its_own() {
+        let mut o = Outstanding::default();
+        let tids = AtomicU64::new(10);
+        let now = Instant::now();
+        assert!(
+            o.create_here(1, b"a", new_file(), &tids, now).is_none(),
+            "no lease"
+        );
+        assert!(o.leases.asking(1));
+        let lease = MdsOp::LeaseDir {
+            dir: 1,
+            names: true,
+        };
+        let granted = |size| {
+            Ok(MdsAnswer::DirLeased {
+                names: Some(vec![(b"old".to_vec(), 5)]),
+                attr: None,
+                grant: 1,
+                file_object_size: size,
+            })
+        };
+        o.leases_follow(&lease, &granted(0), now);
+        o.numbers = Some((100, 102));
+        let now = Instant::now();
+        assert!(
+            o.create_here(1, b"a", new_file(), &tids, now).is_none(),
+            "the layout of new files not told"
+        );
+        o.leases.forget(1);
+        assert!(o.leases.asking(1));
+        o.leases_follow(&lease, &granted(1 << 20), now);
+        let now = Instant::now();
+        assert!(
+            o.create_here(1, b"old", new_file(), &tids, now).is_none(),
+            "taken"
+        );
+        let (attr, early) = o.create_here(1, b"a", new_file(), &tids, now).unwrap();
+        assert_eq!((attr.ino, attr.object_size, attr.size), (100, 1 << 20, 0));
+        assert_eq!((early.tid, early.ino), (10, 100));
+        match &early.op {
+            MdsOp::Create { inode, name, .. } => {
+                assert_eq!((inode.ino, inode.object_size), (Some(100), Some(1 << 20)));
+                assert_eq!(name, b"a");
+            }
+            other => panic!("not a create: {other:?}"),
+        }
+        assert!(o.early_creates.contains(&10));
+        assert_eq!(
+            o.leases.ino_of(1, b"a"),
+            Some(100),
+            "the lease names it at once"
+        );
+        assert_eq!(
+            o.leases.file_attr(100, now).0.map(|a| a.ino),
+            Some(100),
+            "its attributes are answered here"
+        );
+        assert!(
+            o.create_here(1, b"a", new_file(), &tids, now).is_none(),
+            "now taken"
+        );
+        let dir = NewInode {
+            kind: FileKind::Dir,
+            ..new_file()
+        };
+        assert!(
+            o.create_here(1, b"d", dir, &tids, now).is_none(),
+            "files only"
+        );
+        assert!(o.create_here(1, b"b", new_file(), &tids, now).is_some());
+        assert!(
+            o.create_here(1, b"c", new_file(), &tids, now).is_none(),
+            "the numbers ran out"
+        );
+        // The MDS's answer to an early create leaves the lease as the mount made it.
+        let (answer, _) = oneshot::channel();
+        o.waiting.insert(
+            10,
+            (
+                answer,
+                MdsRequest {
+                    tid: 10,
+                    ..create("a")
+                },
+                now,
+            ),
+        );
+        o.replied(
+            MdsReply {
+                tid: 10,
+                result: made(100),
+                safe: true,
+                seq: 0,
+            },
+            0,
+        );
+        assert_eq!(o.leases.ino_of(1, b"a"), Some(100));
+        o.leases.recalled(1, 1);
+        o.numbers = Some((102, 110));
+        assert!(
+            o.create_here(1, b"e", new_file(), &tids, Instant::now())
+                .is_none(),
+            "the lease recalled"
+        );
+    }
+
     #[test]
     fn the_mounts_own_changes_to_a_file_follow_or_forget_its_kept_attributes() {
         let mut o = Outstanding::default();
@@ -787,6 +1125,7 @@ mod tests {
             names: Some(Vec::new()),
             attr: None,
             grant: 1,
+            file_object_size: 0,
         });
         o.leases_follow(&lease, &granted, Instant::now());
         let kept = |o: &mut Outstanding, ino| o.leases.file_attr(ino, Instant::now()).0;

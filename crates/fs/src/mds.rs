@@ -577,7 +577,7 @@ impl Core {
             op,
             replay,
         } = req;
-        let op = match replay {
+        let op = match replay || pins_own_number(&self.ns, who, &op) {
             true => op,
             false => op.unpinned(),
         };
@@ -649,6 +649,19 @@ impl Core {
             self.replayed(who, tid, op, reply, now);
             return;
         }
+        if op == MdsOp::Delegate {
+            match self.ns.delegate_to(who) {
+                Err(errno) => answer(&reply, tid, Err(errno), true),
+                Ok((a, updates)) => {
+                    self.answered.remember(who, tid, Ok(a.clone()));
+                    self.executed += 1;
+                    // Never answered early: the client uses the numbers once they are
+                    // durable, so a restarted MDS knows them as the client's.
+                    self.batch_record(who, tid, updates, a, Tell::Answer { tid, to: reply });
+                }
+            }
+            return;
+        }
         if let Some(errno) = self.space.refusal(&op) {
             answer(&reply, tid, Err(errno), true);
             return;
@@ -698,6 +711,10 @@ impl Core {
             names: names.then(|| entries.iter().map(|(n, d)| (n.clone(), d.ino)).collect()),
             attr: attr.filter(|_| names),
             grant,
+            file_object_size: match names {
+                true => self.ns.new_file_object_size(dir),
+                false => 0,
+            },
         })
     }
 
@@ -784,6 +801,15 @@ impl Core {
         for held in self.window.release() {
             self.handle(held);
         }
+    }
+}
+
+/// Whether `op` is a create pinning a number delegated to its client `who` (kept on a new
+/// request, as a replay's is).
+fn pins_own_number(ns: &Namespace, who: u64, op: &MdsOp) -> bool {
+    match op {
+        MdsOp::Create { inode, .. } => inode.ino.is_some_and(|p| ns.delegated_to(who, p)),
+        _ => false,
     }
 }
 
@@ -1182,6 +1208,7 @@ mod tests {
                 now_ns: 1,
                 open: false,
                 ino: None,
+                object_size: None,
             };
             let op = MdsOp::Create {
                 parent,

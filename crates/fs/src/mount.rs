@@ -145,6 +145,12 @@ pub struct CairnFs {
     data_pool: String,
     state: Arc<Mutex<State>>,
     behind: Arc<WriteBehind>,
+    /// Files are created here under leases, without waiting for the MDS.
+    early_creates: bool,
+    /// The metadata and data pools (a full cluster or pool refuses creates).
+    pools: [String; 2],
+    /// Whether the cluster refused creates at a map epoch, as last computed.
+    full_at: Mutex<(u64, bool)>,
 }
 
 /// Everything a request task needs, cloned out of [`CairnFs`].
@@ -587,6 +593,7 @@ fn new_inode(req: &Request, kind: FileKind, mode: u32, umask: u32, rdev: u32) ->
         now_ns: now_ns(),
         open: false,
         ino: None,
+        object_size: None,
     }
 }
 
@@ -599,6 +606,7 @@ impl CairnFs {
         metadata_pool: String,
         data_pool: String,
     ) -> CairnFs {
+        let pools = [metadata_pool.clone(), data_pool.clone()];
         let link = Arc::new(MdsLink::new(rados.clone(), metadata_pool));
         let holds = Arc::new(Holds::new(link.clone()));
         rt.spawn(holds.clone().renew_forever());
@@ -615,7 +623,48 @@ impl CairnFs {
                 room: Arc::new(tokio::sync::Semaphore::new(permits)),
                 changed: tokio::sync::Notify::new(),
             }),
+            early_creates: true,
+            pools,
+            full_at: Mutex::new((0, false)),
         }
+    }
+
+    /// Whether the MDS refuses creates now (an OSD full, a pool past its quota), as this
+    /// mount's map says.
+    fn refuses_creates(&self) -> bool {
+        let epoch = self.rados.epoch();
+        let mut full_at = self.full_at.lock().unwrap_or_else(|p| p.into_inner());
+        if full_at.0 != epoch {
+            let full = self
+                .rados
+                .map()
+                .is_some_and(|map| crate::full::refusal_in(&map, &self.pools).is_some());
+            *full_at = (epoch, full);
+        }
+        full_at.1
+    }
+
+    /// Creates file `name` in `parent` here, held open, when this mount may (see
+    /// [`MdsLink::create_here`]): its attributes as the kernel gets them; the `Create` goes
+    /// to the MDS in the background.
+    fn create_here(&self, parent: u64, name: &[u8], inode: &NewInode) -> Option<FileAttr> {
+        if !self.early_creates {
+            return None;
+        }
+        if self.link.wants_numbers() {
+            let link = self.link.clone();
+            self.rt.spawn(async move { link.ask_numbers().await });
+        }
+        if self.refuses_creates() {
+            return None;
+        }
+        let (attr, early) = self.holds.opened_here(|| {
+            let (attr, early) = self.link.create_here(parent, name, inode.clone())?;
+            let ino = attr.ino;
+            Some(((attr, early), ino))
+        })?;
+        self.rt.spawn(self.link.clone().finish_create(early));
+        Some(self.ctx().seen(attr))
     }
 
     fn ctx(&self) -> Ctx {
@@ -1323,6 +1372,9 @@ impl Filesystem for CairnFs {
         };
         let name = name.as_bytes().to_vec();
         let fh = self.next_fh();
+        if let Some(a) = self.create_here(parent.0, &name, &inode) {
+            return reply.created(&TTL, &a, NO_GEN, FileHandle(fh), FopenFlags::empty());
+        }
         self.spawn(|c| async move {
             let op = MdsOp::Create {
                 parent: parent.0,
@@ -1347,6 +1399,9 @@ pub struct MountOptions {
     pub dir_leases: bool,
     /// Let the kernel cache what the leases cover ([`crate::kernel`]).
     pub kernel_cache: bool,
+    /// Create files in leased directories without waiting for the MDS
+    /// ([`MdsLink::create_here`]).
+    pub early_creates: bool,
 }
 
 impl Default for MountOptions {
@@ -1354,6 +1409,7 @@ impl Default for MountOptions {
         MountOptions {
             dir_leases: true,
             kernel_cache: true,
+            early_creates: true,
         }
     }
 }
@@ -1370,7 +1426,8 @@ pub fn mount(
 ) -> Result<(), crate::error::FsError> {
     let meta = backing::metadata_pool(fs);
     let info = rt.block_on(backing::read_info(&rados, &meta))?;
-    let filesystem = CairnFs::new(rt.handle().clone(), rados, meta, info.data_pool);
+    let mut filesystem = CairnFs::new(rt.handle().clone(), rados, meta, info.data_pool);
+    filesystem.early_creates = options.early_creates;
     filesystem.link.use_dir_leases(options.dir_leases);
     let link = filesystem.link.clone();
     let mut config = fuser::Config::default();

@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::layout::{self, Field, Scope, Virtual};
 
+pub mod slots;
+
+use slots::{Slots, FIRST_SLOT_INO};
+
 /// Bytes of data object when a file's layout is not set: CephFS's default.
 pub const DEFAULT_OBJECT_SIZE: u32 = 4 << 20;
 /// Most bytes of extended attributes (names and values) one inode holds.
@@ -100,6 +104,13 @@ pub enum Update {
         /// Its layout.
         object_size: u32,
     },
+    /// A slot of inode numbers delegated to a client (see [`slots`]).
+    Slot {
+        /// The slot.
+        slot: u64,
+        /// The client it is delegated to.
+        client: u64,
+    },
 }
 
 /// The whole namespace.
@@ -119,6 +130,8 @@ pub struct Namespace {
     /// Files with no name left that a client still holds open (their data kept until
     /// [`Namespace::reap`]).
     orphans: BTreeSet<u64>,
+    /// Inode numbers delegated to clients.
+    slots: Slots,
 }
 
 /// Whether a client holds a file open (its last unlink then keeps it as an orphan).
@@ -221,8 +234,15 @@ impl Namespace {
                     }
                 }
             }
-            Update::NextIno(n) => self.next_ino = self.next_ino.max(*n),
+            Update::NextIno(n) => {
+                assert!(
+                    *n <= FIRST_SLOT_INO,
+                    "the MDS's numbering reached the slots"
+                );
+                self.next_ino = self.next_ino.max(*n);
+            }
             Update::Purge { .. } => {}
+            Update::Slot { slot, client } => self.slots.apply(*slot, *client),
         }
     }
 
@@ -443,6 +463,8 @@ impl Namespace {
                 bytes: self.file_bytes,
             }),
             // Leases are the MDS's own (`crate::dirlease`): nothing of the namespace changes.
+            // Delegation is per client: the MDS runs it through `delegate_to`.
+            MdsOp::Delegate => Err(libc::EINVAL),
             MdsOp::Sync
             | MdsOp::Reconnected
             | MdsOp::LeaseDir { .. }
@@ -488,14 +510,52 @@ impl Namespace {
         Ok((answer, vec![Update::PutInode(i)]))
     }
 
-    /// The number of a new inode: `pinned` (a replayed create's earlier answer) when no inode
-    /// has had it yet and it is less than [`MAX_PIN_AHEAD`] ahead, else the next one.
-    fn new_ino(&self, pinned: Option<u64>) -> u64 {
+    /// The number of a new inode: `pinned` when it lies in a delegated slot and no inode has
+    /// it, or (a replayed create's earlier answer) when no inode has had it yet and it is
+    /// less than [`MAX_PIN_AHEAD`] ahead; else the next one (ENOSPC past the MDS's range).
+    fn new_ino(&self, pinned: Option<u64>) -> Result<u64, i32> {
         let next = self.next_ino.max(ROOT_INO + 1);
         match pinned {
-            Some(p) if p >= next && p - next < MAX_PIN_AHEAD => p,
-            _ => next,
+            Some(p) if self.slots.owner_of(p).is_some() && !self.inodes.contains_key(&p) => Ok(p),
+            Some(p) if p >= next && p < FIRST_SLOT_INO && p - next < MAX_PIN_AHEAD => Ok(p),
+            _ if next >= FIRST_SLOT_INO => Err(libc::ENOSPC),
+            _ => Ok(next),
         }
+    }
+
+    /// Delegates a slot of inode numbers to `client` (the one it has, if any): the numbers,
+    /// and the update that records a new slot.
+    pub fn delegate_to(&mut self, client: u64) -> Outcome {
+        let (slot, updates) = match self.slots.of(client) {
+            Some(slot) => (slot, Vec::new()),
+            None => {
+                let slot = self.slots.next_free().ok_or(libc::ENOSPC)?;
+                (slot, vec![Update::Slot { slot, client }])
+            }
+        };
+        for u in &updates {
+            self.apply(u);
+        }
+        let answer = MdsAnswer::Delegated {
+            first: Slots::first_of(slot),
+            count: slots::SLOT_INOS,
+        };
+        Ok((answer, updates))
+    }
+
+    /// Whether `ino` lies in the slot delegated to `client`.
+    pub fn delegated_to(&self, client: u64, ino: u64) -> bool {
+        self.slots.owner_of(ino) == Some(client)
+    }
+
+    /// Every delegated slot with its client.
+    pub fn slots(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.slots.all()
+    }
+
+    /// The object size a file created in directory `dir` gets unless its creator names one.
+    pub fn new_file_object_size(&self, dir: u64) -> u32 {
+        self.layout_for_new_file(dir)
     }
 
     /// The parent's record after an entry was added or removed under it.
@@ -522,10 +582,13 @@ impl Namespace {
         if (new.kind == FileKind::Symlink) == new.target.is_empty() {
             return Err(libc::EINVAL);
         }
-        let ino = self.new_ino(new.ino);
+        let ino = self.new_ino(new.ino)?;
         let is_dir = new.kind == FileKind::Dir;
+        let named_size = new
+            .object_size
+            .filter(|s| layout::check_object_size(*s).is_ok());
         let object_size = match new.kind {
-            FileKind::File => self.layout_for_new_file(parent),
+            FileKind::File => named_size.unwrap_or_else(|| self.layout_for_new_file(parent)),
             _ => 0,
         };
         let inode = Inode {
@@ -548,10 +611,15 @@ impl Namespace {
         };
         let answer = MdsAnswer::Attr(inode.attr.clone());
         let p = self.touched_parent(parent, i32::from(is_dir), new.now_ns)?;
+        // A delegated number leaves the MDS's own numbering where it is.
+        let next = match Slots::slot_of(ino) {
+            Some(_) => Update::NextIno(self.next_ino),
+            None => Update::NextIno(ino + 1),
+        };
         Ok((
             answer,
             vec![
-                Update::NextIno(ino + 1),
+                next,
                 Update::PutInode(inode),
                 Update::PutDentry {
                     dir: parent,
@@ -972,14 +1040,18 @@ impl Namespace {
             {
                 return Err(format!("file {ino} has object size {}", i.attr.object_size));
             }
-            if ino >= self.next_ino {
+            let delegated = self.slots.owner_of(ino).is_some();
+            if ino >= self.next_ino && !delegated {
                 return Err(format!(
                     "inode {ino} at or past the next number {}",
                     self.next_ino
                 ));
             }
         }
-        Ok(())
+        if self.next_ino > FIRST_SLOT_INO {
+            return Err(format!("next inode number {} in the slots", self.next_ino));
+        }
+        self.slots.check()
     }
 }
 

@@ -133,6 +133,10 @@ pub struct NewInode {
     /// and its data objects (named by inode number) stay the file's.
     #[serde(default)]
     pub ino: Option<u64>,
+    /// The object size the creator already writes the file with (a create it answered
+    /// itself under a lease, see [`MdsOp::Delegate`]); honoured when it is a valid one.
+    #[serde(default)]
+    pub object_size: Option<u32>,
 }
 
 /// A metadata operation.
@@ -320,6 +324,11 @@ pub enum MdsOp {
         /// The grant given up (a late release ends no newer grant).
         grant: u64,
     },
+    /// Asks for inode numbers of this client's own (answered with
+    /// [`MdsAnswer::Delegated`], once durable): the client then creates files in directories
+    /// it leases by itself, answering the creator at once, and sends each `Create` with its
+    /// number pinned afterwards. Asking again gives the same numbers.
+    Delegate,
 }
 
 /// Most files one client may hold open at once (what one [`MdsOp::Held`] names).
@@ -416,6 +425,7 @@ impl MdsOp {
                 | MdsOp::Rename { .. }
                 | MdsOp::SetXattr { .. }
                 | MdsOp::RemoveXattr { .. }
+                | MdsOp::Delegate
         )
     }
 }
@@ -463,6 +473,18 @@ pub enum MdsAnswer {
         attr: Option<Attr>,
         /// The grant's number (a renewal keeps it; recalls and releases name it).
         grant: u64,
+        /// For a new lease: the object size files created in the directory get (0: not
+        /// told).
+        #[serde(default)]
+        file_object_size: u32,
+    },
+    /// Inode numbers delegated to the asking client: `first` and the `count` after it are
+    /// its alone, never handed to anyone else.
+    Delegated {
+        /// The first number.
+        first: u64,
+        /// How many.
+        count: u64,
     },
 }
 

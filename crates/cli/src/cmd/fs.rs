@@ -49,6 +49,10 @@ enum FsCmd {
         /// path walk asks this mount.
         #[arg(long)]
         no_kernel_cache: bool,
+        /// Create no file in a leased directory without waiting for the metadata server:
+        /// every create waits for its answer.
+        #[arg(long)]
+        no_early_creates: bool,
     },
     /// Shows a file system's pools, its active metadata server and its totals.
     Status {
@@ -135,6 +139,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             mountpoint,
             no_dir_leases,
             no_kernel_cache,
+            no_early_creates,
         } => {
             let rt = crate::runtime::build(mount_threads(), "fs mount")?;
             let mut client = rt.block_on(crate::mon_link::connect(args.mon))?;
@@ -142,6 +147,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             let options = cairn_fs::mount::MountOptions {
                 dir_leases: !no_dir_leases,
                 kernel_cache: !no_kernel_cache,
+                early_creates: !no_early_creates,
             };
             cairn_fs::mount::mount(
                 &rt,

@@ -32,6 +32,7 @@ fn new_inode(kind: FileKind, perm: u32, target: &[u8], now_ns: i64) -> NewInode 
         now_ns,
         open: false,
         ino: None,
+        object_size: None,
     }
 }
 
@@ -407,6 +408,76 @@ fn inode_numbers_are_never_reused() {
     let b = mkfile(&mut ns, ROOT_INO, b"a");
     assert_eq!((a, b), (2, 3));
     assert_eq!(ns.next_ino(), 4);
+}
+
+/// A create of a file named `name` in the root pinning `ino`, made with `object_size`.
+fn delegated_create(name: &[u8], ino: u64, object_size: Option<u32>) -> MdsOp {
+    MdsOp::Create {
+        parent: ROOT_INO,
+        name: name.to_vec(),
+        inode: NewInode {
+            ino: Some(ino),
+            object_size,
+            ..new_inode(FileKind::File, 0o644, b"", T0)
+        },
+    }
+}
+
+#[test]
+fn delegated_numbers_are_a_clients_own_and_taken_once_with_the_layout_named() {
+    let mut ns = fresh();
+    let delegated = |ns: &mut Namespace, client| match ns.delegate_to(client) {
+        Ok((MdsAnswer::Delegated { first, count }, updates)) => (first, count, updates),
+        other => panic!("delegation answered {other:?}"),
+    };
+    let (first, count, updates) = delegated(&mut ns, 7);
+    assert_eq!((first, count), (slots::FIRST_SLOT_INO, slots::SLOT_INOS));
+    assert_eq!(updates.len(), 1, "a new slot is recorded");
+    let (again, _, none) = delegated(&mut ns, 7);
+    assert_eq!(
+        (again, none.len()),
+        (first, 0),
+        "asking again gives the same slot"
+    );
+    let (other, _, _) = delegated(&mut ns, 8);
+    assert_eq!(
+        other,
+        first + slots::SLOT_INOS,
+        "another client's slot is apart"
+    );
+    assert!(ns.delegated_to(7, first + 5) && !ns.delegated_to(8, first + 5));
+    let before = ns.next_ino();
+    let a = expect_attr(ns.execute(&delegated_create(b"a", first + 5, Some(1 << 20))));
+    assert_eq!((a.ino, a.object_size), (first + 5, 1 << 20));
+    assert_eq!(
+        ns.next_ino(),
+        before,
+        "the MDS's own numbering stays where it was"
+    );
+    let b = expect_attr(ns.execute(&delegated_create(b"b", first + 5, Some(3))));
+    assert_eq!(
+        b.ino, before,
+        "a number taken already falls back to the MDS's own"
+    );
+    assert_eq!(
+        b.object_size, DEFAULT_OBJECT_SIZE,
+        "an invalid layout is not taken"
+    );
+    let undelegated = other + slots::SLOT_INOS;
+    let c = expect_attr(ns.execute(&delegated_create(b"c", undelegated, None)));
+    assert_eq!(
+        c.ino,
+        before + 1,
+        "a number of no delegated slot is not taken"
+    );
+    well_formed(&ns).unwrap();
+    // The journal's updates rebuild the same slots.
+    let mut replayed = fresh();
+    for u in updates {
+        replayed.apply(&u);
+    }
+    assert!(replayed.delegated_to(7, first) && !replayed.delegated_to(8, other));
+    assert_eq!(replayed.slots().count(), 1);
 }
 
 #[test]
