@@ -49,6 +49,9 @@ pub const KERNEL_MARGIN: Duration = Duration::from_millis(250);
 /// A file is created by the mount itself only under a lease with this much left: its `Create`
 /// reaches the MDS well before the lease can end there.
 pub const CREATE_MARGIN: Duration = Duration::from_secs(1);
+/// A mount asks for its leases on a directory it created a file in this long ago or less to
+/// be held for creates.
+pub const CREATES_LATELY: Duration = Duration::from_secs(8);
 
 /// An inode number a name is known to have in a leased directory; 0 when only the name is
 /// known (a lookup of it asks the MDS).
@@ -86,6 +89,9 @@ struct Lease {
     renewing: bool,
     /// The object size files created in the directory get (0: not known).
     file_object_size: u32,
+    /// The MDS holds other clients' reads of the directory for this lease too: this mount
+    /// may create files in it by itself.
+    creates: bool,
 }
 
 /// A file's attributes, as an answer of the MDS gave them while a lease on a directory
@@ -151,6 +157,8 @@ pub struct Held {
     serial: u64,
     /// Whether the kernel may cache what a lease covers (only once a recall can take it back).
     kernel_caching: bool,
+    /// Directories this mount created files in lately, and when last.
+    created_in: HashMap<u64, Instant>,
 }
 
 impl Lease {
@@ -511,6 +519,7 @@ impl Held {
             until: asked + LEASE,
             renewing: false,
             file_object_size: 0,
+            creates: false,
         };
         self.leases.insert(dir, lease);
     }
@@ -523,17 +532,59 @@ impl Held {
     }
 
     /// The object size of a file `name` this mount may create in `dir` by itself, without
-    /// asking the MDS first: `dir` is leased here with [`CREATE_MARGIN`] left, its layout for
-    /// new files is known, and it has no `name`.
+    /// asking the MDS first: `dir` is leased here for creates with [`CREATE_MARGIN`] left, its
+    /// layout for new files is known, and it has no `name`.
     pub fn may_create(&mut self, dir: u64, name: &[u8], now: Instant) -> Option<u32> {
         if self.disabled {
             return None;
         }
+        self.note_create(dir, now);
         let l = self.current(dir, now)?;
         let lasts = l.until.saturating_duration_since(now) >= CREATE_MARGIN;
         let room = l.names.len() < MAX_HELD_NAMES;
-        (lasts && room && l.file_object_size > 0 && !l.names.contains_key(name))
-            .then_some(l.file_object_size)
+        let known = l.creates && l.file_object_size > 0;
+        (lasts && room && known && !l.names.contains_key(name)).then_some(l.file_object_size)
+    }
+
+    /// Notes that this mount creates a file in `dir` at `now`: its leases on `dir` are asked
+    /// for creates from now on (see [`Held::wants_creates`]).
+    pub fn note_create(&mut self, dir: u64, now: Instant) {
+        if !self.created_in.contains_key(&dir) && self.created_in.len() >= MAX_HELD {
+            self.created_in
+                .retain(|_, at| now.saturating_duration_since(*at) < CREATES_LATELY);
+            if self.created_in.len() >= MAX_HELD {
+                return;
+            }
+        }
+        self.created_in.insert(dir, now);
+    }
+
+    /// Whether a lease on `dir` is asked for creates: this mount created a file in it within
+    /// [`CREATES_LATELY`].
+    pub fn wants_creates(&self, dir: u64, now: Instant) -> bool {
+        self.created_in
+            .get(&dir)
+            .is_some_and(|at| now.saturating_duration_since(*at) < CREATES_LATELY)
+    }
+
+    /// Whether the lease on `dir`, not held for creates, wants renewing now to be held for
+    /// them (noted as renewing: the caller asks for it).
+    pub fn creates_due(&mut self, dir: u64, now: Instant) -> bool {
+        let wanted = self.wants_creates(dir, now);
+        match self.current(dir, now) {
+            Some(l) if wanted && !l.creates && !l.renewing => {
+                l.renewing = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The MDS holds lease `grant` on `dir` for creates (see [`Held::may_create`]).
+    pub fn creates_granted(&mut self, dir: u64, grant: u64) {
+        if let Some(l) = self.leases.get_mut(&dir).filter(|l| l.grant == grant) {
+            l.creates = true;
+        }
     }
     /// The MDS renewed lease `grant` on `dir` to a request sent at `asked` (`false`: it
     /// refused; the lease ends).
@@ -658,6 +709,8 @@ struct Grant<S> {
     to: S,
     until: Instant,
     recalled: bool,
+    /// The holder creates files under it by itself: other clients' reads wait for it too.
+    creates: bool,
 }
 
 /// What a change to a directory by a client must do first.
@@ -737,6 +790,7 @@ impl<S: Clone, R> Granted<S, R> {
                     to,
                     until: now + LEASE,
                     recalled: false,
+                    creates: false,
                 };
                 self.grants.insert(dir, grant);
                 Some(id)
@@ -751,6 +805,26 @@ impl<S: Clone, R> Granted<S, R> {
             .get(&dir)
             .filter(|g| g.client == client && !g.recalled && now < g.until)
             .map(|g| g.id)
+    }
+
+    /// Notes that `client` creates files under its lease on `dir` by itself (see
+    /// [`Granted::reading`]).
+    pub fn creating(&mut self, dir: u64, client: u64) {
+        if let Some(g) = self.grants.get_mut(&dir).filter(|g| g.client == client) {
+            g.creates = true;
+        }
+    }
+
+    /// What `client`'s read of `dir` must do first: as a change does (see
+    /// [`Granted::changing`]) when another client creates files under its lease on `dir`,
+    /// whose creates may not have reached the MDS yet; else nothing.
+    pub fn reading(&mut self, dir: u64, client: u64, now: Instant) -> Changing<S> {
+        match self.grants.get(&dir) {
+            Some(g) if g.client != client && g.creates && now < g.until => {
+                self.changing(dir, client, now)
+            }
+            _ => Changing::Go,
+        }
     }
 
     /// What `client`'s change to `dir` must do first (see [`Changing`]); a recall it asks
@@ -830,6 +904,60 @@ impl<S: Clone, R> Granted<S, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_clients_read_recalls_only_a_lease_held_for_creates() {
+        let t0 = Instant::now();
+        let mut g: Granted<&str, u32> = Granted::new(t0 - LEASE);
+        let id = g.grant(7, 1, "s1", 0, t0).unwrap();
+        assert_eq!(g.reading(7, 2, t0), Changing::Go, "not held for creates");
+        g.creating(7, 2);
+        assert_eq!(
+            g.reading(7, 2, t0),
+            Changing::Go,
+            "only its holder marks it"
+        );
+        g.creating(7, 1);
+        assert_eq!(g.reading(7, 1, t0), Changing::Go, "the holder's own read");
+        assert_eq!(g.reading(7, 2, t0), Changing::Wait(Some(("s1", id))));
+        g.wait(vec![7], 2, 100);
+        assert_eq!(g.reading(7, 2, t0), Changing::Wait(None), "recalled once");
+        assert_eq!(g.released(7, 1, id), [100]);
+        assert_eq!(g.reading(7, 2, t0), Changing::Go);
+        let later = t0 + AFTER_RECALL;
+        g.expire(later);
+        g.grant(8, 1, "s1", 0, later).unwrap();
+        g.creating(8, 1);
+        assert_eq!(
+            g.reading(8, 2, later + LEASE),
+            Changing::Go,
+            "a lease run out holds nothing"
+        );
+    }
+
+    #[test]
+    fn a_mount_creates_by_itself_only_under_a_lease_held_for_creates() {
+        let t0 = Instant::now();
+        let mut h = Held::default();
+        assert!(!h.wants_creates(5, t0));
+        assert!(h.asking(5));
+        h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0, t0);
+        h.new_files_get(5, 4 << 20);
+        assert_eq!(h.may_create(5, b"a", t0), None, "not held for creates");
+        assert!(h.wants_creates(5, t0), "a create was tried");
+        assert!(h.creates_due(5, t0));
+        assert!(!h.creates_due(5, t0), "asked once");
+        h.creates_granted(5, 2);
+        assert_eq!(h.may_create(5, b"a", t0), None, "another grant's");
+        h.creates_granted(5, 1);
+        assert_eq!(h.may_create(5, b"a", t0), Some(4 << 20));
+        assert_eq!(h.may_create(5, b"here", t0), None, "taken");
+        let late = t0 + LEASE - CREATE_MARGIN / 2;
+        assert_eq!(h.may_create(5, b"a", late), None, "too little lease left");
+        assert!(!h.wants_creates(5, t0 + CREATES_LATELY + LEASE));
+        h.new_files_get(5, 0);
+        assert_eq!(h.may_create(5, b"a", t0), None, "no layout told");
+    }
 
     #[test]
     fn a_mount_answers_missing_names_of_a_leased_directory_until_it_ends() {

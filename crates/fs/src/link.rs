@@ -132,7 +132,7 @@ impl Outstanding {
         let now = Instant::now();
         match (op, result) {
             (
-                MdsOp::LeaseDir { dir, .. },
+                MdsOp::LeaseDir { dir, creates, .. },
                 Ok(MdsAnswer::DirLeased {
                     names: Some(names),
                     attr,
@@ -142,14 +142,32 @@ impl Outstanding {
             ) => {
                 l.granted(*dir, *grant, names.clone(), attr.clone(), asked, now);
                 l.new_files_get(*dir, *file_object_size);
+                if *creates {
+                    l.creates_granted(*dir, *grant);
+                }
             }
-            (MdsOp::LeaseDir { dir, names: true }, _) => l.refused(*dir, now),
-            (MdsOp::LeaseDir { dir, names: false }, r) => {
+            (
+                MdsOp::LeaseDir {
+                    dir, names: true, ..
+                },
+                _,
+            ) => l.refused(*dir, now),
+            (
+                MdsOp::LeaseDir {
+                    dir,
+                    names: false,
+                    creates,
+                },
+                r,
+            ) => {
                 let grant = match r {
                     Ok(MdsAnswer::DirLeased { grant, .. }) => Some(*grant),
                     _ => None,
                 };
-                l.renewed(*dir, grant, asked)
+                l.renewed(*dir, grant, asked);
+                if let Some(grant) = grant.filter(|_| *creates) {
+                    l.creates_granted(*dir, grant);
+                }
             }
             (_, Err(_)) => {}
             (
@@ -161,6 +179,9 @@ impl Outstanding {
                 Ok(answer),
             ) => {
                 l.added(*parent, name, answered_ino(answer));
+                if inode.kind == FileKind::File {
+                    l.note_create(*parent, now);
+                }
                 // A new directory adds a link to its parent, which is not followed here.
                 let at = (inode.kind != FileKind::Dir).then_some(inode.now_ns);
                 l.touched(*parent, at);
@@ -783,7 +804,15 @@ impl MdsLink {
         if names && !lock(&self.outstanding).leases.asking(dir) {
             return;
         }
-        if let Err(e) = self.request(MdsOp::LeaseDir { dir, names }).await {
+        let creates = lock(&self.outstanding)
+            .leases
+            .wants_creates(dir, Instant::now());
+        let op = MdsOp::LeaseDir {
+            dir,
+            names,
+            creates,
+        };
+        if let Err(e) = self.request(op).await {
             tracing::debug!(dir, errno = e, "no directory lease");
             if names && e == libc::EIO {
                 // No answer came (an answer, EAGAIN included, was taken in already, and a
@@ -891,6 +920,15 @@ impl MdsLink {
                 o.numbers_asked = Some(Some(Instant::now()));
             }
         }
+    }
+
+    /// Whether the lease on `dir`, where this mount just created a file through the MDS,
+    /// wants renewing now to be held for creates (see [`Held::creates_due`]): the caller then
+    /// asks for it with [`MdsLink::ask_lease`].
+    pub fn lease_for_creates(&self, dir: u64) -> bool {
+        lock(&self.outstanding)
+            .leases
+            .creates_due(dir, Instant::now())
     }
 
     /// Runs `op` on the MDS: its answer or an errno (EIO when the MDS stays unreachable).
@@ -1019,6 +1057,7 @@ mod tests {
         let lease = MdsOp::LeaseDir {
             dir: 1,
             names: true,
+            creates: true,
         };
         let granted = |size| {
             Ok(MdsAnswer::DirLeased {
@@ -1120,6 +1159,7 @@ mod tests {
         let lease = MdsOp::LeaseDir {
             dir: 1,
             names: true,
+            creates: true,
         };
         let granted = Ok(MdsAnswer::DirLeased {
             names: Some(Vec::new()),

@@ -549,10 +549,16 @@ impl Core {
             && !self.answered.by_request.contains_key(&(who, tid));
         if may_wait {
             let now = Instant::now();
-            let dirs = dirs_changed(&self.ns, op);
+            let mut dirs = dirs_changed(&self.ns, op);
+            let changed = dirs.len();
+            dirs.extend(dirs_read(op));
             let mut waits = false;
-            for &dir in &dirs {
-                if let Changing::Wait(recall) = self.leases.changing(dir, who, now) {
+            for (i, &dir) in dirs.iter().enumerate() {
+                let must = match i < changed {
+                    true => self.leases.changing(dir, who, now),
+                    false => self.leases.reading(dir, who, now),
+                };
+                if let Changing::Wait(recall) = must {
                     if let Some((to, grant)) = recall {
                         tracing::info!(dir, grant, for_client = who, "a directory lease recalled");
                         let notice = cairn_proto::encode(&MdsRecall { dir, grant }, &[]);
@@ -577,7 +583,8 @@ impl Core {
             op,
             replay,
         } = req;
-        let op = match replay || pins_own_number(&self.ns, who, &op) {
+        let own_number = pins_own_number(&self.ns, who, &op);
+        let op = match replay || own_number {
             true => op,
             false => op.unpinned(),
         };
@@ -623,8 +630,16 @@ impl Core {
             self.after_durable(tid, reply, Ok(MdsAnswer::Done));
             return;
         }
-        if let MdsOp::LeaseDir { dir, names } = op {
+        if let MdsOp::LeaseDir {
+            dir,
+            names,
+            creates,
+        } = op
+        {
             let result = self.lease_dir(who, dir, names, reply.clone(), now);
+            if creates && result.is_ok() {
+                self.leases.creating(dir, who);
+            }
             answer(&reply, tid, result, true);
             return;
         }
@@ -662,7 +677,9 @@ impl Core {
             }
             return;
         }
-        if let Some(errno) = self.space.refusal(&op) {
+        // A create with the client's own number was answered by the client already, when
+        // its map did not say full: taken (an empty inode; the journal's writes are forced).
+        if let Some(errno) = self.space.refusal(&op).filter(|_| !own_number) {
             answer(&reply, tid, Err(errno), true);
             return;
         }
@@ -1111,6 +1128,16 @@ impl Holding<'_> {
             }
             other => unreachable!("{other:?} is not about what a client holds"),
         }
+    }
+}
+
+/// The directories whose names or attributes `op` reads: a lease another client creates
+/// files under by itself is recalled first.
+fn dirs_read(op: &MdsOp) -> Option<u64> {
+    match op {
+        MdsOp::Lookup { parent, .. } => Some(*parent),
+        MdsOp::ReadDir { ino, .. } | MdsOp::GetAttr { ino } => Some(*ino),
+        _ => None,
     }
 }
 

@@ -1383,6 +1383,10 @@ impl Filesystem for CairnFs {
             };
             match c.holds.open(op).await {
                 Ok(a) => {
+                    if c.link.lease_for_creates(parent.0) {
+                        let link = c.link.clone();
+                        tokio::spawn(async move { link.ask_lease(parent.0, false).await });
+                    }
                     let a = c.seen(a);
                     reply.created(&TTL, &a, NO_GEN, FileHandle(fh), FopenFlags::empty())
                 }

@@ -316,6 +316,11 @@ pub enum MdsOp {
         dir: u64,
         /// Send every name of the directory (a new lease); false renews the lease held.
         names: bool,
+        /// The client creates files in the directory by itself under the lease (see
+        /// [`MdsOp::Delegate`]): another client's read of the directory recalls it too, so
+        /// that the holder's creates reach the MDS before that read.
+        #[serde(default)]
+        creates: bool,
     },
     /// Gives up a directory lease (asked for by an [`MdsRecall`], or no longer wanted).
     ReleaseDir {
@@ -580,7 +585,20 @@ mod tests {
         let lease = MdsOp::LeaseDir {
             dir: 4,
             names: true,
+            creates: false,
         };
+        let (back, _): (MdsRequest, _) = crate::decode(&crate::encode(
+            &MdsRequest {
+                tid: 1,
+                client: 2,
+                op: MdsOp::Delegate,
+                replay: false,
+            },
+            &[],
+        ))
+        .unwrap();
+        assert_eq!(back.op, MdsOp::Delegate);
+        assert!(MdsOp::Delegate.is_mutation());
         assert!(!lease.is_mutation());
         assert_eq!(lease.changes_dirs(), [None, None]);
         let recall = MdsRecall { dir: 4, grant: 2 };
