@@ -10,7 +10,8 @@ through ceph-fuse, on a real Ceph cluster of as many OSDs started after cairn's 
 print them: MiB/s) and writes it with --out.
 
     python3 bench/fs_bench.py [--cairn target/release/cairn] [--depth 4] [--seconds 20]
-        [--metadata-only] [--without-leases] [--without-kernel-cache] [--cephfs]
+        [--metadata-only] [--without-leases] [--without-kernel-cache]
+        [--without-early-creates] [--cephfs]
 """
 
 import argparse
@@ -159,6 +160,8 @@ def main():
                    help="also run the metadata jobs on a second mount with --no-dir-leases")
     p.add_argument("--without-kernel-cache", action="store_true",
                    help="also run the metadata jobs on a second mount with --no-kernel-cache")
+    p.add_argument("--without-early-creates", action="store_true",
+                   help="also run the metadata jobs on a second mount with --no-early-creates")
     p.add_argument("--cephfs", action="store_true",
                    help="the metadata jobs on CephFS via ceph-fuse too (needs ceph-mds, ceph-fuse)")
     p.add_argument("--ceph-mini", default=os.path.join(os.path.dirname(__file__), "..", "..",
@@ -213,7 +216,9 @@ def main():
         for where, top in [("cairnfs", mnt), ("local ext4", local)]:
             meta[where] = metadata_rates(top, a.depth, a.files_per_job)
         others = [("--no-dir-leases", "cairnfs without directory leases", a.without_leases),
-                  ("--no-kernel-cache", "cairnfs without kernel caching", a.without_kernel_cache)]
+                  ("--no-kernel-cache", "cairnfs without kernel caching", a.without_kernel_cache),
+                  ("--no-early-creates", "cairnfs without early creates",
+                   a.without_early_creates)]
         for flag, label, wanted in others:
             if wanted:
                 meta[label] = other_mount_rates(cairn, mon, work, flag, a.depth,

@@ -3,7 +3,8 @@
 //! flags an OSD full, and with EDQUOT while the data or metadata pool is past its quota; it
 //! goes on serving reads and the mutations that free space or change fixed-size fields
 //! (unlink, rmdir, truncate, rename, chmod), and journals them with forced writes that the
-//! OSDs take up to their failsafe ratio. So a full cluster leaves a working file system that
+//! OSDs take up to their failsafe ratio. A create a mount already answered by itself (its own
+//! inode number pinned) is taken too: the mount checked its own map first. So a full cluster leaves a working file system that
 //! files can be deleted from, as Ceph's MDS does, instead of a stopped one.
 
 use cairn_clustermap::ClusterMap;

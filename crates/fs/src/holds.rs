@@ -2,13 +2,15 @@
 //! file unlinked elsewhere while open here keeps its data until this mount closes it, and a
 //! lock taken here keeps other mounts out.
 //!
-//! Each open, close and lock change is told to the MDS as it happens; every [`RENEW_EVERY`]
-//! the whole of it goes again (`Held`), which renews this client's lease and makes good
-//! whatever the MDS lost (a close lost with a session, or everything after an MDS restart).
-//! Changes run side by side; a `Held` waits for those in flight and holds new ones back while
-//! it goes, so what it carries is never older than what the MDS has already seen.
+//! Each open and lock change is told to the MDS as it happens; every [`RENEW_EVERY`] the
+//! whole of it goes again (`Held`), which renews this client's lease, tells the MDS of the
+//! closes since the last one (a close is not sent by itself: a file closed here counts as
+//! open at the MDS until then) and makes good whatever the MDS lost (everything after an MDS
+//! restart). Changes run side by side; a `Held` waits for those in flight and holds new ones
+//! back while it goes, so what it carries is never older than what the MDS has already seen.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_proto::mds::{Attr, LockKind, LockSpec, MdsAnswer, MdsOp};
@@ -27,8 +29,10 @@ pub struct Holds {
     counts: Mutex<HashMap<u64, u32>>,
     /// The locks this mount holds (under one client id of its own: the MDS knows the mount's).
     locks: Mutex<Locks>,
-    /// Read-held by opens and closes in flight, write-held by a `Held` in flight.
+    /// Read-held by opens and lock changes in flight, write-held by a `Held` in flight.
     order: RwLock<()>,
+    /// A file was closed since the last `Held` was taken.
+    closed: AtomicBool,
 }
 
 impl Holds {
@@ -39,6 +43,7 @@ impl Holds {
             counts: Mutex::default(),
             locks: Mutex::default(),
             order: RwLock::new(()),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -70,21 +75,16 @@ impl Holds {
         Some(made)
     }
 
-    /// Closes what one [`Holds::open`] opened.
-    pub async fn close(&self, ino: u64) {
-        let _order = self.order.read().await;
-        {
-            let mut counts = self.counts();
-            match counts.get_mut(&ino) {
-                Some(n) if *n > 1 => *n -= 1,
-                Some(_) => {
-                    counts.remove(&ino);
-                }
-                None => return,
+    /// Closes what one [`Holds::open`] opened; the MDS learns of it with the next `Held`.
+    pub fn close(&self, ino: u64) {
+        let mut counts = self.counts();
+        match counts.get_mut(&ino) {
+            Some(n) if *n > 1 => *n -= 1,
+            Some(_) => {
+                counts.remove(&ino);
+                self.closed.store(true, Ordering::Release);
             }
-        }
-        if let Err(e) = self.link.request(MdsOp::Close { ino }).await {
-            tracing::warn!(ino, errno = e, "telling the metadata server of a close");
+            None => {}
         }
     }
 
@@ -158,19 +158,21 @@ impl Holds {
         }
     }
 
-    /// Sends the whole count every [`RENEW_EVERY`] while any file is open; runs until the
-    /// mount's runtime stops.
+    /// Sends the whole count every [`RENEW_EVERY`] while any file is open or one was closed
+    /// since the last; runs until the mount's runtime stops.
     pub async fn renew_forever(self: Arc<Self>) {
         loop {
             tokio::time::sleep(RENEW_EVERY).await;
             let _order = self.order.write().await;
+            let closed = self.closed.swap(false, Ordering::AcqRel);
             let files: Vec<(u64, u32)> = self.counts().iter().map(|(i, n)| (*i, *n)).collect();
             let locks = self.locks().held_by(OWN);
-            if files.is_empty() && locks.is_empty() {
+            if files.is_empty() && locks.is_empty() && !closed {
                 continue;
             }
             if let Err(e) = self.link.request(MdsOp::Held { files, locks }).await {
                 tracing::warn!(errno = e, "renewing this mount's open files");
+                self.closed.fetch_or(closed, Ordering::AcqRel);
             }
         }
     }

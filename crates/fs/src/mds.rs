@@ -670,8 +670,10 @@ impl Core {
                 Ok((a, updates)) => {
                     self.answered.remember(who, tid, Ok(a.clone()));
                     self.executed += 1;
-                    // Never answered early: the client uses the numbers once they are
-                    // durable, so a restarted MDS knows them as the client's.
+                    // Counted as the client's uncommitted record, but never answered early:
+                    // the client uses the numbers once they are durable, so a restarted MDS
+                    // knows them as the client's.
+                    self.early.add(who, now);
                     self.batch_record(who, tid, updates, a, Tell::Answer { tid, to: reply });
                 }
             }

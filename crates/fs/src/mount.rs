@@ -1165,7 +1165,7 @@ impl Filesystem for CairnFs {
             }
             let reported = c.report(ino.0).await;
             reply_empty(reply, reported);
-            c.holds.close(ino.0).await;
+            c.holds.close(ino.0);
         });
     }
 
