@@ -19,7 +19,7 @@ use cairn_msgr::session::{Policy, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::mds::{
     Attr, FileKind, MdsAnswer, MdsOp, MdsRecall, MdsReply, MdsRequest, MdsSafe, NewInode,
-    MSG_MDS_RECALL, MSG_MDS_REPLY, MSG_MDS_REQUEST, MSG_MDS_SAFE,
+    MAX_NAME_BYTES, MSG_MDS_RECALL, MSG_MDS_REPLY, MSG_MDS_REQUEST, MSG_MDS_SAFE,
 };
 use tokio::sync::{oneshot, watch, Notify};
 
@@ -301,6 +301,11 @@ impl Outstanding {
         now: Instant,
     ) -> Option<(Attr, EarlyCreate)> {
         if inode.kind != FileKind::File || self.early_creates.len() >= MAX_EARLY_CREATES {
+            return None;
+        }
+        // A name the MDS would refuse goes to it, for its errno.
+        let plain = !matches!(name, b"" | b"." | b"..") && !name.contains(&b'/');
+        if !plain || name.contains(&0) || name.len() > MAX_NAME_BYTES {
             return None;
         }
         let object_size = self.leases.may_create(parent, name, now)?;
@@ -1082,6 +1087,13 @@ mod tests {
             o.create_here(1, b"old", new_file(), &tids, now).is_none(),
             "taken"
         );
+        let long = vec![b'n'; MAX_NAME_BYTES + 1];
+        for bad in [&long[..], b"", b".", b"..", b"a/b", b"a\0b"] {
+            assert!(
+                o.create_here(1, bad, new_file(), &tids, now).is_none(),
+                "{bad:?} goes to the MDS for its errno"
+            );
+        }
         let (attr, early) = o.create_here(1, b"a", new_file(), &tids, now).unwrap();
         assert_eq!((attr.ino, attr.object_size, attr.size), (100, 1 << 20, 0));
         assert_eq!((early.tid, early.ino), (10, 100));
