@@ -882,40 +882,40 @@ fn leased_file_attributes(a: &Mount, b: &Mount, cluster: &Cluster) {
 fn early_creates(a: &Mount, b: &Mount, cluster: &Cluster) {
     use cairn_fs::namespace::slots::FIRST_SLOT_INO;
     let ino = |m: &Mount, name: &str| fs::metadata(m.path(name)).unwrap().ino();
-    fs::create_dir(a.path("early")).unwrap();
+    fs::create_dir(a.path("by-itself")).unwrap();
     let mut own = 0;
     for i in 0..200 {
-        let mut f = File::create(a.path(&format!("early/f-{i}"))).unwrap();
+        let mut f = File::create(a.path(&format!("by-itself/f-{i}"))).unwrap();
         f.write_all(&payload(i, 3000)).unwrap();
         own += usize::from(f.metadata().unwrap().ino() >= FIRST_SLOT_INO);
     }
     assert!(own >= 150, "{own} of 200 files created by the mount itself");
     let before = recalls_logged(cluster);
-    let listed = fs::read_dir(b.path("early")).unwrap().count();
+    let listed = fs::read_dir(b.path("by-itself")).unwrap().count();
     assert_eq!(listed, 200, "the other mount lists every file at once");
     assert!(
         recalls_logged(cluster) > before,
         "the other mount's read recalled the lease"
     );
     for i in 0..200 {
-        let name = format!("early/f-{i}");
+        let name = format!("by-itself/f-{i}");
         assert_eq!(fs::read(b.path(&name)).unwrap(), payload(i, 3000), "{name}");
         assert_eq!(ino(a, &name), ino(b, &name), "{name}");
     }
     let exclusive = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .open(a.path("early/f-3"));
+        .open(a.path("by-itself/f-3"));
     assert_eq!(errno(exclusive), libc::EEXIST);
     // Created and removed at once, by itself again once the lease is back.
     std::thread::sleep(cairn_fs::dirlease::AFTER_RECALL);
     for round in 0..20 {
-        let name = format!("early/brief-{round}");
+        let name = format!("by-itself/brief-{round}");
         drop(File::create(a.path(&name)).unwrap());
         fs::remove_file(a.path(&name)).unwrap();
         assert!(!a.path(&name).exists());
     }
-    assert_eq!(fs::read_dir(b.path("early")).unwrap().count(), 200);
+    assert_eq!(fs::read_dir(b.path("by-itself")).unwrap().count(), 200);
 }
 
 /// Lets a stopped mount go on, however the check that stopped it ends.
