@@ -249,7 +249,11 @@ pub async fn load(client: &Client, pool: &str) -> Result<Namespace, FsError> {
     }
     for (key, value) in omap_all(client, pool, STATE_OBJECT).await? {
         if key == b"next_ino" {
-            ns.apply(&Update::NextIno(u64_value("next_ino", &value)?));
+            let next = u64_value("next_ino", &value)?;
+            if next > crate::namespace::slots::FIRST_SLOT_INO {
+                return Err(FsError::Damaged(format!("next_ino {next} is in the slots")));
+            }
+            ns.apply(&Update::NextIno(next));
         } else if let Some(slot) = key.strip_prefix(SLOT_KEY_PREFIX) {
             let text = String::from_utf8_lossy(slot).to_string();
             let slot = u64::from_str_radix(&text, 16)

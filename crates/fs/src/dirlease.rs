@@ -524,7 +524,8 @@ impl Held {
         self.leases.insert(dir, lease);
     }
 
-    /// The new lease on `dir` says files created in it get `object_size` bytes per object.
+    /// The lease on `dir`, new or renewed, says files created in it get `object_size` bytes
+    /// per object.
     pub fn new_files_get(&mut self, dir: u64, object_size: u32) {
         if let Some(l) = self.leases.get_mut(&dir) {
             l.file_object_size = object_size;
@@ -577,6 +578,19 @@ impl Held {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Whether this mount holds a current lease on `dir` for creates.
+    pub fn held_for_creates(&mut self, dir: u64, now: Instant) -> bool {
+        !self.disabled && self.current(dir, now).is_some_and(|l| l.creates)
+    }
+
+    /// This mount changed a directory's layout: the layout new files get is asked of the MDS
+    /// again (with the next renewal) for every leased directory, which may inherit it.
+    pub fn forget_layouts(&mut self) {
+        for l in self.leases.values_mut() {
+            l.file_object_size = 0;
         }
     }
 
@@ -817,8 +831,12 @@ impl<S: Clone, R> Granted<S, R> {
 
     /// What `client`'s read of `dir` must do first: as a change does (see
     /// [`Granted::changing`]) when another client creates files under its lease on `dir`,
-    /// whose creates may not have reached the MDS yet; else nothing.
+    /// whose creates may not have reached the MDS yet; wait while a lease of the previous
+    /// MDS may still be held (for creates, unknown here); else nothing.
     pub fn reading(&mut self, dir: u64, client: u64, now: Instant) -> Changing<S> {
+        if now < self.quiet_until {
+            return Changing::Wait(None);
+        }
         match self.grants.get(&dir) {
             Some(g) if g.client != client && g.creates && now < g.until => {
                 self.changing(dir, client, now)
@@ -908,6 +926,12 @@ mod tests {
     #[test]
     fn another_clients_read_recalls_only_a_lease_held_for_creates() {
         let t0 = Instant::now();
+        let mut starting: Granted<&str, u32> = Granted::new(t0);
+        assert_eq!(
+            starting.reading(7, 2, t0),
+            Changing::Wait(None),
+            "a predecessor's lease may still be held"
+        );
         let mut g: Granted<&str, u32> = Granted::new(t0 - LEASE);
         let id = g.grant(7, 1, "s1", 0, t0).unwrap();
         assert_eq!(g.reading(7, 2, t0), Changing::Go, "not held for creates");

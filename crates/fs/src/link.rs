@@ -160,11 +160,18 @@ impl Outstanding {
                 },
                 r,
             ) => {
-                let grant = match r {
-                    Ok(MdsAnswer::DirLeased { grant, .. }) => Some(*grant),
-                    _ => None,
+                let (grant, layout) = match r {
+                    Ok(MdsAnswer::DirLeased {
+                        grant,
+                        file_object_size,
+                        ..
+                    }) => (Some(*grant), *file_object_size),
+                    _ => (None, 0),
                 };
                 l.renewed(*dir, grant, asked);
+                if grant.is_some() {
+                    l.new_files_get(*dir, layout);
+                }
                 if let Some(grant) = grant.filter(|_| *creates) {
                     l.creates_granted(*dir, grant);
                 }
@@ -274,9 +281,12 @@ impl Outstanding {
                     l.forget_attrs();
                 }
             }
-            (MdsOp::SetXattr { ino, .. } | MdsOp::RemoveXattr { ino, .. }, _) => {
+            (MdsOp::SetXattr { ino, name, .. } | MdsOp::RemoveXattr { ino, name }, _) => {
                 l.touched(*ino, None);
                 l.forget_file(*ino);
+                if crate::layout::is_virtual(name) {
+                    l.forget_layouts();
+                }
             }
             (MdsOp::Lookup { parent, name }, Ok(MdsAnswer::Attr(a))) => {
                 l.named(*parent, name, a.ino, now);
@@ -896,11 +906,14 @@ impl MdsLink {
         self.early_answered.notify_waiters();
     }
 
-    /// Whether this mount should ask for inode numbers of its own now (it has none, is not
-    /// asking, and was not refused lately): noted as asking, for the caller to run
-    /// [`MdsLink::ask_numbers`].
-    pub fn wants_numbers(&self) -> bool {
+    /// Whether this mount should ask for inode numbers of its own now, to create files in
+    /// `dir` (it leases `dir` for creates, has no numbers, is not asking, and was not refused
+    /// lately): noted as asking, for the caller to run [`MdsLink::ask_numbers`].
+    pub fn wants_numbers(&self, dir: u64) -> bool {
         let mut o = lock(&self.outstanding);
+        if !o.leases.held_for_creates(dir, Instant::now()) {
+            return false;
+        }
         let refused_lately =
             |at: &Option<Instant>| at.is_none_or(|at| at.elapsed() < NUMBERS_RETRY);
         // Numbers once had are never asked for again: the MDS would give the same ones.

@@ -40,6 +40,7 @@ use crate::evict::Evictions;
 use crate::full::SpaceGuard;
 use crate::journal::{self, Record};
 use crate::locks::Locks;
+use crate::namespace::slots::Slots;
 use crate::namespace::{Namespace, Update};
 use crate::opens::{OpenFiles, RENEW_EVERY};
 use crate::outbox::Outbox;
@@ -583,8 +584,10 @@ impl Core {
             op,
             replay,
         } = req;
+        // A number of a slot is kept only for its owner; another pinned number only on a
+        // replay (the number an earlier answer gave).
         let own_number = pins_own_number(&self.ns, who, &op);
-        let op = match replay || own_number {
+        let op = match own_number || (replay && !pins_a_slot(&op)) {
             true => op,
             false => op.unpinned(),
         };
@@ -730,10 +733,7 @@ impl Core {
             names: names.then(|| entries.iter().map(|(n, d)| (n.clone(), d.ino)).collect()),
             attr: attr.filter(|_| names),
             grant,
-            file_object_size: match names {
-                true => self.ns.new_file_object_size(dir),
-                false => 0,
-            },
+            file_object_size: self.ns.new_file_object_size(dir),
         })
     }
 
@@ -828,6 +828,14 @@ impl Core {
 fn pins_own_number(ns: &Namespace, who: u64, op: &MdsOp) -> bool {
     match op {
         MdsOp::Create { inode, .. } => inode.ino.is_some_and(|p| ns.delegated_to(who, p)),
+        _ => false,
+    }
+}
+
+/// Whether `op` is a create pinning a number that lies in a delegated slot's range.
+fn pins_a_slot(op: &MdsOp) -> bool {
+    match op {
+        MdsOp::Create { inode, .. } => inode.ino.and_then(Slots::slot_of).is_some(),
         _ => false,
     }
 }

@@ -651,7 +651,7 @@ impl CairnFs {
         if !self.early_creates {
             return None;
         }
-        if self.link.wants_numbers() {
+        if self.link.wants_numbers(parent) {
             let link = self.link.clone();
             self.rt.spawn(async move { link.ask_numbers().await });
         }

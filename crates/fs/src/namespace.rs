@@ -197,6 +197,7 @@ impl Namespace {
                 };
                 let old = self.inodes.insert(ino, inode.clone());
                 self.account(old.as_ref(), Some(inode));
+                self.slots.used(ino);
             }
             Update::DelInode(ino) => {
                 self.orphans.remove(ino);
@@ -510,13 +511,19 @@ impl Namespace {
         Ok((answer, vec![Update::PutInode(i)]))
     }
 
-    /// The number of a new inode: `pinned` when it lies in a delegated slot and no inode has
-    /// it, or (a replayed create's earlier answer) when no inode has had it yet and it is
+    /// The number of a new inode: `pinned` when it lies in a delegated slot, no inode has it
+    /// and it is not far below the slot's highest (see [`slots`]), or (a replayed create's earlier answer) when no inode has had it yet and it is
     /// less than [`MAX_PIN_AHEAD`] ahead; else the next one (ENOSPC past the MDS's range).
     fn new_ino(&self, pinned: Option<u64>) -> Result<u64, i32> {
         let next = self.next_ino.max(ROOT_INO + 1);
         match pinned {
-            Some(p) if self.slots.owner_of(p).is_some() && !self.inodes.contains_key(&p) => Ok(p),
+            Some(p)
+                if self.slots.owner_of(p).is_some()
+                    && !self.inodes.contains_key(&p)
+                    && self.slots.fresh(p) =>
+            {
+                Ok(p)
+            }
             Some(p) if p >= next && p < FIRST_SLOT_INO && p - next < MAX_PIN_AHEAD => Ok(p),
             _ if next >= FIRST_SLOT_INO => Err(libc::ENOSPC),
             _ => Ok(next),

@@ -133,8 +133,9 @@ pub struct NewInode {
     /// and its data objects (named by inode number) stay the file's.
     #[serde(default)]
     pub ino: Option<u64>,
-    /// The object size the creator already writes the file with (a create it answered
-    /// itself under a lease, see [`MdsOp::Delegate`]); honoured when it is a valid one.
+    /// The object size the file is made with when it is a valid one (a creator that answered
+    /// the create itself under a lease, see [`MdsOp::Delegate`], already writes with it);
+    /// otherwise the one its directory gives new files.
     #[serde(default)]
     pub object_size: Option<u32>,
 }

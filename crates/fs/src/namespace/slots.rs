@@ -1,9 +1,13 @@
 //! Inode numbers delegated to clients: each client that asks gets a slot of its own, a range
 //! of [`SLOT_INOS`] numbers above [`FIRST_SLOT_INO`] that nobody else is ever handed, and
 //! creates files with them by itself under its directory leases; the MDS takes a create's
-//! pinned number when it lies in a delegated slot and no inode has it yet. Below
-//! [`FIRST_SLOT_INO`] the MDS numbers inodes itself. Slots are never reused (a file's data
-//! objects are named by its number), so a slot outlives its client.
+//! pinned number when it lies in the asker's slot, no inode has it, and it is no further than
+//! [`OUT_OF_ORDER`] below the highest number used in the slot (a client uses its numbers in
+//! order, and at most that many reach the MDS out of order: a number further down was used
+//! and its file deleted, and its data may still be being purged). After an MDS restart that
+//! mark is rebuilt from the inodes that exist. Below [`FIRST_SLOT_INO`] the MDS numbers
+//! inodes itself. Slots are never reused (a file's data objects are named by its number), so
+//! a slot outlives its client.
 
 use std::collections::HashMap;
 
@@ -13,6 +17,9 @@ pub const FIRST_SLOT_INO: u64 = 1 << 40;
 pub const SLOT_INOS: u64 = 1 << 32;
 /// Most slots ever delegated (each mount that creates under leases takes one).
 pub const MAX_SLOTS: u64 = 1 << 24;
+/// How far below the highest number used in its slot a pinned number is still taken: twice
+/// the creates a mount has unanswered at once (`link::MAX_EARLY_CREATES`).
+pub const OUT_OF_ORDER: u64 = 2048;
 
 /// The slots delegated so far, by slot and by client.
 #[derive(Clone, Debug, Default)]
@@ -20,6 +27,8 @@ pub struct Slots {
     owner: HashMap<u64, u64>,
     of_client: HashMap<u64, u64>,
     next: u64,
+    /// The highest number used in each slot.
+    high: HashMap<u64, u64>,
 }
 
 impl Slots {
@@ -41,6 +50,22 @@ impl Slots {
         self.owner.insert(slot, client);
         self.of_client.insert(client, slot);
         self.next = self.next.max(slot + 1);
+    }
+
+    /// Notes that an inode has number `ino` (kept when it lies in a slot).
+    pub fn used(&mut self, ino: u64) {
+        if let Some(slot) = Self::slot_of(ino) {
+            let high = self.high.entry(slot).or_insert(ino);
+            *high = (*high).max(ino);
+        }
+    }
+
+    /// Whether `ino`, in a slot, is not too far below the highest number used there to be
+    /// taken (see [`OUT_OF_ORDER`]).
+    pub fn fresh(&self, ino: u64) -> bool {
+        Self::slot_of(ino)
+            .and_then(|slot| self.high.get(&slot))
+            .is_none_or(|high| ino.saturating_add(OUT_OF_ORDER) > *high)
     }
 
     /// `client`'s slot, if it has one.
@@ -99,5 +124,14 @@ mod tests {
         assert_eq!(s.owner_of(Slots::first_of(1)), None);
         assert_eq!(s.next_free(), Some(1));
         assert_eq!(s.check(), Ok(()));
+        let first = Slots::first_of(0);
+        assert!(s.fresh(first));
+        s.used(first + 10_000);
+        s.used(first + 3);
+        assert!(s.fresh(first + 10_000 - OUT_OF_ORDER + 1), "within reach");
+        assert!(!s.fresh(first + 10_000 - OUT_OF_ORDER), "used long ago");
+        assert!(s.fresh(Slots::first_of(1)), "another slot's mark");
+        s.used(5);
+        assert!(s.fresh(5), "numbers below the slots have no mark");
     }
 }

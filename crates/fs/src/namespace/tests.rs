@@ -463,13 +463,23 @@ fn delegated_numbers_are_a_clients_own_and_taken_once_with_the_layout_named() {
         b.object_size, DEFAULT_OBJECT_SIZE,
         "an invalid layout is not taken"
     );
+    // A number far below the slot's highest was used already (and its file may be gone).
+    let high = first + 10 * slots::OUT_OF_ORDER;
+    let far = expect_attr(ns.execute(&delegated_create(b"far", high, None)));
+    assert_eq!(far.ino, high);
+    let old = expect_attr(ns.execute(&delegated_create(b"old", first + 6, None)));
+    assert_eq!(
+        old.ino,
+        before + 1,
+        "a number far below the highest is not taken"
+    );
+    let near = high - slots::OUT_OF_ORDER + 1;
+    let late = expect_attr(ns.execute(&delegated_create(b"late", near, None)));
+    assert_eq!(late.ino, near, "one that came out of order is");
+    let before = ns.next_ino();
     let undelegated = other + slots::SLOT_INOS;
     let c = expect_attr(ns.execute(&delegated_create(b"c", undelegated, None)));
-    assert_eq!(
-        c.ino,
-        before + 1,
-        "a number of no delegated slot is not taken"
-    );
+    assert_eq!(c.ino, before, "a number of no delegated slot is not taken");
     well_formed(&ns).unwrap();
     // The journal's updates rebuild the same slots.
     let mut replayed = fresh();
