@@ -581,6 +581,11 @@ impl Held {
         }
     }
 
+    /// Whether this mount keeps the attributes of `ino` as a file's.
+    pub fn keeps_file(&self, ino: u64) -> bool {
+        self.files.contains_key(&ino)
+    }
+
     /// Whether this mount holds a current lease on `dir` for creates.
     pub fn held_for_creates(&mut self, dir: u64, now: Instant) -> bool {
         !self.disabled && self.current(dir, now).is_some_and(|l| l.creates)

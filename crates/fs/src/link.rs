@@ -7,7 +7,7 @@
 //! `MdsSafe` names it; every new session, and a session whose MDS restarted, starts with those
 //! mutations replayed in request order and a `Reconnected`, before any new request.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -26,6 +26,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use crate::dirlease::{Handed, Held, Lookup, LEASE};
 use crate::kernel::KernelCache;
 use crate::mds::ADDR_OBJECT;
+use crate::namespace::slots::OUT_OF_ORDER;
 
 /// Longest one attempt waits for its answer before the address is read again and the
 /// request resent.
@@ -48,6 +49,11 @@ const ROSTERED_FOR: Duration = Duration::from_secs(60);
 /// Most creates a mount has answered by itself that the MDS has not answered yet; past it a
 /// create waits for the MDS.
 pub const MAX_EARLY_CREATES: usize = 1024;
+/// Furthest a create answered here takes a number past the oldest one the MDS has not
+/// answered: the MDS takes a pinned number no further than [`OUT_OF_ORDER`] below the
+/// highest it has seen from the slot, and a create that waits (a session lost, a lease of
+/// another client) must still be taken when it arrives.
+const MAX_NUMBER_SPREAD: u64 = OUT_OF_ORDER / 2;
 /// How long a mount that could not get inode numbers of its own waits before asking again.
 const NUMBERS_RETRY: Duration = Duration::from_secs(30);
 
@@ -80,10 +86,11 @@ struct Outstanding {
     last_mutation: Option<Instant>,
     /// The directory leases held, kept in step with the answers in the order they come.
     leases: Held,
-    /// Creates this mount answered by itself, by request id, that the MDS has not answered:
-    /// a later request waits for them (the MDS must know a file before what is done to it),
-    /// and a lease is given up only after them.
-    early_creates: BTreeSet<u64>,
+    /// Creates this mount answered by itself that the MDS has not answered, by request id,
+    /// with their inode numbers (both rising together): a later request waits for them (the
+    /// MDS must know a file before what is done to it), and a lease is given up only after
+    /// them.
+    early_creates: BTreeMap<u64, u64>,
     /// The inode numbers delegated to this mount not used yet: the next one and the end.
     numbers: Option<(u64, u64)>,
     /// Numbers are being asked for, or (`Some(at)`) could not be had at `at`.
@@ -104,7 +111,7 @@ impl Outstanding {
                     self.last_mutation = Some(Instant::now());
                 }
                 // An early create was followed when the mount answered it.
-                if !self.early_creates.contains(&reply.tid) {
+                if !self.early_creates.contains_key(&reply.tid) {
                     self.leases_follow(&req.op, &reply.result, asked);
                 }
                 if !reply.safe {
@@ -248,6 +255,11 @@ impl Outstanding {
                 let replaced = l.ino_of(*new_parent, new_name);
                 let target_absent =
                     l.is_leased(*new_parent) && !l.knows_name(*new_parent, new_name);
+                // A directory moved may inherit another layout, and the directories below it
+                // with it: asked again (a file kept here is no directory).
+                if !moved.is_some_and(|m| l.keeps_file(m)) {
+                    l.forget_layouts();
+                }
                 if (parent, name) != (new_parent, new_name) {
                     // A rename onto another name of the same inode (a hard link) leaves both;
                     // the source name is dropped only when that is ruled out.
@@ -320,6 +332,11 @@ impl Outstanding {
         }
         let object_size = self.leases.may_create(parent, name, now)?;
         let (ino, end) = self.numbers.filter(|(next, end)| next < end)?;
+        // The MDS takes a number only so far below the highest it has seen from the slot.
+        let oldest = self.early_creates.values().next().copied();
+        if oldest.is_some_and(|oldest| ino - oldest >= MAX_NUMBER_SPREAD) {
+            return None;
+        }
         self.numbers = Some((ino + 1, end));
         inode.ino = Some(ino);
         inode.object_size = Some(object_size);
@@ -338,7 +355,12 @@ impl Outstanding {
             object_size,
         };
         let tid = tids.fetch_add(1, Ordering::Relaxed);
-        assert!(self.early_creates.insert(tid), "request ids are unique");
+        let earlier = self.early_creates.insert(tid, ino);
+        assert!(earlier.is_none(), "request ids are unique");
+        debug_assert!(
+            self.early_creates.last_key_value() == Some((&tid, &ino)),
+            "request ids and numbers rise together"
+        );
         self.leases.added(parent, name, ino);
         self.leases.touched(parent, Some(inode.now_ns));
         self.leases.seen_file(Some((parent, name)), &attr, now, now);
@@ -1117,7 +1139,7 @@ mod tests {
             }
             other => panic!("not a create: {other:?}"),
         }
-        assert!(o.early_creates.contains(&10));
+        assert_eq!(o.early_creates.get(&10), Some(&100));
         assert_eq!(
             o.leases.ino_of(1, b"a"),
             Some(100),
@@ -1174,6 +1196,41 @@ mod tests {
             o.create_here(1, b"e", new_file(), &tids, Instant::now())
                 .is_none(),
             "the lease recalled"
+        );
+    }
+
+    #[test]
+    fn a_mount_takes_numbers_no_further_than_the_spread_past_its_oldest_unanswered_create() {
+        let mut o = Outstanding::default();
+        let tids = AtomicU64::new(10);
+        assert!(o.leases.asking(1));
+        let lease = MdsOp::LeaseDir {
+            dir: 1,
+            names: true,
+            creates: true,
+        };
+        let granted = Ok(MdsAnswer::DirLeased {
+            names: Some(Vec::new()),
+            attr: None,
+            grant: 1,
+            file_object_size: 1 << 20,
+        });
+        o.leases_follow(&lease, &granted, Instant::now());
+        let first = 10_000;
+        o.numbers = Some((first, first + 100_000));
+        // A create answered here long ago, still unanswered by the MDS.
+        o.early_creates.insert(1, first - MAX_NUMBER_SPREAD + 1);
+        let now = Instant::now();
+        assert!(o.create_here(1, b"a", new_file(), &tids, now).is_some());
+        assert!(
+            o.create_here(1, b"b", new_file(), &tids, now).is_none(),
+            "too far past the oldest"
+        );
+        o.early_creates.remove(&1);
+        assert_eq!(
+            o.create_here(1, b"b", new_file(), &tids, now)
+                .map(|(a, _)| a.ino),
+            Some(first + 1)
         );
     }
 

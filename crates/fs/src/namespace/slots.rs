@@ -17,8 +17,8 @@ pub const FIRST_SLOT_INO: u64 = 1 << 40;
 pub const SLOT_INOS: u64 = 1 << 32;
 /// Most slots ever delegated (each mount that creates under leases takes one).
 pub const MAX_SLOTS: u64 = 1 << 24;
-/// How far below the highest number used in its slot a pinned number is still taken: twice
-/// the creates a mount has unanswered at once (`link::MAX_EARLY_CREATES`).
+/// How far below the highest number used in its slot a pinned number is still taken: a mount
+/// takes no number more than half this past its oldest create the MDS has not answered.
 pub const OUT_OF_ORDER: u64 = 2048;
 
 /// The slots delegated so far, by slot and by client.
