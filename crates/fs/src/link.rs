@@ -1077,6 +1077,24 @@ mod tests {
         }))
     }
 
+    /// Takes a new lease for creates on directory 1 into `o`: its `names`, and the object
+    /// size its new files get.
+    fn lease_for_creates(o: &mut Outstanding, names: Vec<(Vec<u8>, u64)>, file_object_size: u32) {
+        assert!(o.leases.asking(1));
+        let lease = MdsOp::LeaseDir {
+            dir: 1,
+            names: true,
+            creates: true,
+        };
+        let granted = Ok(MdsAnswer::DirLeased {
+            names: Some(names),
+            attr: None,
+            grant: 1,
+            file_object_size,
+        });
+        o.leases_follow(&lease, &granted, Instant::now());
+    }
+
     fn new_file() -> NewInode {
         match create("x").op {
             MdsOp::Create { inode, .. } => inode,
@@ -1093,21 +1111,8 @@ mod tests {
             o.create_here(1, b"a", new_file(), &tids, now).is_none(),
             "no lease"
         );
-        assert!(o.leases.asking(1));
-        let lease = MdsOp::LeaseDir {
-            dir: 1,
-            names: true,
-            creates: true,
-        };
-        let granted = |size| {
-            Ok(MdsAnswer::DirLeased {
-                names: Some(vec![(b"old".to_vec(), 5)]),
-                attr: None,
-                grant: 1,
-                file_object_size: size,
-            })
-        };
-        o.leases_follow(&lease, &granted(0), now);
+        let old = || vec![(b"old".to_vec(), 5)];
+        lease_for_creates(&mut o, old(), 0);
         o.numbers = Some((100, 102));
         let now = Instant::now();
         assert!(
@@ -1115,8 +1120,7 @@ mod tests {
             "the layout of new files not told"
         );
         o.leases.forget(1);
-        assert!(o.leases.asking(1));
-        o.leases_follow(&lease, &granted(1 << 20), now);
+        lease_for_creates(&mut o, old(), 1 << 20);
         let now = Instant::now();
         assert!(
             o.create_here(1, b"old", new_file(), &tids, now).is_none(),
@@ -1203,19 +1207,7 @@ mod tests {
     fn a_mount_takes_numbers_no_further_than_the_spread_past_its_oldest_unanswered_create() {
         let mut o = Outstanding::default();
         let tids = AtomicU64::new(10);
-        assert!(o.leases.asking(1));
-        let lease = MdsOp::LeaseDir {
-            dir: 1,
-            names: true,
-            creates: true,
-        };
-        let granted = Ok(MdsAnswer::DirLeased {
-            names: Some(Vec::new()),
-            attr: None,
-            grant: 1,
-            file_object_size: 1 << 20,
-        });
-        o.leases_follow(&lease, &granted, Instant::now());
+        lease_for_creates(&mut o, Vec::new(), 1 << 20);
         let first = 10_000;
         o.numbers = Some((first, first + 100_000));
         // A create answered here long ago, still unanswered by the MDS.
@@ -1237,19 +1229,7 @@ mod tests {
     #[test]
     fn the_mounts_own_changes_to_a_file_follow_or_forget_its_kept_attributes() {
         let mut o = Outstanding::default();
-        assert!(o.leases.asking(1));
-        let lease = MdsOp::LeaseDir {
-            dir: 1,
-            names: true,
-            creates: true,
-        };
-        let granted = Ok(MdsAnswer::DirLeased {
-            names: Some(Vec::new()),
-            attr: None,
-            grant: 1,
-            file_object_size: 0,
-        });
-        o.leases_follow(&lease, &granted, Instant::now());
+        lease_for_creates(&mut o, Vec::new(), 0);
         let kept = |o: &mut Outstanding, ino| o.leases.file_attr(ino, Instant::now()).0;
         o.leases_follow(&create("f").op, &made(9), Instant::now());
         assert_eq!(
