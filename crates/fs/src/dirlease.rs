@@ -534,7 +534,8 @@ impl Held {
 
     /// The object size of a file `name` this mount may create in `dir` by itself, without
     /// asking the MDS first: `dir` is leased here for creates with [`CREATE_MARGIN`] left, its
-    /// layout for new files is known, and it has no `name`.
+    /// layout for new files is known, and it has no `name`. The try is noted as a create in
+    /// `dir` (see [`Held::note_create`]), so its leases are asked for creates from now on.
     pub fn may_create(&mut self, dir: u64, name: &[u8], now: Instant) -> Option<u32> {
         if self.disabled {
             return None;
