@@ -31,9 +31,14 @@ impl SpaceGuard {
 
     /// The errno refusing `op`, if it adds to the namespace while the cluster is full.
     pub fn refusal(&mut self, op: &MdsOp) -> Option<i32> {
-        if !adds_to_namespace(op) {
-            return None;
+        match adds_to_namespace(op) {
+            true => self.growth_refusal(),
+            false => None,
         }
+    }
+
+    /// The errno refusing any growth of the namespace now, if the cluster is full.
+    pub fn growth_refusal(&mut self) -> Option<i32> {
         let map = self.maps.borrow();
         let map = map.as_ref()?;
         match self.cached {

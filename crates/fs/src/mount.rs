@@ -38,6 +38,7 @@ use fuser::{
 
 use crate::backing;
 use crate::dirlease::Lookup;
+use crate::full::SpaceGuard;
 use crate::gather::{self, Gather, GATHER_LINGER};
 use crate::holds::Holds;
 use crate::link::MdsLink;
@@ -147,10 +148,8 @@ pub struct CairnFs {
     behind: Arc<WriteBehind>,
     /// Files are created here under leases, without waiting for the MDS.
     early_creates: bool,
-    /// The metadata and data pools (a full cluster or pool refuses creates).
-    pools: [String; 2],
-    /// Whether the cluster refused creates at a map epoch, as last computed.
-    full_at: Mutex<(u64, bool)>,
+    /// Whether a full cluster or pool refuses creates, as this mount's map says.
+    space: Mutex<SpaceGuard>,
 }
 
 /// Everything a request task needs, cloned out of [`CairnFs`].
@@ -606,7 +605,7 @@ impl CairnFs {
         metadata_pool: String,
         data_pool: String,
     ) -> CairnFs {
-        let pools = [metadata_pool.clone(), data_pool.clone()];
+        let space = SpaceGuard::new(rados.mon().watch(), &metadata_pool, &data_pool);
         let link = Arc::new(MdsLink::new(rados.clone(), metadata_pool));
         let holds = Arc::new(Holds::new(link.clone()));
         rt.spawn(holds.clone().renew_forever());
@@ -624,24 +623,15 @@ impl CairnFs {
                 changed: tokio::sync::Notify::new(),
             }),
             early_creates: true,
-            pools,
-            full_at: Mutex::new((0, false)),
+            space: Mutex::new(space),
         }
     }
 
     /// Whether the MDS refuses creates now (an OSD full, a pool past its quota), as this
     /// mount's map says.
     fn refuses_creates(&self) -> bool {
-        let epoch = self.rados.epoch();
-        let mut full_at = self.full_at.lock().unwrap_or_else(|p| p.into_inner());
-        if full_at.0 != epoch {
-            let full = self
-                .rados
-                .map()
-                .is_some_and(|map| crate::full::refusal_in(&map, &self.pools).is_some());
-            *full_at = (epoch, full);
-        }
-        full_at.1
+        let mut space = self.space.lock().unwrap_or_else(|p| p.into_inner());
+        space.growth_refusal().is_some()
     }
 
     /// Creates file `name` in `parent` here, held open, when this mount may (see
