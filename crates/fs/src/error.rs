@@ -23,6 +23,9 @@ pub enum FsError {
     /// The metadata server is not reachable or answered out of protocol.
     #[error("metadata server: {0}")]
     Mds(String),
+    /// A mount option out of its range.
+    #[error("invalid mount option: {0}")]
+    Invalid(String),
 }
 
 impl FsError {

@@ -143,14 +143,18 @@ impl Holds {
         Ok(())
     }
 
-    /// Releases the locks `owner` holds on `ino` (the file it locked through was closed).
-    pub async fn release_locks(&self, ino: u64, owner: u64) {
-        let held = self
-            .locks()
+    /// Whether `owner` holds any lock on `ino` through this mount (a close then has locks to
+    /// release).
+    pub fn holds_locks(&self, ino: u64, owner: u64) -> bool {
+        self.locks()
             .held_by(OWN)
             .iter()
-            .any(|(i, l)| *i == ino && l.owner == owner);
-        if !held {
+            .any(|(i, l)| *i == ino && l.owner == owner)
+    }
+
+    /// Releases the locks `owner` holds on `ino` (the file it locked through was closed).
+    pub async fn release_locks(&self, ino: u64, owner: u64) {
+        if !self.holds_locks(ino, owner) {
             return;
         }
         if let Err(e) = self.set_lock(ino, LockSpec::unlock_all(owner), false).await {

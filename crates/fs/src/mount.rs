@@ -296,6 +296,23 @@ impl Ctx {
         }
     }
 
+    /// What a report of `ino` would answer, when it has nothing to wait for: no write of it
+    /// gathered or in flight and no size or mtime unreported (the error a failed write left is
+    /// taken, as [`Ctx::report`] takes it). `None` when there is something to wait for; the
+    /// FUSE thread answers a flush or close of an untouched file with this, without a hop to
+    /// the runtime.
+    fn settled_now(&self, ino: u64) -> Option<Result<(), i32>> {
+        let mut st = self.lock();
+        let idle = st.gathers.get(&ino).is_none_or(|g| g.is_empty())
+            && st.inflight.get(&ino).is_none_or(|f| f.ranges.is_empty())
+            && !st.dirty.contains_key(&ino);
+        if !idle {
+            return None;
+        }
+        let error = st.inflight.remove(&ino).and_then(|f| f.error);
+        Some(error.map_or(Ok(()), Err))
+    }
+
     /// Reports `ino`'s unreported size and mtime to the MDS (flush, fsync, close), once its
     /// writes in flight are done.
     async fn report(&self, ino: u64) -> Result<(), i32> {
@@ -1133,6 +1150,11 @@ impl Filesystem for CairnFs {
     ) {
         // A close releases the process's record locks on the file (POSIX); the kernel leaves
         // that to the file system, through the owner it names here.
+        if !self.holds.holds_locks(ino.0, lock_owner.0) {
+            if let Some(settled) = self.ctx().settled_now(ino.0) {
+                return reply_empty(reply, settled);
+            }
+        }
         self.spawn(|c| async move {
             c.holds.release_locks(ino.0, lock_owner.0).await;
             reply_empty(reply, c.report(ino.0).await)
@@ -1149,6 +1171,13 @@ impl Filesystem for CairnFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let locked = lock_owner.is_some_and(|owner| self.holds.holds_locks(ino.0, owner.0));
+        if !locked {
+            if let Some(settled) = self.ctx().settled_now(ino.0) {
+                reply_empty(reply, settled);
+                return self.holds.close(ino.0);
+            }
+        }
         self.spawn(|c| async move {
             if let Some(owner) = lock_owner {
                 c.holds.release_locks(ino.0, owner.0).await;
@@ -1386,6 +1415,9 @@ impl Filesystem for CairnFs {
     }
 }
 
+/// Most threads a mount reads the kernel's requests with ([`MountOptions::fuse_threads`]).
+pub const MAX_FUSE_THREADS: usize = 16;
+
 /// How a mount behaves.
 #[derive(Clone, Copy, Debug)]
 pub struct MountOptions {
@@ -1396,6 +1428,12 @@ pub struct MountOptions {
     /// Create files in leased directories without waiting for the MDS
     /// ([`MdsLink::create_here`]).
     pub early_creates: bool,
+    /// Threads reading the kernel's requests, each on its own clone of `/dev/fuse` (1 to
+    /// [`MAX_FUSE_THREADS`]). Most requests go on to the runtime, but those answered from
+    /// leases and the open-file table (lookups of leased names, creates under a lease,
+    /// flushes and closes of untouched files, listings) are answered on these threads: with
+    /// one, every process's request waits behind the others'.
+    pub fuse_threads: usize,
 }
 
 impl Default for MountOptions {
@@ -1404,7 +1442,21 @@ impl Default for MountOptions {
             dir_leases: true,
             kernel_cache: true,
             early_creates: true,
+            fuse_threads: 4,
         }
+    }
+}
+
+impl MountOptions {
+    /// Refuses options out of their ranges, before anything is mounted.
+    pub fn check(&self) -> Result<(), crate::error::FsError> {
+        if !(1..=MAX_FUSE_THREADS).contains(&self.fuse_threads) {
+            return Err(crate::error::FsError::Invalid(format!(
+                "{} FUSE threads: a mount reads with 1 to {MAX_FUSE_THREADS}",
+                self.fuse_threads
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -1418,6 +1470,7 @@ pub fn mount(
     options: MountOptions,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), crate::error::FsError> {
+    options.check()?;
     let meta = backing::metadata_pool(fs);
     let info = rt.block_on(backing::read_info(&rados, &meta))?;
     let mut filesystem = CairnFs::new(rt.handle().clone(), rados, meta, info.data_pool);
@@ -1437,6 +1490,8 @@ pub fn mount(
     if root {
         config.acl = fuser::SessionACL::All;
     }
+    config.n_threads = Some(options.fuse_threads);
+    config.clone_fd = true;
     let session = fuser::spawn_mount(filesystem, mountpoint, &config)?;
     if options.kernel_cache {
         link.cache_in_kernel(Arc::new(Notices(session.notifier())));
@@ -1460,4 +1515,29 @@ pub fn mount(
         false => session.join()?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fuse_threads_are_checked_before_mounting() {
+        MountOptions::default()
+            .check()
+            .expect("the defaults are valid");
+        let most = MountOptions {
+            fuse_threads: MAX_FUSE_THREADS,
+            ..MountOptions::default()
+        };
+        most.check().expect("the most threads are valid");
+        for bad in [0, MAX_FUSE_THREADS + 1, usize::MAX] {
+            let options = MountOptions {
+                fuse_threads: bad,
+                ..MountOptions::default()
+            };
+            let error = options.check().expect_err("out of range");
+            assert!(error.to_string().contains("FUSE threads"), "{error}");
+        }
+    }
 }

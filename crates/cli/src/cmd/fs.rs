@@ -53,6 +53,10 @@ enum FsCmd {
         /// every create waits for its answer.
         #[arg(long)]
         no_early_creates: bool,
+        /// Threads reading the kernel's requests (1 to 16): requests answered from the
+        /// mount's leases are answered on them, one at a time per thread.
+        #[arg(long, default_value_t = 4)]
+        fuse_threads: usize,
     },
     /// Shows a file system's pools, its active metadata server and its totals.
     Status {
@@ -140,6 +144,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             no_dir_leases,
             no_kernel_cache,
             no_early_creates,
+            fuse_threads,
         } => {
             let rt = crate::runtime::build(mount_threads(), "fs mount")?;
             let mut client = rt.block_on(crate::mon_link::connect(args.mon))?;
@@ -148,6 +153,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 dir_leases: !no_dir_leases,
                 kernel_cache: !no_kernel_cache,
                 early_creates: !no_early_creates,
+                fuse_threads,
             };
             cairn_fs::mount::mount(
                 &rt,
