@@ -3,6 +3,7 @@
 //! the mount gives a recalled lease up it tells the kernel to drop each of them; another
 //! client's change, which the MDS holds until then, is seen at once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dirlease::Handed;
@@ -42,6 +43,32 @@ pub fn forget(kernel: &dyn KernelCache, dir: u64, handed: &Handed) -> bool {
         note(kernel.forget_attr(*ino), "a file's attributes");
     }
     all
+}
+
+/// Drops from `kernel` the entry of `name` in `dir` and the attributes of `ino`: a file the
+/// mount answered a create of by itself that the MDS never made. Runs off the runtime's threads
+/// and waits at most [`FORGET_TIMEOUT`]: the kernel drops an entry under the directory's lock,
+/// which a lookup there may hold while its request waits for that create to be settled.
+/// False when the kernel kept either, or had not dropped them in time (it drops them once the
+/// directory's requests are done).
+pub async fn forget_never_made(
+    kernel: Arc<dyn KernelCache>,
+    dir: u64,
+    name: Vec<u8>,
+    ino: u64,
+) -> bool {
+    let forgetting = tokio::task::spawn_blocking(move || {
+        let cached = |r: std::io::Result<()>| match r {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        };
+        cached(kernel.forget_entry(dir, &name))?;
+        cached(kernel.forget_attr(ino))
+    });
+    matches!(
+        tokio::time::timeout(FORGET_TIMEOUT, forgetting).await,
+        Ok(Ok(Ok(())))
+    )
 }
 
 #[cfg(test)]
@@ -95,6 +122,35 @@ mod tests {
         let mut told = k.told.into_inner().unwrap();
         told.sort();
         assert_eq!(told, ["7/a", "7/b", "7@"]);
+    }
+
+    /// A kernel that answers nothing until the test lets it (a directory's lock held by a
+    /// lookup that waits on the mount).
+    struct Stuck(Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl KernelCache for Stuck {
+        fn forget_entry(&self, _dir: u64, _name: &[u8]) -> std::io::Result<()> {
+            let _ = self.0.lock().unwrap().recv();
+            Ok(())
+        }
+        fn forget_attr(&self, _ino: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_never_made_is_dropped_and_a_stuck_kernel_is_waited_for_a_bounded_time() {
+        let k = Arc::new(Recorded::default());
+        assert!(forget_never_made(k.clone(), 7, b"gone".to_vec(), 9).await);
+        assert_eq!(*k.told.lock().unwrap(), ["7/gone", "9@"]);
+
+        let (go, wait) = std::sync::mpsc::channel();
+        let stuck = Arc::new(Stuck(Mutex::new(wait)));
+        let started = std::time::Instant::now();
+        assert!(!forget_never_made(stuck, 7, b"gone".to_vec(), 9).await);
+        let waited = started.elapsed();
+        assert!(waited >= FORGET_TIMEOUT, "gave up after {waited:?}");
+        go.send(()).expect("the blocked thread still waits");
     }
 
     #[test]

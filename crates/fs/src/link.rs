@@ -911,15 +911,7 @@ impl MdsLink {
                 o.leases.forget_file(ino);
             }
             if let Some(kernel) = self.kernel.get().cloned() {
-                let forgetting = tokio::task::spawn_blocking(move || {
-                    let cached = |r: std::io::Result<()>| match r {
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                        r => r,
-                    };
-                    cached(kernel.forget_entry(parent, &name))?;
-                    cached(kernel.forget_attr(ino))
-                });
-                if !matches!(forgetting.await, Ok(Ok(()))) {
+                if !crate::kernel::forget_never_made(kernel, parent, name, ino).await {
                     tracing::warn!(parent, "the kernel kept the entry of a file never made");
                 }
             }
