@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -1442,9 +1443,16 @@ impl Default for MountOptions {
             dir_leases: true,
             kernel_cache: true,
             early_creates: true,
-            fuse_threads: 4,
+            fuse_threads: default_fuse_threads(),
         }
     }
+}
+
+/// Threads a mount reads the kernel's requests with unless told: four, or one per CPU where
+/// there are fewer (more threads than CPUs measured slower on writes of a shared file, each
+/// request waking a thread that must wait for a CPU).
+pub fn default_fuse_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
 impl MountOptions {
@@ -1492,29 +1500,72 @@ pub fn mount(
     }
     config.n_threads = Some(options.fuse_threads);
     config.clone_fd = true;
+    watch_fuse_thread_panics();
     let session = fuser::spawn_mount(filesystem, mountpoint, &config)?;
     if options.kernel_cache {
         link.cache_in_kernel(Arc::new(Notices(session.notifier())));
     }
     tracing::info!(fs, mountpoint = %mountpoint.display(), "mounted");
     println!("mounted {fs} at {}", mountpoint.display());
-    let stopped = rt.block_on(async {
+    let end = rt.block_on(async {
         tokio::pin!(stop);
         loop {
             if session.guard.is_finished() {
-                return false;
+                return End::Unmounted;
+            }
+            if FUSE_THREAD_PANICKED.load(Ordering::Acquire) {
+                return End::Panicked;
             }
             tokio::select! {
-                _ = &mut stop => return true,
+                _ = &mut stop => return End::Stopped,
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
         }
     });
-    match stopped {
-        true => session.umount_and_join()?,
-        false => session.join()?,
+    match end {
+        End::Stopped => session.umount_and_join()?,
+        End::Unmounted => session.join()?,
+        End::Panicked => {
+            session.umount_and_join()?;
+            return Err(std::io::Error::other(
+                "a thread serving the kernel's requests panicked: unmounted",
+            )
+            .into());
+        }
     }
     Ok(())
+}
+
+/// Why a mount ends.
+enum End {
+    /// Its stop future resolved: it unmounts.
+    Stopped,
+    /// It was unmounted from outside (its FUSE threads ended).
+    Unmounted,
+    /// One FUSE thread panicked: the others would go on serving, on state it may have left
+    /// half changed, so it unmounts.
+    Panicked,
+}
+
+/// Set once a thread reading the kernel's requests (fuser names them `fuser-N`) panicked.
+/// fuser joins its threads only once every one has ended, so a mount learns of a panic from
+/// this, through [`watch_fuse_thread_panics`].
+static FUSE_THREAD_PANICKED: AtomicBool = AtomicBool::new(false);
+
+/// Notes panics of FUSE threads in [`FUSE_THREAD_PANICKED`], before the panic hook in place
+/// runs (installed once per process).
+fn watch_fuse_thread_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let name = std::thread::current().name().map(str::to_owned);
+            if name.is_some_and(|n| n.starts_with("fuser-")) {
+                FUSE_THREAD_PANICKED.store(true, Ordering::Release);
+            }
+            previous(info);
+        }));
+    });
 }
 
 #[cfg(test)]
@@ -1539,5 +1590,22 @@ mod tests {
             let error = options.check().expect_err("out of range");
             assert!(error.to_string().contains("FUSE threads"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_panic_on_a_fuse_thread_is_noted_and_one_elsewhere_is_not() {
+        watch_fuse_thread_panics();
+        let elsewhere = std::thread::Builder::new()
+            .name("other-0".into())
+            .spawn(|| panic!("a panic on another thread"))
+            .expect("spawned");
+        assert!(elsewhere.join().is_err());
+        assert!(!FUSE_THREAD_PANICKED.load(Ordering::Acquire));
+        let fuse = std::thread::Builder::new()
+            .name("fuser-3".into())
+            .spawn(|| panic!("a panic serving a request"))
+            .expect("spawned");
+        assert!(fuse.join().is_err());
+        assert!(FUSE_THREAD_PANICKED.load(Ordering::Acquire));
     }
 }

@@ -53,10 +53,11 @@ enum FsCmd {
         /// every create waits for its answer.
         #[arg(long)]
         no_early_creates: bool,
-        /// Threads reading the kernel's requests (1 to 16): requests answered from the
-        /// mount's leases are answered on them, one at a time per thread.
-        #[arg(long, default_value_t = 4)]
-        fuse_threads: usize,
+        /// Threads reading the kernel's requests (1 to 16; four, or one per CPU where there
+        /// are fewer, by default): requests answered from the mount's leases are answered on
+        /// them, one at a time per thread.
+        #[arg(long)]
+        fuse_threads: Option<usize>,
     },
     /// Shows a file system's pools, its active metadata server and its totals.
     Status {
@@ -153,7 +154,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 dir_leases: !no_dir_leases,
                 kernel_cache: !no_kernel_cache,
                 early_creates: !no_early_creates,
-                fuse_threads,
+                fuse_threads: fuse_threads.unwrap_or_else(cairn_fs::mount::default_fuse_threads),
             };
             cairn_fs::mount::mount(
                 &rt,
