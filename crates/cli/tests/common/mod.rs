@@ -299,11 +299,42 @@ impl Cued {
 
 /// Sends `sig` (`-9`, `-STOP`, `-CONT`, `-TERM`) to process `pid`, by the system call rather
 /// than kill(1): a process spawned while a test holds files open on a FUSE mount closes them
-/// at exec, and each close waits on that mount. Panics if the process is not there.
+/// at exec, and each close waits on that mount. Panics if the process is not there. `-STOP`
+/// returns once every thread of the process has stopped: a FUSE thread the signal woke from
+/// its read of `/dev/fuse` still takes a request that came meanwhile, and the process asking
+/// it then waits, unkillably, until the mount goes on.
 pub fn signal(sig: &str, pid: u32) {
     if let Err(e) = try_signal(sig, pid) {
         panic!("kill {sig} {pid}: {e}");
     }
+    if sig == "-STOP" {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !all_threads_stopped(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "process {pid} did not stop"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` or `t` in its `stat`); a
+/// process that is gone has none running.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            return true;
+        };
+        // The state follows the command name, which is in parentheses and may hold any byte.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        matches!(state, Some('T' | 't') | None)
+    })
 }
 
 /// [`signal`], handing back the system call's error (`ESRCH` for a process that is gone).
