@@ -1526,10 +1526,11 @@ pub fn mount(
         End::Stopped => session.umount_and_join()?,
         End::Unmounted => session.join()?,
         End::Panicked => {
-            session.umount_and_join()?;
-            return Err(std::io::Error::other(
-                "a thread serving the kernel's requests panicked: unmounted",
-            )
+            // fuser reports the panicked thread when it joins it: that error is expected.
+            let joined = session.umount_and_join();
+            return Err(std::io::Error::other(format!(
+                "a thread serving the kernel's requests panicked (unmounting: {joined:?})"
+            ))
             .into());
         }
     }
@@ -1543,11 +1544,13 @@ enum End {
     /// It was unmounted from outside (its FUSE threads ended).
     Unmounted,
     /// One FUSE thread panicked: the others would go on serving, on state it may have left
-    /// half changed, so it unmounts.
+    /// half changed, so it unmounts (lazily when not root: the others serve until the mount's
+    /// last user leaves) and the mount ends with an error.
     Panicked,
 }
 
-/// Set once a thread reading the kernel's requests (fuser names them `fuser-N`) panicked.
+/// Set once a thread reading the kernel's requests (fuser names them `fuser-N`; its
+/// `fuser-bg` thread ends the session itself) panicked; never reset: a process mounts once.
 /// fuser joins its threads only once every one has ended, so a mount learns of a panic from
 /// this, through [`watch_fuse_thread_panics`].
 static FUSE_THREAD_PANICKED: AtomicBool = AtomicBool::new(false);
@@ -1560,7 +1563,11 @@ fn watch_fuse_thread_panics() {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             let name = std::thread::current().name().map(str::to_owned);
-            if name.is_some_and(|n| n.starts_with("fuser-")) {
+            let serving = |n: String| {
+                n.strip_prefix("fuser-")
+                    .is_some_and(|i| i.parse::<usize>().is_ok())
+            };
+            if name.is_some_and(serving) {
                 FUSE_THREAD_PANICKED.store(true, Ordering::Release);
             }
             previous(info);
@@ -1596,7 +1603,7 @@ mod tests {
     fn a_panic_on_a_fuse_thread_is_noted_and_one_elsewhere_is_not() {
         watch_fuse_thread_panics();
         let elsewhere = std::thread::Builder::new()
-            .name("other-0".into())
+            .name("fuser-bg".into())
             .spawn(|| panic!("a panic on another thread"))
             .expect("spawned");
         assert!(elsewhere.join().is_err());

@@ -319,8 +319,8 @@ pub fn signal(sig: &str, pid: u32) {
     }
 }
 
-/// Whether every thread of process `pid` is stopped (state `T` or `t` in its `stat`); a
-/// process that is gone has none running.
+/// Whether every thread of process `pid` is stopped (state `T` or `t` in its `stat`) or dead
+/// (`Z`, `X`: killed meanwhile); a process that is gone has none running.
 fn all_threads_stopped(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return true;
@@ -333,7 +333,7 @@ fn all_threads_stopped(pid: u32) -> bool {
         let state = stat
             .rsplit_once(") ")
             .and_then(|(_, rest)| rest.chars().next());
-        matches!(state, Some('T' | 't') | None)
+        matches!(state, Some('T' | 't' | 'Z' | 'X' | 'x') | None)
     })
 }
 
