@@ -3,7 +3,6 @@
 //! the mount gives a recalled lease up it tells the kernel to drop each of them; another
 //! client's change, which the MDS holds until then, is seen at once.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dirlease::Handed;
@@ -23,58 +22,65 @@ pub trait KernelCache: Send + Sync {
 
 /// Drops from `kernel` what it was let cache of directory `dir`; false when the kernel refused
 /// something it holds (the lease must then run out instead of being given up).
-pub fn forget(kernel: &dyn KernelCache, dir: u64, handed: &Handed) -> bool {
+pub fn forget_handed(kernel: &dyn KernelCache, dir: u64, handed: &Handed) -> bool {
+    let names = handed.names.iter().map(Vec::as_slice);
+    forget(
+        kernel,
+        dir,
+        names,
+        handed.attr,
+        handed.files.iter().copied(),
+    )
+}
+
+/// Drops from `kernel` the entries of `names` in directory `dir`, the directory's attributes
+/// when `attr`, and the attributes of `files`; false when the kernel refused something it
+/// holds (one it does not hold is no failure).
+pub fn forget<'a>(
+    kernel: &dyn KernelCache,
+    dir: u64,
+    names: impl IntoIterator<Item = &'a [u8]>,
+    attr: bool,
+    files: impl IntoIterator<Item = u64>,
+) -> bool {
     let mut all = true;
     let mut note = |r: std::io::Result<()>, what: &str| match r {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {
-            tracing::warn!(dir, what, error = %e, "the kernel did not drop a leased entry");
+            tracing::warn!(dir, what, error = %e, "the kernel did not drop a cached entry");
             all = false;
         }
     };
-    for name in &handed.names {
+    for name in names {
         note(kernel.forget_entry(dir, name), "entry");
     }
-    if handed.attr {
+    if attr {
         note(kernel.forget_attr(dir), "attributes");
     }
-    for ino in &handed.files {
-        note(kernel.forget_attr(*ino), "a file's attributes");
+    for ino in files {
+        note(kernel.forget_attr(ino), "a file's attributes");
     }
     all
 }
 
-/// Drops from `kernel` the entry of `name` in `dir` and the attributes of `ino`: a file the
-/// mount answered a create of by itself that the MDS never made. Runs off the runtime's threads
-/// and waits at most [`FORGET_TIMEOUT`]: the kernel drops an entry under the directory's lock,
-/// which a lookup there may hold while its request waits for that create to be settled.
-/// False when the kernel kept either, or had not dropped them in time (it drops them once the
-/// directory's requests are done).
-pub async fn forget_never_made(
-    kernel: Arc<dyn KernelCache>,
-    dir: u64,
-    name: Vec<u8>,
-    ino: u64,
-) -> bool {
-    let forgetting = tokio::task::spawn_blocking(move || {
-        let cached = |r: std::io::Result<()>| match r {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            r => r,
-        };
-        cached(kernel.forget_entry(dir, &name))?;
-        cached(kernel.forget_attr(ino))
-    });
+/// Runs `dropping` (a [`forget`]) off the runtime's threads and waits for it at most
+/// [`FORGET_TIMEOUT`]: the kernel drops an entry only once no request of its directory is in
+/// flight, and such a request may be waiting on the caller (a lookup whose request waits for
+/// an early create to be settled). False when the kernel kept something or had not dropped
+/// it in time (it drops it once the directory's requests are done).
+pub async fn bounded(dropping: impl FnOnce() -> bool + Send + 'static) -> bool {
+    let forgetting = tokio::task::spawn_blocking(dropping);
     matches!(
         tokio::time::timeout(FORGET_TIMEOUT, forgetting).await,
-        Ok(Ok(Ok(())))
+        Ok(Ok(true))
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     /// A kernel that records what it was told, refusing the names in `refuse`.
     #[derive(Default)]
@@ -118,7 +124,7 @@ mod tests {
     #[test]
     fn every_name_and_the_attributes_are_dropped_and_a_missing_one_is_no_failure() {
         let k = Recorded::default();
-        assert!(forget(&k, 7, &handed(&["a", "b"], true)));
+        assert!(forget_handed(&k, 7, &handed(&["a", "b"], true)));
         let mut told = k.told.into_inner().unwrap();
         told.sort();
         assert_eq!(told, ["7/a", "7/b", "7@"]);
@@ -140,14 +146,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_file_never_made_is_dropped_and_a_stuck_kernel_is_waited_for_a_bounded_time() {
+        let never_made = |kernel: Arc<dyn KernelCache>| {
+            bounded(move || forget(&*kernel, 7, [b"gone".as_slice()], false, [9]))
+        };
         let k = Arc::new(Recorded::default());
-        assert!(forget_never_made(k.clone(), 7, b"gone".to_vec(), 9).await);
+        assert!(never_made(k.clone()).await);
         assert_eq!(*k.told.lock().unwrap(), ["7/gone", "9@"]);
 
         let (go, wait) = std::sync::mpsc::channel();
         let stuck = Arc::new(Stuck(Mutex::new(wait)));
         let started = std::time::Instant::now();
-        assert!(!forget_never_made(stuck, 7, b"gone".to_vec(), 9).await);
+        assert!(!never_made(stuck).await);
         let waited = started.elapsed();
         assert!(waited >= FORGET_TIMEOUT, "gave up after {waited:?}");
         go.send(()).expect("the blocked thread still waits");
@@ -159,6 +168,6 @@ mod tests {
             refuse: vec![b"b".to_vec()],
             ..Recorded::default()
         };
-        assert!(!forget(&k, 7, &handed(&["a", "b"], false)));
+        assert!(!forget_handed(&k, 7, &handed(&["a", "b"], false)));
     }
 }

@@ -466,17 +466,10 @@ impl Release {
                 tracing::warn!(dir, "creates made under a recalled lease went unanswered");
             }
             if let (Some(handed), Some(kernel)) = (handed, release.kernel.get().cloned()) {
-                // The kernel waits for the directory's requests in flight before it drops an
-                // entry, so this runs off the runtime's threads.
-                let forgetting = tokio::task::spawn_blocking(move || {
-                    crate::kernel::forget(&*kernel, dir, &handed)
-                });
-                match tokio::time::timeout(crate::kernel::FORGET_TIMEOUT, forgetting).await {
-                    Ok(Ok(true)) => {}
-                    _ => {
-                        tracing::warn!(dir, "the kernel kept a leased entry: the lease runs out");
-                        return;
-                    }
+                let dropping = move || crate::kernel::forget_handed(&*kernel, dir, &handed);
+                if !crate::kernel::bounded(dropping).await {
+                    tracing::warn!(dir, "the kernel kept a leased entry: the lease runs out");
+                    return;
                 }
             }
             release.release(dir, grant).await;
@@ -911,7 +904,10 @@ impl MdsLink {
                 o.leases.forget_file(ino);
             }
             if let Some(kernel) = self.kernel.get().cloned() {
-                if !crate::kernel::forget_never_made(kernel, parent, name, ino).await {
+                let dropping = move || {
+                    crate::kernel::forget(&*kernel, parent, [name.as_slice()], false, [ino])
+                };
+                if !crate::kernel::bounded(dropping).await {
                     tracing::warn!(parent, "the kernel kept the entry of a file never made");
                 }
             }

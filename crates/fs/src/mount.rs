@@ -210,6 +210,16 @@ fn kind_of_mode(mode: u32) -> Option<FileKind> {
     }
 }
 
+/// When no write of `ino` is in flight: the first error its writes left (taken, so it is
+/// reported once), or success. `None` while writes are in flight.
+fn take_if_idle(st: &mut State, ino: u64) -> Option<Result<(), i32>> {
+    if !st.inflight.get(&ino).is_none_or(|f| f.ranges.is_empty()) {
+        return None;
+    }
+    let error = st.inflight.remove(&ino).and_then(|f| f.error);
+    Some(error.map_or(Ok(()), Err))
+}
+
 impl Ctx {
     async fn mds(&self, op: MdsOp) -> Result<MdsAnswer, i32> {
         self.link.request(op).await
@@ -287,10 +297,8 @@ impl Ctx {
             {
                 let mut st = self.lock();
                 self.seal(&mut st, ino);
-                let idle = st.inflight.get(&ino).is_none_or(|f| f.ranges.is_empty());
-                if idle {
-                    let error = st.inflight.remove(&ino).and_then(|f| f.error);
-                    return error.map_or(Ok(()), Err);
+                if let Some(settled) = take_if_idle(&mut st, ino) {
+                    return settled;
                 }
             }
             changed.await;
@@ -304,14 +312,12 @@ impl Ctx {
     /// the runtime.
     fn settled_now(&self, ino: u64) -> Option<Result<(), i32>> {
         let mut st = self.lock();
-        let idle = st.gathers.get(&ino).is_none_or(|g| g.is_empty())
-            && st.inflight.get(&ino).is_none_or(|f| f.ranges.is_empty())
-            && !st.dirty.contains_key(&ino);
-        if !idle {
-            return None;
+        let untouched =
+            st.gathers.get(&ino).is_none_or(|g| g.is_empty()) && !st.dirty.contains_key(&ino);
+        match untouched {
+            true => take_if_idle(&mut st, ino),
+            false => None,
         }
-        let error = st.inflight.remove(&ino).and_then(|f| f.error);
-        Some(error.map_or(Ok(()), Err))
     }
 
     /// Reports `ino`'s unreported size and mtime to the MDS (flush, fsync, close), once its

@@ -308,15 +308,28 @@ pub fn signal(sig: &str, pid: u32) {
         panic!("kill {sig} {pid}: {e}");
     }
     if sig == "-STOP" {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !all_threads_stopped(pid) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "process {pid} did not stop"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_for_process(pid, 10, "stop", all_threads_stopped);
     }
+}
+
+/// Waits at most `limit_s` seconds until `done(pid)`; panics with "process PID did not
+/// `what`" past it.
+fn wait_for_process(pid: u32, limit_s: u64, what: &str, done: impl Fn(u32) -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(limit_s);
+    while !done(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} did not {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The state letter of a `/proc/PID[/task/TID]/stat` line (`R`, `S`, `D`, `T`, `Z`...): it
+/// follows the command name, which is in parentheses and may hold any byte.
+fn state_of(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
 }
 
 /// Whether every thread of process `pid` is stopped (state `T` or `t` in its `stat`) or dead
@@ -329,11 +342,7 @@ fn all_threads_stopped(pid: u32) -> bool {
         let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
             return true;
         };
-        // The state follows the command name, which is in parentheses and may hold any byte.
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next());
-        matches!(state, Some('T' | 't' | 'Z' | 'X' | 'x') | None)
+        matches!(state_of(&stat), Some('T' | 't' | 'Z' | 'X' | 'x') | None)
     })
 }
 
@@ -360,9 +369,7 @@ pub fn has_exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => {
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                == Some("Z")
+            state_of(&stat) == Some('Z')
                 && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count()) <= 1
         }
     }
@@ -371,14 +378,7 @@ pub fn has_exited(pid: u32) -> bool {
 /// Waits (at most 30 s) until process `pid`, just sent SIGKILL, is gone or a zombie with no
 /// thread left: before that `cairn up` still counts it as running.
 pub fn wait_exited(pid: u32) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !has_exited(pid) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "process {pid} did not exit"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_process(pid, 30, "exit", has_exited);
 }
 
 impl Drop for Cluster {
