@@ -132,6 +132,33 @@ fn daemon_pid(dir: &Path, name: &str) -> u32 {
     panic!("no running {name} in {}", dir.display());
 }
 
+/// The mount widens the kernel's readahead window (128 KiB for any new FUSE mount) to its
+/// default of 8 MiB where it may write sysfs (as root), and says so in its log elsewhere.
+fn readahead_window(m: &Mount, cluster: &Cluster, name: &str) {
+    let out = Command::new("mountpoint")
+        .arg("-d")
+        .arg(&m.dir)
+        .output()
+        .expect("mountpoint (util-linux) runs");
+    let device = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(out.status.success() && device.contains(':'), "{device}");
+    let setting = format!("/sys/class/bdi/{device}/read_ahead_kb");
+    let root = fs::metadata("/proc/self").is_ok_and(|p| p.uid() == 0);
+    let log = cluster.dir.join(format!("{name}.mount.log"));
+    let settled = eventually(Duration::from_secs(10), || {
+        if root {
+            fs::read_to_string(&setting).is_ok_and(|kib| kib.trim() == "8192")
+        } else {
+            fs::read_to_string(&log).is_ok_and(|l| l.contains("readahead window stays"))
+        }
+    });
+    assert!(
+        settled,
+        "root {root}: {setting} holds {:?}",
+        fs::read_to_string(&setting)
+    );
+}
+
 /// Small sequential writes, which the mount gathers into object-sized writes: read back
 /// before any flush, overwritten while still gathered, and from several writers into their own
 /// regions of one shared file at once (IOR's shared-file pattern), every byte in place.
@@ -1112,6 +1139,7 @@ fn a_mounted_file_system_behaves_as_posix_says_and_keeps_what_it_acknowledged() 
     assert!(!ok && out.contains("letters, digits"), "{out}");
 
     let a = Mount::new(&cluster, &mon, "mnt-a");
+    readahead_window(&a, &cluster, "mnt-a");
     posix_basics(&a);
     gathered_writes(&a);
     layouts(&a, &cluster, &mon);

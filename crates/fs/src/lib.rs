@@ -23,6 +23,7 @@ pub mod mount;
 pub mod namespace;
 pub mod opens;
 pub mod outbox;
+pub mod readahead;
 pub mod replay;
 pub mod space;
 pub mod status;

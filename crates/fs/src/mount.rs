@@ -44,14 +44,16 @@ use crate::gather::{self, Gather, GATHER_LINGER};
 use crate::holds::Holds;
 use crate::link::MdsLink;
 use crate::mds::now_ns;
+use crate::readahead;
 
 /// Attributes and names no lease covers are not cached by the kernel (close-to-open across
 /// clients).
 const TTL: Duration = Duration::ZERO;
 /// Largest write the kernel sends in one request.
 const MAX_WRITE_BYTES: u32 = 1 << 20;
-/// Readahead the kernel may do per file (as much as it allows).
-const READAHEAD_BYTES: u32 = 8 << 20;
+/// Readahead window a mount asks for unless told, KiB: two objects of the default layout,
+/// so a sequential reader keeps the next object's reads in flight.
+pub const DEFAULT_READAHEAD_KIB: u32 = 8 << 10;
 /// Requests (readahead among them) the kernel keeps in flight to the mount at once.
 const MAX_BACKGROUND: u16 = 64;
 /// Block size `stat` reports, which `cp` and friends take as their I/O size.
@@ -149,6 +151,8 @@ pub struct CairnFs {
     behind: Arc<WriteBehind>,
     /// Files are created here under leases, without waiting for the MDS.
     early_creates: bool,
+    /// The readahead window asked for at the kernel's handshake, KiB.
+    readahead_kib: u32,
     /// Whether a full cluster or pool refuses creates, as this mount's map says.
     space: Mutex<SpaceGuard>,
 }
@@ -647,6 +651,7 @@ impl CairnFs {
                 changed: tokio::sync::Notify::new(),
             }),
             early_creates: true,
+            readahead_kib: DEFAULT_READAHEAD_KIB,
             space: Mutex::new(space),
         }
     }
@@ -790,7 +795,7 @@ impl Filesystem for CairnFs {
         if let Err(most) = config.set_max_write(MAX_WRITE_BYTES) {
             let _ = config.set_max_write(most);
         }
-        if let Err(most) = config.set_max_readahead(READAHEAD_BYTES) {
+        if let Err(most) = config.set_max_readahead(self.readahead_kib.saturating_mul(1024)) {
             let _ = config.set_max_readahead(most);
         }
         let _ = config.set_max_background(MAX_BACKGROUND);
@@ -1441,6 +1446,10 @@ pub struct MountOptions {
     /// flushes and closes of untouched files, listings) are answered on these threads: with
     /// one, every process's request waits behind the others'.
     pub fuse_threads: usize,
+    /// The kernel's readahead window for each file read sequentially, KiB (0 to
+    /// [`readahead::MAX_READAHEAD_KIB`]; set through sysfs, which needs root: see
+    /// [`crate::readahead`]).
+    pub readahead_kib: u32,
 }
 
 impl Default for MountOptions {
@@ -1450,6 +1459,7 @@ impl Default for MountOptions {
             kernel_cache: true,
             early_creates: true,
             fuse_threads: default_fuse_threads(),
+            readahead_kib: DEFAULT_READAHEAD_KIB,
         }
     }
 }
@@ -1468,6 +1478,13 @@ impl MountOptions {
             return Err(crate::error::FsError::Invalid(format!(
                 "{} FUSE threads: a mount reads with 1 to {MAX_FUSE_THREADS}",
                 self.fuse_threads
+            )));
+        }
+        if self.readahead_kib > readahead::MAX_READAHEAD_KIB {
+            return Err(crate::error::FsError::Invalid(format!(
+                "a readahead of {} KiB: a mount reads ahead at most {} KiB",
+                self.readahead_kib,
+                readahead::MAX_READAHEAD_KIB
             )));
         }
         Ok(())
@@ -1489,6 +1506,7 @@ pub fn mount(
     let info = rt.block_on(backing::read_info(&rados, &meta))?;
     let mut filesystem = CairnFs::new(rt.handle().clone(), rados, meta, info.data_pool);
     filesystem.early_creates = options.early_creates;
+    filesystem.readahead_kib = options.readahead_kib;
     filesystem.link.use_dir_leases(options.dir_leases);
     let link = filesystem.link.clone();
     let mut config = fuser::Config::default();
@@ -1508,6 +1526,15 @@ pub fn mount(
     config.clone_fd = true;
     watch_fuse_thread_panics();
     let session = fuser::spawn_mount(filesystem, mountpoint, &config)?;
+    match readahead::set_window(mountpoint, options.readahead_kib) {
+        Ok(path) => {
+            tracing::debug!(kib = options.readahead_kib, path = %path.display(), "readahead set")
+        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            "the kernel's readahead window stays at its default (128 KiB): sequential reads are slower"
+        ),
+    }
     if options.kernel_cache {
         link.cache_in_kernel(Arc::new(Notices(session.notifier())));
     }
@@ -1603,6 +1630,23 @@ mod tests {
             let error = options.check().expect_err("out of range");
             assert!(error.to_string().contains("FUSE threads"), "{error}");
         }
+    }
+
+    #[test]
+    fn readahead_is_checked_before_mounting() {
+        for fine in [0, DEFAULT_READAHEAD_KIB, readahead::MAX_READAHEAD_KIB] {
+            let options = MountOptions {
+                readahead_kib: fine,
+                ..MountOptions::default()
+            };
+            options.check().expect("in range");
+        }
+        let options = MountOptions {
+            readahead_kib: readahead::MAX_READAHEAD_KIB + 1,
+            ..MountOptions::default()
+        };
+        let error = options.check().expect_err("out of range");
+        assert!(error.to_string().contains("readahead"), "{error}");
     }
 
     #[test]

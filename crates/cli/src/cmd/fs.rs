@@ -58,6 +58,10 @@ enum FsCmd {
         /// them, one at a time per thread.
         #[arg(long)]
         fuse_threads: Option<usize>,
+        /// The kernel's readahead window per sequentially read file, KiB (0 to 65536; set
+        /// through sysfs, which needs root).
+        #[arg(long, default_value_t = cairn_fs::mount::DEFAULT_READAHEAD_KIB)]
+        readahead_kib: u32,
     },
     /// Shows a file system's pools, its active metadata server and its totals.
     Status {
@@ -146,6 +150,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             no_kernel_cache,
             no_early_creates,
             fuse_threads,
+            readahead_kib,
         } => {
             let rt = crate::runtime::build(mount_threads(), "fs mount")?;
             let mut client = rt.block_on(crate::mon_link::connect(args.mon))?;
@@ -155,6 +160,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 kernel_cache: !no_kernel_cache,
                 early_creates: !no_early_creates,
                 fuse_threads: fuse_threads.unwrap_or_else(cairn_fs::mount::default_fuse_threads),
+                readahead_kib,
             };
             cairn_fs::mount::mount(
                 &rt,
