@@ -795,6 +795,9 @@ impl Filesystem for CairnFs {
         if let Err(most) = config.set_max_write(MAX_WRITE_BYTES) {
             let _ = config.set_max_write(most);
         }
+        // The kernel offers its default window (128 KiB) and keeps the smaller: a narrower one
+        // is set here (0 KiB is refused for 1 byte, no page), a wider one through sysfs once
+        // mounted (`readahead::set_window`).
         if let Err(most) = config.set_max_readahead(self.readahead_kib.saturating_mul(1024)) {
             let _ = config.set_max_readahead(most);
         }
@@ -1525,15 +1528,19 @@ pub fn mount(
     config.n_threads = Some(options.fuse_threads);
     config.clone_fd = true;
     watch_fuse_thread_panics();
-    let session = fuser::spawn_mount(filesystem, mountpoint, &config)?;
-    match readahead::set_window(mountpoint, options.readahead_kib) {
-        Ok(path) => {
-            tracing::debug!(kib = options.readahead_kib, path = %path.display(), "readahead set")
+    // As the kernel lists it in mountinfo (fuser mounts the same canonical path).
+    let listed = mountpoint.canonicalize()?;
+    let session = fuser::spawn_mount(filesystem, &listed, &config)?;
+    if options.readahead_kib > readahead::KERNEL_READAHEAD_KIB {
+        match readahead::set_window(&listed, options.readahead_kib) {
+            Ok(path) => {
+                tracing::debug!(kib = options.readahead_kib, path = %path.display(), "readahead set")
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the kernel's readahead window stays at its default (128 KiB): sequential reads are slower"
+            ),
         }
-        Err(e) => tracing::warn!(
-            error = %e,
-            "the kernel's readahead window stays at its default (128 KiB): sequential reads are slower"
-        ),
     }
     if options.kernel_cache {
         link.cache_in_kernel(Arc::new(Notices(session.notifier())));
