@@ -1450,8 +1450,8 @@ pub struct MountOptions {
     /// one, every process's request waits behind the others'.
     pub fuse_threads: usize,
     /// The kernel's readahead window for each file read sequentially, KiB (0 to
-    /// [`readahead::MAX_READAHEAD_KIB`]; set through sysfs, which needs root: see
-    /// [`crate::readahead`]).
+    /// [`readahead::MAX_READAHEAD_KIB`]; one wider than the kernel's 128 KiB is set through
+    /// sysfs, which needs root: see [`crate::readahead`]).
     pub readahead_kib: u32,
 }
 

@@ -58,8 +58,8 @@ enum FsCmd {
         /// them, one at a time per thread.
         #[arg(long)]
         fuse_threads: Option<usize>,
-        /// The kernel's readahead window per sequentially read file, KiB (0 to 65536; set
-        /// through sysfs, which needs root).
+        /// The kernel's readahead window per sequentially read file, KiB (0 to 65536; one
+        /// past 128 is set through sysfs, which needs root and a writable /sys).
         #[arg(long, default_value_t = cairn_fs::mount::DEFAULT_READAHEAD_KIB)]
         readahead_kib: u32,
     },
