@@ -145,11 +145,15 @@ impl SimDisk {
     /// them into their post-power-loss images if the power was cut.
     pub async fn mount(&self, cfg: &StoreConfig) -> Result<Store, StoreError> {
         let (device, kv) = self.power_on().await?;
-        let dev: Arc<dyn BlockDevice> = device;
         if !self.formatted.load(Ordering::Acquire) {
-            Store::mkfs(dev.clone(), KvLocation::Backend(Box::new(kv.clone())), cfg).await?;
+            // Straight onto the media: the fault device's record of unflushed writes would
+            // copy the zeroed log ring three times over, and mkfs ends with a flush anyway —
+            // no fault of the run starts before the cluster serves.
+            let media: Arc<dyn BlockDevice> = self.media.clone();
+            Store::mkfs(media, KvLocation::Backend(Box::new(kv.clone())), cfg).await?;
             self.formatted.store(true, Ordering::Release);
         }
+        let dev: Arc<dyn BlockDevice> = device;
         Store::mount(dev, KvLocation::Backend(Box::new(kv)), cfg.clone()).await
     }
 
