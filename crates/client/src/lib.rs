@@ -161,6 +161,9 @@ pub struct Client {
     /// client's writes unique in the cluster (see [`ReqId`]).
     nonce: u64,
     next_request: AtomicU64,
+    /// Set once an OSD refused an op of this instance as blocklisted: it stays fenced, even
+    /// before its own map says so.
+    fenced: std::sync::atomic::AtomicBool,
     /// PG mappings of the current map, so that addressing an op does not run CRUSH.
     mappings: std::sync::Mutex<MappingCache>,
     /// Deadline of one operation, including resends.
@@ -205,6 +208,7 @@ impl Client {
             nonce: random_nonce(client_id),
             mappings: std::sync::Mutex::default(),
             next_request: AtomicU64::new(1),
+            fenced: std::sync::atomic::AtomicBool::new(false),
             op_timeout_ms: 30_000,
             full_force: false,
         })
@@ -248,6 +252,12 @@ impl Client {
             .borrow()
             .as_ref()
             .is_some_and(|m| m.is_blocklisted(instance, now_unix_s))
+    }
+
+    /// Whether this client instance is fenced: an OSD refused one of its ops as blocklisted,
+    /// or its map blocklists it. A holder of a lease that finds itself fenced lost it.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire) || self.is_blocklisted(self.nonce)
     }
 
     /// Fences client instance `instance` out of the OSDs for `expire_s` seconds (None lifts
@@ -953,10 +963,11 @@ impl Client {
                         })
                     }
                     OpResult::Blocklisted(why) => {
+                        self.fenced.store(true, Ordering::Release);
                         return Err(ClientError::Blocklisted {
                             instance: self.nonce,
                             why: why.clone(),
-                        })
+                        });
                     }
                     other => last = format!("{other:?} at epoch {}", h.epoch),
                 },

@@ -34,6 +34,11 @@ pub struct Snapshot {
     pub size: u64,
     /// Being removed: no longer readable, its clones still being handed down or deleted.
     pub removing: bool,
+    /// In a clone: bytes of the image that read through to the parent when it was taken (a
+    /// later shrink of the image shrinks only the head's overlap). None in a header written
+    /// without it, or where the image had no parent.
+    #[serde(default)]
+    pub parent_overlap: Option<u64>,
 }
 
 /// The snapshot a clone reads what it has not written from.
@@ -109,6 +114,12 @@ impl Header {
             if s.size > MAX_IMAGE_BYTES {
                 return Err(format!("snapshot {} of {} bytes", s.name, s.size));
             }
+            if s.parent_overlap.is_some_and(|o| o > s.size) {
+                return Err(format!(
+                    "snapshot {}'s parent overlap past its size",
+                    s.name
+                ));
+            }
             crate::image::check_name(&s.name).map_err(|e| e.to_string())?;
             last = s.id;
         }
@@ -118,8 +129,11 @@ impl Header {
             }
         }
         if let Some(p) = &self.parent {
-            if p.overlap > MAX_IMAGE_BYTES {
-                return Err(format!("parent overlap of {} bytes", p.overlap));
+            if p.overlap > self.size {
+                return Err(format!(
+                    "parent overlap of {} bytes, past the image's {}",
+                    p.overlap, self.size
+                ));
             }
         }
         Ok(())
@@ -174,7 +188,11 @@ impl Header {
                 Header::new(size, body[6])?
             }
             VERSION => {
-                let len = u32::from_le_bytes(body[6..10].try_into().map_err(|_| "short length")?);
+                let len = body
+                    .get(6..10)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u32::from_le_bytes)
+                    .ok_or("short length")?;
                 let rest = &body[10..];
                 if usize::try_from(len).ok() != Some(rest.len()) {
                     return Err(format!("body of {} bytes, {len} announced", rest.len()));
@@ -215,6 +233,7 @@ mod tests {
                 name: name.into(),
                 size: 1 << 30,
                 removing: false,
+                parent_overlap: Some(1 << 29),
             });
         }
         h.parent = Some(Parent {
@@ -240,6 +259,16 @@ mod tests {
                 assert!(Header::decode(&bad).is_err(), "byte {i} flipped");
             }
             assert!(Header::decode(&bytes[..10]).is_err());
+        }
+        // A checksummed format-2 header too short to hold its body length is refused, not
+        // a panic.
+        for len in 6..10 {
+            let mut short = MAGIC.to_vec();
+            short.extend_from_slice(&VERSION.to_le_bytes());
+            short.resize(len, 0);
+            let crc = crc_fast::crc32_iscsi(&short);
+            short.extend_from_slice(&crc.to_le_bytes());
+            assert!(Header::decode(&short).is_err(), "{len}-byte body");
         }
         assert!(Header::decode(&[]).is_err());
         assert!(Header::new(1, MIN_ORDER - 1).is_err());
@@ -280,10 +309,20 @@ mod tests {
                 name: format!("s{id}"),
                 size: 0,
                 removing: false,
+                parent_overlap: None,
             })
             .collect();
         h.snap_seq = MAX_SNAPSHOTS as u64 + 1;
         assert!(h.check().is_err(), "the snapshot limit holds");
+        let mut h = with_snaps();
+        h.snaps[0].parent_overlap = Some((1 << 30) + 1);
+        assert!(
+            h.check().is_err(),
+            "a snapshot's overlap stays within its size"
+        );
+        let mut h = with_snaps();
+        h.size = 1 << 20;
+        assert!(h.check().is_err(), "the overlap stays within the size");
         assert_eq!(with_snaps().snap_named("tuesday").map(|s| s.id), Some(5));
         assert_eq!(with_snaps().snap_named("friday"), None);
     }

@@ -371,7 +371,6 @@ impl Image {
             )));
         }
         image.remove_objects_from(0).await?;
-        image.close().await?;
         match client
             .remove(pool, &crate::requests::requests_object(name))
             .await
@@ -379,7 +378,11 @@ impl Image {
             Ok(()) | Err(ClientError::NotFound(_)) => {}
             Err(e) => return Err(e.into()),
         }
+        // The header goes while the lock (an attribute of it) is still held: no writer can
+        // take the lock between the data's removal and the header's and leave data behind.
+        image.lock()?.check().await?;
         client.remove(pool, &header_object(name)).await?;
+        image.close().await?;
         client
             .omap_remove(pool, DIRECTORY, &[name.as_bytes().to_vec()])
             .await?;
@@ -519,7 +522,14 @@ impl Image {
         };
         let at = e.index * self.object_bytes() + e.object_offset;
         let overlap = match self.access {
-            Access::Snapshot { size, .. } => p.overlap.min(size),
+            Access::Snapshot { id, size } => self
+                .header()
+                .snaps
+                .iter()
+                .find(|s| s.id == id)
+                .and_then(|s| s.parent_overlap)
+                .unwrap_or(p.overlap)
+                .min(size),
             _ => p.overlap,
         };
         let within = overlap.saturating_sub(at).min(e.len);

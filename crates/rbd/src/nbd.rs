@@ -5,20 +5,27 @@
 //! limit). Every write is durable on every copy before it is answered, so a flush has nothing
 //! left to wait for, FUA is honoured by every write, and several connections may share an
 //! image (`CAN_MULTI_CONN`): they share one handle, which holds the image's exclusive lock
-//! from the first connection's start to the last one's end. An image another client holds
-//! is refused in the handshake (`NBD_REP_ERR_POLICY`).
+//! from the first connection's start until the last one's requests have all ended, taken
+//! through a client instance of the image's own (a new holder fences that instance alone).
+//! An image another client holds is refused in the handshake (`NBD_REP_ERR_POLICY`).
 //!
-//! Hostile or broken input never panics the server: a bad magic, an option or request past
-//! its limit, or an unknown handshake flag closes that connection; a request out of the
-//! image's range is answered with an error, as the protocol says.
+//! Hostile or broken input never panics the server, nor makes it hold unbounded memory: a
+//! bad magic, a write or option past its limit, an unknown handshake flag, a handshake past
+//! [`HANDSHAKE_TIMEOUT`] or a reply unread past [`REPLY_TIMEOUT`] closes that connection; a
+//! request out of the image's range, a read past the limit or an unknown request flag is
+//! answered with an error, as the protocol says; the payloads held over all connections stay
+//! within [`MAX_BYTES_IN_FLIGHT`].
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_client::{Client, ClientError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::sync::{mpsc, Mutex, Semaphore};
+use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::RbdError;
 use crate::image::Image;
@@ -31,6 +38,16 @@ pub const MAX_IN_FLIGHT: usize = 64;
 pub const MAX_OPTION_BYTES: u32 = 4096;
 /// Connections served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 64;
+/// Bytes of read and write payloads the whole server holds at once, over every connection:
+/// a request past it waits (before its payload is read) for earlier replies to be sent.
+pub const MAX_BYTES_IN_FLIGHT: u32 = 256 << 20;
+/// Longest a client may take over its whole handshake; past it, the connection is closed.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest one reply may wait for the client to read it; past it, the connection is closed
+/// (a client that stops reading would otherwise hold its requests' memory for good).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bytes of zeros written at once for a write-zeroes request that must leave no hole.
+const ZERO_WRITE_BYTES: u64 = 1 << 20;
 
 const NBD_MAGIC: u64 = 0x4e42_444d_4147_4943;
 const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
@@ -81,6 +98,9 @@ const CMD_FLUSH: u16 = 3;
 const CMD_TRIM: u16 = 4;
 const CMD_WRITE_ZEROES: u16 = 6;
 
+const CMD_FLAG_FUA: u16 = 1;
+const CMD_FLAG_NO_HOLE: u16 = 2;
+
 const EPERM: u32 = 1;
 const EIO: u32 = 5;
 const EINVAL: u32 = 22;
@@ -100,80 +120,155 @@ pub enum NbdError {
     Image(#[from] RbdError),
 }
 
+/// Makes a client instance of the cluster: each image an export locks for writing gets one
+/// of its own, so that whoever takes that image's lock over fences that instance alone, never
+/// the server's other exports.
+pub type ClientMaker = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Client, ClientError>> + Send>> + Send + Sync,
+>;
+
+/// A [`ClientMaker`] connecting to the monitor at `mon` as `auth` (none: the cluster does
+/// not authenticate), each client with an id of its own.
+pub fn client_maker(
+    mon: std::net::SocketAddr,
+    auth: Option<cairn_client::tickets::ClientAuth>,
+) -> ClientMaker {
+    Arc::new(move || {
+        let auth = auth.clone();
+        Box::pin(
+            async move { Client::connect_as(mon, cairn_client::random_client_id(), auth).await },
+        )
+    })
+}
+
 /// One open export.
 struct Opened {
     image: Arc<Image>,
     users: usize,
     requests: Option<tokio::task::JoinHandle<()>>,
+    /// Which opening of the export this is: connections of an opening replaced (its lock
+    /// lost) end without touching the one that replaced it.
+    generation: u64,
+}
+
+/// The state of one export name: its open handle, if any. Its lock is held while the export
+/// opens (which may wait a lease for another holder), so only that name's connections wait.
+#[derive(Default)]
+struct Slot {
+    opened: Mutex<Option<Opened>>,
+}
+
+/// A connection's hold on an export.
+pub struct Attached {
+    image: Arc<Image>,
+    generation: u64,
 }
 
 /// The images one server exports, and the handles its connections share.
 pub struct Exports {
     client: Arc<Client>,
+    writer_client: ClientMaker,
     pool: String,
     lease: Duration,
-    /// Open handles by export name, with the connections using each and, for a writer, the
-    /// task answering other clients' requests of it (`requests`).
-    open: Mutex<HashMap<String, Opened>>,
+    /// Export names by their state; a name's slot is dropped once nothing uses it.
+    open: std::sync::Mutex<HashMap<String, Arc<Slot>>>,
+    next_generation: AtomicU64,
+    /// Bytes of request and reply payloads held, over every connection.
+    payload_bytes: Arc<Semaphore>,
 }
 
 impl Exports {
-    /// Exports of the images of `pool`; a writer's lock has `lease`.
-    pub fn new(client: Arc<Client>, pool: String, lease: Duration) -> Arc<Exports> {
+    /// Exports of the images of `pool`, read through `client`; a writer locks its image, with
+    /// `lease`, through a client `writer_client` makes for it.
+    pub fn new(
+        client: Arc<Client>,
+        writer_client: ClientMaker,
+        pool: String,
+        lease: Duration,
+    ) -> Arc<Exports> {
         Arc::new(Exports {
             client,
+            writer_client,
             pool,
             lease,
-            open: Mutex::new(HashMap::new()),
+            open: std::sync::Mutex::new(HashMap::new()),
+            next_generation: AtomicU64::new(1),
+            payload_bytes: Arc::new(Semaphore::new(MAX_BYTES_IN_FLIGHT as usize)),
         })
     }
 
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Slot>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Opens export `name` for a connection: the shared handle, opened (and for an image,
-    /// locked) by the first connection.
-    async fn attach(&self, name: &str) -> Result<Arc<Image>, RbdError> {
-        let mut open = self.open.lock().await;
-        if let Some(o) = open.get_mut(name) {
-            o.users += 1;
-            return Ok(o.image.clone());
+    /// locked) by the first connection, or again when the lock of the one open was lost.
+    async fn attach(&self, name: &str) -> Result<Attached, RbdError> {
+        let slot = self.slots().entry(name.to_string()).or_default().clone();
+        let attached = self.attach_to(&slot, name).await;
+        if attached.is_err() {
+            self.forget_if_unused(name, &slot);
         }
-        let client = self.client.clone();
+        attached
+    }
+
+    async fn attach_to(&self, slot: &Slot, name: &str) -> Result<Attached, RbdError> {
+        let mut opened = slot.opened.lock().await;
+        if let Some(o) = opened.as_mut() {
+            if !lock_lost(&o.image) {
+                o.users += 1;
+                return Ok(Attached {
+                    image: o.image.clone(),
+                    generation: o.generation,
+                });
+            }
+            // Its lock was taken over: that handle only fails now. Its connections keep it
+            // until they end; this one takes the lock again.
+            if let Some(task) = opened.take().and_then(|o| o.requests) {
+                task.abort();
+            }
+            tracing::warn!(export = name, "the export's lock was lost: taking it again");
+        }
         let (image, writer) = match name.split_once('@') {
             Some((image, snap)) => (
-                Image::open_snapshot(client, &self.pool, image, snap).await?,
+                Image::open_snapshot(self.client.clone(), &self.pool, image, snap).await?,
                 false,
             ),
-            None => (
-                Image::open_exclusive(client, &self.pool, name, self.lease).await?,
-                true,
-            ),
+            None => {
+                let client = Arc::new((self.writer_client)().await?);
+                let image = Image::open_exclusive(client, &self.pool, name, self.lease).await?;
+                (image, true)
+            }
         };
         let image = Arc::new(image);
         // A mapped image's writer takes snapshots asked of it (`cairn rbd snap create`).
         let requests = writer.then(|| tokio::spawn(image.clone().serve_requests()));
-        open.insert(
-            name.to_string(),
-            Opened {
-                image: image.clone(),
-                users: 1,
-                requests,
-            },
-        );
-        Ok(image)
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        *opened = Some(Opened {
+            image: image.clone(),
+            users: 1,
+            requests,
+            generation,
+        });
+        Ok(Attached { image, generation })
     }
 
-    /// A connection to export `name` ended: the last one closes the handle (releasing its
-    /// lock) before another may open it.
-    async fn detach(&self, name: &str) {
-        let mut open = self.open.lock().await;
-        let last = match open.get_mut(name) {
-            Some(o) => {
-                o.users -= 1;
-                o.users == 0
-            }
-            None => false,
+    /// A connection to export `name` ended (every request it read answered or abandoned):
+    /// the last one of the handle's opening closes it, releasing its lock.
+    async fn detach(&self, name: &str, attached: &Attached) {
+        let Some(slot) = self.slots().get(name).cloned() else {
+            return;
         };
-        if last {
-            if let Some(o) = open.remove(name) {
+        {
+            let mut opened = slot.opened.lock().await;
+            let last = match opened.as_mut() {
+                Some(o) if o.generation == attached.generation => {
+                    o.users -= 1;
+                    o.users == 0
+                }
+                _ => false,
+            };
+            if let Some(o) = last.then(|| opened.take()).flatten() {
                 if let Some(task) = o.requests {
                     task.abort();
                     let _ = task.await;
@@ -182,6 +277,18 @@ impl Exports {
                     tracing::warn!(export = name, error = %e, "releasing an image's lock");
                 }
             }
+        }
+        self.forget_if_unused(name, &slot);
+    }
+
+    /// Drops `name`'s slot when no handle is open in it and no connection is attaching to
+    /// it (attachers take the slot under the map's lock, so the count cannot grow here).
+    fn forget_if_unused(&self, name: &str, slot: &Arc<Slot>) {
+        let mut slots = self.slots();
+        let unused = Arc::strong_count(slot) == 2
+            && slot.opened.try_lock().is_ok_and(|opened| opened.is_none());
+        if unused && slots.get(name).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            slots.remove(name);
         }
     }
 
@@ -200,6 +307,13 @@ impl Exports {
             }
         }
     }
+}
+
+/// Whether `image` is a writer whose lock was lost for good: its lease ended, or its client
+/// was fenced by whoever took the lock over (its renewal has yet to find out).
+fn lock_lost(image: &Image) -> bool {
+    image.lock().is_ok_and(|lock| lock.is_lost())
+        || (!image.read_only() && image.client.is_fenced())
 }
 
 /// The transmission flags of an export: a snapshot is read-only.
@@ -222,9 +336,21 @@ pub async fn serve_tcp(
             .acquire_owned()
             .await
             .map_err(std::io::Error::other)?;
-        let (stream, peer) = listener.accept().await?;
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // One failed accept (a connection reset before it was taken, no descriptor
+                // left for now) ends that connection, not the server.
+                tracing::warn!(error = %e, "accepting an nbd connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         // Small replies (flush, write acks) must not wait for Nagle.
-        stream.set_nodelay(true)?;
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::info!(%peer, error = %e, "nbd connection closed");
+            continue;
+        }
         let exports = exports.clone();
         tokio::spawn(async move {
             match serve_connection(stream, exports).await {
@@ -242,13 +368,42 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (r, w) = tokio::io::split(stream);
-    let (mut r, mut w) = (BufReader::new(r), BufWriter::new(w));
-    let Some((name, image)) = negotiate(&mut r, &mut w, &exports).await? else {
+    let mut r = Deadline {
+        inner: BufReader::new(r),
+        sleep: Some(Box::pin(tokio::time::sleep(HANDSHAKE_TIMEOUT))),
+    };
+    let mut w = BufWriter::new(w);
+    let Some((name, attached)) = negotiate(&mut r, &mut w, &exports).await? else {
         return Ok(());
     };
-    let served = transmit(r, w, image).await;
-    exports.detach(&name).await;
+    r.sleep = None;
+    let served = transmit(r, w, attached.image.clone(), exports.payload_bytes.clone()).await;
+    exports.detach(&name, &attached).await;
     served
+}
+
+/// A reader whose reads fail once its sleep has ended: the handshake's deadline.
+struct Deadline<R> {
+    inner: R,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Deadline<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if let Some(sleep) = self.sleep.as_mut() {
+            if sleep.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the handshake took longer than {HANDSHAKE_TIMEOUT:?}"),
+                )));
+            }
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
 }
 
 /// The fixed newstyle handshake; the export the client chose (attached), or None when it
@@ -257,7 +412,7 @@ async fn negotiate<R, W>(
     r: &mut R,
     w: &mut W,
     exports: &Exports,
-) -> Result<Option<(String, Arc<Image>)>, NbdError>
+) -> Result<Option<(String, Attached)>, NbdError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -286,20 +441,20 @@ where
             OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&data).into_owned();
                 // The protocol has no error reply here: closing is the answer.
-                let image = exports.attach(&name).await?;
+                let attached = exports.attach(&name).await?;
                 let sent = async {
-                    w.write_u64(image.size()).await?;
-                    w.write_u16(flags_of(&image)).await?;
+                    w.write_u64(attached.image.size()).await?;
+                    w.write_u16(flags_of(&attached.image)).await?;
                     if !no_zeroes {
                         w.write_all(&[0u8; 124]).await?;
                     }
                     w.flush().await
                 };
                 if let Err(e) = sent.await {
-                    exports.detach(&name).await;
+                    exports.detach(&name, &attached).await;
                     return Err(e.into());
                 }
-                return Ok(Some((name, image)));
+                return Ok(Some((name, attached)));
             }
             OPT_ABORT => {
                 option_reply(w, option, REP_ACK, &[]).await?;
@@ -326,7 +481,7 @@ where
                     OPT_GO => exports
                         .attach(&name)
                         .await
-                        .map(|i| (i.size(), flags_of(&i), Some(i))),
+                        .map(|a| (a.image.size(), flags_of(&a.image), Some(a))),
                     _ => exports.describe(&name).await.map(|(sz, f)| (sz, f, None)),
                 };
                 let (size, flags, attached) = match described {
@@ -356,9 +511,9 @@ where
                 };
                 let replied = replied.await;
                 match (attached, replied) {
-                    (Some(image), Ok(())) => return Ok(Some((name, image))),
-                    (Some(_), Err(e)) => {
-                        exports.detach(&name).await;
+                    (Some(attached), Ok(())) => return Ok(Some((name, attached))),
+                    (Some(attached), Err(e)) => {
+                        exports.detach(&name, &attached).await;
                         return Err(e);
                     }
                     (None, r) => r?,
@@ -400,76 +555,142 @@ async fn option_reply<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// One request's answer: its cookie, error (0: none) and, for a read, the data.
+/// One request's answer: its cookie, error (0: none) and, for a read, the data; with the
+/// request's hold on its connection's slots and the server's payload bytes, released once
+/// the reply is sent (or can no longer be).
 struct Reply {
     cookie: u64,
     error: u32,
     data: Vec<u8>,
+    _holds: Holds,
 }
 
-/// Reads requests and runs each in a task of its own (at most [`MAX_IN_FLIGHT`] at once);
-/// one writer sends the replies as they complete. Ends at the client's disconnect request,
-/// once every request before it is answered.
-async fn transmit<R, W>(mut r: R, mut w: W, image: Arc<Image>) -> Result<(), NbdError>
+/// What a request holds until its reply is sent.
+struct Holds {
+    _slot: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// Reads requests and runs each in a task of its own (at most [`MAX_IN_FLIGHT`] at once, and
+/// their payloads within the server's [`MAX_BYTES_IN_FLIGHT`]); one writer sends the replies
+/// as they complete. Ends at the client's disconnect request, once every request before it is
+/// answered, or when the connection fails — and then only once every request it started has
+/// ended, so that none of them reaches the image after the connection lets go of it.
+async fn transmit<R, W>(
+    mut r: R,
+    mut w: W,
+    image: Arc<Image>,
+    payload_bytes: Arc<Semaphore>,
+) -> Result<(), NbdError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel::<Reply>(MAX_IN_FLIGHT);
-    let writer = tokio::spawn(async move {
+    let mut writer = tokio::spawn(async move {
         while let Some(reply) = rx.recv().await {
-            w.write_u32(SIMPLE_REPLY_MAGIC).await?;
-            w.write_u32(reply.error).await?;
-            w.write_u64(reply.cookie).await?;
-            w.write_all(&reply.data).await?;
-            if rx.is_empty() {
-                w.flush().await?;
+            let sent = async {
+                w.write_u32(SIMPLE_REPLY_MAGIC).await?;
+                w.write_u32(reply.error).await?;
+                w.write_u64(reply.cookie).await?;
+                w.write_all(&reply.data).await?;
+                if rx.is_empty() {
+                    w.flush().await?;
+                }
+                Ok::<(), std::io::Error>(())
+            };
+            match tokio::time::timeout(REPLY_TIMEOUT, sent).await {
+                Ok(sent) => sent?,
+                Err(_) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("the client read no reply for {REPLY_TIMEOUT:?}"),
+                    ))
+                }
             }
         }
         w.flush().await?;
         Ok::<(), std::io::Error>(())
     });
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut written = None;
     let outcome = loop {
-        let request = match read_request(&mut r).await {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot.map_err(std::io::Error::other)?,
+            done = &mut writer => {
+                written = Some(done);
+                break Ok(());
+            }
+        };
+        let request = tokio::select! {
+            request = read_request(&mut r, &payload_bytes) => request,
+            done = &mut writer => {
+                written = Some(done);
+                break Ok(());
+            }
+        };
+        let (request, bytes) = match request {
             Ok(Some(req)) => req,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        let permit = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(std::io::Error::other)?;
         let (tx, image) = (tx.clone(), image.clone());
         tokio::spawn(async move {
             let reply = run(&image, request).await;
-            let _ = tx.send(reply).await;
-            drop(permit);
+            let _ = tx
+                .send(Reply {
+                    cookie: reply.cookie,
+                    error: reply.error,
+                    data: reply.data,
+                    _holds: Holds {
+                        _slot: slot,
+                        _bytes: bytes,
+                    },
+                })
+                .await;
         });
     };
     drop(tx);
-    // Every request read is answered before the connection closes.
-    writer.await.map_err(std::io::Error::other)??;
-    outcome
+    let written = match written {
+        Some(done) => done,
+        None => writer.await,
+    };
+    // Every request started has ended (its reply sent, or dropped with the writer) once all
+    // the slots are back.
+    let every_slot = u32::try_from(MAX_IN_FLIGHT).expect("the in-flight limit fits a u32");
+    let _all = slots.acquire_many(every_slot).await;
+    let written = written.map_err(std::io::Error::other)?;
+    outcome.and(written.map_err(NbdError::from))
 }
 
 /// One request as read.
 struct Request {
     kind: u16,
+    flags: u16,
     cookie: u64,
     offset: u64,
     len: u32,
     data: Vec<u8>,
 }
 
-/// The next request, or None at a disconnect request.
-async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Request>, NbdError> {
+/// One request's answer, before it is framed.
+struct Answer {
+    cookie: u64,
+    error: u32,
+    data: Vec<u8>,
+}
+
+/// The next request with its hold on the server's payload bytes (taken before a write's
+/// payload is read), or None at a disconnect request.
+async fn read_request<R: AsyncRead + Unpin>(
+    r: &mut R,
+    payload_bytes: &Arc<Semaphore>,
+) -> Result<Option<(Request, Option<OwnedSemaphorePermit>)>, NbdError> {
     let magic = r.read_u32().await?;
     if magic != REQUEST_MAGIC {
         return Err(NbdError::Protocol(format!("request magic {magic:#x}")));
     }
-    let _flags = r.read_u16().await?;
+    let flags = r.read_u16().await?;
     let kind = r.read_u16().await?;
     let cookie = r.read_u64().await?;
     let offset = r.read_u64().await?;
@@ -477,42 +698,76 @@ async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Request>
     if kind == CMD_DISC {
         return Ok(None);
     }
-    if len > MAX_REQUEST_BYTES {
-        // A write's payload cannot be skipped safely: the connection ends.
+    let payload = matches!(kind, CMD_READ | CMD_WRITE) && len <= MAX_REQUEST_BYTES;
+    if kind == CMD_WRITE && !payload {
+        // A write's payload cannot be skipped safely: the connection ends. (A read that
+        // large is refused with an error; trims and write-zeroes carry no payload.)
         return Err(NbdError::Protocol(format!(
-            "a request of {len} bytes, past {MAX_REQUEST_BYTES}"
+            "a write of {len} bytes, past {MAX_REQUEST_BYTES}"
         )));
     }
+    let bytes = match payload && len > 0 {
+        true => Some(
+            payload_bytes
+                .clone()
+                .acquire_many_owned(len)
+                .await
+                .map_err(std::io::Error::other)?,
+        ),
+        false => None,
+    };
     let mut data = Vec::new();
     if kind == CMD_WRITE {
         data = vec![0u8; len as usize];
         r.read_exact(&mut data).await?;
     }
-    Ok(Some(Request {
+    let request = Request {
         kind,
+        flags,
         cookie,
         offset,
         len,
         data,
-    }))
+    };
+    Ok(Some((request, bytes)))
+}
+
+/// The flags request `kind` may carry: FUA on anything that writes (every write is durable
+/// when answered), NO_HOLE on write-zeroes.
+fn known_flags(kind: u16) -> u16 {
+    match kind {
+        CMD_WRITE | CMD_TRIM | CMD_FLUSH => CMD_FLAG_FUA,
+        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+        _ => 0,
+    }
 }
 
 /// Runs one request against the image.
-async fn run(image: &Image, req: Request) -> Reply {
+async fn run(image: &Image, req: Request) -> Answer {
     let len = u64::from(req.len);
     let in_range = req
         .offset
         .checked_add(len)
         .is_some_and(|end| end <= image.size());
     let outcome = match req.kind {
+        _ if req.flags & !known_flags(req.kind) != 0 => Err(RbdError::Invalid(format!(
+            "request {} with flags {:#x}",
+            req.kind, req.flags
+        ))),
+        CMD_READ if req.len > MAX_REQUEST_BYTES => Err(RbdError::Invalid(format!(
+            "a read of {len} bytes, past {MAX_REQUEST_BYTES}"
+        ))),
         CMD_READ if in_range => image.read(req.offset, len).await.map(Some),
         CMD_WRITE if in_range => image.write(req.offset, &req.data).await.map(|()| None),
         CMD_WRITE => {
-            return Reply {
+            return Answer {
                 cookie: req.cookie,
                 error: ENOSPC,
                 data: Vec::new(),
             }
+        }
+        CMD_WRITE_ZEROES if in_range && req.flags & CMD_FLAG_NO_HOLE != 0 => {
+            write_zeroes(image, req.offset, len).await.map(|()| None)
         }
         CMD_TRIM | CMD_WRITE_ZEROES if in_range => {
             image.discard(req.offset, len).await.map(|()| None)
@@ -525,7 +780,7 @@ async fn run(image: &Image, req: Request) -> Reply {
         ))),
     };
     match outcome {
-        Ok(data) => Reply {
+        Ok(data) => Answer {
             cookie: req.cookie,
             error: 0,
             data: data.unwrap_or_default(),
@@ -537,13 +792,28 @@ async fn run(image: &Image, req: Request) -> Reply {
                 EIO => tracing::warn!(image = image.name(), error = %e, "nbd request failed: EIO"),
                 _ => tracing::debug!(image = image.name(), error = %e, "nbd request refused"),
             }
-            Reply {
+            Answer {
                 cookie: req.cookie,
                 error: errno_of(&e),
                 data: Vec::new(),
             }
         }
     }
+}
+
+/// Writes zeros over `len` bytes at `offset`, allocated (write-zeroes with NO_HOLE), a
+/// bounded piece at a time.
+async fn write_zeroes(image: &Image, offset: u64, len: u64) -> Result<(), RbdError> {
+    let zeros = vec![0u8; cairn_convert::usize_of(len.min(ZERO_WRITE_BYTES))];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(ZERO_WRITE_BYTES);
+        image
+            .write(offset + done, &zeros[..cairn_convert::usize_of(n)])
+            .await?;
+        done += n;
+    }
+    Ok(())
 }
 
 /// The NBD error for an image error.

@@ -41,6 +41,7 @@ impl Image {
             name: name.to_string(),
             size: header.size,
             removing: false,
+            parent_overlap: header.parent.as_ref().map(|p| p.overlap),
         });
         self.store_header(header).await?;
         self.forget_prepared();
@@ -70,7 +71,9 @@ impl Image {
         let mut header = self.header();
         header.size = snap.size;
         if let Some(p) = &mut header.parent {
-            p.overlap = p.overlap.min(snap.size);
+            // What read through to the parent then does again: the objects absent then were
+            // removed above.
+            p.overlap = snap.parent_overlap.unwrap_or(p.overlap).min(snap.size);
         }
         self.store_header(header).await
     }

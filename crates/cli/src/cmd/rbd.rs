@@ -250,9 +250,11 @@ pub fn run(a: RbdArgs) -> anyhow::Result<()> {
                 let listener = tokio::net::TcpListener::bind(listen)
                     .await
                     .with_context(|| format!("listening on {listen}"))?;
+                let writers =
+                    cairn_rbd::nbd::client_maker(a.mon, crate::credentials::client_auth()?);
                 eprintln!("exporting the images of pool {pool} over NBD on {listen}");
                 tokio::select! {
-                    served = cairn_rbd::nbd::serve_tcp(listener, cairn_rbd::nbd::Exports::new(client, pool, lease)) => served?,
+                    served = cairn_rbd::nbd::serve_tcp(listener, cairn_rbd::nbd::Exports::new(client, writers, pool, lease)) => served?,
                     _ = tokio::signal::ctrl_c() => {}
                 }
             }

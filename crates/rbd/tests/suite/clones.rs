@@ -1,7 +1,9 @@
 //! Clones on a real cluster, against a model: a clone reads its parent's snapshot until it
 //! writes; a partial write copies the parent's object up first; a discard inside the overlap
 //! reads zeros, not the parent; the parent's later writes never show; a snapshot of the
-//! clone reads through to the parent where the clone had not written; the parent's snapshot
+//! clone reads through to the parent where the clone had not written, as far as it did when
+//! taken, whatever the clone was shrunk to later, and a rollback to it reads the same; the
+//! parent's snapshot
 //! and the parent itself are not removed while the clone exists; a flattened clone reads the
 //! same without its parent, whose snapshot may then go.
 
@@ -89,6 +91,24 @@ async fn a_clone_reads_its_parent_snapshot_until_it_writes_its_own() {
     assert_reads(&web, &child, "the clone grown back").await;
     assert_eq!(web.header().parent.unwrap().overlap, 10 * OBJECT);
     assert_reads(&snap, &s1, "the clone's snapshot after the shrink").await;
+    let snap_again = Image::open_snapshot(client.clone(), "data", "web", "s1")
+        .await
+        .unwrap();
+    assert_reads(
+        &snap_again,
+        &s1,
+        "the clone's snapshot opened after the shrink",
+    )
+    .await;
+    // A rollback brings back the overlap the snapshot had: the parent shows through again.
+    web.snap_rollback("s1").await.unwrap();
+    assert_eq!(web.header().parent.unwrap().overlap, SIZE);
+    child.copy_from_slice(&s1);
+    assert_reads(&web, &child, "the clone rolled back past its shrink").await;
+    web.resize(10 * OBJECT).await.unwrap();
+    web.resize(SIZE).await.unwrap();
+    child[(10 * OBJECT) as usize..].fill(0);
+    assert_reads(&web, &child, "the clone shrunk and grown again").await;
 
     // The parent's snapshot and the parent stay while the clone lives.
     assert!(matches!(

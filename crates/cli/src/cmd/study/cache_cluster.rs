@@ -160,7 +160,13 @@ fn run_setup(
             Image::create(&client, POOL, &name, args.image_mib << 20, Some(22)).await?;
             uris.push(format!("nbd://{addr}/{name}"));
         }
-        let exports = Exports::new(client.clone(), POOL.into(), cairn_rbd::lock::DEFAULT_LEASE);
+        let writers = cairn_rbd::nbd::client_maker(cluster.mon, Some(cluster.admin()?));
+        let exports = Exports::new(
+            client.clone(),
+            writers,
+            POOL.into(),
+            cairn_rbd::lock::DEFAULT_LEASE,
+        );
         let server = tokio::spawn(cairn_rbd::nbd::serve_tcp(listener, exports));
         step("prefilling the images");
         // Four 1 MiB writes in flight per image: the HDD OSDs' queues stay far below the
