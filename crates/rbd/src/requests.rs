@@ -5,6 +5,7 @@
 //! ([`Image::serve_requests`]) reads them every [`POLL`], runs each once, and writes its
 //! answer beside it; the asker waits for the answer and removes it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,12 @@ pub const POLL: Duration = Duration::from_millis(250);
 const PAGE: u32 = 64;
 /// Largest request or answer read back.
 const MAX_RECORD_BYTES: usize = 4096;
+
+/// A request carried out by this holder, and whether its answer is stored.
+struct Progress {
+    answer: Answer,
+    answered: bool,
+}
 
 /// What an asker wants the holder to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +101,7 @@ impl Image {
     /// decode is answered with a refusal.
     pub async fn serve_requests(self: Arc<Image>) {
         let object = requests_object(&self.name);
+        let mut carried: HashMap<Vec<u8>, Progress> = HashMap::new();
         loop {
             tokio::time::sleep(POLL).await;
             match self.lock() {
@@ -112,24 +120,50 @@ impl Image {
                     continue;
                 }
             };
+            // Requests carried out whose answer or removal failed: answered again, never run
+            // again (a snapshot taken twice would be refused the second time).
+            carried.retain(|key, _| page.iter().any(|(k, _)| k == key));
             for (key, value) in page {
-                let answer = match rmp_serde::from_slice::<Request>(
-                    &value[..value.len().min(MAX_RECORD_BYTES)],
-                ) {
-                    Ok(request) => self.carry_out(&request).await,
-                    Err(e) => Answer::Refused(format!("a malformed request: {e}")),
+                let mut progress = match carried.remove(&key) {
+                    Some(progress) => progress,
+                    None => Progress {
+                        answer: match rmp_serde::from_slice::<Request>(
+                            &value[..value.len().min(MAX_RECORD_BYTES)],
+                        ) {
+                            Ok(request) => self.carry_out(&request).await,
+                            Err(e) => Answer::Refused(format!("a malformed request: {e}")),
+                        },
+                        answered: false,
+                    },
                 };
-                let id = &key[2..];
-                let mut answer_at = b"a.".to_vec();
-                answer_at.extend_from_slice(id);
-                let encoded = rmp_serde::to_vec(&answer).expect("an answer encodes");
-                let answered = self
-                    .client
-                    .omap_set(&self.pool, &object, &[(answer_at, encoded)])
-                    .await;
-                let removed = self.client.omap_remove(&self.pool, &object, &[key]).await;
-                if let Err(e) = answered.and(removed) {
-                    tracing::warn!(image = %self.name, error = %e, "answering a request");
+                if !progress.answered {
+                    let mut answer_at = b"a.".to_vec();
+                    answer_at.extend_from_slice(&key[2..]);
+                    let encoded = rmp_serde::to_vec(&progress.answer).expect("an answer encodes");
+                    match self
+                        .client
+                        .omap_set(&self.pool, &object, &[(answer_at, encoded)])
+                        .await
+                    {
+                        Ok(_) => progress.answered = true,
+                        Err(e) => {
+                            tracing::warn!(image = %self.name, error = %e, "answering a request");
+                        }
+                    }
+                }
+                let removed = match progress.answered {
+                    true => self
+                        .client
+                        .omap_remove(&self.pool, &object, std::slice::from_ref(&key))
+                        .await
+                        .map_err(|e| {
+                            tracing::warn!(image = %self.name, error = %e, "removing a request");
+                        })
+                        .is_ok(),
+                    false => false,
+                };
+                if !removed {
+                    carried.insert(key, progress);
                 }
             }
         }
