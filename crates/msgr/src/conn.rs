@@ -7,6 +7,8 @@
 //! at least [`ZERO_COPY_DATA_BYTES`] goes to the socket from its own buffer, uncopied.
 
 use std::io::IoSlice;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::blockcrc::BlockCrcs;
 use crate::bufs::data_pool;
@@ -283,6 +285,9 @@ const MAX_IOVECS: usize = 512;
 /// is queued and then close its half of the socket.
 pub struct FrameWriter {
     frames: mpsc::UnboundedSender<Outgoing>,
+    /// The highest sequence number of a frame the writer task has taken to write (set before
+    /// its bytes go to the socket, so that a peer's acknowledgement never outruns it).
+    written: Arc<AtomicU64>,
 }
 
 /// What the writer task is handed, in order.
@@ -300,6 +305,17 @@ impl FrameWriter {
         self.frames
             .send(Outgoing::Frame(frame))
             .map_err(|_| MsgrError::Closed)
+    }
+
+    /// The highest sequence number of a frame taken to be written to the socket: a peer can
+    /// acknowledge no later one.
+    pub fn written_seq(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    /// What [`FrameWriter::written_seq`] reads, to be read after the writer is gone.
+    pub fn written_handle(&self) -> Arc<AtomicU64> {
+        self.written.clone()
     }
 
     /// Protects every frame queued after this call with `keys` (a MAC, and encryption in
@@ -346,9 +362,13 @@ pub struct Conn {
 pub fn framed(stream: impl Into<Stream>, limits: Limits) -> Conn {
     let (read, write) = stream.into().into_split();
     let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(write_loop(write, rx, limits));
+    let written = Arc::new(AtomicU64::new(0));
+    let task = tokio::spawn(write_loop(write, rx, limits, written.clone()));
     Conn {
-        writer: FrameWriter { frames: tx },
+        writer: FrameWriter {
+            frames: tx,
+            written,
+        },
         task: WriterTask { task },
         stream: FrameStream {
             sock: read,
@@ -364,6 +384,7 @@ async fn write_loop(
     mut sock: WriteHalf,
     mut frames: mpsc::UnboundedReceiver<Outgoing>,
     limits: Limits,
+    written: Arc<AtomicU64>,
 ) -> Result<(), MsgrError> {
     let mut batch = Vec::with_capacity(MAX_FRAMES_PER_WRITE);
     let mut sealer = None;
@@ -379,6 +400,13 @@ async fn write_loop(
             }
         }
         let mut pieces = encode_batch(&batch, &limits, &mut sealer)?;
+        let highest = batch.iter().filter_map(|item| match item {
+            Outgoing::Frame(f) => Some(f.header.seq),
+            Outgoing::Protect(_) => None,
+        });
+        if let Some(highest) = highest.max() {
+            written.fetch_max(highest, Ordering::AcqRel);
+        }
         batch.clear();
         write_all(&mut sock, &mut pieces, limits.write_turn_bytes).await?;
     }

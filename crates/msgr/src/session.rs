@@ -507,6 +507,8 @@ impl Session {
 struct SessionState {
     next_seq: u64,
     last_received: u64,
+    /// The highest sequence number written on an earlier connection of the session.
+    written_before: u64,
     unacked: VecDeque<(Frame, Held)>,
     received_since_ack: u64,
 }
@@ -737,7 +739,10 @@ async fn drive(
         mut task,
         stream,
     } = conn;
+    let written = writer.written_handle();
     let ended = drive_inner(parts, writer, &mut task, stream, peer_received, replace).await;
+    let st = &mut parts.state;
+    st.written_before = st.written_before.max(written.load(Ordering::Acquire));
     match ended {
         Ok(Ended::SessionClosed) => Ended::SessionClosed,
         Ok(other) => {
@@ -855,6 +860,10 @@ async fn drive_inner(
                 let frame = inc.ok_or(MsgrError::Closed)??;
                 last_in = Instant::now();
                 let ack = frame.header.ack;
+                let written = st.written_before.max(sink.written_seq());
+                if ack > written {
+                    return Err(MsgrError::AckPastWritten { ack, written });
+                }
                 let mut acked = false;
                 while st.unacked.front().is_some_and(|(f, _)| f.header.seq <= ack) {
                     st.unacked.pop_front();

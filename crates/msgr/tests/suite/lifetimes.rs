@@ -291,3 +291,25 @@ async fn a_listener_at_its_connection_limit_closes_new_ones_and_serves_its_own()
     let mut sc = accepted(&mut listener).await;
     assert_eq!(&sc.recv_timeout(5_000).await.unwrap().payload[..], b"c");
 }
+
+/// A peer that acknowledges messages it was never sent (to release the daemon's send window
+/// while it reads nothing) is cut off: the session ends, nothing stays queued for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledgement_of_what_was_never_sent_ends_the_connection() {
+    let mut listener = Listener::bind(loopback(), Limits::default()).await.unwrap();
+    let stats = listener.stats();
+    let mut raw = silent_client(listener.local_addr(), 77).await;
+    let mut frame = Frame::new(3, bytes::Bytes::from_static(b"ack everything"));
+    frame.header.seq = 1;
+    frame.header.ack = u64::MAX;
+    let mut wire = BytesMut::new();
+    frame.encode(&Limits::default(), &mut wire).unwrap();
+    raw.write_all(&wire).await.unwrap();
+    let mut server = accepted(&mut listener).await;
+    assert!(
+        matches!(server.recv_timeout(5_000).await, Err(MsgrError::Closed)),
+        "the session of a peer acknowledging the unsent ends before delivering its frame"
+    );
+    eventually("the connection closed", || stats.connections() == 0).await;
+    assert_eq!(stats.held_bytes(), 0);
+}
