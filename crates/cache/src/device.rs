@@ -1912,11 +1912,16 @@ pub(crate) async fn load(
         .map_err(|e| CacheError::Superblock(format!("configuration: {e}")))?;
     cfg.validate()?;
     let classes = IoClassTable::parse_csv(&sb.ioclass_csv)?;
-    let geom = Geometry::compute(cp.size_bytes, sb.line_bytes)?;
-    if geom.lines != sb.lines || cfg.line_bytes != sb.line_bytes {
+    // The layout the cache was made with: a device grown since (a larger file) keeps it, the
+    // space past it unused until the cache is made again; a smaller one cannot hold it.
+    let geom = Geometry::of_lines(sb.lines, sb.line_bytes);
+    if geom.used_bytes() > cp.size_bytes || cfg.line_bytes != sb.line_bytes || sb.lines == 0 {
         return Err(CacheError::Superblock(format!(
-            "geometry mismatch: superblock says {} lines, device holds {}",
-            sb.lines, geom.lines
+            "geometry mismatch: superblock says {} lines of {} bytes ({} bytes), device holds {}",
+            sb.lines,
+            sb.line_bytes,
+            geom.used_bytes(),
+            cp.size_bytes
         )));
     }
     let meta_len = usize::try_from(geom.meta_pages * META_PAGE_BYTES).map_err(|_| {

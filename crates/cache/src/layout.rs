@@ -85,6 +85,25 @@ impl Geometry {
         })
     }
 
+    /// The layout of exactly `lines` lines of `line_bytes`: what [`Geometry::compute`] gave
+    /// the device a cache was made on, whatever the device has grown to since.
+    pub fn of_lines(lines: u32, line_bytes: u64) -> Self {
+        let meta_offset_bytes = 2 * SB_SLOT_BYTES;
+        let meta_pages = u64::from(lines).div_ceil(ENTRIES_PER_PAGE);
+        Self {
+            line_bytes,
+            lines,
+            meta_offset_bytes,
+            meta_pages,
+            data_offset_bytes: meta_offset_bytes + meta_pages * META_PAGE_BYTES,
+        }
+    }
+
+    /// Bytes of the device the layout uses: its metadata and every line's data.
+    pub fn used_bytes(&self) -> u64 {
+        self.data_offset_bytes + u64::from(self.lines) * self.line_bytes
+    }
+
     /// Byte offset of cache line `line`'s data.
     pub fn line_offset(&self, line: u32) -> u64 {
         self.data_offset_bytes + u64::from(line) * self.line_bytes
@@ -316,6 +335,12 @@ mod tests {
             assert!(g.line_offset(g.lines - 1) + line <= 64 << 20);
             assert!(g.meta_pages * ENTRIES_PER_PAGE >= u64::from(g.lines));
             assert!(g.data_offset_bytes >= g.page_offset(g.meta_pages));
+            assert_eq!(
+                Geometry::of_lines(g.lines, line),
+                g,
+                "the layout follows the lines"
+            );
+            assert!(g.used_bytes() <= 64 << 20);
             assert!(
                 Geometry::compute((64 << 20) + line + 4096, line)
                     .unwrap()

@@ -248,6 +248,24 @@ async fn warm_restart_keeps_clean_lines_whose_metadata_was_flushed() {
     assert_eq!(read(&dev, 0, 16 * 4096).await, data);
     assert_eq!(dev.stats().requests.read_hits, 1);
     assert_eq!(dev.config().mode, CacheMode::Wt);
+    drop(dev);
+    // The cache file grown (a larger size asked of it later): the cache keeps its layout and
+    // its lines; shrunk below what it uses, it is refused.
+    let mut image = cache.snapshot();
+    image.resize(image.len() + (1 << 20), 0);
+    let grown: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_image(image, 512).unwrap());
+    let dev = CacheDevice::attach(grown, core.clone()).await.unwrap();
+    assert_eq!(dev.geometry().lines, 64);
+    assert_eq!(dev.stats().clean_lines, 17);
+    assert_eq!(read(&dev, 0, 16 * 4096).await, data);
+    drop(dev);
+    let mut image = cache.snapshot();
+    image.truncate(image.len() - 4096);
+    let shrunk: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_image(image, 512).unwrap());
+    assert!(matches!(
+        CacheDevice::attach(shrunk, core.clone()).await,
+        Err(cairn_cache::CacheError::Superblock(_))
+    ));
 }
 
 #[tokio::test]
