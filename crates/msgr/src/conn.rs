@@ -65,6 +65,12 @@ pub struct FrameStream {
 }
 
 impl FrameStream {
+    /// Sets the largest frame accepted from here on (a listener takes small frames only until
+    /// the peer's HELLO is accepted).
+    pub fn set_max_payload_bytes(&mut self, bytes: u32) {
+        self.limits.max_payload_bytes = bytes;
+    }
+
     /// From the next frame on, every frame must carry a valid tag under `keys` (and is
     /// decrypted in secure mode). Called by the handshake right after its last unprotected
     /// frame.

@@ -58,6 +58,9 @@ const MAX_FRAMES_PER_TURN: usize = 64;
 
 /// Longest either end waits for each of the other's handshake frames on a new connection.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest frame a listener takes from a peer before its HELLO is accepted: an
+/// authentication request (a ticket is at most 16 KiB) and a HELLO fit well within it.
+pub const HANDSHAKE_FRAME_BYTES: u32 = 64 << 10;
 
 /// Bit of the HELLO's flags saying the dialer's session is [`Policy::Lossy`].
 const HELLO_LOSSY: u64 = 1;
@@ -1069,6 +1072,10 @@ async fn accept_one(socket: Stream, accepting: Accepting) -> Result<(), MsgrErro
         authz,
     } = accepting;
     let mut conn = framed(socket, limits);
+    // Until its HELLO is accepted, a peer (unauthenticated yet) may send small frames only:
+    // a flood of half-sent frames of the full size would otherwise hold memory.
+    conn.stream
+        .set_max_payload_bytes(limits.max_payload_bytes.min(HANDSHAKE_FRAME_BYTES));
     let mut first = next_handshake_frame(&mut conn).await?;
     let peer = match &authz {
         Some(authz) => {
@@ -1086,6 +1093,7 @@ async fn accept_one(socket: Stream, accepting: Accepting) -> Result<(), MsgrErro
     };
     let entity = peer.as_ref().map(|p| p.entity.clone());
     let hello = parse_hello(&first)?;
+    conn.stream.set_max_payload_bytes(limits.max_payload_bytes);
     let mut sessions = known.lock().await;
     if let Some(k) = sessions.get(&hello.id) {
         if k.entity != entity {
@@ -1098,14 +1106,16 @@ async fn accept_one(socket: Stream, accepting: Accepting) -> Result<(), MsgrErro
             return Err(MsgrError::Auth(why));
         }
         if hello.policy == Policy::Lossless && k.incarnation == hello.incarnation {
-            if k.reattach
-                .send((conn, hello.last_received, Some(open)))
-                .await
-                .is_ok()
-            {
-                return Ok(());
-            }
-            return Err(MsgrError::Closed);
+            // Never waited for under the listener's lock: a session whose reattaches pile up
+            // (its driver stuck) refuses one more, and its dialer tries again.
+            return match k.reattach.try_send((conn, hello.last_received, Some(open))) {
+                Ok(()) => Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::debug!(session = hello.id, "a session's reattaches pile up");
+                    Err(MsgrError::Closed)
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => Err(MsgrError::Closed),
+            };
         }
         // Debug, not info: a lossy client reconnecting starts a new session by design, and an
         // OSD's restart shows in the map anyway.

@@ -313,3 +313,41 @@ async fn an_acknowledgement_of_what_was_never_sent_ends_the_connection() {
     eventually("the connection closed", || stats.connections() == 0).await;
     assert_eq!(stats.held_bytes(), 0);
 }
+
+/// Before its HELLO is accepted a peer may send small frames only: a first frame larger than
+/// the handshake's limit closes the connection, and the listener goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_frame_before_the_hello_closes_the_connection() {
+    use tokio::io::AsyncReadExt;
+    let mut listener = Listener::bind(loopback(), Limits::default()).await.unwrap();
+    let stats = listener.stats();
+    let big = vec![7u8; (cairn_msgr::session::HANDSHAKE_FRAME_BYTES as usize) + 1];
+    let mut wire = BytesMut::new();
+    Frame::new(MSG_HELLO, bytes::Bytes::from(big))
+        .encode(&Limits::default(), &mut wire)
+        .unwrap();
+    let mut raw = TcpStream::connect(listener.local_addr()).await.unwrap();
+    // The header alone is enough for the listener to refuse the frame.
+    raw.write_all(&wire[..64]).await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(read, Ok(Ok(_)) | Ok(Err(_))),
+        "the listener closed the connection"
+    );
+    eventually("the connection closed", || stats.connections() == 0).await;
+    let client = Session::connect_with(
+        listener.local_addr(),
+        5,
+        Limits::default(),
+        20,
+        Policy::Lossy,
+    )
+    .await;
+    client.send(3, b"still serving".to_vec()).await.unwrap();
+    let mut server = accepted(&mut listener).await;
+    assert_eq!(
+        &server.recv_timeout(5_000).await.unwrap().payload[..],
+        b"still serving"
+    );
+}
