@@ -58,6 +58,9 @@ const MAX_FRAMES_PER_TURN: usize = 64;
 
 /// Longest either end waits for each of the other's handshake frames on a new connection.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest an accepted lossless session waits, its connection lost, for its peer to connect
+/// again; past it the session ends and drops what it queued, as if the peer had restarted.
+pub const DETACHED_LIMIT: Duration = Duration::from_secs(600);
 /// Largest frame a listener takes from a peer before its HELLO is accepted: an
 /// authentication request (a ticket is at most 16 KiB) and a HELLO fit well within it.
 pub const HANDSHAKE_FRAME_BYTES: u32 = 64 << 10;
@@ -1094,6 +1097,12 @@ async fn accept_one(socket: Stream, accepting: Accepting) -> Result<(), MsgrErro
     let entity = peer.as_ref().map(|p| p.entity.clone());
     let hello = parse_hello(&first)?;
     conn.stream.set_max_payload_bytes(limits.max_payload_bytes);
+    // A client's session is lossy whatever its HELLO asks: only daemons keep sessions across
+    // reconnects (a client asking otherwise could leave sessions holding replies behind).
+    let policy = match &entity {
+        Some(cairn_auth::EntityName::Client(_)) => Policy::Lossy,
+        _ => hello.policy,
+    };
     let mut sessions = known.lock().await;
     if let Some(k) = sessions.get(&hello.id) {
         if k.entity != entity {
@@ -1105,7 +1114,7 @@ async fn accept_one(socket: Stream, accepting: Accepting) -> Result<(), MsgrErro
             crate::handshake::refuse(&conn, &why);
             return Err(MsgrError::Auth(why));
         }
-        if hello.policy == Policy::Lossless && k.incarnation == hello.incarnation {
+        if policy == Policy::Lossless && k.incarnation == hello.incarnation {
             // Never waited for under the listener's lock: a session whose reattaches pile up
             // (its driver stuck) refuses one more, and its dialer tries again.
             return match k.reattach.try_send((conn, hello.last_received, Some(open))) {
@@ -1147,7 +1156,7 @@ async fn accept_one(socket: Stream, accepting: Accepting) -> Result<(), MsgrErro
         (conn, hello.last_received, Some(open)),
         re_rx,
         mine,
-        hello.policy,
+        policy,
         ending,
     ));
     new_sessions
@@ -1191,9 +1200,17 @@ async fn run_acceptor(
     loop {
         let (conn, peer_received, open) = match next.take() {
             Some(c) => c,
-            None => match reattach.recv().await {
-                Some(c) => c,
-                None => break,
+            // A lossless session waits for its peer to come back, but not for ever.
+            None => match tokio::time::timeout(DETACHED_LIMIT, reattach.recv()).await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::info!(
+                        session = me,
+                        "no reconnect within {DETACHED_LIMIT:?}: session ends"
+                    );
+                    break;
+                }
             },
         };
         if conn

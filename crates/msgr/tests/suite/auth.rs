@@ -12,7 +12,7 @@ use cairn_auth::{Caps, EntityName, SecretKey};
 use cairn_msgr::handshake::{Authorizer, DialCredentials, StaticCredentials};
 use cairn_msgr::protect::WireMode;
 use cairn_msgr::session::{Listener, Policy, Session};
-use cairn_msgr::Limits;
+use cairn_msgr::{Limits, MsgrError};
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -54,6 +54,17 @@ async fn listener(keys: &[(&str, &SecretKey)], min_mode: WireMode) -> Listener {
 }
 
 async fn dial(addr: SocketAddr, id: u64, entity: &str, key: &SecretKey, mode: WireMode) -> Session {
+    dial_with(addr, id, entity, key, mode, Policy::Lossy).await
+}
+
+async fn dial_with(
+    addr: SocketAddr,
+    id: u64,
+    entity: &str,
+    key: &SecretKey,
+    mode: WireMode,
+    policy: Policy,
+) -> Session {
     let creds = DialCredentials {
         entity: entity.parse().unwrap(),
         ticket: Vec::new(),
@@ -65,7 +76,7 @@ async fn dial(addr: SocketAddr, id: u64, entity: &str, key: &SecretKey, mode: Wi
         id,
         Limits::default(),
         20,
-        Policy::Lossy,
+        policy,
         Some(Arc::new(StaticCredentials(creds))),
     )
     .await
@@ -197,4 +208,31 @@ async fn another_entity_cannot_take_over_a_session_by_its_id() {
     assert_eq!(&f.payload[..], b"still mine");
     assert_eq!(bob_server.peer().unwrap().entity.to_string(), "client.bob");
     drop(eve);
+}
+
+/// A client's session is lossy whatever its HELLO asks: it ends with its connection, while a
+/// daemon's lossless session waits for its peer to come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_daemons_keep_sessions_across_reconnects() {
+    let key = SecretKey::generate();
+    let mut l = listener(&[("client.bob", &key), ("osd.3", &key)], WireMode::Mac).await;
+    let addr = l.local_addr();
+    let mut ended = Vec::new();
+    for (entity, id) in [("client.bob", 21), ("osd.3", 22)] {
+        let client = dial_with(addr, id, entity, &key, WireMode::Mac, Policy::Lossless).await;
+        client.send(3, b"hi".to_vec()).await.unwrap();
+        let mut server = accepted(&mut l).await.expect("session accepted");
+        assert_eq!(
+            &server.recv_timeout(5_000).await.unwrap().payload[..],
+            b"hi"
+        );
+        drop(client);
+        let after = server.recv_timeout(2_000).await;
+        ended.push(matches!(after, Err(MsgrError::Closed)));
+    }
+    assert_eq!(
+        ended,
+        [true, false],
+        "the client's session ended with its connection; the daemon's waits"
+    );
 }
