@@ -297,21 +297,28 @@ impl CacheDevice {
     }
 
     /// Opens the cache on `cache` over `core`: loads configuration and line metadata, keeping
-    /// every persisted line, dirty and clean (a warm restart). Fails on a corrupt or mismatched
-    /// cache (see [`crate::fsck`] for a full report).
+    /// every persisted line, dirty and clean (a warm restart). A cache detached cleanly starts
+    /// cold instead: the core alone was complete since, and may have been written without it.
+    /// Fails on a corrupt or mismatched cache (see [`crate::fsck`] for a full report).
     pub async fn attach(cache: Arc<dyn BlockDevice>, core: Arc<dyn BlockDevice>) -> Result<Self> {
         let loaded = load(&cache, &core).await?;
         if let Some(p) = loaded.problems.first() {
             return Err(p.clone().into_error());
         }
         let Loaded {
-            sb,
+            mut sb,
             cfg,
             classes,
             geom,
-            entries,
+            mut entries,
             ..
         } = loaded;
+        if sb.state == SbState::Detached {
+            // A new instance: the entries on the media are another instance's from the
+            // superblock's write on, so none is read back after a crash either.
+            sb.instance_id = rand::random();
+            entries = vec![Entry::INVALID; entries.len()];
+        }
         let installs: Vec<(u32, Entry)> = entries
             .iter()
             .enumerate()

@@ -482,3 +482,40 @@ async fn concurrent_writers_with_flushes_survive_power_loss() {
         concurrent_case(crash_after, loss).await;
     }
 }
+
+/// A cache detached cleanly, its core written without it since, attaches cold: it serves the
+/// core's bytes, not the lines it held, and none of them comes back after a restart.
+#[tokio::test]
+async fn a_detached_cache_attaches_cold_over_a_core_written_without_it() {
+    let cache = mem(cache_bytes_for(64, 4096));
+    let core = mem(1 << 20);
+    let dev = CacheDevice::create(
+        cache.clone(),
+        core.clone(),
+        cfg(CacheMode::Wb, 4096),
+        IoClassTable::default(),
+    )
+    .await
+    .unwrap();
+    dev.write(0, &pattern(0, 8 * 4096, 1)).await.unwrap();
+    dev.flush().await.unwrap();
+    dev.detach().await.unwrap();
+    drop(dev);
+    let newer = pattern(0, 8 * 4096, 2);
+    core.write(0, &newer).await.unwrap();
+    let dev = CacheDevice::attach(cache.clone(), core.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        dev.stats().occupancy_lines,
+        0,
+        "a detached cache starts cold"
+    );
+    assert_eq!(read(&dev, 0, 8 * 4096).await, newer);
+    dev.flush().await.unwrap();
+    drop(dev);
+    let dev = CacheDevice::attach(cache.clone(), core.clone())
+        .await
+        .unwrap();
+    assert_eq!(read(&dev, 0, 8 * 4096).await, newer, "after a restart too");
+}
