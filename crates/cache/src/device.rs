@@ -1713,6 +1713,7 @@ impl CacheDevice {
             let mut st = self.lock();
             let mut cfg = st.cfg.clone();
             cfg.set_param(namespace, key, value)?;
+            superblock_with(&st.sb, &cfg, &st.classes)?;
             if cfg.seq_cutoff.max_streams != st.cfg.seq_cutoff.max_streams {
                 st.detector = SeqDetector::new(cfg.seq_cutoff.max_streams);
             }
@@ -1729,6 +1730,8 @@ impl CacheDevice {
         let _g = self.gate.write().await;
         {
             let mut st = self.lock();
+            // Refused before anything changes when the superblock cannot hold it.
+            superblock_with(&st.sb, &st.cfg, &classes)?;
             for i in 0..st.table.len() {
                 let c = st.table.line(i).class;
                 if st.table.line(i).core_line != UNMAPPED && classes.get(c).is_none() {
@@ -1753,11 +1756,9 @@ impl CacheDevice {
     async fn write_superblock(&self) -> Result<()> {
         let (slot, bytes) = {
             let mut st = self.lock();
-            st.sb.seq += 1;
-            st.sb.config_toml =
-                toml::to_string(&st.cfg).map_err(|e| CacheError::param("config", e.to_string()))?;
-            st.sb.ioclass_csv = st.classes.csv().to_string();
-            (st.sb.seq % 2, st.sb.encode()?)
+            let (sb, bytes) = superblock_with(&st.sb, &st.cfg, &st.classes)?;
+            st.sb = sb;
+            (st.sb.seq % 2, bytes)
         };
         self.cache.write(slot * SB_SLOT_BYTES, &bytes).await?;
         self.cache.flush().await?;
@@ -1879,6 +1880,22 @@ impl Problem {
     }
 }
 
+/// `sb` as the next write of it, holding `cfg` and `classes`, and its encoding: an error
+/// (nothing changed) when the configuration does not encode or the superblock cannot hold it.
+fn superblock_with(
+    sb: &Superblock,
+    cfg: &CacheConfig,
+    classes: &IoClassTable,
+) -> Result<(Superblock, Vec<u8>)> {
+    let mut next = sb.clone();
+    next.seq += 1;
+    next.config_toml =
+        toml::to_string(cfg).map_err(|e| CacheError::param("config", e.to_string()))?;
+    next.ioclass_csv = classes.csv().to_string();
+    let bytes = next.encode()?;
+    Ok((next, bytes))
+}
+
 /// Everything read back from a cache device.
 #[derive(Debug)]
 pub(crate) struct Loaded {
@@ -1955,7 +1972,14 @@ pub(crate) async fn load(
                 });
                 continue;
             }
-            Decoded::Line(e) => e,
+            Decoded::Line(mut e) => {
+                // A class removed from the table (its superblock written before every line of
+                // it was moved, and then a crash) is the default class, as the removal made it.
+                if classes.get(e.class).is_none() {
+                    e.class = 0;
+                }
+                e
+            }
         };
         let mut bad = Vec::new();
         if e.core_line >= core_lines {
@@ -1969,9 +1993,6 @@ pub(crate) async fn load(
         }
         if e.valid & !full != 0 {
             bad.push("sectors beyond the line size".to_string());
-        }
-        if classes.get(e.class).is_none() {
-            bad.push(format!("unknown io class {}", e.class));
         }
         if let Some(other) = owner.insert(e.core_line, i) {
             bad.push(format!(

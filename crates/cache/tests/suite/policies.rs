@@ -860,3 +860,53 @@ async fn a_request_needing_many_lines_cleans_all_its_victims_ahead() {
     assert_eq!(read(&r.dev, at, 1 << 16).await, pattern(at, 1 << 16, 2));
     assert_eq!(read(&r.dev, 0, 4096).await, pattern(0, 4096, 1));
 }
+
+/// A class table too large for the superblock is refused with nothing changed; a class
+/// removed while lines hold it, and a restart before those lines' metadata is written, leaves
+/// a cache that attaches with them in the default class.
+#[tokio::test]
+async fn class_tables_change_safely_across_restarts() {
+    let csv = "IO class id,IO class name,Eviction priority,Allocation\n\
+               0,unclassified,200,1\n\
+               1,metadata,0,0.5\n";
+    let cache = mem(cache_bytes_for(64, 4096));
+    let core = mem(16 << 20);
+    let dev = CacheDevice::create(
+        cache.clone(),
+        core.clone(),
+        cfg(CacheMode::Wb, 4096),
+        IoClassTable::parse_csv(csv).unwrap(),
+    )
+    .await
+    .unwrap();
+    let md = IoHint {
+        metadata: true,
+        object_class: 0,
+    };
+    let data = pattern(0, 8 * 4096, 3);
+    dev.write_hinted(0, &data, md).await.unwrap();
+    dev.flush().await.unwrap();
+    assert_eq!(dev.stats().classes[1].occupancy_lines, 8);
+    let huge = format!(
+        "IO class id,IO class name,Eviction priority,Allocation\n\
+         0,unclassified,200,1\n1,{}metadata,0,0.5\n",
+        "metadata&".repeat(4000)
+    );
+    let table = IoClassTable::parse_csv(&huge).expect("a long name parses");
+    assert!(dev.load_io_classes(table).await.is_err());
+    assert_eq!(
+        dev.io_classes().csv(),
+        csv,
+        "a refused table changes nothing"
+    );
+    let only_default = "IO class id,IO class name,Eviction priority,Allocation\n\
+                        0,unclassified,200,1\n";
+    dev.load_io_classes(IoClassTable::parse_csv(only_default).unwrap())
+        .await
+        .unwrap();
+    drop(dev);
+    let dev = CacheDevice::attach(cache, core).await.unwrap();
+    assert_eq!(dev.io_classes().csv(), only_default);
+    assert_eq!(dev.stats().classes[0].occupancy_lines, 8);
+    assert_eq!(read(&dev, 0, 8 * 4096).await, data);
+}
