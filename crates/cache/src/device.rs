@@ -1658,6 +1658,15 @@ impl CacheDevice {
     /// requests go on meanwhile); what is left, and lines dirtied since, are cleaned with every
     /// other request waiting.
     pub async fn flush_dirty(&self) -> Result<()> {
+        self.clean_in_rounds().await?;
+        let _g = self.gate_without_cleaning().await;
+        self.flush_dirty_locked().await?;
+        Ok(())
+    }
+
+    /// Cleans the lines dirty now in rounds that hold the gate only to pick their lines and to
+    /// mark them clean, so requests (hits included) go on while the core is written.
+    async fn clean_in_rounds(&self) -> Result<()> {
         let mut rounds = self.lock().table.dirty_lines().div_ceil(FLUSH_ROUND_LINES);
         while rounds > 0 {
             rounds -= 1;
@@ -1672,8 +1681,6 @@ impl CacheDevice {
             }
             self.clean_outside_gate(g, &picked, &*self.core).await?;
         }
-        let _g = self.gate_without_cleaning().await;
-        self.flush_dirty_locked().await?;
         Ok(())
     }
 
@@ -1697,9 +1704,16 @@ impl CacheDevice {
     /// Changes the mode at run time. Leaving `wb`/`wo` with `flush_dirty` writes every dirty
     /// line to core first; without it dirty lines stay and are still served and cleaned.
     pub async fn set_mode(&self, mode: CacheMode, flush_dirty: bool) -> Result<()> {
+        let cleans = |old: CacheMode| {
+            flush_dirty && old.caches_writes_dirty() && !mode.caches_writes_dirty()
+        };
+        if cleans(self.lock().cfg.mode) {
+            // Most of the cleaning with the gate let go of; what is dirtied meanwhile below.
+            self.clean_in_rounds().await?;
+        }
         let _g = self.gate_without_cleaning().await;
         let old = self.lock().cfg.mode;
-        if flush_dirty && old.caches_writes_dirty() && !mode.caches_writes_dirty() {
+        if cleans(old) {
             self.flush_dirty_locked().await?;
         }
         self.lock().cfg.mode = mode;
@@ -1746,6 +1760,7 @@ impl CacheDevice {
     /// Writes every dirty line to core, persists all metadata and marks the cache detached:
     /// the core alone now holds every acknowledged write.
     pub async fn detach(&self) -> Result<()> {
+        self.clean_in_rounds().await?;
         let _g = self.gate_without_cleaning().await;
         self.flush_dirty_locked().await?;
         self.lock().sb.state = SbState::Detached;

@@ -910,3 +910,53 @@ async fn class_tables_change_safely_across_restarts() {
     assert_eq!(dev.stats().classes[0].occupancy_lines, 8);
     assert_eq!(read(&dev, 0, 8 * 4096).await, data);
 }
+
+/// Leaving write-back with a flush, and detaching, write the dirty lines to the core in rounds
+/// that let the gate go: a read hit goes on while the core is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_change_that_flushes_lets_hits_through_while_the_core_writes() {
+    use std::time::Duration;
+    const LINES: u64 = 16;
+    let core = mem(8 << 20);
+    let held = Arc::new(Rigged::new(core.clone(), Hold::Writes));
+    let dev = Arc::new(
+        CacheDevice::create(
+            mem(cache_bytes_for(64, 4096)),
+            held.clone(),
+            cfg(CacheMode::Wb, 4096),
+            IoClassTable::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    for i in 0..LINES {
+        dev.write(i * 4096, &pattern(i * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    held.held.send_replace(true);
+    let change = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.set_mode(CacheMode::Wt, true).await })
+    };
+    let bound = Duration::from_secs(20);
+    tokio::time::timeout(bound, held.blocked.acquire())
+        .await
+        .expect("the mode change writes dirty lines to the core")
+        .unwrap()
+        .forget();
+    let got = tokio::time::timeout(bound, read(dev.as_ref(), 0, 4096))
+        .await
+        .expect("a read hit is not held behind the mode change's core writes");
+    assert_eq!(got, pattern(0, 4096, 1));
+    assert!(!change.is_finished());
+    held.held.send_replace(false);
+    tokio::time::timeout(bound, change)
+        .await
+        .expect("the mode change completes once the core does")
+        .unwrap()
+        .unwrap();
+    assert_eq!(dev.stats().dirty_lines, 0);
+    assert_eq!(dev.config().mode, CacheMode::Wt);
+    assert_eq!(read(core.as_ref(), 0, 4096).await, pattern(0, 4096, 1));
+}
