@@ -302,8 +302,11 @@ impl CacheDevice {
     /// Fails on a corrupt or mismatched cache (see [`crate::fsck`] for a full report).
     pub async fn attach(cache: Arc<dyn BlockDevice>, core: Arc<dyn BlockDevice>) -> Result<Self> {
         let loaded = load(&cache, &core).await?;
+        // A detached cache's entries are dropped below, damaged or not.
         if let Some(p) = loaded.problems.first() {
-            return Err(p.clone().into_error());
+            if loaded.sb.state != SbState::Detached {
+                return Err(p.clone().into_error());
+            }
         }
         let Loaded {
             mut sb,

@@ -336,12 +336,20 @@ impl FrameWriter {
 /// The connection's writer task.
 pub struct WriterTask {
     task: JoinHandle<Result<(), MsgrError>>,
+    /// Set once `stopped` saw the task end (its outcome can be taken only once).
+    ended: bool,
 }
 
 impl WriterTask {
-    /// Resolves when the writer stops: with its error, or `Closed`.
+    /// Resolves when the writer stops: with its error, or `Closed` (also at once for a
+    /// writer already seen to stop).
     pub async fn stopped(&mut self) -> MsgrError {
-        match (&mut self.task).await {
+        if self.ended {
+            return MsgrError::Closed;
+        }
+        let outcome = (&mut self.task).await;
+        self.ended = true;
+        match outcome {
             Ok(Ok(())) => MsgrError::Closed,
             Ok(Err(e)) => e,
             Err(_) => MsgrError::Closed,
@@ -375,7 +383,7 @@ pub fn framed(stream: impl Into<Stream>, limits: Limits) -> Conn {
             frames: tx,
             written,
         },
-        task: WriterTask { task },
+        task: WriterTask { task, ended: false },
         stream: FrameStream {
             sock: read,
             buf: BytesMut::with_capacity(READ_CHUNK_BYTES),

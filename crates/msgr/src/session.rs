@@ -747,9 +747,7 @@ async fn drive(
     } = conn;
     let written = writer.written_handle();
     let ended = drive_inner(parts, writer, &mut task, stream, peer_received, replace).await;
-    let st = &mut parts.state;
-    st.written_before = st.written_before.max(written.load(Ordering::Acquire));
-    match ended {
+    let ended = match ended {
         Ok(Ended::SessionClosed) => Ended::SessionClosed,
         Ok(other) => {
             task.abort();
@@ -759,7 +757,15 @@ async fn drive(
             task.abort();
             Ended::Lost(e)
         }
+    };
+    if !matches!(ended, Ended::SessionClosed) {
+        // Stopped for good before its count is read: a writer caught mid-poll on another
+        // thread could otherwise still hand the socket frames the peer then acknowledges.
+        task.stopped().await;
     }
+    let st = &mut parts.state;
+    st.written_before = st.written_before.max(written.load(Ordering::Acquire));
+    ended
 }
 
 async fn drive_inner(
@@ -771,6 +777,13 @@ async fn drive_inner(
     mut replace: Option<&mut mpsc::Receiver<NewConn>>,
 ) -> Result<Ended, MsgrError> {
     let st = &mut parts.state;
+    if peer_received > st.written_before {
+        // The peer says it received what was never written to it.
+        return Err(MsgrError::AckPastWritten {
+            ack: peer_received,
+            written: st.written_before,
+        });
+    }
     while st
         .unacked
         .front()

@@ -370,19 +370,25 @@ impl Image {
                 "image {name} has clones ({child}): remove them first"
             )));
         }
-        image.remove_objects_from(0).await?;
-        match client
-            .remove(pool, &crate::requests::requests_object(name))
-            .await
-        {
-            Ok(()) | Err(ClientError::NotFound(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-        // The header goes while the lock (an attribute of it) is still held: no writer can
-        // take the lock between the data's removal and the header's and leave data behind.
-        image.lock()?.check().await?;
-        client.remove(pool, &header_object(name)).await?;
-        image.close().await?;
+        let removed = async {
+            image.remove_objects_from(0).await?;
+            match client
+                .remove(pool, &crate::requests::requests_object(name))
+                .await
+            {
+                Ok(()) | Err(ClientError::NotFound(_)) => {}
+                Err(e) => return Err(RbdError::from(e)),
+            }
+            // The header goes while the lock (an attribute of it) is still held: no writer can
+            // take the lock between the data's removal and the header's and leave data behind.
+            image.lock()?.check().await?;
+            client.remove(pool, &header_object(name)).await?;
+            Ok(())
+        };
+        let removed = removed.await;
+        let released = image.close().await;
+        removed?;
+        released?;
         client
             .omap_remove(pool, DIRECTORY, &[name.as_bytes().to_vec()])
             .await?;

@@ -46,6 +46,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest one reply may wait for the client to read it; past it, the connection is closed
 /// (a client that stops reading would otherwise hold its requests' memory for good).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pieces of a write-zeroes request without holes written at once.
+const ZERO_WRITES_IN_FLIGHT: usize = 8;
+/// Longest a write's payload may take to arrive once its header has; past it, the
+/// connection is closed (the payload's share of the server's bytes is held meanwhile).
+pub const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bytes of zeros written at once for a write-zeroes request that must leave no hole.
 const ZERO_WRITE_BYTES: u64 = 1 << 20;
 
@@ -207,7 +212,7 @@ impl Exports {
         let slot = self.slots().entry(name.to_string()).or_default().clone();
         let attached = self.attach_to(&slot, name).await;
         if attached.is_err() {
-            self.forget_if_unused(name, &slot);
+            self.forget_if_unused(name, slot);
         }
         attached
     }
@@ -278,16 +283,19 @@ impl Exports {
                 }
             }
         }
-        self.forget_if_unused(name, &slot);
+        self.forget_if_unused(name, slot);
     }
 
-    /// Drops `name`'s slot when no handle is open in it and no connection is attaching to
-    /// it (attachers take the slot under the map's lock, so the count cannot grow here).
-    fn forget_if_unused(&self, name: &str, slot: &Arc<Slot>) {
+    /// Lets go of the caller's hold on `name`'s slot, and drops the slot when no handle is
+    /// open in it and nobody else holds it (holds are taken and let go of under the map's
+    /// lock, so of two callers letting go at once the second sees the first's gone).
+    fn forget_if_unused(&self, name: &str, slot: Arc<Slot>) {
         let mut slots = self.slots();
-        let unused = Arc::strong_count(slot) == 2
-            && slot.opened.try_lock().is_ok_and(|opened| opened.is_none());
-        if unused && slots.get(name).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+        drop(slot);
+        let unused = slots.get(name).is_some_and(|s| {
+            Arc::strong_count(s) == 1 && s.opened.try_lock().is_ok_and(|o| o.is_none())
+        });
+        if unused {
             slots.remove(name);
         }
     }
@@ -368,24 +376,44 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (r, w) = tokio::io::split(stream);
-    let mut r = Deadline {
-        inner: BufReader::new(r),
-        sleep: Some(Box::pin(tokio::time::sleep(HANDSHAKE_TIMEOUT))),
-    };
-    let mut w = BufWriter::new(w);
+    let until = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut r = Deadline::until(BufReader::new(r), until);
+    let mut w = Deadline::until(BufWriter::new(w), until);
     let Some((name, attached)) = negotiate(&mut r, &mut w, &exports).await? else {
         return Ok(());
     };
     r.sleep = None;
+    w.sleep = None;
     let served = transmit(r, w, attached.image.clone(), exports.payload_bytes.clone()).await;
     exports.detach(&name, &attached).await;
     served
 }
 
-/// A reader whose reads fail once its sleep has ended: the handshake's deadline.
-struct Deadline<R> {
-    inner: R,
+/// A reader or writer whose reads and writes fail once its sleep has ended: the handshake's
+/// deadline, whichever way the client stalls it (sending nothing, or reading no reply).
+struct Deadline<T> {
+    inner: T,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> Deadline<T> {
+    fn until(inner: T, until: tokio::time::Instant) -> Deadline<T> {
+        Deadline {
+            inner,
+            sleep: Some(Box::pin(tokio::time::sleep_until(until))),
+        }
+    }
+
+    /// The deadline's error once it has passed (and a wake-up registered for it otherwise).
+    fn passed(&mut self, cx: &mut std::task::Context<'_>) -> Option<std::io::Error> {
+        let sleep = self.sleep.as_mut()?;
+        sleep.as_mut().poll(cx).is_ready().then(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the handshake took longer than {HANDSHAKE_TIMEOUT:?}"),
+            )
+        })
+    }
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for Deadline<R> {
@@ -394,15 +422,40 @@ impl<R: AsyncRead + Unpin> AsyncRead for Deadline<R> {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        if let Some(sleep) = self.sleep.as_mut() {
-            if sleep.as_mut().poll(cx).is_ready() {
-                return std::task::Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("the handshake took longer than {HANDSHAKE_TIMEOUT:?}"),
-                )));
-            }
+        if let Some(e) = self.passed(cx) {
+            return std::task::Poll::Ready(Err(e));
         }
         Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Deadline<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if let Some(e) = self.passed(cx) {
+            return std::task::Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if let Some(e) = self.passed(cx) {
+            return std::task::Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -719,7 +772,15 @@ async fn read_request<R: AsyncRead + Unpin>(
     let mut data = Vec::new();
     if kind == CMD_WRITE {
         data = vec![0u8; len as usize];
-        r.read_exact(&mut data).await?;
+        // Its share of the server's payload bytes is held meanwhile: bounded in time.
+        tokio::time::timeout(PAYLOAD_TIMEOUT, r.read_exact(&mut data))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("a write's payload took longer than {PAYLOAD_TIMEOUT:?} to arrive"),
+                )
+            })??;
     }
     let request = Request {
         kind,
@@ -801,19 +862,20 @@ async fn run(image: &Image, req: Request) -> Answer {
     }
 }
 
-/// Writes zeros over `len` bytes at `offset`, allocated (write-zeroes with NO_HOLE), a
-/// bounded piece at a time.
+/// Writes zeros over `len` bytes at `offset`, allocated (write-zeroes with NO_HOLE), in
+/// bounded pieces, [`ZERO_WRITES_IN_FLIGHT`] at a time.
 async fn write_zeroes(image: &Image, offset: u64, len: u64) -> Result<(), RbdError> {
+    use futures_util::{StreamExt, TryStreamExt};
     let zeros = vec![0u8; cairn_convert::usize_of(len.min(ZERO_WRITE_BYTES))];
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(ZERO_WRITE_BYTES);
-        image
-            .write(offset + done, &zeros[..cairn_convert::usize_of(n)])
-            .await?;
-        done += n;
-    }
-    Ok(())
+    let pieces = (0..len.div_ceil(ZERO_WRITE_BYTES)).map(|i| {
+        let at = i * ZERO_WRITE_BYTES;
+        let n = (len - at).min(ZERO_WRITE_BYTES);
+        image.write(offset + at, &zeros[..cairn_convert::usize_of(n)])
+    });
+    futures_util::stream::iter(pieces)
+        .buffer_unordered(ZERO_WRITES_IN_FLIGHT)
+        .try_collect::<()>()
+        .await
 }
 
 /// The NBD error for an image error.

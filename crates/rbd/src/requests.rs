@@ -122,7 +122,10 @@ impl Image {
             };
             // Requests carried out whose answer or removal failed: answered again, never run
             // again (a snapshot taken twice would be refused the second time).
-            carried.retain(|key, _| page.iter().any(|(k, _)| k == key));
+            // (Pruned only when the page holds every request: one past it is still waiting.)
+            if page.len() < PAGE as usize {
+                carried.retain(|key, _| page.iter().any(|(k, _)| k == key));
+            }
             for (key, value) in page {
                 let mut progress = match carried.remove(&key) {
                     Some(progress) => progress,
