@@ -51,6 +51,27 @@ const ZERO_WRITES_IN_FLIGHT: usize = 8;
 /// Longest a write's payload may take to arrive once its header has; past it, the
 /// connection is closed (the payload's share of the server's bytes is held meanwhile).
 pub const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a server waits on a stalled client before it closes the connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    /// The whole handshake ([`HANDSHAKE_TIMEOUT`]).
+    pub handshake: Duration,
+    /// A write's payload, once its header has arrived ([`PAYLOAD_TIMEOUT`]).
+    pub payload: Duration,
+    /// One reply, waiting for the client to read it ([`REPLY_TIMEOUT`]).
+    pub reply: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            handshake: HANDSHAKE_TIMEOUT,
+            payload: PAYLOAD_TIMEOUT,
+            reply: REPLY_TIMEOUT,
+        }
+    }
+}
 /// Bytes of zeros written at once for a write-zeroes request that must leave no hole.
 const ZERO_WRITE_BYTES: u64 = 1 << 20;
 
@@ -180,6 +201,8 @@ pub struct Exports {
     next_generation: AtomicU64,
     /// Bytes of request and reply payloads held, over every connection.
     payload_bytes: Arc<Semaphore>,
+    /// How long a stalled client is waited for.
+    timeouts: Timeouts,
 }
 
 impl Exports {
@@ -191,6 +214,17 @@ impl Exports {
         pool: String,
         lease: Duration,
     ) -> Arc<Exports> {
+        Self::with_timeouts(client, writer_client, pool, lease, Timeouts::default())
+    }
+
+    /// [`Exports::new`] waiting on stalled clients as `timeouts` say.
+    pub fn with_timeouts(
+        client: Arc<Client>,
+        writer_client: ClientMaker,
+        pool: String,
+        lease: Duration,
+        timeouts: Timeouts,
+    ) -> Arc<Exports> {
         Arc::new(Exports {
             client,
             writer_client,
@@ -199,6 +233,7 @@ impl Exports {
             open: std::sync::Mutex::new(HashMap::new()),
             next_generation: AtomicU64::new(1),
             payload_bytes: Arc::new(Semaphore::new(MAX_BYTES_IN_FLIGHT as usize)),
+            timeouts,
         })
     }
 
@@ -376,7 +411,8 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (r, w) = tokio::io::split(stream);
-    let until = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let timeouts = exports.timeouts;
+    let until = tokio::time::Instant::now() + timeouts.handshake;
     let mut r = Deadline::until(BufReader::new(r), until);
     let mut w = Deadline::until(BufWriter::new(w), until);
     let Some((name, attached)) = negotiate(&mut r, &mut w, &exports).await? else {
@@ -384,7 +420,11 @@ where
     };
     r.sleep = None;
     w.sleep = None;
-    let served = transmit(r, w, attached.image.clone(), exports.payload_bytes.clone()).await;
+    let budget = Budget {
+        bytes: exports.payload_bytes.clone(),
+        timeouts,
+    };
+    let served = transmit(r, w, attached.image.clone(), budget).await;
     exports.detach(&name, &attached).await;
     served
 }
@@ -410,7 +450,7 @@ impl<T> Deadline<T> {
         sleep.as_mut().poll(cx).is_ready().then(|| {
             std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("the handshake took longer than {HANDSHAKE_TIMEOUT:?}"),
+                "the handshake took longer than its deadline",
             )
         })
     }
@@ -633,7 +673,7 @@ async fn transmit<R, W>(
     mut r: R,
     mut w: W,
     image: Arc<Image>,
-    payload_bytes: Arc<Semaphore>,
+    budget: Budget,
 ) -> Result<(), NbdError>
 where
     R: AsyncRead + Unpin,
@@ -652,12 +692,12 @@ where
                 }
                 Ok::<(), std::io::Error>(())
             };
-            match tokio::time::timeout(REPLY_TIMEOUT, sent).await {
+            match tokio::time::timeout(budget.timeouts.reply, sent).await {
                 Ok(sent) => sent?,
                 Err(_) => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
-                        format!("the client read no reply for {REPLY_TIMEOUT:?}"),
+                        format!("the client read no reply for {:?}", budget.timeouts.reply),
                     ))
                 }
             }
@@ -676,7 +716,7 @@ where
             }
         };
         let request = tokio::select! {
-            request = read_request(&mut r, &payload_bytes) => request,
+            request = read_request(&mut r, &budget) => request,
             done = &mut writer => {
                 written = Some(done);
                 break Ok(());
@@ -716,6 +756,14 @@ where
     outcome.and(written.map_err(NbdError::from))
 }
 
+/// What a connection's requests draw on: the server's payload bytes, and how long a stalled
+/// client is waited for.
+#[derive(Clone)]
+struct Budget {
+    bytes: Arc<Semaphore>,
+    timeouts: Timeouts,
+}
+
 /// One request as read.
 struct Request {
     kind: u16,
@@ -737,7 +785,7 @@ struct Answer {
 /// payload is read), or None at a disconnect request.
 async fn read_request<R: AsyncRead + Unpin>(
     r: &mut R,
-    payload_bytes: &Arc<Semaphore>,
+    budget: &Budget,
 ) -> Result<Option<(Request, Option<OwnedSemaphorePermit>)>, NbdError> {
     let magic = r.read_u32().await?;
     if magic != REQUEST_MAGIC {
@@ -761,7 +809,8 @@ async fn read_request<R: AsyncRead + Unpin>(
     }
     let bytes = match payload && len > 0 {
         true => Some(
-            payload_bytes
+            budget
+                .bytes
                 .clone()
                 .acquire_many_owned(len)
                 .await
@@ -773,12 +822,15 @@ async fn read_request<R: AsyncRead + Unpin>(
     if kind == CMD_WRITE {
         data = vec![0u8; len as usize];
         // Its share of the server's payload bytes is held meanwhile: bounded in time.
-        tokio::time::timeout(PAYLOAD_TIMEOUT, r.read_exact(&mut data))
+        tokio::time::timeout(budget.timeouts.payload, r.read_exact(&mut data))
             .await
             .map_err(|_| {
                 std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    format!("a write's payload took longer than {PAYLOAD_TIMEOUT:?} to arrive"),
+                    format!(
+                        "a write's payload took longer than {:?} to arrive",
+                        budget.timeouts.payload
+                    ),
                 )
             })??;
     }

@@ -194,3 +194,74 @@ async fn the_nbd_server_answers_what_it_refuses_and_lets_go_of_an_image_last() {
     reopened.close().await.unwrap();
     crate::common::stop(c).await;
 }
+
+/// A client that stalls is waited for only so long: one that sends nothing in its handshake,
+/// one that sends half a write's payload, and one that reads no reply each have their
+/// connection closed, and the image's lock is let go of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_clients_are_cut_off_and_let_go_of_their_images() {
+    let c = cluster("rbd-nbd-stalls", 8, 64 << 20).await;
+    let client = Arc::new(crate::common::connect(c.mon.addr(), 508).await.unwrap());
+    Image::create(&client, "data", "disk", 8 << 20, Some(22))
+        .await
+        .unwrap();
+    let timeouts = nbd::Timeouts {
+        handshake: Duration::from_millis(500),
+        payload: Duration::from_millis(500),
+        reply: Duration::from_millis(500),
+    };
+    let exports = Exports::with_timeouts(
+        client.clone(),
+        writers(c.mon.addr()),
+        "data".into(),
+        LEASE,
+        timeouts,
+    );
+    let bound = Duration::from_secs(10);
+
+    // Silent in its handshake.
+    let (_io, server) = tokio::io::duplex(1 << 20);
+    let served = tokio::time::timeout(bound, nbd::serve_connection(server, exports.clone()))
+        .await
+        .expect("a silent handshake is cut off");
+    assert!(served.is_err());
+
+    // Half a write's payload.
+    let (mut conn, _) = open(&exports, "disk").await;
+    conn.send(WRITE, 0, 1, 0, 1 << 20).await;
+    conn.io.write_all(&vec![5u8; 512 << 10]).await.unwrap();
+    let served = tokio::time::timeout(bound, conn.served)
+        .await
+        .expect("a stalled payload is cut off")
+        .unwrap();
+    assert!(served.is_err());
+
+    // Replies left unread: reads of 1 MiB into a pipe of 64 KiB.
+    let (mut io, server) = tokio::io::duplex(64 << 10);
+    let served = tokio::spawn(nbd::serve_connection(server, exports.clone()));
+    let mut greeting = [0u8; 18];
+    io.read_exact(&mut greeting).await.unwrap();
+    io.write_u32(3).await.unwrap();
+    io.write_all(b"IHAVEOPT").await.unwrap();
+    io.write_u32(1).await.unwrap();
+    io.write_u32(4).await.unwrap();
+    io.write_all(b"disk").await.unwrap();
+    let _size = io.read_u64().await.unwrap();
+    let _flags = io.read_u16().await.unwrap();
+    let mut conn = Conn { io, served };
+    for cookie in 0..4 {
+        conn.send(READ, 0, cookie, 0, 1 << 20).await;
+    }
+    let served = tokio::time::timeout(bound, conn.served)
+        .await
+        .expect("a client reading no reply is cut off")
+        .unwrap();
+    assert!(served.is_err());
+
+    // Every connection ended let go of the image: its lock is free.
+    let image = Image::open_exclusive(client.clone(), "data", "disk", LEASE)
+        .await
+        .expect("the lock was released");
+    image.close().await.unwrap();
+    crate::common::stop(c).await;
+}
