@@ -56,16 +56,6 @@ pub enum MsgrError {
         /// Bytes queued or sent and not yet acknowledged on the session.
         held_bytes: u64,
     },
-    /// The peer acknowledged a message this side has not written to it: a broken or hostile
-    /// peer (acknowledging what it has not read would release the send window while the
-    /// socket is full, and let queued replies grow without bound).
-    #[error("the peer acknowledged message seq {ack}, past the {written} written to it")]
-    AckPastWritten {
-        /// The acknowledged sequence number.
-        ack: u64,
-        /// The highest sequence number written.
-        written: u64,
-    },
     /// Waiting exceeded the caller's deadline.
     #[error("timed out after {0} ms")]
     Timeout(u64),

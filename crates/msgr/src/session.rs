@@ -777,13 +777,9 @@ async fn drive_inner(
     mut replace: Option<&mut mpsc::Receiver<NewConn>>,
 ) -> Result<Ended, MsgrError> {
     let st = &mut parts.state;
-    if peer_received > st.written_before {
-        // The peer says it received what was never written to it.
-        return Err(MsgrError::AckPastWritten {
-            ack: peer_received,
-            written: st.written_before,
-        });
-    }
+    // What the peer says it received counts only as far as was written to it (a peer that
+    // has not yet seen this session start anew still speaks of its old numbering).
+    let peer_received = peer_received.min(st.written_before);
     while st
         .unacked
         .front()
@@ -878,11 +874,10 @@ async fn drive_inner(
             inc = stream.next() => {
                 let frame = inc.ok_or(MsgrError::Closed)??;
                 last_in = Instant::now();
-                let ack = frame.header.ack;
-                let written = st.written_before.max(sink.written_seq());
-                if ack > written {
-                    return Err(MsgrError::AckPastWritten { ack, written });
-                }
+                // An acknowledgement counts only as far as was handed to the socket: a peer
+                // acknowledging what it has not read (or, after a reset, another numbering)
+                // releases no more of the window than its socket took.
+                let ack = frame.header.ack.min(st.written_before.max(sink.written_seq()));
                 let mut acked = false;
                 while st.unacked.front().is_some_and(|(f, _)| f.header.seq <= ack) {
                     st.unacked.pop_front();
