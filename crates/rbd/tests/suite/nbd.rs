@@ -39,7 +39,12 @@ struct Conn {
 /// Connects to `exports`, asks for export `name` (the old-style EXPORT_NAME option) and
 /// returns the connection with the export's size.
 async fn open(exports: &Arc<Exports>, name: &str) -> (Conn, u64) {
-    let (mut io, server) = tokio::io::duplex(1 << 20);
+    open_through(exports, name, 1 << 20).await
+}
+
+/// [`open`] through a pipe holding `pipe_bytes` each way.
+async fn open_through(exports: &Arc<Exports>, name: &str, pipe_bytes: usize) -> (Conn, u64) {
+    let (mut io, server) = tokio::io::duplex(pipe_bytes);
     let served = tokio::spawn(nbd::serve_connection(server, exports.clone()));
     let mut greeting = [0u8; 18];
     io.read_exact(&mut greeting).await.unwrap();
@@ -237,18 +242,7 @@ async fn stalled_clients_are_cut_off_and_let_go_of_their_images() {
     assert!(served.is_err());
 
     // Replies left unread: reads of 1 MiB into a pipe of 64 KiB.
-    let (mut io, server) = tokio::io::duplex(64 << 10);
-    let served = tokio::spawn(nbd::serve_connection(server, exports.clone()));
-    let mut greeting = [0u8; 18];
-    io.read_exact(&mut greeting).await.unwrap();
-    io.write_u32(3).await.unwrap();
-    io.write_all(b"IHAVEOPT").await.unwrap();
-    io.write_u32(1).await.unwrap();
-    io.write_u32(4).await.unwrap();
-    io.write_all(b"disk").await.unwrap();
-    let _size = io.read_u64().await.unwrap();
-    let _flags = io.read_u16().await.unwrap();
-    let mut conn = Conn { io, served };
+    let (mut conn, _) = open_through(&exports, "disk", 64 << 10).await;
     for cookie in 0..4 {
         conn.send(READ, 0, cookie, 0, 1 << 20).await;
     }
