@@ -140,6 +140,10 @@ struct State {
     classes: IoClassTable,
     table: LineTable,
     persisted: Vec<Entry>,
+    /// Lines whose entry on the cache device may be the persisted one or a newer one whose
+    /// write did not complete (a persist failed or was cancelled midway): they count as
+    /// claiming every sector for another core line until an entry of theirs persists.
+    uncertain: Vec<bool>,
     entry_seq: Vec<u32>,
     detector: SeqDetector,
     promoter: Promoter,
@@ -209,6 +213,49 @@ const FLUSH_ROUND_LINES: u32 = 256;
 
 /// Marks a request waiting for cleaning rounds to end, for as long as it lives.
 struct Quiescing<'a>(&'a CacheDevice);
+
+/// One cleaning round's lines, marked `cleaning` ([`CacheDevice::begin_round`]). The round
+/// ends when this is dropped, whether it completed, failed or its future was cancelled, so a
+/// flush waiting for rounds to end never waits for one that nobody runs any more.
+struct CleaningRound<'a> {
+    dev: &'a CacheDevice,
+    lines: Vec<u32>,
+}
+
+impl Drop for CleaningRound<'_> {
+    fn drop(&mut self) {
+        self.dev.end_cleaning(&self.lines);
+    }
+}
+
+/// A metadata persist in progress ([`CacheDevice::persist_with`]). Unless it completes, its
+/// drop (on an error or a cancelled future) owes the core its flush again, notes its lines
+/// as changed again, and marks them uncertain once their pages may have been written.
+struct PersistAttempt<'a> {
+    dev: &'a CacheDevice,
+    lines: Vec<u32>,
+    core_flush_owed: bool,
+    pages_started: bool,
+    completed: bool,
+}
+
+impl Drop for PersistAttempt<'_> {
+    fn drop(&mut self) {
+        if self.completed {
+            return;
+        }
+        if self.core_flush_owed {
+            self.dev.core_written.store(true, Ordering::Release);
+        }
+        let mut st = self.dev.lock();
+        if self.pages_started {
+            for &i in &self.lines {
+                st.uncertain[i as usize] = true;
+            }
+        }
+        st.table.restore_changed(self.lines.iter().copied());
+    }
+}
 
 impl Drop for Quiescing<'_> {
     fn drop(&mut self) {
@@ -391,6 +438,7 @@ impl CacheDevice {
             detector: SeqDetector::new(cfg.seq_cutoff.max_streams),
             promoter: Promoter::new(&cfg.promotion),
             entry_seq: vec![0; geom.lines as usize],
+            uncertain: vec![false; geom.lines as usize],
             cfg,
             classes,
             table,
@@ -725,7 +773,8 @@ impl CacheDevice {
             match st.table.lookup(p.core_line) {
                 Some(i) => {
                     let e = st.persisted[i as usize];
-                    let foreign = e.valid != 0 && e.core_line != p.core_line;
+                    let foreign =
+                        st.uncertain[i as usize] || (e.valid != 0 && e.core_line != p.core_line);
                     if foreign || e.valid & !e.dirty & p.mask != 0 {
                         return None;
                     }
@@ -789,7 +838,7 @@ impl CacheDevice {
     fn claim_without(st: &State, line: u32, mask: u16) -> Option<(u32, Entry)> {
         let p = st.persisted[line as usize];
         let l = st.table.line(line);
-        let foreign = p.valid != 0 && p.core_line != l.core_line;
+        let foreign = st.uncertain[line as usize] || (p.valid != 0 && p.core_line != l.core_line);
         if !foreign && p.valid & !p.dirty & mask == 0 {
             return None;
         }
@@ -812,32 +861,36 @@ impl CacheDevice {
     /// [`CacheDevice::persist`], flushing both devices first if `data_first` (always for a
     /// client flush, which must make every completed write durable).
     async fn persist_with(&self, targets: Vec<(u32, Entry)>, data_first: bool) -> BResult<()> {
+        let mut attempt = PersistAttempt {
+            dev: self,
+            lines: targets.iter().map(|(i, _)| *i).collect(),
+            core_flush_owed: false,
+            pages_started: false,
+            completed: false,
+        };
         if data_first {
             // The core needs no flush when nothing was written to it since its last one (in
             // write-back, most flushes): an HDD flush per commit is what a cache saves.
             if self.core_written.swap(false, Ordering::AcqRel) {
-                if let Err(e) = self.core.flush().await {
-                    self.core_written.store(true, Ordering::Release);
-                    return Err(e);
-                }
+                attempt.core_flush_owed = true;
+                self.core.flush().await?;
+                attempt.core_flush_owed = false;
             }
             self.cache.flush().await?;
         }
         if targets.is_empty() {
+            attempt.completed = true;
             return Ok(());
         }
+        // The pages carry the targets' new entries and every other line's persisted one;
+        // `persisted` takes the new entries only once they are durable.
         let pages: BTreeMap<u64, Vec<u8>> = {
             let mut st = self.lock();
+            let new: BTreeMap<u32, Entry> = targets.iter().copied().collect();
             let mut pages = BTreeMap::new();
-            for (i, e) in &targets {
-                st.persisted[*i as usize] = *e;
-                if st.mem_entry(*i) != *e {
-                    // An entry persisted other than the line stands (without a claim, before a
-                    // change): the next flush owes the line's own.
-                    st.table.restore_changed([*i]);
-                }
-                st.entry_seq[*i as usize] = st.entry_seq[*i as usize].wrapping_add(1);
-                pages.insert(u64::from(*i) / ENTRIES_PER_PAGE, Vec::new());
+            for &i in new.keys() {
+                st.entry_seq[i as usize] = st.entry_seq[i as usize].wrapping_add(1);
+                pages.insert(u64::from(i) / ENTRIES_PER_PAGE, Vec::new());
             }
             let instance = st.sb.instance_id;
             for (page, bytes) in pages.iter_mut() {
@@ -845,12 +898,10 @@ impl CacheDevice {
                 let first = page * ENTRIES_PER_PAGE;
                 let last = (first + ENTRIES_PER_PAGE).min(u64::from(self.geom.lines));
                 for i in first..last {
+                    let line = u32::try_from(i).expect("line indexes fit in u32");
+                    let entry = new.get(&line).unwrap_or(&st.persisted[usize_of(i)]);
                     let at = usize_of(i - first) * ENTRY_BYTES;
-                    let enc = encode_entry(
-                        &st.persisted[usize_of(i)],
-                        instance,
-                        st.entry_seq[usize_of(i)],
-                    );
+                    let enc = encode_entry(entry, instance, st.entry_seq[usize_of(i)]);
                     bytes[at..at + ENTRY_BYTES].copy_from_slice(&enc);
                 }
             }
@@ -859,12 +910,25 @@ impl CacheDevice {
         };
         // The pages are independent and the flush below covers them all: they go out
         // together (a flush after scattered random writes changes one page per line).
+        attempt.pages_started = true;
         let mut writes = Vec::with_capacity(pages.len());
         for (page, bytes) in &pages {
             writes.push(self.cache.write(self.geom.page_offset(*page), bytes));
         }
         run_bounded(writes.into_iter()).await?;
-        self.cache.flush().await
+        self.cache.flush().await?;
+        let mut st = self.lock();
+        for (i, e) in targets {
+            st.persisted[i as usize] = e;
+            st.uncertain[i as usize] = false;
+            if st.mem_entry(i) != e {
+                // An entry persisted other than the line stands (without a claim, before a
+                // change): the next flush owes the line's own.
+                st.table.restore_changed([i]);
+            }
+        }
+        attempt.completed = true;
+        Ok(())
     }
 
     /// The line holding `core_line`, mapping one (evicting if needed) if none does; `None` when
@@ -985,7 +1049,7 @@ impl CacheDevice {
             return Ok(());
         }
         let g = self.gate.write().await;
-        let picked: Vec<u32> = {
+        let picked = {
             let mut st = self.lock();
             let needed = room_needed(&st);
             if needed == 0 {
@@ -1001,12 +1065,12 @@ impl CacheDevice {
                 .into_iter()
                 .filter(|&i| st.table.line(i).dirty != 0)
                 .collect();
-            Self::begin_round(&mut st, dirty)
+            self.begin_round(&mut st, dirty)
         };
-        if picked.is_empty() {
+        let Some(round) = picked else {
             return Ok(());
-        }
-        let cleaned = self.clean_outside_gate(g, &picked, &*self.core).await?;
+        };
+        let cleaned = self.clean_outside_gate(g, round, &*self.core).await?;
         self.lock().counters.victims_cleaned_ahead += cleaned as u64;
         Ok(())
     }
@@ -1461,14 +1525,17 @@ impl CacheDevice {
             .into_iter()
             .filter_map(|i| {
                 let e = st.mem_entry(i);
-                (e != st.persisted[i as usize]).then_some((i, e))
+                (e != st.persisted[i as usize] || st.uncertain[i as usize]).then_some((i, e))
             })
             .collect();
         debug_assert!(
             {
                 let noted: std::collections::HashSet<u32> = out.iter().map(|(i, _)| *i).collect();
-                (0..self.geom.lines)
-                    .all(|i| st.mem_entry(i) == st.persisted[i as usize] || noted.contains(&i))
+                (0..self.geom.lines).all(|i| {
+                    let settled =
+                        st.mem_entry(i) == st.persisted[i as usize] && !st.uncertain[i as usize];
+                    settled || noted.contains(&i)
+                })
             },
             "a changed entry the line table did not note"
         );
@@ -1479,12 +1546,7 @@ impl CacheDevice {
     /// again.
     async fn persist_changed(&self) -> BResult<()> {
         let targets = self.unpersisted_entries();
-        let lines: Vec<u32> = targets.iter().map(|(i, _)| *i).collect();
-        let result = self.persist_with(targets, true).await;
-        if result.is_err() {
-            self.lock().table.restore_changed(lines);
-        }
-        result
+        self.persist_with(targets, true).await
     }
 
     /// A durability barrier for every write completed before the call. Concurrent callers
@@ -1527,41 +1589,34 @@ impl CacheDevice {
                 }
                 CleanOrder::CoreAddress => st.table.dirty_by_core(dec.max_lines),
             };
-            (Self::begin_round(&mut st, picked), dec.idle_wake_ms)
+            (self.begin_round(&mut st, picked), dec.idle_wake_ms)
         };
-        if picked.is_empty() {
+        let Some(round) = picked else {
             return Ok(CleanReport {
                 cleaned_lines: 0,
                 next_wake_ms,
             });
-        }
-        let cleaned = self
-            .clean_outside_gate(g, &picked, &*self.clean_core)
-            .await?;
+        };
+        let cleaned = self.clean_outside_gate(g, round, &*self.clean_core).await?;
         Ok(CleanReport {
             cleaned_lines: cleaned,
             next_wake_ms: now_ms,
         })
     }
 
-    /// Cleans `picked` (lines just marked `cleaning` under the exclusive gate `g`): reads
-    /// their dirty data, lets the gate go while `core` is written and flushed, then takes it
-    /// again to mark clean each line no write changed meanwhile. Returns the lines cleaned.
+    /// Cleans the lines of `round` (just marked `cleaning` under the exclusive gate `g`):
+    /// reads their dirty data, lets the gate go while `core` is written and flushed, then
+    /// takes it again to end the round and mark clean each line no write changed meanwhile.
+    /// Returns the lines cleaned.
     async fn clean_outside_gate(
         &self,
         g: tokio::sync::RwLockWriteGuard<'_, ()>,
-        picked: &[u32],
+        round: CleaningRound<'_>,
         core: &dyn BlockDevice,
     ) -> BResult<usize> {
-        let mut batch = Vec::with_capacity(picked.len());
-        for &i in picked {
-            match self.read_dirty(i).await {
-                Ok(r) => batch.push((i, r)),
-                Err(e) => {
-                    self.end_cleaning(picked);
-                    return Err(e);
-                }
-            }
+        let mut batch = Vec::with_capacity(round.lines.len());
+        for &i in &round.lines {
+            batch.push((i, self.read_dirty(i).await?));
         }
         drop(g);
         let writes: Vec<CoreWrite> = batch
@@ -1573,7 +1628,7 @@ impl CacheDevice {
             io = core.flush().await;
         }
         let _g = self.gate.write().await;
-        self.end_cleaning(picked);
+        drop(round);
         io?;
         let mut st = self.lock();
         let mut cleaned = 0;
@@ -1588,20 +1643,21 @@ impl CacheDevice {
         Ok(cleaned)
     }
 
-    /// Starts a cleaning round of `lines` (caller holds the gate exclusively): marks them
-    /// `cleaning` and returns them, or returns none while a flush waits for rounds to end.
-    fn begin_round(st: &mut State, lines: Vec<u32>) -> Vec<u32> {
+    /// Starts a cleaning round of `lines` (caller holds the gate exclusively, `st` is this
+    /// device's state): marks them `cleaning` and returns the round, or none while a flush
+    /// waits for rounds to end.
+    fn begin_round(&self, st: &mut State, lines: Vec<u32>) -> Option<CleaningRound<'_>> {
         if st.quiescing > 0 || lines.is_empty() {
-            return Vec::new();
+            return None;
         }
         for &i in &lines {
             st.table.set_cleaning(i, true);
         }
         st.cleaning_rounds += 1;
-        lines
+        Some(CleaningRound { dev: self, lines })
     }
 
-    /// Ends the cleaning round of `lines` ([`CacheDevice::begin_round`]).
+    /// Ends the cleaning round of `lines` (when its [`CleaningRound`] is dropped).
     fn end_cleaning(&self, lines: &[u32]) {
         {
             let mut st = self.lock();
@@ -1677,12 +1733,12 @@ impl CacheDevice {
             let picked = {
                 let mut st = self.lock();
                 let oldest = st.table.oldest_dirty(FLUSH_ROUND_LINES as usize, None);
-                Self::begin_round(&mut st, oldest)
+                self.begin_round(&mut st, oldest)
             };
-            if picked.is_empty() {
+            let Some(round) = picked else {
                 break;
-            }
-            self.clean_outside_gate(g, &picked, &*self.core).await?;
+            };
+            self.clean_outside_gate(g, round, &*self.core).await?;
         }
         Ok(())
     }
