@@ -592,6 +592,11 @@ pub fn encode_store(
             st.pipeline_wait_ns as f64 * NS,
         ),
         (
+            "cairn_osd_store_throttle_wait_seconds_total",
+            "Time group commits were slowed while the store's log neared its limit.",
+            st.throttle_wait_ns as f64 * NS,
+        ),
+        (
             "cairn_osd_store_read_device_seconds_total",
             "Time reads spent on the device (without the store's state lock).",
             st.read_device_ns as f64 * NS,

@@ -39,6 +39,7 @@ mod read;
 mod replay;
 mod stage;
 pub mod store;
+mod throttle;
 pub mod txn;
 mod usage;
 mod wal;

@@ -153,6 +153,9 @@ pub struct StoreStats {
     pub early_wait_ns: u64,
     /// Time committers waited for a group in flight to make room in the pipeline, ns.
     pub pipeline_wait_ns: u64,
+    /// Time group commits were delayed while the log neared its hard limit (so that they
+    /// slow down rather than wait for a whole checkpoint there), ns.
+    pub throttle_wait_ns: u64,
     /// Time reads spent on the device, ns (without the state lock).
     pub read_device_ns: u64,
     /// Group commits made durable by a write-ahead log record (one device flush, no KV sync).
@@ -220,6 +223,7 @@ pub(crate) struct Counters {
     pub lock_wait_ns: AtomicU64,
     pub early_wait_ns: AtomicU64,
     pub pipeline_wait_ns: AtomicU64,
+    pub throttle_wait_ns: AtomicU64,
     pub read_device_ns: AtomicU64,
     /// [`Store::commit_backlog`], shared with whoever watches it.
     pub backlog: BacklogGauge,
@@ -920,6 +924,7 @@ impl Store {
             lock_wait_ns: self.counters.lock_wait_ns.load(Ordering::Relaxed),
             early_wait_ns: self.counters.early_wait_ns.load(Ordering::Relaxed),
             pipeline_wait_ns: self.counters.pipeline_wait_ns.load(Ordering::Relaxed),
+            throttle_wait_ns: self.counters.throttle_wait_ns.load(Ordering::Relaxed),
             read_device_ns: self.counters.read_device_ns.load(Ordering::Relaxed),
             wal_records: self.counters.wal_records.load(Ordering::Relaxed),
             groups_overlapped: self.counters.groups_overlapped.load(Ordering::Relaxed),

@@ -283,3 +283,54 @@ async fn the_commit_backlog_climbs_with_logged_groups_and_falls_at_a_checkpoint(
         store.commit_backlog()
     );
 }
+
+/// Near the log's hard limit commits are slowed, not stopped: with the checkpoint's in-place
+/// writes held on the data device, small overwrites go on being acknowledged while the ring
+/// fills past the throttle's threshold, those past it delayed, none waiting for the
+/// checkpoint; once it lands, the last write reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_near_the_logs_limit_are_slowed_not_stopped() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let conf = StoreConfig {
+        deferred_overwrite_max_bytes: 8192,
+        deferred_batch_bytes: 64 << 20,
+        wal_checkpoint_records: 100_000,
+        ..cfg()
+    };
+    let (s, dev, _kv) = common::gated::rig_with(conf).await;
+    let before = s.stats().await;
+    assert_eq!(before.throttle_wait_ns, 0, "nothing near the limit yet");
+    dev.gate_data_write.store(true, SeqCst);
+    let mut written = 0u32;
+    let mut last = Vec::new();
+    while s.commit_backlog() < 0.75 {
+        assert!(
+            written < 10_000,
+            "the ring never filled: backlog {}",
+            s.commit_backlog()
+        );
+        last = pattern(u8::try_from(written % 250).unwrap() + 1, 4096);
+        let mut t = Transaction::new();
+        t.write("c", "A", 0, &last);
+        s.queue_transaction(&t).await.unwrap();
+        written += 1;
+    }
+    assert_eq!(
+        dev.held.load(SeqCst),
+        1,
+        "the checkpoint's in-place write waits at the gate"
+    );
+    let after = s.stats().await;
+    assert!(
+        after.throttle_wait_ns > 0,
+        "commits past the threshold were delayed ({written} written)"
+    );
+    assert_eq!(
+        after.checkpoint_wait_ns, before.checkpoint_wait_ns,
+        "no commit waited for the checkpoint"
+    );
+    dev.open_gate();
+    s.sync().await.unwrap();
+    assert_eq!(s.read("c", "A", 0, 4096).await.unwrap(), last);
+    assert!(s.fsck(true).await.unwrap().is_clean());
+}
