@@ -550,7 +550,7 @@ pub fn encode_store(
     for (name, help, value) in counts {
         e.counters(name, help, [(at, value)])?;
     }
-    let seconds: [(&str, &str, f64); 9] = [
+    let seconds: [(&str, &str, f64); 10] = [
         (
             "cairn_osd_store_stage_seconds_total",
             "Time staging transactions.",
