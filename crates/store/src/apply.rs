@@ -164,9 +164,8 @@ impl Store {
                     // Near the log's hard limit the leader waits a little before it forms its
                     // group (`throttle`): commits slow down instead of stopping at the limit.
                     let delay = crate::throttle::commit_delay(self.counters.backlog.get());
-                    if !delay.is_zero() {
-                        let t = Instant::now();
-                        tokio::time::sleep(delay).await;
+                    let t = Instant::now();
+                    if self.counters.checkpoint_signal.delay(delay).await {
                         elapsed_into(&self.counters.throttle_wait_ns, t);
                     }
                     // Groups commit in submission order: the next one starts only once the

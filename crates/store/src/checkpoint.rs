@@ -305,17 +305,24 @@ impl Store {
         };
         let nice = self.cfg.checkpoint_nice;
         let (finish, finished) = oneshot::channel::<()>();
+        let signal = self.counters.checkpoint_signal.clone();
+        signal.started();
+        let thread_signal = signal.clone();
         let spawned = match self.cfg.checkpoint_in_background {
             true => std::thread::Builder::new()
                 .name("store-checkpoint".into())
                 .spawn(move || {
                     lower_priority(nice);
                     let result = input.run();
+                    thread_signal.ended();
                     drop(finish);
                     result
                 }),
             false => Err(std::io::Error::other("checkpoints run inline")),
         };
+        if spawned.is_err() {
+            signal.ended();
+        }
         match spawned {
             Ok(thread) => {
                 st.checkpoint_job = Some(CheckpointJob {

@@ -224,6 +224,8 @@ pub(crate) struct Counters {
     pub early_wait_ns: AtomicU64,
     pub pipeline_wait_ns: AtomicU64,
     pub throttle_wait_ns: AtomicU64,
+    /// Whether a background checkpoint runs (the commit throttle waits only then).
+    pub checkpoint_signal: Arc<crate::throttle::CheckpointSignal>,
     pub read_device_ns: AtomicU64,
     /// [`Store::commit_backlog`], shared with whoever watches it.
     pub backlog: BacklogGauge,

@@ -9,6 +9,7 @@
 //! stalls. A delayed leader also lets more transactions join its group, so each record
 //! carries more of them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Backlog below which commits are never delayed: a checkpoint starts at 0.5, and one that
@@ -29,6 +30,47 @@ pub(crate) fn commit_delay(backlog: f64) -> Duration {
     }
     let over = ((backlog - FROM) / (FULL - FROM)).min(1.0);
     MAX_DELAY.mul_f64(over * over)
+}
+
+/// Whether a background checkpoint's thread runs, and a wake-up when it ends. The backlog
+/// falls only once a finished checkpoint is taken in, which a committer does: so commits are
+/// delayed only while the thread runs, and no longer than until it ends.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointSignal {
+    running: AtomicBool,
+    ended: tokio::sync::Notify,
+}
+
+impl CheckpointSignal {
+    /// A checkpoint's thread is about to start.
+    pub(crate) fn started(&self) {
+        self.running.store(true, Ordering::SeqCst);
+    }
+
+    /// The checkpoint's thread has done its work (or never started).
+    pub(crate) fn ended(&self) {
+        self.running.store(false, Ordering::SeqCst);
+        self.ended.notify_waiters();
+    }
+
+    /// Waits `delay`, or until the running checkpoint ends if that is sooner; returns at once
+    /// when none runs. Returns whether it waited.
+    pub(crate) async fn delay(&self, delay: Duration) -> bool {
+        if delay.is_zero() {
+            return false;
+        }
+        let ended = self.ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if !self.running.load(Ordering::SeqCst) {
+            return false;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = ended => {}
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -59,5 +101,29 @@ mod tests {
             halfway > Duration::from_millis(20) && halfway < Duration::from_millis(30),
             "a quarter of the cap halfway: {halfway:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_delay_waits_only_while_a_checkpoint_runs_and_ends_with_it() {
+        let signal = std::sync::Arc::new(CheckpointSignal::default());
+        let long = Duration::from_secs(3600);
+        assert!(!signal.delay(long).await, "no checkpoint runs: no wait");
+        signal.started();
+        assert!(
+            !signal.delay(Duration::ZERO).await,
+            "no delay asked: no wait"
+        );
+        let waiting = {
+            let signal = signal.clone();
+            tokio::spawn(async move { signal.delay(long).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        signal.ended();
+        let waited = tokio::time::timeout(Duration::from_secs(20), waiting)
+            .await
+            .expect("the wait ends with the checkpoint")
+            .unwrap();
+        assert!(waited);
     }
 }
