@@ -303,7 +303,7 @@ async fn commits_near_the_logs_limit_are_slowed_not_stopped() {
     dev.gate_data_write.store(true, SeqCst);
     let mut written = 0u32;
     let mut last = Vec::new();
-    while s.commit_backlog() < 0.75 {
+    while s.commit_backlog() < 0.9 {
         assert!(
             written < 10_000,
             "the ring never filled: backlog {}",
