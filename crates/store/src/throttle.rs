@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Backlog below which commits are never delayed: a checkpoint starts at 0.5, and one that
-/// keeps pace with the commits ends before they log this much more. (Delays from 0.6 kept
-/// an HDD's checkpoints from running back to back: a fifth less sustained small writes.)
+/// keeps pace with the commits ends before they log this much more. (Delays from 0.6 cost
+/// an HDD under a DB device's log a fifth of the small writes it sustains.)
 pub(crate) const FROM: f64 = 0.8;
 /// Backlog at which the delay reaches [`MAX_DELAY`].
 pub(crate) const FULL: f64 = 0.98;
