@@ -206,6 +206,10 @@ pub struct CacheDevice {
     flush_tickets: AtomicU64,
     /// The newest ticket a completed flush covers; held by the flush running.
     flushed_ticket: tokio::sync::Mutex<u64>,
+    /// Held by a persist's metadata page writes and the flush after them, which run in a task
+    /// of their own: one persist's pages at a time, so that a dropped persist's late page
+    /// never lands over a newer persist's copy of it.
+    meta_io: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Dirty lines cleaned per round by [`CacheDevice::flush_dirty`] before its final pass.
@@ -214,16 +218,18 @@ const FLUSH_ROUND_LINES: u32 = 256;
 /// Marks a request waiting for cleaning rounds to end, for as long as it lives.
 struct Quiescing<'a>(&'a CacheDevice);
 
-/// One cleaning round's lines, marked `cleaning` ([`CacheDevice::begin_round`]). The round
-/// ends when this is dropped, whether it completed, failed or its future was cancelled, so a
-/// flush waiting for rounds to end never waits for one that nobody runs any more.
+/// One cleaning round's lines, marked `cleaning` ([`CacheDevice::begin_round`]) until
+/// [`CleaningRound::end`]. A round whose future is dropped before it ends stays marked: its
+/// core writes may still land (a file device's I/O outlives its future), and ending it then
+/// would let a later clean write of the same lines be overtaken by them.
 struct CleaningRound<'a> {
     dev: &'a CacheDevice,
     lines: Vec<u32>,
 }
 
-impl Drop for CleaningRound<'_> {
-    fn drop(&mut self) {
+impl CleaningRound<'_> {
+    /// Ends the round: its lines are no longer being cleaned.
+    fn end(self) {
         self.dev.end_cleaning(&self.lines);
     }
 }
@@ -464,6 +470,7 @@ impl CacheDevice {
             round_ended: tokio::sync::Notify::new(),
             flush_tickets: AtomicU64::new(0),
             flushed_ticket: tokio::sync::Mutex::new(0),
+            meta_io: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -909,14 +916,29 @@ impl CacheDevice {
             pages
         };
         // The pages are independent and the flush below covers them all: they go out
-        // together (a flush after scattered random writes changes one page per line).
+        // together (a flush after scattered random writes changes one page per line). They
+        // run to the end in a task of their own even if this future is dropped (a device's
+        // write may outlive its future anyway), holding `meta_io` meanwhile.
+        let meta_io = self.meta_io.clone().lock_owned().await;
         attempt.pages_started = true;
-        let mut writes = Vec::with_capacity(pages.len());
-        for (page, bytes) in &pages {
-            writes.push(self.cache.write(self.geom.page_offset(*page), bytes));
-        }
-        run_bounded(writes.into_iter()).await?;
-        self.cache.flush().await?;
+        let cache = self.cache.clone();
+        let pages: Vec<(u64, Vec<u8>)> = pages
+            .into_iter()
+            .map(|(page, bytes)| (self.geom.page_offset(page), bytes))
+            .collect();
+        let io = tokio::spawn(async move {
+            let _meta_io = meta_io;
+            let mut writes = Vec::with_capacity(pages.len());
+            for (at, bytes) in &pages {
+                writes.push(cache.write(*at, bytes));
+            }
+            run_bounded(writes.into_iter()).await?;
+            cache.flush().await
+        });
+        io.await.map_err(|e| BlockDevError::Io {
+            kind: IoKind::Write,
+            source: std::io::Error::other(e),
+        })??;
         let mut st = self.lock();
         for (i, e) in targets {
             st.persisted[i as usize] = e;
@@ -1616,7 +1638,13 @@ impl CacheDevice {
     ) -> BResult<usize> {
         let mut batch = Vec::with_capacity(round.lines.len());
         for &i in &round.lines {
-            batch.push((i, self.read_dirty(i).await?));
+            match self.read_dirty(i).await {
+                Ok(r) => batch.push((i, r)),
+                Err(e) => {
+                    round.end();
+                    return Err(e);
+                }
+            }
         }
         drop(g);
         let writes: Vec<CoreWrite> = batch
@@ -1628,7 +1656,7 @@ impl CacheDevice {
             io = core.flush().await;
         }
         let _g = self.gate.write().await;
-        drop(round);
+        round.end();
         io?;
         let mut st = self.lock();
         let mut cleaned = 0;
@@ -1657,7 +1685,7 @@ impl CacheDevice {
         Some(CleaningRound { dev: self, lines })
     }
 
-    /// Ends the cleaning round of `lines` (when its [`CleaningRound`] is dropped).
+    /// Ends the cleaning round of `lines` ([`CleaningRound::end`]).
     fn end_cleaning(&self, lines: &[u32]) {
         {
             let mut st = self.lock();
