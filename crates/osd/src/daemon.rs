@@ -18,7 +18,7 @@ use cairn_clustermap::PgId;
 use cairn_msgr::blockcrc::CRC_BLOCK_BYTES;
 use cairn_msgr::handshake::AuthPeer;
 use cairn_msgr::http::serve_metrics;
-use cairn_msgr::session::{Listener, Session};
+use cairn_msgr::session::{Listener, Session, SessionSender};
 use cairn_msgr::Limits;
 use cairn_proto::mon::Request;
 use cairn_proto::peer::{PeerReply, PeerRequest};
@@ -650,6 +650,17 @@ fn entity_client_id(entity: &cairn_auth::EntityName) -> u64 {
     (1 << 63) | (high << 32) | low
 }
 
+/// Answers a refusal or a busy reply from a session's read loop without waiting for room in
+/// the session's window. A peer that reads no replies fills the window; waiting for it here
+/// would stop the loop, then the session's driver behind its full incoming queue, and with it
+/// the acknowledgements and timeouts that end such a session, while the peer's ops keep their
+/// pending-op budget. The answer is dropped instead: the peer's own op timeout takes over.
+fn answer_now(s: &Shared, sender: &SessionSender, msg_type: u16, payload: impl Into<Bytes>) {
+    if let Err(e) = sender.try_send(msg_type, payload) {
+        tracing::debug!(osd = s.id, msg_type, error = %e, "answer dropped: the session has no room");
+    }
+}
+
 async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
     let sender = session.sender();
     let client = session.id();
@@ -660,7 +671,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
             tracing::warn!(osd = s.id, session = client, %why, "message refused");
             if msg_type == admin::MSG_ADMIN {
                 let reply = admin::refused(&frame.payload, why);
-                let _ = sender.send(admin::MSG_ADMIN_REPLY, reply).await;
+                answer_now(&s, &sender, admin::MSG_ADMIN_REPLY, reply);
             }
             continue;
         }
@@ -690,7 +701,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                 if let Some(why) = refused {
                     tracing::warn!(osd = s.id, session = client, %why, "client op refused");
                     let h = ReplyHeader::bare(op.tid, s.epoch(), OpResult::Invalid(why));
-                    let _ = sender.send(MSG_OSD_OP_REPLY, encode(&h, &[])).await;
+                    answer_now(&s, &sender, MSG_OSD_OP_REPLY, encode(&h, &[]));
                     continue;
                 }
                 let Some(permit) = pending.admit_op(data.len()) else {
@@ -699,7 +710,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                         s.epoch(),
                         OpResult::Failed("osd busy: too many pending ops".into()),
                     );
-                    let _ = sender.send(MSG_OSD_OP_REPLY, encode(&h, &[])).await;
+                    answer_now(&s, &sender, MSG_OSD_OP_REPLY, encode(&h, &[]));
                     continue;
                 };
                 let (s2, out) = (s.clone(), sender.clone());
@@ -766,7 +777,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                         tid: req.tid,
                         answer: Err("osd busy: too many peer requests being served".into()),
                     };
-                    let _ = sender.send(MSG_PEER_REPLY, encode(&reply, &[])).await;
+                    answer_now(&s, &sender, MSG_PEER_REPLY, encode(&reply, &[]));
                     continue;
                 };
                 let (s2, out) = (s.clone(), sender.clone());
@@ -777,12 +788,19 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                 });
             }
             MSG_PING => {
-                let _ = sender.send(MSG_PING_REPLY, payload).await;
+                // Queued from a task of its own rather than dropped when the window is full:
+                // recovery's replies can fill a peer session's window for longer than the
+                // heartbeat grace, and a dropped reply would get a live OSD reported down.
+                // Pings come from authenticated OSDs, about one a second each.
+                let out = sender.clone();
+                drop(s.spawn(async move {
+                    let _ = out.send(MSG_PING_REPLY, payload).await;
+                }));
             }
             admin::MSG_ADMIN => {
                 let Ok(permit) = pending.admin.clone().try_acquire_owned() else {
                     let reply = admin::busy(&payload);
-                    let _ = sender.send(admin::MSG_ADMIN_REPLY, reply).await;
+                    answer_now(&s, &sender, admin::MSG_ADMIN_REPLY, reply);
                     continue;
                 };
                 let (s2, out) = (s.clone(), sender.clone());
