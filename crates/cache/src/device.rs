@@ -922,12 +922,15 @@ impl CacheDevice {
         let meta_io = self.meta_io.clone().lock_owned().await;
         attempt.pages_started = true;
         let cache = self.cache.clone();
+        // Whatever the core path holds for the device's life (an OSD's lock on the cache
+        // file) is held until the pages land too, so that no new instance attaches before.
+        let core_path = self.clean_core.clone();
         let pages: Vec<(u64, Vec<u8>)> = pages
             .into_iter()
             .map(|(page, bytes)| (self.geom.page_offset(page), bytes))
             .collect();
         let io = tokio::spawn(async move {
-            let _meta_io = meta_io;
+            let (_meta_io, _core_path) = (meta_io, core_path);
             let mut writes = Vec::with_capacity(pages.len());
             for (at, bytes) in &pages {
                 writes.push(cache.write(*at, bytes));
@@ -935,10 +938,15 @@ impl CacheDevice {
             run_bounded(writes.into_iter()).await?;
             cache.flush().await
         });
-        io.await.map_err(|e| BlockDevError::Io {
-            kind: IoKind::Write,
-            source: std::io::Error::other(e),
-        })??;
+        let written = match io.await {
+            Ok(written) => written,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(BlockDevError::Io {
+                kind: IoKind::Write,
+                source: std::io::Error::other(e),
+            }),
+        };
+        written?;
         let mut st = self.lock();
         for (i, e) in targets {
             st.persisted[i as usize] = e;

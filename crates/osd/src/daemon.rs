@@ -650,6 +650,10 @@ fn entity_client_id(entity: &cairn_auth::EntityName) -> u64 {
     (1 << 63) | (high << 32) | low
 }
 
+/// Ping replies of one session waiting for room in its window at once; pings past them go
+/// unanswered.
+const PING_REPLIES_QUEUED: usize = 4;
+
 /// Answers a refusal or a busy reply from a session's read loop without waiting for room in
 /// the session's window. A peer that reads no replies fills the window; waiting for it here
 /// would stop the loop, then the session's driver behind its full incoming queue, and with it
@@ -665,6 +669,7 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
     let sender = session.sender();
     let client = session.id();
     let peer = session.peer();
+    let ping_slots = Arc::new(Semaphore::new(PING_REPLIES_QUEUED));
     while let Some(frame) = session.recv().await {
         let msg_type = frame.header.msg_type;
         if let Some(why) = refused_by_type(peer.as_deref(), msg_type) {
@@ -791,10 +796,14 @@ async fn serve(s: Arc<Shared>, mut session: Session, pending: Arc<Pending>) {
                 // Queued from a task of its own rather than dropped when the window is full:
                 // recovery's replies can fill a peer session's window for longer than the
                 // heartbeat grace, and a dropped reply would get a live OSD reported down.
-                // Pings come from authenticated OSDs, about one a second each.
+                // A few at most per session: one reply waiting already shows this OSD alive.
+                let Ok(slot) = ping_slots.clone().try_acquire_owned() else {
+                    continue;
+                };
                 let out = sender.clone();
                 drop(s.spawn(async move {
                     let _ = out.send(MSG_PING_REPLY, payload).await;
+                    drop(slot);
                 }));
             }
             admin::MSG_ADMIN => {
