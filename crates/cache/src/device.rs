@@ -191,7 +191,8 @@ pub struct CacheDevice {
     props: DeviceProperties,
     clock: Arc<dyn Clock>,
     gate: tokio::sync::RwLock<()>,
-    st: Mutex<State>,
+    /// Shared with the tasks that finish cleaning rounds whose futures were dropped.
+    st: Arc<Mutex<State>>,
     /// Set when a foreground write to the core completes; cleared by the core flush that
     /// covers it. Every core write holds the gate and every flush of the core here holds it
     /// exclusively, so a flush never skips a write it owes durability to.
@@ -199,9 +200,9 @@ pub struct CacheDevice {
     /// Bumped before and after every write or discard of the core (foreground or cleaning):
     /// a read that went to the core without the exclusive gate installs what it read only
     /// if no core write could have overlapped it.
-    core_gen: AtomicU64,
+    core_gen: Arc<AtomicU64>,
     /// Signalled when a cleaning round ends.
-    round_ended: tokio::sync::Notify,
+    round_ended: Arc<tokio::sync::Notify>,
     /// Flush tickets handed out ([`CacheDevice::flush_impl`]).
     flush_tickets: AtomicU64,
     /// The newest ticket a completed flush covers; held by the flush running.
@@ -218,19 +219,29 @@ const FLUSH_ROUND_LINES: u32 = 256;
 /// Marks a request waiting for cleaning rounds to end, for as long as it lives.
 struct Quiescing<'a>(&'a CacheDevice);
 
-/// One cleaning round's lines, marked `cleaning` ([`CacheDevice::begin_round`]) until
-/// [`CleaningRound::end`]. A round whose future is dropped before it ends stays marked: its
-/// core writes may still land (a file device's I/O outlives its future), and ending it then
-/// would let a later clean write of the same lines be overtaken by them.
-struct CleaningRound<'a> {
-    dev: &'a CacheDevice,
+/// One cleaning round's lines, marked `cleaning` ([`CacheDevice::mark_round`]) until the
+/// round is dropped; no other cleaning or eviction picks a line so marked. While its core
+/// writes run, the task running them owns the round ([`CacheDevice::write_core_detached`]),
+/// so a round whose request is dropped midway ends only once those writes have landed: never
+/// while one could still overtake a later clean write of the same lines.
+struct CleaningRound {
+    st: Arc<Mutex<State>>,
+    round_ended: Arc<tokio::sync::Notify>,
     lines: Vec<u32>,
 }
 
-impl CleaningRound<'_> {
+impl Drop for CleaningRound {
     /// Ends the round: its lines are no longer being cleaned.
-    fn end(self) {
-        self.dev.end_cleaning(&self.lines);
+    fn drop(&mut self) {
+        {
+            let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+            for &i in &self.lines {
+                st.table.set_cleaning(i, false);
+            }
+            assert!(st.cleaning_rounds > 0, "cleaning round ended twice");
+            st.cleaning_rounds -= 1;
+        }
+        self.round_ended.notify_waiters();
     }
 }
 
@@ -464,10 +475,10 @@ impl CacheDevice {
             props,
             clock: Arc::new(TokioClock::new()),
             gate: tokio::sync::RwLock::new(()),
-            st: Mutex::new(st),
+            st: Arc::new(Mutex::new(st)),
             core_written: AtomicBool::new(false),
-            core_gen: AtomicU64::new(0),
-            round_ended: tokio::sync::Notify::new(),
+            core_gen: Arc::new(AtomicU64::new(0)),
+            round_ended: Arc::new(tokio::sync::Notify::new()),
             flush_tickets: AtomicU64::new(0),
             flushed_ticket: tokio::sync::Mutex::new(0),
             meta_io: Arc::new(tokio::sync::Mutex::new(())),
@@ -1100,7 +1111,7 @@ impl CacheDevice {
         let Some(round) = picked else {
             return Ok(());
         };
-        let cleaned = self.clean_outside_gate(g, round, &*self.core).await?;
+        let cleaned = self.clean_outside_gate(g, round, &self.core).await?;
         self.lock().counters.victims_cleaned_ahead += cleaned as u64;
         Ok(())
     }
@@ -1198,22 +1209,51 @@ impl CacheDevice {
 
     /// Writes the dirty data of several lines to `core`, adjacent runs merged, with up to
     /// [`CLEAN_QUEUE_DEPTH`] writes in flight (bounded by the core's queue depth), so the core
-    /// can reorder them.
-    async fn write_core_batch(&self, core: &dyn BlockDevice, batch: &[CoreWrite]) -> BResult<()> {
+    /// can reorder them, then flushes the core. The writes and the flush run to the end in a
+    /// task of their own even if this future is dropped (a device's write may outlive its
+    /// future anyway). The task owns `round` (the lines' cleaning round) until they are done
+    /// and hands it back with their outcome; a dropped caller's round ends there, once nothing
+    /// of it can land any more, so no later clean of its lines starts before. (`None` back:
+    /// the task was cancelled, by the runtime's shutdown.)
+    async fn write_core_detached(
+        &self,
+        core: &Arc<dyn BlockDevice>,
+        batch: &[CoreWrite],
+        round: CleaningRound,
+    ) -> (Option<CleaningRound>, BResult<()>) {
         // At most half the core's queue: the cleaning path may wait for a scheduler slot while
         // it holds queue slots, and foreground I/O must always find some free.
         let depth = CLEAN_QUEUE_DEPTH.min((core.properties().max_queue_depth / 2).max(1));
         let merged = self.merged_core_writes(batch);
-        self.core_gen.fetch_add(1, Ordering::AcqRel);
-        for chunk in merged.chunks(depth) {
-            let writes = chunk.iter().map(|(addr, data)| core.write(*addr, data));
-            let results = futures_util::future::join_all(writes).await;
-            self.core_gen.fetch_add(1, Ordering::AcqRel);
-            for r in results {
-                r?;
+        let core = core.clone();
+        let core_gen = self.core_gen.clone();
+        let io = tokio::spawn(async move {
+            let outcome = async {
+                core_gen.fetch_add(1, Ordering::AcqRel);
+                for chunk in merged.chunks(depth) {
+                    let writes = chunk.iter().map(|(addr, data)| core.write(*addr, data));
+                    let results = futures_util::future::join_all(writes).await;
+                    core_gen.fetch_add(1, Ordering::AcqRel);
+                    for r in results {
+                        r?;
+                    }
+                }
+                core.flush().await
             }
+            .await;
+            (round, outcome)
+        });
+        match io.await {
+            Ok((round, outcome)) => (Some(round), outcome),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => (
+                None,
+                Err(BlockDevError::Io {
+                    kind: IoKind::Write,
+                    source: std::io::Error::other(e),
+                }),
+            ),
         }
-        Ok(())
     }
 
     /// Cleans `lines` synchronously (caller holds the gate exclusively). Through the
@@ -1230,8 +1270,10 @@ impl CacheDevice {
             batch.push((core_line, data));
             done.push((i, mask));
         }
-        self.write_core_batch(&*self.core, &batch).await?;
-        self.core.flush().await?;
+        let round = self.mark_round(&mut self.lock(), lines.to_vec());
+        let (round, io) = self.write_core_detached(&self.core, &batch, round).await;
+        drop(round);
+        io?;
         let mut st = self.lock();
         for (i, mask) in done {
             st.table.clear_dirty(i, mask);
@@ -1627,7 +1669,7 @@ impl CacheDevice {
                 next_wake_ms,
             });
         };
-        let cleaned = self.clean_outside_gate(g, round, &*self.clean_core).await?;
+        let cleaned = self.clean_outside_gate(g, round, &self.clean_core).await?;
         Ok(CleanReport {
             cleaned_lines: cleaned,
             next_wake_ms: now_ms,
@@ -1641,30 +1683,21 @@ impl CacheDevice {
     async fn clean_outside_gate(
         &self,
         g: tokio::sync::RwLockWriteGuard<'_, ()>,
-        round: CleaningRound<'_>,
-        core: &dyn BlockDevice,
+        round: CleaningRound,
+        core: &Arc<dyn BlockDevice>,
     ) -> BResult<usize> {
         let mut batch = Vec::with_capacity(round.lines.len());
         for &i in &round.lines {
-            match self.read_dirty(i).await {
-                Ok(r) => batch.push((i, r)),
-                Err(e) => {
-                    round.end();
-                    return Err(e);
-                }
-            }
+            batch.push((i, self.read_dirty(i).await?));
         }
         drop(g);
         let writes: Vec<CoreWrite> = batch
             .iter_mut()
             .map(|(_, (core_line, _, _, data))| (*core_line, std::mem::take(data)))
             .collect();
-        let mut io = self.write_core_batch(core, &writes).await;
-        if io.is_ok() {
-            io = core.flush().await;
-        }
+        let (round, io) = self.write_core_detached(core, &writes, round).await;
         let _g = self.gate.write().await;
-        round.end();
+        drop(round);
         io?;
         let mut st = self.lock();
         let mut cleaned = 0;
@@ -1682,28 +1715,30 @@ impl CacheDevice {
     /// Starts a cleaning round of `lines` (caller holds the gate exclusively, `st` is this
     /// device's state): marks them `cleaning` and returns the round, or none while a flush
     /// waits for rounds to end.
-    fn begin_round(&self, st: &mut State, lines: Vec<u32>) -> Option<CleaningRound<'_>> {
+    fn begin_round(&self, st: &mut State, lines: Vec<u32>) -> Option<CleaningRound> {
         if st.quiescing > 0 || lines.is_empty() {
             return None;
         }
+        Some(self.mark_round(st, lines))
+    }
+
+    /// Marks `lines` (none of them in a round already) `cleaning` as one round, whatever
+    /// waits for rounds to end: for a request that must clean them itself under the exclusive
+    /// gate (an eviction, a full flush).
+    fn mark_round(&self, st: &mut State, lines: Vec<u32>) -> CleaningRound {
         for &i in &lines {
+            assert!(
+                !st.table.line(i).cleaning,
+                "line {i} is in two cleaning rounds"
+            );
             st.table.set_cleaning(i, true);
         }
         st.cleaning_rounds += 1;
-        Some(CleaningRound { dev: self, lines })
-    }
-
-    /// Ends the cleaning round of `lines` ([`CleaningRound::end`]).
-    fn end_cleaning(&self, lines: &[u32]) {
-        {
-            let mut st = self.lock();
-            for &i in lines {
-                st.table.set_cleaning(i, false);
-            }
-            assert!(st.cleaning_rounds > 0, "cleaning round ended twice");
-            st.cleaning_rounds -= 1;
+        CleaningRound {
+            st: self.st.clone(),
+            round_ended: self.round_ended.clone(),
+            lines,
         }
-        self.round_ended.notify_waiters();
     }
 
     /// The gate, exclusively, with no cleaning round in flight: a request that owes every
@@ -1774,7 +1809,7 @@ impl CacheDevice {
             let Some(round) = picked else {
                 break;
             };
-            self.clean_outside_gate(g, round, &*self.core).await?;
+            self.clean_outside_gate(g, round, &self.core).await?;
         }
         Ok(())
     }

@@ -73,3 +73,56 @@ async fn a_flush_cancelled_while_its_metadata_is_written_is_made_good_by_the_nex
         "the data lives in the cache alone, so the entries were what kept it"
     );
 }
+
+/// A flush of dirty data dropped while its cleaning writes wait on the core: its round ends
+/// once those writes land, so the next flush completes; data written to the same lines
+/// meanwhile reaches the core after the dropped round's older copy, never under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_dropped_while_cleaning_ends_its_round_after_its_writes_land() {
+    let cache = mem(cache_bytes_for(64, 4096));
+    let core = mem(8 << 20);
+    let rigged_core = Arc::new(Rigged::new(core.clone(), Hold::Writes));
+    let dev = Arc::new(
+        CacheDevice::create(
+            cache,
+            rigged_core.clone(),
+            cfg(CacheMode::Wb, 4096),
+            IoClassTable::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    let older = pattern(0, (LINES * 4096) as usize, 1);
+    dev.write(0, &older).await.unwrap();
+
+    rigged_core.held.send_replace(true);
+    let flush = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.flush_dirty().await })
+    };
+    tokio::time::timeout(BOUND, rigged_core.blocked.acquire())
+        .await
+        .expect("the flush's cleaning reaches the held core")
+        .unwrap()
+        .forget();
+    flush.abort();
+    assert!(flush.await.unwrap_err().is_cancelled());
+    let newer = pattern(0, older.len(), 2);
+    tokio::time::timeout(BOUND, dev.write(0, &newer))
+        .await
+        .expect("writes go on while the dropped round's writes wait")
+        .unwrap();
+    rigged_core.held.send_replace(false);
+
+    tokio::time::timeout(BOUND, dev.flush_dirty())
+        .await
+        .expect("the next flush of dirty data completes")
+        .unwrap();
+    assert_eq!(dev.stats().dirty_lines, 0);
+    assert_eq!(
+        read(core.as_ref(), 0, newer.len()).await,
+        newer,
+        "the core holds the newer data"
+    );
+    assert_eq!(read(dev.as_ref(), 0, newer.len()).await, newer);
+}
