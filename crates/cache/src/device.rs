@@ -238,8 +238,8 @@ impl Drop for CleaningRound {
             for &i in &self.lines {
                 st.table.set_cleaning(i, false);
             }
-            assert!(st.cleaning_rounds > 0, "cleaning round ended twice");
-            st.cleaning_rounds -= 1;
+            debug_assert!(st.cleaning_rounds > 0, "cleaning round ended twice");
+            st.cleaning_rounds = st.cleaning_rounds.saturating_sub(1);
         }
         self.round_ended.notify_waiters();
     }
@@ -1227,7 +1227,12 @@ impl CacheDevice {
         let merged = self.merged_core_writes(batch);
         let core = core.clone();
         let core_gen = self.core_gen.clone();
+        // Whatever the cleaning path holds for the device's life (an OSD's lock on the cache
+        // file) is held until these writes land too, so that no new instance attaches and
+        // cleans the same lines before they do.
+        let core_path = self.clean_core.clone();
         let io = tokio::spawn(async move {
+            let _core_path = core_path;
             let outcome = async {
                 core_gen.fetch_add(1, Ordering::AcqRel);
                 for chunk in merged.chunks(depth) {

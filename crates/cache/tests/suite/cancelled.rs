@@ -74,9 +74,9 @@ async fn a_flush_cancelled_while_its_metadata_is_written_is_made_good_by_the_nex
     );
 }
 
-/// A flush of dirty data dropped while its cleaning writes wait on the core: its round ends
-/// once those writes land, so the next flush completes; data written to the same lines
-/// meanwhile reaches the core after the dropped round's older copy, never under it.
+/// A flush of dirty data dropped while its cleaning write waits on the core: that write still
+/// lands, and its round ends only then. The next flush neither writes the same lines beside it
+/// (its newer data could be overtaken) nor waits for ever; the core ends with the newer data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flush_dropped_while_cleaning_ends_its_round_after_its_writes_land() {
     let cache = mem(cache_bytes_for(64, 4096));
@@ -110,13 +110,26 @@ async fn a_flush_dropped_while_cleaning_ends_its_round_after_its_writes_land() {
     let newer = pattern(0, older.len(), 2);
     tokio::time::timeout(BOUND, dev.write(0, &newer))
         .await
-        .expect("writes go on while the dropped round's writes wait")
+        .expect("writes go on while the dropped round's write waits")
         .unwrap();
+
+    let next = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.flush_dirty().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        rigged_core.blocked.available_permits(),
+        0,
+        "no clean of the same lines reached the core beside the dropped round's write"
+    );
+    assert!(!next.is_finished(), "the next flush waits for that round");
     rigged_core.held.send_replace(false);
 
-    tokio::time::timeout(BOUND, dev.flush_dirty())
+    tokio::time::timeout(BOUND, next)
         .await
-        .expect("the next flush of dirty data completes")
+        .expect("the next flush of dirty data completes once the round's write lands")
+        .unwrap()
         .unwrap();
     assert_eq!(dev.stats().dirty_lines, 0);
     assert_eq!(
