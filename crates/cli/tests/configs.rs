@@ -25,7 +25,7 @@ fn daemons_run_from_config_files() {
     std::fs::write(
         &osd_toml,
         format!(
-            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\nid = 5\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nop_shards = 5\nthreads = 3\nfast_fail_on_connection_refused = false\nrecovery_chunk_bytes = 2097152\nremap_min_objects = 4\nmeasure_capacity = true\n",
+            "mon = \"{mon}\"\ndata = \"{}\"\nhost = \"rack1-node7\"\nid = 5\ndevice_mib = 128\nprofile = \"nvme-p3700\"\nmetrics = \"127.0.0.1:0\"\nheartbeat_grace_s = 20\npolicy = \"wpq\"\nstore_groups_in_flight = 2\nstore_commit_pacing = false\nop_shards = 5\nthreads = 3\nfast_fail_on_connection_refused = false\nrecovery_chunk_bytes = 2097152\nremap_min_objects = 4\nmeasure_capacity = true\n",
             dir.join("osd").display()
         ),
     )

@@ -117,6 +117,9 @@ pub struct OsdConfig {
     /// `cairn_store::StoreConfig::max_groups_in_flight`): with 2, large copy-on-write groups
     /// are pipelined.
     pub store_groups_in_flight: usize,
+    /// Whether the store paces commits to its running checkpoint
+    /// (`cairn_store::StoreConfig::commit_pacing`).
+    pub store_commit_pacing: bool,
     /// A client write is refused with NoSpace, before it is given a version, when it would
     /// fill this OSD's store beyond this fraction (Ceph's `mon_osd_full_ratio`, 0.95): the rest
     /// is kept for recovery and metadata, and a write refused here reaches no copy. 1.0 turns
@@ -225,6 +228,7 @@ impl OsdConfig {
             op_wait_active_ms: 3000,
             prefill: false,
             store_groups_in_flight: StoreConfig::default().max_groups_in_flight,
+            store_commit_pacing: StoreConfig::default().commit_pacing,
             fault_injection: false,
             auth: None,
             full_ratio: 0.95,

@@ -128,6 +128,7 @@ async fn open_store(cfg: &OsdConfig) -> Result<(Store, Under), OsdError> {
             (false, true) => DB_CHECKPOINT_IO_DEPTH,
             (false, false) => StoreConfig::default().checkpoint_io_depth,
         },
+        commit_pacing: cfg.store_commit_pacing,
         ..StoreConfig::default()
     };
     crate::db_device::check_layout(&cfg.data_dir, cfg.db.is_some(), fresh)?;

@@ -161,11 +161,14 @@ impl Store {
                     self.finalize_ready(&mut st).await;
                 }
                 leader = self.commit_leader.lock(), if !taken => {
-                    // Near the log's hard limit the leader waits a little before it forms its
-                    // group (`throttle`): commits slow down instead of stopping at the limit.
-                    let delay = crate::throttle::commit_delay(self.counters.backlog.get());
+                    // While a checkpoint runs the leader may wait before it forms its group
+                    // (`throttle`): commits are paced to the checkpoint and slow down near the
+                    // log's hard limit instead of stopping there.
+                    let signal = &self.counters.checkpoint_signal;
+                    let delay =
+                        signal.delay_for(self.counters.backlog.get(), self.cfg.commit_pacing);
                     let t = Instant::now();
-                    if self.counters.checkpoint_signal.delay(delay).await {
+                    if signal.wait(delay).await {
                         elapsed_into(&self.counters.throttle_wait_ns, t);
                     }
                     // Groups commit in submission order: the next one starts only once the

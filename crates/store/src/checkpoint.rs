@@ -306,7 +306,7 @@ impl Store {
         let nice = self.cfg.checkpoint_nice;
         let (finish, finished) = oneshot::channel::<()>();
         let signal = self.counters.checkpoint_signal.clone();
-        signal.started();
+        signal.started(self.counters.backlog.get(), applying.len());
         let thread_signal = signal.clone();
         let spawned = match self.cfg.checkpoint_in_background {
             true => std::thread::Builder::new()

@@ -104,6 +104,10 @@ pub struct StoreConfig {
     /// device with a fast write cache in front of the HDD (an OSD's SSD cache) takes several
     /// at once at no cost to them, and checkpoints then keep up with a small-write load.
     pub checkpoint_io_depth: usize,
+    /// Whether commits are paced to a running checkpoint (module `throttle`): smoother
+    /// per-second rates and lower tail latency where the data device applies deferred writes
+    /// slower than clients send them, for fewer small writes sustained there. Default true.
+    pub commit_pacing: bool,
 }
 
 impl Default for StoreConfig {
@@ -131,6 +135,7 @@ impl Default for StoreConfig {
             wal_checkpoint_records: 256,
             max_overlay_bytes: 64 << 20,
             checkpoint_nice: 19,
+            commit_pacing: true,
             checkpoint_in_background: true,
             checkpoint_io_depth: 1,
         }

@@ -1,16 +1,27 @@
-//! Commits slowed as the store nears the limit where they would wait for a checkpoint.
+//! Commits paced to the checkpoints, and slowed as the store nears the limit where they would
+//! wait for one.
 //!
 //! Small writes on a data device that applies them slower than clients send them (an HDD under
 //! its log on a DB device) fill the log faster than a checkpoint applies them in place. At the
 //! log's hard limit every commit waits for the checkpoint in flight: a second or more with no
-//! write answered, then a burst until the limit again. Slowing each group commit as the
-//! backlog ([`crate::Store::commit_backlog`]) climbs past [`FROM`] spreads that wait over the
-//! commits instead: the rate the device sustains in every second rather than bursts and
-//! stalls. A delayed leader also lets more transactions join its group, so each record
-//! carries more of them.
+//! write answered, then a burst until the limit again. Two delays of the committers' leader
+//! spread that wait over the commits instead, so clients get the rate the device sustains in
+//! every second rather than bursts and stalls:
+//!
+//! * **Pacing.** While a checkpoint runs, the backlog ([`crate::Store::commit_backlog`]) is
+//!   kept under a line from where it stood when the checkpoint started to [`PACE_TARGET`] at
+//!   the checkpoint's expected end (its deferred blocks times what a block cost the recent
+//!   checkpoints). Commits then arrive evenly over the checkpoint instead of filling the log in
+//!   its first part and waiting through the rest.
+//! * **Near the limit.** Past [`FROM`] the delay rises with the square of the way to [`FULL`],
+//!   whatever the estimate says (a checkpoint may run longer than expected).
+//!
+//! A delayed leader also lets more transactions join its group, so each record carries more of
+//! them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Backlog below which commits are never delayed: a checkpoint starts at 0.5, and one that
 /// keeps pace with the commits ends before they log this much more. (Delays from 0.6 cost
@@ -21,6 +32,38 @@ pub(crate) const FULL: f64 = 0.98;
 /// The longest a group commit is delayed: a commit waiting at the hard limit waits for a whole
 /// checkpoint (about a second on an HDD), so this is a fraction of that.
 pub(crate) const MAX_DELAY: Duration = Duration::from_millis(100);
+
+/// The backlog pacing aims to reach just as a running checkpoint ends: short of the limit by a
+/// margin for a checkpoint that runs a little longer than expected.
+pub(crate) const PACE_TARGET: f64 = 0.95;
+/// Weight of the newest checkpoint in the estimate of what one deferred block costs: recent
+/// checkpoints count most, since the device's load changes (recovery starts, clients stop).
+const COST_WEIGHT: f64 = 0.5;
+
+/// How long the next group commit waits at `backlog` while a checkpoint that started at
+/// backlog `from` is `elapsed` into the `expected` time it takes: until the line from `from`
+/// (at its start) to [`PACE_TARGET`] (at its expected end) reaches `backlog`, at most
+/// [`MAX_DELAY`]. Nothing when the backlog is on or under the line, or when no line can be
+/// drawn (no time expected, or the checkpoint started at the target already).
+pub(crate) fn paced_delay(
+    from: f64,
+    expected: Duration,
+    elapsed: Duration,
+    backlog: f64,
+) -> Duration {
+    let span = PACE_TARGET - from;
+    if expected.is_zero() || span.is_nan() || span <= 0.0 || backlog.is_nan() {
+        return Duration::ZERO;
+    }
+    let slope = span / expected.as_secs_f64();
+    let line = from + slope * elapsed.as_secs_f64();
+    if backlog <= line {
+        return Duration::ZERO;
+    }
+    Duration::try_from_secs_f64((backlog - line) / slope)
+        .unwrap_or(MAX_DELAY)
+        .min(MAX_DELAY)
+}
 
 /// How long the next group commit waits at `backlog` (0 to 1): nothing up to [`FROM`], then
 /// rising with the square of the way to [`FULL`], so that a backlog just past the threshold
@@ -33,30 +76,97 @@ pub(crate) fn commit_delay(backlog: f64) -> Duration {
     MAX_DELAY.mul_f64(over * over)
 }
 
-/// Whether a background checkpoint's thread runs, and a wake-up when it ends. The backlog
-/// falls only once a finished checkpoint is taken in, which a committer does: so commits are
-/// delayed only while the thread runs, and no longer than until it ends.
+/// Whether a background checkpoint's thread runs, a wake-up when it ends, and what pacing
+/// needs to know of it. The backlog falls only once a finished checkpoint is taken in, which a
+/// committer does: so commits are delayed only while the thread runs, and no longer than until
+/// it ends.
 #[derive(Debug, Default)]
 pub(crate) struct CheckpointSignal {
     running: AtomicBool,
     ended: tokio::sync::Notify,
+    pace: Mutex<Pace>,
+}
+
+/// The running checkpoint as pacing sees it, and what a deferred block has cost lately.
+#[derive(Debug, Default)]
+struct Pace {
+    current: Option<Running>,
+    /// Seconds per cost unit (a deferred block, plus one for the flush and KV commit), a
+    /// weighted mean over the checkpoints that ended; `None` before the first.
+    secs_per_unit: Option<f64>,
+}
+
+/// A checkpoint in flight: when it started, the backlog then, and its cost in units.
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    started: Instant,
+    from: f64,
+    units: f64,
 }
 
 impl CheckpointSignal {
-    /// A checkpoint's thread is about to start.
-    pub(crate) fn started(&self) {
+    /// A checkpoint's thread is about to start, at `backlog`, to apply `deferred_blocks`
+    /// deferred writes in place.
+    pub(crate) fn started(&self, backlog: f64, deferred_blocks: usize) {
+        let units = deferred_blocks as f64 + 1.0;
+        self.pace_state().current = Some(Running {
+            started: Instant::now(),
+            from: backlog,
+            units,
+        });
         self.running.store(true, Ordering::SeqCst);
     }
 
-    /// The checkpoint's thread has done its work (or never started).
+    /// The checkpoint's thread has done its work (or never started): what it cost joins the
+    /// estimate.
     pub(crate) fn ended(&self) {
+        {
+            let mut pace = self.pace_state();
+            if let Some(run) = pace.current.take() {
+                let cost = run.started.elapsed().as_secs_f64() / run.units;
+                pace.secs_per_unit = Some(match pace.secs_per_unit {
+                    Some(old) => old + COST_WEIGHT * (cost - old),
+                    None => cost,
+                });
+            }
+        }
         self.running.store(false, Ordering::SeqCst);
         self.ended.notify_waiters();
     }
 
+    /// How long the next group commit should wait at `backlog`: the longer of the pacing
+    /// delay (with `pacing`, once a checkpoint has ended, so that there is an estimate) and
+    /// the delay near the limit. Nothing when no checkpoint runs.
+    pub(crate) fn delay_for(&self, backlog: f64, pacing: bool) -> Duration {
+        if !self.running.load(Ordering::SeqCst) {
+            return Duration::ZERO;
+        }
+        let near_limit = commit_delay(backlog);
+        if !pacing {
+            return near_limit;
+        }
+        let pace = self.pace_state();
+        let paced = match (pace.current, pace.secs_per_unit) {
+            (Some(run), Some(cost)) => paced_delay(
+                run.from,
+                Duration::try_from_secs_f64(cost * run.units).unwrap_or(Duration::ZERO),
+                run.started.elapsed(),
+                backlog,
+            ),
+            _ => Duration::ZERO,
+        };
+        near_limit.max(paced)
+    }
+
+    fn pace_state(&self) -> std::sync::MutexGuard<'_, Pace> {
+        self.pace
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Waits `delay`, or until the running checkpoint ends if that is sooner; returns at once
     /// when none runs. Returns whether it waited.
-    pub(crate) async fn delay(&self, delay: Duration) -> bool {
+    pub(crate) async fn wait(&self, delay: Duration) -> bool {
         if delay.is_zero() {
             return false;
         }
@@ -108,15 +218,15 @@ mod tests {
     async fn a_delay_waits_only_while_a_checkpoint_runs_and_ends_with_it() {
         let signal = std::sync::Arc::new(CheckpointSignal::default());
         let long = Duration::from_secs(3600);
-        assert!(!signal.delay(long).await, "no checkpoint runs: no wait");
-        signal.started();
+        assert!(!signal.wait(long).await, "no checkpoint runs: no wait");
+        signal.started(0.5, 10);
         assert!(
-            !signal.delay(Duration::ZERO).await,
+            !signal.wait(Duration::ZERO).await,
             "no delay asked: no wait"
         );
         let waiting = {
             let signal = signal.clone();
-            tokio::spawn(async move { signal.delay(long).await })
+            tokio::spawn(async move { signal.wait(long).await })
         };
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
@@ -126,5 +236,71 @@ mod tests {
             .expect("the wait ends with the checkpoint")
             .unwrap();
         assert!(waited);
+    }
+
+    #[test]
+    fn pacing_holds_the_backlog_under_the_line_to_the_target() {
+        let expected = Duration::from_secs(2);
+        let at = |ms: u64| Duration::from_millis(ms);
+        assert_eq!(paced_delay(0.5, expected, at(0), 0.5), Duration::ZERO);
+        assert_eq!(
+            paced_delay(0.5, expected, at(1000), 0.7),
+            Duration::ZERO,
+            "under the line halfway through (0.725)"
+        );
+        let d = paced_delay(0.5, expected, at(1000), 0.74);
+        assert!(
+            d > at(65) && d < at(68),
+            "0.015 over a line climbing 0.225/s: {d:?}"
+        );
+        assert_eq!(paced_delay(0.5, expected, at(0), 0.9), MAX_DELAY, "capped");
+        assert_eq!(
+            paced_delay(0.5, expected, at(5000), 0.97),
+            Duration::ZERO,
+            "past the expected end the line is past the backlog"
+        );
+        for (from, expected, backlog) in [
+            (0.5, Duration::ZERO, 0.9),
+            (PACE_TARGET, expected, 0.99),
+            (0.97, expected, 0.99),
+            (0.5, expected, f64::NAN),
+        ] {
+            assert_eq!(
+                paced_delay(from, expected, at(0), backlog),
+                Duration::ZERO,
+                "no line: from {from}, {expected:?}, at {backlog}"
+            );
+        }
+    }
+
+    #[test]
+    fn pacing_starts_once_a_checkpoint_has_shown_what_a_block_costs() {
+        let signal = CheckpointSignal::default();
+        assert_eq!(signal.delay_for(0.9, true), Duration::ZERO, "none runs");
+        signal.started(0.5, 1000);
+        assert_eq!(
+            signal.delay_for(0.75, true),
+            Duration::ZERO,
+            "no estimate yet, and under the threshold near the limit"
+        );
+        assert_eq!(signal.delay_for(FULL, true), MAX_DELAY, "near the limit");
+        std::thread::sleep(Duration::from_millis(200));
+        signal.ended();
+        let cost = signal.pace_state().secs_per_unit.expect("an estimate");
+        assert!(cost > 0.0 && cost < 1.0, "{cost}");
+        signal.started(0.5, 1000);
+        let d = signal.delay_for(0.75, true);
+        assert!(
+            d > Duration::from_millis(1),
+            "far over the line just after the start: {d:?}"
+        );
+        assert_eq!(signal.delay_for(0.5, true), Duration::ZERO, "on the line");
+        assert_eq!(
+            signal.delay_for(0.75, false),
+            Duration::ZERO,
+            "pacing off: only the delay near the limit"
+        );
+        signal.ended();
+        assert_eq!(signal.delay_for(0.9, true), Duration::ZERO, "ended");
     }
 }
