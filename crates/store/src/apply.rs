@@ -161,6 +161,13 @@ impl Store {
                     self.finalize_ready(&mut st).await;
                 }
                 leader = self.commit_leader.lock(), if !taken => {
+                    // Its transaction may have gone out in the group just finalized: then this
+                    // submitter has nothing to lead, and must not wait to pace others' group.
+                    match result.try_recv() {
+                        Ok(r) => return r,
+                        Err(oneshot::error::TryRecvError::Closed) => return Err(dropped()),
+                        Err(oneshot::error::TryRecvError::Empty) => {}
+                    }
                     // While a checkpoint runs the leader may wait before it forms its group
                     // (`throttle`): commits are paced to the checkpoint and slow down near the
                     // log's hard limit instead of stopping there.

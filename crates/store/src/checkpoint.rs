@@ -314,14 +314,14 @@ impl Store {
                 .spawn(move || {
                     lower_priority(nice);
                     let result = input.run();
-                    thread_signal.ended();
+                    thread_signal.ended(result.is_ok());
                     drop(finish);
                     result
                 }),
             false => Err(std::io::Error::other("checkpoints run inline")),
         };
         if spawned.is_err() {
-            signal.ended();
+            signal.ended(false);
         }
         match spawned {
             Ok(thread) => {

@@ -39,6 +39,11 @@ pub(crate) const PACE_TARGET: f64 = 0.95;
 /// Weight of the newest checkpoint in the estimate of what one deferred block costs: recent
 /// checkpoints count most, since the device's load changes (recovery starts, clients stop).
 const COST_WEIGHT: f64 = 0.5;
+/// Fewest deferred blocks a checkpoint applies for its time to join the estimate: a smaller
+/// one's time is mostly its fixed part (flush, KV commit), which would make blocks look dear
+/// and pace the next large checkpoint's commits far too slowly. (A small checkpoint's own
+/// expected time, its blocks at the large ones' cost, errs short: less pacing, never more.)
+const MIN_SAMPLE_BLOCKS: f64 = 64.0;
 
 /// How long the next group commit waits at `backlog` while a checkpoint that started at
 /// backlog `from` is `elapsed` into the `expected` time it takes: until the line from `from`
@@ -91,43 +96,45 @@ pub(crate) struct CheckpointSignal {
 #[derive(Debug, Default)]
 struct Pace {
     current: Option<Running>,
-    /// Seconds per cost unit (a deferred block, plus one for the flush and KV commit), a
-    /// weighted mean over the checkpoints that ended; `None` before the first.
-    secs_per_unit: Option<f64>,
+    /// Seconds per deferred block, a weighted mean over the checkpoints that ended after
+    /// applying at least [`MIN_SAMPLE_BLOCKS`]; `None` before the first.
+    secs_per_block: Option<f64>,
 }
 
-/// A checkpoint in flight: when it started, the backlog then, and its cost in units.
+/// A checkpoint in flight: when it started, the backlog then, and its deferred blocks.
 #[derive(Debug, Clone, Copy)]
 struct Running {
     started: Instant,
     from: f64,
-    units: f64,
+    blocks: f64,
 }
 
 impl CheckpointSignal {
     /// A checkpoint's thread is about to start, at `backlog`, to apply `deferred_blocks`
     /// deferred writes in place.
     pub(crate) fn started(&self, backlog: f64, deferred_blocks: usize) {
-        let units = deferred_blocks as f64 + 1.0;
         self.pace_state().current = Some(Running {
             started: Instant::now(),
             from: backlog,
-            units,
+            blocks: deferred_blocks as f64,
         });
         self.running.store(true, Ordering::SeqCst);
     }
 
-    /// The checkpoint's thread has done its work (or never started): what it cost joins the
-    /// estimate.
-    pub(crate) fn ended(&self) {
+    /// The checkpoint's thread has done its work (or never started). With `completed` (it
+    /// ran to the end) and enough blocks, what a block cost joins the estimate; a checkpoint
+    /// that never ran, ran inline or stopped early says nothing of the device's pace.
+    pub(crate) fn ended(&self, completed: bool) {
         {
             let mut pace = self.pace_state();
             if let Some(run) = pace.current.take() {
-                let cost = run.started.elapsed().as_secs_f64() / run.units;
-                pace.secs_per_unit = Some(match pace.secs_per_unit {
-                    Some(old) => old + COST_WEIGHT * (cost - old),
-                    None => cost,
-                });
+                if completed && run.blocks >= MIN_SAMPLE_BLOCKS {
+                    let cost = run.started.elapsed().as_secs_f64() / run.blocks;
+                    pace.secs_per_block = Some(match pace.secs_per_block {
+                        Some(old) => old + COST_WEIGHT * (cost - old),
+                        None => cost,
+                    });
+                }
             }
         }
         self.running.store(false, Ordering::SeqCst);
@@ -138,6 +145,11 @@ impl CheckpointSignal {
     /// delay (with `pacing`, once a checkpoint has ended, so that there is an estimate) and
     /// the delay near the limit. Nothing when no checkpoint runs.
     pub(crate) fn delay_for(&self, backlog: f64, pacing: bool) -> Duration {
+        self.delay_at(backlog, pacing, Instant::now())
+    }
+
+    /// [`CheckpointSignal::delay_for`] as of `now`.
+    fn delay_at(&self, backlog: f64, pacing: bool, now: Instant) -> Duration {
         if !self.running.load(Ordering::SeqCst) {
             return Duration::ZERO;
         }
@@ -146,11 +158,11 @@ impl CheckpointSignal {
             return near_limit;
         }
         let pace = self.pace_state();
-        let paced = match (pace.current, pace.secs_per_unit) {
+        let paced = match (pace.current, pace.secs_per_block) {
             (Some(run), Some(cost)) => paced_delay(
                 run.from,
-                Duration::try_from_secs_f64(cost * run.units).unwrap_or(Duration::ZERO),
-                run.started.elapsed(),
+                Duration::try_from_secs_f64(cost * run.blocks).unwrap_or(Duration::ZERO),
+                now.saturating_duration_since(run.started),
                 backlog,
             ),
             _ => Duration::ZERO,
@@ -230,7 +242,7 @@ mod tests {
         };
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
-        signal.ended();
+        signal.ended(true);
         let waited = tokio::time::timeout(Duration::from_secs(20), waiting)
             .await
             .expect("the wait ends with the checkpoint")
@@ -285,22 +297,59 @@ mod tests {
         );
         assert_eq!(signal.delay_for(FULL, true), MAX_DELAY, "near the limit");
         std::thread::sleep(Duration::from_millis(200));
-        signal.ended();
-        let cost = signal.pace_state().secs_per_unit.expect("an estimate");
-        assert!(cost > 0.0 && cost < 1.0, "{cost}");
+        signal.ended(true);
+        let cost = signal.pace_state().secs_per_block.expect("an estimate");
+        assert!((0.2 / 1000.0..1.0).contains(&cost), "{cost}");
+
         signal.started(0.5, 1000);
-        let d = signal.delay_for(0.75, true);
-        assert!(
-            d > Duration::from_millis(1),
-            "far over the line just after the start: {d:?}"
-        );
-        assert_eq!(signal.delay_for(0.5, true), Duration::ZERO, "on the line");
+        let start = signal.pace_state().current.expect("running").started;
         assert_eq!(
-            signal.delay_for(0.75, false),
+            signal.delay_at(0.75, true, start),
+            MAX_DELAY,
+            "0.25 over the line at the start of a checkpoint expected to last 200 ms or more"
+        );
+        assert_eq!(
+            signal.delay_at(0.5, true, start),
+            Duration::ZERO,
+            "on the line"
+        );
+        assert_eq!(
+            signal.delay_at(0.75, false, start),
             Duration::ZERO,
             "pacing off: only the delay near the limit"
         );
-        signal.ended();
+        signal.ended(true);
         assert_eq!(signal.delay_for(0.9, true), Duration::ZERO, "ended");
+    }
+
+    #[test]
+    fn only_completed_checkpoints_with_enough_blocks_join_the_estimate() {
+        let signal = CheckpointSignal::default();
+        for (blocks, completed) in [(1000, false), (10, true), (0, true)] {
+            signal.started(0.5, blocks);
+            std::thread::sleep(Duration::from_millis(5));
+            signal.ended(completed);
+            assert!(
+                signal.pace_state().secs_per_block.is_none(),
+                "{blocks} blocks, completed {completed}: no estimate"
+            );
+        }
+        signal.started(0.5, 1000);
+        std::thread::sleep(Duration::from_millis(50));
+        signal.ended(true);
+        let cost = signal.pace_state().secs_per_block.expect("an estimate");
+        signal.started(0.5, 0);
+        let start = signal.pace_state().current.expect("running").started;
+        assert_eq!(
+            signal.delay_at(0.75, true, start),
+            Duration::ZERO,
+            "a checkpoint without deferred blocks is not paced"
+        );
+        signal.ended(true);
+        assert_eq!(
+            signal.pace_state().secs_per_block,
+            Some(cost),
+            "and leaves the estimate as it was"
+        );
     }
 }
