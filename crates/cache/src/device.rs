@@ -14,6 +14,9 @@
 //! a flush (exclusive) sees exactly the writes completed before it. Background cleaning writes to the
 //! core outside the gate, for lines marked `cleaning`, which eviction skips; foreground writes
 //! to dirty sectors always go to the cache, so the core never sees two writers of one sector.
+//! A write-back write over sectors whose persisted entry claims them clean keeps the shared
+//! gate: it has the claims dropped on media first, in a persist shared by every writer
+//! waiting for one (the entries claim less than before, so no data need be durable first).
 //! A request that must evict dirty lines cleans them the same way before it takes the gate
 //! exclusively, so hits are not held behind the core's writes; only a victim dirtied again in
 //! between is cleaned under the gate.
@@ -154,6 +157,11 @@ struct State {
     cleaning_rounds: usize,
     /// Requests waiting for every cleaning round to end; no round starts while one waits.
     quiescing: usize,
+    /// Clean claims (line, sectors) that shared-gate writers wait to see dropped on media
+    /// ([`CacheDevice::release_claims`]); the next release persist takes them all.
+    pending_releases: Vec<(u32, u16)>,
+    /// Release tickets handed out; the newest is the last entry of `pending_releases`.
+    release_tickets: u64,
 }
 
 impl State {
@@ -207,6 +215,9 @@ pub struct CacheDevice {
     flush_tickets: AtomicU64,
     /// The newest ticket a completed flush covers; held by the flush running.
     flushed_ticket: tokio::sync::Mutex<u64>,
+    /// The newest release ticket a completed release persist covers; held by the release
+    /// persist running ([`CacheDevice::release_claims`]).
+    released_ticket: tokio::sync::Mutex<u64>,
     /// Held by a persist's metadata page writes and the flush after them, which run in a task
     /// of their own: one persist's pages at a time, so that a dropped persist's late page
     /// never lands over a newer persist's copy of it.
@@ -465,6 +476,8 @@ impl CacheDevice {
             sb,
             cleaning_rounds: 0,
             quiescing: 0,
+            pending_releases: Vec::new(),
+            release_tickets: 0,
         };
         Self {
             cache,
@@ -481,6 +494,7 @@ impl CacheDevice {
             round_ended: Arc::new(tokio::sync::Notify::new()),
             flush_tickets: AtomicU64::new(0),
             flushed_ticket: tokio::sync::Mutex::new(0),
+            released_ticket: tokio::sync::Mutex::new(0),
             meta_io: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
@@ -810,11 +824,99 @@ impl CacheDevice {
         let mut out = Vec::with_capacity(pieces.len());
         for p in pieces {
             match st.table.lookup(p.core_line) {
-                Some(i) => out.push((i, false)),
+                Some(i) => {
+                    // Sectors the table holds as clean stop being valid until the write's
+                    // data lands and marks them dirty: a write dropped midway leaves them
+                    // read from the core, never mixed data served as clean.
+                    let l = st.table.line(i);
+                    let clean = l.valid & !l.dirty & p.mask;
+                    if clean != 0 {
+                        st.table.invalidate(i, clean);
+                    }
+                    out.push((i, false));
+                }
                 None => out.push((st.table.alloc(p.core_line, class)?, true)),
             }
         }
         Some(out)
+    }
+
+    /// For a write-back write under the shared gate that [`CacheDevice::reserve_in_place`]
+    /// refused: the persisted clean claims on its sectors, as (line, sectors), when they are
+    /// all that stands in its way on mapped lines (none uncertain or claimed for another core
+    /// line); `None` otherwise.
+    fn releasable_claims(&self, pieces: &[Piece]) -> Option<Vec<(u32, u16)>> {
+        let st = self.lock();
+        let mut claims = Vec::new();
+        for p in pieces {
+            let Some(i) = st.table.lookup(p.core_line) else {
+                continue;
+            };
+            let e = st.persisted[i as usize];
+            if st.uncertain[i as usize] || (e.valid != 0 && e.core_line != p.core_line) {
+                return None;
+            }
+            let clean = e.valid & !e.dirty & p.mask;
+            if clean != 0 {
+                claims.push((i, clean));
+            }
+        }
+        (!claims.is_empty()).then_some(claims)
+    }
+
+    /// Drops the persisted clean claims `claims` (line, sectors) on media, so that a writer
+    /// holding the shared gate may overwrite those sectors in place. Writers arriving while
+    /// one release persists share the next one: a release persist covers every claim handed
+    /// in before it starts. The entries written claim a subset of what their persisted ones
+    /// claim, so no data needs to be made durable first (one page write and one cache flush
+    /// per release persist, however many writers it serves).
+    ///
+    /// Caller holds the shared gate, which keeps every other persist out (they all hold the
+    /// gate exclusively), and the lines' mappings fixed; one release persist runs at a time.
+    /// A release that fails leaves its lines uncertain, which sends their writers to the
+    /// exclusive path.
+    async fn release_claims(&self, claims: Vec<(u32, u16)>) -> BResult<()> {
+        let ticket = {
+            let mut st = self.lock();
+            st.pending_releases.extend(claims);
+            st.release_tickets += 1;
+            st.release_tickets
+        };
+        let mut done = self.released_ticket.lock().await;
+        if *done >= ticket {
+            return Ok(());
+        }
+        let (targets, covers) = {
+            let mut st = self.lock();
+            let pending = std::mem::take(&mut st.pending_releases);
+            let mut sectors: BTreeMap<u32, u16> = BTreeMap::new();
+            for (i, mask) in pending {
+                *sectors.entry(i).or_default() |= mask;
+            }
+            let targets: Vec<(u32, Entry)> = sectors
+                .into_iter()
+                .filter(|&(i, _)| !st.uncertain[i as usize])
+                .filter_map(|(i, mask)| {
+                    let mut e = st.persisted[i as usize];
+                    let clean = e.valid & !e.dirty & mask;
+                    if clean == 0 {
+                        return None;
+                    }
+                    e.valid &= !clean;
+                    if e.valid == 0 {
+                        e = Entry::INVALID;
+                    }
+                    Some((i, e))
+                })
+                .collect();
+            (targets, st.release_tickets)
+        };
+        if !targets.is_empty() {
+            self.lock().counters.claim_releases += 1;
+            self.persist_with(targets, false).await?;
+        }
+        *done = covers;
+        Ok(())
     }
 
     /// Writes the sectors `mask` of piece `p` from `buf` into `line` as valid clean data.
@@ -1319,7 +1421,14 @@ impl CacheDevice {
                 (d, any_mapped, promote)
             };
             if d.mode.caches_writes_dirty() && promote {
-                if let Some(lines) = self.reserve_in_place(&pieces, d.class) {
+                let mut reserved = self.reserve_in_place(&pieces, d.class);
+                if reserved.is_none() {
+                    if let Some(claims) = self.releasable_claims(&pieces) {
+                        self.release_claims(claims).await?;
+                        reserved = self.reserve_in_place(&pieces, d.class);
+                    }
+                }
+                if let Some(lines) = reserved {
                     let hit = !lines.iter().any(|&(_, fresh)| fresh);
                     {
                         let c = &mut self.lock().counters.classes[d.class as usize];
@@ -1954,6 +2063,7 @@ impl CacheDevice {
             victims_cleaned_ahead: st.counters.victims_cleaned_ahead,
             victims_cleaned_blocking: st.counters.victims_cleaned_blocking,
             meta_page_writes: st.counters.meta_page_writes,
+            claim_releases: st.counters.claim_releases,
         }
     }
 }

@@ -62,6 +62,9 @@ pub struct Counters {
     pub victims_cleaned_blocking: u64,
     /// Metadata pages written.
     pub meta_page_writes: u64,
+    /// Persists that dropped clean claims for writers overwriting clean sectors in place,
+    /// each shared by every such writer waiting.
+    pub claim_releases: u64,
 }
 
 impl Default for Counters {
@@ -73,6 +76,7 @@ impl Default for Counters {
             victims_cleaned_ahead: 0,
             victims_cleaned_blocking: 0,
             meta_page_writes: 0,
+            claim_releases: 0,
         }
     }
 }
@@ -123,6 +127,9 @@ pub struct CacheStats {
     pub victims_cleaned_blocking: u64,
     /// Metadata pages written.
     pub meta_page_writes: u64,
+    /// Persists that dropped clean claims so that writes could overwrite clean sectors in
+    /// place (one serves every writer waiting for it).
+    pub claim_releases: u64,
 }
 
 impl CacheStats {
@@ -219,6 +226,11 @@ impl CacheStats {
             ],
         )?;
         e.counters(
+            "cairn_cache_claim_releases_total",
+            "Metadata persists that dropped clean claims for writes over clean sectors.",
+            [(at, self.claim_releases)],
+        )?;
+        e.counters(
             "cairn_cache_evictions_total",
             "Lines evicted to make room.",
             [(at, self.evictions)],
@@ -299,6 +311,11 @@ impl fmt::Display for CacheStats {
             "| Victims cleaned inline | {:>12} |        | lines",
             self.victims_cleaned_blocking
         )?;
+        writeln!(
+            f,
+            "| Clean claims released  | {:>12} |        | persists",
+            self.claim_releases
+        )?;
         writeln!(f, "| IO class                | Occupancy |  Dirty | Read hits | Read misses | Write hits | Write misses | Pass-through")?;
         for c in &self.classes {
             let q = &c.requests;
@@ -352,6 +369,7 @@ mod tests {
             victims_cleaned_ahead: 5,
             victims_cleaned_blocking: 1,
             meta_page_writes: 0,
+            claim_releases: 2,
         };
         let page = cairn_metrics::render(move |e| stats.encode(e, "osd.0"));
         let has = |l: &str| page.lines().any(|x| x == l);
@@ -368,6 +386,7 @@ mod tests {
         ));
         assert!(has("cairn_cache_evictions_total{cache=\"osd.0\"} 3"));
         assert!(has("cairn_cache_cleaned_lines_total{cache=\"osd.0\"} 7"));
+        assert!(has("cairn_cache_claim_releases_total{cache=\"osd.0\"} 2"));
         assert!(has(
             "cairn_cache_dirty_victims_cleaned_total{cache=\"osd.0\",mode=\"ahead\"} 5"
         ));

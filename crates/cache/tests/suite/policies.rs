@@ -640,6 +640,77 @@ async fn flushes_arriving_while_one_runs_share_the_next() {
     assert_eq!(dev.stats().dirty_lines, 16);
 }
 
+/// Writers overwriting clean lines whose claims are persisted do not take turns, one persist
+/// (two cache flushes) each: the writers arriving while one release persist runs share the
+/// next, and every write lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_over_clean_lines_share_the_persist_that_releases_their_claims() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
+    const BLOCKS: u64 = 16;
+    let cache = Arc::new(Rigged::new(mem(cache_bytes_for(64, 4096)), Hold::Flushes));
+    let mut config = cfg(CacheMode::Wb, 4096);
+    config.cleaning.dirty_target_pct = 0;
+    let dev = Arc::new(
+        CacheDevice::create(cache.clone(), mem(8 << 20), config, IoClassTable::default())
+            .await
+            .unwrap(),
+    );
+    for b in 0..BLOCKS {
+        dev.write(b * 4096, &pattern(b * 4096, 4096, 1))
+            .await
+            .unwrap();
+    }
+    for _ in 0..BLOCKS {
+        if dev.stats().dirty_lines == 0 {
+            break;
+        }
+        dev.clean_step(u64::MAX / 4).await.unwrap();
+    }
+    dev.flush().await.unwrap();
+    assert_eq!(
+        dev.stats().dirty_lines,
+        0,
+        "every line clean, its claim persisted"
+    );
+    cache.held.send_replace(true);
+    let write = |b: u64| {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.write(b * 4096, &pattern(b * 4096, 4096, 2)).await })
+    };
+    let first = write(0);
+    let bound = Duration::from_secs(20);
+    tokio::time::timeout(bound, cache.blocked.acquire())
+        .await
+        .expect("the first release reaches the cache flush")
+        .unwrap()
+        .forget();
+    let before = cache.flushes.load(SeqCst);
+    let others: Vec<_> = (1..BLOCKS).map(write).collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cache.held.send_replace(false);
+    for w in std::iter::once(first).chain(others) {
+        tokio::time::timeout(bound, w)
+            .await
+            .expect("every writer finishes")
+            .unwrap()
+            .unwrap();
+    }
+    let after = cache.flushes.load(SeqCst) - before;
+    assert!(
+        after <= 2,
+        "the waiting writers share one release persist (one cache flush), not {after} flushes"
+    );
+    let releases = dev.stats().claim_releases;
+    assert!((2..=3).contains(&releases), "{releases} release persists");
+    for b in 0..BLOCKS {
+        let got = read(dev.as_ref(), b * 4096, 4096).await;
+        assert_eq!(got, pattern(b * 4096, 4096, 2), "block {b}");
+    }
+    dev.flush().await.unwrap();
+    assert_eq!(dev.stats().dirty_lines, BLOCKS);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_fanning_out_past_the_devices_queues_wait_instead_of_failing() {
     let profile = cairn_blockdev::Profile::load("nvme-p3700").unwrap();
