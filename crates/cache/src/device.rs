@@ -7,7 +7,7 @@
 //!
 //! # Concurrency
 //! A gate (`tokio::sync::RwLock`) orders requests: full read hits, pass-through reads and
-//! writes, and write-back writes that need neither eviction nor a metadata update share it;
+//! writes, and write-back writes that need no eviction and no line mapped elsewhere share it;
 //! every other request that changes the line table (other writes, read misses, eviction,
 //! flush, the start and end of a cleaning round) takes it exclusively. Shared-gate writers
 //! mark lines dirty only after their data write completed, and keep the gate until then, so
@@ -25,6 +25,8 @@
 //! Metadata is persisted by `persist`: flush core, flush cache (every completed data write is
 //! now durable), write the metadata pages holding the changed entries, flush cache. `flush`
 //! persists every changed entry. A line is reused only after its invalid entry is persisted.
+//! A persist whose entries claim only what the persisted ones claim (dropped claims, a
+//! released clean claim) skips the data flushes.
 
 use crate::cleaning::{decide, CleanInput, CleanOrder};
 use crate::config::{CacheConfig, CacheMode, DirtyFullPolicy, SeqCutoffPolicy};
@@ -137,6 +139,15 @@ struct Decision {
     allocate: bool,
 }
 
+/// A persisted clean claim a writer needs dropped before it overwrites the sectors in place.
+#[derive(Debug, Clone, Copy)]
+struct ClaimRelease {
+    line: u32,
+    /// The core line the claim is for; a line since remapped keeps its claims.
+    core_line: u64,
+    sectors: u16,
+}
+
 #[derive(Debug)]
 struct State {
     cfg: CacheConfig,
@@ -157,9 +168,9 @@ struct State {
     cleaning_rounds: usize,
     /// Requests waiting for every cleaning round to end; no round starts while one waits.
     quiescing: usize,
-    /// Clean claims (line, sectors) that shared-gate writers wait to see dropped on media
+    /// Clean claims that shared-gate writers wait to see dropped on media
     /// ([`CacheDevice::release_claims`]); the next release persist takes them all.
-    pending_releases: Vec<(u32, u16)>,
+    pending_releases: Vec<ClaimRelease>,
     /// Release tickets handed out; the newest is the last entry of `pending_releases`.
     release_tickets: u64,
 }
@@ -798,6 +809,8 @@ impl CacheDevice {
     /// mapped and writable in place (no persisted clean claim on its sectors) or can be taken
     /// from the free list within the class's share, all reserved atomically; else `None` and
     /// nothing changes (the caller takes the exclusive path). Returns (line, newly mapped).
+    /// Sectors of a reserved line that the table holds as clean stop being valid there until
+    /// the write marks them dirty.
     fn reserve_in_place(&self, pieces: &[Piece], class: u8) -> Option<Vec<(u32, bool)>> {
         let mut st = self.lock();
         let mut missing = 0u32;
@@ -814,12 +827,8 @@ impl CacheDevice {
                 None => missing += 1,
             }
         }
-        if missing > 0 {
-            let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
-            let limit = share_of(share, st.table.len()).max(1);
-            if st.table.free_lines() < missing || st.table.class_lines(class) + missing > limit {
-                return None;
-            }
+        if !Self::room_for(&st, missing, class) {
+            return None;
         }
         let mut out = Vec::with_capacity(pieces.len());
         for p in pieces {
@@ -841,15 +850,28 @@ impl CacheDevice {
         Some(out)
     }
 
+    /// Whether `missing` more lines can be taken from the free list for `class` (within its
+    /// share of the cache).
+    fn room_for(st: &State, missing: u32, class: u8) -> bool {
+        if missing == 0 {
+            return true;
+        }
+        let share = st.classes.get(class).map_or(1.0, |c| c.allocation);
+        let limit = share_of(share, st.table.len()).max(1);
+        st.table.free_lines() >= missing && st.table.class_lines(class) + missing <= limit
+    }
+
     /// For a write-back write under the shared gate that [`CacheDevice::reserve_in_place`]
-    /// refused: the persisted clean claims on its sectors, as (line, sectors), when they are
-    /// all that stands in its way on mapped lines (none uncertain or claimed for another core
-    /// line); `None` otherwise.
-    fn releasable_claims(&self, pieces: &[Piece]) -> Option<Vec<(u32, u16)>> {
+    /// refused: the persisted clean claims on its sectors, as (line, core line, sectors),
+    /// when they are all that stands in its way (no line uncertain or claimed for another
+    /// core line, room for the unmapped pieces); `None` otherwise.
+    fn releasable_claims(&self, pieces: &[Piece], class: u8) -> Option<Vec<ClaimRelease>> {
         let st = self.lock();
         let mut claims = Vec::new();
+        let mut missing = 0u32;
         for p in pieces {
             let Some(i) = st.table.lookup(p.core_line) else {
+                missing += 1;
                 continue;
             };
             let e = st.persisted[i as usize];
@@ -858,10 +880,14 @@ impl CacheDevice {
             }
             let clean = e.valid & !e.dirty & p.mask;
             if clean != 0 {
-                claims.push((i, clean));
+                claims.push(ClaimRelease {
+                    line: i,
+                    core_line: p.core_line,
+                    sectors: clean,
+                });
             }
         }
-        (!claims.is_empty()).then_some(claims)
+        (!claims.is_empty() && Self::room_for(&st, missing, class)).then_some(claims)
     }
 
     /// Drops the persisted clean claims `claims` (line, sectors) on media, so that a writer
@@ -875,7 +901,7 @@ impl CacheDevice {
     /// gate exclusively), and the lines' mappings fixed; one release persist runs at a time.
     /// A release that fails leaves its lines uncertain, which sends their writers to the
     /// exclusive path.
-    async fn release_claims(&self, claims: Vec<(u32, u16)>) -> BResult<()> {
+    async fn release_claims(&self, claims: Vec<ClaimRelease>) -> BResult<()> {
         let ticket = {
             let mut st = self.lock();
             st.pending_releases.extend(claims);
@@ -890,8 +916,13 @@ impl CacheDevice {
             let mut st = self.lock();
             let pending = std::mem::take(&mut st.pending_releases);
             let mut sectors: BTreeMap<u32, u16> = BTreeMap::new();
-            for (i, mask) in pending {
-                *sectors.entry(i).or_default() |= mask;
+            // A claim handed in by a writer since dropped may name a line remapped meanwhile:
+            // only claims on the core line the line still holds are released.
+            for c in pending {
+                let e = st.persisted[c.line as usize];
+                if e.core_line == c.core_line && st.table.line(c.line).core_line == c.core_line {
+                    *sectors.entry(c.line).or_default() |= c.sectors;
+                }
             }
             let targets: Vec<(u32, Entry)> = sectors
                 .into_iter()
@@ -912,8 +943,8 @@ impl CacheDevice {
             (targets, st.release_tickets)
         };
         if !targets.is_empty() {
-            self.lock().counters.claim_releases += 1;
             self.persist_with(targets, false).await?;
+            self.lock().counters.claim_releases += 1;
         }
         *done = covers;
         Ok(())
@@ -1423,7 +1454,7 @@ impl CacheDevice {
             if d.mode.caches_writes_dirty() && promote {
                 let mut reserved = self.reserve_in_place(&pieces, d.class);
                 if reserved.is_none() {
-                    if let Some(claims) = self.releasable_claims(&pieces) {
+                    if let Some(claims) = self.releasable_claims(&pieces, d.class) {
                         self.release_claims(claims).await?;
                         reserved = self.reserve_in_place(&pieces, d.class);
                     }

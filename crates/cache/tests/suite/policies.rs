@@ -697,12 +697,14 @@ async fn writers_over_clean_lines_share_the_persist_that_releases_their_claims()
             .unwrap();
     }
     let after = cache.flushes.load(SeqCst) - before;
+    // One flush for the writers that queued behind the first, a few more if some had not
+    // queued yet when it was let go; one each (fifteen) without sharing.
     assert!(
-        after <= 2,
-        "the waiting writers share one release persist (one cache flush), not {after} flushes"
+        after <= 4,
+        "the waiting writers share release persists (a cache flush each), not {after} flushes"
     );
     let releases = dev.stats().claim_releases;
-    assert!((2..=3).contains(&releases), "{releases} release persists");
+    assert!((2..=5).contains(&releases), "{releases} release persists");
     for b in 0..BLOCKS {
         let got = read(dev.as_ref(), b * 4096, 4096).await;
         assert_eq!(got, pattern(b * 4096, 4096, 2), "block {b}");
