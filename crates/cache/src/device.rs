@@ -9,9 +9,12 @@
 //! A gate (`tokio::sync::RwLock`) orders requests: full read hits, pass-through reads and
 //! writes, and write-back writes that need no eviction and no line mapped elsewhere share it;
 //! every other request that changes the line table (other writes, read misses, eviction,
-//! flush, the start and end of a cleaning round) takes it exclusively. Shared-gate writers
-//! mark lines dirty only after their data write completed, and keep the gate until then, so
-//! a flush (exclusive) sees exactly the writes completed before it. Background cleaning writes to the
+//! the start and end of a cleaning round) takes it exclusively. Shared-gate writers mark
+//! lines dirty only after their data write completed, so a flush sees every write completed
+//! before it. A flush holds the gate shared: it snapshots the changed entries and registers
+//! them as in flight in one step, and writers heed an in-flight entry's clean claims as they
+//! do a persisted one's; the gate keeps every other persist out but claim releases, which a
+//! lock of their own orders with the flush. Background cleaning writes to the
 //! core outside the gate, for lines marked `cleaning`, which eviction skips; foreground writes
 //! to dirty sectors always go to the cache, so the core never sees two writers of one sector.
 //! A write-back write over sectors whose persisted entry claims them clean keeps the shared
@@ -45,7 +48,7 @@ use async_trait::async_trait;
 use cairn_blockdev::{
     check_io, BlockDevError, BlockDevice, DeviceProperties, IoKind, QueuedDevice,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -173,6 +176,9 @@ struct State {
     pending_releases: Vec<ClaimRelease>,
     /// Release tickets handed out; the newest is the last entry of `pending_releases`.
     release_tickets: u64,
+    /// Entries a persist in flight is writing: until it completes they may be on media
+    /// already, so a shared-gate writer heeds their claims as it does persisted ones.
+    persisting: HashMap<u32, Entry>,
 }
 
 impl State {
@@ -188,6 +194,24 @@ impl State {
                 class: l.class,
             }
         }
+    }
+
+    /// The sectors of line `i` that the media may claim clean for `core_line` (its persisted
+    /// entry, or one a persist in flight is writing); `None` when the media may claim the
+    /// line for another core line (an uncertain line, or an entry for another one).
+    fn media_clean_claims(&self, i: u32, core_line: u64) -> Option<u16> {
+        if self.uncertain[i as usize] {
+            return None;
+        }
+        let mut clean = 0;
+        let persisting = self.persisting.get(&i).copied();
+        for e in std::iter::once(self.persisted[i as usize]).chain(persisting) {
+            if e.valid != 0 && e.core_line != core_line {
+                return None;
+            }
+            clean |= e.valid & !e.dirty;
+        }
+        Some(clean)
     }
 
     fn occupancy_pct(&self) -> u64 {
@@ -212,9 +236,9 @@ pub struct CacheDevice {
     gate: tokio::sync::RwLock<()>,
     /// Shared with the tasks that finish cleaning rounds whose futures were dropped.
     st: Arc<Mutex<State>>,
-    /// Set when a foreground write to the core completes; cleared by the core flush that
-    /// covers it. Every core write holds the gate and every flush of the core here holds it
-    /// exclusively, so a flush never skips a write it owes durability to.
+    /// Set when a foreground write to the core completes (before the write returns); cleared
+    /// by the core flush that covers it, which it swaps out before flushing: a write that
+    /// completed before a flush began is always covered by it.
     core_written: AtomicBool,
     /// Bumped before and after every write or discard of the core (foreground or cleaning):
     /// a read that went to the core without the exclusive gate installs what it read only
@@ -287,6 +311,9 @@ impl Drop for PersistAttempt<'_> {
             self.dev.core_written.store(true, Ordering::Release);
         }
         let mut st = self.dev.lock();
+        for i in &self.lines {
+            st.persisting.remove(i);
+        }
         if self.pages_started {
             for &i in &self.lines {
                 st.uncertain[i as usize] = true;
@@ -489,6 +516,7 @@ impl CacheDevice {
             quiescing: 0,
             pending_releases: Vec::new(),
             release_tickets: 0,
+            persisting: HashMap::new(),
         };
         Self {
             cache,
@@ -816,14 +844,10 @@ impl CacheDevice {
         let mut missing = 0u32;
         for p in pieces {
             match st.table.lookup(p.core_line) {
-                Some(i) => {
-                    let e = st.persisted[i as usize];
-                    let foreign =
-                        st.uncertain[i as usize] || (e.valid != 0 && e.core_line != p.core_line);
-                    if foreign || e.valid & !e.dirty & p.mask != 0 {
-                        return None;
-                    }
-                }
+                Some(i) => match st.media_clean_claims(i, p.core_line) {
+                    Some(clean) if clean & p.mask == 0 => {}
+                    _ => return None,
+                },
                 None => missing += 1,
             }
         }
@@ -874,11 +898,7 @@ impl CacheDevice {
                 missing += 1;
                 continue;
             };
-            let e = st.persisted[i as usize];
-            if st.uncertain[i as usize] || (e.valid != 0 && e.core_line != p.core_line) {
-                return None;
-            }
-            let clean = e.valid & !e.dirty & p.mask;
+            let clean = st.media_clean_claims(i, p.core_line)? & p.mask;
             if clean != 0 {
                 claims.push(ClaimRelease {
                     line: i,
@@ -1012,6 +1032,12 @@ impl CacheDevice {
     /// [`CacheDevice::persist`], flushing both devices first if `data_first` (always for a
     /// client flush, which must make every completed write durable).
     async fn persist_with(&self, targets: Vec<(u32, Entry)>, data_first: bool) -> BResult<()> {
+        {
+            let mut st = self.lock();
+            for &(i, e) in &targets {
+                st.persisting.insert(i, e);
+            }
+        }
         let mut attempt = PersistAttempt {
             dev: self,
             lines: targets.iter().map(|(i, _)| *i).collect(),
@@ -1093,6 +1119,7 @@ impl CacheDevice {
         written?;
         let mut st = self.lock();
         for (i, e) in targets {
+            st.persisting.remove(&i);
             st.persisted[i as usize] = e;
             st.uncertain[i as usize] = false;
             if st.mem_entry(i) != e {
@@ -1745,6 +1772,12 @@ impl CacheDevice {
                 (e != st.persisted[i as usize] || st.uncertain[i as usize]).then_some((i, e))
             })
             .collect();
+        // Registered in the same critical section as the snapshot: from here on a writer
+        // under the shared gate heeds these entries' claims (a flush persists them while
+        // such writers go on).
+        for &(i, e) in &out {
+            st.persisting.insert(i, e);
+        }
         debug_assert!(
             {
                 let noted: std::collections::HashSet<u32> = out.iter().map(|(i, _)| *i).collect();
@@ -1770,6 +1803,12 @@ impl CacheDevice {
     /// share flushes: a caller takes a ticket, and any flush that starts after its ticket was
     /// taken covers its writes; so while one flush runs, everyone arriving meanwhile waits
     /// for the next, one flush for all of them, instead of one each behind the gate.
+    ///
+    /// The flush holds the gate shared, not exclusively: writes in place and read hits go on
+    /// while it persists. Every write completed before the call has marked its lines already;
+    /// the shared gate keeps out every other persist but claim releases, which the release
+    /// lock keeps out; the entries it writes are registered as in flight with the snapshot
+    /// taken of them, so no writer overwrites a sector they claim clean meanwhile.
     async fn flush_impl(&self) -> BResult<()> {
         let ticket = self.flush_tickets.fetch_add(1, Ordering::AcqRel) + 1;
         let mut done = self.flushed_ticket.lock().await;
@@ -1779,7 +1818,8 @@ impl CacheDevice {
         let covers = self.flush_tickets.load(Ordering::Acquire);
         debug_assert!(covers >= ticket);
         {
-            let _g = self.gate.write().await;
+            let _g = self.gate.read().await;
+            let _releases = self.released_ticket.lock().await;
             self.persist_changed().await?;
         }
         *done = covers;

@@ -713,6 +713,77 @@ async fn writers_over_clean_lines_share_the_persist_that_releases_their_claims()
     assert_eq!(dev.stats().dirty_lines, BLOCKS);
 }
 
+/// A flush persisting its entries lets writes in place and read hits through, but no write
+/// lands over a sector that an entry it is writing claims clean before that flush is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_lets_writes_in_place_through_but_not_over_the_clean_claims_it_writes() {
+    use std::time::Duration;
+    let cache = Arc::new(Rigged::new(mem(cache_bytes_for(64, 4096)), Hold::Flushes));
+    let core = mem(8 << 20);
+    core.write(5 * 4096, &pattern(5 * 4096, 4096, 1))
+        .await
+        .unwrap();
+    let dev = Arc::new(
+        CacheDevice::create(
+            cache.clone(),
+            core.clone(),
+            cfg(CacheMode::Wb, 4096),
+            IoClassTable::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    dev.write(0, &pattern(0, 4096, 1)).await.unwrap();
+    // Block 5 read into the cache: a clean line whose claim only the next flush persists.
+    assert_eq!(
+        read(dev.as_ref(), 5 * 4096, 4096).await,
+        pattern(5 * 4096, 4096, 1)
+    );
+    cache.held.send_replace(true);
+    let flush = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.flush().await })
+    };
+    let bound = Duration::from_secs(20);
+    tokio::time::timeout(bound, cache.blocked.acquire())
+        .await
+        .expect("the flush reaches the cache")
+        .unwrap()
+        .forget();
+    tokio::time::timeout(bound, dev.write(0, &pattern(0, 4096, 2)))
+        .await
+        .expect("a write over a dirty line goes on while the flush persists")
+        .unwrap();
+    assert_eq!(read(dev.as_ref(), 0, 4096).await, pattern(0, 4096, 2));
+    let over_claim = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.write(5 * 4096, &pattern(5 * 4096, 4096, 2)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !over_claim.is_finished(),
+        "a write over a clean claim the flush is writing waits for the flush"
+    );
+    cache.held.send_replace(false);
+    tokio::time::timeout(bound, flush)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(bound, over_claim)
+        .await
+        .expect("the write goes on once the flush is done")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        read(dev.as_ref(), 5 * 4096, 4096).await,
+        pattern(5 * 4096, 4096, 2)
+    );
+    assert!(dev.stats().claim_releases >= 1);
+    dev.flush().await.unwrap();
+    assert_eq!(dev.stats().dirty_lines, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_fanning_out_past_the_devices_queues_wait_instead_of_failing() {
     let profile = cairn_blockdev::Profile::load("nvme-p3700").unwrap();
