@@ -377,8 +377,10 @@ async fn overwriting_a_persisted_clean_line_then_losing_power_stays_consistent()
 
 /// Concurrent writers (each owning its blocks) flush after each write and record what was
 /// acknowledged; power is cut at a point in the middle. Exercises the shared-gate write path
-/// interleaved with flushes, evictions and cleaning.
-async fn concurrent_case(crash_after: u64, loss: PowerLossMode) {
+/// interleaved with flushes, evictions and cleaning. With `meddler`, one more task reads,
+/// cleans and flushes over every writer's blocks meanwhile, so flushes may persist clean claims
+/// on lines that writers are overwriting.
+async fn concurrent_case(crash_after: u64, loss: PowerLossMode, meddler: bool) {
     const TASKS: u64 = 4;
     const BLOCKS_PER_TASK: u64 = 16;
     let sw = CrashSwitch::new();
@@ -398,6 +400,27 @@ async fn concurrent_case(crash_after: u64, loss: PowerLossMode) {
         .unwrap(),
     );
     sw.arm(sw.ops() + crash_after);
+    let writers_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let meddling = meddler.then(|| {
+        let dev = dev.clone();
+        let writers_done = writers_done.clone();
+        tokio::spawn(async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(crash_after);
+            while !writers_done.load(std::sync::atomic::Ordering::SeqCst) {
+                let block = rng.random_range(0..TASKS * BLOCKS_PER_TASK);
+                let mut b = vec![0; K4 as usize];
+                let done = match rng.random_range(0..4) {
+                    0 => dev.clean_step(u64::MAX / 4).await.map(|_| ()),
+                    1 => dev.flush().await,
+                    _ => dev.read(block * K4, &mut b).await,
+                };
+                if done.is_err() {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    });
     let mut tasks = Vec::new();
     for t in 0..TASKS {
         let dev = dev.clone();
@@ -437,6 +460,10 @@ async fn concurrent_case(crash_after: u64, loss: PowerLossMode) {
     let mut states = Vec::new();
     for t in tasks {
         states.push(t.await.unwrap());
+    }
+    writers_done.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(m) = meddling {
+        m.await.unwrap();
     }
     drop(dev);
     let cache_img = cache_f.power_loss(loss).await.unwrap();
@@ -479,7 +506,19 @@ async fn concurrent_writers_with_flushes_survive_power_loss() {
         } else {
             PowerLossMode::RandomSubset { seed: crash_after }
         };
-        concurrent_case(crash_after, loss).await;
+        concurrent_case(crash_after, loss, false).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_under_concurrent_reads_cleaning_and_flushes_survive_power_loss() {
+    for crash_after in (7..600).step_by(17) {
+        let loss = if crash_after % 2 == 0 {
+            PowerLossMode::DropUnflushed
+        } else {
+            PowerLossMode::RandomSubset { seed: crash_after }
+        };
+        concurrent_case(crash_after, loss, true).await;
     }
 }
 
