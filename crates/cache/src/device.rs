@@ -204,7 +204,11 @@ impl State {
             return None;
         }
         let mut clean = 0;
-        let persisting = self.persisting.get(&i).copied();
+        let persisting = if self.persisting.is_empty() {
+            None
+        } else {
+            self.persisting.get(&i).copied()
+        };
         for e in std::iter::once(self.persisted[i as usize]).chain(persisting) {
             if e.valid != 0 && e.core_line != core_line {
                 return None;
@@ -917,10 +921,11 @@ impl CacheDevice {
     /// claim, so no data needs to be made durable first (one page write and one cache flush
     /// per release persist, however many writers it serves).
     ///
-    /// Caller holds the shared gate, which keeps every other persist out (they all hold the
-    /// gate exclusively), and the lines' mappings fixed; one release persist runs at a time.
-    /// A release that fails leaves its lines uncertain, which sends their writers to the
-    /// exclusive path.
+    /// Caller holds the shared gate, which keeps the lines' mappings fixed and every other
+    /// persist out but a flush's, which the release lock orders with this one; one release
+    /// persist runs at a time. The released sectors stop being valid in the table too, so a
+    /// flush between the release and the write does not claim them again. A release that
+    /// fails leaves its lines uncertain, which sends their writers to the exclusive path.
     async fn release_claims(&self, claims: Vec<ClaimRelease>) -> BResult<()> {
         let ticket = {
             let mut st = self.lock();
@@ -944,22 +949,27 @@ impl CacheDevice {
                     *sectors.entry(c.line).or_default() |= c.sectors;
                 }
             }
-            let targets: Vec<(u32, Entry)> = sectors
-                .into_iter()
-                .filter(|&(i, _)| !st.uncertain[i as usize])
-                .filter_map(|(i, mask)| {
-                    let mut e = st.persisted[i as usize];
-                    let clean = e.valid & !e.dirty & mask;
-                    if clean == 0 {
-                        return None;
-                    }
-                    e.valid &= !clean;
-                    if e.valid == 0 {
-                        e = Entry::INVALID;
-                    }
-                    Some((i, e))
-                })
-                .collect();
+            let mut targets: Vec<(u32, Entry)> = Vec::with_capacity(sectors.len());
+            for (i, mask) in sectors {
+                if st.uncertain[i as usize] {
+                    continue;
+                }
+                let l = st.table.line(i);
+                let clean_in_table = l.valid & !l.dirty & mask;
+                if clean_in_table != 0 {
+                    st.table.invalidate(i, clean_in_table);
+                }
+                let mut e = st.persisted[i as usize];
+                let clean = e.valid & !e.dirty & mask;
+                if clean == 0 {
+                    continue;
+                }
+                e.valid &= !clean;
+                if e.valid == 0 {
+                    e = Entry::INVALID;
+                }
+                targets.push((i, e));
+            }
             (targets, st.release_tickets)
         };
         if !targets.is_empty() {
