@@ -46,6 +46,9 @@ pub struct ClusterCacheArgs {
     /// Cache file of each cached OSD, MiB.
     #[arg(long, default_value_t = 512)]
     pub cache_mib: u64,
+    /// Device profile the caches emulate (the seed's caches were P4510s, used raw).
+    #[arg(long, default_value = "nvme-p4510")]
+    pub cache_profile: String,
     /// Images (each written by one fio job at queue depth 16; the seed ran 20).
     #[arg(long, default_value_t = 4)]
     pub images: usize,
@@ -125,7 +128,7 @@ fn run_setup(
     bar.set_message(format!("{label}: starting {} OSDs", args.osds));
     let osd_args: Vec<String> = if cached {
         vec![
-            "--cache-profile=nvme-p3700".into(),
+            format!("--cache-profile={}", args.cache_profile),
             format!("--cache-mib={}", args.cache_mib),
             "--cache-mode=wb".into(),
         ]
@@ -351,13 +354,19 @@ fn dirty_pct(stats: &str) -> Option<f64> {
 fn markdown(args: &ClusterCacheArgs, bare: &SetupRun, cached: &SetupRun) -> String {
     let mut out = format!(
         "# Seed 004 on the cluster\n\n{} OSD processes per cluster (device `hdd-7200`, {} MiB; \
-         cached: `nvme-p3700` cache of {} MiB, write-back, the seed's I/O classes (requests of \
+         cached: `{}` cache of {} MiB, write-back, the seed's I/O classes (requests of \
          at most 128 KiB cached) and alru cleaning with a 1 s activity threshold, warmed by one \
          128 KiB read pass over the images), pool size 2, {} images of {} MiB through the NBD \
          export, one fio job each at queue depth 16, {} s per workload.\n\n\
          | workload | bare IOPS | bare MiB/s | bare p99 ms | cached IOPS | cached MiB/s | cached p99 ms | cached / bare | seed |\n\
          |---|---|---|---|---|---|---|---|---|\n",
-        args.osds, args.device_mib, args.cache_mib, args.images, args.image_mib, args.seconds
+        args.osds,
+        args.device_mib,
+        args.cache_profile,
+        args.cache_mib,
+        args.images,
+        args.image_mib,
+        args.seconds
     );
     let figures = |m: &Result<Measured, String>| match m {
         Ok(m) => format!("{:.0} | {:.1} | {:.1}", m.iops, m.mib_s, m.p99_ms),
@@ -505,6 +514,7 @@ mod tests {
             osds: 3,
             device_mib: 2048,
             cache_mib: 512,
+            cache_profile: "nvme-p4510".into(),
             images: 4,
             image_mib: 64,
             seconds: 15,
@@ -513,6 +523,7 @@ mod tests {
         let text = markdown(&args, &bare, &cached);
         assert_eq!(text.matches("| x3.00 |").count(), n - 1, "{text}");
         assert!(text.contains("| failed | - | - | - |"), "{text}");
+        assert!(text.contains("`nvme-p4510` cache of 512 MiB"), "{text}");
         assert!(
             text.contains("- cached, 512K sequential write: fio write 512k failed: EIO"),
             "{text}"
