@@ -1,11 +1,15 @@
 //! [`EmulatedDevice`]: a device that stores data in another device and takes the time a modelled
 //! HDD or NVMe drive would take.
 //!
-//! Owns a driver task that runs the [`Engine`] of the profile's timing model against tokio's
-//! clock. With a normal runtime that is real time (daemons, benchmarks); with a paused runtime
-//! (`tokio::time::pause`, `#[tokio::test(start_paused = true)]`) the same code runs in virtual
-//! time, which auto-advances whenever every task waits. It must never change the data path: bytes
-//! go to and come from the wrapped device unchanged.
+//! Owns a driver that runs the [`Engine`] of the profile's timing model. [`EmulatedDevice::new`]
+//! runs it as a task against tokio's clock: with a normal runtime that is real time, but in
+//! whole milliseconds (tokio's timer resolution, so every operation that waits takes up to a
+//! millisecond more than its model says); with a paused runtime (`tokio::time::pause`,
+//! `#[tokio::test(start_paused = true)]`) the same code runs in virtual time, which
+//! auto-advances whenever every task waits. [`EmulatedDevice::real_time`] runs it on an OS
+//! thread of its own that sleeps to the microsecond instead, for daemons and benchmarks, where
+//! an NVMe operation's tens of microseconds must not become a millisecond. It must never change
+//! the data path: bytes go to and come from the wrapped device unchanged.
 
 use crate::device::{check_io, BlockDevice, DeviceProperties, IoKind, IoRequest};
 use crate::error::{BlockDevError, Result};
@@ -18,13 +22,22 @@ use tokio::time::Instant;
 
 type Grant = oneshot::Sender<()>;
 
+/// Where requests go to the timing driver.
+#[derive(Debug)]
+enum Submit {
+    /// A driver task on tokio's clock.
+    Task(mpsc::UnboundedSender<(IoRequest, Grant)>),
+    /// A driver thread on the OS clock.
+    Thread(std::sync::mpsc::Sender<(IoRequest, Grant)>),
+}
+
 /// A timing-emulated device.
 #[derive(Debug)]
 pub struct EmulatedDevice {
     inner: Arc<dyn BlockDevice>,
     props: DeviceProperties,
     profile_name: String,
-    submit: mpsc::UnboundedSender<(IoRequest, Grant)>,
+    submit: Submit,
     slots: Arc<Semaphore>,
 }
 
@@ -42,16 +55,58 @@ impl EmulatedDevice {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| {
             BlockDevError::Config("EmulatedDevice::new needs a tokio runtime".into())
         })?;
-        let inner_props = inner.properties();
-        let engine = Engine::new(profile.model(inner_props.size_bytes));
+        let engine = Engine::new(profile.model(inner.properties().size_bytes));
         let (tx, rx) = mpsc::unbounded_channel();
         handle.spawn(drive(rx, engine, Instant::now()));
+        Ok(Self::with_driver(
+            inner,
+            profile,
+            max_queue_depth,
+            Submit::Task(tx),
+        ))
+    }
+
+    /// As [`EmulatedDevice::new`], but the timing driver runs on an OS thread of its own
+    /// against the OS clock, which wakes it to within tens of microseconds of each modelled
+    /// completion where tokio's timer rounds up to the next millisecond. For real-time use
+    /// (daemons, benchmarks); never under a paused tokio clock, which it does not follow. The
+    /// thread ends once the device is dropped and its last operation completed.
+    pub fn real_time(
+        inner: Arc<dyn BlockDevice>,
+        profile: &Profile,
+        max_queue_depth: usize,
+    ) -> Result<Self> {
+        if max_queue_depth == 0 {
+            return Err(BlockDevError::Config("max_queue_depth must be >= 1".into()));
+        }
+        let engine = Engine::new(profile.model(inner.properties().size_bytes));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("emulated-{}", profile.name))
+            .spawn(move || drive_on_thread(&rx, engine, std::time::Instant::now()))
+            .map_err(|e| BlockDevError::Config(format!("starting the timing thread: {e}")))?;
+        Ok(Self::with_driver(
+            inner,
+            profile,
+            max_queue_depth,
+            Submit::Thread(tx),
+        ))
+    }
+
+    /// The device over `inner` whose requests go to the timing driver behind `submit`.
+    fn with_driver(
+        inner: Arc<dyn BlockDevice>,
+        profile: &Profile,
+        max_queue_depth: usize,
+        submit: Submit,
+    ) -> Self {
+        let inner_props = inner.properties();
         let optimal_io_bytes = match (&profile.hdd, &profile.nvme) {
             (Some(_), _) => 1 << 20,
             (None, Some(n)) => n.stripe_bytes,
             (None, None) => inner_props.optimal_io_bytes,
         };
-        Ok(Self {
+        Self {
             inner,
             props: DeviceProperties {
                 rotational: profile.rotational(),
@@ -60,9 +115,9 @@ impl EmulatedDevice {
                 ..inner_props
             },
             profile_name: profile.name.clone(),
-            submit: tx,
+            submit,
             slots: Arc::new(Semaphore::new(max_queue_depth)),
-        })
+        }
     }
 
     /// The profile this device emulates.
@@ -90,9 +145,13 @@ impl EmulatedDevice {
             offset_bytes,
             len_bytes,
         };
-        self.submit
-            .send((req, tx))
-            .map_err(|_| BlockDevError::EngineStopped)?;
+        let sent = match &self.submit {
+            Submit::Task(s) => s.send((req, tx)).is_ok(),
+            Submit::Thread(s) => s.send((req, tx)).is_ok(),
+        };
+        if !sent {
+            return Err(BlockDevError::EngineStopped);
+        }
         Ok((rx, permit))
     }
 }
@@ -124,6 +183,42 @@ async fn drive(
                 None => open = false,
             },
             _ = tokio::time::sleep_until(wake), if next.is_some() => {}
+        }
+    }
+}
+
+/// [`drive`] on an OS thread: blocks on the request channel until the next modelled
+/// completion, which the OS clock meets to within its timer slack (tens of microseconds).
+fn drive_on_thread(
+    rx: &std::sync::mpsc::Receiver<(IoRequest, Grant)>,
+    mut engine: Engine<Grant>,
+    epoch: std::time::Instant,
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut open = true;
+    loop {
+        let now = cairn_convert::nanos(epoch.elapsed());
+        for (_, grant) in engine.pop_completed(now) {
+            let _ = grant.send(());
+        }
+        engine.start_ready(now);
+        let next = engine.next_completion_ns();
+        let got = match (next, open) {
+            (None, false) => return,
+            (None, true) => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            (Some(at), true) => match at.checked_sub(now).filter(|&ns| ns > 0) {
+                Some(ns) => rx.recv_timeout(std::time::Duration::from_nanos(ns)),
+                None => continue,
+            },
+            (Some(at), false) => {
+                std::thread::sleep(std::time::Duration::from_nanos(at.saturating_sub(now)));
+                continue;
+            }
+        };
+        match got {
+            Ok((req, grant)) => engine.submit(req, grant),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => open = false,
         }
     }
 }

@@ -24,7 +24,7 @@ pub fn emulate(
         return Ok(device);
     };
     let profile = Profile::load(name)?;
-    Ok(Arc::new(EmulatedDevice::new(
+    Ok(Arc::new(EmulatedDevice::real_time(
         device,
         &profile,
         EMULATED_QUEUE_DEPTH,

@@ -198,3 +198,63 @@ fn buffered_file_device_states_sector_alignment() {
     };
     assert!(cairn_blockdev::FileDevice::open(&dir.path().join("g"), &zero_depth).is_err());
 }
+
+/// The offsets of a short run of dependent 4 KiB writes scattered over a device of `size`.
+fn scattered_blocks(size: u64, n: u64) -> Vec<u64> {
+    (0..n).map(|i| (i * 104_729 + 17) % (size / 4096)).collect()
+}
+
+/// Seconds `blocks` take written one after the other, each waiting for the previous.
+async fn one_at_a_time(dev: &EmulatedDevice, blocks: &[u64], version: u8) -> f64 {
+    let start = std::time::Instant::now();
+    for &b in blocks {
+        dev.write(b * 4096, &[version; 4096]).await.unwrap();
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// The driver on its own OS thread never completes an operation before its model does (the
+/// same writes in virtual time are the lower bound), and the bytes pass through unchanged.
+#[test]
+fn the_real_time_driver_takes_at_least_the_modelled_time_and_keeps_the_bytes() {
+    let p = Profile::builtin("hdd-7200").unwrap();
+    let size = 1u64 << 30;
+    let blocks = scattered_blocks(size, 24);
+    let paused = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let modelled = paused.block_on(async {
+        let inner: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(size, 512).unwrap());
+        let dev = EmulatedDevice::new(inner, &p, 8).unwrap();
+        let start = tokio::time::Instant::now();
+        for &b in &blocks {
+            dev.write(b * 4096, &[1; 4096]).await.unwrap();
+        }
+        start.elapsed().as_secs_f64()
+    });
+    let real = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (took, read_back) = real.block_on(async {
+        let inner: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(size, 512).unwrap());
+        let dev = EmulatedDevice::real_time(inner, &p, 8).unwrap();
+        let took = one_at_a_time(&dev, &blocks, 2).await;
+        let mut buf = vec![0u8; 4096];
+        dev.read(blocks[5] * 4096, &mut buf).await.unwrap();
+        (took, buf)
+    });
+    println!(
+        "{} dependent writes: modelled {modelled:.4} s, real time {took:.4} s",
+        blocks.len()
+    );
+    assert!(modelled > 0.01, "the HDD model charges seeks: {modelled}");
+    assert!(
+        took >= modelled * 0.99,
+        "the real-time driver completed early: {took} s against {modelled} s modelled"
+    );
+    assert_eq!(read_back, vec![2u8; 4096]);
+}

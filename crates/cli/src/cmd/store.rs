@@ -420,7 +420,7 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
     }
     let file: Arc<dyn BlockDevice> = Arc::new(file);
     let dev: Arc<dyn BlockDevice> = match &a.profile {
-        Some(p) => Arc::new(EmulatedDevice::new(
+        Some(p) => Arc::new(EmulatedDevice::real_time(
             file,
             &Profile::load(p)?,
             MAX_QUEUE_DEPTH * 2,
