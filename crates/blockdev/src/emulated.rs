@@ -49,13 +49,10 @@ impl EmulatedDevice {
         profile: &Profile,
         max_queue_depth: usize,
     ) -> Result<Self> {
-        if max_queue_depth == 0 {
-            return Err(BlockDevError::Config("max_queue_depth must be >= 1".into()));
-        }
+        let engine = engine_for(&inner, profile, max_queue_depth)?;
         let handle = tokio::runtime::Handle::try_current().map_err(|_| {
             BlockDevError::Config("EmulatedDevice::new needs a tokio runtime".into())
         })?;
-        let engine = Engine::new(profile.model(inner.properties().size_bytes));
         let (tx, rx) = mpsc::unbounded_channel();
         handle.spawn(drive(rx, engine, Instant::now()));
         Ok(Self::with_driver(
@@ -76,10 +73,7 @@ impl EmulatedDevice {
         profile: &Profile,
         max_queue_depth: usize,
     ) -> Result<Self> {
-        if max_queue_depth == 0 {
-            return Err(BlockDevError::Config("max_queue_depth must be >= 1".into()));
-        }
-        let engine = Engine::new(profile.model(inner.properties().size_bytes));
+        let engine = engine_for(&inner, profile, max_queue_depth)?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name(format!("emulated-{}", profile.name))
@@ -154,6 +148,19 @@ impl EmulatedDevice {
         }
         Ok((rx, permit))
     }
+}
+
+/// The timing engine of `profile` over a device the size of `inner`, once the queue depth is
+/// checked.
+fn engine_for(
+    inner: &Arc<dyn BlockDevice>,
+    profile: &Profile,
+    max_queue_depth: usize,
+) -> Result<Engine<Grant>> {
+    if max_queue_depth == 0 {
+        return Err(BlockDevError::Config("max_queue_depth must be >= 1".into()));
+    }
+    Ok(Engine::new(profile.model(inner.properties().size_bytes)))
 }
 
 fn elapsed_ns(epoch: Instant) -> u64 {

@@ -218,6 +218,16 @@ impl State {
         Some(clean)
     }
 
+    /// Makes the sectors `mask` of line `i` that the table holds as clean invalid there (the
+    /// cache's copy is about to be overwritten); dirty sectors stay as they are.
+    fn forget_clean(&mut self, i: u32, mask: u16) {
+        let l = self.table.line(i);
+        let clean = l.valid & !l.dirty & mask;
+        if clean != 0 {
+            self.table.invalidate(i, clean);
+        }
+    }
+
     fn occupancy_pct(&self) -> u64 {
         u64::from(self.table.mapped_lines()) * 100 / u64::from(self.table.len().max(1))
     }
@@ -865,11 +875,7 @@ impl CacheDevice {
                     // Sectors the table holds as clean stop being valid until the write's
                     // data lands and marks them dirty: a write dropped midway leaves them
                     // read from the core, never mixed data served as clean.
-                    let l = st.table.line(i);
-                    let clean = l.valid & !l.dirty & p.mask;
-                    if clean != 0 {
-                        st.table.invalidate(i, clean);
-                    }
+                    st.forget_clean(i, p.mask);
                     out.push((i, false));
                 }
                 None => out.push((st.table.alloc(p.core_line, class)?, true)),
@@ -954,11 +960,7 @@ impl CacheDevice {
                 if st.uncertain[i as usize] {
                     continue;
                 }
-                let l = st.table.line(i);
-                let clean_in_table = l.valid & !l.dirty & mask;
-                if clean_in_table != 0 {
-                    st.table.invalidate(i, clean_in_table);
-                }
+                st.forget_clean(i, mask);
                 let mut e = st.persisted[i as usize];
                 let clean = e.valid & !e.dirty & mask;
                 if clean == 0 {

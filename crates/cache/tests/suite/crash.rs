@@ -498,28 +498,27 @@ async fn concurrent_case(crash_after: u64, loss: PowerLossMode, meddler: bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_writers_with_flushes_survive_power_loss() {
-    for crash_after in (5..400).step_by(13) {
+/// [`concurrent_case`] at each crash point of `points`, power lost dropping what was not
+/// flushed at even points and a random subset of it at odd ones.
+async fn concurrent_sweep(points: impl Iterator<Item = u64>, meddler: bool) {
+    for crash_after in points {
         let loss = if crash_after % 2 == 0 {
             PowerLossMode::DropUnflushed
         } else {
             PowerLossMode::RandomSubset { seed: crash_after }
         };
-        concurrent_case(crash_after, loss, false).await;
+        concurrent_case(crash_after, loss, meddler).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_with_flushes_survive_power_loss() {
+    concurrent_sweep((5..400).step_by(13), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_under_concurrent_reads_cleaning_and_flushes_survive_power_loss() {
-    for crash_after in (7..600).step_by(17) {
-        let loss = if crash_after % 2 == 0 {
-            PowerLossMode::DropUnflushed
-        } else {
-            PowerLossMode::RandomSubset { seed: crash_after }
-        };
-        concurrent_case(crash_after, loss, true).await;
-    }
+    concurrent_sweep((7..600).step_by(17), true).await;
 }
 
 /// A cache detached cleanly, its core written without it since, attaches cold: it serves the
