@@ -20,6 +20,9 @@
 //! A write-back write over sectors whose persisted entry claims them clean keeps the shared
 //! gate: it has the claims dropped on media first, in a persist shared by every writer
 //! waiting for one (the entries claim less than before, so no data need be durable first).
+//! A write-back write the cache does not admit (its class caches nothing, or it is cut off)
+//! keeps the shared gate too: the lines it touches that are mapped take its bytes in place,
+//! dirty, and the rest goes to the core, so nothing is evicted or invalidated under it.
 //! A request that must evict dirty lines cleans them the same way before it takes the gate
 //! exclusively, so hits are not held behind the core's writes; only a victim dirtied again in
 //! between is cleaned under the gate.
@@ -1531,6 +1534,13 @@ impl CacheDevice {
                 self.lock().counters.classes[d.class as usize].write_pass_through += 1;
                 return self.write_core(offset_bytes, data).await;
             }
+            if !caches
+                && d.mode.caches_writes_dirty()
+                && self.write_beside_cache(&pieces, data, d.class).await?
+            {
+                self.lock().counters.classes[d.class as usize].write_pass_through += 1;
+                return Ok(());
+            }
             (d, promote)
         };
         if promote {
@@ -1588,6 +1598,79 @@ impl CacheDevice {
                 self.write_invalidate(offset_bytes, &pieces, data).await
             }
         }
+    }
+
+    /// A write-back write the cache does not admit (its class caches nothing, or its stream is
+    /// cut off) that touches lines the cache holds, done under the shared gate the caller
+    /// holds: the pieces on mapped lines are overwritten in place and marked dirty, so the
+    /// cache keeps the newest copy of every sector it holds (only the clean claims under the
+    /// new bytes are dropped on media first, in a shared release persist), and the other
+    /// pieces go to the core. Nothing is evicted or invalidated, so no one waits for this
+    /// write's core I/O. `false` when that cannot be done without excluding others (a mapped
+    /// line is uncertain or claimed on media for another core line): nothing was written, and
+    /// the caller takes the exclusive path.
+    async fn write_beside_cache(&self, pieces: &[Piece], data: &[u8], class: u8) -> BResult<bool> {
+        let (mapped, unmapped): (Vec<Piece>, Vec<Piece>) = {
+            let st = self.lock();
+            pieces
+                .iter()
+                .partition(|p| st.table.lookup(p.core_line).is_some())
+        };
+        let mut reserved = self.reserve_in_place(&mapped, class);
+        if reserved.is_none() {
+            if let Some(claims) = self.releasable_claims(&mapped, class) {
+                self.release_claims(claims).await?;
+                reserved = self.reserve_in_place(&mapped, class);
+            }
+        }
+        let Some(lines) = reserved else {
+            return Ok(false);
+        };
+        // Lines are unmapped only under the exclusive gate, so every mapped piece kept its line.
+        assert!(
+            lines.iter().all(|&(_, fresh)| !fresh),
+            "a mapped piece lost its line under the shared gate"
+        );
+        // Collected first: futures made inside iterator adaptors would not be `Send` here.
+        let mut in_place = Vec::with_capacity(mapped.len());
+        for (p, &(line, _)) in mapped.iter().zip(&lines) {
+            in_place.push(self.write_sectors(line, p, p.mask, data));
+        }
+        let mut to_core = Vec::new();
+        for (addr, from, to) in self.contiguous_core_runs(&unmapped) {
+            to_core.push(self.write_core(addr, &data[from..to]));
+        }
+        let (cached, cored) = futures_util::future::join(
+            run_bounded(in_place.into_iter()),
+            run_bounded(to_core.into_iter()),
+        )
+        .await;
+        cached?;
+        cored?;
+        let now = self.now_ms();
+        let mut st = self.lock();
+        for (p, &(line, _)) in mapped.iter().zip(&lines) {
+            st.table.mark_dirty(line, p.mask, now);
+            st.table.touch(line);
+        }
+        Ok(true)
+    }
+
+    /// `pieces` (in request order) as core writes: (core address, buffer start, buffer end),
+    /// pieces adjacent in the request merged into one write.
+    fn contiguous_core_runs(&self, pieces: &[Piece]) -> Vec<(u64, usize, usize)> {
+        let mut out: Vec<(u64, usize, usize)> = Vec::new();
+        for p in pieces {
+            match out.last_mut() {
+                Some(last) if last.2 == p.buf_off => last.2 += p.len,
+                _ => out.push((
+                    p.core_line * self.geom.line_bytes + u64::from(p.first_sector) * SECTOR_BYTES,
+                    p.buf_off,
+                    p.buf_off + p.len,
+                )),
+            }
+        }
+        out
     }
 
     /// Writes `pieces` into the cache as dirty data. Caller holds the gate exclusively. Every

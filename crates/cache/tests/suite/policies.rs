@@ -785,6 +785,92 @@ async fn a_flush_lets_writes_in_place_through_but_not_over_the_clean_claims_it_w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_cache_does_not_admit_updates_its_lines_in_place_while_hits_go_on() {
+    use std::time::Duration;
+    let core = Arc::new(Rigged::new(mem(8 << 20), Hold::Writes));
+    core.write(0, &pattern(0, 256 * 1024, 1)).await.unwrap();
+    let cache = mem(cache_bytes_for(64, 4096));
+    let classes = IoClassTable::parse_csv(SEED_CSV).unwrap();
+    let dev = Arc::new(
+        CacheDevice::create(
+            cache.clone(),
+            core.clone(),
+            cfg(CacheMode::Wb, 4096),
+            classes,
+        )
+        .await
+        .unwrap(),
+    );
+    let far = 4u64 << 20;
+    dev.write(0, &pattern(0, 4096, 2)).await.unwrap();
+    dev.write(far, &pattern(far, 4096, 2)).await.unwrap();
+    assert_eq!(
+        read(dev.as_ref(), 2 * 4096, 4096).await,
+        pattern(2 * 4096, 4096, 1)
+    );
+    dev.flush().await.unwrap();
+    let before = dev.stats();
+    assert_eq!((before.occupancy_lines, before.dirty_lines), (3, 2));
+
+    // 256 KiB: too large for the caching class. Block 0 is dirty in the cache, block 2 clean
+    // with its claim persisted, the rest is not cached.
+    core.held.send_replace(true);
+    let big = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.write(0, &pattern(0, 256 * 1024, 3)).await })
+    };
+    let bound = Duration::from_secs(20);
+    tokio::time::timeout(bound, core.blocked.acquire())
+        .await
+        .expect("the uncached pieces go to the core")
+        .unwrap()
+        .forget();
+    assert_eq!(
+        tokio::time::timeout(bound, read(dev.as_ref(), far, 4096))
+            .await
+            .expect("a read hit goes on while the write waits for the core"),
+        pattern(far, 4096, 2)
+    );
+    tokio::time::timeout(bound, dev.write(far, &pattern(far, 4096, 4)))
+        .await
+        .expect("a write hit goes on while the write waits for the core")
+        .unwrap();
+    core.held.send_replace(false);
+    tokio::time::timeout(bound, big)
+        .await
+        .expect("the write completes once the core does")
+        .unwrap()
+        .unwrap();
+
+    let after = dev.stats();
+    assert_eq!(after.classes[0].requests.write_pass_through, 1);
+    assert_eq!(
+        (after.occupancy_lines, after.dirty_lines),
+        (3, 3),
+        "the lines it held took the new bytes; none was added or evicted"
+    );
+    assert!(after.claim_releases > before.claim_releases);
+    assert_eq!(
+        read(core.as_ref(), 4096, 4096).await,
+        pattern(4096, 4096, 3)
+    );
+    assert_eq!(
+        read(core.as_ref(), 0, 4096).await,
+        pattern(0, 4096, 1),
+        "block 0's newest copy stays in the cache, dirty"
+    );
+    assert_eq!(
+        read(dev.as_ref(), 0, 256 * 1024).await,
+        pattern(0, 256 * 1024, 3)
+    );
+    dev.flush().await.unwrap();
+    drop(dev);
+    let again = CacheDevice::attach(cache, core).await.unwrap();
+    assert_eq!(read(&again, 0, 256 * 1024).await, pattern(0, 256 * 1024, 3));
+    assert_eq!(read(&again, far, 4096).await, pattern(far, 4096, 4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_fanning_out_past_the_devices_queues_wait_instead_of_failing() {
     let profile = cairn_blockdev::Profile::load("nvme-p3700").unwrap();
     let shallow = |bytes: u64| -> Arc<dyn BlockDevice> {
