@@ -20,8 +20,8 @@
 //! A write-back write over sectors whose persisted entry claims them clean keeps the shared
 //! gate: it has the claims dropped on media first, in a persist shared by every writer
 //! waiting for one (the entries claim less than before, so no data need be durable first).
-//! A write-back write the cache does not admit (its class caches nothing, or it is cut off)
-//! keeps the shared gate too: the lines it touches that are mapped take its bytes in place,
+//! A write-back write the cache does not admit (its class caches nothing, it is cut off, or
+//! the promotion policy declines it) keeps the shared gate too: the lines it touches that are mapped take its bytes in place,
 //! dirty, and the rest goes to the core, so nothing is evicted or invalidated under it.
 //! A request that must evict dirty lines cleans them the same way before it takes the gate
 //! exclusively, so hits are not held behind the core's writes; only a victim dirtied again in
@@ -1600,8 +1600,8 @@ impl CacheDevice {
         }
     }
 
-    /// A write-back write the cache does not admit (its class caches nothing, or its stream is
-    /// cut off) that touches lines the cache holds, done under the shared gate the caller
+    /// A write-back write the cache does not admit (its class caches nothing, its stream is
+    /// cut off, or the promotion policy declines it) that touches lines the cache holds, done under the shared gate the caller
     /// holds: the pieces on mapped lines are overwritten in place and marked dirty, so the
     /// cache keeps the newest copy of every sector it holds (only the clean claims under the
     /// new bytes are dropped on media first, in a shared release persist), and the other
@@ -1925,16 +1925,20 @@ impl CacheDevice {
     /// decides what to clean ([`crate::cleaning::decide`]); dirty data is written to core and
     /// the core flushed before lines are marked clean. Foreground I/O continues meanwhile.
     pub async fn clean_step(&self, now_ms: u64) -> BResult<CleanReport> {
+        // Asked first without the gate: a wake with nothing to clean (the common case while
+        // clients are busy) must not queue every request behind the exclusive gate, which
+        // waits for every write in flight to the core.
+        let idle = Self::clean_decision(&self.lock(), now_ms);
+        if idle.max_lines == 0 {
+            return Ok(CleanReport {
+                cleaned_lines: 0,
+                next_wake_ms: idle.idle_wake_ms,
+            });
+        }
         let g = self.gate.write().await;
         let (picked, next_wake_ms) = {
             let mut st = self.lock();
-            let input = CleanInput {
-                now_ms,
-                last_io_ms: st.last_io_ms,
-                dirty_lines: u64::from(st.table.dirty_lines()),
-                total_lines: u64::from(st.table.len()),
-            };
-            let dec = decide(&st.cfg.cleaning, input);
+            let dec = Self::clean_decision(&st, now_ms);
             let picked = match dec.order {
                 CleanOrder::OldestDirty => {
                     st.table.oldest_dirty(dec.max_lines, dec.dirty_before_ms)
@@ -1954,6 +1958,18 @@ impl CacheDevice {
             cleaned_lines: cleaned,
             next_wake_ms: now_ms,
         })
+    }
+
+    /// What the cleaning policy asks for at `now_ms`, given the table's dirty lines and the
+    /// last foreground request.
+    fn clean_decision(st: &State, now_ms: u64) -> crate::cleaning::CleanDecision {
+        let input = CleanInput {
+            now_ms,
+            last_io_ms: st.last_io_ms,
+            dirty_lines: u64::from(st.table.dirty_lines()),
+            total_lines: u64::from(st.table.len()),
+        };
+        decide(&st.cfg.cleaning, input)
     }
 
     /// Cleans the lines of `round` (just marked `cleaning` under the exclusive gate `g`):

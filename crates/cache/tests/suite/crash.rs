@@ -397,7 +397,22 @@ async fn overwriting_a_persisted_clean_line_then_losing_power_stays_consistent()
 /// interleaved with flushes, evictions and cleaning. With `meddler`, one more task reads,
 /// cleans and flushes over every writer's blocks meanwhile, so flushes may persist clean claims
 /// on lines that writers are overwriting.
-async fn concurrent_case(crash_after: u64, loss: PowerLossMode, meddler: bool) {
+/// Store metadata never cached, everything else cached: with it, the concurrent writers'
+/// writes hinted as metadata land beside the cache (in place on lines it holds).
+const METADATA_UNCACHED: &str = "IO class id,IO class name,Eviction priority,Allocation\n\
+                                 0,unclassified,22,1\n\
+                                 1,metadata,0,0\n";
+
+/// How the concurrent crash sweeps drive the cache.
+#[derive(Debug, Clone, Copy)]
+struct Concurrency {
+    /// A task reading, cleaning and flushing beside the writers.
+    meddler: bool,
+    /// Half the writes of a class the cache does not admit ([`METADATA_UNCACHED`]).
+    unadmitted: bool,
+}
+
+async fn concurrent_case(crash_after: u64, loss: PowerLossMode, how: Concurrency) {
     const TASKS: u64 = 4;
     const BLOCKS_PER_TASK: u64 = 16;
     let sw = CrashSwitch::new();
@@ -411,14 +426,18 @@ async fn concurrent_case(crash_after: u64, loss: PowerLossMode, meddler: bool) {
             cache_f.clone(),
             core_f.clone(),
             cfg(CacheMode::Wb, 4096),
-            IoClassTable::default(),
+            if how.unadmitted {
+                IoClassTable::parse_csv(METADATA_UNCACHED).unwrap()
+            } else {
+                IoClassTable::default()
+            },
         )
         .await
         .unwrap(),
     );
     sw.arm(sw.ops() + crash_after);
     let writers_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let meddling = meddler.then(|| {
+    let meddling = how.meddler.then(|| {
         let dev = dev.clone();
         let writers_done = writers_done.clone();
         tokio::spawn(async move {
@@ -450,8 +469,12 @@ async fn concurrent_case(crash_after: u64, loss: PowerLossMode, meddler: bool) {
                 let block = b * TASKS + t;
                 let v = step * 16 + t as u32;
                 state[b as usize].1.push(v);
+                let hint = cairn_cache::IoHint {
+                    metadata: how.unadmitted && rng.random_bool(0.5),
+                    ..Default::default()
+                };
                 if dev
-                    .write(block * K4, &pattern(block * K4, 4096, v))
+                    .write_hinted(block * K4, &pattern(block * K4, 4096, v), hint)
                     .await
                     .is_err()
                 {
@@ -517,25 +540,42 @@ async fn concurrent_case(crash_after: u64, loss: PowerLossMode, meddler: bool) {
 
 /// [`concurrent_case`] at each crash point of `points`, power lost dropping what was not
 /// flushed at even points and a random subset of it at odd ones.
-async fn concurrent_sweep(points: impl Iterator<Item = u64>, meddler: bool) {
+async fn concurrent_sweep(points: impl Iterator<Item = u64>, how: Concurrency) {
     for crash_after in points {
         let loss = if crash_after % 2 == 0 {
             PowerLossMode::DropUnflushed
         } else {
             PowerLossMode::RandomSubset { seed: crash_after }
         };
-        concurrent_case(crash_after, loss, meddler).await;
+        concurrent_case(crash_after, loss, how).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_with_flushes_survive_power_loss() {
-    concurrent_sweep((5..400).step_by(13), false).await;
+    let how = Concurrency {
+        meddler: false,
+        unadmitted: false,
+    };
+    concurrent_sweep((5..400).step_by(13), how).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_under_concurrent_reads_cleaning_and_flushes_survive_power_loss() {
-    concurrent_sweep((7..600).step_by(17), true).await;
+    let how = Concurrency {
+        meddler: true,
+        unadmitted: false,
+    };
+    concurrent_sweep((7..600).step_by(17), how).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unadmitted_writers_beside_reads_cleaning_and_flushes_survive_power_loss() {
+    let how = Concurrency {
+        meddler: true,
+        unadmitted: true,
+    };
+    concurrent_sweep((3..600).step_by(19), how).await;
 }
 
 /// A cache detached cleanly, its core written without it since, attaches cold: it serves the

@@ -871,6 +871,60 @@ async fn a_write_the_cache_does_not_admit_updates_its_lines_in_place_while_hits_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleaner_wake_with_nothing_to_clean_queues_no_one_behind_the_core() {
+    use std::time::Duration;
+    let core = Arc::new(Rigged::new(mem(8 << 20), Hold::Writes));
+    let classes = IoClassTable::parse_csv(SEED_CSV).unwrap();
+    let dev = Arc::new(
+        CacheDevice::create(
+            mem(cache_bytes_for(64, 4096)),
+            core.clone(),
+            cfg(CacheMode::Wb, 4096),
+            classes,
+        )
+        .await
+        .unwrap(),
+    );
+    let far = 4u64 << 20;
+    dev.write(far, &pattern(far, 4096, 1)).await.unwrap();
+    dev.flush().await.unwrap();
+    dev.clean_step(u64::MAX / 4).await.unwrap();
+    assert_eq!(dev.stats().dirty_lines, 0);
+    core.held.send_replace(true);
+    let big = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.write(0, &pattern(0, 256 * 1024, 2)).await })
+    };
+    let bound = Duration::from_secs(20);
+    tokio::time::timeout(bound, core.blocked.acquire())
+        .await
+        .expect("the uncached write reaches the core")
+        .unwrap()
+        .forget();
+    let report = tokio::time::timeout(bound, dev.clean_step(u64::MAX / 4))
+        .await
+        .expect("a cleaner wake with nothing dirty does not wait for the core's writes")
+        .unwrap();
+    assert_eq!(report.cleaned_lines, 0);
+    assert_eq!(
+        tokio::time::timeout(bound, read(dev.as_ref(), far, 4096))
+            .await
+            .expect("a hit after the wake goes on"),
+        pattern(far, 4096, 1)
+    );
+    core.held.send_replace(false);
+    tokio::time::timeout(bound, big)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        read(dev.as_ref(), 0, 256 * 1024).await,
+        pattern(0, 256 * 1024, 2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_fanning_out_past_the_devices_queues_wait_instead_of_failing() {
     let profile = cairn_blockdev::Profile::load("nvme-p3700").unwrap();
     let shallow = |bytes: u64| -> Arc<dyn BlockDevice> {
