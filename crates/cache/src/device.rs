@@ -1312,19 +1312,17 @@ impl CacheDevice {
         };
         self.clean_now(&dirty).await?;
         self.lock().counters.victims_cleaned_blocking += dirty.len() as u64;
-        {
-            let mut st = self.lock();
-            for &i in &victims {
-                st.table.unmap(i);
-            }
-            st.counters.evictions += victims.len() as u64;
-        }
+        // The victims stay mapped until their invalid entries are durable: a persist that
+        // fails leaves them holding their blocks (uncertain on media), so a later write of one
+        // of those blocks goes to the same line and no crash can find two lines claiming it.
         self.persist(victims.iter().map(|&i| (i, Entry::INVALID)).collect())
             .await?;
         let mut st = self.lock();
         for &i in &victims {
+            st.table.unmap(i);
             st.table.release(i);
         }
+        st.counters.evictions += victims.len() as u64;
         Ok(true)
     }
 

@@ -614,3 +614,82 @@ async fn a_detached_cache_attaches_cold_over_a_core_written_without_it() {
         .unwrap();
     assert_eq!(read(&dev, 0, 8 * 4096).await, newer, "after a restart too");
 }
+
+/// An eviction whose metadata write fails keeps its victims mapped, so a later write of one
+/// of their blocks lands in the same line: a power loss during the next flush can never leave
+/// two lines claiming one block (which attach refuses).
+#[tokio::test]
+async fn an_eviction_whose_metadata_write_failed_leaves_one_line_per_block() {
+    const REWRITTEN: u64 = 16;
+    for crash_after in 0..6u64 {
+        for seed in 0..4u64 {
+            let sw = CrashSwitch::new();
+            let cache_f = Arc::new(FaultDevice::new(mem(cache_bytes_for(256, K4)), sw.clone()));
+            let core_f = Arc::new(FaultDevice::new(mem(8 << 20), sw.clone()));
+            let dev = CacheDevice::create(
+                cache_f.clone(),
+                core_f.clone(),
+                cfg(CacheMode::Wb, K4),
+                IoClassTable::default(),
+            )
+            .await
+            .unwrap();
+            let lines = dev.stats().total_lines;
+            assert!(lines > 128 + REWRITTEN, "two metadata pages of lines");
+            // Block k in line k, every line clean with its entry persisted.
+            for k in 0..lines {
+                dev.write(k * K4, &pattern(k * K4, 4096, 1)).await.unwrap();
+            }
+            dev.flush().await.unwrap();
+            while dev.stats().dirty_lines > 0 {
+                dev.clean_step(u64::MAX / 4).await.unwrap();
+            }
+            dev.flush().await.unwrap();
+            // Least recently used: blocks 0..16 (the first metadata page), then those of the
+            // second page, then the rest of the first.
+            for k in REWRITTEN..128 {
+                read(&dev, k * K4, 4096).await;
+            }
+            cache_f
+                .add_rule(cairn_blockdev::fault::FaultRule::Always {
+                    kind: cairn_blockdev::IoKind::Write,
+                })
+                .await;
+            let fresh = lines * K4;
+            assert!(
+                dev.write(fresh, &pattern(fresh, 4096, 1)).await.is_err(),
+                "the eviction's metadata write fails"
+            );
+            cache_f.clear_rules().await;
+            for k in 0..REWRITTEN {
+                dev.write(k * K4, &pattern(k * K4, 4096, 2)).await.unwrap();
+            }
+            sw.arm(sw.ops() + crash_after);
+            let _ = dev.flush().await;
+            drop(dev);
+            let loss = PowerLossMode::RandomSubset {
+                seed: seed * 100 + crash_after,
+            };
+            let cache_img = cache_f.power_loss(loss).await.unwrap();
+            let core_img = core_f.power_loss(loss).await.unwrap();
+            let report = fsck(&cache_img, &core_img).await.unwrap();
+            assert!(
+                report.is_clean(),
+                "crash {crash_after} seed {seed}: {:?}",
+                report.problems
+            );
+            let dev = CacheDevice::attach(cache_img, core_img).await.unwrap();
+            for k in 0..lines {
+                let got = read(&dev, k * K4, 4096).await;
+                let allowed: &[u32] = if k < REWRITTEN { &[1, 2] } else { &[1] };
+                for (i, sector) in got.chunks(512).enumerate() {
+                    let v = version_of(k * 8 + i as u64, sector);
+                    assert!(
+                        v.is_some_and(|v| allowed.contains(&v)),
+                        "crash {crash_after} seed {seed}: block {k} sector {i} holds {v:?}"
+                    );
+                }
+            }
+        }
+    }
+}
