@@ -3,7 +3,7 @@
 //! fills, a local reservation; as the copy filled, a remote one: each kind counts apart, as
 //! Ceph's local and remote reservers do), `osd_recovery_max_active` (background recovery
 //! pushes in flight on this OSD; 0 picks 3 on a rotational device, 10 on others, as Ceph's
-//! `_hdd`/`_ssd` variants) and `osd_recovery_sleep_{hdd,ssd,hybrid}` (a pause after each
+//! `_hdd`/`_ssd` variants, but 1 on a rotational device under mClock's `high_client_ops`) and `osd_recovery_sleep_{hdd,ssd,hybrid}` (a pause after each
 //! background recovery step, for the queues that do not meter recovery themselves: ignored
 //! under mClock, as in Ceph). Recovery a client waits on is never throttled here. Beneath
 //! `osd_recovery_max_active`, the pacer ([`crate::pacing`]) lowers the pushes allowed in flight
@@ -82,6 +82,17 @@ pub enum DeviceKind {
     Hybrid,
 }
 
+/// Background pushes in flight on a rotational device when `osd_recovery_max_active` is 0:
+/// Ceph's 3, but 1 under mClock's `high_client_ops`, whose promise is the client first. A
+/// recovery push on a disk is a long sequential transfer that every client write queued
+/// behind it waits out, and the scheduler can only order what is not yet on the device.
+fn rotational_active(policy: &PolicyConfig) -> usize {
+    match policy {
+        PolicyConfig::Mclock(m) if m.profile == "high_client_ops" => 1,
+        _ => 3,
+    }
+}
+
 /// A remote reservation: granted to `primary` for the PG's interval of `epoch`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Grant {
@@ -98,6 +109,9 @@ struct State {
     pacer: Pacer,
     /// The factor `auto` stands for under the scheduler's policy now.
     auto_factor: f64,
+    /// The pushes in flight `osd_recovery_max_active` 0 stands for on a rotational device
+    /// under the scheduler's policy now.
+    auto_rotational_active: usize,
     /// No push starts before this (the pacer's pause after the last one).
     not_before: Option<Instant>,
     /// Pushes waiting for a slot.
@@ -184,16 +198,19 @@ impl RecoveryThrottle {
             backlog,
             state: Mutex::new(State {
                 auto_factor: crate::pacing::default_factor(&PolicyConfig::Fifo),
+                auto_rotational_active: rotational_active(&PolicyConfig::Fifo),
                 ..State::default()
             }),
             freed: Notify::new(),
         }
     }
 
-    /// Takes the pacing factor `auto` stands for from the scheduler's `policy` (at boot and
-    /// whenever the policy changes).
+    /// Takes the pacing factor `auto` and the pushes `osd_recovery_max_active` 0 stand for
+    /// from the scheduler's `policy` (at boot and whenever the policy changes).
     pub fn follow_policy(&self, policy: &PolicyConfig) {
-        self.lock().auto_factor = crate::pacing::default_factor(policy);
+        let mut st = self.lock();
+        st.auto_factor = crate::pacing::default_factor(policy);
+        st.auto_rotational_active = rotational_active(policy);
     }
 
     /// Counts a small client op of `stream` (served as primary, end to end, or applied as a
@@ -382,7 +399,7 @@ impl RecoveryThrottle {
     fn max_active_in(&self, st: &State) -> usize {
         match (st.settings.max_active, self.device) {
             (0, DeviceKind::Ssd) => 10,
-            (0, _) => 3,
+            (0, _) => st.auto_rotational_active,
             (n, _) => n,
         }
     }
@@ -484,6 +501,30 @@ mod tests {
         // The holder's interval ended without a release.
         assert!(t.reserve_remote(pg(2), 5, 12, |p, e| p == pg(1) && e == 10));
         assert_eq!(t.reservations().1, vec![pg(2)]);
+    }
+
+    #[test]
+    fn high_client_ops_keeps_one_recovery_push_on_a_rotational_device_unless_set() {
+        let hco = PolicyConfig::by_name("mclock").unwrap();
+        let PolicyConfig::Mclock(m) = &hco else {
+            panic!("mclock is an mClock policy: {hco:?}");
+        };
+        assert_eq!(m.profile, "high_client_ops", "the default profile");
+        let mut balanced = m.clone();
+        balanced.profile = "balanced".into();
+        for kind in [DeviceKind::Hdd, DeviceKind::Hybrid] {
+            let t = RecoveryThrottle::new(kind, BacklogGauge::default());
+            t.follow_policy(&hco);
+            assert_eq!(t.max_active(), 1, "{kind:?}");
+            t.follow_policy(&PolicyConfig::Mclock(balanced.clone()));
+            assert_eq!(t.max_active(), 3, "{kind:?}: other profiles keep Ceph's");
+            t.follow_policy(&hco);
+            t.set("osd_recovery_max_active", "4").unwrap();
+            assert_eq!(t.max_active(), 4, "{kind:?}: a setting wins");
+        }
+        let ssd = RecoveryThrottle::new(DeviceKind::Ssd, BacklogGauge::default());
+        ssd.follow_policy(&hco);
+        assert_eq!(ssd.max_active(), 10);
     }
 
     #[test]
