@@ -1492,14 +1492,7 @@ impl CacheDevice {
                 (d, any_mapped, promote)
             };
             if d.mode.caches_writes_dirty() && promote {
-                let mut reserved = self.reserve_in_place(&pieces, d.class);
-                if reserved.is_none() {
-                    if let Some(claims) = self.releasable_claims(&pieces, d.class) {
-                        self.release_claims(claims).await?;
-                        reserved = self.reserve_in_place(&pieces, d.class);
-                    }
-                }
-                if let Some(lines) = reserved {
+                if let Some(lines) = self.reserve_in_place_releasing(&pieces, d.class).await? {
                     let hit = !lines.iter().any(|&(_, fresh)| fresh);
                     {
                         let c = &mut self.lock().counters.classes[d.class as usize];
@@ -1509,17 +1502,8 @@ impl CacheDevice {
                             c.write_misses += 1;
                         }
                     }
-                    let mut writes = Vec::with_capacity(pieces.len());
-                    for (p, &(line, _)) in pieces.iter().zip(&lines) {
-                        writes.push(self.write_sectors(line, p, p.mask, data));
-                    }
-                    run_bounded(writes.into_iter()).await?;
-                    let now = self.now_ms();
-                    let mut st = self.lock();
-                    for (p, &(line, _)) in pieces.iter().zip(&lines) {
-                        st.table.mark_dirty(line, p.mask, now);
-                        st.table.touch(line);
-                    }
+                    run_bounded(self.in_place_writes(&pieces, &lines, data).into_iter()).await?;
+                    self.mark_written_in_place(&pieces, &lines);
                     return Ok(());
                 }
             }
@@ -1614,14 +1598,7 @@ impl CacheDevice {
                 .iter()
                 .partition(|p| st.table.lookup(p.core_line).is_some())
         };
-        let mut reserved = self.reserve_in_place(&mapped, class);
-        if reserved.is_none() {
-            if let Some(claims) = self.releasable_claims(&mapped, class) {
-                self.release_claims(claims).await?;
-                reserved = self.reserve_in_place(&mapped, class);
-            }
-        }
-        let Some(lines) = reserved else {
+        let Some(lines) = self.reserve_in_place_releasing(&mapped, class).await? else {
             return Ok(false);
         };
         // Lines are unmapped only under the exclusive gate, so every mapped piece kept its line.
@@ -1630,28 +1607,63 @@ impl CacheDevice {
             "a mapped piece lost its line under the shared gate"
         );
         // Collected first: futures made inside iterator adaptors would not be `Send` here.
-        let mut in_place = Vec::with_capacity(mapped.len());
-        for (p, &(line, _)) in mapped.iter().zip(&lines) {
-            in_place.push(self.write_sectors(line, p, p.mask, data));
-        }
         let mut to_core = Vec::new();
         for (addr, from, to) in self.contiguous_core_runs(&unmapped) {
             to_core.push(self.write_core(addr, &data[from..to]));
         }
         let (cached, cored) = futures_util::future::join(
-            run_bounded(in_place.into_iter()),
+            run_bounded(self.in_place_writes(&mapped, &lines, data).into_iter()),
             run_bounded(to_core.into_iter()),
         )
         .await;
         cached?;
         cored?;
+        self.mark_written_in_place(&mapped, &lines);
+        Ok(true)
+    }
+
+    /// [`CacheDevice::reserve_in_place`], with the clean claims in the way released first
+    /// when they are all that refuses it ([`CacheDevice::releasable_claims`]). Caller holds
+    /// the shared gate.
+    async fn reserve_in_place_releasing(
+        &self,
+        pieces: &[Piece],
+        class: u8,
+    ) -> BResult<Option<Vec<(u32, bool)>>> {
+        if let Some(lines) = self.reserve_in_place(pieces, class) {
+            return Ok(Some(lines));
+        }
+        let Some(claims) = self.releasable_claims(pieces, class) else {
+            return Ok(None);
+        };
+        self.release_claims(claims).await?;
+        Ok(self.reserve_in_place(pieces, class))
+    }
+
+    /// The cache writes of `pieces` into the `lines` reserved for them in place (collected:
+    /// futures made inside iterator adaptors would not be `Send` in the callers).
+    fn in_place_writes<'a>(
+        &'a self,
+        pieces: &'a [Piece],
+        lines: &[(u32, bool)],
+        data: &'a [u8],
+    ) -> Vec<impl std::future::Future<Output = BResult<()>> + Send + 'a> {
+        let mut writes = Vec::with_capacity(pieces.len());
+        for (p, &(line, _)) in pieces.iter().zip(lines) {
+            writes.push(self.write_sectors(line, p, p.mask, data));
+        }
+        writes
+    }
+
+    /// Marks the sectors of `pieces` dirty in the `lines` they were written into in place,
+    /// once those writes completed (a flush must see only completed writes as dirty).
+    fn mark_written_in_place(&self, pieces: &[Piece], lines: &[(u32, bool)]) {
         let now = self.now_ms();
         let mut st = self.lock();
-        for (p, &(line, _)) in mapped.iter().zip(&lines) {
+        for (p, &(line, _)) in pieces.iter().zip(lines) {
             st.table.mark_dirty(line, p.mask, now);
             st.table.touch(line);
         }
-        Ok(true)
     }
 
     /// `pieces` (in request order) as core writes: (core address, buffer start, buffer end),
