@@ -21,8 +21,9 @@
 //! gate: it has the claims dropped on media first, in a persist shared by every writer
 //! waiting for one (the entries claim less than before, so no data need be durable first).
 //! A write-back write the cache does not admit (its class caches nothing, it is cut off, or
-//! the promotion policy declines it) keeps the shared gate too: the lines it touches that are mapped take its bytes in place,
-//! dirty, and the rest goes to the core, so nothing is evicted or invalidated under it.
+//! the promotion policy declines it) keeps the shared gate too: the mapped lines it touches
+//! take its bytes in place, dirty, and the rest goes to the core, so nothing is evicted or
+//! invalidated under it.
 //! A request that must evict dirty lines cleans them the same way before it takes the gate
 //! exclusively, so hits are not held behind the core's writes; only a victim dirtied again in
 //! between is cleaned under the gate.
@@ -1583,12 +1584,13 @@ impl CacheDevice {
     }
 
     /// A write-back write the cache does not admit (its class caches nothing, its stream is
-    /// cut off, or the promotion policy declines it) that touches lines the cache holds, done under the shared gate the caller
-    /// holds: the pieces on mapped lines are overwritten in place and marked dirty, so the
+    /// cut off, or the promotion policy declines it) that touches lines the cache holds, done
+    /// under the shared gate the caller holds: the pieces on mapped lines are overwritten in
+    /// place and marked dirty, so the
     /// cache keeps the newest copy of every sector it holds (only the clean claims under the
     /// new bytes are dropped on media first, in a shared release persist), and the other
-    /// pieces go to the core. Nothing is evicted or invalidated, so no one waits for this
-    /// write's core I/O. `false` when that cannot be done without excluding others (a mapped
+    /// pieces go to the core. Nothing is evicted or invalidated, and the gate stays shared
+    /// while the core writes. `false` when that cannot be done without excluding others (a mapped
     /// line is uncertain or claimed on media for another core line): nothing was written, and
     /// the caller takes the exclusive path.
     async fn write_beside_cache(&self, pieces: &[Piece], data: &[u8], class: u8) -> BResult<bool> {

@@ -3,11 +3,12 @@
 //! fills, a local reservation; as the copy filled, a remote one: each kind counts apart, as
 //! Ceph's local and remote reservers do), `osd_recovery_max_active` (background recovery
 //! pushes in flight on this OSD; 0 picks 3 on a rotational device, 10 on others, as Ceph's
-//! `_hdd`/`_ssd` variants, but 1 on a rotational device under mClock's `high_client_ops`) and `osd_recovery_sleep_{hdd,ssd,hybrid}` (a pause after each
-//! background recovery step, for the queues that do not meter recovery themselves: ignored
-//! under mClock, as in Ceph). Recovery a client waits on is never throttled here. Beneath
-//! `osd_recovery_max_active`, the pacer ([`crate::pacing`]) lowers the pushes allowed in flight
-//! while clients are slowed by more than `osd_recovery_pacing_factor`.
+//! `_hdd`/`_ssd` variants, but 1 on a rotational device under mClock's `high_client_ops`) and
+//! `osd_recovery_sleep_{hdd,ssd,hybrid}` (a pause after each background recovery step, for
+//! the queues that do not meter recovery themselves: ignored under mClock, as in Ceph).
+//! Recovery a client waits on is never throttled here. Beneath `osd_recovery_max_active`, the
+//! pacer ([`crate::pacing`]) lowers the pushes allowed in flight while clients are slowed by
+//! more than `osd_recovery_pacing_factor`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
