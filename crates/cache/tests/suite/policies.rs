@@ -784,6 +784,26 @@ async fn a_flush_lets_writes_in_place_through_but_not_over_the_clean_claims_it_w
     assert_eq!(dev.stats().dirty_lines, 2);
 }
 
+/// Holds `core`'s writes and starts a 256 KiB write of `version` at offset 0 (too large for
+/// [`SEED_CSV`]'s caching class); returns once its bytes for the core wait there.
+async fn uncached_write_held_at_the_core(
+    dev: &Arc<CacheDevice>,
+    core: &Rigged,
+    version: u32,
+) -> tokio::task::JoinHandle<Result<(), cairn_blockdev::BlockDevError>> {
+    core.held.send_replace(true);
+    let big = {
+        let dev = dev.clone();
+        tokio::spawn(async move { dev.write(0, &pattern(0, 256 * 1024, version)).await })
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(20), core.blocked.acquire())
+        .await
+        .expect("the uncached pieces go to the core")
+        .unwrap()
+        .forget();
+    big
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_the_cache_does_not_admit_updates_its_lines_in_place_while_hits_go_on() {
     use std::time::Duration;
@@ -814,17 +834,8 @@ async fn a_write_the_cache_does_not_admit_updates_its_lines_in_place_while_hits_
 
     // 256 KiB: too large for the caching class. Block 0 is dirty in the cache, block 2 clean
     // with its claim persisted, the rest is not cached.
-    core.held.send_replace(true);
-    let big = {
-        let dev = dev.clone();
-        tokio::spawn(async move { dev.write(0, &pattern(0, 256 * 1024, 3)).await })
-    };
+    let big = uncached_write_held_at_the_core(&dev, &core, 3).await;
     let bound = Duration::from_secs(20);
-    tokio::time::timeout(bound, core.blocked.acquire())
-        .await
-        .expect("the uncached pieces go to the core")
-        .unwrap()
-        .forget();
     assert_eq!(
         tokio::time::timeout(bound, read(dev.as_ref(), far, 4096))
             .await
@@ -890,17 +901,8 @@ async fn a_cleaner_wake_with_nothing_to_clean_queues_no_one_behind_the_core() {
     dev.flush().await.unwrap();
     dev.clean_step(u64::MAX / 4).await.unwrap();
     assert_eq!(dev.stats().dirty_lines, 0);
-    core.held.send_replace(true);
-    let big = {
-        let dev = dev.clone();
-        tokio::spawn(async move { dev.write(0, &pattern(0, 256 * 1024, 2)).await })
-    };
+    let big = uncached_write_held_at_the_core(&dev, &core, 2).await;
     let bound = Duration::from_secs(20);
-    tokio::time::timeout(bound, core.blocked.acquire())
-        .await
-        .expect("the uncached write reaches the core")
-        .unwrap()
-        .forget();
     let report = tokio::time::timeout(bound, dev.clean_step(u64::MAX / 4))
         .await
         .expect("a cleaner wake with nothing dirty does not wait for the core's writes")
