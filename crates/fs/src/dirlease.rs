@@ -478,9 +478,16 @@ impl Held {
         self.leases.len() < MAX_HELD
     }
 
-    /// Notes that a lease on `dir` is being asked for; false when one is already.
-    pub fn asking(&mut self, dir: u64) -> bool {
-        if self.asking.contains_key(&dir) || self.asking.len() >= MAX_HELD {
+    /// Notes that a new lease on `dir` is being asked for; false when one is already, or
+    /// when a lease on it is current at `now`. A grant replaces the lease wholesale with the
+    /// names the MDS listed when it answered, so it must not follow a create this mount made
+    /// by itself under a current lease: such a create's request is sent after the ask, the
+    /// listing lacks its name, and the name would be lost here until the lease ends.
+    pub fn asking(&mut self, dir: u64, now: Instant) -> bool {
+        if self.asking.contains_key(&dir)
+            || self.asking.len() >= MAX_HELD
+            || self.current(dir, now).is_some()
+        {
             return false;
         }
         self.asking.insert(dir, Asking::default());
@@ -970,7 +977,7 @@ mod tests {
         let t0 = Instant::now();
         let mut h = Held::default();
         assert!(!h.wants_creates(5, t0));
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0, t0);
         h.new_files_get(5, 4 << 20);
         assert_eq!(h.may_create(5, b"a", t0), None, "not held for creates");
@@ -994,8 +1001,8 @@ mod tests {
         let t0 = Instant::now();
         let mut h = Held::default();
         assert_eq!(h.lookup(5, b"a", t0), (Lookup::Ask(true), false));
-        assert!(h.asking(5));
-        assert!(!h.asking(5), "one request at a time");
+        assert!(h.asking(5, t0));
+        assert!(!h.asking(5, t0), "one request at a time");
         assert_eq!(h.lookup(5, b"a", t0).0, Lookup::Ask(false), "being asked");
         h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0, t0);
         assert_eq!(h.lookup(5, b"a", t0).0, Lookup::Absent);
@@ -1018,7 +1025,7 @@ mod tests {
             Lookup::Ask(true),
             "run out"
         );
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.granted(5, 2, Vec::new(), None, t0, t0);
         h.renewed(5, None, t0);
         assert_eq!(
@@ -1026,7 +1033,7 @@ mod tests {
             Lookup::Ask(true),
             "refused renewal"
         );
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.granted(5, 3, Vec::new(), None, t0, t0);
         h.set_enabled(false);
         assert_eq!(h.lookup(5, b"x", t0).0, Lookup::Ask(false), "turned off");
@@ -1036,7 +1043,7 @@ mod tests {
     fn a_recall_ends_its_grant_and_no_newer_one_even_when_it_overtakes_the_grant() {
         let t0 = Instant::now();
         let mut h = Held::default();
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.added(5, b"mine", 12);
         h.recalled(5, 4);
         h.granted(5, 4, Vec::new(), None, t0, t0);
@@ -1045,7 +1052,7 @@ mod tests {
             Lookup::Ask(true),
             "recalled before its answer"
         );
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.added(5, b"gone", 12);
         h.granted(5, 5, vec![(b"mine".to_vec(), 12)], None, t0, t0);
         assert_eq!(
@@ -1068,7 +1075,7 @@ mod tests {
     fn the_kernel_caches_a_leased_directory_no_longer_than_its_lease_and_a_recall_takes_it_back() {
         let t0 = Instant::now();
         let mut h = Held::default();
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.granted(5, 1, vec![(b"here".to_vec(), 9)], None, t0, t0);
         assert!(h.kernel_entry(5, b"x", None, t0).is_zero(), "not turned on");
         h.set_kernel_caching(true);
@@ -1102,13 +1109,13 @@ mod tests {
         assert_eq!(handed.files.into_iter().collect::<Vec<_>>(), [9]);
         assert!(h.recalled(5, 1).is_none(), "taken back once");
         // A recall of an older grant leaves a newer one's.
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.granted(5, 3, Vec::new(), None, t0, t0);
         assert!(!h.kernel_entry(5, b"z", None, t0).is_zero());
         assert!(h.recalled(5, 2).is_none());
         assert!(h.recalled(5, 3).is_some());
         // Names past the cap are not cached.
-        assert!(h.asking(7));
+        assert!(h.asking(7, t0));
         h.granted(7, 4, Vec::new(), None, t0, t0);
         for i in 0..MAX_HELD_NAMES {
             assert!(!h
@@ -1135,7 +1142,7 @@ mod tests {
     fn a_files_attributes_are_kept_while_a_lease_on_a_directory_naming_it_lasts() {
         let t0 = Instant::now();
         let mut h = Held::default();
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.granted(5, 1, vec![(b"f".to_vec(), 9)], None, t0, t0);
         h.seen_file(Some((5, b"other")), &file_attr(9, 1), t0, t0);
         assert_eq!(
@@ -1173,7 +1180,7 @@ mod tests {
         h.seen_file(Some((5, b"f")), &file_attr(9, 7), t0, t0);
         assert!(h.file_attr(9, t0).0.is_some());
         h.forget(5);
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.granted(5, 2, vec![(b"f".to_vec(), 9)], None, t0, t0);
         assert_eq!(h.file_attr(9, t0).0, None, "a newer grant");
         h.seen_file(Some((5, b"f")), &file_attr(9, 8), t0, t0);
@@ -1185,7 +1192,7 @@ mod tests {
         );
         let _ = h.recalled(5, 2);
         assert_eq!(h.file_attr(9, t0).0, None, "recalled");
-        assert!(h.asking(5));
+        assert!(h.asking(5, t0));
         h.granted(5, 3, vec![(b"f".to_vec(), 9)], None, t0, t0);
         h.seen_file(Some((5, b"f")), &file_attr(9, 8), t0, t0);
         assert!(h.file_attr(9, t0).0.is_some());
@@ -1215,7 +1222,7 @@ mod tests {
         let mut h = Held::default();
         assert!(!h.worth_asking(1, t0), "asked once");
         assert!(h.worth_asking(1, t0), "asked twice: worth a lease");
-        assert!(h.asking(1));
+        assert!(h.asking(1, t0));
         h.granted(
             1,
             1,
@@ -1237,7 +1244,7 @@ mod tests {
             Lookup::Ask(false),
             "md is not leased"
         );
-        assert!(h.asking(2));
+        assert!(h.asking(2, t0));
         h.granted(2, 2, Vec::new(), Some(dir_attr(2, 7)), t0, t0);
         assert_eq!(
             h.lookup(1, b"md", t0).0,

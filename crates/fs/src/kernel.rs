@@ -110,7 +110,7 @@ mod tests {
         let mut h = crate::dirlease::Held::default();
         h.set_kernel_caching(true);
         let t0 = std::time::Instant::now();
-        assert!(h.asking(7));
+        assert!(h.asking(7, t0));
         h.granted(7, 1, Vec::new(), None, t0, t0);
         for n in names {
             assert!(!h.kernel_entry(7, n.as_bytes(), None, t0).is_zero());

@@ -831,7 +831,7 @@ impl MdsLink {
     /// Asks for a lease on `dir` (`names`: a new one, with its names) unless one is being
     /// asked for; what comes of it is taken in with the answer.
     pub async fn ask_lease(&self, dir: u64, names: bool) {
-        if names && !lock(&self.outstanding).leases.asking(dir) {
+        if names && !lock(&self.outstanding).leases.asking(dir, Instant::now()) {
             return;
         }
         let creates = lock(&self.outstanding)
@@ -1068,7 +1068,7 @@ mod tests {
     /// Takes a new lease for creates on directory 1 into `o`: its `names`, and the object
     /// size its new files get.
     fn lease_for_creates(o: &mut Outstanding, names: Vec<(Vec<u8>, u64)>, file_object_size: u32) {
-        assert!(o.leases.asking(1));
+        assert!(o.leases.asking(1, Instant::now()));
         let lease = MdsOp::LeaseDir {
             dir: 1,
             names: true,
@@ -1188,6 +1188,53 @@ mod tests {
             o.create_here(1, b"e", new_file(), &tids, Instant::now())
                 .is_none(),
             "the lease recalled"
+        );
+    }
+
+    /// A grant replaces a lease with the names the MDS listed when it answered. Were a new
+    /// lease asked for while one is current, a create made here under the current one (whose
+    /// request goes out after the ask) would be missing from that listing, and the mount would
+    /// answer that its own new file does not exist.
+    #[test]
+    fn no_new_lease_is_asked_for_while_one_is_current_so_early_creates_stay_named() {
+        let mut o = Outstanding::default();
+        let tids = AtomicU64::new(10);
+        lease_for_creates(&mut o, Vec::new(), 1 << 20);
+        o.numbers = Some((100, 200));
+        let now = Instant::now();
+        assert!(
+            !o.leases.asking(1, now),
+            "a lease on the directory is current: no new one is asked for"
+        );
+        let (attr, early) = o.create_here(1, b"new", new_file(), &tids, now).unwrap();
+        assert_eq!((attr.ino, early.ino), (100, 100));
+        assert!(
+            matches!(o.leases.lookup(1, b"new", now).0, Lookup::Found(a) if a.ino == 100),
+            "the mount names its own new file"
+        );
+        let (answer, _) = oneshot::channel();
+        let request = MdsRequest {
+            tid: early.tid,
+            ..create("new")
+        };
+        o.waiting.insert(early.tid, (answer, request, now));
+        o.replied(
+            MdsReply {
+                tid: early.tid,
+                result: made(100),
+                safe: true,
+                seq: 0,
+            },
+            0,
+        );
+        assert!(matches!(
+            o.leases.lookup(1, b"new", now).0,
+            Lookup::Found(a) if a.ino == 100
+        ));
+        let after = now + LEASE;
+        assert!(
+            o.leases.asking(1, after),
+            "the lease ended: a new one is asked for"
         );
     }
 
