@@ -107,20 +107,31 @@ fn recovery_study_compares_schedulers_on_a_real_cluster() {
         ]
     );
     for r in &rows[..4] {
-        let (baseline, client, failed) = (number(&r[3]), number(&r[4]), number(&r[13]));
+        let (baseline, client, failed) = (number(&r[3]), number(&r[4]), number(&r[15]));
         assert!(baseline > 0.0 && client > 0.0, "client wrote: {r:?}");
         assert_eq!(failed, 0.0, "no client write failed: {r:?}");
-        assert_ne!(r[14], "not done", "recovery finished in 60 s: {r:?}");
-        assert!(number(&r[15]) >= 1.0, "objects were recovered: {r:?}");
+        match r[1].as_str() {
+            "wpq" => assert_eq!(r[7..9], ["-", "-"], "WPQ reserves nothing: {r:?}"),
+            _ => {
+                let reservation = number(&r[7]);
+                assert!(
+                    (reservation - 0.5 * baseline).abs() <= 1.0,
+                    "high_client_ops reserves half the baseline: {r:?}"
+                );
+                assert!(r[8].parse::<usize>().is_ok(), "seconds below it: {r:?}");
+            }
+        }
+        assert_ne!(r[16], "not done", "recovery finished in 60 s: {r:?}");
+        assert!(number(&r[17]) >= 1.0, "objects were recovered: {r:?}");
         // max is printed with one decimal, p99 with two.
-        let (p50, p99, max) = (number(&r[8]), number(&r[10]), number(&r[12]));
+        let (p50, p99, max) = (number(&r[10]), number(&r[12]), number(&r[14]));
         assert!(
             0.0 < p50 && p50 <= p99 && p99 <= max + 0.05,
             "latencies ordered: {r:?}"
         );
-        if number(&r[14]) >= 1.0 {
+        if number(&r[16]) >= 1.0 {
             assert!(
-                number(&r[18]) + number(&r[19]) >= 1.0,
+                number(&r[20]) + number(&r[21]) >= 1.0,
                 "a recovery of a second or more shows degraded or misplaced copies: {r:?}"
             );
         }

@@ -85,6 +85,12 @@ pub struct RunSummary {
     pub client_iops: f64,
     /// The fewest client operations completed in one whole second of the recovery window.
     pub worst_second_iops: f64,
+    /// The client's reservation in IOPS as the seed states it (the profile's client share of
+    /// the baseline); None for a scheduler without reservations.
+    pub reservation_iops: Option<f64>,
+    /// Whole seconds of the recovery window in which the client completed fewer operations
+    /// than its reservation; None without one.
+    pub seconds_below_reservation: Option<usize>,
     /// Mean client latency during recovery, ms.
     pub mean_ms: f64,
     /// Median client latency during recovery, ms.
@@ -163,13 +169,22 @@ impl RecoveryRun {
         };
         // Whole seconds inside the window only: the last, partial one would look starved.
         let whole_seconds = sat_usize(window.floor());
-        let worst_second_iops = self
+        let per_second: Vec<f64> = self
             .client_per_second()
             .iter()
             .take(whole_seconds)
             .map(|p| p.1)
+            .collect();
+        let worst_second_iops = per_second
+            .iter()
+            .copied()
             .min_by(f64::total_cmp)
             .unwrap_or(0.0);
+        let baseline_iops = self.baseline_ops.len() as f64 / self.baseline_s.max(1e-3);
+        let reservation_iops =
+            seed000::client_reservation_share(&self.scheduler).map(|share| share * baseline_iops);
+        let seconds_below_reservation =
+            reservation_iops.map(|r| per_second.iter().filter(|&&iops| iops < r).count());
         let peak = |pick: fn(&RecoveryProgress) -> Option<u64>| {
             self.progress.iter().filter_map(pick).max().unwrap_or(0)
         };
@@ -177,10 +192,12 @@ impl RecoveryRun {
             devices: self.devices.clone(),
             scheduler: self.scheduler.clone(),
             run: self.run,
-            baseline_iops: self.baseline_ops.len() as f64 / self.baseline_s.max(1e-3),
+            baseline_iops,
             baseline_p99_ms: percentile(&baseline, 0.99),
             client_iops: lat.len() as f64 / window,
             worst_second_iops,
+            reservation_iops,
+            seconds_below_reservation,
             mean_ms: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
             p50_ms: percentile(&lat, 0.5),
             p95_ms: percentile(&lat, 0.95),
@@ -290,10 +307,16 @@ pub fn render_markdown(setup: &StudySetup, runs: &[RecoveryRun]) -> String {
     );
     out.push_str("### Every run\n\n");
     out.push_str(
-        "| devices | scheduler | run | baseline IOPS | client IOPS | kept | worst second | mean ms | p50 | p95 | p99 | p99.5 | max | failed | recovery s | objects | objects/s | MiB/s | peak degraded | peak misplaced |\n",
+        "Reservation: under an mClock profile, its client share of the baseline IOPS, as seed \
+         000 states its reservation goal (50% of the baseline under high_client_ops); seconds \
+         below it: whole seconds of the recovery in which the client completed fewer \
+         operations.\n\n",
     );
     out.push_str(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| devices | scheduler | run | baseline IOPS | client IOPS | kept | worst second | reservation | seconds below it | mean ms | p50 | p95 | p99 | p99.5 | max | failed | recovery s | objects | objects/s | MiB/s | peak degraded | peak misplaced |\n",
+    );
+    out.push_str(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let summaries: Vec<RunSummary> = runs.iter().map(RecoveryRun::summary).collect();
     for s in &summaries {
@@ -303,9 +326,15 @@ pub fn render_markdown(setup: &StudySetup, runs: &[RecoveryRun]) -> String {
         let recovery = s
             .recovery_s
             .map_or("not done".to_string(), |r| format!("{r:.1}"));
+        let reservation = s
+            .reservation_iops
+            .map_or("-".to_string(), |r| format!("{r:.0}"));
+        let below = s
+            .seconds_below_reservation
+            .map_or("-".to_string(), |n| n.to_string());
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.0} | {:.0} | {kept} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {recovery} | {} | {:.1} | {:.1} | {} | {} |",
+            "| {} | {} | {} | {:.0} | {:.0} | {kept} | {:.0} | {reservation} | {below} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {recovery} | {} | {:.1} | {:.1} | {} | {} |",
             s.devices,
             s.scheduler,
             s.run,
@@ -562,6 +591,36 @@ mod tests {
             "the four whole seconds: 24, 25, 25, 25"
         );
         assert_eq!((s.peak_degraded, s.peak_misplaced), (50, 0));
+    }
+
+    #[test]
+    fn seconds_below_the_profiles_reservation_of_the_baseline_are_counted() {
+        let mut r = run();
+        r.baseline_s = 4.0;
+        r.scheduler = "mclock high_client_ops".into();
+        let s = r.summary();
+        assert_eq!(s.reservation_iops, Some(25.0), "half of 50 baseline IOPS");
+        assert_eq!(
+            s.seconds_below_reservation,
+            Some(1),
+            "of the whole seconds 24, 25, 25, 25 only the first is below 25"
+        );
+        r.scheduler = "mclock balanced osd_recovery_max_active=1".into();
+        let s = r.summary();
+        assert_eq!(
+            (s.reservation_iops, s.seconds_below_reservation),
+            (Some(20.0), Some(0))
+        );
+        let md = render_markdown(&StudySetup::default(), &[r.clone()]);
+        assert!(md.contains("| 24 | 20 | 0 |"), "{md}");
+        r.scheduler = "wpq".into();
+        let s = r.summary();
+        assert_eq!(
+            (s.reservation_iops, s.seconds_below_reservation),
+            (None, None)
+        );
+        let md = render_markdown(&StudySetup::default(), &[r]);
+        assert!(md.contains("| 24 | - | - |"), "{md}");
     }
 
     #[test]

@@ -32,6 +32,21 @@ pub fn baseline_iops(devices: &str) -> Option<f64> {
     }
 }
 
+/// The share of the client's baseline IOPS an mClock profile reserves for it: the client
+/// class's reservation in the seed's profile tables, which the seed reads against the baseline
+/// ("for the NVMe (baseline 21500 IOPS) device, a minimum of 10750 IOPS is reserved for client
+/// operations"). `None` for a scheduler without reservations. `scheduler` is the study's label;
+/// settings after the profile's name do not change it.
+pub fn client_reservation_share(scheduler: &str) -> Option<f64> {
+    let mut words = scheduler.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some("mclock"), Some("high_client_ops")) => Some(0.5),
+        (Some("mclock"), Some("balanced")) => Some(0.4),
+        (Some("mclock"), Some("high_recovery_ops")) => Some(0.3),
+        _ => None,
+    }
+}
+
 /// The seed's figures for `scheduler` (the study's labels: `wpq`, `wpq bst`,
 /// `mclock high_client_ops`, `mclock balanced`, `mclock high_recovery_ops`) on `devices`.
 pub fn figures(devices: &str, scheduler: &str) -> Option<SeedFigures> {
@@ -85,6 +100,26 @@ mod tests {
         assert!(baseline_iops("hdd").is_some());
         for set in DEVICE_SETS {
             assert!(baseline_iops(set).is_some(), "{set}");
+        }
+    }
+
+    #[test]
+    fn reservations_are_the_profiles_client_shares_whatever_follows_the_name() {
+        assert_eq!(
+            client_reservation_share("mclock high_client_ops"),
+            Some(0.5)
+        );
+        assert_eq!(
+            client_reservation_share("mclock high_client_ops osd_recovery_max_active=1"),
+            Some(0.5)
+        );
+        assert_eq!(client_reservation_share("mclock balanced"), Some(0.4));
+        assert_eq!(
+            client_reservation_share("mclock high_recovery_ops"),
+            Some(0.3)
+        );
+        for none in ["wpq", "wpq bst", "fifo", "mclock", ""] {
+            assert_eq!(client_reservation_share(none), None, "{none}");
         }
     }
 }
