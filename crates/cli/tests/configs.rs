@@ -156,6 +156,26 @@ fn daemons_run_from_config_files() {
             "the kept capacity is the one in force"
         );
     }
+    // The capacity is settable live, as Ceph's `osd_mclock_max_capacity_iops_*`; bad values
+    // are refused and change nothing.
+    let config_set = |key: &str, value: &str| {
+        cairn(&["tell", "--mon", &mon, "osd.5", "config", "set", key, value])
+    };
+    let (ok, out) = config_set("osd_mclock_max_capacity_iops", "777");
+    assert!(ok, "{out}");
+    let (ok, out) = config_get("osd_mclock_max_capacity_iops");
+    assert!(ok && out.trim() == "777", "the capacity set live: {out}");
+    for bad in ["0", "-5", "lots", "1e12"] {
+        let (ok, out) = config_set("osd_mclock_max_capacity_iops", bad);
+        assert!(!ok, "{bad} IOPS must be refused: {out}");
+    }
+    let (ok, out) = config_set("osd_mclock_max_sequential_bandwidth", "100");
+    assert!(!ok && out.contains("bandwidth"), "{out}");
+    let (ok, out) = config_get("osd_mclock_max_capacity_iops");
+    assert!(
+        ok && out.trim() == "777",
+        "refused values changed nothing: {out}"
+    );
     // An OSD started with a bad setting exits with an error that names it.
     let refused = |data: &str, flag: &str, value: &str| {
         let data = dir.join(data).display().to_string();

@@ -277,10 +277,10 @@ fn config_get(s: &Shared, key: &str) -> Result<String, String> {
             .to_string(),
         "osd_recovery_max_chunk" => s.recovery_chunk_bytes.to_string(),
         "remap_min_objects" => c.remap_min_objects.to_string(),
-        // The cost model's capacity in force: the profile's, or measured at boot.
-        "osd_mclock_max_capacity_iops" => format!("{:.0}", c.capacity.random_4k_iops),
+        // The cost model's capacity in force: the profile's, measured at boot, or set live.
+        "osd_mclock_max_capacity_iops" => format!("{:.0}", s.sched.capacity().random_4k_iops),
         "osd_mclock_max_sequential_bandwidth" => {
-            format!("{:.0}", c.capacity.seq_bandwidth_bytes_per_s)
+            format!("{:.0}", s.sched.capacity().seq_bandwidth_bytes_per_s)
         }
         k if PRIORITY_KEYS.contains(&k) => s.sched.priorities().get(k).unwrap_or(0).to_string(),
         k if crate::throttle::KEYS.contains(&k) => s.throttle.get(k).unwrap_or_default(),
@@ -307,12 +307,15 @@ fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
         tracing::info!(osd = s.id, key, value, "config set");
         return Ok(done);
     }
+    if CAPACITY_KEYS.contains(&key) {
+        return set_capacity(s, key, value);
+    }
     let cfg = match key {
         "osd_op_queue" => PolicyConfig::by_name(value).map_err(|e| e.to_string())?,
         "osd_op_queue_config" => PolicyConfig::from_toml(value).map_err(|e| e.to_string())?,
         "osd_mclock_profile" => {
             let p = Profile::parse(value).map_err(|e| e.to_string())?;
-            PolicyConfig::Mclock(MClockConfig::profile(p, s.cfg.capacity.random_4k_iops))
+            PolicyConfig::Mclock(MClockConfig::profile(p, s.sched.capacity().random_4k_iops))
         }
         k if CONFIG_KEYS.contains(&k) => {
             return Err(format!(
@@ -331,6 +334,30 @@ fn config_set(s: &Shared, key: &str, value: &str) -> Result<String, String> {
     s.sched.set_policy(cfg).map_err(|e| e.to_string())?;
     tracing::info!(osd = s.id, key, value, "config set");
     Ok(format!("{key} set; scheduler policy is now {name}\n"))
+}
+
+/// The capacity keys, settable live as Ceph's `osd_mclock_max_capacity_iops_*` are.
+const CAPACITY_KEYS: [&str; 2] = [
+    "osd_mclock_max_capacity_iops",
+    "osd_mclock_max_sequential_bandwidth",
+];
+
+/// Sets the scheduler's device capacity: 4 KiB IOPS or sequential bytes/s, the other kept.
+fn set_capacity(s: &Shared, key: &str, value: &str) -> Result<String, String> {
+    let v: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{key}: `{value}` is not a number"))?;
+    let mut capacity = s.sched.capacity();
+    match key {
+        "osd_mclock_max_capacity_iops" => capacity.random_4k_iops = v,
+        _ => capacity.seq_bandwidth_bytes_per_s = v,
+    }
+    s.sched.set_capacity(capacity).map_err(|e| e.to_string())?;
+    tracing::info!(osd = s.id, key, value, "config set");
+    Ok(format!(
+        "{key} set; requests queued from now on are charged against it\n"
+    ))
 }
 
 /// `pg usage`: per active PG this OSD leads, its client objects and their logical bytes
@@ -532,7 +559,7 @@ fn encode_page(e: &mut DescriptorEncoder<'_>, s: &Shared) -> Written {
             .into_iter()
             .filter_map(|(stream, ms)| Some(([("osd", osd), ("stream", stream)], ms? / 1000.0))),
     )?;
-    encode_capacity(e, osd, &s.cfg.capacity)?;
+    encode_capacity(e, osd, &s.sched.capacity())?;
     let store = s
         .store_stats
         .lock()

@@ -21,7 +21,9 @@ use tokio::time::Instant;
 use cairn_clustermap::PgId;
 use cairn_metrics::{DescriptorEncoder, Families, HistogramSample, Written};
 use cairn_qos::hist::Histogram;
-use cairn_qos::{CostModel, Dequeued, PolicyConfig, QosClass, QosQueue, Request, ShardLink};
+use cairn_qos::{
+    CostModel, Dequeued, DeviceCapacity, PolicyConfig, QosClass, QosQueue, Request, ShardLink,
+};
 
 use crate::history::{History, ReleasedRequest};
 use crate::work::{Priorities, Work};
@@ -42,6 +44,10 @@ const MIN_COST_BYTES: u64 = 4096;
 
 /// Most op shards an OSD may have (explicit limit).
 pub const MAX_OP_SHARDS: usize = 64;
+/// Device capacities in 4 KiB IOPS an operator may set live (a slow disk to a fast NVMe).
+pub const CAPACITY_IOPS_RANGE: std::ops::RangeInclusive<f64> = 1.0..=10_000_000.0;
+/// Sequential bandwidths in bytes/s an operator may set live.
+pub const CAPACITY_BANDWIDTH_RANGE: std::ops::RangeInclusive<f64> = 1e6..=1e12;
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -113,12 +119,27 @@ impl Drop for CostTaken {
     }
 }
 
-/// What every shard of one OSD shares: the priorities requests are queued with, the order of
-/// release and nothing else.
-#[derive(Default)]
+/// What every shard of one OSD shares: the priorities requests are queued with, the cost
+/// model they are charged by, the order of release and nothing else.
 struct Common {
     priorities: Priorities,
+    /// Live-settable ([`OpScheduler::set_capacity`]); read as each request is queued.
+    cost: Mutex<CostModel>,
     released: AtomicU64,
+}
+
+impl Common {
+    fn new(cost: CostModel) -> Common {
+        Common {
+            priorities: Priorities::default(),
+            cost: Mutex::new(cost),
+            released: AtomicU64::new(0),
+        }
+    }
+
+    fn cost(&self) -> CostModel {
+        *self.cost.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// One shard: a policy queue with its own lock, dispatcher and in-flight slots.
@@ -133,7 +154,6 @@ struct Shard {
     notify: Notify,
     inflight: Arc<Semaphore>,
     cost_in_flight: Arc<CostInFlight>,
-    cost: CostModel,
     started: Instant,
     dispatcher: Mutex<Option<tokio::task::AbortHandle>>,
     /// Cancelled by [`Shard::stop`]: released jobs still running end at their next await.
@@ -141,12 +161,11 @@ struct Shard {
 }
 
 impl Shard {
-    /// Shard `index` with `queue`'s policy, the device cost model and its in-flight limits.
+    /// Shard `index` with `queue`'s policy and its in-flight limits.
     fn new(
         index: usize,
         common: Arc<Common>,
         queue: QosQueue,
-        cost: CostModel,
         limits: InFlightLimits,
         started: Instant,
     ) -> Arc<Self> {
@@ -160,7 +179,6 @@ impl Shard {
             notify: Notify::new(),
             inflight: Arc::new(Semaphore::new(limits.ops.max(1))),
             cost_in_flight: CostInFlight::new(limits.cost_ns),
-            cost,
             started,
             dispatcher: Mutex::new(None),
             stopping: CancellationToken::new(),
@@ -211,7 +229,10 @@ impl Shard {
             *n += 1;
             *n
         };
-        let cost_ns = self.cost.cost_ns(work.length_bytes.max(MIN_COST_BYTES));
+        let cost_ns = self
+            .common
+            .cost()
+            .cost_ns(work.length_bytes.max(MIN_COST_BYTES));
         let req = Request {
             op: work.op,
             target: 0,
@@ -441,18 +462,11 @@ impl OpScheduler {
                 ns => (ns / shards as u64).max(1),
             },
         };
-        let common = Arc::new(Common::default());
+        let common = Arc::new(Common::new(cost));
         let shards = (0..shards)
             .map(|index| {
                 let queue = QosQueue::new_shard(policy.clone(), link.clone())?;
-                Ok(Shard::new(
-                    index,
-                    common.clone(),
-                    queue,
-                    cost,
-                    per_shard,
-                    started,
-                ))
+                Ok(Shard::new(index, common.clone(), queue, per_shard, started))
             })
             .collect::<Result<Vec<_>, OsdError>>()?;
         Ok(Arc::new(OpScheduler {
@@ -547,6 +561,38 @@ impl OpScheduler {
         for shard in &self.shards {
             shard.set_policy(cfg.clone())?;
         }
+        Ok(())
+    }
+
+    /// The device capacity requests are charged against (`osd_mclock_max_capacity_iops` and
+    /// `osd_mclock_max_sequential_bandwidth`).
+    pub fn capacity(&self) -> DeviceCapacity {
+        self.common.cost().capacity
+    }
+
+    /// Charges requests queued from now on against `capacity` (Ceph's live
+    /// `osd_mclock_max_capacity_iops_*`), and applies an mClock policy in force again with it:
+    /// its reservations and limits are shares of the capacity. Requests already queued keep
+    /// their cost. A capacity out of [`CAPACITY_IOPS_RANGE`] or [`CAPACITY_BANDWIDTH_RANGE`]
+    /// is refused and changes nothing.
+    pub fn set_capacity(&self, capacity: DeviceCapacity) -> Result<(), OsdError> {
+        let (iops, bandwidth) = (capacity.random_4k_iops, capacity.seq_bandwidth_bytes_per_s);
+        if !CAPACITY_IOPS_RANGE.contains(&iops) || !CAPACITY_BANDWIDTH_RANGE.contains(&bandwidth) {
+            return Err(OsdError::Config(format!(
+                "capacity {iops} IOPS, {bandwidth} bytes/s: IOPS must lie in {CAPACITY_IOPS_RANGE:?}, \
+                 bandwidth in {CAPACITY_BANDWIDTH_RANGE:?}"
+            )));
+        }
+        let cost = CostModel::from_capacity(capacity)?;
+        let _one_at_a_time = self.switching.lock().unwrap_or_else(|p| p.into_inner());
+        if let PolicyConfig::Mclock(mut m) = self.shards[0].policy() {
+            m.capacity_iops = iops;
+            let cfg = PolicyConfig::Mclock(m);
+            for shard in &self.shards {
+                shard.set_policy(cfg.clone())?;
+            }
+        }
+        *self.common.cost.lock().unwrap_or_else(|p| p.into_inner()) = cost;
         Ok(())
     }
 
@@ -735,6 +781,52 @@ mod tests {
             cost_ns: crate::convert::sat_u64(cost.cost_ns(4 << 20) as f64 * limit_in_4mib),
         };
         OpScheduler::new(policy, cost, limits, 1).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_capacity_set_live_charges_later_requests_and_reaches_the_mclock_profile() {
+        let profile = MClockConfig::profile(cairn_qos::config::Profile::Balanced, 20_000.0);
+        let s = sharded(PolicyConfig::Mclock(profile), 8, 1);
+        let in_flight = |s: &OpScheduler| s.shards[0].cost_in_flight.ns.load(Ordering::Acquire);
+        let first = hold_the_slot(&s).await;
+        assert_eq!(in_flight(&s), 50_000, "4 KiB at 20,000 IOPS: 50 us");
+        let slow = DeviceCapacity {
+            random_4k_iops: 1_000.0,
+            seq_bandwidth_bytes_per_s: 1e9,
+        };
+        s.set_capacity(slow).unwrap();
+        assert_eq!(s.capacity(), slow);
+        match s.policy() {
+            PolicyConfig::Mclock(m) => {
+                assert_eq!((m.profile.as_str(), m.capacity_iops), ("balanced", 1_000.0))
+            }
+            other => panic!("the policy changed: {other:?}"),
+        }
+        let second = hold_the_slot(&s).await;
+        assert_eq!(in_flight(&s), 50_000 + 1_000_000, "then 1 ms");
+        for iops in [0.0, -1.0, 0.5, f64::NAN, f64::INFINITY, 1e8] {
+            let bad = DeviceCapacity {
+                random_4k_iops: iops,
+                ..slow
+            };
+            assert!(s.set_capacity(bad).is_err(), "{iops} IOPS");
+        }
+        for bandwidth in [0.0, 1e5, f64::NAN, 1e13] {
+            let bad = DeviceCapacity {
+                seq_bandwidth_bytes_per_s: bandwidth,
+                ..slow
+            };
+            assert!(s.set_capacity(bad).is_err(), "{bandwidth} bytes/s");
+        }
+        assert_eq!(s.capacity(), slow, "a refused capacity changes nothing");
+        drop((first, second));
+        let fifo = scheduler(1);
+        fifo.set_capacity(slow).unwrap();
+        assert_eq!(
+            fifo.policy(),
+            PolicyConfig::Fifo,
+            "no mClock: the policy stays"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1040,8 +1132,8 @@ mod tests {
             ops: 64,
             cost_ns: 0,
         };
-        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost, limits, 0).is_err());
-        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost, limits, 65).is_err());
+        assert!(OpScheduler::new(PolicyConfig::Fifo, s.common.cost(), limits, 0).is_err());
+        assert!(OpScheduler::new(PolicyConfig::Fifo, s.common.cost(), limits, 65).is_err());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

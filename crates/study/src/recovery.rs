@@ -55,6 +55,10 @@ pub struct RecoveryRun {
     pub baseline_ops: Vec<OpSample>,
     /// Length of the baseline phase, in seconds.
     pub baseline_s: f64,
+    /// The capacity, in 4 KiB IOPS, each OSD's scheduler charged requests against during
+    /// recovery when the study set it (from the baseline, as seed 000 does); None when the
+    /// OSDs kept their own.
+    pub capacity_iops: Option<f64>,
     /// Client operations from the moment the OSD was marked in.
     pub ops: Vec<OpSample>,
     /// Client operations that failed (the client's own deadline passed).
@@ -117,6 +121,8 @@ pub struct RunSummary {
     pub peak_degraded: u64,
     /// Most misplaced object copies seen during the recovery.
     pub peak_misplaced: u64,
+    /// The capacity each OSD's scheduler charged requests against, when the study set it.
+    pub capacity_iops: Option<f64>,
 }
 
 impl RunSummary {
@@ -211,6 +217,7 @@ impl RecoveryRun {
             mib_per_s: bytes as f64 / window / (1u64 << 20) as f64,
             peak_degraded: peak(|p| p.degraded),
             peak_misplaced: peak(|p| p.misplaced),
+            capacity_iops: self.capacity_iops,
         }
     }
 
@@ -310,13 +317,16 @@ pub fn render_markdown(setup: &StudySetup, runs: &[RecoveryRun]) -> String {
         "Reservation: under an mClock profile, its client share of the baseline IOPS, as seed \
          000 states its reservation goal (50% of the baseline under high_client_ops); seconds \
          below it: whole seconds of the recovery in which the client completed fewer \
-         operations.\n\n",
+         operations. Capacity per OSD: the 4 KiB IOPS each OSD's scheduler charged requests \
+         against during recovery, set from the baseline as seed 000 sets Ceph's \
+         `osd_mclock_max_capacity_iops` (each OSD's share of the baseline's writes and their \
+         copies), or the OSD's own (its device profile's, or measured at its boot).\n\n",
     );
     out.push_str(
-        "| devices | scheduler | run | baseline IOPS | client IOPS | kept | worst second | reservation | seconds below it | mean ms | p50 | p95 | p99 | p99.5 | max | failed | recovery s | objects | objects/s | MiB/s | peak degraded | peak misplaced |\n",
+        "| devices | scheduler | run | baseline IOPS | client IOPS | kept | worst second | reservation | seconds below it | mean ms | p50 | p95 | p99 | p99.5 | max | failed | recovery s | objects | objects/s | MiB/s | peak degraded | peak misplaced | capacity per OSD |\n",
     );
     out.push_str(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let summaries: Vec<RunSummary> = runs.iter().map(RecoveryRun::summary).collect();
     for s in &summaries {
@@ -332,9 +342,12 @@ pub fn render_markdown(setup: &StudySetup, runs: &[RecoveryRun]) -> String {
         let below = s
             .seconds_below_reservation
             .map_or("-".to_string(), |n| n.to_string());
+        let capacity = s
+            .capacity_iops
+            .map_or("the OSD's own".to_string(), |c| format!("{c:.0} IOPS"));
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.0} | {:.0} | {kept} | {:.0} | {reservation} | {below} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {recovery} | {} | {:.1} | {:.1} | {} | {} |",
+            "| {} | {} | {} | {:.0} | {:.0} | {kept} | {:.0} | {reservation} | {below} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {recovery} | {} | {:.1} | {:.1} | {} | {} | {capacity} |",
             s.devices,
             s.scheduler,
             s.run,
@@ -552,6 +565,7 @@ mod tests {
             run: 1,
             baseline_ops: (0..200).map(|i| op(i as f64 / 100.0, 1.0)).collect(),
             baseline_s: 2.0,
+            capacity_iops: None,
             // 100 ops in the 4 s window (latency 1..=100 ms), 50 after recovery ended.
             ops: (1..=100)
                 .map(|i| op(i as f64 / 25.0, i as f64))
@@ -613,6 +627,10 @@ mod tests {
         );
         let md = render_markdown(&StudySetup::default(), &[r.clone()]);
         assert!(md.contains("| 24 | 20 | 0 |"), "{md}");
+        assert!(md.contains("| the OSD's own |"), "{md}");
+        r.capacity_iops = Some(75.4);
+        let md = render_markdown(&StudySetup::default(), &[r.clone()]);
+        assert!(md.contains("| 75 IOPS |"), "{md}");
         r.scheduler = "wpq".into();
         let s = r.summary();
         assert_eq!(

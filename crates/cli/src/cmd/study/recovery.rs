@@ -102,6 +102,33 @@ pub struct RecoveryStudyArgs {
     /// `--osd-arg=--max-inflight-cost-ms=0` to compare without the device-time limit.
     #[arg(long = "osd-arg", allow_hyphen_values = true)]
     osd_arg: Vec<String>,
+    /// The capacity each OSD's scheduler charges requests against: `baseline` (seed 000's
+    /// protocol: the baseline runs under WPQ, which neither reserves nor limits, and each
+    /// OSD's share of its writes and their copies is then set live on every OSD as
+    /// `osd_mclock_max_capacity_iops`) or `device` (the OSD's own: its device profile's, or
+    /// measured at its boot with `--osd-arg=--measure-capacity`; the baseline runs under the
+    /// scheduler compared).
+    #[arg(long, value_enum, default_value_t = CapacityFrom::Baseline)]
+    capacity: CapacityFrom,
+}
+
+/// Where the OSDs' scheduler capacity comes from in a recovery study.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum CapacityFrom {
+    /// Set from the baseline (seed 000's protocol).
+    Baseline,
+    /// The OSD's own.
+    Device,
+}
+
+/// The pools' size: each client write is a write on this many OSDs.
+const POOL_SIZE: u32 = 3;
+
+/// The capacity, in 4 KiB writes per second, each of `osds` OSDs sustained in a baseline of
+/// `baseline_iops` client writes per second, each written on [`POOL_SIZE`] of them (at least
+/// 1, the least an OSD takes).
+fn capacity_from_baseline(baseline_iops: f64, osds: usize) -> f64 {
+    (baseline_iops * f64::from(POOL_SIZE) / osds.max(1) as f64).max(1.0)
 }
 
 /// Most runs of one setting (explicit limit).
@@ -410,14 +437,19 @@ fn run_one(
         for pool in [CLIENT_POOL, RECOVERY_POOL] {
             let create = Request::CreatePool {
                 name: pool.into(),
-                size: 3,
+                size: POOL_SIZE,
                 pg_num: args.pg_num,
             };
             admin.op(create, 10_000).await?;
         }
         wait_clean(&client, total_pgs, STEP_TIMEOUT).await?;
+        let unlimited = parse_policy("wpq")?;
+        let during_baseline = match args.capacity {
+            CapacityFrom::Baseline => &unlimited,
+            CapacityFrom::Device => sched,
+        };
         for osd in up_osds(&client) {
-            select_scheduler(&client, osd, sched).await?;
+            select_scheduler(&client, osd, during_baseline).await?;
         }
         step("prefilling the client pool");
         let object = pattern(arg_usize(args.object_bytes(), "object bytes")?);
@@ -428,6 +460,16 @@ fn run_one(
         tokio::time::sleep(Duration::from_secs(args.baseline_s)).await;
         stop.store(true, Ordering::Relaxed);
         let (baseline_ops, _) = load.await?;
+        let capacity_iops = (args.capacity == CapacityFrom::Baseline).then(|| {
+            let baseline_iops = baseline_ops.len() as f64 / args.baseline_s.max(1) as f64;
+            capacity_from_baseline(baseline_iops, args.osds)
+        });
+        let sched = &with_capacity(sched, capacity_iops);
+        if args.capacity == CapacityFrom::Baseline {
+            for osd in up_osds(&client) {
+                select_scheduler(&client, osd, sched).await?;
+            }
+        }
         let index = args.osds - 1;
         let victim = cluster.osd_id(index)?;
         step(&format!("stopping osd.{victim}, marking it out"));
@@ -447,6 +489,7 @@ fn run_one(
             scheduler: sched.label.clone(),
             baseline_s: args.baseline_s as f64,
             baseline_ops,
+            capacity_iops,
             ..Default::default()
         };
         let (objects, bytes) = recovered(&client).await;
@@ -690,6 +733,25 @@ async fn select_scheduler(client: &Client, osd: i32, sched: &Scheduler) -> anyho
     Ok(())
 }
 
+/// `sched` preceded by setting the scheduler's capacity to `iops`, when there is one.
+fn with_capacity(sched: &Scheduler, iops: Option<f64>) -> Scheduler {
+    let mut commands: Vec<Vec<String>> = iops
+        .map(|iops| {
+            ["config", "set", "osd_mclock_max_capacity_iops"]
+                .into_iter()
+                .map(String::from)
+                .chain([format!("{iops:.0}")])
+                .collect()
+        })
+        .into_iter()
+        .collect();
+    commands.extend(sched.commands.iter().cloned());
+    Scheduler {
+        label: sched.label.clone(),
+        commands,
+    }
+}
+
 /// Objects and bytes recovered so far, summed over the up OSDs.
 async fn recovered(client: &Client) -> (u64, u64) {
     counter_pair_totals(client, &up_osds(client), "recovery").await
@@ -798,6 +860,21 @@ mod tests {
             unclean_pgs,
             ..RecoveryProgress::default()
         }
+    }
+
+    #[test]
+    fn the_capacity_set_from_a_baseline_is_each_osds_share_of_the_writes_and_copies() {
+        assert_eq!(capacity_from_baseline(1_000.0, 4), 750.0);
+        assert_eq!(capacity_from_baseline(0.0, 4), 1.0, "at least 1");
+        let hco = parse_scheduler("high_client_ops:osd_recovery_max_active=1").unwrap();
+        let set = with_capacity(&hco, Some(750.4));
+        assert_eq!(set.label, hco.label);
+        assert_eq!(
+            set.commands[0],
+            ["config", "set", "osd_mclock_max_capacity_iops", "750"]
+        );
+        assert_eq!(set.commands[1..], hco.commands[..]);
+        assert_eq!(with_capacity(&hco, None).commands, hco.commands);
     }
 
     #[test]
