@@ -119,27 +119,12 @@ impl Drop for CostTaken {
     }
 }
 
-/// What every shard of one OSD shares: the priorities requests are queued with, the cost
-/// model they are charged by, the order of release and nothing else.
+/// What every shard of one OSD shares: the priorities requests are queued with, the order of
+/// release and nothing else.
+#[derive(Default)]
 struct Common {
     priorities: Priorities,
-    /// Live-settable ([`OpScheduler::set_capacity`]); read as each request is queued.
-    cost: Mutex<CostModel>,
     released: AtomicU64,
-}
-
-impl Common {
-    fn new(cost: CostModel) -> Common {
-        Common {
-            priorities: Priorities::default(),
-            cost: Mutex::new(cost),
-            released: AtomicU64::new(0),
-        }
-    }
-
-    fn cost(&self) -> CostModel {
-        *self.cost.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 /// One shard: a policy queue with its own lock, dispatcher and in-flight slots.
@@ -154,6 +139,9 @@ struct Shard {
     notify: Notify,
     inflight: Arc<Semaphore>,
     cost_in_flight: Arc<CostInFlight>,
+    /// The device cost model requests are charged by, the same in every shard; live-settable
+    /// ([`OpScheduler::set_capacity`]), read as each request is queued.
+    cost: Mutex<CostModel>,
     started: Instant,
     dispatcher: Mutex<Option<tokio::task::AbortHandle>>,
     /// Cancelled by [`Shard::stop`]: released jobs still running end at their next await.
@@ -161,11 +149,12 @@ struct Shard {
 }
 
 impl Shard {
-    /// Shard `index` with `queue`'s policy and its in-flight limits.
+    /// Shard `index` with `queue`'s policy, the device cost model and its in-flight limits.
     fn new(
         index: usize,
         common: Arc<Common>,
         queue: QosQueue,
+        cost: CostModel,
         limits: InFlightLimits,
         started: Instant,
     ) -> Arc<Self> {
@@ -179,6 +168,7 @@ impl Shard {
             notify: Notify::new(),
             inflight: Arc::new(Semaphore::new(limits.ops.max(1))),
             cost_in_flight: CostInFlight::new(limits.cost_ns),
+            cost: Mutex::new(cost),
             started,
             dispatcher: Mutex::new(None),
             stopping: CancellationToken::new(),
@@ -229,10 +219,7 @@ impl Shard {
             *n += 1;
             *n
         };
-        let cost_ns = self
-            .common
-            .cost()
-            .cost_ns(work.length_bytes.max(MIN_COST_BYTES));
+        let cost_ns = self.cost().cost_ns(work.length_bytes.max(MIN_COST_BYTES));
         let req = Request {
             op: work.op,
             target: 0,
@@ -344,6 +331,11 @@ impl Shard {
         self.queue().set_policy(cfg, now)?;
         self.notify.notify_one();
         Ok(())
+    }
+
+    /// The cost model requests queued now are charged by.
+    fn cost(&self) -> CostModel {
+        *self.cost.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The policy queue (for its counters and config).
@@ -462,11 +454,18 @@ impl OpScheduler {
                 ns => (ns / shards as u64).max(1),
             },
         };
-        let common = Arc::new(Common::new(cost));
+        let common = Arc::new(Common::default());
         let shards = (0..shards)
             .map(|index| {
                 let queue = QosQueue::new_shard(policy.clone(), link.clone())?;
-                Ok(Shard::new(index, common.clone(), queue, per_shard, started))
+                Ok(Shard::new(
+                    index,
+                    common.clone(),
+                    queue,
+                    cost,
+                    per_shard,
+                    started,
+                ))
             })
             .collect::<Result<Vec<_>, OsdError>>()?;
         Ok(Arc::new(OpScheduler {
@@ -555,9 +554,13 @@ impl OpScheduler {
     }
 
     /// Switches every shard's policy live; queued requests drain through the old one (hot
-    /// swap). An invalid config is refused by the first shard and changes nothing.
-    pub fn set_policy(&self, cfg: PolicyConfig) -> Result<(), OsdError> {
+    /// swap). An invalid config is refused by the first shard and changes nothing. An mClock
+    /// config takes the capacity in force, whatever it says.
+    pub fn set_policy(&self, mut cfg: PolicyConfig) -> Result<(), OsdError> {
         let _one_at_a_time = self.switching.lock().unwrap_or_else(|p| p.into_inner());
+        if let PolicyConfig::Mclock(m) = &mut cfg {
+            m.capacity_iops = self.capacity().random_4k_iops;
+        }
         for shard in &self.shards {
             shard.set_policy(cfg.clone())?;
         }
@@ -567,14 +570,15 @@ impl OpScheduler {
     /// The device capacity requests are charged against (`osd_mclock_max_capacity_iops` and
     /// `osd_mclock_max_sequential_bandwidth`).
     pub fn capacity(&self) -> DeviceCapacity {
-        self.common.cost().capacity
+        self.shards[0].cost().capacity
     }
 
     /// Charges requests queued from now on against `capacity` (Ceph's live
-    /// `osd_mclock_max_capacity_iops_*`), and applies an mClock policy in force again with it:
-    /// its reservations and limits are shares of the capacity. Requests already queued keep
-    /// their cost. A capacity out of [`CAPACITY_IOPS_RANGE`] or [`CAPACITY_BANDWIDTH_RANGE`]
-    /// is refused and changes nothing.
+    /// `osd_mclock_max_capacity_iops_*`), and applies an mClock policy in force again when its
+    /// IOPS change: its reservations and limits are shares of the capacity. Requests already
+    /// queued keep their cost. Under every policy the capacity also measures the device time
+    /// in flight (`max_inflight_cost_ms`). A capacity out of [`CAPACITY_IOPS_RANGE`] or
+    /// [`CAPACITY_BANDWIDTH_RANGE`] is refused and changes nothing.
     pub fn set_capacity(&self, capacity: DeviceCapacity) -> Result<(), OsdError> {
         let (iops, bandwidth) = (capacity.random_4k_iops, capacity.seq_bandwidth_bytes_per_s);
         if !CAPACITY_IOPS_RANGE.contains(&iops) || !CAPACITY_BANDWIDTH_RANGE.contains(&bandwidth) {
@@ -585,14 +589,19 @@ impl OpScheduler {
         }
         let cost = CostModel::from_capacity(capacity)?;
         let _one_at_a_time = self.switching.lock().unwrap_or_else(|p| p.into_inner());
-        if let PolicyConfig::Mclock(mut m) = self.shards[0].policy() {
-            m.capacity_iops = iops;
-            let cfg = PolicyConfig::Mclock(m);
-            for shard in &self.shards {
-                shard.set_policy(cfg.clone())?;
+        match self.shards[0].policy() {
+            PolicyConfig::Mclock(mut m) if m.capacity_iops != iops => {
+                m.capacity_iops = iops;
+                let cfg = PolicyConfig::Mclock(m);
+                for shard in &self.shards {
+                    shard.set_policy(cfg.clone())?;
+                }
             }
+            _ => {}
         }
-        *self.common.cost.lock().unwrap_or_else(|p| p.into_inner()) = cost;
+        for shard in &self.shards {
+            *shard.cost.lock().unwrap_or_else(|p| p.into_inner()) = cost;
+        }
         Ok(())
     }
 
@@ -819,6 +828,16 @@ mod tests {
             assert!(s.set_capacity(bad).is_err(), "{bandwidth} bytes/s");
         }
         assert_eq!(s.capacity(), slow, "a refused capacity changes nothing");
+        let stale = MClockConfig::profile(cairn_qos::config::Profile::HighRecoveryOps, 21_500.0);
+        s.set_policy(PolicyConfig::Mclock(stale)).unwrap();
+        match s.policy() {
+            PolicyConfig::Mclock(m) => assert_eq!(
+                (m.profile.as_str(), m.capacity_iops),
+                ("high_recovery_ops", 1_000.0),
+                "a policy set later takes the capacity in force"
+            ),
+            other => panic!("not mClock: {other:?}"),
+        }
         drop((first, second));
         let fifo = scheduler(1);
         fifo.set_capacity(slow).unwrap();
@@ -1132,8 +1151,8 @@ mod tests {
             ops: 64,
             cost_ns: 0,
         };
-        assert!(OpScheduler::new(PolicyConfig::Fifo, s.common.cost(), limits, 0).is_err());
-        assert!(OpScheduler::new(PolicyConfig::Fifo, s.common.cost(), limits, 65).is_err());
+        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost(), limits, 0).is_err());
+        assert!(OpScheduler::new(PolicyConfig::Fifo, s.shards[0].cost(), limits, 65).is_err());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

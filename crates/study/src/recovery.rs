@@ -189,8 +189,10 @@ impl RecoveryRun {
         let baseline_iops = self.baseline_ops.len() as f64 / self.baseline_s.max(1e-3);
         let reservation_iops =
             seed000::client_reservation_share(&self.scheduler).map(|share| share * baseline_iops);
-        let seconds_below_reservation =
-            reservation_iops.map(|r| per_second.iter().filter(|&&iops| iops < r).count());
+        // No whole second (a recovery shorter than one): nothing to count.
+        let seconds_below_reservation = reservation_iops
+            .filter(|_| !per_second.is_empty())
+            .map(|r| per_second.iter().filter(|&&iops| iops < r).count());
         let peak = |pick: fn(&RecoveryProgress) -> Option<u64>| {
             self.progress.iter().filter_map(pick).max().unwrap_or(0)
         };
@@ -658,6 +660,17 @@ mod tests {
         let s = RecoveryRun::default().summary();
         assert_eq!((s.client_iops, s.p99_ms, s.objects), (0.0, 0.0, 0));
         assert!(RecoveryRun::default().client_per_second().is_empty());
+        let sub_second = RecoveryRun {
+            scheduler: "mclock balanced".into(),
+            recovered_at_s: Some(0.5),
+            ended_s: 0.5,
+            ..RecoveryRun::default()
+        }
+        .summary();
+        assert_eq!(
+            sub_second.seconds_below_reservation, None,
+            "no whole second to count"
+        );
     }
 
     #[test]

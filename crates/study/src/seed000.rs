@@ -40,7 +40,8 @@ pub fn baseline_iops(devices: &str) -> Option<f64> {
 pub fn client_reservation_share(scheduler: &str) -> Option<f64> {
     let mut words = scheduler.split_whitespace();
     match (words.next(), words.next()) {
-        (Some("mclock"), Some("high_client_ops")) => Some(0.5),
+        // A bare `mclock` runs the default profile, high_client_ops.
+        (Some("mclock"), Some("high_client_ops") | None) => Some(0.5),
         (Some("mclock"), Some("balanced")) => Some(0.4),
         (Some("mclock"), Some("high_recovery_ops")) => Some(0.3),
         _ => None,
@@ -118,7 +119,12 @@ mod tests {
             client_reservation_share("mclock high_recovery_ops"),
             Some(0.3)
         );
-        for none in ["wpq", "wpq bst", "fifo", "mclock", ""] {
+        assert_eq!(
+            client_reservation_share("mclock"),
+            Some(0.5),
+            "the default profile"
+        );
+        for none in ["wpq", "wpq bst", "fifo", "mclock custom", ""] {
             assert_eq!(client_reservation_share(none), None, "{none}");
         }
     }

@@ -102,12 +102,13 @@ pub struct RecoveryStudyArgs {
     /// `--osd-arg=--max-inflight-cost-ms=0` to compare without the device-time limit.
     #[arg(long = "osd-arg", allow_hyphen_values = true)]
     osd_arg: Vec<String>,
-    /// The capacity each OSD's scheduler charges requests against: `baseline` (seed 000's
-    /// protocol: the baseline runs under WPQ, which neither reserves nor limits, and each
+    /// The capacity each OSD's mClock scheduler charges requests against: `baseline` (seed
+    /// 000's protocol: the baseline runs under WPQ, which neither reserves nor limits, and each
     /// OSD's share of its writes and their copies is then set live on every OSD as
     /// `osd_mclock_max_capacity_iops`) or `device` (the OSD's own: its device profile's, or
     /// measured at its boot with `--osd-arg=--measure-capacity`; the baseline runs under the
-    /// scheduler compared).
+    /// scheduler compared). Other policies always keep the OSD's own and run their baseline
+    /// themselves.
     #[arg(long, value_enum, default_value_t = CapacityFrom::Baseline)]
     capacity: CapacityFrom,
 }
@@ -224,6 +225,13 @@ fn parse_devices(name: &str, objects: Option<usize>) -> anyhow::Result<DeviceSet
 struct Scheduler {
     label: String,
     commands: Vec<Vec<String>>,
+}
+
+impl Scheduler {
+    /// Whether it is mClock, whose reservations and limits are shares of the capacity.
+    fn is_mclock(&self) -> bool {
+        self.label.split_whitespace().next() == Some("mclock")
+    }
 }
 
 /// Seed 000's "BST" setting: WPQ with recovery at the client's priority and no recovery sleep.
@@ -443,11 +451,10 @@ fn run_one(
             admin.op(create, 10_000).await?;
         }
         wait_clean(&client, total_pgs, STEP_TIMEOUT).await?;
+        // Only mClock's shares are of the capacity; the other policies keep the OSD's own.
+        let from_baseline = args.capacity == CapacityFrom::Baseline && sched.is_mclock();
         let unlimited = parse_policy("wpq")?;
-        let during_baseline = match args.capacity {
-            CapacityFrom::Baseline => &unlimited,
-            CapacityFrom::Device => sched,
-        };
+        let during_baseline = if from_baseline { &unlimited } else { sched };
         for osd in up_osds(&client) {
             select_scheduler(&client, osd, during_baseline).await?;
         }
@@ -460,12 +467,12 @@ fn run_one(
         tokio::time::sleep(Duration::from_secs(args.baseline_s)).await;
         stop.store(true, Ordering::Relaxed);
         let (baseline_ops, _) = load.await?;
-        let capacity_iops = (args.capacity == CapacityFrom::Baseline).then(|| {
+        let capacity_iops = from_baseline.then(|| {
             let baseline_iops = baseline_ops.len() as f64 / args.baseline_s.max(1) as f64;
             capacity_from_baseline(baseline_iops, args.osds)
         });
         let sched = &with_capacity(sched, capacity_iops);
-        if args.capacity == CapacityFrom::Baseline {
+        if from_baseline {
             for osd in up_osds(&client) {
                 select_scheduler(&client, osd, sched).await?;
             }
@@ -867,6 +874,10 @@ mod tests {
         assert_eq!(capacity_from_baseline(1_000.0, 4), 750.0);
         assert_eq!(capacity_from_baseline(0.0, 4), 1.0, "at least 1");
         let hco = parse_scheduler("high_client_ops:osd_recovery_max_active=1").unwrap();
+        assert!(hco.is_mclock() && parse_policy("mclock").unwrap().is_mclock());
+        for other in ["wpq", "bst", "fifo", "orr"] {
+            assert!(!parse_scheduler(other).unwrap().is_mclock(), "{other}");
+        }
         let set = with_capacity(&hco, Some(750.4));
         assert_eq!(set.label, hco.label);
         assert_eq!(
