@@ -27,7 +27,7 @@ use cairn_proto::{
     MSG_OSD_OP_REPLY, MSG_OSD_REPOP, MSG_OSD_REPOP_REPLY, MSG_PEER_REPLY, MSG_PEER_REQUEST,
     MSG_PING, MSG_PING_REPLY,
 };
-use cairn_qos::{CostModel, DeviceCapacity, PolicyConfig};
+use cairn_qos::{CostModel, DeviceCapacity};
 use cairn_store::{DataCrcs, KvLocation, Store, StoreConfig, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -256,10 +256,6 @@ impl OsdDaemon {
     async fn serve(mut cfg: OsdConfig, store: Store, under: Under) -> Result<OsdDaemon, OsdError> {
         if cfg.measure_capacity {
             cfg.capacity = crate::capacity::at_boot(&store, cfg.capacity, &cfg.data_dir).await?;
-        }
-        // An mClock profile's settings in IOPS convert against the capacity in force.
-        if let PolicyConfig::Mclock(m) = &mut cfg.policy {
-            m.capacity_iops = cfg.capacity.random_4k_iops;
         }
         let limits = InFlightLimits {
             ops: cfg.max_inflight_ops,

@@ -44,6 +44,15 @@ const MIN_COST_BYTES: u64 = 4096;
 
 /// Most op shards an OSD may have (explicit limit).
 pub const MAX_OP_SHARDS: usize = 64;
+/// `cfg` with an mClock config's IOPS-denominated settings converting against `iops`, the
+/// capacity in force; any other policy as it is.
+fn at_capacity(mut cfg: PolicyConfig, iops: f64) -> PolicyConfig {
+    if let PolicyConfig::Mclock(m) = &mut cfg {
+        m.capacity_iops = iops;
+    }
+    cfg
+}
+
 /// Device capacities in 4 KiB IOPS an operator may set live (a slow disk to a fast NVMe).
 pub const CAPACITY_IOPS_RANGE: std::ops::RangeInclusive<f64> = 1.0..=10_000_000.0;
 /// Sequential bandwidths in bytes/s an operator may set live.
@@ -445,6 +454,7 @@ impl OpScheduler {
         shards: usize,
     ) -> Result<Arc<Self>, OsdError> {
         check_shard_count(shards)?;
+        let policy = at_capacity(policy, cost.capacity.random_4k_iops);
         let link = ShardLink::default();
         let started = Instant::now();
         let per_shard = InFlightLimits {
@@ -556,11 +566,13 @@ impl OpScheduler {
     /// Switches every shard's policy live; queued requests drain through the old one (hot
     /// swap). An invalid config is refused by the first shard and changes nothing. An mClock
     /// config takes the capacity in force, whatever it says.
-    pub fn set_policy(&self, mut cfg: PolicyConfig) -> Result<(), OsdError> {
+    pub fn set_policy(&self, cfg: PolicyConfig) -> Result<(), OsdError> {
         let _one_at_a_time = self.switching.lock().unwrap_or_else(|p| p.into_inner());
-        if let PolicyConfig::Mclock(m) = &mut cfg {
-            m.capacity_iops = self.capacity().random_4k_iops;
-        }
+        self.apply_policy(at_capacity(cfg, self.capacity().random_4k_iops))
+    }
+
+    /// Sets `cfg` on every shard; the caller holds `switching`.
+    fn apply_policy(&self, cfg: PolicyConfig) -> Result<(), OsdError> {
         for shard in &self.shards {
             shard.set_policy(cfg.clone())?;
         }
@@ -590,12 +602,8 @@ impl OpScheduler {
         let cost = CostModel::from_capacity(capacity)?;
         let _one_at_a_time = self.switching.lock().unwrap_or_else(|p| p.into_inner());
         match self.shards[0].policy() {
-            PolicyConfig::Mclock(mut m) if m.capacity_iops != iops => {
-                m.capacity_iops = iops;
-                let cfg = PolicyConfig::Mclock(m);
-                for shard in &self.shards {
-                    shard.set_policy(cfg.clone())?;
-                }
+            PolicyConfig::Mclock(m) if m.capacity_iops != iops => {
+                self.apply_policy(at_capacity(PolicyConfig::Mclock(m), iops))?;
             }
             _ => {}
         }

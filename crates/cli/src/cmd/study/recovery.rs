@@ -742,17 +742,20 @@ async fn select_scheduler(client: &Client, osd: i32, sched: &Scheduler) -> anyho
 
 /// `sched` preceded by setting the scheduler's capacity to `iops`, when there is one.
 fn with_capacity(sched: &Scheduler, iops: Option<f64>) -> Scheduler {
-    let mut commands: Vec<Vec<String>> = iops
-        .map(|iops| {
-            ["config", "set", "osd_mclock_max_capacity_iops"]
-                .into_iter()
-                .map(String::from)
-                .chain([format!("{iops:.0}")])
-                .collect()
-        })
+    let set = iops.map(|iops| {
+        [
+            "config",
+            "set",
+            "osd_mclock_max_capacity_iops",
+            &format!("{iops:.0}"),
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    let commands = set
         .into_iter()
+        .chain(sched.commands.iter().cloned())
         .collect();
-    commands.extend(sched.commands.iter().cloned());
     Scheduler {
         label: sched.label.clone(),
         commands,
