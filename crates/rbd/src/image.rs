@@ -244,6 +244,13 @@ impl Image {
         }
     }
 
+    /// Checks that image `name` exists in `pool` (its header reads back whole), without
+    /// opening it.
+    pub async fn check_exists(client: &Client, pool: &str, name: &str) -> Result<(), RbdError> {
+        check_name(name)?;
+        read_header(client, pool, name).await.map(|_| ())
+    }
+
     /// Opens image `name` to read its current state (no lock: a writer elsewhere may change
     /// it meanwhile).
     pub async fn open_read_only(

@@ -13,8 +13,11 @@
 //! bad magic, a write or option past its limit, an unknown handshake flag, a handshake past
 //! [`HANDSHAKE_TIMEOUT`] or a reply unread past [`REPLY_TIMEOUT`] closes that connection; a
 //! request out of the image's range, a read past the limit or an unknown request flag is
-//! answered with an error, as the protocol says; the payloads held over all connections stay
-//! within [`MAX_BYTES_IN_FLIGHT`].
+//! answered with an error, as the protocol says; the bytes requests hold (payloads, and the
+//! zeros a trim or write-zeroes writes) stay within [`MAX_CONNECTION_BYTES_IN_FLIGHT`] per
+//! connection and [`MAX_BYTES_IN_FLIGHT`] over all of them, so one slow reader cannot take the
+//! whole server's share; a name that is no image costs no writer's session with the monitor,
+//! and a handshake may be refused an image only [`MAX_REFUSED_OPENS`] times.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,9 +41,23 @@ pub const MAX_IN_FLIGHT: usize = 64;
 pub const MAX_OPTION_BYTES: u32 = 4096;
 /// Connections served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 64;
-/// Bytes of read and write payloads the whole server holds at once, over every connection:
-/// a request past it waits (before its payload is read) for earlier replies to be sent.
+/// Bytes the whole server's requests hold at once, over every connection (read and write
+/// payloads, the zeros trims and write-zeroes write): a request past it waits (before its
+/// payload is read) for earlier replies to be sent.
 pub const MAX_BYTES_IN_FLIGHT: u32 = 256 << 20;
+/// Bytes one connection's requests hold at once (as [`MAX_BYTES_IN_FLIGHT`] counts them): a
+/// connection whose client reads its replies slowly waits on its own share, not on every
+/// other connection's.
+pub const MAX_CONNECTION_BYTES_IN_FLIGHT: u32 = 64 << 20;
+/// Times one handshake may be refused an image another client holds (each refusal costs a
+/// writer's session with the monitor); past it, the connection is closed.
+pub const MAX_REFUSED_OPENS: usize = 8;
+// A request's bytes must fit its connection's share, and that share the server's, or the
+// request would wait for them for ever.
+const _: () = assert!(
+    MAX_REQUEST_BYTES <= MAX_CONNECTION_BYTES_IN_FLIGHT
+        && MAX_CONNECTION_BYTES_IN_FLIGHT <= MAX_BYTES_IN_FLIGHT
+);
 /// Longest a client may take over its whole handshake; past it, the connection is closed.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest one reply may wait for the client to read it; past it, the connection is closed
@@ -275,6 +292,9 @@ impl Exports {
                 false,
             ),
             None => {
+                // A name that is no image is refused through the shared client, before a
+                // writer's client (a session of its own with the monitor) is made for it.
+                Image::check_exists(&self.client, &self.pool, name).await?;
                 let client = Arc::new((self.writer_client)().await?);
                 let image = Image::open_exclusive(client, &self.pool, name, self.lease).await?;
                 (image, true)
@@ -421,7 +441,8 @@ where
     r.sleep = None;
     w.sleep = None;
     let budget = Budget {
-        bytes: exports.payload_bytes.clone(),
+        server_bytes: exports.payload_bytes.clone(),
+        connection_bytes: Arc::new(Semaphore::new(MAX_CONNECTION_BYTES_IN_FLIGHT as usize)),
         timeouts,
     };
     let served = transmit(r, w, attached.image.clone(), budget).await;
@@ -519,6 +540,7 @@ where
         return Err(NbdError::Protocol(format!("client flags {flags:#x}")));
     }
     let no_zeroes = flags & u32::from(FLAG_NO_ZEROES) != 0;
+    let mut refused_opens = 0usize;
     loop {
         if r.read_u64().await? != IHAVEOPT {
             return Err(NbdError::Protocol("option without IHAVEOPT".into()));
@@ -586,6 +608,12 @@ where
                     }
                     Err(e @ RbdError::Locked(_)) => {
                         option_reply(w, option, REP_ERR_POLICY, e.to_string().as_bytes()).await?;
+                        refused_opens += 1;
+                        if refused_opens >= MAX_REFUSED_OPENS {
+                            return Err(NbdError::Protocol(format!(
+                                "{refused_opens} exports refused in one handshake"
+                            )));
+                        }
                         continue;
                     }
                     Err(e) => return Err(e.into()),
@@ -661,7 +689,13 @@ struct Reply {
 /// What a request holds until its reply is sent.
 struct Holds {
     _slot: OwnedSemaphorePermit,
-    _bytes: Option<OwnedSemaphorePermit>,
+    _bytes: Option<BytesHeld>,
+}
+
+/// A request's bytes, held in its connection's share and in the server's.
+struct BytesHeld {
+    _connection: OwnedSemaphorePermit,
+    _server: OwnedSemaphorePermit,
 }
 
 /// Reads requests and runs each in a task of its own (at most [`MAX_IN_FLIGHT`] at once, and
@@ -756,12 +790,48 @@ where
     outcome.and(written.map_err(NbdError::from))
 }
 
-/// What a connection's requests draw on: the server's payload bytes, and how long a stalled
-/// client is waited for.
+/// What a connection's requests draw on: its share of bytes, the server's, and how long a
+/// stalled client is waited for.
 #[derive(Clone)]
 struct Budget {
-    bytes: Arc<Semaphore>,
+    server_bytes: Arc<Semaphore>,
+    connection_bytes: Arc<Semaphore>,
     timeouts: Timeouts,
+}
+
+impl Budget {
+    /// Holds `n` bytes, in the connection's share first and then in the server's: a
+    /// connection waiting on its own share holds nothing of the server's meanwhile.
+    async fn hold(&self, n: u32) -> Result<BytesHeld, NbdError> {
+        let closed = |e: tokio::sync::AcquireError| NbdError::from(std::io::Error::other(e));
+        let connection = self
+            .connection_bytes
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .map_err(closed)?;
+        let server = self
+            .server_bytes
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .map_err(closed)?;
+        Ok(BytesHeld {
+            _connection: connection,
+            _server: server,
+        })
+    }
+}
+
+/// Bytes the server holds for a request of `kind` over `len` bytes while it runs: a read's or
+/// write's payload, or the zeros a trim or write-zeroes writes over part of an object (at most
+/// one object, or [`ZERO_WRITES_IN_FLIGHT`] pieces of [`ZERO_WRITE_BYTES`] and their copies).
+fn held_bytes(kind: u16, len: u32) -> u32 {
+    match kind {
+        CMD_READ | CMD_WRITE if len <= MAX_REQUEST_BYTES => len,
+        CMD_TRIM | CMD_WRITE_ZEROES => len.min(MAX_REQUEST_BYTES),
+        _ => 0,
+    }
 }
 
 /// One request as read.
@@ -781,12 +851,12 @@ struct Answer {
     data: Vec<u8>,
 }
 
-/// The next request with its hold on the server's payload bytes (taken before a write's
-/// payload is read), or None at a disconnect request.
+/// The next request with its hold on the bytes it needs (taken before a write's payload is
+/// read), or None at a disconnect request.
 async fn read_request<R: AsyncRead + Unpin>(
     r: &mut R,
     budget: &Budget,
-) -> Result<Option<(Request, Option<OwnedSemaphorePermit>)>, NbdError> {
+) -> Result<Option<(Request, Option<BytesHeld>)>, NbdError> {
     let magic = r.read_u32().await?;
     if magic != REQUEST_MAGIC {
         return Err(NbdError::Protocol(format!("request magic {magic:#x}")));
@@ -799,24 +869,16 @@ async fn read_request<R: AsyncRead + Unpin>(
     if kind == CMD_DISC {
         return Ok(None);
     }
-    let payload = matches!(kind, CMD_READ | CMD_WRITE) && len <= MAX_REQUEST_BYTES;
-    if kind == CMD_WRITE && !payload {
+    if kind == CMD_WRITE && len > MAX_REQUEST_BYTES {
         // A write's payload cannot be skipped safely: the connection ends. (A read that
         // large is refused with an error; trims and write-zeroes carry no payload.)
         return Err(NbdError::Protocol(format!(
             "a write of {len} bytes, past {MAX_REQUEST_BYTES}"
         )));
     }
-    let bytes = match payload && len > 0 {
-        true => Some(
-            budget
-                .bytes
-                .clone()
-                .acquire_many_owned(len)
-                .await
-                .map_err(std::io::Error::other)?,
-        ),
-        false => None,
+    let bytes = match held_bytes(kind, len) {
+        0 => None,
+        n => Some(budget.hold(n).await?),
     };
     let mut data = Vec::new();
     if kind == CMD_WRITE {
@@ -845,13 +907,13 @@ async fn read_request<R: AsyncRead + Unpin>(
     Ok(Some((request, bytes)))
 }
 
-/// The flags request `kind` may carry: FUA on anything that writes (every write is durable
-/// when answered), NO_HOLE on write-zeroes.
+/// The flags request `kind` may carry: FUA on any request (the protocol has a server that
+/// advertises it accept it everywhere; every write is durable when answered), NO_HOLE on
+/// write-zeroes.
 fn known_flags(kind: u16) -> u16 {
     match kind {
-        CMD_WRITE | CMD_TRIM | CMD_FLUSH => CMD_FLAG_FUA,
         CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
-        _ => 0,
+        _ => CMD_FLAG_FUA,
     }
 }
 
@@ -871,6 +933,10 @@ async fn run(image: &Image, req: Request) -> Answer {
             "a read of {len} bytes, past {MAX_REQUEST_BYTES}"
         ))),
         CMD_READ if in_range => image.read(req.offset, len).await.map(Some),
+        // A read-only export refuses any change as such, wherever it falls.
+        CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES if image.read_only() => Err(RbdError::ReadOnly(
+            format!("{} is exported read-only", image.name()),
+        )),
         CMD_WRITE if in_range => image.write(req.offset, &req.data).await.map(|()| None),
         CMD_WRITE => {
             return Answer {
@@ -943,6 +1009,20 @@ fn errno_of(e: &RbdError) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_request_holds_the_bytes_it_buffers() {
+        assert_eq!(held_bytes(CMD_READ, 4096), 4096);
+        assert_eq!(held_bytes(CMD_WRITE, MAX_REQUEST_BYTES), MAX_REQUEST_BYTES);
+        // A read past the limit is refused unread; a write past it ends the connection.
+        assert_eq!(held_bytes(CMD_READ, MAX_REQUEST_BYTES + 1), 0);
+        // Trims and write-zeroes carry no payload but write zeros over part of an object.
+        assert_eq!(held_bytes(CMD_TRIM, 3 << 20), 3 << 20);
+        assert_eq!(held_bytes(CMD_TRIM, u32::MAX), MAX_REQUEST_BYTES);
+        assert_eq!(held_bytes(CMD_WRITE_ZEROES, u32::MAX), MAX_REQUEST_BYTES);
+        assert_eq!(held_bytes(CMD_FLUSH, 0), 0);
+        assert_eq!(held_bytes(CMD_DISC, u32::MAX), 0);
+    }
 
     #[test]
     fn info_requests_are_parsed_and_malformed_ones_refused() {

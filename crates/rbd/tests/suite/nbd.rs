@@ -5,8 +5,11 @@
 //! drops with writes in flight lets go of the image only once they have ended, so nothing it
 //! sent lands after the next writer took the lock; an export whose lock was broken is locked
 //! again by its next connection, through a client of its own, while the server's other
-//! requests go on.
+//! requests go on. A hostile or careless client costs only its share: names that are no
+//! image cost no writer's session, refused opens are counted, a read-only export refuses
+//! every change as such, and a connection that reads no reply holds only its own bytes.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,8 +30,15 @@ const WRITE: u16 = 1;
 const DISC: u16 = 2;
 const TRIM: u16 = 4;
 const WRITE_ZEROES: u16 = 6;
+const FLAG_FUA: u16 = 1;
 const FLAG_NO_HOLE: u16 = 2;
+const EPERM: u32 = 1;
 const EINVAL: u32 = 22;
+const OPTION_REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
+const OPT_GO: u32 = 7;
+const REP_INFO: u32 = 3;
+const REP_ERR_POLICY: u32 = 0x8000_0002;
+const REP_ERR_UNKNOWN: u32 = 0x8000_0006;
 
 /// A client end of one NBD connection, past its handshake.
 struct Conn {
@@ -96,6 +106,45 @@ impl Conn {
         self.send(DISC, 0, 0, 0, 0).await;
         self.served.await.unwrap().unwrap();
     }
+}
+
+/// Reads the server's greeting and sends the client's flags (fixed newstyle, no zeroes).
+async fn greet(io: &mut DuplexStream) {
+    let mut greeting = [0u8; 18];
+    io.read_exact(&mut greeting).await.unwrap();
+    assert_eq!(&greeting[..8], b"NBDMAGIC");
+    io.write_u32(3).await.unwrap();
+}
+
+/// Asks for export `name` with NBD_OPT_GO and returns the type of the reply that ends the
+/// option (an ACK, or an error).
+async fn go(io: &mut DuplexStream, name: &str) -> u32 {
+    let name_len = u32::try_from(name.len()).unwrap();
+    io.write_all(b"IHAVEOPT").await.unwrap();
+    io.write_u32(OPT_GO).await.unwrap();
+    io.write_u32(4 + name_len + 2).await.unwrap();
+    io.write_u32(name_len).await.unwrap();
+    io.write_all(name.as_bytes()).await.unwrap();
+    io.write_u16(0).await.unwrap();
+    loop {
+        assert_eq!(io.read_u64().await.unwrap(), OPTION_REPLY_MAGIC);
+        assert_eq!(io.read_u32().await.unwrap(), OPT_GO);
+        let kind = io.read_u32().await.unwrap();
+        let mut data = vec![0u8; io.read_u32().await.unwrap() as usize];
+        io.read_exact(&mut data).await.unwrap();
+        if kind != REP_INFO {
+            return kind;
+        }
+    }
+}
+
+/// [`writers`], counting the clients made.
+fn counted_writers(mon: std::net::SocketAddr, made: Arc<AtomicUsize>) -> ClientMaker {
+    let make = writers(mon);
+    Arc::new(move || {
+        made.fetch_add(1, Ordering::SeqCst);
+        make()
+    })
 }
 
 fn writers(mon: std::net::SocketAddr) -> ClientMaker {
@@ -257,5 +306,93 @@ async fn stalled_clients_are_cut_off_and_let_go_of_their_images() {
         .await
         .expect("the lock was released");
     image.close().await.unwrap();
+    crate::common::stop(c).await;
+}
+
+/// What a hostile or careless client costs the server stays its own: names that are no
+/// image are refused without a writer's client (a monitor session each), an image held
+/// elsewhere is refused only so many times per handshake, a read-only export refuses every
+/// change with EPERM (FUA taken on any request), and a connection that reads none of its
+/// replies holds only its own share of the server's bytes while another is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_clients_cost_only_their_own_share() {
+    let c = cluster("rbd-nbd-shares", 8, 256 << 20).await;
+    let client = Arc::new(crate::common::connect(c.mon.addr(), 509).await.unwrap());
+    Image::create(&client, "data", "disk", SIZE, Some(22))
+        .await
+        .unwrap();
+    let image = Image::open_exclusive(client.clone(), "data", "disk", LEASE)
+        .await
+        .unwrap();
+    image.snap_create("s1").await.unwrap();
+    let made = Arc::new(AtomicUsize::new(0));
+    let exports = Exports::new(
+        client.clone(),
+        counted_writers(c.mon.addr(), made.clone()),
+        "data".into(),
+        LEASE,
+    );
+
+    let (mut io, server) = tokio::io::duplex(1 << 20);
+    let served = tokio::spawn(nbd::serve_connection(server, exports.clone()));
+    greet(&mut io).await;
+    for name in ["nope", "not-an-image", "disk@no-such-snap"] {
+        assert_eq!(go(&mut io, name).await, REP_ERR_UNKNOWN, "{name}");
+    }
+    assert_eq!(
+        made.load(Ordering::SeqCst),
+        0,
+        "no writer made for a missing name"
+    );
+    // `disk` is held by `image`: each ask is refused, and the handshake ends at the limit.
+    for _ in 0..nbd::MAX_REFUSED_OPENS {
+        assert_eq!(go(&mut io, "disk").await, REP_ERR_POLICY);
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .expect("the handshake is closed after its refusals")
+        .unwrap();
+    assert!(ended.is_err());
+    assert_eq!(made.load(Ordering::SeqCst), nbd::MAX_REFUSED_OPENS);
+    image.close().await.unwrap();
+
+    let (mut snap, size) = open(&exports, "disk@s1").await;
+    assert_eq!(size, SIZE);
+    snap.write(1, SIZE, b"past the end").await;
+    assert_eq!(snap.reply().await, (EPERM, 1));
+    snap.write(2, 0, b"inside").await;
+    assert_eq!(snap.reply().await, (EPERM, 2));
+    snap.send(TRIM, 0, 3, 0, 4096).await;
+    assert_eq!(snap.reply().await, (EPERM, 3));
+    snap.send(READ, FLAG_FUA, 4, 0, 4096).await;
+    assert_eq!(snap.reply().await, (0, 4), "FUA on a read is taken");
+    let mut read = vec![0u8; 4096];
+    snap.io.read_exact(&mut read).await.unwrap();
+    assert!(read.iter().all(|&b| b == 0));
+    snap.disconnect().await;
+
+    // Nine reads of the request limit into a 64 KiB pipe nobody reads: past its own share
+    // the connection waits, and the other connection is served at once.
+    let (mut slow, _) = open_through(&exports, "disk", 64 << 10).await;
+    for cookie in 0..9 {
+        slow.send(READ, 0, cookie, 0, MAX_REQUEST_BYTES).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (mut other, _) = open(&exports, "disk").await;
+    let data = fill(4096, 11);
+    let read = tokio::time::timeout(Duration::from_secs(20), async {
+        other.write(10, 8192, &data).await;
+        assert_eq!(other.reply().await, (0, 10));
+        other.read(11, 8192, 4096).await
+    })
+    .await
+    .expect("a second connection is served while the first reads no reply");
+    assert_eq!(read, data);
+    other.disconnect().await;
+    let Conn { io, served } = slow;
+    drop(io);
+    let _ = tokio::time::timeout(Duration::from_secs(20), served)
+        .await
+        .expect("the slow connection ends once dropped");
     crate::common::stop(c).await;
 }
