@@ -14,10 +14,10 @@ use cairn_msgr::protect::WireMode;
 use cairn_proto::mon::{AuthAnswer, AuthRequest, MonError};
 use serde::{Deserialize, Serialize};
 
+use crate::client_ids::ClientIds;
+
 /// Most entities the database holds (explicit limit).
 pub const MAX_ENTITIES: usize = 100_000;
-/// Most client ids bound at once (explicit limit; a binding lapses with its last ticket).
-pub const MAX_CLIENT_IDS: usize = 1 << 20;
 
 /// Entities, keys and the service secret, and which entity holds each client id.
 #[derive(Clone, Debug)]
@@ -27,14 +27,7 @@ pub struct AuthDb {
     /// Client ids bound to entities by tickets, until the newest of those tickets expires
     /// (Ceph's global ids). Kept in memory: a restarted monitor forgets them, and tickets
     /// issued before then still carry theirs.
-    client_ids: BTreeMap<u64, IdBinding>,
-}
-
-/// A client id's holder and when its newest ticket expires.
-#[derive(Clone, Debug)]
-struct IdBinding {
-    entity: EntityName,
-    expires_unix_s: u64,
+    client_ids: ClientIds,
 }
 
 /// The stored form.
@@ -51,8 +44,26 @@ impl AuthDb {
         AuthDb {
             entries: keyring.entries.clone(),
             service_secret: SecretKey::generate(),
-            client_ids: BTreeMap::new(),
+            client_ids: ClientIds::default(),
         }
+    }
+
+    /// A copy of the entities and the service secret, without the client ids bound (those
+    /// live in memory only): a change is made on a copy, saved, and only then adopted
+    /// ([`AuthDb::adopt_keys`]), so a change that cannot be saved never takes effect.
+    pub fn keys_copy(&self) -> AuthDb {
+        AuthDb {
+            entries: self.entries.clone(),
+            service_secret: self.service_secret.clone(),
+            client_ids: ClientIds::default(),
+        }
+    }
+
+    /// Takes the entities and the service secret of `changed` (a copy changed and saved),
+    /// keeping the client ids bound here.
+    pub fn adopt_keys(&mut self, changed: AuthDb) {
+        self.entries = changed.entries;
+        self.service_secret = changed.service_secret;
     }
 
     /// The stored bytes.
@@ -77,7 +88,7 @@ impl AuthDb {
             entries: ring.entries,
             service_secret: SecretKey::from_base64(&stored.service_secret)
                 .map_err(|e| bad(e.to_string()))?,
-            client_ids: BTreeMap::new(),
+            client_ids: ClientIds::default(),
         })
     }
 
@@ -93,49 +104,6 @@ impl AuthDb {
         let e = self.entries.get(entity)?;
         let caps = Caps::parse(&e.caps).ok()?;
         Some((e.key.clone(), caps))
-    }
-
-    /// Binds client id `id` to `entity` until `expires_unix_s`, unless another entity holds
-    /// it with a ticket not yet expired at `now_unix_s`. Expired bindings are dropped first
-    /// when the table is full.
-    fn bind_client_id(
-        &mut self,
-        id: u64,
-        entity: &EntityName,
-        now_unix_s: u64,
-        expires_unix_s: u64,
-    ) -> Result<(), MonError> {
-        if id == 0 {
-            return Err(MonError::Invalid(
-                "client id 0 stands for no id; ask for a ticket without one".into(),
-            ));
-        }
-        match self.client_ids.get(&id) {
-            Some(b) if &b.entity != entity && b.expires_unix_s > now_unix_s => {
-                return Err(MonError::Refused(format!(
-                    "client id {id} is held by {} until its ticket expires",
-                    b.entity
-                )));
-            }
-            Some(_) => {}
-            None if self.client_ids.len() >= MAX_CLIENT_IDS => {
-                self.client_ids.retain(|_, b| b.expires_unix_s > now_unix_s);
-                if self.client_ids.len() >= MAX_CLIENT_IDS {
-                    return Err(MonError::Refused(format!(
-                        "{MAX_CLIENT_IDS} client ids are bound; none expired"
-                    )));
-                }
-            }
-            None => {}
-        }
-        self.client_ids.insert(
-            id,
-            IdBinding {
-                entity: entity.clone(),
-                expires_unix_s,
-            },
-        );
-        Ok(())
     }
 
     /// What `request` from `asker` needs of the asker's monitor capability.
@@ -195,7 +163,8 @@ impl AuthDb {
                 let mut ticket =
                     Ticket::issue(asker.clone(), entry.caps.clone(), now_unix_s, TICKET_TTL_S);
                 if let Some(id) = client_id {
-                    self.bind_client_id(id, asker, now_unix_s, ticket.expires_unix_s)?;
+                    self.client_ids
+                        .bind(id, asker, now_unix_s, ticket.expires_unix_s)?;
                     ticket.client_id = Some(id);
                 }
                 Ok((
@@ -536,5 +505,27 @@ mod tests {
         assert_eq!(t.client_id, None, "no id asked, none bound");
         let copy = AuthDb::decode(&d.encode()).unwrap();
         assert!(copy.client_ids.is_empty(), "bindings live in memory only");
+    }
+
+    #[test]
+    fn a_change_made_on_a_copy_takes_effect_only_once_adopted() {
+        let mut d = db();
+        let admin = EntityName::admin();
+        ticket_for(&mut d, &admin, 9, 100).unwrap();
+        let mut copy = d.keys_copy();
+        let create = AuthRequest::GetOrCreate {
+            entity: "client.eve".into(),
+            caps: [("osd".to_string(), "allow r".to_string())].into(),
+        };
+        let (_, changed) = copy.handle(&admin, create, 100).unwrap();
+        assert!(changed);
+        let eve: EntityName = "client.eve".parse().unwrap();
+        assert!(
+            d.lookup(&eve).is_none(),
+            "a copy not adopted changes nothing"
+        );
+        d.adopt_keys(copy);
+        assert!(d.lookup(&eve).is_some(), "adopted");
+        assert_eq!(d.client_ids.holder(9), Some(&admin), "the bindings stay");
     }
 }

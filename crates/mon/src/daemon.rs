@@ -419,19 +419,46 @@ async fn auth_reply(
     let now_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let outcome = {
-        let mut guard = db.write().unwrap_or_else(|p| p.into_inner());
-        guard
+    let outcome = match request {
+        // Tickets and the service secret change no key: served on the live database (a
+        // ticket binds its client id there, in memory).
+        AuthRequest::Ticket { .. } | AuthRequest::ServiceSecret => db
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
             .handle(&asker, request, now_s)
-            .map(|(answer, changed)| (answer, changed.then(|| guard.encode())))
+            .map(|(answer, changed)| {
+                debug_assert!(!changed, "tickets and the service secret change no key");
+                answer
+            }),
+        // A change is made on a copy, saved, and only then put in place: one that cannot be
+        // saved never takes effect, nor comes back after a restart. The monitor serves one
+        // request at a time, so no other change comes between the copy and its adoption.
+        request => {
+            let mut copy = db.read().unwrap_or_else(|p| p.into_inner()).keys_copy();
+            match copy.handle(&asker, request, now_s) {
+                Ok((answer, true)) => {
+                    if let Some(s) = store {
+                        if let Err(e) = s.save_auth(&copy.encode()).await {
+                            tracing::error!(%asker, error = %e, "an authentication change could not be saved; nothing changed");
+                            return MonReply::refused(
+                                tid,
+                                epoch,
+                                format!("cannot save the change (nothing changed): {e}"),
+                            );
+                        }
+                    }
+                    db.write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .adopt_keys(copy);
+                    Ok(answer)
+                }
+                Ok((answer, false)) => Ok(answer),
+                Err(e) => Err(e),
+            }
+        }
     };
     match outcome {
-        Ok((answer, saved)) => {
-            if let (Some(bytes), Some(s)) = (saved, store) {
-                if let Err(e) = s.save_auth(&bytes).await {
-                    return MonReply::refused(tid, epoch, format!("cannot save the change: {e}"));
-                }
-            }
+        Ok(answer) => {
             if !matches!(
                 answer,
                 AuthAnswer::Ticket { .. } | AuthAnswer::ServiceSecret { .. }

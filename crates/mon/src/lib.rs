@@ -7,7 +7,8 @@
 //! ticks) into incrementals and keeps placement balanced after every change (sans-IO: time is
 //! passed in); [`daemon`] serves it over messenger sessions (sockets only through
 //! `cairn-msgr`); [`store`] keeps the map and its history durable; [`metrics`] is its
-//! Prometheus page.
+//! Prometheus page; [`auth_db`] holds the entities and keys, and [`client_ids`] which
+//! entity holds each client id.
 
 // Narrowing conversions are checked (`try_from`): a cast would silently write a wrong length
 // or offset.
@@ -15,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod auth_db;
+pub mod client_ids;
 pub mod daemon;
 pub mod metrics;
 pub mod monitor;
