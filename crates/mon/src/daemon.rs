@@ -420,14 +420,20 @@ async fn auth_reply(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let outcome = match request {
-        // Tickets and the service secret change no key: served on the live database (a
-        // ticket binds its client id there, in memory).
-        AuthRequest::Ticket { .. } | AuthRequest::ServiceSecret => db
+        // Tickets, the service secret and reads change no key: served on the live database
+        // (a ticket binds its client id there, in memory).
+        AuthRequest::Ticket { .. }
+        | AuthRequest::ServiceSecret
+        | AuthRequest::Get { .. }
+        | AuthRequest::List => db
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .handle(&asker, request, now_s)
             .map(|(answer, changed)| {
-                debug_assert!(!changed, "tickets and the service secret change no key");
+                debug_assert!(
+                    !changed,
+                    "tickets, the service secret and reads change no key"
+                );
                 answer
             }),
         // A change is made on a copy, saved, and only then put in place: one that cannot be
