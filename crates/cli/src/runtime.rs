@@ -47,3 +47,20 @@ pub(crate) const DEFAULT_OSD_THREADS: usize = 1;
 pub(crate) fn osd_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     crate::runtime::build(threads, "threads")
 }
+
+/// Waits for SIGINT or SIGTERM: a server command stops cleanly on either (its sockets and
+/// mounts cleaned up), as a service manager or a test harness asks.
+pub(crate) async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -9,7 +9,8 @@
 //! resize refused; a snapshot taken and removed by the server that holds the lock while the
 //! image is mapped), a snapshot exported read-only beside the image it was taken of, a clone
 //! of it read by `nbdcopy` to the same bytes, and the removals refused while snapshots and
-//! clones exist.
+//! clones exist, a rollback and a flatten. The same server on a unix socket serves QEMU's
+//! `qemu-img` and nbdfuse.
 
 mod common;
 
@@ -37,13 +38,16 @@ fn refused(keyring: &Path, args: &[&str], why: &str) {
     );
 }
 
-/// A tool of libnbd-bin, which `.ci/run` installs.
+/// A tool of libnbd-bin or qemu-utils, which `.ci/run` installs.
 fn tool(name: &str) -> std::process::Command {
     let found = std::process::Command::new("sh")
         .args(["-c", &format!("command -v {name}")])
         .output()
         .is_ok_and(|o| o.status.success());
-    assert!(found, "{name} is missing: apt-get install libnbd-bin");
+    assert!(
+        found,
+        "{name} is missing: apt-get install libnbd-bin qemu-utils"
+    );
     std::process::Command::new(name)
 }
 
@@ -157,6 +161,152 @@ impl Nbd {
     }
 }
 
+/// A FUSE mount of nbdfuse, unmounted (lazily, so a failed test leaves no busy mount) and its
+/// process ended when dropped.
+struct FuseMount {
+    dir: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `rbd nbd --socket`: the socket is its owner's alone and a second server on it is refused;
+/// QEMU's `qemu-img` reads the export's size, writes a whole image and compares it (and
+/// tells a different one apart); nbdfuse shows the image as a file, written and read back
+/// through FUSE.
+fn serves_qemu_img_and_nbdfuse_on_a_unix_socket(cluster: &mut Cluster, mon: &str, keyring: &Path) {
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+    const SPARE_BYTES: u64 = 16 * MIB;
+    let dir = cluster.dir.clone();
+    let socket = dir.join("nbd.sock");
+    let keyring_arg = keyring.display().to_string();
+    let socket_arg = socket.display().to_string();
+    let serve = [
+        "--keyring",
+        keyring_arg.as_str(),
+        "rbd",
+        "--mon",
+        mon,
+        "nbd",
+        "data",
+        "--socket",
+        socket_arg.as_str(),
+        "--lock-lease-ms",
+        "2000",
+    ];
+    let server = cluster.start("nbd-unix.log", &serve);
+    cluster.extra.push(server);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the NBD server never listened on its socket"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the socket is its owner's alone");
+    let (second, out) = common::cairn(&serve);
+    assert!(!second && out.contains("listening on it"), "{out}");
+
+    let uri = format!("nbd+unix:///spare?socket={socket_arg}");
+    let info = tool("qemu-img")
+        .args(["info", "--output=json", &uri])
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains("\"virtual-size\": 16777216"), "{info}");
+    let mut content = pattern(SPARE_BYTES, 21);
+    let local = dir.join("spare.img");
+    std::fs::write(&local, &content).unwrap();
+    let converted = tool("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&local)
+        .arg(&uri)
+        .output()
+        .unwrap();
+    assert!(converted.status.success(), "{converted:?}");
+    let compare = |file: &Path| {
+        tool("qemu-img")
+            .args(["compare", "-q", "-f", "raw", "-F", "raw"])
+            .arg(file)
+            .arg(&uri)
+            .status()
+            .unwrap()
+            .code()
+    };
+    assert_eq!(compare(&local), Some(0), "qemu-img finds the image equal");
+    let other = dir.join("other.img");
+    std::fs::write(&other, pattern(SPARE_BYTES, 22)).unwrap();
+    assert_eq!(compare(&other), Some(1), "and a different one different");
+
+    // nbdfuse: the image as a file of a FUSE mount.
+    let mnt = dir.join("fuse");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let child = tool("nbdfuse")
+        .arg(mnt.join("spare"))
+        .arg(&uri)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("nbdfuse.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mount = FuseMount {
+        dir: mnt.clone(),
+        child,
+    };
+    let file = mnt.join("spare");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&file).map(|m| m.len()).ok() != Some(SPARE_BYTES) {
+        assert!(Instant::now() < deadline, "nbdfuse never showed the image");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let read = std::fs::read(&file).unwrap();
+    assert_eq!(
+        crc_fast::crc32_iscsi(&read),
+        crc_fast::crc32_iscsi(&content)
+    );
+    let piece = pattern(MIB, 23);
+    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&piece, 5 * MIB + 512).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    drop(mount);
+    content[(5 * MIB + 512) as usize..][..MIB as usize].copy_from_slice(&piece);
+    std::fs::write(&local, &content).unwrap();
+    assert_eq!(
+        compare(&local),
+        Some(0),
+        "what was written through FUSE is the image's"
+    );
+    // With its last connection gone, the server lets go of the image.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (listed, out) = cairn_with_keyring(
+            Some(keyring),
+            &["rbd", "--mon", mon, "lock", "ls", "data/spare"],
+        );
+        assert!(listed, "{out}");
+        if !out.contains("pid") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lock was kept: {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     let mut cluster = Cluster::new("rbd-nbd");
@@ -211,6 +361,7 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     run(&["create", "data/spare", "--size", "8M"]);
     run(&["resize", "data/spare", "--size", "16M"]);
     assert!(run(&["info", "data/spare"]).contains("size 16777216 bytes"));
+    serves_qemu_img_and_nbdfuse_on_a_unix_socket(&mut cluster, &mon, &keyring);
 
     let listen = format!("127.0.0.1:{}", free_port());
     let server = cluster.start(
@@ -300,6 +451,12 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
         c.read(4 * MIB + 100, 100).unwrap(),
         pattern(4096, 0)[100..200]
     );
+    // The whole objects trimmed are gone: their space is freed, not written with zeros.
+    let objects = ok(&keyring, &["ls", "--mon", &mon, "-p", "data"]);
+    for (index, kept) in [(1, true), (2, false), (3, false), (4, true)] {
+        let name = format!("rbd_data.disk.{index:016x}");
+        assert_eq!(objects.contains(&name), kept, "{name}: {objects}");
+    }
     assert_eq!(c.command(WRITE_ZEROES, 10 * MIB + 5, 1000, &[]), 0);
     assert_eq!(c.read(10 * MIB + 5, 1000).unwrap(), vec![0u8; 1000]);
     assert_eq!(
@@ -396,8 +553,42 @@ fn an_image_exported_over_nbd_serves_libnbd_tools_and_the_protocols_corners() {
     // Removals wait for what depends on them.
     refuse(&["rm", "data/disk"], "snapshots");
     refuse(&["snap", "rm", "data/disk@s1"], "clones");
-    run(&["rm", "data/child"]);
+
+    // A rollback, once the server has let go of the image: it reads the snapshot's bytes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = rbd(&["snap", "rollback", "data/disk@s1"]);
+        let (rolled, out) = cairn_with_keyring(
+            Some(&keyring),
+            &v.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        if rolled {
+            assert!(out.contains("rolled data/disk back to s1"), "{out}");
+            break;
+        }
+        assert!(
+            out.contains("locked") && Instant::now() < deadline,
+            "rollback: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (mut c, _) = Nbd::open(&listen, "disk").unwrap();
+    assert_eq!(c.read(MIB - 4096, 8192).unwrap(), across);
+    c.send(DISC, 9, 0, 0, &[]);
+
+    // A flattened clone holds its parent's bytes itself: the snapshot may go.
+    assert!(run(&["flatten", "data/child"]).contains("no longer depends"));
+    assert!(!run(&["info", "data/child"]).contains("parent:"));
     run(&["snap", "rm", "data/disk@s1"]);
+    let copied = tool("nbdcopy")
+        .arg(format!("nbd://{listen}/child"))
+        .arg(dir.join("flat.img"))
+        .output()
+        .unwrap();
+    assert!(copied.status.success(), "{copied:?}");
+    let flat = std::fs::read(dir.join("flat.img")).unwrap();
+    assert_eq!(crc_fast::crc32_iscsi(&s1), crc_fast::crc32_iscsi(&flat));
+    run(&["rm", "data/child"]);
 
     // Removing the image removes its objects.
     run(&["rm", "data/disk"]);

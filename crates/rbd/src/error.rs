@@ -31,6 +31,15 @@ pub enum RbdError {
     /// snapshot being removed).
     #[error("busy: {0}")]
     Busy(String),
+    /// A unix socket the NBD server cannot listen on (a live server's, a file that is no
+    /// socket, or one it cannot make).
+    #[error("socket {path}: {why}")]
+    Socket {
+        /// The socket's path.
+        path: String,
+        /// Why it cannot be used.
+        why: String,
+    },
     /// An image header that does not decode.
     #[error("corrupt image header of {name}: {why}")]
     Corrupt {

@@ -387,44 +387,6 @@ fn flags_of(image: &Image) -> u16 {
     }
 }
 
-/// Serves `exports` to every connection `listener` accepts, until it fails.
-pub async fn serve_tcp(
-    listener: tokio::net::TcpListener,
-    exports: Arc<Exports>,
-) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let permit = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(std::io::Error::other)?;
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // One failed accept (a connection reset before it was taken, no descriptor
-                // left for now) ends that connection, not the server.
-                tracing::warn!(error = %e, "accepting an nbd connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        // Small replies (flush, write acks) must not wait for Nagle.
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::info!(%peer, error = %e, "nbd connection closed");
-            continue;
-        }
-        let exports = exports.clone();
-        tokio::spawn(async move {
-            match serve_connection(stream, exports).await {
-                Ok(()) => tracing::debug!(%peer, "nbd client disconnected"),
-                Err(e) => tracing::info!(%peer, error = %e, "nbd connection closed"),
-            }
-            drop(permit);
-        });
-    }
-}
-
 /// Serves one connection: the handshake, then requests until the client disconnects.
 pub async fn serve_connection<S>(stream: S, exports: Arc<Exports>) -> Result<(), NbdError>
 where

@@ -88,22 +88,6 @@ pub struct MdsArgs {
     session_timeout: u64,
 }
 
-/// Waits for SIGINT or SIGTERM.
-async fn stop_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
 /// Runs `cairn fs ...`.
 pub fn run(args: FsArgs) -> anyhow::Result<()> {
     match args.cmd {
@@ -168,7 +152,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 &name,
                 &mountpoint,
                 options,
-                stop_signal(),
+                crate::runtime::stop_signal(),
             )
             .with_context(|| format!("mounting {name} at {}", mountpoint.display()))
         }
@@ -199,6 +183,7 @@ pub fn run_mds(args: MdsArgs) -> anyhow::Result<()> {
         auth,
         session_timeout: std::time::Duration::from_secs(args.session_timeout),
     };
-    crate::runtime::build(2, "mds")?.block_on(cairn_fs::mds::run(cfg, stop_signal()))?;
+    crate::runtime::build(2, "mds")?
+        .block_on(cairn_fs::mds::run(cfg, crate::runtime::stop_signal()))?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! (`lock ls|break`) and NBD export (`nbd`), as Ceph's `rbd` and `rbd-nbd` do.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,13 +83,18 @@ enum RbdCommand {
     #[command(subcommand)]
     Lock(LockCommand),
     /// Export the images of a pool over NBD (export name = image, or IMAGE@SNAP read-only)
-    /// until interrupted: `cairn rbd nbd POOL[/IMAGE] --listen 127.0.0.1:10809`.
+    /// until interrupted: `cairn rbd nbd POOL[/IMAGE] --listen 127.0.0.1:10809`, or on a
+    /// unix socket only its owner may use: `--socket /run/cairn/nbd.sock`.
     Nbd {
         /// POOL, or POOL/IMAGE to check that image exists and print its URI.
         spec: String,
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:10809")]
         listen: SocketAddr,
+        /// Listen on this unix socket (mode 0600) instead of a TCP address; a stale socket
+        /// there is replaced, a live server's refused.
+        #[arg(long, conflicts_with = "listen")]
+        socket: Option<PathBuf>,
         /// Lease of the exclusive lock each exported image is held with, in milliseconds:
         /// after a crash of this server, another client takes the image over after one lease.
         #[arg(long, default_value_t = 30_000)]
@@ -235,27 +241,44 @@ pub fn run(a: RbdArgs) -> anyhow::Result<()> {
             RbdCommand::Nbd {
                 spec,
                 listen,
+                socket,
                 lock_lease_ms,
             } => {
                 let lease = Duration::from_millis(lock_lease_ms);
                 lock::check_lease(lease)?;
+                let uri = |name: &str| match &socket {
+                    Some(path) => format!("nbd+unix:///{name}?socket={}", path.display()),
+                    None => format!("nbd://{listen}/{name}"),
+                };
                 let pool = match spec.split_once('/') {
                     Some((pool, name)) => {
                         Image::open_read_only(client.clone(), pool, name).await?;
-                        println!("nbd://{listen}/{name}");
+                        println!("{}", uri(name));
                         pool.to_string()
                     }
                     None => spec,
                 };
-                let listener = tokio::net::TcpListener::bind(listen)
-                    .await
-                    .with_context(|| format!("listening on {listen}"))?;
+                let (listener, at) = match &socket {
+                    Some(path) => (
+                        cairn_rbd::listen::bind_unix(path).await?,
+                        path.display().to_string(),
+                    ),
+                    None => (
+                        cairn_rbd::listen::NbdListener::Tcp(
+                            tokio::net::TcpListener::bind(listen)
+                                .await
+                                .with_context(|| format!("listening on {listen}"))?,
+                        ),
+                        listen.to_string(),
+                    ),
+                };
                 let writers =
                     cairn_rbd::nbd::client_maker(a.mon, crate::credentials::client_auth()?);
-                eprintln!("exporting the images of pool {pool} over NBD on {listen}");
+                eprintln!("exporting the images of pool {pool} over NBD on {at}");
+                let exports = cairn_rbd::nbd::Exports::new(client, writers, pool, lease);
                 tokio::select! {
-                    served = cairn_rbd::nbd::serve_tcp(listener, cairn_rbd::nbd::Exports::new(client, writers, pool, lease)) => served?,
-                    _ = tokio::signal::ctrl_c() => {}
+                    served = cairn_rbd::listen::serve(listener, exports) => served?,
+                    _ = crate::runtime::stop_signal() => {}
                 }
             }
         }

@@ -313,7 +313,8 @@ async fn stalled_clients_are_cut_off_and_let_go_of_their_images() {
 /// image are refused without a writer's client (a monitor session each), an image held
 /// elsewhere is refused only so many times per handshake, a read-only export refuses every
 /// change with EPERM (FUA taken on any request), and a connection that reads none of its
-/// replies holds only its own share of the server's bytes while another is served.
+/// replies holds only its own share of the server's bytes while another is served (and its
+/// write with FUA reads back).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_clients_cost_only_their_own_share() {
     let c = cluster("rbd-nbd-shares", 8, 256 << 20).await;
@@ -388,6 +389,12 @@ async fn hostile_clients_cost_only_their_own_share() {
     .await
     .expect("a second connection is served while the first reads no reply");
     assert_eq!(read, data);
+    // A write with FUA is answered once durable, and reads back.
+    let forced = fill(4096, 12);
+    other.send(WRITE, FLAG_FUA, 12, 16384, 4096).await;
+    other.io.write_all(&forced).await.unwrap();
+    assert_eq!(other.reply().await, (0, 12), "FUA on a write is taken");
+    assert_eq!(other.read(13, 16384, 4096).await, forced);
     other.disconnect().await;
     let Conn { io, served } = slow;
     drop(io);

@@ -3,12 +3,12 @@
 //! (`cairn osd run --cache-profile`, configured as the seed's casadm), each on a fresh
 //! cluster; fio through the NBD export runs the seed's Vdbench set (4 KiB random read, random
 //! write, 70/30 mix; 512 KiB sequential read and write) and the report puts the cached/bare
-//! ratios beside the seed's, with the caches' dirty share sampled through the random-write run.
+//! ratios beside the seed's, with the caches' dirty share and cleaning sampled every second
+//! from the random writes on ([`super::cache_timeline`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use cairn_client::Client;
@@ -18,8 +18,8 @@ use cairn_rbd::Image;
 use cairn_study::cache::{Pattern, Workload, VDBENCH_SET};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use plotters::prelude::*;
 
+use super::cache_timeline::{self, CacheSample, Sampler};
 use crate::local_cluster::{LocalCluster, UpSettings};
 use crate::mon_link::up_osds;
 
@@ -72,11 +72,10 @@ struct Measured {
 }
 
 /// One cluster's run: a figure per workload of [`VDBENCH_SET`] (or why it failed: the study
-/// goes on and reports it), and the dirty share (seconds since the random writes began,
-/// percent) for a cached one.
+/// goes on and reports it), and for a cached one its caches from the random writes on.
 struct SetupRun {
     results: Vec<Result<Measured, String>>,
-    dirty: Vec<(f64, f64)>,
+    timeline: Vec<CacheSample>,
 }
 
 /// Runs the study.
@@ -106,7 +105,10 @@ pub fn run(args: ClusterCacheArgs) -> anyhow::Result<()> {
         &bare,
         &cached,
     )?;
-    plot_dirty(&args.out_dir.join("cache-cluster-dirty.png"), &cached.dirty)?;
+    cache_timeline::plot(
+        &args.out_dir.join("cache-cluster-timeline.png"),
+        &cached.timeline,
+    )?;
     println!("{table}");
     println!("wrote {}", args.out_dir.display());
     Ok(())
@@ -170,7 +172,10 @@ fn run_setup(
             POOL.into(),
             cairn_rbd::lock::DEFAULT_LEASE,
         );
-        let server = tokio::spawn(cairn_rbd::nbd::serve_tcp(listener, exports));
+        let server = tokio::spawn(cairn_rbd::listen::serve(
+            cairn_rbd::listen::NbdListener::Tcp(listener),
+            exports,
+        ));
         step("prefilling the images");
         // Four 1 MiB writes in flight per image: the HDD OSDs' queues stay far below the
         // clients' 30 s op timeout.
@@ -185,22 +190,33 @@ fn run_setup(
             bar.inc(1);
         }
         let mut results = Vec::new();
-        let mut dirty = Vec::new();
+        let mut sampler: Option<Sampler> = None;
         for w in VDBENCH_SET {
             step(w.name);
-            let sampler = (cached && matches!(w.pattern, Pattern::RandWrite))
-                .then(|| tokio::spawn(sample_dirty(client.clone(), args.seconds)));
+            match &sampler {
+                Some(s) => s.enter(w.name),
+                None if cached && matches!(w.pattern, Pattern::RandWrite) => {
+                    sampler = Some(Sampler::start(client.clone(), w.name));
+                }
+                None => {}
+            }
             let measured = run_workload(&w, &uris, args.seconds).await;
             if let Err(e) = &measured {
                 bar.println(format!("{label}: {} failed: {e:#}", w.name));
             }
             results.push(measured.map_err(|e| format!("{e:#}")));
-            if let Some(s) = sampler {
-                dirty = s.await?;
-            }
         }
+        let timeline = match sampler {
+            Some(s) => {
+                // The cleaners' work once the clients stop: up to the seconds of a workload.
+                s.enter("idle");
+                tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+                s.finish().await?
+            }
+            None => Vec::new(),
+        };
         server.abort();
-        Ok::<_, anyhow::Error>(SetupRun { results, dirty })
+        Ok::<_, anyhow::Error>(SetupRun { results, timeline })
     });
     drop(rt);
     step("stopping the cluster");
@@ -319,37 +335,6 @@ fn parse_fio(json: &[u8]) -> anyhow::Result<Measured> {
     Ok(m)
 }
 
-/// The dirty share of every OSD's cache (their mean, percent), once a second for `seconds`.
-async fn sample_dirty(client: Arc<Client>, seconds: u64) -> Vec<(f64, f64)> {
-    let started = Instant::now();
-    let mut points = Vec::new();
-    while started.elapsed() < Duration::from_secs(seconds) {
-        let mut shares = Vec::new();
-        for osd in up_osds(&client) {
-            let words = ["cache".to_string(), "stats".to_string()];
-            if let Ok(text) = client.tell(osd, &words).await {
-                if let Some(pct) = dirty_pct(&text) {
-                    shares.push(pct);
-                }
-            }
-        }
-        if !shares.is_empty() {
-            let mean = shares.iter().sum::<f64>() / shares.len() as f64;
-            points.push((started.elapsed().as_secs_f64(), mean));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    points
-}
-
-/// The percent column of the `Dirty` row of `cache stats`.
-fn dirty_pct(stats: &str) -> Option<f64> {
-    let row = stats
-        .lines()
-        .find(|l| l.split('|').nth(1).is_some_and(|c| c.trim() == "Dirty"))?;
-    row.split('|').nth(3)?.trim().parse().ok()
-}
-
 /// The report: each workload bare and cached, their ratio, the seed's.
 fn markdown(args: &ClusterCacheArgs, bare: &SetupRun, cached: &SetupRun) -> String {
     let mut out = format!(
@@ -396,11 +381,25 @@ fn markdown(args: &ClusterCacheArgs, bare: &SetupRun, cached: &SetupRun) -> Stri
     if !failures.is_empty() {
         out.push_str(&format!("\nFailed workloads:\n\n{failures}"));
     }
-    if let (Some(first), Some(last)) = (cached.dirty.first(), cached.dirty.last()) {
-        out.push_str(&format!(
-            "\nDirty share of the caches during the random writes: {:.1}% after {:.0} s, {:.1}% after {:.0} s.\n",
-            first.1, first.0, last.1, last.0
-        ));
+    let spans = cache_timeline::by_workload(&cached.timeline);
+    if !spans.is_empty() {
+        out.push_str(
+            "\nThe cached OSDs' caches from the random writes on (sampled every second; `idle`: \
+             after the last workload, no client I/O):\n\n\
+             | workload | seconds | dirty at its start | dirty at its end | written back, MiB | MiB/s |\n\
+             |---|---:|---:|---:|---:|---:|\n",
+        );
+        for s in spans {
+            out.push_str(&format!(
+                "| {} | {:.0} | {:.1}% | {:.1}% | {:.1} | {:.2} |\n",
+                s.workload,
+                s.seconds,
+                s.dirty_first_pct,
+                s.dirty_last_pct,
+                s.cleaned_mib,
+                s.cleaned_mib / s.seconds.max(1e-3)
+            ));
+        }
     }
     out
 }
@@ -441,41 +440,12 @@ fn plot_ratios(path: &Path, bare: &SetupRun, cached: &SetupRun) -> anyhow::Resul
     )
 }
 
-/// The caches' dirty share over the random-write run.
-fn plot_dirty(path: &Path, points: &[(f64, f64)]) -> anyhow::Result<()> {
-    crate::plot::register_font();
-    let root = BitMapBackend::new(path, (800, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-    let t_max = points.last().map_or(1.0, |p| p.0).max(1.0);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Dirty share of the OSDs' caches under 4K random writes",
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..t_max, 0f64..100f64)
-        .map_err(|e| anyhow!("{e}"))?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("dirty %")
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
-    chart
-        .draw_series(LineSeries::new(points.iter().copied(), &BLUE))
-        .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn fio_json_and_cache_stats_are_read() {
+    fn fio_json_is_read() {
         let json = br#"note: something
 {"jobs":[{"read":{"iops":100.5,"bw_bytes":1048576,"clat_ns":{"percentile":{"99.000000":2000000}}},
 "write":{"iops":50.0,"bw_bytes":0,"clat_ns":{"percentile":{"99.000000":5000000}}}}]}"#;
@@ -485,9 +455,6 @@ mod tests {
         assert_eq!(m.p99_ms, 5.0);
         assert!(parse_fio(b"nothing").is_err());
         assert!(parse_fio(br#"{"jobs":[]}"#).is_err());
-        let stats = "Cache mode: wb\n| Dirty                  |          120 |   12.5 | lines (4 KiB each)\n";
-        assert_eq!(dirty_pct(stats), Some(12.5));
-        assert_eq!(dirty_pct("| Clean | 1 | 2 |"), None);
     }
 
     #[test]
@@ -502,11 +469,15 @@ mod tests {
         let n = VDBENCH_SET.len();
         let bare = SetupRun {
             results: (0..n).map(|_| ok(100.0)).collect(),
-            dirty: Vec::new(),
+            timeline: Vec::new(),
         };
         let mut cached = SetupRun {
             results: (0..n).map(|_| ok(300.0)).collect(),
-            dirty: vec![(0.0, 1.0), (14.0, 7.5)],
+            timeline: vec![
+                sample(1.0, "4K random write", 1.0, 0.0),
+                sample(15.0, "4K random write", 7.5, 0.0),
+                sample(16.0, "idle", 7.0, 4.0),
+            ],
         };
         cached.results[n - 1] = Err("fio write 512k failed: EIO".into());
         let args = ClusterCacheArgs {
@@ -528,6 +499,22 @@ mod tests {
             text.contains("- cached, 512K sequential write: fio write 512k failed: EIO"),
             "{text}"
         );
-        assert!(text.contains("7.5% after 14 s"), "{text}");
+        assert!(
+            text.contains("| 4K random write | 15 | 1.0% | 7.5% | 0.0 | 0.00 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| idle | 1 | 7.0% | 7.0% | 4.0 | 4.00 |"),
+            "{text}"
+        );
+    }
+
+    fn sample(t_s: f64, workload: &str, dirty_pct: f64, cleaning_mib_s: f64) -> CacheSample {
+        CacheSample {
+            t_s,
+            workload: workload.into(),
+            dirty_pct,
+            cleaning_mib_s,
+        }
     }
 }
