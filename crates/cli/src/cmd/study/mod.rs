@@ -1,6 +1,7 @@
 //! `cairn study ...`: the seeds' experiments on emulated devices, with tables and PNG plots.
 
 mod cache_cluster;
+mod cache_timeline;
 mod nrs;
 mod nrs_ior;
 mod nrs_streams;
