@@ -170,10 +170,17 @@ struct FuseMount {
 
 impl Drop for FuseMount {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
+        let unmounted = std::process::Command::new("fusermount3")
+            .arg("-uz")
             .arg(&self.dir)
-            .status();
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.dir)
+                .status();
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
@@ -208,6 +215,7 @@ fn serves_qemu_img_and_nbdfuse_on_a_unix_socket(cluster: &mut Cluster, mon: &str
         "2000",
     ];
     let server = cluster.start("nbd-unix.log", &serve);
+    let server_pid = server.id();
     cluster.extra.push(server);
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
@@ -263,14 +271,21 @@ fn serves_qemu_img_and_nbdfuse_on_a_unix_socket(cluster: &mut Cluster, mon: &str
         .stderr(std::fs::File::create(dir.join("nbdfuse.log")).unwrap())
         .spawn()
         .unwrap();
-    let mount = FuseMount {
+    let mut mount = FuseMount {
         dir: mnt.clone(),
         child,
     };
     let file = mnt.join("spare");
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::fs::metadata(&file).map(|m| m.len()).ok() != Some(SPARE_BYTES) {
-        assert!(Instant::now() < deadline, "nbdfuse never showed the image");
+        let log = || std::fs::read_to_string(dir.join("nbdfuse.log")).unwrap_or_default();
+        let exited = mount.child.try_wait().unwrap();
+        assert!(exited.is_none(), "nbdfuse exited ({exited:?}): {}", log());
+        assert!(
+            Instant::now() < deadline,
+            "nbdfuse never showed the image: {}",
+            log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let read = std::fs::read(&file).unwrap();
@@ -304,6 +319,16 @@ fn serves_qemu_img_and_nbdfuse_on_a_unix_socket(cluster: &mut Cluster, mon: &str
         }
         assert!(Instant::now() < deadline, "the lock was kept: {out}");
         std::thread::sleep(Duration::from_millis(200));
+    }
+    // Stopped (SIGTERM), the server removes its socket.
+    common::signal("-TERM", server_pid);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !common::has_exited(server_pid) || socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the stopped server left its socket"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

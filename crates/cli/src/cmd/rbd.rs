@@ -246,17 +246,15 @@ pub fn run(a: RbdArgs) -> anyhow::Result<()> {
             } => {
                 let lease = Duration::from_millis(lock_lease_ms);
                 lock::check_lease(lease)?;
-                let uri = |name: &str| match &socket {
-                    Some(path) => format!("nbd+unix:///{name}?socket={}", path.display()),
-                    None => format!("nbd://{listen}/{name}"),
-                };
-                let pool = match spec.split_once('/') {
+                let socket = socket
+                    .map(|p| std::path::absolute(&p).with_context(|| p.display().to_string()))
+                    .transpose()?;
+                let (pool, image) = match spec.split_once('/') {
                     Some((pool, name)) => {
                         Image::open_read_only(client.clone(), pool, name).await?;
-                        println!("{}", uri(name));
-                        pool.to_string()
+                        (pool.to_string(), Some(name.to_string()))
                     }
-                    None => spec,
+                    None => (spec, None),
                 };
                 let (listener, at) = match &socket {
                     Some(path) => (
@@ -272,6 +270,16 @@ pub fn run(a: RbdArgs) -> anyhow::Result<()> {
                         listen.to_string(),
                     ),
                 };
+                // Printed once the server listens: a script may connect as soon as it reads it.
+                if let Some(name) = image {
+                    match &socket {
+                        Some(path) => println!(
+                            "nbd+unix:///{name}?socket={}",
+                            uri_escaped(&path.to_string_lossy())
+                        ),
+                        None => println!("nbd://{listen}/{name}"),
+                    }
+                }
                 let writers =
                     cairn_rbd::nbd::client_maker(a.mon, crate::credentials::client_auth()?);
                 eprintln!("exporting the images of pool {pool} over NBD on {at}");
@@ -399,9 +407,32 @@ fn order_of(bytes: u64) -> anyhow::Result<u8> {
     Ok(order)
 }
 
+/// `text` with every byte but URI-unreserved ones and `/` percent-encoded (RFC 3986), for a
+/// socket path in an `nbd+unix://` URI's query.
+fn uri_escaped(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_path_is_escaped_for_a_uri() {
+        assert_eq!(uri_escaped("/run/cairn/nbd.sock"), "/run/cairn/nbd.sock");
+        assert_eq!(
+            uri_escaped("/tmp/my disk?&=.sock"),
+            "/tmp/my%20disk%3F%26%3D.sock"
+        );
+        assert_eq!(uri_escaped("/tmp/é"), "/tmp/%C3%A9");
+    }
 
     #[test]
     fn sizes_and_specs_parse_and_bad_ones_are_refused() {

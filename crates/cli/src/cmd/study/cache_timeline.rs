@@ -3,6 +3,7 @@
 //! far; the timeline holds their mean dirty share and the cleaning rate of all of them, with the
 //! workload that ran in each second, and is drawn as two charts over one time axis.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,29 +68,39 @@ async fn sample(
 ) -> Vec<CacheSample> {
     let started = Instant::now();
     let mut points = Vec::new();
-    let mut last: Option<(Instant, u64)> = None;
+    // Each OSD's cleaned bytes at its last answer: the rate sums each one's own increase, so
+    // an OSD that missed a round, or restarted (its counter from zero), adds no false burst.
+    let mut cleaned_at: HashMap<i32, u64> = HashMap::new();
+    let mut last_sample: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         let mut shares = Vec::new();
-        let mut cleaned_bytes = 0u64;
+        let mut cleaned_now = 0u64;
         for osd in up_osds(&client) {
             let words = ["cache".to_string(), "stats".to_string()];
-            if let Ok(text) = client.tell(osd, &words).await {
-                if let Some(stats) = read_stats(&text) {
-                    shares.push(stats.dirty_pct);
-                    cleaned_bytes = cleaned_bytes.saturating_add(stats.cleaned_bytes);
-                }
-            }
+            let Ok(text) = client.tell(osd, &words).await else {
+                continue;
+            };
+            let Some(stats) = read_stats(&text) else {
+                continue;
+            };
+            shares.push(stats.dirty_pct);
+            let before = cleaned_at.insert(osd, stats.cleaned_bytes);
+            cleaned_now = cleaned_now.saturating_add(match before {
+                Some(b) if stats.cleaned_bytes >= b => stats.cleaned_bytes - b,
+                Some(_) => stats.cleaned_bytes,
+                None => 0,
+            });
         }
         let now = Instant::now();
         if !shares.is_empty() {
-            let cleaning_mib_s = match last {
-                Some((then, before)) => {
+            let cleaning_mib_s = match last_sample {
+                Some(then) => {
                     let secs = now.duration_since(then).as_secs_f64().max(1e-3);
-                    cleaned_bytes.saturating_sub(before) as f64 / secs / f64::from(1u32 << 20)
+                    cleaned_now as f64 / secs / f64::from(1u32 << 20)
                 }
                 None => 0.0,
             };
-            last = Some((now, cleaned_bytes));
+            last_sample = Some(now);
             points.push(CacheSample {
                 t_s: now.duration_since(started).as_secs_f64(),
                 workload: phase.lock().unwrap_or_else(|p| p.into_inner()).clone(),
