@@ -239,10 +239,14 @@ pub fn plot(path: &Path, samples: &[CacheSample]) -> anyhow::Result<()> {
                 &BLUE,
             ))
             .map_err(|e| anyhow!("{e}"))?;
-        // A mark where each workload begins, named.
+        // A mark where each workload begins, named; the names step down so that short
+        // workloads' names do not overlap.
         let mut previous = "";
+        let mut marks = 0u32;
         for s in samples {
             if s.workload != previous {
+                let label_y = y_max * (0.93 - 0.09 * f64::from(marks % 5));
+                marks += 1;
                 chart
                     .draw_series(std::iter::once(PathElement::new(
                         vec![(s.t_s, 0.0), (s.t_s, y_max)],
@@ -252,7 +256,7 @@ pub fn plot(path: &Path, samples: &[CacheSample]) -> anyhow::Result<()> {
                 chart
                     .draw_series(std::iter::once(Text::new(
                         s.workload.clone(),
-                        (s.t_s, y_max * 0.95),
+                        (s.t_s, label_y),
                         ("sans-serif", 12),
                     )))
                     .map_err(|e| anyhow!("{e}"))?;
