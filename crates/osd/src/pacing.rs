@@ -7,17 +7,23 @@
 //! closes the loop on what the client sees instead. It follows two streams of small client
 //! ops: those this OSD served as primary (end to end, its replicas included) and the client
 //! writes it applied as a replica (its own device's share, which an OSD leading no client PG
-//! still sees). Every [`TICK`] it compares each stream's median latency with that stream's
+//! still sees). Every [`TICK`] it compares each stream's mean latency with that stream's
 //! level without recovery, and halves the background pushes allowed in flight when either is
 //! more than `factor` times slower, or grows them by one (up to `osd_recovery_max_active`)
 //! when neither is. It also halves them whenever the store's commit backlog passes
 //! [`BACKLOG_SLOW`]: recovery's device I/O slows the checkpoints, and a store whose commits
-//! wait for one stalls every client at once, before any median shows it. Below one push the
+//! wait for one stalls every client at once, before any mean shows it. Below one push the
 //! allowance becomes a duty cycle: a push is followed by a pause of its own duration times
 //! `1 / allowance - 1`, down to one push in [`MIN_ALLOWANCE`]'s inverse, so recovery slows
 //! but never stops.
 //!
-//! The level without recovery is the mean of the medians of idle ticks (after
+//! The mean, not the median: the latency recovery adds lies in the tail (a small write that
+//! waits behind a large push the scheduler has already released), which leaves the median
+//! where it was, while a client keeping a constant number of ops in flight loses rate in
+//! proportion to its mean latency (Little's law). A factor F on the mean is thus a floor of
+//! about 1/F on such a client's rate.
+//!
+//! The level without recovery is a moving mean of the means of idle ticks (after
 //! [`SETTLE_TICKS`] of them in a row): ticks in which no push of this OSD was in flight or
 //! waiting, none arrived here, and the cluster served no PG from a temporary acting set — a
 //! tick of a duty cycle's pause, or of another OSD's fill, is not a tick without recovery. A
@@ -33,11 +39,11 @@ use cairn_qos::PolicyConfig;
 pub const TICK: Duration = Duration::from_millis(100);
 /// The smallest allowance: one push for every 16 pushes' time.
 pub const MIN_ALLOWANCE: f64 = 1.0 / 16.0;
-/// Idle ticks in a row before their medians count for the level without recovery (the
+/// Idle ticks in a row before their means count for the level without recovery (the
 /// device drains what recovery left in its queue first).
 pub const SETTLE_TICKS: u32 = 3;
-/// Client latencies kept per tick (the median of a sample this size is plenty).
-const MAX_SAMPLES: usize = 4096;
+/// Client latencies counted per tick at most (the mean of a sample this size is plenty).
+const MAX_SAMPLES: u32 = 4096;
 /// Weight of a new idle tick in the level without recovery.
 const IDLE_WEIGHT: f64 = 0.2;
 /// A store backlog (see `cairn_store::Store::commit_backlog`) at which background pushes back
@@ -45,7 +51,7 @@ const IDLE_WEIGHT: f64 = 0.2;
 /// its commits wait for one (1.0). Recovery's device I/O slows the checkpoint's in-place
 /// writes, and once commits wait, every client of the OSD stalls at once.
 pub const BACKLOG_SLOW: f64 = 0.75;
-/// Most an idle tick's median counts for, as a multiple of the level it updates.
+/// Most an idle tick's mean counts for, as a multiple of the level it updates.
 const MAX_IDLE_RISE: f64 = 2.0;
 /// Largest factor accepted by the setting.
 pub const MAX_FACTOR: f64 = 100.0;
@@ -127,35 +133,37 @@ pub enum Stream {
     Replica,
 }
 
-/// One stream's latencies: this tick's samples and its level without recovery.
+/// One stream's latencies: this tick's sum and count, and its level without recovery.
 #[derive(Debug, Default)]
 struct Signal {
-    samples: Vec<u32>,
+    sum_us: f64,
+    count: u32,
     idle_level_us: Option<f64>,
 }
 
 impl Signal {
     fn observe(&mut self, latency: Duration) {
-        if self.samples.len() < MAX_SAMPLES {
-            let us = crate::convert::micros_u32(latency);
-            self.samples.push(us);
+        if self.count < MAX_SAMPLES {
+            self.sum_us += f64::from(crate::convert::micros_u32(latency));
+            self.count += 1;
         }
     }
 
-    /// Ends a tick: this tick's median, None without samples.
+    /// Ends a tick: this tick's mean, None without samples.
     fn close(&mut self) -> Option<f64> {
-        let median = median_us(&mut self.samples);
-        self.samples.clear();
-        median
+        let mean = (self.count > 0).then(|| self.sum_us / f64::from(self.count));
+        self.sum_us = 0.0;
+        self.count = 0;
+        mean
     }
 
-    /// Counts a settled idle tick's median towards the level without recovery; one tick
+    /// Counts a settled idle tick's mean towards the level without recovery; one tick
     /// raises it by at most [`IDLE_WEIGHT`] times [`MAX_IDLE_RISE`] (a stall that nothing
     /// flagged must not teach the pacer that slow is normal).
-    fn learn(&mut self, median: f64) {
+    fn learn(&mut self, mean: f64) {
         self.idle_level_us = Some(match self.idle_level_us {
-            Some(level) => level + IDLE_WEIGHT * (median.min(level * MAX_IDLE_RISE) - level),
-            None => median,
+            Some(level) => level + IDLE_WEIGHT * (mean.min(level * MAX_IDLE_RISE) - level),
+            None => mean,
         });
     }
 
@@ -231,7 +239,7 @@ impl Pacer {
         let max = max_active.max(1) as f64;
         let recovering = std::mem::take(&mut self.recovering);
         let backlog = std::mem::take(&mut self.backlog);
-        let medians = [self.primary.close(), self.replica.close()];
+        let means = [self.primary.close(), self.replica.close()];
         let Some(factor) = factor else {
             self.allowance = f64::INFINITY;
             return;
@@ -241,7 +249,7 @@ impl Pacer {
             self.halve(max);
             return;
         }
-        if medians.iter().all(Option::is_none) {
+        if means.iter().all(Option::is_none) {
             // No client to protect.
             self.grow(max);
             return;
@@ -249,11 +257,11 @@ impl Pacer {
         if !recovering {
             self.idle_streak = self.idle_streak.saturating_add(1);
             if self.idle_streak >= SETTLE_TICKS {
-                for (signal, median) in [&mut self.primary, &mut self.replica]
+                for (signal, mean) in [&mut self.primary, &mut self.replica]
                     .into_iter()
-                    .zip(medians)
+                    .zip(means)
                 {
-                    if let Some(m) = median {
+                    if let Some(m) = mean {
                         signal.learn(m);
                     }
                 }
@@ -261,10 +269,10 @@ impl Pacer {
             return;
         }
         self.idle_streak = 0;
-        // Each stream with both a median and a level says slow or not; none: hold.
+        // Each stream with both a mean and a level says slow or not; none: hold.
         let (mut judged, mut slow) = (false, false);
-        for (signal, median) in [&self.primary, &self.replica].into_iter().zip(medians) {
-            if let (Some(m), Some(level)) = (median, signal.level()) {
+        for (signal, mean) in [&self.primary, &self.replica].into_iter().zip(means) {
+            if let (Some(m), Some(level)) = (mean, signal.level()) {
                 judged = true;
                 slow |= m > level * factor;
             }
@@ -318,16 +326,6 @@ impl Pacer {
     }
 }
 
-/// The median of `samples` (reordered), None when empty.
-fn median_us(samples: &mut [u32]) -> Option<f64> {
-    if samples.is_empty() {
-        return None;
-    }
-    let mid = samples.len() / 2;
-    let (_, m, _) = samples.select_nth_unstable(mid);
-    Some(f64::from(*m))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,6 +375,24 @@ mod tests {
             tick_with(&mut p, 2, true, 1.2);
         }
         assert_eq!(p.allowance(10), 10.0, "up to osd_recovery_max_active");
+    }
+
+    #[test]
+    fn a_tail_behind_pushes_slows_the_mean_and_holds_recovery_back() {
+        let mut p = settled(2);
+        for _ in 0..17 {
+            p.observe(Stream::Primary, Duration::from_millis(2));
+        }
+        for _ in 0..3 {
+            p.observe(Stream::Primary, Duration::from_millis(40));
+        }
+        p.note_recovering();
+        p.tick(MAX_ACTIVE, Some(3.0));
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            5.0,
+            "median 2 ms, but a mean of 7.7 ms leaves a constant-depth client 26% of its rate"
+        );
     }
 
     #[test]
