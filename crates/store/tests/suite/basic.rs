@@ -435,6 +435,7 @@ async fn mount_refuses_a_foreign_kv_or_geometry() {
         dev: a.dev.clone(),
         kv: b.kv.clone(),
         fast: None,
+        cache: None,
     };
     assert!(matches!(
         Rig::mount(&mixed, cfg()).await,
@@ -474,6 +475,7 @@ async fn mount_refuses_a_foreign_kv_or_geometry() {
         dev: vec![0; a.dev.len()],
         kv: a.kv.clone(),
         fast: None,
+        cache: None,
     };
     assert!(matches!(
         Rig::mount(&blank, cfg()).await,

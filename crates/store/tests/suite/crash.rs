@@ -5,11 +5,12 @@
 
 use crate::common;
 
-use cairn_blockdev::PowerLossMode;
+use cairn_blockdev::{BlockDevice, MemDevice, PowerLossMode};
 use cairn_store::{KvLossMode, Op, StoreConfig, Transaction};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
 
 const OBJ_A_BYTES: usize = 12_288;
 
@@ -20,7 +21,29 @@ async fn base() -> (Images, Model) {
 
 /// As [`base`]; with `split`, the store's superblock and log on a fast device of their own.
 async fn base_on(split: bool) -> (Images, Model) {
-    let img = fresh_images_on(&cfg(), split).await;
+    base_from(fresh_images_on(&cfg(), split).await).await
+}
+
+/// Lines of the cache in front of the data device in the cached tests: 48 of 4 KiB, far fewer
+/// than the blocks the store writes, so that lines are evicted all the time.
+const CACHE_LINES: u64 = 48;
+
+/// As [`base`], the store on a write-back cache in front of its data device, which cleans a
+/// dirty victim before it reuses its line (a full cache of dirty lines writes the core).
+async fn base_cached() -> (Images, Model) {
+    let mut cache_cfg = cairn_cache::CacheConfig {
+        line_bytes: 4096,
+        ..Default::default()
+    };
+    cache_cfg.seq_cutoff.policy = cairn_cache::SeqCutoffPolicy::Never;
+    cache_cfg.cleaning.dirty_target_pct = 0;
+    cache_cfg.promotion.dirty_full = cairn_cache::DirtyFullPolicy::Clean;
+    let cache_bytes = 32 * 1024 + 4096 + CACHE_LINES * 4096;
+    base_from(fresh_cached_images(&cfg(), cache_cfg, cache_bytes).await).await
+}
+
+/// The starting state on the store of `img`.
+async fn base_from(img: Images) -> (Images, Model) {
     let r = Rig::mount(&img, cfg()).await.unwrap();
     let mut t = Transaction::new();
     t.write("c", "A", 0, &pattern(7, OBJ_A_BYTES))
@@ -108,6 +131,7 @@ async fn verify(
     in_flight: bool,
     ctx: &str,
 ) {
+    cache_survived(img, ctx).await;
     let r = Rig::mount(img, conf.clone())
         .await
         .unwrap_or_else(|e| panic!("{ctx}: remount failed: {e}"));
@@ -135,8 +159,66 @@ async fn verify(
     );
     let rep = r.store().fsck(true).await.unwrap();
     assert!(rep.is_clean(), "{ctx}: fsck after reuse: {:?}", rep.errors);
-    r.crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
+    let after = r
+        .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
         .await;
+    if after.cache.is_some() {
+        detached_core_holds_what_the_cache_served(conf, &after, ctx).await;
+    }
+}
+
+/// The cache of `img` is consistent after the crash (its own fsck), and reattaches warm: the
+/// lines it held before the crash are still there.
+async fn cache_survived(img: &Images, ctx: &str) {
+    let Some(cache) = &img.cache else { return };
+    let cache: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_image(cache.clone(), 512).unwrap());
+    let core: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap());
+    let report = cairn_cache::fsck(&cache, &core)
+        .await
+        .unwrap_or_else(|e| panic!("{ctx}: cache fsck failed: {e}"));
+    assert!(
+        report.is_clean(),
+        "{ctx}: cache fsck: {:?}",
+        report.problems
+    );
+    assert!(report.valid_lines > 0, "{ctx}: the cache came back cold");
+}
+
+/// Mounts the store of `img` through its cache, unmounts it, detaches the cache (which writes
+/// back every dirty line), then mounts the store on the bare data device: it must hold what
+/// it held through the cache, and fsck clean.
+async fn detached_core_holds_what_the_cache_served(conf: &StoreConfig, img: &Images, ctx: &str) {
+    let r = Rig::mount(img, conf.clone()).await.unwrap();
+    let through_cache = dump(r.store()).await;
+    let Rig {
+        store,
+        cache,
+        mem,
+        kv,
+        ..
+    } = r;
+    store.unwrap().umount().await.unwrap();
+    let cache = cache.expect("a cached rig");
+    cache.device.detach().await.unwrap();
+    let bare = Images {
+        dev: mem.snapshot(),
+        kv: kv.power_loss(KvLossMode::DropUnsynced),
+        fast: None,
+        cache: None,
+    };
+    let r = Rig::mount(&bare, conf.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{ctx}: the data device alone does not mount: {e}"));
+    assert!(
+        dump(r.store()).await == through_cache,
+        "{ctx}: the data device after detach differs from what the store read through the cache"
+    );
+    let rep = r.store().fsck(true).await.unwrap();
+    assert!(
+        rep.is_clean(),
+        "{ctx}: fsck without the cache: {:?}",
+        rep.errors
+    );
 }
 
 /// Crash points of a traced run worth testing: with whole-write loss modes, a crash at a KV
@@ -558,6 +640,25 @@ async fn random_workloads_on_a_split_device_survive_random_crash_points() {
         "nothing below the split on the data device"
     );
     random_workloads_on(split, &cfg(), cases_from_env(60), 2_000_000, 3).await;
+}
+
+/// The store on an SSD cache in front of its data device, as an OSD on a cached HDD runs it:
+/// power is cut on the cache, the data device and the KV at once, at random points of random
+/// workloads, with random survivors on each. The cache is far smaller than what the store
+/// writes, so crashes land in evictions that write dirty lines back to the data device too.
+/// After the cache reattaches, every acknowledged transaction is there, the cache and the store
+/// both fsck clean, the cache is warm, and once detached it leaves on the data device exactly
+/// what the store read through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_workloads_on_a_cached_device_survive_random_crash_points() {
+    random_workloads_on(
+        base_cached().await,
+        &cfg(),
+        cases_from_env(60),
+        3_000_000,
+        8,
+    )
+    .await;
 }
 
 /// A checkpoint after every logged group: each one commits the KV on a background thread while

@@ -98,6 +98,7 @@ async fn run(steps: Vec<Step>) {
                     dev: mem.snapshot(),
                     kv: kv.power_loss(KvLossMode::DropUnsynced),
                     fast: None,
+                    cache: None,
                 };
                 rig = Rig::mount(&img, cfg()).await.unwrap();
             }

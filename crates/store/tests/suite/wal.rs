@@ -197,6 +197,7 @@ async fn checkpoints_bound_the_log_and_a_store_without_a_log_syncs_the_kv() {
         dev: mem.snapshot(),
         kv: kv_img,
         fast: None,
+        cache: None,
     };
     let rig = Rig::mount(&images, no_log).await.unwrap();
     assert_eq!(rig.store().stats().await.wal_replayed, 0);
@@ -233,6 +234,7 @@ async fn records_left_by_a_previous_store_on_the_device_are_never_replayed() {
             dev,
             kv: b.kv.clone(),
             fast: None,
+            cache: None,
         },
         cfg(),
     )

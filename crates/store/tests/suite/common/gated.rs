@@ -136,6 +136,7 @@ pub fn power_cut(dev: &GatedDevice, kv: &CrashableKv) -> super::Images {
         dev: dev.inner.snapshot(),
         kv: kv.power_loss(KvLossMode::DropUnsynced),
         fast: None,
+        cache: None,
     }
 }
 

@@ -1,4 +1,5 @@
-//! Shared test support: a crashable rig (fault device + crashable KV on one power switch), a
+//! Shared test support: a crashable rig (fault device + crashable KV on one power switch, and
+//! optionally a fast log device or a cache in front of the data device on the same switch), a
 //! reference model of the store, and state dumps to compare the two.
 #![allow(dead_code)]
 
@@ -7,19 +8,29 @@ pub mod gated;
 use cairn_blockdev::{
     BlockDevice, CrashSwitch, FaultDevice, MemDevice, PowerLossMode, SplitDevice,
 };
+use cairn_cache::{CacheConfig, CacheDevice, IoClassTable};
 use cairn_store::{CrashableKv, KvLocation, KvLossMode, Op, Store, StoreConfig, Transaction};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub const DEV_BYTES: u64 = 4 << 20;
 
-/// Durable images of a data device and its KV, and of the fast device holding the
-/// superblock and log when the store runs on a [`SplitDevice`].
+/// Durable images of a data device and its KV, of the fast device holding the superblock and
+/// log when the store runs on a [`SplitDevice`], and of the cache device when the store runs
+/// on a [`CacheDevice`] in front of the data device (an OSD's SSD-cached HDD).
 #[derive(Clone)]
 pub struct Images {
     pub dev: Vec<u8>,
     pub kv: Vec<u8>,
     pub fast: Option<Vec<u8>>,
+    pub cache: Option<Vec<u8>>,
+}
+
+/// A cache in front of a rig's data device: its fault wrapper and memory, and the cache.
+pub struct CacheParts {
+    pub fault: Arc<FaultDevice>,
+    pub mem: Arc<MemDevice>,
+    pub device: Arc<CacheDevice>,
 }
 
 pub struct Rig {
@@ -28,6 +39,8 @@ pub struct Rig {
     pub mem: Arc<MemDevice>,
     /// The fast device of a split store (its fault wrapper and memory), on the same switch.
     pub fast: Option<(Arc<FaultDevice>, Arc<MemDevice>)>,
+    /// The cache the store runs on, in front of the data device, on the same switch.
+    pub cache: Option<CacheParts>,
     pub kv: CrashableKv,
     pub store: Option<Store>,
 }
@@ -89,6 +102,53 @@ pub async fn fresh_images_on(conf: &StoreConfig, split: bool) -> Images {
         dev: mem.snapshot(),
         kv: kv_img,
         fast: fast.map(|f| f.snapshot()),
+        cache: None,
+    }
+}
+
+/// A freshly made store with one collection "c", on a cache of `cache_bytes` made with
+/// `cache_cfg` in front of the data device.
+pub async fn fresh_cached_images(
+    conf: &StoreConfig,
+    cache_cfg: CacheConfig,
+    cache_bytes: u64,
+) -> Images {
+    let mem = Arc::new(MemDevice::new(DEV_BYTES, 512).unwrap());
+    let cache_mem = Arc::new(MemDevice::new(cache_bytes, 512).unwrap());
+    let cache = Arc::new(
+        CacheDevice::create(
+            cache_mem.clone(),
+            mem.clone(),
+            cache_cfg,
+            IoClassTable::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    let kv = CrashableKv::new(Vec::new(), CrashSwitch::new());
+    Store::mkfs(
+        cache.clone(),
+        KvLocation::Backend(Box::new(kv.clone())),
+        conf,
+    )
+    .await
+    .unwrap();
+    let store = Store::mount(
+        cache.clone(),
+        KvLocation::Backend(Box::new(kv.clone())),
+        conf.clone(),
+    )
+    .await
+    .unwrap();
+    let mut t = Transaction::new();
+    t.create_collection("c");
+    store.queue_transaction(&t).await.unwrap();
+    store.sync().await.unwrap();
+    Images {
+        dev: mem.snapshot(),
+        kv: kv.power_loss(KvLossMode::DropUnsynced),
+        fast: None,
+        cache: Some(cache_mem.snapshot()),
     }
 }
 
@@ -103,12 +163,32 @@ impl Rig {
             let mem = Arc::new(MemDevice::from_image(image.clone(), 512).unwrap());
             (Arc::new(FaultDevice::new(mem.clone(), switch.clone())), mem)
         });
-        let dev: Arc<dyn BlockDevice> = match &fast {
-            Some((fast, fast_mem)) => {
+        assert!(
+            fast.is_none() || img.cache.is_none(),
+            "a rig has a fast log device or a cache, not both"
+        );
+        let cache = match &img.cache {
+            Some(image) => {
+                let cache_mem = Arc::new(MemDevice::from_image(image.clone(), 512).unwrap());
+                let cache_fault = Arc::new(FaultDevice::new(cache_mem.clone(), switch.clone()));
+                let device = CacheDevice::attach(cache_fault.clone(), fault.clone())
+                    .await
+                    .unwrap_or_else(|e| panic!("the cache does not attach: {e}"));
+                Some(CacheParts {
+                    fault: cache_fault,
+                    mem: cache_mem,
+                    device: Arc::new(device),
+                })
+            }
+            None => None,
+        };
+        let dev: Arc<dyn BlockDevice> = match (&fast, &cache) {
+            (Some((fast, fast_mem)), _) => {
                 let split_bytes = fast_mem.properties().size_bytes;
                 Arc::new(SplitDevice::new(fast.clone(), fault.clone(), split_bytes).unwrap())
             }
-            None => fault.clone(),
+            (None, Some(cache)) => cache.device.clone(),
+            (None, None) => fault.clone(),
         };
         let kv = CrashableKv::new(img.kv.clone(), switch.clone());
         let store = Store::mount(dev, KvLocation::Backend(Box::new(kv.clone())), cfg).await?;
@@ -117,6 +197,7 @@ impl Rig {
             fault,
             mem,
             fast,
+            cache,
             kv,
             store: Some(store),
         })
@@ -134,11 +215,15 @@ impl Rig {
         if let Some((fast, _)) = &self.fast {
             fast.power_loss(dev_mode).await.unwrap();
         }
+        if let Some(cache) = &self.cache {
+            cache.fault.power_loss(dev_mode).await.unwrap();
+        }
         drop(self.store.take());
         Images {
             dev: self.mem.snapshot(),
             kv,
             fast: self.fast.as_ref().map(|(_, mem)| mem.snapshot()),
+            cache: self.cache.as_ref().map(|c| c.mem.snapshot()),
         }
     }
 }
