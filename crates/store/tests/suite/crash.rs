@@ -10,6 +10,7 @@ use cairn_store::{KvLossMode, Op, StoreConfig, Transaction};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const OBJ_A_BYTES: usize = 12_288;
@@ -32,6 +33,7 @@ const CACHE_LINES: u64 = 48;
 /// dirty victim before it reuses its line (a full cache of dirty lines writes the core).
 async fn base_cached() -> (Images, Model) {
     let mut cache_cfg = cairn_cache::CacheConfig {
+        mode: cairn_cache::CacheMode::Wb,
         line_bytes: 4096,
         ..Default::default()
     };
@@ -95,7 +97,7 @@ async fn run_with_crash(
     }
     let mut acked = 0;
     let mut in_flight = false;
-    for t in txns {
+    for (i, t) in txns.iter().enumerate() {
         match r.store().queue_transaction(t).await {
             Ok(()) => acked += 1,
             Err(e) if e.is_fatal() => {
@@ -104,6 +106,14 @@ async fn run_with_crash(
                 break;
             }
             Err(_) => acked += 1,
+        }
+        // A cache's cleaner writes dirty lines back between some of the transactions (every
+        // line counts as stale), so power is also cut in the middle of a cleaning round.
+        if let Some(cache) = r.cache.as_ref().filter(|_| i % 2 == 1) {
+            if let Err(e) = cache.device.clean_step(u64::MAX / 4).await {
+                assert!(r.switch.crashed(), "cleaning failed without a crash: {e}");
+                break;
+            }
         }
     }
     let trace = r.switch.trace();
@@ -131,7 +141,10 @@ async fn verify(
     in_flight: bool,
     ctx: &str,
 ) {
-    cache_survived(img, ctx).await;
+    if img.cache.is_some() {
+        cache_survived(img, ctx).await;
+        detached_core_holds_what_the_cache_served(conf, img, ctx).await;
+    }
     let r = Rig::mount(img, conf.clone())
         .await
         .unwrap_or_else(|e| panic!("{ctx}: remount failed: {e}"));
@@ -163,12 +176,18 @@ async fn verify(
         .crash(PowerLossMode::DropUnflushed, KvLossMode::DropUnsynced)
         .await;
     if after.cache.is_some() {
-        detached_core_holds_what_the_cache_served(conf, &after, ctx).await;
+        detached_core_holds_what_the_cache_served(conf, &after, &format!("{ctx}, reused")).await;
     }
 }
 
-/// The cache of `img` is consistent after the crash (its own fsck), and reattaches warm: the
-/// lines it held before the crash are still there.
+/// Caches detached by [`detached_core_holds_what_the_cache_served`], and those among them that
+/// held dirty lines the detach wrote back.
+static DETACHES: AtomicU64 = AtomicU64::new(0);
+/// See [`DETACHES`].
+static DETACHES_WITH_DIRTY_LINES: AtomicU64 = AtomicU64::new(0);
+
+/// The cache of `img` is consistent after the crash (its own fsck), and reattaches warm with
+/// every line its metadata holds, clean and dirty.
 async fn cache_survived(img: &Images, ctx: &str) {
     let Some(cache) = &img.cache else { return };
     let cache: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_image(cache.clone(), 512).unwrap());
@@ -182,24 +201,52 @@ async fn cache_survived(img: &Images, ctx: &str) {
         report.problems
     );
     assert!(report.valid_lines > 0, "{ctx}: the cache came back cold");
+    let attached = cairn_cache::CacheDevice::attach(cache, core)
+        .await
+        .unwrap_or_else(|e| panic!("{ctx}: the cache does not attach: {e}"));
+    let stats = attached.stats();
+    assert_eq!(
+        (stats.occupancy_lines, stats.dirty_lines),
+        (u64::from(report.valid_lines), u64::from(report.dirty_lines)),
+        "{ctx}: the attached cache holds other lines than its metadata names"
+    );
 }
 
 /// Mounts the store of `img` through its cache, unmounts it, detaches the cache (which writes
-/// back every dirty line), then mounts the store on the bare data device: it must hold what
-/// it held through the cache, and fsck clean.
+/// back every dirty line and flushes the data device), cuts power on the data device, then
+/// mounts the store on it alone: it must hold what it held through the cache, and fsck clean.
 async fn detached_core_holds_what_the_cache_served(conf: &StoreConfig, img: &Images, ctx: &str) {
     let r = Rig::mount(img, conf.clone()).await.unwrap();
     let through_cache = dump(r.store()).await;
     let Rig {
         store,
         cache,
+        fault,
         mem,
         kv,
         ..
     } = r;
     store.unwrap().umount().await.unwrap();
     let cache = cache.expect("a cached rig");
+    DETACHES.fetch_add(1, Ordering::Relaxed);
+    if cache.device.stats().dirty_lines > 0 {
+        DETACHES_WITH_DIRTY_LINES.fetch_add(1, Ordering::Relaxed);
+    }
     cache.device.detach().await.unwrap();
+    let detached = cairn_cache::fsck(
+        &(cache.mem.clone() as Arc<dyn BlockDevice>),
+        &(mem.clone() as Arc<dyn BlockDevice>),
+    )
+    .await
+    .unwrap();
+    assert!(
+        detached.detached && detached.dirty_lines == 0,
+        "{ctx}: after detach: {detached:?}"
+    );
+    fault
+        .power_loss(PowerLossMode::DropUnflushed)
+        .await
+        .unwrap();
     let bare = Images {
         dev: mem.snapshot(),
         kv: kv.power_loss(KvLossMode::DropUnsynced),
@@ -651,14 +698,41 @@ async fn random_workloads_on_a_split_device_survive_random_crash_points() {
 /// what the store read through it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_workloads_on_a_cached_device_survive_random_crash_points() {
-    random_workloads_on(
-        base_cached().await,
-        &cfg(),
-        cases_from_env(60),
-        3_000_000,
-        8,
-    )
-    .await;
+    let base = base_cached().await;
+    let r = Rig::mount(&base.0, cfg()).await.unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(3_000_000);
+    for _ in 0..30 {
+        let _ = r
+            .store()
+            .queue_transaction(&random_txn(&mut rng, false))
+            .await;
+    }
+    let stats = r.cache.as_ref().expect("a cached rig").device.stats();
+    assert!(
+        stats.evictions > 0 && stats.victims_cleaned_ahead + stats.victims_cleaned_blocking > 0,
+        "the workloads must evict dirty lines, writing them back: {stats:?}"
+    );
+    random_workloads_on(base, &cfg(), cases_from_env(60), 3_000_000, 8).await;
+    let (crashes, after_write_back) = (
+        CACHED_CRASHES.load(Ordering::Relaxed),
+        CACHED_CRASHES_AFTER_WRITE_BACK.load(Ordering::Relaxed),
+    );
+    let (detaches, with_dirty) = (
+        DETACHES.load(Ordering::Relaxed),
+        DETACHES_WITH_DIRTY_LINES.load(Ordering::Relaxed),
+    );
+    println!(
+        "{crashes} power cuts mid-workload, {after_write_back} after a write-back; \
+         {detaches} detaches, {with_dirty} with dirty lines"
+    );
+    assert!(
+        after_write_back >= crashes / 3,
+        "power must often be cut once the cache has written lines back"
+    );
+    assert!(
+        with_dirty >= detaches / 2,
+        "a detach must usually have dirty lines to write back"
+    );
 }
 
 /// A checkpoint after every logged group: each one commits the KV on a background thread while

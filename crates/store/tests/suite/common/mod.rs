@@ -11,6 +11,7 @@ use cairn_blockdev::{
 use cairn_cache::{CacheConfig, CacheDevice, IoClassTable};
 use cairn_store::{CrashableKv, KvLocation, KvLossMode, Op, Store, StoreConfig, Transaction};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub const DEV_BYTES: u64 = 4 << 20;
@@ -25,6 +26,12 @@ pub struct Images {
     pub fast: Option<Vec<u8>>,
     pub cache: Option<Vec<u8>>,
 }
+
+/// Armed power cuts of cached rigs, and those among them that came after the cache had
+/// written dirty lines back to the data device (by cleaning or to evict them).
+pub static CACHED_CRASHES: AtomicU64 = AtomicU64::new(0);
+/// See [`CACHED_CRASHES`].
+pub static CACHED_CRASHES_AFTER_WRITE_BACK: AtomicU64 = AtomicU64::new(0);
 
 /// A cache in front of a rig's data device: its fault wrapper and memory, and the cache.
 pub struct CacheParts {
@@ -154,7 +161,7 @@ pub async fn fresh_cached_images(
 
 impl Rig {
     /// Mounts a store from durable images, on a new power switch (both devices of a split
-    /// store on it).
+    /// store, or the cache and the data device of a cached one, on it).
     pub async fn mount(img: &Images, cfg: StoreConfig) -> Result<Rig, cairn_store::StoreError> {
         let switch = CrashSwitch::new();
         let mem = Arc::new(MemDevice::from_image(img.dev.clone(), 512).unwrap());
@@ -209,6 +216,15 @@ impl Rig {
 
     /// Cuts power and returns what survives.
     pub async fn crash(mut self, dev_mode: PowerLossMode, kv_mode: KvLossMode) -> Images {
+        if let Some(cache) = self.cache.as_ref().filter(|_| self.switch.crashed()) {
+            let stats = cache.device.stats();
+            CACHED_CRASHES.fetch_add(1, Ordering::Relaxed);
+            let written_back =
+                stats.cleaned_lines + stats.victims_cleaned_ahead + stats.victims_cleaned_blocking;
+            if written_back > 0 {
+                CACHED_CRASHES_AFTER_WRITE_BACK.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         self.switch.crash_now();
         let kv = self.kv.power_loss(kv_mode);
         self.fault.power_loss(dev_mode).await.unwrap();
@@ -216,7 +232,14 @@ impl Rig {
             fast.power_loss(dev_mode).await.unwrap();
         }
         if let Some(cache) = &self.cache {
-            cache.fault.power_loss(dev_mode).await.unwrap();
+            // Its own survivors: the two devices lose power together, not in step.
+            let cache_mode = match dev_mode {
+                PowerLossMode::RandomSubset { seed } => PowerLossMode::RandomSubset {
+                    seed: seed ^ 0xcac4e,
+                },
+                other => other,
+            };
+            cache.fault.power_loss(cache_mode).await.unwrap();
         }
         drop(self.store.take());
         Images {
