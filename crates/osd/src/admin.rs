@@ -554,7 +554,7 @@ fn encode_page(e: &mut DescriptorEncoder<'_>, s: &Shared) -> Written {
     let levels = [("primary", primary_ms), ("replica", replica_ms)];
     e.gauges(
         "cairn_osd_recovery_pacing_client_level_seconds",
-        "Median small client op latency without recovery that the pacer compares with, of the ops served as primary and of the writes applied as a replica.",
+        "Mean small client op latency without recovery that the pacer compares with, of the ops served as primary and of the writes applied as a replica.",
         levels
             .into_iter()
             .filter_map(|(stream, ms)| Some(([("osd", osd), ("stream", stream)], ms? / 1000.0))),

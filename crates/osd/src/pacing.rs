@@ -42,8 +42,6 @@ pub const MIN_ALLOWANCE: f64 = 1.0 / 16.0;
 /// Idle ticks in a row before their means count for the level without recovery (the
 /// device drains what recovery left in its queue first).
 pub const SETTLE_TICKS: u32 = 3;
-/// Client latencies counted per tick at most (the mean of a sample this size is plenty).
-const MAX_SAMPLES: u32 = 4096;
 /// Weight of a new idle tick in the level without recovery.
 const IDLE_WEIGHT: f64 = 0.2;
 /// A store backlog (see `cairn_store::Store::commit_backlog`) at which background pushes back
@@ -137,34 +135,38 @@ pub enum Stream {
 #[derive(Debug, Default)]
 struct Signal {
     sum_us: f64,
-    count: u32,
+    count: u64,
     idle_level_us: Option<f64>,
+    /// Settled idle ticks learned from.
+    learned: u32,
 }
 
 impl Signal {
     fn observe(&mut self, latency: Duration) {
-        if self.count < MAX_SAMPLES {
-            self.sum_us += f64::from(crate::convert::micros_u32(latency));
-            self.count += 1;
-        }
+        self.sum_us += f64::from(crate::convert::micros_u32(latency));
+        self.count += 1;
     }
 
     /// Ends a tick: this tick's mean, None without samples.
     fn close(&mut self) -> Option<f64> {
-        let mean = (self.count > 0).then(|| self.sum_us / f64::from(self.count));
+        let mean = (self.count > 0).then(|| self.sum_us / self.count as f64);
         self.sum_us = 0.0;
         self.count = 0;
         mean
     }
 
-    /// Counts a settled idle tick's mean towards the level without recovery; one tick
-    /// raises it by at most [`IDLE_WEIGHT`] times [`MAX_IDLE_RISE`] (a stall that nothing
-    /// flagged must not teach the pacer that slow is normal).
+    /// Counts a settled idle tick's mean towards the level without recovery. The first
+    /// [`SETTLE_TICKS`] set it to the least of their means (one slow op in the first tick
+    /// must not set a lax level); after them one tick raises it by at most [`IDLE_WEIGHT`]
+    /// times [`MAX_IDLE_RISE`] (a stall that nothing flagged must not teach the pacer that
+    /// slow is normal).
     fn learn(&mut self, mean: f64) {
         self.idle_level_us = Some(match self.idle_level_us {
+            Some(level) if self.learned < SETTLE_TICKS => level.min(mean),
             Some(level) => level + IDLE_WEIGHT * (mean.min(level * MAX_IDLE_RISE) - level),
             None => mean,
         });
+        self.learned = self.learned.saturating_add(1);
     }
 
     fn level(&self) -> Option<f64> {
@@ -471,6 +473,25 @@ mod tests {
         );
         tick_streams(&mut p, Some(2), Some(3), true);
         assert_eq!(p.allowance(MAX_ACTIVE), 6.0, "both within the factor");
+    }
+
+    #[test]
+    fn the_first_level_is_the_least_of_the_settled_ticks() {
+        let mut p = Pacer::default();
+        for ms in [2, 2, 9, 3, 4] {
+            tick_with(&mut p, ms, false, 1.2);
+        }
+        assert_eq!(
+            p.level(Stream::Primary),
+            Some(3000.0),
+            "the first three settled ticks (9, 3, 4 ms) give 3 ms, not the 9 of the first"
+        );
+        tick_with(&mut p, 5, false, 1.2);
+        assert_eq!(
+            p.level(Stream::Primary),
+            Some(3400.0),
+            "then a moving mean: 3 ms + 0.2 x (5 ms - 3 ms)"
+        );
     }
 
     #[test]

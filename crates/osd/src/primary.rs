@@ -52,12 +52,18 @@ pub async fn client_op(
     let kind = op.kind.name();
     let in_bytes = data.bytes.len() as u64;
     let background = op.background;
-    let answer = run(&s, client, op, data, turn.as_ref()).await;
+    let mut waited = Duration::ZERO;
+    let answer = run(&s, client, op, data, turn.as_ref(), &mut waited).await;
     drop(turn);
     let small = in_bytes + answer.1.len() as u64 <= PACED_OP_MAX_BYTES;
     if !background && small && answer.0.result == OpResult::Ok {
-        s.throttle
-            .observe_client_op(crate::pacing::Stream::Primary, started.elapsed());
+        // Only the op's own work: a wait for a map, for activation or for the recovery of the
+        // object it touches is what background recovery shortens, so holding recovery back for
+        // it would make it longer.
+        s.throttle.observe_client_op(
+            crate::pacing::Stream::Primary,
+            started.elapsed().saturating_sub(waited),
+        );
     }
     s.metrics.record_op(
         kind,
@@ -74,6 +80,7 @@ async fn run(
     op: OpHeader,
     data: Payload,
     turn: Option<&Turn>,
+    waited: &mut Duration,
 ) -> Answer {
     let epoch = s.epoch();
     if !matches!(op.kind, OpKind::ListObjects { .. }) {
@@ -140,6 +147,7 @@ async fn run(
         }
     }
     let ready_wait = t0.elapsed();
+    *waited = ready_wait;
     // Named in the slow-op trace; copied only when that trace can be written.
     let traced = tracing::enabled!(tracing::Level::DEBUG).then(|| (op.object.clone(), op.tid));
     let answer = if op.kind.is_write() {
