@@ -23,6 +23,10 @@
 //! proportion to its mean latency (Little's law). A factor F on the mean is thus a floor of
 //! about 1/F on such a client's rate.
 //!
+//! A stream with some but fewer than [`MIN_SAMPLES`] latencies in a tick carries them into
+//! the next, up to [`MAX_POOL_TICKS`] ticks: the allowance then changes once per window of
+//! pooled ticks, and what follows of ticks holds of windows.
+//!
 //! The level without recovery is a moving mean of the means of idle ticks (after
 //! [`SETTLE_TICKS`] of them in a row): ticks in which no push of this OSD was in flight or
 //! waiting, none arrived here, and the cluster served no PG from a temporary acting set — a
@@ -42,6 +46,12 @@ pub const MIN_ALLOWANCE: f64 = 1.0 / 16.0;
 /// Idle ticks in a row before their means count for the level without recovery (the
 /// device drains what recovery left in its queue first).
 pub const SETTLE_TICKS: u32 = 3;
+/// Client latencies a stream's mean needs before it is judged: fewer (a slow client, a
+/// rotational device) and ticks pool into one window, up to [`MAX_POOL_TICKS`], so that one
+/// op stuck behind a push does not decide alone.
+pub const MIN_SAMPLES: u64 = 16;
+/// Most ticks pooled into one window.
+pub const MAX_POOL_TICKS: u32 = 10;
 /// Weight of a new idle tick in the level without recovery.
 const IDLE_WEIGHT: f64 = 0.2;
 /// A store backlog (see `cairn_store::Store::commit_backlog`) at which background pushes back
@@ -147,7 +157,13 @@ impl Signal {
         self.count += 1;
     }
 
-    /// Ends a tick: this tick's mean, None without samples.
+    /// Whether the samples so far are too few for their mean to judge by (some, but fewer
+    /// than [`MIN_SAMPLES`]).
+    fn sparse(&self) -> bool {
+        (1..MIN_SAMPLES).contains(&self.count)
+    }
+
+    /// Ends a window: its mean, None without samples.
     fn close(&mut self) -> Option<f64> {
         let mean = (self.count > 0).then(|| self.sum_us / self.count as f64);
         self.sum_us = 0.0;
@@ -182,6 +198,8 @@ pub struct Pacer {
     backlog: f64,
     recovering: bool,
     tick_started: Option<Instant>,
+    /// Ticks pooled into the current window (see [`MIN_SAMPLES`]).
+    pooled_ticks: u32,
     idle_streak: u32,
     allowance: f64,
 }
@@ -194,6 +212,7 @@ impl Default for Pacer {
             backlog: 0.0,
             recovering: false,
             tick_started: None,
+            pooled_ticks: 0,
             idle_streak: 0,
             allowance: f64::INFINITY,
         }
@@ -239,18 +258,24 @@ impl Pacer {
     /// Ends a tick, with `max_active` pushes at most: see the module's documentation.
     pub fn tick(&mut self, max_active: usize, factor: Option<f64>) {
         let max = max_active.max(1) as f64;
-        let recovering = std::mem::take(&mut self.recovering);
         let backlog = std::mem::take(&mut self.backlog);
-        let means = [self.primary.close(), self.replica.close()];
         let Some(factor) = factor else {
+            self.close_window();
             self.allowance = f64::INFINITY;
             return;
         };
-        if recovering && backlog >= BACKLOG_SLOW {
+        if self.recovering && backlog >= BACKLOG_SLOW {
+            self.close_window();
             self.idle_streak = 0;
             self.halve(max);
             return;
         }
+        self.pooled_ticks += 1;
+        let sparse = self.primary.sparse() || self.replica.sparse();
+        if sparse && self.pooled_ticks < MAX_POOL_TICKS {
+            return;
+        }
+        let (recovering, means) = self.close_window();
         if means.iter().all(Option::is_none) {
             // No client to protect.
             self.grow(max);
@@ -284,6 +309,13 @@ impl Pacer {
             (true, false) => self.grow(max),
             (false, false) => {}
         }
+    }
+
+    /// Ends the window of pooled ticks: whether recovery ran in it, and each stream's mean.
+    fn close_window(&mut self) -> (bool, [Option<f64>; 2]) {
+        self.pooled_ticks = 0;
+        let recovering = std::mem::take(&mut self.recovering);
+        (recovering, [self.primary.close(), self.replica.close()])
     }
 
     /// Halves the allowance, down to the floor.
@@ -442,7 +474,9 @@ mod tests {
         let streams = [(Stream::Primary, primary), (Stream::Replica, replica)];
         for (stream, ms) in streams {
             if let Some(ms) = ms {
-                p.observe(stream, Duration::from_millis(ms));
+                for _ in 0..MIN_SAMPLES {
+                    p.observe(stream, Duration::from_millis(ms));
+                }
             }
         }
         if recovering {
@@ -473,6 +507,37 @@ mod tests {
         );
         tick_streams(&mut p, Some(2), Some(3), true);
         assert_eq!(p.allowance(MAX_ACTIVE), 6.0, "both within the factor");
+    }
+
+    #[test]
+    fn a_few_latencies_pool_over_ticks_before_they_judge() {
+        let mut p = settled(2);
+        let tick_of = |p: &mut Pacer, ms: u64, ops: u64| {
+            for _ in 0..ops {
+                p.observe(Stream::Primary, Duration::from_millis(ms));
+            }
+            p.note_recovering();
+            p.tick(MAX_ACTIVE, Some(3.0));
+        };
+        tick_of(&mut p, 40, 1);
+        assert_eq!(p.pooled_ticks, 1, "one op is too few to judge by");
+        tick_of(&mut p, 2, MIN_SAMPLES - 1);
+        assert_eq!(p.pooled_ticks, 0, "judged once 16 ops are in");
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            MAX_ACTIVE as f64,
+            "one op behind a push among 16: (40 + 15 x 2) / 16 = 4.4 ms, within 3 x 2 ms"
+        );
+        for _ in 0..MAX_POOL_TICKS - 1 {
+            tick_of(&mut p, 40, 1);
+        }
+        assert_eq!(p.allowance(MAX_ACTIVE), MAX_ACTIVE as f64);
+        tick_of(&mut p, 40, 1);
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            5.0,
+            "ten slow ops over a second are judged at its end"
+        );
     }
 
     #[test]
@@ -508,7 +573,9 @@ mod tests {
     #[test]
     fn a_store_falling_behind_its_checkpoints_holds_pushes_back() {
         let mut p = settled(2);
-        p.observe(Stream::Primary, Duration::from_millis(2));
+        for _ in 0..MIN_SAMPLES {
+            p.observe(Stream::Primary, Duration::from_millis(2));
+        }
         p.observe_backlog(0.8);
         p.note_recovering();
         p.tick(MAX_ACTIVE, Some(1.2));
@@ -525,7 +592,9 @@ mod tests {
             2.5,
             "no client op this tick: still held"
         );
-        p.observe(Stream::Primary, Duration::from_millis(2));
+        for _ in 0..MIN_SAMPLES {
+            p.observe(Stream::Primary, Duration::from_millis(2));
+        }
         p.observe_backlog(0.6);
         p.note_recovering();
         p.tick(MAX_ACTIVE, Some(1.2));
