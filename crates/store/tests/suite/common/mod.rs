@@ -60,6 +60,23 @@ pub fn cfg() -> StoreConfig {
     }
 }
 
+/// Makes (mkfs) a store on `dev`, mounts it, creates collection "c" and syncs; returns its
+/// KV's durable image.
+async fn mkfs_with_collection(dev: Arc<dyn BlockDevice>, conf: &StoreConfig) -> Vec<u8> {
+    let kv = CrashableKv::new(Vec::new(), CrashSwitch::new());
+    Store::mkfs(dev.clone(), KvLocation::Backend(Box::new(kv.clone())), conf)
+        .await
+        .unwrap();
+    let store = Store::mount(dev, KvLocation::Backend(Box::new(kv.clone())), conf.clone())
+        .await
+        .unwrap();
+    let mut t = Transaction::new();
+    t.create_collection("c");
+    store.queue_transaction(&t).await.unwrap();
+    store.sync().await.unwrap();
+    kv.power_loss(KvLossMode::DropUnsynced)
+}
+
 /// A freshly made store with one collection "c".
 pub async fn fresh_images() -> Images {
     fresh_images_with(&cfg()).await
@@ -80,7 +97,6 @@ pub fn split_bytes(conf: &StoreConfig) -> u64 {
 /// As [`fresh_images_with`]; with `split`, the superblock and log on a fast device of their
 /// own ([`SplitDevice`]), the data on the main one.
 pub async fn fresh_images_on(conf: &StoreConfig, split: bool) -> Images {
-    let switch = CrashSwitch::new();
     let mem = Arc::new(MemDevice::new(DEV_BYTES, 512).unwrap());
     let fast = split.then(|| Arc::new(MemDevice::new(split_bytes(conf), 512).unwrap()));
     let dev: Arc<dyn BlockDevice> = match &fast {
@@ -89,25 +105,9 @@ pub async fn fresh_images_on(conf: &StoreConfig, split: bool) -> Images {
         }
         None => mem.clone(),
     };
-    let kv = CrashableKv::new(Vec::new(), switch.clone());
-    Store::mkfs(dev.clone(), KvLocation::Backend(Box::new(kv.clone())), conf)
-        .await
-        .unwrap();
-    let store = Store::mount(
-        dev.clone(),
-        KvLocation::Backend(Box::new(kv.clone())),
-        conf.clone(),
-    )
-    .await
-    .unwrap();
-    let mut t = Transaction::new();
-    t.create_collection("c");
-    store.queue_transaction(&t).await.unwrap();
-    store.sync().await.unwrap();
-    let kv_img = kv.power_loss(KvLossMode::DropUnsynced);
     Images {
+        kv: mkfs_with_collection(dev, conf).await,
         dev: mem.snapshot(),
-        kv: kv_img,
         fast: fast.map(|f| f.snapshot()),
         cache: None,
     }
@@ -132,28 +132,9 @@ pub async fn fresh_cached_images(
         .await
         .unwrap(),
     );
-    let kv = CrashableKv::new(Vec::new(), CrashSwitch::new());
-    Store::mkfs(
-        cache.clone(),
-        KvLocation::Backend(Box::new(kv.clone())),
-        conf,
-    )
-    .await
-    .unwrap();
-    let store = Store::mount(
-        cache.clone(),
-        KvLocation::Backend(Box::new(kv.clone())),
-        conf.clone(),
-    )
-    .await
-    .unwrap();
-    let mut t = Transaction::new();
-    t.create_collection("c");
-    store.queue_transaction(&t).await.unwrap();
-    store.sync().await.unwrap();
     Images {
+        kv: mkfs_with_collection(cache, conf).await,
         dev: mem.snapshot(),
-        kv: kv.power_loss(KvLossMode::DropUnsynced),
         fast: None,
         cache: Some(cache_mem.snapshot()),
     }
