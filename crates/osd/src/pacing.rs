@@ -10,7 +10,9 @@
 //! still sees). Every [`TICK`] it compares each stream's mean latency with that stream's
 //! level without recovery, and halves the background pushes allowed in flight when either is
 //! more than `factor` times slower, or grows them by one (up to `osd_recovery_max_active`)
-//! when neither is. It also halves them whenever the store's commit backlog passes
+//! when neither is. A recovery starts slow, at [`START_ALLOWANCE`] pushes, so its first
+//! pushes do not land at the full `osd_recovery_max_active` before any tick has judged
+//! them; the allowance returns there once recovery has paused for [`SETTLE_TICKS`]. It also halves them whenever the store's commit backlog passes
 //! [`BACKLOG_SLOW`]: recovery's device I/O slows the checkpoints, and a store whose commits
 //! wait for one stalls every client at once, before any mean shows it. Below one push the
 //! allowance becomes a duty cycle: a push is followed by a pause of its own duration times
@@ -43,6 +45,9 @@ use cairn_qos::PolicyConfig;
 pub const TICK: Duration = Duration::from_millis(100);
 /// The smallest allowance: one push for every 16 pushes' time.
 pub const MIN_ALLOWANCE: f64 = 1.0 / 16.0;
+/// Pushes a recovery starts with: it grows by one per window in which clients keep their
+/// pace (as after a halving), instead of starting at `osd_recovery_max_active`.
+pub const START_ALLOWANCE: f64 = 1.0;
 /// Idle ticks in a row before their means count for the level without recovery (the
 /// device drains what recovery left in its queue first).
 pub const SETTLE_TICKS: u32 = 3;
@@ -66,12 +71,14 @@ pub const MAX_FACTOR: f64 = 100.0;
 
 /// The factor a policy implies when `osd_recovery_pacing_factor` is `auto`: mClock's
 /// `high_client_ops` keeps clients within 1.2x of their latency without recovery,
-/// `high_recovery_ops` lets them slow 3x, everything else 1.6x.
+/// `high_recovery_ops` lets them slow 2x, everything else 1.6x. A factor F on the mean
+/// latency is a floor of about 1/F on a constant-depth client's rate, so each stays above
+/// its profile's client reservation (high_recovery_ops: 30%) with room for a second's spread.
 pub fn default_factor(policy: &PolicyConfig) -> f64 {
     match policy {
         PolicyConfig::Mclock(m) => match m.profile.as_str() {
             "high_client_ops" => 1.2,
-            "high_recovery_ops" => 3.0,
+            "high_recovery_ops" => 2.0,
             _ => 1.6,
         },
         _ => 1.6,
@@ -214,7 +221,7 @@ impl Default for Pacer {
             tick_started: None,
             pooled_ticks: 0,
             idle_streak: 0,
-            allowance: f64::INFINITY,
+            allowance: START_ALLOWANCE,
         }
     }
 }
@@ -264,6 +271,10 @@ impl Pacer {
             self.allowance = f64::INFINITY;
             return;
         };
+        if self.allowance.is_infinite() {
+            // Pacing was off until now.
+            self.allowance = START_ALLOWANCE;
+        }
         if self.recovering && backlog >= BACKLOG_SLOW {
             self.close_window();
             self.idle_streak = 0;
@@ -276,14 +287,11 @@ impl Pacer {
             return;
         }
         let (recovering, means) = self.close_window();
-        if means.iter().all(Option::is_none) {
-            // No client to protect.
-            self.grow(max);
-            return;
-        }
         if !recovering {
             self.idle_streak = self.idle_streak.saturating_add(1);
             if self.idle_streak >= SETTLE_TICKS {
+                // Recovery has paused: the next one starts slow.
+                self.allowance = START_ALLOWANCE;
                 for (signal, mean) in [&mut self.primary, &mut self.replica]
                     .into_iter()
                     .zip(means)
@@ -296,18 +304,17 @@ impl Pacer {
             return;
         }
         self.idle_streak = 0;
-        // Each stream with both a mean and a level says slow or not; none: hold.
-        let (mut judged, mut slow) = (false, false);
-        for (signal, mean) in [&self.primary, &self.replica].into_iter().zip(means) {
-            if let (Some(m), Some(level)) = (mean, signal.level()) {
-                judged = true;
-                slow |= m > level * factor;
-            }
-        }
-        match (judged, slow) {
-            (_, true) => self.halve(max),
-            (true, false) => self.grow(max),
-            (false, false) => {}
+        // Each stream with both a mean and a level says slow or not. No client, or none with
+        // a level to hold it to: nothing to protect, so grow.
+        let slow = [&self.primary, &self.replica]
+            .into_iter()
+            .zip(means)
+            .any(|(signal, mean)| {
+                matches!((mean, signal.level()), (Some(m), Some(level)) if m > level * factor)
+            });
+        match slow {
+            true => self.halve(max),
+            false => self.grow(max),
         }
     }
 
@@ -384,11 +391,20 @@ mod tests {
         p
     }
 
+    /// A settled pacer whose recovery has grown to `osd_recovery_max_active` at the level.
+    fn at_full_speed(level_ms: u64) -> Pacer {
+        let mut p = settled(level_ms);
+        for _ in 0..MAX_ACTIVE {
+            tick_with(&mut p, level_ms, true, 1.2);
+        }
+        assert_eq!(p.allowance(MAX_ACTIVE), MAX_ACTIVE as f64);
+        p
+    }
+
     #[test]
     fn slow_clients_halve_the_allowance_down_to_a_duty_cycle_and_fast_ones_grow_it_back() {
-        let mut p = settled(2);
+        let mut p = at_full_speed(2);
         assert_eq!(p.level(Stream::Primary), Some(2000.0));
-        assert_eq!(p.allowance(10), 10.0, "unlimited until clients slow down");
         tick_with(&mut p, 10, true, 1.2);
         assert_eq!(p.allowance(10), 5.0);
         for _ in 0..20 {
@@ -413,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_tail_behind_pushes_slows_the_mean_and_holds_recovery_back() {
-        let mut p = settled(2);
+        let mut p = at_full_speed(2);
         for _ in 0..17 {
             p.observe(Stream::Primary, Duration::from_millis(2));
         }
@@ -421,7 +437,7 @@ mod tests {
             p.observe(Stream::Primary, Duration::from_millis(40));
         }
         p.note_recovering();
-        p.tick(MAX_ACTIVE, Some(3.0));
+        p.tick(MAX_ACTIVE, Some(2.0));
         assert_eq!(
             p.allowance(MAX_ACTIVE),
             5.0,
@@ -431,27 +447,62 @@ mod tests {
 
     #[test]
     fn the_factor_decides_what_counts_as_slow() {
-        let mut p = settled(2);
-        tick_with(&mut p, 5, true, 3.0);
-        assert_eq!(p.allowance(10), 10.0, "2.5x is within a factor of 3");
-        tick_with(&mut p, 5, true, 1.6);
-        assert_eq!(p.allowance(10), 5.0);
+        let mut p = at_full_speed(2);
+        tick_with(&mut p, 3, true, 2.0);
+        assert_eq!(p.allowance(10), 10.0, "1.5x is within a factor of 2");
+        tick_with(&mut p, 5, true, 2.0);
+        assert_eq!(p.allowance(10), 5.0, "2.5x is not");
         p.tick(8, None);
         assert_eq!(p.allowance(10), 10.0, "off: osd_recovery_max_active alone");
+        tick_with(&mut p, 2, true, 2.0);
+        assert_eq!(
+            p.allowance(10),
+            START_ALLOWANCE + 1.0,
+            "turned on again: starts at one push, and this tick's fast clients add one"
+        );
+    }
+
+    #[test]
+    fn a_recovery_starts_at_one_push_and_grows_while_clients_keep_their_pace() {
+        let mut p = settled(2);
+        assert_eq!(p.allowance(MAX_ACTIVE), START_ALLOWANCE, "before any push");
+        for expected in 2..=4 {
+            tick_with(&mut p, 2, true, 1.2);
+            assert_eq!(p.allowance(MAX_ACTIVE), f64::from(expected));
+        }
+        tick_with(&mut p, 2, false, 1.2);
+        tick_with(&mut p, 2, false, 1.2);
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            4.0,
+            "a pause shorter than the settling keeps the pace"
+        );
+        tick_with(&mut p, 2, false, 1.2);
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            START_ALLOWANCE,
+            "after a settled pause the next recovery starts slow again"
+        );
     }
 
     #[test]
     fn without_a_level_measured_alone_latency_paces_nothing() {
         let mut p = Pacer::default();
-        tick_with(&mut p, 4, true, 1.2);
-        tick_with(&mut p, 40, true, 1.2);
+        for _ in 0..MAX_ACTIVE {
+            tick_with(&mut p, 4, true, 1.2);
+            tick_with(&mut p, 40, true, 1.2);
+        }
         assert_eq!(p.level(Stream::Primary), None, "no idle tick yet");
-        assert_eq!(p.allowance(MAX_ACTIVE), MAX_ACTIVE as f64);
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            MAX_ACTIVE as f64,
+            "grows as if no client were there"
+        );
     }
 
     #[test]
     fn idle_ticks_settle_before_they_count_and_ticks_without_clients_grow() {
-        let mut p = settled(2);
+        let mut p = at_full_speed(2);
         tick_with(&mut p, 10, true, 1.2);
         tick_with(&mut p, 10, true, 1.2);
         assert_eq!(p.allowance(MAX_ACTIVE), 2.5);
@@ -461,6 +512,7 @@ mod tests {
             Some(2000.0),
             "the device still drains recovery's writes"
         );
+        p.note_recovering();
         p.tick(MAX_ACTIVE, Some(1.2));
         assert_eq!(
             p.allowance(MAX_ACTIVE),
@@ -493,11 +545,17 @@ mod tests {
         }
         assert_eq!(p.level(Stream::Replica), Some(3000.0));
         assert_eq!(p.level(Stream::Primary), None, "leads no client op");
+        for _ in 0..MAX_ACTIVE {
+            tick_streams(&mut p, None, Some(3), true);
+        }
         tick_streams(&mut p, None, Some(9), true);
         assert_eq!(p.allowance(MAX_ACTIVE), 5.0, "its own device slows clients");
         let mut p = Pacer::default();
         for _ in 0..SETTLE_TICKS + 2 {
             tick_streams(&mut p, Some(2), Some(3), false);
+        }
+        for _ in 0..MAX_ACTIVE {
+            tick_streams(&mut p, Some(2), Some(3), true);
         }
         tick_streams(&mut p, Some(2), Some(30), true);
         assert_eq!(
@@ -511,7 +569,7 @@ mod tests {
 
     #[test]
     fn a_few_latencies_pool_over_ticks_before_they_judge() {
-        let mut p = settled(2);
+        let mut p = at_full_speed(2);
         let tick_of = |p: &mut Pacer, ms: u64, ops: u64| {
             for _ in 0..ops {
                 p.observe(Stream::Primary, Duration::from_millis(ms));
@@ -572,7 +630,7 @@ mod tests {
 
     #[test]
     fn a_store_falling_behind_its_checkpoints_holds_pushes_back() {
-        let mut p = settled(2);
+        let mut p = at_full_speed(2);
         for _ in 0..MIN_SAMPLES {
             p.observe(Stream::Primary, Duration::from_millis(2));
         }

@@ -613,10 +613,22 @@ mod tests {
         }
         assert_eq!(
             t.pacing(),
-            (10.0, Some(1.0), None),
-            "measured without recovery"
+            (crate::pacing::START_ALLOWANCE, Some(1.0), None),
+            "measured without recovery; a recovery starts at one push"
         );
-        let held: Vec<ActiveSlot<'_>> = vec![t.active_slot().await, t.active_slot().await];
+        let first = t.active_slot().await;
+        for _ in 0..40 {
+            if t.pacing().0 >= 10.0 {
+                break;
+            }
+            client_tick(&t, 1).await;
+        }
+        assert_eq!(
+            t.pacing().0,
+            10.0,
+            "grown to osd_recovery_max_active while clients keep their pace"
+        );
+        let held: Vec<ActiveSlot<'_>> = vec![first, t.active_slot().await];
         for _ in 0..3 {
             client_tick(&t, 5).await;
         }
