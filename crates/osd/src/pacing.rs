@@ -10,14 +10,15 @@
 //! still sees). Every [`TICK`] it compares each stream's mean latency with that stream's
 //! level without recovery, and halves the background pushes allowed in flight when either is
 //! more than `factor` times slower, or grows them by one (up to `osd_recovery_max_active`)
-//! when neither is. A recovery starts slow, at [`START_ALLOWANCE`] pushes, so its first
-//! pushes do not land at the full `osd_recovery_max_active` before any tick has judged
-//! them; the allowance returns there once recovery has paused for [`SETTLE_TICKS`]. It also halves them whenever the store's commit backlog passes
+//! when neither is and this OSD's pushes used all it allowed (a recovery of one push at a time
+//! earns no room for ten). It also halves them whenever the store's commit backlog passes
 //! [`BACKLOG_SLOW`]: recovery's device I/O slows the checkpoints, and a store whose commits
 //! wait for one stalls every client at once, before any mean shows it. Below one push the
 //! allowance becomes a duty cycle: a push is followed by a pause of its own duration times
 //! `1 / allowance - 1`, down to one push in [`MIN_ALLOWANCE`]'s inverse, so recovery slows
-//! but never stops.
+//! but never stops. A recovery starts slow: the first push after this OSD pushed nothing for
+//! [`SETTLE_TICKS`] ticks finds the allowance at [`START_ALLOWANCE`] at most (see
+//! [`Pacer::restart`]), so its pushes do not all land before any tick has judged them.
 //!
 //! The mean, not the median: the latency recovery adds lies in the tail (a small write that
 //! waits behind a large push the scheduler has already released), which leaves the median
@@ -45,8 +46,9 @@ use cairn_qos::PolicyConfig;
 pub const TICK: Duration = Duration::from_millis(100);
 /// The smallest allowance: one push for every 16 pushes' time.
 pub const MIN_ALLOWANCE: f64 = 1.0 / 16.0;
-/// Pushes a recovery starts with: it grows by one per window in which clients keep their
-/// pace (as after a halving), instead of starting at `osd_recovery_max_active`.
+/// Pushes a recovery starts with (see [`Pacer::restart`]): it grows by one per window in which
+/// clients keep their pace, as after a halving, instead of starting at
+/// `osd_recovery_max_active`.
 pub const START_ALLOWANCE: f64 = 1.0;
 /// Idle ticks in a row before their means count for the level without recovery (the
 /// device drains what recovery left in its queue first).
@@ -204,6 +206,8 @@ pub struct Pacer {
     replica: Signal,
     backlog: f64,
     recovering: bool,
+    /// Most of this OSD's pushes in flight or waiting at once in the current window.
+    demand: usize,
     tick_started: Option<Instant>,
     /// Ticks pooled into the current window (see [`MIN_SAMPLES`]).
     pooled_ticks: u32,
@@ -218,6 +222,7 @@ impl Default for Pacer {
             replica: Signal::default(),
             backlog: 0.0,
             recovering: false,
+            demand: 0,
             tick_started: None,
             pooled_ticks: 0,
             idle_streak: 0,
@@ -247,10 +252,29 @@ impl Pacer {
         self.recovering = true;
     }
 
-    /// Ends the current tick if it began [`TICK`] or more before `now` (`busy`: pushes of
-    /// this OSD in flight or waiting now), adapting the allowance under `factor` (None:
-    /// pacing off).
+    /// Counts `pushes` of this OSD in flight or waiting now (the window keeps the most); any
+    /// is recovery.
+    pub fn observe_demand(&mut self, pushes: usize) {
+        self.demand = self.demand.max(pushes);
+        if pushes > 0 {
+            self.recovering = true;
+        }
+    }
+
+    /// Starts a recovery slow: the allowance falls to [`START_ALLOWANCE`] if above it (one
+    /// held back by slow clients stays where it is). Called when a push finds this OSD has
+    /// pushed nothing for [`SETTLE_TICKS`] ticks, and when the setting changes.
+    pub fn restart(&mut self) {
+        self.allowance = self.allowance.min(START_ALLOWANCE);
+    }
+
+    /// Ends the current tick if it began [`TICK`] or more before `now` (`busy`: data moves
+    /// beyond this OSD's pushes, see [`Pacer::note_recovering`]), adapting the allowance under
+    /// `factor` (None: pacing off, which takes effect at once).
     pub fn maybe_tick(&mut self, now: Instant, busy: bool, max_active: usize, factor: Option<f64>) {
+        if factor.is_none() {
+            self.allowance = f64::INFINITY;
+        }
         let started = *self.tick_started.get_or_insert(now);
         if now.duration_since(started) < TICK {
             return;
@@ -281,6 +305,7 @@ impl Pacer {
             self.halve(max);
             return;
         }
+        let limited = self.demand as f64 >= self.allowance.min(max).ceil();
         self.pooled_ticks += 1;
         let sparse = self.primary.sparse() || self.replica.sparse();
         if sparse && self.pooled_ticks < MAX_POOL_TICKS {
@@ -290,8 +315,6 @@ impl Pacer {
         if !recovering {
             self.idle_streak = self.idle_streak.saturating_add(1);
             if self.idle_streak >= SETTLE_TICKS {
-                // Recovery has paused: the next one starts slow.
-                self.allowance = START_ALLOWANCE;
                 for (signal, mean) in [&mut self.primary, &mut self.replica]
                     .into_iter()
                     .zip(means)
@@ -305,22 +328,24 @@ impl Pacer {
         }
         self.idle_streak = 0;
         // Each stream with both a mean and a level says slow or not. No client, or none with
-        // a level to hold it to: nothing to protect, so grow.
+        // a level to hold it to: nothing to protect, so grow if the pushes wanted more.
         let slow = [&self.primary, &self.replica]
             .into_iter()
             .zip(means)
             .any(|(signal, mean)| {
                 matches!((mean, signal.level()), (Some(m), Some(level)) if m > level * factor)
             });
-        match slow {
-            true => self.halve(max),
-            false => self.grow(max),
+        match (slow, limited) {
+            (true, _) => self.halve(max),
+            (false, true) => self.grow(max),
+            (false, false) => {}
         }
     }
 
     /// Ends the window of pooled ticks: whether recovery ran in it, and each stream's mean.
     fn close_window(&mut self) -> (bool, [Option<f64>; 2]) {
         self.pooled_ticks = 0;
+        self.demand = 0;
         let recovering = std::mem::take(&mut self.recovering);
         (recovering, [self.primary.close(), self.replica.close()])
     }
@@ -330,11 +355,9 @@ impl Pacer {
         self.allowance = (self.allowance.min(max) / 2.0).max(MIN_ALLOWANCE);
     }
 
-    /// One step up, to `max` at most (unlimited stays unlimited).
+    /// One step up, to `max` at most.
     fn grow(&mut self, max: f64) {
-        if self.allowance.is_infinite() {
-            return;
-        }
+        assert!(self.allowance.is_finite(), "grown while pacing is off");
         self.allowance = match self.allowance < 1.0 {
             true => (self.allowance * 2.0).min(1.0),
             false => (self.allowance + 1.0).min(max),
@@ -376,7 +399,7 @@ mod tests {
             p.observe(Stream::Primary, Duration::from_millis(latency_ms));
         }
         if recovering {
-            p.note_recovering();
+            p.observe_demand(MAX_ACTIVE);
         }
         p.tick(MAX_ACTIVE, Some(factor));
     }
@@ -436,7 +459,7 @@ mod tests {
         for _ in 0..3 {
             p.observe(Stream::Primary, Duration::from_millis(40));
         }
-        p.note_recovering();
+        p.observe_demand(MAX_ACTIVE);
         p.tick(MAX_ACTIVE, Some(2.0));
         assert_eq!(
             p.allowance(MAX_ACTIVE),
@@ -452,8 +475,12 @@ mod tests {
         assert_eq!(p.allowance(10), 10.0, "1.5x is within a factor of 2");
         tick_with(&mut p, 5, true, 2.0);
         assert_eq!(p.allowance(10), 5.0, "2.5x is not");
-        p.tick(8, None);
-        assert_eq!(p.allowance(10), 10.0, "off: osd_recovery_max_active alone");
+        p.maybe_tick(Instant::now(), false, 8, None);
+        assert_eq!(
+            p.allowance(10),
+            10.0,
+            "off, at once: osd_recovery_max_active alone"
+        );
         tick_with(&mut p, 2, true, 2.0);
         assert_eq!(
             p.allowance(10),
@@ -470,19 +497,75 @@ mod tests {
             tick_with(&mut p, 2, true, 1.2);
             assert_eq!(p.allowance(MAX_ACTIVE), f64::from(expected));
         }
-        tick_with(&mut p, 2, false, 1.2);
-        tick_with(&mut p, 2, false, 1.2);
-        assert_eq!(
-            p.allowance(MAX_ACTIVE),
-            4.0,
-            "a pause shorter than the settling keeps the pace"
-        );
-        tick_with(&mut p, 2, false, 1.2);
+        p.restart();
         assert_eq!(
             p.allowance(MAX_ACTIVE),
             START_ALLOWANCE,
-            "after a settled pause the next recovery starts slow again"
+            "the next recovery starts slow again"
         );
+        for _ in 0..20 {
+            tick_with(&mut p, 40, true, 1.2);
+        }
+        p.restart();
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            MIN_ALLOWANCE,
+            "one held back by slow clients stays held"
+        );
+    }
+
+    #[test]
+    fn only_pushes_that_use_the_allowance_grow_it() {
+        let mut p = settled(2);
+        let tick_of = |p: &mut Pacer, pushes: usize| {
+            for _ in 0..MIN_SAMPLES {
+                p.observe(Stream::Primary, Duration::from_millis(2));
+            }
+            p.observe_demand(pushes);
+            p.tick(MAX_ACTIVE, Some(1.2));
+        };
+        tick_of(&mut p, 1);
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            2.0,
+            "one push used the one allowed"
+        );
+        for _ in 0..5 {
+            tick_of(&mut p, 1);
+        }
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            2.0,
+            "one push at a time earns no room for more"
+        );
+        tick_of(&mut p, 3);
+        assert_eq!(p.allowance(MAX_ACTIVE), 3.0, "more waiting than allowed");
+    }
+
+    #[test]
+    fn recovery_elsewhere_holds_the_allowance_but_slow_clients_still_halve_it() {
+        let mut p = at_full_speed(2);
+        tick_with(&mut p, 40, true, 1.2);
+        assert_eq!(p.allowance(MAX_ACTIVE), 5.0);
+        for _ in 0..5 {
+            for _ in 0..MIN_SAMPLES {
+                p.observe(Stream::Primary, Duration::from_millis(2));
+            }
+            p.note_recovering();
+            p.tick(MAX_ACTIVE, Some(1.2));
+        }
+        assert_eq!(
+            p.allowance(MAX_ACTIVE),
+            5.0,
+            "another OSD's fill or a new map, none of this OSD's pushes: held"
+        );
+        assert_eq!(p.level(Stream::Primary), Some(2000.0), "and no idle time");
+        for _ in 0..MIN_SAMPLES {
+            p.observe(Stream::Primary, Duration::from_millis(40));
+        }
+        p.maybe_tick(Instant::now(), true, MAX_ACTIVE, Some(1.2));
+        p.maybe_tick(Instant::now() + TICK, true, MAX_ACTIVE, Some(1.2));
+        assert_eq!(p.allowance(MAX_ACTIVE), 2.5, "slow clients: halved anyway");
     }
 
     #[test]
@@ -512,7 +595,7 @@ mod tests {
             Some(2000.0),
             "the device still drains recovery's writes"
         );
-        p.note_recovering();
+        p.observe_demand(MAX_ACTIVE);
         p.tick(MAX_ACTIVE, Some(1.2));
         assert_eq!(
             p.allowance(MAX_ACTIVE),
@@ -532,7 +615,7 @@ mod tests {
             }
         }
         if recovering {
-            p.note_recovering();
+            p.observe_demand(MAX_ACTIVE);
         }
         p.tick(MAX_ACTIVE, Some(1.2));
     }
@@ -574,7 +657,7 @@ mod tests {
             for _ in 0..ops {
                 p.observe(Stream::Primary, Duration::from_millis(ms));
             }
-            p.note_recovering();
+            p.observe_demand(MAX_ACTIVE);
             p.tick(MAX_ACTIVE, Some(3.0));
         };
         tick_of(&mut p, 40, 1);
@@ -635,7 +718,7 @@ mod tests {
             p.observe(Stream::Primary, Duration::from_millis(2));
         }
         p.observe_backlog(0.8);
-        p.note_recovering();
+        p.observe_demand(MAX_ACTIVE);
         p.tick(MAX_ACTIVE, Some(1.2));
         assert_eq!(
             p.allowance(MAX_ACTIVE),
@@ -643,7 +726,7 @@ mod tests {
             "fast clients, but commits near a wait"
         );
         p.observe_backlog(0.9);
-        p.note_recovering();
+        p.observe_demand(MAX_ACTIVE);
         p.tick(MAX_ACTIVE, Some(1.2));
         assert_eq!(
             p.allowance(MAX_ACTIVE),
@@ -654,7 +737,7 @@ mod tests {
             p.observe(Stream::Primary, Duration::from_millis(2));
         }
         p.observe_backlog(0.6);
-        p.note_recovering();
+        p.observe_demand(MAX_ACTIVE);
         p.tick(MAX_ACTIVE, Some(1.2));
         assert_eq!(
             p.allowance(MAX_ACTIVE),
@@ -707,5 +790,14 @@ mod tests {
         assert_eq!(Factor::Off.resolve(hco), None);
         assert_eq!(Factor::Fixed(2.0).resolve(hco), Some(2.0));
         assert_eq!(default_factor(&PolicyConfig::Fifo), 1.6);
+        let hro = PolicyConfig::Mclock(cairn_qos::MClockConfig::profile(
+            cairn_qos::config::Profile::HighRecoveryOps,
+            1_000.0,
+        ));
+        assert_eq!(
+            default_factor(&hro),
+            2.0,
+            "half the client's rate, above its 30% reservation"
+        );
     }
 }

@@ -117,6 +117,8 @@ struct State {
     not_before: Option<Instant>,
     /// Pushes waiting for a slot.
     waiting: usize,
+    /// When this OSD last had a push in flight or waiting (None: never).
+    last_pushing: Option<Instant>,
     /// Whether the newest map leaves data to move: a PG served from a temporary acting set,
     /// or an OSD that is in but down.
     unsettled: bool,
@@ -161,6 +163,7 @@ impl Drop for ActiveSlot<'_> {
         let mut st = self.throttle.lock();
         assert!(st.active > 0, "a recovery slot freed twice");
         st.active -= 1;
+        st.last_pushing = Some(Instant::now());
         let max = self.throttle.max_active_in(&st);
         let pause = Pacer::pause_after(self.taken.elapsed(), st.pacer.allowance(max));
         if !pause.is_zero() {
@@ -187,6 +190,7 @@ impl Drop for Waiting<'_> {
         let mut st = self.0.lock();
         assert!(st.waiting > 0, "a waiting push counted out twice");
         st.waiting -= 1;
+        st.last_pushing = Some(Instant::now());
     }
 }
 
@@ -248,13 +252,19 @@ impl RecoveryThrottle {
         let max = self.max_active_in(st);
         let factor = st.settings.pacing.resolve(st.auto_factor);
         let now = Instant::now();
-        let busy = st.active > 0
-            || st.waiting > 0
-            || st.unsettled
+        let busy = st.unsettled
             || st.quiet_until.is_some_and(|t| t > now)
             || st.not_before.is_some_and(|t| t > now);
+        let demand = st.active + st.waiting;
+        let before = st.pacer.allowance(max);
         st.pacer.observe_backlog(self.backlog.get());
+        st.pacer.observe_demand(demand);
         st.pacer.maybe_tick(now, busy, max, factor);
+        st.pacer.observe_demand(demand);
+        if st.pacer.allowance(max) > before {
+            // Pushes waiting for a freed slot may take the new room at once.
+            self.freed.notify_waiters();
+        }
     }
 
     /// Background pushes the pacer allows in flight now (below 1: a duty cycle), and the
@@ -365,6 +375,16 @@ impl RecoveryThrottle {
     /// Waits for a slot for one background push: fewer than `osd_recovery_max_active` in
     /// flight, and fewer than the pacer allows, after its pause.
     pub async fn active_slot(&self) -> ActiveSlot<'_> {
+        {
+            let mut st = self.lock();
+            let quiet_for = crate::pacing::TICK * crate::pacing::SETTLE_TICKS;
+            let pushed_lately = st
+                .last_pushing
+                .is_some_and(|t| Instant::now().duration_since(t) < quiet_for);
+            if st.active == 0 && st.waiting == 0 && !pushed_lately {
+                st.pacer.restart();
+            }
+        }
         let _waiting = Waiting::new(self);
         loop {
             let freed = self.freed.notified();
@@ -448,7 +468,8 @@ impl RecoveryThrottle {
             "osd_recovery_sleep_ssd" => st.settings.sleep_ssd_s = secs()?,
             "osd_recovery_sleep_hybrid" => st.settings.sleep_hybrid_s = secs()?,
             "osd_recovery_pacing_factor" => {
-                st.settings.pacing = Factor::parse(value).map_err(|e| format!("{key}: {e}"))?
+                st.settings.pacing = Factor::parse(value).map_err(|e| format!("{key}: {e}"))?;
+                st.pacer.restart();
             }
             other => return Err(format!("`{other}` is not a recovery throttle")),
         }
@@ -604,7 +625,23 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    /// Takes `n` push slots, waiting for each.
+    async fn slots(t: &RecoveryThrottle, n: usize) -> Vec<ActiveSlot<'_>> {
+        let mut held = Vec::new();
+        for _ in 0..n {
+            held.push(t.active_slot().await);
+        }
+        held
+    }
+
+    /// Whether one more push slot is refused for 50 ms (the waiter is dropped after).
+    async fn one_more_is_refused(t: &RecoveryThrottle) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), t.active_slot())
+            .await
+            .is_err()
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn slowed_clients_hold_pushes_back_and_off_lets_them_go() {
         let t = RecoveryThrottle::new(DeviceKind::Ssd, BacklogGauge::default());
         t.set("osd_recovery_pacing_factor", "1.2").unwrap();
@@ -614,21 +651,32 @@ mod tests {
         assert_eq!(
             t.pacing(),
             (crate::pacing::START_ALLOWANCE, Some(1.0), None),
-            "measured without recovery; a recovery starts at one push"
+            "measured without recovery"
         );
         let first = t.active_slot().await;
-        for _ in 0..40 {
-            if t.pacing().0 >= 10.0 {
-                break;
+        assert!(
+            one_more_is_refused(&t).await,
+            "a recovery starts at one push"
+        );
+        let clients = async {
+            for _ in 0..60 {
+                if t.pacing().0 >= 10.0 {
+                    break;
+                }
+                client_tick(&t, 1).await;
             }
-            client_tick(&t, 1).await;
-        }
+        };
+        let (held, ()) = tokio::join!(
+            tokio::time::timeout(Duration::from_secs(30), slots(&t, 9)),
+            clients
+        );
+        let mut held = held.expect("the waiting pushes take the room the pacer grows");
+        held.push(first);
         assert_eq!(
             t.pacing().0,
             10.0,
-            "grown to osd_recovery_max_active while clients keep their pace"
+            "pushes waiting while clients keep their pace grow it to osd_recovery_max_active"
         );
-        let held: Vec<ActiveSlot<'_>> = vec![first, t.active_slot().await];
         for _ in 0..3 {
             client_tick(&t, 5).await;
         }
@@ -643,6 +691,39 @@ mod tests {
         assert!(four.is_ok(), "pacing off: osd_recovery_max_active alone");
         assert!(t.set("osd_recovery_pacing_factor", "0.5").is_err());
         assert_eq!(t.get("osd_recovery_pacing_factor").as_deref(), Some("0"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_recovery_after_a_quiet_spell_starts_at_one_push_again() {
+        let t = RecoveryThrottle::new(DeviceKind::Ssd, BacklogGauge::default());
+        let mut held = vec![t.active_slot().await];
+        let pushes = async {
+            held.extend(slots(&t, 3).await);
+            held
+        };
+        let ticks = async {
+            for _ in 0..10 {
+                t.pacing();
+                tokio::time::sleep(crate::pacing::TICK).await;
+            }
+        };
+        let (held, ()) = tokio::join!(tokio::time::timeout(Duration::from_secs(30), pushes), ticks);
+        let held = held.expect("no client: grown while pushes wait");
+        assert!(t.pacing().0 >= 4.0);
+        drop(held);
+        tokio::time::sleep(crate::pacing::TICK).await;
+        let again = slots(&t, 2).await;
+        assert_eq!(again.len(), 2, "a short pause keeps the pace");
+        drop(again);
+        tokio::time::sleep(crate::pacing::TICK * crate::pacing::SETTLE_TICKS).await;
+        t.pacing();
+        let _first = t.active_slot().await;
+        assert_eq!(
+            t.pacing().0,
+            crate::pacing::START_ALLOWANCE,
+            "after three ticks without a push, the next recovery starts slow"
+        );
+        assert!(one_more_is_refused(&t).await);
     }
 
     #[tokio::test]
