@@ -1,10 +1,17 @@
 //! A `cairn up` cluster in a scratch directory that a command drives as an operator would:
 //! stop one OSD process and start it again with the same arguments, stop everything. Used by
-//! `cairn study recovery` and `cairn study cache --cluster`.
+//! `cairn study recovery`, `cairn study nrs` and `cairn study cache --cluster`.
+//!
+//! The cluster's daemons lead process groups of their own, so neither Ctrl-C nor a signal to
+//! the command reaches them; a command interrupted (SIGINT, SIGTERM, SIGHUP) while it holds
+//! clusters stops them first, keeping their directories and logs, then exits with 128 plus the
+//! signal's number.
 
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -41,6 +48,8 @@ impl LocalCluster {
             bail!("{} exists (a cluster of an earlier run?)", dir.display());
         }
         std::fs::create_dir_all(dir)?;
+        stop_clusters_on_interrupt()?;
+        held_clusters().push(dir.to_path_buf());
         let mon = free_loopback_addr()?;
         let mut cluster = LocalCluster {
             dir: dir.to_path_buf(),
@@ -67,7 +76,7 @@ impl LocalCluster {
         for a in settings.osd_args {
             up.push(format!("--osd-arg={a}"));
         }
-        if let Err(e) = cairn(&up) {
+        if let Err(e) = cairn_up(&up) {
             cluster.running = std::fs::metadata(dir.join("pids")).is_ok();
             return Err(e);
         }
@@ -157,6 +166,8 @@ impl LocalCluster {
 
     /// Stops every process.
     pub fn stop(&mut self) -> anyhow::Result<()> {
+        // Held throughout: an interrupt meanwhile waits for this stop, or this one for it.
+        let mut held = held_clusters();
         if self.running {
             self.running = false;
             cairn(&[
@@ -165,6 +176,7 @@ impl LocalCluster {
                 self.dir.display().to_string(),
             ])?;
         }
+        held.retain(|d| d != &self.dir);
         Ok(())
     }
 
@@ -180,6 +192,130 @@ impl Drop for LocalCluster {
     /// A run that failed stops its processes and keeps their logs.
     fn drop(&mut self) {
         let _ = self.stop();
+    }
+}
+
+/// The directories of the clusters this process started and has not stopped.
+fn held_clusters() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    static HELD: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    HELD.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The pid of the `cairn up` running now, if any: an interrupt stops it before its cluster.
+fn up_in_flight() -> std::sync::MutexGuard<'static, Option<u32>> {
+    static UP: Mutex<Option<u32>> = Mutex::new(None);
+    UP.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `cairn up ARGS` as [`cairn`] does, its pid known to the interrupt handler meanwhile.
+fn cairn_up(args: &[String]) -> anyhow::Result<String> {
+    let child = Command::new(std::env::current_exe()?)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running cairn up")?;
+    *up_in_flight() = Some(child.id());
+    let out = child.wait_with_output();
+    *up_in_flight() = None;
+    let out = out.context("running cairn up")?;
+    if !out.status.success() {
+        bail!(
+            "cairn {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Installs, once per process, the handler that stops the held clusters when the process is
+/// interrupted (see the module's documentation). The signals are caught from when this
+/// returns: a thread of its own waits for them.
+fn stop_clusters_on_interrupt() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    static INSTALLED: Once = Once::new();
+    let mut result = Ok(());
+    INSTALLED.call_once(|| {
+        result = (|| -> anyhow::Result<()> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (mut int, mut term, mut hup) = {
+                let _entered = rt.enter();
+                (
+                    signal(SignalKind::interrupt())?,
+                    signal(SignalKind::terminate())?,
+                    signal(SignalKind::hangup())?,
+                )
+            };
+            std::thread::Builder::new()
+                .name("cluster-interrupt".into())
+                .spawn(move || {
+                    let number = rt.block_on(async {
+                        tokio::select! {
+                            _ = int.recv() => libc::SIGINT,
+                            _ = term.recv() => libc::SIGTERM,
+                            _ = hup.recv() => libc::SIGHUP,
+                        }
+                    });
+                    stop_held_clusters_and_exit(number);
+                })?;
+            Ok(())
+        })();
+    });
+    result.context("catching interrupts to stop the cluster on them")
+}
+
+/// Stops a `cairn up` in flight and every held cluster (`cairn down`), then exits with 128 +
+/// `signal`. The list of held clusters stays locked until the exit, so the command's own
+/// threads cannot start or stop one meanwhile; the report is written last, and its failure
+/// (a closed pipe, a hung-up terminal) is ignored, so that nothing stops the stopping.
+fn stop_held_clusters_and_exit(signal: i32) -> ! {
+    use std::io::Write;
+    let held = held_clusters();
+    if let Some(pid) = *up_in_flight() {
+        stop_up_in_flight(pid);
+    }
+    let mut report = Vec::new();
+    for dir in held.iter() {
+        let down = Command::new(std::env::current_exe().unwrap_or_else(|_| "cairn".into()))
+            .process_group(0)
+            .args(["down", "--dir"])
+            .arg(dir)
+            .output();
+        let outcome = match down {
+            Ok(out) if out.status.success() => "stopped".to_string(),
+            Ok(out) => format!(
+                "not stopped: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => format!("not stopped: {e}"),
+        };
+        report.push(format!(
+            "interrupted: the cluster in {} {outcome} (its logs stay there)",
+            dir.display()
+        ));
+    }
+    let _ = writeln!(std::io::stderr(), "{}", report.join("\n"));
+    std::process::exit(128 + signal)
+}
+
+/// Longest wait for an interrupted `cairn up` to exit.
+const UP_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Sends SIGTERM to `cairn up` process `pid` and waits (at most [`UP_STOP_GRACE`]) until it
+/// has exited, so that the `pids` file `cairn down` reads is no longer being written.
+fn stop_up_in_flight(pid: u32) {
+    let Ok(pid) = i32::try_from(pid) else {
+        return;
+    };
+    if Command::new("kill").arg(pid.to_string()).status().is_err() {
+        return;
+    }
+    let deadline = Instant::now() + UP_STOP_GRACE;
+    while crate::cluster_dir::is_running(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

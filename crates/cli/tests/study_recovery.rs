@@ -14,15 +14,36 @@ use std::path::{Path, PathBuf};
 struct WorkDir(PathBuf);
 
 impl Drop for WorkDir {
+    /// Stops the clusters found one or two levels down (`clusters/run0`), then removes it.
     fn drop(&mut self) {
-        if let Ok(entries) = std::fs::read_dir(&self.0) {
-            for e in entries.flatten() {
-                if e.path().join("pids").exists() {
-                    cairn(&["down", "--dir", &e.path().display().to_string()]);
+        let subdirs = |dir: &Path| -> Vec<PathBuf> {
+            std::fs::read_dir(dir)
+                .map(|entries| entries.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default()
+        };
+        for dir in subdirs(&self.0) {
+            for cluster in std::iter::once(dir.clone()).chain(subdirs(&dir)) {
+                if cluster.join("pids").exists() {
+                    cairn(&["down", "--dir", &cluster.display().to_string()]);
                 }
             }
         }
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A command started in the background, stopped (SIGTERM, then SIGKILL) if still running when
+/// dropped: a failed assertion leaves nothing behind.
+struct Background(std::process::Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = common::try_signal("-TERM", self.0.id());
+            std::thread::sleep(std::time::Duration::from_secs(5));
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
 }
 
@@ -165,10 +186,15 @@ fn recovery_study_compares_schedulers_on_a_real_cluster() {
     }
     let csv = std::fs::read_to_string(out.join("recovery-per-second.csv")).unwrap();
     assert!(csv.starts_with("devices,scheduler,run,second,client_iops,client_p99_ms\n"));
-    assert!(
-        csv.lines().any(|l| l.starts_with("hdd-db,wpq,1,1,")),
-        "{csv}"
-    );
+    for r in &rows[..4] {
+        let first_second = format!("{},{},1,1,", r[0], r[1]);
+        let has_first = csv.lines().any(|l| l.starts_with(&first_second));
+        assert_eq!(
+            has_first,
+            number(&r[16]) >= 1.0,
+            "a row per whole second of the recovery, none for a part of one: {r:?} {csv}"
+        );
+    }
     assert!(
         !clusters.exists() || std::fs::read_dir(&clusters).unwrap().next().is_none(),
         "every cluster was stopped and removed"
@@ -203,4 +229,93 @@ fn bad_study_arguments_are_refused_before_anything_starts() {
         assert!(!ok && log.contains(expect), "{extra:?}: {log}");
         assert!(!Path::new(&dir).exists(), "{extra:?}: nothing started");
     }
+}
+
+/// The pids a cluster directory's `pids` file lists, once it lists the monitor and `osds`
+/// OSDs (None before).
+fn cluster_pids(dir: &Path, osds: usize) -> Option<Vec<u32>> {
+    let text = std::fs::read_to_string(dir.join("pids")).ok()?;
+    let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    (pids.len() > osds).then_some(pids)
+}
+
+#[test]
+fn an_interrupted_study_stops_its_cluster_and_keeps_its_logs() {
+    let work = scratch("recovery-interrupted");
+    let clusters = work.0.join("clusters");
+    let out = work.0.join("out");
+    std::fs::create_dir_all(&work.0).unwrap();
+    let log = std::fs::File::create(work.0.join("study.log")).unwrap();
+    let mut study = Background(
+        std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["study", "recovery", "--work-dir"])
+            .arg(&clusters)
+            .arg("--out-dir")
+            .arg(&out)
+            .args(["--devices", "none", "--runs", "1", "--schedulers", "wpq"])
+            .args([
+                "--pg-num",
+                "8",
+                "--recovery-objects",
+                "24",
+                "--object-kib",
+                "64",
+            ])
+            .args(["--device-mib", "512"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start the study"),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let (dir, pids) = loop {
+        let found = std::fs::read_dir(&clusters).ok().and_then(|entries| {
+            entries
+                .flatten()
+                .find_map(|e| cluster_pids(&e.path(), 4).map(|p| (e.path(), p)))
+        });
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no cluster started in 120 s"
+        );
+        assert!(
+            study.0.try_wait().unwrap().is_none(),
+            "the study ended early: {}",
+            std::fs::read_to_string(work.0.join("study.log")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        pids.iter().all(|&p| !common::has_exited(p)),
+        "every daemon runs"
+    );
+    common::signal("-TERM", study.0.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = study.0.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = study.0.kill();
+            panic!("the study did not exit within 90 s of SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let said = std::fs::read_to_string(work.0.join("study.log")).unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "128 + SIGTERM: {said}");
+    assert!(
+        said.contains("interrupted: the cluster in") && said.contains(" stopped (its logs"),
+        "{said}"
+    );
+    for pid in pids {
+        assert!(common::has_exited(pid), "daemon {pid} left running");
+    }
+    assert!(
+        dir.join("mon.log").exists(),
+        "the cluster's logs are kept: {}",
+        dir.display()
+    );
 }

@@ -223,9 +223,10 @@ impl RecoveryRun {
         }
     }
 
-    /// Per whole second of the recovery phase: (second's end, client IOPS, client p99 ms).
+    /// Per whole second of the recovery phase: (second's end, client IOPS, client p99 ms). A
+    /// last, partial second is left out: its few operations would read as a starved second.
     pub fn client_per_second(&self) -> Vec<(f64, f64, f64)> {
-        let secs = sat_usize(self.ended_s.ceil().max(0.0));
+        let secs = sat_usize(self.ended_s.floor().max(0.0));
         let mut buckets: Vec<Vec<f64>> = vec![Vec::new(); secs];
         for o in &self.ops {
             let i = sat_usize(o.done_s.max(0.0));
@@ -607,6 +608,24 @@ mod tests {
             "the four whole seconds: 24, 25, 25, 25"
         );
         assert_eq!((s.peak_degraded, s.peak_misplaced), (50, 0));
+    }
+
+    #[test]
+    fn the_per_second_series_leaves_out_a_last_partial_second() {
+        let mut r = run();
+        r.ended_s = 4.55;
+        let seconds = r.client_per_second();
+        assert_eq!(seconds.len(), 4, "4.55 s: four whole seconds");
+        assert_eq!(
+            seconds.iter().map(|s| s.1).collect::<Vec<_>>(),
+            [24.0, 25.0, 25.0, 25.0]
+        );
+        r.ended_s = 5.0;
+        assert_eq!(
+            r.client_per_second()[4].1,
+            51.0,
+            "the fifth second, whole, is kept"
+        );
     }
 
     #[test]

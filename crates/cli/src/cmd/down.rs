@@ -30,7 +30,11 @@ pub fn run(args: DownArgs) -> anyhow::Result<()> {
     }
     let running: Vec<i32> = pids.running.iter().rev().map(|d| d.pid as i32).collect();
     let stopped = stop_processes(&running)?;
-    std::fs::remove_file(args.dir.join(cluster_dir::PIDS_FILE))?;
+    match std::fs::remove_file(args.dir.join(cluster_dir::PIDS_FILE)) {
+        // Another `cairn down` of the same directory finished first.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        other => other?,
+    }
     println!("stopped {stopped} processes");
     if !pids.gone.is_empty() {
         println!(
