@@ -218,15 +218,7 @@ fn cairn_up(args: &[String]) -> anyhow::Result<String> {
     *up_in_flight() = Some(child.id());
     let out = child.wait_with_output();
     *up_in_flight() = None;
-    let out = out.context("running cairn up")?;
-    if !out.status.success() {
-        bail!(
-            "cairn {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    stdout_of(args, out.context("running cairn up")?)
 }
 
 /// Installs, once per process, the handler that stops the held clusters when the process is
@@ -325,6 +317,12 @@ fn cairn(args: &[String]) -> anyhow::Result<String> {
         .args(args)
         .output()
         .with_context(|| format!("running cairn {}", args.join(" ")))?;
+    stdout_of(args, out)
+}
+
+/// The standard output of `cairn ARGS` that ended as `out`, or an error with its standard
+/// error when it failed.
+fn stdout_of(args: &[String], out: std::process::Output) -> anyhow::Result<String> {
     if !out.status.success() {
         bail!(
             "cairn {} failed: {}",
